@@ -1,0 +1,101 @@
+// Searcher: the ask/tell interface every search algorithm implements.
+//
+// The scheduler drives every algorithm the same way:
+//   auto suggestions = searcher.ask(n);      // up to n new configurations, each with a seq number
+//   ... runs trials ...
+//   searcher.tell(observation);              // a finished trial: completed, pruned or failed
+//
+// seq is the searcher's own 0-based counter of suggestions; the scheduler stores it with the trial
+// and passes it back in Observation. A suggestion that was asked but not yet told is "pending"
+// (running); algorithms that model pending trials (constant liar, kriging believer) use them.
+//
+// Determinism: all randomness comes from an Rng seeded from SearchSpec::seed. The same spec and
+// the same sequence of ask/tell calls give the same suggestions.
+//
+// Restart: after a crash the scheduler rebuilds a fresh searcher and calls restore() with every
+// recorded suggestion in seq order (finished ones with their outcome). Random search then
+// continues exactly where the uninterrupted run would be.
+//
+// search/ is a pure library: no sockets, no files, no SQLite.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "search/space.h"
+
+namespace hpctune::search {
+
+struct Objective {
+  std::string metric;     // e.g. "val_accuracy"
+  bool maximize = true;
+};
+
+enum class Outcome { kCompleted, kPruned, kFailed };
+
+struct Suggestion {
+  int64_t seq = 0;        // the searcher's counter, 0-based
+  Params params;
+  nlohmann::json meta = nlohmann::json::object();  // e.g. {"generation": 3, "island": 1, "parents": [4, 9]}
+};
+
+struct Observation {
+  int64_t seq = 0;
+  Params params;
+  Outcome outcome = Outcome::kCompleted;
+  std::vector<double> values;  // one per objective, raw (not negated); empty for kFailed
+  int64_t step = 0;            // the last reported step (for pruned trials)
+};
+
+// A recorded suggestion, for restore(): `observation` is set once the trial finished.
+struct Record {
+  Suggestion suggestion;
+  std::optional<Observation> observation;
+};
+
+struct SearchSpec {
+  std::string algorithm = "random";
+  nlohmann::json settings = nlohmann::json::object();  // algorithm-specific keys, already validated
+  Space space;
+  std::vector<Objective> objectives;
+  uint64_t seed = 0;
+  int64_t max_trials = 0;  // the budget; grid refuses a grid larger than this
+  std::vector<Observation> warm_start;  // trials of an earlier campaign, already filtered to the space
+};
+
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+
+  virtual std::string name() const = 0;
+
+  // Up to n new suggestions. Fewer (even none) when the algorithm must wait (a generation barrier)
+  // or has nothing left (a finished grid); exhausted() tells the two apart.
+  virtual std::vector<Suggestion> ask(std::size_t n) = 0;
+
+  // Records the outcome of a suggestion. Any order; each seq at most once.
+  virtual void tell(const Observation& observation) = 0;
+
+  // True when ask() will never return anything again.
+  virtual bool exhausted() const { return false; }
+
+  // Rebuilds the state after a restart from the recorded suggestions, in seq order.
+  virtual void restore(const std::vector<Record>& history) = 0;
+
+  // Algorithm state worth recording (generation numbers, Pareto front); JSON, may be empty.
+  virtual nlohmann::json state() const { return nlohmann::json::object(); }
+};
+
+// The algorithms this build knows, for error messages and `hpctune validate`.
+std::vector<std::string> searcher_names();
+
+// Builds the searcher named by spec.algorithm; kConfig error listing the valid names otherwise.
+Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec);
+
+}  // namespace hpctune::search

@@ -1,0 +1,88 @@
+// The search space: typed, possibly log-scaled, possibly conditional parameters.
+//
+// A configuration ("Params") is a JSON object name -> value. A parameter with a condition
+// (`when: {optimizer: sgd}`) exists in a configuration only while its parent has one of the
+// listed values; otherwise it is absent from the object. Parameters are kept in an order where
+// every parent comes before its children, so sampling in order always sees the parent's value.
+//
+// Numeric parameters map to the unit interval (log-scaled ones through log), which is the space
+// the model-based algorithms (GP, TPE, mutation) work in; from_unit() rounds ints to their step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "common/rng.h"
+
+namespace hpctune::search {
+
+using Params = nlohmann::json;  // a JSON object: parameter name -> value
+
+enum class ParamType { kFloat, kInt, kChoice, kFixed };
+const char* param_type_name(ParamType type) noexcept;
+
+struct Condition {
+  std::string parent;                  // the parameter this one depends on
+  std::vector<nlohmann::json> values;  // active while params[parent] is one of these
+};
+
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::kFloat;
+  // kFloat / kInt: inclusive bounds; log scale needs low > 0. step: kInt only (>= 1).
+  double low = 0.0;
+  double high = 0.0;
+  bool log = false;
+  int64_t step = 1;
+  // kFloat: number of grid points for the grid search (0 = not set; grid then refuses the space).
+  int64_t resolution = 0;
+  // kChoice: the values; `ordered` lets numeric algorithms treat the index as an ordinal.
+  std::vector<nlohmann::json> choices;
+  bool ordered = false;
+  // kFixed: the value.
+  nlohmann::json value;
+  std::optional<Condition> when;
+};
+
+class Space {
+ public:
+  Space() = default;
+
+  // Validates the specs and orders them parents-first. Errors (kConfig) name the parameter:
+  // low >= high, a log range including 0, an empty choice, a step < 1, a condition on an
+  // unknown parameter or on itself, a cycle of conditions, duplicate names.
+  static Result<Space> create(std::vector<ParamSpec> specs);
+
+  const std::vector<ParamSpec>& params() const noexcept { return params_; }
+  const ParamSpec* find(const std::string& name) const noexcept;
+  std::size_t size() const noexcept { return params_.size(); }
+
+  // True when `spec` has no condition or its condition holds in `params`.
+  static bool active(const ParamSpec& spec, const Params& params);
+
+  // Checks that `params` has exactly the active parameters, each inside its range/choices.
+  // The error (kInvalidArgument) names the offending parameter.
+  Status contains(const Params& params) const;
+
+  // A uniform draw (log-uniform for log parameters), conditions respected.
+  Params sample(Rng& rng) const;
+
+  // Unit-interval transform of a numeric parameter, and back (clamped; ints rounded to step).
+  // kChoice maps index i of k choices to (i + 0.5) / k and back.
+  static double to_unit(const ParamSpec& spec, const nlohmann::json& value);
+  static nlohmann::json from_unit(const ParamSpec& spec, double u);
+
+  // Fills in the active parameters missing from `params` by sampling and drops inactive ones,
+  // in parents-first order. Used by algorithms that change a parent (mutation, crossover).
+  void repair(Params& params, Rng& rng) const;
+
+ private:
+  std::vector<ParamSpec> params_;
+};
+
+}  // namespace hpctune::search

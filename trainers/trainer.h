@@ -1,0 +1,65 @@
+// Trainer: what a trainer group runs for one trial.
+//
+// The worker loop (worker.h) receives `assign`, builds a TrialContext and calls Trainer::run() on a
+// trial thread. The trainer calls ctx.report() after every epoch (or step) with its metrics, and
+// polls ctx.stop_requested() at least once per epoch; when it returns true the trainer returns
+// promptly with TrialResult::stopped = true and its last metrics. Errors are returned, not thrown.
+//
+// The trial's settings are ctx.settings(): the trainer's fixed settings from the config with the
+// searched parameters laid over them (a searched `lr` overrides a fixed `lr`).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "scheduler/protocol.h"
+
+namespace hpctune::trainers {
+
+struct TrialContext {
+  int64_t trial_id = 0;
+  int64_t attempt = 1;
+  uint64_t seed = 0;
+  nlohmann::json params = nlohmann::json::object();   // the searched parameters
+  nlohmann::json trainer = nlohmann::json::object();  // fixed settings, incl. "kind"
+  std::string trial_dir;                              // "" when the trial keeps no files
+  int threads = 1;                                    // compute threads for this rank
+
+  std::function<void(int64_t step, const protocol::Metrics& metrics)> report = [](int64_t, const protocol::Metrics&) {};
+  std::function<bool()> stop_requested = [] { return false; };
+
+  // trainer settings overlaid with params.
+  nlohmann::json settings() const {
+    nlohmann::json merged = trainer.is_object() ? trainer : nlohmann::json::object();
+    for (auto it = params.begin(); it != params.end(); ++it) merged[it.key()] = it.value();
+    return merged;
+  }
+};
+
+struct TrialResult {
+  int64_t step = 0;       // the last step (epoch) reached
+  bool stopped = false;   // ended early on a stop request
+  protocol::Metrics metrics;
+  std::vector<protocol::Artifact> artifacts;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  virtual std::string kind() const = 0;
+  virtual Result<TrialResult> run(const TrialContext& ctx) = 0;
+};
+
+// The trainer kinds this build knows ("sleep", "mlp", ...).
+std::vector<std::string> trainer_kinds();
+// kInvalidArgument naming the valid kinds when `kind` is unknown.
+Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind);
+
+}  // namespace hpctune::trainers
