@@ -1,1 +1,199 @@
-// placeholder: being written
+#include "cli/report_tables.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace hpctune::cli {
+
+std::string format_number(double value) {
+  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+  char buf[64];
+  const double a = std::fabs(value);
+  if (a != 0 && (a < 1e-3 || a >= 1e6)) {
+    std::snprintf(buf, sizeof(buf), "%.4g", value);
+  } else if (value == std::floor(value) && a < 1e6) {
+    std::snprintf(buf, sizeof(buf), "%.0f", value);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.4f", value);
+  }
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  auto total = static_cast<int64_t>(std::llround(seconds));
+  char buf[32];
+  if (total >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(total / 3600),
+                  static_cast<long long>((total / 60) % 60), static_cast<long long>(total % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(total / 60), static_cast<long long>(total % 60));
+  }
+  return buf;
+}
+
+namespace {
+
+bool numeric(const std::string& s) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end && *end == '\0';
+}
+
+std::string cell(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return format_number(v.get<double>());
+  return v.dump();
+}
+
+std::vector<std::string> param_names(const std::vector<store::TrialRow>& trials) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const auto& t : trials) {
+    if (!t.params.is_object()) continue;
+    for (auto it = t.params.begin(); it != t.params.end(); ++it) {
+      if (seen.insert(it.key()).second) names.push_back(it.key());
+    }
+  }
+  return names;
+}
+
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+double seconds_of(const store::TrialRow& t) {
+  return (t.finished_at > 0 && t.started_at > 0) ? t.finished_at - t.started_at : 0.0;
+}
+
+}  // namespace
+
+std::string format_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size() && c < width.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  std::ostringstream out;
+  auto line = [&](const std::vector<std::string>& r, bool is_header) {
+    for (size_t c = 0; c < width.size(); ++c) {
+      const std::string v = c < r.size() ? r[c] : "";
+      const size_t pad = width[c] - v.size();
+      const bool right = !is_header && numeric(v);
+      if (c) out << "  ";
+      if (right) out << std::string(pad, ' ') << v;
+      else out << v << (c + 1 < width.size() ? std::string(pad, ' ') : "");
+    }
+    out << "\n";
+  };
+  line(header, true);
+  std::vector<std::string> rule;
+  for (size_t w : width) rule.push_back(std::string(w, '-'));
+  line(rule, true);
+  for (const auto& r : rows) line(r, false);
+  return out.str();
+}
+
+std::vector<store::TrialRow> rank_trials(std::vector<store::TrialRow> trials, bool maximize) {
+  std::stable_sort(trials.begin(), trials.end(), [&](const store::TrialRow& a, const store::TrialRow& b) {
+    const bool ha = a.objective.has_value() && a.state != store::TrialState::kFailed;
+    const bool hb = b.objective.has_value() && b.state != store::TrialState::kFailed;
+    if (ha != hb) return ha;
+    if (!ha) return a.id < b.id;
+    return maximize ? *a.objective > *b.objective : *a.objective < *b.objective;
+  });
+  return trials;
+}
+
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric) {
+  const auto names = param_names(trials);
+  std::vector<std::string> header = {"trial", "state", "attempt", metric};
+  header.insert(header.end(), names.begin(), names.end());
+  header.push_back("seconds");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : trials) {
+    std::vector<std::string> r = {std::to_string(t.id), store::to_string(t.state), std::to_string(t.attempt),
+                                  t.objective ? format_number(*t.objective) : "-"};
+    for (const auto& n : names) r.push_back(t.params.contains(n) ? cell(t.params[n]) : "");
+    r.push_back(seconds_of(t) > 0 ? format_number(std::round(seconds_of(t) * 10) / 10) : "-");
+    rows.push_back(std::move(r));
+  }
+  return format_table(header, rows);
+}
+
+std::string trials_csv(const std::vector<store::TrialRow>& trials) {
+  const auto names = param_names(trials);
+  std::set<std::string> metric_set;
+  for (const auto& t : trials) {
+    if (t.metrics.is_object()) {
+      for (auto it = t.metrics.begin(); it != t.metrics.end(); ++it) metric_set.insert(it.key());
+    }
+  }
+  std::ostringstream out;
+  out << "trial,seq,state,attempt,group,objective,step,started_at,finished_at";
+  for (const auto& n : names) out << "," << csv_escape("param." + n);
+  for (const auto& m : metric_set) out << "," << csv_escape("metric." + m);
+  out << ",error\n";
+  for (const auto& t : trials) {
+    out << t.id << "," << t.seq << "," << store::to_string(t.state) << "," << t.attempt << "," << t.group_id << ","
+        << (t.objective ? format_number(*t.objective) : "") << "," << t.step << "," << std::to_string(t.started_at)
+        << "," << std::to_string(t.finished_at);
+    for (const auto& n : names) out << "," << csv_escape(t.params.contains(n) ? cell(t.params[n]) : "");
+    for (const auto& m : metric_set) {
+      out << "," << (t.metrics.is_object() && t.metrics.contains(m) ? csv_escape(cell(t.metrics[m])) : "");
+    }
+    out << "," << csv_escape(t.error) << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : trials) {
+    nlohmann::json j = {{"trial", t.id},          {"seq", t.seq},          {"state", store::to_string(t.state)},
+                        {"attempt", t.attempt},   {"group", t.group_id},   {"params", t.params},
+                        {"metrics", t.metrics},   {"step", t.step},        {"created_at", t.created_at},
+                        {"started_at", t.started_at}, {"finished_at", t.finished_at}, {"generation", t.generation}};
+    j["objective"] = t.objective ? nlohmann::json(*t.objective) : nlohmann::json(nullptr);
+    if (!t.error.empty()) j["error"] = t.error;
+    if (t.parent_trial_id) j["parent_trial"] = *t.parent_trial_id;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width) {
+  const int64_t finished = p.done + p.pruned + p.failed;
+  const int64_t total = std::max<int64_t>(p.max_trials, 1);
+  const int bar_width = std::clamp(width - 100, 10, 30);
+  const int filled = static_cast<int>(bar_width * std::min<double>(1.0, static_cast<double>(finished) / total));
+  std::string bar;
+  for (int i = 0; i < bar_width; ++i) bar += i < filled ? "█" : "░";
+  std::ostringstream out;
+  char count[48];
+  std::snprintf(count, sizeof(count), "[%*lld/%lld] ", static_cast<int>(std::to_string(total).size()),
+                static_cast<long long>(finished), static_cast<long long>(total));
+  out << count << bar << " done " << p.done;
+  if (p.pruned) out << " · pruned " << p.pruned;
+  if (p.failed) out << " · failed " << p.failed;
+  out << " · running " << p.running << " · queued " << p.queued;
+  if (p.best) out << " · best " << format_number(*p.best) << " (#" << p.best_trial << ")";
+  out << " · " << format_duration(elapsed_s);
+  if (finished > 0 && finished < total) {
+    out << " · ETA " << format_duration(elapsed_s / static_cast<double>(finished) * static_cast<double>(total - finished));
+  }
+  return out.str();
+}
+
+}  // namespace hpctune::cli

@@ -1,1 +1,1093 @@
-// placeholder: being written
+// The campaign config parser: YAML -> a tree with marks -> checked against the settings table.
+#include "scheduler/config.h"
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "scheduler/settings.h"
+
+namespace hpctune::config {
+
+namespace {
+
+using nlohmann::json;
+
+// --- the YAML tree -------------------------------------------------------------------------------
+//
+// yaml-cpp's YAML::Node keeps duplicate keys silently (lookups see the first, iteration both) and
+// does not say whether a scalar was quoted, so the tree is built from the parser's events instead:
+// every key keeps its line and column, a duplicate is caught where it occurs, and "10" stays a
+// string while 10 is a number.
+
+struct Mark {
+  int line = 1;  // 1-based
+  int column = 1;
+};
+
+struct YEntry;
+
+struct YNode {
+  enum class Kind { kNull, kScalar, kSeq, kMap };
+  Kind kind = Kind::kNull;
+  Mark mark;
+  std::string text;     // kScalar
+  bool quoted = false;  // quoted, block (| >) or !!str: always a string
+  std::vector<YNode> items;
+  std::vector<YEntry> entries;
+};
+
+struct YEntry {
+  std::string key;
+  Mark key_mark;
+  YNode value;
+};
+
+const char* kind_text(const YNode& n) {
+  switch (n.kind) {
+    case YNode::Kind::kNull: return "nothing";
+    case YNode::Kind::kScalar: return "a value";
+    case YNode::Kind::kSeq: return "a list";
+    case YNode::Kind::kMap: return "a map";
+  }
+  return "?";
+}
+
+Mark to_mark(const YAML::Mark& m) {
+  if (m.is_null()) return {};
+  return {m.line + 1, m.column + 1};
+}
+
+// A problem found while reading: where, the key path, what.
+struct Problem {
+  Mark mark;
+  std::string path;
+  std::string what;
+};
+
+class TreeBuilder final : public YAML::EventHandler {
+ public:
+  explicit TreeBuilder(const std::string& text) : text_(text) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    ++documents_;
+    if (documents_ == 2) note({to_mark(mark), "", "only one YAML document is allowed (remove the '---' or '...')"});
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    YNode n;
+    n.mark = to_mark(mark);
+    finish(std::move(n), anchor);
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = anchors_.find(anchor);
+    YNode n;
+    if (it != anchors_.end()) n = it->second;
+    n.mark = to_mark(mark);
+    finish(std::move(n), 0);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    YNode n;
+    n.kind = YNode::Kind::kScalar;
+    n.mark = to_mark(mark);
+    n.text = value;
+    n.quoted = tag == "!" || tag == "tag:yaml.org,2002:str";
+    if (tag == "!") check_closed_quote(mark, n);
+    finish(std::move(n), anchor);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open(YNode::Kind::kSeq, mark, anchor);
+  }
+  void OnSequenceEnd() override { close(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open(YNode::Kind::kMap, mark, anchor);
+  }
+  void OnMapEnd() override {
+    apply_merge_keys(stack_.back());
+    close();
+  }
+
+  // The key path of the node being read ("search.max_trials", "objectives[1]").
+  std::string current_path() const {
+    std::string path;
+    for (const auto& f : stack_) {
+      if (!f.segment.empty()) path += (path.empty() || f.segment[0] == '[' ? "" : ".") + f.segment;
+    }
+    if (!stack_.empty()) {
+      const Frame& top = stack_.back();
+      if (top.node.kind == YNode::Kind::kMap && top.have_key)
+        path += (path.empty() ? "" : ".") + top.key;
+      else if (top.node.kind == YNode::Kind::kSeq)
+        path += "[" + std::to_string(top.node.items.size()) + "]";
+    }
+    return path;
+  }
+
+  std::optional<YNode>& root() { return root_; }
+  const std::optional<Problem>& problem() const { return problem_; }
+  int documents() const { return documents_; }
+
+ private:
+  struct Frame {
+    YNode node;
+    YAML::anchor_t anchor = 0;
+    std::string segment;  // this node's key in its parent ("search", "[2]")
+    bool have_key = false;
+    std::string key;
+    Mark key_mark;
+    bool key_quoted = false;
+    std::vector<YEntry> merges;  // `<<` values, applied at the end of the map
+  };
+
+  void note(Problem p) {
+    if (!problem_) problem_ = std::move(p);
+  }
+
+  std::string segment_for_child() const {
+    if (stack_.empty()) return "";
+    const Frame& top = stack_.back();
+    if (top.node.kind == YNode::Kind::kMap) return top.have_key ? top.key : "";
+    return "[" + std::to_string(top.node.items.size()) + "]";
+  }
+
+  void open(YNode::Kind kind, const YAML::Mark& mark, YAML::anchor_t anchor) {
+    Frame f;
+    f.node.kind = kind;
+    f.node.mark = to_mark(mark);
+    f.anchor = anchor;
+    f.segment = segment_for_child();
+    stack_.push_back(std::move(f));
+  }
+
+  void close() {
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    finish(std::move(f.node), f.anchor);
+  }
+
+  // A complete node: the document's root, a key, a value or an item.
+  void finish(YNode node, YAML::anchor_t anchor) {
+    if (anchor != 0) anchors_[anchor] = node;
+    if (stack_.empty()) {
+      if (!root_) root_ = std::move(node);
+      return;
+    }
+    Frame& top = stack_.back();
+    if (top.node.kind == YNode::Kind::kSeq) {
+      top.node.items.push_back(std::move(node));
+      return;
+    }
+    if (!top.have_key) {
+      if (node.kind != YNode::Kind::kScalar) {
+        note({node.mark, current_path(), std::string("a key must be a plain name, not ") + kind_text(node)});
+        node.text = "?";
+      }
+      top.have_key = true;
+      top.key = node.text;
+      top.key_mark = node.mark;
+      top.key_quoted = node.quoted;
+      return;
+    }
+    top.have_key = false;
+    YEntry entry{top.key, top.key_mark, std::move(node)};
+    if (top.key == "<<" && !top.key_quoted) {
+      top.merges.push_back(std::move(entry));
+      return;
+    }
+    for (const auto& e : top.node.entries) {
+      if (e.key == entry.key) {
+        std::string path = current_path();
+        path += (path.empty() ? "" : ".") + entry.key;
+        note({entry.key_mark, path, "duplicate key (first given at line " + std::to_string(e.key_mark.line) + ")"});
+      }
+    }
+    top.node.entries.push_back(std::move(entry));
+  }
+
+  // `<<: *base` (or a list of them): the base's keys that the map does not set itself.
+  void apply_merge_keys(Frame& f) {
+    for (auto& merge : f.merges) {
+      std::vector<const YNode*> sources;
+      if (merge.value.kind == YNode::Kind::kMap) sources.push_back(&merge.value);
+      else if (merge.value.kind == YNode::Kind::kSeq)
+        for (const auto& item : merge.value.items) sources.push_back(&item);
+      for (const YNode* source : sources) {
+        if (source->kind != YNode::Kind::kMap) {
+          note({merge.key_mark, current_path(), "'<<' merges maps only, got " + std::string(kind_text(*source))});
+          return;
+        }
+        for (const auto& e : source->entries) {
+          const bool present = std::any_of(f.node.entries.begin(), f.node.entries.end(),
+                                           [&](const YEntry& x) { return x.key == e.key; });
+          if (!present) f.node.entries.push_back(e);
+        }
+      }
+    }
+    f.merges.clear();
+  }
+
+  // yaml-cpp 0.7 takes a quoted scalar that is never closed up to the end of the file, swallowing
+  // every key after it. Catch that here: the opening quote is at mark.pos.
+  void check_closed_quote(const YAML::Mark& mark, const YNode& n) {
+    if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
+    const char q = text_[static_cast<std::size_t>(mark.pos)];
+    if (q != '"' && q != '\'') return;
+    for (std::size_t i = static_cast<std::size_t>(mark.pos) + 1; i < text_.size(); ++i) {
+      if (q == '"' && text_[i] == '\\') {
+        ++i;
+        continue;
+      }
+      if (text_[i] == q) {
+        if (q == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;
+          continue;
+        }
+        return;
+      }
+    }
+    note({n.mark, current_path(), std::string("YAML syntax error: the quoted string is never closed (a ") + q +
+                                      " is missing)"});
+  }
+
+  const std::string& text_;
+  std::vector<Frame> stack_;
+  std::map<YAML::anchor_t, YNode> anchors_;
+  std::optional<YNode> root_;
+  std::optional<Problem> problem_;
+  int documents_ = 0;
+};
+
+// yaml-cpp's terse messages, with what usually causes them.
+std::string explain_syntax_error(const std::string& message) {
+  static const std::vector<std::pair<std::string, std::string>> hints = {
+      {"illegal map value", "a ':' where a value was expected; check the indentation, or quote a value that "
+                            "contains ': '"},
+      {"end of map not found", "check the indentation"},
+      {"illegal tab when looking for indentation", "indent with spaces, not tabs"},
+      {"end of sequence flow not found", "a ']' is missing"},
+      {"end of map flow not found", "a '}' is missing"},
+      {"unknown token", "quote a value that starts with @ or `"},
+      {"block sequence entries are not allowed in this context", "check the indentation of the '-'"},
+  };
+  for (const auto& [text, hint] : hints)
+    if (message == text) return message + " (" + hint + ")";
+  return message;
+}
+
+// --- from the tree to JSON -----------------------------------------------------------------------
+
+json to_json(const YNode& n) {
+  switch (n.kind) {
+    case YNode::Kind::kNull: return nullptr;
+    case YNode::Kind::kScalar: return n.quoted ? json(n.text) : resolve_plain_scalar(n.text);
+    case YNode::Kind::kSeq: {
+      json out = json::array();
+      for (const auto& item : n.items) out.push_back(to_json(item));
+      return out;
+    }
+    case YNode::Kind::kMap: {
+      json out = json::object();
+      for (const auto& e : n.entries) out[e.key] = to_json(e.value);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+const YEntry* find_entry(const YNode* map, std::string_view key) {
+  if (map == nullptr || map->kind != YNode::Kind::kMap) return nullptr;
+  for (const auto& e : map->entries)
+    if (e.key == key) return &e;
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
+// "Number of trials to run: the campaign's budget." -> "number of trials to run: the campaign's budget"
+std::string first_sentence(const std::string& help) {
+  std::size_t end = 0;
+  while ((end = help.find(". ", end)) != std::string::npos) {
+    if (end + 2 < help.size() && std::isupper(static_cast<unsigned char>(help[end + 2]))) break;
+    end += 2;
+  }
+  std::string s = help.substr(0, end);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  if (s.size() > 1 && std::isupper(static_cast<unsigned char>(s[0])) && !std::isupper(static_cast<unsigned char>(s[1])))
+    s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+  return s;
+}
+
+// "trainer.kind" -> "trainer kind", "space.*.type" -> "space type".
+std::string selector_label(const std::string& selector) {
+  std::string out;
+  std::size_t start = 0;
+  while (start <= selector.size()) {
+    auto end = selector.find('.', start);
+    if (end == std::string::npos) end = selector.size();
+    std::string segment = selector.substr(start, end - start);
+    if (segment.size() > 2 && segment.compare(segment.size() - 2, 2, "[]") == 0) segment.resize(segment.size() - 2);
+    if (segment != "*" && !segment.empty()) out += (out.empty() ? "" : " ") + segment;
+    start = end + 1;
+  }
+  return out;
+}
+
+// A value in a message: strings in single quotes, the rest as YAML.
+std::string quoted_value(const json& v) {
+  return v.is_string() ? "'" + v.get<std::string>() + "'" : to_yaml_flow(v);
+}
+
+// The first line up to `line` (1-based) whose indentation has a tab: yaml-cpp reports those as
+// whatever they break ("illegal map value"), rarely as the tab itself.
+std::optional<Mark> tab_in_indentation(const std::string& text, int line) {
+  int current = 1;
+  std::size_t start = 0;
+  while (start < text.size() && current <= line) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    for (std::size_t i = start; i < end && (text[i] == ' ' || text[i] == '\t'); ++i)
+      if (text[i] == '\t') return Mark{current, static_cast<int>(i - start) + 1};
+    start = end + 1;
+    ++current;
+  }
+  return std::nullopt;
+}
+
+bool is_numeric_type(Type t) { return t == Type::kInt || t == Type::kNumber || t == Type::kDuration; }
+
+// --- the walk ------------------------------------------------------------------------------------
+
+class Walker {
+ public:
+  explicit Walker(std::string source) : source_(std::move(source)) {}
+
+  Error fail(Mark mark, const std::string& path, const std::string& what) const {
+    std::string message = source_ + ":" + std::to_string(mark.line) + ":" + std::to_string(mark.column) + ": ";
+    if (!path.empty()) message += path + ": ";
+    return err(Errc::kConfig, message + what);
+  }
+
+  // The mark of the key at `path`, or of the closest enclosing key that was given.
+  Mark mark_of(std::string path) const {
+    while (true) {
+      auto it = marks_.find(path);
+      if (it != marks_.end()) return it->second;
+      const auto cut = path.find_last_of(".[");
+      if (cut == std::string::npos || cut == 0) return Mark{};
+      path.resize(cut);
+    }
+  }
+  bool given(const std::string& path) const { return marks_.count(path) != 0; }
+
+  // Walks a section (a map of declared keys) into `out`. `pattern` is its table path ("" for the
+  // top level, "space.*"), `path` its concrete path ("space.lr"), `where` the mark of its key
+  // (where a missing key is reported).
+  Status section(const YNode* node, const std::string& pattern, const std::string& path, Mark where, json& out,
+                 const Setting* decl) {
+    if (node != nullptr && node->kind != YNode::Kind::kMap && node->kind != YNode::Kind::kNull)
+      return fail(where, path, "expected a map of settings, got " + shown(*node));
+    out = json::object();
+    frames_.push_back({pattern, &out});
+    Status status = section_body(node, pattern, path, where, out, decl);
+    frames_.pop_back();
+    return status;
+  }
+
+  Status space(const YNode& node, const std::string& path, Mark where, json& out) {
+    out = json::object();
+    if (node.kind == YNode::Kind::kNull) return Status::Ok();
+    if (node.kind != YNode::Kind::kMap)
+      return fail(where, path, "expected a map of parameter name -> spec, got " + shown(node));
+    for (const auto& e : node.entries) {
+      const std::string param_path = path + "." + e.key;
+      marks_[param_path] = e.key_mark;
+      space_order_.push_back(e.key);
+      if (!valid_param_name(e.key))
+        return fail(e.key_mark, param_path,
+                    "a parameter name must start with a letter or '_' and contain only letters, digits, '_' and '-'");
+      if (e.value.kind == YNode::Kind::kMap) {
+        if (find_entry(&e.value, "type") == nullptr) {
+          return fail(e.key_mark, param_path,
+                      "a parameter spec needs a type: float, int, choice or fixed (to fix a map value, write "
+                      "{type: fixed, value: {...}})");
+        }
+        HPCTUNE_TRY(section(&e.value, "space.*", param_path, e.key_mark, out[e.key], nullptr));
+      } else {
+        // A plain value or list: the parameter is fixed.
+        marks_[param_path + ".value"] = e.value.kind == YNode::Kind::kNull ? e.key_mark : e.value.mark;
+        out[e.key] = json{{"type", "fixed"}, {"value", to_json(e.value)}};
+      }
+    }
+    return Status::Ok();
+  }
+
+  const std::vector<std::string>& space_order() const { return space_order_; }
+  const std::map<std::string, Mark>& marks() const { return marks_; }
+
+ private:
+  struct Frame {
+    std::string pattern;
+    json* out;
+  };
+
+  static std::string shown(const YNode& n) {
+    if (n.kind == YNode::Kind::kScalar) return n.quoted ? "\"" + n.text + "\"" : "'" + n.text + "'";
+    return kind_text(n);
+  }
+
+  static bool valid_param_name(const std::string& name) {
+    if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+    return std::all_of(name.begin(), name.end(),
+                       [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+  }
+
+  // The value of the selector `selector_pattern` ("trainer.kind", "space.*.type") in the walk so far.
+  std::optional<std::string> selector_value(const std::string& selector_pattern) const {
+    const auto dot = selector_pattern.rfind('.');
+    const std::string section = dot == std::string::npos ? "" : selector_pattern.substr(0, dot);
+    const std::string key = dot == std::string::npos ? selector_pattern : selector_pattern.substr(dot + 1);
+    for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
+      if (it->pattern != section) continue;
+      auto v = it->out->find(key);
+      if (v != it->out->end() && v->is_string()) return v->get<std::string>();
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+  bool active(const Setting& s) const {
+    if (s.scope.always()) return true;
+    const auto value = selector_value(s.scope.key);
+    return value && s.scope.contains(*value);
+  }
+
+  const Setting* active_of(const std::vector<const Setting*>& decls) const {
+    for (const auto* d : decls)
+      if (active(*d)) return d;
+    return nullptr;
+  }
+
+  // Is `leaf` of section `pattern` a selector of some scope?
+  static bool is_selector(const std::string& pattern, std::string_view leaf) {
+    const std::string full = pattern.empty() ? std::string(leaf) : pattern + "." + std::string(leaf);
+    for (const auto& s : settings())
+      if (s.scope.key == full || s.closed_when.key == full) return true;
+    return false;
+  }
+
+  Status section_body(const YNode* node, const std::string& pattern, const std::string& path, Mark where, json& out,
+                      const Setting* decl) {
+    const auto kids = children(pattern);
+    std::vector<const YEntry*> entries;
+    if (node != nullptr)
+      for (const auto& e : node->entries) entries.push_back(&e);
+    std::vector<bool> done(entries.size(), false);
+    auto child_path = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
+
+    // Selectors first, given or defaulted: the keys that decide which other keys exist. A
+    // missing one is reported before the keys that depend on it.
+    for (const auto* kid : kids) {
+      const std::string key(leaf_name(kid->path));
+      if (!is_selector(pattern, key) || out.contains(key) || !active(*kid)) continue;
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (entries[i]->key != key || done[i]) continue;
+        done[i] = true;
+        HPCTUNE_TRY(value(*kid, entries[i]->value, child_path(key), entries[i]->key_mark, out[key]));
+      }
+      if (out.contains(key)) continue;
+      if (kid->required) return missing(*kid, child_path(key), where);
+      if (!kid->default_value.is_null()) HPCTUNE_TRY(fill_default(*kid, child_path(key), where, out[key]));
+    }
+
+    const bool open = decl != nullptr && decl->open && !(decl->closed_when.key.size() && active_scope(decl->closed_when));
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (done[i]) continue;
+      const YEntry& e = *entries[i];
+      std::vector<const Setting*> decls;
+      for (const auto* kid : kids)
+        if (leaf_name(kid->path) == e.key) decls.push_back(kid);
+      if (decls.empty()) {
+        if (open) {
+          marks_[child_path(e.key)] = e.key_mark;
+          out[e.key] = to_json(e.value);
+          continue;
+        }
+        return unknown_key(e, pattern, child_path(e.key), kids);
+      }
+      const Setting* s = active_of(decls);
+      if (s == nullptr) return out_of_scope(e, child_path(e.key), decls);
+      HPCTUNE_TRY(value(*s, e.value, child_path(e.key), e.key_mark, out[e.key]));
+    }
+
+    // What was not given: required keys, defaults.
+    for (const auto* kid : kids) {
+      const std::string key(leaf_name(kid->path));
+      if (out.contains(key) || !active(*kid)) continue;
+      if (kid->required) return missing(*kid, child_path(key), where);
+      if (!kid->default_value.is_null()) HPCTUNE_TRY(fill_default(*kid, child_path(key), where, out[key]));
+    }
+    return Status::Ok();
+  }
+
+  Status fill_default(const Setting& s, const std::string& path, Mark where, json& out) {
+    switch (s.type) {
+      case Type::kSection: return section(nullptr, s.path, path, where, out, &s);
+      case Type::kList:
+      case Type::kSpace: out = s.default_value; return Status::Ok();
+      default: {
+        auto normalized = check_value(s, s.default_value);
+        if (!normalized.ok())
+          return err(Errc::kInternal, "the default of " + s.path + " is invalid: " + normalized.error().message());
+        out = std::move(normalized).value();
+        return Status::Ok();
+      }
+    }
+  }
+
+  Status missing(const Setting& s, const std::string& path, Mark where) const {
+    const std::string what = s.type == Type::kEnum ? "one of " + join(s.choices, ", ") : first_sentence(s.help);
+    return fail(where, path, "missing required key (" + what + ")");
+  }
+
+  bool active_scope(const Scope& scope) const {
+    const auto value = selector_value(scope.key);
+    return value && scope.contains(*value);
+  }
+
+  Status unknown_key(const YEntry& e, const std::string& pattern, const std::string& path,
+                     const std::vector<const Setting*>& kids) const {
+    std::vector<const Setting*> valid;
+    std::vector<std::string> names;
+    for (const auto* kid : kids) {
+      if (!active(*kid)) continue;
+      valid.push_back(kid);
+      const std::string name(leaf_name(kid->path));
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    if (auto near = did_you_mean(e.key, candidates_of(valid)))
+      return fail(e.key_mark, path, "unknown key; did you mean '" + *near + "'?");
+    // The right name in the wrong place ("max_trials" at the top level)?
+    for (const auto& s : settings()) {
+      if (s.path.find('*') != std::string::npos || s.path.find("[]") != std::string::npos) continue;
+      if (leaf_name(s.path) == e.key && s.path != pattern + "." + e.key)
+        return fail(e.key_mark, path, "unknown key; did you mean '" + s.path + "'?");
+    }
+    if (names.empty()) return fail(e.key_mark, path, "unknown key (nothing can be set here)");
+    return fail(e.key_mark, path, "unknown key (expected one of " + join(names, ", ") + ")");
+  }
+
+  Status out_of_scope(const YEntry& e, const std::string& path, const std::vector<const Setting*>& decls) const {
+    const Scope& scope = decls.front()->scope;
+    const std::string label = selector_label(scope.key);
+    const auto current = selector_value(scope.key);
+    std::vector<std::string> owners;
+    for (const auto* d : decls)
+      for (const auto& v : d->scope.values)
+        if (std::find(owners.begin(), owners.end(), "'" + v + "'") == owners.end()) owners.push_back("'" + v + "'");
+    const std::string current_text = current ? "'" + *current + "'" : "(not set)";
+    return fail(e.key_mark, path,
+                "unknown key for " + label + " " + current_text + " (it is for " + label + " " + join(owners, ", ") + ")");
+  }
+
+  // One value of a declared key.
+  Status value(const Setting& s, const YNode& node, const std::string& path, Mark key_mark, json& out) {
+    marks_[path] = key_mark;
+    switch (s.type) {
+      case Type::kSection:
+        return section(&node, s.path, path, key_mark, out, &s);
+      case Type::kSpace:
+        return space(node, path, key_mark, out);
+      case Type::kList: {
+        if (node.kind != YNode::Kind::kSeq)
+          return fail(key_mark, path, "expected " + describe_type(s) + ", got " + shown(node));
+        if (node.items.empty()) return fail(key_mark, path, "the list is empty; give at least one item");
+        out = json::array();
+        for (std::size_t i = 0; i < node.items.size(); ++i) {
+          const std::string item_path = path + "[" + std::to_string(i) + "]";
+          marks_[item_path] = node.items[i].mark;
+          json item;
+          HPCTUNE_TRY(section(&node.items[i], s.path + "[]", item_path, node.items[i].mark, item, nullptr));
+          out.push_back(std::move(item));
+        }
+        return Status::Ok();
+      }
+      default: break;
+    }
+    if (node.kind == YNode::Kind::kNull)
+      return fail(key_mark, path, "no value given; expected " + describe_type(s));
+
+    // Items of a list are checked one by one, so that an error points at its item.
+    if ((s.type == Type::kIntList || s.type == Type::kValueList) && node.kind == YNode::Kind::kSeq) {
+      if (node.items.empty()) return leaf(s, node, path, key_mark, out);
+      out = json::array();
+      for (std::size_t i = 0; i < node.items.size(); ++i) {
+        const YNode& item = node.items[i];
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        marks_[item_path] = item.mark;
+        if (s.type == Type::kValueList) {
+          out.push_back(to_json(item));
+          continue;
+        }
+        if (item.kind != YNode::Kind::kScalar)
+          return fail(item.mark, item_path, std::string("expected an integer, got ") + kind_text(item));
+        json one;
+        HPCTUNE_TRY(leaf(s, item, item_path, item.mark, one));
+        out.push_back(std::move(one));
+      }
+      return Status::Ok();
+    }
+    if (s.type == Type::kStringMap && node.kind == YNode::Kind::kMap) {
+      out = json::object();
+      for (const auto& e : node.entries) {
+        marks_[path + "." + e.key] = e.key_mark;
+        if (e.value.kind != YNode::Kind::kScalar)
+          return fail(e.key_mark, path + "." + e.key, "expected a string, got " + shown(e.value));
+        out[e.key] = e.value.text;
+      }
+      return Status::Ok();
+    }
+    if (s.type == Type::kCondition && node.kind == YNode::Kind::kMap) {
+      if (node.entries.size() != 1)
+        return fail(key_mark, path,
+                    "a condition names one parameter: {parent: value} or {parent: [values]}, got " +
+                        std::to_string(node.entries.size()));
+      const YEntry& e = node.entries.front();
+      marks_[path + "." + e.key] = e.key_mark;
+      if (e.value.kind == YNode::Kind::kSeq)
+        for (std::size_t i = 0; i < e.value.items.size(); ++i)
+          marks_[path + "." + e.key + "[" + std::to_string(i) + "]"] = e.value.items[i].mark;
+    }
+    return leaf(s, node, path, key_mark, out);
+  }
+
+  Status leaf(const Setting& s, const YNode& node, const std::string& path, Mark mark, json& out) {
+    json given;
+    const bool textual = s.type == Type::kString || s.type == Type::kEnum;
+    if (textual && node.kind == YNode::Kind::kScalar) given = node.text;  // name: 2024 is a name
+    else given = to_json(node);
+    auto checked = check_value(s, given);
+    if (!checked.ok()) {
+      std::string what = checked.error().message();
+      if (node.kind == YNode::Kind::kScalar && node.quoted && (is_numeric_type(s.type) || s.type == Type::kBool ||
+                                                               s.type == Type::kIntList)) {
+        const json plain = resolve_plain_scalar(node.text);
+        if (!plain.is_string() && !plain.is_null()) what += " (it is quoted, so it is a string; remove the quotes)";
+      }
+      return fail(mark, path, what);
+    }
+    if (s.type == Type::kString && s.required && checked.value().get<std::string>().empty())
+      return fail(mark, path, "must not be empty");
+    out = std::move(checked).value();
+    return Status::Ok();
+  }
+
+  std::string source_;
+  std::vector<Frame> frames_;
+  std::map<std::string, Mark> marks_;
+  std::vector<std::string> space_order_;
+};
+
+// --- checks across keys, and the CampaignConfig --------------------------------------------------
+
+class Builder {
+ public:
+  Builder(Walker& walker, json& root) : w_(walker), root_(root) {}
+
+  Status check_name() {
+    const auto& name = root_["name"].get_ref<const std::string&>();
+    for (unsigned char c : name)
+      if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-'))
+        return w_.fail(w_.mark_of("name"), "name",
+                       "'" + name + "' may contain only letters, digits, '.', '_' and '-' (it names files)");
+    return Status::Ok();
+  }
+
+  Status check_objectives(CampaignConfig& c) {
+    const bool one = root_.contains("objective"), many = root_.contains("objectives");
+    if (one && many) {
+      const Mark a = w_.mark_of("objective"), b = w_.mark_of("objectives");
+      const bool later_many = b.line > a.line || (b.line == a.line && b.column > a.column);
+      return w_.fail(later_many ? b : a, later_many ? "objectives" : "objective",
+                     "give either objective or objectives, not both");
+    }
+    if (!one && !many)
+      return w_.fail(Mark{}, "objective",
+                     "missing required key (give objective: {metric: ..., mode: max} or objectives: a list of them)");
+    json list = one ? json::array({root_["objective"]}) : root_["objectives"];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string metric = list[i]["metric"].get<std::string>();
+      for (std::size_t j = 0; j < i; ++j)
+        if (list[j]["metric"] == metric) {
+          const std::string path = "objectives[" + std::to_string(i) + "].metric";
+          return w_.fail(w_.mark_of(path), path, "'" + metric + "' is listed twice");
+        }
+      c.objectives.push_back({metric, list[i]["mode"] == "max"});
+    }
+    root_.erase("objective");
+    root_["objectives"] = list;
+    return Status::Ok();
+  }
+
+  Status check_space(CampaignConfig& c) {
+    json& space = root_["space"];
+    const std::string kind = root_["trainer"]["kind"].get<std::string>();
+    const std::string algorithm = root_["search"]["algorithm"].get<std::string>();
+    std::vector<search::ParamSpec> specs;
+    for (const auto& name : w_.space_order()) {
+      json& p = space[name];
+      const std::string path = "space." + name;
+      HPCTUNE_TRY(check_param(name, p, space));
+      if (algorithm == "grid" && p["type"] == "float" && !p.contains("resolution"))
+        return w_.fail(w_.mark_of(path), path,
+                       "the grid search needs 'resolution' (the number of grid points) on a float parameter");
+      HPCTUNE_TRY(check_against_trainer(name, p, kind));
+      specs.push_back(to_spec(name, p));
+    }
+    auto created = search::Space::create(std::move(specs));
+    if (!created.ok()) {
+      // Space::create names the parameter first ("lr: ..."): put it at that parameter's key.
+      const std::string& message = created.error().message();
+      for (const auto& name : w_.space_order())
+        if (message.rfind(name + ": ", 0) == 0)
+          return w_.fail(w_.mark_of("space." + name), "space." + name, message.substr(name.size() + 2));
+      return w_.fail(w_.mark_of("space"), "space", message);
+    }
+    c.space = std::move(created).value();
+    return Status::Ok();
+  }
+
+  Status check_search(CampaignConfig& c) {
+    const json& s = root_["search"];
+    c.algorithm = s["algorithm"].get<std::string>();
+    c.max_trials = s["max_trials"].get<int64_t>();
+    c.max_time_s = s["max_time"].get<double>();
+    c.max_attempts = s["max_attempts"].get<int64_t>();
+    c.warm_start = s["warm_start"].get<std::string>();
+    c.search_settings = s["settings"];
+    // search.init is the algorithm's `init` setting, for the algorithms that have one; its
+    // default is the algorithm's.
+    const bool given = root_["search"].contains("init");
+    if (given) c.init = s["init"].get<std::string>();
+    auto decls = search::searcher_settings(c.algorithm);
+    if (!decls.ok()) {  // an algorithm this build does not know: passed on as given
+      if (given) c.search_settings["init"] = c.init;
+      return Status::Ok();
+    }
+    const search::SettingDecl* init = nullptr;
+    for (const auto& d : decls.value())
+      if (d.key == "init") init = &d;
+    if (init == nullptr) {
+      if (given)
+        return w_.fail(w_.mark_of("search.init"), "search.init",
+                       "the " + c.algorithm + " search has no initial design; remove init");
+      return Status::Ok();
+    }
+    if (!given) c.init = init->default_value.get<std::string>();
+    c.search_settings["init"] = c.init;
+    root_["search"]["init"] = c.init;
+    return Status::Ok();
+  }
+
+  Status check_early_stopping(CampaignConfig& c) {
+    json settings = root_["early_stopping"];
+    c.early_stopping = settings["kind"].get<std::string>();
+    settings.erase("kind");
+    c.early_stopping_settings = settings;
+    if (c.early_stopping != "none" && c.objectives.size() > 1)
+      return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",
+                     c.early_stopping + " judges one objective, but " + std::to_string(c.objectives.size()) +
+                         " are given");
+    return Status::Ok();
+  }
+
+  Status check_trainer(CampaignConfig& c) {
+    c.trainer = root_["trainer"];
+    const json& t = c.trainer;
+    if (t.contains("layers") && t.contains("hidden") && t["hidden"].is_array() &&
+        t["hidden"].size() != t["layers"].get<std::size_t>())
+      return w_.fail(w_.mark_of("trainer.layers"), "trainer.layers",
+                     std::to_string(t["layers"].get<int64_t>()) + " does not match hidden, which lists " +
+                         std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
+    return Status::Ok();
+  }
+
+  Status check_resources(CampaignConfig& c) {
+    const json& r = root_["resources"];
+    Resources& out = c.resources;
+    out.backend = r["backend"].get<std::string>();
+    out.groups = r["groups"].get<int64_t>();
+    out.ranks_data = r["ranks"]["data"].get<int64_t>();
+    out.ranks_model = r["ranks"]["model"].get<int64_t>();
+    out.threads = r["threads"].get<int64_t>();
+    out.heartbeat_interval_s = r["heartbeat_interval"].get<double>();
+    out.heartbeat_timeout_s = r["heartbeat_timeout"].get<double>();
+    out.max_group_restarts = r["max_group_restarts"].get<int64_t>();
+    out.startup_timeout_s = r["startup_timeout"].get<double>();
+    if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
+      const std::string interval = format_number(out.heartbeat_interval_s);
+      const std::string timeout = format_number(out.heartbeat_timeout_s);
+      if (w_.given("resources.heartbeat_timeout"))
+        return w_.fail(w_.mark_of("resources.heartbeat_timeout"), "resources.heartbeat_timeout",
+                       timeout + " s must be greater than heartbeat_interval (" + interval + " s)");
+      return w_.fail(w_.mark_of("resources.heartbeat_interval"), "resources.heartbeat_interval",
+                     interval + " s must be less than heartbeat_timeout (" + timeout + " s, the default)");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status check_param(const std::string& name, json& p, const json& space) {
+    const std::string path = "space." + name;
+    const std::string type = p["type"].get<std::string>();
+    if (type == "float" || type == "int") {
+      const double low = p["low"].get<double>(), high = p["high"].get<double>();
+      if (type == "int") {
+        for (const char* bound : {"low", "high"}) {
+          const double x = p[bound].get<double>();
+          if (std::floor(x) != x)
+            return w_.fail(w_.mark_of(path + "." + bound), path + "." + bound,
+                           format_number(x) + " is not a whole number (the parameter is an int)");
+        }
+        p["low"] = static_cast<int64_t>(low);
+        p["high"] = static_cast<int64_t>(high);
+      }
+      if (low >= high)
+        return w_.fail(w_.mark_of(path + ".low"), path + ".low",
+                       format_number(low) + " must be less than high (" + format_number(high) + ")");
+      if (p["log"].get<bool>() && low <= 0)
+        return w_.fail(w_.mark_of(path + ".low"), path + ".low",
+                       "a log scale needs low > 0, got " + format_number(low));
+    } else if (type == "choice") {
+      const json& values = p["values"];
+      for (std::size_t i = 0; i < values.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+          if (values[i] == values[j]) {
+            const std::string item = path + ".values[" + std::to_string(i) + "]";
+            return w_.fail(w_.mark_of(item), item, quoted_value(values[i]) + " is listed twice");
+          }
+    }
+    if (p.contains("when")) {
+      const auto& when = p["when"];
+      const std::string parent = when.begin().key();
+      const std::string at = path + ".when." + parent;
+      if (parent == name) return w_.fail(w_.mark_of(at), path + ".when", "a parameter cannot depend on itself");
+      if (!space.contains(parent)) {
+        std::vector<Candidate> names;
+        for (const auto& other : w_.space_order())
+          if (other != name) names.push_back({other, other});
+        std::string what = "condition on unknown parameter '" + parent + "'";
+        if (auto near = did_you_mean(parent, names)) what += "; did you mean '" + *near + "'?";
+        return w_.fail(w_.mark_of(at), path + ".when", what);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // A space parameter must be a setting of a built-in trainer, of a type the setting accepts.
+  Status check_against_trainer(const std::string& name, json& p, const std::string& kind) {
+    const std::string path = "space." + name;
+    if (free_space_name(kind, name)) return Status::Ok();
+    const Setting* setting = nullptr;
+    std::vector<const Setting*> kind_settings;
+    for (const auto* s : children("trainer")) {
+      if (s->path == "trainer.kind" || !s->scope.contains(kind)) continue;
+      kind_settings.push_back(s);
+      if (leaf_name(s->path) == name) setting = s;
+    }
+    if (setting == nullptr) {
+      std::string what = "not a setting of trainer '" + kind + "'";
+      if (auto near = did_you_mean(name, candidates_of(kind_settings))) {
+        what += "; did you mean '" + *near + "'?";
+      } else {
+        std::vector<std::string> names;
+        for (const auto* s : kind_settings) names.emplace_back(leaf_name(s->path));
+        if (kind == "function") names.push_back("x1, x2, ...");
+        what += " (its settings: " + join(names, ", ") + ")";
+      }
+      return w_.fail(w_.mark_of(path), path, what);
+    }
+    const std::string type = p["type"].get<std::string>();
+    const std::string of = " (trainer." + name + ")";
+    auto check = [&](const json& v, const std::string& at) -> Result<json> {
+      auto checked = check_value(*setting, v);
+      if (!checked.ok()) return w_.fail(w_.mark_of(at), at, checked.error().message() + of);
+      return checked;
+    };
+    if (type == "float" || type == "int") {
+      const bool numeric = is_numeric_type(setting->type) || (type == "int" && setting->type == Type::kIntList);
+      if (!numeric || (type == "float" && setting->type == Type::kInt)) {
+        const std::string use = setting->type == Type::kInt ? "int" : "choice";
+        return w_.fail(w_.mark_of(path + ".type"), path + ".type",
+                       "trainer." + name + " takes " + describe_type(*setting) + "; use type: " + use);
+      }
+      for (const char* bound : {"low", "high"}) HPCTUNE_TRY(check(p[bound], path + "." + bound));
+    } else if (type == "choice") {
+      json& values = p["values"];
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        HPCTUNE_ASSIGN(auto v, check(values[i], path + ".values[" + std::to_string(i) + "]"));
+        values[i] = v;  // "10s" -> 10
+      }
+    } else if (type == "fixed") {
+      HPCTUNE_ASSIGN(auto v, check(p["value"], path + ".value"));
+      p["value"] = v;
+    }
+    return Status::Ok();
+  }
+
+  static search::ParamSpec to_spec(const std::string& name, const json& p) {
+    search::ParamSpec spec;
+    spec.name = name;
+    const std::string type = p["type"].get<std::string>();
+    if (type == "float" || type == "int") {
+      spec.type = type == "float" ? search::ParamType::kFloat : search::ParamType::kInt;
+      spec.low = p["low"].get<double>();
+      spec.high = p["high"].get<double>();
+      spec.log = p["log"].get<bool>();
+      if (p.contains("step")) spec.step = p["step"].get<int64_t>();
+      if (p.contains("resolution")) spec.resolution = p["resolution"].get<int64_t>();
+    } else if (type == "choice") {
+      spec.type = search::ParamType::kChoice;
+      for (const auto& v : p["values"]) spec.choices.push_back(v);
+      spec.ordered = p["ordered"].get<bool>();
+    } else {
+      spec.type = search::ParamType::kFixed;
+      spec.value = p["value"];
+    }
+    if (p.contains("when")) {
+      const auto& when = p["when"];
+      search::Condition condition;
+      condition.parent = when.begin().key();
+      for (const auto& v : when.begin().value()) condition.values.push_back(v);
+      spec.when = std::move(condition);
+    }
+    return spec;
+  }
+
+  Walker& w_;
+  json& root_;
+};
+
+Result<YNode> read_tree(const std::string& text, const std::string& source) {
+  std::istringstream in(text);
+  TreeBuilder builder(text);
+  auto located = [&](Mark m, const std::string& path, const std::string& what) {
+    std::string message = source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
+    if (!path.empty()) message += path + ": ";
+    return err(Errc::kConfig, message + what);
+  };
+  try {
+    YAML::Parser parser(in);
+    while (parser.HandleNextDocument(builder)) {
+      if (builder.problem()) break;
+    }
+  } catch (const YAML::Exception& e) {
+    // A problem noted earlier in the file comes first.
+    if (builder.problem()) {
+      const auto& p = *builder.problem();
+      return located(p.mark, p.path, p.what);
+    }
+    const Mark at = to_mark(e.mark);
+    if (auto tab = tab_in_indentation(text, at.line))
+      return located(*tab, "", "YAML syntax error: a tab in the indentation (YAML indents with spaces)");
+    return located(at, builder.current_path(), "YAML syntax error: " + explain_syntax_error(e.msg));
+  }
+  if (builder.problem()) {
+    const auto& p = *builder.problem();
+    return located(p.mark, p.path, p.what);
+  }
+  auto& root = builder.root();
+  if (!root || root->kind == YNode::Kind::kNull)
+    return located(Mark{}, "", "the config is empty; it needs at least name, objective, search.max_trials and "
+                               "trainer.kind (see configs/reference.yaml)");
+  if (root->kind != YNode::Kind::kMap)
+    return located(root->mark, "", std::string("the top level must be a map of settings (name: ..., search: ...), got ") +
+                                       kind_text(*root));
+  return std::move(*root);
+}
+
+}  // namespace
+
+search::SearchSpec CampaignConfig::search_spec() const {
+  search::SearchSpec spec;
+  spec.algorithm = algorithm;
+  spec.settings = search_settings;
+  spec.space = space;
+  spec.objectives = objectives;
+  spec.seed = seed;
+  spec.max_trials = max_trials;
+  return spec;
+}
+
+search::StopperSpec CampaignConfig::stopper_spec() const {
+  search::StopperSpec spec;
+  spec.kind = early_stopping;
+  spec.settings = early_stopping_settings;
+  spec.maximize = objectives.empty() || objectives.front().maximize;
+  spec.seed = seed;
+  return spec;
+}
+
+Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name) {
+  HPCTUNE_ASSIGN(YNode tree, read_tree(yaml_text, source_name));
+  Walker walker(source_name);
+  json root;
+  HPCTUNE_TRY(walker.section(&tree, "", "", Mark{}, root, nullptr));
+
+  CampaignConfig c;
+  c.source = source_name;
+  c.text = yaml_text;
+  Builder b(walker, root);
+  HPCTUNE_TRY(b.check_name());
+  c.name = root["name"].get<std::string>();
+  if (!root.contains("storage")) root["storage"] = c.name + ".db";
+  c.storage = root["storage"].get<std::string>();
+  c.seed = static_cast<uint64_t>(root["seed"].get<int64_t>());
+  HPCTUNE_TRY(b.check_objectives(c));
+  HPCTUNE_TRY(b.check_search(c));
+  HPCTUNE_TRY(b.check_space(c));
+  HPCTUNE_TRY(b.check_early_stopping(c));
+  HPCTUNE_TRY(b.check_trainer(c));
+  HPCTUNE_TRY(b.check_resources(c));
+  c.normalized = std::move(root);
+  return c;
+}
+
+Result<CampaignConfig> load_config(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    return err(e == ENOENT ? Errc::kNotFound : Errc::kIo, "cannot read config '" + path + "': " + std::strerror(e));
+  }
+  if (S_ISDIR(st.st_mode)) return err(Errc::kIo, "cannot read config '" + path + "': it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return err(Errc::kIo, "cannot read config '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return err(Errc::kIo, "cannot read config '" + path + "': read failed");
+  return parse_config(text.str(), path);
+}
+
+}  // namespace hpctune::config

@@ -1,1 +1,280 @@
-// placeholder: being written
+#include "scheduler/master.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "scheduler/launcher.h"
+#include "scheduler/store.h"
+#include "scheduler/transport.h"
+
+namespace hpctune::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Master incarnation: only identifies this master process in welcomes and logs. Not a random
+// choice of the search, so it is not drawn from the config seed.
+uint64_t make_incarnation() {
+  return (static_cast<uint64_t>(getpid()) << 32) ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+class FailPoint {
+ public:
+  FailPoint(std::string name, int64_t hit) : name_(std::move(name)), left_(hit) {}
+  void pass(const char* name) {
+    if (name_.empty() || name_ != name) return;
+    if (--left_ <= 0) raise(SIGKILL);
+  }
+
+ private:
+  std::string name_;
+  int64_t left_;
+};
+
+}  // namespace
+
+Result<CampaignOutcome> run_master(const MasterOptions& options) {
+  const bool resuming = !options.config.has_value();
+  std::string db_path = options.db_path;
+  if (db_path.empty() && options.config) db_path = options.config->storage;
+
+  if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path));
+  HPCTUNE_TRY(db->acquire_master_lock());
+  HPCTUNE_ASSIGN(auto existing, db->load_campaign());
+
+  config::CampaignConfig cfg;
+  int64_t campaign_id = 0;
+  if (resuming) {
+    if (!existing) return err(Errc::kNotFound, db_path + " holds no campaign to resume");
+    auto parsed = config::parse_config(existing->config_text, existing->config_source);
+    if (!parsed.ok()) return std::move(parsed).error().with_context("while re-reading the config stored in " + db_path);
+    cfg = std::move(parsed).value();
+    cfg.seed = existing->seed;
+    if (existing->config_json.contains("resources") && existing->config_json["resources"].contains("groups")) {
+      cfg.resources.groups = existing->config_json["resources"]["groups"].get<int64_t>();
+    }
+    campaign_id = existing->id;
+    if (existing->state == "completed") {
+      return err(Errc::kInvalidArgument, "campaign '" + existing->name + "' in " + db_path + " is already completed");
+    }
+  } else {
+    if (existing) {
+      return err(Errc::kInvalidArgument, db_path + " already holds campaign '" + existing->name +
+                                             "'; continue it with `hpctune resume " + db_path +
+                                             "` or choose another --db");
+    }
+    cfg = *options.config;
+    if (options.seed) cfg.seed = *options.seed;
+    if (options.groups) cfg.resources.groups = *options.groups;
+  }
+  if (options.groups) cfg.resources.groups = *options.groups;
+
+  const double t0 = unix_now();
+  int64_t stage_id = 0;
+  if (!resuming) {
+    store::CampaignRow row;
+    row.name = cfg.name;
+    row.config_text = cfg.text;
+    row.config_source = cfg.source;
+    row.config_json = cfg.normalized;
+    row.config_json["seed"] = cfg.seed;
+    row.config_json["resources"]["groups"] = cfg.resources.groups;
+    row.seed = cfg.seed;
+    row.state = "running";
+    row.created_at = t0;
+    HPCTUNE_ASSIGN(campaign_id, db->create_campaign(row));
+    HPCTUNE_ASSIGN(stage_id, db->create_stage(campaign_id, "search", "search", nlohmann::json::object(), t0));
+    HPCTUNE_TRY(db->add_event(campaign_id, "campaign_started", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
+  }
+  {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    HPCTUNE_TRY(db->set_campaign_master(campaign_id, host, getpid()));
+  }
+  if (resuming) {
+    HPCTUNE_ASSIGN(auto stages, db->stages(campaign_id));
+    for (const auto& st : stages) {
+      if (st.kind == "search") stage_id = st.id;
+    }
+    HPCTUNE_TRY(db->set_campaign_state(campaign_id, "running", 0));
+    HPCTUNE_TRY(db->add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
+  }
+
+  search::SearchSpec spec = cfg.search_spec();
+  spec.seed = cfg.seed;
+  HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
+  search::StopperSpec stop_spec;
+  stop_spec.kind = cfg.early_stopping;
+  stop_spec.settings = cfg.early_stopping_settings;
+  stop_spec.maximize = cfg.objectives.empty() || cfg.objectives[0].maximize;
+  stop_spec.seed = cfg.seed;
+  HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(stop_spec));
+
+  HPCTUNE_ASSIGN(std::unique_ptr<transport::ServerTransport> server, transport::bind_zmq(options.bind));
+
+  const std::string run_dir = db_path + ".trials";
+  std::error_code ec;
+  fs::create_directories(run_dir + "/logs", ec);
+  if (ec) return err(Errc::kIo, "cannot create " + run_dir + "/logs: " + ec.message());
+
+  SchedulerOptions sopt;
+  sopt.campaign_id = campaign_id;
+  sopt.stage_id = stage_id;
+  sopt.seed = cfg.seed;
+  sopt.objectives = cfg.objectives;
+  sopt.max_trials = cfg.max_trials;
+  sopt.max_time_s = cfg.max_time_s;
+  sopt.max_attempts = cfg.max_attempts;
+  sopt.trainer = cfg.trainer;
+  sopt.trials_dir = fs::absolute(run_dir).string();
+  sopt.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_interval_s * 1000));
+  sopt.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_timeout_s * 1000));
+  sopt.master_incarnation = make_incarnation();
+
+  Scheduler sched(sopt, *server, *db, *searcher, *stopper);
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  sched.set_log(log);
+  FailPoint failpoint(options.failpoint, options.failpoint_hit);
+  sched.set_failpoint([&](const char* name) { failpoint.pass(name); });
+
+  const auto start = Clock::now();
+  HPCTUNE_TRY(db->begin());
+  HPCTUNE_TRY(sched.restore(start));
+  HPCTUNE_TRY(db->commit());
+
+  LocalLauncherOptions lopt;
+  lopt.program = options.worker_program;
+  lopt.master_endpoint = server->endpoint();
+  lopt.log_dir = run_dir + "/logs";
+  lopt.resources.ranks_data = cfg.resources.ranks_data;
+  lopt.resources.ranks_model = cfg.resources.ranks_model;
+  lopt.resources.threads = cfg.resources.threads;
+  // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
+  lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
+  std::unique_ptr<Launcher> launcher = make_local_launcher(lopt);
+  const int64_t groups = cfg.resources.groups;
+  for (int64_t g = 0; g < groups; ++g) HPCTUNE_TRY(launcher->start(g));
+  log("campaign '" + cfg.name + "': " + std::to_string(groups) + " trainer group(s), master at " + server->endpoint() +
+      ", database " + db_path);
+
+  std::map<int64_t, int64_t> restarts;
+  std::set<int64_t> died_before_hello;
+  auto fail = [&](Error e) -> Result<CampaignOutcome> {
+    (void)db->rollback();
+    sched.shutdown_workers("master failed");
+    launcher->stop_all(std::chrono::milliseconds(2000));
+    (void)db->set_campaign_state(campaign_id, "failed", unix_now());
+    return e;
+  };
+
+  constexpr int kMaxBatch = 512;
+  const auto poll_interval = std::chrono::milliseconds(std::clamp<int64_t>(sopt.heartbeat_interval.count() / 4, 5, 50));
+  const auto startup_deadline =
+      start + std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.startup_timeout_s * 1000));
+  auto last_tick = Clock::now();
+  auto last_progress = Clock::time_point{};
+  bool any_registered = false;
+
+  while (true) {
+    if (options.interrupt && options.interrupt->load() > 0 && !sched.interrupted()) {
+      log("interrupted: stopping dispatch; running trials are recorded as interrupted");
+      HPCTUNE_TRY(db->begin());
+      auto s = sched.interrupt(Clock::now());
+      if (!s.ok()) return fail(std::move(s).error());
+      HPCTUNE_TRY(db->commit());
+    }
+    if (sched.finished()) break;
+
+    auto first = server->recv(poll_interval);
+    if (!first.ok()) return fail(std::move(first).error().with_context("while waiting for workers"));
+    if (auto s = db->begin(); !s.ok()) return fail(std::move(s).error());
+    if (first.value()) {
+      int n = 0;
+      std::optional<transport::Envelope> env = std::move(*first.value());
+      while (env) {
+        auto s = sched.handle(env->peer, env->bytes, Clock::now());
+        if (!s.ok()) return fail(std::move(s).error());
+        if (++n >= kMaxBatch) break;
+        auto next = server->recv(std::chrono::milliseconds(0));
+        if (!next.ok()) return fail(std::move(next).error());
+        env = std::move(next.value());
+      }
+    }
+    const auto now = Clock::now();
+    if (now - last_tick >= poll_interval) {
+      last_tick = now;
+      if (auto s = sched.tick(now); !s.ok()) return fail(std::move(s).error());
+      for (const GroupExit& e : launcher->poll_exits()) {
+        const bool registered = sched.group_ever_registered(e.group);
+        log("group " + std::to_string(e.group) + " exited: " + e.how);
+        if (auto s = sched.on_group_exit(e.group, "process " + e.how, now); !s.ok()) return fail(std::move(s).error());
+        (void)db->add_event(campaign_id, "group_exited", 0, 0, e.group, {{"how", e.how}}, unix_now());
+        if (!registered) died_before_hello.insert(e.group);
+        if (!registered && static_cast<int64_t>(died_before_hello.size()) == groups && !any_registered) {
+          return fail(err(Errc::kFailed, "every trainer group (" + std::to_string(groups) +
+                                             ") exited at start-up; the last one: " + e.how +
+                                             (e.log_tail.empty() ? "" : "\n--- its log (" + lopt.log_dir + ") ---\n" + e.log_tail)));
+        }
+        if (sched.finished() || sched.interrupted()) continue;
+        if (restarts[e.group] >= cfg.resources.max_group_restarts) {
+          log("group " + std::to_string(e.group) + " is not restarted: it used its " +
+              std::to_string(cfg.resources.max_group_restarts) + " restarts");
+          continue;
+        }
+        ++restarts[e.group];
+        if (auto s = launcher->start(e.group); !s.ok()) return fail(std::move(s).error());
+        (void)db->add_event(campaign_id, "group_restarted", 0, 0, e.group, {{"restart", restarts[e.group]}}, unix_now());
+      }
+      if (launcher->pids().empty() && !sched.finished()) {
+        if (auto s = db->commit(); !s.ok()) return fail(std::move(s).error());
+        return fail(err(Errc::kFailed, "every trainer group has exited and none may be restarted (max_group_restarts = " +
+                                           std::to_string(cfg.resources.max_group_restarts) + ")"));
+      }
+      if (!any_registered) {
+        for (int64_t g = 0; g < groups; ++g) any_registered = any_registered || sched.group_ever_registered(g);
+        if (!any_registered && now > startup_deadline) {
+          return fail(err(Errc::kTimeout, "no trainer group connected within resources.startup_timeout (" +
+                                              std::to_string(cfg.resources.startup_timeout_s) + " s); see " + lopt.log_dir));
+        }
+      }
+    }
+    if (auto s = db->commit(); !s.ok()) return fail(std::move(s).error());
+    failpoint.pass("after-commit");
+    if (options.progress && now - last_progress >= std::chrono::milliseconds(100)) {
+      last_progress = now;
+      options.progress(sched.progress(), std::chrono::duration<double>(now - start).count());
+    }
+  }
+
+  sched.shutdown_workers(sched.interrupted() ? "interrupted" : "campaign complete");
+  launcher->stop_all(std::chrono::milliseconds(3000));
+  const double t1 = unix_now();
+  HPCTUNE_TRY(db->set_campaign_state(campaign_id, sched.interrupted() ? "interrupted" : "completed", t1));
+  HPCTUNE_TRY(db->add_event(campaign_id, sched.interrupted() ? "campaign_interrupted" : "campaign_completed", 0, 0, -1,
+                            {{"seconds", t1 - t0}}, t1));
+
+  CampaignOutcome out;
+  out.campaign_id = campaign_id;
+  out.name = cfg.name;
+  out.db_path = db_path;
+  out.interrupted = sched.interrupted();
+  out.progress = sched.progress();
+  out.counters = sched.counters();
+  out.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.progress) options.progress(out.progress, out.elapsed_s);
+  return out;
+}
+
+}  // namespace hpctune::scheduler

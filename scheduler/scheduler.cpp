@@ -1,1 +1,553 @@
-// placeholder: being written
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/rng.h"
+
+namespace hpctune::scheduler {
+namespace {
+
+using store::TrialState;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+nlohmann::json metrics_json(const protocol::Metrics& metrics) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : metrics) j[k] = v;
+  return j;
+}
+
+bool better(double a, double b, bool maximize) { return maximize ? a > b : a < b; }
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions options, transport::ServerTransport& transport, store::Store& store,
+                     search::Searcher& searcher, search::EarlyStopper& stopper)
+    : opt_(std::move(options)),
+      transport_(transport),
+      store_(store),
+      searcher_(searcher),
+      stopper_(stopper),
+      start_(Clock::now()) {}
+
+double Scheduler::wall(Clock::time_point) const { return unix_now(); }
+
+void Scheduler::log(const std::string& line) const {
+  if (log_) log_(line);
+}
+
+bool Scheduler::out_of_time(Clock::time_point now) const {
+  return opt_.max_time_s > 0 && std::chrono::duration<double>(now - start_).count() >= opt_.max_time_s;
+}
+
+std::optional<double> Scheduler::objective_of(const protocol::Metrics& metrics) const {
+  if (opt_.objectives.empty()) return std::nullopt;
+  auto it = metrics.find(opt_.objectives[0].metric);
+  if (it == metrics.end() || !std::isfinite(it->second)) return std::nullopt;
+  return it->second;
+}
+
+Status Scheduler::restore(Clock::time_point now) {
+  start_ = now;
+  HPCTUNE_ASSIGN(auto rows, store_.trials(opt_.campaign_id));
+  std::vector<search::Record> history;
+  history.reserve(rows.size());
+  const double t = wall(now);
+  for (auto& row : rows) {
+    seq_to_id_[row.seq] = row.id;
+    search::Record rec;
+    rec.suggestion.seq = row.seq;
+    rec.suggestion.params = row.params;
+    rec.suggestion.meta = row.meta.is_null() ? nlohmann::json::object() : row.meta;
+    TrialState state = row.state;
+    if (state == TrialState::kAssigned || state == TrialState::kRunning || state == TrialState::kInterrupted) {
+      // The attempt was cut short by the master's death or Ctrl-C: queue the trial again.
+      const std::string why = state == TrialState::kInterrupted ? "interrupted" : "lost";
+      if (state == TrialState::kInterrupted) {
+        // An interruption is the user's doing, not the trial's: it never uses up an attempt.
+        HPCTUNE_ASSIGN(state, store_.requeue_trial(row.id, row.attempt, "interrupted",
+                                                   "campaign interrupted", row.attempt + 1, t));
+      } else {
+        HPCTUNE_ASSIGN(state, store_.requeue_trial(row.id, row.attempt, "lost", "master restarted",
+                                                   opt_.max_attempts, t));
+      }
+      HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "trial_requeued", row.id, row.attempt, row.group_id,
+                                   {{"reason", why}}, t));
+      row.attempt += 1;
+    }
+    row.state = state;
+    if (store::is_final(state)) {
+      search::Observation obs;
+      obs.seq = row.seq;
+      obs.params = row.params;
+      obs.step = row.step;
+      obs.outcome = state == TrialState::kDone     ? search::Outcome::kCompleted
+                    : state == TrialState::kPruned ? search::Outcome::kPruned
+                                                   : search::Outcome::kFailed;
+      if (state != TrialState::kFailed) {
+        for (const auto& o : opt_.objectives) {
+          auto it = row.metrics.find(o.metric);
+          if (it != row.metrics.end() && it->is_number()) obs.values.push_back(it->get<double>());
+        }
+        if (obs.values.size() != opt_.objectives.size()) {
+          obs.values.clear();
+          obs.outcome = search::Outcome::kFailed;
+        }
+      }
+      rec.observation = std::move(obs);
+      if (state == TrialState::kDone) ++done_;
+      if (state == TrialState::kPruned) ++pruned_;
+      if (state == TrialState::kFailed) ++failed_;
+      if (state != TrialState::kFailed && row.objective &&
+          (!best_ || better(*row.objective, *best_, opt_.objectives[0].maximize))) {
+        best_ = row.objective;
+        best_trial_ = row.id;
+      }
+    } else {
+      Trial trial;
+      trial.id = row.id;
+      trial.seq = row.seq;
+      trial.params = row.params;
+      trial.state = TrialState::kQueued;
+      trial.attempt = row.attempt;
+      trials_[row.id] = std::move(trial);
+      queue_.push_back(row.id);
+    }
+    history.push_back(std::move(rec));
+  }
+  created_ = static_cast<int64_t>(rows.size());
+  searcher_.restore(history);
+  if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
+                         std::to_string(queue_.size()) + " queued again");
+  return {};
+}
+
+Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, Clock::time_point now) {
+  auto decoded = protocol::decode(bytes);
+  if (!decoded.ok()) {
+    ++counters_.malformed;
+    log("dropped a malformed frame (" + std::to_string(bytes.size()) + " bytes): " + decoded.error().message());
+    return {};
+  }
+  const protocol::Message& msg = decoded.value();
+  if (auto* hello = std::get_if<protocol::Hello>(&msg)) return on_hello(peer, *hello, now);
+
+  auto it = workers_.find(peer);
+  if (it == workers_.end()) return on_stray(peer, msg, now);
+  Worker& w = it->second;
+  w.last_seen = now;
+
+  return std::visit(
+      [&](const auto& m) -> Status {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, protocol::Ready>) {
+          if (w.trial_id != 0) {
+            ++counters_.out_of_order;
+            log("group " + std::to_string(w.group) + " said ready while running trial " + std::to_string(w.trial_id));
+            return {};
+          }
+          w.idle = true;
+          return dispatch(now);
+        } else if constexpr (std::is_same_v<T, protocol::Report>) {
+          return on_report(w, m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Done>) {
+          return on_done(w, m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Failed>) {
+          return on_failed(w, m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Heartbeat>) {
+          return Status{};
+        } else {
+          // welcome, assign, stop, shutdown travel master -> worker only.
+          ++counters_.out_of_order;
+          log(std::string("dropped a '") + protocol::type_name(msg) + "' from group " + std::to_string(w.group) +
+              ": only the master sends it");
+          return Status{};
+        }
+      },
+      msg);
+}
+
+Status Scheduler::on_stray(const transport::PeerId& peer, const protocol::Message& m, Clock::time_point now) {
+  // A result from a peer we declared lost (SIGSTOP, network partition) arrives here: record it.
+  int64_t trial_id = 0, attempt = 0;
+  if (auto* d = std::get_if<protocol::Done>(&m)) trial_id = d->trial_id, attempt = d->attempt;
+  if (auto* f = std::get_if<protocol::Failed>(&m)) trial_id = f->trial_id, attempt = f->attempt;
+  if (trial_id != 0) {
+    ++counters_.stale_results;
+    log("ignored a late result for trial " + std::to_string(trial_id) + " attempt " + std::to_string(attempt) +
+        " from a worker that was declared lost");
+    return store_.add_event(opt_.campaign_id, "late_result_ignored", trial_id, attempt, -1,
+                            {{"message", protocol::type_name(m)}}, wall(now));
+  }
+  ++counters_.unregistered;
+  if (!std::holds_alternative<protocol::Heartbeat>(m)) {
+    log(std::string("dropped a '") + protocol::type_name(m) + "' from a peer that never said hello");
+  }
+  return {};
+}
+
+Status Scheduler::on_hello(const transport::PeerId& peer, const protocol::Hello& m, Clock::time_point now) {
+  if (m.version != protocol::kVersion) {
+    ++counters_.bad_version;
+    log("refused a worker speaking protocol version " + std::to_string(m.version) + " (this master speaks " +
+        std::to_string(protocol::kVersion) + ")");
+    (void)transport_.send(peer, protocol::encode(protocol::Shutdown{
+                                    "protocol version " + std::to_string(m.version) + " is not supported; the master speaks " +
+                                    std::to_string(protocol::kVersion)}));
+    return {};
+  }
+  if (auto it = workers_.find(peer); it != workers_.end()) {
+    // The same connection said hello twice: treat as a restart of that worker.
+    HPCTUNE_TRY(lose_worker(peer, "said hello again", now));
+  }
+  if (m.group >= 0) {
+    if (auto g = group_peer_.find(m.group); g != group_peer_.end() && g->second != peer) {
+      HPCTUNE_TRY(lose_worker(g->second, "group " + std::to_string(m.group) + " reconnected", now));
+    }
+  }
+  Worker w;
+  w.peer = peer;
+  w.incarnation = m.incarnation;
+  w.group = m.group;
+  w.last_seen = now;
+  w.last_heartbeat_sent = now;
+  workers_[peer] = w;
+  if (m.group >= 0) {
+    group_peer_[m.group] = peer;
+    ever_registered_[m.group] = true;
+  }
+  protocol::Welcome welcome;
+  welcome.master_incarnation = opt_.master_incarnation;
+  welcome.heartbeat_interval_ms = opt_.heartbeat_interval.count();
+  welcome.heartbeat_timeout_ms = opt_.heartbeat_timeout.count();
+  send(workers_[peer], welcome);
+  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, m.group, "local", m.ranks_data, m.ranks_model, "registered",
+                                  m.incarnation, 0, wall(now)));
+  log("group " + std::to_string(m.group) + " registered (pid " + std::to_string(m.pid) + " on " + m.host + ")");
+  return {};
+}
+
+Scheduler::Trial* Scheduler::current_trial(Worker& w, int64_t trial_id, int64_t attempt) {
+  auto it = trials_.find(trial_id);
+  if (w.trial_id != trial_id || it == trials_.end() || it->second.attempt != attempt || it->second.peer != w.peer) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_point now) {
+  Trial* t = current_trial(w, m.trial_id, m.attempt);
+  if (!t) {
+    ++counters_.stale_results;
+    log("ignored a report for trial " + std::to_string(m.trial_id) + " attempt " + std::to_string(m.attempt) +
+        " that group " + std::to_string(w.group) + " does not run");
+    return {};
+  }
+  const double tw = wall(now);
+  if (t->state == TrialState::kAssigned) {
+    t->state = TrialState::kRunning;
+    HPCTUNE_TRY(store_.mark_running(t->id, t->attempt, tw));
+  }
+  t->last_step = m.step;
+  t->last_metrics = m.metrics;
+  HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
+  if (!t->stop_sent) {
+    if (auto value = objective_of(m.metrics)) {
+      if (stopper_.on_report(t->seq, m.step, *value) == search::Decision::kStop) {
+        t->stop_sent = true;
+        send(w, protocol::Stop{t->id, t->attempt, "pruned"});
+        log("trial " + std::to_string(t->id) + " pruned at step " + std::to_string(m.step));
+      }
+    }
+  }
+  return {};
+}
+
+void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const protocol::Metrics& metrics, int64_t step) {
+  search::Observation obs;
+  obs.seq = t.seq;
+  obs.params = t.params;
+  obs.outcome = outcome;
+  obs.step = step;
+  if (outcome != search::Outcome::kFailed) {
+    for (const auto& o : opt_.objectives) {
+      auto it = metrics.find(o.metric);
+      if (it == metrics.end()) {
+        obs.values.clear();
+        obs.outcome = search::Outcome::kFailed;
+        break;
+      }
+      obs.values.push_back(it->second);
+    }
+  }
+  searcher_.tell(obs);
+  stopper_.on_finish(t.seq);
+}
+
+Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point now) {
+  Trial* t = current_trial(w, m.trial_id, m.attempt);
+  if (!t) {
+    ++counters_.stale_results;
+    log("ignored a result for trial " + std::to_string(m.trial_id) + " attempt " + std::to_string(m.attempt) +
+        " that is no longer current");
+    return store_.add_event(opt_.campaign_id, "late_result_ignored", m.trial_id, m.attempt, w.group,
+                            {{"message", "done"}}, wall(now));
+  }
+  if (failpoint_) failpoint_("after-result");
+  const double tw = wall(now);
+  // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
+  protocol::Metrics metrics = m.metrics.empty() ? t->last_metrics : m.metrics;
+  auto objective = objective_of(metrics);
+  TrialState state = (m.stopped && t->stop_sent) ? TrialState::kPruned : TrialState::kDone;
+  std::string error;
+  if (!objective && !opt_.objectives.empty()) {
+    state = TrialState::kFailed;
+    error = "the trial reported no '" + opt_.objectives[0].metric + "' metric";
+  }
+  for (const auto& a : m.artifacts) {
+    HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, -1, tw));
+  }
+  HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, state, metrics_json(metrics), objective,
+                                                   std::max(m.step, t->last_step), error, tw));
+  if (applied) {
+    tell_searcher(*t, state == TrialState::kDone ? search::Outcome::kCompleted
+                      : state == TrialState::kPruned ? search::Outcome::kPruned
+                                                     : search::Outcome::kFailed,
+                  metrics, std::max(m.step, t->last_step));
+    if (state == TrialState::kDone) ++done_;
+    if (state == TrialState::kPruned) ++pruned_;
+    if (state == TrialState::kFailed) ++failed_;
+    if (objective && state != TrialState::kFailed &&
+        (!best_ || better(*objective, *best_, opt_.objectives[0].maximize))) {
+      best_ = objective;
+      best_trial_ = t->id;
+    }
+  }
+  trials_.erase(t->id);
+  w.trial_id = 0;
+  w.idle = true;
+  return dispatch(now);
+}
+
+Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now) {
+  Trial* t = current_trial(w, m.trial_id, m.attempt);
+  if (!t) {
+    ++counters_.stale_results;
+    return store_.add_event(opt_.campaign_id, "late_result_ignored", m.trial_id, m.attempt, w.group,
+                            {{"message", "failed"}}, wall(now));
+  }
+  const double tw = wall(now);
+  std::string error = m.error;
+  if (!m.stderr_tail.empty()) error += "\n--- stderr (last lines) ---\n" + m.stderr_tail;
+  HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, TrialState::kFailed, metrics_json(t->last_metrics),
+                                                   std::nullopt, t->last_step, error, tw));
+  if (applied) {
+    ++failed_;
+    tell_searcher(*t, search::Outcome::kFailed, {}, t->last_step);
+    log("trial " + std::to_string(t->id) + " failed: " + m.error);
+  }
+  trials_.erase(t->id);
+  w.trial_id = 0;
+  w.idle = true;
+  return dispatch(now);
+}
+
+Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
+  const int64_t room = opt_.max_trials - created_;
+  if (room <= 0 || searcher_exhausted_) return {};
+  n = std::min<std::size_t>(n, static_cast<std::size_t>(room));
+  std::vector<search::Suggestion> suggestions = searcher_.ask(n);
+  if (suggestions.empty() && searcher_.exhausted()) searcher_exhausted_ = true;
+  const double tw = wall(now);
+  for (auto& s : suggestions) {
+    store::TrialRow row;
+    row.campaign_id = opt_.campaign_id;
+    row.stage_id = opt_.stage_id;
+    row.seq = s.seq;
+    row.params = s.params;
+    row.meta = s.meta;
+    row.state = TrialState::kQueued;
+    row.attempt = 1;
+    row.created_at = tw;
+    if (s.meta.contains("generation") && s.meta["generation"].is_number_integer()) {
+      row.generation = s.meta["generation"].get<int64_t>();
+    }
+    HPCTUNE_ASSIGN(int64_t id, store_.insert_trial(row));
+    seq_to_id_[s.seq] = id;
+    if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
+      // Parents are given as seq numbers: lineage links them by trial id.
+      for (const auto& p : s.meta["parents"]) {
+        if (!p.is_number_integer()) continue;
+        auto parent = seq_to_id_.find(p.get<int64_t>());
+        if (parent != seq_to_id_.end()) HPCTUNE_TRY(store_.add_lineage(id, parent->second, "parent"));
+      }
+    }
+    if (failpoint_) failpoint_("after-trial-insert");
+    Trial t;
+    t.id = id;
+    t.seq = s.seq;
+    t.params = std::move(s.params);
+    trials_[id] = std::move(t);
+    queue_.push_back(id);
+    ++created_;
+  }
+  return {};
+}
+
+Status Scheduler::dispatch(Clock::time_point now) {
+  if (interrupted_ || out_of_time(now)) return {};
+  std::vector<Worker*> idle;
+  for (auto& [peer, w] : workers_) {
+    if (w.idle && w.trial_id == 0) idle.push_back(&w);
+  }
+  if (idle.empty()) return {};
+  std::sort(idle.begin(), idle.end(), [](const Worker* a, const Worker* b) { return a->group < b->group; });
+  if (queue_.size() < idle.size()) HPCTUNE_TRY(ask_more(idle.size() - queue_.size(), now));
+  const double tw = wall(now);
+  for (Worker* w : idle) {
+    if (queue_.empty()) break;
+    const int64_t id = queue_.front();
+    queue_.pop_front();
+    Trial& t = trials_.at(id);
+    protocol::Assign a;
+    a.trial_id = t.id;
+    a.attempt = t.attempt;
+    a.seed = derive_seed(opt_.seed, static_cast<uint64_t>(t.seq));
+    a.params = t.params;
+    a.trainer = opt_.trainer;
+    if (!opt_.trials_dir.empty()) a.trial_dir = opt_.trials_dir + "/" + std::to_string(t.id);
+    auto sent = transport_.send(w->peer, protocol::encode(a));
+    if (!sent.ok()) {
+      ++counters_.send_failures;
+      queue_.push_front(id);
+      HPCTUNE_TRY(lose_worker(w->peer, "unreachable: " + sent.error().message(), now));
+      return dispatch(now);
+    }
+    t.state = TrialState::kAssigned;
+    t.peer = w->peer;
+    t.stop_sent = false;
+    t.last_step = 0;
+    t.last_metrics.clear();
+    w->trial_id = id;
+    w->idle = false;
+    HPCTUNE_TRY(store_.mark_assigned(t.id, t.attempt, w->group, w->incarnation, tw));
+  }
+  return {};
+}
+
+Status Scheduler::lose_worker(const transport::PeerId& peer, const std::string& why, Clock::time_point now) {
+  auto it = workers_.find(peer);
+  if (it == workers_.end()) return {};
+  Worker w = it->second;
+  workers_.erase(it);
+  if (auto g = group_peer_.find(w.group); g != group_peer_.end() && g->second == peer) group_peer_.erase(g);
+  const double tw = wall(now);
+  log("group " + std::to_string(w.group) + " lost: " + why);
+  HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "group_lost", w.trial_id, 0, w.group, {{"reason", why}}, tw));
+  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, w.group, "local", 0, 0, "lost", w.incarnation, 0, tw));
+  if (w.trial_id == 0) return {};
+  auto t = trials_.find(w.trial_id);
+  if (t == trials_.end()) return {};
+  ++counters_.lost_attempts;
+  HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
+                                                        opt_.max_attempts, tw));
+  stopper_.on_finish(t->second.seq);
+  if (state == TrialState::kFailed) {
+    ++failed_;
+    tell_searcher(t->second, search::Outcome::kFailed, {}, t->second.last_step);
+    log("trial " + std::to_string(t->second.id) + " failed: " + std::to_string(opt_.max_attempts) +
+        " attempts lost");
+    trials_.erase(t);
+    return {};
+  }
+  t->second.attempt += 1;
+  t->second.state = TrialState::kQueued;
+  t->second.peer.clear();
+  queue_.push_front(t->second.id);
+  log("trial " + std::to_string(t->second.id) + " queued again as attempt " + std::to_string(t->second.attempt));
+  return {};
+}
+
+Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::time_point now) {
+  auto g = group_peer_.find(group);
+  if (g == group_peer_.end()) return {};
+  HPCTUNE_TRY(lose_worker(g->second, why, now));
+  return dispatch(now);
+}
+
+Status Scheduler::tick(Clock::time_point now) {
+  std::vector<transport::PeerId> silent;
+  for (auto& [peer, w] : workers_) {
+    if (now - w.last_seen > opt_.heartbeat_timeout) {
+      silent.push_back(peer);
+      continue;
+    }
+    if (now - w.last_heartbeat_sent >= opt_.heartbeat_interval) {
+      w.last_heartbeat_sent = now;
+      send(w, protocol::Heartbeat{});
+    }
+  }
+  for (const auto& peer : silent) {
+    const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[peer].last_seen);
+    HPCTUNE_TRY(lose_worker(peer, "silent for " + std::to_string(silent_ms.count()) + " ms", now));
+  }
+  return dispatch(now);
+}
+
+Status Scheduler::interrupt(Clock::time_point now) {
+  if (interrupted_) return {};
+  interrupted_ = true;
+  const double tw = wall(now);
+  for (auto& [peer, w] : workers_) {
+    if (w.trial_id == 0) continue;
+    auto t = trials_.find(w.trial_id);
+    if (t == trials_.end()) continue;
+    send(w, protocol::Stop{t->second.id, t->second.attempt, "interrupted"});
+    HPCTUNE_TRY(store_.mark_interrupted(t->second.id, t->second.attempt, tw));
+    ++interrupted_count_;
+    trials_.erase(t);
+    w.trial_id = 0;
+  }
+  return store_.add_event(opt_.campaign_id, "interrupted", 0, 0, -1, nlohmann::json::object(), tw);
+}
+
+void Scheduler::shutdown_workers(const std::string& reason) {
+  for (auto& [peer, w] : workers_) send(w, protocol::Shutdown{reason});
+}
+
+void Scheduler::send(Worker& w, const protocol::Message& m) {
+  auto sent = transport_.send(w.peer, protocol::encode(m));
+  if (!sent.ok()) {
+    ++counters_.send_failures;
+    // The heartbeat timeout or the launcher will declare the group lost.
+  }
+}
+
+bool Scheduler::finished() const {
+  if (interrupted_) return true;
+  const bool in_flight = trials_.size() > queue_.size();
+  if (out_of_time(Clock::now())) return !in_flight;  // queued trials are left for a resume
+  if (!trials_.empty()) return false;
+  return searcher_exhausted_ || created_ >= opt_.max_trials;
+}
+
+Progress Scheduler::progress() const {
+  Progress p;
+  p.done = done_;
+  p.pruned = pruned_;
+  p.failed = failed_;
+  p.interrupted = interrupted_count_;
+  p.queued = static_cast<int64_t>(queue_.size());
+  p.running = static_cast<int64_t>(trials_.size()) - p.queued;
+  p.created = created_;
+  p.max_trials = opt_.max_trials;
+  p.workers = static_cast<int64_t>(workers_.size());
+  p.best = best_;
+  p.best_trial = best_trial_;
+  return p;
+}
+
+}  // namespace hpctune::scheduler

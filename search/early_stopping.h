@@ -3,6 +3,27 @@
 // The scheduler calls on_report() for every report that carries the objective metric; when it
 // returns kStop the master sends `stop` to the trial's group and records the trial as pruned with
 // its last metric. on_finish() tells the stopper a trial ended (completed, pruned or failed).
+// Every decision is a function of the reports seen so far (hyperband's bracket of a trial is drawn
+// from derive_seed(seed, seq)), so replaying the recorded reports after a restart rebuilds it.
+//
+// Settings (StopperSpec::settings), per kind:
+//   asha       grace_period            int    1    the first rung, in steps (r)
+//              reduction_factor        float  3    eta > 1: rung k is at r * eta^(s + k), and a
+//                                                   trial continues past a rung while it is in
+//                                                   the top max(1, floor(n / eta)) of the n trials
+//                                                   that have reached that rung so far
+//              max_t                   int    0    the last step a trial can reach; rungs at or
+//                                                   past it are not judged (0: no limit)
+//              min_early_stopping_rate int    0    s, shifts every rung up by eta^s
+//   hyperband  grace_period int 1, reduction_factor float 3, max_t int 81: brackets
+//              s = 0..floor(log_eta(max_t / grace_period)) of ASHA with min_early_stopping_rate s;
+//              each trial joins one bracket, drawn with Hyperband's weights
+//              n_s = ceil((s_max + 1) / (s_max - s + 1) * eta^(s_max - s)).
+//   median     grace_period  int 1   no stop before this step
+//              min_samples   int 3   how many finished trials must have reported by this step
+//              Stops a trial whose best value so far is worse than the median, over finished
+//              trials, of their running means of the values reported up to the same step
+//              (Golovin et al. 2017).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "search/settings.h"
 
 namespace hpctune::search {
 
@@ -32,9 +54,13 @@ class EarlyStopper {
   // `value` is the raw objective at `step` (1-based epochs or steps).
   virtual Decision on_report(int64_t seq, int64_t step, double value) = 0;
   virtual void on_finish(int64_t seq) { (void)seq; }
+  // What the stopper has recorded (rungs and their values, brackets), for the dashboard.
+  virtual nlohmann::json state() const { return nlohmann::json::object(); }
 };
 
 std::vector<std::string> stopper_names();
+// The settings a stopper reads from StopperSpec::settings; kConfig for an unknown kind.
+Result<std::vector<SettingDecl>> stopper_settings(const std::string& kind);
 // kind "none" gives a stopper that never stops.
 Result<std::unique_ptr<EarlyStopper>> make_stopper(const StopperSpec& spec);
 

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "search/settings.h"
 #include "search/space.h"
 
 namespace hpctune::search {
@@ -94,6 +95,10 @@ class Searcher {
 
 // The algorithms this build knows, for error messages and `hpctune validate`.
 std::vector<std::string> searcher_names();
+
+// The settings an algorithm reads from SearchSpec::settings (key, type, default, bounds, help);
+// kConfig listing the valid names for an unknown algorithm.
+Result<std::vector<SettingDecl>> searcher_settings(const std::string& algorithm);
 
 // Builds the searcher named by spec.algorithm; kConfig error listing the valid names otherwise.
 Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec);

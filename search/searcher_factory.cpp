@@ -1,1 +1,72 @@
-// placeholder: being written
+// The one place that knows every search algorithm by name.
+#include <functional>
+
+#include "search/bayesian.h"
+#include "search/evolution.h"
+#include "search/genetic.h"
+#include "search/grid_search.h"
+#include "search/random_search.h"
+#include "search/tpe.h"
+#include "search/searcher.h"
+
+namespace hpctune::search {
+
+namespace {
+
+struct Entry {
+  const char* name;
+  std::vector<SettingDecl> (*settings)();
+  Result<std::unique_ptr<Searcher>> (*make)(const SearchSpec&);
+};
+
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> entries = {
+      {"random", &random_search_settings, &make_random_search},
+      {"grid", &grid_search_settings, &make_grid_search},
+      {"bayesian", &bayesian_settings, &make_bayesian},
+      {"tpe", &tpe_settings, &make_tpe},
+      {"genetic", &genetic_settings, &make_genetic},
+      {"evolution", &evolution_settings, &make_evolution},
+  };
+  return entries;
+}
+
+const Entry* lookup(const std::string& name) {
+  for (const auto& e : registry())
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+Error unknown(const std::string& name) {
+  std::string valid;
+  for (const auto& e : registry()) valid += (valid.empty() ? "" : ", ") + std::string(e.name);
+  return err(Errc::kConfig, "algorithm: unknown search algorithm '" + name + "' (valid: " + valid + ")");
+}
+
+}  // namespace
+
+std::vector<std::string> searcher_names() {
+  std::vector<std::string> out;
+  for (const auto& e : registry()) out.emplace_back(e.name);
+  return out;
+}
+
+Result<std::vector<SettingDecl>> searcher_settings(const std::string& algorithm) {
+  const Entry* e = lookup(algorithm);
+  if (!e) return unknown(algorithm);
+  return e->settings();
+}
+
+Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec) {
+  const Entry* e = lookup(spec.algorithm);
+  if (!e) return unknown(spec.algorithm);
+  for (std::size_t i = 0; i < spec.objectives.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (spec.objectives[i].metric == spec.objectives[j].metric)
+        return err(Errc::kConfig, "objectives: the metric '" + spec.objectives[i].metric + "' is listed twice");
+  auto made = e->make(spec);
+  if (!made.ok()) return std::move(made).error().with_context("while setting up the '" + spec.algorithm + "' search");
+  return made;
+}
+
+}  // namespace hpctune::search

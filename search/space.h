@@ -81,6 +81,21 @@ class Space {
   // in parents-first order. Used by algorithms that change a parent (mutation, crossover).
   void repair(Params& params, Rng& rng) const;
 
+  // --- helpers shared by the algorithms -------------------------------------------------------
+  // Position of `name` in params() (parents-first order), or -1.
+  int64_t index_of(const std::string& name) const noexcept;
+  // kInt: how many values low, low+step, ... <= high there are.
+  static int64_t int_levels(const ParamSpec& spec) noexcept;
+  // kChoice: the index of `value` among the choices, or -1.
+  static int64_t choice_index(const ParamSpec& spec, const nlohmann::json& value) noexcept;
+  // One value against its parameter's range/choices (kInvalidArgument naming the parameter).
+  static Status check_value(const ParamSpec& spec, const nlohmann::json& value);
+  // A uniform draw of one parameter (log-uniform for log ones).
+  static nlohmann::json sample_one(const ParamSpec& spec, Rng& rng);
+  // Params from a point of the unit cube, one coordinate per parameter in params() order;
+  // coordinates of inactive parameters are ignored.
+  Params from_unit_vector(const std::vector<double>& u) const;
+
  private:
   std::vector<ParamSpec> params_;
 };

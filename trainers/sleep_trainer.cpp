@@ -1,1 +1,62 @@
-// placeholder: being written
+#include "trainers/sleep_trainer.h"
+
+#include <chrono>
+#include <thread>
+
+namespace hpctune::trainers {
+
+const std::vector<SettingSpec>& sleep_setting_specs() {
+  static const std::vector<SettingSpec> specs = {
+      {"seconds", "float", 0.0, "total time to wait, >= 0, spread evenly over the steps"},
+      {"steps", "int", 1, "number of reports, >= 1"},
+      {"metric", "string", "value", "name of the reported metric"},
+      {"value", "float", 0.0, "value of the reported metric"},
+  };
+  return specs;
+}
+
+Result<SleepSettings> parse_sleep_settings(const nlohmann::json& json) {
+  SettingsReader r("sleep", json, sleep_setting_specs());
+  HPCTUNE_TRY(r.check_known());
+  SleepSettings s;
+  HPCTUNE_ASSIGN(s.seconds, r.number("seconds", 0.0, 1.0e7));
+  HPCTUNE_ASSIGN(s.steps, r.integer("steps", 1, int64_t{1} << 40));
+  HPCTUNE_ASSIGN(s.metric, r.string("metric"));
+  if (s.metric.empty()) return r.bad("metric", r.raw("metric"), "a non-empty name");
+  HPCTUNE_ASSIGN(s.value, r.number("value"));
+  return s;
+}
+
+Result<TrialResult> SleepTrainer::run(const TrialContext& ctx) {
+  HPCTUNE_ASSIGN(SleepSettings s, parse_sleep_settings(ctx.settings()));
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto total = std::chrono::duration<double>(s.seconds);
+  const protocol::Metrics metrics{{s.metric, s.value}};
+
+  TrialResult result;
+  for (int64_t step = 1; step <= s.steps; ++step) {
+    if (s.seconds > 0.0) {
+      const auto deadline =
+          start + std::chrono::duration_cast<Clock::duration>(total * (static_cast<double>(step) / static_cast<double>(s.steps)));
+      for (;;) {
+        if (ctx.stop_requested()) {
+          result.stopped = true;
+          return result;
+        }
+        const auto now = Clock::now();
+        if (now >= deadline) break;
+        std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(kSliceMs)));
+      }
+    } else if (ctx.stop_requested()) {
+      result.stopped = true;
+      return result;
+    }
+    ctx.report(step, metrics);
+    result.step = step;
+    result.metrics = metrics;
+  }
+  return result;
+}
+
+}  // namespace hpctune::trainers

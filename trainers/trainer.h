@@ -57,9 +57,18 @@ class Trainer {
   virtual Result<TrialResult> run(const TrialContext& ctx) = 0;
 };
 
+class DatasetCache;  // trainers/idx_dataset.h
+
+// What a worker process shares between the trials it runs, handed to every trainer it makes.
+// Everything is optional: a null member means each trial fends for itself.
+struct TrainerServices {
+  std::shared_ptr<DatasetCache> datasets;  // decoded datasets, kept across trials
+};
+
 // The trainer kinds this build knows ("sleep", "mlp", ...).
 std::vector<std::string> trainer_kinds();
 // kInvalidArgument naming the valid kinds when `kind` is unknown.
 Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind);
+Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind, const TrainerServices& services);
 
 }  // namespace hpctune::trainers

@@ -1,1 +1,299 @@
-// placeholder: being written
+#include "trainers/worker.h"
+
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+namespace hpctune::trainers {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+uint64_t make_incarnation() {
+  // Identifies this process to the master (a restarted group gets a new one); not a search choice.
+  return (static_cast<uint64_t>(getpid()) << 32) ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+// The trial thread and what it hands back to the loop.
+class RunningTrial {
+ public:
+  RunningTrial(protocol::Assign assign, const WorkerOptions& options, transport::ClientTransport& transport)
+      : assign_(std::move(assign)), transport_(transport) {
+    thread_ = std::thread([this, &options] { body(options); });
+  }
+  ~RunningTrial() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  int64_t trial_id() const { return assign_.trial_id; }
+  int64_t attempt() const { return assign_.attempt; }
+  void request_stop() { stop_.store(true); }
+  bool finished() const { return finished_.load(); }
+
+  // Messages produced since the last call (reports, then done/failed last). `final` is set when
+  // the result is among them: nothing can follow it.
+  std::deque<protocol::Message> take(bool& final) {
+    std::lock_guard lock(mu_);
+    std::deque<protocol::Message> out;
+    out.swap(outbox_);
+    final = finished_.load();
+    return out;
+  }
+
+ private:
+  void push(protocol::Message m, bool final = false) {
+    {
+      std::lock_guard lock(mu_);
+      outbox_.push_back(std::move(m));
+      if (final) finished_.store(true);
+    }
+    transport_.notify();
+  }
+
+  // Thread entry point: every error, thrown or returned, becomes a `failed` message.
+  void body(const WorkerOptions& options) {
+    protocol::Failed failed{assign_.trial_id, assign_.attempt, "", ""};
+    try {
+      TrialContext ctx;
+      ctx.trial_id = assign_.trial_id;
+      ctx.attempt = assign_.attempt;
+      ctx.seed = assign_.seed;
+      ctx.params = assign_.params;
+      ctx.trainer = assign_.trainer;
+      ctx.trial_dir = assign_.trial_dir;
+      ctx.threads = options.threads > 0 ? options.threads : 1;
+      ctx.report = [this](int64_t step, const protocol::Metrics& metrics) {
+        push(protocol::Report{assign_.trial_id, assign_.attempt, step, metrics});
+      };
+      ctx.stop_requested = [this] { return stop_.load(std::memory_order_relaxed); };
+      if (!ctx.trial_dir.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(ctx.trial_dir, ec);
+        if (ec) throw std::runtime_error("cannot create trial directory " + ctx.trial_dir + ": " + ec.message());
+      }
+      const std::string kind = ctx.trainer.value("kind", std::string());
+      auto trainer = options.make ? options.make(kind) : make_trainer(kind);
+      if (!trainer.ok()) {
+        failed.error = trainer.error().to_string();
+      } else {
+        auto result = trainer.value()->run(ctx);
+        if (result.ok()) {
+          protocol::Done done;
+          done.trial_id = assign_.trial_id;
+          done.attempt = assign_.attempt;
+          done.step = result->step;
+          done.stopped = result->stopped;
+          done.metrics = result->metrics;
+          done.artifacts = result->artifacts;
+          push(std::move(done), /*final=*/true);
+          return;
+        }
+        failed.error = result.error().to_string();
+      }
+    } catch (const std::exception& e) {
+      failed.error = std::string("trainer threw: ") + e.what();
+    } catch (...) {
+      failed.error = "trainer threw an unknown exception";
+    }
+    push(std::move(failed), /*final=*/true);
+  }
+
+  protocol::Assign assign_;
+  transport::ClientTransport& transport_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
+  std::mutex mu_;
+  std::deque<protocol::Message> outbox_;
+  std::thread thread_;
+};
+
+class WorkerLoop {
+ public:
+  WorkerLoop(transport::ClientTransport& transport, const WorkerOptions& options)
+      : t_(transport), opt_(options), incarnation_(make_incarnation()) {
+    hb_timeout_ = opt_.default_heartbeat_timeout;
+  }
+
+  Status run() {
+    Clock::time_point last_contact = Clock::now();
+    milliseconds backoff = opt_.reconnect_initial;
+    while (!terminating()) {
+      // Say hello until a welcome comes back.
+      HPCTUNE_TRY(send(hello()));
+      auto welcome = await_welcome(backoff);
+      if (!welcome.ok()) return std::move(welcome).error();
+      if (!*welcome) {
+        if (Clock::now() - last_contact > opt_.give_up) {
+          return err(Errc::kTimeout, "no master answered at the configured address for " +
+                                         std::to_string(opt_.give_up.count() / 1000) + " s");
+        }
+        log("no answer from the master; trying again in " + std::to_string(backoff.count()) + " ms");
+        backoff = std::min(backoff * 2, opt_.reconnect_max);
+        HPCTUNE_TRY(t_.reconnect());
+        continue;
+      }
+      backoff = opt_.reconnect_initial;
+      auto served = serve();
+      if (!served.ok()) return std::move(served).error();
+      if (shutdown_ || terminating()) break;
+      // The master went silent: start over with a fresh connection.
+      last_contact = Clock::now();
+      log("lost the master; reconnecting");
+      HPCTUNE_TRY(t_.reconnect());
+    }
+    abandon_trial();
+    return {};
+  }
+
+ private:
+  bool terminating() const { return opt_.terminate && opt_.terminate->load() > 0; }
+
+  void log(const std::string& line) const {
+    if (opt_.log) opt_.log(line);
+  }
+
+  protocol::Hello hello() const {
+    protocol::Hello h;
+    h.incarnation = incarnation_;
+    h.group = opt_.group;
+    h.pid = getpid();
+    h.host = hostname();
+    h.trainers = trainer_kinds();
+    return h;
+  }
+
+  Status send(const protocol::Message& m) {
+    auto s = t_.send(protocol::encode(m));
+    if (!s.ok() && s.error().code() != Errc::kBusy) return s;
+    return {};
+  }
+
+  // Waits for a welcome up to `wait`. nullopt-like false when none came.
+  Result<bool> await_welcome(milliseconds wait) {
+    const auto deadline = Clock::now() + wait;
+    while (Clock::now() < deadline && !terminating()) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      HPCTUNE_ASSIGN(auto frame, t_.recv(std::max(left, milliseconds(1))));
+      if (!frame) continue;
+      auto msg = protocol::decode(*frame);
+      if (!msg.ok()) continue;
+      if (auto* w = std::get_if<protocol::Welcome>(&*msg)) {
+        hb_interval_ = milliseconds(w->heartbeat_interval_ms);
+        hb_timeout_ = milliseconds(w->heartbeat_timeout_ms);
+        return true;
+      }
+      if (auto* s = std::get_if<protocol::Shutdown>(&*msg)) {
+        shutdown_ = true;
+        return err(Errc::kCancelled, "the master refused this worker: " + s->reason);
+      }
+    }
+    return false;
+  }
+
+  // Stops the current trial and sends whatever it produced: if the master is still there it
+  // records or ignores it (a late result), and nothing is silently dropped here.
+  void abandon_trial() {
+    if (!trial_) return;
+    trial_->request_stop();
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (!trial_->finished() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+    bool final = false;
+    for (auto& m : trial_->take(final)) (void)send(m);
+    trial_.reset();  // joins
+  }
+
+  // Serves one master connection until shutdown, termination or the master's silence.
+  Status serve() {
+    HPCTUNE_TRY(send(protocol::Ready{}));
+    auto last_from_master = Clock::now();
+    auto last_hb = Clock::now();
+    while (!terminating()) {
+      const auto now = Clock::now();
+      if (now - last_from_master > hb_timeout_) {
+        abandon_trial();
+        return {};
+      }
+      auto wait = std::min(hb_interval_ - std::chrono::duration_cast<milliseconds>(now - last_hb), hb_interval_);
+      HPCTUNE_ASSIGN(auto frame, t_.recv(std::max(wait, milliseconds(1))));
+      if (frame) {
+        last_from_master = Clock::now();
+        auto msg = protocol::decode(*frame);
+        if (!msg.ok()) {
+          log("dropped a malformed frame from the master: " + msg.error().message());
+        } else {
+          HPCTUNE_TRY(on_message(*msg));
+          if (shutdown_) {
+            abandon_trial();
+            return {};
+          }
+        }
+      }
+      HPCTUNE_TRY(flush_trial());
+      if (Clock::now() - last_hb >= hb_interval_) {
+        last_hb = Clock::now();
+        protocol::Heartbeat hb;
+        if (trial_) hb = protocol::Heartbeat{trial_->trial_id(), trial_->attempt()};
+        HPCTUNE_TRY(send(hb));
+      }
+    }
+    return {};
+  }
+
+  Status on_message(const protocol::Message& msg) {
+    if (auto* a = std::get_if<protocol::Assign>(&msg)) {
+      HPCTUNE_TRY(flush_trial());  // a finished trial whose result was just sent
+      if (trial_) {
+        // The master believes we are idle: tell it this assign cannot run now.
+        return send(protocol::Failed{a->trial_id, a->attempt, "the group is already running trial " +
+                                                                  std::to_string(trial_->trial_id()), ""});
+      }
+      trial_ = std::make_unique<RunningTrial>(*a, opt_, t_);
+      return {};
+    }
+    if (auto* s = std::get_if<protocol::Stop>(&msg)) {
+      if (trial_ && trial_->trial_id() == s->trial_id && trial_->attempt() == s->attempt) trial_->request_stop();
+      return {};
+    }
+    if (std::holds_alternative<protocol::Shutdown>(msg)) {
+      shutdown_ = true;
+      return {};
+    }
+    return {};  // heartbeats only refresh last_from_master; a welcome again changes nothing
+  }
+
+  Status flush_trial() {
+    if (!trial_) return {};
+    bool final = false;
+    for (auto& m : trial_->take(final)) HPCTUNE_TRY(send(m));
+    if (final) trial_.reset();
+    return {};
+  }
+
+  transport::ClientTransport& t_;
+  const WorkerOptions& opt_;
+  uint64_t incarnation_;
+  milliseconds hb_interval_{1000};
+  milliseconds hb_timeout_{10000};
+  std::unique_ptr<RunningTrial> trial_;
+  bool shutdown_ = false;
+};
+
+}  // namespace
+
+Status run_worker(transport::ClientTransport& transport, const WorkerOptions& options) {
+  WorkerLoop loop(transport, options);
+  return loop.run();
+}
+
+}  // namespace hpctune::trainers

@@ -1,0 +1,465 @@
+// bench_allreduce: bus bandwidth of every `trainer.allreduce` implementation against MPI_Allreduce
+// and against the bandwidth-optimal bound, on however many ranks mpirun starts (bench/run-allreduce
+// uses 2). Writes <out-dir>/allreduce.json and <out-dir>/allreduce.md.
+//
+// Definitions (those of nccl-tests, doc/PERFORMANCE.md):
+//   algbw = S / t                  for a buffer of S bytes reduced in t seconds
+//   busbw = algbw * 2(n-1)/n       the bytes each rank must move per second; comparable across n
+//   bound = link bandwidth         an allreduce must move 2(n-1)/n * S bytes through each rank's
+//                                  link, so t >= 2(n-1)/n * S / link, i.e. busbw <= link.
+// The link bandwidth is measured in the same run by a ping-pong of large messages between ranks 0
+// and 1 (one direction at a time, S / (round trip / 2)), before and after the allreduce sweep; the
+// best median over the message sizes and the two windows is the bound.
+//
+// Timing: per size, warm-up calls first (they also size the repetition count), then repetitions
+// that run every algorithm once, in turn (background load hits all alike). One timed call is:
+// refill the buffer, barrier, time the call; its time is the slowest rank's, and the median over
+// repetitions is reported. Every result is checked: rank r contributes
+// r + 1, so each element must equal n(n+1)/2 exactly.
+//
+//   mpirun -np 2 bench_allreduce [--out-dir DIR] [--min-bytes B] [--max-bytes B]
+//                                [--segment-bytes B] [--seconds-per-size S]
+#include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainers/collectives.h"
+
+namespace {
+
+using hpctune::trainers::AllreduceAlgorithm;
+using hpctune::trainers::AllreduceOptions;
+using hpctune::trainers::Allreducer;
+using hpctune::trainers::Communicator;
+
+struct Args {
+  std::string out_dir = HPCTUNE_SOURCE_DIR "/bench/results";
+  size_t min_bytes = 4 << 10;
+  size_t max_bytes = 64 << 20;
+  size_t segment_bytes = AllreduceOptions{}.segment_bytes;
+  double seconds_per_size = 0.4;
+};
+
+size_t parse_bytes(const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  if (unit == "K" || unit == "k") value *= 1 << 10;
+  if (unit == "M" || unit == "m") value *= 1 << 20;
+  if (unit == "G" || unit == "g") value *= 1 << 30;
+  return static_cast<size_t>(value);
+}
+
+bool parse_args(int argc, char** argv, Args& args) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_allreduce: %s needs a value\n", flag.c_str());
+      return false;
+    }
+    const std::string value = argv[++i];
+    if (flag == "--out-dir") args.out_dir = value;
+    else if (flag == "--min-bytes") args.min_bytes = parse_bytes(value);
+    else if (flag == "--max-bytes") args.max_bytes = parse_bytes(value);
+    else if (flag == "--segment-bytes") args.segment_bytes = parse_bytes(value);
+    else if (flag == "--seconds-per-size") args.seconds_per_size = std::stod(value);
+    else {
+      std::fprintf(stderr, "bench_allreduce: unknown flag %s\n", flag.c_str());
+      return false;
+    }
+  }
+  return args.min_bytes >= sizeof(float) && args.max_bytes >= args.min_bytes;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Per-repetition times, each replaced by the slowest rank's.
+std::vector<double> slowest_rank(std::vector<double> times, MPI_Comm comm) {
+  MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX,
+                comm);
+  return times;
+}
+
+int repetitions_for(double seconds_per_call, double budget, MPI_Comm comm) {
+  MPI_Allreduce(MPI_IN_PLACE, &seconds_per_call, 1, MPI_DOUBLE, MPI_MAX, comm);  // agree on it
+  const double wanted = budget / std::max(seconds_per_call, 1e-7);
+  return static_cast<int>(std::clamp(wanted, 5.0, 300.0));
+}
+
+struct PingPong {
+  size_t bytes = 0;
+  int repetitions = 0;
+  double one_way_seconds = 0;  // median
+  double bandwidth = 0;        // bytes / one_way_seconds
+};
+
+// Ranks 0 and 1 bounce `bytes` back and forth; the other ranks only join the barriers.
+PingPong ping_pong(const Communicator& comm, size_t bytes, double budget) {
+  std::vector<char> buffer(bytes, 1);
+  const int rank = comm.rank();
+  const int count = static_cast<int>(bytes);
+  auto round_trip = [&] {
+    if (rank == 0) {
+      MPI_Send(buffer.data(), count, MPI_BYTE, 1, 7, comm.handle());
+      MPI_Recv(buffer.data(), count, MPI_BYTE, 1, 7, comm.handle(), MPI_STATUS_IGNORE);
+    } else if (rank == 1) {
+      MPI_Recv(buffer.data(), count, MPI_BYTE, 0, 7, comm.handle(), MPI_STATUS_IGNORE);
+      MPI_Send(buffer.data(), count, MPI_BYTE, 0, 7, comm.handle());
+    }
+  };
+  double warm = 0;
+  for (int i = 0; i < 3; ++i) {
+    MPI_Barrier(comm.handle());
+    const double start = MPI_Wtime();
+    round_trip();
+    warm = MPI_Wtime() - start;
+  }
+  PingPong result;
+  result.bytes = bytes;
+  result.repetitions = repetitions_for(warm, budget, comm.handle());
+  std::vector<double> times;
+  for (int i = 0; i < result.repetitions; ++i) {
+    MPI_Barrier(comm.handle());
+    const double start = MPI_Wtime();
+    round_trip();
+    times.push_back((MPI_Wtime() - start) / 2);
+  }
+  result.one_way_seconds = median(slowest_rank(times, comm.handle()));
+  result.bandwidth = static_cast<double>(bytes) / result.one_way_seconds;
+  return result;
+}
+
+struct Sample {
+  std::string algorithm;
+  size_t bytes = 0;
+  int repetitions = 0;
+  double seconds = 0;  // median
+  double algbw = 0;
+  double busbw = 0;
+  bool correct = true;
+};
+
+// Measures every allreducer on `bytes`, interleaved: each repetition runs every algorithm once, so
+// background load on a shared machine falls on all of them alike.
+std::vector<Sample> measure_size(std::vector<Allreducer>& allreducers,
+                                 const std::vector<std::string>& names, size_t bytes,
+                                 double budget, MPI_Comm comm) {
+  const int n = allreducers.front().size();
+  const size_t count = bytes / sizeof(float);
+  std::vector<float> data(count);
+  const float contribution = static_cast<float>(allreducers.front().rank() + 1);
+  const float expected = static_cast<float>(n * (n + 1) / 2);
+  std::vector<Sample> samples(allreducers.size());
+
+  auto one_call = [&](size_t a, bool check) -> double {
+    std::fill(data.begin(), data.end(), contribution);
+    MPI_Barrier(comm);
+    const double start = MPI_Wtime();
+    const hpctune::Status status = allreducers[a].sum(data);
+    const double seconds = MPI_Wtime() - start;
+    if (!status.ok()) {
+      std::fprintf(stderr, "bench_allreduce: %s\n", status.error().to_string().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (check) {
+      bool& correct = samples[a].correct;
+      for (float value : data) correct = correct && value == expected;
+    }
+    return seconds;
+  };
+
+  double round = 0;  // one call of every algorithm
+  for (size_t a = 0; a < allreducers.size(); ++a) {
+    double warm = 0;
+    for (int i = 0; i < 3; ++i) warm = one_call(a, /*check=*/true);
+    round += warm;
+  }
+  const int repetitions = repetitions_for(round, budget * static_cast<double>(allreducers.size()), comm);
+  std::vector<std::vector<double>> times(allreducers.size());
+  for (int i = 0; i < repetitions; ++i) {
+    for (size_t a = 0; a < allreducers.size(); ++a) times[a].push_back(one_call(a, i == 0));
+  }
+  for (size_t a = 0; a < allreducers.size(); ++a) {
+    Sample& sample = samples[a];
+    sample.algorithm = names[a];
+    sample.bytes = count * sizeof(float);
+    sample.repetitions = repetitions;
+    sample.seconds = median(slowest_rank(times[a], comm));
+    int correct = sample.correct ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_INT, MPI_MIN, comm);
+    sample.correct = correct == 1;
+    sample.algbw = static_cast<double>(sample.bytes) / sample.seconds;
+    sample.busbw = sample.algbw * 2.0 * (n - 1) / n;
+  }
+  return samples;
+}
+
+std::string human_bytes(size_t bytes) {
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+std::string markdown(const nlohmann::json& report) {
+  const auto& algorithms = report["algorithms"];
+  const double link = report["link_bandwidth_GBps"].get<double>();
+  std::ostringstream md;
+  md << "# Allreduce bus bandwidth\n\n"
+     << "Generated by `bench/run-allreduce` (bench/allreduce.cpp) on " << report["date"].get<std::string>()
+     << ". Do not edit by hand; re-run the benchmark.\n\n"
+     << "- Ranks: " << report["ranks"] << " on one machine (" << report["host"]["cpus"]
+     << " CPUs online, load average " << report["host"]["loadavg_before"].get<std::string>()
+     << " before the run, scheduling priority nice " << report["host"]["nice"]
+     << "; the cores are shared with other work), " << report["mpi_library"].get<std::string>()
+     << ", transports self + vader (shared memory).\n"
+     << "- busbw = algbw × 2(n−1)/n (nccl-tests); the bound is the link bandwidth, measured in "
+        "the same run by a ping-pong of large messages between ranks 0 and 1, before and after "
+        "the sweep (the best median counts): **"
+     << fixed(link, 2) << " GB/s**. GB = 10^9 bytes.\n"
+     << "- Median over repetitions after 3 warm-up calls; the algorithms take turns within each "
+        "repetition, and each call is timed on the slowest rank. Pipelining segment " << human_bytes(report["segment_bytes"].get<size_t>())
+     << ". Every result was checked exactly (all correct: "
+     << (report["all_correct"].get<bool>() ? "yes" : "NO") << ").\n\n";
+
+  md << "## Link bandwidth (ping-pong, one way)\n\n"
+        "| measured | message | median one-way time (µs) | GB/s |\n|---|---:|---:|---:|\n";
+  for (const auto& p : report["ping_pong"]) {
+    md << "| " << p["window"].get<std::string>() << " the sweep | " << human_bytes(p["bytes"].get<size_t>()) << " | "
+       << fixed(p["one_way_seconds"].get<double>() * 1e6, 1) << " | "
+       << fixed(p["bandwidth_GBps"].get<double>(), 2) << " |\n";
+  }
+
+  md << "\n## Bus bandwidth, GB/s (fraction of the bound)\n\n| size |";
+  for (const auto& a : algorithms) md << " " << a.get<std::string>() << " |";
+  md << " bound |\n|---:|";
+  for (size_t i = 0; i <= algorithms.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& row : report["by_size"]) {
+    md << "| " << human_bytes(row["bytes"].get<size_t>()) << " |";
+    for (const auto& a : algorithms) {
+      const double busbw = row["busbw_GBps"][a.get<std::string>()].get<double>();
+      md << " " << fixed(busbw, 2) << " (" << fixed(100 * busbw / link, 0) << "%) |";
+    }
+    md << " " << fixed(link, 2) << " |\n";
+  }
+
+  md << "\n## Relative to MPI_Allreduce (busbw ratio; > 1 is faster)\n\n| size |";
+  for (const auto& a : algorithms) md << " " << a.get<std::string>() << " |";
+  md << "\n|---:|";
+  for (size_t i = 0; i < algorithms.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& row : report["by_size"]) {
+    md << "| " << human_bytes(row["bytes"].get<size_t>()) << " |";
+    const double mpi = row["busbw_GBps"]["mpi"].get<double>();
+    for (const auto& a : algorithms) {
+      md << " " << fixed(row["busbw_GBps"][a.get<std::string>()].get<double>() / mpi, 2) << " |";
+    }
+    md << "\n";
+  }
+
+  md << "\n## Median time per call, µs\n\n| size |";
+  for (const auto& a : algorithms) md << " " << a.get<std::string>() << " |";
+  md << "\n|---:|";
+  for (size_t i = 0; i < algorithms.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const auto& row : report["by_size"]) {
+    md << "| " << human_bytes(row["bytes"].get<size_t>()) << " |";
+    for (const auto& a : algorithms) {
+      md << " " << fixed(row["seconds"][a.get<std::string>()].get<double>() * 1e6, 1) << " |";
+    }
+    md << "\n";
+  }
+
+  md << "\n## Data-parallel scaling of the CNN, 1 → 2 ranks\n\n"
+     << "TODO: not measured yet. This needs the CNN trainer and the data-parallel trainer (issue 4),\n"
+     << "which do not exist yet; the target is a speed-up of at least 1.7× in images per second.\n"
+     << "No number is given here until it has been measured.\n";
+  return md.str();
+}
+
+std::string read_loadavg() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto environment = hpctune::trainers::MpiEnvironment::init(&argc, &argv);
+  if (!environment.ok()) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", environment.error().to_string().c_str());
+    return 1;
+  }
+  Args args;
+  if (!parse_args(argc, argv, args)) return 2;
+  auto world = Communicator::duplicate(MPI_COMM_WORLD);
+  if (!world.ok()) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", world.error().to_string().c_str());
+    return 1;
+  }
+  const int rank = world->rank(), ranks = world->size();
+  if (ranks < 2) {
+    if (rank == 0) std::fprintf(stderr, "bench_allreduce: run it on at least 2 ranks\n");
+    return 2;
+  }
+  const std::string loadavg = read_loadavg();
+
+  std::vector<PingPong> pings;
+  double link = 0;
+  for (size_t bytes : {size_t{1} << 20, size_t{4} << 20, size_t{16} << 20, size_t{64} << 20}) {
+    pings.push_back(ping_pong(*world, bytes, args.seconds_per_size));
+    link = std::max(link, pings.back().bandwidth);
+  }
+
+  const size_t first_window = pings.size();
+
+  std::vector<size_t> sizes;
+  for (size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 2) sizes.push_back(bytes);
+
+  nlohmann::json by_size = nlohmann::json::array();
+  for (size_t bytes : sizes) {
+    by_size.push_back({{"bytes", bytes / sizeof(float) * sizeof(float)},
+                       {"busbw_GBps", nlohmann::json::object()},
+                       {"seconds", nlohmann::json::object()}});
+  }
+  nlohmann::json samples = nlohmann::json::array();
+  nlohmann::json algorithms = nlohmann::json::array();
+  bool all_correct = true;
+  std::vector<Allreducer> allreducers;
+  std::vector<std::string> names;
+  for (AllreduceAlgorithm algorithm : hpctune::trainers::kAllreduceAlgorithms) {
+    names.push_back(hpctune::trainers::allreduce_algorithm_name(algorithm));
+    algorithms.push_back(names.back());
+    AllreduceOptions options;
+    options.algorithm = algorithm;
+    options.segment_bytes = args.segment_bytes;
+    auto allreducer = Allreducer::create(world->handle(), options);
+    if (!allreducer.ok()) {
+      std::fprintf(stderr, "bench_allreduce: %s\n", allreducer.error().to_string().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    allreducers.push_back(std::move(allreducer).value());
+  }
+  std::vector<Sample> measured;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (const Sample& s :
+         measure_size(allreducers, names, sizes[i], args.seconds_per_size, world->handle())) {
+      measured.push_back(s);
+      by_size[i]["busbw_GBps"][s.algorithm] = s.busbw / 1e9;
+      by_size[i]["seconds"][s.algorithm] = s.seconds;
+    }
+  }
+
+  // The link is measured again after the sweep; the better of the two windows is the bound, so
+  // that background load cannot make the bound look lower than the link really is.
+  for (size_t bytes : {size_t{16} << 20, size_t{64} << 20}) {
+    pings.push_back(ping_pong(*world, bytes, args.seconds_per_size));
+    link = std::max(link, pings.back().bandwidth);
+  }
+
+  for (const Sample& s : measured) {
+    all_correct = all_correct && s.correct;
+    samples.push_back({{"algorithm", s.algorithm},
+                       {"bytes", s.bytes},
+                       {"repetitions", s.repetitions},
+                       {"median_seconds", s.seconds},
+                       {"algbw_GBps", s.algbw / 1e9},
+                       {"busbw_GBps", s.busbw / 1e9},
+                       {"bound_busbw_GBps", link / 1e9},
+                       {"fraction_of_bound", s.busbw / link},
+                       {"correct", s.correct}});
+    if (rank == 0) {
+      std::printf("%-18s %10zu B  %9.1f us  busbw %6.2f GB/s  (%3.0f%% of bound)%s\n",
+                  s.algorithm.c_str(), s.bytes, s.seconds * 1e6, s.busbw / 1e9,
+                  100 * s.busbw / link, s.correct ? "" : "  WRONG RESULT");
+    }
+  }
+  // busbw relative to MPI_Allreduce of the same size.
+  for (auto& sample : samples) {
+    for (const auto& row : by_size) {
+      if (row["bytes"] == sample["bytes"]) {
+        sample["vs_mpi"] = sample["busbw_GBps"].get<double>() / row["busbw_GBps"]["mpi"].get<double>();
+      }
+    }
+  }
+
+  if (rank == 0) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    MPI_Get_library_version(library, &length);
+    std::string library_line(library, static_cast<size_t>(length));
+    library_line = library_line.substr(0, library_line.find_first_of(",\n"));
+    char date[32] = {};
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+
+    nlohmann::json ping_json = nlohmann::json::array();
+    for (size_t i = 0; i < pings.size(); ++i) {
+      const PingPong& p = pings[i];
+      ping_json.push_back({{"window", i < first_window ? "before" : "after"},
+                           {"bytes", p.bytes},
+                           {"repetitions", p.repetitions},
+                           {"one_way_seconds", p.one_way_seconds},
+                           {"bandwidth_GBps", p.bandwidth / 1e9}});
+    }
+    nlohmann::json report = {
+        {"benchmark", "allreduce"},
+        {"date", date},
+        {"ranks", ranks},
+        {"host", {{"name", host}, {"cpus", sysconf(_SC_NPROCESSORS_ONLN)},
+                  {"loadavg_before", loadavg},
+                  {"nice", getpriority(PRIO_PROCESS, 0)}}},
+        {"mpi_library", library_line},
+        {"segment_bytes", args.segment_bytes},
+        {"link_bandwidth_GBps", link / 1e9},
+        {"ping_pong", ping_json},
+        {"algorithms", algorithms},
+        {"all_correct", all_correct},
+        {"samples", samples},
+        {"by_size", by_size},
+        {"cnn_data_parallel_scaling", nullptr},
+    };
+    std::error_code mkdir_error;
+    std::filesystem::create_directories(args.out_dir, mkdir_error);
+    const std::string json_path = args.out_dir + "/allreduce.json";
+    const std::string md_path = args.out_dir + "/allreduce.md";
+    std::ofstream json_file(json_path), md_file(md_path);
+    json_file << report.dump(2) << "\n";
+    md_file << markdown(report);
+    if (!json_file.flush() || !md_file.flush()) {
+      std::fprintf(stderr, "bench_allreduce: cannot write %s or %s\n", json_path.c_str(),
+                   md_path.c_str());
+      return 1;
+    }
+    std::printf("wrote %s and %s\n", json_path.c_str(), md_path.c_str());
+  }
+  return all_correct ? 0 : 1;
+}

@@ -1,0 +1,39 @@
+// The hpctune subcommands. Each returns a Status; main.cpp (the edge) turns it into an exit code:
+// 0 success, 2 usage or config error, 1 failure at run time, 130 after Ctrl-C.
+#pragma once
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+
+namespace hpctune::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInterrupted = 130;
+
+int exit_code_for(const Error& error);
+
+struct RunArgs {
+  std::string config;
+  std::string db;
+  std::optional<int64_t> groups;
+  std::optional<uint64_t> seed;
+  std::string failpoint;  // test-only
+  int64_t failpoint_hit = 1;
+};
+
+// `run` and `resume` set *interrupted when the campaign ended on Ctrl-C (exit 130).
+Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
+Status cmd_resume(const std::string& db, std::optional<int64_t> groups, const std::atomic<int>& interrupt,
+                  bool& interrupted, const std::string& failpoint, int64_t failpoint_hit);
+Status cmd_status(const std::string& db);
+Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
+Status cmd_export(const std::string& db, const std::string& format, const std::string& output);
+Status cmd_validate(const std::string& config, bool print_json);
+Status cmd_worker(const std::string& master, int64_t group, int threads, const std::atomic<int>& terminate);
+
+}  // namespace hpctune::cli

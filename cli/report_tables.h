@@ -1,0 +1,31 @@
+// Text output for people and machines: aligned tables, CSV and JSON of trials, the progress line.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/scheduler.h"
+#include "scheduler/store.h"
+
+namespace hpctune::cli {
+
+// A table with a header row, columns aligned; numeric-looking cells right-aligned.
+std::string format_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+
+// Trials sorted best first (by objective; finished trials without one last).
+std::vector<store::TrialRow> rank_trials(std::vector<store::TrialRow> trials, bool maximize);
+
+// One row per trial: id, state, attempt, objective, each parameter, seconds.
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric);
+std::string trials_csv(const std::vector<store::TrialRow>& trials);
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials);
+
+// "[ 12/16] ██████░░ done 10 · running 2 · queued 0 · best 0.8712 (#7) · 0:42 · ETA 0:08"
+std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width);
+std::string format_duration(double seconds);
+std::string format_number(double value);
+
+}  // namespace hpctune::cli

@@ -1,0 +1,92 @@
+// The campaign config: a YAML file parsed and checked against the settings table (settings.h).
+//
+// parse_config() reads the YAML into a tree that keeps the line and column of every key, walks it
+// against the table (unknown keys, types, bounds, enum values, required keys, defaults), then
+// checks what involves several keys: objective xor objectives, the search space (bounds, log
+// ranges, choices, conditions, grid resolution, names against the trainer's settings), the
+// heartbeat timeout against its interval. The first problem found is returned as Errc::kConfig
+// with a one-line message
+//     <source>:<line>:<column>: <key.path>: <what is wrong>
+// (1-based; the location of the key, or of the list item, that is wrong; of the enclosing key for
+// a missing one), e.g. "bad.yaml:7:3: search.max_trials: -3 is below the minimum 1". The CLI
+// prints it as is and exits with 2.
+//
+// Duplicate keys are errors (yaml-cpp keeps both silently), reported at the second occurrence. The
+// YAML is read through yaml-cpp's event parser so that every key keeps its mark; anchors and
+// aliases and `<<` merge keys work. Scalars follow the YAML 1.2 core schema: a quoted "10" is a
+// string, yes/no are strings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
+#include "search/space.h"
+
+namespace hpctune::config {
+
+struct Resources {
+  std::string backend = "local";
+  int64_t groups = 1;
+  int64_t ranks_data = 1;
+  int64_t ranks_model = 1;
+  int64_t threads = 0;  // 0: automatic
+  double heartbeat_interval_s = 1;
+  double heartbeat_timeout_s = 10;
+  int64_t max_group_restarts = 3;
+  double startup_timeout_s = 60;
+};
+
+struct CampaignConfig {
+  std::string source;  // the file path, or the name given to parse_config
+  std::string text;    // the original YAML text (stored with the campaign so resume can re-parse it)
+
+  std::string name;
+  std::string storage;  // "<name>.db" unless given
+  uint64_t seed = 0;
+  std::vector<search::Objective> objectives;  // one for `objective`, in order for `objectives`
+  search::Space space;
+
+  std::string algorithm;
+  int64_t max_trials = 0;
+  double max_time_s = 0;  // 0: unlimited
+  int64_t max_attempts = 3;
+  std::string init;  // also in search_settings["init"] when the algorithm has that setting
+  std::string warm_start;
+  nlohmann::json search_settings = nlohmann::json::object();  // algorithm-specific, defaults applied
+
+  std::string early_stopping = "none";
+  nlohmann::json early_stopping_settings = nlohmann::json::object();  // without "kind"
+
+  nlohmann::json trainer = nlohmann::json::object();  // {"kind": ..., fixed settings with defaults}
+  Resources resources;
+
+  // The whole config as JSON with every default applied, `objective` turned into `objectives`,
+  // durations in seconds and every space parameter as a full spec (for `validate --json` and the
+  // store).
+  nlohmann::json normalized = nlohmann::json::object();
+
+  // The SearchSpec of this campaign: algorithm, settings, space, objectives, seed, max_trials.
+  // warm_start observations are left empty (the scheduler loads them from the other store).
+  search::SearchSpec search_spec() const;
+  // The StopperSpec: kind, settings, the objective's direction, seed.
+  search::StopperSpec stopper_spec() const;
+};
+
+// Reads and parses a config file. A file that cannot be read is kNotFound (missing) or kIo, with
+// the path; everything else is as parse_config.
+Result<CampaignConfig> load_config(const std::string& path);
+
+// Parses YAML text; `source_name` names it in messages ("<source_name>:line:col: ...").
+Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name);
+
+// configs/reference.yaml: every key with its help, type and default, rendered from the settings
+// table; itself a valid config. `hpctune validate --print-reference` prints it.
+std::string reference_yaml();
+
+}  // namespace hpctune::config

@@ -1,0 +1,56 @@
+// Master: runs (or resumes) one campaign end to end.
+//
+//   store (lock, campaign row) -> searcher + stopper -> ROUTER socket -> Scheduler::restore
+//   -> launcher starts the groups -> loop { recv with deadline, handle, tick, group exits,
+//   progress, Ctrl-C } -> shutdown workers -> stop groups -> campaign state recorded.
+//
+// Store writes are batched: one transaction per loop turn (all frames that are waiting, up to a
+// bound), so SQLite commits at most a few hundred times a second whatever the trial rate.
+// Killing the master at any point loses at most the uncommitted turn; `resume` re-asks the search
+// for anything not recorded, which for the seeded algorithms gives the same trials again.
+//
+// Exit paths: completion, Ctrl-C (interrupt flag; trials recorded as interrupted), a fatal error.
+// Every path stops every group (SIGTERM, then SIGKILL); groups also die with the master (SIGKILL
+// included) through PR_SET_PDEATHSIG.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "scheduler/config.h"
+#include "scheduler/scheduler.h"
+
+namespace hpctune::scheduler {
+
+struct MasterOptions {
+  std::string db_path;                            // "" = the config's storage
+  std::optional<config::CampaignConfig> config;   // set for `run`; unset for `resume` (read from the DB)
+  std::optional<int64_t> groups;                  // --groups override
+  std::optional<uint64_t> seed;                   // --seed override
+  std::string bind = "tcp://127.0.0.1:*";
+  std::string worker_program;                     // default: this executable
+  const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
+  std::function<void(const std::string&)> log;    // one line per event worth telling
+  std::function<void(const Progress&, double elapsed_s)> progress;  // at most ~10 times a second
+  // Test-only: raise SIGKILL the `failpoint_hit`-th time the named point is passed
+  // ("after-trial-insert", "after-result", "after-commit").
+  std::string failpoint;
+  int64_t failpoint_hit = 1;
+};
+
+struct CampaignOutcome {
+  int64_t campaign_id = 0;
+  std::string name;
+  std::string db_path;
+  bool interrupted = false;
+  Progress progress;
+  Counters counters;
+  double elapsed_s = 0;
+};
+
+Result<CampaignOutcome> run_master(const MasterOptions& options);
+
+}  // namespace hpctune::scheduler

@@ -1,0 +1,186 @@
+// Scheduler: the trial lifecycle, the dispatch queue and the worker registry of one campaign.
+//
+// It knows nothing of sockets or processes: it is handed a ServerTransport to answer on, a Store
+// to record in, a Searcher to ask and an EarlyStopper to consult. The Master (master.h) drives it
+// from its loop: handle() for every frame that arrives, tick() regularly. Tests drive it over the
+// in-process transport.
+//
+// Trial lifecycle (store::TrialState), one row per trial, one attempts row per attempt:
+//
+//   queued --assign--> assigned --report--> running --done--> done
+//                         |                    |--done after stop--> pruned   (early stopping)
+//                         |                    |--failed--> failed            (the trainer's error)
+//                         +--------------------+--group lost--> queued as attempt+1
+//                                                  (failed once max_attempts attempts were lost)
+//   assigned/running --Ctrl-C--> interrupted; `resume` queues it again as a new attempt.
+//
+// A group is lost when it is silent past heartbeat_timeout, when its process exits (the launcher
+// calls on_group_exit), or when it says hello again with a new incarnation. Results are keyed by
+// (trial_id, attempt): a result for an attempt that is no longer current is recorded as an event
+// and otherwise ignored, so each result applies exactly once.
+//
+// Frames that do not decode, unknown message types, messages from peers that never said hello and
+// messages that do not fit the peer's state (a done for a trial it does not run) are counted in
+// Counters, logged and dropped; the scheduler keeps serving the well-behaved workers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+#include "scheduler/protocol.h"
+#include "scheduler/store.h"
+#include "scheduler/transport.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
+
+namespace hpctune::scheduler {
+
+using Clock = std::chrono::steady_clock;
+
+struct SchedulerOptions {
+  int64_t campaign_id = 0;
+  int64_t stage_id = 0;
+  uint64_t seed = 0;
+  std::vector<search::Objective> objectives;  // [0] drives early stopping and "best"
+  int64_t max_trials = 0;
+  double max_time_s = 0;        // 0 = unlimited; counted from start()
+  int64_t max_attempts = 3;     // attempts per trial before it is failed
+  nlohmann::json trainer;       // fixed trainer settings sent with every assign
+  std::string trials_dir;       // "<storage>.trials"; "" = trials keep no files
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  uint64_t master_incarnation = 0;
+};
+
+// Counted and dropped frames, by reason; asserted by tests.
+struct Counters {
+  int64_t malformed = 0;      // did not decode
+  int64_t unregistered = 0;   // from a peer that never said hello (or was declared lost)
+  int64_t out_of_order = 0;   // valid, but not what the peer's state allows
+  int64_t stale_results = 0;  // done/failed/report for an attempt that is no longer current
+  int64_t bad_version = 0;    // hello with another protocol version
+  int64_t send_failures = 0;  // sends that failed (peer gone)
+  int64_t lost_attempts = 0;  // attempts declared lost
+};
+
+struct Progress {
+  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0;
+  int64_t created = 0, max_trials = 0, workers = 0;
+  std::optional<double> best;
+  int64_t best_trial = 0;
+};
+
+class Scheduler {
+ public:
+  using LogFn = std::function<void(const std::string& line)>;
+  // Test hook called at named points ("after-trial-insert", "after-result"); see master.h.
+  using FailPointFn = std::function<void(const char* name)>;
+
+  Scheduler(SchedulerOptions options, transport::ServerTransport& transport, store::Store& store,
+            search::Searcher& searcher, search::EarlyStopper& stopper);
+
+  // Loads the campaign's trials from the store (for resume): trials that were assigned, running
+  // or interrupted are queued again as a new attempt; finished ones are told to the searcher via
+  // restore(). Call once before the loop.
+  Status restore(Clock::time_point now);
+
+  // One frame from `peer`. Errors are values: only store failures come back (fatal to the master).
+  Status handle(const transport::PeerId& peer, std::string_view bytes, Clock::time_point now);
+
+  // Heartbeats out, silent groups declared lost, new trials dispatched.
+  Status tick(Clock::time_point now);
+
+  // The launcher saw group `group`'s process exit: whatever it ran is lost.
+  Status on_group_exit(int64_t group, const std::string& why, Clock::time_point now);
+
+  // Ctrl-C: no more dispatch; running trials are told to stop and recorded as interrupted.
+  Status interrupt(Clock::time_point now);
+
+  // Sends shutdown to every registered worker (end of campaign).
+  void shutdown_workers(const std::string& reason);
+
+  // True when no more trials will be created and none is queued or in flight.
+  bool finished() const;
+  bool interrupted() const { return interrupted_; }
+  // Groups that have said hello at least once (for the launcher's start-up check).
+  bool group_ever_registered(int64_t group) const { return ever_registered_.count(group) > 0; }
+
+  const Counters& counters() const { return counters_; }
+  Progress progress() const;
+
+  void set_log(LogFn log) { log_ = std::move(log); }
+  void set_failpoint(FailPointFn fp) { failpoint_ = std::move(fp); }
+
+ private:
+  struct Worker {
+    transport::PeerId peer;
+    uint64_t incarnation = 0;
+    int64_t group = -1;
+    Clock::time_point last_seen;
+    Clock::time_point last_heartbeat_sent;
+    bool idle = false;     // sent ready (or finished a trial) and has nothing assigned
+    int64_t trial_id = 0;  // the trial it runs, 0 when none
+  };
+  struct Trial {
+    int64_t id = 0;
+    int64_t seq = 0;
+    nlohmann::json params;
+    store::TrialState state = store::TrialState::kQueued;
+    int64_t attempt = 1;
+    transport::PeerId peer;
+    int64_t last_step = 0;
+    protocol::Metrics last_metrics;
+    bool stop_sent = false;
+  };
+
+  Status on_hello(const transport::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
+  Status on_report(Worker& w, const protocol::Report& m, Clock::time_point now);
+  Status on_done(Worker& w, const protocol::Done& m, Clock::time_point now);
+  Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
+  Status on_stray(const transport::PeerId& peer, const protocol::Message& m, Clock::time_point now);
+
+  Status dispatch(Clock::time_point now);
+  Status ask_more(std::size_t n, Clock::time_point now);
+  Status lose_worker(const transport::PeerId& peer, const std::string& why, Clock::time_point now);
+  Trial* current_trial(Worker& w, int64_t trial_id, int64_t attempt);
+  void tell_searcher(const Trial& t, search::Outcome outcome, const protocol::Metrics& metrics, int64_t step);
+  std::optional<double> objective_of(const protocol::Metrics& metrics) const;
+  void send(Worker& w, const protocol::Message& m);
+  void log(const std::string& line) const;
+  double wall(Clock::time_point now) const;
+  bool out_of_time(Clock::time_point now) const;
+
+  SchedulerOptions opt_;
+  transport::ServerTransport& transport_;
+  store::Store& store_;
+  search::Searcher& searcher_;
+  search::EarlyStopper& stopper_;
+  LogFn log_;
+  FailPointFn failpoint_;
+
+  std::unordered_map<transport::PeerId, Worker> workers_;
+  std::map<int64_t, transport::PeerId> group_peer_;
+  std::map<int64_t, bool> ever_registered_;
+  std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
+  std::deque<int64_t> queue_;
+  std::unordered_map<int64_t, int64_t> seq_to_id_;  // every trial of the stage
+  int64_t created_ = 0;              // suggestions turned into trials (== searcher seq)
+  int64_t done_ = 0, pruned_ = 0, failed_ = 0, interrupted_count_ = 0;
+  std::optional<double> best_;
+  int64_t best_trial_ = 0;
+  bool interrupted_ = false;
+  bool searcher_exhausted_ = false;
+  Clock::time_point start_;
+  Counters counters_;
+};
+
+}  // namespace hpctune::scheduler

@@ -1,0 +1,337 @@
+// Store: the SQLite database of one hpctune campaign (campaign, stages, trials, attempts, metrics,
+// events, artifacts, lineage, trainer groups).
+//
+// Who opens it:
+//   - the master, with Store::open(): the only writer. It takes the master lock
+//     (acquire_master_lock) so that a second master on the same file refuses to start, and batches
+//     its writes: begin() ... many writes ... commit() once per loop iteration. A write outside
+//     begin()/commit() commits on its own.
+//   - `hpctune status/trials/export`, with Store::open_readonly(), while the master runs: the
+//     database is in WAL mode, so readers see the last committed transaction and never block the
+//     writer (nor the writer them).
+//
+// Trial lifecycle as the store records it (the master decides; the store enforces exactly-once):
+//
+//   insert_trial ──> queued ──mark_assigned──> assigned ──mark_running──> running
+//                      ^                          │                          │
+//                      │ requeue_trial            ├──── finish_trial ────────┴──> done | pruned | failed
+//                      │ (attempt+1; attempt row  │                               (final)
+//                      │  closed as lost or       │
+//                      └── interrupted) <─────────┴── or failed when attempt == max_attempts
+//   mark_interrupted (Ctrl-C): assigned|running ──> interrupted; a resumed master requeues it.
+//
+// Every transition that a late or duplicated message could trigger (finish, running, requeue,
+// interrupt) is conditional on (trial id, current attempt, non-final state): a stale call changes
+// nothing and is not an error. Each attempt has a row in `attempts` (running -> done | pruned |
+// failed | lost | interrupted).
+//
+// Errors are values: SQLITE_BUSY / SQLITE_LOCKED come back as Errc::kBusy, other SQLite failures
+// as Errc::kIo (constraint violations as kInvalidArgument), each with SQLite's text and what was
+// being done. A Store is used by one thread at a time (the connection is opened without a mutex).
+// Statements are prepared once and reused: the master records thousands of trials per second.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace hpctune::store {
+
+// ---------------------------------------------------------------------------------------------
+// Trial states
+
+enum class TrialState { kQueued, kAssigned, kRunning, kDone, kPruned, kFailed, kInterrupted };
+
+const char* to_string(TrialState state) noexcept;
+std::optional<TrialState> trial_state_from_string(std::string_view text) noexcept;
+// done, pruned and failed: no further result is accepted. interrupted is not final (resume requeues).
+bool is_final(TrialState state) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// Rows. Times are seconds since the Unix epoch; 0 means "not yet" (NULL in the database).
+
+struct CampaignRow {
+  int64_t id = 0;
+  std::string name, config_text, config_source;
+  nlohmann::json config_json = nlohmann::json::object();
+  uint64_t seed = 0;
+  std::string state = "running";  // running | completed | failed | interrupted
+  double created_at = 0, finished_at = 0;
+  nlohmann::json search_state;  // null unless the searcher keeps a checkpoint
+  std::string master_host;
+  int64_t master_pid = 0;
+};
+
+struct StageRow {
+  int64_t id = 0, campaign_id = 0;
+  std::string kind;   // search | ensemble | transfer | pbt
+  std::string name;
+  std::string state = "running";  // pending | running | completed | failed | interrupted
+  nlohmann::json config_json = nlohmann::json::object();
+  double created_at = 0, finished_at = 0;
+};
+
+struct TrialRow {
+  int64_t id = 0, campaign_id = 0;
+  int64_t stage_id = 0;  // 0 = the campaign's implicit single stage (NULL in the database)
+  int64_t seq = 0;       // the searcher's 0-based suggestion index, unique per (campaign, stage)
+  nlohmann::json params = nlohmann::json::object(), meta = nlohmann::json::object();
+  TrialState state = TrialState::kQueued;
+  int64_t attempt = 1, group_id = -1;
+  double created_at = 0, started_at = 0, finished_at = 0;
+  int64_t step = 0;        // the last step reported by the current attempt
+  nlohmann::json metrics;  // final metrics; null until the trial is final
+  std::optional<double> objective;
+  std::string error;
+  std::optional<int64_t> parent_trial_id;
+  int64_t generation = 0;
+};
+
+struct MetricRow {
+  int64_t trial_id = 0, attempt = 0, step = 0;
+  std::string name;
+  double value = 0;  // NaN is stored as NULL and read back as NaN
+  double t = 0;
+};
+
+struct EventRow {
+  int64_t id = 0, campaign_id = 0;
+  double t = 0;
+  std::string kind;
+  int64_t trial_id = 0, attempt = 0, group_id = -1;  // 0 / 0 / -1 = none
+  nlohmann::json detail;
+};
+
+struct ArtifactRow {
+  int64_t id = 0, trial_id = 0, attempt = 0;
+  std::string kind, path;
+  int64_t bytes = 0;
+  double created_at = 0;
+};
+
+struct LineageRow {
+  int64_t child_trial_id = 0, parent_trial_id = 0;
+  std::string relation;  // e.g. ga_parent, transfer_source, ensemble_member, pbt_exploit
+};
+
+struct GroupRow {
+  int64_t campaign_id = 0, group_id = 0;
+  std::string backend;
+  int64_t ranks_data = 1, ranks_model = 1;
+  nlohmann::json hosts = nlohmann::json::array();
+  std::string state;
+  uint64_t incarnation = 0;
+  int64_t restarts = 0;
+  double started_at = 0, updated_at = 0;
+};
+
+struct OpenOptions {
+  // Test hook: migrate only up to this version (-1 = latest). A store opened below the latest
+  // version can run only the statements whose tables and columns exist at that version; the others
+  // fail with kIo ("no such column ...").
+  int migrate_to = -1;
+  // How long a statement waits for a lock held by another connection before returning kBusy.
+  int busy_timeout_ms = 5000;
+};
+
+// ---------------------------------------------------------------------------------------------
+// RAII handles for the raw SQLite objects. Move-only; the destructors never throw and ignore
+// errors; close() reports them and is idempotent.
+
+class Statement {
+ public:
+  Statement() noexcept = default;
+  explicit Statement(sqlite3_stmt* stmt) noexcept : stmt_(stmt) {}
+  Statement(Statement&& other) noexcept : stmt_(other.release()) {}
+  Statement& operator=(Statement&& other) noexcept;
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement() noexcept;
+
+  Status close() noexcept;  // finalizes; always succeeds (errors were reported by step)
+  sqlite3_stmt* get() const noexcept { return stmt_; }
+  sqlite3_stmt* release() noexcept;
+  explicit operator bool() const noexcept { return stmt_ != nullptr; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+class Connection {
+ public:
+  Connection() noexcept = default;
+  explicit Connection(sqlite3* db) noexcept : db_(db) {}
+  Connection(Connection&& other) noexcept : db_(other.release()) {}
+  Connection& operator=(Connection&& other) noexcept;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() noexcept;  // sqlite3_close_v2: never fails, defers if statements are still open
+
+  // Closes the connection; kBusy if a statement of it is still open (the handle stays open then).
+  Status close() noexcept;
+  sqlite3* get() const noexcept { return db_; }
+  sqlite3* release() noexcept;
+  explicit operator bool() const noexcept { return db_ != nullptr; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+class Store {
+ public:
+  // Opens (creating it if missing) and migrates the database at `path` (":memory:" works).
+  // Errors: kInvalidArgument when the file is not an hpctune database (naming the path);
+  // kUnavailable when its schema is newer than this build knows; kBusy when another connection
+  // holds the write lock past the busy timeout during migration; kIo otherwise.
+  static Result<std::unique_ptr<Store>> open(const std::string& path, OpenOptions options = {});
+  // Opens an existing database for reading only; never creates or migrates it. kNotFound when the
+  // file does not exist; kUnavailable when its schema is older or newer than this build.
+  static Result<std::unique_ptr<Store>> open_readonly(const std::string& path, OpenOptions options = {});
+  static int latest_version() noexcept;
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store() noexcept;  // rolls back an open transaction, releases the master lock
+
+  // Rolls back an open transaction, finalizes the statements, closes the database and releases
+  // the master lock. Idempotent. Every other method fails with kInvalidArgument afterwards.
+  Status close() noexcept;
+
+  int schema_version() const noexcept { return version_; }
+  const std::string& path() const noexcept { return path_; }
+  bool read_only() const noexcept { return read_only_; }
+  std::string journal_mode();  // "wal" for a file database, "memory" for ":memory:"
+
+  // Takes an exclusive flock on "<path>-master.lock" (kept for the Store's lifetime, dropped by the
+  // kernel when the process dies, even by SIGKILL) and writes "pid host" into it. Idempotent.
+  // kBusy with "another hpctune master (pid P on host H) is running a campaign on <path>; stop it
+  // first" when someone else holds it. A no-op for ":memory:"; kInvalidArgument on a read-only
+  // store.
+  Status acquire_master_lock();
+  bool holds_master_lock() const noexcept { return lock_fd_ >= 0; }
+
+  // Batching: begin() starts a write transaction (BEGIN IMMEDIATE, so the write lock is taken now
+  // and commit() cannot fail on a lock upgrade); commit() makes everything since durable at once.
+  // kInvalidArgument for begin() inside a transaction and for commit() outside one. If commit()
+  // fails the transaction stays open: retry commit() or rollback(). rollback() outside a
+  // transaction is a no-op.
+  Status begin();
+  Status commit();
+  Status rollback();
+  bool in_transaction() const noexcept;
+
+  // --- campaigns and stages ----------------------------------------------------------------
+  // One campaign per database: kInvalidArgument if this database already holds one.
+  Result<int64_t> create_campaign(const CampaignRow& row);
+  // The campaign of this database; nullopt if none was created yet.
+  Result<std::optional<CampaignRow>> load_campaign();
+  // state: running | completed | failed | interrupted; finished_at 0 clears it.
+  Status set_campaign_state(int64_t id, const std::string& state, double finished_at);
+  Status set_search_state(int64_t id, const nlohmann::json& state);
+  // Records which master process runs the campaign now (on start and on resume).
+  Status set_campaign_master(int64_t id, const std::string& host, int64_t pid);
+
+  Result<int64_t> create_stage(int64_t campaign_id, const std::string& kind, const std::string& name,
+                               const nlohmann::json& config, double t);
+  Status set_stage_state(int64_t stage_id, const std::string& state, double finished_at);
+  Result<std::vector<StageRow>> stages(int64_t campaign_id);  // ordered by id
+
+  // --- trials -------------------------------------------------------------------------------
+  // Inserts a trial (row.id is ignored) and returns its id. kInvalidArgument if (campaign, stage,
+  // seq) already exists.
+  Result<int64_t> insert_trial(const TrialRow& row);
+
+  // queued -> assigned for `attempt` on `group_id`, and inserts the attempt's row (state running,
+  // started_at = t). The master calls this for a trial it has just picked, so a trial that is not
+  // queued at `attempt` is a bug: kInvalidArgument naming the trial's actual state and attempt.
+  Status mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t);
+  // assigned -> running (started_at = t). Ignored (Ok) when `attempt` is stale or the trial is not
+  // assigned/running: a late "started" message must not resurrect a trial.
+  Status mark_running(int64_t trial_id, int64_t attempt, double t);
+  // The result of `attempt`: the trial becomes final_state (done | pruned | failed, else
+  // kInvalidArgument) with its final metrics, objective, last step and error; the attempt's row is
+  // closed with the same state. Returns false and changes nothing when the attempt is stale or the
+  // trial is already final (a duplicated or late result); true when recorded.
+  Result<bool> finish_trial(int64_t trial_id, int64_t attempt, TrialState final_state,
+                            const nlohmann::json& metrics, std::optional<double> objective, int64_t step,
+                            const std::string& error, double t);
+  // The attempt was lost (worker died or went silent) or interrupted: closes its row as
+  // `attempt_state` (lost | interrupted, else kInvalidArgument) and queues the trial again as
+  // attempt + 1 (group -1, step 0), or marks it failed if attempt >= max_attempts. Returns the
+  // trial's new state; when the call is stale (other attempt, or the trial is queued or final) it
+  // changes nothing and returns the current state. kNotFound for an unknown trial.
+  Result<TrialState> requeue_trial(int64_t trial_id, int64_t attempt, const std::string& attempt_state,
+                                   const std::string& error, int64_t max_attempts, double t);
+  // Ctrl-C: a non-final trial at `attempt` becomes interrupted, and its running attempt row too.
+  // Ignored (Ok) when stale or final.
+  Status mark_interrupted(int64_t trial_id, int64_t attempt, double t);
+
+  // Intermediate metrics of one report. Idempotent per (trial, attempt, step, name). Also
+  // advances the trial's `step` when `attempt` is its current attempt.
+  Status add_metrics(int64_t trial_id, int64_t attempt, int64_t step,
+                     const std::map<std::string, double>& metrics, double t);
+  // trial_id <= 0, attempt <= 0, group_id < 0 mean "none".
+  Status add_event(int64_t campaign_id, const std::string& kind, int64_t trial_id, int64_t attempt,
+                   int64_t group_id, const nlohmann::json& detail, double t);
+  Status add_artifact(int64_t trial_id, int64_t attempt, const std::string& kind, const std::string& path,
+                      int64_t bytes, double t);
+  // Idempotent per (child, parent, relation).
+  Status add_lineage(int64_t child, int64_t parent, const std::string& relation);
+  // Inserts or updates a trainer group; started_at is set on insert only, updated_at always.
+  Status upsert_group(int64_t campaign_id, int64_t group_id, const std::string& backend, int64_t ranks_data,
+                      int64_t ranks_model, const std::string& state, uint64_t incarnation, int64_t restarts,
+                      double t, const nlohmann::json& hosts = nlohmann::json::array());
+
+  // --- reads --------------------------------------------------------------------------------
+  Result<std::vector<TrialRow>> trials(int64_t campaign_id);  // ordered by stage (none first), then seq
+  Result<std::optional<TrialRow>> trial(int64_t trial_id);
+  Result<std::vector<MetricRow>> metrics(int64_t trial_id);   // ordered by attempt, step, name
+  // The most recent `limit` events (limit <= 0: all), oldest first.
+  Result<std::vector<EventRow>> events(int64_t campaign_id, int64_t limit);
+  // Every trial state name -> count, zeros included.
+  Result<std::map<std::string, int64_t>> count_by_state(int64_t campaign_id);
+  // {trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error} per
+  // attempt, ordered by attempt.
+  Result<std::vector<nlohmann::json>> attempts(int64_t trial_id);
+  Result<std::vector<ArtifactRow>> artifacts(int64_t trial_id);
+  Result<std::vector<LineageRow>> lineage(int64_t child_trial_id);
+  Result<std::vector<GroupRow>> groups(int64_t campaign_id);
+
+ private:
+  Store() = default;
+
+  // Internals (store.cpp): the statement cache and the error and savepoint helpers.
+  Result<sqlite3_stmt*> prepared(int query);
+  Status run(int query, const char* what);  // a cached statement without parameters or rows
+  Status exec(const char* sql, const std::string& what);  // unprepared; open and migration only
+  Error sql_error(int rc, const std::string& what) const;
+  Status check_open() const;
+  Status check_identity();
+  Status migrate(int target);
+  template <typename F>
+  auto atomically(F&& fn) -> decltype(fn());  // fn inside a SAVEPOINT: all its writes or none
+  Result<std::pair<std::string, int64_t>> state_and_attempt(int64_t trial_id);  // ("", 0) if missing
+
+  std::string path_;
+  int version_ = 0;
+  bool read_only_ = false;
+  int lock_fd_ = -1;
+  Connection db_;
+  std::vector<Statement> stmts_;  // the prepared-statement cache, indexed by store.cpp's Query
+};
+
+}  // namespace hpctune::store

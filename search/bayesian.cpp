@@ -1,0 +1,356 @@
+#include "search/bayesian.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "search/encoding.h"
+#include "search/gaussian_process.h"
+#include "search/initial_design.h"
+#include "search/model_data.h"
+#include "search/searcher_base.h"
+
+namespace hpctune::search {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}
+
+std::vector<SettingDecl> bayesian_settings() {
+  return {
+      {"n_initial", SettingType::kInt, nullptr, 1, 100000, {}, "initial design size (default clamp(2 * d, 5, 20))"},
+      {"init", SettingType::kString, "sobol", -kInf, kInf, {"uniform", "sobol", "lhs"}, "initial design"},
+      {"acquisition", SettingType::kString, "ei", -kInf, kInf, {"ei", "ucb"}, "acquisition function"},
+      {"ucb_kappa", SettingType::kFloat, 2.0, 0, 100, {}, "ucb: minimize mean - kappa * stddev"},
+      {"pending", SettingType::kString, "kriging_believer", -kInf, kInf, {"kriging_believer", "constant_liar"},
+       "how running trials enter the model"},
+      {"liar", SettingType::kString, "worst", -kInf, kInf, {"best", "mean", "worst"}, "constant_liar's value"},
+      {"output_transform", SettingType::kString, "none", -kInf, kInf, {"none", "log"}, "transform of the loss"},
+      {"refit_every", SettingType::kInt, 5, 1, 100000, {}, "refit the hyperparameters every k observations"},
+      {"fit_restarts", SettingType::kInt, 3, 0, 100, {}, "random starts of the hyperparameter fit"},
+      {"max_fit_points", SettingType::kInt, 150, 10, 100000, {}, "points used to fit the hyperparameters"},
+      {"acq_samples", SettingType::kInt, 1000, 10, 1000000, {}, "random candidates per suggestion"},
+      {"acq_local_starts", SettingType::kInt, 5, 0, 1000, {}, "local searches per suggestion"},
+  };
+}
+
+namespace {
+
+struct BoConfig {
+  int64_t n_initial;
+  DesignKind init;
+  bool ucb;
+  double kappa;
+  bool kriging_believer;
+  std::string liar;
+  bool log_transform;
+  int64_t refit_every;
+  int fit_restarts;
+  std::size_t max_fit_points;
+  int64_t acq_samples;
+  int64_t acq_local_starts;
+};
+
+class Bayesian final : public SearcherBase {
+ public:
+  Bayesian(const SearchSpec& spec, const BoConfig& cfg)
+      : SearcherBase(spec), cfg_(cfg), enc_(space()), design_(space(), cfg.init, spec.seed, cfg.n_initial) {
+    data_ = warm_start_points(space(), enc_, this->spec());
+    for (const auto& p : data_) warm_usable_ += p.losses.empty() ? 0 : 1;
+  }
+
+  std::string name() const override { return "bayesian"; }
+
+  std::vector<Suggestion> ask(std::size_t n) override {
+    std::vector<Suggestion> out;
+    bool model_ready = false;
+    std::size_t real_n = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const int64_t seq = next_seq();
+      const int64_t design_len = std::max<int64_t>(0, cfg_.n_initial - warm_usable_);
+      if (seq < design_len || usable() < 2) {
+        out.push_back(issue(design_.point(seq), {{"source", "initial"}}));
+        continue;
+      }
+      Rng rng = rng_for(seq, 0xB0);
+      if (!model_ready) {
+        real_n = build_model(seq);
+        model_ready = true;
+      }
+      std::vector<double> u = optimize_acquisition(rng);
+      Params params = enc_.decode(u);
+      add_fantasy(u);
+      out.push_back(issue(std::move(params), {{"source", "model"}}));
+    }
+    if (model_ready) gp_.truncate(real_n);
+    return out;
+  }
+
+ private:
+  void on_tell(const Observation& obs) override { data_.push_back(make_data_point(enc_, obs, objectives())); }
+
+  void add_state(nlohmann::json& s) const override {
+    s["observations_in_model"] = gp_rows_;
+    if (gp_.hyper().log_lengthscale.size() > 0) {
+      std::vector<double> ls;
+      for (Eigen::Index d = 0; d < gp_.hyper().log_lengthscale.size(); ++d)
+        ls.push_back(std::exp(gp_.hyper().log_lengthscale(d)));
+      s["lengthscales"] = ls;
+      s["signal_var"] = std::exp(gp_.hyper().log_signal_var);
+      s["noise_var"] = std::exp(gp_.hyper().log_noise_var);
+    }
+  }
+
+  int64_t usable() const {
+    int64_t k = 0;
+    for (const auto& p : data_) k += p.losses.empty() ? 0 : 1;
+    return k;
+  }
+
+  Eigen::VectorXd features_of(const std::vector<double>& u) const {
+    Eigen::VectorXd f(static_cast<Eigen::Index>(enc_.feature_dims()));
+    enc_.features(u, f.data());
+    return f;
+  }
+
+  // Scalar losses of the data for this batch (multi-objective: a random scalarization).
+  std::vector<double> raw_targets(int64_t seq) const {
+    std::vector<double> y;
+    if (num_objectives() == 1) {
+      for (const auto& p : data_) y.push_back(p.losses.empty() ? std::nan("") : p.losses[0]);
+    } else {
+      Rng rng = rng_for(seq, 0x5CA1);
+      y = scalarize(data_, random_simplex_weights(num_objectives(), rng));
+    }
+    double worst = -kInf;
+    for (double v : y)
+      if (!std::isnan(v)) worst = std::max(worst, v);
+    for (double& v : y)
+      if (std::isnan(v)) v = worst;  // failed trials: the worst loss seen
+    return y;
+  }
+
+  // Standardized (optionally log-warped) targets; sets y_best_ and the liar value.
+  Eigen::VectorXd transform(const std::vector<double>& raw) {
+    std::vector<double> y = raw;
+    if (cfg_.log_transform && !y.empty()) {
+      const double lo = *std::min_element(y.begin(), y.end()), hi = *std::max_element(y.begin(), y.end());
+      const double delta = std::max(1e-3 * (hi - lo), 1e-12 * std::max(1.0, std::fabs(lo)));
+      if (hi > lo)
+        for (double& v : y) v = std::log(v - lo + delta);
+    }
+    const double mean = std::accumulate(y.begin(), y.end(), 0.0) / static_cast<double>(y.size());
+    double var = 0;
+    for (double v : y) var += (v - mean) * (v - mean);
+    const double sd = y.size() > 1 && var > 0 ? std::sqrt(var / static_cast<double>(y.size() - 1)) : 1.0;
+    Eigen::VectorXd out(static_cast<Eigen::Index>(y.size()));
+    for (std::size_t i = 0; i < y.size(); ++i) out(static_cast<Eigen::Index>(i)) = (y[i] - mean) / sd;
+    y_best_ = out.minCoeff();
+    if (cfg_.liar == "best") liar_ = y_best_;
+    else if (cfg_.liar == "worst") liar_ = out.maxCoeff();
+    else liar_ = out.mean();
+    return out;
+  }
+
+  // Brings the GP up to date with data_ (refit or incremental), then adds the pending trials as
+  // fantasies. Returns the number of real points.
+  std::size_t build_model(int64_t seq) {
+    // Every point takes part (failed ones at the worst loss), so rows of the GP are data_ in order.
+    std::vector<std::size_t> rows(data_.size());
+    std::iota(rows.begin(), rows.end(), 0);
+    const std::vector<double> raw_all = raw_targets(seq);
+    std::vector<double> raw;
+    for (std::size_t i : rows) raw.push_back(raw_all[i]);
+    const Eigen::VectorXd y = transform(raw);
+    const std::size_t n = rows.size();
+    const bool refit = !fitted_ || n < 30 || n >= n_at_fit_ + static_cast<std::size_t>(cfg_.refit_every);
+    if (refit || n < gp_rows_) {
+      Eigen::MatrixXd X(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(enc_.feature_dims()));
+      for (std::size_t r = 0; r < n; ++r) X.row(static_cast<Eigen::Index>(r)) = features_of(data_[rows[r]].u).transpose();
+      (void)gp_.set_data(X, y);
+      if (refit) {
+        Rng rng = rng_for(seq, 0xF17);
+        gp_.fit(rng, n < 60 ? cfg_.fit_restarts : std::min(cfg_.fit_restarts, 1), cfg_.max_fit_points);
+        fitted_ = true;
+        n_at_fit_ = n;
+      }
+    } else {
+      for (std::size_t r = gp_rows_; r < n; ++r) gp_.append(features_of(data_[rows[r]].u), y(static_cast<Eigen::Index>(r)));
+      gp_.set_targets(y);
+    }
+    gp_rows_ = n;
+    for (const auto& [pseq, params] : pending()) add_fantasy(enc_.encode(params));
+    return n;
+  }
+
+  void add_fantasy(const std::vector<double>& u) {
+    const Eigen::VectorXd f = features_of(u);
+    double y = liar_;
+    if (cfg_.kriging_believer) {
+      Eigen::VectorXd mean, var;
+      gp_.predict(f.transpose(), mean, var);
+      y = mean(0);
+    }
+    gp_.append(f, y);
+    y_best_ = std::min(y_best_, y);
+  }
+
+  // Acquisition values (larger is better) of candidates.
+  void score(const std::vector<std::vector<double>>& cands, std::vector<double>& out) const {
+    const auto m = static_cast<Eigen::Index>(cands.size());
+    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> F(
+        m, static_cast<Eigen::Index>(enc_.feature_dims()));
+    for (Eigen::Index i = 0; i < m; ++i) enc_.features(cands[static_cast<std::size_t>(i)], F.row(i).data());
+    Eigen::VectorXd mean, var;
+    gp_.predict(F, mean, var);
+    out.resize(cands.size());
+    for (Eigen::Index i = 0; i < m; ++i) {
+      const double sd = std::sqrt(var(i));
+      out[static_cast<std::size_t>(i)] = cfg_.ucb ? -(mean(i) - cfg_.kappa * sd) : log_expected_improvement(mean(i), sd, y_best_);
+    }
+  }
+
+  void perturb(std::vector<double>& u, double sigma, Rng& rng) const {
+    const double p_cat = 1.0 / std::max<std::size_t>(1, enc_.dims());
+    for (std::size_t i = 0; i < enc_.dims(); ++i) {
+      if (std::isnan(u[i])) continue;
+      if (enc_.is_numeric(i)) {
+        double x = u[i] + rng.normal() * sigma;
+        x = std::fmod(std::fabs(x), 2.0);
+        u[i] = x > 1.0 ? 2.0 - x : x;
+      } else if (enc_.is_categorical(i) && enc_.num_choices(i) > 1 && rng.bernoulli(p_cat)) {
+        u[i] = Encoder::unit_of_choice(rng.below(enc_.num_choices(i)), enc_.num_choices(i));
+      }
+    }
+    enc_.repair(u, rng);
+  }
+
+  bool known(const std::vector<double>& u) const {
+    auto same = [&](const std::vector<double>& a) {
+      for (std::size_t i = 0; i < u.size(); ++i)
+        if (!(a[i] == u[i] || (std::isnan(a[i]) && std::isnan(u[i])))) return false;
+      return true;
+    };
+    for (const auto& p : data_)
+      if (same(p.u)) return true;
+    for (const auto& [seq, params] : pending())
+      if (same(enc_.encode(params))) return true;
+    return false;
+  }
+
+  std::vector<double> optimize_acquisition(Rng& rng) {
+    const std::size_t d = enc_.dims();
+    // Fewer candidates as n grows: each costs O(n^2).
+    const double n = static_cast<double>(gp_.size());
+    const double budget = std::clamp(4e8 / std::max(1.0, n * n), 400.0, 4000.0);
+    const auto n_random = static_cast<std::size_t>(std::min<double>(static_cast<double>(cfg_.acq_samples), 0.4 * budget));
+    std::vector<std::vector<double>> cands;
+    for (std::size_t i = 0; i < n_random; ++i) {
+      std::vector<double> u(d);
+      for (auto& x : u) x = rng.uniform();
+      enc_.repair(u, rng);
+      cands.push_back(std::move(u));
+    }
+    // Perturbations of the best observations.
+    std::vector<std::size_t> order(data_.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<double> y0 = raw_targets(next_seq());
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return y0[a] < y0[b]; });
+    for (std::size_t k = 0; k < std::min<std::size_t>(5, order.size()); ++k) {
+      if (data_[order[k]].losses.empty()) continue;
+      for (int j = 0; j < 10; ++j) {
+        std::vector<double> u = data_[order[k]].u;
+        perturb(u, 0.02 + 0.08 * rng.uniform(), rng);
+        cands.push_back(std::move(u));
+      }
+    }
+    std::vector<double> scores;
+    score(cands, scores);
+    std::vector<std::size_t> idx(cands.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+
+    std::vector<double> best_u;
+    double best_s = -kInf;
+    auto consider = [&](const std::vector<double>& u, double s) {
+      if (s > best_s && !known(u)) {
+        best_s = s;
+        best_u = u;
+      }
+    };
+    for (std::size_t k = 0; k < std::min<std::size_t>(idx.size(), 20) && best_u.empty(); ++k) consider(cands[idx[k]], scores[idx[k]]);
+
+    // Local search from the best few.
+    const auto starts = std::min<std::size_t>(static_cast<std::size_t>(cfg_.acq_local_starts), idx.size());
+    const double per_start = starts ? 0.6 * budget / static_cast<double>(starts) : 0;
+    const std::size_t neighbors = 12;
+    for (std::size_t s = 0; s < starts; ++s) {
+      std::vector<double> cur = cands[idx[s]];
+      double cur_s = scores[idx[s]];
+      double sigma = 0.1;
+      double used = 0;
+      while (sigma > 2e-3 && used + static_cast<double>(neighbors) <= per_start) {
+        std::vector<std::vector<double>> nb;
+        for (std::size_t j = 0; j < neighbors; ++j) {
+          std::vector<double> u = cur;
+          perturb(u, sigma * (j % 2 ? 1.0 : 0.3), rng);
+          nb.push_back(std::move(u));
+        }
+        std::vector<double> ns;
+        score(nb, ns);
+        used += static_cast<double>(nb.size());
+        const auto b = static_cast<std::size_t>(std::max_element(ns.begin(), ns.end()) - ns.begin());
+        if (ns[b] > cur_s) {
+          cur = nb[b];
+          cur_s = ns[b];
+        } else {
+          sigma *= 0.5;
+        }
+      }
+      consider(cur, cur_s);
+    }
+    if (best_u.empty()) {  // everything promising is already known: explore
+      best_u = std::vector<double>(d);
+      for (auto& x : best_u) x = rng.uniform();
+      enc_.repair(best_u, rng);
+    }
+    return best_u;
+  }
+
+  BoConfig cfg_;
+  Encoder enc_;
+  InitialDesign design_;
+  std::vector<DataPoint> data_;
+  int64_t warm_usable_ = 0;
+  GaussianProcess gp_;
+  std::size_t gp_rows_ = 0;
+  std::size_t n_at_fit_ = 0;
+  bool fitted_ = false;
+  double y_best_ = 0;
+  double liar_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
+  HPCTUNE_ASSIGN(auto s, resolve_settings("bayesian", bayesian_settings(), spec.settings));
+  BoConfig cfg;
+  int64_t d = 0;
+  for (const auto& p : spec.space.params()) d += p.type == ParamType::kFixed ? 0 : 1;
+  cfg.n_initial = s["n_initial"].is_null() ? std::clamp<int64_t>(2 * d, 5, 20) : s["n_initial"].get<int64_t>();
+  (void)parse_design_kind(s["init"].get<std::string>(), cfg.init);
+  cfg.ucb = s["acquisition"] == "ucb";
+  cfg.kappa = s["ucb_kappa"].get<double>();
+  cfg.kriging_believer = s["pending"] == "kriging_believer";
+  cfg.liar = s["liar"].get<std::string>();
+  cfg.log_transform = s["output_transform"] == "log";
+  cfg.refit_every = s["refit_every"].get<int64_t>();
+  cfg.fit_restarts = static_cast<int>(s["fit_restarts"].get<int64_t>());
+  cfg.max_fit_points = static_cast<std::size_t>(s["max_fit_points"].get<int64_t>());
+  cfg.acq_samples = s["acq_samples"].get<int64_t>();
+  cfg.acq_local_starts = s["acq_local_starts"].get<int64_t>();
+  return std::unique_ptr<Searcher>(std::make_unique<Bayesian>(spec, cfg));
+}
+
+}  // namespace hpctune::search

@@ -1,0 +1,48 @@
+// bayesian: Gaussian-process Bayesian optimization over the transformed (unit) space.
+//
+// After an initial design, each suggestion maximizes an acquisition function of a GP
+// (gaussian_process.h) fitted to the observations: expected improvement, computed in log space,
+// or a lower confidence bound. The acquisition is maximized by random sampling (plus
+// perturbations of the best observations), then a local search from the best few candidates that
+// moves numbers by Gaussian steps and switches choices, conditions repaired after every move.
+//
+// Pending trials (asked, not told) and the earlier members of a batch are added to the GP as
+// fantasies: the posterior mean there (kriging believer) or a constant (constant liar), so a batch
+// spreads out. Between hyperparameter refits, new points extend the Cholesky factor in O(n^2).
+//
+// Targets: each observation's loss (the objective, negated when maximized); failed trials take the
+// worst loss seen; pruned trials their last value. With several objectives, every batch draws
+// random simplex weights from its seq and models their augmented Chebyshev scalarization
+// (ParEGO). Warm-start trials are observations from the start and shorten the initial design.
+//
+// Settings (SearchSpec::settings):
+//   n_initial         int     derived  initial design size; default clamp(2 * d, 5, 20), d the
+//                                      number of searched (non-fixed) parameters
+//   init              string  sobol    design of the initial points: uniform | sobol | lhs
+//   acquisition       string  ei       ei | ucb
+//   ucb_kappa         float   2.0      ucb: minimize mean - kappa * stddev
+//   pending           string  kriging_believer   kriging_believer | constant_liar
+//   liar              string  worst    constant_liar's value: best | mean | worst observed
+//   output_transform  string  none     none | log: model log(y - min + delta) of the loss (for
+//                                      objectives with a heavy upper tail; worse on smooth ones)
+//   refit_every       int     5        refit the hyperparameters every k new observations
+//                                      (always while fewer than 30)
+//   fit_restarts      int     3        random starts of the marginal-likelihood fit, besides the
+//                                      previous and default hyperparameters
+//   max_fit_points    int     150      hyperparameters are fitted on at most this many points
+//   acq_samples       int     1000     random candidates per suggestion
+//   acq_local_starts  int     5        local searches per suggestion
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "search/searcher.h"
+#include "search/settings.h"
+
+namespace hpctune::search {
+
+std::vector<SettingDecl> bayesian_settings();
+Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec);
+
+}  // namespace hpctune::search

@@ -1,0 +1,420 @@
+#include "search/gaussian_process.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <numeric>
+
+namespace hpctune::search {
+
+namespace {
+
+constexpr double kSqrt5 = 2.23606797749979;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Bounds of the hyperparameters in log space (inputs in [0, 1], targets standardized).
+constexpr double kLogLsMin = -5.3, kLogLsMax = 2.3;       // 0.005 .. 10
+constexpr double kLogSigMin = -3.0, kLogSigMax = 3.0;     // 0.05 .. 20
+constexpr double kLogNoiseMin = -13.8, kLogNoiseMax = -0.7;  // 1e-6 .. 0.5
+
+// Gamma(a, b) log density in log coordinates (with the Jacobian): a log x - b x.
+double log_gamma_prior(double log_x, double a, double b) { return a * log_x - b * std::exp(log_x); }
+
+// Squared scaled distances between the rows of A and B.
+Eigen::MatrixXd sq_dist(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) {
+  Eigen::MatrixXd D = (-2.0 * A) * B.transpose();
+  D.colwise() += A.rowwise().squaredNorm();
+  D.rowwise() += B.rowwise().squaredNorm().transpose();
+  return D.cwiseMax(0.0);
+}
+
+double matern(double r2) {
+  const double r = std::sqrt(r2);
+  return (1.0 + kSqrt5 * r + 5.0 / 3.0 * r2) * std::exp(-kSqrt5 * r);
+}
+
+Eigen::MatrixXd scaled(const Eigen::MatrixXd& X, const Eigen::VectorXd& log_ls) {
+  return X * (-log_ls).array().exp().matrix().asDiagonal();
+}
+
+}  // namespace
+
+double normal_pdf(double z) noexcept { return std::exp(-0.5 * z * z) / std::sqrt(2.0 * std::numbers::pi); }
+double normal_cdf(double z) noexcept { return 0.5 * std::erfc(-z / std::numbers::sqrt2); }
+
+double log_h(double z) noexcept {
+  if (z > -5.0) {
+    const double h = z * normal_cdf(z) + normal_pdf(z);
+    return std::log(std::max(h, std::numeric_limits<double>::min()));
+  }
+  // h(z) = phi(z) (1 - t m(t)) with t = -z and m the Mills ratio Phi(-t)/phi(t) = sqrt(pi/2) erfcx(t/sqrt2).
+  const double t = -z;
+  const double u = t / std::numbers::sqrt2;
+  double tm;  // t * m(t)
+  if (u < 25.0) {
+    tm = t * std::sqrt(std::numbers::pi / 2.0) * std::erfc(u) * std::exp(u * u);
+  } else {
+    // The asymptotic series of the Mills ratio: 1 - t m(t) ~ 1/t^2 - 3/t^4 + 15/t^6 - 105/t^8.
+    const double t2 = t * t;
+    const double t4 = t2 * t2;
+    const double one_minus = 1.0 / t2 - 3.0 / t4 + 15.0 / (t4 * t2) - 105.0 / (t4 * t4);
+    return -0.5 * z * z - 0.5 * std::log(2.0 * std::numbers::pi) + std::log(one_minus);
+  }
+  const double one_minus = std::max(1.0 - tm, 1.0 / (t * t) * 0.5);  // guards a rounding-induced <= 0
+  return -0.5 * z * z - 0.5 * std::log(2.0 * std::numbers::pi) + std::log(one_minus);
+}
+
+double expected_improvement(double mu, double sigma, double best) noexcept {
+  if (!(sigma > 0)) return std::max(best - mu, 0.0);
+  const double z = (best - mu) / sigma;
+  return std::max(0.0, sigma * std::exp(log_h(z)));
+}
+
+double log_expected_improvement(double mu, double sigma, double best) noexcept {
+  if (!(sigma > 0)) return best > mu ? std::log(best - mu) : kNegInf;
+  return std::log(sigma) + log_h((best - mu) / sigma);
+}
+
+GpHyper GaussianProcess::default_hyper(std::size_t dims) {
+  GpHyper h;
+  h.log_lengthscale = Eigen::VectorXd::Constant(static_cast<Eigen::Index>(dims), std::log(0.3));
+  h.log_signal_var = 0.0;
+  h.log_noise_var = std::log(1e-4);
+  return h;
+}
+
+Eigen::MatrixXd GaussianProcess::cross_kernel(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) const {
+  Eigen::MatrixXd K = sq_dist(scaled(A, hyper_.log_lengthscale), scaled(B, hyper_.log_lengthscale));
+  const double s2 = std::exp(hyper_.log_signal_var);
+  return K.unaryExpr([s2](double r2) { return s2 * matern(r2); });
+}
+
+Status GaussianProcess::set_data(const Eigen::MatrixXd& X, const Eigen::VectorXd& y) {
+  X_ = X;
+  y_ = y;
+  n_ = static_cast<std::size_t>(X.rows());
+  if (hyper_.log_lengthscale.size() != X.cols()) hyper_ = default_hyper(static_cast<std::size_t>(X.cols()));
+  return factorize();
+}
+
+Status GaussianProcess::set_hyper(const GpHyper& hyper) {
+  hyper_ = hyper;
+  return factorize();
+}
+
+Status GaussianProcess::factorize() {
+  const auto n = static_cast<Eigen::Index>(n_);
+  const Eigen::MatrixXd Xn = X_.topRows(n);
+  Eigen::MatrixXd K = cross_kernel(Xn, Xn);
+  const double noise = std::exp(hyper_.log_noise_var);
+  const double s2 = std::exp(hyper_.log_signal_var);
+  jitter_ = 0.0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Eigen::MatrixXd Kj = K;
+    Kj.diagonal().array() += noise + jitter_;
+    Eigen::LLT<Eigen::MatrixXd> llt(Kj);
+    if (llt.info() == Eigen::Success) {
+      L_ = Eigen::MatrixXd::Zero(std::max<Eigen::Index>(n, 1), std::max<Eigen::Index>(n, 1));
+      L_.topLeftCorner(n, n) = llt.matrixL();
+      recompute_alpha();
+      return Status::Ok();
+    }
+    jitter_ = jitter_ == 0.0 ? 1e-8 * s2 : jitter_ * 10.0;
+  }
+  return err(Errc::kInternal, "the GP kernel matrix is not positive definite even with jitter");
+}
+
+void GaussianProcess::recompute_alpha() {
+  const auto n = static_cast<Eigen::Index>(n_);
+  alpha_ = y_.head(n);
+  if (n == 0) return;
+  auto L = L_.topLeftCorner(n, n).triangularView<Eigen::Lower>();
+  L.solveInPlace(alpha_);
+  L.transpose().solveInPlace(alpha_);
+}
+
+void GaussianProcess::set_targets(const Eigen::VectorXd& y) {
+  y_.head(static_cast<Eigen::Index>(n_)) = y;
+  recompute_alpha();
+}
+
+void GaussianProcess::append(const Eigen::VectorXd& x, double y) {
+  const auto n = static_cast<Eigen::Index>(n_);
+  if (X_.rows() <= n) {
+    const Eigen::Index cap = std::max<Eigen::Index>(8, 2 * n);
+    X_.conservativeResize(cap, x.size());
+    y_.conservativeResize(cap);
+  }
+  if (L_.rows() <= n) {
+    const Eigen::Index cap = std::max<Eigen::Index>(8, 2 * n);
+    Eigen::MatrixXd L = Eigen::MatrixXd::Zero(cap, cap);
+    L.topLeftCorner(n, n) = L_.topLeftCorner(n, n);
+    L_ = std::move(L);
+  }
+  X_.row(n) = x.transpose();
+  y_(n) = y;
+  Eigen::VectorXd k = cross_kernel(X_.topRows(n), x.transpose()).col(0);
+  const double kxx = std::exp(hyper_.log_signal_var) + std::exp(hyper_.log_noise_var) + jitter_;
+  Eigen::VectorXd l = k;
+  if (n > 0) L_.topLeftCorner(n, n).triangularView<Eigen::Lower>().solveInPlace(l);
+  const double d2 = kxx - l.squaredNorm();
+  L_.row(n).head(n) = l.transpose();
+  L_(n, n) = std::sqrt(std::max(d2, 1e-10 * kxx));
+  n_ += 1;
+  recompute_alpha();
+}
+
+void GaussianProcess::truncate(std::size_t n) {
+  if (n >= n_) return;
+  n_ = n;
+  recompute_alpha();
+}
+
+void GaussianProcess::predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd& mean, Eigen::VectorXd& var) const {
+  const auto n = static_cast<Eigen::Index>(n_);
+  const double s2 = std::exp(hyper_.log_signal_var);
+  if (n == 0) {
+    mean = Eigen::VectorXd::Zero(Xs.rows());
+    var = Eigen::VectorXd::Constant(Xs.rows(), s2);
+    return;
+  }
+  Eigen::MatrixXd Ks = cross_kernel(X_.topRows(n), Xs);  // n x m
+  mean = Ks.transpose() * alpha_;
+  L_.topLeftCorner(n, n).triangularView<Eigen::Lower>().solveInPlace(Ks);
+  var = (s2 - Ks.colwise().squaredNorm().transpose().array()).cwiseMax(1e-12 * s2).matrix();
+}
+
+double GaussianProcess::log_marginal_likelihood() const {
+  const auto n = static_cast<Eigen::Index>(n_);
+  double out = -0.5 * y_.head(n).dot(alpha_) - 0.5 * static_cast<double>(n) * std::log(2.0 * std::numbers::pi);
+  for (Eigen::Index i = 0; i < n; ++i) out -= std::log(L_(i, i));
+  return out;
+}
+
+double GaussianProcess::log_marginal_likelihood(const Eigen::MatrixXd& X, const Eigen::VectorXd& y,
+                                                const GpHyper& hyper, Eigen::VectorXd* grad) {
+  const Eigen::Index n = X.rows(), D = X.cols();
+  const Eigen::MatrixXd Xs = scaled(X, hyper.log_lengthscale);
+  const Eigen::MatrixXd R2 = sq_dist(Xs, Xs);
+  const double s2 = std::exp(hyper.log_signal_var), noise = std::exp(hyper.log_noise_var);
+  Eigen::MatrixXd M = R2.unaryExpr([](double r2) { return matern(r2); });
+  Eigen::MatrixXd K = s2 * M;
+  K.diagonal().array() += noise;
+  Eigen::LLT<Eigen::MatrixXd> llt(K);
+  if (llt.info() != Eigen::Success) return kNegInf;
+  const Eigen::MatrixXd L = llt.matrixL();
+  Eigen::VectorXd alpha = llt.solve(y);
+  double lml = -0.5 * y.dot(alpha) - 0.5 * static_cast<double>(n) * std::log(2.0 * std::numbers::pi);
+  for (Eigen::Index i = 0; i < n; ++i) lml -= std::log(L(i, i));
+  if (!std::isfinite(lml)) return kNegInf;
+  if (grad) {
+    // d lml / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/dtheta).
+    Eigen::MatrixXd W = llt.solve(Eigen::MatrixXd::Identity(n, n));
+    W = alpha * alpha.transpose() - W;
+    grad->resize(D + 2);
+    (*grad)(D) = 0.5 * (W.cwiseProduct(s2 * M)).sum();
+    (*grad)(D + 1) = 0.5 * noise * W.trace();
+    // dk/dlog l_d = s2 * 5/3 (1 + sqrt5 r) exp(-sqrt5 r) * (x_d - x'_d)^2 / l_d^2.
+    Eigen::MatrixXd G = R2.unaryExpr([s2](double r2) {
+      const double r = std::sqrt(r2);
+      return s2 * 5.0 / 3.0 * (1.0 + kSqrt5 * r) * std::exp(-kSqrt5 * r);
+    });
+    G = G.cwiseProduct(W);
+    const Eigen::VectorXd g = G.rowwise().sum();
+    const Eigen::MatrixXd GX = G * Xs;
+    for (Eigen::Index d = 0; d < D; ++d) {
+      // sum_ij G_ij (xs_id - xs_jd)^2 = 2 sum_i xs_id^2 g_i - 2 xs_d^T G xs_d  (G symmetric)
+      const double s = 2.0 * Xs.col(d).array().square().matrix().dot(g) - 2.0 * Xs.col(d).dot(GX.col(d));
+      (*grad)(d) = 0.5 * s;
+    }
+  }
+  return lml;
+}
+
+namespace {
+
+struct Box {
+  Eigen::VectorXd lo, hi;
+};
+
+Eigen::VectorXd pack(const GpHyper& h) {
+  const Eigen::Index D = h.log_lengthscale.size();
+  Eigen::VectorXd t(D + 2);
+  t.head(D) = h.log_lengthscale;
+  t(D) = h.log_signal_var;
+  t(D + 1) = h.log_noise_var;
+  return t;
+}
+
+GpHyper unpack(const Eigen::VectorXd& t) {
+  const Eigen::Index D = t.size() - 2;
+  GpHyper h;
+  h.log_lengthscale = t.head(D);
+  h.log_signal_var = t(D);
+  h.log_noise_var = t(D + 1);
+  return h;
+}
+
+// Negative log posterior (to minimize) in unconstrained z, theta = lo + (hi - lo) sigmoid(z).
+double objective(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, const Box& box, const Eigen::VectorXd& z,
+                 Eigen::VectorXd& gz) {
+  const Eigen::Index P = z.size(), D = P - 2;
+  Eigen::VectorXd s = (1.0 + (-z).array().exp()).inverse().matrix();
+  Eigen::VectorXd theta = box.lo + (box.hi - box.lo).cwiseProduct(s);
+  GpHyper h = unpack(theta);
+  Eigen::VectorXd g;
+  double f = GaussianProcess::log_marginal_likelihood(X, y, h, &g);
+  if (!std::isfinite(f)) {
+    gz = Eigen::VectorXd::Zero(P);
+    return std::numeric_limits<double>::infinity();
+  }
+  // Priors: lengthscale Gamma(3, 6), signal variance Gamma(2, 0.15), noise Gamma(1.1, 0.05).
+  for (Eigen::Index d = 0; d < D; ++d) {
+    f += log_gamma_prior(theta(d), 3.0, 6.0);
+    g(d) += 3.0 - 6.0 * std::exp(theta(d));
+  }
+  f += log_gamma_prior(theta(D), 2.0, 0.15);
+  g(D) += 2.0 - 0.15 * std::exp(theta(D));
+  f += log_gamma_prior(theta(D + 1), 1.1, 0.05);
+  g(D + 1) += 1.1 - 0.05 * std::exp(theta(D + 1));
+  gz = -(g.array() * (box.hi - box.lo).array() * s.array() * (1.0 - s.array())).matrix();
+  return -f;
+}
+
+Eigen::VectorXd to_z(const Box& box, const Eigen::VectorXd& theta) {
+  Eigen::VectorXd p = ((theta - box.lo).array() / (box.hi - box.lo).array()).cwiseMax(1e-4).cwiseMin(1 - 1e-4).matrix();
+  return (p.array() / (1.0 - p.array())).log().matrix();
+}
+
+// L-BFGS with a backtracking Armijo line search. Returns the best point found.
+Eigen::VectorXd lbfgs(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, const Box& box, Eigen::VectorXd z,
+                      int max_iter, double& best_f) {
+  const int m = 6;
+  std::vector<Eigen::VectorXd> S, Y;
+  Eigen::VectorXd g;
+  double f = objective(X, y, box, z, g);
+  best_f = f;
+  if (!std::isfinite(f)) return z;
+  for (int it = 0; it < max_iter; ++it) {
+    // Two-loop recursion.
+    Eigen::VectorXd q = g;
+    std::vector<double> a(S.size());
+    for (int i = static_cast<int>(S.size()) - 1; i >= 0; --i) {
+      a[i] = S[i].dot(q) / Y[i].dot(S[i]);
+      q -= a[i] * Y[i];
+    }
+    if (!S.empty()) q *= S.back().dot(Y.back()) / Y.back().squaredNorm();
+    for (std::size_t i = 0; i < S.size(); ++i) {
+      const double b = Y[i].dot(q) / Y[i].dot(S[i]);
+      q += S[i] * (a[i] - b);
+    }
+    Eigen::VectorXd dir = -q;
+    double slope = g.dot(dir);
+    if (!(slope < 0)) {
+      dir = -g;
+      slope = -g.squaredNorm();
+      S.clear();
+      Y.clear();
+    }
+    if (-slope < 1e-10) break;
+    double step = S.empty() ? std::min(1.0, 1.0 / std::sqrt(g.squaredNorm())) : 1.0;
+    Eigen::VectorXd z_new, g_new;
+    double f_new = f;
+    bool accepted = false;
+    for (int ls = 0; ls < 20; ++ls) {
+      z_new = z + step * dir;
+      f_new = objective(X, y, box, z_new, g_new);
+      if (std::isfinite(f_new) && f_new <= f + 1e-4 * step * slope) {
+        accepted = true;
+        break;
+      }
+      step *= 0.5;
+    }
+    if (!accepted) break;
+    Eigen::VectorXd s = z_new - z, yv = g_new - g;
+    if (s.dot(yv) > 1e-12) {
+      S.push_back(s);
+      Y.push_back(yv);
+      if (static_cast<int>(S.size()) > m) {
+        S.erase(S.begin());
+        Y.erase(Y.begin());
+      }
+    }
+    const double rel = std::fabs(f - f_new) / std::max(1.0, std::fabs(f));
+    z = z_new;
+    g = g_new;
+    f = f_new;
+    if (rel < 1e-7) break;
+  }
+  best_f = f;
+  return z;
+}
+
+}  // namespace
+
+void GaussianProcess::fit(Rng& rng, int restarts, std::size_t max_points) {
+  const auto n = static_cast<Eigen::Index>(n_);
+  const Eigen::Index D = X_.cols();
+  if (n < 2) return;
+  // The subset the hyperparameters are fitted on.
+  Eigen::MatrixXd Xf;
+  Eigen::VectorXd yf;
+  if (static_cast<std::size_t>(n) <= max_points) {
+    Xf = X_.topRows(n);
+    yf = y_.head(n);
+  } else {
+    std::vector<Eigen::Index> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return y_(a) < y_(b); });
+    const std::size_t best = max_points / 3;
+    std::vector<Eigen::Index> rest(order.begin() + static_cast<std::ptrdiff_t>(best), order.end());
+    for (std::size_t i = rest.size(); i > 1; --i) std::swap(rest[i - 1], rest[rng.below(i)]);
+    std::vector<Eigen::Index> pick(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(best));
+    pick.insert(pick.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(max_points - best));
+    Xf.resize(static_cast<Eigen::Index>(pick.size()), D);
+    yf.resize(static_cast<Eigen::Index>(pick.size()));
+    for (std::size_t i = 0; i < pick.size(); ++i) {
+      Xf.row(static_cast<Eigen::Index>(i)) = X_.row(pick[i]);
+      yf(static_cast<Eigen::Index>(i)) = y_(pick[i]);
+    }
+  }
+  Box box;
+  box.lo.resize(D + 2);
+  box.hi.resize(D + 2);
+  box.lo.head(D).setConstant(kLogLsMin);
+  box.hi.head(D).setConstant(kLogLsMax);
+  box.lo(D) = kLogSigMin;
+  box.hi(D) = kLogSigMax;
+  box.lo(D + 1) = kLogNoiseMin;
+  box.hi(D + 1) = kLogNoiseMax;
+
+  std::vector<Eigen::VectorXd> starts;
+  if (hyper_.log_lengthscale.size() == D) starts.push_back(pack(hyper_));
+  starts.push_back(pack(default_hyper(static_cast<std::size_t>(D))));
+  for (int r = 0; r < restarts; ++r) {
+    Eigen::VectorXd t(D + 2);
+    for (Eigen::Index d = 0; d < D; ++d) t(d) = std::log(rng.uniform(0.05, 2.0));
+    t(D) = std::log(rng.uniform(0.3, 3.0));
+    t(D + 1) = rng.uniform(std::log(1e-6), std::log(1e-1));
+    starts.push_back(t);
+  }
+  double best_f = std::numeric_limits<double>::infinity();
+  Eigen::VectorXd best_theta = pack(hyper_.log_lengthscale.size() == D ? hyper_ : default_hyper(static_cast<std::size_t>(D)));
+  for (const auto& t : starts) {
+    double f;
+    Eigen::VectorXd z = lbfgs(Xf, yf, box, to_z(box, t), 60, f);
+    if (f < best_f) {
+      best_f = f;
+      Eigen::VectorXd s = (1.0 + (-z).array().exp()).inverse().matrix();
+      best_theta = box.lo + (box.hi - box.lo).cwiseProduct(s);
+    }
+  }
+  hyper_ = unpack(best_theta);
+  if (!factorize().ok()) {
+    hyper_ = default_hyper(static_cast<std::size_t>(D));
+    (void)factorize();
+  }
+}
+
+}  // namespace hpctune::search

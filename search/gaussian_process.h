@@ -1,0 +1,90 @@
+// A Gaussian process regressor with a Matérn 5/2 ARD kernel (Eigen), for the bayesian searcher.
+//
+//   k(x, x') = s2 * (1 + sqrt(5) r + 5/3 r^2) exp(-sqrt(5) r),   r^2 = sum_d (x_d - x'_d)^2 / l_d^2
+//   y = f(x) + eps, eps ~ N(0, noise)
+//
+// Targets are expected standardized (the searcher does it), so the prior mean is 0.
+// Hyperparameters (log l_d, log s2, log noise) are fitted by maximizing the log marginal likelihood
+// plus weak Gamma priors on l, s2 and noise (those of BoTorch's classic SingleTaskGP: without them
+// a handful of points makes the fit degenerate), multi-start L-BFGS in a box.
+//
+// Cost control: the Cholesky factor is extended by append() in O(n^2) per point (fantasies for
+// pending trials, new observations between refits) and truncate() drops appended points exactly,
+// since the leading block of a Cholesky factor is the factor of the leading block.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "common/result.h"
+#include "common/rng.h"
+
+namespace hpctune::search {
+
+// Standard normal density and distribution.
+double normal_pdf(double z) noexcept;
+double normal_cdf(double z) noexcept;
+// log(z * Phi(z) + phi(z)), accurate for every z (no underflow for z -> -inf).
+double log_h(double z) noexcept;
+// Expected improvement below `best` (minimization) of Y ~ N(mu, sigma^2), and its log.
+// EI >= 0 always; log EI is finite for every finite input with sigma > 0.
+double expected_improvement(double mu, double sigma, double best) noexcept;
+double log_expected_improvement(double mu, double sigma, double best) noexcept;
+
+struct GpHyper {
+  Eigen::VectorXd log_lengthscale;  // one per input dimension
+  double log_signal_var = 0.0;
+  double log_noise_var = -9.2;  // about 1e-4
+};
+
+class GaussianProcess {
+ public:
+  // Replaces the data (rows of X are points) and factorizes with the current hyperparameters
+  // (defaults when their dimension does not match X).
+  Status set_data(const Eigen::MatrixXd& X, const Eigen::VectorXd& y);
+  // New targets for the same inputs: the factor is kept, only the weights are recomputed.
+  void set_targets(const Eigen::VectorXd& y);
+  Status set_hyper(const GpHyper& hyper);
+  const GpHyper& hyper() const noexcept { return hyper_; }
+  std::size_t size() const noexcept { return n_; }
+  std::size_t dims() const noexcept { return static_cast<std::size_t>(X_.cols()); }
+
+  // Adds one point in O(n^2) with the current hyperparameters.
+  void append(const Eigen::VectorXd& x, double y);
+  // Keeps the first n points.
+  void truncate(std::size_t n);
+
+  // Posterior mean and variance of the latent f at each row of Xs.
+  void predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd& mean, Eigen::VectorXd& var) const;
+
+  // log p(y | X, hyper) of the current data.
+  double log_marginal_likelihood() const;
+  // The same for any data and hyperparameters, with the gradient w.r.t. (log l, log s2, log noise)
+  // when `grad` is given. -infinity when K is not positive definite.
+  static double log_marginal_likelihood(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, const GpHyper& hyper,
+                                        Eigen::VectorXd* grad);
+
+  // Fits the hyperparameters: multi-start L-BFGS from the current ones, the defaults and
+  // `restarts` random points. Uses at most `max_points` points (the best third by y plus a random
+  // rest) to bound the cost. Then refactorizes on all data.
+  void fit(Rng& rng, int restarts, std::size_t max_points);
+
+  static GpHyper default_hyper(std::size_t dims);
+
+ private:
+  Status factorize();
+  void recompute_alpha();
+  Eigen::MatrixXd cross_kernel(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) const;
+
+  Eigen::MatrixXd X_;  // n_ x D, capacity rows
+  Eigen::VectorXd y_;
+  Eigen::MatrixXd L_;  // lower Cholesky factor, top-left n_ x n_ valid
+  Eigen::VectorXd alpha_;
+  std::size_t n_ = 0;
+  double jitter_ = 0.0;
+  GpHyper hyper_;
+};
+
+}  // namespace hpctune::search

@@ -1,0 +1,148 @@
+// Helpers for the end-to-end tests: a temporary directory, the hpctune binary as a child process,
+// reading the campaign database back, and the orphan check.
+#pragma once
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "scheduler/child_process.h"
+#include "scheduler/store.h"
+
+namespace hpctune::testing {
+
+using namespace std::chrono_literals;
+
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-test-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name)) << text;
+    return file(name);
+  }
+  std::string path;
+};
+
+// Runs `hpctune args...`, output to `log`; returns the handle.
+inline ChildProcess start_hpctune(const std::vector<std::string>& args, const std::string& log) {
+  SpawnOptions o;
+  o.argv = {HPCTUNE_BINARY};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.stdout_path = log;
+  o.stderr_path = "=stdout";
+  auto child = ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  return std::move(child).value();
+}
+
+inline ExitStatus run_hpctune(const std::vector<std::string>& args, const std::string& log,
+                              std::chrono::milliseconds limit = 120s) {
+  ChildProcess child = start_hpctune(args, log);
+  auto status = child.wait_for(limit);
+  REQUIRE_MESSAGE(status.has_value(), "hpctune did not finish in time; log:\n" << tail_file(log, 40));
+  return *status;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Pids of live processes whose command line mentions `needle` (zombies excluded).
+inline std::vector<pid_t> processes_mentioning(const std::string& needle) {
+  std::vector<pid_t> out;
+  DIR* proc = opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(atoi(e->d_name));
+    if (pid <= 0 || pid == getpid()) continue;
+    std::ifstream cmd("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(cmd)), {});
+    if (line.find(needle) == std::string::npos) continue;
+    std::ifstream st("/proc/" + std::string(e->d_name) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(st)), {});
+    auto close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') continue;
+    out.push_back(pid);
+  }
+  closedir(proc);
+  return out;
+}
+
+// Worker processes of the campaign in `db` (they carry --campaign <absolute db path>).
+inline std::vector<pid_t> workers_of(const std::string& db) {
+  return processes_mentioning(std::string("--campaign") + '\0' + std::filesystem::absolute(db).string());
+}
+
+// Waits up to 5 s for every process of the campaign to be gone; fails the test otherwise.
+inline void check_no_orphans(const std::string& db) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!workers_of(db).empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  CHECK_MESSAGE(workers_of(db).empty(), "orphan processes of the campaign survived");
+}
+
+inline bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+inline std::vector<store::TrialRow> read_trials(const std::string& db) {
+  auto s = store::Store::open_readonly(db);
+  if (!s.ok()) return {};
+  auto c = (*s)->load_campaign();
+  if (!c.ok() || !*c) return {};
+  auto t = (*s)->trials((*c)->id);
+  return t.ok() ? t.value() : std::vector<store::TrialRow>{};
+}
+
+inline std::vector<store::EventRow> read_events(const std::string& db) {
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  auto e = (*s)->events((*c)->id, 0);
+  REQUIRE(e.ok());
+  return e.value();
+}
+
+// A sleep-trainer campaign config.
+inline std::string sleep_config(const std::string& name, int max_trials, double seconds, int steps, int groups,
+                                double hb_interval = 1.0, double hb_timeout = 10.0) {
+  return "name: " + name +
+         "\nseed: 5\nobjective: {metric: value, mode: max}\n"
+         "search: {algorithm: random, max_trials: " +
+         std::to_string(max_trials) +
+         "}\n"
+         "space:\n  value: {type: float, low: 0.0, high: 1.0}\n"
+         "trainer: {kind: sleep, seconds: " +
+         std::to_string(seconds) + ", steps: " + std::to_string(steps) +
+         ", metric: value}\n"
+         "resources: {groups: " +
+         std::to_string(groups) + ", heartbeat_interval: " + std::to_string(hb_interval) +
+         ", heartbeat_timeout: " + std::to_string(hb_timeout) + "}\n";
+}
+
+}  // namespace hpctune::testing

@@ -1,0 +1,182 @@
+// End to end through the hpctune binary: the campaign survives any of its processes being killed.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+
+#include "tests/campaign_fixture.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using store::TrialState;
+
+namespace {
+
+std::multiset<std::string> param_set(const std::vector<store::TrialRow>& trials) {
+  std::multiset<std::string> out;
+  for (const auto& t : trials) out.insert(t.params.dump());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL of the master, then resume: nothing lost or repeated, same trials as an uninterrupted run") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("kill-master", 30, 0.05, 1, 3));
+
+  const std::string ref_db = dir.file("ref.db");
+  auto ref = run_hpctune({"run", cfg, "--db", ref_db}, dir.file("ref.log"));
+  REQUIRE_MESSAGE(ref.success(), read_file(dir.file("ref.log")));
+  const auto reference = read_trials(ref_db);
+  REQUIRE(reference.size() == 30);
+
+  const std::string db = dir.file("killed.db");
+  auto killed = run_hpctune({"run", cfg, "--db", db, "--failpoint", "after-commit", "--failpoint-hit", "25"},
+                            dir.file("killed.log"));
+  CHECK(killed.signaled);
+  CHECK(killed.signal == SIGKILL);
+  check_no_orphans(db);
+  const auto partial = read_trials(db);
+  int64_t done_before = 0;
+  for (const auto& t : partial) done_before += t.state == TrialState::kDone;
+  CHECK(done_before > 0);
+  CHECK(done_before < 30);
+
+  auto resumed = run_hpctune({"resume", db}, dir.file("resume.log"));
+  REQUIRE_MESSAGE(resumed.success(), read_file(dir.file("resume.log")));
+  check_no_orphans(db);
+
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 30);
+  std::set<int64_t> seqs;
+  for (const auto& t : trials) {
+    CHECK(t.state == TrialState::kDone);
+    seqs.insert(t.seq);
+  }
+  CHECK(seqs.size() == 30);  // no seq twice
+  // Trials done before the kill kept their result and their single attempt.
+  for (const auto& before : partial) {
+    if (before.state != TrialState::kDone) continue;
+    auto it = std::find_if(trials.begin(), trials.end(), [&](const auto& t) { return t.id == before.id; });
+    REQUIRE(it != trials.end());
+    CHECK(it->attempt == before.attempt);
+    CHECK(it->finished_at == before.finished_at);
+  }
+  CHECK(param_set(trials) == param_set(reference));
+}
+
+TEST_CASE("SIGKILL of a worker in the middle of a trial: the trial completes as attempt 2") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("kill-worker", 3, 1.5, 3, 1));
+  const std::string db = dir.file("c.db");
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  int64_t victim_trial = 0;
+  REQUIRE_MESSAGE(wait_until(
+                      [&] {
+                        for (const auto& t : read_trials(db)) {
+                          if (t.state == TrialState::kRunning) {
+                            victim_trial = t.id;
+                            return true;
+                          }
+                        }
+                        return false;
+                      },
+                      30s),
+                  read_file(dir.file("run.log")));
+  auto pids = workers_of(db);
+  REQUIRE(pids.size() == 1);
+  kill(pids[0], SIGKILL);
+  auto status = master.wait_for(60s);
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  check_no_orphans(db);
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 3);
+  for (const auto& t : trials) {
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.attempt == (t.id == victim_trial ? 2 : 1));
+  }
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto attempts = (*s)->attempts(victim_trial);
+  REQUIRE(attempts.ok());
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0]["state"] == "lost");
+  CHECK((*attempts)[1]["state"] == "done");
+}
+
+TEST_CASE("SIGSTOP of a worker past the heartbeat timeout, then SIGCONT: its late result is ignored") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("stop-worker", 2, 2.0, 4, 2, 0.2, 1.0));
+  const std::string db = dir.file("c.db");
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  // Wait until both groups run a trial, then freeze one of them.
+  REQUIRE(wait_until(
+      [&] {
+        int running = 0;
+        for (const auto& t : read_trials(db)) running += t.state == TrialState::kRunning;
+        return running == 2 && workers_of(db).size() == 2;
+      },
+      30s));
+  const pid_t frozen = workers_of(db)[0];
+  kill(frozen, SIGSTOP);
+  std::this_thread::sleep_for(2500ms);  // > heartbeat_timeout
+  kill(frozen, SIGCONT);
+  auto status = master.wait_for(60s);
+  REQUIRE(status.has_value());
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  check_no_orphans(db);
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 2);
+  int second_attempts = 0;
+  for (const auto& t : trials) {
+    CHECK(t.state == TrialState::kDone);
+    second_attempts += t.attempt == 2;
+  }
+  CHECK(second_attempts == 1);
+  bool late = false, lost = false;
+  for (const auto& e : read_events(db)) {
+    late = late || e.kind == "late_result_ignored";
+    lost = lost || e.kind == "group_lost";
+  }
+  CHECK(lost);
+  CHECK_MESSAGE(late, read_file(dir.file("run.log")));
+}
+
+TEST_CASE("a second master is refused; Ctrl-C records interrupted trials and exits 130; resume completes") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("ctrl-c", 6, 1.0, 2, 2));
+  const std::string db = dir.file("c.db");
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE(wait_until(
+      [&] {
+        for (const auto& t : read_trials(db)) {
+          if (t.state == TrialState::kRunning) return true;
+        }
+        return false;
+      },
+      30s));
+  auto second = run_hpctune({"resume", db}, dir.file("second.log"), 30s);
+  CHECK(second.code == 1);
+  CHECK(read_file(dir.file("second.log")).find("another hpctune master") != std::string::npos);
+
+  master.signal(SIGINT);
+  auto status = master.wait_for(30s);
+  REQUIRE(status.has_value());
+  CHECK(status->code == 130);
+  check_no_orphans(db);
+  int interrupted = 0, done = 0;
+  for (const auto& t : read_trials(db)) {
+    interrupted += t.state == TrialState::kInterrupted;
+    done += t.state == TrialState::kDone;
+  }
+  CHECK(interrupted >= 1);
+  CHECK(done < 6);
+
+  auto resumed = run_hpctune({"resume", db}, dir.file("resume.log"));
+  CHECK_MESSAGE(resumed.success(), read_file(dir.file("resume.log")));
+  check_no_orphans(db);
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 6);
+  for (const auto& t : trials) CHECK(t.state == TrialState::kDone);
+}

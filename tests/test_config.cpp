@@ -1,0 +1,662 @@
+// The YAML campaign config: a full config with every field, defaults, the settings table, the
+// bad-config fixtures under tests/configs/bad (each with its exact message and location), the
+// duration parser, "did you mean", and configs/reference.yaml kept equal to reference_yaml().
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "scheduler/config.h"
+#include "scheduler/settings.h"
+#include "search/searcher.h"
+
+using hpctune::Errc;
+using nlohmann::json;
+namespace config = hpctune::config;
+namespace search = hpctune::search;
+
+namespace {
+
+std::string source_path(const std::string& relative) { return std::string(HPCTUNE_SOURCE_DIR) + "/" + relative; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+config::CampaignConfig parse_ok(const std::string& text) {
+  auto parsed = config::parse_config(text, "test.yaml");
+  if (!parsed.ok()) FAIL("unexpected error: " << parsed.error().message());
+  return std::move(parsed).value();
+}
+
+std::string parse_error(const std::string& text, Errc expected = Errc::kConfig) {
+  auto parsed = config::parse_config(text, "test.yaml");
+  REQUIRE_MESSAGE(!parsed.ok(), "parsed although it should not:\n" << text);
+  CHECK(parsed.error().code() == expected);
+  return parsed.error().message();
+}
+
+const search::ParamSpec& param(const config::CampaignConfig& c, const std::string& name) {
+  const auto* p = c.space.find(name);
+  REQUIRE_MESSAGE(p != nullptr, "no parameter " << name);
+  return *p;
+}
+
+const char* const kFull = R"(# Every section, most keys given.
+name: fashion-sweep
+storage: runs/fashion.db
+seed: 42
+objective:
+  metric: val_loss
+  mode: min
+space:
+  lr: {type: float, low: 1.0e-4, high: 0.3, log: true}
+  batch_size: {type: int, low: 32, high: 512, step: 32}
+  activation: {type: choice, values: [relu, tanh], ordered: true}
+  nesterov: {type: choice, values: [false, true]}
+  momentum:
+    type: float
+    low: 0.5
+    high: 0.99
+    when: {nesterov: true}
+  dropout: {type: float, low: 0.0, high: 0.5, resolution: 6}
+  epochs: 4
+  hidden: [128, 64]
+  weight_decay: {type: fixed, value: 1.0e-5}
+search:
+  algorithm: random
+  max_trials: 64
+  max_time: 1h30m
+  max_attempts: 5
+  init: sobol
+  warm_start: old.db
+early_stopping:
+  kind: asha
+  grace_period: 2
+trainer:
+  kind: mlp
+  lr: 0.01
+  batch_size: 128
+  activation: tanh
+resources:
+  backend: local
+  groups: 8
+  ranks: {data: 2, model: 1}
+  threads: 4
+  heartbeat_interval: 500ms
+  heartbeat_timeout: 30s
+  max_group_restarts: 7
+  startup_timeout: 2m
+)";
+
+const char* const kMinimal = R"(name: demo
+objective: {metric: value}
+search: {max_trials: 3}
+trainer: {kind: sleep}
+)";
+
+}  // namespace
+
+TEST_CASE("a full config parses with every field") {
+  const auto c = parse_ok(kFull);
+  CHECK(c.source == "test.yaml");
+  CHECK(c.text == kFull);
+  CHECK(c.name == "fashion-sweep");
+  CHECK(c.storage == "runs/fashion.db");
+  CHECK(c.seed == 42);
+  REQUIRE(c.objectives.size() == 1);
+  CHECK(c.objectives[0].metric == "val_loss");
+  CHECK_FALSE(c.objectives[0].maximize);
+
+  REQUIRE(c.space.size() == 9);
+  const auto& lr = param(c, "lr");
+  CHECK(lr.type == search::ParamType::kFloat);
+  CHECK(lr.low == doctest::Approx(1e-4));
+  CHECK(lr.high == doctest::Approx(0.3));
+  CHECK(lr.log);
+  CHECK(lr.resolution == 0);
+  const auto& batch = param(c, "batch_size");
+  CHECK(batch.type == search::ParamType::kInt);
+  CHECK(batch.low == 32);
+  CHECK(batch.high == 512);
+  CHECK(batch.step == 32);
+  CHECK_FALSE(batch.log);
+  const auto& activation = param(c, "activation");
+  CHECK(activation.type == search::ParamType::kChoice);
+  CHECK(activation.choices == std::vector<json>{"relu", "tanh"});
+  CHECK(activation.ordered);
+  const auto& momentum = param(c, "momentum");
+  REQUIRE(momentum.when.has_value());
+  CHECK(momentum.when->parent == "nesterov");
+  CHECK(momentum.when->values == std::vector<json>{true});
+  CHECK(param(c, "dropout").resolution == 6);
+  CHECK(param(c, "epochs").type == search::ParamType::kFixed);
+  CHECK(param(c, "epochs").value == 4);
+  CHECK(param(c, "hidden").value == json::array({128, 64}));
+  CHECK(param(c, "weight_decay").value.get<double>() == doctest::Approx(1e-5));
+  // Parents before children: nesterov before momentum.
+  CHECK(c.space.index_of("nesterov") < c.space.index_of("momentum"));
+
+  CHECK(c.algorithm == "random");
+  CHECK(c.max_trials == 64);
+  CHECK(c.max_time_s == doctest::Approx(5400));
+  CHECK(c.max_attempts == 5);
+  CHECK(c.init == "sobol");
+  CHECK(c.search_settings["init"] == "sobol");  // search.init is random's `init` setting
+  CHECK(c.warm_start == "old.db");
+
+  CHECK(c.early_stopping == "asha");
+  CHECK(c.early_stopping_settings["grace_period"] == 2);
+  CHECK(c.early_stopping_settings.contains("reduction_factor"));  // the stopper's defaults, applied
+  CHECK_FALSE(c.early_stopping_settings.contains("kind"));
+
+  CHECK(c.trainer["kind"] == "mlp");
+  CHECK(c.trainer["lr"].get<double>() == doctest::Approx(0.01));
+  CHECK(c.trainer["batch_size"] == 128);
+  CHECK(c.trainer["activation"] == "tanh");
+  CHECK(c.trainer["epochs"] == 3);  // default
+  CHECK(c.trainer["hidden"] == json::array({256}));
+  CHECK(c.trainer["data"] == "/usr/share/datasets/fashion-mnist");
+  CHECK(c.trainer["val_fraction"].get<double>() == doctest::Approx(0.1));
+  CHECK_FALSE(c.trainer.contains("layers"));  // no default: derived by the trainer
+
+  CHECK(c.resources.backend == "local");
+  CHECK(c.resources.groups == 8);
+  CHECK(c.resources.ranks_data == 2);
+  CHECK(c.resources.ranks_model == 1);
+  CHECK(c.resources.threads == 4);
+  CHECK(c.resources.heartbeat_interval_s == doctest::Approx(0.5));
+  CHECK(c.resources.heartbeat_timeout_s == doctest::Approx(30));
+  CHECK(c.resources.max_group_restarts == 7);
+  CHECK(c.resources.startup_timeout_s == doctest::Approx(120));
+
+  // normalized: the same, as JSON, with objective turned into objectives and durations in seconds.
+  const json& n = c.normalized;
+  CHECK_FALSE(n.contains("objective"));
+  CHECK(n["objectives"] == json::parse(R"([{"metric": "val_loss", "mode": "min"}])"));
+  CHECK(n["search"]["max_time"].get<double>() == doctest::Approx(5400));
+  CHECK(n["resources"]["heartbeat_interval"].get<double>() == doctest::Approx(0.5));
+  CHECK(n["space"]["epochs"] == json::parse(R"({"type": "fixed", "value": 4})"));
+  CHECK(n["space"]["batch_size"]["low"].is_number_integer());
+  CHECK(n["space"]["momentum"]["when"] == json::parse(R"({"nesterov": [true]})"));
+  CHECK(n["early_stopping"]["kind"] == "asha");
+}
+
+TEST_CASE("a minimal config gets every default") {
+  const auto c = parse_ok(kMinimal);
+  CHECK(c.name == "demo");
+  CHECK(c.storage == "demo.db");
+  CHECK(c.normalized["storage"] == "demo.db");
+  CHECK(c.seed == 0);
+  REQUIRE(c.objectives.size() == 1);
+  CHECK(c.objectives[0].maximize);
+  CHECK(c.space.size() == 0);
+  CHECK(c.algorithm == "random");
+  CHECK(c.max_trials == 3);
+  CHECK(c.max_time_s == 0);
+  CHECK(c.max_attempts == 3);
+  CHECK(c.warm_start.empty());
+  CHECK(c.early_stopping == "none");
+  CHECK(c.early_stopping_settings == json::object());
+  CHECK(c.trainer == json::parse(R"({"kind": "sleep", "seconds": 0.0, "steps": 1, "metric": "value", "value": 0.0})"));
+  const config::Resources defaults;
+  CHECK(c.resources.backend == defaults.backend);
+  CHECK(c.resources.groups == defaults.groups);
+  CHECK(c.resources.ranks_data == defaults.ranks_data);
+  CHECK(c.resources.ranks_model == defaults.ranks_model);
+  CHECK(c.resources.threads == defaults.threads);
+  CHECK(c.resources.heartbeat_interval_s == defaults.heartbeat_interval_s);
+  CHECK(c.resources.heartbeat_timeout_s == defaults.heartbeat_timeout_s);
+  CHECK(c.resources.max_group_restarts == defaults.max_group_restarts);
+  CHECK(c.resources.startup_timeout_s == defaults.startup_timeout_s);
+  // Same text, same result: resume re-parses the stored text.
+  CHECK(parse_ok(c.text).normalized == c.normalized);
+}
+
+TEST_CASE("search_spec and stopper_spec build a working searcher and stopper") {
+  const auto c = parse_ok(kFull);
+  const search::SearchSpec spec = c.search_spec();
+  CHECK(spec.algorithm == "random");
+  CHECK(spec.seed == 42);
+  CHECK(spec.max_trials == 64);
+  CHECK(spec.space.size() == 9);
+  REQUIRE(spec.objectives.size() == 1);
+  CHECK(spec.objectives[0].metric == "val_loss");
+  auto searcher = search::make_searcher(spec);
+  REQUIRE_MESSAGE(searcher.ok(), searcher.error().message());
+  const auto suggestions = searcher.value()->ask(5);
+  REQUIRE(suggestions.size() == 5);
+  for (const auto& s : suggestions) CHECK_MESSAGE(spec.space.contains(s.params).ok(), s.params.dump());
+
+  const search::StopperSpec stopper = c.stopper_spec();
+  CHECK(stopper.kind == "asha");
+  CHECK_FALSE(stopper.maximize);
+  CHECK(stopper.seed == 42);
+  auto made = search::make_stopper(stopper);
+  CHECK_MESSAGE(made.ok(), made.error().message());
+}
+
+TEST_CASE("objectives, fixed values, anchors and merge keys") {
+  const auto c = parse_ok(R"(name: multi
+objectives:
+  - {metric: val_accuracy}
+  - {metric: train_seconds, mode: min}
+space:
+  lr: &range {type: float, low: 0.01, high: 0.1}
+  momentum: {<<: *range, low: 0.5, high: 0.99}
+  dropout: {<<: *range, high: 0.3}
+  epochs: 2
+search: {max_trials: 5}
+trainer: {kind: mlp, epochs: 1}
+)");
+  REQUIRE(c.objectives.size() == 2);
+  CHECK(c.objectives[0].metric == "val_accuracy");
+  CHECK(c.objectives[0].maximize);
+  CHECK(c.objectives[1].metric == "train_seconds");
+  CHECK_FALSE(c.objectives[1].maximize);
+  CHECK(param(c, "momentum").low == doctest::Approx(0.5));   // its own keys win over the merged ones
+  CHECK(param(c, "momentum").high == doctest::Approx(0.99));
+  CHECK(param(c, "dropout").low == doctest::Approx(0.01));   // merged
+  CHECK(param(c, "dropout").high == doctest::Approx(0.3));
+  CHECK(param(c, "epochs").value == 2);  // a searched (here: fixed) value overrides trainer.epochs
+}
+
+TEST_CASE("space values are checked and normalized against the trainer's settings") {
+  // A duration string in a fixed value becomes seconds, as the trainer reads it.
+  const auto sleep = parse_ok(R"(name: s
+objective: {metric: value}
+space:
+  seconds: 2s
+  value: {type: choice, values: [1, 2.5]}
+search: {max_trials: 2}
+trainer: {kind: sleep}
+)");
+  CHECK(param(sleep, "seconds").value.get<double>() == doctest::Approx(2.0));
+  // Values of a number setting are numbers.
+  CHECK(param(sleep, "value").choices[0].is_number());
+
+  // An int parameter for hidden (int or list of ints) is fine; a string choice is not.
+  parse_ok(R"(name: h
+objective: {metric: val_accuracy}
+space:
+  hidden: {type: int, low: 16, high: 512, log: true}
+search: {max_trials: 2}
+trainer: {kind: mlp}
+)");
+  const std::string message = parse_error(R"(name: h
+objective: {metric: val_accuracy}
+space:
+  activation: {type: choice, values: [relu, swish]}
+search: {max_trials: 2}
+trainer: {kind: mlp}
+)");
+  CHECK(message ==
+        "test.yaml:4:45: space.activation.values[1]: unknown value 'swish'; expected one of relu, tanh, sigmoid "
+        "(trainer.activation)");
+}
+
+TEST_CASE("function and command trainers take free parameter names") {
+  const auto f = parse_ok(R"(name: f
+objective: {metric: value, mode: min}
+space:
+  x1: {type: float, low: -5, high: 10}
+  x2: {type: float, low: 0, high: 15}
+  noise: 0.1
+search: {max_trials: 2}
+trainer: {kind: function, name: branin}
+)");
+  CHECK(f.space.size() == 3);
+  CHECK(f.trainer["name"] == "branin");
+  const auto cmd = parse_ok(R"(name: c
+objective: {metric: loss, mode: min}
+space:
+  anything_goes: {type: int, low: 1, high: 4}
+search: {max_trials: 2}
+trainer:
+  kind: command
+  command: python3 train.py
+  timeout: 10m
+  env: {OMP_NUM_THREADS: 1, MODE: fast}
+)");
+  CHECK(cmd.trainer["command"] == "python3 train.py");
+  CHECK(cmd.trainer["timeout"].get<double>() == doctest::Approx(600));
+  CHECK(cmd.trainer["env"] == json::parse(R"({"OMP_NUM_THREADS": "1", "MODE": "fast"})"));
+  CHECK(cmd.trainer["grace"].get<double>() == doctest::Approx(5));
+  CHECK(cmd.trainer["workdir"] == "");
+  // The command trainer needs its command.
+  CHECK(parse_error(R"(name: c
+objective: {metric: loss}
+search: {max_trials: 2}
+trainer:
+  kind: command
+)") == "test.yaml:4:1: trainer.command: missing required key (the command line run for each trial)");
+}
+
+// Each fixture, the location and the exact message after "<path>:". One line each.
+TEST_CASE("bad configs: one located, one-line message each") {
+  struct Case {
+    const char* file;
+    const char* expected;  // "line:column: key.path: what"
+  };
+  const Case cases[] = {
+      {"unknown_key_top.yaml", "3:1: serach: unknown key; did you mean 'search'?"},
+      {"unknown_key_nested.yaml", "5:3: search.max_trails: unknown key; did you mean 'max_trials'?"},
+      {"unknown_key_trainer.yaml", "7:3: trainer.lerning_rate: unknown key; did you mean 'lr'?"},
+      {"trainer_key_for_other_kind.yaml",
+       "7:3: trainer.hidden: unknown key for trainer kind 'sleep' (it is for trainer kind 'mlp')"},
+      {"misplaced_key.yaml", "3:1: max_trials: unknown key; did you mean 'search.max_trials'?"},
+      {"algorithm_setting_at_wrong_level.yaml", "6:5: search.settings.init: unknown key; did you mean 'search.init'?"},
+      {"stopper_setting_of_other_kind.yaml",
+       "6:3: early_stopping.max_t: unknown key for early_stopping kind 'median' (it is for early_stopping kind "
+       "'asha', 'hyperband')"},
+      {"wrong_type.yaml", "4:3: search.max_trials: expected an integer, got 'ten'"},
+      {"quoted_number.yaml",
+       "6:3: resources.groups: expected an integer, got '4' (it is quoted, so it is a string; remove the quotes)"},
+      {"yes_is_not_a_boolean.yaml", "6:3: trainer.nesterov: expected true or false, got 'yes'"},
+      {"missing_value.yaml", "4:3: search.max_trials: no value given; expected integer >= 1"},
+      {"below_minimum.yaml", "7:3: search.max_trials: -3 is below the minimum 1"},
+      {"above_maximum.yaml", "7:3: resources.groups: 5000 is above the maximum 4096"},
+      {"not_above_exclusive_minimum.yaml", "6:3: trainer.lr: 0 must be greater than 0"},
+      {"list_item_out_of_range.yaml", "6:17: trainer.hidden[1]: 0 is below the minimum 1"},
+      {"missing_name.yaml",
+       "1:1: name: missing required key (name of the campaign: it names the default store file and appears in "
+       "every report)"},
+      {"missing_max_trials.yaml",
+       "3:1: search.max_trials: missing required key (number of trials to run: the campaign's budget)"},
+      {"missing_metric.yaml",
+       "2:1: objective.metric: missing required key (name of a metric the trainer reports, e.g. val_accuracy)"},
+      {"missing_trainer_kind.yaml", "4:1: trainer.kind: missing required key (one of sleep, mlp, function, command)"},
+      {"duplicate_key_top.yaml", "5:1: name: duplicate key (first given at line 1)"},
+      {"duplicate_key_nested.yaml", "6:3: search.max_trials: duplicate key (first given at line 4)"},
+      {"syntax_error.yaml",
+       "5:14: search: YAML syntax error: illegal map value (a ':' where a value was expected; check the "
+       "indentation, or quote a value that contains ': ')"},
+      {"tab_indentation.yaml", "4:1: YAML syntax error: a tab in the indentation (YAML indents with spaces)"},
+      {"unterminated_quote.yaml", "1:7: name: YAML syntax error: the quoted string is never closed (a \" is missing)"},
+      {"two_documents.yaml", "5:1: only one YAML document is allowed (remove the '---' or '...')"},
+      {"empty.yaml",
+       "1:1: the config is empty; it needs at least name, objective, search.max_trials and trainer.kind (see "
+       "configs/reference.yaml)"},
+      {"top_level_list.yaml", "1:1: the top level must be a map of settings (name: ..., search: ...), got a list"},
+      {"low_not_below_high.yaml", "4:21: space.lr.low: 0.5 must be less than high (0.1)"},
+      {"log_range_with_zero.yaml", "6:5: space.lr.low: a log scale needs low > 0, got 0"},
+      {"int_bound_not_whole.yaml", "4:27: space.batch_size.low: 16.5 is not a whole number (the parameter is an int)"},
+      {"step_below_one.yaml", "4:47: space.batch_size.step: 0 is below the minimum 1"},
+      {"step_on_float.yaml", "4:43: space.lr.step: unknown key for space type 'float' (it is for space type 'int')"},
+      {"empty_choice.yaml", "4:30: space.activation.values: the list is empty; give at least one value"},
+      {"duplicate_choice_value.yaml", "4:51: space.activation.values[2]: 'relu' is listed twice"},
+      {"parameter_spec_without_type.yaml",
+       "4:3: space.lr: a parameter spec needs a type: float, int, choice or fixed (to fix a map value, write "
+       "{type: fixed, value: {...}})"},
+      {"condition_on_unknown_parameter.yaml",
+       "9:12: space.momentum.when: condition on unknown parameter 'nesterv'; did you mean 'nesterov'?"},
+      {"condition_value_never_taken.yaml",
+       "5:3: space.dropout: the condition value \"sigmoid\" is never taken by 'activation'"},
+      {"conditions_form_a_cycle.yaml", "4:3: space.a: conditions form a cycle (a -> b -> a)"},
+      {"grid_without_resolution.yaml",
+       "5:3: space.lr: the grid search needs 'resolution' (the number of grid points) on a float parameter"},
+      {"space_name_not_a_trainer_setting.yaml",
+       "4:3: space.lerning_rate: not a setting of trainer 'mlp'; did you mean 'lr'?"},
+      {"function_parameter_not_x.yaml",
+       "5:3: space.y2: not a setting of trainer 'function' (its settings: name, noise, steps, seconds_per_step, "
+       "x1, x2, ...)"},
+      {"space_type_against_trainer.yaml", "4:12: space.epochs.type: trainer.epochs takes integer 1..1000; use type: int"},
+      {"space_range_against_trainer.yaml", "4:36: space.dropout.high: 1.5 is above the maximum 0.95 (trainer.dropout)"},
+      {"unknown_enum_value.yaml",
+       "4:3: search.algorithm: unknown value 'bayes'; expected one of random, grid, genetic, evolution, bayesian, "
+       "tpe (did you mean 'bayesian'?)"},
+      {"heartbeat_timeout_not_above_interval.yaml",
+       "7:3: resources.heartbeat_timeout: 2 s must be greater than heartbeat_interval (5 s)"},
+      {"bad_duration.yaml",
+       "5:3: search.max_time: bad duration '10 minutes' (expected seconds or a number with a unit: 90s, 10m, 2h, "
+       "1h30m, 500ms, 1d)"},
+      {"objective_and_objectives.yaml", "3:1: objectives: give either objective or objectives, not both"},
+      {"early_stopping_with_two_objectives.yaml",
+       "7:3: early_stopping.kind: asha judges one objective, but 2 are given"},
+  };
+
+  std::set<std::string> tested;
+  for (const auto& c : cases) {
+    const std::string path = source_path(std::string("tests/configs/bad/") + c.file);
+    CAPTURE(path);
+    tested.insert(c.file);
+    auto loaded = config::load_config(path);
+    REQUIRE_MESSAGE(!loaded.ok(), c.file << " parsed although it should not");
+    CHECK(loaded.error().code() == Errc::kConfig);
+    const std::string& message = loaded.error().message();
+    CHECK(message == path + ":" + c.expected);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+  // Every fixture is in the table above.
+  for (const auto& entry : std::filesystem::directory_iterator(source_path("tests/configs/bad")))
+    CHECK_MESSAGE(tested.count(entry.path().filename().string()) == 1, entry.path() << " is not tested");
+  CHECK(tested.size() >= 20);
+}
+
+TEST_CASE("more errors: flow-map duplicates, names, empty lists, defaults of the interval") {
+  CHECK(parse_error("name: d\nobjective: {metric: a, metric: b}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==
+        "test.yaml:2:24: objective.metric: duplicate key (first given at line 2)");
+  CHECK(parse_error("name: my campaign\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==
+        "test.yaml:1:1: name: 'my campaign' may contain only letters, digits, '.', '_' and '-' (it names files)");
+  CHECK(parse_error("name: d\nobjectives: []\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==
+        "test.yaml:2:1: objectives: the list is empty; give at least one item");
+  CHECK(parse_error("name: d\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==
+        "test.yaml:1:1: objective: missing required key (give objective: {metric: ..., mode: max} or objectives: a "
+        "list of them)");
+  CHECK(parse_error("name: d\nobjectives:\n  - {metric: a}\n  - {metric: a}\nsearch: {max_trials: 1}\n"
+                    "trainer: {kind: sleep}\n") ==
+        "test.yaml:4:6: objectives[1].metric: 'a' is listed twice");
+  // heartbeat_interval above the default timeout: reported at the interval, the key that was given.
+  CHECK(parse_error("name: d\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n"
+                    "resources: {heartbeat_interval: 20}\n") ==
+        "test.yaml:5:13: resources.heartbeat_interval: 20 s must be less than heartbeat_timeout (10 s, the default)");
+  CHECK(parse_error("name: d\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: mlp, hidden: [64, 32], "
+                    "layers: 3}\n") ==
+        "test.yaml:4:40: trainer.layers: 3 does not match hidden, which lists 2 layers (give layers with a "
+        "single-integer hidden)");
+  CHECK(parse_error("name: d\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\nspace:\n"
+                    "  seconds: {type: float, low: 0, high: 1, when: {seconds: 1}}\n") ==
+        "test.yaml:6:50: space.seconds.when: a parameter cannot depend on itself");
+  CHECK(parse_error("name: d\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n"
+                    "early_stopping: {grace_period: 2}\n") ==
+        "test.yaml:5:18: early_stopping.grace_period: unknown key for early_stopping kind 'none' (it is for "
+        "early_stopping kind 'asha', 'hyperband', 'median')");
+  // A section that is not a map.
+  CHECK(parse_error("name: d\nobjective: {metric: a}\nsearch: 5\ntrainer: {kind: sleep}\n") ==
+        "test.yaml:3:1: search: expected a map of settings, got '5'");
+}
+
+TEST_CASE("load_config: a file that cannot be read names its path") {
+  auto missing = config::load_config("/nonexistent/dir/campaign.yaml");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code() == Errc::kNotFound);
+  CHECK(missing.error().message().find("/nonexistent/dir/campaign.yaml") != std::string::npos);
+  auto directory = config::load_config(source_path("tests"));
+  REQUIRE_FALSE(directory.ok());
+  CHECK(directory.error().code() == Errc::kIo);
+}
+
+TEST_CASE("durations") {
+  struct Good {
+    const char* text;
+    double seconds;
+  };
+  for (const auto& g : {Good{"90", 90}, Good{"90s", 90}, Good{"10m", 600}, Good{"2h", 7200}, Good{"1h30m", 5400},
+                        Good{"1.5h", 5400}, Good{"500ms", 0.5}, Good{"1d", 86400}, Good{" 2h ", 7200},
+                        Good{"1h 30m 15s", 5415}, Good{"2.5", 2.5}, Good{"0s", 0}, Good{"3min", 180}}) {
+    CAPTURE(g.text);
+    auto d = config::parse_duration(g.text);
+    REQUIRE_MESSAGE(d.ok(), d.error().message());
+    CHECK(d.value() == doctest::Approx(g.seconds));
+  }
+  for (const char* bad : {"", " ", "10 minutes", "h", "1h30", "-5s", "1e3s", "5x", "s10", "1..5s", "abc"}) {
+    CAPTURE(bad);
+    auto d = config::parse_duration(bad);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.error().code() == Errc::kConfig);
+    CHECK(d.error().message().find("bad duration") != std::string::npos);
+  }
+  // A number in YAML is seconds, a duration string is parsed, anything else is an error.
+  const auto c = parse_ok("name: d\nobjective: {metric: a}\nsearch: {max_trials: 1, max_time: 45}\n"
+                          "trainer: {kind: sleep, seconds: 0.25}\n");
+  CHECK(c.max_time_s == 45);
+  CHECK(c.trainer["seconds"].get<double>() == doctest::Approx(0.25));
+}
+
+TEST_CASE("did you mean: edit distance and suggestions") {
+  CHECK(config::edit_distance("kitten", "sitting") == 3);
+  CHECK(config::edit_distance("", "abc") == 3);
+  CHECK(config::edit_distance("abc", "abc") == 0);
+  CHECK(config::edit_distance("ab", "ba") == 1);  // an adjacent swap is one edit
+  CHECK(config::edit_distance("mutaton_rate", "mutation_rate") == 1);
+
+  const std::vector<config::Candidate> names = {{"population", "population"}, {"mutation_rate", "mutation_rate"},
+                                                {"crossover_rate", "crossover_rate"}};
+  CHECK(config::did_you_mean("mutaton_rate", names) == "mutation_rate");
+  CHECK(config::did_you_mean("Mutation-Rate", names) == "mutation_rate");  // case and '-' do not count
+  CHECK(config::did_you_mean("popul", names) == "population");            // a prefix
+  CHECK_FALSE(config::did_you_mean("elitism", names).has_value());
+  CHECK_FALSE(config::did_you_mean("", names).has_value());
+  // Short names need a close match: one edit at most.
+  const std::vector<config::Candidate> short_names = {{"lr", "lr"}, {"seed", "seed"}};
+  CHECK(config::did_you_mean("l2", short_names) == "lr");
+  CHECK_FALSE(config::did_you_mean("xyz", short_names).has_value());
+
+  // Aliases lead to the declared name: "learning_rate" is an alias of the mlp trainer's lr.
+  std::vector<const config::Setting*> mlp;
+  for (const auto* s : config::children("trainer"))
+    if (s->scope.contains("mlp")) mlp.push_back(s);
+  CHECK(config::did_you_mean("lerning_rate", config::candidates_of(mlp)) == "lr");
+  CHECK(config::did_you_mean("num_epochs", config::candidates_of(mlp)) == "epochs");
+}
+
+TEST_CASE("YAML scalars follow the 1.2 core schema") {
+  CHECK(config::resolve_plain_scalar("10") == 10);
+  CHECK(config::resolve_plain_scalar("-7") == -7);
+  CHECK(config::resolve_plain_scalar("+3") == 3);
+  CHECK(config::resolve_plain_scalar("0x1F") == 31);
+  CHECK(config::resolve_plain_scalar("0o17") == 15);
+  CHECK(config::resolve_plain_scalar("1e-3").get<double>() == doctest::Approx(1e-3));
+  CHECK(config::resolve_plain_scalar(".5").get<double>() == doctest::Approx(0.5));
+  CHECK(config::resolve_plain_scalar("2.").get<double>() == doctest::Approx(2.0));
+  CHECK(config::resolve_plain_scalar("9223372036854775808").is_number_float());  // beyond int64
+  CHECK(config::resolve_plain_scalar("-.inf").get<double>() == -std::numeric_limits<double>::infinity());
+  CHECK(config::resolve_plain_scalar("true") == true);
+  CHECK(config::resolve_plain_scalar("False") == false);
+  CHECK(config::resolve_plain_scalar("~").is_null());
+  CHECK(config::resolve_plain_scalar("null").is_null());
+  for (const char* s : {"yes", "no", "on", "1_000", "1e", "e5", "0x", "12abc", "1.2.3", "relu"}) {
+    CAPTURE(s);
+    CHECK(config::resolve_plain_scalar(s) == s);
+  }
+  // to_yaml_flow quotes exactly what would not read back as the same string.
+  CHECK(config::to_yaml_flow("relu") == "relu");
+  CHECK(config::to_yaml_flow("/usr/share/data") == "/usr/share/data");
+  CHECK(config::to_yaml_flow("true") == "\"true\"");
+  CHECK(config::to_yaml_flow("10") == "\"10\"");
+  CHECK(config::to_yaml_flow("") == "\"\"");
+  CHECK(config::to_yaml_flow("a: b") == "\"a: b\"");
+  CHECK(config::to_yaml_flow(json::parse(R"({"a": [1, 2.5, "x"]})")) == "{a: [1, 2.5, x]}");
+  CHECK(config::format_number(0.05) == "0.05");
+  CHECK(config::format_number(1e-6) == "1e-06");
+  CHECK(config::format_number(100000) == "100000");
+}
+
+TEST_CASE("the settings table is consistent") {
+  std::set<std::string> paths;
+  for (const auto& s : config::settings()) {
+    CAPTURE(s.path);
+    CHECK_FALSE(s.help.empty());
+    paths.insert(s.path);
+    // Every key's section is declared before it (wildcard sections: their map or list).
+    const auto dot = s.path.rfind('.');
+    if (dot != std::string::npos) {
+      std::string parent = s.path.substr(0, dot);
+      if (parent.size() > 2 && parent.compare(parent.size() - 2, 2, ".*") == 0) parent.resize(parent.size() - 2);
+      if (parent.size() > 2 && parent.compare(parent.size() - 2, 2, "[]") == 0) parent.resize(parent.size() - 2);
+      CHECK_MESSAGE(paths.count(parent) == 1, "section " << parent << " is not declared before");
+    }
+    // Defaults are valid values of their own setting.
+    const bool leaf = s.type != config::Type::kSection && s.type != config::Type::kList &&
+                      s.type != config::Type::kSpace;
+    if (leaf && !s.default_value.is_null()) {
+      auto checked = config::check_value(s, s.default_value);
+      CHECK_MESSAGE(checked.ok(), checked.error().message());
+    }
+    if (s.type == config::Type::kEnum) CHECK_FALSE(s.choices.empty());
+    CHECK_FALSE((s.required && !s.default_value.is_null()));
+    // A scope's selector is an enum that has every value the scope names.
+    for (const auto* scope : {&s.scope, &s.closed_when}) {
+      if (scope->always()) continue;
+      const auto selectors = config::find_settings(scope->key);
+      REQUIRE_MESSAGE(selectors.size() == 1, "selector " << scope->key);
+      CHECK(selectors[0]->type == config::Type::kEnum);
+      for (const auto& v : scope->values)
+        CHECK_MESSAGE(std::count(selectors[0]->choices.begin(), selectors[0]->choices.end(), v) == 1, v);
+    }
+  }
+  // Every algorithm and stopper this build knows has its settings imported.
+  for (const auto& name : search::searcher_names()) {
+    auto decls = search::searcher_settings(name);
+    REQUIRE(decls.ok());
+    for (const auto& d : decls.value()) {
+      if (d.key == "init") continue;  // set as search.init
+      bool found = false;
+      for (const auto* s : config::find_settings("search.settings." + d.key)) found = found || s->scope.contains(name);
+      CHECK_MESSAGE(found, name << " setting " << d.key << " is not in the table");
+    }
+  }
+  for (const auto& kind : search::stopper_names()) {
+    auto decls = search::stopper_settings(kind);
+    REQUIRE(decls.ok());
+    for (const auto& d : decls.value()) {
+      bool found = false;
+      for (const auto* s : config::find_settings("early_stopping." + d.key)) found = found || s->scope.contains(kind);
+      CHECK_MESSAGE(found, kind << " setting " << d.key << " is not in the table");
+    }
+  }
+}
+
+TEST_CASE("configs/reference.yaml is reference_yaml() and a valid config") {
+  const std::string reference = config::reference_yaml();
+  const std::string checked_in = read_file(source_path("configs/reference.yaml"));
+  CHECK_MESSAGE(checked_in == reference,
+                "configs/reference.yaml is out of date with the settings table; regenerate it with\n"
+                "  hpctune validate --print-reference > configs/reference.yaml");
+
+  auto parsed = config::parse_config(reference, "reference.yaml");
+  REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());
+  const auto& c = parsed.value();
+  CHECK(c.name == "fashion-mlp");
+  CHECK(c.trainer["kind"] == "mlp");
+  CHECK(c.space.size() == 7);
+  // Every key the reference shows uncommented is at its default, so the reference config equals
+  // the minimal one with the same required keys and space.
+  const auto minimal = parse_ok(R"(name: fashion-mlp
+objective: {metric: val_accuracy}
+space:
+  lr: {type: float, low: 0.001, high: 0.3, log: true}
+  batch_size: {type: int, low: 32, high: 256, log: true}
+  hidden: {type: choice, values: [[128], [256], [256, 128]]}
+  activation: {type: choice, values: [relu, tanh]}
+  nesterov: {type: choice, values: [false, true]}
+  momentum: {type: float, low: 0.5, high: 0.99, when: {nesterov: true}}
+  epochs: 5
+search: {max_trials: 20}
+trainer: {kind: mlp}
+)");
+  CHECK(c.normalized == minimal.normalized);
+
+  // Every declared key appears in the reference, commented out or not.
+  for (const auto& s : config::settings()) {
+    const std::string key(config::leaf_name(s.path));
+    CHECK_MESSAGE(reference.find(key + ":") != std::string::npos, s.path << " is missing from the reference");
+  }
+}

@@ -1,0 +1,75 @@
+// The config's trainer settings (scheduler/settings.cpp) against the tables the trainers read
+// (trainer_setting_specs): the same keys, of compatible types, for every kind this build has.
+// The config declares its own copy because it needs bounds, enums and aliases the trainer tables
+// do not carry, and because hpctune_config does not link the trainers; this test keeps the two
+// from drifting apart.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "scheduler/config.h"
+#include "scheduler/settings.h"
+#include "trainers/trainer.h"
+#include "trainers/trainer_settings.h"
+
+namespace config = hpctune::config;
+namespace trainers = hpctune::trainers;
+
+namespace {
+
+bool compatible(const std::string& trainer_type, config::Type type) {
+  if (trainer_type == "int") return type == config::Type::kInt;
+  if (trainer_type == "float") return type == config::Type::kNumber || type == config::Type::kDuration;
+  if (trainer_type == "bool") return type == config::Type::kBool;
+  if (trainer_type == "string") return type == config::Type::kString || type == config::Type::kEnum;
+  if (trainer_type == "int|list[int]") return type == config::Type::kIntList;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("every trainer kind of this build has the same settings in the config table") {
+  const auto kind_setting = config::find_settings("trainer.kind");
+  REQUIRE(kind_setting.size() == 1);
+  for (const auto& kind : trainers::trainer_kinds()) {
+    CAPTURE(kind);
+    const auto& choices = kind_setting[0]->choices;
+    CHECK(std::count(choices.begin(), choices.end(), kind) == 1);
+
+    auto specs = trainers::trainer_setting_specs(kind);
+    REQUIRE(specs.ok());
+    std::set<std::string> trainer_names, config_names;
+    for (const auto& spec : *specs.value()) trainer_names.insert(spec.name);
+    for (const auto* s : config::children("trainer")) {
+      if (!s->scope.contains(kind)) continue;
+      const std::string name(config::leaf_name(s->path));
+      config_names.insert(name);
+      for (const auto& spec : *specs.value()) {
+        if (name != spec.name) continue;
+        CHECK_MESSAGE(compatible(spec.type, s->type),
+                      "trainer." << name << ": the trainer reads " << spec.type << ", the config declares "
+                                 << config::type_name(s->type));
+      }
+    }
+    CHECK(config_names == trainer_names);
+  }
+}
+
+TEST_CASE("the trainer accepts the settings the config produces") {
+  // The normalized trainer section of a config (every default applied) passes the trainer's own
+  // check of unknown keys and types.
+  for (const auto& kind : trainers::trainer_kinds()) {
+    CAPTURE(kind);
+    auto parsed = config::parse_config("name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\ntrainer: {kind: " + kind +
+                                           "}\n",
+                                       "sync.yaml");
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());
+    auto specs = trainers::trainer_setting_specs(kind);
+    REQUIRE(specs.ok());
+    trainers::SettingsReader reader(kind, parsed->trainer, *specs.value());
+    const auto known = reader.check_known();
+    CHECK_MESSAGE(known.ok(), known.error().message());
+  }
+}

@@ -1,0 +1,106 @@
+// A live master (ZeroMQ, real worker processes) keeps serving good workers while garbage,
+// oversized and out-of-order frames arrive on its socket; it fails fast when every group dies.
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "scheduler/config.h"
+#include "scheduler/master.h"
+#include "scheduler/protocol.h"
+#include "tests/campaign_fixture.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+
+TEST_CASE("garbage, oversized and out-of-order frames do not stop a live master") {
+  TempDir dir;
+  auto cfg = config::parse_config(sleep_config("garbage", 20, 0.1, 1, 2), dir.file("c.yaml"));
+  REQUIRE_MESSAGE(cfg.ok(), (cfg.ok() ? "" : cfg.error().to_string()));
+  scheduler::MasterOptions options;
+  options.db_path = dir.file("c.db");
+  options.config = cfg.value();
+  options.worker_program = HPCTUNE_BINARY;
+  std::mutex mu;
+  std::string endpoint;
+  options.log = [&](const std::string& line) {
+    std::smatch m;
+    static const std::regex re("master at (tcp://[0-9.:]+)");
+    std::lock_guard lock(mu);
+    if (endpoint.empty() && std::regex_search(line, m, re)) endpoint = m[1];
+  };
+  std::optional<Result<scheduler::CampaignOutcome>> outcome;
+  std::thread master([&] { outcome.emplace(scheduler::run_master(options)); });
+
+  REQUIRE(wait_until([&] { std::lock_guard lock(mu); return !endpoint.empty(); }, 10s));
+  zmq::context_t ctx;
+  zmq::socket_t rogue(ctx, zmq::socket_type::dealer);
+  rogue.set(zmq::sockopt::linger, 0);
+  {
+    std::lock_guard lock(mu);
+    rogue.connect(endpoint);
+  }
+  auto send = [&](const std::string& bytes) { rogue.send(zmq::buffer(bytes), zmq::send_flags::dontwait); };
+  send("this is not msgpack");                                             // malformed
+  send(std::string("\x81\xa1t\xa8teleport", 11));                          // {"t":"teleport"}: unknown type
+  send(protocol::encode(protocol::Report{1, 1, 1, {{"value", 1.0}}}));    // never said hello
+  send(protocol::encode(protocol::Done{1, 1, 1, false, {{"value", 9.0}}, {}}));  // a result it has no right to
+  std::string big(static_cast<size_t>(protocol::kMaxMessageBytes) + 10, 'x');
+  send(big);                                                                // oversized: dropped by ZeroMQ
+  zmq::socket_t multi(ctx, zmq::socket_type::dealer);
+  multi.set(zmq::sockopt::linger, 0);
+  multi.connect(endpoint);
+  multi.send(zmq::str_buffer("a"), zmq::send_flags::sndmore);
+  multi.send(zmq::str_buffer("b"), zmq::send_flags::none);                  // a frame shape the protocol does not use
+
+  master.join();
+  REQUIRE(outcome.has_value());
+  REQUIRE_MESSAGE(outcome->ok(), (outcome->ok() ? "" : outcome->error().to_string()));
+  const auto& o = outcome->value();
+  CHECK(o.progress.done == 20);
+  CHECK(o.counters.malformed >= 3);  // garbage, unknown type, multipart
+  CHECK(o.counters.unregistered + o.counters.stale_results >= 2);
+  for (const auto& t : read_trials(options.db_path)) CHECK(t.state == store::TrialState::kDone);
+  check_no_orphans(options.db_path);
+}
+
+TEST_CASE("the master fails fast when every group dies at start-up") {
+  TempDir dir;
+  auto cfg = config::parse_config(sleep_config("dead-groups", 4, 0.0, 1, 3), dir.file("c.yaml"));
+  REQUIRE(cfg.ok());
+  scheduler::MasterOptions options;
+  options.db_path = dir.file("c.db");
+  options.config = cfg.value();
+  options.worker_program = "/bin/false";
+  const auto start = std::chrono::steady_clock::now();
+  auto outcome = scheduler::run_master(options);
+  REQUIRE_FALSE(outcome.ok());
+  CHECK(outcome.error().code() == Errc::kFailed);
+  CHECK(outcome.error().message().find("exited at start-up") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  auto trials = read_trials(options.db_path);  // nothing recorded is lost: the campaign row is there
+  auto s = store::Store::open_readonly(options.db_path);
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  CHECK((*c)->state == "failed");
+}
+
+TEST_CASE("the CLI maps errors to exit codes") {
+  TempDir dir;
+  const std::string bad = dir.write("bad.yaml", "name: x\nsearch: {algorithm: random, max_trails: 3}\n");
+  auto status = run_hpctune({"validate", bad}, dir.file("v.log"), 30s);
+  CHECK(status.code == 2);
+  const std::string out = read_file(dir.file("v.log"));
+  CHECK(out.find("bad.yaml:2:") != std::string::npos);
+  CHECK(out.find("max_trials") != std::string::npos);  // "did you mean"
+
+  CHECK(run_hpctune({"run"}, dir.file("u.log"), 30s).code == 2);
+  CHECK(run_hpctune({"status", dir.file("missing.db")}, dir.file("s.log"), 30s).code == 2);
+  CHECK(run_hpctune({"trials", dir.file("missing.db"), "--format", "xml"}, dir.file("t.log"), 30s).code == 2);
+  CHECK(run_hpctune({"--version"}, dir.file("ver.log"), 30s).code == 0);
+  CHECK(read_file(dir.file("ver.log")).find("hpctune ") == 0);
+}

@@ -1,0 +1,354 @@
+// The scheduler's trial lifecycle over the in-process transport: real worker loops on threads,
+// scripted fake workers for the failure cases, an in-memory SQLite store. No sockets, no processes.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "scheduler/scheduler.h"
+#include "scheduler/store.h"
+#include "scheduler/transport.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
+#include "trainers/worker.h"
+
+using namespace hpctune;
+using namespace std::chrono_literals;
+using scheduler::Clock;
+using store::TrialState;
+
+namespace {
+
+// A trainer whose metric is a known function of the parameters: value = -(x - 0.3)^2.
+class QuadraticTrainer final : public trainers::Trainer {
+ public:
+  explicit QuadraticTrainer(std::chrono::milliseconds delay = 0ms) : delay_(delay) {}
+  std::string kind() const override { return "quadratic"; }
+  Result<trainers::TrialResult> run(const trainers::TrialContext& ctx) override {
+    const double x = ctx.params.at("x").get<double>();
+    const double value = -(x - 0.3) * (x - 0.3);
+    for (int step = 1; step <= 2; ++step) {
+      std::this_thread::sleep_for(delay_);
+      if (ctx.stop_requested()) return trainers::TrialResult{step, true, {{"score", value}}, {}};
+      ctx.report(step, {{"score", value}});
+    }
+    return trainers::TrialResult{2, false, {{"score", value}}, {}};
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+search::Space one_dim_space() {
+  search::ParamSpec x;
+  x.name = "x";
+  x.type = search::ParamType::kFloat;
+  x.low = 0.0;
+  x.high = 1.0;
+  auto space = search::Space::create({x});
+  REQUIRE(space.ok());
+  return space.value();
+}
+
+struct Harness {
+  explicit Harness(int64_t max_trials, int64_t max_attempts = 3, std::chrono::milliseconds hb_timeout = 400ms) {
+    auto s = store::Store::open(":memory:");
+    REQUIRE(s.ok());
+    db = std::move(s).value();
+    store::CampaignRow row;
+    row.name = "test";
+    row.created_at = 1;
+    auto id = db->create_campaign(row);
+    REQUIRE(id.ok());
+    campaign_id = id.value();
+
+    search::SearchSpec spec;
+    spec.algorithm = "random";
+    spec.space = one_dim_space();
+    spec.objectives = {{"score", true}};
+    spec.seed = 11;
+    spec.max_trials = max_trials;
+    auto searcher_r = search::make_searcher(spec);
+    REQUIRE(searcher_r.ok());
+    searcher = std::move(searcher_r).value();
+    auto stopper_r = search::make_stopper(search::StopperSpec{});
+    REQUIRE(stopper_r.ok());
+    stopper = std::move(stopper_r).value();
+
+    server = hub.server();
+    scheduler::SchedulerOptions opt;
+    opt.campaign_id = campaign_id;
+    opt.seed = 11;
+    opt.objectives = {{"score", true}};
+    opt.max_trials = max_trials;
+    opt.max_attempts = max_attempts;
+    opt.trainer = {{"kind", "quadratic"}};
+    opt.heartbeat_interval = 50ms;
+    opt.heartbeat_timeout = hb_timeout;
+    sched = std::make_unique<scheduler::Scheduler>(opt, *server, *db, *searcher, *stopper);
+    REQUIRE(sched->restore(Clock::now()).ok());
+  }
+
+  ~Harness() {
+    terminate = 1;
+    for (auto& t : threads) t.join();
+  }
+
+  void add_worker(int64_t group, std::chrono::milliseconds delay = 0ms) {
+    auto client = std::shared_ptr<transport::ClientTransport>(hub.connect());
+    threads.emplace_back([this, client, group, delay] {
+      trainers::WorkerOptions o;
+      o.group = group;
+      o.terminate = &terminate;
+      o.reconnect_initial = 20ms;
+      o.make = [delay](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
+        return std::unique_ptr<trainers::Trainer>(new QuadraticTrainer(delay));
+      };
+      (void)trainers::run_worker(*client, o);
+    });
+  }
+
+  // Pumps the scheduler until it is finished or `limit` passes.
+  void pump(std::chrono::milliseconds limit, const std::function<bool()>& until = {}) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      if (until ? until() : sched->finished()) return;
+      auto env = server->recv(10ms);
+      REQUIRE(env.ok());
+      if (*env) REQUIRE(sched->handle((*env)->peer, (*env)->bytes, Clock::now()).ok());
+      REQUIRE(sched->tick(Clock::now()).ok());
+    }
+  }
+
+  std::vector<store::TrialRow> trials() {
+    auto t = db->trials(campaign_id);
+    REQUIRE(t.ok());
+    return t.value();
+  }
+
+  transport::InProcHub hub;
+  std::unique_ptr<transport::ServerTransport> server;
+  std::unique_ptr<store::Store> db;
+  std::unique_ptr<search::Searcher> searcher;
+  std::unique_ptr<search::EarlyStopper> stopper;
+  std::unique_ptr<scheduler::Scheduler> sched;
+  int64_t campaign_id = 0;
+  std::atomic<int> terminate{0};
+  std::vector<std::thread> threads;
+};
+
+// A scripted worker: the test decides every frame it sends.
+struct FakeWorker {
+  explicit FakeWorker(transport::InProcHub& hub) : client(hub.connect()) {}
+  void send(const protocol::Message& m) { REQUIRE(client->send(protocol::encode(m)).ok()); }
+  // The next message of type T within the deadline (others are skipped).
+  template <class T>
+  std::optional<T> expect(std::chrono::milliseconds limit, Harness& h) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      h.pump(5ms, [] { return false; });
+      auto frame = client->recv(0ms);
+      REQUIRE(frame.ok());
+      if (!*frame) continue;
+      auto msg = protocol::decode(**frame);
+      REQUIRE(msg.ok());
+      if (auto* t = std::get_if<T>(&*msg)) return *t;
+    }
+    return std::nullopt;
+  }
+  std::unique_ptr<transport::ClientTransport> client;
+};
+
+protocol::Hello hello(int64_t group) {
+  protocol::Hello h;
+  h.incarnation = 1000 + group;
+  h.group = group;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("every trial runs exactly once and the best is found") {
+  Harness h(20);
+  h.add_worker(0);
+  h.add_worker(1);
+  h.add_worker(2);
+  h.pump(10s);
+  REQUIRE(h.sched->finished());
+  auto trials = h.trials();
+  REQUIRE(trials.size() == 20);
+  double best = -1e9;
+  for (const auto& t : trials) {
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.attempt == 1);
+    REQUIRE(t.objective.has_value());
+    const double x = t.params.at("x").get<double>();
+    CHECK(*t.objective == doctest::Approx(-(x - 0.3) * (x - 0.3)));
+    best = std::max(best, *t.objective);
+    auto m = h.db->metrics(t.id);
+    REQUIRE(m.ok());
+    CHECK(m->size() == 2);  // two reports, one metric each
+  }
+  auto p = h.sched->progress();
+  CHECK(p.done == 20);
+  REQUIRE(p.best.has_value());
+  CHECK(*p.best == doctest::Approx(best));
+  CHECK(h.sched->counters().malformed == 0);
+  CHECK(h.sched->counters().stale_results == 0);
+}
+
+TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late result is ignored") {
+  Harness h(1, 3, 300ms);
+  FakeWorker fake(h.hub);
+  fake.send(hello(0));
+  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
+  fake.send(protocol::Ready{});
+  auto assign = fake.expect<protocol::Assign>(1s, h);
+  REQUIRE(assign);
+  CHECK(assign->attempt == 1);
+  // The fake goes silent. After the heartbeat timeout the trial is queued again.
+  h.pump(600ms, [] { return false; });
+  CHECK(h.sched->counters().lost_attempts == 1);
+  auto t = h.db->trial(assign->trial_id);
+  REQUIRE(t.ok());
+  CHECK((*t)->state == TrialState::kQueued);
+  CHECK((*t)->attempt == 2);
+  // A real worker picks it up and completes it as attempt 2.
+  h.add_worker(1);
+  h.pump(5s);
+  REQUIRE(h.sched->finished());
+  // The silent worker's late result arrives and is ignored.
+  fake.send(protocol::Done{assign->trial_id, 1, 2, false, {{"score", 123.0}}, {}});
+  h.pump(100ms, [] { return false; });
+  CHECK(h.sched->counters().stale_results == 1);
+  t = h.db->trial(assign->trial_id);
+  REQUIRE(t.ok());
+  CHECK((*t)->state == TrialState::kDone);
+  CHECK((*t)->attempt == 2);
+  CHECK(*(*t)->objective != doctest::Approx(123.0));
+  auto attempts = h.db->attempts(assign->trial_id);
+  REQUIRE(attempts.ok());
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0]["state"] == "lost");
+  CHECK((*attempts)[1]["state"] == "done");
+  auto events = h.db->events(h.campaign_id, 0);
+  REQUIRE(events.ok());
+  bool late = false;
+  for (const auto& e : *events) late = late || (e.kind == "late_result_ignored" && e.trial_id == assign->trial_id);
+  CHECK(late);
+}
+
+TEST_CASE("a trial is failed after max_attempts lost attempts") {
+  Harness h(1, 2, 200ms);
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    FakeWorker fake(h.hub);
+    fake.send(hello(attempt));
+    REQUIRE(fake.expect<protocol::Welcome>(1s, h));
+    fake.send(protocol::Ready{});
+    auto assign = fake.expect<protocol::Assign>(1s, h);
+    REQUIRE(assign);
+    CHECK(assign->attempt == attempt);
+    h.pump(400ms, [] { return false; });  // silent past the timeout
+  }
+  h.pump(200ms);
+  CHECK(h.sched->finished());
+  auto trials = h.trials();
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].state == TrialState::kFailed);
+  CHECK(h.sched->progress().failed == 1);
+}
+
+TEST_CASE("bad frames are counted and dropped while a good worker is served") {
+  Harness h(4);
+  FakeWorker stranger(h.hub);
+  stranger.send(protocol::Report{1, 1, 1, {{"score", 1.0}}});  // never said hello
+  REQUIRE(stranger.client->send("\x01\x02garbage").ok());   // does not decode
+  FakeWorker rude(h.hub);
+  rude.send(hello(7));
+  REQUIRE(rude.expect<protocol::Welcome>(1s, h));
+  rude.send(protocol::Done{999, 1, 1, false, {{"score", 1.0}}, {}});  // a trial it does not run
+  rude.send(protocol::Assign{});                                       // only the master sends assign
+  protocol::Hello old = hello(8);
+  old.version = 99;
+  FakeWorker future(h.hub);
+  future.send(old);
+  REQUIRE(future.expect<protocol::Shutdown>(1s, h));
+  h.add_worker(0);
+  h.pump(5s);
+  REQUIRE(h.sched->finished());
+  const auto& c = h.sched->counters();
+  CHECK(c.unregistered == 1);
+  CHECK(c.malformed == 1);
+  CHECK(c.stale_results == 1);
+  CHECK(c.out_of_order == 1);
+  CHECK(c.bad_version == 1);
+  for (const auto& t : h.trials()) CHECK(t.state == TrialState::kDone);
+}
+
+TEST_CASE("a group that says hello with a new incarnation loses what the old one ran") {
+  Harness h(1);
+  FakeWorker first(h.hub);
+  first.send(hello(0));
+  REQUIRE(first.expect<protocol::Welcome>(1s, h));
+  first.send(protocol::Ready{});
+  auto assign = first.expect<protocol::Assign>(1s, h);
+  REQUIRE(assign);
+  FakeWorker again(h.hub);  // the same group restarted
+  protocol::Hello hi = hello(0);
+  hi.incarnation = 555;
+  again.send(hi);
+  REQUIRE(again.expect<protocol::Welcome>(1s, h));
+  again.send(protocol::Ready{});
+  auto reassigned = again.expect<protocol::Assign>(1s, h);
+  REQUIRE(reassigned);
+  CHECK(reassigned->trial_id == assign->trial_id);
+  CHECK(reassigned->attempt == 2);
+  CHECK(reassigned->seed == assign->seed);  // the same trial seed on every attempt
+  again.send(protocol::Done{reassigned->trial_id, 2, 2, false, {{"score", 0.5}}, {}});
+  h.pump(1s);
+  CHECK(h.sched->finished());
+  CHECK(h.trials()[0].state == TrialState::kDone);
+}
+
+TEST_CASE("restore queues running trials again and keeps finished ones") {
+  int64_t running_id = 0;
+  {
+    Harness h(3);
+    FakeWorker fake(h.hub);
+    fake.send(hello(0));
+    REQUIRE(fake.expect<protocol::Welcome>(1s, h));
+    fake.send(protocol::Ready{});
+    auto a1 = fake.expect<protocol::Assign>(1s, h);
+    REQUIRE(a1);
+    fake.send(protocol::Done{a1->trial_id, 1, 2, false, {{"score", 0.25}}, {}});
+    auto a2 = fake.expect<protocol::Assign>(1s, h);
+    REQUIRE(a2);
+    running_id = a2->trial_id;
+    // "The master dies": rebuild a scheduler over the same store.
+    search::SearchSpec spec;
+    spec.algorithm = "random";
+    spec.space = one_dim_space();
+    spec.objectives = {{"score", true}};
+    spec.seed = 11;
+    spec.max_trials = 3;
+    auto searcher = search::make_searcher(spec);
+    REQUIRE(searcher.ok());
+    auto stopper = search::make_stopper(search::StopperSpec{});
+    REQUIRE(stopper.ok());
+    transport::InProcHub hub2;
+    auto server2 = hub2.server();
+    scheduler::SchedulerOptions opt;
+    opt.campaign_id = h.campaign_id;
+    opt.objectives = {{"score", true}};
+    opt.max_trials = 3;
+    scheduler::Scheduler again(opt, *server2, *h.db, **searcher, **stopper);
+    REQUIRE(again.restore(Clock::now()).ok());
+    auto p = again.progress();
+    CHECK(p.done == 1);
+    CHECK(p.queued == 1);
+    CHECK(p.best.has_value());
+    auto t = h.db->trial(running_id);
+    REQUIRE(t.ok());
+    CHECK((*t)->state == TrialState::kQueued);
+    CHECK((*t)->attempt == 2);
+  }
+}

@@ -1,0 +1,257 @@
+// Properties every search algorithm must have, checked for each name the factory knows:
+// determinism, membership in a mixed conditional space, robustness to failed/pruned trials,
+// batches, restore, multi-objective state and warm start.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "search/searcher.h"
+
+using namespace hpctune;
+using namespace hpctune::search;
+using nlohmann::json;
+
+namespace {
+
+ParamSpec num(std::string name, ParamType t, double lo, double hi, bool log = false, int64_t step = 1) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = t;
+  p.low = lo;
+  p.high = hi;
+  p.log = log;
+  p.step = step;
+  p.resolution = 3;
+  return p;
+}
+
+// Floats (linear, log), ints (step, log), ordered and unordered choices, a fixed value, and two
+// levels of conditions.
+Space mixed_space() {
+  std::vector<ParamSpec> s;
+  s.push_back(num("lr", ParamType::kFloat, 1e-4, 1e-1, true));
+  s.push_back(num("x", ParamType::kFloat, -2, 2));
+  ParamSpec opt;
+  opt.name = "optimizer";
+  opt.type = ParamType::kChoice;
+  opt.choices = {"sgd", "adam", "rmsprop"};
+  s.push_back(opt);
+  ParamSpec mom = num("momentum", ParamType::kFloat, 0.0, 0.99);
+  mom.when = Condition{"optimizer", {"sgd", "rmsprop"}};
+  s.push_back(mom);
+  ParamSpec nest;
+  nest.name = "nesterov";
+  nest.type = ParamType::kChoice;
+  nest.choices = {true, false};
+  nest.when = Condition{"optimizer", {"sgd"}};
+  s.push_back(nest);
+  ParamSpec nest_k = num("nesterov_k", ParamType::kInt, 1, 9, false, 2);
+  nest_k.when = Condition{"nesterov", {true}};
+  s.push_back(nest_k);
+  s.push_back(num("units", ParamType::kInt, 8, 512, true, 8));
+  ParamSpec layers;
+  layers.name = "layers";
+  layers.type = ParamType::kChoice;
+  layers.choices = {1, 2, 4};
+  layers.ordered = true;
+  s.push_back(layers);
+  ParamSpec fixed;
+  fixed.name = "epochs";
+  fixed.type = ParamType::kFixed;
+  fixed.value = 5;
+  s.push_back(fixed);
+  auto space = Space::create(s);
+  REQUIRE(space.ok());
+  return *space;
+}
+
+// A deterministic objective over the mixed space (larger is better).
+double objective(const Params& p) {
+  double v = -std::pow(std::log10(p["lr"].get<double>()) + 2.0, 2) - p["x"].get<double>() * p["x"].get<double>();
+  if (p["optimizer"] == "sgd") v += 0.5 * p["momentum"].get<double>();
+  if (p.contains("nesterov_k")) v += 0.05 * p["nesterov_k"].get<double>();
+  v -= std::fabs(std::log2(p["units"].get<double>()) - 7) * 0.1;
+  return v;
+}
+
+SearchSpec spec_for(const std::string& algo, uint64_t seed) {
+  SearchSpec spec;
+  spec.algorithm = algo;
+  spec.space = mixed_space();
+  spec.objectives = {{"score", true}};
+  spec.seed = seed;
+  spec.max_trials = algo == "grid" ? 100000 : 60;
+  if (algo == "bayesian") spec.settings = {{"acq_samples", 200}, {"acq_local_starts", 2}, {"n_initial", 6}};
+  if (algo == "tpe") spec.settings = {{"n_startup", 6}};
+  if (algo == "genetic") spec.settings = {{"population", 6}};
+  if (algo == "evolution") spec.settings = {{"population", 6}, {"sample_size", 3}};
+  return spec;
+}
+
+std::unique_ptr<Searcher> make(const SearchSpec& spec) {
+  auto s = make_searcher(spec);
+  REQUIRE_MESSAGE(s.ok(), s.error().to_string());
+  return std::move(*s);
+}
+
+// Runs `rounds` of ask(batch)/tell; every 7th trial fails and every 5th is pruned.
+std::vector<Suggestion> drive(Searcher& s, int rounds, std::size_t batch) {
+  std::vector<Suggestion> all;
+  for (int r = 0; r < rounds; ++r) {
+    auto sug = s.ask(batch);
+    for (const auto& x : sug) {
+      all.push_back(x);
+      Observation o{x.seq, x.params, Outcome::kCompleted, {objective(x.params)}, 5};
+      if (x.seq % 7 == 3) o = Observation{x.seq, x.params, Outcome::kFailed, {}, 0};
+      else if (x.seq % 5 == 4) o = Observation{x.seq, x.params, Outcome::kPruned, {objective(x.params) - 1.0}, 2};
+      s.tell(o);
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("every algorithm: the same seed gives the same suggestions; another seed differs") {
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    auto a = make(spec_for(algo, 3)), b = make(spec_for(algo, 3)), c = make(spec_for(algo, 4));
+    auto sa = drive(*a, 12, 2), sb = drive(*b, 12, 2), sc = drive(*c, 12, 2);
+    REQUIRE(sa.size() == sb.size());
+    CHECK(sa.size() >= 20);
+    int differ = 0;
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      CHECK(sa[i].seq == sb[i].seq);
+      CHECK(sa[i].params == sb[i].params);
+      CHECK(sa[i].meta == sb[i].meta);
+      if (i < sc.size() && sa[i].params != sc[i].params) ++differ;
+    }
+    if (algo != "grid") CHECK(differ > static_cast<int>(sa.size()) / 2);
+  }
+}
+
+TEST_CASE("every algorithm: no suggestion outside the space or breaking a condition") {
+  const Space space = mixed_space();
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    auto s = make(spec_for(algo, 11));
+    auto all = drive(*s, 20, 3);
+    CHECK(all.size() >= 40);
+    std::set<int64_t> seqs;
+    for (const auto& x : all) {
+      Status st = space.contains(x.params);
+      CHECK_MESSAGE(st.ok(), x.params.dump());
+      seqs.insert(x.seq);
+    }
+    CHECK(seqs.size() == all.size());  // seq numbers are unique
+  }
+}
+
+TEST_CASE("every algorithm: batches with pending trials, tells in any order, restore") {
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    auto s = make(spec_for(algo, 5));
+    std::vector<Suggestion> pending;
+    std::vector<Record> history;
+    for (int r = 0; r < 8; ++r) {
+      auto sug = s->ask(4);
+      pending.insert(pending.end(), sug.begin(), sug.end());
+      // Tell the oldest half, in reverse order; the rest stays running.
+      std::size_t k = pending.size() / 2;
+      for (std::size_t i = k; i-- > 0;) {
+        const auto& x = pending[i];
+        Observation o{x.seq, x.params, Outcome::kCompleted, {objective(x.params)}, 5};
+        s->tell(o);
+        history.push_back({x, o});
+      }
+      pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    for (const auto& x : pending) history.push_back({x, std::nullopt});
+    std::sort(history.begin(), history.end(), [](const Record& a, const Record& b) { return a.suggestion.seq < b.suggestion.seq; });
+    int64_t max_seq = history.back().suggestion.seq;
+    // A fresh searcher restored from the records continues with new seq numbers.
+    auto restored = make(spec_for(algo, 5));
+    restored->restore(history);
+    auto more = restored->ask(3);
+    if (algo != "genetic") CHECK(more.size() == 3);  // genetic may wait for its generation
+    for (const auto& x : more) {
+      CHECK(x.seq > max_seq);
+      CHECK(mixed_space().contains(x.params).ok());
+    }
+    auto st = restored->state();
+    CHECK(st["algorithm"] == algo);
+    CHECK(st["observed"].get<std::size_t>() == history.size() - pending.size());
+  }
+}
+
+TEST_CASE("every algorithm: all trials failing does not stall or crash it") {
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    auto s = make(spec_for(algo, 8));
+    std::size_t total = 0;
+    for (int r = 0; r < 15; ++r) {
+      auto sug = s->ask(2);
+      total += sug.size();
+      for (const auto& x : sug) s->tell({x.seq, x.params, Outcome::kFailed, {}, 0});
+    }
+    CHECK(total == 30);
+  }
+}
+
+TEST_CASE("every algorithm handles two objectives and reports a Pareto front") {
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    auto spec = spec_for(algo, 2);
+    spec.objectives = {{"score", true}, {"cost", false}};
+    auto s = make(spec);
+    std::vector<std::vector<double>> values;
+    for (int r = 0; r < 10; ++r) {
+      for (const auto& x : s->ask(3)) {
+        const double cost = x.params["units"].get<double>() / 512.0;
+        std::vector<double> v{objective(x.params), cost};
+        values.push_back(v);
+        s->tell({x.seq, x.params, Outcome::kCompleted, v, 1});
+      }
+    }
+    auto front = s->state()["pareto_front"];
+    REQUIRE(front.is_array());
+    CHECK(!front.empty());
+    // Nothing observed dominates a front member (score maximized, cost minimized).
+    for (const auto& f : front) {
+      const double fs = f["values"][0].get<double>(), fc = f["values"][1].get<double>();
+      for (const auto& v : values) CHECK_FALSE((v[0] >= fs && v[1] <= fc && (v[0] > fs || v[1] < fc)));
+    }
+  }
+}
+
+TEST_CASE("model-based algorithms use warm-start trials from their first suggestion") {
+  // Warm start with many trials near x = 1.5, lr = 1e-2 (all good); the searchers skip or
+  // shorten their initial design and concentrate there.
+  for (std::string algo : {"bayesian", "tpe", "evolution", "genetic"}) {
+    CAPTURE(algo);
+    auto spec = spec_for(algo, 21);
+    Rng rng(99);
+    const Space space = mixed_space();
+    for (int i = 0; i < 30; ++i) {
+      Params p = space.sample(rng);
+      Observation o{-1, p, Outcome::kCompleted, {objective(p)}, 5};
+      spec.warm_start.push_back(o);
+    }
+    auto warm = make(spec);
+    auto cold = make(spec_for(algo, 21));
+    double warm_mean = 0, cold_mean = 0;
+    const int n = 6;
+    for (int i = 0; i < n; ++i) {
+      auto w = warm->ask(1), c = cold->ask(1);
+      REQUIRE(w.size() == 1);
+      REQUIRE(c.size() == 1);
+      warm_mean += objective(w[0].params) / n;
+      cold_mean += objective(c[0].params) / n;
+      warm->tell({w[0].seq, w[0].params, Outcome::kCompleted, {objective(w[0].params)}, 1});
+      cold->tell({c[0].seq, c[0].params, Outcome::kCompleted, {objective(c[0].params)}, 1});
+    }
+    CHECK(warm_mean > cold_mean);
+  }
+}

@@ -1,0 +1,225 @@
+// Search space: validation errors, ordering, membership, transforms, sampling and repair.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+
+#include "search/space.h"
+
+using namespace hpctune;
+using namespace hpctune::search;
+using nlohmann::json;
+
+namespace {
+
+ParamSpec flt(std::string name, double lo, double hi, bool log = false) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = ParamType::kFloat;
+  p.low = lo;
+  p.high = hi;
+  p.log = log;
+  return p;
+}
+ParamSpec integer(std::string name, double lo, double hi, int64_t step = 1, bool log = false) {
+  ParamSpec p = flt(std::move(name), lo, hi, log);
+  p.type = ParamType::kInt;
+  p.step = step;
+  return p;
+}
+ParamSpec choice(std::string name, std::vector<json> values) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = ParamType::kChoice;
+  p.choices = std::move(values);
+  return p;
+}
+ParamSpec when(ParamSpec p, std::string parent, std::vector<json> values) {
+  p.when = Condition{std::move(parent), std::move(values)};
+  return p;
+}
+
+Space conditional_space() {
+  auto s = Space::create({
+      when(flt("momentum", 0.0, 0.99), "optimizer", {"sgd"}),
+      flt("lr", 1e-5, 1e-1, true),
+      choice("optimizer", {"sgd", "adam"}),
+      when(integer("nesterov_warmup", 0, 10, 2), "momentum_kind", {"nesterov"}),
+      when(choice("momentum_kind", {"classic", "nesterov"}), "optimizer", {"sgd"}),
+      integer("batch", 16, 512, 1, true),
+      [] {
+        ParamSpec p;
+        p.name = "epochs";
+        p.type = ParamType::kFixed;
+        p.value = 3;
+        return p;
+      }(),
+  });
+  REQUIRE(s.ok());
+  return *s;
+}
+
+Error create_error(std::vector<ParamSpec> specs) {
+  auto s = Space::create(std::move(specs));
+  REQUIRE_FALSE(s.ok());
+  return s.error();
+}
+
+}  // namespace
+
+TEST_CASE("bad spaces are config errors whose message starts with the parameter") {
+  auto e = create_error({flt("lr", 0.5, 0.1)});
+  CHECK(e.code() == Errc::kConfig);
+  CHECK(e.message() == "lr: low (0.5) must be below high (0.1)");
+
+  e = create_error({flt("lr", 0.1, 0.1)});
+  CHECK(e.code() == Errc::kConfig);
+
+  e = create_error({flt("lr", 0.0, 1.0, true)});
+  CHECK(e.code() == Errc::kConfig);
+  CHECK(e.message().rfind("lr: ", 0) == 0);
+  CHECK(e.message().find("log") != std::string::npos);
+
+  e = create_error({flt("w", -1.0, 1.0, true)});
+  CHECK(e.code() == Errc::kConfig);
+
+  e = create_error({choice("act", {})});
+  CHECK(e.code() == Errc::kConfig);
+  CHECK(e.message().rfind("act: ", 0) == 0);
+
+  e = create_error({flt("momentum", 0, 1), when(flt("m2", 0, 1), "optimzer", {"sgd"})});
+  CHECK(e.code() == Errc::kConfig);
+  CHECK(e.message() == "m2: the condition is on an unknown parameter 'optimzer'");
+
+  e = create_error({when(flt("a", 0, 1), "a", {0.5})});
+  CHECK(e.code() == Errc::kConfig);
+
+  e = create_error({when(choice("a", {1, 2}), "b", {1}), when(choice("b", {1, 2}), "a", {1})});
+  CHECK(e.code() == Errc::kConfig);
+  CHECK(e.message().find("cycle") != std::string::npos);
+
+  e = create_error({flt("x", 0, 1), flt("x", 0, 2)});
+  CHECK(e.code() == Errc::kConfig);
+
+  e = create_error({integer("n", 1, 10, 0)});
+  CHECK(e.code() == Errc::kConfig);
+
+  e = create_error({integer("n", 1.5, 10)});
+  CHECK(e.code() == Errc::kConfig);
+
+  e = create_error({choice("opt", {"sgd", "adam"}), when(flt("m", 0, 1), "opt", {"sgdd"})});
+  CHECK(e.code() == Errc::kConfig);
+  CHECK(e.message().rfind("m: ", 0) == 0);
+
+  e = create_error({choice("opt", {"sgd", "sgd"})});
+  CHECK(e.code() == Errc::kConfig);
+}
+
+TEST_CASE("parameters are ordered parents first, declaration order otherwise") {
+  Space s = conditional_space();
+  std::vector<std::string> names;
+  for (const auto& p : s.params()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"lr", "optimizer", "momentum", "momentum_kind", "nesterov_warmup", "batch",
+                                          "epochs"});
+  CHECK(s.index_of("momentum_kind") == 3);
+  CHECK(s.index_of("nope") == -1);
+}
+
+TEST_CASE("contains accepts exactly the active parameters inside their ranges") {
+  Space s = conditional_space();
+  json ok = {{"lr", 0.01}, {"optimizer", "adam"}, {"batch", 64}, {"epochs", 3}};
+  CHECK(s.contains(ok).ok());
+  json sgd = {{"lr", 0.01}, {"optimizer", "sgd"}, {"momentum", 0.9}, {"momentum_kind", "nesterov"},
+              {"nesterov_warmup", 4}, {"batch", 64}, {"epochs", 3}};
+  CHECK(s.contains(sgd).ok());
+
+  auto bad = [&](json p, const std::string& name) {
+    Status st = s.contains(p);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.error().code() == Errc::kInvalidArgument);
+    CHECK(st.error().message().rfind(name + ":", 0) == 0);
+  };
+  json p = ok;
+  p["momentum"] = 0.5;  // inactive under adam
+  bad(p, "momentum");
+  p = sgd;
+  p.erase("momentum");
+  bad(p, "momentum");
+  p = sgd;
+  p["nesterov_warmup"] = 3;  // off the step of 2
+  bad(p, "nesterov_warmup");
+  p = ok;
+  p["lr"] = 0.5;
+  bad(p, "lr");
+  p = ok;
+  p["optimizer"] = "rmsprop";
+  bad(p, "optimizer");
+  p = ok;
+  p["epochs"] = 4;
+  bad(p, "epochs");
+  p = ok;
+  p["extra"] = 1;
+  bad(p, "extra");
+  p = ok;
+  p["batch"] = 64.5;
+  bad(p, "batch");
+}
+
+TEST_CASE("unit transforms round-trip and stay inside the bounds") {
+  auto lr = flt("lr", 1e-4, 1e-1, true);
+  CHECK(Space::to_unit(lr, 1e-4) == doctest::Approx(0.0));
+  CHECK(Space::to_unit(lr, 1e-1) == doctest::Approx(1.0));
+  CHECK(Space::to_unit(lr, std::sqrt(1e-4 * 1e-1)) == doctest::Approx(0.5));
+  CHECK(Space::from_unit(lr, 0.5).get<double>() == doctest::Approx(std::sqrt(1e-5)));
+  CHECK(Space::from_unit(lr, 1.0).get<double>() <= 1e-1);
+  CHECK(Space::from_unit(lr, 2.0).get<double>() <= 1e-1);  // clamped
+
+  auto n = integer("n", 1, 10, 4);  // 1, 5, 9
+  CHECK(Space::int_levels(n) == 3);
+  for (int v : {1, 5, 9}) CHECK(Space::from_unit(n, Space::to_unit(n, v)).get<int64_t>() == v);
+  CHECK(Space::from_unit(n, 0.0).get<int64_t>() == 1);
+  CHECK(Space::from_unit(n, 0.999).get<int64_t>() == 9);
+
+  auto ln = integer("units", 16, 1024, 16, true);
+  for (int64_t v = 16; v <= 1024; v += 16) CHECK(Space::from_unit(ln, Space::to_unit(ln, v)).get<int64_t>() == v);
+  CHECK(Space::from_unit(ln, 1.0).get<int64_t>() == 1024);
+  CHECK(Space::from_unit(ln, 0.0).get<int64_t>() == 16);
+
+  auto c = choice("act", {"relu", "tanh", "gelu"});
+  CHECK(Space::to_unit(c, "tanh") == doctest::Approx(0.5));
+  for (const auto& v : c.choices) CHECK(Space::from_unit(c, Space::to_unit(c, v)) == v);
+}
+
+TEST_CASE("sampling respects conditions, log scales and int steps") {
+  Space s = conditional_space();
+  Rng rng(7);
+  int sgd = 0, below_geo_mean = 0;
+  std::map<int64_t, int> warmups;
+  const int n = 4000;
+  for (int i = 0; i < n; ++i) {
+    Params p = s.sample(rng);
+    REQUIRE(s.contains(p).ok());
+    if (p["optimizer"] == "sgd") ++sgd;
+    if (p["lr"].get<double>() < std::sqrt(1e-5 * 1e-1)) ++below_geo_mean;
+    if (p.contains("nesterov_warmup")) ++warmups[p["nesterov_warmup"].get<int64_t>()];
+  }
+  CHECK(sgd == doctest::Approx(n / 2).epsilon(0.08));
+  CHECK(below_geo_mean == doctest::Approx(n / 2).epsilon(0.08));  // log-uniform: half below the geometric mean
+  CHECK(warmups.size() == 6);                                     // 0, 2, ..., 10
+  for (const auto& [v, count] : warmups) CHECK(v % 2 == 0);
+}
+
+TEST_CASE("repair drops inactive parameters and fills missing ones") {
+  Space s = conditional_space();
+  Rng rng(3);
+  Params p = {{"lr", 0.01}, {"optimizer", "adam"}, {"momentum", 0.3}, {"batch", 7}, {"epochs", 3}};
+  s.repair(p, rng);
+  CHECK(s.contains(p).ok());
+  CHECK_FALSE(p.contains("momentum"));
+  CHECK(p["lr"] == 0.01);  // valid values are kept
+  p["optimizer"] = "sgd";
+  s.repair(p, rng);
+  CHECK(s.contains(p).ok());
+  CHECK(p.contains("momentum"));
+  CHECK(p.contains("momentum_kind"));
+}

@@ -1,0 +1,893 @@
+// Tests of the SQLite store: schema and migrations, the trial lifecycle with exactly-once results,
+// batching, the master lock (in-process and across processes) and read-only openers.
+#include <doctest/doctest.h>
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "scheduler/store.h"
+
+using hpctune::Errc;
+using hpctune::Status;
+using namespace hpctune::store;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test, removed afterwards, so tests can run in parallel.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "hpctune-store-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::unique_ptr<Store> open_ok(const std::string& path, OpenOptions options = {}) {
+  auto r = Store::open(path, options);
+  if (!r.ok()) FAIL("open failed: " << r.error().to_string());
+  return std::move(r).value();
+}
+
+template <typename R>
+void require_ok(const R& r) {
+  if (!r.ok()) FAIL(r.error().to_string());
+}
+
+int64_t make_campaign(Store& store, const std::string& name = "demo") {
+  CampaignRow c;
+  c.name = name;
+  c.config_text = "name: " + name + "\n";
+  c.config_source = "demo.yaml";
+  c.config_json = {{"name", name}};
+  c.seed = 42;
+  c.created_at = 1000.0;
+  auto id = store.create_campaign(c);
+  require_ok(id);
+  return *id;
+}
+
+TrialRow make_trial(int64_t campaign_id, int64_t seq) {
+  TrialRow t;
+  t.campaign_id = campaign_id;
+  t.seq = seq;
+  t.params = {{"lr", 0.001 * static_cast<double>(seq + 1)}, {"layers", 2}};
+  t.meta = {{"generation", 0}};
+  t.created_at = 1000.0 + static_cast<double>(seq);
+  return t;
+}
+
+// Runs SQL on the file through a separate raw connection (an "older hpctune", a hand edit).
+void raw_exec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &msg);
+  std::string text = msg ? msg : "";
+  sqlite3_free(msg);
+  sqlite3_close(db);
+  if (rc != SQLITE_OK) FAIL("raw SQL failed: " << text << " in " << sql);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Waits for a child with a deadline; returns its exit status, or -1 if it did not exit in time
+// (then it is killed).
+int wait_child(pid_t pid, std::chrono::milliseconds deadline) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    ::usleep(5000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("trial states round-trip and finality") {
+  for (auto s : {TrialState::kQueued, TrialState::kAssigned, TrialState::kRunning, TrialState::kDone,
+                 TrialState::kPruned, TrialState::kFailed, TrialState::kInterrupted}) {
+    auto back = trial_state_from_string(to_string(s));
+    REQUIRE(back.has_value());
+    CHECK(*back == s);
+  }
+  CHECK_FALSE(trial_state_from_string("lost").has_value());
+  CHECK(is_final(TrialState::kDone));
+  CHECK(is_final(TrialState::kPruned));
+  CHECK(is_final(TrialState::kFailed));
+  CHECK_FALSE(is_final(TrialState::kInterrupted));
+  CHECK_FALSE(is_final(TrialState::kRunning));
+}
+
+TEST_CASE("RAII handles are move-only and close idempotently") {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(":memory:", &raw) == SQLITE_OK);
+  Connection conn(raw);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(conn.get(), "SELECT 1", -1, &st, nullptr) == SQLITE_OK);
+  Statement stmt(st);
+  Statement moved(std::move(stmt));
+  CHECK_FALSE(stmt);
+  CHECK(moved);
+  // A connection with an open statement cannot close: the error is a value, the handle stays.
+  Status busy = conn.close();
+  REQUIRE_FALSE(busy.ok());
+  CHECK(busy.error().code() == Errc::kBusy);
+  CHECK(conn);
+  CHECK(moved.close().ok());
+  CHECK(moved.close().ok());
+  Connection other(std::move(conn));
+  CHECK_FALSE(conn);
+  CHECK(other.close().ok());
+  CHECK(other.close().ok());
+  CHECK_FALSE(other);
+}
+
+TEST_CASE("open creates a WAL database at the latest schema and holds one campaign") {
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  auto store = open_ok(path);
+  CHECK(fs::exists(path));
+  CHECK(Store::latest_version() == 2);
+  CHECK(store->schema_version() == 2);
+  CHECK(store->journal_mode() == "wal");
+  CHECK(store->path() == path);
+
+  auto none = store->load_campaign();
+  require_ok(none);
+  CHECK_FALSE(none->has_value());
+
+  CampaignRow c;
+  c.name = "fmnist";
+  c.config_text = "name: fmnist\nseed: 18446744073709551615\n";
+  c.config_source = "configs/fmnist.yaml";
+  c.config_json = {{"name", "fmnist"}, {"budget", {{"max_trials", 64}}}};
+  c.seed = 18446744073709551615ULL;  // needs all 64 bits
+  c.created_at = 1700000000.5;
+  c.master_host = "node1";
+  c.master_pid = 4321;
+  auto id = store->create_campaign(c);
+  require_ok(id);
+  CHECK(*id > 0);
+  CHECK(fs::exists(path + "-wal"));  // the write went to the write-ahead log
+
+  auto second = store->create_campaign(c);
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.error().code() == Errc::kInvalidArgument);
+
+  require_ok(store->set_campaign_state(*id, "completed", 1700000100.0));
+  require_ok(store->set_search_state(*id, {{"generation", 3}, {"population", {1, 2, 3}}}));
+  require_ok(store->set_campaign_master(*id, "node2", 99));
+  CHECK(store->set_campaign_state(*id, "exploded", 0).error().code() == Errc::kInvalidArgument);
+  CHECK(store->set_campaign_state(*id + 100, "failed", 0).error().code() == Errc::kNotFound);
+
+  auto loaded = store->load_campaign();
+  require_ok(loaded);
+  REQUIRE(loaded->has_value());
+  const CampaignRow& l = **loaded;
+  CHECK(l.id == *id);
+  CHECK(l.name == "fmnist");
+  CHECK(l.config_text == c.config_text);
+  CHECK(l.config_source == "configs/fmnist.yaml");
+  CHECK(l.config_json == c.config_json);
+  CHECK(l.seed == 18446744073709551615ULL);
+  CHECK(l.state == "completed");
+  CHECK(l.created_at == doctest::Approx(1700000000.5));
+  CHECK(l.finished_at == doctest::Approx(1700000100.0));
+  CHECK(l.search_state["generation"] == 3);
+  CHECK(l.master_host == "node2");
+  CHECK(l.master_pid == 99);
+
+  // Reopening keeps everything.
+  require_ok(store->close());
+  auto again = open_ok(path);
+  auto reloaded = again->load_campaign();
+  require_ok(reloaded);
+  REQUIRE(reloaded->has_value());
+  CHECK((*reloaded)->name == "fmnist");
+  CHECK(again->schema_version() == 2);
+}
+
+TEST_CASE(":memory: stores work and a closed store refuses calls") {
+  auto store = open_ok(":memory:");
+  CHECK(store->journal_mode() == "memory");
+  CHECK(store->acquire_master_lock().ok());  // no-op
+  int64_t c = make_campaign(*store);
+  require_ok(store->insert_trial(make_trial(c, 0)));
+  require_ok(store->close());
+  require_ok(store->close());
+  auto t = store->trials(c);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().code() == Errc::kInvalidArgument);
+}
+
+TEST_CASE("the whole trial lifecycle") {
+  TempDir dir;
+  auto store = open_ok(dir.file("life.db"));
+  int64_t c = make_campaign(*store);
+
+  auto id = store->insert_trial(make_trial(c, 0));
+  require_ok(id);
+  auto duplicate = store->insert_trial(make_trial(c, 0));  // same seq
+  REQUIRE_FALSE(duplicate.ok());
+  CHECK(duplicate.error().code() == Errc::kInvalidArgument);
+
+  auto t0 = store->trial(*id);
+  require_ok(t0);
+  REQUIRE(t0->has_value());
+  CHECK((*t0)->state == TrialState::kQueued);
+  CHECK((*t0)->attempt == 1);
+  CHECK((*t0)->group_id == -1);
+  CHECK((*t0)->params["layers"] == 2);
+  CHECK((*t0)->metrics.is_null());
+  CHECK_FALSE((*t0)->objective.has_value());
+
+  require_ok(store->mark_assigned(*id, 1, 3, 7, 1010.0));
+  auto t1 = store->trial(*id);
+  CHECK((*t1)->state == TrialState::kAssigned);
+  CHECK((*t1)->group_id == 3);
+  // Assigning again is a master bug, reported with the trial's actual state.
+  Status again = store->mark_assigned(*id, 1, 3, 7, 1011.0);
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().code() == Errc::kInvalidArgument);
+  CHECK(store->mark_assigned(*id + 1000, 1, 3, 7, 1011.0).error().code() == Errc::kNotFound);
+
+  require_ok(store->mark_running(*id, 1, 1012.0));
+  auto t2 = store->trial(*id);
+  CHECK((*t2)->state == TrialState::kRunning);
+  CHECK((*t2)->started_at == doctest::Approx(1012.0));
+
+  require_ok(store->add_metrics(*id, 1, 1, {{"loss", 0.9}, {"val_accuracy", 0.5}}, 1013.0));
+  require_ok(store->add_metrics(*id, 1, 2, {{"loss", 0.7}, {"val_accuracy", 0.6}}, 1014.0));
+  // A repeated report of step 2 replaces, not duplicates.
+  require_ok(store->add_metrics(*id, 1, 2, {{"loss", 0.6}, {"val_accuracy", 0.65}}, 1015.0));
+  require_ok(store->add_metrics(*id, 1, 3, {{"loss", std::nan("")}}, 1016.0));
+  CHECK((*store->trial(*id))->step == 3);
+
+  auto ms = store->metrics(*id);
+  require_ok(ms);
+  REQUIRE(ms->size() == 5);
+  CHECK((*ms)[0].step == 1);
+  CHECK((*ms)[0].name == "loss");
+  CHECK((*ms)[0].value == doctest::Approx(0.9));
+  CHECK((*ms)[2].step == 2);
+  CHECK((*ms)[2].value == doctest::Approx(0.6));
+  CHECK((*ms)[3].value == doctest::Approx(0.65));
+  CHECK(std::isnan((*ms)[4].value));
+
+  auto finished = store->finish_trial(*id, 1, TrialState::kDone, {{"val_accuracy", 0.65}}, 0.65, 3, "", 1020.0);
+  require_ok(finished);
+  CHECK(*finished);
+
+  auto t3 = store->trial(*id);
+  const TrialRow& r = **t3;
+  CHECK(r.state == TrialState::kDone);
+  CHECK(r.metrics["val_accuracy"] == doctest::Approx(0.65));
+  REQUIRE(r.objective.has_value());
+  CHECK(*r.objective == doctest::Approx(0.65));
+  CHECK(r.step == 3);
+  CHECK(r.finished_at == doctest::Approx(1020.0));
+
+  auto atts = store->attempts(*id);
+  require_ok(atts);
+  REQUIRE(atts->size() == 1);
+  CHECK((*atts)[0]["state"] == "done");
+  CHECK((*atts)[0]["group_id"] == 3);
+  CHECK((*atts)[0]["worker_incarnation"] == 7);
+  CHECK((*atts)[0]["started_at"].get<double>() == doctest::Approx(1010.0));
+  CHECK((*atts)[0]["finished_at"].get<double>() == doctest::Approx(1020.0));
+
+  require_ok(store->add_event(c, "trial_done", *id, 1, 3, {{"objective", 0.65}}, 1020.0));
+  require_ok(store->add_event(c, "campaign_note", 0, 0, -1, nullptr, 1021.0));
+  require_ok(store->add_event(c, "last", 0, 0, -1, {{"n", 3}}, 1022.0));
+  auto evs = store->events(c, 2);
+  require_ok(evs);
+  REQUIRE(evs->size() == 2);  // the two most recent, oldest first
+  CHECK((*evs)[0].kind == "campaign_note");
+  CHECK((*evs)[0].trial_id == 0);
+  CHECK((*evs)[0].group_id == -1);
+  CHECK((*evs)[0].detail == nlohmann::json::object());
+  CHECK((*evs)[1].kind == "last");
+  auto all = store->events(c, 0);
+  REQUIRE(all->size() == 3);
+  CHECK((*all)[0].trial_id == *id);
+  CHECK((*all)[0].attempt == 1);
+  CHECK((*all)[0].group_id == 3);
+
+  require_ok(store->insert_trial(make_trial(c, 1)));
+  auto counts = store->count_by_state(c);
+  require_ok(counts);
+  CHECK(counts->size() == 7);
+  CHECK(counts->at("done") == 1);
+  CHECK(counts->at("queued") == 1);
+  CHECK(counts->at("running") == 0);
+
+  auto list = store->trials(c);
+  require_ok(list);
+  REQUIRE(list->size() == 2);
+  CHECK((*list)[0].seq == 0);
+  CHECK((*list)[1].seq == 1);
+}
+
+TEST_CASE("a stale or duplicated result changes nothing") {
+  auto store = open_ok(":memory:");
+  int64_t c = make_campaign(*store);
+  int64_t id = *store->insert_trial(make_trial(c, 0));
+  require_ok(store->mark_assigned(id, 1, 0, 1, 1.0));
+  require_ok(store->mark_running(id, 1, 2.0));
+
+  // Wrong attempt: ignored.
+  auto stale = store->finish_trial(id, 2, TrialState::kDone, {{"acc", 1.0}}, 1.0, 9, "", 3.0);
+  require_ok(stale);
+  CHECK_FALSE(*stale);
+  CHECK((*store->trial(id))->state == TrialState::kRunning);
+  // A stale "running" is ignored too, and does not move started_at.
+  require_ok(store->mark_running(id, 2, 50.0));
+  CHECK((*store->trial(id))->started_at == doctest::Approx(2.0));
+  // A non-final state is not a result.
+  auto bad = store->finish_trial(id, 1, TrialState::kRunning, nullptr, std::nullopt, 0, "", 3.0);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kInvalidArgument);
+
+  auto first = store->finish_trial(id, 1, TrialState::kPruned, {{"acc", 0.3}}, 0.3, 4, "", 4.0);
+  require_ok(first);
+  CHECK(*first);
+  // The same result again (a retransmission) and a different one: both ignored.
+  auto dup = store->finish_trial(id, 1, TrialState::kDone, {{"acc", 0.9}}, 0.9, 9, "", 5.0);
+  require_ok(dup);
+  CHECK_FALSE(*dup);
+  auto t = store->trial(id);
+  CHECK((*t)->state == TrialState::kPruned);
+  CHECK(*(*t)->objective == doctest::Approx(0.3));
+  CHECK((*t)->step == 4);
+  CHECK((*t)->finished_at == doctest::Approx(4.0));
+  auto atts = store->attempts(id);
+  REQUIRE(atts->size() == 1);
+  CHECK((*atts)[0]["state"] == "pruned");
+  // Late metrics of a final trial are kept under their attempt but do not move the trial's step.
+  require_ok(store->add_metrics(id, 1, 10, {{"acc", 0.95}}, 6.0));
+  CHECK((*store->trial(id))->step == 4);
+  // Requeue and interrupt of a final trial are no-ops.
+  auto rq = store->requeue_trial(id, 1, "lost", "late", 3, 7.0);
+  require_ok(rq);
+  CHECK(*rq == TrialState::kPruned);
+  require_ok(store->mark_interrupted(id, 1, 7.0));
+  CHECK((*store->trial(id))->state == TrialState::kPruned);
+  // An unknown trial is not an error for finish (nothing to record) but is for requeue.
+  auto unknown = store->finish_trial(id + 99, 1, TrialState::kDone, nullptr, std::nullopt, 0, "", 8.0);
+  require_ok(unknown);
+  CHECK_FALSE(*unknown);
+  CHECK(store->requeue_trial(id + 99, 1, "lost", "", 3, 8.0).error().code() == Errc::kNotFound);
+}
+
+TEST_CASE("a trial that fails before dispatch gets an attempt row") {
+  auto store = open_ok(":memory:");
+  int64_t c = make_campaign(*store);
+  int64_t id = *store->insert_trial(make_trial(c, 0));
+  auto r = store->finish_trial(id, 1, TrialState::kFailed, nullptr, std::nullopt, 0, "invalid params", 5.0);
+  require_ok(r);
+  CHECK(*r);
+  auto t = store->trial(id);
+  CHECK((*t)->state == TrialState::kFailed);
+  CHECK((*t)->error == "invalid params");
+  CHECK((*t)->metrics.is_null());
+  auto atts = store->attempts(id);
+  REQUIRE(atts->size() == 1);
+  CHECK((*atts)[0]["state"] == "failed");
+  CHECK((*atts)[0]["error"] == "invalid params");
+}
+
+TEST_CASE("requeue increments the attempt and fails the trial at max_attempts") {
+  auto store = open_ok(":memory:");
+  int64_t c = make_campaign(*store);
+  int64_t id = *store->insert_trial(make_trial(c, 0));
+
+  CHECK(store->requeue_trial(id, 1, "done", "", 3, 1.0).error().code() == Errc::kInvalidArgument);
+  // A queued trial has no attempt in flight: requeue is stale.
+  CHECK(*store->requeue_trial(id, 1, "lost", "", 3, 1.0) == TrialState::kQueued);
+  CHECK((*store->trial(id))->attempt == 1);
+
+  require_ok(store->mark_assigned(id, 1, 0, 1, 1.0));
+  require_ok(store->mark_running(id, 1, 1.5));
+  require_ok(store->add_metrics(id, 1, 5, {{"loss", 1.0}}, 1.6));
+  auto r1 = store->requeue_trial(id, 1, "lost", "worker 0 missed 3 heartbeats", 2, 2.0);
+  require_ok(r1);
+  CHECK(*r1 == TrialState::kQueued);
+  auto t = store->trial(id);
+  CHECK((*t)->state == TrialState::kQueued);
+  CHECK((*t)->attempt == 2);
+  CHECK((*t)->group_id == -1);
+  CHECK((*t)->step == 0);
+  CHECK((*t)->started_at == 0);
+  CHECK((*t)->error == "worker 0 missed 3 heartbeats");
+
+  // The lost attempt's late result and a repeated requeue are stale.
+  CHECK_FALSE(*store->finish_trial(id, 1, TrialState::kDone, {{"loss", 0.1}}, 0.1, 9, "", 2.5));
+  CHECK(*store->requeue_trial(id, 1, "lost", "again", 2, 2.6) == TrialState::kQueued);
+  CHECK((*store->trial(id))->attempt == 2);
+
+  require_ok(store->mark_assigned(id, 2, 1, 2, 3.0));
+  auto r2 = store->requeue_trial(id, 2, "lost", "worker 1 died", 2, 4.0);
+  require_ok(r2);
+  CHECK(*r2 == TrialState::kFailed);
+  t = store->trial(id);
+  CHECK((*t)->state == TrialState::kFailed);
+  CHECK((*t)->attempt == 2);
+  CHECK((*t)->error == "worker 1 died");
+  CHECK((*t)->finished_at == doctest::Approx(4.0));
+
+  auto atts = store->attempts(id);
+  require_ok(atts);
+  REQUIRE(atts->size() == 2);
+  CHECK((*atts)[0]["attempt"] == 1);
+  CHECK((*atts)[0]["state"] == "lost");
+  CHECK((*atts)[0]["error"] == "worker 0 missed 3 heartbeats");
+  CHECK((*atts)[0]["finished_at"].get<double>() == doctest::Approx(2.0));
+  CHECK((*atts)[1]["attempt"] == 2);
+  CHECK((*atts)[1]["group_id"] == 1);
+  CHECK((*atts)[1]["state"] == "lost");
+  // The metrics of the lost attempt are kept under attempt 1.
+  auto ms = store->metrics(id);
+  REQUIRE(ms->size() == 1);
+  CHECK((*ms)[0].attempt == 1);
+}
+
+TEST_CASE("interrupt then resume: the interrupted attempt is closed and the trial queued again") {
+  auto store = open_ok(":memory:");
+  int64_t c = make_campaign(*store);
+  int64_t running = *store->insert_trial(make_trial(c, 0));
+  int64_t queued = *store->insert_trial(make_trial(c, 1));
+  require_ok(store->mark_assigned(running, 1, 0, 1, 1.0));
+  require_ok(store->mark_running(running, 1, 1.5));
+
+  require_ok(store->mark_interrupted(running, 1, 2.0));
+  require_ok(store->mark_interrupted(queued, 1, 2.0));  // not in flight: stays queued
+  CHECK((*store->trial(running))->state == TrialState::kInterrupted);
+  CHECK((*store->trial(queued))->state == TrialState::kQueued);
+  auto atts = store->attempts(running);
+  REQUIRE(atts->size() == 1);
+  CHECK((*atts)[0]["state"] == "interrupted");
+  CHECK((*atts)[0]["finished_at"].get<double>() == doctest::Approx(2.0));
+
+  // Resume.
+  auto r = store->requeue_trial(running, 1, "interrupted", "interrupted by Ctrl-C", 3, 10.0);
+  require_ok(r);
+  CHECK(*r == TrialState::kQueued);
+  CHECK((*store->trial(running))->attempt == 2);
+  atts = store->attempts(running);
+  CHECK((*atts)[0]["state"] == "interrupted");
+  CHECK((*atts)[0]["finished_at"].get<double>() == doctest::Approx(2.0));  // the first close wins
+}
+
+TEST_CASE("a batched transaction commits at once, and a rollback leaves nothing") {
+  TempDir dir;
+  const std::string path = dir.file("batch.db");
+  auto store = open_ok(path);
+  int64_t c = make_campaign(*store);
+  auto reader = Store::open_readonly(path);
+  require_ok(reader);
+
+  CHECK(store->commit().error().code() == Errc::kInvalidArgument);
+  require_ok(store->rollback());  // no-op outside a transaction
+
+  require_ok(store->begin());
+  CHECK(store->in_transaction());
+  CHECK(store->begin().error().code() == Errc::kInvalidArgument);
+  for (int i = 0; i < 10; ++i) {
+    int64_t id = *store->insert_trial(make_trial(c, i));
+    require_ok(store->mark_assigned(id, 1, 0, 1, 1.0));
+    require_ok(store->add_event(c, "assigned", id, 1, 0, {}, 1.0));
+  }
+  CHECK(store->trials(c)->size() == 10);     // the writer sees its own writes
+  CHECK((*reader)->trials(c)->size() == 0);  // readers see only committed data
+  require_ok(store->rollback());
+  CHECK_FALSE(store->in_transaction());
+  CHECK(store->trials(c)->empty());
+  CHECK(store->events(c, 0)->empty());
+  CHECK(store->count_by_state(c)->at("assigned") == 0);
+
+  require_ok(store->begin());
+  for (int i = 0; i < 10; ++i) require_ok(store->insert_trial(make_trial(c, i)));
+  CHECK((*reader)->trials(c)->size() == 0);
+  require_ok(store->commit());
+  CHECK((*reader)->trials(c)->size() == 10);
+
+  // A failing operation inside a batch undoes only itself (its savepoint), not the batch.
+  require_ok(store->begin());
+  require_ok(store->insert_trial(make_trial(c, 10)));
+  CHECK_FALSE(store->insert_trial(make_trial(c, 3)).ok());  // duplicate seq
+  CHECK(store->in_transaction());
+  require_ok(store->commit());
+  CHECK(store->trials(c)->size() == 11);
+}
+
+TEST_CASE("a multi-statement operation is all or nothing, inside a batch or not") {
+  TempDir dir;
+  const std::string path = dir.file("atomic.db");
+  auto store = open_ok(path);
+  int64_t c = make_campaign(*store);
+  int64_t a = *store->insert_trial(make_trial(c, 0));
+  int64_t b = *store->insert_trial(make_trial(c, 1));
+  // An attempt row that should not exist: mark_assigned's second statement (the attempt insert)
+  // fails after its first (the trial update) succeeded.
+  raw_exec(path, "INSERT INTO attempts (trial_id, attempt, state) VALUES (" + std::to_string(a) + ", 1, 'lost'), (" +
+                     std::to_string(b) + ", 1, 'lost')");
+
+  Status alone = store->mark_assigned(a, 1, 0, 1, 1.0);
+  REQUIRE_FALSE(alone.ok());
+  CHECK(alone.error().code() == Errc::kInvalidArgument);  // a constraint
+  CHECK((*store->trial(a))->state == TrialState::kQueued);
+  CHECK((*store->trial(a))->group_id == -1);
+
+  require_ok(store->begin());
+  int64_t d = *store->insert_trial(make_trial(c, 2));
+  CHECK_FALSE(store->mark_assigned(b, 1, 0, 1, 1.0).ok());
+  CHECK(store->in_transaction());  // the batch survives
+  require_ok(store->mark_assigned(d, 1, 0, 1, 1.0));
+  require_ok(store->commit());
+  CHECK((*store->trial(b))->state == TrialState::kQueued);
+  CHECK((*store->trial(d))->state == TrialState::kAssigned);
+}
+
+TEST_CASE("SQLITE_BUSY is a value: kBusy with SQLite's text and what was being done") {
+  TempDir dir;
+  const std::string path = dir.file("busy.db");
+  auto store = open_ok(path, {.busy_timeout_ms = 50});
+  int64_t c = make_campaign(*store);
+
+  sqlite3* other = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &other) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  Status s = store->begin();
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code() == Errc::kBusy);
+  CHECK(s.error().message().find("database is locked") != std::string::npos);
+  CHECK(s.error().message().find("cannot begin a transaction") != std::string::npos);
+  auto ins = store->insert_trial(make_trial(c, 0));
+  REQUIRE_FALSE(ins.ok());
+  CHECK(ins.error().code() == Errc::kBusy);
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  require_ok(store->insert_trial(make_trial(c, 0)));
+}
+
+TEST_CASE("migration v1 -> v2 keeps the rows and makes the workflow tables usable") {
+  TempDir dir;
+  const std::string path = dir.file("old.db");
+  int64_t c = 0, t0 = 0, t1 = 0;
+  {
+    auto v1 = open_ok(path, {.migrate_to = 1});
+    CHECK(v1->schema_version() == 1);
+    c = make_campaign(*v1, "legacy");
+    // Trials as an hpctune of schema v1 wrote them (no stage_id, parent_trial_id, generation).
+    raw_exec(path,
+             "INSERT INTO trials (id, campaign_id, seq, params, state, attempt, created_at) VALUES "
+             "(1, 1, 0, '{\"lr\":0.1}', 'queued', 1, 5.0), (2, 1, 1, '{\"lr\":0.2}', 'queued', 1, 6.0)");
+    t0 = 1;
+    t1 = 2;
+    // The v1 operations work on a v1 database.
+    require_ok(v1->mark_assigned(t0, 1, 0, 1, 7.0));
+    require_ok(v1->add_metrics(t0, 1, 1, {{"loss", 0.5}}, 8.0));
+    CHECK(*v1->finish_trial(t0, 1, TrialState::kDone, {{"loss", 0.4}}, 0.4, 1, "", 9.0));
+    require_ok(v1->add_event(c, "trial_done", t0, 1, 0, {{"x", 1}}, 9.0));
+    // The v2 tables do not exist yet.
+    CHECK_FALSE(v1->create_stage(c, "search", "s", {}, 1.0).ok());
+    // A read-only opener refuses an old schema rather than failing later.
+    auto ro = Store::open_readonly(path);
+    REQUIRE_FALSE(ro.ok());
+    CHECK(ro.error().code() == Errc::kUnavailable);
+  }
+  auto store = open_ok(path);
+  CHECK(store->schema_version() == 2);
+  auto camp = store->load_campaign();
+  REQUIRE(camp->has_value());
+  CHECK((*camp)->name == "legacy");
+
+  auto trials = store->trials(c);
+  require_ok(trials);
+  REQUIRE(trials->size() == 2);
+  CHECK((*trials)[0].id == t0);
+  CHECK((*trials)[0].state == TrialState::kDone);
+  CHECK(*(*trials)[0].objective == doctest::Approx(0.4));
+  CHECK((*trials)[0].params["lr"] == doctest::Approx(0.1));
+  CHECK((*trials)[0].stage_id == 0);
+  CHECK_FALSE((*trials)[0].parent_trial_id.has_value());
+  CHECK((*trials)[0].generation == 0);
+  CHECK((*trials)[1].id == t1);
+  CHECK((*trials)[1].state == TrialState::kQueued);
+  CHECK(store->metrics(t0)->size() == 1);
+  CHECK(store->events(c, 0)->size() == 1);
+  CHECK(store->attempts(t0)->size() == 1);
+
+  // The new tables and columns.
+  auto stage = store->create_stage(c, "pbt", "population", {{"size", 8}}, 20.0);
+  require_ok(stage);
+  CHECK(store->create_stage(c, "bogus", "x", {}, 20.0).error().code() == Errc::kInvalidArgument);
+  CHECK(store->create_stage(c, "search", "population", {}, 20.0).error().code() == Errc::kInvalidArgument);
+  TrialRow child = make_trial(c, 0);  // seq 0 again, but in the stage: unique per (campaign, stage)
+  child.stage_id = *stage;
+  child.parent_trial_id = t0;
+  child.generation = 1;
+  auto child_id = store->insert_trial(child);
+  require_ok(child_id);
+  TrialRow dup = child;
+  CHECK(store->insert_trial(dup).error().code() == Errc::kInvalidArgument);
+  auto ct = store->trial(*child_id);
+  CHECK((*ct)->stage_id == *stage);
+  CHECK((*ct)->parent_trial_id.value_or(-1) == t0);
+  CHECK((*ct)->generation == 1);
+
+  require_ok(store->add_lineage(*child_id, t0, "pbt_exploit"));
+  require_ok(store->add_lineage(*child_id, t0, "pbt_exploit"));  // idempotent
+  require_ok(store->add_lineage(*child_id, 777, "transfer_source"));
+  auto lin = store->lineage(*child_id);
+  REQUIRE(lin->size() == 2);
+  CHECK((*lin)[0].parent_trial_id == t0);
+  CHECK((*lin)[0].relation == "pbt_exploit");
+
+  require_ok(store->add_artifact(*child_id, 1, "checkpoint", "/tmp/ckpt-3.bin", 4096, 21.0));
+  auto arts = store->artifacts(*child_id);
+  REQUIRE(arts->size() == 1);
+  CHECK((*arts)[0].path == "/tmp/ckpt-3.bin");
+  CHECK((*arts)[0].bytes == 4096);
+
+  require_ok(store->upsert_group(c, 0, "mpi", 4, 1, "starting", 1, 0, 22.0, {"n1", "n2"}));
+  require_ok(store->upsert_group(c, 0, "mpi", 4, 1, "ready", 2, 1, 23.0, {"n1", "n3"}));
+  auto groups = store->groups(c);
+  REQUIRE(groups->size() == 1);
+  const GroupRow& g = (*groups)[0];
+  CHECK(g.state == "ready");
+  CHECK(g.incarnation == 2);
+  CHECK(g.restarts == 1);
+  CHECK(g.ranks_data == 4);
+  CHECK(g.hosts == nlohmann::json({"n1", "n3"}));
+  CHECK(g.started_at == doctest::Approx(22.0));
+  CHECK(g.updated_at == doctest::Approx(23.0));
+
+  require_ok(store->set_stage_state(*stage, "completed", 30.0));
+  auto stages = store->stages(c);
+  REQUIRE(stages->size() == 1);
+  CHECK((*stages)[0].kind == "pbt");
+  CHECK((*stages)[0].state == "completed");
+  CHECK((*stages)[0].config_json["size"] == 8);
+
+  // Trials list: the stageless ones first, then by stage and seq.
+  auto all = store->trials(c);
+  REQUIRE(all->size() == 3);
+  CHECK((*all)[2].id == *child_id);
+}
+
+TEST_CASE("a database with a newer schema is refused") {
+  TempDir dir;
+  const std::string path = dir.file("future.db");
+  { open_ok(path); }
+  raw_exec(path, "PRAGMA user_version = 7");
+  auto r = Store::open(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kUnavailable);
+  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (2); upgrade hpctune", 0) == 0);
+  auto ro = Store::open_readonly(path);
+  REQUIRE_FALSE(ro.ok());
+  CHECK(ro.error().code() == Errc::kUnavailable);
+}
+
+TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
+  TempDir dir;
+  const std::string text = dir.file("notes.txt");
+  {
+    std::ofstream out(text);
+    out << "these are my notes, not a database; they are long enough to fill a header........\n";
+    for (int i = 0; i < 20; ++i) out << "line " << i << " of text\n";
+  }
+  const std::string before = slurp(text);
+  auto r = Store::open(text);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+  CHECK(r.error().message().find(text) != std::string::npos);
+  CHECK(r.error().message().find("not an hpctune database") != std::string::npos);
+  CHECK(slurp(text) == before);
+  auto ro = Store::open_readonly(text);
+  REQUIRE_FALSE(ro.ok());
+  CHECK(ro.error().code() == Errc::kInvalidArgument);
+
+  // Another application's SQLite file.
+  const std::string foreign = dir.file("other.db");
+  raw_exec(foreign, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance REAL)");
+  auto f = Store::open(foreign);
+  REQUIRE_FALSE(f.ok());
+  CHECK(f.error().code() == Errc::kInvalidArgument);
+  CHECK(f.error().message().find(foreign) != std::string::npos);
+
+  auto bad = Store::open(dir.file("x.db"), {.migrate_to = 5});
+  CHECK(bad.error().code() == Errc::kInvalidArgument);
+}
+
+TEST_CASE("open_readonly: a missing file is not created; a live database is readable while written") {
+  TempDir dir;
+  const std::string missing = dir.file("missing.db");
+  auto r = Store::open_readonly(missing);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kNotFound);
+  CHECK(r.error().message().find(missing) != std::string::npos);
+  CHECK_FALSE(fs::exists(missing));
+
+  const std::string path = dir.file("live.db");
+  auto writer = open_ok(path);
+  require_ok(writer->acquire_master_lock());
+  int64_t c = make_campaign(*writer);
+  int64_t id = *writer->insert_trial(make_trial(c, 0));
+  auto reader = Store::open_readonly(path);
+  require_ok(reader);
+  CHECK((*reader)->read_only());
+  CHECK((*reader)->journal_mode() == "wal");
+  CHECK((*reader)->acquire_master_lock().error().code() == Errc::kInvalidArgument);
+  auto seen = (*reader)->trials(c);
+  require_ok(seen);
+  CHECK(seen->size() == 1);
+
+  // The writer keeps writing (a transaction open) while the reader reads.
+  require_ok(writer->begin());
+  require_ok(writer->mark_assigned(id, 1, 0, 1, 1.0));
+  CHECK((*(*reader)->trial(id))->state == TrialState::kQueued);
+  require_ok(writer->commit());
+  CHECK((*(*reader)->trial(id))->state == TrialState::kAssigned);
+
+  // Writes through a read-only store fail as values.
+  auto w = (*reader)->insert_trial(make_trial(c, 5));
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.error().code() == Errc::kIo);
+
+  // After the writer is gone (WAL checkpointed and removed), a fresh reader still opens it.
+  require_ok((*reader)->close());
+  require_ok(writer->close());
+  auto later = Store::open_readonly(path);
+  require_ok(later);
+  CHECK((*later)->trials(c)->size() == 1);
+}
+
+TEST_CASE("master lock: a second Store in the same process is refused with the holder's pid") {
+  TempDir dir;
+  const std::string path = dir.file("locked.db");
+  auto first = open_ok(path);
+  auto second = open_ok(path);  // opening is fine: status readers and a refusing master both open
+  require_ok(first->acquire_master_lock());
+  CHECK(first->holds_master_lock());
+  require_ok(first->acquire_master_lock());  // idempotent
+
+  Status refused = second->acquire_master_lock();
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code() == Errc::kBusy);
+  const std::string& msg = refused.error().message();
+  CHECK(msg.find("another hpctune master (pid " + std::to_string(::getpid()) + " on host ") == 0);
+  CHECK(msg.find("is running a campaign on " + path + "; stop it first") != std::string::npos);
+  CHECK_FALSE(second->holds_master_lock());
+  CHECK(slurp(path + "-master.lock").find(std::to_string(::getpid()) + " ") == 0);
+
+  require_ok(first->close());
+  require_ok(second->acquire_master_lock());
+}
+
+TEST_CASE("master lock across processes, and released when the holder is SIGKILLed") {
+  TempDir dir;
+  const std::string path = dir.file("shared.db");
+  {
+    auto parent = open_ok(path);
+    make_campaign(*parent);
+    require_ok(parent->acquire_master_lock());
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // The child uses only its own Store; exit codes report what it saw.
+      auto s = Store::open(path);
+      if (!s.ok()) ::_exit(2);
+      Status st = (*s)->acquire_master_lock();
+      if (st.ok()) ::_exit(3);
+      if (st.error().code() != Errc::kBusy) ::_exit(4);
+      if (st.error().message().find("pid " + std::to_string(::getppid()) + " ") == std::string::npos) ::_exit(5);
+      ::_exit(0);
+    }
+    int status = wait_child(child, std::chrono::seconds(20));
+    REQUIRE(status != -1);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+
+  // A child takes the lock and is killed with SIGKILL: the kernel drops the lock.
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    auto s = Store::open(path);
+    char ok = (s.ok() && (*s)->acquire_master_lock().ok()) ? 'y' : 'n';
+    if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
+    for (int i = 0; i < 600; ++i) ::usleep(100000);  // at most a minute; the parent kills it first
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  pollfd pfd{ready[0], POLLIN, 0};
+  REQUIRE(::poll(&pfd, 1, 20000) == 1);
+  char got = 0;
+  REQUIRE(::read(ready[0], &got, 1) == 1);
+  ::close(ready[0]);
+  CHECK(got == 'y');
+
+  auto mine = open_ok(path);
+  Status refused = mine->acquire_master_lock();
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code() == Errc::kBusy);
+  CHECK(refused.error().message().find("pid " + std::to_string(child) + " ") != std::string::npos);
+
+  ::kill(child, SIGKILL);
+  int status = wait_child(child, std::chrono::seconds(20));
+  REQUIRE(status != -1);
+  CHECK(WIFSIGNALED(status));
+  require_ok(mine->acquire_master_lock());
+  CHECK(mine->holds_master_lock());
+}
+
+TEST_CASE("throughput: full trial lifecycles in batches of 100") {
+  TempDir dir;
+  auto store = open_ok(dir.file("rate.db"));
+  require_ok(store->acquire_master_lock());
+  int64_t c = make_campaign(*store);
+  constexpr int kTrials = 5000;
+  constexpr int kBatch = 100;
+  const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu_start = std::clock();
+  for (int b = 0; b < kTrials / kBatch; ++b) {
+    require_ok(store->begin());
+    for (int i = 0; i < kBatch; ++i) {
+      const int seq = b * kBatch + i;
+      const double t = 2000.0 + seq;
+      auto id = store->insert_trial(make_trial(c, seq));
+      require_ok(id);
+      require_ok(store->mark_assigned(*id, 1, seq % 16, 1, t));
+      require_ok(store->mark_running(*id, 1, t));
+      require_ok(store->add_metrics(*id, 1, 1, {{"loss", 0.5}, {"val_accuracy", 0.8}}, t));
+      auto done = store->finish_trial(*id, 1, TrialState::kDone, {{"val_accuracy", 0.8}}, 0.8, 1, "", t);
+      require_ok(done);
+      REQUIRE(*done);
+      require_ok(store->add_event(c, "trial_done", *id, 1, seq % 16, {{"objective", 0.8}}, t));
+    }
+    require_ok(store->commit());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  // Wall time depends on the machine's load; CPU time shows what the store itself costs.
+  std::printf("[test_store] %d trial lifecycles (insert+assign+running+metrics+finish+event), batches of %d: "
+              "%.3f s wall (%.0f trials/s), %.3f s cpu (%.0f trials/s)\n",
+              kTrials, kBatch, secs, kTrials / secs, cpu, kTrials / cpu);
+  auto counts = store->count_by_state(c);
+  require_ok(counts);
+  CHECK(counts->at("done") == kTrials);
+  CHECK(store->events(c, 0)->size() == static_cast<std::size_t>(kTrials));
+}

@@ -1,0 +1,792 @@
+// The built-in trainers: IDX reading, the MLP's math, the mlp and sleep trainers, the factory.
+#include <doctest/doctest.h>
+
+#include <zlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/rng.h"
+#include "trainers/idx_dataset.h"
+#include "trainers/mlp.h"
+#include "trainers/mlp_trainer.h"
+#include "trainers/sleep_trainer.h"
+#include "trainers/trainer.h"
+
+using namespace hpctune;
+using namespace hpctune::trainers;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "hpctune-trainers-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+void put_be32(std::vector<uint8_t>& out, uint32_t v) {
+  out.push_back(static_cast<uint8_t>(v >> 24));
+  out.push_back(static_cast<uint8_t>(v >> 16));
+  out.push_back(static_cast<uint8_t>(v >> 8));
+  out.push_back(static_cast<uint8_t>(v));
+}
+
+std::vector<uint8_t> idx_images_bytes(uint32_t count, uint32_t rows, uint32_t cols, const std::vector<uint8_t>& pixels) {
+  std::vector<uint8_t> out{0, 0, 0x08, 3};
+  put_be32(out, count);
+  put_be32(out, rows);
+  put_be32(out, cols);
+  out.insert(out.end(), pixels.begin(), pixels.end());
+  return out;
+}
+
+std::vector<uint8_t> idx_labels_bytes(const std::vector<uint8_t>& labels) {
+  std::vector<uint8_t> out{0, 0, 0x08, 1};
+  put_be32(out, static_cast<uint32_t>(labels.size()));
+  out.insert(out.end(), labels.begin(), labels.end());
+  return out;
+}
+
+void write_plain(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(f.good());
+}
+
+void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzclose(f) == Z_OK);
+}
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// A learnable synthetic problem: each class has a random 6x6 prototype; samples are the
+// prototype plus noise. Written as a gzipped IDX directory like Fashion-MNIST's.
+struct Synthetic {
+  static constexpr uint32_t kSide = 6;
+  static constexpr int kClasses = 4;
+  TempDir dir;
+
+  Synthetic(uint32_t train_count = 800, uint32_t test_count = 200, uint64_t seed = 7) {
+    Rng rng(seed);
+    std::vector<std::vector<double>> proto(kClasses, std::vector<double>(kSide * kSide));
+    for (auto& p : proto)
+      for (auto& v : p) v = rng.uniform(0.0, 255.0);
+    auto make = [&](uint32_t count, const std::string& prefix) {
+      std::vector<uint8_t> pixels, labels;
+      for (uint32_t i = 0; i < count; ++i) {
+        const int c = static_cast<int>(rng.below(kClasses));
+        labels.push_back(static_cast<uint8_t>(c));
+        for (double v : proto[static_cast<size_t>(c)]) {
+          const double x = v + rng.normal(0.0, 60.0);
+          pixels.push_back(static_cast<uint8_t>(std::clamp(x, 0.0, 255.0)));
+        }
+      }
+      write_gz(dir.file(prefix + "-images-idx3-ubyte.gz"), idx_images_bytes(count, kSide, kSide, pixels));
+      write_gz(dir.file(prefix + "-labels-idx1-ubyte.gz"), idx_labels_bytes(labels));
+    };
+    make(train_count, "train");
+    make(test_count, "t10k");
+  }
+};
+
+struct Recorder {
+  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
+  TrialContext context(nlohmann::json trainer, uint64_t seed = 1) {
+    TrialContext ctx;
+    ctx.seed = seed;
+    ctx.trainer = std::move(trainer);
+    ctx.report = [this](int64_t step, const protocol::Metrics& m) { reports.emplace_back(step, m); };
+    return ctx;
+  }
+};
+
+// The message names the setting in quotes (the message is the feature here).
+bool names_setting(const Error& e, const std::string& key) {
+  std::string quoted(1, '\'');
+  quoted.append(key).push_back('\'');
+  return e.message().find(quoted) != std::string::npos;
+}
+
+nlohmann::json small_mlp(const Synthetic& data) {
+  return {{"kind", "mlp"}, {"data", data.dir.str()}, {"hidden", {16}}, {"lr", 0.05}, {"batch_size", 32}, {"epochs", 4}};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// IDX reader
+
+TEST_CASE("idx: plain and gzipped files read back exactly") {
+  TempDir dir;
+  std::vector<uint8_t> pixels(5 * 3 * 4);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<uint8_t> labels{0, 3, 1, 2, 3};
+  for (bool gz : {false, true}) {
+    CAPTURE(gz);
+    const std::string img = dir.file(gz ? "i.gz" : "i"), lab = dir.file(gz ? "l.gz" : "l");
+    (gz ? write_gz : write_plain)(img, idx_images_bytes(5, 3, 4, pixels));
+    (gz ? write_gz : write_plain)(lab, idx_labels_bytes(labels));
+    auto images = read_idx_images(img);
+    REQUIRE(images.ok());
+    CHECK(images->count == 5);
+    CHECK(images->rows == 3);
+    CHECK(images->cols == 4);
+    CHECK(images->pixels == pixels);
+    auto l = read_idx_labels(lab);
+    REQUIRE(l.ok());
+    CHECK(*l == labels);
+    auto d = load_idx_pair(img, lab);
+    REQUIRE(d.ok());
+    CHECK(d->features() == 12);
+    CHECK(d->images[1] == doctest::Approx(7.0 / 255.0).epsilon(1e-6));
+    CHECK(d->images[12 * 4 + 11] == doctest::Approx(static_cast<uint8_t>(59 * 7) / 255.0).epsilon(1e-6));
+    CHECK(d->labels == std::vector<int32_t>{0, 3, 1, 2, 3});
+  }
+}
+
+TEST_CASE("idx: malformed files are rejected with the file named") {
+  TempDir dir;
+  const std::vector<uint8_t> pixels(4 * 2 * 2, 9);
+  const auto good = idx_images_bytes(4, 2, 2, pixels);
+
+  SUBCASE("bad magic") {
+    auto bytes = good;
+    bytes[2] = 0x09;  // float type, not ubyte
+    write_plain(dir.file("magic"), bytes);
+    auto r = read_idx_images(dir.file("magic"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().message().find(dir.file("magic")) != std::string::npos);
+    CHECK(r.error().message().find("magic") != std::string::npos);
+  }
+  SUBCASE("a label file where images are expected") {
+    write_plain(dir.file("labels"), idx_labels_bytes({1, 2}));
+    auto r = read_idx_images(dir.file("labels"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("zero dimension") {
+    write_plain(dir.file("zero"), idx_images_bytes(4, 0, 2, {}));
+    auto r = read_idx_images(dir.file("zero"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("truncated plain file") {
+    auto bytes = good;
+    bytes.resize(bytes.size() - 3);
+    write_plain(dir.file("short"), bytes);
+    auto r = read_idx_images(dir.file("short"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().message().find(dir.file("short")) != std::string::npos);
+  }
+  SUBCASE("truncated header") {
+    write_plain(dir.file("hdr"), {0, 0, 8, 3, 0, 0});
+    auto r = read_idx_images(dir.file("hdr"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("trailing bytes") {
+    auto bytes = good;
+    bytes.push_back(1);
+    write_plain(dir.file("long"), bytes);
+    auto r = read_idx_images(dir.file("long"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("labels: truncated") {
+    auto bytes = idx_labels_bytes({1, 2, 3});
+    bytes.pop_back();
+    write_plain(dir.file("lab"), bytes);
+    auto r = read_idx_labels(dir.file("lab"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("missing file") {
+    auto r = read_idx_images(dir.file("nope.gz"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kNotFound);
+    CHECK(r.error().message().find(dir.file("nope.gz")) != std::string::npos);
+  }
+  SUBCASE("image and label counts differ") {
+    write_plain(dir.file("i"), good);
+    write_plain(dir.file("l"), idx_labels_bytes({1, 2, 3}));
+    auto r = load_idx_pair(dir.file("i"), dir.file("l"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+}
+
+TEST_CASE("idx: corrupted and truncated gzip streams are I/O errors") {
+  TempDir dir;
+  std::vector<uint8_t> pixels(50 * 8 * 8);
+  Rng rng(3);
+  for (auto& p : pixels) p = static_cast<uint8_t>(rng.below(256));
+  write_gz(dir.file("ok.gz"), idx_images_bytes(50, 8, 8, pixels));
+  const auto compressed = read_all(dir.file("ok.gz"));
+  REQUIRE(compressed.size() > 100);
+  REQUIRE(read_idx_images(dir.file("ok.gz")).ok());
+
+  SUBCASE("flipped bytes inside the deflate stream") {
+    auto bad = compressed;
+    for (size_t i = bad.size() / 2; i < bad.size() / 2 + 8; ++i) bad[i] ^= 0x5a;
+    write_plain(dir.file("bad.gz"), bad);
+    auto r = read_idx_images(dir.file("bad.gz"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kIo);
+    CHECK(r.error().message().find(dir.file("bad.gz")) != std::string::npos);
+  }
+  SUBCASE("a wrong CRC in the gzip trailer") {
+    auto bad = compressed;
+    bad[bad.size() - 6] ^= 0xff;
+    write_plain(dir.file("crc.gz"), bad);
+    auto r = read_idx_images(dir.file("crc.gz"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kIo);
+  }
+  SUBCASE("cut short") {
+    auto bad = compressed;
+    bad.resize(bad.size() / 2);
+    write_plain(dir.file("cut.gz"), bad);
+    auto r = read_idx_images(dir.file("cut.gz"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kIo);
+  }
+}
+
+TEST_CASE("idx: a dataset directory loads, standardizes and is cached") {
+  Synthetic data(120, 40);
+  auto loaded = load_idx_dataset(data.dir.str());
+  REQUIRE(loaded.ok());
+  const auto& d = **loaded;
+  CHECK(d.train.count == 120);
+  CHECK(d.test.count == 40);
+  CHECK(d.train.features() == 36);
+  CHECK(d.num_classes == Synthetic::kClasses);
+  for (float v : d.train.images) {
+    REQUIRE(v >= 0.0f);
+    REQUIRE(v <= 1.0f);
+  }
+
+  DatasetOptions standardize;
+  standardize.standardize = true;
+  auto s = load_idx_dataset(data.dir.str(), standardize);
+  REQUIRE(s.ok());
+  double sum = 0.0, sum_sq = 0.0;
+  for (float v : (*s)->train.images) sum += v, sum_sq += static_cast<double>(v) * v;
+  const double n = static_cast<double>((*s)->train.images.size());
+  CHECK(sum / n == doctest::Approx(0.0).epsilon(1e-5).scale(1.0));
+  CHECK(sum_sq / n == doctest::Approx(1.0).epsilon(1e-4));
+  // The test set goes through the training set's transform.
+  CHECK((*s)->test.images[0] == doctest::Approx((d.test.images[0] - (*s)->mean) / (*s)->stddev).epsilon(1e-5));
+
+  DatasetCache cache;
+  auto a = cache.get(data.dir.str());
+  auto b = cache.get(data.dir.str() + "/.");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->get() == b->get());
+  CHECK(cache.loads() == 1);
+  auto c = cache.get(data.dir.str(), standardize);
+  REQUIRE(c.ok());
+  CHECK(c->get() != a->get());
+  CHECK(cache.loads() == 2);
+  CHECK(cache.size() == 2);
+
+  auto missing = cache.get(data.dir.file("nowhere"));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code() == Errc::kNotFound);
+  CHECK(cache.size() == 2);
+
+  fs::remove(data.dir.file("t10k-labels-idx1-ubyte.gz"));
+  auto incomplete = load_idx_dataset(data.dir.str());
+  REQUIRE_FALSE(incomplete.ok());
+  CHECK(incomplete.error().code() == Errc::kNotFound);
+  CHECK(incomplete.error().message().find("t10k-labels-idx1-ubyte") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLP math
+
+namespace {
+
+// Compares forward_backward's gradient of loss_sum with central differences of the same loss
+// (the same dropout mask, by replaying the same Rng state).
+void gradient_check(Activation act, float dropout, std::vector<int64_t> hidden) {
+  MlpShape shape;
+  shape.inputs = 5;
+  shape.hidden = std::move(hidden);
+  shape.outputs = 3;
+  shape.activation = act;
+  shape.dropout = dropout;
+  auto created = Mlp::create(shape);
+  REQUIRE(created.ok());
+  Mlp net = std::move(created).value();
+  Rng rng(11);
+  net.init(rng);
+  // Non-zero biases so that they matter.
+  for (const auto& block : net.blocks())
+    if (!block.decay)
+      for (size_t i = 0; i < block.size; ++i) net.params()[block.offset + i] = static_cast<float>(rng.uniform(-0.3, 0.3));
+  constexpr int64_t kBatch = 4;
+  std::vector<float> x(kBatch * 5);
+  for (auto& v : x) v = static_cast<float>(rng.uniform(-1.0, 1.0));
+  const std::vector<int32_t> y{0, 2, 1, 2};
+
+  const Rng dropout_state(99);
+  Rng r0 = dropout_state;
+  const BatchStats base = net.forward_backward(x.data(), y.data(), kBatch, 1.0f, r0);
+  CHECK(base.count == kBatch);
+  const std::vector<float> analytic(net.grads().begin(), net.grads().end());
+
+  auto loss_at = [&]() {
+    Rng r = dropout_state;
+    return net.forward_backward(x.data(), y.data(), kBatch, 1.0f, r).loss_sum;
+  };
+  const float eps = act == Activation::kRelu ? 1e-3f : 1e-2f;
+  const double base_loss = loss_at();
+  double worst = 0.0;
+  size_t kinks = 0;
+  for (size_t i = 0; i < net.num_params(); ++i) {
+    const float saved = net.params()[i];
+    net.params()[i] = saved + eps;
+    const double up = loss_at();
+    net.params()[i] = saved - eps;
+    const double down = loss_at();
+    net.params()[i] = saved;
+    const double numeric = (up - down) / (2.0 * static_cast<double>(eps));
+    // A ReLU switching inside [p - eps, p + eps] makes the central difference meaningless there;
+    // it shows as one-sided slopes that disagree. Such parameters are counted, not compared.
+    const double forward_slope = (up - base_loss) / eps, backward_slope = (base_loss - down) / eps;
+    if (act == Activation::kRelu && std::fabs(forward_slope - backward_slope) > 0.05 * (0.1 + std::fabs(numeric))) {
+      ++kinks;
+      continue;
+    }
+    const double diff = std::fabs(numeric - analytic[i]);
+    worst = std::max(worst, diff / (1e-2 + std::fabs(numeric)));
+    CAPTURE(i);
+    CAPTURE(analytic[i]);
+    CAPTURE(forward_slope);
+    CAPTURE(backward_slope);
+    CHECK(diff <= 2e-3 + 2e-2 * std::fabs(numeric));
+  }
+  CHECK(kinks * 10 <= net.num_params());
+  MESSAGE(std::string(activation_name(act)) << " dropout " << dropout << ": worst relative gradient error " << worst
+                                            << ", " << kinks << " of " << net.num_params() << " parameters at a ReLU kink");
+}
+
+}  // namespace
+
+TEST_CASE("mlp: backward pass matches finite differences") {
+  SUBCASE("tanh, two hidden layers") { gradient_check(Activation::kTanh, 0.0f, {4, 3}); }
+  SUBCASE("sigmoid, one hidden layer") { gradient_check(Activation::kSigmoid, 0.0f, {6}); }
+  SUBCASE("relu, two hidden layers") { gradient_check(Activation::kRelu, 0.0f, {7, 6}); }
+  SUBCASE("tanh with dropout") { gradient_check(Activation::kTanh, 0.3f, {6, 5}); }
+  SUBCASE("no hidden layer") { gradient_check(Activation::kRelu, 0.0f, {}); }
+}
+
+TEST_CASE("mlp: shapes are checked") {
+  MlpShape shape;
+  shape.inputs = 4;
+  shape.outputs = 2;
+  shape.hidden = {3, 0};
+  auto r = Mlp::create(shape);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+  shape.hidden = {3};
+  shape.dropout = 1.0f;
+  CHECK(Mlp::create(shape).error().code() == Errc::kInvalidArgument);
+  shape.dropout = 0.5f;
+  shape.inputs = 0;
+  CHECK(Mlp::create(shape).error().code() == Errc::kInvalidArgument);
+  shape.inputs = 4;
+  auto ok = Mlp::create(shape);
+  REQUIRE(ok.ok());
+  CHECK(ok->num_params() == 4 * 3 + 3 + 3 * 2 + 2);
+  REQUIRE(ok->blocks().size() == 4);
+  CHECK(ok->blocks()[0].decay);
+  CHECK_FALSE(ok->blocks()[1].decay);
+  CHECK(ok->blocks()[3].offset + ok->blocks()[3].size == ok->num_params());
+}
+
+TEST_CASE("mlp: the SGD step follows PyTorch's momentum, Nesterov and weight decay") {
+  // One weight block (decays) and one bias block (does not).
+  const std::vector<ParamBlock> blocks{{0, 1, true}, {1, 1, false}};
+  for (bool nesterov : {false, true}) {
+    CAPTURE(nesterov);
+    SgdMomentum sgd(2, SgdOptions{0.9, nesterov, 0.1});
+    std::vector<float> p{1.0f, 1.0f};
+    const std::vector<float> g{0.5f, 0.5f};
+    double v_w = 0, v_b = 0, p_w = 1, p_b = 1;
+    for (int step = 0; step < 3; ++step) {
+      sgd.step(p, g, blocks, 0.1f);
+      const double gw = 0.5 + 0.1 * p_w, gb = 0.5;
+      v_w = 0.9 * v_w + gw;
+      v_b = 0.9 * v_b + gb;
+      p_w -= 0.1 * (nesterov ? gw + 0.9 * v_w : v_w);
+      p_b -= 0.1 * (nesterov ? gb + 0.9 * v_b : v_b);
+      CHECK(p[0] == doctest::Approx(p_w).epsilon(1e-6));
+      CHECK(p[1] == doctest::Approx(p_b).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("mlp: training lowers the loss of a small synthetic problem") {
+  MlpShape shape;
+  shape.inputs = 2;
+  shape.hidden = {16};
+  shape.outputs = 2;
+  auto created = Mlp::create(shape);
+  REQUIRE(created.ok());
+  Mlp net = std::move(created).value();
+  Rng rng(5);
+  net.init(rng);
+  // XOR-like: the label is the sign of x0 * x1, which a linear model cannot fit.
+  constexpr int64_t kN = 256;
+  std::vector<float> x(kN * 2);
+  std::vector<int32_t> y(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    x[2 * i] = static_cast<float>(rng.uniform(-1, 1));
+    x[2 * i + 1] = static_cast<float>(rng.uniform(-1, 1));
+    y[i] = x[2 * i] * x[2 * i + 1] > 0 ? 1 : 0;
+  }
+  const BatchStats before = net.evaluate(x.data(), y.data(), kN);
+  SgdMomentum sgd(net.num_params(), SgdOptions{0.9, false, 0.0});
+  Rng drop(1);
+  for (int step = 0; step < 300; ++step) {
+    (void)net.forward_backward(x.data(), y.data(), kN, 1.0f / kN, drop);
+    sgd.step(net.params(), net.grads(), net.blocks(), 0.1f);
+  }
+  const BatchStats after = net.evaluate(x.data(), y.data(), kN);
+  MESSAGE("xor loss " << before.mean_loss() << " -> " << after.mean_loss() << ", accuracy " << after.accuracy());
+  CHECK(after.mean_loss() < 0.5 * before.mean_loss());
+  CHECK(after.accuracy() > 0.9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mlp trainer
+
+TEST_CASE("mlp trainer: learns the synthetic dataset and reports every epoch") {
+  Synthetic data;
+  Recorder rec;
+  auto trainer = make_trainer("mlp");
+  REQUIRE(trainer.ok());
+  auto r = (*trainer)->run(rec.context(small_mlp(data)));
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->stopped);
+  CHECK(r->step == 4);
+  REQUIRE(rec.reports.size() == 4);
+  for (size_t i = 0; i < rec.reports.size(); ++i) {
+    CHECK(rec.reports[i].first == static_cast<int64_t>(i + 1));
+    for (const char* key : {"val_loss", "val_accuracy", "train_loss", "epoch_seconds"}) {
+      CAPTURE(key);
+      CHECK(rec.reports[i].second.count(key) == 1);
+    }
+  }
+  CHECK(rec.reports.back().second.at("val_loss") < rec.reports.front().second.at("val_loss"));
+  CHECK(rec.reports.back().second.at("train_loss") < rec.reports.front().second.at("train_loss"));
+  for (const char* key : {"val_loss", "val_accuracy", "test_loss", "test_accuracy", "train_seconds", "images_per_second"}) {
+    CAPTURE(key);
+    CHECK(r->metrics.count(key) == 1);
+  }
+  CHECK(r->metrics.at("val_accuracy") == rec.reports.back().second.at("val_accuracy"));
+  CHECK(r->metrics.at("val_accuracy") > 0.9);
+  CHECK(r->metrics.at("test_accuracy") > 0.9);
+  CHECK(r->metrics.at("images_per_second") > 0.0);
+}
+
+TEST_CASE("mlp trainer: the same seed gives bit-identical metrics, another seed does not") {
+  Synthetic data;
+  auto settings = small_mlp(data);
+  settings["hidden"] = {12, 8};
+  settings["dropout"] = 0.2;
+  settings["nesterov"] = true;
+  settings["weight_decay"] = 1e-4;
+  settings["epochs"] = 2;
+  auto run = [&](uint64_t seed) {
+    Recorder rec;
+    MlpTrainer trainer;
+    auto r = trainer.run(rec.context(settings, seed));
+    REQUIRE(r.ok());
+    return std::make_pair(r.value(), rec.reports);
+  };
+  auto [a, ra] = run(42);
+  auto [b, rb] = run(42);
+  auto [c, rc] = run(43);
+  for (const char* key : {"val_loss", "val_accuracy", "test_loss", "test_accuracy", "train_loss"}) {
+    CAPTURE(key);
+    CHECK(a.metrics.at(key) == b.metrics.at(key));
+  }
+  REQUIRE(ra.size() == rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    CHECK(ra[i].second.at("val_loss") == rb[i].second.at("val_loss"));
+    CHECK(ra[i].second.at("train_loss") == rb[i].second.at("train_loss"));
+  }
+  CHECK(a.metrics.at("val_loss") != c.metrics.at("val_loss"));
+}
+
+TEST_CASE("mlp trainer: stop requests are honoured between epochs and inside one") {
+  Synthetic data;
+  SUBCASE("after the first report") {
+    Recorder rec;
+    auto ctx = rec.context(small_mlp(data));
+    ctx.stop_requested = [&] { return !rec.reports.empty(); };
+    auto r = MlpTrainer().run(ctx);
+    REQUIRE(r.ok());
+    CHECK(r->stopped);
+    CHECK(r->step == 1);
+    REQUIRE(rec.reports.size() == 1);
+    CHECK(r->metrics.at("val_loss") == rec.reports[0].second.at("val_loss"));
+    CHECK(r->metrics.count("test_accuracy") == 0);
+  }
+  SUBCASE("inside the first epoch") {
+    Recorder rec;
+    auto settings = small_mlp(data);
+    settings["batch_size"] = 4;  // 180 batches per epoch
+    auto ctx = rec.context(settings);
+    int polls = 0;
+    ctx.stop_requested = [&] { return ++polls >= 3; };
+    auto r = MlpTrainer().run(ctx);
+    REQUIRE(r.ok());
+    CHECK(r->stopped);
+    CHECK(r->step == 0);
+    CHECK(rec.reports.empty());
+    CHECK(polls == 3);
+    CHECK(r->metrics.count("train_seconds") == 1);
+  }
+}
+
+TEST_CASE("mlp trainer: max_train_samples, val_fraction and max_test_samples bound the data") {
+  Synthetic data;
+  auto settings = small_mlp(data);
+  settings["max_train_samples"] = 1;
+  auto r = MlpTrainer().run(Recorder().context(settings));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+
+  // 100 images in the pool, 10 of them validation: accuracies are multiples of 1/10.
+  settings["max_train_samples"] = 100;
+  settings["max_test_samples"] = 8;
+  settings["epochs"] = 1;
+  auto ok = MlpTrainer().run(Recorder().context(settings));
+  REQUIRE(ok.ok());
+  const double val10 = ok->metrics.at("val_accuracy") * 10.0;
+  CHECK(val10 == doctest::Approx(std::round(val10)));
+  const double test8 = ok->metrics.at("test_accuracy") * 8.0;
+  CHECK(test8 == doctest::Approx(std::round(test8)));
+}
+
+TEST_CASE("mlp trainer: a diverging learning rate fails the trial") {
+  Synthetic data;
+  auto settings = small_mlp(data);
+  settings["lr"] = 1e30;
+  auto r = MlpTrainer().run(Recorder().context(settings));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kFailed);
+}
+
+TEST_CASE("mlp trainer: bad settings are errors naming the setting") {
+  Synthetic data;
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+  };
+  const Case cases[] = {
+      {"activation", "swish"}, {"hidden", 0},        {"hidden", {256, 0}},      {"hidden", "wide"},
+      {"batch_size", 0},       {"lr", -0.1},         {"lr", "fast"},            {"dropout", 1.0},
+      {"momentum", 1.5},       {"val_fraction", 0.0}, {"epochs", 0},             {"epochs", 2.5},
+      {"weight_decay", -1},    {"nesterov", "yes"},  {"data", data.dir.file("missing")}, {"layers", 3},
+  };
+  for (const auto& c : cases) {
+    auto settings = small_mlp(data);
+    settings[c.key] = c.value;
+    if (std::string(c.key) == "layers") settings["hidden"] = {8, 8};  // a list of 2 with layers 3
+    CAPTURE(settings.dump());
+    auto r = MlpTrainer().run(Recorder().context(settings));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(names_setting(r.error(), c.key));
+  }
+  // A misspelled key is refused with a suggestion.
+  auto settings = small_mlp(data);
+  settings["lrr"] = 0.1;
+  auto r = MlpTrainer().run(Recorder().context(settings));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kInvalidArgument);
+  CHECK(r.error().message().find("did you mean 'lr'") != std::string::npos);
+}
+
+TEST_CASE("mlp trainer: settings parse with defaults, int hidden and layers") {
+  auto s = parse_mlp_settings({{"kind", "mlp"}});
+  REQUIRE(s.ok());
+  CHECK(s->hidden == std::vector<int64_t>{256});
+  CHECK(s->data == kDefaultDataDir);
+  CHECK(s->batch_size == 128);
+  auto deep = parse_mlp_settings({{"hidden", 64}, {"layers", 3}, {"activation", "tanh"}, {"epochs", 2.0}});
+  REQUIRE(deep.ok());
+  CHECK(deep->hidden == std::vector<int64_t>{64, 64, 64});
+  CHECK(deep->activation == Activation::kTanh);
+  CHECK(deep->epochs == 2);
+  auto none = parse_mlp_settings({{"hidden", nlohmann::json::array()}});
+  REQUIRE(none.ok());
+  CHECK(none->hidden.empty());
+}
+
+TEST_CASE("mlp trainer: a shared DatasetCache decodes the data once across trials") {
+  Synthetic data;
+  TrainerServices services;
+  services.datasets = std::make_shared<DatasetCache>();
+  auto trainer = make_trainer("mlp", services);
+  REQUIRE(trainer.ok());
+  auto settings = small_mlp(data);
+  settings["epochs"] = 1;
+  for (int i = 0; i < 3; ++i) {
+    auto r = (*trainer)->run(Recorder().context(settings, static_cast<uint64_t>(i)));
+    REQUIRE(r.ok());
+  }
+  CHECK(services.datasets->loads() == 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sleep trainer
+
+TEST_CASE("sleep trainer: zero seconds returns at once with every report") {
+  SleepTrainer trainer;
+  Recorder rec;
+  auto ctx = rec.context({{"kind", "sleep"}, {"steps", 3}, {"metric", "loss"}, {"value", 2.5}});
+  auto r = trainer.run(ctx);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->stopped);
+  CHECK(r->step == 3);
+  CHECK(r->metrics == protocol::Metrics{{"loss", 2.5}});
+  REQUIRE(rec.reports.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(rec.reports[static_cast<size_t>(i)].first == i + 1);
+    CHECK(rec.reports[static_cast<size_t>(i)].second == protocol::Metrics{{"loss", 2.5}});
+  }
+  // Defaults: one step of {"value": 0}; thousands per second.
+  TrialContext plain;
+  plain.trainer = {{"kind", "sleep"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10000; ++i) {
+    auto q = trainer.run(plain);
+    REQUIRE(q.ok());
+    REQUIRE(q->metrics.at("value") == 0.0);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("10000 zero-second sleep trials in " << seconds << " s");
+  CHECK(seconds < 1.0);
+}
+
+TEST_CASE("sleep trainer: waits the given time, spread over the steps") {
+  Recorder rec;
+  std::vector<double> at;
+  auto ctx = rec.context({{"kind", "sleep"}, {"seconds", 0.2}, {"steps", 4}});
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx.report = [&](int64_t, const protocol::Metrics&) {
+    at.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  auto r = SleepTrainer().run(ctx);
+  REQUIRE(r.ok());
+  REQUIRE(at.size() == 4);
+  for (size_t i = 0; i < 4; ++i) CHECK(at[i] >= 0.05 * static_cast<double>(i + 1));
+  CHECK(at.back() < 0.6);
+}
+
+TEST_CASE("sleep trainer: a stop request ends the wait promptly") {
+  Recorder rec;
+  auto ctx = rec.context({{"kind", "sleep"}, {"seconds", 20}, {"steps", 2}});
+  std::atomic<bool> stop{false};
+  ctx.stop_requested = [&] { return stop.load(); };
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = SleepTrainer().run(ctx);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stopper.join();
+  REQUIRE(r.ok());
+  CHECK(r->stopped);
+  CHECK(r->step == 0);
+  CHECK(rec.reports.empty());
+  CHECK(seconds < 1.0);
+}
+
+TEST_CASE("sleep trainer: bad settings are errors naming the setting") {
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"seconds", -1}, {"seconds", "long"}, {"steps", 0}, {"steps", 1.5}, {"metric", ""}, {"metric", 3}, {"value", "x"},
+  };
+  for (const auto& [key, value] : cases) {
+    TrialContext ctx;
+    ctx.trainer = {{"kind", "sleep"}, {key, value}};
+    CAPTURE(ctx.trainer.dump());
+    auto r = SleepTrainer().run(ctx);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(names_setting(r.error(), key));
+  }
+  TrialContext ctx;
+  ctx.trainer = {{"kind", "sleep"}, {"secnds", 1}};
+  auto r = SleepTrainer().run(ctx);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("did you mean 'seconds'") != std::string::npos);
+}
+
+TEST_CASE("sleep trainer: searched parameters override fixed settings") {
+  Recorder rec;
+  auto ctx = rec.context({{"kind", "sleep"}, {"value", 1.0}});
+  ctx.params = {{"value", 4.0}};
+  auto r = SleepTrainer().run(ctx);
+  REQUIRE(r.ok());
+  CHECK(r->metrics.at("value") == 4.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The factory
+
+TEST_CASE("factory: known kinds are made, unknown kinds are listed in the error") {
+  const auto kinds = trainer_kinds();
+  CHECK(kinds == std::vector<std::string>{"mlp", "sleep"});
+  for (const auto& kind : kinds) {
+    auto t = make_trainer(kind);
+    REQUIRE(t.ok());
+    CHECK((*t)->kind() == kind);
+    auto specs = trainer_setting_specs(kind);
+    REQUIRE(specs.ok());
+    CHECK_FALSE((*specs)->empty());
+  }
+  auto bad = make_trainer("resnet");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kInvalidArgument);
+  CHECK(bad.error().message().find("mlp") != std::string::npos);
+  CHECK(bad.error().message().find("sleep") != std::string::npos);
+  CHECK(trainer_setting_specs("resnet").error().code() == Errc::kInvalidArgument);
+}

@@ -1,0 +1,211 @@
+// Collectives for data-parallel trainer groups: an MPI runtime handle, an RAII communicator, the
+// four `trainer.allreduce` implementations behind one Allreducer, and a GradientAverager that
+// fuses many gradient buffers into few allreduces.
+//
+// Built only where MPI is found (target hpctune_collectives, which defines HPCTUNE_HAVE_MPI=1); a
+// build without MPI has one-rank groups only and never includes this header.
+//
+// Data model: fp32 buffers, reduced in place, summed (Allreducer::sum) or averaged over the ranks
+// (Allreducer::average). Every implementation leaves bit-identical results on all ranks (each
+// element is reduced along one chain and then copied, or added pairwise in commutative order), so
+// replicas of a model never drift apart.
+//
+// Algorithms (AllreduceAlgorithm, see allreduce_algorithm.h), for p ranks and n bytes:
+//   mpi                 MPI_Allreduce with MPI_SUM; Open MPI picks its own algorithm.
+//   ring                reduce-scatter then allgather around the ring rank -> rank+1: 2(p-1)
+//                       steps moving n/p bytes each, 2(p-1)/p * n per rank, the bandwidth optimum.
+//                       Each chunk is cut into segments of segment_bytes; a segment is reduced and
+//                       forwarded as soon as it arrives, so the steps overlap (pipelining).
+//                       (allreduce_ring.cpp)
+//   recursive_doubling  the butterfly: log2(p) exchanges of the whole buffer with rank ^ 2^k.
+//                       Fewest messages, n*log2(p) bytes per rank; best for small buffers. A rank
+//                       count that is not a power of two is folded first: of the first 2r ranks
+//                       (r = p - 2^floor(log2 p)) the even ones hand their data to their odd
+//                       neighbour, sit out the butterfly and get the result back at the end.
+//                       (allreduce_recursive_doubling.cpp)
+//   hierarchical        ring reduce-scatter inside each node, then each rank allreduces its node
+//                       shard (ring) with the ranks of the same local rank on the other nodes,
+//                       then ring allgather inside the node: the slow inter-node links carry
+//                       n/L bytes per rank for L ranks per node. Nodes come from
+//                       MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). When the nodes have different
+//                       rank counts, the node shards are first gathered on each node's leader
+//                       (local rank 0), the leaders allreduce across nodes, and the leaders scatter
+//                       the shards back. (allreduce_hierarchical.cpp)
+//
+// Deadlines and hung peers. MPI itself has no timeouts. The ring, recursive-doubling and
+// hierarchical implementations only post non-blocking operations and poll them (MPI_Test) until
+// AllreduceOptions::timeout has passed, then return kTimeout. `mpi` blocks inside MPI_Allreduce
+// and cannot be interrupted. Either way a collective that fails or times out leaves the
+// communicator, and any buffer that had a receive posted into it, in an undefined state: messages
+// may still be in flight. The only safe continuation is to tear the whole group down; an
+// Allreducer refuses every call after its first error.
+//
+// The contract with the trainer worker (worker.h), whose loop thread keeps heart-beating while the
+// trial thread trains: a collective error ends the group, and so does a collective that has been
+// running for longer than the worker's watchdog limit, which the loop thread sees through
+// Allreducer::collective_started(). Ending the group means that the rank exits abnormally
+// (MPI_Abort, or _exit when MPI is wedged); mpirun then kills every rank of the job, the group's
+// heartbeats stop, and the master declares the group lost after its heartbeat timeout and queues
+// the trial again. A peer that dies is normally noticed by mpirun, which then ends every rank;
+// MPI libraries with ULFM report it as kPeerGone.
+//
+// Threads: one collective at a time per Allreducer, and MPI must be initialised with at least
+// MPI_THREAD_SERIALIZED when the calls come from a thread other than the one that called MPI_Init.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "trainers/allreduce_algorithm.h"
+
+namespace hpctune::trainers {
+
+// Ok for MPI_SUCCESS; otherwise kIo (kPeerGone where MPI reports a failed process) with
+// "<what>: <MPI_Error_string>".
+Status mpi_status(int rc, std::string_view what);
+
+// The MPI runtime for the life of the process: MPI_Init_thread on init(), MPI_Finalize in the
+// destructor, unless MPI was already initialised by someone else (then it leaves both alone).
+// Create it on the main thread before any Communicator, and destroy it after the last one.
+class MpiEnvironment {
+ public:
+  // kUnavailable when MPI provides a lower thread level than `required_thread_level`.
+  static Result<MpiEnvironment> init(int* argc, char*** argv,
+                                     int required_thread_level = MPI_THREAD_SERIALIZED);
+
+  MpiEnvironment(MpiEnvironment&& other) noexcept : owns_(other.owns_) { other.owns_ = false; }
+  MpiEnvironment& operator=(MpiEnvironment&&) = delete;
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+  ~MpiEnvironment() noexcept;
+
+  int thread_level() const noexcept { return thread_level_; }
+
+ private:
+  MpiEnvironment(bool owns, int thread_level) : owns_(owns), thread_level_(thread_level) {}
+  bool owns_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+// An owned MPI communicator (never MPI_COMM_WORLD itself): move-only, MPI_Comm_free in close() and
+// in the noexcept destructor. Its error handler is MPI_ERRORS_RETURN, so MPI errors on it come back
+// as Status values instead of aborting the job.
+class Communicator {
+ public:
+  Communicator() = default;  // the null communicator: handle() == MPI_COMM_NULL
+
+  // MPI_Comm_dup of `parent`. Collective over `parent`.
+  static Result<Communicator> duplicate(MPI_Comm parent = MPI_COMM_WORLD);
+  // MPI_Comm_split of `parent`: ranks with the same color form one communicator, ordered by key.
+  // Collective over `parent`.
+  static Result<Communicator> split(MPI_Comm parent, int color, int key);
+  // The ranks of `parent` that share memory with this one (one node). Collective over `parent`.
+  static Result<Communicator> split_shared(MPI_Comm parent);
+
+  Communicator(Communicator&& other) noexcept;
+  Communicator& operator=(Communicator&& other) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator() noexcept;
+
+  // Frees the communicator; idempotent. After MPI_Finalize it only forgets the handle.
+  Status close();
+
+  MPI_Comm handle() const noexcept { return comm_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+ private:
+  static Result<Communicator> adopt(MPI_Comm comm);
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
+struct AllreduceOptions {
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
+  // Pipelining granularity of ring, recursive_doubling and hierarchical: messages are at most this
+  // long, and each is reduced as soon as it arrives. At least sizeof(float).
+  size_t segment_bytes = 512 * 1024;
+  // Bound on one collective call (not enforced by `mpi`, see the top of this file). > 0.
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  // Test-only: > 0 groups ranks into nodes of this many consecutive ranks (node = rank / k)
+  // instead of asking MPI which ranks share memory, so one machine can exercise the multi-node
+  // path of `hierarchical`. 0: MPI_COMM_TYPE_SHARED.
+  int ranks_per_node = 0;
+};
+
+// One communicator's allreduce, with its chosen algorithm, sub-communicators and scratch memory
+// created once and reused. Every rank of the communicator must make the same calls, in the same
+// order, with the same element count.
+class Allreducer {
+ public:
+  // Duplicates `comm` (so collective traffic never matches the caller's own messages) and, for
+  // `hierarchical`, splits it into node and cross-node communicators. Collective over `comm`.
+  // kInvalidArgument for bad options.
+  static Result<Allreducer> create(MPI_Comm comm, const AllreduceOptions& options = {});
+
+  Allreducer(Allreducer&&) noexcept;
+  Allreducer& operator=(Allreducer&&) noexcept;
+  ~Allreducer() noexcept;
+
+  // data[i] = sum over ranks of data[i], in place. kTimeout past options().timeout; kIo / kPeerGone
+  // for MPI errors. After any error this Allreducer refuses further calls (kFailed): the group must
+  // be torn down (see the top of this file).
+  Status sum(std::span<float> data);
+  // sum() then division by size().
+  Status average(std::span<float> data);
+
+  // When the collective now running on this Allreducer began; nullopt when none is running. For a
+  // watchdog on another thread; safe to call concurrently with sum() while the Allreducer lives.
+  std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  // Nodes seen by `hierarchical` (1 for the other algorithms).
+  int nodes() const noexcept;
+  const AllreduceOptions& options() const noexcept;
+
+ private:
+  struct State;
+  explicit Allreducer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Averages the gradients of a data-parallel model: packs consecutive buffers into a fused buffer of
+// at most max_fused_bytes, allreduces it with one call, and unpacks while dividing by the rank
+// count. A buffer larger than max_fused_bytes, or alone in its bucket, is reduced in place without
+// copying. Many small allreduces cost a latency each; fusion pays that latency once per bucket.
+class GradientAverager {
+ public:
+  static constexpr size_t kDefaultMaxFusedBytes = 64u << 20;
+
+  explicit GradientAverager(Allreducer allreducer, size_t max_fused_bytes = kDefaultMaxFusedBytes);
+
+  // Replaces each buffer by its average over the ranks. Every rank passes buffers of the same
+  // sizes in the same order. Errors as Allreducer::sum.
+  Status average(std::span<const std::span<float>> gradients);
+
+  // Allreduce calls issued so far (one per bucket); for tests and metrics.
+  int64_t allreduce_calls() const noexcept { return allreduce_calls_; }
+  Allreducer& allreducer() noexcept { return allreducer_; }
+
+ private:
+  Status reduce_bucket(std::span<const std::span<float>> bucket, size_t floats);
+
+  Allreducer allreducer_;
+  size_t max_fused_floats_;
+  std::vector<float> fused_;
+  int64_t allreduce_calls_ = 0;
+};
+
+}  // namespace hpctune::trainers

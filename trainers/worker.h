@@ -1,0 +1,44 @@
+// The trainer-group leader's loop: connects to the master, runs the trials it is assigned, and
+// keeps talking while a trial trains.
+//
+// Threads: the loop thread owns the transport (sockets are single-threaded); each trial runs on a
+// trial thread that hands its reports and its result to the loop through a queue and wakes it with
+// ClientTransport::notify(). Exceptions on the trial thread become a `failed` message; none is lost.
+//
+// Liveness, both ways: the loop sends a heartbeat every heartbeat_interval, and treats a master
+// that has been silent for heartbeat_timeout as lost. It then abandons the current trial (the
+// master queues it again when it comes back) and says hello again with exponential back-off
+// (reconnect_initial doubling up to reconnect_max), giving up after give_up without a master.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "scheduler/transport.h"
+#include "trainers/trainer.h"
+
+namespace hpctune::trainers {
+
+struct WorkerOptions {
+  int64_t group = -1;
+  int threads = 0;                                              // per trial; 0 = 1
+  std::chrono::milliseconds reconnect_initial{200};
+  std::chrono::milliseconds reconnect_max{5000};
+  std::chrono::milliseconds give_up{std::chrono::minutes(10)};  // without a master; then exit 1
+  std::chrono::milliseconds default_heartbeat_timeout{10000};   // until the welcome says otherwise
+  const std::atomic<int>* terminate = nullptr;                  // > 0: stop the trial and exit (SIGTERM)
+  // Builds the trainer for a kind; default: make_trainer().
+  std::function<Result<std::unique_ptr<Trainer>>(const std::string& kind)> make;
+  std::function<void(const std::string&)> log;
+};
+
+// Runs until the master says shutdown (Ok), `terminate` is set (Ok), or no master was reachable for
+// give_up (kTimeout).
+Status run_worker(transport::ClientTransport& transport, const WorkerOptions& options);
+
+}  // namespace hpctune::trainers
