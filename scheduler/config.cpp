@@ -445,7 +445,6 @@ class Walker {
   }
 
   const std::vector<std::string>& space_order() const { return space_order_; }
-  const std::map<std::string, Mark>& marks() const { return marks_; }
 
  private:
   struct Frame {
@@ -522,7 +521,8 @@ class Walker {
       if (!kid->default_value.is_null()) HPCTUNE_TRY(fill_default(*kid, child_path(key), where, out[key]));
     }
 
-    const bool open = decl != nullptr && decl->open && !(decl->closed_when.key.size() && active_scope(decl->closed_when));
+    const bool open =
+        decl != nullptr && decl->open && !(!decl->closed_when.always() && active_scope(decl->closed_when));
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (done[i]) continue;
       const YEntry& e = *entries[i];
@@ -608,8 +608,8 @@ class Walker {
       for (const auto& v : d->scope.values)
         if (std::find(owners.begin(), owners.end(), "'" + v + "'") == owners.end()) owners.push_back("'" + v + "'");
     const std::string current_text = current ? "'" + *current + "'" : "(not set)";
-    return fail(e.key_mark, path,
-                "unknown key for " + label + " " + current_text + " (it is for " + label + " " + join(owners, ", ") + ")");
+    return fail(e.key_mark, path, "unknown key for " + label + " " + current_text + " (it is for " + label + " " +
+                                      join(owners, ", ") + ")");
   }
 
   // One value of a declared key.
@@ -939,7 +939,8 @@ class Builder {
     if (type == "float" || type == "int") {
       const bool numeric = is_numeric_type(setting->type) || (type == "int" && setting->type == Type::kIntList);
       if (!numeric || (type == "float" && setting->type == Type::kInt)) {
-        const std::string use = setting->type == Type::kInt ? "int" : "choice";
+        const bool integral = setting->type == Type::kInt || setting->type == Type::kIntList;
+        const std::string use = integral ? "int" : "choice";
         return w_.fail(w_.mark_of(path + ".type"), path + ".type",
                        "trainer." + name + " takes " + describe_type(*setting) + "; use type: " + use);
       }
@@ -1023,8 +1024,9 @@ Result<YNode> read_tree(const std::string& text, const std::string& source) {
     return located(Mark{}, "", "the config is empty; it needs at least name, objective, search.max_trials and "
                                "trainer.kind (see configs/reference.yaml)");
   if (root->kind != YNode::Kind::kMap)
-    return located(root->mark, "", std::string("the top level must be a map of settings (name: ..., search: ...), got ") +
-                                       kind_text(*root));
+    return located(root->mark, "",
+                   std::string("the top level must be a map of settings (name: ..., search: ...), got ") +
+                       kind_text(*root));
   return std::move(*root);
 }
 

@@ -342,6 +342,14 @@ std::vector<Setting> declarations() {
        .min_exclusive = true,
        .scope = trainer_kind("mlp"),
        .aliases = {"learning_rate", "learningrate", "step_size", "eta"}},
+      {.path = "trainer.lr_schedule",
+       .type = Type::kEnum,
+       .help = "Learning-rate schedule: constant, or cosine (lr * (1 + cos(pi * t / T)) / 2 over the T "
+               "minibatches of the run).",
+       .default_value = "cosine",
+       .choices = {"constant", "cosine"},
+       .scope = trainer_kind("mlp"),
+       .aliases = {"schedule", "lr_scheduler", "scheduler", "decay_schedule"}},
       {.path = "trainer.momentum",
        .type = Type::kNumber,
        .help = "Momentum of SGD.",
@@ -719,7 +727,8 @@ std::optional<int64_t> as_int(const json& v) {
 Result<json> check_int(const Setting& s, const json& v) {
   const auto i = as_int(v);
   if (!i) {
-    if (v.is_number_float() && is_whole(v.get<double>())) return problem(shown(v) + " is too large for a 64-bit integer");
+    if (v.is_number_float() && is_whole(v.get<double>()))
+      return problem(shown(v) + " is too large for a 64-bit integer");
     return problem("expected an integer, got " + shown(v));
   }
   HPCTUNE_TRY(check_bounds(s, static_cast<double>(*i), std::to_string(*i)));
@@ -951,7 +960,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     for (std::size_t j = 1; j <= m; ++j) {
       const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // an adjacent swap
     }
   }
   return d[n][m];
@@ -1133,8 +1143,9 @@ std::string to_yaml_flow(const json& v) {
 bool free_space_name(std::string_view trainer_kind, std::string_view name) {
   if (trainer_kind == "command") return true;
   if (trainer_kind == "function")
-    return name.size() >= 2 && name[0] == 'x' &&
-           std::all_of(name.begin() + 1, name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    return name.size() >= 2 && name[0] == 'x' && std::all_of(name.begin() + 1, name.end(), [](char c) {
+             return std::isdigit(static_cast<unsigned char>(c)) != 0;
+           });
   return false;
 }
 

@@ -29,7 +29,7 @@ std::vector<SettingDecl> bayesian_settings() {
       {"output_transform", SettingType::kString, "none", -kInf, kInf, {"none", "log"}, "transform of the loss"},
       {"refit_every", SettingType::kInt, 5, 1, 100000, {}, "refit the hyperparameters every k observations"},
       {"fit_restarts", SettingType::kInt, 3, 0, 100, {}, "random starts of the hyperparameter fit"},
-      {"max_fit_points", SettingType::kInt, 150, 10, 100000, {}, "points used to fit the hyperparameters"},
+      {"max_fit_points", SettingType::kInt, 100, 10, 100000, {}, "points used to fit the hyperparameters"},
       {"acq_samples", SettingType::kInt, 1000, 10, 1000000, {}, "random candidates per suggestion"},
       {"acq_local_starts", SettingType::kInt, 5, 0, 1000, {}, "local searches per suggestion"},
   };
@@ -159,9 +159,9 @@ class Bayesian final : public SearcherBase {
     // Every point takes part (failed ones at the worst loss), so rows of the GP are data_ in order.
     std::vector<std::size_t> rows(data_.size());
     std::iota(rows.begin(), rows.end(), 0);
-    const std::vector<double> raw_all = raw_targets(seq);
+    batch_raw_ = raw_targets(seq);
     std::vector<double> raw;
-    for (std::size_t i : rows) raw.push_back(raw_all[i]);
+    for (std::size_t i : rows) raw.push_back(batch_raw_[i]);
     const Eigen::VectorXd y = transform(raw);
     const std::size_t n = rows.size();
     const bool refit = !fitted_ || n < 30 || n >= n_at_fit_ + static_cast<std::size_t>(cfg_.refit_every);
@@ -243,7 +243,7 @@ class Bayesian final : public SearcherBase {
     const std::size_t d = enc_.dims();
     // Fewer candidates as n grows: each costs O(n^2).
     const double n = static_cast<double>(gp_.size());
-    const double budget = std::clamp(4e8 / std::max(1.0, n * n), 400.0, 4000.0);
+    const double budget = std::clamp(1e8 / std::max(1.0, n * n), 400.0, 2500.0);
     const auto n_random = static_cast<std::size_t>(std::min<double>(static_cast<double>(cfg_.acq_samples), 0.4 * budget));
     std::vector<std::vector<double>> cands;
     for (std::size_t i = 0; i < n_random; ++i) {
@@ -255,7 +255,7 @@ class Bayesian final : public SearcherBase {
     // Perturbations of the best observations.
     std::vector<std::size_t> order(data_.size());
     std::iota(order.begin(), order.end(), 0);
-    std::vector<double> y0 = raw_targets(next_seq());
+    const std::vector<double>& y0 = batch_raw_;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return y0[a] < y0[b]; });
     for (std::size_t k = 0; k < std::min<std::size_t>(5, order.size()); ++k) {
       if (data_[order[k]].losses.empty()) continue;
@@ -329,6 +329,7 @@ class Bayesian final : public SearcherBase {
   bool fitted_ = false;
   double y_best_ = 0;
   double liar_ = 0;
+  std::vector<double> batch_raw_;  // this batch's scalar losses of data_, before the transform
 };
 
 }  // namespace

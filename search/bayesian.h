@@ -29,7 +29,7 @@
 //                                      (always while fewer than 30)
 //   fit_restarts      int     3        random starts of the marginal-likelihood fit, besides the
 //                                      previous and default hyperparameters
-//   max_fit_points    int     150      hyperparameters are fitted on at most this many points
+//   max_fit_points    int     100      hyperparameters are fitted on at most this many points
 //   acq_samples       int     1000     random candidates per suggestion
 //   acq_local_starts  int     5        local searches per suggestion
 #pragma once

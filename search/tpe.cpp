@@ -64,7 +64,8 @@ double log_sum_exp(const double* v, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) mx = std::max(mx, v[i]);
   if (!std::isfinite(mx)) return mx;
   double s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += std::exp(v[i] - mx);
+  for (std::size_t i = 0; i < n; ++i)
+    if (v[i] - mx > -40.0) s += std::exp(v[i] - mx);  // the rest adds less than 4e-18 each
   return mx + std::log(s);
 }
 
@@ -77,7 +78,9 @@ struct Numeric1D {
   void finish() {
     log_norm.resize(mu.size());
     for (std::size_t k = 0; k < mu.size(); ++k) {
-      const double mass = phi_cdf((1 - mu[k]) / sigma[k]) - phi_cdf(-mu[k] / sigma[k]);
+      // Far from both ends the truncation removes less than 1e-15 of the mass.
+      const bool inside = mu[k] > 8 * sigma[k] && 1 - mu[k] > 8 * sigma[k];
+      const double mass = inside ? 1.0 : phi_cdf((1 - mu[k]) / sigma[k]) - phi_cdf(-mu[k] / sigma[k]);
       log_norm[k] = std::log(sigma[k]) + kLogSqrt2Pi + std::log(std::max(mass, 1e-300));
     }
   }
@@ -255,7 +258,7 @@ class Tpe final : public SearcherBase {
   void suggest_univariate(std::size_t i, const std::vector<std::vector<double>>& below,
                           const std::vector<std::vector<double>>& above, std::vector<double>& u, Rng& rng) const {
     auto gather = [&](const std::vector<std::vector<double>>& pts, std::vector<double>& xs, std::vector<double>& w) {
-      std::vector<double> all_w = default_weights(pts.size());
+      const std::vector<double>& all_w = &pts == &below ? below_w_ : above_w_;
       for (std::size_t j = 0; j < pts.size(); ++j)
         if (!std::isnan(pts[j][i])) {
           xs.push_back(pts[j][i]);
@@ -303,8 +306,6 @@ class Tpe final : public SearcherBase {
     for (std::size_t s = 0; s < nc; ++s) {
       double x = l.sample_kernel(pick(l.log_w, rng), rng);
       // Score ints at the value they stand for.
-      std::vector<double> one(enc_.dims(), std::nan(""));
-      one[i] = x;
       if (enc_.spec(i).type == ParamType::kInt) x = Space::to_unit(enc_.spec(i), Space::from_unit(enc_.spec(i), x));
       const double sc = logpdf(l, x) - logpdf(g, x);
       if (sc > best_s) {
@@ -400,6 +401,8 @@ class Tpe final : public SearcherBase {
   std::vector<double> suggest(Rng& rng) const {
     std::vector<std::vector<double>> below, above;
     split(below, above);
+    below_w_ = default_weights(below.size());
+    above_w_ = default_weights(above.size());
     std::vector<double> u(enc_.dims(), std::nan(""));
     const bool joint = cfg_.multivariate && !joint_.empty();
     if (joint) suggest_joint(below, above, u, rng);
@@ -421,6 +424,8 @@ class Tpe final : public SearcherBase {
   InitialDesign design_;
   std::vector<DataPoint> data_;
   std::vector<std::size_t> joint_;
+  // Weights of the current split's groups (scratch for suggest(); ask() is not reentrant).
+  mutable std::vector<double> below_w_, above_w_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cmath>
@@ -128,7 +129,7 @@ TEST_CASE("every allreduce equals the reference sum for every size") {
     CHECK(allreducer.rank() == world_rank());
     for (size_t count : kSizes) {
       const std::string algorithm_name = allreduce_algorithm_name(algorithm);
-    CAPTURE(algorithm_name);
+      CAPTURE(algorithm_name);
       CAPTURE(count);
       check_allreduce(allreducer, count, kSeed + count, /*average=*/false);
     }
@@ -144,9 +145,10 @@ TEST_CASE("short segments pipeline correctly, including a length that is not a f
       options.segment_bytes = segment_bytes;
       Allreducer allreducer = make_allreducer(options);
       for (size_t count : kSizes) {
-        if (count > 1000 && segment_bytes < 4096) continue;  // 10^6 tiny messages: slow, no new path
+        // 10^6 tiny messages would be slow and reach no path that the shorter buffers miss.
+        if (count > 1000 && segment_bytes < 4096) continue;
         const std::string algorithm_name = allreduce_algorithm_name(algorithm);
-    CAPTURE(algorithm_name);
+        CAPTURE(algorithm_name);
         CAPTURE(segment_bytes);
         CAPTURE(count);
         check_allreduce(allreducer, count, kSeed + 17 * count, /*average=*/false);
@@ -180,6 +182,25 @@ TEST_CASE("hierarchical with forced node splits, uniform and uneven") {
       check_allreduce(allreducer, count, kSeed + 31 * count, /*average=*/false);
     }
   }
+}
+
+TEST_CASE("waiting by spinning and by yielding give the same sums") {
+  for (WaitPolicy wait : {WaitPolicy::kSpin, WaitPolicy::kYield}) {
+    for (AllreduceAlgorithm algorithm :
+         {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling}) {
+      AllreduceOptions options = options_for(algorithm);
+      options.wait = wait;
+      Allreducer allreducer = make_allreducer(options);
+      CHECK(allreducer.yields_when_idle() == (wait == WaitPolicy::kYield));
+      check_allreduce(allreducer, 1000003, kSeed + 7, /*average=*/false);
+    }
+  }
+  // kAuto yields exactly when this node has more ranks than usable cores (all ranks are local).
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  Allreducer automatic = make_allreducer(options_for(AllreduceAlgorithm::kRing));
+  CHECK(automatic.yields_when_idle() == (world_size() > CPU_COUNT(&cpus)));
 }
 
 TEST_CASE("hierarchical finds one node on one machine") {

@@ -53,7 +53,13 @@ TEST_CASE("every trainer kind of this build has the same settings in the config 
                                  << config::type_name(s->type));
       }
     }
-    CHECK(config_names == trainer_names);
+    std::string only_trainer, only_config;
+    for (const auto& n : trainer_names)
+      if (!config_names.count(n)) only_trainer += " " + n;
+    for (const auto& n : config_names)
+      if (!trainer_names.count(n)) only_config += " " + n;
+    CHECK_MESSAGE(only_trainer.empty(), "read by the trainer, not declared in scheduler/settings.cpp:" << only_trainer);
+    CHECK_MESSAGE(only_config.empty(), "declared in scheduler/settings.cpp, unknown to the trainer:" << only_config);
   }
 }
 
@@ -62,9 +68,9 @@ TEST_CASE("the trainer accepts the settings the config produces") {
   // check of unknown keys and types.
   for (const auto& kind : trainers::trainer_kinds()) {
     CAPTURE(kind);
-    auto parsed = config::parse_config("name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\ntrainer: {kind: " + kind +
-                                           "}\n",
-                                       "sync.yaml");
+    const std::string text =
+        "name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\ntrainer: {kind: " + kind + "}\n";
+    auto parsed = config::parse_config(text, "sync.yaml");
     REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());
     auto specs = trainers::trainer_setting_specs(kind);
     REQUIRE(specs.ok());

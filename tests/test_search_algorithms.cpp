@@ -255,3 +255,78 @@ TEST_CASE("model-based algorithms use warm-start trials from their first suggest
     CHECK(warm_mean > cold_mean);
   }
 }
+
+TEST_CASE("every algorithm copes with degenerate spaces") {
+  ParamSpec fixed;
+  fixed.name = "epochs";
+  fixed.type = ParamType::kFixed;
+  fixed.value = 3;
+  ParamSpec coin;
+  coin.name = "coin";
+  coin.type = ParamType::kChoice;
+  coin.choices = {"heads", "tails"};
+  for (auto specs : {std::vector<ParamSpec>{fixed}, std::vector<ParamSpec>{coin}, std::vector<ParamSpec>{coin, fixed}}) {
+    const Space space = Space::create(specs).value();
+    for (const auto& algo : searcher_names()) {
+      CAPTURE(algo);
+      SearchSpec spec;
+      spec.algorithm = algo;
+      spec.space = space;
+      spec.objectives = {{"score", true}};
+      spec.max_trials = 40;
+      auto s = make(spec);
+      int asked = 0;
+      for (int r = 0; r < 20 && !s->exhausted(); ++r) {
+        for (const auto& x : s->ask(2)) {
+          ++asked;
+          CHECK(space.contains(x.params).ok());
+          s->tell({x.seq, x.params, Outcome::kCompleted, {x.params.contains("coin") && x.params["coin"] == "heads" ? 1.0 : 0.0}, 1});
+        }
+      }
+      CHECK(asked > 0);
+    }
+  }
+}
+
+TEST_CASE("bayesian batches over running trials are spread out (kriging believer and constant liar)") {
+  for (std::string pending : {"kriging_believer", "constant_liar"}) {
+    CAPTURE(pending);
+    std::vector<ParamSpec> specs(2);
+    specs[0].name = std::string("a");
+    specs[0].low = 0;
+    specs[0].high = 1;
+    specs[1].name = std::string("b");
+    specs[1].low = 0;
+    specs[1].high = 1;
+    SearchSpec spec;
+    spec.algorithm = "bayesian";
+    spec.settings = {{"pending", pending}, {"n_initial", 8}};
+    spec.space = Space::create(specs).value();
+    spec.objectives = {{"f", false}};
+    spec.seed = 6;
+    auto s = make(spec);
+    auto f = [](const Params& p) {
+      const double a = p["a"].get<double>() - 0.3, b = p["b"].get<double>() - 0.6;
+      return a * a + b * b;
+    };
+    for (const auto& x : s->ask(8)) s->tell({x.seq, x.params, Outcome::kCompleted, {f(x.params)}, 1});
+    auto batch = s->ask(6);
+    REQUIRE(batch.size() == 6);
+    double min_dist = 1e9;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      CHECK(batch[i].meta["source"] == "model");
+      for (std::size_t j = 0; j < i; ++j) {
+        const double da = batch[i].params["a"].get<double>() - batch[j].params["a"].get<double>();
+        const double db = batch[i].params["b"].get<double>() - batch[j].params["b"].get<double>();
+        min_dist = std::min(min_dist, std::sqrt(da * da + db * db));
+      }
+    }
+    CHECK(min_dist > 1e-3);  // no two members of a batch coincide
+    // The running batch also shapes the next ask: it does not repeat a running point.
+    auto next = s->ask(1);
+    REQUIRE(next.size() == 1);
+    for (const auto& x : batch) CHECK(x.params != next[0].params);
+    auto st = s->state();
+    CHECK(st["lengthscales"].size() == 2);
+  }
+}

@@ -129,3 +129,35 @@ TEST_CASE("stopper factory: none never stops; unknown kinds and settings are con
   REQUIRE_FALSE(bad.ok());
   CHECK(stopper_names() == std::vector<std::string>{"none", "asha", "hyperband", "median"});
 }
+
+#include "search/test_functions.h"
+
+TEST_CASE("ASHA on simulated learning curves keeps the best trial and saves most of the steps") {
+  // 81 random Branin configurations, 27 epochs each, loss curves converging to f(x) from a shared
+  // start; ASHA (r = 1, eta = 3) judges at epochs 1, 3 and 9.
+  auto fn = make_test_function("branin").value();
+  const auto space = test_function_space(fn);
+  auto asha = make("asha", {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", 27}}, /*maximize=*/false);
+  Rng rng(12);
+  int64_t steps = 0, best_seq = -1;
+  double best = 1e300;
+  std::vector<bool> stopped(81, false);
+  for (int64_t seq = 0; seq < 81; ++seq) {
+    const double final_value = fn(space.sample(rng));
+    if (final_value < best) {
+      best = final_value;
+      best_seq = seq;
+    }
+    for (int64_t step = 1; step <= 27; ++step) {
+      ++steps;
+      if (asha->on_report(seq, step, learning_curve(final_value, 400.0, step, 27)) == Decision::kStop) {
+        stopped[static_cast<std::size_t>(seq)] = true;
+        break;
+      }
+    }
+    asha->on_finish(seq);
+  }
+  CHECK_FALSE(stopped[static_cast<std::size_t>(best_seq)]);
+  CHECK(steps < 81 * 27 / 2);
+  MESSAGE("steps used: " << steps << " of " << 81 * 27);
+}

@@ -516,6 +516,9 @@ TEST_CASE("mlp trainer: learns the synthetic dataset and reports every epoch") {
     CAPTURE(key);
     CHECK(r->metrics.count(key) == 1);
   }
+  MESSAGE("synthetic: val_accuracy " << r->metrics.at("val_accuracy") << ", test_accuracy " << r->metrics.at("test_accuracy")
+                                     << ", val_loss " << rec.reports.front().second.at("val_loss") << " -> "
+                                     << rec.reports.back().second.at("val_loss"));
   CHECK(r->metrics.at("val_accuracy") == rec.reports.back().second.at("val_accuracy"));
   CHECK(r->metrics.at("val_accuracy") > 0.9);
   CHECK(r->metrics.at("test_accuracy") > 0.9);

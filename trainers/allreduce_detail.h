@@ -32,6 +32,7 @@ inline Peers peers_of(const Communicator& comm) noexcept {
 struct Pipeline {
   size_t segment_floats = 1;   // longest message, in floats (>= 1)
   Clock::time_point deadline;  // kTimeout after this
+  bool yield = false;          // give the core away while waiting (more ranks than cores)
 };
 
 // Part `index` of `count` elements cut into `parts` balanced parts: the first count % parts parts
@@ -52,12 +53,14 @@ inline int modulo(int value, int n) noexcept { return ((value % n) + n) % n; }
 // commutative, so pairwise exchanges give bit-identical sums on both sides.
 void add_into(float* dst, const float* src, size_t count) noexcept;
 
-// A batch of non-blocking operations. wait() polls with MPI_Test until done or the deadline.
-// The destructor abandons what is still pending (cancels receives, frees the requests): that only
-// happens after an error, when the group is being torn down anyway.
+// A batch of non-blocking operations. wait() polls with MPI_Test until done or the pipeline's
+// deadline, spinning, or yielding the core between polls when the pipeline says so. The destructor
+// abandons what is still pending (cancels receives, frees the requests): that only happens after an
+// error, when the group is being torn down anyway.
 class Requests {
  public:
-  Requests() = default;
+  explicit Requests(const Pipeline& pipeline)
+      : deadline_(pipeline.deadline), yield_(pipeline.yield) {}
   Requests(const Requests&) = delete;
   Requests& operator=(const Requests&) = delete;
   ~Requests() noexcept;
@@ -66,9 +69,9 @@ class Requests {
   Result<size_t> recv(float* data, size_t count, int source, int tag, MPI_Comm comm);
   Result<size_t> send(const float* data, size_t count, int dest, int tag, MPI_Comm comm);
 
-  Status wait(size_t index, Clock::time_point deadline);
+  Status wait(size_t index);
   // Waits for every request posted so far, then forgets them all.
-  Status wait_all(Clock::time_point deadline);
+  Status wait_all();
 
   size_t size() const noexcept { return requests_.size(); }
 
@@ -76,6 +79,8 @@ class Requests {
   std::vector<MPI_Request> requests_;
   std::vector<bool> is_recv_;
   std::vector<int> peer_;
+  Clock::time_point deadline_;
+  bool yield_ = false;
 };
 
 // Posts receives (or sends) of data[range] to/from `peer` cut into segments of at most

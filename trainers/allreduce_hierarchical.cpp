@@ -22,7 +22,7 @@ namespace {
 Status move_parts_via_leader(const Peers& node, float* data, size_t count, bool gather,
                              const Pipeline& pipeline) {
   const int tag = gather ? kTagGatherToLeader : kTagScatterFromLeader;
-  Requests requests;
+  Requests requests(pipeline);
   std::vector<size_t> indices;
   if (node.rank == 0) {
     for (int j = 1; j < node.size; ++j) {
@@ -35,7 +35,7 @@ Status move_parts_via_leader(const Peers& node, float* data, size_t count, bool 
                               balanced_part(count, node.size, node.rank), pipeline.segment_floats,
                               0, tag, node.comm));
   }
-  return requests.wait_all(pipeline.deadline);
+  return requests.wait_all();
 }
 
 }  // namespace

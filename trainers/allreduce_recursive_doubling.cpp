@@ -18,28 +18,28 @@ namespace {
 // Sends data[0, count) to `peer` and waits until it has been taken.
 Status send_all(float* data, size_t count, int peer, int tag, const Peers& peers,
                 const Pipeline& pipeline) {
-  Requests requests;
+  Requests requests(pipeline);
   std::vector<size_t> sent;
   HPCTUNE_TRY(post_segments(requests, sent, /*receive=*/false, data, Range{0, count},
                             pipeline.segment_floats, peer, tag, peers.comm));
-  return requests.wait_all(pipeline.deadline);
+  return requests.wait_all();
 }
 
 // Receives data[0, count) from `peer` in place.
 Status receive_all(float* data, size_t count, int peer, int tag, const Peers& peers,
                    const Pipeline& pipeline) {
-  Requests requests;
+  Requests requests(pipeline);
   std::vector<size_t> received;
   HPCTUNE_TRY(post_segments(requests, received, /*receive=*/true, data, Range{0, count},
                             pipeline.segment_floats, peer, tag, peers.comm));
-  return requests.wait_all(pipeline.deadline);
+  return requests.wait_all();
 }
 
 // data += the peer's data, received into scratch; with exchange = true the peer gets ours too.
 Status reduce_from(float* data, size_t count, float* scratch, int peer, bool exchange, int tag,
                    const Peers& peers, const Pipeline& pipeline) {
   const size_t seg = pipeline.segment_floats;
-  Requests requests;
+  Requests requests(pipeline);
   std::vector<size_t> received, sent;
   HPCTUNE_TRY(post_segments(requests, received, /*receive=*/true, scratch, Range{0, count}, seg,
                             peer, tag, peers.comm));
@@ -48,12 +48,12 @@ Status reduce_from(float* data, size_t count, float* scratch, int peer, bool exc
                               tag, peers.comm));
   }
   for (size_t k = 0; k < received.size(); ++k) {
-    HPCTUNE_TRY(requests.wait(received[k], pipeline.deadline));
-    if (exchange) HPCTUNE_TRY(requests.wait(sent[k], pipeline.deadline));
+    HPCTUNE_TRY(requests.wait(received[k]));
+    if (exchange) HPCTUNE_TRY(requests.wait(sent[k]));
     const size_t offset = k * seg;
     add_into(data + offset, scratch + offset, std::min(seg, count - offset));
   }
-  return requests.wait_all(pipeline.deadline);
+  return requests.wait_all();
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ Status ring_reduce_scatter(const Peers& peers, float* data, size_t count, float*
   const int right = modulo(r + 1, p), left = modulo(r - 1, p);
   const size_t seg = pipeline.segment_floats;
 
-  Requests requests;
+  Requests requests(pipeline);
   std::vector<std::vector<size_t>> received(static_cast<size_t>(p - 1));
   for (int s = 0; s < p - 1; ++s) {
     HPCTUNE_TRY(post_segments(requests, received[s], /*receive=*/true, scratch,
@@ -38,7 +38,7 @@ Status ring_reduce_scatter(const Peers& peers, float* data, size_t count, float*
   for (int s = 0; s < p - 1; ++s) {
     const Range part = balanced_part(count, p, modulo(r - 2 - s, p));
     for (size_t k = 0; k < received[s].size(); ++k) {
-      HPCTUNE_TRY(requests.wait(received[s][k], pipeline.deadline));
+      HPCTUNE_TRY(requests.wait(received[s][k]));
       const size_t offset = part.begin + k * seg;
       const size_t n = std::min(seg, part.count - k * seg);
       add_into(data + offset, scratch + offset, n);
@@ -47,7 +47,7 @@ Status ring_reduce_scatter(const Peers& peers, float* data, size_t count, float*
       }
     }
   }
-  return requests.wait_all(pipeline.deadline);
+  return requests.wait_all();
 }
 
 Status ring_allgather(const Peers& peers, float* data, size_t count, const Pipeline& pipeline) {
@@ -56,7 +56,7 @@ Status ring_allgather(const Peers& peers, float* data, size_t count, const Pipel
   const int right = modulo(r + 1, p), left = modulo(r - 1, p);
   const size_t seg = pipeline.segment_floats;
 
-  Requests requests;
+  Requests requests(pipeline);
   std::vector<std::vector<size_t>> received(static_cast<size_t>(p - 1));
   for (int s = 0; s < p - 1; ++s) {
     HPCTUNE_TRY(post_segments(requests, received[s], /*receive=*/true, data,
@@ -70,13 +70,13 @@ Status ring_allgather(const Peers& peers, float* data, size_t count, const Pipel
   for (int s = 0; s < p - 2; ++s) {  // the last step's parts stop here: nothing to forward
     const Range part = balanced_part(count, p, modulo(r - 1 - s, p));
     for (size_t k = 0; k < received[s].size(); ++k) {
-      HPCTUNE_TRY(requests.wait(received[s][k], pipeline.deadline));
+      HPCTUNE_TRY(requests.wait(received[s][k]));
       const size_t offset = part.begin + k * seg;
       const size_t n = std::min(seg, part.count - k * seg);
       HPCTUNE_TRY(requests.send(data + offset, n, right, kTagRingAllgather, peers.comm));
     }
   }
-  return requests.wait_all(pipeline.deadline);
+  return requests.wait_all();
 }
 
 Status ring_allreduce(const Peers& peers, float* data, size_t count, float* scratch,

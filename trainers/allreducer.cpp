@@ -1,9 +1,13 @@
 // Allreducer: option checks, per-communicator setup and dispatch to the four implementations
 // (allreduce_mpi.cpp, allreduce_ring.cpp, allreduce_recursive_doubling.cpp,
 // allreduce_hierarchical.cpp).
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,10 +21,28 @@ struct Allreducer::State {
   AllreduceOptions options;
   detail::Hierarchy hierarchy;  // kHierarchical only
   std::vector<float> scratch;   // grows to the largest count seen; reused across calls
+  bool yield = false;           // WaitPolicy resolved
   bool broken = false;          // set by the first error; see sum()
   // steady_clock ticks when the running collective began; 0 when idle. Read by watchdogs.
   std::atomic<detail::Clock::rep> started{0};
 };
+
+namespace {
+
+// kAuto: yield when the ranks on this node outnumber the cores this process may run on, the rule
+// Open MPI applies to its own progress loop. Collective over `comm`.
+Result<bool> resolve_wait_policy(WaitPolicy policy, const Communicator& comm) {
+  if (policy != WaitPolicy::kAuto) return policy == WaitPolicy::kYield;
+  HPCTUNE_ASSIGN(Communicator node, Communicator::split_shared(comm.handle()));
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                         ? CPU_COUNT(&cpus)
+                         : static_cast<int>(std::thread::hardware_concurrency());
+  return node.size() > std::max(usable, 1);
+}
+
+}  // namespace
 
 Allreducer::Allreducer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Allreducer::Allreducer(Allreducer&&) noexcept = default;
@@ -43,6 +65,7 @@ Result<Allreducer> Allreducer::create(MPI_Comm comm, const AllreduceOptions& opt
   auto state = std::make_unique<State>();
   state->options = options;
   HPCTUNE_ASSIGN(state->comm, Communicator::duplicate(comm));
+  HPCTUNE_ASSIGN(state->yield, resolve_wait_policy(options.wait, state->comm));
   if (options.algorithm == AllreduceAlgorithm::kHierarchical) {
     HPCTUNE_ASSIGN(state->hierarchy,
                    detail::Hierarchy::create(state->comm, options.ranks_per_node));
@@ -69,6 +92,7 @@ Status Allreducer::sum(std::span<float> data) {
   pipeline.segment_floats =
       std::min<size_t>(s.options.segment_bytes / sizeof(float), static_cast<size_t>(INT_MAX));
   pipeline.deadline = now + s.options.timeout;
+  pipeline.yield = s.yield;
   const detail::Peers peers = detail::peers_of(s.comm);
 
   Status status;
@@ -112,6 +136,7 @@ std::optional<std::chrono::steady_clock::time_point> Allreducer::collective_star
   return detail::Clock::time_point(detail::Clock::duration(ticks));
 }
 
+bool Allreducer::yields_when_idle() const noexcept { return state_->yield; }
 int Allreducer::rank() const noexcept { return state_->comm.rank(); }
 int Allreducer::size() const noexcept { return state_->comm.size(); }
 int Allreducer::nodes() const noexcept {

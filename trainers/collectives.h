@@ -6,9 +6,10 @@
 // build without MPI has one-rank groups only and never includes this header.
 //
 // Data model: fp32 buffers, reduced in place, summed (Allreducer::sum) or averaged over the ranks
-// (Allreducer::average). Every implementation leaves bit-identical results on all ranks (each
-// element is reduced along one chain and then copied, or added pairwise in commutative order), so
-// replicas of a model never drift apart.
+// (Allreducer::average). ring, recursive_doubling and hierarchical leave bit-identical results on
+// all ranks (each element is reduced along one chain and then copied, or added pairwise in
+// commutative order), so replicas of a model never drift apart. The MPI standard only recommends
+// that for MPI_Allreduce; Open MPI 4.1 does it in tests/test_allreduce.cpp, which checks all four.
 //
 // Algorithms (AllreduceAlgorithm, see allreduce_algorithm.h), for p ranks and n bytes:
 //   mpi                 MPI_Allreduce with MPI_SUM; Open MPI picks its own algorithm.
@@ -131,13 +132,25 @@ class Communicator {
   int size_ = 0;
 };
 
+// How ring, recursive_doubling and hierarchical wait for a message (`mpi` follows Open MPI's own
+// mpi_yield_when_idle).
+enum class WaitPolicy {
+  kAuto,   // kYield when this node runs more ranks than this process may use cores, else kSpin
+  kSpin,   // poll without pause: lowest latency when every rank has a core
+  kYield,  // poll, giving the core away between polls: lets an oversubscribed peer run
+};
+
 struct AllreduceOptions {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
   // Pipelining granularity of ring, recursive_doubling and hierarchical: messages are at most this
-  // long, and each is reduced as soon as it arrives. At least sizeof(float).
-  size_t segment_bytes = 512 * 1024;
+  // long, and each is reduced as soon as it arrives. At least sizeof(float). Over shared memory
+  // Open MPI copies a message inside the receiver's progress call, so copy and reduction cannot
+  // overlap there and fewer, longer messages win: 2 MiB beat 64 KiB to 512 KiB and 8 MiB on 2
+  // ranks (bench/allreduce.cpp, --segment-bytes); networks overlap and may prefer shorter ones.
+  size_t segment_bytes = 2u << 20;
   // Bound on one collective call (not enforced by `mpi`, see the top of this file). > 0.
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
+  WaitPolicy wait = WaitPolicy::kAuto;
   // Test-only: > 0 groups ranks into nodes of this many consecutive ranks (node = rank / k)
   // instead of asking MPI which ranks share memory, so one machine can exercise the multi-node
   // path of `hierarchical`. 0: MPI_COMM_TYPE_SHARED.
@@ -171,6 +184,8 @@ class Allreducer {
 
   int rank() const noexcept;
   int size() const noexcept;
+  // Whether waits yield the core (WaitPolicy, with kAuto resolved at create()).
+  bool yields_when_idle() const noexcept;
   // Nodes seen by `hierarchical` (1 for the other algorithms).
   int nodes() const noexcept;
   const AllreduceOptions& options() const noexcept;

@@ -10,9 +10,6 @@
 
 #include "common/rng.h"
 
-// OpenBLAS's own entry point; declared here so that no particular cblas.h flavour is required.
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace hpctune::trainers {
 
 const std::vector<SettingSpec>& mlp_setting_specs() {
@@ -180,7 +177,8 @@ Result<TrialResult> train_mlp(const MlpSettings& s, const ImageClassificationDat
   Rng shuffle_rng(derive_seed(ctx.seed, kShuffleStream));
   Rng dropout_rng(derive_seed(ctx.seed, kDropoutStream));
 
-  openblas_set_num_threads(std::max(1, ctx.threads));
+  blas_select_kernels();
+  blas_set_threads(ctx.threads);
 
   const int64_t batch = std::min(s.batch_size, n_train);
   const size_t features = static_cast<size_t>(train_file.features());

@@ -15,8 +15,9 @@
 // test evaluation. A non-finite training loss (a learning rate that diverges) fails the trial
 // with kFailed rather than reporting NaN. Bad settings are kInvalidArgument naming the setting.
 //
-// Threads: OpenBLAS's thread count is process-wide; run() sets it from ctx.threads (0 means 1)
-// before training, which is safe because a worker runs one trial at a time.
+// Threads: OpenBLAS's thread count is process-wide; train_mlp() sets it from ctx.threads (0 means
+// 1) and calls blas_select_kernels() before training, which is safe because a worker runs one
+// trial at a time.
 #pragma once
 
 #include <cstdint>

@@ -45,29 +45,31 @@ Result<size_t> Requests::send(const float* data, size_t count, int dest, int tag
   return requests_.size() - 1;
 }
 
-Status Requests::wait(size_t index, Clock::time_point deadline) {
+Status Requests::wait(size_t index) {
   MPI_Request& request = requests_[index];
-  // MPI_Test drives the progress engine for every pending request, not only this one. Checking the
-  // clock and yielding only every so often keeps the poll loop as fast as MPI_Wait's own spin,
-  // while still letting an oversubscribed peer on the same core run.
+  // MPI_Test drives the progress engine for every pending request, not only this one. The clock is
+  // read only every so often, to keep the loop as tight as MPI_Wait's own spin. Yielding is for
+  // oversubscribed nodes only (as Open MPI's mpi_yield_when_idle): there the peer may need this
+  // very core, while on a node with a core per rank a yield hands the core to unrelated work for a
+  // whole scheduler time slice, milliseconds.
   for (unsigned spins = 1;; ++spins) {
     int done = 0;
     HPCTUNE_TRY(mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE),
                            is_recv_[index] ? "MPI_Test(receive)" : "MPI_Test(send)"));
     if (done) return Status::Ok();
     if (spins % 128 == 0) {
-      if (Clock::now() >= deadline) {
+      if (Clock::now() >= deadline_) {
         return err(Errc::kTimeout,
                    "deadline passed waiting for rank " + std::to_string(peer_[index]) +
                        (is_recv_[index] ? " to send its part" : " to receive our part"));
       }
-      std::this_thread::yield();
+      if (yield_) std::this_thread::yield();
     }
   }
 }
 
-Status Requests::wait_all(Clock::time_point deadline) {
-  for (size_t i = 0; i < requests_.size(); ++i) HPCTUNE_TRY(wait(i, deadline));
+Status Requests::wait_all() {
+  for (size_t i = 0; i < requests_.size(); ++i) HPCTUNE_TRY(wait(i));
   requests_.clear();
   is_recv_.clear();
   peer_.clear();

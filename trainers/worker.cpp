@@ -1,5 +1,7 @@
 #include "trainers/worker.h"
 
+#include "trainers/idx_dataset.h"
+
 #include <unistd.h>
 
 #include <deque>
@@ -27,8 +29,9 @@ std::string hostname() {
 // The trial thread and what it hands back to the loop.
 class RunningTrial {
  public:
-  RunningTrial(protocol::Assign assign, const WorkerOptions& options, transport::ClientTransport& transport)
-      : assign_(std::move(assign)), transport_(transport) {
+  RunningTrial(protocol::Assign assign, const WorkerOptions& options, transport::ClientTransport& transport,
+               const TrainerServices& services)
+      : assign_(std::move(assign)), transport_(transport), services_(services) {
     thread_ = std::thread([this, &options] { body(options); });
   }
   ~RunningTrial() {
@@ -83,7 +86,7 @@ class RunningTrial {
         if (ec) throw std::runtime_error("cannot create trial directory " + ctx.trial_dir + ": " + ec.message());
       }
       const std::string kind = ctx.trainer.value("kind", std::string());
-      auto trainer = options.make ? options.make(kind) : make_trainer(kind);
+      auto trainer = options.make ? options.make(kind) : make_trainer(kind, services_);
       if (!trainer.ok()) {
         failed.error = trainer.error().to_string();
       } else {
@@ -111,6 +114,7 @@ class RunningTrial {
 
   protocol::Assign assign_;
   transport::ClientTransport& transport_;
+  TrainerServices services_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};
   std::mutex mu_;
@@ -258,7 +262,7 @@ class WorkerLoop {
         return send(protocol::Failed{a->trial_id, a->attempt, "the group is already running trial " +
                                                                   std::to_string(trial_->trial_id()), ""});
       }
-      trial_ = std::make_unique<RunningTrial>(*a, opt_, t_);
+      trial_ = std::make_unique<RunningTrial>(*a, opt_, t_, services_);
       return {};
     }
     if (auto* s = std::get_if<protocol::Stop>(&msg)) {
@@ -286,6 +290,8 @@ class WorkerLoop {
   milliseconds hb_interval_{1000};
   milliseconds hb_timeout_{10000};
   std::unique_ptr<RunningTrial> trial_;
+  // Shared by every trial of this process: the dataset is decoded once, not once per trial.
+  TrainerServices services_{std::make_shared<DatasetCache>()};
   bool shutdown_ = false;
 };
 
