@@ -261,6 +261,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   sched.shutdown_workers(sched.interrupted() ? "interrupted" : "campaign complete");
   launcher->stop_all(std::chrono::milliseconds(3000));
   const double t1 = unix_now();
+  // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
+  HPCTUNE_TRY(db->set_search_state(campaign_id, searcher->state()));
   HPCTUNE_TRY(db->set_campaign_state(campaign_id, sched.interrupted() ? "interrupted" : "completed", t1));
   HPCTUNE_TRY(db->add_event(campaign_id, sched.interrupted() ? "campaign_interrupted" : "campaign_completed", 0, 0, -1,
                             {{"seconds", t1 - t0}}, t1));

@@ -1,8 +1,9 @@
 // Internals shared by the allreduce implementations (allreduce_*.cpp); not a public interface.
 //
 // The point-to-point algorithms are written against a Peers (a communicator with its rank and
-// size), a Deadline, and Requests: non-blocking operations that are polled, never waited on
-// blindly, so that a missing peer turns into kTimeout instead of a hang.
+// size), a Pipeline (message length, deadline, wait policy), and Requests: non-blocking
+// operations that are polled, never waited on blindly, so that a missing peer turns into kTimeout
+// instead of a hang.
 #pragma once
 
 #include <mpi.h>
@@ -27,8 +28,8 @@ inline Peers peers_of(const Communicator& comm) noexcept {
   return Peers{comm.handle(), comm.rank(), comm.size()};
 }
 
-// How a point-to-point algorithm runs: where it may put temporary data, how long its messages may
-// be, and when it must give up.
+// How a point-to-point algorithm runs: how long its messages may be, when it must give up, and how
+// it waits.
 struct Pipeline {
   size_t segment_floats = 1;   // longest message, in floats (>= 1)
   Clock::time_point deadline;  // kTimeout after this
