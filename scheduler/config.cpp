@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "scheduler/settings.h"
+#include "search/test_functions.h"
 
 namespace hpctune::config {
 
@@ -831,6 +832,43 @@ class Builder {
       return w_.fail(w_.mark_of("trainer.layers"), "trainer.layers",
                      std::to_string(t["layers"].get<int64_t>()) + " does not match hidden, which lists " +
                          std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
+    if (t["kind"] == "function") HPCTUNE_TRY(check_function_trainer(c));
+    return Status::Ok();
+  }
+
+  // The function trainer takes exactly x1..xd: a dimension the function does not allow, or a space
+  // that lacks one of them or has another parameter, would fail every trial; say so before.
+  Status check_function_trainer(const CampaignConfig& c) {
+    const json& t = c.trainer;
+    const std::string name = t["name"].get<std::string>();
+    const int64_t dim = t["dim"].get<int64_t>();
+    auto fn = search::make_test_function(name, static_cast<int>(dim));
+    if (!fn.ok()) {
+      const std::string at = w_.given("trainer.dim") ? "trainer.dim" : "trainer.name";
+      return w_.fail(w_.mark_of(at), at, fn.error().message());
+    }
+    // Not "x" + std::to_string(i): GCC 12 warns falsely there (-Wrestrict, PR 105329).
+    auto x_name = [](int i) {
+      std::string x = "x";
+      x += std::to_string(i);
+      return x;
+    };
+    const std::string range = "x1.." + x_name(fn->dim);
+    for (const auto& param : w_.space_order()) {
+      // A searched setting of the trainer itself (noise, steps) was checked by check_against_trainer.
+      bool known = false;
+      for (const auto* setting : children("trainer")) known = known || setting->path == "trainer." + param;
+      for (int i = 1; i <= fn->dim; ++i) known = known || param == x_name(i);
+      if (!known)
+        return w_.fail(w_.mark_of("space." + param), "space." + param,
+                       "not a parameter of " + name + ", which takes " + range + " (trainer.dim)");
+    }
+    for (int i = 1; i <= fn->dim; ++i) {
+      const std::string x = x_name(i);
+      if (!root_["space"].contains(x))
+        return w_.fail(w_.mark_of("space"), "space",
+                       "'" + x + "' is missing: " + name + " takes " + range + " (search or fix each of them)");
+    }
     return Status::Ok();
   }
 

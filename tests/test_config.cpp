@@ -162,7 +162,7 @@ TEST_CASE("a full config parses with every field") {
   CHECK(c.trainer["lr"].get<double>() == doctest::Approx(0.01));
   CHECK(c.trainer["batch_size"] == 128);
   CHECK(c.trainer["activation"] == "tanh");
-  CHECK(c.trainer["epochs"] == 3);  // default
+  CHECK(c.trainer["epochs"] == 10);  // default
   CHECK(c.trainer["hidden"] == json::array({256}));
   CHECK(c.trainer["data"] == "/usr/share/datasets/fashion-mnist");
   CHECK(c.trainer["val_fraction"].get<double>() == doctest::Approx(0.1));
@@ -373,7 +373,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
        "3:1: search.max_trials: missing required key (number of trials to run: the campaign's budget)"},
       {"missing_metric.yaml",
        "2:1: objective.metric: missing required key (name of a metric the trainer reports, e.g. val_accuracy)"},
-      {"missing_trainer_kind.yaml", "4:1: trainer.kind: missing required key (one of sleep, mlp, function, command)"},
+      {"missing_trainer_kind.yaml", "4:1: trainer.kind: missing required key (one of sleep, mlp, cnn, function, command)"},
       {"duplicate_key_top.yaml", "5:1: name: duplicate key (first given at line 1)"},
       {"duplicate_key_nested.yaml", "6:3: search.max_trials: duplicate key (first given at line 4)"},
       {"syntax_error.yaml",
@@ -406,8 +406,12 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"space_name_not_a_trainer_setting.yaml",
        "4:3: space.lerning_rate: not a setting of trainer 'mlp'; did you mean 'lr'?"},
       {"function_parameter_not_x.yaml",
-       "5:3: space.y2: not a setting of trainer 'function' (its settings: name, noise, steps, seconds_per_step, "
-       "x1, x2, ...)"},
+       "5:3: space.y2: not a setting of trainer 'function' (its settings: name, dim, noise, steps, "
+       "seconds_per_step, x1, x2, ...)"},
+      {"function_dimension_not_allowed.yaml", "8:41: trainer.dim: branin is defined in 2 dimensions only"},
+      {"function_parameter_missing.yaml",
+       "3:1: space: 'x3' is missing: levy takes x1..x3 (search or fix each of them)"},
+      {"function_parameter_beyond_dim.yaml", "6:3: space.x3: not a parameter of branin, which takes x1..x2 (trainer.dim)"},
       {"space_type_against_trainer.yaml",
        "4:12: space.epochs.type: trainer.epochs takes integer 1..1000; use type: int"},
       {"space_range_against_trainer.yaml", "4:36: space.dropout.high: 1.5 is above the maximum 0.95 (trainer.dropout)"},

@@ -25,6 +25,8 @@ bool compatible(const std::string& trainer_type, config::Type type) {
   if (trainer_type == "bool") return type == config::Type::kBool;
   if (trainer_type == "string") return type == config::Type::kString || type == config::Type::kEnum;
   if (trainer_type == "int|list[int]") return type == config::Type::kIntList;
+  if (trainer_type == "list[layer]") return type == config::Type::kValueList;
+  if (trainer_type == "map[string]string") return type == config::Type::kStringMap;
   return false;
 }
 
@@ -68,8 +70,12 @@ TEST_CASE("the trainer accepts the settings the config produces") {
   // check of unknown keys and types.
   for (const auto& kind : trainers::trainer_kinds()) {
     CAPTURE(kind);
-    const std::string text =
-        "name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\ntrainer: {kind: " + kind + "}\n";
+    // Required settings without a default get a value; every other one comes from the defaults.
+    const std::string required = kind == "command" ? ", command: 'true'" : "";
+    // The function trainer takes exactly its x1..xd (branin: 2) from the space.
+    const std::string space = kind == "function" ? "space: {x1: 0, x2: 1}\n" : "";
+    const std::string text = "name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\n" + space +
+                             "trainer: {kind: " + kind + required + "}\n";
     auto parsed = config::parse_config(text, "sync.yaml");
     REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());
     auto specs = trainers::trainer_setting_specs(kind);
