@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "cli/report_tables.h"
 #include "scheduler/config.h"
@@ -105,6 +106,9 @@ struct Loaded {
   std::vector<store::TrialRow> trials;
   std::string metric = "objective";
   bool maximize = true;
+  std::vector<std::string> objective_metrics;  // every objective's metric, in order
+  std::set<int64_t> pareto;                    // the recorded front (several objectives only)
+  const std::set<int64_t>* front() const { return objective_metrics.size() > 1 ? &pareto : nullptr; }
 };
 
 Result<Loaded> load(const std::string& db) {
@@ -122,6 +126,12 @@ Result<Loaded> load(const std::string& db) {
     l.metric = cj["objective"].value("metric", l.metric);
     l.maximize = cj["objective"].value("mode", std::string("max")) == "max";
   }
+  if (cj.contains("objectives") && cj["objectives"].is_array()) {
+    for (const auto& o : cj["objectives"]) {
+      if (o.is_object()) l.objective_metrics.push_back(o.value("metric", std::string("objective")));
+    }
+  }
+  l.pareto = recorded_pareto_front(l.campaign);
   return l;
 }
 
@@ -233,6 +243,10 @@ Status cmd_status(const std::string& db) {
   } else {
     std::printf("\nNo finished trial yet.\n");
   }
+  if (l.front()) {
+    std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", l.pareto.size(),
+                pareto_table(l.trials, l.pareto, l.objective_metrics).c_str());
+  }
   return {};
 }
 
@@ -241,11 +255,11 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   auto ranked = rank_trials(l.trials, l.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") {
-    std::printf("%s", trials_table(ranked, l.metric).c_str());
+    std::printf("%s", trials_table(ranked, l.metric, l.front()).c_str());
   } else if (format == "csv") {
-    std::printf("%s", trials_csv(ranked).c_str());
+    std::printf("%s", trials_csv(ranked, l.front()).c_str());
   } else if (format == "json") {
-    std::printf("%s\n", trials_json(ranked).dump(2).c_str());
+    std::printf("%s\n", trials_json(ranked, l.front()).dump(2).c_str());
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
   }
@@ -256,7 +270,7 @@ Status cmd_export(const std::string& db, const std::string& format, const std::s
   HPCTUNE_ASSIGN(Loaded l, load(db));
   std::string text;
   if (format == "csv") {
-    text = trials_csv(l.trials);
+    text = trials_csv(l.trials, l.front());
   } else if (format == "json") {
     nlohmann::json doc = {{"campaign", {{"name", l.campaign.name},
                                         {"state", l.campaign.state},
@@ -264,7 +278,8 @@ Status cmd_export(const std::string& db, const std::string& format, const std::s
                                         {"config", l.campaign.config_json},
                                         {"created_at", l.campaign.created_at},
                                         {"finished_at", l.campaign.finished_at}}},
-                          {"trials", trials_json(l.trials)}};
+                          {"trials", trials_json(l.trials, l.front())}};
+    if (l.front()) doc["pareto_front"] = l.pareto;
     text = doc.dump(2) + "\n";
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of csv, json");

@@ -116,15 +116,28 @@ std::vector<store::TrialRow> rank_trials(std::vector<store::TrialRow> trials, bo
   return trials;
 }
 
-std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric) {
+std::set<int64_t> recorded_pareto_front(const store::CampaignRow& campaign) {
+  std::set<int64_t> out;
+  const auto& s = campaign.search_state;
+  if (!s.is_object() || !s.contains("pareto_front_trials") || !s["pareto_front_trials"].is_array()) return out;
+  for (const auto& id : s["pareto_front_trials"]) {
+    if (id.is_number_integer()) out.insert(id.get<int64_t>());
+  }
+  return out;
+}
+
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric,
+                         const std::set<int64_t>* pareto) {
   const auto names = param_names(trials);
   std::vector<std::string> header = {"trial", "state", "attempt", metric};
+  if (pareto) header.push_back("pareto");
   header.insert(header.end(), names.begin(), names.end());
   header.push_back("seconds");
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : trials) {
     std::vector<std::string> r = {std::to_string(t.id), store::to_string(t.state), std::to_string(t.attempt),
                                   t.objective ? format_number(*t.objective) : "-"};
+    if (pareto) r.push_back(pareto->count(t.id) ? "*" : "");
     for (const auto& n : names) r.push_back(t.params.contains(n) ? cell(t.params[n]) : "");
     r.push_back(seconds_of(t) > 0 ? format_number(std::round(seconds_of(t) * 10) / 10) : "-");
     rows.push_back(std::move(r));
@@ -132,7 +145,28 @@ std::string trials_table(const std::vector<store::TrialRow>& trials, const std::
   return format_table(header, rows);
 }
 
-std::string trials_csv(const std::vector<store::TrialRow>& trials) {
+std::string pareto_table(const std::vector<store::TrialRow>& trials, const std::set<int64_t>& front,
+                         const std::vector<std::string>& metrics) {
+  std::vector<store::TrialRow> members;
+  for (const auto& t : trials) {
+    if (front.count(t.id)) members.push_back(t);
+  }
+  std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  const auto names = param_names(members);
+  std::vector<std::string> header = {"trial"};
+  header.insert(header.end(), metrics.begin(), metrics.end());
+  header.insert(header.end(), names.begin(), names.end());
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : members) {
+    std::vector<std::string> r = {std::to_string(t.id)};
+    for (const auto& m : metrics) r.push_back(t.metrics.is_object() && t.metrics.contains(m) ? cell(t.metrics[m]) : "-");
+    for (const auto& n : names) r.push_back(t.params.contains(n) ? cell(t.params[n]) : "");
+    rows.push_back(std::move(r));
+  }
+  return format_table(header, rows);
+}
+
+std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto) {
   const auto names = param_names(trials);
   std::set<std::string> metric_set;
   for (const auto& t : trials) {
@@ -142,6 +176,7 @@ std::string trials_csv(const std::vector<store::TrialRow>& trials) {
   }
   std::ostringstream out;
   out << "trial,seq,state,attempt,group,objective,step,started_at,finished_at";
+  if (pareto) out << ",pareto";
   for (const auto& n : names) out << "," << csv_escape("param." + n);
   for (const auto& m : metric_set) out << "," << csv_escape("metric." + m);
   out << ",error\n";
@@ -149,6 +184,7 @@ std::string trials_csv(const std::vector<store::TrialRow>& trials) {
     out << t.id << "," << t.seq << "," << store::to_string(t.state) << "," << t.attempt << "," << t.group_id << ","
         << (t.objective ? format_number(*t.objective) : "") << "," << t.step << "," << std::to_string(t.started_at)
         << "," << std::to_string(t.finished_at);
+    if (pareto) out << "," << (pareto->count(t.id) ? 1 : 0);
     for (const auto& n : names) out << "," << csv_escape(t.params.contains(n) ? cell(t.params[n]) : "");
     for (const auto& m : metric_set) {
       out << "," << (t.metrics.is_object() && t.metrics.contains(m) ? csv_escape(cell(t.metrics[m])) : "");
@@ -158,7 +194,7 @@ std::string trials_csv(const std::vector<store::TrialRow>& trials) {
   return out.str();
 }
 
-nlohmann::json trials_json(const std::vector<store::TrialRow>& trials) {
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& t : trials) {
     nlohmann::json j = {{"trial", t.id},          {"seq", t.seq},          {"state", store::to_string(t.state)},
@@ -168,6 +204,7 @@ nlohmann::json trials_json(const std::vector<store::TrialRow>& trials) {
     j["objective"] = t.objective ? nlohmann::json(*t.objective) : nlohmann::json(nullptr);
     if (!t.error.empty()) j["error"] = t.error;
     if (t.parent_trial_id) j["parent_trial"] = *t.parent_trial_id;
+    if (pareto) j["pareto"] = pareto->count(t.id) > 0;
     out.push_back(std::move(j));
   }
   return out;

@@ -1,7 +1,9 @@
 // Text output for people and machines: aligned tables, CSV and JSON of trials, the progress line.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,10 +20,20 @@ std::string format_table(const std::vector<std::string>& header, const std::vect
 // Trials sorted best first (by objective; finished trials without one last).
 std::vector<store::TrialRow> rank_trials(std::vector<store::TrialRow> trials, bool maximize);
 
-// One row per trial: id, state, attempt, objective, each parameter, seconds.
-std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric);
-std::string trials_csv(const std::vector<store::TrialRow>& trials);
-nlohmann::json trials_json(const std::vector<store::TrialRow>& trials);
+// The Pareto front a multi-objective campaign recorded (search_state.pareto_front_trials, trial
+// ids); empty for a single objective or before the master first saved its search state.
+std::set<int64_t> recorded_pareto_front(const store::CampaignRow& campaign);
+
+// One row per trial: id, state, attempt, objective, each parameter, seconds. With a front, a
+// `pareto` column marks its members with '*'.
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric,
+                         const std::set<int64_t>* pareto = nullptr);
+// With a front, a `pareto` column (1 or 0) / a "pareto" member (true or false) per trial.
+std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
+// The front's trials: id, each of `metrics` (the objectives), each parameter; in id order.
+std::string pareto_table(const std::vector<store::TrialRow>& trials, const std::set<int64_t>& front,
+                         const std::vector<std::string>& metrics);
 
 // "[ 12/16] ██████░░ done 10 · running 2 · queued 0 · best 0.8712 (#7) · 0:42 · ETA 0:08"
 std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width);

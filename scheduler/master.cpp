@@ -48,6 +48,13 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (db_path.empty() && options.config) db_path = options.config->storage;
 
   if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  // A new campaign checks its warm-start store before creating anything; a resumed one once its
+  // config has been read back.
+  std::optional<WarmStart> warm;
+  if (!resuming && !options.config->warm_start.empty()) {
+    HPCTUNE_ASSIGN(warm, load_warm_start(options.config->warm_start, options.config->space,
+                                         options.config->objectives, db_path));
+  }
   HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path));
   HPCTUNE_TRY(db->acquire_master_lock());
   HPCTUNE_ASSIGN(auto existing, db->load_campaign());
@@ -81,6 +88,9 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
 
   const double t0 = unix_now();
   int64_t stage_id = 0;
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
   if (!resuming) {
     store::CampaignRow row;
     row.name = cfg.name;
@@ -108,10 +118,21 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     }
     HPCTUNE_TRY(db->set_campaign_state(campaign_id, "running", 0));
     HPCTUNE_TRY(db->add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
+    if (!cfg.warm_start.empty()) {
+      // The searcher is rebuilt from the same warm-start trials, as in the first run (if the other
+      // store has not changed since).
+      HPCTUNE_ASSIGN(warm, load_warm_start(cfg.warm_start, cfg.space, cfg.objectives, db_path));
+    }
   }
 
   search::SearchSpec spec = cfg.search_spec();
   spec.seed = cfg.seed;
+  if (warm) {
+    spec.warm_start = warm->observations;
+    HPCTUNE_TRY(db->add_event(campaign_id, "warm_start", 0, 0, -1, warm->summary(), t0));
+    log("warm start from " + warm->path + ": " + std::to_string(warm->observations.size()) + " of " +
+        std::to_string(warm->read) + " trials loaded, " + std::to_string(warm->skipped_total()) + " skipped");
+  }
   HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
   search::StopperSpec stop_spec;
   stop_spec.kind = cfg.early_stopping;
@@ -142,9 +163,6 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   sopt.master_incarnation = make_incarnation();
 
   Scheduler sched(sopt, *server, *db, *searcher, *stopper);
-  auto log = [&](const std::string& line) {
-    if (options.log) options.log(line);
-  };
   sched.set_log(log);
   FailPoint failpoint(options.failpoint, options.failpoint_hit);
   sched.set_failpoint([&](const char* name) { failpoint.pass(name); });
@@ -161,6 +179,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.ranks_data = cfg.resources.ranks_data;
   lopt.resources.ranks_model = cfg.resources.ranks_model;
   lopt.resources.threads = cfg.resources.threads;
+  lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   std::unique_ptr<Launcher> launcher = make_local_launcher(lopt);
@@ -262,7 +281,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   launcher->stop_all(std::chrono::milliseconds(3000));
   const double t1 = unix_now();
   // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
-  HPCTUNE_TRY(db->set_search_state(campaign_id, searcher->state()));
+  HPCTUNE_TRY(sched.save_search_state(Clock::now()));
   HPCTUNE_TRY(db->set_campaign_state(campaign_id, sched.interrupted() ? "interrupted" : "completed", t1));
   HPCTUNE_TRY(db->add_event(campaign_id, sched.interrupted() ? "campaign_interrupted" : "campaign_completed", 0, 0, -1,
                             {{"seconds", t1 - t0}}, t1));

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <set>
 
 #include "common/rng.h"
+#include "search/pareto.h"
 
 namespace hpctune::scheduler {
 namespace {
@@ -56,8 +59,10 @@ Status Scheduler::restore(Clock::time_point now) {
   std::vector<search::Record> history;
   history.reserve(rows.size());
   const double t = wall(now);
+  std::map<int64_t, std::pair<int64_t, double>> final_trials;  // id -> (seq, finished_at)
   for (auto& row : rows) {
     seq_to_id_[row.seq] = row.id;
+    max_generation_ = std::max(max_generation_, row.generation);
     search::Record rec;
     rec.suggestion.seq = row.seq;
     rec.suggestion.params = row.params;
@@ -98,6 +103,8 @@ Status Scheduler::restore(Clock::time_point now) {
         }
       }
       rec.observation = std::move(obs);
+      final_trials[row.id] = {row.seq, row.finished_at};
+      if (state == TrialState::kDone) note_done_values(row.id, row.metrics);
       if (state == TrialState::kDone) ++done_;
       if (state == TrialState::kPruned) ++pruned_;
       if (state == TrialState::kFailed) ++failed_;
@@ -120,6 +127,7 @@ Status Scheduler::restore(Clock::time_point now) {
   }
   created_ = static_cast<int64_t>(rows.size());
   searcher_.restore(history);
+  HPCTUNE_TRY(replay_reports(final_trials));
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
   return {};
@@ -308,7 +316,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     error = "the trial reported no '" + opt_.objectives[0].metric + "' metric";
   }
   for (const auto& a : m.artifacts) {
-    HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, -1, tw));
+    HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, a.bytes, tw));
   }
   HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, state, metrics_json(metrics), objective,
                                                    std::max(m.step, t->last_step), error, tw));
@@ -325,6 +333,8 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
       best_ = objective;
       best_trial_ = t->id;
     }
+    if (state == TrialState::kDone) note_done_values(t->id, metrics_json(metrics));
+    HPCTUNE_TRY(after_finish(now));
   }
   trials_.erase(t->id);
   w.trial_id = 0;
@@ -348,6 +358,7 @@ Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_po
     ++failed_;
     tell_searcher(*t, search::Outcome::kFailed, {}, t->last_step);
     log("trial " + std::to_string(t->id) + " failed: " + m.error);
+    HPCTUNE_TRY(after_finish(now));
   }
   trials_.erase(t->id);
   w.trial_id = 0;
@@ -362,6 +373,7 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
   std::vector<search::Suggestion> suggestions = searcher_.ask(n);
   if (suggestions.empty() && searcher_.exhausted()) searcher_exhausted_ = true;
   const double tw = wall(now);
+  bool new_generation = false;
   for (auto& s : suggestions) {
     store::TrialRow row;
     row.campaign_id = opt_.campaign_id;
@@ -374,6 +386,11 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
     row.created_at = tw;
     if (s.meta.contains("generation") && s.meta["generation"].is_number_integer()) {
       row.generation = s.meta["generation"].get<int64_t>();
+      if (row.generation > max_generation_) {
+        // The first member of a newly bred generation: the one before it is complete.
+        new_generation = max_generation_ >= 0;
+        max_generation_ = row.generation;
+      }
     }
     HPCTUNE_ASSIGN(int64_t id, store_.insert_trial(row));
     seq_to_id_[s.seq] = id;
@@ -394,6 +411,7 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
     queue_.push_back(id);
     ++created_;
   }
+  if (new_generation && opt_.search_state_every > 0) return save_search_state(now);
   return {};
 }
 
@@ -461,7 +479,7 @@ Status Scheduler::lose_worker(const transport::PeerId& peer, const std::string& 
     log("trial " + std::to_string(t->second.id) + " failed: " + std::to_string(opt_.max_attempts) +
         " attempts lost");
     trials_.erase(t);
-    return {};
+    return after_finish(now);
   }
   t->second.attempt += 1;
   t->second.state = TrialState::kQueued;
@@ -548,6 +566,192 @@ Progress Scheduler::progress() const {
   p.best = best_;
   p.best_trial = best_trial_;
   return p;
+}
+
+// --- search state, Pareto front ------------------------------------------------------------
+
+void Scheduler::note_done_values(int64_t trial_id, const nlohmann::json& metrics) {
+  if (opt_.objectives.size() < 2 || !metrics.is_object()) return;
+  std::vector<double> losses;
+  for (const auto& o : opt_.objectives) {
+    auto it = metrics.find(o.metric);
+    if (it == metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) return;
+    losses.push_back(o.maximize ? -it->get<double>() : it->get<double>());
+  }
+  front_candidates_.emplace_back(trial_id, std::move(losses));
+}
+
+std::vector<int64_t> Scheduler::pareto_front_trials() const {
+  std::vector<std::vector<double>> losses;
+  losses.reserve(front_candidates_.size());
+  for (const auto& [id, l] : front_candidates_) losses.push_back(l);
+  std::vector<int64_t> ids;
+  for (std::size_t i : search::pareto_front(losses)) ids.push_back(front_candidates_[i].first);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Status Scheduler::save_search_state(Clock::time_point) {
+  nlohmann::json state = searcher_.state();
+  if (!state.is_object()) state = nlohmann::json{{"searcher", state}};
+  if (opt_.objectives.size() > 1) state["pareto_front_trials"] = pareto_front_trials();
+  state["finished_trials"] = done_ + pruned_ + failed_;
+  since_state_save_ = 0;
+  return store_.set_search_state(opt_.campaign_id, state);
+}
+
+Status Scheduler::after_finish(Clock::time_point now) {
+  if (opt_.search_state_every <= 0) return {};
+  ++since_state_save_;
+  // Every N finished trials, N growing with the campaign (a tenth of it), so that saving a state
+  // whose size grows with the trials costs O(n) over the whole campaign, not O(n^2).
+  const int64_t every = std::max(opt_.search_state_every, (done_ + pruned_ + failed_) / 10);
+  if (since_state_save_ < every) return {};
+  return save_search_state(now);
+}
+
+// --- early stopping after a restart ---------------------------------------------------------
+
+// Replays the recorded reports of the finished trials into the fresh stopper, in the order they
+// were recorded, with on_finish() at each trial's finish time, so that its rungs (and the median
+// rule's finished curves) are as the interrupted master left them. Reports of trials that are
+// queued again are not replayed: their new attempt reports from step 1 again, as a first attempt
+// would. As on the live path, a trial's reports after a stop decision are not shown to the stopper.
+// Not replayed exactly: the on_finish() that an earlier lost attempt of a finished trial caused
+// (it matters to the median rule only, and only between the loss and the trial's end).
+Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials) {
+  if (opt_.objectives.empty() || final_trials.empty()) return {};
+  HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
+  struct Event {
+    double t;
+    int kind;  // 0 report, 1 finish: a report and the finish at the same time come in that order
+    int64_t trial_id, seq, attempt, step;
+    double value;
+  };
+  std::vector<Event> events;
+  events.reserve(reports.size() + final_trials.size());
+  for (const auto& r : reports) {
+    auto it = final_trials.find(r.trial_id);
+    if (it == final_trials.end() || !std::isfinite(r.value)) continue;
+    events.push_back({r.t, 0, r.trial_id, it->second.first, r.attempt, r.step, r.value});
+  }
+  for (const auto& [id, info] : final_trials) events.push_back({info.second, 1, id, info.first, 0, 0, 0});
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    if (a.t != b.t) return a.t < b.t;
+    if (a.trial_id != b.trial_id) return a.trial_id < b.trial_id;
+    return a.kind < b.kind;
+  });
+  std::set<std::pair<int64_t, int64_t>> stopped;  // (trial, attempt) told to stop
+  int64_t replayed = 0, stops = 0;
+  for (const auto& e : events) {
+    if (e.kind == 1) {
+      stopper_.on_finish(e.seq);
+      continue;
+    }
+    if (stopped.count({e.trial_id, e.attempt})) continue;
+    ++replayed;
+    if (stopper_.on_report(e.seq, e.step, e.value) == search::Decision::kStop) {
+      stopped.insert({e.trial_id, e.attempt});
+      ++stops;
+    }
+  }
+  if (replayed == 0) return {};
+  log("early stopping: replayed " + std::to_string(replayed) + " recorded reports of " +
+      std::to_string(final_trials.size()) + " finished trials");
+  return store_.add_event(opt_.campaign_id, "stopper_replayed", 0, 0, -1,
+                          {{"reports", replayed}, {"trials", final_trials.size()}, {"stop_decisions", stops}},
+                          unix_now());
+}
+
+// --- warm start -------------------------------------------------------------------------------
+
+int64_t WarmStart::skipped_total() const {
+  int64_t n = 0;
+  for (const auto& [why, k] : skipped) n += k;
+  return n;
+}
+
+nlohmann::json WarmStart::summary() const {
+  nlohmann::json by_reason = nlohmann::json::object();
+  for (const auto& [why, k] : skipped) by_reason[why] = k;
+  return {{"path", path},
+          {"read", read},
+          {"loaded", observations.size()},
+          {"skipped", skipped_total()},
+          {"skipped_by_reason", by_reason}};
+}
+
+std::optional<search::Params> project_params(const search::Space& space, const search::Params& params,
+                                             std::string* why) {
+  auto refuse = [&](std::string reason) -> std::optional<search::Params> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (!params.is_object()) return refuse("no_overlap");
+  search::Params out = nlohmann::json::object();
+  int64_t searched = 0;
+  for (const auto& spec : space.params()) {  // parents first: a condition sees its parent's projected value
+    if (!search::Space::active(spec, out)) continue;
+    auto it = params.find(spec.name);
+    if (it == params.end()) continue;
+    if (!search::Space::check_value(spec, *it).ok()) return refuse("out_of_space");
+    out[spec.name] = *it;
+    if (spec.type != search::ParamType::kFixed) ++searched;
+  }
+  if (searched == 0) return refuse("no_overlap");
+  return out;
+}
+
+Result<WarmStart> load_warm_start(const std::string& path, const search::Space& space,
+                                  const std::vector<search::Objective>& objectives, const std::string& own_db) {
+  auto config_error = [&](const std::string& what) { return err(Errc::kConfig, "search.warm_start: " + path + ": " + what); };
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return config_error("no such file");
+  if (!own_db.empty() && fs::exists(own_db, ec) && fs::equivalent(path, own_db, ec)) {
+    return config_error("is this campaign's own database; name an earlier campaign's store");
+  }
+  auto opened = store::Store::open_readonly(path);
+  if (!opened.ok()) return config_error("cannot be read as an hpctune store: " + opened.error().message());
+  std::unique_ptr<store::Store> other = std::move(opened).value();
+  auto campaign = other->load_campaign();
+  if (!campaign.ok()) return config_error("cannot read its campaign: " + campaign.error().message());
+  if (!*campaign) return config_error("holds no campaign");
+  auto rows = other->trials((*campaign)->id);
+  if (!rows.ok()) return config_error("cannot read its trials: " + rows.error().message());
+
+  WarmStart ws;
+  ws.path = path;
+  ws.read = static_cast<int64_t>(rows->size());
+  for (const auto& row : *rows) {
+    if (row.state != TrialState::kDone) {
+      ++ws.skipped[row.state == TrialState::kPruned ? "pruned" : row.state == TrialState::kFailed ? "failed" : "unfinished"];
+      continue;
+    }
+    search::Observation obs;
+    obs.seq = row.seq;
+    obs.step = row.step;
+    obs.outcome = search::Outcome::kCompleted;
+    for (const auto& o : objectives) {
+      auto it = row.metrics.is_object() ? row.metrics.find(o.metric) : row.metrics.end();
+      if (it == row.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) break;
+      obs.values.push_back(it->get<double>());
+    }
+    if (obs.values.size() != objectives.size() || objectives.empty()) {
+      ++ws.skipped["missing_objective"];
+      continue;
+    }
+    std::string why;
+    auto projected = project_params(space, row.params, &why);
+    if (!projected) {
+      ++ws.skipped[why];
+      continue;
+    }
+    obs.params = std::move(*projected);
+    ws.observations.push_back(std::move(obs));
+  }
+  (void)other->close();
+  return ws;
 }
 
 }  // namespace hpctune::scheduler

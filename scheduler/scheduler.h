@@ -59,6 +59,10 @@ struct SchedulerOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   uint64_t master_incarnation = 0;
+  // The searcher's state (and, with several objectives, the Pareto front) is saved into the open
+  // transaction every max(search_state_every, finished / 10) finished trials and whenever a new
+  // generation is bred, so a crash keeps a recent copy. 0 = only when save_search_state() is called.
+  int64_t search_state_every = 10;
 };
 
 // Counted and dropped frames, by reason; asserted by tests.
@@ -104,6 +108,14 @@ class Scheduler {
 
   // Ctrl-C: no more dispatch; running trials are told to stop and recorded as interrupted.
   Status interrupt(Clock::time_point now);
+
+  // Writes searcher.state() into the campaign row (store::Store::set_search_state), adding, for a
+  // campaign with several objectives, "pareto_front_trials": the ids of the done trials whose
+  // objective values no other done trial dominates (pruned and failed trials are not candidates),
+  // ascending. Inside the caller's transaction if one is open.
+  Status save_search_state(Clock::time_point now);
+  // The current Pareto front as trial ids, ascending (empty for a single objective).
+  std::vector<int64_t> pareto_front_trials() const;
 
   // Sends shutdown to every registered worker (end of campaign).
   void shutdown_workers(const std::string& reason);
@@ -158,6 +170,9 @@ class Scheduler {
   void log(const std::string& line) const;
   double wall(Clock::time_point now) const;
   bool out_of_time(Clock::time_point now) const;
+  Status replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials);
+  void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
+  Status after_finish(Clock::time_point now);
 
   SchedulerOptions opt_;
   transport::ServerTransport& transport_;
@@ -181,6 +196,40 @@ class Scheduler {
   bool searcher_exhausted_ = false;
   Clock::time_point start_;
   Counters counters_;
+  // Done trials with every objective, as minimize-form losses: the Pareto-front candidates.
+  std::vector<std::pair<int64_t, std::vector<double>>> front_candidates_;
+  int64_t since_state_save_ = 0;   // trials finished since the search state was last saved
+  int64_t max_generation_ = -1;    // the highest generation created so far
 };
+
+// Warm start (search.warm_start): the finished trials of an earlier campaign, made to fit this
+// campaign's space, for search::SearchSpec::warm_start.
+struct WarmStart {
+  std::string path;
+  std::vector<search::Observation> observations;  // seq = the earlier trial's seq; values raw
+  int64_t read = 0;                                // trials found in the other store
+  std::map<std::string, int64_t> skipped;          // reason -> trials left out
+  int64_t skipped_total() const;
+  nlohmann::json summary() const;                  // {path, read, loaded, skipped, skipped_by_reason}
+};
+
+// Projects an earlier campaign's parameters onto `space`: parameters the space does not have and
+// parameters whose condition is false are dropped; an active parameter of the space that `params`
+// lacks is left out (the searcher fills it with a seeded draw, see search/model_data.h). Refuses
+// (nullopt, with the reason in *why) when a kept value is outside its range or choices (a fixed
+// parameter with another value included: the result was measured elsewhere) and when no searched
+// parameter of the space is present at all.
+std::optional<search::Params> project_params(const search::Space& space, const search::Params& params,
+                                             std::string* why = nullptr);
+
+// Opens the store at `path` read-only (no master lock, nothing written) and reads the trials of its
+// campaign (a store holds one campaign). Kept: trials in state `done` whose final metrics have a
+// finite value for every objective of `objectives` (matched by metric name) and whose parameters
+// project onto `space`. Pruned trials are left out (their values are partial), as are failed,
+// unfinished, and out-of-space ones; each is counted under its reason. Errors are kConfig naming
+// search.warm_start and the path: a missing or unreadable file, a file that is not an hpctune
+// store (or one of another schema version), a store without a campaign, `own_db` itself.
+Result<WarmStart> load_warm_start(const std::string& path, const search::Space& space,
+                                  const std::vector<search::Objective>& objectives, const std::string& own_db = "");
 
 }  // namespace hpctune::scheduler

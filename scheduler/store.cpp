@@ -157,6 +157,7 @@ enum Query : int {
   kSelectArtifacts,
   kSelectLineage,
   kSelectGroups,
+  kSelectCampaignMetric,
   kNumQueries,
 };
 
@@ -266,6 +267,9 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSelectGroups */
     "SELECT campaign_id, group_id, backend, ranks_data, ranks_model, hosts, state, incarnation, restarts, "
     "started_at, updated_at FROM \"groups\" WHERE campaign_id = ?1 ORDER BY group_id",
+    /* kSelectCampaignMetric */
+    "SELECT m.trial_id, m.attempt, m.step, m.name, m.value, m.t FROM metrics m JOIN trials tr ON tr.id = m.trial_id "
+    "WHERE tr.campaign_id = ?1 AND m.name = ?2 ORDER BY m.t, m.trial_id, m.attempt, m.step",
 };
 
 #undef HPCTUNE_TRIAL_COLUMNS
@@ -1224,6 +1228,28 @@ Result<std::vector<GroupRow>> Store::groups(int64_t campaign_id) {
     out.push_back(std::move(g));
   }
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the trainer groups of campaign " + std::to_string(campaign_id));
+  return out;
+}
+
+Result<std::vector<MetricRow>> Store::campaign_metrics(int64_t campaign_id, const std::string& name) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectCampaignMetric));
+  Bind b(s);
+  b.i64(1, campaign_id).text(2, name);
+  std::vector<MetricRow> out;
+  int rc;
+  while ((rc = b.step()) == SQLITE_ROW) {
+    MetricRow m;
+    m.trial_id = col_i64(s, 0);
+    m.attempt = col_i64(s, 1);
+    m.step = col_i64(s, 2);
+    m.name = col_text(s, 3);
+    m.value = col_opt_f64(s, 4).value_or(std::numeric_limits<double>::quiet_NaN());
+    m.t = col_time(s, 5);
+    out.push_back(std::move(m));
+  }
+  if (rc != SQLITE_DONE) {
+    return sql_error(rc, "cannot read the '" + name + "' reports of campaign " + std::to_string(campaign_id));
+  }
   return out;
 }
 

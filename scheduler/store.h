@@ -300,6 +300,10 @@ class Store {
   Result<std::vector<TrialRow>> trials(int64_t campaign_id);  // ordered by stage (none first), then seq
   Result<std::optional<TrialRow>> trial(int64_t trial_id);
   Result<std::vector<MetricRow>> metrics(int64_t trial_id);   // ordered by attempt, step, name
+  // Every report of metric `name` by any trial of the campaign (all attempts), in the order they
+  // were recorded (by t, then trial, attempt, step): what a resumed master replays into its early
+  // stopper.
+  Result<std::vector<MetricRow>> campaign_metrics(int64_t campaign_id, const std::string& name);
   // The most recent `limit` events (limit <= 0: all), oldest first.
   Result<std::vector<EventRow>> events(int64_t campaign_id, int64_t limit);
   // Every trial state name -> count, zeros included.

@@ -336,6 +336,45 @@ TEST_CASE("the whole trial lifecycle") {
   CHECK((*list)[1].seq == 1);
 }
 
+TEST_CASE("campaign_metrics: one metric of every trial and attempt, in recorded order") {
+  TempDir dir;
+  auto store = open_ok(dir.file("reports.db"));
+  int64_t c = make_campaign(*store);
+  auto a = store->insert_trial(make_trial(c, 0));
+  auto b = store->insert_trial(make_trial(c, 1));
+  require_ok(a);
+  require_ok(b);
+  require_ok(store->mark_assigned(*a, 1, 0, 1, 1000.0));
+  require_ok(store->mark_assigned(*b, 1, 1, 1, 1000.0));
+  // Recorded out of trial order: b's first report comes between a's two.
+  require_ok(store->add_metrics(*a, 1, 1, {{"loss", 0.9}, {"acc", 0.1}}, 1001.0));
+  require_ok(store->add_metrics(*b, 1, 1, {{"loss", 0.8}}, 1002.0));
+  require_ok(store->add_metrics(*a, 1, 2, {{"loss", std::nan("")}}, 1003.0));
+  require_ok(store->requeue_trial(*b, 1, "lost", "gone", 3, 1004.0));
+  require_ok(store->mark_assigned(*b, 2, 1, 2, 1005.0));
+  require_ok(store->add_metrics(*b, 2, 1, {{"loss", 0.7}}, 1006.0));
+  auto rows = store->campaign_metrics(c, "loss");
+  require_ok(rows);
+  REQUIRE(rows->size() == 4);
+  CHECK((*rows)[0].trial_id == *a);
+  CHECK((*rows)[0].value == doctest::Approx(0.9));
+  CHECK((*rows)[1].trial_id == *b);
+  CHECK((*rows)[2].trial_id == *a);
+  CHECK((*rows)[2].step == 2);
+  CHECK(std::isnan((*rows)[2].value));
+  CHECK((*rows)[3].trial_id == *b);
+  CHECK((*rows)[3].attempt == 2);
+  CHECK((*rows)[3].t == doctest::Approx(1006.0));
+  for (const auto& r : *rows) CHECK(r.name == "loss");
+  auto acc = store->campaign_metrics(c, "acc");
+  require_ok(acc);
+  CHECK(acc->size() == 1);
+  // Another campaign's reports are not included.
+  auto none = store->campaign_metrics(c + 1, "loss");
+  require_ok(none);
+  CHECK(none->empty());
+}
+
 TEST_CASE("a stale or duplicated result changes nothing") {
   auto store = open_ok(":memory:");
   int64_t c = make_campaign(*store);
