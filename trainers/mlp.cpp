@@ -105,33 +105,6 @@ void activation_backward(float* delta, const float* a, const float* mask, int64_
   }
 }
 
-// Softmax cross-entropy over logits [rows, cols]. With `delta`, also writes
-// scale * (softmax - onehot) there.
-BatchStats softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* delta,
-                                 float scale) noexcept {
-  BatchStats stats;
-  stats.count = rows;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* z = logits + i * cols;
-    int64_t best = 0;
-    for (int64_t j = 1; j < cols; ++j)
-      if (z[j] > z[best]) best = j;
-    const float zmax = z[best];
-    double sum = 0.0;
-    for (int64_t j = 0; j < cols; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
-    const int32_t y = labels[i];
-    stats.loss_sum += std::log(sum) - static_cast<double>(z[y] - zmax);
-    if (best == y) ++stats.correct;
-    if (delta != nullptr) {
-      float* d = delta + i * cols;
-      const double inv = 1.0 / sum;
-      for (int64_t j = 0; j < cols; ++j) d[j] = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax)) * inv) * scale;
-      d[y] -= scale;
-    }
-  }
-  return stats;
-}
-
 }  // namespace
 
 Mlp::Mlp(MlpShape shape) : shape_(std::move(shape)) {
@@ -250,14 +223,14 @@ const float* Mlp::forward(const float* x, int64_t batch) { return run_forward(x,
 
 BatchStats Mlp::evaluate(const float* x, const int32_t* labels, int64_t batch) {
   const float* logits = run_forward(x, batch, false, nullptr);
-  return softmax_cross_entropy(logits, labels, batch, shape_.outputs, nullptr, 0.0f);
+  return softmax_cross_entropy(logits, labels, batch, shape_.outputs, 0.0f, nullptr, nullptr);
 }
 
 BatchStats Mlp::forward_backward(const float* x, const int32_t* labels, int64_t batch, float grad_scale, Rng& dropout_rng) {
   const float* logits = run_forward(x, batch, true, &dropout_rng);
   float* delta = delta_a_.data();
   float* next = delta_b_.data();
-  const BatchStats stats = softmax_cross_entropy(logits, labels, batch, shape_.outputs, delta, grad_scale);
+  const BatchStats stats = softmax_cross_entropy(logits, labels, batch, shape_.outputs, grad_scale, delta, nullptr);
   const int m = static_cast<int>(batch);
   for (int64_t l = layers() - 1; l >= 0; --l) {
     const int k = static_cast<int>(fan_in(l));

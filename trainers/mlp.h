@@ -29,6 +29,7 @@
 
 #include "common/result.h"
 #include "common/rng.h"
+#include "trainers/network.h"
 
 namespace hpctune::trainers {
 
@@ -46,26 +47,7 @@ struct MlpShape {
   float dropout = 0.0f;  // inverted dropout on every hidden layer's output, training only; [0, 1)
 };
 
-// A contiguous range of the parameter vector. Weight matrices decay; biases do not.
-struct ParamBlock {
-  size_t offset = 0;
-  size_t size = 0;
-  bool decay = false;
-};
-
-// Sums over a batch: summed (not mean) loss so that batches of any size combine exactly.
-struct BatchStats {
-  double loss_sum = 0.0;
-  int64_t correct = 0;
-  int64_t count = 0;
-
-  BatchStats& operator+=(const BatchStats& o) noexcept {
-    loss_sum += o.loss_sum, correct += o.correct, count += o.count;
-    return *this;
-  }
-  double mean_loss() const noexcept { return count > 0 ? loss_sum / static_cast<double>(count) : 0.0; }
-  double accuracy() const noexcept { return count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0; }
-};
+// ParamBlock and BatchStats: network.h.
 
 class Mlp {
  public:
