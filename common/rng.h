@@ -99,6 +99,25 @@ class Rng {
 
   bool bernoulli(double p) noexcept { return uniform() < p; }
 
+  // The complete generator state, for checkpoints: set_state(state()) continues the same sequence.
+  struct State {
+    uint64_t words[4]{};
+    double spare = 0.0;
+    bool has_spare = false;
+  };
+  State state() const noexcept {
+    State st;
+    for (int i = 0; i < 4; ++i) st.words[i] = s_[i];
+    st.spare = spare_;
+    st.has_spare = has_spare_;
+    return st;
+  }
+  void set_state(const State& st) noexcept {
+    for (int i = 0; i < 4; ++i) s_[i] = st.words[i];
+    spare_ = st.spare;
+    has_spare_ = st.has_spare;
+  }
+
  private:
   static uint64_t rotl(uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4]{};

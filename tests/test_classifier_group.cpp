@@ -1,0 +1,199 @@
+// The classifier training loop (classifier_training.h) on a 2-rank trainer group, under mpirun
+// (tests/mpirun-test 2): for the data-parallel (2 x 1) and the pipeline (1 x 2) layouts, a run
+// stopped after epoch 1 and resumed as attempt 2 ends with bit-identical weights and metrics to an
+// uninterrupted run; every stage keeps its own checkpoint, written once; only the leader reports
+// and writes predictions; and without dropout the group trains like one rank. Its own main
+// initialises MPI.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/rng.h"
+#include "trainers/checkpoint.h"
+#include "trainers/collectives.h"
+#include "trainers/mlp_trainer.h"
+#include "trainers/trainer_group_mpi.h"
+
+using namespace hpctune;
+using namespace hpctune::trainers;
+
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+ImageClassificationData synthetic(int64_t train, int64_t test) {
+  const int64_t side = 8;
+  const int classes = 4;
+  Rng rng(11);
+  std::vector<std::vector<float>> proto(classes, std::vector<float>(side * side));
+  for (auto& p : proto)
+    for (auto& v : p) v = static_cast<float>(rng.uniform());
+  auto make = [&](int64_t count) {
+    Dataset d;
+    d.count = count, d.rows = side, d.cols = side;
+    for (int64_t i = 0; i < count; ++i) {
+      const int c = static_cast<int>(rng.below(classes));
+      d.labels.push_back(c);
+      for (float v : proto[static_cast<size_t>(c)]) d.images.push_back(std::clamp(v + static_cast<float>(rng.normal(0.0, 0.35)), 0.0f, 1.0f));
+    }
+    return d;
+  };
+  ImageClassificationData data;
+  data.train = make(train);
+  data.test = make(test);
+  data.num_classes = classes;
+  return data;
+}
+
+// A directory made by rank 0, the same path on every rank (one machine).
+std::string shared_temp_dir(TrainerGroup& g) {
+  std::vector<uint8_t> bytes;
+  if (g.leader()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-clfgroup-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    bytes.assign(tmpl.begin(), tmpl.end());
+  }
+  REQUIRE(g.broadcast_bytes(bytes).ok());
+  return std::string(bytes.begin(), bytes.end());
+}
+
+struct Run {
+  Result<TrialResult> result = err(Errc::kInternal, "not run");
+  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
+};
+
+Run run(TrainerGroup* g, const nlohmann::json& settings, const ImageClassificationData& data, const std::string& dir,
+        int64_t attempt, bool stop_after_first_epoch) {
+  Run out;
+  TrialContext ctx;
+  ctx.trial_id = 5;
+  ctx.attempt = attempt;
+  ctx.seed = 9;
+  ctx.trainer = settings;
+  ctx.trial_dir = dir;
+  ctx.threads = 1;
+  ctx.group = g;
+  ctx.ranks = g != nullptr ? g->size() : 1;
+  const bool leader = g == nullptr || g->leader();
+  ctx.report = [&](int64_t step, const protocol::Metrics& m) {
+    if (leader) out.reports.emplace_back(step, m);
+  };
+  // As the worker does it: the leader's answer on every rank, a collective.
+  ctx.stop_requested = [&]() -> bool {
+    const bool mine = stop_after_first_epoch && !out.reports.empty();
+    if (g == nullptr) return mine;
+    auto flag = g->broadcast_flag(mine);
+    REQUIRE(flag.ok());
+    return *flag;
+  };
+  auto s = parse_mlp_settings(settings);
+  REQUIRE(s.ok());
+  out.result = train_mlp(*s, data, ctx);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, per layout") {
+  const auto data = synthetic(500, 60);
+  const nlohmann::json settings = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"dropout", 0.1}, {"lr", 0.05},
+                                   {"batch_size", 32}, {"epochs", 2}, {"optimizer", "sgd"}, {"nesterov", true}};
+  for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(data_ranks);
+    CAPTURE(model_ranks);
+    MpiGroupOptions go;
+    go.data = data_ranks;
+    go.model = model_ranks;
+    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
+    REQUIRE(created.ok());
+    TrainerGroup& g = **created;
+    const std::string full_dir = shared_temp_dir(g), split_dir = shared_temp_dir(g);
+
+    Run full = run(&g, settings, data, full_dir, 1, false);
+    REQUIRE_MESSAGE(full.result.ok(), full.result.error().message());
+    Run first = run(&g, settings, data, split_dir, 1, true);
+    REQUIRE(first.result.ok());
+    CHECK(first.result->stopped);
+    Run second = run(&g, settings, data, split_dir, 2, false);
+    REQUIRE(second.result.ok());
+    CHECK(second.result->metrics.at("resumed_epoch") == 1.0);
+    for (const char* key : {"val_loss", "val_accuracy", "test_loss", "test_accuracy", "train_loss"}) {
+      CAPTURE(key);
+      CHECK(second.result->metrics.at(key) == full.result->metrics.at(key));
+    }
+    // This rank's stage checkpoint: bit-identical weights and optimizer state.
+    auto a = read_checkpoint(checkpoint_path(full_dir, g.model_rank()));
+    auto b = read_checkpoint(checkpoint_path(split_dir, g.model_rank()));
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(a->epoch == 2);
+    CHECK(a->params == b->params);
+    CHECK(a->optimizer.buffers == b->optimizer.buffers);
+    CHECK(std::filesystem::exists(checkpoint_path(full_dir, model_ranks - 1)));
+    CHECK_FALSE(std::filesystem::exists(checkpoint_path(full_dir, model_ranks)));
+    if (g.leader()) {
+      CHECK(full.reports.size() == 2);
+      CHECK(second.reports.size() == 1);
+      CHECK(std::filesystem::exists(full_dir + "/test_probs.npy"));
+      int checkpoints = 0;
+      for (const auto& art : full.result->artifacts) checkpoints += art.kind == "checkpoint";
+      CHECK(checkpoints == model_ranks);
+    } else {
+      CHECK(full.reports.empty());
+      CHECK(full.result->artifacts.empty());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g.leader()) {
+      std::filesystem::remove_all(full_dir);
+      std::filesystem::remove_all(split_dir);
+    }
+  }
+}
+
+TEST_CASE("2 ranks without dropout train like one rank") {
+  const auto data = synthetic(400, 60);
+  const nlohmann::json settings = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 30},
+                                   {"epochs", 2}, {"optimizer", "adam"}, {"lr", 0.003}, {"checkpoint", false}};
+  Run one = run(nullptr, settings, data, "", 1, false);
+  REQUIRE(one.result.ok());
+  for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(data_ranks);
+    MpiGroupOptions go;
+    go.data = data_ranks;
+    go.model = model_ranks;
+    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
+    REQUIRE(created.ok());
+    Run many = run(created->get(), settings, data, "", 1, false);
+    REQUIRE(many.result.ok());
+    for (const char* key : {"val_loss", "test_loss", "train_loss"}) {
+      CAPTURE(key);
+      CHECK(many.result->metrics.at(key) == doctest::Approx(one.result->metrics.at(key)).epsilon(1e-3));
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  auto environment = MpiEnvironment::init(&argc, &argv);
+  if (!environment.ok()) {
+    std::fprintf(stderr, "test_classifier_group: %s\n", environment.error().to_string().c_str());
+    return 1;
+  }
+  doctest::Context context(argc, argv);
+  context.setOption("no-colors", true);
+  if (world_rank() != 0) context.setOption("minimal", true);
+  int failed = context.run();
+  if (context.shouldExit()) return failed;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
+}

@@ -1,0 +1,552 @@
+// The classifier training loop (classifier_training.h) and its parts: the optimizers against
+// PyTorch's formulas, checkpoints (format, atomicity, corruption), Rng state, the learning-rate
+// plan, resume == uninterrupted, prediction artifacts, and the mlp/cnn kinds on small in-memory
+// data (fast; the Fashion-MNIST accuracy runs are in test_mlp_accuracy.cpp).
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/rng.h"
+#include "trainers/checkpoint.h"
+#include "trainers/classifier_training.h"
+#include "trainers/cnn_trainer.h"
+#include "trainers/mlp_trainer.h"
+#include "trainers/optimizer.h"
+#include "trainers/trainer.h"
+
+using namespace hpctune;
+using namespace hpctune::trainers;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-clf-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+  std::string path;
+};
+
+// Class prototypes plus noise, side x side pixels in [0, 1].
+ImageClassificationData synthetic(int64_t train, int64_t test, int64_t side = 8, int classes = 4, uint64_t seed = 7) {
+  Rng rng(seed);
+  std::vector<std::vector<float>> proto(static_cast<size_t>(classes), std::vector<float>(static_cast<size_t>(side * side)));
+  for (auto& p : proto)
+    for (auto& v : p) v = static_cast<float>(rng.uniform());
+  auto make = [&](int64_t count) {
+    Dataset d;
+    d.count = count, d.rows = side, d.cols = side;
+    for (int64_t i = 0; i < count; ++i) {
+      const int c = static_cast<int>(rng.below(static_cast<uint64_t>(classes)));
+      d.labels.push_back(c);
+      for (float v : proto[static_cast<size_t>(c)]) d.images.push_back(std::clamp(v + static_cast<float>(rng.normal(0.0, 0.35)), 0.0f, 1.0f));
+    }
+    return d;
+  };
+  ImageClassificationData data;
+  data.train = make(train);
+  data.test = make(test);
+  data.num_classes = classes;
+  return data;
+}
+
+struct Recorder {
+  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
+  TrialContext context(nlohmann::json trainer, const std::string& dir = "", uint64_t seed = 3) {
+    TrialContext ctx;
+    ctx.trial_id = 1;
+    ctx.seed = seed;
+    ctx.trainer = std::move(trainer);
+    ctx.trial_dir = dir;
+    ctx.report = [this](int64_t step, const protocol::Metrics& m) { reports.emplace_back(step, m); };
+    return ctx;
+  }
+};
+
+Result<TrialResult> run_mlp(const nlohmann::json& settings, const ImageClassificationData& data, const TrialContext& ctx) {
+  auto s = parse_mlp_settings(settings);
+  if (!s.ok()) return std::move(s).error();
+  return train_mlp(*s, data, ctx);
+}
+
+std::vector<ParamBlock> two_blocks() { return {{0, 2, true}, {2, 1, false}}; }  // 2 weights, 1 bias
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers: three steps on p = {1, -2, 0.5}, reference computed in double from PyTorch's
+// definitions (torch.optim.SGD / Adam / AdamW, 1.13).
+
+TEST_CASE("optimizer: SGD momentum, Nesterov and L2 weight decay follow PyTorch") {
+  const std::vector<std::vector<float>> grads = {{0.5f, -1.0f, 2.0f}, {0.25f, 0.5f, -1.0f}, {-0.5f, 0.1f, 0.3f}};
+  for (bool nesterov : {false, true}) {
+    CAPTURE(nesterov);
+    const double lr = 0.1, mu = 0.9, wd = 0.01;
+    std::vector<float> p = {1.0f, -2.0f, 0.5f};
+    std::vector<double> ref = {1.0, -2.0, 0.5}, buf(3, 0.0);
+    Optimizer opt(3, {OptimizerKind::kSgd, mu, nesterov, 0.9, 0.999, 1e-8, wd});
+    for (int t = 0; t < 3; ++t) {
+      opt.step(p, grads[static_cast<size_t>(t)], two_blocks(), static_cast<float>(lr));
+      for (size_t i = 0; i < 3; ++i) {
+        double g = grads[static_cast<size_t>(t)][i] + (i < 2 ? wd * ref[i] : 0.0);
+        buf[i] = t == 0 ? g : mu * buf[i] + g;  // PyTorch: buf = g on the first step
+        ref[i] -= lr * (nesterov ? g + mu * buf[i] : buf[i]);
+      }
+    }
+    for (size_t i = 0; i < 3; ++i) CHECK(p[i] == doctest::Approx(ref[i]).epsilon(1e-6));
+    CHECK(opt.steps() == 3);
+  }
+  // Plain SGD keeps no buffers.
+  Optimizer plain(3, {OptimizerKind::kSgd, 0.0});
+  CHECK(plain.state().buffers.empty());
+  std::vector<float> p = {1.0f, 1.0f, 1.0f};
+  plain.step(p, grads[0], two_blocks(), 0.5f);
+  CHECK(p[0] == doctest::Approx(0.75));
+  CHECK(p[2] == doctest::Approx(0.0));
+}
+
+TEST_CASE("optimizer: Adam with L2 and AdamW with decoupled decay follow PyTorch") {
+  const std::vector<std::vector<float>> grads = {{0.5f, -1.0f, 2.0f}, {0.25f, 0.5f, -1.0f}, {-0.5f, 0.1f, 0.3f}};
+  for (auto kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    CAPTURE(optimizer_kind_name(kind));
+    const double lr = 0.01, b1 = 0.8, b2 = 0.99, eps = 1e-3, wd = 0.1;
+    std::vector<float> p = {1.0f, -2.0f, 0.5f};
+    std::vector<double> ref = {1.0, -2.0, 0.5}, m(3, 0.0), v(3, 0.0);
+    Optimizer opt(3, {kind, 0.0, false, b1, b2, eps, wd});
+    for (int t = 1; t <= 3; ++t) {
+      opt.step(p, grads[static_cast<size_t>(t - 1)], two_blocks(), static_cast<float>(lr));
+      for (size_t i = 0; i < 3; ++i) {
+        const double decay = i < 2 ? wd : 0.0;
+        double g = grads[static_cast<size_t>(t - 1)][i];
+        if (kind == OptimizerKind::kAdamW) ref[i] *= 1.0 - lr * decay;
+        else g += decay * ref[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        ref[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
+      }
+    }
+    for (size_t i = 0; i < 3; ++i) CHECK(p[i] == doctest::Approx(ref[i]).epsilon(1e-6));
+  }
+  // The two differ only through weight decay: the bias (no decay) moves identically.
+  std::vector<float> pa = {1.0f, -2.0f, 0.5f}, pw = pa;
+  Optimizer a(3, {OptimizerKind::kAdam, 0.0, false, 0.9, 0.999, 1e-8, 0.5});
+  Optimizer w(3, {OptimizerKind::kAdamW, 0.0, false, 0.9, 0.999, 1e-8, 0.5});
+  a.step(pa, grads[0], two_blocks(), 0.1f);
+  w.step(pw, grads[0], two_blocks(), 0.1f);
+  CHECK(pa[2] == pw[2]);
+  CHECK(pa[0] != pw[0]);
+}
+
+TEST_CASE("optimizer: state round-trips and a foreign state is refused") {
+  const std::vector<float> g = {0.3f, -0.2f, 0.1f};
+  Optimizer a(3, {OptimizerKind::kAdam});
+  std::vector<float> pa = {1.0f, 2.0f, 3.0f};
+  a.step(pa, g, two_blocks(), 0.01f);
+  a.step(pa, g, two_blocks(), 0.01f);
+  Optimizer b(3, {OptimizerKind::kAdam});
+  REQUIRE(b.set_state(a.state()).ok());
+  std::vector<float> pb = pa;
+  a.step(pa, g, two_blocks(), 0.01f);
+  b.step(pb, g, two_blocks(), 0.01f);
+  CHECK(pa == pb);
+  CHECK(b.steps() == 3);
+
+  Optimizer sgd(3, {OptimizerKind::kSgd, 0.9});
+  CHECK(sgd.set_state(a.state()).error().code() == Errc::kInvalidArgument);  // 2 buffers for 1
+  Optimizer bigger(4, {OptimizerKind::kAdam});
+  CHECK(bigger.set_state(a.state()).error().code() == Errc::kInvalidArgument);
+  CHECK(parse_optimizer_kind("lion").error().code() == Errc::kInvalidArgument);
+}
+
+TEST_CASE("rng: state() and set_state() continue the same sequence, normal's spare included") {
+  Rng a(99);
+  (void)a.normal();  // leaves a spare
+  const Rng::State st = a.state();
+  std::vector<double> expected;
+  for (int i = 0; i < 5; ++i) expected.push_back(a.normal());
+  Rng b(1);
+  b.set_state(st);
+  for (int i = 0; i < 5; ++i) CHECK(b.normal() == expected[static_cast<size_t>(i)]);
+  CHECK(a.next() == b.next());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints
+
+namespace {
+Checkpoint sample_checkpoint(float base) {
+  Checkpoint c;
+  c.config_hash = 0x1234;
+  c.epoch = 3;
+  c.step = 42;
+  c.params = {base, base + 1, base + 2};
+  c.optimizer.steps = 42;
+  c.optimizer.buffers = {{0.1f, 0.2f, 0.3f}, {1.0f, 2.0f, 3.0f}};
+  Rng r(5);
+  (void)r.normal();
+  c.rngs = {r.state(), Rng(6).state()};
+  c.meta = {{"train_seconds", 1.5}};
+  return c;
+}
+std::vector<uint8_t> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void spit(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                 static_cast<std::streamsize>(bytes.size()));
+}
+}  // namespace
+
+TEST_CASE("checkpoint: round trip, and every kind of damage is detected") {
+  TempDir dir;
+  const std::string path = checkpoint_path(dir.path, 0);
+  CHECK(path == dir.path + "/checkpoint-stage0.bin");
+  CHECK(read_checkpoint(path).error().code() == Errc::kNotFound);
+
+  const Checkpoint c = sample_checkpoint(1.0f);
+  REQUIRE(write_checkpoint(path, c).ok());
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  auto r = read_checkpoint(path);
+  REQUIRE(r.ok());
+  CHECK(r->config_hash == c.config_hash);
+  CHECK(r->epoch == 3);
+  CHECK(r->step == 42);
+  CHECK(r->params == c.params);
+  CHECK(r->optimizer.steps == 42);
+  CHECK(r->optimizer.buffers == c.optimizer.buffers);
+  REQUIRE(r->rngs.size() == 2);
+  Rng x(0), y(0);
+  x.set_state(r->rngs[0]);
+  y.set_state(c.rngs[0]);
+  CHECK(x.normal() == y.normal());
+  CHECK(r->meta["train_seconds"] == 1.5);
+
+  const auto good = slurp(path);
+  SUBCASE("a flipped payload bit fails the checksum") {
+    auto bad = good;
+    bad[bad.size() / 2] ^= 0x10;
+    spit(path, bad);
+    CHECK(read_checkpoint(path).error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("truncated") {
+    spit(path, std::vector<uint8_t>(good.begin(), good.end() - 7));
+    CHECK(read_checkpoint(path).error().code() == Errc::kInvalidArgument);
+    spit(path, std::vector<uint8_t>(good.begin(), good.begin() + 10));
+    CHECK(read_checkpoint(path).error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("another format version") {
+    auto bad = good;
+    bad[8] = 9;
+    spit(path, bad);
+    CHECK(read_checkpoint(path).error().code() == Errc::kInvalidArgument);
+  }
+  SUBCASE("not a checkpoint") {
+    spit(path, std::vector<uint8_t>(200, 'x'));
+    CHECK(read_checkpoint(path).error().code() == Errc::kInvalidArgument);
+  }
+}
+
+TEST_CASE("checkpoint: a crash mid-write leaves the previous checkpoint readable") {
+  TempDir dir;
+  const std::string path = checkpoint_path(dir.path, 1);
+  REQUIRE(write_checkpoint(path, sample_checkpoint(1.0f)).ok());
+  // A writer that died before its rename: a half-written temp file beside the checkpoint.
+  REQUIRE(write_checkpoint(dir.file("other.bin"), sample_checkpoint(7.0f)).ok());
+  const auto newer = slurp(dir.file("other.bin"));
+  spit(path + ".tmp", std::vector<uint8_t>(newer.begin(), newer.begin() + static_cast<long>(newer.size() / 2)));
+  auto r = read_checkpoint(path);
+  REQUIRE(r.ok());
+  CHECK(r->params == std::vector<float>{1.0f, 2.0f, 3.0f});
+  // The next write replaces both.
+  REQUIRE(write_checkpoint(path, sample_checkpoint(7.0f)).ok());
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  CHECK(read_checkpoint(path)->params == std::vector<float>{7.0f, 8.0f, 9.0f});
+  // A directory that cannot be written is an I/O error.
+  CHECK(write_checkpoint(dir.file("missing/x.bin"), sample_checkpoint(1.0f)).error().code() == Errc::kIo);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The learning-rate plan
+
+TEST_CASE("lr plan: linear scaling, Goyal warmup, cosine after the warmup") {
+  ClassifierSettings s;
+  s.lr = 0.1;
+  s.batch_size = 512;
+  s.base_batch_size = 128;
+  s.epochs = 10;
+  s.lr_scaling = LrScaling::kLinear;
+  s.warmup_epochs = 2;
+  s.lr_schedule = LrSchedule::kConstant;
+  const int64_t per_epoch = 50;
+  LrPlan p = make_lr_plan(s, per_epoch);
+  CHECK(p.peak == doctest::Approx(0.4));  // 0.1 * 512 / 128
+  CHECK(p.warmup == 100);
+  CHECK(p.total == 500);
+  CHECK(p.at(0) == doctest::Approx(0.1));   // starts at the small-batch rate
+  CHECK(p.at(50) == doctest::Approx(0.25));  // half way
+  CHECK(p.at(100) == doctest::Approx(0.4));
+  CHECK(p.at(499) == doctest::Approx(0.4));
+
+  s.lr_schedule = LrSchedule::kCosine;
+  p = make_lr_plan(s, per_epoch);
+  CHECK(p.at(100) == doctest::Approx(0.4));
+  CHECK(p.at(300) == doctest::Approx(0.2));  // half way through the 400 cosine steps
+  CHECK(p.at(500) == doctest::Approx(0.0).epsilon(1e-12));
+
+  // No scaling: warmup from 0; no warmup: the plain cosine of the old mlp trainer.
+  s.lr_scaling = LrScaling::kNone;
+  p = make_lr_plan(s, per_epoch);
+  CHECK(p.peak == doctest::Approx(0.1));
+  CHECK(p.at(0) == 0.0);
+  CHECK(p.at(50) == doctest::Approx(0.05));
+  s.warmup_epochs = 0;
+  p = make_lr_plan(s, per_epoch);
+  CHECK(p.at(0) == doctest::Approx(0.1));
+  CHECK(p.at(250) == doctest::Approx(0.05));
+  // Fractional warmup epochs round to minibatches.
+  s.warmup_epochs = 0.5;
+  CHECK(make_lr_plan(s, per_epoch).warmup == 25);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop
+
+namespace {
+nlohmann::json small_settings() {
+  return {{"kind", "mlp"}, {"hidden", {24}}, {"dropout", 0.1}, {"lr", 0.05}, {"batch_size", 32}, {"epochs", 2}};
+}
+}  // namespace
+
+TEST_CASE("classifier loop: a run stopped after epoch 1 and resumed as attempt 2 ends as an uninterrupted run") {
+  const auto data = synthetic(600, 100);
+  for (const char* optimizer : {"sgd", "adamw"}) {
+    CAPTURE(optimizer);
+    auto settings = small_settings();
+    settings["optimizer"] = optimizer;
+    settings["weight_decay"] = 1e-3;
+    if (std::string(optimizer) == "adamw") settings["lr"] = 0.003;
+
+    TempDir full_dir, split_dir;
+    Recorder full;
+    auto a = run_mlp(settings, data, full.context(settings, full_dir.path));
+    REQUIRE(a.ok());
+    REQUIRE(full.reports.size() == 2);
+
+    Recorder first;
+    auto ctx1 = first.context(settings, split_dir.path);
+    ctx1.stop_requested = [&] { return !first.reports.empty(); };
+    auto b1 = run_mlp(settings, data, ctx1);
+    REQUIRE(b1.ok());
+    CHECK(b1->stopped);
+    CHECK(b1->step == 1);
+    REQUIRE(std::filesystem::exists(checkpoint_path(split_dir.path, 0)));
+    CHECK(read_checkpoint(checkpoint_path(split_dir.path, 0))->epoch == 1);
+
+    Recorder second;
+    auto ctx2 = second.context(settings, split_dir.path);
+    ctx2.attempt = 2;
+    auto b2 = run_mlp(settings, data, ctx2);
+    REQUIRE(b2.ok());
+    CHECK_FALSE(b2->stopped);
+    CHECK(b2->step == 2);
+    CHECK(b2->metrics.at("resumed_epoch") == 1.0);
+    CHECK(a->metrics.count("resumed_epoch") == 0);
+    REQUIRE(second.reports.size() == 1);  // only epoch 2 was trained again
+    CHECK(second.reports[0].first == 2);
+    CHECK(second.reports[0].second.at("val_loss") == full.reports[1].second.at("val_loss"));
+    CHECK(second.reports[0].second.at("train_loss") == full.reports[1].second.at("train_loss"));
+    for (const char* key : {"val_loss", "val_accuracy", "test_loss", "test_accuracy", "train_loss"}) {
+      CAPTURE(key);
+      CHECK(b2->metrics.at(key) == a->metrics.at(key));
+    }
+    // Bit-identical final weights and optimizer state.
+    auto ca = read_checkpoint(checkpoint_path(full_dir.path, 0));
+    auto cb = read_checkpoint(checkpoint_path(split_dir.path, 0));
+    REQUIRE(ca.ok());
+    REQUIRE(cb.ok());
+    CHECK(ca->epoch == 2);
+    CHECK(cb->epoch == 2);
+    CHECK(ca->params == cb->params);
+    CHECK(ca->optimizer.buffers == cb->optimizer.buffers);
+    CHECK(ca->step == cb->step);
+  }
+}
+
+TEST_CASE("classifier loop: a corrupt or foreign checkpoint is ignored, never trained into the trial") {
+  const auto data = synthetic(400, 50);
+  auto settings = small_settings();
+  TempDir clean_dir, dir;
+  auto clean = run_mlp(settings, data, Recorder().context(settings, clean_dir.path));
+  REQUIRE(clean.ok());
+  const std::string path = checkpoint_path(dir.path, 0);
+
+  SUBCASE("corrupt") {
+    REQUIRE(run_mlp(settings, data, Recorder().context(settings, dir.path)).ok());
+    auto bytes = slurp(path);
+    bytes[bytes.size() - 20] ^= 0xff;
+    spit(path, bytes);
+  }
+  SUBCASE("another model's") {
+    auto other = settings;
+    other["hidden"] = {24};
+    other["lr"] = 0.2;  // same shapes, another trajectory
+    REQUIRE(run_mlp(other, data, Recorder().context(other, dir.path)).ok());
+  }
+  Recorder rec;
+  auto again = run_mlp(settings, data, rec.context(settings, dir.path));
+  REQUIRE(again.ok());
+  CHECK(again->metrics.count("resumed_epoch") == 0);
+  CHECK(rec.reports.size() == 2);  // trained from epoch 1
+  CHECK(again->metrics.at("val_loss") == clean->metrics.at("val_loss"));
+  CHECK(read_checkpoint(path)->params == read_checkpoint(checkpoint_path(clean_dir.path, 0))->params);
+}
+
+TEST_CASE("classifier loop: a finished checkpoint only re-evaluates; checkpoint: false writes none") {
+  const auto data = synthetic(400, 50);
+  auto settings = small_settings();
+  TempDir dir;
+  auto a = run_mlp(settings, data, Recorder().context(settings, dir.path));
+  REQUIRE(a.ok());
+  Recorder rec;
+  auto b = run_mlp(settings, data, rec.context(settings, dir.path));
+  REQUIRE(b.ok());
+  CHECK(rec.reports.empty());
+  CHECK(b->metrics.at("resumed_epoch") == 2.0);
+  CHECK(b->metrics.at("test_loss") == a->metrics.at("test_loss"));
+  CHECK(b->metrics.at("val_loss") == a->metrics.at("val_loss"));
+
+  TempDir none;
+  settings["checkpoint"] = false;
+  auto c = run_mlp(settings, data, Recorder().context(settings, none.path));
+  REQUIRE(c.ok());
+  CHECK_FALSE(std::filesystem::exists(checkpoint_path(none.path, 0)));
+  for (const auto& art : c->artifacts) CHECK(art.kind != "checkpoint");
+}
+
+TEST_CASE("classifier loop: predictions are float32 .npy artifacts whose rows are probabilities") {
+  const auto data = synthetic(500, 70, 8, 5);
+  auto settings = small_settings();
+  settings["val_fraction"] = 0.2;
+  TempDir dir;
+  auto r = run_mlp(settings, data, Recorder().context(settings, dir.path));
+  REQUIRE(r.ok());
+  std::map<std::string, std::string> paths;
+  for (const auto& a : r->artifacts) paths[a.kind] = a.path;
+  REQUIRE(paths.count("val_probs") == 1);
+  REQUIRE(paths.count("test_probs") == 1);
+  CHECK(paths["checkpoint"] == checkpoint_path(dir.path, 0));
+  const Dataset& test = data.test;
+  for (const auto& [kind, rows_expected] : std::vector<std::pair<std::string, int64_t>>{{"val_probs", 100}, {"test_probs", 70}}) {
+    CAPTURE(kind);
+    int64_t rows = 0, cols = 0;
+    auto probs = read_npy_f32(paths[kind], rows, cols);
+    REQUIRE(probs.ok());
+    CHECK(rows == rows_expected);
+    CHECK(cols == 5);
+    for (int64_t i = 0; i < rows; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float p = (*probs)[static_cast<size_t>(i * cols + j)];
+        CHECK(p >= 0.0f);
+        sum += p;
+      }
+      CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
+    }
+    if (kind == "test_probs") {  // argmax agrees with the reported accuracy
+      int64_t correct = 0;
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* row = probs->data() + i * cols;
+        correct += (std::max_element(row, row + cols) - row) == test.labels[static_cast<size_t>(i)];
+      }
+      CHECK(static_cast<double>(correct) / 70.0 == doctest::Approx(r->metrics.at("test_accuracy")));
+    }
+  }
+  // The numpy header is what numpy.load expects: 64-byte aligned, version 1.0.
+  const auto bytes = slurp(paths["test_probs"]);
+  const uint16_t header = static_cast<uint16_t>(bytes[8] | (bytes[9] << 8));
+  CHECK((10 + header) % 64 == 0);
+  CHECK(bytes.size() == 10u + header + 70u * 5u * 4u);
+
+  // No trial directory: no files, no artifacts.
+  auto none = run_mlp(settings, data, Recorder().context(settings, ""));
+  REQUIRE(none.ok());
+  CHECK(none->artifacts.empty());
+}
+
+TEST_CASE("classifier loop: linear scaling and warmup reach the trainer; bad new settings are named") {
+  const auto data = synthetic(300, 40);
+  auto settings = small_settings();
+  settings["lr_scaling"] = "linear";
+  settings["base_batch_size"] = 16;  // 2x the rate
+  settings["warmup_epochs"] = 1;
+  settings["optimizer"] = "adam";
+  settings["lr"] = 0.002;
+  auto r = run_mlp(settings, data, Recorder().context(settings));
+  REQUIRE(r.ok());
+  CHECK(r->metrics.at("val_accuracy") > 0.8);
+
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"optimizer", "lion"}, {"lr_scaling", "sqrt"}, {"base_batch_size", 0}, {"warmup_epochs", -1},
+           {"beta1", 1.0}, {"beta2", -0.1}, {"eps", 0.0}, {"checkpoint", "yes"}, {"micro_batches", -2},
+           {"save_predictions", 1}}) {
+    auto bad = settings;
+    bad[key] = value;
+    auto s = parse_mlp_settings(bad);
+    CAPTURE(key);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code() == Errc::kInvalidArgument);
+    CHECK(s.error().message().find("'" + key + "'") != std::string::npos);
+  }
+}
+
+TEST_CASE("cnn trainer: default layers, parsing, and learning a small synthetic problem") {
+  auto defaults = parse_cnn_settings({{"kind", "cnn"}});
+  REQUIRE(defaults.ok());
+  REQUIRE(defaults->layers.size() == 5);
+  CHECK(defaults->layers[0].kind == "conv");
+  CHECK(defaults->layers[0].filters == 32);
+  CHECK(defaults->layers[0].kernel == 5);
+  CHECK(defaults->layers[1].kind == "maxpool");
+  CHECK(defaults->layers[2].filters == 64);
+  CHECK(defaults->layers[4].units == 1024);
+  CHECK(defaults->batch_size == 128);
+  CHECK(defaults->lr == 0.01);  // the mlp keeps 0.05
+  CHECK(parse_mlp_settings({{"kind", "mlp"}})->lr == 0.05);
+
+  auto bad = parse_cnn_settings({{"layers", {{{"kind", "conv"}, {"filters", 0}, {"kernel", 3}}}}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kInvalidArgument);
+  CHECK(bad.error().message().find("'layers'") != std::string::npos);
+  CHECK(parse_cnn_settings({{"hidden", 3}}).error().code() == Errc::kInvalidArgument);
+
+  const auto data = synthetic(600, 100, 12, 4);
+  nlohmann::json settings = {{"kind", "cnn"},
+                             {"layers", nlohmann::json::parse(R"([{"kind": "conv", "filters": 8, "kernel": 3},
+                                                                  {"kind": "maxpool", "size": 2},
+                                                                  {"kind": "dense", "units": 32}])")},
+                             {"lr", 0.05}, {"batch_size", 32}, {"epochs", 3}};
+  auto s = parse_cnn_settings(settings);
+  REQUIRE(s.ok());
+  Recorder rec;
+  TempDir dir;
+  auto r = train_classifier("cnn", *s, data, rec.context(settings, dir.path));
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message()));
+  CHECK(rec.reports.size() == 3);
+  CHECK(r->metrics.at("test_accuracy") > 0.9);
+  CHECK(rec.reports.back().second.at("train_loss") < rec.reports.front().second.at("train_loss"));
+}

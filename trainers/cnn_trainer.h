@@ -1,0 +1,35 @@
+// The `cnn` trainer: a convolutional classifier on an IDX image-classification dataset, trained by
+// the shared classifier loop (classifier_training.h), with the layers from the `layers` setting
+// (parse_layer_specs, network.h). The default is the Fashion-MNIST benchmark CNN: conv 5x5 32,
+// max-pool 2, conv 5x5 64, max-pool 2, dense 1024, then the output layer.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainers/classifier_training.h"
+#include "trainers/trainer.h"
+#include "trainers/trainer_settings.h"
+
+namespace hpctune::trainers {
+
+using CnnSettings = ClassifierSettings;
+
+// The default `layers` list, as config JSON.
+const nlohmann::json& default_cnn_layers();
+
+const std::vector<SettingSpec>& cnn_setting_specs();
+Result<CnnSettings> parse_cnn_settings(const nlohmann::json& settings);
+
+class CnnTrainer final : public Trainer {
+ public:
+  explicit CnnTrainer(std::shared_ptr<DatasetCache> datasets = nullptr) : datasets_(std::move(datasets)) {}
+  std::string kind() const override { return "cnn"; }
+  Result<TrialResult> run(const TrialContext& ctx) override;
+
+ private:
+  std::shared_ptr<DatasetCache> datasets_;
+};
+
+}  // namespace hpctune::trainers
