@@ -111,6 +111,8 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
     ::signal(SIGPIPE, SIG_DFL);
     if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+    if (options.stdout_fd >= 0) dup2(options.stdout_fd, STDOUT_FILENO);
+    if (options.stderr_fd >= 0) dup2(options.stderr_fd, STDERR_FILENO);
     if (!options.workdir.empty() && chdir(options.workdir.c_str()) != 0) _exit(126);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);

@@ -24,6 +24,10 @@ struct SpawnOptions {
   std::string workdir;                         // "" = the parent's
   std::string stdout_path;                     // "" = inherit; output is appended
   std::string stderr_path;                     // "" = inherit; "=stdout" = same file as stdout
+  // A descriptor (a pipe's write end) that becomes the child's stdout / stderr, in place of the
+  // paths above; -1 = unused. The caller keeps it and closes its copy after spawn().
+  int stdout_fd = -1;
+  int stderr_fd = -1;
   bool new_process_group = true;
   bool die_with_parent = true;                 // PR_SET_PDEATHSIG(SIGKILL)
 };

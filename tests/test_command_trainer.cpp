@@ -1,0 +1,528 @@
+// The `command` trainer: its template, report lines and settings; runs of real programs through
+// the trainer (environment, reports, garbage, exit codes, timeout, stop with SIGTERM then SIGKILL,
+// no orphans, mpirun with 2 ranks); and campaigns through the `hpctune run` binary (ASHA pruning a
+// script that reports every epoch, exit 3, a hang past the timeout, garbage report lines).
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tests/campaign_fixture.h"
+#include "trainers/command_trainer.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using trainers::CommandTrainer;
+using trainers::TrialContext;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kSource = HPCTUNE_SOURCE_DIR;
+const std::string kScripts = kSource + "/tests/scripts";
+const std::string kPythonPath = kSource + "/tools/python";
+const std::string kPython = "/usr/bin/python3";
+
+struct Recorded {
+  std::mutex mu;
+  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
+  size_t size() {
+    std::lock_guard lock(mu);
+    return reports.size();
+  }
+};
+
+TrialContext context(const json& trainer, const json& params, const std::string& trial_dir, Recorded& rec) {
+  TrialContext ctx;
+  ctx.trial_id = 17;
+  ctx.attempt = 2;
+  ctx.seed = 99;
+  ctx.trainer = trainer;
+  ctx.trainer["kind"] = "command";
+  ctx.params = params;
+  ctx.trial_dir = trial_dir;
+  ctx.report = [&rec](int64_t step, const protocol::Metrics& m) {
+    std::lock_guard lock(rec.mu);
+    rec.reports.emplace_back(step, m);
+  };
+  return ctx;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// True when `pid` is gone or a zombie (an orphan reparented to a pid 1 that does not reap).
+bool dead(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  if (!st) return true;
+  std::string stat((std::istreambuf_iterator<char>(st)), {});
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size())) ++n;
+  return n;
+}
+
+}  // namespace
+
+// --- pure functions --------------------------------------------------------------------------------
+
+TEST_CASE("the template substitutes parameters, shell-quoted, with {{ }} as literal braces") {
+  const json values = {{"lr", 0.1},  {"layers", json::array({64, 128})}, {"name", "it's mine"},
+                       {"n", 3},     {"flag", true},                      {"opt", "adam"},
+                       {"big", 1e-05}, {"obj", {{"a", 1}}}};
+  auto r = trainers::render_command("train --lr {lr} --layers {layers} --name {name} -n {n} {flag} {opt} {big}", values);
+  REQUIRE(r.ok());
+  CHECK(r.value() == "train --lr 0.1 --layers '[64,128]' --name 'it'\\''s mine' -n 3 true adam 1e-05");
+  auto obj = trainers::render_command("x {obj}", values);
+  REQUIRE(obj.ok());
+  CHECK(obj.value() == "x '{\"a\":1}'");
+  auto braces = trainers::render_command("awk '{{print $1}}' {opt}}}", values);
+  REQUIRE(braces.ok());
+  CHECK(braces.value() == "awk '{print $1}' adam}");
+
+  auto unknown = trainers::render_command("train --lr {lr} --wd {weight_decay}", values);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().code() == Errc::kInvalidArgument);
+  CHECK(unknown.error().message().find("'{weight_decay}'") != std::string::npos);  // the message is the feature
+  CHECK(unknown.error().message().find("lr") != std::string::npos);                // and lists the known names
+  for (const char* bad : {"awk '{print $1}'", "x {", "x {}", "x {lr", "x {a b}"}) {
+    CAPTURE(bad);
+    auto m = trainers::render_command(bad, values);
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.error().code() == Errc::kInvalidArgument);
+  }
+
+  CHECK(trainers::shell_quote("abc-1.5e+3,x:/y=z@%") == "abc-1.5e+3,x:/y=z@%");
+  CHECK(trainers::shell_quote("") == "''");
+  CHECK(trainers::shell_quote("a b") == "'a b'");
+  CHECK(trainers::shell_quote("$(rm -rf /)") == "'$(rm -rf /)'");
+  CHECK(trainers::template_text(json("s p")) == "s p");
+  CHECK(trainers::template_text(json(256.0)) == "256.0");
+
+  CHECK(trainers::exec_prefixed("python3 train.py --lr 0.1") == "exec python3 train.py --lr 0.1");
+  CHECK(trainers::exec_prefixed("cd /tmp && python3 x.py") == "cd /tmp && python3 x.py");
+  CHECK(trainers::exec_prefixed("A=1 python3 x.py") == "A=1 python3 x.py");
+  CHECK(trainers::exec_prefixed("echo $HOME") == "echo $HOME");
+  CHECK(trainers::exec_prefixed("python3 x.py | tee log") == "python3 x.py | tee log");
+}
+
+TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
+  auto ok = trainers::parse_report_line(R"(hpctune-report {"step": 3, "val_accuracy": 0.91, "loss": 2})");
+  REQUIRE(ok.has_value());
+  REQUIRE(ok->ok());
+  CHECK(ok->value().step == 3);
+  CHECK(ok->value().metrics == protocol::Metrics{{"val_accuracy", 0.91}, {"loss", 2.0}});
+  auto no_step = trainers::parse_report_line("hpctune-report\t{\"acc\": 1e-3}");
+  REQUIRE((no_step && no_step->ok()));
+  CHECK_FALSE(no_step->value().step.has_value());
+  auto float_step = trainers::parse_report_line(R"(hpctune-report {"step": 4.0, "a": 1})");
+  REQUIRE((float_step && float_step->ok()));
+  CHECK(float_step->value().step == 4);
+
+  for (const char* not_report : {"epoch 3", "hpctune-reports {\"a\": 1}", " hpctune-report {\"a\": 1}", ""}) {
+    CAPTURE(not_report);
+    CHECK_FALSE(trainers::parse_report_line(not_report).has_value());
+  }
+  for (const char* garbage :
+       {"hpctune-report {bad", "hpctune-report [1]", "hpctune-report 42", R"(hpctune-report {"a": "x"})",
+        R"(hpctune-report {"a": true})", R"(hpctune-report {"a": null})", R"(hpctune-report {"step": 1})",
+        R"(hpctune-report {"step": -1, "a": 1})", R"(hpctune-report {"step": 1.5, "a": 1})",
+        R"(hpctune-report {"step": "1", "a": 1})", "hpctune-report", "hpctune-report   "}) {
+    CAPTURE(garbage);
+    auto r = trainers::parse_report_line(garbage);
+    REQUIRE(r.has_value());
+    REQUIRE_FALSE(r->ok());
+    CHECK(r->error().code() == Errc::kInvalidArgument);
+  }
+}
+
+TEST_CASE("settings: the fixed ones are checked, the searched parameters may have any name") {
+  auto s = trainers::parse_command_settings(
+      {{"kind", "command"}, {"command", "x"}, {"timeout", 2.5}, {"env", {{"A", "1"}, {"PORT", 8080}}}, {"grace", 0}});
+  REQUIRE(s.ok());
+  CHECK(s->timeout == 2.5);
+  CHECK(s->grace == 0.0);
+  CHECK(s->env == std::map<std::string, std::string>{{"A", "1"}, {"PORT", "8080"}});
+  CHECK(s->workdir.empty());
+
+  auto typo = trainers::parse_command_settings({{"kind", "command"}, {"comand", "x"}});
+  REQUIRE_FALSE(typo.ok());
+  CHECK(typo.error().code() == Errc::kInvalidArgument);
+  CHECK(typo.error().message().find("did you mean 'command'") != std::string::npos);
+  auto missing = trainers::parse_command_settings({{"kind", "command"}});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code() == Errc::kInvalidArgument);
+  for (const json& bad : {json{{"command", "x"}, {"timeout", -1}}, json{{"command", "x"}, {"env", {{"A", json::array()}}}},
+                          json{{"command", "x"}, {"env", "A=1"}}, json{{"command", "  "}}, json{{"command", 3}}}) {
+    CAPTURE(bad.dump());
+    auto r = trainers::parse_command_settings(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+  }
+
+  // A searched parameter named like nothing the trainer knows runs (it only feeds the template).
+  TempDir dir;
+  Recorded rec;
+  auto ctx = context({{"command", "echo 'hpctune-report {{\"v\": '{some_param_42}'}}'"}}, {{"some_param_42", 7}},
+                     dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  REQUIRE(rec.size() == 1);
+  CHECK(rec.reports[0].second.at("v") == 7.0);
+}
+
+// --- runs through the trainer ----------------------------------------------------------------------
+
+TEST_CASE("a run gets its parameters as template arguments and HPCTUNE_* variables, env and workdir") {
+  TempDir dir, work;
+  Recorded rec;
+  const std::string trial_dir = dir.path + "/trial";  // created by the trainer
+  const json params = {{"lr", 0.05}, {"layers", json::array({64, 128, 32})}, {"name", "a b'c"}};
+  auto ctx = context({{"command", kPython + " " + kScripts + "/epochs.py --lr {lr} --layers {layers} --name {name} "
+                                                                "--epochs 2 --check-env"},
+                      {"workdir", work.path},
+                      {"env",
+                       {{"PYTHONPATH", kPythonPath},
+                        {"EXPECTED_TRIAL_DIR", trial_dir},
+                        {"EXPECTED_CWD", work.path},
+                        {"EXTRA", "4.5"}}}},
+                     params, trial_dir, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(trial_dir + "/stderr.log"));
+  REQUIRE(rec.size() == 2);
+  CHECK(rec.reports[0].first == 1);
+  CHECK(rec.reports[1].first == 2);
+  const auto& m = rec.reports[1].second;
+  CHECK(m.at("lr_arg") == 0.05);
+  CHECK(m.at("lr_param") == 0.05);
+  CHECK(m.at("layer_count") == 3.0);
+  CHECK(m.at("layer_sum") == 224.0);
+  CHECK(m.at("name_len") == 5.0);
+  CHECK(m.at("name_ok") == 1.0);
+  CHECK(m.at("trial_id") == 17.0);
+  CHECK(m.at("trial_dir_ok") == 1.0);
+  CHECK(m.at("cwd_ok") == 1.0);
+  CHECK(m.at("extra_env") == 4.5);
+  // Final metrics: the last report plus train_seconds.
+  CHECK(r->step == 2);
+  CHECK_FALSE(r->stopped);
+  CHECK(r->metrics.at("val_accuracy") == doctest::Approx(m.at("val_accuracy")));
+  CHECK(r->metrics.at("train_seconds") > 0.0);
+  CHECK(r->metrics.size() == m.size() + 1);
+  // Other output went to the trial's log; the logs are artifacts.
+  const std::string out = read_file(trial_dir + "/stdout.log");
+  CHECK(out.find("epoch 1 done\nhpctune-report {\"step\": 1") != std::string::npos);
+  CHECK(out.find("epoch 2 done") != std::string::npos);
+  REQUIRE(r->artifacts.size() == 2);
+  CHECK(r->artifacts[0].path == trial_dir + "/stdout.log");
+  CHECK(r->artifacts[1].path == trial_dir + "/stderr.log");
+}
+
+TEST_CASE("without a trial directory the run gets a temporary one, removed afterwards") {
+  TempDir dir;
+  Recorded rec;
+  const std::string note = dir.file("where");
+  auto ctx = context({{"command", "echo \"$HPCTUNE_TRIAL_DIR\" > {note}; test -d \"$HPCTUNE_TRIAL_DIR\" && "
+                                  "echo 'hpctune-report {{\"ok\": 1}}'"}},
+                     {{"note", note}}, "", rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  REQUIRE(rec.size() == 1);
+  CHECK(rec.reports[0].first == 1);  // no step: a counter from 1
+  std::string used = read_file(note);
+  REQUIRE(!used.empty());
+  used.pop_back();
+  CHECK(used.find("hpctune-trial-17-") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(used));
+  CHECK(r->artifacts.empty());
+}
+
+TEST_CASE("malformed report lines are logged with a warning and ignored; the good ones count") {
+  TempDir dir;
+  Recorded rec;
+  auto ctx = context({{"command", kPython + " " + kScripts + "/garbage.py"}}, json::object(), dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  REQUIRE(rec.size() == 3);
+  CHECK(rec.reports[0].first == 1);
+  CHECK(rec.reports[0].second == protocol::Metrics{{"val_accuracy", 0.1}});
+  CHECK(rec.reports[1].first == 2);
+  CHECK(rec.reports[1].second == protocol::Metrics{{"val_accuracy", 0.2}, {"loss", 1.5}});
+  CHECK(rec.reports[2].first == 5);
+  CHECK(r->step == 5);
+  CHECK(r->metrics.at("val_accuracy") == 0.5);
+  const std::string log = read_file(dir.file("stdout.log"));
+  CHECK(count(log, "hpctune: warning: ignored the report line above") == 8);
+  CHECK(log.find("hpctune-report {not json\nhpctune: warning: ignored the report line above: not valid JSON") !=
+        std::string::npos);
+  CHECK(log.find("an ordinary line") != std::string::npos);
+  CHECK(log.find("8 malformed report line(s) ignored") != std::string::npos);
+}
+
+TEST_CASE("a non-zero exit fails the trial with the exit code and the last 20 lines of stderr") {
+  TempDir dir;
+  Recorded rec;
+  auto ctx = context({{"command", kPython + " " + kScripts + "/fail_exit3.py"}, {"env", {{"PYTHONPATH", kPythonPath}}}},
+                     json::object(), dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kFailed);
+  const std::string& msg = r.error().message();
+  CHECK(msg.find("exit code 3") != std::string::npos);
+  CHECK(msg.find("ValueError: the data went missing") != std::string::npos);
+  CHECK(msg.find("stderr line 30\n") != std::string::npos);
+  CHECK(msg.find("stderr line 12\n") != std::string::npos);
+  CHECK(msg.find("stderr line 11\n") == std::string::npos);  // 19 numbered lines + the error = 20
+  CHECK(rec.size() == 1);                                     // the report before the failure counted
+  CHECK(read_file(dir.file("stderr.log")).find("stderr line 1\n") != std::string::npos);  // all of it logged
+}
+
+TEST_CASE("timeout: a hanging program is killed and the trial fails naming the timeout") {
+  TempDir dir;
+  Recorded rec;
+  auto ctx = context({{"command", kPython + " " + kScripts + "/hang.py"},
+                      {"timeout", 2.5},  // the report comes first even on a loaded machine
+                      {"grace", 0.3},
+                      {"env", {{"PYTHONPATH", kPythonPath}}}},
+                     json::object(), dir.path, rec);
+  const auto t0 = Clock::now();
+  auto r = CommandTrainer().run(ctx);
+  const double took = seconds_since(t0);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kTimeout);
+  CHECK(r.error().message().find("timeout of 2.5 s") != std::string::npos);
+  CHECK(took >= 2.5);
+  CHECK(took < 6.0);
+  CHECK(rec.size() == 1);
+  CHECK(processes_mentioning(kScripts + "/hang.py").empty());
+}
+
+TEST_CASE("stop: SIGTERM first, SIGKILL after the grace period, nothing left behind") {
+  TempDir dir;
+  Recorded rec;
+  std::atomic<bool> stop{false};
+  // The shell traps SIGTERM (says so, keeps running) and leaves a background child in its group.
+  auto ctx = context({{"command", "trap 'echo got SIGTERM >&2' TERM; sleep 300 & echo $! > {trial_dir}/bg.pid; "
+                                  "echo 'hpctune-report {{\"step\": 4, \"v\": 0.5}}'; "
+                                  "while :; do sleep 0.05; done"},
+                      {"grace", 0.7}},
+                     json::object(), dir.path, rec);
+  ctx.report = [&](int64_t step, const protocol::Metrics& m) {
+    std::lock_guard lock(rec.mu);
+    rec.reports.emplace_back(step, m);
+    stop = true;  // the master stops the trial after its first report
+  };
+  Clock::time_point stop_at{};
+  ctx.stop_requested = [&] {
+    if (stop && stop_at == Clock::time_point{}) stop_at = Clock::now();
+    return stop.load();
+  };
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  const double after_stop = seconds_since(stop_at);
+  CHECK(r->stopped);
+  CHECK(r->step == 4);
+  CHECK(r->metrics.at("v") == 0.5);
+  CHECK(after_stop >= 0.7);  // the grace period was given
+  CHECK(after_stop < 3.0);
+  CHECK(read_file(dir.file("stderr.log")).find("got SIGTERM") != std::string::npos);
+  CHECK(read_file(dir.file("stdout.log")).find("sending SIGKILL") != std::string::npos);
+  const pid_t bg = static_cast<pid_t>(std::stol(read_file(dir.file("bg.pid"))));
+  CHECK(wait_until([&] { return dead(bg); }, std::chrono::milliseconds(2000)));
+}
+
+TEST_CASE("stop: a program that exits on SIGTERM ends within the grace period") {
+  TempDir dir;
+  Recorded rec;
+  std::atomic<bool> stop{false};
+  auto ctx = context({{"command", kPython + " " + kScripts + "/hang.py"}, {"grace", 20}, {"env", {{"PYTHONPATH", kPythonPath}}}},
+                     json::object(), dir.path, rec);
+  ctx.report = [&](int64_t, const protocol::Metrics&) { stop = true; };
+  ctx.stop_requested = [&] { return stop.load(); };
+  const auto t0 = Clock::now();
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(r->stopped);
+  CHECK(r->metrics.at("val_accuracy") == 0.25);
+  CHECK(seconds_since(t0) < 5.0);  // far below the 20 s grace
+  CHECK(read_file(dir.file("stdout.log")).find("sending SIGKILL") == std::string::npos);
+}
+
+TEST_CASE("a missing workdir and an unknown template name fail before anything runs") {
+  TempDir dir;
+  Recorded rec;
+  auto ctx = context({{"command", "true"}, {"workdir", dir.file("nope")}}, json::object(), dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kNotFound);
+  auto ctx2 = context({{"command", "train --lr {lr}"}}, {{"learning_rate", 0.1}}, dir.path, rec);
+  auto r2 = CommandTrainer().run(ctx2);
+  REQUIRE_FALSE(r2.ok());
+  CHECK(r2.error().code() == Errc::kInvalidArgument);
+}
+
+TEST_CASE("ranks > 1: the program runs under mpirun and only rank 0's reports count") {
+  auto prefix = trainers::mpirun_prefix(2);
+  if (!prefix.ok()) {
+    // A build without MPI: the error says so (and the test has nothing else to check).
+    CHECK(prefix.error().code() == Errc::kUnavailable);
+    return;
+  }
+  TempDir dir;
+  Recorded rec;
+  // Every rank prints a raw report carrying its rank; through the helper only rank 0 prints.
+  auto ctx = context({{"command", "echo \"hpctune-report {{\\\"step\\\": 1, \\\"rank\\\": $OMPI_COMM_WORLD_RANK}}\"; " +
+                                      kPython + " -c 'import hpctune_report as h; h.report(2, rank=h.rank() + 10)'; " +
+                                      "echo \"rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE\""},
+                      {"env", {{"PYTHONPATH", kPythonPath}}}},
+                     json::object(), dir.path, rec);
+  ctx.ranks = 2;
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(dir.file("stdout.log")));
+  REQUIRE(rec.size() == 2);
+  CHECK(rec.reports[0] == std::pair<int64_t, protocol::Metrics>{1, {{"rank", 0.0}}});
+  CHECK(rec.reports[1] == std::pair<int64_t, protocol::Metrics>{2, {{"rank", 10.0}}});
+  const std::string log = read_file(dir.file("stdout.log"));
+  CHECK(log.find("rank 0 of 2") != std::string::npos);
+  CHECK(log.find("rank 1 of 2") != std::string::npos);
+  CHECK(log.find("\"rank\": 1}") != std::string::npos);  // rank 1's report was logged, not counted
+}
+
+// --- campaigns through `hpctune run` ---------------------------------------------------------------
+
+namespace {
+
+std::string command_config(const std::string& name, const std::string& command, int max_trials,
+                           const std::string& extra_trainer = "", const std::string& extra = "") {
+  return "name: " + name +
+         "\nseed: 11\nobjective: {metric: val_accuracy, mode: max}\n"
+         "search: {algorithm: random, max_trials: " +
+         std::to_string(max_trials) +
+         "}\n"
+         "space:\n  lr: {type: float, low: 0.001, high: 1.0, log: true}\n"
+         "trainer:\n  kind: command\n  command: \"" +
+         command + "\"\n  env: {PYTHONPATH: \"" + kPythonPath + "\"}\n" + extra_trainer +
+         "resources: {groups: 2, threads: 1}\n" + extra;
+}
+
+std::vector<store::MetricRow> trial_metrics(const std::string& db, int64_t trial_id) {
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto m = (*s)->metrics(trial_id);
+  REQUIRE(m.ok());
+  return m.value();
+}
+
+}  // namespace
+
+TEST_CASE("campaign: a script reporting every epoch is pruned by ASHA") {
+  TempDir dir;
+  const std::string cfg = dir.write(
+      "asha.yaml", command_config("cmd-asha", kPython + " " + kScripts + "/epochs.py --lr {lr} --epochs 9 --sleep 0.03", 10,
+                                  "", "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n"));
+  const std::string db = dir.file("asha.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(60));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 10);
+  int pruned = 0, done = 0;
+  for (const auto& t : trials) {
+    CAPTURE(t.id);
+    CAPTURE(t.error);
+    REQUIRE((t.state == store::TrialState::kPruned || t.state == store::TrialState::kDone));
+    REQUIRE(t.metrics.is_object());
+    CHECK(t.metrics.contains("val_accuracy"));
+    const auto metrics = trial_metrics(db, t.id);
+    int64_t reports = 0;
+    for (const auto& m : metrics)
+      if (m.name == "val_accuracy") ++reports;
+    if (t.state == store::TrialState::kPruned) {
+      ++pruned;
+      CHECK(t.step < 9);
+      CHECK(reports >= 1);
+      CHECK(reports < 9);
+    } else {
+      ++done;
+      CHECK(t.step == 9);
+      CHECK(reports == 9);  // one report per epoch
+      CHECK(t.metrics.contains("train_seconds"));
+    }
+    // The trial's own log holds the script's other output.
+    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log").find("epoch 1 done") != std::string::npos);
+  }
+  CHECK(pruned >= 1);
+  CHECK(done >= 1);
+  check_no_orphans(db);
+  CHECK(processes_mentioning(kScripts + "/epochs.py").empty());
+}
+
+TEST_CASE("campaign: exit 3 fails the trial with the stderr tail; a hang fails past its timeout") {
+  TempDir dir;
+  const std::string fail_cfg =
+      dir.write("fail.yaml", command_config("cmd-fail", kPython + " " + kScripts + "/fail_exit3.py --lr {lr}", 2));
+  const std::string hang_cfg = dir.write(
+      "hang.yaml", command_config("cmd-hang", kPython + " " + kScripts + "/hang.py {lr}", 2, "  timeout: 1s\n  grace: 0.2\n"));
+  // Both campaigns at once: the whole test takes as long as the slower one.
+  ChildProcess fail_run = start_hpctune({"run", fail_cfg, "--db", dir.file("fail.db")}, dir.file("fail.log"));
+  const auto t0 = Clock::now();
+  ChildProcess hang_run = start_hpctune({"run", hang_cfg, "--db", dir.file("hang.db")}, dir.file("hang.log"));
+  REQUIRE_MESSAGE(fail_run.wait_for(std::chrono::seconds(60)).has_value(), read_file(dir.file("fail.log")));
+  REQUIRE_MESSAGE(hang_run.wait_for(std::chrono::seconds(60)).has_value(), read_file(dir.file("hang.log")));
+  const double hang_seconds = seconds_since(t0);
+
+  const auto failed = read_trials(dir.file("fail.db"));
+  REQUIRE(failed.size() == 2);
+  for (const auto& t : failed) {
+    CHECK(t.state == store::TrialState::kFailed);
+    CHECK(t.error.find("exit code 3") != std::string::npos);
+    CHECK(t.error.find("ValueError: the data went missing") != std::string::npos);
+    CHECK(t.error.find("stderr line 30") != std::string::npos);
+    CHECK(t.step == 1);  // its one report was recorded before it failed
+  }
+  const auto hung = read_trials(dir.file("hang.db"));
+  REQUIRE(hung.size() == 2);
+  for (const auto& t : hung) {
+    CHECK(t.state == store::TrialState::kFailed);
+    CHECK(t.error.find("timeout of 1 s") != std::string::npos);
+  }
+  CHECK(hang_seconds < 30.0);  // two 1 s timeouts on two groups, not 600 s of sleep
+  check_no_orphans(dir.file("fail.db"));
+  check_no_orphans(dir.file("hang.db"));
+  CHECK(processes_mentioning(kScripts + "/hang.py").empty());
+}
+
+TEST_CASE("campaign: garbage report lines are logged and ignored, and the trial completes") {
+  TempDir dir;
+  const std::string cfg =
+      dir.write("garbage.yaml", command_config("cmd-garbage", kPython + " " + kScripts + "/garbage.py {lr}", 2));
+  const std::string db = dir.file("garbage.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(60));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 2);
+  for (const auto& t : trials) {
+    CAPTURE(t.error);
+    CHECK(t.state == store::TrialState::kDone);
+    CHECK(t.step == 5);
+    REQUIRE(t.objective.has_value());
+    CHECK(*t.objective == 0.5);
+    std::vector<int64_t> steps;
+    for (const auto& m : trial_metrics(db, t.id))
+      if (m.name == "val_accuracy") steps.push_back(m.step);
+    CHECK(steps == std::vector<int64_t>{1, 2, 5});
+    const std::string log = read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log");
+    CHECK(count(log, "hpctune: warning: ignored the report line above") == 8);
+  }
+  check_no_orphans(db);
+}

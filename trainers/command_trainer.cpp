@@ -1,0 +1,604 @@
+#include "trainers/command_trainer.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "scheduler/child_process.h"
+
+#ifndef HPCTUNE_MPIEXEC
+#define HPCTUNE_MPIEXEC ""  // set by trainers/CMakeLists.txt: the mpirun found at configure time
+#endif
+
+namespace hpctune::trainers {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// --- settings ------------------------------------------------------------------------------------
+
+const std::vector<SettingSpec>& command_setting_specs() {
+  static const std::vector<SettingSpec> specs = {
+      {"command", "string", nullptr, "the command line run for each trial, a template of {param} names (required)"},
+      {"timeout", "float", 0.0, "seconds before the command is stopped and the trial fails (0 = no limit)"},
+      {"workdir", "string", "", "working directory of the command (\"\" = the worker's)"},
+      {"env", "map[string]string", nlohmann::json::object(), "extra environment variables of the command"},
+      {"grace", "float", 5.0, "seconds between SIGTERM and SIGKILL when the command is stopped"},
+  };
+  return specs;
+}
+
+Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
+  SettingsReader r("command", trainer, command_setting_specs());
+  HPCTUNE_TRY(r.check_known());
+  CommandSettings s;
+  if (!r.has("command")) return err(Errc::kInvalidArgument, "command trainer: setting 'command' is required");
+  HPCTUNE_ASSIGN(s.command, r.string("command"));
+  if (s.command.find_first_not_of(" \t\n") == std::string::npos)
+    return r.bad("command", r.raw("command"), "a non-empty command line");
+  HPCTUNE_ASSIGN(s.timeout, r.number("timeout", 0.0, 1.0e9));
+  HPCTUNE_ASSIGN(s.workdir, r.string("workdir"));
+  HPCTUNE_ASSIGN(s.grace, r.number("grace", 0.0, 1.0e6));
+  const auto& env = r.raw("env");
+  if (!env.is_object()) return r.bad("env", env, "a map of names to strings");
+  for (auto it = env.begin(); it != env.end(); ++it) {
+    const std::string& name = it.key();
+    const bool valid_name = !name.empty() && name.find('=') == std::string::npos && name.find('\0') == std::string::npos;
+    if (!valid_name) return r.bad("env", env, "a map of variable names (non-empty, without '=') to strings");
+    if (it.value().is_string()) {
+      s.env[name] = it.value().get<std::string>();
+    } else if (it.value().is_number() || it.value().is_boolean()) {
+      s.env[name] = it.value().dump();  // PORT: 8080 in YAML is a number
+    } else {
+      return r.bad("env", env, "a map of names to strings ('" + name + "' is not)");
+    }
+  }
+  return s;
+}
+
+// --- the template --------------------------------------------------------------------------------
+
+std::string shell_quote(std::string_view text) {
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::strchr("_.,:/=+@%-", c) != nullptr;
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return std::string(text);
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+std::string template_text(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+namespace {
+
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-'; }
+
+std::string known_names(const nlohmann::json& values) {
+  std::string out;
+  for (auto it = values.begin(); it != values.end(); ++it) out += (out.empty() ? "" : ", ") + it.key();
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+Result<std::string> render_command(std::string_view tmpl, const nlohmann::json& values) {
+  std::string out;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if (c == '}') {
+      if (i + 1 < tmpl.size() && tmpl[i + 1] == '}') ++i;  // "}}" is one literal brace; a lone one is too
+      out += '}';
+      continue;
+    }
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    if (i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
+      out += '{';
+      ++i;
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < tmpl.size() && name_char(tmpl[end])) ++end;
+    if (end == i + 1 || end >= tmpl.size() || tmpl[end] != '}') {
+      return err(Errc::kInvalidArgument, "command trainer: malformed placeholder at character " + std::to_string(i + 1) +
+                                             " of the command (write {name} for a parameter, {{ and }} for literal braces)");
+    }
+    const std::string name(tmpl.substr(i + 1, end - i - 1));
+    auto it = values.is_object() ? values.find(name) : values.end();
+    if (!values.is_object() || it == values.end()) {
+      return err(Errc::kInvalidArgument, "command trainer: the command refers to '{" + name +
+                                             "}', which is not a parameter of this trial (known: " + known_names(values) +
+                                             ")");
+    }
+    out += shell_quote(template_text(*it));
+    i = end;
+  }
+  return out;
+}
+
+std::string exec_prefixed(const std::string& command) {
+  // Anything the shell treats specially beyond words and quotes makes it a compound command.
+  if (command.find_first_of(";&|<>()`$\n\\*?[#~") != std::string::npos) return command;
+  const auto start = command.find_first_not_of(" \t");
+  if (start == std::string::npos) return command;
+  const auto stop = command.find_first_of(" \t", start);
+  const std::string first = command.substr(start, stop == std::string::npos ? std::string::npos : stop - start);
+  static const std::set<std::string> kKeywords = {"if", "for", "while", "until", "case", "{", "!", "exec",
+                                                  "cd", "export", "set", "unset", "eval", ".", "source", "ulimit", "umask"};
+  if (first.find('=') != std::string::npos || kKeywords.count(first)) return command;
+  return "exec " + command;
+}
+
+// --- report lines --------------------------------------------------------------------------------
+
+std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
+  if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
+  std::string_view rest = line.substr(kReportPrefix.size());
+  auto bad = [](const std::string& what) -> std::optional<Result<ReportLine>> {
+    return Result<ReportLine>(err(Errc::kInvalidArgument, what));
+  };
+  if (rest.find_first_not_of(" \t") == std::string_view::npos) return bad("no JSON after the prefix");
+  if (rest[0] != ' ' && rest[0] != '\t') return std::nullopt;  // "hpctune-reports": some other word
+  const nlohmann::json j = nlohmann::json::parse(rest, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("not valid JSON");
+  if (!j.is_object()) return bad("not a JSON object");
+  ReportLine out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const auto& v = it.value();
+    if (it.key() == "step") {
+      const bool integral = v.is_number_integer() ||
+                            (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                             std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 9.0e15);
+      if (!integral || v.get<double>() < 0) return bad("\"step\" must be an integer >= 0, got " + v.dump());
+      out.step = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+      continue;
+    }
+    if (!v.is_number()) return bad("metric \"" + it.key() + "\" is not a number: " + v.dump());
+    out.metrics[it.key()] = v.get<double>();
+  }
+  if (out.metrics.empty()) return bad("no metrics");
+  return Result<ReportLine>(std::move(out));
+}
+
+// --- mpirun --------------------------------------------------------------------------------------
+
+namespace {
+
+std::string find_in_path(const std::string& program) {
+  const char* path = getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string candidate = dirs.substr(start, end - start) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> mpirun_prefix(int ranks) {
+  const std::string built_with = HPCTUNE_MPIEXEC;
+  if (built_with.empty())
+    return err(Errc::kUnavailable, "command trainer: " + std::to_string(ranks) +
+                                       " ranks need MPI, and this hpctune was built without it (use 1 rank)");
+  std::string mpirun = access(built_with.c_str(), X_OK) == 0 ? built_with : find_in_path("mpirun");
+  if (mpirun.empty())
+    return err(Errc::kUnavailable, "command trainer: " + std::to_string(ranks) + " ranks need mpirun, and neither " +
+                                       built_with + " nor an mpirun in PATH exists here (use 1 rank)");
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
+                                   "--tag-output"};
+  if (geteuid() == 0) argv.emplace_back("--allow-run-as-root");
+  return argv;
+}
+
+// --- running -------------------------------------------------------------------------------------
+
+namespace {
+
+// A pipe whose read end stays here; both ends close on exec.
+struct Pipe {
+  int read = -1, write = -1;
+  Pipe() = default;
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  ~Pipe() {
+    close_read();
+    close_write();
+  }
+  Status open() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return err(Errc::kIo, std::string("command trainer: pipe: ") + strerror(errno));
+    read = fds[0];
+    write = fds[1];
+    return Status::Ok();
+  }
+  void close_read() noexcept {
+    if (read >= 0) ::close(read);
+    read = -1;
+  }
+  void close_write() noexcept {
+    if (write >= 0) ::close(write);
+    write = -1;
+  }
+};
+
+// An append-only log, written a line at a time straight to its descriptor. Not std::ofstream: its
+// descriptor would be inherited by the program (and by anything else forked meanwhile).
+class LogFile {
+ public:
+  LogFile() = default;
+  LogFile(const LogFile&) = delete;
+  LogFile& operator=(const LogFile&) = delete;
+  ~LogFile() {
+    flush();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool open(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    return fd_ >= 0;
+  }
+  LogFile& operator<<(std::string_view text) {
+    pending_ += text;
+    if (!pending_.empty() && (pending_.back() == '\n' || pending_.size() > 65536)) flush();
+    return *this;
+  }
+  template <typename T>
+    requires std::is_arithmetic_v<T>
+  LogFile& operator<<(T value) {
+    std::ostringstream text;
+    text << value;
+    return *this << text.str();
+  }
+  void flush() noexcept {
+    std::size_t done = 0;
+    while (fd_ >= 0 && done < pending_.size()) {
+      const ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // a full disk loses log lines, never the trial
+      done += static_cast<std::size_t>(n);
+    }
+    pending_.clear();
+  }
+
+ private:
+  int fd_ = -1;
+  std::string pending_;
+};
+
+// A temporary trial directory, removed with everything in it.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() = default;
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    if (path.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// Every live descendant of `root` (children first found by scanning /proc for their parent).
+std::vector<pid_t> descendants(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return {};
+  while (dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream st("/proc/" + std::string(e->d_name) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(st)), {});
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 4 >= stat.size()) continue;
+    const pid_t ppid = static_cast<pid_t>(atoi(stat.c_str() + stat.find(' ', close + 2) + 1));
+    children[ppid].push_back(pid);
+  }
+  closedir(proc);
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo = {root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (pid_t c : children[p]) {
+      out.push_back(c);
+      todo.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Splits a stream into lines and hands each to a sink; an overlong line is passed on in pieces
+// marked `partial` so that it is logged but never parsed.
+class LineSplitter {
+ public:
+  template <typename Sink>
+  void feed(const char* data, std::size_t n, Sink&& sink) {
+    buffer_.append(data, n);
+    std::size_t start = 0;
+    for (;;) {
+      const auto nl = buffer_.find('\n', start);
+      if (nl == std::string::npos) break;
+      std::string_view line(buffer_.data() + start, nl - start);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      sink(line, overlong_);
+      overlong_ = false;
+      start = nl + 1;
+    }
+    buffer_.erase(0, start);
+    if (buffer_.size() > CommandTrainer::kMaxLineBytes) {
+      sink(std::string_view(buffer_), true);
+      buffer_.clear();
+      overlong_ = true;
+    }
+  }
+  template <typename Sink>
+  void finish(Sink&& sink) {
+    if (!buffer_.empty()) sink(std::string_view(buffer_), overlong_);
+    buffer_.clear();
+    overlong_ = false;
+  }
+
+ private:
+  std::string buffer_;
+  bool overlong_ = false;
+};
+
+// Output under mpirun --tag-output: "[job,rank]<stdout>:text". Untagged lines come from mpirun.
+struct Tagged {
+  int rank = -1;  // -1: no tag
+  std::string_view text;
+};
+Tagged untag(std::string_view line) {
+  Tagged t{-1, line};
+  if (line.empty() || line[0] != '[') return t;
+  const auto close = line.find(']');
+  const auto comma = line.find(',');
+  if (close == std::string_view::npos || comma == std::string_view::npos || comma > close) return t;
+  const auto colon = line.find(">:", close);
+  if (colon == std::string_view::npos || line.substr(close + 1, 1) != "<") return t;
+  int rank = 0;
+  for (std::size_t i = comma + 1; i < close; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(line[i]))) return t;
+    rank = rank * 10 + (line[i] - '0');
+  }
+  t.rank = rank;
+  t.text = line.substr(colon + 2);
+  return t;
+}
+
+std::string seconds_text(double s) {
+  nlohmann::json j = s;
+  if (std::floor(s) == s && std::fabs(s) < 1e15) j = static_cast<int64_t>(s);
+  return j.dump() + " s";
+}
+
+}  // namespace
+
+Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
+  HPCTUNE_ASSIGN(CommandSettings s, parse_command_settings(ctx.trainer));
+  const int ranks = std::max(1, ctx.ranks);
+
+  // The trial directory: the master's, or a scratch one that goes away with the trial.
+  ScratchDir scratch;
+  std::string trial_dir = ctx.trial_dir;
+  if (trial_dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / ("hpctune-trial-" + std::to_string(ctx.trial_id) + "-XXXXXX")).string();
+    if (mkdtemp(tmpl.data()) == nullptr)
+      return err(Errc::kIo, "command trainer: cannot create a trial directory: " + std::string(strerror(errno)));
+    trial_dir = scratch.path = tmpl;
+  } else {
+    std::error_code ec;
+    fs::create_directories(trial_dir, ec);
+    if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + trial_dir + ": " + ec.message());
+  }
+  trial_dir = fs::absolute(trial_dir).string();
+  const std::string stdout_log = trial_dir + "/stdout.log";
+  const std::string stderr_log = trial_dir + "/stderr.log";
+
+  // The template's values: the parameters, then the trial's own names where no parameter has them.
+  nlohmann::json values = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
+  const nlohmann::json builtins = {{"trial_id", ctx.trial_id}, {"trial_dir", trial_dir}, {"attempt", ctx.attempt},
+                                   {"seed", ctx.seed},         {"ranks", ranks}};
+  for (auto it = builtins.begin(); it != builtins.end(); ++it)
+    if (!values.contains(it.key())) values[it.key()] = it.value();
+  HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
+
+  SpawnOptions spawn;
+  if (ranks > 1) {
+    HPCTUNE_ASSIGN(spawn.argv, mpirun_prefix(ranks));
+  }
+  spawn.argv.insert(spawn.argv.end(), {"/bin/sh", "-c", exec_prefixed(command)});
+  spawn.env["HPCTUNE_PARAMS"] = (ctx.params.is_object() ? ctx.params : nlohmann::json::object()).dump();
+  spawn.env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);
+  spawn.env["HPCTUNE_TRIAL_DIR"] = trial_dir;
+  spawn.env["HPCTUNE_ATTEMPT"] = std::to_string(ctx.attempt);
+  spawn.env["HPCTUNE_SEED"] = std::to_string(ctx.seed);
+  // The group's thread budget, unless the user's environment already decides: a BLAS or PyTorch
+  // program otherwise takes every core, and groups side by side oversubscribe the machine.
+  const int threads = std::max(1, ctx.threads);
+  spawn.env["HPCTUNE_THREADS"] = std::to_string(threads);
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
+    if (getenv(name) == nullptr) spawn.env[name] = std::to_string(threads);
+  for (const auto& [k, v] : s.env) spawn.env[k] = v;
+  spawn.workdir = s.workdir;
+  if (!s.workdir.empty() && !fs::is_directory(s.workdir))
+    return err(Errc::kNotFound, "command trainer: workdir '" + s.workdir + "' is not a directory");
+
+  LogFile out_log, err_log;
+  if (!out_log.open(stdout_log) || !err_log.open(stderr_log))
+    return err(Errc::kIo, "command trainer: cannot write the logs in " + trial_dir + ": " + strerror(errno));
+  out_log << "hpctune: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": " << spawn.argv.back() << "\n";
+
+  Pipe out_pipe, err_pipe;
+  HPCTUNE_TRY(out_pipe.open());
+  HPCTUNE_TRY(err_pipe.open());
+  spawn.stdout_fd = out_pipe.write;
+  spawn.stderr_fd = err_pipe.write;
+  const auto start = Clock::now();
+  HPCTUNE_ASSIGN(ChildProcess child, ChildProcess::spawn(spawn));
+  out_pipe.close_write();
+  err_pipe.close_write();
+
+  TrialResult result;
+  int64_t last_step = 0;
+  bool stopping = false;   // SIGTERM sent
+  bool timed_out = false;
+  bool killed = false;     // SIGKILL sent
+  Clock::time_point kill_at{}, exited_at{};
+  std::deque<std::string> stderr_tail;
+  std::size_t ignored_reports = 0;
+
+  auto on_stdout = [&](std::string_view line, bool partial) {
+    out_log << line << (partial ? "" : "\n");
+    if (partial) return;
+    std::string_view text = line;
+    if (ranks > 1) {
+      const Tagged t = untag(line);
+      if (t.rank != 0) return;  // another rank's line, or mpirun's own: logged, never a report
+      text = t.text;
+    }
+    auto report = parse_report_line(text);
+    if (!report) return;
+    if (!report->ok()) {
+      ++ignored_reports;
+      out_log << "hpctune: warning: ignored the report line above: " << report->error().message() << "\n";
+      return;
+    }
+    const int64_t step = report->value().step.value_or(last_step + 1);
+    last_step = step;
+    result.step = step;
+    result.metrics = report->value().metrics;
+    if (!stopping) ctx.report(step, result.metrics);
+  };
+  auto on_stderr = [&](std::string_view line, bool partial) {
+    err_log << line << (partial ? "" : "\n");
+    if (partial) return;
+    stderr_tail.emplace_back(line);
+    if (stderr_tail.size() > kStderrTailLines) stderr_tail.pop_front();
+  };
+
+  LineSplitter out_lines, err_lines;
+  std::optional<ExitStatus> status;
+  char buffer[65536];
+  auto begin_termination = [&](Clock::time_point now) {
+    stopping = true;
+    child.signal(SIGTERM);
+    child.signal(SIGCONT);  // a stopped program cannot act on SIGTERM
+    kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.grace));
+  };
+  auto kill_everything = [&] {
+    // mpirun puts each rank in its own process group: reach them through the process tree.
+    for (pid_t p : descendants(child.pid())) ::kill(p, SIGKILL);
+    child.signal(SIGKILL);
+    killed = true;
+  };
+
+  for (;;) {
+    pollfd fds[2] = {{out_pipe.read, POLLIN, 0}, {err_pipe.read, POLLIN, 0}};
+    const int n = ::poll(fds, 2, kSliceMs);
+    if (n < 0 && errno != EINTR) {
+      kill_everything();
+      return err(Errc::kIo, std::string("command trainer: poll: ") + strerror(errno));
+    }
+    for (int i = 0; i < 2 && n > 0; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t got = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (got > 0) {
+        if (i == 0) out_lines.feed(buffer, static_cast<std::size_t>(got), on_stdout);
+        else err_lines.feed(buffer, static_cast<std::size_t>(got), on_stderr);
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        if (i == 0) {
+          out_lines.finish(on_stdout);
+          out_pipe.close_read();
+        } else {
+          err_lines.finish(on_stderr);
+          err_pipe.close_read();
+        }
+      }
+    }
+    const auto now = Clock::now();
+    if (!status) {
+      status = child.poll();  // reaping also kills whatever the program left in its process group
+      if (status) exited_at = now;
+    }
+    if (status) {
+      // Done once the pipes are drained; a descendant outside the group that holds them open
+      // gets 2 s before the rest of its output is given up.
+      if ((out_pipe.read < 0 && err_pipe.read < 0) || now - exited_at > std::chrono::seconds(2)) break;
+      continue;
+    }
+    if (!stopping) {
+      if (ctx.stop_requested()) {
+        begin_termination(now);
+      } else if (s.timeout > 0 && now - start >= std::chrono::duration<double>(s.timeout)) {
+        timed_out = true;
+        out_log << "hpctune: trial exceeded its timeout of " << seconds_text(s.timeout) << "; terminating\n";
+        begin_termination(now);
+      }
+    } else if (!killed && now >= kill_at) {
+      out_log << "hpctune: still running " << seconds_text(s.grace) << " after SIGTERM; sending SIGKILL\n";
+      kill_everything();
+    } else if (killed && now - kill_at > std::chrono::seconds(30)) {
+      return err(Errc::kInternal, "command trainer: the program survived SIGKILL for 30 s (pid " +
+                                      std::to_string(child.pid()) + ")");
+    }
+  }
+  const double seconds = std::chrono::duration<double>(exited_at - start).count();
+  out_log << "hpctune: " << status->describe() << " after " << seconds << " s";
+  if (ignored_reports > 0) out_log << "; " << ignored_reports << " malformed report line(s) ignored";
+  out_log << "\n";
+  out_log.flush();
+  err_log.flush();
+
+  std::string tail;
+  for (const auto& line : stderr_tail) tail += line + "\n";
+  auto with_tail = [&](std::string message) {
+    if (!tail.empty()) message += "; last lines of standard error:\n" + tail;
+    return message;
+  };
+  if (timed_out)
+    return err(Errc::kTimeout, with_tail("command trainer: the trial exceeded its timeout of " +
+                                         seconds_text(s.timeout) + " (trainer.timeout) and was killed"));
+  // A stopped trial that never reported keeps empty metrics: the master then keeps what it has.
+  if (!result.metrics.empty() || !stopping) result.metrics["train_seconds"] = seconds;
+  if (!ctx.trial_dir.empty()) {
+    result.artifacts.push_back({"log", stdout_log});
+    result.artifacts.push_back({"log", stderr_log});
+  }
+  if (stopping) {
+    result.stopped = true;
+    return result;
+  }
+  if (!status->success()) return err(Errc::kFailed, with_tail("command failed: " + status->describe()));
+  return result;
+}
+
+}  // namespace hpctune::trainers

@@ -1,0 +1,98 @@
+// The `command` trainer: runs a user's program for each trial and relays what it reports.
+//
+// Protocol (documented for users in README.md, "Bring your own training script"):
+//   - The command line is a template. `{name}` is replaced by the trial's parameter `name` (then,
+//     for names that are not parameters, by trial_id, trial_dir, attempt, seed or ranks); strings
+//     as they are, numbers in JSON notation, lists and objects as compact JSON. A value with
+//     characters outside [A-Za-z0-9_.,:/=+@%-] is single-quoted for the shell. `{{` and `}}` are
+//     literal braces. An unknown name or a malformed placeholder is kInvalidArgument naming it.
+//   - The result runs under `/bin/sh -c` (pipes, `&&`, `cd dir && ...` work). A simple command
+//     (no shell operators, no leading VAR=value) is prefixed with `exec`, so that the program is
+//     the shell's replacement: it is then the direct child, gets SIGTERM itself and dies with the
+//     worker (PR_SET_PDEATHSIG) even if the worker is SIGKILLed. Split argv was rejected because
+//     users write shell command lines, and the shell quoting of every value keeps them safe.
+//   - Environment: the worker's, plus HPCTUNE_PARAMS (the parameters as a JSON object),
+//     HPCTUNE_TRIAL_ID, HPCTUNE_TRIAL_DIR, HPCTUNE_ATTEMPT, HPCTUNE_SEED, HPCTUNE_THREADS (ctx.threads,
+//     also OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS where the worker's environment
+//     does not set them), then `env` (which wins).
+//     The working directory is `workdir` ("" = the worker's).
+//   - A line `hpctune-report {json}` on standard output is a report: a JSON object whose "step"
+//     (an integer >= 0; absent = the previous step + 1) is the step and whose other members are the
+//     metrics, all numbers. It reaches ctx.report(). A malformed report line (bad JSON, not an
+//     object, a non-numeric metric, no metric) is written to the trial's stdout.log after a
+//     "hpctune: warning" line and otherwise ignored. Every other line goes to stdout.log, and
+//     standard error to stderr.log, both in the trial directory (a temporary one, removed at the
+//     end, when ctx.trial_dir is "").
+//   - End: exit code 0 completes the trial with the last report's metrics plus `train_seconds`.
+//     Any other exit is kFailed "command failed: exit code 3" with the last kStderrTailLines lines
+//     of standard error. A stop request sends SIGTERM to the process group, SIGKILL after `grace`
+//     seconds, and returns stopped = true with the last metrics. Past `timeout` seconds the same
+//     termination happens and the result is kTimeout naming the timeout.
+//   - ctx.ranks > 1: the command runs as `mpirun -np <ranks> --oversubscribe --bind-to none
+//     --tag-output [--allow-run-as-root] /bin/sh -c <command>`; only report lines tagged as rank 0
+//     count, and the ranks' other lines are logged with their tags. A build without MPI (or without
+//     mpirun) answers kUnavailable.
+// Output pipes are read with poll() in slices of at most kSliceMs, so stop requests, the timeout
+// and the grace period are all honoured without blocking on the program.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainers/trainer.h"
+#include "trainers/trainer_settings.h"
+
+namespace hpctune::trainers {
+
+struct CommandSettings {
+  std::string command;                     // the template
+  double timeout = 0.0;                    // seconds, 0 = none
+  std::string workdir;                     // "" = the worker's
+  std::map<std::string, std::string> env;  // added to the environment, last
+  double grace = 5.0;                      // seconds between SIGTERM and SIGKILL
+};
+
+// The table of the fixed settings; in step with scheduler/settings.cpp (test_config_trainer_sync).
+const std::vector<SettingSpec>& command_setting_specs();
+// Reads the fixed settings (ctx.trainer, not the searched parameters: those may have any name and
+// are never settings for this kind). kInvalidArgument naming the setting on a bad or unknown key.
+Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer);
+
+// Single-quotes `text` for /bin/sh unless every character is in [A-Za-z0-9_.,:/=+@%-].
+std::string shell_quote(std::string_view text);
+// The text a value is substituted as (before quoting): a string unquoted, anything else as JSON.
+std::string template_text(const nlohmann::json& value);
+// Substitutes every `{name}` of `tmpl` from `values` (an object), each value shell-quoted.
+// kInvalidArgument naming an unknown name (and listing the known ones) or a malformed placeholder.
+Result<std::string> render_command(std::string_view tmpl, const nlohmann::json& values);
+// `exec ` + command for a simple command (see the header comment); the command otherwise.
+std::string exec_prefixed(const std::string& command);
+
+// One report line, decoded.
+struct ReportLine {
+  std::optional<int64_t> step;
+  protocol::Metrics metrics;
+};
+inline constexpr std::string_view kReportPrefix = "hpctune-report";
+// nullopt when `line` is not a report line (does not start with kReportPrefix followed by a blank
+// or the end); kInvalidArgument saying what is wrong with a malformed one.
+std::optional<Result<ReportLine>> parse_report_line(std::string_view line);
+
+// The mpirun argv prefix for `ranks` ranks; kUnavailable when this build or machine has no mpirun.
+Result<std::vector<std::string>> mpirun_prefix(int ranks);
+
+class CommandTrainer final : public Trainer {
+ public:
+  static constexpr int kSliceMs = 20;
+  static constexpr std::size_t kStderrTailLines = 20;
+  static constexpr std::size_t kMaxLineBytes = 1 << 20;  // longer lines are logged, never parsed
+
+  std::string kind() const override { return "command"; }
+  Result<TrialResult> run(const TrialContext& ctx) override;
+};
+
+}  // namespace hpctune::trainers
