@@ -1,16 +1,24 @@
 // hpctune: the command line. This is an edge: errors that travelled up as values become an exit
 // code and one message here (0 ok, 2 usage/config, 1 run-time failure, 130 after Ctrl-C).
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <exception>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "scheduler/config.h"
+#include "scheduler/transport.h"
+#include "trainers/group_worker.h"
+#ifdef HPCTUNE_HAVE_MPI
+#include "trainers/collectives.h"
+#endif
 
 namespace {
 
@@ -30,6 +38,62 @@ void install_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
+
+// The worker of a multi-rank group (or of a trainer that starts its own ranks): see
+// trainers/group_worker.h. Rank 0 talks to the master; the other ranks follow it.
+struct GroupWorkerArgs {
+  std::string master;
+  int64_t group = -1;
+  int threads = 0;
+  int ranks_data = 1;
+  int ranks_model = 1;
+  bool trainer_starts_ranks = false;
+  double collective_timeout_s = 0;  // 0: $HPCTUNE_COLLECTIVE_TIMEOUT_S, else 300
+};
+
+hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** argv) {
+  using namespace hpctune;
+  trainers::GroupWorkerOptions o;
+  o.ranks_data = a.ranks_data;
+  o.ranks_model = a.ranks_model;
+  o.worker.group = a.group;
+  o.worker.threads = a.threads;
+  o.worker.terminate = &g_interrupts;
+  double limit_s = a.collective_timeout_s;
+  if (limit_s <= 0) {
+    const char* env = std::getenv("HPCTUNE_COLLECTIVE_TIMEOUT_S");
+    limit_s = env && *env ? std::atof(env) : 300.0;
+  }
+  if (limit_s <= 0) return err(Errc::kConfig, "the collective timeout must be > 0 s");
+  o.collective_limit = std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
+  o.connect = [master = a.master] { return transport::connect_zmq(master); };
+  if (a.trainer_starts_ranks) {
+    o.worker.log = [group = a.group](const std::string& line) {
+      std::fprintf(stderr, "worker %lld: %s\n", static_cast<long long>(group), line.c_str());
+    };
+    return trainers::run_single_process_worker(o);
+  }
+#ifdef HPCTUNE_HAVE_MPI
+  // mpirun started this rank: die with it, so that a SIGKILLed master (which takes mpirun with it
+  // through its own PR_SET_PDEATHSIG) leaves no rank behind.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return err(Errc::kCancelled, "mpirun is already gone");
+  HPCTUNE_ASSIGN(auto mpi, trainers::MpiEnvironment::init(argc, argv, MPI_THREAD_SERIALIZED));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  o.worker.log = [group = a.group, rank](const std::string& line) {
+    std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%H:%M:%S", std::localtime(&now));
+    std::fprintf(stderr, "%s  worker %lld rank %d: %s\n", buf, static_cast<long long>(group), rank, line.c_str());
+  };
+  return trainers::run_group_rank(o);
+#else
+  (void)argc, (void)argv;
+  return err(Errc::kConfig, "resources.ranks asks for " + std::to_string(a.ranks_data * a.ranks_model) +
+                                " ranks per group, but this hpctune was built without MPI (one rank per group only)");
+#endif
 }
 
 int report(const hpctune::Status& status, const char* what) {
@@ -107,6 +171,16 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--campaign", worker_campaign, "The campaign database (shown in `ps`; informational)");
   worker_cmd->add_option("--threads", worker_threads, "Compute threads per rank (0 = automatic)")
       ->check(CLI::NonNegativeNumber);
+  GroupWorkerArgs group_args;
+  worker_cmd->add_option("--ranks-data", group_args.ranks_data, "Data-parallel replicas of the group (under mpirun)")
+      ->check(CLI::Range(1, 4096));
+  worker_cmd->add_option("--ranks-model", group_args.ranks_model, "Pipeline stages of the group (under mpirun)")
+      ->check(CLI::Range(1, 4096));
+  worker_cmd->add_flag("--trainer-starts-ranks", group_args.trainer_starts_ranks,
+                       "One process: the trainer starts the group's ranks itself (command)");
+  worker_cmd->add_option("--collective-timeout", group_args.collective_timeout_s,
+                         "Seconds a group call may take before the group is torn down (0 = 300)")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
@@ -144,7 +218,15 @@ int main(int argc, char** argv) {
       }
       return report(cmd_validate(validate_config, validate_json), "validate");
     }
-    if (*worker_cmd) return report(cmd_worker(master, worker_group, worker_threads, g_interrupts), "worker");
+    if (*worker_cmd) {
+      if (group_args.ranks_data * group_args.ranks_model > 1) {
+        group_args.master = master;
+        group_args.group = worker_group;
+        group_args.threads = worker_threads;
+        return report(run_group_worker(group_args, &argc, &argv), "worker");
+      }
+      return report(cmd_worker(master, worker_group, worker_threads, g_interrupts), "worker");
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctune: internal error: %s\n", e.what());
     return kExitFailure;

@@ -2,6 +2,13 @@
 //
 //  - LocalLauncher (the embedded default): each group is a child process of the master,
 //    `hpctune worker --master ENDPOINT --group G`, in its own process group, dying with the master.
+//    A group of R = data x model > 1 ranks is `mpirun -np R [--oversubscribe when R > cores]
+//    --bind-to none --mca btl self,vader [--allow-run-as-root as root] hpctune worker ...
+//    --ranks-data D --ranks-model M` (shared memory only, Open MPI's CMA single copy off: the
+//    container-safe flags of tests/mpirun-test). mpirun is in the group's process group, and so are
+//    its ranks; each rank also dies with mpirun (PR_SET_PDEATHSIG, cli/main.cpp), so a SIGKILLed
+//    master leaves no rank behind. A trainer that starts its own ranks (`command`) gets one worker
+//    process that passes R on to it (ctx.ranks).
 //  - Later backends (mpirun across hosts, SLURM job steps) implement the same interface, so the
 //    master loop does not change: it starts groups, polls for exits, restarts within a bound, and
 //    stops them all on every exit path.
@@ -27,7 +34,12 @@ struct GroupExit {
 struct GroupResources {
   int64_t ranks_data = 1;
   int64_t ranks_model = 1;
-  int64_t threads = 0;  // per rank; 0 = leave it to the worker
+  // Compute threads per rank. 0: for a multi-rank group max(1, cores / ranks), so that threads x
+  // ranks stays within the cores; for one rank, left to the worker.
+  int64_t threads = 0;
+  // The trainer starts its own ranks (the `command` trainer runs its program under mpirun): one
+  // worker process, no mpirun around it.
+  bool trainer_starts_ranks = false;
 };
 
 class Launcher {
@@ -50,8 +62,15 @@ struct LocalLauncherOptions {
   std::string log_dir;            // one log file per group: group-<g>.log
   GroupResources resources;
   std::vector<std::string> extra_args;  // appended to the worker's command line
+  std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH
+  int cores = 0;                  // for the defaults above; 0 = this machine's
 };
 
 std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options);
+
+// The command line the local launcher runs for group `group` (argv[0] is the program). For tests
+// and `ps`. kConfig for a bad layout (ranks < 1); kUnavailable when a multi-rank group needs
+// mpirun and none is found.
+Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions& options, int64_t group);
 
 }  // namespace hpctune::scheduler

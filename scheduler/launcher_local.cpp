@@ -1,8 +1,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "scheduler/child_process.h"
 #include "scheduler/launcher.h"
@@ -16,6 +19,76 @@ std::string self_exe() {
   return ec ? "hpctune" : p.string();
 }
 
+int machine_cores() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// `name` itself when it holds a slash, else its first executable match in PATH; "" when none.
+std::string find_in_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    std::string dir = dirs.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions& opt, int64_t group) {
+  const GroupResources& r = opt.resources;
+  if (r.ranks_data < 1 || r.ranks_model < 1) {
+    return err(Errc::kConfig, "resources.ranks: data and model must be >= 1 (got " + std::to_string(r.ranks_data) +
+                                  " x " + std::to_string(r.ranks_model) + ")");
+  }
+  const int64_t ranks = r.ranks_data * r.ranks_model;
+  const int cores = opt.cores > 0 ? opt.cores : machine_cores();
+  int64_t threads = r.threads;
+  if (threads <= 0 && ranks > 1 && !r.trainer_starts_ranks) threads = std::max<int64_t>(1, cores / ranks);
+
+  std::vector<std::string> argv;
+  const bool mpi = ranks > 1 && !r.trainer_starts_ranks;
+  if (mpi) {
+    std::string mpirun = opt.mpirun;
+    if (mpirun.empty()) {
+      const char* env = std::getenv("HPCTUNE_MPIRUN");
+      mpirun = env && *env ? env : "mpirun";
+    }
+    const std::string found = find_in_path(mpirun);
+    if (found.empty()) {
+      return err(Errc::kUnavailable, "resources.ranks asks for " + std::to_string(ranks) + " ranks per group, but '" +
+                                         mpirun + "' was not found (multi-rank groups need Open MPI)");
+    }
+    argv = {found, "-np", std::to_string(ranks), "--bind-to", "none", "--mca", "btl", "self,vader"};
+    if (ranks > cores) argv.push_back("--oversubscribe");
+    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  }
+  for (const std::string& a : {opt.program, std::string("worker"), std::string("--master"), opt.master_endpoint,
+                               std::string("--group"), std::to_string(group)}) {
+    argv.push_back(a);
+  }
+  if (threads > 0) {
+    argv.push_back("--threads");
+    argv.push_back(std::to_string(threads));
+  }
+  if (ranks > 1) {
+    argv.insert(argv.end(), {"--ranks-data", std::to_string(r.ranks_data), "--ranks-model", std::to_string(r.ranks_model)});
+    if (r.trainer_starts_ranks) argv.push_back("--trainer-starts-ranks");
+  }
+  for (const auto& a : opt.extra_args) argv.push_back(a);
+  return argv;
+}
+
+namespace {
+
 class LocalLauncher final : public Launcher {
  public:
   explicit LocalLauncher(LocalLauncherOptions options) : opt_(std::move(options)) {
@@ -27,12 +100,17 @@ class LocalLauncher final : public Launcher {
 
   Status start(int64_t group) override {
     SpawnOptions spawn;
-    spawn.argv = {opt_.program, "worker", "--master", opt_.master_endpoint, "--group", std::to_string(group)};
-    if (opt_.resources.threads > 0) {
-      spawn.argv.push_back("--threads");
-      spawn.argv.push_back(std::to_string(opt_.resources.threads));
+    HPCTUNE_ASSIGN(spawn.argv, local_group_command(opt_, group));
+    // Open MPI's single-copy mechanism (CMA) needs ptrace rights that containers often deny.
+    if (opt_.resources.ranks_data * opt_.resources.ranks_model > 1 && !opt_.resources.trainer_starts_ranks) {
+      spawn.env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none";
+      // Library thread pools (OpenMP for oneDNN, OpenBLAS) sized for the whole machine in every rank
+      // would oversubscribe the cores before the trainer sets its own thread count.
+      const auto& argv = spawn.argv;
+      for (size_t i = 0; i + 1 < argv.size(); ++i) {
+        if (argv[i] == "--threads") spawn.env["OMP_NUM_THREADS"] = spawn.env["OPENBLAS_NUM_THREADS"] = argv[i + 1];
+      }
     }
-    for (const auto& a : opt_.extra_args) spawn.argv.push_back(a);
     if (!opt_.log_dir.empty()) {
       spawn.stdout_path = log_path(group);
       spawn.stderr_path = "=stdout";

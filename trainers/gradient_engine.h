@@ -1,0 +1,81 @@
+// GradientEngine: computes one global minibatch's gradient on this rank of a trainer group, for
+// the classifier training loop (classifier_training.h), which owns the data, the optimizer, the
+// schedule, checkpoints and reports, and is the same code for one rank and for many.
+//
+//   LocalEngine (no group, or a group of one rank): the whole network on the whole batch.
+//   Data parallel (data > 1, model = 1): each replica runs its shard of the global batch (rows
+//     [r * B / D, (r + 1) * B / D)) with grad_scale D / B, then TrainerGroup::average_gradients():
+//     every replica ends with (1/B) * the sum of the shards' gradients, the gradient of the global
+//     mean loss, also when B is not divisible by D.
+//   Pipeline (model > 1): GPipe. Stage s runs the layers [first_s, last_s) for the micro-batches in
+//     turn, sending activations forward and gradients back over MPI; a stage owns and updates
+//     only the parameters of its layers (params()/grads() are that sub-range).
+//   Both: pipelines replicated data-parallel; stage s's gradients are averaged over replicas.
+//
+// With the same seed, global batch and no dropout, every engine gives the gradient of the local
+// engine to fp32 tolerance.
+//
+// Every rank passes the same global batch (every rank reads the same data in the same order); the
+// engine uses the rows it needs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/result.h"
+#include "common/rng.h"
+#include "trainers/network.h"
+#include "trainers/trainer_group.h"
+
+namespace hpctune::trainers {
+
+class GradientEngine {
+ public:
+  virtual ~GradientEngine() = default;
+
+  // The parameters this rank updates (all of them, or its pipeline stage's), the matching
+  // gradients, and their blocks (offsets relative to params()).
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual const std::vector<ParamBlock>& blocks() const = 0;
+
+  // grads() = d(mean loss over the global batch)/d(params()). Returns the global batch's stats on
+  // every rank (summed over the group), so every rank takes the same decisions (divergence).
+  virtual Result<BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch,
+                                         Rng& dropout_rng) = 0;
+  // Inference without dropout on a batch. Returns the stats on every rank; probs [batch, classes]
+  // is written on the leader when not null (other ranks may pass null).
+  virtual Result<BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) = 0;
+};
+
+// The whole network on one rank.
+class LocalEngine final : public GradientEngine {
+ public:
+  explicit LocalEngine(Network& network) : network_(network) {}
+  std::span<float> params() override { return network_.params(); }
+  std::span<float> grads() override { return network_.grads(); }
+  const std::vector<ParamBlock>& blocks() const override { return network_.blocks(); }
+  Result<BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch, Rng& dropout_rng) override {
+    return network_.forward_backward(x, labels, global_batch, 1.0f / static_cast<float>(global_batch), dropout_rng);
+  }
+  Result<BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) override {
+    return network_.evaluate(x, labels, batch, probs);
+  }
+
+ private:
+  Network& network_;
+};
+
+struct EngineOptions {
+  int64_t micro_batches = 0;  // pipeline micro-batches per global batch; 0 = 2 * model ranks
+};
+
+// LocalEngine when `group` is null or has one rank; otherwise the data-parallel / pipeline engine
+// for the group's layout. kInvalidArgument when the layout cannot split this network (more model
+// ranks than layers) or the batch. `network` must outlive the engine.
+Result<std::unique_ptr<GradientEngine>> make_gradient_engine(Network& network, TrainerGroup* group,
+                                                             const EngineOptions& options = {});
+
+}  // namespace hpctune::trainers
