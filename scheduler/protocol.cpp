@@ -55,7 +55,7 @@ class FieldReader {
       if (ok) {
         for (const auto& e : v) {
           ok = ok && e.is_object() && e.contains("kind") && e["kind"].is_string() && e.contains("path") &&
-               e["path"].is_string();
+               e["path"].is_string() && (!e.contains("bytes") || e["bytes"].is_number_integer());
         }
       }
     } else {
@@ -67,7 +67,9 @@ class FieldReader {
     }
     if constexpr (std::is_same_v<T, std::vector<Artifact>>) {
       out.clear();
-      for (const auto& e : v) out.push_back(Artifact{e["kind"].get<std::string>(), e["path"].get<std::string>()});
+      for (const auto& e : v)
+        out.push_back(Artifact{e["kind"].get<std::string>(), e["path"].get<std::string>(),
+                               e.contains("bytes") ? e["bytes"].get<int64_t>() : -1});
     } else {
       out = v.get<T>();
     }
@@ -83,7 +85,11 @@ class FieldReader {
 
 json artifacts_json(const std::vector<Artifact>& artifacts) {
   json out = json::array();
-  for (const auto& a : artifacts) out.push_back({{"kind", a.kind}, {"path", a.path}});
+  for (const auto& a : artifacts) {
+    json item = {{"kind", a.kind}, {"path", a.path}};
+    if (a.bytes >= 0) item["bytes"] = a.bytes;
+    out.push_back(std::move(item));
+  }
   return out;
 }
 

@@ -86,6 +86,7 @@ struct Stop {
 struct Artifact {
   std::string kind;  // "checkpoint", "val_probs", "test_probs", "log", ...
   std::string path;
+  int64_t bytes = -1;  // the file's size when the trial ended; -1 = unknown (optional on the wire)
 };
 
 struct Done {

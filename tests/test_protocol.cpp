@@ -70,13 +70,15 @@ TEST_CASE("every message type round-trips") {
   d.step = 5;
   d.stopped = true;
   d.metrics = {{"val_accuracy", 0.5}};
-  d.artifacts = {{"val_probs", "/tmp/x/17/val.npy"}};
+  d.artifacts = {{"val_probs", "/tmp/x/17/val.npy", 4096}, {"log", "/tmp/x/17/stdout.log"}};
   auto d2 = round_trip(d);
   CHECK(d2.stopped);
   CHECK(d2.step == 5);
-  REQUIRE(d2.artifacts.size() == 1);
+  REQUIRE(d2.artifacts.size() == 2);
   CHECK(d2.artifacts[0].kind == "val_probs");
   CHECK(d2.artifacts[0].path == "/tmp/x/17/val.npy");
+  CHECK(d2.artifacts[0].bytes == 4096);
+  CHECK(d2.artifacts[1].bytes == -1);  // unknown sizes stay off the wire
 
   auto f = round_trip(Failed{17, 2, "exit code 3", "Traceback..."});
   CHECK(f.error == "exit code 3");

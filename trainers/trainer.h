@@ -23,6 +23,8 @@
 
 namespace hpctune::trainers {
 
+class TrainerGroup;  // trainers/trainer_group.h
+
 struct TrialContext {
   int64_t trial_id = 0;
   int64_t attempt = 1;
@@ -31,6 +33,13 @@ struct TrialContext {
   nlohmann::json trainer = nlohmann::json::object();  // fixed settings, incl. "kind"
   std::string trial_dir;                              // "" when the trial keeps no files
   int threads = 1;                                    // compute threads for this rank
+  // The group's ranks when it has more than one (trainer_group.h); null for a one-rank group. On
+  // every rank but the leader, report() does nothing, and stop_requested() is a collective that
+  // returns the leader's answer: call it at the same points on every rank.
+  TrainerGroup* group = nullptr;
+  // The group's process count (data x model) for trainers that start their own processes: the
+  // `command` trainer runs its program under mpirun with this many ranks when it is above 1.
+  int ranks = 1;
 
   std::function<void(int64_t step, const protocol::Metrics& metrics)> report = [](int64_t, const protocol::Metrics&) {};
   std::function<bool()> stop_requested = [] { return false; };

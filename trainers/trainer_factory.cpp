@@ -1,6 +1,9 @@
 // The table of trainer kinds. A new kind is one line in kKinds (plus its own files).
 #include <memory>
 
+#include "trainers/cnn_trainer.h"
+#include "trainers/command_trainer.h"
+#include "trainers/function_trainer.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/sleep_trainer.h"
 #include "trainers/trainer.h"
@@ -17,6 +20,12 @@ struct KindEntry {
 
 // Sorted by name: trainer_kinds() and the error messages list them in this order.
 const KindEntry kKinds[] = {
+    {"cnn", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<CnnTrainer>(s.datasets); },
+     cnn_setting_specs},
+    {"command", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<CommandTrainer>(); },
+     command_setting_specs},
+    {"function", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<FunctionTrainer>(); },
+     function_setting_specs},
     {"mlp", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<MlpTrainer>(s.datasets); },
      mlp_setting_specs},
     {"sleep", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<SleepTrainer>(); },

@@ -99,6 +99,12 @@ class RunningTrial {
           done.stopped = result->stopped;
           done.metrics = result->metrics;
           done.artifacts = result->artifacts;
+          // Sizes are read here, where the files are: the master may not see this file system.
+          for (auto& artifact : done.artifacts) {
+            std::error_code ec;
+            const auto bytes = std::filesystem::file_size(artifact.path, ec);
+            if (artifact.bytes < 0 && !ec) artifact.bytes = static_cast<int64_t>(bytes);
+          }
           push(std::move(done), /*final=*/true);
           return;
         }
