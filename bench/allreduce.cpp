@@ -46,10 +46,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rng.h"
+#include "trainers/blas.h"
 #include "trainers/collectives.h"
 #include "trainers/gradient_engine.h"
 #include "trainers/layers.h"
-#include "trainers/mlp.h"
 #include "trainers/network.h"
 #include "trainers/trainer_group_mpi.h"
 

@@ -1,16 +1,19 @@
 // Network and its layers: gradients against finite differences for every layer kind, backward's
-// accumulation, layer ranges, spec parsing, agreement with Mlp, and determinism.
+// accumulation, layer ranges, spec parsing, agreement with a naive dense reference, training a
+// dense net on XOR, and determinism.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/rng.h"
+#include "trainers/blas.h"
 #include "trainers/layers.h"
-#include "trainers/mlp.h"
 #include "trainers/network.h"
+#include "trainers/optimizer.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
@@ -378,33 +381,181 @@ TEST_CASE("parse_layer_specs: values, defaults and errors naming layers[i].field
   CHECK_FALSE(parse_layer_specs(nlohmann::json::object()).ok());
 }
 
-TEST_CASE("network of dense layers equals Mlp for the same parameters") {
-  blas_set_threads(1);
-  auto mlp = Mlp::create({.inputs = 20, .hidden = {16, 12}, .outputs = 5, .activation = Activation::kTanh});
-  REQUIRE(mlp.ok());
-  Rng rng(17);
-  mlp->init(rng);
-  Network net = make_network({20, 1, 1}, {dense(16, "tanh"), dense(12, "tanh")}, 5, 0);
-  REQUIRE(net.num_params() == mlp->num_params());
-  std::copy(mlp->params().begin(), mlp->params().end(), net.params().begin());
-  const int64_t batch = 9;
-  const std::vector<float> x = random_vector(batch * 20, rng);
-  std::vector<int32_t> labels(batch);
-  for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(i % 5);
+namespace {
 
-  const float* mlp_logits = mlp->forward(x.data(), batch);
-  Network::Pass pass;
-  net.forward(0, net.num_layers(), x.data(), batch, false, nullptr, pass);
-  for (int64_t i = 0; i < batch * 5; ++i) CHECK(pass.output()[i] == doctest::Approx(mlp_logits[i]).epsilon(1e-5));
+// A dense classifier computed the plainest way, in double: for every layer y = act(x W + b) with W
+// [in, out] row-major followed by b (the layout of layers.h), triple loops, then softmax
+// cross-entropy and the backward pass by the chain rule. Independent of BLAS and of the layers.
+struct NaiveDense {
+  std::vector<double> logits;  // [batch, classes]
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  std::vector<double> grads;  // grad_scale * d(loss_sum)/d(params), in the parameter layout
+};
 
-  Rng d1(1), d2(1);
-  const BatchStats a = mlp->forward_backward(x.data(), labels.data(), batch, 1.0f / batch, d1);
-  const BatchStats b = net.forward_backward(x.data(), labels.data(), batch, 1.0f / batch, d2);
-  CHECK(a.loss_sum == doctest::Approx(b.loss_sum).epsilon(1e-5));
-  CHECK(a.correct == b.correct);
-  for (size_t i = 0; i < net.num_params(); ++i) {
-    CHECK(net.grads()[i] == doctest::Approx(mlp->grads()[i]).epsilon(1e-4).scale(1e-6));
+NaiveDense naive_dense(const std::vector<int64_t>& widths, const std::string& act, std::span<const float> params,
+                       const std::vector<float>& x, const std::vector<int32_t>& labels, int64_t batch, double grad_scale) {
+  const size_t layers = widths.size() - 1;
+  std::vector<size_t> w_off(layers), b_off(layers);
+  size_t off = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    w_off[l] = off;
+    off += static_cast<size_t>(widths[l] * widths[l + 1]);
+    b_off[l] = off;
+    off += static_cast<size_t>(widths[l + 1]);
   }
+  REQUIRE(off == params.size());
+  auto f = [&](double z) { return act == "relu" ? std::max(z, 0.0) : std::tanh(z); };
+  // df/dz given a = f(z).
+  auto df = [&](double a) { return act == "relu" ? (a > 0.0 ? 1.0 : 0.0) : 1.0 - a * a; };
+
+  // acts[l]: the input of layer l, [batch, widths[l]]; acts[layers]: the logits.
+  std::vector<std::vector<double>> acts(layers + 1);
+  acts[0].assign(x.begin(), x.end());
+  for (size_t l = 0; l < layers; ++l) {
+    const int64_t in = widths[l], out = widths[l + 1];
+    acts[l + 1].assign(static_cast<size_t>(batch * out), 0.0);
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t j = 0; j < out; ++j) {
+        double z = params[b_off[l] + static_cast<size_t>(j)];
+        for (int64_t k = 0; k < in; ++k) {
+          z += acts[l][static_cast<size_t>(i * in + k)] * params[w_off[l] + static_cast<size_t>(k * out + j)];
+        }
+        acts[l + 1][static_cast<size_t>(i * out + j)] = l + 1 < layers ? f(z) : z;
+      }
+    }
+  }
+
+  NaiveDense r;
+  r.logits = acts[layers];
+  r.grads.assign(params.size(), 0.0);
+  const int64_t classes = widths.back();
+  std::vector<double> delta(static_cast<size_t>(batch * classes));
+  for (int64_t i = 0; i < batch; ++i) {
+    const double* z = r.logits.data() + i * classes;
+    const int64_t argmax = std::max_element(z, z + classes) - z;
+    const double zmax = z[argmax];
+    double sum = 0.0;
+    for (int64_t j = 0; j < classes; ++j) sum += std::exp(z[j] - zmax);
+    const int32_t y = labels[static_cast<size_t>(i)];
+    r.loss_sum += std::log(sum) + zmax - z[y];
+    r.correct += argmax == y ? 1 : 0;
+    for (int64_t j = 0; j < classes; ++j) {
+      delta[static_cast<size_t>(i * classes + j)] = grad_scale * (std::exp(z[j] - zmax) / sum - (j == y ? 1.0 : 0.0));
+    }
+  }
+  for (size_t l = layers; l-- > 0;) {
+    const int64_t in = widths[l], out = widths[l + 1];
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t j = 0; j < out; ++j) {
+        const double d = delta[static_cast<size_t>(i * out + j)];
+        r.grads[b_off[l] + static_cast<size_t>(j)] += d;
+        for (int64_t k = 0; k < in; ++k) {
+          r.grads[w_off[l] + static_cast<size_t>(k * out + j)] += acts[l][static_cast<size_t>(i * in + k)] * d;
+        }
+      }
+    }
+    if (l == 0) break;
+    std::vector<double> below(static_cast<size_t>(batch * in), 0.0);
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t k = 0; k < in; ++k) {
+        double s = 0.0;
+        for (int64_t j = 0; j < out; ++j) {
+          s += delta[static_cast<size_t>(i * out + j)] * params[w_off[l] + static_cast<size_t>(k * out + j)];
+        }
+        below[static_cast<size_t>(i * in + k)] = s * df(acts[l][static_cast<size_t>(i * in + k)]);
+      }
+    }
+    delta = std::move(below);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("network of dense layers equals a naive triple-loop reference") {
+  blas_set_threads(1);
+  for (const std::string act : {"relu", "tanh"}) {
+    CAPTURE(act);
+    Network net = make_network({20, 1, 1}, {dense(16, act), dense(12, act)}, 5, 17);
+    Rng rng(18);
+    // Non-zero biases (init leaves them 0), so that the bias terms are checked too.
+    for (float& p : net.params()) p += static_cast<float>(rng.normal() * 0.1);
+    const int64_t batch = 9;
+    const std::vector<float> x = random_vector(batch * 20, rng);
+    std::vector<int32_t> labels(batch);
+    for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 5);
+    const NaiveDense ref = naive_dense({20, 16, 12, 5}, act, net.params(), x, labels, batch, 1.0 / batch);
+
+    Network::Pass pass;
+    net.forward(0, net.num_layers(), x.data(), batch, false, nullptr, pass);
+    for (int64_t i = 0; i < batch * 5; ++i) {
+      CHECK(pass.output()[i] == doctest::Approx(ref.logits[static_cast<size_t>(i)]).epsilon(1e-5).scale(1e-4));
+    }
+    Rng drop(1);
+    const BatchStats b = net.forward_backward(x.data(), labels.data(), batch, 1.0f / batch, drop);
+    CHECK(b.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-5));
+    CHECK(b.correct == ref.correct);
+    CHECK(b.count == batch);
+    // float32 sums of a few dozen products: their rounding error is relative to the gradient's
+    // overall scale, not to each (possibly cancelled, tiny) element.
+    double largest = 0.0;
+    for (double g : ref.grads) largest = std::max(largest, std::fabs(g));
+    REQUIRE(largest > 1e-3);
+    for (size_t i = 0; i < net.num_params(); ++i) {
+      CAPTURE(i);
+      CAPTURE(ref.grads[i]);
+      CHECK(std::fabs(net.grads()[i] - ref.grads[i]) <= 1e-4 * std::fabs(ref.grads[i]) + 1e-5 * largest);
+    }
+  }
+}
+
+TEST_CASE("network of dense layers: parameter layout, blocks and bad sizes") {
+  auto ok = Network::create({4, 1, 1}, {dense(3), {.kind = "dropout", .rate = 0.5}}, 2);
+  REQUIRE(ok.ok());
+  CHECK(ok->num_layers() == 3);
+  CHECK(ok->num_params() == 4 * 3 + 3 + 3 * 2 + 2);
+  REQUIRE(ok->blocks().size() == 4);
+  CHECK(ok->blocks()[0].decay);
+  CHECK(ok->blocks()[0].size == 12);
+  CHECK_FALSE(ok->blocks()[1].decay);
+  CHECK(ok->blocks()[2].offset == 15);
+  CHECK(ok->blocks()[3].offset + ok->blocks()[3].size == ok->num_params());
+
+  auto zero_units = Network::create({4, 1, 1}, {dense(3), dense(0)}, 2);
+  REQUIRE_FALSE(zero_units.ok());
+  CHECK(zero_units.error().code() == Errc::kInvalidArgument);
+  CHECK(zero_units.error().message().find("layers[1].units") != std::string::npos);
+  auto full_dropout = Network::create({4, 1, 1}, {dense(3), {.kind = "dropout", .rate = 1.0}}, 2);
+  REQUIRE_FALSE(full_dropout.ok());
+  CHECK(full_dropout.error().code() == Errc::kInvalidArgument);
+  CHECK(full_dropout.error().message().find("layers[1].rate") != std::string::npos);
+}
+
+TEST_CASE("network of dense layers: SGD with momentum learns XOR, which a linear model cannot") {
+  blas_set_threads(1);
+  Network net = make_network({2, 1, 1}, {dense(16)}, 2, 5);
+  Rng rng(5);
+  // The label is the sign of x0 * x1.
+  constexpr int64_t kN = 256;
+  std::vector<float> x(kN * 2);
+  std::vector<int32_t> y(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    x[static_cast<size_t>(2 * i)] = static_cast<float>(rng.uniform(-1, 1));
+    x[static_cast<size_t>(2 * i + 1)] = static_cast<float>(rng.uniform(-1, 1));
+    y[static_cast<size_t>(i)] = x[static_cast<size_t>(2 * i)] * x[static_cast<size_t>(2 * i + 1)] > 0 ? 1 : 0;
+  }
+  const BatchStats before = net.evaluate(x.data(), y.data(), kN);
+  Optimizer sgd(net.num_params(), {.kind = OptimizerKind::kSgd, .momentum = 0.9});
+  Rng drop(1);
+  for (int step = 0; step < 300; ++step) {
+    (void)net.forward_backward(x.data(), y.data(), kN, 1.0f / kN, drop);
+    sgd.step(net.params(), net.grads(), net.blocks(), 0.1f);
+  }
+  const BatchStats after = net.evaluate(x.data(), y.data(), kN);
+  MESSAGE("xor loss " << before.mean_loss() << " -> " << after.mean_loss() << ", accuracy " << after.accuracy());
+  CHECK(after.mean_loss() < 0.5 * before.mean_loss());
+  CHECK(after.accuracy() > 0.9);
 }
 
 TEST_CASE("network: results are bit-identical for a fixed thread count") {

@@ -1,4 +1,5 @@
-// The built-in trainers: IDX reading, the MLP's math, the mlp and sleep trainers, the factory.
+// The built-in trainers: IDX reading, the mlp and sleep trainers, the factory. (The network math
+// the mlp trainer runs on is tested in test_network.cpp, its optimizers in test_classifier_training.cpp.)
 #include <doctest/doctest.h>
 
 #include <zlib.h>
@@ -16,7 +17,6 @@
 
 #include "common/rng.h"
 #include "trainers/idx_dataset.h"
-#include "trainers/mlp.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/sleep_trainer.h"
 #include "trainers/trainer.h"
@@ -330,164 +330,6 @@ TEST_CASE("idx: a dataset directory loads, standardizes and is cached") {
   REQUIRE_FALSE(incomplete.ok());
   CHECK(incomplete.error().code() == Errc::kNotFound);
   CHECK(incomplete.error().message().find("t10k-labels-idx1-ubyte") != std::string::npos);
-}
-
-// ---------------------------------------------------------------------------------------------
-// MLP math
-
-namespace {
-
-// Compares forward_backward's gradient of loss_sum with central differences of the same loss
-// (the same dropout mask, by replaying the same Rng state).
-void gradient_check(Activation act, float dropout, std::vector<int64_t> hidden) {
-  MlpShape shape;
-  shape.inputs = 5;
-  shape.hidden = std::move(hidden);
-  shape.outputs = 3;
-  shape.activation = act;
-  shape.dropout = dropout;
-  auto created = Mlp::create(shape);
-  REQUIRE(created.ok());
-  Mlp net = std::move(created).value();
-  Rng rng(11);
-  net.init(rng);
-  // Non-zero biases so that they matter.
-  for (const auto& block : net.blocks())
-    if (!block.decay)
-      for (size_t i = 0; i < block.size; ++i) net.params()[block.offset + i] = static_cast<float>(rng.uniform(-0.3, 0.3));
-  constexpr int64_t kBatch = 4;
-  std::vector<float> x(kBatch * 5);
-  for (auto& v : x) v = static_cast<float>(rng.uniform(-1.0, 1.0));
-  const std::vector<int32_t> y{0, 2, 1, 2};
-
-  const Rng dropout_state(99);
-  Rng r0 = dropout_state;
-  const BatchStats base = net.forward_backward(x.data(), y.data(), kBatch, 1.0f, r0);
-  CHECK(base.count == kBatch);
-  const std::vector<float> analytic(net.grads().begin(), net.grads().end());
-
-  auto loss_at = [&]() {
-    Rng r = dropout_state;
-    return net.forward_backward(x.data(), y.data(), kBatch, 1.0f, r).loss_sum;
-  };
-  const float eps = act == Activation::kRelu ? 1e-3f : 1e-2f;
-  const double base_loss = loss_at();
-  double worst = 0.0;
-  size_t kinks = 0;
-  for (size_t i = 0; i < net.num_params(); ++i) {
-    const float saved = net.params()[i];
-    net.params()[i] = saved + eps;
-    const double up = loss_at();
-    net.params()[i] = saved - eps;
-    const double down = loss_at();
-    net.params()[i] = saved;
-    const double numeric = (up - down) / (2.0 * static_cast<double>(eps));
-    // A ReLU switching inside [p - eps, p + eps] makes the central difference meaningless there;
-    // it shows as one-sided slopes that disagree. Such parameters are counted, not compared.
-    const double forward_slope = (up - base_loss) / eps, backward_slope = (base_loss - down) / eps;
-    if (act == Activation::kRelu && std::fabs(forward_slope - backward_slope) > 0.05 * (0.1 + std::fabs(numeric))) {
-      ++kinks;
-      continue;
-    }
-    const double diff = std::fabs(numeric - analytic[i]);
-    worst = std::max(worst, diff / (1e-2 + std::fabs(numeric)));
-    CAPTURE(i);
-    CAPTURE(analytic[i]);
-    CAPTURE(forward_slope);
-    CAPTURE(backward_slope);
-    CHECK(diff <= 2e-3 + 2e-2 * std::fabs(numeric));
-  }
-  CHECK(kinks * 10 <= net.num_params());
-  MESSAGE(std::string(activation_name(act)) << " dropout " << dropout << ": worst relative gradient error " << worst
-                                            << ", " << kinks << " of " << net.num_params() << " parameters at a ReLU kink");
-}
-
-}  // namespace
-
-TEST_CASE("mlp: backward pass matches finite differences") {
-  SUBCASE("tanh, two hidden layers") { gradient_check(Activation::kTanh, 0.0f, {4, 3}); }
-  SUBCASE("sigmoid, one hidden layer") { gradient_check(Activation::kSigmoid, 0.0f, {6}); }
-  SUBCASE("relu, two hidden layers") { gradient_check(Activation::kRelu, 0.0f, {7, 6}); }
-  SUBCASE("tanh with dropout") { gradient_check(Activation::kTanh, 0.3f, {6, 5}); }
-  SUBCASE("no hidden layer") { gradient_check(Activation::kRelu, 0.0f, {}); }
-}
-
-TEST_CASE("mlp: shapes are checked") {
-  MlpShape shape;
-  shape.inputs = 4;
-  shape.outputs = 2;
-  shape.hidden = {3, 0};
-  auto r = Mlp::create(shape);
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.error().code() == Errc::kInvalidArgument);
-  shape.hidden = {3};
-  shape.dropout = 1.0f;
-  CHECK(Mlp::create(shape).error().code() == Errc::kInvalidArgument);
-  shape.dropout = 0.5f;
-  shape.inputs = 0;
-  CHECK(Mlp::create(shape).error().code() == Errc::kInvalidArgument);
-  shape.inputs = 4;
-  auto ok = Mlp::create(shape);
-  REQUIRE(ok.ok());
-  CHECK(ok->num_params() == 4 * 3 + 3 + 3 * 2 + 2);
-  REQUIRE(ok->blocks().size() == 4);
-  CHECK(ok->blocks()[0].decay);
-  CHECK_FALSE(ok->blocks()[1].decay);
-  CHECK(ok->blocks()[3].offset + ok->blocks()[3].size == ok->num_params());
-}
-
-TEST_CASE("mlp: the SGD step follows PyTorch's momentum, Nesterov and weight decay") {
-  // One weight block (decays) and one bias block (does not).
-  const std::vector<ParamBlock> blocks{{0, 1, true}, {1, 1, false}};
-  for (bool nesterov : {false, true}) {
-    CAPTURE(nesterov);
-    SgdMomentum sgd(2, SgdOptions{0.9, nesterov, 0.1});
-    std::vector<float> p{1.0f, 1.0f};
-    const std::vector<float> g{0.5f, 0.5f};
-    double v_w = 0, v_b = 0, p_w = 1, p_b = 1;
-    for (int step = 0; step < 3; ++step) {
-      sgd.step(p, g, blocks, 0.1f);
-      const double gw = 0.5 + 0.1 * p_w, gb = 0.5;
-      v_w = 0.9 * v_w + gw;
-      v_b = 0.9 * v_b + gb;
-      p_w -= 0.1 * (nesterov ? gw + 0.9 * v_w : v_w);
-      p_b -= 0.1 * (nesterov ? gb + 0.9 * v_b : v_b);
-      CHECK(p[0] == doctest::Approx(p_w).epsilon(1e-6));
-      CHECK(p[1] == doctest::Approx(p_b).epsilon(1e-6));
-    }
-  }
-}
-
-TEST_CASE("mlp: training lowers the loss of a small synthetic problem") {
-  MlpShape shape;
-  shape.inputs = 2;
-  shape.hidden = {16};
-  shape.outputs = 2;
-  auto created = Mlp::create(shape);
-  REQUIRE(created.ok());
-  Mlp net = std::move(created).value();
-  Rng rng(5);
-  net.init(rng);
-  // XOR-like: the label is the sign of x0 * x1, which a linear model cannot fit.
-  constexpr int64_t kN = 256;
-  std::vector<float> x(kN * 2);
-  std::vector<int32_t> y(kN);
-  for (int64_t i = 0; i < kN; ++i) {
-    x[2 * i] = static_cast<float>(rng.uniform(-1, 1));
-    x[2 * i + 1] = static_cast<float>(rng.uniform(-1, 1));
-    y[i] = x[2 * i] * x[2 * i + 1] > 0 ? 1 : 0;
-  }
-  const BatchStats before = net.evaluate(x.data(), y.data(), kN);
-  SgdMomentum sgd(net.num_params(), SgdOptions{0.9, false, 0.0});
-  Rng drop(1);
-  for (int step = 0; step < 300; ++step) {
-    (void)net.forward_backward(x.data(), y.data(), kN, 1.0f / kN, drop);
-    sgd.step(net.params(), net.grads(), net.blocks(), 0.1f);
-  }
-  const BatchStats after = net.evaluate(x.data(), y.data(), kN);
-  MESSAGE("xor loss " << before.mean_loss() << " -> " << after.mean_loss() << ", accuracy " << after.accuracy());
-  CHECK(after.mean_loss() < 0.5 * before.mean_loss());
-  CHECK(after.accuracy() > 0.9);
 }
 
 // ---------------------------------------------------------------------------------------------

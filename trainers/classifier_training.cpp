@@ -12,9 +12,9 @@
 #include <numeric>
 
 #include "common/rng.h"
+#include "trainers/blas.h"
 #include "trainers/checkpoint.h"
 #include "trainers/layers.h"  // dnnl_set_threads
-#include "trainers/mlp.h"  // blas_set_threads, blas_select_kernels
 #include "trainers/trainer_group.h"
 
 namespace hpctune::trainers {

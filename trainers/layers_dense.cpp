@@ -66,7 +66,7 @@ class DenseLayer final : public Layer {
     return {{0, w, true}, {w, static_cast<size_t>(units_), false}};
   }
 
-  // He-normal into ReLU, Glorot-uniform otherwise (as Mlp does).
+  // He-normal (std sqrt(2 / fan_in)) into ReLU, Glorot-uniform otherwise.
   void init(std::span<float> params, Rng& rng) const override {
     const size_t n = static_cast<size_t>(fan_in() * units_);
     if (act_ == LayerActivation::kRelu) {

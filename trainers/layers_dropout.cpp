@@ -37,7 +37,7 @@ class DropoutLayer final : public Layer {
     st->mask.resize(n);
     float* mask = st->mask.data();
     const float keep_scale = static_cast<float>(1.0 / (1.0 - rate_));
-    // Compare 32 random bits against rate * 2^32: two decisions per 64-bit draw (as Mlp does).
+    // Compare 32 random bits against rate * 2^32: two decisions per 64-bit draw.
     const uint64_t threshold = static_cast<uint64_t>(rate_ * 4294967296.0);
     size_t i = 0;
     for (; i + 1 < n; i += 2) {
