@@ -1,12 +1,24 @@
-// bench_trainers: training throughput and test accuracy of the built-in Network (network.h) on
+// bench_trainers: training throughput and test accuracy of the built-in `mlp` and `cnn` trainers on
 // Fashion-MNIST, the hpctune side of bench/run-trainers (bench/trainers_torch.py is the PyTorch
 // side, with the same models, data, batch size, optimizer, epochs and thread count).
 //
-// The loop is deliberately minimal and identical to the PyTorch script's: standardised pixels, a
-// seeded shuffle per epoch, minibatches of --batch (the last one smaller), SGD with momentum 0.9 at
-// a constant rate, no validation split. Training images/s is measured per epoch over the training
-// steps only (the gather of a minibatch included, evaluation excluded); the median over epochs is
-// reported. Prints one JSON object on stdout.
+// The training is the product's: the settings are built as the trainer-settings JSON a config would
+// hold, read by parse_mlp_settings / parse_cnn_settings, and run by train_classifier()
+// (classifier_training.h) on one rank, exactly as a trial of the `mlp` / `cnn` kind runs. The
+// settings match the PyTorch script: standardised pixels, batch --batch, SGD momentum 0.9
+// (no Nesterov, no weight decay) at a constant rate (lr_schedule constant, no scaling or warmup),
+// checkpoint and save_predictions off. The loop always holds out a validation split of at least one
+// image; val_fraction is set so that it is exactly one, so it trains on 59,999 of the 60,000
+// training images (with --max-train N: on N - 1 images of a seeded random choice of N, where the
+// PyTorch script takes the first N).
+//
+// Training images/s per epoch is the trained-image count over the epoch's `epoch_seconds` from the
+// loop's per-epoch report; that time covers the epoch's shuffle, minibatch gathers and steps and
+// the validation pass over the one held-out image (negligible; its total over the run is printed as
+// validation_seconds, the reports' epoch_seconds summed less the loop's training-only
+// train_seconds). The median over epochs is reported, as on the PyTorch side; the loop's own
+// training-only rate over the whole run is printed beside it. The test accuracy is the loop's final
+// test_accuracy over the whole test file. Prints one JSON object on stdout.
 //
 //   bench_trainers --model mlp|cnn [--epochs N] [--threads T] [--batch B] [--lr X] [--dropout P]
 //                  [--data DIR] [--seed S] [--max-train N]
@@ -14,17 +26,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "common/rng.h"
+#include "trainers/blas.h"
+#include "trainers/classifier_training.h"
+#include "trainers/cnn_trainer.h"
 #include "trainers/idx_dataset.h"
 #include "trainers/layers.h"
-#include "trainers/mlp.h"
+#include "trainers/mlp_trainer.h"
 #include "trainers/network.h"
+#include "trainers/trainer.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
@@ -77,107 +91,136 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+[[noreturn]] void fail(const Error& e) {
+  std::fprintf(stderr, "bench_trainers: %s\n", e.to_string().c_str());
+  std::exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  blas_select_kernels();
-  blas_set_threads(args.threads);
-  dnnl_set_threads(args.threads);
 
-  auto loaded = load_idx_dataset(args.data, DatasetOptions{.standardize = true});
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "bench_trainers: %s\n", loaded.error().to_string().c_str());
-    return 1;
-  }
-  const ImageClassificationData& data = **loaded;
-  const Dataset& train = data.train;
-  const Dataset& test = data.test;
-  const int64_t n_train = args.max_train > 0 ? std::min(args.max_train, train.count) : train.count;
-  const int64_t features = train.features();
-
-  std::vector<LayerSpec> specs;
-  Shape input{1, train.rows, train.cols};
+  // The PyTorch script's defaults: the MLP has no dropout layer; the CNN has dropout 0.4 after FC 1024.
   double lr = args.lr;
   double dropout = args.dropout;
   if (args.model == "mlp") {
-    input = {features, 1, 1};
-    specs = {LayerSpec{.kind = "dense", .units = 256}, LayerSpec{.kind = "dense", .units = 256}};
     if (lr < 0) lr = 0.05;
-    if (dropout < 0) dropout = 0.0;
+    dropout = 0.0;
   } else {
-    if (dropout < 0) dropout = 0.4;
-    specs = default_cnn_layer_specs(dropout);
     if (lr < 0) lr = 0.02;
+    if (dropout < 0) dropout = 0.4;
   }
-  auto created = Network::create(input, specs, data.num_classes);
-  if (!created.ok()) {
-    std::fprintf(stderr, "bench_trainers: %s\n", created.error().to_string().c_str());
-    return 1;
+
+  // 0 < val_fraction <= 0.5 / pool makes the loop's validation split exactly one image (its minimum).
+  const double val_fraction = 1e-9;
+  nlohmann::json settings = {
+      {"data", args.data},
+      {"standardize", true},
+      {"val_fraction", val_fraction},
+      {"max_train_samples", args.max_train},
+      {"max_test_samples", 0},
+      {"optimizer", "sgd"},
+      {"momentum", 0.9},
+      {"nesterov", false},
+      {"weight_decay", 0.0},
+      {"lr", lr},
+      {"lr_schedule", "constant"},
+      {"lr_scaling", "none"},
+      {"warmup_epochs", 0.0},
+      {"batch_size", args.batch},
+      {"epochs", args.epochs},
+      {"checkpoint", false},
+      {"save_predictions", false},
+  };
+  ClassifierSettings s;
+  if (args.model == "mlp") {
+    settings["hidden"] = {256, 256};
+    settings["activation"] = "relu";
+    settings["dropout"] = dropout;
+    auto parsed = parse_mlp_settings(settings);
+    if (!parsed.ok()) fail(parsed.error());
+    s = *parsed;  // the ClassifierSettings part: layers are filled from hidden/activation/dropout
+  } else {
+    nlohmann::json layers = default_cnn_layers();
+    if (dropout > 0.0) layers.push_back({{"kind", "dropout"}, {"rate", dropout}});
+    settings["layers"] = layers;
+    auto parsed = parse_cnn_settings(settings);
+    if (!parsed.ok()) fail(parsed.error());
+    s = *parsed;
   }
-  Network net = std::move(created).value();
-  Rng init_rng(derive_seed(args.seed, 0));
-  net.init(init_rng);
-  SgdMomentum opt(net.num_params(), SgdOptions{.momentum = 0.9});
-  Rng shuffle_rng(derive_seed(args.seed, 1));
-  Rng dropout_rng(derive_seed(args.seed, 2));
 
-  std::vector<int64_t> order(static_cast<size_t>(n_train));
-  for (int64_t i = 0; i < n_train; ++i) order[static_cast<size_t>(i)] = i;
-  std::vector<float> xb(static_cast<size_t>(args.batch * features));
-  std::vector<int32_t> yb(static_cast<size_t>(args.batch));
+  auto loaded = load_idx_dataset(s.data, DatasetOptions{.standardize = s.standardize});
+  if (!loaded.ok()) fail(loaded.error());
+  const ImageClassificationData& data = **loaded;
 
+  // The same network train_classifier builds, for its description and size only.
+  auto described = Network::create(Shape{1, data.train.rows, data.train.cols}, s.layers, data.num_classes);
+  if (!described.ok()) fail(described.error());
+  const std::string network = described->describe();
+  const size_t params = described->num_params();
+
+  // The loop's split, restated to count the trained images: pool, less max(1, round(val_fraction * pool)).
+  const int64_t pool = args.max_train > 0 ? std::min(args.max_train, data.train.count) : data.train.count;
+  const int64_t n_val = std::max<int64_t>(1, std::llround(val_fraction * static_cast<double>(pool)));
+  const int64_t n_train = pool - n_val;
+
+  TrialContext ctx;
+  ctx.trial_id = 1;
+  ctx.seed = args.seed;
+  ctx.threads = args.threads;
+  ctx.trainer = settings;
+  ctx.trainer["kind"] = args.model;
   nlohmann::json epochs = nlohmann::json::array();
   std::vector<double> rates;
-  for (int epoch = 0; epoch < args.epochs; ++epoch) {
-    for (int64_t i = n_train - 1; i > 0; --i) {
-      const int64_t j = static_cast<int64_t>(shuffle_rng.next() % static_cast<uint64_t>(i + 1));
-      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-    }
-    BatchStats stats;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t start = 0; start < n_train; start += args.batch) {
-      const int64_t b = std::min(args.batch, n_train - start);
-      for (int64_t r = 0; r < b; ++r) {
-        const int64_t idx = order[static_cast<size_t>(start + r)];
-        std::memcpy(xb.data() + r * features, train.image(idx), static_cast<size_t>(features) * sizeof(float));
-        yb[static_cast<size_t>(r)] = train.labels[static_cast<size_t>(idx)];
-      }
-      stats += net.forward_backward(xb.data(), yb.data(), b, 1.0f / static_cast<float>(b), dropout_rng);
-      opt.step(net.params(), net.grads(), net.blocks(), static_cast<float>(lr));
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double epoch_seconds_sum = 0.0;
+  ctx.report = [&](int64_t step, const protocol::Metrics& m) {
+    const double seconds = m.at("epoch_seconds");
     const double rate = static_cast<double>(n_train) / seconds;
+    epoch_seconds_sum += seconds;
     rates.push_back(rate);
-    epochs.push_back({{"epoch", epoch + 1}, {"seconds", seconds}, {"images_per_second", rate},
-                      {"train_loss", stats.mean_loss()}, {"train_accuracy", stats.accuracy()}});
-    std::fprintf(stderr, "hpctune %s epoch %d: %.1f images/s, train loss %.4f acc %.4f\n", args.model.c_str(),
-                 epoch + 1, rate, stats.mean_loss(), stats.accuracy());
+    epochs.push_back({{"epoch", step}, {"seconds", seconds}, {"images_per_second", rate},
+                      {"train_loss", m.at("train_loss")}, {"train_accuracy", m.at("train_accuracy")},
+                      {"val_accuracy", m.at("val_accuracy")}});
+    std::fprintf(stderr, "hpctune %s epoch %lld: %.1f images/s, train loss %.4f acc %.4f\n", args.model.c_str(),
+                 static_cast<long long>(step), rate, m.at("train_loss"), m.at("train_accuracy"));
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto trained = train_classifier(args.model, s, data, ctx);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!trained.ok()) fail(trained.error());
+  const protocol::Metrics& m = trained->metrics;
+  if (static_cast<int64_t>(rates.size()) != args.epochs) {
+    std::fprintf(stderr, "bench_trainers: %zu epoch reports for %d epochs\n", rates.size(), args.epochs);
+    return 1;
   }
-  BatchStats test_stats;
-  const auto te0 = std::chrono::steady_clock::now();
-  for (int64_t start = 0; start < test.count; start += 1000) {
-    const int64_t b = std::min<int64_t>(1000, test.count - start);
-    test_stats += net.evaluate(test.image(start), test.labels.data() + start, b);
-  }
-  const double test_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - te0).count();
+  const double train_seconds = m.at("train_seconds");
+
   nlohmann::json out = {
       {"side", "hpctune"},
+      {"trainer", "train_classifier (" + args.model + " trainer kind)"},
+      {"settings", settings},
       {"model", args.model},
-      {"network", net.describe()},
-      {"params", net.num_params()},
+      {"network", network},
+      {"params", params},
       {"threads", args.threads},
+      {"seed", args.seed},
       {"batch", args.batch},
       {"epochs", args.epochs},
       {"lr", lr},
       {"momentum", 0.9},
       {"dropout", dropout},
       {"train_images", n_train},
+      {"validation_images", n_val},
       {"images_per_second", median(rates)},
       {"per_epoch", epochs},
-      {"test_accuracy", test_stats.accuracy()},
-      {"test_loss", test_stats.mean_loss()},
-      {"test_images_per_second", static_cast<double>(test.count) / test_seconds},
+      {"train_seconds", train_seconds},
+      {"train_only_images_per_second", m.at("images_per_second")},
+      {"validation_seconds", epoch_seconds_sum - train_seconds},
+      {"test_accuracy", m.at("test_accuracy")},
+      {"test_loss", m.at("test_loss")},
+      {"trainer_wall_seconds", wall},
       {"blas_core", blas_core_name()},
       {"dnnl_isa", dnnl_isa_name()},
   };
