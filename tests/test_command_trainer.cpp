@@ -526,3 +526,28 @@ TEST_CASE("campaign: garbage report lines are logged and ignored, and the trial 
   }
   check_no_orphans(db);
 }
+
+TEST_CASE("campaign: a command trainer with 2 ranks per group runs under mpirun; rank 0's reports count") {
+  if (!trainers::mpirun_prefix(2).ok()) return;  // a build without MPI: the unit case above checks the error
+  TempDir dir;
+  std::string cfg_text = command_config("cmd-ranks", kPython + " " + kScripts + "/ranks.py", 2);
+  const std::string resources = "resources: {groups: 2, threads: 1}\n";
+  cfg_text.replace(cfg_text.find(resources), resources.size(), "resources: {groups: 1, threads: 1, ranks: {data: 2}}\n");
+  const std::string cfg = dir.write("ranks.yaml", cfg_text);
+  const std::string db = dir.file("ranks.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(90));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 2);
+  for (const auto& t : trials) {
+    CAPTURE(t.error);
+    CHECK(t.state == store::TrialState::kDone);
+    REQUIRE(t.objective.has_value());
+    CHECK(*t.objective == 1.0);  // rank 0's value; rank 1's line was logged, not counted
+    CHECK(t.metrics.value("ranks", 0.0) == 2.0);
+    CHECK(t.step == 1);
+    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log").find("\"val_accuracy\": -1") !=
+          std::string::npos);
+  }
+  check_no_orphans(db);
+}
