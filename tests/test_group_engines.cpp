@@ -201,8 +201,8 @@ TEST_CASE("a group's collectives: sum, flags, bytes, ranks") {
   REQUIRE(g.broadcast_bytes(bytes).ok());
   CHECK(bytes == std::vector<uint8_t>{1, 2, 3, 250});
   std::vector<float> grads(1000, static_cast<float>(g.rank()));
-  REQUIRE(g.average_gradients(grads).ok());
-  CHECK(grads[999] == doctest::Approx((size - 1) / 2.0));
+  REQUIRE(g.sum_gradients(grads).ok());
+  CHECK(grads[999] == doctest::Approx(size * (size - 1) / 2.0));  // 0 + 1 + ... + (size - 1)
   CHECK(!g.collective_started().has_value());
   MpiGroupOptions bad;
   bad.data = size + 1;

@@ -77,7 +77,7 @@ class GroupEngine final : public GradientEngine {
     const int64_t n = b1 - b0;
     // The loop seeds dropout_rng per rank (classifier_training.h), so masks differ across ranks.
     Rng& rng = dropout_rng;
-    const float scale = static_cast<float>(D) / static_cast<float>(global_batch);
+    const float scale = 1.0f / static_cast<float>(global_batch);
     net_.zero_grads();
     BatchStats stats;
     if (group_.model_size() == 1) {
@@ -85,7 +85,7 @@ class GroupEngine final : public GradientEngine {
     } else {
       HPCTUNE_ASSIGN(stats, pipeline(x + b0 * in_size_, labels + b0, n, scale, &rng, /*train=*/true, nullptr));
     }
-    if (D > 1) HPCTUNE_TRY(group_.average_gradients(grads()));
+    if (D > 1) HPCTUNE_TRY(group_.sum_gradients(grads()));
     return sum_stats(stats);
   }
 

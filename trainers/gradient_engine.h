@@ -4,7 +4,7 @@
 //
 //   LocalEngine (no group, or a group of one rank): the whole network on the whole batch.
 //   Data parallel (data > 1, model = 1): each replica runs its shard of the global batch (rows
-//     [r * B / D, (r + 1) * B / D)) with grad_scale D / B, then TrainerGroup::average_gradients():
+//     [r * B / D, (r + 1) * B / D)) with grad_scale 1 / B, then TrainerGroup::sum_gradients():
 //     every replica ends with (1/B) * the sum of the shards' gradients, the gradient of the global
 //     mean loss, also when B is not divisible by D.
 //   Pipeline (model > 1): GPipe. Stage s runs the layers [first_s, last_s) for the micro-batches in

@@ -35,8 +35,10 @@ class TrainerGroup {
   virtual int model_size() const noexcept = 0;
   bool leader() const noexcept { return rank() == 0; }
 
-  // Collective over the data replicas of this model rank: each buffer becomes its average.
-  virtual Status average_gradients(std::span<float> grads) = 0;
+  // Collective over the data replicas of this model rank: each buffer becomes its sum over them.
+  // A sum, not an average: the engines scale each shard's gradient by 1 / global batch before, so
+  // no pass over the buffer is needed after the allreduce.
+  virtual Status sum_gradients(std::span<float> grads) = 0;
   // Collective over the whole group: the element-wise sum of `values` on every rank.
   virtual Status sum(std::span<double> values) = 0;
   // Collective over the whole group: the leader's `value` on every rank.

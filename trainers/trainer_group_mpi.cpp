@@ -118,12 +118,12 @@ Status MpiTrainerGroup::poll(MPI_Request& request, const char* what, bool receiv
   }
 }
 
-Status MpiTrainerGroup::average_gradients(std::span<float> grads) {
+Status MpiTrainerGroup::sum_gradients(std::span<float> grads) {
   HPCTUNE_TRY(check_usable());
   Scope scope(*this);
   if (test_hang_requested(rank_)) std::this_thread::sleep_for(std::chrono::hours(1));
-  if (!allreducer_) return Status::Ok();  // one replica: the average is the buffer itself
-  return scope.done(allreducer_->average(grads));
+  if (!allreducer_) return Status::Ok();  // one replica: the sum is the buffer itself
+  return scope.done(allreducer_->sum(grads));
 }
 
 Status MpiTrainerGroup::sum(std::span<double> values) {

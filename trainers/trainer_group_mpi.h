@@ -8,7 +8,7 @@
 //             with the trial's `allreduce` algorithm averages each stage's gradients over them
 //
 // Deadlines: every call polls non-blocking MPI operations (MPI_Iallreduce, MPI_Ibcast, MPI_Isend,
-// MPI_Irecv) against options.timeout, except average_gradients with the `mpi` algorithm, which
+// MPI_Irecv) against options.timeout, except sum_gradients with the `mpi` algorithm, which
 // blocks in MPI_Allreduce. So a hung peer shows either as kTimeout or as a collective that has been
 // running too long: collective_started() is what the group worker's watchdog watches, from another
 // thread. After any error the group is broken(): every later call fails at once (kFailed), and the
@@ -16,7 +16,7 @@
 //
 // Test hook: when the environment variable HPCTUNE_TEST_HANG_FILE names a file that does not exist
 // yet, the rank whose group rank equals HPCTUNE_TEST_HANG_RANK (default 1) creates it and then
-// sleeps inside its first average_gradients() (marked as started) for an hour: a hung rank, for the
+// sleeps inside its first sum_gradients() (marked as started) for an hour: a hung rank, for the
 // watchdog test. The file makes it happen once per campaign, so the requeued attempt runs normally.
 #pragma once
 
@@ -54,7 +54,7 @@ class MpiTrainerGroup final : public TrainerGroup {
   int model_rank() const noexcept override { return rank_ % options_.model; }
   int model_size() const noexcept override { return options_.model; }
 
-  Status average_gradients(std::span<float> grads) override;
+  Status sum_gradients(std::span<float> grads) override;
   Status sum(std::span<double> values) override;
   Result<bool> broadcast_flag(bool value) override;
   Status broadcast_bytes(std::vector<uint8_t>& bytes) override;
