@@ -334,8 +334,14 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
   if (rank != 0) return nullptr;
   const double s1 = median(one), s2 = median(two);
   const double ips1 = static_cast<double>(batch) / s1, ips2 = static_cast<double>(batch) / s2;
-  std::printf("cnn data parallel: 1 rank %.1f images/s, 2 ranks %.1f images/s, speed-up %.2fx\n", ips1, ips2,
-              ips2 / ips1);
+  // Each round times 1 rank and then 2 ranks back to back, so a round's ratio compares the two
+  // under the same machine conditions; the median of those ratios is robust to the machine's speed
+  // drifting between rounds, which the ratio of the two medians is not.
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(one.size(), two.size()); ++i) ratios.push_back(one[i] / two[i]);
+  const double paired = median(ratios);
+  std::printf("cnn data parallel: 1 rank %.1f images/s, 2 ranks %.1f images/s, speed-up %.2fx (paired median %.2fx)\n",
+              ips1, ips2, ips2 / ips1, paired);
   return nlohmann::json{{"network", net->describe()},
           {"params", net->num_params()},
           {"global_batch", batch},
@@ -345,6 +351,8 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
           {"seconds_per_step", {{"1", one}, {"2", two}}},
           {"images_per_second", {{"1", ips1}, {"2", ips2}}},
           {"speedup", ips2 / ips1},
+          {"speedup_per_round", ratios},
+          {"speedup_paired_median", paired},
           {"target_speedup", 1.7}};
 }
 
@@ -485,9 +493,15 @@ std::string markdown(const nlohmann::json& report) {
     for (const auto& t : cnn["seconds_per_step"][r]) md << fixed(t.get<double>(), 3) << " ";
     md << "|\n";
   }
-  md << "\nSpeed-up: **" << fixed(speedup, 2) << "x** (target >= 1.7x: " << (speedup >= 1.7 ? "met" : "NOT met")
-     << "). With only 2 cores, both shared with other work (see the load average above), two ranks\n"
-     << "compete with everything else on the machine; the number is only meaningful on idle cores.\n";
+  const double paired = cnn["speedup_paired_median"].get<double>();
+  md << "\nSpeed-up, ratio of the medians above: **" << fixed(speedup, 2) << "x**. Per round (1-rank time / 2-rank "
+     << "time of the same round): ";
+  for (const auto& r : cnn["speedup_per_round"]) md << fixed(r.get<double>(), 2) << " ";
+  md << "; their median: **" << fixed(paired, 2) << "x**. Target >= 1.7x: "
+     << (speedup >= 1.7 && paired >= 1.7 ? "met by both" : (speedup >= 1.7 || paired >= 1.7 ? "met by one of the two only" : "NOT met"))
+     << ".\n\nWith only 2 cores, both shared with other work (see the load average above), two ranks compete with "
+     << "everything else on the machine, and its speed drifts between rounds; the number is only meaningful on idle "
+     << "cores.\n";
   return md.str();
 }
 
