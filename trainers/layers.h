@@ -23,6 +23,9 @@ enum class LayerActivation { kNone, kRelu, kTanh, kSigmoid };
 // "none" | "relu" | "tanh" | "sigmoid"; false otherwise.
 bool parse_layer_activation(const std::string& name, LayerActivation& out) noexcept;
 const char* layer_activation_name(LayerActivation a) noexcept;
+// dz = dy * act'(z) over `count` values, with act' written in terms of the output y = act(z) (the
+// backward pass keeps y, not z). kNone copies dy. dz may not alias dy.
+void activation_backward(LayerActivation a, const float* y, const float* dy, float* dz, size_t count) noexcept;
 
 // Dense: [batch, in.size()] -> [batch, units]. Parameters: W [in.size(), units] row-major, then b.
 std::unique_ptr<Layer> make_dense_layer(Shape in, int64_t units, LayerActivation activation);

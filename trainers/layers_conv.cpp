@@ -199,20 +199,8 @@ class ConvLayer final : public Layer {
     const float* dz = dy;
     if (act_ != LayerActivation::kNone) {
       if (dz_.size() < count) dz_.resize(count);
-      float* d = dz_.data();
-      switch (act_) {
-        case LayerActivation::kRelu:
-          for (size_t i = 0; i < count; ++i) d[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-          break;
-        case LayerActivation::kTanh:
-          for (size_t i = 0; i < count; ++i) d[i] = dy[i] * (1.0f - y[i] * y[i]);
-          break;
-        case LayerActivation::kSigmoid:
-          for (size_t i = 0; i < count; ++i) d[i] = dy[i] * (y[i] * (1.0f - y[i]));
-          break;
-        case LayerActivation::kNone: break;
-      }
-      dz = d;
+      activation_backward(act_, y, dy, dz_.data(), count);
+      dz = dz_.data();
     }
     // Weights and bias gradients into scratch (oneDNN overwrites), then added to grads.
     {

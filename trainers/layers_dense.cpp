@@ -10,6 +10,23 @@
 
 namespace hpctune::trainers {
 
+void activation_backward(LayerActivation a, const float* y, const float* dy, float* dz, size_t count) noexcept {
+  switch (a) {
+    case LayerActivation::kRelu:
+      for (size_t i = 0; i < count; ++i) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      break;
+    case LayerActivation::kTanh:
+      for (size_t i = 0; i < count; ++i) dz[i] = dy[i] * (1.0f - y[i] * y[i]);
+      break;
+    case LayerActivation::kSigmoid:
+      for (size_t i = 0; i < count; ++i) dz[i] = dy[i] * (y[i] * (1.0f - y[i]));
+      break;
+    case LayerActivation::kNone:
+      std::copy(dy, dy + count, dz);
+      break;
+  }
+}
+
 bool parse_layer_activation(const std::string& name, LayerActivation& out) noexcept {
   if (name == "none") return out = LayerActivation::kNone, true;
   if (name == "relu") return out = LayerActivation::kRelu, true;
@@ -95,20 +112,8 @@ class DenseLayer final : public Layer {
     const float* dz = dy;
     if (act_ != LayerActivation::kNone) {
       if (dz_.size() < count) dz_.resize(count);
-      float* d = dz_.data();
-      switch (act_) {
-        case LayerActivation::kRelu:
-          for (size_t i = 0; i < count; ++i) d[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-          break;
-        case LayerActivation::kTanh:
-          for (size_t i = 0; i < count; ++i) d[i] = dy[i] * (1.0f - y[i] * y[i]);
-          break;
-        case LayerActivation::kSigmoid:
-          for (size_t i = 0; i < count; ++i) d[i] = dy[i] * (y[i] * (1.0f - y[i]));
-          break;
-        case LayerActivation::kNone: break;
-      }
-      dz = d;
+      activation_backward(act_, y, dy, dz_.data(), count);
+      dz = dz_.data();
     }
     float* dw = grads.data();
     float* db = dw + static_cast<size_t>(k) * n;
