@@ -14,6 +14,7 @@
 #include "common/rng.h"
 #include "trainers/blas.h"
 #include "trainers/checkpoint.h"
+#include "trainers/denormals.h"
 #include "trainers/layers.h"  // dnnl_set_threads
 #include "trainers/trainer_group.h"
 
@@ -244,6 +245,9 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   const int64_t n_train = static_cast<int64_t>(base_train.size());
   const int64_t n_test = s.max_test_samples > 0 ? std::min(s.max_test_samples, data.test.count) : data.test.count;
 
+  // For the whole trial, on this thread (denormals.h); first, so that BLAS threads started by the
+  // two calls below inherit it.
+  const FlushDenormals flush_denormals;
   blas_select_kernels();
   blas_set_threads(ctx.threads);
   dnnl_set_threads(ctx.threads);  // oneDNN's OpenMP pool is per calling thread: set it on this one

@@ -61,7 +61,8 @@ std::unique_ptr<Layer> make_dropout_layer(Shape in, double rate);
 // dropout `dropout` (omitted when 0); Network::create() appends the output layer.
 std::vector<LayerSpec> default_cnn_layer_specs(double dropout = 0.0);
 
-// Sets the thread count of oneDNN's OpenMP runtime for primitives run from the calling thread.
+// Sets the thread count of oneDNN's OpenMP runtime for primitives run from the calling thread, and
+// makes that pool's threads flush denormals to zero (denormals.h).
 void dnnl_set_threads(int threads) noexcept;
 // The instruction set oneDNN dispatches to ("avx512_core", ...).
 std::string dnnl_isa_name();

@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "trainers/denormals.h"
 #include "trainers/layers.h"
 
 namespace hpctune::trainers {
@@ -26,7 +27,12 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-void dnnl_set_threads(int threads) noexcept { omp_set_num_threads(std::max(1, threads)); }
+void dnnl_set_threads(int threads) noexcept {
+  omp_set_num_threads(std::max(1, threads));
+  // The pool's threads run the kernels: they flush denormals too (denormals.h).
+#pragma omp parallel
+  flush_denormals_on_this_thread();
+}
 
 std::string dnnl_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
