@@ -112,19 +112,9 @@ Result<TrialResult> FunctionTrainer::run(const TrialContext& ctx) {
   const auto per_step = std::chrono::duration<double>(s.seconds_per_step);
   TrialResult result;
   for (int64_t step = 1; step <= s.steps; ++step) {
-    if (s.seconds_per_step > 0.0) {
-      // Absolute deadlines, so sleep overshoot does not accumulate over the steps.
-      const auto deadline = start + std::chrono::duration_cast<Clock::duration>(per_step * static_cast<double>(step));
-      for (;;) {
-        if (ctx.stop_requested()) {
-          result.stopped = true;
-          return result;
-        }
-        const auto now = Clock::now();
-        if (now >= deadline) break;
-        std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(kSliceMs)));
-      }
-    } else if (ctx.stop_requested()) {
+    // Absolute deadlines, so sleep overshoot does not accumulate over the steps.
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(per_step * static_cast<double>(step));
+    if (wait_unless_stopped(ctx, deadline, std::chrono::milliseconds(kSliceMs))) {
       result.stopped = true;
       return result;
     }

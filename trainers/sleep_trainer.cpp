@@ -36,19 +36,9 @@ Result<TrialResult> SleepTrainer::run(const TrialContext& ctx) {
 
   TrialResult result;
   for (int64_t step = 1; step <= s.steps; ++step) {
-    if (s.seconds > 0.0) {
-      const auto deadline =
-          start + std::chrono::duration_cast<Clock::duration>(total * (static_cast<double>(step) / static_cast<double>(s.steps)));
-      for (;;) {
-        if (ctx.stop_requested()) {
-          result.stopped = true;
-          return result;
-        }
-        const auto now = Clock::now();
-        if (now >= deadline) break;
-        std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(kSliceMs)));
-      }
-    } else if (ctx.stop_requested()) {
+    const auto deadline =
+        start + std::chrono::duration_cast<Clock::duration>(total * (static_cast<double>(step) / static_cast<double>(s.steps)));
+    if (wait_unless_stopped(ctx, deadline, std::chrono::milliseconds(kSliceMs))) {
       result.stopped = true;
       return result;
     }

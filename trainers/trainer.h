@@ -9,11 +9,14 @@
 // searched parameters laid over them (a searched `lr` overrides a fixed `lr`).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -65,6 +68,19 @@ class Trainer {
   virtual std::string kind() const = 0;
   virtual Result<TrialResult> run(const TrialContext& ctx) = 0;
 };
+
+// Waits until `deadline`, polling ctx.stop_requested() at least every `slice`. Returns true as soon
+// as a stop is requested; it is asked at least once, also when the deadline has already passed. For
+// trainers that pace their steps (sleep, function).
+inline bool wait_unless_stopped(const TrialContext& ctx, std::chrono::steady_clock::time_point deadline,
+                                std::chrono::milliseconds slice) {
+  for (;;) {
+    if (ctx.stop_requested()) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(deadline - now, slice));
+  }
+}
 
 class DatasetCache;  // trainers/idx_dataset.h
 
