@@ -476,15 +476,8 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   std::deque<std::string> stderr_tail;
   std::size_t ignored_reports = 0;
 
-  auto on_stdout = [&](std::string_view line, bool partial) {
-    out_log << line << (partial ? "" : "\n");
-    if (partial) return;
-    std::string_view text = line;
-    if (ranks > 1) {
-      const Tagged t = untag(line);
-      if (t.rank != 0) return;  // another rank's line, or mpirun's own: logged, never a report
-      text = t.text;
-    }
+  std::map<int, std::string> rank_pieces;  // under mpirun: each rank's line read so far
+  auto handle_line = [&](std::string_view text) {
     auto report = parse_report_line(text);
     if (!report) return;
     if (!report->ok()) {
@@ -497,6 +490,34 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     result.step = step;
     result.metrics = report->value().metrics;
     if (!stopping) ctx.report(step, result.metrics);
+  };
+  auto on_stdout = [&](std::string_view line, bool partial) {
+    out_log << line << (partial ? "" : "\n");
+    if (partial) return;
+    if (ranks == 1) return handle_line(line);
+    // mpirun tags each chunk a rank writes, not each line: a rank that writes a line in pieces
+    // (Python's print() under PYTHONUNBUFFERED) is cut by other ranks' chunks, as in
+    // "[1,1]<stdout>:text[1,0]<stdout>:whole line" followed later by "[1,1]<stdout>:". So the line
+    // is split at every tag; a piece before the last is the start of its rank's line, and the last
+    // piece ends its rank's line. Only rank 0's lines can be reports; untagged text is mpirun's own.
+    std::vector<Tagged> pieces;
+    for (std::size_t at = line.find('['); at != std::string_view::npos; at = line.find('[', at + 1)) {
+      const Tagged t = untag(line.substr(at));
+      if (t.rank < 0) continue;
+      if (!pieces.empty()) {  // the previous piece ends where this tag starts
+        const char* begin = pieces.back().text.data();
+        pieces.back().text = std::string_view(begin, static_cast<std::size_t>(line.data() + at - begin));
+      }
+      pieces.push_back(t);
+    }
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      std::string& pending = rank_pieces[pieces[i].rank];
+      pending.append(pieces[i].text);
+      if (i + 1 < pieces.size()) continue;  // cut by another rank's chunk: the rest comes later
+      const std::string whole = std::move(pending);
+      pending.clear();
+      if (pieces[i].rank == 0) handle_line(whole);
+    }
   };
   auto on_stderr = [&](std::string_view line, bool partial) {
     err_log << line << (partial ? "" : "\n");
