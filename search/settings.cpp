@@ -1,4 +1,5 @@
 #include "search/settings.h"
+#include "search/space.h"
 
 #include <cmath>
 #include <cstdio>
@@ -17,17 +18,11 @@ const char* setting_type_name(SettingType type) noexcept {
 
 namespace {
 
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 std::string bounds_text(const SettingDecl& d) {
   const bool has_min = std::isfinite(d.min), has_max = std::isfinite(d.max);
-  if (has_min && has_max) return "in [" + num(d.min) + ", " + num(d.max) + "]";
-  if (has_min) return ">= " + num(d.min);
-  return "<= " + num(d.max);
+  if (has_min && has_max) return "in [" + number_text(d.min) + ", " + number_text(d.max) + "]";
+  if (has_min) return ">= " + number_text(d.min);
+  return "<= " + number_text(d.max);
 }
 
 }  // namespace
@@ -62,7 +57,7 @@ Result<nlohmann::json> resolve_settings(std::string_view owner, const std::vecto
         if (v.is_number_integer()) x = static_cast<double>(v.get<int64_t>());
         else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) x = v.get<double>();
         else return err(Errc::kConfig, d.key + ": expected an integer, got " + v.dump());
-        if (x < d.min || x > d.max) return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + num(x));
+        if (x < d.min || x > d.max) return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + number_text(x));
         out[d.key] = static_cast<int64_t>(x);
         break;
       }
@@ -70,7 +65,7 @@ Result<nlohmann::json> resolve_settings(std::string_view owner, const std::vecto
         if (!v.is_number()) return err(Errc::kConfig, d.key + ": expected a number, got " + v.dump());
         const double x = v.get<double>();
         if (!std::isfinite(x) || x < d.min || x > d.max)
-          return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + num(x));
+          return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + number_text(x));
         out[d.key] = x;
         break;
       }

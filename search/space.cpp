@@ -17,13 +17,13 @@ const char* param_type_name(ParamType type) noexcept {
   return "unknown";
 }
 
-namespace {
-
-std::string num(double v) {
+std::string number_text(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
 }
+
+namespace {
 
 std::string values_text(const std::vector<nlohmann::json>& values) {
   std::string out = "[";
@@ -51,11 +51,11 @@ Status validate_one(const ParamSpec& p) {
     case ParamType::kInt: {
       if (!std::isfinite(p.low) || !std::isfinite(p.high)) return config_error(p, "bounds must be finite numbers");
       if (p.type == ParamType::kInt && (!is_whole(p.low) || !is_whole(p.high)))
-        return config_error(p, "int bounds must be whole numbers (low " + num(p.low) + ", high " + num(p.high) + ")");
+        return config_error(p, "int bounds must be whole numbers (low " + number_text(p.low) + ", high " + number_text(p.high) + ")");
       if (p.low >= p.high)
-        return config_error(p, "low (" + num(p.low) + ") must be below high (" + num(p.high) + ")");
+        return config_error(p, "low (" + number_text(p.low) + ") must be below high (" + number_text(p.high) + ")");
       if (p.log && p.low <= 0)
-        return config_error(p, "a log range must be above 0, but low is " + num(p.low));
+        return config_error(p, "a log range must be above 0, but low is " + number_text(p.low));
       if (p.type == ParamType::kInt && p.step < 1) return config_error(p, "step must be at least 1, got " + std::to_string(p.step));
       if (p.resolution < 0 || p.resolution == 1)
         return config_error(p, "resolution must be at least 2, got " + std::to_string(p.resolution));
@@ -175,16 +175,16 @@ Status Space::check_value(const ParamSpec& p, const nlohmann::json& v) {
     case ParamType::kFloat: {
       if (!v.is_number()) return bad("expected a number, got " + v.dump());
       const double x = v.get<double>();
-      if (!(x >= p.low && x <= p.high)) return bad(num(x) + " is outside [" + num(p.low) + ", " + num(p.high) + "]");
+      if (!(x >= p.low && x <= p.high)) return bad(number_text(x) + " is outside [" + number_text(p.low) + ", " + number_text(p.high) + "]");
       return Status::Ok();
     }
     case ParamType::kInt: {
       if (!v.is_number()) return bad("expected an integer, got " + v.dump());
       const double x = v.get<double>();
       if (!is_whole(x)) return bad("expected an integer, got " + v.dump());
-      if (x < p.low || x > p.high) return bad(num(x) + " is outside [" + num(p.low) + ", " + num(p.high) + "]");
+      if (x < p.low || x > p.high) return bad(number_text(x) + " is outside [" + number_text(p.low) + ", " + number_text(p.high) + "]");
       const auto off = static_cast<int64_t>(x - p.low);
-      if (off % p.step != 0) return bad(num(x) + " is not on the step " + std::to_string(p.step) + " from " + num(p.low));
+      if (off % p.step != 0) return bad(number_text(x) + " is not on the step " + std::to_string(p.step) + " from " + number_text(p.low));
       return Status::Ok();
     }
     case ParamType::kChoice:
