@@ -190,17 +190,33 @@ struct Sample {
 
 // Measures every allreducer on `bytes`, interleaved: each repetition runs every algorithm once, so
 // background load on a shared machine falls on all of them alike.
+// `in_place[a]`: allreducer a sums a buffer in its own shared memory (Allreducer::shared_buffer,
+// as the data-parallel engine does with its gradients) instead of ordinary memory.
 std::vector<Sample> measure_size(std::vector<Allreducer>& allreducers,
-                                 const std::vector<std::string>& names, size_t bytes, double budget,
-                                 MPI_Comm comm) {
+                                 const std::vector<std::string>& names, const std::vector<bool>& in_place,
+                                 size_t bytes, double budget, MPI_Comm comm) {
   const int n = allreducers.front().size();
   const size_t count = bytes / sizeof(float);
-  std::vector<float> data(count);
+  std::vector<float> own(count);
+  std::vector<std::span<float>> buffers(allreducers.size(), std::span<float>(own));
+  std::vector<std::shared_ptr<void>> owners;
+  for (size_t a = 0; a < allreducers.size(); ++a) {
+    if (!in_place[a]) continue;
+    auto shared = allreducers[a].shared_buffer(count);
+    if (!shared.ok() || shared->data.empty()) {
+      std::fprintf(stderr, "bench_allreduce: no shared buffer for %s (%s)\n", names[a].c_str(),
+                   shared.ok() ? allreducers[a].shared_memory().c_str() : shared.error().to_string().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    buffers[a] = shared->data;
+    owners.push_back(shared->owner);
+  }
   const float contribution = static_cast<float>(allreducers.front().rank() + 1);
   const float expected = static_cast<float>(n * (n + 1) / 2);
   std::vector<Sample> samples(allreducers.size());
 
   auto one_call = [&](size_t a, bool check) -> double {
+    const std::span<float> data = buffers[a];
     std::fill(data.begin(), data.end(), contribution);
     MPI_Barrier(comm);
     const double start = MPI_Wtime();
@@ -321,6 +337,7 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
     engine2 = std::move(e).value();
   }
   LocalEngine engine1(*net);
+  const std::string shared_memory = group ? group->shared_memory() : "";
   std::vector<double> one, two;
   for (int round = 0; round < args.cnn_rounds; ++round) {
     if (solo != MPI_COMM_NULL) one.push_back(time_steps(engine1, x, y, batch, args.cnn_steps, solo));
@@ -346,6 +363,8 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
           {"params", net->num_params()},
           {"global_batch", batch},
           {"threads_per_rank", 1},
+          {"allreduce", hpctune::trainers::allreduce_algorithm_name(MpiGroupOptions{}.algorithm)},
+          {"shared_memory", shared_memory},
           {"steps_per_round", args.cnn_steps},
           {"rounds", args.cnn_rounds},
           {"seconds_per_step", {{"1", one}, {"2", two}}},
@@ -474,7 +493,13 @@ std::string markdown(const nlohmann::json& report) {
      << "must also add, and over shared memory the copy runs inside the receiver's progress call,\n"
      << "so copying and adding take turns on the same core. Small sizes are latency-bound. On a\n"
      << "machine whose cores are busy with other work, a rank that loses its core holds its peer\n"
-     << "up for a scheduler time slice (milliseconds); see the priority recorded above.\n";
+     << "up for a scheduler time slice (milliseconds); see the priority recorded above.\n\n"
+     << "`hierarchical` moves no messages inside a node: its ranks share memory, and each reduces its\n"
+     << "part by reading that part of every rank's slot. Above, `hierarchical` sums an ordinary\n"
+     << "buffer, which is copied into the slot and out again; `hierarchical in place` sums a buffer that\n"
+     << "lives in the slot (Allreducer::shared_buffer), as the data-parallel engine's gradients do.\n"
+     << "The bound, a message's one-way copy, does not describe that path: in place, a rank reads\n"
+     << "2(n-1)/n of the buffer from its peers and writes as much, with no copy in between.\n";
 
   md << "\n## Data-parallel scaling of the CNN, 1 → 2 ranks\n\n";
   const auto& cnn = report["cnn_data_parallel_scaling"];
@@ -485,7 +510,9 @@ std::string markdown(const nlohmann::json& report) {
   const double speedup = cnn["speedup"].get<double>();
   md << "The `cnn` trainer's default network (" << cnn["params"].get<int64_t>() << " parameters), global batch "
      << cnn["global_batch"].get<int64_t>() << ", one compute thread per rank, train_batch + SGD on synthetic data; "
-     << "1 rank: LocalEngine; 2 ranks: the data-parallel engine (`ring`). Median of " << cnn["rounds"].get<int>()
+     << "1 rank: LocalEngine; 2 ranks: the data-parallel engine with the default `trainer.allreduce` (`"
+     << cnn["allreduce"].get<std::string>() << "`, shared memory " << cnn["shared_memory"].get<std::string>()
+     << "). Median of " << cnn["rounds"].get<int>()
      << " alternating rounds of " << cnn["steps_per_round"].get<int>() << " steps.\n\n"
      << "| ranks | images/s | s/step (rounds) |\n|---:|---:|---|\n";
   for (const char* r : {"1", "2"}) {
@@ -575,8 +602,14 @@ int main(int argc, char** argv) {
   bool all_correct = true;
   std::vector<Allreducer> allreducers;
   std::vector<std::string> names;
-  for (AllreduceAlgorithm algorithm : hpctune::trainers::kAllreduceAlgorithms) {
-    names.push_back(hpctune::trainers::allreduce_algorithm_name(algorithm));
+  std::vector<bool> in_place;
+  std::vector<AllreduceAlgorithm> variants(std::begin(hpctune::trainers::kAllreduceAlgorithms),
+                                           std::end(hpctune::trainers::kAllreduceAlgorithms));
+  variants.push_back(AllreduceAlgorithm::kHierarchical);  // again, on its own shared memory
+  for (AllreduceAlgorithm algorithm : variants) {
+    in_place.push_back(names.size() >= std::size(hpctune::trainers::kAllreduceAlgorithms));
+    names.push_back(std::string(hpctune::trainers::allreduce_algorithm_name(algorithm)) +
+                    (in_place.back() ? " in place" : ""));
     algorithms.push_back(names.back());
     AllreduceOptions options;
     options.algorithm = algorithm;
@@ -591,7 +624,7 @@ int main(int argc, char** argv) {
   std::vector<Sample> measured;
   for (size_t i = 0; i < sizes.size(); ++i) {
     for (const Sample& s :
-         measure_size(allreducers, names, sizes[i], args.seconds_per_size, world->handle())) {
+         measure_size(allreducers, names, in_place, sizes[i], args.seconds_per_size, world->handle())) {
       measured.push_back(s);
       by_size[i]["busbw_GBps"][s.algorithm] = s.busbw / 1e9;
       by_size[i]["seconds"][s.algorithm] = s.seconds;

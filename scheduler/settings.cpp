@@ -496,9 +496,9 @@ std::vector<Setting> declarations() {
       {.path = "trainer.allreduce",
        .type = Type::kEnum,
        .help = "How data-parallel ranks average gradients: mpi (MPI_Allreduce), ring (reduce-scatter "
-               "then allgather), recursive_doubling (butterfly) or hierarchical (within, then across "
-               "nodes).",
-       .default_value = "ring",
+               "then allgather), recursive_doubling (butterfly) or hierarchical (through the node's "
+               "shared memory, then across nodes).",
+       .default_value = "hierarchical",
        .choices = {"mpi", "ring", "recursive_doubling", "hierarchical"},
        .scope = classifier_kinds(),
        .aliases = {"allreduce_algorithm", "collective"}},

@@ -170,18 +170,76 @@ TEST_CASE("average divides the sum by the rank count") {
 TEST_CASE("hierarchical with forced node splits, uniform and uneven") {
   // ranks_per_node = 2 on 4 ranks: two nodes of two (the cross-node shard path); on 3 ranks: nodes
   // of 2 and 1 (the leader path); 3 on 4 ranks: nodes of 3 and 1; 1: every rank its own node.
-  for (int ranks_per_node : {1, 2, 3}) {
-    AllreduceOptions options = options_for(AllreduceAlgorithm::kHierarchical);
-    options.ranks_per_node = ranks_per_node;
-    options.segment_bytes = 8192;
-    Allreducer allreducer = make_allreducer(options);
-    CAPTURE(ranks_per_node);
-    CHECK(allreducer.nodes() == (world_size() + ranks_per_node - 1) / ranks_per_node);
-    for (size_t count : kSizes) {
-      CAPTURE(count);
-      check_allreduce(allreducer, count, kSeed + 31 * count, /*average=*/false);
+  // The node phases through shared memory and through messages.
+  for (bool shared_memory : {true, false}) {
+    for (int ranks_per_node : {1, 2, 3}) {
+      AllreduceOptions options = options_for(AllreduceAlgorithm::kHierarchical);
+      options.ranks_per_node = ranks_per_node;
+      options.segment_bytes = 8192;
+      options.shared_memory = shared_memory;
+      Allreducer allreducer = make_allreducer(options);
+      CAPTURE(shared_memory);
+      CAPTURE(ranks_per_node);
+      CHECK(allreducer.nodes() == (world_size() + ranks_per_node - 1) / ranks_per_node);
+      for (size_t count : kSizes) {
+        CAPTURE(count);
+        check_allreduce(allreducer, count, kSeed + 31 * count, /*average=*/false);
+      }
+      // Shared memory is used exactly when asked for and this rank's node has more than one rank.
+      const int node_first = world_rank() / ranks_per_node * ranks_per_node;
+      const bool node_of_several = std::min(ranks_per_node, world_size() - node_first) > 1;
+      const std::string state = allreducer.shared_memory();
+      CAPTURE(state);
+      CHECK((state == "on") == (shared_memory && node_of_several));
     }
   }
+}
+
+TEST_CASE("shared memory that cannot be had falls back to messages on every rank of the node") {
+  if (world_size() == 1) return;
+  Allreducer allreducer = make_allreducer(options_for(AllreduceAlgorithm::kHierarchical));
+  // 2^40 floats per rank: more than any /dev/shm holds, so reserving them fails on local rank 0.
+  auto buffer = allreducer.shared_buffer(size_t{1} << 40);
+  REQUIRE(buffer.ok());
+  CHECK(buffer->data.empty());
+  const std::string state = allreducer.shared_memory();
+  CAPTURE(state);
+  CHECK(state.rfind("off: ", 0) == 0);
+  for (size_t count : kSizes) {
+    CAPTURE(count);
+    check_allreduce(allreducer, count, kSeed + 41 * count, /*average=*/false);
+  }
+  CHECK(allreducer.shared_memory() == state);
+}
+
+TEST_CASE("a buffer in the node's shared memory is summed in place, and stays usable after a remap") {
+  Allreducer allreducer = make_allreducer(options_for(AllreduceAlgorithm::kHierarchical));
+  auto buffer = allreducer.shared_buffer(1000003);
+  REQUIRE(buffer.ok());
+  CHECK(buffer->data.empty() == (world_size() == 1));
+  if (world_size() == 1) return;
+  CHECK(buffer->data.size() == 1000003);
+  CHECK(allreducer.shared_memory() == "on");
+  for (size_t count : {size_t{1000003}, size_t{7}, size_t{1000}}) {
+    CAPTURE(count);
+    std::span<float> data = buffer->data.first(count);
+    const std::vector<float> input = make_input(kSeed + 3 * count, world_rank(), count);
+    std::copy(input.begin(), input.end(), data.begin());
+    REQUIRE(allreducer.sum(data).ok());
+    CHECK(count_mismatches(data, reference(kSeed + 3 * count, world_size(), count), world_size(), 1.0) == 0);
+    CHECK(identical_on_all_ranks(data));
+  }
+  // A larger sum maps a larger region; the old buffer is ordinary memory now, still summed right.
+  check_allreduce(allreducer, 1500000, kSeed + 11, /*average=*/false);
+  const std::vector<float> input = make_input(kSeed + 12, world_rank(), 1000);
+  std::copy(input.begin(), input.end(), buffer->data.begin());
+  REQUIRE(allreducer.sum(buffer->data.first(1000)).ok());
+  CHECK(count_mismatches(buffer->data.first(1000), reference(kSeed + 12, world_size(), 1000), world_size(), 1.0) == 0);
+  // Other algorithms have no such buffer.
+  Allreducer ring = make_allreducer(options_for(AllreduceAlgorithm::kRing));
+  auto none = ring.shared_buffer(1000);
+  REQUIRE(none.ok());
+  CHECK(none->data.empty());
 }
 
 TEST_CASE("waiting by spinning and by yielding give the same sums") {

@@ -240,6 +240,10 @@ TEST_CASE("every layout trains like one rank") {
     check_layout(data, model, 13, 3, data > 1 ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kRing);
   }
   if (size > 1) check_layout(size, 1, 16, 0, AllreduceAlgorithm::kMpi);
+  // Gradients computed in the node's shared memory and summed there (data parallel), and a 2-D
+  // layout whose stages use the copying path.
+  if (size > 1) check_layout(size, 1, 22, 0, AllreduceAlgorithm::kHierarchical);
+  if (size == 4) check_layout(2, 2, 22, 0, AllreduceAlgorithm::kHierarchical);
 }
 
 int main(int argc, char** argv) {

@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -84,6 +86,10 @@ class Requests {
   bool yield_ = false;
 };
 
+// Polls one request (a barrier, a broadcast) with MPI_Test until it completes, or kTimeout after
+// the pipeline's deadline naming `what` was awaited.
+Status wait_request(MPI_Request& request, const Pipeline& pipeline, const char* what);
+
 // Posts receives (or sends) of data[range] to/from `peer` cut into segments of at most
 // segment_floats, appending their request indices to `indices`. Both sides of a transfer cut the
 // same range the same way, so segment k of the sender matches segment k of the receiver.
@@ -116,6 +122,7 @@ struct Hierarchy {
   Communicator leaders;  // non-uniform only: local rank 0 of every node; null on other ranks
   bool uniform = true;   // every node has the same number of ranks
   int nodes = 1;
+  bool node_shares_memory = true;  // every rank of `node` is on this machine (MPI_COMM_TYPE_SHARED)
 
   // Nodes from MPI_COMM_TYPE_SHARED, or node = rank / ranks_per_node when ranks_per_node > 0.
   // Collective over `comm`.
@@ -126,6 +133,42 @@ struct Hierarchy {
 // count floats.
 Status hierarchical_allreduce(const Hierarchy& hierarchy, float* data, size_t count,
                               float* scratch, const Pipeline& pipeline);
+
+// Memory every rank of one node maps: a slot of capacity() floats per local rank, each starting on
+// a page boundary (allreduce_shared_memory.cpp). Unmapped when the last owner lets go; no
+// collective at teardown.
+class SharedSlots {
+ public:
+  // Collective over `node`, whose ranks must share memory. nullptr (not an error) when the region
+  // cannot be made on some rank, with the reason in *why_not; errors only for MPI failures and the
+  // pipeline's deadline.
+  static Result<std::shared_ptr<SharedSlots>> create(const Communicator& node, size_t capacity,
+                                                     const Pipeline& pipeline, std::string* why_not);
+  SharedSlots(const SharedSlots&) = delete;
+  SharedSlots& operator=(const SharedSlots&) = delete;
+  ~SharedSlots() noexcept;
+
+  float* slot(int local_rank) const noexcept { return base_ + static_cast<size_t>(local_rank) * stride_; }
+  size_t capacity() const noexcept { return capacity_; }
+  int ranks() const noexcept { return ranks_; }
+  int rank() const noexcept { return rank_; }
+
+ private:
+  SharedSlots() = default;
+  float* base_ = nullptr;
+  size_t bytes_ = 0, stride_ = 0, capacity_ = 0;
+  int ranks_ = 1, rank_ = 0;
+};
+
+// MPI_Ibarrier over the node, polled against the pipeline's deadline, between memory fences.
+Status node_barrier(const Communicator& node, const Pipeline& pipeline);
+
+// `hierarchical` with its node phases in shared memory: reduce this rank's part of the node sum
+// from every slot, allreduce it across nodes, copy the other parts from their slots. When `data`
+// is this rank's slot, nothing is copied in; otherwise data goes through the slot. Collective over
+// the hierarchy's communicators. `scratch` holds count floats.
+Status shared_memory_hierarchical_allreduce(const Hierarchy& hierarchy, SharedSlots& slots, float* data,
+                                            size_t count, float* scratch, const Pipeline& pipeline);
 
 // MPI_Allreduce(MPI_IN_PLACE, MPI_SUM) in pieces of at most INT_MAX elements. Blocks; no deadline.
 Status mpi_allreduce(MPI_Comm comm, float* data, size_t count);

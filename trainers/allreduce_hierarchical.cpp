@@ -49,6 +49,13 @@ Result<Hierarchy> Hierarchy::create(const Communicator& comm, int ranks_per_node
     HPCTUNE_ASSIGN(hierarchy.node, Communicator::split_shared(comm.handle()));
   }
   const int local_rank = hierarchy.node.rank();
+  {
+    HPCTUNE_ASSIGN(Communicator sharing, Communicator::split_shared(hierarchy.node.handle()));
+    int shares = sharing.size() == hierarchy.node.size() ? 1 : 0;
+    HPCTUNE_TRY(mpi_status(MPI_Allreduce(MPI_IN_PLACE, &shares, 1, MPI_INT, MPI_MIN, hierarchy.node.handle()),
+                           "MPI_Allreduce(node shares memory)"));
+    hierarchy.node_shares_memory = shares == 1;
+  }
 
   // [node size, -node size, leaders]: max and min node size, and the node count, in one call.
   int stats[3] = {hierarchy.node.size(), -hierarchy.node.size(), local_rank == 0 ? 1 : 0};

@@ -20,6 +20,11 @@ struct Allreducer::State {
   Communicator comm;
   AllreduceOptions options;
   detail::Hierarchy hierarchy;  // kHierarchical only
+  // kHierarchical with options.shared_memory: the node's slots, made on first use and again when a
+  // larger buffer comes; shared_memory_off once they could not be made (the reason is kept).
+  std::shared_ptr<detail::SharedSlots> slots;
+  bool shared_memory_off = false;
+  std::string shared_memory_reason;
   std::vector<float> scratch;   // grows to the largest count seen; reused across calls
   bool yield = false;           // WaitPolicy resolved
   bool broken = false;          // set by the first error; see sum()
@@ -28,6 +33,15 @@ struct Allreducer::State {
 };
 
 namespace {
+
+detail::Pipeline make_pipeline(const AllreduceOptions& options, bool yield, detail::Clock::time_point now) {
+  detail::Pipeline pipeline;
+  pipeline.segment_floats =
+      std::min<size_t>(options.segment_bytes / sizeof(float), static_cast<size_t>(INT_MAX));
+  pipeline.deadline = now + options.timeout;
+  pipeline.yield = yield;
+  return pipeline;
+}
 
 // kAuto: yield when the ranks on this node outnumber the cores this process may run on, the rule
 // Open MPI applies to its own progress loop. Collective over `comm`.
@@ -43,6 +57,29 @@ Result<bool> resolve_wait_policy(WaitPolicy policy, const Communicator& comm) {
 }
 
 }  // namespace
+
+// The node's slots with room for `count` floats, made when missing or too small; null when the
+// node phases go by messages instead. Collective over the node (every rank asks for the same count).
+Result<detail::SharedSlots*> Allreducer::node_slots(size_t count, const detail::Pipeline& pipeline) {
+  State& s = *state_;
+  if (s.options.algorithm != AllreduceAlgorithm::kHierarchical || s.shared_memory_off) return nullptr;
+  if (!s.options.shared_memory || !s.hierarchy.node_shares_memory || s.hierarchy.node.size() < 2) {
+    s.shared_memory_off = true;
+    s.shared_memory_reason = !s.options.shared_memory           ? "turned off"
+                             : s.hierarchy.node.size() < 2        ? "one rank per node"
+                                                                  : "the node's ranks do not share memory";
+    return nullptr;
+  }
+  if (s.slots && s.slots->capacity() >= count) return s.slots.get();
+  std::string why_not;
+  HPCTUNE_ASSIGN(s.slots, detail::SharedSlots::create(s.hierarchy.node, count, pipeline, &why_not));
+  if (!s.slots) {
+    s.shared_memory_off = true;
+    s.shared_memory_reason = why_not;
+    return nullptr;
+  }
+  return s.slots.get();
+}
 
 Allreducer::Allreducer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Allreducer::Allreducer(Allreducer&&) noexcept = default;
@@ -88,11 +125,7 @@ Status Allreducer::sum(std::span<float> data) {
   const auto now = detail::Clock::now();
   s.started.store(std::max<detail::Clock::rep>(now.time_since_epoch().count(), 1),
                   std::memory_order_relaxed);
-  detail::Pipeline pipeline;
-  pipeline.segment_floats =
-      std::min<size_t>(s.options.segment_bytes / sizeof(float), static_cast<size_t>(INT_MAX));
-  pipeline.deadline = now + s.options.timeout;
-  pipeline.yield = s.yield;
+  const detail::Pipeline pipeline = make_pipeline(s.options, s.yield, now);
   const detail::Peers peers = detail::peers_of(s.comm);
 
   Status status;
@@ -107,10 +140,18 @@ Status Allreducer::sum(std::span<float> data) {
       status = detail::recursive_doubling_allreduce(peers, data.data(), data.size(),
                                                     s.scratch.data(), pipeline);
       break;
-    case AllreduceAlgorithm::kHierarchical:
-      status = detail::hierarchical_allreduce(s.hierarchy, data.data(), data.size(),
-                                              s.scratch.data(), pipeline);
+    case AllreduceAlgorithm::kHierarchical: {
+      auto slots = node_slots(data.size(), pipeline);
+      if (!slots.ok()) {
+        status = std::move(slots).error();
+      } else if (*slots != nullptr) {
+        status = detail::shared_memory_hierarchical_allreduce(s.hierarchy, **slots, data.data(), data.size(),
+                                                              s.scratch.data(), pipeline);
+      } else {
+        status = detail::hierarchical_allreduce(s.hierarchy, data.data(), data.size(), s.scratch.data(), pipeline);
+      }
       break;
+    }
   }
   s.started.store(0, std::memory_order_relaxed);
   if (status.ok()) return status;
@@ -120,6 +161,29 @@ Status Allreducer::sum(std::span<float> data) {
       std::string("while allreducing ") + std::to_string(data.size()) + " floats with '" +
       allreduce_algorithm_name(algorithm) + "' on rank " + std::to_string(s.comm.rank()) + " of " +
       std::to_string(s.comm.size()));
+}
+
+Result<SharedBuffer> Allreducer::shared_buffer(size_t count) {
+  State& s = *state_;
+  if (s.broken) return err(Errc::kFailed, "allreducer unusable after an earlier collective error");
+  if (s.comm.size() == 1 || count == 0) return SharedBuffer{};
+  const detail::Pipeline pipeline = make_pipeline(s.options, s.yield, detail::Clock::now());
+  auto slots = node_slots(count, pipeline);
+  if (!slots.ok()) {
+    s.broken = true;
+    return std::move(slots).error().with_context("while mapping the node's shared memory");
+  }
+  if (*slots == nullptr) return SharedBuffer{};
+  return SharedBuffer{std::span<float>(s.slots->slot(s.slots->rank()), count), s.slots};
+}
+
+std::string Allreducer::shared_memory() const {
+  const State& s = *state_;
+  if (s.options.algorithm != AllreduceAlgorithm::kHierarchical) return "not used by '" +
+      std::string(allreduce_algorithm_name(s.options.algorithm)) + "'";
+  if (s.slots) return "on";
+  if (s.shared_memory_off) return "off: " + s.shared_memory_reason;
+  return "not yet mapped";
 }
 
 Status Allreducer::average(std::span<float> data) {

@@ -44,7 +44,7 @@ std::vector<SettingSpec> classifier_common_setting_specs() {
       {"epochs", "int", 10, "training epochs, >= 1"},
       {"checkpoint", "bool", true, "write a checkpoint after every epoch and resume from it (needs a trial directory)"},
       {"micro_batches", "int", 0, "pipeline micro-batches per minibatch (0 = 2 x model ranks)"},
-      {"allreduce", "string", "ring", "gradient allreduce of data-parallel groups: mpi, ring, recursive_doubling or hierarchical"},
+      {"allreduce", "string", "hierarchical", "gradient allreduce of data-parallel groups: mpi, ring, recursive_doubling or hierarchical"},
       {"save_predictions", "bool", true, "save validation and test class probabilities (.npy) as artifacts"},
   };
 }

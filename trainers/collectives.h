@@ -32,6 +32,15 @@
 //                       rank counts, the node shards are first gathered on each node's leader
 //                       (local rank 0), the leaders allreduce across nodes, and the leaders scatter
 //                       the shards back. (allreduce_hierarchical.cpp)
+//                       Inside a node the ranks share memory, so by default (shared_memory) the
+//                       node phases move no messages: each rank maps one region holding a slot per
+//                       local rank, reduces its part by reading that part of every slot, and copies
+//                       the other parts from the slots that hold their totals, between barriers.
+//                       A buffer that already lives in this rank's slot (shared_buffer(); the
+//                       data-parallel engine computes its gradients there) is not even copied in
+//                       or out: per rank, 2 MPI barriers' worth of latency plus reading the buffer
+//                       once and writing it once, against 4 copies of it through Open MPI's
+//                       shared-memory queues. (allreduce_shared_memory.cpp)
 //
 // Deadlines and hung peers. MPI itself has no timeouts. The ring, recursive-doubling and
 // hierarchical implementations only post non-blocking operations and poll them (MPI_Test) until
@@ -62,6 +71,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -141,7 +151,7 @@ enum class WaitPolicy {
 };
 
 struct AllreduceOptions {
-  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kHierarchical;
   // Pipelining granularity of ring, recursive_doubling and hierarchical: messages are at most this
   // long, and each is reduced as soon as it arrives. At least sizeof(float). Over shared memory
   // Open MPI copies a message inside the receiver's progress call, so copy and reduction cannot
@@ -155,7 +165,22 @@ struct AllreduceOptions {
   // instead of asking MPI which ranks share memory, so one machine can exercise the multi-node
   // path of `hierarchical`. 0: MPI_COMM_TYPE_SHARED.
   int ranks_per_node = 0;
+  // `hierarchical`: run the node phases through shared memory (see the top of this file) when the
+  // node's ranks share memory and the region can be made; otherwise they go by messages.
+  bool shared_memory = true;
 };
+
+// This rank's slot of the node's shared memory (Allreducer::shared_buffer), and what keeps it
+// mapped: hold `owner` for as long as `data` is used. Empty where the algorithm has none.
+struct SharedBuffer {
+  std::span<float> data;
+  std::shared_ptr<void> owner;
+};
+
+namespace detail {
+class SharedSlots;
+struct Pipeline;
+}  // namespace detail
 
 // One communicator's allreduce, with its chosen algorithm, sub-communicators and scratch memory
 // created once and reused. Every rank of the communicator must make the same calls, in the same
@@ -178,6 +203,17 @@ class Allreducer {
   // sum() then division by size().
   Status average(std::span<float> data);
 
+  // `count` floats of memory that sum() reduces without copying them in or out: this rank's slot
+  // of the node's shared memory (`hierarchical` with shared_memory). Empty for the other
+  // algorithms, on one rank, or where the region cannot be made; the caller then uses its own
+  // memory, which works as well, with copies. Collective over the node: every rank asks for the
+  // same count. A later sum() of more floats maps a larger region; the old one stays valid for
+  // as long as its owner is held, but is no longer shared.
+  Result<SharedBuffer> shared_buffer(size_t count);
+  // Whether the node phases run in shared memory: "on", "off: <reason>", "not yet mapped" (before
+  // the first call), or "not used by '<algorithm>'".
+  std::string shared_memory() const;
+
   // When the collective now running on this Allreducer began; nullopt when none is running. For a
   // watchdog on another thread; safe to call concurrently with sum() while the Allreducer lives.
   std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept;
@@ -193,6 +229,7 @@ class Allreducer {
  private:
   struct State;
   explicit Allreducer(std::unique_ptr<State> state);
+  Result<detail::SharedSlots*> node_slots(size_t count, const detail::Pipeline& pipeline);
   std::unique_ptr<State> state_;
 };
 

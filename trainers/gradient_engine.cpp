@@ -213,6 +213,12 @@ Result<std::unique_ptr<GradientEngine>> make_gradient_engine(Network& network, T
   HPCTUNE_ASSIGN(auto bounds, pipeline_stage_bounds(network, group->model_size()));
   const size_t s = static_cast<size_t>(group->model_rank());
   const int64_t micro = options.micro_batches > 0 ? options.micro_batches : 2 * group->model_size();
+  if (group->data_size() > 1 && group->model_size() == 1) {
+    // Gradients computed straight into memory the allreduce reads (the node's shared memory with
+    // `hierarchical`), so that summing them copies nothing in or out.
+    HPCTUNE_ASSIGN(TrainerGroup::GradientBuffer buffer, group->gradient_buffer(network.num_params()));
+    if (!buffer.data.empty()) network.use_gradient_storage(buffer.data, std::move(buffer.owner));
+  }
   return std::unique_ptr<GradientEngine>(std::make_unique<GroupEngine>(network, *group, bounds[s], bounds[s + 1], micro));
 }
 

@@ -6,7 +6,9 @@
 //   Data parallel (data > 1, model = 1): each replica runs its shard of the global batch (rows
 //     [r * B / D, (r + 1) * B / D)) with grad_scale 1 / B, then TrainerGroup::sum_gradients():
 //     every replica ends with (1/B) * the sum of the shards' gradients, the gradient of the global
-//     mean loss, also when B is not divisible by D.
+//     mean loss, also when B is not divisible by D. Where the group offers memory the allreduce
+//     reads without copying (TrainerGroup::gradient_buffer()), the network's gradients move there
+//     when the engine is made.
 //   Pipeline (model > 1): GPipe. Stage s runs the layers [first_s, last_s) for the micro-batches in
 //     turn, sending activations forward and gradients back over MPI; a stage owns and updates
 //     only the parameters of its layers (params()/grads() are that sub-range).

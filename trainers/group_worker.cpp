@@ -204,6 +204,13 @@ Result<TrialResult> run_in_group(Trainer& trainer, const TrialContext& ctx, MpiT
   watchdog.watch(&group);
   auto result = trainer.run(c);
   watchdog.watch(nullptr);
+  // The allreduce falls back to messages inside the node when its shared memory cannot be made
+  // (a full /dev/shm, say): slower, so say why.
+  const std::string shared_memory = group.shared_memory();
+  if (group.leader() && shared_memory.rfind("off: ", 0) == 0) {
+    log_line(worker, "trial " + std::to_string(ctx.trial_id) + ": the gradient allreduce runs without shared memory (" +
+                         shared_memory.substr(5) + ")");
+  }
   if (group.broken()) {
     end_group(worker, "a group call failed" + (result.ok() ? std::string() : ": " + result.error().to_string()));
   }

@@ -4,7 +4,7 @@
 //   Rank 0, the leader, runs the ordinary worker loop (run_worker, worker.h) against the master.
 //     Its trainers are wrapped: before a trial runs, the wrapper broadcasts the TrialContext (trial
 //     id, attempt, seed, params, trainer settings, trial_dir, threads) to the other ranks, builds
-//     the trial's MpiTrainerGroup (with the trial's `allreduce` setting, default ring) and runs the
+//     the trial's MpiTrainerGroup (with the trial's `allreduce` setting, default hierarchical) and runs the
 //     trainer with ctx.group set. When the loop ends it broadcasts a shutdown message.
 //   Every other rank (a follower) waits for that broadcast (polled; it gives up after
 //     follower_idle_limit or when `terminate` is set), builds the same group and runs the same

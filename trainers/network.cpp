@@ -156,7 +156,9 @@ struct Network::Impl {
   std::vector<std::unique_ptr<Layer>> layers;
   std::vector<size_t> offsets;  // per layer, plus the total at the end
   std::vector<ParamBlock> blocks;
-  std::vector<float> params, grads;
+  std::vector<float> params, own_grads;
+  std::span<float> grads;        // own_grads, or storage given by use_gradient_storage()
+  std::shared_ptr<void> grads_owner;
   // Scratch of backward(): two ping-pong input-gradient buffers, and the pass and loss gradient of
   // forward_backward()/evaluate().
   std::vector<float> delta_a, delta_b, dlogits;
@@ -251,7 +253,8 @@ Result<Network> Network::create(Shape input, const std::vector<LayerSpec>& specs
   }
   impl->offsets.push_back(offset);
   impl->params.assign(offset, 0.0f);
-  impl->grads.assign(offset, 0.0f);
+  impl->own_grads.assign(offset, 0.0f);
+  impl->grads = impl->own_grads;
   return Network(std::move(impl));
 }
 
@@ -276,6 +279,22 @@ std::span<float> Network::params() noexcept { return impl_->params; }
 std::span<const float> Network::params() const noexcept { return impl_->params; }
 std::span<float> Network::grads() noexcept { return impl_->grads; }
 const std::vector<ParamBlock>& Network::blocks() const noexcept { return impl_->blocks; }
+
+void Network::use_gradient_storage(std::span<float> storage, std::shared_ptr<void> owner) {
+  Impl& m = *impl_;
+  if (storage.empty()) {
+    if (!m.grads_owner) return;  // already in its own memory
+    m.own_grads.assign(m.grads.begin(), m.grads.end());
+    m.grads = m.own_grads;
+    m.grads_owner.reset();
+    return;
+  }
+  if (storage.size() != m.params.size()) throw std::invalid_argument("Network::use_gradient_storage: wrong size");
+  std::copy(m.grads.begin(), m.grads.end(), storage.begin());
+  m.grads = storage;
+  m.grads_owner = std::move(owner);
+  m.own_grads = std::vector<float>();  // release the memory
+}
 
 std::pair<size_t, size_t> Network::param_range(size_t first, size_t last) const {
   if (first > last || last > impl_->layers.size()) throw std::out_of_range("Network::param_range");
@@ -336,7 +355,7 @@ void Network::backward(const float* dy, float* dx, Pass& pass) {
     }
     const size_t off = impl_->offsets[li], np = impl_->offsets[li + 1] - off;
     layer.backward(std::span<const float>(impl_->params).subspan(off, np),
-                   std::span<float>(impl_->grads).subspan(off, np), x, pass.outputs[j].data(), delta, out, batch,
+                   impl_->grads.subspan(off, np), x, pass.outputs[j].data(), delta, out, batch,
                    pass.states[j].get());
     delta = out;
   }

@@ -156,6 +156,10 @@ class Network {
   std::span<float> params() noexcept;
   std::span<const float> params() const noexcept;
   std::span<float> grads() noexcept;
+  // Moves the gradients into `storage` (num_params() floats, such as this rank's slot of a node's
+  // shared memory, TrainerGroup::gradient_buffer()), which `owner` keeps alive while the network
+  // uses it; an empty span moves them back into the network's own memory. The values are copied.
+  void use_gradient_storage(std::span<float> storage, std::shared_ptr<void> owner);
   // Blocks of the whole vector, in order.
   const std::vector<ParamBlock>& blocks() const noexcept;
   // {offset, size} of the parameters of layers [first, last).

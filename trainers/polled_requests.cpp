@@ -68,6 +68,21 @@ Status Requests::wait(size_t index) {
   }
 }
 
+Status wait_request(MPI_Request& request, const Pipeline& pipeline, const char* what) {
+  for (unsigned spins = 1;; ++spins) {
+    int done = 0;
+    HPCTUNE_TRY(mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
+    if (done) return Status::Ok();
+    if (spins % 128 == 0) {
+      if (Clock::now() >= pipeline.deadline) {
+        // The request cannot be cancelled (collectives); the caller tears the group down.
+        return err(Errc::kTimeout, std::string("deadline passed waiting for ") + what);
+      }
+      if (pipeline.yield) std::this_thread::yield();
+    }
+  }
+}
+
 Status Requests::wait_all() {
   for (size_t i = 0; i < requests_.size(); ++i) HPCTUNE_TRY(wait(i));
   requests_.clear();

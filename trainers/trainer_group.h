@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "common/result.h"
@@ -39,6 +40,17 @@ class TrainerGroup {
   // A sum, not an average: the engines scale each shard's gradient by 1 / global batch before, so
   // no pass over the buffer is needed after the allreduce.
   virtual Status sum_gradients(std::span<float> grads) = 0;
+  // Memory for `count` gradient floats that sum_gradients() reduces without copying them (this
+  // rank's slot of the node's shared memory, with `hierarchical`), and what keeps it alive; empty
+  // when the group has none, and then any memory works. Collective like sum_gradients().
+  struct GradientBuffer {
+    std::span<float> data;
+    std::shared_ptr<void> owner;
+  };
+  virtual Result<GradientBuffer> gradient_buffer(size_t count) {
+    (void)count;
+    return GradientBuffer{};
+  }
   // Collective over the whole group: the element-wise sum of `values` on every rank.
   virtual Status sum(std::span<double> values) = 0;
   // Collective over the whole group: the leader's `value` on every rank.

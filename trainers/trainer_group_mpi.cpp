@@ -126,6 +126,19 @@ Status MpiTrainerGroup::sum_gradients(std::span<float> grads) {
   return scope.done(allreducer_->sum(grads));
 }
 
+Result<TrainerGroup::GradientBuffer> MpiTrainerGroup::gradient_buffer(size_t count) {
+  HPCTUNE_TRY(check_usable());
+  if (!allreducer_) return GradientBuffer{};
+  Scope scope(*this);
+  auto shared = allreducer_->shared_buffer(count);
+  if (!shared.ok()) return scope.done(std::move(shared).error()).error();
+  return GradientBuffer{shared->data, std::move(shared->owner)};
+}
+
+std::string MpiTrainerGroup::shared_memory() const {
+  return allreducer_ ? allreducer_->shared_memory() : "one replica";
+}
+
 Status MpiTrainerGroup::sum(std::span<double> values) {
   HPCTUNE_TRY(check_usable());
   Scope scope(*this);

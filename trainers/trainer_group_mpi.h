@@ -37,7 +37,7 @@ namespace hpctune::trainers {
 struct MpiGroupOptions {
   int data = 1;   // data replicas; data * model must equal the size of `world`
   int model = 1;  // pipeline stages
-  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kHierarchical;
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per call
 };
 
@@ -55,6 +55,10 @@ class MpiTrainerGroup final : public TrainerGroup {
   int model_size() const noexcept override { return options_.model; }
 
   Status sum_gradients(std::span<float> grads) override;
+  Result<GradientBuffer> gradient_buffer(size_t count) override;
+  // How the gradient allreduce uses the node's shared memory (Allreducer::shared_memory()), or
+  // "one replica".
+  std::string shared_memory() const;
   Status sum(std::span<double> values) override;
   Result<bool> broadcast_flag(bool value) override;
   Status broadcast_bytes(std::vector<uint8_t>& bytes) override;
