@@ -49,6 +49,14 @@ void* map_region(const std::string& name, size_t bytes, bool create, std::string
     return nullptr;
   }
   if (create) {
+    // More than the machine's memory cannot be reserved; a tmpfs without a size limit would try.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes / static_cast<size_t>(page) >= static_cast<size_t>(pages)) {
+      why = "reserving " + std::to_string(bytes) + " bytes of shared memory: more than this machine's memory";
+      close(fd);
+      shm_unlink(name.c_str());
+      return nullptr;
+    }
     const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     if (rc != 0) {
       why = "reserving " + std::to_string(bytes) + " bytes of shared memory: " + std::strerror(rc);
