@@ -67,8 +67,8 @@ struct Args {
   size_t segment_bytes = AllreduceOptions{}.segment_bytes;
   double seconds_per_size = 0.4;
   int64_t cnn_batch = 128;
-  int cnn_steps = 8;
-  int cnn_rounds = 3;
+  int cnn_steps = 24;
+  int cnn_rounds = 15;
   bool cnn_only = false;  // skip the allreduce sweep (keeps the previous results' tables out)
 };
 
