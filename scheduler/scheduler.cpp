@@ -268,6 +268,10 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
         t->stop_sent = true;
         send(w, protocol::Stop{t->id, t->attempt, "pruned"});
         log("trial " + std::to_string(t->id) + " pruned at step " + std::to_string(m.step));
+        // The decision itself, also when the trial finishes before the stop reaches it (it is then
+        // recorded done).
+        HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "stop_requested", t->id, t->attempt, w.group,
+                                     {{"reason", "pruned"}, {"step", m.step}, {"value", *value}}, tw));
       }
     }
   }

@@ -283,6 +283,22 @@ TEST_CASE("ASHA through the master with worker processes: pruned trials end earl
   // first to reach the last judged rung (step 3) always finishes.
   CHECK(done + pruned == 24);
   CHECK(pruned <= 23);
+  // Every stop decision is an event with the step and value it was taken at; every pruned trial
+  // has one, taken at the step it ended with.
+  std::map<int64_t, json> stops;
+  for (const auto& e : read_events(db)) {
+    if (e.kind == "stop_requested") CHECK(stops.emplace(e.trial_id, e.detail).second);
+  }
+  for (const auto& t : trials) {
+    if (t.state != TrialState::kPruned) {
+      if (stops.count(t.id)) CHECK(t.step == steps);  // finished before the stop reached it
+      continue;
+    }
+    REQUIRE(stops.count(t.id) == 1);
+    CHECK(stops[t.id]["reason"] == "pruned");
+    CHECK(stops[t.id]["step"].get<int64_t>() <= t.step);  // a step may land before the stop does
+    CHECK(stops[t.id]["value"].get<double>() == doctest::Approx(t.params["value"].get<double>()));
+  }
 }
 
 TEST_CASE("resume replays the recorded reports into ASHA: the same trials are pruned as without the kill") {
