@@ -25,24 +25,18 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "tests/mpi_test_main.h"
 #include "trainers/collectives.h"
 
 namespace hpctune::trainers {
 namespace {
 
+using hpctune::testing::world_rank;
+using hpctune::testing::world_size;
+
 constexpr uint64_t kSeed = 20240917;
 constexpr size_t kSizes[] = {1, 7, 1000, 1000003};
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
 
 // The input of `rank`: mostly N(0, 1), every 7th element 1000x larger, so that the reduction order
 // matters and a wrong order or a lost term shows up as a large error.
@@ -447,21 +441,4 @@ TEST_CASE("GradientAverager with nothing to do issues no allreduce") {
 }  // namespace
 }  // namespace hpctune::trainers
 
-int main(int argc, char** argv) {
-  auto environment = hpctune::trainers::MpiEnvironment::init(&argc, &argv);
-  if (!environment.ok()) {
-    std::fprintf(stderr, "test_allreduce: %s\n", environment.error().to_string().c_str());
-    return 1;
-  }
-  const int rank = hpctune::trainers::world_rank();
-  doctest::Context context(argc, argv);
-  // One summary is enough; the other ranks print their failures only. mpirun forwards the output
-  // through a terminal, so doctest would colour it even inside ctest logs.
-  context.setOption("no-colors", true);
-  if (rank != 0) context.setOption("minimal", true);
-  int failed = context.run();
-  if (context.shouldExit()) return failed;
-  // Every rank exits with the same code, so mpirun reports the failure whichever rank saw it.
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
-}
+int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_allreduce"); }

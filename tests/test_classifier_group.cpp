@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "tests/mpi_test_main.h"
 #include "trainers/checkpoint.h"
 #include "trainers/collectives.h"
 #include "trainers/mlp_trainer.h"
@@ -26,11 +27,9 @@ using namespace hpctune::trainers;
 
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using hpctune::testing::world_rank;
+using hpctune::testing::world_size;
+
 
 ImageClassificationData synthetic(int64_t train, int64_t test) {
   const int64_t side = 8;
@@ -183,17 +182,4 @@ TEST_CASE("2 ranks without dropout train like one rank") {
   }
 }
 
-int main(int argc, char** argv) {
-  auto environment = MpiEnvironment::init(&argc, &argv);
-  if (!environment.ok()) {
-    std::fprintf(stderr, "test_classifier_group: %s\n", environment.error().to_string().c_str());
-    return 1;
-  }
-  doctest::Context context(argc, argv);
-  context.setOption("no-colors", true);
-  if (world_rank() != 0) context.setOption("minimal", true);
-  int failed = context.run();
-  if (context.shouldExit()) return failed;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
-}
+int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_classifier_group"); }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "tests/mpi_test_main.h"
 #include "trainers/collectives.h"
 #include "trainers/gradient_engine.h"
 #include "trainers/network.h"
@@ -25,16 +26,9 @@ using namespace hpctune::trainers;
 
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using hpctune::testing::world_rank;
+using hpctune::testing::world_size;
+
 
 // A small CNN without dropout: conv, maxpool, dense, dense (+ output): 5 layers.
 std::vector<LayerSpec> cnn_specs() {
@@ -246,17 +240,4 @@ TEST_CASE("every layout trains like one rank") {
   if (size == 4) check_layout(2, 2, 22, 0, AllreduceAlgorithm::kHierarchical);
 }
 
-int main(int argc, char** argv) {
-  auto environment = MpiEnvironment::init(&argc, &argv);
-  if (!environment.ok()) {
-    std::fprintf(stderr, "test_group_engines: %s\n", environment.error().to_string().c_str());
-    return 1;
-  }
-  doctest::Context context(argc, argv);
-  context.setOption("no-colors", true);
-  if (world_rank() != 0) context.setOption("minimal", true);
-  int failed = context.run();
-  if (context.shouldExit()) return failed;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
-}
+int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_group_engines"); }

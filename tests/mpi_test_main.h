@@ -1,0 +1,46 @@
+// The ranks of an MPI test program (run under mpirun by ctest, tests/mpirun-test) and its main:
+// MPI initialised once, doctest's summary on rank 0 only, and one exit code for every rank.
+//
+//   int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_x"); }
+#pragma once
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "trainers/collectives.h"
+
+namespace hpctune::testing {
+
+inline int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+inline int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+inline int mpi_test_main(int argc, char** argv, const char* name) {
+  auto environment = trainers::MpiEnvironment::init(&argc, &argv);
+  if (!environment.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name, environment.error().to_string().c_str());
+    return 1;
+  }
+  doctest::Context context(argc, argv);
+  // One summary is enough; the other ranks print their failures only. mpirun forwards the output
+  // through a terminal, so doctest would colour it even inside ctest logs.
+  context.setOption("no-colors", true);
+  if (world_rank() != 0) context.setOption("minimal", true);
+  int failed = context.run();
+  if (context.shouldExit()) return failed;
+  // Every rank exits with the same code, so mpirun reports the failure whichever rank saw it.
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
+}
+
+}  // namespace hpctune::testing
