@@ -496,8 +496,9 @@ std::string markdown(const nlohmann::json& report) {
      << "up for a scheduler time slice (milliseconds); see the priority recorded above.\n\n"
      << "`hierarchical` moves no messages inside a node: its ranks share memory, and each reduces its\n"
      << "part by reading that part of every rank's slot. Above, `hierarchical` sums an ordinary\n"
-     << "buffer, which is copied into the slot and out again; `hierarchical in place` sums a buffer that\n"
-     << "lives in the slot (Allreducer::shared_buffer), as the data-parallel engine's gradients do.\n"
+     << "buffer, which up to 128 KiB is copied into the slot and out again, and above goes by messages\n"
+     << "(the ring inside the node); `hierarchical in place` sums a buffer that lives in the slot\n"
+     << "(Allreducer::shared_buffer), as the data-parallel engine's gradients do.\n"
      << "The bound, a message's one-way copy, does not describe that path: in place, a rank reads\n"
      << "2(n-1)/n of the buffer from its peers and writes as much, with no copy in between.\n";
 

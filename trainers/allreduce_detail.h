@@ -165,8 +165,11 @@ Status node_barrier(const Communicator& node, const Pipeline& pipeline);
 
 // `hierarchical` with its node phases in shared memory: reduce this rank's part of the node sum
 // from every slot, allreduce it across nodes, copy the other parts from their slots. When `data`
-// is this rank's slot, nothing is copied in; otherwise data goes through the slot. Collective over
-// the hierarchy's communicators. `scratch` holds count floats.
+// is this rank's slot on every rank of the node, nothing is copied in or out; otherwise a small
+// buffer goes through the slots, and a large one takes the message path of
+// hierarchical_allreduce() (the node decides together; nodes may decide differently, since the
+// cross-node phase is the same). Collective over the hierarchy's communicators. `scratch` holds
+// count floats.
 Status shared_memory_hierarchical_allreduce(const Hierarchy& hierarchy, SharedSlots& slots, float* data,
                                             size_t count, float* scratch, const Pipeline& pipeline);
 

@@ -28,6 +28,10 @@ namespace {
 
 constexpr size_t kSlotAlignFloats = 4096 / sizeof(float);  // slots start on page boundaries
 constexpr size_t kNameLength = 64;
+// A buffer outside the slots goes through them (copied in and out) up to this size; above it the
+// node phases send messages instead, which costs fewer passes over memory than the two copies
+// (bench/results/allreduce.md: copying through the slots wins up to 128 KiB on 2 ranks).
+constexpr size_t kCopyThroughSlotsMaxBytes = 128u << 10;
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -158,8 +162,20 @@ Status shared_memory_hierarchical_allreduce(const Hierarchy& hierarchy, SharedSl
                                             size_t count, float* scratch, const Pipeline& pipeline) {
   const int L = slots.ranks(), me = slots.rank();
   float* mine = slots.slot(me);
-  if (data != mine) std::memmove(mine, data, count * sizeof(float));  // data may lie in a slot
-  HPCTUNE_TRY(node_barrier(hierarchy.node, pipeline));
+  // Through the slots when every rank's buffer is its slot, or when copying is cheap; the node
+  // agrees on it in a collective that is also the barrier after the copies in.
+  const bool in_place = data == mine;
+  const bool small = count * sizeof(float) <= kCopyThroughSlotsMaxBytes;  // the same on every rank
+  if (!in_place && small) std::memmove(mine, data, count * sizeof(float));  // data may lie in a slot
+  int through_slots = in_place || small ? 1 : 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  MPI_Request request = MPI_REQUEST_NULL;
+  HPCTUNE_TRY(mpi_status(MPI_Iallreduce(MPI_IN_PLACE, &through_slots, 1, MPI_INT, MPI_MIN, hierarchy.node.handle(),
+                                        &request),
+                         "MPI_Iallreduce(node buffers in place)"));
+  HPCTUNE_TRY(wait_request(request, pipeline, "the other ranks of the node"));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!through_slots) return hierarchical_allreduce(hierarchy, data, count, scratch, pipeline);
   // Reduce-scatter: this rank's part of the node sum, into its own slot.
   const Range part = balanced_part(count, L, me);
   reduce_slots(slots, part, mine);

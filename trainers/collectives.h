@@ -38,9 +38,10 @@
 //                       the other parts from the slots that hold their totals, between barriers.
 //                       A buffer that already lives in this rank's slot (shared_buffer(); the
 //                       data-parallel engine computes its gradients there) is not even copied in
-//                       or out: per rank, 2 MPI barriers' worth of latency plus reading the buffer
-//                       once and writing it once, against 4 copies of it through Open MPI's
-//                       shared-memory queues. (allreduce_shared_memory.cpp)
+//                       or out: per rank, 3 small collectives' worth of latency plus reading the
+//                       buffer once and writing it once, against 4 copies of it through Open MPI's
+//                       shared-memory queues. Other buffers go through the slots up to 128 KiB,
+//                       and by messages above. (allreduce_shared_memory.cpp)
 //
 // Deadlines and hung peers. MPI itself has no timeouts. The ring, recursive-doubling and
 // hierarchical implementations only post non-blocking operations and poll them (MPI_Test) until
