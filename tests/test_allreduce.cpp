@@ -14,13 +14,17 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 #include <sched.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -204,6 +208,36 @@ TEST_CASE("shared memory that cannot be had falls back to messages on every rank
     check_allreduce(allreducer, count, kSeed + 41 * count, /*average=*/false);
   }
   CHECK(allreducer.shared_memory() == state);
+}
+
+TEST_CASE("regions left in /dev/shm by dead processes are removed, those of live ones kept") {
+  if (world_size() == 1) return;
+  // A pid that is surely gone: a child that has exited and been reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  const std::string dead = "/dev/shm/hpctune-allreduce-" + std::to_string(child) + "-0-0-r" + std::to_string(world_rank());
+  const std::string live = "/dev/shm/hpctune-allreduce-" + std::to_string(getpid()) + "-0-0-r" + std::to_string(world_rank());
+  std::fclose(std::fopen(dead.c_str(), "w"));
+  std::fclose(std::fopen(live.c_str(), "w"));
+  REQUIRE(access(dead.c_str(), F_OK) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    Allreducer allreducer = make_allreducer(options_for(AllreduceAlgorithm::kHierarchical));
+    check_allreduce(allreducer, 1000, kSeed + 13, /*average=*/false);
+    CHECK(allreducer.shared_memory() == "on");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(access(dead.c_str(), F_OK) != 0);
+  CHECK(access(live.c_str(), F_OK) == 0);
+  unlink(live.c_str());
+  // Nothing of this process's own regions is left once they are mapped.
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    CHECK(name.rfind("hpctune-allreduce-" + std::to_string(getpid()) + "-", 0) != 0);
+  }
 }
 
 TEST_CASE("a buffer in the node's shared memory is summed in place, and stays usable after a remap") {

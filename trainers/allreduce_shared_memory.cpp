@@ -7,8 +7,12 @@
 // name that it broadcasts, opened and mapped by the others, and unlinked as soon as every rank has
 // mapped it, so nothing is left in /dev/shm even when a rank dies later. Space is reserved with
 // posix_fallocate, so a full /dev/shm is an error at creation instead of a SIGBUS on first touch.
+// A rank killed between creating and unlinking leaves its region behind; the next creation on the
+// machine removes the regions of processes that no longer exist (the name holds the pid).
 // Unmapping is local (no collective at teardown, which could hang on a dead peer).
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -36,12 +41,28 @@ constexpr size_t kCopyThroughSlotsMaxBytes = 128u << 10;
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 // A name no other region on this machine has: pid, time and a random number.
+constexpr char kNamePrefix[] = "hpctune-allreduce-";
+
 std::string fresh_name() {
   static std::atomic<unsigned> counter{0};
   std::random_device device;
   const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-  return "/hpctune-allreduce-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
+  return "/" + std::string(kNamePrefix) + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
          std::to_string(static_cast<unsigned long long>(ticks) % 1000000007ull) + "-" + std::to_string(device());
+}
+
+// Unlinks the regions left in /dev/shm by processes that are gone.
+void remove_orphaned_regions() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const size_t prefix = sizeof(kNamePrefix) - 1;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, prefix, kNamePrefix) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix, nullptr, 10);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) shm_unlink(("/" + name).c_str());
+  }
+  closedir(dir);
 }
 
 // Maps `bytes` of the object `name`; creates and reserves it when `create`. nullptr on failure,
@@ -114,6 +135,7 @@ Result<std::shared_ptr<SharedSlots>> SharedSlots::create(const Communicator& nod
   std::string why;
   void* base = nullptr;
   if (node.rank() == 0) {
+    remove_orphaned_regions();
     const std::string fresh = fresh_name();
     base = map_region(fresh, slots->bytes_, /*create=*/true, why);
     if (base != nullptr) std::snprintf(name, sizeof name, "%s", fresh.c_str());
