@@ -27,6 +27,7 @@
 //   mpirun -np 2 bench_allreduce [--out-dir DIR] [--min-bytes B] [--max-bytes B]
 //                                [--segment-bytes B] [--seconds-per-size S]
 //                                [--cnn-batch N] [--cnn-steps N] [--cnn-rounds N] [--cnn-only 1]
+#include <cblas.h>
 #include <mpi.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -260,6 +261,28 @@ std::vector<Sample> measure_size(std::vector<Allreducer>& allreducers,
   return samples;
 }
 
+// Single-core SGEMM throughput (OpenBLAS, 512^3, one thread), GFLOP/s per quarter second for
+// `seconds`: how fast this core is right now. On a shared or virtual machine the cores' speed
+// drifts, and a data-parallel step waits for the slower rank.
+std::vector<double> sgemm_gflops(double seconds) {
+  const int n = 512;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<double> rates;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    const auto start = std::chrono::steady_clock::now();
+    int calls = 0;
+    double elapsed = 0;
+    while (elapsed < 0.25) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      ++calls;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    rates.push_back(2.0 * n * n * n * calls / elapsed / 1e9);
+  }
+  return rates;
+}
+
 // Waits for every rank of `comm` without holding a core (a plain MPI_Barrier spins).
 void idle_barrier(MPI_Comm comm) {
   MPI_Request request = MPI_REQUEST_NULL;
@@ -338,6 +361,22 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
   }
   LocalEngine engine1(*net);
   const std::string shared_memory = group ? group->shared_memory() : "";
+  // The cores' speed before the rounds: rank 0 alone, then ranks 0 and 1 at once.
+  std::vector<double> alone, together0, together1;
+  if (rank == 0) alone = sgemm_gflops(2.0);
+  idle_barrier(world);
+  if (rank < 2) {
+    std::vector<double> mine = sgemm_gflops(2.0);
+    mine.resize(8, 0.0);
+    std::vector<double> theirs(8, 0.0);
+    MPI_Sendrecv(mine.data(), 8, MPI_DOUBLE, 1 - rank, 11, theirs.data(), 8, MPI_DOUBLE, 1 - rank, 11, pair,
+                 MPI_STATUS_IGNORE);
+    together0 = rank == 0 ? mine : theirs;
+    together1 = rank == 0 ? theirs : mine;
+    std::erase(together0, 0.0);
+    std::erase(together1, 0.0);
+  }
+  idle_barrier(world);
   std::vector<double> one, two;
   for (int round = 0; round < args.cnn_rounds; ++round) {
     if (solo != MPI_COMM_NULL) one.push_back(time_steps(engine1, x, y, batch, args.cnn_steps, solo));
@@ -363,6 +402,7 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
           {"params", net->num_params()},
           {"global_batch", batch},
           {"threads_per_rank", 1},
+          {"sgemm_gflops_per_core", {{"rank0_alone", alone}, {"rank0_together", together0}, {"rank1_together", together1}}},
           {"allreduce", hpctune::trainers::allreduce_algorithm_name(MpiGroupOptions{}.algorithm)},
           {"shared_memory", shared_memory},
           {"steps_per_round", args.cnn_steps},
@@ -530,6 +570,18 @@ std::string markdown(const nlohmann::json& report) {
      << ".\n\nWith only 2 cores, both shared with other work (see the load average above), two ranks compete with "
      << "everything else on the machine, and its speed drifts between rounds; the number is only meaningful on idle "
      << "cores.\n";
+  const auto& gemm = cnn["sgemm_gflops_per_core"];
+  auto series = [&](const nlohmann::json& rates) {
+    std::vector<double> v = rates.get<std::vector<double>>();
+    if (v.empty()) return std::string("-");
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return fixed(median(v), 1) + " (" + fixed(*lo, 1) + " to " + fixed(*hi, 1) + ")";
+  };
+  md << "\nHow fast the cores were just before the rounds: single-thread OpenBLAS SGEMM (512³), GFLOP/s per quarter "
+     << "second, median (range): rank 0 alone " << series(gemm["rank0_alone"]) << "; both at once, rank 0 "
+     << series(gemm["rank0_together"]) << " and rank 1 " << series(gemm["rank1_together"])
+     << ". A data-parallel step waits for the slower rank, so cores whose speed drifts apart cost the 2-rank side "
+     << "more than the 1-rank side.\n";
   return md.str();
 }
 
