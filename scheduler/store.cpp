@@ -346,6 +346,18 @@ Result<nlohmann::json> col_json(sqlite3_stmt* s, int i, const char* what) {
   return j;
 }
 
+// A metrics row: trial_id, attempt, step, name, value (NULL reads as NaN), t.
+MetricRow read_metric(sqlite3_stmt* s) {
+  MetricRow m;
+  m.trial_id = col_i64(s, 0);
+  m.attempt = col_i64(s, 1);
+  m.step = col_i64(s, 2);
+  m.name = col_text(s, 3);
+  m.value = col_opt_f64(s, 4).value_or(std::numeric_limits<double>::quiet_NaN());
+  m.t = col_time(s, 5);
+  return m;
+}
+
 Result<TrialRow> read_trial(sqlite3_stmt* s) {
   TrialRow r;
   r.id = col_i64(s, 0);
@@ -1104,14 +1116,7 @@ Result<std::vector<MetricRow>> Store::metrics(int64_t trial_id) {
   std::vector<MetricRow> out;
   int rc;
   while ((rc = b.step()) == SQLITE_ROW) {
-    MetricRow m;
-    m.trial_id = col_i64(s, 0);
-    m.attempt = col_i64(s, 1);
-    m.step = col_i64(s, 2);
-    m.name = col_text(s, 3);
-    m.value = col_opt_f64(s, 4).value_or(std::numeric_limits<double>::quiet_NaN());
-    m.t = col_time(s, 5);
-    out.push_back(std::move(m));
+    out.push_back(read_metric(s));
   }
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the metrics of trial " + std::to_string(trial_id));
   return out;
@@ -1238,14 +1243,7 @@ Result<std::vector<MetricRow>> Store::campaign_metrics(int64_t campaign_id, cons
   std::vector<MetricRow> out;
   int rc;
   while ((rc = b.step()) == SQLITE_ROW) {
-    MetricRow m;
-    m.trial_id = col_i64(s, 0);
-    m.attempt = col_i64(s, 1);
-    m.step = col_i64(s, 2);
-    m.name = col_text(s, 3);
-    m.value = col_opt_f64(s, 4).value_or(std::numeric_limits<double>::quiet_NaN());
-    m.t = col_time(s, 5);
-    out.push_back(std::move(m));
+    out.push_back(read_metric(s));
   }
   if (rc != SQLITE_DONE) {
     return sql_error(rc, "cannot read the '" + name + "' reports of campaign " + std::to_string(campaign_id));
