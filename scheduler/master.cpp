@@ -42,6 +42,21 @@ class FailPoint {
 
 }  // namespace
 
+SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t campaign_id, int64_t stage_id) {
+  SchedulerOptions sopt;
+  sopt.campaign_id = campaign_id;
+  sopt.stage_id = stage_id;
+  sopt.seed = cfg.seed;
+  sopt.objectives = cfg.objectives;
+  sopt.max_trials = cfg.max_trials;
+  sopt.max_time_s = cfg.max_time_s;
+  sopt.max_attempts = cfg.max_attempts;
+  sopt.trainer = cfg.trainer;
+  sopt.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_interval_s * 1000));
+  sopt.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_timeout_s * 1000));
+  return sopt;
+}
+
 Result<CampaignOutcome> run_master(const MasterOptions& options) {
   const bool resuming = !options.config.has_value();
   std::string db_path = options.db_path;
@@ -126,7 +141,6 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   }
 
   search::SearchSpec spec = cfg.search_spec();
-  spec.seed = cfg.seed;
   if (warm) {
     spec.warm_start = warm->observations;
     HPCTUNE_TRY(db->add_event(campaign_id, "warm_start", 0, 0, -1, warm->summary(), t0));
@@ -134,12 +148,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
         std::to_string(warm->read) + " trials loaded, " + std::to_string(warm->skipped_total()) + " skipped");
   }
   HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
-  search::StopperSpec stop_spec;
-  stop_spec.kind = cfg.early_stopping;
-  stop_spec.settings = cfg.early_stopping_settings;
-  stop_spec.maximize = cfg.objectives.empty() || cfg.objectives[0].maximize;
-  stop_spec.seed = cfg.seed;
-  HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(stop_spec));
+  HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(cfg.stopper_spec()));
 
   HPCTUNE_ASSIGN(std::unique_ptr<transport::ServerTransport> server, transport::bind_zmq(options.bind));
 
@@ -148,18 +157,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   fs::create_directories(run_dir + "/logs", ec);
   if (ec) return err(Errc::kIo, "cannot create " + run_dir + "/logs: " + ec.message());
 
-  SchedulerOptions sopt;
-  sopt.campaign_id = campaign_id;
-  sopt.stage_id = stage_id;
-  sopt.seed = cfg.seed;
-  sopt.objectives = cfg.objectives;
-  sopt.max_trials = cfg.max_trials;
-  sopt.max_time_s = cfg.max_time_s;
-  sopt.max_attempts = cfg.max_attempts;
-  sopt.trainer = cfg.trainer;
+  SchedulerOptions sopt = scheduler_options(cfg, campaign_id, stage_id);
   sopt.trials_dir = fs::absolute(run_dir).string();
-  sopt.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_interval_s * 1000));
-  sopt.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_timeout_s * 1000));
   sopt.master_incarnation = make_incarnation();
 
   Scheduler sched(sopt, *server, *db, *searcher, *stopper);

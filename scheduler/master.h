@@ -53,4 +53,9 @@ struct CampaignOutcome {
 
 Result<CampaignOutcome> run_master(const MasterOptions& options);
 
+// The scheduler's options for the search stage `stage_id` of campaign `campaign_id`, from its
+// config: seed, objectives, budgets, trainer and heartbeats. What is not in the config
+// (trials_dir, master_incarnation) is left for the caller.
+SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t campaign_id, int64_t stage_id);
+
 }  // namespace hpctune::scheduler

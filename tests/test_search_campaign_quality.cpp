@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "scheduler/config.h"
+#include "scheduler/master.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
 #include "scheduler/transport.h"
@@ -89,17 +90,7 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
 
   transport::InProcHub hub;
   auto server = hub.server();
-  scheduler::SchedulerOptions sopt;
-  sopt.campaign_id = campaign_id;
-  sopt.stage_id = stage_id;
-  sopt.seed = cfg.seed;
-  sopt.objectives = cfg.objectives;
-  sopt.max_trials = cfg.max_trials;
-  sopt.max_time_s = cfg.max_time_s;
-  sopt.max_attempts = cfg.max_attempts;
-  sopt.trainer = cfg.trainer;
-  sopt.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_interval_s * 1000));
-  sopt.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_timeout_s * 1000));
+  const scheduler::SchedulerOptions sopt = scheduler::scheduler_options(cfg, campaign_id, stage_id);
   scheduler::Scheduler sched(sopt, *server, *db, *searcher, *stopper);
   HPCTUNE_TRY(sched.restore(Clock::now()));
 
