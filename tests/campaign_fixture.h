@@ -19,28 +19,11 @@
 
 #include "scheduler/child_process.h"
 #include "scheduler/store.h"
+#include "tests/temp_dir.h"
 
 namespace hpctune::testing {
 
 using namespace std::chrono_literals;
-
-struct TempDir {
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-test-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(file(name)) << text;
-    return file(name);
-  }
-  std::string path;
-};
 
 // Runs `hpctune args...`, output to `log`; returns the handle.
 inline ChildProcess start_hpctune(const std::vector<std::string>& args, const std::string& log) {

@@ -17,6 +17,7 @@
 
 #include "common/rng.h"
 #include "tests/mpi_test_main.h"
+#include "tests/synthetic_images.h"
 #include "trainers/checkpoint.h"
 #include "trainers/collectives.h"
 #include "trainers/mlp_trainer.h"
@@ -27,33 +28,8 @@ using namespace hpctune::trainers;
 
 namespace {
 
+using hpctune::testing::synthetic;
 using hpctune::testing::world_rank;
-using hpctune::testing::world_size;
-
-
-ImageClassificationData synthetic(int64_t train, int64_t test) {
-  const int64_t side = 8;
-  const int classes = 4;
-  Rng rng(11);
-  std::vector<std::vector<float>> proto(classes, std::vector<float>(side * side));
-  for (auto& p : proto)
-    for (auto& v : p) v = static_cast<float>(rng.uniform());
-  auto make = [&](int64_t count) {
-    Dataset d;
-    d.count = count, d.rows = side, d.cols = side;
-    for (int64_t i = 0; i < count; ++i) {
-      const int c = static_cast<int>(rng.below(classes));
-      d.labels.push_back(c);
-      for (float v : proto[static_cast<size_t>(c)]) d.images.push_back(std::clamp(v + static_cast<float>(rng.normal(0.0, 0.35)), 0.0f, 1.0f));
-    }
-    return d;
-  };
-  ImageClassificationData data;
-  data.train = make(train);
-  data.test = make(test);
-  data.num_classes = classes;
-  return data;
-}
 
 // A directory made by rank 0, the same path on every rank (one machine).
 std::string shared_temp_dir(TrainerGroup& g) {
@@ -105,7 +81,7 @@ Run run(TrainerGroup* g, const nlohmann::json& settings, const ImageClassificati
 }  // namespace
 
 TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, per layout") {
-  const auto data = synthetic(500, 60);
+  const auto data = synthetic(500, 60, 8, 4, 11);
   const nlohmann::json settings = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"dropout", 0.1}, {"lr", 0.05},
                                    {"batch_size", 32}, {"epochs", 2}, {"optimizer", "sgd"}, {"nesterov", true}};
   for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
@@ -161,7 +137,7 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
 }
 
 TEST_CASE("2 ranks without dropout train like one rank") {
-  const auto data = synthetic(400, 60);
+  const auto data = synthetic(400, 60, 8, 4, 11);
   const nlohmann::json settings = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 30},
                                    {"epochs", 2}, {"optimizer", "adam"}, {"lr", 0.003}, {"checkpoint", false}};
   Run one = run(nullptr, settings, data, "", 1, false);

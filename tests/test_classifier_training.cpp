@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "tests/synthetic_images.h"
+#include "tests/temp_dir.h"
 #include "trainers/checkpoint.h"
 #include "trainers/classifier_training.h"
 #include "trainers/cnn_trainer.h"
@@ -25,43 +27,8 @@ using namespace hpctune::trainers;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-clf-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string path;
-};
-
-// Class prototypes plus noise, side x side pixels in [0, 1].
-ImageClassificationData synthetic(int64_t train, int64_t test, int64_t side = 8, int classes = 4, uint64_t seed = 7) {
-  Rng rng(seed);
-  std::vector<std::vector<float>> proto(static_cast<size_t>(classes), std::vector<float>(static_cast<size_t>(side * side)));
-  for (auto& p : proto)
-    for (auto& v : p) v = static_cast<float>(rng.uniform());
-  auto make = [&](int64_t count) {
-    Dataset d;
-    d.count = count, d.rows = side, d.cols = side;
-    for (int64_t i = 0; i < count; ++i) {
-      const int c = static_cast<int>(rng.below(static_cast<uint64_t>(classes)));
-      d.labels.push_back(c);
-      for (float v : proto[static_cast<size_t>(c)]) d.images.push_back(std::clamp(v + static_cast<float>(rng.normal(0.0, 0.35)), 0.0f, 1.0f));
-    }
-    return d;
-  };
-  ImageClassificationData data;
-  data.train = make(train);
-  data.test = make(test);
-  data.num_classes = classes;
-  return data;
-}
+using hpctune::testing::synthetic;
+using hpctune::testing::TempDir;
 
 struct Recorder {
   std::vector<std::pair<int64_t, protocol::Metrics>> reports;

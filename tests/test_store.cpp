@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "scheduler/store.h"
+#include "tests/temp_dir.h"
 
 using hpctune::Errc;
 using hpctune::Status;
@@ -28,20 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test, removed afterwards, so tests can run in parallel.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "hpctune-store-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using hpctune::testing::TempDir;
 
 std::unique_ptr<Store> open_ok(const std::string& path, OpenOptions options = {}) {
   auto r = Store::open(path, options);

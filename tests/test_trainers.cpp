@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "tests/temp_dir.h"
 #include "trainers/idx_dataset.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/sleep_trainer.h"
@@ -27,23 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "hpctune-trainers-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using hpctune::testing::TempDir;
 
 void put_be32(std::vector<uint8_t>& out, uint32_t v) {
   out.push_back(static_cast<uint8_t>(v >> 24));
@@ -135,7 +120,7 @@ bool names_setting(const Error& e, const std::string& key) {
 }
 
 nlohmann::json small_mlp(const Synthetic& data) {
-  return {{"kind", "mlp"}, {"data", data.dir.str()}, {"hidden", {16}}, {"lr", 0.05}, {"batch_size", 32}, {"epochs", 4}};
+  return {{"kind", "mlp"}, {"data", data.dir.path}, {"hidden", {16}}, {"lr", 0.05}, {"batch_size", 32}, {"epochs", 4}};
 }
 
 }  // namespace
@@ -283,7 +268,7 @@ TEST_CASE("idx: corrupted and truncated gzip streams are I/O errors") {
 
 TEST_CASE("idx: a dataset directory loads, standardizes and is cached") {
   Synthetic data(120, 40);
-  auto loaded = load_idx_dataset(data.dir.str());
+  auto loaded = load_idx_dataset(data.dir.path);
   REQUIRE(loaded.ok());
   const auto& d = **loaded;
   CHECK(d.train.count == 120);
@@ -297,7 +282,7 @@ TEST_CASE("idx: a dataset directory loads, standardizes and is cached") {
 
   DatasetOptions standardize;
   standardize.standardize = true;
-  auto s = load_idx_dataset(data.dir.str(), standardize);
+  auto s = load_idx_dataset(data.dir.path, standardize);
   REQUIRE(s.ok());
   double sum = 0.0, sum_sq = 0.0;
   for (float v : (*s)->train.images) sum += v, sum_sq += static_cast<double>(v) * v;
@@ -308,13 +293,13 @@ TEST_CASE("idx: a dataset directory loads, standardizes and is cached") {
   CHECK((*s)->test.images[0] == doctest::Approx((d.test.images[0] - (*s)->mean) / (*s)->stddev).epsilon(1e-5));
 
   DatasetCache cache;
-  auto a = cache.get(data.dir.str());
-  auto b = cache.get(data.dir.str() + "/.");
+  auto a = cache.get(data.dir.path);
+  auto b = cache.get(data.dir.path + "/.");
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   CHECK(a->get() == b->get());
   CHECK(cache.loads() == 1);
-  auto c = cache.get(data.dir.str(), standardize);
+  auto c = cache.get(data.dir.path, standardize);
   REQUIRE(c.ok());
   CHECK(c->get() != a->get());
   CHECK(cache.loads() == 2);
@@ -326,7 +311,7 @@ TEST_CASE("idx: a dataset directory loads, standardizes and is cached") {
   CHECK(cache.size() == 2);
 
   fs::remove(data.dir.file("t10k-labels-idx1-ubyte.gz"));
-  auto incomplete = load_idx_dataset(data.dir.str());
+  auto incomplete = load_idx_dataset(data.dir.path);
   REQUIRE_FALSE(incomplete.ok());
   CHECK(incomplete.error().code() == Errc::kNotFound);
   CHECK(incomplete.error().message().find("t10k-labels-idx1-ubyte") != std::string::npos);
