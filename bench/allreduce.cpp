@@ -261,15 +261,14 @@ std::vector<Sample> measure_size(std::vector<Allreducer>& allreducers,
   return samples;
 }
 
-// Single-core SGEMM throughput (OpenBLAS, 512^3, one thread), GFLOP/s per quarter second for
-// `seconds`: how fast this core is right now. On a shared or virtual machine the cores' speed
+// Single-core SGEMM throughput (OpenBLAS, 512^3, one thread), GFLOP/s in each of `quarters`
+// quarter seconds: how fast this core is right now. On a shared or virtual machine the cores' speed
 // drifts, and a data-parallel step waits for the slower rank.
-std::vector<double> sgemm_gflops(double seconds) {
+std::vector<double> sgemm_gflops(int quarters) {
   const int n = 512;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   std::vector<double> rates;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
+  while (static_cast<int>(rates.size()) < quarters) {
     const auto start = std::chrono::steady_clock::now();
     int calls = 0;
     double elapsed = 0;
@@ -362,19 +361,17 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
   LocalEngine engine1(*net);
   const std::string shared_memory = group ? group->shared_memory() : "";
   // The cores' speed before the rounds: rank 0 alone, then ranks 0 and 1 at once.
+  constexpr int kQuarters = 8;
   std::vector<double> alone, together0, together1;
-  if (rank == 0) alone = sgemm_gflops(2.0);
+  if (rank == 0) alone = sgemm_gflops(kQuarters);
   idle_barrier(world);
   if (rank < 2) {
-    std::vector<double> mine = sgemm_gflops(2.0);
-    mine.resize(8, 0.0);
-    std::vector<double> theirs(8, 0.0);
-    MPI_Sendrecv(mine.data(), 8, MPI_DOUBLE, 1 - rank, 11, theirs.data(), 8, MPI_DOUBLE, 1 - rank, 11, pair,
-                 MPI_STATUS_IGNORE);
+    const std::vector<double> mine = sgemm_gflops(kQuarters);
+    std::vector<double> theirs(kQuarters);
+    MPI_Sendrecv(mine.data(), kQuarters, MPI_DOUBLE, 1 - rank, 11, theirs.data(), kQuarters, MPI_DOUBLE, 1 - rank, 11,
+                 pair, MPI_STATUS_IGNORE);
     together0 = rank == 0 ? mine : theirs;
     together1 = rank == 0 ? theirs : mine;
-    std::erase(together0, 0.0);
-    std::erase(together1, 0.0);
   }
   idle_barrier(world);
   std::vector<double> one, two;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,8 +87,12 @@ class Requests {
   bool yield_ = false;
 };
 
-// Polls one request (a barrier, a broadcast) with MPI_Test until it completes, or kTimeout after
-// the pipeline's deadline naming `what` was awaited.
+// Polls `request` with MPI_Test until it completes, yielding the core between polls when `yield`;
+// kTimeout after `deadline`, saying what it was waiting for.
+Status poll_request(MPI_Request& request, Clock::time_point deadline, bool yield,
+                    const std::function<std::string()>& waiting_for);
+// poll_request() of one collective (a barrier, a broadcast) with the pipeline's deadline and wait
+// policy, waiting for `what`.
 Status wait_request(MPI_Request& request, const Pipeline& pipeline, const char* what);
 
 // Posts receives (or sends) of data[range] to/from `peer` cut into segments of at most

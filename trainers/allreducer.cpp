@@ -20,11 +20,10 @@ struct Allreducer::State {
   Communicator comm;
   AllreduceOptions options;
   detail::Hierarchy hierarchy;  // kHierarchical only
-  // kHierarchical with options.shared_memory: the node's slots, made on first use and again when a
-  // larger buffer comes; shared_memory_off once they could not be made (the reason is kept).
+  // kHierarchical: the node's slots, made on first use and again when a larger buffer comes.
   std::shared_ptr<detail::SharedSlots> slots;
-  bool shared_memory_off = false;
-  std::string shared_memory_reason;
+  // Why the node phases go by messages; empty while they may use shared memory.
+  std::string no_shared_memory;
   std::vector<float> scratch;   // grows to the largest count seen; reused across calls
   bool yield = false;           // WaitPolicy resolved
   bool broken = false;          // set by the first error; see sum()
@@ -62,22 +61,14 @@ Result<bool> resolve_wait_policy(WaitPolicy policy, const Communicator& comm) {
 // node phases go by messages instead. Collective over the node (every rank asks for the same count).
 Result<detail::SharedSlots*> Allreducer::node_slots(size_t count, const detail::Pipeline& pipeline) {
   State& s = *state_;
-  if (s.options.algorithm != AllreduceAlgorithm::kHierarchical || s.shared_memory_off) return nullptr;
-  if (!s.options.shared_memory || !s.hierarchy.node_shares_memory || s.hierarchy.node.size() < 2) {
-    s.shared_memory_off = true;
-    s.shared_memory_reason = !s.options.shared_memory           ? "turned off"
-                             : s.hierarchy.node.size() < 2        ? "one rank per node"
-                                                                  : "the node's ranks do not share memory";
-    return nullptr;
-  }
+  if (s.options.algorithm != AllreduceAlgorithm::kHierarchical || !s.no_shared_memory.empty()) return nullptr;
+  s.no_shared_memory = !s.options.shared_memory              ? "turned off"
+                       : s.hierarchy.node.size() < 2           ? "one rank per node"
+                       : !s.hierarchy.node_shares_memory       ? "the node's ranks do not share memory"
+                                                               : "";
+  if (!s.no_shared_memory.empty()) return nullptr;
   if (s.slots && s.slots->capacity() >= count) return s.slots.get();
-  std::string why_not;
-  HPCTUNE_ASSIGN(s.slots, detail::SharedSlots::create(s.hierarchy.node, count, pipeline, &why_not));
-  if (!s.slots) {
-    s.shared_memory_off = true;
-    s.shared_memory_reason = why_not;
-    return nullptr;
-  }
+  HPCTUNE_ASSIGN(s.slots, detail::SharedSlots::create(s.hierarchy.node, count, pipeline, &s.no_shared_memory));
   return s.slots.get();
 }
 
@@ -182,7 +173,7 @@ std::string Allreducer::shared_memory() const {
   if (s.options.algorithm != AllreduceAlgorithm::kHierarchical) return "not used by '" +
       std::string(allreduce_algorithm_name(s.options.algorithm)) + "'";
   if (s.slots) return "on";
-  if (s.shared_memory_off) return "off: " + s.shared_memory_reason;
+  if (!s.no_shared_memory.empty()) return "off: " + s.no_shared_memory;
   return "not yet mapped";
 }
 

@@ -2,6 +2,7 @@
 // (allreduce_detail.h), plus the small helpers the point-to-point allreduces share.
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -46,7 +47,13 @@ Result<size_t> Requests::send(const float* data, size_t count, int dest, int tag
 }
 
 Status Requests::wait(size_t index) {
-  MPI_Request& request = requests_[index];
+  return poll_request(requests_[index], deadline_, yield_, [&] {
+    return "rank " + std::to_string(peer_[index]) + (is_recv_[index] ? " to send its part" : " to receive our part");
+  });
+}
+
+Status poll_request(MPI_Request& request, Clock::time_point deadline, bool yield,
+                    const std::function<std::string()>& waiting_for) {
   // MPI_Test drives the progress engine for every pending request, not only this one. The clock is
   // read only every so often, to keep the loop as tight as MPI_Wait's own spin. Yielding is for
   // oversubscribed nodes only (as Open MPI's mpi_yield_when_idle): there the peer may need this
@@ -54,33 +61,18 @@ Status Requests::wait(size_t index) {
   // whole scheduler time slice, milliseconds.
   for (unsigned spins = 1;; ++spins) {
     int done = 0;
-    HPCTUNE_TRY(mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE),
-                           is_recv_[index] ? "MPI_Test(receive)" : "MPI_Test(send)"));
+    HPCTUNE_TRY(mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
     if (done) return Status::Ok();
     if (spins % 128 == 0) {
-      if (Clock::now() >= deadline_) {
-        return err(Errc::kTimeout,
-                   "deadline passed waiting for rank " + std::to_string(peer_[index]) +
-                       (is_recv_[index] ? " to send its part" : " to receive our part"));
-      }
-      if (yield_) std::this_thread::yield();
+      if (Clock::now() >= deadline) return err(Errc::kTimeout, "deadline passed waiting for " + waiting_for());
+      if (yield) std::this_thread::yield();
     }
   }
 }
 
 Status wait_request(MPI_Request& request, const Pipeline& pipeline, const char* what) {
-  for (unsigned spins = 1;; ++spins) {
-    int done = 0;
-    HPCTUNE_TRY(mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
-    if (done) return Status::Ok();
-    if (spins % 128 == 0) {
-      if (Clock::now() >= pipeline.deadline) {
-        // The request cannot be cancelled (collectives); the caller tears the group down.
-        return err(Errc::kTimeout, std::string("deadline passed waiting for ") + what);
-      }
-      if (pipeline.yield) std::this_thread::yield();
-    }
-  }
+  // Collectives cannot be cancelled: after a timeout the caller tears the group down.
+  return poll_request(request, pipeline.deadline, pipeline.yield, [what] { return std::string(what); });
 }
 
 Status Requests::wait_all() {
