@@ -42,6 +42,20 @@ class FailPoint {
 
 }  // namespace
 
+store::CampaignRow campaign_row(const config::CampaignConfig& cfg, double created_at) {
+  store::CampaignRow row;
+  row.name = cfg.name;
+  row.config_text = cfg.text;
+  row.config_source = cfg.source;
+  row.config_json = cfg.normalized;
+  row.config_json["seed"] = cfg.seed;
+  row.config_json["resources"]["groups"] = cfg.resources.groups;
+  row.seed = cfg.seed;
+  row.state = "running";
+  row.created_at = created_at;
+  return row;
+}
+
 SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t campaign_id, int64_t stage_id) {
   SchedulerOptions sopt;
   sopt.campaign_id = campaign_id;
@@ -107,17 +121,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (options.log) options.log(line);
   };
   if (!resuming) {
-    store::CampaignRow row;
-    row.name = cfg.name;
-    row.config_text = cfg.text;
-    row.config_source = cfg.source;
-    row.config_json = cfg.normalized;
-    row.config_json["seed"] = cfg.seed;
-    row.config_json["resources"]["groups"] = cfg.resources.groups;
-    row.seed = cfg.seed;
-    row.state = "running";
-    row.created_at = t0;
-    HPCTUNE_ASSIGN(campaign_id, db->create_campaign(row));
+    HPCTUNE_ASSIGN(campaign_id, db->create_campaign(campaign_row(cfg, t0)));
     HPCTUNE_ASSIGN(stage_id, db->create_stage(campaign_id, "search", "search", nlohmann::json::object(), t0));
     HPCTUNE_TRY(db->add_event(campaign_id, "campaign_started", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
   }

@@ -22,6 +22,7 @@
 #include "common/result.h"
 #include "scheduler/config.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/store.h"
 
 namespace hpctune::scheduler {
 
@@ -52,6 +53,10 @@ struct CampaignOutcome {
 };
 
 Result<CampaignOutcome> run_master(const MasterOptions& options);
+
+// The store's row for a new campaign of this config, running from `created_at` (seconds since the
+// epoch): the config's text and its normalized JSON with the effective seed and group count.
+store::CampaignRow campaign_row(const config::CampaignConfig& cfg, double created_at);
 
 // The scheduler's options for the search stage `stage_id` of campaign `campaign_id`, from its
 // config: seed, objectives, budgets, trainer and heartbeats. What is not in the config

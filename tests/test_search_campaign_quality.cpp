@@ -74,15 +74,7 @@ struct CampaignRun {
 Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds limit) {
   HPCTUNE_ASSIGN(config::CampaignConfig cfg, config::parse_config(yaml, "quality.yaml"));
   HPCTUNE_ASSIGN(auto db, store::Store::open(":memory:"));
-  store::CampaignRow row;
-  row.name = cfg.name;
-  row.config_text = cfg.text;
-  row.config_source = cfg.source;
-  row.config_json = cfg.normalized;
-  row.seed = cfg.seed;
-  row.state = "running";
-  row.created_at = 1;
-  HPCTUNE_ASSIGN(const int64_t campaign_id, db->create_campaign(row));
+  HPCTUNE_ASSIGN(const int64_t campaign_id, db->create_campaign(scheduler::campaign_row(cfg, 1)));
   HPCTUNE_ASSIGN(const int64_t stage_id, db->create_stage(campaign_id, "search", "search", nlohmann::json::object(), 1));
 
   HPCTUNE_ASSIGN(auto searcher, search::make_searcher(cfg.search_spec()));
