@@ -149,7 +149,7 @@ int report(const hpctune::Status& status, const char* what) {
 
 int main(int argc, char** argv) {
   using namespace hpctune::cli;
-  CLI::App app{"hpctune: hyperparameter search over trainer groups (random, grid, genetic, evolution, bayesian, tpe)"};
+  CLI::App app{"hpctune: hyperparameter search, ensembles and transfer learning on HPC clusters"};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
   app.require_subcommand(1);
 
@@ -159,8 +159,10 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "Run a campaign described by a YAML sweep config");
   run_cmd->add_option("config", run.config, "The sweep config (YAML)")->required()->check(CLI::ExistingFile);
   auto* run_db_opt = run_cmd->add_option("--db", run.db, "The SQLite database (default: the config's `storage`)");
-  auto* groups_opt = run_cmd->add_option("--groups", groups_text, "Number of trainer groups, 1..4096 (overrides resources.groups)");
-  auto* seed_opt = run_cmd->add_option("--seed", seed_text, "Campaign seed, 0..2^64-1 (overrides `seed`)");
+  auto* groups_opt = run_cmd->add_option("--groups", groups_text, "Number of trainer groups, 1..4096 (overrides resources.groups)")
+      ->type_name("INT");
+  auto* seed_opt = run_cmd->add_option("--seed", seed_text, "Campaign seed, 0..2^64-1 (overrides `seed`)")
+      ->type_name("INT");
   auto* fp_opt = run_cmd->add_option("--failpoint", run.failpoint, "Test only: SIGKILL the master at a named point")
                      ->group("");
   run_cmd->add_option("--failpoint-hit", run.failpoint_hit, "Test only: on the n-th pass")->group("");
@@ -172,10 +174,11 @@ int main(int argc, char** argv) {
   int64_t resume_fp_hit = 1;
   auto* resume_cmd = app.add_subcommand("resume", "Continue an interrupted campaign, or extend a finished one");
   resume_cmd->add_option("db", resume_db, "The campaign's database")->required();
-  auto* resume_groups_opt = resume_cmd->add_option("--groups", resume_groups_text, "Number of trainer groups, 1..4096");
+  auto* resume_groups_opt = resume_cmd->add_option("--groups", resume_groups_text, "Number of trainer groups, 1..4096")
+      ->type_name("INT");
   auto* resume_max_trials_opt = resume_cmd->add_option(
       "--max-trials", resume_max_trials_text,
-      "A new budget: more trials than the campaign has so far (extends a completed campaign too)");
+      "A new budget: more trials than the campaign has so far (extends a completed campaign too)")->type_name("INT");
   resume_cmd->add_option("--failpoint", resume_fp, "Test only")->group("");
   resume_cmd->add_option("--failpoint-hit", resume_fp_hit, "Test only")->group("");
 
@@ -186,7 +189,8 @@ int main(int argc, char** argv) {
   std::string trials_db, trials_format = "table", top_text;
   auto* trials_cmd = app.add_subcommand("trials", "List trials, best first");
   trials_cmd->add_option("db", trials_db, "The campaign's database")->required();
-  auto* top_opt = trials_cmd->add_option("--top", top_text, "Only the best K trials (K >= 1; default: all)");
+  auto* top_opt = trials_cmd->add_option("--top", top_text, "Only the best K trials (K >= 1; default: all)")
+      ->type_name("INT");
   trials_cmd->add_option("--format", trials_format, "table, csv or json")
       ->check(CLI::IsMember({"table", "csv", "json"}));
 
@@ -194,9 +198,11 @@ int main(int argc, char** argv) {
   auto* trial_cmd = app.add_subcommand(
       "trial", "One trial: parameters, metrics by step, attempts, events, artifacts and the tail of its logs");
   trial_cmd->add_option("db", trial_db, "The campaign's database")->required();
-  trial_cmd->add_option("id", trial_id_text, "The trial's id (the `trial` column of `hpctune trials`)")->required();
+  trial_cmd->add_option("id", trial_id_text, "The trial's id (the `trial` column of `hpctune trials`)")
+      ->required()->type_name("INT");
   trial_cmd->add_option("--format", trial_format, "table or json")->check(CLI::IsMember({"table", "json"}));
-  trial_cmd->add_option("--lines", trial_lines_text, "Lines of each log to show (0..10000, default 20)");
+  trial_cmd->add_option("--lines", trial_lines_text, "Lines of each log to show (0..10000, default 20)")
+      ->type_name("INT");
 
   std::string export_db, export_format, export_output;
   auto* export_cmd = app.add_subcommand("export", "Export every trial with its parameters, metrics and events");

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -371,8 +372,10 @@ Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_po
   if (applied) {
     ++failed_;
     tell_searcher(*t, search::Outcome::kFailed, {}, t->last_step);
-    log("trial " + std::to_string(t->id) + " failed: " + m.error);
-    note_failure(t->id, m.error);
+    std::string shown = m.error;  // the trainer's error may end in the stderr lines' newline
+    while (!shown.empty() && std::isspace(static_cast<unsigned char>(shown.back()))) shown.pop_back();
+    log("trial " + std::to_string(t->id) + " failed: " + shown);
+    note_failure(t->id, shown);
     HPCTUNE_TRY(after_finish(now));
   }
   trials_.erase(t->id);
