@@ -488,8 +488,12 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
       {l.metric, t.objective ? format_number(*t.objective) : "-"}};
   if (l.front()) info.push_back({"pareto", l.pareto.count(t.id) ? "yes" : "no"});
   if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});
-  if (!t.error.empty()) info.push_back({"error", first_line(t.error)});
-  std::printf("\n%s", format_table({"field", "value"}, info).c_str());
+  std::string error = t.error;
+  while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+  if (!error.empty() && error.find('\n') == std::string::npos) info.push_back({"error", error});
+  std::printf("\n");
+  for (const auto& row : info) std::printf("%-12s %s\n", row[0].c_str(), row[1].c_str());
+  if (error.find('\n') != std::string::npos) std::printf("\nError:\n%s\n", error.c_str());
 
   std::vector<std::vector<std::string>> prow;
   for (auto p = t.params.begin(); p != t.params.end(); ++p) {
