@@ -3,9 +3,13 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <set>
 
@@ -62,10 +66,9 @@ class Console {
 
   void progress(const scheduler::Progress& p, double elapsed) {
     if (tty_) {
-      last_ = progress_line(p, elapsed, terminal_width());
-      const int width = terminal_width();
+      // One column short of the width: a line that fills the last column wraps on some terminals.
+      last_ = progress_line(p, elapsed, std::max(terminal_width() - 1, 1));
       std::fprintf(stderr, "\r\033[2K%s", last_.c_str());
-      (void)width;
       std::fflush(stderr);
       return;
     }
@@ -109,6 +112,10 @@ struct Loaded {
   std::vector<std::string> objective_metrics;  // every objective's metric, in order
   std::set<int64_t> pareto;                    // the recorded front (several objectives only)
   const std::set<int64_t>* front() const { return objective_metrics.size() > 1 ? &pareto : nullptr; }
+  // The objectives' metrics for the tables: every objective, or the one.
+  std::vector<std::string> objectives() const {
+    return objective_metrics.size() > 1 ? objective_metrics : std::vector<std::string>{metric};
+  }
 };
 
 Result<Loaded> load(const std::string& db) {
@@ -144,12 +151,32 @@ void print_summary(const std::string& db, int64_t top) {
   auto ranked = rank_trials(loaded->trials, loaded->maximize);
   if (static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   std::printf("\nTop %zu trials by %s (%s):\n%s", ranked.size(), loaded->metric.c_str(),
-              loaded->maximize ? "max" : "min", trials_table(ranked, loaded->metric).c_str());
+              loaded->maximize ? "max" : "min",
+              trials_table(ranked, loaded->objectives(), loaded->front()).c_str());
+  if (loaded->front()) {
+    std::printf("\nPareto front: %zu trials (marked * under `pareto`; all of them: hpctune trials %s)\n",
+                loaded->pareto.size(), db.c_str());
+  }
   if (!ranked.empty() && ranked.front().objective) {
     std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), loaded->metric.c_str(),
                 format_number(*ranked.front().objective).c_str(), ranked.front().params.dump().c_str());
   }
   std::printf("database: %s\n", db.c_str());
+}
+
+// "; the first failure, trial N: <reason>" for the closing message of a campaign without a
+// success ("" when none is recorded).
+std::string first_failure(const std::string& db) {
+  auto loaded = load(db);
+  if (!loaded.ok()) return "";
+  const store::TrialRow* first = nullptr;
+  for (const auto& t : loaded->trials) {
+    if (t.state == store::TrialState::kFailed && (!first || t.finished_at < first->finished_at)) first = &t;
+  }
+  if (!first) return "";
+  std::string error = first->error;
+  while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+  return "\nthe first failure, trial " + std::to_string(first->id) + ": " + error;
 }
 
 Status run_and_report(scheduler::MasterOptions& options, bool& interrupted) {
@@ -163,7 +190,8 @@ Status run_and_report(scheduler::MasterOptions& options, bool& interrupted) {
   interrupted = o.interrupted;
   const auto& p = o.progress;
   std::printf("campaign '%s' %s in %s: %lld done, %lld pruned, %lld failed, %lld interrupted\n", o.name.c_str(),
-              o.interrupted ? "interrupted" : "completed", format_duration(o.elapsed_s).c_str(),
+              o.interrupted ? "interrupted" : !o.gave_up.empty() ? "stopped" : "completed",
+              format_duration(o.elapsed_s).c_str(),
               static_cast<long long>(p.done), static_cast<long long>(p.pruned), static_cast<long long>(p.failed),
               static_cast<long long>(p.interrupted));
   const auto& c = o.counters;
@@ -173,8 +201,97 @@ Status run_and_report(scheduler::MasterOptions& options, bool& interrupted) {
                 static_cast<long long>(c.out_of_order), static_cast<long long>(c.stale_results));
   }
   print_summary(o.db_path, 10);
-  if (o.interrupted) std::printf("continue with: hpctune resume %s\n", o.db_path.c_str());
+  if (o.interrupted) {
+    std::printf("continue with: hpctune resume %s\n", o.db_path.c_str());
+    return {};
+  }
+  if (!o.gave_up.empty()) {
+    return err(Errc::kFailed, "campaign '" + o.name + "' stopped: " + o.gave_up + first_failure(o.db_path) +
+                                  "\nfix the trainer or the config; `hpctune trials " + o.db_path +
+                                  " --format json` shows every error");
+  }
+  if (p.done + p.pruned == 0) {
+    return err(Errc::kFailed, "no trial succeeded in campaign '" + o.name + "' (" + std::to_string(p.failed) +
+                                  " failed)" + first_failure(o.db_path) + "\n`hpctune trials " + o.db_path +
+                                  " --format json` shows every error");
+  }
   return {};
+}
+
+// --- one trial -----------------------------------------------------------------------------------
+
+nlohmann::json event_json(const store::EventRow& e) {
+  nlohmann::json j = {{"t", e.t}, {"kind", e.kind}, {"detail", e.detail}};
+  if (e.trial_id > 0) j["trial"] = e.trial_id;
+  if (e.attempt > 0) j["attempt"] = e.attempt;
+  if (e.group_id >= 0) j["group"] = e.group_id;
+  return j;
+}
+
+// The reports, one entry per (attempt, step): [{attempt, step, t, metrics: {name: value}}].
+nlohmann::json metrics_by_step_json(const std::vector<store::MetricRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  int64_t attempt = -1, step = -1;
+  for (const auto& r : rows) {  // ordered by attempt, step, name
+    if (r.attempt != attempt || r.step != step) {
+      attempt = r.attempt, step = r.step;
+      out.push_back({{"attempt", attempt}, {"step", step}, {"t", r.t}, {"metrics", nlohmann::json::object()}});
+    }
+    out.back()["metrics"][r.name] = std::isfinite(r.value) ? nlohmann::json(r.value) : nlohmann::json(nullptr);
+  }
+  return out;
+}
+
+// The last `lines` lines of a file ("" if it cannot be read), reading at most the last 256 KB.
+std::string tail_lines(const std::string& path, int64_t lines) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || lines <= 0) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - (256 << 10));
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  size_t start = 0, pos = text.size();
+  for (int64_t n = 0; n < lines; ++n) {
+    const size_t nl = pos == 0 ? std::string::npos : text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      start = 0;  // fewer lines than asked for: all of them
+      break;
+    }
+    start = nl + 1;
+    pos = nl;
+  }
+  return text.substr(start);
+}
+
+std::string time_text(double t) {
+  if (t <= 0) return "-";
+  const std::time_t secs = static_cast<std::time_t>(t);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", std::localtime(&secs));
+  return buf;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The trial's logs: the log artifacts it recorded, and the files a command trainer writes in its
+// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none.
+std::vector<std::string> trial_logs(const std::string& db, int64_t id, const std::vector<store::ArtifactRow>& artifacts) {
+  std::vector<std::string> out;
+  for (const auto& a : artifacts) {
+    if (a.kind == "log" && std::find(out.begin(), out.end(), a.path) == out.end()) out.push_back(a.path);
+  }
+  const std::string dir = db + ".trials/" + std::to_string(id);
+  for (const char* name : {"stdout.log", "stderr.log"}) {
+    const std::string path = dir + "/" + name;
+    const bool listed = std::any_of(out.begin(), out.end(), [&](const std::string& p) {
+      std::error_code ec;
+      return std::filesystem::equivalent(p, path, ec);
+    });
+    if (!listed && std::filesystem::exists(path)) out.push_back(path);
+  }
+  return out;
 }
 
 }  // namespace
@@ -192,14 +309,14 @@ Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& int
   return run_and_report(options, interrupted);
 }
 
-Status cmd_resume(const std::string& db, std::optional<int64_t> groups, const std::atomic<int>& interrupt,
-                  bool& interrupted, const std::string& failpoint, int64_t failpoint_hit) {
+Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
   scheduler::MasterOptions options;
-  options.db_path = db;
-  options.groups = groups;
+  options.db_path = args.db;
+  options.groups = args.groups;
+  options.max_trials = args.max_trials;
   options.interrupt = &interrupt;
-  options.failpoint = failpoint;
-  options.failpoint_hit = failpoint_hit;
+  options.failpoint = args.failpoint;
+  options.failpoint_hit = args.failpoint_hit;
   return run_and_report(options, interrupted);
 }
 
@@ -255,7 +372,7 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   auto ranked = rank_trials(l.trials, l.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") {
-    std::printf("%s", trials_table(ranked, l.metric, l.front()).c_str());
+    std::printf("%s", trials_table(ranked, l.objectives(), l.front()).c_str());
   } else if (format == "csv") {
     std::printf("%s", trials_csv(ranked, l.front()).c_str());
   } else if (format == "json") {
@@ -266,19 +383,46 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   return {};
 }
 
-Status cmd_export(const std::string& db, const std::string& format, const std::string& output) {
+namespace {
+
+// --format, or else the extension of -o's file.
+Result<std::string> export_format(const std::string& format, const std::string& output) {
+  if (!format.empty()) return format;
+  const auto ext = std::filesystem::path(output).extension().string();
+  if (ext == ".json" || ext == ".csv") return ext.substr(1);
+  if (output.empty() || output == "-") return err(Errc::kUsage, "--format is required when writing to standard output (csv or json)");
+  return err(Errc::kUsage, "cannot tell the format from '" + output + "' (not .csv or .json): give --format csv or json");
+}
+
+}  // namespace
+
+Status cmd_export(const std::string& db, const std::string& format_arg, const std::string& output) {
+  HPCTUNE_ASSIGN(const std::string format, export_format(format_arg, output));
   HPCTUNE_ASSIGN(Loaded l, load(db));
   std::string text;
   if (format == "csv") {
     text = trials_csv(l.trials, l.front());
   } else if (format == "json") {
+    // Everything a trial recorded: its metrics at every step and its events, besides the summary.
+    nlohmann::json trials = trials_json(l.trials, l.front());
+    HPCTUNE_ASSIGN(auto events, l.store->events(l.campaign.id, 0));
+    std::map<int64_t, nlohmann::json> events_of;
+    nlohmann::json campaign_events = nlohmann::json::array();
+    for (const auto& e : events) (e.trial_id > 0 ? events_of[e.trial_id] : campaign_events).push_back(event_json(e));
+    for (auto& j : trials) {
+      const int64_t id = j["trial"].get<int64_t>();
+      HPCTUNE_ASSIGN(auto metrics, l.store->metrics(id));
+      j["metrics_by_step"] = metrics_by_step_json(metrics);
+      j["events"] = events_of.count(id) ? events_of[id] : nlohmann::json::array();
+    }
     nlohmann::json doc = {{"campaign", {{"name", l.campaign.name},
                                         {"state", l.campaign.state},
                                         {"seed", l.campaign.seed},
                                         {"config", l.campaign.config_json},
-                                        {"created_at", l.campaign.created_at},
-                                        {"finished_at", l.campaign.finished_at}}},
-                          {"trials", trials_json(l.trials, l.front())}};
+                                        {"created_at", time_or_null(l.campaign.created_at)},
+                                        {"finished_at", time_or_null(l.campaign.finished_at)}}},
+                          {"trials", std::move(trials)},
+                          {"events", std::move(campaign_events)}};
     if (l.front()) doc["pareto_front"] = l.pareto;
     text = doc.dump(2) + "\n";
   } else {
@@ -294,15 +438,150 @@ Status cmd_export(const std::string& db, const std::string& format, const std::s
   return {};
 }
 
+Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& format, int64_t log_lines) {
+  HPCTUNE_ASSIGN(Loaded l, load(db));
+  auto it = std::find_if(l.trials.begin(), l.trials.end(), [&](const store::TrialRow& t) { return t.id == trial_id; });
+  if (it == l.trials.end()) {
+    return err(Errc::kNotFound, "campaign '" + l.campaign.name + "' in " + db + " has no trial " +
+                                    std::to_string(trial_id) + " (its trials: " +
+                                    (l.trials.empty() ? std::string("none")
+                                                      : std::to_string(l.trials.front().id) + ".." +
+                                                            std::to_string(l.trials.back().id)) + ")");
+  }
+  const store::TrialRow& t = *it;
+  HPCTUNE_ASSIGN(auto metrics, l.store->metrics(t.id));
+  HPCTUNE_ASSIGN(auto attempts, l.store->attempts(t.id));
+  HPCTUNE_ASSIGN(auto artifacts, l.store->artifacts(t.id));
+  HPCTUNE_ASSIGN(auto all_events, l.store->events(l.campaign.id, 0));
+  std::vector<store::EventRow> events;
+  for (auto& e : all_events) {
+    if (e.trial_id == t.id) events.push_back(std::move(e));
+  }
+  const auto logs = trial_logs(db, t.id, artifacts);
+
+  if (format == "json") {
+    nlohmann::json j = trials_json({t}, l.front())[0];
+    j["metrics_by_step"] = metrics_by_step_json(metrics);
+    j["attempts"] = attempts;
+    j["events"] = nlohmann::json::array();
+    for (const auto& e : events) j["events"].push_back(event_json(e));
+    j["artifacts"] = nlohmann::json::array();
+    for (const auto& a : artifacts) {
+      j["artifacts"].push_back({{"attempt", a.attempt}, {"kind", a.kind}, {"path", a.path}, {"bytes", a.bytes},
+                                {"created_at", a.created_at}});
+    }
+    j["logs"] = nlohmann::json::array();
+    for (const auto& path : logs) j["logs"].push_back({{"path", path}, {"tail", tail_lines(path, log_lines)}});
+    std::printf("%s\n", j.dump(2).c_str());
+    return {};
+  }
+
+  std::printf("trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), l.campaign.name.c_str(), db.c_str());
+  std::vector<std::vector<std::string>> info = {
+      {"state", store::to_string(t.state)},
+      {"attempt", std::to_string(t.attempt)},
+      {"group", t.group_id >= 0 ? std::to_string(t.group_id) : "-"},
+      {"created", time_text(t.created_at)},
+      {"started", time_text(t.started_at)},
+      {"finished", time_text(t.finished_at)},
+      {"seconds", t.finished_at > 0 && t.started_at > 0 ? format_number(std::round((t.finished_at - t.started_at) * 10) / 10) : "-"},
+      {l.metric, t.objective ? format_number(*t.objective) : "-"}};
+  if (l.front()) info.push_back({"pareto", l.pareto.count(t.id) ? "yes" : "no"});
+  if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});
+  std::string error = t.error;
+  while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+  if (!error.empty() && error.find('\n') == std::string::npos) info.push_back({"error", error});
+  std::printf("\n");
+  for (const auto& row : info) std::printf("%-12s %s\n", row[0].c_str(), row[1].c_str());
+  if (error.find('\n') != std::string::npos) std::printf("\nError:\n%s\n", error.c_str());
+
+  std::vector<std::vector<std::string>> prow;
+  for (auto p = t.params.begin(); p != t.params.end(); ++p) {
+    prow.push_back({p.key(), p->is_string() ? p->get<std::string>() : p->dump()});
+  }
+  std::printf("\nParameters:\n%s", format_table({"parameter", "value"}, prow).c_str());
+
+  // Metrics by step: one row per (attempt, step), one column per metric; long curves keep their
+  // first and last rows.
+  auto by_step = metrics_by_step_json(metrics);
+  if (!by_step.empty()) {
+    std::vector<std::string> names;
+    for (const auto& r : metrics) {
+      if (std::find(names.begin(), names.end(), r.name) == names.end()) names.push_back(r.name);
+    }
+    std::vector<std::string> header = {"attempt", "step"};
+    header.insert(header.end(), names.begin(), names.end());
+    std::vector<std::vector<std::string>> rows;
+    constexpr size_t kHead = 10, kTail = 20;
+    for (size_t i = 0; i < by_step.size(); ++i) {
+      if (by_step.size() > kHead + kTail + 1 && i == kHead) {
+        rows.push_back({"...", "(" + std::to_string(by_step.size() - kHead - kTail) + " more)"});
+        i = by_step.size() - kTail - 1;
+        continue;
+      }
+      const auto& r = by_step[i];
+      std::vector<std::string> row = {std::to_string(r["attempt"].get<int64_t>()), std::to_string(r["step"].get<int64_t>())};
+      for (const auto& n : names) {
+        const auto& m = r["metrics"];
+        row.push_back(!m.contains(n) ? "" : m[n].is_null() ? "nan" : format_number(m[n].get<double>()));
+      }
+      rows.push_back(std::move(row));
+    }
+    std::printf("\nMetrics by step:\n%s", format_table(header, rows).c_str());
+  } else {
+    std::printf("\nMetrics by step: none reported\n");
+  }
+  if (t.metrics.is_object() && !t.metrics.empty()) {
+    std::vector<std::vector<std::string>> mrow;
+    for (auto m = t.metrics.begin(); m != t.metrics.end(); ++m) {
+      mrow.push_back({m.key(), m->is_number() ? format_number(m->get<double>()) : m->dump()});
+    }
+    std::printf("\nFinal metrics:\n%s", format_table({"metric", "value"}, mrow).c_str());
+  }
+
+  std::vector<std::vector<std::string>> arow;
+  for (const auto& a : attempts) {
+    const double s0 = a.value("started_at", 0.0), s1 = a.value("finished_at", 0.0);
+    arow.push_back({std::to_string(a.value("attempt", int64_t{0})), std::to_string(a.value("group_id", int64_t{-1})),
+                    a.value("state", std::string()), time_text(s0), s1 > 0 && s0 > 0 ? format_number(std::round((s1 - s0) * 10) / 10) : "-",
+                    a.contains("error") && a["error"].is_string() ? first_line(a["error"].get<std::string>()) : ""});
+  }
+  std::printf("\nAttempts:\n%s", format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
+
+  std::vector<std::vector<std::string>> erow;
+  for (const auto& e : events) {
+    erow.push_back({time_text(e.t), e.kind, e.attempt > 0 ? std::to_string(e.attempt) : "",
+                    e.detail.is_null() || e.detail.empty() ? "" : e.detail.dump()});
+  }
+  if (!erow.empty()) std::printf("\nEvents:\n%s", format_table({"time", "event", "attempt", "detail"}, erow).c_str());
+
+  std::vector<std::vector<std::string>> frow;
+  for (const auto& a : artifacts) {
+    frow.push_back({std::to_string(a.attempt), a.kind, a.path, a.bytes >= 0 ? std::to_string(a.bytes) : "?"});
+  }
+  if (!frow.empty()) std::printf("\nArtifacts:\n%s", format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
+
+  for (const auto& path : logs) {
+    const std::string tail = tail_lines(path, log_lines);
+    std::printf("\n--- %s (last %lld lines) ---\n%s%s", path.c_str(), static_cast<long long>(log_lines), tail.c_str(),
+                tail.empty() ? "(empty)\n" : "\n");
+  }
+  return {};
+}
+
 Status cmd_validate(const std::string& path, bool print_json) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(path));
   if (print_json) {
     std::printf("%s\n", cfg.normalized.dump(2).c_str());
     return {};
   }
+  // Fixed values are part of every trial but are not searched.
+  size_t searched = 0, fixed = 0;
+  for (const auto& spec : cfg.space.params()) ++(spec.type == search::ParamType::kFixed ? fixed : searched);
   std::printf("%s: ok\n", path.c_str());
-  std::printf("  campaign '%s', %zu searched parameter(s), algorithm %s, up to %lld trials, trainer %s, %lld group(s)\n",
-              cfg.name.c_str(), cfg.space.size(), cfg.algorithm.c_str(), static_cast<long long>(cfg.max_trials),
+  std::printf("  campaign '%s', %zu searched parameter(s)%s, algorithm %s, up to %lld trials, trainer %s, %lld group(s)\n",
+              cfg.name.c_str(), searched, fixed ? (" and " + std::to_string(fixed) + " fixed").c_str() : "",
+              cfg.algorithm.c_str(), static_cast<long long>(cfg.max_trials),
               cfg.trainer.value("kind", std::string("?")).c_str(), static_cast<long long>(cfg.resources.groups));
   return {};
 }

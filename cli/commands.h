@@ -1,5 +1,6 @@
 // The hpctune subcommands. Each returns a Status; main.cpp (the edge) turns it into an exit code:
-// 0 success, 2 usage or config error, 1 failure at run time, 130 after Ctrl-C.
+// 0 success, 2 usage or config error, 1 failure at run time (a campaign in which no trial
+// succeeded included), 130 after Ctrl-C, 143 after SIGTERM.
 #pragma once
 
 #include <atomic>
@@ -13,7 +14,8 @@ namespace hpctune::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitInterrupted = 130;
+inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT
+inline constexpr int kExitTerminated = 143;   // 128 + SIGTERM
 
 int exit_code_for(const Error& error);
 
@@ -26,12 +28,24 @@ struct RunArgs {
   int64_t failpoint_hit = 1;
 };
 
-// `run` and `resume` set *interrupted when the campaign ended on Ctrl-C (exit 130).
+struct ResumeArgs {
+  std::string db;
+  std::optional<int64_t> groups;
+  std::optional<int64_t> max_trials;  // a new budget (extends a completed campaign)
+  std::string failpoint;  // test-only
+  int64_t failpoint_hit = 1;
+};
+
+// `run` and `resume` set *interrupted when the campaign ended on Ctrl-C (exit 130). A campaign in
+// which no trial succeeded (every one failed, or search.max_failures stopped it) is kFailed.
 Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
-Status cmd_resume(const std::string& db, std::optional<int64_t> groups, const std::atomic<int>& interrupt,
-                  bool& interrupted, const std::string& failpoint, int64_t failpoint_hit);
+Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
 Status cmd_status(const std::string& db);
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
+// One trial: parameters, metrics by step, attempts, events, artifacts and the last `log_lines`
+// lines of each of its logs; format "table" or "json".
+Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& format, int64_t log_lines);
+// format "" is inferred from `output`'s extension (.csv, .json); kUsage when it cannot be.
 Status cmd_export(const std::string& db, const std::string& format, const std::string& output);
 Status cmd_validate(const std::string& config, bool print_json);
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::atomic<int>& terminate);

@@ -1,14 +1,17 @@
 // hpctune: the command line. This is an edge: errors that travelled up as values become an exit
-// code and one message here (0 ok, 2 usage/config, 1 run-time failure, 130 after Ctrl-C).
+// code and one message here (0 ok, 2 usage/config, 1 run-time failure, 130 after Ctrl-C, 143
+// after SIGTERM).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 
@@ -23,11 +26,50 @@
 namespace {
 
 std::atomic<int> g_interrupts{0};
+std::atomic<int> g_first_signal{0};  // the signal that interrupted us: SIGINT or SIGTERM
 
 // First Ctrl-C (or SIGTERM): the master stops dispatch, records running trials as interrupted and
-// exits 130. A second Ctrl-C exits at once; the groups die with us (PR_SET_PDEATHSIG).
+// exits 130 (143 after SIGTERM: 128 + the signal, the shell's convention). A second Ctrl-C exits
+// at once; the groups die with us (PR_SET_PDEATHSIG).
 void on_signal(int sig) {
+  int none = 0;
+  g_first_signal.compare_exchange_strong(none, sig);
   if (g_interrupts.fetch_add(1) >= 1 && sig == SIGINT) _exit(hpctune::cli::kExitInterrupted);
+}
+
+// The exit code of a run that ended because we were interrupted.
+int interrupted_exit_code() {
+  return g_first_signal.load() == SIGTERM ? hpctune::cli::kExitTerminated : hpctune::cli::kExitInterrupted;
+}
+
+// A count or seed given on the command line: decimal digits only (no sign, exponent, hex or
+// spaces), within [min, max]. CLI11's own conversion takes "-1", "2^64" or "1e23" for an unsigned
+// option and wraps them, so numbers are read as text and checked here.
+template <typename T>
+hpctune::Result<T> parse_integer(const std::string& option, const std::string& text, T min, T max) {
+  using namespace hpctune;
+  const std::string range = std::to_string(min) + ".." + std::to_string(max);
+  T value{};
+  const char* end = text.data() + text.size();
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits) return err(Errc::kUsage, option + ": '" + text + "' is not a decimal integer (expected " + range + ")");
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || value < min || value > max) {
+    return err(Errc::kUsage, option + ": " + text + " is out of range (expected " + range + ")");
+  }
+  return value;
+}
+
+// A database path for `run` and `resume`: a file. ":memory:" would run the whole campaign and
+// throw it away, and SQLite URIs ("file:...?mode=...") would bypass the lock next to the file.
+hpctune::Status check_db_path(const std::string& option, const std::string& path) {
+  using namespace hpctune;
+  if (path.empty()) return err(Errc::kUsage, option + ": the database path is empty");
+  if (path == ":memory:" || path.rfind("file:", 0) == 0 || path.find("://") != std::string::npos) {
+    return err(Errc::kUsage, option + ": '" + path + "' is not a file path; the campaign must be kept in a file");
+  }
+  if (path.back() == '/') return err(Errc::kUsage, option + ": '" + path + "' names a directory, not a database file");
+  return {};
 }
 
 void install_signal_handlers() {
@@ -111,28 +153,32 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
   app.require_subcommand(1);
 
+  // Numbers are taken as text and checked by parse_integer() after parsing (see there).
   RunArgs run;
-  int64_t groups = 0;
-  uint64_t seed = 0;
+  std::string groups_text, seed_text;
   auto* run_cmd = app.add_subcommand("run", "Run a campaign described by a YAML sweep config");
   run_cmd->add_option("config", run.config, "The sweep config (YAML)")->required()->check(CLI::ExistingFile);
-  run_cmd->add_option("--db", run.db, "The SQLite database (default: the config's `storage`)");
-  auto* groups_opt = run_cmd->add_option("--groups", groups, "Number of trainer groups (overrides resources.groups)")
-                         ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  auto* seed_opt = run_cmd->add_option("--seed", seed, "Campaign seed (overrides `seed`)");
+  auto* run_db_opt = run_cmd->add_option("--db", run.db, "The SQLite database (default: the config's `storage`)");
+  auto* groups_opt = run_cmd->add_option("--groups", groups_text, "Number of trainer groups, 1..4096 (overrides resources.groups)")
+      ->type_name("INT");
+  auto* seed_opt = run_cmd->add_option("--seed", seed_text, "Campaign seed, 0..2^64-1 (overrides `seed`)")
+      ->type_name("INT");
   auto* fp_opt = run_cmd->add_option("--failpoint", run.failpoint, "Test only: SIGKILL the master at a named point")
                      ->group("");
   run_cmd->add_option("--failpoint-hit", run.failpoint_hit, "Test only: on the n-th pass")->group("");
   (void)fp_opt;
 
   std::string resume_db;
-  int64_t resume_groups = 0;
+  std::string resume_groups_text, resume_max_trials_text;
   std::string resume_fp;
   int64_t resume_fp_hit = 1;
-  auto* resume_cmd = app.add_subcommand("resume", "Continue an interrupted campaign");
+  auto* resume_cmd = app.add_subcommand("resume", "Continue an interrupted campaign, or extend a finished one");
   resume_cmd->add_option("db", resume_db, "The campaign's database")->required();
-  auto* resume_groups_opt = resume_cmd->add_option("--groups", resume_groups, "Number of trainer groups")
-                                ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  auto* resume_groups_opt = resume_cmd->add_option("--groups", resume_groups_text, "Number of trainer groups, 1..4096")
+      ->type_name("INT");
+  auto* resume_max_trials_opt = resume_cmd->add_option(
+      "--max-trials", resume_max_trials_text,
+      "A new budget: more trials than the campaign has so far (extends a completed campaign too)")->type_name("INT");
   resume_cmd->add_option("--failpoint", resume_fp, "Test only")->group("");
   resume_cmd->add_option("--failpoint-hit", resume_fp_hit, "Test only")->group("");
 
@@ -140,18 +186,29 @@ int main(int argc, char** argv) {
   auto* status_cmd = app.add_subcommand("status", "The campaign, its trials by state, and the best trial");
   status_cmd->add_option("db", status_db, "The campaign's database")->required();
 
-  std::string trials_db, trials_format = "table";
-  int64_t top = 0;
+  std::string trials_db, trials_format = "table", top_text;
   auto* trials_cmd = app.add_subcommand("trials", "List trials, best first");
   trials_cmd->add_option("db", trials_db, "The campaign's database")->required();
-  trials_cmd->add_option("--top", top, "Only the best K trials (0 = all)")->check(CLI::NonNegativeNumber);
+  auto* top_opt = trials_cmd->add_option("--top", top_text, "Only the best K trials (K >= 1; default: all)")
+      ->type_name("INT");
   trials_cmd->add_option("--format", trials_format, "table, csv or json")
       ->check(CLI::IsMember({"table", "csv", "json"}));
 
+  std::string trial_db, trial_id_text, trial_format = "table", trial_lines_text = "20";
+  auto* trial_cmd = app.add_subcommand(
+      "trial", "One trial: parameters, metrics by step, attempts, events, artifacts and the tail of its logs");
+  trial_cmd->add_option("db", trial_db, "The campaign's database")->required();
+  trial_cmd->add_option("id", trial_id_text, "The trial's id (the `trial` column of `hpctune trials`)")
+      ->required()->type_name("INT");
+  trial_cmd->add_option("--format", trial_format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  trial_cmd->add_option("--lines", trial_lines_text, "Lines of each log to show (0..10000, default 20)")
+      ->type_name("INT");
+
   std::string export_db, export_format, export_output;
-  auto* export_cmd = app.add_subcommand("export", "Export every trial with its parameters and metrics");
+  auto* export_cmd = app.add_subcommand("export", "Export every trial with its parameters, metrics and events");
   export_cmd->add_option("db", export_db, "The campaign's database")->required();
-  export_cmd->add_option("--format", export_format, "csv or json")->required()->check(CLI::IsMember({"csv", "json"}));
+  export_cmd->add_option("--format", export_format, "csv or json (default: from the -o file's extension)")
+      ->check(CLI::IsMember({"csv", "json"}));
   export_cmd->add_option("-o,--output", export_output, "Write to this file instead of standard output");
 
   std::string validate_config;
@@ -159,7 +216,8 @@ int main(int argc, char** argv) {
   auto* validate_cmd = app.add_subcommand("validate", "Parse and check a config without running it");
   validate_cmd->add_option("config", validate_config, "The sweep config (YAML)");
   validate_cmd->add_flag("--json", validate_json, "Print the config with every default filled in, as JSON");
-  validate_cmd->add_flag("--print-reference", print_reference, "Print the commented reference of every key");
+  validate_cmd->add_flag("--print-reference", print_reference,
+                         "Print the commented reference of every key (takes no CONFIG)");
 
   std::string master;
   int64_t worker_group = -1;
@@ -192,23 +250,71 @@ int main(int argc, char** argv) {
   install_signal_handlers();
   try {
     bool interrupted = false;
+    // Usage errors found after parsing: exit 2 with the subcommand's name.
+    auto usage = [](const hpctune::Status& s, const char* what) { return report(s, what); };
     if (*run_cmd) {
-      if (*groups_opt) run.groups = groups;
-      if (*seed_opt) run.seed = seed;
+      if (*run_db_opt) {
+        if (auto s = check_db_path("--db", run.db); !s.ok()) return usage(s, "run");
+      }
+      if (*groups_opt) {
+        auto g = parse_integer<int64_t>("--groups", groups_text, 1, 4096);
+        if (!g.ok()) return usage(std::move(g).error(), "run");
+        run.groups = *g;
+      }
+      if (*seed_opt) {
+        auto v = parse_integer<uint64_t>("--seed", seed_text, 0, std::numeric_limits<uint64_t>::max());
+        if (!v.ok()) return usage(std::move(v).error(), "run");
+        run.seed = *v;
+      }
       int rc = report(cmd_run(run, g_interrupts, interrupted), "run");
-      return rc == kExitOk && interrupted ? kExitInterrupted : rc;
+      if (rc == kExitInterrupted) return interrupted_exit_code();
+      return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
     }
     if (*resume_cmd) {
-      std::optional<int64_t> g;
-      if (*resume_groups_opt) g = resume_groups;
-      int rc = report(cmd_resume(resume_db, g, g_interrupts, interrupted, resume_fp, resume_fp_hit), "resume");
-      return rc == kExitOk && interrupted ? kExitInterrupted : rc;
+      if (auto s = check_db_path("db", resume_db); !s.ok()) return usage(s, "resume");
+      ResumeArgs r;
+      r.db = resume_db;
+      r.failpoint = resume_fp;
+      r.failpoint_hit = resume_fp_hit;
+      if (*resume_groups_opt) {
+        auto g = parse_integer<int64_t>("--groups", resume_groups_text, 1, 4096);
+        if (!g.ok()) return usage(std::move(g).error(), "resume");
+        r.groups = *g;
+      }
+      if (*resume_max_trials_opt) {
+        auto n = parse_integer<int64_t>("--max-trials", resume_max_trials_text, 1, std::numeric_limits<int64_t>::max());
+        if (!n.ok()) return usage(std::move(n).error(), "resume");
+        r.max_trials = *n;
+      }
+      int rc = report(cmd_resume(r, g_interrupts, interrupted), "resume");
+      if (rc == kExitInterrupted) return interrupted_exit_code();
+      return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
     }
     if (*status_cmd) return report(cmd_status(status_db), "status");
-    if (*trials_cmd) return report(cmd_trials(trials_db, top, trials_format), "trials");
+    if (*trials_cmd) {
+      int64_t top = 0;  // all
+      if (*top_opt) {
+        auto k = parse_integer<int64_t>("--top", top_text, 1, std::numeric_limits<int64_t>::max());
+        if (!k.ok()) return usage(std::move(k).error(), "trials");
+        top = *k;
+      }
+      return report(cmd_trials(trials_db, top, trials_format), "trials");
+    }
+    if (*trial_cmd) {
+      auto id = parse_integer<int64_t>("id", trial_id_text, 1, std::numeric_limits<int64_t>::max());
+      if (!id.ok()) return usage(std::move(id).error(), "trial");
+      auto lines = parse_integer<int64_t>("--lines", trial_lines_text, 0, 10000);
+      if (!lines.ok()) return usage(std::move(lines).error(), "trial");
+      return report(cmd_trial(trial_db, *id, trial_format, *lines), "trial");
+    }
     if (*export_cmd) return report(cmd_export(export_db, export_format, export_output), "export");
     if (*validate_cmd) {
       if (print_reference) {
+        if (!validate_config.empty() || validate_json) {
+          std::fprintf(stderr, "hpctune validate: error: --print-reference takes no CONFIG and no --json; "
+                               "it prints the reference of every key (run `hpctune validate CONFIG` to check a config)\n");
+          return kExitUsage;
+        }
         std::fputs(hpctune::config::reference_yaml().c_str(), stdout);
         return kExitOk;
       }

@@ -73,6 +73,12 @@ std::string csv_escape(const std::string& s) {
   return out + "\"";
 }
 
+}  // namespace
+
+nlohmann::json time_or_null(double t) { return t > 0 ? nlohmann::json(t) : nlohmann::json(nullptr); }
+
+namespace {
+
 double seconds_of(const store::TrialRow& t) {
   return (t.finished_at > 0 && t.started_at > 0) ? t.finished_at - t.started_at : 0.0;
 }
@@ -128,8 +134,15 @@ std::set<int64_t> recorded_pareto_front(const store::CampaignRow& campaign) {
 
 std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric,
                          const std::set<int64_t>* pareto) {
+  return trials_table(trials, std::vector<std::string>{metric}, pareto);
+}
+
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::vector<std::string>& objectives,
+                         const std::set<int64_t>* pareto) {
   const auto names = param_names(trials);
-  std::vector<std::string> header = {"trial", "state", "attempt", metric};
+  std::vector<std::string> header = {"trial", "state", "attempt"};
+  header.insert(header.end(), objectives.begin(), objectives.end());
+  if (objectives.empty()) header.push_back("objective");
   if (pareto) header.push_back("pareto");
   header.insert(header.end(), names.begin(), names.end());
   header.push_back("seconds");
@@ -137,6 +150,11 @@ std::string trials_table(const std::vector<store::TrialRow>& trials, const std::
   for (const auto& t : trials) {
     std::vector<std::string> r = {std::to_string(t.id), store::to_string(t.state), std::to_string(t.attempt),
                                   t.objective ? format_number(*t.objective) : "-"};
+    // The first objective is the trial's recorded objective; the others are read from its metrics.
+    for (size_t i = 1; i < objectives.size(); ++i) {
+      const auto& m = objectives[i];
+      r.push_back(t.metrics.is_object() && t.metrics.contains(m) && !t.metrics[m].is_null() ? cell(t.metrics[m]) : "-");
+    }
     if (pareto) r.push_back(pareto->count(t.id) ? "*" : "");
     for (const auto& n : names) r.push_back(t.params.contains(n) ? cell(t.params[n]) : "");
     r.push_back(seconds_of(t) > 0 ? format_number(std::round(seconds_of(t) * 10) / 10) : "-");
@@ -200,7 +218,9 @@ nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std
     nlohmann::json j = {{"trial", t.id},          {"seq", t.seq},          {"state", store::to_string(t.state)},
                         {"attempt", t.attempt},   {"group", t.group_id},   {"params", t.params},
                         {"metrics", t.metrics},   {"step", t.step},        {"created_at", t.created_at},
-                        {"started_at", t.started_at}, {"finished_at", t.finished_at}, {"generation", t.generation}};
+                        {"started_at", time_or_null(t.started_at)}, {"finished_at", time_or_null(t.finished_at)},
+                        {"generation", t.generation}};
+    j["seconds"] = seconds_of(t) > 0 ? nlohmann::json(seconds_of(t)) : nlohmann::json(nullptr);
     j["objective"] = t.objective ? nlohmann::json(*t.objective) : nlohmann::json(nullptr);
     if (!t.error.empty()) j["error"] = t.error;
     if (t.parent_trial_id) j["parent_trial"] = *t.parent_trial_id;
@@ -210,27 +230,74 @@ nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std
   return out;
 }
 
+size_t display_width(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;  // one column per code point (no wide glyphs here)
+  return n;
+}
+
+std::string truncate_display(const std::string& text, size_t width) {
+  if (display_width(text) <= width) return text;
+  size_t cols = 0, i = 0;
+  for (; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) {
+      if (cols == width) break;  // the next code point would not fit
+      ++cols;
+    }
+  }
+  return text.substr(0, i);
+}
+
 std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width) {
   const int64_t finished = p.done + p.pruned + p.failed;
   const int64_t total = std::max<int64_t>(p.max_trials, 1);
-  const int bar_width = std::clamp(width - 100, 10, 30);
+  // Each field with its importance: when the line is too wide, the least important goes first
+  // (the bar, then the queue, the pruned count, the elapsed time...), and what still does not
+  // fit is cut at the width.
+  struct Field {
+    std::string text;
+    int importance;  // higher stays longer
+  };
+  std::vector<Field> fields;
+  char count[64];
+  std::snprintf(count, sizeof(count), "[%*lld/%lld]", static_cast<int>(std::to_string(total).size()),
+                static_cast<long long>(finished), static_cast<long long>(total));
+  fields.push_back({count, 100});
+  const int bar_width = width > 0 ? std::clamp(width - 100, 10, 30) : 30;
   const int filled = static_cast<int>(bar_width * std::min<double>(1.0, static_cast<double>(finished) / total));
   std::string bar;
   for (int i = 0; i < bar_width; ++i) bar += i < filled ? "█" : "░";
-  std::ostringstream out;
-  char count[48];
-  std::snprintf(count, sizeof(count), "[%*lld/%lld] ", static_cast<int>(std::to_string(total).size()),
-                static_cast<long long>(finished), static_cast<long long>(total));
-  out << count << bar << " done " << p.done;
-  if (p.pruned) out << " · pruned " << p.pruned;
-  if (p.failed) out << " · failed " << p.failed;
-  out << " · running " << p.running << " · queued " << p.queued;
-  if (p.best) out << " · best " << format_number(*p.best) << " (#" << p.best_trial << ")";
-  out << " · " << format_duration(elapsed_s);
+  fields.push_back({bar, 10});
+  fields.push_back({"done " + std::to_string(p.done), 90});
+  if (p.pruned) fields.push_back({"pruned " + std::to_string(p.pruned), 40});
+  if (p.failed) fields.push_back({"failed " + std::to_string(p.failed), 80});
+  fields.push_back({"running " + std::to_string(p.running), 70});
+  fields.push_back({"queued " + std::to_string(p.queued), 20});
+  if (p.best) fields.push_back({"best " + format_number(*p.best) + " (#" + std::to_string(p.best_trial) + ")", 60});
+  fields.push_back({format_duration(elapsed_s), 30});
   if (finished > 0 && finished < total) {
-    out << " · ETA " << format_duration(elapsed_s / static_cast<double>(finished) * static_cast<double>(total - finished));
+    fields.push_back(
+        {"ETA " + format_duration(elapsed_s / static_cast<double>(finished) * static_cast<double>(total - finished)), 50});
   }
-  return out.str();
+  auto compose = [&] {
+    std::string out;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      // The bar and the count are set apart by a space, the others by " · ".
+      if (i > 0) out += (i == 1 || fields[i - 1].importance == 10) ? " " : " · ";
+      out += fields[i].text;
+    }
+    return out;
+  };
+  std::string line = compose();
+  if (width <= 0) return line;  // not a terminal: no limit
+  while (display_width(line) > static_cast<size_t>(width) && fields.size() > 1) {
+    auto least = std::min_element(fields.begin(), fields.end(),
+                                  [](const Field& a, const Field& b) { return a.importance < b.importance; });
+    fields.erase(least);
+    line = compose();
+  }
+  return truncate_display(line, static_cast<size_t>(width));
 }
 
 }  // namespace hpctune::cli

@@ -24,10 +24,17 @@ std::vector<store::TrialRow> rank_trials(std::vector<store::TrialRow> trials, bo
 // ids); empty for a single objective or before the master first saved its search state.
 std::set<int64_t> recorded_pareto_front(const store::CampaignRow& campaign);
 
-// One row per trial: id, state, attempt, objective, each parameter, seconds. With a front, a
+// One row per trial: id, state, attempt, objective, each parameter, seconds (from the start of
+// the current attempt to its end). With a front, a
 // `pareto` column marks its members with '*'.
 std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric,
                          const std::set<int64_t>* pareto = nullptr);
+// With several objectives: a column for each (the first is the trial's objective, the others are
+// read from its metrics).
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::vector<std::string>& objectives,
+                         const std::set<int64_t>* pareto = nullptr);
+// A time in seconds since the epoch for JSON: null when it is 0 ("not yet").
+nlohmann::json time_or_null(double t);
 // With a front, a `pareto` column (1 or 0) / a "pareto" member (true or false) per trial.
 std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
 nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
@@ -35,8 +42,13 @@ nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std
 std::string pareto_table(const std::vector<store::TrialRow>& trials, const std::set<int64_t>& front,
                          const std::vector<std::string>& metrics);
 
-// "[ 12/16] ██████░░ done 10 · running 2 · queued 0 · best 0.8712 (#7) · 0:42 · ETA 0:08"
+// "[12/16] ██████░░ done 10 · running 2 · queued 0 · best 0.8712 (#7) · 0:42 · ETA 0:08", at most
+// `width` columns (0: no limit): the least important fields are left out first (the bar, the
+// queue, ...), then the line is cut. A line wider than the terminal would wrap, and every redraw
+// would leave a copy behind.
 std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width);
+// Columns `text` takes on a terminal (one per UTF-8 code point).
+size_t display_width(const std::string& text);
 std::string format_duration(double seconds);
 std::string format_number(double value);
 

@@ -786,6 +786,7 @@ class Builder {
     c.max_trials = s["max_trials"].get<int64_t>();
     c.max_time_s = s["max_time"].get<double>();
     c.max_attempts = s["max_attempts"].get<int64_t>();
+    c.max_failures = s["max_failures"].get<int64_t>();
     c.warm_start = s["warm_start"].get<std::string>();
     c.search_settings = s["settings"];
     // search.init is the algorithm's `init` setting, for the algorithms that have one; its

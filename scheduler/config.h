@@ -56,6 +56,7 @@ struct CampaignConfig {
   int64_t max_trials = 0;
   double max_time_s = 0;  // 0: unlimited
   int64_t max_attempts = 3;
+  int64_t max_failures = 5;  // 0: never stop on failures
   std::string init;  // also in search_settings["init"] when the algorithm has that setting
   std::string warm_start;
   nlohmann::json search_settings = nlohmann::json::object();  // algorithm-specific, defaults applied

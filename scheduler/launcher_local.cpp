@@ -32,8 +32,9 @@ std::string find_in_path(const std::string& name) {
   size_t start = 0;
   while (start <= dirs.size()) {
     const size_t end = std::min(dirs.find(':', start), dirs.size());
-    std::string dir = dirs.substr(start, end - start);
-    if (dir.empty()) dir = ".";
+    // An empty entry means the current directory. (Built in one expression: assigning "." to the
+    // substr() result made GCC 12 warn -Wrestrict about a memcpy that cannot overlap.)
+    const std::string dir = end > start ? dirs.substr(start, end - start) : std::string(".");
     const std::string candidate = dir + "/" + name;
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
     start = end + 1;

@@ -65,6 +65,7 @@ SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t ca
   sopt.max_trials = cfg.max_trials;
   sopt.max_time_s = cfg.max_time_s;
   sopt.max_attempts = cfg.max_attempts;
+  sopt.max_failures = cfg.max_failures;
   sopt.trainer = cfg.trainer;
   sopt.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_interval_s * 1000));
   sopt.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_timeout_s * 1000));
@@ -96,14 +97,35 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (!parsed.ok()) return std::move(parsed).error().with_context("while re-reading the config stored in " + db_path);
     cfg = std::move(parsed).value();
     cfg.seed = existing->seed;
-    if (existing->config_json.contains("resources") && existing->config_json["resources"].contains("groups")) {
-      cfg.resources.groups = existing->config_json["resources"]["groups"].get<int64_t>();
+    const auto& cj = existing->config_json;
+    if (cj.contains("resources") && cj["resources"].contains("groups")) {
+      cfg.resources.groups = cj["resources"]["groups"].get<int64_t>();
+    }
+    // A budget extended by an earlier `resume --max-trials` (the config text keeps the first one).
+    if (cj.contains("search") && cj["search"].is_object() && cj["search"].contains("max_trials") &&
+        cj["search"]["max_trials"].is_number_integer()) {
+      cfg.max_trials = cj["search"]["max_trials"].get<int64_t>();
     }
     campaign_id = existing->id;
-    if (existing->state == "completed") {
-      return err(Errc::kInvalidArgument, "campaign '" + existing->name + "' in " + db_path + " is already completed");
+    HPCTUNE_ASSIGN(auto so_far, db->trials(campaign_id));
+    const auto recorded = static_cast<int64_t>(so_far.size());
+    if (options.max_trials) {
+      if (*options.max_trials <= recorded) {
+        return err(Errc::kUsage, "--max-trials " + std::to_string(*options.max_trials) + ": campaign '" +
+                                     existing->name + "' already has " + std::to_string(recorded) +
+                                     " trials; give a larger budget (at least " + std::to_string(recorded + 1) + ")");
+      }
+    } else if (existing->state == "completed") {
+      return err(Errc::kInvalidArgument, "campaign '" + existing->name + "' in " + db_path + " is already completed (" +
+                                             std::to_string(recorded) + " trials); extend it with `hpctune resume " +
+                                             db_path + " --max-trials N` (N > " + std::to_string(recorded) + ")");
     }
   } else {
+    if (existing && existing->state == "completed") {
+      return err(Errc::kInvalidArgument, db_path + " already holds the completed campaign '" + existing->name +
+                                             "'; run more trials with `hpctune resume " + db_path +
+                                             " --max-trials N`, or choose another --db");
+    }
     if (existing) {
       return err(Errc::kInvalidArgument, db_path + " already holds campaign '" + existing->name +
                                              "'; continue it with `hpctune resume " + db_path +
@@ -137,6 +159,17 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     }
     HPCTUNE_TRY(db->set_campaign_state(campaign_id, "running", 0));
     HPCTUNE_TRY(db->add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
+    if (options.max_trials && *options.max_trials != cfg.max_trials) {
+      // Kept in the store, so that a later plain `resume` runs to the new budget too.
+      nlohmann::json cj = existing->config_json;
+      if (!cj.contains("search") || !cj["search"].is_object()) cj["search"] = nlohmann::json::object();
+      cj["search"]["max_trials"] = *options.max_trials;
+      HPCTUNE_TRY(db->set_campaign_config_json(campaign_id, cj));
+      HPCTUNE_TRY(db->add_event(campaign_id, "budget_changed", 0, 0, -1,
+                                {{"max_trials", *options.max_trials}, {"was", cfg.max_trials}}, t0));
+      log("budget: " + std::to_string(cfg.max_trials) + " -> " + std::to_string(*options.max_trials) + " trials");
+      cfg.max_trials = *options.max_trials;
+    }
     if (!cfg.warm_start.empty()) {
       // The searcher is rebuilt from the same warm-start trials, as in the first run (if the other
       // store has not changed since).
@@ -285,15 +318,21 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   const double t1 = unix_now();
   // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
   HPCTUNE_TRY(sched.save_search_state(Clock::now()));
-  HPCTUNE_TRY(db->set_campaign_state(campaign_id, sched.interrupted() ? "interrupted" : "completed", t1));
-  HPCTUNE_TRY(db->add_event(campaign_id, sched.interrupted() ? "campaign_interrupted" : "campaign_completed", 0, 0, -1,
-                            {{"seconds", t1 - t0}}, t1));
+  // Stopped by search.max_failures: recorded failed (a resume may try again).
+  const char* final_state = sched.interrupted() ? "interrupted" : !sched.gave_up().empty() ? "failed" : "completed";
+  HPCTUNE_TRY(db->set_campaign_state(campaign_id, final_state, t1));
+  nlohmann::json detail = {{"seconds", t1 - t0}};
+  if (!sched.gave_up().empty()) detail["reason"] = sched.gave_up();
+  HPCTUNE_TRY(db->add_event(campaign_id, std::string("campaign_") + (sched.interrupted() ? "interrupted"
+                                                                      : sched.gave_up().empty() ? "completed" : "stopped"),
+                            0, 0, -1, detail, t1));
 
   CampaignOutcome out;
   out.campaign_id = campaign_id;
   out.name = cfg.name;
   out.db_path = db_path;
   out.interrupted = sched.interrupted();
+  out.gave_up = sched.gave_up();
   out.progress = sched.progress();
   out.counters = sched.counters();
   out.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();

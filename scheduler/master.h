@@ -9,7 +9,8 @@
 // Killing the master at any point loses at most the uncommitted turn; `resume` re-asks the search
 // for anything not recorded, which for the seeded algorithms gives the same trials again.
 //
-// Exit paths: completion, Ctrl-C (interrupt flag; trials recorded as interrupted), a fatal error.
+// Exit paths: completion, Ctrl-C (interrupt flag; trials recorded as interrupted), search.max_failures
+// (no dispatch after it; the campaign is recorded failed), a fatal error.
 // Every path stops every group (SIGTERM, then SIGKILL); groups also die with the master (SIGKILL
 // included) through PR_SET_PDEATHSIG.
 #pragma once
@@ -31,6 +32,9 @@ struct MasterOptions {
   std::optional<config::CampaignConfig> config;   // set for `run`; unset for `resume` (read from the DB)
   std::optional<int64_t> groups;                  // --groups override
   std::optional<uint64_t> seed;                   // --seed override
+  // `resume --max-trials`: a new budget, larger than the trials recorded (kUsage otherwise); also
+  // extends a completed campaign, and is kept in the store for later resumes.
+  std::optional<int64_t> max_trials;
   std::string bind = "tcp://127.0.0.1:*";
   std::string worker_program;                     // default: this executable
   const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
@@ -47,6 +51,7 @@ struct CampaignOutcome {
   std::string name;
   std::string db_path;
   bool interrupted = false;
+  std::string gave_up;  // why search.max_failures stopped the campaign; "" when it did not
   Progress progress;
   Counters counters;
   double elapsed_s = 0;

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -259,6 +260,8 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
     t->state = TrialState::kRunning;
     HPCTUNE_TRY(store_.mark_running(t->id, t->attempt, tw));
   }
+  // A report without metrics is the worker's "started" notice: nothing to record or judge.
+  if (m.metrics.empty()) return {};
   t->last_step = m.step;
   t->last_metrics = m.metrics;
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
@@ -317,7 +320,11 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   std::string error;
   if (!objective && !opt_.objectives.empty()) {
     state = TrialState::kFailed;
-    error = "the trial reported no '" + opt_.objectives[0].metric + "' metric";
+    // Name what it did report: a misspelt metric name is the usual cause.
+    std::string reported;
+    for (const auto& [name, value] : metrics) reported += (reported.empty() ? "" : ", ") + name;
+    error = "the trial reported no '" + opt_.objectives[0].metric + "' metric (" +
+            (reported.empty() ? std::string("it reported no metrics") : "it reported: " + reported) + ")";
   }
   for (const auto& a : m.artifacts) {
     HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, a.bytes, tw));
@@ -331,7 +338,11 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
                   metrics, std::max(m.step, t->last_step));
     if (state == TrialState::kDone) ++done_;
     if (state == TrialState::kPruned) ++pruned_;
-    if (state == TrialState::kFailed) ++failed_;
+    if (state == TrialState::kFailed) {
+      ++failed_;
+      log("trial " + std::to_string(t->id) + " failed: " + error);
+      note_failure(t->id, error);
+    }
     if (objective && state != TrialState::kFailed &&
         (!best_ || better(*objective, *best_, opt_.objectives[0].maximize))) {
       best_ = objective;
@@ -361,7 +372,10 @@ Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_po
   if (applied) {
     ++failed_;
     tell_searcher(*t, search::Outcome::kFailed, {}, t->last_step);
-    log("trial " + std::to_string(t->id) + " failed: " + m.error);
+    std::string shown = m.error;  // the trainer's error may end in the stderr lines' newline
+    while (!shown.empty() && std::isspace(static_cast<unsigned char>(shown.back()))) shown.pop_back();
+    log("trial " + std::to_string(t->id) + " failed: " + shown);
+    note_failure(t->id, shown);
     HPCTUNE_TRY(after_finish(now));
   }
   trials_.erase(t->id);
@@ -419,8 +433,18 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
   return {};
 }
 
+void Scheduler::note_failure(int64_t trial_id, const std::string& reason) {
+  if (opt_.max_failures <= 0 || !gave_up_.empty() || done_ + pruned_ > 0 || failed_ < opt_.max_failures) return;
+  // Every trial so far failed: the trainer or the config is broken, and running the whole budget
+  // would only repeat the failure.
+  gave_up_ = std::to_string(failed_) + " trials failed before any succeeded (search.max_failures = " +
+             std::to_string(opt_.max_failures) + ")";
+  log("stopping: " + gave_up_ + "; no new trials are started (the last failure, trial " + std::to_string(trial_id) +
+      ": " + reason.substr(0, reason.find('\n')) + ")");
+}
+
 Status Scheduler::dispatch(Clock::time_point now) {
-  if (interrupted_ || out_of_time(now)) return {};
+  if (interrupted_ || out_of_time(now) || !gave_up_.empty()) return {};
   std::vector<Worker*> idle;
   for (auto& [peer, w] : workers_) {
     if (w.idle && w.trial_id == 0) idle.push_back(&w);
@@ -482,6 +506,7 @@ Status Scheduler::lose_worker(const transport::PeerId& peer, const std::string& 
     tell_searcher(t->second, search::Outcome::kFailed, {}, t->second.last_step);
     log("trial " + std::to_string(t->second.id) + " failed: " + std::to_string(opt_.max_attempts) +
         " attempts lost");
+    note_failure(t->second.id, std::to_string(opt_.max_attempts) + " attempts lost (" + why + ")");
     trials_.erase(t);
     return after_finish(now);
   }
@@ -551,7 +576,8 @@ void Scheduler::send(Worker& w, const protocol::Message& m) {
 bool Scheduler::finished() const {
   if (interrupted_) return true;
   const bool in_flight = trials_.size() > queue_.size();
-  if (out_of_time(Clock::now())) return !in_flight;  // queued trials are left for a resume
+  // Queued trials are left for a resume.
+  if (out_of_time(Clock::now()) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
   return searcher_exhausted_ || created_ >= opt_.max_trials;
 }
@@ -624,7 +650,8 @@ Status Scheduler::after_finish(Clock::time_point now) {
 // Not replayed exactly: the on_finish() that an earlier lost attempt of a finished trial caused
 // (it matters to the median rule only, and only between the loss and the trial's end).
 Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials) {
-  if (opt_.objectives.empty() || final_trials.empty()) return {};
+  // Without early stopping there is nothing to rebuild (and nothing to tell the user).
+  if (opt_.objectives.empty() || final_trials.empty() || stopper_.name() == "none") return {};
   HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
   struct Event {
     double t;

@@ -8,6 +8,7 @@
 // Trial lifecycle (store::TrialState), one row per trial, one attempts row per attempt:
 //
 //   queued --assign--> assigned --report--> running --done--> done
+//                                 (the first report, without metrics, is sent as the trial starts)
 //                         |                    |--done after stop--> pruned   (early stopping)
 //                         |                    |--failed--> failed            (the trainer's error)
 //                         +--------------------+--group lost--> queued as attempt+1
@@ -54,6 +55,9 @@ struct SchedulerOptions {
   int64_t max_trials = 0;
   double max_time_s = 0;        // 0 = unlimited; counted from start()
   int64_t max_attempts = 3;     // attempts per trial before it is failed
+  // search.max_failures: stop dispatching once this many trials have failed before any succeeded
+  // (done or pruned); 0 = never. The trials in flight still finish.
+  int64_t max_failures = 5;
   nlohmann::json trainer;       // fixed trainer settings sent with every assign
   std::string trials_dir;       // "<storage>.trials"; "" = trials keep no files
   std::chrono::milliseconds heartbeat_interval{1000};
@@ -123,6 +127,8 @@ class Scheduler {
   // True when no more trials will be created and none is queued or in flight.
   bool finished() const;
   bool interrupted() const { return interrupted_; }
+  // Why dispatch stopped early (search.max_failures), "" when it did not.
+  const std::string& gave_up() const { return gave_up_; }
   // Groups that have said hello at least once (for the launcher's start-up check).
   bool group_ever_registered(int64_t group) const { return ever_registered_.count(group) > 0; }
 
@@ -173,6 +179,7 @@ class Scheduler {
   Status replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials);
   void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
   Status after_finish(Clock::time_point now);
+  void note_failure(int64_t trial_id, const std::string& reason);
 
   SchedulerOptions opt_;
   transport::ServerTransport& transport_;
@@ -193,6 +200,7 @@ class Scheduler {
   std::optional<double> best_;
   int64_t best_trial_ = 0;
   bool interrupted_ = false;
+  std::string gave_up_;  // see gave_up()
   bool searcher_exhausted_ = false;
   Clock::time_point start_;
   Counters counters_;

@@ -127,6 +127,7 @@ enum Query : int {
   kSetCampaignState,
   kSetSearchState,
   kSetCampaignMaster,
+  kSetCampaignConfigJson,
   kInsertStage,
   kSetStageState,
   kSelectStages,
@@ -186,6 +187,7 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSetCampaignState */ "UPDATE campaigns SET state = ?2, finished_at = ?3 WHERE id = ?1",
     /* kSetSearchState */ "UPDATE campaigns SET search_state = ?2 WHERE id = ?1",
     /* kSetCampaignMaster */ "UPDATE campaigns SET master_host = ?2, master_pid = ?3 WHERE id = ?1",
+    /* kSetCampaignConfigJson */ "UPDATE campaigns SET config_json = ?2 WHERE id = ?1",
     /* kInsertStage */
     "INSERT INTO stages (campaign_id, kind, name, state, config_json, created_at) "
     "VALUES (?1, ?2, ?3, 'running', ?4, ?5)",
@@ -828,6 +830,15 @@ Status Store::set_campaign_master(int64_t id, const std::string& host, int64_t p
   b.i64(1, id).text(2, host).i64(3, pid);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot record the master of campaign " + std::to_string(id));
+  return expect_one_row(db_.get(), "campaign", id);
+}
+
+Status Store::set_campaign_config_json(int64_t id, const nlohmann::json& config_json) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetCampaignConfigJson));
+  Bind b(s);
+  b.i64(1, id).json(2, config_json);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot update the config of campaign " + std::to_string(id));
   return expect_one_row(db_.get(), "campaign", id);
 }
 

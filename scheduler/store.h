@@ -244,6 +244,9 @@ class Store {
   Status set_search_state(int64_t id, const nlohmann::json& state);
   // Records which master process runs the campaign now (on start and on resume).
   Status set_campaign_master(int64_t id, const std::string& host, int64_t pid);
+  // Replaces the campaign's normalized config (config_json): what a resume changed and must keep,
+  // such as a budget extended with `resume --max-trials`.
+  Status set_campaign_config_json(int64_t id, const nlohmann::json& config_json);
 
   Result<int64_t> create_stage(int64_t campaign_id, const std::string& kind, const std::string& name,
                                const nlohmann::json& config, double t);

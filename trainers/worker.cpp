@@ -90,6 +90,9 @@ class RunningTrial {
       if (!trainer.ok()) {
         failed.error = trainer.error().to_string();
       } else {
+        // The trial starts now: a report without metrics tells the master (the trial is `running`
+        // from here, and its duration counts from here, not from its first real report).
+        push(protocol::Report{assign_.trial_id, assign_.attempt, 0, {}});
         auto result = trainer.value()->run(ctx);
         if (result.ok()) {
           protocol::Done done;

@@ -1,0 +1,402 @@
+// What a new user meets in the CLI (issue 9, items 19-22, 25, 28-30): the progress line fits the
+// terminal; bad numbers and database paths are refused; a campaign without a success exits 1 and
+// stops early (search.max_failures); trials are `running` and timed from their start; a finished
+// campaign is extended with `resume --max-trials`; `hpctune trial`; every objective in the tables;
+// SIGTERM exits 143; `export` infers its format; `validate` counts only searched parameters.
+// Campaigns run through the `hpctune` binary with small shell-script trainers.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/report_tables.h"
+#include "tests/campaign_fixture.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using json = nlohmann::json;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+// A campaign of a command trainer running `sh <script> {x}`; `extra` is appended (e.g. more
+// search settings), `objective` replaces the default objective line.
+std::string script_config(const std::string& name, const std::string& script, int max_trials,
+                          const std::string& extra_search = "",
+                          const std::string& objective = "objective: {metric: val_accuracy, mode: max}\n",
+                          const std::string& space = "  x: {type: float, low: 0.1, high: 0.9}\n",
+                          const std::string& args = "{x}") {
+  return "name: " + name + "\nseed: 3\n" + objective + "search: {algorithm: random, max_trials: " +
+         std::to_string(max_trials) + extra_search + "}\nspace:\n" + space +
+         "trainer:\n  kind: command\n  command: \"/bin/sh " + script + " " + args +
+         "\"\nresources: {groups: 2, threads: 1}\n";
+}
+
+json parse_json_file(const std::string& path) {
+  const std::string text = read_file(path);
+  auto j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  REQUIRE_MESSAGE(!j.is_discarded(), text);
+  return j;
+}
+
+// The lines that a run printed, in one string (stdout and stderr together).
+std::string run_log(const TempDir& dir, const std::vector<std::string>& args, const std::string& name, int* code) {
+  auto status = run_hpctune(args, dir.file(name), std::chrono::seconds(60));
+  *code = status.signaled ? -status.signal : status.code;
+  return read_file(dir.file(name));
+}
+
+}  // namespace
+
+// --- item 20: the progress line ------------------------------------------------------------------
+
+TEST_CASE("the progress line is never wider than the terminal, and drops the least important fields first") {
+  scheduler::Progress p;
+  p.done = 123456;
+  p.pruned = 2345;
+  p.failed = 3456;
+  p.running = 4096;
+  p.queued = 8192;
+  p.max_trials = 1000000;
+  p.best = 0.987654321;
+  p.best_trial = 99999;
+  for (int width : {1, 10, 40, 60, 80, 100, 200}) {
+    const std::string line = cli::progress_line(p, 3725.0, width);
+    CHECK_MESSAGE(cli::display_width(line) <= static_cast<size_t>(width), width << ": " << line);
+    CHECK(contains(line, "[") );  // the count goes last
+  }
+  const std::string wide = cli::progress_line(p, 3725.0, 200);
+  for (const char* field : {"done 123456", "pruned 2345", "failed 3456", "running 4096", "queued 8192", "best 0.9877",
+                            "1:02:05", "ETA", "█"}) {
+    CHECK_MESSAGE(contains(wide, field), field << " missing from " << wide);
+  }
+  // At 80 columns the bar (least important) goes before the counts; the line is not cut mid-field.
+  const std::string narrow = cli::progress_line(p, 3725.0, 80);
+  CHECK_FALSE(contains(narrow, "█"));
+  CHECK(contains(narrow, "done 123456"));
+  CHECK(contains(narrow, "failed 3456"));
+  CHECK(contains(narrow, "running 4096"));
+  const std::string w60 = cli::progress_line(p, 3725.0, 60);
+  CHECK(contains(w60, "[ 129257/1000000]"));
+  CHECK(contains(w60, "done 123456"));
+  const std::string w40 = cli::progress_line(p, 3725.0, 40);
+  CHECK(w40.rfind("[ 129257/1000000] done 123456", 0) == 0);
+  // 0: not a terminal, no limit.
+  CHECK(cli::progress_line(p, 3725.0, 0) == cli::progress_line(p, 3725.0, 100000));
+}
+
+TEST_CASE("JSON times: 0 (not yet) is null; seconds count from the start to the end") {
+  store::TrialRow t;
+  t.id = 1;
+  t.created_at = 100.0;
+  auto j = cli::trials_json({t})[0];
+  CHECK(j["started_at"].is_null());
+  CHECK(j["finished_at"].is_null());
+  CHECK(j["seconds"].is_null());
+  t.started_at = 101.0;
+  t.finished_at = 103.5;
+  j = cli::trials_json({t})[0];
+  CHECK(j["started_at"].get<double>() == 101.0);
+  CHECK(j["seconds"].get<double>() == doctest::Approx(2.5));
+}
+
+// --- item 19: numbers and paths on the command line -------------------------------------------------
+
+TEST_CASE("bad numbers and database paths are refused with exit 2 and a clear message") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("flags", 1, 0.01, 1, 1));
+  int code = 0;
+  for (const std::string bad : {"-1", "2^64", "1e23", "18446744073709551616", "0x10", "", " 5", "5 "}) {
+    const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("x.db"), "--seed", bad}, "seed.log", &code);
+    CHECK_MESSAGE(code == 2, bad);
+    CHECK_MESSAGE(contains(out, "--seed"), out);
+    CHECK_MESSAGE(contains(out, "0..18446744073709551615"), out);
+  }
+  for (const std::string bad : {":memory:", "", "file:x.db?mode=memory", "file::memory:"}) {
+    const std::string out = run_log(dir, {"run", cfg, "--db", bad}, "db.log", &code);
+    CHECK_MESSAGE(code == 2, bad);
+    CHECK_MESSAGE(contains(out, "--db"), out);
+    CHECK(run_log(dir, {"resume", bad}, "rdb.log", &code).find("error") != std::string::npos);
+    CHECK(code == 2);
+  }
+  for (const std::string bad : {"0", "-1", "4097", "1.5", "1e2"}) {
+    const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("x.db"), "--groups", bad}, "g.log", &code);
+    CHECK_MESSAGE(code == 2, bad);
+    CHECK(contains(out, "--groups"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("x.db")));  // nothing ran
+  // The largest seed is a seed like any other.
+  const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("ok.db"), "--seed", "18446744073709551615"},
+                                  "ok.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  auto s = store::Store::open_readonly(dir.file("ok.db"));
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  CHECK((*c)->seed == 18446744073709551615ull);
+  for (const std::string bad : {"-1", "0", "abc"}) {
+    const std::string t = run_log(dir, {"trials", dir.file("ok.db"), "--top", bad}, "top.log", &code);
+    CHECK_MESSAGE(code == 2, bad);
+    CHECK(contains(t, "--top"));
+    CHECK(t.size() < 400);  // a message, not a 300-digit range
+  }
+  CHECK(run_log(dir, {"trials", dir.file("ok.db"), "--top", "1"}, "top1.log", &code).find("done") != std::string::npos);
+  CHECK(code == 0);
+}
+
+// --- item 22: campaigns without a success ------------------------------------------------------------
+
+TEST_CASE("a campaign whose trials all fail exits 1, names the first failure and stops after max_failures") {
+  TempDir dir;
+  const std::string fail = dir.write("fail.sh", "echo 'the data went missing' >&2\nexit 3\n");
+  int code = 0;
+  // 12 trials budgeted; the default search.max_failures (5) stops it after 5 failures (plus what the
+  // other group was running).
+  const std::string cfg = dir.write("fail.yaml", script_config("all-fail", fail, 12));
+  const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("fail.db")}, "fail.log", &code);
+  CHECK_MESSAGE(code == 1, out);
+  CHECK(contains(out, "trial 1 failed: command failed: exit code 3"));  // in the log, as it happens
+  CHECK(contains(out, "5 trials failed before any succeeded (search.max_failures = 5)"));
+  CHECK(contains(out, "the first failure, trial 1"));
+  CHECK(contains(out, "the data went missing"));
+  CHECK_FALSE(contains(out, "completed"));
+  auto trials = read_trials(dir.file("fail.db"));
+  CHECK(trials.size() >= 5);
+  CHECK(trials.size() <= 7);
+  auto s = store::Store::open_readonly(dir.file("fail.db"));
+  REQUIRE(s.ok());
+  CHECK((*(*s)->load_campaign())->state == "failed");
+
+  // Fewer trials than max_failures, all failed: no early stop, but still exit 1.
+  const std::string few = dir.write("few.yaml", script_config("few-fail", fail, 2));
+  const std::string out2 = run_log(dir, {"run", few, "--db", dir.file("few.db")}, "few.log", &code);
+  CHECK_MESSAGE(code == 1, out2);
+  CHECK(contains(out2, "no trial succeeded in campaign 'few-fail' (2 failed)"));
+
+  // max_failures: 0 never stops: every trial of the budget runs.
+  const std::string all = dir.write("all.yaml", script_config("no-limit", fail, 7, ", max_failures: 0"));
+  const std::string out3 = run_log(dir, {"run", all, "--db", dir.file("all.db")}, "all.log", &code);
+  CHECK_MESSAGE(code == 1, out3);
+  CHECK(read_trials(dir.file("all.db")).size() == 7);
+}
+
+TEST_CASE("a metric name the trainer never reports: each failure names the metrics it did report") {
+  TempDir dir;
+  const std::string script =
+      dir.write("report.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": $1, \\\"val_loss\\\": 0.5}\"\n");
+  const std::string cfg =
+      dir.write("wrong.yaml", script_config("wrong-metric", script, 8, "", "objective: {metric: val_acc, mode: max}\n"));
+  int code = 0;
+  const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("w.db")}, "w.log", &code);
+  CHECK_MESSAGE(code == 1, out);
+  CHECK(contains(out, "trial 1 failed: the trial reported no 'val_acc' metric (it reported: "));
+  CHECK(contains(out, "val_accuracy, val_loss)"));
+  CHECK(contains(out, "search.max_failures"));
+  CHECK(read_trials(dir.file("w.db")).size() < 8);
+}
+
+// --- item 21: running from the start --------------------------------------------------------------
+
+TEST_CASE("a trial is running from its start, before its first report, and its seconds count from there") {
+  TempDir dir;
+  // 1.2 s of work before the first report.
+  const std::string script = dir.write(
+      "slow.sh", "sleep 1.2\necho \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": $1}\"\nsleep 0.1\n");
+  std::string cfg_text = script_config("slow-start", script, 1);
+  cfg_text.replace(cfg_text.find("groups: 2"), 9, "groups: 1");
+  const std::string cfg = dir.write("slow.yaml", cfg_text);
+  const std::string db = dir.file("slow.db");
+  ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("slow.log"));
+  // Running (not `assigned`) while the program has reported nothing yet.
+  bool running_before_report = false;
+  wait_until(
+      [&] {
+        auto t = read_trials(db);
+        if (t.size() == 1 && t[0].state == store::TrialState::kRunning && t[0].step == 0) running_before_report = true;
+        return running_before_report || (t.size() == 1 && store::is_final(t[0].state));
+      },
+      std::chrono::seconds(20));
+  CHECK(running_before_report);
+  auto status = run.wait_for(std::chrono::seconds(30));
+  REQUIRE(status.has_value());
+  REQUIRE_MESSAGE(status->success(), read_file(dir.file("slow.log")));
+  auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].started_at > 0);
+  CHECK(trials[0].finished_at - trials[0].started_at >= 1.2);  // not 0.1 (from the first report)
+  int code = 0;
+  const json j = json::parse(run_log(dir, {"trials", db, "--format", "json"}, "t.json", &code));
+  CHECK(j[0]["seconds"].get<double>() >= 1.2);
+}
+
+// --- item 25: extending a finished campaign -------------------------------------------------------
+
+TEST_CASE("resume --max-trials extends a completed campaign; the new budget is kept for a later resume") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("extend", 3, 0.01, 2, 1));
+  const std::string db = dir.file("e.db");
+  int code = 0;
+  std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  REQUIRE(read_trials(db).size() == 3);
+
+  out = run_log(dir, {"run", cfg, "--db", db}, "again.log", &code);
+  CHECK(code == 2);
+  CHECK_MESSAGE(contains(out, "hpctune resume " + db + " --max-trials N"), out);
+  out = run_log(dir, {"resume", db}, "plain.log", &code);
+  CHECK(code == 2);
+  CHECK_MESSAGE(contains(out, "already completed (3 trials); extend it with `hpctune resume " + db + " --max-trials N`"),
+                out);
+  out = run_log(dir, {"resume", db, "--max-trials", "3"}, "small.log", &code);
+  CHECK(code == 2);
+  CHECK_MESSAGE(contains(out, "already has 3 trials; give a larger budget (at least 4)"), out);
+
+  // Extend to 6, with the master killed as the first new trial's result arrives...
+  out = run_log(dir, {"resume", db, "--max-trials", "6", "--failpoint", "after-result"}, "killed.log", &code);
+  CHECK(code == -SIGKILL);
+  CHECK(read_trials(db).size() == 4);
+  // ...then a plain resume runs to the new budget, not the config's 3.
+  out = run_log(dir, {"resume", db}, "resume.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  auto trials = read_trials(db);
+  CHECK(trials.size() == 6);
+  for (const auto& t : trials) CHECK(t.state == store::TrialState::kDone);
+  // Without early stopping, resume has no stopper to rebuild and says nothing about one (item 30).
+  CHECK_FALSE(contains(out, "early stopping: replayed"));
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  CHECK((*c)->state == "completed");
+  CHECK((*c)->config_json["search"]["max_trials"].get<int64_t>() == 6);
+}
+
+// --- item 28: one trial, and everything in export ----------------------------------------------------
+
+TEST_CASE("hpctune trial shows a trial's parameters, curve, attempts and log tail; export --format json has them too") {
+  TempDir dir;
+  const std::string script = dir.write("curve.sh",
+                                       "echo 'a line of my own log'\n"
+                                       "for s in 1 2 3; do echo \"hpctune-report {\\\"step\\\": $s, \\\"val_accuracy\\\": 0.$s}\"; done\n");
+  const std::string cfg = dir.write("c.yaml", script_config("one-trial", script, 2));
+  const std::string db = dir.file("t.db");
+  int code = 0;
+  std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+
+  out = run_log(dir, {"trial", db, "1"}, "trial.txt", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  for (const char* part : {"trial 1 of campaign 'one-trial'", "Parameters:", "Metrics by step:", "Attempts:",
+                           "Artifacts:", "stdout.log (last 20 lines)", "a line of my own log"}) {
+    CHECK_MESSAGE(contains(out, part), part << " missing from\n" << out);
+  }
+  const json j = json::parse(run_log(dir, {"trial", db, "2", "--format", "json"}, "trial.json", &code));
+  REQUIRE(code == 0);
+  CHECK(j["trial"].get<int64_t>() == 2);
+  REQUIRE(j["metrics_by_step"].size() == 3);
+  CHECK(j["metrics_by_step"][2]["step"].get<int64_t>() == 3);
+  CHECK(j["metrics_by_step"][2]["metrics"]["val_accuracy"].get<double>() == doctest::Approx(0.3));
+  REQUIRE(j["attempts"].size() == 1);
+  CHECK(j["attempts"][0]["state"] == "done");
+  bool log_seen = false;
+  for (const auto& l : j["logs"]) log_seen = log_seen || contains(l["tail"].get<std::string>(), "a line of my own log");
+  CHECK(log_seen);
+
+  out = run_log(dir, {"trial", db, "9"}, "missing.txt", &code);
+  CHECK(code == 2);
+  CHECK(contains(out, "has no trial 9"));
+
+  // export: the format from the extension; each trial with its curve and events.
+  out = run_log(dir, {"export", db, "-o", dir.file("all.json")}, "export.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const json doc = parse_json_file(dir.file("all.json"));
+  REQUIRE(doc["trials"].size() == 2);
+  CHECK(doc["trials"][0]["metrics_by_step"].size() == 3);
+  CHECK(doc["trials"][0].contains("events"));
+  CHECK(doc["events"].is_array());
+  CHECK_FALSE(doc["events"].empty());  // campaign_started, ...
+  CHECK(run_log(dir, {"export", db, "-o", dir.file("all.csv")}, "csv.log", &code).find("wrote") != std::string::npos);
+  CHECK(code == 0);
+  CHECK(read_file(dir.file("all.csv")).rfind("trial,", 0) == 0);
+  out = run_log(dir, {"export", db, "-o", dir.file("all.txt")}, "txt.log", &code);
+  CHECK(code == 2);
+  CHECK(contains(out, "give --format csv or json"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("all.txt")));
+}
+
+// --- item 29: several objectives -------------------------------------------------------------------
+
+TEST_CASE("several objectives: the closing table and `trials` show each one and the Pareto mark") {
+  TempDir dir;
+  const std::string script =
+      dir.write("mo.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"gain\\\": $1, \\\"cost\\\": $2}\"\n");
+  const std::string cfg = dir.write(
+      "mo.yaml", script_config("two-objectives", script, 6, "",
+                               "objectives:\n  - {metric: gain, mode: max}\n  - {metric: cost, mode: min}\n",
+                               "  x: {type: float, low: 0.1, high: 0.9}\n  y: {type: float, low: 0.1, high: 0.9}\n",
+                               "{x} {y}"));
+  const std::string db = dir.file("mo.db");
+  int code = 0;
+  const std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  auto header_of = [](const std::string& text) {
+    const auto at = text.find("trial  state");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  const std::string closing = header_of(out);
+  CHECK_MESSAGE(contains(closing, "gain"), out);
+  CHECK_MESSAGE(contains(closing, "cost"), out);
+  CHECK_MESSAGE(contains(closing, "pareto"), out);
+  CHECK(contains(out, "Pareto front: "));
+  const std::string table = run_log(dir, {"trials", db}, "trials.txt", &code);
+  REQUIRE(code == 0);
+  CHECK(contains(header_of(table), "gain"));
+  CHECK(contains(header_of(table), "cost"));
+  CHECK(contains(header_of(table), "pareto"));
+  CHECK(contains(table, "*"));
+}
+
+// --- item 30: rough edges ----------------------------------------------------------------------------
+
+TEST_CASE("SIGTERM exits 143 (Ctrl-C stays 130)") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("term", 4, 5.0, 5, 1));
+  const std::string db = dir.file("term.db");
+  ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("term.log"));
+  REQUIRE(wait_until(
+      [&] {
+        auto t = read_trials(db);
+        return !t.empty() && t[0].state == store::TrialState::kRunning;
+      },
+      std::chrono::seconds(20)));
+  REQUIRE(kill(run.pid(), SIGTERM) == 0);
+  auto status = run.wait_for(std::chrono::seconds(30));
+  REQUIRE(status.has_value());
+  CHECK_MESSAGE(status->code == 143, status->describe() << "\n" << read_file(dir.file("term.log")));
+  CHECK(read_trials(db)[0].state == store::TrialState::kInterrupted);
+}
+
+TEST_CASE("validate: --print-reference takes no CONFIG; fixed values are not counted as searched") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml",
+                                    "name: v\nobjective: {metric: value, mode: max}\nsearch: {max_trials: 2}\n"
+                                    "space:\n  value: {type: float, low: 0.0, high: 1.0}\n  steps: 3\n"
+                                    "trainer: {kind: sleep, seconds: 0.01, metric: value}\n");
+  int code = 0;
+  std::string out = run_log(dir, {"validate", cfg, "--print-reference"}, "ref.log", &code);
+  CHECK(code == 2);
+  CHECK(contains(out, "--print-reference takes no CONFIG"));
+  out = run_log(dir, {"validate", "--print-reference"}, "ref2.log", &code);
+  CHECK(code == 0);
+  CHECK(contains(out, "max_failures"));
+  out = run_log(dir, {"validate", cfg}, "v.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "1 searched parameter(s) and 1 fixed"), out);
+}
