@@ -149,7 +149,8 @@ int report(const hpctune::Status& status, const char* what) {
 
 int main(int argc, char** argv) {
   using namespace hpctune::cli;
-  CLI::App app{"hpctune: hyperparameter search, ensembles and transfer learning on HPC clusters"};
+  CLI::App app{"hpctune: hyperparameter search (random, grid, genetic, evolution, Bayesian, TPE; early "
+               "stopping) with trainer groups on this machine, every trial recorded in SQLite"};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
   app.require_subcommand(1);
 

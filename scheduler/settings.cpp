@@ -201,8 +201,10 @@ std::vector<Setting> declarations() {
        .aliases = {"timeout", "time_limit", "time_budget", "max_duration"}},
       {.path = "search.max_attempts",
        .type = Type::kInt,
-       .help = "Attempts per trial: a trial that fails or whose group is lost is run again until "
-               "it has been attempted this often, then recorded as failed.",
+       .help = "Attempts per trial when its trainer group is lost (the group's process dies, or it is "
+               "silent past heartbeat_timeout): the trial is run again until it has been attempted this "
+               "often, then recorded as failed. A trial whose trainer reports an error (a command that "
+               "exits non-zero, a diverged loss) fails at once; it is not retried.",
        .default_value = 3,
        .min = 1,
        .max = 100,
