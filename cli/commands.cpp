@@ -1,11 +1,15 @@
 #include "cli/commands.h"
 
+#include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <set>
 
@@ -93,6 +97,59 @@ class Console {
   std::string last_;
   int64_t last_finished_ = -1;
 };
+
+// The end of a command's output to stdout: buffered writes fail silently (a full disk, a closed
+// pipe, /dev/full), so flush now and look at the stream's error flag, which sticks.
+Status finish_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int e = errno;
+    return err(Errc::kIo, std::string("cannot write the output to standard output: ") +
+                              (e != 0 ? std::strerror(e) : "a write failed"));
+  }
+  return {};
+}
+
+// Writes `text` to `path` whole or not at all: into a temporary file in the same directory, then
+// renamed over `path`, so that a failure (a full disk, a quota) leaves no empty or partial file and
+// an existing one untouched. A path that exists and is not a regular file (/dev/stdout, a FIFO) is
+// written directly: it cannot be replaced.
+Status write_file_atomically(const std::string& path, const std::string& text) {
+  auto write_all = [&](int fd, const std::string& name) -> Status {
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return err(Errc::kIo, "cannot write " + name + ": " + std::strerror(errno));
+      done += static_cast<std::size_t>(n);
+    }
+    return {};
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
+    Status s = write_all(fd, path);
+    if (::close(fd) != 0 && s.ok()) return err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+    return s;
+  }
+  const std::filesystem::path target(path);
+  std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return err(Errc::kIo, "cannot create a file beside " + path + ": " + std::strerror(errno));
+  // mkstemp creates 0600; give the file the mode a plain create would (0666 less the umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  Status s = write_all(fd, path);
+  if (s.ok() && ::fchmod(fd, 0666 & ~mask) != 0) s = err(Errc::kIo, "cannot set the mode of " + path + ": " + std::strerror(errno));
+  if (s.ok() && ::fsync(fd) != 0) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+  if (::close(fd) != 0 && s.ok()) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = err(Errc::kIo, "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
 
 Result<std::unique_ptr<store::Store>> open_for_reading(const std::string& db) {
   auto s = store::Store::open_readonly(db);
@@ -247,7 +304,7 @@ Status cmd_status(const std::string& db) {
     std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", l.pareto.size(),
                 pareto_table(l.trials, l.pareto, l.objective_metrics).c_str());
   }
-  return {};
+  return finish_stdout();
 }
 
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format) {
@@ -263,7 +320,7 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
   }
-  return {};
+  return finish_stdout();
 }
 
 Status cmd_export(const std::string& db, const std::string& format, const std::string& output) {
@@ -286,10 +343,9 @@ Status cmd_export(const std::string& db, const std::string& format, const std::s
   }
   if (output.empty() || output == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
-    return {};
+    return finish_stdout();
   }
-  std::ofstream out(output, std::ios::binary);
-  if (!out || !(out << text)) return err(Errc::kIo, "cannot write " + output);
+  HPCTUNE_TRY(write_file_atomically(output, text));
   std::fprintf(stderr, "wrote %zu trials to %s\n", l.trials.size(), output.c_str());
   return {};
 }
