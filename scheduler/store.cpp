@@ -160,6 +160,7 @@ enum Query : int {
   kSelectEvents,
   kCountByState,
   kSelectAttempts,
+  kSelectAttemptsV2,
   kSelectArtifacts,
   kSelectLineage,
   kSelectGroups,
@@ -266,6 +267,10 @@ constexpr const char* kSql[kNumQueries] = {
     /* kCountByState */ "SELECT state, COUNT(*) FROM trials WHERE campaign_id = ?1 GROUP BY state",
     /* kSelectAttempts */
     "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, charged "
+    "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
+    /* kSelectAttemptsV2: a v2 database read without migrating it; `charged` as migration 3 sets it */
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, "
+    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END "
     "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
     /* kSelectArtifacts */
     "SELECT id, trial_id, attempt, kind, path, bytes, created_at FROM artifacts WHERE trial_id = ?1 ORDER BY id",
@@ -796,7 +801,9 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
   if (store->version_ == 0) {
     return err(Errc::kInvalidArgument, path + " is not an hpctune database (it has no hpctune schema)");
   }
-  if (store->version_ < schema::kLatestVersion) {
+  // Version 2 is read as it is (migration 3 only adds attempts.charged, which attempts() derives),
+  // so that a finished campaign of the previous version, possibly read-only, needs no writer.
+  if (store->version_ < 2) {
     return err(Errc::kUnavailable, "database schema version " + std::to_string(store->version_) +
                                        " is older than this hpctune (" + std::to_string(schema::kLatestVersion) +
                                        "); open it once with a writer (hpctune resume) to migrate it (database " +
@@ -1326,7 +1333,7 @@ Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id
 }
 
 Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectAttempts));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttempts : kSelectAttemptsV2));
   Bind b(s);
   b.i64(1, trial_id);
   std::vector<nlohmann::json> out;

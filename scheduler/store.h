@@ -220,7 +220,8 @@ class Store {
   // holds the write lock past the busy timeout during migration; kIo otherwise.
   static Result<std::unique_ptr<Store>> open(const std::string& path, OpenOptions options = {});
   // Opens an existing database for reading only; never creates or migrates it. kNotFound when the
-  // file does not exist; kUnavailable when its schema is older or newer than this build.
+  // file does not exist; kUnavailable when its schema is newer than this build or older than 2
+  // (a version 2 database is read as it is).
   static Result<std::unique_ptr<Store>> open_readonly(const std::string& path, OpenOptions options = {});
   static int latest_version() noexcept;
 

@@ -959,6 +959,15 @@ TEST_CASE("migration v2 -> v3: attempts of master restarts and interruptions are
              "(1, 1, 'lost', 'master restarted'), (2, 1, 'interrupted', 'campaign interrupted'), "
              "(3, 1, 'lost', 'silent for 10000 ms')");
   }
+  // Read as it is, without a writer: `charged` derived as migration 3 sets it.
+  {
+    auto ro = Store::open_readonly(path);
+    require_ok(ro);
+    CHECK((*ro)->schema_version() == 2);
+    CHECK((*(*ro)->attempts(1))[0]["charged"] == false);
+    CHECK((*(*ro)->attempts(2))[0]["charged"] == false);
+    CHECK((*(*ro)->attempts(3))[0]["charged"] == true);
+  }
   auto store = open_ok(path);
   CHECK(store->schema_version() == 3);
   CHECK((*store->attempts(1))[0]["charged"] == false);
