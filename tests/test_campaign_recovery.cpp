@@ -253,7 +253,8 @@ TEST_CASE("five SIGKILLs of the master, each followed by resume: every trial don
 
 TEST_CASE("a second master through a symlink or a hard link is refused; the first completes") {
   TempDir dir;
-  const std::string cfg = dir.write("c.yaml", sleep_config("links", 4, 0.5, 2, 1));
+  // 4.5 s of trials: the first master outlives the four refusals even on a loaded machine.
+  const std::string cfg = dir.write("c.yaml", sleep_config("links", 3, 1.5, 3, 1));
   const std::string db = dir.file("c.db");
   ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
   REQUIRE(wait_until(
@@ -287,7 +288,7 @@ TEST_CASE("a second master through a symlink or a hard link is refused; the firs
   CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
   check_no_orphans(db);
   const auto trials = read_trials(db);
-  REQUIRE(trials.size() == 4);
+  REQUIRE(trials.size() == 3);
   for (const auto& t : trials) CHECK(t.state == TrialState::kDone);
   CHECK_FALSE(std::filesystem::exists(hard + "-wal"));  // nobody opened the database through the link
 }
