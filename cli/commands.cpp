@@ -1,11 +1,15 @@
 #include "cli/commands.h"
 
+#include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +100,63 @@ class Console {
   std::string last_;
   int64_t last_finished_ = -1;
 };
+
+// The end of a command's output to stdout: buffered writes fail silently (a full disk, a closed
+// pipe, /dev/full), so flush now and look at the stream's error flag, which sticks.
+Status finish_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int e = errno;
+    return err(Errc::kIo, std::string("cannot write the output to standard output: ") +
+                              (e != 0 ? std::strerror(e) : "a write failed"));
+  }
+  return {};
+}
+
+// Writes `text` to `path` whole or not at all: into a temporary file in the same directory, then
+// renamed over `path`, so that a failure (a full disk, a quota) leaves no empty or partial file and
+// an existing one untouched. A path that exists and is not a regular file (a FIFO), or one under
+// /dev or /proc (/dev/stdout redirected to a file) is written directly: it cannot be replaced.
+Status write_file_atomically(const std::string& path, const std::string& text) {
+  auto write_all = [&](int fd, const std::string& name) -> Status {
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return err(Errc::kIo, "cannot write " + name + ": " + std::strerror(errno));
+      done += static_cast<std::size_t>(n);
+    }
+    return {};
+  };
+  struct stat st {};
+  const bool device_name = path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;  // /dev/stdout
+  if ((::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) || device_name) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // after what the shell wrote
+    if (fd < 0) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
+    Status s = write_all(fd, path);
+    if (::close(fd) != 0 && s.ok()) return err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+    return s;
+  }
+  // Through a symlink, the file it points to is replaced, not the link.
+  std::error_code ec;
+  const std::filesystem::path target =
+      std::filesystem::is_symlink(path, ec) ? std::filesystem::weakly_canonical(path, ec) : std::filesystem::path(path);
+  std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return err(Errc::kIo, "cannot create a file beside " + path + ": " + std::strerror(errno));
+  // mkstemp creates 0600; give the file the mode a plain create would (0666 less the umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  Status s = write_all(fd, path);
+  if (s.ok() && ::fchmod(fd, 0666 & ~mask) != 0) s = err(Errc::kIo, "cannot set the mode of " + path + ": " + std::strerror(errno));
+  if (s.ok() && ::fsync(fd) != 0) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+  if (::close(fd) != 0 && s.ok()) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+  if (s.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) {
+    s = err(Errc::kIo, "cannot rename " + tmp + " to " + target.string() + ": " + std::strerror(errno));
+  }
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
 
 Result<std::unique_ptr<store::Store>> open_for_reading(const std::string& db) {
   auto s = store::Store::open_readonly(db);
@@ -364,7 +425,7 @@ Status cmd_status(const std::string& db) {
     std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", l.pareto.size(),
                 pareto_table(l.trials, l.pareto, l.objective_metrics).c_str());
   }
-  return {};
+  return finish_stdout();
 }
 
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format) {
@@ -380,7 +441,7 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
   }
-  return {};
+  return finish_stdout();
 }
 
 namespace {
@@ -430,10 +491,9 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
   }
   if (output.empty() || output == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
-    return {};
+    return finish_stdout();
   }
-  std::ofstream out(output, std::ios::binary);
-  if (!out || !(out << text)) return err(Errc::kIo, "cannot write " + output);
+  HPCTUNE_TRY(write_file_atomically(output, text));
   std::fprintf(stderr, "wrote %zu trials to %s\n", l.trials.size(), output.c_str());
   return {};
 }

@@ -1,6 +1,7 @@
 #include "cli/report_tables.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -61,6 +62,20 @@ std::vector<std::string> param_names(const std::vector<store::TrialRow>& trials)
     }
   }
   return names;
+}
+
+// CSV is for machines: every number at full precision, the shortest text that reads back as the
+// same double (as JSON does), not the 4 significant digits of the tables.
+std::string csv_number(double value) {
+  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  return ec == std::errc() ? std::string(buf, end) : format_number(value);
+}
+
+std::string csv_cell(const nlohmann::json& v) {
+  if (v.is_number_float()) return csv_number(v.get<double>());
+  return cell(v);
 }
 
 std::string csv_escape(const std::string& s) {
@@ -200,12 +215,12 @@ std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::se
   out << ",error\n";
   for (const auto& t : trials) {
     out << t.id << "," << t.seq << "," << store::to_string(t.state) << "," << t.attempt << "," << t.group_id << ","
-        << (t.objective ? format_number(*t.objective) : "") << "," << t.step << "," << std::to_string(t.started_at)
+        << (t.objective ? csv_number(*t.objective) : "") << "," << t.step << "," << std::to_string(t.started_at)
         << "," << std::to_string(t.finished_at);
     if (pareto) out << "," << (pareto->count(t.id) ? 1 : 0);
-    for (const auto& n : names) out << "," << csv_escape(t.params.contains(n) ? cell(t.params[n]) : "");
+    for (const auto& n : names) out << "," << csv_escape(t.params.contains(n) ? csv_cell(t.params[n]) : "");
     for (const auto& m : metric_set) {
-      out << "," << (t.metrics.is_object() && t.metrics.contains(m) ? csv_escape(cell(t.metrics[m])) : "");
+      out << "," << (t.metrics.is_object() && t.metrics.contains(m) ? csv_escape(csv_cell(t.metrics[m])) : "");
     }
     out << "," << csv_escape(t.error) << "\n";
   }

@@ -1105,6 +1105,7 @@ Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::str
   c.name = root["name"].get<std::string>();
   if (!root.contains("storage")) root["storage"] = c.name + ".db";
   c.storage = root["storage"].get<std::string>();
+  c.storage_access = root["storage_access"].get<std::string>();
   c.seed = static_cast<uint64_t>(root["seed"].get<int64_t>());
   HPCTUNE_TRY(b.check_objectives(c));
   HPCTUNE_TRY(b.check_search(c));

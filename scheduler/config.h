@@ -48,6 +48,7 @@ struct CampaignConfig {
 
   std::string name;
   std::string storage;  // "<name>.db" unless given
+  std::string storage_access = "owner";  // owner | group | all: who may read what the campaign creates
   uint64_t seed = 0;
   std::vector<search::Objective> objectives;  // one for `objective`, in order for `objectives`
   search::Space space;

@@ -1,7 +1,11 @@
 #include "scheduler/master.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <random>
@@ -39,6 +43,19 @@ class FailPoint {
   std::string name_;
   int64_t left_;
 };
+
+// Creates `path` with exactly `mode` (whatever the umask) if it does not exist; an existing
+// directory keeps the modes its owner gave it.
+Status make_dir(const std::string& path, unsigned mode) {
+  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0) {
+    if (errno == EEXIST && fs::is_directory(path)) return {};
+    return err(Errc::kIo, "cannot create " + path + ": " + std::strerror(errno));
+  }
+  if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
+    return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(errno));
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -85,8 +102,15 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     HPCTUNE_ASSIGN(warm, load_warm_start(options.config->warm_start, options.config->space,
                                          options.config->objectives, db_path));
   }
-  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path));
-  HPCTUNE_TRY(db->acquire_master_lock());
+  // A new campaign creates its files with the modes of its storage_access; a resumed one's
+  // database exists (its directories are created below, once its config has been read back).
+  store::OpenOptions open_options;
+  open_options.master_lock = true;
+  if (!resuming) {
+    HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(options.config->storage_access));
+    open_options.file_mode = modes.file;
+  }
+  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path, open_options));
   HPCTUNE_ASSIGN(auto existing, db->load_campaign());
 
   config::CampaignConfig cfg;
@@ -189,10 +213,13 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
 
   HPCTUNE_ASSIGN(std::unique_ptr<transport::ServerTransport> server, transport::bind_zmq(options.bind));
 
+  // The trial directory holds the groups' logs, the trials' parameters, checkpoints and output:
+  // with storage_access owner (the default) it is 0700, so nothing below it is reachable by other
+  // users whatever modes the trainers give their files.
   const std::string run_dir = db_path + ".trials";
-  std::error_code ec;
-  fs::create_directories(run_dir + "/logs", ec);
-  if (ec) return err(Errc::kIo, "cannot create " + run_dir + "/logs: " + ec.message());
+  HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(cfg.storage_access));
+  HPCTUNE_TRY(make_dir(run_dir, modes.dir));
+  HPCTUNE_TRY(make_dir(run_dir + "/logs", modes.dir));
 
   SchedulerOptions sopt = scheduler_options(cfg, campaign_id, stage_id);
   sopt.trials_dir = fs::absolute(run_dir).string();

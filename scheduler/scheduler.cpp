@@ -72,13 +72,14 @@ Status Scheduler::restore(Clock::time_point now) {
     if (state == TrialState::kAssigned || state == TrialState::kRunning || state == TrialState::kInterrupted) {
       // The attempt was cut short by the master's death or Ctrl-C: queue the trial again.
       const std::string why = state == TrialState::kInterrupted ? "interrupted" : "lost";
+      // Neither an interruption (the user's doing) nor a master restart (SIGKILL, OOM, a full
+      // disk) is the trial's fault: the attempt is recorded but not charged against max_attempts.
       if (state == TrialState::kInterrupted) {
-        // An interruption is the user's doing, not the trial's: it never uses up an attempt.
-        HPCTUNE_ASSIGN(state, store_.requeue_trial(row.id, row.attempt, "interrupted",
-                                                   "campaign interrupted", row.attempt + 1, t));
+        HPCTUNE_ASSIGN(state, store_.requeue_trial(row.id, row.attempt, "interrupted", "campaign interrupted",
+                                                   opt_.max_attempts, t, /*charged=*/false));
       } else {
         HPCTUNE_ASSIGN(state, store_.requeue_trial(row.id, row.attempt, "lost", "master restarted",
-                                                   opt_.max_attempts, t));
+                                                   opt_.max_attempts, t, /*charged=*/false));
       }
       HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "trial_requeued", row.id, row.attempt, row.group_id,
                                    {{"reason", why}}, t));

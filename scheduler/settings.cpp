@@ -58,6 +58,15 @@ std::vector<Setting> declarations() {
        .example = "fashion-mlp.db",
        .default_note = "<name>.db",
        .reference_commented = true},
+      {.path = "storage_access",
+       .type = Type::kEnum,
+       .help = "Who may read the database and the trial directory (<storage>.trials: logs, checkpoints, "
+               "parameters, trainer.env values) that a new campaign creates: owner (files 0600, "
+               "directories 0700), group (0640, 0750) or all local users (0644, 0755). Set whatever "
+               "the umask.",
+       .default_value = "owner",
+       .choices = {"owner", "group", "all"},
+       .aliases = {"storage_mode", "storage_permissions"}},
       {.path = "seed",
        .type = Type::kInt,
        .help = "Seed of every random choice (the search, the trials' seeds, data shuffling): the same "

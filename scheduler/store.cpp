@@ -12,12 +12,17 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -139,6 +144,7 @@ enum Query : int {
   kFinishTrial,
   kUpsertFinalAttempt,
   kCloseAttempt,
+  kCountChargedLosses,
   kFailTrial,
   kRequeueTrial,
   kInterruptTrial,
@@ -155,6 +161,7 @@ enum Query : int {
   kSelectEvents,
   kCountByState,
   kSelectAttempts,
+  kSelectAttemptsV2,
   kSelectArtifacts,
   kSelectLineage,
   kSelectGroups,
@@ -217,8 +224,10 @@ constexpr const char* kSql[kNumQueries] = {
     "ON CONFLICT (trial_id, attempt) DO UPDATE SET state = excluded.state, "
     "finished_at = excluded.finished_at, error = excluded.error",
     /* kCloseAttempt */
-    "UPDATE attempts SET state = ?3, finished_at = COALESCE(finished_at, ?4), error = ?5 "
+    "UPDATE attempts SET state = ?3, finished_at = COALESCE(finished_at, ?4), error = ?5, charged = ?6 "
     "WHERE trial_id = ?1 AND attempt = ?2 AND (state = 'running' OR state = 'interrupted')",
+    /* kCountChargedLosses */
+    "SELECT COUNT(*) FROM attempts WHERE trial_id = ?1 AND state = 'lost' AND charged = 1",
     /* kFailTrial */
     "UPDATE trials SET state = 'failed', finished_at = ?3, error = ?4 WHERE id = ?1 AND attempt = ?2",
     /* kRequeueTrial */
@@ -259,7 +268,11 @@ constexpr const char* kSql[kNumQueries] = {
     "(SELECT * FROM events WHERE campaign_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id",
     /* kCountByState */ "SELECT state, COUNT(*) FROM trials WHERE campaign_id = ?1 GROUP BY state",
     /* kSelectAttempts */
-    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error "
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, charged "
+    "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
+    /* kSelectAttemptsV2: a v2 database read without migrating it; `charged` as migration 3 sets it */
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, "
+    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END "
     "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
     /* kSelectArtifacts */
     "SELECT id, trial_id, attempt, kind, path, bytes, created_at FROM artifacts WHERE trial_id = ?1 ORDER BY id",
@@ -420,7 +433,103 @@ std::string host_name() {
   return buf;
 }
 
+bool is_file_path(const std::string& path) { return path != ":memory:" && !path.empty(); }
+
+// Descriptors of database files that held (or failed to take) the master lock, parked for reuse
+// instead of closed: closing any descriptor of a file drops every POSIX lock this process holds on
+// it, SQLite's own included, and another Store of this process may have the file open. One parked
+// descriptor per file and concurrent locker at most. A forked child inherits the parked
+// descriptors, but they share their open file description (and so any flock taken on it) with
+// the parent: only the process that parked one reuses it.
+std::mutex g_parked_mutex;
+std::multimap<std::pair<dev_t, ino_t>, std::pair<pid_t, int>> g_parked_fds;
+
+void park_lock_fd(int fd) {
+  (void)::flock(fd, LOCK_UN);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return;  // cannot happen for an open descriptor; leak it rather than close
+  std::lock_guard<std::mutex> lock(g_parked_mutex);
+  g_parked_fds.emplace(std::make_pair(st.st_dev, st.st_ino), std::make_pair(::getpid(), fd));
+}
+
+// A descriptor of the database file at `path` (a parked one if there is), creating the file with
+// exactly `mode` when it does not exist. Read-only: flock needs no write access, and SQLite
+// reports a file it cannot write in its own words.
+Result<int> database_fd(const std::string& path, unsigned mode) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    std::lock_guard<std::mutex> lock(g_parked_mutex);
+    auto [first, last] = g_parked_fds.equal_range({st.st_dev, st.st_ino});
+    for (auto it = first; it != last; ++it) {
+      if (it->second.first != ::getpid()) continue;
+      const int fd = it->second.second;
+      g_parked_fds.erase(it);
+      return fd;
+    }
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd >= 0) {
+    // Created: the umask may have narrowed or (0000) widened the mode; set it exactly.
+    if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(e));
+    }
+    return fd;
+  }
+  if (errno != EEXIST) return err(Errc::kIo, "cannot create database " + path + ": " + std::strerror(errno));
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return err(Errc::kIo, "cannot open database " + path + ": " + std::strerror(errno));
+  return fd;
+}
+
+// Creates the database file with exactly `mode` if it does not exist, so that SQLite (which
+// creates files 0644 less the umask) opens ours, and gives its -wal and -shm files the same mode.
+Status create_database_file(const std::string& path, unsigned mode) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) {
+    if (errno == EEXIST) return Status::Ok();
+    return err(Errc::kIo, "cannot create database " + path + ": " + std::strerror(errno));
+  }
+  const int rc = ::fchmod(fd, static_cast<mode_t>(mode));
+  const int e = errno;
+  ::close(fd);  // a new file: no connection of this process can hold locks on it
+  if (rc != 0) return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(e));
+  return Status::Ok();
+}
+
+// "<real path>-master.lock": where the lock holder writes "pid host". Named from the real path,
+// so that a second master through a symlink reads the same file.
+std::string identity_path(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) != nullptr) return std::string(buf) + "-master.lock";
+  return path + "-master.lock";
+}
+
+// The path for SQLite's URI syntax: '%', '?' and '#' and control characters percent-encoded.
+std::string uri_path(const std::string& path) {
+  std::string out;
+  for (unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20 || c == 0x7f) {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+Result<AccessModes> access_modes(std::string_view storage_access) {
+  if (storage_access == "owner") return AccessModes{0600, 0700};
+  if (storage_access == "group") return AccessModes{0640, 0750};
+  if (storage_access == "all") return AccessModes{0644, 0755};
+  return err(Errc::kInvalidArgument,
+             "storage_access must be owner, group or all, not '" + std::string(storage_access) + "'");
+}
 
 // ---------------------------------------------------------------------------------------------
 // Store: plumbing
@@ -436,10 +545,14 @@ Status Store::close() noexcept {
     for (auto& s : stmts_) (void)s.close();
     result = db_.close();
   }
-  if (lock_fd_ >= 0) {
+  if (identity_fd_ >= 0) {
     // Clear our identity before letting go, so nobody reads a stale "pid host" later.
-    if (::ftruncate(lock_fd_, 0) != 0) { /* best effort: the next holder overwrites it anyway */ }
-    ::close(lock_fd_);  // drops the flock
+    if (::ftruncate(identity_fd_, 0) != 0) { /* best effort: the next holder overwrites it anyway */ }
+    ::close(identity_fd_);
+    identity_fd_ = -1;
+  }
+  if (lock_fd_ >= 0) {
+    park_lock_fd(lock_fd_);  // drops the flock
     lock_fd_ = -1;
   }
   return result;
@@ -602,6 +715,15 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
                                            std::to_string(schema::kLatestVersion) + ", not " +
                                            std::to_string(options.migrate_to));
   }
+  std::unique_ptr<Store> store(new Store());
+  store->path_ = path;
+  store->stmts_.resize(kNumQueries);
+  if (is_file_path(path)) {
+    // The lock comes first: a second master must be refused before it reads a file the first may
+    // be creating (it would see "not a database") or competes for the switch to WAL mode.
+    if (options.master_lock) HPCTUNE_TRY(store->lock_database(options.file_mode));
+    else HPCTUNE_TRY(create_database_file(path, options.file_mode));
+  }
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
@@ -611,11 +733,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   }
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, options.busy_timeout_ms);
-
-  std::unique_ptr<Store> store(new Store());
-  store->path_ = path;
   store->db_ = std::move(conn);
-  store->stmts_.resize(kNumQueries);
   HPCTUNE_TRY(store->check_identity());
 
   // foreign_keys cannot change inside a transaction, so it is set before migrating.
@@ -648,8 +766,19 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
   if (::stat(path.c_str(), &st) != 0) {
     return err(Errc::kNotFound, "no hpctune database at " + path + ": " + std::strerror(errno));
   }
+  // A reader of a WAL database needs its -shm file, and creates it when missing: impossible in a
+  // directory we cannot write (a finished campaign copied to a read-only place). No master can be
+  // writing there either (it could not create its -wal), so the file is opened immutable, without
+  // side files, unless a -wal beside it still holds transactions that are not in the file.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const bool dir_writable = ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0;
+  struct stat wal {};
+  const bool wal_pending = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  const bool immutable = !dir_writable && !wal_pending;
+  const std::string name = immutable ? "file:" + uri_path(path) + "?immutable=1" : path;
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(name.c_str(), &raw,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | (immutable ? SQLITE_OPEN_URI : 0), nullptr);
   Connection conn(raw);
   if (rc != SQLITE_OK) {
     return err(Errc::kIo, "cannot open database " + path + " read-only: " +
@@ -663,11 +792,20 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
   store->read_only_ = true;
   store->db_ = std::move(conn);
   store->stmts_.resize(kNumQueries);
-  HPCTUNE_TRY(store->check_identity());
+  Status identity = store->check_identity();
+  if (!identity.ok() && !dir_writable && wal_pending) {
+    return std::move(identity).error().with_context(
+        "the directory of " + path + " is not writable and " + path +
+        "-wal holds transactions not yet in the database file; copy the database with `sqlite3 " + path +
+        " \".backup COPY\"` to a writable place, or make the directory writable");
+  }
+  HPCTUNE_TRY(std::move(identity));
   if (store->version_ == 0) {
     return err(Errc::kInvalidArgument, path + " is not an hpctune database (it has no hpctune schema)");
   }
-  if (store->version_ < schema::kLatestVersion) {
+  // Version 2 is read as it is (migration 3 only adds attempts.charged, which attempts() derives),
+  // so that a finished campaign of the previous version, possibly read-only, needs no writer.
+  if (store->version_ < 2) {
     return err(Errc::kUnavailable, "database schema version " + std::to_string(store->version_) +
                                        " is older than this hpctune (" + std::to_string(schema::kLatestVersion) +
                                        "); open it once with a writer (hpctune resume) to migrate it (database " +
@@ -688,43 +826,66 @@ std::string Store::journal_mode() {
 Status Store::acquire_master_lock() {
   HPCTUNE_TRY(check_open());
   if (read_only_) return err(Errc::kInvalidArgument, "a read-only store cannot hold the master lock of " + path_);
-  if (path_ == ":memory:" || path_.empty() || lock_fd_ >= 0) return Status::Ok();
-  const std::string lock_path = path_ + "-master.lock";
-  // O_CLOEXEC: trainer processes the master execs must not inherit (and so prolong) the lock.
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return err(Errc::kIo, "cannot open the master lock " + lock_path + ": " + std::strerror(errno));
+  if (!is_file_path(path_) || lock_fd_ >= 0) return Status::Ok();
+  return lock_database(0600);
+}
+
+Status Store::lock_database(unsigned file_mode) {
+  if (lock_fd_ >= 0) return Status::Ok();
+  HPCTUNE_ASSIGN(int fd, database_fd(path_, file_mode));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
+    park_lock_fd(fd);
     if (e != EWOULDBLOCK) {
-      ::close(fd);
       // ENOLCK / EOPNOTSUPP: e.g. Lustre mounted without -o flock.
-      return err(Errc::kIo, "cannot lock " + lock_path + ": " + std::strerror(e) +
+      return err(Errc::kIo, "cannot lock " + path_ + ": " + std::strerror(e) +
                                 " (does this file system support flock? keep the database on a local disk "
                                 "or a file system mounted with flock support)");
     }
-    // The holder writes "pid host" right after locking; an empty file means we caught it in between.
-    char buf[512] = {};
-    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    ::close(fd);
-    std::string pid = "?", host = "?";
-    if (n > 0) {
-      std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
-      std::string p, h;
-      if (in >> p) pid = p;
-      if (in >> h) host = h;
-    }
-    return err(Errc::kBusy, "another hpctune master (pid " + pid + " on host " + host +
-                                ") is running a campaign on " + path_ + "; stop it first");
-  }
-  const std::string identity = std::to_string(::getpid()) + " " + host_name() + "\n";
-  if (::ftruncate(fd, 0) != 0 ||
-      ::pwrite(fd, identity.data(), identity.size(), 0) != static_cast<ssize_t>(identity.size())) {
-    const int e = errno;
-    ::close(fd);
-    return err(Errc::kIo, "cannot write the master lock " + lock_path + ": " + std::strerror(e));
+    return err(Errc::kBusy, lock_holder());
   }
   lock_fd_ = fd;
+  // The identity is for the refusal message only; the flock above is the lock.
+  const std::string id_path = identity_path(path_);
+  int id = ::open(id_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, static_cast<mode_t>(file_mode));
+  if (id < 0) return err(Errc::kIo, "cannot open " + id_path + ": " + std::strerror(errno));
+  identity_fd_ = id;
+  const std::string identity = std::to_string(::getpid()) + " " + host_name() + "\n";
+  if (::fchmod(id, static_cast<mode_t>(file_mode)) != 0 || ::ftruncate(id, 0) != 0 ||
+      ::pwrite(id, identity.data(), identity.size(), 0) != static_cast<ssize_t>(identity.size())) {
+    return err(Errc::kIo, "cannot write " + id_path + ": " + std::strerror(errno));
+  }
   return Status::Ok();
+}
+
+std::string Store::lock_holder() const {
+  // The holder writes "pid host" right after locking: an empty file means we caught it in between.
+  // A pid on this host that no longer exists was left by a master killed before it cleared the file.
+  std::string pid, host;
+  if (int fd = ::open(identity_path(path_).c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[512] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    if (n > 0) {
+      std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
+      if (!(in >> pid >> host)) pid.clear();
+    }
+  }
+  if (!pid.empty() && host == host_name()) {
+    char* end = nullptr;
+    const long p = std::strtol(pid.c_str(), &end, 10);
+    if (end == nullptr || *end != '\0' || p <= 0 || (::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH)) pid.clear();
+  }
+  if (!pid.empty()) {
+    return "another hpctune master (pid " + pid + " on host " + host + ") is running a campaign on " + path_ +
+           "; stop it first";
+  }
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && st.st_nlink > 1) {
+    return "another hpctune master is running a campaign on " + path_ + " (through another of its " +
+           std::to_string(st.st_nlink) + " hard links); stop it first";
+  }
+  return "another hpctune master is starting on " + path_ + "; stop it first";
 }
 
 Status Store::begin() {
@@ -967,12 +1128,13 @@ Result<bool> Store::finish_trial(int64_t trial_id, int64_t attempt, TrialState f
 }
 
 Result<TrialState> Store::requeue_trial(int64_t trial_id, int64_t attempt, const std::string& attempt_state,
-                                        const std::string& error, int64_t max_attempts, double t) {
+                                        const std::string& error, int64_t max_attempts, double t, bool charged) {
   if (attempt_state != "lost" && attempt_state != "interrupted") {
     return err(Errc::kInvalidArgument, "requeue_trial: attempt state must be lost or interrupted, not '" +
                                            attempt_state + "'");
   }
   if (max_attempts < 1) return err(Errc::kInvalidArgument, "requeue_trial: max_attempts must be >= 1");
+  if (attempt_state == "interrupted") charged = false;  // an interruption is the user's doing
   return atomically([&]() -> Result<TrialState> {
     HPCTUNE_ASSIGN(auto current, state_and_attempt(trial_id));
     if (current.first.empty()) return err(Errc::kNotFound, "no trial with id " + std::to_string(trial_id));
@@ -982,13 +1144,24 @@ Result<TrialState> Store::requeue_trial(int64_t trial_id, int64_t attempt, const
     {
       HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kCloseAttempt));
       Bind b(s);
-      b.i64(1, trial_id).i64(2, attempt).text(3, attempt_state).f64(4, t).text(5, error);
+      b.i64(1, trial_id).i64(2, attempt).text(3, attempt_state).f64(4, t).text(5, error).i64(6, charged ? 1 : 0);
       int rc = b.step();
       if (rc != SQLITE_DONE) {
         return sql_error(rc, "cannot close attempt " + std::to_string(attempt) + " of trial " + std::to_string(trial_id));
       }
     }
-    const bool give_up = attempt >= max_attempts;
+    // Only the losses that were the trial's (or its group's) doing count: the attempt number also
+    // counts master restarts and interruptions.
+    int64_t losses = 0;
+    if (charged) {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kCountChargedLosses));
+      Bind b(s);
+      b.i64(1, trial_id);
+      int rc = b.step();
+      if (rc != SQLITE_ROW) return sql_error(rc, "cannot count the lost attempts of trial " + std::to_string(trial_id));
+      losses = col_i64(s, 0);
+    }
+    const bool give_up = charged && losses >= max_attempts;
     HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(give_up ? kFailTrial : kRequeueTrial));
     Bind b(s);
     if (give_up) b.i64(1, trial_id).i64(2, attempt).f64(3, t).text(4, error);
@@ -1171,7 +1344,7 @@ Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id
 }
 
 Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectAttempts));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttempts : kSelectAttemptsV2));
   Bind b(s);
   b.i64(1, trial_id);
   std::vector<nlohmann::json> out;
@@ -1184,7 +1357,8 @@ Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
                    {"state", col_text(s, 4)},
                    {"started_at", col_time(s, 5)},
                    {"finished_at", col_time(s, 6)},
-                   {"error", col_text(s, 7)}});
+                   {"error", col_text(s, 7)},
+                   {"charged", col_i64(s, 8) != 0}});
   }
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the attempts of trial " + std::to_string(trial_id));
   return out;

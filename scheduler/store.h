@@ -2,13 +2,19 @@
 // events, artifacts, lineage, trainer groups).
 //
 // Who opens it:
-//   - the master, with Store::open(): the only writer. It takes the master lock
-//     (acquire_master_lock) so that a second master on the same file refuses to start, and batches
+//   - the master, with Store::open() and OpenOptions::master_lock: the only writer. It takes the
+//     master lock (a flock on the database file itself, so that a second master is refused whatever
+//     name it uses: a symlink or a hard link) before SQLite reads or writes anything, and batches
 //     its writes: begin() ... many writes ... commit() once per loop iteration. A write outside
 //     begin()/commit() commits on its own.
 //   - `hpctune status/trials/export`, with Store::open_readonly(), while the master runs: the
 //     database is in WAL mode, so readers see the last committed transaction and never block the
-//     writer (nor the writer them).
+//     writer (nor the writer them). In a directory this process cannot write (a finished campaign
+//     copied to a read-only place), no master can be writing either, and the file is opened
+//     immutable: without the -shm/-wal side files SQLite would otherwise need to create.
+//
+// Files are created with explicit modes (OpenOptions::file_mode, 0600 by default, whatever the
+// umask); SQLite gives the -wal and -shm files the database file's mode.
 //
 // Trial lifecycle as the store records it (the master decides; the store enforces exactly-once):
 //
@@ -17,13 +23,15 @@
 //                      │ requeue_trial            ├──── finish_trial ────────┴──> done | pruned | failed
 //                      │ (attempt+1; attempt row  │                               (final)
 //                      │  closed as lost or       │
-//                      └── interrupted) <─────────┴── or failed when attempt == max_attempts
+//                      └── interrupted) <─────────┴── or failed when max_attempts charged attempts
+//                                                     were lost
 //   mark_interrupted (Ctrl-C): assigned|running ──> interrupted; a resumed master requeues it.
 //
 // Every transition that a late or duplicated message could trigger (finish, running, requeue,
 // interrupt) is conditional on (trial id, current attempt, non-final state): a stale call changes
 // nothing and is not an error. Each attempt has a row in `attempts` (running -> done | pruned |
-// failed | lost | interrupted).
+// failed | lost | interrupted). A lost attempt is charged (counts against max_attempts) unless the
+// loss was not the trial's doing: a master restart; interrupted attempts are never charged.
 //
 // Errors are values: SQLITE_BUSY / SQLITE_LOCKED come back as Errc::kBusy, other SQLite failures
 // as Errc::kIo (constraint violations as kInvalidArgument), each with SQLite's text and what was
@@ -144,7 +152,20 @@ struct OpenOptions {
   int migrate_to = -1;
   // How long a statement waits for a lock held by another connection before returning kBusy.
   int busy_timeout_ms = 5000;
+  // open(): take the master lock (see acquire_master_lock) before SQLite touches the file, so that
+  // a refused second master never reads a half-created file or competes for the WAL switch.
+  bool master_lock = false;
+  // Permission bits of the files open() creates: the database (and so its -wal and -shm files) and
+  // the master lock's identity file. Applied exactly, whatever the umask; existing files keep theirs.
+  unsigned file_mode = 0600;
 };
+
+// The modes of the files and directories of a campaign for the setting `storage_access`:
+// owner 0600/0700, group 0640/0750, all 0644/0755. kInvalidArgument for any other name.
+struct AccessModes {
+  unsigned file = 0600, dir = 0700;
+};
+Result<AccessModes> access_modes(std::string_view storage_access);
 
 // ---------------------------------------------------------------------------------------------
 // RAII handles for the raw SQLite objects. Move-only; the destructors never throw and ignore
@@ -199,7 +220,8 @@ class Store {
   // holds the write lock past the busy timeout during migration; kIo otherwise.
   static Result<std::unique_ptr<Store>> open(const std::string& path, OpenOptions options = {});
   // Opens an existing database for reading only; never creates or migrates it. kNotFound when the
-  // file does not exist; kUnavailable when its schema is older or newer than this build.
+  // file does not exist; kUnavailable when its schema is newer than this build or older than 2
+  // (a version 2 database is read as it is).
   static Result<std::unique_ptr<Store>> open_readonly(const std::string& path, OpenOptions options = {});
   static int latest_version() noexcept;
 
@@ -216,11 +238,14 @@ class Store {
   bool read_only() const noexcept { return read_only_; }
   std::string journal_mode();  // "wal" for a file database, "memory" for ":memory:"
 
-  // Takes an exclusive flock on "<path>-master.lock" (kept for the Store's lifetime, dropped by the
-  // kernel when the process dies, even by SIGKILL) and writes "pid host" into it. Idempotent.
-  // kBusy with "another hpctune master (pid P on host H) is running a campaign on <path>; stop it
-  // first" when someone else holds it. A no-op for ":memory:"; kInvalidArgument on a read-only
-  // store.
+  // Takes an exclusive flock on the database file itself (kept for the Store's lifetime, dropped by
+  // the kernel when the process dies, even by SIGKILL): the lock belongs to the file, not to the
+  // name, so a symlink or a hard link to a locked database is refused too. Then writes "pid host"
+  // into "<real path>-master.lock" for the refusal message. Idempotent. kBusy with "another
+  // hpctune master (pid P on host H) is running a campaign on <path>; stop it first" when someone
+  // else holds it ("another hpctune master is starting on <path>" before it wrote its identity).
+  // A no-op for ":memory:"; kInvalidArgument on a read-only store. Prefer
+  // OpenOptions::master_lock, which locks before SQLite opens the file.
   Status acquire_master_lock();
   bool holds_master_lock() const noexcept { return lock_fd_ >= 0; }
 
@@ -274,11 +299,14 @@ class Store {
                             const std::string& error, double t);
   // The attempt was lost (worker died or went silent) or interrupted: closes its row as
   // `attempt_state` (lost | interrupted, else kInvalidArgument) and queues the trial again as
-  // attempt + 1 (group -1, step 0), or marks it failed if attempt >= max_attempts. Returns the
+  // attempt + 1 (group -1, step 0), or marks it failed once max_attempts charged attempts of it
+  // were lost. `charged` = false (a master restart; always so for interrupted) records an attempt
+  // that does not count against max_attempts: the trial is always queued again. Returns the
   // trial's new state; when the call is stale (other attempt, or the trial is queued or final) it
   // changes nothing and returns the current state. kNotFound for an unknown trial.
   Result<TrialState> requeue_trial(int64_t trial_id, int64_t attempt, const std::string& attempt_state,
-                                   const std::string& error, int64_t max_attempts, double t);
+                                   const std::string& error, int64_t max_attempts, double t,
+                                   bool charged = true);
   // Ctrl-C: a non-final trial at `attempt` becomes interrupted, and its running attempt row too.
   // Ignored (Ok) when stale or final.
   Status mark_interrupted(int64_t trial_id, int64_t attempt, double t);
@@ -311,8 +339,8 @@ class Store {
   Result<std::vector<EventRow>> events(int64_t campaign_id, int64_t limit);
   // Every trial state name -> count, zeros included.
   Result<std::map<std::string, int64_t>> count_by_state(int64_t campaign_id);
-  // {trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error} per
-  // attempt, ordered by attempt.
+  // {trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error,
+  // charged} per attempt, ordered by attempt.
   Result<std::vector<nlohmann::json>> attempts(int64_t trial_id);
   Result<std::vector<ArtifactRow>> artifacts(int64_t trial_id);
   Result<std::vector<LineageRow>> lineage(int64_t child_trial_id);
@@ -328,6 +356,8 @@ class Store {
   Error sql_error(int rc, const std::string& what) const;
   Status check_open() const;
   Status check_identity();
+  Status lock_database(unsigned file_mode);  // the flock of acquire_master_lock
+  std::string lock_holder() const;           // the refusal message's description of the holder
   Status migrate(int target);
   template <typename F>
   auto atomically(F&& fn) -> decltype(fn());  // fn inside a SAVEPOINT: all its writes or none
@@ -336,7 +366,8 @@ class Store {
   std::string path_;
   int version_ = 0;
   bool read_only_ = false;
-  int lock_fd_ = -1;
+  int lock_fd_ = -1;       // a descriptor of the database file holding the flock
+  int identity_fd_ = -1;   // "<real path>-master.lock", holding "pid host" while we hold the lock
   Connection db_;
   std::vector<Statement> stmts_;  // the prepared-statement cache, indexed by store.cpp's Query
 };

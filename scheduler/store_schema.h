@@ -177,10 +177,19 @@ CREATE TABLE "groups" (
 ) WITHOUT ROWID;
 )sql";
 
+// v3: attempts.charged: whether a lost attempt counts against search.max_attempts. A master
+// restart (SIGKILL, OOM, a full disk) or an interruption is not the trial's fault; before v3 such
+// attempts were recognisable only by their state and error text, which the backfill uses.
+inline constexpr const char* kMigration3 = R"sql(
+ALTER TABLE attempts ADD COLUMN charged INTEGER NOT NULL DEFAULT 1 CHECK (charged = 0 OR charged = 1);
+UPDATE attempts SET charged = 0 WHERE state = 'interrupted' OR (state = 'lost' AND error = 'master restarted');
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
      kMigration2},
+    {3, "attempts.charged: master restarts and interruptions do not use up max_attempts", kMigration3},
 };
 
 inline constexpr int kLatestVersion = static_cast<int>(std::size(kMigrations));

@@ -16,6 +16,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,8 +144,8 @@ TEST_CASE("open creates a WAL database at the latest schema and holds one campai
   const std::string path = dir.file("c.db");
   auto store = open_ok(path);
   CHECK(fs::exists(path));
-  CHECK(Store::latest_version() == 2);
-  CHECK(store->schema_version() == 2);
+  CHECK(Store::latest_version() == 3);
+  CHECK(store->schema_version() == Store::latest_version());
   CHECK(store->journal_mode() == "wal");
   CHECK(store->path() == path);
 
@@ -200,7 +201,7 @@ TEST_CASE("open creates a WAL database at the latest schema and holds one campai
   require_ok(reloaded);
   REQUIRE(reloaded->has_value());
   CHECK((*reloaded)->name == "fmnist");
-  CHECK(again->schema_version() == 2);
+  CHECK(again->schema_version() == Store::latest_version());
 }
 
 TEST_CASE(":memory: stores work and a closed store refuses calls") {
@@ -632,7 +633,7 @@ TEST_CASE("migration v1 -> v2 keeps the rows and makes the workflow tables usabl
     CHECK(ro.error().code() == Errc::kUnavailable);
   }
   auto store = open_ok(path);
-  CHECK(store->schema_version() == 2);
+  CHECK(store->schema_version() == Store::latest_version());
   auto camp = store->load_campaign();
   REQUIRE(camp->has_value());
   CHECK((*camp)->name == "legacy");
@@ -719,7 +720,7 @@ TEST_CASE("a database with a newer schema is refused") {
   auto r = Store::open(path);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code() == Errc::kUnavailable);
-  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (2); upgrade hpctune", 0) == 0);
+  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (3); upgrade hpctune", 0) == 0);
   auto ro = Store::open_readonly(path);
   REQUIRE_FALSE(ro.ok());
   CHECK(ro.error().code() == Errc::kUnavailable);
@@ -917,4 +918,224 @@ TEST_CASE("throughput: full trial lifecycles in batches of 100") {
   require_ok(counts);
   CHECK(counts->at("done") == kTrials);
   CHECK(store->events(c, 0)->size() == static_cast<std::size_t>(kTrials));
+}
+
+TEST_CASE("master restarts and interruptions are recorded but not charged against max_attempts") {
+  auto store = open_ok(":memory:");
+  int64_t c = make_campaign(*store);
+  int64_t id = *store->insert_trial(make_trial(c, 0));
+  // Five master restarts and two interruptions with max_attempts 2: the trial is always queued again.
+  int64_t attempt = 1;
+  for (int i = 0; i < 7; ++i, ++attempt) {
+    require_ok(store->mark_assigned(id, attempt, 0, 1, 1.0 + i));
+    auto r = i % 3 == 2 ? store->requeue_trial(id, attempt, "interrupted", "campaign interrupted", 2, 2.0 + i)
+                        : store->requeue_trial(id, attempt, "lost", "master restarted", 2, 2.0 + i, false);
+    require_ok(r);
+    CHECK(*r == TrialState::kQueued);
+  }
+  CHECK((*store->trial(id))->attempt == 8);
+  // Losses that are the group's doing are charged: the second one fails the trial.
+  require_ok(store->mark_assigned(id, 8, 0, 1, 20.0));
+  CHECK(*store->requeue_trial(id, 8, "lost", "group 0 died", 2, 21.0) == TrialState::kQueued);
+  require_ok(store->mark_assigned(id, 9, 0, 1, 22.0));
+  CHECK(*store->requeue_trial(id, 9, "lost", "group 0 died", 2, 23.0) == TrialState::kFailed);
+  auto atts = store->attempts(id);
+  require_ok(atts);
+  REQUIRE(atts->size() == 9);
+  for (int i = 0; i < 7; ++i) CHECK((*atts)[i]["charged"] == false);
+  CHECK((*atts)[7]["charged"] == true);
+  CHECK((*atts)[8]["charged"] == true);
+}
+
+TEST_CASE("migration v2 -> v3: attempts of master restarts and interruptions are marked uncharged") {
+  TempDir dir;
+  const std::string path = dir.file("v2.db");
+  {
+    auto v2 = open_ok(path, {.migrate_to = 2});
+    int64_t c = make_campaign(*v2);
+    for (int seq = 0; seq < 3; ++seq) require_ok(v2->insert_trial(make_trial(c, seq)));
+    raw_exec(path,
+             "INSERT INTO attempts (trial_id, attempt, state, error) VALUES "
+             "(1, 1, 'lost', 'master restarted'), (2, 1, 'interrupted', 'campaign interrupted'), "
+             "(3, 1, 'lost', 'silent for 10000 ms')");
+  }
+  // Read as it is, without a writer: `charged` derived as migration 3 sets it.
+  {
+    auto ro = Store::open_readonly(path);
+    require_ok(ro);
+    CHECK((*ro)->schema_version() == 2);
+    CHECK((*(*ro)->attempts(1))[0]["charged"] == false);
+    CHECK((*(*ro)->attempts(2))[0]["charged"] == false);
+    CHECK((*(*ro)->attempts(3))[0]["charged"] == true);
+  }
+  auto store = open_ok(path);
+  CHECK(store->schema_version() == 3);
+  CHECK((*store->attempts(1))[0]["charged"] == false);
+  CHECK((*store->attempts(2))[0]["charged"] == false);
+  CHECK((*store->attempts(3))[0]["charged"] == true);
+}
+
+TEST_CASE("master lock: a second master through a symlink or a hard link is refused") {
+  TempDir dir;
+  const std::string path = dir.file("real.db");
+  const std::string sym = dir.file("sym.db"), hard = dir.file("hard.db");
+  auto first = open_ok(path, {.master_lock = true});
+  make_campaign(*first);
+  fs::create_symlink(path, sym);
+  fs::create_hard_link(path, hard);
+  for (const std::string& other : {path, sym, hard}) {
+    CAPTURE(other);
+    // Refused before SQLite opens the file, with the holder named.
+    auto refused = Store::open(other, {.master_lock = true});
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code() == Errc::kBusy);
+    const std::string& msg = refused.error().message();
+    if (other == hard) {
+      // The identity file is named from the real path, which a hard link does not share.
+      CHECK(msg == "another hpctune master is running a campaign on " + other +
+                       " (through another of its 2 hard links); stop it first");
+    } else {
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      CHECK(msg == "another hpctune master (pid " + std::to_string(::getpid()) + " on host " + host +
+                       ") is running a campaign on " + other + "; stop it first");
+    }
+    // acquire_master_lock on a store opened without the lock: same refusal. (SQLite itself cannot
+    // open one database under two hard-linked names in one process: their -wal files differ.)
+    if (other != hard) {
+      auto plain = open_ok(other);
+      CHECK(plain->acquire_master_lock().error().code() == Errc::kBusy);
+    }
+  }
+  require_ok(first->close());
+  auto next = Store::open(hard, {.master_lock = true});
+  require_ok(next);
+  CHECK((*next)->holds_master_lock());
+}
+
+TEST_CASE("master lock: an empty identity file, or a dead holder's, says the master is starting") {
+  TempDir dir;
+  const std::string path = dir.file("s.db");
+  auto first = open_ok(path, {.master_lock = true});
+  // As if caught between the flock and the write of "pid host", or left by a SIGKILLed master.
+  for (const std::string& content : {std::string(), std::string("2147483646 ") + [] {
+         char h[256] = {};
+         ::gethostname(h, sizeof(h) - 1);
+         return std::string(h);
+       }() + "\n"}) {
+    std::ofstream(path + "-master.lock", std::ios::trunc) << content;
+    auto refused = Store::open(path, {.master_lock = true});
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message() == "another hpctune master is starting on " + path + "; stop it first");
+  }
+}
+
+TEST_CASE("files are created with the requested mode whatever the umask: database, -wal, -shm, identity") {
+  TempDir dir;
+  const mode_t old = ::umask(0);  // the widest umask: SQLite alone would create 0644
+  for (unsigned mode : {0600u, 0640u}) {
+    CAPTURE(mode);
+    const std::string path = dir.file("m" + std::to_string(mode) + ".db");
+    {
+      auto store = open_ok(path, {.master_lock = true, .file_mode = mode});
+      make_campaign(*store);
+      for (const std::string& f : {path, path + "-wal", path + "-shm", path + "-master.lock"}) {
+        CAPTURE(f);
+        struct stat st {};
+        REQUIRE(::stat(f.c_str(), &st) == 0);
+        CHECK((st.st_mode & 07777) == mode);
+      }
+    }
+    // Without the lock too (tests, tools): the database and its side files.
+    const std::string plain = dir.file("p" + std::to_string(mode) + ".db");
+    auto store = open_ok(plain, {.file_mode = mode});
+    make_campaign(*store);
+    struct stat st {};
+    REQUIRE(::stat(plain.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == mode);
+  }
+  ::umask(old);
+  CHECK(access_modes("owner")->file == 0600);
+  CHECK(access_modes("group")->dir == 0750);
+  CHECK(access_modes("all")->file == 0644);
+  CHECK_FALSE(access_modes("world").ok());
+}
+
+TEST_CASE("open_readonly: a finished database in a directory this process cannot write") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);  // so that `nobody` can reach it when run as root
+  const std::string ro = dir.file("ro");
+  REQUIRE(::mkdir(ro.c_str(), 0755) == 0);
+  const std::string path = ro + "/done.db";
+  {
+    auto store = open_ok(path, {.file_mode = 0644});
+    int64_t c = make_campaign(*store);
+    require_ok(store->insert_trial(make_trial(c, 0)));
+  }
+  REQUIRE_FALSE(fs::exists(path + "-wal"));  // checkpointed and removed by the last connection
+  REQUIRE(::chmod(ro.c_str(), 0555) == 0);
+  // Root writes anywhere: the child drops to nobody so that the directory really is read-only.
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
+    if (::access(path.c_str(), R_OK) != 0) ::_exit(9);  // a temporary directory nobody can reach
+    if (::access(ro.c_str(), W_OK) == 0) ::_exit(11);
+    auto s = Store::open_readonly(path);
+    if (!s.ok()) {
+      std::fprintf(stderr, "open_readonly: %s\n", s.error().to_string().c_str());
+      ::_exit(12);
+    }
+    auto c = (*s)->load_campaign();
+    if (!c.ok() || !*c || (*c)->name != "demo") ::_exit(13);
+    auto t = (*s)->trials((*c)->id);
+    if (!t.ok() || t->size() != 1) ::_exit(14);
+    ::_exit(fs::exists(path + "-shm") ? 15 : 0);
+  }
+  int status = wait_child(child, std::chrono::seconds(20));
+  REQUIRE(::chmod(ro.c_str(), 0755) == 0);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 9) {
+    MESSAGE("skipped: user nobody cannot reach " << path);
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
+
+  // A -wal beside it that still holds transactions: not immutable (it would miss them); the error
+  // says why and what to do.
+  {
+    auto store = open_ok(path);
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw, "PRAGMA wal_autocheckpoint = 0; UPDATE campaigns SET name = 'later'", nullptr,
+                         nullptr, nullptr) == SQLITE_OK);
+    // Keep the -wal as a crash would leave it: copy the three files elsewhere while open.
+    const std::string copy = dir.file("copy");
+    REQUIRE(::mkdir(copy.c_str(), 0755) == 0);
+    fs::copy_file(path, copy + "/done.db");
+    fs::copy_file(path + "-wal", copy + "/done.db-wal");
+    sqlite3_close(raw);
+    REQUIRE(fs::file_size(copy + "/done.db-wal") > 0);
+    REQUIRE(::chmod(copy.c_str(), 0555) == 0);
+    pid_t c2 = ::fork();
+    REQUIRE(c2 >= 0);
+    if (c2 == 0) {
+      if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
+      // Either SQLite reads the -wal read-only, or the error says why and what to do; never the
+      // state before the -wal as if it were the last.
+      auto s = Store::open_readonly(copy + "/done.db");
+      if (s.ok()) {
+        auto c = (*s)->load_campaign();
+        ::_exit(c.ok() && *c && (*c)->name == "later" ? 0 : 20);
+      }
+      std::fprintf(stderr, "open_readonly: %s\n", s.error().to_string().c_str());
+      ::_exit(s.error().to_string().find("-wal holds transactions not yet in the database file") != std::string::npos
+                  ? 0
+                  : 21);
+    }
+    int st2 = wait_child(c2, std::chrono::seconds(20));
+    REQUIRE(::chmod(copy.c_str(), 0755) == 0);
+    REQUIRE(WIFEXITED(st2));
+    CHECK(WEXITSTATUS(st2) == 0);
+  }
 }
