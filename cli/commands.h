@@ -34,6 +34,7 @@ Status cmd_status(const std::string& db);
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
 Status cmd_export(const std::string& db, const std::string& format, const std::string& output);
 Status cmd_validate(const std::string& config, bool print_json);
-Status cmd_worker(const std::string& master, int64_t group, int threads, const std::atomic<int>& terminate);
+Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
+                  const std::atomic<int>& terminate);
 
 }  // namespace hpctune::cli
