@@ -1,6 +1,8 @@
 // Protocol: every message round-trips; malformed frames are errors naming the field.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 
 #include "scheduler/protocol.h"
@@ -270,4 +272,49 @@ TEST_CASE("secrets: random hex from the system, compared in full") {
   CHECK_FALSE(secrets_equal(*a, a->substr(0, 31)));
   CHECK_FALSE(secrets_equal("", "x"));
   CHECK(secrets_equal("", ""));
+}
+
+TEST_CASE("the fuzz seed corpus holds the current encoding of every message") {
+  // fuzz/corpus/protocol/ seeds tools/fuzz: one frame of every message type and a few edge cases.
+  // After a protocol change, HPCTUNE_UPDATE_CORPUS=1 ./build/tests/test_protocol rewrites it.
+  Assign a;
+  a.trial_id = 17;
+  a.attempt = 2;
+  a.seed = 123456789012345ULL;
+  a.params = {{"lr", 0.01}, {"hidden", {128, 64}}, {"act", "relu"}, {"opt", {{"beta", {0.9, 0.999}}}}};
+  a.trainer = {{"kind", "mlp"}, {"epochs", 3}, {"env", {{"TOKEN", "x"}}}};
+  a.trial_dir = "/tmp/x.trials/17";
+  Done d{17, 2, 5, true, {{"val_accuracy", 0.5}, {"loss", 1e-300}}, {{"val_probs", "/tmp/x/17/val.npy", 4096}, {"log", "/l"}}};
+  const std::vector<std::pair<std::string, std::string>> seeds = {
+      {"hello", encode(Hello{kVersion, std::string(32, 'a') + "." + std::string(32, 'b'), 0xFFFFFFFFFFFFFFF0ULL, 3,
+                             4242, "node07", 2, 4, {"mlp", "sleep", "command"}})},
+      {"welcome", encode(Welcome{kVersion, 99, 250, 1500})},
+      {"ready", encode(Ready{})},
+      {"assign", encode(a)},
+      {"report", encode(Report{17, 2, 3, {{"val_accuracy", 0.91}, {"val_loss", 0.25}, {"lr", -3.5}}})},
+      {"stop", encode(Stop{17, 2, "pruned"})},
+      {"done", encode(d)},
+      {"failed", encode(Failed{17, 2, "exit code 3", "Traceback (most recent call last):\n  caf\xc3\xa9"})},
+      {"heartbeat", encode(Heartbeat{17, 2})},
+      {"heartbeat-idle", encode(Heartbeat{0, 0})},
+      {"shutdown", encode(Shutdown{"campaign complete"})},
+      {"hello-version-1", msgpack({{"t", "hello"}, {"version", 1}, {"incarnation", 7}})},
+      {"report-nan", encode(Report{1, 1, 1, {{"v", std::numeric_limits<double>::quiet_NaN()}}})},
+      {"report-step-uint64", msgpack({{"t", "report"}, {"trial_id", 1}, {"attempt", 1},
+                                      {"step", std::numeric_limits<uint64_t>::max()}, {"metrics", {{"v", 1}}}})},
+      {"deep-past-bound", "\x81\xa1t" + std::string(kMaxDepth + 1, '\x91') + "\xc0"},
+      {"string-not-utf8", std::string("\x82\xa1t\xa6report\xa2\xc3\x28", 12)},
+  };
+  const std::string dir = std::string(HPCTUNE_SOURCE_DIR) + "/fuzz/corpus/protocol";
+  const bool update = std::getenv("HPCTUNE_UPDATE_CORPUS") != nullptr;
+  for (const auto& [name, bytes] : seeds) {
+    const std::string path = dir + "/" + name + ".msgpack";
+    if (update) {
+      std::ofstream(path, std::ios::binary) << bytes;
+      continue;
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::string stored((std::istreambuf_iterator<char>(in)), {});
+    CHECK_MESSAGE(stored == bytes, path << " is missing or stale: HPCTUNE_UPDATE_CORPUS=1 ./build/tests/test_protocol");
+  }
 }
