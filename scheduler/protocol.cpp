@@ -17,9 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-template <class>
-inline constexpr bool kAlwaysFalse = false;
-
 // The wire names, in the order of the Message variant.
 constexpr const char* kNames[] = {"hello", "welcome", "ready",  "assign",    "report",
                                   "stop",  "done",    "failed", "heartbeat", "shutdown"};
@@ -238,7 +235,7 @@ void fields(M& m, F&& f) {
   } else if constexpr (std::is_same_v<T, Shutdown>) {
     f("reason", m.reason, kAny);
   } else {
-    static_assert(kAlwaysFalse<T>, "a message without a field list");
+    static_assert(sizeof(T) == 0, "a message without a field list");
   }
 }
 
@@ -365,7 +362,7 @@ class Reader {
         out.push_back(std::move(a));
       }
     } else {
-      static_assert(kAlwaysFalse<T>, "unsupported field type");
+      static_assert(sizeof(T) == 0, "unsupported field type");
     }
   }
 
