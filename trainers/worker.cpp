@@ -140,6 +140,11 @@ class WorkerLoop {
   }
 
   Status run() {
+    if (opt_.secret.empty()) {
+      // Started by hand, or by something other than the master's launcher: it will be ignored.
+      log(std::string("no launch credential (") + protocol::kSecretEnv +
+          ") in the environment: the master ignores a hello without one");
+    }
     Clock::time_point last_contact = Clock::now();
     milliseconds backoff = opt_.reconnect_initial;
     while (!terminating()) {
