@@ -646,11 +646,13 @@ Status cmd_validate(const std::string& path, bool print_json) {
   return {};
 }
 
-Status cmd_worker(const std::string& master, int64_t group, int threads, const std::atomic<int>& terminate) {
+Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
+                  const std::atomic<int>& terminate) {
   HPCTUNE_ASSIGN(auto transport, transport::connect_zmq(master));
   trainers::WorkerOptions options;
   options.group = group;
   options.threads = threads;
+  options.secret = secret;
   options.terminate = &terminate;
   options.log = [group](const std::string& line) {
     std::fprintf(stderr, "%s  worker %lld: %s\n", timestamp().c_str(), static_cast<long long>(group), line.c_str());

@@ -88,6 +88,7 @@ struct GroupWorkerArgs {
   std::string master;
   int64_t group = -1;
   int threads = 0;
+  std::string secret;
   int ranks_data = 1;
   int ranks_model = 1;
   bool trainer_starts_ranks = false;
@@ -101,6 +102,7 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
   o.ranks_model = a.ranks_model;
   o.worker.group = a.group;
   o.worker.threads = a.threads;
+  o.worker.secret = a.secret;
   o.worker.terminate = &g_interrupts;
   double limit_s = a.collective_timeout_s;
   if (limit_s <= 0) {
@@ -149,6 +151,9 @@ int report(const hpctune::Status& status, const char* what) {
 
 int main(int argc, char** argv) {
   using namespace hpctune::cli;
+  // Before anything else (threads, MPI, child processes): the launch credential leaves the
+  // environment, whatever the subcommand.
+  const std::string worker_secret = hpctune::trainers::take_worker_secret();
   CLI::App app{"hpctune: hyperparameter search (random, grid, genetic, evolution, Bayesian, TPE; early "
                "stopping) with trainer groups on this machine, every trial recorded in SQLite"};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
@@ -330,9 +335,10 @@ int main(int argc, char** argv) {
         group_args.master = master;
         group_args.group = worker_group;
         group_args.threads = worker_threads;
+        group_args.secret = worker_secret;
         return report(run_group_worker(group_args, &argc, &argv), "worker");
       }
-      return report(cmd_worker(master, worker_group, worker_threads, g_interrupts), "worker");
+      return report(cmd_worker(master, worker_group, worker_threads, worker_secret, g_interrupts), "worker");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctune: internal error: %s\n", e.what());

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,9 @@ struct LocalLauncherOptions {
   GroupResources resources;
   std::vector<std::string> extra_args;  // appended to the worker's command line
   std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH
+  // Called at every start of a group: the credential for that launch, handed to the process in the
+  // environment (protocol::kSecretEnv), never on its command line, which every local user can read.
+  std::function<Result<std::string>(int64_t group)> credential;
   int cores = 0;                  // for the defaults above; 0 = this machine's
 };
 

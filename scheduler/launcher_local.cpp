@@ -9,6 +9,7 @@
 
 #include "scheduler/child_process.h"
 #include "scheduler/launcher.h"
+#include "scheduler/protocol.h"
 
 namespace hpctune::scheduler {
 namespace {
@@ -111,6 +112,9 @@ class LocalLauncher final : public Launcher {
       for (size_t i = 0; i + 1 < argv.size(); ++i) {
         if (argv[i] == "--threads") spawn.env["OMP_NUM_THREADS"] = spawn.env["OPENBLAS_NUM_THREADS"] = argv[i + 1];
       }
+    }
+    if (opt_.credential) {
+      HPCTUNE_ASSIGN(spawn.env[protocol::kSecretEnv], opt_.credential(group));
     }
     if (!opt_.log_dir.empty()) {
       spawn.stdout_path = log_path(group);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "scheduler/launcher.h"
+#include "scheduler/protocol.h"
 #include "scheduler/store.h"
 #include "scheduler/transport.h"
 
@@ -224,6 +225,9 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   SchedulerOptions sopt = scheduler_options(cfg, campaign_id, stage_id);
   sopt.trials_dir = fs::absolute(run_dir).string();
   sopt.master_incarnation = make_incarnation();
+  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
+  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
+  HPCTUNE_ASSIGN(sopt.secret, protocol::random_hex(16));
 
   Scheduler sched(sopt, *server, *db, *searcher, *stopper);
   sched.set_log(log);
@@ -245,6 +249,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
+  lopt.credential = [&sched](int64_t group) { return sched.launch_credential(group); };
   std::unique_ptr<Launcher> launcher = make_local_launcher(lopt);
   const int64_t groups = cfg.resources.groups;
   for (int64_t g = 0; g < groups; ++g) HPCTUNE_TRY(launcher->start(g));

@@ -2,12 +2,17 @@
 //
 // Transport: the master binds a ZeroMQ ROUTER; each trainer-group leader (rank 0 of the group)
 // connects a DEALER. One ZeroMQ frame per message (the ROUTER adds the peer's routing id).
-// Encoding: a MessagePack map {"t": <type name>, ...fields}. Decoding checks every field's
-// presence and type and answers kProtocol naming "<type>.<field>" on any mismatch.
+// Encoding: a MessagePack map {"t": <type name>, ...fields}. Each message's fields are listed once
+// (protocol.cpp, fields()) and that list drives both encoding and decoding. Decoding first walks the
+// bytes without recursion and refuses nesting deeper than kMaxDepth, element counts larger than the
+// frame, binary/extension types, invalid UTF-8 and trailing bytes; then it checks every field's
+// presence, type and range and answers kProtocol naming "<type>.<field>" on any mismatch. Strings
+// that the sender cannot vouch for (error text, a program's stderr) are made valid UTF-8 on encode.
 //
 //   worker                         master
-//   hello{version, incarnation} -> 
-//                               <- welcome{heartbeat settings}     (or shutdown on a bad version)
+//   hello{version, secret, incarnation, group} ->
+//                               <- welcome{heartbeat settings}     (or shutdown on a bad version;
+//                                                                   nothing at all on a bad secret)
 //   ready                       ->                                  idle, wants a trial
 //                               <- assign{trial, attempt, params}
 //   report{step, metrics}       ->                                  0..n intermediate reports
@@ -18,8 +23,15 @@
 //
 // Results are keyed by (trial_id, attempt): a result for an attempt the master already declared
 // lost is logged and ignored, so a result applies exactly once. `incarnation` is a random id the
-// worker process draws at start; a hello with a new incarnation from a known group means the group
-// restarted, and whatever its old incarnation was running is lost.
+// worker process draws at start (from the system's random source).
+//
+// Authentication (until CURVE): the master hands each group it launches a credential in the
+// environment variable kSecretEnv, "<campaign secret>.<launch token>" (hex, 128 bits each, from the
+// system's random source, kept only in the master's memory; a fresh token for every launch of a
+// group). The worker takes it out of its environment at start (so programs it starts do not inherit
+// it) and sends it in hello. The master refuses a hello whose secret or whose token for the named
+// group is not the current one, and a hello that would displace a live registration of the group
+// with another incarnation (see scheduler.h).
 #pragma once
 
 #include <cstdint>
@@ -35,14 +47,22 @@
 
 namespace hpctune::protocol {
 
-inline constexpr int kVersion = 1;
+// 2: hello carries `secret`; integer fields are range-checked.
+inline constexpr int kVersion = 2;
+// Containers nested deeper than this are refused before anything is decoded (the decoder recurses).
+inline constexpr int kMaxDepth = 64;
+// The environment variable that carries a launched group's credential (see above).
+inline constexpr const char* kSecretEnv = "HPCTUNE_SECRET";
 // ZMQ_MAXMSGSIZE on the master's socket: larger frames are dropped by ZeroMQ itself.
 inline constexpr int64_t kMaxMessageBytes = 4 << 20;
 
 using Metrics = std::map<std::string, double>;
 
+// A hello of another protocol version decodes to just its version (the other fields keep their
+// defaults), so that the master can answer with a shutdown naming both versions.
 struct Hello {
   int version = kVersion;
+  std::string secret;        // the credential from kSecretEnv
   uint64_t incarnation = 0;  // random per worker process
   int64_t group = -1;        // the group index the launcher gave it (-1: unknown, e.g. started by hand)
   int64_t pid = 0;
@@ -120,7 +140,14 @@ using Message = std::variant<Hello, Welcome, Ready, Assign, Report, Stop, Done, 
 const char* type_name(const Message& message) noexcept;
 
 std::string encode(const Message& message);
-// kProtocol for malformed bytes, an unknown type, or a missing/mistyped field.
+// kProtocol for malformed bytes (see the top of this file), an unknown type, or a missing,
+// mistyped or out-of-range field. Never throws, never recurses deeper than kMaxDepth.
 Result<Message> decode(std::string_view bytes);
+
+// `bytes` random bytes from the system's random source (getrandom, else /dev/urandom), as lower-case
+// hex. For secrets: never a search choice, never from the config seed. kIo when no source works.
+Result<std::string> random_hex(std::size_t bytes = 16);
+// Compares two secrets in time that depends only on their lengths, not on where they differ.
+bool secrets_equal(std::string_view a, std::string_view b) noexcept;
 
 }  // namespace hpctune::protocol

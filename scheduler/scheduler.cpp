@@ -26,6 +26,29 @@ nlohmann::json metrics_json(const protocol::Metrics& metrics) {
 
 bool better(double a, double b, bool maximize) { return maximize ? a > b : a < b; }
 
+// Dropped-frame logging: per peer and window, this many lines, then one summary per window.
+constexpr int64_t kNoiseLinesPerWindow = 3;
+constexpr auto kNoiseWindow = std::chrono::seconds(10);
+// Peers tracked one by one; beyond this, further peers share one entry (a flood of new
+// connections must not grow the map without bound).
+constexpr std::size_t kMaxNoisyPeers = 1024;
+const transport::PeerId kOtherPeers = "\x01other";
+// late_result_ignored events recorded per peer; later ones are only counted.
+constexpr int64_t kMaxLateEventsPerPeer = 8;
+
+// A routing id as short hex for the log.
+std::string peer_text(const transport::PeerId& peer) {
+  if (peer == kOtherPeers) return "(other peers)";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < peer.size() && i < 16; ++i) {
+    const auto c = static_cast<unsigned char>(peer[i]);
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 0x0f]);
+  }
+  return out.empty() ? "(no id)" : out;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, transport::ServerTransport& transport, store::Store& store,
@@ -35,7 +58,92 @@ Scheduler::Scheduler(SchedulerOptions options, transport::ServerTransport& trans
       store_(store),
       searcher_(searcher),
       stopper_(stopper),
-      start_(Clock::now()) {}
+      start_(Clock::now()) {
+  secret_ = opt_.secret;
+  if (secret_.empty()) {
+    // Left empty (tests): draw one. Without a random source no hello is ever accepted.
+    if (auto drawn = protocol::random_hex(16); drawn.ok()) secret_ = drawn.value();
+  }
+}
+
+Result<std::string> Scheduler::launch_credential(int64_t group) {
+  if (secret_.empty()) return err(Errc::kIo, "no campaign secret: the system has no random source");
+  HPCTUNE_ASSIGN(std::string token, protocol::random_hex(16));
+  launch_tokens_[group] = token;
+  return secret_ + "." + token;
+}
+
+std::string Scheduler::check_credential(const protocol::Hello& m) const {
+  const auto dot = m.secret.find('.');
+  const std::string_view given(m.secret);
+  const std::string_view secret = given.substr(0, dot == std::string::npos ? given.size() : dot);
+  const std::string_view token = dot == std::string::npos ? std::string_view() : given.substr(dot + 1);
+  // Both parts are always compared, so the time taken does not tell which one was wrong.
+  const bool secret_ok = !secret_.empty() && protocol::secrets_equal(secret, secret_);
+  auto t = launch_tokens_.find(m.group);
+  const bool token_ok = t != launch_tokens_.end() && protocol::secrets_equal(token, t->second);
+  if (m.secret.empty()) return "it carries no secret";
+  if (!secret_ok) return "it does not carry this campaign's secret";
+  if (t == launch_tokens_.end()) return "group " + std::to_string(m.group) + " was not launched by this master";
+  if (!token_ok) return "its token is not the one of group " + std::to_string(m.group) + "'s current launch";
+  return "";
+}
+
+void Scheduler::note_noise(const transport::PeerId& peer, const char* reason, const std::string& line,
+                           Clock::time_point now) {
+  const transport::PeerId& key = noise_.count(peer) || noise_.size() < kMaxNoisyPeers ? peer : kOtherPeers;
+  auto [it, fresh] = noise_.try_emplace(key);
+  Noise& n = it->second;
+  if (fresh) n.window_start = now;
+  if (now - n.window_start >= kNoiseWindow) {
+    flush_noise(now, false);
+    return note_noise(peer, reason, line, now);  // its entry is gone: a new window
+  }
+  if (n.logged < kNoiseLinesPerWindow) {
+    ++n.logged;
+    log("peer " + peer_text(key) + ": " + line +
+        (n.logged == kNoiseLinesPerWindow ? " (more from this peer: one summary every 10 s)" : ""));
+    return;
+  }
+  ++n.quiet[reason];
+}
+
+void Scheduler::flush_noise(Clock::time_point now, bool all) {
+  for (auto it = noise_.begin(); it != noise_.end();) {
+    Noise& n = it->second;
+    if (!all && now - n.window_start < kNoiseWindow) {
+      ++it;
+      continue;
+    }
+    if (!n.quiet.empty()) {
+      int64_t total = 0;
+      std::string by;
+      for (const auto& [reason, k] : n.quiet) {
+        total += k;
+        by += (by.empty() ? "" : ", ") + std::to_string(k) + " " + reason;
+      }
+      const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - n.window_start).count();
+      log("peer " + peer_text(it->first) + ": " + std::to_string(total) + " more frames dropped in the last " +
+          std::to_string(secs) + " s (" + by + ")");
+    }
+    it = noise_.erase(it);
+  }
+}
+
+Status Scheduler::note_late_result(const transport::PeerId& peer, int64_t group, int64_t trial_id, int64_t attempt,
+                                   const char* type, Clock::time_point now) {
+  ++counters_.stale_results;
+  const std::string line = std::string("ignored a late '") + type + "' for trial " + std::to_string(trial_id) +
+                           " attempt " + std::to_string(attempt) + " (group " + std::to_string(group) +
+                           "): the attempt is no longer current";
+  if (++late_events_[peer] > kMaxLateEventsPerPeer) {
+    note_noise(peer, "late results", line, now);
+    return {};
+  }
+  log(line);
+  return store_.add_event(opt_.campaign_id, "late_result_ignored", trial_id, attempt, group, {{"message", type}},
+                          wall(now));
+}
 
 double Scheduler::wall(Clock::time_point) const { return unix_now(); }
 
@@ -139,7 +247,8 @@ Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, 
   auto decoded = protocol::decode(bytes);
   if (!decoded.ok()) {
     ++counters_.malformed;
-    log("dropped a malformed frame (" + std::to_string(bytes.size()) + " bytes): " + decoded.error().message());
+    note_noise(peer, "malformed",
+               "dropped a malformed frame (" + std::to_string(bytes.size()) + " bytes): " + decoded.error().message(), now);
     return {};
   }
   const protocol::Message& msg = decoded.value();
@@ -156,7 +265,9 @@ Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, 
         if constexpr (std::is_same_v<T, protocol::Ready>) {
           if (w.trial_id != 0) {
             ++counters_.out_of_order;
-            log("group " + std::to_string(w.group) + " said ready while running trial " + std::to_string(w.trial_id));
+            note_noise(peer, "out of order",
+                       "group " + std::to_string(w.group) + " said ready while running trial " + std::to_string(w.trial_id),
+                       now);
             return {};
           }
           w.idle = true;
@@ -172,8 +283,10 @@ Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, 
         } else {
           // welcome, assign, stop, shutdown travel master -> worker only.
           ++counters_.out_of_order;
-          log(std::string("dropped a '") + protocol::type_name(msg) + "' from group " + std::to_string(w.group) +
-              ": only the master sends it");
+          note_noise(peer, "out of order",
+                     std::string("dropped a '") + protocol::type_name(msg) + "' from group " + std::to_string(w.group) +
+                         ": only the master sends it",
+                     now);
           return Status{};
         }
       },
@@ -181,43 +294,58 @@ Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, 
 }
 
 Status Scheduler::on_stray(const transport::PeerId& peer, const protocol::Message& m, Clock::time_point now) {
-  // A result from a peer we declared lost (SIGSTOP, network partition) arrives here: record it.
   int64_t trial_id = 0, attempt = 0;
   if (auto* d = std::get_if<protocol::Done>(&m)) trial_id = d->trial_id, attempt = d->attempt;
   if (auto* f = std::get_if<protocol::Failed>(&m)) trial_id = f->trial_id, attempt = f->attempt;
-  if (trial_id != 0) {
-    ++counters_.stale_results;
-    log("ignored a late result for trial " + std::to_string(trial_id) + " attempt " + std::to_string(attempt) +
-        " from a worker that was declared lost");
-    return store_.add_event(opt_.campaign_id, "late_result_ignored", trial_id, attempt, -1,
-                            {{"message", protocol::type_name(m)}}, wall(now));
+  if (trial_id != 0 && lost_peers_.count(peer)) {
+    // A result from a worker we declared lost (SIGSTOP, network partition): recorded as an event.
+    return note_late_result(peer, -1, trial_id, attempt, protocol::type_name(m), now);
   }
+  // A peer that never registered (or a lost one's other traffic): nothing of it reaches the store.
   ++counters_.unregistered;
-  if (!std::holds_alternative<protocol::Heartbeat>(m)) {
-    log(std::string("dropped a '") + protocol::type_name(m) + "' from a peer that never said hello");
-  }
+  note_noise(peer, "unregistered",
+             std::string("dropped a '") + protocol::type_name(m) + "' from a peer that never said hello", now);
   return {};
 }
 
 Status Scheduler::on_hello(const transport::PeerId& peer, const protocol::Hello& m, Clock::time_point now) {
   if (m.version != protocol::kVersion) {
     ++counters_.bad_version;
-    log("refused a worker speaking protocol version " + std::to_string(m.version) + " (this master speaks " +
-        std::to_string(protocol::kVersion) + ")");
+    note_noise(peer, "bad version",
+               "refused a worker speaking protocol version " + std::to_string(m.version) + " (this master speaks " +
+                   std::to_string(protocol::kVersion) + ")",
+               now);
     (void)transport_.send(peer, protocol::encode(protocol::Shutdown{
                                     "protocol version " + std::to_string(m.version) + " is not supported; the master speaks " +
                                     std::to_string(protocol::kVersion)}));
     return {};
   }
+  // Not this campaign's launch of that group: no answer, no store write (the peer learns nothing).
+  if (const std::string why = check_credential(m); !why.empty()) {
+    ++counters_.unauthenticated;
+    note_noise(peer, "unauthenticated", "refused a hello naming group " + std::to_string(m.group) + ": " + why, now);
+    return {};
+  }
+  if (auto g = group_peer_.find(m.group); g != group_peer_.end() && g->second != peer) {
+    auto live = workers_.find(g->second);
+    if (live != workers_.end() && live->second.incarnation != m.incarnation) {
+      // The group's process is alive and talking: a second incarnation is not expected until the
+      // launcher reports the exit or the heartbeat times out.
+      ++counters_.identity_refused;
+      note_noise(peer, "identity refused",
+                 "refused a hello naming group " + std::to_string(m.group) +
+                     ": the group is registered and alive with another incarnation",
+                 now);
+      return {};
+    }
+    // The same worker process on a new connection (it reconnected): the old connection is gone.
+    HPCTUNE_TRY(lose_worker(g->second, "group " + std::to_string(m.group) + " reconnected", now));
+  }
   if (auto it = workers_.find(peer); it != workers_.end()) {
     // The same connection said hello twice: treat as a restart of that worker.
     HPCTUNE_TRY(lose_worker(peer, "said hello again", now));
   }
-  if (m.group >= 0) {
-    if (auto g = group_peer_.find(m.group); g != group_peer_.end() && g->second != peer) {
-      HPCTUNE_TRY(lose_worker(g->second, "group " + std::to_string(m.group) + " reconnected", now));
-    }
-  }
+  lost_peers_.erase(peer);
   Worker w;
   w.peer = peer;
   w.incarnation = m.incarnation;
@@ -225,10 +353,8 @@ Status Scheduler::on_hello(const transport::PeerId& peer, const protocol::Hello&
   w.last_seen = now;
   w.last_heartbeat_sent = now;
   workers_[peer] = w;
-  if (m.group >= 0) {
-    group_peer_[m.group] = peer;
-    ever_registered_[m.group] = true;
-  }
+  group_peer_[m.group] = peer;
+  ever_registered_[m.group] = true;
   protocol::Welcome welcome;
   welcome.master_incarnation = opt_.master_incarnation;
   welcome.heartbeat_interval_ms = opt_.heartbeat_interval.count();
@@ -252,8 +378,10 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) {
     ++counters_.stale_results;
-    log("ignored a report for trial " + std::to_string(m.trial_id) + " attempt " + std::to_string(m.attempt) +
-        " that group " + std::to_string(w.group) + " does not run");
+    note_noise(w.peer, "stale reports",
+               "ignored a report for trial " + std::to_string(m.trial_id) + " attempt " + std::to_string(m.attempt) +
+                   " that group " + std::to_string(w.group) + " does not run",
+               now);
     return {};
   }
   const double tw = wall(now);
@@ -305,13 +433,7 @@ void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const pro
 
 Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
-  if (!t) {
-    ++counters_.stale_results;
-    log("ignored a result for trial " + std::to_string(m.trial_id) + " attempt " + std::to_string(m.attempt) +
-        " that is no longer current");
-    return store_.add_event(opt_.campaign_id, "late_result_ignored", m.trial_id, m.attempt, w.group,
-                            {{"message", "done"}}, wall(now));
-  }
+  if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
   const double tw = wall(now);
   // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
@@ -360,11 +482,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
 
 Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
-  if (!t) {
-    ++counters_.stale_results;
-    return store_.add_event(opt_.campaign_id, "late_result_ignored", m.trial_id, m.attempt, w.group,
-                            {{"message", "failed"}}, wall(now));
-  }
+  if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "failed", now);
   const double tw = wall(now);
   std::string error = m.error;
   if (!m.stderr_tail.empty()) error += "\n--- stderr (last lines) ---\n" + m.stderr_tail;
@@ -490,6 +608,7 @@ Status Scheduler::lose_worker(const transport::PeerId& peer, const std::string& 
   if (it == workers_.end()) return {};
   Worker w = it->second;
   workers_.erase(it);
+  lost_peers_[peer] = true;
   if (auto g = group_peer_.find(w.group); g != group_peer_.end() && g->second == peer) group_peer_.erase(g);
   const double tw = wall(now);
   log("group " + std::to_string(w.group) + " lost: " + why);
@@ -527,6 +646,7 @@ Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::ti
 }
 
 Status Scheduler::tick(Clock::time_point now) {
+  flush_noise(now, false);
   std::vector<transport::PeerId> silent;
   for (auto& [peer, w] : workers_) {
     if (now - w.last_seen > opt_.heartbeat_timeout) {
@@ -563,6 +683,7 @@ Status Scheduler::interrupt(Clock::time_point now) {
 }
 
 void Scheduler::shutdown_workers(const std::string& reason) {
+  flush_noise(Clock::now(), true);  // the last summaries
   for (auto& [peer, w] : workers_) send(w, protocol::Shutdown{reason});
 }
 

@@ -15,14 +15,25 @@
 //                                                  (failed once max_attempts attempts were lost)
 //   assigned/running --Ctrl-C--> interrupted; `resume` queues it again as a new attempt.
 //
-// A group is lost when it is silent past heartbeat_timeout, when its process exits (the launcher
-// calls on_group_exit), or when it says hello again with a new incarnation. Results are keyed by
+// A group is lost when it is silent past heartbeat_timeout or when its process exits (the launcher
+// calls on_group_exit). Results are keyed by
 // (trial_id, attempt): a result for an attempt that is no longer current is recorded as an event
 // and otherwise ignored, so each result applies exactly once.
 //
+// Authentication (protocol.h): every launch of a group gets a credential from launch_credential()
+// ("<campaign secret>.<launch token>"), which the launcher hands to that process only. A hello is
+// refused (counted; logged rate-limited; no store write, no answer) when its credential is not the
+// current one of the group it names, and when the group is registered and alive with another
+// incarnation: a new incarnation is only expected once the old one was declared lost (its process
+// exited, or it was silent past heartbeat_timeout). The same incarnation on a new connection is the
+// same worker reconnecting and replaces its old connection.
+//
 // Frames that do not decode, unknown message types, messages from peers that never said hello and
 // messages that do not fit the peer's state (a done for a trial it does not run) are counted in
-// Counters, logged and dropped; the scheduler keeps serving the well-behaved workers.
+// Counters and dropped; the scheduler keeps serving the well-behaved workers. The log gets the
+// first few such frames of each peer per 10 s and then one summary line per peer per 10 s; no store
+// row is written for a frame from a peer that never registered, and at most a few
+// `late_result_ignored` events per peer that did.
 #pragma once
 
 #include <chrono>
@@ -63,6 +74,8 @@ struct SchedulerOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   uint64_t master_incarnation = 0;
+  // The campaign secret (hex, from protocol::random_hex); "" = the scheduler draws one itself.
+  std::string secret;
   // The searcher's state (and, with several objectives, the Pareto front) is saved into the open
   // transaction every max(search_state_every, finished / 10) finished trials and whenever a new
   // generation is bred, so a crash keeps a recent copy. 0 = only when save_search_state() is called.
@@ -76,6 +89,8 @@ struct Counters {
   int64_t out_of_order = 0;   // valid, but not what the peer's state allows
   int64_t stale_results = 0;  // done/failed/report for an attempt that is no longer current
   int64_t bad_version = 0;    // hello with another protocol version
+  int64_t unauthenticated = 0;   // hello without this campaign's secret and the group's launch token
+  int64_t identity_refused = 0;  // hello that would displace a live group with another incarnation
   int64_t send_failures = 0;  // sends that failed (peer gone)
   int64_t lost_attempts = 0;  // attempts declared lost
 };
@@ -106,6 +121,11 @@ class Scheduler {
 
   // Heartbeats out, silent groups declared lost, new trials dispatched.
   Status tick(Clock::time_point now);
+
+  // A fresh credential for the next launch of group `group`, to hand to that process only (in
+  // protocol::kSecretEnv); the credential of the group's earlier launch stops being accepted for new
+  // hellos. kIo when the system has no random source.
+  Result<std::string> launch_credential(int64_t group);
 
   // The launcher saw group `group`'s process exit: whatever it ran is lost.
   Status on_group_exit(int64_t group, const std::string& why, Clock::time_point now);
@@ -165,6 +185,11 @@ class Scheduler {
   Status on_done(Worker& w, const protocol::Done& m, Clock::time_point now);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const transport::PeerId& peer, const protocol::Message& m, Clock::time_point now);
+  std::string check_credential(const protocol::Hello& m) const;
+  Status note_late_result(const transport::PeerId& peer, int64_t group, int64_t trial_id, int64_t attempt,
+                          const char* type, Clock::time_point now);
+  void note_noise(const transport::PeerId& peer, const char* reason, const std::string& line, Clock::time_point now);
+  void flush_noise(Clock::time_point now, bool all);
 
   Status dispatch(Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
@@ -204,6 +229,17 @@ class Scheduler {
   bool searcher_exhausted_ = false;
   Clock::time_point start_;
   Counters counters_;
+  std::string secret_;                                // the campaign secret
+  std::map<int64_t, std::string> launch_tokens_;      // group -> token of its current launch
+  std::unordered_map<transport::PeerId, int64_t> late_events_;  // late_result_ignored rows per peer
+  std::unordered_map<transport::PeerId, bool> lost_peers_;      // peers that registered, then were lost
+  // Rate-limited logging of dropped frames, per peer (see the top of this file).
+  struct Noise {
+    Clock::time_point window_start;
+    int64_t logged = 0;                     // lines logged in this window
+    std::map<std::string, int64_t> quiet;   // frames dropped without a line in this window, by reason
+  };
+  std::unordered_map<transport::PeerId, Noise> noise_;
   // Done trials with every objective, as minimize-form losses: the Pareto-front candidates.
   std::vector<std::pair<int64_t, std::vector<double>>> front_candidates_;
   int64_t since_state_save_ = 0;   // trials finished since the search state was last saved

@@ -446,9 +446,12 @@ TEST_CASE("two objectives: generations and the Pareto front are recorded during 
   std::vector<std::thread> threads;
   for (int g = 0; g < 2; ++g) {
     auto client = std::shared_ptr<transport::ClientTransport>(hub.connect());
-    threads.emplace_back([client, g, &terminate] {
+    auto credential = sched.launch_credential(g);
+    REQUIRE(credential.ok());
+    threads.emplace_back([client, g, &terminate, secret = credential.value()] {
       trainers::WorkerOptions o;
       o.group = g;
+      o.secret = secret;
       o.terminate = &terminate;
       o.reconnect_initial = std::chrono::milliseconds(20);
       o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {

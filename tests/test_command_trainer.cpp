@@ -138,7 +138,9 @@ TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
        {"hpctune-report {bad", "hpctune-report [1]", "hpctune-report 42", R"(hpctune-report {"a": "x"})",
         R"(hpctune-report {"a": true})", R"(hpctune-report {"a": null})", R"(hpctune-report {"step": 1})",
         R"(hpctune-report {"step": -1, "a": 1})", R"(hpctune-report {"step": 1.5, "a": 1})",
-        R"(hpctune-report {"step": "1", "a": 1})", "hpctune-report", "hpctune-report   "}) {
+        R"(hpctune-report {"step": "1", "a": 1})", "hpctune-report", "hpctune-report   ",
+        R"(hpctune-report {"step": 18446744073709551615, "a": 1})",  // the protocol refuses steps >= 2^53
+        R"(hpctune-report {"step": 9007199254740993, "a": 1})"}) {
     CAPTURE(garbage);
     auto r = trainers::parse_report_line(garbage);
     REQUIRE(r.has_value());

@@ -1,10 +1,13 @@
 // A live master (ZeroMQ, real worker processes) keeps serving good workers while garbage,
-// oversized and out-of-order frames arrive on its socket; it fails fast when every group dies.
+// oversized, deeply nested and out-of-order frames, impostors and floods arrive on its socket; it
+// fails fast when every group dies; the launch credential is in no command line.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <mutex>
 #include <regex>
 #include <thread>
+#include <unordered_set>
 
 #include <zmq.hpp>
 
@@ -15,6 +18,86 @@
 
 using namespace hpctune;
 using namespace hpctune::testing;
+
+namespace {
+
+// A master running a campaign on a thread of the test, its log captured and its endpoint known.
+struct LiveMaster {
+  LiveMaster(const std::string& config_text, TempDir& dir) {
+    auto cfg = config::parse_config(config_text, dir.file("c.yaml"));
+    REQUIRE_MESSAGE(cfg.ok(), (cfg.ok() ? "" : cfg.error().to_string()));
+    options.db_path = dir.file("c.db");
+    options.config = cfg.value();
+    options.worker_program = HPCTUNE_BINARY;
+    options.log = [this](const std::string& line) {
+      std::smatch m;
+      static const std::regex re("master at (tcp://[0-9.:]+)");
+      std::lock_guard lock(mu);
+      lines.push_back(line);
+      if (endpoint.empty() && std::regex_search(line, m, re)) endpoint = m[1];
+    };
+    thread = std::thread([this] {
+      auto result = scheduler::run_master(options);
+      std::lock_guard lock(mu);
+      outcome.emplace(std::move(result));
+    });
+    REQUIRE(wait_until([&] { std::lock_guard lock(mu); return !endpoint.empty(); }, 10s));
+  }
+  ~LiveMaster() {
+    if (thread.joinable()) thread.join();
+  }
+  // Waits for the campaign's end; its outcome, which must be a success.
+  const scheduler::CampaignOutcome& finish() {
+    thread.join();
+    REQUIRE(outcome.has_value());
+    REQUIRE_MESSAGE(outcome->ok(), (outcome->ok() ? "" : outcome->error().to_string()));
+    return outcome->value();
+  }
+  bool running() {
+    std::lock_guard lock(mu);
+    return !outcome.has_value();
+  }
+  std::vector<std::string> log_lines() {
+    std::lock_guard lock(mu);
+    return lines;
+  }
+  int64_t log_lines_containing(const std::string& needle) {
+    int64_t n = 0;
+    for (const auto& l : log_lines()) n += l.find(needle) != std::string::npos;
+    return n;
+  }
+
+  scheduler::MasterOptions options;
+  std::mutex mu;
+  std::string endpoint;
+  std::vector<std::string> lines;
+  std::optional<Result<scheduler::CampaignOutcome>> outcome;
+  std::thread thread;
+};
+
+// A DEALER socket of a process that was not launched by the master.
+struct Rogue {
+  explicit Rogue(const std::string& endpoint) : socket(ctx, zmq::socket_type::dealer) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::sndtimeo, 2000);  // blocks while the master is slow, never past its end
+    socket.connect(endpoint);
+  }
+  void send(const std::string& bytes) { (void)socket.send(zmq::buffer(bytes), zmq::send_flags::none); }
+  void send(const protocol::Message& m) { send(protocol::encode(m)); }
+  // Everything the master sent to this socket so far.
+  std::vector<std::string> received() {
+    std::vector<std::string> out;
+    zmq::message_t msg;
+    while (socket.recv(msg, zmq::recv_flags::dontwait)) out.push_back(msg.to_string());
+    return out;
+  }
+  zmq::context_t ctx;
+  zmq::socket_t socket;
+};
+
+int64_t event_rows(const std::string& db) { return static_cast<int64_t>(read_events(db).size()); }
+
+}  // namespace
 
 TEST_CASE("garbage, oversized and out-of-order frames do not stop a live master") {
   TempDir dir;
@@ -103,4 +186,140 @@ TEST_CASE("the CLI maps errors to exit codes") {
   CHECK(run_hpctune({"trials", dir.file("missing.db"), "--format", "xml"}, dir.file("t.log"), 30s).code == 2);
   CHECK(run_hpctune({"--version"}, dir.file("ver.log"), 30s).code == 0);
   CHECK(read_file(dir.file("ver.log")).find("hpctune ") == 0);
+}
+
+TEST_CASE("a frame nested 200000 levels deep is dropped and the live master completes its campaign") {
+  TempDir dir;
+  LiveMaster master(sleep_config("deep", 12, 0.1, 1, 2), dir);
+  Rogue rogue(master.endpoint);
+  const std::string deep = std::string(200000, '\x91') + "\xc0";  // the probe that overflowed the stack
+  rogue.send(deep);
+  rogue.send("\x81\xa1t" + std::string(150000, '\x81') + "\xc0");
+  const auto& o = master.finish();
+  CHECK(o.progress.done == 12);
+  CHECK(o.counters.malformed == 2);
+  CHECK(master.log_lines_containing("nested deeper than") == 2);
+  CHECK(rogue.received().empty());
+  for (const auto& t : read_trials(master.options.db_path)) CHECK(t.state == store::TrialState::kDone);
+  check_no_orphans(master.options.db_path);
+}
+
+TEST_CASE("an impostor naming group 0 gets no assign and forges no result while the campaign completes") {
+  TempDir dir;
+  LiveMaster master(sleep_config("impostor", 16, 0.15, 2, 3), dir);
+  Rogue rogue(master.endpoint);
+  // Hello naming a launched group (without, and with a made-up, credential), ready, hello again,
+  // and forged results for every trial id, over and over while the campaign runs.
+  int64_t rounds = 0;
+  std::vector<std::string> received;
+  while (master.running() && rounds < 2000) {
+    protocol::Hello h;
+    h.group = rounds % 3;
+    h.incarnation = 42;
+    h.pid = 1;
+    h.host = "impostor";
+    if (rounds % 2) h.secret = std::string(32, 'a') + "." + std::string(32, 'b');
+    rogue.send(h);
+    rogue.send(protocol::Ready{});
+    for (int64_t id = 1; id <= 16; ++id) {
+      rogue.send(protocol::Done{id, 1, 2, false, {{"value", 99.0}}, {{"log", "/etc/shadow", 1}}});
+      rogue.send(protocol::Failed{id, 1, "forged", ""});
+    }
+    rogue.send(protocol::Heartbeat{1, 1});
+    for (auto& m : rogue.received()) received.push_back(std::move(m));
+    ++rounds;
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto& o = master.finish();
+  for (auto& m : rogue.received()) received.push_back(std::move(m));
+  CHECK(rounds > 5);
+  CHECK(received.empty());  // no welcome, no assign: nothing at all
+  CHECK(o.progress.done == 16);
+  CHECK(o.progress.failed == 0);
+  CHECK(o.counters.lost_attempts == 0);
+  CHECK(o.counters.unauthenticated >= rounds / 2);  // the last rounds may arrive after the end
+  auto s = store::Store::open_readonly(master.options.db_path);
+  REQUIRE(s.ok());
+  for (const auto& t : read_trials(master.options.db_path)) {
+    CHECK(t.state == store::TrialState::kDone);
+    CHECK(t.attempt == 1);
+    CHECK(t.objective.value_or(99.0) < 1.0);  // the real sleep trainer's value, not the forged 99
+    auto artifacts = (*s)->artifacts(t.id);
+    REQUIRE(artifacts.ok());
+    for (const auto& a : *artifacts) CHECK(a.path != "/etc/shadow");
+  }
+  for (const auto& e : read_events(master.options.db_path)) CHECK(e.kind != "late_result_ignored");
+  CHECK(master.log_lines_containing("refused a hello") <= 3 * 3 + 3);  // rate-limited
+  check_no_orphans(master.options.db_path);
+}
+
+TEST_CASE("100000 unregistered done frames write no event rows and a handful of log lines") {
+  TempDir dir;
+  LiveMaster master(sleep_config("flood", 10, 0.3, 1, 2), dir);
+  Rogue rogue(master.endpoint);
+  const std::string done = protocol::encode(protocol::Done{1, 1, 1, false, {{"value", 5.0}}, {}});
+  for (int i = 0; i < 100000; ++i) rogue.send(done);
+  const auto& o = master.finish();
+  CHECK(o.progress.done == 10);
+  CHECK(o.counters.unregistered >= 50000);  // most of the flood reached the master before the end
+  const int64_t events = event_rows(master.options.db_path);
+  CHECK(events < 50);
+  const auto lines = master.log_lines();
+  CHECK(lines.size() < 50);
+  CHECK(master.log_lines_containing("never said hello") <= 3);
+  CHECK(master.log_lines_containing("more frames dropped") >= 1);  // the summary with the count
+  MESSAGE("flood: " << o.counters.unregistered << " frames counted, " << events << " event rows, " << lines.size()
+                    << " log lines");
+  check_no_orphans(master.options.db_path);
+}
+
+TEST_CASE("the launch credential is in no worker's command line and no trial program's environment") {
+  TempDir dir;
+  const std::string cfg = dir.write(
+      "cmd.yaml",
+      "name: cred\nseed: 3\nobjective: {metric: value, mode: max}\n"
+      "search: {algorithm: random, max_trials: 4}\n"
+      "space:\n  x: {type: float, low: 0.0, high: 1.0}\n"
+      "trainer:\n  kind: command\n"
+      "  command: 'env > {trial_dir}/env.txt; sleep 0.5; echo hpctune-report {{\\\"value\\\": 0.5}}'\n"
+      "resources: {groups: 2}\n");
+  const std::string db = dir.file("cmd.db");
+  ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  // Both groups run a trial (so both workers are past their start-up) before their /proc is read.
+  auto env_files = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(db + ".trials", ec)) {
+      n += e.path().filename() == "env.txt";
+    }
+    return n;
+  };
+  REQUIRE(wait_until([&] { return env_files() >= 2 && workers_of(db).size() == 2; }, 20s));
+  const std::regex long_hex("[0-9a-f]{32}");
+  int checked = 0;
+  for (pid_t pid : workers_of(db)) {
+    const std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
+    if (cmdline.empty() || environ.empty()) continue;  // it just exited
+    ++checked;
+    CHECK(cmdline.find("HPCTUNE_SECRET") == std::string::npos);
+    CHECK_FALSE(std::regex_search(cmdline, long_hex));
+    // It was handed over in the environment, and the worker wiped the value at start.
+    const auto at = environ.find("HPCTUNE_SECRET=");
+    REQUIRE(at != std::string::npos);
+    CHECK(environ[at + std::strlen("HPCTUNE_SECRET=")] == '\0');
+  }
+  CHECK(checked >= 1);
+  auto status = run.wait_for(60s);
+  REQUIRE(status.has_value());
+  REQUIRE_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  int envs = 0;
+  for (const auto& t : read_trials(db)) {
+    CHECK(t.state == store::TrialState::kDone);
+    const std::string env = read_file(db + ".trials/" + std::to_string(t.id) + "/env.txt");
+    if (env.empty()) continue;
+    ++envs;
+    CHECK(env.find("HPCTUNE_SECRET") == std::string::npos);  // the trial program did not inherit it
+  }
+  CHECK(envs == 4);
 }

@@ -1,6 +1,10 @@
 // Protocol: every message round-trips; malformed frames are errors naming the field.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+
 #include "scheduler/protocol.h"
 
 using namespace hpctune;
@@ -24,9 +28,10 @@ std::string msgpack(const nlohmann::json& j) {
 }  // namespace
 
 TEST_CASE("every message type round-trips") {
-  Hello h{kVersion, 0xFFFFFFFFFFFFFFF0ULL, 3, 4242, "node07", 2, 4, {"mlp", "sleep"}};
+  Hello h{kVersion, "c0ffee.beef", 0xFFFFFFFFFFFFFFF0ULL, 3, 4242, "node07", 2, 4, {"mlp", "sleep"}};
   auto h2 = round_trip(h);
   CHECK(h2.version == kVersion);
+  CHECK(h2.secret == "c0ffee.beef");
   CHECK(h2.incarnation == 0xFFFFFFFFFFFFFFF0ULL);
   CHECK(h2.group == 3);
   CHECK(h2.pid == 4242);
@@ -151,5 +156,165 @@ TEST_CASE("garbage and malformed frames are protocol errors") {
     auto r = decode(std::string_view(bytes).substr(0, bytes.size() / 2));
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code() == Errc::kProtocol);
+  }
+}
+
+namespace {
+
+// A hello as a JSON object with every field valid; tests change one field at a time.
+nlohmann::json hello_json() {
+  return {{"t", "hello"}, {"version", kVersion}, {"secret", "s"}, {"incarnation", 1}, {"group", 0},
+          {"pid", 10},    {"host", "h"},         {"ranks_data", 1}, {"ranks_model", 1},
+          {"trainers", nlohmann::json::array()}};
+}
+
+std::string decode_error(const std::string& bytes) {
+  auto r = decode(bytes);
+  if (r.ok()) return "<decoded>";
+  CHECK(r.error().code() == Errc::kProtocol);
+  return r.error().message();
+}
+
+}  // namespace
+
+TEST_CASE("a frame nested 200000 levels deep is refused without recursion") {
+  // The probe that crashed the master: "\x91" * 200000 + "\xc0" (arrays of one element, then nil).
+  const std::string deep = std::string(200000, '\x91') + "\xc0";
+  const std::string e = decode_error(deep);
+  CHECK(e.find("nested deeper than " + std::to_string(kMaxDepth)) != std::string::npos);
+  // The same inside a map, and a map of maps, and just past the bound.
+  CHECK(decode_error("\x81\xa1t" + std::string(100000, '\x81') + "\xc0").find("nested deeper") != std::string::npos);
+  CHECK(decode_error("\x81\xa1x" + std::string(kMaxDepth, '\x91') + "\xc0").find("nested deeper") != std::string::npos);
+  // Depth within the bound decodes as far as the message check.
+  CHECK(decode_error("\x82\xa1t\xa5ready\xa1x" + std::string(kMaxDepth - 2, '\x91') + "\xc0") == "<decoded>");
+}
+
+TEST_CASE("lengths, types and bytes that the shape check refuses") {
+  CHECK(decode_error("\xdd\xff\xff\xff\xff\xc0").find("longer than the frame") != std::string::npos);  // 2^32-1 elements
+  CHECK(decode_error("\xdf\x7f\xff\xff\xff").find("longer than the frame") != std::string::npos);
+  CHECK(decode_error("\xdb\x7f\xff\xff\xff" "abc").find("longer than the frame") != std::string::npos);
+  CHECK(decode_error(std::string("\x81\xa1t\xc4\x01x", 6)).find("binary") != std::string::npos);
+  CHECK(decode_error(std::string("\x81\xa1t\xd4\x01x", 6)).find("extension") != std::string::npos);
+  CHECK(decode_error(msgpack({{"t", "ready"}}) + "x").find("after the message") != std::string::npos);
+  CHECK(decode_error("\x81\xa1t\xa2\xc3\x28").find("UTF-8") != std::string::npos);  // invalid UTF-8
+  CHECK(decode_error("\x81\xa1t\xa3\xe0\x80\xaf").find("UTF-8") != std::string::npos);  // overlong '/'
+}
+
+TEST_CASE("integer fields are range-checked and name the field") {
+  auto with = [](const char* key, nlohmann::json value) {
+    auto j = hello_json();
+    j[key] = std::move(value);
+    return decode_error(msgpack(j));
+  };
+  CHECK(with("version", (int64_t{1} << 32) + kVersion).find("hello.version: 4294967298 is out of range") == 0);
+  CHECK(with("pid", -1).find("hello.pid: -1 is out of range") == 0);
+  CHECK(with("ranks_data", std::numeric_limits<int64_t>::min()).find("hello.ranks_data:") == 0);
+  CHECK(with("ranks_model", 65537).find("hello.ranks_model: 65537 is out of range") == 0);
+  CHECK(with("ranks_model", 0).find("hello.ranks_model: 0 is out of range") == 0);
+  CHECK(with("incarnation", -5).find("hello.incarnation: -5 is negative") == 0);
+  CHECK(with("group", -2).find("hello.group:") == 0);
+  CHECK(with("pid", 1.5).find("hello.pid: wrong type") == 0);
+  CHECK(with("secret", std::string(300, 'a')).find("hello.secret:") == 0);
+  CHECK(decode_error(msgpack(hello_json())) == "<decoded>");
+
+  auto report = [](nlohmann::json trial_id, nlohmann::json attempt, nlohmann::json step) {
+    return decode_error(msgpack({{"t", "report"}, {"trial_id", trial_id}, {"attempt", attempt}, {"step", step},
+                                 {"metrics", nlohmann::json::object()}}));
+  };
+  // 2^64-1 was stored as -1; anything above INT64_MAX (msgpack uint64) is refused for int64 fields.
+  CHECK(report(1, 1, std::numeric_limits<uint64_t>::max()).find("report.step: 18446744073709551615 is out of range") == 0);
+  CHECK(report(1, 1, -1).find("report.step: -1 is out of range") == 0);
+  CHECK(report(0, 1, 1).find("report.trial_id: 0 is out of range") == 0);
+  CHECK(report(1, 0, 1).find("report.attempt: 0 is out of range") == 0);
+  CHECK(report(uint64_t{1} << 63, 1, 1).find("report.trial_id:") == 0);
+  CHECK(report(1, 1, 0) == "<decoded>");
+
+  CHECK(decode_error(msgpack({{"t", "done"}, {"trial_id", 1}, {"attempt", 1}, {"step", 1}, {"stopped", false},
+                              {"metrics", nlohmann::json::object()},
+                              {"artifacts", {{{"kind", "log"}, {"path", "/x"}, {"bytes", -7}}}}})) ==
+        "done.artifacts[0].bytes: -7 is out of range [-1, 9223372036854775807]");
+  CHECK(decode_error(msgpack({{"t", "welcome"}, {"version", kVersion}, {"master_incarnation", 1},
+                              {"heartbeat_interval_ms", -1}, {"heartbeat_timeout_ms", 10}}))
+            .find("welcome.heartbeat_interval_ms: -1 is out of range") == 0);
+  CHECK(decode_error(msgpack({{"t", "heartbeat"}, {"trial_id", 0}, {"attempt", 0}})) == "<decoded>");
+}
+
+TEST_CASE("a hello of another version decodes to its version only") {
+  auto j = nlohmann::json{{"t", "hello"}, {"version", 1}, {"incarnation", 7}};  // an old worker: no secret
+  auto r = decode(msgpack(j));
+  REQUIRE(r.ok());
+  REQUIRE(std::holds_alternative<Hello>(*r));
+  CHECK(std::get<Hello>(*r).version == 1);
+  CHECK(std::get<Hello>(*r).secret.empty());
+}
+
+TEST_CASE("text that is not UTF-8 is made valid on encode") {
+  Failed f{3, 1, "bad \xff byte", "tail \xc3"};
+  auto f2 = round_trip(f);
+  CHECK(f2.error == "bad \xEF\xBF\xBD byte");
+  CHECK(f2.stderr_tail == "tail \xEF\xBF\xBD");
+  Report r{1, 1, 1, {{"m\xfe", 1.0}}};
+  auto r2 = round_trip(r);
+  CHECK(r2.metrics.count("m\xEF\xBF\xBD") == 1);
+  CHECK(round_trip(Failed{3, 1, "caf\xc3\xa9 \xf0\x9f\x98\x80", ""}).error == "caf\xc3\xa9 \xf0\x9f\x98\x80");
+}
+
+TEST_CASE("secrets: random hex from the system, compared in full") {
+  auto a = random_hex(16);
+  auto b = random_hex(16);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->size() == 32);
+  CHECK(a->find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(*a != *b);
+  CHECK(secrets_equal(*a, *a));
+  CHECK_FALSE(secrets_equal(*a, *b));
+  CHECK_FALSE(secrets_equal(*a, a->substr(0, 31)));
+  CHECK_FALSE(secrets_equal("", "x"));
+  CHECK(secrets_equal("", ""));
+}
+
+TEST_CASE("the fuzz seed corpus holds the current encoding of every message") {
+  // fuzz/corpus/protocol/ seeds tools/fuzz: one frame of every message type and a few edge cases.
+  // After a protocol change, HPCTUNE_UPDATE_CORPUS=1 ./build/tests/test_protocol rewrites it.
+  Assign a;
+  a.trial_id = 17;
+  a.attempt = 2;
+  a.seed = 123456789012345ULL;
+  a.params = {{"lr", 0.01}, {"hidden", {128, 64}}, {"act", "relu"}, {"opt", {{"beta", {0.9, 0.999}}}}};
+  a.trainer = {{"kind", "mlp"}, {"epochs", 3}, {"env", {{"TOKEN", "x"}}}};
+  a.trial_dir = "/tmp/x.trials/17";
+  Done d{17, 2, 5, true, {{"val_accuracy", 0.5}, {"loss", 1e-300}}, {{"val_probs", "/tmp/x/17/val.npy", 4096}, {"log", "/l"}}};
+  const std::vector<std::pair<std::string, std::string>> seeds = {
+      {"hello", encode(Hello{kVersion, std::string(32, 'a') + "." + std::string(32, 'b'), 0xFFFFFFFFFFFFFFF0ULL, 3,
+                             4242, "node07", 2, 4, {"mlp", "sleep", "command"}})},
+      {"welcome", encode(Welcome{kVersion, 99, 250, 1500})},
+      {"ready", encode(Ready{})},
+      {"assign", encode(a)},
+      {"report", encode(Report{17, 2, 3, {{"val_accuracy", 0.91}, {"val_loss", 0.25}, {"lr", -3.5}}})},
+      {"stop", encode(Stop{17, 2, "pruned"})},
+      {"done", encode(d)},
+      {"failed", encode(Failed{17, 2, "exit code 3", "Traceback (most recent call last):\n  caf\xc3\xa9"})},
+      {"heartbeat", encode(Heartbeat{17, 2})},
+      {"heartbeat-idle", encode(Heartbeat{0, 0})},
+      {"shutdown", encode(Shutdown{"campaign complete"})},
+      {"hello-version-1", msgpack({{"t", "hello"}, {"version", 1}, {"incarnation", 7}})},
+      {"report-nan", encode(Report{1, 1, 1, {{"v", std::numeric_limits<double>::quiet_NaN()}}})},
+      {"report-step-uint64", msgpack({{"t", "report"}, {"trial_id", 1}, {"attempt", 1},
+                                      {"step", std::numeric_limits<uint64_t>::max()}, {"metrics", {{"v", 1}}}})},
+      {"deep-past-bound", "\x81\xa1t" + std::string(kMaxDepth + 1, '\x91') + "\xc0"},
+      {"string-not-utf8", std::string("\x82\xa1t\xa6report\xa2\xc3\x28", 12)},
+  };
+  const std::string dir = std::string(HPCTUNE_SOURCE_DIR) + "/fuzz/corpus/protocol";
+  const bool update = std::getenv("HPCTUNE_UPDATE_CORPUS") != nullptr;
+  for (const auto& [name, bytes] : seeds) {
+    const std::string path = dir + "/" + name + ".msgpack";
+    if (update) {
+      std::ofstream(path, std::ios::binary) << bytes;
+      continue;
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::string stored((std::istreambuf_iterator<char>(in)), {});
+    CHECK_MESSAGE(stored == bytes, path << " is missing or stale: HPCTUNE_UPDATE_CORPUS=1 ./build/tests/test_protocol");
   }
 }

@@ -95,9 +95,11 @@ struct Harness {
 
   void add_worker(int64_t group, std::chrono::milliseconds delay = 0ms) {
     auto client = std::shared_ptr<transport::ClientTransport>(hub.connect());
-    threads.emplace_back([this, client, group, delay] {
+    const std::string secret = credential(group);
+    threads.emplace_back([this, client, group, delay, secret] {
       trainers::WorkerOptions o;
       o.group = group;
+      o.secret = secret;
       o.terminate = &terminate;
       o.reconnect_initial = 20ms;
       o.make = [delay](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
@@ -105,6 +107,13 @@ struct Harness {
       };
       (void)trainers::run_worker(*client, o);
     });
+  }
+
+  // A new launch of `group`: its credential, as the launcher would hand it over.
+  std::string credential(int64_t group) {
+    auto c = sched->launch_credential(group);
+    REQUIRE(c.ok());
+    return c.value();
   }
 
   // Pumps the scheduler until it is finished or `limit` passes.
@@ -158,11 +167,13 @@ struct FakeWorker {
   std::unique_ptr<transport::ClientTransport> client;
 };
 
-protocol::Hello hello(int64_t group) {
-  protocol::Hello h;
-  h.incarnation = 1000 + group;
-  h.group = group;
-  return h;
+// The hello of a new launch of `group` (a fresh credential from the scheduler).
+protocol::Hello hello(int64_t group, Harness& h) {
+  protocol::Hello m;
+  m.secret = h.credential(group);
+  m.incarnation = 1000 + group;
+  m.group = group;
+  return m;
 }
 
 }  // namespace
@@ -199,7 +210,7 @@ TEST_CASE("every trial runs exactly once and the best is found") {
 TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late result is ignored") {
   Harness h(1, 3, 300ms);
   FakeWorker fake(h.hub);
-  fake.send(hello(0));
+  fake.send(hello(0, h));
   REQUIRE(fake.expect<protocol::Welcome>(1s, h));
   fake.send(protocol::Ready{});
   auto assign = fake.expect<protocol::Assign>(1s, h);
@@ -241,7 +252,7 @@ TEST_CASE("a trial is failed after max_attempts lost attempts") {
   Harness h(1, 2, 200ms);
   for (int attempt = 1; attempt <= 2; ++attempt) {
     FakeWorker fake(h.hub);
-    fake.send(hello(attempt));
+    fake.send(hello(attempt, h));
     REQUIRE(fake.expect<protocol::Welcome>(1s, h));
     fake.send(protocol::Ready{});
     auto assign = fake.expect<protocol::Assign>(1s, h);
@@ -263,11 +274,13 @@ TEST_CASE("bad frames are counted and dropped while a good worker is served") {
   stranger.send(protocol::Report{1, 1, 1, {{"score", 1.0}}});  // never said hello
   REQUIRE(stranger.client->send("\x01\x02garbage").ok());   // does not decode
   FakeWorker rude(h.hub);
-  rude.send(hello(7));
+  rude.send(hello(7, h));
   REQUIRE(rude.expect<protocol::Welcome>(1s, h));
   rude.send(protocol::Done{999, 1, 1, false, {{"score", 1.0}}, {}});  // a trial it does not run
-  rude.send(protocol::Assign{});                                       // only the master sends assign
-  protocol::Hello old = hello(8);
+  protocol::Assign forged;
+  forged.trial_id = 1;
+  rude.send(forged);                                                   // only the master sends assign
+  protocol::Hello old = hello(8, h);
   old.version = 99;
   FakeWorker future(h.hub);
   future.send(old);
@@ -284,17 +297,28 @@ TEST_CASE("bad frames are counted and dropped while a good worker is served") {
   for (const auto& t : h.trials()) CHECK(t.state == TrialState::kDone);
 }
 
-TEST_CASE("a group that says hello with a new incarnation loses what the old one ran") {
-  Harness h(1);
+TEST_CASE("a new incarnation of a live group is refused until the group is reported lost") {
+  Harness h(1, 3, 10s);  // the fake sends no heartbeats: it must not time out here
   FakeWorker first(h.hub);
-  first.send(hello(0));
+  first.send(hello(0, h));
   REQUIRE(first.expect<protocol::Welcome>(1s, h));
   first.send(protocol::Ready{});
   auto assign = first.expect<protocol::Assign>(1s, h);
   REQUIRE(assign);
-  FakeWorker again(h.hub);  // the same group restarted
-  protocol::Hello hi = hello(0);
+  FakeWorker again(h.hub);  // another process naming group 0, even with a valid launch credential
+  protocol::Hello hi = hello(0, h);
   hi.incarnation = 555;
+  again.send(hi);
+  again.send(protocol::Ready{});
+  h.pump(100ms, [] { return false; });
+  auto nothing = again.client->recv(0ms);  // no welcome, no assign
+  REQUIRE(nothing.ok());
+  CHECK_FALSE(nothing->has_value());
+  CHECK(h.sched->counters().identity_refused == 1);
+  CHECK(h.sched->counters().lost_attempts == 0);
+  CHECK(h.trials()[0].state == TrialState::kAssigned);
+  // The launcher reports the group's exit: now a new incarnation is expected, and it takes over.
+  REQUIRE(h.sched->on_group_exit(0, "process killed by signal 9", Clock::now()).ok());
   again.send(hi);
   REQUIRE(again.expect<protocol::Welcome>(1s, h));
   again.send(protocol::Ready{});
@@ -309,12 +333,85 @@ TEST_CASE("a group that says hello with a new incarnation loses what the old one
   CHECK(h.trials()[0].state == TrialState::kDone);
 }
 
+TEST_CASE("the same incarnation on a new connection is the worker reconnecting") {
+  Harness h(1);
+  protocol::Hello hi = hello(0, h);
+  FakeWorker first(h.hub);
+  first.send(hi);
+  REQUIRE(first.expect<protocol::Welcome>(1s, h));
+  FakeWorker second(h.hub);  // the worker's fresh socket after it lost the master
+  second.send(hi);
+  REQUIRE(second.expect<protocol::Welcome>(1s, h));
+  second.send(protocol::Ready{});
+  auto a = second.expect<protocol::Assign>(1s, h);
+  REQUIRE(a);
+  second.send(protocol::Done{a->trial_id, a->attempt, 1, false, {{"score", 0.5}}, {}});
+  h.pump(1s);
+  CHECK(h.sched->finished());
+  CHECK(h.sched->counters().identity_refused == 0);
+}
+
+TEST_CASE("a hello without the campaign secret and the group's launch token is refused, nothing recorded") {
+  Harness h(2);
+  const std::string good0 = h.credential(0);  // the launch of group 0 that has not said hello yet
+  const std::string good1 = h.credential(1);
+  const std::string secret = good1.substr(0, good1.find('.'));
+  const std::string token1 = good1.substr(good1.find('.') + 1);
+  std::string wrong_secret = good0;
+  wrong_secret[0] = wrong_secret[0] == 'a' ? 'b' : 'a';
+  const std::vector<std::pair<int64_t, std::string>> refused = {
+      {0, ""},                                       // no secret at all
+      {0, "not-a-secret"},                           // garbage
+      {0, wrong_secret},                             // another campaign's secret
+      {0, secret + "." + token1},                    // group 1's token naming group 0
+      {0, secret + "." + std::string(32, '0')},      // the secret, a made-up token
+      {0, secret},                                   // the secret, no token
+      {-1, good0},                                   // a group the master did not launch
+      {5, secret + "." + token1},
+  };
+  std::vector<std::unique_ptr<FakeWorker>> impostors;
+  for (const auto& [group, credential] : refused) {
+    impostors.push_back(std::make_unique<FakeWorker>(h.hub));
+    protocol::Hello m;
+    m.group = group;
+    m.secret = credential;
+    m.incarnation = 77;
+    impostors.back()->send(m);
+    impostors.back()->send(protocol::Ready{});
+    impostors.back()->send(protocol::Done{1, 1, 1, false, {{"score", 9.0}}, {{"log", "/etc/shadow", 1}}});
+  }
+  h.pump(100ms, [] { return false; });
+  for (auto& imp : impostors) {
+    // No welcome, no assign: nothing at all comes back.
+    auto frame = imp->client->recv(0ms);
+    REQUIRE(frame.ok());
+    CHECK_FALSE(frame->has_value());
+  }
+  const auto& c = h.sched->counters();
+  CHECK(c.unauthenticated == static_cast<int64_t>(refused.size()));
+  CHECK(c.unregistered == 2 * static_cast<int64_t>(refused.size()));
+  auto groups = h.db->groups(h.campaign_id);
+  REQUIRE(groups.ok());
+  CHECK(groups->empty());
+  auto events = h.db->events(h.campaign_id, 0);
+  REQUIRE(events.ok());
+  CHECK(events->empty());
+  // The real launches are served.
+  FakeWorker real(h.hub);
+  protocol::Hello m;
+  m.group = 0;
+  m.secret = good0;
+  m.incarnation = 1;
+  real.send(m);
+  CHECK(real.expect<protocol::Welcome>(1s, h));
+}
+
 TEST_CASE("restore queues running trials again and keeps finished ones") {
   int64_t running_id = 0;
   {
     Harness h(3);
     FakeWorker fake(h.hub);
-    fake.send(hello(0));
+    fake.send(hello(0, h));
     REQUIRE(fake.expect<protocol::Welcome>(1s, h));
     fake.send(protocol::Ready{});
     auto a1 = fake.expect<protocol::Assign>(1s, h);
@@ -351,4 +448,29 @@ TEST_CASE("restore queues running trials again and keeps finished ones") {
     CHECK((*t)->state == TrialState::kQueued);
     CHECK((*t)->attempt == 2);
   }
+}
+
+TEST_CASE("dropped frames are counted per peer and logged rate-limited, with a summary") {
+  Harness h(1);
+  std::vector<std::string> lines;
+  h.sched->set_log([&](const std::string& line) { lines.push_back(line); });
+  FakeWorker a(h.hub), b(h.hub);
+  for (int i = 0; i < 1000; ++i) a.send(protocol::Done{1, 1, 1, false, {{"score", 1.0}}, {}});
+  for (int i = 0; i < 10; ++i) REQUIRE(b.client->send("\x01\x02garbage").ok());
+  h.pump(300ms, [&] { return h.sched->counters().unregistered + h.sched->counters().malformed == 1010; });
+  CHECK(h.sched->counters().unregistered == 1000);
+  CHECK(h.sched->counters().malformed == 10);
+  h.sched->shutdown_workers("end");  // flushes the summaries of the current window
+  auto count = [&](const std::string& needle) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(needle) != std::string::npos; });
+  };
+  CHECK(count("never said hello") == 3);
+  CHECK(count("dropped a malformed frame") == 3);
+  CHECK(count("997 more frames dropped") == 1);
+  CHECK(count("(997 unregistered)") == 1);
+  CHECK(count("(7 malformed)") == 1);
+  CHECK(lines.size() == 8);
+  auto events = h.db->events(h.campaign_id, 0);
+  REQUIRE(events.ok());
+  CHECK(events->empty());
 }

@@ -99,9 +99,12 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
     }
   } worker;
   worker.client = hub.connect();
-  worker.thread = std::thread([&worker, limit] {
+  auto credential = sched.launch_credential(0);
+  REQUIRE(credential.ok());
+  worker.thread = std::thread([&worker, limit, secret = credential.value()] {
     trainers::WorkerOptions o;
     o.group = 0;
+    o.secret = secret;
     o.terminate = &worker.terminate;
     o.give_up = limit;
     worker.status = trainers::run_worker(*worker.client, o);  // make_trainer("function"): the real trainer

@@ -170,7 +170,8 @@ std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     const auto& v = it.value();
     if (it.key() == "step") {
-      const bool integral = v.is_number_integer() ||
+      // Below 2^53, as the protocol requires of a step (larger ones would not reach the master).
+      const bool integral = (v.is_number_integer() && std::fabs(v.get<double>()) < 9.0e15) ||
                             (v.is_number_float() && std::isfinite(v.get<double>()) &&
                              std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 9.0e15);
       if (!integral || v.get<double>() < 0) return bad("\"step\" must be an integer >= 0, got " + v.dump());

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <mutex>
@@ -17,6 +19,8 @@ using std::chrono::milliseconds;
 
 uint64_t make_incarnation() {
   // Identifies this process to the master (a restarted group gets a new one); not a search choice.
+  // Random, so that nobody can predict it and pose as this process reconnecting.
+  if (auto hex = protocol::random_hex(8); hex.ok()) return std::stoull(hex.value(), nullptr, 16);
   return (static_cast<uint64_t>(getpid()) << 32) ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
 }
 
@@ -139,6 +143,11 @@ class WorkerLoop {
   }
 
   Status run() {
+    if (opt_.secret.empty()) {
+      // Started by hand, or by something other than the master's launcher: it will be ignored.
+      log(std::string("no launch credential (") + protocol::kSecretEnv +
+          ") in the environment: the master ignores a hello without one");
+    }
     Clock::time_point last_contact = Clock::now();
     milliseconds backoff = opt_.reconnect_initial;
     while (!terminating()) {
@@ -178,6 +187,7 @@ class WorkerLoop {
 
   protocol::Hello hello() const {
     protocol::Hello h;
+    h.secret = opt_.secret;
     h.incarnation = incarnation_;
     h.group = opt_.group;
     h.pid = getpid();
@@ -305,6 +315,16 @@ class WorkerLoop {
 };
 
 }  // namespace
+
+std::string take_worker_secret() {
+  char* value = std::getenv(protocol::kSecretEnv);
+  if (!value) return "";
+  std::string secret = value;
+  // The bytes live in the environment block that /proc/PID/environ shows: wipe them there too.
+  std::memset(value, 0, std::strlen(value));
+  unsetenv(protocol::kSecretEnv);
+  return secret;
+}
 
 Status run_worker(transport::ClientTransport& transport, const WorkerOptions& options) {
   WorkerLoop loop(transport, options);

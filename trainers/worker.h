@@ -27,6 +27,7 @@ namespace hpctune::trainers {
 struct WorkerOptions {
   int64_t group = -1;
   int threads = 0;                                              // per trial; 0 = 1
+  std::string secret;  // the credential the launcher handed over (take_worker_secret()); sent in hello
   std::chrono::milliseconds reconnect_initial{200};
   std::chrono::milliseconds reconnect_max{5000};
   std::chrono::milliseconds give_up{std::chrono::minutes(10)};  // without a master; then exit 1
@@ -36,6 +37,12 @@ struct WorkerOptions {
   std::function<Result<std::unique_ptr<Trainer>>(const std::string& kind)> make;
   std::function<void(const std::string&)> log;
 };
+
+// Takes the launch credential out of the environment (protocol::kSecretEnv): returns it, overwrites
+// its bytes in the process's environment block (so /proc/PID/environ no longer shows it) and unsets
+// it, so that no program the worker starts (the `command` trainer's) inherits it. Call first thing
+// in main, before any thread starts. "" when it is not set.
+std::string take_worker_secret();
 
 // Runs until the master says shutdown (Ok), `terminate` is set (Ok), or no master was reachable for
 // give_up (kTimeout).
