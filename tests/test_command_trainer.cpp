@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/shell_template.h"
 #include "tests/campaign_fixture.h"
 #include "trainers/command_trainer.h"
 
@@ -115,6 +116,53 @@ TEST_CASE("the template substitutes parameters, shell-quoted, with {{ }} as lite
   CHECK(trainers::exec_prefixed("A=1 python3 x.py") == "A=1 python3 x.py");
   CHECK(trainers::exec_prefixed("echo $HOME") == "echo $HOME");
   CHECK(trainers::exec_prefixed("python3 x.py | tee log") == "python3 x.py | tee log");
+}
+
+TEST_CASE("a placeholder inside double quotes, backticks or $(...) is refused: the shell would read its value again") {
+  for (const char* bad : {"echo \"name={v}\"", "echo `echo {v}`", "echo $(echo {v})", "echo \"$(echo {v})\"",
+                          "sh -c \"train --lr {v}\"", "echo \\{v}", "echo 'name={v}'", "echo ${v}", "echo \"a\" \"b {v} c\""}) {
+    CAPTURE(bad);
+    auto why = unsafe_placeholder(bad);
+    REQUIRE(why.has_value());
+    CHECK(why->find("{v}") != std::string::npos);
+    CHECK(why->find("outside quotes") != std::string::npos);  // and says how to fix it
+    auto s = trainers::parse_command_settings({{"command", bad}});
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code() == Errc::kInvalidArgument);
+  }
+  CHECK_FALSE(unsafe_placeholder("echo \"name=\"{v}").has_value());  // after the closing quote: unquoted
+  for (const char* ok : {"echo name={v}", "echo 'name='{v}", "echo \"a\\\"\" {v}",
+                         "echo \"$(date)\" {v} `date` {w}", "awk '{{print $1}}' {v}", "echo \\\" {v}",
+                         "echo \"{{v}}\"", "x={v} y"}) {
+    CAPTURE(ok);
+    CHECK_FALSE(unsafe_placeholder(ok).has_value());
+  }
+}
+
+TEST_CASE("a hostile parameter value in an allowed template never runs") {
+  TempDir dir;
+  const std::string marker = dir.path + "/pwned";
+  const std::vector<std::string> values = {"$(touch " + marker + ")", "'; touch " + marker + "; '", "`touch " + marker + "`",
+                                           "\"; touch " + marker + "; \"", "x\\'; touch " + marker + " #"};
+  for (const std::string tmpl : {"echo name={v} > /dev/null", "echo 'name='{v} > /dev/null",
+                                 "echo name={v}{v} > /dev/null", "echo \"a\"{v}'b' > /dev/null"}) {
+    for (const auto& v : values) {
+      CAPTURE(tmpl);
+      CAPTURE(v);
+      Recorded rec;
+      auto r = CommandTrainer().run(context({{"command", tmpl}}, {{"v", v}}, dir.path + "/trial", rec));
+      REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+      CHECK_FALSE(std::filesystem::exists(marker));
+    }
+  }
+  // The value arrives as it is, one argument.
+  Recorded rec;
+  const std::string hostile = "a b'\"$(x)`y`";
+  auto r = CommandTrainer().run(context(
+      {{"command", "test {v} = \"$EXPECTED\" && echo 'hpctune-report {{\"ok\": 1}}'"}, {"env", {{"EXPECTED", hostile}}}},
+      {{"v", hostile}}, dir.path + "/trial2", rec));
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(rec.size() == 1);
 }
 
 TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
@@ -553,4 +601,22 @@ TEST_CASE("campaign: a command trainer with 2 ranks per group runs under mpirun;
           std::string::npos);
   }
   check_no_orphans(db);
+}
+
+TEST_CASE("campaign: hpctune validate refuses a placeholder inside double quotes, naming the place") {
+  TempDir dir;
+  const std::string cfg = dir.write("quoted.yaml",
+                                    "name: quoted\nobjective: {metric: v, mode: max}\nsearch: {max_trials: 2}\n"
+                                    "space:\n  v: {type: choice, values: [a, b]}\n"
+                                    "trainer:\n  kind: command\n  command: 'echo \"name={v}\"'\n");
+  auto status = run_hpctune({"validate", cfg}, dir.file("validate.log"), std::chrono::seconds(30));
+  const std::string out = read_file(dir.file("validate.log"));
+  CHECK(status.code == 2);
+  CHECK_MESSAGE(out.find(cfg + ":8:3: trainer.command: the placeholder {v} at character 12 is inside double quotes") !=
+                    std::string::npos,
+                out);
+  // `run` refuses it the same way, before anything starts.
+  auto run = run_hpctune({"run", cfg, "--db", dir.file("q.db")}, dir.file("run.log"), std::chrono::seconds(30));
+  CHECK(run.code == 2);
+  CHECK(read_file(dir.file("run.log")).find("trainer.command: the placeholder {v}") != std::string::npos);
 }

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "common/shell_template.h"
 #include "scheduler/child_process.h"
 
 #ifndef HPCTUNE_MPIEXEC
@@ -51,6 +52,9 @@ Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
   HPCTUNE_ASSIGN(s.command, r.string("command"));
   if (s.command.find_first_not_of(" \t\n") == std::string::npos)
     return r.bad("command", r.raw("command"), "a non-empty command line");
+  // Also checked by `hpctune validate`; here too, for a campaign whose config was never checked.
+  if (auto unsafe = unsafe_placeholder(s.command))
+    return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *unsafe);
   HPCTUNE_ASSIGN(s.timeout, r.number("timeout", 0.0, 1.0e9));
   HPCTUNE_ASSIGN(s.workdir, r.string("workdir"));
   HPCTUNE_ASSIGN(s.grace, r.number("grace", 0.0, 1.0e6));
