@@ -141,6 +141,10 @@ class Scheduler {
     Clock::time_point last_heartbeat_sent;
     bool idle = false;     // sent ready (or finished a trial) and has nothing assigned
     int64_t trial_id = 0;  // the trial it runs, 0 when none
+    Clock::time_point assigned_at;  // when trial_id was sent
+    // A report, heartbeat or result of the current attempt has come back: the worker knows it.
+    // Frames of one peer arrive in order, so a later heartbeat saying otherwise is the truth.
+    bool acknowledged = false;
   };
   struct Trial {
     int64_t id = 0;
@@ -163,6 +167,9 @@ class Scheduler {
   Status dispatch(Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
   Status lose_worker(const transport::PeerId& peer, const std::string& why, Clock::time_point now);
+  // Requeues (or fails, past max_attempts) the attempt `w` runs and leaves it with none.
+  Status lose_attempt(Worker& w, const std::string& why, Clock::time_point now);
+  Status on_heartbeat(Worker& w, const protocol::Heartbeat& m, Clock::time_point now);
   Trial* current_trial(Worker& w, int64_t trial_id, int64_t attempt);
   void tell_searcher(const Trial& t, search::Outcome outcome, const protocol::Metrics& metrics, int64_t step);
   std::optional<double> objective_of(const protocol::Metrics& metrics) const;

@@ -620,3 +620,31 @@ TEST_CASE("campaign: hpctune validate refuses a placeholder inside double quotes
   CHECK(run.code == 2);
   CHECK(read_file(dir.file("run.log")).find("trainer.command: the placeholder {v}") != std::string::npos);
 }
+
+TEST_CASE("campaign: a flood of reports loses nothing; every done is recorded and no trial is left running") {
+  // 200,000 report lines per trial, as fast as awk prints them, on 2 groups: enough to fill the
+  // worker's send queue (10,000 frames) many times over, which used to drop reports and the final
+  // done (the campaign then never ended). A million lines behave the same, only slower here.
+  constexpr int kLines = 200000;
+  TempDir dir;
+  const std::string cfg =
+      dir.write("flood.yaml", command_config("cmd-flood", kScripts + "/flood.sh " + std::to_string(kLines), 2));
+  const std::string db = dir.file("flood.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(90));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 2);
+  for (const auto& t : trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == store::TrialState::kDone);
+    CHECK(t.attempt == 1);
+    CHECK(t.step == kLines);
+    REQUIRE(t.objective.has_value());
+    CHECK(*t.objective == 1.0);
+    int64_t reports = 0;
+    for (const auto& m : trial_metrics(db, t.id))
+      if (m.name == "val_accuracy") ++reports;
+    CHECK(reports == kLines);  // every step arrived
+  }
+  check_no_orphans(db);
+}
