@@ -247,7 +247,7 @@ TEST_CASE("a run gets its parameters as template arguments and HPCTUNE_* variabl
                         {"EXTRA", "4.5"}}}},
                      params, trial_dir, rec);
   auto r = CommandTrainer().run(ctx);
-  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(trial_dir + "/stderr.log"));
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(trial_dir + "/attempt-2/stderr.log"));
   REQUIRE(rec.size() == 2);
   CHECK(rec.reports[0].first == 1);
   CHECK(rec.reports[1].first == 2);
@@ -269,12 +269,12 @@ TEST_CASE("a run gets its parameters as template arguments and HPCTUNE_* variabl
   CHECK(r->metrics.at("train_seconds") > 0.0);
   CHECK(r->metrics.size() == m.size() + 1);
   // Other output went to the trial's log; the logs are artifacts.
-  const std::string out = read_file(trial_dir + "/stdout.log");
+  const std::string out = read_file(trial_dir + "/attempt-2/stdout.log");
   CHECK(out.find("epoch 1 done\nhpctune-report {\"step\": 1") != std::string::npos);
   CHECK(out.find("epoch 2 done") != std::string::npos);
   REQUIRE(r->artifacts.size() == 2);
-  CHECK(r->artifacts[0].path == trial_dir + "/stdout.log");
-  CHECK(r->artifacts[1].path == trial_dir + "/stderr.log");
+  CHECK(r->artifacts[0].path == trial_dir + "/attempt-2/stdout.log");
+  CHECK(r->artifacts[1].path == trial_dir + "/attempt-2/stderr.log");
 }
 
 TEST_CASE("without a trial directory the run gets a temporary one, removed afterwards") {
@@ -310,7 +310,7 @@ TEST_CASE("malformed report lines are logged with a warning and ignored; the goo
   CHECK(rec.reports[2].first == 5);
   CHECK(r->step == 5);
   CHECK(r->metrics.at("val_accuracy") == 0.5);
-  const std::string log = read_file(dir.file("stdout.log"));
+  const std::string log = read_file(dir.file("attempt-2/stdout.log"));
   CHECK(count(log, "hpctune: warning: ignored the report line above") == 8);
   CHECK(log.find("hpctune-report {not json\nhpctune: warning: ignored the report line above: not valid JSON") !=
         std::string::npos);
@@ -333,7 +333,7 @@ TEST_CASE("a non-zero exit fails the trial with the exit code and the last 20 li
   CHECK(msg.find("stderr line 12\n") != std::string::npos);
   CHECK(msg.find("stderr line 11\n") == std::string::npos);  // 19 numbered lines + the error = 20
   CHECK(rec.size() == 1);                                     // the report before the failure counted
-  CHECK(read_file(dir.file("stderr.log")).find("stderr line 1\n") != std::string::npos);  // all of it logged
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("stderr line 1\n") != std::string::npos);  // all of it logged
 }
 
 TEST_CASE("timeout: a hanging program is killed and the trial fails naming the timeout") {
@@ -385,8 +385,8 @@ TEST_CASE("stop: SIGTERM first, SIGKILL after the grace period, nothing left beh
   CHECK(r->metrics.at("v") == 0.5);
   CHECK(after_stop >= 0.7);  // the grace period was given
   CHECK(after_stop < 3.0);
-  CHECK(read_file(dir.file("stderr.log")).find("got SIGTERM") != std::string::npos);
-  CHECK(read_file(dir.file("stdout.log")).find("sending SIGKILL") != std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("got SIGTERM") != std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stdout.log")).find("sending SIGKILL") != std::string::npos);
   const pid_t bg = static_cast<pid_t>(std::stol(read_file(dir.file("bg.pid"))));
   CHECK(wait_until([&] { return dead(bg); }, std::chrono::milliseconds(2000)));
 }
@@ -405,7 +405,7 @@ TEST_CASE("stop: a program that exits on SIGTERM ends within the grace period") 
   CHECK(r->stopped);
   CHECK(r->metrics.at("val_accuracy") == 0.25);
   CHECK(seconds_since(t0) < 5.0);  // far below the 20 s grace
-  CHECK(read_file(dir.file("stdout.log")).find("sending SIGKILL") == std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stdout.log")).find("sending SIGKILL") == std::string::npos);
 }
 
 TEST_CASE("a missing workdir and an unknown template name fail before anything runs") {
@@ -438,14 +438,46 @@ TEST_CASE("ranks > 1: the program runs under mpirun and only rank 0's reports co
                      json::object(), dir.path, rec);
   ctx.ranks = 2;
   auto r = CommandTrainer().run(ctx);
-  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(dir.file("stdout.log")));
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(dir.file("attempt-2/stdout.log")));
   REQUIRE(rec.size() == 2);
   CHECK(rec.reports[0] == std::pair<int64_t, protocol::Metrics>{1, {{"rank", 0.0}}});
   CHECK(rec.reports[1] == std::pair<int64_t, protocol::Metrics>{2, {{"rank", 10.0}}});
-  const std::string log = read_file(dir.file("stdout.log"));
+  const std::string log = read_file(dir.file("attempt-2/stdout.log"));
   CHECK(log.find("rank 0 of 2") != std::string::npos);
   CHECK(log.find("rank 1 of 2") != std::string::npos);
   CHECK(log.find("\"rank\": 1}") != std::string::npos);  // rank 1's report was logged, not counted
+}
+
+TEST_CASE("the program's whole tree ends with the trial, descendants that left its process group included") {
+  TempDir dir;
+  Recorded rec;
+  // sh exits at once; one sleep stays in its process group, one starts a session of its own.
+  auto ctx = context({{"command", "sleep 3011 & setsid sleep 3012 & echo 'hpctune-report {{\"a\": 1}}'"}}, json::object(),
+                     dir.path, rec);
+  const auto t0 = Clock::now();
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(rec.size() == 1);
+  CHECK(seconds_since(t0) < 1.5);  // not the 2 s given up on a pipe held open
+  CHECK(processes_mentioning(std::string("sleep\0" "3011", 10)).empty());
+  CHECK(processes_mentioning(std::string("sleep\0" "3012", 10)).empty());
+}
+
+TEST_CASE("a trial of `true` ends as soon as the program does: no poll slice is waited out") {
+  TempDir dir;
+  std::vector<double> ms;
+  for (int i = 0; i < 20; ++i) {
+    Recorded rec;
+    auto ctx = context({{"command", "true"}}, json::object(), dir.path, rec);
+    const auto t0 = Clock::now();
+    auto r = CommandTrainer().run(ctx);
+    ms.push_back(seconds_since(t0) * 1000.0);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  }
+  std::sort(ms.begin(), ms.end());
+  MESSAGE("20 runs of `true`: median " << ms[10] << " ms, fastest " << ms[0] << " ms, slowest " << ms[19] << " ms");
+  CHECK(ms[10] < 10.0);
+  CHECK(ms[15] < double(CommandTrainer::kSliceMs));  // three in four: the slice was a quarter's cost
 }
 
 // --- campaigns through `hpctune run` ---------------------------------------------------------------
@@ -508,7 +540,7 @@ TEST_CASE("campaign: a script reporting every epoch is pruned by ASHA") {
       CHECK(t.metrics.contains("train_seconds"));
     }
     // The trial's own log holds the script's other output.
-    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log").find("epoch 1 done") != std::string::npos);
+    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log").find("epoch 1 done") != std::string::npos);
   }
   CHECK(pruned >= 1);
   CHECK(done >= 1);
@@ -572,7 +604,7 @@ TEST_CASE("campaign: garbage report lines are logged and ignored, and the trial 
     for (const auto& m : trial_metrics(db, t.id))
       if (m.name == "val_accuracy") steps.push_back(m.step);
     CHECK(steps == std::vector<int64_t>{1, 2, 5});
-    const std::string log = read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log");
+    const std::string log = read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log");
     CHECK(count(log, "hpctune: warning: ignored the report line above") == 8);
   }
   check_no_orphans(db);
@@ -597,7 +629,7 @@ TEST_CASE("campaign: a command trainer with 2 ranks per group runs under mpirun;
     CHECK(*t.objective == 1.0);  // rank 0's value; rank 1's line was logged, not counted
     CHECK(t.metrics.value("ranks", 0.0) == 2.0);
     CHECK(t.step == 1);
-    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log").find("\"val_accuracy\": -1") !=
+    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log").find("\"val_accuracy\": -1") !=
           std::string::npos);
   }
   check_no_orphans(db);

@@ -424,13 +424,22 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + trial_dir + ": " + ec.message());
   }
   trial_dir = fs::absolute(trial_dir).string();
-  const std::string stdout_log = trial_dir + "/stdout.log";
-  const std::string stderr_log = trial_dir + "/stderr.log";
+  // Each attempt logs in a directory of its own: nothing of an earlier attempt (killed, but maybe
+  // not yet gone) mixes into the retry's logs. The trial directory is shared on purpose: it holds
+  // the checkpoints a retry resumes from.
+  const std::string attempt_dir = trial_dir + "/attempt-" + std::to_string(ctx.attempt);
+  {
+    std::error_code ec;
+    fs::create_directories(attempt_dir, ec);
+    if (ec) return err(Errc::kIo, "command trainer: cannot create " + attempt_dir + ": " + ec.message());
+  }
+  const std::string stdout_log = attempt_dir + "/stdout.log";
+  const std::string stderr_log = attempt_dir + "/stderr.log";
 
   // The template's values: the parameters, then the trial's own names where no parameter has them.
   nlohmann::json values = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
   const nlohmann::json builtins = {{"trial_id", ctx.trial_id}, {"trial_dir", trial_dir}, {"attempt", ctx.attempt},
-                                   {"seed", ctx.seed},         {"ranks", ranks}};
+                                   {"attempt_dir", attempt_dir}, {"seed", ctx.seed},  {"ranks", ranks}};
   for (auto it = builtins.begin(); it != builtins.end(); ++it)
     if (!values.contains(it.key())) values[it.key()] = it.value();
   HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
@@ -444,6 +453,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   spawn.env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);
   spawn.env["HPCTUNE_TRIAL_DIR"] = trial_dir;
   spawn.env["HPCTUNE_ATTEMPT"] = std::to_string(ctx.attempt);
+  spawn.env["HPCTUNE_ATTEMPT_DIR"] = attempt_dir;
   spawn.env["HPCTUNE_SEED"] = std::to_string(ctx.seed);
   // The group's thread budget, unless the user's environment already decides: a BLAS or PyTorch
   // program otherwise takes every core, and groups side by side oversubscribe the machine.
@@ -453,6 +463,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     if (getenv(name) == nullptr) spawn.env[name] = std::to_string(threads);
   for (const auto& [k, v] : s.env) spawn.env[k] = v;
   spawn.workdir = s.workdir;
+  spawn.supervised = true;  // the whole tree dies with the trial, and with this worker
   if (!s.workdir.empty() && !fs::is_directory(s.workdir))
     return err(Errc::kNotFound, "command trainer: workdir '" + s.workdir + "' is not a directory");
 
@@ -547,8 +558,9 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   };
 
   for (;;) {
-    pollfd fds[2] = {{out_pipe.read, POLLIN, 0}, {err_pipe.read, POLLIN, 0}};
-    const int n = ::poll(fds, 2, kSliceMs);
+    // The program's end wakes the poll too (the supervisor's status pipe): no slice is waited out.
+    pollfd fds[3] = {{out_pipe.read, POLLIN, 0}, {err_pipe.read, POLLIN, 0}, {child.wait_fd(), POLLIN, 0}};
+    const int n = ::poll(fds, 3, kSliceMs);
     if (n < 0 && errno != EINTR) {
       kill_everything();
       return err(Errc::kIo, std::string("command trainer: poll: ") + strerror(errno));
