@@ -680,3 +680,76 @@ TEST_CASE("campaign: a flood of reports loses nothing; every done is recorded an
   }
   check_no_orphans(db);
 }
+
+namespace {
+
+pid_t parent_of(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(st)), {});
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 4 >= stat.size()) return 0;
+  return static_cast<pid_t>(atoi(stat.c_str() + stat.find(' ', close + 2) + 1));
+}
+
+// The trainer-group processes the master started (not their supervisors, which share the cmdline).
+std::vector<pid_t> group_workers(const std::string& db, pid_t master) {
+  std::vector<pid_t> out;
+  for (pid_t p : workers_of(db))
+    if (parent_of(p) == master) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("campaign: SIGKILL of the master takes the programs' whole trees with it") {
+  TempDir dir;
+  // A compound command: sleep is the shell's child, which PDEATHSIG alone would orphan.
+  const std::string cfg = dir.write("k.yaml", command_config("cmd-kill-master", "sleep 3041; echo done", 2));
+  const std::string db = dir.file("k.db");
+  const std::string marker = std::string("sleep\0" "3041", 10);
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return processes_mentioning(marker).size() == 2; }, std::chrono::seconds(20)),
+                  read_file(dir.file("run.log")));
+  ::kill(master.pid(), SIGKILL);
+  REQUIRE(master.wait_for(std::chrono::seconds(10)).has_value());
+  CHECK_MESSAGE(wait_until([&] { return processes_mentioning(marker).empty(); }, std::chrono::seconds(5)),
+                "a program of the killed campaign survived");
+  check_no_orphans(db);
+}
+
+TEST_CASE("campaign: SIGKILL of a worker ends its attempt's tree; the retry runs in a directory of its own") {
+  TempDir dir;
+  // Attempt 1 hangs in a compound command; attempt 2 reports at once.
+  const std::string cfg = dir.write(
+      "w.yaml", command_config("cmd-kill-worker",
+                               "echo attempt {attempt} > /dev/null; test {attempt} -gt 1 || sleep 3051; "
+                               "echo 'hpctune-report {{\\\"val_accuracy\\\": 1}}'",
+                               1));
+  const std::string db = dir.file("w.db");
+  const std::string marker = std::string("sleep\0" "3051", 10);
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return processes_mentioning(marker).size() == 1; }, std::chrono::seconds(20)),
+                  read_file(dir.file("run.log")));
+  const auto workers = group_workers(db, master.pid());
+  REQUIRE(!workers.empty());
+  // The group running the trial: the one whose supervisor's tree holds the sleep.
+  const pid_t sleeper = processes_mentioning(marker).front();
+  pid_t victim = 0;
+  for (pid_t p = sleeper; p > 1 && victim == 0; p = parent_of(p))
+    if (std::find(workers.begin(), workers.end(), p) != workers.end()) victim = p;
+  REQUIRE(victim != 0);
+  ::kill(victim, SIGKILL);
+  auto status = master.wait_for(std::chrono::seconds(60));
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  CHECK(processes_mentioning(marker).empty());  // gone before the retry ended, not merely later
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].state == store::TrialState::kDone);
+  CHECK(trials[0].attempt == 2);
+  const std::string trial_dir = db + ".trials/" + std::to_string(trials[0].id);
+  CHECK(read_file(trial_dir + "/attempt-1/stdout.log").find("attempt 1") != std::string::npos);
+  CHECK(read_file(trial_dir + "/attempt-2/stdout.log").find("exit code 0") != std::string::npos);
+  CHECK(read_file(trial_dir + "/attempt-1/stdout.log").find("exit code 0") == std::string::npos);
+  check_no_orphans(db);
+}
