@@ -480,6 +480,37 @@ TEST_CASE("a trial of `true` ends as soon as the program does: no poll slice is 
   CHECK(ms[15] < double(CommandTrainer::kSliceMs));  // three in four: the slice was a quarter's cost
 }
 
+TEST_CASE("trainer.log_limit: a program printing 47 MB leaves the first and the last half of 1 MB") {
+  TempDir dir;
+  Recorded rec;
+  constexpr int64_t kLimit = 1000000;
+  auto ctx = context({{"command", "seq 1 6000000; seq 1 100 >&2"}, {"log_limit", kLimit}}, json::object(), dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  const std::string log = read_file(dir.file("attempt-2/stdout.log"));
+  CHECK(log.size() <= kLimit + 200);  // the limit, plus the marker line
+  CHECK(log.size() > kLimit - 100);
+  CHECK(log.rfind("hpctune: trial 17 attempt 2: ", 0) == 0);  // the head: from the first line
+  CHECK(log.find("\n1\n2\n3\n") != std::string::npos);
+  const auto marker = log.find("hpctune: ... ");
+  REQUIRE(marker != std::string::npos);
+  const std::string marker_line = log.substr(marker, log.find('\n', marker) - marker);
+  CHECK(marker_line.find(" bytes cut here (trainer.log_limit = 1000000 bytes") != std::string::npos);
+  CHECK(log[marker - 1] == '\n');  // whole lines on both sides
+  CHECK(log.find("\n5999999\n6000000\nhpctune: exit code 0") != std::string::npos);  // the tail: to the end
+  // The cut is counted exactly: 6,000,000 numbers and their newlines, plus hpctune's own lines.
+  const int64_t cut = std::stoll(log.substr(marker + 13));
+  int64_t printed = 0;
+  for (int64_t digits = 1, low = 1; low <= 6000000; ++digits, low *= 10)
+    printed += (std::min<int64_t>(6000000, low * 10 - 1) - low + 1) * (digits + 1);
+  const int64_t own = static_cast<int64_t>(log.size()) - (log.find('\n') + 1) - (log.size() - log.find("hpctune: exit code 0")) -
+                      (static_cast<int64_t>(log.find('\n', marker)) + 1 - static_cast<int64_t>(marker));
+  CHECK(cut + own == printed);
+  // A small log is untouched.
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("hpctune: ...") == std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("1\n2\n") == 0);
+}
+
 // --- campaigns through `hpctune run` ---------------------------------------------------------------
 
 namespace {
