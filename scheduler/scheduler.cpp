@@ -552,6 +552,7 @@ Status Scheduler::tick(Clock::time_point now) {
   }
   for (const auto& peer : silent) {
     const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[peer].last_seen);
+    if (workers_[peer].group >= 0) silent_groups_.push_back(workers_[peer].group);
     HPCTUNE_TRY(lose_worker(peer, "silent for " + std::to_string(silent_ms.count()) + " ms", now));
   }
   return dispatch(now);

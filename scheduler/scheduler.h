@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -125,6 +126,9 @@ class Scheduler {
   bool interrupted() const { return interrupted_; }
   // Groups that have said hello at least once (for the launcher's start-up check).
   bool group_ever_registered(int64_t group) const { return ever_registered_.count(group) > 0; }
+  // Groups declared lost for their silence since the last call: the launcher kills them, so that
+  // a stopped or hung group cannot run its attempt on beside the retry.
+  std::vector<int64_t> take_silent_groups() { return std::exchange(silent_groups_, {}); }
 
   const Counters& counters() const { return counters_; }
   Progress progress() const;
@@ -192,6 +196,7 @@ class Scheduler {
   std::unordered_map<transport::PeerId, Worker> workers_;
   std::map<int64_t, transport::PeerId> group_peer_;
   std::map<int64_t, bool> ever_registered_;
+  std::vector<int64_t> silent_groups_;
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;
   std::unordered_map<int64_t, int64_t> seq_to_id_;  // every trial of the stage

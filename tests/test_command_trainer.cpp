@@ -784,3 +784,30 @@ TEST_CASE("campaign: SIGKILL of a worker ends its attempt's tree; the retry runs
   CHECK(read_file(trial_dir + "/attempt-1/stdout.log").find("exit code 0") == std::string::npos);
   check_no_orphans(db);
 }
+
+TEST_CASE("campaign: a SIGSTOPped worker is killed once lost; its attempt's tree goes before the retry ends") {
+  TempDir dir;
+  std::string text = command_config("cmd-stop-worker",
+                                    "test {attempt} -gt 1 || sleep 3061; echo 'hpctune-report {{\\\"val_accuracy\\\": 1}}'", 1);
+  const std::string resources = "resources: {groups: 2, threads: 1}\n";
+  text.replace(text.find(resources), resources.size(),
+               "resources: {groups: 1, threads: 1, heartbeat_interval: 0.2, heartbeat_timeout: 1}\n");
+  const std::string cfg = dir.write("s.yaml", text);
+  const std::string db = dir.file("s.db");
+  const std::string marker = std::string("sleep\0" "3061", 10);
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return processes_mentioning(marker).size() == 1; }, std::chrono::seconds(20)),
+                  read_file(dir.file("run.log")));
+  const auto workers = group_workers(db, master.pid());
+  REQUIRE(workers.size() == 1);
+  ::kill(workers[0], SIGSTOP);
+  auto status = master.wait_for(std::chrono::seconds(30));
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  CHECK(processes_mentioning(marker).empty());
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].state == store::TrialState::kDone);
+  CHECK(trials[0].attempt == 2);
+  check_no_orphans(db);
+}
