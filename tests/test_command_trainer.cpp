@@ -511,6 +511,27 @@ TEST_CASE("trainer.log_limit: a program printing 47 MB leaves the first and the 
   CHECK(read_file(dir.file("attempt-2/stderr.log")).find("1\n2\n") == 0);
 }
 
+TEST_CASE("README: `env: {PATH: ...}` or an absolute path pins the interpreter a bare `python3` would be") {
+  TempDir dir, venv;
+  // A stand-in "virtual environment" whose python3 says who it is.
+  std::filesystem::create_directories(venv.path + "/bin");
+  const std::string fake = venv.path + "/bin/python3";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\necho 'hpctune-report {\"venv\": 1}'\n";
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  for (const json& trainer : {json{{"command", "python3 train.py"}, {"env", {{"PATH", venv.path + "/bin:/usr/bin:/bin"}}}},
+                              json{{"command", fake + " train.py"}}}) {
+    CAPTURE(trainer.dump());
+    Recorded rec;
+    auto r = CommandTrainer().run(context(trainer, json::object(), dir.path, rec));
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    REQUIRE(rec.size() == 1);
+    CHECK(rec.reports[0].second.count("venv") == 1);
+  }
+}
+
 // --- campaigns through `hpctune run` ---------------------------------------------------------------
 
 namespace {
