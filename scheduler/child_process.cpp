@@ -233,6 +233,13 @@ Result<ChildProcess> ChildProcess::spawn_supervised(const std::function<void(pid
     if (program < 0) _exit(127);
     for (int fd : not_for_supervisor)
       if (fd >= 0) close(fd);
+    // Nor any other descriptor of this process: another supervisor's pipe end held here would hide
+    // that process's death from it. Only the two pipe ends stay (close_range: Linux 5.9).
+    const unsigned keep_lo = static_cast<unsigned>(std::min(alive[0], status[1]));
+    const unsigned keep_hi = static_cast<unsigned>(std::max(alive[0], status[1]));
+    if (keep_lo > 3) syscall(SYS_close_range, 3u, keep_lo - 1, 0u);
+    if (keep_hi > keep_lo + 1) syscall(SYS_close_range, keep_lo + 1, keep_hi - 1, 0u);
+    syscall(SYS_close_range, keep_hi + 1, ~0u, 0u);
     setpgid(program, program);  // also from here: no race with kill(-program)
     int32_t word = program;
     if (!write_all(status[1], &word, sizeof word)) {
