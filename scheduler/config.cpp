@@ -17,6 +17,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "common/shell_template.h"
 #include "scheduler/settings.h"
 #include "search/test_functions.h"
 
@@ -834,6 +835,10 @@ class Builder {
                      std::to_string(t["layers"].get<int64_t>()) + " does not match hidden, which lists " +
                          std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
     if (t["kind"] == "function") HPCTUNE_TRY(check_function_trainer(c));
+    if (t["kind"] == "command" && t.contains("command") && t["command"].is_string()) {
+      if (auto unsafe = unsafe_placeholder(t["command"].get<std::string>()))
+        return w_.fail(w_.mark_of("trainer.command"), "trainer.command", *unsafe);
+    }
     return Status::Ok();
   }
 

@@ -51,6 +51,10 @@ class Launcher {
   virtual Status start(int64_t group) = 0;
   // Groups whose process ended since the last call. Never blocks.
   virtual std::vector<GroupExit> poll_exits() = 0;
+  // SIGKILLs group `group` at once: the master declared it lost (silent past the heartbeat
+  // timeout), and a stopped or hung group must not run on beside the retry of its trial. Its exit
+  // then comes from poll_exits() (and a restart from the master). Unknown groups: nothing.
+  virtual void kill(int64_t group) = 0;
   // Stops every group: SIGTERM, up to `grace` to exit, then SIGKILL; reaps them all.
   virtual void stop_all(std::chrono::milliseconds grace) = 0;
   // Process ids of the running groups (for tests and `status`).

@@ -143,6 +143,10 @@ class LocalLauncher final : public Launcher {
     return exits;
   }
 
+  void kill(int64_t group) override {
+    if (auto it = children_.find(group); it != children_.end()) it->second.signal(SIGKILL);
+  }
+
   void stop_all(std::chrono::milliseconds grace) override {
     for (auto& [group, child] : children_) child.signal(SIGTERM);
     const auto deadline = std::chrono::steady_clock::now() + grace;

@@ -303,6 +303,10 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (now - last_tick >= poll_interval) {
       last_tick = now;
       if (auto s = sched.tick(now); !s.ok()) return fail(std::move(s).error());
+      for (int64_t g : sched.take_silent_groups()) {
+        log("group " + std::to_string(g) + " is killed: it was silent past the heartbeat timeout");
+        launcher->kill(g);
+      }
       for (const GroupExit& e : launcher->poll_exits()) {
         const bool registered = sched.group_ever_registered(e.group);
         log("group " + std::to_string(e.group) + " exited: " + e.how);

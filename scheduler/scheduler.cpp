@@ -279,7 +279,7 @@ Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, 
         } else if constexpr (std::is_same_v<T, protocol::Failed>) {
           return on_failed(w, m, now);
         } else if constexpr (std::is_same_v<T, protocol::Heartbeat>) {
-          return Status{};
+          return on_heartbeat(w, m, now);
         } else {
           // welcome, assign, stop, shutdown travel master -> worker only.
           ++counters_.out_of_order;
@@ -374,6 +374,34 @@ Scheduler::Trial* Scheduler::current_trial(Worker& w, int64_t trial_id, int64_t 
   return &it->second;
 }
 
+Status Scheduler::on_heartbeat(Worker& w, const protocol::Heartbeat& m, Clock::time_point now) {
+  if (w.trial_id == 0) return {};
+  auto t = trials_.find(w.trial_id);
+  if (t == trials_.end()) return {};
+  if (m.trial_id == w.trial_id && m.attempt == t->second.attempt) {
+    w.acknowledged = true;
+    return {};
+  }
+  // The worker says it runs nothing (or something else) while this attempt is assigned to it: its
+  // result was lost on the way, or the assign was. A heartbeat sent before the assign reached the
+  // worker says the same, so that counts only once the worker has acknowledged the attempt (its
+  // frames arrive in order), or when it has ignored it for a whole heartbeat timeout.
+  if (!w.acknowledged && now - w.assigned_at <= opt_.heartbeat_timeout) return {};
+  const std::string what = m.trial_id == 0 ? "idle" : "running trial " + std::to_string(m.trial_id) + " attempt " +
+                                                          std::to_string(m.attempt);
+  const std::string why = "group " + std::to_string(w.group) + " says it is " + what + " while trial " +
+                          std::to_string(w.trial_id) + " attempt " + std::to_string(t->second.attempt) +
+                          " was assigned to it";
+  log(why + "; the attempt is lost");
+  if (m.trial_id != 0) {  // confused: start it over (lose_worker erases w: copy its peer first)
+    const transport::PeerId peer = w.peer;
+    return lose_worker(peer, why, now);
+  }
+  HPCTUNE_TRY(lose_attempt(w, why, now));
+  w.idle = true;
+  return dispatch(now);
+}
+
 Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) {
@@ -384,6 +412,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
                now);
     return {};
   }
+  w.acknowledged = true;
   const double tw = wall(now);
   if (t->state == TrialState::kAssigned) {
     t->state = TrialState::kRunning;
@@ -598,6 +627,8 @@ Status Scheduler::dispatch(Clock::time_point now) {
     t.last_metrics.clear();
     w->trial_id = id;
     w->idle = false;
+    w->assigned_at = now;
+    w->acknowledged = false;
     HPCTUNE_TRY(store_.mark_assigned(t.id, t.attempt, w->group, w->incarnation, tw));
   }
   return {};
@@ -614,8 +645,15 @@ Status Scheduler::lose_worker(const transport::PeerId& peer, const std::string& 
   log("group " + std::to_string(w.group) + " lost: " + why);
   HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "group_lost", w.trial_id, 0, w.group, {{"reason", why}}, tw));
   HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, w.group, "local", 0, 0, "lost", w.incarnation, 0, tw));
-  if (w.trial_id == 0) return {};
-  auto t = trials_.find(w.trial_id);
+  return lose_attempt(w, why, now);
+}
+
+Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_point now) {
+  const double tw = wall(now);
+  const int64_t trial_id = w.trial_id;
+  w.trial_id = 0;
+  if (trial_id == 0) return {};
+  auto t = trials_.find(trial_id);
   if (t == trials_.end()) return {};
   ++counters_.lost_attempts;
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
@@ -660,6 +698,7 @@ Status Scheduler::tick(Clock::time_point now) {
   }
   for (const auto& peer : silent) {
     const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[peer].last_seen);
+    if (workers_[peer].group >= 0) silent_groups_.push_back(workers_[peer].group);
     HPCTUNE_TRY(lose_worker(peer, "silent for " + std::to_string(silent_ms.count()) + " ms", now));
   }
   return dispatch(now);

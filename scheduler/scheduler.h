@@ -45,6 +45,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -151,6 +152,9 @@ class Scheduler {
   const std::string& gave_up() const { return gave_up_; }
   // Groups that have said hello at least once (for the launcher's start-up check).
   bool group_ever_registered(int64_t group) const { return ever_registered_.count(group) > 0; }
+  // Groups declared lost for their silence since the last call: the launcher kills them, so that
+  // a stopped or hung group cannot run its attempt on beside the retry.
+  std::vector<int64_t> take_silent_groups() { return std::exchange(silent_groups_, {}); }
 
   const Counters& counters() const { return counters_; }
   Progress progress() const;
@@ -167,6 +171,10 @@ class Scheduler {
     Clock::time_point last_heartbeat_sent;
     bool idle = false;     // sent ready (or finished a trial) and has nothing assigned
     int64_t trial_id = 0;  // the trial it runs, 0 when none
+    Clock::time_point assigned_at;  // when trial_id was sent
+    // A report, heartbeat or result of the current attempt has come back: the worker knows it.
+    // Frames of one peer arrive in order, so a later heartbeat saying otherwise is the truth.
+    bool acknowledged = false;
   };
   struct Trial {
     int64_t id = 0;
@@ -194,6 +202,9 @@ class Scheduler {
   Status dispatch(Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
   Status lose_worker(const transport::PeerId& peer, const std::string& why, Clock::time_point now);
+  // Requeues (or fails, past max_attempts) the attempt `w` runs and leaves it with none.
+  Status lose_attempt(Worker& w, const std::string& why, Clock::time_point now);
+  Status on_heartbeat(Worker& w, const protocol::Heartbeat& m, Clock::time_point now);
   Trial* current_trial(Worker& w, int64_t trial_id, int64_t attempt);
   void tell_searcher(const Trial& t, search::Outcome outcome, const protocol::Metrics& metrics, int64_t step);
   std::optional<double> objective_of(const protocol::Metrics& metrics) const;
@@ -217,6 +228,7 @@ class Scheduler {
   std::unordered_map<transport::PeerId, Worker> workers_;
   std::map<int64_t, transport::PeerId> group_peer_;
   std::map<int64_t, bool> ever_registered_;
+  std::vector<int64_t> silent_groups_;
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;
   std::unordered_map<int64_t, int64_t> seq_to_id_;  // every trial of the stage

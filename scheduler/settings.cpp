@@ -610,6 +610,14 @@ std::vector<Setting> declarations() {
        .min = 0,
        .scope = trainer_kind("command"),
        .aliases = {"grace_period", "kill_timeout"}},
+      {.path = "trainer.log_limit",
+       .type = Type::kInt,
+       .help = "Bytes kept of each of the trial's stdout.log and stderr.log: the first half, a line saying "
+               "how much was cut, and the last half (0 = no limit).",
+       .default_value = 10000000,
+       .min = 0,
+       .scope = trainer_kind("command"),
+       .aliases = {"max_log_bytes", "log_size"}},
 
       // --- resources ---
       {.path = "resources",

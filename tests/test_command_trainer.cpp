@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/shell_template.h"
 #include "tests/campaign_fixture.h"
 #include "trainers/command_trainer.h"
 
@@ -117,6 +118,53 @@ TEST_CASE("the template substitutes parameters, shell-quoted, with {{ }} as lite
   CHECK(trainers::exec_prefixed("python3 x.py | tee log") == "python3 x.py | tee log");
 }
 
+TEST_CASE("a placeholder inside double quotes, backticks or $(...) is refused: the shell would read its value again") {
+  for (const char* bad : {"echo \"name={v}\"", "echo `echo {v}`", "echo $(echo {v})", "echo \"$(echo {v})\"",
+                          "sh -c \"train --lr {v}\"", "echo \\{v}", "echo 'name={v}'", "echo ${v}", "echo \"a\" \"b {v} c\""}) {
+    CAPTURE(bad);
+    auto why = unsafe_placeholder(bad);
+    REQUIRE(why.has_value());
+    CHECK(why->find("{v}") != std::string::npos);
+    CHECK(why->find("outside quotes") != std::string::npos);  // and says how to fix it
+    auto s = trainers::parse_command_settings({{"command", bad}});
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code() == Errc::kInvalidArgument);
+  }
+  CHECK_FALSE(unsafe_placeholder("echo \"name=\"{v}").has_value());  // after the closing quote: unquoted
+  for (const char* ok : {"echo name={v}", "echo 'name='{v}", "echo \"a\\\"\" {v}",
+                         "echo \"$(date)\" {v} `date` {w}", "awk '{{print $1}}' {v}", "echo \\\" {v}",
+                         "echo \"{{v}}\"", "x={v} y"}) {
+    CAPTURE(ok);
+    CHECK_FALSE(unsafe_placeholder(ok).has_value());
+  }
+}
+
+TEST_CASE("a hostile parameter value in an allowed template never runs") {
+  TempDir dir;
+  const std::string marker = dir.path + "/pwned";
+  const std::vector<std::string> values = {"$(touch " + marker + ")", "'; touch " + marker + "; '", "`touch " + marker + "`",
+                                           "\"; touch " + marker + "; \"", "x\\'; touch " + marker + " #"};
+  for (const std::string tmpl : {"echo name={v} > /dev/null", "echo 'name='{v} > /dev/null",
+                                 "echo name={v}{v} > /dev/null", "echo \"a\"{v}'b' > /dev/null"}) {
+    for (const auto& v : values) {
+      CAPTURE(tmpl);
+      CAPTURE(v);
+      Recorded rec;
+      auto r = CommandTrainer().run(context({{"command", tmpl}}, {{"v", v}}, dir.path + "/trial", rec));
+      REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+      CHECK_FALSE(std::filesystem::exists(marker));
+    }
+  }
+  // The value arrives as it is, one argument.
+  Recorded rec;
+  const std::string hostile = "a b'\"$(x)`y`";
+  auto r = CommandTrainer().run(context(
+      {{"command", "test {v} = \"$EXPECTED\" && echo 'hpctune-report {{\"ok\": 1}}'"}, {"env", {{"EXPECTED", hostile}}}},
+      {{"v", hostile}}, dir.path + "/trial2", rec));
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(rec.size() == 1);
+}
+
 TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
   auto ok = trainers::parse_report_line(R"(hpctune-report {"step": 3, "val_accuracy": 0.91, "loss": 2})");
   REQUIRE(ok.has_value());
@@ -201,7 +249,7 @@ TEST_CASE("a run gets its parameters as template arguments and HPCTUNE_* variabl
                         {"EXTRA", "4.5"}}}},
                      params, trial_dir, rec);
   auto r = CommandTrainer().run(ctx);
-  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(trial_dir + "/stderr.log"));
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(trial_dir + "/attempt-2/stderr.log"));
   REQUIRE(rec.size() == 2);
   CHECK(rec.reports[0].first == 1);
   CHECK(rec.reports[1].first == 2);
@@ -223,12 +271,12 @@ TEST_CASE("a run gets its parameters as template arguments and HPCTUNE_* variabl
   CHECK(r->metrics.at("train_seconds") > 0.0);
   CHECK(r->metrics.size() == m.size() + 1);
   // Other output went to the trial's log; the logs are artifacts.
-  const std::string out = read_file(trial_dir + "/stdout.log");
+  const std::string out = read_file(trial_dir + "/attempt-2/stdout.log");
   CHECK(out.find("epoch 1 done\nhpctune-report {\"step\": 1") != std::string::npos);
   CHECK(out.find("epoch 2 done") != std::string::npos);
   REQUIRE(r->artifacts.size() == 2);
-  CHECK(r->artifacts[0].path == trial_dir + "/stdout.log");
-  CHECK(r->artifacts[1].path == trial_dir + "/stderr.log");
+  CHECK(r->artifacts[0].path == trial_dir + "/attempt-2/stdout.log");
+  CHECK(r->artifacts[1].path == trial_dir + "/attempt-2/stderr.log");
 }
 
 TEST_CASE("without a trial directory the run gets a temporary one, removed afterwards") {
@@ -264,7 +312,7 @@ TEST_CASE("malformed report lines are logged with a warning and ignored; the goo
   CHECK(rec.reports[2].first == 5);
   CHECK(r->step == 5);
   CHECK(r->metrics.at("val_accuracy") == 0.5);
-  const std::string log = read_file(dir.file("stdout.log"));
+  const std::string log = read_file(dir.file("attempt-2/stdout.log"));
   CHECK(count(log, "hpctune: warning: ignored the report line above") == 8);
   CHECK(log.find("hpctune-report {not json\nhpctune: warning: ignored the report line above: not valid JSON") !=
         std::string::npos);
@@ -287,7 +335,7 @@ TEST_CASE("a non-zero exit fails the trial with the exit code and the last 20 li
   CHECK(msg.find("stderr line 12\n") != std::string::npos);
   CHECK(msg.find("stderr line 11\n") == std::string::npos);  // 19 numbered lines + the error = 20
   CHECK(rec.size() == 1);                                     // the report before the failure counted
-  CHECK(read_file(dir.file("stderr.log")).find("stderr line 1\n") != std::string::npos);  // all of it logged
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("stderr line 1\n") != std::string::npos);  // all of it logged
 }
 
 TEST_CASE("timeout: a hanging program is killed and the trial fails naming the timeout") {
@@ -339,8 +387,8 @@ TEST_CASE("stop: SIGTERM first, SIGKILL after the grace period, nothing left beh
   CHECK(r->metrics.at("v") == 0.5);
   CHECK(after_stop >= 0.7);  // the grace period was given
   CHECK(after_stop < 3.0);
-  CHECK(read_file(dir.file("stderr.log")).find("got SIGTERM") != std::string::npos);
-  CHECK(read_file(dir.file("stdout.log")).find("sending SIGKILL") != std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("got SIGTERM") != std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stdout.log")).find("sending SIGKILL") != std::string::npos);
   const pid_t bg = static_cast<pid_t>(std::stol(read_file(dir.file("bg.pid"))));
   CHECK(wait_until([&] { return dead(bg); }, std::chrono::milliseconds(2000)));
 }
@@ -359,7 +407,7 @@ TEST_CASE("stop: a program that exits on SIGTERM ends within the grace period") 
   CHECK(r->stopped);
   CHECK(r->metrics.at("val_accuracy") == 0.25);
   CHECK(seconds_since(t0) < 5.0);  // far below the 20 s grace
-  CHECK(read_file(dir.file("stdout.log")).find("sending SIGKILL") == std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stdout.log")).find("sending SIGKILL") == std::string::npos);
 }
 
 TEST_CASE("a missing workdir and an unknown template name fail before anything runs") {
@@ -392,14 +440,97 @@ TEST_CASE("ranks > 1: the program runs under mpirun and only rank 0's reports co
                      json::object(), dir.path, rec);
   ctx.ranks = 2;
   auto r = CommandTrainer().run(ctx);
-  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(dir.file("stdout.log")));
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(dir.file("attempt-2/stdout.log")));
   REQUIRE(rec.size() == 2);
   CHECK(rec.reports[0] == std::pair<int64_t, protocol::Metrics>{1, {{"rank", 0.0}}});
   CHECK(rec.reports[1] == std::pair<int64_t, protocol::Metrics>{2, {{"rank", 10.0}}});
-  const std::string log = read_file(dir.file("stdout.log"));
+  const std::string log = read_file(dir.file("attempt-2/stdout.log"));
   CHECK(log.find("rank 0 of 2") != std::string::npos);
   CHECK(log.find("rank 1 of 2") != std::string::npos);
   CHECK(log.find("\"rank\": 1}") != std::string::npos);  // rank 1's report was logged, not counted
+}
+
+TEST_CASE("the program's whole tree ends with the trial, descendants that left its process group included") {
+  TempDir dir;
+  Recorded rec;
+  // sh exits at once; one sleep stays in its process group, one starts a session of its own.
+  auto ctx = context({{"command", "sleep 3011 & setsid sleep 3012 & echo 'hpctune-report {{\"a\": 1}}'"}}, json::object(),
+                     dir.path, rec);
+  const auto t0 = Clock::now();
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(rec.size() == 1);
+  CHECK(seconds_since(t0) < 1.5);  // not the 2 s given up on a pipe held open
+  CHECK(processes_mentioning(std::string("sleep\0" "3011", 10)).empty());
+  CHECK(processes_mentioning(std::string("sleep\0" "3012", 10)).empty());
+}
+
+TEST_CASE("a trial of `true` ends as soon as the program does: no poll slice is waited out") {
+  TempDir dir;
+  std::vector<double> ms;
+  for (int i = 0; i < 20; ++i) {
+    Recorded rec;
+    auto ctx = context({{"command", "true"}}, json::object(), dir.path, rec);
+    const auto t0 = Clock::now();
+    auto r = CommandTrainer().run(ctx);
+    ms.push_back(seconds_since(t0) * 1000.0);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  }
+  std::sort(ms.begin(), ms.end());
+  MESSAGE("20 runs of `true`: median " << ms[10] << " ms, fastest " << ms[0] << " ms, slowest " << ms[19] << " ms");
+  CHECK(ms[10] < 10.0);  // it was 22-28 ms when the end of `true` waited out a 20 ms poll slice
+}
+
+TEST_CASE("trainer.log_limit: a program printing 47 MB leaves the first and the last half of 1 MB") {
+  TempDir dir;
+  Recorded rec;
+  constexpr int64_t kLimit = 1000000;
+  auto ctx = context({{"command", "seq 1 6000000; seq 1 100 >&2"}, {"log_limit", kLimit}}, json::object(), dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  const std::string log = read_file(dir.file("attempt-2/stdout.log"));
+  CHECK(log.size() <= kLimit + 200);  // the limit, plus the marker line
+  CHECK(log.size() > kLimit - 100);
+  CHECK(log.rfind("hpctune: trial 17 attempt 2: ", 0) == 0);  // the head: from the first line
+  CHECK(log.find("\n1\n2\n3\n") != std::string::npos);
+  const auto marker = log.find("hpctune: ... ");
+  REQUIRE(marker != std::string::npos);
+  const std::string marker_line = log.substr(marker, log.find('\n', marker) - marker);
+  CHECK(marker_line.find(" bytes cut here (trainer.log_limit = 1000000 bytes") != std::string::npos);
+  CHECK(log[marker - 1] == '\n');  // whole lines on both sides
+  CHECK(log.find("\n5999999\n6000000\nhpctune: exit code 0") != std::string::npos);  // the tail: to the end
+  // The cut is counted exactly: 6,000,000 numbers and their newlines, plus hpctune's own lines.
+  const int64_t cut = std::stoll(log.substr(marker + 13));
+  int64_t printed = 0;
+  for (int64_t digits = 1, low = 1; low <= 6000000; ++digits, low *= 10)
+    printed += (std::min<int64_t>(6000000, low * 10 - 1) - low + 1) * (digits + 1);
+  const int64_t own = static_cast<int64_t>(log.size()) - (log.find('\n') + 1) - (log.size() - log.find("hpctune: exit code 0")) -
+                      (static_cast<int64_t>(log.find('\n', marker)) + 1 - static_cast<int64_t>(marker));
+  CHECK(cut + own == printed);
+  // A small log is untouched.
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("hpctune: ...") == std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stderr.log")).find("1\n2\n") == 0);
+}
+
+TEST_CASE("README: `env: {PATH: ...}` or an absolute path pins the interpreter a bare `python3` would be") {
+  TempDir dir, venv;
+  // A stand-in "virtual environment" whose python3 says who it is.
+  std::filesystem::create_directories(venv.path + "/bin");
+  const std::string fake = venv.path + "/bin/python3";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\necho 'hpctune-report {\"venv\": 1}'\n";
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  for (const json& trainer : {json{{"command", "python3 train.py"}, {"env", {{"PATH", venv.path + "/bin:/usr/bin:/bin"}}}},
+                              json{{"command", fake + " train.py"}}}) {
+    CAPTURE(trainer.dump());
+    Recorded rec;
+    auto r = CommandTrainer().run(context(trainer, json::object(), dir.path, rec));
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    REQUIRE(rec.size() == 1);
+    CHECK(rec.reports[0].second.count("venv") == 1);
+  }
 }
 
 // --- campaigns through `hpctune run` ---------------------------------------------------------------
@@ -462,7 +593,7 @@ TEST_CASE("campaign: a script reporting every epoch is pruned by ASHA") {
       CHECK(t.metrics.contains("train_seconds"));
     }
     // The trial's own log holds the script's other output.
-    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log").find("epoch 1 done") != std::string::npos);
+    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log").find("epoch 1 done") != std::string::npos);
   }
   CHECK(pruned >= 1);
   CHECK(done >= 1);
@@ -526,7 +657,7 @@ TEST_CASE("campaign: garbage report lines are logged and ignored, and the trial 
     for (const auto& m : trial_metrics(db, t.id))
       if (m.name == "val_accuracy") steps.push_back(m.step);
     CHECK(steps == std::vector<int64_t>{1, 2, 5});
-    const std::string log = read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log");
+    const std::string log = read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log");
     CHECK(count(log, "hpctune: warning: ignored the report line above") == 8);
   }
   check_no_orphans(db);
@@ -551,8 +682,154 @@ TEST_CASE("campaign: a command trainer with 2 ranks per group runs under mpirun;
     CHECK(*t.objective == 1.0);  // rank 0's value; rank 1's line was logged, not counted
     CHECK(t.metrics.value("ranks", 0.0) == 2.0);
     CHECK(t.step == 1);
-    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/stdout.log").find("\"val_accuracy\": -1") !=
+    CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log").find("\"val_accuracy\": -1") !=
           std::string::npos);
   }
+  check_no_orphans(db);
+}
+
+TEST_CASE("campaign: hpctune validate refuses a placeholder inside double quotes, naming the place") {
+  TempDir dir;
+  const std::string cfg = dir.write("quoted.yaml",
+                                    "name: quoted\nobjective: {metric: v, mode: max}\nsearch: {max_trials: 2}\n"
+                                    "space:\n  v: {type: choice, values: [a, b]}\n"
+                                    "trainer:\n  kind: command\n  command: 'echo \"name={v}\"'\n");
+  auto status = run_hpctune({"validate", cfg}, dir.file("validate.log"), std::chrono::seconds(30));
+  const std::string out = read_file(dir.file("validate.log"));
+  CHECK(status.code == 2);
+  CHECK_MESSAGE(out.find(cfg + ":8:3: trainer.command: the placeholder {v} at character 12 is inside double quotes") !=
+                    std::string::npos,
+                out);
+  // `run` refuses it the same way, before anything starts.
+  auto run = run_hpctune({"run", cfg, "--db", dir.file("q.db")}, dir.file("run.log"), std::chrono::seconds(30));
+  CHECK(run.code == 2);
+  CHECK(read_file(dir.file("run.log")).find("trainer.command: the placeholder {v}") != std::string::npos);
+}
+
+TEST_CASE("campaign: a flood of reports loses nothing; every done is recorded and no trial is left running") {
+  // 200,000 report lines per trial, as fast as awk prints them, on 2 groups: enough to fill the
+  // worker's send queue (10,000 frames) many times over, which used to drop reports and the final
+  // done (the campaign then never ended). A million lines behave the same, only slower here.
+  constexpr int kLines = 200000;
+  TempDir dir;
+  const std::string cfg =
+      dir.write("flood.yaml", command_config("cmd-flood", kScripts + "/flood.sh " + std::to_string(kLines), 2));
+  const std::string db = dir.file("flood.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(90));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 2);
+  for (const auto& t : trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == store::TrialState::kDone);
+    CHECK(t.attempt == 1);
+    CHECK(t.step == kLines);
+    REQUIRE(t.objective.has_value());
+    CHECK(*t.objective == 1.0);
+    int64_t reports = 0;
+    for (const auto& m : trial_metrics(db, t.id))
+      if (m.name == "val_accuracy") ++reports;
+    CHECK(reports == kLines);  // every step arrived
+  }
+  check_no_orphans(db);
+}
+
+namespace {
+
+pid_t parent_of(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(st)), {});
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 4 >= stat.size()) return 0;
+  return static_cast<pid_t>(atoi(stat.c_str() + stat.find(' ', close + 2) + 1));
+}
+
+// The trainer-group processes the master started (not their supervisors, which share the cmdline).
+std::vector<pid_t> group_workers(const std::string& db, pid_t master) {
+  std::vector<pid_t> out;
+  for (pid_t p : workers_of(db))
+    if (parent_of(p) == master) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("campaign: SIGKILL of the master takes the programs' whole trees with it") {
+  TempDir dir;
+  // A compound command: sleep is the shell's child, which PDEATHSIG alone would orphan.
+  const std::string cfg = dir.write("k.yaml", command_config("cmd-kill-master", "sleep 3041; echo done", 2));
+  const std::string db = dir.file("k.db");
+  const std::string marker = std::string("sleep\0" "3041", 10);
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return processes_mentioning(marker).size() == 2; }, std::chrono::seconds(20)),
+                  read_file(dir.file("run.log")));
+  ::kill(master.pid(), SIGKILL);
+  REQUIRE(master.wait_for(std::chrono::seconds(10)).has_value());
+  CHECK_MESSAGE(wait_until([&] { return processes_mentioning(marker).empty(); }, std::chrono::seconds(5)),
+                "a program of the killed campaign survived");
+  check_no_orphans(db);
+}
+
+TEST_CASE("campaign: SIGKILL of a worker ends its attempt's tree; the retry runs in a directory of its own") {
+  TempDir dir;
+  // Attempt 1 hangs in a compound command; attempt 2 reports at once.
+  const std::string cfg = dir.write(
+      "w.yaml", command_config("cmd-kill-worker",
+                               "echo attempt {attempt} > /dev/null; test {attempt} -gt 1 || sleep 3051; "
+                               "echo 'hpctune-report {{\\\"val_accuracy\\\": 1}}'",
+                               1));
+  const std::string db = dir.file("w.db");
+  const std::string marker = std::string("sleep\0" "3051", 10);
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return processes_mentioning(marker).size() == 1; }, std::chrono::seconds(20)),
+                  read_file(dir.file("run.log")));
+  const auto workers = group_workers(db, master.pid());
+  REQUIRE(!workers.empty());
+  // The group running the trial: the one whose supervisor's tree holds the sleep.
+  const pid_t sleeper = processes_mentioning(marker).front();
+  pid_t victim = 0;
+  for (pid_t p = sleeper; p > 1 && victim == 0; p = parent_of(p))
+    if (std::find(workers.begin(), workers.end(), p) != workers.end()) victim = p;
+  REQUIRE(victim != 0);
+  ::kill(victim, SIGKILL);
+  auto status = master.wait_for(std::chrono::seconds(60));
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  CHECK(processes_mentioning(marker).empty());  // gone before the retry ended, not merely later
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].state == store::TrialState::kDone);
+  CHECK(trials[0].attempt == 2);
+  const std::string trial_dir = db + ".trials/" + std::to_string(trials[0].id);
+  CHECK(read_file(trial_dir + "/attempt-1/stdout.log").find("attempt 1") != std::string::npos);
+  CHECK(read_file(trial_dir + "/attempt-2/stdout.log").find("exit code 0") != std::string::npos);
+  CHECK(read_file(trial_dir + "/attempt-1/stdout.log").find("exit code 0") == std::string::npos);
+  check_no_orphans(db);
+}
+
+TEST_CASE("campaign: a SIGSTOPped worker is killed once lost; its attempt's tree goes before the retry ends") {
+  TempDir dir;
+  std::string text = command_config("cmd-stop-worker",
+                                    "test {attempt} -gt 1 || sleep 3061; echo 'hpctune-report {{\\\"val_accuracy\\\": 1}}'", 1);
+  const std::string resources = "resources: {groups: 2, threads: 1}\n";
+  text.replace(text.find(resources), resources.size(),
+               "resources: {groups: 1, threads: 1, heartbeat_interval: 0.2, heartbeat_timeout: 1}\n");
+  const std::string cfg = dir.write("s.yaml", text);
+  const std::string db = dir.file("s.db");
+  const std::string marker = std::string("sleep\0" "3061", 10);
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return processes_mentioning(marker).size() == 1; }, std::chrono::seconds(20)),
+                  read_file(dir.file("run.log")));
+  const auto workers = group_workers(db, master.pid());
+  REQUIRE(workers.size() == 1);
+  ::kill(workers[0], SIGSTOP);
+  auto status = master.wait_for(std::chrono::seconds(30));
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  CHECK(processes_mentioning(marker).empty());
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].state == store::TrialState::kDone);
+  CHECK(trials[0].attempt == 2);
   check_no_orphans(db);
 }

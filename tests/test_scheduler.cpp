@@ -248,6 +248,55 @@ TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late res
   CHECK(late);
 }
 
+TEST_CASE("a heartbeat saying idle while an acknowledged attempt runs there loses that attempt at once") {
+  Harness h(1, 3, 2s);
+  FakeWorker fake(h.hub);
+  fake.send(hello(0));
+  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
+  fake.send(protocol::Ready{});
+  auto assign = fake.expect<protocol::Assign>(1s, h);
+  REQUIRE(assign);
+  // An idle heartbeat sent before the assign arrived changes nothing.
+  fake.send(protocol::Heartbeat{});
+  h.pump(100ms, [] { return false; });
+  CHECK(h.sched->counters().lost_attempts == 0);
+  // The worker runs it (a heartbeat naming it), then says idle: its result was lost on the way.
+  fake.send(protocol::Heartbeat{assign->trial_id, assign->attempt});
+  fake.send(protocol::Heartbeat{});
+  auto again = fake.expect<protocol::Assign>(1s, h);  // well before the 2 s heartbeat timeout
+  REQUIRE(again);
+  CHECK(h.sched->counters().lost_attempts == 1);
+  CHECK(again->trial_id == assign->trial_id);
+  CHECK(again->attempt == 2);
+  fake.send(protocol::Done{again->trial_id, again->attempt, 1, false, {{"score", 0.5}}, {}});
+  h.pump(500ms);
+  REQUIRE(h.sched->finished());
+  auto t = h.db->trial(assign->trial_id);
+  REQUIRE(t.ok());
+  CHECK((*t)->state == TrialState::kDone);
+  CHECK((*t)->attempt == 2);
+}
+
+TEST_CASE("an assign the worker never acknowledges is lost after a heartbeat timeout of idle heartbeats") {
+  Harness h(1, 3, 400ms);
+  FakeWorker fake(h.hub);
+  fake.send(hello(0));
+  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
+  fake.send(protocol::Ready{});
+  auto assign = fake.expect<protocol::Assign>(1s, h);
+  REQUIRE(assign);
+  // Alive (idle heartbeats keep it from going silent) but it never heard of the trial.
+  std::optional<protocol::Assign> again;
+  const auto deadline = Clock::now() + 2s;
+  while (!again && Clock::now() < deadline) {
+    fake.send(protocol::Heartbeat{});
+    again = fake.expect<protocol::Assign>(100ms, h);
+  }
+  REQUIRE(again);
+  CHECK(again->attempt == 2);
+  CHECK(h.sched->counters().lost_attempts == 1);
+}
+
 TEST_CASE("a trial is failed after max_attempts lost attempts") {
   Harness h(1, 2, 200ms);
   for (int attempt = 1; attempt <= 2; ++attempt) {

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "common/shell_template.h"
 #include "scheduler/child_process.h"
 
 #ifndef HPCTUNE_MPIEXEC
@@ -39,6 +40,8 @@ const std::vector<SettingSpec>& command_setting_specs() {
       {"workdir", "string", "", "working directory of the command (\"\" = the worker's)"},
       {"env", "map[string]string", nlohmann::json::object(), "extra environment variables of the command"},
       {"grace", "float", 5.0, "seconds between SIGTERM and SIGKILL when the command is stopped"},
+      {"log_limit", "int", kDefaultLogLimit,
+       "bytes kept of each of stdout.log and stderr.log: the first and the last half (0 = no limit)"},
   };
   return specs;
 }
@@ -51,9 +54,13 @@ Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
   HPCTUNE_ASSIGN(s.command, r.string("command"));
   if (s.command.find_first_not_of(" \t\n") == std::string::npos)
     return r.bad("command", r.raw("command"), "a non-empty command line");
+  // Also checked by `hpctune validate`; here too, for a campaign whose config was never checked.
+  if (auto unsafe = unsafe_placeholder(s.command))
+    return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *unsafe);
   HPCTUNE_ASSIGN(s.timeout, r.number("timeout", 0.0, 1.0e9));
   HPCTUNE_ASSIGN(s.workdir, r.string("workdir"));
   HPCTUNE_ASSIGN(s.grace, r.number("grace", 0.0, 1.0e6));
+  HPCTUNE_ASSIGN(s.log_limit, r.integer("log_limit", 0));
   const auto& env = r.raw("env");
   if (!env.is_object()) return r.bad("env", env, "a map of names to strings");
   for (auto it = env.begin(); it != env.end(); ++it) {
@@ -253,17 +260,18 @@ struct Pipe {
 
 // An append-only log, written a line at a time straight to its descriptor. Not std::ofstream: its
 // descriptor would be inherited by the program (and by anything else forked meanwhile).
+// With a limit (trainer.log_limit) it keeps the first half of the limit in the file as it comes and
+// the last half in memory, written behind a marker line saying how many bytes were cut when the
+// log is closed: a program printing a gigabyte leaves its start and its end, not a full disk.
 class LogFile {
  public:
   LogFile() = default;
   LogFile(const LogFile&) = delete;
   LogFile& operator=(const LogFile&) = delete;
-  ~LogFile() {
-    flush();
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool open(const std::string& path) {
+  ~LogFile() { close(); }
+  bool open(const std::string& path, int64_t limit) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    limit_ = limit;
     return fd_ >= 0;
   }
   LogFile& operator<<(std::string_view text) {
@@ -279,19 +287,75 @@ class LogFile {
     return *this << text.str();
   }
   void flush() noexcept {
+    std::string_view text = pending_;
+    if (limit_ > 0 && !head_full_) {
+      const auto head_room = static_cast<std::size_t>(std::max<int64_t>(limit_ / 2 - written_, 0));
+      std::size_t take = text.size();
+      if (take > head_room) {
+        // The head ends at the end of the last line that fits (a first line longer than the whole
+        // head is cut).
+        const auto nl = text.substr(0, head_room).rfind('\n');
+        take = nl != std::string_view::npos ? nl + 1 : written_ == 0 ? head_room : 0;
+      }
+      write_all(text.substr(0, take));
+      text.remove_prefix(take);
+      if (!text.empty()) head_full_ = true;
+    }
+    if (limit_ > 0 && head_full_) {
+      tail_.append(text);
+      const auto keep = static_cast<std::size_t>(limit_ - limit_ / 2);
+      if (tail_.size() > 2 * keep + 65536) {  // drop the front now and then, not at every line
+        cut_ += tail_.size() - keep;
+        tail_.erase(0, tail_.size() - keep);
+      }
+    } else {
+      write_all(text);
+    }
+    pending_.clear();
+  }
+  // Writes the tail (behind the marker when something was cut) and closes.
+  void close() noexcept {
+    flush();
+    if (fd_ < 0) return;
+    if (!tail_.empty()) {
+      const auto keep = static_cast<std::size_t>(limit_ - limit_ / 2);
+      std::string_view tail = tail_;
+      if (tail.size() > keep) {
+        std::size_t drop = tail.size() - keep;
+        const auto nl = tail.find('\n', drop);  // the tail starts at a line's start where one does
+        if (nl != std::string_view::npos && nl + 1 < tail.size()) drop = nl + 1;
+        cut_ += drop;
+        tail.remove_prefix(drop);
+      }
+      if (cut_ > 0)
+        write_all("hpctune: ... " + std::to_string(cut_) + " bytes cut here (trainer.log_limit = " +
+                  std::to_string(limit_) + " bytes keeps the first and the last half) ...\n");
+      write_all(tail);
+      tail_.clear();
+    }
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  void write_all(std::string_view text) noexcept {
     std::size_t done = 0;
-    while (fd_ >= 0 && done < pending_.size()) {
-      const ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
+    while (fd_ >= 0 && done < text.size()) {
+      const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;  // a full disk loses log lines, never the trial
       done += static_cast<std::size_t>(n);
     }
-    pending_.clear();
+    written_ += static_cast<int64_t>(done);
   }
 
- private:
   int fd_ = -1;
+  int64_t limit_ = 0;    // 0: none
+  int64_t written_ = 0;  // bytes in the file
+  bool head_full_ = false;
   std::string pending_;
+  std::string tail_;     // since the head filled up, at most the last 2 halves (and a bit)
+  int64_t cut_ = 0;      // bytes dropped from the front of tail_
 };
 
 // A temporary trial directory, removed with everything in it.
@@ -421,13 +485,22 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + trial_dir + ": " + ec.message());
   }
   trial_dir = fs::absolute(trial_dir).string();
-  const std::string stdout_log = trial_dir + "/stdout.log";
-  const std::string stderr_log = trial_dir + "/stderr.log";
+  // Each attempt logs in a directory of its own: nothing of an earlier attempt (killed, but maybe
+  // not yet gone) mixes into the retry's logs. The trial directory is shared on purpose: it holds
+  // the checkpoints a retry resumes from.
+  const std::string attempt_dir = trial_dir + "/attempt-" + std::to_string(ctx.attempt);
+  {
+    std::error_code ec;
+    fs::create_directories(attempt_dir, ec);
+    if (ec) return err(Errc::kIo, "command trainer: cannot create " + attempt_dir + ": " + ec.message());
+  }
+  const std::string stdout_log = attempt_dir + "/stdout.log";
+  const std::string stderr_log = attempt_dir + "/stderr.log";
 
   // The template's values: the parameters, then the trial's own names where no parameter has them.
   nlohmann::json values = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
   const nlohmann::json builtins = {{"trial_id", ctx.trial_id}, {"trial_dir", trial_dir}, {"attempt", ctx.attempt},
-                                   {"seed", ctx.seed},         {"ranks", ranks}};
+                                   {"attempt_dir", attempt_dir}, {"seed", ctx.seed},  {"ranks", ranks}};
   for (auto it = builtins.begin(); it != builtins.end(); ++it)
     if (!values.contains(it.key())) values[it.key()] = it.value();
   HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
@@ -441,6 +514,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   spawn.env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);
   spawn.env["HPCTUNE_TRIAL_DIR"] = trial_dir;
   spawn.env["HPCTUNE_ATTEMPT"] = std::to_string(ctx.attempt);
+  spawn.env["HPCTUNE_ATTEMPT_DIR"] = attempt_dir;
   spawn.env["HPCTUNE_SEED"] = std::to_string(ctx.seed);
   // The group's thread budget, unless the user's environment already decides: a BLAS or PyTorch
   // program otherwise takes every core, and groups side by side oversubscribe the machine.
@@ -450,11 +524,12 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     if (getenv(name) == nullptr) spawn.env[name] = std::to_string(threads);
   for (const auto& [k, v] : s.env) spawn.env[k] = v;
   spawn.workdir = s.workdir;
+  spawn.supervised = true;  // the whole tree dies with the trial, and with this worker
   if (!s.workdir.empty() && !fs::is_directory(s.workdir))
     return err(Errc::kNotFound, "command trainer: workdir '" + s.workdir + "' is not a directory");
 
   LogFile out_log, err_log;
-  if (!out_log.open(stdout_log) || !err_log.open(stderr_log))
+  if (!out_log.open(stdout_log, s.log_limit) || !err_log.open(stderr_log, s.log_limit))
     return err(Errc::kIo, "command trainer: cannot write the logs in " + trial_dir + ": " + strerror(errno));
   out_log << "hpctune: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": " << spawn.argv.back() << "\n";
 
@@ -544,8 +619,9 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   };
 
   for (;;) {
-    pollfd fds[2] = {{out_pipe.read, POLLIN, 0}, {err_pipe.read, POLLIN, 0}};
-    const int n = ::poll(fds, 2, kSliceMs);
+    // The program's end wakes the poll too (the supervisor's status pipe): no slice is waited out.
+    pollfd fds[3] = {{out_pipe.read, POLLIN, 0}, {err_pipe.read, POLLIN, 0}, {child.wait_fd(), POLLIN, 0}};
+    const int n = ::poll(fds, 3, kSliceMs);
     if (n < 0 && errno != EINTR) {
       kill_everything();
       return err(Errc::kIo, std::string("command trainer: poll: ") + strerror(errno));
@@ -597,8 +673,8 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   out_log << "hpctune: " << status->describe() << " after " << seconds << " s";
   if (ignored_reports > 0) out_log << "; " << ignored_reports << " malformed report line(s) ignored";
   out_log << "\n";
-  out_log.flush();
-  err_log.flush();
+  out_log.close();  // the artifacts' sizes are read from the files
+  err_log.close();
 
   std::string tail;
   for (const auto& line : stderr_tail) tail += line + "\n";

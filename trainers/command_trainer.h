@@ -6,6 +6,8 @@
 //     as they are, numbers in JSON notation, lists and objects as compact JSON. A value with
 //     characters outside [A-Za-z0-9_.,:/=+@%-] is single-quoted for the shell. `{{` and `}}` are
 //     literal braces. An unknown name or a malformed placeholder is kInvalidArgument naming it.
+//     A placeholder inside quotes, backticks or $(...) is refused by parse_command_settings (and by
+//     the config check): the shell would read the value again there (common/shell_template.h).
 //   - The result runs under `/bin/sh -c` (pipes, `&&`, `cd dir && ...` work). A simple command
 //     (no shell operators, no leading VAR=value) is prefixed with `exec`, so that the program is
 //     the shell's replacement: it is then the direct child, gets SIGTERM itself and dies with the
@@ -21,8 +23,10 @@
 //     metrics, all numbers. It reaches ctx.report(). A malformed report line (bad JSON, not an
 //     object, a non-numeric metric, no metric) is written to the trial's stdout.log after a
 //     "hpctune: warning" line and otherwise ignored. Every other line goes to stdout.log, and
-//     standard error to stderr.log, both in the trial directory (a temporary one, removed at the
-//     end, when ctx.trial_dir is "").
+//     standard error to stderr.log, both in <trial dir>/attempt-<n>/ (HPCTUNE_ATTEMPT_DIR; the
+//     trial directory is a temporary one, removed at the end, when ctx.trial_dir is ""). Each log
+//     keeps at most `log_limit` bytes: the first half, a line saying how many bytes were cut, and
+//     the last half.
 //   - End: exit code 0 completes the trial with the last report's metrics plus `train_seconds`.
 //     Any other exit is kFailed "command failed: exit code 3" with the last kStderrTailLines lines
 //     of standard error. A stop request sends SIGTERM to the process group, SIGKILL after `grace`
@@ -48,12 +52,15 @@
 
 namespace hpctune::trainers {
 
+inline constexpr int64_t kDefaultLogLimit = 10'000'000;  // 10 MB per log
+
 struct CommandSettings {
   std::string command;                     // the template
   double timeout = 0.0;                    // seconds, 0 = none
   std::string workdir;                     // "" = the worker's
   std::map<std::string, std::string> env;  // added to the environment, last
   double grace = 5.0;                      // seconds between SIGTERM and SIGKILL
+  int64_t log_limit = kDefaultLogLimit;    // bytes kept of each log (head and tail halves), 0 = all
 };
 
 // The table of the fixed settings; in step with scheduler/settings.cpp (test_config_trainer_sync).

@@ -6,9 +6,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace hpctune::trainers {
@@ -39,29 +42,54 @@ class RunningTrial {
     thread_ = std::thread([this, &options] { body(options); });
   }
   ~RunningTrial() {
-    stop_.store(true);
+    request_stop();
     if (thread_.joinable()) thread_.join();
   }
 
   int64_t trial_id() const { return assign_.trial_id; }
   int64_t attempt() const { return assign_.attempt; }
-  void request_stop() { stop_.store(true); }
+  void request_stop() {
+    {
+      std::lock_guard lock(mu_);  // a push() waiting for room sees it
+      stop_.store(true);
+    }
+    room_.notify_all();
+  }
   bool finished() const { return finished_.load(); }
 
   // Messages produced since the last call (reports, then done/failed last). `final` is set when
   // the result is among them: nothing can follow it.
   std::deque<protocol::Message> take(bool& final) {
-    std::lock_guard lock(mu_);
     std::deque<protocol::Message> out;
-    out.swap(outbox_);
-    final = finished_.load();
+    {
+      std::lock_guard lock(mu_);
+      out.swap(outbox_);
+      report_at_.clear();
+      final = finished_.load();
+    }
+    room_.notify_all();
     return out;
   }
+
+  // Reports waiting in the outbox at most; past it the trial thread waits (a command trainer then
+  // stops reading its program's output, and the program blocks on its pipe: back-pressure).
+  static constexpr std::size_t kMaxOutbox = 4096;
 
  private:
   void push(protocol::Message m, bool final = false) {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      if (auto* r = std::get_if<protocol::Report>(&m)) {
+        // At most the latest value per step and metric waits: a report of a step already queued
+        // is merged into it.
+        if (auto at = report_at_.find(r->step); at != report_at_.end()) {
+          auto& queued = std::get<protocol::Report>(outbox_[at->second]);
+          for (auto& [name, value] : r->metrics) queued.metrics[name] = value;
+          return;
+        }
+        room_.wait(lock, [this] { return outbox_.size() < kMaxOutbox || stop_.load(); });
+        report_at_[r->step] = outbox_.size();
+      }
       outbox_.push_back(std::move(m));
       if (final) finished_.store(true);
     }
@@ -131,7 +159,9 @@ class RunningTrial {
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};
   std::mutex mu_;
+  std::condition_variable room_;
   std::deque<protocol::Message> outbox_;
+  std::map<int64_t, std::size_t> report_at_;  // step -> its report's index in outbox_
   std::thread thread_;
 };
 
@@ -196,9 +226,32 @@ class WorkerLoop {
     return h;
   }
 
+  // For messages that may be lost without harm (hello, ready and heartbeats are sent again): a full
+  // send queue is not an error.
   Status send(const protocol::Message& m) {
     auto s = t_.send(protocol::encode(m));
     if (!s.ok() && s.error().code() != Errc::kBusy) return s;
+    return {};
+  }
+
+  // Sends what the trial produced, in order, as far as the send queue takes it; the rest waits in
+  // unsent_ for the next call (the trial thread's outbox, bounded, holds what comes meanwhile).
+  // Returns kTimeout when the queue has stayed full for the heartbeat timeout: the master is not
+  // reading (the caller then treats it as lost; what is unsent is sent after the reconnect).
+  Status send_unsent() {
+    while (!unsent_.empty()) {
+      auto s = t_.send(protocol::encode(unsent_.front()));
+      if (!s.ok() && s.error().code() != Errc::kBusy) return s;
+      if (!s.ok()) {
+        if (!blocked_since_) blocked_since_ = Clock::now();
+        if (Clock::now() - *blocked_since_ > hb_timeout_)
+          return err(Errc::kTimeout, "the master has taken no message for " +
+                                         std::to_string(hb_timeout_.count()) + " ms");
+        return {};
+      }
+      blocked_since_.reset();
+      unsent_.pop_front();
+    }
     return {};
   }
 
@@ -227,13 +280,23 @@ class WorkerLoop {
   // Stops the current trial and sends whatever it produced: if the master is still there it
   // records or ignores it (a late result), and nothing is silently dropped here.
   void abandon_trial() {
-    if (!trial_) return;
-    trial_->request_stop();
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (!trial_->finished() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
-    bool final = false;
-    for (auto& m : trial_->take(final)) (void)send(m);
-    trial_.reset();  // joins
+    if (trial_) {
+      trial_->request_stop();
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      while (!trial_->finished() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+      bool final = false;
+      for (auto& m : trial_->take(final)) unsent_.push_back(std::move(m));
+      trial_.reset();  // joins
+    }
+    // One last try (linger is 0: what the queue does not take now is gone with the socket).
+    const auto deadline = Clock::now() + std::min(hb_timeout_, milliseconds(2000));
+    while (!unsent_.empty() && Clock::now() < deadline) {
+      if (!send_unsent().ok()) break;
+      if (!unsent_.empty()) std::this_thread::sleep_for(milliseconds(1));
+    }
+    if (!unsent_.empty()) log("gave up " + std::to_string(unsent_.size()) + " message(s) for the master it lost");
+    unsent_.clear();
+    blocked_since_.reset();
   }
 
   // Serves one master connection until shutdown, termination or the master's silence.
@@ -248,6 +311,7 @@ class WorkerLoop {
         return {};
       }
       auto wait = std::min(hb_interval_ - std::chrono::duration_cast<milliseconds>(now - last_hb), hb_interval_);
+      if (!unsent_.empty()) wait = milliseconds(1);  // the send queue is full: try again soon
       HPCTUNE_ASSIGN(auto frame, t_.recv(std::max(wait, milliseconds(1))));
       if (frame) {
         last_from_master = Clock::now();
@@ -262,8 +326,16 @@ class WorkerLoop {
           }
         }
       }
-      HPCTUNE_TRY(flush_trial());
-      if (Clock::now() - last_hb >= hb_interval_) {
+      auto flushed = flush_trial();
+      if (!flushed.ok() && flushed.error().code() == Errc::kTimeout) {
+        log(flushed.error().message() + "; reconnecting");
+        abandon_trial();
+        return {};
+      }
+      HPCTUNE_TRY(flushed);
+      // While messages wait, they are the sign of life; a heartbeat must not overtake them either,
+      // since it tells the master which trial runs here (and "none" loses the attempt).
+      if (Clock::now() - last_hb >= hb_interval_ && unsent_.empty()) {
         last_hb = Clock::now();
         protocol::Heartbeat hb;
         if (trial_) hb = protocol::Heartbeat{trial_->trial_id(), trial_->attempt()};
@@ -275,11 +347,13 @@ class WorkerLoop {
 
   Status on_message(const protocol::Message& msg) {
     if (auto* a = std::get_if<protocol::Assign>(&msg)) {
-      HPCTUNE_TRY(flush_trial());  // a finished trial whose result was just sent
+      // A finished trial whose result was just sent. A full send queue is the serve loop's concern.
+      if (auto flushed = flush_trial(); !flushed.ok() && flushed.error().code() != Errc::kTimeout) return flushed;
       if (trial_) {
         // The master believes we are idle: tell it this assign cannot run now.
-        return send(protocol::Failed{a->trial_id, a->attempt, "the group is already running trial " +
-                                                                  std::to_string(trial_->trial_id()), ""});
+        unsent_.push_back(protocol::Failed{a->trial_id, a->attempt, "the group is already running trial " +
+                                                                        std::to_string(trial_->trial_id()), ""});
+        return {};
       }
       trial_ = std::make_unique<RunningTrial>(*a, opt_, t_, services_);
       return {};
@@ -295,12 +369,15 @@ class WorkerLoop {
     return {};  // heartbeats only refresh last_from_master; a welcome again changes nothing
   }
 
+  // Moves what the trial produced behind the unsent messages and sends as much as goes. The
+  // trial's outbox is taken only when little is unsent, so that both stay bounded.
   Status flush_trial() {
-    if (!trial_) return {};
-    bool final = false;
-    for (auto& m : trial_->take(final)) HPCTUNE_TRY(send(m));
-    if (final) trial_.reset();
-    return {};
+    if (trial_ && unsent_.size() < RunningTrial::kMaxOutbox) {
+      bool final = false;
+      for (auto& m : trial_->take(final)) unsent_.push_back(std::move(m));
+      if (final) trial_.reset();
+    }
+    return send_unsent();
   }
 
   transport::ClientTransport& t_;
@@ -309,6 +386,8 @@ class WorkerLoop {
   milliseconds hb_interval_{1000};
   milliseconds hb_timeout_{10000};
   std::unique_ptr<RunningTrial> trial_;
+  std::deque<protocol::Message> unsent_;           // in order; a done/failed is never dropped
+  std::optional<Clock::time_point> blocked_since_;  // since when the send queue is full
   // Shared by every trial of this process: the dataset is decoded once, not once per trial.
   TrainerServices services_{std::make_shared<DatasetCache>()};
   bool shutdown_ = false;

@@ -5,6 +5,13 @@
 // trial thread that hands its reports and its result to the loop through a queue and wakes it with
 // ClientTransport::notify(). Exceptions on the trial thread become a `failed` message; none is lost.
 //
+// Nothing is dropped when the master reads slower than the trial reports: what the send queue
+// does not take waits, in order, and is sent again on the next turn of the loop; reports of one
+// step merge while they wait, and past RunningTrial::kMaxOutbox waiting reports the trial thread
+// itself waits (a command trainer's program then blocks on its output). A queue that stays full
+// for the heartbeat timeout means a lost master. Heartbeats never overtake waiting messages: they
+// name the trial that runs, and the master loses an attempt that a heartbeat says is not running.
+//
 // Liveness, both ways: the loop sends a heartbeat every heartbeat_interval, and treats a master
 // that has been silent for heartbeat_timeout as lost. It then abandons the current trial (the
 // master queues it again when it comes back) and says hello again with exponential back-off
