@@ -310,7 +310,7 @@ TEST_CASE("masters racing for one new database: every loser gets the clear refus
     std::vector<ChildProcess> masters;
     std::vector<std::string> logs;
     for (int m = 0; m < 4; ++m) {
-      logs.push_back(dir.file("m" + std::to_string(round) + "-" + std::to_string(m) + ".log"));
+      logs.push_back(dir.file(std::to_string(round) + "-" + std::to_string(m) + ".master.log"));  // not "m" + ...: GCC 12 -Wrestrict false positive
       masters.push_back(start_hpctune({"run", cfg, "--db", db}, logs.back()));
     }
     // Three lose within seconds; the winner runs its 5 s trials.

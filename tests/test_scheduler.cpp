@@ -251,7 +251,7 @@ TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late res
 TEST_CASE("a heartbeat saying idle while an acknowledged attempt runs there loses that attempt at once") {
   Harness h(1, 3, 2s);
   FakeWorker fake(h.hub);
-  fake.send(hello(0));
+  fake.send(hello(0, h));
   REQUIRE(fake.expect<protocol::Welcome>(1s, h));
   fake.send(protocol::Ready{});
   auto assign = fake.expect<protocol::Assign>(1s, h);
@@ -280,7 +280,7 @@ TEST_CASE("a heartbeat saying idle while an acknowledged attempt runs there lose
 TEST_CASE("an assign the worker never acknowledges is lost after a heartbeat timeout of idle heartbeats") {
   Harness h(1, 3, 400ms);
   FakeWorker fake(h.hub);
-  fake.send(hello(0));
+  fake.send(hello(0, h));
   REQUIRE(fake.expect<protocol::Welcome>(1s, h));
   fake.send(protocol::Ready{});
   auto assign = fake.expect<protocol::Assign>(1s, h);
