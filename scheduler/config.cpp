@@ -48,6 +48,7 @@ struct YNode {
   bool quoted = false;  // quoted, block (| >) or !!str: always a string
   std::vector<YNode> items;
   std::vector<YEntry> entries;
+  std::size_t size = 1;  // nodes in this subtree, itself included (keys count as one each)
 };
 
 struct YEntry {
@@ -89,27 +90,39 @@ class TreeBuilder final : public YAML::EventHandler {
   void OnDocumentEnd() override {}
 
   void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    count_nodes(1, to_mark(mark));
     YNode n;
     n.mark = to_mark(mark);
     finish(std::move(n), anchor);
   }
 
+  // An alias is a copy of its anchor's subtree: count the nodes it adds before copying, so that
+  // aliases of aliases (9 uses on each of 7 levels: 9^7 nodes from 600 bytes) stop at
+  // kMaxConfigNodes instead of exhausting memory.
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
     auto it = anchors_.find(anchor);
     YNode n;
-    if (it != anchors_.end()) n = it->second;
+    if (it != anchors_.end() && !problem_) {
+      if (!count_nodes(it->second.size, to_mark(mark))) {
+        finish(std::move(n), 0);
+        return;
+      }
+      n = it->second;
+    }
     n.mark = to_mark(mark);
     finish(std::move(n), 0);
   }
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
+    count_nodes(1, to_mark(mark));
     YNode n;
     n.kind = YNode::Kind::kScalar;
     n.mark = to_mark(mark);
     n.text = value;
     n.quoted = tag == "!" || tag == "tag:yaml.org,2002:str";
     if (tag == "!") check_closed_quote(mark, n);
+    check_text(n);
     finish(std::move(n), anchor);
   }
 
@@ -164,6 +177,20 @@ class TreeBuilder final : public YAML::EventHandler {
     if (!problem_) problem_ = std::move(p);
   }
 
+  // Adds `n` nodes to the expanded size of the document; false (and the problem noted) beyond
+  // kMaxConfigNodes.
+  bool count_nodes(std::size_t n, Mark at) {
+    nodes_ += n;
+    if (nodes_ <= kMaxConfigNodes) return true;
+    if (!too_large_) {
+      too_large_ = true;
+      note({at, current_path(),
+            "the config has more than " + std::to_string(kMaxConfigNodes) +
+                " YAML nodes, aliases counted at every use (an alias repeated at several levels?)"});
+    }
+    return false;
+  }
+
   std::string segment_for_child() const {
     if (stack_.empty()) return "";
     const Frame& top = stack_.back();
@@ -172,6 +199,7 @@ class TreeBuilder final : public YAML::EventHandler {
   }
 
   void open(YNode::Kind kind, const YAML::Mark& mark, YAML::anchor_t anchor) {
+    count_nodes(1, to_mark(mark));
     Frame f;
     f.node.kind = kind;
     f.node.mark = to_mark(mark);
@@ -194,6 +222,7 @@ class TreeBuilder final : public YAML::EventHandler {
       return;
     }
     Frame& top = stack_.back();
+    top.node.size += node.size;
     if (top.node.kind == YNode::Kind::kSeq) {
       top.node.items.push_back(std::move(node));
       return;
@@ -229,9 +258,9 @@ class TreeBuilder final : public YAML::EventHandler {
   void apply_merge_keys(Frame& f) {
     for (auto& merge : f.merges) {
       std::vector<const YNode*> sources;
-      if (merge.value.kind == YNode::Kind::kMap) sources.push_back(&merge.value);
-      else if (merge.value.kind == YNode::Kind::kSeq)
+      if (merge.value.kind == YNode::Kind::kSeq)
         for (const auto& item : merge.value.items) sources.push_back(&item);
+      else sources.push_back(&merge.value);  // a map; anything else is refused below
       for (const YNode* source : sources) {
         if (source->kind != YNode::Kind::kMap) {
           note({merge.key_mark, current_path(), "'<<' merges maps only, got " + std::string(kind_text(*source))});
@@ -240,11 +269,53 @@ class TreeBuilder final : public YAML::EventHandler {
         for (const auto& e : source->entries) {
           const bool present = std::any_of(f.node.entries.begin(), f.node.entries.end(),
                                            [&](const YEntry& x) { return x.key == e.key; });
-          if (!present) f.node.entries.push_back(e);
+          if (present) continue;
+          // A merged entry is a copy too: counted like an alias.
+          if (!count_nodes(e.value.size + 1, merge.key_mark)) return;
+          f.node.size += e.value.size + 1;
+          f.node.entries.push_back(e);
         }
       }
     }
     f.merges.clear();
+  }
+
+  // Every value ends up in JSON (the store, the assign messages) and in command lines and file
+  // names: text that is not UTF-8 cannot be written as JSON, and a NUL cuts a C string short.
+  void check_text(const YNode& n) {
+    const std::string& t = n.text;
+    if (t.find('\0') != std::string::npos) {
+      note({n.mark, current_path(), "a value may not contain a NUL character"});
+      return;
+    }
+    if (auto bad = invalid_utf8_at(t))
+      note({n.mark, current_path(),
+            "the text is not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the value); save the file as UTF-8"});
+  }
+
+  static std::optional<std::size_t> invalid_utf8_at(const std::string& t) {
+    std::size_t i = 0;
+    while (i < t.size()) {
+      const auto c = static_cast<unsigned char>(t[i]);
+      std::size_t len = 0;
+      uint32_t cp = 0;
+      if (c < 0x80) len = 1, cp = c;
+      else if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
+      else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
+      else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
+      else return i;
+      if (i + len > t.size()) return i;
+      for (std::size_t k = 1; k < len; ++k) {
+        const auto cc = static_cast<unsigned char>(t[i + k]);
+        if ((cc & 0xC0) != 0x80) return i;
+        cp = (cp << 6) | (cc & 0x3F);
+      }
+      // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+      static const uint32_t kMinOf[] = {0, 0, 0x80, 0x800, 0x10000};
+      if (cp < kMinOf[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return i;
+      i += len;
+    }
+    return std::nullopt;
   }
 
   // yaml-cpp 0.7 takes a quoted scalar that is never closed up to the end of the file, swallowing
@@ -276,6 +347,8 @@ class TreeBuilder final : public YAML::EventHandler {
   std::optional<YNode> root_;
   std::optional<Problem> problem_;
   int documents_ = 0;
+  std::size_t nodes_ = 0;
+  bool too_large_ = false;
 };
 
 // yaml-cpp's terse messages, with what usually causes them.
@@ -377,6 +450,16 @@ std::optional<Mark> tab_in_indentation(const std::string& text, int line) {
   return std::nullopt;
 }
 
+// [-+]digits: an integer as written, whatever its size.
+bool is_integer_literal(const std::string& text) {
+  std::size_t i = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  return i < text.size() && std::all_of(text.begin() + static_cast<std::ptrdiff_t>(i), text.end(),
+                                        [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+// 2^53: every integer up to it is exactly a double.
+constexpr double kMaxExactInt = 9007199254740992.0;
+
 bool is_numeric_type(Type t) { return t == Type::kInt || t == Type::kNumber || t == Type::kDuration; }
 
 // --- the walk ------------------------------------------------------------------------------------
@@ -402,12 +485,25 @@ class Walker {
     }
   }
   bool given(const std::string& path) const { return marks_.count(path) != 0; }
+  // The value at `path` as written in the file (a plain scalar), else `otherwise`.
+  std::string text_of(const std::string& path, std::string otherwise) const {
+    auto it = texts_.find(path);
+    return it != texts_.end() ? it->second : otherwise;
+  }
 
   // Walks a section (a map of declared keys) into `out`. `pattern` is its table path ("" for the
   // top level, "space.*"), `path` its concrete path ("space.lr"), `where` the mark of its key
   // (where a missing key is reported).
   Status section(const YNode* node, const std::string& pattern, const std::string& path, Mark where, json& out,
                  const Setting* decl) {
+    // A bare name stands for the section's kind: `early_stopping: asha` is {kind: asha}.
+    YNode bare;
+    if (node != nullptr && node->kind == YNode::Kind::kScalar && !find_settings(child_of(pattern, "kind")).empty()) {
+      bare.kind = YNode::Kind::kMap;
+      bare.mark = node->mark;
+      bare.entries.push_back({"kind", node->mark, *node});
+      node = &bare;
+    }
     if (node != nullptr && node->kind != YNode::Kind::kMap && node->kind != YNode::Kind::kNull)
       return fail(where, path, "expected a map of settings, got " + shown(*node));
     out = json::object();
@@ -452,6 +548,10 @@ class Walker {
     std::string pattern;
     json* out;
   };
+
+  static std::string child_of(const std::string& pattern, const std::string& key) {
+    return pattern.empty() ? key : pattern + "." + key;
+  }
 
   static std::string shown(const YNode& n) {
     if (n.kind == YNode::Kind::kScalar) return n.quoted ? "\"" + n.text + "\"" : "'" + n.text + "'";
@@ -690,6 +790,14 @@ class Walker {
     if (textual && node.kind == YNode::Kind::kScalar) given = node.text;  // name: 2024 is a name
     else given = to_json(node);
     auto checked = check_value(s, given);
+    if (!checked.ok() && (s.type == Type::kInt || s.type == Type::kIntList) && node.kind == YNode::Kind::kScalar &&
+        !node.quoted && is_integer_literal(node.text) && given.is_number_float()) {
+      // A whole number past 64 bits was read as a double: say so with the number as written.
+      const std::string limit = s.max ? format_number(*s.max) : std::to_string(std::numeric_limits<int64_t>::max());
+      const std::string lowest = s.min ? format_number(*s.min) : std::to_string(std::numeric_limits<int64_t>::min());
+      return fail(mark, path,
+                  node.text + (node.text[0] == '-' ? " is below the minimum " + lowest : " is above the maximum " + limit));
+    }
     if (!checked.ok()) {
       std::string what = checked.error().message();
       if (node.kind == YNode::Kind::kScalar && node.quoted && (is_numeric_type(s.type) || s.type == Type::kBool ||
@@ -701,6 +809,7 @@ class Walker {
     }
     if (s.type == Type::kString && s.required && checked.value().get<std::string>().empty())
       return fail(mark, path, "must not be empty");
+    if (node.kind == YNode::Kind::kScalar && !node.quoted && is_numeric_type(s.type)) texts_[path] = node.text;
     out = std::move(checked).value();
     return Status::Ok();
   }
@@ -708,6 +817,7 @@ class Walker {
   std::string source_;
   std::vector<Frame> frames_;
   std::map<std::string, Mark> marks_;
+  std::map<std::string, std::string> texts_;
   std::vector<std::string> space_order_;
 };
 
@@ -905,16 +1015,26 @@ class Builder {
       if (type == "int") {
         for (const char* bound : {"low", "high"}) {
           const double x = p[bound].get<double>();
+          const std::string at = path + "." + bound;
           if (std::floor(x) != x)
-            return w_.fail(w_.mark_of(path + "." + bound), path + "." + bound,
-                           format_number(x) + " is not a whole number (the parameter is an int)");
+            return w_.fail(w_.mark_of(at), at, format_number(x) + " is not a whole number (the parameter is an int)");
+          // The search works on doubles: past 2^53 neighbouring integers are the same double
+          // (and 2^63 - 1 would wrap when converted back).
+          if (std::fabs(x) > kMaxExactInt)
+            return w_.fail(w_.mark_of(at), at,
+                           w_.text_of(at, format_number(x)) + " is too large for an int parameter (at most " +
+                               std::to_string(static_cast<int64_t>(kMaxExactInt)) + " in magnitude)");
         }
         p["low"] = static_cast<int64_t>(low);
         p["high"] = static_cast<int64_t>(high);
+      } else if (!std::isfinite(high - low)) {
+        return w_.fail(w_.mark_of(path + ".high"), path + ".high",
+                       "the range " + format_number(low) + ".." + format_number(high) + " is too wide to sample");
       }
       if (low >= high)
         return w_.fail(w_.mark_of(path + ".low"), path + ".low",
-                       format_number(low) + " must be less than high (" + format_number(high) + ")");
+                       w_.text_of(path + ".low", format_number(low)) + " must be less than high (" +
+                           w_.text_of(path + ".high", format_number(high)) + ")");
       if (p["log"].get<bool>() && low <= 0)
         return w_.fail(w_.mark_of(path + ".low"), path + ".low",
                        "a log scale needs low > 0, got " + format_number(low));
@@ -1116,18 +1236,32 @@ Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::str
 }
 
 Result<CampaignConfig> load_config(const std::string& path) {
+  // Every way a config file cannot be used is the user's to fix (exit 2, like any config error):
+  // a directory, a device such as /dev/zero (endless; read in full it exhausts memory), a FIFO, a
+  // file without read permission, a file far larger than any config.
+  auto refuse = [&](const std::string& why) { return err(Errc::kConfig, "cannot read config '" + path + "': " + why); };
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int e = errno;
-    return err(e == ENOENT ? Errc::kNotFound : Errc::kIo, "cannot read config '" + path + "': " + std::strerror(e));
+    if (e == ENOENT) return err(Errc::kNotFound, "cannot read config '" + path + "': " + std::strerror(e));
+    return refuse(std::strerror(e));
   }
-  if (S_ISDIR(st.st_mode)) return err(Errc::kIo, "cannot read config '" + path + "': it is a directory");
+  if (S_ISDIR(st.st_mode)) return refuse("it is a directory");
+  if (!S_ISREG(st.st_mode)) return refuse("not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes)
+    return refuse("it is " + std::to_string(st.st_size) + " bytes; a config may have at most " +
+                  std::to_string(kMaxConfigBytes));
   std::ifstream in(path, std::ios::binary);
-  if (!in) return err(Errc::kIo, "cannot read config '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  if (!in) return refuse(std::strerror(errno));
+  // Read in chunks and bounded, even if the file grows between stat and read.
+  std::string text;
+  char chunk[65536];
+  while (text.size() <= kMaxConfigBytes && in.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
   if (in.bad()) return err(Errc::kIo, "cannot read config '" + path + "': read failed");
-  return parse_config(text.str(), path);
+  if (text.size() > kMaxConfigBytes)
+    return refuse("it has more than " + std::to_string(kMaxConfigBytes) + " bytes, the most a config may have");
+  return parse_config(text, path);
 }
 
 }  // namespace hpctune::config

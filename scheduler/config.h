@@ -17,6 +17,7 @@
 // string, yes/no are strings.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,8 +79,17 @@ struct CampaignConfig {
   search::StopperSpec stopper_spec() const;
 };
 
-// Reads and parses a config file. A file that cannot be read is kNotFound (missing) or kIo, with
-// the path; everything else is as parse_config.
+// The largest config file load_config reads (a config is a few kilobytes).
+inline constexpr std::size_t kMaxConfigBytes = 16u << 20;
+
+// The most YAML nodes a config may expand to, aliases counted at every use: a few aliases nested
+// a few levels deep (an "alias bomb") would otherwise expand a 600-byte file into gigabytes. A
+// real config has hundreds; this bounds the parser's memory to some tens of megabytes.
+inline constexpr std::size_t kMaxConfigNodes = 100'000;
+
+// Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
+// file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the
+// path; everything else is as parse_config.
 Result<CampaignConfig> load_config(const std::string& path);
 
 // Parses YAML text; `source_name` names it in messages ("<source_name>:line:col: ...").

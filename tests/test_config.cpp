@@ -426,6 +426,19 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"objective_and_objectives.yaml", "3:1: objectives: give either objective or objectives, not both"},
       {"early_stopping_with_two_objectives.yaml",
        "7:3: early_stopping.kind: asha judges one objective, but 2 are given"},
+      // issue 9, item 14: 7 levels of 9 aliases, 2.8 GB expanded; refused at the alias that passes the bound.
+      {"alias_bomb.yaml",
+       "10:10: a5[0]: the config has more than 100000 YAML nodes, aliases counted at every use (an alias repeated "
+       "at several levels?)"},
+      // issue 9, item 18.
+      {"int_bound_too_large.yaml",
+       "6:26: space.p.high: 9223372036854775807 is too large for an int parameter (at most 9007199254740992 in "
+       "magnitude)"},
+      {"seed_too_large.yaml", "5:1: seed: 18446744073709551615 is above the maximum 9223372036854775807"},
+      {"nul_in_choice.yaml", "6:30: space.p.values[0]: a value may not contain a NUL character"},
+      {"non_utf8_choice.yaml",
+       "6:30: space.p.values[0]: the text is not valid UTF-8 (byte 2 of the value); save the file as UTF-8"},
+      {"merge_key_not_a_map.yaml", "4:24: trainer: '<<' merges maps only, got a value"},
   };
 
   std::set<std::string> tested;
@@ -484,9 +497,44 @@ TEST_CASE("load_config: a file that cannot be read names its path") {
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code() == Errc::kNotFound);
   CHECK(missing.error().message().find("/nonexistent/dir/campaign.yaml") != std::string::npos);
+  // issue 9, item 18: a directory, a device or an unreadable file is the user's to fix: kConfig (exit 2).
   auto directory = config::load_config(source_path("tests"));
   REQUIRE_FALSE(directory.ok());
-  CHECK(directory.error().code() == Errc::kIo);
+  CHECK(directory.error().code() == Errc::kConfig);
+  CHECK(directory.error().message() == "cannot read config '" + source_path("tests") + "': it is a directory");
+  auto device = config::load_config("/dev/zero");  // endless: read in full, it exhausted memory
+  REQUIRE_FALSE(device.ok());
+  CHECK(device.error().code() == Errc::kConfig);
+  CHECK(device.error().message() == "cannot read config '/dev/zero': not a regular file");
+}
+
+TEST_CASE("load_config: a file larger than kMaxConfigBytes is refused before it is parsed") {
+  const std::string path = (std::filesystem::temp_directory_path() / "hpctune_test_config_huge.yaml").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "name: huge\n";
+    out.seekp(static_cast<std::streamoff>(config::kMaxConfigBytes) + 10);
+    out << "\n";
+  }
+  auto huge = config::load_config(path);
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.error().code() == Errc::kConfig);
+  CHECK(huge.error().message().find("a config may have at most 16777216") != std::string::npos);
+}
+
+TEST_CASE("bare names: a scalar where a section with a kind is expected is {kind: name}") {
+  auto c = parse_ok("name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\ntrainer: sleep\nearly_stopping: asha\n");
+  CHECK(c.early_stopping == "asha");
+  CHECK(c.trainer["kind"] == "sleep");
+  CHECK(c.normalized["early_stopping"]["kind"] == "asha");
+  // An unknown bare name is the usual unknown-value error, at the name.
+  CHECK(parse_error("name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\ntrainer: sleep\nearly_stopping: ash\n") ==
+        "test.yaml:5:17: early_stopping.kind: unknown value 'ash'; expected one of none, asha, hyperband, median (did "
+        "you mean 'asha'?)");
+  // A section without a kind still wants a map.
+  CHECK(parse_error("name: d\nobjective: {metric: v}\nsearch: tpe\ntrainer: sleep\n") ==
+        "test.yaml:3:1: search: expected a map of settings, got 'tpe'");
 }
 
 TEST_CASE("durations") {
