@@ -12,12 +12,14 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <sys/stat.h>
 
 #include "scheduler/settings.h"
+#include "search/grid_search.h"
 #include "search/test_functions.h"
 
 namespace hpctune::config {
@@ -887,6 +889,41 @@ class Builder {
       return w_.fail(w_.mark_of("space"), "space", message);
     }
     c.space = std::move(created).value();
+    if (algorithm == "grid") HPCTUNE_TRY(check_grid_size(c));
+    return Status::Ok();
+  }
+
+  // The grid is counted before anything is listed; larger than max_trials, `run` would refuse it.
+  Status check_grid_size(const CampaignConfig& c) {
+    const int64_t limit = std::min(c.max_trials, search::kMaxGridPoints);
+    const std::string most = limit == c.max_trials ? "max_trials (" + std::to_string(c.max_trials) + ")"
+                                                   : std::to_string(search::kMaxGridPoints) + ", the most a grid may have";
+    for (const auto& p : c.space.params()) {
+      const int64_t n = search::grid_value_count(p);
+      if (n > limit)
+        return w_.fail(w_.mark_of("space." + p.name), "space." + p.name,
+                       std::to_string(n) + " grid values on their own, more than " + most +
+                           (p.type == search::ParamType::kFloat ? "; lower the resolution" : "; raise step or give a resolution"));
+    }
+    auto size = search::grid_size(c.space, limit);
+    if (!size.ok()) {
+      const std::string& message = size.error().message();
+      for (const auto& name : w_.space_order())
+        if (message.rfind(name + ": ", 0) == 0)
+          return w_.fail(w_.mark_of("space." + name), "space." + name, message.substr(name.size() + 2));
+      return w_.fail(w_.mark_of("space"), "space", message);
+    }
+    if (*size > limit) {
+      const std::string count =
+          *size == std::numeric_limits<int64_t>::max() ? "more than 9223372036854775807" : std::to_string(*size);
+      if (limit == c.max_trials)
+        return w_.fail(w_.mark_of("search.max_trials"), "search.max_trials",
+                       "the grid has " + count + " points, more than max_trials (" + std::to_string(c.max_trials) +
+                           "); raise max_trials or lower the resolutions");
+      return w_.fail(w_.mark_of("space"), "space",
+                     "the grid has " + count + " points, more than " + std::to_string(search::kMaxGridPoints) +
+                         ", the most a grid may have");
+    }
     return Status::Ok();
   }
 
@@ -919,6 +956,16 @@ class Builder {
     if (!given) c.init = init->default_value.get<std::string>();
     c.search_settings["init"] = c.init;
     root_["search"]["init"] = c.init;
+    if (c.algorithm == "evolution") {
+      const int64_t p = c.search_settings["population"].get<int64_t>();
+      const int64_t k = c.search_settings["sample_size"].get<int64_t>();
+      if (k > p) {
+        const std::string at = w_.given("search.settings.sample_size") ? "search.settings.sample_size"
+                                                                       : "search.settings.population";
+        return w_.fail(w_.mark_of(at), at,
+                       "sample_size (" + std::to_string(k) + ") must be at most population (" + std::to_string(p) + ")");
+      }
+    }
     return Status::Ok();
   }
 
@@ -943,6 +990,46 @@ class Builder {
                      std::to_string(t["layers"].get<int64_t>()) + " does not match hidden, which lists " +
                          std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
     if (t["kind"] == "function") HPCTUNE_TRY(check_function_trainer(c));
+    if (t["kind"] == "command") HPCTUNE_TRY(check_command_placeholders(c));
+    return Status::Ok();
+  }
+
+  // Every `{name}` of the command must name a parameter or one of the values the command trainer
+  // provides; otherwise every trial fails with the same message. The grammar is that of
+  // trainers::render_command (this library does not link the trainers).
+  Status check_command_placeholders(const CampaignConfig& c) {
+    if (!c.trainer["command"].is_string()) return Status::Ok();
+    const std::string& cmd = c.trainer["command"].get_ref<const std::string&>();
+    static const char* const kBuiltins[] = {"trial_id", "trial_dir", "attempt", "seed", "ranks"};
+    auto name_char = [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';
+    };
+    for (std::size_t i = 0; i < cmd.size(); ++i) {
+      if (cmd[i] != '{') continue;
+      if (i + 1 < cmd.size() && cmd[i + 1] == '{') {
+        ++i;
+        continue;
+      }
+      std::size_t end = i + 1;
+      while (end < cmd.size() && name_char(cmd[end])) ++end;
+      if (end == i + 1 || end >= cmd.size() || cmd[end] != '}')
+        return w_.fail(w_.mark_of("trainer.command"), "trainer.command",
+                       "malformed placeholder at character " + std::to_string(i + 1) +
+                           " (write {name} for a parameter, {{ and }} for literal braces)");
+      const std::string name = cmd.substr(i + 1, end - i - 1);
+      bool known = root_["space"].contains(name);
+      for (const char* b : kBuiltins) known = known || name == b;
+      if (!known) {
+        std::vector<Candidate> names;
+        for (const auto& p : w_.space_order()) names.push_back({p, p});
+        for (const char* b : kBuiltins) names.push_back({b, b});
+        std::string what = "'{" + name + "}' names no parameter of the space";
+        if (auto near = did_you_mean(name, names)) what += "; did you mean '{" + *near + "}'?";
+        else what += " (nor trial_id, trial_dir, attempt, seed, ranks)";
+        return w_.fail(w_.mark_of("trainer.command"), "trainer.command", what);
+      }
+      i = end;
+    }
     return Status::Ok();
   }
 
@@ -994,6 +1081,13 @@ class Builder {
     out.heartbeat_timeout_s = r["heartbeat_timeout"].get<double>();
     out.max_group_restarts = r["max_group_restarts"].get<int64_t>();
     out.startup_timeout_s = r["startup_timeout"].get<double>();
+    if (out.ranks_data * out.ranks_model > kMaxRanksPerGroup) {
+      const std::string at = w_.given("resources.ranks.model") ? "resources.ranks.model" : "resources.ranks.data";
+      return w_.fail(w_.mark_of(at), "resources.ranks",
+                     std::to_string(out.ranks_data) + " data x " + std::to_string(out.ranks_model) + " model = " +
+                         std::to_string(out.ranks_data * out.ranks_model) + " ranks per group, more than " +
+                         std::to_string(kMaxRanksPerGroup));
+    }
     if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
       const std::string interval = format_number(out.heartbeat_interval_s);
       const std::string timeout = format_number(out.heartbeat_timeout_s);

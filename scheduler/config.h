@@ -87,6 +87,9 @@ inline constexpr std::size_t kMaxConfigBytes = 16u << 20;
 // real config has hundreds; this bounds the parser's memory to some tens of megabytes.
 inline constexpr std::size_t kMaxConfigNodes = 100'000;
 
+// The most ranks (data x model) one trainer group may have.
+inline constexpr int64_t kMaxRanksPerGroup = 65536;
+
 // Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
 // file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the
 // path; everything else is as parse_config.

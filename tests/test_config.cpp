@@ -439,6 +439,38 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"non_utf8_choice.yaml",
        "6:30: space.p.values[0]: the text is not valid UTF-8 (byte 2 of the value); save the file as UTF-8"},
       {"merge_key_not_a_map.yaml", "4:24: trainer: '<<' merges maps only, got a value"},
+      {"ranks_product_too_large.yaml",
+       "6:24: resources.ranks: 65536 data x 1024 model = 67108864 ranks per group, more than "
+       "65536"},
+      {"command_unknown_placeholder.yaml",
+       "4:26: trainer.command: '{nope}' names no parameter of the space (nor trial_id, "
+       "trial_dir, attempt, seed, ranks)"},
+      {"command_misspelled_placeholder.yaml",
+       "4:26: trainer.command: '{lrr}' names no parameter of the space; did you mean '{lr}'?"},
+      {"evolution_sample_size_above_population.yaml",
+       "6:29: search.settings.sample_size: sample_size (5) must be at most population (3)"},
+      {"grid_int_too_many_values.yaml",
+       "6:3: space.p: 9000000000000001 grid values on their own, more than max_trials (4); raise "
+       "step or give a resolution"},
+      {"grid_float_resolution_huge.yaml",
+       "6:3: space.p: 9200000000000000000 grid values on their own, more than 10000000, the most "
+       "a grid may have; lower the resolution"},
+      {"grid_larger_than_max_trials.yaml",
+       "3:10: search.max_trials: the grid has 6 points, more than max_trials (5); raise "
+       "max_trials or lower the resolutions"},
+      {"heartbeat_timeout_too_large.yaml",
+       "6:3: resources.heartbeat_timeout: 1e+300 is above the maximum 604800 s (the range is "
+       "0.1..604800 s)"},
+      {"heartbeat_too_short.yaml",
+       "6:3: resources.heartbeat_interval: 1e-05 is below the minimum 0.01 s (the range is "
+       "0.01..3600 s)"},
+      {"duration_below_1ms.yaml",
+       "4:43: trainer.timeout: 1e-04 s is less than 1 ms, the shortest duration (0 or at least "
+       "0.001)"},
+      {"sleep_seconds_too_large.yaml",
+       "4:24: trainer.seconds: 1e+300 is above the maximum 604800 s (the range is 0..604800 s)"},
+      {"steps_too_large.yaml",
+       "4:24: trainer.steps: 9223372036854775807 is above the maximum 1000000"},
   };
 
   std::set<std::string> tested;
