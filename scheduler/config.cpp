@@ -973,12 +973,51 @@ class Builder {
     json settings = root_["early_stopping"];
     c.early_stopping = settings["kind"].get<std::string>();
     settings.erase("kind");
+    if ((c.early_stopping == "asha" || c.early_stopping == "hyperband") && !w_.given("early_stopping.max_t")) {
+      // Without a known last step ASHA judges the trainer's last epoch and records fully trained
+      // trials as pruned (issue 9, item 23): default max_t to the trainer's steps or epochs.
+      if (auto last = trainer_last_step()) {
+        settings["max_t"] = *last;
+        root_["early_stopping"]["max_t"] = *last;
+      }
+    }
+    if (c.early_stopping == "hyperband" && settings["max_t"].get<int64_t>() < settings["grace_period"].get<int64_t>()) {
+      const std::string at = w_.given("early_stopping.max_t") ? "early_stopping.max_t" : "early_stopping.grace_period";
+      return w_.fail(w_.mark_of(at), at,
+                     "grace_period (" + std::to_string(settings["grace_period"].get<int64_t>()) +
+                         ") must be at most max_t (" + std::to_string(settings["max_t"].get<int64_t>()) +
+                         (w_.given("early_stopping.max_t") ? ")" : ", the trainer's last step)"));
+    }
     c.early_stopping_settings = settings;
     if (c.early_stopping != "none" && c.objectives.size() > 1)
       return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",
                      c.early_stopping + " judges one objective, but " + std::to_string(c.objectives.size()) +
                          " are given");
     return Status::Ok();
+  }
+
+  // The last step the trainer reports at: its steps (sleep, function) or epochs (mlp, cnn), the
+  // largest value when that setting is searched; nullopt for a command, whose steps are its own.
+  std::optional<int64_t> trainer_last_step() const {
+    const json& t = root_["trainer"];
+    const std::string kind = t["kind"].get<std::string>();
+    const char* key = kind == "sleep" || kind == "function" ? "steps" : kind == "mlp" || kind == "cnn" ? "epochs" : nullptr;
+    if (key == nullptr) return std::nullopt;
+    std::optional<int64_t> last;
+    auto consider = [&](const json& v) {
+      if (v.is_number_integer()) last = std::max(last.value_or(v.get<int64_t>()), v.get<int64_t>());
+    };
+    const json& space = root_["space"];
+    if (space.contains(key)) {
+      const json& p = space[key];
+      const std::string type = p["type"].get<std::string>();
+      if (type == "int") consider(p["high"]);
+      else if (type == "choice") for (const auto& v : p["values"]) consider(v);
+      else if (type == "fixed") consider(p["value"]);
+      return last;
+    }
+    if (t.contains(key)) consider(t[key]);
+    return last;
   }
 
   Status check_trainer(CampaignConfig& c) {

@@ -756,3 +756,28 @@ trainer: {kind: mlp}
     CHECK_MESSAGE(reference.find(key + ":") != std::string::npos, s.path << " is missing from the reference");
   }
 }
+
+TEST_CASE("early stopping: max_t defaults to the trainer's last step or epoch (issue 9, item 23)") {
+  const std::string head = "name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\n";
+  auto c = parse_ok(head + "trainer: {kind: mlp, epochs: 7}\nearly_stopping: asha\n");
+  CHECK(c.early_stopping_settings["max_t"] == 7);
+  CHECK(c.normalized["early_stopping"]["max_t"] == 7);
+  CHECK(c.stopper_spec().settings["max_t"] == 7);
+  // The default epochs of the classifier trainers, the steps of the test trainers.
+  CHECK(parse_ok(head + "trainer: {kind: cnn}\nearly_stopping: {kind: hyperband}\n").early_stopping_settings["max_t"] == 10);
+  CHECK(parse_ok(head + "trainer: {kind: sleep, steps: 5}\nearly_stopping: asha\n").early_stopping_settings["max_t"] == 5);
+  // A searched epochs: its largest value.
+  CHECK(parse_ok(head + "trainer: mlp\nspace:\n  epochs: {type: int, low: 2, high: 12}\nearly_stopping: asha\n")
+            .early_stopping_settings["max_t"] == 12);
+  CHECK(parse_ok(head + "trainer: mlp\nspace:\n  epochs: {type: choice, values: [3, 9, 6]}\nearly_stopping: asha\n")
+            .early_stopping_settings["max_t"] == 9);
+  // Given: kept. A command's steps are its own: the stopper's default.
+  CHECK(parse_ok(head + "trainer: {kind: mlp, epochs: 7}\nearly_stopping: {kind: asha, max_t: 3}\n")
+            .early_stopping_settings["max_t"] == 3);
+  CHECK(parse_ok(head + "trainer: {kind: command, command: 'true'}\nearly_stopping: asha\n")
+            .early_stopping_settings["max_t"] == 0);
+  // Hyperband's grace period beyond the trainer's last step would fail every run.
+  CHECK(parse_error(head + "trainer: {kind: sleep, steps: 2}\nearly_stopping: {kind: hyperband, grace_period: 3}\n") ==
+        "test.yaml:5:35: early_stopping.grace_period: grace_period (3) must be at most max_t (2, the trainer's last "
+        "step)");
+}
