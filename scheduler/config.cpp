@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "scheduler/settings.h"
+#include "search/bayesian.h"
 #include "search/grid_search.h"
 #include "search/test_functions.h"
 
@@ -1341,6 +1342,23 @@ search::StopperSpec CampaignConfig::stopper_spec() const {
   spec.maximize = objectives.empty() || objectives.front().maximize;
   spec.seed = seed;
   return spec;
+}
+
+std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
+  const char* key = c.algorithm == "tpe" ? "n_startup" : c.algorithm == "bayesian" ? "n_initial" : nullptr;
+  if (key == nullptr) return std::nullopt;
+  ModelStartup out;
+  const json& given = c.search_settings.contains(key) ? c.search_settings[key] : json();
+  out.random_trials = given.is_number_integer() ? given.get<int64_t>() : search::default_n_initial(c.space);
+  out.model_used = out.random_trials < c.max_trials;
+  const std::string n = std::to_string(out.random_trials), budget = std::to_string(c.max_trials);
+  if (out.model_used)
+    out.text = c.algorithm + ": the first " + n + " of " + budget + " trials are random start-up; the model suggests from trial " +
+               std::to_string(out.random_trials + 1) + " on";
+  else
+    out.text = c.algorithm + ": " + n + " random start-up trials of " + budget +
+               "; the model is never used (lower search.settings." + key + " or raise search.max_trials)";
+  return out;
 }
 
 Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name) {

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,16 @@ inline constexpr std::size_t kMaxConfigNodes = 100'000;
 
 // The most ranks (data x model) one trainer group may have.
 inline constexpr int64_t kMaxRanksPerGroup = 65536;
+
+// The random start-up of the algorithms that fit a model (tpe: n_startup, bayesian: n_initial):
+// `text` says how many trials are random and from which trial the model suggests, or that it
+// never does within max_trials and what to change. nullopt for the other algorithms.
+struct ModelStartup {
+  int64_t random_trials = 0;
+  bool model_used = true;
+  std::string text;
+};
+std::optional<ModelStartup> model_startup(const CampaignConfig& config);
 
 // Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
 // file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the

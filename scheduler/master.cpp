@@ -190,6 +190,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   for (int64_t g = 0; g < groups; ++g) HPCTUNE_TRY(launcher->start(g));
   log("campaign '" + cfg.name + "': " + std::to_string(groups) + " trainer group(s), master at " + server->endpoint() +
       ", database " + db_path);
+  if (auto startup = config::model_startup(cfg)) log(startup->text);
 
   std::map<int64_t, int64_t> restarts;
   std::set<int64_t> died_before_hello;

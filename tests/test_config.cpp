@@ -781,3 +781,19 @@ TEST_CASE("early stopping: max_t defaults to the trainer's last step or epoch (i
         "test.yaml:5:35: early_stopping.grace_period: grace_period (3) must be at most max_t (2, the trainer's last "
         "step)");
 }
+
+TEST_CASE("model_startup: the random start-up of tpe and bayesian against max_trials (issue 9, item 24)") {
+  const std::string head = "name: d\nobjective: {metric: v}\ntrainer: {kind: command, command: 'true'}\n"
+                           "space:\n  a: {type: float, low: 0, high: 1}\n  b: 3\n";
+  auto tpe = config::model_startup(parse_ok(head + "search: {algorithm: tpe, max_trials: 8}\n"));
+  REQUIRE(tpe);
+  CHECK(tpe->random_trials == 10);
+  CHECK_FALSE(tpe->model_used);
+  // bayesian: n_initial defaults to clamp(2 * d, 5, 20) over the searched parameters (b is fixed).
+  auto bo = config::model_startup(parse_ok(head + "search: {algorithm: bayesian, max_trials: 8}\n"));
+  REQUIRE(bo);
+  CHECK(bo->random_trials == 5);
+  CHECK(bo->model_used);
+  CHECK(bo->text == "bayesian: the first 5 of 8 trials are random start-up; the model suggests from trial 6 on");
+  CHECK_FALSE(config::model_startup(parse_ok(head + "search: {algorithm: random, max_trials: 8}\n")));
+}
