@@ -18,6 +18,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "common/limits.h"
 #include "scheduler/settings.h"
 #include "search/bayesian.h"
 #include "search/grid_search.h"
@@ -1031,7 +1032,38 @@ class Builder {
                          std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
     if (t["kind"] == "function") HPCTUNE_TRY(check_function_trainer(c));
     if (t["kind"] == "command") HPCTUNE_TRY(check_command_placeholders(c));
-    return Status::Ok();
+    return check_assign_size(c);
+  }
+
+  // A trial's assign carries its parameters and every fixed trainer setting: one larger than a
+  // message may be is dropped by the transport, and every attempt is lost without a word. Add up
+  // the encoded sizes (a parameter's largest value), with room for the rest of the message.
+  Status check_assign_size(const CampaignConfig& c) {
+    constexpr int64_t kRoom = 64 << 10;  // ids, seed, trial directory, framing
+    auto encoded = [](const json& v) { return static_cast<int64_t>(json::to_msgpack(v).size()); };
+    int64_t total = kRoom;
+    std::string largest;
+    int64_t largest_size = -1;
+    auto add = [&](const std::string& path, int64_t size) {
+      total += size;
+      if (size > largest_size) largest = path, largest_size = size;
+    };
+    for (auto it = c.trainer.begin(); it != c.trainer.end(); ++it)
+      add("trainer." + it.key(), static_cast<int64_t>(it.key().size()) + encoded(it.value()));
+    for (const auto& name : w_.space_order()) {
+      const json& p = root_["space"][name];
+      int64_t size = 16;  // a number
+      const std::string type = p["type"].get<std::string>();
+      if (type == "fixed") size = encoded(p["value"]);
+      else if (type == "choice") for (const auto& v : p["values"]) size = std::max(size, encoded(v));
+      add(type == "fixed" && w_.given("space." + name + ".value") ? "space." + name + ".value" : "space." + name,
+          static_cast<int64_t>(name.size()) + size);
+    }
+    if (total <= kMaxMessageBytes) return Status::Ok();
+    return w_.fail(w_.mark_of(largest), largest,
+                   std::to_string(largest_size) + " bytes encoded, and a trial's assign would be about " +
+                       std::to_string(total) + " bytes, more than the " + std::to_string(kMaxMessageBytes) +
+                       " a message may have (pass large data through a file)");
   }
 
   // Every `{name}` of the command must name a parameter or one of the values the command trainer

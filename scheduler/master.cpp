@@ -7,9 +7,14 @@
 #include <random>
 #include <set>
 
+#include "common/limits.h"
 #include "scheduler/launcher.h"
+#include "scheduler/protocol.h"
 #include "scheduler/store.h"
 #include "scheduler/transport.h"
+
+static_assert(hpctune::kMaxMessageBytes == hpctune::protocol::kMaxMessageBytes,
+              "common/limits.h and the protocol must agree on the message limit (config.cpp checks against it)");
 
 namespace hpctune::scheduler {
 namespace {

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/limits.h"
 #include "scheduler/config.h"
 #include "scheduler/settings.h"
 #include "search/searcher.h"
@@ -796,4 +797,18 @@ TEST_CASE("model_startup: the random start-up of tpe and bayesian against max_tr
   CHECK(bo->model_used);
   CHECK(bo->text == "bayesian: the first 5 of 8 trials are random start-up; the model suggests from trial 6 on");
   CHECK_FALSE(config::model_startup(parse_ok(head + "search: {algorithm: random, max_trials: 8}\n")));
+}
+
+TEST_CASE("a trial's assign must fit in a message: the largest value is named (issue 9, item 17)") {
+  // 65 environment variables of 65,000 bytes, written once and aliased (a 4 MB scalar takes a
+  // second to parse): 4.2 MB in every assign.
+  std::string env = "{v0: &blob " + std::string(65000, 'x');
+  for (int i = 1; i < 65; ++i) env += ", v" + std::to_string(i) + ": *blob";
+  const std::string head = "name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\n"
+                           "trainer: {kind: command, command: 'true', env: ";
+  CHECK(parse_error(head + env + "}}\n") ==
+        "test.yaml:4:43: trainer.env: 4225451 bytes encoded, and a trial's assign would be about 4291041 bytes, more "
+        "than the 4194304 a message may have (pass large data through a file)");
+  // Well under the limit: fine.
+  parse_ok(head + "{v0: " + std::string(100000, 'x') + "}}\n");
 }
