@@ -83,6 +83,32 @@ struct Problem {
   std::string what;
 };
 
+// The offset of the first byte of `t` that is not part of a valid UTF-8 sequence.
+std::optional<std::size_t> invalid_utf8_at(const std::string& t) {
+  std::size_t i = 0;
+  while (i < t.size()) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    std::size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) len = 1, cp = c;
+    else if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
+    else return i;
+    if (i + len > t.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(t[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    static const uint32_t kMinOf[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOf[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
 class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(const std::string& text) : text_(text) {}
@@ -295,31 +321,6 @@ class TreeBuilder final : public YAML::EventHandler {
     if (auto bad = invalid_utf8_at(t))
       note({n.mark, current_path(),
             "the text is not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the value); save the file as UTF-8"});
-  }
-
-  static std::optional<std::size_t> invalid_utf8_at(const std::string& t) {
-    std::size_t i = 0;
-    while (i < t.size()) {
-      const auto c = static_cast<unsigned char>(t[i]);
-      std::size_t len = 0;
-      uint32_t cp = 0;
-      if (c < 0x80) len = 1, cp = c;
-      else if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-      else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-      else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-      else return i;
-      if (i + len > t.size()) return i;
-      for (std::size_t k = 1; k < len; ++k) {
-        const auto cc = static_cast<unsigned char>(t[i + k]);
-        if ((cc & 0xC0) != 0x80) return i;
-        cp = (cp << 6) | (cc & 0x3F);
-      }
-      // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
-      static const uint32_t kMinOf[] = {0, 0, 0x80, 0x800, 0x10000};
-      if (cp < kMinOf[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return i;
-      i += len;
-    }
-    return std::nullopt;
   }
 
   // yaml-cpp 0.7 takes a quoted scalar that is never closed up to the end of the file, swallowing
@@ -1342,6 +1343,14 @@ Result<YNode> read_tree(const std::string& text, const std::string& source) {
   if (builder.problem()) {
     const auto& p = *builder.problem();
     return located(p.mark, p.path, p.what);
+  }
+  // A byte that is not UTF-8 outside any value (in a comment): the text is stored with the
+  // campaign and printed back, so the file is refused as a whole.
+  if (auto bad = invalid_utf8_at(text)) {
+    const std::size_t line_start = text.rfind('\n', *bad == 0 ? 0 : *bad - 1);
+    const std::size_t column = line_start == std::string::npos || *bad == 0 ? *bad : *bad - line_start - 1;
+    const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(*bad), '\n'));
+    return located(Mark{line, static_cast<int>(column) + 1}, "", "the file is not valid UTF-8 here; save it as UTF-8");
   }
   auto& root = builder.root();
   if (!root || root->kind == YNode::Kind::kNull)
