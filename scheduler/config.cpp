@@ -16,6 +16,8 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 #include <sys/stat.h>
 
 #include "common/limits.h"
@@ -109,6 +111,35 @@ std::optional<std::size_t> invalid_utf8_at(const std::string& t) {
   return std::nullopt;
 }
 
+// The most levels a config may nest (a config needs a handful; every walk of the tree recurses).
+constexpr std::size_t kMaxDepth = 64;
+
+// Where flow collections ([ and {) first nest deeper than kMaxDepth, found before yaml-cpp reads
+// the text: its scanner buffers every token of an open flow collection, so 16 MB of '[' took
+// 3.7 GB before the first event reached the tree builder. Quoted strings and comments are
+// skipped; brackets inside plain scalars count too, which only matters past kMaxDepth.
+std::optional<std::size_t> flow_too_deep(const std::string& text) {
+  std::size_t depth = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool token_start = i == 0 || std::string_view(" \t\n\r[{,:").find(text[i - 1]) != std::string_view::npos;
+    if (c == '#' && token_start) {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if ((c == '"' || c == '\'') && token_start) {
+      for (++i; i < text.size() && text[i] != c; ++i)
+        if (c == '"' && text[i] == '\\') ++i;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+// Thrown through yaml-cpp's parser by the tree builder at the first problem it notes.
+struct StopReading {};
+
 class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(const std::string& text) : text_(text) {}
@@ -201,10 +232,14 @@ class TreeBuilder final : public YAML::EventHandler {
     Mark key_mark;
     bool key_quoted = false;
     std::vector<YEntry> merges;  // `<<` values, applied at the end of the map
+    std::unordered_map<std::string, int> key_lines;  // the keys so far, and their lines
   };
 
+  // The first problem ends the reading: nothing after it is built (an alias bomb or a deep
+  // nesting stops growing there).
   void note(Problem p) {
     if (!problem_) problem_ = std::move(p);
+    throw StopReading{};
   }
 
   // Adds `n` nodes to the expanded size of the document; false (and the problem noted) beyond
@@ -230,6 +265,9 @@ class TreeBuilder final : public YAML::EventHandler {
 
   void open(YNode::Kind kind, const YAML::Mark& mark, YAML::anchor_t anchor) {
     count_nodes(1, to_mark(mark));
+    // Every walk of the tree recurses; a config needs a handful of levels.
+    if (stack_.size() == kMaxDepth)
+      note({to_mark(mark), "", "nested more than " + std::to_string(kMaxDepth) + " levels deep"});
     Frame f;
     f.node.kind = kind;
     f.node.mark = to_mark(mark);
@@ -274,12 +312,11 @@ class TreeBuilder final : public YAML::EventHandler {
       top.merges.push_back(std::move(entry));
       return;
     }
-    for (const auto& e : top.node.entries) {
-      if (e.key == entry.key) {
-        std::string path = current_path();
-        path += (path.empty() ? "" : ".") + entry.key;
-        note({entry.key_mark, path, "duplicate key (first given at line " + std::to_string(e.key_mark.line) + ")"});
-      }
+    // Looked up, not searched: a map of 50,000 keys took seconds.
+    if (auto [first, added] = top.key_lines.emplace(entry.key, entry.key_mark.line); !added) {
+      std::string path = current_path();
+      path += (path.empty() ? "" : ".") + entry.key;
+      note({entry.key_mark, path, "duplicate key (first given at line " + std::to_string(first->second) + ")"});
     }
     top.node.entries.push_back(std::move(entry));
   }
@@ -297,9 +334,7 @@ class TreeBuilder final : public YAML::EventHandler {
           return;
         }
         for (const auto& e : source->entries) {
-          const bool present = std::any_of(f.node.entries.begin(), f.node.entries.end(),
-                                           [&](const YEntry& x) { return x.key == e.key; });
-          if (present) continue;
+          if (!f.key_lines.emplace(e.key, e.key_mark.line).second) continue;  // the map's own (or an earlier merge's)
           // A merged entry is a copy too: counted like an alias.
           if (!count_nodes(e.value.size + 1, merge.key_mark)) return;
           f.node.size += e.value.size + 1;
@@ -1207,12 +1242,13 @@ class Builder {
                        "a log scale needs low > 0, got " + format_number(low));
     } else if (type == "choice") {
       const json& values = p["values"];
+      // Hashed, not compared pairwise (there may be 100,000 values).
+      std::unordered_map<std::string, std::size_t> seen;
       for (std::size_t i = 0; i < values.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-          if (values[i] == values[j]) {
-            const std::string item = path + ".values[" + std::to_string(i) + "]";
-            return w_.fail(w_.mark_of(item), item, quoted_value(values[i]) + " is listed twice");
-          }
+        if (auto key = search::Space::choice_key(values[i]); key && !seen.emplace(*key, i).second) {
+          const std::string item = path + ".values[" + std::to_string(i) + "]";
+          return w_.fail(w_.mark_of(item), item, quoted_value(values[i]) + " is listed twice");
+        }
     }
     if (p.contains("when")) {
       const auto& when = p["when"];
@@ -1324,11 +1360,23 @@ Result<YNode> read_tree(const std::string& text, const std::string& source) {
     if (!path.empty()) message += path + ": ";
     return err(Errc::kConfig, message + what);
   };
+  // The line and column of a byte offset.
+  auto mark_at = [&](std::size_t offset) {
+    const auto before = text.begin() + static_cast<std::ptrdiff_t>(offset);
+    const int line = 1 + static_cast<int>(std::count(text.begin(), before, '\n'));
+    const std::size_t line_start = offset == 0 ? std::string::npos : text.rfind('\n', offset - 1);
+    const std::size_t column = line_start == std::string::npos ? offset : offset - line_start - 1;
+    return Mark{line, static_cast<int>(column) + 1};
+  };
+  if (auto deep = flow_too_deep(text))
+    return located(mark_at(*deep), "", "nested more than " + std::to_string(kMaxDepth) + " levels deep");
   try {
     YAML::Parser parser(in);
     while (parser.HandleNextDocument(builder)) {
       if (builder.problem()) break;
     }
+  } catch (const StopReading&) {
+    // builder.problem() is set: reported below.
   } catch (const YAML::Exception& e) {
     // A problem noted earlier in the file comes first.
     if (builder.problem()) {
@@ -1346,12 +1394,7 @@ Result<YNode> read_tree(const std::string& text, const std::string& source) {
   }
   // A byte that is not UTF-8 outside any value (in a comment): the text is stored with the
   // campaign and printed back, so the file is refused as a whole.
-  if (auto bad = invalid_utf8_at(text)) {
-    const std::size_t line_start = text.rfind('\n', *bad == 0 ? 0 : *bad - 1);
-    const std::size_t column = line_start == std::string::npos || *bad == 0 ? *bad : *bad - line_start - 1;
-    const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(*bad), '\n'));
-    return located(Mark{line, static_cast<int>(column) + 1}, "", "the file is not valid UTF-8 here; save it as UTF-8");
-  }
+  if (auto bad = invalid_utf8_at(text)) return located(mark_at(*bad), "", "the file is not valid UTF-8 here; save it as UTF-8");
   auto& root = builder.root();
   if (!root || root->kind == YNode::Kind::kNull)
     return located(Mark{}, "", "the config is empty; it needs at least name, objective, search.max_trials and "

@@ -439,6 +439,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"nul_in_choice.yaml", "6:30: space.p.values[0]: a value may not contain a NUL character"},
       {"non_utf8_choice.yaml",
        "6:30: space.p.values[0]: the text is not valid UTF-8 (byte 2 of the value); save the file as UTF-8"},
+      {"nested_too_deep.yaml", "6:92: nested more than 64 levels deep"},
       {"non_utf8_comment.yaml", "1:14: the file is not valid UTF-8 here; save it as UTF-8"},
       {"merge_key_not_a_map.yaml", "4:24: trainer: '<<' merges maps only, got a value"},
       {"ranks_product_too_large.yaml",
