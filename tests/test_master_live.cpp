@@ -105,6 +105,19 @@ TEST_CASE("the CLI maps errors to exit codes") {
   CHECK(read_file(dir.file("ver.log")).find("hpctune ") == 0);
 }
 
+TEST_CASE("validate: a directory, a device and an alias bomb are config errors, exit 2 (issue 9, items 14, 18)") {
+  TempDir dir;
+  CHECK(run_hpctune({"validate", dir.path}, dir.file("dir.log"), 30s).code == 2);
+  CHECK(run_hpctune({"validate", "/dev/zero"}, dir.file("zero.log"), 30s).code == 2);
+  CHECK(read_file(dir.file("zero.log")).find("not a regular file") != std::string::npos);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string bomb = std::string(HPCTUNE_SOURCE_DIR) + "/tests/configs/bad/alias_bomb.yaml";
+  CHECK(run_hpctune({"validate", bomb}, dir.file("bomb.log"), 30s).code == 2);
+  CHECK(read_file(dir.file("bomb.log")).find("alias_bomb.yaml:10:10: a5[0]: the config has more than 100000 YAML nodes") !=
+        std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // it took 2.8 GB before it failed
+}
+
 TEST_CASE("tpe and bayesian say how many trials are random start-up (issue 9, item 24)") {
   TempDir dir;
   auto config = [&](const std::string& name, const std::string& search) {
