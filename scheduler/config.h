@@ -15,6 +15,12 @@
 // YAML is read through yaml-cpp's event parser so that every key keeps its mark; anchors and
 // aliases and `<<` merge keys work. Scalars follow the YAML 1.2 core schema: a quoted "10" is a
 // string, yes/no are strings.
+//
+// Every input is bounded before it can cost much: the file's size (kMaxConfigBytes), the nodes it
+// expands to with aliases (kMaxConfigNodes), its nesting (64 levels); values must be UTF-8 without
+// NUL. Whatever would fail every trial of `run` is refused here: a grid larger than max_trials, a
+// trial's assign larger than a message, a command placeholder that names nothing, durations
+// outside their ranges. A section with a `kind` takes a bare name (`early_stopping: asha`).
 #pragma once
 
 #include <cstddef>
