@@ -631,6 +631,9 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 
 Status cmd_validate(const std::string& path, bool print_json) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(path));
+  // A budget that never reaches the model is valid, but almost certainly not what was meant.
+  if (auto startup = config::model_startup(cfg); startup && !startup->model_used)
+    std::fprintf(stderr, "hpctune validate: warning: %s\n", startup->text.c_str());
   if (print_json) {
     std::printf("%s\n", cfg.normalized.dump(2).c_str());
     return {};

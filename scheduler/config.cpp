@@ -12,13 +12,19 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 #include <sys/stat.h>
 
+#include "common/limits.h"
 #include "common/shell_template.h"
 #include "scheduler/settings.h"
+#include "search/bayesian.h"
+#include "search/grid_search.h"
 #include "search/test_functions.h"
 
 namespace hpctune::config {
@@ -49,6 +55,7 @@ struct YNode {
   bool quoted = false;  // quoted, block (| >) or !!str: always a string
   std::vector<YNode> items;
   std::vector<YEntry> entries;
+  std::size_t size = 1;  // nodes in this subtree, itself included (keys count as one each)
 };
 
 struct YEntry {
@@ -79,6 +86,61 @@ struct Problem {
   std::string what;
 };
 
+// The offset of the first byte of `t` that is not part of a valid UTF-8 sequence.
+std::optional<std::size_t> invalid_utf8_at(const std::string& t) {
+  std::size_t i = 0;
+  while (i < t.size()) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    std::size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) len = 1, cp = c;
+    else if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
+    else return i;
+    if (i + len > t.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(t[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    static const uint32_t kMinOf[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOf[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+// The most levels a config may nest (a config needs a handful; every walk of the tree recurses).
+constexpr std::size_t kMaxDepth = 64;
+
+// Where flow collections ([ and {) first nest deeper than kMaxDepth, found before yaml-cpp reads
+// the text: its scanner buffers every token of an open flow collection, so 16 MB of '[' took
+// 3.7 GB before the first event reached the tree builder. Quoted strings and comments are
+// skipped; brackets inside plain scalars count too, which only matters past kMaxDepth.
+std::optional<std::size_t> flow_too_deep(const std::string& text) {
+  std::size_t depth = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool token_start = i == 0 || std::string_view(" \t\n\r[{,:").find(text[i - 1]) != std::string_view::npos;
+    if (c == '#' && token_start) {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if ((c == '"' || c == '\'') && token_start) {
+      for (++i; i < text.size() && text[i] != c; ++i)
+        if (c == '"' && text[i] == '\\') ++i;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+// Thrown through yaml-cpp's parser by the tree builder at the first problem it notes.
+struct StopReading {};
+
 class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(const std::string& text) : text_(text) {}
@@ -90,27 +152,39 @@ class TreeBuilder final : public YAML::EventHandler {
   void OnDocumentEnd() override {}
 
   void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    count_nodes(1, to_mark(mark));
     YNode n;
     n.mark = to_mark(mark);
     finish(std::move(n), anchor);
   }
 
+  // An alias is a copy of its anchor's subtree: count the nodes it adds before copying, so that
+  // aliases of aliases (9 uses on each of 7 levels: 9^7 nodes from 600 bytes) stop at
+  // kMaxConfigNodes instead of exhausting memory.
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
     auto it = anchors_.find(anchor);
     YNode n;
-    if (it != anchors_.end()) n = it->second;
+    if (it != anchors_.end() && !problem_) {
+      if (!count_nodes(it->second.size, to_mark(mark))) {
+        finish(std::move(n), 0);
+        return;
+      }
+      n = it->second;
+    }
     n.mark = to_mark(mark);
     finish(std::move(n), 0);
   }
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
+    count_nodes(1, to_mark(mark));
     YNode n;
     n.kind = YNode::Kind::kScalar;
     n.mark = to_mark(mark);
     n.text = value;
     n.quoted = tag == "!" || tag == "tag:yaml.org,2002:str";
     if (tag == "!") check_closed_quote(mark, n);
+    check_text(n);
     finish(std::move(n), anchor);
   }
 
@@ -159,10 +233,28 @@ class TreeBuilder final : public YAML::EventHandler {
     Mark key_mark;
     bool key_quoted = false;
     std::vector<YEntry> merges;  // `<<` values, applied at the end of the map
+    std::unordered_map<std::string, int> key_lines;  // the keys so far, and their lines
   };
 
+  // The first problem ends the reading: nothing after it is built (an alias bomb or a deep
+  // nesting stops growing there).
   void note(Problem p) {
     if (!problem_) problem_ = std::move(p);
+    throw StopReading{};
+  }
+
+  // Adds `n` nodes to the expanded size of the document; false (and the problem noted) beyond
+  // kMaxConfigNodes.
+  bool count_nodes(std::size_t n, Mark at) {
+    nodes_ += n;
+    if (nodes_ <= kMaxConfigNodes) return true;
+    if (!too_large_) {
+      too_large_ = true;
+      note({at, current_path(),
+            "the config has more than " + std::to_string(kMaxConfigNodes) +
+                " YAML nodes, aliases counted at every use (an alias repeated at several levels?)"});
+    }
+    return false;
   }
 
   std::string segment_for_child() const {
@@ -173,6 +265,10 @@ class TreeBuilder final : public YAML::EventHandler {
   }
 
   void open(YNode::Kind kind, const YAML::Mark& mark, YAML::anchor_t anchor) {
+    count_nodes(1, to_mark(mark));
+    // Every walk of the tree recurses; a config needs a handful of levels.
+    if (stack_.size() == kMaxDepth)
+      note({to_mark(mark), "", "nested more than " + std::to_string(kMaxDepth) + " levels deep"});
     Frame f;
     f.node.kind = kind;
     f.node.mark = to_mark(mark);
@@ -195,6 +291,7 @@ class TreeBuilder final : public YAML::EventHandler {
       return;
     }
     Frame& top = stack_.back();
+    top.node.size += node.size;
     if (top.node.kind == YNode::Kind::kSeq) {
       top.node.items.push_back(std::move(node));
       return;
@@ -216,12 +313,11 @@ class TreeBuilder final : public YAML::EventHandler {
       top.merges.push_back(std::move(entry));
       return;
     }
-    for (const auto& e : top.node.entries) {
-      if (e.key == entry.key) {
-        std::string path = current_path();
-        path += (path.empty() ? "" : ".") + entry.key;
-        note({entry.key_mark, path, "duplicate key (first given at line " + std::to_string(e.key_mark.line) + ")"});
-      }
+    // Looked up, not searched: a map of 50,000 keys took seconds.
+    if (auto [first, added] = top.key_lines.emplace(entry.key, entry.key_mark.line); !added) {
+      std::string path = current_path();
+      path += (path.empty() ? "" : ".") + entry.key;
+      note({entry.key_mark, path, "duplicate key (first given at line " + std::to_string(first->second) + ")"});
     }
     top.node.entries.push_back(std::move(entry));
   }
@@ -230,22 +326,37 @@ class TreeBuilder final : public YAML::EventHandler {
   void apply_merge_keys(Frame& f) {
     for (auto& merge : f.merges) {
       std::vector<const YNode*> sources;
-      if (merge.value.kind == YNode::Kind::kMap) sources.push_back(&merge.value);
-      else if (merge.value.kind == YNode::Kind::kSeq)
+      if (merge.value.kind == YNode::Kind::kSeq)
         for (const auto& item : merge.value.items) sources.push_back(&item);
+      else sources.push_back(&merge.value);  // a map; anything else is refused below
       for (const YNode* source : sources) {
         if (source->kind != YNode::Kind::kMap) {
           note({merge.key_mark, current_path(), "'<<' merges maps only, got " + std::string(kind_text(*source))});
           return;
         }
         for (const auto& e : source->entries) {
-          const bool present = std::any_of(f.node.entries.begin(), f.node.entries.end(),
-                                           [&](const YEntry& x) { return x.key == e.key; });
-          if (!present) f.node.entries.push_back(e);
+          if (!f.key_lines.emplace(e.key, e.key_mark.line).second) continue;  // the map's own (or an earlier merge's)
+          // A merged entry is a copy too: counted like an alias.
+          if (!count_nodes(e.value.size + 1, merge.key_mark)) return;
+          f.node.size += e.value.size + 1;
+          f.node.entries.push_back(e);
         }
       }
     }
     f.merges.clear();
+  }
+
+  // Every value ends up in JSON (the store, the assign messages) and in command lines and file
+  // names: text that is not UTF-8 cannot be written as JSON, and a NUL cuts a C string short.
+  void check_text(const YNode& n) {
+    const std::string& t = n.text;
+    if (t.find('\0') != std::string::npos) {
+      note({n.mark, current_path(), "a value may not contain a NUL character"});
+      return;
+    }
+    if (auto bad = invalid_utf8_at(t))
+      note({n.mark, current_path(),
+            "the text is not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the value); save the file as UTF-8"});
   }
 
   // yaml-cpp 0.7 takes a quoted scalar that is never closed up to the end of the file, swallowing
@@ -277,6 +388,8 @@ class TreeBuilder final : public YAML::EventHandler {
   std::optional<YNode> root_;
   std::optional<Problem> problem_;
   int documents_ = 0;
+  std::size_t nodes_ = 0;
+  bool too_large_ = false;
 };
 
 // yaml-cpp's terse messages, with what usually causes them.
@@ -378,6 +491,16 @@ std::optional<Mark> tab_in_indentation(const std::string& text, int line) {
   return std::nullopt;
 }
 
+// [-+]digits: an integer as written, whatever its size.
+bool is_integer_literal(const std::string& text) {
+  std::size_t i = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  return i < text.size() && std::all_of(text.begin() + static_cast<std::ptrdiff_t>(i), text.end(),
+                                        [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+// 2^53: every integer up to it is exactly a double.
+constexpr double kMaxExactInt = 9007199254740992.0;
+
 bool is_numeric_type(Type t) { return t == Type::kInt || t == Type::kNumber || t == Type::kDuration; }
 
 // --- the walk ------------------------------------------------------------------------------------
@@ -403,12 +526,25 @@ class Walker {
     }
   }
   bool given(const std::string& path) const { return marks_.count(path) != 0; }
+  // The value at `path` as written in the file (a plain scalar), else `otherwise`.
+  std::string text_of(const std::string& path, std::string otherwise) const {
+    auto it = texts_.find(path);
+    return it != texts_.end() ? it->second : otherwise;
+  }
 
   // Walks a section (a map of declared keys) into `out`. `pattern` is its table path ("" for the
   // top level, "space.*"), `path` its concrete path ("space.lr"), `where` the mark of its key
   // (where a missing key is reported).
   Status section(const YNode* node, const std::string& pattern, const std::string& path, Mark where, json& out,
                  const Setting* decl) {
+    // A bare name stands for the section's kind: `early_stopping: asha` is {kind: asha}.
+    YNode bare;
+    if (node != nullptr && node->kind == YNode::Kind::kScalar && !find_settings(child_of(pattern, "kind")).empty()) {
+      bare.kind = YNode::Kind::kMap;
+      bare.mark = node->mark;
+      bare.entries.push_back({"kind", node->mark, *node});
+      node = &bare;
+    }
     if (node != nullptr && node->kind != YNode::Kind::kMap && node->kind != YNode::Kind::kNull)
       return fail(where, path, "expected a map of settings, got " + shown(*node));
     out = json::object();
@@ -453,6 +589,10 @@ class Walker {
     std::string pattern;
     json* out;
   };
+
+  static std::string child_of(const std::string& pattern, const std::string& key) {
+    return pattern.empty() ? key : pattern + "." + key;
+  }
 
   static std::string shown(const YNode& n) {
     if (n.kind == YNode::Kind::kScalar) return n.quoted ? "\"" + n.text + "\"" : "'" + n.text + "'";
@@ -691,6 +831,14 @@ class Walker {
     if (textual && node.kind == YNode::Kind::kScalar) given = node.text;  // name: 2024 is a name
     else given = to_json(node);
     auto checked = check_value(s, given);
+    if (!checked.ok() && (s.type == Type::kInt || s.type == Type::kIntList) && node.kind == YNode::Kind::kScalar &&
+        !node.quoted && is_integer_literal(node.text) && given.is_number_float()) {
+      // A whole number past 64 bits was read as a double: say so with the number as written.
+      const std::string limit = s.max ? format_number(*s.max) : std::to_string(std::numeric_limits<int64_t>::max());
+      const std::string lowest = s.min ? format_number(*s.min) : std::to_string(std::numeric_limits<int64_t>::min());
+      return fail(mark, path,
+                  node.text + (node.text[0] == '-' ? " is below the minimum " + lowest : " is above the maximum " + limit));
+    }
     if (!checked.ok()) {
       std::string what = checked.error().message();
       if (node.kind == YNode::Kind::kScalar && node.quoted && (is_numeric_type(s.type) || s.type == Type::kBool ||
@@ -702,6 +850,7 @@ class Walker {
     }
     if (s.type == Type::kString && s.required && checked.value().get<std::string>().empty())
       return fail(mark, path, "must not be empty");
+    if (node.kind == YNode::Kind::kScalar && !node.quoted && is_numeric_type(s.type)) texts_[path] = node.text;
     out = std::move(checked).value();
     return Status::Ok();
   }
@@ -709,6 +858,7 @@ class Walker {
   std::string source_;
   std::vector<Frame> frames_;
   std::map<std::string, Mark> marks_;
+  std::map<std::string, std::string> texts_;
   std::vector<std::string> space_order_;
 };
 
@@ -778,6 +928,41 @@ class Builder {
       return w_.fail(w_.mark_of("space"), "space", message);
     }
     c.space = std::move(created).value();
+    if (algorithm == "grid") HPCTUNE_TRY(check_grid_size(c));
+    return Status::Ok();
+  }
+
+  // The grid is counted before anything is listed; larger than max_trials, `run` would refuse it.
+  Status check_grid_size(const CampaignConfig& c) {
+    const int64_t limit = std::min(c.max_trials, search::kMaxGridPoints);
+    const std::string most = limit == c.max_trials ? "max_trials (" + std::to_string(c.max_trials) + ")"
+                                                   : std::to_string(search::kMaxGridPoints) + ", the most a grid may have";
+    for (const auto& p : c.space.params()) {
+      const int64_t n = search::grid_value_count(p);
+      if (n > limit)
+        return w_.fail(w_.mark_of("space." + p.name), "space." + p.name,
+                       std::to_string(n) + " grid values on their own, more than " + most +
+                           (p.type == search::ParamType::kFloat ? "; lower the resolution" : "; raise step or give a resolution"));
+    }
+    auto size = search::grid_size(c.space, limit);
+    if (!size.ok()) {
+      const std::string& message = size.error().message();
+      for (const auto& name : w_.space_order())
+        if (message.rfind(name + ": ", 0) == 0)
+          return w_.fail(w_.mark_of("space." + name), "space." + name, message.substr(name.size() + 2));
+      return w_.fail(w_.mark_of("space"), "space", message);
+    }
+    if (*size > limit) {
+      const std::string count =
+          *size == std::numeric_limits<int64_t>::max() ? "more than 9223372036854775807" : std::to_string(*size);
+      if (limit == c.max_trials)
+        return w_.fail(w_.mark_of("search.max_trials"), "search.max_trials",
+                       "the grid has " + count + " points, more than max_trials (" + std::to_string(c.max_trials) +
+                           "); raise max_trials or lower the resolutions");
+      return w_.fail(w_.mark_of("space"), "space",
+                     "the grid has " + count + " points, more than " + std::to_string(search::kMaxGridPoints) +
+                         ", the most a grid may have");
+    }
     return Status::Ok();
   }
 
@@ -811,6 +996,16 @@ class Builder {
     if (!given) c.init = init->default_value.get<std::string>();
     c.search_settings["init"] = c.init;
     root_["search"]["init"] = c.init;
+    if (c.algorithm == "evolution") {
+      const int64_t p = c.search_settings["population"].get<int64_t>();
+      const int64_t k = c.search_settings["sample_size"].get<int64_t>();
+      if (k > p) {
+        const std::string at = w_.given("search.settings.sample_size") ? "search.settings.sample_size"
+                                                                       : "search.settings.population";
+        return w_.fail(w_.mark_of(at), at,
+                       "sample_size (" + std::to_string(k) + ") must be at most population (" + std::to_string(p) + ")");
+      }
+    }
     return Status::Ok();
   }
 
@@ -818,12 +1013,51 @@ class Builder {
     json settings = root_["early_stopping"];
     c.early_stopping = settings["kind"].get<std::string>();
     settings.erase("kind");
+    if ((c.early_stopping == "asha" || c.early_stopping == "hyperband") && !w_.given("early_stopping.max_t")) {
+      // Without a known last step ASHA judges the trainer's last epoch and records fully trained
+      // trials as pruned (issue 9, item 23): default max_t to the trainer's steps or epochs.
+      if (auto last = trainer_last_step()) {
+        settings["max_t"] = *last;
+        root_["early_stopping"]["max_t"] = *last;
+      }
+    }
+    if (c.early_stopping == "hyperband" && settings["max_t"].get<int64_t>() < settings["grace_period"].get<int64_t>()) {
+      const std::string at = w_.given("early_stopping.max_t") ? "early_stopping.max_t" : "early_stopping.grace_period";
+      return w_.fail(w_.mark_of(at), at,
+                     "grace_period (" + std::to_string(settings["grace_period"].get<int64_t>()) +
+                         ") must be at most max_t (" + std::to_string(settings["max_t"].get<int64_t>()) +
+                         (w_.given("early_stopping.max_t") ? ")" : ", the trainer's last step)"));
+    }
     c.early_stopping_settings = settings;
     if (c.early_stopping != "none" && c.objectives.size() > 1)
       return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",
                      c.early_stopping + " judges one objective, but " + std::to_string(c.objectives.size()) +
                          " are given");
     return Status::Ok();
+  }
+
+  // The last step the trainer reports at: its steps (sleep, function) or epochs (mlp, cnn), the
+  // largest value when that setting is searched; nullopt for a command, whose steps are its own.
+  std::optional<int64_t> trainer_last_step() const {
+    const json& t = root_["trainer"];
+    const std::string kind = t["kind"].get<std::string>();
+    const char* key = kind == "sleep" || kind == "function" ? "steps" : kind == "mlp" || kind == "cnn" ? "epochs" : nullptr;
+    if (key == nullptr) return std::nullopt;
+    std::optional<int64_t> last;
+    auto consider = [&](const json& v) {
+      if (v.is_number_integer()) last = std::max(last.value_or(v.get<int64_t>()), v.get<int64_t>());
+    };
+    const json& space = root_["space"];
+    if (space.contains(key)) {
+      const json& p = space[key];
+      const std::string type = p["type"].get<std::string>();
+      if (type == "int") consider(p["high"]);
+      else if (type == "choice") for (const auto& v : p["values"]) consider(v);
+      else if (type == "fixed") consider(p["value"]);
+      return last;
+    }
+    if (t.contains(key)) consider(t[key]);
+    return last;
   }
 
   Status check_trainer(CampaignConfig& c) {
@@ -838,6 +1072,77 @@ class Builder {
     if (t["kind"] == "command" && t.contains("command") && t["command"].is_string()) {
       if (auto unsafe = unsafe_placeholder(t["command"].get<std::string>()))
         return w_.fail(w_.mark_of("trainer.command"), "trainer.command", *unsafe);
+    }
+    if (t["kind"] == "command") HPCTUNE_TRY(check_command_placeholders(c));
+    return check_assign_size(c);
+  }
+
+  // A trial's assign carries its parameters and every fixed trainer setting: one larger than a
+  // message may be is dropped by the transport, and every attempt is lost without a word. Add up
+  // the encoded sizes (a parameter's largest value), with room for the rest of the message.
+  Status check_assign_size(const CampaignConfig& c) {
+    constexpr int64_t kRoom = 64 << 10;  // ids, seed, trial directory, framing
+    auto encoded = [](const json& v) { return static_cast<int64_t>(json::to_msgpack(v).size()); };
+    int64_t total = kRoom;
+    std::string largest;
+    int64_t largest_size = -1;
+    auto add = [&](const std::string& path, int64_t size) {
+      total += size;
+      if (size > largest_size) largest = path, largest_size = size;
+    };
+    for (auto it = c.trainer.begin(); it != c.trainer.end(); ++it)
+      add("trainer." + it.key(), static_cast<int64_t>(it.key().size()) + encoded(it.value()));
+    for (const auto& name : w_.space_order()) {
+      const json& p = root_["space"][name];
+      int64_t size = 16;  // a number
+      const std::string type = p["type"].get<std::string>();
+      if (type == "fixed") size = encoded(p["value"]);
+      else if (type == "choice") for (const auto& v : p["values"]) size = std::max(size, encoded(v));
+      add(type == "fixed" && w_.given("space." + name + ".value") ? "space." + name + ".value" : "space." + name,
+          static_cast<int64_t>(name.size()) + size);
+    }
+    if (total <= kMaxMessageBytes) return Status::Ok();
+    return w_.fail(w_.mark_of(largest), largest,
+                   std::to_string(largest_size) + " bytes encoded, and a trial's assign would be about " +
+                       std::to_string(total) + " bytes, more than the " + std::to_string(kMaxMessageBytes) +
+                       " a message may have (pass large data through a file)");
+  }
+
+  // Every `{name}` of the command must name a parameter or one of the values the command trainer
+  // provides; otherwise every trial fails with the same message. The grammar is that of
+  // trainers::render_command (this library does not link the trainers).
+  Status check_command_placeholders(const CampaignConfig& c) {
+    if (!c.trainer["command"].is_string()) return Status::Ok();
+    const std::string& cmd = c.trainer["command"].get_ref<const std::string&>();
+    static const char* const kBuiltins[] = {"trial_id", "trial_dir", "attempt", "seed", "ranks"};
+    auto name_char = [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';
+    };
+    for (std::size_t i = 0; i < cmd.size(); ++i) {
+      if (cmd[i] != '{') continue;
+      if (i + 1 < cmd.size() && cmd[i + 1] == '{') {
+        ++i;
+        continue;
+      }
+      std::size_t end = i + 1;
+      while (end < cmd.size() && name_char(cmd[end])) ++end;
+      if (end == i + 1 || end >= cmd.size() || cmd[end] != '}')
+        return w_.fail(w_.mark_of("trainer.command"), "trainer.command",
+                       "malformed placeholder at character " + std::to_string(i + 1) +
+                           " (write {name} for a parameter, {{ and }} for literal braces)");
+      const std::string name = cmd.substr(i + 1, end - i - 1);
+      bool known = root_["space"].contains(name);
+      for (const char* b : kBuiltins) known = known || name == b;
+      if (!known) {
+        std::vector<Candidate> names;
+        for (const auto& p : w_.space_order()) names.push_back({p, p});
+        for (const char* b : kBuiltins) names.push_back({b, b});
+        std::string what = "'{" + name + "}' names no parameter of the space";
+        if (auto near = did_you_mean(name, names)) what += "; did you mean '{" + *near + "}'?";
+        else what += " (nor trial_id, trial_dir, attempt, seed, ranks)";
+        return w_.fail(w_.mark_of("trainer.command"), "trainer.command", what);
+      }
+      i = end;
     }
     return Status::Ok();
   }
@@ -890,6 +1195,13 @@ class Builder {
     out.heartbeat_timeout_s = r["heartbeat_timeout"].get<double>();
     out.max_group_restarts = r["max_group_restarts"].get<int64_t>();
     out.startup_timeout_s = r["startup_timeout"].get<double>();
+    if (out.ranks_data * out.ranks_model > kMaxRanksPerGroup) {
+      const std::string at = w_.given("resources.ranks.model") ? "resources.ranks.model" : "resources.ranks.data";
+      return w_.fail(w_.mark_of(at), "resources.ranks",
+                     std::to_string(out.ranks_data) + " data x " + std::to_string(out.ranks_model) + " model = " +
+                         std::to_string(out.ranks_data * out.ranks_model) + " ranks per group, more than " +
+                         std::to_string(kMaxRanksPerGroup));
+    }
     if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
       const std::string interval = format_number(out.heartbeat_interval_s);
       const std::string timeout = format_number(out.heartbeat_timeout_s);
@@ -911,27 +1223,38 @@ class Builder {
       if (type == "int") {
         for (const char* bound : {"low", "high"}) {
           const double x = p[bound].get<double>();
+          const std::string at = path + "." + bound;
           if (std::floor(x) != x)
-            return w_.fail(w_.mark_of(path + "." + bound), path + "." + bound,
-                           format_number(x) + " is not a whole number (the parameter is an int)");
+            return w_.fail(w_.mark_of(at), at, format_number(x) + " is not a whole number (the parameter is an int)");
+          // The search works on doubles: past 2^53 neighbouring integers are the same double
+          // (and 2^63 - 1 would wrap when converted back).
+          if (std::fabs(x) > kMaxExactInt)
+            return w_.fail(w_.mark_of(at), at,
+                           w_.text_of(at, format_number(x)) + " is too large for an int parameter (at most " +
+                               std::to_string(static_cast<int64_t>(kMaxExactInt)) + " in magnitude)");
         }
         p["low"] = static_cast<int64_t>(low);
         p["high"] = static_cast<int64_t>(high);
+      } else if (!std::isfinite(high - low)) {
+        return w_.fail(w_.mark_of(path + ".high"), path + ".high",
+                       "the range " + format_number(low) + ".." + format_number(high) + " is too wide to sample");
       }
       if (low >= high)
         return w_.fail(w_.mark_of(path + ".low"), path + ".low",
-                       format_number(low) + " must be less than high (" + format_number(high) + ")");
+                       w_.text_of(path + ".low", format_number(low)) + " must be less than high (" +
+                           w_.text_of(path + ".high", format_number(high)) + ")");
       if (p["log"].get<bool>() && low <= 0)
         return w_.fail(w_.mark_of(path + ".low"), path + ".low",
                        "a log scale needs low > 0, got " + format_number(low));
     } else if (type == "choice") {
       const json& values = p["values"];
+      // Hashed, not compared pairwise (there may be 100,000 values).
+      std::unordered_map<std::string, std::size_t> seen;
       for (std::size_t i = 0; i < values.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-          if (values[i] == values[j]) {
-            const std::string item = path + ".values[" + std::to_string(i) + "]";
-            return w_.fail(w_.mark_of(item), item, quoted_value(values[i]) + " is listed twice");
-          }
+        if (auto key = search::Space::choice_key(values[i]); key && !seen.emplace(*key, i).second) {
+          const std::string item = path + ".values[" + std::to_string(i) + "]";
+          return w_.fail(w_.mark_of(item), item, quoted_value(values[i]) + " is listed twice");
+        }
     }
     if (p.contains("when")) {
       const auto& when = p["when"];
@@ -1043,11 +1366,23 @@ Result<YNode> read_tree(const std::string& text, const std::string& source) {
     if (!path.empty()) message += path + ": ";
     return err(Errc::kConfig, message + what);
   };
+  // The line and column of a byte offset.
+  auto mark_at = [&](std::size_t offset) {
+    const auto before = text.begin() + static_cast<std::ptrdiff_t>(offset);
+    const int line = 1 + static_cast<int>(std::count(text.begin(), before, '\n'));
+    const std::size_t line_start = offset == 0 ? std::string::npos : text.rfind('\n', offset - 1);
+    const std::size_t column = line_start == std::string::npos ? offset : offset - line_start - 1;
+    return Mark{line, static_cast<int>(column) + 1};
+  };
+  if (auto deep = flow_too_deep(text))
+    return located(mark_at(*deep), "", "nested more than " + std::to_string(kMaxDepth) + " levels deep");
   try {
     YAML::Parser parser(in);
     while (parser.HandleNextDocument(builder)) {
       if (builder.problem()) break;
     }
+  } catch (const StopReading&) {
+    // builder.problem() is set: reported below.
   } catch (const YAML::Exception& e) {
     // A problem noted earlier in the file comes first.
     if (builder.problem()) {
@@ -1063,6 +1398,9 @@ Result<YNode> read_tree(const std::string& text, const std::string& source) {
     const auto& p = *builder.problem();
     return located(p.mark, p.path, p.what);
   }
+  // A byte that is not UTF-8 outside any value (in a comment): the text is stored with the
+  // campaign and printed back, so the file is refused as a whole.
+  if (auto bad = invalid_utf8_at(text)) return located(mark_at(*bad), "", "the file is not valid UTF-8 here; save it as UTF-8");
   auto& root = builder.root();
   if (!root || root->kind == YNode::Kind::kNull)
     return located(Mark{}, "", "the config is empty; it needs at least name, objective, search.max_trials and "
@@ -1096,6 +1434,23 @@ search::StopperSpec CampaignConfig::stopper_spec() const {
   return spec;
 }
 
+std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
+  const char* key = c.algorithm == "tpe" ? "n_startup" : c.algorithm == "bayesian" ? "n_initial" : nullptr;
+  if (key == nullptr) return std::nullopt;
+  ModelStartup out;
+  const json& given = c.search_settings.contains(key) ? c.search_settings[key] : json();
+  out.random_trials = given.is_number_integer() ? given.get<int64_t>() : search::default_n_initial(c.space);
+  out.model_used = out.random_trials < c.max_trials;
+  const std::string n = std::to_string(out.random_trials), budget = std::to_string(c.max_trials);
+  if (out.model_used)
+    out.text = c.algorithm + ": the first " + n + " of " + budget + " trials are random start-up; the model suggests from trial " +
+               std::to_string(out.random_trials + 1) + " on";
+  else
+    out.text = c.algorithm + ": " + n + " random start-up trials of " + budget +
+               "; the model is never used (lower search.settings." + key + " or raise search.max_trials)";
+  return out;
+}
+
 Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name) {
   HPCTUNE_ASSIGN(YNode tree, read_tree(yaml_text, source_name));
   Walker walker(source_name);
@@ -1123,18 +1478,32 @@ Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::str
 }
 
 Result<CampaignConfig> load_config(const std::string& path) {
+  // Every way a config file cannot be used is the user's to fix (exit 2, like any config error):
+  // a directory, a device such as /dev/zero (endless; read in full it exhausts memory), a FIFO, a
+  // file without read permission, a file far larger than any config.
+  auto refuse = [&](const std::string& why) { return err(Errc::kConfig, "cannot read config '" + path + "': " + why); };
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int e = errno;
-    return err(e == ENOENT ? Errc::kNotFound : Errc::kIo, "cannot read config '" + path + "': " + std::strerror(e));
+    if (e == ENOENT) return err(Errc::kNotFound, "cannot read config '" + path + "': " + std::strerror(e));
+    return refuse(std::strerror(e));
   }
-  if (S_ISDIR(st.st_mode)) return err(Errc::kIo, "cannot read config '" + path + "': it is a directory");
+  if (S_ISDIR(st.st_mode)) return refuse("it is a directory");
+  if (!S_ISREG(st.st_mode)) return refuse("not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes)
+    return refuse("it is " + std::to_string(st.st_size) + " bytes; a config may have at most " +
+                  std::to_string(kMaxConfigBytes));
   std::ifstream in(path, std::ios::binary);
-  if (!in) return err(Errc::kIo, "cannot read config '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  if (!in) return refuse(std::strerror(errno));
+  // Read in chunks and bounded, even if the file grows between stat and read.
+  std::string text;
+  char chunk[65536];
+  while (text.size() <= kMaxConfigBytes && in.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
   if (in.bad()) return err(Errc::kIo, "cannot read config '" + path + "': read failed");
-  return parse_config(text.str(), path);
+  if (text.size() > kMaxConfigBytes)
+    return refuse("it has more than " + std::to_string(kMaxConfigBytes) + " bytes, the most a config may have");
+  return parse_config(text, path);
 }
 
 }  // namespace hpctune::config

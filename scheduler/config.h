@@ -15,9 +15,17 @@
 // YAML is read through yaml-cpp's event parser so that every key keeps its mark; anchors and
 // aliases and `<<` merge keys work. Scalars follow the YAML 1.2 core schema: a quoted "10" is a
 // string, yes/no are strings.
+//
+// Every input is bounded before it can cost much: the file's size (kMaxConfigBytes), the nodes it
+// expands to with aliases (kMaxConfigNodes), its nesting (64 levels); values must be UTF-8 without
+// NUL. Whatever would fail every trial of `run` is refused here: a grid larger than max_trials, a
+// trial's assign larger than a message, a command placeholder that names nothing, durations
+// outside their ranges. A section with a `kind` takes a bare name (`early_stopping: asha`).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,8 +88,30 @@ struct CampaignConfig {
   search::StopperSpec stopper_spec() const;
 };
 
-// Reads and parses a config file. A file that cannot be read is kNotFound (missing) or kIo, with
-// the path; everything else is as parse_config.
+// The largest config file load_config reads (a config is a few kilobytes).
+inline constexpr std::size_t kMaxConfigBytes = 16u << 20;
+
+// The most YAML nodes a config may expand to, aliases counted at every use: a few aliases nested
+// a few levels deep (an "alias bomb") would otherwise expand a 600-byte file into gigabytes. A
+// real config has hundreds; this bounds the parser's memory to some tens of megabytes.
+inline constexpr std::size_t kMaxConfigNodes = 100'000;
+
+// The most ranks (data x model) one trainer group may have.
+inline constexpr int64_t kMaxRanksPerGroup = 65536;
+
+// The random start-up of the algorithms that fit a model (tpe: n_startup, bayesian: n_initial):
+// `text` says how many trials are random and from which trial the model suggests, or that it
+// never does within max_trials and what to change. nullopt for the other algorithms.
+struct ModelStartup {
+  int64_t random_trials = 0;
+  bool model_used = true;
+  std::string text;
+};
+std::optional<ModelStartup> model_startup(const CampaignConfig& config);
+
+// Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
+// file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the
+// path; everything else is as parse_config.
 Result<CampaignConfig> load_config(const std::string& path);
 
 // Parses YAML text; `source_name` names it in messages ("<source_name>:line:col: ...").

@@ -11,10 +11,14 @@
 #include <random>
 #include <set>
 
+#include "common/limits.h"
 #include "scheduler/launcher.h"
 #include "scheduler/protocol.h"
 #include "scheduler/store.h"
 #include "scheduler/transport.h"
+
+static_assert(hpctune::kMaxMessageBytes == hpctune::protocol::kMaxMessageBytes,
+              "common/limits.h and the protocol must agree on the message limit (config.cpp checks against it)");
 
 namespace hpctune::scheduler {
 namespace {
@@ -255,6 +259,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   for (int64_t g = 0; g < groups; ++g) HPCTUNE_TRY(launcher->start(g));
   log("campaign '" + cfg.name + "': " + std::to_string(groups) + " trainer group(s), master at " + server->endpoint() +
       ", database " + db_path);
+  if (auto startup = config::model_startup(cfg)) log(startup->text);
 
   std::map<int64_t, int64_t> restarts;
   std::set<int64_t> died_before_hello;

@@ -22,6 +22,13 @@ using nlohmann::json;
 // In reference order; a section before its keys. Keys of search.settings and the stopper keys of
 // early_stopping are imported from the search library by build_table().
 
+// Durations are bounded (issue 9, item 16): 1e300 s overflows the millisecond clocks, and a
+// deadline of days is already a mistake; a non-zero duration under 1 ms is refused by
+// check_value, as it would truncate to 0 ms.
+constexpr double kDay = 86400;
+// Steps of the built-in test trainers: more would run for ever and overflow their counters.
+constexpr double kMaxSteps = 1'000'000;
+
 Scope trainer_kind(std::string kind) { return {"trainer.kind", {std::move(kind)}}; }
 // The settings of the classifier training loop, shared by the mlp and cnn kinds.
 Scope classifier_kinds() { return {"trainer.kind", {"mlp", "cnn"}}; }
@@ -207,6 +214,7 @@ std::vector<Setting> declarations() {
        .help = "Wall-clock budget: no trial starts after it (0 = unlimited).",
        .default_value = 0,
        .min = 0,
+       .max = 365 * kDay,
        .aliases = {"timeout", "time_limit", "time_budget", "max_duration"}},
       {.path = "search.max_attempts",
        .type = Type::kInt,
@@ -288,6 +296,7 @@ std::vector<Setting> declarations() {
        .help = "Total time to sleep, spread evenly over the steps.",
        .default_value = 0,
        .min = 0,
+       .max = 7 * kDay,
        .scope = trainer_kind("sleep"),
        .aliases = {"sleep", "duration", "seconds_per_step"}},
       {.path = "trainer.steps",
@@ -295,6 +304,7 @@ std::vector<Setting> declarations() {
        .help = "Number of steps; a report follows each.",
        .default_value = 1,
        .min = 1,
+       .max = kMaxSteps,
        .scope = trainer_kind("sleep"),
        .aliases = {"epochs", "reports", "iterations"}},
       {.path = "trainer.metric",
@@ -567,6 +577,7 @@ std::vector<Setting> declarations() {
        .help = "Number of reports of the value.",
        .default_value = 1,
        .min = 1,
+       .max = kMaxSteps,
        .scope = trainer_kind("function"),
        .aliases = {"epochs", "reports", "iterations"}},
       {.path = "trainer.seconds_per_step",
@@ -574,6 +585,7 @@ std::vector<Setting> declarations() {
        .help = "Time to sleep before each report, to imitate training.",
        .default_value = 0,
        .min = 0,
+       .max = kDay,
        .scope = trainer_kind("function"),
        .aliases = {"seconds", "sleep", "delay"}},
 
@@ -589,6 +601,7 @@ std::vector<Setting> declarations() {
        .help = "Stop the command after this long (0 = no limit).",
        .default_value = 0,
        .min = 0,
+       .max = 365 * kDay,
        .scope = trainer_kind("command"),
        .aliases = {"time_limit", "max_time"}},
       {.path = "trainer.workdir",
@@ -608,6 +621,7 @@ std::vector<Setting> declarations() {
        .help = "After a stop request, how long the command has to exit before it is killed.",
        .default_value = 5,
        .min = 0,
+       .max = 3600,
        .scope = trainer_kind("command"),
        .aliases = {"grace_period", "kill_timeout"}},
       {.path = "trainer.log_limit",
@@ -668,16 +682,16 @@ std::vector<Setting> declarations() {
        .type = Type::kDuration,
        .help = "How often a trainer group tells the master it is alive.",
        .default_value = 1,
-       .min = 0,
-       .min_exclusive = true,
+       .min = 0.01,
+       .max = 3600,
        .aliases = {"heartbeat", "heartbeat_period"}},
       {.path = "resources.heartbeat_timeout",
        .type = Type::kDuration,
        .help = "A group silent for this long is lost and its trial is run again; must be greater "
                "than heartbeat_interval.",
        .default_value = 10,
-       .min = 0,
-       .min_exclusive = true,
+       .min = 0.1,
+       .max = 7 * kDay,
        .aliases = {"heartbeat_deadline", "liveness_timeout"}},
       {.path = "resources.max_group_restarts",
        .type = Type::kInt,
@@ -690,8 +704,8 @@ std::vector<Setting> declarations() {
        .type = Type::kDuration,
        .help = "How long a new trainer group may take to connect to the master.",
        .default_value = 60,
-       .min = 0,
-       .min_exclusive = true,
+       .min = 0.1,
+       .max = 7 * kDay,
        .aliases = {"start_timeout", "connect_timeout", "launch_timeout"}},
   };
 }
@@ -1003,7 +1017,9 @@ Result<json> check_value(const Setting& s, const json& v) {
       } else {
         return problem("expected seconds or a duration such as 90s, 10m, 2h, got " + shown(v));
       }
-      HPCTUNE_TRY(check_bounds(s, x, text));
+      if (auto bounded = check_bounds(s, x, text); !bounded.ok())
+        return problem(bounded.error().message() + " s (the range is " + bounds_text(s) + " s)");
+      if (x > 0 && x < 1e-3) return problem(text + " s is less than 1 ms, the shortest duration (0 or at least 0.001)");
       return json(x);
     }
     case Type::kEnum: {

@@ -334,12 +334,16 @@ class Bayesian final : public SearcherBase {
 
 }  // namespace
 
+int64_t default_n_initial(const Space& space) {
+  int64_t d = 0;
+  for (const auto& p : space.params()) d += p.type == ParamType::kFixed ? 0 : 1;
+  return std::clamp<int64_t>(2 * d, 5, 20);
+}
+
 Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   HPCTUNE_ASSIGN(auto s, resolve_settings("bayesian", bayesian_settings(), spec.settings));
   BoConfig cfg;
-  int64_t d = 0;
-  for (const auto& p : spec.space.params()) d += p.type == ParamType::kFixed ? 0 : 1;
-  cfg.n_initial = s["n_initial"].is_null() ? std::clamp<int64_t>(2 * d, 5, 20) : s["n_initial"].get<int64_t>();
+  cfg.n_initial = s["n_initial"].is_null() ? default_n_initial(spec.space) : s["n_initial"].get<int64_t>();
   (void)parse_design_kind(s["init"].get<std::string>(), cfg.init);
   cfg.ucb = s["acquisition"] == "ucb";
   cfg.kappa = s["ucb_kappa"].get<double>();

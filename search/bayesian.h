@@ -44,5 +44,7 @@ namespace hpctune::search {
 
 std::vector<SettingDecl> bayesian_settings();
 Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec);
+// The default n_initial: clamp(2 * d, 5, 20), d the searched (not fixed) parameters.
+int64_t default_n_initial(const Space& space);
 
 }  // namespace hpctune::search

@@ -18,7 +18,7 @@ std::vector<SettingDecl> asha_settings() {
       {"grace_period", SettingType::kInt, 1, 1, kInf, {}, "the first rung, in steps (minimum resource r)"},
       {"reduction_factor", SettingType::kFloat, 3.0, 1.01, 1000, {},
        "eta: rungs are eta times apart and the top 1/eta of a rung continues"},
-      {"max_t", SettingType::kInt, 0, 0, kInf, {}, "the last step a trial reaches; rungs at or past it are not judged (0: none)"},
+      {"max_t", SettingType::kInt, 0, 0, kInf, {}, "the last step a trial reaches; rungs at or past it are not judged, nor any report at or past it (0: none; the config defaults it to the trainer's steps or epochs)"},
       {"min_early_stopping_rate", SettingType::kInt, 0, 0, 64, {}, "s: the first rung is at r * eta^s"},
   };
 }
@@ -27,7 +27,7 @@ std::vector<SettingDecl> hyperband_settings() {
   return {
       {"grace_period", SettingType::kInt, 1, 1, kInf, {}, "the smallest first rung, in steps (minimum resource r)"},
       {"reduction_factor", SettingType::kFloat, 3.0, 1.01, 1000, {}, "eta, as in asha"},
-      {"max_t", SettingType::kInt, 81, 1, kInf, {}, "the maximum resource R: brackets s = 0..floor(log_eta(R / r))"},
+      {"max_t", SettingType::kInt, 81, 1, kInf, {}, "the maximum resource R: brackets s = 0..floor(log_eta(R / r)); the config defaults it to the trainer's steps or epochs"},
   };
 }
 
@@ -61,6 +61,9 @@ class Rungs {
 
   // Judges the trial at every rung it has newly passed; kStop at the first rung it is not in the top of.
   Decision report(int64_t seq, int64_t step, double loss) {
+    // A report at the last step is the trial's result: stopping it there saves nothing and would
+    // record a finished trial as pruned (issue 9, item 23), even when it skipped earlier rungs.
+    if (max_t_ > 0 && step >= max_t_) return Decision::kContinue;
     std::size_t& next = next_rung_[seq];
     while (true) {
       const int64_t m = milestone(next);

@@ -104,9 +104,18 @@ void enumerate(const GridPlan& plan, std::size_t i, Params& partial, std::vector
   partial.erase(params[i].name);
 }
 
-Result<GridPlan> plan_for(const Space& space) {
+// The grid of a parameter is never larger than the whole grid, so a parameter with more values
+// than `limit` is refused before its values are listed (an int over 0..9e18, a float with a
+// resolution of 9.2e18 would otherwise be enumerated until memory runs out).
+Result<GridPlan> plan_for(const Space& space, int64_t limit) {
   GridPlan plan{&space, {}, std::vector<bool>(space.size(), false)};
   for (const auto& p : space.params()) {
+    const int64_t n = grid_value_count(p);
+    if (n > limit)
+      return err(Errc::kConfig, p.name + ": " + std::to_string(n) + " grid values, more than the " +
+                                    std::to_string(limit) + " points the grid may have" +
+                                    (p.type == ParamType::kInt ? " (raise step or give a resolution)"
+                                                               : " (lower the resolution)"));
     HPCTUNE_ASSIGN(auto v, grid_values(p));
     plan.values.push_back(std::move(v));
     if (p.when) plan.is_parent[static_cast<std::size_t>(space.index_of(p.when->parent))] = true;
@@ -144,24 +153,37 @@ class GridSearch final : public SearcherBase {
 
 }  // namespace
 
-Result<int64_t> grid_size(const Space& space) {
-  HPCTUNE_ASSIGN(auto plan, plan_for(space));
+int64_t grid_value_count(const ParamSpec& p) {
+  switch (p.type) {
+    case ParamType::kFloat: return p.resolution;
+    case ParamType::kInt: {
+      const int64_t n = Space::int_levels(p);
+      return p.resolution >= 2 && p.resolution < n ? p.resolution : n;
+    }
+    case ParamType::kChoice: return static_cast<int64_t>(p.choices.size());
+    case ParamType::kFixed: return 1;
+  }
+  return 1;
+}
+
+Result<int64_t> grid_size(const Space& space, int64_t limit) {
+  HPCTUNE_ASSIGN(auto plan, plan_for(space, limit));
   Params partial = Params::object();
   return count_from(plan, 0, partial);
 }
 
 Result<std::unique_ptr<Searcher>> make_grid_search(const SearchSpec& spec) {
   HPCTUNE_ASSIGN(auto settings, resolve_settings("grid", grid_search_settings(), spec.settings));
-  HPCTUNE_ASSIGN(auto plan, plan_for(spec.space));
+  // Without a budget, still refuse a grid nobody could run (and we could not hold in memory).
+  const int64_t limit = spec.max_trials > 0 ? std::min(spec.max_trials, kMaxGridPoints) : kMaxGridPoints;
+  HPCTUNE_ASSIGN(auto plan, plan_for(spec.space, limit));
   Params partial = Params::object();
   const int64_t size = count_from(plan, 0, partial);
-  // Without a budget, still refuse a grid nobody could run (and we could not hold in memory).
-  const int64_t limit = spec.max_trials > 0 ? spec.max_trials : 10'000'000;
   if (size > limit) {
     const std::string size_text = size == kMax ? "more than " + std::to_string(kMax) : std::to_string(size);
     return err(Errc::kConfig, "grid: the grid has " + size_text + " points, more than " +
-                                  (spec.max_trials > 0 ? "max_trials (" + std::to_string(spec.max_trials) + ")"
-                                                       : "10000000") +
+                                  (limit == spec.max_trials ? "max_trials (" + std::to_string(spec.max_trials) + ")"
+                                                            : std::to_string(kMaxGridPoints)) +
                                   "; lower the resolutions or raise max_trials");
   }
   std::vector<Params> points;

@@ -25,9 +25,15 @@ namespace hpctune::search {
 std::vector<SettingDecl> grid_search_settings();
 Result<std::unique_ptr<Searcher>> make_grid_search(const SearchSpec& spec);
 
+// The most points a grid may have, whatever max_trials says: the points are held in memory.
+inline constexpr int64_t kMaxGridPoints = 10'000'000;
+
 // The grid values of one parameter; kConfig (naming it) for a float without a resolution.
 Result<std::vector<nlohmann::json>> grid_values(const ParamSpec& spec);
-// The number of grid points of a space, saturating at INT64_MAX.
-Result<int64_t> grid_size(const Space& space);
+// How many grid values a parameter has, without listing them (an int with a resolution: at most).
+int64_t grid_value_count(const ParamSpec& spec);
+// The number of grid points of a space, saturating at INT64_MAX. kConfig, naming the parameter,
+// when one parameter alone has more than `limit` values (they are never listed then).
+Result<int64_t> grid_size(const Space& space, int64_t limit = kMaxGridPoints);
 
 }  // namespace hpctune::search

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <unordered_set>
 
 namespace hpctune::search {
 
@@ -63,9 +64,10 @@ Status validate_one(const ParamSpec& p) {
     }
     case ParamType::kChoice: {
       if (p.choices.empty()) return config_error(p, "a choice needs at least one value");
-      for (std::size_t i = 0; i < p.choices.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-          if (p.choices[i] == p.choices[j]) return config_error(p, "the choice " + p.choices[i].dump() + " is listed twice");
+      std::unordered_set<std::string> seen;
+      for (const auto& c : p.choices)
+        if (auto key = Space::choice_key(c); key && !seen.insert(*key).second)
+          return config_error(p, "the choice " + c.dump() + " is listed twice");
       break;
     }
     case ParamType::kFixed: break;
@@ -161,6 +163,17 @@ bool Space::active(const ParamSpec& spec, const Params& params) {
 int64_t Space::int_levels(const ParamSpec& spec) noexcept {
   if (spec.type != ParamType::kInt || spec.step < 1 || spec.high < spec.low) return 1;
   return static_cast<int64_t>(std::floor((spec.high - spec.low) / static_cast<double>(spec.step))) + 1;
+}
+
+std::optional<std::string> Space::choice_key(const nlohmann::json& v) {
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (std::isnan(x)) return std::nullopt;
+    if (std::floor(x) == x && std::fabs(x) < 9.2e18) return "i" + std::to_string(static_cast<int64_t>(x));
+    return "f" + v.dump();
+  }
+  if (v.is_number()) return "i" + v.dump();
+  return "j" + v.dump();
 }
 
 int64_t Space::choice_index(const ParamSpec& spec, const nlohmann::json& value) noexcept {

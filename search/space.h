@@ -90,6 +90,9 @@ class Space {
   static int64_t int_levels(const ParamSpec& spec) noexcept;
   // kChoice: the index of `value` among the choices, or -1.
   static int64_t choice_index(const ParamSpec& spec, const nlohmann::json& value) noexcept;
+  // A text equal for choice values that are == (1 and 1.0 alike), to find duplicates by hashing
+  // rather than pairwise; nullopt for NaN, which equals nothing.
+  static std::optional<std::string> choice_key(const nlohmann::json& value);
   // One value against its parameter's range/choices (kInvalidArgument naming the parameter).
   static Status check_value(const ParamSpec& spec, const nlohmann::json& value);
   // A uniform draw of one parameter (log-uniform for log ones).

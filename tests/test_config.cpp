@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/limits.h"
 #include "scheduler/config.h"
 #include "scheduler/settings.h"
 #include "search/searcher.h"
@@ -426,6 +427,53 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"objective_and_objectives.yaml", "3:1: objectives: give either objective or objectives, not both"},
       {"early_stopping_with_two_objectives.yaml",
        "7:3: early_stopping.kind: asha judges one objective, but 2 are given"},
+      // issue 9, item 14: 7 levels of 9 aliases, 2.8 GB expanded; refused at the alias that passes the bound.
+      {"alias_bomb.yaml",
+       "10:10: a5[0]: the config has more than 100000 YAML nodes, aliases counted at every use (an alias repeated "
+       "at several levels?)"},
+      // issue 9, item 18.
+      {"int_bound_too_large.yaml",
+       "6:26: space.p.high: 9223372036854775807 is too large for an int parameter (at most 9007199254740992 in "
+       "magnitude)"},
+      {"seed_too_large.yaml", "5:1: seed: 18446744073709551615 is above the maximum 9223372036854775807"},
+      {"nul_in_choice.yaml", "6:30: space.p.values[0]: a value may not contain a NUL character"},
+      {"non_utf8_choice.yaml",
+       "6:30: space.p.values[0]: the text is not valid UTF-8 (byte 2 of the value); save the file as UTF-8"},
+      {"nested_too_deep.yaml", "6:92: nested more than 64 levels deep"},
+      {"non_utf8_comment.yaml", "1:14: the file is not valid UTF-8 here; save it as UTF-8"},
+      {"merge_key_not_a_map.yaml", "4:24: trainer: '<<' merges maps only, got a value"},
+      {"ranks_product_too_large.yaml",
+       "6:24: resources.ranks: 65536 data x 1024 model = 67108864 ranks per group, more than "
+       "65536"},
+      {"command_unknown_placeholder.yaml",
+       "4:26: trainer.command: '{nope}' names no parameter of the space (nor trial_id, "
+       "trial_dir, attempt, seed, ranks)"},
+      {"command_misspelled_placeholder.yaml",
+       "4:26: trainer.command: '{lrr}' names no parameter of the space; did you mean '{lr}'?"},
+      {"evolution_sample_size_above_population.yaml",
+       "6:29: search.settings.sample_size: sample_size (5) must be at most population (3)"},
+      {"grid_int_too_many_values.yaml",
+       "6:3: space.p: 9000000000000001 grid values on their own, more than max_trials (4); raise "
+       "step or give a resolution"},
+      {"grid_float_resolution_huge.yaml",
+       "6:3: space.p: 9200000000000000000 grid values on their own, more than 10000000, the most "
+       "a grid may have; lower the resolution"},
+      {"grid_larger_than_max_trials.yaml",
+       "3:10: search.max_trials: the grid has 6 points, more than max_trials (5); raise "
+       "max_trials or lower the resolutions"},
+      {"heartbeat_timeout_too_large.yaml",
+       "6:3: resources.heartbeat_timeout: 1e+300 is above the maximum 604800 s (the range is "
+       "0.1..604800 s)"},
+      {"heartbeat_too_short.yaml",
+       "6:3: resources.heartbeat_interval: 1e-05 is below the minimum 0.01 s (the range is "
+       "0.01..3600 s)"},
+      {"duration_below_1ms.yaml",
+       "4:43: trainer.timeout: 1e-04 s is less than 1 ms, the shortest duration (0 or at least "
+       "0.001)"},
+      {"sleep_seconds_too_large.yaml",
+       "4:24: trainer.seconds: 1e+300 is above the maximum 604800 s (the range is 0..604800 s)"},
+      {"steps_too_large.yaml",
+       "4:24: trainer.steps: 9223372036854775807 is above the maximum 1000000"},
   };
 
   std::set<std::string> tested;
@@ -484,9 +532,44 @@ TEST_CASE("load_config: a file that cannot be read names its path") {
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code() == Errc::kNotFound);
   CHECK(missing.error().message().find("/nonexistent/dir/campaign.yaml") != std::string::npos);
+  // issue 9, item 18: a directory, a device or an unreadable file is the user's to fix: kConfig (exit 2).
   auto directory = config::load_config(source_path("tests"));
   REQUIRE_FALSE(directory.ok());
-  CHECK(directory.error().code() == Errc::kIo);
+  CHECK(directory.error().code() == Errc::kConfig);
+  CHECK(directory.error().message() == "cannot read config '" + source_path("tests") + "': it is a directory");
+  auto device = config::load_config("/dev/zero");  // endless: read in full, it exhausted memory
+  REQUIRE_FALSE(device.ok());
+  CHECK(device.error().code() == Errc::kConfig);
+  CHECK(device.error().message() == "cannot read config '/dev/zero': not a regular file");
+}
+
+TEST_CASE("load_config: a file larger than kMaxConfigBytes is refused before it is parsed") {
+  const std::string path = (std::filesystem::temp_directory_path() / "hpctune_test_config_huge.yaml").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "name: huge\n";
+    out.seekp(static_cast<std::streamoff>(config::kMaxConfigBytes) + 10);
+    out << "\n";
+  }
+  auto huge = config::load_config(path);
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.error().code() == Errc::kConfig);
+  CHECK(huge.error().message().find("a config may have at most 16777216") != std::string::npos);
+}
+
+TEST_CASE("bare names: a scalar where a section with a kind is expected is {kind: name}") {
+  auto c = parse_ok("name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\ntrainer: sleep\nearly_stopping: asha\n");
+  CHECK(c.early_stopping == "asha");
+  CHECK(c.trainer["kind"] == "sleep");
+  CHECK(c.normalized["early_stopping"]["kind"] == "asha");
+  // An unknown bare name is the usual unknown-value error, at the name.
+  CHECK(parse_error("name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\ntrainer: sleep\nearly_stopping: ash\n") ==
+        "test.yaml:5:17: early_stopping.kind: unknown value 'ash'; expected one of none, asha, hyperband, median (did "
+        "you mean 'asha'?)");
+  // A section without a kind still wants a map.
+  CHECK(parse_error("name: d\nobjective: {metric: v}\nsearch: tpe\ntrainer: sleep\n") ==
+        "test.yaml:3:1: search: expected a map of settings, got 'tpe'");
 }
 
 TEST_CASE("durations") {
@@ -675,4 +758,59 @@ trainer: {kind: mlp}
     const std::string key(config::leaf_name(s.path));
     CHECK_MESSAGE(reference.find(key + ":") != std::string::npos, s.path << " is missing from the reference");
   }
+}
+
+TEST_CASE("early stopping: max_t defaults to the trainer's last step or epoch (issue 9, item 23)") {
+  const std::string head = "name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\n";
+  auto c = parse_ok(head + "trainer: {kind: mlp, epochs: 7}\nearly_stopping: asha\n");
+  CHECK(c.early_stopping_settings["max_t"] == 7);
+  CHECK(c.normalized["early_stopping"]["max_t"] == 7);
+  CHECK(c.stopper_spec().settings["max_t"] == 7);
+  // The default epochs of the classifier trainers, the steps of the test trainers.
+  CHECK(parse_ok(head + "trainer: {kind: cnn}\nearly_stopping: {kind: hyperband}\n").early_stopping_settings["max_t"] == 10);
+  CHECK(parse_ok(head + "trainer: {kind: sleep, steps: 5}\nearly_stopping: asha\n").early_stopping_settings["max_t"] == 5);
+  // A searched epochs: its largest value.
+  CHECK(parse_ok(head + "trainer: mlp\nspace:\n  epochs: {type: int, low: 2, high: 12}\nearly_stopping: asha\n")
+            .early_stopping_settings["max_t"] == 12);
+  CHECK(parse_ok(head + "trainer: mlp\nspace:\n  epochs: {type: choice, values: [3, 9, 6]}\nearly_stopping: asha\n")
+            .early_stopping_settings["max_t"] == 9);
+  // Given: kept. A command's steps are its own: the stopper's default.
+  CHECK(parse_ok(head + "trainer: {kind: mlp, epochs: 7}\nearly_stopping: {kind: asha, max_t: 3}\n")
+            .early_stopping_settings["max_t"] == 3);
+  CHECK(parse_ok(head + "trainer: {kind: command, command: 'true'}\nearly_stopping: asha\n")
+            .early_stopping_settings["max_t"] == 0);
+  // Hyperband's grace period beyond the trainer's last step would fail every run.
+  CHECK(parse_error(head + "trainer: {kind: sleep, steps: 2}\nearly_stopping: {kind: hyperband, grace_period: 3}\n") ==
+        "test.yaml:5:35: early_stopping.grace_period: grace_period (3) must be at most max_t (2, the trainer's last "
+        "step)");
+}
+
+TEST_CASE("model_startup: the random start-up of tpe and bayesian against max_trials (issue 9, item 24)") {
+  const std::string head = "name: d\nobjective: {metric: v}\ntrainer: {kind: command, command: 'true'}\n"
+                           "space:\n  a: {type: float, low: 0, high: 1}\n  b: 3\n";
+  auto tpe = config::model_startup(parse_ok(head + "search: {algorithm: tpe, max_trials: 8}\n"));
+  REQUIRE(tpe);
+  CHECK(tpe->random_trials == 10);
+  CHECK_FALSE(tpe->model_used);
+  // bayesian: n_initial defaults to clamp(2 * d, 5, 20) over the searched parameters (b is fixed).
+  auto bo = config::model_startup(parse_ok(head + "search: {algorithm: bayesian, max_trials: 8}\n"));
+  REQUIRE(bo);
+  CHECK(bo->random_trials == 5);
+  CHECK(bo->model_used);
+  CHECK(bo->text == "bayesian: the first 5 of 8 trials are random start-up; the model suggests from trial 6 on");
+  CHECK_FALSE(config::model_startup(parse_ok(head + "search: {algorithm: random, max_trials: 8}\n")));
+}
+
+TEST_CASE("a trial's assign must fit in a message: the largest value is named (issue 9, item 17)") {
+  // 65 environment variables of 65,000 bytes, written once and aliased (a 4 MB scalar takes a
+  // second to parse): 4.2 MB in every assign.
+  std::string env = "{v0: &blob " + std::string(65000, 'x');
+  for (int i = 1; i < 65; ++i) env += ", v" + std::to_string(i) + ": *blob";
+  const std::string head = "name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\n"
+                           "trainer: {kind: command, command: 'true', env: ";
+  CHECK(parse_error(head + env + "}}\n") ==
+        "test.yaml:4:43: trainer.env: 4225451 bytes encoded, and a trial's assign would be about 4291041 bytes, more "
+        "than the 4194304 a message may have (pass large data through a file)");
+  // Well under the limit: fine.
+  parse_ok(head + "{v0: " + std::string(100000, 'x') + "}}\n");
 }

@@ -323,3 +323,39 @@ TEST_CASE("the launch credential is in no worker's command line and no trial pro
   }
   CHECK(envs == 4);
 }
+
+TEST_CASE("validate: a directory, a device and an alias bomb are config errors, exit 2 (issue 9, items 14, 18)") {
+  TempDir dir;
+  CHECK(run_hpctune({"validate", dir.path}, dir.file("dir.log"), 30s).code == 2);
+  CHECK(run_hpctune({"validate", "/dev/zero"}, dir.file("zero.log"), 30s).code == 2);
+  CHECK(read_file(dir.file("zero.log")).find("not a regular file") != std::string::npos);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string bomb = std::string(HPCTUNE_SOURCE_DIR) + "/tests/configs/bad/alias_bomb.yaml";
+  CHECK(run_hpctune({"validate", bomb}, dir.file("bomb.log"), 30s).code == 2);
+  CHECK(read_file(dir.file("bomb.log")).find("alias_bomb.yaml:10:10: a5[0]: the config has more than 100000 YAML nodes") !=
+        std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // it took 2.8 GB before it failed
+}
+
+TEST_CASE("tpe and bayesian say how many trials are random start-up (issue 9, item 24)") {
+  TempDir dir;
+  auto config = [&](const std::string& name, const std::string& search) {
+    return dir.write(name + ".yaml", "name: " + name + "\nstorage: " + dir.file(name + ".db") +
+                                         "\nobjective: {metric: value}\nsearch: " + search +
+                                         "\nspace:\n  value: {type: float, low: 0, high: 1}\ntrainer: {kind: sleep}\n");
+  };
+  // validate: valid (exit 0), with a warning on stderr when the model would never be used.
+  const std::string never = config("never", "{algorithm: tpe, max_trials: 8}");
+  CHECK(run_hpctune({"validate", never}, dir.file("never.log"), 30s).code == 0);
+  CHECK(read_file(dir.file("never.log")).find("hpctune validate: warning: tpe: 10 random start-up trials of 8; the "
+                                              "model is never used (lower search.settings.n_startup or raise "
+                                              "search.max_trials)") != std::string::npos);
+  const std::string used = config("used", "{algorithm: bayesian, max_trials: 30}");
+  CHECK(run_hpctune({"validate", used}, dir.file("used.log"), 30s).code == 0);
+  CHECK(read_file(dir.file("used.log")).find("warning") == std::string::npos);
+  // run: the master's log says from which trial the model suggests.
+  const std::string run = config("run", "{algorithm: tpe, max_trials: 3, settings: {n_startup: 2}}");
+  CHECK(run_hpctune({"run", run}, dir.file("run.log"), 60s).code == 0);
+  CHECK(read_file(dir.file("run.log")).find("tpe: the first 2 of 3 trials are random start-up; the model suggests "
+                                            "from trial 3 on") != std::string::npos);
+}

@@ -65,6 +65,17 @@ TEST_CASE("ASHA minimizes when told to, and ignores rungs at or past max_t") {
   CHECK(asha->state()["rungs"].size() == 2);
 }
 
+TEST_CASE("ASHA and Hyperband never stop a trial at or past max_t, even one that skipped its rungs") {
+  // issue 9, item 23: a report at the last step used to be judged at the rungs it passed.
+  auto asha = make("asha", {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", 10}});
+  CHECK(asha->on_report(0, 1, 0.9) == Decision::kContinue);
+  CHECK(asha->on_report(1, 1, 0.1) == Decision::kStop);       // below the rung: stopped
+  CHECK(asha->on_report(2, 10, 0.0) == Decision::kContinue);  // its first report is its last
+  CHECK(asha->on_report(3, 12, 0.0) == Decision::kContinue);
+  auto hyperband = make("hyperband", {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", 9}});
+  for (int64_t seq = 0; seq < 20; ++seq) CHECK(hyperband->on_report(seq, 9, seq == 0 ? 1.0 : 0.0) == Decision::kContinue);
+}
+
 TEST_CASE("ASHA with min_early_stopping_rate shifts its rungs; NaN counts as worst") {
   auto asha = make("asha", {{"grace_period", 1}, {"reduction_factor", 3}, {"min_early_stopping_rate", 1}});
   CHECK(asha->on_report(0, 1, 0.9) == Decision::kContinue);

@@ -162,6 +162,34 @@ TEST_CASE("huge grids are sized without being enumerated") {
   CHECK(s.error().message().find(std::to_string(int64_t{1} << 60)) != std::string::npos);
 }
 
+TEST_CASE("a parameter with more grid values than the limit is refused before they are listed") {
+  // issue 9, item 15: int 0..9e15 and a float resolution of 9.2e18 were enumerated (bad_alloc).
+  ParamSpec wide;
+  wide.name = "n";
+  wide.type = ParamType::kInt;
+  wide.low = 0;
+  wide.high = 9e15;
+  ParamSpec fine;
+  fine.name = "x";
+  fine.low = 0;
+  fine.high = 1;
+  fine.resolution = 9'200'000'000'000'000'000;
+  CHECK(grid_value_count(wide) == 9'000'000'000'000'001);
+  CHECK(grid_value_count(fine) == 9'200'000'000'000'000'000);
+  for (const auto& p : {wide, fine}) {
+    auto space = Space::create({p}).value();
+    auto size = grid_size(space, 1000);
+    REQUIRE_FALSE(size.ok());
+    CHECK(size.error().code() == Errc::kConfig);
+    CHECK(size.error().message().rfind(p.name + ": " + std::to_string(grid_value_count(p)) + " grid values", 0) == 0);
+    auto s = make_searcher(spec_for(space, 1000));
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().message().find("more than the 1000 points the grid may have") != std::string::npos);
+    // Without max_trials, kMaxGridPoints bounds it.
+    CHECK_FALSE(make_searcher(spec_for(space, 0)).ok());
+  }
+}
+
 TEST_CASE("shuffled grid: same coverage, seeded order; restore continues") {
   auto spec = spec_for(grid_space(3), 100);
   spec.settings = {{"shuffle", true}};
