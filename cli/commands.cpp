@@ -141,7 +141,10 @@ Status write_file_atomically(const std::string& path, const std::string& text) {
   std::error_code ec;
   const std::filesystem::path target =
       std::filesystem::is_symlink(path, ec) ? std::filesystem::weakly_canonical(path, ec) : std::filesystem::path(path);
-  std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  std::string name = ".";  // not "." + ...: GCC 12's -Wrestrict false positive (PR 105329)
+  name += target.filename().string();
+  name += ".tmp-XXXXXX";
+  std::string tmp = (target.parent_path() / name).string();
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) return err(Errc::kIo, "cannot create a file beside " + path + ": " + std::strerror(errno));
   // mkstemp creates 0600; give the file the mode a plain create would (0666 less the umask).

@@ -169,11 +169,12 @@ std::optional<std::string> Space::choice_key(const nlohmann::json& v) {
   if (v.is_number_float()) {
     const double x = v.get<double>();
     if (std::isnan(x)) return std::nullopt;
-    if (std::floor(x) == x && std::fabs(x) < 9.2e18) return "i" + std::to_string(static_cast<int64_t>(x));
-    return "f" + v.dump();
+    // Not "i" + ...: GCC 12's -Wrestrict false positive (PR 105329).
+    if (std::floor(x) == x && std::fabs(x) < 9.2e18) return std::string("i").append(std::to_string(static_cast<int64_t>(x)));
+    return std::string("f").append(v.dump());
   }
-  if (v.is_number()) return "i" + v.dump();
-  return "j" + v.dump();
+  if (v.is_number()) return std::string("i").append(v.dump());
+  return std::string("j").append(v.dump());
 }
 
 int64_t Space::choice_index(const ParamSpec& spec, const nlohmann::json& value) noexcept {
