@@ -19,6 +19,10 @@
 
 namespace hpctune {
 
+// The names a command template may use besides the space's parameters (the command trainer gives
+// their values; the config check refuses any other name).
+inline constexpr const char* kTemplateBuiltins[] = {"trial_id", "trial_dir", "attempt", "attempt_dir", "seed", "ranks"};
+
 // nullopt when every placeholder of `tmpl` is in a safe place; otherwise what is wrong with the
 // first one that is not, and how to fix it. Malformed placeholders are not judged here (the
 // renderer names them).

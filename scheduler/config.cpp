@@ -1114,7 +1114,7 @@ class Builder {
   Status check_command_placeholders(const CampaignConfig& c) {
     if (!c.trainer["command"].is_string()) return Status::Ok();
     const std::string& cmd = c.trainer["command"].get_ref<const std::string&>();
-    static const char* const kBuiltins[] = {"trial_id", "trial_dir", "attempt", "seed", "ranks"};
+    const auto& kBuiltins = kTemplateBuiltins;
     auto name_char = [](char ch) {
       return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';
     };
@@ -1139,7 +1139,7 @@ class Builder {
         for (const char* b : kBuiltins) names.push_back({b, b});
         std::string what = "'{" + name + "}' names no parameter of the space";
         if (auto near = did_you_mean(name, names)) what += "; did you mean '{" + *near + "}'?";
-        else what += " (nor trial_id, trial_dir, attempt, seed, ranks)";
+        else what += " (nor trial_id, trial_dir, attempt, attempt_dir, seed, ranks)";
         return w_.fail(w_.mark_of("trainer.command"), "trainer.command", what);
       }
       i = end;

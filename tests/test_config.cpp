@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/limits.h"
+#include "common/shell_template.h"
 #include "scheduler/config.h"
 #include "scheduler/settings.h"
 #include "search/searcher.h"
@@ -332,6 +333,13 @@ trainer:
   CHECK(cmd.trainer["env"] == json::parse(R"({"OMP_NUM_THREADS": "1", "MODE": "fast"})"));
   CHECK(cmd.trainer["grace"].get<double>() == doctest::Approx(5));
   CHECK(cmd.trainer["workdir"] == "");
+  // Every value the command trainer provides may stand in the template (the list is shared with
+  // the trainer: common/shell_template.h).
+  for (const char* builtin : hpctune::kTemplateBuiltins) {
+    CAPTURE(builtin);
+    parse_ok(std::string("name: c\nobjective: {metric: loss}\nsearch: {max_trials: 2}\n"
+                         "trainer: {kind: command, command: 'echo {") + builtin + "}'}\n");
+  }
   // The command trainer needs its command.
   CHECK(parse_error(R"(name: c
 objective: {metric: loss}
@@ -447,7 +455,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
        "65536"},
       {"command_unknown_placeholder.yaml",
        "4:26: trainer.command: '{nope}' names no parameter of the space (nor trial_id, "
-       "trial_dir, attempt, seed, ranks)"},
+       "trial_dir, attempt, attempt_dir, seed, ranks)"},
       {"command_misspelled_placeholder.yaml",
        "4:26: trainer.command: '{lrr}' names no parameter of the space; did you mean '{lr}'?"},
       {"evolution_sample_size_above_population.yaml",
