@@ -101,6 +101,18 @@ inline std::vector<store::TrialRow> read_trials(const std::string& db) {
   return t.ok() ? t.value() : std::vector<store::TrialRow>{};
 }
 
+// Waits up to `limit` until some trial of the campaign in `db` is running.
+inline bool wait_for_running_trial(const std::string& db, std::chrono::milliseconds limit) {
+  return wait_until(
+      [&] {
+        for (const auto& t : read_trials(db)) {
+          if (t.state == store::TrialState::kRunning) return true;
+        }
+        return false;
+      },
+      limit);
+}
+
 inline std::vector<store::EventRow> read_events(const std::string& db) {
   auto s = store::Store::open_readonly(db);
   REQUIRE(s.ok());

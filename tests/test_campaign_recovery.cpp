@@ -155,14 +155,7 @@ TEST_CASE("a second master is refused; Ctrl-C records interrupted trials and exi
   const std::string cfg = dir.write("c.yaml", sleep_config("ctrl-c", 6, 1.0, 2, 2));
   const std::string db = dir.file("c.db");
   ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
-  REQUIRE(wait_until(
-      [&] {
-        for (const auto& t : read_trials(db)) {
-          if (t.state == TrialState::kRunning) return true;
-        }
-        return false;
-      },
-      30s));
+  REQUIRE(wait_for_running_trial(db, 30s));
   auto second = run_hpctune({"resume", db}, dir.file("second.log"), 30s);
   CHECK(second.code == 1);
   CHECK(read_file(dir.file("second.log")).find("another hpctune master") != std::string::npos);
@@ -261,14 +254,7 @@ TEST_CASE("a second master through a symlink or a hard link is refused; the firs
   const std::string cfg = dir.write("c.yaml", sleep_config("links", 3, 1.5, 3, 1));
   const std::string db = dir.file("c.db");
   ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
-  REQUIRE(wait_until(
-      [&] {
-        for (const auto& t : read_trials(db)) {
-          if (t.state == TrialState::kRunning) return true;
-        }
-        return false;
-      },
-      30s));
+  REQUIRE(wait_for_running_trial(db, 30s));
   const std::string sym = dir.file("sym.db"), hard = dir.file("hard.db");
   std::filesystem::create_symlink(db, sym);
   std::filesystem::create_hard_link(db, hard);

@@ -370,12 +370,7 @@ TEST_CASE("SIGTERM exits 143 (Ctrl-C stays 130)") {
   const std::string cfg = dir.write("c.yaml", sleep_config("term", 4, 5.0, 5, 1));
   const std::string db = dir.file("term.db");
   ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("term.log"));
-  REQUIRE(wait_until(
-      [&] {
-        auto t = read_trials(db);
-        return !t.empty() && t[0].state == store::TrialState::kRunning;
-      },
-      std::chrono::seconds(20)));
+  REQUIRE(wait_for_running_trial(db, std::chrono::seconds(20)));
   REQUIRE(kill(run.pid(), SIGTERM) == 0);
   auto status = run.wait_for(std::chrono::seconds(30));
   REQUIRE(status.has_value());
