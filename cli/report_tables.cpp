@@ -73,6 +73,9 @@ std::string csv_number(double value) {
   return ec == std::errc() ? std::string(buf, end) : format_number(value);
 }
 
+// A time in seconds since the epoch, every digit; "" for 0 (not yet).
+std::string csv_time(double t) { return t > 0 ? csv_number(t) : std::string(); }
+
 std::string csv_cell(const nlohmann::json& v) {
   if (v.is_number_float()) return csv_number(v.get<double>());
   return cell(v);
@@ -215,8 +218,8 @@ std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::se
   out << ",error\n";
   for (const auto& t : trials) {
     out << t.id << "," << t.seq << "," << store::to_string(t.state) << "," << t.attempt << "," << t.group_id << ","
-        << (t.objective ? csv_number(*t.objective) : "") << "," << t.step << "," << std::to_string(t.started_at)
-        << "," << std::to_string(t.finished_at);
+        << (t.objective ? csv_number(*t.objective) : "") << "," << t.step << "," << csv_time(t.started_at)
+        << "," << csv_time(t.finished_at);
     if (pareto) out << "," << (pareto->count(t.id) ? 1 : 0);
     for (const auto& n : names) out << "," << csv_escape(t.params.contains(n) ? csv_cell(t.params[n]) : "");
     for (const auto& m : metric_set) {

@@ -107,6 +107,15 @@ TEST_CASE("JSON times: 0 (not yet) is null; seconds count from the start to the 
   CHECK(j["seconds"].get<double>() == doctest::Approx(2.5));
 }
 
+TEST_CASE("CSV times: 0 (not yet) is an empty cell, others every digit") {
+  store::TrialRow t;
+  t.id = 1;
+  t.created_at = 100.0;
+  t.started_at = 1700000000.123456789;
+  const std::string csv = cli::trials_csv({t}, nullptr);
+  CHECK(contains(csv, "\n1,0,queued,1,-1,,0,1700000000.1234567,,"));
+}
+
 // --- item 19: numbers and paths on the command line -------------------------------------------------
 
 TEST_CASE("bad numbers and database paths are refused with exit 2 and a clear message") {
