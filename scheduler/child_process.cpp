@@ -56,6 +56,34 @@ std::string resolve(const std::string& program) {
   return "";
 }
 
+// Blocks every signal of the calling thread for its lifetime. Around fork(): a signal that arrives
+// between fork and exec would otherwise run a handler of the parent's (a test framework's crash
+// report, the CLI's Ctrl-C flag) inside the child's copy of the parent.
+class BlockSignals {
+ public:
+  BlockSignals() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old_);
+  }
+  ~BlockSignals() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  BlockSignals(const BlockSignals&) = delete;
+  BlockSignals& operator=(const BlockSignals&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// In a child after fork (async-signal-safe): every signal back to its default action.
+void reset_signal_handlers() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+  }
+}
+
 }  // namespace
 
 Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
@@ -102,11 +130,13 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
     }
-    // Signals the parent ignores or blocks must not leak into the child.
+    // Signals the parent handles, ignores or blocks must not leak into the child. Every signal is
+    // blocked across fork (BlockSignals), so none can run a handler of the parent's in this copy of
+    // it: the handlers are reset first, then the mask is cleared.
+    reset_signal_handlers();
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) ::signal(sig, SIG_DFL);
     if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
     if (options.stdout_fd >= 0) dup2(options.stdout_fd, STDOUT_FILENO);
@@ -131,6 +161,7 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
   }
 
   const pid_t parent = getpid();
+  BlockSignals blocked;
   const pid_t pid = fork();
   if (pid < 0) {
     close_outputs();
@@ -210,6 +241,7 @@ Result<ChildProcess> ChildProcess::spawn_supervised(const std::function<void(pid
     close(alive[1]);
     return err(Errc::kIo, std::string("pipe failed: ") + strerror(errno));
   }
+  BlockSignals blocked;  // see exec_program: no handler of this process may run in the copy
   const pid_t s = fork();
   if (s < 0) {
     for (int fd : {alive[0], alive[1], status[0], status[1]}) close(fd);
@@ -223,6 +255,7 @@ Result<ChildProcess> ChildProcess::spawn_supervised(const std::function<void(pid
     setpgid(0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     prctl(PR_SET_NAME, "hpctune-superv");  // in ps, apart from the worker whose command line it shares
+    reset_signal_handlers();
     for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) ::signal(sig, SIG_IGN);
     sigset_t none;
     sigemptyset(&none);

@@ -71,16 +71,32 @@ inline std::vector<pid_t> processes_mentioning(const std::string& needle) {
   return out;
 }
 
-// Worker processes of the campaign in `db` (they carry --campaign <absolute db path>).
-inline std::vector<pid_t> workers_of(const std::string& db) {
+// Every process of the campaign in `db`: the workers (they carry --campaign <absolute db path>)
+// and the supervisors of their trial programs (forked from a worker, they share its command line).
+inline std::vector<pid_t> campaign_processes(const std::string& db) {
   return processes_mentioning(std::string("--campaign") + '\0' + std::filesystem::absolute(db).string());
+}
+
+// The worker processes of the campaign in `db`: its processes less the supervisors
+// (scheduler/child_process.h names them hpctune-superv).
+inline std::vector<pid_t> workers_of(const std::string& db) {
+  std::vector<pid_t> out;
+  for (pid_t pid : campaign_processes(db)) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "hpctune-superv") out.push_back(pid);
+  }
+  return out;
 }
 
 // Waits up to 5 s for every process of the campaign to be gone; fails the test otherwise.
 inline void check_no_orphans(const std::string& db) {
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!workers_of(db).empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  CHECK_MESSAGE(workers_of(db).empty(), "orphan processes of the campaign survived");
+  while (!campaign_processes(db).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK_MESSAGE(campaign_processes(db).empty(), "orphan processes of the campaign survived");
 }
 
 inline bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <signal.h>
+
+#include "scheduler/child_process.h"
 #include "scheduler/launcher.h"
 
 using namespace hpctune;
@@ -96,4 +99,60 @@ TEST_CASE("bad layouts and a missing mpirun are launch errors") {
   CHECK(local_group_command(o, 0).error().code() == Errc::kUnavailable);
   o.resources.ranks_data = 1;  // one rank needs no mpirun
   CHECK(local_group_command(o, 0).ok());
+}
+
+// --- child processes (scheduler/child_process.h) ---------------------------------------------------
+
+namespace {
+
+int g_marks = -1;  // the write end of a pipe; the SIGUSR1 handler writes its process id there
+
+void mark_pid(int) {
+  const pid_t self = getpid();
+  (void)!write(g_marks, &self, sizeof self);
+}
+
+}  // namespace
+
+TEST_CASE("a child starts with default signal actions: an ignored signal of the parent does not leak") {
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  REQUIRE(sigaction(SIGUSR2, &ignore, &old) == 0);
+  hpctune::SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "kill -USR2 $$; exit 0"};
+  auto child = hpctune::ChildProcess::spawn(o);
+  sigaction(SIGUSR2, &old, nullptr);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(std::chrono::seconds(10));
+  REQUIRE(status.has_value());
+  CHECK(status->signaled);
+  CHECK(status->signal == SIGUSR2);
+}
+
+TEST_CASE("a signal sent right after spawn never runs a handler of the parent inside the child") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  g_marks = fds[1];
+  struct sigaction handler {}, old {};
+  handler.sa_handler = mark_pid;
+  sigemptyset(&handler.sa_mask);
+  REQUIRE(sigaction(SIGUSR1, &handler, &old) == 0);
+  // Signalled at once, a child is often still between fork and exec: the parent's handler, copied
+  // with it, must not run there (before the fix it did, writing the child's pid).
+  for (int i = 0; i < 200; ++i) {
+    hpctune::SpawnOptions o;
+    o.argv = {"/bin/true"};
+    auto child = hpctune::ChildProcess::spawn(o);
+    REQUIRE(child.ok());
+    ::kill(child->pid(), SIGUSR1);
+    REQUIRE(child->wait_for(std::chrono::seconds(10)).has_value());
+  }
+  sigaction(SIGUSR1, &old, nullptr);
+  close(fds[1]);
+  pid_t pid = 0;
+  int foreign = 0;
+  while (read(fds[0], &pid, sizeof pid) == static_cast<ssize_t>(sizeof pid)) foreign += pid != getpid();
+  close(fds[0]);
+  CHECK(foreign == 0);
 }
