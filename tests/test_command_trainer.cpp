@@ -707,15 +707,15 @@ TEST_CASE("campaign: hpctune validate refuses a placeholder inside double quotes
 }
 
 TEST_CASE("campaign: a flood of reports loses nothing; every done is recorded and no trial is left running") {
-  // 200,000 report lines per trial, as fast as awk prints them, on 2 groups: enough to fill the
-  // worker's send queue (10,000 frames) many times over, which used to drop reports and the final
-  // done (the campaign then never ended). A million lines behave the same, only slower here.
-  constexpr int kLines = 200000;
+  // A million report lines (500,000 per trial, as fast as awk prints them, on 2 groups): they fill
+  // the worker's send queue (10,000 frames) many times over, which used to drop reports and the
+  // final done (the campaign then never ended: issue 9's probe).
+  constexpr int kLines = 500000;
   TempDir dir;
   const std::string cfg =
       dir.write("flood.yaml", command_config("cmd-flood", kScripts + "/flood.sh " + std::to_string(kLines), 2));
   const std::string db = dir.file("flood.db");
-  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(90));
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(200));
   REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
   const auto trials = read_trials(db);
   REQUIRE(trials.size() == 2);
