@@ -428,7 +428,8 @@ Status cmd_status(const std::string& db, const std::string& format) {
   if (auto elapsed = campaign_elapsed(c, now)) std::printf("elapsed    %s\n", format_duration(*elapsed).c_str());
   std::vector<std::vector<std::string>> rows;
   int64_t total = 0;
-  for (const char* s : {"queued", "assigned", "running", "done", "pruned", "failed", "interrupted"}) {
+  for (const auto state : store::kTrialStates) {
+    const char* s = store::to_string(state);
     const int64_t n = counts.count(s) ? counts[s] : 0;
     total += n;
     rows.push_back({s, std::to_string(n)});
