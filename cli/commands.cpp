@@ -384,29 +384,60 @@ Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, boo
   return run_and_report(options, interrupted);
 }
 
-Status cmd_status(const std::string& db) {
+namespace {
+
+// Attempts closed as lost (a worker died or went silent, or the master restarted). Only a trial
+// that was queued again (attempt > 1) or that failed (max_attempts lost attempts) can have one, so
+// the others are not read.
+Result<int64_t> count_lost_attempts(store::Store& db, const std::vector<store::TrialRow>& trials) {
+  int64_t lost = 0;
+  for (const auto& t : trials) {
+    if (t.attempt <= 1 && t.state != store::TrialState::kFailed) continue;
+    HPCTUNE_ASSIGN(auto attempts, db.attempts(t.id));
+    for (const auto& a : attempts) lost += a.value("state", std::string()) == "lost";
+  }
+  return lost;
+}
+
+}  // namespace
+
+Status cmd_status(const std::string& db, const std::string& format) {
+  if (format != "table" && format != "json") {
+    return err(Errc::kUsage, "--format: '" + format + "' is not one of table, json");
+  }
   HPCTUNE_ASSIGN(Loaded l, load(db));
   HPCTUNE_ASSIGN(auto counts, l.store->count_by_state(l.campaign.id));
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (format == "json") {
+    CampaignStatus st;
+    st.campaign = l.campaign;
+    HPCTUNE_ASSIGN(st.stages, l.store->stages(l.campaign.id));
+    st.counts = std::move(counts);
+    HPCTUNE_ASSIGN(st.attempts_lost, count_lost_attempts(*l.store, l.trials));
+    st.trials = std::move(l.trials);
+    st.objectives = l.objectives();
+    st.maximize = l.maximize;
+    st.front = l.front();
+    st.now = now;
+    std::printf("%s\n", status_json(st).dump(2).c_str());
+    return finish_stdout();
+  }
   const auto& c = l.campaign;
   std::printf("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(), c.state.c_str(),
               db.c_str(), static_cast<unsigned long long>(c.seed));
-  if (c.created_at > 0) {
-    const double end = c.finished_at > 0 ? c.finished_at
-                                         : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::printf("elapsed    %s\n", format_duration(end - c.created_at).c_str());
-  }
+  if (auto elapsed = campaign_elapsed(c, now)) std::printf("elapsed    %s\n", format_duration(*elapsed).c_str());
   std::vector<std::vector<std::string>> rows;
   int64_t total = 0;
-  for (const char* s : {"queued", "assigned", "running", "done", "pruned", "failed", "interrupted"}) {
+  for (const auto state : store::kTrialStates) {
+    const char* s = store::to_string(state);
     const int64_t n = counts.count(s) ? counts[s] : 0;
     total += n;
     rows.push_back({s, std::to_string(n)});
   }
   rows.push_back({"total", std::to_string(total)});
   std::printf("\nTrials by state:\n%s", format_table({"state", "trials"}, rows).c_str());
-  auto ranked = rank_trials(l.trials, l.maximize);
-  if (!ranked.empty() && ranked.front().objective && ranked.front().state != store::TrialState::kFailed) {
-    const auto& b = ranked.front();
+  if (auto best = best_trial(l.trials, l.maximize)) {
+    const auto& b = *best;
     std::printf("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id), l.metric.c_str(),
                 format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
     std::vector<std::vector<std::string>> prow;

@@ -40,7 +40,8 @@ struct ResumeArgs {
 // which no trial succeeded (every one failed, or search.max_failures stopped it) is kFailed.
 Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
 Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
-Status cmd_status(const std::string& db);
+// format "table" (for people) or "json" (for scripts: see status_json in report_tables.h).
+Status cmd_status(const std::string& db, const std::string& format);
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
 // One trial: parameters, metrics by step, attempts, events, artifacts and the last `log_lines`
 // lines of each of its logs; format "table" or "json".

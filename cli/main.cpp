@@ -188,9 +188,10 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("--failpoint", resume_fp, "Test only")->group("");
   resume_cmd->add_option("--failpoint-hit", resume_fp_hit, "Test only")->group("");
 
-  std::string status_db;
-  auto* status_cmd = app.add_subcommand("status", "The campaign, its trials by state, and the best trial");
+  std::string status_db, status_format = "table";
+  auto* status_cmd = app.add_subcommand("status", "The campaign, its stages, its trials by state, and the best trial");
   status_cmd->add_option("db", status_db, "The campaign's database")->required();
+  status_cmd->add_option("--format", status_format, "table or json")->check(CLI::IsMember({"table", "json"}));
 
   std::string trials_db, trials_format = "table", top_text;
   auto* trials_cmd = app.add_subcommand("trials", "List trials, best first");
@@ -296,7 +297,7 @@ int main(int argc, char** argv) {
       if (rc == kExitInterrupted) return interrupted_exit_code();
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
     }
-    if (*status_cmd) return report(cmd_status(status_db), "status");
+    if (*status_cmd) return report(cmd_status(status_db, status_format), "status");
     if (*trials_cmd) {
       int64_t top = 0;  // all
       if (*top_opt) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +20,32 @@ std::string format_table(const std::vector<std::string>& header, const std::vect
 
 // Trials sorted best first (by objective; finished trials without one last).
 std::vector<store::TrialRow> rank_trials(std::vector<store::TrialRow> trials, bool maximize);
+
+// The best trial: the first of rank_trials if it has an objective and did not fail; nullopt when
+// no trial has finished with one yet.
+std::optional<store::TrialRow> best_trial(const std::vector<store::TrialRow>& trials, bool maximize);
+
+// Seconds from the campaign's creation to its end, or to `now` while it has not ended; nullopt
+// when it records no creation time.
+std::optional<double> campaign_elapsed(const store::CampaignRow& campaign, double now);
+
+// What `hpctune status --format json` reports, read from the store by the CLI.
+struct CampaignStatus {
+  store::CampaignRow campaign;
+  std::vector<store::StageRow> stages;
+  std::map<std::string, int64_t> counts;  // Store::count_by_state: every state name, zeros included
+  int64_t attempts_lost = 0;              // attempts closed as lost (worker died or went silent)
+  std::vector<store::TrialRow> trials;
+  std::vector<std::string> objectives;  // each objective's metric, in order (one for a single objective)
+  bool maximize = true;                 // the first objective's direction
+  const std::set<int64_t>* front = nullptr;  // the recorded Pareto front with several objectives
+  double now = 0;                            // for the elapsed time of a campaign still running
+};
+// {campaign: {name, state, seed, algorithm, objectives, created_at, finished_at, elapsed_s,
+// max_trials}, stages: [{id, name, kind, state, created_at, finished_at}], trials: {total,
+// by_state}, attempts_lost, best: {trial, metric, objective, attempt, params, metrics} or null,
+// and with several objectives pareto_front: [trial ids]}. Times are null when unset.
+nlohmann::json status_json(const CampaignStatus& status);
 
 // The Pareto front a multi-objective campaign recorded (search_state.pareto_front_trials, trial
 // ids); empty for a single objective or before the master first saved its search state.

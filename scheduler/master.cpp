@@ -187,6 +187,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
       if (st.kind == "search") stage_id = st.id;
     }
     HPCTUNE_TRY(db->set_campaign_state(campaign_id, "running", 0));
+    if (stage_id > 0) HPCTUNE_TRY(db->set_stage_state(stage_id, "running", 0));
     HPCTUNE_TRY(db->add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
     if (options.max_trials && *options.max_trials != cfg.max_trials) {
       // Kept in the store, so that a later plain `resume` runs to the new budget too.
@@ -268,6 +269,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     sched.shutdown_workers("master failed");
     launcher->stop_all(std::chrono::milliseconds(2000));
     (void)db->set_campaign_state(campaign_id, "failed", unix_now());
+    if (stage_id > 0) (void)db->set_stage_state(stage_id, "failed", unix_now());
     return e;
   };
 
@@ -362,6 +364,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // Stopped by search.max_failures: recorded failed (a resume may try again).
   const char* final_state = sched.interrupted() ? "interrupted" : !sched.gave_up().empty() ? "failed" : "completed";
   HPCTUNE_TRY(db->set_campaign_state(campaign_id, final_state, t1));
+  // The search stage ends with the campaign (`status` reads each stage's state from the store).
+  if (stage_id > 0) HPCTUNE_TRY(db->set_stage_state(stage_id, final_state, t1));
   nlohmann::json detail = {{"seconds", t1 - t0}};
   if (!sched.gave_up().empty()) detail["reason"] = sched.gave_up();
   HPCTUNE_TRY(db->add_event(campaign_id, std::string("campaign_") + (sched.interrupted() ? "interrupted"

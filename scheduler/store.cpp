@@ -48,8 +48,7 @@ const char* to_string(TrialState state) noexcept {
 }
 
 std::optional<TrialState> trial_state_from_string(std::string_view text) noexcept {
-  for (auto s : {TrialState::kQueued, TrialState::kAssigned, TrialState::kRunning, TrialState::kDone,
-                 TrialState::kPruned, TrialState::kFailed, TrialState::kInterrupted}) {
+  for (auto s : kTrialStates) {
     if (text == to_string(s)) return s;
   }
   return std::nullopt;
@@ -1333,10 +1332,7 @@ Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id
   Bind b(s);
   b.i64(1, campaign_id);
   std::map<std::string, int64_t> out;
-  for (auto st : {TrialState::kQueued, TrialState::kAssigned, TrialState::kRunning, TrialState::kDone,
-                  TrialState::kPruned, TrialState::kFailed, TrialState::kInterrupted}) {
-    out[to_string(st)] = 0;
-  }
+  for (auto st : kTrialStates) out[to_string(st)] = 0;
   int rc;
   while ((rc = b.step()) == SQLITE_ROW) out[col_text(s, 0)] = col_i64(s, 1);
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot count the trials of campaign " + std::to_string(campaign_id));

@@ -61,6 +61,11 @@ namespace hpctune::store {
 // Trial states
 
 enum class TrialState { kQueued, kAssigned, kRunning, kDone, kPruned, kFailed, kInterrupted };
+// Every state, in lifecycle order: the one list that parsing, count_by_state and the CLI's tables
+// iterate (a state added to the enum is added here, and shows up everywhere).
+inline constexpr TrialState kTrialStates[] = {TrialState::kQueued, TrialState::kAssigned, TrialState::kRunning,
+                                              TrialState::kDone,   TrialState::kPruned,   TrialState::kFailed,
+                                              TrialState::kInterrupted};
 
 const char* to_string(TrialState state) noexcept;
 std::optional<TrialState> trial_state_from_string(std::string_view text) noexcept;

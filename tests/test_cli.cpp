@@ -2,7 +2,8 @@
 // terminal; bad numbers and database paths are refused; a campaign without a success exits 1 and
 // stops early (search.max_failures); trials are `running` and timed from their start; a finished
 // campaign is extended with `resume --max-trials`; `hpctune trial`; every objective in the tables;
-// SIGTERM exits 143; `export` infers its format; `validate` counts only searched parameters.
+// SIGTERM exits 143; `export` infers its format; `validate` counts only searched parameters; and
+// (issue 10) `status --format json` of finished, running, interrupted and multi-objective campaigns.
 // Campaigns run through the `hpctune` binary with small shell-script trainers.
 #include <doctest/doctest.h>
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -370,6 +372,173 @@ TEST_CASE("several objectives: the closing table and `trials` show each one and 
   CHECK(contains(header_of(table), "cost"));
   CHECK(contains(header_of(table), "pareto"));
   CHECK(contains(table, "*"));
+
+  // status --format json: the front's trial ids, the same as the trials marked in `trials`.
+  const json st = json::parse(run_log(dir, {"status", db, "--format", "json"}, "status.json", &code));
+  REQUIRE(code == 0);
+  const json trials = json::parse(run_log(dir, {"trials", db, "--format", "json"}, "trials.json", &code));
+  REQUIRE(code == 0);
+  std::vector<int64_t> marked;
+  for (const auto& t : trials) {
+    if (t["pareto"].get<bool>()) marked.push_back(t["trial"].get<int64_t>());
+  }
+  std::sort(marked.begin(), marked.end());
+  REQUIRE(st.contains("pareto_front"));
+  CHECK_FALSE(marked.empty());
+  CHECK(st["pareto_front"].get<std::vector<int64_t>>() == marked);
+  REQUIRE(st["campaign"]["objectives"].size() == 2);
+  CHECK(st["campaign"]["objectives"][1]["metric"] == "cost");
+  CHECK(st["campaign"]["objectives"][1]["mode"] == "min");
+  CHECK(st["best"]["metric"] == "gain");
+  CHECK(st["best"]["trial"] == trials[0]["trial"]);  // ranked by the first objective
+}
+
+// --- issue 10: status --format json ------------------------------------------------------------------
+
+namespace {
+
+// `hpctune status DB --format json`, parsed (REQUIREs exit 0 and a JSON document).
+json status_json_of(const TempDir& dir, const std::string& db, const std::string& name) {
+  int code = 0;
+  const std::string out = run_log(dir, {"status", db, "--format", "json"}, name, &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  auto j = json::parse(out, nullptr, /*allow_exceptions=*/false);
+  REQUIRE_MESSAGE(!j.is_discarded(), out);
+  return j;
+}
+
+// Every trial state name the store knows, with its count in the database (zeros included).
+std::map<std::string, int64_t> store_counts(const std::string& db) {
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  auto counts = (*s)->count_by_state((*c)->id);
+  REQUIRE(counts.ok());
+  return *counts;
+}
+
+// Lost attempts in the database, read attempt by attempt.
+int64_t store_lost_attempts(const std::string& db) {
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  int64_t lost = 0;
+  for (const auto& t : read_trials(db)) {
+    auto attempts = (*s)->attempts(t.id);
+    REQUIRE(attempts.ok());
+    for (const auto& a : *attempts) lost += a["state"] == "lost";
+  }
+  return lost;
+}
+
+void check_counts(const json& st, const std::map<std::string, int64_t>& expected) {
+  const auto& by_state = st["trials"]["by_state"];
+  CHECK(by_state.size() == expected.size());
+  int64_t total = 0;
+  for (const auto& [state, n] : expected) {
+    CHECK_MESSAGE(by_state.contains(state), state);
+    if (by_state.contains(state)) CHECK_MESSAGE(by_state[state].get<int64_t>() == n, state);
+    total += n;
+  }
+  CHECK(st["trials"]["total"].get<int64_t>() == total);
+}
+
+}  // namespace
+
+TEST_CASE("status --format json: a finished campaign's counts, stage and best trial; yaml is a usage error") {
+  TempDir dir;
+  const std::string script = dir.write("s.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": $1}\"\n");
+  const std::string cfg = dir.write("c.yaml", script_config("status-json", script, 5));
+  const std::string db = dir.file("s.db");
+  int code = 0;
+  std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+
+  const json st = status_json_of(dir, db, "status.json");
+  CHECK(st["campaign"]["name"] == "status-json");
+  CHECK(st["campaign"]["state"] == "completed");
+  CHECK(st["campaign"]["seed"].get<uint64_t>() == 3);
+  CHECK(st["campaign"]["algorithm"] == "random");
+  CHECK(st["campaign"]["max_trials"].get<int64_t>() == 5);
+  CHECK(st["campaign"]["created_at"].is_number());
+  CHECK(st["campaign"]["finished_at"].get<double>() >= st["campaign"]["created_at"].get<double>());
+  CHECK(st["campaign"]["elapsed_s"].get<double>() ==
+        doctest::Approx(st["campaign"]["finished_at"].get<double>() - st["campaign"]["created_at"].get<double>()));
+  REQUIRE(st["stages"].size() == 1);
+  CHECK(st["stages"][0]["kind"] == "search");
+  CHECK(st["stages"][0]["name"] == "search");
+  CHECK(st["stages"][0]["state"] == "completed");  // ended with the campaign
+  CHECK(st["stages"][0]["id"].is_number_integer());
+  CHECK(st["stages"][0]["finished_at"].is_number());
+  // Every state the store knows, zeros included.
+  const auto counts = store_counts(db);
+  CHECK(counts.size() == std::size(store::kTrialStates));
+  for (const auto state : store::kTrialStates) CHECK(st["trials"]["by_state"].contains(store::to_string(state)));
+  CHECK(counts.at("done") == 5);
+  check_counts(st, counts);
+  CHECK(st["attempts_lost"].get<int64_t>() == 0);
+  // The best trial is the first of `trials --format json`.
+  const json trials = json::parse(run_log(dir, {"trials", db, "--format", "json"}, "trials.json", &code));
+  REQUIRE(code == 0);
+  REQUIRE(st["best"].is_object());
+  CHECK(st["best"]["trial"] == trials[0]["trial"]);
+  CHECK(st["best"]["objective"] == trials[0]["objective"]);
+  CHECK(st["best"]["params"] == trials[0]["params"]);
+  CHECK(st["best"]["metrics"] == trials[0]["metrics"]);
+  CHECK(st["best"]["metric"] == "val_accuracy");
+  for (const auto& t : trials) CHECK(t["objective"].get<double>() <= st["best"]["objective"].get<double>());
+  CHECK_FALSE(st.contains("pareto_front"));  // one objective
+
+  // The table stays the default.
+  out = run_log(dir, {"status", db}, "status.txt", &code);
+  CHECK(code == 0);
+  CHECK(contains(out, "Trials by state:"));
+  out = run_log(dir, {"status", db, "--format", "table"}, "status2.txt", &code);
+  CHECK(code == 0);
+  CHECK(contains(out, "Best trial"));
+  out = run_log(dir, {"status", db, "--format", "yaml"}, "yaml.txt", &code);
+  CHECK(code == 2);
+  CHECK_MESSAGE(contains(out, "--format"), out);
+  CHECK_MESSAGE(contains(out, "yaml"), out);
+  CHECK_FALSE(contains(out, "\"campaign\""));  // no JSON on a usage error
+}
+
+TEST_CASE("status --format json: a campaign whose master died is running; after resume, its lost attempts") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("status-live", 4, 0.5, 1, 2));
+  const std::string db = dir.file("l.db");
+  int code = 0;
+  // The master is killed as the third result arrives (before it is recorded; the first two, of
+  // the first pair of trials, are): the campaign stays `running` in the store.
+  std::string out = run_log(dir, {"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "3"},
+                            "killed.log", &code);
+  REQUIRE_MESSAGE(code == -SIGKILL, out);
+  const json st = status_json_of(dir, db, "running.json");
+  CHECK(st["campaign"]["state"] == "running");
+  CHECK(st["campaign"]["finished_at"].is_null());
+  CHECK(st["campaign"]["elapsed_s"].get<double>() > 0);
+  REQUIRE(st["stages"].size() == 1);
+  CHECK(st["stages"][0]["state"] == "running");
+  CHECK(st["stages"][0]["finished_at"].is_null());
+  const auto counts = store_counts(db);
+  check_counts(st, counts);
+  CHECK(counts.at("done") >= 1);
+  CHECK(counts.at("done") <= 2);
+  REQUIRE(st["best"].is_object());  // the best of the recorded results
+  CHECK(st["best"]["objective"].is_number());
+  const int64_t in_flight = counts.at("assigned") + counts.at("running");
+
+  out = run_log(dir, {"resume", db}, "resume.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const json done = status_json_of(dir, db, "resumed.json");
+  CHECK(done["campaign"]["state"] == "completed");
+  CHECK(done["stages"][0]["state"] == "completed");
+  check_counts(done, store_counts(db));
+  CHECK(done["trials"]["by_state"]["done"].get<int64_t>() == 4);
+  // A trial the dead master had handed out was closed as lost (the master restarted) on resume.
+  CHECK(done["attempts_lost"].get<int64_t>() == store_lost_attempts(db));
+  CHECK(done["attempts_lost"].get<int64_t>() >= in_flight);
+  if (in_flight > 0) CHECK(done["attempts_lost"].get<int64_t>() > 0);
 }
 
 // --- item 30: rough edges ----------------------------------------------------------------------------
@@ -385,6 +554,18 @@ TEST_CASE("SIGTERM exits 143 (Ctrl-C stays 130)") {
   REQUIRE(status.has_value());
   CHECK_MESSAGE(status->code == 143, status->describe() << "\n" << read_file(dir.file("term.log")));
   CHECK(read_trials(db)[0].state == store::TrialState::kInterrupted);
+
+  // status --format json of the interrupted campaign: its stage is interrupted with it.
+  int code = 0;
+  const json st = json::parse(run_log(dir, {"status", db, "--format", "json"}, "status.json", &code));
+  REQUIRE(code == 0);
+  CHECK(st["campaign"]["state"] == "interrupted");
+  CHECK(st["campaign"]["finished_at"].is_number());
+  REQUIRE(st["stages"].size() == 1);
+  CHECK(st["stages"][0]["state"] == "interrupted");
+  CHECK(st["trials"]["by_state"]["interrupted"].get<int64_t>() == 1);
+  CHECK(st["trials"]["total"].get<int64_t>() == 1);
+  CHECK(st["best"].is_null());
 }
 
 TEST_CASE("validate: --print-reference takes no CONFIG; fixed values are not counted as searched") {
