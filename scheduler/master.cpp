@@ -265,11 +265,19 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   std::map<int64_t, int64_t> restarts;
   std::set<int64_t> died_before_hello;
   auto fail = [&](Error e) -> Result<CampaignOutcome> {
-    (void)db->rollback();
+    // The campaign fails with `e`; a store that also refuses these writes is said in the log (the
+    // state then stays `running`, and resume treats it as a crashed master).
+    if (auto s = db->rollback(); !s.ok()) log("could not roll back the open transaction: " + s.error().to_string());
     sched.shutdown_workers("master failed");
     launcher->stop_all(std::chrono::milliseconds(2000));
-    (void)db->set_campaign_state(campaign_id, "failed", unix_now());
-    if (stage_id > 0) (void)db->set_stage_state(stage_id, "failed", unix_now());
+    if (auto s = db->set_campaign_state(campaign_id, "failed", unix_now()); !s.ok()) {
+      log("could not record the campaign as failed: " + s.error().to_string());
+    }
+    if (stage_id > 0) {
+      if (auto s = db->set_stage_state(stage_id, "failed", unix_now()); !s.ok()) {
+        log("could not record the stage as failed: " + s.error().to_string());
+      }
+    }
     return e;
   };
 
@@ -318,7 +326,9 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
         const bool registered = sched.group_ever_registered(e.group);
         log("group " + std::to_string(e.group) + " exited: " + e.how);
         if (auto s = sched.on_group_exit(e.group, "process " + e.how, now); !s.ok()) return fail(std::move(s).error());
-        (void)db->add_event(campaign_id, "group_exited", 0, 0, e.group, {{"how", e.how}}, unix_now());
+        if (auto s = db->add_event(campaign_id, "group_exited", 0, 0, e.group, {{"how", e.how}}, unix_now()); !s.ok()) {
+          return fail(std::move(s).error().with_context("while recording that group " + std::to_string(e.group) + " exited"));
+        }
         if (!registered) died_before_hello.insert(e.group);
         if (!registered && static_cast<int64_t>(died_before_hello.size()) == groups && !any_registered) {
           return fail(err(Errc::kFailed, "every trainer group (" + std::to_string(groups) +
@@ -333,7 +343,11 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
         }
         ++restarts[e.group];
         if (auto s = launcher->start(e.group); !s.ok()) return fail(std::move(s).error());
-        (void)db->add_event(campaign_id, "group_restarted", 0, 0, e.group, {{"restart", restarts[e.group]}}, unix_now());
+        if (auto s = db->add_event(campaign_id, "group_restarted", 0, 0, e.group, {{"restart", restarts[e.group]}},
+                                   unix_now());
+            !s.ok()) {
+          return fail(std::move(s).error().with_context("while recording the restart of group " + std::to_string(e.group)));
+        }
       }
       if (launcher->pids().empty() && !sched.finished()) {
         if (auto s = db->commit(); !s.ok()) return fail(std::move(s).error());

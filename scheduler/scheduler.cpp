@@ -315,9 +315,11 @@ Status Scheduler::on_hello(const transport::PeerId& peer, const protocol::Hello&
                "refused a worker speaking protocol version " + std::to_string(m.version) + " (this master speaks " +
                    std::to_string(protocol::kVersion) + ")",
                now);
-    (void)transport_.send(peer, protocol::encode(protocol::Shutdown{
-                                    "protocol version " + std::to_string(m.version) + " is not supported; the master speaks " +
-                                    std::to_string(protocol::kVersion)}));
+    // A courtesy to the peer (it is refused either way): a failed send is only worth a log line.
+    auto sent = transport_.send(peer, protocol::encode(protocol::Shutdown{
+                                          "protocol version " + std::to_string(m.version) +
+                                          " is not supported; the master speaks " + std::to_string(protocol::kVersion)}));
+    if (!sent.ok()) log("could not tell that worker why: " + sent.error().to_string());
     return {};
   }
   // Not this campaign's launch of that group: no answer, no store write (the peer learns nothing).
@@ -942,7 +944,7 @@ Result<WarmStart> load_warm_start(const std::string& path, const search::Space& 
     obs.params = std::move(*projected);
     ws.observations.push_back(std::move(obs));
   }
-  (void)other->close();
+  if (auto s = other->close(); !s.ok()) return std::move(s).error().with_context("search.warm_start: " + path);
   return ws;
 }
 

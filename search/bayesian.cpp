@@ -64,7 +64,7 @@ class Bayesian final : public SearcherBase {
 
   std::vector<Suggestion> ask(std::size_t n) override {
     std::vector<Suggestion> out;
-    bool model_ready = false;
+    bool model_ready = false, model_failed = false;
     std::size_t real_n = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
@@ -74,9 +74,22 @@ class Bayesian final : public SearcherBase {
         continue;
       }
       Rng rng = rng_for(seq, 0xB0);
-      if (!model_ready) {
-        real_n = build_model(seq);
-        model_ready = true;
+      if (!model_ready && !model_failed) {
+        auto built = build_model(seq);
+        if (built.ok()) {
+          real_n = *built;
+          model_ready = true;
+        } else {
+          // ask() has no error channel: the failure is kept in state() (recorded in the store as
+          // the search state) and on every suggestion it costs, which come from the design.
+          model_failed = true;
+          ++model_failures_;
+          model_error_ = built.error().to_string();
+        }
+      }
+      if (model_failed) {
+        out.push_back(issue(design_.point(seq), {{"source", "initial"}, {"model_error", model_error_}}));
+        continue;
       }
       std::vector<double> u = optimize_acquisition(rng);
       Params params = enc_.decode(u);
@@ -92,6 +105,10 @@ class Bayesian final : public SearcherBase {
 
   void add_state(nlohmann::json& s) const override {
     s["observations_in_model"] = gp_rows_;
+    if (model_failures_ > 0) {
+      s["model_failures"] = model_failures_;
+      s["model_error"] = model_error_;  // the latest
+    }
     if (gp_.hyper().log_lengthscale.size() > 0) {
       std::vector<double> ls;
       for (Eigen::Index d = 0; d < gp_.hyper().log_lengthscale.size(); ++d)
@@ -154,8 +171,9 @@ class Bayesian final : public SearcherBase {
   }
 
   // Brings the GP up to date with data_ (refit or incremental), then adds the pending trials as
-  // fantasies. Returns the number of real points.
-  std::size_t build_model(int64_t seq) {
+  // fantasies. Returns the number of real points, or why the GP cannot take the data (its kernel
+  // matrix cannot be factorised): the model is then rebuilt from scratch on the next ask.
+  Result<std::size_t> build_model(int64_t seq) {
     // Every point takes part (failed ones at the worst loss), so rows of the GP are data_ in order.
     std::vector<std::size_t> rows(data_.size());
     std::iota(rows.begin(), rows.end(), 0);
@@ -168,7 +186,11 @@ class Bayesian final : public SearcherBase {
     if (refit || n < gp_rows_) {
       Eigen::MatrixXd X(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(enc_.feature_dims()));
       for (std::size_t r = 0; r < n; ++r) X.row(static_cast<Eigen::Index>(r)) = features_of(data_[rows[r]].u).transpose();
-      (void)gp_.set_data(X, y);
+      if (auto set = gp_.set_data(X, y); !set.ok()) {
+        fitted_ = false;
+        gp_rows_ = 0;
+        return std::move(set).error().with_context("bayesian: cannot model " + std::to_string(n) + " observations");
+      }
       if (refit) {
         Rng rng = rng_for(seq, 0xF17);
         gp_.fit(rng, n < 60 ? cfg_.fit_restarts : std::min(cfg_.fit_restarts, 1), cfg_.max_fit_points);
@@ -326,6 +348,8 @@ class Bayesian final : public SearcherBase {
   GaussianProcess gp_;
   std::size_t gp_rows_ = 0;
   std::size_t n_at_fit_ = 0;
+  int64_t model_failures_ = 0;  // asks whose model could not be built (their suggestions came from the design)
+  std::string model_error_;     // why, the latest time
   bool fitted_ = false;
   double y_best_ = 0;
   double liar_ = 0;
@@ -344,7 +368,11 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   HPCTUNE_ASSIGN(auto s, resolve_settings("bayesian", bayesian_settings(), spec.settings));
   BoConfig cfg;
   cfg.n_initial = s["n_initial"].is_null() ? default_n_initial(spec.space) : s["n_initial"].get<int64_t>();
-  (void)parse_design_kind(s["init"].get<std::string>(), cfg.init);
+  // The settings table admits only known designs; a name it admits but this cannot parse is a
+  // table out of step with initial_design.cpp, said here rather than left uninitialised.
+  if (!parse_design_kind(s["init"].get<std::string>(), cfg.init)) {
+    return err(Errc::kConfig, "init: unknown initial design '" + s["init"].get<std::string>() + "'");
+  }
   cfg.ucb = s["acquisition"] == "ucb";
   cfg.kappa = s["ucb_kappa"].get<double>();
   cfg.kriging_believer = s["pending"] == "kriging_believer";

@@ -138,7 +138,9 @@ class Evolution final : public SearcherBase {
 Result<std::unique_ptr<Searcher>> make_evolution(const SearchSpec& spec) {
   HPCTUNE_ASSIGN(auto s, resolve_settings("evolution", evolution_settings(), spec.settings));
   DesignKind init;
-  (void)parse_design_kind(s["init"].get<std::string>(), init);
+  if (!parse_design_kind(s["init"].get<std::string>(), init)) {
+    return err(Errc::kConfig, "init: unknown initial design '" + s["init"].get<std::string>() + "'");
+  }
   const int64_t p = s["population"].get<int64_t>(), k = s["sample_size"].get<int64_t>();
   if (k > p) {
     std::string msg = "sample_size: must be at most population (";

@@ -110,6 +110,9 @@ Status GaussianProcess::factorize() {
   const double noise = std::exp(hyper_.log_noise_var);
   const double s2 = std::exp(hyper_.log_signal_var);
   jitter_ = 0.0;
+  // Eigen's LLT reports success on a matrix holding NaN (its pivot test `<= 0` is false for NaN):
+  // such a model would predict NaN everywhere, so it is refused here, as an unfactorisable one is.
+  if (!K.allFinite()) return err(Errc::kInternal, "the GP kernel matrix has non-finite entries: it is not positive definite");
   for (int attempt = 0; attempt < 8; ++attempt) {
     Eigen::MatrixXd Kj = K;
     Kj.diagonal().array() += noise + jitter_;

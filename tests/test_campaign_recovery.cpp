@@ -1,5 +1,6 @@
 // End to end through the hpctune binary: the campaign survives any of its processes being killed.
 #include <doctest/doctest.h>
+#include <sqlite3.h>
 
 #include <map>
 #include <set>
@@ -106,6 +107,44 @@ TEST_CASE("SIGKILL of a worker in the middle of a trial: the trial completes as 
   REQUIRE(attempts->size() == 2);
   CHECK((*attempts)[0]["state"] == "lost");
   CHECK((*attempts)[1]["state"] == "done");
+}
+
+TEST_CASE("a store that refuses to record a group's exit fails the campaign with that error") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("refused-event", 3, 1.5, 3, 1));
+  const std::string db = dir.file("c.db");
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_for_running_trial(db, 30s), read_file(dir.file("run.log")));
+  // From now on the store refuses the event the master writes when a group exits.
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  sqlite3_busy_timeout(raw, 10000);
+  char* why = nullptr;
+  const int rc = sqlite3_exec(raw,
+                              "CREATE TRIGGER refuse_group_exited BEFORE INSERT ON events WHEN NEW.kind = 'group_exited' "
+                              "BEGIN SELECT RAISE(ABORT, 'injected: the events table refuses this row'); END;",
+                              nullptr, nullptr, &why);
+  const std::string message = why ? why : "";
+  sqlite3_free(why);
+  sqlite3_close(raw);
+  REQUIRE_MESSAGE(rc == SQLITE_OK, message);
+  auto pids = workers_of(db);
+  REQUIRE(pids.size() == 1);
+  kill(pids[0], SIGKILL);
+  auto status = master.wait_for(60s);
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  const std::string log = read_file(dir.file("run.log"));
+  // Not 0 (the campaign did not complete); 2 today, since the store maps a trigger's RAISE
+  // (SQLITE_CONSTRAINT) to kInvalidArgument.
+  CHECK_MESSAGE((!status->signaled && status->code != 0), log);
+  CHECK_MESSAGE(log.find("injected: the events table refuses this row") != std::string::npos, log);
+  CHECK_MESSAGE(log.find("while recording that group 0 exited") != std::string::npos, log);
+  check_no_orphans(db);
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  CHECK((*c)->state == "failed");
 }
 
 TEST_CASE("SIGSTOP of a worker past the heartbeat timeout: it is killed, and its trial runs again elsewhere") {

@@ -1,6 +1,11 @@
 // The scheduler's trial lifecycle over the in-process transport: real worker loops on threads,
-// scripted fake workers for the failure cases, an in-memory SQLite store. No sockets, no processes.
+// scripted fake workers for the failure cases, an in-memory SQLite store. No sockets; one case
+// forks, to see a worker process end.
 #include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -205,6 +210,61 @@ TEST_CASE("every trial runs exactly once and the best is found") {
   CHECK(*p.best == doctest::Approx(best));
   CHECK(h.sched->counters().malformed == 0);
   CHECK(h.sched->counters().stale_results == 0);
+}
+
+// A trainer that never looks at stop requests.
+class StuckTrainer final : public trainers::Trainer {
+ public:
+  std::string kind() const override { return "stuck"; }
+  Result<trainers::TrialResult> run(const trainers::TrialContext&) override {
+    for (;;) std::this_thread::sleep_for(10ms);
+  }
+};
+
+TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace after losing its master") {
+  const auto started = Clock::now();
+  std::fflush(stdout);  // what doctest has buffered is printed once, not again by the child
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child: a master with one worker whose trial never ends; the master then goes silent.
+    int code = 98;
+    try {
+      Harness h(1, 3, 200ms);
+      auto client = std::shared_ptr<transport::ClientTransport>(h.hub.connect());
+      const std::string secret = h.credential(0);
+      std::thread([&h, client, secret] {
+        trainers::WorkerOptions o;
+        o.group = 0;
+        o.secret = secret;
+        o.terminate = &h.terminate;
+        o.stop_grace = 100ms;
+        o.log = [](const std::string&) {};
+        o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
+          return std::unique_ptr<trainers::Trainer>(new StuckTrainer());
+        };
+        (void)trainers::run_worker(*client, o);
+      }).detach();
+      h.pump(3s, [&h] { return !h.trials().empty() && h.trials()[0].state == TrialState::kRunning; });
+      code = h.trials()[0].state == TrialState::kRunning ? 97 : 96;
+      std::this_thread::sleep_for(15s);  // the master is gone: nobody answers the worker any more
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() - started < 5s) std::this_thread::sleep_for(5ms);
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL("the worker process did not end within 5 s");
+  }
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == trainers::kTrialStuckExitCode);
+  // 200 ms heartbeat timeout + 100 ms stop_grace, with room for a loaded machine.
+  CHECK(Clock::now() - started < 3s);
 }
 
 TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late result is ignored") {

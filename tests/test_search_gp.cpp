@@ -1,11 +1,14 @@
 // Gaussian process: interpolation, log marginal likelihood against an independent computation,
-// its gradient, incremental updates, and expected improvement.
+// its gradient, incremental updates, and expected improvement; the bayesian searcher when its GP
+// cannot be built.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "search/gaussian_process.h"
+#include "search/searcher.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
@@ -181,4 +184,14 @@ TEST_CASE("expected improvement is never negative and its log is stable") {
   CHECK(log_h(-5.0 + 1e-9) == doctest::Approx(log_h(-5.0 - 1e-9)).epsilon(1e-6));
   const double t_switch = 25.0 * std::numbers::sqrt2;
   CHECK(log_h(-t_switch + 1e-10) == doctest::Approx(log_h(-t_switch - 1e-10)).epsilon(1e-10));
+}
+
+TEST_CASE("set_data reports a kernel matrix that cannot be factorised (the bayesian searcher falls back on it)") {
+  GaussianProcess gp;
+  Eigen::MatrixXd X = random_points(4, 2, 9);
+  X(2, 1) = std::numeric_limits<double>::quiet_NaN();
+  const Eigen::VectorXd y = Eigen::VectorXd::LinSpaced(4, 0.0, 1.0);
+  const Status status = gp.set_data(X, y);
+  REQUIRE_FALSE(status.ok());
+  CHECK(status.error().message().find("positive definite") != std::string::npos);
 }

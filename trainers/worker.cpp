@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <condition_variable>
@@ -171,6 +172,10 @@ class WorkerLoop {
       : t_(transport), opt_(options), incarnation_(make_incarnation()) {
     hb_timeout_ = opt_.default_heartbeat_timeout;
   }
+  // An error return leaves a trial running: it ends within the same deadline as any other.
+  ~WorkerLoop() {
+    if (trial_) end_trial_or_exit();
+  }
 
   Status run() {
     if (opt_.secret.empty()) {
@@ -281,12 +286,10 @@ class WorkerLoop {
   // records or ignores it (a late result), and nothing is silently dropped here.
   void abandon_trial() {
     if (trial_) {
-      trial_->request_stop();
-      const auto deadline = Clock::now() + std::chrono::seconds(30);
-      while (!trial_->finished() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+      end_trial_or_exit();
       bool final = false;
       for (auto& m : trial_->take(final)) unsent_.push_back(std::move(m));
-      trial_.reset();  // joins
+      trial_.reset();  // joins a thread that has ended
     }
     // One last try (linger is 0: what the queue does not take now is gone with the socket).
     const auto deadline = Clock::now() + std::min(hb_timeout_, milliseconds(2000));
@@ -297,6 +300,28 @@ class WorkerLoop {
     if (!unsent_.empty()) log("gave up " + std::to_string(unsent_.size()) + " message(s) for the master it lost");
     unsent_.clear();
     blocked_since_.reset();
+  }
+
+  // Asks the trial to stop and waits for it up to stop_grace. A trial thread still running then
+  // can be neither joined (this loop would hang with it) nor detached (it uses this loop's
+  // transport and services): the process ends here, saying why; the launcher restarts the group.
+  void end_trial_or_exit() {
+    trial_->request_stop();
+    const auto deadline = Clock::now() + opt_.stop_grace;
+    while (!trial_->finished() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+    if (trial_->finished()) return;
+    const std::string why = "trial " + std::to_string(trial_->trial_id()) + " (attempt " +
+                            std::to_string(trial_->attempt()) + ") did not stop within " +
+                            std::to_string(opt_.stop_grace.count()) + " ms of being asked to; exiting (status " +
+                            std::to_string(kTrialStuckExitCode) + ")";
+    if (opt_.log) {
+      opt_.log(why);
+    } else {
+      std::fprintf(stderr, "worker %lld: %s\n", static_cast<long long>(opt_.group), why.c_str());
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(kTrialStuckExitCode);
   }
 
   // Serves one master connection until shutdown, termination or the master's silence.

@@ -16,6 +16,11 @@
 // that has been silent for heartbeat_timeout as lost. It then abandons the current trial (the
 // master queues it again when it comes back) and says hello again with exponential back-off
 // (reconnect_initial doubling up to reconnect_max), giving up after give_up without a master.
+//
+// Every join has a deadline: a trial asked to stop must end within stop_grace. A trial thread that
+// does not cannot be joined (the loop would hang) nor detached (it uses the loop's transport and
+// services), so the process logs why and _exits with kTrialStuckExitCode; its launcher sees the
+// group exit and starts it again, and the master queues the trial again.
 #pragma once
 
 #include <atomic>
@@ -31,6 +36,9 @@
 
 namespace hpctune::trainers {
 
+// The exit status of a worker whose trial did not end within stop_grace of being asked to stop.
+inline constexpr int kTrialStuckExitCode = 4;
+
 struct WorkerOptions {
   int64_t group = -1;
   int threads = 0;                                              // per trial; 0 = 1
@@ -40,6 +48,7 @@ struct WorkerOptions {
   std::chrono::milliseconds give_up{std::chrono::minutes(10)};  // without a master; then exit 1
   std::chrono::milliseconds default_heartbeat_timeout{10000};   // until the welcome says otherwise
   const std::atomic<int>* terminate = nullptr;                  // > 0: stop the trial and exit (SIGTERM)
+  std::chrono::milliseconds stop_grace{30000};  // for a stopped trial to end; then _exit(kTrialStuckExitCode)
   // Builds the trainer for a kind; default: make_trainer().
   std::function<Result<std::unique_ptr<Trainer>>(const std::string& kind)> make;
   std::function<void(const std::string&)> log;
