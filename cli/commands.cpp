@@ -18,6 +18,7 @@
 #include <set>
 
 #include "cli/report_tables.h"
+#include "common/clock.h"
 #include "scheduler/config.h"
 #include "scheduler/master.h"
 #include "scheduler/store.h"
@@ -392,7 +393,7 @@ Status cmd_status(const std::string& db) {
               db.c_str(), static_cast<unsigned long long>(c.seed));
   if (c.created_at > 0) {
     const double end = c.finished_at > 0 ? c.finished_at
-                                         : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+                                         : unix_now();
     std::printf("elapsed    %s\n", format_duration(end - c.created_at).c_str());
   }
   std::vector<std::vector<std::string>> rows;

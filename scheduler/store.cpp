@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/system.h"
 #include "scheduler/store_schema.h"
 
 namespace hpctune::store {
@@ -425,12 +426,6 @@ Result<CampaignRow> read_campaign(sqlite3_stmt* s) {
 
 bool is_campaign_state(std::string_view s) {
   return s == "running" || s == "completed" || s == "failed" || s == "interrupted";
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
 }
 
 bool is_file_path(const std::string& path) { return path != ":memory:" && !path.empty(); }
