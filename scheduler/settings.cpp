@@ -197,7 +197,7 @@ std::vector<Setting> declarations() {
       {.path = "search.algorithm",
        .type = Type::kEnum,
        .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, "
-               "(mu + lambda) evolution, Gaussian-process Bayesian optimisation or a "
+               "aging (regularized) evolution, Gaussian-process Bayesian optimisation or a "
                "tree-structured Parzen estimator.",
        .default_value = "random",
        .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe"},

@@ -131,7 +131,10 @@ struct ArtifactRow {
 
 struct LineageRow {
   int64_t child_trial_id = 0, parent_trial_id = 0;
-  std::string relation;  // e.g. ga_parent, transfer_source, ensemble_member, pbt_exploit
+  // What the scheduler writes today: "parent", one row per parent of a genetic-algorithm child (its
+  // meta "parents"). (Evolution's mutation parent stays in the trial's meta only.) Free text, so
+  // later relations (transfer source, ensemble member, PBT exploit) need no schema change.
+  std::string relation;
 };
 
 struct GroupRow {
