@@ -357,6 +357,10 @@ class Store {
   Status run(int query, const char* what);  // a cached statement without parameters or rows
   Status exec(const char* sql, const std::string& what);  // unprepared; open and migration only
   Error sql_error(int rc, const std::string& what) const;
+  // Steps a bound read to its end, collecting read(statement) of each row (a Row, or a Result<Row>
+  // whose error ends the read); `what` names the read in the error.
+  template <typename Row, typename Binder, typename Read>
+  Result<std::vector<Row>> collect(Binder& b, Read read, const std::string& what) const;
   Status check_open() const;
   Status check_identity();
   Status lock_database(unsigned file_mode);  // the flock of acquire_master_lock
