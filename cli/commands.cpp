@@ -18,6 +18,7 @@
 #include <set>
 
 #include "cli/report_tables.h"
+#include "common/clock.h"
 #include "scheduler/config.h"
 #include "scheduler/master.h"
 #include "scheduler/store.h"
@@ -243,7 +244,15 @@ std::string first_failure(const std::string& db) {
   return "\nthe first failure, trial " + std::to_string(first->id) + ": " + error;
 }
 
-Status run_and_report(scheduler::MasterOptions& options, bool& interrupted) {
+// Runs the master with what `run` and `resume` share (the interrupt flag, the test-only fail
+// point, the console) and prints the outcome.
+template <typename Args>
+Status run_and_report(scheduler::MasterOptions& options, const Args& args, const std::atomic<int>& interrupt,
+                      bool& interrupted) {
+  options.groups = args.groups;
+  options.interrupt = &interrupt;
+  options.failpoint = args.failpoint;
+  options.failpoint_hit = args.failpoint_hit;
   Console console;
   options.log = [&](const std::string& line) { console.log(line); };
   options.progress = [&](const scheduler::Progress& p, double elapsed) { console.progress(p, elapsed); };
@@ -365,23 +374,15 @@ Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& int
   scheduler::MasterOptions options;
   options.db_path = args.db.empty() ? cfg.storage : args.db;
   options.config = std::move(cfg);
-  options.groups = args.groups;
   options.seed = args.seed;
-  options.interrupt = &interrupt;
-  options.failpoint = args.failpoint;
-  options.failpoint_hit = args.failpoint_hit;
-  return run_and_report(options, interrupted);
+  return run_and_report(options, args, interrupt, interrupted);
 }
 
 Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
   scheduler::MasterOptions options;
   options.db_path = args.db;
-  options.groups = args.groups;
   options.max_trials = args.max_trials;
-  options.interrupt = &interrupt;
-  options.failpoint = args.failpoint;
-  options.failpoint_hit = args.failpoint_hit;
-  return run_and_report(options, interrupted);
+  return run_and_report(options, args, interrupt, interrupted);
 }
 
 namespace {
@@ -407,7 +408,7 @@ Status cmd_status(const std::string& db, const std::string& format) {
   }
   HPCTUNE_ASSIGN(Loaded l, load(db));
   HPCTUNE_ASSIGN(auto counts, l.store->count_by_state(l.campaign.id));
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = unix_now();
   if (format == "json") {
     CampaignStatus st;
     st.campaign = l.campaign;

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <thread>
 
+#include "common/system.h"
+
 extern char** environ;
 
 namespace hpctune {
@@ -37,23 +39,6 @@ ExitStatus from_wait_status(int status) {
     e.code = WEXITSTATUS(status);
   }
   return e;
-}
-
-bool executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
-
-std::string resolve(const std::string& program) {
-  if (program.find('/') != std::string::npos) return executable(program) ? program : "";
-  const char* path = getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string candidate = dirs.substr(start, end - start) + "/" + program;
-    if (executable(candidate)) return candidate;
-    start = end + 1;
-  }
-  return "";
 }
 
 // Blocks every signal of the calling thread for its lifetime. Around fork(): a signal that arrives
@@ -88,7 +73,7 @@ void reset_signal_handlers() {
 
 Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return err(Errc::kInvalidArgument, "spawn: empty argv");
-  const std::string program = resolve(options.argv[0]);
+  const std::string program = find_in_path(options.argv[0]);
   if (program.empty()) return err(Errc::kNotFound, "cannot execute '" + options.argv[0] + "': not found or not executable");
 
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
@@ -479,6 +464,15 @@ std::string tail_file(const std::string& path, std::size_t max_lines) {
   std::string out;
   for (const auto& l : lines) out += l + "\n";
   return out;
+}
+
+std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks, const MpirunFlags& flags) {
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(ranks), "--bind-to", "none"};
+  if (flags.shared_memory_btl) argv.insert(argv.end(), {"--mca", "btl", "self,vader"});
+  if (flags.oversubscribe) argv.emplace_back("--oversubscribe");
+  if (flags.tag_output) argv.emplace_back("--tag-output");
+  if (geteuid() == 0) argv.emplace_back("--allow-run-as-root");
+  return argv;
 }
 
 }  // namespace hpctune

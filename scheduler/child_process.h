@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -102,5 +103,17 @@ class ChildProcess {
 
 // The last `max_lines` lines of a text file ("" when it cannot be read).
 std::string tail_file(const std::string& path, std::size_t max_lines);
+
+// The rank launch command: the Open MPI command line that runs `ranks` copies of the program
+// appended after it. Written once for its two users, which need different flags: the local
+// launcher (a group's worker ranks) and the command trainer (a user program's ranks).
+struct MpirunFlags {
+  bool shared_memory_btl = false;  // --mca btl self,vader: one host, no network transports
+  bool oversubscribe = false;      // allow more ranks than cores
+  bool tag_output = false;         // "[job,rank]<stdout>:" before each chunk (to tell rank 0's reports)
+};
+// `mpirun` is the program found (a path); --bind-to none always (the groups share the cores and
+// size their own threads), --allow-run-as-root when this process is root (containers).
+std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks, const MpirunFlags& flags);
 
 }  // namespace hpctune

@@ -436,12 +436,6 @@ const YEntry* find_entry(const YNode* map, std::string_view key) {
   return nullptr;
 }
 
-std::string join(const std::vector<std::string>& items, const char* sep) {
-  std::string out;
-  for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
-  return out;
-}
-
 // "Number of trials to run: the campaign's budget." -> "number of trials to run: the campaign's budget"
 std::string first_sentence(const std::string& help) {
   std::size_t end = 0;

@@ -9,9 +9,10 @@
 //    its ranks; each rank also dies with mpirun (PR_SET_PDEATHSIG, cli/main.cpp), so a SIGKILLed
 //    master leaves no rank behind. A trainer that starts its own ranks (`command`) gets one worker
 //    process that passes R on to it (ctx.ranks).
-//  - Later backends (mpirun across hosts, SLURM job steps) implement the same interface, so the
-//    master loop does not change: it starts groups, polls for exits, restarts within a bound, and
-//    stops them all on every exit path.
+//  - Later backends (mpirun across hosts, SLURM job steps) would implement the same interface:
+//    start groups, poll for exits, stop them all. The master loop still assumes more than this
+//    interface says (run_campaign builds a LocalLauncher itself, the groups table is written with
+//    backend "local", and a group is a local process id): a new backend needs those changed too.
 #pragma once
 
 #include <chrono>

@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "common/system.h"
 #include "scheduler/child_process.h"
 #include "scheduler/launcher.h"
 #include "scheduler/protocol.h"
@@ -23,24 +24,6 @@ std::string self_exe() {
 int machine_cores() {
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<int>(n) : 1;
-}
-
-// `name` itself when it holds a slash, else its first executable match in PATH; "" when none.
-std::string find_in_path(const std::string& name) {
-  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = std::min(dirs.find(':', start), dirs.size());
-    // An empty entry means the current directory. (Built in one expression: assigning "." to the
-    // substr() result made GCC 12 warn -Wrestrict about a memcpy that cannot overlap.)
-    const std::string dir = end > start ? dirs.substr(start, end - start) : std::string(".");
-    const std::string candidate = dir + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return "";
 }
 
 }  // namespace
@@ -69,9 +52,7 @@ Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions&
       return err(Errc::kUnavailable, "resources.ranks asks for " + std::to_string(ranks) + " ranks per group, but '" +
                                          mpirun + "' was not found (multi-rank groups need Open MPI)");
     }
-    argv = {found, "-np", std::to_string(ranks), "--bind-to", "none", "--mca", "btl", "self,vader"};
-    if (ranks > cores) argv.push_back("--oversubscribe");
-    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+    argv = mpirun_command(found, ranks, {.shared_memory_btl = true, .oversubscribe = ranks > cores});
   }
   for (const std::string& a : {opt.program, std::string("worker"), std::string("--master"), opt.master_endpoint,
                                std::string("--group"), std::to_string(group)}) {

@@ -11,7 +11,9 @@
 #include <random>
 #include <set>
 
+#include "common/clock.h"
 #include "common/limits.h"
+#include "common/system.h"
 #include "scheduler/launcher.h"
 #include "scheduler/protocol.h"
 #include "scheduler/store.h"
@@ -24,17 +26,6 @@ namespace hpctune::scheduler {
 namespace {
 
 namespace fs = std::filesystem;
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Master incarnation: only identifies this master process in welcomes and logs. Not a random
-// choice of the search, so it is not drawn from the config seed.
-uint64_t make_incarnation() {
-  return (static_cast<uint64_t>(getpid()) << 32) ^
-         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
 
 class FailPoint {
  public:
@@ -176,11 +167,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     HPCTUNE_ASSIGN(stage_id, db->create_stage(campaign_id, "search", "search", nlohmann::json::object(), t0));
     HPCTUNE_TRY(db->add_event(campaign_id, "campaign_started", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
   }
-  {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    HPCTUNE_TRY(db->set_campaign_master(campaign_id, host, getpid()));
-  }
+  HPCTUNE_TRY(db->set_campaign_master(campaign_id, host_name(), getpid()));
   if (resuming) {
     HPCTUNE_ASSIGN(auto stages, db->stages(campaign_id));
     for (const auto& st : stages) {

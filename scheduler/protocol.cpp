@@ -4,13 +4,14 @@
 #include "scheduler/protocol.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <limits>
 #include <type_traits>
+
+#include "common/system.h"
 
 namespace hpctune::protocol {
 namespace {
@@ -435,29 +436,8 @@ Result<Message> decode(std::string_view bytes) {
 
 Result<std::string> random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');
-  std::size_t got = 0;
-  while (got < bytes) {
-    const ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      break;
-    }
-  }
-  if (got < bytes) {  // an old kernel without getrandom: /dev/urandom
-    const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return err(Errc::kIo, "no random source for a secret (getrandom and /dev/urandom failed)");
-    while (got < bytes) {
-      const ssize_t n = ::read(fd, raw.data() + got, bytes - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-    if (got < bytes) return err(Errc::kIo, "short read from /dev/urandom");
-  }
+  if (!random_bytes(raw.data(), bytes))
+    return err(Errc::kIo, "no random source for a secret (getrandom and /dev/urandom failed)");
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(bytes * 2);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/clock.h"
 #include "common/rng.h"
 #include "search/pareto.h"
 
@@ -13,10 +14,6 @@ namespace hpctune::scheduler {
 namespace {
 
 using store::TrialState;
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 nlohmann::json metrics_json(const protocol::Metrics& metrics) {
   nlohmann::json j = nlohmann::json::object();

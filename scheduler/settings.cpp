@@ -197,7 +197,7 @@ std::vector<Setting> declarations() {
       {.path = "search.algorithm",
        .type = Type::kEnum,
        .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, "
-               "(mu + lambda) evolution, Gaussian-process Bayesian optimisation or a "
+               "aging (regularized) evolution, Gaussian-process Bayesian optimisation or a "
                "tree-structured Parzen estimator.",
        .default_value = "random",
        .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe"},
@@ -782,7 +782,6 @@ std::vector<Setting> import_scoped(const Setting& selector, const std::string& p
   return out;
 }
 
-std::string join(const std::vector<std::string>& items, const char* sep);
 
 std::vector<Setting> build_table() {
   std::vector<Setting> table;
@@ -833,12 +832,6 @@ std::string parent_path(std::string_view path) {
 std::string lower_key(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string join(const std::vector<std::string>& items, const char* sep) {
-  std::string out;
-  for (const auto& i : items) out += (out.empty() ? "" : sep) + i;
   return out;
 }
 
@@ -1225,16 +1218,6 @@ json resolve_plain_scalar(std::string_view t) {
             : std::numeric_limits<double>::infinity();
   }
   return negative ? -x : x;
-}
-
-std::string format_number(double value) {
-  if (std::isnan(value)) return ".nan";
-  if (std::isinf(value)) return value > 0 ? ".inf" : "-.inf";
-  if (std::floor(value) == value && std::fabs(value) < 1e15) return std::to_string(static_cast<int64_t>(value));
-  char buf[64];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  if (ec != std::errc()) return "?";
-  return std::string(buf, end);
 }
 
 namespace {

@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "common/text.h"
 
 namespace hpctune::config {
 
@@ -153,8 +154,8 @@ nlohmann::json resolve_plain_scalar(std::string_view text);
 // A JSON value as YAML flow text: strings plain when that reads back as the same string, numbers
 // in their shortest round-trip form; [a, b], {k: v}.
 std::string to_yaml_flow(const nlohmann::json& value);
-// The shortest text that reads back as the same double ("0.05", "1e-06", "3").
-std::string format_number(double value);
+// The shortest text that reads back as the same double ("0.05", "1e-06", "3"): common/text.h.
+using hpctune::format_number;
 
 // Space parameter names that need not be settings of the trainer kind: any name for `command`
 // (the command gets every parameter), x1, x2, ... for `function`.

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/system.h"
 #include "scheduler/store_schema.h"
 
 namespace hpctune::store {
@@ -426,12 +427,6 @@ bool is_campaign_state(std::string_view s) {
   return s == "running" || s == "completed" || s == "failed" || s == "interrupted";
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
-
 bool is_file_path(const std::string& path) { return path != ":memory:" && !path.empty(); }
 
 // Descriptors of database files that held (or failed to take) the master lock, parked for reuse
@@ -566,6 +561,22 @@ Error Store::sql_error(int rc, const std::string& what) const {
   // returned rc as long as callers build the error right away (they do).
   const char* text = db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
   return err(code, what + ": " + text + " (database " + path_ + ")");
+}
+
+template <typename Row, typename Binder, typename Read>
+Result<std::vector<Row>> Store::collect(Binder& b, Read read, const std::string& what) const {
+  std::vector<Row> out;
+  int rc;
+  while ((rc = b.step()) == SQLITE_ROW) {
+    if constexpr (std::is_same_v<decltype(read(b.stmt())), Row>) {
+      out.push_back(read(b.stmt()));
+    } else {
+      HPCTUNE_ASSIGN(Row row, read(b.stmt()));
+      out.push_back(std::move(row));
+    }
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, what);
+  return out;
 }
 
 Status Store::check_open() const {
@@ -1025,22 +1036,21 @@ Result<std::vector<StageRow>> Store::stages(int64_t campaign_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectStages));
   Bind b(s);
   b.i64(1, campaign_id);
-  std::vector<StageRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    StageRow r;
-    r.id = col_i64(s, 0);
-    r.campaign_id = col_i64(s, 1);
-    r.kind = col_text(s, 2);
-    r.name = col_text(s, 3);
-    r.state = col_text(s, 4);
-    HPCTUNE_ASSIGN(r.config_json, col_json(s, 5, "stages.config_json"));
-    r.created_at = col_time(s, 6);
-    r.finished_at = col_time(s, 7);
-    out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the stages");
-  return out;
+  return collect<StageRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<StageRow> {
+        StageRow r;
+        r.id = col_i64(s, 0);
+        r.campaign_id = col_i64(s, 1);
+        r.kind = col_text(s, 2);
+        r.name = col_text(s, 3);
+        r.state = col_text(s, 4);
+        HPCTUNE_ASSIGN(r.config_json, col_json(s, 5, "stages.config_json"));
+        r.created_at = col_time(s, 6);
+        r.finished_at = col_time(s, 7);
+        return r;
+      },
+      "cannot read the stages");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1271,14 +1281,7 @@ Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectTrials));
   Bind b(s);
   b.i64(1, campaign_id);
-  std::vector<TrialRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
-    out.push_back(std::move(row));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the trials of campaign " + std::to_string(campaign_id));
-  return out;
+  return collect<TrialRow>(b, read_trial, "cannot read the trials of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
@@ -1296,35 +1299,28 @@ Result<std::vector<MetricRow>> Store::metrics(int64_t trial_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectMetrics));
   Bind b(s);
   b.i64(1, trial_id);
-  std::vector<MetricRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    out.push_back(read_metric(s));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the metrics of trial " + std::to_string(trial_id));
-  return out;
+  return collect<MetricRow>(b, read_metric, "cannot read the metrics of trial " + std::to_string(trial_id));
 }
 
 Result<std::vector<EventRow>> Store::events(int64_t campaign_id, int64_t limit) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectEvents));
   Bind b(s);
   b.i64(1, campaign_id).i64(2, limit > 0 ? limit : -1);
-  std::vector<EventRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    EventRow e;
-    e.id = col_i64(s, 0);
-    e.campaign_id = col_i64(s, 1);
-    e.t = col_time(s, 2);
-    e.kind = col_text(s, 3);
-    e.trial_id = col_i64_or(s, 4, 0);
-    e.attempt = col_i64_or(s, 5, 0);
-    e.group_id = col_i64_or(s, 6, -1);
-    HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
-    out.push_back(std::move(e));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the events of campaign " + std::to_string(campaign_id));
-  return out;
+  return collect<EventRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<EventRow> {
+        EventRow e;
+        e.id = col_i64(s, 0);
+        e.campaign_id = col_i64(s, 1);
+        e.t = col_time(s, 2);
+        e.kind = col_text(s, 3);
+        e.trial_id = col_i64_or(s, 4, 0);
+        e.attempt = col_i64_or(s, 5, 0);
+        e.group_id = col_i64_or(s, 6, -1);
+        HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
+        return e;
+      },
+      "cannot read the events of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id) {
@@ -1343,93 +1339,84 @@ Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttempts : kSelectAttemptsV2));
   Bind b(s);
   b.i64(1, trial_id);
-  std::vector<nlohmann::json> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    out.push_back({{"trial_id", col_i64(s, 0)},
-                   {"attempt", col_i64(s, 1)},
-                   {"group_id", col_i64(s, 2)},
-                   {"worker_incarnation", std::bit_cast<uint64_t>(col_i64(s, 3))},
-                   {"state", col_text(s, 4)},
-                   {"started_at", col_time(s, 5)},
-                   {"finished_at", col_time(s, 6)},
-                   {"error", col_text(s, 7)},
-                   {"charged", col_i64(s, 8) != 0}});
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the attempts of trial " + std::to_string(trial_id));
-  return out;
+  return collect<nlohmann::json>(
+      b,
+      [](sqlite3_stmt* s) {
+        return nlohmann::json({{"trial_id", col_i64(s, 0)},
+                               {"attempt", col_i64(s, 1)},
+                               {"group_id", col_i64(s, 2)},
+                               {"worker_incarnation", std::bit_cast<uint64_t>(col_i64(s, 3))},
+                               {"state", col_text(s, 4)},
+                               {"started_at", col_time(s, 5)},
+                               {"finished_at", col_time(s, 6)},
+                               {"error", col_text(s, 7)},
+                               {"charged", col_i64(s, 8) != 0}});
+      },
+      "cannot read the attempts of trial " + std::to_string(trial_id));
 }
 
 Result<std::vector<ArtifactRow>> Store::artifacts(int64_t trial_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectArtifacts));
   Bind b(s);
   b.i64(1, trial_id);
-  std::vector<ArtifactRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    ArtifactRow a;
-    a.id = col_i64(s, 0);
-    a.trial_id = col_i64(s, 1);
-    a.attempt = col_i64(s, 2);
-    a.kind = col_text(s, 3);
-    a.path = col_text(s, 4);
-    a.bytes = col_i64(s, 5);
-    a.created_at = col_time(s, 6);
-    out.push_back(std::move(a));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the artifacts of trial " + std::to_string(trial_id));
-  return out;
+  return collect<ArtifactRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<ArtifactRow> {
+        ArtifactRow a;
+        a.id = col_i64(s, 0);
+        a.trial_id = col_i64(s, 1);
+        a.attempt = col_i64(s, 2);
+        a.kind = col_text(s, 3);
+        a.path = col_text(s, 4);
+        a.bytes = col_i64(s, 5);
+        a.created_at = col_time(s, 6);
+        return a;
+      },
+      "cannot read the artifacts of trial " + std::to_string(trial_id));
 }
 
 Result<std::vector<LineageRow>> Store::lineage(int64_t child_trial_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectLineage));
   Bind b(s);
   b.i64(1, child_trial_id);
-  std::vector<LineageRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) out.push_back({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)});
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the lineage of trial " + std::to_string(child_trial_id));
-  return out;
+  return collect<LineageRow>(
+      b,
+      [](sqlite3_stmt* s) {
+        return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)});
+      },
+      "cannot read the lineage of trial " + std::to_string(child_trial_id));
 }
 
 Result<std::vector<GroupRow>> Store::groups(int64_t campaign_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectGroups));
   Bind b(s);
   b.i64(1, campaign_id);
-  std::vector<GroupRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    GroupRow g;
-    g.campaign_id = col_i64(s, 0);
-    g.group_id = col_i64(s, 1);
-    g.backend = col_text(s, 2);
-    g.ranks_data = col_i64(s, 3);
-    g.ranks_model = col_i64(s, 4);
-    HPCTUNE_ASSIGN(g.hosts, col_json(s, 5, "groups.hosts"));
-    g.state = col_text(s, 6);
-    g.incarnation = std::bit_cast<uint64_t>(col_i64(s, 7));
-    g.restarts = col_i64(s, 8);
-    g.started_at = col_time(s, 9);
-    g.updated_at = col_time(s, 10);
-    out.push_back(std::move(g));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "cannot read the trainer groups of campaign " + std::to_string(campaign_id));
-  return out;
+  return collect<GroupRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<GroupRow> {
+        GroupRow g;
+        g.campaign_id = col_i64(s, 0);
+        g.group_id = col_i64(s, 1);
+        g.backend = col_text(s, 2);
+        g.ranks_data = col_i64(s, 3);
+        g.ranks_model = col_i64(s, 4);
+        HPCTUNE_ASSIGN(g.hosts, col_json(s, 5, "groups.hosts"));
+        g.state = col_text(s, 6);
+        g.incarnation = std::bit_cast<uint64_t>(col_i64(s, 7));
+        g.restarts = col_i64(s, 8);
+        g.started_at = col_time(s, 9);
+        g.updated_at = col_time(s, 10);
+        return g;
+      },
+      "cannot read the trainer groups of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::vector<MetricRow>> Store::campaign_metrics(int64_t campaign_id, const std::string& name) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectCampaignMetric));
   Bind b(s);
   b.i64(1, campaign_id).text(2, name);
-  std::vector<MetricRow> out;
-  int rc;
-  while ((rc = b.step()) == SQLITE_ROW) {
-    out.push_back(read_metric(s));
-  }
-  if (rc != SQLITE_DONE) {
-    return sql_error(rc, "cannot read the '" + name + "' reports of campaign " + std::to_string(campaign_id));
-  }
-  return out;
+  return collect<MetricRow>(b, read_metric,
+                            "cannot read the '" + name + "' reports of campaign " + std::to_string(campaign_id));
 }
 
 }  // namespace hpctune::store

@@ -136,7 +136,10 @@ struct ArtifactRow {
 
 struct LineageRow {
   int64_t child_trial_id = 0, parent_trial_id = 0;
-  std::string relation;  // e.g. ga_parent, transfer_source, ensemble_member, pbt_exploit
+  // What the scheduler writes today: "parent", one row per parent of a genetic-algorithm child (its
+  // meta "parents"). (Evolution's mutation parent stays in the trial's meta only.) Free text, so
+  // later relations (transfer source, ensemble member, PBT exploit) need no schema change.
+  std::string relation;
 };
 
 struct GroupRow {
@@ -359,6 +362,10 @@ class Store {
   Status run(int query, const char* what);  // a cached statement without parameters or rows
   Status exec(const char* sql, const std::string& what);  // unprepared; open and migration only
   Error sql_error(int rc, const std::string& what) const;
+  // Steps a bound read to its end, collecting read(statement) of each row (a Row, or a Result<Row>
+  // whose error ends the read); `what` names the read in the error.
+  template <typename Row, typename Binder, typename Read>
+  Result<std::vector<Row>> collect(Binder& b, Read read, const std::string& what) const;
   Status check_open() const;
   Status check_identity();
   Status lock_database(unsigned file_mode);  // the flock of acquire_master_lock

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/text.h"
+
 namespace hpctune::search {
 
 const char* setting_type_name(SettingType type) noexcept {
@@ -20,9 +22,9 @@ namespace {
 
 std::string bounds_text(const SettingDecl& d) {
   const bool has_min = std::isfinite(d.min), has_max = std::isfinite(d.max);
-  if (has_min && has_max) return "in [" + number_text(d.min) + ", " + number_text(d.max) + "]";
-  if (has_min) return ">= " + number_text(d.min);
-  return "<= " + number_text(d.max);
+  if (has_min && has_max) return "in [" + format_number(d.min) + ", " + format_number(d.max) + "]";
+  if (has_min) return ">= " + format_number(d.min);
+  return "<= " + format_number(d.max);
 }
 
 }  // namespace
@@ -57,7 +59,7 @@ Result<nlohmann::json> resolve_settings(std::string_view owner, const std::vecto
         if (v.is_number_integer()) x = static_cast<double>(v.get<int64_t>());
         else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) x = v.get<double>();
         else return err(Errc::kConfig, d.key + ": expected an integer, got " + v.dump());
-        if (x < d.min || x > d.max) return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + number_text(x));
+        if (x < d.min || x > d.max) return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + format_number(x));
         out[d.key] = static_cast<int64_t>(x);
         break;
       }
@@ -65,7 +67,7 @@ Result<nlohmann::json> resolve_settings(std::string_view owner, const std::vecto
         if (!v.is_number()) return err(Errc::kConfig, d.key + ": expected a number, got " + v.dump());
         const double x = v.get<double>();
         if (!std::isfinite(x) || x < d.min || x > d.max)
-          return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + number_text(x));
+          return err(Errc::kConfig, d.key + ": must be " + bounds_text(d) + ", got " + format_number(x));
         out[d.key] = x;
         break;
       }

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <set>
 #include <unordered_set>
+
+#include "common/text.h"
 
 namespace hpctune::search {
 
@@ -16,12 +17,6 @@ const char* param_type_name(ParamType type) noexcept {
     case ParamType::kFixed: return "fixed";
   }
   return "unknown";
-}
-
-std::string number_text(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 
 namespace {
@@ -52,11 +47,11 @@ Status validate_one(const ParamSpec& p) {
     case ParamType::kInt: {
       if (!std::isfinite(p.low) || !std::isfinite(p.high)) return config_error(p, "bounds must be finite numbers");
       if (p.type == ParamType::kInt && (!is_whole(p.low) || !is_whole(p.high)))
-        return config_error(p, "int bounds must be whole numbers (low " + number_text(p.low) + ", high " + number_text(p.high) + ")");
+        return config_error(p, "int bounds must be whole numbers (low " + format_number(p.low) + ", high " + format_number(p.high) + ")");
       if (p.low >= p.high)
-        return config_error(p, "low (" + number_text(p.low) + ") must be below high (" + number_text(p.high) + ")");
+        return config_error(p, "low (" + format_number(p.low) + ") must be below high (" + format_number(p.high) + ")");
       if (p.log && p.low <= 0)
-        return config_error(p, "a log range must be above 0, but low is " + number_text(p.low));
+        return config_error(p, "a log range must be above 0, but low is " + format_number(p.low));
       if (p.type == ParamType::kInt && p.step < 1) return config_error(p, "step must be at least 1, got " + std::to_string(p.step));
       if (p.resolution < 0 || p.resolution == 1)
         return config_error(p, "resolution must be at least 2, got " + std::to_string(p.resolution));
@@ -189,16 +184,16 @@ Status Space::check_value(const ParamSpec& p, const nlohmann::json& v) {
     case ParamType::kFloat: {
       if (!v.is_number()) return bad("expected a number, got " + v.dump());
       const double x = v.get<double>();
-      if (!(x >= p.low && x <= p.high)) return bad(number_text(x) + " is outside [" + number_text(p.low) + ", " + number_text(p.high) + "]");
+      if (!(x >= p.low && x <= p.high)) return bad(format_number(x) + " is outside [" + format_number(p.low) + ", " + format_number(p.high) + "]");
       return Status::Ok();
     }
     case ParamType::kInt: {
       if (!v.is_number()) return bad("expected an integer, got " + v.dump());
       const double x = v.get<double>();
       if (!is_whole(x)) return bad("expected an integer, got " + v.dump());
-      if (x < p.low || x > p.high) return bad(number_text(x) + " is outside [" + number_text(p.low) + ", " + number_text(p.high) + "]");
+      if (x < p.low || x > p.high) return bad(format_number(x) + " is outside [" + format_number(p.low) + ", " + format_number(p.high) + "]");
       const auto off = static_cast<int64_t>(x - p.low);
-      if (off % p.step != 0) return bad(number_text(x) + " is not on the step " + std::to_string(p.step) + " from " + number_text(p.low));
+      if (off % p.step != 0) return bad(format_number(x) + " is not on the step " + std::to_string(p.step) + " from " + format_number(p.low));
       return Status::Ok();
     }
     case ParamType::kChoice:

@@ -25,8 +25,6 @@ using Params = nlohmann::json;  // a JSON object: parameter name -> value
 
 enum class ParamType { kFloat, kInt, kChoice, kFixed };
 const char* param_type_name(ParamType type) noexcept;
-// A number as error messages print it (printf "%g").
-std::string number_text(double v);
 
 struct Condition {
   std::string parent;                  // the parameter this one depends on

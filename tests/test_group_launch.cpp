@@ -1,6 +1,7 @@
 // The local launcher's command line for trainer groups of several ranks (scheduler/launcher.h).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "scheduler/child_process.h"
 #include "scheduler/launcher.h"
+#include "tests/temp_dir.h"
 
 using namespace hpctune;
 using namespace hpctune::scheduler;
@@ -101,7 +103,42 @@ TEST_CASE("bad layouts and a missing mpirun are launch errors") {
   CHECK(local_group_command(o, 0).ok());
 }
 
+TEST_CASE("the rank launch command: the launcher's and the command trainer's flags from one place") {
+  const std::string root = geteuid() == 0 ? "--allow-run-as-root" : "";
+  auto expect = [&](std::vector<std::string> argv) {
+    if (!root.empty()) argv.push_back(root);
+    return argv;
+  };
+  CHECK(mpirun_command("/usr/bin/mpirun", 4, {.shared_memory_btl = true}) ==
+        expect({"/usr/bin/mpirun", "-np", "4", "--bind-to", "none", "--mca", "btl", "self,vader"}));
+  CHECK(mpirun_command("mpirun", 2, {.oversubscribe = true, .tag_output = true}) ==
+        expect({"mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe", "--tag-output"}));
+}
+
 // --- child processes (scheduler/child_process.h) ---------------------------------------------------
+
+TEST_CASE("a program named without a slash is found through an empty PATH entry (the current directory)") {
+  // As execvp and the launcher's mpirun lookup read PATH; the spawn's own lookup once made "" + "/"
+  // + name an absolute path and refused the program.
+  hpctune::testing::TempDir dir;
+  const std::string prog = dir.write("h7-exit-7", "#!/bin/sh\nexit 7\n");
+  REQUIRE(chmod(prog.c_str(), 0755) == 0);
+  const char* old_path = getenv("PATH");
+  const std::string saved_path = old_path ? old_path : "";
+  char saved_cwd[4096];
+  REQUIRE(getcwd(saved_cwd, sizeof saved_cwd) != nullptr);
+  REQUIRE(chdir(dir.path.c_str()) == 0);
+  setenv("PATH", "/nonexistent:", 1);
+  hpctune::SpawnOptions o;
+  o.argv = {"h7-exit-7"};
+  auto child = hpctune::ChildProcess::spawn(o);
+  setenv("PATH", saved_path.c_str(), 1);
+  REQUIRE(chdir(saved_cwd) == 0);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(std::chrono::seconds(10));
+  REQUIRE(status.has_value());
+  CHECK(status->code == 7);
+}
 
 namespace {
 

@@ -51,11 +51,11 @@
 // may still be in flight. The only safe continuation is to tear the whole group down; an
 // Allreducer refuses every call after its first error.
 //
-// The contract with the trainer worker (worker.h), whose loop thread keeps heart-beating while the
-// trial thread trains: a collective error ends the group, and so does a collective that has been
-// running for longer than the worker's watchdog limit, which the loop thread sees through
-// Allreducer::collective_started(). Ending the group means that the rank exits abnormally
-// (MPI_Abort, or _exit when MPI is wedged); mpirun then kills every rank of the job, the group's
+// The contract with the group worker (group_worker.h): a collective error ends the group, and so
+// does a collective that has been running for longer than the worker's collective limit, which a
+// watchdog thread on every rank sees through Allreducer::collective_started(). Ending the group
+// means that the rank logs the reason and _exits with kGroupBrokenExitCode (no MPI_Abort: MPI may
+// be wedged inside the very call that hung); mpirun then kills every rank of the job, the group's
 // heartbeats stop, and the master declares the group lost after its heartbeat timeout and queues
 // the trial again. A peer that dies is normally noticed by mpirun, which then ends every rank;
 // MPI libraries with ULFM report it as kPeerGone.

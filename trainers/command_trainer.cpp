@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "common/shell_template.h"
+#include "common/system.h"
 #include "scheduler/child_process.h"
 
 #ifndef HPCTUNE_MPIEXEC
@@ -194,24 +195,6 @@ std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
 
 // --- mpirun --------------------------------------------------------------------------------------
 
-namespace {
-
-std::string find_in_path(const std::string& program) {
-  const char* path = getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    std::size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string candidate = dirs.substr(start, end - start) + "/" + program;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return "";
-}
-
-}  // namespace
-
 Result<std::vector<std::string>> mpirun_prefix(int ranks) {
   const std::string built_with = HPCTUNE_MPIEXEC;
   if (built_with.empty())
@@ -221,10 +204,7 @@ Result<std::vector<std::string>> mpirun_prefix(int ranks) {
   if (mpirun.empty())
     return err(Errc::kUnavailable, "command trainer: " + std::to_string(ranks) + " ranks need mpirun, and neither " +
                                        built_with + " nor an mpirun in PATH exists here (use 1 rank)");
-  std::vector<std::string> argv = {mpirun, "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
-                                   "--tag-output"};
-  if (geteuid() == 0) argv.emplace_back("--allow-run-as-root");
-  return argv;
+  return mpirun_command(mpirun, ranks, {.oversubscribe = true, .tag_output = true});
 }
 
 // --- running -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@
 //     of standard error. A stop request sends SIGTERM to the process group, SIGKILL after `grace`
 //     seconds, and returns stopped = true with the last metrics. Past `timeout` seconds the same
 //     termination happens and the result is kTimeout naming the timeout.
-//   - ctx.ranks > 1: the command runs as `mpirun -np <ranks> --oversubscribe --bind-to none
+//   - ctx.ranks > 1: the command runs as `mpirun -np <ranks> --bind-to none --oversubscribe
 //     --tag-output [--allow-run-as-root] /bin/sh -c <command>`; only report lines tagged as rank 0
 //     count, and the ranks' other lines are logged with their tags. A build without MPI (or without
 //     mpirun) answers kUnavailable.

@@ -1,10 +1,12 @@
 // Trainer settings: one declaration per setting, and typed readers that check it.
 //
-// Each built-in trainer declares its settings once (name, type, default, help) in a table
-// (mlp_trainer.h, sleep_trainer.h). The trainer reads ctx.settings() through that table, so an
+// Each built-in trainer declares its settings (name, type, default, help) in a table beside its
+// code (mlp_trainer.h, sleep_trainer.h). The trainer reads ctx.settings() through that table, so an
 // unknown key (a misspelled searched parameter would otherwise be ignored silently for a whole
-// campaign) and every bad value come back as kInvalidArgument naming the setting. The same tables
-// are available to the config layer through trainer_setting_specs() (trainer_factory.cpp).
+// campaign) and every bad value come back as kInvalidArgument naming the setting. These tables are
+// NOT yet the config's: the config layer declares the same settings again in its own table
+// (scheduler/settings.cpp, `trainer.*`), and test_config_trainer_sync checks that the two agree
+// (trainer_setting_specs(), trainer_factory.cpp, hands these tables to it).
 //
 // Header-only on purpose: small, and shared by every trainer kind.
 #pragma once

@@ -1,5 +1,6 @@
 #include "trainers/worker.h"
 
+#include "common/system.h"
 #include "trainers/idx_dataset.h"
 
 #include <unistd.h>
@@ -20,19 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-uint64_t make_incarnation() {
-  // Identifies this process to the master (a restarted group gets a new one); not a search choice.
-  // Random, so that nobody can predict it and pose as this process reconnecting.
-  if (auto hex = protocol::random_hex(8); hex.ok()) return std::stoull(hex.value(), nullptr, 16);
-  return (static_cast<uint64_t>(getpid()) << 32) ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-}
-
-std::string hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
 
 // The trial thread and what it hands back to the loop.
 class RunningTrial {
@@ -226,7 +214,7 @@ class WorkerLoop {
     h.incarnation = incarnation_;
     h.group = opt_.group;
     h.pid = getpid();
-    h.host = hostname();
+    h.host = host_name();
     h.trainers = trainer_kinds();
     return h;
   }

@@ -1,0 +1,85 @@
+// What hpctune asks of the operating system in more than one place: the host name, where a
+// program is in PATH, and random identifiers from the kernel's random source.
+#pragma once
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace hpctune {
+
+// This machine's name; "unknown" when the system will not say.
+inline std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+// `name` itself when it holds a slash (if executable), else its first executable match in PATH
+// ("/usr/bin:/bin" when PATH is unset), as execvp finds it; "" when none.
+inline std::string find_in_path(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    // An empty entry means the current directory. (Built in one expression: assigning "." to the
+    // substr() result made GCC 12 warn -Wrestrict about a memcpy that cannot overlap.)
+    const std::string dir = end > start ? dirs.substr(start, end - start) : std::string(".");
+    const std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Fills `out` with `bytes` bytes from getrandom, or /dev/urandom on a kernel without it. For
+// secrets and identifiers that nobody may predict, never for choices of the search (those draw
+// from the config seed). False when neither source gave enough bytes.
+inline bool random_bytes(void* out, std::size_t bytes) {
+  auto* p = static_cast<unsigned char*>(out);
+  std::size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::getrandom(p + got, bytes - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  if (got < bytes) {
+    const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    while (got < bytes) {
+      const ssize_t n = ::read(fd, p + got, bytes - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  }
+  return got == bytes;
+}
+
+// A 64-bit identifier of this process's incarnation (the master's, a worker's: a restarted one
+// gets a new one). Random, so that nobody can predict it and pose as this process reconnecting;
+// without a random source, the process id and the monotonic clock (unique, not secret).
+inline uint64_t make_incarnation() {
+  uint64_t id = 0;
+  if (random_bytes(&id, sizeof id)) return id;
+  return (static_cast<uint64_t>(::getpid()) << 32) ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace hpctune
