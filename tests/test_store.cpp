@@ -1042,7 +1042,7 @@ TEST_CASE("files are created with the requested mode whatever the umask: databas
   const mode_t old = ::umask(0);  // the widest umask: SQLite alone would create 0644
   for (unsigned mode : {0600u, 0640u}) {
     CAPTURE(mode);
-    const std::string path = dir.file("m" + std::to_string(mode) + ".db");
+    const std::string path = dir.file(std::to_string(mode) + "-m.db");
     {
       auto store = open_ok(path, {.master_lock = true, .file_mode = mode});
       make_campaign(*store);
@@ -1054,7 +1054,7 @@ TEST_CASE("files are created with the requested mode whatever the umask: databas
       }
     }
     // Without the lock too (tests, tools): the database and its side files.
-    const std::string plain = dir.file("p" + std::to_string(mode) + ".db");
+    const std::string plain = dir.file(std::to_string(mode) + "-p.db");
     auto store = open_ok(plain, {.file_mode = mode});
     make_campaign(*store);
     struct stat st {};
