@@ -15,7 +15,7 @@
 //                                                                   nothing at all on a bad secret)
 //   ready                       ->                                  idle, wants a trial
 //                               <- assign{trial, attempt, params}
-//   report{step, metrics}       ->                                  0..n intermediate reports
+//   report{step, metrics}       ->                                  started (no metrics), then 0..n reports
 //                               <- stop{trial, attempt}            early stopping / shutdown
 //   done{metrics} | failed{error} ->                               the worker is idle again
 //   heartbeat                  <->  both ways, every heartbeat_interval
@@ -90,6 +90,8 @@ struct Assign {
   std::string trial_dir;                          // where artifacts and checkpoints go ("" = none)
 };
 
+// A report without metrics (step 0) is the worker's "started" notice, sent as the trainer begins:
+// the master marks the trial running from then and records no metric row for it.
 struct Report {
   int64_t trial_id = 0;
   int64_t attempt = 0;

@@ -181,6 +181,14 @@ protocol::Hello hello(int64_t group, Harness& h) {
   return m;
 }
 
+// Registers `fake` as group 0 and says ready: the first trial assigned to it.
+std::optional<protocol::Assign> first_assign(FakeWorker& fake, Harness& h) {
+  fake.send(hello(0, h));
+  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
+  fake.send(protocol::Ready{});
+  return fake.expect<protocol::Assign>(1s, h);
+}
+
 }  // namespace
 
 TEST_CASE("every trial runs exactly once and the best is found") {
@@ -270,10 +278,7 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
 TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late result is ignored") {
   Harness h(1, 3, 300ms);
   FakeWorker fake(h.hub);
-  fake.send(hello(0, h));
-  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
-  fake.send(protocol::Ready{});
-  auto assign = fake.expect<protocol::Assign>(1s, h);
+  auto assign = first_assign(fake, h);
   REQUIRE(assign);
   CHECK(assign->attempt == 1);
   // The fake goes silent. After the heartbeat timeout the trial is queued again.
@@ -311,10 +316,7 @@ TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late res
 TEST_CASE("a heartbeat saying idle while an acknowledged attempt runs there loses that attempt at once") {
   Harness h(1, 3, 2s);
   FakeWorker fake(h.hub);
-  fake.send(hello(0, h));
-  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
-  fake.send(protocol::Ready{});
-  auto assign = fake.expect<protocol::Assign>(1s, h);
+  auto assign = first_assign(fake, h);
   REQUIRE(assign);
   // An idle heartbeat sent before the assign arrived changes nothing.
   fake.send(protocol::Heartbeat{});
@@ -340,10 +342,7 @@ TEST_CASE("a heartbeat saying idle while an acknowledged attempt runs there lose
 TEST_CASE("an assign the worker never acknowledges is lost after a heartbeat timeout of idle heartbeats") {
   Harness h(1, 3, 400ms);
   FakeWorker fake(h.hub);
-  fake.send(hello(0, h));
-  REQUIRE(fake.expect<protocol::Welcome>(1s, h));
-  fake.send(protocol::Ready{});
-  auto assign = fake.expect<protocol::Assign>(1s, h);
+  auto assign = first_assign(fake, h);
   REQUIRE(assign);
   // Alive (idle heartbeats keep it from going silent) but it never heard of the trial.
   std::optional<protocol::Assign> again;
