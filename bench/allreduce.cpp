@@ -47,19 +47,19 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rng.h"
-#include "trainers/blas.h"
-#include "trainers/collectives.h"
+#include "nn/blas.h"
+#include "collectives/collectives.h"
 #include "trainers/gradient_engine.h"
-#include "trainers/layers.h"
-#include "trainers/network.h"
-#include "trainers/trainer_group_mpi.h"
+#include "nn/layers.h"
+#include "nn/network.h"
+#include "collectives/trainer_group_mpi.h"
 
 namespace {
 
-using hpctune::trainers::AllreduceAlgorithm;
-using hpctune::trainers::AllreduceOptions;
-using hpctune::trainers::Allreducer;
-using hpctune::trainers::Communicator;
+using hpctune::collectives::AllreduceAlgorithm;
+using hpctune::collectives::AllreduceOptions;
+using hpctune::collectives::Allreducer;
+using hpctune::collectives::Communicator;
 
 struct Args {
   std::string out_dir = HPCTUNE_SOURCE_DIR "/bench/results";
@@ -320,6 +320,8 @@ double time_steps(hpctune::trainers::GradientEngine& engine, const std::vector<f
 // `world`; ranks beyond the second only wait.
 nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
   using namespace hpctune::trainers;
+  using namespace hpctune::nn;
+  using namespace hpctune::collectives;
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   blas_set_threads(1);
@@ -400,7 +402,7 @@ nlohmann::json cnn_scaling(const Args& args, MPI_Comm world) {
           {"global_batch", batch},
           {"threads_per_rank", 1},
           {"sgemm_gflops_per_core", {{"rank0_alone", alone}, {"rank0_together", together0}, {"rank1_together", together1}}},
-          {"allreduce", hpctune::trainers::allreduce_algorithm_name(MpiGroupOptions{}.algorithm)},
+          {"allreduce", hpctune::collectives::allreduce_algorithm_name(MpiGroupOptions{}.algorithm)},
           {"shared_memory", shared_memory},
           {"steps_per_round", args.cnn_steps},
           {"rounds", args.cnn_rounds},
@@ -601,7 +603,7 @@ int read_autogroup_nice() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto environment = hpctune::trainers::MpiEnvironment::init(&argc, &argv);
+  auto environment = hpctune::collectives::MpiEnvironment::init(&argc, &argv);
   if (!environment.ok()) {
     std::fprintf(stderr, "bench_allreduce: %s\n", environment.error().to_string().c_str());
     return 1;
@@ -653,12 +655,12 @@ int main(int argc, char** argv) {
   std::vector<Allreducer> allreducers;
   std::vector<std::string> names;
   std::vector<bool> in_place;
-  std::vector<AllreduceAlgorithm> variants(std::begin(hpctune::trainers::kAllreduceAlgorithms),
-                                           std::end(hpctune::trainers::kAllreduceAlgorithms));
+  std::vector<AllreduceAlgorithm> variants(std::begin(hpctune::collectives::kAllreduceAlgorithms),
+                                           std::end(hpctune::collectives::kAllreduceAlgorithms));
   variants.push_back(AllreduceAlgorithm::kHierarchical);  // again, on its own shared memory
   for (AllreduceAlgorithm algorithm : variants) {
-    in_place.push_back(names.size() >= std::size(hpctune::trainers::kAllreduceAlgorithms));
-    names.push_back(std::string(hpctune::trainers::allreduce_algorithm_name(algorithm)) +
+    in_place.push_back(names.size() >= std::size(hpctune::collectives::kAllreduceAlgorithms));
+    names.push_back(std::string(hpctune::collectives::allreduce_algorithm_name(algorithm)) +
                     (in_place.back() ? " in place" : ""));
     algorithms.push_back(names.back());
     AllreduceOptions options;

@@ -31,17 +31,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainers/blas.h"
+#include "nn/blas.h"
 #include "trainers/classifier_training.h"
 #include "trainers/cnn_trainer.h"
 #include "trainers/idx_dataset.h"
-#include "trainers/layers.h"
+#include "nn/layers.h"
 #include "trainers/mlp_trainer.h"
-#include "trainers/network.h"
+#include "nn/network.h"
 #include "trainers/trainer.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
+using namespace hpctune::nn;
+using namespace hpctune::collectives;
 
 namespace {
 

@@ -17,13 +17,14 @@
 #include <iostream>
 #include <set>
 
-#include "cli/report_tables.h"
+#include "report/report_tables.h"
 #include "common/clock.h"
-#include "scheduler/config.h"
+#include "config/config.h"
 #include "scheduler/master.h"
-#include "scheduler/store.h"
-#include "scheduler/transport.h"
-#include "trainers/worker.h"
+#include "store/store.h"
+#include "protocol/transport.h"
+#include "trainers/trainer_factory.h"
+#include "worker/worker.h"
 
 namespace hpctune::cli {
 
@@ -72,7 +73,7 @@ class Console {
   void progress(const scheduler::Progress& p, double elapsed) {
     if (tty_) {
       // One column short of the width: a line that fills the last column wraps on some terminals.
-      last_ = progress_line(p, elapsed, std::max(terminal_width() - 1, 1));
+      last_ = report::progress_line(p, elapsed, std::max(terminal_width() - 1, 1));
       std::fprintf(stderr, "\r\033[2K%s", last_.c_str());
       std::fflush(stderr);
       return;
@@ -80,7 +81,7 @@ class Console {
     const int64_t finished = p.done + p.pruned + p.failed;
     if (finished != last_finished_) {
       last_finished_ = finished;
-      std::fprintf(stderr, "%s  %s\n", timestamp().c_str(), progress_line(p, elapsed, 0).c_str());
+      std::fprintf(stderr, "%s  %s\n", timestamp().c_str(), report::progress_line(p, elapsed, 0).c_str());
     }
   }
 
@@ -203,7 +204,7 @@ Result<Loaded> load(const std::string& db) {
       if (o.is_object()) l.objective_metrics.push_back(o.value("metric", std::string("objective")));
     }
   }
-  l.pareto = recorded_pareto_front(l.campaign);
+  l.pareto = report::recorded_pareto_front(l.campaign);
   return l;
 }
 
@@ -213,18 +214,18 @@ void print_summary(const std::string& db, int64_t top) {
     std::fprintf(stderr, "cannot read the results back: %s\n", loaded.error().to_string().c_str());
     return;
   }
-  auto ranked = rank_trials(loaded->trials, loaded->maximize);
+  auto ranked = report::rank_trials(loaded->trials, loaded->maximize);
   if (static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   std::printf("\nTop %zu trials by %s (%s):\n%s", ranked.size(), loaded->metric.c_str(),
               loaded->maximize ? "max" : "min",
-              trials_table(ranked, loaded->objectives(), loaded->front()).c_str());
+              report::trials_table(ranked, loaded->objectives(), loaded->front()).c_str());
   if (loaded->front()) {
     std::printf("\nPareto front: %zu trials (marked * under `pareto`; all of them: hpctune trials %s)\n",
                 loaded->pareto.size(), db.c_str());
   }
   if (!ranked.empty() && ranked.front().objective) {
     std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), loaded->metric.c_str(),
-                format_number(*ranked.front().objective).c_str(), ranked.front().params.dump().c_str());
+                report::format_number(*ranked.front().objective).c_str(), ranked.front().params.dump().c_str());
   }
   std::printf("database: %s\n", db.c_str());
 }
@@ -264,7 +265,7 @@ Status run_and_report(scheduler::MasterOptions& options, const Args& args, const
   const auto& p = o.progress;
   std::printf("campaign '%s' %s in %s: %lld done, %lld pruned, %lld failed, %lld interrupted\n", o.name.c_str(),
               o.interrupted ? "interrupted" : !o.gave_up.empty() ? "stopped" : "completed",
-              format_duration(o.elapsed_s).c_str(),
+              report::format_duration(o.elapsed_s).c_str(),
               static_cast<long long>(p.done), static_cast<long long>(p.pruned), static_cast<long long>(p.failed),
               static_cast<long long>(p.interrupted));
   const auto& c = o.counters;
@@ -410,7 +411,7 @@ Status cmd_status(const std::string& db, const std::string& format) {
   HPCTUNE_ASSIGN(auto counts, l.store->count_by_state(l.campaign.id));
   const double now = unix_now();
   if (format == "json") {
-    CampaignStatus st;
+    report::CampaignStatus st;
     st.campaign = l.campaign;
     HPCTUNE_ASSIGN(st.stages, l.store->stages(l.campaign.id));
     st.counts = std::move(counts);
@@ -420,13 +421,13 @@ Status cmd_status(const std::string& db, const std::string& format) {
     st.maximize = l.maximize;
     st.front = l.front();
     st.now = now;
-    std::printf("%s\n", status_json(st).dump(2).c_str());
+    std::printf("%s\n", report::status_json(st).dump(2).c_str());
     return finish_stdout();
   }
   const auto& c = l.campaign;
   std::printf("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(), c.state.c_str(),
               db.c_str(), static_cast<unsigned long long>(c.seed));
-  if (auto elapsed = campaign_elapsed(c, now)) std::printf("elapsed    %s\n", format_duration(*elapsed).c_str());
+  if (auto elapsed = report::campaign_elapsed(c, now)) std::printf("elapsed    %s\n", report::format_duration(*elapsed).c_str());
   std::vector<std::vector<std::string>> rows;
   int64_t total = 0;
   for (const auto state : store::kTrialStates) {
@@ -436,43 +437,43 @@ Status cmd_status(const std::string& db, const std::string& format) {
     rows.push_back({s, std::to_string(n)});
   }
   rows.push_back({"total", std::to_string(total)});
-  std::printf("\nTrials by state:\n%s", format_table({"state", "trials"}, rows).c_str());
-  if (auto best = best_trial(l.trials, l.maximize)) {
+  std::printf("\nTrials by state:\n%s", report::format_table({"state", "trials"}, rows).c_str());
+  if (auto best = report::best_trial(l.trials, l.maximize)) {
     const auto& b = *best;
     std::printf("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id), l.metric.c_str(),
-                format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
+                report::format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
     std::vector<std::vector<std::string>> prow;
     for (auto it = b.params.begin(); it != b.params.end(); ++it) {
       prow.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});
     }
-    std::printf("%s", format_table({"parameter", "value"}, prow).c_str());
+    std::printf("%s", report::format_table({"parameter", "value"}, prow).c_str());
     if (b.metrics.is_object() && !b.metrics.empty()) {
       std::vector<std::vector<std::string>> mrow;
       for (auto it = b.metrics.begin(); it != b.metrics.end(); ++it) {
-        mrow.push_back({it.key(), it->is_number() ? format_number(it->get<double>()) : it->dump()});
+        mrow.push_back({it.key(), it->is_number() ? report::format_number(it->get<double>()) : it->dump()});
       }
-      std::printf("%s", format_table({"metric", "value"}, mrow).c_str());
+      std::printf("%s", report::format_table({"metric", "value"}, mrow).c_str());
     }
   } else {
     std::printf("\nNo finished trial yet.\n");
   }
   if (l.front()) {
     std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", l.pareto.size(),
-                pareto_table(l.trials, l.pareto, l.objective_metrics).c_str());
+                report::pareto_table(l.trials, l.pareto, l.objective_metrics).c_str());
   }
   return finish_stdout();
 }
 
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format) {
   HPCTUNE_ASSIGN(Loaded l, load(db));
-  auto ranked = rank_trials(l.trials, l.maximize);
+  auto ranked = report::rank_trials(l.trials, l.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") {
-    std::printf("%s", trials_table(ranked, l.objectives(), l.front()).c_str());
+    std::printf("%s", report::trials_table(ranked, l.objectives(), l.front()).c_str());
   } else if (format == "csv") {
-    std::printf("%s", trials_csv(ranked, l.front()).c_str());
+    std::printf("%s", report::trials_csv(ranked, l.front()).c_str());
   } else if (format == "json") {
-    std::printf("%s\n", trials_json(ranked, l.front()).dump(2).c_str());
+    std::printf("%s\n", report::trials_json(ranked, l.front()).dump(2).c_str());
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
   }
@@ -497,10 +498,10 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
   HPCTUNE_ASSIGN(Loaded l, load(db));
   std::string text;
   if (format == "csv") {
-    text = trials_csv(l.trials, l.front());
+    text = report::trials_csv(l.trials, l.front());
   } else if (format == "json") {
     // Everything a trial recorded: its metrics at every step and its events, besides the summary.
-    nlohmann::json trials = trials_json(l.trials, l.front());
+    nlohmann::json trials = report::trials_json(l.trials, l.front());
     HPCTUNE_ASSIGN(auto events, l.store->events(l.campaign.id, 0));
     std::map<int64_t, nlohmann::json> events_of;
     nlohmann::json campaign_events = nlohmann::json::array();
@@ -515,8 +516,8 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
                                         {"state", l.campaign.state},
                                         {"seed", l.campaign.seed},
                                         {"config", l.campaign.config_json},
-                                        {"created_at", time_or_null(l.campaign.created_at)},
-                                        {"finished_at", time_or_null(l.campaign.finished_at)}}},
+                                        {"created_at", report::time_or_null(l.campaign.created_at)},
+                                        {"finished_at", report::time_or_null(l.campaign.finished_at)}}},
                           {"trials", std::move(trials)},
                           {"events", std::move(campaign_events)}};
     if (l.front()) doc["pareto_front"] = l.pareto;
@@ -555,7 +556,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   const auto logs = trial_logs(db, t.id, artifacts);
 
   if (format == "json") {
-    nlohmann::json j = trials_json({t}, l.front())[0];
+    nlohmann::json j = report::trials_json({t}, l.front())[0];
     j["metrics_by_step"] = metrics_by_step_json(metrics);
     j["attempts"] = attempts;
     j["events"] = nlohmann::json::array();
@@ -579,8 +580,8 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
       {"created", time_text(t.created_at)},
       {"started", time_text(t.started_at)},
       {"finished", time_text(t.finished_at)},
-      {"seconds", t.finished_at > 0 && t.started_at > 0 ? format_number(std::round((t.finished_at - t.started_at) * 10) / 10) : "-"},
-      {l.metric, t.objective ? format_number(*t.objective) : "-"}};
+      {"seconds", t.finished_at > 0 && t.started_at > 0 ? report::format_number(std::round((t.finished_at - t.started_at) * 10) / 10) : "-"},
+      {l.metric, t.objective ? report::format_number(*t.objective) : "-"}};
   if (l.front()) info.push_back({"pareto", l.pareto.count(t.id) ? "yes" : "no"});
   if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});
   std::string error = t.error;
@@ -594,7 +595,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   for (auto p = t.params.begin(); p != t.params.end(); ++p) {
     prow.push_back({p.key(), p->is_string() ? p->get<std::string>() : p->dump()});
   }
-  std::printf("\nParameters:\n%s", format_table({"parameter", "value"}, prow).c_str());
+  std::printf("\nParameters:\n%s", report::format_table({"parameter", "value"}, prow).c_str());
 
   // Metrics by step: one row per (attempt, step), one column per metric; long curves keep their
   // first and last rows.
@@ -618,43 +619,43 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
       std::vector<std::string> row = {std::to_string(r["attempt"].get<int64_t>()), std::to_string(r["step"].get<int64_t>())};
       for (const auto& n : names) {
         const auto& m = r["metrics"];
-        row.push_back(!m.contains(n) ? "" : m[n].is_null() ? "nan" : format_number(m[n].get<double>()));
+        row.push_back(!m.contains(n) ? "" : m[n].is_null() ? "nan" : report::format_number(m[n].get<double>()));
       }
       rows.push_back(std::move(row));
     }
-    std::printf("\nMetrics by step:\n%s", format_table(header, rows).c_str());
+    std::printf("\nMetrics by step:\n%s", report::format_table(header, rows).c_str());
   } else {
     std::printf("\nMetrics by step: none reported\n");
   }
   if (t.metrics.is_object() && !t.metrics.empty()) {
     std::vector<std::vector<std::string>> mrow;
     for (auto m = t.metrics.begin(); m != t.metrics.end(); ++m) {
-      mrow.push_back({m.key(), m->is_number() ? format_number(m->get<double>()) : m->dump()});
+      mrow.push_back({m.key(), m->is_number() ? report::format_number(m->get<double>()) : m->dump()});
     }
-    std::printf("\nFinal metrics:\n%s", format_table({"metric", "value"}, mrow).c_str());
+    std::printf("\nFinal metrics:\n%s", report::format_table({"metric", "value"}, mrow).c_str());
   }
 
   std::vector<std::vector<std::string>> arow;
   for (const auto& a : attempts) {
     const double s0 = a.value("started_at", 0.0), s1 = a.value("finished_at", 0.0);
     arow.push_back({std::to_string(a.value("attempt", int64_t{0})), std::to_string(a.value("group_id", int64_t{-1})),
-                    a.value("state", std::string()), time_text(s0), s1 > 0 && s0 > 0 ? format_number(std::round((s1 - s0) * 10) / 10) : "-",
+                    a.value("state", std::string()), time_text(s0), s1 > 0 && s0 > 0 ? report::format_number(std::round((s1 - s0) * 10) / 10) : "-",
                     a.contains("error") && a["error"].is_string() ? first_line(a["error"].get<std::string>()) : ""});
   }
-  std::printf("\nAttempts:\n%s", format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
+  std::printf("\nAttempts:\n%s", report::format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
 
   std::vector<std::vector<std::string>> erow;
   for (const auto& e : events) {
     erow.push_back({time_text(e.t), e.kind, e.attempt > 0 ? std::to_string(e.attempt) : "",
                     e.detail.is_null() || e.detail.empty() ? "" : e.detail.dump()});
   }
-  if (!erow.empty()) std::printf("\nEvents:\n%s", format_table({"time", "event", "attempt", "detail"}, erow).c_str());
+  if (!erow.empty()) std::printf("\nEvents:\n%s", report::format_table({"time", "event", "attempt", "detail"}, erow).c_str());
 
   std::vector<std::vector<std::string>> frow;
   for (const auto& a : artifacts) {
     frow.push_back({std::to_string(a.attempt), a.kind, a.path, a.bytes >= 0 ? std::to_string(a.bytes) : "?"});
   }
-  if (!frow.empty()) std::printf("\nArtifacts:\n%s", format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
+  if (!frow.empty()) std::printf("\nArtifacts:\n%s", report::format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
 
   for (const auto& path : logs) {
     const std::string tail = tail_lines(path, log_lines);
@@ -686,16 +687,18 @@ Status cmd_validate(const std::string& path, bool print_json) {
 
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
                   const std::atomic<int>& terminate) {
-  HPCTUNE_ASSIGN(auto transport, transport::connect_zmq(master));
-  trainers::WorkerOptions options;
+  HPCTUNE_ASSIGN(auto transport, protocol::connect_zmq(master));
+  worker::WorkerOptions options;
   options.group = group;
   options.threads = threads;
   options.secret = secret;
   options.terminate = &terminate;
+  options.make = trainers::trainer_factory();
+  options.kinds = trainers::trainer_kinds();
   options.log = [group](const std::string& line) {
     std::fprintf(stderr, "%s  worker %lld: %s\n", timestamp().c_str(), static_cast<long long>(group), line.c_str());
   };
-  return trainers::run_worker(*transport, options);
+  return worker::run_worker(*transport, options);
 }
 
 }  // namespace hpctune::cli

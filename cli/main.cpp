@@ -16,11 +16,12 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "scheduler/config.h"
-#include "scheduler/transport.h"
-#include "trainers/group_worker.h"
+#include "config/config.h"
+#include "protocol/transport.h"
+#include "trainers/trainer_factory.h"
+#include "worker/group_worker.h"
 #ifdef HPCTUNE_HAVE_MPI
-#include "trainers/collectives.h"
+#include "collectives/collectives.h"
 #endif
 
 namespace {
@@ -83,7 +84,7 @@ void install_signal_handlers() {
 }
 
 // The worker of a multi-rank group (or of a trainer that starts its own ranks): see
-// trainers/group_worker.h. Rank 0 talks to the master; the other ranks follow it.
+// worker/group_worker.h. Rank 0 talks to the master; the other ranks follow it.
 struct GroupWorkerArgs {
   std::string master;
   int64_t group = -1;
@@ -97,13 +98,15 @@ struct GroupWorkerArgs {
 
 hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** argv) {
   using namespace hpctune;
-  trainers::GroupWorkerOptions o;
+  worker::GroupWorkerOptions o;
   o.ranks_data = a.ranks_data;
   o.ranks_model = a.ranks_model;
   o.worker.group = a.group;
   o.worker.threads = a.threads;
   o.worker.secret = a.secret;
   o.worker.terminate = &g_interrupts;
+  o.worker.make = trainers::trainer_factory();
+  o.worker.kinds = trainers::trainer_kinds();
   double limit_s = a.collective_timeout_s;
   if (limit_s <= 0) {
     const char* env = std::getenv("HPCTUNE_COLLECTIVE_TIMEOUT_S");
@@ -111,19 +114,19 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
   }
   if (limit_s <= 0) return err(Errc::kConfig, "the collective timeout must be > 0 s");
   o.collective_limit = std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
-  o.connect = [master = a.master] { return transport::connect_zmq(master); };
+  o.connect = [master = a.master] { return protocol::connect_zmq(master); };
   if (a.trainer_starts_ranks) {
     o.worker.log = [group = a.group](const std::string& line) {
       std::fprintf(stderr, "worker %lld: %s\n", static_cast<long long>(group), line.c_str());
     };
-    return trainers::run_single_process_worker(o);
+    return worker::run_single_process_worker(o);
   }
 #ifdef HPCTUNE_HAVE_MPI
   // mpirun started this rank: die with it, so that a SIGKILLed master (which takes mpirun with it
   // through its own PR_SET_PDEATHSIG) leaves no rank behind.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1) return err(Errc::kCancelled, "mpirun is already gone");
-  HPCTUNE_ASSIGN(auto mpi, trainers::MpiEnvironment::init(argc, argv, MPI_THREAD_SERIALIZED));
+  HPCTUNE_ASSIGN(auto mpi, collectives::MpiEnvironment::init(argc, argv, MPI_THREAD_SERIALIZED));
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   o.worker.log = [group = a.group, rank](const std::string& line) {
@@ -132,7 +135,7 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
     std::strftime(buf, sizeof(buf), "%H:%M:%S", std::localtime(&now));
     std::fprintf(stderr, "%s  worker %lld rank %d: %s\n", buf, static_cast<long long>(group), rank, line.c_str());
   };
-  return trainers::run_group_rank(o);
+  return worker::run_group_rank(o);
 #else
   (void)argc, (void)argv;
   return err(Errc::kConfig, "resources.ranks asks for " + std::to_string(a.ranks_data * a.ranks_model) +
@@ -153,7 +156,7 @@ int main(int argc, char** argv) {
   using namespace hpctune::cli;
   // Before anything else (threads, MPI, child processes): the launch credential leaves the
   // environment, whatever the subcommand.
-  const std::string worker_secret = hpctune::trainers::take_worker_secret();
+  const std::string worker_secret = hpctune::worker::take_worker_secret();
   CLI::App app{"hpctune: hyperparameter search (random, grid, genetic, evolution, Bayesian, TPE; early "
                "stopping) with trainer groups on this machine, every trial recorded in SQLite"};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);

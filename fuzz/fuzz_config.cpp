@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "scheduler/config.h"
+#include "config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

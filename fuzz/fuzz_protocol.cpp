@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/protocol.h"
+#include "protocol/messages.h"
 
 using namespace hpctune;
 

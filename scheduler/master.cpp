@@ -14,10 +14,10 @@
 #include "common/clock.h"
 #include "common/limits.h"
 #include "common/system.h"
-#include "scheduler/launcher.h"
-#include "scheduler/protocol.h"
-#include "scheduler/store.h"
-#include "scheduler/transport.h"
+#include "launch/launcher.h"
+#include "protocol/messages.h"
+#include "store/store.h"
+#include "protocol/transport.h"
 
 static_assert(hpctune::kMaxMessageBytes == hpctune::protocol::kMaxMessageBytes,
               "common/limits.h and the protocol must agree on the message limit (config.cpp checks against it)");
@@ -204,7 +204,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
   HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(cfg.stopper_spec()));
 
-  HPCTUNE_ASSIGN(std::unique_ptr<transport::ServerTransport> server, transport::bind_zmq(options.bind));
+  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(options.bind));
 
   // The trial directory holds the groups' logs, the trials' parameters, checkpoints and output:
   // with storage_access owner (the default) it is 0700, so nothing below it is reachable by other
@@ -231,7 +231,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   HPCTUNE_TRY(sched.restore(start));
   HPCTUNE_TRY(db->commit());
 
-  LocalLauncherOptions lopt;
+  launch::LocalLauncherOptions lopt;
   lopt.program = options.worker_program;
   lopt.master_endpoint = server->endpoint();
   lopt.log_dir = run_dir + "/logs";
@@ -242,7 +242,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   lopt.credential = [&sched](int64_t group) { return sched.launch_credential(group); };
-  std::unique_ptr<Launcher> launcher = make_local_launcher(lopt);
+  std::unique_ptr<launch::Launcher> launcher = launch::make_local_launcher(lopt);
   const int64_t groups = cfg.resources.groups;
   for (int64_t g = 0; g < groups; ++g) HPCTUNE_TRY(launcher->start(g));
   log("campaign '" + cfg.name + "': " + std::to_string(groups) + " trainer group(s), master at " + server->endpoint() +
@@ -291,7 +291,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (auto s = db->begin(); !s.ok()) return fail(std::move(s).error());
     if (first.value()) {
       int n = 0;
-      std::optional<transport::Envelope> env = std::move(*first.value());
+      std::optional<protocol::Envelope> env = std::move(*first.value());
       while (env) {
         auto s = sched.handle(env->peer, env->bytes, Clock::now());
         if (!s.ok()) return fail(std::move(s).error());
@@ -309,7 +309,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
         log("group " + std::to_string(g) + " is killed: it was silent past the heartbeat timeout");
         launcher->kill(g);
       }
-      for (const GroupExit& e : launcher->poll_exits()) {
+      for (const launch::GroupExit& e : launcher->poll_exits()) {
         const bool registered = sched.group_ever_registered(e.group);
         log("group " + std::to_string(e.group) + " exited: " + e.how);
         if (auto s = sched.on_group_exit(e.group, "process " + e.how, now); !s.ok()) return fail(std::move(s).error());

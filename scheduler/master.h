@@ -21,9 +21,9 @@
 #include <string>
 
 #include "common/result.h"
-#include "scheduler/config.h"
+#include "config/config.h"
 #include "scheduler/scheduler.h"
-#include "scheduler/store.h"
+#include "store/store.h"
 
 namespace hpctune::scheduler {
 

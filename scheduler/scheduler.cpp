@@ -29,12 +29,12 @@ constexpr auto kNoiseWindow = std::chrono::seconds(10);
 // Peers tracked one by one; beyond this, further peers share one entry (a flood of new
 // connections must not grow the map without bound).
 constexpr std::size_t kMaxNoisyPeers = 1024;
-const transport::PeerId kOtherPeers = "\x01other";
+const protocol::PeerId kOtherPeers = "\x01other";
 // late_result_ignored events recorded per peer; later ones are only counted.
 constexpr int64_t kMaxLateEventsPerPeer = 8;
 
 // A routing id as short hex for the log.
-std::string peer_text(const transport::PeerId& peer) {
+std::string peer_text(const protocol::PeerId& peer) {
   if (peer == kOtherPeers) return "(other peers)";
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -48,7 +48,7 @@ std::string peer_text(const transport::PeerId& peer) {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerOptions options, transport::ServerTransport& transport, store::Store& store,
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
                      search::Searcher& searcher, search::EarlyStopper& stopper)
     : opt_(std::move(options)),
       transport_(transport),
@@ -86,9 +86,9 @@ std::string Scheduler::check_credential(const protocol::Hello& m) const {
   return "";
 }
 
-void Scheduler::note_noise(const transport::PeerId& peer, const char* reason, const std::string& line,
+void Scheduler::note_noise(const protocol::PeerId& peer, const char* reason, const std::string& line,
                            Clock::time_point now) {
-  const transport::PeerId& key = noise_.count(peer) || noise_.size() < kMaxNoisyPeers ? peer : kOtherPeers;
+  const protocol::PeerId& key = noise_.count(peer) || noise_.size() < kMaxNoisyPeers ? peer : kOtherPeers;
   auto [it, fresh] = noise_.try_emplace(key);
   Noise& n = it->second;
   if (fresh) n.window_start = now;
@@ -127,7 +127,7 @@ void Scheduler::flush_noise(Clock::time_point now, bool all) {
   }
 }
 
-Status Scheduler::note_late_result(const transport::PeerId& peer, int64_t group, int64_t trial_id, int64_t attempt,
+Status Scheduler::note_late_result(const protocol::PeerId& peer, int64_t group, int64_t trial_id, int64_t attempt,
                                    const char* type, Clock::time_point now) {
   ++counters_.stale_results;
   const std::string line = std::string("ignored a late '") + type + "' for trial " + std::to_string(trial_id) +
@@ -240,7 +240,7 @@ Status Scheduler::restore(Clock::time_point now) {
   return {};
 }
 
-Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, Clock::time_point now) {
+Status Scheduler::handle(const protocol::PeerId& peer, std::string_view bytes, Clock::time_point now) {
   auto decoded = protocol::decode(bytes);
   if (!decoded.ok()) {
     ++counters_.malformed;
@@ -290,7 +290,7 @@ Status Scheduler::handle(const transport::PeerId& peer, std::string_view bytes, 
       msg);
 }
 
-Status Scheduler::on_stray(const transport::PeerId& peer, const protocol::Message& m, Clock::time_point now) {
+Status Scheduler::on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now) {
   int64_t trial_id = 0, attempt = 0;
   if (auto* d = std::get_if<protocol::Done>(&m)) trial_id = d->trial_id, attempt = d->attempt;
   if (auto* f = std::get_if<protocol::Failed>(&m)) trial_id = f->trial_id, attempt = f->attempt;
@@ -305,7 +305,7 @@ Status Scheduler::on_stray(const transport::PeerId& peer, const protocol::Messag
   return {};
 }
 
-Status Scheduler::on_hello(const transport::PeerId& peer, const protocol::Hello& m, Clock::time_point now) {
+Status Scheduler::on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now) {
   if (m.version != protocol::kVersion) {
     ++counters_.bad_version;
     note_noise(peer, "bad version",
@@ -393,7 +393,7 @@ Status Scheduler::on_heartbeat(Worker& w, const protocol::Heartbeat& m, Clock::t
                           " was assigned to it";
   log(why + "; the attempt is lost");
   if (m.trial_id != 0) {  // confused: start it over (lose_worker erases w: copy its peer first)
-    const transport::PeerId peer = w.peer;
+    const protocol::PeerId peer = w.peer;
     return lose_worker(peer, why, now);
   }
   HPCTUNE_TRY(lose_attempt(w, why, now));
@@ -633,7 +633,7 @@ Status Scheduler::dispatch(Clock::time_point now) {
   return {};
 }
 
-Status Scheduler::lose_worker(const transport::PeerId& peer, const std::string& why, Clock::time_point now) {
+Status Scheduler::lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now) {
   auto it = workers_.find(peer);
   if (it == workers_.end()) return {};
   Worker w = it->second;
@@ -684,7 +684,7 @@ Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::ti
 
 Status Scheduler::tick(Clock::time_point now) {
   flush_noise(now, false);
-  std::vector<transport::PeerId> silent;
+  std::vector<protocol::PeerId> silent;
   for (auto& [peer, w] : workers_) {
     if (now - w.last_seen > opt_.heartbeat_timeout) {
       silent.push_back(peer);

@@ -49,9 +49,9 @@
 #include <vector>
 
 #include "common/result.h"
-#include "scheduler/protocol.h"
-#include "scheduler/store.h"
-#include "scheduler/transport.h"
+#include "protocol/messages.h"
+#include "store/store.h"
+#include "protocol/transport.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 
@@ -109,7 +109,7 @@ class Scheduler {
   // Test hook called at named points ("after-trial-insert", "after-result"); see master.h.
   using FailPointFn = std::function<void(const char* name)>;
 
-  Scheduler(SchedulerOptions options, transport::ServerTransport& transport, store::Store& store,
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
             search::Searcher& searcher, search::EarlyStopper& stopper);
 
   // Loads the campaign's trials from the store (for resume): trials that were assigned, running
@@ -118,7 +118,7 @@ class Scheduler {
   Status restore(Clock::time_point now);
 
   // One frame from `peer`. Errors are values: only store failures come back (fatal to the master).
-  Status handle(const transport::PeerId& peer, std::string_view bytes, Clock::time_point now);
+  Status handle(const protocol::PeerId& peer, std::string_view bytes, Clock::time_point now);
 
   // Heartbeats out, silent groups declared lost, new trials dispatched.
   Status tick(Clock::time_point now);
@@ -164,7 +164,7 @@ class Scheduler {
 
  private:
   struct Worker {
-    transport::PeerId peer;
+    protocol::PeerId peer;
     uint64_t incarnation = 0;
     int64_t group = -1;
     Clock::time_point last_seen;
@@ -182,26 +182,26 @@ class Scheduler {
     nlohmann::json params;
     store::TrialState state = store::TrialState::kQueued;
     int64_t attempt = 1;
-    transport::PeerId peer;
+    protocol::PeerId peer;
     int64_t last_step = 0;
     protocol::Metrics last_metrics;
     bool stop_sent = false;
   };
 
-  Status on_hello(const transport::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
+  Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
   Status on_report(Worker& w, const protocol::Report& m, Clock::time_point now);
   Status on_done(Worker& w, const protocol::Done& m, Clock::time_point now);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
-  Status on_stray(const transport::PeerId& peer, const protocol::Message& m, Clock::time_point now);
+  Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;
-  Status note_late_result(const transport::PeerId& peer, int64_t group, int64_t trial_id, int64_t attempt,
+  Status note_late_result(const protocol::PeerId& peer, int64_t group, int64_t trial_id, int64_t attempt,
                           const char* type, Clock::time_point now);
-  void note_noise(const transport::PeerId& peer, const char* reason, const std::string& line, Clock::time_point now);
+  void note_noise(const protocol::PeerId& peer, const char* reason, const std::string& line, Clock::time_point now);
   void flush_noise(Clock::time_point now, bool all);
 
   Status dispatch(Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
-  Status lose_worker(const transport::PeerId& peer, const std::string& why, Clock::time_point now);
+  Status lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now);
   // Requeues (or fails, past max_attempts) the attempt `w` runs and leaves it with none.
   Status lose_attempt(Worker& w, const std::string& why, Clock::time_point now);
   Status on_heartbeat(Worker& w, const protocol::Heartbeat& m, Clock::time_point now);
@@ -218,15 +218,15 @@ class Scheduler {
   void note_failure(int64_t trial_id, const std::string& reason);
 
   SchedulerOptions opt_;
-  transport::ServerTransport& transport_;
+  protocol::ServerTransport& transport_;
   store::Store& store_;
   search::Searcher& searcher_;
   search::EarlyStopper& stopper_;
   LogFn log_;
   FailPointFn failpoint_;
 
-  std::unordered_map<transport::PeerId, Worker> workers_;
-  std::map<int64_t, transport::PeerId> group_peer_;
+  std::unordered_map<protocol::PeerId, Worker> workers_;
+  std::map<int64_t, protocol::PeerId> group_peer_;
   std::map<int64_t, bool> ever_registered_;
   std::vector<int64_t> silent_groups_;
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
@@ -243,15 +243,15 @@ class Scheduler {
   Counters counters_;
   std::string secret_;                                // the campaign secret
   std::map<int64_t, std::string> launch_tokens_;      // group -> token of its current launch
-  std::unordered_map<transport::PeerId, int64_t> late_events_;  // late_result_ignored rows per peer
-  std::unordered_map<transport::PeerId, bool> lost_peers_;      // peers that registered, then were lost
+  std::unordered_map<protocol::PeerId, int64_t> late_events_;  // late_result_ignored rows per peer
+  std::unordered_map<protocol::PeerId, bool> lost_peers_;      // peers that registered, then were lost
   // Rate-limited logging of dropped frames, per peer (see the top of this file).
   struct Noise {
     Clock::time_point window_start;
     int64_t logged = 0;                     // lines logged in this window
     std::map<std::string, int64_t> quiet;   // frames dropped without a line in this window, by reason
   };
-  std::unordered_map<transport::PeerId, Noise> noise_;
+  std::unordered_map<protocol::PeerId, Noise> noise_;
   // Done trials with every objective, as minimize-form losses: the Pareto-front candidates.
   std::vector<std::pair<int64_t, std::vector<double>>> front_candidates_;
   int64_t since_state_save_ = 0;   // trials finished since the search state was last saved

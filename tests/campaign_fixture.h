@@ -17,8 +17,8 @@
 
 #include <doctest/doctest.h>
 
-#include "scheduler/child_process.h"
-#include "scheduler/store.h"
+#include "launch/child_process.h"
+#include "store/store.h"
 #include "tests/temp_dir.h"
 
 namespace hpctune::testing {
@@ -26,22 +26,22 @@ namespace hpctune::testing {
 using namespace std::chrono_literals;
 
 // Runs `hpctune args...`, output to `log`; returns the handle.
-inline ChildProcess start_hpctune(const std::vector<std::string>& args, const std::string& log) {
-  SpawnOptions o;
+inline launch::ChildProcess start_hpctune(const std::vector<std::string>& args, const std::string& log) {
+  launch::SpawnOptions o;
   o.argv = {HPCTUNE_BINARY};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.stdout_path = log;
   o.stderr_path = "=stdout";
-  auto child = ChildProcess::spawn(o);
+  auto child = launch::ChildProcess::spawn(o);
   REQUIRE(child.ok());
   return std::move(child).value();
 }
 
-inline ExitStatus run_hpctune(const std::vector<std::string>& args, const std::string& log,
+inline launch::ExitStatus run_hpctune(const std::vector<std::string>& args, const std::string& log,
                               std::chrono::milliseconds limit = 120s) {
-  ChildProcess child = start_hpctune(args, log);
+  launch::ChildProcess child = start_hpctune(args, log);
   auto status = child.wait_for(limit);
-  REQUIRE_MESSAGE(status.has_value(), "hpctune did not finish in time; log:\n" << tail_file(log, 40));
+  REQUIRE_MESSAGE(status.has_value(), "hpctune did not finish in time; log:\n" << launch::tail_file(log, 40));
   return *status;
 }
 
@@ -78,7 +78,7 @@ inline std::vector<pid_t> campaign_processes(const std::string& db) {
 }
 
 // The worker processes of the campaign in `db`: its processes less the supervisors
-// (scheduler/child_process.h names them hpctune-superv).
+// (launch/child_process.h names them hpctune-superv).
 inline std::vector<pid_t> workers_of(const std::string& db) {
   std::vector<pid_t> out;
   for (pid_t pid : campaign_processes(db)) {

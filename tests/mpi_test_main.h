@@ -9,7 +9,7 @@
 
 #include <cstdio>
 
-#include "trainers/collectives.h"
+#include "collectives/collectives.h"
 
 namespace hpctune::testing {
 
@@ -26,7 +26,7 @@ inline int world_size() {
 }
 
 inline int mpi_test_main(int argc, char** argv, const char* name) {
-  auto environment = trainers::MpiEnvironment::init(&argc, &argv);
+  auto environment = collectives::MpiEnvironment::init(&argc, &argv);
   if (!environment.ok()) {
     std::fprintf(stderr, "%s: %s\n", name, environment.error().to_string().c_str());
     return 1;

@@ -31,9 +31,9 @@
 
 #include "common/rng.h"
 #include "tests/mpi_test_main.h"
-#include "trainers/collectives.h"
+#include "collectives/collectives.h"
 
-namespace hpctune::trainers {
+namespace hpctune::collectives {
 namespace {
 
 using hpctune::testing::world_rank;
@@ -495,6 +495,6 @@ TEST_CASE("GradientAverager with nothing to do issues no allreduce") {
 }
 
 }  // namespace
-}  // namespace hpctune::trainers
+}  // namespace hpctune::collectives
 
 int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_allreduce"); }

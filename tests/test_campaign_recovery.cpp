@@ -8,6 +8,7 @@
 #include "tests/campaign_fixture.h"
 
 using namespace hpctune;
+using namespace hpctune::launch;
 using namespace hpctune::testing;
 using store::TrialState;
 

@@ -10,14 +10,15 @@
 #include <thread>
 
 #include "scheduler/scheduler.h"
-#include "scheduler/store.h"
-#include "scheduler/transport.h"
+#include "store/store.h"
+#include "protocol/transport.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "tests/campaign_fixture.h"
-#include "trainers/worker.h"
+#include "worker/worker.h"
 
 using namespace hpctune;
+using namespace hpctune::launch;
 using namespace hpctune::testing;
 using store::TrialState;
 using nlohmann::json;
@@ -428,7 +429,7 @@ TEST_CASE("two objectives: generations and the Pareto front are recorded during 
   auto stopper = search::make_stopper(search::StopperSpec{});
   REQUIRE(stopper.ok());
 
-  transport::InProcHub hub;
+  protocol::InProcHub hub;
   auto server = hub.server();
   scheduler::SchedulerOptions opt;
   opt.campaign_id = *cid;
@@ -445,11 +446,11 @@ TEST_CASE("two objectives: generations and the Pareto front are recorded during 
   std::atomic<int> terminate{0};
   std::vector<std::thread> threads;
   for (int g = 0; g < 2; ++g) {
-    auto client = std::shared_ptr<transport::ClientTransport>(hub.connect());
+    auto client = std::shared_ptr<protocol::ClientTransport>(hub.connect());
     auto credential = sched.launch_credential(g);
     REQUIRE(credential.ok());
     threads.emplace_back([client, g, &terminate, secret = credential.value()] {
-      trainers::WorkerOptions o;
+      worker::WorkerOptions o;
       o.group = g;
       o.secret = secret;
       o.terminate = &terminate;
@@ -457,7 +458,7 @@ TEST_CASE("two objectives: generations and the Pareto front are recorded during 
       o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
         return std::unique_ptr<trainers::Trainer>(new TwoObjectiveTrainer());
       };
-      (void)trainers::run_worker(*client, o);
+      (void)worker::run_worker(*client, o);
     });
   }
   auto finished_count = [&] {

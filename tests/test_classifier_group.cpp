@@ -18,13 +18,15 @@
 #include "common/rng.h"
 #include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
-#include "trainers/checkpoint.h"
-#include "trainers/collectives.h"
+#include "nn/checkpoint.h"
+#include "collectives/collectives.h"
 #include "trainers/mlp_trainer.h"
-#include "trainers/trainer_group_mpi.h"
+#include "collectives/trainer_group_mpi.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
+using namespace hpctune::nn;
+using namespace hpctune::collectives;
 
 namespace {
 

@@ -17,10 +17,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/report_tables.h"
+#include "report/report_tables.h"
 #include "tests/campaign_fixture.h"
 
 using namespace hpctune;
+using namespace hpctune::launch;
 using namespace hpctune::testing;
 using json = nlohmann::json;
 
@@ -70,41 +71,41 @@ TEST_CASE("the progress line is never wider than the terminal, and drops the lea
   p.best = 0.987654321;
   p.best_trial = 99999;
   for (int width : {1, 10, 40, 60, 80, 100, 200}) {
-    const std::string line = cli::progress_line(p, 3725.0, width);
-    CHECK_MESSAGE(cli::display_width(line) <= static_cast<size_t>(width), width << ": " << line);
+    const std::string line = report::progress_line(p, 3725.0, width);
+    CHECK_MESSAGE(report::display_width(line) <= static_cast<size_t>(width), width << ": " << line);
     CHECK(contains(line, "[") );  // the count goes last
   }
-  const std::string wide = cli::progress_line(p, 3725.0, 200);
+  const std::string wide = report::progress_line(p, 3725.0, 200);
   for (const char* field : {"done 123456", "pruned 2345", "failed 3456", "running 4096", "queued 8192", "best 0.9877",
                             "1:02:05", "ETA", "█"}) {
     CHECK_MESSAGE(contains(wide, field), field << " missing from " << wide);
   }
   // At 80 columns the bar (least important) goes before the counts; the line is not cut mid-field.
-  const std::string narrow = cli::progress_line(p, 3725.0, 80);
+  const std::string narrow = report::progress_line(p, 3725.0, 80);
   CHECK_FALSE(contains(narrow, "█"));
   CHECK(contains(narrow, "done 123456"));
   CHECK(contains(narrow, "failed 3456"));
   CHECK(contains(narrow, "running 4096"));
-  const std::string w60 = cli::progress_line(p, 3725.0, 60);
+  const std::string w60 = report::progress_line(p, 3725.0, 60);
   CHECK(contains(w60, "[ 129257/1000000]"));
   CHECK(contains(w60, "done 123456"));
-  const std::string w40 = cli::progress_line(p, 3725.0, 40);
+  const std::string w40 = report::progress_line(p, 3725.0, 40);
   CHECK(w40.rfind("[ 129257/1000000] done 123456", 0) == 0);
   // 0: not a terminal, no limit.
-  CHECK(cli::progress_line(p, 3725.0, 0) == cli::progress_line(p, 3725.0, 100000));
+  CHECK(report::progress_line(p, 3725.0, 0) == report::progress_line(p, 3725.0, 100000));
 }
 
 TEST_CASE("JSON times: 0 (not yet) is null; seconds count from the start to the end") {
   store::TrialRow t;
   t.id = 1;
   t.created_at = 100.0;
-  auto j = cli::trials_json({t})[0];
+  auto j = report::trials_json({t})[0];
   CHECK(j["started_at"].is_null());
   CHECK(j["finished_at"].is_null());
   CHECK(j["seconds"].is_null());
   t.started_at = 101.0;
   t.finished_at = 103.5;
-  j = cli::trials_json({t})[0];
+  j = report::trials_json({t})[0];
   CHECK(j["started_at"].get<double>() == 101.0);
   CHECK(j["seconds"].get<double>() == doctest::Approx(2.5));
 }
@@ -114,7 +115,7 @@ TEST_CASE("CSV times: 0 (not yet) is an empty cell, others every digit") {
   t.id = 1;
   t.created_at = 100.0;
   t.started_at = 1700000000.123456789;
-  const std::string csv = cli::trials_csv({t}, nullptr);
+  const std::string csv = report::trials_csv({t}, nullptr);
   CHECK(contains(csv, "\n1,0,queued,1,-1,,0,1700000000.1234567,,"));
 }
 

@@ -19,6 +19,7 @@
 #include "trainers/command_trainer.h"
 
 using namespace hpctune;
+using namespace hpctune::launch;
 using namespace hpctune::testing;
 using trainers::CommandTrainer;
 using trainers::TrialContext;

@@ -13,8 +13,8 @@
 
 #include "common/limits.h"
 #include "common/shell_template.h"
-#include "scheduler/config.h"
-#include "scheduler/settings.h"
+#include "config/config.h"
+#include "config/settings.h"
 #include "search/searcher.h"
 
 using hpctune::Errc;

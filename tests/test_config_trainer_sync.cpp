@@ -1,4 +1,4 @@
-// The config's trainer settings (scheduler/settings.cpp) against the tables the trainers read
+// The config's trainer settings (config/settings.cpp) against the tables the trainers read
 // (trainer_setting_specs): the same keys, of compatible types, for every kind this build has.
 // The config declares its own copy because it needs bounds, enums and aliases the trainer tables
 // do not carry, and because hpctune_config does not link the trainers; this test keeps the two
@@ -9,8 +9,9 @@
 #include <set>
 #include <string>
 
-#include "scheduler/config.h"
-#include "scheduler/settings.h"
+#include "config/config.h"
+#include "config/settings.h"
+#include "trainers/trainer_factory.h"
 #include "trainers/trainer.h"
 #include "trainers/trainer_settings.h"
 
@@ -60,8 +61,8 @@ TEST_CASE("every trainer kind of this build has the same settings in the config 
       if (!config_names.count(n)) only_trainer += " " + n;
     for (const auto& n : config_names)
       if (!trainer_names.count(n)) only_config += " " + n;
-    CHECK_MESSAGE(only_trainer.empty(), "read by the trainer, not declared in scheduler/settings.cpp:" << only_trainer);
-    CHECK_MESSAGE(only_config.empty(), "declared in scheduler/settings.cpp, unknown to the trainer:" << only_config);
+    CHECK_MESSAGE(only_trainer.empty(), "read by the trainer, not declared in config/settings.cpp:" << only_trainer);
+    CHECK_MESSAGE(only_config.empty(), "declared in config/settings.cpp, unknown to the trainer:" << only_config);
   }
 }
 

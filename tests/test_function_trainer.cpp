@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "search/test_functions.h"
+#include "trainers/trainer_factory.h"
 #include "trainers/function_trainer.h"
 #include "trainers/trainer.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
+using namespace hpctune::collectives;
 
 namespace {
 

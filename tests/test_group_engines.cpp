@@ -15,14 +15,16 @@
 
 #include "common/rng.h"
 #include "tests/mpi_test_main.h"
-#include "trainers/collectives.h"
+#include "collectives/collectives.h"
 #include "trainers/gradient_engine.h"
-#include "trainers/network.h"
+#include "nn/network.h"
 #include "trainers/pipeline_partition.h"
-#include "trainers/trainer_group_mpi.h"
+#include "collectives/trainer_group_mpi.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
+using namespace hpctune::nn;
+using namespace hpctune::collectives;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The local launcher's command line for trainer groups of several ranks (scheduler/launcher.h).
+// The local launcher's command line for trainer groups of several ranks (launch/launcher.h).
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -10,12 +10,12 @@
 
 #include <signal.h>
 
-#include "scheduler/child_process.h"
-#include "scheduler/launcher.h"
+#include "launch/child_process.h"
+#include "launch/launcher.h"
 #include "tests/temp_dir.h"
 
 using namespace hpctune;
-using namespace hpctune::scheduler;
+using namespace hpctune::launch;
 
 namespace {
 
@@ -115,7 +115,7 @@ TEST_CASE("the rank launch command: the launcher's and the command trainer's fla
         expect({"mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe", "--tag-output"}));
 }
 
-// --- child processes (scheduler/child_process.h) ---------------------------------------------------
+// --- child processes (launch/child_process.h) ---------------------------------------------------
 
 TEST_CASE("a program named without a slash is found through an empty PATH entry (the current directory)") {
   // As execvp and the launcher's mpirun lookup read PATH; the spawn's own lookup once made "" + "/"
@@ -129,9 +129,9 @@ TEST_CASE("a program named without a slash is found through an empty PATH entry 
   REQUIRE(getcwd(saved_cwd, sizeof saved_cwd) != nullptr);
   REQUIRE(chdir(dir.path.c_str()) == 0);
   setenv("PATH", "/nonexistent:", 1);
-  hpctune::SpawnOptions o;
+  hpctune::launch::SpawnOptions o;
   o.argv = {"h7-exit-7"};
-  auto child = hpctune::ChildProcess::spawn(o);
+  auto child = hpctune::launch::ChildProcess::spawn(o);
   setenv("PATH", saved_path.c_str(), 1);
   REQUIRE(chdir(saved_cwd) == 0);
   REQUIRE(child.ok());
@@ -156,9 +156,9 @@ TEST_CASE("a child starts with default signal actions: an ignored signal of the 
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   REQUIRE(sigaction(SIGUSR2, &ignore, &old) == 0);
-  hpctune::SpawnOptions o;
+  hpctune::launch::SpawnOptions o;
   o.argv = {"/bin/sh", "-c", "kill -USR2 $$; exit 0"};
-  auto child = hpctune::ChildProcess::spawn(o);
+  auto child = hpctune::launch::ChildProcess::spawn(o);
   sigaction(SIGUSR2, &old, nullptr);
   REQUIRE(child.ok());
   auto status = child->wait_for(std::chrono::seconds(10));
@@ -178,9 +178,9 @@ TEST_CASE("a signal sent right after spawn never runs a handler of the parent in
   // Signalled at once, a child is often still between fork and exec: the parent's handler, copied
   // with it, must not run there (before the fix it did, writing the child's pid).
   for (int i = 0; i < 200; ++i) {
-    hpctune::SpawnOptions o;
+    hpctune::launch::SpawnOptions o;
     o.argv = {"/bin/true"};
-    auto child = hpctune::ChildProcess::spawn(o);
+    auto child = hpctune::launch::ChildProcess::spawn(o);
     REQUIRE(child.ok());
     ::kill(child->pid(), SIGUSR1);
     REQUIRE(child->wait_for(std::chrono::seconds(10)).has_value());

@@ -12,11 +12,11 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/tools" "$tmp/search" "$tmp/scheduler"
 cp "$root/tools/layers.txt" "$tmp/tools/"
 printf '#include "common/result.h"\n#include "search/space.h"\n' >"$tmp/scheduler/ok.h"
-printf '#pragma once\n#include "common/result.h"\n#include "scheduler/store.h"\n' >"$tmp/search/bad.h"
+printf '#pragma once\n#include "common/result.h"\n#include "store/store.h"\n' >"$tmp/search/bad.h"
 rc=0
 out=$("$root/tools/check-layers" "$tmp") || rc=$?
-[ "$rc" -eq 1 ] || fail "a search/ file including scheduler/store.h: exit $rc, expected 1"
-grep -q '^search/bad.h:3: search/ may not include scheduler/store.h' <<<"$out" || fail "no located message: $out"
+[ "$rc" -eq 1 ] || fail "a search/ file including store/store.h: exit $rc, expected 1"
+grep -q '^search/bad.h:3: search/ may not include store/store.h' <<<"$out" || fail "no located message: $out"
 grep -q 'scheduler/ok.h' <<<"$out" && fail "an allowed include was reported: $out"
 
 mkdir -p "$tmp/newthing" && printf 'int x;\n' >"$tmp/newthing/a.cpp"

@@ -11,12 +11,13 @@
 
 #include <zmq.hpp>
 
-#include "scheduler/config.h"
+#include "config/config.h"
 #include "scheduler/master.h"
-#include "scheduler/protocol.h"
+#include "protocol/messages.h"
 #include "tests/campaign_fixture.h"
 
 using namespace hpctune;
+using namespace hpctune::launch;
 using namespace hpctune::testing;
 
 namespace {

@@ -6,12 +6,15 @@
 
 #include <chrono>
 
+#include "trainers/trainer_factory.h"
 #include "trainers/idx_dataset.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/trainer.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
+using namespace hpctune::nn;
+using namespace hpctune::collectives;
 
 TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST in 3 epochs") {
   const auto t_load = std::chrono::steady_clock::now();

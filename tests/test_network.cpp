@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "common/rng.h"
-#include "trainers/blas.h"
-#include "trainers/layers.h"
-#include "trainers/network.h"
-#include "trainers/optimizer.h"
+#include "nn/blas.h"
+#include "nn/layers.h"
+#include "nn/network.h"
+#include "nn/optimizer.h"
 
 using namespace hpctune;
-using namespace hpctune::trainers;
+using namespace hpctune::nn;
 
 namespace {
 

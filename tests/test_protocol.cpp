@@ -5,7 +5,7 @@
 #include <fstream>
 #include <limits>
 
-#include "scheduler/protocol.h"
+#include "protocol/messages.h"
 
 using namespace hpctune;
 using namespace hpctune::protocol;

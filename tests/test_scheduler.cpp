@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "scheduler/scheduler.h"
-#include "scheduler/store.h"
-#include "scheduler/transport.h"
+#include "store/store.h"
+#include "protocol/transport.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
-#include "trainers/worker.h"
+#include "worker/worker.h"
 
 using namespace hpctune;
 using namespace std::chrono_literals;
@@ -99,10 +99,10 @@ struct Harness {
   }
 
   void add_worker(int64_t group, std::chrono::milliseconds delay = 0ms) {
-    auto client = std::shared_ptr<transport::ClientTransport>(hub.connect());
+    auto client = std::shared_ptr<protocol::ClientTransport>(hub.connect());
     const std::string secret = credential(group);
     threads.emplace_back([this, client, group, delay, secret] {
-      trainers::WorkerOptions o;
+      worker::WorkerOptions o;
       o.group = group;
       o.secret = secret;
       o.terminate = &terminate;
@@ -110,7 +110,7 @@ struct Harness {
       o.make = [delay](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
         return std::unique_ptr<trainers::Trainer>(new QuadraticTrainer(delay));
       };
-      (void)trainers::run_worker(*client, o);
+      (void)worker::run_worker(*client, o);
     });
   }
 
@@ -139,8 +139,8 @@ struct Harness {
     return t.value();
   }
 
-  transport::InProcHub hub;
-  std::unique_ptr<transport::ServerTransport> server;
+  protocol::InProcHub hub;
+  std::unique_ptr<protocol::ServerTransport> server;
   std::unique_ptr<store::Store> db;
   std::unique_ptr<search::Searcher> searcher;
   std::unique_ptr<search::EarlyStopper> stopper;
@@ -152,7 +152,7 @@ struct Harness {
 
 // A scripted worker: the test decides every frame it sends.
 struct FakeWorker {
-  explicit FakeWorker(transport::InProcHub& hub) : client(hub.connect()) {}
+  explicit FakeWorker(protocol::InProcHub& hub) : client(hub.connect()) {}
   void send(const protocol::Message& m) { REQUIRE(client->send(protocol::encode(m)).ok()); }
   // The next message of type T within the deadline (others are skipped).
   template <class T>
@@ -169,7 +169,7 @@ struct FakeWorker {
     }
     return std::nullopt;
   }
-  std::unique_ptr<transport::ClientTransport> client;
+  std::unique_ptr<protocol::ClientTransport> client;
 };
 
 // The hello of a new launch of `group` (a fresh credential from the scheduler).
@@ -240,10 +240,10 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
     int code = 98;
     try {
       Harness h(1, 3, 200ms);
-      auto client = std::shared_ptr<transport::ClientTransport>(h.hub.connect());
+      auto client = std::shared_ptr<protocol::ClientTransport>(h.hub.connect());
       const std::string secret = h.credential(0);
       std::thread([&h, client, secret] {
-        trainers::WorkerOptions o;
+        worker::WorkerOptions o;
         o.group = 0;
         o.secret = secret;
         o.terminate = &h.terminate;
@@ -252,7 +252,7 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
         o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
           return std::unique_ptr<trainers::Trainer>(new StuckTrainer());
         };
-        (void)trainers::run_worker(*client, o);
+        (void)worker::run_worker(*client, o);
       }).detach();
       h.pump(3s, [&h] { return !h.trials().empty() && h.trials()[0].state == TrialState::kRunning; });
       code = h.trials()[0].state == TrialState::kRunning ? 97 : 96;
@@ -270,7 +270,7 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
     FAIL("the worker process did not end within 5 s");
   }
   REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == trainers::kTrialStuckExitCode);
+  CHECK(WEXITSTATUS(status) == worker::kTrialStuckExitCode);
   // 200 ms heartbeat timeout + 100 ms stop_grace, with room for a loaded machine.
   CHECK(Clock::now() - started < 3s);
 }
@@ -539,7 +539,7 @@ TEST_CASE("restore queues running trials again and keeps finished ones") {
     REQUIRE(searcher.ok());
     auto stopper = search::make_stopper(search::StopperSpec{});
     REQUIRE(stopper.ok());
-    transport::InProcHub hub2;
+    protocol::InProcHub hub2;
     auto server2 = hub2.server();
     scheduler::SchedulerOptions opt;
     opt.campaign_id = h.campaign_id;

@@ -23,14 +23,14 @@
 #include <mutex>
 #include <thread>
 
-#include "scheduler/config.h"
+#include "config/config.h"
 #include "scheduler/master.h"
 #include "scheduler/scheduler.h"
-#include "scheduler/store.h"
-#include "scheduler/transport.h"
+#include "store/store.h"
+#include "protocol/transport.h"
 #include "search/test_functions.h"
 #include "tests/search_quality.h"
-#include "trainers/worker.h"
+#include "worker/worker.h"
 
 using namespace hpctune;
 using namespace hpctune::search_quality;
@@ -80,7 +80,7 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
   HPCTUNE_ASSIGN(auto searcher, search::make_searcher(cfg.search_spec()));
   HPCTUNE_ASSIGN(auto stopper, search::make_stopper(cfg.stopper_spec()));
 
-  transport::InProcHub hub;
+  protocol::InProcHub hub;
   auto server = hub.server();
   const scheduler::SchedulerOptions sopt = scheduler::scheduler_options(cfg, campaign_id, stage_id);
   scheduler::Scheduler sched(sopt, *server, *db, *searcher, *stopper);
@@ -89,7 +89,7 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
   // The group leader's loop on its own thread; joined on every way out of this function.
   struct WorkerThread {
     std::atomic<int> terminate{0};
-    std::shared_ptr<transport::ClientTransport> client;
+    std::shared_ptr<protocol::ClientTransport> client;
     std::thread thread;
     Status status;
     ~WorkerThread() {
@@ -102,12 +102,12 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
   auto credential = sched.launch_credential(0);
   REQUIRE(credential.ok());
   worker.thread = std::thread([&worker, limit, secret = credential.value()] {
-    trainers::WorkerOptions o;
+    worker::WorkerOptions o;
     o.group = 0;
     o.secret = secret;
     o.terminate = &worker.terminate;
     o.give_up = limit;
-    worker.status = trainers::run_worker(*worker.client, o);  // make_trainer("function"): the real trainer
+    worker.status = worker::run_worker(*worker.client, o);  // make_trainer("function"): the real trainer
   });
 
   const auto deadline = Clock::now() + limit;

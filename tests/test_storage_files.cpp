@@ -15,6 +15,7 @@
 #include "tests/campaign_fixture.h"
 
 using namespace hpctune;
+using namespace hpctune::launch;
 using namespace hpctune::testing;
 namespace fs = std::filesystem;
 

@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "scheduler/store.h"
+#include "store/store.h"
 #include "tests/temp_dir.h"
 
 using hpctune::Errc;

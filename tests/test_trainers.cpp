@@ -17,6 +17,7 @@
 
 #include "common/rng.h"
 #include "tests/temp_dir.h"
+#include "trainers/trainer_factory.h"
 #include "trainers/idx_dataset.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/sleep_trainer.h"
@@ -24,6 +25,8 @@
 
 using namespace hpctune;
 using namespace hpctune::trainers;
+using namespace hpctune::nn;
+using namespace hpctune::collectives;
 namespace fs = std::filesystem;
 
 namespace {

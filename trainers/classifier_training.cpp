@@ -12,11 +12,11 @@
 #include <numeric>
 
 #include "common/rng.h"
-#include "trainers/blas.h"
-#include "trainers/checkpoint.h"
-#include "trainers/denormals.h"
-#include "trainers/layers.h"  // dnnl_set_threads
-#include "trainers/trainer_group.h"
+#include "nn/blas.h"
+#include "nn/checkpoint.h"
+#include "nn/denormals.h"
+#include "nn/layers.h"  // dnnl_set_threads
+#include "collectives/trainer_group.h"
 
 namespace hpctune::trainers {
 
@@ -58,7 +58,7 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   HPCTUNE_ASSIGN(s.max_train_samples, r.integer("max_train_samples", 0));
   HPCTUNE_ASSIGN(s.max_test_samples, r.integer("max_test_samples", 0));
   HPCTUNE_ASSIGN(std::string optimizer, r.string("optimizer"));
-  auto kind = parse_optimizer_kind(optimizer);
+  auto kind = nn::parse_optimizer_kind(optimizer);
   if (!kind.ok()) return r.bad("optimizer", r.raw("optimizer"), "sgd, adam or adamw");
   s.optimizer.kind = *kind;
   HPCTUNE_ASSIGN(s.lr, r.number("lr", 0.0));
@@ -193,20 +193,20 @@ struct RankLayout {
   bool leader() const { return rank == 0; }
 };
 
-RankLayout layout_of(const TrainerGroup* g) {
+RankLayout layout_of(const collectives::TrainerGroup* g) {
   if (g == nullptr) return {};
   return {g->rank(), g->size(), g->data_rank(), g->data_size(), g->model_rank(), g->model_size()};
 }
 
 // The configuration a checkpoint must match: everything that shapes the trajectory.
-uint64_t config_hash(const std::string& kind, const Network& net, const TrialContext& ctx, const RankLayout& l) {
+uint64_t config_hash(const std::string& kind, const nn::Network& net, const TrialContext& ctx, const RankLayout& l) {
   nlohmann::json settings = ctx.settings();
   settings.erase("checkpoint");
   settings.erase("save_predictions");
   const std::string text = "kind=" + kind + "\nnet=" + net.describe() + "\nsettings=" + settings.dump() +
                            "\nseed=" + std::to_string(ctx.seed) + "\nlayout=" + std::to_string(l.data_size) + "x" +
                            std::to_string(l.model_size) + "\nstage=" + std::to_string(l.model_rank);
-  return fnv1a64(text);
+  return nn::fnv1a64(text);
 }
 
 void warn(const std::string& kind, const TrialContext& ctx, const std::string& what) {
@@ -247,20 +247,20 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
 
   // For the whole trial, on this thread (denormals.h); first, so that BLAS threads started by the
   // two calls below inherit it.
-  const FlushDenormals flush_denormals;
-  blas_select_kernels();
-  blas_set_threads(ctx.threads);
-  dnnl_set_threads(ctx.threads);  // oneDNN's OpenMP pool is per calling thread: set it on this one
+  const nn::FlushDenormals flush_denormals;
+  nn::blas_select_kernels();
+  nn::blas_set_threads(ctx.threads);
+  nn::dnnl_set_threads(ctx.threads);  // oneDNN's OpenMP pool is per calling thread: set it on this one
 
-  auto created = Network::create(Shape{1, train_file.rows, train_file.cols}, s.layers, data.num_classes);
+  auto created = nn::Network::create(nn::Shape{1, train_file.rows, train_file.cols}, s.layers, data.num_classes);
   if (!created.ok()) return std::move(created).error().with_context(who + ": building the network");
-  Network net = std::move(created).value();
+  nn::Network net = std::move(created).value();
   Rng init_rng(derive_seed(ctx.seed, kInitStream));
   net.init(init_rng);
   EngineOptions engine_options;
   engine_options.micro_batches = s.micro_batches;
   HPCTUNE_ASSIGN(std::unique_ptr<GradientEngine> engine, make_gradient_engine(net, ctx.group, engine_options));
-  Optimizer optimizer(engine->params().size(), s.optimizer);
+  nn::Optimizer optimizer(engine->params().size(), s.optimizer);
   Rng shuffle_rng(derive_seed(ctx.seed, kShuffleStream));
   const uint64_t dropout_seed = derive_seed(derive_seed(ctx.seed, kDropoutStream), static_cast<uint64_t>(lay.rank));
   Rng dropout_rng(dropout_seed);
@@ -282,12 +282,12 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
 
   // Checkpoint resume.
   const bool checkpointing = s.checkpoint && !ctx.trial_dir.empty();
-  const std::string ckpt_path = checkpointing ? checkpoint_path(ctx.trial_dir, lay.model_rank) : std::string();
+  const std::string ckpt_path = checkpointing ? nn::checkpoint_path(ctx.trial_dir, lay.model_rank) : std::string();
   const uint64_t hash = config_hash(kind, net, ctx, lay);
   if (checkpointing) {
-    Checkpoint c;
+    nn::Checkpoint c;
     std::string problem;
-    auto read = read_checkpoint(ckpt_path);
+    auto read = nn::read_checkpoint(ckpt_path);
     bool valid = false;
     if (read.ok()) {
       c = std::move(read).value();
@@ -296,7 +296,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       else if (c.rngs.size() != 2) problem = "it does not hold the loop's 2 random streams";
       else if (c.epoch > s.epochs) problem = "it is past the last epoch";
       else {
-        Optimizer probe(engine->params().size(), s.optimizer);
+        nn::Optimizer probe(engine->params().size(), s.optimizer);
         Status st = probe.set_state(c.optimizer);
         if (!st.ok()) problem = st.error().message();
         else valid = true;
@@ -339,8 +339,8 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     result.metrics["train_seconds"] = train_seconds;
     return result;
   };
-  auto evaluate_rows = [&](const Dataset& d, const int64_t* idx, int64_t count, float* probs) -> Result<BatchStats> {
-    BatchStats total;
+  auto evaluate_rows = [&](const Dataset& d, const int64_t* idx, int64_t count, float* probs) -> Result<nn::BatchStats> {
+    nn::BatchStats total;
     for (int64_t start = 0; start < count; start += kEvalBatch) {
       const int64_t n = std::min(kEvalBatch, count - start);
       const float* xb = nullptr;
@@ -352,7 +352,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         xb = d.image(start), yb = d.labels.data() + start;
       }
       float* pb = probs != nullptr ? probs + start * data.num_classes : nullptr;
-      HPCTUNE_ASSIGN(BatchStats b, engine->evaluate(xb, yb, n, pb));
+      HPCTUNE_ASSIGN(nn::BatchStats b, engine->evaluate(xb, yb, n, pb));
       total += b;
     }
     return total;
@@ -365,7 +365,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     order = base_train;
     shuffle(order, shuffle_rng);
     dropout_rng.reseed(derive_seed(dropout_seed, static_cast<uint64_t>(epoch)));
-    BatchStats train_stats;
+    nn::BatchStats train_stats;
     int64_t batch_no = 0;
     for (int64_t start = 0; start < n_train; start += batch, ++batch_no) {
       if (batch_no % kStopPollBatches == 0 && batch_no > 0 && ctx.stop_requested()) {
@@ -374,7 +374,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       }
       const int64_t n = std::min(batch, n_train - start);
       gather(train_file, order.data() + start, n, x.data(), y.data());
-      HPCTUNE_ASSIGN(BatchStats b, engine->train_batch(x.data(), y.data(), n, dropout_rng));
+      HPCTUNE_ASSIGN(nn::BatchStats b, engine->train_batch(x.data(), y.data(), n, dropout_rng));
       if (!std::isfinite(b.loss_sum)) {
         return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
                                       ", batch " + std::to_string(batch_no + 1) + "); try a smaller 'lr'");
@@ -386,7 +386,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     train_seconds += epoch_train_seconds;
     images_trained += n_train;
 
-    HPCTUNE_ASSIGN(BatchStats val, evaluate_rows(train_file, val_idx.data(), n_val, nullptr));
+    HPCTUNE_ASSIGN(nn::BatchStats val, evaluate_rows(train_file, val_idx.data(), n_val, nullptr));
     last = {{"val_loss", val.mean_loss()},
             {"val_accuracy", val.accuracy()},
             {"train_loss", train_stats.mean_loss()},
@@ -400,7 +400,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     if (lay.leader()) ctx.report(epoch, last);
 
     if (checkpointing && lay.data_rank == 0) {
-      Checkpoint c;
+      nn::Checkpoint c;
       c.config_hash = hash;
       c.epoch = epoch;
       c.step = step;
@@ -412,7 +412,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       c.meta = {{"train_seconds", train_seconds}, {"images_trained", images_trained}, {"last", last_json}};
       // A failed write leaves the previous checkpoint in place: a resume then repeats more epochs,
       // which costs time but not correctness, so the trial goes on.
-      Status st = write_checkpoint(ckpt_path, c);
+      Status st = nn::write_checkpoint(ckpt_path, c);
       if (!st.ok()) warn(kind, ctx, st.error().message());
     }
   }
@@ -425,10 +425,10 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     test_probs.resize(static_cast<size_t>(n_test * data.num_classes));
   }
   if (predictions) {
-    HPCTUNE_ASSIGN(BatchStats v, evaluate_rows(train_file, val_idx.data(), n_val, lay.leader() ? val_probs.data() : nullptr));
+    HPCTUNE_ASSIGN(nn::BatchStats v, evaluate_rows(train_file, val_idx.data(), n_val, lay.leader() ? val_probs.data() : nullptr));
     (void)v;
   }
-  HPCTUNE_ASSIGN(BatchStats test, evaluate_rows(data.test, nullptr, n_test, lay.leader() && predictions ? test_probs.data() : nullptr));
+  HPCTUNE_ASSIGN(nn::BatchStats test, evaluate_rows(data.test, nullptr, n_test, lay.leader() && predictions ? test_probs.data() : nullptr));
   result.metrics = {{"val_loss", last["val_loss"]},
                     {"val_accuracy", last["val_accuracy"]},
                     {"train_loss", last["train_loss"]},
@@ -450,7 +450,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     }
     if (checkpointing) {
       for (int stage = 0; stage < lay.model_size; ++stage) {
-        result.artifacts.push_back({"checkpoint", checkpoint_path(ctx.trial_dir, stage)});
+        result.artifacts.push_back({"checkpoint", nn::checkpoint_path(ctx.trial_dir, stage)});
       }
     }
   }

@@ -58,8 +58,8 @@
 
 #include "trainers/gradient_engine.h"
 #include "trainers/idx_dataset.h"
-#include "trainers/network.h"
-#include "trainers/optimizer.h"
+#include "nn/network.h"
+#include "nn/optimizer.h"
 #include "trainers/trainer.h"
 #include "trainers/trainer_settings.h"
 
@@ -75,7 +75,7 @@ struct ClassifierSettings {
   double val_fraction = 0.1;
   int64_t max_train_samples = 0;  // 0 = the whole training file (before the validation split)
   int64_t max_test_samples = 0;   // 0 = the whole test file
-  OptimizerOptions optimizer{OptimizerKind::kSgd, 0.9};
+  nn::OptimizerOptions optimizer{nn::OptimizerKind::kSgd, 0.9};
   double lr = 0.05;
   LrSchedule lr_schedule = LrSchedule::kCosine;
   LrScaling lr_scaling = LrScaling::kNone;
@@ -86,7 +86,7 @@ struct ClassifierSettings {
   bool checkpoint = true;
   int64_t micro_batches = 0;  // pipeline micro-batches per global batch; 0 = 2 x model ranks
   bool save_predictions = true;
-  std::vector<LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
+  std::vector<nn::LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
 };
 
 // The rows of the settings tables shared by the classifier kinds (in table order), and the reader

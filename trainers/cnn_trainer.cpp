@@ -38,7 +38,7 @@ Result<CnnSettings> parse_cnn_settings(const nlohmann::json& json) {
   HPCTUNE_TRY(parse_classifier_common(r, s));
   const auto& layers = r.raw("layers");
   if (!layers.is_array() || layers.empty()) return r.bad("layers", layers, "a non-empty list of layers");
-  auto specs = parse_layer_specs(layers);
+  auto specs = nn::parse_layer_specs(layers);
   if (!specs.ok()) return r.bad("layers", layers, "valid layers (" + specs.error().message() + ")");
   s.layers = std::move(specs).value();
   return s;

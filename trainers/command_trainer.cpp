@@ -21,7 +21,7 @@
 
 #include "common/shell_template.h"
 #include "common/system.h"
-#include "scheduler/child_process.h"
+#include "launch/child_process.h"
 
 #ifndef HPCTUNE_MPIEXEC
 #define HPCTUNE_MPIEXEC ""  // set by trainers/CMakeLists.txt: the mpirun found at configure time
@@ -204,7 +204,7 @@ Result<std::vector<std::string>> mpirun_prefix(int ranks) {
   if (mpirun.empty())
     return err(Errc::kUnavailable, "command trainer: " + std::to_string(ranks) + " ranks need mpirun, and neither " +
                                        built_with + " nor an mpirun in PATH exists here (use 1 rank)");
-  return mpirun_command(mpirun, ranks, {.oversubscribe = true, .tag_output = true});
+  return launch::mpirun_command(mpirun, ranks, {.oversubscribe = true, .tag_output = true});
 }
 
 // --- running -------------------------------------------------------------------------------------
@@ -485,7 +485,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     if (!values.contains(it.key())) values[it.key()] = it.value();
   HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
 
-  SpawnOptions spawn;
+  launch::SpawnOptions spawn;
   if (ranks > 1) {
     HPCTUNE_ASSIGN(spawn.argv, mpirun_prefix(ranks));
   }
@@ -519,7 +519,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   spawn.stdout_fd = out_pipe.write;
   spawn.stderr_fd = err_pipe.write;
   const auto start = Clock::now();
-  HPCTUNE_ASSIGN(ChildProcess child, ChildProcess::spawn(spawn));
+  HPCTUNE_ASSIGN(launch::ChildProcess child, launch::ChildProcess::spawn(spawn));
   out_pipe.close_write();
   err_pipe.close_write();
 
@@ -583,7 +583,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   };
 
   LineSplitter out_lines, err_lines;
-  std::optional<ExitStatus> status;
+  std::optional<launch::ExitStatus> status;
   char buffer[65536];
   auto begin_termination = [&](Clock::time_point now) {
     stopping = true;

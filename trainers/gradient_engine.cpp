@@ -11,13 +11,13 @@
 
 namespace hpctune::trainers {
 
-double layer_cost(const Layer& layer) {
-  const Shape out = layer.output_shape();
+double layer_cost(const nn::Layer& layer) {
+  const nn::Shape out = layer.output_shape();
   return static_cast<double>(layer.num_params()) * static_cast<double>(out.h * out.w) +
          static_cast<double>(out.size());
 }
 
-Result<std::vector<size_t>> pipeline_stage_bounds(const Network& network, int stages) {
+Result<std::vector<size_t>> pipeline_stage_bounds(const nn::Network& network, int stages) {
   const size_t n = network.num_layers();
   if (stages < 1 || static_cast<size_t>(stages) > n) {
     return err(Errc::kInvalidArgument, "a pipeline of " + std::to_string(stages) + " model ranks cannot split a network of " +
@@ -55,12 +55,12 @@ std::pair<int64_t, int64_t> part_rows(int64_t count, int64_t parts, int64_t inde
 
 class GroupEngine final : public GradientEngine {
  public:
-  GroupEngine(Network& network, TrainerGroup& group, size_t first, size_t last, int64_t micro_batches)
+  GroupEngine(nn::Network& network, collectives::TrainerGroup& group, size_t first, size_t last, int64_t micro_batches)
       : net_(network), group_(group), first_(first), last_(last), micro_batches_(micro_batches) {
     std::tie(offset_, count_) = net_.param_range(first_, last_);
-    for (const ParamBlock& b : net_.blocks()) {
+    for (const nn::ParamBlock& b : net_.blocks()) {
       if (b.offset >= offset_ && b.offset + b.size <= offset_ + count_) {
-        blocks_.push_back(ParamBlock{b.offset - offset_, b.size, b.decay});
+        blocks_.push_back(nn::ParamBlock{b.offset - offset_, b.size, b.decay});
       }
     }
     in_size_ = net_.layer(first_).input_shape().size();
@@ -69,9 +69,9 @@ class GroupEngine final : public GradientEngine {
 
   std::span<float> params() override { return net_.params().subspan(offset_, count_); }
   std::span<float> grads() override { return net_.grads().subspan(offset_, count_); }
-  const std::vector<ParamBlock>& blocks() const override { return blocks_; }
+  const std::vector<nn::ParamBlock>& blocks() const override { return blocks_; }
 
-  Result<BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch, Rng& dropout_rng) override {
+  Result<nn::BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch, Rng& dropout_rng) override {
     const int D = group_.data_size();
     const auto [b0, b1] = part_rows(global_batch, D, group_.data_rank());
     const int64_t n = b1 - b0;
@@ -79,7 +79,7 @@ class GroupEngine final : public GradientEngine {
     Rng& rng = dropout_rng;
     const float scale = 1.0f / static_cast<float>(global_batch);
     net_.zero_grads();
-    BatchStats stats;
+    nn::BatchStats stats;
     if (group_.model_size() == 1) {
       if (n > 0) stats = net_.forward_backward(x + b0 * in_size_, labels + b0, n, scale, rng, /*accumulate=*/true);
     } else {
@@ -89,7 +89,7 @@ class GroupEngine final : public GradientEngine {
     return sum_stats(stats);
   }
 
-  Result<BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) override {
+  Result<nn::BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) override {
     HPCTUNE_ASSIGN(const bool want_probs, group_.broadcast_flag(probs != nullptr));
     const auto [b0, b1] = part_rows(batch, group_.data_size(), group_.data_rank());
     const int64_t n = b1 - b0;
@@ -97,7 +97,7 @@ class GroupEngine final : public GradientEngine {
     const bool last_stage = group_.model_rank() == group_.model_size() - 1;
     std::vector<float> local(want_probs && last_stage ? static_cast<size_t>(n * classes) : 0);
     float* local_probs = local.empty() ? nullptr : local.data();
-    BatchStats stats;
+    nn::BatchStats stats;
     if (group_.model_size() == 1) {
       if (n > 0) stats = net_.evaluate(x + b0 * in_size_, labels + b0, n, local_probs);
     } else {
@@ -116,10 +116,10 @@ class GroupEngine final : public GradientEngine {
   }
 
  private:
-  Result<BatchStats> sum_stats(const BatchStats& stats) {
+  Result<nn::BatchStats> sum_stats(const nn::BatchStats& stats) {
     double values[3] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.count)};
     HPCTUNE_TRY(group_.sum(values));
-    BatchStats total;
+    nn::BatchStats total;
     total.loss_sum = values[0];
     total.correct = static_cast<int64_t>(values[1] + 0.5);
     total.count = static_cast<int64_t>(values[2] + 0.5);
@@ -130,9 +130,9 @@ class GroupEngine final : public GradientEngine {
   // every micro-batch backward in reverse order. Forward activations travel with tag 2k, input
   // gradients with tag 2k + 1. Only the last stage sees labels; the stats of the other stages are
   // zero. `probs` (last stage, evaluation) receives [n, classes].
-  Result<BatchStats> pipeline(const float* x, const int32_t* labels, int64_t n, float scale, Rng* rng, bool train,
+  Result<nn::BatchStats> pipeline(const float* x, const int32_t* labels, int64_t n, float scale, Rng* rng, bool train,
                               float* probs) {
-    BatchStats stats;
+    nn::BatchStats stats;
     if (n <= 0) return stats;
     const int s = group_.model_rank(), S = group_.model_size();
     const int64_t m = std::min<int64_t>(micro_batches_, n);
@@ -144,7 +144,7 @@ class GroupEngine final : public GradientEngine {
     for (int64_t k = 0; k < m; ++k) {
       const auto [p0, p1] = part_rows(n, m, k);
       const int64_t nk = p1 - p0;
-      Network::Pass& pass = passes_[train ? static_cast<size_t>(k) : 0];
+      nn::Network::Pass& pass = passes_[train ? static_cast<size_t>(k) : 0];
       const float* in = x + p0 * in_size_;
       if (s > 0) {
         auto& buf = inputs_[static_cast<size_t>(k)];
@@ -159,9 +159,9 @@ class GroupEngine final : public GradientEngine {
       } else if (train) {
         auto& dl = dlogits_[static_cast<size_t>(k)];
         dl.resize(static_cast<size_t>(nk * classes));
-        stats += softmax_cross_entropy(pass.output(), labels + p0, nk, classes, scale, dl.data(), nullptr);
+        stats += nn::softmax_cross_entropy(pass.output(), labels + p0, nk, classes, scale, dl.data(), nullptr);
       } else {
-        stats += softmax_cross_entropy(pass.output(), labels + p0, nk, classes, 0.0f, nullptr,
+        stats += nn::softmax_cross_entropy(pass.output(), labels + p0, nk, classes, 0.0f, nullptr,
                                        probs ? probs + p0 * classes : nullptr);
       }
     }
@@ -191,22 +191,22 @@ class GroupEngine final : public GradientEngine {
     return stats;
   }
 
-  Network& net_;
-  TrainerGroup& group_;
+  nn::Network& net_;
+  collectives::TrainerGroup& group_;
   size_t first_, last_;
   int64_t micro_batches_;
   size_t offset_ = 0, count_ = 0;
   int64_t in_size_ = 0, out_size_ = 0;
-  std::vector<ParamBlock> blocks_;
+  std::vector<nn::ParamBlock> blocks_;
   // Reused across batches: one pass per micro-batch in flight, received inputs, loss gradients.
-  std::vector<Network::Pass> passes_;
+  std::vector<nn::Network::Pass> passes_;
   std::vector<std::vector<float>> inputs_, dlogits_;
   std::vector<float> dy_, dx_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<GradientEngine>> make_gradient_engine(Network& network, TrainerGroup* group,
+Result<std::unique_ptr<GradientEngine>> make_gradient_engine(nn::Network& network, collectives::TrainerGroup* group,
                                                              const EngineOptions& options) {
   if (group == nullptr || group->size() == 1) return std::unique_ptr<GradientEngine>(std::make_unique<LocalEngine>(network));
   if (options.micro_batches < 0) return err(Errc::kInvalidArgument, "micro_batches must be >= 0");
@@ -216,7 +216,7 @@ Result<std::unique_ptr<GradientEngine>> make_gradient_engine(Network& network, T
   if (group->data_size() > 1 && group->model_size() == 1) {
     // Gradients computed straight into memory the allreduce reads (the node's shared memory with
     // `hierarchical`), so that summing them copies nothing in or out.
-    HPCTUNE_ASSIGN(TrainerGroup::GradientBuffer buffer, group->gradient_buffer(network.num_params()));
+    HPCTUNE_ASSIGN(collectives::TrainerGroup::GradientBuffer buffer, group->gradient_buffer(network.num_params()));
     if (!buffer.data.empty()) network.use_gradient_storage(buffer.data, std::move(buffer.owner));
   }
   return std::unique_ptr<GradientEngine>(std::make_unique<GroupEngine>(network, *group, bounds[s], bounds[s + 1], micro));

@@ -28,8 +28,8 @@
 
 #include "common/result.h"
 #include "common/rng.h"
-#include "trainers/network.h"
-#include "trainers/trainer_group.h"
+#include "nn/network.h"
+#include "collectives/trainer_group.h"
 
 namespace hpctune::trainers {
 
@@ -41,33 +41,33 @@ class GradientEngine {
   // gradients, and their blocks (offsets relative to params()).
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;
-  virtual const std::vector<ParamBlock>& blocks() const = 0;
+  virtual const std::vector<nn::ParamBlock>& blocks() const = 0;
 
   // grads() = d(mean loss over the global batch)/d(params()). Returns the global batch's stats on
   // every rank (summed over the group), so every rank takes the same decisions (divergence).
-  virtual Result<BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch,
+  virtual Result<nn::BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch,
                                          Rng& dropout_rng) = 0;
   // Inference without dropout on a batch. Returns the stats on every rank; probs [batch, classes]
   // is written on the leader when not null (other ranks may pass null).
-  virtual Result<BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) = 0;
+  virtual Result<nn::BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) = 0;
 };
 
 // The whole network on one rank.
 class LocalEngine final : public GradientEngine {
  public:
-  explicit LocalEngine(Network& network) : network_(network) {}
+  explicit LocalEngine(nn::Network& network) : network_(network) {}
   std::span<float> params() override { return network_.params(); }
   std::span<float> grads() override { return network_.grads(); }
-  const std::vector<ParamBlock>& blocks() const override { return network_.blocks(); }
-  Result<BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch, Rng& dropout_rng) override {
+  const std::vector<nn::ParamBlock>& blocks() const override { return network_.blocks(); }
+  Result<nn::BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch, Rng& dropout_rng) override {
     return network_.forward_backward(x, labels, global_batch, 1.0f / static_cast<float>(global_batch), dropout_rng);
   }
-  Result<BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) override {
+  Result<nn::BatchStats> evaluate(const float* x, const int32_t* labels, int64_t batch, float* probs) override {
     return network_.evaluate(x, labels, batch, probs);
   }
 
  private:
-  Network& network_;
+  nn::Network& network_;
 };
 
 struct EngineOptions {
@@ -77,7 +77,7 @@ struct EngineOptions {
 // LocalEngine when `group` is null or has one rank; otherwise the data-parallel / pipeline engine
 // for the group's layout. kInvalidArgument when the layout cannot split this network (more model
 // ranks than layers) or the batch. `network` must outlive the engine.
-Result<std::unique_ptr<GradientEngine>> make_gradient_engine(Network& network, TrainerGroup* group,
+Result<std::unique_ptr<GradientEngine>> make_gradient_engine(nn::Network& network, collectives::TrainerGroup* group,
                                                              const EngineOptions& options = {});
 
 }  // namespace hpctune::trainers

@@ -56,13 +56,13 @@ Result<MlpSettings> parse_mlp_settings(const nlohmann::json& json) {
 
   s.layers.clear();
   for (int64_t width : s.hidden) {
-    LayerSpec dense;
+    nn::LayerSpec dense;
     dense.kind = "dense";
     dense.units = width;
     dense.activation = s.activation;
     s.layers.push_back(dense);
     if (s.dropout > 0.0) {
-      LayerSpec drop;
+      nn::LayerSpec drop;
       drop.kind = "dropout";
       drop.rate = s.dropout;
       s.layers.push_back(drop);

@@ -22,11 +22,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
-#include "scheduler/protocol.h"
+#include "protocol/messages.h"
+
+namespace hpctune::collectives {
+class TrainerGroup;  // collectives/trainer_group.h
+}
 
 namespace hpctune::trainers {
-
-class TrainerGroup;  // trainers/trainer_group.h
 
 struct TrialContext {
   int64_t trial_id = 0;
@@ -39,7 +41,7 @@ struct TrialContext {
   // The group's ranks when it has more than one (trainer_group.h); null for a one-rank group. On
   // every rank but the leader, report() does nothing, and stop_requested() is a collective that
   // returns the leader's answer: call it at the same points on every rank.
-  TrainerGroup* group = nullptr;
+  collectives::TrainerGroup* group = nullptr;
   // The group's process count (data x model) for trainers that start their own processes: the
   // `command` trainer runs its program under mpirun with this many ranks when it is above 1.
   int ranks = 1;
@@ -90,10 +92,7 @@ struct TrainerServices {
   std::shared_ptr<DatasetCache> datasets;  // decoded datasets, kept across trials
 };
 
-// The trainer kinds this build knows ("sleep", "mlp", ...).
-std::vector<std::string> trainer_kinds();
-// kInvalidArgument naming the valid kinds when `kind` is unknown.
-Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind);
-Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind, const TrainerServices& services);
+// Builds the trainer for a kind (trainer_factory.h has the built-in kinds'; tests bring their own).
+using MakeTrainer = std::function<Result<std::unique_ptr<Trainer>>(const std::string& kind)>;
 
 }  // namespace hpctune::trainers

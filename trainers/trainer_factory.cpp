@@ -7,6 +7,8 @@
 #include "trainers/mlp_trainer.h"
 #include "trainers/sleep_trainer.h"
 #include "trainers/trainer.h"
+#include "trainers/trainer_factory.h"
+#include "trainers/idx_dataset.h"
 #include "trainers/trainer_settings.h"
 
 namespace hpctune::trainers {
@@ -58,6 +60,11 @@ Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind, const Tra
   const KindEntry* entry = find_kind(kind);
   if (entry == nullptr) return unknown_kind(kind);
   return entry->make(services);
+}
+
+MakeTrainer trainer_factory() {
+  TrainerServices services{std::make_shared<DatasetCache>()};
+  return [services](const std::string& kind) { return make_trainer(kind, services); };
 }
 
 Result<const std::vector<SettingSpec>*> trainer_setting_specs(const std::string& kind) {

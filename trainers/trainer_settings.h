@@ -5,7 +5,7 @@
 // unknown key (a misspelled searched parameter would otherwise be ignored silently for a whole
 // campaign) and every bad value come back as kInvalidArgument naming the setting. These tables are
 // NOT yet the config's: the config layer declares the same settings again in its own table
-// (scheduler/settings.cpp, `trainer.*`), and test_config_trainer_sync checks that the two agree
+// (config/settings.cpp, `trainer.*`), and test_config_trainer_sync checks that the two agree
 // (trainer_setting_specs(), trainer_factory.cpp, hands these tables to it).
 //
 // Header-only on purpose: small, and shared by every trainer kind.

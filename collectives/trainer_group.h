@@ -1,0 +1,67 @@
+// TrainerGroup: the ranks of the trainer group that runs one trial, as a trainer sees them.
+//
+// A group has data x model ranks. Ranks are numbered rank = data_rank * model_size + model_rank:
+// the model ranks of one pipeline are consecutive, and data replica d holds ranks
+// [d * model_size, (d + 1) * model_size). Rank 0 (data 0, model 0) is the leader: it talks to the
+// master, and only its reports and result count.
+//
+// Every rank runs the same trainer code on the same TrialContext (the leader broadcasts it), so
+// every rank makes the same calls in the same order; that is what lets the calls below be
+// collectives. A one-rank group has no TrainerGroup at all (TrialContext::group is null), and a
+// build without MPI never has one.
+//
+// Errors: a collective that fails or passes its deadline returns kTimeout / kIo / kPeerGone, and
+// the group is then unusable (see collectives.h): the trainer returns the error and the worker
+// tears the whole group down.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/result.h"
+
+namespace hpctune::collectives {
+
+class TrainerGroup {
+ public:
+  virtual ~TrainerGroup() = default;
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  virtual int data_rank() const noexcept = 0;
+  virtual int data_size() const noexcept = 0;
+  virtual int model_rank() const noexcept = 0;
+  virtual int model_size() const noexcept = 0;
+  bool leader() const noexcept { return rank() == 0; }
+
+  // Collective over the data replicas of this model rank: each buffer becomes its sum over them.
+  // A sum, not an average: the engines scale each shard's gradient by 1 / global batch before, so
+  // no pass over the buffer is needed after the allreduce.
+  virtual Status sum_gradients(std::span<float> grads) = 0;
+  // Memory for `count` gradient floats that sum_gradients() reduces without copying them (this
+  // rank's slot of the node's shared memory, with `hierarchical`), and what keeps it alive; empty
+  // when the group has none, and then any memory works. Collective like sum_gradients().
+  struct GradientBuffer {
+    std::span<float> data;
+    std::shared_ptr<void> owner;
+  };
+  virtual Result<GradientBuffer> gradient_buffer(size_t count) {
+    (void)count;
+    return GradientBuffer{};
+  }
+  // Collective over the whole group: the element-wise sum of `values` on every rank.
+  virtual Status sum(std::span<double> values) = 0;
+  // Collective over the whole group: the leader's `value` on every rank.
+  virtual Result<bool> broadcast_flag(bool value) = 0;
+  // Collective over the whole group: the leader's bytes on every rank (resized to match).
+  virtual Status broadcast_bytes(std::vector<uint8_t>& bytes) = 0;
+
+  // Point-to-point inside this rank's pipeline (same data replica), to or from another model rank
+  // (the GPipe engine uses the neighbours, model_rank +- 1). `tag` distinguishes micro-batches and
+  // directions. Each has the group's deadline.
+  virtual Status send_to_model_rank(int model_rank, std::span<const float> data, int tag) = 0;
+  virtual Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) = 0;
+};
+
+}  // namespace hpctune::collectives

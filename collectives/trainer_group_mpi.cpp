@@ -1,0 +1,212 @@
+// MpiTrainerGroup (trainer_group_mpi.h).
+#include "collectives/trainer_group_mpi.h"
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "collectives/allreduce_detail.h"
+
+namespace hpctune::collectives {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// The watchdog test's hung rank (see the header): true once, on the chosen rank.
+bool test_hang_requested(int rank) {
+  const char* file = std::getenv("HPCTUNE_TEST_HANG_FILE");
+  if (file == nullptr || *file == '\0') return false;
+  const char* which = std::getenv("HPCTUNE_TEST_HANG_RANK");
+  if (rank != (which ? std::atoi(which) : 1)) return false;
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) return false;
+  std::ofstream(file) << "hung\n";
+  return true;
+}
+
+}  // namespace
+
+// Marks a call as running for the watchdog, and the group as broken when the call fails.
+class MpiTrainerGroup::Scope {
+ public:
+  explicit Scope(MpiTrainerGroup& group) : group_(group) { group_.started_ns_.store(now_ns()); }
+  ~Scope() { group_.started_ns_.store(0); }
+  Status done(Status status) {
+    if (!status.ok()) group_.broken_.store(true);
+    return status;
+  }
+
+ private:
+  MpiTrainerGroup& group_;
+};
+
+Result<std::unique_ptr<MpiTrainerGroup>> MpiTrainerGroup::create(MPI_Comm world, const MpiGroupOptions& options) {
+  int world_size = 0, world_rank = 0;
+  HPCTUNE_TRY(mpi_status(MPI_Comm_size(world, &world_size), "MPI_Comm_size"));
+  HPCTUNE_TRY(mpi_status(MPI_Comm_rank(world, &world_rank), "MPI_Comm_rank"));
+  if (options.data < 1 || options.model < 1 || options.data * options.model != world_size) {
+    return err(Errc::kInvalidArgument, "a group of " + std::to_string(options.data) + " x " +
+                                           std::to_string(options.model) + " ranks does not match the " +
+                                           std::to_string(world_size) + " MPI ranks");
+  }
+  if (options.timeout.count() <= 0) return err(Errc::kInvalidArgument, "the group timeout must be > 0");
+  std::unique_ptr<MpiTrainerGroup> group(new MpiTrainerGroup());
+  group->options_ = options;
+  group->rank_ = world_rank;
+  const int data_rank = world_rank / options.model, model_rank = world_rank % options.model;
+  HPCTUNE_ASSIGN(group->control_, Communicator::duplicate(world));
+  HPCTUNE_ASSIGN(group->pipeline_, Communicator::split(world, data_rank, model_rank));
+  HPCTUNE_ASSIGN(group->replicas_, Communicator::split(world, model_rank, data_rank));
+  if (options.data > 1) {
+    AllreduceOptions ao;
+    ao.algorithm = options.algorithm;
+    ao.timeout = options.timeout;
+    HPCTUNE_ASSIGN(Allreducer allreducer, Allreducer::create(group->replicas_.handle(), ao));
+    group->allreducer_ = std::make_unique<Allreducer>(std::move(allreducer));
+  }
+  return group;
+}
+
+MpiTrainerGroup::~MpiTrainerGroup() = default;
+
+std::optional<Clock::time_point> MpiTrainerGroup::collective_started() const noexcept {
+  const int64_t ns = started_ns_.load();
+  if (ns == 0) return std::nullopt;
+  return Clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+Status MpiTrainerGroup::check_usable() const {
+  if (broken_.load()) return err(Errc::kFailed, "the trainer group failed earlier and must be torn down");
+  return Status::Ok();
+}
+
+// Polls one request to completion or the deadline. Tests in a tight loop first (pipeline messages
+// are latency-bound), then yields and finally sleeps briefly: ranks may share cores.
+Status MpiTrainerGroup::poll(MPI_Request& request, const char* what, bool receive) {
+  const auto start = Clock::now();
+  const auto deadline = start + options_.timeout;
+  for (unsigned spins = 1;; ++spins) {
+    int done = 0;
+    Status s = mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (!s.ok()) return s;
+    if (done) return Status::Ok();
+    if (spins < 256) continue;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      // The group is torn down after this error. A pending receive is cancelled so that nothing
+      // lands in its buffer later; collectives cannot be cancelled or freed (MPI forbids it) and
+      // pending sends are left to finish: the process ends soon.
+      if (receive) {
+        MPI_Cancel(&request);
+        MPI_Request_free(&request);
+      }
+      return err(Errc::kTimeout, std::string(what) + ": no answer from the group within " +
+                                     std::to_string(options_.timeout.count()) + " ms");
+    }
+    if (now - start < std::chrono::milliseconds(5)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+Status MpiTrainerGroup::sum_gradients(std::span<float> grads) {
+  HPCTUNE_TRY(check_usable());
+  Scope scope(*this);
+  if (test_hang_requested(rank_)) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (!allreducer_) return Status::Ok();  // one replica: the sum is the buffer itself
+  return scope.done(allreducer_->sum(grads));
+}
+
+Result<TrainerGroup::GradientBuffer> MpiTrainerGroup::gradient_buffer(size_t count) {
+  HPCTUNE_TRY(check_usable());
+  if (!allreducer_) return GradientBuffer{};
+  Scope scope(*this);
+  auto shared = allreducer_->shared_buffer(count);
+  if (!shared.ok()) return scope.done(std::move(shared).error()).error();
+  return GradientBuffer{shared->data, std::move(shared->owner)};
+}
+
+std::string MpiTrainerGroup::shared_memory() const {
+  return allreducer_ ? allreducer_->shared_memory() : "one replica";
+}
+
+Status MpiTrainerGroup::sum(std::span<double> values) {
+  HPCTUNE_TRY(check_usable());
+  Scope scope(*this);
+  if (values.size() > static_cast<size_t>(INT_MAX)) return scope.done(err(Errc::kInvalidArgument, "sum: too many values"));
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status s = mpi_status(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
+                                       MPI_SUM, control_.handle(), &request),
+                        "MPI_Iallreduce");
+  if (s.ok()) s = poll(request, "sum over the group");
+  return scope.done(std::move(s));
+}
+
+Result<bool> MpiTrainerGroup::broadcast_flag(bool value) {
+  HPCTUNE_TRY(check_usable());
+  Scope scope(*this);
+  int flag = value ? 1 : 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status s = mpi_status(MPI_Ibcast(&flag, 1, MPI_INT, 0, control_.handle(), &request), "MPI_Ibcast");
+  if (s.ok()) s = poll(request, "broadcast of the leader's flag");
+  HPCTUNE_TRY(scope.done(std::move(s)));
+  return flag != 0;
+}
+
+Status MpiTrainerGroup::broadcast_bytes(std::vector<uint8_t>& bytes) {
+  HPCTUNE_TRY(check_usable());
+  Scope scope(*this);
+  uint64_t length = bytes.size();
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status s = mpi_status(MPI_Ibcast(&length, 1, MPI_UINT64_T, 0, control_.handle(), &request), "MPI_Ibcast");
+  if (s.ok()) s = poll(request, "broadcast of a length");
+  if (s.ok() && length > static_cast<uint64_t>(INT_MAX)) s = err(Errc::kInvalidArgument, "broadcast_bytes: too long");
+  if (s.ok()) {
+    bytes.resize(length);
+    if (length > 0) {
+      s = mpi_status(MPI_Ibcast(bytes.data(), static_cast<int>(length), MPI_BYTE, 0, control_.handle(), &request),
+                     "MPI_Ibcast");
+      if (s.ok()) s = poll(request, "broadcast of bytes");
+    }
+  }
+  return scope.done(std::move(s));
+}
+
+Status MpiTrainerGroup::send_to_model_rank(int model_rank, std::span<const float> data, int tag) {
+  HPCTUNE_TRY(check_usable());
+  Scope scope(*this);
+  if (model_rank < 0 || model_rank >= options_.model || data.size() > static_cast<size_t>(INT_MAX)) {
+    return scope.done(err(Errc::kInvalidArgument, "send to model rank " + std::to_string(model_rank)));
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status s = mpi_status(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, model_rank, tag,
+                                  pipeline_.handle(), &request),
+                        "MPI_Isend");
+  if (s.ok()) s = poll(request, "send to the next/previous pipeline stage");
+  return scope.done(std::move(s));
+}
+
+Status MpiTrainerGroup::recv_from_model_rank(int model_rank, std::span<float> data, int tag) {
+  HPCTUNE_TRY(check_usable());
+  Scope scope(*this);
+  if (model_rank < 0 || model_rank >= options_.model || data.size() > static_cast<size_t>(INT_MAX)) {
+    return scope.done(err(Errc::kInvalidArgument, "receive from model rank " + std::to_string(model_rank)));
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status s = mpi_status(MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, model_rank, tag,
+                                  pipeline_.handle(), &request),
+                        "MPI_Irecv");
+  if (s.ok()) s = poll(request, "receive from the next/previous pipeline stage", /*receive=*/true);
+  return scope.done(std::move(s));
+}
+
+}  // namespace hpctune::collectives

@@ -1,0 +1,88 @@
+// MpiTrainerGroup: TrainerGroup (trainer_group.h) over MPI, for the ranks of one `mpirun` job.
+//
+// Communicators, all made at create() (collective over `world`):
+//   control   a duplicate of `world`: sum(), broadcast_flag(), broadcast_bytes()
+//   pipeline  the ranks of this data replica (color data_rank), ranked by model_rank: the
+//             point-to-point traffic of the pipeline
+//   replicas  the ranks with this model_rank (color model_rank), ranked by data_rank: an Allreducer
+//             with the trial's `allreduce` algorithm averages each stage's gradients over them
+//
+// Deadlines: every call polls non-blocking MPI operations (MPI_Iallreduce, MPI_Ibcast, MPI_Isend,
+// MPI_Irecv) against options.timeout, except sum_gradients with the `mpi` algorithm, which
+// blocks in MPI_Allreduce. So a hung peer shows either as kTimeout or as a collective that has been
+// running too long: collective_started() is what the group worker's watchdog watches, from another
+// thread. After any error the group is broken(): every later call fails at once (kFailed), and the
+// group worker ends the process so that mpirun tears down the whole job.
+//
+// Test hook: when the environment variable HPCTUNE_TEST_HANG_FILE names a file that does not exist
+// yet, the rank whose group rank equals HPCTUNE_TEST_HANG_RANK (default 1) creates it and then
+// sleeps inside its first sum_gradients() (marked as started) for an hour: a hung rank, for the
+// watchdog test. The file makes it happen once per campaign, so the requeued attempt runs normally.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "common/result.h"
+#include "collectives/allreduce_algorithm.h"
+#include "collectives/collectives.h"
+#include "collectives/trainer_group.h"
+
+namespace hpctune::collectives {
+
+struct MpiGroupOptions {
+  int data = 1;   // data replicas; data * model must equal the size of `world`
+  int model = 1;  // pipeline stages
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kHierarchical;
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per call
+};
+
+class MpiTrainerGroup final : public TrainerGroup {
+ public:
+  // kInvalidArgument when data * model != size of `world`; MPI errors as mpi_status().
+  static Result<std::unique_ptr<MpiTrainerGroup>> create(MPI_Comm world, const MpiGroupOptions& options);
+  ~MpiTrainerGroup() override;
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return options_.data * options_.model; }
+  int data_rank() const noexcept override { return rank_ / options_.model; }
+  int data_size() const noexcept override { return options_.data; }
+  int model_rank() const noexcept override { return rank_ % options_.model; }
+  int model_size() const noexcept override { return options_.model; }
+
+  Status sum_gradients(std::span<float> grads) override;
+  Result<GradientBuffer> gradient_buffer(size_t count) override;
+  // How the gradient allreduce uses the node's shared memory (Allreducer::shared_memory()), or
+  // "one replica".
+  std::string shared_memory() const;
+  Status sum(std::span<double> values) override;
+  Result<bool> broadcast_flag(bool value) override;
+  Status broadcast_bytes(std::vector<uint8_t>& bytes) override;
+  Status send_to_model_rank(int model_rank, std::span<const float> data, int tag) override;
+  Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) override;
+
+  // When the call now running began (nullopt when none); safe from any thread.
+  std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept;
+  // A call failed: the group must be torn down.
+  bool broken() const noexcept { return broken_.load(); }
+  const MpiGroupOptions& options() const noexcept { return options_; }
+
+ private:
+  MpiTrainerGroup() = default;
+  class Scope;  // marks a call as running and the group broken when it fails
+  Status check_usable() const;
+  Status poll(MPI_Request& request, const char* what, bool receive = false);
+
+  MpiGroupOptions options_;
+  int rank_ = 0;
+  Communicator control_, pipeline_, replicas_;
+  std::unique_ptr<Allreducer> allreducer_;  // null when data == 1
+  std::atomic<int64_t> started_ns_{0};      // steady_clock ns since epoch; 0: no call running
+  std::atomic<bool> broken_{false};
+};
+
+}  // namespace hpctune::collectives

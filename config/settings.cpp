@@ -1,0 +1,1452 @@
+// The settings table of a campaign config, its helpers, and the reference rendered from it.
+#include "config/settings.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "config/config.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
+
+namespace hpctune::config {
+
+namespace {
+
+using nlohmann::json;
+
+// --- the declarations ----------------------------------------------------------------------------
+//
+// In reference order; a section before its keys. Keys of search.settings and the stopper keys of
+// early_stopping are imported from the search library by build_table().
+
+// Durations are bounded (issue 9, item 16): 1e300 s overflows the millisecond clocks, and a
+// deadline of days is already a mistake; a non-zero duration under 1 ms is refused by
+// check_value, as it would truncate to 0 ms.
+constexpr double kDay = 86400;
+// Steps of the built-in test trainers: more would run for ever and overflow their counters.
+constexpr double kMaxSteps = 1'000'000;
+
+Scope trainer_kind(std::string kind) { return {"trainer.kind", {std::move(kind)}}; }
+// The settings of the classifier training loop, shared by the mlp and cnn kinds.
+Scope classifier_kinds() { return {"trainer.kind", {"mlp", "cnn"}}; }
+Scope param_type(std::vector<std::string> types) { return {"space.*.type", std::move(types)}; }
+
+const char* const kSpaceExample =
+    "lr: {type: float, low: 0.001, high: 0.3, log: true}\n"
+    "batch_size: {type: int, low: 32, high: 256, log: true}\n"
+    "hidden: {type: choice, values: [[128], [256], [256, 128]]}\n"
+    "activation: {type: choice, values: [relu, tanh]}\n"
+    "nesterov: {type: choice, values: [false, true]}\n"
+    "momentum: {type: float, low: 0.5, high: 0.99, when: {nesterov: true}}\n"
+    "epochs: 5";
+
+// Each entry names only the fields it sets and leaves the rest at their defaults, on purpose;
+// -Wextra's missing-field-initializers would flag every entry.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+std::vector<Setting> declarations() {
+  return {
+      // --- campaign ---
+      {.path = "name",
+       .type = Type::kString,
+       .help = "Name of the campaign: it names the default store file and appears in every report. "
+               "Letters, digits, '.', '_' and '-'.",
+       .required = true,
+       .aliases = {"campaign", "study", "experiment"},
+       .example = "fashion-mlp"},
+      {.path = "storage",
+       .type = Type::kString,
+       .help = "SQLite database file that records the campaign (its trials, reports and results); a "
+               "relative path is relative to the current directory.",
+       .aliases = {"db", "database", "store", "storage_path"},
+       .example = "fashion-mlp.db",
+       .default_note = "<name>.db",
+       .reference_commented = true},
+      {.path = "storage_access",
+       .type = Type::kEnum,
+       .help = "Who may read the database and the trial directory (<storage>.trials: logs, checkpoints, "
+               "parameters, trainer.env values) that a new campaign creates: owner (files 0600, "
+               "directories 0700), group (0640, 0750) or all local users (0644, 0755). Set whatever "
+               "the umask.",
+       .default_value = "owner",
+       .choices = {"owner", "group", "all"},
+       .aliases = {"storage_mode", "storage_permissions"}},
+      {.path = "seed",
+       .type = Type::kInt,
+       .help = "Seed of every random choice (the search, the trials' seeds, data shuffling): the same "
+               "config and seed give the same trials.",
+       .default_value = 0,
+       .min = 0,
+       .aliases = {"random_seed", "rng_seed"}},
+
+      // --- objective(s) ---
+      {.path = "objective",
+       .type = Type::kSection,
+       .help = "The metric to optimise. Give either objective or objectives."},
+      {.path = "objective.metric",
+       .type = Type::kString,
+       .help = "Name of a metric the trainer reports, e.g. val_accuracy.",
+       .required = true,
+       .aliases = {"name", "metric_name", "key"},
+       .example = "val_accuracy"},
+      {.path = "objective.mode",
+       .type = Type::kEnum,
+       .help = "Whether larger (max) or smaller (min) values are better.",
+       .default_value = "max",
+       .choices = {"max", "min"},
+       .aliases = {"direction", "goal", "order"}},
+      {.path = "objectives",
+       .type = Type::kList,
+       .help = "Several metrics optimised together, whose result is a Pareto front; instead of "
+               "objective. Each item has the keys of objective:",
+       .aliases = {"metrics"},
+       .example = "- {metric: val_accuracy, mode: max}\n- {metric: val_loss, mode: min}",
+       .reference_commented = true},
+      {.path = "objectives[].metric",
+       .type = Type::kString,
+       .help = "Name of a metric the trainer reports.",
+       .required = true,
+       .aliases = {"name", "metric_name", "key"}},
+      {.path = "objectives[].mode",
+       .type = Type::kEnum,
+       .help = "max or min.",
+       .default_value = "max",
+       .choices = {"max", "min"},
+       .aliases = {"direction", "goal", "order"}},
+
+      // --- space ---
+      {.path = "space",
+       .type = Type::kSpace,
+       .help = "The search space: parameter name -> spec. A plain value (or a list) fixes the "
+               "parameter; a map with `type` is searched. Parameters are settings of the trainer and "
+               "override its fixed settings of the same name (any name for the command trainer; x1, "
+               "x2, ... for the function trainer). A spec has these keys:",
+       .default_value = json::object(),
+       .aliases = {"search_space", "params", "parameters", "hyperparameters"},
+       .example = kSpaceExample},
+      {.path = "space.*.type",
+       .type = Type::kEnum,
+       .help = "The kind of parameter.",
+       .choices = {"float", "int", "choice", "fixed"},
+       .required = true,
+       .aliases = {"kind"}},
+      {.path = "space.*.low",
+       .type = Type::kNumber,
+       .help = "Smallest value, inclusive (a whole number for int).",
+       .required = true,
+       .scope = param_type({"float", "int"}),
+       .aliases = {"min", "lower", "lo", "minimum"}},
+      {.path = "space.*.high",
+       .type = Type::kNumber,
+       .help = "Largest value, inclusive; above low.",
+       .required = true,
+       .scope = param_type({"float", "int"}),
+       .aliases = {"max", "upper", "hi", "maximum"}},
+      {.path = "space.*.log",
+       .type = Type::kBool,
+       .help = "Search on a log scale (low must be above 0).",
+       .default_value = false,
+       .scope = param_type({"float", "int"}),
+       .aliases = {"log_scale", "logscale", "log_uniform"}},
+      {.path = "space.*.step",
+       .type = Type::kInt,
+       .help = "Spacing of the values low, low + step, ...",
+       .default_value = 1,
+       .min = 1,
+       .scope = param_type({"int"}),
+       .aliases = {"q", "increment"}},
+      {.path = "space.*.resolution",
+       .type = Type::kInt,
+       .help = "Number of grid points from low to high; the grid search needs it on every float.",
+       .min = 2,
+       .scope = param_type({"float"}),
+       .aliases = {"points", "grid_points", "num"}},
+      {.path = "space.*.values",
+       .type = Type::kValueList,
+       .help = "The values to choose from (numbers, strings, booleans or lists).",
+       .required = true,
+       .scope = param_type({"choice"}),
+       .aliases = {"choices", "options", "categories"}},
+      {.path = "space.*.ordered",
+       .type = Type::kBool,
+       .help = "The values are ordered (ascending), so that numeric algorithms may treat the choice "
+               "as an ordinal.",
+       .default_value = false,
+       .scope = param_type({"choice"}),
+       .aliases = {"ordinal"}},
+      {.path = "space.*.value",
+       .type = Type::kValue,
+       .help = "The value.",
+       .required = true,
+       .scope = param_type({"fixed"})},
+      {.path = "space.*.when",
+       .type = Type::kCondition,
+       .help = "Search the parameter only while another one has one of some values: {parent: "
+               "value} or {parent: [values]}; otherwise it is left out of the trial.",
+       .aliases = {"condition", "if", "depends_on"}},
+
+      // --- search ---
+      {.path = "search",
+       .type = Type::kSection,
+       .help = "How to search and for how long.",
+       .default_value = json::object(),
+       .aliases = {"searcher", "tuner", "optimizer"}},
+      {.path = "search.algorithm",
+       .type = Type::kEnum,
+       .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, "
+               "aging (regularized) evolution, Gaussian-process Bayesian optimisation or a "
+               "tree-structured Parzen estimator.",
+       .default_value = "random",
+       .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe"},
+       .aliases = {"method", "strategy", "sampler", "type", "kind"}},
+      {.path = "search.max_trials",
+       .type = Type::kInt,
+       .help = "Number of trials to run: the campaign's budget.",
+       .min = 1,
+       .required = true,
+       .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},
+       .example = "20"},
+      {.path = "search.max_time",
+       .type = Type::kDuration,
+       .help = "Wall-clock budget: no trial starts after it (0 = unlimited).",
+       .default_value = 0,
+       .min = 0,
+       .max = 365 * kDay,
+       .aliases = {"timeout", "time_limit", "time_budget", "max_duration"}},
+      {.path = "search.max_attempts",
+       .type = Type::kInt,
+       .help = "Attempts per trial when its trainer group is lost (the group's process dies, or it is "
+               "silent past heartbeat_timeout): the trial is run again until it has been attempted this "
+               "often, then recorded as failed. A trial whose trainer reports an error (a command that "
+               "exits non-zero, a diverged loss) fails at once; it is not retried.",
+       .default_value = 3,
+       .min = 1,
+       .max = 100,
+       .aliases = {"attempts", "retries", "max_retries"}},
+      {.path = "search.max_failures",
+       .type = Type::kInt,
+       .help = "Stop the campaign (exit 1) once this many trials have failed before any trial "
+               "succeeded: a broken trainer or a misspelt metric fails every trial alike, so "
+               "running the whole budget would only repeat it (0 = never stop).",
+       .default_value = 5,
+       .min = 0,
+       .aliases = {"max_failed_trials", "failure_limit"}},
+      {.path = "search.init",
+       .type = Type::kEnum,
+       .help = "Initial design of the algorithms that have one (random search: all its points): "
+               "independent uniform draws, a scrambled Sobol sequence or a Latin hypercube. It is "
+               "that algorithm's `init` setting; the default is the algorithm's.",
+       .choices = {"uniform", "sobol", "lhs"},
+       .aliases = {"initial_design", "design", "sampling"},
+       .example = "uniform",
+       .default_note = "per algorithm",  // build_table() lists them
+       .reference_commented = true},
+      {.path = "search.warm_start",
+       .type = Type::kString,
+       .help = "Store file of an earlier campaign whose finished trials seed the search (trials "
+               "outside this space are ignored); \"\" for none.",
+       .default_value = "",
+       .aliases = {"warmstart", "resume_from"}},
+      {.path = "search.settings",
+       .type = Type::kSection,
+       .help = "Settings of the search algorithm; each algorithm's keys are listed here (those of "
+               "the other algorithms commented out).",
+       .default_value = json::object(),
+       .aliases = {"options", "params", "config"},
+       .open = true},
+
+      // --- early stopping ---
+      {.path = "early_stopping",
+       .type = Type::kSection,
+       .help = "Stop unpromising trials early, judged on the objective in their intermediate "
+               "reports (needs a single objective).",
+       .default_value = json::object(),
+       .aliases = {"pruner", "pruning", "scheduler", "early_stop"}},
+      {.path = "early_stopping.kind",
+       .type = Type::kEnum,
+       .help = "The stopping rule: none, asynchronous successive halving, Hyperband, or the median "
+               "stopping rule. The other keys depend on it.",
+       .default_value = "none",
+       .choices = {"none", "asha", "hyperband", "median"},
+       .aliases = {"type", "algorithm", "rule"}},
+
+      // --- trainer ---
+      {.path = "trainer",
+       .type = Type::kSection,
+       .help = "What each trial runs: `kind` picks the trainer and the other keys are its fixed "
+               "settings (a space parameter of the same name overrides one).",
+       .default_value = json::object(),
+       .aliases = {"model", "training", "objective_function"}},
+      {.path = "trainer.kind",
+       .type = Type::kEnum,
+       .help = "The trainer: sleep (sleeps and reports a value; for tests), mlp (a multilayer "
+               "perceptron on an IDX dataset such as Fashion-MNIST), cnn (a convolutional network on "
+               "the same data), function (a benchmark function of the parameters x1, x2, ...) or "
+               "command (runs a program).",
+       .choices = {"sleep", "mlp", "cnn", "function", "command"},
+       .required = true,
+       .aliases = {"type", "name"},
+       .example = "mlp"},
+
+      {.path = "trainer.seconds",
+       .type = Type::kDuration,
+       .help = "Total time to sleep, spread evenly over the steps.",
+       .default_value = 0,
+       .min = 0,
+       .max = 7 * kDay,
+       .scope = trainer_kind("sleep"),
+       .aliases = {"sleep", "duration", "seconds_per_step"}},
+      {.path = "trainer.steps",
+       .type = Type::kInt,
+       .help = "Number of steps; a report follows each.",
+       .default_value = 1,
+       .min = 1,
+       .max = kMaxSteps,
+       .scope = trainer_kind("sleep"),
+       .aliases = {"epochs", "reports", "iterations"}},
+      {.path = "trainer.metric",
+       .type = Type::kString,
+       .help = "Name of the metric it reports.",
+       .default_value = "value",
+       .scope = trainer_kind("sleep"),
+       .aliases = {"metric_name"}},
+      {.path = "trainer.value",
+       .type = Type::kNumber,
+       .help = "The value it reports.",
+       .default_value = 0.0,
+       .scope = trainer_kind("sleep"),
+       .aliases = {"result", "score"}},
+
+      {.path = "trainer.data",
+       .type = Type::kString,
+       .help = "Directory of the IDX dataset: {train,t10k}-{images-idx3,labels-idx1}-ubyte, gzipped or "
+               "not.",
+       .default_value = "/usr/share/datasets/fashion-mnist",
+       .scope = classifier_kinds(),
+       .aliases = {"dataset", "data_dir", "path"}},
+      {.path = "trainer.standardize",
+       .type = Type::kBool,
+       .help = "Scale the pixels to zero mean and unit variance (training-set statistics).",
+       .default_value = false,
+       .scope = classifier_kinds(),
+       .aliases = {"normalize", "standardise", "scale"}},
+      {.path = "trainer.hidden",
+       .type = Type::kIntList,
+       .help = "Width of each hidden layer; one integer is repeated `layers` times.",
+       .default_value = json::array({256}),
+       .min = 1,
+       .max = 65536,
+       .scope = trainer_kind("mlp"),
+       .aliases = {"hidden_size", "hidden_sizes", "hidden_units", "units", "width"}},
+      {.path = "trainer.layers",
+       .type = Type::kInt,
+       .help = "Number of hidden layers when hidden is one integer (1 if not given); when hidden is "
+               "a list, its length.",
+       .min = 1,
+       .max = 1000,
+       .scope = trainer_kind("mlp"),
+       .aliases = {"num_layers", "n_layers", "depth", "hidden_layers"},
+       .default_note = "1, or the length of hidden",
+       .reference_commented = true},
+      {.path = "trainer.activation",
+       .type = Type::kEnum,
+       .help = "Activation of the hidden layers.",
+       .default_value = "relu",
+       .choices = {"relu", "tanh", "sigmoid"},
+       .scope = trainer_kind("mlp"),
+       .aliases = {"act", "nonlinearity"}},
+      {.path = "trainer.dropout",
+       .type = Type::kNumber,
+       .help = "Dropout probability after each hidden layer.",
+       .default_value = 0.0,
+       .min = 0,
+       .max = 0.95,
+       .scope = trainer_kind("mlp"),
+       .aliases = {"dropout_rate", "drop_rate"}},
+      {.path = "trainer.lr",
+       .type = Type::kNumber,
+       .help = "Learning rate (before lr_scaling).",
+       .default_value = 0.05,
+       .min = 0,
+       .min_exclusive = true,
+       .scope = trainer_kind("mlp"),
+       .aliases = {"learning_rate", "learningrate", "step_size", "eta"}},
+      {.path = "trainer.lr",
+       .type = Type::kNumber,
+       .help = "Learning rate (before lr_scaling); the default CNN does not learn at the mlp's 0.05.",
+       .default_value = 0.01,
+       .min = 0,
+       .min_exclusive = true,
+       .scope = trainer_kind("cnn"),
+       .aliases = {"learning_rate", "learningrate", "step_size", "eta"}},
+      {.path = "trainer.lr_schedule",
+       .type = Type::kEnum,
+       .help = "Learning-rate schedule: constant, or cosine (lr * (1 + cos(pi * t / T)) / 2 over the T "
+               "minibatches of the run).",
+       .default_value = "cosine",
+       .choices = {"constant", "cosine"},
+       .scope = classifier_kinds(),
+       .aliases = {"schedule", "lr_scheduler", "scheduler", "decay_schedule"}},
+      {.path = "trainer.momentum",
+       .type = Type::kNumber,
+       .help = "Momentum of SGD (optimizer: sgd).",
+       .default_value = 0.9,
+       .min = 0,
+       .max = 0.999,
+       .scope = classifier_kinds(),
+       .aliases = {"mu", "beta"}},
+      {.path = "trainer.nesterov",
+       .type = Type::kBool,
+       .help = "Use Nesterov momentum (optimizer: sgd).",
+       .default_value = false,
+       .scope = classifier_kinds()},
+      {.path = "trainer.weight_decay",
+       .type = Type::kNumber,
+       .help = "Weight decay on weights (not biases): an L2 penalty added to the gradients for sgd "
+               "and adam, decoupled (AdamW) for adamw.",
+       .default_value = 0.0,
+       .min = 0,
+       .scope = classifier_kinds(),
+       .aliases = {"l2", "wd", "decay", "l2_penalty"}},
+      {.path = "trainer.batch_size",
+       .type = Type::kInt,
+       .help = "Examples per optimizer step: the global minibatch, which data-parallel ranks share.",
+       .default_value = 128,
+       .min = 1,
+       .max = 65536,
+       .scope = classifier_kinds(),
+       .aliases = {"batch", "batchsize", "minibatch", "mini_batch_size"}},
+      {.path = "trainer.epochs",
+       .type = Type::kInt,
+       .help = "Passes over the training data; a report follows each.",
+       .default_value = 10,
+       .min = 1,
+       .max = 1000,
+       .scope = classifier_kinds(),
+       .aliases = {"num_epochs", "max_epochs", "n_epochs", "steps"}},
+      {.path = "trainer.val_fraction",
+       .type = Type::kNumber,
+       .help = "Share of the (capped) training file held out for validation (the val_* metrics).",
+       .default_value = 0.1,
+       .min = 0,
+       .max = 0.5,
+       .min_exclusive = true,
+       .scope = classifier_kinds(),
+       .aliases = {"validation_split", "val_split", "validation_fraction", "holdout"}},
+      {.path = "trainer.max_train_samples",
+       .type = Type::kInt,
+       .help = "Use at most this many images of the training file, validation included (0 = all).",
+       .default_value = 0,
+       .min = 0,
+       .scope = classifier_kinds(),
+       .aliases = {"train_samples", "max_samples", "subset", "limit"}},
+      {.path = "trainer.max_test_samples",
+       .type = Type::kInt,
+       .help = "Evaluate on at most the first this many test images (0 = all).",
+       .default_value = 0,
+       .min = 0,
+       .scope = classifier_kinds(),
+       .aliases = {"test_samples", "max_eval_samples"}},
+
+      {.path = "trainer.optimizer",
+       .type = Type::kEnum,
+       .help = "sgd (with momentum and nesterov), adam, or adamw (Adam with decoupled weight decay); "
+               "PyTorch's definitions.",
+       .default_value = "sgd",
+       .choices = {"sgd", "adam", "adamw"},
+       .scope = classifier_kinds(),
+       .aliases = {"optim", "solver", "update_rule"}},
+      {.path = "trainer.beta1",
+       .type = Type::kNumber,
+       .help = "Adam's first-moment decay (optimizer: adam, adamw).",
+       .default_value = 0.9,
+       .min = 0,
+       .max = 0.999999,
+       .scope = classifier_kinds(),
+       .aliases = {"adam_beta1", "b1"}},
+      {.path = "trainer.beta2",
+       .type = Type::kNumber,
+       .help = "Adam's second-moment decay (optimizer: adam, adamw).",
+       .default_value = 0.999,
+       .min = 0,
+       .max = 0.999999,
+       .scope = classifier_kinds(),
+       .aliases = {"adam_beta2", "b2"}},
+      {.path = "trainer.eps",
+       .type = Type::kNumber,
+       .help = "Adam's denominator epsilon (optimizer: adam, adamw).",
+       .default_value = 1e-8,
+       .min = 0,
+       .min_exclusive = true,
+       .scope = classifier_kinds(),
+       .aliases = {"epsilon", "adam_eps"}},
+      {.path = "trainer.lr_scaling",
+       .type = Type::kEnum,
+       .help = "none, or linear: the rate is lr * batch_size / base_batch_size (Goyal et al. 2017), "
+               "for large data-parallel batches.",
+       .default_value = "none",
+       .choices = {"none", "linear"},
+       .scope = classifier_kinds(),
+       .aliases = {"lr_scale", "scale_lr", "linear_scaling"}},
+      {.path = "trainer.base_batch_size",
+       .type = Type::kInt,
+       .help = "The batch size lr is meant for, with lr_scaling: linear.",
+       .default_value = 128,
+       .min = 1,
+       .max = 65536,
+       .scope = classifier_kinds(),
+       .aliases = {"reference_batch_size", "base_batch"}},
+      {.path = "trainer.warmup_epochs",
+       .type = Type::kNumber,
+       .help = "Epochs of gradual warmup (Goyal et al.): the rate ramps linearly per minibatch from lr "
+               "(from 0 when lr_scaling does not raise it) to the scaled rate.",
+       .default_value = 0.0,
+       .min = 0,
+       .scope = classifier_kinds(),
+       .aliases = {"warmup", "lr_warmup_epochs"}},
+      {.path = "trainer.checkpoint",
+       .type = Type::kBool,
+       .help = "Write a checkpoint after every epoch in the trial directory, and resume from it when "
+               "the trial runs again.",
+       .default_value = true,
+       .scope = classifier_kinds(),
+       .aliases = {"checkpoints", "checkpointing", "resume"}},
+      {.path = "trainer.micro_batches",
+       .type = Type::kInt,
+       .help = "Pipeline micro-batches per minibatch with model > 1 (0 = 2 x the model ranks).",
+       .default_value = 0,
+       .min = 0,
+       .max = 65536,
+       .scope = classifier_kinds(),
+       .aliases = {"microbatches", "num_micro_batches", "chunks"}},
+      {.path = "trainer.allreduce",
+       .type = Type::kEnum,
+       .help = "How data-parallel ranks average gradients: mpi (MPI_Allreduce), ring (reduce-scatter "
+               "then allgather), recursive_doubling (butterfly) or hierarchical (through the node's "
+               "shared memory, then across nodes).",
+       .default_value = "hierarchical",
+       .choices = {"mpi", "ring", "recursive_doubling", "hierarchical"},
+       .scope = classifier_kinds(),
+       .aliases = {"allreduce_algorithm", "collective"}},
+      {.path = "trainer.save_predictions",
+       .type = Type::kBool,
+       .help = "Save the validation and test class probabilities (.npy) in the trial directory and "
+               "register them as artifacts.",
+       .default_value = true,
+       .scope = classifier_kinds(),
+       .aliases = {"predictions", "save_probs"}},
+      {.path = "trainer.layers",
+       .type = Type::kValueList,
+       .help = "The CNN's hidden layers in order, each {kind: conv, filters, kernel, stride, padding, "
+               "activation} | {kind: maxpool, size, stride} | {kind: dense, units, activation} | "
+               "{kind: dropout, rate}; the output layer is added.",
+       .default_value = json::parse(R"([{"kind": "conv", "filters": 32, "kernel": 5}, {"kind": "maxpool", "size": 2},
+                                        {"kind": "conv", "filters": 64, "kernel": 5}, {"kind": "maxpool", "size": 2},
+                                        {"kind": "dense", "units": 1024}])"),
+       .scope = trainer_kind("cnn"),
+       .aliases = {"architecture", "network", "net"}},
+
+      {.path = "trainer.name",
+       .type = Type::kEnum,
+       .help = "The benchmark function (to be minimised), of the parameters x1, x2, ...",
+       .default_value = "branin",
+       .choices = {"branin", "hartmann6", "rosenbrock", "levy", "ackley"},
+       .scope = trainer_kind("function"),
+       .aliases = {"function", "fn"}},
+      {.path = "trainer.dim",
+       .type = Type::kInt,
+       .help = "Number of parameters x1..xd (0 = the function's own: 2 for branin, 6 for hartmann6, 2 "
+               "for the others; rosenbrock, levy and ackley take any dimension).",
+       .default_value = 0,
+       .min = 0,
+       .max = 1000,
+       .scope = trainer_kind("function"),
+       .aliases = {"dimension", "dimensions", "ndim", "n_dims"}},
+      {.path = "trainer.noise",
+       .type = Type::kNumber,
+       .help = "Standard deviation of Gaussian noise added to each reported value.",
+       .default_value = 0.0,
+       .min = 0,
+       .scope = trainer_kind("function"),
+       .aliases = {"sigma", "noise_std"}},
+      {.path = "trainer.steps",
+       .type = Type::kInt,
+       .help = "Number of reports of the value.",
+       .default_value = 1,
+       .min = 1,
+       .max = kMaxSteps,
+       .scope = trainer_kind("function"),
+       .aliases = {"epochs", "reports", "iterations"}},
+      {.path = "trainer.seconds_per_step",
+       .type = Type::kDuration,
+       .help = "Time to sleep before each report, to imitate training.",
+       .default_value = 0,
+       .min = 0,
+       .max = kDay,
+       .scope = trainer_kind("function"),
+       .aliases = {"seconds", "sleep", "delay"}},
+
+      {.path = "trainer.command",
+       .type = Type::kString,
+       .help = "The command line run for each trial.",
+       .required = true,
+       .scope = trainer_kind("command"),
+       .aliases = {"cmd", "run", "exec", "program"},
+       .example = "python3 train.py"},
+      {.path = "trainer.timeout",
+       .type = Type::kDuration,
+       .help = "Stop the command after this long (0 = no limit).",
+       .default_value = 0,
+       .min = 0,
+       .max = 365 * kDay,
+       .scope = trainer_kind("command"),
+       .aliases = {"time_limit", "max_time"}},
+      {.path = "trainer.workdir",
+       .type = Type::kString,
+       .help = "Working directory of the command (\"\" = the current directory).",
+       .default_value = "",
+       .scope = trainer_kind("command"),
+       .aliases = {"cwd", "dir", "working_directory"}},
+      {.path = "trainer.env",
+       .type = Type::kStringMap,
+       .help = "Extra environment variables of the command.",
+       .default_value = json::object(),
+       .scope = trainer_kind("command"),
+       .aliases = {"environment", "vars"}},
+      {.path = "trainer.grace",
+       .type = Type::kDuration,
+       .help = "After a stop request, how long the command has to exit before it is killed.",
+       .default_value = 5,
+       .min = 0,
+       .max = 3600,
+       .scope = trainer_kind("command"),
+       .aliases = {"grace_period", "kill_timeout"}},
+      {.path = "trainer.log_limit",
+       .type = Type::kInt,
+       .help = "Bytes kept of each of the trial's stdout.log and stderr.log: the first half, a line saying "
+               "how much was cut, and the last half (0 = no limit).",
+       .default_value = 10000000,
+       .min = 0,
+       .scope = trainer_kind("command"),
+       .aliases = {"max_log_bytes", "log_size"}},
+
+      // --- resources ---
+      {.path = "resources",
+       .type = Type::kSection,
+       .help = "Where and how the trials run.",
+       .default_value = json::object(),
+       .aliases = {"resource", "cluster", "compute"}},
+      {.path = "resources.backend",
+       .type = Type::kEnum,
+       .help = "How trainer groups are started: local processes on this machine.",
+       .default_value = "local",
+       .choices = {"local"},
+       .aliases = {"launcher", "executor"}},
+      {.path = "resources.groups",
+       .type = Type::kInt,
+       .help = "Number of trainer groups, i.e. of trials running at the same time.",
+       .default_value = 1,
+       .min = 1,
+       .max = 4096,
+       .aliases = {"workers", "parallel", "parallelism", "concurrency", "n_jobs"}},
+      {.path = "resources.ranks",
+       .type = Type::kSection,
+       .help = "Processes per trainer group.",
+       .default_value = json::object(),
+       .aliases = {"processes", "procs"}},
+      {.path = "resources.ranks.data",
+       .type = Type::kInt,
+       .help = "Data-parallel ranks: processes that train one trial together.",
+       .default_value = 1,
+       .min = 1,
+       .max = 65536,
+       .aliases = {"data_parallel", "dp"}},
+      {.path = "resources.ranks.model",
+       .type = Type::kInt,
+       .help = "Model-parallel ranks per data-parallel rank.",
+       .default_value = 1,
+       .min = 1,
+       .max = 1024,
+       .aliases = {"model_parallel", "mp", "tensor"}},
+      {.path = "resources.threads",
+       .type = Type::kInt,
+       .help = "Compute threads per rank (0 = the machine's cores shared among the ranks).",
+       .default_value = 0,
+       .min = 0,
+       .max = 1024,
+       .aliases = {"num_threads", "omp_threads", "cpus"}},
+      {.path = "resources.heartbeat_interval",
+       .type = Type::kDuration,
+       .help = "How often a trainer group tells the master it is alive.",
+       .default_value = 1,
+       .min = 0.01,
+       .max = 3600,
+       .aliases = {"heartbeat", "heartbeat_period"}},
+      {.path = "resources.heartbeat_timeout",
+       .type = Type::kDuration,
+       .help = "A group silent for this long is lost and its trial is run again; must be greater "
+               "than heartbeat_interval.",
+       .default_value = 10,
+       .min = 0.1,
+       .max = 7 * kDay,
+       .aliases = {"heartbeat_deadline", "liveness_timeout"}},
+      {.path = "resources.max_group_restarts",
+       .type = Type::kInt,
+       .help = "How often a lost trainer group is started again before the campaign stops.",
+       .default_value = 3,
+       .min = 0,
+       .max = 1000,
+       .aliases = {"restarts", "max_restarts", "group_restarts"}},
+      {.path = "resources.startup_timeout",
+       .type = Type::kDuration,
+       .help = "How long a new trainer group may take to connect to the master.",
+       .default_value = 60,
+       .min = 0.1,
+       .max = 7 * kDay,
+       .aliases = {"start_timeout", "connect_timeout", "launch_timeout"}},
+  };
+}
+#pragma GCC diagnostic pop
+
+// --- imported declarations -----------------------------------------------------------------------
+
+// "the first rung, in steps" -> "The first rung, in steps."
+// Identifiers stay as they are: "ucb: minimize ..." is not turned into "Ucb: ...".
+std::string sentence(std::string text) {
+  const std::string first_word = text.substr(0, text.find(' '));
+  const bool word = !first_word.empty() && first_word.back() != ':' &&
+                    std::all_of(first_word.begin(), first_word.end() - 1,
+                                [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; });
+  if (word) text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+  if (!text.empty() && text.back() != '.' && text.back() != '?') text += '.';
+  return text;
+}
+
+Setting imported(const search::SettingDecl& d, std::string path, Scope scope) {
+  Setting s;
+  s.path = std::move(path);
+  switch (d.type) {
+    case search::SettingType::kInt: s.type = Type::kInt; break;
+    case search::SettingType::kFloat: s.type = Type::kNumber; break;
+    case search::SettingType::kBool: s.type = Type::kBool; break;
+    case search::SettingType::kString: s.type = d.choices.empty() ? Type::kString : Type::kEnum; break;
+  }
+  s.help = sentence(d.help);
+  s.default_value = d.default_value;
+  if (s.type == Type::kNumber && s.default_value.is_number()) s.default_value = s.default_value.get<double>();
+  if (std::isfinite(d.min)) s.min = d.min;
+  if (std::isfinite(d.max)) s.max = d.max;
+  s.choices = d.choices;
+  s.scope = std::move(scope);
+  if (s.default_value.is_null()) {
+    s.default_note = "derived";
+    s.reference_commented = true;
+  }
+  return s;
+}
+
+bool same_declaration(const Setting& a, const Setting& b) {
+  return a.path == b.path && a.type == b.type && a.help == b.help && a.default_value == b.default_value &&
+         a.min == b.min && a.max == b.max && a.choices == b.choices;
+}
+
+// The settings of each value of `selector` (an enum), imported under `prefix`; a declaration
+// identical for several values becomes one entry scoped to all of them. Keys named in `skip` are
+// set elsewhere (search.init). Values the build does not know are left out of `known`.
+template <typename Lookup>
+std::vector<Setting> import_scoped(const Setting& selector, const std::string& prefix,
+                                   const std::vector<std::string>& skip, Lookup lookup,
+                                   std::vector<std::string>& known) {
+  std::vector<Setting> out;
+  for (const auto& value : selector.choices) {
+    auto decls = lookup(value);
+    if (!decls.ok()) continue;
+    known.push_back(value);
+    for (const auto& d : decls.value()) {
+      if (std::find(skip.begin(), skip.end(), d.key) != skip.end()) continue;
+      Setting s = imported(d, prefix + d.key, Scope{selector.path, {value}});
+      bool merged = false;
+      for (auto& existing : out) {
+        if (same_declaration(existing, s)) {
+          existing.scope.values.push_back(value);
+          merged = true;
+          break;
+        }
+      }
+      if (!merged) out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+
+std::vector<Setting> build_table() {
+  std::vector<Setting> table;
+  std::vector<Setting> decls = declarations();
+  // search.<key> declarations (init) win over an algorithm's setting of the same name: the value
+  // of search.init is handed to the algorithm as its setting (config.cpp).
+  std::vector<std::string> search_keys;
+  for (const auto& d : decls)
+    if (d.path.rfind("search.", 0) == 0 && d.path.find('.', 7) == std::string::npos)
+      search_keys.push_back(d.path.substr(7));
+  for (auto& s : decls) {
+    const std::string path = s.path;
+    table.push_back(std::move(s));
+    if (path == "search.settings") {
+      const Setting* algorithm = nullptr;
+      for (const auto& d : table)
+        if (d.path == "search.algorithm") algorithm = &d;
+      std::vector<std::string> known;
+      auto imports = import_scoped(*algorithm, "search.settings.", search_keys,
+                                   [](const std::string& a) { return search::searcher_settings(a); }, known);
+      table.back().closed_when = Scope{"search.algorithm", known};
+      // search.init's default: each algorithm's own.
+      std::vector<std::string> defaults;
+      for (const auto& a : known) {
+        const auto algorithm_decls = search::searcher_settings(a);
+        for (const auto& d : algorithm_decls.value())
+          if (d.key == "init" && d.default_value.is_string())
+            defaults.push_back(d.default_value.get<std::string>() + " (" + a + ")");
+      }
+      for (auto& d : table)
+        if (d.path == "search.init") d.default_note = defaults.empty() ? "none" : join(defaults, ", ");
+      for (auto& i : imports) table.push_back(std::move(i));
+    } else if (path == "early_stopping.kind") {
+      std::vector<std::string> known;
+      auto imports = import_scoped(table.back(), "early_stopping.", {"kind"},
+                                   [](const std::string& k) { return search::stopper_settings(k); }, known);
+      for (auto& i : imports) table.push_back(std::move(i));
+    }
+  }
+  return table;
+}
+
+std::string parent_path(std::string_view path) {
+  const auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? std::string() : std::string(path.substr(0, dot));
+}
+
+std::string lower_key(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool is_whole(double x) { return std::isfinite(x) && std::floor(x) == x; }
+
+std::string bounds_text(const Setting& s) {
+  const std::string lo = s.min ? format_number(*s.min) : "";
+  const std::string hi = s.max ? format_number(*s.max) : "";
+  if (s.min && s.max && !s.min_exclusive && !s.max_exclusive) return lo + ".." + hi;
+  std::string out;
+  if (s.min) out += (s.min_exclusive ? "> " : ">= ") + lo;
+  if (s.max) out += (out.empty() ? "" : " and ") + std::string(s.max_exclusive ? "< " : "<= ") + hi;
+  return out;
+}
+
+// How a JSON value reads in a message: 'text' for strings, a list, a map, nothing.
+std::string shown(const json& v) {
+  if (v.is_string()) return "'" + v.get<std::string>() + "'";
+  if (v.is_null()) return "nothing";
+  if (v.is_object()) return "a map";
+  if (v.is_array()) return "a list";
+  return to_yaml_flow(v);
+}
+
+Error problem(std::string what) { return err(Errc::kConfig, std::move(what)); }
+
+Status check_bounds(const Setting& s, double x, const std::string& text) {
+  if (s.min && (s.min_exclusive ? x <= *s.min : x < *s.min))
+    return s.min_exclusive ? problem(text + " must be greater than " + format_number(*s.min))
+                           : problem(text + " is below the minimum " + format_number(*s.min));
+  if (s.max && (s.max_exclusive ? x >= *s.max : x > *s.max))
+    return s.max_exclusive ? problem(text + " must be less than " + format_number(*s.max))
+                           : problem(text + " is above the maximum " + format_number(*s.max));
+  return Status::Ok();
+}
+
+std::optional<int64_t> as_int(const json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (is_whole(x) && std::fabs(x) < 9.2e18) return static_cast<int64_t>(x);
+  }
+  return std::nullopt;
+}
+
+Result<json> check_int(const Setting& s, const json& v) {
+  const auto i = as_int(v);
+  if (!i) {
+    if (v.is_number_float() && is_whole(v.get<double>()))
+      return problem(shown(v) + " is too large for a 64-bit integer");
+    return problem("expected an integer, got " + shown(v));
+  }
+  HPCTUNE_TRY(check_bounds(s, static_cast<double>(*i), std::to_string(*i)));
+  return json(*i);
+}
+
+}  // namespace
+
+// --- public helpers ------------------------------------------------------------------------------
+
+const char* type_name(Type type) noexcept {
+  switch (type) {
+    case Type::kSection: return "section";
+    case Type::kList: return "list";
+    case Type::kSpace: return "space";
+    case Type::kString: return "string";
+    case Type::kBool: return "bool";
+    case Type::kInt: return "int";
+    case Type::kNumber: return "number";
+    case Type::kDuration: return "duration";
+    case Type::kEnum: return "enum";
+    case Type::kIntList: return "int list";
+    case Type::kStringMap: return "string map";
+    case Type::kValue: return "value";
+    case Type::kValueList: return "value list";
+    case Type::kCondition: return "condition";
+  }
+  return "unknown";
+}
+
+bool Scope::contains(std::string_view value) const {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = build_table();
+  return table;
+}
+
+std::vector<const Setting*> children(std::string_view section) {
+  std::vector<const Setting*> out;
+  for (const auto& s : settings())
+    if (parent_path(s.path) == section) out.push_back(&s);
+  return out;
+}
+
+std::vector<const Setting*> find_settings(std::string_view path) {
+  std::vector<const Setting*> out;
+  for (const auto& s : settings())
+    if (s.path == path) out.push_back(&s);
+  return out;
+}
+
+std::string_view leaf_name(std::string_view path) noexcept {
+  const auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? path : path.substr(dot + 1);
+}
+
+std::string describe_type(const Setting& s) {
+  const std::string bounds = bounds_text(s);
+  auto with_bounds = [&](std::string base) { return bounds.empty() ? base : base + " " + bounds; };
+  switch (s.type) {
+    case Type::kSection: return "section";
+    case Type::kList: {
+      std::vector<std::string> keys;
+      for (const auto* c : children(s.path + "[]")) keys.emplace_back(leaf_name(c->path));
+      return "list of {" + join(keys, ", ") + "}";
+    }
+    case Type::kSpace: return "map of name -> spec or value";
+    case Type::kString: return "string";
+    case Type::kBool: return "true | false";
+    case Type::kInt: return with_bounds("integer");
+    case Type::kNumber: return with_bounds("number");
+    case Type::kDuration:
+      return "seconds or a duration such as 90s, 10m, 2h" + (bounds.empty() ? "" : "; " + bounds);
+    case Type::kEnum: return join(s.choices, " | ");
+    case Type::kIntList:
+      return "integer or list of integers" + (bounds.empty() ? "" : ", each " + bounds);
+    case Type::kStringMap: return "map of strings";
+    case Type::kValue: return "any value";
+    case Type::kValueList: return "list of values";
+    case Type::kCondition: return "{parameter: value or [values]}";
+  }
+  return "";
+}
+
+std::string describe(const Setting& s) {
+  std::string out = describe_type(s);
+  if (s.required) return out + ", required";
+  if (!s.default_note.empty()) return out + ", default: " + s.default_note;
+  if (!s.default_value.is_null() && s.type != Type::kSection && s.type != Type::kSpace)
+    return out + ", default: " + to_yaml_flow(s.default_value);
+  return out;
+}
+
+Result<json> check_value(const Setting& s, const json& v) {
+  switch (s.type) {
+    case Type::kSection:
+    case Type::kList:
+    case Type::kSpace:
+      return err(Errc::kInternal, "check_value: " + s.path + " is not a leaf setting");
+    case Type::kString:
+      if (!v.is_string()) return problem("expected a string, got " + shown(v));
+      return v;
+    case Type::kBool:
+      if (!v.is_boolean()) return problem("expected true or false, got " + shown(v));
+      return v;
+    case Type::kInt: return check_int(s, v);
+    case Type::kNumber: {
+      if (!v.is_number()) return problem("expected a number, got " + shown(v));
+      const double x = v.get<double>();
+      if (!std::isfinite(x)) return problem("expected a finite number, got " + shown(v));
+      HPCTUNE_TRY(check_bounds(s, x, to_yaml_flow(v)));
+      return json(x);
+    }
+    case Type::kDuration: {
+      double x = 0;
+      std::string text;
+      if (v.is_number()) {
+        x = v.get<double>();
+        text = to_yaml_flow(v);
+        if (!std::isfinite(x)) return problem("expected a finite number of seconds, got " + text);
+      } else if (v.is_string()) {
+        HPCTUNE_ASSIGN(x, parse_duration(v.get<std::string>()));
+        text = "'" + v.get<std::string>() + "'";
+      } else {
+        return problem("expected seconds or a duration such as 90s, 10m, 2h, got " + shown(v));
+      }
+      if (auto bounded = check_bounds(s, x, text); !bounded.ok())
+        return problem(bounded.error().message() + " s (the range is " + bounds_text(s) + " s)");
+      if (x > 0 && x < 1e-3) return problem(text + " s is less than 1 ms, the shortest duration (0 or at least 0.001)");
+      return json(x);
+    }
+    case Type::kEnum: {
+      const std::string valid = join(s.choices, ", ");
+      if (!v.is_string()) return problem("expected one of " + valid + ", got " + shown(v));
+      const auto text = v.get<std::string>();
+      if (std::find(s.choices.begin(), s.choices.end(), text) != s.choices.end()) return v;
+      std::vector<Candidate> candidates;
+      for (const auto& c : s.choices) candidates.push_back({c, c});
+      std::string message = "unknown value '" + text + "'; expected one of " + valid;
+      if (auto near = did_you_mean(text, candidates)) message += " (did you mean '" + *near + "'?)";
+      return problem(std::move(message));
+    }
+    case Type::kIntList: {
+      if (v.is_array()) {
+        if (v.empty()) return problem("expected at least one integer, got an empty list");
+        json out = json::array();
+        for (const auto& item : v) {
+          HPCTUNE_ASSIGN(auto i, check_int(s, item));
+          out.push_back(i);
+        }
+        return out;
+      }
+      if (!v.is_number()) return problem("expected an integer or a list of integers, got " + shown(v));
+      return check_int(s, v);
+    }
+    case Type::kStringMap: {
+      if (!v.is_object()) return problem("expected a map of strings, got " + shown(v));
+      for (auto it = v.begin(); it != v.end(); ++it)
+        if (!it.value().is_string()) return problem(it.key() + ": expected a string, got " + shown(it.value()));
+      return v;
+    }
+    case Type::kValue: return v;
+    case Type::kValueList:
+      if (!v.is_array()) return problem("expected a list of values, got " + shown(v));
+      if (v.empty()) return problem("the list is empty; give at least one value");
+      return v;
+    case Type::kCondition: {
+      if (!v.is_object() || v.size() != 1)
+        return problem("expected {parameter: value} or {parameter: [values]}, got " + shown(v));
+      json values = v.begin().value();
+      if (!values.is_array()) values = json::array({values});
+      if (values.empty()) return problem("the condition lists no values");
+      return json{{v.begin().key(), values}};
+    }
+  }
+  return err(Errc::kInternal, "check_value: unknown type");
+}
+
+Result<double> parse_duration(std::string_view text) {
+  auto bad = [&] {
+    return err(Errc::kConfig, "bad duration '" + std::string(text) +
+                                  "' (expected seconds or a number with a unit: 90s, 10m, 2h, 1h30m, 500ms, 1d)");
+  };
+  std::size_t i = 0;
+  auto skip_spaces = [&] {
+    while (i < text.size() && text[i] == ' ') ++i;
+  };
+  skip_spaces();
+  if (i == text.size()) return bad();
+  double total = 0;
+  bool first = true;
+  while (i < text.size()) {
+    const std::size_t start = i;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    if (i == start) return bad();
+    double number = 0;
+    const auto [end, ec] = std::from_chars(text.data() + start, text.data() + i, number);
+    if (ec != std::errc() || end != text.data() + i) return bad();
+    skip_spaces();
+    const std::size_t unit_start = i;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    const std::string_view unit = text.substr(unit_start, i - unit_start);
+    double scale = 0;
+    if (unit.empty()) {
+      // A bare number is seconds, but only on its own: "1h30" is more likely a typo than 1h+30s.
+      if (!first) return bad();
+      scale = 1;
+    } else if (unit == "ms") scale = 1e-3;
+    else if (unit == "s" || unit == "sec" || unit == "secs") scale = 1;
+    else if (unit == "m" || unit == "min" || unit == "mins") scale = 60;
+    else if (unit == "h" || unit == "hr" || unit == "hrs") scale = 3600;
+    else if (unit == "d") scale = 86400;
+    else return bad();
+    total += number * scale;
+    skip_spaces();
+    if (unit.empty() && i < text.size()) return bad();
+    first = false;
+  }
+  if (!std::isfinite(total)) return bad();
+  return total;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // an adjacent swap
+    }
+  }
+  return d[n][m];
+}
+
+std::optional<std::string> did_you_mean(std::string_view word, const std::vector<Candidate>& candidates) {
+  const std::string w = lower_key(word);
+  if (w.empty()) return std::nullopt;
+  std::optional<std::string> best;
+  std::size_t best_score = std::numeric_limits<std::size_t>::max();
+  for (const auto& c : candidates) {
+    const std::string m = lower_key(c.match);
+    const std::size_t d = edit_distance(w, m);
+    const std::size_t limit = std::max<std::size_t>(1, std::max(w.size(), m.size()) / 4);
+    std::size_t score = std::numeric_limits<std::size_t>::max();
+    if (d <= limit) score = d;
+    else if (w.size() >= 3 && m.rfind(w, 0) == 0) score = limit + 1;  // a prefix: ranked after typos
+    if (score < best_score) {
+      best_score = score;
+      best = c.suggestion;
+    }
+  }
+  return best;
+}
+
+std::vector<Candidate> candidates_of(const std::vector<const Setting*>& decls) {
+  std::vector<Candidate> out;
+  for (const auto* s : decls) out.push_back({std::string(leaf_name(s->path)), std::string(leaf_name(s->path))});
+  for (const auto* s : decls)
+    for (const auto& alias : s->aliases) out.push_back({alias, std::string(leaf_name(s->path))});
+  return out;
+}
+
+json resolve_plain_scalar(std::string_view t) {
+  if (t.empty() || t == "~" || t == "null" || t == "Null" || t == "NULL") return nullptr;
+  if (t == "true" || t == "True" || t == "TRUE") return true;
+  if (t == "false" || t == "False" || t == "FALSE") return false;
+  std::string_view body = t;
+  bool negative = false;
+  if (!body.empty() && (body[0] == '+' || body[0] == '-')) {
+    negative = body[0] == '-';
+    body.remove_prefix(1);
+  }
+  if (body == ".inf" || body == ".Inf" || body == ".INF")
+    return negative ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  if (t == ".nan" || t == ".NaN" || t == ".NAN") return std::numeric_limits<double>::quiet_NaN();
+  auto all_of = [](std::string_view s, auto pred) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) { return pred(static_cast<unsigned char>(c)); });
+  };
+  // Integers: decimal (signed), 0x hex and 0o octal (unsigned), as in the YAML 1.2 core schema.
+  int base = 10;
+  std::string_view digits = body;
+  if (t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'o')) {
+    base = t[1] == 'x' ? 16 : 8;
+    digits = t.substr(2);
+    negative = false;
+    if (!all_of(digits, [&](unsigned char c) { return base == 16 ? std::isxdigit(c) != 0 : (c >= '0' && c <= '7'); }))
+      return std::string(t);
+  }
+  if (base != 10 || all_of(body, [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    uint64_t magnitude = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
+    if (ec == std::errc() && end == digits.data() + digits.size()) {
+      if (!negative && magnitude <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return static_cast<int64_t>(magnitude);
+      if (negative && magnitude <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) + 1)
+        return magnitude == static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) + 1
+                   ? std::numeric_limits<int64_t>::min()
+                   : -static_cast<int64_t>(magnitude);
+    }
+    if (base != 10) return std::string(t);
+    // Too large for 64 bits: falls through to a double.
+  }
+  // Floats: [-+]? ( . digits | digits ( . digits? )? ) ( [eE] [-+]? digits )?
+  std::size_t i = 0;
+  const std::size_t n = body.size();
+  std::size_t mantissa_digits = 0;
+  while (i < n && std::isdigit(static_cast<unsigned char>(body[i]))) ++i, ++mantissa_digits;
+  if (i < n && body[i] == '.') {
+    ++i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(body[i]))) ++i, ++mantissa_digits;
+  }
+  if (mantissa_digits == 0) return std::string(t);
+  if (i < n && (body[i] == 'e' || body[i] == 'E')) {
+    ++i;
+    if (i < n && (body[i] == '+' || body[i] == '-')) ++i;
+    const std::size_t exponent_start = i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(body[i]))) ++i;
+    if (i == exponent_start) return std::string(t);
+  }
+  if (i != n) return std::string(t);
+  double x = 0;
+  const auto [end, ec] = std::from_chars(body.data(), body.data() + n, x);
+  if (end != body.data() + n || (ec != std::errc() && ec != std::errc::result_out_of_range)) return std::string(t);
+  if (ec == std::errc::result_out_of_range) {
+    // Overflow reads as infinity, underflow as zero, as strtod does.
+    x = (body.find_first_of("eE") != std::string_view::npos && body[body.find_first_of("eE") + 1] == '-')
+            ? 0.0
+            : std::numeric_limits<double>::infinity();
+  }
+  return negative ? -x : x;
+}
+
+namespace {
+
+bool plain_safe(const std::string& s) {
+  if (s.empty() || s.front() == ' ' || s.back() == ' ') return false;
+  if (std::string_view("-?:,[]{}#&*!|>'\"%@`").find(s.front()) != std::string_view::npos) return false;
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7f || std::string_view(",[]{}").find(static_cast<char>(c)) != std::string_view::npos)
+      return false;
+  if (s.find(": ") != std::string::npos || s.find(" #") != std::string::npos || s.back() == ':') return false;
+  return resolve_plain_scalar(s).is_string();
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          static const char* hex = "0123456789abcdef";
+          out += "\\x";
+          out += hex[c >> 4];
+          out += hex[c & 15];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string to_yaml_flow(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
+    case json::value_t::number_integer: return std::to_string(v.get<int64_t>());
+    case json::value_t::number_unsigned: return std::to_string(v.get<uint64_t>());
+    case json::value_t::number_float: return format_number(v.get<double>());
+    case json::value_t::string: {
+      const auto& s = v.get_ref<const std::string&>();
+      return plain_safe(s) ? s : quoted(s);
+    }
+    case json::value_t::array: {
+      std::string out = "[";
+      for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + to_yaml_flow(v[i]);
+      return out + "]";
+    }
+    case json::value_t::object: {
+      std::string out = "{";
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        out += (first ? "" : ", ") + to_yaml_flow(json(it.key())) + ": " + to_yaml_flow(it.value());
+        first = false;
+      }
+      return out + "}";
+    }
+    default: return quoted(v.dump());
+  }
+}
+
+bool free_space_name(std::string_view trainer_kind, std::string_view name) {
+  if (trainer_kind == "command") return true;
+  if (trainer_kind == "function")
+    return name.size() >= 2 && name[0] == 'x' && std::all_of(name.begin() + 1, name.end(), [](char c) {
+             return std::isdigit(static_cast<unsigned char>(c)) != 0;
+           });
+  return false;
+}
+
+// --- the reference -------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::size_t kWidth = 100;
+
+// `text` as comment lines of at most kWidth columns: `first` before the first line, `rest`
+// before the others (both include the "# ").
+void wrap(std::string& out, const std::string& text, const std::string& first, const std::string& rest) {
+  std::string line = first;
+  bool empty = true;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    std::size_t j = i;
+    while (j < text.size() && text[j] != ' ') ++j;
+    if (j == i) break;
+    const std::string word = text.substr(i, j - i);
+    if (!empty && line.size() + 1 + word.size() > kWidth) {
+      out += line + "\n";
+      line = rest;
+      empty = true;
+    }
+    line += (empty ? "" : " ") + word;
+    empty = false;
+    i = j;
+  }
+  out += line + "\n";
+}
+
+class ReferenceWriter {
+ public:
+  std::string render() {
+    out_ +=
+        "# hpctune campaign configuration: the reference.\n"
+        "#\n"
+        "# Every key hpctune reads, with what it accepts, its default and what it does; keys that have\n"
+        "# a default may be left out. This file is itself a valid config (an MLP on Fashion-MNIST);\n"
+        "# keys that only apply to another choice (another trainer kind, say) are commented out.\n"
+        "# Durations are seconds or a number with a unit: 90s, 10m, 2h, 1h30m.\n"
+        "#\n"
+        "# Generated from the settings table in config/settings.cpp; do not edit. Regenerate with\n"
+        "#   hpctune validate --print-reference > configs/reference.yaml\n";
+    section("", 0, false);
+    return std::move(out_);
+  }
+
+ private:
+  // The value the reference config gives the selector `path` (its example, else its default).
+  static std::string reference_value(const std::string& path) {
+    for (const auto* s : find_settings(path)) {
+      if (!s->example.empty()) return s->example;
+      if (s->default_value.is_string()) return s->default_value.get<std::string>();
+    }
+    return "";
+  }
+
+  static bool in_reference(const Scope& scope) {
+    return scope.always() || scope.contains(reference_value(scope.key));
+  }
+
+  static std::string indent(int depth) { return std::string(static_cast<std::size_t>(2 * depth), ' '); }
+
+  void comment(int depth, const std::string& text) {
+    const std::string prefix = indent(depth) + "# ";
+    wrap(out_, text, prefix, prefix);
+  }
+
+  // `key: value` or a block of example lines, commented out when `commented`.
+  void line(int depth, bool commented, const std::string& text) {
+    out_ += indent(depth) + (commented ? "# " : "") + text + "\n";
+  }
+
+  // The keys of a wildcard section ("space.*", "objectives[]"), documented as comment lines.
+  void fields(int depth, const std::string& section) {
+    for (const auto* f : children(section)) {
+      std::string facts = describe(*f);
+      if (!f->scope.always()) facts += "; type " + join(f->scope.values, ", ");
+      const std::string prefix = indent(depth) + "#   ";
+      wrap(out_, std::string(leaf_name(f->path)) + ": " + f->help + " [" + facts + "]", prefix, prefix + "    ");
+    }
+  }
+
+  void block(int depth, bool commented, const std::string& key, const std::string& example) {
+    if (example.empty()) {
+      line(depth, commented, key + ": {}");
+      return;
+    }
+    line(depth, commented, key + ":");
+    std::size_t start = 0;
+    while (start <= example.size()) {
+      const auto end = example.find('\n', start);
+      line(depth + 1, commented, example.substr(start, end == std::string::npos ? std::string::npos : end - start));
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+
+  void section(const std::string& path, int depth, bool commented) {
+    const Scope* previous_scope = nullptr;
+    bool first = true;
+    for (const auto* s : children(path)) {
+      const bool off = commented || s->reference_commented || !in_reference(s->scope);
+      const std::string key(leaf_name(s->path));
+      if (!s->scope.always() && (previous_scope == nullptr || previous_scope->key != s->scope.key ||
+                                 previous_scope->values != s->scope.values)) {
+        out_ += "\n";
+        comment(depth, "--- " + std::string(leaf_name(s->scope.key)) + ": " + join(s->scope.values, ", ") + " ---");
+      } else if (!first || depth == 0) {
+        out_ += "\n";
+      }
+      if (s->scope.always()) previous_scope = nullptr;
+      else previous_scope = &s->scope;
+      first = false;
+
+      comment(depth, s->help);
+      switch (s->type) {
+        case Type::kSection: {
+          if (s->open) comment(depth, "[map; keys of algorithms this build does not know are passed on as given]");
+          if (children(s->path).empty()) {
+            line(depth, off, key + ": {}");
+          } else {
+            line(depth, off, key + ":");
+            section(s->path, depth + 1, off);
+          }
+          break;
+        }
+        case Type::kSpace:
+          fields(depth, s->path + ".*");
+          block(depth, off, key, s->example);
+          break;
+        case Type::kList:
+          fields(depth, s->path + "[]");
+          comment(depth, "[" + describe(*s) + "]");
+          block(depth, off, key, s->example);
+          break;
+        default: {
+          comment(depth, "[" + describe(*s) + "]");
+          const std::string value = !s->example.empty()         ? s->example
+                                    : !s->default_value.is_null() ? to_yaml_flow(s->default_value)
+                                                                  : std::string();
+          const bool no_value = value.empty();
+          line(depth, off || no_value, key + ":" + (no_value ? "" : " " + value));
+        }
+      }
+    }
+  }
+
+  std::string out_;
+};
+
+}  // namespace
+
+std::string reference_yaml() { return ReferenceWriter().render(); }
+
+}  // namespace hpctune::config

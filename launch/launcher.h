@@ -1,0 +1,85 @@
+// Launcher: starts and stops trainer groups for a campaign. One implementation per backend.
+//
+//  - LocalLauncher (the embedded default): each group is a child process of the master,
+//    `hpctune worker --master ENDPOINT --group G`, in its own process group, dying with the master.
+//    A group of R = data x model > 1 ranks is `mpirun -np R [--oversubscribe when R > cores]
+//    --bind-to none --mca btl self,vader [--allow-run-as-root as root] hpctune worker ...
+//    --ranks-data D --ranks-model M` (shared memory only, Open MPI's CMA single copy off: the
+//    container-safe flags of tests/mpirun-test). mpirun is in the group's process group, and so are
+//    its ranks; each rank also dies with mpirun (PR_SET_PDEATHSIG, cli/main.cpp), so a SIGKILLed
+//    master leaves no rank behind. A trainer that starts its own ranks (`command`) gets one worker
+//    process that passes R on to it (ctx.ranks).
+//  - Later backends (mpirun across hosts, SLURM job steps) would implement the same interface:
+//    start groups, poll for exits, stop them all. The master loop still assumes more than this
+//    interface says (run_campaign builds a LocalLauncher itself, the groups table is written with
+//    backend "local", and a group is a local process id): a new backend needs those changed too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hpctune::launch {
+
+struct GroupExit {
+  int64_t group = -1;
+  std::string how;       // "exit code 3", "killed by signal 9 (Killed)"
+  bool success = false;  // exit code 0
+  std::string log_tail;  // the last lines of the group's log
+};
+
+struct GroupResources {
+  int64_t ranks_data = 1;
+  int64_t ranks_model = 1;
+  // Compute threads per rank. 0: for a multi-rank group max(1, cores / ranks), so that threads x
+  // ranks stays within the cores; for one rank, left to the worker.
+  int64_t threads = 0;
+  // The trainer starts its own ranks (the `command` trainer runs its program under mpirun): one
+  // worker process, no mpirun around it.
+  bool trainer_starts_ranks = false;
+};
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  virtual std::string name() const = 0;
+  // Starts group `group` (again, after an exit). Errors: the program cannot be started.
+  virtual Status start(int64_t group) = 0;
+  // Groups whose process ended since the last call. Never blocks.
+  virtual std::vector<GroupExit> poll_exits() = 0;
+  // SIGKILLs group `group` at once: the master declared it lost (silent past the heartbeat
+  // timeout), and a stopped or hung group must not run on beside the retry of its trial. Its exit
+  // then comes from poll_exits() (and a restart from the master). Unknown groups: nothing.
+  virtual void kill(int64_t group) = 0;
+  // Stops every group: SIGTERM, up to `grace` to exit, then SIGKILL; reaps them all.
+  virtual void stop_all(std::chrono::milliseconds grace) = 0;
+  // Process ids of the running groups (for tests and `status`).
+  virtual std::vector<int64_t> pids() const = 0;
+};
+
+struct LocalLauncherOptions {
+  std::string program;            // the hpctune binary (default: /proc/self/exe)
+  std::string master_endpoint;    // what workers connect to
+  std::string log_dir;            // one log file per group: group-<g>.log
+  GroupResources resources;
+  std::vector<std::string> extra_args;  // appended to the worker's command line
+  std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH
+  // Called at every start of a group: the credential for that launch, handed to the process in the
+  // environment (protocol::kSecretEnv), never on its command line, which every local user can read.
+  std::function<Result<std::string>(int64_t group)> credential;
+  int cores = 0;                  // for the defaults above; 0 = this machine's
+};
+
+std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options);
+
+// The command line the local launcher runs for group `group` (argv[0] is the program). For tests
+// and `ps`. kConfig for a bad layout (ranks < 1); kUnavailable when a multi-rank group needs
+// mpirun and none is found.
+Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions& options, int64_t group);
+
+}  // namespace hpctune::launch

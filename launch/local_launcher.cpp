@@ -1,0 +1,160 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "common/system.h"
+#include "launch/child_process.h"
+#include "launch/launcher.h"
+#include "protocol/messages.h"
+
+namespace hpctune::launch {
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "hpctune" : p.string();
+}
+
+int machine_cores() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions& opt, int64_t group) {
+  const GroupResources& r = opt.resources;
+  if (r.ranks_data < 1 || r.ranks_model < 1) {
+    return err(Errc::kConfig, "resources.ranks: data and model must be >= 1 (got " + std::to_string(r.ranks_data) +
+                                  " x " + std::to_string(r.ranks_model) + ")");
+  }
+  const int64_t ranks = r.ranks_data * r.ranks_model;
+  const int cores = opt.cores > 0 ? opt.cores : machine_cores();
+  int64_t threads = r.threads;
+  if (threads <= 0 && ranks > 1 && !r.trainer_starts_ranks) threads = std::max<int64_t>(1, cores / ranks);
+
+  std::vector<std::string> argv;
+  const bool mpi = ranks > 1 && !r.trainer_starts_ranks;
+  if (mpi) {
+    std::string mpirun = opt.mpirun;
+    if (mpirun.empty()) {
+      const char* env = std::getenv("HPCTUNE_MPIRUN");
+      mpirun = env && *env ? env : "mpirun";
+    }
+    const std::string found = find_in_path(mpirun);
+    if (found.empty()) {
+      return err(Errc::kUnavailable, "resources.ranks asks for " + std::to_string(ranks) + " ranks per group, but '" +
+                                         mpirun + "' was not found (multi-rank groups need Open MPI)");
+    }
+    argv = mpirun_command(found, ranks, {.shared_memory_btl = true, .oversubscribe = ranks > cores});
+  }
+  for (const std::string& a : {opt.program, std::string("worker"), std::string("--master"), opt.master_endpoint,
+                               std::string("--group"), std::to_string(group)}) {
+    argv.push_back(a);
+  }
+  if (threads > 0) {
+    argv.push_back("--threads");
+    argv.push_back(std::to_string(threads));
+  }
+  if (ranks > 1) {
+    argv.insert(argv.end(), {"--ranks-data", std::to_string(r.ranks_data), "--ranks-model", std::to_string(r.ranks_model)});
+    if (r.trainer_starts_ranks) argv.push_back("--trainer-starts-ranks");
+  }
+  for (const auto& a : opt.extra_args) argv.push_back(a);
+  return argv;
+}
+
+namespace {
+
+class LocalLauncher final : public Launcher {
+ public:
+  explicit LocalLauncher(LocalLauncherOptions options) : opt_(std::move(options)) {
+    if (opt_.program.empty()) opt_.program = self_exe();
+  }
+  ~LocalLauncher() override { stop_all(std::chrono::milliseconds(2000)); }
+
+  std::string name() const override { return "local"; }
+
+  Status start(int64_t group) override {
+    SpawnOptions spawn;
+    HPCTUNE_ASSIGN(spawn.argv, local_group_command(opt_, group));
+    // Open MPI's single-copy mechanism (CMA) needs ptrace rights that containers often deny.
+    if (opt_.resources.ranks_data * opt_.resources.ranks_model > 1 && !opt_.resources.trainer_starts_ranks) {
+      spawn.env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none";
+      // Library thread pools (OpenMP for oneDNN, OpenBLAS) sized for the whole machine in every rank
+      // would oversubscribe the cores before the trainer sets its own thread count.
+      const auto& argv = spawn.argv;
+      for (size_t i = 0; i + 1 < argv.size(); ++i) {
+        if (argv[i] == "--threads") spawn.env["OMP_NUM_THREADS"] = spawn.env["OPENBLAS_NUM_THREADS"] = argv[i + 1];
+      }
+    }
+    if (opt_.credential) {
+      HPCTUNE_ASSIGN(spawn.env[protocol::kSecretEnv], opt_.credential(group));
+    }
+    if (!opt_.log_dir.empty()) {
+      spawn.stdout_path = log_path(group);
+      spawn.stderr_path = "=stdout";
+    }
+    HPCTUNE_ASSIGN(ChildProcess child, ChildProcess::spawn(spawn));
+    children_[group] = std::move(child);
+    return {};
+  }
+
+  std::vector<GroupExit> poll_exits() override {
+    std::vector<GroupExit> exits;
+    for (auto it = children_.begin(); it != children_.end();) {
+      if (auto status = it->second.poll()) {
+        GroupExit e;
+        e.group = it->first;
+        e.how = status->describe();
+        e.success = status->success();
+        if (!opt_.log_dir.empty()) e.log_tail = tail_file(log_path(it->first), 20);
+        exits.push_back(std::move(e));
+        it = children_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return exits;
+  }
+
+  void kill(int64_t group) override {
+    if (auto it = children_.find(group); it != children_.end()) it->second.signal(SIGKILL);
+  }
+
+  void stop_all(std::chrono::milliseconds grace) override {
+    for (auto& [group, child] : children_) child.signal(SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    for (auto& [group, child] : children_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (!child.wait_for(std::max(left, std::chrono::milliseconds(0)))) child.terminate(std::chrono::milliseconds(0));
+    }
+    children_.clear();
+  }
+
+  std::vector<int64_t> pids() const override {
+    std::vector<int64_t> out;
+    for (const auto& [group, child] : children_) out.push_back(child.pid());
+    return out;
+  }
+
+ private:
+  std::string log_path(int64_t group) const { return opt_.log_dir + "/group-" + std::to_string(group) + ".log"; }
+
+  LocalLauncherOptions opt_;
+  std::map<int64_t, ChildProcess> children_;
+};
+
+}  // namespace
+
+std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options) {
+  return std::make_unique<LocalLauncher>(std::move(options));
+}
+
+}  // namespace hpctune::launch

@@ -1,0 +1,1422 @@
+// Store: the SQLite implementation. See store.h for the contract and store_schema.h for the tables.
+//
+// Performance notes: every statement is prepared once (SQLITE_PREPARE_PERSISTENT) on first use and
+// reused with reset + clear_bindings, so the hot path never parses SQL. Multi-statement operations
+// run inside a SAVEPOINT, which is nearly free inside the master's batch transaction and makes each
+// operation atomic on its own outside one. WAL with synchronous=NORMAL means a commit appends to
+// the log without fsync (durability is lost only on power failure, never on a process crash).
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/system.h"
+#include "store/schema.h"
+
+namespace hpctune::store {
+
+// ---------------------------------------------------------------------------------------------
+// Trial states
+
+const char* to_string(TrialState state) noexcept {
+  switch (state) {
+    case TrialState::kQueued: return "queued";
+    case TrialState::kAssigned: return "assigned";
+    case TrialState::kRunning: return "running";
+    case TrialState::kDone: return "done";
+    case TrialState::kPruned: return "pruned";
+    case TrialState::kFailed: return "failed";
+    case TrialState::kInterrupted: return "interrupted";
+  }
+  return "unknown";
+}
+
+std::optional<TrialState> trial_state_from_string(std::string_view text) noexcept {
+  for (auto s : kTrialStates) {
+    if (text == to_string(s)) return s;
+  }
+  return std::nullopt;
+}
+
+bool is_final(TrialState state) noexcept {
+  return state == TrialState::kDone || state == TrialState::kPruned || state == TrialState::kFailed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RAII handles
+
+Statement& Statement::operator=(Statement&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    stmt_ = other.release();
+  }
+  return *this;
+}
+
+Statement::~Statement() noexcept { (void)close(); }
+
+Status Statement::close() noexcept {
+  if (stmt_ != nullptr) {
+    sqlite3_finalize(stmt_);  // its return code repeats the last step's error, already reported
+    stmt_ = nullptr;
+  }
+  return Status::Ok();
+}
+
+sqlite3_stmt* Statement::release() noexcept {
+  sqlite3_stmt* s = stmt_;
+  stmt_ = nullptr;
+  return s;
+}
+
+Connection& Connection::operator=(Connection&& other) noexcept {
+  if (this != &other) {
+    if (db_ != nullptr) sqlite3_close_v2(db_);
+    db_ = other.release();
+  }
+  return *this;
+}
+
+Connection::~Connection() noexcept {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+Status Connection::close() noexcept {
+  if (db_ == nullptr) return Status::Ok();
+  int rc = sqlite3_close(db_);
+  if (rc != SQLITE_OK) {
+    return err(Errc::kBusy, std::string("cannot close the database: ") + sqlite3_errmsg(db_));
+  }
+  db_ = nullptr;
+  return Status::Ok();
+}
+
+sqlite3* Connection::release() noexcept {
+  sqlite3* d = db_;
+  db_ = nullptr;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The statement cache
+
+namespace {
+
+enum Query : int {
+  kBegin,
+  kCommit,
+  kRollback,
+  kSavepoint,
+  kRelease,
+  kRollbackTo,
+  kFirstCampaign,
+  kInsertCampaign,
+  kLoadCampaign,
+  kSetCampaignState,
+  kSetSearchState,
+  kSetCampaignMaster,
+  kSetCampaignConfigJson,
+  kInsertStage,
+  kSetStageState,
+  kSelectStages,
+  kInsertTrial,
+  kTrialStateAttempt,
+  kAssignTrial,
+  kInsertAttempt,
+  kRunTrial,
+  kFinishTrial,
+  kUpsertFinalAttempt,
+  kCloseAttempt,
+  kCountChargedLosses,
+  kFailTrial,
+  kRequeueTrial,
+  kInterruptTrial,
+  kInterruptAttempt,
+  kInsertMetric,
+  kAdvanceStep,
+  kInsertEvent,
+  kInsertArtifact,
+  kInsertLineage,
+  kUpsertGroup,
+  kSelectTrials,
+  kSelectTrial,
+  kSelectMetrics,
+  kSelectEvents,
+  kCountByState,
+  kSelectAttempts,
+  kSelectAttemptsV2,
+  kSelectArtifacts,
+  kSelectLineage,
+  kSelectGroups,
+  kSelectCampaignMetric,
+  kNumQueries,
+};
+
+#define HPCTUNE_TRIAL_COLUMNS                                                                     \
+  "id, campaign_id, stage_id, seq, params, meta, state, attempt, group_id, created_at, started_at, " \
+  "finished_at, step, metrics, objective, error, parent_trial_id, generation"
+#define HPCTUNE_CAMPAIGN_COLUMNS                                                                    \
+  "id, name, config_text, config_source, config_json, seed, state, created_at, finished_at, "       \
+  "search_state, master_host, master_pid"
+
+// Indexed by Query. Parameters are numbered so that each method's binding reads like its SQL.
+// Hot statements spell out `state <> 'a' AND state <> 'b'` instead of `state NOT IN ('a', 'b')`:
+// SQLite builds an ephemeral table for every execution of an IN list.
+constexpr const char* kSql[kNumQueries] = {
+    /* kBegin */ "BEGIN IMMEDIATE",
+    /* kCommit */ "COMMIT",
+    /* kRollback */ "ROLLBACK",
+    /* kSavepoint */ "SAVEPOINT hpctune_op",
+    /* kRelease */ "RELEASE hpctune_op",
+    /* kRollbackTo */ "ROLLBACK TO hpctune_op",
+    /* kFirstCampaign */ "SELECT id, name FROM campaigns ORDER BY id LIMIT 1",
+    /* kInsertCampaign */
+    "INSERT INTO campaigns (name, config_text, config_source, config_json, seed, state, created_at, "
+    "finished_at, search_state, master_host, master_pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    /* kLoadCampaign */ "SELECT " HPCTUNE_CAMPAIGN_COLUMNS " FROM campaigns ORDER BY id LIMIT 1",
+    /* kSetCampaignState */ "UPDATE campaigns SET state = ?2, finished_at = ?3 WHERE id = ?1",
+    /* kSetSearchState */ "UPDATE campaigns SET search_state = ?2 WHERE id = ?1",
+    /* kSetCampaignMaster */ "UPDATE campaigns SET master_host = ?2, master_pid = ?3 WHERE id = ?1",
+    /* kSetCampaignConfigJson */ "UPDATE campaigns SET config_json = ?2 WHERE id = ?1",
+    /* kInsertStage */
+    "INSERT INTO stages (campaign_id, kind, name, state, config_json, created_at) "
+    "VALUES (?1, ?2, ?3, 'running', ?4, ?5)",
+    /* kSetStageState */ "UPDATE stages SET state = ?2, finished_at = ?3 WHERE id = ?1",
+    /* kSelectStages */
+    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at FROM stages "
+    "WHERE campaign_id = ?1 ORDER BY id",
+    /* kInsertTrial */
+    "INSERT INTO trials (campaign_id, stage_id, seq, params, meta, state, attempt, group_id, created_at, "
+    "started_at, finished_at, step, metrics, objective, error, parent_trial_id, generation) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+    /* kTrialStateAttempt */ "SELECT state, attempt FROM trials WHERE id = ?1",
+    /* kAssignTrial */
+    "UPDATE trials SET state = 'assigned', group_id = ?3, started_at = NULL "
+    "WHERE id = ?1 AND attempt = ?2 AND state = 'queued'",
+    /* kInsertAttempt */
+    "INSERT INTO attempts (trial_id, attempt, group_id, worker_incarnation, state, started_at) "
+    "VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+    /* kRunTrial */
+    "UPDATE trials SET state = 'running', started_at = ?3 WHERE id = ?1 AND attempt = ?2 AND state = 'assigned'",
+    /* kFinishTrial */
+    "UPDATE trials SET state = ?3, metrics = ?4, objective = ?5, step = MAX(step, ?6), error = ?7, "
+    "finished_at = ?8 WHERE id = ?1 AND attempt = ?2 AND state <> 'done' AND state <> 'pruned' AND state <> 'failed'",
+    /* kUpsertFinalAttempt: a trial may be finished without ever being assigned (failed before dispatch) */
+    "INSERT INTO attempts (trial_id, attempt, group_id, state, started_at, finished_at, error) "
+    "VALUES (?1, ?2, (SELECT group_id FROM trials WHERE id = ?1), ?3, ?4, ?4, ?5) "
+    "ON CONFLICT (trial_id, attempt) DO UPDATE SET state = excluded.state, "
+    "finished_at = excluded.finished_at, error = excluded.error",
+    /* kCloseAttempt */
+    "UPDATE attempts SET state = ?3, finished_at = COALESCE(finished_at, ?4), error = ?5, charged = ?6 "
+    "WHERE trial_id = ?1 AND attempt = ?2 AND (state = 'running' OR state = 'interrupted')",
+    /* kCountChargedLosses */
+    "SELECT COUNT(*) FROM attempts WHERE trial_id = ?1 AND state = 'lost' AND charged = 1",
+    /* kFailTrial */
+    "UPDATE trials SET state = 'failed', finished_at = ?3, error = ?4 WHERE id = ?1 AND attempt = ?2",
+    /* kRequeueTrial */
+    "UPDATE trials SET state = 'queued', attempt = attempt + 1, group_id = -1, started_at = NULL, step = 0, "
+    "error = ?3 WHERE id = ?1 AND attempt = ?2",
+    /* kInterruptTrial */
+    "UPDATE trials SET state = 'interrupted' WHERE id = ?1 AND attempt = ?2 AND (state = 'assigned' OR state = 'running')",
+    /* kInterruptAttempt */
+    "UPDATE attempts SET state = 'interrupted', finished_at = ?3 "
+    "WHERE trial_id = ?1 AND attempt = ?2 AND state = 'running'",
+    /* kInsertMetric */
+    "INSERT OR REPLACE INTO metrics (trial_id, attempt, step, name, value, t) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    /* kAdvanceStep */
+    "UPDATE trials SET step = ?3 WHERE id = ?1 AND attempt = ?2 AND step < ?3 "
+    "AND state <> 'done' AND state <> 'pruned' AND state <> 'failed'",
+    /* kInsertEvent */
+    "INSERT INTO events (campaign_id, t, kind, trial_id, attempt, group_id, detail) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    /* kInsertArtifact */
+    "INSERT INTO artifacts (trial_id, attempt, kind, path, bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    /* kInsertLineage */
+    "INSERT OR IGNORE INTO lineage (child_trial_id, parent_trial_id, relation) VALUES (?1, ?2, ?3)",
+    /* kUpsertGroup */
+    "INSERT INTO \"groups\" (campaign_id, group_id, backend, ranks_data, ranks_model, hosts, state, "
+    "incarnation, restarts, started_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) "
+    "ON CONFLICT (campaign_id, group_id) DO UPDATE SET backend = excluded.backend, "
+    "ranks_data = excluded.ranks_data, ranks_model = excluded.ranks_model, hosts = excluded.hosts, "
+    "state = excluded.state, incarnation = excluded.incarnation, restarts = excluded.restarts, "
+    "updated_at = excluded.updated_at",
+    /* kSelectTrials */
+    "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE campaign_id = ?1 ORDER BY IFNULL(stage_id, 0), seq",
+    /* kSelectTrial */ "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE id = ?1",
+    /* kSelectMetrics */
+    "SELECT trial_id, attempt, step, name, value, t FROM metrics WHERE trial_id = ?1 "
+    "ORDER BY attempt, step, name",
+    /* kSelectEvents */
+    "SELECT id, campaign_id, t, kind, trial_id, attempt, group_id, detail FROM "
+    "(SELECT * FROM events WHERE campaign_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id",
+    /* kCountByState */ "SELECT state, COUNT(*) FROM trials WHERE campaign_id = ?1 GROUP BY state",
+    /* kSelectAttempts */
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, charged "
+    "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
+    /* kSelectAttemptsV2: a v2 database read without migrating it; `charged` as migration 3 sets it */
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, "
+    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END "
+    "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
+    /* kSelectArtifacts */
+    "SELECT id, trial_id, attempt, kind, path, bytes, created_at FROM artifacts WHERE trial_id = ?1 ORDER BY id",
+    /* kSelectLineage */
+    "SELECT child_trial_id, parent_trial_id, relation FROM lineage WHERE child_trial_id = ?1 "
+    "ORDER BY parent_trial_id, relation",
+    /* kSelectGroups */
+    "SELECT campaign_id, group_id, backend, ranks_data, ranks_model, hosts, state, incarnation, restarts, "
+    "started_at, updated_at FROM \"groups\" WHERE campaign_id = ?1 ORDER BY group_id",
+    /* kSelectCampaignMetric */
+    "SELECT m.trial_id, m.attempt, m.step, m.name, m.value, m.t FROM metrics m JOIN trials tr ON tr.id = m.trial_id "
+    "WHERE tr.campaign_id = ?1 AND m.name = ?2 ORDER BY m.t, m.trial_id, m.attempt, m.step",
+};
+
+#undef HPCTUNE_TRIAL_COLUMNS
+#undef HPCTUNE_CAMPAIGN_COLUMNS
+
+// Binds parameters of a cached statement and resets it (and its bindings) when it goes out of
+// scope, so that no statement stays active: an active read would pin a WAL snapshot and block
+// checkpoints. Values are copied (SQLITE_TRANSIENT): callers pass temporaries like json.dump().
+class Bind {
+ public:
+  explicit Bind(sqlite3_stmt* stmt) noexcept : s_(stmt) {}
+  Bind(const Bind&) = delete;
+  Bind& operator=(const Bind&) = delete;
+  ~Bind() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+
+  Bind& i64(int i, int64_t v) { return note(sqlite3_bind_int64(s_, i, v)); }
+  Bind& u64(int i, uint64_t v) { return i64(i, std::bit_cast<int64_t>(v)); }
+  Bind& f64(int i, double v) { return note(sqlite3_bind_double(s_, i, v)); }
+  Bind& null(int i) { return note(sqlite3_bind_null(s_, i)); }
+  Bind& text(int i, std::string_view v) {
+    // An empty string_view may have a null data(), which SQLite would store as NULL.
+    return note(sqlite3_bind_text(s_, i, v.empty() ? "" : v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Bind& time(int i, double t) { return t == 0 ? null(i) : f64(i, t); }
+  Bind& opt_f64(int i, std::optional<double> v) { return v ? f64(i, *v) : null(i); }
+  Bind& opt_i64(int i, std::optional<int64_t> v) { return v ? i64(i, *v) : null(i); }
+  Bind& id_or_null(int i, int64_t id) { return id > 0 ? i64(i, id) : null(i); }
+  Bind& json(int i, const nlohmann::json& j) { return text(i, j.dump()); }
+  Bind& json_or_null(int i, const nlohmann::json& j) { return j.is_null() ? null(i) : json(i, j); }
+
+  // SQLITE_ROW, SQLITE_DONE or an error code (a failed bind comes back here).
+  int step() noexcept { return rc_ != SQLITE_OK ? rc_ : sqlite3_step(s_); }
+  sqlite3_stmt* stmt() const noexcept { return s_; }
+
+ private:
+  Bind& note(int rc) {
+    if (rc_ == SQLITE_OK) rc_ = rc;
+    return *this;
+  }
+  sqlite3_stmt* s_;
+  int rc_ = SQLITE_OK;
+};
+
+// Column readers: NULL reads as 0, "", or the given fallback.
+int64_t col_i64(sqlite3_stmt* s, int i) { return sqlite3_column_int64(s, i); }
+double col_time(sqlite3_stmt* s, int i) {
+  return sqlite3_column_type(s, i) == SQLITE_NULL ? 0.0 : sqlite3_column_double(s, i);
+}
+std::string col_text(sqlite3_stmt* s, int i) {
+  const unsigned char* p = sqlite3_column_text(s, i);
+  if (p == nullptr) return {};
+  return std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, i)));
+}
+std::optional<double> col_opt_f64(sqlite3_stmt* s, int i) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_double(s, i);
+}
+std::optional<int64_t> col_opt_i64(sqlite3_stmt* s, int i) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_int64(s, i);
+}
+int64_t col_i64_or(sqlite3_stmt* s, int i, int64_t fallback) {
+  return sqlite3_column_type(s, i) == SQLITE_NULL ? fallback : sqlite3_column_int64(s, i);
+}
+// JSON columns: NULL reads as json null. Text that does not parse means the file was edited by
+// hand or corrupted; it is reported rather than silently replaced.
+Result<nlohmann::json> col_json(sqlite3_stmt* s, int i, const char* what) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) return nlohmann::json();
+  nlohmann::json j = nlohmann::json::parse(col_text(s, i), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return err(Errc::kIo, std::string("corrupt JSON in column ") + what);
+  return j;
+}
+
+// A metrics row: trial_id, attempt, step, name, value (NULL reads as NaN), t.
+MetricRow read_metric(sqlite3_stmt* s) {
+  MetricRow m;
+  m.trial_id = col_i64(s, 0);
+  m.attempt = col_i64(s, 1);
+  m.step = col_i64(s, 2);
+  m.name = col_text(s, 3);
+  m.value = col_opt_f64(s, 4).value_or(std::numeric_limits<double>::quiet_NaN());
+  m.t = col_time(s, 5);
+  return m;
+}
+
+Result<TrialRow> read_trial(sqlite3_stmt* s) {
+  TrialRow r;
+  r.id = col_i64(s, 0);
+  r.campaign_id = col_i64(s, 1);
+  r.stage_id = col_i64_or(s, 2, 0);
+  r.seq = col_i64(s, 3);
+  auto where = [&] { return "while reading trial " + std::to_string(r.id); };
+  auto params = col_json(s, 4, "trials.params");
+  if (!params.ok()) return std::move(params).error().with_context(where());
+  r.params = std::move(params).value();
+  auto meta = col_json(s, 5, "trials.meta");
+  if (!meta.ok()) return std::move(meta).error().with_context(where());
+  r.meta = std::move(meta).value();
+  std::string state = col_text(s, 6);
+  auto parsed = trial_state_from_string(state);
+  if (!parsed) return err(Errc::kIo, "unknown trial state '" + state + "'").with_context(where());
+  r.state = *parsed;
+  r.attempt = col_i64(s, 7);
+  r.group_id = col_i64(s, 8);
+  r.created_at = col_time(s, 9);
+  r.started_at = col_time(s, 10);
+  r.finished_at = col_time(s, 11);
+  r.step = col_i64(s, 12);
+  auto metrics = col_json(s, 13, "trials.metrics");
+  if (!metrics.ok()) return std::move(metrics).error().with_context(where());
+  r.metrics = std::move(metrics).value();
+  r.objective = col_opt_f64(s, 14);
+  r.error = col_text(s, 15);
+  r.parent_trial_id = col_opt_i64(s, 16);
+  r.generation = col_i64(s, 17);
+  return r;
+}
+
+Result<CampaignRow> read_campaign(sqlite3_stmt* s) {
+  CampaignRow r;
+  r.id = col_i64(s, 0);
+  r.name = col_text(s, 1);
+  r.config_text = col_text(s, 2);
+  r.config_source = col_text(s, 3);
+  HPCTUNE_ASSIGN(r.config_json, col_json(s, 4, "campaigns.config_json"));
+  r.seed = std::bit_cast<uint64_t>(col_i64(s, 5));
+  r.state = col_text(s, 6);
+  r.created_at = col_time(s, 7);
+  r.finished_at = col_time(s, 8);
+  HPCTUNE_ASSIGN(r.search_state, col_json(s, 9, "campaigns.search_state"));
+  r.master_host = col_text(s, 10);
+  r.master_pid = col_i64(s, 11);
+  return r;
+}
+
+bool is_campaign_state(std::string_view s) {
+  return s == "running" || s == "completed" || s == "failed" || s == "interrupted";
+}
+
+bool is_file_path(const std::string& path) { return path != ":memory:" && !path.empty(); }
+
+// Descriptors of database files that held (or failed to take) the master lock, parked for reuse
+// instead of closed: closing any descriptor of a file drops every POSIX lock this process holds on
+// it, SQLite's own included, and another Store of this process may have the file open. One parked
+// descriptor per file and concurrent locker at most. A forked child inherits the parked
+// descriptors, but they share their open file description (and so any flock taken on it) with
+// the parent: only the process that parked one reuses it.
+std::mutex g_parked_mutex;
+std::multimap<std::pair<dev_t, ino_t>, std::pair<pid_t, int>> g_parked_fds;
+
+void park_lock_fd(int fd) {
+  (void)::flock(fd, LOCK_UN);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return;  // cannot happen for an open descriptor; leak it rather than close
+  std::lock_guard<std::mutex> lock(g_parked_mutex);
+  g_parked_fds.emplace(std::make_pair(st.st_dev, st.st_ino), std::make_pair(::getpid(), fd));
+}
+
+// A descriptor of the database file at `path` (a parked one if there is), creating the file with
+// exactly `mode` when it does not exist. Read-only: flock needs no write access, and SQLite
+// reports a file it cannot write in its own words.
+Result<int> database_fd(const std::string& path, unsigned mode) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    std::lock_guard<std::mutex> lock(g_parked_mutex);
+    auto [first, last] = g_parked_fds.equal_range({st.st_dev, st.st_ino});
+    for (auto it = first; it != last; ++it) {
+      if (it->second.first != ::getpid()) continue;
+      const int fd = it->second.second;
+      g_parked_fds.erase(it);
+      return fd;
+    }
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd >= 0) {
+    // Created: the umask may have narrowed or (0000) widened the mode; set it exactly.
+    if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(e));
+    }
+    return fd;
+  }
+  if (errno != EEXIST) return err(Errc::kIo, "cannot create database " + path + ": " + std::strerror(errno));
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return err(Errc::kIo, "cannot open database " + path + ": " + std::strerror(errno));
+  return fd;
+}
+
+// Creates the database file with exactly `mode` if it does not exist, so that SQLite (which
+// creates files 0644 less the umask) opens ours, and gives its -wal and -shm files the same mode.
+Status create_database_file(const std::string& path, unsigned mode) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) {
+    if (errno == EEXIST) return Status::Ok();
+    return err(Errc::kIo, "cannot create database " + path + ": " + std::strerror(errno));
+  }
+  const int rc = ::fchmod(fd, static_cast<mode_t>(mode));
+  const int e = errno;
+  ::close(fd);  // a new file: no connection of this process can hold locks on it
+  if (rc != 0) return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(e));
+  return Status::Ok();
+}
+
+// "<real path>-master.lock": where the lock holder writes "pid host". Named from the real path,
+// so that a second master through a symlink reads the same file.
+std::string identity_path(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) != nullptr) return std::string(buf) + "-master.lock";
+  return path + "-master.lock";
+}
+
+// The path for SQLite's URI syntax: '%', '?' and '#' and control characters percent-encoded.
+std::string uri_path(const std::string& path) {
+  std::string out;
+  for (unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20 || c == 0x7f) {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<AccessModes> access_modes(std::string_view storage_access) {
+  if (storage_access == "owner") return AccessModes{0600, 0700};
+  if (storage_access == "group") return AccessModes{0640, 0750};
+  if (storage_access == "all") return AccessModes{0644, 0755};
+  return err(Errc::kInvalidArgument,
+             "storage_access must be owner, group or all, not '" + std::string(storage_access) + "'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Store: plumbing
+
+int Store::latest_version() noexcept { return schema::kLatestVersion; }
+
+Store::~Store() noexcept { (void)close(); }
+
+Status Store::close() noexcept {
+  Status result;
+  if (db_) {
+    if (!sqlite3_get_autocommit(db_.get())) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    for (auto& s : stmts_) (void)s.close();
+    result = db_.close();
+  }
+  if (identity_fd_ >= 0) {
+    // Clear our identity before letting go, so nobody reads a stale "pid host" later.
+    if (::ftruncate(identity_fd_, 0) != 0) { /* best effort: the next holder overwrites it anyway */ }
+    ::close(identity_fd_);
+    identity_fd_ = -1;
+  }
+  if (lock_fd_ >= 0) {
+    park_lock_fd(lock_fd_);  // drops the flock
+    lock_fd_ = -1;
+  }
+  return result;
+}
+
+Error Store::sql_error(int rc, const std::string& what) const {
+  const int primary = rc & 0xff;
+  Errc code = Errc::kIo;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) code = Errc::kBusy;
+  else if (primary == SQLITE_CONSTRAINT) code = Errc::kInvalidArgument;
+  // sqlite3_errmsg describes the last failed call on this connection, which is the one that
+  // returned rc as long as callers build the error right away (they do).
+  const char* text = db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+  return err(code, what + ": " + text + " (database " + path_ + ")");
+}
+
+template <typename Row, typename Binder, typename Read>
+Result<std::vector<Row>> Store::collect(Binder& b, Read read, const std::string& what) const {
+  std::vector<Row> out;
+  int rc;
+  while ((rc = b.step()) == SQLITE_ROW) {
+    if constexpr (std::is_same_v<decltype(read(b.stmt())), Row>) {
+      out.push_back(read(b.stmt()));
+    } else {
+      HPCTUNE_ASSIGN(Row row, read(b.stmt()));
+      out.push_back(std::move(row));
+    }
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, what);
+  return out;
+}
+
+Status Store::check_open() const {
+  if (!db_) return err(Errc::kInvalidArgument, "the store for " + path_ + " is closed");
+  return Status::Ok();
+}
+
+Result<sqlite3_stmt*> Store::prepared(int query) {
+  HPCTUNE_TRY(check_open());
+  Statement& slot = stmts_[static_cast<std::size_t>(query)];
+  if (!slot) {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v3(db_.get(), kSql[query], -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+    Statement stmt(raw);
+    if (rc != SQLITE_OK) return sql_error(rc, std::string("cannot prepare \"") + kSql[query] + "\"");
+    slot = std::move(stmt);
+  }
+  return slot.get();
+}
+
+Status Store::run(int query, const char* what) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(query));
+  Bind b(s);
+  int rc = b.step();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_error(rc, what);
+  return Status::Ok();
+}
+
+Status Store::exec(const char* sql, const std::string& what) {
+  HPCTUNE_TRY(check_open());
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db_.get(), sql, nullptr, nullptr, &msg);
+  if (rc != SQLITE_OK) {
+    std::string text = msg != nullptr ? msg : sqlite3_errstr(rc);
+    sqlite3_free(msg);
+    const int primary = rc & 0xff;
+    Errc code = (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) ? Errc::kBusy : Errc::kIo;
+    if (primary == SQLITE_NOTADB) code = Errc::kInvalidArgument;
+    return err(code, what + ": " + text + " (database " + path_ + ")");
+  }
+  return Status::Ok();
+}
+
+template <typename F>
+auto Store::atomically(F&& fn) -> decltype(fn()) {
+  HPCTUNE_TRY(run(kSavepoint, "cannot start a savepoint"));
+  auto result = fn();
+  if (result.ok()) {
+    Status released = run(kRelease, "cannot commit");
+    if (released.ok()) return result;
+    // RELEASE of an outermost savepoint is a COMMIT and can fail (e.g. SQLITE_BUSY): undo it all.
+    (void)run(kRollbackTo, "cannot roll back");
+    (void)run(kRelease, "cannot release");
+    return std::move(released).error();
+  }
+  (void)run(kRollbackTo, "cannot roll back");
+  (void)run(kRelease, "cannot release");
+  return result;
+}
+
+// Reads the identity of the file before anything writes to it: a file that is not SQLite, a
+// SQLite file of another application, or a newer hpctune schema is refused untouched.
+Status Store::check_identity() {
+  sqlite3* db = db_.get();
+  auto pragma_int = [&](const char* sql, int64_t& out) -> Status {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &raw, nullptr);
+    Statement stmt(raw);
+    if (rc == SQLITE_OK) {
+      rc = sqlite3_step(raw);
+      if (rc == SQLITE_ROW) {
+        out = sqlite3_column_int64(raw, 0);
+        return Status::Ok();
+      }
+    }
+    if ((rc & 0xff) == SQLITE_NOTADB) {
+      return err(Errc::kInvalidArgument,
+                 path_ + " is not an hpctune database (not a SQLite file: " + sqlite3_errmsg(db) + ")");
+    }
+    return sql_error(rc, "cannot read the schema of " + path_);
+  };
+  int64_t app_id = 0, version = 0, objects = 0;
+  HPCTUNE_TRY(pragma_int("PRAGMA application_id", app_id));
+  HPCTUNE_TRY(pragma_int("PRAGMA user_version", version));
+  HPCTUNE_TRY(pragma_int("SELECT COUNT(*) FROM sqlite_schema", objects));
+  if (app_id != schema::kApplicationId && !(app_id == 0 && version == 0 && objects == 0)) {
+    return err(Errc::kInvalidArgument, path_ + " is a SQLite database but not an hpctune one (application_id " +
+                                           std::to_string(app_id) + ", " + std::to_string(objects) +
+                                           " schema objects); refusing to modify it");
+  }
+  if (version > schema::kLatestVersion) {
+    return err(Errc::kUnavailable, "database schema version " + std::to_string(version) +
+                                       " is newer than this hpctune (" + std::to_string(schema::kLatestVersion) +
+                                       "); upgrade hpctune (database " + path_ + ")");
+  }
+  version_ = static_cast<int>(version);
+  return Status::Ok();
+}
+
+Status Store::migrate(int target) {
+  if (version_ >= target) return Status::Ok();
+  HPCTUNE_TRY(exec("BEGIN IMMEDIATE", "cannot start the schema migration"));
+  auto body = [&]() -> Status {
+    // Another process may have migrated between check_identity() and our write lock.
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db_.get(), "PRAGMA user_version", -1, &raw, nullptr);
+    Statement stmt(raw);
+    if (rc != SQLITE_OK || (rc = sqlite3_step(raw)) != SQLITE_ROW) return sql_error(rc, "cannot read user_version");
+    int current = sqlite3_column_int(raw, 0);
+    (void)stmt.close();
+    if (current > schema::kLatestVersion) {
+      return err(Errc::kUnavailable, "database schema version " + std::to_string(current) +
+                                         " is newer than this hpctune (" +
+                                         std::to_string(schema::kLatestVersion) + "); upgrade hpctune");
+    }
+    for (const schema::Migration& m : schema::kMigrations) {
+      if (m.version <= current || m.version > target) continue;
+      HPCTUNE_TRY(exec(m.sql, "cannot apply schema migration " + std::to_string(m.version) + " (" +
+                                  m.description + ")"));
+      std::string set_version = "PRAGMA user_version = " + std::to_string(m.version);
+      HPCTUNE_TRY(exec(set_version.c_str(), "cannot record schema version " + std::to_string(m.version)));
+      current = m.version;
+    }
+    version_ = std::max(version_, current);
+    return Status::Ok();
+  };
+  const int before = version_;
+  Status s = body();
+  if (!s.ok()) {
+    version_ = before;
+    sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    return s;
+  }
+  Status committed = exec("COMMIT", "cannot commit the schema migration");
+  if (!committed.ok()) {
+    version_ = before;
+    sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  return committed;
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions options) {
+  const int target = options.migrate_to < 0 ? schema::kLatestVersion : options.migrate_to;
+  if (target < 1 || target > schema::kLatestVersion) {
+    return err(Errc::kInvalidArgument, "migrate_to must be between 1 and " +
+                                           std::to_string(schema::kLatestVersion) + ", not " +
+                                           std::to_string(options.migrate_to));
+  }
+  std::unique_ptr<Store> store(new Store());
+  store->path_ = path;
+  store->stmts_.resize(kNumQueries);
+  if (is_file_path(path)) {
+    // The lock comes first: a second master must be refused before it reads a file the first may
+    // be creating (it would see "not a database") or competes for the switch to WAL mode.
+    if (options.master_lock) HPCTUNE_TRY(store->lock_database(options.file_mode));
+    else HPCTUNE_TRY(create_database_file(path, options.file_mode));
+  }
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  Connection conn(raw);  // owns the handle even when the open failed
+  if (rc != SQLITE_OK) {
+    return err(Errc::kIo, "cannot open database " + path + ": " + (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, options.busy_timeout_ms);
+  store->db_ = std::move(conn);
+  HPCTUNE_TRY(store->check_identity());
+
+  // foreign_keys cannot change inside a transaction, so it is set before migrating.
+  HPCTUNE_TRY(store->exec("PRAGMA foreign_keys = ON", "cannot enable foreign keys"));
+  if (path != ":memory:" && !path.empty()) {
+    HPCTUNE_TRY(store->exec("PRAGMA synchronous = NORMAL", "cannot set synchronous=NORMAL"));
+    std::string mode = store->journal_mode();
+    if (mode != "wal") {
+      sqlite3_stmt* s = nullptr;
+      rc = sqlite3_prepare_v2(store->db_.get(), "PRAGMA journal_mode = WAL", -1, &s, nullptr);
+      Statement stmt(s);
+      if (rc == SQLITE_OK) rc = sqlite3_step(s);
+      if (rc != SQLITE_ROW) return store->sql_error(rc, "cannot switch to WAL mode");
+      mode = col_text(s, 0);
+      if (mode != "wal") {
+        return err(Errc::kIo, "cannot switch " + path + " to WAL mode (journal_mode is '" + mode +
+                                  "'; is it on a network file system?)");
+      }
+    }
+  }
+  HPCTUNE_TRY(store->migrate(target));
+  return store;
+}
+
+Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, OpenOptions options) {
+  struct stat st {};
+  if (path == ":memory:" || path.empty()) {
+    return err(Errc::kInvalidArgument, "a read-only store needs a database file, not '" + path + "'");
+  }
+  if (::stat(path.c_str(), &st) != 0) {
+    return err(Errc::kNotFound, "no hpctune database at " + path + ": " + std::strerror(errno));
+  }
+  // A reader of a WAL database needs its -shm file, and creates it when missing: impossible in a
+  // directory we cannot write (a finished campaign copied to a read-only place). No master can be
+  // writing there either (it could not create its -wal), so the file is opened immutable, without
+  // side files, unless a -wal beside it still holds transactions that are not in the file.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const bool dir_writable = ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0;
+  struct stat wal {};
+  const bool wal_pending = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  const bool immutable = !dir_writable && !wal_pending;
+  const std::string name = immutable ? "file:" + uri_path(path) + "?immutable=1" : path;
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(name.c_str(), &raw,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | (immutable ? SQLITE_OPEN_URI : 0), nullptr);
+  Connection conn(raw);
+  if (rc != SQLITE_OK) {
+    return err(Errc::kIo, "cannot open database " + path + " read-only: " +
+                              (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, options.busy_timeout_ms);
+
+  std::unique_ptr<Store> store(new Store());
+  store->path_ = path;
+  store->read_only_ = true;
+  store->db_ = std::move(conn);
+  store->stmts_.resize(kNumQueries);
+  Status identity = store->check_identity();
+  if (!identity.ok() && !dir_writable && wal_pending) {
+    return std::move(identity).error().with_context(
+        "the directory of " + path + " is not writable and " + path +
+        "-wal holds transactions not yet in the database file; copy the database with `sqlite3 " + path +
+        " \".backup COPY\"` to a writable place, or make the directory writable");
+  }
+  HPCTUNE_TRY(std::move(identity));
+  if (store->version_ == 0) {
+    return err(Errc::kInvalidArgument, path + " is not an hpctune database (it has no hpctune schema)");
+  }
+  // Version 2 is read as it is (migration 3 only adds attempts.charged, which attempts() derives),
+  // so that a finished campaign of the previous version, possibly read-only, needs no writer.
+  if (store->version_ < 2) {
+    return err(Errc::kUnavailable, "database schema version " + std::to_string(store->version_) +
+                                       " is older than this hpctune (" + std::to_string(schema::kLatestVersion) +
+                                       "); open it once with a writer (hpctune resume) to migrate it (database " +
+                                       path + ")");
+  }
+  return store;
+}
+
+std::string Store::journal_mode() {
+  if (!db_) return {};
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db_.get(), "PRAGMA journal_mode", -1, &raw, nullptr);
+  Statement stmt(raw);
+  if (rc != SQLITE_OK || sqlite3_step(raw) != SQLITE_ROW) return {};
+  return col_text(raw, 0);
+}
+
+Status Store::acquire_master_lock() {
+  HPCTUNE_TRY(check_open());
+  if (read_only_) return err(Errc::kInvalidArgument, "a read-only store cannot hold the master lock of " + path_);
+  if (!is_file_path(path_) || lock_fd_ >= 0) return Status::Ok();
+  return lock_database(0600);
+}
+
+Status Store::lock_database(unsigned file_mode) {
+  if (lock_fd_ >= 0) return Status::Ok();
+  HPCTUNE_ASSIGN(int fd, database_fd(path_, file_mode));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    park_lock_fd(fd);
+    if (e != EWOULDBLOCK) {
+      // ENOLCK / EOPNOTSUPP: e.g. Lustre mounted without -o flock.
+      return err(Errc::kIo, "cannot lock " + path_ + ": " + std::strerror(e) +
+                                " (does this file system support flock? keep the database on a local disk "
+                                "or a file system mounted with flock support)");
+    }
+    return err(Errc::kBusy, lock_holder());
+  }
+  lock_fd_ = fd;
+  // The identity is for the refusal message only; the flock above is the lock.
+  const std::string id_path = identity_path(path_);
+  int id = ::open(id_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, static_cast<mode_t>(file_mode));
+  if (id < 0) return err(Errc::kIo, "cannot open " + id_path + ": " + std::strerror(errno));
+  identity_fd_ = id;
+  const std::string identity = std::to_string(::getpid()) + " " + host_name() + "\n";
+  if (::fchmod(id, static_cast<mode_t>(file_mode)) != 0 || ::ftruncate(id, 0) != 0 ||
+      ::pwrite(id, identity.data(), identity.size(), 0) != static_cast<ssize_t>(identity.size())) {
+    return err(Errc::kIo, "cannot write " + id_path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+std::string Store::lock_holder() const {
+  // The holder writes "pid host" right after locking: an empty file means we caught it in between.
+  // A pid on this host that no longer exists was left by a master killed before it cleared the file.
+  std::string pid, host;
+  if (int fd = ::open(identity_path(path_).c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[512] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    if (n > 0) {
+      std::istringstream in(std::string(buf, static_cast<std::size_t>(n)));
+      if (!(in >> pid >> host)) pid.clear();
+    }
+  }
+  if (!pid.empty() && host == host_name()) {
+    char* end = nullptr;
+    const long p = std::strtol(pid.c_str(), &end, 10);
+    if (end == nullptr || *end != '\0' || p <= 0 || (::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH)) pid.clear();
+  }
+  if (!pid.empty()) {
+    return "another hpctune master (pid " + pid + " on host " + host + ") is running a campaign on " + path_ +
+           "; stop it first";
+  }
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && st.st_nlink > 1) {
+    return "another hpctune master is running a campaign on " + path_ + " (through another of its " +
+           std::to_string(st.st_nlink) + " hard links); stop it first";
+  }
+  return "another hpctune master is starting on " + path_ + "; stop it first";
+}
+
+Status Store::begin() {
+  HPCTUNE_TRY(check_open());
+  if (in_transaction()) return err(Errc::kInvalidArgument, "begin(): a transaction is already open on " + path_);
+  return run(kBegin, "cannot begin a transaction");
+}
+
+Status Store::commit() {
+  HPCTUNE_TRY(check_open());
+  if (!in_transaction()) return err(Errc::kInvalidArgument, "commit(): no transaction is open on " + path_);
+  return run(kCommit, "cannot commit");
+}
+
+Status Store::rollback() {
+  HPCTUNE_TRY(check_open());
+  if (!in_transaction()) return Status::Ok();
+  return run(kRollback, "cannot roll back");
+}
+
+bool Store::in_transaction() const noexcept { return db_ && sqlite3_get_autocommit(db_.get()) == 0; }
+
+Result<std::pair<std::string, int64_t>> Store::state_and_attempt(int64_t trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kTrialStateAttempt));
+  Bind b(s);
+  b.i64(1, trial_id);
+  int rc = b.step();
+  if (rc == SQLITE_DONE) return std::pair<std::string, int64_t>{"", 0};
+  if (rc != SQLITE_ROW) return sql_error(rc, "cannot read trial " + std::to_string(trial_id));
+  return std::pair<std::string, int64_t>{col_text(s, 0), col_i64(s, 1)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Campaigns and stages
+
+Result<int64_t> Store::create_campaign(const CampaignRow& row) {
+  if (!is_campaign_state(row.state)) {
+    return err(Errc::kInvalidArgument, "unknown campaign state '" + row.state + "'");
+  }
+  return atomically([&]() -> Result<int64_t> {
+    {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kFirstCampaign));
+      Bind b(s);
+      int rc = b.step();
+      if (rc == SQLITE_ROW) {
+        return err(Errc::kInvalidArgument, "database " + path_ + " already holds campaign '" + col_text(s, 1) +
+                                               "' (id " + std::to_string(col_i64(s, 0)) +
+                                               "); resume it or use a new database");
+      }
+      if (rc != SQLITE_DONE) return sql_error(rc, "cannot read campaigns");
+    }
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertCampaign));
+    Bind b(s);
+    b.text(1, row.name).text(2, row.config_text).text(3, row.config_source).json(4, row.config_json);
+    b.u64(5, row.seed).text(6, row.state).f64(7, row.created_at).time(8, row.finished_at);
+    b.json(9, row.search_state).text(10, row.master_host).i64(11, row.master_pid);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) return sql_error(rc, "cannot create campaign '" + row.name + "'");
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
+  });
+}
+
+Result<std::optional<CampaignRow>> Store::load_campaign() {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kLoadCampaign));
+  Bind b(s);
+  int rc = b.step();
+  if (rc == SQLITE_DONE) return std::optional<CampaignRow>();
+  if (rc != SQLITE_ROW) return sql_error(rc, "cannot load the campaign");
+  HPCTUNE_ASSIGN(CampaignRow row, read_campaign(s));
+  return std::optional<CampaignRow>(std::move(row));
+}
+
+namespace {
+// An UPDATE by id that must hit exactly one row.
+Status expect_one_row(sqlite3* db, const std::string& table, int64_t id) {
+  if (sqlite3_changes(db) == 1) return Status::Ok();
+  return err(Errc::kNotFound, "no " + table + " with id " + std::to_string(id));
+}
+}  // namespace
+
+Status Store::set_campaign_state(int64_t id, const std::string& state, double finished_at) {
+  if (!is_campaign_state(state)) return err(Errc::kInvalidArgument, "unknown campaign state '" + state + "'");
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetCampaignState));
+  Bind b(s);
+  b.i64(1, id).text(2, state).time(3, finished_at);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot set the state of campaign " + std::to_string(id));
+  return expect_one_row(db_.get(), "campaign", id);
+}
+
+Status Store::set_search_state(int64_t id, const nlohmann::json& state) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetSearchState));
+  Bind b(s);
+  b.i64(1, id).json(2, state);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot save the search state of campaign " + std::to_string(id));
+  return expect_one_row(db_.get(), "campaign", id);
+}
+
+Status Store::set_campaign_master(int64_t id, const std::string& host, int64_t pid) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetCampaignMaster));
+  Bind b(s);
+  b.i64(1, id).text(2, host).i64(3, pid);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record the master of campaign " + std::to_string(id));
+  return expect_one_row(db_.get(), "campaign", id);
+}
+
+Status Store::set_campaign_config_json(int64_t id, const nlohmann::json& config_json) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetCampaignConfigJson));
+  Bind b(s);
+  b.i64(1, id).json(2, config_json);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot update the config of campaign " + std::to_string(id));
+  return expect_one_row(db_.get(), "campaign", id);
+}
+
+Result<int64_t> Store::create_stage(int64_t campaign_id, const std::string& kind, const std::string& name,
+                                    const nlohmann::json& config, double t) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertStage));
+  Bind b(s);
+  b.i64(1, campaign_id).text(2, kind).text(3, name).json(4, config).f64(5, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot create " + kind + " stage '" + name + "'");
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
+}
+
+Status Store::set_stage_state(int64_t stage_id, const std::string& state, double finished_at) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetStageState));
+  Bind b(s);
+  b.i64(1, stage_id).text(2, state).time(3, finished_at);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot set the state of stage " + std::to_string(stage_id));
+  return expect_one_row(db_.get(), "stage", stage_id);
+}
+
+Result<std::vector<StageRow>> Store::stages(int64_t campaign_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectStages));
+  Bind b(s);
+  b.i64(1, campaign_id);
+  return collect<StageRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<StageRow> {
+        StageRow r;
+        r.id = col_i64(s, 0);
+        r.campaign_id = col_i64(s, 1);
+        r.kind = col_text(s, 2);
+        r.name = col_text(s, 3);
+        r.state = col_text(s, 4);
+        HPCTUNE_ASSIGN(r.config_json, col_json(s, 5, "stages.config_json"));
+        r.created_at = col_time(s, 6);
+        r.finished_at = col_time(s, 7);
+        return r;
+      },
+      "cannot read the stages");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trials
+
+Result<int64_t> Store::insert_trial(const TrialRow& row) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertTrial));
+  Bind b(s);
+  b.i64(1, row.campaign_id).id_or_null(2, row.stage_id).i64(3, row.seq).json(4, row.params).json(5, row.meta);
+  b.text(6, to_string(row.state)).i64(7, row.attempt).i64(8, row.group_id).f64(9, row.created_at);
+  b.time(10, row.started_at).time(11, row.finished_at).i64(12, row.step).json_or_null(13, row.metrics);
+  b.opt_f64(14, row.objective).text(15, row.error).opt_i64(16, row.parent_trial_id).i64(17, row.generation);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) {
+    return sql_error(rc, "cannot insert trial seq " + std::to_string(row.seq) + " of campaign " +
+                             std::to_string(row.campaign_id) +
+                             (row.stage_id > 0 ? " stage " + std::to_string(row.stage_id) : std::string()));
+  }
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
+}
+
+Status Store::mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t) {
+  return atomically([&]() -> Status {
+    {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kAssignTrial));
+      Bind b(s);
+      b.i64(1, trial_id).i64(2, attempt).i64(3, group_id);
+      int rc = b.step();
+      if (rc != SQLITE_DONE) return sql_error(rc, "cannot assign trial " + std::to_string(trial_id));
+    }
+    if (sqlite3_changes(db_.get()) != 1) {
+      HPCTUNE_ASSIGN(auto current, state_and_attempt(trial_id));
+      if (current.first.empty()) return err(Errc::kNotFound, "no trial with id " + std::to_string(trial_id));
+      return err(Errc::kInvalidArgument, "cannot assign trial " + std::to_string(trial_id) + " attempt " +
+                                             std::to_string(attempt) + ": it is " + current.first + " at attempt " +
+                                             std::to_string(current.second) + ", not queued");
+    }
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertAttempt));
+    Bind b(s);
+    b.i64(1, trial_id).i64(2, attempt).i64(3, group_id).u64(4, incarnation).f64(5, t);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) {
+      return sql_error(rc, "cannot record attempt " + std::to_string(attempt) + " of trial " + std::to_string(trial_id));
+    }
+    return Status::Ok();
+  });
+}
+
+Status Store::mark_running(int64_t trial_id, int64_t attempt, double t) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kRunTrial));
+  Bind b(s);
+  b.i64(1, trial_id).i64(2, attempt).f64(3, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot mark trial " + std::to_string(trial_id) + " running");
+  return Status::Ok();
+}
+
+Result<bool> Store::finish_trial(int64_t trial_id, int64_t attempt, TrialState final_state,
+                                 const nlohmann::json& metrics, std::optional<double> objective, int64_t step,
+                                 const std::string& error, double t) {
+  if (!is_final(final_state)) {
+    return err(Errc::kInvalidArgument, std::string("finish_trial: ") + to_string(final_state) +
+                                           " is not a final state (done, pruned or failed)");
+  }
+  return atomically([&]() -> Result<bool> {
+    {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kFinishTrial));
+      Bind b(s);
+      b.i64(1, trial_id).i64(2, attempt).text(3, to_string(final_state)).json_or_null(4, metrics);
+      b.opt_f64(5, objective).i64(6, step).text(7, error).f64(8, t);
+      int rc = b.step();
+      if (rc != SQLITE_DONE) return sql_error(rc, "cannot finish trial " + std::to_string(trial_id));
+    }
+    if (sqlite3_changes(db_.get()) == 0) return false;  // stale attempt, already final, or unknown trial
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kUpsertFinalAttempt));
+    Bind b(s);
+    b.i64(1, trial_id).i64(2, attempt).text(3, to_string(final_state)).f64(4, t).text(5, error);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) {
+      return sql_error(rc, "cannot close attempt " + std::to_string(attempt) + " of trial " + std::to_string(trial_id));
+    }
+    return true;
+  });
+}
+
+Result<TrialState> Store::requeue_trial(int64_t trial_id, int64_t attempt, const std::string& attempt_state,
+                                        const std::string& error, int64_t max_attempts, double t, bool charged) {
+  if (attempt_state != "lost" && attempt_state != "interrupted") {
+    return err(Errc::kInvalidArgument, "requeue_trial: attempt state must be lost or interrupted, not '" +
+                                           attempt_state + "'");
+  }
+  if (max_attempts < 1) return err(Errc::kInvalidArgument, "requeue_trial: max_attempts must be >= 1");
+  if (attempt_state == "interrupted") charged = false;  // an interruption is the user's doing
+  return atomically([&]() -> Result<TrialState> {
+    HPCTUNE_ASSIGN(auto current, state_and_attempt(trial_id));
+    if (current.first.empty()) return err(Errc::kNotFound, "no trial with id " + std::to_string(trial_id));
+    auto state = trial_state_from_string(current.first);
+    if (!state) return err(Errc::kIo, "unknown trial state '" + current.first + "' of trial " + std::to_string(trial_id));
+    if (current.second != attempt || is_final(*state) || *state == TrialState::kQueued) return *state;
+    {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kCloseAttempt));
+      Bind b(s);
+      b.i64(1, trial_id).i64(2, attempt).text(3, attempt_state).f64(4, t).text(5, error).i64(6, charged ? 1 : 0);
+      int rc = b.step();
+      if (rc != SQLITE_DONE) {
+        return sql_error(rc, "cannot close attempt " + std::to_string(attempt) + " of trial " + std::to_string(trial_id));
+      }
+    }
+    // Only the losses that were the trial's (or its group's) doing count: the attempt number also
+    // counts master restarts and interruptions.
+    int64_t losses = 0;
+    if (charged) {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kCountChargedLosses));
+      Bind b(s);
+      b.i64(1, trial_id);
+      int rc = b.step();
+      if (rc != SQLITE_ROW) return sql_error(rc, "cannot count the lost attempts of trial " + std::to_string(trial_id));
+      losses = col_i64(s, 0);
+    }
+    const bool give_up = charged && losses >= max_attempts;
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(give_up ? kFailTrial : kRequeueTrial));
+    Bind b(s);
+    if (give_up) b.i64(1, trial_id).i64(2, attempt).f64(3, t).text(4, error);
+    else b.i64(1, trial_id).i64(2, attempt).text(3, error);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) return sql_error(rc, "cannot requeue trial " + std::to_string(trial_id));
+    return give_up ? TrialState::kFailed : TrialState::kQueued;
+  });
+}
+
+Status Store::mark_interrupted(int64_t trial_id, int64_t attempt, double t) {
+  return atomically([&]() -> Status {
+    {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInterruptTrial));
+      Bind b(s);
+      b.i64(1, trial_id).i64(2, attempt);
+      int rc = b.step();
+      if (rc != SQLITE_DONE) return sql_error(rc, "cannot mark trial " + std::to_string(trial_id) + " interrupted");
+    }
+    if (sqlite3_changes(db_.get()) == 0) return Status::Ok();
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInterruptAttempt));
+    Bind b(s);
+    b.i64(1, trial_id).i64(2, attempt).f64(3, t);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) {
+      return sql_error(rc, "cannot mark attempt " + std::to_string(attempt) + " of trial " +
+                               std::to_string(trial_id) + " interrupted");
+    }
+    return Status::Ok();
+  });
+}
+
+Status Store::add_metrics(int64_t trial_id, int64_t attempt, int64_t step,
+                          const std::map<std::string, double>& metrics, double t) {
+  return atomically([&]() -> Status {
+    if (!metrics.empty()) {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertMetric));
+      for (const auto& [name, value] : metrics) {
+        Bind b(s);
+        b.i64(1, trial_id).i64(2, attempt).i64(3, step).text(4, name).f64(5, value).f64(6, t);
+        int rc = b.step();
+        if (rc != SQLITE_DONE) {
+          return sql_error(rc, "cannot record metric '" + name + "' of trial " + std::to_string(trial_id));
+        }
+      }
+    }
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kAdvanceStep));
+    Bind b(s);
+    b.i64(1, trial_id).i64(2, attempt).i64(3, step);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) return sql_error(rc, "cannot advance the step of trial " + std::to_string(trial_id));
+    return Status::Ok();
+  });
+}
+
+Status Store::add_event(int64_t campaign_id, const std::string& kind, int64_t trial_id, int64_t attempt,
+                        int64_t group_id, const nlohmann::json& detail, double t) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertEvent));
+  Bind b(s);
+  b.i64(1, campaign_id).f64(2, t).text(3, kind).id_or_null(4, trial_id).id_or_null(5, attempt);
+  if (group_id >= 0) b.i64(6, group_id);
+  else b.null(6);
+  b.json(7, detail.is_null() ? nlohmann::json::object() : detail);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record event '" + kind + "'");
+  return Status::Ok();
+}
+
+Status Store::add_artifact(int64_t trial_id, int64_t attempt, const std::string& kind, const std::string& path,
+                           int64_t bytes, double t) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertArtifact));
+  Bind b(s);
+  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, path).i64(5, bytes).f64(6, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record " + kind + " artifact " + path);
+  return Status::Ok();
+}
+
+Status Store::add_lineage(int64_t child, int64_t parent, const std::string& relation) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertLineage));
+  Bind b(s);
+  b.i64(1, child).i64(2, parent).text(3, relation);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) {
+    return sql_error(rc, "cannot record lineage " + std::to_string(parent) + " -> " + std::to_string(child) +
+                             " (" + relation + ")");
+  }
+  return Status::Ok();
+}
+
+Status Store::upsert_group(int64_t campaign_id, int64_t group_id, const std::string& backend, int64_t ranks_data,
+                           int64_t ranks_model, const std::string& state, uint64_t incarnation, int64_t restarts,
+                           double t, const nlohmann::json& hosts) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kUpsertGroup));
+  Bind b(s);
+  b.i64(1, campaign_id).i64(2, group_id).text(3, backend).i64(4, ranks_data).i64(5, ranks_model);
+  b.json(6, hosts.is_null() ? nlohmann::json::array() : hosts).text(7, state).u64(8, incarnation);
+  b.i64(9, restarts).f64(10, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record trainer group " + std::to_string(group_id));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectTrials));
+  Bind b(s);
+  b.i64(1, campaign_id);
+  return collect<TrialRow>(b, read_trial, "cannot read the trials of campaign " + std::to_string(campaign_id));
+}
+
+Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectTrial));
+  Bind b(s);
+  b.i64(1, trial_id);
+  int rc = b.step();
+  if (rc == SQLITE_DONE) return std::optional<TrialRow>();
+  if (rc != SQLITE_ROW) return sql_error(rc, "cannot read trial " + std::to_string(trial_id));
+  HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
+  return std::optional<TrialRow>(std::move(row));
+}
+
+Result<std::vector<MetricRow>> Store::metrics(int64_t trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectMetrics));
+  Bind b(s);
+  b.i64(1, trial_id);
+  return collect<MetricRow>(b, read_metric, "cannot read the metrics of trial " + std::to_string(trial_id));
+}
+
+Result<std::vector<EventRow>> Store::events(int64_t campaign_id, int64_t limit) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectEvents));
+  Bind b(s);
+  b.i64(1, campaign_id).i64(2, limit > 0 ? limit : -1);
+  return collect<EventRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<EventRow> {
+        EventRow e;
+        e.id = col_i64(s, 0);
+        e.campaign_id = col_i64(s, 1);
+        e.t = col_time(s, 2);
+        e.kind = col_text(s, 3);
+        e.trial_id = col_i64_or(s, 4, 0);
+        e.attempt = col_i64_or(s, 5, 0);
+        e.group_id = col_i64_or(s, 6, -1);
+        HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
+        return e;
+      },
+      "cannot read the events of campaign " + std::to_string(campaign_id));
+}
+
+Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kCountByState));
+  Bind b(s);
+  b.i64(1, campaign_id);
+  std::map<std::string, int64_t> out;
+  for (auto st : kTrialStates) out[to_string(st)] = 0;
+  int rc;
+  while ((rc = b.step()) == SQLITE_ROW) out[col_text(s, 0)] = col_i64(s, 1);
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot count the trials of campaign " + std::to_string(campaign_id));
+  return out;
+}
+
+Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttempts : kSelectAttemptsV2));
+  Bind b(s);
+  b.i64(1, trial_id);
+  return collect<nlohmann::json>(
+      b,
+      [](sqlite3_stmt* s) {
+        return nlohmann::json({{"trial_id", col_i64(s, 0)},
+                               {"attempt", col_i64(s, 1)},
+                               {"group_id", col_i64(s, 2)},
+                               {"worker_incarnation", std::bit_cast<uint64_t>(col_i64(s, 3))},
+                               {"state", col_text(s, 4)},
+                               {"started_at", col_time(s, 5)},
+                               {"finished_at", col_time(s, 6)},
+                               {"error", col_text(s, 7)},
+                               {"charged", col_i64(s, 8) != 0}});
+      },
+      "cannot read the attempts of trial " + std::to_string(trial_id));
+}
+
+Result<std::vector<ArtifactRow>> Store::artifacts(int64_t trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectArtifacts));
+  Bind b(s);
+  b.i64(1, trial_id);
+  return collect<ArtifactRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<ArtifactRow> {
+        ArtifactRow a;
+        a.id = col_i64(s, 0);
+        a.trial_id = col_i64(s, 1);
+        a.attempt = col_i64(s, 2);
+        a.kind = col_text(s, 3);
+        a.path = col_text(s, 4);
+        a.bytes = col_i64(s, 5);
+        a.created_at = col_time(s, 6);
+        return a;
+      },
+      "cannot read the artifacts of trial " + std::to_string(trial_id));
+}
+
+Result<std::vector<LineageRow>> Store::lineage(int64_t child_trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectLineage));
+  Bind b(s);
+  b.i64(1, child_trial_id);
+  return collect<LineageRow>(
+      b,
+      [](sqlite3_stmt* s) {
+        return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)});
+      },
+      "cannot read the lineage of trial " + std::to_string(child_trial_id));
+}
+
+Result<std::vector<GroupRow>> Store::groups(int64_t campaign_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectGroups));
+  Bind b(s);
+  b.i64(1, campaign_id);
+  return collect<GroupRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<GroupRow> {
+        GroupRow g;
+        g.campaign_id = col_i64(s, 0);
+        g.group_id = col_i64(s, 1);
+        g.backend = col_text(s, 2);
+        g.ranks_data = col_i64(s, 3);
+        g.ranks_model = col_i64(s, 4);
+        HPCTUNE_ASSIGN(g.hosts, col_json(s, 5, "groups.hosts"));
+        g.state = col_text(s, 6);
+        g.incarnation = std::bit_cast<uint64_t>(col_i64(s, 7));
+        g.restarts = col_i64(s, 8);
+        g.started_at = col_time(s, 9);
+        g.updated_at = col_time(s, 10);
+        return g;
+      },
+      "cannot read the trainer groups of campaign " + std::to_string(campaign_id));
+}
+
+Result<std::vector<MetricRow>> Store::campaign_metrics(int64_t campaign_id, const std::string& name) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectCampaignMetric));
+  Bind b(s);
+  b.i64(1, campaign_id).text(2, name);
+  return collect<MetricRow>(b, read_metric,
+                            "cannot read the '" + name + "' reports of campaign " + std::to_string(campaign_id));
+}
+
+}  // namespace hpctune::store
