@@ -81,7 +81,7 @@ class Evolution final : public SearcherBase {
       enc_.repair(u, rng);
       const double rate = rate_ >= 0 ? rate_ : 1.0 / static_cast<double>(std::max<std::size_t>(1, enc_.dims()));
       enc_.mutate(u, rate, sigma_, rng, /*at_least_one=*/true);
-      out.push_back(issue(enc_.decode(u), {{"source", "mutation"}, {"parent", parent->seq}}));
+      out.push_back(issue(enc_.decode(u), {{"source", "mutation"}, {"parents", nlohmann::json::array({parent->seq})}}));
     }
     return out;
   }

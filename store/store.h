@@ -136,8 +136,8 @@ struct ArtifactRow {
 
 struct LineageRow {
   int64_t child_trial_id = 0, parent_trial_id = 0;
-  // What the scheduler writes today: "parent", one row per parent of a genetic-algorithm child (its
-  // meta "parents"). (Evolution's mutation parent stays in the trial's meta only.) Free text, so
+  // What the scheduler writes today: "parent", one row per parent of a genetic or evolution child
+  // (the suggestion's meta "parents", seq numbers). Free text, so
   // later relations (transfer source, ensemble member, PBT exploit) need no schema change.
   std::string relation;
 };

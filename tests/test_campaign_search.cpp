@@ -200,6 +200,42 @@ TEST_CASE("warm start end to end: a GA's generation 0 carries the earlier campai
   check_no_orphans(b_db);
 }
 
+TEST_CASE("lineage: every child of aging evolution and of the genetic algorithm is linked to its parents") {
+  for (const std::string algorithm : {"evolution", "genetic"}) {
+    CAPTURE(algorithm);
+    TempDir dir;
+    const std::string db = dir.file("c.db");
+    const std::string cfg = dir.write(
+        "c.yaml", sleep_campaign("lineage-" + algorithm,
+                                 "{algorithm: " + algorithm + ", max_trials: 16, settings: {population: 4" +
+                                     (algorithm == "evolution" ? ", sample_size: 2" : "") + "}}",
+                                 "  value: {type: float, low: 0.0, high: 1.0}\n", 1, 0.0, 2));
+    auto r = run_hpctune({"run", cfg, "--db", db}, dir.file("c.log"));
+    REQUIRE_MESSAGE(r.success(), read_file(dir.file("c.log")));
+    const auto trials = read_trials(db);
+    REQUIRE(trials.size() == 16);
+    std::map<int64_t, int64_t> id_of_seq;
+    for (const auto& t : trials) id_of_seq[t.seq] = t.id;
+    auto store = store::Store::open_readonly(db);
+    REQUIRE(store.ok());
+    int children = 0;
+    for (const auto& t : trials) {
+      if (!t.meta.contains("parents") || t.meta["parents"].empty()) continue;
+      ++children;
+      auto rows = (*store)->lineage(t.id);
+      REQUIRE(rows.ok());
+      std::set<int64_t> want, got;
+      for (const auto& p : t.meta["parents"]) want.insert(id_of_seq.at(p.get<int64_t>()));
+      for (const auto& row : *rows) {
+        CHECK(row.relation == "parent");
+        got.insert(row.parent_trial_id);
+      }
+      CHECK(got == want);
+    }
+    CHECK(children >= 8);  // 16 trials, a population of 4: most are children
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Early stopping through the master
 

@@ -239,7 +239,7 @@ TEST_CASE("aging evolution: the parent is the best of a sample of the youngest m
     std::vector<std::pair<int64_t, double>> all(value.begin(), value.end());
     std::vector<std::pair<int64_t, double>> last5(all.end() - 5, all.end());
     auto best = *std::min_element(last5.begin(), last5.end(), [](auto a, auto b) { return a.second < b.second; });
-    CHECK(x.meta["parent"] == best.first);
+    CHECK(x.meta["parents"] == nlohmann::json::array({best.first}));  // lineage: the scheduler links "parents"
     auto pop = s->state()["population"];
     REQUIRE(pop.size() == 5);
     CHECK(pop[0] == last5[0].first);
