@@ -1,6 +1,6 @@
 // Search quality through the real path: whole campaigns, each from YAML text through
 // config::parse_config, run by the Scheduler over the in-process transport with one trainer group
-// (a real worker loop, trainers::run_worker, running the `function` trainer), recorded in an
+// (a real worker loop, worker::run_worker, running the `function` trainer), recorded in an
 // in-memory SQLite store. Over 10 seeds on branin, hartmann6 and 10-d levy at budgets of 50 and
 // 100 trials: bayesian and tpe beat random on median regret at both budgets; genetic and evolution
 // at 100 (issue 3, acceptance 2).
@@ -30,6 +30,7 @@
 #include "protocol/transport.h"
 #include "search/test_functions.h"
 #include "tests/search_quality.h"
+#include "trainers/trainer_factory.h"
 #include "worker/worker.h"
 
 using namespace hpctune;
@@ -92,6 +93,7 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
     std::shared_ptr<protocol::ClientTransport> client;
     std::thread thread;
     Status status;
+    std::atomic<bool> ended{false};  // the worker loop returned: status is set
     ~WorkerThread() {
       terminate = 1;
       client->notify();
@@ -107,13 +109,20 @@ Result<CampaignRun> run_campaign(const std::string& yaml, std::chrono::seconds l
     o.secret = secret;
     o.terminate = &worker.terminate;
     o.give_up = limit;
-    worker.status = worker::run_worker(*worker.client, o);  // make_trainer("function"): the real trainer
+    o.make = trainers::trainer_factory();  // the real trainers: the `function` kind
+    o.kinds = trainers::trainer_kinds();
+    worker.status = worker::run_worker(*worker.client, o);
+    worker.ended = true;
   });
 
   const auto deadline = Clock::now() + limit;
   const auto poll = std::chrono::milliseconds(std::clamp<int64_t>(sopt.heartbeat_interval.count() / 4, 5, 50));
   while (!sched.finished()) {
     if (Clock::now() > deadline) return err(Errc::kTimeout, "campaign did not finish in time:\n" + yaml);
+    if (worker.ended) {
+      if (!worker.status.ok()) return worker.status.error();
+      return err(Errc::kInternal, "the worker ended before the campaign");
+    }
     HPCTUNE_ASSIGN(auto env, server->recv(poll));
     HPCTUNE_TRY(db->begin());
     while (env) {
