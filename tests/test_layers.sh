@@ -19,10 +19,18 @@ out=$("$root/tools/check-layers" "$tmp") || rc=$?
 grep -q '^search/bad.h:3: search/ may not include store/store.h' <<<"$out" || fail "no located message: $out"
 grep -q 'scheduler/ok.h' <<<"$out" && fail "an allowed include was reported: $out"
 
+# The master's side never includes the neural-network library (no BLAS or oneDNN in the master).
+printf '#include "nn/network.h"\n' >"$tmp/scheduler/bad.cpp"
+rc=0
+out=$("$root/tools/check-layers" "$tmp") || rc=$?
+[ "$rc" -eq 1 ] || fail "a scheduler/ file including nn/network.h: exit $rc, expected 1"
+grep -q '^scheduler/bad.cpp:1: scheduler/ may not include nn/network.h' <<<"$out" || fail "no located message: $out"
+rm "$tmp/scheduler/bad.cpp"
+
 mkdir -p "$tmp/newthing" && printf 'int x;\n' >"$tmp/newthing/a.cpp"
 rm "$tmp/search/bad.h"
 rc=0
 out=$("$root/tools/check-layers" "$tmp") || rc=$?
 [ "$rc" -eq 1 ] || fail "a folder without a line in layers.txt: exit $rc, expected 1"
 grep -q '^newthing/: has source files but no line in tools/layers.txt' <<<"$out" || fail "no message: $out"
-echo "test_layers: 3 passed, 0 failed"
+echo "test_layers: 4 passed, 0 failed"
