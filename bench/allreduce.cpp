@@ -472,32 +472,25 @@ std::string markdown(const nlohmann::json& report) {
     md << " " << fixed(link, 2) << " |\n";
   }
 
-  md << "\n## Relative to MPI_Allreduce (busbw ratio; > 1 is faster)\n\n| size |";
-  for (const auto& a : algorithms) md << " " << a.get<std::string>() << " |";
-  md << "\n|---:|";
-  for (size_t i = 0; i < algorithms.size(); ++i) md << "---:|";
-  md << "\n";
-  for (const auto& row : report["by_size"]) {
-    md << "| " << human_bytes(row["bytes"].get<size_t>()) << " |";
-    const double mpi = row["busbw_GBps"]["mpi"].get<double>();
-    for (const auto& a : algorithms) {
-      md << " " << fixed(row["busbw_GBps"][a.get<std::string>()].get<double>() / mpi, 2) << " |";
-    }
+  // A table with a row per size and a column per algorithm, each cell from `cell(row, algorithm)`.
+  const auto by_size_table = [&](const std::string& title, const auto& cell) {
+    md << "\n## " << title << "\n\n| size |";
+    for (const auto& a : algorithms) md << " " << a.get<std::string>() << " |";
+    md << "\n|---:|";
+    for (size_t i = 0; i < algorithms.size(); ++i) md << "---:|";
     md << "\n";
-  }
-
-  md << "\n## Median time per call, µs\n\n| size |";
-  for (const auto& a : algorithms) md << " " << a.get<std::string>() << " |";
-  md << "\n|---:|";
-  for (size_t i = 0; i < algorithms.size(); ++i) md << "---:|";
-  md << "\n";
-  for (const auto& row : report["by_size"]) {
-    md << "| " << human_bytes(row["bytes"].get<size_t>()) << " |";
-    for (const auto& a : algorithms) {
-      md << " " << fixed(row["seconds"][a.get<std::string>()].get<double>() * 1e6, 1) << " |";
+    for (const auto& row : report["by_size"]) {
+      md << "| " << human_bytes(row["bytes"].get<size_t>()) << " |";
+      for (const auto& a : algorithms) md << " " << cell(row, a.template get<std::string>()) << " |";
+      md << "\n";
     }
-    md << "\n";
-  }
+  };
+  by_size_table("Relative to MPI_Allreduce (busbw ratio; > 1 is faster)", [](const nlohmann::json& row, const std::string& a) {
+    return fixed(row["busbw_GBps"][a].get<double>() / row["busbw_GBps"]["mpi"].get<double>(), 2);
+  });
+  by_size_table("Median time per call, µs", [](const nlohmann::json& row, const std::string& a) {
+    return fixed(row["seconds"][a].get<double>() * 1e6, 1);
+  });
 
   const auto& largest = report["by_size"].back();
   md << "\n## Summary\n\n";
