@@ -551,6 +551,19 @@ std::string command_config(const std::string& name, const std::string& command, 
          "resources: {groups: 2, threads: 1}\n" + extra;
 }
 
+// Writes `config_text` as NAME.yaml, runs it into NAME.db (the path returned in `db`) within
+// `limit`, requires it to succeed and returns its trials, which must number `trials`.
+std::vector<store::TrialRow> run_campaign(TempDir& dir, const std::string& name, const std::string& config_text,
+                                          size_t trials, std::chrono::seconds limit, std::string& db) {
+  const std::string cfg = dir.write(name + ".yaml", config_text);
+  db = dir.file(name + ".db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file(name + ".log"), limit);
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file(name + ".log")));
+  auto rows = read_trials(db);
+  REQUIRE(rows.size() == trials);
+  return rows;
+}
+
 std::vector<store::MetricRow> trial_metrics(const std::string& db, int64_t trial_id) {
   auto s = store::Store::open_readonly(db);
   REQUIRE(s.ok());
@@ -563,14 +576,12 @@ std::vector<store::MetricRow> trial_metrics(const std::string& db, int64_t trial
 
 TEST_CASE("campaign: a script reporting every epoch is pruned by ASHA") {
   TempDir dir;
-  const std::string cfg = dir.write(
-      "asha.yaml", command_config("cmd-asha", kPython + " " + kScripts + "/epochs.py --lr {lr} --epochs 9 --sleep 0.03", 10,
-                                  "", "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n"));
-  const std::string db = dir.file("asha.db");
-  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(60));
-  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
-  const auto trials = read_trials(db);
-  REQUIRE(trials.size() == 10);
+  std::string db;
+  const auto trials = run_campaign(
+      dir, "asha",
+      command_config("cmd-asha", kPython + " " + kScripts + "/epochs.py --lr {lr} --epochs 9 --sleep 0.03", 10, "",
+                     "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n"),
+      10, std::chrono::seconds(60), db);
   int pruned = 0, done = 0;
   for (const auto& t : trials) {
     CAPTURE(t.id);
@@ -641,13 +652,10 @@ TEST_CASE("campaign: exit 3 fails the trial with the stderr tail; a hang fails p
 
 TEST_CASE("campaign: garbage report lines are logged and ignored, and the trial completes") {
   TempDir dir;
-  const std::string cfg =
-      dir.write("garbage.yaml", command_config("cmd-garbage", kPython + " " + kScripts + "/garbage.py {lr}", 2));
-  const std::string db = dir.file("garbage.db");
-  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(60));
-  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
-  const auto trials = read_trials(db);
-  REQUIRE(trials.size() == 2);
+  std::string db;
+  const auto trials = run_campaign(
+      dir, "garbage", command_config("cmd-garbage", kPython + " " + kScripts + "/garbage.py {lr}", 2), 2,
+      std::chrono::seconds(60), db);
   for (const auto& t : trials) {
     CAPTURE(t.error);
     CHECK(t.state == store::TrialState::kDone);
@@ -670,12 +678,8 @@ TEST_CASE("campaign: a command trainer with 2 ranks per group runs under mpirun;
   std::string cfg_text = command_config("cmd-ranks", kPython + " " + kScripts + "/ranks.py", 2);
   const std::string resources = "resources: {groups: 2, threads: 1}\n";
   cfg_text.replace(cfg_text.find(resources), resources.size(), "resources: {groups: 1, threads: 1, ranks: {data: 2}}\n");
-  const std::string cfg = dir.write("ranks.yaml", cfg_text);
-  const std::string db = dir.file("ranks.db");
-  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(90));
-  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
-  const auto trials = read_trials(db);
-  REQUIRE(trials.size() == 2);
+  std::string db;
+  const auto trials = run_campaign(dir, "ranks", cfg_text, 2, std::chrono::seconds(90), db);
   for (const auto& t : trials) {
     CAPTURE(t.error);
     CHECK(t.state == store::TrialState::kDone);
@@ -713,13 +717,10 @@ TEST_CASE("campaign: a flood of reports loses nothing; every done is recorded an
   // final done (the campaign then never ended: issue 9's probe).
   constexpr int kLines = 500000;
   TempDir dir;
-  const std::string cfg =
-      dir.write("flood.yaml", command_config("cmd-flood", kScripts + "/flood.sh " + std::to_string(kLines), 2));
-  const std::string db = dir.file("flood.db");
-  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(200));
-  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
-  const auto trials = read_trials(db);
-  REQUIRE(trials.size() == 2);
+  std::string db;
+  const auto trials = run_campaign(
+      dir, "flood", command_config("cmd-flood", kScripts + "/flood.sh " + std::to_string(kLines), 2), 2,
+      std::chrono::seconds(200), db);
   for (const auto& t : trials) {
     CAPTURE(t.id);
     CHECK(t.state == store::TrialState::kDone);

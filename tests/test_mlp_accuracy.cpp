@@ -14,7 +14,36 @@
 using namespace hpctune;
 using namespace hpctune::trainers;
 using namespace hpctune::nn;
-using namespace hpctune::collectives;
+
+namespace {
+
+// One trial of a built-in kind on 2 threads: its result, its reports and its wall time.
+struct KindRun {
+  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
+  double seconds = 0;
+  TrialResult result;
+};
+
+KindRun run_kind(const std::shared_ptr<DatasetCache>& cache, uint64_t seed, const nlohmann::json& settings) {
+  TrainerServices services;
+  services.datasets = cache;
+  auto trainer = make_trainer(settings.at("kind").get<std::string>(), services);
+  REQUIRE(trainer.ok());
+  KindRun out;
+  TrialContext ctx;
+  ctx.seed = seed;
+  ctx.threads = 2;
+  ctx.trainer = settings;
+  ctx.report = [&](int64_t step, const protocol::Metrics& m) { out.reports.emplace_back(step, m); };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*trainer)->run(ctx);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+  out.result = std::move(*r);
+  return out;
+}
+
+}  // namespace
 
 TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST in 3 epochs") {
   const auto t_load = std::chrono::steady_clock::now();
@@ -29,24 +58,13 @@ TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST i
   REQUIRE((*data)->train.features() == 784);
   REQUIRE((*data)->num_classes == 10);
 
-  TrainerServices services;
-  services.datasets = cache;
-  auto trainer = make_trainer("mlp", services);
-  REQUIRE(trainer.ok());
-
-  TrialContext ctx;
-  ctx.seed = 2024;
-  ctx.threads = 2;
-  ctx.trainer = {{"kind", "mlp"},      {"hidden", {256}},   {"activation", "relu"},      {"lr", 0.05},
-                 {"momentum", 0.9},    {"batch_size", 128}, {"lr_schedule", "cosine"},   {"standardize", true},
-                 {"epochs", 3},        {"val_fraction", 0.1}};
-  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
-  ctx.report = [&](int64_t step, const protocol::Metrics& m) { reports.emplace_back(step, m); };
-
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = (*trainer)->run(ctx);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+  const KindRun run = run_kind(cache, 2024,
+                               {{"kind", "mlp"},      {"hidden", {256}},   {"activation", "relu"},    {"lr", 0.05},
+                                {"momentum", 0.9},    {"batch_size", 128}, {"lr_schedule", "cosine"}, {"standardize", true},
+                                {"epochs", 3},        {"val_fraction", 0.1}});
+  const auto& reports = run.reports;
+  const double seconds = run.seconds;
+  const TrialResult* r = &run.result;
 
   for (const auto& [step, m] : reports) {
     MESSAGE("epoch " << step << ": val_loss " << m.at("val_loss") << " val_accuracy " << m.at("val_accuracy")
@@ -75,21 +93,12 @@ TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST i
 // accuracy here; lr 0.05, the mlp's default, is too high for this CNN with momentum 0.9).
 TEST_CASE("cnn trainer: the default CNN reaches a sane accuracy on a Fashion-MNIST subset in seconds") {
   auto cache = std::make_shared<DatasetCache>();
-  TrainerServices services;
-  services.datasets = cache;
-  auto trainer = make_trainer("cnn", services);
-  REQUIRE(trainer.ok());
-  TrialContext ctx;
-  ctx.seed = 7;
-  ctx.threads = 2;
-  ctx.trainer = {{"kind", "cnn"},         {"lr", 0.01},          {"batch_size", 32},      {"epochs", 2},
-                 {"max_train_samples", 1000}, {"max_test_samples", 1000}, {"standardize", true}};
-  std::vector<std::pair<int64_t, protocol::Metrics>> reports;
-  ctx.report = [&](int64_t step, const protocol::Metrics& m) { reports.emplace_back(step, m); };
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = (*trainer)->run(ctx);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+  const KindRun run = run_kind(cache, 7,
+                               {{"kind", "cnn"},         {"lr", 0.01},          {"batch_size", 32},      {"epochs", 2},
+                                {"max_train_samples", 1000}, {"max_test_samples", 1000}, {"standardize", true}});
+  const auto& reports = run.reports;
+  const double seconds = run.seconds;
+  const TrialResult* r = &run.result;
   MESSAGE("cnn subset: " << seconds << " s; train_seconds " << r->metrics.at("train_seconds") << "; images/s "
                          << r->metrics.at("images_per_second") << "; test_accuracy " << r->metrics.at("test_accuracy"));
   REQUIRE(reports.size() == 2);
