@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "collectives/collectives.h"
+#include "collectives/trainer_group_mpi.h"
 #include "common/rng.h"
+#include "nn/checkpoint.h"
 #include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
-#include "nn/checkpoint.h"
-#include "collectives/collectives.h"
 #include "trainers/mlp_trainer.h"
-#include "collectives/trainer_group_mpi.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;

@@ -13,19 +13,18 @@
 #include <vector>
 
 #include "common/rng.h"
+#include "nn/checkpoint.h"
+#include "nn/optimizer.h"
 #include "tests/synthetic_images.h"
 #include "tests/temp_dir.h"
-#include "nn/checkpoint.h"
 #include "trainers/classifier_training.h"
 #include "trainers/cnn_trainer.h"
 #include "trainers/mlp_trainer.h"
-#include "nn/optimizer.h"
 #include "trainers/trainer.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
 using namespace hpctune::nn;
-using namespace hpctune::collectives;
 
 namespace {
 

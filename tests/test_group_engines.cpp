@@ -13,13 +13,13 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/rng.h"
-#include "tests/mpi_test_main.h"
 #include "collectives/collectives.h"
-#include "trainers/gradient_engine.h"
-#include "nn/network.h"
-#include "trainers/pipeline_partition.h"
 #include "collectives/trainer_group_mpi.h"
+#include "common/rng.h"
+#include "nn/network.h"
+#include "tests/mpi_test_main.h"
+#include "trainers/gradient_engine.h"
+#include "trainers/pipeline_partition.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
