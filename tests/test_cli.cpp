@@ -529,13 +529,22 @@ TEST_CASE("--bind and resources.bind: the master listens there and the workers s
   CHECK(code == 2);
   CHECK(contains(out, "--bind: transport 'inproc' cannot reach the workers"));
   // validate warns too.
-  const std::string open_cfg = dir.write("open.yaml", sleep_config("open", 1, 0.01, 1, 1) + "");
+  const std::string open_cfg = dir.write("open.yaml", sleep_config("open", 1, 0.01, 1, 1));
   std::string open_text = read_file(open_cfg);
   open_text.replace(open_text.find("resources: {"), 12, "resources: {bind: \"tcp://*:*\", ");
   dir.write("open.yaml", open_text);
   out = run_log(dir, {"validate", open_cfg}, "v.log", &code);
   CHECK(code == 0);
   CHECK(contains(out, "hpctune validate: warning: the master listens on tcp://*:*"));
+  // A resume listens where the campaign's stored config says, and warns the same way.
+  out = run_log(dir, {"run", open_cfg, "--db", dir.file("open.db")}, "open.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "hpctune run: warning: the master listens on tcp://*:*"));
+  out = run_log(dir, {"resume", dir.file("open.db"), "--max-trials", "2"}, "ropen.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "hpctune resume: warning: the master listens on tcp://*:*"));
+  CHECK(contains(out, "master at tcp://0.0.0.0:"));
+  CHECK(read_trials(dir.file("open.db")).size() == 2);
 }
 
 TEST_CASE("SIGTERM exits 143 (Ctrl-C stays 130)") {
