@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <vector>
 
+#include "report/campaign.h"
 #include "report/format.h"
+#include "report/ranking.h"
 
 namespace hpctune::report {
 
@@ -59,6 +61,31 @@ std::string progress_line(const scheduler::Progress& p, double elapsed_s, int wi
     line = compose();
   }
   return truncate_display(line, static_cast<size_t>(width));
+}
+
+scheduler::Progress progress_of(const CampaignView& v) {
+  using store::TrialState;
+  scheduler::Progress p;
+  for (const auto& t : v.trials) {
+    const TrialState s = t.state;
+    if (s == TrialState::kDone) ++p.done;
+    else if (s == TrialState::kPruned) ++p.pruned;
+    else if (s == TrialState::kFailed) ++p.failed;
+    else if (s == TrialState::kRunning || s == TrialState::kAssigned) ++p.running;
+    else if (s == TrialState::kInterrupted) ++p.interrupted;
+    else ++p.queued;
+  }
+  p.created = static_cast<int64_t>(v.trials.size());
+  const auto& cj = v.campaign.config_json;
+  if (cj.is_object() && cj.contains("search") && cj["search"].is_object() && cj["search"].contains("max_trials") &&
+      cj["search"]["max_trials"].is_number_integer()) {
+    p.max_trials = cj["search"]["max_trials"].get<int64_t>();
+  }
+  if (auto best = best_trial(v.trials, v.objectives.maximize)) {
+    p.best = best->objective;
+    p.best_trial = best->id;
+  }
+  return p;
 }
 
 }  // namespace hpctune::report

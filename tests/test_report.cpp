@@ -228,6 +228,26 @@ TEST_CASE("export JSON and one trial's detail: curves by step, events, attempts,
   CHECK(report::tail_lines(dir.file("nothing.log"), 5).empty());
 }
 
+TEST_CASE("progress read from the store: counts by state, the budget and the best trial") {
+  TempDir dir;
+  write_campaign(dir.file("c.db"));
+  auto view = report::open_campaign(dir.file("c.db"));
+  REQUIRE(view.ok());
+  const scheduler::Progress p = report::progress_of(*view);
+  CHECK(p.done == 2);
+  CHECK(p.failed == 1);
+  CHECK(p.queued == 1);
+  CHECK(p.running == 0);
+  CHECK(p.created == 4);
+  CHECK(p.max_trials == 4);
+  REQUIRE(p.best.has_value());
+  CHECK(*p.best == doctest::Approx(0.9));
+  CHECK(p.best_trial == view->trials[1].id);
+  const std::string line = report::progress_line(p, 42, 0);
+  CHECK_MESSAGE(contains(line, "[3/4]"), line);
+  CHECK(contains(line, "best 0.9000 (#" + std::to_string(view->trials[1].id) + ")"));
+}
+
 TEST_CASE("readers on several threads: each opens its own view and sees the same campaign") {
   TempDir dir;
   write_campaign(dir.file("c.db"));
