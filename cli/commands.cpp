@@ -17,12 +17,20 @@
 #include <iostream>
 #include <set>
 
-#include "report/report_tables.h"
 #include "common/clock.h"
+#include "common/endpoint.h"
 #include "config/config.h"
 #include "scheduler/master.h"
 #include "store/store.h"
 #include "protocol/transport.h"
+#include "report/campaign.h"
+#include "report/format.h"
+#include "report/progress.h"
+#include "report/ranking.h"
+#include "report/status.h"
+#include "report/tables.h"
+#include "report/trial_detail.h"
+#include "report/trial_json.h"
 #include "trainers/trainer_factory.h"
 #include "worker/worker.h"
 
@@ -163,68 +171,24 @@ Status write_file_atomically(const std::string& path, const std::string& text) {
   return s;
 }
 
-Result<std::unique_ptr<store::Store>> open_for_reading(const std::string& db) {
-  auto s = store::Store::open_readonly(db);
-  if (!s.ok()) return std::move(s).error();
-  return std::move(s).value();
-}
-
-struct Loaded {
-  std::unique_ptr<store::Store> store;
-  store::CampaignRow campaign;
-  std::vector<store::TrialRow> trials;
-  std::string metric = "objective";
-  bool maximize = true;
-  std::vector<std::string> objective_metrics;  // every objective's metric, in order
-  std::set<int64_t> pareto;                    // the recorded front (several objectives only)
-  const std::set<int64_t>* front() const { return objective_metrics.size() > 1 ? &pareto : nullptr; }
-  // The objectives' metrics for the tables: every objective, or the one.
-  std::vector<std::string> objectives() const {
-    return objective_metrics.size() > 1 ? objective_metrics : std::vector<std::string>{metric};
-  }
-};
-
-Result<Loaded> load(const std::string& db) {
-  Loaded l;
-  HPCTUNE_ASSIGN(l.store, open_for_reading(db));
-  HPCTUNE_ASSIGN(auto campaign, l.store->load_campaign());
-  if (!campaign) return err(Errc::kNotFound, db + " holds no campaign");
-  l.campaign = std::move(*campaign);
-  HPCTUNE_ASSIGN(l.trials, l.store->trials(l.campaign.id));
-  const auto& cj = l.campaign.config_json;
-  if (cj.contains("objectives") && cj["objectives"].is_array() && !cj["objectives"].empty()) {
-    l.metric = cj["objectives"][0].value("metric", l.metric);
-    l.maximize = cj["objectives"][0].value("mode", std::string("max")) == "max";
-  } else if (cj.contains("objective") && cj["objective"].is_object()) {
-    l.metric = cj["objective"].value("metric", l.metric);
-    l.maximize = cj["objective"].value("mode", std::string("max")) == "max";
-  }
-  if (cj.contains("objectives") && cj["objectives"].is_array()) {
-    for (const auto& o : cj["objectives"]) {
-      if (o.is_object()) l.objective_metrics.push_back(o.value("metric", std::string("objective")));
-    }
-  }
-  l.pareto = report::recorded_pareto_front(l.campaign);
-  return l;
-}
-
 void print_summary(const std::string& db, int64_t top) {
-  auto loaded = load(db);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "cannot read the results back: %s\n", loaded.error().to_string().c_str());
+  auto view = report::open_campaign(db);
+  if (!view.ok()) {
+    std::fprintf(stderr, "cannot read the results back: %s\n", view.error().to_string().c_str());
     return;
   }
-  auto ranked = report::rank_trials(loaded->trials, loaded->maximize);
+  const auto& v = *view;
+  const auto& obj = v.objectives;
+  auto ranked = report::rank_trials(v.trials, obj.maximize);
   if (static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
-  std::printf("\nTop %zu trials by %s (%s):\n%s", ranked.size(), loaded->metric.c_str(),
-              loaded->maximize ? "max" : "min",
-              report::trials_table(ranked, loaded->objectives(), loaded->front()).c_str());
-  if (loaded->front()) {
+  std::printf("\nTop %zu trials by %s (%s):\n%s", ranked.size(), obj.metric.c_str(), obj.maximize ? "max" : "min",
+              report::trials_table(ranked, obj.columns(), v.front()).c_str());
+  if (v.front()) {
     std::printf("\nPareto front: %zu trials (marked * under `pareto`; all of them: hpctune trials %s)\n",
-                loaded->pareto.size(), db.c_str());
+                v.pareto.size(), db.c_str());
   }
   if (!ranked.empty() && ranked.front().objective) {
-    std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), loaded->metric.c_str(),
+    std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), obj.metric.c_str(),
                 report::format_number(*ranked.front().objective).c_str(), ranked.front().params.dump().c_str());
   }
   std::printf("database: %s\n", db.c_str());
@@ -233,12 +197,9 @@ void print_summary(const std::string& db, int64_t top) {
 // "; the first failure, trial N: <reason>" for the closing message of a campaign without a
 // success ("" when none is recorded).
 std::string first_failure(const std::string& db) {
-  auto loaded = load(db);
-  if (!loaded.ok()) return "";
-  const store::TrialRow* first = nullptr;
-  for (const auto& t : loaded->trials) {
-    if (t.state == store::TrialState::kFailed && (!first || t.finished_at < first->finished_at)) first = &t;
-  }
+  auto view = report::open_campaign(db);
+  if (!view.ok()) return "";
+  auto first = report::first_failure(view->trials);
   if (!first) return "";
   std::string error = first->error;
   while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
@@ -247,10 +208,16 @@ std::string first_failure(const std::string& db) {
 
 // Runs the master with what `run` and `resume` share (the interrupt flag, the test-only fail
 // point, the console) and prints the outcome.
+// A master reachable from other machines: say so before it starts (issue 13 adds CURVE).
+void warn_if_network_bind(const char* command, const std::string& bind) {
+  if (!loopback_endpoint(bind)) std::fprintf(stderr, "hpctune %s: warning: %s\n", command, network_bind_warning(bind).c_str());
+}
+
 template <typename Args>
 Status run_and_report(scheduler::MasterOptions& options, const Args& args, const std::atomic<int>& interrupt,
                       bool& interrupted) {
   options.groups = args.groups;
+  options.bind = args.bind;
   options.interrupt = &interrupt;
   options.failpoint = args.failpoint;
   options.failpoint_hit = args.failpoint_hit;
@@ -292,86 +259,11 @@ Status run_and_report(scheduler::MasterOptions& options, const Args& args, const
   return {};
 }
 
-// --- one trial -----------------------------------------------------------------------------------
-
-nlohmann::json event_json(const store::EventRow& e) {
-  nlohmann::json j = {{"t", e.t}, {"kind", e.kind}, {"detail", e.detail}};
-  if (e.trial_id > 0) j["trial"] = e.trial_id;
-  if (e.attempt > 0) j["attempt"] = e.attempt;
-  if (e.group_id >= 0) j["group"] = e.group_id;
-  return j;
-}
-
-// The reports, one entry per (attempt, step): [{attempt, step, t, metrics: {name: value}}].
-nlohmann::json metrics_by_step_json(const std::vector<store::MetricRow>& rows) {
-  nlohmann::json out = nlohmann::json::array();
-  int64_t attempt = -1, step = -1;
-  for (const auto& r : rows) {  // ordered by attempt, step, name
-    if (r.attempt != attempt || r.step != step) {
-      attempt = r.attempt, step = r.step;
-      out.push_back({{"attempt", attempt}, {"step", step}, {"t", r.t}, {"metrics", nlohmann::json::object()}});
-    }
-    out.back()["metrics"][r.name] = std::isfinite(r.value) ? nlohmann::json(r.value) : nlohmann::json(nullptr);
-  }
-  return out;
-}
-
-// The last `lines` lines of a file ("" if it cannot be read), reading at most the last 256 KB.
-std::string tail_lines(const std::string& path, int64_t lines) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in || lines <= 0) return "";
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  const std::streamoff from = std::max<std::streamoff>(0, size - (256 << 10));
-  in.seekg(from);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  size_t start = 0, pos = text.size();
-  for (int64_t n = 0; n < lines; ++n) {
-    const size_t nl = pos == 0 ? std::string::npos : text.rfind('\n', pos - 1);
-    if (nl == std::string::npos) {
-      start = 0;  // fewer lines than asked for: all of them
-      break;
-    }
-    start = nl + 1;
-    pos = nl;
-  }
-  return text.substr(start);
-}
-
-std::string time_text(double t) {
-  if (t <= 0) return "-";
-  const std::time_t secs = static_cast<std::time_t>(t);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", std::localtime(&secs));
-  return buf;
-}
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-// The trial's logs: the log artifacts it recorded, and the files a command trainer writes in its
-// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none.
-std::vector<std::string> trial_logs(const std::string& db, int64_t id, const std::vector<store::ArtifactRow>& artifacts) {
-  std::vector<std::string> out;
-  for (const auto& a : artifacts) {
-    if (a.kind == "log" && std::find(out.begin(), out.end(), a.path) == out.end()) out.push_back(a.path);
-  }
-  const std::string dir = db + ".trials/" + std::to_string(id);
-  for (const char* name : {"stdout.log", "stderr.log"}) {
-    const std::string path = dir + "/" + name;
-    const bool listed = std::any_of(out.begin(), out.end(), [&](const std::string& p) {
-      std::error_code ec;
-      return std::filesystem::equivalent(p, path, ec);
-    });
-    if (!listed && std::filesystem::exists(path)) out.push_back(path);
-  }
-  return out;
-}
-
 }  // namespace
 
 Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
+  warn_if_network_bind("run", args.bind.value_or(cfg.resources.bind));
   scheduler::MasterOptions options;
   options.db_path = args.db.empty() ? cfg.storage : args.db;
   options.config = std::move(cfg);
@@ -380,54 +272,34 @@ Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& int
 }
 
 Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
+  // The campaign's own address unless --bind: read from its stored config (a store that cannot be
+  // read is the master's error to report, just after).
+  std::optional<std::string> bind = args.bind;
+  if (!bind) {
+    if (auto view = report::open_campaign(args.db); view.ok()) bind = report::campaign_bind(view->campaign);
+  }
+  if (bind) warn_if_network_bind("resume", *bind);
   scheduler::MasterOptions options;
   options.db_path = args.db;
   options.max_trials = args.max_trials;
   return run_and_report(options, args, interrupt, interrupted);
 }
 
-namespace {
-
-// Attempts closed as lost (a worker died or went silent, or the master restarted). Only a trial
-// that was queued again (attempt > 1) or that failed (max_attempts lost attempts) can have one, so
-// the others are not read.
-Result<int64_t> count_lost_attempts(store::Store& db, const std::vector<store::TrialRow>& trials) {
-  int64_t lost = 0;
-  for (const auto& t : trials) {
-    if (t.attempt <= 1 && t.state != store::TrialState::kFailed) continue;
-    HPCTUNE_ASSIGN(auto attempts, db.attempts(t.id));
-    for (const auto& a : attempts) lost += a.value("state", std::string()) == "lost";
-  }
-  return lost;
-}
-
-}  // namespace
-
 Status cmd_status(const std::string& db, const std::string& format) {
   if (format != "table" && format != "json") {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of table, json");
   }
-  HPCTUNE_ASSIGN(Loaded l, load(db));
-  HPCTUNE_ASSIGN(auto counts, l.store->count_by_state(l.campaign.id));
-  const double now = unix_now();
+  HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
+  HPCTUNE_ASSIGN(report::CampaignStatus st, report::campaign_status(v, unix_now()));
   if (format == "json") {
-    report::CampaignStatus st;
-    st.campaign = l.campaign;
-    HPCTUNE_ASSIGN(st.stages, l.store->stages(l.campaign.id));
-    st.counts = std::move(counts);
-    HPCTUNE_ASSIGN(st.attempts_lost, count_lost_attempts(*l.store, l.trials));
-    st.trials = std::move(l.trials);
-    st.objectives = l.objectives();
-    st.maximize = l.maximize;
-    st.front = l.front();
-    st.now = now;
     std::printf("%s\n", report::status_json(st).dump(2).c_str());
     return finish_stdout();
   }
-  const auto& c = l.campaign;
+  const auto& c = v.campaign;
+  auto& counts = st.counts;
   std::printf("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(), c.state.c_str(),
               db.c_str(), static_cast<unsigned long long>(c.seed));
-  if (auto elapsed = report::campaign_elapsed(c, now)) std::printf("elapsed    %s\n", report::format_duration(*elapsed).c_str());
+  if (auto elapsed = report::campaign_elapsed(c, st.now)) std::printf("elapsed    %s\n", report::format_duration(*elapsed).c_str());
   std::vector<std::vector<std::string>> rows;
   int64_t total = 0;
   for (const auto state : store::kTrialStates) {
@@ -438,9 +310,9 @@ Status cmd_status(const std::string& db, const std::string& format) {
   }
   rows.push_back({"total", std::to_string(total)});
   std::printf("\nTrials by state:\n%s", report::format_table({"state", "trials"}, rows).c_str());
-  if (auto best = report::best_trial(l.trials, l.maximize)) {
+  if (auto best = report::best_trial(v.trials, v.objectives.maximize)) {
     const auto& b = *best;
-    std::printf("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id), l.metric.c_str(),
+    std::printf("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id), v.objectives.metric.c_str(),
                 report::format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
     std::vector<std::vector<std::string>> prow;
     for (auto it = b.params.begin(); it != b.params.end(); ++it) {
@@ -457,23 +329,23 @@ Status cmd_status(const std::string& db, const std::string& format) {
   } else {
     std::printf("\nNo finished trial yet.\n");
   }
-  if (l.front()) {
-    std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", l.pareto.size(),
-                report::pareto_table(l.trials, l.pareto, l.objective_metrics).c_str());
+  if (v.front()) {
+    std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", v.pareto.size(),
+                report::pareto_table(v.trials, v.pareto, v.objectives.metrics).c_str());
   }
   return finish_stdout();
 }
 
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format) {
-  HPCTUNE_ASSIGN(Loaded l, load(db));
-  auto ranked = report::rank_trials(l.trials, l.maximize);
+  HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
+  auto ranked = report::rank_trials(v.trials, v.objectives.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") {
-    std::printf("%s", report::trials_table(ranked, l.objectives(), l.front()).c_str());
+    std::printf("%s", report::trials_table(ranked, v.objectives.columns(), v.front()).c_str());
   } else if (format == "csv") {
-    std::printf("%s", report::trials_csv(ranked, l.front()).c_str());
+    std::printf("%s", report::trials_csv(ranked, v.front()).c_str());
   } else if (format == "json") {
-    std::printf("%s\n", report::trials_json(ranked, l.front()).dump(2).c_str());
+    std::printf("%s\n", report::trials_json(ranked, v.front()).dump(2).c_str());
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
   }
@@ -495,32 +367,12 @@ Result<std::string> export_format(const std::string& format, const std::string& 
 
 Status cmd_export(const std::string& db, const std::string& format_arg, const std::string& output) {
   HPCTUNE_ASSIGN(const std::string format, export_format(format_arg, output));
-  HPCTUNE_ASSIGN(Loaded l, load(db));
+  HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   std::string text;
   if (format == "csv") {
-    text = report::trials_csv(l.trials, l.front());
+    text = report::trials_csv(v.trials, v.front());
   } else if (format == "json") {
-    // Everything a trial recorded: its metrics at every step and its events, besides the summary.
-    nlohmann::json trials = report::trials_json(l.trials, l.front());
-    HPCTUNE_ASSIGN(auto events, l.store->events(l.campaign.id, 0));
-    std::map<int64_t, nlohmann::json> events_of;
-    nlohmann::json campaign_events = nlohmann::json::array();
-    for (const auto& e : events) (e.trial_id > 0 ? events_of[e.trial_id] : campaign_events).push_back(event_json(e));
-    for (auto& j : trials) {
-      const int64_t id = j["trial"].get<int64_t>();
-      HPCTUNE_ASSIGN(auto metrics, l.store->metrics(id));
-      j["metrics_by_step"] = metrics_by_step_json(metrics);
-      j["events"] = events_of.count(id) ? events_of[id] : nlohmann::json::array();
-    }
-    nlohmann::json doc = {{"campaign", {{"name", l.campaign.name},
-                                        {"state", l.campaign.state},
-                                        {"seed", l.campaign.seed},
-                                        {"config", l.campaign.config_json},
-                                        {"created_at", report::time_or_null(l.campaign.created_at)},
-                                        {"finished_at", report::time_or_null(l.campaign.finished_at)}}},
-                          {"trials", std::move(trials)},
-                          {"events", std::move(campaign_events)}};
-    if (l.front()) doc["pareto_front"] = l.pareto;
+    HPCTUNE_ASSIGN(auto doc, report::export_json(v));
     text = doc.dump(2) + "\n";
   } else {
     return err(Errc::kUsage, "--format: '" + format + "' is not one of csv, json");
@@ -530,59 +382,35 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
     return finish_stdout();
   }
   HPCTUNE_TRY(write_file_atomically(output, text));
-  std::fprintf(stderr, "wrote %zu trials to %s\n", l.trials.size(), output.c_str());
+  std::fprintf(stderr, "wrote %zu trials to %s\n", v.trials.size(), output.c_str());
   return {};
 }
 
 Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& format, int64_t log_lines) {
-  HPCTUNE_ASSIGN(Loaded l, load(db));
-  auto it = std::find_if(l.trials.begin(), l.trials.end(), [&](const store::TrialRow& t) { return t.id == trial_id; });
-  if (it == l.trials.end()) {
-    return err(Errc::kNotFound, "campaign '" + l.campaign.name + "' in " + db + " has no trial " +
-                                    std::to_string(trial_id) + " (its trials: " +
-                                    (l.trials.empty() ? std::string("none")
-                                                      : std::to_string(l.trials.front().id) + ".." +
-                                                            std::to_string(l.trials.back().id)) + ")");
-  }
-  const store::TrialRow& t = *it;
-  HPCTUNE_ASSIGN(auto metrics, l.store->metrics(t.id));
-  HPCTUNE_ASSIGN(auto attempts, l.store->attempts(t.id));
-  HPCTUNE_ASSIGN(auto artifacts, l.store->artifacts(t.id));
-  HPCTUNE_ASSIGN(auto all_events, l.store->events(l.campaign.id, 0));
-  std::vector<store::EventRow> events;
-  for (auto& e : all_events) {
-    if (e.trial_id == t.id) events.push_back(std::move(e));
-  }
-  const auto logs = trial_logs(db, t.id, artifacts);
-
+  HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
+  HPCTUNE_ASSIGN(report::TrialDetail d, report::load_trial(v, trial_id));
   if (format == "json") {
-    nlohmann::json j = report::trials_json({t}, l.front())[0];
-    j["metrics_by_step"] = metrics_by_step_json(metrics);
-    j["attempts"] = attempts;
-    j["events"] = nlohmann::json::array();
-    for (const auto& e : events) j["events"].push_back(event_json(e));
-    j["artifacts"] = nlohmann::json::array();
-    for (const auto& a : artifacts) {
-      j["artifacts"].push_back({{"attempt", a.attempt}, {"kind", a.kind}, {"path", a.path}, {"bytes", a.bytes},
-                                {"created_at", a.created_at}});
-    }
-    j["logs"] = nlohmann::json::array();
-    for (const auto& path : logs) j["logs"].push_back({{"path", path}, {"tail", tail_lines(path, log_lines)}});
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", report::trial_detail_json(d, v, log_lines).dump(2).c_str());
     return {};
   }
+  const store::TrialRow& t = d.trial;
+  const auto& metrics = d.metrics;
+  const auto& attempts = d.attempts;
+  const auto& artifacts = d.artifacts;
+  const auto& events = d.events;
+  const auto& logs = d.logs;
 
-  std::printf("trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), l.campaign.name.c_str(), db.c_str());
+  std::printf("trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), v.campaign.name.c_str(), db.c_str());
   std::vector<std::vector<std::string>> info = {
       {"state", store::to_string(t.state)},
       {"attempt", std::to_string(t.attempt)},
       {"group", t.group_id >= 0 ? std::to_string(t.group_id) : "-"},
-      {"created", time_text(t.created_at)},
-      {"started", time_text(t.started_at)},
-      {"finished", time_text(t.finished_at)},
+      {"created", report::time_text(t.created_at)},
+      {"started", report::time_text(t.started_at)},
+      {"finished", report::time_text(t.finished_at)},
       {"seconds", t.finished_at > 0 && t.started_at > 0 ? report::format_number(std::round((t.finished_at - t.started_at) * 10) / 10) : "-"},
-      {l.metric, t.objective ? report::format_number(*t.objective) : "-"}};
-  if (l.front()) info.push_back({"pareto", l.pareto.count(t.id) ? "yes" : "no"});
+      {v.objectives.metric, t.objective ? report::format_number(*t.objective) : "-"}};
+  if (v.front()) info.push_back({"pareto", v.pareto.count(t.id) ? "yes" : "no"});
   if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});
   std::string error = t.error;
   while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
@@ -599,7 +427,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 
   // Metrics by step: one row per (attempt, step), one column per metric; long curves keep their
   // first and last rows.
-  auto by_step = metrics_by_step_json(metrics);
+  auto by_step = report::metrics_by_step_json(metrics);
   if (!by_step.empty()) {
     std::vector<std::string> names;
     for (const auto& r : metrics) {
@@ -639,14 +467,14 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   for (const auto& a : attempts) {
     const double s0 = a.value("started_at", 0.0), s1 = a.value("finished_at", 0.0);
     arow.push_back({std::to_string(a.value("attempt", int64_t{0})), std::to_string(a.value("group_id", int64_t{-1})),
-                    a.value("state", std::string()), time_text(s0), s1 > 0 && s0 > 0 ? report::format_number(std::round((s1 - s0) * 10) / 10) : "-",
-                    a.contains("error") && a["error"].is_string() ? first_line(a["error"].get<std::string>()) : ""});
+                    a.value("state", std::string()), report::time_text(s0), s1 > 0 && s0 > 0 ? report::format_number(std::round((s1 - s0) * 10) / 10) : "-",
+                    a.contains("error") && a["error"].is_string() ? report::first_line(a["error"].get<std::string>()) : ""});
   }
   std::printf("\nAttempts:\n%s", report::format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
 
   std::vector<std::vector<std::string>> erow;
   for (const auto& e : events) {
-    erow.push_back({time_text(e.t), e.kind, e.attempt > 0 ? std::to_string(e.attempt) : "",
+    erow.push_back({report::time_text(e.t), e.kind, e.attempt > 0 ? std::to_string(e.attempt) : "",
                     e.detail.is_null() || e.detail.empty() ? "" : e.detail.dump()});
   }
   if (!erow.empty()) std::printf("\nEvents:\n%s", report::format_table({"time", "event", "attempt", "detail"}, erow).c_str());
@@ -658,7 +486,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   if (!frow.empty()) std::printf("\nArtifacts:\n%s", report::format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
 
   for (const auto& path : logs) {
-    const std::string tail = tail_lines(path, log_lines);
+    const std::string tail = report::tail_lines(path, log_lines);
     std::printf("\n--- %s (last %lld lines) ---\n%s%s", path.c_str(), static_cast<long long>(log_lines), tail.c_str(),
                 tail.empty() ? "(empty)\n" : "\n");
   }
@@ -667,6 +495,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 
 Status cmd_validate(const std::string& path, bool print_json) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(path));
+  warn_if_network_bind("validate", cfg.resources.bind);
   // A budget that never reaches the model is valid, but almost certainly not what was meant.
   if (auto startup = config::model_startup(cfg); startup && !startup->model_used)
     std::fprintf(stderr, "hpctune validate: warning: %s\n", startup->text.c_str());

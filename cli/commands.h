@@ -24,6 +24,7 @@ struct RunArgs {
   std::string db;
   std::optional<int64_t> groups;
   std::optional<uint64_t> seed;
+  std::optional<std::string> bind;  // --bind (checked by main); else resources.bind
   std::string failpoint;  // test-only
   int64_t failpoint_hit = 1;
 };
@@ -32,6 +33,7 @@ struct ResumeArgs {
   std::string db;
   std::optional<int64_t> groups;
   std::optional<int64_t> max_trials;  // a new budget (extends a completed campaign)
+  std::optional<std::string> bind;     // --bind; else the campaign's resources.bind
   std::string failpoint;  // test-only
   int64_t failpoint_hit = 1;
 };
@@ -40,7 +42,7 @@ struct ResumeArgs {
 // which no trial succeeded (every one failed, or search.max_failures stopped it) is kFailed.
 Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
 Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
-// format "table" (for people) or "json" (for scripts: see status_json in report_tables.h).
+// format "table" (for people) or "json" (for scripts: see status_json in report/status.h).
 Status cmd_status(const std::string& db, const std::string& format);
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
 // One trial: parameters, metrics by step, attempts, events, artifacts and the last `log_lines`

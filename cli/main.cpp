@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/endpoint.h"
 #include "config/config.h"
 #include "protocol/transport.h"
 #include "trainers/trainer_factory.h"
@@ -172,6 +173,10 @@ int main(int argc, char** argv) {
       ->type_name("INT");
   auto* seed_opt = run_cmd->add_option("--seed", seed_text, "Campaign seed, 0..2^64-1 (overrides `seed`)")
       ->type_name("INT");
+  std::string bind_help = "The master's address for its trainer groups, tcp://HOST:PORT or ipc://PATH (overrides "
+                          "resources.bind; default tcp://127.0.0.1:*, this machine only)";
+  std::string run_bind;
+  auto* run_bind_opt = run_cmd->add_option("--bind", run_bind, bind_help)->type_name("ADDRESS");
   auto* fp_opt = run_cmd->add_option("--failpoint", run.failpoint, "Test only: SIGKILL the master at a named point")
                      ->group("");
   run_cmd->add_option("--failpoint-hit", run.failpoint_hit, "Test only: on the n-th pass")->group("");
@@ -188,6 +193,8 @@ int main(int argc, char** argv) {
   auto* resume_max_trials_opt = resume_cmd->add_option(
       "--max-trials", resume_max_trials_text,
       "A new budget: more trials than the campaign has so far (extends a completed campaign too)")->type_name("INT");
+  std::string resume_bind;
+  auto* resume_bind_opt = resume_cmd->add_option("--bind", resume_bind, bind_help)->type_name("ADDRESS");
   resume_cmd->add_option("--failpoint", resume_fp, "Test only")->group("");
   resume_cmd->add_option("--failpoint-hit", resume_fp_hit, "Test only")->group("");
 
@@ -276,6 +283,11 @@ int main(int argc, char** argv) {
         if (!v.ok()) return usage(std::move(v).error(), "run");
         run.seed = *v;
       }
+      if (*run_bind_opt) {
+        if (auto problem = hpctune::endpoint_problem(run_bind))
+          return usage(hpctune::err(hpctune::Errc::kUsage, "--bind: " + *problem), "run");
+        run.bind = run_bind;
+      }
       int rc = report(cmd_run(run, g_interrupts, interrupted), "run");
       if (rc == kExitInterrupted) return interrupted_exit_code();
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
@@ -295,6 +307,11 @@ int main(int argc, char** argv) {
         auto n = parse_integer<int64_t>("--max-trials", resume_max_trials_text, 1, std::numeric_limits<int64_t>::max());
         if (!n.ok()) return usage(std::move(n).error(), "resume");
         r.max_trials = *n;
+      }
+      if (*resume_bind_opt) {
+        if (auto problem = hpctune::endpoint_problem(resume_bind))
+          return usage(hpctune::err(hpctune::Errc::kUsage, "--bind: " + *problem), "resume");
+        r.bind = resume_bind;
       }
       int rc = report(cmd_resume(r, g_interrupts, interrupted), "resume");
       if (rc == kExitInterrupted) return interrupted_exit_code();

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <sys/stat.h>
 
+#include "common/endpoint.h"
 #include "common/limits.h"
 #include "common/shell_template.h"
 #include "config/settings.h"
@@ -1189,6 +1190,8 @@ class Builder {
     out.heartbeat_timeout_s = r["heartbeat_timeout"].get<double>();
     out.max_group_restarts = r["max_group_restarts"].get<int64_t>();
     out.startup_timeout_s = r["startup_timeout"].get<double>();
+    out.bind = r["bind"].get<std::string>();
+    if (auto problem = endpoint_problem(out.bind)) return w_.fail(w_.mark_of("resources.bind"), "resources.bind", *problem);
     if (out.ranks_data * out.ranks_model > kMaxRanksPerGroup) {
       const std::string at = w_.given("resources.ranks.model") ? "resources.ranks.model" : "resources.ranks.data";
       return w_.fail(w_.mark_of(at), "resources.ranks",

@@ -48,6 +48,7 @@ struct Resources {
   double heartbeat_timeout_s = 10;
   int64_t max_group_restarts = 3;
   double startup_timeout_s = 60;
+  std::string bind = "tcp://127.0.0.1:*";  // the master's address (common/endpoint.h: the forms)
 };
 
 struct CampaignConfig {

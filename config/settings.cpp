@@ -707,6 +707,15 @@ std::vector<Setting> declarations() {
        .min = 0.1,
        .max = 7 * kDay,
        .aliases = {"start_timeout", "connect_timeout", "launch_timeout"}},
+      {.path = "resources.bind",
+       .type = Type::kString,
+       .help = "The address the master listens on for its trainer groups: tcp://HOST:PORT (HOST an "
+               "address, a host or interface name, [IPv6] or * for every interface; PORT 1..65535 or * "
+               "for a free one) or ipc://PATH. The default is reachable from this machine only. Any other "
+               "address is warned about: the transport neither encrypts nor authenticates yet (each "
+               "worker still proves itself with its launch credential). `hpctune run --bind` overrides it.",
+       .default_value = "tcp://127.0.0.1:*",
+       .aliases = {"listen", "address", "master_address", "endpoint", "bind_address"}},
   };
 }
 #pragma GCC diagnostic pop

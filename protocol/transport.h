@@ -9,7 +9,8 @@
 //    client side, when notify() was called).
 //  - send() never blocks: a peer that is gone or cannot take more is an error value (kPeerGone,
 //    kBusy), never silent loss.
-//  - Frames larger than protocol::kMaxMessageBytes are dropped by the receiving side.
+//  - Frames larger than protocol::kMaxMessageBytes (TransportOptions::max_message_bytes for
+//    ZeroMQ) are dropped by the receiving side.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/limits.h"
 #include "common/result.h"
 
 namespace hpctune::protocol {
@@ -54,9 +56,42 @@ class ClientTransport {
   virtual void notify() = 0;
 };
 
+// The socket options of a ZeroMQ transport, one struct for both ends (each end applies the
+// fields that concern it). The defaults are what the master and the workers use.
+struct TransportOptions {
+  // ZMQ_MAXMSGSIZE: a peer that sends a larger frame is disconnected by ZeroMQ before the frame
+  // reaches the application (so a frame is never allocated past it). Both ends.
+  int64_t max_message_bytes = hpctune::kMaxMessageBytes;
+  // ZMQ_SNDHWM, per peer: frames queued for one peer before send() says kBusy. Both ends.
+  int send_hwm = 10000;
+  // ZMQ_RCVHWM of the master's ROUTER: frames from all workers waiting to be read (past it ZeroMQ
+  // stops reading the sockets, and the workers' own queues fill: back-pressure). The server only;
+  // a worker keeps ZeroMQ's default (1000), the master sends it little.
+  int server_recv_hwm = 100000;
+  // ZMQ_LINGER: how long closing a socket waits for unsent frames. 0: closing never blocks.
+  std::chrono::milliseconds linger{0};
+  // ZMQ_RECONNECT_IVL / _MAX: a worker's reconnection back-off. The client only.
+  std::chrono::milliseconds reconnect_interval{100};
+  std::chrono::milliseconds reconnect_interval_max{5000};
+
+  // Security, none yet: the transport neither encrypts nor authenticates; a worker proves itself
+  // with the per-launch credential in its hello (messages.h). Issue 13 adds here the ZeroMQ
+  // CURVE keys (the server's key pair; a client's own pair and the server's public key) and the
+  // ZAP handler that admits clients by public key, applied by bind_zmq / connect_zmq before the
+  // socket binds or connects, and required for an endpoint that is not loopback
+  // (common/endpoint.h).
+  enum class Security { kNone };
+  Security security = Security::kNone;
+};
+
+// kInvalidArgument when an option is out of range (a size or a high-water mark below 1, a
+// negative time); the message names the option.
+Status check_options(const TransportOptions& options);
+
 // ZeroMQ: `endpoint` to bind, e.g. "tcp://127.0.0.1:*" (an ephemeral port; see endpoint()).
-Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint);
-Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint);
+Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, const TransportOptions& options = {});
+Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint,
+                                                     const TransportOptions& options = {});
 
 // In-process hub: one server, any number of clients, queues under a mutex.
 class InProcHub {

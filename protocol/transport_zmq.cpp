@@ -1,9 +1,11 @@
 // ZeroMQ transports: the master's ROUTER and the group leader's DEALER.
 //
 // The ROUTER sets ZMQ_ROUTER_MANDATORY, so a send to a departed peer fails with EHOSTUNREACH
-// (kPeerGone) instead of vanishing, and ZMQ_MAXMSGSIZE, so an oversized frame disconnects its
-// sender instead of reaching the master. Every socket has linger 0: closing never blocks.
+// (kPeerGone) instead of vanishing. Both ends set ZMQ_MAXMSGSIZE, so an oversized frame
+// disconnects its sender instead of reaching the application; that, the high-water marks, linger
+// (0 by default: closing never blocks) and reconnection come from TransportOptions.
 #include <atomic>
+#include <limits>
 #include <mutex>
 
 #include <zmq.hpp>
@@ -22,13 +24,13 @@ class ZmqServer final : public ServerTransport {
  public:
   ZmqServer() : ctx_(1), socket_(ctx_, zmq::socket_type::router) {}
 
-  Status bind(const std::string& endpoint) {
+  Status bind(const std::string& endpoint, const TransportOptions& o) {
     try {
       socket_.set(zmq::sockopt::router_mandatory, 1);
-      socket_.set(zmq::sockopt::maxmsgsize, protocol::kMaxMessageBytes);
-      socket_.set(zmq::sockopt::linger, 0);
-      socket_.set(zmq::sockopt::sndhwm, 10000);
-      socket_.set(zmq::sockopt::rcvhwm, 100000);
+      socket_.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
+      socket_.set(zmq::sockopt::linger, static_cast<int>(o.linger.count()));
+      socket_.set(zmq::sockopt::sndhwm, o.send_hwm);
+      socket_.set(zmq::sockopt::rcvhwm, o.server_recv_hwm);
       socket_.bind(endpoint);
       endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -85,8 +87,9 @@ class ZmqClient final : public ClientTransport {
  public:
   ZmqClient() : ctx_(1), wake_in_(ctx_, zmq::socket_type::pair), wake_out_(ctx_, zmq::socket_type::pair) {}
 
-  Status connect(const std::string& endpoint) {
+  Status connect(const std::string& endpoint, const TransportOptions& o) {
     endpoint_ = endpoint;
+    options_ = o;
     try {
       static std::atomic<uint64_t> counter{0};
       const std::string wake = "inproc://wake-" + std::to_string(++counter);
@@ -159,11 +162,11 @@ class ZmqClient final : public ClientTransport {
   Status open() {
     try {
       socket_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
-      socket_.set(zmq::sockopt::linger, 0);
-      socket_.set(zmq::sockopt::maxmsgsize, protocol::kMaxMessageBytes);
-      socket_.set(zmq::sockopt::sndhwm, 10000);
-      socket_.set(zmq::sockopt::reconnect_ivl, 100);
-      socket_.set(zmq::sockopt::reconnect_ivl_max, 5000);
+      socket_.set(zmq::sockopt::linger, static_cast<int>(options_.linger.count()));
+      socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+      socket_.set(zmq::sockopt::sndhwm, options_.send_hwm);
+      socket_.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_interval.count()));
+      socket_.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options_.reconnect_interval_max.count()));
       socket_.connect(endpoint_);
     } catch (const zmq::error_t& e) {
       return zmq_error(("cannot connect to " + endpoint_).c_str(), e);
@@ -177,19 +180,37 @@ class ZmqClient final : public ClientTransport {
   zmq::socket_t wake_out_;
   std::mutex wake_mu_;
   std::string endpoint_;
+  TransportOptions options_;  // kept for reconnect()
 };
 
 }  // namespace
 
-Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint) {
+Status check_options(const TransportOptions& o) {
+  auto bad = [](const std::string& what) { return err(Errc::kInvalidArgument, "transport option " + what); };
+  if (o.max_message_bytes < 1) return bad("max_message_bytes must be at least 1");
+  if (o.send_hwm < 1) return bad("send_hwm must be at least 1");
+  if (o.server_recv_hwm < 1) return bad("server_recv_hwm must be at least 1");
+  // ZeroMQ takes these as int milliseconds; -1 (linger forever) is a wait without a deadline.
+  constexpr int64_t kMaxMs = std::numeric_limits<int>::max();
+  if (o.linger.count() < 0 || o.linger.count() > kMaxMs) return bad("linger must be 0.." + std::to_string(kMaxMs) + " ms");
+  if (o.reconnect_interval.count() < 1 || o.reconnect_interval.count() > kMaxMs)
+    return bad("reconnect_interval must be 1.." + std::to_string(kMaxMs) + " ms");
+  if (o.reconnect_interval_max < o.reconnect_interval || o.reconnect_interval_max.count() > kMaxMs)
+    return bad("reconnect_interval_max must be reconnect_interval.." + std::to_string(kMaxMs) + " ms");
+  return {};
+}
+
+Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, const TransportOptions& options) {
+  HPCTUNE_TRY(check_options(options));
   auto server = std::make_unique<ZmqServer>();
-  HPCTUNE_TRY(server->bind(endpoint));
+  HPCTUNE_TRY(server->bind(endpoint, options));
   return std::unique_ptr<ServerTransport>(std::move(server));
 }
 
-Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint) {
+Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint, const TransportOptions& options) {
+  HPCTUNE_TRY(check_options(options));
   auto client = std::make_unique<ZmqClient>();
-  HPCTUNE_TRY(client->connect(endpoint));
+  HPCTUNE_TRY(client->connect(endpoint, options));
   return std::unique_ptr<ClientTransport>(std::move(client));
 }
 

@@ -204,7 +204,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
   HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(cfg.stopper_spec()));
 
-  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(options.bind));
+  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server,
+                 protocol::bind_zmq(options.bind.value_or(cfg.resources.bind), options.transport));
 
   // The trial directory holds the groups' logs, the trials' parameters, checkpoints and output:
   // with storage_access owner (the default) it is 0700, so nothing below it is reachable by other

@@ -22,6 +22,7 @@
 
 #include "common/result.h"
 #include "config/config.h"
+#include "protocol/transport.h"
 #include "scheduler/scheduler.h"
 #include "store/store.h"
 
@@ -35,7 +36,10 @@ struct MasterOptions {
   // `resume --max-trials`: a new budget, larger than the trials recorded (kUsage otherwise); also
   // extends a completed campaign, and is kept in the store for later resumes.
   std::optional<int64_t> max_trials;
-  std::string bind = "tcp://127.0.0.1:*";
+  // The address to listen on: --bind, else the config's resources.bind (checked by the caller,
+  // common/endpoint.h); and the sockets' options (transport.h: where issue 13's CURVE keys go).
+  std::optional<std::string> bind;
+  protocol::TransportOptions transport;
   std::string worker_program;                     // default: this executable
   const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
   std::function<void(const std::string&)> log;    // one line per event worth telling

@@ -1,10 +1,12 @@
-// What a new user meets in the CLI (issue 9, items 19-22, 25, 28-30): the progress line fits the
-// terminal; bad numbers and database paths are refused; a campaign without a success exits 1 and
-// stops early (search.max_failures); trials are `running` and timed from their start; a finished
-// campaign is extended with `resume --max-trials`; `hpctune trial`; every objective in the tables;
-// SIGTERM exits 143; `export` infers its format; `validate` counts only searched parameters; and
-// (issue 10) `status --format json` of finished, running, interrupted and multi-objective campaigns.
-// Campaigns run through the `hpctune` binary with small shell-script trainers.
+// What a new user meets in the CLI (issue 9, items 19-22, 25, 28-30; the views themselves, such
+// as the progress line that fits the terminal, are tested in test_report): bad numbers and
+// database paths are refused; a campaign without a success exits 1 and stops early
+// (search.max_failures); trials are `running` and timed from their start; a finished campaign is
+// extended with `resume --max-trials`; `hpctune trial`; every objective in the tables; SIGTERM
+// exits 143; `export` infers its format; `validate` counts only searched parameters; (issue 10)
+// `status --format json` of finished, running, interrupted and multi-objective campaigns, and
+// `--bind` / resources.bind. Campaigns run through the `hpctune` binary with small shell-script
+// trainers.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -17,7 +19,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "report/report_tables.h"
 #include "tests/campaign_fixture.h"
 
 using namespace hpctune;
@@ -57,67 +58,6 @@ std::string run_log(const TempDir& dir, const std::vector<std::string>& args, co
 }
 
 }  // namespace
-
-// --- item 20: the progress line ------------------------------------------------------------------
-
-TEST_CASE("the progress line is never wider than the terminal, and drops the least important fields first") {
-  scheduler::Progress p;
-  p.done = 123456;
-  p.pruned = 2345;
-  p.failed = 3456;
-  p.running = 4096;
-  p.queued = 8192;
-  p.max_trials = 1000000;
-  p.best = 0.987654321;
-  p.best_trial = 99999;
-  for (int width : {1, 10, 40, 60, 80, 100, 200}) {
-    const std::string line = report::progress_line(p, 3725.0, width);
-    CHECK_MESSAGE(report::display_width(line) <= static_cast<size_t>(width), width << ": " << line);
-    CHECK(contains(line, "[") );  // the count goes last
-  }
-  const std::string wide = report::progress_line(p, 3725.0, 200);
-  for (const char* field : {"done 123456", "pruned 2345", "failed 3456", "running 4096", "queued 8192", "best 0.9877",
-                            "1:02:05", "ETA", "█"}) {
-    CHECK_MESSAGE(contains(wide, field), field << " missing from " << wide);
-  }
-  // At 80 columns the bar (least important) goes before the counts; the line is not cut mid-field.
-  const std::string narrow = report::progress_line(p, 3725.0, 80);
-  CHECK_FALSE(contains(narrow, "█"));
-  CHECK(contains(narrow, "done 123456"));
-  CHECK(contains(narrow, "failed 3456"));
-  CHECK(contains(narrow, "running 4096"));
-  const std::string w60 = report::progress_line(p, 3725.0, 60);
-  CHECK(contains(w60, "[ 129257/1000000]"));
-  CHECK(contains(w60, "done 123456"));
-  const std::string w40 = report::progress_line(p, 3725.0, 40);
-  CHECK(w40.rfind("[ 129257/1000000] done 123456", 0) == 0);
-  // 0: not a terminal, no limit.
-  CHECK(report::progress_line(p, 3725.0, 0) == report::progress_line(p, 3725.0, 100000));
-}
-
-TEST_CASE("JSON times: 0 (not yet) is null; seconds count from the start to the end") {
-  store::TrialRow t;
-  t.id = 1;
-  t.created_at = 100.0;
-  auto j = report::trials_json({t})[0];
-  CHECK(j["started_at"].is_null());
-  CHECK(j["finished_at"].is_null());
-  CHECK(j["seconds"].is_null());
-  t.started_at = 101.0;
-  t.finished_at = 103.5;
-  j = report::trials_json({t})[0];
-  CHECK(j["started_at"].get<double>() == 101.0);
-  CHECK(j["seconds"].get<double>() == doctest::Approx(2.5));
-}
-
-TEST_CASE("CSV times: 0 (not yet) is an empty cell, others every digit") {
-  store::TrialRow t;
-  t.id = 1;
-  t.created_at = 100.0;
-  t.started_at = 1700000000.123456789;
-  const std::string csv = report::trials_csv({t}, nullptr);
-  CHECK(contains(csv, "\n1,0,queued,1,-1,,0,1700000000.1234567,,"));
-}
 
 // --- item 19: numbers and paths on the command line -------------------------------------------------
 
@@ -543,6 +483,69 @@ TEST_CASE("status --format json: a campaign whose master died is running; after 
 }
 
 // --- item 30: rough edges ----------------------------------------------------------------------------
+
+// --- issue 10: the master's bind address --------------------------------------------------------------
+
+TEST_CASE("--bind and resources.bind: the master listens there and the workers still connect; a network address is warned about") {
+  TempDir dir;
+  int code = 0;
+  const std::string cfg = dir.write("c.yaml", sleep_config("bind", 2, 0.01, 1, 2));
+  // Every interface: the run works, and says that the transport does not protect the traffic.
+  std::string out = run_log(dir, {"run", cfg, "--db", dir.file("any.db"), "--bind", "tcp://0.0.0.0:*"}, "any.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "master at tcp://0.0.0.0:"), out);
+  CHECK(contains(out, "hpctune run: warning: the master listens on tcp://0.0.0.0:*, reachable from other machines"));
+  CHECK(contains(out, "neither encrypted nor authenticated"));
+  auto trials = read_trials(dir.file("any.db"));
+  CHECK(trials.size() == 2);
+  for (const auto& t : trials) CHECK(t.state == store::TrialState::kDone);
+
+  // The default: loopback, no warning.
+  out = run_log(dir, {"run", cfg, "--db", dir.file("lo.db")}, "lo.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "master at tcp://127.0.0.1:"));
+  CHECK_FALSE(contains(out, "warning: the master listens"));
+
+  // resources.bind in the config: a Unix socket; then resume --bind moves the master to loopback TCP.
+  std::string text = sleep_config("bind-ipc", 2, 0.01, 1, 2);
+  const std::string sock = "ipc://" + dir.file("master.sock");
+  text.replace(text.find("resources: {"), 12, "resources: {bind: \"" + sock + "\", ");
+  const std::string ipc_cfg = dir.write("ipc.yaml", text);
+  out = run_log(dir, {"run", ipc_cfg, "--db", dir.file("ipc.db")}, "ipc.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "master at " + sock), out);
+  CHECK_FALSE(contains(out, "warning: the master listens"));
+  out = run_log(dir, {"resume", dir.file("ipc.db"), "--max-trials", "4", "--bind", "tcp://127.0.0.1:*"}, "r.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "master at tcp://127.0.0.1:"));
+  CHECK(read_trials(dir.file("ipc.db")).size() == 4);
+
+  // A bad address is a usage error before anything runs.
+  out = run_log(dir, {"run", cfg, "--db", dir.file("x.db"), "--bind", "tcp://127.0.0.1:0"}, "bad.log", &code);
+  CHECK(code == 2);
+  CHECK_MESSAGE(contains(out, "--bind: port '0' is not 1..65535 or *"), out);
+  CHECK_FALSE(std::filesystem::exists(dir.file("x.db")));
+  out = run_log(dir, {"resume", dir.file("ipc.db"), "--bind", "inproc://x"}, "rbad.log", &code);
+  CHECK(code == 2);
+  CHECK(contains(out, "--bind: transport 'inproc' cannot reach the workers"));
+  // validate warns too.
+  const std::string open_cfg = dir.write("open.yaml", sleep_config("open", 1, 0.01, 1, 1));
+  std::string open_text = read_file(open_cfg);
+  open_text.replace(open_text.find("resources: {"), 12, "resources: {bind: \"tcp://*:*\", ");
+  dir.write("open.yaml", open_text);
+  out = run_log(dir, {"validate", open_cfg}, "v.log", &code);
+  CHECK(code == 0);
+  CHECK(contains(out, "hpctune validate: warning: the master listens on tcp://*:*"));
+  // A resume listens where the campaign's stored config says, and warns the same way.
+  out = run_log(dir, {"run", open_cfg, "--db", dir.file("open.db")}, "open.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "hpctune run: warning: the master listens on tcp://*:*"));
+  out = run_log(dir, {"resume", dir.file("open.db"), "--max-trials", "2"}, "ropen.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "hpctune resume: warning: the master listens on tcp://*:*"));
+  CHECK(contains(out, "master at tcp://0.0.0.0:"));
+  CHECK(read_trials(dir.file("open.db")).size() == 2);
+}
 
 TEST_CASE("SIGTERM exits 143 (Ctrl-C stays 130)") {
   TempDir dir;

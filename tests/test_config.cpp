@@ -823,3 +823,27 @@ TEST_CASE("a trial's assign must fit in a message: the largest value is named (i
   // Well under the limit: fine.
   parse_ok(head + "{v0: " + std::string(100000, 'x') + "}}\n");
 }
+
+TEST_CASE("resources.bind: the master's address, loopback by default; a bad one is located (issue 10)") {
+  const std::string head = "name: b\nobjective: {metric: loss}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep}\n";
+  const auto d = parse_ok(head);
+  CHECK(d.resources.bind == "tcp://127.0.0.1:*");
+  CHECK(d.resources.bind == config::Resources{}.bind);
+  CHECK(d.normalized["resources"]["bind"] == "tcp://127.0.0.1:*");
+  for (const std::string good : {"tcp://*:5555", "tcp://0.0.0.0:*", "tcp://[::1]:7000", "ipc:///tmp/hpctune-b.sock",
+                                 "tcp://eth0:*"}) {
+    const auto c = parse_ok(head + "resources:\n  bind: \"" + good + "\"\n");
+    CHECK(c.resources.bind == good);
+    CHECK(c.normalized["resources"]["bind"] == good);
+  }
+  CHECK(parse_error(head + "resources:\n  groups: 2\n  bind: tcp://127.0.0.1:0\n") ==
+        "test.yaml:7:3: resources.bind: port '0' is not 1..65535 or *");
+  CHECK(parse_error(head + "resources:\n  bind: \"inproc://master\"\n") ==
+        "test.yaml:6:3: resources.bind: transport 'inproc' cannot reach the workers; expected tcp://HOST:PORT "
+        "(PORT 1..65535 or * for a free one) or ipc://PATH");
+  CHECK(parse_error(head + "resources: {bind: \"127.0.0.1:5555\"}\n").find(
+            "test.yaml:5:13: resources.bind: '127.0.0.1:5555' has no transport") == 0);
+  CHECK(parse_error(head + "resources:\n  bind: 5555\n").find("test.yaml:6:3: resources.bind: '5555' has no transport") == 0);
+  // The aliases people type lead to it.
+  CHECK(parse_error(head + "resources:\n  listen: tcp://*:1\n").find("did you mean 'bind'?") != std::string::npos);
+}

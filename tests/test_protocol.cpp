@@ -1,11 +1,16 @@
-// Protocol: every message round-trips; malformed frames are errors naming the field.
+// Protocol: every message round-trips; malformed frames are errors naming the field. The ZeroMQ
+// transport applies its TransportOptions on real sockets (loopback); bind addresses are checked
+// (common/endpoint.h).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 
+#include "common/endpoint.h"
 #include "protocol/messages.h"
+#include "protocol/transport.h"
 
 using namespace hpctune;
 using namespace hpctune::protocol;
@@ -146,7 +151,7 @@ TEST_CASE("garbage and malformed frames are protocol errors") {
     CHECK(r.error().message() == "assign.params: not an object");
   }
   SUBCASE("oversized frame") {
-    std::string big(static_cast<size_t>(kMaxMessageBytes) + 1, 'x');
+    std::string big(static_cast<size_t>(protocol::kMaxMessageBytes) + 1, 'x');
     auto r = decode(big);
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code() == Errc::kProtocol);
@@ -316,5 +321,144 @@ TEST_CASE("the fuzz seed corpus holds the current encoding of every message") {
     std::ifstream in(path, std::ios::binary);
     const std::string stored((std::istreambuf_iterator<char>(in)), {});
     CHECK_MESSAGE(stored == bytes, path << " is missing or stale: HPCTUNE_UPDATE_CORPUS=1 ./build/tests/test_protocol");
+  }
+}
+
+// --- the ZeroMQ transport's options ---------------------------------------------------------------
+
+namespace {
+
+// The first frame the server receives within `wait`, or "" when none came.
+std::string first_frame(ServerTransport& server, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto got = server.recv(std::chrono::milliseconds(20));
+    REQUIRE(got.ok());
+    if (*got) return (*got)->bytes;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("ZeroMQ: max_message_bytes is enforced by the socket; the default takes a larger frame") {
+  using namespace std::chrono_literals;
+  TransportOptions small;
+  small.max_message_bytes = 1000;
+  auto server = bind_zmq("tcp://127.0.0.1:*", small);
+  REQUIRE(server.ok());
+  CHECK((*server)->endpoint().rfind("tcp://127.0.0.1:", 0) == 0);
+  {
+    // A frame over the server's limit: ZeroMQ disconnects the sender; the server sees nothing.
+    auto big = connect_zmq((*server)->endpoint());
+    REQUIRE(big.ok());
+    REQUIRE((*big)->send(std::string(1500, 'x')).ok());
+    CHECK(first_frame(**server, 300ms).empty());
+  }
+  {
+    // One under it arrives.
+    auto fits = connect_zmq((*server)->endpoint());
+    REQUIRE(fits.ok());
+    REQUIRE((*fits)->send(std::string(900, 'y')).ok());
+    CHECK(first_frame(**server, 3s) == std::string(900, 'y'));
+  }
+  // With the default options (protocol::kMaxMessageBytes), the 1500-byte frame is taken.
+  auto roomy = bind_zmq("tcp://127.0.0.1:*");
+  REQUIRE(roomy.ok());
+  auto client = connect_zmq((*roomy)->endpoint());
+  REQUIRE(client.ok());
+  REQUIRE((*client)->send(std::string(1500, 'x')).ok());
+  CHECK(first_frame(**roomy, 3s).size() == 1500);
+  // The client's limit applies to what the master sends it.
+  TransportOptions tiny;
+  tiny.max_message_bytes = 100;
+  auto capped = connect_zmq((*roomy)->endpoint(), tiny);
+  REQUIRE(capped.ok());
+  REQUIRE((*capped)->send("hello").ok());
+  std::string peer;
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (peer.empty() && std::chrono::steady_clock::now() < deadline) {
+    auto got = (*roomy)->recv(20ms);
+    REQUIRE(got.ok());
+    if (*got && (*got)->bytes == "hello") peer = (*got)->peer;
+  }
+  REQUIRE(!peer.empty());
+  REQUIRE((*roomy)->send(peer, std::string(200, 'z')).ok());
+  auto got = (*capped)->recv(300ms);
+  REQUIRE(got.ok());
+  CHECK_FALSE(got->has_value());
+}
+
+TEST_CASE("ZeroMQ: send_hwm bounds a peer's queue (kBusy, never silent loss); bad options are refused") {
+  using namespace std::chrono_literals;
+  // Nobody listens at this address: the client's frames wait in its queue, up to the mark.
+  TransportOptions o;
+  o.send_hwm = 5;
+  auto client = connect_zmq("tcp://127.0.0.1:1", o);
+  REQUIRE(client.ok());
+  int sent = 0;
+  for (int i = 0; i < 100; ++i) {
+    auto s = (*client)->send("frame");
+    if (!s.ok()) {
+      CHECK(s.error().code() == Errc::kBusy);
+      break;
+    }
+    ++sent;
+  }
+  // ZeroMQ queues up to the mark (a pipe is created per connection attempt: none yet, or one).
+  CHECK(sent <= 5);
+  CHECK(sent < 100);
+
+  TransportOptions bad;
+  bad.max_message_bytes = 0;
+  auto refused = bind_zmq("tcp://127.0.0.1:*", bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code() == Errc::kInvalidArgument);
+  CHECK(refused.error().message().find("max_message_bytes") != std::string::npos);
+  bad = {};
+  bad.send_hwm = 0;
+  CHECK_FALSE(connect_zmq("tcp://127.0.0.1:1", bad).ok());
+  bad = {};
+  bad.linger = -1ms;  // linger forever: a close without a deadline
+  CHECK_FALSE(bind_zmq("tcp://127.0.0.1:*", bad).ok());
+  bad = {};
+  bad.reconnect_interval_max = 10ms;  // below reconnect_interval (100 ms)
+  CHECK_FALSE(connect_zmq("tcp://127.0.0.1:1", bad).ok());
+}
+
+TEST_CASE("bind addresses: the accepted forms, the refused ones with a reason, and which are loopback") {
+  for (const char* good : {"tcp://127.0.0.1:*", "tcp://127.0.0.1:5555", "tcp://*:*", "tcp://0.0.0.0:65535",
+                           "tcp://eth0:*", "tcp://node-7.cluster:4000", "tcp://[::1]:*", "tcp://[fe80::1]:99",
+                           "ipc:///tmp/hpctune.sock"}) {
+    CHECK_MESSAGE(!endpoint_problem(good), good << ": " << endpoint_problem(good).value_or(""));
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"", "has no transport"},
+      {"127.0.0.1:5555", "has no transport"},
+      {"inproc://x", "transport 'inproc' cannot reach the workers"},
+      {"udp://127.0.0.1:1", "transport 'udp'"},
+      {"tcp://127.0.0.1", "has no port"},
+      {"tcp://127.0.0.1:0", "port '0' is not 1..65535 or *"},
+      {"tcp://127.0.0.1:65536", "port '65536'"},
+      {"tcp://127.0.0.1:http", "port 'http'"},
+      {"tcp://:5555", "'' is not a host"},
+      {"tcp://a b:5555", "'a b' is not a host"},
+      {"tcp://[zz]:1", "'[zz]' is not a host"},
+      {"ipc://", "has no path"},
+  };
+  for (const auto& [text, why] : bad) {
+    const auto problem = endpoint_problem(text);
+    REQUIRE_MESSAGE(problem, text);
+    CHECK_MESSAGE(problem->find(why) != std::string::npos, text << ": " << *problem);
+  }
+  CHECK(endpoint_problem("ipc://" + std::string(kMaxIpcPathBytes + 1, 'p'))->find("more than a Unix socket") !=
+        std::string::npos);
+  for (const char* local : {"tcp://127.0.0.1:*", "tcp://127.1.2.3:80", "tcp://localhost:1", "tcp://[::1]:*",
+                            "ipc:///tmp/s"}) {
+    CHECK_MESSAGE(loopback_endpoint(local), local);
+  }
+  for (const char* network : {"tcp://*:*", "tcp://0.0.0.0:1", "tcp://10.0.0.5:*", "tcp://eth0:*",
+                              "tcp://127.example.org:1", "tcp://[fe80::1]:1"}) {
+    CHECK_MESSAGE(!loopback_endpoint(network), network);
   }
 }

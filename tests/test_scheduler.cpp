@@ -275,6 +275,75 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
   CHECK(Clock::now() - started < 3s);
 }
 
+// A trainer that returns its result at once but whose destructor never returns (a child process
+// that will not die, a file system that hangs on close): the worker joins its trial thread only
+// after the destructor, and that join has the same deadline as a stop.
+class StuckInCleanupTrainer final : public trainers::Trainer {
+ public:
+  ~StuckInCleanupTrainer() override {
+    for (;;) std::this_thread::sleep_for(10ms);
+  }
+  std::string kind() const override { return "stuck-cleanup"; }
+  Result<trainers::TrialResult> run(const trainers::TrialContext&) override {
+    return trainers::TrialResult{1, false, {{"score", 1.0}}, {}};
+  }
+};
+
+TEST_CASE("a worker whose trainer hangs after its result exits within stop_grace, and the result is recorded") {
+  const auto started = Clock::now();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int report[2];
+  REQUIRE(pipe(report) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child: a master with one worker; the pipe says when the master recorded the result.
+    close(report[0]);
+    try {
+      Harness h(1, 3, 5000ms);
+      auto client = std::shared_ptr<protocol::ClientTransport>(h.hub.connect());
+      const std::string secret = h.credential(0);
+      std::thread([&h, client, secret] {
+        worker::WorkerOptions o;
+        o.group = 0;
+        o.secret = secret;
+        o.terminate = &h.terminate;
+        o.stop_grace = 500ms;  // time enough for the master to record the result first
+        o.log = [](const std::string&) {};
+        o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
+          return std::unique_ptr<trainers::Trainer>(new StuckInCleanupTrainer());
+        };
+        (void)worker::run_worker(*client, o);
+      }).detach();
+      h.pump(3s, [&h] { return !h.trials().empty() && h.trials()[0].state == TrialState::kDone; });
+      const char done = !h.trials().empty() && h.trials()[0].state == TrialState::kDone ? 'd' : 'x';
+      (void)!write(report[1], &done, 1);
+      std::this_thread::sleep_for(15s);  // the worker thread ends the process before this
+    } catch (...) {
+    }
+    _exit(98);
+  }
+  close(report[1]);
+  int status = 0;
+  pid_t ended = 0;
+  while ((ended = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() - started < 5s) std::this_thread::sleep_for(5ms);
+  if (ended == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  char done = 0;
+  const bool said = read(report[0], &done, 1) == 1;
+  close(report[0]);
+  REQUIRE_MESSAGE(ended != 0, "the worker process did not end within 5 s");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == worker::kTrialStuckExitCode);
+  // The result was sent before the join: the master recorded the trial as done.
+  CHECK(said);
+  CHECK(done == 'd');
+  CHECK(Clock::now() - started < 3s);
+}
+
 TEST_CASE("a silent worker's trial is queued again as attempt 2 and its late result is ignored") {
   Harness h(1, 3, 300ms);
   FakeWorker fake(h.hub);

@@ -26,8 +26,13 @@ class RunningTrial {
  public:
   RunningTrial(protocol::Assign assign, const WorkerOptions& options, protocol::ClientTransport& transport)
       : assign_(std::move(assign)), transport_(transport) {
-    thread_ = std::thread([this, &options] { body(options); });
+    thread_ = std::thread([this, &options] {
+      body(options);
+      exited_.store(true);  // after the trainer's destructor, which runs once its result is pushed
+    });
   }
+  // Joins the thread: the owner makes sure first (WorkerLoop::end_trial_or_exit) that it has
+  // exited or will exit at once, so that this join has the owner's deadline.
   ~RunningTrial() {
     request_stop();
     if (thread_.joinable()) thread_.join();
@@ -43,6 +48,9 @@ class RunningTrial {
     room_.notify_all();
   }
   bool finished() const { return finished_.load(); }
+  // The thread function has returned: a join returns at once. Later than finished(): a trainer's
+  // destructor (a child process reaped, files closed) runs after its result was pushed.
+  bool exited() const { return exited_.load(); }
 
   // Messages produced since the last call (reports, then done/failed last). `final` is set when
   // the result is among them: nothing can follow it.
@@ -144,6 +152,7 @@ class RunningTrial {
   protocol::ClientTransport& transport_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> exited_{false};
   std::mutex mu_;
   std::condition_variable room_;
   std::deque<protocol::Message> outbox_;
@@ -274,7 +283,7 @@ class WorkerLoop {
       end_trial_or_exit();
       bool final = false;
       for (auto& m : trial_->take(final)) unsent_.push_back(std::move(m));
-      trial_.reset();  // joins a thread that has ended
+      trial_.reset();  // joins a thread that has exited
     }
     // One last try (linger is 0: what the queue does not take now is gone with the socket).
     const auto deadline = Clock::now() + std::min(hb_timeout_, milliseconds(2000));
@@ -287,18 +296,32 @@ class WorkerLoop {
     blocked_since_.reset();
   }
 
-  // Asks the trial to stop and waits for it up to stop_grace. A trial thread still running then
-  // can be neither joined (this loop would hang with it) nor detached (it uses this loop's
-  // transport and services): the process ends here, saying why; the launcher restarts the group.
+  // Asks the trial to stop and waits up to stop_grace for its thread to exit, so that the join
+  // that follows (trial_.reset()) returns at once. A trial thread still running then can be
+  // neither joined (this loop would hang with it) nor detached (it uses this loop's transport and
+  // services): the process ends here, saying why; the launcher restarts the group. The thread has
+  // exited only when the trainer's destructor has returned too, not merely its result pushed.
   void end_trial_or_exit() {
+    const bool had_result = trial_->finished();
     trial_->request_stop();
-    const auto deadline = Clock::now() + opt_.stop_grace;
-    while (!trial_->finished() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
-    if (trial_->finished()) return;
+    const auto asked = Clock::now();
+    const auto deadline = asked + opt_.stop_grace;
+    // A finished trial's thread exits within microseconds: yield first (no sleep on the path of
+    // every trial), then poll.
+    while (!trial_->exited() && Clock::now() < deadline) {
+      if (Clock::now() - asked < milliseconds(2)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+    }
+    if (trial_->exited()) return;
     const std::string why = "trial " + std::to_string(trial_->trial_id()) + " (attempt " +
-                            std::to_string(trial_->attempt()) + ") did not stop within " +
-                            std::to_string(opt_.stop_grace.count()) + " ms of being asked to; exiting (status " +
-                            std::to_string(kTrialStuckExitCode) + ")";
+                            std::to_string(trial_->attempt()) + ") " +
+                            (had_result ? "sent its result but its trainer did not finish cleaning up"
+                                        : "did not stop") +
+                            " within " + std::to_string(opt_.stop_grace.count()) +
+                            " ms of being asked to; exiting (status " + std::to_string(kTrialStuckExitCode) + ")";
     if (opt_.log) {
       opt_.log(why);
     } else {
@@ -381,13 +404,19 @@ class WorkerLoop {
 
   // Moves what the trial produced behind the unsent messages and sends as much as goes. The
   // trial's outbox is taken only when little is unsent, so that both stay bounded.
+  // A trial whose result is among them is then joined, within stop_grace (after the result is
+  // on its way: a trainer stuck cleaning up does not cost the master the result).
   Status flush_trial() {
+    bool final = false;
     if (trial_ && unsent_.size() < RunningTrial::kMaxOutbox) {
-      bool final = false;
       for (auto& m : trial_->take(final)) unsent_.push_back(std::move(m));
-      if (final) trial_.reset();
     }
-    return send_unsent();
+    Status sent = send_unsent();
+    if (final) {
+      end_trial_or_exit();
+      trial_.reset();
+    }
+    return sent;
   }
 
   protocol::ClientTransport& t_;

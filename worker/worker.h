@@ -17,8 +17,8 @@
 // master queues it again when it comes back) and says hello again with exponential back-off
 // (reconnect_initial doubling up to reconnect_max), giving up after give_up without a master.
 //
-// Every join has a deadline: a trial asked to stop must end within stop_grace. A trial thread that
-// does not cannot be joined (the loop would hang) nor detached (it uses the loop's transport and
+// Every join has a deadline: a trial asked to stop (or one that sent its result) must end within
+// stop_grace, its trainer's destructor included. A trial thread that does not cannot be joined (the loop would hang) nor detached (it uses the loop's transport and
 // services), so the process logs why and _exits with kTrialStuckExitCode; its launcher sees the
 // group exit and starts it again, and the master queues the trial again.
 #pragma once

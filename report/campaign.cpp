@@ -1,0 +1,30 @@
+// Opening a campaign read-only for the views (campaign.h).
+#include "report/campaign.h"
+
+#include "config/config.h"
+
+namespace hpctune::report {
+
+Result<CampaignView> open_campaign(const std::string& db) {
+  CampaignView v;
+  v.db_path = db;
+  HPCTUNE_ASSIGN(v.store, store::Store::open_readonly(db));
+  HPCTUNE_ASSIGN(auto campaign, v.store->load_campaign());
+  if (!campaign) return err(Errc::kNotFound, db + " holds no campaign");
+  v.campaign = std::move(*campaign);
+  HPCTUNE_ASSIGN(v.trials, v.store->trials(v.campaign.id));
+  v.objectives = objectives_of(v.campaign.config_json);
+  v.pareto = recorded_pareto_front(v.campaign);
+  return v;
+}
+
+std::string campaign_bind(const store::CampaignRow& campaign) {
+  const auto& cj = campaign.config_json;
+  if (cj.is_object() && cj.contains("resources") && cj["resources"].is_object() &&
+      cj["resources"].contains("bind") && cj["resources"]["bind"].is_string()) {
+    return cj["resources"]["bind"].get<std::string>();
+  }
+  return config::Resources{}.bind;
+}
+
+}  // namespace hpctune::report

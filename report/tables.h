@@ -1,0 +1,31 @@
+// The trials and the Pareto front as text: aligned tables for people, CSV for spreadsheets.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "report/format.h"
+#include "store/store.h"
+
+namespace hpctune::report {
+
+// One row per trial: id, state, attempt, objective, each parameter, seconds (from the start of
+// the current attempt to its end). With a front, a `pareto` column marks its members with '*'.
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::string& metric,
+                         const std::set<int64_t>* pareto = nullptr);
+// With several objectives: a column for each (the first is the trial's objective, the others are
+// read from its metrics).
+std::string trials_table(const std::vector<store::TrialRow>& trials, const std::vector<std::string>& objectives,
+                         const std::set<int64_t>* pareto = nullptr);
+
+// Every number at full precision (the shortest text that reads back as the same double); times
+// empty while unset. With a front, a `pareto` column (1 or 0).
+std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
+
+// The front's trials: id, each of `metrics` (the objectives), each parameter; in id order.
+std::string pareto_table(const std::vector<store::TrialRow>& trials, const std::set<int64_t>& front,
+                         const std::vector<std::string>& metrics);
+
+}  // namespace hpctune::report

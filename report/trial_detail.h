@@ -1,0 +1,43 @@
+// One trial in full, for `hpctune trial`: its row, its metrics at every step, its attempts,
+// events and artifacts, and its log files (with their last lines).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "store/store.h"
+
+namespace hpctune::report {
+
+struct CampaignView;
+
+struct TrialDetail {
+  store::TrialRow trial;
+  std::vector<store::MetricRow> metrics;    // by attempt, step, name
+  std::vector<nlohmann::json> attempts;     // Store::attempts: {attempt, group_id, state, started_at, ...}
+  std::vector<store::ArtifactRow> artifacts;
+  std::vector<store::EventRow> events;      // this trial's, in time order
+  std::vector<std::string> logs;            // trial_logs()
+};
+
+// Reads trial `trial_id` of the view's campaign. kNotFound naming the campaign and its trials'
+// range when it has no such trial.
+Result<TrialDetail> load_trial(CampaignView& view, int64_t trial_id);
+
+// `hpctune trial --format json`: trials_json's object plus metrics_by_step, attempts, events,
+// artifacts and logs [{path, tail}] with the last `log_lines` lines of each.
+nlohmann::json trial_detail_json(const TrialDetail& detail, const CampaignView& view, int64_t log_lines);
+
+// The trial's logs: the log artifacts it recorded, and the files a command trainer writes in its
+// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none.
+std::vector<std::string> trial_logs(const std::string& db, int64_t trial_id,
+                                    const std::vector<store::ArtifactRow>& artifacts);
+
+// The last `lines` lines of a file ("" if it cannot be read), reading at most its last 256 KB.
+std::string tail_lines(const std::string& path, int64_t lines);
+
+}  // namespace hpctune::report

@@ -1,0 +1,40 @@
+// Trials as JSON, for scripts: the list (`trials --format json`), events, curves by step, and the
+// whole campaign (`export --format json`). Times are seconds since the epoch, null when not yet.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "store/store.h"
+
+namespace hpctune::report {
+
+struct CampaignView;
+
+// A time in seconds since the epoch for JSON: null when it is 0 ("not yet").
+nlohmann::json time_or_null(double t);
+// Seconds from the start of the trial's current attempt to its end; 0 while either is unset.
+double trial_seconds(const store::TrialRow& trial);
+
+// One object per trial: trial, seq, state, attempt, group, params, metrics, step, created_at,
+// started_at, finished_at, generation, seconds, objective, and error / parent_trial when set.
+// With a front, a "pareto" member (true or false).
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
+
+// {t, kind, detail} and trial / attempt / group when the event has them.
+nlohmann::json event_json(const store::EventRow& event);
+
+// The reports, one entry per (attempt, step): [{attempt, step, t, metrics: {name: value}}]; a
+// value that is not finite is null. `rows` as Store::metrics returns them (by attempt, step, name).
+nlohmann::json metrics_by_step_json(const std::vector<store::MetricRow>& rows);
+
+// Everything the campaign recorded, for `export --format json`: {campaign: {name, state, seed,
+// config, created_at, finished_at}, trials: [trials_json + metrics_by_step + events], events:
+// [the campaign's own], and pareto_front with several objectives}.
+Result<nlohmann::json> export_json(CampaignView& view);
+
+}  // namespace hpctune::report
