@@ -49,11 +49,14 @@ struct Shape {
   bool operator==(const Shape&) const = default;
 };
 
-// A contiguous range of the parameter vector. Weights decay; biases do not.
+// A contiguous range of the parameter vector. Weights decay; biases do not. The optimizer leaves
+// a frozen block alone: no update and no change to its momentum or moment buffers
+// (Network::freeze()).
 struct ParamBlock {
   size_t offset = 0;
   size_t size = 0;
   bool decay = false;
+  bool frozen = false;
 };
 
 // Sums over a batch: summed (not mean) loss, so that shards and micro-batches combine exactly.
@@ -102,11 +105,17 @@ class Layer {
  public:
   virtual ~Layer() = default;
   virtual std::string describe() const = 0;  // "conv 5x5 32 same relu", for logs and benches
+  // The first word of describe(): "dense", "conv", "maxpool" or "dropout".
+  std::string kind() const;
   virtual Shape input_shape() const = 0;
   virtual Shape output_shape() const = 0;
   virtual size_t num_params() const { return 0; }
   // Parameter blocks relative to this layer's first parameter.
   virtual std::vector<ParamBlock> param_blocks() const { return {}; }
+  // The logical shape of each parameter block, in the same order (dense: W {in, units}, b {units};
+  // conv: W {filters, C, k, k}, b {filters}); the product of each is its block's size. Checkpoint
+  // manifests (checkpoint.h) compare layers by them.
+  virtual std::vector<std::vector<int64_t>> param_shapes() const { return {}; }
   // Initial parameters (He or Glorot, biases 0), drawing only from `rng`.
   virtual void init(std::span<float> params, Rng& rng) const { (void)params, (void)rng; }
   virtual std::unique_ptr<LayerState> make_state() const { return nullptr; }
@@ -167,6 +176,20 @@ class Network {
 
   void init(Rng& rng);
   void zero_grads() noexcept;
+
+  // ---- surgery (transfer learning, checkpoint.h: load_layers) ----
+  // Freezes layers [0, n) and unfreezes the rest: their blocks are marked frozen, so that an
+  // Optimizer leaves their parameters and its state for them unchanged. Gradients are still
+  // computed (the layers after them need the backward pass anyway). Make gradient engines after
+  // this call: a pipeline stage copies the blocks when it is made. kInvalidArgument when n >
+  // num_layers().
+  Status freeze(size_t n);
+  size_t frozen_layers() const noexcept;
+  // Replaces the output layer (dense, `classes` units, no activation) by one with `classes` units,
+  // initialised from `rng` as init() would; every other layer keeps its parameters, the frozen
+  // layers stay frozen and gradients are zeroed. kInvalidArgument when classes < 2 or the network's
+  // gradients live in storage given by use_gradient_storage() (whose size would no longer fit).
+  Status replace_output_layer(int64_t classes, Rng& rng);
 
   // Runs layers [first, last) on x [batch, layer(first).input_shape()]; the output is pass.output().
   void forward(size_t first, size_t last, const float* x, int64_t batch, bool train, Rng* rng, Pass& pass);

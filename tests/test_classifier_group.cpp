@@ -1,7 +1,8 @@
 // The classifier training loop (classifier_training.h) on a 2-rank trainer group, under mpirun
 // (tests/mpirun-test 2): for the data-parallel (2 x 1) and the pipeline (1 x 2) layouts, a run
 // stopped after epoch 1 and resumed as attempt 2 ends with bit-identical weights and metrics to an
-// uninterrupted run; every stage keeps its own checkpoint, written once; only the leader reports
+// uninterrupted run; every stage keeps its own checkpoint, written once, and they join into one
+// model file that loads into a one-rank network; only the leader reports
 // and writes predictions; and without dropout the group trains like one rank. Its own main
 // initialises MPI.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -126,6 +127,18 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
       int checkpoints = 0;
       for (const auto& art : full.result->artifacts) checkpoints += art.kind == "checkpoint";
       CHECK(checkpoints == model_ranks);
+      // The stage files join into one model file that loads into a one-rank network, bit for bit;
+      // its model identity is the one-rank network's (the layout is no part of it).
+      auto whole = read_trial_checkpoint(full_dir);
+      REQUIRE_MESSAGE(whole.ok(), whole.error().message());
+      auto one = Network::create(Shape{1, 8, 8}, (*parse_mlp_settings(settings)).layers, 4);
+      REQUIRE(one.ok());
+      CHECK(whole->epoch == 2);
+      CHECK(whole->last_layer == one->num_layers());
+      CHECK(whole->model_hash == model_identity(manifest_of(*one)));
+      REQUIRE(load_model(*one, *whole).ok());
+      CHECK(std::vector<float>(one->params().begin(), one->params().end()) == whole->params);
+      if (model_ranks == 2) CHECK(b->last_layer < one->num_layers());  // stage 0 held only its layers
     } else {
       CHECK(full.reports.empty());
       CHECK(full.result->artifacts.empty());
