@@ -21,7 +21,9 @@
 #include "tests/synthetic_images.h"
 #include "nn/checkpoint.h"
 #include "collectives/collectives.h"
+#include "trainers/gradient_engine.h"
 #include "trainers/mlp_trainer.h"
+#include "nn/optimizer.h"
 #include "collectives/trainer_group_mpi.h"
 
 using namespace hpctune;
@@ -169,6 +171,45 @@ TEST_CASE("2 ranks without dropout train like one rank") {
     for (const char* key : {"val_loss", "test_loss", "train_loss"}) {
       CAPTURE(key);
       CHECK(many.result->metrics.at(key) == doctest::Approx(one.result->metrics.at(key)).epsilon(1e-3));
+    }
+  }
+}
+
+TEST_CASE("2 ranks: frozen layers stay frozen in every layout, pipeline stages included") {
+  const auto data = synthetic(64, 8, 8, 4, 11);
+  const std::vector<LayerSpec> specs = {LayerSpec{.kind = "dense", .units = 24}, LayerSpec{.kind = "dense", .units = 16}};
+  for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(data_ranks);
+    MpiGroupOptions go;
+    go.data = data_ranks;
+    go.model = model_ranks;
+    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
+    REQUIRE(created.ok());
+    TrainerGroup& g = **created;
+    auto made = Network::create(Shape{1, 8, 8}, specs, 4);
+    REQUIRE(made.ok());
+    Network net = std::move(made).value();
+    Rng init(3);
+    net.init(init);
+    REQUIRE(net.freeze(1).ok());
+    const std::vector<float> before(net.params().begin(), net.params().end());
+    auto engine = make_gradient_engine(net, &g);
+    REQUIRE(engine.ok());
+    Optimizer opt((*engine)->params().size(), OptimizerOptions{.kind = OptimizerKind::kSgd, .momentum = 0.9});
+    Rng dropout(1);
+    for (int step = 0; step < 3; ++step) {
+      REQUIRE((*engine)->train_batch(data.train.image(0), data.train.labels.data(), 32, dropout).ok());
+      opt.step((*engine)->params(), (*engine)->grads(), (*engine)->blocks(), 0.05f);
+    }
+    // This rank's layers: the frozen one (held by stage 0) unchanged, the others trained.
+    const auto [first, last] = (*engine)->layer_range();
+    for (size_t layer = first; layer < last; ++layer) {
+      CAPTURE(layer);
+      const auto [offset, count] = net.param_range(layer, layer + 1);
+      const bool unchanged = std::equal(before.begin() + static_cast<long>(offset),
+                                        before.begin() + static_cast<long>(offset + count),
+                                        net.params().begin() + static_cast<long>(offset));
+      CHECK(unchanged == (layer == 0));
     }
   }
 }
