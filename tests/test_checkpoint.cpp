@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -71,7 +73,50 @@ Result<trainers::TrialResult> run_mlp(const nlohmann::json& settings, const trai
   return trainers::train_mlp(*s, data, ctx);
 }
 
+// zlib's CRC-32, for hand-made files.
+uint32_t crc32_of(const uint8_t* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
 }  // namespace
+
+TEST_CASE("checkpoint: a version 1 file (no manifest) still resumes its own run but loads into no other network") {
+  TempDir dir;
+  const Network net = make_net(kImage, cnn_specs(), 3, 1);
+  Checkpoint c;
+  c.run_hash = 0xabc;
+  c.epoch = 1;
+  c.params.assign(net.params().begin(), net.params().end());
+  REQUIRE(write_checkpoint(dir.file("v2.bin"), c).ok());
+  // The version 2 payload without a manifest ends with u64 model hash 0, u64 2, "{}": drop them.
+  std::ifstream in(dir.file("v2.bin"), std::ios::binary);
+  std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  bytes.resize(bytes.size() - 18);
+  const uint32_t version = 1;
+  const uint64_t payload = bytes.size() - 40;
+  std::memcpy(bytes.data() + 8, &version, 4);
+  std::memcpy(bytes.data() + 24, &payload, 8);
+  const uint32_t sum = crc32_of(bytes.data() + 40, bytes.size() - 40);
+  std::memcpy(bytes.data() + 32, &sum, 4);
+  std::ofstream(dir.file("v1.bin"), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                           static_cast<std::streamsize>(bytes.size()));
+  auto r = read_checkpoint(dir.file("v1.bin"));
+  REQUIRE_MESSAGE(r.ok(), r.error().message());
+  CHECK(r->run_hash == 0xabc);
+  CHECK(r->epoch == 1);
+  CHECK(r->manifest.empty());
+  CHECK(r->model_hash == 0);
+  CHECK(same_bits(r->params, net.params()));
+  Network other = make_net(kImage, cnn_specs(), 3, 2);
+  Status st = load_model(other, *r);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message().find("no layer manifest (a version 1 file)") != std::string::npos);
+}
 
 TEST_CASE("checkpoint: the layer manifest names every layer's kind and parameter shapes, and round-trips") {
   const Network net = make_net(kImage, cnn_specs(), 3, 1);
