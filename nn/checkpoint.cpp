@@ -468,6 +468,11 @@ Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir) {
   return merged;
 }
 
+Status export_checkpoint(const std::string& trial_dir, const std::string& path) {
+  HPCTUNE_ASSIGN(Checkpoint whole, read_trial_checkpoint(trial_dir));
+  return write_checkpoint(path, whole);
+}
+
 // ---- loading into a network ----------------------------------------------------------------------
 
 Status check_layers(const Manifest& expected, const Manifest& found, size_t first, size_t count) {

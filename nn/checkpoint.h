@@ -120,6 +120,11 @@ Result<Checkpoint> slice_checkpoint(const Checkpoint& c, size_t first, size_t la
 // Reads <trial_dir>/checkpoint-stage0.bin, -stage1.bin, ... and merges them: the trial's model,
 // whatever layout wrote it. kNotFound when the trial has no checkpoint.
 Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir);
+// read_trial_checkpoint(trial_dir) written atomically to `path`: the single-file export. A trial
+// that is still training rewrites its stage files after every epoch, each atomically; stages caught
+// at different epochs fail the merge (kInvalidArgument) and the caller tries again. The file is a
+// snapshot: what a PBT exploit copies stays what it was however the source trains on.
+Status export_checkpoint(const std::string& trial_dir, const std::string& path);
 
 // ---- loading into a network (surgery) ----
 // Ok when layers [first, first + count) of `expected` and `found` agree (kind, name, parameter

@@ -192,6 +192,8 @@ TEST_CASE("checkpoint: another trial's checkpoint of the same model loads bit-id
   CHECK(read_checkpoint(checkpoint_path(a_dir.path, 0))->run_hash !=
         read_checkpoint(checkpoint_path(b_dir.path, 0))->run_hash);  // ... and the two runs differ,
   CHECK(a->model_hash == b->model_hash);                            // their model does not
+  TempDir empty;
+  CHECK(read_trial_checkpoint(empty.path).error().code() == Errc::kNotFound);
   CHECK_FALSE(same_bits(a->params, b->params));
 
   // Trial A's network (as trial A builds it) takes trial B's weights, bit for bit.
@@ -267,7 +269,7 @@ TEST_CASE("checkpoint: stage files of a pipeline join into one model and a model
     CHECK(same_bits(whole->optimizer.buffers[0], momentum));
 
     // The single-file export loads into a one-rank network.
-    REQUIRE(write_checkpoint(dir.file("model.bin"), *whole).ok());
+    REQUIRE(export_checkpoint(dir.path, dir.file("model.bin")).ok());
     Network one = make_net(kImage, cnn_specs(), 3, 42);
     REQUIRE(load_model(one, *read_checkpoint(dir.file("model.bin"))).ok());
     CHECK(same_bits(one.params(), net.params()));
