@@ -23,6 +23,10 @@
 // grad_scale * d(sum of per-sample losses)/d(logits); grad_scale = 1/global_batch makes the sum of
 // every shard's and micro-batch's gradients the gradient of the global mean loss.
 //
+// Surgery (transfer learning, PBT): load layers from a checkpoint (checkpoint.h: load_layers,
+// load_model), freeze the first n layers (freeze(): the optimizer skips their blocks) and put a new
+// output layer of another size on the rest (replace_output_layer()).
+//
 // Determinism: results depend only on the parameters, the inputs, the dropout Rng and the thread
 // count. Kernels never use atomics or thread-count-dependent reduction orders for a fixed thread
 // count.
