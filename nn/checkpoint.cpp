@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/text.h"
+
 namespace hpctune::nn {
 namespace {
 
@@ -80,16 +82,17 @@ Error malformed(const std::string& path, const std::string& why) {
 }
 
 std::string shape_text(const std::vector<int64_t>& dims) {
-  std::string out;
-  for (int64_t d : dims) out += (out.empty() ? "" : "x") + std::to_string(d);
-  return out.empty() ? "scalar" : out;
+  std::vector<std::string> parts;
+  for (int64_t d : dims) parts.push_back(std::to_string(d));
+  return join(parts, "x");
 }
 
+// "[64x32, 32]": a layer's parameter shapes, for messages.
 std::string shapes_text(const LayerEntry& l) {
   if (l.shapes.empty()) return "no parameters";
-  std::string out;
-  for (const auto& s : l.shapes) out += (out.empty() ? "" : ", ") + shape_text(s);
-  return "[" + out + "]";
+  std::vector<std::string> parts;
+  for (const auto& s : l.shapes) parts.push_back(shape_text(s));
+  return "[" + join(parts, ", ") + "]";
 }
 
 std::string input_text(const Shape& s) {
