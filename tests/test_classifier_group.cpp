@@ -48,6 +48,16 @@ std::string shared_temp_dir(TrainerGroup& g) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+// The 2 ranks as a group of `data_ranks` x `model_ranks`.
+std::unique_ptr<TrainerGroup> group_of(int data_ranks, int model_ranks) {
+  MpiGroupOptions go;
+  go.data = data_ranks;
+  go.model = model_ranks;
+  auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
+  REQUIRE(created.ok());
+  return std::move(created).value();
+}
+
 struct Run {
   Result<TrialResult> result = err(Errc::kInternal, "not run");
   std::vector<std::pair<int64_t, protocol::Metrics>> reports;
@@ -92,12 +102,8 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
   for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
     CAPTURE(data_ranks);
     CAPTURE(model_ranks);
-    MpiGroupOptions go;
-    go.data = data_ranks;
-    go.model = model_ranks;
-    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
-    REQUIRE(created.ok());
-    TrainerGroup& g = **created;
+    auto created = group_of(data_ranks, model_ranks);
+    TrainerGroup& g = *created;
     const std::string full_dir = shared_temp_dir(g), split_dir = shared_temp_dir(g);
 
     Run full = run(&g, settings, data, full_dir, 1, false);
@@ -161,12 +167,8 @@ TEST_CASE("2 ranks without dropout train like one rank") {
   REQUIRE(one.result.ok());
   for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
     CAPTURE(data_ranks);
-    MpiGroupOptions go;
-    go.data = data_ranks;
-    go.model = model_ranks;
-    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
-    REQUIRE(created.ok());
-    Run many = run(created->get(), settings, data, "", 1, false);
+    auto created = group_of(data_ranks, model_ranks);
+    Run many = run(created.get(), settings, data, "", 1, false);
     REQUIRE(many.result.ok());
     for (const char* key : {"val_loss", "test_loss", "train_loss"}) {
       CAPTURE(key);
@@ -180,12 +182,8 @@ TEST_CASE("2 ranks: frozen layers stay frozen in every layout, pipeline stages i
   const std::vector<LayerSpec> specs = {LayerSpec{.kind = "dense", .units = 24}, LayerSpec{.kind = "dense", .units = 16}};
   for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
     CAPTURE(data_ranks);
-    MpiGroupOptions go;
-    go.data = data_ranks;
-    go.model = model_ranks;
-    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
-    REQUIRE(created.ok());
-    TrainerGroup& g = **created;
+    auto created = group_of(data_ranks, model_ranks);
+    TrainerGroup& g = *created;
     auto made = Network::create(Shape{1, 8, 8}, specs, 4);
     REQUIRE(made.ok());
     Network net = std::move(made).value();
