@@ -388,14 +388,18 @@ void Network::forward(size_t first, size_t last, const float* x, int64_t batch, 
 void Network::backward(const float* dy, float* dx, Pass& pass) {
   const size_t n = pass.last - pass.first;
   const int64_t batch = pass.batch;
+  // Frozen layers need no parameter gradients and, being a prefix, nothing before them needs an
+  // input gradient: unless the caller wants dx (a later pipeline stage), backward stops there.
+  const size_t frozen_here = impl_->frozen > pass.first ? std::min(n, impl_->frozen - pass.first) : 0;
+  const size_t stop = dx == nullptr ? frozen_here : 0;
   const float* delta = dy;
-  for (size_t j = n; j-- > 0;) {
+  for (size_t j = n; j-- > stop;) {
     const size_t li = pass.first + j;
     Layer& layer = *impl_->layers[li];
     const float* x = j == 0 ? pass.input : pass.outputs[j - 1].data();
     float* out = nullptr;
-    if (j == 0) {
-      out = dx;
+    if (j == stop) {
+      out = dx;  // null when stopping at a frozen layer
     } else {
       const size_t size = static_cast<size_t>(batch * layer.input_shape().size());
       std::vector<float>& buf = delta == impl_->delta_a.data() ? impl_->delta_b : impl_->delta_a;

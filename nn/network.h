@@ -183,10 +183,11 @@ class Network {
 
   // ---- surgery (transfer learning, checkpoint.h: load_layers) ----
   // Freezes layers [0, n) and unfreezes the rest: their blocks are marked frozen, so that an
-  // Optimizer leaves their parameters and its state for them unchanged. Gradients are still
-  // computed (the layers after them need the backward pass anyway). Make gradient engines after
-  // this call: a pipeline stage copies the blocks when it is made. kInvalidArgument when n >
-  // num_layers().
+  // Optimizer leaves their parameters and its state for them unchanged, and backward() computes
+  // no gradients for them when no input gradient is asked for (they keep what they held, zero
+  // after zero_grads()); a pipeline stage asked for dx still runs through them. Make gradient
+  // engines after this call: a pipeline stage copies the blocks when it is made. kInvalidArgument
+  // when n > num_layers().
   Status freeze(size_t n);
   size_t frozen_layers() const noexcept;
   // Replaces the output layer (dense, `classes` units, no activation) by one with `classes` units,
@@ -197,7 +198,8 @@ class Network {
 
   // Runs layers [first, last) on x [batch, layer(first).input_shape()]; the output is pass.output().
   void forward(size_t first, size_t last, const float* x, int64_t batch, bool train, Rng* rng, Pass& pass);
-  // Back through the pass's layers: grads += ..., dx = dL/dx of the pass's input unless null.
+  // Back through the pass's layers: grads += ..., dx = dL/dx of the pass's input unless null
+  // (with dx null, frozen layers are skipped: freeze()).
   void backward(const float* dy, float* dx, Pass& pass);
 
   // The whole network and the loss for one (sub-)batch: zero_grads() unless accumulate, forward,

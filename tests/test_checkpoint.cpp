@@ -322,12 +322,6 @@ TEST_CASE("checkpoint: stage files of a pipeline join into one model and a model
 
 TEST_CASE("network surgery: frozen layers stay bit-for-bit, optimizer state included, under every optimizer") {
   const std::vector<LayerSpec> specs = {dense(12), dense(8, "tanh")};
-  Rng data_rng(5);
-  std::vector<float> x(16 * 64);
-  for (auto& v : x) v = static_cast<float>(data_rng.normal());
-  std::vector<int32_t> y(16);
-  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 3);
-
   OptimizerOptions sgd{.kind = OptimizerKind::kSgd, .momentum = 0.9, .weight_decay = 1e-2};
   OptimizerOptions nesterov = sgd;
   nesterov.nesterov = true;
@@ -344,14 +338,12 @@ TEST_CASE("network surgery: frozen layers stay bit-for-bit, optimizer state incl
     REQUIRE(frozen_offset == 0);
     const std::vector<float> before(net.params().begin(), net.params().end());
     Optimizer opt(net.num_params(), o);
-    Rng dropout_rng(1);
+    Rng grad_rng(7);
     for (int step = 0; step < 4; ++step) {
-      net.forward_backward(x.data(), y.data(), 16, 1.0f / 16, dropout_rng);
+      // Gradients everywhere, frozen layers included: the optimizer alone must leave them be.
+      for (float& g : net.grads()) g = static_cast<float>(grad_rng.normal() * 0.1);
       opt.step(net.params(), net.grads(), net.blocks(), 0.05f);
     }
-    // The frozen layers' gradients were not zero, so an update would have shown.
-    CHECK(std::any_of(net.grads().begin(), net.grads().begin() + static_cast<long>(frozen_count),
-                      [](float g) { return g != 0.0f; }));
     CHECK(same_bits(net.params().subspan(0, frozen_count), std::span<const float>(before).subspan(0, frozen_count)));
     for (const auto& buffer : opt.state().buffers) {
       CHECK(std::all_of(buffer.begin(), buffer.begin() + static_cast<long>(frozen_count), [](float v) { return v == 0.0f; }));
@@ -370,6 +362,38 @@ TEST_CASE("network surgery: frozen layers stay bit-for-bit, optimizer state incl
   CHECK(frozen_blocks == 2);  // the first layer's weights and biases
   REQUIRE(net.freeze(0).ok());
   for (const ParamBlock& b : net.blocks()) CHECK_FALSE(b.frozen);
+}
+
+TEST_CASE("network surgery: backward computes no gradients for frozen layers unless an input gradient is asked for") {
+  const std::vector<LayerSpec> specs = {conv(8, 3), pool(), dense(12), dense(8, "tanh")};
+  Rng data_rng(5);
+  std::vector<float> x(6 * 64);
+  for (auto& v : x) v = static_cast<float>(data_rng.normal());
+  const std::vector<int32_t> y = {0, 1, 2, 0, 1, 2};
+  Network all = make_net(kImage, specs, 3, 2);
+  Network some = make_net(kImage, specs, 3, 2);
+  REQUIRE(some.freeze(3).ok());
+  Rng r1(1), r2(1);
+  const BatchStats a = all.forward_backward(x.data(), y.data(), 6, 1.0f / 6, r1);
+  const BatchStats b = some.forward_backward(x.data(), y.data(), 6, 1.0f / 6, r2);
+  CHECK(a.loss_sum == b.loss_sum);
+  const size_t frozen = some.param_range(0, 3).second;
+  CHECK(std::all_of(some.grads().begin(), some.grads().begin() + static_cast<long>(frozen), [](float g) { return g == 0.0f; }));
+  CHECK(std::any_of(all.grads().begin(), all.grads().begin() + static_cast<long>(frozen), [](float g) { return g != 0.0f; }));
+  CHECK(same_bits(some.grads().subspan(frozen), all.grads().subspan(frozen)));
+
+  // A later pipeline stage's caller asks for dx: the frozen layers are run through, as before.
+  Network::Pass pa, pb;
+  std::vector<float> dy(6 * 3, 0.1f), dxa(6 * 64), dxb(6 * 64);
+  all.zero_grads();
+  some.zero_grads();
+  Rng r3(1), r4(1);
+  all.forward(0, 5, x.data(), 6, true, &r3, pa);  // training mode: pooling keeps its workspace
+  some.forward(0, 5, x.data(), 6, true, &r4, pb);
+  all.backward(dy.data(), dxa.data(), pa);
+  some.backward(dy.data(), dxb.data(), pb);
+  CHECK(same_bits(dxa, dxb));
+  CHECK(same_bits(some.grads(), all.grads()));
 }
 
 TEST_CASE("network surgery: a source model's layers under a new output layer of another size (transfer)") {
