@@ -118,6 +118,38 @@ TEST_CASE("checkpoint: a version 1 file (no manifest) still resumes its own run 
   CHECK(st.error().message().find("no layer manifest (a version 1 file)") != std::string::npos);
 }
 
+TEST_CASE("checkpoint: a manifest that does not fit, or is not the model its hash names, is refused") {
+  TempDir dir;
+  const Network net = make_net(kImage, cnn_specs(), 3, 1);
+  REQUIRE(write_checkpoint(dir.file("good.bin"), checkpoint_of(net, 0, net.num_layers())).ok());
+  std::ifstream in(dir.file("good.bin"), std::ios::binary);
+  const std::vector<uint8_t> good{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  // Edits the manifest's JSON in place (same length) and re-seals the checksum, as a hand-made
+  // file would be: only the manifest checks can catch it.
+  auto edited = [&](const std::string& from, const std::string& to) {
+    REQUIRE(from.size() == to.size());
+    std::string text(good.begin(), good.end());
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    std::vector<uint8_t> bytes(text.begin(), text.end());
+    const uint32_t sum = crc32_of(bytes.data() + 40, bytes.size() - 40);
+    std::memcpy(bytes.data() + 32, &sum, 4);
+    std::ofstream(dir.file("bad.bin"), std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    auto r = read_checkpoint(dir.file("bad.bin"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    return r.error().message();
+  };
+  REQUIRE(read_checkpoint(dir.file("good.bin")).ok());
+  CHECK(edited("\"last\":6", "\"last\":9").find("malformed layer manifest") != std::string::npos);
+  CHECK(edited("\"last\":6", "\"last\":5").find("parameters where the manifest's layers [0, 5) have") != std::string::npos);
+  CHECK(edited("[8,1,3,3]", "[8,1,3,5]").find("its model hash is not its manifest's") != std::string::npos);
+  CHECK(edited("[8,1,3,3]", "[8,1,3,0]").find("malformed layer manifest") != std::string::npos);
+  CHECK(edited("\"input\":[1,", "\"input\":[-1").find("malformed layer manifest") != std::string::npos);
+}
+
 TEST_CASE("checkpoint: the layer manifest names every layer's kind and parameter shapes, and round-trips") {
   const Network net = make_net(kImage, cnn_specs(), 3, 1);
   const Manifest m = manifest_of(net);
