@@ -217,8 +217,11 @@ uint64_t model_identity(const Manifest& m) {
   for (const LayerEntry& l : m.layers) {
     // A dropout layer's rate is a training setting: only that the layer is there counts.
     text += l.kind == "dropout" ? l.kind : l.name;
-    for (const auto& dims : l.shapes) text += " " + shape_text(dims);
-    text += "\n";
+    for (const auto& dims : l.shapes) {
+      text += ' ';  // appended piecewise: GCC 12 warns (-Wrestrict, falsely) on " " + string here
+      text += shape_text(dims);
+    }
+    text += '\n';
   }
   return fnv1a64(text);
 }
