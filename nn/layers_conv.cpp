@@ -168,6 +168,7 @@ class ConvLayer final : public Layer {
   std::vector<ParamBlock> param_blocks() const override {
     return {{0, weights_size(), true}, {weights_size(), static_cast<size_t>(filters_), false}};
   }
+  std::vector<std::vector<int64_t>> param_shapes() const override { return {{filters_, in_.c, k_, k_}, {filters_}}; }
   // He-normal (fan_in = C k k) into ReLU, Glorot-uniform otherwise; biases 0.
   void init(std::span<float> params, Rng& rng) const override {
     const size_t n = weights_size();

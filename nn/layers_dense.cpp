@@ -82,6 +82,7 @@ class DenseLayer final : public Layer {
     const size_t w = static_cast<size_t>(fan_in() * units_);
     return {{0, w, true}, {w, static_cast<size_t>(units_), false}};
   }
+  std::vector<std::vector<int64_t>> param_shapes() const override { return {{fan_in(), units_}, {units_}}; }
 
   // He-normal (std sqrt(2 / fan_in)) into ReLU, Glorot-uniform otherwise.
   void init(std::span<float> params, Rng& rng) const override {

@@ -163,7 +163,30 @@ struct Network::Impl {
   // forward_backward()/evaluate().
   std::vector<float> delta_a, delta_b, dlogits;
   Pass pass;
+  size_t frozen = 0;  // layers [0, frozen) are frozen (freeze())
+
+  // offsets and blocks from the layers and the frozen count.
+  void index_params() {
+    offsets.clear();
+    blocks.clear();
+    size_t offset = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      offsets.push_back(offset);
+      for (ParamBlock b : layers[i]->param_blocks()) {
+        b.offset += offset;
+        b.frozen = i < frozen;
+        blocks.push_back(b);
+      }
+      offset += layers[i]->num_params();
+    }
+    offsets.push_back(offset);
+  }
 };
+
+std::string Layer::kind() const {
+  const std::string d = describe();
+  return d.substr(0, d.find(' '));
+}
 
 Network::Network(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Network::Network(Network&&) noexcept = default;
@@ -242,18 +265,9 @@ Result<Network> Network::create(Shape input, const std::vector<LayerSpec>& specs
   }
   impl->layers.push_back(make_dense_layer(shape, classes, LayerActivation::kNone));
 
-  size_t offset = 0;
-  for (const auto& layer : impl->layers) {
-    impl->offsets.push_back(offset);
-    for (ParamBlock b : layer->param_blocks()) {
-      b.offset += offset;
-      impl->blocks.push_back(b);
-    }
-    offset += layer->num_params();
-  }
-  impl->offsets.push_back(offset);
-  impl->params.assign(offset, 0.0f);
-  impl->own_grads.assign(offset, 0.0f);
+  impl->index_params();
+  impl->params.assign(impl->offsets.back(), 0.0f);
+  impl->own_grads.assign(impl->offsets.back(), 0.0f);
   impl->grads = impl->own_grads;
   return Network(std::move(impl));
 }
@@ -308,6 +322,41 @@ void Network::init(Rng& rng) {
   }
 }
 
+Status Network::freeze(size_t n) {
+  if (n > impl_->layers.size()) {
+    return err(Errc::kInvalidArgument, "network: cannot freeze " + std::to_string(n) + " layers of " +
+                                           std::to_string(impl_->layers.size()));
+  }
+  impl_->frozen = n;
+  impl_->index_params();
+  return Status::Ok();
+}
+
+size_t Network::frozen_layers() const noexcept { return impl_->frozen; }
+
+Status Network::replace_output_layer(int64_t classes, Rng& rng) {
+  Impl& m = *impl_;
+  if (classes < 2) return err(Errc::kInvalidArgument, "network: classes must be >= 2, got " + std::to_string(classes));
+  if (m.grads_owner) {
+    return err(Errc::kInvalidArgument,
+               "network: cannot replace the output layer while the gradients live in external storage");
+  }
+  const Shape in = m.layers.back()->input_shape();
+  if (in.size() * classes > (int64_t{1} << 32)) {
+    return err(Errc::kInvalidArgument, "network: the output layer's weight matrix is too large");
+  }
+  const size_t keep = m.offsets[m.layers.size() - 1];  // parameters before the output layer
+  m.layers.back() = make_dense_layer(in, classes, LayerActivation::kNone);
+  m.classes = classes;
+  m.index_params();
+  m.params.resize(m.offsets.back());
+  m.layers.back()->init(std::span<float>(m.params).subspan(keep), rng);
+  m.own_grads.assign(m.params.size(), 0.0f);
+  m.grads = m.own_grads;
+  m.pass = Pass();  // its buffers were sized for the old output
+  return Status::Ok();
+}
+
 void Network::zero_grads() noexcept { std::fill(impl_->grads.begin(), impl_->grads.end(), 0.0f); }
 
 void Network::forward(size_t first, size_t last, const float* x, int64_t batch, bool train, Rng* rng, Pass& pass) {
@@ -339,14 +388,18 @@ void Network::forward(size_t first, size_t last, const float* x, int64_t batch, 
 void Network::backward(const float* dy, float* dx, Pass& pass) {
   const size_t n = pass.last - pass.first;
   const int64_t batch = pass.batch;
+  // Frozen layers need no parameter gradients and, being a prefix, nothing before them needs an
+  // input gradient: unless the caller wants dx (a later pipeline stage), backward stops there.
+  const size_t frozen_here = impl_->frozen > pass.first ? std::min(n, impl_->frozen - pass.first) : 0;
+  const size_t stop = dx == nullptr ? frozen_here : 0;
   const float* delta = dy;
-  for (size_t j = n; j-- > 0;) {
+  for (size_t j = n; j-- > stop;) {
     const size_t li = pass.first + j;
     Layer& layer = *impl_->layers[li];
     const float* x = j == 0 ? pass.input : pass.outputs[j - 1].data();
     float* out = nullptr;
-    if (j == 0) {
-      out = dx;
+    if (j == stop) {
+      out = dx;  // null when stopping at a frozen layer
     } else {
       const size_t size = static_cast<size_t>(batch * layer.input_shape().size());
       std::vector<float>& buf = delta == impl_->delta_a.data() ? impl_->delta_b : impl_->delta_a;

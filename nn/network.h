@@ -23,6 +23,10 @@
 // grad_scale * d(sum of per-sample losses)/d(logits); grad_scale = 1/global_batch makes the sum of
 // every shard's and micro-batch's gradients the gradient of the global mean loss.
 //
+// Surgery (transfer learning, PBT): load layers from a checkpoint (checkpoint.h: load_layers,
+// load_model), freeze the first n layers (freeze(): the optimizer skips their blocks) and put a new
+// output layer of another size on the rest (replace_output_layer()).
+//
 // Determinism: results depend only on the parameters, the inputs, the dropout Rng and the thread
 // count. Kernels never use atomics or thread-count-dependent reduction orders for a fixed thread
 // count.
@@ -49,11 +53,14 @@ struct Shape {
   bool operator==(const Shape&) const = default;
 };
 
-// A contiguous range of the parameter vector. Weights decay; biases do not.
+// A contiguous range of the parameter vector. Weights decay; biases do not. The optimizer leaves
+// a frozen block alone: no update and no change to its momentum or moment buffers
+// (Network::freeze()).
 struct ParamBlock {
   size_t offset = 0;
   size_t size = 0;
   bool decay = false;
+  bool frozen = false;
 };
 
 // Sums over a batch: summed (not mean) loss, so that shards and micro-batches combine exactly.
@@ -102,11 +109,17 @@ class Layer {
  public:
   virtual ~Layer() = default;
   virtual std::string describe() const = 0;  // "conv 5x5 32 same relu", for logs and benches
+  // The first word of describe(): "dense", "conv", "maxpool" or "dropout".
+  std::string kind() const;
   virtual Shape input_shape() const = 0;
   virtual Shape output_shape() const = 0;
   virtual size_t num_params() const { return 0; }
   // Parameter blocks relative to this layer's first parameter.
   virtual std::vector<ParamBlock> param_blocks() const { return {}; }
+  // The logical shape of each parameter block, in the same order (dense: W {in, units}, b {units};
+  // conv: W {filters, C, k, k}, b {filters}); the product of each is its block's size. Checkpoint
+  // manifests (checkpoint.h) compare layers by them.
+  virtual std::vector<std::vector<int64_t>> param_shapes() const { return {}; }
   // Initial parameters (He or Glorot, biases 0), drawing only from `rng`.
   virtual void init(std::span<float> params, Rng& rng) const { (void)params, (void)rng; }
   virtual std::unique_ptr<LayerState> make_state() const { return nullptr; }
@@ -168,9 +181,25 @@ class Network {
   void init(Rng& rng);
   void zero_grads() noexcept;
 
+  // ---- surgery (transfer learning, checkpoint.h: load_layers) ----
+  // Freezes layers [0, n) and unfreezes the rest: their blocks are marked frozen, so that an
+  // Optimizer leaves their parameters and its state for them unchanged, and backward() computes
+  // no gradients for them when no input gradient is asked for (they keep what they held, zero
+  // after zero_grads()); a pipeline stage asked for dx still runs through them. Make gradient
+  // engines after this call: a pipeline stage copies the blocks when it is made. kInvalidArgument
+  // when n > num_layers().
+  Status freeze(size_t n);
+  size_t frozen_layers() const noexcept;
+  // Replaces the output layer (dense, `classes` units, no activation) by one with `classes` units,
+  // initialised from `rng` as init() would; every other layer keeps its parameters, the frozen
+  // layers stay frozen and gradients are zeroed. kInvalidArgument when classes < 2 or the network's
+  // gradients live in storage given by use_gradient_storage() (whose size would no longer fit).
+  Status replace_output_layer(int64_t classes, Rng& rng);
+
   // Runs layers [first, last) on x [batch, layer(first).input_shape()]; the output is pass.output().
   void forward(size_t first, size_t last, const float* x, int64_t batch, bool train, Rng* rng, Pass& pass);
-  // Back through the pass's layers: grads += ..., dx = dL/dx of the pass's input unless null.
+  // Back through the pass's layers: grads += ..., dx = dL/dx of the pass's input unless null
+  // (with dx null, frozen layers are skipped: freeze()).
   void backward(const float* dy, float* dx, Pass& pass);
 
   // The whole network and the loss for one (sub-)batch: zero_grads() unless accumulate, forward,

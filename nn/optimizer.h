@@ -12,7 +12,9 @@
 //          then adam with g = grad
 //
 // Weight decay applies only to ParamBlock::decay blocks (weights, not biases); parameters outside
-// every block are updated without decay. The state (the step count and the moment buffers) is
+// every block are updated without decay. ParamBlock::frozen blocks (Network::freeze()) are skipped:
+// their parameters and their entries of the moment buffers stay as they are (the step count t,
+// one for the whole vector here, still advances). The state (the step count and the moment buffers) is
 // exposed so that checkpoints can save and restore it: restoring it and the parameters continues
 // bit-identically.
 #pragma once

@@ -1,7 +1,8 @@
 // The classifier training loop (classifier_training.h) on a 2-rank trainer group, under mpirun
 // (tests/mpirun-test 2): for the data-parallel (2 x 1) and the pipeline (1 x 2) layouts, a run
 // stopped after epoch 1 and resumed as attempt 2 ends with bit-identical weights and metrics to an
-// uninterrupted run; every stage keeps its own checkpoint, written once; only the leader reports
+// uninterrupted run; every stage keeps its own checkpoint, written once, and they join into one
+// model file that loads into a one-rank network; only the leader reports
 // and writes predictions; and without dropout the group trains like one rank. Its own main
 // initialises MPI.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -19,8 +20,10 @@
 #include "collectives/trainer_group_mpi.h"
 #include "common/rng.h"
 #include "nn/checkpoint.h"
+#include "nn/optimizer.h"
 #include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
+#include "trainers/gradient_engine.h"
 #include "trainers/mlp_trainer.h"
 
 using namespace hpctune;
@@ -43,6 +46,16 @@ std::string shared_temp_dir(TrainerGroup& g) {
   }
   REQUIRE(g.broadcast_bytes(bytes).ok());
   return std::string(bytes.begin(), bytes.end());
+}
+
+// The 2 ranks as a group of `data_ranks` x `model_ranks`.
+std::unique_ptr<TrainerGroup> group_of(int data_ranks, int model_ranks) {
+  MpiGroupOptions go;
+  go.data = data_ranks;
+  go.model = model_ranks;
+  auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
+  REQUIRE(created.ok());
+  return std::move(created).value();
 }
 
 struct Run {
@@ -89,12 +102,8 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
   for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
     CAPTURE(data_ranks);
     CAPTURE(model_ranks);
-    MpiGroupOptions go;
-    go.data = data_ranks;
-    go.model = model_ranks;
-    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
-    REQUIRE(created.ok());
-    TrainerGroup& g = **created;
+    auto created = group_of(data_ranks, model_ranks);
+    TrainerGroup& g = *created;
     const std::string full_dir = shared_temp_dir(g), split_dir = shared_temp_dir(g);
 
     Run full = run(&g, settings, data, full_dir, 1, false);
@@ -126,6 +135,18 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
       int checkpoints = 0;
       for (const auto& art : full.result->artifacts) checkpoints += art.kind == "checkpoint";
       CHECK(checkpoints == model_ranks);
+      // The stage files join into one model file that loads into a one-rank network, bit for bit;
+      // its model identity is the one-rank network's (the layout is no part of it).
+      auto whole = read_trial_checkpoint(full_dir);
+      REQUIRE_MESSAGE(whole.ok(), whole.error().message());
+      auto one = Network::create(Shape{1, 8, 8}, (*parse_mlp_settings(settings)).layers, 4);
+      REQUIRE(one.ok());
+      CHECK(whole->epoch == 2);
+      CHECK(whole->last_layer == one->num_layers());
+      CHECK(whole->model_hash == model_identity(manifest_of(*one)));
+      REQUIRE(load_model(*one, *whole).ok());
+      CHECK(std::vector<float>(one->params().begin(), one->params().end()) == whole->params);
+      if (model_ranks == 2) CHECK(b->last_layer < one->num_layers());  // stage 0 held only its layers
     } else {
       CHECK(full.reports.empty());
       CHECK(full.result->artifacts.empty());
@@ -146,16 +167,47 @@ TEST_CASE("2 ranks without dropout train like one rank") {
   REQUIRE(one.result.ok());
   for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
     CAPTURE(data_ranks);
-    MpiGroupOptions go;
-    go.data = data_ranks;
-    go.model = model_ranks;
-    auto created = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
-    REQUIRE(created.ok());
-    Run many = run(created->get(), settings, data, "", 1, false);
+    auto created = group_of(data_ranks, model_ranks);
+    Run many = run(created.get(), settings, data, "", 1, false);
     REQUIRE(many.result.ok());
     for (const char* key : {"val_loss", "test_loss", "train_loss"}) {
       CAPTURE(key);
       CHECK(many.result->metrics.at(key) == doctest::Approx(one.result->metrics.at(key)).epsilon(1e-3));
+    }
+  }
+}
+
+TEST_CASE("2 ranks: frozen layers stay frozen in every layout, pipeline stages included") {
+  const auto data = synthetic(64, 8, 8, 4, 11);
+  const std::vector<LayerSpec> specs = {LayerSpec{.kind = "dense", .units = 24}, LayerSpec{.kind = "dense", .units = 16}};
+  for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(data_ranks);
+    auto created = group_of(data_ranks, model_ranks);
+    TrainerGroup& g = *created;
+    auto made = Network::create(Shape{1, 8, 8}, specs, 4);
+    REQUIRE(made.ok());
+    Network net = std::move(made).value();
+    Rng init(3);
+    net.init(init);
+    REQUIRE(net.freeze(1).ok());
+    const std::vector<float> before(net.params().begin(), net.params().end());
+    auto engine = make_gradient_engine(net, &g);
+    REQUIRE(engine.ok());
+    Optimizer opt((*engine)->params().size(), OptimizerOptions{.kind = OptimizerKind::kSgd, .momentum = 0.9});
+    Rng dropout(1);
+    for (int step = 0; step < 3; ++step) {
+      REQUIRE((*engine)->train_batch(data.train.image(0), data.train.labels.data(), 32, dropout).ok());
+      opt.step((*engine)->params(), (*engine)->grads(), (*engine)->blocks(), 0.05f);
+    }
+    // This rank's layers: the frozen one (held by stage 0) unchanged, the others trained.
+    const auto [first, last] = (*engine)->layer_range();
+    for (size_t layer = first; layer < last; ++layer) {
+      CAPTURE(layer);
+      const auto [offset, count] = net.param_range(layer, layer + 1);
+      const bool unchanged = std::equal(before.begin() + static_cast<long>(offset),
+                                        before.begin() + static_cast<long>(offset + count),
+                                        net.params().begin() + static_cast<long>(offset));
+      CHECK(unchanged == (layer == 0));
     }
   }
 }

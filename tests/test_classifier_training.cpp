@@ -158,7 +158,7 @@ TEST_CASE("rng: state() and set_state() continue the same sequence, normal's spa
 namespace {
 Checkpoint sample_checkpoint(float base) {
   Checkpoint c;
-  c.config_hash = 0x1234;
+  c.run_hash = 0x1234;
   c.epoch = 3;
   c.step = 42;
   c.params = {base, base + 1, base + 2};
@@ -191,7 +191,7 @@ TEST_CASE("checkpoint: round trip, and every kind of damage is detected") {
   CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
   auto r = read_checkpoint(path);
   REQUIRE(r.ok());
-  CHECK(r->config_hash == c.config_hash);
+  CHECK(r->run_hash == c.run_hash);
   CHECK(r->epoch == 3);
   CHECK(r->step == 42);
   CHECK(r->params == c.params);

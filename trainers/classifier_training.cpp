@@ -198,7 +198,8 @@ RankLayout layout_of(const collectives::TrainerGroup* g) {
   return {g->rank(), g->size(), g->data_rank(), g->data_size(), g->model_rank(), g->model_size()};
 }
 
-// The configuration a checkpoint must match: everything that shapes the trajectory.
+// The run identity a checkpoint must match to resume (checkpoint.h): everything that shapes the
+// trajectory.
 uint64_t config_hash(const std::string& kind, const nn::Network& net, const TrialContext& ctx, const RankLayout& l) {
   nlohmann::json settings = ctx.settings();
   settings.erase("checkpoint");
@@ -291,8 +292,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     bool valid = false;
     if (read.ok()) {
       c = std::move(read).value();
-      if (c.config_hash != hash) problem = "it belongs to another model or settings (config hash differs)";
-      else if (c.params.size() != engine->params().size()) problem = "its parameter count differs";
+      if (c.run_hash != hash) problem = "it belongs to another run (another model, settings, seed or layout)";
+      else if (!c.manifest.empty() && (c.first_layer != engine->layer_range().first ||
+                                       c.last_layer != engine->layer_range().second)) {
+        problem = "it holds other layers than this stage's";
+      } else if (c.params.size() != engine->params().size()) problem = "its parameter count differs";
       else if (c.rngs.size() != 2) problem = "it does not hold the loop's 2 random streams";
       else if (c.epoch > s.epochs) problem = "it is past the last epoch";
       else {
@@ -400,11 +404,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     if (lay.leader()) ctx.report(epoch, last);
 
     if (checkpointing && lay.data_rank == 0) {
-      nn::Checkpoint c;
-      c.config_hash = hash;
+      // The stage's layers with the model's manifest, so that other trials can load them by layer.
+      nn::Checkpoint c = nn::checkpoint_of(net, engine->layer_range().first, engine->layer_range().second);
+      c.run_hash = hash;
       c.epoch = epoch;
       c.step = step;
-      c.params.assign(engine->params().begin(), engine->params().end());
       c.optimizer = optimizer.state();
       c.rngs = {shuffle_rng.state(), dropout_rng.state()};
       nlohmann::json last_json = nlohmann::json::object();

@@ -60,7 +60,9 @@ class GroupEngine final : public GradientEngine {
     std::tie(offset_, count_) = net_.param_range(first_, last_);
     for (const nn::ParamBlock& b : net_.blocks()) {
       if (b.offset >= offset_ && b.offset + b.size <= offset_ + count_) {
-        blocks_.push_back(nn::ParamBlock{b.offset - offset_, b.size, b.decay});
+        nn::ParamBlock local = b;  // keeps decay and frozen
+        local.offset -= offset_;
+        blocks_.push_back(local);
       }
     }
     in_size_ = net_.layer(first_).input_shape().size();
@@ -68,6 +70,7 @@ class GroupEngine final : public GradientEngine {
   }
 
   std::span<float> params() override { return net_.params().subspan(offset_, count_); }
+  std::pair<size_t, size_t> layer_range() const override { return {first_, last_}; }
   std::span<float> grads() override { return net_.grads().subspan(offset_, count_); }
   const std::vector<nn::ParamBlock>& blocks() const override { return blocks_; }
 

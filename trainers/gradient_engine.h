@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -42,6 +43,8 @@ class GradientEngine {
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;
   virtual const std::vector<nn::ParamBlock>& blocks() const = 0;
+  // The layers [first, last) whose parameters params() holds (what this rank's checkpoint holds).
+  virtual std::pair<size_t, size_t> layer_range() const = 0;
 
   // grads() = d(mean loss over the global batch)/d(params()). Returns the global batch's stats on
   // every rank (summed over the group), so every rank takes the same decisions (divergence).
@@ -59,6 +62,7 @@ class LocalEngine final : public GradientEngine {
   std::span<float> params() override { return network_.params(); }
   std::span<float> grads() override { return network_.grads(); }
   const std::vector<nn::ParamBlock>& blocks() const override { return network_.blocks(); }
+  std::pair<size_t, size_t> layer_range() const override { return {0, network_.num_layers()}; }
   Result<nn::BatchStats> train_batch(const float* x, const int32_t* labels, int64_t global_batch, Rng& dropout_rng) override {
     return network_.forward_backward(x, labels, global_batch, 1.0f / static_cast<float>(global_batch), dropout_rng);
   }
