@@ -131,22 +131,36 @@ TEST_CASE("README: the config gallery table lists every file in configs/") {
   }
 }
 
-TEST_CASE("README: every folder of the architecture list exists") {
+TEST_CASE("README: the architecture section matches the tree: every folder it lists exists, and every folder with code is listed") {
   const auto lines = section(read_readme(), "## Architecture");
   REQUIRE(!lines.empty());
-  // Bullets such as "- **`scheduler/`** (`hpctune_scheduler`) — ..." name folders in their bold part.
+  // Table rows such as "| `scheduler/` | `hpctune_scheduler` | ..." and bullets such as
+  // "- **`configs/`** — ..." name folders in their first cell or bold part.
   const std::regex folder("`([A-Za-z0-9_./-]+)/`");
-  int folders = 0;
+  std::set<std::string> listed;
   for (const auto& l : lines) {
-    if (l.rfind("- **", 0) != 0) continue;
-    const std::string bold = l.substr(0, l.find("**", 4) + 2);
-    for (std::sregex_iterator m(bold.begin(), bold.end(), folder), end; m != end; ++m) {
-      ++folders;
+    std::string head;
+    if (l.rfind("- **", 0) == 0) head = l.substr(0, l.find("**", 4) + 2);
+    else if (l.rfind("| `", 0) == 0) head = l.substr(0, l.find('|', 1));
+    else continue;
+    for (std::sregex_iterator m(head.begin(), head.end(), folder), end; m != end; ++m) {
       const std::string dir = (*m)[1].str();
+      listed.insert(dir);
       CHECK_MESSAGE(fs::is_directory(kSource + "/" + dir), "README lists folder " << dir << "/, which does not exist");
     }
   }
-  CHECK(folders >= 6);
+  // Every top-level folder that holds code (a CMakeLists.txt, or a C++ source) has its line.
+  for (const auto& entry : fs::directory_iterator(kSource)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.front() == '.' || name.rfind("build", 0) == 0) continue;
+    bool code = fs::exists(entry.path() / "CMakeLists.txt");
+    for (const auto& f : fs::directory_iterator(entry.path())) {
+      const auto ext = f.path().extension();
+      code |= ext == ".h" || ext == ".cpp";
+    }
+    if (code) CHECK_MESSAGE(listed.count(name) == 1, "folder " << name << "/ holds code but has no line in the README's architecture section");
+  }
+  CHECK(listed.size() >= 14);
 }
 
 TEST_CASE("gallery: every config validates and a shrunk copy of each runs to a done trial") {
