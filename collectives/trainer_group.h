@@ -15,8 +15,10 @@
 // tears the whole group down.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "common/result.h"
@@ -62,6 +64,10 @@ class TrainerGroup {
   // directions. Each has the group's deadline.
   virtual Status send_to_model_rank(int model_rank, std::span<const float> data, int tag) = 0;
   virtual Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) = 0;
+
+  // When the group call now running on this rank began; empty when none is. Safe to read from
+  // another thread (the group worker's watchdog, which ends a rank whose call runs too long).
+  virtual std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept { return {}; }
 };
 
 }  // namespace hpctune::collectives

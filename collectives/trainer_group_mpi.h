@@ -66,7 +66,7 @@ class MpiTrainerGroup final : public TrainerGroup {
   Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) override;
 
   // When the call now running began (nullopt when none); safe from any thread.
-  std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept;
+  std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept override;
   // A call failed: the group must be torn down.
   bool broken() const noexcept { return broken_.load(); }
   const MpiGroupOptions& options() const noexcept { return options_; }

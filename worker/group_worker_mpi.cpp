@@ -45,7 +45,7 @@ class Watchdog {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
   }
-  void watch(const collectives::MpiTrainerGroup* group) {
+  void watch(const collectives::TrainerGroup* group) {
     std::lock_guard lock(mu_);
     group_ = group;
   }
@@ -79,7 +79,7 @@ class Watchdog {
   const WorkerOptions& worker_;
   std::chrono::milliseconds limit_;
   std::mutex mu_;
-  const collectives::MpiTrainerGroup* group_ = nullptr;
+  const collectives::TrainerGroup* group_ = nullptr;
   std::atomic<int64_t> own_started_ns_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
