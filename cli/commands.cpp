@@ -244,7 +244,7 @@ Status run_and_report(scheduler::MasterOptions& options, const Args& args, const
   print_summary(o.db_path, 10);
   if (o.interrupted) {
     std::printf("continue with: hpctune resume %s\n", o.db_path.c_str());
-    return {};
+    return finish_stdout();
   }
   if (!o.gave_up.empty()) {
     return err(Errc::kFailed, "campaign '" + o.name + "' stopped: " + o.gave_up + first_failure(o.db_path) +
@@ -256,7 +256,9 @@ Status run_and_report(scheduler::MasterOptions& options, const Args& args, const
                                   " failed)" + first_failure(o.db_path) + "\n`hpctune trials " + o.db_path +
                                   " --format json` shows every error");
   }
-  return {};
+  // The campaign is recorded whatever happens to the summary; a summary that could not be written
+  // still makes the command fail, so a script sees it.
+  return finish_stdout();
 }
 
 }  // namespace

@@ -127,6 +127,12 @@ TEST_CASE("status, trials and export on a full disk exit 1 with a message") {
     CHECK(r.code == 1);
     CHECK(read_file(dir.file("err.log")).find("No space left on device") != std::string::npos);
   }
+  // A campaign whose closing summary cannot be written: exit 1, and the campaign is recorded.
+  const std::string cfg = dir.write("full-run.yaml", config("", ""));
+  auto run = run_with({"run", cfg, "--db", dir.file("full-run.db")}, "/dev/full", dir.file("err.log"));
+  CHECK(run.code == 1);
+  CHECK(read_file(dir.file("err.log")).find("No space left on device") != std::string::npos);
+  for (const auto& t : read_trials(dir.file("full-run.db"))) CHECK(t.state == store::TrialState::kDone);
   // The same commands to a real file succeed (the check is not a false alarm).
   auto ok = run_with({"status", db}, dir.file("status.out"), dir.file("err.log"));
   CHECK(ok.code == 0);
