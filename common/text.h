@@ -1,10 +1,18 @@
-// Small text helpers shared by the config, the CLI and the search: joining lists, printing numbers.
+// Small text helpers shared by the config, the CLI, the search and the trainers: joining lists,
+// printing numbers, and the "did you mean" of every unknown name (config keys, enum values,
+// trainer settings).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -28,6 +36,57 @@ inline std::string format_number(double value) {
   const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
   if (ec != std::errc()) return "?";
   return std::string(buf, end);
+}
+
+// Optimal-string-alignment distance (insertions, deletions, substitutions, adjacent swaps).
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // an adjacent swap
+    }
+  }
+  return d[n][m];
+}
+
+// A name to suggest for a misspelled word.
+struct Candidate {
+  std::string match;       // compared with the word (a key name or one of its aliases)
+  std::string suggestion;  // what to print ("lr" for the alias "learning_rate")
+};
+
+// The closest candidate: case-insensitive, '-' equal to '_'; a distance of at most a quarter of
+// the longer name (at least 1), or `word` (3+ characters) a prefix of the candidate. Ties go to
+// the earlier candidate. nullopt when nothing is close.
+inline std::optional<std::string> did_you_mean(std::string_view word, const std::vector<Candidate>& candidates) {
+  auto lower_key = [](std::string_view s) {
+    std::string out(s);
+    for (auto& c : out) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const std::string w = lower_key(word);
+  if (w.empty()) return std::nullopt;
+  std::optional<std::string> best;
+  std::size_t best_score = std::numeric_limits<std::size_t>::max();
+  for (const auto& c : candidates) {
+    const std::string m = lower_key(c.match);
+    const std::size_t d = edit_distance(w, m);
+    const std::size_t limit = std::max<std::size_t>(1, std::max(w.size(), m.size()) / 4);
+    std::size_t score = std::numeric_limits<std::size_t>::max();
+    if (d <= limit) score = d;
+    else if (w.size() >= 3 && m.rfind(w, 0) == 0) score = limit + 1;  // a prefix: ranked after typos
+    if (score < best_score) {
+      best_score = score;
+      best = c.suggestion;
+    }
+  }
+  return best;
 }
 
 }  // namespace hpctune

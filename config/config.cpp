@@ -1056,6 +1056,8 @@ class Builder {
   }
 
   Status check_trainer(CampaignConfig& c) {
+    // trainer.data_seed (the classifier kinds): the campaign's seed unless given (set_seed).
+    c.data_seed_given = w_.given("trainer.data_seed");
     c.trainer = root_["trainer"];
     const json& t = c.trainer;
     if (t.contains("layers") && t.contains("hidden") && t["hidden"].is_array() &&
@@ -1471,7 +1473,15 @@ Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::str
   HPCTUNE_TRY(b.check_trainer(c));
   HPCTUNE_TRY(b.check_resources(c));
   c.normalized = std::move(root);
+  c.set_seed(c.seed);
   return c;
+}
+
+void CampaignConfig::set_seed(uint64_t campaign_seed) {
+  seed = campaign_seed;
+  if (data_seed_given || !trainer.contains("data_seed")) return;
+  trainer["data_seed"] = campaign_seed;
+  if (normalized.contains("trainer") && normalized["trainer"].is_object()) normalized["trainer"]["data_seed"] = campaign_seed;
 }
 
 Result<CampaignConfig> load_config(const std::string& path) {

@@ -75,12 +75,21 @@ struct CampaignConfig {
   nlohmann::json early_stopping_settings = nlohmann::json::object();  // without "kind"
 
   nlohmann::json trainer = nlohmann::json::object();  // {"kind": ..., fixed settings with defaults}
+  // trainer.data_seed was in the file; otherwise the trainer's data_seed (mlp, cnn) is the
+  // campaign's seed, kept so by set_seed.
+  bool data_seed_given = false;
   Resources resources;
 
   // The whole config as JSON with every default applied, `objective` turned into `objectives`,
   // durations in seconds and every space parameter as a full spec (for `validate --json` and the
   // store).
   nlohmann::json normalized = nlohmann::json::object();
+
+  // Sets the campaign's seed (a `--seed` override, or the seed a resumed campaign was started with)
+  // and with it the data seed of the trainer (trainer.data_seed, in `trainer` and `normalized`)
+  // unless the config gives one: every trial of the campaign then holds out the same validation
+  // images. Assign `seed` only through this.
+  void set_seed(uint64_t campaign_seed);
 
   // The SearchSpec of this campaign: algorithm, settings, space, objectives, seed, max_trials.
   // warm_start observations are left empty (the scheduler loads them from the other store).

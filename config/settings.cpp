@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
+#include "trainers/trainer_settings.h"
 
 namespace hpctune::config {
 
@@ -26,12 +27,6 @@ using nlohmann::json;
 // deadline of days is already a mistake; a non-zero duration under 1 ms is refused by
 // check_value, as it would truncate to 0 ms.
 constexpr double kDay = 86400;
-// Steps of the built-in test trainers: more would run for ever and overflow their counters.
-constexpr double kMaxSteps = 1'000'000;
-
-Scope trainer_kind(std::string kind) { return {"trainer.kind", {std::move(kind)}}; }
-// The settings of the classifier training loop, shared by the mlp and cnn kinds.
-Scope classifier_kinds() { return {"trainer.kind", {"mlp", "cnn"}}; }
 Scope param_type(std::vector<std::string> types) { return {"space.*.type", std::move(types)}; }
 
 const char* const kSpaceExample =
@@ -282,356 +277,12 @@ std::vector<Setting> declarations() {
        .aliases = {"model", "training", "objective_function"}},
       {.path = "trainer.kind",
        .type = Type::kEnum,
-       .help = "The trainer: sleep (sleeps and reports a value; for tests), mlp (a multilayer "
-               "perceptron on an IDX dataset such as Fashion-MNIST), cnn (a convolutional network on "
-               "the same data), function (a benchmark function of the parameters x1, x2, ...) or "
-               "command (runs a program).",
-       .choices = {"sleep", "mlp", "cnn", "function", "command"},
+       .help = "The trainer; the other keys of this section are its settings.",  // build_table() lists the kinds
+       .choices = {},  // build_table(): the kinds of trainers/trainer_settings.h
        .required = true,
        .aliases = {"type", "name"},
        .example = "mlp"},
 
-      {.path = "trainer.seconds",
-       .type = Type::kDuration,
-       .help = "Total time to sleep, spread evenly over the steps.",
-       .default_value = 0,
-       .min = 0,
-       .max = 7 * kDay,
-       .scope = trainer_kind("sleep"),
-       .aliases = {"sleep", "duration", "seconds_per_step"}},
-      {.path = "trainer.steps",
-       .type = Type::kInt,
-       .help = "Number of steps; a report follows each.",
-       .default_value = 1,
-       .min = 1,
-       .max = kMaxSteps,
-       .scope = trainer_kind("sleep"),
-       .aliases = {"epochs", "reports", "iterations"}},
-      {.path = "trainer.metric",
-       .type = Type::kString,
-       .help = "Name of the metric it reports.",
-       .default_value = "value",
-       .scope = trainer_kind("sleep"),
-       .aliases = {"metric_name"}},
-      {.path = "trainer.value",
-       .type = Type::kNumber,
-       .help = "The value it reports.",
-       .default_value = 0.0,
-       .scope = trainer_kind("sleep"),
-       .aliases = {"result", "score"}},
-
-      {.path = "trainer.data",
-       .type = Type::kString,
-       .help = "Directory of the IDX dataset: {train,t10k}-{images-idx3,labels-idx1}-ubyte, gzipped or "
-               "not.",
-       .default_value = "/usr/share/datasets/fashion-mnist",
-       .scope = classifier_kinds(),
-       .aliases = {"dataset", "data_dir", "path"}},
-      {.path = "trainer.standardize",
-       .type = Type::kBool,
-       .help = "Scale the pixels to zero mean and unit variance (training-set statistics).",
-       .default_value = false,
-       .scope = classifier_kinds(),
-       .aliases = {"normalize", "standardise", "scale"}},
-      {.path = "trainer.hidden",
-       .type = Type::kIntList,
-       .help = "Width of each hidden layer; one integer is repeated `layers` times.",
-       .default_value = json::array({256}),
-       .min = 1,
-       .max = 65536,
-       .scope = trainer_kind("mlp"),
-       .aliases = {"hidden_size", "hidden_sizes", "hidden_units", "units", "width"}},
-      {.path = "trainer.layers",
-       .type = Type::kInt,
-       .help = "Number of hidden layers when hidden is one integer (1 if not given); when hidden is "
-               "a list, its length.",
-       .min = 1,
-       .max = 1000,
-       .scope = trainer_kind("mlp"),
-       .aliases = {"num_layers", "n_layers", "depth", "hidden_layers"},
-       .default_note = "1, or the length of hidden",
-       .reference_commented = true},
-      {.path = "trainer.activation",
-       .type = Type::kEnum,
-       .help = "Activation of the hidden layers.",
-       .default_value = "relu",
-       .choices = {"relu", "tanh", "sigmoid"},
-       .scope = trainer_kind("mlp"),
-       .aliases = {"act", "nonlinearity"}},
-      {.path = "trainer.dropout",
-       .type = Type::kNumber,
-       .help = "Dropout probability after each hidden layer.",
-       .default_value = 0.0,
-       .min = 0,
-       .max = 0.95,
-       .scope = trainer_kind("mlp"),
-       .aliases = {"dropout_rate", "drop_rate"}},
-      {.path = "trainer.lr",
-       .type = Type::kNumber,
-       .help = "Learning rate (before lr_scaling).",
-       .default_value = 0.05,
-       .min = 0,
-       .min_exclusive = true,
-       .scope = trainer_kind("mlp"),
-       .aliases = {"learning_rate", "learningrate", "step_size", "eta"}},
-      {.path = "trainer.lr",
-       .type = Type::kNumber,
-       .help = "Learning rate (before lr_scaling); the default CNN does not learn at the mlp's 0.05.",
-       .default_value = 0.01,
-       .min = 0,
-       .min_exclusive = true,
-       .scope = trainer_kind("cnn"),
-       .aliases = {"learning_rate", "learningrate", "step_size", "eta"}},
-      {.path = "trainer.lr_schedule",
-       .type = Type::kEnum,
-       .help = "Learning-rate schedule: constant, or cosine (lr * (1 + cos(pi * t / T)) / 2 over the T "
-               "minibatches of the run).",
-       .default_value = "cosine",
-       .choices = {"constant", "cosine"},
-       .scope = classifier_kinds(),
-       .aliases = {"schedule", "lr_scheduler", "scheduler", "decay_schedule"}},
-      {.path = "trainer.momentum",
-       .type = Type::kNumber,
-       .help = "Momentum of SGD (optimizer: sgd).",
-       .default_value = 0.9,
-       .min = 0,
-       .max = 0.999,
-       .scope = classifier_kinds(),
-       .aliases = {"mu", "beta"}},
-      {.path = "trainer.nesterov",
-       .type = Type::kBool,
-       .help = "Use Nesterov momentum (optimizer: sgd).",
-       .default_value = false,
-       .scope = classifier_kinds()},
-      {.path = "trainer.weight_decay",
-       .type = Type::kNumber,
-       .help = "Weight decay on weights (not biases): an L2 penalty added to the gradients for sgd "
-               "and adam, decoupled (AdamW) for adamw.",
-       .default_value = 0.0,
-       .min = 0,
-       .scope = classifier_kinds(),
-       .aliases = {"l2", "wd", "decay", "l2_penalty"}},
-      {.path = "trainer.batch_size",
-       .type = Type::kInt,
-       .help = "Examples per optimizer step: the global minibatch, which data-parallel ranks share.",
-       .default_value = 128,
-       .min = 1,
-       .max = 65536,
-       .scope = classifier_kinds(),
-       .aliases = {"batch", "batchsize", "minibatch", "mini_batch_size"}},
-      {.path = "trainer.epochs",
-       .type = Type::kInt,
-       .help = "Passes over the training data; a report follows each.",
-       .default_value = 10,
-       .min = 1,
-       .max = 1000,
-       .scope = classifier_kinds(),
-       .aliases = {"num_epochs", "max_epochs", "n_epochs", "steps"}},
-      {.path = "trainer.val_fraction",
-       .type = Type::kNumber,
-       .help = "Share of the (capped) training file held out for validation (the val_* metrics).",
-       .default_value = 0.1,
-       .min = 0,
-       .max = 0.5,
-       .min_exclusive = true,
-       .scope = classifier_kinds(),
-       .aliases = {"validation_split", "val_split", "validation_fraction", "holdout"}},
-      {.path = "trainer.max_train_samples",
-       .type = Type::kInt,
-       .help = "Use at most this many images of the training file, validation included (0 = all).",
-       .default_value = 0,
-       .min = 0,
-       .scope = classifier_kinds(),
-       .aliases = {"train_samples", "max_samples", "subset", "limit"}},
-      {.path = "trainer.max_test_samples",
-       .type = Type::kInt,
-       .help = "Evaluate on at most the first this many test images (0 = all).",
-       .default_value = 0,
-       .min = 0,
-       .scope = classifier_kinds(),
-       .aliases = {"test_samples", "max_eval_samples"}},
-
-      {.path = "trainer.optimizer",
-       .type = Type::kEnum,
-       .help = "sgd (with momentum and nesterov), adam, or adamw (Adam with decoupled weight decay); "
-               "PyTorch's definitions.",
-       .default_value = "sgd",
-       .choices = {"sgd", "adam", "adamw"},
-       .scope = classifier_kinds(),
-       .aliases = {"optim", "solver", "update_rule"}},
-      {.path = "trainer.beta1",
-       .type = Type::kNumber,
-       .help = "Adam's first-moment decay (optimizer: adam, adamw).",
-       .default_value = 0.9,
-       .min = 0,
-       .max = 0.999999,
-       .scope = classifier_kinds(),
-       .aliases = {"adam_beta1", "b1"}},
-      {.path = "trainer.beta2",
-       .type = Type::kNumber,
-       .help = "Adam's second-moment decay (optimizer: adam, adamw).",
-       .default_value = 0.999,
-       .min = 0,
-       .max = 0.999999,
-       .scope = classifier_kinds(),
-       .aliases = {"adam_beta2", "b2"}},
-      {.path = "trainer.eps",
-       .type = Type::kNumber,
-       .help = "Adam's denominator epsilon (optimizer: adam, adamw).",
-       .default_value = 1e-8,
-       .min = 0,
-       .min_exclusive = true,
-       .scope = classifier_kinds(),
-       .aliases = {"epsilon", "adam_eps"}},
-      {.path = "trainer.lr_scaling",
-       .type = Type::kEnum,
-       .help = "none, or linear: the rate is lr * batch_size / base_batch_size (Goyal et al. 2017), "
-               "for large data-parallel batches.",
-       .default_value = "none",
-       .choices = {"none", "linear"},
-       .scope = classifier_kinds(),
-       .aliases = {"lr_scale", "scale_lr", "linear_scaling"}},
-      {.path = "trainer.base_batch_size",
-       .type = Type::kInt,
-       .help = "The batch size lr is meant for, with lr_scaling: linear.",
-       .default_value = 128,
-       .min = 1,
-       .max = 65536,
-       .scope = classifier_kinds(),
-       .aliases = {"reference_batch_size", "base_batch"}},
-      {.path = "trainer.warmup_epochs",
-       .type = Type::kNumber,
-       .help = "Epochs of gradual warmup (Goyal et al.): the rate ramps linearly per minibatch from lr "
-               "(from 0 when lr_scaling does not raise it) to the scaled rate.",
-       .default_value = 0.0,
-       .min = 0,
-       .scope = classifier_kinds(),
-       .aliases = {"warmup", "lr_warmup_epochs"}},
-      {.path = "trainer.checkpoint",
-       .type = Type::kBool,
-       .help = "Write a checkpoint after every epoch in the trial directory, and resume from it when "
-               "the trial runs again.",
-       .default_value = true,
-       .scope = classifier_kinds(),
-       .aliases = {"checkpoints", "checkpointing", "resume"}},
-      {.path = "trainer.micro_batches",
-       .type = Type::kInt,
-       .help = "Pipeline micro-batches per minibatch with model > 1 (0 = 2 x the model ranks).",
-       .default_value = 0,
-       .min = 0,
-       .max = 65536,
-       .scope = classifier_kinds(),
-       .aliases = {"microbatches", "num_micro_batches", "chunks"}},
-      {.path = "trainer.allreduce",
-       .type = Type::kEnum,
-       .help = "How data-parallel ranks average gradients: mpi (MPI_Allreduce), ring (reduce-scatter "
-               "then allgather), recursive_doubling (butterfly) or hierarchical (through the node's "
-               "shared memory, then across nodes).",
-       .default_value = "hierarchical",
-       .choices = {"mpi", "ring", "recursive_doubling", "hierarchical"},
-       .scope = classifier_kinds(),
-       .aliases = {"allreduce_algorithm", "collective"}},
-      {.path = "trainer.save_predictions",
-       .type = Type::kBool,
-       .help = "Save the validation and test class probabilities (.npy) in the trial directory and "
-               "register them as artifacts.",
-       .default_value = true,
-       .scope = classifier_kinds(),
-       .aliases = {"predictions", "save_probs"}},
-      {.path = "trainer.layers",
-       .type = Type::kValueList,
-       .help = "The CNN's hidden layers in order, each {kind: conv, filters, kernel, stride, padding, "
-               "activation} | {kind: maxpool, size, stride} | {kind: dense, units, activation} | "
-               "{kind: dropout, rate}; the output layer is added.",
-       .default_value = json::parse(R"([{"kind": "conv", "filters": 32, "kernel": 5}, {"kind": "maxpool", "size": 2},
-                                        {"kind": "conv", "filters": 64, "kernel": 5}, {"kind": "maxpool", "size": 2},
-                                        {"kind": "dense", "units": 1024}])"),
-       .scope = trainer_kind("cnn"),
-       .aliases = {"architecture", "network", "net"}},
-
-      {.path = "trainer.name",
-       .type = Type::kEnum,
-       .help = "The benchmark function (to be minimised), of the parameters x1, x2, ...",
-       .default_value = "branin",
-       .choices = {"branin", "hartmann6", "rosenbrock", "levy", "ackley"},
-       .scope = trainer_kind("function"),
-       .aliases = {"function", "fn"}},
-      {.path = "trainer.dim",
-       .type = Type::kInt,
-       .help = "Number of parameters x1..xd (0 = the function's own: 2 for branin, 6 for hartmann6, 2 "
-               "for the others; rosenbrock, levy and ackley take any dimension).",
-       .default_value = 0,
-       .min = 0,
-       .max = 1000,
-       .scope = trainer_kind("function"),
-       .aliases = {"dimension", "dimensions", "ndim", "n_dims"}},
-      {.path = "trainer.noise",
-       .type = Type::kNumber,
-       .help = "Standard deviation of Gaussian noise added to each reported value.",
-       .default_value = 0.0,
-       .min = 0,
-       .scope = trainer_kind("function"),
-       .aliases = {"sigma", "noise_std"}},
-      {.path = "trainer.steps",
-       .type = Type::kInt,
-       .help = "Number of reports of the value.",
-       .default_value = 1,
-       .min = 1,
-       .max = kMaxSteps,
-       .scope = trainer_kind("function"),
-       .aliases = {"epochs", "reports", "iterations"}},
-      {.path = "trainer.seconds_per_step",
-       .type = Type::kDuration,
-       .help = "Time to sleep before each report, to imitate training.",
-       .default_value = 0,
-       .min = 0,
-       .max = kDay,
-       .scope = trainer_kind("function"),
-       .aliases = {"seconds", "sleep", "delay"}},
-
-      {.path = "trainer.command",
-       .type = Type::kString,
-       .help = "The command line run for each trial.",
-       .required = true,
-       .scope = trainer_kind("command"),
-       .aliases = {"cmd", "run", "exec", "program"},
-       .example = "python3 train.py"},
-      {.path = "trainer.timeout",
-       .type = Type::kDuration,
-       .help = "Stop the command after this long (0 = no limit).",
-       .default_value = 0,
-       .min = 0,
-       .max = 365 * kDay,
-       .scope = trainer_kind("command"),
-       .aliases = {"time_limit", "max_time"}},
-      {.path = "trainer.workdir",
-       .type = Type::kString,
-       .help = "Working directory of the command (\"\" = the current directory).",
-       .default_value = "",
-       .scope = trainer_kind("command"),
-       .aliases = {"cwd", "dir", "working_directory"}},
-      {.path = "trainer.env",
-       .type = Type::kStringMap,
-       .help = "Extra environment variables of the command.",
-       .default_value = json::object(),
-       .scope = trainer_kind("command"),
-       .aliases = {"environment", "vars"}},
-      {.path = "trainer.grace",
-       .type = Type::kDuration,
-       .help = "After a stop request, how long the command has to exit before it is killed.",
-       .default_value = 5,
-       .min = 0,
-       .max = 3600,
-       .scope = trainer_kind("command"),
-       .aliases = {"grace_period", "kill_timeout"}},
-      {.path = "trainer.log_limit",
-       .type = Type::kInt,
-       .help = "Bytes kept of each of the trial's stdout.log and stderr.log: the first half, a line saying "
-               "how much was cut, and the last half (0 = no limit).",
-       .default_value = 10000000,
-       .min = 0,
-       .scope = trainer_kind("command"),
-       .aliases = {"max_log_bytes", "log_size"}},
 
       // --- resources ---
       {.path = "resources",
@@ -734,24 +385,39 @@ std::string sentence(std::string text) {
   return text;
 }
 
-Setting imported(const search::SettingDecl& d, std::string path, Scope scope) {
+// A declaration of common/settings.h as a key of the table. The algorithms' help texts are
+// fragments ("members per island"), made sentences here; the trainers' are sentences already.
+Setting imported(const SettingDecl& d, std::string path, Scope scope, bool make_sentence) {
   Setting s;
   s.path = std::move(path);
   switch (d.type) {
-    case search::SettingType::kInt: s.type = Type::kInt; break;
-    case search::SettingType::kFloat: s.type = Type::kNumber; break;
-    case search::SettingType::kBool: s.type = Type::kBool; break;
-    case search::SettingType::kString: s.type = d.choices.empty() ? Type::kString : Type::kEnum; break;
+    case SettingType::kInt: s.type = Type::kInt; break;
+    case SettingType::kFloat: s.type = Type::kNumber; break;
+    case SettingType::kBool: s.type = Type::kBool; break;
+    case SettingType::kString: s.type = d.choices.empty() ? Type::kString : Type::kEnum; break;
+    case SettingType::kDuration: s.type = Type::kDuration; break;
+    case SettingType::kIntList: s.type = Type::kIntList; break;
+    case SettingType::kValueList: s.type = Type::kValueList; break;
+    case SettingType::kStringMap: s.type = Type::kStringMap; break;
   }
-  s.help = sentence(d.help);
+  s.help = make_sentence ? sentence(d.help) : d.help;
   s.default_value = d.default_value;
-  if (s.type == Type::kNumber && s.default_value.is_number()) s.default_value = s.default_value.get<double>();
+  if ((s.type == Type::kNumber || s.type == Type::kDuration) && s.default_value.is_number())
+    s.default_value = s.default_value.get<double>();
   if (std::isfinite(d.min)) s.min = d.min;
   if (std::isfinite(d.max)) s.max = d.max;
+  s.min_exclusive = d.min_exclusive;
+  s.max_exclusive = d.max_exclusive;
   s.choices = d.choices;
+  s.required = d.required;
+  s.aliases = d.aliases;
+  s.example = d.example;
+  s.default_note = d.default_note;
   s.scope = std::move(scope);
-  if (s.default_value.is_null()) {
-    s.default_note = "derived";
+  // A default computed from other keys (trainer.data_seed: the campaign's seed) or none at all
+  // (derived): the reference shows the key commented out, with the note.
+  if (!s.required && (s.default_value.is_null() || !s.default_note.empty())) {
+    if (s.default_note.empty()) s.default_note = "derived";
     s.reference_commented = true;
   }
   return s;
@@ -759,7 +425,9 @@ Setting imported(const search::SettingDecl& d, std::string path, Scope scope) {
 
 bool same_declaration(const Setting& a, const Setting& b) {
   return a.path == b.path && a.type == b.type && a.help == b.help && a.default_value == b.default_value &&
-         a.min == b.min && a.max == b.max && a.choices == b.choices;
+         a.min == b.min && a.max == b.max && a.min_exclusive == b.min_exclusive && a.max_exclusive == b.max_exclusive &&
+         a.choices == b.choices && a.required == b.required && a.aliases == b.aliases && a.example == b.example &&
+         a.default_note == b.default_note;
 }
 
 // The settings of each value of `selector` (an enum), imported under `prefix`; a declaration
@@ -768,7 +436,7 @@ bool same_declaration(const Setting& a, const Setting& b) {
 template <typename Lookup>
 std::vector<Setting> import_scoped(const Setting& selector, const std::string& prefix,
                                    const std::vector<std::string>& skip, Lookup lookup,
-                                   std::vector<std::string>& known) {
+                                   std::vector<std::string>& known, bool make_sentences = true) {
   std::vector<Setting> out;
   for (const auto& value : selector.choices) {
     auto decls = lookup(value);
@@ -776,7 +444,7 @@ std::vector<Setting> import_scoped(const Setting& selector, const std::string& p
     known.push_back(value);
     for (const auto& d : decls.value()) {
       if (std::find(skip.begin(), skip.end(), d.key) != skip.end()) continue;
-      Setting s = imported(d, prefix + d.key, Scope{selector.path, {value}});
+      Setting s = imported(d, prefix + d.key, Scope{selector.path, {value}}, make_sentences);
       bool merged = false;
       for (auto& existing : out) {
         if (same_declaration(existing, s)) {
@@ -823,6 +491,27 @@ std::vector<Setting> build_table() {
       for (auto& d : table)
         if (d.path == "search.init") d.default_note = defaults.empty() ? "none" : join(defaults, ", ");
       for (auto& i : imports) table.push_back(std::move(i));
+    } else if (path == "trainer.kind") {
+      // The kinds and their settings, declared beside each trainer (trainers/trainer_settings.h).
+      Setting& kind = table.back();
+      std::vector<std::string> kinds;
+      for (const auto& k : trainers::trainer_catalog()) {
+        kind.choices.push_back(k.kind);
+        kinds.push_back(k.kind + " (" + k.help + ")");
+      }
+      const std::string last = kinds.empty() ? "" : kinds.back();
+      if (!kinds.empty()) kinds.pop_back();
+      kind.help = "The trainer: " + (kinds.empty() ? last : join(kinds, ", ") + " or " + last) +
+                  ". The other keys of this section are its settings.";
+      std::vector<std::string> known;
+      auto imports = import_scoped(
+          kind, "trainer.", {"kind"},
+          [](const std::string& k) -> Result<std::vector<SettingDecl>> {
+            HPCTUNE_ASSIGN(const std::vector<SettingDecl>* decls, trainers::trainer_setting_specs(k));
+            return *decls;
+          },
+          known, /*make_sentences=*/false);
+      for (auto& i : imports) table.push_back(std::move(i));
     } else if (path == "early_stopping.kind") {
       std::vector<std::string> known;
       auto imports = import_scoped(table.back(), "early_stopping.", {"kind"},
@@ -836,12 +525,6 @@ std::vector<Setting> build_table() {
 std::string parent_path(std::string_view path) {
   const auto dot = path.rfind('.');
   return dot == std::string_view::npos ? std::string() : std::string(path.substr(0, dot));
-}
-
-std::string lower_key(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 bool is_whole(double x) { return std::isfinite(x) && std::floor(x) == x; }
@@ -925,10 +608,16 @@ bool Scope::contains(std::string_view value) const {
   return std::find(values.begin(), values.end(), value) != values.end();
 }
 
-const std::vector<Setting>& settings() {
-  static const std::vector<Setting> table = build_table();
+namespace {
+std::vector<Setting>& table_storage() {
+  static std::vector<Setting> table = build_table();
   return table;
 }
+}  // namespace
+
+const std::vector<Setting>& settings() { return table_storage(); }
+
+void reload_settings_for_testing() { table_storage() = build_table(); }
 
 std::vector<const Setting*> children(std::string_view section) {
   std::vector<const Setting*> out;
@@ -1037,7 +726,7 @@ Result<json> check_value(const Setting& s, const json& v) {
     }
     case Type::kIntList: {
       if (v.is_array()) {
-        if (v.empty()) return problem("expected at least one integer, got an empty list");
+        // An empty list is a value too: mlp's hidden: [] is a network without hidden layers.
         json out = json::array();
         for (const auto& item : v) {
           HPCTUNE_ASSIGN(auto i, check_int(s, item));
@@ -1113,42 +802,6 @@ Result<double> parse_duration(std::string_view text) {
   }
   if (!std::isfinite(total)) return bad();
   return total;
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  const std::size_t n = a.size(), m = b.size();
-  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
-  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= n; ++i) {
-    for (std::size_t j = 1; j <= m; ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // an adjacent swap
-    }
-  }
-  return d[n][m];
-}
-
-std::optional<std::string> did_you_mean(std::string_view word, const std::vector<Candidate>& candidates) {
-  const std::string w = lower_key(word);
-  if (w.empty()) return std::nullopt;
-  std::optional<std::string> best;
-  std::size_t best_score = std::numeric_limits<std::size_t>::max();
-  for (const auto& c : candidates) {
-    const std::string m = lower_key(c.match);
-    const std::size_t d = edit_distance(w, m);
-    const std::size_t limit = std::max<std::size_t>(1, std::max(w.size(), m.size()) / 4);
-    std::size_t score = std::numeric_limits<std::size_t>::max();
-    if (d <= limit) score = d;
-    else if (w.size() >= 3 && m.rfind(w, 0) == 0) score = limit + 1;  // a prefix: ranked after typos
-    if (score < best_score) {
-      best_score = score;
-      best = c.suggestion;
-    }
-  }
-  return best;
 }
 
 std::vector<Candidate> candidates_of(const std::vector<const Setting*>& decls) {

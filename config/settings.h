@@ -8,7 +8,8 @@
 //   - `hpctune validate` prints the normalized config the parser builds from it;
 //   - configs/reference.yaml is reference_yaml(), rendered from it (a test keeps the checked-in
 //     file equal to it).
-// Adding a key means adding one entry to the table in settings.cpp, and reading it in config.cpp.
+// Adding a key means adding one entry to the table in settings.cpp, and reading it in config.cpp;
+// a key of an algorithm or a trainer kind is declared beside its code instead (below).
 //
 // Paths. Dotted, e.g. "search.max_trials". Two wildcard segments:
 //   "*"   a name the user picks in a map:      "space.*.low" is `low` of every space parameter;
@@ -24,11 +25,13 @@
 // (`steps` of the sleep and of the function trainer). A key given outside its scope is an error
 // that says where it belongs ("unknown key for trainer kind 'sleep' (a setting of kind 'mlp')").
 //
-// Imported keys. The search algorithms and early stoppers declare their own settings
-// (search::searcher_settings, search::stopper_settings); settings() imports them as keys of
-// `search.settings` scoped by search.algorithm and of `early_stopping` scoped by its kind, so
-// they are validated, suggested and documented like every other key but declared only once, next
-// to the code that reads them.
+// Imported keys. The search algorithms, early stoppers and trainer kinds declare their own
+// settings (search::searcher_settings, search::stopper_settings, trainers::trainer_catalog, all
+// in the shape of common/settings.h); settings() imports them as keys of `search.settings` scoped
+// by search.algorithm, of `early_stopping` scoped by its kind and of `trainer` scoped by
+// trainer.kind, so they are validated, suggested and documented like every other key but declared
+// only once, next to the code that reads them (which checks what it receives against the same
+// declaration).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +57,7 @@ enum class Type {
   kNumber,      // a finite number; normalized to a double
   kDuration,    // seconds: a number or a string such as "90s", "10m", "2h", "1h30m"
   kEnum,        // one of `choices`
-  kIntList,     // an integer or a non-empty list of integers, each within the bounds
+  kIntList,     // an integer or a list of integers (possibly empty), each within the bounds
   kStringMap,   // map string -> string (scalars are taken as their text)
   kValue,       // any YAML value, converted to JSON
   kValueList,   // a non-empty list of any values
@@ -98,9 +101,13 @@ struct Setting {
   Scope closed_when;
 };
 
-// The table, in reference order: the declarations of settings.cpp plus the imported algorithm
-// and stopper settings. Built once, on first use; thread-safe.
+// The table, in reference order: the declarations of settings.cpp plus the imported algorithm,
+// stopper and trainer settings. Built once, on first use; thread-safe.
 const std::vector<Setting>& settings();
+// For tests only: builds the table again from the declarations, after a test changed one
+// (trainers::mutable_setting_specs_for_testing). No other thread may use the table meanwhile, and
+// pointers into the old table (children(), find_settings()) are invalid afterwards.
+void reload_settings_for_testing();
 
 // The declarations directly under the section `section` ("" for the top level, "space.*",
 // "objectives[]"), in table order, every scope.
@@ -130,18 +137,10 @@ Result<nlohmann::json> check_value(const Setting& setting, const nlohmann::json&
 // any order, summed). kConfig for anything else, with the accepted forms in the message.
 Result<double> parse_duration(std::string_view text);
 
-// Optimal-string-alignment distance (insertions, deletions, substitutions, adjacent swaps).
-std::size_t edit_distance(std::string_view a, std::string_view b);
-
-// A name to suggest for a misspelled `word`.
-struct Candidate {
-  std::string match;       // compared with `word` (a key name or one of its aliases)
-  std::string suggestion;  // what to print ("lr" for the alias "learning_rate")
-};
-// The closest candidate: case-insensitive, '-' equal to '_'; a distance of at most a quarter of
-// the longer name (at least 1), or `word` (3+ characters) a prefix of the candidate. Ties go to
-// the earlier candidate. nullopt when nothing is close.
-std::optional<std::string> did_you_mean(std::string_view word, const std::vector<Candidate>& candidates);
+// The "did you mean" of every unknown name, shared with the trainers: common/text.h.
+using hpctune::Candidate;
+using hpctune::did_you_mean;
+using hpctune::edit_distance;
 
 // Candidates for the declarations `decls`: their names and aliases.
 std::vector<Candidate> candidates_of(const std::vector<const Setting*>& decls);

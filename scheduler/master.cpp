@@ -116,7 +116,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     auto parsed = config::parse_config(existing->config_text, existing->config_source);
     if (!parsed.ok()) return std::move(parsed).error().with_context("while re-reading the config stored in " + db_path);
     cfg = std::move(parsed).value();
-    cfg.seed = existing->seed;
+    cfg.set_seed(existing->seed);
     const auto& cj = existing->config_json;
     if (cj.contains("resources") && cj["resources"].contains("groups")) {
       cfg.resources.groups = cj["resources"]["groups"].get<int64_t>();
@@ -152,7 +152,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
                                              "` or choose another --db");
     }
     cfg = *options.config;
-    if (options.seed) cfg.seed = *options.seed;
+    if (options.seed) cfg.set_seed(*options.seed);
     if (options.groups) cfg.resources.groups = *options.groups;
   }
   if (options.groups) cfg.resources.groups = *options.groups;

@@ -3,38 +3,17 @@
 //
 // Each algorithm owns its table (random_search.cpp, genetic.cpp, ...); the factory exposes them
 // through searcher_settings() / stopper_settings() so that the config layer, `hpctune validate`
-// and configs/reference.yaml can be generated from the same list the algorithm reads.
+// and configs/reference.yaml can be generated from the same list the algorithm reads. The
+// declaration type and its check are common/settings.h, shared with the trainer kinds' settings.
 #pragma once
 
-#include <limits>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "common/result.h"
+#include "common/settings.h"
 
 namespace hpctune::search {
 
-enum class SettingType { kInt, kFloat, kBool, kString };
-const char* setting_type_name(SettingType type) noexcept;
-
-struct SettingDecl {
-  std::string key;
-  SettingType type = SettingType::kFloat;
-  nlohmann::json default_value;  // null: "derived" (the help says from what)
-  double min = -std::numeric_limits<double>::infinity();  // inclusive numeric bounds
-  double max = std::numeric_limits<double>::infinity();
-  std::vector<std::string> choices;  // kString: the allowed values (empty: any string)
-  std::string help;
-};
-
-// Checks `given` (an object, or null for "nothing set") against `decls` and returns an object
-// with every declared key, defaults filled in. Errors are kConfig and start with the key
-// ("mutation_rate: must be in [0, 1], got 1.5"; "mutaton_rate: unknown setting of genetic ...")
-// so that the config layer can prefix the file:line:col of the key.
-Result<nlohmann::json> resolve_settings(std::string_view owner, const std::vector<SettingDecl>& decls,
-                                        const nlohmann::json& given);
+using hpctune::resolve_settings;
+using hpctune::SettingDecl;
+using hpctune::SettingType;
+using hpctune::setting_type_name;
 
 }  // namespace hpctune::search

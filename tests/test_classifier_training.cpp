@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -454,6 +456,53 @@ TEST_CASE("classifier loop: predictions are float32 .npy artifacts whose rows ar
   auto none = run_mlp(settings, data, Recorder().context(settings, ""));
   REQUIRE(none.ok());
   CHECK(none->artifacts.empty());
+}
+
+// The validation split comes from the campaign's data seed (trainer.data_seed), not from the
+// trial's seed (issue 10): row i of every trial's val_probs.npy is the same image, so that the
+// predictions of several trials can be combined (ensembles). val_indices.npy says which.
+TEST_CASE("classifier loop: trials with different seeds hold out the same images; another data seed does not") {
+  const auto data = synthetic(400, 30, 8, 5);
+  auto settings = small_settings();
+  settings["epochs"] = 1;
+  settings["val_fraction"] = 0.25;
+  settings["max_train_samples"] = 300;  // the training subset comes from the data seed too
+  settings["data_seed"] = 7;
+  struct Run {
+    std::vector<int64_t> indices;
+    std::vector<uint8_t> bytes;
+    std::vector<float> probs;
+  };
+  auto run = [&](const nlohmann::json& s, uint64_t trial_seed) {
+    TempDir dir;
+    auto r = run_mlp(s, data, Recorder().context(s, dir.path, trial_seed));
+    REQUIRE(r.ok());
+    std::string path;
+    for (const auto& a : r->artifacts)
+      if (a.kind == "val_indices") path = a.path;
+    REQUIRE(path == dir.path + "/val_indices.npy");
+    auto indices = read_npy_i64(path);
+    REQUIRE(indices.ok());
+    int64_t rows = 0, cols = 0;
+    auto probs = read_npy_f32(dir.path + "/val_probs.npy", rows, cols);
+    REQUIRE(probs.ok());
+    CHECK(rows == static_cast<int64_t>(indices->size()));  // one row per index
+    return Run{*indices, slurp(path), *probs};
+  };
+  const Run a = run(settings, 1), b = run(settings, 2);
+  REQUIRE(a.indices.size() == 75);  // 0.25 of the 300 the cap keeps
+  CHECK(std::is_sorted(a.indices.begin(), a.indices.end()));
+  CHECK(std::adjacent_find(a.indices.begin(), a.indices.end()) == a.indices.end());
+  for (int64_t i : a.indices) CHECK((i >= 0 && i < 400));
+  CHECK(a.indices == b.indices);
+  CHECK(a.bytes == b.bytes);     // the same file
+  CHECK(a.probs != b.probs);     // the trials' own seeds still differ: another initialisation, another model
+
+  auto other = settings;
+  other["data_seed"] = 8;
+  const Run c = run(other, 1);
+  REQUIRE(c.indices.size() == 75);
+  CHECK(c.indices != a.indices);
 }
 
 TEST_CASE("classifier loop: linear scaling and warmup reach the trainer; bad new settings are named") {

@@ -721,6 +721,29 @@ TEST_CASE("the settings table is consistent") {
   }
 }
 
+TEST_CASE("trainer.data_seed is the campaign's seed unless given, and follows set_seed (--seed, resume)") {
+  const std::string base = "name: d\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\nseed: 41\n";
+  auto c = parse_ok(base + "trainer: {kind: mlp}\n");
+  CHECK(c.trainer["data_seed"] == 41);
+  CHECK(c.normalized["trainer"]["data_seed"] == 41);
+  c.set_seed(18446744073709551615ULL);  // `run --seed`, up to 2^64 - 1
+  CHECK(c.seed == 18446744073709551615ULL);
+  CHECK(c.trainer["data_seed"].get<uint64_t>() == 18446744073709551615ULL);
+  CHECK(c.normalized["trainer"]["data_seed"].get<uint64_t>() == 18446744073709551615ULL);
+  // Given in the file: kept whatever the campaign's seed.
+  auto given = parse_ok(base + "trainer: {kind: cnn, data_seed: 5}\n");
+  CHECK(given.trainer["data_seed"] == 5);
+  given.set_seed(9);
+  CHECK(given.seed == 9);
+  CHECK(given.trainer["data_seed"] == 5);
+  // Kinds without a data split have no such setting.
+  auto sleep = parse_ok(base + "trainer: {kind: sleep}\n");
+  sleep.set_seed(3);
+  CHECK_FALSE(sleep.trainer.contains("data_seed"));
+  CHECK(parse_error(base + "trainer: {kind: mlp, data_seed: -1}\n") ==
+        "test.yaml:5:22: trainer.data_seed: -1 is below the minimum 0");
+}
+
 TEST_CASE("configs/reference.yaml is reference_yaml() and a valid config") {
   const std::string reference = config::reference_yaml();
   const std::string path = source_path("configs/reference.yaml");

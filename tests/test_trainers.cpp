@@ -5,23 +5,29 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/rng.h"
+#include "config/config.h"
+#include "config/settings.h"
 #include "tests/temp_dir.h"
 #include "trainers/trainer_factory.h"
 #include "trainers/idx_dataset.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/sleep_trainer.h"
 #include "trainers/trainer.h"
+#include "trainers/trainer_settings.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
@@ -622,4 +628,126 @@ TEST_CASE("factory: known kinds are made, unknown kinds are listed in the error"
   CHECK(bad.error().message().find("mlp") != std::string::npos);
   CHECK(bad.error().message().find("sleep") != std::string::npos);
   CHECK(trainer_setting_specs("resnet").error().code() == Errc::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One declaration per setting (issue 10): the config table imports the kinds' declarations
+// (trainer_settings.h), and the trainers read through the same ones.
+
+TEST_CASE("settings: the factory makes every kind of the catalog, and the config knows exactly their settings") {
+  std::vector<std::string> catalog;
+  for (const auto& k : trainer_catalog()) catalog.push_back(k.kind);
+  std::sort(catalog.begin(), catalog.end());
+  CHECK(catalog == trainer_kinds());
+  const auto kind_setting = config::find_settings("trainer.kind");
+  REQUIRE(kind_setting.size() == 1);
+  for (const auto& k : trainer_catalog()) {
+    CAPTURE(k.kind);
+    CHECK(std::count(kind_setting[0]->choices.begin(), kind_setting[0]->choices.end(), k.kind) == 1);
+    std::set<std::string> declared, in_config;
+    for (const auto& d : *k.settings) declared.insert(d.key);
+    for (const auto* s : config::children("trainer"))
+      if (s->scope.contains(k.kind)) in_config.insert(std::string(config::leaf_name(s->path)));
+    CHECK(declared == in_config);
+  }
+}
+
+TEST_CASE("settings: the trainer accepts the settings the config produces") {
+  // The normalized trainer section of a config (every default applied, data_seed filled in)
+  // passes the trainer's own check of every key and value.
+  for (const auto& kind : trainer_kinds()) {
+    CAPTURE(kind);
+    const std::string required = kind == "command" ? ", command: 'true'" : "";
+    // The function trainer takes exactly its x1..xd (branin: 2) from the space.
+    const std::string space = kind == "function" ? "space: {x1: 0, x2: 1}\n" : "";
+    const std::string text = "name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\n" + space +
+                             "trainer: {kind: " + kind + required + "}\n";
+    auto parsed = config::parse_config(text, "sync.yaml");
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());
+    auto specs = trainer_setting_specs(kind);
+    REQUIRE(specs.ok());
+    SettingsReader reader(kind, parsed->trainer, *specs.value());
+    const auto known = reader.check_known();
+    CHECK_MESSAGE(known.ok(), known.error().message());
+    for (const auto& d : *specs.value()) {
+      if (d.required || (d.default_value.is_null() && !reader.has(d.key.c_str()))) continue;  // mlp's layers
+      auto v = reader.value(d.key.c_str());
+      CHECK_MESSAGE(v.ok(), v.error().message());
+    }
+  }
+}
+
+namespace {
+
+// Restores a kind's declarations, and the config table built from them, at the end of a test.
+struct DeclarationsRestorer {
+  std::vector<SettingDecl>* decls;
+  std::vector<SettingDecl> saved;
+  explicit DeclarationsRestorer(const std::string& kind)
+      : decls(mutable_setting_specs_for_testing(kind)), saved(decls != nullptr ? *decls : std::vector<SettingDecl>{}) {}
+  ~DeclarationsRestorer() {
+    if (decls == nullptr) return;
+    *decls = saved;
+    config::reload_settings_for_testing();
+  }
+  SettingDecl& operator[](const std::string& key) {
+    for (auto& d : *decls)
+      if (d.key == key) return d;
+    throw std::runtime_error("no setting " + key);
+  }
+};
+
+std::string config_text(const std::string& trainer, const std::string& space = "") {
+  return "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n" + space + "trainer: " + trainer +
+         "\n";
+}
+
+}  // namespace
+
+TEST_CASE("settings: a bound and a default changed in the trainer's declaration change validate and the trainer") {
+  // The shipped declaration: dropout in [0, 0.95], default 0.
+  {
+    auto parsed = config::parse_config(config_text("{kind: mlp, dropout: 0.6}"), "t.yaml");
+    REQUIRE(parsed.ok());
+    auto s = parse_mlp_settings(parsed->trainer);
+    REQUIRE(s.ok());
+    CHECK(s->dropout == 0.6);
+    CHECK(parse_mlp_settings({{"kind", "mlp"}})->dropout == 0.0);
+  }
+  {
+    // One change, in the one declaration (mlp_settings.cpp's entry, here changed in memory).
+    DeclarationsRestorer mlp("mlp");
+    REQUIRE(mlp.decls != nullptr);
+    mlp["dropout"].max = 0.5;
+    mlp["dropout"].default_value = 0.25;
+    config::reload_settings_for_testing();
+
+    // What validate accepts: the new bound, at the key's file:line:col, in the value and in the space.
+    auto above = config::parse_config(config_text("{kind: mlp, dropout: 0.6}"), "t.yaml");
+    REQUIRE_FALSE(above.ok());
+    CHECK(above.error().message() == "t.yaml:4:22: trainer.dropout: 0.6 is above the maximum 0.5");
+    auto searched = config::parse_config(
+        config_text("{kind: mlp}", "space: {dropout: {type: float, low: 0.1, high: 0.7}}\n"), "t.yaml");
+    REQUIRE_FALSE(searched.ok());
+    CHECK(searched.error().message() == "t.yaml:4:42: space.dropout.high: 0.7 is above the maximum 0.5 (trainer.dropout)");
+    CHECK(config::parse_config(config_text("{kind: mlp, dropout: 0.5}"), "t.yaml").ok());
+
+    // What the trainer receives: the new default through the config and without it, and the new
+    // bound when it reads a value the config never saw.
+    auto defaults = config::parse_config(config_text("{kind: mlp}"), "t.yaml");
+    REQUIRE(defaults.ok());
+    CHECK(defaults->trainer["dropout"] == 0.25);
+    auto received = parse_mlp_settings(defaults->trainer);
+    REQUIRE(received.ok());
+    CHECK(received->dropout == 0.25);
+    CHECK(parse_mlp_settings({{"kind", "mlp"}})->dropout == 0.25);
+    auto refused = parse_mlp_settings({{"kind", "mlp"}, {"dropout", 0.6}});
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message() == "mlp trainer: setting 'dropout' = 0.6: must be in [0, 0.5]");
+    // The reference documents it.
+    CHECK(config::reference_yaml().find("[number 0..0.5, default: 0.25]") != std::string::npos);
+  }
+  // Restored: the shipped bound again.
+  CHECK(config::parse_config(config_text("{kind: mlp, dropout: 0.6}"), "t.yaml").ok());
+  CHECK(parse_mlp_settings({{"kind", "mlp"}, {"dropout", 0.6}}).ok());
 }

@@ -20,73 +20,38 @@
 
 namespace hpctune::trainers {
 
-std::vector<SettingSpec> classifier_common_setting_specs() {
-  return {
-      {"data", "string", kDefaultDataDir,
-       "directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (IDX, gzipped or plain)"},
-      {"standardize", "bool", false, "scale pixels to zero mean and unit variance (training-set statistics)"},
-      {"val_fraction", "float", 0.1, "fraction of the (capped) training file held out for validation, in (0, 1)"},
-      {"max_train_samples", "int", 0, "use at most this many training-file images, validation included (0 = all)"},
-      {"max_test_samples", "int", 0, "evaluate on at most the first this many test images (0 = all)"},
-      {"optimizer", "string", "sgd", "sgd (momentum, nesterov), adam or adamw (decoupled weight decay)"},
-      {"lr", "float", 0.05, "learning rate, > 0 (before lr_scaling)"},
-      {"lr_schedule", "string", "cosine", "constant, or cosine: lr * (1 + cos(pi * t / T)) / 2 after the warmup"},
-      {"lr_scaling", "string", "none", "none, or linear: lr * batch_size / base_batch_size (Goyal et al.)"},
-      {"base_batch_size", "int", 128, "the batch size `lr` is meant for, with lr_scaling: linear"},
-      {"warmup_epochs", "float", 0.0, "epochs of linear warmup to the (scaled) rate, >= 0"},
-      {"momentum", "float", 0.9, "SGD momentum, in [0, 1)"},
-      {"nesterov", "bool", false, "Nesterov momentum (sgd)"},
-      {"beta1", "float", 0.9, "Adam first-moment decay, in [0, 1)"},
-      {"beta2", "float", 0.999, "Adam second-moment decay, in [0, 1)"},
-      {"eps", "float", 1e-8, "Adam denominator epsilon, > 0"},
-      {"weight_decay", "float", 0.0, "weight decay on weights (not biases), >= 0: L2 for sgd/adam, decoupled for adamw"},
-      {"batch_size", "int", 128, "global minibatch size (data-parallel ranks share it), >= 1"},
-      {"epochs", "int", 10, "training epochs, >= 1"},
-      {"checkpoint", "bool", true, "write a checkpoint after every epoch and resume from it (needs a trial directory)"},
-      {"micro_batches", "int", 0, "pipeline micro-batches per minibatch (0 = 2 x model ranks)"},
-      {"allreduce", "string", "hierarchical", "gradient allreduce of data-parallel groups: mpi, ring, recursive_doubling or hierarchical"},
-      {"save_predictions", "bool", true, "save validation and test class probabilities (.npy) as artifacts"},
-  };
-}
-
+// Types, bounds and choices are checked by the reader against the declarations
+// (classifier_settings.cpp); what is left here is what a declaration cannot say.
 Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   HPCTUNE_ASSIGN(s.data, r.string("data"));
   if (s.data.empty()) return r.bad("data", r.raw("data"), "a directory");
   HPCTUNE_ASSIGN(s.standardize, r.boolean("standardize"));
-  HPCTUNE_ASSIGN(s.val_fraction, r.number("val_fraction", 0.0, 1.0));
-  if (s.val_fraction <= 0.0 || s.val_fraction >= 1.0) return r.bad("val_fraction", r.raw("val_fraction"), "in (0, 1)");
-  HPCTUNE_ASSIGN(s.max_train_samples, r.integer("max_train_samples", 0));
-  HPCTUNE_ASSIGN(s.max_test_samples, r.integer("max_test_samples", 0));
+  HPCTUNE_ASSIGN(s.val_fraction, r.number("val_fraction"));
+  HPCTUNE_ASSIGN(const nlohmann::json data_seed, r.value("data_seed"));
+  s.data_seed = data_seed.get<uint64_t>();  // >= 0 by its declaration; up to 2^64 - 1, as a campaign seed
+  HPCTUNE_ASSIGN(s.max_train_samples, r.integer("max_train_samples"));
+  HPCTUNE_ASSIGN(s.max_test_samples, r.integer("max_test_samples"));
   HPCTUNE_ASSIGN(std::string optimizer, r.string("optimizer"));
   auto kind = nn::parse_optimizer_kind(optimizer);
-  if (!kind.ok()) return r.bad("optimizer", r.raw("optimizer"), "sgd, adam or adamw");
+  if (!kind.ok()) return r.bad("optimizer", r.raw("optimizer"), kind.error().message());
   s.optimizer.kind = *kind;
-  HPCTUNE_ASSIGN(s.lr, r.number("lr", 0.0));
-  if (s.lr <= 0.0) return r.bad("lr", r.raw("lr"), "> 0");
+  HPCTUNE_ASSIGN(s.lr, r.number("lr"));
   HPCTUNE_ASSIGN(std::string schedule, r.string("lr_schedule"));
-  if (schedule == "constant") s.lr_schedule = LrSchedule::kConstant;
-  else if (schedule == "cosine") s.lr_schedule = LrSchedule::kCosine;
-  else return r.bad("lr_schedule", r.raw("lr_schedule"), "constant or cosine");
+  s.lr_schedule = schedule == "constant" ? LrSchedule::kConstant : LrSchedule::kCosine;
   HPCTUNE_ASSIGN(std::string scaling, r.string("lr_scaling"));
-  if (scaling == "none") s.lr_scaling = LrScaling::kNone;
-  else if (scaling == "linear") s.lr_scaling = LrScaling::kLinear;
-  else return r.bad("lr_scaling", r.raw("lr_scaling"), "none or linear");
-  HPCTUNE_ASSIGN(s.base_batch_size, r.integer("base_batch_size", 1, 1 << 20));
-  HPCTUNE_ASSIGN(s.warmup_epochs, r.number("warmup_epochs", 0.0, 1e6));
-  HPCTUNE_ASSIGN(s.optimizer.momentum, r.number("momentum", 0.0, 1.0));
-  if (s.optimizer.momentum >= 1.0) return r.bad("momentum", r.raw("momentum"), "in [0, 1)");
+  s.lr_scaling = scaling == "linear" ? LrScaling::kLinear : LrScaling::kNone;
+  HPCTUNE_ASSIGN(s.base_batch_size, r.integer("base_batch_size"));
+  HPCTUNE_ASSIGN(s.warmup_epochs, r.number("warmup_epochs"));
+  HPCTUNE_ASSIGN(s.optimizer.momentum, r.number("momentum"));
   HPCTUNE_ASSIGN(s.optimizer.nesterov, r.boolean("nesterov"));
-  HPCTUNE_ASSIGN(s.optimizer.beta1, r.number("beta1", 0.0, 1.0));
-  if (s.optimizer.beta1 >= 1.0) return r.bad("beta1", r.raw("beta1"), "in [0, 1)");
-  HPCTUNE_ASSIGN(s.optimizer.beta2, r.number("beta2", 0.0, 1.0));
-  if (s.optimizer.beta2 >= 1.0) return r.bad("beta2", r.raw("beta2"), "in [0, 1)");
-  HPCTUNE_ASSIGN(s.optimizer.eps, r.number("eps", 0.0));
-  if (s.optimizer.eps <= 0.0) return r.bad("eps", r.raw("eps"), "> 0");
-  HPCTUNE_ASSIGN(s.optimizer.weight_decay, r.number("weight_decay", 0.0));
-  HPCTUNE_ASSIGN(s.batch_size, r.integer("batch_size", 1, 1 << 20));
-  HPCTUNE_ASSIGN(s.epochs, r.integer("epochs", 1, 1 << 20));
+  HPCTUNE_ASSIGN(s.optimizer.beta1, r.number("beta1"));
+  HPCTUNE_ASSIGN(s.optimizer.beta2, r.number("beta2"));
+  HPCTUNE_ASSIGN(s.optimizer.eps, r.number("eps"));
+  HPCTUNE_ASSIGN(s.optimizer.weight_decay, r.number("weight_decay"));
+  HPCTUNE_ASSIGN(s.batch_size, r.integer("batch_size"));
+  HPCTUNE_ASSIGN(s.epochs, r.integer("epochs"));
   HPCTUNE_ASSIGN(s.checkpoint, r.boolean("checkpoint"));
-  HPCTUNE_ASSIGN(s.micro_batches, r.integer("micro_batches", 0, 1 << 16));
+  HPCTUNE_ASSIGN(s.micro_batches, r.integer("micro_batches"));
   HPCTUNE_ASSIGN(s.save_predictions, r.boolean("save_predictions"));
   return Status::Ok();
 }
@@ -113,9 +78,14 @@ LrPlan make_lr_plan(const ClassifierSettings& s, int64_t batches_per_epoch) noex
 
 // ---- .npy ---------------------------------------------------------------------------------------
 
-Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
+namespace {
+
+// Writes a C-order .npy of element type `descr` ('<f4', '<i8') and shape `shape` ("(3, 10)",
+// "(3,)"), through a temporary file renamed onto `path`.
+Status write_npy(const std::string& path, const char* descr, const std::string& shape, const void* data,
+                 size_t bytes) {
+  std::string header = "{'descr': '";  // appended, not "..." + ...: GCC 12 warns falsely (-Wrestrict, PR 105329)
+  header.append(descr).append("', 'fortran_order': False, 'shape': ").append(shape).append(", }");
   // magic (6) + version (2) + length (2) + header + '\n', padded with spaces to a multiple of 64.
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
@@ -129,7 +99,7 @@ Status write_npy_f32(const std::string& path, const float* values, int64_t rows,
     const uint16_t len = static_cast<uint16_t>(header.size());
     out.write(reinterpret_cast<const char*>(&len), 2);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(values), static_cast<std::streamsize>(rows * cols * 4));
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
     out.flush();
     if (!out) return err(Errc::kIo, "cannot write " + tmp);
   }
@@ -139,8 +109,8 @@ Status write_npy_f32(const std::string& path, const float* values, int64_t rows,
   return Status::Ok();
 }
 
-Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols) {
-  std::ifstream in(path, std::ios::binary);
+// Opens a .npy of element type `descr`, leaves `in` at its data and returns the header text.
+Result<std::string> read_npy_header(std::ifstream& in, const std::string& path, const char* descr) {
   if (!in) return err(Errc::kNotFound, "cannot open " + path);
   char magic[8];
   uint16_t len = 0;
@@ -149,16 +119,49 @@ Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, 
   if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) return err(Errc::kInvalidArgument, path + ": not a .npy file");
   std::string header(len, '\0');
   in.read(header.data(), len);
-  if (header.find("'descr': '<f4'") == std::string::npos || header.find("'fortran_order': False") == std::string::npos) {
-    return err(Errc::kInvalidArgument, path + ": not a C-order float32 array");
+  if (header.find(std::string("'descr': '") + descr + "'") == std::string::npos ||
+      header.find("'fortran_order': False") == std::string::npos) {
+    return err(Errc::kInvalidArgument, path + ": not a C-order " + descr + " array");
   }
   const auto open = header.find("'shape': (");
   if (open == std::string::npos) return err(Errc::kInvalidArgument, path + ": no shape");
-  if (std::sscanf(header.c_str() + open + 10, "%ld, %ld", &rows, &cols) != 2) {
-    return err(Errc::kInvalidArgument, path + ": not a 2-D array");
-  }
+  return header.substr(open + 10);
+}
+
+}  // namespace
+
+Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols) {
+  std::string shape = "(";
+  shape.append(std::to_string(rows)).append(", ").append(std::to_string(cols)).append(")");
+  return write_npy(path, "<f4", shape, values,
+                   static_cast<size_t>(rows * cols) * sizeof(float));
+}
+
+Status write_npy_i64(const std::string& path, const int64_t* values, int64_t count) {
+  std::string shape = "(";
+  shape.append(std::to_string(count)).append(",)");
+  return write_npy(path, "<i8", shape, values, static_cast<size_t>(count) * sizeof(int64_t));
+}
+
+Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols) {
+  std::ifstream in(path, std::ios::binary);
+  HPCTUNE_ASSIGN(const std::string shape, read_npy_header(in, path, "<f4"));
+  if (std::sscanf(shape.c_str(), "%ld, %ld", &rows, &cols) != 2) return err(Errc::kInvalidArgument, path + ": not a 2-D array");
   std::vector<float> values(static_cast<size_t>(rows * cols));
   in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+  if (!in || in.peek() != std::char_traits<char>::eof()) return err(Errc::kInvalidArgument, path + ": wrong size");
+  return values;
+}
+
+Result<std::vector<int64_t>> read_npy_i64(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HPCTUNE_ASSIGN(const std::string shape, read_npy_header(in, path, "<i8"));
+  long count = 0;
+  char comma = 0;
+  if (std::sscanf(shape.c_str(), "%ld%c)", &count, &comma) != 2 || comma != ',' || count < 0)
+    return err(Errc::kInvalidArgument, path + ": not a 1-D array");
+  std::vector<int64_t> values(static_cast<size_t>(count));
+  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(int64_t)));
   if (!in || in.peek() != std::char_traits<char>::eof()) return err(Errc::kInvalidArgument, path + ": wrong size");
   return values;
 }
@@ -232,7 +235,8 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   // Validation split.
   std::vector<int64_t> perm(static_cast<size_t>(train_file.count));
   std::iota(perm.begin(), perm.end(), int64_t{0});
-  Rng split_rng(derive_seed(ctx.seed, kSplitStream));
+  // From the campaign's data seed, not the trial's: every trial holds out the same images.
+  Rng split_rng(derive_seed(s.data_seed, kSplitStream));
   shuffle(perm, split_rng);
   const int64_t pool = s.max_train_samples > 0 ? std::min(s.max_train_samples, train_file.count) : train_file.count;
   const int64_t n_val = std::max<int64_t>(1, std::llround(s.val_fraction * static_cast<double>(pool)));
@@ -449,8 +453,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       const std::string test_path = (std::filesystem::path(ctx.trial_dir) / "test_probs.npy").string();
       HPCTUNE_TRY(write_npy_f32(val_path, val_probs.data(), n_val, data.num_classes));
       HPCTUNE_TRY(write_npy_f32(test_path, test_probs.data(), n_test, data.num_classes));
+      const std::string indices_path = (std::filesystem::path(ctx.trial_dir) / "val_indices.npy").string();
+      HPCTUNE_TRY(write_npy_i64(indices_path, val_idx.data(), n_val));
       result.artifacts.push_back({"val_probs", val_path});
       result.artifacts.push_back({"test_probs", test_path});
+      result.artifacts.push_back({"val_indices", indices_path});
     }
     if (checkpointing) {
       for (int stage = 0; stage < lay.model_size; ++stage) {

@@ -1,10 +1,13 @@
 // The classifier training loop shared by the `mlp` and `cnn` trainer kinds, the same code on one
 // rank and on every rank of a trainer group (trainer_group.h).
 //
-// Per trial (all randomness from ctx.seed, through derive_seed streams):
-//   1. Carve the validation split out of the training file: a seeded permutation, capped at
-//      max_train_samples, of which the first val_fraction are validation (kept in increasing file
-//      order). The test file is used only for the final test metrics: its first max_test_samples.
+// Per trial (the data split from data_seed, every other random choice from ctx.seed, through
+// derive_seed streams):
+//   1. Carve the validation split out of the training file: a permutation seeded by data_seed (the
+//      campaign's seed unless the config gives one, the same for every trial, so that trials'
+//      predictions line up row by row for ensembles), capped at max_train_samples, of which the
+//      first val_fraction are validation (kept in increasing file order). The test file is used only
+//      for the final test metrics: its first max_test_samples.
 //   2. Build the Network (network.h) from the trainer's layer specs, initialise it from the init
 //      stream, and take a GradientEngine for ctx.group (gradient_engine.h). With checkpoints on and a
 //      trial_dir, resume from <trial_dir>/checkpoint-stage<model_rank>.bin when it holds this
@@ -19,8 +22,8 @@
 //      epoch_seconds} at step = epoch (the leader), then the checkpoint (data rank 0 of each stage).
 //   4. Return {val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds,
 //      images_per_second} (plus resumed_epoch when it resumed) at step = epochs; with
-//      save_predictions and a trial_dir the leader writes val_probs.npy and test_probs.npy (below)
-//      and returns them, and the checkpoints, as artifacts.
+//      save_predictions and a trial_dir the leader writes val_probs.npy, test_probs.npy and
+//      val_indices.npy (below) and returns them, and the checkpoints, as artifacts.
 //
 // Stops: ctx.stop_requested() is polled at every epoch start, every kStopPollBatches minibatches
 // and before the test evaluation, the same points on every rank (it is a collective in a group).
@@ -44,6 +47,8 @@
 //
 // Predictions (.npy, NumPy format 1.0): float32, C order, shape (rows, classes), row i the softmax
 // probabilities of validation image i (in increasing training-file index) or of test image i.
+// val_indices.npy: int64, shape (rows,), the training-file index of validation image i; the same
+// file for every trial of a campaign (same data_seed, val_fraction and max_train_samples).
 //
 // Data loading: the minibatch gather copies the batch's rows (random rows of the decoded dataset in
 // memory) into one buffer. Measured here: 0.11 ms for 128 x 784 floats, against 3.3 ms for the
@@ -73,6 +78,7 @@ struct ClassifierSettings {
   std::string data = kDefaultDataDir;
   bool standardize = false;
   double val_fraction = 0.1;
+  uint64_t data_seed = 0;         // seeds the validation split (the campaign's seed in a campaign)
   int64_t max_train_samples = 0;  // 0 = the whole training file (before the validation split)
   int64_t max_test_samples = 0;   // 0 = the whole test file
   nn::OptimizerOptions optimizer{nn::OptimizerKind::kSgd, 0.9};
@@ -89,9 +95,8 @@ struct ClassifierSettings {
   std::vector<nn::LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
 };
 
-// The rows of the settings tables shared by the classifier kinds (in table order), and the reader
-// of those rows; kInvalidArgument naming the setting.
-std::vector<SettingSpec> classifier_common_setting_specs();
+// Reads the settings of the classifier loop (declared in classifier_settings.cpp);
+// kInvalidArgument naming the setting.
 Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s);
 
 // The learning rate of minibatch `t` (0-based) of a run of `total` minibatches, as above.
@@ -119,5 +124,8 @@ Result<TrialResult> run_classifier_trial(const std::string& kind, const Classifi
 Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols);
 // Reads a float32 2-D .npy written by write_npy_f32 (for tests and tools).
 Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols);
+// Writes an int64 1-D .npy of `count` values (val_indices.npy), and reads one back.
+Status write_npy_i64(const std::string& path, const int64_t* values, int64_t count);
+Result<std::vector<int64_t>> read_npy_i64(const std::string& path);
 
 }  // namespace hpctune::trainers

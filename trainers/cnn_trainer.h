@@ -16,10 +16,9 @@ namespace hpctune::trainers {
 
 using CnnSettings = ClassifierSettings;
 
-// The default `layers` list, as config JSON.
+// The default `layers` list, as config JSON (declared in cnn_settings.cpp).
 const nlohmann::json& default_cnn_layers();
 
-const std::vector<SettingSpec>& cnn_setting_specs();
 Result<CnnSettings> parse_cnn_settings(const nlohmann::json& settings);
 
 class CnnTrainer final : public Trainer {

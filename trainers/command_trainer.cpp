@@ -34,19 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 // --- settings ------------------------------------------------------------------------------------
 
-const std::vector<SettingSpec>& command_setting_specs() {
-  static const std::vector<SettingSpec> specs = {
-      {"command", "string", nullptr, "the command line run for each trial, a template of {param} names (required)"},
-      {"timeout", "float", 0.0, "seconds before the command is stopped and the trial fails (0 = no limit)"},
-      {"workdir", "string", "", "working directory of the command (\"\" = the worker's)"},
-      {"env", "map[string]string", nlohmann::json::object(), "extra environment variables of the command"},
-      {"grace", "float", 5.0, "seconds between SIGTERM and SIGKILL when the command is stopped"},
-      {"log_limit", "int", kDefaultLogLimit,
-       "bytes kept of each of stdout.log and stderr.log: the first and the last half (0 = no limit)"},
-  };
-  return specs;
-}
-
 Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
   SettingsReader r("command", trainer, command_setting_specs());
   HPCTUNE_TRY(r.check_known());
@@ -58,12 +45,11 @@ Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
   // Also checked by `hpctune validate`; here too, for a campaign whose config was never checked.
   if (auto unsafe = unsafe_placeholder(s.command))
     return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *unsafe);
-  HPCTUNE_ASSIGN(s.timeout, r.number("timeout", 0.0, 1.0e9));
+  HPCTUNE_ASSIGN(s.timeout, r.number("timeout"));
   HPCTUNE_ASSIGN(s.workdir, r.string("workdir"));
-  HPCTUNE_ASSIGN(s.grace, r.number("grace", 0.0, 1.0e6));
-  HPCTUNE_ASSIGN(s.log_limit, r.integer("log_limit", 0));
-  const auto& env = r.raw("env");
-  if (!env.is_object()) return r.bad("env", env, "a map of names to strings");
+  HPCTUNE_ASSIGN(s.grace, r.number("grace"));
+  HPCTUNE_ASSIGN(s.log_limit, r.integer("log_limit"));
+  HPCTUNE_ASSIGN(const nlohmann::json env, r.value("env"));
   for (auto it = env.begin(); it != env.end(); ++it) {
     const std::string& name = it.key();
     const bool valid_name = !name.empty() && name.find('=') == std::string::npos && name.find('\0') == std::string::npos;

@@ -63,8 +63,7 @@ struct CommandSettings {
   int64_t log_limit = kDefaultLogLimit;    // bytes kept of each log (head and tail halves), 0 = all
 };
 
-// The table of the fixed settings; in step with config/settings.cpp (test_config_trainer_sync).
-const std::vector<SettingSpec>& command_setting_specs();
+// The fixed settings are declared in command_settings.cpp.
 // Reads the fixed settings (ctx.trainer, not the searched parameters: those may have any name and
 // are never settings for this kind). kInvalidArgument naming the setting on a bad or unknown key.
 Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer);

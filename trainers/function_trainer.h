@@ -35,8 +35,6 @@ struct FunctionSettings {
   std::vector<double> x;  // x1 .. xd, checked against the function's box
 };
 
-const std::vector<SettingSpec>& function_setting_specs();
-
 // kInvalidArgument naming the problem: an unknown setting or function name, a dimension the
 // function does not allow, a missing, non-numeric, extra (x7 for a 6-d function) or out-of-box xi.
 Result<FunctionSettings> parse_function_settings(const nlohmann::json& settings);

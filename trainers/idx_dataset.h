@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "trainers/trainer_settings.h"  // kDefaultDataDir
 
 namespace hpctune::trainers {
 
@@ -69,8 +70,6 @@ struct ImageClassificationData {
 struct DatasetOptions {
   bool standardize = false;
 };
-
-inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
 
 // Builds a Dataset from an image file and a label file; kInvalidArgument when the counts differ.
 Result<Dataset> load_idx_pair(const std::string& images_path, const std::string& labels_path);

@@ -25,9 +25,6 @@ struct MlpSettings : ClassifierSettings {
   double dropout = 0.0;
 };
 
-// The declared settings of the `mlp` kind: names, types, defaults and help.
-const std::vector<SettingSpec>& mlp_setting_specs();
-
 // Reads and checks ctx.settings(); kInvalidArgument naming the setting on any bad value or
 // unknown key. Fills ClassifierSettings::layers from hidden/activation/dropout. Does not touch the
 // file system.

@@ -5,22 +5,12 @@
 
 namespace hpctune::trainers {
 
-const std::vector<SettingSpec>& sleep_setting_specs() {
-  static const std::vector<SettingSpec> specs = {
-      {"seconds", "float", 0.0, "total time to wait, >= 0, spread evenly over the steps"},
-      {"steps", "int", 1, "number of reports, >= 1"},
-      {"metric", "string", "value", "name of the reported metric"},
-      {"value", "float", 0.0, "value of the reported metric"},
-  };
-  return specs;
-}
-
 Result<SleepSettings> parse_sleep_settings(const nlohmann::json& json) {
   SettingsReader r("sleep", json, sleep_setting_specs());
   HPCTUNE_TRY(r.check_known());
   SleepSettings s;
-  HPCTUNE_ASSIGN(s.seconds, r.number("seconds", 0.0, 1.0e7));
-  HPCTUNE_ASSIGN(s.steps, r.integer("steps", 1, int64_t{1} << 40));
+  HPCTUNE_ASSIGN(s.seconds, r.number("seconds"));
+  HPCTUNE_ASSIGN(s.steps, r.integer("steps"));
   HPCTUNE_ASSIGN(s.metric, r.string("metric"));
   if (s.metric.empty()) return r.bad("metric", r.raw("metric"), "a non-empty name");
   HPCTUNE_ASSIGN(s.value, r.number("value"));

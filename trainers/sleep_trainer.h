@@ -24,7 +24,6 @@ struct SleepSettings {
   double value = 0.0;
 };
 
-const std::vector<SettingSpec>& sleep_setting_specs();
 // kInvalidArgument naming the setting on a bad value or an unknown key.
 Result<SleepSettings> parse_sleep_settings(const nlohmann::json& settings);
 

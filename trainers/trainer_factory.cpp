@@ -1,4 +1,5 @@
-// The table of trainer kinds. A new kind is one line in kKinds (plus its own files).
+// The table of trainer kinds. A new kind is one line in kKinds, one in the catalog of declared
+// settings (trainer_settings.cpp), and its own files.
 #include <memory>
 
 #include "trainers/cnn_trainer.h"
@@ -17,21 +18,15 @@ namespace {
 struct KindEntry {
   const char* name;
   std::unique_ptr<Trainer> (*make)(const TrainerServices& services);
-  const std::vector<SettingSpec>& (*settings)();
 };
 
 // Sorted by name: trainer_kinds() and the error messages list them in this order.
 const KindEntry kKinds[] = {
-    {"cnn", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<CnnTrainer>(s.datasets); },
-     cnn_setting_specs},
-    {"command", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<CommandTrainer>(); },
-     command_setting_specs},
-    {"function", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<FunctionTrainer>(); },
-     function_setting_specs},
-    {"mlp", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<MlpTrainer>(s.datasets); },
-     mlp_setting_specs},
-    {"sleep", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<SleepTrainer>(); },
-     sleep_setting_specs},
+    {"cnn", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<CnnTrainer>(s.datasets); }},
+    {"command", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<CommandTrainer>(); }},
+    {"function", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<FunctionTrainer>(); }},
+    {"mlp", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<MlpTrainer>(s.datasets); }},
+    {"sleep", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<SleepTrainer>(); }},
 };
 
 const KindEntry* find_kind(const std::string& kind) {
@@ -65,12 +60,6 @@ Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind, const Tra
 MakeTrainer trainer_factory() {
   TrainerServices services{std::make_shared<DatasetCache>()};
   return [services](const std::string& kind) { return make_trainer(kind, services); };
-}
-
-Result<const std::vector<SettingSpec>*> trainer_setting_specs(const std::string& kind) {
-  const KindEntry* entry = find_kind(kind);
-  if (entry == nullptr) return unknown_kind(kind);
-  return &entry->settings();
 }
 
 }  // namespace hpctune::trainers

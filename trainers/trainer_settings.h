@@ -1,21 +1,20 @@
-// Trainer settings: one declaration per setting, and typed readers that check it.
+// Trainer settings: the catalog of the trainer kinds' declarations, and the reader that checks
+// a trial's settings against them.
 //
-// Each built-in trainer declares its settings (name, type, default, help) in a table beside its
-// code (mlp_trainer.h, sleep_trainer.h). The trainer reads ctx.settings() through that table, so an
-// unknown key (a misspelled searched parameter would otherwise be ignored silently for a whole
-// campaign) and every bad value come back as kInvalidArgument naming the setting. These tables are
-// NOT yet the config's: the config layer declares the same settings again in its own table
-// (config/settings.cpp, `trainer.*`), and test_config_trainer_sync checks that the two agree
-// (trainer_setting_specs(), trainer_factory.cpp, hands these tables to it).
-//
-// Header-only on purpose: small, and shared by every trainer kind.
+// Each kind declares its settings once, beside its code, in trainers/<kind>_settings.cpp (the
+// classifier loop's own in classifier_settings.cpp, shared by mlp and cnn), in the shape of
+// common/settings.h that the search algorithms use too: type, default, bounds, choices, help,
+// aliases. From that one declaration
+//   - the config table (config/settings.cpp) imports `trainer.*`, scoped by trainer.kind: parsing,
+//     `hpctune validate`, the messages and configs/reference.yaml;
+//   - the trainer reads ctx.settings() through a SettingsReader: unknown keys (with a "did you
+//     mean"), types, bounds and choices are checked against the same declaration, and absent keys
+//     get its default.
+// The declarations are compiled into hpctune_trainer_api, a small library with no BLAS, oneDNN,
+// MPI or zlib, so that the master's config layer links them without the trainers' code.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,63 +22,59 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "common/settings.h"
+#include "common/text.h"
 
 namespace hpctune::trainers {
 
-struct SettingSpec {
-  const char* name;
-  const char* type;             // "int", "float", "bool", "string", "int|list[int]"
-  nlohmann::json default_value;  // null: no default (documented in help)
-  const char* help;
+// The declarations of each kind (the <kind>_settings.cpp files).
+const std::vector<SettingDecl>& sleep_setting_specs();
+const std::vector<SettingDecl>& mlp_setting_specs();
+const std::vector<SettingDecl>& cnn_setting_specs();
+const std::vector<SettingDecl>& function_setting_specs();
+const std::vector<SettingDecl>& command_setting_specs();
+// The settings of the classifier loop (classifier_training.h) that mlp and cnn both declare.
+std::vector<SettingDecl> classifier_common_setting_specs();
+
+// The dataset of the classifier kinds when `data` is not given.
+inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
+
+struct TrainerKindDecl {
+  std::string kind;
+  std::string help;  // one line for trainer.kind's help
+  const std::vector<SettingDecl>* settings = nullptr;
 };
 
-// The settings table of a trainer kind; kInvalidArgument listing the kinds when unknown.
-Result<const std::vector<SettingSpec>*> trainer_setting_specs(const std::string& kind);
+// Every trainer kind this build has, in the order of the reference (sleep, mlp, cnn, function,
+// command). The worker's factory (trainer_factory.h) makes a trainer of each.
+const std::vector<TrainerKindDecl>& trainer_catalog();
 
-namespace settings_detail {
+// The declarations of a kind; kInvalidArgument listing the kinds when unknown.
+Result<const std::vector<SettingDecl>*> trainer_setting_specs(const std::string& kind);
 
-inline size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
+// For tests only: the declarations of `kind`, to change. A test that changes one must call
+// config::reload_settings() (when it parses configs) and restore the declaration afterwards;
+// nothing else may hold on to a declaration across that.
+std::vector<SettingDecl>* mutable_setting_specs_for_testing(const std::string& kind);
 
-inline const SettingSpec* find(std::span<const SettingSpec> specs, std::string_view name) {
-  for (const auto& spec : specs)
-    if (name == spec.name) return &spec;
-  return nullptr;
-}
-
-}  // namespace settings_detail
-
-// Reads typed settings of one trainer kind from a settings object, with the table's defaults.
+// Reads typed settings of one trainer kind from a settings object, with the declared defaults.
+// Every error is kInvalidArgument "<kind> trainer: setting 'name' = <value>: must be ...".
 class SettingsReader {
  public:
-  SettingsReader(std::string kind, const nlohmann::json& settings, std::span<const SettingSpec> specs)
-      : kind_(std::move(kind)), settings_(settings), specs_(specs) {}
+  SettingsReader(std::string kind, const nlohmann::json& settings, const std::vector<SettingDecl>& decls)
+      : kind_(std::move(kind)), settings_(settings), decls_(decls) {}
 
   // kInvalidArgument for a key that is neither "kind" nor declared, with a "did you mean".
   Status check_known() const {
     if (!settings_.is_object()) return err(Errc::kInvalidArgument, kind_ + " trainer: settings must be an object");
     for (auto it = settings_.begin(); it != settings_.end(); ++it) {
-      if (it.key() == "kind" || settings_detail::find(specs_, it.key()) != nullptr) continue;
+      if (it.key() == "kind" || find(it.key()) != nullptr) continue;
       std::string message = kind_ + " trainer: unknown setting '" + it.key() + "'";
-      const SettingSpec* best = nullptr;
-      size_t best_distance = 3;  // suggest only close names
-      for (const auto& spec : specs_) {
-        const size_t d = settings_detail::edit_distance(it.key(), spec.name);
-        if (d < best_distance) best_distance = d, best = &spec;
-      }
-      if (best != nullptr) message += ", did you mean '" + std::string(best->name) + "'?";
+      std::vector<Candidate> candidates;
+      for (const auto& d : decls_) candidates.push_back({d.key, d.key});
+      for (const auto& d : decls_)
+        for (const auto& alias : d.aliases) candidates.push_back({alias, d.key});
+      if (auto near = did_you_mean(it.key(), candidates)) message += ", did you mean '" + *near + "'?";
       else message += " (known: " + known_names() + ")";
       return err(Errc::kInvalidArgument, std::move(message));
     }
@@ -93,53 +88,42 @@ class SettingsReader {
       auto it = settings_.find(name);
       if (it != settings_.end()) return *it;
     }
-    const SettingSpec* spec = settings_detail::find(specs_, name);
-    return spec != nullptr ? spec->default_value : kNull;
+    const SettingDecl* d = find(name);
+    return d != nullptr ? d->default_value : kNull;
   }
   bool has(const char* name) const { return settings_.is_object() && settings_.contains(name); }
 
-  Result<double> number(const char* name, double lo = -std::numeric_limits<double>::infinity(),
-                        double hi = std::numeric_limits<double>::infinity()) const {
+  // The value of `name` (or its default) checked against its declaration and normalized
+  // (check_setting, common/settings.h).
+  Result<nlohmann::json> value(const char* name) const {
+    const SettingDecl* d = find(name);
+    if (d == nullptr) return err(Errc::kInternal, kind_ + " trainer: reads the undeclared setting '" + name + "'");
     const auto& v = raw(name);
-    if (!v.is_number()) return bad(name, v, "a number");
-    const double x = v.get<double>();
-    if (!std::isfinite(x) || x < lo || x > hi) return bad(name, v, range_text(lo, hi));
-    return x;
+    auto checked = check_setting(*d, v);
+    if (!checked.ok()) return bad(name, v, checked.error().message().substr(std::string_view("must be ").size()));
+    return checked;
   }
 
-  // Integers; an integral float (256.0, as a float search may produce) is accepted.
-  Result<int64_t> integer(const char* name, int64_t lo = std::numeric_limits<int64_t>::min(),
-                          int64_t hi = std::numeric_limits<int64_t>::max()) const {
-    return integer_value(name, raw(name), lo, hi);
+  Result<double> number(const char* name) const {
+    HPCTUNE_ASSIGN(nlohmann::json v, value(name));
+    return v.get<double>();
   }
-
-  Result<int64_t> integer_value(const char* name, const nlohmann::json& v, int64_t lo, int64_t hi) const {
-    int64_t x = 0;
-    if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-    } else if (v.is_number_float() && std::isfinite(v.get<double>()) && std::floor(v.get<double>()) == v.get<double>() &&
-               std::fabs(v.get<double>()) < 9.0e15) {
-      x = static_cast<int64_t>(v.get<double>());
-    } else {
-      return bad(name, v, "an integer");
-    }
-    if (x < lo || x > hi) return bad(name, v, range_text(static_cast<double>(lo), static_cast<double>(hi)));
-    return x;
+  Result<int64_t> integer(const char* name) const {
+    HPCTUNE_ASSIGN(nlohmann::json v, value(name));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return bad(name, v, "at most " + std::to_string(INT64_MAX));
+    return v.get<int64_t>();
   }
-
   Result<bool> boolean(const char* name) const {
-    const auto& v = raw(name);
-    if (!v.is_boolean()) return bad(name, v, "true or false");
+    HPCTUNE_ASSIGN(nlohmann::json v, value(name));
     return v.get<bool>();
   }
-
   Result<std::string> string(const char* name) const {
-    const auto& v = raw(name);
-    if (!v.is_string()) return bad(name, v, "a string");
+    HPCTUNE_ASSIGN(nlohmann::json v, value(name));
     return v.get<std::string>();
   }
 
-  // kInvalidArgument "<kind> trainer: setting 'name' = <value>: <what>".
+  // kInvalidArgument "<kind> trainer: setting 'name' = <value>: must be <what>".
   Error bad(const char* name, const nlohmann::json& v, const std::string& what) const {
     return err(Errc::kInvalidArgument, kind_ + " trainer: setting '" + name + "' = " + v.dump() + ": must be " + what);
   }
@@ -147,28 +131,20 @@ class SettingsReader {
   const std::string& kind() const { return kind_; }
 
  private:
-  static std::string range_text(double lo, double hi) {
-    auto fmt = [](double x) {
-      nlohmann::json j = x;
-      if (std::floor(x) == x && std::fabs(x) < 1e15) j = static_cast<int64_t>(x);
-      return j.dump();
-    };
-    const bool has_lo = std::isfinite(lo) && lo > -9.0e18;
-    const bool has_hi = std::isfinite(hi) && hi < 9.0e18;
-    if (has_lo && has_hi) return "in [" + fmt(lo) + ", " + fmt(hi) + "]";
-    if (has_lo) return ">= " + fmt(lo);
-    if (has_hi) return "<= " + fmt(hi);
-    return "finite";
+  const SettingDecl* find(std::string_view name) const {
+    for (const auto& d : decls_)
+      if (d.key == name) return &d;
+    return nullptr;
   }
   std::string known_names() const {
-    std::string out;
-    for (const auto& spec : specs_) out += (out.empty() ? "" : ", ") + std::string(spec.name);
-    return out;
+    std::vector<std::string> names;
+    for (const auto& d : decls_) names.push_back(d.key);
+    return join(names, ", ");
   }
 
   std::string kind_;
   const nlohmann::json& settings_;
-  std::span<const SettingSpec> specs_;
+  const std::vector<SettingDecl>& decls_;
 };
 
 }  // namespace hpctune::trainers

@@ -1,0 +1,34 @@
+// The settings of the `cnn` trainer kind (cnn_trainer.h): the classifier loop's, with its own
+// learning rate, and its layers.
+#include "trainers/trainer_settings.h"
+
+namespace hpctune::trainers {
+
+const std::vector<SettingDecl>& cnn_setting_specs() {
+  // Not const: tests change a declaration through mutable_setting_specs_for_testing().
+  static std::vector<SettingDecl> specs = [] {
+    std::vector<SettingDecl> out = classifier_common_setting_specs();
+    for (auto& d : out) {
+      // 0.05 (the mlp's) drives the default CNN with momentum 0.9 to chance (dead ReLUs); 0.01 learns.
+      if (d.key == "lr") {
+        d.default_value = 0.01;
+        d.help = "Learning rate (before lr_scaling); the default CNN does not learn at the mlp's 0.05.";
+      }
+    }
+    // The Fashion-MNIST benchmark CNN: conv 5x5 32, pool 2, conv 5x5 64, pool 2, dense 1024.
+    out.push_back({.key = "layers",
+                   .type = SettingType::kValueList,
+                   .default_value = nlohmann::json::parse(R"([
+                     {"kind": "conv", "filters": 32, "kernel": 5}, {"kind": "maxpool", "size": 2},
+                     {"kind": "conv", "filters": 64, "kernel": 5}, {"kind": "maxpool", "size": 2},
+                     {"kind": "dense", "units": 1024}])"),
+                   .help = "The CNN's hidden layers in order, each {kind: conv, filters, kernel, stride, padding, "
+                           "activation} | {kind: maxpool, size, stride} | {kind: dense, units, activation} | "
+                           "{kind: dropout, rate}; the output layer is added.",
+                   .aliases = {"architecture", "network", "net"}});
+    return out;
+  }();
+  return specs;
+}
+
+}  // namespace hpctune::trainers

@@ -1,0 +1,49 @@
+// The settings of the `function` trainer kind (function_trainer.h). Its parameters x1, x2, ...
+// are not settings: they come from the space.
+#include "trainers/trainer_settings.h"
+
+namespace hpctune::trainers {
+
+const std::vector<SettingDecl>& function_setting_specs() {
+  using T = SettingType;
+  // Not const: tests change a declaration through mutable_setting_specs_for_testing().
+  static std::vector<SettingDecl> specs = {
+      {.key = "name",
+       .type = T::kString,
+       .default_value = "branin",
+       .choices = {"branin", "hartmann6", "rosenbrock", "levy", "ackley"},
+       .help = "The benchmark function (to be minimised), of the parameters x1, x2, ...",
+       .aliases = {"function", "fn"}},
+      {.key = "dim",
+       .type = T::kInt,
+       .default_value = 0,
+       .min = 0,
+       .max = 1000,
+       .help = "Number of parameters x1..xd (0 = the function's own: 2 for branin, 6 for hartmann6, 2 for the "
+               "others; rosenbrock, levy and ackley take any dimension).",
+       .aliases = {"dimension", "dimensions", "ndim", "n_dims"}},
+      {.key = "noise",
+       .type = T::kFloat,
+       .default_value = 0.0,
+       .min = 0,
+       .help = "Standard deviation of Gaussian noise added to each reported value.",
+       .aliases = {"sigma", "noise_std"}},
+      {.key = "steps",
+       .type = T::kInt,
+       .default_value = 1,
+       .min = 1,
+       .max = 1'000'000,
+       .help = "Number of reports of the value.",
+       .aliases = {"epochs", "reports", "iterations"}},
+      {.key = "seconds_per_step",
+       .type = T::kDuration,
+       .default_value = 0.0,
+       .min = 0,
+       .max = 86400,
+       .help = "Time to sleep before each report, to imitate training.",
+       .aliases = {"seconds", "sleep", "delay"}},
+  };
+  return specs;
+}
+
+}  // namespace hpctune::trainers
