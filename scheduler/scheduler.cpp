@@ -55,7 +55,8 @@ Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transp
       store_(store),
       searcher_(searcher),
       stopper_(stopper),
-      start_(Clock::now()) {
+      start_(opt_.wall.at),
+      last_now_(opt_.wall.at) {
   secret_ = opt_.secret;
   if (secret_.empty()) {
     // Left empty (tests): draw one. Without a random source no hello is ever accepted.
@@ -142,7 +143,7 @@ Status Scheduler::note_late_result(const protocol::PeerId& peer, int64_t group, 
                           wall(now));
 }
 
-double Scheduler::wall(Clock::time_point) const { return unix_now(); }
+double Scheduler::wall(Clock::time_point now) const { return opt_.wall.unix_at(now); }
 
 void Scheduler::log(const std::string& line) const {
   if (log_) log_(line);
@@ -161,6 +162,7 @@ std::optional<double> Scheduler::objective_of(const protocol::Metrics& metrics) 
 
 Status Scheduler::restore(Clock::time_point now) {
   start_ = now;
+  last_now_ = now;
   HPCTUNE_ASSIGN(auto rows, store_.trials(opt_.campaign_id));
   std::vector<search::Record> history;
   history.reserve(rows.size());
@@ -241,6 +243,7 @@ Status Scheduler::restore(Clock::time_point now) {
 }
 
 Status Scheduler::handle(const protocol::PeerId& peer, std::string_view bytes, Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   auto decoded = protocol::decode(bytes);
   if (!decoded.ok()) {
     ++counters_.malformed;
@@ -359,7 +362,7 @@ Status Scheduler::on_hello(const protocol::PeerId& peer, const protocol::Hello& 
   welcome.heartbeat_interval_ms = opt_.heartbeat_interval.count();
   welcome.heartbeat_timeout_ms = opt_.heartbeat_timeout.count();
   send(workers_[peer], welcome);
-  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, m.group, "local", m.ranks_data, m.ranks_model, "registered",
+  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, m.group, opt_.backend, m.ranks_data, m.ranks_model, "registered",
                                   m.incarnation, 0, wall(now)));
   log("group " + std::to_string(m.group) + " registered (pid " + std::to_string(m.pid) + " on " + m.host + ")");
   return {};
@@ -643,7 +646,7 @@ Status Scheduler::lose_worker(const protocol::PeerId& peer, const std::string& w
   const double tw = wall(now);
   log("group " + std::to_string(w.group) + " lost: " + why);
   HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "group_lost", w.trial_id, 0, w.group, {{"reason", why}}, tw));
-  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, w.group, "local", 0, 0, "lost", w.incarnation, 0, tw));
+  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, w.group, opt_.backend, 0, 0, "lost", w.incarnation, 0, tw));
   return lose_attempt(w, why, now);
 }
 
@@ -676,6 +679,7 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
 }
 
 Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   auto g = group_peer_.find(group);
   if (g == group_peer_.end()) return {};
   HPCTUNE_TRY(lose_worker(g->second, why, now));
@@ -683,6 +687,7 @@ Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::ti
 }
 
 Status Scheduler::tick(Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   flush_noise(now, false);
   std::vector<protocol::PeerId> silent;
   for (auto& [peer, w] : workers_) {
@@ -704,6 +709,7 @@ Status Scheduler::tick(Clock::time_point now) {
 }
 
 Status Scheduler::interrupt(Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   if (interrupted_) return {};
   interrupted_ = true;
   const double tw = wall(now);
@@ -721,7 +727,7 @@ Status Scheduler::interrupt(Clock::time_point now) {
 }
 
 void Scheduler::shutdown_workers(const std::string& reason) {
-  flush_noise(Clock::now(), true);  // the last summaries
+  flush_noise(last_now_, true);  // the last summaries
   for (auto& [peer, w] : workers_) send(w, protocol::Shutdown{reason});
 }
 
@@ -737,7 +743,7 @@ bool Scheduler::finished() const {
   if (interrupted_) return true;
   const bool in_flight = trials_.size() > queue_.size();
   // Queued trials are left for a resume.
-  if (out_of_time(Clock::now()) || !gave_up_.empty()) return !in_flight;
+  if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
   return searcher_exhausted_ || created_ >= opt_.max_trials;
 }
@@ -851,7 +857,7 @@ Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, doub
       std::to_string(final_trials.size()) + " finished trials");
   return store_.add_event(opt_.campaign_id, "stopper_replayed", 0, 0, -1,
                           {{"reports", replayed}, {"trials", final_trials.size()}, {"stop_decisions", stops}},
-                          unix_now());
+                          wall(start_));
 }
 
 // --- warm start -------------------------------------------------------------------------------

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "scheduler/clock.h"
 #include "protocol/messages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
@@ -56,8 +57,6 @@
 #include "search/searcher.h"
 
 namespace hpctune::scheduler {
-
-using Clock = std::chrono::steady_clock;
 
 struct SchedulerOptions {
   int64_t campaign_id = 0;
@@ -75,12 +74,16 @@ struct SchedulerOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   uint64_t master_incarnation = 0;
+  std::string backend = "local";  // the launcher's name, written to the groups table
   // The campaign secret (hex, from protocol::random_hex); "" = the scheduler draws one itself.
   std::string secret;
   // The searcher's state (and, with several objectives, the Pareto front) is saved into the open
   // transaction every max(search_state_every, finished / 10) finished trials and whenever a new
   // generation is bred, so a crash keeps a recent copy. 0 = only when save_search_state() is called.
   int64_t search_state_every = 10;
+  // Maps the `now` of every call onto the unix seconds written to the store (clock.h). A test on a
+  // manual clock sets it to its own anchor.
+  WallClock wall = WallClock::real();
 };
 
 // Counted and dropped frames, by reason; asserted by tests.
@@ -145,11 +148,14 @@ class Scheduler {
   // Sends shutdown to every registered worker (end of campaign).
   void shutdown_workers(const std::string& reason);
 
-  // True when no more trials will be created and none is queued or in flight.
+  // True when no more trials will be created and none is queued or in flight (as of the `now` of
+  // the latest call: search.max_time counts on the caller's clock).
   bool finished() const;
   bool interrupted() const { return interrupted_; }
   // Why dispatch stopped early (search.max_failures), "" when it did not.
   const std::string& gave_up() const { return gave_up_; }
+  // Whether `group` is registered now (said hello and was not lost since).
+  bool group_registered(int64_t group) const { return group_peer_.count(group) > 0; }
   // Groups that have said hello at least once (for the launcher's start-up check).
   bool group_ever_registered(int64_t group) const { return ever_registered_.count(group) > 0; }
   // Groups declared lost for their silence since the last call: the launcher kills them, so that
@@ -240,6 +246,7 @@ class Scheduler {
   std::string gave_up_;  // see gave_up()
   bool searcher_exhausted_ = false;
   Clock::time_point start_;
+  Clock::time_point last_now_;  // the latest `now` handed in: what finished() and shutdown see
   Counters counters_;
   std::string secret_;                                // the campaign secret
   std::map<int64_t, std::string> launch_tokens_;      // group -> token of its current launch
