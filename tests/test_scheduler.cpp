@@ -7,8 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <set>
 #include <thread>
 
+#include "config/config.h"
+#include "launch/launcher.h"
+#include "scheduler/master.h"
 #include "scheduler/scheduler.h"
 #include "store/store.h"
 #include "protocol/transport.h"
@@ -581,4 +585,252 @@ TEST_CASE("dropped frames are counted per peer and logged rate-limited, with a s
   auto events = h.db->events(h.campaign_id, 0);
   REQUIRE(events.ok());
   CHECK(events->empty());
+}
+
+// --- the steppable master on a manual clock ----------------------------------------------------
+
+namespace {
+
+// A launcher that starts nothing: it records each start (with its credential) and reports the
+// exits the test (or a kill) queues.
+class FakeLauncher final : public launch::Launcher {
+ public:
+  std::string name() const override { return "fake"; }
+  Status start(int64_t group, const std::string& credential) override {
+    credentials[group] = credential;
+    alive[group] = true;
+    ++starts[group];
+    return {};
+  }
+  launch::GroupState state(int64_t group) const override {
+    auto it = alive.find(group);
+    if (it == alive.end() || !it->second) return launch::GroupState::kExited;
+    return pending_groups.count(group) ? launch::GroupState::kPending : launch::GroupState::kStarting;
+  }
+  std::vector<launch::GroupExit> poll_exits() override { return std::exchange(exits, {}); }
+  void kill(int64_t group) override {
+    if (!alive[group]) return;
+    alive[group] = false;
+    ++kills[group];
+    exits.push_back({group, "killed by signal 9 (Killed)", false, ""});
+  }
+  void stop_all(std::chrono::milliseconds) override {
+    for (auto& [g, a] : alive) a = false;
+    ++stopped;
+  }
+
+  std::map<int64_t, std::string> credentials;
+  std::map<int64_t, bool> alive;
+  std::map<int64_t, int> starts, kills;
+  std::set<int64_t> pending_groups;  // reported pending (a backend that starts them later)
+  std::vector<launch::GroupExit> exits;
+  int stopped = 0;
+};
+
+// A worker the test scripts: it answers heartbeats, runs each assign for `steps` steps of reports
+// (one per call of run()), and can be told to go silent.
+struct ScriptedWorker {
+  ScriptedWorker(protocol::InProcHub& hub, int64_t group, std::string secret, uint64_t incarnation)
+      : client(hub.connect()), group(group) {
+    protocol::Hello h;
+    h.secret = std::move(secret);
+    h.incarnation = incarnation;
+    h.group = group;
+    send(h);
+  }
+  void send(const protocol::Message& m) { REQUIRE(client->send(protocol::encode(m)).ok()); }
+  // Reads what the master sent and answers; call once per simulated turn.
+  void run() {
+    if (silent) return;
+    while (true) {
+      auto frame = client->recv(0ms);
+      REQUIRE(frame.ok());
+      if (!*frame) break;
+      auto msg = protocol::decode(**frame);
+      REQUIRE(msg.ok());
+      if (std::holds_alternative<protocol::Welcome>(*msg)) {
+        send(protocol::Ready{});
+      } else if (auto* a = std::get_if<protocol::Assign>(&*msg)) {
+        current = *a;
+        step = 0;
+        send(protocol::Report{a->trial_id, a->attempt, 0, {}});
+        assigned.push_back(*a);
+      } else if (std::holds_alternative<protocol::Heartbeat>(*msg)) {
+        send(protocol::Heartbeat{current ? current->trial_id : 0, current ? current->attempt : 0});
+      }
+    }
+    if (current) {
+      ++step;
+      const double x = current->params.at("x").get<double>();
+      if (step < 3) {
+        send(protocol::Report{current->trial_id, current->attempt, step, {{"value", x}}});
+      } else {
+        send(protocol::Done{current->trial_id, current->attempt, step, false, {{"value", x}}, {}});
+        current.reset();
+      }
+    }
+  }
+  std::unique_ptr<protocol::ClientTransport> client;
+  int64_t group;
+  bool silent = false;
+  std::optional<protocol::Assign> current;
+  int64_t step = 0;
+  std::vector<protocol::Assign> assigned;
+};
+
+config::CampaignConfig manual_config(int64_t trials, int64_t groups) {
+  auto cfg = config::parse_config("name: manual\nseed: 5\nobjective: {metric: value, mode: max}\n"
+                                  "search: {algorithm: random, max_trials: " + std::to_string(trials) + "}\n"
+                                  "space:\n  x: {type: float, low: 0.0, high: 1.0}\n"
+                                  "trainer: {kind: command, command: 'true'}\n"
+                                  "resources: {groups: " + std::to_string(groups) +
+                                  ", heartbeat_interval: 1s, heartbeat_timeout: 5s, startup_timeout: 30s}\n",
+                                  "manual.yaml");
+  REQUIRE_MESSAGE(cfg.ok(), (cfg.ok() ? "" : cfg.error().to_string()));
+  return cfg.value();
+}
+
+// A Master over the in-process transport, an in-memory store and the fake launcher, on a clock
+// that only moves when the test says so.
+struct ManualMaster {
+  ManualMaster(int64_t trials, int64_t groups) {
+    auto s = store::Store::open(":memory:");
+    REQUIRE(s.ok());
+    db = std::move(s).value();
+    server = hub.server();
+    scheduler::MasterOptions options;
+    options.config = manual_config(trials, groups);
+    auto prepared = scheduler::prepare_campaign(options, *db, ":memory:", wall.unix_s);
+    REQUIRE(prepared.ok());
+    campaign_id = prepared->campaign_id;
+    scheduler::MasterParts parts;
+    parts.transport = server.get();
+    parts.store = db.get();
+    parts.launcher = &launcher;
+    parts.wall = wall;
+    parts.log = [this](const std::string& line) { lines.push_back(line); };
+    master = std::make_unique<scheduler::Master>(std::move(prepared).value(), std::move(parts));
+    REQUIRE(master->start(now).ok());
+  }
+  // `turns` turns of `dt` each: the master steps, then every worker answers. True once finished.
+  bool run(int turns, std::chrono::milliseconds dt) {
+    for (int i = 0; i < turns; ++i) {
+      now += dt;
+      auto finished = master->step(now);
+      REQUIRE_MESSAGE(finished.ok(), (finished.ok() ? "" : finished.error().to_string()));
+      if (*finished) return true;
+      for (auto& w : workers) w->run();
+    }
+    return false;
+  }
+  ScriptedWorker& add_worker(int64_t group) {
+    workers.push_back(std::make_unique<ScriptedWorker>(hub, group, launcher.credentials.at(group), 500 + next_incarnation++));
+    return *workers.back();
+  }
+  std::vector<store::TrialRow> trials() {
+    auto t = db->trials(campaign_id);
+    REQUIRE(t.ok());
+    return t.value();
+  }
+  bool has_event(const std::string& kind) {
+    auto events = db->events(campaign_id, 0);
+    REQUIRE(events.ok());
+    for (const auto& e : *events) {
+      if (e.kind == kind) return true;
+    }
+    return false;
+  }
+
+  scheduler::WallClock wall{Clock::time_point{} + std::chrono::hours(1), 1'000'000.0};
+  Clock::time_point now = wall.at;
+  protocol::InProcHub hub;
+  std::unique_ptr<protocol::ServerTransport> server;
+  std::unique_ptr<store::Store> db;
+  FakeLauncher launcher;
+  std::unique_ptr<scheduler::Master> master;
+  std::vector<std::unique_ptr<ScriptedWorker>> workers;
+  std::vector<std::string> lines;
+  int64_t campaign_id = 0;
+  uint64_t next_incarnation = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a whole campaign on a manual clock: a silent group is lost, killed, restarted and its trial retried") {
+  const auto real_start = std::chrono::steady_clock::now();
+  ManualMaster m(/*trials=*/4, /*groups=*/2);
+  CHECK(m.launcher.starts[0] == 1);
+  CHECK(m.launcher.starts[1] == 1);
+  CHECK(m.master->group_state(0) == launch::GroupState::kStarting);
+  ScriptedWorker& a = m.add_worker(0);
+  ScriptedWorker& b = m.add_worker(1);
+  for (int i = 0; i < 10 && b.assigned.empty(); ++i) m.run(1, 10ms);
+  REQUIRE(b.assigned.size() == 1);
+  const int64_t lost_trial = b.assigned[0].trial_id;
+  b.silent = true;  // group 1 hangs: no heartbeat, no result
+  m.run(6, 10ms);  // the group states follow at each tick (every 50 ms here)
+  CHECK(m.master->group_state(0) == launch::GroupState::kRunning);
+  CHECK(m.master->group_state(1) == launch::GroupState::kRunning);
+  // 4.9 simulated seconds: not yet past the 5 s heartbeat timeout.
+  m.run(49, 100ms);
+  CHECK(m.launcher.kills[1] == 0);
+  // Past it: group 1 is declared lost, killed, its exit seen, restarted with a new credential.
+  m.run(10, 100ms);
+  CHECK(m.launcher.kills[1] == 1);
+  CHECK(m.launcher.starts[1] == 2);
+  CHECK(m.has_event("group_lost"));
+  CHECK(m.has_event("group_restarted"));
+  // Group 0 runs the rest, the lost trial's second attempt included; the campaign ends.
+  const bool finished = m.run(200, 100ms);
+  REQUIRE(finished);
+  auto out = m.master->stop(m.now);
+  REQUIRE(out.ok());
+  CHECK(out->progress.done == 4);
+  CHECK(out->counters.lost_attempts == 1);
+  CHECK(out->elapsed_s >= 5.0);  // simulated seconds
+  for (const auto& t : m.trials()) {
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.attempt == (t.id == lost_trial ? 2 : 1));
+    // Timestamps come from the manual clock's anchor, not the real clock.
+    CHECK(t.created_at >= 1'000'000.0);
+    CHECK(t.finished_at < 1'000'100.0);
+  }
+  auto attempts = m.db->attempts(lost_trial);
+  REQUIRE(attempts.ok());
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0]["state"] == "lost");
+  CHECK((*attempts)[1]["state"] == "done");
+  CHECK(m.launcher.stopped == 1);
+  auto campaign = m.db->load_campaign();
+  REQUIRE(campaign.ok());
+  CHECK((*campaign)->state == "completed");
+  CHECK((*campaign)->finished_at > 1'000'005.0);
+  CHECK((*campaign)->finished_at < 1'000'100.0);
+  (void)a;
+  CHECK(std::chrono::steady_clock::now() - real_start < 1s);
+}
+
+TEST_CASE("a group that never connects is killed at its own start-up deadline; none connecting fails the campaign") {
+  ManualMaster m(1000, 2);  // more trials than group 0 finishes in the time
+  m.add_worker(0);
+  // Group 1 never says hello. Its deadline (30 s from its start) passes while group 0 works.
+  m.run(5, 10ms);
+  CHECK(m.master->group_state(1) == launch::GroupState::kStarting);
+  m.run(300, 100ms);
+  CHECK(m.launcher.kills[1] == 1);
+  CHECK(m.has_event("group_startup_timeout"));
+
+  // No group connects at all: the campaign fails at the deadline with the old message.
+  ManualMaster none(2, 2);
+  Result<bool> r = false;
+  for (int i = 0; i < 400 && r.ok(); ++i) {
+    none.now += 100ms;
+    r = none.master->step(none.now);
+  }
+  REQUIRE(!r.ok());
+  CHECK(r.error().code() == Errc::kTimeout);
+  CHECK(r.error().message().find("no trainer group connected within resources.startup_timeout") != std::string::npos);
+  auto campaign = none.db->load_campaign();
+  REQUIRE(campaign.ok());
+  CHECK((*campaign)->state == "failed");
 }
