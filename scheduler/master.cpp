@@ -283,6 +283,9 @@ Error Master::fail(Error e, Clock::time_point now) {
   if (auto s = db.set_campaign_state(c_.campaign_id, "failed", t); !s.ok()) {
     log("could not record the campaign as failed: " + s.error().to_string());
   }
+  if (auto s = db.add_event(c_.campaign_id, "campaign_failed", 0, 0, -1, {{"error", e.to_string()}}, t); !s.ok()) {
+    log("could not record why the campaign failed: " + s.error().to_string());
+  }
   if (stage_id_ > 0) {
     if (auto s = db.set_stage_state(stage_id_, "failed", t); !s.ok()) {
       log("could not record the stage as failed: " + s.error().to_string());
@@ -327,6 +330,8 @@ Result<bool> Master::step(Clock::time_point now) {
   }
   if (auto s = db.commit(); !s.ok()) return fail(std::move(s).error(), now);
   failpoint_->point.pass("after-commit");
+  // The trial source failed in this turn: recorded (event, log) and committed; the campaign fails.
+  if (sched_->fatal()) return fail(*sched_->fatal(), now);
   return sched_->finished();
 }
 

@@ -50,11 +50,21 @@ std::string peer_text(const protocol::PeerId& peer) {
 
 Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
                      search::Searcher& searcher, search::EarlyStopper& stopper)
+    : Scheduler(std::move(options), transport, store, std::make_unique<SearchSource>(searcher, stopper)) {}
+
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+                     TrialSource& source)
+    : Scheduler(std::move(options), transport, store, std::unique_ptr<TrialSource>()) {
+  source_ = &source;
+}
+
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+                     std::unique_ptr<TrialSource> owned)
     : opt_(std::move(options)),
       transport_(transport),
       store_(store),
-      searcher_(searcher),
-      stopper_(stopper),
+      owned_source_(std::move(owned)),
+      source_(owned_source_.get()),
       start_(opt_.wall.at),
       last_now_(opt_.wall.at) {
   secret_ = opt_.secret;
@@ -229,13 +239,14 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.params = row.params;
       trial.state = TrialState::kQueued;
       trial.attempt = row.attempt;
+      trial.resume_from = row.resume_from;
       trials_[row.id] = std::move(trial);
       queue_.push_back(row.id);
     }
     history.push_back(std::move(rec));
   }
   created_ = static_cast<int64_t>(rows.size());
-  searcher_.restore(history);
+  source_->restore(history);
   HPCTUNE_TRY(replay_reports(final_trials));
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
@@ -427,9 +438,21 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
   if (!t->stop_sent) {
     if (auto value = objective_of(m.metrics)) {
-      if (stopper_.on_report(t->seq, m.step, *value) == search::Decision::kStop) {
+      TrialView view{t->id, t->seq, t->attempt, &t->params,
+                     opt_.trials_dir.empty() ? std::string() : opt_.trials_dir + "/" + std::to_string(t->id)};
+      Verdict verdict = source_->on_report(view, m.step, *value);
+      if (verdict.kind == Verdict::Kind::kPause) {
         t->stop_sent = true;
-        send(w, protocol::Stop{t->id, t->attempt, "pruned"});
+        send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPause});
+        log("trial " + std::to_string(t->id) + " paused at step " + std::to_string(m.step));
+        HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "pause_requested", t->id, t->attempt, w.group,
+                                     {{"step", m.step}, {"value", *value}, {"params", verdict.params},
+                                      {"resume_from", verdict.resume_from}},
+                                     tw));
+        t->pause = std::move(verdict);
+      } else if (verdict.kind == Verdict::Kind::kStop) {
+        t->stop_sent = true;
+        send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPruned});
         log("trial " + std::to_string(t->id) + " pruned at step " + std::to_string(m.step));
         // The decision itself, also when the trial finishes before the stop reaches it (it is then
         // recorded done).
@@ -458,14 +481,14 @@ void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const pro
       obs.values.push_back(it->second);
     }
   }
-  searcher_.tell(obs);
-  stopper_.on_finish(t.seq);
+  source_->tell(obs);
 }
 
 Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
+  if (m.stopped && t->pause) return pause_attempt(w, *t, m, now);
   const double tw = wall(now);
   // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
   protocol::Metrics metrics = m.metrics.empty() ? t->last_metrics : m.metrics;
@@ -511,6 +534,35 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   return dispatch(now);
 }
 
+// The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on
+// any free group as the next attempt, with the source's parameters, from its checkpoint.
+Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now) {
+  const double tw = wall(now);
+  const Verdict pause = *t.pause;
+  for (const auto& a : m.artifacts) HPCTUNE_TRY(store_.add_artifact(t.id, t.attempt, a.kind, a.path, a.bytes, tw));
+  if (!m.metrics.empty()) HPCTUNE_TRY(store_.add_metrics(t.id, t.attempt, std::max(m.step, t.last_step), m.metrics, tw));
+  const nlohmann::json params = pause.params.is_object() ? pause.params : t.params;
+  HPCTUNE_ASSIGN(bool applied, store_.pause_trial(t.id, t.attempt, params, pause.resume_from,
+                                                  "paused at step " + std::to_string(std::max(m.step, t.last_step)), tw));
+  if (applied) {
+    HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "trial_paused", t.id, t.attempt, w.group,
+                                 {{"step", std::max(m.step, t.last_step)}, {"old_params", t.params}, {"params", params},
+                                  {"resume_from", pause.resume_from}},
+                                 tw));
+    source_->on_attempt_end(t.seq);
+    t.attempt += 1;
+    t.params = params;
+    t.resume_from = pause.resume_from;
+    t.state = TrialState::kPaused;
+    t.peer.clear();
+    t.pause.reset();
+    paused_.push_back(t.id);
+  }
+  w.trial_id = 0;
+  w.idle = true;
+  return dispatch(now);
+}
+
 Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "failed", now);
@@ -538,8 +590,20 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
   const int64_t room = opt_.max_trials - created_;
   if (room <= 0 || searcher_exhausted_) return {};
   n = std::min<std::size_t>(n, static_cast<std::size_t>(room));
-  std::vector<search::Suggestion> suggestions = searcher_.ask(n);
-  if (suggestions.empty() && searcher_.exhausted()) searcher_exhausted_ = true;
+  auto asked = source_->ask(n);
+  if (!asked.ok()) {
+    // The algorithm failed: no more trials. The error is logged and recorded now, and ends the
+    // campaign once this turn is committed (Master), so nothing received in the turn is lost.
+    Error e = std::move(asked).error().with_context("while asking the " + source_->kind() + " stage for trials");
+    log("the " + source_->kind() + " stage failed: " + e.to_string());
+    HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "source_failed", 0, 0, -1,
+                                 {{"stage", opt_.stage_id}, {"error", e.to_string()}}, wall(now)));
+    searcher_exhausted_ = true;
+    if (!fatal_) fatal_ = std::move(e);
+    return {};
+  }
+  std::vector<search::Suggestion> suggestions = std::move(asked).value();
+  if (suggestions.empty() && source_->exhausted()) searcher_exhausted_ = true;
   const double tw = wall(now);
   bool new_generation = false;
   for (auto& s : suggestions) {
@@ -594,7 +658,7 @@ void Scheduler::note_failure(int64_t trial_id, const std::string& reason) {
 }
 
 Status Scheduler::dispatch(Clock::time_point now) {
-  if (interrupted_ || out_of_time(now) || !gave_up_.empty()) return {};
+  if (interrupted_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
   std::vector<Worker*> idle;
   for (auto& [peer, w] : workers_) {
     if (w.idle && w.trial_id == 0) idle.push_back(&w);
@@ -615,6 +679,7 @@ Status Scheduler::dispatch(Clock::time_point now) {
     a.params = t.params;
     a.trainer = opt_.trainer;
     if (!opt_.trials_dir.empty()) a.trial_dir = opt_.trials_dir + "/" + std::to_string(t.id);
+    a.resume_from = t.resume_from;
     auto sent = transport_.send(w->peer, protocol::encode(a));
     if (!sent.ok()) {
       ++counters_.send_failures;
@@ -660,7 +725,8 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
   ++counters_.lost_attempts;
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
                                                         opt_.max_attempts, tw));
-  stopper_.on_finish(t->second.seq);
+  source_->on_attempt_end(t->second.seq);
+  t->second.pause.reset();
   if (state == TrialState::kFailed) {
     ++failed_;
     tell_searcher(t->second, search::Outcome::kFailed, {}, t->second.last_step);
@@ -700,6 +766,12 @@ Status Scheduler::tick(Clock::time_point now) {
       send(w, protocol::Heartbeat{});
     }
   }
+  // Trials paused at an earlier turn (committed since) are queued again, ahead of new ones.
+  for (auto it = paused_.rbegin(); it != paused_.rend(); ++it) {
+    auto t = trials_.find(*it);
+    if (t != trials_.end() && t->second.state == TrialState::kPaused) queue_.push_front(*it);
+  }
+  paused_.clear();
   for (const auto& peer : silent) {
     const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[peer].last_seen);
     if (workers_[peer].group >= 0) silent_groups_.push_back(workers_[peer].group);
@@ -717,7 +789,7 @@ Status Scheduler::interrupt(Clock::time_point now) {
     if (w.trial_id == 0) continue;
     auto t = trials_.find(w.trial_id);
     if (t == trials_.end()) continue;
-    send(w, protocol::Stop{t->second.id, t->second.attempt, "interrupted"});
+    send(w, protocol::Stop{t->second.id, t->second.attempt, protocol::StopReason::kInterrupted});
     HPCTUNE_TRY(store_.mark_interrupted(t->second.id, t->second.attempt, tw));
     ++interrupted_count_;
     trials_.erase(t);
@@ -741,7 +813,7 @@ void Scheduler::send(Worker& w, const protocol::Message& m) {
 
 bool Scheduler::finished() const {
   if (interrupted_) return true;
-  const bool in_flight = trials_.size() > queue_.size();
+  const bool in_flight = trials_.size() > queue_.size() + paused_.size();
   // Queued trials are left for a resume.
   if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
@@ -755,7 +827,8 @@ Progress Scheduler::progress() const {
   p.failed = failed_;
   p.interrupted = interrupted_count_;
   p.queued = static_cast<int64_t>(queue_.size());
-  p.running = static_cast<int64_t>(trials_.size()) - p.queued;
+  p.paused = static_cast<int64_t>(paused_.size());
+  p.running = static_cast<int64_t>(trials_.size()) - p.queued - p.paused;
   p.created = created_;
   p.max_trials = opt_.max_trials;
   p.workers = static_cast<int64_t>(workers_.size());
@@ -788,7 +861,7 @@ std::vector<int64_t> Scheduler::pareto_front_trials() const {
 }
 
 Status Scheduler::save_search_state(Clock::time_point) {
-  nlohmann::json state = searcher_.state();
+  nlohmann::json state = source_->state();
   if (!state.is_object()) state = nlohmann::json{{"searcher", state}};
   if (opt_.objectives.size() > 1) state["pareto_front_trials"] = pareto_front_trials();
   state["finished_trials"] = done_ + pruned_ + failed_;
@@ -817,7 +890,7 @@ Status Scheduler::after_finish(Clock::time_point now) {
 // (it matters to the median rule only, and only between the loss and the trial's end).
 Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials) {
   // Without early stopping there is nothing to rebuild (and nothing to tell the user).
-  if (opt_.objectives.empty() || final_trials.empty() || stopper_.name() == "none") return {};
+  if (opt_.objectives.empty() || final_trials.empty() || !source_->replays_reports()) return {};
   HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
   struct Event {
     double t;
@@ -842,12 +915,12 @@ Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, doub
   int64_t replayed = 0, stops = 0;
   for (const auto& e : events) {
     if (e.kind == 1) {
-      stopper_.on_finish(e.seq);
+      source_->on_attempt_end(e.seq);
       continue;
     }
     if (stopped.count({e.trial_id, e.attempt})) continue;
     ++replayed;
-    if (stopper_.on_report(e.seq, e.step, e.value) == search::Decision::kStop) {
+    if (source_->replay_report(e.seq, e.step, e.value)) {
       stopped.insert({e.trial_id, e.attempt});
       ++stops;
     }

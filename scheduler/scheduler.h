@@ -1,7 +1,8 @@
 // Scheduler: the trial lifecycle, the dispatch queue and the worker registry of one campaign.
 //
 // It knows nothing of sockets or processes: it is handed a ServerTransport to answer on, a Store
-// to record in, a Searcher to ask and an EarlyStopper to consult. The Master (master.h) drives it
+// to record in, and a TrialSource (trial_source.h: a searcher and its early stopper) that proposes
+// trials and decides on reports: continue, stop or pause. The Master (master.h) drives it
 // from its loop: handle() for every frame that arrives, tick() regularly. Tests drive it over the
 // in-process transport.
 //
@@ -9,7 +10,11 @@
 //
 //   queued --assign--> assigned --report--> running --done--> done
 //                                 (the first report, without metrics, is sent as the trial starts)
-//                         |                    |--done after stop--> pruned   (early stopping)
+//     ^                   |                    |--done after stop--> pruned   (early stopping)
+//     |                   |                    |--done after pause--> paused as attempt+1, with the
+//     +---- next tick ----|--------------------+   source's new parameters and checkpoint; queued
+//                         |                    |   again (at the front) at the next tick, so the
+//                         |                    |   pause is committed before any group takes it
 //                         |                    |--failed--> failed            (the trainer's error)
 //                         +--------------------+--group lost--> queued as attempt+1
 //                                                  (failed once max_attempts attempts were lost)
@@ -50,6 +55,7 @@
 
 #include "common/result.h"
 #include "scheduler/clock.h"
+#include "scheduler/trial_source.h"
 #include "protocol/messages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
@@ -100,7 +106,7 @@ struct Counters {
 };
 
 struct Progress {
-  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0;
+  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0, paused = 0;
   int64_t created = 0, max_trials = 0, workers = 0;
   std::optional<double> best;
   int64_t best_trial = 0;
@@ -112,6 +118,8 @@ class Scheduler {
   // Test hook called at named points ("after-trial-insert", "after-result"); see master.h.
   using FailPointFn = std::function<void(const char* name)>;
 
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store, TrialSource& source);
+  // The search stage: `searcher` and `stopper` as a SearchSource (neither is owned).
   Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
             search::Searcher& searcher, search::EarlyStopper& stopper);
 
@@ -154,6 +162,9 @@ class Scheduler {
   bool interrupted() const { return interrupted_; }
   // Why dispatch stopped early (search.max_failures), "" when it did not.
   const std::string& gave_up() const { return gave_up_; }
+  // An error that ends the campaign once the current turn is committed (the trial source failed:
+  // it was logged and recorded as an event; nothing of the turn is lost). nullopt when none.
+  const std::optional<Error>& fatal() const { return fatal_; }
   // Whether `group` is registered now (said hello and was not lost since).
   bool group_registered(int64_t group) const { return group_peer_.count(group) > 0; }
   // Groups that have said hello at least once (for the launcher's start-up check).
@@ -169,6 +180,9 @@ class Scheduler {
   void set_failpoint(FailPointFn fp) { failpoint_ = std::move(fp); }
 
  private:
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+            std::unique_ptr<TrialSource> owned);
+
   struct Worker {
     protocol::PeerId peer;
     uint64_t incarnation = 0;
@@ -192,6 +206,8 @@ class Scheduler {
     int64_t last_step = 0;
     protocol::Metrics last_metrics;
     bool stop_sent = false;
+    std::optional<Verdict> pause;  // a pause was asked for this attempt
+    std::string resume_from;       // the checkpoint the next attempt starts from
   };
 
   Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
@@ -226,8 +242,8 @@ class Scheduler {
   SchedulerOptions opt_;
   protocol::ServerTransport& transport_;
   store::Store& store_;
-  search::Searcher& searcher_;
-  search::EarlyStopper& stopper_;
+  std::unique_ptr<TrialSource> owned_source_;  // the SearchSource of the searcher constructor
+  TrialSource* source_;
   LogFn log_;
   FailPointFn failpoint_;
 
@@ -237,6 +253,8 @@ class Scheduler {
   std::vector<int64_t> silent_groups_;
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;
+  std::vector<int64_t> paused_;  // paused at this turn: queued again (at the front) at the next tick
+  std::optional<Error> fatal_;
   std::unordered_map<int64_t, int64_t> seq_to_id_;  // every trial of the stage
   int64_t created_ = 0;              // suggestions turned into trials (== searcher seq)
   int64_t done_ = 0, pruned_ = 0, failed_ = 0, interrupted_count_ = 0;
@@ -245,6 +263,7 @@ class Scheduler {
   bool interrupted_ = false;
   std::string gave_up_;  // see gave_up()
   bool searcher_exhausted_ = false;
+  Status pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now);
   Clock::time_point start_;
   Clock::time_point last_now_;  // the latest `now` handed in: what finished() and shutdown see
   Counters counters_;

@@ -84,7 +84,6 @@ struct Harness {
     stopper = std::move(stopper_r).value();
 
     server = hub.server();
-    scheduler::SchedulerOptions opt;
     opt.campaign_id = campaign_id;
     opt.seed = 11;
     opt.objectives = {{"score", true}};
@@ -143,6 +142,7 @@ struct Harness {
     return t.value();
   }
 
+  scheduler::SchedulerOptions opt;
   protocol::InProcHub hub;
   std::unique_ptr<protocol::ServerTransport> server;
   std::unique_ptr<store::Store> db;
@@ -833,4 +833,117 @@ TEST_CASE("a group that never connects is killed at its own start-up deadline; n
   auto campaign = none.db->load_campaign();
   REQUIRE(campaign.ok());
   CHECK((*campaign)->state == "failed");
+}
+
+namespace {
+
+// The search source, except that it pauses trial seq 0 at its first report of attempt 1, to resume
+// with x = 0.9 from a named checkpoint (what PBT's exploit does).
+class PausingSource final : public scheduler::TrialSource {
+ public:
+  PausingSource(search::Searcher& s, search::EarlyStopper& e) : inner_(s, e) {}
+  std::string kind() const override { return "search"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override { return inner_.ask(n); }
+  bool exhausted() const override { return inner_.exhausted(); }
+  scheduler::Verdict on_report(const scheduler::TrialView& t, int64_t step, double value) override {
+    if (t.seq == 0 && t.attempt == 1) {
+      seen_dir = t.trial_dir;
+      return scheduler::Verdict::pause({{"x", 0.9}}, "/ck/trial-" + std::to_string(t.trial_id) + "/step-1");
+    }
+    return inner_.on_report(t, step, value);
+  }
+  void on_attempt_end(int64_t seq) override {
+    ++attempt_ends;
+    inner_.on_attempt_end(seq);
+  }
+  void tell(const search::Observation& o) override {
+    told.push_back(o);
+    inner_.tell(o);
+  }
+  void restore(const std::vector<search::Record>& h) override { inner_.restore(h); }
+
+  std::vector<search::Observation> told;
+  int attempt_ends = 0;
+  std::string seen_dir;
+
+ private:
+  scheduler::SearchSource inner_;
+};
+
+// Handles every frame waiting, without a tick.
+void handle_waiting(Harness& h) {
+  for (int i = 0; i < 50; ++i) {
+    auto env = h.server->recv(i == 0 ? 50ms : 5ms);
+    REQUIRE(env.ok());
+    if (!*env) return;
+    REQUIRE(h.sched->handle((*env)->peer, (*env)->bytes, Clock::now()).ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("pause: the source pauses a trial; it is stored paused, then re-assigned with new parameters and a checkpoint") {
+  Harness h(1);
+  h.opt.trials_dir = "/runs/x.trials";
+  PausingSource source(*h.searcher, *h.stopper);
+  h.sched = std::make_unique<scheduler::Scheduler>(h.opt, *h.server, *h.db, source);
+  REQUIRE(h.sched->restore(Clock::now()).ok());
+  FakeWorker fake(h.hub);
+  auto a1 = first_assign(fake, h);
+  REQUIRE(a1);
+  CHECK(a1->resume_from.empty());
+  const int64_t id = a1->trial_id;
+  const double x1 = a1->params.at("x").get<double>();
+  fake.send(protocol::Report{id, 1, 0, {}});
+  fake.send(protocol::Report{id, 1, 1, {{"score", -0.5}}});
+  auto stop = fake.expect<protocol::Stop>(1s, h);
+  REQUIRE(stop);
+  CHECK(stop->reason == protocol::StopReason::kPause);
+  CHECK(stop->attempt == 1);
+  CHECK(source.seen_dir == "/runs/x.trials/" + std::to_string(id));
+  // The worker stops at the end of the step and says so.
+  fake.send(protocol::Done{id, 1, 1, true, {{"score", -0.5}}, {{"checkpoint", "/ck/trial-1/step-1", 10}}});
+  handle_waiting(h);
+  auto t = h.db->trial(id);
+  REQUIRE(t.ok());
+  CHECK((*t)->state == TrialState::kPaused);
+  CHECK((*t)->attempt == 2);
+  CHECK((*t)->params == nlohmann::json{{"x", 0.9}});
+  CHECK((*t)->resume_from == "/ck/trial-" + std::to_string(id) + "/step-1");
+  CHECK(h.sched->progress().paused == 1);
+  CHECK(source.told.empty());  // not a result
+  CHECK(source.attempt_ends == 1);
+  // At the next tick it goes to a free group (the same one here) as attempt 2, and finishes.
+  auto a2 = fake.expect<protocol::Assign>(1s, h);
+  REQUIRE(a2);
+  CHECK(a2->trial_id == id);
+  CHECK(a2->attempt == 2);
+  CHECK(a2->params == nlohmann::json{{"x", 0.9}});
+  CHECK(a2->resume_from == "/ck/trial-" + std::to_string(id) + "/step-1");
+  CHECK(a2->seed == a1->seed);
+  fake.send(protocol::Report{id, 2, 0, {}});
+  fake.send(protocol::Done{id, 2, 3, false, {{"score", -0.36}}, {}});
+  h.pump(1s);
+  REQUIRE(h.sched->finished());
+  t = h.db->trial(id);
+  CHECK((*t)->state == TrialState::kDone);
+  CHECK((*t)->attempt == 2);
+  REQUIRE(source.told.size() == 1);
+  CHECK(source.told[0].params == nlohmann::json{{"x", 0.9}});
+  CHECK(x1 != 0.9);
+  auto attempts = h.db->attempts(id);
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0]["state"] == "paused");
+  CHECK((*attempts)[0]["charged"] == false);
+  CHECK((*attempts)[1]["state"] == "done");
+  auto events = h.db->events(h.campaign_id, 0);
+  bool paused_event = false;
+  for (const auto& e : *events) {
+    if (e.kind != "trial_paused") continue;
+    paused_event = true;
+    CHECK(e.detail["old_params"]["x"] == x1);
+    CHECK(e.detail["params"]["x"] == 0.9);
+  }
+  CHECK(paused_event);
+  CHECK(h.db->artifacts(id)->size() == 1);
 }
