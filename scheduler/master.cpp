@@ -196,6 +196,12 @@ bool Master::interrupted() const { return sched_ && sched_->interrupted(); }
 
 Progress Master::progress() const { return sched_ ? sched_->progress() : Progress{}; }
 
+std::vector<int64_t> Master::stage_ids() const {
+  std::vector<int64_t> ids;
+  for (const HeldStage& st : stages_) ids.push_back(st.id);
+  return ids;
+}
+
 launch::GroupState Master::group_state(int64_t group) const {
   auto it = groups_.find(group);
   return it == groups_.end() ? launch::GroupState::kExited : it->second.state;
@@ -206,34 +212,42 @@ Status Master::start(Clock::time_point now) {
   store::Store& db = *p_.store;
   start_ = last_tick_ = now;
   const double t0 = p_.wall.unix_at(now);
-  if (c_.resuming) {
-    HPCTUNE_ASSIGN(auto stages, db.stages(c_.campaign_id));
-    for (const auto& st : stages) {
-      if (st.kind == "search") stage_id_ = st.id;
-    }
-    if (stage_id_ > 0) HPCTUNE_TRY(db.set_stage_state(stage_id_, "running", 0));
-  } else {
-    HPCTUNE_ASSIGN(stage_id_, db.create_stage(c_.campaign_id, "search", "search", nlohmann::json::object(), t0));
-  }
-
-  search::SearchSpec spec = cfg.search_spec();
   if (c_.warm) {
     const WarmStart& warm = *c_.warm;
-    spec.warm_start = warm.observations;
     HPCTUNE_TRY(db.add_event(c_.campaign_id, "warm_start", 0, 0, -1, warm.summary(), t0));
     log("warm start from " + warm.path + ": " + std::to_string(warm.observations.size()) + " of " +
         std::to_string(warm.read) + " trials loaded, " + std::to_string(warm.skipped_total()) + " skipped");
   }
-  HPCTUNE_ASSIGN(searcher_, search::make_searcher(spec));
-  HPCTUNE_ASSIGN(stopper_, search::make_stopper(cfg.stopper_spec()));
+  // Each stage of the plan with its row: found by name on resume (made running again), else created.
+  std::vector<store::StageRow> rows;
+  if (c_.resuming) {
+    HPCTUNE_ASSIGN(rows, db.stages(c_.campaign_id));
+  }
+  std::vector<StageSource> sources;
+  for (const StagePlan& plan : stage_plan(cfg)) {
+    HeldStage held;
+    held.name = plan.name;
+    held.kind = plan.kind;
+    for (const auto& row : rows) {
+      if (row.name == plan.name && row.kind == plan.kind) held.id = row.id;
+    }
+    if (held.id > 0) {
+      HPCTUNE_TRY(db.set_stage_state(held.id, "running", 0));
+    } else {
+      HPCTUNE_ASSIGN(held.id, db.create_stage(c_.campaign_id, plan.kind, plan.name, nlohmann::json::object(), t0));
+    }
+    HPCTUNE_ASSIGN(held.runtime, make_stage(plan.kind, cfg, c_.warm));
+    sources.push_back({held.id, &held.runtime->source(), held.runtime->max_trials()});
+    stages_.push_back(std::move(held));
+  }
 
-  SchedulerOptions sopt = scheduler_options(cfg, c_.campaign_id, stage_id_);
+  SchedulerOptions sopt = scheduler_options(cfg, c_.campaign_id, stages_.empty() ? 0 : stages_[0].id);
   sopt.trials_dir = c_.run_dir;
   sopt.master_incarnation = p_.master_incarnation;
   sopt.secret = p_.secret;
   sopt.wall = p_.wall;
   sopt.backend = p_.launcher->name();
-  sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, *searcher_, *stopper_);
+  sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, std::move(sources));
   sched_->set_log(p_.log);
   sched_->set_failpoint([this](const char* name) { failpoint_->point.pass(name); });
   poll_interval_ = std::chrono::milliseconds(std::clamp<int64_t>(sopt.heartbeat_interval.count() / 4, 5, 50));
@@ -286,9 +300,9 @@ Error Master::fail(Error e, Clock::time_point now) {
   if (auto s = db.add_event(c_.campaign_id, "campaign_failed", 0, 0, -1, {{"error", e.to_string()}}, t); !s.ok()) {
     log("could not record why the campaign failed: " + s.error().to_string());
   }
-  if (stage_id_ > 0) {
-    if (auto s = db.set_stage_state(stage_id_, "failed", t); !s.ok()) {
-      log("could not record the stage as failed: " + s.error().to_string());
+  for (const HeldStage& st : stages_) {
+    if (auto s = db.set_stage_state(st.id, "failed", t); !s.ok()) {
+      log("could not record stage '" + st.name + "' as failed: " + s.error().to_string());
     }
   }
   return e;
@@ -431,8 +445,8 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   // Stopped by search.max_failures: recorded failed (a resume may try again).
   const char* final_state = sched_->interrupted() ? "interrupted" : !sched_->gave_up().empty() ? "failed" : "completed";
   HPCTUNE_TRY(db.set_campaign_state(c_.campaign_id, final_state, t1));
-  // The search stage ends with the campaign (`status` reads each stage's state from the store).
-  if (stage_id_ > 0) HPCTUNE_TRY(db.set_stage_state(stage_id_, final_state, t1));
+  // Every stage ends with the campaign (`status` reads each stage's state from the store).
+  for (const HeldStage& st : stages_) HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1));
   nlohmann::json detail = {{"seconds", t1 - t0}};
   if (!sched_->gave_up().empty()) detail["reason"] = sched_->gave_up();
   HPCTUNE_TRY(db.add_event(c_.campaign_id,

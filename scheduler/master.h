@@ -34,6 +34,7 @@
 #include "protocol/transport.h"
 #include "scheduler/clock.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/stages.h"
 #include "store/store.h"
 
 namespace hpctune::scheduler {
@@ -107,7 +108,9 @@ class Master {
   Master(const Master&) = delete;
   Master& operator=(const Master&) = delete;
 
-  // Builds each stage's trial source, restores the scheduler from the store and launches every group.
+  // Builds each stage of the plan (stages.h) from the registry of stage kinds, with its row in the
+  // store (created, or found by name on resume), restores the scheduler from the store and
+  // launches every group.
   Status start(Clock::time_point now);
   // Blocks up to `timeout` for the next frame (kept for step()); the driver's only wait.
   Status wait(std::chrono::milliseconds timeout);
@@ -125,6 +128,8 @@ class Master {
   bool interrupted() const;
   Progress progress() const;
   const Scheduler& scheduler() const { return *sched_; }
+  // The stages' rows, in the plan's order.
+  std::vector<int64_t> stage_ids() const;
   launch::GroupState group_state(int64_t group) const;
   // When the next timed work is due (a tick, a start-up deadline): the driver waits no longer.
   std::chrono::milliseconds poll_interval() const { return poll_interval_; }
@@ -144,10 +149,13 @@ class Master {
 
   PreparedCampaign c_;
   MasterParts p_;
-  std::unique_ptr<search::Searcher> searcher_;
-  std::unique_ptr<search::EarlyStopper> stopper_;
+  struct HeldStage {
+    int64_t id = 0;  // its stages row
+    std::string name, kind;
+    std::unique_ptr<StageRuntime> runtime;
+  };
+  std::vector<HeldStage> stages_;  // one per TrialSource, in the plan's order
   std::unique_ptr<Scheduler> sched_;
-  int64_t stage_id_ = 0;
   std::map<int64_t, Group> groups_;
   std::optional<protocol::Envelope> pending_;  // a frame wait() received
   std::chrono::milliseconds poll_interval_{50};

@@ -55,7 +55,20 @@ Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transp
 Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
                      TrialSource& source)
     : Scheduler(std::move(options), transport, store, std::unique_ptr<TrialSource>()) {
-  source_ = &source;
+  stages_[0].source = &source;
+}
+
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+                     std::vector<StageSource> stages)
+    : Scheduler(std::move(options), transport, store, std::unique_ptr<TrialSource>()) {
+  stages_.clear();
+  for (const StageSource& st : stages) {
+    Stage stage;
+    stage.id = st.stage_id;
+    stage.source = st.source;
+    stage.max_trials = st.max_trials;
+    stages_.push_back(std::move(stage));
+  }
 }
 
 Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
@@ -64,9 +77,13 @@ Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transp
       transport_(transport),
       store_(store),
       owned_source_(std::move(owned)),
-      source_(owned_source_.get()),
       start_(opt_.wall.at),
       last_now_(opt_.wall.at) {
+  Stage stage;
+  stage.id = opt_.stage_id;
+  stage.source = owned_source_.get();
+  stage.max_trials = opt_.max_trials;
+  stages_.push_back(std::move(stage));
   secret_ = opt_.secret;
   if (secret_.empty()) {
     // Left empty (tests): draw one. Without a random source no hello is ever accepted.
@@ -174,12 +191,23 @@ Status Scheduler::restore(Clock::time_point now) {
   start_ = now;
   last_now_ = now;
   HPCTUNE_ASSIGN(auto rows, store_.trials(opt_.campaign_id));
-  std::vector<search::Record> history;
-  history.reserve(rows.size());
+  std::vector<std::vector<search::Record>> history(stages_.size());
   const double t = wall(now);
-  std::map<int64_t, std::pair<int64_t, double>> final_trials;  // id -> (seq, finished_at)
+  std::map<int64_t, FinalTrial> final_trials;
   for (auto& row : rows) {
-    seq_to_id_[row.seq] = row.id;
+    // A trial of no stage (a database of before stages) belongs to the first one.
+    std::size_t k = 0;
+    while (k < stages_.size() && stages_[k].id != row.stage_id) ++k;
+    if (k == stages_.size()) {
+      if (row.stage_id != 0) {
+        return err(Errc::kInvalidArgument, "trial " + std::to_string(row.id) + " belongs to stage " +
+                                               std::to_string(row.stage_id) + ", which this master does not run");
+      }
+      k = 0;
+    }
+    Stage& stage = stages_[k];
+    stage.seq_to_id[row.seq] = row.id;
+    ++stage.created;
     max_generation_ = std::max(max_generation_, row.generation);
     search::Record rec;
     rec.suggestion.seq = row.seq;
@@ -222,7 +250,7 @@ Status Scheduler::restore(Clock::time_point now) {
         }
       }
       rec.observation = std::move(obs);
-      final_trials[row.id] = {row.seq, row.finished_at};
+      final_trials[row.id] = {k, row.seq, row.finished_at};
       if (state == TrialState::kDone) note_done_values(row.id, row.metrics);
       if (state == TrialState::kDone) ++done_;
       if (state == TrialState::kPruned) ++pruned_;
@@ -240,13 +268,14 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.state = TrialState::kQueued;
       trial.attempt = row.attempt;
       trial.resume_from = row.resume_from;
+      trial.stage = k;
       trials_[row.id] = std::move(trial);
       queue_.push_back(row.id);
     }
-    history.push_back(std::move(rec));
+    history[k].push_back(std::move(rec));
   }
   created_ = static_cast<int64_t>(rows.size());
-  source_->restore(history);
+  for (std::size_t k = 0; k < stages_.size(); ++k) stages_[k].source->restore(history[k]);
   HPCTUNE_TRY(replay_reports(final_trials));
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
@@ -440,7 +469,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
     if (auto value = objective_of(m.metrics)) {
       TrialView view{t->id, t->seq, t->attempt, &t->params,
                      opt_.trials_dir.empty() ? std::string() : opt_.trials_dir + "/" + std::to_string(t->id)};
-      Verdict verdict = source_->on_report(view, m.step, *value);
+      Verdict verdict = source_of(*t).on_report(view, m.step, *value);
       if (verdict.kind == Verdict::Kind::kPause) {
         t->stop_sent = true;
         send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPause});
@@ -481,7 +510,7 @@ void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const pro
       obs.values.push_back(it->second);
     }
   }
-  source_->tell(obs);
+  source_of(t).tell(obs);
 }
 
 Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point now) {
@@ -549,7 +578,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
                                  {{"step", std::max(m.step, t.last_step)}, {"old_params", t.params}, {"params", params},
                                   {"resume_from", pause.resume_from}},
                                  tw));
-    source_->on_attempt_end(t.seq);
+    source_of(t).on_attempt_end(t.seq);
     t.attempt += 1;
     t.params = params;
     t.resume_from = pause.resume_from;
@@ -586,30 +615,41 @@ Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_po
   return dispatch(now);
 }
 
+// Asks each stage in turn (in their order) until `n` trials are queued or none has more.
 Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
-  const int64_t room = opt_.max_trials - created_;
-  if (room <= 0 || searcher_exhausted_) return {};
+  for (std::size_t k = 0; k < stages_.size() && n > 0 && !fatal_; ++k) {
+    const std::size_t before = queue_.size();
+    HPCTUNE_TRY(ask_stage(stages_[k], k, n, now));
+    n -= std::min(n, queue_.size() - before);
+  }
+  return {};
+}
+
+Status Scheduler::ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now) {
+  const int64_t room = stage.max_trials - stage.created;
+  if (room <= 0 || stage.exhausted) return {};
   n = std::min<std::size_t>(n, static_cast<std::size_t>(room));
-  auto asked = source_->ask(n);
+  TrialSource& source = *stage.source;
+  auto asked = source.ask(n);
   if (!asked.ok()) {
     // The algorithm failed: no more trials. The error is logged and recorded now, and ends the
     // campaign once this turn is committed (Master), so nothing received in the turn is lost.
-    Error e = std::move(asked).error().with_context("while asking the " + source_->kind() + " stage for trials");
-    log("the " + source_->kind() + " stage failed: " + e.to_string());
+    Error e = std::move(asked).error().with_context("while asking the " + source.kind() + " stage for trials");
+    log("the " + source.kind() + " stage failed: " + e.to_string());
     HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "source_failed", 0, 0, -1,
-                                 {{"stage", opt_.stage_id}, {"error", e.to_string()}}, wall(now)));
-    searcher_exhausted_ = true;
+                                 {{"stage", stage.id}, {"error", e.to_string()}}, wall(now)));
+    stage.exhausted = true;
     if (!fatal_) fatal_ = std::move(e);
     return {};
   }
   std::vector<search::Suggestion> suggestions = std::move(asked).value();
-  if (suggestions.empty() && source_->exhausted()) searcher_exhausted_ = true;
+  if (suggestions.empty() && source.exhausted()) stage.exhausted = true;
   const double tw = wall(now);
   bool new_generation = false;
   for (auto& s : suggestions) {
     store::TrialRow row;
     row.campaign_id = opt_.campaign_id;
-    row.stage_id = opt_.stage_id;
+    row.stage_id = stage.id;
     row.seq = s.seq;
     row.params = s.params;
     row.meta = s.meta;
@@ -625,23 +665,25 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
       }
     }
     HPCTUNE_ASSIGN(int64_t id, store_.insert_trial(row));
-    seq_to_id_[s.seq] = id;
+    stage.seq_to_id[s.seq] = id;
     if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
       // Parents are given as seq numbers: lineage links them by trial id.
       for (const auto& p : s.meta["parents"]) {
         if (!p.is_number_integer()) continue;
-        auto parent = seq_to_id_.find(p.get<int64_t>());
-        if (parent != seq_to_id_.end()) HPCTUNE_TRY(store_.add_lineage(id, parent->second, "parent"));
+        auto parent = stage.seq_to_id.find(p.get<int64_t>());
+        if (parent != stage.seq_to_id.end()) HPCTUNE_TRY(store_.add_lineage(id, parent->second, "parent"));
       }
     }
     if (failpoint_) failpoint_("after-trial-insert");
     Trial t;
     t.id = id;
     t.seq = s.seq;
+    t.stage = stage_index;
     t.params = std::move(s.params);
     trials_[id] = std::move(t);
     queue_.push_back(id);
     ++created_;
+    ++stage.created;
   }
   if (new_generation && opt_.search_state_every > 0) return save_search_state(now);
   return {};
@@ -675,7 +717,9 @@ Status Scheduler::dispatch(Clock::time_point now) {
     protocol::Assign a;
     a.trial_id = t.id;
     a.attempt = t.attempt;
-    a.seed = derive_seed(opt_.seed, static_cast<uint64_t>(t.seq));
+    // The first stage's seeds are the campaign's as before stages; later stages draw apart.
+    a.seed = t.stage == 0 ? derive_seed(opt_.seed, static_cast<uint64_t>(t.seq))
+                          : derive_seed(derive_seed(opt_.seed, 0x5747u + t.stage), static_cast<uint64_t>(t.seq));
     a.params = t.params;
     a.trainer = opt_.trainer;
     if (!opt_.trials_dir.empty()) a.trial_dir = opt_.trials_dir + "/" + std::to_string(t.id);
@@ -725,7 +769,7 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
   ++counters_.lost_attempts;
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
                                                         opt_.max_attempts, tw));
-  source_->on_attempt_end(t->second.seq);
+  source_of(t->second).on_attempt_end(t->second.seq);
   t->second.pause.reset();
   if (state == TrialState::kFailed) {
     ++failed_;
@@ -817,7 +861,10 @@ bool Scheduler::finished() const {
   // Queued trials are left for a resume.
   if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
-  return searcher_exhausted_ || created_ >= opt_.max_trials;
+  for (const Stage& st : stages_) {
+    if (!st.exhausted && st.created < st.max_trials) return false;
+  }
+  return true;
 }
 
 Progress Scheduler::progress() const {
@@ -830,7 +877,8 @@ Progress Scheduler::progress() const {
   p.paused = static_cast<int64_t>(paused_.size());
   p.running = static_cast<int64_t>(trials_.size()) - p.queued - p.paused;
   p.created = created_;
-  p.max_trials = opt_.max_trials;
+  p.max_trials = 0;
+  for (const Stage& st : stages_) p.max_trials += st.max_trials;
   p.workers = static_cast<int64_t>(workers_.size());
   p.best = best_;
   p.best_trial = best_trial_;
@@ -861,7 +909,14 @@ std::vector<int64_t> Scheduler::pareto_front_trials() const {
 }
 
 Status Scheduler::save_search_state(Clock::time_point) {
-  nlohmann::json state = source_->state();
+  // One stage: its source's state, as before stages; several: {"stages": {"<id>": state}}.
+  nlohmann::json state;
+  if (stages_.size() == 1) {
+    state = stages_[0].source->state();
+  } else {
+    state = {{"stages", nlohmann::json::object()}};
+    for (const Stage& st : stages_) state["stages"][std::to_string(st.id)] = st.source->state();
+  }
   if (!state.is_object()) state = nlohmann::json{{"searcher", state}};
   if (opt_.objectives.size() > 1) state["pareto_front_trials"] = pareto_front_trials();
   state["finished_trials"] = done_ + pruned_ + failed_;
@@ -888,24 +943,32 @@ Status Scheduler::after_finish(Clock::time_point now) {
 // would. As on the live path, a trial's reports after a stop decision are not shown to the stopper.
 // Not replayed exactly: the on_finish() that an earlier lost attempt of a finished trial caused
 // (it matters to the median rule only, and only between the loss and the trial's end).
-Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials) {
+Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_trials) {
   // Without early stopping there is nothing to rebuild (and nothing to tell the user).
-  if (opt_.objectives.empty() || final_trials.empty() || !source_->replays_reports()) return {};
+  bool any = false;
+  for (const Stage& st : stages_) any = any || st.source->replays_reports();
+  if (opt_.objectives.empty() || final_trials.empty() || !any) return {};
   HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
   struct Event {
     double t;
     int kind;  // 0 report, 1 finish: a report and the finish at the same time come in that order
     int64_t trial_id, seq, attempt, step;
     double value;
+    std::size_t stage;
   };
   std::vector<Event> events;
   events.reserve(reports.size() + final_trials.size());
   for (const auto& r : reports) {
     auto it = final_trials.find(r.trial_id);
     if (it == final_trials.end() || !std::isfinite(r.value)) continue;
-    events.push_back({r.t, 0, r.trial_id, it->second.first, r.attempt, r.step, r.value});
+    if (!stages_[it->second.stage].source->replays_reports()) continue;
+    events.push_back({r.t, 0, r.trial_id, it->second.seq, r.attempt, r.step, r.value, it->second.stage});
   }
-  for (const auto& [id, info] : final_trials) events.push_back({info.second, 1, id, info.first, 0, 0, 0});
+  for (const auto& [id, info] : final_trials) {
+    if (stages_[info.stage].source->replays_reports()) {
+      events.push_back({info.finished_at, 1, id, info.seq, 0, 0, 0, info.stage});
+    }
+  }
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.t != b.t) return a.t < b.t;
     if (a.trial_id != b.trial_id) return a.trial_id < b.trial_id;
@@ -915,12 +978,12 @@ Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, doub
   int64_t replayed = 0, stops = 0;
   for (const auto& e : events) {
     if (e.kind == 1) {
-      source_->on_attempt_end(e.seq);
+      stages_[e.stage].source->on_attempt_end(e.seq);
       continue;
     }
     if (stopped.count({e.trial_id, e.attempt})) continue;
     ++replayed;
-    if (source_->replay_report(e.seq, e.step, e.value)) {
+    if (stages_[e.stage].source->replay_report(e.seq, e.step, e.value)) {
       stopped.insert({e.trial_id, e.attempt});
       ++stops;
     }

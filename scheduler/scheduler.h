@@ -112,12 +112,24 @@ struct Progress {
   int64_t best_trial = 0;
 };
 
+// One stage the scheduler runs: its row in the store, its TrialSource, its budget of trials.
+struct StageSource {
+  int64_t stage_id = 0;
+  TrialSource* source = nullptr;
+  int64_t max_trials = 0;
+};
+
 class Scheduler {
  public:
   using LogFn = std::function<void(const std::string& line)>;
   // Test hook called at named points ("after-trial-insert", "after-result"); see master.h.
   using FailPointFn = std::function<void(const char* name)>;
 
+  // Several stages on one pool of groups: dispatch asks each stage's source in turn (in the order
+  // given) for trials; options.stage_id and max_trials are unused.
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+            std::vector<StageSource> stages);
+  // One stage: options.stage_id, `source`, options.max_trials.
   Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store, TrialSource& source);
   // The search stage: `searcher` and `stopper` as a SearchSource (neither is owned).
   Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
@@ -183,6 +195,14 @@ class Scheduler {
   Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
             std::unique_ptr<TrialSource> owned);
 
+  struct Stage {
+    int64_t id = 0;
+    TrialSource* source = nullptr;
+    int64_t max_trials = 0;
+    int64_t created = 0;
+    bool exhausted = false;
+    std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
+  };
   struct Worker {
     protocol::PeerId peer;
     uint64_t incarnation = 0;
@@ -206,6 +226,7 @@ class Scheduler {
     int64_t last_step = 0;
     protocol::Metrics last_metrics;
     bool stop_sent = false;
+    std::size_t stage = 0;         // index into stages_
     std::optional<Verdict> pause;  // a pause was asked for this attempt
     std::string resume_from;       // the checkpoint the next attempt starts from
   };
@@ -223,6 +244,7 @@ class Scheduler {
 
   Status dispatch(Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
+  Status ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now);
   Status lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now);
   // Requeues (or fails, past max_attempts) the attempt `w` runs and leaves it with none.
   Status lose_attempt(Worker& w, const std::string& why, Clock::time_point now);
@@ -234,7 +256,12 @@ class Scheduler {
   void log(const std::string& line) const;
   double wall(Clock::time_point now) const;
   bool out_of_time(Clock::time_point now) const;
-  Status replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials);
+  struct FinalTrial {
+    std::size_t stage;
+    int64_t seq;
+    double finished_at;
+  };
+  Status replay_reports(const std::map<int64_t, FinalTrial>& final_trials);
   void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
   Status after_finish(Clock::time_point now);
   void note_failure(int64_t trial_id, const std::string& reason);
@@ -243,7 +270,8 @@ class Scheduler {
   protocol::ServerTransport& transport_;
   store::Store& store_;
   std::unique_ptr<TrialSource> owned_source_;  // the SearchSource of the searcher constructor
-  TrialSource* source_;
+  std::vector<Stage> stages_;
+  TrialSource& source_of(const Trial& t) { return *stages_[t.stage].source; }
   LogFn log_;
   FailPointFn failpoint_;
 
@@ -255,14 +283,12 @@ class Scheduler {
   std::deque<int64_t> queue_;
   std::vector<int64_t> paused_;  // paused at this turn: queued again (at the front) at the next tick
   std::optional<Error> fatal_;
-  std::unordered_map<int64_t, int64_t> seq_to_id_;  // every trial of the stage
-  int64_t created_ = 0;              // suggestions turned into trials (== searcher seq)
+  int64_t created_ = 0;              // suggestions turned into trials, every stage
   int64_t done_ = 0, pruned_ = 0, failed_ = 0, interrupted_count_ = 0;
   std::optional<double> best_;
   int64_t best_trial_ = 0;
   bool interrupted_ = false;
   std::string gave_up_;  // see gave_up()
-  bool searcher_exhausted_ = false;
   Status pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now);
   Clock::time_point start_;
   Clock::time_point last_now_;  // the latest `now` handed in: what finished() and shutdown see

@@ -14,6 +14,7 @@
 #include "launch/launcher.h"
 #include "scheduler/master.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/stages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
 #include "search/early_stopping.h"
@@ -946,4 +947,78 @@ TEST_CASE("pause: the source pauses a trial; it is stored paused, then re-assign
   }
   CHECK(paused_event);
   CHECK(h.db->artifacts(id)->size() == 1);
+}
+
+TEST_CASE("two stages on one pool of groups: each source is asked, trials keep their stage, resume restores each") {
+  Harness h(2);
+  auto s1 = h.db->create_stage(h.campaign_id, "search", "a", nlohmann::json::object(), 1);
+  auto s2 = h.db->create_stage(h.campaign_id, "search", "b", nlohmann::json::object(), 1);
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  search::SearchSpec spec;
+  spec.algorithm = "random";
+  spec.space = one_dim_space();
+  spec.objectives = {{"score", true}};
+  spec.seed = 12;
+  spec.max_trials = 3;
+  auto searcher2 = search::make_searcher(spec);
+  REQUIRE(searcher2.ok());
+  scheduler::SearchSource a(*h.searcher, *h.stopper), b(**searcher2, *h.stopper);
+  auto two = [&] {
+    return std::vector<scheduler::StageSource>{{*s1, &a, 2}, {*s2, &b, 3}};
+  };
+  h.sched = std::make_unique<scheduler::Scheduler>(h.opt, *h.server, *h.db, two());
+  REQUIRE(h.sched->restore(Clock::now()).ok());
+  h.add_worker(0);
+  h.pump(10s);
+  REQUIRE(h.sched->finished());
+  auto trials = h.trials();
+  REQUIRE(trials.size() == 5);
+  int in_a = 0, in_b = 0;
+  for (const auto& t : trials) {
+    CHECK(t.state == TrialState::kDone);
+    in_a += t.stage_id == *s1;
+    in_b += t.stage_id == *s2;
+  }
+  CHECK(in_a == 2);
+  CHECK(in_b == 3);
+  CHECK(h.sched->progress().max_trials == 5);
+  // A resumed scheduler gives each stage its own trials back: nothing left to do.
+  scheduler::Scheduler again(h.opt, *h.server, *h.db, two());
+  REQUIRE(again.restore(Clock::now()).ok());
+  CHECK(again.finished());
+  CHECK(again.progress().done == 5);
+  // A master that does not run stage b refuses its trials rather than adopting them.
+  scheduler::Scheduler one(h.opt, *h.server, *h.db, std::vector<scheduler::StageSource>{{*s1, &a, 2}});
+  auto r = one.restore(Clock::now());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("which this master does not run") != std::string::npos);
+}
+
+TEST_CASE("stage kinds come from a registry: search is known, anything else names the known kinds") {
+  CHECK(scheduler::stage_kind_names() == std::vector<std::string>{"search"});
+  const auto cfg = manual_config(2, 1);
+  auto plan = scheduler::stage_plan(cfg);
+  REQUIRE(plan.size() == 1);
+  CHECK(plan[0].kind == "search");
+  auto ok = scheduler::make_stage("search", cfg, std::nullopt);
+  REQUIRE(ok.ok());
+  CHECK((*ok)->max_trials() == 2);
+  CHECK((*ok)->source().kind() == "search");
+  auto bad = scheduler::make_stage("pbt", cfg, std::nullopt);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kConfig);
+  CHECK(bad.error().message() == "unknown stage kind 'pbt' (known: search)");
+}
+
+TEST_CASE("the master's stages: rows created once, found again by name on resume") {
+  ManualMaster m(1, 1);
+  auto ids = m.master->stage_ids();
+  REQUIRE(ids.size() == 1);
+  auto rows = m.db->stages(m.campaign_id);
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 1);
+  CHECK((*rows)[0].id == ids[0]);
+  CHECK((*rows)[0].name == "search");
+  CHECK((*rows)[0].state == "running");
 }
