@@ -84,6 +84,12 @@ struct LocalLauncherOptions {
 
 std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options);
 
+// The registry: the launcher of `backend` (resources.backend; the names are backends.h's list),
+// built with `options` (what every backend needs: the program, the master's endpoint, logs, the
+// group's resources). kConfig naming the known backends for any other name.
+Result<std::unique_ptr<Launcher>> make_launcher(const std::string& backend, LocalLauncherOptions options);
+std::vector<std::string> launcher_names();
+
 // The command line the local launcher runs for group `group` (argv[0] is the program). For tests
 // and `ps`. kConfig for a bad layout (ranks < 1); kUnavailable when a multi-rank group needs
 // mpirun and none is found.

@@ -151,16 +151,6 @@ class LocalLauncher final : public Launcher {
 
 }  // namespace
 
-const char* to_string(GroupState state) noexcept {
-  switch (state) {
-    case GroupState::kPending: return "pending";
-    case GroupState::kStarting: return "starting";
-    case GroupState::kRunning: return "running";
-    case GroupState::kExited: return "exited";
-  }
-  return "?";
-}
-
 std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options) {
   return std::make_unique<LocalLauncher>(std::move(options));
 }

@@ -517,7 +517,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
-  std::unique_ptr<launch::Launcher> launcher = launch::make_local_launcher(lopt);
+  HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;
   parts.transport = server.get();
