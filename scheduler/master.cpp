@@ -236,7 +236,11 @@ Status Master::start(Clock::time_point now) {
     } else {
       HPCTUNE_ASSIGN(held.id, db.create_stage(c_.campaign_id, plan.kind, plan.name, nlohmann::json::object(), t0));
     }
-    HPCTUNE_ASSIGN(held.runtime, make_stage(plan.kind, cfg, c_.warm));
+    if (p_.make_stage) {
+      HPCTUNE_ASSIGN(held.runtime, p_.make_stage(plan, cfg, c_.warm));
+    } else {
+      HPCTUNE_ASSIGN(held.runtime, make_stage(plan.kind, cfg, c_.warm));
+    }
     sources.push_back({held.id, &held.runtime->source(), held.runtime->max_trials()});
     stages_.push_back(std::move(held));
   }

@@ -99,6 +99,10 @@ struct MasterParts {
   int64_t failpoint_hit = 1;
   std::string secret;                    // the campaign secret; "" = drawn by the scheduler
   uint64_t master_incarnation = 0;
+  // Builds each stage; empty = the registry's make_stage (stages.h). Tests inject their own.
+  std::function<Result<std::unique_ptr<StageRuntime>>(const StagePlan&, const config::CampaignConfig&,
+                                                      const std::optional<WarmStart>&)>
+      make_stage;
 };
 
 class Master {

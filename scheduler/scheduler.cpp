@@ -634,8 +634,9 @@ Status Scheduler::ask_stage(Stage& stage, std::size_t stage_index, std::size_t n
   if (!asked.ok()) {
     // The algorithm failed: no more trials. The error is logged and recorded now, and ends the
     // campaign once this turn is committed (Master), so nothing received in the turn is lost.
-    Error e = std::move(asked).error().with_context("while asking the " + source.kind() + " stage for trials");
-    log("the " + source.kind() + " stage failed: " + e.to_string());
+    // A run-time failure whatever the algorithm called it (exit 1, not a config error).
+    Error e(Errc::kFailed, "the " + source.kind() + " stage failed: " + asked.error().to_string());
+    log(e.message());
     HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "source_failed", 0, 0, -1,
                                  {{"stage", stage.id}, {"error", e.to_string()}}, wall(now)));
     stage.exhausted = true;

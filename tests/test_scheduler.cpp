@@ -1022,3 +1022,107 @@ TEST_CASE("the master's stages: rows created once, found again by name on resume
   CHECK((*rows)[0].name == "search");
   CHECK((*rows)[0].state == "running");
 }
+
+namespace {
+
+// A search whose algorithm fails at its third ask.
+class FailingSource final : public scheduler::TrialSource {
+ public:
+  FailingSource(std::unique_ptr<search::Searcher> s, std::unique_ptr<search::EarlyStopper> e)
+      : searcher_(std::move(s)), stopper_(std::move(e)), inner_(*searcher_, *stopper_) {}
+  std::string kind() const override { return "search"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
+    if (++asks_ >= 3) return err(Errc::kInvalidArgument, "the model's kernel matrix is not positive definite");
+    return inner_.ask(std::min<std::size_t>(n, 1));
+  }
+  bool exhausted() const override { return false; }
+  scheduler::Verdict on_report(const scheduler::TrialView& t, int64_t step, double v) override {
+    return inner_.on_report(t, step, v);
+  }
+  void on_attempt_end(int64_t seq) override { inner_.on_attempt_end(seq); }
+  void tell(const search::Observation& o) override { inner_.tell(o); }
+  void restore(const std::vector<search::Record>& h) override { inner_.restore(h); }
+
+ private:
+  std::unique_ptr<search::Searcher> searcher_;
+  std::unique_ptr<search::EarlyStopper> stopper_;
+  scheduler::SearchSource inner_;
+  int asks_ = 0;
+};
+
+class FailingStage final : public scheduler::StageRuntime {
+ public:
+  explicit FailingStage(std::unique_ptr<FailingSource> s) : source_(std::move(s)) {}
+  scheduler::TrialSource& source() override { return *source_; }
+  int64_t max_trials() const override { return 10; }
+
+ private:
+  std::unique_ptr<FailingSource> source_;
+};
+
+}  // namespace
+
+TEST_CASE("an algorithm that fails: logged, recorded as an event, the campaign fails (exit 1), nothing received lost") {
+  const auto cfg = manual_config(10, 1);
+  auto s = store::Store::open(":memory:");
+  REQUIRE(s.ok());
+  auto db = std::move(s).value();
+  protocol::InProcHub hub;
+  auto server = hub.server();
+  scheduler::MasterOptions options;
+  options.config = cfg;
+  const scheduler::WallClock wall{Clock::time_point{} + std::chrono::hours(1), 2'000'000.0};
+  auto prepared = scheduler::prepare_campaign(options, *db, ":memory:", wall.unix_s);
+  REQUIRE(prepared.ok());
+  const int64_t campaign_id = prepared->campaign_id;
+  FakeLauncher launcher;
+  std::vector<std::string> lines;
+  scheduler::MasterParts parts;
+  parts.transport = server.get();
+  parts.store = db.get();
+  parts.launcher = &launcher;
+  parts.wall = wall;
+  parts.log = [&](const std::string& line) { lines.push_back(line); };
+  parts.make_stage = [](const scheduler::StagePlan&, const config::CampaignConfig& c,
+                        const std::optional<scheduler::WarmStart>&) -> Result<std::unique_ptr<scheduler::StageRuntime>> {
+    HPCTUNE_ASSIGN(auto searcher, search::make_searcher(c.search_spec()));
+    HPCTUNE_ASSIGN(auto stopper, search::make_stopper(c.stopper_spec()));
+    return std::unique_ptr<scheduler::StageRuntime>(
+        new FailingStage(std::make_unique<FailingSource>(std::move(searcher), std::move(stopper))));
+  };
+  scheduler::Master master(std::move(prepared).value(), std::move(parts));
+  Clock::time_point now = wall.at;
+  REQUIRE(master.start(now).ok());
+  ScriptedWorker w(hub, 0, launcher.credentials.at(0), 77);
+  Result<bool> r = false;
+  for (int i = 0; i < 100 && r.ok(); ++i) {
+    now += 20ms;
+    r = master.step(now);
+    if (r.ok()) w.run();
+  }
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kFailed);
+  CHECK(r.error().message().find("the search stage failed: the model's kernel matrix is not positive definite") == 0);
+  // The two trials the algorithm did propose ran, and their results (received in the failing turn
+  // too) are recorded; the failure is in the log and in the store.
+  auto trials = db->trials(campaign_id);
+  REQUIRE(trials.ok());
+  REQUIRE(trials->size() == 2);
+  for (const auto& t : *trials) CHECK(t.state == TrialState::kDone);
+  bool logged = false;
+  for (const auto& l : lines) logged = logged || l.find("the search stage failed") != std::string::npos;
+  CHECK(logged);
+  auto events = db->events(campaign_id, 0);
+  REQUIRE(events.ok());
+  int source_failed = 0, campaign_failed = 0;
+  for (const auto& e : *events) {
+    source_failed += e.kind == "source_failed";
+    campaign_failed += e.kind == "campaign_failed";
+  }
+  CHECK(source_failed == 1);
+  CHECK(campaign_failed == 1);
+  auto campaign = db->load_campaign();
+  REQUIRE(campaign.ok());
+  CHECK((*campaign)->state == "failed");
+  CHECK(launcher.stopped == 1);
+}
