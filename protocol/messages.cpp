@@ -427,9 +427,6 @@ const char* to_string(StopReason reason) noexcept {
     case StopReason::kPruned: return "pruned";
     case StopReason::kPause: return "pause";
     case StopReason::kInterrupted: return "interrupted";
-    case StopReason::kBudget: return "budget";
-    case StopReason::kShutdown: return "shutdown";
-    case StopReason::kSuperseded: return "superseded";
   }
   return "?";
 }

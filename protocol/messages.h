@@ -104,17 +104,15 @@ struct Report {
   Metrics metrics;
 };
 
-// Why the master stops a running trial. On the wire as its name; any other name is refused.
+// Why the master stops a running trial: the cases the master has. On the wire as its name; any
+// other name is refused (a new reason is a new protocol version).
 //   pruned       early stopping judged it (the trial ends pruned)
-//   pause        its trial source paused it: it ends this attempt and resumes later, maybe elsewhere,
-//                with new parameters, from a checkpoint (PBT)
+//   pause        its trial source paused it: it ends this attempt (a done with stopped = true) and
+//                resumes later, on any free group, with new parameters, from a checkpoint (PBT)
 //   interrupted  Ctrl-C on the master (recorded interrupted; resume runs it again)
-//   budget       search.max_time ran out
-//   shutdown     the campaign is over (or the master fails)
-//   superseded   the attempt is no longer current (its trial runs elsewhere)
-enum class StopReason { kPruned, kPause, kInterrupted, kBudget, kShutdown, kSuperseded };
-inline constexpr StopReason kStopReasons[] = {StopReason::kPruned,  StopReason::kPause,    StopReason::kInterrupted,
-                                              StopReason::kBudget,  StopReason::kShutdown, StopReason::kSuperseded};
+// (The end of a campaign is a shutdown message, not a stop.)
+enum class StopReason { kPruned, kPause, kInterrupted };
+inline constexpr StopReason kStopReasons[] = {StopReason::kPruned, StopReason::kPause, StopReason::kInterrupted};
 const char* to_string(StopReason reason) noexcept;
 
 struct Stop {

@@ -135,7 +135,7 @@ class Master {
   // The stages' rows, in the plan's order.
   std::vector<int64_t> stage_ids() const;
   launch::GroupState group_state(int64_t group) const;
-  // When the next timed work is due (a tick, a start-up deadline): the driver waits no longer.
+  // How often step() ticks (heartbeats, group states and deadlines): the driver waits no longer.
   std::chrono::milliseconds poll_interval() const { return poll_interval_; }
 
  private:
