@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -694,6 +695,18 @@ Status Store::check_identity() {
 }
 
 Status Store::fill_state_tables() {
+  // Names are only ever added: when both tables hold as many as the code names, there is nothing to
+  // write (and an open takes no write lock for it).
+  auto count = [&](const char* sql) -> int64_t {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(db_.get(), sql, -1, &raw, nullptr) != SQLITE_OK) return -1;
+    Statement stmt(raw);
+    return sqlite3_step(raw) == SQLITE_ROW ? col_i64(raw, 0) : -1;
+  };
+  if (count("SELECT COUNT(*) FROM trial_states") == static_cast<int64_t>(std::size(kTrialStates)) &&
+      count("SELECT COUNT(*) FROM attempt_states") == static_cast<int64_t>(std::size(kAttemptStates))) {
+    return Status::Ok();
+  }
   for (TrialState st : kTrialStates) {
     const std::string sql = std::string("INSERT OR IGNORE INTO trial_states (name) VALUES ('") + to_string(st) + "')";
     HPCTUNE_TRY(exec(sql.c_str(), "cannot record the trial state names"));
