@@ -157,7 +157,7 @@ Result<json> quality_run(const QualityJob& job, const std::vector<int>& budgets)
   std::size_t next_budget = 0;
   for (int t = 1; t <= total; ++t) {
     const auto a0 = Clock::now();
-    auto sug = searcher->ask(1);
+    auto sug = searcher->ask(1).value();
     ask_seconds += std::chrono::duration<double>(Clock::now() - a0).count();
     if (sug.size() != 1) return err(Errc::kInternal, job.algorithm + " returned no suggestion at trial " + std::to_string(t));
     const double v = fn(sug[0].params);
@@ -229,7 +229,7 @@ Result<json> latency_point(const std::string& algo, const std::string& problem_i
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     const double c0 = cpu_ms();
-    auto sug = searcher->ask(1);
+    auto sug = searcher->ask(1).value();
     cpu.push_back(cpu_ms() - c0);
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (sug.size() != 1) return err(Errc::kInternal, algo + ": no suggestion");

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <iterator>
 #include <cmath>
 #include <limits>
 
 #include "config/config.h"
+#include "launch/backends.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "trainers/trainer_settings.h"
@@ -294,7 +296,8 @@ std::vector<Setting> declarations() {
        .type = Type::kEnum,
        .help = "How trainer groups are started: local processes on this machine.",
        .default_value = "local",
-       .choices = {"local"},
+       // The launch registry's names, declared once (launch/backends.h).
+       .choices = std::vector<std::string>(std::begin(launch::kBackendNames), std::end(launch::kBackendNames)),
        .aliases = {"launcher", "executor"}},
       {.path = "resources.groups",
        .type = Type::kInt,

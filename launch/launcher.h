@@ -9,10 +9,15 @@
 //    its ranks; each rank also dies with mpirun (PR_SET_PDEATHSIG, cli/main.cpp), so a SIGKILLed
 //    master leaves no rank behind. A trainer that starts its own ranks (`command`) gets one worker
 //    process that passes R on to it (ctx.ranks).
-//  - Later backends (mpirun across hosts, SLURM job steps) would implement the same interface:
-//    start groups, poll for exits, stop them all. The master loop still assumes more than this
-//    interface says (run_campaign builds a LocalLauncher itself, the groups table is written with
-//    backend "local", and a group is a local process id): a new backend needs those changed too.
+//  - Later backends (SLURM job steps) implement the same interface and register in the registry
+//    (launch/registry.h) under the name `resources.backend` selects. The master knows groups only
+//    through it: start, state, exits, kill, stop; it writes the backend's name() to the groups table.
+//
+// Group states (GroupState): a group the master asked for is kPending until the backend has started
+// it (a SLURM job step waits for its allocation; a local process starts at once), then kStarting;
+// the master (not the launcher) calls it kRunning once the group said hello, and kExited once
+// poll_exits() reported its end. Each group's start-up deadline (resources.startup_timeout) counts
+// from the moment it leaves kPending.
 #pragma once
 
 #include <chrono>
@@ -44,12 +49,19 @@ struct GroupResources {
   bool trainer_starts_ranks = false;
 };
 
+enum class GroupState { kPending, kStarting, kRunning, kExited };
+const char* to_string(GroupState state) noexcept;
+
 class Launcher {
  public:
   virtual ~Launcher() = default;
   virtual std::string name() const = 0;
-  // Starts group `group` (again, after an exit). Errors: the program cannot be started.
-  virtual Status start(int64_t group) = 0;
+  // Starts group `group` (again, after an exit), handing it `credential` (protocol::kSecretEnv) in
+  // its environment only. Errors: the program cannot be started.
+  virtual Status start(int64_t group, const std::string& credential) = 0;
+  // The backend's view of `group`: kPending (asked for, not started yet), kStarting (started, alive)
+  // or kExited (ended, or never started). Never kRunning: only the master knows a group said hello.
+  virtual GroupState state(int64_t group) const = 0;
   // Groups whose process ended since the last call. Never blocks.
   virtual std::vector<GroupExit> poll_exits() = 0;
   // SIGKILLs group `group` at once: the master declared it lost (silent past the heartbeat
@@ -58,8 +70,6 @@ class Launcher {
   virtual void kill(int64_t group) = 0;
   // Stops every group: SIGTERM, up to `grace` to exit, then SIGKILL; reaps them all.
   virtual void stop_all(std::chrono::milliseconds grace) = 0;
-  // Process ids of the running groups (for tests and `status`).
-  virtual std::vector<int64_t> pids() const = 0;
 };
 
 struct LocalLauncherOptions {
@@ -69,13 +79,16 @@ struct LocalLauncherOptions {
   GroupResources resources;
   std::vector<std::string> extra_args;  // appended to the worker's command line
   std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH
-  // Called at every start of a group: the credential for that launch, handed to the process in the
-  // environment (protocol::kSecretEnv), never on its command line, which every local user can read.
-  std::function<Result<std::string>(int64_t group)> credential;
   int cores = 0;                  // for the defaults above; 0 = this machine's
 };
 
 std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options);
+
+// The registry: the launcher of `backend` (resources.backend; the names are backends.h's list),
+// built with `options` (what every backend needs: the program, the master's endpoint, logs, the
+// group's resources). kConfig naming the known backends for any other name.
+Result<std::unique_ptr<Launcher>> make_launcher(const std::string& backend, LocalLauncherOptions options);
+std::vector<std::string> launcher_names();
 
 // The command line the local launcher runs for group `group` (argv[0] is the program). For tests
 // and `ps`. kConfig for a bad layout (ranks < 1); kUnavailable when a multi-rank group needs

@@ -81,7 +81,7 @@ class LocalLauncher final : public Launcher {
 
   std::string name() const override { return "local"; }
 
-  Status start(int64_t group) override {
+  Status start(int64_t group, const std::string& credential) override {
     SpawnOptions spawn;
     HPCTUNE_ASSIGN(spawn.argv, local_group_command(opt_, group));
     // Open MPI's single-copy mechanism (CMA) needs ptrace rights that containers often deny.
@@ -94,9 +94,8 @@ class LocalLauncher final : public Launcher {
         if (argv[i] == "--threads") spawn.env["OMP_NUM_THREADS"] = spawn.env["OPENBLAS_NUM_THREADS"] = argv[i + 1];
       }
     }
-    if (opt_.credential) {
-      HPCTUNE_ASSIGN(spawn.env[protocol::kSecretEnv], opt_.credential(group));
-    }
+    // In the environment, never on the command line, which every local user can read.
+    if (!credential.empty()) spawn.env[protocol::kSecretEnv] = credential;
     if (!opt_.log_dir.empty()) {
       spawn.stdout_path = log_path(group);
       spawn.stderr_path = "=stdout";
@@ -138,10 +137,9 @@ class LocalLauncher final : public Launcher {
     children_.clear();
   }
 
-  std::vector<int64_t> pids() const override {
-    std::vector<int64_t> out;
-    for (const auto& [group, child] : children_) out.push_back(child.pid());
-    return out;
+  // A local process starts at once: never pending.
+  GroupState state(int64_t group) const override {
+    return children_.count(group) ? GroupState::kStarting : GroupState::kExited;
   }
 
  private:

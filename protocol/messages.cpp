@@ -209,6 +209,7 @@ void fields(M& m, F&& f) {
     f("params", m.params, kAny);
     f("trainer", m.trainer, kAny);
     f("trial_dir", m.trial_dir, kAny);
+    f("resume_from", m.resume_from, kAny);
   } else if constexpr (std::is_same_v<T, Report>) {
     f("trial_id", m.trial_id, kTrialId);
     f("attempt", m.attempt, kAttempt);
@@ -268,6 +269,8 @@ struct Writer {
       out[key] = std::move(a);
     } else if constexpr (std::is_same_v<T, std::vector<Artifact>>) {
       out[key] = artifacts_json(v);
+    } else if constexpr (std::is_same_v<T, StopReason>) {
+      out[key] = to_string(v);
     } else {
       out[key] = v;
     }
@@ -320,6 +323,18 @@ class Reader {
     } else if constexpr (std::is_same_v<T, bool>) {
       if (!v.is_boolean()) return wrong_type(key, v);
       out = v.get<bool>();
+    } else if constexpr (std::is_same_v<T, StopReason>) {
+      if (!v.is_string()) return wrong_type(key, v);
+      const std::string name = v.get<std::string>();
+      std::string known;
+      for (StopReason r : kStopReasons) {
+        if (name == to_string(r)) {
+          out = r;
+          return;
+        }
+        known += (known.empty() ? "" : ", ") + std::string(to_string(r));
+      }
+      return fail(key, "unknown reason '" + name.substr(0, 64) + "' (one of " + known + ")");
     } else if constexpr (std::is_same_v<T, uint64_t>) {
       if (!v.is_number_integer()) return wrong_type(key, v);
       if (!v.is_number_unsigned()) return fail(key, std::to_string(v.get<int64_t>()) + " is negative");
@@ -406,6 +421,15 @@ Result<Message> from_json(const json& j, const std::string& type) {
 }
 
 }  // namespace
+
+const char* to_string(StopReason reason) noexcept {
+  switch (reason) {
+    case StopReason::kPruned: return "pruned";
+    case StopReason::kPause: return "pause";
+    case StopReason::kInterrupted: return "interrupted";
+  }
+  return "?";
+}
 
 const char* type_name(const Message& message) noexcept {
   return kNames[message.index()];

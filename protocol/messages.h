@@ -14,9 +14,9 @@
 //                               <- welcome{heartbeat settings}     (or shutdown on a bad version;
 //                                                                   nothing at all on a bad secret)
 //   ready                       ->                                  idle, wants a trial
-//                               <- assign{trial, attempt, params}
+//                               <- assign{trial, attempt, params, resume_from}
 //   report{step, metrics}       ->                                  started (no metrics), then 0..n reports
-//                               <- stop{trial, attempt}            early stopping / shutdown
+//                               <- stop{trial, attempt, reason}    pruned, pause, interrupted, ...
 //   done{metrics} | failed{error} ->                               the worker is idle again
 //   heartbeat                  <->  both ways, every heartbeat_interval
 //                               <- shutdown                         the campaign is over
@@ -48,7 +48,8 @@
 namespace hpctune::protocol {
 
 // 2: hello carries `secret`; integer fields are range-checked.
-inline constexpr int kVersion = 2;
+// 3: stop.reason is one of StopReason's names; assign carries resume_from.
+inline constexpr int kVersion = 3;
 // Containers nested deeper than this are refused before anything is decoded (the decoder recurses).
 inline constexpr int kMaxDepth = 64;
 // The environment variable that carries a launched group's credential (see above).
@@ -88,6 +89,10 @@ struct Assign {
   nlohmann::json params = nlohmann::json::object();   // the searched parameters
   nlohmann::json trainer = nlohmann::json::object();  // the trainer's fixed settings, incl. "kind"
   std::string trial_dir;                          // where artifacts and checkpoints go ("" = none)
+  // The checkpoint to start from ("" = from scratch): the path of a checkpoint an earlier attempt
+  // (of this trial, or of another one: PBT's exploit) wrote, taken from the store's artifacts. A
+  // path, not a (trial, attempt) reference, so that the worker needs no store to find it.
+  std::string resume_from;
 };
 
 // A report without metrics (step 0) is the worker's "started" notice, sent as the trainer begins:
@@ -99,10 +104,21 @@ struct Report {
   Metrics metrics;
 };
 
+// Why the master stops a running trial: the cases the master has. On the wire as its name; any
+// other name is refused (a new reason is a new protocol version).
+//   pruned       early stopping judged it (the trial ends pruned)
+//   pause        its trial source paused it: it ends this attempt (a done with stopped = true) and
+//                resumes later, on any free group, with new parameters, from a checkpoint (PBT)
+//   interrupted  Ctrl-C on the master (recorded interrupted; resume runs it again)
+// (The end of a campaign is a shutdown message, not a stop.)
+enum class StopReason { kPruned, kPause, kInterrupted };
+inline constexpr StopReason kStopReasons[] = {StopReason::kPruned, StopReason::kPause, StopReason::kInterrupted};
+const char* to_string(StopReason reason) noexcept;
+
 struct Stop {
   int64_t trial_id = 0;
   int64_t attempt = 0;
-  std::string reason;  // "pruned", "shutdown", "interrupted"
+  StopReason reason = StopReason::kPruned;
 };
 
 struct Artifact {

@@ -53,6 +53,11 @@ Status make_dir(const std::string& path, unsigned mode) {
   return {};
 }
 
+Status in_context(Status s, const std::string& line) {
+  if (s.ok()) return s;
+  return std::move(s).error().with_context(line);
+}
+
 }  // namespace
 
 store::CampaignRow campaign_row(const config::CampaignConfig& cfg, double created_at) {
@@ -85,32 +90,18 @@ SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t ca
   return sopt;
 }
 
-Result<CampaignOutcome> run_master(const MasterOptions& options) {
+Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::Store& db, const std::string& db_path,
+                                          double t0) {
   const bool resuming = !options.config.has_value();
-  std::string db_path = options.db_path;
-  if (db_path.empty() && options.config) db_path = options.config->storage;
-
-  if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
-  // A new campaign checks its warm-start store before creating anything; a resumed one once its
-  // config has been read back.
-  std::optional<WarmStart> warm;
-  if (!resuming && !options.config->warm_start.empty()) {
-    HPCTUNE_ASSIGN(warm, load_warm_start(options.config->warm_start, options.config->space,
-                                         options.config->objectives, db_path));
-  }
-  // A new campaign creates its files with the modes of its storage_access; a resumed one's
-  // database exists (its directories are created below, once its config has been read back).
-  store::OpenOptions open_options;
-  open_options.master_lock = true;
-  if (!resuming) {
-    HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(options.config->storage_access));
-    open_options.file_mode = modes.file;
-  }
-  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path, open_options));
-  HPCTUNE_ASSIGN(auto existing, db->load_campaign());
-
-  config::CampaignConfig cfg;
-  int64_t campaign_id = 0;
+  HPCTUNE_ASSIGN(auto existing, db.load_campaign());
+  PreparedCampaign out;
+  out.resuming = resuming;
+  out.db_path = db_path;
+  config::CampaignConfig& cfg = out.cfg;
+  int64_t& campaign_id = out.campaign_id;
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
   if (resuming) {
     if (!existing) return err(Errc::kNotFound, db_path + " holds no campaign to resume");
     auto parsed = config::parse_config(existing->config_text, existing->config_source);
@@ -127,7 +118,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
       cfg.max_trials = cj["search"]["max_trials"].get<int64_t>();
     }
     campaign_id = existing->id;
-    HPCTUNE_ASSIGN(auto so_far, db->trials(campaign_id));
+    HPCTUNE_ASSIGN(auto so_far, db.trials(campaign_id));
     const auto recorded = static_cast<int64_t>(so_far.size());
     if (options.max_trials) {
       if (*options.max_trials <= recorded) {
@@ -153,56 +144,361 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     }
     cfg = *options.config;
     if (options.seed) cfg.set_seed(*options.seed);
-    if (options.groups) cfg.resources.groups = *options.groups;
   }
   if (options.groups) cfg.resources.groups = *options.groups;
 
-  const double t0 = unix_now();
-  int64_t stage_id = 0;
-  auto log = [&](const std::string& line) {
-    if (options.log) options.log(line);
-  };
   if (!resuming) {
-    HPCTUNE_ASSIGN(campaign_id, db->create_campaign(campaign_row(cfg, t0)));
-    HPCTUNE_ASSIGN(stage_id, db->create_stage(campaign_id, "search", "search", nlohmann::json::object(), t0));
-    HPCTUNE_TRY(db->add_event(campaign_id, "campaign_started", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
+    HPCTUNE_ASSIGN(campaign_id, db.create_campaign(campaign_row(cfg, t0)));
+    HPCTUNE_TRY(db.add_event(campaign_id, "campaign_started", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
   }
-  HPCTUNE_TRY(db->set_campaign_master(campaign_id, host_name(), getpid()));
+  HPCTUNE_TRY(db.set_campaign_master(campaign_id, host_name(), getpid()));
   if (resuming) {
-    HPCTUNE_ASSIGN(auto stages, db->stages(campaign_id));
-    for (const auto& st : stages) {
-      if (st.kind == "search") stage_id = st.id;
-    }
-    HPCTUNE_TRY(db->set_campaign_state(campaign_id, "running", 0));
-    if (stage_id > 0) HPCTUNE_TRY(db->set_stage_state(stage_id, "running", 0));
-    HPCTUNE_TRY(db->add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
+    HPCTUNE_TRY(db.set_campaign_state(campaign_id, "running", 0));
+    HPCTUNE_TRY(db.add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
     if (options.max_trials && *options.max_trials != cfg.max_trials) {
       // Kept in the store, so that a later plain `resume` runs to the new budget too.
       nlohmann::json cj = existing->config_json;
       if (!cj.contains("search") || !cj["search"].is_object()) cj["search"] = nlohmann::json::object();
       cj["search"]["max_trials"] = *options.max_trials;
-      HPCTUNE_TRY(db->set_campaign_config_json(campaign_id, cj));
-      HPCTUNE_TRY(db->add_event(campaign_id, "budget_changed", 0, 0, -1,
-                                {{"max_trials", *options.max_trials}, {"was", cfg.max_trials}}, t0));
+      HPCTUNE_TRY(db.set_campaign_config_json(campaign_id, cj));
+      HPCTUNE_TRY(db.add_event(campaign_id, "budget_changed", 0, 0, -1,
+                               {{"max_trials", *options.max_trials}, {"was", cfg.max_trials}}, t0));
       log("budget: " + std::to_string(cfg.max_trials) + " -> " + std::to_string(*options.max_trials) + " trials");
       cfg.max_trials = *options.max_trials;
     }
     if (!cfg.warm_start.empty()) {
       // The searcher is rebuilt from the same warm-start trials, as in the first run (if the other
       // store has not changed since).
-      HPCTUNE_ASSIGN(warm, load_warm_start(cfg.warm_start, cfg.space, cfg.objectives, db_path));
+      HPCTUNE_ASSIGN(out.warm, load_warm_start(cfg.warm_start, cfg.space, cfg.objectives, db_path));
     }
   }
+  return out;
+}
 
-  search::SearchSpec spec = cfg.search_spec();
-  if (warm) {
-    spec.warm_start = warm->observations;
-    HPCTUNE_TRY(db->add_event(campaign_id, "warm_start", 0, 0, -1, warm->summary(), t0));
-    log("warm start from " + warm->path + ": " + std::to_string(warm->observations.size()) + " of " +
-        std::to_string(warm->read) + " trials loaded, " + std::to_string(warm->skipped_total()) + " skipped");
+// --- Master ----------------------------------------------------------------------------------
+
+struct Master::FailPointState {
+  FailPoint point;
+};
+
+Master::Master(PreparedCampaign campaign, MasterParts parts)
+    : c_(std::move(campaign)),
+      p_(std::move(parts)),
+      failpoint_(std::make_unique<FailPointState>(FailPointState{FailPoint(p_.failpoint, p_.failpoint_hit)})) {}
+
+Master::~Master() = default;
+
+void Master::log(const std::string& line) const {
+  if (p_.log) p_.log(line);
+}
+
+bool Master::interrupted() const { return sched_ && sched_->interrupted(); }
+
+Progress Master::progress() const { return sched_ ? sched_->progress() : Progress{}; }
+
+std::vector<int64_t> Master::stage_ids() const {
+  std::vector<int64_t> ids;
+  for (const HeldStage& st : stages_) ids.push_back(st.id);
+  return ids;
+}
+
+launch::GroupState Master::group_state(int64_t group) const {
+  auto it = groups_.find(group);
+  return it == groups_.end() ? launch::GroupState::kExited : it->second.state;
+}
+
+Status Master::start(Clock::time_point now) {
+  const config::CampaignConfig& cfg = c_.cfg;
+  store::Store& db = *p_.store;
+  start_ = last_tick_ = now;
+  const double t0 = p_.wall.unix_at(now);
+  if (c_.warm) {
+    const WarmStart& warm = *c_.warm;
+    HPCTUNE_TRY(db.add_event(c_.campaign_id, "warm_start", 0, 0, -1, warm.summary(), t0));
+    log("warm start from " + warm.path + ": " + std::to_string(warm.observations.size()) + " of " +
+        std::to_string(warm.read) + " trials loaded, " + std::to_string(warm.skipped_total()) + " skipped");
   }
-  HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
-  HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(cfg.stopper_spec()));
+  // Each stage of the plan with its row: found by name on resume (made running again), else created.
+  std::vector<store::StageRow> rows;
+  if (c_.resuming) {
+    HPCTUNE_ASSIGN(rows, db.stages(c_.campaign_id));
+  }
+  std::vector<StageSource> sources;
+  for (const StagePlan& plan : stage_plan(cfg)) {
+    HeldStage held;
+    held.name = plan.name;
+    held.kind = plan.kind;
+    for (const auto& row : rows) {
+      if (row.name == plan.name && row.kind == plan.kind) held.id = row.id;
+    }
+    if (held.id > 0) {
+      HPCTUNE_TRY(db.set_stage_state(held.id, "running", 0));
+    } else {
+      HPCTUNE_ASSIGN(held.id, db.create_stage(c_.campaign_id, plan.kind, plan.name, nlohmann::json::object(), t0));
+    }
+    if (p_.make_stage) {
+      HPCTUNE_ASSIGN(held.runtime, p_.make_stage(plan, cfg, c_.warm));
+    } else {
+      HPCTUNE_ASSIGN(held.runtime, make_stage(plan.kind, cfg, c_.warm));
+    }
+    sources.push_back({held.id, &held.runtime->source(), held.runtime->max_trials()});
+    stages_.push_back(std::move(held));
+  }
+
+  SchedulerOptions sopt = scheduler_options(cfg, c_.campaign_id, stages_.empty() ? 0 : stages_[0].id);
+  sopt.trials_dir = c_.run_dir;
+  sopt.master_incarnation = p_.master_incarnation;
+  sopt.secret = p_.secret;
+  sopt.wall = p_.wall;
+  sopt.backend = p_.launcher->name();
+  sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, std::move(sources));
+  sched_->set_log(p_.log);
+  sched_->set_failpoint([this](const char* name) { failpoint_->point.pass(name); });
+  poll_interval_ = std::chrono::milliseconds(std::clamp<int64_t>(sopt.heartbeat_interval.count() / 4, 5, 50));
+
+  HPCTUNE_TRY(db.begin());
+  HPCTUNE_TRY(sched_->restore(now));
+  HPCTUNE_TRY(db.commit());
+
+  for (int64_t g = 0; g < cfg.resources.groups; ++g) HPCTUNE_TRY(launch(g, now));
+  log("campaign '" + cfg.name + "': " + std::to_string(cfg.resources.groups) + " trainer group(s) (" +
+      p_.launcher->name() + "), master at " + p_.transport->endpoint() + ", database " + c_.db_path);
+  if (auto startup = config::model_startup(cfg)) log(startup->text);
+  return {};
+}
+
+Status Master::launch(int64_t group, Clock::time_point now) {
+  HPCTUNE_ASSIGN(std::string credential, sched_->launch_credential(group));
+  HPCTUNE_TRY(p_.launcher->start(group, credential));
+  Group& g = groups_[group];
+  g.state = launch::GroupState::kPending;
+  g.died_before_hello = false;
+  g.deadline = Clock::time_point::max();
+  // A backend that starts it at once (local) begins its start-up deadline now.
+  if (p_.launcher->state(group) == launch::GroupState::kStarting) {
+    g.state = launch::GroupState::kStarting;
+    g.deadline = now + std::chrono::milliseconds(static_cast<int64_t>(c_.cfg.resources.startup_timeout_s * 1000));
+  }
+  return {};
+}
+
+Status Master::wait(std::chrono::milliseconds timeout) {
+  if (pending_) return {};
+  HPCTUNE_ASSIGN(auto env, p_.transport->recv(timeout));
+  pending_ = std::move(env);
+  return {};
+}
+
+Error Master::fail(Error e, Clock::time_point now) {
+  // The campaign fails with `e`; a store that also refuses these writes is said in the log (the
+  // state then stays `running`, and resume treats it as a crashed master).
+  failed_ = true;
+  store::Store& db = *p_.store;
+  if (auto s = db.rollback(); !s.ok()) log("could not roll back the open transaction: " + s.error().to_string());
+  if (sched_) sched_->shutdown_workers("master failed");
+  p_.launcher->stop_all(std::chrono::milliseconds(2000));
+  const double t = p_.wall.unix_at(now);
+  if (auto s = db.set_campaign_state(c_.campaign_id, "failed", t); !s.ok()) {
+    log("could not record the campaign as failed: " + s.error().to_string());
+  }
+  if (auto s = db.add_event(c_.campaign_id, "campaign_failed", 0, 0, -1, {{"error", e.to_string()}}, t); !s.ok()) {
+    log("could not record why the campaign failed: " + s.error().to_string());
+  }
+  for (const HeldStage& st : stages_) {
+    if (auto s = db.set_stage_state(st.id, "failed", t); !s.ok()) {
+      log("could not record stage '" + st.name + "' as failed: " + s.error().to_string());
+    }
+  }
+  return e;
+}
+
+Status Master::interrupt(Clock::time_point now) {
+  if (failed_) return err(Errc::kFailed, "the master has failed");
+  if (sched_->interrupted()) return {};
+  log("interrupted: stopping dispatch; running trials are recorded as interrupted");
+  HPCTUNE_TRY(p_.store->begin());
+  if (auto s = sched_->interrupt(now); !s.ok()) return fail(std::move(s).error(), now);
+  HPCTUNE_TRY(p_.store->commit());
+  return {};
+}
+
+Result<bool> Master::step(Clock::time_point now) {
+  if (failed_) return err(Errc::kFailed, "the master has failed");
+  if (sched_->finished()) return true;
+  store::Store& db = *p_.store;
+  if (auto s = db.begin(); !s.ok()) return fail(std::move(s).error(), now);
+  constexpr int kMaxBatch = 512;
+  std::optional<protocol::Envelope> env = std::exchange(pending_, std::nullopt);
+  if (!env) {
+    auto first = p_.transport->recv(std::chrono::milliseconds(0));
+    if (!first.ok()) return fail(std::move(first).error().with_context("while waiting for workers"), now);
+    env = std::move(first.value());
+  }
+  for (int n = 0; env;) {
+    if (auto s = sched_->handle(env->peer, env->bytes, now); !s.ok()) return fail(std::move(s).error(), now);
+    if (++n >= kMaxBatch) break;
+    auto next = p_.transport->recv(std::chrono::milliseconds(0));
+    if (!next.ok()) return fail(std::move(next).error(), now);
+    env = std::move(next.value());
+  }
+  if (now - last_tick_ >= poll_interval_) {
+    last_tick_ = now;
+    if (auto s = sched_->tick(now); !s.ok()) return fail(std::move(s).error(), now);
+    if (auto s = follow_groups(now); !s.ok()) return fail(std::move(s).error(), now);
+  }
+  if (auto s = db.commit(); !s.ok()) return fail(std::move(s).error(), now);
+  failpoint_->point.pass("after-commit");
+  // The trial source failed in this turn: recorded (event, log) and committed; the campaign fails.
+  if (sched_->fatal()) return fail(*sched_->fatal(), now);
+  return sched_->finished();
+}
+
+// Group exits and restarts, each group's state and start-up deadline. Errors end the campaign.
+Status Master::follow_groups(Clock::time_point now) {
+  const config::CampaignConfig& cfg = c_.cfg;
+  store::Store& db = *p_.store;
+  const double tw = p_.wall.unix_at(now);
+  const int64_t groups = cfg.resources.groups;
+  for (int64_t g : sched_->take_silent_groups()) {
+    log("group " + std::to_string(g) + " is killed: it was silent past the heartbeat timeout");
+    p_.launcher->kill(g);
+  }
+  for (const launch::GroupExit& e : p_.launcher->poll_exits()) {
+    Group& grp = groups_[e.group];
+    const bool registered = sched_->group_ever_registered(e.group);
+    grp.state = launch::GroupState::kExited;
+    log("group " + std::to_string(e.group) + " exited: " + e.how);
+    HPCTUNE_TRY(sched_->on_group_exit(e.group, "process " + e.how, now));
+    HPCTUNE_TRY(in_context(db.add_event(c_.campaign_id, "group_exited", 0, 0, e.group, {{"how", e.how}}, tw),
+                           "while recording that group " + std::to_string(e.group) + " exited"));
+    if (!registered) grp.died_before_hello = true;
+    int64_t died = 0;
+    for (const auto& [id, other] : groups_) died += other.died_before_hello ? 1 : 0;
+    if (!registered && died == groups && !any_registered_) {
+      return err(Errc::kFailed, "every trainer group (" + std::to_string(groups) + ") exited at start-up; the last one: " +
+                                    e.how + (e.log_tail.empty() ? "" : "\n--- its log (" + p_.log_dir + ") ---\n" + e.log_tail));
+    }
+    if (sched_->finished() || sched_->interrupted()) continue;
+    if (grp.restarts >= cfg.resources.max_group_restarts) {
+      log("group " + std::to_string(e.group) + " is not restarted: it used its " +
+          std::to_string(cfg.resources.max_group_restarts) + " restarts");
+      continue;
+    }
+    ++grp.restarts;
+    HPCTUNE_TRY(launch(e.group, now));
+    HPCTUNE_TRY(in_context(db.add_event(c_.campaign_id, "group_restarted", 0, 0, e.group, {{"restart", grp.restarts}}, tw),
+                           "while recording the restart of group " + std::to_string(e.group)));
+  }
+
+  // States: pending -> starting (the backend started it: its start-up deadline begins) -> running
+  // (it said hello). A group still starting past its deadline is killed (its exit then takes the
+  // restart path above); when no group has ever connected, the campaign fails instead.
+  const auto startup = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.startup_timeout_s * 1000));
+  bool alive = false, all_late = true;
+  std::vector<int64_t> late;
+  for (auto& [id, g] : groups_) {
+    if (g.state == launch::GroupState::kPending && p_.launcher->state(id) == launch::GroupState::kStarting) {
+      g.state = launch::GroupState::kStarting;
+      g.deadline = now + startup;
+    }
+    if (g.state == launch::GroupState::kStarting && sched_->group_registered(id)) {
+      g.state = launch::GroupState::kRunning;
+      any_registered_ = true;
+    }
+    if (g.state == launch::GroupState::kRunning && !sched_->group_registered(id) &&
+        p_.launcher->state(id) == launch::GroupState::kStarting) {
+      // Lost (silent) but its process lives on until the kill lands: starting again for the master.
+      g.state = launch::GroupState::kStarting;
+      g.deadline = now + startup;
+    }
+    if (g.state != launch::GroupState::kExited) alive = true;
+    if (g.state != launch::GroupState::kExited && !(g.state == launch::GroupState::kStarting && now > g.deadline)) {
+      all_late = false;
+    }
+    if (g.state == launch::GroupState::kStarting && now > g.deadline) late.push_back(id);
+  }
+  if (!alive && !sched_->finished()) {
+    HPCTUNE_TRY(db.commit());
+    return err(Errc::kFailed, "every trainer group has exited and none may be restarted (max_group_restarts = " +
+                                  std::to_string(cfg.resources.max_group_restarts) + ")");
+  }
+  if (!any_registered_ && all_late) {
+    return err(Errc::kTimeout, "no trainer group connected within resources.startup_timeout (" +
+                                   std::to_string(cfg.resources.startup_timeout_s) + " s); see " + p_.log_dir);
+  }
+  for (int64_t id : late) {
+    log("group " + std::to_string(id) + " is killed: it did not connect within resources.startup_timeout (" +
+        std::to_string(cfg.resources.startup_timeout_s) + " s) of its start");
+    HPCTUNE_TRY(db.add_event(c_.campaign_id, "group_startup_timeout", 0, 0, id,
+                             {{"startup_timeout_s", cfg.resources.startup_timeout_s}}, tw));
+    groups_[id].deadline = Clock::time_point::max();  // once per launch
+    p_.launcher->kill(id);
+  }
+  return {};
+}
+
+Result<CampaignOutcome> Master::stop(Clock::time_point now) {
+  if (failed_) return err(Errc::kFailed, "the master has failed");
+  store::Store& db = *p_.store;
+  sched_->shutdown_workers(sched_->interrupted() ? "interrupted" : "campaign complete");
+  p_.launcher->stop_all(std::chrono::milliseconds(3000));
+  const double t0 = p_.wall.unix_at(start_);
+  const double t1 = p_.wall.unix_at(now);
+  // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
+  HPCTUNE_TRY(sched_->save_search_state(now));
+  // Stopped by search.max_failures: recorded failed (a resume may try again).
+  const char* final_state = sched_->interrupted() ? "interrupted" : !sched_->gave_up().empty() ? "failed" : "completed";
+  HPCTUNE_TRY(db.set_campaign_state(c_.campaign_id, final_state, t1));
+  // Every stage ends with the campaign (`status` reads each stage's state from the store).
+  for (const HeldStage& st : stages_) HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1));
+  nlohmann::json detail = {{"seconds", t1 - t0}};
+  if (!sched_->gave_up().empty()) detail["reason"] = sched_->gave_up();
+  HPCTUNE_TRY(db.add_event(c_.campaign_id,
+                           std::string("campaign_") + (sched_->interrupted()    ? "interrupted"
+                                                       : sched_->gave_up().empty() ? "completed"
+                                                                                   : "stopped"),
+                           0, 0, -1, detail, t1));
+
+  CampaignOutcome out;
+  out.campaign_id = c_.campaign_id;
+  out.name = c_.cfg.name;
+  out.db_path = c_.db_path;
+  out.interrupted = sched_->interrupted();
+  out.gave_up = sched_->gave_up();
+  out.progress = sched_->progress();
+  out.counters = sched_->counters();
+  out.elapsed_s = std::chrono::duration<double>(now - start_).count();
+  return out;
+}
+
+// --- the driver ------------------------------------------------------------------------------
+
+Result<CampaignOutcome> run_master(const MasterOptions& options) {
+  const bool resuming = !options.config.has_value();
+  std::string db_path = options.db_path;
+  if (db_path.empty() && options.config) db_path = options.config->storage;
+
+  if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  // A new campaign checks its warm-start store before creating anything; a resumed one once its
+  // config has been read back (prepare_campaign).
+  std::optional<WarmStart> warm;
+  if (!resuming && !options.config->warm_start.empty()) {
+    HPCTUNE_ASSIGN(warm, load_warm_start(options.config->warm_start, options.config->space,
+                                         options.config->objectives, db_path));
+  }
+  // A new campaign creates its files with the modes of its storage_access; a resumed one's
+  // database exists (its directories are created below, once its config has been read back).
+  store::OpenOptions open_options;
+  open_options.master_lock = true;
+  if (!resuming) {
+    HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(options.config->storage_access));
+    open_options.file_mode = modes.file;
+  }
+  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path, open_options));
+  const WallClock wall = WallClock::real();
+  HPCTUNE_ASSIGN(PreparedCampaign campaign, prepare_campaign(options, *db, db_path, wall.unix_s));
+  if (!resuming) campaign.warm = std::move(warm);
+  const config::CampaignConfig& cfg = campaign.cfg;
 
   HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server,
                  protocol::bind_zmq(options.bind.value_or(cfg.resources.bind), options.transport));
@@ -214,23 +510,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(cfg.storage_access));
   HPCTUNE_TRY(make_dir(run_dir, modes.dir));
   HPCTUNE_TRY(make_dir(run_dir + "/logs", modes.dir));
-
-  SchedulerOptions sopt = scheduler_options(cfg, campaign_id, stage_id);
-  sopt.trials_dir = fs::absolute(run_dir).string();
-  sopt.master_incarnation = make_incarnation();
-  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
-  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
-  HPCTUNE_ASSIGN(sopt.secret, protocol::random_hex(16));
-
-  Scheduler sched(sopt, *server, *db, *searcher, *stopper);
-  sched.set_log(log);
-  FailPoint failpoint(options.failpoint, options.failpoint_hit);
-  sched.set_failpoint([&](const char* name) { failpoint.pass(name); });
-
-  const auto start = Clock::now();
-  HPCTUNE_TRY(db->begin());
-  HPCTUNE_TRY(sched.restore(start));
-  HPCTUNE_TRY(db->commit());
+  campaign.run_dir = fs::absolute(run_dir).string();
 
   launch::LocalLauncherOptions lopt;
   lopt.program = options.worker_program;
@@ -242,147 +522,41 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
-  lopt.credential = [&sched](int64_t group) { return sched.launch_credential(group); };
-  std::unique_ptr<launch::Launcher> launcher = launch::make_local_launcher(lopt);
-  const int64_t groups = cfg.resources.groups;
-  for (int64_t g = 0; g < groups; ++g) HPCTUNE_TRY(launcher->start(g));
-  log("campaign '" + cfg.name + "': " + std::to_string(groups) + " trainer group(s), master at " + server->endpoint() +
-      ", database " + db_path);
-  if (auto startup = config::model_startup(cfg)) log(startup->text);
+  HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
-  std::map<int64_t, int64_t> restarts;
-  std::set<int64_t> died_before_hello;
-  auto fail = [&](Error e) -> Result<CampaignOutcome> {
-    // The campaign fails with `e`; a store that also refuses these writes is said in the log (the
-    // state then stays `running`, and resume treats it as a crashed master).
-    if (auto s = db->rollback(); !s.ok()) log("could not roll back the open transaction: " + s.error().to_string());
-    sched.shutdown_workers("master failed");
-    launcher->stop_all(std::chrono::milliseconds(2000));
-    if (auto s = db->set_campaign_state(campaign_id, "failed", unix_now()); !s.ok()) {
-      log("could not record the campaign as failed: " + s.error().to_string());
-    }
-    if (stage_id > 0) {
-      if (auto s = db->set_stage_state(stage_id, "failed", unix_now()); !s.ok()) {
-        log("could not record the stage as failed: " + s.error().to_string());
-      }
-    }
-    return e;
-  };
+  MasterParts parts;
+  parts.transport = server.get();
+  parts.store = db.get();
+  parts.launcher = launcher.get();
+  parts.wall = wall;
+  parts.log_dir = lopt.log_dir;
+  parts.log = options.log;
+  parts.failpoint = options.failpoint;
+  parts.failpoint_hit = options.failpoint_hit;
+  parts.master_incarnation = make_incarnation();
+  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
+  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
+  HPCTUNE_ASSIGN(parts.secret, protocol::random_hex(16));
 
-  constexpr int kMaxBatch = 512;
-  const auto poll_interval = std::chrono::milliseconds(std::clamp<int64_t>(sopt.heartbeat_interval.count() / 4, 5, 50));
-  const auto startup_deadline =
-      start + std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.startup_timeout_s * 1000));
-  auto last_tick = Clock::now();
+  Master master(std::move(campaign), std::move(parts));
+  const auto start = Clock::now();
+  HPCTUNE_TRY(master.start(start));
   auto last_progress = Clock::time_point{};
-  bool any_registered = false;
-
   while (true) {
-    if (options.interrupt && options.interrupt->load() > 0 && !sched.interrupted()) {
-      log("interrupted: stopping dispatch; running trials are recorded as interrupted");
-      HPCTUNE_TRY(db->begin());
-      auto s = sched.interrupt(Clock::now());
-      if (!s.ok()) return fail(std::move(s).error());
-      HPCTUNE_TRY(db->commit());
+    if (options.interrupt && options.interrupt->load() > 0 && !master.interrupted()) {
+      HPCTUNE_TRY(master.interrupt(Clock::now()));
     }
-    if (sched.finished()) break;
-
-    auto first = server->recv(poll_interval);
-    if (!first.ok()) return fail(std::move(first).error().with_context("while waiting for workers"));
-    if (auto s = db->begin(); !s.ok()) return fail(std::move(s).error());
-    if (first.value()) {
-      int n = 0;
-      std::optional<protocol::Envelope> env = std::move(*first.value());
-      while (env) {
-        auto s = sched.handle(env->peer, env->bytes, Clock::now());
-        if (!s.ok()) return fail(std::move(s).error());
-        if (++n >= kMaxBatch) break;
-        auto next = server->recv(std::chrono::milliseconds(0));
-        if (!next.ok()) return fail(std::move(next).error());
-        env = std::move(next.value());
-      }
-    }
+    if (master.scheduler().finished()) break;
+    HPCTUNE_TRY(in_context(master.wait(master.poll_interval()), "while waiting for workers"));
     const auto now = Clock::now();
-    if (now - last_tick >= poll_interval) {
-      last_tick = now;
-      if (auto s = sched.tick(now); !s.ok()) return fail(std::move(s).error());
-      for (int64_t g : sched.take_silent_groups()) {
-        log("group " + std::to_string(g) + " is killed: it was silent past the heartbeat timeout");
-        launcher->kill(g);
-      }
-      for (const launch::GroupExit& e : launcher->poll_exits()) {
-        const bool registered = sched.group_ever_registered(e.group);
-        log("group " + std::to_string(e.group) + " exited: " + e.how);
-        if (auto s = sched.on_group_exit(e.group, "process " + e.how, now); !s.ok()) return fail(std::move(s).error());
-        if (auto s = db->add_event(campaign_id, "group_exited", 0, 0, e.group, {{"how", e.how}}, unix_now()); !s.ok()) {
-          return fail(std::move(s).error().with_context("while recording that group " + std::to_string(e.group) + " exited"));
-        }
-        if (!registered) died_before_hello.insert(e.group);
-        if (!registered && static_cast<int64_t>(died_before_hello.size()) == groups && !any_registered) {
-          return fail(err(Errc::kFailed, "every trainer group (" + std::to_string(groups) +
-                                             ") exited at start-up; the last one: " + e.how +
-                                             (e.log_tail.empty() ? "" : "\n--- its log (" + lopt.log_dir + ") ---\n" + e.log_tail)));
-        }
-        if (sched.finished() || sched.interrupted()) continue;
-        if (restarts[e.group] >= cfg.resources.max_group_restarts) {
-          log("group " + std::to_string(e.group) + " is not restarted: it used its " +
-              std::to_string(cfg.resources.max_group_restarts) + " restarts");
-          continue;
-        }
-        ++restarts[e.group];
-        if (auto s = launcher->start(e.group); !s.ok()) return fail(std::move(s).error());
-        if (auto s = db->add_event(campaign_id, "group_restarted", 0, 0, e.group, {{"restart", restarts[e.group]}},
-                                   unix_now());
-            !s.ok()) {
-          return fail(std::move(s).error().with_context("while recording the restart of group " + std::to_string(e.group)));
-        }
-      }
-      if (launcher->pids().empty() && !sched.finished()) {
-        if (auto s = db->commit(); !s.ok()) return fail(std::move(s).error());
-        return fail(err(Errc::kFailed, "every trainer group has exited and none may be restarted (max_group_restarts = " +
-                                           std::to_string(cfg.resources.max_group_restarts) + ")"));
-      }
-      if (!any_registered) {
-        for (int64_t g = 0; g < groups; ++g) any_registered = any_registered || sched.group_ever_registered(g);
-        if (!any_registered && now > startup_deadline) {
-          return fail(err(Errc::kTimeout, "no trainer group connected within resources.startup_timeout (" +
-                                              std::to_string(cfg.resources.startup_timeout_s) + " s); see " + lopt.log_dir));
-        }
-      }
-    }
-    if (auto s = db->commit(); !s.ok()) return fail(std::move(s).error());
-    failpoint.pass("after-commit");
+    HPCTUNE_ASSIGN(bool finished, master.step(now));
     if (options.progress && now - last_progress >= std::chrono::milliseconds(100)) {
       last_progress = now;
-      options.progress(sched.progress(), std::chrono::duration<double>(now - start).count());
+      options.progress(master.progress(), std::chrono::duration<double>(now - start).count());
     }
+    if (finished) break;
   }
-
-  sched.shutdown_workers(sched.interrupted() ? "interrupted" : "campaign complete");
-  launcher->stop_all(std::chrono::milliseconds(3000));
-  const double t1 = unix_now();
-  // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
-  HPCTUNE_TRY(sched.save_search_state(Clock::now()));
-  // Stopped by search.max_failures: recorded failed (a resume may try again).
-  const char* final_state = sched.interrupted() ? "interrupted" : !sched.gave_up().empty() ? "failed" : "completed";
-  HPCTUNE_TRY(db->set_campaign_state(campaign_id, final_state, t1));
-  // The search stage ends with the campaign (`status` reads each stage's state from the store).
-  if (stage_id > 0) HPCTUNE_TRY(db->set_stage_state(stage_id, final_state, t1));
-  nlohmann::json detail = {{"seconds", t1 - t0}};
-  if (!sched.gave_up().empty()) detail["reason"] = sched.gave_up();
-  HPCTUNE_TRY(db->add_event(campaign_id, std::string("campaign_") + (sched.interrupted() ? "interrupted"
-                                                                      : sched.gave_up().empty() ? "completed" : "stopped"),
-                            0, 0, -1, detail, t1));
-
-  CampaignOutcome out;
-  out.campaign_id = campaign_id;
-  out.name = cfg.name;
-  out.db_path = db_path;
-  out.interrupted = sched.interrupted();
-  out.gave_up = sched.gave_up();
-  out.progress = sched.progress();
-  out.counters = sched.counters();
-  out.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
   if (options.progress) options.progress(out.progress, out.elapsed_s);
   return out;
 }

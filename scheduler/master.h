@@ -1,8 +1,16 @@
 // Master: runs (or resumes) one campaign end to end.
 //
-//   store (lock, campaign row) -> searcher + stopper -> ROUTER socket -> Scheduler::restore
-//   -> launcher starts the groups -> loop { recv with deadline, handle, tick, group exits,
-//   progress, Ctrl-C } -> shutdown workers -> stop groups -> campaign state recorded.
+//   Master, a steppable object with its parts injected (the transport, the store, the launcher and
+//   the clock's anchor): start(now) restores the scheduler and launches the groups; step(now)
+//   handles every frame waiting, ticks, follows each group's state and start-up deadline, commits;
+//   stop(now) shuts the workers and groups down and records the campaign's end. It never sleeps
+//   and never reads the real clock: a test drives it on a manual clock with the in-process
+//   transport and a fake launcher (tests/test_scheduler.cpp).
+//
+//   run_master(), what `hpctune run` and `resume` call, is the thin driver: it opens the store
+//   (lock, campaign row: prepare_campaign), binds the ZeroMQ transport, builds the launcher of
+//   resources.backend, and loops { wait for a frame up to the poll interval, step(wall clock now),
+//   Ctrl-C, progress } until the campaign is finished.
 //
 // Store writes are batched: one transaction per loop turn (all frames that are waiting, up to a
 // bound), so SQLite commits at most a few hundred times a second whatever the trial rate.
@@ -22,8 +30,11 @@
 
 #include "common/result.h"
 #include "config/config.h"
+#include "launch/launcher.h"
 #include "protocol/transport.h"
+#include "scheduler/clock.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/stages.h"
 #include "store/store.h"
 
 namespace hpctune::scheduler {
@@ -62,6 +73,105 @@ struct CampaignOutcome {
 };
 
 Result<CampaignOutcome> run_master(const MasterOptions& options);
+
+// A campaign resolved against its store, ready for a Master: the effective config (a resumed one
+// read back from the store, with its seed, groups and budget), its id, and whether it resumes.
+struct PreparedCampaign {
+  config::CampaignConfig cfg;
+  int64_t campaign_id = 0;
+  bool resuming = false;
+  std::optional<WarmStart> warm;
+  std::string db_path;
+  std::string run_dir;  // "<db>.trials"; "" = trials keep no files (tests)
+};
+
+// Checks `options` against the store (a new campaign in an empty store, a resume of an unfinished
+// one or with a larger --max-trials) and records the campaign's (re)start at `t` (unix seconds).
+Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::Store& db, const std::string& db_path,
+                                          double t);
+
+// The parts a Master works with, owned by the caller.
+struct MasterParts {
+  protocol::ServerTransport* transport = nullptr;
+  store::Store* store = nullptr;
+  launch::Launcher* launcher = nullptr;
+  WallClock wall;                        // the unix seconds of the `now`s handed in
+  std::string log_dir;                   // named in start-up errors
+  std::function<void(const std::string&)> log;
+  std::string failpoint;                 // see MasterOptions
+  int64_t failpoint_hit = 1;
+  std::string secret;                    // the campaign secret; "" = drawn by the scheduler
+  uint64_t master_incarnation = 0;
+  // Builds each stage; empty = the registry's make_stage (stages.h). Tests inject their own.
+  std::function<Result<std::unique_ptr<StageRuntime>>(const StagePlan&, const config::CampaignConfig&,
+                                                      const std::optional<WarmStart>&)>
+      make_stage;
+};
+
+class Master {
+ public:
+  Master(PreparedCampaign campaign, MasterParts parts);
+  ~Master();
+  Master(const Master&) = delete;
+  Master& operator=(const Master&) = delete;
+
+  // Builds each stage of the plan (stages.h) from the registry of stage kinds, with its row in the
+  // store (created, or found by name on resume), restores the scheduler from the store and
+  // launches every group.
+  Status start(Clock::time_point now);
+  // Blocks up to `timeout` for the next frame (kept for step()); the driver's only wait.
+  Status wait(std::chrono::milliseconds timeout);
+  // One turn, never blocking: every frame waiting (up to a bound) handled, the scheduler ticked,
+  // group exits, restarts and start-up deadlines followed, one commit. True once the campaign is
+  // finished (call stop()). An error is fatal: the campaign is already recorded failed, every group
+  // stopped, and the error comes back.
+  Result<bool> step(Clock::time_point now);
+  // Ctrl-C: no more dispatch, running trials recorded interrupted (one transaction).
+  Status interrupt(Clock::time_point now);
+  // The normal end: workers told to shut down, groups stopped, the search state and the campaign's
+  // final state recorded.
+  Result<CampaignOutcome> stop(Clock::time_point now);
+
+  bool interrupted() const;
+  Progress progress() const;
+  const Scheduler& scheduler() const { return *sched_; }
+  // The stages' rows, in the plan's order.
+  std::vector<int64_t> stage_ids() const;
+  launch::GroupState group_state(int64_t group) const;
+  // How often step() ticks (heartbeats, group states and deadlines): the driver waits no longer.
+  std::chrono::milliseconds poll_interval() const { return poll_interval_; }
+
+ private:
+  struct Group {
+    launch::GroupState state = launch::GroupState::kPending;
+    Clock::time_point deadline{};  // start-up deadline, set when it leaves kPending
+    int64_t restarts = 0;
+    bool ever_registered = false;
+    bool died_before_hello = false;
+  };
+  Status launch(int64_t group, Clock::time_point now);
+  Status follow_groups(Clock::time_point now);
+  Error fail(Error e, Clock::time_point now);
+  void log(const std::string& line) const;
+
+  PreparedCampaign c_;
+  MasterParts p_;
+  struct HeldStage {
+    int64_t id = 0;  // its stages row
+    std::string name, kind;
+    std::unique_ptr<StageRuntime> runtime;
+  };
+  std::vector<HeldStage> stages_;  // one per TrialSource, in the plan's order
+  std::unique_ptr<Scheduler> sched_;
+  std::map<int64_t, Group> groups_;
+  std::optional<protocol::Envelope> pending_;  // a frame wait() received
+  std::chrono::milliseconds poll_interval_{50};
+  Clock::time_point start_{}, last_tick_{};
+  bool any_registered_ = false;
+  bool failed_ = false;
+  struct FailPointState;
+  std::unique_ptr<FailPointState> failpoint_;
+};
 
 // The store's row for a new campaign of this config, running from `created_at` (seconds since the
 // epoch): the config's text and its normalized JSON with the effective seed and group count.

@@ -50,12 +50,40 @@ std::string peer_text(const protocol::PeerId& peer) {
 
 Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
                      search::Searcher& searcher, search::EarlyStopper& stopper)
+    : Scheduler(std::move(options), transport, store, std::make_unique<SearchSource>(searcher, stopper)) {}
+
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+                     TrialSource& source)
+    : Scheduler(std::move(options), transport, store, std::unique_ptr<TrialSource>()) {
+  stages_[0].source = &source;
+}
+
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+                     std::vector<StageSource> stages)
+    : Scheduler(std::move(options), transport, store, std::unique_ptr<TrialSource>()) {
+  stages_.clear();
+  for (const StageSource& st : stages) {
+    Stage stage;
+    stage.id = st.stage_id;
+    stage.source = st.source;
+    stage.max_trials = st.max_trials;
+    stages_.push_back(std::move(stage));
+  }
+}
+
+Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+                     std::unique_ptr<TrialSource> owned)
     : opt_(std::move(options)),
       transport_(transport),
       store_(store),
-      searcher_(searcher),
-      stopper_(stopper),
-      start_(Clock::now()) {
+      owned_source_(std::move(owned)),
+      start_(opt_.wall.at),
+      last_now_(opt_.wall.at) {
+  Stage stage;
+  stage.id = opt_.stage_id;
+  stage.source = owned_source_.get();
+  stage.max_trials = opt_.max_trials;
+  stages_.push_back(std::move(stage));
   secret_ = opt_.secret;
   if (secret_.empty()) {
     // Left empty (tests): draw one. Without a random source no hello is ever accepted.
@@ -142,7 +170,7 @@ Status Scheduler::note_late_result(const protocol::PeerId& peer, int64_t group, 
                           wall(now));
 }
 
-double Scheduler::wall(Clock::time_point) const { return unix_now(); }
+double Scheduler::wall(Clock::time_point now) const { return opt_.wall.unix_at(now); }
 
 void Scheduler::log(const std::string& line) const {
   if (log_) log_(line);
@@ -161,13 +189,25 @@ std::optional<double> Scheduler::objective_of(const protocol::Metrics& metrics) 
 
 Status Scheduler::restore(Clock::time_point now) {
   start_ = now;
+  last_now_ = now;
   HPCTUNE_ASSIGN(auto rows, store_.trials(opt_.campaign_id));
-  std::vector<search::Record> history;
-  history.reserve(rows.size());
+  std::vector<std::vector<search::Record>> history(stages_.size());
   const double t = wall(now);
-  std::map<int64_t, std::pair<int64_t, double>> final_trials;  // id -> (seq, finished_at)
+  std::map<int64_t, FinalTrial> final_trials;
   for (auto& row : rows) {
-    seq_to_id_[row.seq] = row.id;
+    // A trial of no stage (a database of before stages) belongs to the first one.
+    std::size_t k = 0;
+    while (k < stages_.size() && stages_[k].id != row.stage_id) ++k;
+    if (k == stages_.size()) {
+      if (row.stage_id != 0) {
+        return err(Errc::kInvalidArgument, "trial " + std::to_string(row.id) + " belongs to stage " +
+                                               std::to_string(row.stage_id) + ", which this master does not run");
+      }
+      k = 0;
+    }
+    Stage& stage = stages_[k];
+    stage.seq_to_id[row.seq] = row.id;
+    ++stage.created;
     max_generation_ = std::max(max_generation_, row.generation);
     search::Record rec;
     rec.suggestion.seq = row.seq;
@@ -210,7 +250,7 @@ Status Scheduler::restore(Clock::time_point now) {
         }
       }
       rec.observation = std::move(obs);
-      final_trials[row.id] = {row.seq, row.finished_at};
+      final_trials[row.id] = {k, row.seq, row.finished_at};
       if (state == TrialState::kDone) note_done_values(row.id, row.metrics);
       if (state == TrialState::kDone) ++done_;
       if (state == TrialState::kPruned) ++pruned_;
@@ -227,13 +267,15 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.params = row.params;
       trial.state = TrialState::kQueued;
       trial.attempt = row.attempt;
+      trial.resume_from = row.resume_from;
+      trial.stage = k;
       trials_[row.id] = std::move(trial);
       queue_.push_back(row.id);
     }
-    history.push_back(std::move(rec));
+    history[k].push_back(std::move(rec));
   }
   created_ = static_cast<int64_t>(rows.size());
-  searcher_.restore(history);
+  for (std::size_t k = 0; k < stages_.size(); ++k) stages_[k].source->restore(history[k]);
   HPCTUNE_TRY(replay_reports(final_trials));
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
@@ -241,6 +283,7 @@ Status Scheduler::restore(Clock::time_point now) {
 }
 
 Status Scheduler::handle(const protocol::PeerId& peer, std::string_view bytes, Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   auto decoded = protocol::decode(bytes);
   if (!decoded.ok()) {
     ++counters_.malformed;
@@ -359,7 +402,7 @@ Status Scheduler::on_hello(const protocol::PeerId& peer, const protocol::Hello& 
   welcome.heartbeat_interval_ms = opt_.heartbeat_interval.count();
   welcome.heartbeat_timeout_ms = opt_.heartbeat_timeout.count();
   send(workers_[peer], welcome);
-  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, m.group, "local", m.ranks_data, m.ranks_model, "registered",
+  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, m.group, opt_.backend, m.ranks_data, m.ranks_model, "registered",
                                   m.incarnation, 0, wall(now)));
   log("group " + std::to_string(m.group) + " registered (pid " + std::to_string(m.pid) + " on " + m.host + ")");
   return {};
@@ -424,9 +467,21 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
   if (!t->stop_sent) {
     if (auto value = objective_of(m.metrics)) {
-      if (stopper_.on_report(t->seq, m.step, *value) == search::Decision::kStop) {
+      TrialView view{t->id, t->seq, t->attempt, &t->params,
+                     opt_.trials_dir.empty() ? std::string() : opt_.trials_dir + "/" + std::to_string(t->id)};
+      Verdict verdict = source_of(*t).on_report(view, m.step, *value);
+      if (verdict.kind == Verdict::Kind::kPause) {
         t->stop_sent = true;
-        send(w, protocol::Stop{t->id, t->attempt, "pruned"});
+        send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPause});
+        log("trial " + std::to_string(t->id) + " paused at step " + std::to_string(m.step));
+        HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "pause_requested", t->id, t->attempt, w.group,
+                                     {{"step", m.step}, {"value", *value}, {"params", verdict.params},
+                                      {"resume_from", verdict.resume_from}},
+                                     tw));
+        t->pause = std::move(verdict);
+      } else if (verdict.kind == Verdict::Kind::kStop) {
+        t->stop_sent = true;
+        send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPruned});
         log("trial " + std::to_string(t->id) + " pruned at step " + std::to_string(m.step));
         // The decision itself, also when the trial finishes before the stop reaches it (it is then
         // recorded done).
@@ -455,14 +510,14 @@ void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const pro
       obs.values.push_back(it->second);
     }
   }
-  searcher_.tell(obs);
-  stopper_.on_finish(t.seq);
+  source_of(t).tell(obs);
 }
 
 Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
+  if (m.stopped && t->pause) return pause_attempt(w, *t, m, now);
   const double tw = wall(now);
   // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
   protocol::Metrics metrics = m.metrics.empty() ? t->last_metrics : m.metrics;
@@ -508,6 +563,35 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   return dispatch(now);
 }
 
+// The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on
+// any free group as the next attempt, with the source's parameters, from its checkpoint.
+Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now) {
+  const double tw = wall(now);
+  const Verdict pause = *t.pause;
+  for (const auto& a : m.artifacts) HPCTUNE_TRY(store_.add_artifact(t.id, t.attempt, a.kind, a.path, a.bytes, tw));
+  if (!m.metrics.empty()) HPCTUNE_TRY(store_.add_metrics(t.id, t.attempt, std::max(m.step, t.last_step), m.metrics, tw));
+  const nlohmann::json params = pause.params.is_object() ? pause.params : t.params;
+  HPCTUNE_ASSIGN(bool applied, store_.pause_trial(t.id, t.attempt, params, pause.resume_from,
+                                                  "paused at step " + std::to_string(std::max(m.step, t.last_step)), tw));
+  if (applied) {
+    HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "trial_paused", t.id, t.attempt, w.group,
+                                 {{"step", std::max(m.step, t.last_step)}, {"old_params", t.params}, {"params", params},
+                                  {"resume_from", pause.resume_from}},
+                                 tw));
+    source_of(t).on_attempt_end(t.seq);
+    t.attempt += 1;
+    t.params = params;
+    t.resume_from = pause.resume_from;
+    t.state = TrialState::kPaused;
+    t.peer.clear();
+    t.pause.reset();
+    paused_.push_back(t.id);
+  }
+  w.trial_id = 0;
+  w.idle = true;
+  return dispatch(now);
+}
+
 Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "failed", now);
@@ -531,18 +615,42 @@ Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_po
   return dispatch(now);
 }
 
+// Asks each stage in turn (in their order) until `n` trials are queued or none has more.
 Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
-  const int64_t room = opt_.max_trials - created_;
-  if (room <= 0 || searcher_exhausted_) return {};
+  for (std::size_t k = 0; k < stages_.size() && n > 0 && !fatal_; ++k) {
+    const std::size_t before = queue_.size();
+    HPCTUNE_TRY(ask_stage(stages_[k], k, n, now));
+    n -= std::min(n, queue_.size() - before);
+  }
+  return {};
+}
+
+Status Scheduler::ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now) {
+  const int64_t room = stage.max_trials - stage.created;
+  if (room <= 0 || stage.exhausted) return {};
   n = std::min<std::size_t>(n, static_cast<std::size_t>(room));
-  std::vector<search::Suggestion> suggestions = searcher_.ask(n);
-  if (suggestions.empty() && searcher_.exhausted()) searcher_exhausted_ = true;
+  TrialSource& source = *stage.source;
+  auto asked = source.ask(n);
+  if (!asked.ok()) {
+    // The algorithm failed: no more trials. The error is logged and recorded now, and ends the
+    // campaign once this turn is committed (Master), so nothing received in the turn is lost.
+    // A run-time failure whatever the algorithm called it (exit 1, not a config error).
+    Error e(Errc::kFailed, "the " + source.kind() + " stage failed: " + asked.error().to_string());
+    log(e.message());
+    HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "source_failed", 0, 0, -1,
+                                 {{"stage", stage.id}, {"error", e.to_string()}}, wall(now)));
+    stage.exhausted = true;
+    if (!fatal_) fatal_ = std::move(e);
+    return {};
+  }
+  std::vector<search::Suggestion> suggestions = std::move(asked).value();
+  if (suggestions.empty() && source.exhausted()) stage.exhausted = true;
   const double tw = wall(now);
   bool new_generation = false;
   for (auto& s : suggestions) {
     store::TrialRow row;
     row.campaign_id = opt_.campaign_id;
-    row.stage_id = opt_.stage_id;
+    row.stage_id = stage.id;
     row.seq = s.seq;
     row.params = s.params;
     row.meta = s.meta;
@@ -558,23 +666,25 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
       }
     }
     HPCTUNE_ASSIGN(int64_t id, store_.insert_trial(row));
-    seq_to_id_[s.seq] = id;
+    stage.seq_to_id[s.seq] = id;
     if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
       // Parents are given as seq numbers: lineage links them by trial id.
       for (const auto& p : s.meta["parents"]) {
         if (!p.is_number_integer()) continue;
-        auto parent = seq_to_id_.find(p.get<int64_t>());
-        if (parent != seq_to_id_.end()) HPCTUNE_TRY(store_.add_lineage(id, parent->second, "parent"));
+        auto parent = stage.seq_to_id.find(p.get<int64_t>());
+        if (parent != stage.seq_to_id.end()) HPCTUNE_TRY(store_.add_lineage(id, parent->second, "parent"));
       }
     }
     if (failpoint_) failpoint_("after-trial-insert");
     Trial t;
     t.id = id;
     t.seq = s.seq;
+    t.stage = stage_index;
     t.params = std::move(s.params);
     trials_[id] = std::move(t);
     queue_.push_back(id);
     ++created_;
+    ++stage.created;
   }
   if (new_generation && opt_.search_state_every > 0) return save_search_state(now);
   return {};
@@ -591,7 +701,7 @@ void Scheduler::note_failure(int64_t trial_id, const std::string& reason) {
 }
 
 Status Scheduler::dispatch(Clock::time_point now) {
-  if (interrupted_ || out_of_time(now) || !gave_up_.empty()) return {};
+  if (interrupted_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
   std::vector<Worker*> idle;
   for (auto& [peer, w] : workers_) {
     if (w.idle && w.trial_id == 0) idle.push_back(&w);
@@ -608,10 +718,13 @@ Status Scheduler::dispatch(Clock::time_point now) {
     protocol::Assign a;
     a.trial_id = t.id;
     a.attempt = t.attempt;
-    a.seed = derive_seed(opt_.seed, static_cast<uint64_t>(t.seq));
+    // The first stage's seeds are the campaign's as before stages; later stages draw apart.
+    a.seed = t.stage == 0 ? derive_seed(opt_.seed, static_cast<uint64_t>(t.seq))
+                          : derive_seed(derive_seed(opt_.seed, 0x5747u + t.stage), static_cast<uint64_t>(t.seq));
     a.params = t.params;
     a.trainer = opt_.trainer;
     if (!opt_.trials_dir.empty()) a.trial_dir = opt_.trials_dir + "/" + std::to_string(t.id);
+    a.resume_from = t.resume_from;
     auto sent = transport_.send(w->peer, protocol::encode(a));
     if (!sent.ok()) {
       ++counters_.send_failures;
@@ -643,7 +756,7 @@ Status Scheduler::lose_worker(const protocol::PeerId& peer, const std::string& w
   const double tw = wall(now);
   log("group " + std::to_string(w.group) + " lost: " + why);
   HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "group_lost", w.trial_id, 0, w.group, {{"reason", why}}, tw));
-  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, w.group, "local", 0, 0, "lost", w.incarnation, 0, tw));
+  HPCTUNE_TRY(store_.upsert_group(opt_.campaign_id, w.group, opt_.backend, 0, 0, "lost", w.incarnation, 0, tw));
   return lose_attempt(w, why, now);
 }
 
@@ -657,7 +770,8 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
   ++counters_.lost_attempts;
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
                                                         opt_.max_attempts, tw));
-  stopper_.on_finish(t->second.seq);
+  source_of(t->second).on_attempt_end(t->second.seq);
+  t->second.pause.reset();
   if (state == TrialState::kFailed) {
     ++failed_;
     tell_searcher(t->second, search::Outcome::kFailed, {}, t->second.last_step);
@@ -676,6 +790,7 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
 }
 
 Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   auto g = group_peer_.find(group);
   if (g == group_peer_.end()) return {};
   HPCTUNE_TRY(lose_worker(g->second, why, now));
@@ -683,6 +798,7 @@ Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::ti
 }
 
 Status Scheduler::tick(Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   flush_noise(now, false);
   std::vector<protocol::PeerId> silent;
   for (auto& [peer, w] : workers_) {
@@ -695,6 +811,12 @@ Status Scheduler::tick(Clock::time_point now) {
       send(w, protocol::Heartbeat{});
     }
   }
+  // Trials paused at an earlier turn (committed since) are queued again, ahead of new ones.
+  for (auto it = paused_.rbegin(); it != paused_.rend(); ++it) {
+    auto t = trials_.find(*it);
+    if (t != trials_.end() && t->second.state == TrialState::kPaused) queue_.push_front(*it);
+  }
+  paused_.clear();
   for (const auto& peer : silent) {
     const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[peer].last_seen);
     if (workers_[peer].group >= 0) silent_groups_.push_back(workers_[peer].group);
@@ -704,6 +826,7 @@ Status Scheduler::tick(Clock::time_point now) {
 }
 
 Status Scheduler::interrupt(Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
   if (interrupted_) return {};
   interrupted_ = true;
   const double tw = wall(now);
@@ -711,7 +834,7 @@ Status Scheduler::interrupt(Clock::time_point now) {
     if (w.trial_id == 0) continue;
     auto t = trials_.find(w.trial_id);
     if (t == trials_.end()) continue;
-    send(w, protocol::Stop{t->second.id, t->second.attempt, "interrupted"});
+    send(w, protocol::Stop{t->second.id, t->second.attempt, protocol::StopReason::kInterrupted});
     HPCTUNE_TRY(store_.mark_interrupted(t->second.id, t->second.attempt, tw));
     ++interrupted_count_;
     trials_.erase(t);
@@ -721,7 +844,7 @@ Status Scheduler::interrupt(Clock::time_point now) {
 }
 
 void Scheduler::shutdown_workers(const std::string& reason) {
-  flush_noise(Clock::now(), true);  // the last summaries
+  flush_noise(last_now_, true);  // the last summaries
   for (auto& [peer, w] : workers_) send(w, protocol::Shutdown{reason});
 }
 
@@ -735,11 +858,14 @@ void Scheduler::send(Worker& w, const protocol::Message& m) {
 
 bool Scheduler::finished() const {
   if (interrupted_) return true;
-  const bool in_flight = trials_.size() > queue_.size();
+  const bool in_flight = trials_.size() > queue_.size() + paused_.size();
   // Queued trials are left for a resume.
-  if (out_of_time(Clock::now()) || !gave_up_.empty()) return !in_flight;
+  if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
-  return searcher_exhausted_ || created_ >= opt_.max_trials;
+  for (const Stage& st : stages_) {
+    if (!st.exhausted && st.created < st.max_trials) return false;
+  }
+  return true;
 }
 
 Progress Scheduler::progress() const {
@@ -749,9 +875,11 @@ Progress Scheduler::progress() const {
   p.failed = failed_;
   p.interrupted = interrupted_count_;
   p.queued = static_cast<int64_t>(queue_.size());
-  p.running = static_cast<int64_t>(trials_.size()) - p.queued;
+  p.paused = static_cast<int64_t>(paused_.size());
+  p.running = static_cast<int64_t>(trials_.size()) - p.queued - p.paused;
   p.created = created_;
-  p.max_trials = opt_.max_trials;
+  p.max_trials = 0;
+  for (const Stage& st : stages_) p.max_trials += st.max_trials;
   p.workers = static_cast<int64_t>(workers_.size());
   p.best = best_;
   p.best_trial = best_trial_;
@@ -782,7 +910,14 @@ std::vector<int64_t> Scheduler::pareto_front_trials() const {
 }
 
 Status Scheduler::save_search_state(Clock::time_point) {
-  nlohmann::json state = searcher_.state();
+  // One stage: its source's state, as before stages; several: {"stages": {"<id>": state}}.
+  nlohmann::json state;
+  if (stages_.size() == 1) {
+    state = stages_[0].source->state();
+  } else {
+    state = {{"stages", nlohmann::json::object()}};
+    for (const Stage& st : stages_) state["stages"][std::to_string(st.id)] = st.source->state();
+  }
   if (!state.is_object()) state = nlohmann::json{{"searcher", state}};
   if (opt_.objectives.size() > 1) state["pareto_front_trials"] = pareto_front_trials();
   state["finished_trials"] = done_ + pruned_ + failed_;
@@ -809,24 +944,32 @@ Status Scheduler::after_finish(Clock::time_point now) {
 // would. As on the live path, a trial's reports after a stop decision are not shown to the stopper.
 // Not replayed exactly: the on_finish() that an earlier lost attempt of a finished trial caused
 // (it matters to the median rule only, and only between the loss and the trial's end).
-Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials) {
+Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_trials) {
   // Without early stopping there is nothing to rebuild (and nothing to tell the user).
-  if (opt_.objectives.empty() || final_trials.empty() || stopper_.name() == "none") return {};
+  bool any = false;
+  for (const Stage& st : stages_) any = any || st.source->replays_reports();
+  if (opt_.objectives.empty() || final_trials.empty() || !any) return {};
   HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
   struct Event {
     double t;
     int kind;  // 0 report, 1 finish: a report and the finish at the same time come in that order
     int64_t trial_id, seq, attempt, step;
     double value;
+    std::size_t stage;
   };
   std::vector<Event> events;
   events.reserve(reports.size() + final_trials.size());
   for (const auto& r : reports) {
     auto it = final_trials.find(r.trial_id);
     if (it == final_trials.end() || !std::isfinite(r.value)) continue;
-    events.push_back({r.t, 0, r.trial_id, it->second.first, r.attempt, r.step, r.value});
+    if (!stages_[it->second.stage].source->replays_reports()) continue;
+    events.push_back({r.t, 0, r.trial_id, it->second.seq, r.attempt, r.step, r.value, it->second.stage});
   }
-  for (const auto& [id, info] : final_trials) events.push_back({info.second, 1, id, info.first, 0, 0, 0});
+  for (const auto& [id, info] : final_trials) {
+    if (stages_[info.stage].source->replays_reports()) {
+      events.push_back({info.finished_at, 1, id, info.seq, 0, 0, 0, info.stage});
+    }
+  }
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.t != b.t) return a.t < b.t;
     if (a.trial_id != b.trial_id) return a.trial_id < b.trial_id;
@@ -836,12 +979,12 @@ Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, doub
   int64_t replayed = 0, stops = 0;
   for (const auto& e : events) {
     if (e.kind == 1) {
-      stopper_.on_finish(e.seq);
+      stages_[e.stage].source->on_attempt_end(e.seq);
       continue;
     }
     if (stopped.count({e.trial_id, e.attempt})) continue;
     ++replayed;
-    if (stopper_.on_report(e.seq, e.step, e.value) == search::Decision::kStop) {
+    if (stages_[e.stage].source->replay_report(e.seq, e.step, e.value)) {
       stopped.insert({e.trial_id, e.attempt});
       ++stops;
     }
@@ -851,7 +994,7 @@ Status Scheduler::replay_reports(const std::map<int64_t, std::pair<int64_t, doub
       std::to_string(final_trials.size()) + " finished trials");
   return store_.add_event(opt_.campaign_id, "stopper_replayed", 0, 0, -1,
                           {{"reports", replayed}, {"trials", final_trials.size()}, {"stop_decisions", stops}},
-                          unix_now());
+                          wall(start_));
 }
 
 // --- warm start -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Scheduler: the trial lifecycle, the dispatch queue and the worker registry of one campaign.
 //
 // It knows nothing of sockets or processes: it is handed a ServerTransport to answer on, a Store
-// to record in, a Searcher to ask and an EarlyStopper to consult. The Master (master.h) drives it
+// to record in, and a TrialSource (trial_source.h: a searcher and its early stopper) that proposes
+// trials and decides on reports: continue, stop or pause. The Master (master.h) drives it
 // from its loop: handle() for every frame that arrives, tick() regularly. Tests drive it over the
 // in-process transport.
 //
@@ -9,7 +10,11 @@
 //
 //   queued --assign--> assigned --report--> running --done--> done
 //                                 (the first report, without metrics, is sent as the trial starts)
-//                         |                    |--done after stop--> pruned   (early stopping)
+//     ^                   |                    |--done after stop--> pruned   (early stopping)
+//     |                   |                    |--done after pause--> paused as attempt+1, with the
+//     +---- next tick ----|--------------------+   source's new parameters and checkpoint; queued
+//                         |                    |   again (at the front) at the next tick, so the
+//                         |                    |   pause is committed before any group takes it
 //                         |                    |--failed--> failed            (the trainer's error)
 //                         +--------------------+--group lost--> queued as attempt+1
 //                                                  (failed once max_attempts attempts were lost)
@@ -49,6 +54,8 @@
 #include <vector>
 
 #include "common/result.h"
+#include "scheduler/clock.h"
+#include "scheduler/trial_source.h"
 #include "protocol/messages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
@@ -56,8 +63,6 @@
 #include "search/searcher.h"
 
 namespace hpctune::scheduler {
-
-using Clock = std::chrono::steady_clock;
 
 struct SchedulerOptions {
   int64_t campaign_id = 0;
@@ -75,12 +80,16 @@ struct SchedulerOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   uint64_t master_incarnation = 0;
+  std::string backend = "local";  // the launcher's name, written to the groups table
   // The campaign secret (hex, from protocol::random_hex); "" = the scheduler draws one itself.
   std::string secret;
   // The searcher's state (and, with several objectives, the Pareto front) is saved into the open
   // transaction every max(search_state_every, finished / 10) finished trials and whenever a new
   // generation is bred, so a crash keeps a recent copy. 0 = only when save_search_state() is called.
   int64_t search_state_every = 10;
+  // Maps the `now` of every call onto the unix seconds written to the store (clock.h). A test on a
+  // manual clock sets it to its own anchor.
+  WallClock wall = WallClock::real();
 };
 
 // Counted and dropped frames, by reason; asserted by tests.
@@ -97,10 +106,17 @@ struct Counters {
 };
 
 struct Progress {
-  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0;
+  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0, paused = 0;
   int64_t created = 0, max_trials = 0, workers = 0;
   std::optional<double> best;
   int64_t best_trial = 0;
+};
+
+// One stage the scheduler runs: its row in the store, its TrialSource, its budget of trials.
+struct StageSource {
+  int64_t stage_id = 0;
+  TrialSource* source = nullptr;
+  int64_t max_trials = 0;
 };
 
 class Scheduler {
@@ -109,6 +125,13 @@ class Scheduler {
   // Test hook called at named points ("after-trial-insert", "after-result"); see master.h.
   using FailPointFn = std::function<void(const char* name)>;
 
+  // Several stages on one pool of groups: dispatch asks each stage's source in turn (in the order
+  // given) for trials; options.stage_id and max_trials are unused.
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+            std::vector<StageSource> stages);
+  // One stage: options.stage_id, `source`, options.max_trials.
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store, TrialSource& source);
+  // The search stage: `searcher` and `stopper` as a SearchSource (neither is owned).
   Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
             search::Searcher& searcher, search::EarlyStopper& stopper);
 
@@ -145,11 +168,17 @@ class Scheduler {
   // Sends shutdown to every registered worker (end of campaign).
   void shutdown_workers(const std::string& reason);
 
-  // True when no more trials will be created and none is queued or in flight.
+  // True when no more trials will be created and none is queued or in flight (as of the `now` of
+  // the latest call: search.max_time counts on the caller's clock).
   bool finished() const;
   bool interrupted() const { return interrupted_; }
   // Why dispatch stopped early (search.max_failures), "" when it did not.
   const std::string& gave_up() const { return gave_up_; }
+  // An error that ends the campaign once the current turn is committed (the trial source failed:
+  // it was logged and recorded as an event; nothing of the turn is lost). nullopt when none.
+  const std::optional<Error>& fatal() const { return fatal_; }
+  // Whether `group` is registered now (said hello and was not lost since).
+  bool group_registered(int64_t group) const { return group_peer_.count(group) > 0; }
   // Groups that have said hello at least once (for the launcher's start-up check).
   bool group_ever_registered(int64_t group) const { return ever_registered_.count(group) > 0; }
   // Groups declared lost for their silence since the last call: the launcher kills them, so that
@@ -163,6 +192,17 @@ class Scheduler {
   void set_failpoint(FailPointFn fp) { failpoint_ = std::move(fp); }
 
  private:
+  Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
+            std::unique_ptr<TrialSource> owned);
+
+  struct Stage {
+    int64_t id = 0;
+    TrialSource* source = nullptr;
+    int64_t max_trials = 0;
+    int64_t created = 0;
+    bool exhausted = false;
+    std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
+  };
   struct Worker {
     protocol::PeerId peer;
     uint64_t incarnation = 0;
@@ -186,6 +226,9 @@ class Scheduler {
     int64_t last_step = 0;
     protocol::Metrics last_metrics;
     bool stop_sent = false;
+    std::size_t stage = 0;         // index into stages_
+    std::optional<Verdict> pause;  // a pause was asked for this attempt
+    std::string resume_from;       // the checkpoint the next attempt starts from
   };
 
   Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
@@ -201,6 +244,7 @@ class Scheduler {
 
   Status dispatch(Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
+  Status ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now);
   Status lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now);
   // Requeues (or fails, past max_attempts) the attempt `w` runs and leaves it with none.
   Status lose_attempt(Worker& w, const std::string& why, Clock::time_point now);
@@ -212,7 +256,12 @@ class Scheduler {
   void log(const std::string& line) const;
   double wall(Clock::time_point now) const;
   bool out_of_time(Clock::time_point now) const;
-  Status replay_reports(const std::map<int64_t, std::pair<int64_t, double>>& final_trials);
+  struct FinalTrial {
+    std::size_t stage;
+    int64_t seq;
+    double finished_at;
+  };
+  Status replay_reports(const std::map<int64_t, FinalTrial>& final_trials);
   void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
   Status after_finish(Clock::time_point now);
   void note_failure(int64_t trial_id, const std::string& reason);
@@ -220,8 +269,9 @@ class Scheduler {
   SchedulerOptions opt_;
   protocol::ServerTransport& transport_;
   store::Store& store_;
-  search::Searcher& searcher_;
-  search::EarlyStopper& stopper_;
+  std::unique_ptr<TrialSource> owned_source_;  // the SearchSource of the searcher constructor
+  std::vector<Stage> stages_;
+  TrialSource& source_of(const Trial& t) { return *stages_[t.stage].source; }
   LogFn log_;
   FailPointFn failpoint_;
 
@@ -231,15 +281,17 @@ class Scheduler {
   std::vector<int64_t> silent_groups_;
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;
-  std::unordered_map<int64_t, int64_t> seq_to_id_;  // every trial of the stage
-  int64_t created_ = 0;              // suggestions turned into trials (== searcher seq)
+  std::vector<int64_t> paused_;  // paused at this turn: queued again (at the front) at the next tick
+  std::optional<Error> fatal_;
+  int64_t created_ = 0;              // suggestions turned into trials, every stage
   int64_t done_ = 0, pruned_ = 0, failed_ = 0, interrupted_count_ = 0;
   std::optional<double> best_;
   int64_t best_trial_ = 0;
   bool interrupted_ = false;
   std::string gave_up_;  // see gave_up()
-  bool searcher_exhausted_ = false;
+  Status pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now);
   Clock::time_point start_;
+  Clock::time_point last_now_;  // the latest `now` handed in: what finished() and shutdown see
   Counters counters_;
   std::string secret_;                                // the campaign secret
   std::map<int64_t, std::string> launch_tokens_;      // group -> token of its current launch

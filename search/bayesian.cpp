@@ -62,7 +62,7 @@ class Bayesian final : public SearcherBase {
 
   std::string name() const override { return "bayesian"; }
 
-  std::vector<Suggestion> ask(std::size_t n) override {
+  Result<std::vector<Suggestion>> ask(std::size_t n) override {
     std::vector<Suggestion> out;
     bool model_ready = false, model_failed = false;
     std::size_t real_n = 0;

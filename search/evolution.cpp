@@ -57,7 +57,7 @@ class Evolution final : public SearcherBase {
 
   std::string name() const override { return "evolution"; }
 
-  std::vector<Suggestion> ask(std::size_t n) override {
+  Result<std::vector<Suggestion>> ask(std::size_t n) override {
     std::vector<Suggestion> out;
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();

@@ -107,7 +107,7 @@ class Genetic final : public SearcherBase {
 
   std::string name() const override { return "genetic"; }
 
-  std::vector<Suggestion> ask(std::size_t n) override {
+  Result<std::vector<Suggestion>> ask(std::size_t n) override {
     std::vector<Suggestion> out;
     while (out.size() < n) {
       auto next = next_child();

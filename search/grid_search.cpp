@@ -133,7 +133,7 @@ class GridSearch final : public SearcherBase {
     }
   }
   std::string name() const override { return "grid"; }
-  std::vector<Suggestion> ask(std::size_t n) override {
+  Result<std::vector<Suggestion>> ask(std::size_t n) override {
     std::vector<Suggestion> out;
     while (out.size() < n && next_seq() < static_cast<int64_t>(points_.size()))
       out.push_back(issue(points_[static_cast<std::size_t>(next_seq())]));

@@ -26,7 +26,7 @@ class RandomSearch final : public SearcherBase {
 
   std::string name() const override { return "random"; }
 
-  std::vector<Suggestion> ask(std::size_t n) override {
+  Result<std::vector<Suggestion>> ask(std::size_t n) override {
     std::vector<Suggestion> out;
     out.reserve(n);
     for (std::size_t i = 0; i < n; ++i) out.push_back(issue(design_.point(next_seq())));

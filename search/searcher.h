@@ -1,7 +1,7 @@
 // Searcher: the ask/tell interface every search algorithm implements.
 //
 // The scheduler drives every algorithm the same way:
-//   auto suggestions = searcher.ask(n);      // up to n new configurations, each with a seq number
+//   HPCTUNE_ASSIGN(auto suggestions, searcher.ask(n));  // up to n new configurations, each with a seq
 //   ... runs trials ...
 //   searcher.tell(observation);              // a finished trial: completed, pruned or failed
 //
@@ -77,8 +77,11 @@ class Searcher {
   virtual std::string name() const = 0;
 
   // Up to n new suggestions. Fewer (even none) when the algorithm must wait (a generation barrier)
-  // or has nothing left (a finished grid); exhausted() tells the two apart.
-  virtual std::vector<Suggestion> ask(std::size_t n) = 0;
+  // or has nothing left (a finished grid); exhausted() tells the two apart. An error is a failure
+  // inside the algorithm that it cannot work around: the master logs it, records it as an event
+  // and ends the campaign (failed, exit 1) after committing what it received. (A model that cannot
+  // be fitted is not such a failure where the algorithm has a documented fallback: bayesian.)
+  virtual Result<std::vector<Suggestion>> ask(std::size_t n) = 0;
 
   // Records the outcome of a suggestion. Any order; each seq at most once.
   virtual void tell(const Observation& observation) = 0;

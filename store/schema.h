@@ -10,6 +10,14 @@
 //
 // Enumerated columns are checked with `x = 'a' OR x = 'b'`, not `x IN ('a', 'b')`: SQLite builds an
 // ephemeral table to evaluate an IN list on every row written, which halves the master's write rate.
+// Trial and attempt states (since v4) are not checked that way: they reference the lookup tables
+// trial_states and attempt_states, which Store::open fills from the one list in code
+// (store::kTrialStates, store::kAttemptStates) every time it opens a database for writing. A new
+// state is a new name in that list: no migration, no table rebuild.
+//
+// A migration that rebuilds a table runs with foreign keys off (SQLite's documented procedure:
+// create the new table, copy, drop the old one, rename); Store::migrate checks every foreign key
+// (PRAGMA foreign_key_check) before it commits.
 //
 // Conventions of the columns: times are REAL seconds since the Unix epoch, NULL when not yet known;
 // JSON is TEXT; "none" ids (no trial, no group) are NULL; a uint64 seed is stored bit-for-bit in
@@ -185,12 +193,72 @@ ALTER TABLE attempts ADD COLUMN charged INTEGER NOT NULL DEFAULT 1 CHECK (charge
 UPDATE attempts SET charged = 0 WHERE state = 'interrupted' OR (state = 'lost' AND error = 'master restarted');
 )sql";
 
+// v4: trial and attempt states that can grow without rebuilding tables (the lookup tables above,
+// filled from code), the `paused` state, and trials.resume_from: the checkpoint a paused trial
+// resumes from. The last rebuild of trials and attempts: their CHECK lists of states go.
+inline constexpr const char* kMigration4 = R"sql(
+CREATE TABLE trial_states (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE attempt_states (name TEXT PRIMARY KEY) WITHOUT ROWID;
+
+CREATE TABLE trials_v4 (
+  id              INTEGER PRIMARY KEY,
+  campaign_id     INTEGER NOT NULL REFERENCES campaigns(id),
+  seq             INTEGER NOT NULL,
+  params          TEXT    NOT NULL DEFAULT '{}',
+  meta            TEXT    NOT NULL DEFAULT '{}',
+  state           TEXT    NOT NULL DEFAULT 'queued' REFERENCES trial_states(name),
+  attempt         INTEGER NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+  group_id        INTEGER NOT NULL DEFAULT -1,
+  created_at      REAL    NOT NULL,
+  started_at      REAL,
+  finished_at     REAL,
+  step            INTEGER NOT NULL DEFAULT 0,
+  metrics         TEXT,
+  objective       REAL,
+  error           TEXT    NOT NULL DEFAULT '',
+  stage_id        INTEGER REFERENCES stages(id),
+  parent_trial_id INTEGER REFERENCES trials(id),
+  generation      INTEGER NOT NULL DEFAULT 0,
+  resume_from     TEXT    NOT NULL DEFAULT ''   -- the checkpoint the next attempt starts from ('' = none)
+);
+INSERT INTO trials_v4 (id, campaign_id, seq, params, meta, state, attempt, group_id, created_at, started_at,
+                       finished_at, step, metrics, objective, error, stage_id, parent_trial_id, generation)
+  SELECT id, campaign_id, seq, params, meta, state, attempt, group_id, created_at, started_at, finished_at, step,
+         metrics, objective, error, stage_id, parent_trial_id, generation FROM trials;
+DROP TABLE trials;
+ALTER TABLE trials_v4 RENAME TO trials;
+CREATE UNIQUE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), seq);
+CREATE INDEX trials_campaign_state ON trials (campaign_id, state);
+CREATE INDEX trials_stage ON trials (stage_id) WHERE stage_id IS NOT NULL;
+
+CREATE TABLE attempts_v4 (
+  trial_id           INTEGER NOT NULL REFERENCES trials(id),
+  attempt            INTEGER NOT NULL,
+  group_id           INTEGER NOT NULL DEFAULT -1,
+  worker_incarnation INTEGER NOT NULL DEFAULT 0,
+  state              TEXT    NOT NULL DEFAULT 'running' REFERENCES attempt_states(name),
+  started_at         REAL,
+  finished_at        REAL,
+  error              TEXT    NOT NULL DEFAULT '',
+  charged            INTEGER NOT NULL DEFAULT 1 CHECK (charged = 0 OR charged = 1),
+  PRIMARY KEY (trial_id, attempt)
+) WITHOUT ROWID;
+INSERT INTO attempts_v4 SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at,
+                               error, charged FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v4 RENAME TO attempts;
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
      kMigration2},
     {3, "attempts.charged: master restarts and interruptions do not use up max_attempts", kMigration3},
+    {4, "trial and attempt states in lookup tables filled from code; paused; trials.resume_from", kMigration4},
 };
+
+// The first version whose states live in the lookup tables.
+inline constexpr int kStateTablesVersion = 4;
 
 inline constexpr int kLatestVersion = static_cast<int>(std::size(kMigrations));
 

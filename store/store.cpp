@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -44,6 +45,7 @@ const char* to_string(TrialState state) noexcept {
     case TrialState::kPruned: return "pruned";
     case TrialState::kFailed: return "failed";
     case TrialState::kInterrupted: return "interrupted";
+    case TrialState::kPaused: return "paused";
   }
   return "unknown";
 }
@@ -157,6 +159,10 @@ enum Query : int {
   kUpsertGroup,
   kSelectTrials,
   kSelectTrial,
+  kSelectTrialsV3,
+  kSelectTrialV3,
+  kPauseTrial,
+  kPauseAttempt,
   kSelectMetrics,
   kSelectEvents,
   kCountByState,
@@ -169,9 +175,10 @@ enum Query : int {
   kNumQueries,
 };
 
-#define HPCTUNE_TRIAL_COLUMNS                                                                     \
+#define HPCTUNE_TRIAL_COLUMNS_V3                                                                  \
   "id, campaign_id, stage_id, seq, params, meta, state, attempt, group_id, created_at, started_at, " \
   "finished_at, step, metrics, objective, error, parent_trial_id, generation"
+#define HPCTUNE_TRIAL_COLUMNS HPCTUNE_TRIAL_COLUMNS_V3 ", resume_from"
 #define HPCTUNE_CAMPAIGN_COLUMNS                                                                    \
   "id, name, config_text, config_source, config_json, seed, state, created_at, finished_at, "       \
   "search_state, master_host, master_pid"
@@ -209,7 +216,7 @@ constexpr const char* kSql[kNumQueries] = {
     /* kTrialStateAttempt */ "SELECT state, attempt FROM trials WHERE id = ?1",
     /* kAssignTrial */
     "UPDATE trials SET state = 'assigned', group_id = ?3, started_at = NULL "
-    "WHERE id = ?1 AND attempt = ?2 AND state = 'queued'",
+    "WHERE id = ?1 AND attempt = ?2 AND (state = 'queued' OR state = 'paused')",
     /* kInsertAttempt */
     "INSERT INTO attempts (trial_id, attempt, group_id, worker_incarnation, state, started_at) "
     "VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
@@ -260,6 +267,15 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSelectTrials */
     "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE campaign_id = ?1 ORDER BY IFNULL(stage_id, 0), seq",
     /* kSelectTrial */ "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE id = ?1",
+    /* kSelectTrialsV3: a v2/v3 database read without migrating it (no resume_from yet) */
+    "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE campaign_id = ?1 ORDER BY IFNULL(stage_id, 0), seq",
+    /* kSelectTrialV3 */ "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE id = ?1",
+    /* kPauseTrial */
+    "UPDATE trials SET state = 'paused', attempt = attempt + 1, params = ?3, resume_from = ?4, group_id = -1, "
+    "started_at = NULL, step = 0 WHERE id = ?1 AND attempt = ?2 AND (state = 'assigned' OR state = 'running')",
+    /* kPauseAttempt */
+    "UPDATE attempts SET state = 'paused', finished_at = ?3, error = ?4, charged = 0 "
+    "WHERE trial_id = ?1 AND attempt = ?2 AND state = 'running'",
     /* kSelectMetrics */
     "SELECT trial_id, attempt, step, name, value, t FROM metrics WHERE trial_id = ?1 "
     "ORDER BY attempt, step, name",
@@ -288,6 +304,7 @@ constexpr const char* kSql[kNumQueries] = {
 };
 
 #undef HPCTUNE_TRIAL_COLUMNS
+#undef HPCTUNE_TRIAL_COLUMNS_V3
 #undef HPCTUNE_CAMPAIGN_COLUMNS
 
 // Binds parameters of a cached statement and resets it (and its bindings) when it goes out of
@@ -403,6 +420,7 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   r.error = col_text(s, 15);
   r.parent_trial_id = col_opt_i64(s, 16);
   r.generation = col_i64(s, 17);
+  r.resume_from = col_text(s, 18);
   return r;
 }
 
@@ -676,6 +694,30 @@ Status Store::check_identity() {
   return Status::Ok();
 }
 
+Status Store::fill_state_tables() {
+  // Names are only ever added: when both tables hold as many as the code names, there is nothing to
+  // write (and an open takes no write lock for it).
+  auto count = [&](const char* sql) -> int64_t {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(db_.get(), sql, -1, &raw, nullptr) != SQLITE_OK) return -1;
+    Statement stmt(raw);
+    return sqlite3_step(raw) == SQLITE_ROW ? col_i64(raw, 0) : -1;
+  };
+  if (count("SELECT COUNT(*) FROM trial_states") == static_cast<int64_t>(std::size(kTrialStates)) &&
+      count("SELECT COUNT(*) FROM attempt_states") == static_cast<int64_t>(std::size(kAttemptStates))) {
+    return Status::Ok();
+  }
+  for (TrialState st : kTrialStates) {
+    const std::string sql = std::string("INSERT OR IGNORE INTO trial_states (name) VALUES ('") + to_string(st) + "')";
+    HPCTUNE_TRY(exec(sql.c_str(), "cannot record the trial state names"));
+  }
+  for (const char* name : kAttemptStates) {
+    const std::string sql = std::string("INSERT OR IGNORE INTO attempt_states (name) VALUES ('") + name + "')";
+    HPCTUNE_TRY(exec(sql.c_str(), "cannot record the attempt state names"));
+  }
+  return Status::Ok();
+}
+
 Status Store::migrate(int target) {
   if (version_ >= target) return Status::Ok();
   HPCTUNE_TRY(exec("BEGIN IMMEDIATE", "cannot start the schema migration"));
@@ -699,6 +741,20 @@ Status Store::migrate(int target) {
       std::string set_version = "PRAGMA user_version = " + std::to_string(m.version);
       HPCTUNE_TRY(exec(set_version.c_str(), "cannot record schema version " + std::to_string(m.version)));
       current = m.version;
+    }
+    if (current >= schema::kStateTablesVersion) HPCTUNE_TRY(fill_state_tables());
+    // Rebuilt tables (foreign keys are off while migrating): every reference must still hold.
+    {
+      sqlite3_stmt* check = nullptr;
+      int frc = sqlite3_prepare_v2(db_.get(), "PRAGMA foreign_key_check", -1, &check, nullptr);
+      Statement check_stmt(check);
+      if (frc != SQLITE_OK) return sql_error(frc, "cannot check the foreign keys after migrating");
+      frc = sqlite3_step(check);
+      if (frc == SQLITE_ROW) {
+        return err(Errc::kIo, std::string("schema migration left a broken reference in table ") + col_text(check, 0) +
+                                  " (row " + std::to_string(col_i64(check, 1)) + " -> " + col_text(check, 2) + ")");
+      }
+      if (frc != SQLITE_DONE) return sql_error(frc, "cannot check the foreign keys after migrating");
     }
     version_ = std::max(version_, current);
     return Status::Ok();
@@ -746,8 +802,9 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   store->db_ = std::move(conn);
   HPCTUNE_TRY(store->check_identity());
 
-  // foreign_keys cannot change inside a transaction, so it is set before migrating.
-  HPCTUNE_TRY(store->exec("PRAGMA foreign_keys = ON", "cannot enable foreign keys"));
+  // foreign_keys cannot change inside a transaction: off while migrating (a migration may rebuild a
+  // table, schema.h), on after it (migrate() checks every reference before it commits).
+  HPCTUNE_TRY(store->exec("PRAGMA foreign_keys = OFF", "cannot disable foreign keys for the migration"));
   if (path != ":memory:" && !path.empty()) {
     HPCTUNE_TRY(store->exec("PRAGMA synchronous = NORMAL", "cannot set synchronous=NORMAL"));
     std::string mode = store->journal_mode();
@@ -765,6 +822,9 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
     }
   }
   HPCTUNE_TRY(store->migrate(target));
+  HPCTUNE_TRY(store->exec("PRAGMA foreign_keys = ON", "cannot enable foreign keys"));
+  // A state named in code since the last open needs only its row in the lookup table.
+  if (store->version_ >= schema::kStateTablesVersion) HPCTUNE_TRY(store->fill_state_tables());
   return store;
 }
 
@@ -1086,7 +1146,7 @@ Status Store::mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id,
       if (current.first.empty()) return err(Errc::kNotFound, "no trial with id " + std::to_string(trial_id));
       return err(Errc::kInvalidArgument, "cannot assign trial " + std::to_string(trial_id) + " attempt " +
                                              std::to_string(attempt) + ": it is " + current.first + " at attempt " +
-                                             std::to_string(current.second) + ", not queued");
+                                             std::to_string(current.second) + ", not queued or paused");
     }
     HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertAttempt));
     Bind b(s);
@@ -1178,6 +1238,29 @@ Result<TrialState> Store::requeue_trial(int64_t trial_id, int64_t attempt, const
     int rc = b.step();
     if (rc != SQLITE_DONE) return sql_error(rc, "cannot requeue trial " + std::to_string(trial_id));
     return give_up ? TrialState::kFailed : TrialState::kQueued;
+  });
+}
+
+Result<bool> Store::pause_trial(int64_t trial_id, int64_t attempt, const nlohmann::json& params,
+                                const std::string& resume_from, const std::string& reason, double t) {
+  return atomically([&]() -> Result<bool> {
+    {
+      HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kPauseTrial));
+      Bind b(s);
+      b.i64(1, trial_id).i64(2, attempt).json(3, params).text(4, resume_from);
+      int rc = b.step();
+      if (rc != SQLITE_DONE) return sql_error(rc, "cannot pause trial " + std::to_string(trial_id));
+    }
+    if (sqlite3_changes(db_.get()) == 0) return false;  // stale
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kPauseAttempt));
+    Bind b(s);
+    b.i64(1, trial_id).i64(2, attempt).f64(3, t).text(4, reason);
+    int rc = b.step();
+    if (rc != SQLITE_DONE) {
+      return sql_error(rc, "cannot close attempt " + std::to_string(attempt) + " of trial " + std::to_string(trial_id) +
+                               " as paused");
+    }
+    return true;
   });
 }
 
@@ -1278,14 +1361,14 @@ Status Store::upsert_group(int64_t campaign_id, int64_t group_id, const std::str
 // Reads
 
 Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectTrials));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kStateTablesVersion ? kSelectTrials : kSelectTrialsV3));
   Bind b(s);
   b.i64(1, campaign_id);
   return collect<TrialRow>(b, read_trial, "cannot read the trials of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectTrial));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kStateTablesVersion ? kSelectTrial : kSelectTrialV3));
   Bind b(s);
   b.i64(1, trial_id);
   int rc = b.step();

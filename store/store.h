@@ -60,12 +60,18 @@ namespace hpctune::store {
 // ---------------------------------------------------------------------------------------------
 // Trial states
 
-enum class TrialState { kQueued, kAssigned, kRunning, kDone, kPruned, kFailed, kInterrupted };
-// Every state, in lifecycle order: the one list that parsing, count_by_state and the CLI's tables
-// iterate (a state added to the enum is added here, and shows up everywhere).
+enum class TrialState { kQueued, kAssigned, kRunning, kDone, kPruned, kFailed, kInterrupted, kPaused };
+// Every state: the one list that parsing, count_by_state, the CLI's tables and the database's
+// trial_states lookup table (filled from it at every open for writing) come from. A state added to
+// the enum is added here (and to to_string), and shows up everywhere; the database needs no
+// migration for it (schema.h).
 inline constexpr TrialState kTrialStates[] = {TrialState::kQueued, TrialState::kAssigned, TrialState::kRunning,
                                               TrialState::kDone,   TrialState::kPruned,   TrialState::kFailed,
-                                              TrialState::kInterrupted};
+                                              TrialState::kInterrupted, TrialState::kPaused};
+// The states of an attempt row, the same way (attempt_states): running until it ends as done,
+// pruned or failed (the trial's result), lost (its group died or went silent), interrupted (Ctrl-C
+// or a master restart) or paused (its trial source paused the trial; the next attempt resumes it).
+inline constexpr const char* kAttemptStates[] = {"running", "done", "pruned", "failed", "lost", "interrupted", "paused"};
 
 const char* to_string(TrialState state) noexcept;
 std::optional<TrialState> trial_state_from_string(std::string_view text) noexcept;
@@ -110,6 +116,7 @@ struct TrialRow {
   std::string error;
   std::optional<int64_t> parent_trial_id;
   int64_t generation = 0;
+  std::string resume_from;  // the checkpoint the next attempt starts from ("" = none): set by a pause
 };
 
 struct MetricRow {
@@ -291,7 +298,7 @@ class Store {
   // seq) already exists.
   Result<int64_t> insert_trial(const TrialRow& row);
 
-  // queued -> assigned for `attempt` on `group_id`, and inserts the attempt's row (state running,
+  // queued (or paused) -> assigned for `attempt` on `group_id`, and inserts the attempt's row (state running,
   // started_at = t). The master calls this for a trial it has just picked, so a trial that is not
   // queued at `attempt` is a bug: kInvalidArgument naming the trial's actual state and attempt.
   Status mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t);
@@ -315,6 +322,13 @@ class Store {
   Result<TrialState> requeue_trial(int64_t trial_id, int64_t attempt, const std::string& attempt_state,
                                    const std::string& error, int64_t max_attempts, double t,
                                    bool charged = true);
+  // The trial source paused `attempt` (assigned or running): its attempt row is closed as paused
+  // (never charged), and the trial becomes paused as attempt + 1 with `params` (its new parameters)
+  // and `resume_from` (the checkpoint the next attempt starts from), until mark_assigned gives it to a
+  // group again. Returns false and changes nothing when the call is stale (another attempt, or the
+  // trial is not assigned or running).
+  Result<bool> pause_trial(int64_t trial_id, int64_t attempt, const nlohmann::json& params,
+                           const std::string& resume_from, const std::string& reason, double t);
   // Ctrl-C: a non-final trial at `attempt` becomes interrupted, and its running attempt row too.
   // Ignored (Ok) when stale or final.
   Status mark_interrupted(int64_t trial_id, int64_t attempt, double t);
@@ -371,6 +385,7 @@ class Store {
   Status lock_database(unsigned file_mode);  // the flock of acquire_master_lock
   std::string lock_holder() const;           // the refusal message's description of the holder
   Status migrate(int target);
+  Status fill_state_tables();  // every name of kTrialStates / kAttemptStates (INSERT OR IGNORE)
   template <typename F>
   auto atomically(F&& fn) -> decltype(fn());  // fn inside a SAVEPOINT: all its writes or none
   Result<std::pair<std::string, int64_t>> state_and_attempt(int64_t trial_id);  // ("", 0) if missing

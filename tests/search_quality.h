@@ -66,7 +66,7 @@ inline std::vector<double> ask_tell_values(const std::string& algo, const search
   REQUIRE(s.ok());
   std::vector<double> values;
   while (values.size() < static_cast<std::size_t>(kBudget)) {
-    auto sug = (*s)->ask(1);
+    auto sug = (*s)->ask(1).value();
     REQUIRE(sug.size() == 1);
     const double v = fn(sug[0].params);
     values.push_back(v);

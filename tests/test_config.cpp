@@ -234,7 +234,7 @@ TEST_CASE("search_spec and stopper_spec build a working searcher and stopper") {
   CHECK(spec.objectives[0].metric == "val_loss");
   auto searcher = search::make_searcher(spec);
   REQUIRE_MESSAGE(searcher.ok(), searcher.error().message());
-  const auto suggestions = searcher.value()->ask(5);
+  const auto suggestions = searcher.value()->ask(5).value();
   REQUIRE(suggestions.size() == 5);
   for (const auto& s : suggestions) CHECK_MESSAGE(spec.space.contains(s.params).ok(), s.params.dump());
 

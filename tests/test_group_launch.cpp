@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include <signal.h>
 
 #include "launch/child_process.h"
+#include "launch/backends.h"
 #include "launch/launcher.h"
 #include "tests/temp_dir.h"
 
@@ -192,4 +194,34 @@ TEST_CASE("a signal sent right after spawn never runs a handler of the parent in
   while (read(fds[0], &pid, sizeof pid) == static_cast<ssize_t>(sizeof pid)) foreign += pid != getpid();
   close(fds[0]);
   CHECK(foreign == 0);
+}
+
+TEST_CASE("launchers come from a registry keyed on resources.backend") {
+  CHECK(launcher_names() == std::vector<std::string>(std::begin(kBackendNames), std::end(kBackendNames)));
+  auto local = make_launcher("local", options(1, 1, 2));
+  REQUIRE(local.ok());
+  CHECK((*local)->name() == "local");
+  auto slurm = make_launcher("slurm", options(1, 1, 2));
+  REQUIRE_FALSE(slurm.ok());
+  CHECK(slurm.error().code() == Errc::kConfig);
+  CHECK(slurm.error().message() == "resources.backend: unknown launch backend 'slurm' (known: local)");
+}
+
+TEST_CASE("the local launcher reports each group's state: starting once launched, exited once it ended") {
+  LocalLauncherOptions o = options(1, 1, 2);
+  o.program = "/bin/true";  // exits at once, whatever its arguments
+  auto launcher = make_local_launcher(o);
+  CHECK(launcher->state(0) == GroupState::kExited);  // never started
+  REQUIRE(launcher->start(0, "secret.token").ok());
+  CHECK(launcher->state(0) == GroupState::kStarting);  // a local process starts at once: never pending
+  std::vector<GroupExit> exits;
+  for (int i = 0; i < 500 && exits.empty(); ++i) {
+    exits = launcher->poll_exits();
+    if (exits.empty()) usleep(2000);
+  }
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].group == 0);
+  CHECK(exits[0].success);
+  CHECK(launcher->state(0) == GroupState::kExited);
+  CHECK(std::string(to_string(GroupState::kPending)) == "pending");
 }

@@ -59,7 +59,9 @@ TEST_CASE("every message type round-trips") {
   a.params = {{"lr", 0.01}, {"hidden", {128, 64}}, {"act", "relu"}};
   a.trainer = {{"kind", "mlp"}, {"epochs", 3}};
   a.trial_dir = "/tmp/x/17";
+  a.resume_from = "/tmp/x/9/checkpoint";
   auto a2 = round_trip(a);
+  CHECK(a2.resume_from == "/tmp/x/9/checkpoint");
   CHECK(a2.trial_id == 17);
   CHECK(a2.attempt == 2);
   CHECK(a2.seed == 123456789012345ULL);
@@ -71,8 +73,11 @@ TEST_CASE("every message type round-trips") {
   CHECK(r.step == 3);
   CHECK(r.metrics.at("val_accuracy") == doctest::Approx(0.91));
 
-  auto s = round_trip(Stop{17, 2, "pruned"});
-  CHECK(s.reason == "pruned");
+  for (StopReason reason : kStopReasons) {
+    auto s = round_trip(Stop{17, 2, reason});
+    CHECK(s.reason == reason);
+  }
+  CHECK(std::string(to_string(StopReason::kPause)) == "pause");
 
   Done d;
   d.trial_id = 17;
@@ -211,7 +216,8 @@ TEST_CASE("integer fields are range-checked and name the field") {
     j[key] = std::move(value);
     return decode_error(msgpack(j));
   };
-  CHECK(with("version", (int64_t{1} << 32) + kVersion).find("hello.version: 4294967298 is out of range") == 0);
+  CHECK(with("version", (int64_t{1} << 32) + kVersion)
+            .find("hello.version: " + std::to_string((int64_t{1} << 32) + kVersion) + " is out of range") == 0);
   CHECK(with("pid", -1).find("hello.pid: -1 is out of range") == 0);
   CHECK(with("ranks_data", std::numeric_limits<int64_t>::min()).find("hello.ranks_data:") == 0);
   CHECK(with("ranks_model", 65537).find("hello.ranks_model: 65537 is out of range") == 0);
@@ -242,6 +248,21 @@ TEST_CASE("integer fields are range-checked and name the field") {
                               {"heartbeat_interval_ms", -1}, {"heartbeat_timeout_ms", 10}}))
             .find("welcome.heartbeat_interval_ms: -1 is out of range") == 0);
   CHECK(decode_error(msgpack({{"t", "heartbeat"}, {"trial_id", 0}, {"attempt", 0}})) == "<decoded>");
+}
+
+TEST_CASE("stop.reason is one of a fixed set; assign.resume_from is required") {
+  auto stop = [](nlohmann::json reason) {
+    return decode_error(msgpack({{"t", "stop"}, {"trial_id", 1}, {"attempt", 1}, {"reason", reason}}));
+  };
+  CHECK(stop("pause") == "<decoded>");
+  CHECK(stop("interrupted") == "<decoded>");
+  CHECK(stop("because") == "stop.reason: unknown reason 'because' (one of pruned, pause, interrupted)");
+  CHECK(stop("shutdown").find("stop.reason: unknown reason 'shutdown'") == 0);
+  CHECK(stop(std::string(1000, 'x')).find("stop.reason: unknown reason '" + std::string(64, 'x') + "'") == 0);
+  CHECK(stop(3).find("stop.reason: wrong type") == 0);
+  CHECK(decode_error(msgpack({{"t", "assign"}, {"trial_id", 1}, {"attempt", 1}, {"seed", 1},
+                              {"params", nlohmann::json::object()}, {"trainer", nlohmann::json::object()},
+                              {"trial_dir", ""}})) == "assign.resume_from: missing");
 }
 
 TEST_CASE("a hello of another version decodes to its version only") {
@@ -297,7 +318,8 @@ TEST_CASE("the fuzz seed corpus holds the current encoding of every message") {
       {"ready", encode(Ready{})},
       {"assign", encode(a)},
       {"report", encode(Report{17, 2, 3, {{"val_accuracy", 0.91}, {"val_loss", 0.25}, {"lr", -3.5}}})},
-      {"stop", encode(Stop{17, 2, "pruned"})},
+      {"stop", encode(Stop{17, 2, StopReason::kPruned})},
+      {"stop-pause", encode(Stop{17, 2, StopReason::kPause})},
       {"done", encode(d)},
       {"failed", encode(Failed{17, 2, "exit code 3", "Traceback (most recent call last):\n  caf\xc3\xa9"})},
       {"heartbeat", encode(Heartbeat{17, 2})},

@@ -7,9 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <set>
 #include <thread>
 
+#include "config/config.h"
+#include "launch/launcher.h"
+#include "scheduler/master.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/stages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
 #include "search/early_stopping.h"
@@ -80,7 +85,6 @@ struct Harness {
     stopper = std::move(stopper_r).value();
 
     server = hub.server();
-    scheduler::SchedulerOptions opt;
     opt.campaign_id = campaign_id;
     opt.seed = 11;
     opt.objectives = {{"score", true}};
@@ -139,6 +143,7 @@ struct Harness {
     return t.value();
   }
 
+  scheduler::SchedulerOptions opt;
   protocol::InProcHub hub;
   std::unique_ptr<protocol::ServerTransport> server;
   std::unique_ptr<store::Store> db;
@@ -650,4 +655,543 @@ TEST_CASE("dropped frames are counted per peer and logged rate-limited, with a s
   auto events = h.db->events(h.campaign_id, 0);
   REQUIRE(events.ok());
   CHECK(events->empty());
+}
+
+// --- the steppable master on a manual clock ----------------------------------------------------
+
+namespace {
+
+// A launcher that starts nothing: it records each start (with its credential) and reports the
+// exits the test (or a kill) queues.
+class FakeLauncher final : public launch::Launcher {
+ public:
+  std::string name() const override { return "fake"; }
+  Status start(int64_t group, const std::string& credential) override {
+    credentials[group] = credential;
+    alive[group] = true;
+    ++starts[group];
+    return {};
+  }
+  launch::GroupState state(int64_t group) const override {
+    auto it = alive.find(group);
+    if (it == alive.end() || !it->second) return launch::GroupState::kExited;
+    return pending_groups.count(group) ? launch::GroupState::kPending : launch::GroupState::kStarting;
+  }
+  std::vector<launch::GroupExit> poll_exits() override { return std::exchange(exits, {}); }
+  void kill(int64_t group) override {
+    if (!alive[group]) return;
+    alive[group] = false;
+    ++kills[group];
+    exits.push_back({group, "killed by signal 9 (Killed)", false, ""});
+  }
+  void stop_all(std::chrono::milliseconds) override {
+    for (auto& [g, a] : alive) a = false;
+    ++stopped;
+  }
+
+  std::map<int64_t, std::string> credentials;
+  std::map<int64_t, bool> alive;
+  std::map<int64_t, int> starts, kills;
+  std::set<int64_t> pending_groups;  // reported pending (a backend that starts them later)
+  std::vector<launch::GroupExit> exits;
+  int stopped = 0;
+};
+
+// A worker the test scripts: it answers heartbeats, runs each assign for `steps` steps of reports
+// (one per call of run()), and can be told to go silent.
+struct ScriptedWorker {
+  ScriptedWorker(protocol::InProcHub& hub, int64_t group, std::string secret, uint64_t incarnation)
+      : client(hub.connect()), group(group) {
+    protocol::Hello h;
+    h.secret = std::move(secret);
+    h.incarnation = incarnation;
+    h.group = group;
+    send(h);
+  }
+  void send(const protocol::Message& m) { REQUIRE(client->send(protocol::encode(m)).ok()); }
+  // Reads what the master sent and answers; call once per simulated turn.
+  void run() {
+    if (silent) return;
+    while (true) {
+      auto frame = client->recv(0ms);
+      REQUIRE(frame.ok());
+      if (!*frame) break;
+      auto msg = protocol::decode(**frame);
+      REQUIRE(msg.ok());
+      if (std::holds_alternative<protocol::Welcome>(*msg)) {
+        send(protocol::Ready{});
+      } else if (auto* a = std::get_if<protocol::Assign>(&*msg)) {
+        current = *a;
+        step = 0;
+        send(protocol::Report{a->trial_id, a->attempt, 0, {}});
+        assigned.push_back(*a);
+      } else if (std::holds_alternative<protocol::Heartbeat>(*msg)) {
+        send(protocol::Heartbeat{current ? current->trial_id : 0, current ? current->attempt : 0});
+      }
+    }
+    if (current) {
+      ++step;
+      const double x = current->params.at("x").get<double>();
+      if (step < 3) {
+        send(protocol::Report{current->trial_id, current->attempt, step, {{"value", x}}});
+      } else {
+        send(protocol::Done{current->trial_id, current->attempt, step, false, {{"value", x}}, {}});
+        current.reset();
+      }
+    }
+  }
+  std::unique_ptr<protocol::ClientTransport> client;
+  int64_t group;
+  bool silent = false;
+  std::optional<protocol::Assign> current;
+  int64_t step = 0;
+  std::vector<protocol::Assign> assigned;
+};
+
+config::CampaignConfig manual_config(int64_t trials, int64_t groups) {
+  auto cfg = config::parse_config("name: manual\nseed: 5\nobjective: {metric: value, mode: max}\n"
+                                  "search: {algorithm: random, max_trials: " + std::to_string(trials) + "}\n"
+                                  "space:\n  x: {type: float, low: 0.0, high: 1.0}\n"
+                                  "trainer: {kind: command, command: 'true'}\n"
+                                  "resources: {groups: " + std::to_string(groups) +
+                                  ", heartbeat_interval: 1s, heartbeat_timeout: 5s, startup_timeout: 30s}\n",
+                                  "manual.yaml");
+  REQUIRE_MESSAGE(cfg.ok(), (cfg.ok() ? "" : cfg.error().to_string()));
+  return cfg.value();
+}
+
+// A Master over the in-process transport, an in-memory store and the fake launcher, on a clock
+// that only moves when the test says so.
+struct ManualMaster {
+  ManualMaster(int64_t trials, int64_t groups) {
+    auto s = store::Store::open(":memory:");
+    REQUIRE(s.ok());
+    db = std::move(s).value();
+    server = hub.server();
+    scheduler::MasterOptions options;
+    options.config = manual_config(trials, groups);
+    auto prepared = scheduler::prepare_campaign(options, *db, ":memory:", wall.unix_s);
+    REQUIRE(prepared.ok());
+    campaign_id = prepared->campaign_id;
+    scheduler::MasterParts parts;
+    parts.transport = server.get();
+    parts.store = db.get();
+    parts.launcher = &launcher;
+    parts.wall = wall;
+    parts.log = [this](const std::string& line) { lines.push_back(line); };
+    master = std::make_unique<scheduler::Master>(std::move(prepared).value(), std::move(parts));
+    REQUIRE(master->start(now).ok());
+  }
+  // `turns` turns of `dt` each: the master steps, then every worker answers. True once finished.
+  bool run(int turns, std::chrono::milliseconds dt) {
+    for (int i = 0; i < turns; ++i) {
+      now += dt;
+      auto finished = master->step(now);
+      REQUIRE_MESSAGE(finished.ok(), (finished.ok() ? "" : finished.error().to_string()));
+      if (*finished) return true;
+      for (auto& w : workers) w->run();
+    }
+    return false;
+  }
+  ScriptedWorker& add_worker(int64_t group) {
+    workers.push_back(std::make_unique<ScriptedWorker>(hub, group, launcher.credentials.at(group), 500 + next_incarnation++));
+    return *workers.back();
+  }
+  std::vector<store::TrialRow> trials() {
+    auto t = db->trials(campaign_id);
+    REQUIRE(t.ok());
+    return t.value();
+  }
+  bool has_event(const std::string& kind) {
+    auto events = db->events(campaign_id, 0);
+    REQUIRE(events.ok());
+    for (const auto& e : *events) {
+      if (e.kind == kind) return true;
+    }
+    return false;
+  }
+
+  scheduler::WallClock wall{Clock::time_point{} + std::chrono::hours(1), 1'000'000.0};
+  Clock::time_point now = wall.at;
+  protocol::InProcHub hub;
+  std::unique_ptr<protocol::ServerTransport> server;
+  std::unique_ptr<store::Store> db;
+  FakeLauncher launcher;
+  std::unique_ptr<scheduler::Master> master;
+  std::vector<std::unique_ptr<ScriptedWorker>> workers;
+  std::vector<std::string> lines;
+  int64_t campaign_id = 0;
+  uint64_t next_incarnation = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a whole campaign on a manual clock: a silent group is lost, killed, restarted and its trial retried") {
+  const auto real_start = std::chrono::steady_clock::now();
+  ManualMaster m(/*trials=*/4, /*groups=*/2);
+  CHECK(m.launcher.starts[0] == 1);
+  CHECK(m.launcher.starts[1] == 1);
+  CHECK(m.master->group_state(0) == launch::GroupState::kStarting);
+  ScriptedWorker& a = m.add_worker(0);
+  ScriptedWorker& b = m.add_worker(1);
+  for (int i = 0; i < 10 && b.assigned.empty(); ++i) m.run(1, 10ms);
+  REQUIRE(b.assigned.size() == 1);
+  const int64_t lost_trial = b.assigned[0].trial_id;
+  b.silent = true;  // group 1 hangs: no heartbeat, no result
+  m.run(6, 10ms);  // the group states follow at each tick (every 50 ms here)
+  CHECK(m.master->group_state(0) == launch::GroupState::kRunning);
+  CHECK(m.master->group_state(1) == launch::GroupState::kRunning);
+  // 4.9 simulated seconds: not yet past the 5 s heartbeat timeout.
+  m.run(49, 100ms);
+  CHECK(m.launcher.kills[1] == 0);
+  // Past it: group 1 is declared lost, killed, its exit seen, restarted with a new credential.
+  m.run(10, 100ms);
+  CHECK(m.launcher.kills[1] == 1);
+  CHECK(m.launcher.starts[1] == 2);
+  CHECK(m.has_event("group_lost"));
+  CHECK(m.has_event("group_restarted"));
+  // Group 0 runs the rest, the lost trial's second attempt included; the campaign ends.
+  const bool finished = m.run(200, 100ms);
+  REQUIRE(finished);
+  auto out = m.master->stop(m.now);
+  REQUIRE(out.ok());
+  CHECK(out->progress.done == 4);
+  CHECK(out->counters.lost_attempts == 1);
+  CHECK(out->elapsed_s >= 5.0);  // simulated seconds
+  for (const auto& t : m.trials()) {
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.attempt == (t.id == lost_trial ? 2 : 1));
+    // Timestamps come from the manual clock's anchor, not the real clock.
+    CHECK(t.created_at >= 1'000'000.0);
+    CHECK(t.finished_at < 1'000'100.0);
+  }
+  auto attempts = m.db->attempts(lost_trial);
+  REQUIRE(attempts.ok());
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0]["state"] == "lost");
+  CHECK((*attempts)[1]["state"] == "done");
+  CHECK(m.launcher.stopped == 1);
+  auto campaign = m.db->load_campaign();
+  REQUIRE(campaign.ok());
+  CHECK((*campaign)->state == "completed");
+  CHECK((*campaign)->finished_at > 1'000'005.0);
+  CHECK((*campaign)->finished_at < 1'000'100.0);
+  (void)a;
+  CHECK(std::chrono::steady_clock::now() - real_start < 1s);
+}
+
+TEST_CASE("a group that never connects is killed at its own start-up deadline; none connecting fails the campaign") {
+  ManualMaster m(1000, 2);  // more trials than group 0 finishes in the time
+  m.add_worker(0);
+  // Group 1 never says hello. Its deadline (30 s from its start) passes while group 0 works.
+  m.run(5, 10ms);
+  CHECK(m.master->group_state(1) == launch::GroupState::kStarting);
+  m.run(300, 100ms);
+  CHECK(m.launcher.kills[1] == 1);
+  CHECK(m.has_event("group_startup_timeout"));
+
+  // No group connects at all: the campaign fails at the deadline with the old message.
+  ManualMaster none(2, 2);
+  Result<bool> r = false;
+  for (int i = 0; i < 400 && r.ok(); ++i) {
+    none.now += 100ms;
+    r = none.master->step(none.now);
+  }
+  REQUIRE(!r.ok());
+  CHECK(r.error().code() == Errc::kTimeout);
+  CHECK(r.error().message().find("no trainer group connected within resources.startup_timeout") != std::string::npos);
+  auto campaign = none.db->load_campaign();
+  REQUIRE(campaign.ok());
+  CHECK((*campaign)->state == "failed");
+}
+
+namespace {
+
+// The search source, except that it pauses trial seq 0 at its first report of attempt 1, to resume
+// with x = 0.9 from a named checkpoint (what PBT's exploit does).
+class PausingSource final : public scheduler::TrialSource {
+ public:
+  PausingSource(search::Searcher& s, search::EarlyStopper& e) : inner_(s, e) {}
+  std::string kind() const override { return "search"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override { return inner_.ask(n); }
+  bool exhausted() const override { return inner_.exhausted(); }
+  scheduler::Verdict on_report(const scheduler::TrialView& t, int64_t step, double value) override {
+    if (t.seq == 0 && t.attempt == 1) {
+      seen_dir = t.trial_dir;
+      return scheduler::Verdict::pause({{"x", 0.9}}, "/ck/trial-" + std::to_string(t.trial_id) + "/step-1");
+    }
+    return inner_.on_report(t, step, value);
+  }
+  void on_attempt_end(int64_t seq) override {
+    ++attempt_ends;
+    inner_.on_attempt_end(seq);
+  }
+  void tell(const search::Observation& o) override {
+    told.push_back(o);
+    inner_.tell(o);
+  }
+  void restore(const std::vector<search::Record>& h) override { inner_.restore(h); }
+
+  std::vector<search::Observation> told;
+  int attempt_ends = 0;
+  std::string seen_dir;
+
+ private:
+  scheduler::SearchSource inner_;
+};
+
+// Handles every frame waiting, without a tick.
+void handle_waiting(Harness& h) {
+  for (int i = 0; i < 50; ++i) {
+    auto env = h.server->recv(i == 0 ? 50ms : 5ms);
+    REQUIRE(env.ok());
+    if (!*env) return;
+    REQUIRE(h.sched->handle((*env)->peer, (*env)->bytes, Clock::now()).ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("pause: the source pauses a trial; it is stored paused, then re-assigned with new parameters and a checkpoint") {
+  Harness h(1);
+  h.opt.trials_dir = "/runs/x.trials";
+  PausingSource source(*h.searcher, *h.stopper);
+  h.sched = std::make_unique<scheduler::Scheduler>(h.opt, *h.server, *h.db, source);
+  REQUIRE(h.sched->restore(Clock::now()).ok());
+  FakeWorker fake(h.hub);
+  auto a1 = first_assign(fake, h);
+  REQUIRE(a1);
+  CHECK(a1->resume_from.empty());
+  const int64_t id = a1->trial_id;
+  const double x1 = a1->params.at("x").get<double>();
+  fake.send(protocol::Report{id, 1, 0, {}});
+  fake.send(protocol::Report{id, 1, 1, {{"score", -0.5}}});
+  auto stop = fake.expect<protocol::Stop>(1s, h);
+  REQUIRE(stop);
+  CHECK(stop->reason == protocol::StopReason::kPause);
+  CHECK(stop->attempt == 1);
+  CHECK(source.seen_dir == "/runs/x.trials/" + std::to_string(id));
+  // The worker stops at the end of the step and says so.
+  fake.send(protocol::Done{id, 1, 1, true, {{"score", -0.5}}, {{"checkpoint", "/ck/trial-1/step-1", 10}}});
+  handle_waiting(h);
+  auto t = h.db->trial(id);
+  REQUIRE(t.ok());
+  CHECK((*t)->state == TrialState::kPaused);
+  CHECK((*t)->attempt == 2);
+  CHECK((*t)->params == nlohmann::json{{"x", 0.9}});
+  CHECK((*t)->resume_from == "/ck/trial-" + std::to_string(id) + "/step-1");
+  CHECK(h.sched->progress().paused == 1);
+  CHECK(source.told.empty());  // not a result
+  CHECK(source.attempt_ends == 1);
+  // At the next tick it goes to a free group (the same one here) as attempt 2, and finishes.
+  auto a2 = fake.expect<protocol::Assign>(1s, h);
+  REQUIRE(a2);
+  CHECK(a2->trial_id == id);
+  CHECK(a2->attempt == 2);
+  CHECK(a2->params == nlohmann::json{{"x", 0.9}});
+  CHECK(a2->resume_from == "/ck/trial-" + std::to_string(id) + "/step-1");
+  CHECK(a2->seed == a1->seed);
+  fake.send(protocol::Report{id, 2, 0, {}});
+  fake.send(protocol::Done{id, 2, 3, false, {{"score", -0.36}}, {}});
+  h.pump(1s);
+  REQUIRE(h.sched->finished());
+  t = h.db->trial(id);
+  CHECK((*t)->state == TrialState::kDone);
+  CHECK((*t)->attempt == 2);
+  REQUIRE(source.told.size() == 1);
+  CHECK(source.told[0].params == nlohmann::json{{"x", 0.9}});
+  CHECK(x1 != 0.9);
+  auto attempts = h.db->attempts(id);
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0]["state"] == "paused");
+  CHECK((*attempts)[0]["charged"] == false);
+  CHECK((*attempts)[1]["state"] == "done");
+  auto events = h.db->events(h.campaign_id, 0);
+  bool paused_event = false;
+  for (const auto& e : *events) {
+    if (e.kind != "trial_paused") continue;
+    paused_event = true;
+    CHECK(e.detail["old_params"]["x"] == x1);
+    CHECK(e.detail["params"]["x"] == 0.9);
+  }
+  CHECK(paused_event);
+  CHECK(h.db->artifacts(id)->size() == 1);
+}
+
+TEST_CASE("two stages on one pool of groups: each source is asked, trials keep their stage, resume restores each") {
+  Harness h(2);
+  auto s1 = h.db->create_stage(h.campaign_id, "search", "a", nlohmann::json::object(), 1);
+  auto s2 = h.db->create_stage(h.campaign_id, "search", "b", nlohmann::json::object(), 1);
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  search::SearchSpec spec;
+  spec.algorithm = "random";
+  spec.space = one_dim_space();
+  spec.objectives = {{"score", true}};
+  spec.seed = 12;
+  spec.max_trials = 3;
+  auto searcher2 = search::make_searcher(spec);
+  REQUIRE(searcher2.ok());
+  scheduler::SearchSource a(*h.searcher, *h.stopper), b(**searcher2, *h.stopper);
+  auto two = [&] {
+    return std::vector<scheduler::StageSource>{{*s1, &a, 2}, {*s2, &b, 3}};
+  };
+  h.sched = std::make_unique<scheduler::Scheduler>(h.opt, *h.server, *h.db, two());
+  REQUIRE(h.sched->restore(Clock::now()).ok());
+  h.add_worker(0);
+  h.pump(10s);
+  REQUIRE(h.sched->finished());
+  auto trials = h.trials();
+  REQUIRE(trials.size() == 5);
+  int in_a = 0, in_b = 0;
+  for (const auto& t : trials) {
+    CHECK(t.state == TrialState::kDone);
+    in_a += t.stage_id == *s1;
+    in_b += t.stage_id == *s2;
+  }
+  CHECK(in_a == 2);
+  CHECK(in_b == 3);
+  CHECK(h.sched->progress().max_trials == 5);
+  // A resumed scheduler gives each stage its own trials back: nothing left to do.
+  scheduler::Scheduler again(h.opt, *h.server, *h.db, two());
+  REQUIRE(again.restore(Clock::now()).ok());
+  CHECK(again.finished());
+  CHECK(again.progress().done == 5);
+  // A master that does not run stage b refuses its trials rather than adopting them.
+  scheduler::Scheduler one(h.opt, *h.server, *h.db, std::vector<scheduler::StageSource>{{*s1, &a, 2}});
+  auto r = one.restore(Clock::now());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("which this master does not run") != std::string::npos);
+}
+
+TEST_CASE("stage kinds come from a registry: search is known, anything else names the known kinds") {
+  CHECK(scheduler::stage_kind_names() == std::vector<std::string>{"search"});
+  const auto cfg = manual_config(2, 1);
+  auto plan = scheduler::stage_plan(cfg);
+  REQUIRE(plan.size() == 1);
+  CHECK(plan[0].kind == "search");
+  auto ok = scheduler::make_stage("search", cfg, std::nullopt);
+  REQUIRE(ok.ok());
+  CHECK((*ok)->max_trials() == 2);
+  CHECK((*ok)->source().kind() == "search");
+  auto bad = scheduler::make_stage("pbt", cfg, std::nullopt);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kConfig);
+  CHECK(bad.error().message() == "unknown stage kind 'pbt' (known: search)");
+}
+
+TEST_CASE("the master's stages: rows created once, found again by name on resume") {
+  ManualMaster m(1, 1);
+  auto ids = m.master->stage_ids();
+  REQUIRE(ids.size() == 1);
+  auto rows = m.db->stages(m.campaign_id);
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 1);
+  CHECK((*rows)[0].id == ids[0]);
+  CHECK((*rows)[0].name == "search");
+  CHECK((*rows)[0].state == "running");
+}
+
+namespace {
+
+// A search whose algorithm fails at its third ask.
+class FailingSource final : public scheduler::TrialSource {
+ public:
+  FailingSource(std::unique_ptr<search::Searcher> s, std::unique_ptr<search::EarlyStopper> e)
+      : searcher_(std::move(s)), stopper_(std::move(e)), inner_(*searcher_, *stopper_) {}
+  std::string kind() const override { return "search"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
+    if (++asks_ >= 3) return err(Errc::kInvalidArgument, "the model's kernel matrix is not positive definite");
+    return inner_.ask(std::min<std::size_t>(n, 1));
+  }
+  bool exhausted() const override { return false; }
+  scheduler::Verdict on_report(const scheduler::TrialView& t, int64_t step, double v) override {
+    return inner_.on_report(t, step, v);
+  }
+  void on_attempt_end(int64_t seq) override { inner_.on_attempt_end(seq); }
+  void tell(const search::Observation& o) override { inner_.tell(o); }
+  void restore(const std::vector<search::Record>& h) override { inner_.restore(h); }
+
+ private:
+  std::unique_ptr<search::Searcher> searcher_;
+  std::unique_ptr<search::EarlyStopper> stopper_;
+  scheduler::SearchSource inner_;
+  int asks_ = 0;
+};
+
+class FailingStage final : public scheduler::StageRuntime {
+ public:
+  explicit FailingStage(std::unique_ptr<FailingSource> s) : source_(std::move(s)) {}
+  scheduler::TrialSource& source() override { return *source_; }
+  int64_t max_trials() const override { return 10; }
+
+ private:
+  std::unique_ptr<FailingSource> source_;
+};
+
+}  // namespace
+
+TEST_CASE("an algorithm that fails: logged, recorded as an event, the campaign fails (exit 1), nothing received lost") {
+  const auto cfg = manual_config(10, 1);
+  auto s = store::Store::open(":memory:");
+  REQUIRE(s.ok());
+  auto db = std::move(s).value();
+  protocol::InProcHub hub;
+  auto server = hub.server();
+  scheduler::MasterOptions options;
+  options.config = cfg;
+  const scheduler::WallClock wall{Clock::time_point{} + std::chrono::hours(1), 2'000'000.0};
+  auto prepared = scheduler::prepare_campaign(options, *db, ":memory:", wall.unix_s);
+  REQUIRE(prepared.ok());
+  const int64_t campaign_id = prepared->campaign_id;
+  FakeLauncher launcher;
+  std::vector<std::string> lines;
+  scheduler::MasterParts parts;
+  parts.transport = server.get();
+  parts.store = db.get();
+  parts.launcher = &launcher;
+  parts.wall = wall;
+  parts.log = [&](const std::string& line) { lines.push_back(line); };
+  parts.make_stage = [](const scheduler::StagePlan&, const config::CampaignConfig& c,
+                        const std::optional<scheduler::WarmStart>&) -> Result<std::unique_ptr<scheduler::StageRuntime>> {
+    HPCTUNE_ASSIGN(auto searcher, search::make_searcher(c.search_spec()));
+    HPCTUNE_ASSIGN(auto stopper, search::make_stopper(c.stopper_spec()));
+    return std::unique_ptr<scheduler::StageRuntime>(
+        new FailingStage(std::make_unique<FailingSource>(std::move(searcher), std::move(stopper))));
+  };
+  scheduler::Master master(std::move(prepared).value(), std::move(parts));
+  Clock::time_point now = wall.at;
+  REQUIRE(master.start(now).ok());
+  ScriptedWorker w(hub, 0, launcher.credentials.at(0), 77);
+  Result<bool> r = false;
+  for (int i = 0; i < 100 && r.ok(); ++i) {
+    now += 20ms;
+    r = master.step(now);
+    if (r.ok()) w.run();
+  }
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Errc::kFailed);
+  CHECK(r.error().message().find("the search stage failed: the model's kernel matrix is not positive definite") == 0);
+  // The two trials the algorithm did propose ran, and their results (received in the failing turn
+  // too) are recorded; the failure is in the log and in the store.
+  auto trials = db->trials(campaign_id);
+  REQUIRE(trials.ok());
+  REQUIRE(trials->size() == 2);
+  for (const auto& t : *trials) CHECK(t.state == TrialState::kDone);
+  bool logged = false;
+  for (const auto& l : lines) logged = logged || l.find("the search stage failed") != std::string::npos;
+  CHECK(logged);
+  auto events = db->events(campaign_id, 0);
+  REQUIRE(events.ok());
+  int source_failed = 0, campaign_failed = 0;
+  for (const auto& e : *events) {
+    source_failed += e.kind == "source_failed";
+    campaign_failed += e.kind == "campaign_failed";
+  }
+  CHECK(source_failed == 1);
+  CHECK(campaign_failed == 1);
+  auto campaign = db->load_campaign();
+  REQUIRE(campaign.ok());
+  CHECK((*campaign)->state == "failed");
+  CHECK(launcher.stopped == 1);
 }

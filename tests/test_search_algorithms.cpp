@@ -100,7 +100,7 @@ std::unique_ptr<Searcher> make(const SearchSpec& spec) {
 std::vector<Suggestion> drive(Searcher& s, int rounds, std::size_t batch) {
   std::vector<Suggestion> all;
   for (int r = 0; r < rounds; ++r) {
-    auto sug = s.ask(batch);
+    auto sug = s.ask(batch).value();
     for (const auto& x : sug) {
       all.push_back(x);
       Observation o{x.seq, x.params, Outcome::kCompleted, {objective(x.params)}, 5};
@@ -156,7 +156,7 @@ TEST_CASE("every algorithm: batches with pending trials, tells in any order, res
     std::vector<Suggestion> pending;
     std::vector<Record> history;
     for (int r = 0; r < 8; ++r) {
-      auto sug = s->ask(4);
+      auto sug = s->ask(4).value();
       pending.insert(pending.end(), sug.begin(), sug.end());
       // Tell the oldest half, in reverse order; the rest stays running.
       std::size_t k = pending.size() / 2;
@@ -174,7 +174,7 @@ TEST_CASE("every algorithm: batches with pending trials, tells in any order, res
     // A fresh searcher restored from the records continues with new seq numbers.
     auto restored = make(spec_for(algo, 5));
     restored->restore(history);
-    auto more = restored->ask(3);
+    auto more = restored->ask(3).value();
     if (algo != "genetic") CHECK(more.size() == 3);  // genetic may wait for its generation
     for (const auto& x : more) {
       CHECK(x.seq > max_seq);
@@ -192,7 +192,7 @@ TEST_CASE("every algorithm: all trials failing does not stall or crash it") {
     auto s = make(spec_for(algo, 8));
     std::size_t total = 0;
     for (int r = 0; r < 15; ++r) {
-      auto sug = s->ask(2);
+      auto sug = s->ask(2).value();
       total += sug.size();
       for (const auto& x : sug) s->tell({x.seq, x.params, Outcome::kFailed, {}, 0});
     }
@@ -208,7 +208,7 @@ TEST_CASE("every algorithm handles two objectives and reports a Pareto front") {
     auto s = make(spec);
     std::vector<std::vector<double>> values;
     for (int r = 0; r < 10; ++r) {
-      for (const auto& x : s->ask(3)) {
+      for (const auto& x : s->ask(3).value_or({})) {
         const double cost = x.params["units"].get<double>() / 512.0;
         std::vector<double> v{objective(x.params), cost};
         values.push_back(v);
@@ -244,7 +244,7 @@ TEST_CASE("model-based algorithms use warm-start trials from their first suggest
     double warm_mean = 0, cold_mean = 0;
     const int n = 6;
     for (int i = 0; i < n; ++i) {
-      auto w = warm->ask(1), c = cold->ask(1);
+      auto w = warm->ask(1).value(), c = cold->ask(1).value();
       REQUIRE(w.size() == 1);
       REQUIRE(c.size() == 1);
       warm_mean += objective(w[0].params) / n;
@@ -277,7 +277,7 @@ TEST_CASE("every algorithm copes with degenerate spaces") {
       auto s = make(spec);
       int asked = 0;
       for (int r = 0; r < 20 && !s->exhausted(); ++r) {
-        for (const auto& x : s->ask(2)) {
+        for (const auto& x : s->ask(2).value_or({})) {
           ++asked;
           CHECK(space.contains(x.params).ok());
           s->tell({x.seq, x.params, Outcome::kCompleted, {x.params.contains("coin") && x.params["coin"] == "heads" ? 1.0 : 0.0}, 1});
@@ -309,8 +309,8 @@ TEST_CASE("bayesian batches over running trials are spread out (kriging believer
       const double a = p["a"].get<double>() - 0.3, b = p["b"].get<double>() - 0.6;
       return a * a + b * b;
     };
-    for (const auto& x : s->ask(8)) s->tell({x.seq, x.params, Outcome::kCompleted, {f(x.params)}, 1});
-    auto batch = s->ask(6);
+    for (const auto& x : s->ask(8).value_or({})) s->tell({x.seq, x.params, Outcome::kCompleted, {f(x.params)}, 1});
+    auto batch = s->ask(6).value();
     REQUIRE(batch.size() == 6);
     double min_dist = 1e9;
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -323,7 +323,7 @@ TEST_CASE("bayesian batches over running trials are spread out (kriging believer
     }
     CHECK(min_dist > 1e-3);  // no two members of a batch coincide
     // The running batch also shapes the next ask: it does not repeat a running point.
-    auto next = s->ask(1);
+    auto next = s->ask(1).value();
     REQUIRE(next.size() == 1);
     for (const auto& x : batch) CHECK(x.params != next[0].params);
     auto st = s->state();

@@ -53,9 +53,9 @@ TEST_CASE("generations: bred from completed members, recorded in meta and state;
   std::map<int64_t, int64_t> generation_of;
   double best_so_far = 1e300;
   for (int64_t g = 0; g < 6; ++g) {
-    auto sug = s->ask(100);  // a generation at a time: the barrier stops at its end
+    auto sug = s->ask(100).value();  // a generation at a time: the barrier stops at its end
     REQUIRE(sug.size() == (g == 0 ? 8u : 6u));  // 2 elites are carried, not run again
-    CHECK(s->ask(1).empty());                    // waits for the generation to finish
+    CHECK(s->ask(1).value().empty());                    // waits for the generation to finish
     for (const auto& x : sug) {
       CHECK(x.meta["generation"] == g);
       CHECK(x.meta["island"] == 0);
@@ -85,25 +85,25 @@ TEST_CASE("generations: bred from completed members, recorded in meta and state;
       s->tell({x.seq, x.params, Outcome::kCompleted, {value[x.seq]}, 1});
     }
   }
-  CHECK(s->ask(1).empty());
+  CHECK(s->ask(1).value().empty());
   CHECK(s->exhausted());
   CHECK(s->state()["best"]["value"].get<double>() == best_so_far);
 }
 
 TEST_CASE("min_complete_fraction lets a generation advance without its stragglers") {
   auto s = make_searcher(ga_spec({{"population", 8}, {"min_complete_fraction", 0.75}}, box(2, -1, 1))).value();
-  auto g0 = s->ask(8);
+  auto g0 = s->ask(8).value();
   REQUIRE(g0.size() == 8);
   for (int i = 0; i < 5; ++i) s->tell({g0[i].seq, g0[i].params, Outcome::kCompleted, {sphere(g0[i].params)}, 1});
-  CHECK(s->ask(1).empty());  // 5 of 8 < 75%
+  CHECK(s->ask(1).value().empty());  // 5 of 8 < 75%
   s->tell({g0[5].seq, g0[5].params, Outcome::kFailed, {}, 0});  // failed trials count as finished
-  auto g1 = s->ask(2);
+  auto g1 = s->ask(2).value();
   REQUIRE(g1.size() == 2);
   CHECK(g1[0].meta["generation"] == 1);
   // The stragglers, told later, join the next pool and do not crash anything.
   s->tell({g0[6].seq, g0[6].params, Outcome::kCompleted, {0.0}, 1});
   s->tell({g0[7].seq, g0[7].params, Outcome::kPruned, {0.5}, 1});
-  auto rest = s->ask(20);
+  auto rest = s->ask(20).value();
   CHECK(rest.size() == 5);  // 8 - 1 elite - 2 already asked
 }
 
@@ -114,7 +114,7 @@ TEST_CASE("islands alternate, breed separately and migrate their best") {
   std::map<int64_t, int64_t> island_of;
   std::map<int64_t, double> value;
   for (int round = 0; round < 3; ++round) {
-    auto sug = s->ask(100);
+    auto sug = s->ask(100).value();
     std::map<int64_t, int> per_island;
     for (const auto& x : sug) {
       per_island[x.meta["island"].get<int64_t>()]++;
@@ -177,7 +177,7 @@ TEST_CASE("NSGA-II finds the Pareto front of Schaffer's problem") {
                .value();
   std::map<int64_t, double> x_of;
   while (!s->exhausted()) {
-    auto sug = s->ask(100);
+    auto sug = s->ask(100).value();
     if (sug.empty()) break;
     for (const auto& x : sug) {
       const double v = x.params["x"].get<double>();
@@ -227,14 +227,14 @@ TEST_CASE("aging evolution: the parent is the best of a sample of the youngest m
   spec.seed = 3;
   auto s = make_searcher(spec).value();
   std::map<int64_t, double> value;
-  auto init = s->ask(5);
+  auto init = s->ask(5).value();
   for (const auto& x : init) {
     CHECK(x.meta["source"] == "initial");
     value[x.seq] = sphere(x.params);
     s->tell({x.seq, x.params, Outcome::kCompleted, {value[x.seq]}, 1});
   }
   for (int i = 0; i < 30; ++i) {
-    auto x = s->ask(1).at(0);
+    auto x = s->ask(1).value().at(0);
     // With S = P the parent is the best of the 5 youngest finished.
     std::vector<std::pair<int64_t, double>> all(value.begin(), value.end());
     std::vector<std::pair<int64_t, double>> last5(all.end() - 5, all.end());

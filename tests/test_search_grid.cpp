@@ -98,7 +98,7 @@ TEST_CASE("the grid covers every valid configuration exactly once") {
   std::set<std::string> seen;
   std::vector<Suggestion> all;
   while (!(*s)->exhausted()) {
-    auto batch = (*s)->ask(7);
+    auto batch = (*s)->ask(7).value();
     REQUIRE(!batch.empty());
     for (const auto& x : batch) {
       CHECK(space.contains(x.params).ok());
@@ -108,7 +108,7 @@ TEST_CASE("the grid covers every valid configuration exactly once") {
   }
   CHECK(all.size() == 60);
   CHECK(seen.size() == 60);
-  CHECK((*s)->ask(5).empty());
+  CHECK((*s)->ask(5).value().empty());
   // Independent enumeration of the expected set.
   std::set<std::string> expected;
   for (double lr : {1e-4, 1e-1}) (void)lr;
@@ -195,17 +195,17 @@ TEST_CASE("shuffled grid: same coverage, seeded order; restore continues") {
   spec.settings = {{"shuffle", true}};
   spec.seed = 4;
   auto a = make_searcher(spec).value();
-  auto first = a->ask(60);
+  auto first = a->ask(60).value();
   std::set<std::string> seen;
   for (const auto& x : first) seen.insert(x.params.dump());
   CHECK(seen.size() == 60);
   auto b = make_searcher(spec).value();
-  auto part = b->ask(10);
+  auto part = b->ask(10).value();
   std::vector<Record> history;
   for (const auto& x : part) history.push_back({x, std::nullopt});
   auto c = make_searcher(spec).value();
   c->restore(history);
-  auto rest = c->ask(50);
+  auto rest = c->ask(50).value();
   REQUIRE(rest.size() == 50);
   for (std::size_t i = 0; i < rest.size(); ++i) CHECK(rest[i].params == first[10 + i].params);
   CHECK(c->exhausted());

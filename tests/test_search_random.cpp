@@ -64,7 +64,7 @@ TEST_CASE("the same seed gives the same suggestions; another seed does not") {
     auto a = make(spec_for(init, 42));
     auto b = make(spec_for(init, 42));
     auto c = make(spec_for(init, 43));
-    auto sa = a->ask(40), sb = b->ask(40), sc = c->ask(40);
+    auto sa = a->ask(40).value(), sb = b->ask(40).value(), sc = c->ask(40).value();
     REQUIRE(sa.size() == 40);
     int same_as_other_seed = 0;
     for (std::size_t i = 0; i < sa.size(); ++i) {
@@ -80,7 +80,7 @@ TEST_CASE("no suggestion leaves the space or breaks a condition") {
   for (std::string init : {"uniform", "sobol", "lhs"}) {
     auto s = make(spec_for(init, 5, 500));
     const Space space = mixed_space();
-    for (const auto& sug : s->ask(1000)) {
+    for (const auto& sug : s->ask(1000).value_or({})) {
       Status st = space.contains(sug.params);
       CHECK_MESSAGE(st.ok(), init << " " << sug.params.dump());
     }
@@ -90,7 +90,7 @@ TEST_CASE("no suggestion leaves the space or breaks a condition") {
 TEST_CASE("uniform suggestion k is Space::sample(Rng(derive_seed(seed, k)))") {
   auto s = make(spec_for("uniform", 9));
   const Space space = mixed_space();
-  auto sug = s->ask(10);
+  auto sug = s->ask(10).value();
   for (const auto& x : sug) {
     Rng rng(derive_seed(9, static_cast<uint64_t>(x.seq)));
     CHECK(x.params == space.sample(rng));
@@ -103,7 +103,7 @@ TEST_CASE("sobol and lhs designs are stratified") {
     CAPTURE(init);
     auto s = make(spec_for(init, 11, 64));
     std::set<int> slices_x, slices_lr;
-    for (const auto& sug : s->ask(64)) {
+    for (const auto& sug : s->ask(64).value_or({})) {
       slices_x.insert(static_cast<int>((sug.params["x"].get<double>() + 1) / 2 * 64));
       const double u = (std::log(sug.params["lr"].get<double>()) - std::log(1e-5)) / (0 - std::log(1e-5));
       slices_lr.insert(std::min(63, static_cast<int>(u * 64)));
@@ -120,7 +120,7 @@ TEST_CASE("restore after a crash continues exactly as the uninterrupted run") {
     auto full = make(spec_for(init, 77));
     std::vector<Suggestion> reference;
     for (int round = 0; round < 10; ++round) {
-      auto batch = full->ask(3);
+      auto batch = full->ask(3).value();
       reference.insert(reference.end(), batch.begin(), batch.end());
       for (const auto& s : batch) full->tell({s.seq, s.params, Outcome::kCompleted, {score(s.params)}, 1});
     }
@@ -128,7 +128,7 @@ TEST_CASE("restore after a crash continues exactly as the uninterrupted run") {
     auto first = make(spec_for(init, 77));
     std::vector<Record> history;
     for (int round = 0; round < 5; ++round) {
-      auto batch = first->ask(3);
+      auto batch = first->ask(3).value();
       for (const auto& s : batch) {
         Record r{s, std::nullopt};
         if (round < 4) {
@@ -141,7 +141,7 @@ TEST_CASE("restore after a crash continues exactly as the uninterrupted run") {
     }
     auto resumed = make(spec_for(init, 77));
     resumed->restore(history);
-    auto rest = resumed->ask(15);
+    auto rest = resumed->ask(15).value();
     REQUIRE(rest.size() == 15);
     for (std::size_t i = 0; i < rest.size(); ++i) {
       CHECK(rest[i].seq == reference[15 + i].seq);
@@ -152,7 +152,7 @@ TEST_CASE("restore after a crash continues exactly as the uninterrupted run") {
 
 TEST_CASE("failed, pruned and malformed observations do not crash; state has the best") {
   auto s = make(spec_for("uniform", 1));
-  auto sug = s->ask(4);
+  auto sug = s->ask(4).value();
   s->tell({sug[0].seq, sug[0].params, Outcome::kFailed, {}, 0});
   s->tell({sug[1].seq, sug[1].params, Outcome::kCompleted, {0.25}, 3});
   s->tell({sug[2].seq, sug[2].params, Outcome::kPruned, {0.5}, 1});
@@ -168,7 +168,7 @@ TEST_CASE("multi-objective random search reports the Pareto front") {
   auto spec = spec_for("uniform", 1);
   spec.objectives = {{"acc", true}, {"seconds", false}};
   auto s = make(spec);
-  auto sug = s->ask(4);
+  auto sug = s->ask(4).value();
   s->tell({0, sug[0].params, Outcome::kCompleted, {0.9, 10}, 1});
   s->tell({1, sug[1].params, Outcome::kCompleted, {0.8, 5}, 1});
   s->tell({2, sug[2].params, Outcome::kCompleted, {0.7, 6}, 1});  // dominated by 1

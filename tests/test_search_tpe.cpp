@@ -43,7 +43,7 @@ TEST_CASE("tpe: random startup, then suggestions concentrate on the good region 
   auto s = make_searcher(one_d({{"n_startup", 10}})).value();
   int near = 0, right_choice = 0;
   for (int i = 0; i < 80; ++i) {
-    auto x = s->ask(1).at(0);
+    auto x = s->ask(1).value().at(0);
     CHECK(x.meta["source"] == (i < 10 ? "startup" : "model"));
     if (i >= 50) {
       near += std::fabs(x.params["x"].get<double>() - 7.3) < 1.0 ? 1 : 0;
@@ -60,10 +60,10 @@ TEST_CASE("tpe: a batch over running trials is spread out by the constant liar")
   for (bool liar : {true, false}) {
     auto s = make_searcher(one_d({{"n_startup", 5}, {"constant_liar", liar}}, 3)).value();
     for (int i = 0; i < 20; ++i) {
-      auto x = s->ask(1).at(0);
+      auto x = s->ask(1).value().at(0);
       s->tell({x.seq, x.params, Outcome::kCompleted, {loss(x.params)}, 1});
     }
-    auto batch = s->ask(8);
+    auto batch = s->ask(8).value();
     REQUIRE(batch.size() == 8);
     std::vector<double> xs;
     for (const auto& b : batch) xs.push_back(b.params["x"].get<double>());
@@ -78,7 +78,7 @@ TEST_CASE("tpe: a batch over running trials is spread out by the constant liar")
 TEST_CASE("tpe: pruned trials rank after completed ones; failed ones are ignored") {
   auto s = make_searcher(one_d({{"n_startup", 3}}, 5)).value();
   for (int i = 0; i < 30; ++i) {
-    auto x = s->ask(1).at(0);
+    auto x = s->ask(1).value().at(0);
     if (i % 3 == 1) s->tell({x.seq, x.params, Outcome::kPruned, {-100.0}, 1});  // a misleadingly good partial value
     else if (i % 3 == 2) s->tell({x.seq, x.params, Outcome::kFailed, {}, 0});
     else s->tell({x.seq, x.params, Outcome::kCompleted, {loss(x.params)}, 1});

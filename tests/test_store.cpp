@@ -144,7 +144,7 @@ TEST_CASE("open creates a WAL database at the latest schema and holds one campai
   const std::string path = dir.file("c.db");
   auto store = open_ok(path);
   CHECK(fs::exists(path));
-  CHECK(Store::latest_version() == 3);
+  CHECK(Store::latest_version() == 4);
   CHECK(store->schema_version() == Store::latest_version());
   CHECK(store->journal_mode() == "wal");
   CHECK(store->path() == path);
@@ -313,7 +313,8 @@ TEST_CASE("the whole trial lifecycle") {
   require_ok(store->insert_trial(make_trial(c, 1)));
   auto counts = store->count_by_state(c);
   require_ok(counts);
-  CHECK(counts->size() == 7);
+  CHECK(counts->size() == std::size(kTrialStates));  // every state, paused included
+  CHECK(counts->at("paused") == 0);
   CHECK(counts->at("done") == 1);
   CHECK(counts->at("queued") == 1);
   CHECK(counts->at("running") == 0);
@@ -720,7 +721,7 @@ TEST_CASE("a database with a newer schema is refused") {
   auto r = Store::open(path);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code() == Errc::kUnavailable);
-  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (3); upgrade hpctune", 0) == 0);
+  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (4); upgrade hpctune", 0) == 0);
   auto ro = Store::open_readonly(path);
   REQUIRE_FALSE(ro.ok());
   CHECK(ro.error().code() == Errc::kUnavailable);
@@ -976,7 +977,7 @@ TEST_CASE("migration v2 -> v3: attempts of master restarts and interruptions are
     CHECK((*(*ro)->attempts(3))[0]["charged"] == true);
   }
   auto store = open_ok(path);
-  CHECK(store->schema_version() == 3);
+  CHECK(store->schema_version() == Store::latest_version());
   CHECK((*store->attempts(1))[0]["charged"] == false);
   CHECK((*store->attempts(2))[0]["charged"] == false);
   CHECK((*store->attempts(3))[0]["charged"] == true);
@@ -1145,4 +1146,81 @@ TEST_CASE("open_readonly: a finished database in a directory this process cannot
     REQUIRE(WIFEXITED(st2));
     CHECK(WEXITSTATUS(st2) == 0);
   }
+}
+
+TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and references kept; paused works") {
+  TempDir dir;
+  const std::string path = dir.file("v3.db");
+  int64_t c = 0, id1 = 0, id2 = 0;
+  {
+    auto v3 = open_ok(path, {.migrate_to = 3});
+    c = make_campaign(*v3);
+    id1 = *v3->insert_trial(make_trial(c, 0));
+    id2 = *v3->insert_trial(make_trial(c, 1));
+    require_ok(v3->mark_assigned(id1, 1, 0, 7, 10));
+    require_ok(v3->mark_running(id1, 1, 11));
+    require_ok(v3->add_metrics(id1, 1, 1, {{"acc", 0.5}}, 12));
+    require_ok(v3->add_lineage(id2, id1, "ga_parent"));
+    // The v3 CHECK constraint knows no 'paused'.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    sqlite3_extended_result_codes(db, 1);
+    CHECK(sqlite3_exec(db, "UPDATE trials SET state = 'paused' WHERE id = 2", nullptr, nullptr, nullptr) ==
+          SQLITE_CONSTRAINT_CHECK);
+    sqlite3_close(db);
+  }
+  {
+    // A reader of the v3 database, without migrating it: resume_from reads as "".
+    auto ro = Store::open_readonly(path);
+    require_ok(ro);
+    CHECK((*ro)->schema_version() == 3);
+    auto t = (*ro)->trial(id1);
+    require_ok(t);
+    CHECK((*t)->resume_from.empty());
+  }
+  auto store = open_ok(path);
+  CHECK(store->schema_version() == 4);
+  auto trials = store->trials(c);
+  require_ok(trials);
+  REQUIRE(trials->size() == 2);
+  CHECK((*trials)[0].state == TrialState::kRunning);
+  CHECK((*trials)[0].resume_from.empty());
+  CHECK(store->metrics(id1)->size() == 1);
+  CHECK(store->lineage(id2)->size() == 1);
+  CHECK((*store->attempts(id1))[0]["state"] == "running");
+  // Every state name of the code is in the lookup table; a name that is not is refused by the
+  // foreign key, with no CHECK list to rebuild.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM trial_states", -1, &st, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+  CHECK(sqlite3_column_int64(st, 0) == static_cast<int64_t>(std::size(kTrialStates)));
+  sqlite3_finalize(st);
+  sqlite3_exec(db, "PRAGMA foreign_keys = ON", nullptr, nullptr, nullptr);
+  CHECK(sqlite3_exec(db, "UPDATE trials SET state = 'sleeping' WHERE id = 2", nullptr, nullptr, nullptr) ==
+        SQLITE_CONSTRAINT_FOREIGNKEY);
+  CHECK(sqlite3_exec(db, "UPDATE attempts SET state = 'sleeping'", nullptr, nullptr, nullptr) ==
+        SQLITE_CONSTRAINT_FOREIGNKEY);
+  sqlite3_close(db);
+
+  // Pause: the running attempt closes as paused (uncharged); the trial waits as attempt 2 with its
+  // new parameters and checkpoint, and is assigned from there.
+  auto paused = store->pause_trial(id1, 1, {{"x", 0.25}}, "/ck/1", "paused at step 1", 20);
+  require_ok(paused);
+  CHECK(*paused);
+  CHECK(*store->pause_trial(id1, 1, {{"x", 0.5}}, "/ck/2", "again", 21) == false);  // stale
+  auto t = store->trial(id1);
+  CHECK((*t)->state == TrialState::kPaused);
+  CHECK((*t)->attempt == 2);
+  CHECK((*t)->params == nlohmann::json{{"x", 0.25}});
+  CHECK((*t)->resume_from == "/ck/1");
+  CHECK(store->count_by_state(c)->at("paused") == 1);
+  auto attempts = store->attempts(id1);
+  REQUIRE(attempts->size() == 1);
+  CHECK((*attempts)[0]["state"] == "paused");
+  CHECK((*attempts)[0]["charged"] == false);
+  require_ok(store->mark_assigned(id1, 2, 1, 8, 22));
+  CHECK((*store->trial(id1))->state == TrialState::kAssigned);
 }

@@ -1,0 +1,47 @@
+// The launcher registry (launcher.h: make_launcher): each backend's name and builder in one table.
+#include <iterator>
+
+#include "launch/backends.h"
+#include "launch/launcher.h"
+
+namespace hpctune::launch {
+namespace {
+
+struct Backend {
+  const char* name;
+  std::unique_ptr<Launcher> (*make)(LocalLauncherOptions);
+};
+
+constexpr Backend kBackends[] = {
+    {"local", make_local_launcher},
+};
+static_assert(std::size(kBackends) == std::size(kBackendNames), "every backend name has a launcher (backends.h)");
+
+}  // namespace
+
+const char* to_string(GroupState state) noexcept {
+  switch (state) {
+    case GroupState::kPending: return "pending";
+    case GroupState::kStarting: return "starting";
+    case GroupState::kRunning: return "running";
+    case GroupState::kExited: return "exited";
+  }
+  return "?";
+}
+
+std::vector<std::string> launcher_names() {
+  std::vector<std::string> out;
+  for (const Backend& b : kBackends) out.push_back(b.name);
+  return out;
+}
+
+Result<std::unique_ptr<Launcher>> make_launcher(const std::string& backend, LocalLauncherOptions options) {
+  std::string known;
+  for (const Backend& b : kBackends) {
+    if (backend == b.name) return b.make(std::move(options));
+    known += (known.empty() ? "" : ", ") + std::string(b.name);
+  }
+  return err(Errc::kConfig, "resources.backend: unknown launch backend '" + backend + "' (known: " + known + ")");
+}
+
+}  // namespace hpctune::launch

@@ -1,0 +1,106 @@
+// TrialSource: what a stage of a campaign runs. It produces the trials (ask) and decides on every
+// report of a running trial (on_report): continue, stop (pruned) or pause (end this attempt, and
+// resume the trial later, on any free group, with new parameters from a checkpoint).
+//
+// The Scheduler owns the trial lifecycle (queue, attempts, groups, the store); a source only
+// proposes and judges. SearchSource (a searcher plus its early stopper, search/) is the one kind
+// that exists; population-based training and the workflow stages (issue 11) are other sources,
+// and PBT is built on pause: a member pauses at the end of its interval and resumes from the chosen
+// member's checkpoint with the perturbed parameters.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
+
+namespace hpctune::scheduler {
+
+// A decision on a report.
+struct Verdict {
+  enum class Kind { kContinue, kStop, kPause };
+  Kind kind = Kind::kContinue;
+  // kPause: the parameters the trial resumes with (the whole set, not a patch), and the checkpoint
+  // its next attempt starts from ("" = from scratch; protocol::Assign::resume_from).
+  nlohmann::json params;
+  std::string resume_from;
+
+  static Verdict carry_on() { return {}; }
+  static Verdict stop() { return {Kind::kStop, {}, {}}; }
+  static Verdict pause(nlohmann::json params, std::string resume_from) {
+    return {Kind::kPause, std::move(params), std::move(resume_from)};
+  }
+};
+
+// What the scheduler knows of a trial when it asks a source to judge it.
+struct TrialView {
+  int64_t trial_id = 0;
+  int64_t seq = 0;
+  int64_t attempt = 1;
+  const nlohmann::json* params = nullptr;
+  std::string trial_dir;  // where the attempt writes its checkpoints ("" = none)
+};
+
+class TrialSource {
+ public:
+  virtual ~TrialSource() = default;
+  // The stage kind it implements ("search", later "pbt", ...).
+  virtual std::string kind() const = 0;
+  // Up to n new trials; fewer (even none) when it must wait, and exhausted() once it never will
+  // again. An error (the algorithm failed) ends the campaign: nothing is recorded for it.
+  virtual Result<std::vector<search::Suggestion>> ask(std::size_t n) = 0;
+  virtual bool exhausted() const = 0;
+  // A report of a running trial with the primary objective's raw value at `step`.
+  virtual Verdict on_report(const TrialView& trial, int64_t step, double value) = 0;
+  // An attempt of trial `seq` ended without a result (lost, paused): it will report from step 1 again.
+  virtual void on_attempt_end(int64_t seq) = 0;
+  // The trial's final outcome (done, pruned or failed).
+  virtual void tell(const search::Observation& observation) = 0;
+  // After a restart: every recorded trial (final ones with their observation), in seq order.
+  virtual void restore(const std::vector<search::Record>& history) = 0;
+  // Whether on_report() decisions depend on earlier reports (then a resumed master replays the
+  // recorded reports of finished trials through replay_report()/on_attempt_end()).
+  virtual bool replays_reports() const { return false; }
+  // A recorded report, shown again after a restart; true when the source would have stopped there.
+  virtual bool replay_report(int64_t seq, int64_t step, double value) {
+    (void)seq, (void)step, (void)value;
+    return false;
+  }
+  // What the source records for status and the dashboard (the searcher's state).
+  virtual nlohmann::json state() const { return nlohmann::json::object(); }
+};
+
+// The searcher and its early stopper as a source (neither is owned).
+class SearchSource final : public TrialSource {
+ public:
+  SearchSource(search::Searcher& searcher, search::EarlyStopper& stopper) : searcher_(searcher), stopper_(stopper) {}
+  std::string kind() const override { return "search"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override;
+  bool exhausted() const override { return searcher_.exhausted(); }
+  Verdict on_report(const TrialView& trial, int64_t step, double value) override {
+    return stopper_.on_report(trial.seq, step, value) == search::Decision::kStop ? Verdict::stop() : Verdict::carry_on();
+  }
+  void on_attempt_end(int64_t seq) override { stopper_.on_finish(seq); }
+  void tell(const search::Observation& observation) override {
+    searcher_.tell(observation);
+    stopper_.on_finish(observation.seq);
+  }
+  void restore(const std::vector<search::Record>& history) override { searcher_.restore(history); }
+  bool replays_reports() const override { return stopper_.name() != "none"; }
+  bool replay_report(int64_t seq, int64_t step, double value) override {
+    return stopper_.on_report(seq, step, value) == search::Decision::kStop;
+  }
+  nlohmann::json state() const override { return searcher_.state(); }
+
+ private:
+  search::Searcher& searcher_;
+  search::EarlyStopper& stopper_;
+};
+
+}  // namespace hpctune::scheduler
