@@ -206,16 +206,17 @@ std::string first_failure(const std::string& db) {
   return "\nthe first failure, trial " + std::to_string(first->id) + ": " + error;
 }
 
-// Runs the master with what `run` and `resume` share (the interrupt flag, the test-only fail
-// point, the console) and prints the outcome.
 // A master reachable from other machines: say so before it starts (issue 13 adds CURVE).
 void warn_if_network_bind(const char* command, const std::string& bind) {
   if (!loopback_endpoint(bind)) std::fprintf(stderr, "hpctune %s: warning: %s\n", command, network_bind_warning(bind).c_str());
 }
 
+// Runs the master with what `run` and `resume` share (the interrupt flag, the test-only fail
+// point, the console, the bind warning) and prints the outcome.
 template <typename Args>
-Status run_and_report(scheduler::MasterOptions& options, const Args& args, const std::atomic<int>& interrupt,
-                      bool& interrupted) {
+Status run_and_report(const char* command, scheduler::MasterOptions& options, const Args& args,
+                      const std::atomic<int>& interrupt, bool& interrupted) {
+  options.warn = [command](const std::string& text) { std::fprintf(stderr, "hpctune %s: warning: %s\n", command, text.c_str()); };
   options.groups = args.groups;
   options.bind = args.bind;
   options.interrupt = &interrupt;
@@ -265,26 +266,20 @@ Status run_and_report(scheduler::MasterOptions& options, const Args& args, const
 
 Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
-  warn_if_network_bind("run", args.bind.value_or(cfg.resources.bind));
   scheduler::MasterOptions options;
   options.db_path = args.db.empty() ? cfg.storage : args.db;
   options.config = std::move(cfg);
   options.seed = args.seed;
-  return run_and_report(options, args, interrupt, interrupted);
+  return run_and_report("run", options, args, interrupt, interrupted);
 }
 
 Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
-  // The campaign's own address unless --bind: read from its stored config (a store that cannot be
-  // read is the master's error to report, just after).
-  std::optional<std::string> bind = args.bind;
-  if (!bind) {
-    if (auto view = report::open_campaign(args.db); view.ok()) bind = report::campaign_bind(view->campaign);
-  }
-  if (bind) warn_if_network_bind("resume", *bind);
+  // The campaign's own address unless --bind: the master reads it from the stored config, after
+  // taking the master lock, and warns (options.warn) as for `run`.
   scheduler::MasterOptions options;
   options.db_path = args.db;
   options.max_trials = args.max_trials;
-  return run_and_report(options, args, interrupt, interrupted);
+  return run_and_report("resume", options, args, interrupt, interrupted);
 }
 
 Status cmd_status(const std::string& db, const std::string& format) {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "common/clock.h"
+#include "common/endpoint.h"
 #include "common/limits.h"
 #include "common/system.h"
 #include "launch/launcher.h"
@@ -500,8 +501,9 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (!resuming) campaign.warm = std::move(warm);
   const config::CampaignConfig& cfg = campaign.cfg;
 
-  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server,
-                 protocol::bind_zmq(options.bind.value_or(cfg.resources.bind), options.transport));
+  const std::string bind = options.bind.value_or(cfg.resources.bind);
+  if (!loopback_endpoint(bind) && options.warn) options.warn(network_bind_warning(bind));
+  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, options.transport));
 
   // The trial directory holds the groups' logs, the trials' parameters, checkpoints and output:
   // with storage_access owner (the default) it is 0700, so nothing below it is reachable by other

@@ -54,6 +54,10 @@ struct MasterOptions {
   std::string worker_program;                     // default: this executable
   const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
   std::function<void(const std::string&)> log;    // one line per event worth telling
+  // Told, before the master binds, when its address is reachable from other machines (the text
+  // says so: until issue 13's CURVE the traffic is unauthenticated). Once the campaign's stored
+  // config is known, so `resume` needs no read of the store ahead of the master lock.
+  std::function<void(const std::string&)> warn;
   std::function<void(const Progress&, double elapsed_s)> progress;  // at most ~10 times a second
   // Test-only: raise SIGKILL the `failpoint_hit`-th time the named point is passed
   // ("after-trial-insert", "after-result", "after-commit").
