@@ -43,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
 #include "common/result.h"
 
 namespace hpctune::protocol {
@@ -54,8 +55,9 @@ inline constexpr int kVersion = 3;
 inline constexpr int kMaxDepth = 64;
 // The environment variable that carries a launched group's credential (see above).
 inline constexpr const char* kSecretEnv = "HPCTUNE_SECRET";
-// ZMQ_MAXMSGSIZE on the master's socket: larger frames are dropped by ZeroMQ itself.
-inline constexpr int64_t kMaxMessageBytes = 4 << 20;
+// ZMQ_MAXMSGSIZE on the master's socket: larger frames are dropped by ZeroMQ itself. Declared once,
+// in common/limits.h, where the config checks that a trial's assign fits.
+inline constexpr int64_t kMaxMessageBytes = hpctune::kMaxMessageBytes;
 
 using Metrics = std::map<std::string, double>;
 

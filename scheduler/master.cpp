@@ -20,8 +20,6 @@
 #include "store/store.h"
 #include "protocol/transport.h"
 
-static_assert(hpctune::kMaxMessageBytes == hpctune::protocol::kMaxMessageBytes,
-              "common/limits.h and the protocol must agree on the message limit (config.cpp checks against it)");
 
 namespace hpctune::scheduler {
 namespace {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <set>
+#include <mutex>
 #include <thread>
 
 #include "config/config.h"
@@ -31,9 +32,27 @@ namespace {
 // A trainer whose metric is a known function of the parameters: value = -(x - 0.3)^2.
 class QuadraticTrainer final : public trainers::Trainer {
  public:
+  // What every QuadraticTrainer of this process was given, in order.
+  struct Seen {
+    int64_t trial_id, attempt;
+    nlohmann::json params;
+    std::string resume_from;
+  };
+  static std::vector<Seen>& seen() {
+    static std::vector<Seen> v;
+    return v;
+  }
+  static std::mutex& seen_mu() {
+    static std::mutex m;
+    return m;
+  }
   explicit QuadraticTrainer(std::chrono::milliseconds delay = 0ms) : delay_(delay) {}
   std::string kind() const override { return "quadratic"; }
   Result<trainers::TrialResult> run(const trainers::TrialContext& ctx) override {
+    {
+      std::lock_guard lock(seen_mu());
+      seen().push_back({ctx.trial_id, ctx.attempt, ctx.params, ctx.resume_from});
+    }
     const double x = ctx.params.at("x").get<double>();
     const double value = -(x - 0.3) * (x - 0.3);
     for (int step = 1; step <= 2; ++step) {
@@ -1016,6 +1035,32 @@ TEST_CASE("pause: the source pauses a trial; it is stored paused, then re-assign
   }
   CHECK(paused_event);
   CHECK(h.db->artifacts(id)->size() == 1);
+}
+
+TEST_CASE("pause with a real worker: the trainer of the resumed attempt gets the new parameters and the checkpoint") {
+  {
+    std::lock_guard lock(QuadraticTrainer::seen_mu());
+    QuadraticTrainer::seen().clear();
+  }
+  Harness h(1);
+  PausingSource source(*h.searcher, *h.stopper);
+  h.sched = std::make_unique<scheduler::Scheduler>(h.opt, *h.server, *h.db, source);
+  REQUIRE(h.sched->restore(Clock::now()).ok());
+  h.add_worker(0, 20ms);
+  h.pump(5s);
+  REQUIRE(h.sched->finished());
+  std::lock_guard lock(QuadraticTrainer::seen_mu());
+  const auto& seen = QuadraticTrainer::seen();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].attempt == 1);
+  CHECK(seen[0].resume_from.empty());
+  CHECK(seen[1].trial_id == seen[0].trial_id);
+  CHECK(seen[1].attempt == 2);
+  CHECK(seen[1].params == nlohmann::json{{"x", 0.9}});
+  CHECK(seen[1].resume_from == "/ck/trial-" + std::to_string(seen[0].trial_id) + "/step-1");
+  auto t = h.db->trial(seen[0].trial_id);
+  REQUIRE(t.ok());
+  CHECK((*t)->state == TrialState::kDone);
 }
 
 TEST_CASE("two stages on one pool of groups: each source is asked, trials keep their stage, resume restores each") {

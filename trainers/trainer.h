@@ -37,6 +37,9 @@ struct TrialContext {
   nlohmann::json params = nlohmann::json::object();   // the searched parameters
   nlohmann::json trainer = nlohmann::json::object();  // fixed settings, incl. "kind"
   std::string trial_dir;                              // "" when the trial keeps no files
+  // A checkpoint to start from instead of a fresh initialisation (assign's resume_from: a paused
+  // trial resumed with new parameters, as PBT's exploit does); "" = none.
+  std::string resume_from;
   int threads = 1;                                    // compute threads for this rank
   // The group's ranks when it has more than one (trainer_group.h); null for a one-rank group. On
   // every rank but the leader, report() does nothing, and stop_requested() is a collective that

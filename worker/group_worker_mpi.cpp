@@ -121,7 +121,8 @@ Status broadcast_message(MPI_Comm comm, std::string& message, Clock::time_point 
 std::string encode_context(const trainers::TrialContext& ctx) {
   nlohmann::json j{{"type", "trial"},         {"trial_id", ctx.trial_id}, {"attempt", ctx.attempt},
                    {"seed", ctx.seed},        {"params", ctx.params},     {"trainer", ctx.trainer},
-                   {"trial_dir", ctx.trial_dir}, {"threads", ctx.threads}};
+                   {"trial_dir", ctx.trial_dir}, {"threads", ctx.threads},
+                   {"resume_from", ctx.resume_from}};
   return j.dump();
 }
 
@@ -239,6 +240,7 @@ Status run_follower(const GroupWorkerOptions& options, MPI_Comm control, Watchdo
     ctx.params = j.value("params", nlohmann::json::object());
     ctx.trainer = j.value("trainer", nlohmann::json::object());
     ctx.trial_dir = j.value("trial_dir", std::string());
+    ctx.resume_from = j.value("resume_from", std::string());
     ctx.threads = j.value("threads", 1);
     ctx.stop_requested = [] { return false; };  // the leader's flag is what counts
     auto g = group_options(ctx, options);

@@ -102,6 +102,7 @@ class RunningTrial {
       ctx.params = assign_.params;
       ctx.trainer = assign_.trainer;
       ctx.trial_dir = assign_.trial_dir;
+      ctx.resume_from = assign_.resume_from;
       ctx.threads = options.threads > 0 ? options.threads : 1;
       ctx.report = [this](int64_t step, const protocol::Metrics& metrics) {
         push(protocol::Report{assign_.trial_id, assign_.attempt, step, metrics});
