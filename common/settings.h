@@ -28,6 +28,9 @@
 
 namespace hpctune {
 
+// A day in seconds: the unit the bounds of durations are written in.
+inline constexpr double kDay = 86400;
+
 enum class SettingType {
   kInt,        // a 64-bit integer (a whole float such as 256.0 is accepted)
   kFloat,      // a finite number

@@ -25,10 +25,9 @@ using nlohmann::json;
 // In reference order; a section before its keys. Keys of search.settings and the stopper keys of
 // early_stopping are imported from the search library by build_table().
 
-// Durations are bounded (issue 9, item 16): 1e300 s overflows the millisecond clocks, and a
-// deadline of days is already a mistake; a non-zero duration under 1 ms is refused by
-// check_value, as it would truncate to 0 ms.
-constexpr double kDay = 86400;
+// Durations are bounded (issue 9, item 16; kDay in common/settings.h): 1e300 s overflows the
+// millisecond clocks, and a deadline of days is already a mistake; a non-zero duration under 1 ms
+// is refused by check_value, as it would truncate to 0 ms.
 Scope param_type(std::vector<std::string> types) { return {"space.*.type", std::move(types)}; }
 
 const char* const kSpaceExample =
@@ -47,235 +46,141 @@ const char* const kSpaceExample =
 std::vector<Setting> declarations() {
   return {
       // --- campaign ---
-      {.path = "name",
-       .type = Type::kString,
-       .help = "Name of the campaign: it names the default store file and appears in every report. "
-               "Letters, digits, '.', '_' and '-'.",
-       .required = true,
-       .aliases = {"campaign", "study", "experiment"},
+      {.path = "name", .type = Type::kString,
+       .help = "Name of the campaign: it names the default store file and appears in every report. Letters, digits, "
+               "'.', '_' and '-'.", .required = true, .aliases = {"campaign", "study", "experiment"},
        .example = "fashion-mlp"},
-      {.path = "storage",
-       .type = Type::kString,
-       .help = "SQLite database file that records the campaign (its trials, reports and results); a "
-               "relative path is relative to the current directory.",
-       .aliases = {"db", "database", "store", "storage_path"},
+      {.path = "storage", .type = Type::kString,
+       .help = "SQLite database file that records the campaign (its trials, reports and results); a relative path is "
+               "relative to the current directory.", .aliases = {"db", "database", "store", "storage_path"},
        .example = "fashion-mlp.db",
        .default_note = "<name>.db",
        .reference_commented = true},
-      {.path = "storage_access",
-       .type = Type::kEnum,
-       .help = "Who may read the database and the trial directory (<storage>.trials: logs, checkpoints, "
-               "parameters, trainer.env values) that a new campaign creates: owner (files 0600, "
-               "directories 0700), group (0640, 0750) or all local users (0644, 0755). Set whatever "
-               "the umask.",
-       .default_value = "owner",
+      {.path = "storage_access", .type = Type::kEnum,
+       .help = "Who may read the database and the trial directory (<storage>.trials: logs, checkpoints, parameters, "
+               "trainer.env values) that a new campaign creates: owner (files 0600, directories 0700), group (0640, "
+               "0750) or all local users (0644, 0755). Set whatever the umask.", .default_value = "owner",
        .choices = {"owner", "group", "all"},
        .aliases = {"storage_mode", "storage_permissions"}},
-      {.path = "seed",
-       .type = Type::kInt,
-       .help = "Seed of every random choice (the search, the trials' seeds, data shuffling): the same "
-               "config and seed give the same trials.",
-       .default_value = 0,
-       .min = 0,
-       .aliases = {"random_seed", "rng_seed"}},
+      {.path = "seed", .type = Type::kInt,
+       .help = "Seed of every random choice (the search, the trials' seeds, data shuffling): the same config and "
+               "seed give the same trials.", .default_value = 0, .min = 0, .aliases = {"random_seed", "rng_seed"}},
 
       // --- objective(s) ---
-      {.path = "objective",
-       .type = Type::kSection,
+      {.path = "objective", .type = Type::kSection,
        .help = "The metric to optimise. Give either objective or objectives."},
-      {.path = "objective.metric",
-       .type = Type::kString,
-       .help = "Name of a metric the trainer reports, e.g. val_accuracy.",
-       .required = true,
+      {.path = "objective.metric", .type = Type::kString,
+       .help = "Name of a metric the trainer reports, e.g. val_accuracy.", .required = true,
        .aliases = {"name", "metric_name", "key"},
        .example = "val_accuracy"},
-      {.path = "objective.mode",
-       .type = Type::kEnum,
-       .help = "Whether larger (max) or smaller (min) values are better.",
-       .default_value = "max",
+      {.path = "objective.mode", .type = Type::kEnum,
+       .help = "Whether larger (max) or smaller (min) values are better.", .default_value = "max",
        .choices = {"max", "min"},
        .aliases = {"direction", "goal", "order"}},
-      {.path = "objectives",
-       .type = Type::kList,
-       .help = "Several metrics optimised together, whose result is a Pareto front; instead of "
-               "objective. Each item has the keys of objective:",
-       .aliases = {"metrics"},
+      {.path = "objectives", .type = Type::kList,
+       .help = "Several metrics optimised together, whose result is a Pareto front; instead of objective. Each item "
+               "has the keys of objective:", .aliases = {"metrics"},
        .example = "- {metric: val_accuracy, mode: max}\n- {metric: val_loss, mode: min}",
        .reference_commented = true},
-      {.path = "objectives[].metric",
-       .type = Type::kString,
-       .help = "Name of a metric the trainer reports.",
-       .required = true,
-       .aliases = {"name", "metric_name", "key"}},
-      {.path = "objectives[].mode",
-       .type = Type::kEnum,
-       .help = "max or min.",
-       .default_value = "max",
+      {.path = "objectives[].metric", .type = Type::kString, .help = "Name of a metric the trainer reports.",
+       .required = true, .aliases = {"name", "metric_name", "key"}},
+      {.path = "objectives[].mode", .type = Type::kEnum, .help = "max or min.", .default_value = "max",
        .choices = {"max", "min"},
        .aliases = {"direction", "goal", "order"}},
 
       // --- space ---
-      {.path = "space",
-       .type = Type::kSpace,
-       .help = "The search space: parameter name -> spec. A plain value (or a list) fixes the "
-               "parameter; a map with `type` is searched. Parameters are settings of the trainer and "
-               "override its fixed settings of the same name (any name for the command trainer; x1, "
-               "x2, ... for the function trainer). A spec has these keys:",
-       .default_value = json::object(),
+      {.path = "space", .type = Type::kSpace,
+       .help = "The search space: parameter name -> spec. A plain value (or a list) fixes the parameter; a map with "
+               "`type` is searched. Parameters are settings of the trainer and override its fixed settings of the "
+               "same name (any name for the command trainer; x1, x2, ... for the function trainer). A spec has these "
+               "keys:", .default_value = json::object(),
        .aliases = {"search_space", "params", "parameters", "hyperparameters"},
        .example = kSpaceExample},
-      {.path = "space.*.type",
-       .type = Type::kEnum,
-       .help = "The kind of parameter.",
+      {.path = "space.*.type", .type = Type::kEnum, .help = "The kind of parameter.",
        .choices = {"float", "int", "choice", "fixed"},
        .required = true,
        .aliases = {"kind"}},
-      {.path = "space.*.low",
-       .type = Type::kNumber,
-       .help = "Smallest value, inclusive (a whole number for int).",
-       .required = true,
-       .scope = param_type({"float", "int"}),
-       .aliases = {"min", "lower", "lo", "minimum"}},
-      {.path = "space.*.high",
-       .type = Type::kNumber,
-       .help = "Largest value, inclusive; above low.",
-       .required = true,
-       .scope = param_type({"float", "int"}),
-       .aliases = {"max", "upper", "hi", "maximum"}},
-      {.path = "space.*.log",
-       .type = Type::kBool,
-       .help = "Search on a log scale (low must be above 0).",
-       .default_value = false,
-       .scope = param_type({"float", "int"}),
+      {.path = "space.*.low", .type = Type::kNumber, .help = "Smallest value, inclusive (a whole number for int).",
+       .required = true, .scope = param_type({"float", "int"}), .aliases = {"min", "lower", "lo", "minimum"}},
+      {.path = "space.*.high", .type = Type::kNumber, .help = "Largest value, inclusive; above low.", .required = true,
+       .scope = param_type({"float", "int"}), .aliases = {"max", "upper", "hi", "maximum"}},
+      {.path = "space.*.log", .type = Type::kBool, .help = "Search on a log scale (low must be above 0).",
+       .default_value = false, .scope = param_type({"float", "int"}),
        .aliases = {"log_scale", "logscale", "log_uniform"}},
-      {.path = "space.*.step",
-       .type = Type::kInt,
-       .help = "Spacing of the values low, low + step, ...",
-       .default_value = 1,
-       .min = 1,
-       .scope = param_type({"int"}),
-       .aliases = {"q", "increment"}},
-      {.path = "space.*.resolution",
-       .type = Type::kInt,
-       .help = "Number of grid points from low to high; the grid search needs it on every float.",
-       .min = 2,
-       .scope = param_type({"float"}),
-       .aliases = {"points", "grid_points", "num"}},
-      {.path = "space.*.values",
-       .type = Type::kValueList,
-       .help = "The values to choose from (numbers, strings, booleans or lists).",
-       .required = true,
-       .scope = param_type({"choice"}),
-       .aliases = {"choices", "options", "categories"}},
-      {.path = "space.*.ordered",
-       .type = Type::kBool,
-       .help = "The values are ordered (ascending), so that numeric algorithms may treat the choice "
-               "as an ordinal.",
-       .default_value = false,
-       .scope = param_type({"choice"}),
-       .aliases = {"ordinal"}},
-      {.path = "space.*.value",
-       .type = Type::kValue,
-       .help = "The value.",
-       .required = true,
+      {.path = "space.*.step", .type = Type::kInt, .help = "Spacing of the values low, low + step, ...",
+       .default_value = 1, .min = 1, .scope = param_type({"int"}), .aliases = {"q", "increment"}},
+      {.path = "space.*.resolution", .type = Type::kInt,
+       .help = "Number of grid points from low to high; the grid search needs it on every float.", .min = 2,
+       .scope = param_type({"float"}), .aliases = {"points", "grid_points", "num"}},
+      {.path = "space.*.values", .type = Type::kValueList,
+       .help = "The values to choose from (numbers, strings, booleans or lists).", .required = true,
+       .scope = param_type({"choice"}), .aliases = {"choices", "options", "categories"}},
+      {.path = "space.*.ordered", .type = Type::kBool,
+       .help = "The values are ordered (ascending), so that numeric algorithms may treat the choice as an ordinal.",
+       .default_value = false, .scope = param_type({"choice"}), .aliases = {"ordinal"}},
+      {.path = "space.*.value", .type = Type::kValue, .help = "The value.", .required = true,
        .scope = param_type({"fixed"})},
-      {.path = "space.*.when",
-       .type = Type::kCondition,
-       .help = "Search the parameter only while another one has one of some values: {parent: "
-               "value} or {parent: [values]}; otherwise it is left out of the trial.",
-       .aliases = {"condition", "if", "depends_on"}},
+      {.path = "space.*.when", .type = Type::kCondition,
+       .help = "Search the parameter only while another one has one of some values: {parent: value} or {parent: "
+               "[values]}; otherwise it is left out of the trial.", .aliases = {"condition", "if", "depends_on"}},
 
       // --- search ---
-      {.path = "search",
-       .type = Type::kSection,
-       .help = "How to search and for how long.",
-       .default_value = json::object(),
-       .aliases = {"searcher", "tuner", "optimizer"}},
-      {.path = "search.algorithm",
-       .type = Type::kEnum,
-       .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, "
-               "aging (regularized) evolution, Gaussian-process Bayesian optimisation or a "
-               "tree-structured Parzen estimator.",
-       .default_value = "random",
-       .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe"},
+      {.path = "search", .type = Type::kSection, .help = "How to search and for how long.",
+       .default_value = json::object(), .aliases = {"searcher", "tuner", "optimizer"}},
+      {.path = "search.algorithm", .type = Type::kEnum,
+       .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, aging (regularized) "
+               "evolution, Gaussian-process Bayesian optimisation or a tree-structured Parzen estimator.",
+       .default_value = "random", .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe"},
        .aliases = {"method", "strategy", "sampler", "type", "kind"}},
-      {.path = "search.max_trials",
-       .type = Type::kInt,
-       .help = "Number of trials to run: the campaign's budget.",
-       .min = 1,
-       .required = true,
-       .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},
+      {.path = "search.max_trials", .type = Type::kInt, .help = "Number of trials to run: the campaign's budget.",
+       .min = 1, .required = true, .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},
        .example = "20"},
-      {.path = "search.max_time",
-       .type = Type::kDuration,
-       .help = "Wall-clock budget: no trial starts after it (0 = unlimited).",
-       .default_value = 0,
-       .min = 0,
-       .max = 365 * kDay,
-       .aliases = {"timeout", "time_limit", "time_budget", "max_duration"}},
-      {.path = "search.max_attempts",
-       .type = Type::kInt,
-       .help = "Attempts per trial when its trainer group is lost (the group's process dies, or it is "
-               "silent past heartbeat_timeout): the trial is run again until it has been attempted this "
-               "often, then recorded as failed. A trial whose trainer reports an error (a command that "
-               "exits non-zero, a diverged loss) fails at once; it is not retried.",
-       .default_value = 3,
-       .min = 1,
-       .max = 100,
+      {.path = "search.max_time", .type = Type::kDuration,
+       .help = "Wall-clock budget: no trial starts after it (0 = unlimited).", .default_value = 0, .min = 0,
+       .max = 365 * kDay, .aliases = {"timeout", "time_limit", "time_budget", "max_duration"}},
+      {.path = "search.max_attempts", .type = Type::kInt,
+       .help = "Attempts per trial when its trainer group is lost (the group's process dies, or it is silent past "
+               "heartbeat_timeout): the trial is run again until it has been attempted this often, then recorded as "
+               "failed. A trial whose trainer reports an error (a command that exits non-zero, a diverged loss) "
+               "fails at once; it is not retried.", .default_value = 3, .min = 1, .max = 100,
        .aliases = {"attempts", "retries", "max_retries"}},
-      {.path = "search.max_failures",
-       .type = Type::kInt,
-       .help = "Stop the campaign (exit 1) once this many trials have failed before any trial "
-               "succeeded: a broken trainer or a misspelt metric fails every trial alike, so "
-               "running the whole budget would only repeat it (0 = never stop).",
-       .default_value = 5,
-       .min = 0,
+      {.path = "search.max_failures", .type = Type::kInt,
+       .help = "Stop the campaign (exit 1) once this many trials have failed before any trial succeeded: a broken "
+               "trainer or a misspelt metric fails every trial alike, so running the whole budget would only repeat "
+               "it (0 = never stop).", .default_value = 5, .min = 0,
        .aliases = {"max_failed_trials", "failure_limit"}},
-      {.path = "search.init",
-       .type = Type::kEnum,
-       .help = "Initial design of the algorithms that have one (random search: all its points): "
-               "independent uniform draws, a scrambled Sobol sequence or a Latin hypercube. It is "
-               "that algorithm's `init` setting; the default is the algorithm's.",
-       .choices = {"uniform", "sobol", "lhs"},
+      {.path = "search.init", .type = Type::kEnum,
+       .help = "Initial design of the algorithms that have one (random search: all its points): independent uniform "
+               "draws, a scrambled Sobol sequence or a Latin hypercube. It is that algorithm's `init` setting; the "
+               "default is the algorithm's.", .choices = {"uniform", "sobol", "lhs"},
        .aliases = {"initial_design", "design", "sampling"},
        .example = "uniform",
        .default_note = "per algorithm",  // build_table() lists them
        .reference_commented = true},
-      {.path = "search.warm_start",
-       .type = Type::kString,
-       .help = "Store file of an earlier campaign whose finished trials seed the search (trials "
-               "outside this space are ignored); \"\" for none.",
-       .default_value = "",
-       .aliases = {"warmstart", "resume_from"}},
-      {.path = "search.settings",
-       .type = Type::kSection,
-       .help = "Settings of the search algorithm; each algorithm's keys are listed here (those of "
-               "the other algorithms commented out).",
-       .default_value = json::object(),
+      {.path = "search.warm_start", .type = Type::kString,
+       .help = "Store file of an earlier campaign whose finished trials seed the search (trials outside this space "
+               "are ignored); \"\" for none.", .default_value = "", .aliases = {"warmstart", "resume_from"}},
+      {.path = "search.settings", .type = Type::kSection,
+       .help = "Settings of the search algorithm; each algorithm's keys are listed here (those of the other "
+               "algorithms commented out).", .default_value = json::object(),
        .aliases = {"options", "params", "config"},
        .open = true},
 
       // --- early stopping ---
-      {.path = "early_stopping",
-       .type = Type::kSection,
-       .help = "Stop unpromising trials early, judged on the objective in their intermediate "
-               "reports (needs a single objective).",
-       .default_value = json::object(),
+      {.path = "early_stopping", .type = Type::kSection,
+       .help = "Stop unpromising trials early, judged on the objective in their intermediate reports (needs a single "
+               "objective).", .default_value = json::object(),
        .aliases = {"pruner", "pruning", "scheduler", "early_stop"}},
-      {.path = "early_stopping.kind",
-       .type = Type::kEnum,
-       .help = "The stopping rule: none, asynchronous successive halving, Hyperband, or the median "
-               "stopping rule. The other keys depend on it.",
-       .default_value = "none",
+      {.path = "early_stopping.kind", .type = Type::kEnum,
+       .help = "The stopping rule: none, asynchronous successive halving, Hyperband, or the median stopping rule. "
+               "The other keys depend on it.", .default_value = "none",
        .choices = {"none", "asha", "hyperband", "median"},
        .aliases = {"type", "algorithm", "rule"}},
 
       // --- trainer ---
-      {.path = "trainer",
-       .type = Type::kSection,
-       .help = "What each trial runs: `kind` picks the trainer and the other keys are its fixed "
-               "settings (a space parameter of the same name overrides one).",
-       .default_value = json::object(),
+      {.path = "trainer", .type = Type::kSection,
+       .help = "What each trial runs: `kind` picks the trainer and the other keys are its fixed settings (a space "
+               "parameter of the same name overrides one).", .default_value = json::object(),
        .aliases = {"model", "training", "objective_function"}},
       {.path = "trainer.kind",
        .type = Type::kEnum,
@@ -287,11 +192,8 @@ std::vector<Setting> declarations() {
 
 
       // --- resources ---
-      {.path = "resources",
-       .type = Type::kSection,
-       .help = "Where and how the trials run.",
-       .default_value = json::object(),
-       .aliases = {"resource", "cluster", "compute"}},
+      {.path = "resources", .type = Type::kSection, .help = "Where and how the trials run.",
+       .default_value = json::object(), .aliases = {"resource", "cluster", "compute"}},
       {.path = "resources.backend",
        .type = Type::kEnum,
        .help = "How trainer groups are started: local processes on this machine.",
@@ -299,76 +201,38 @@ std::vector<Setting> declarations() {
        // The launch registry's names, declared once (launch/backends.h).
        .choices = std::vector<std::string>(std::begin(launch::kBackendNames), std::end(launch::kBackendNames)),
        .aliases = {"launcher", "executor"}},
-      {.path = "resources.groups",
-       .type = Type::kInt,
-       .help = "Number of trainer groups, i.e. of trials running at the same time.",
-       .default_value = 1,
-       .min = 1,
-       .max = 4096,
-       .aliases = {"workers", "parallel", "parallelism", "concurrency", "n_jobs"}},
-      {.path = "resources.ranks",
-       .type = Type::kSection,
-       .help = "Processes per trainer group.",
-       .default_value = json::object(),
-       .aliases = {"processes", "procs"}},
-      {.path = "resources.ranks.data",
-       .type = Type::kInt,
-       .help = "Data-parallel ranks: processes that train one trial together.",
-       .default_value = 1,
-       .min = 1,
-       .max = 65536,
-       .aliases = {"data_parallel", "dp"}},
-      {.path = "resources.ranks.model",
-       .type = Type::kInt,
-       .help = "Model-parallel ranks per data-parallel rank.",
-       .default_value = 1,
-       .min = 1,
-       .max = 1024,
-       .aliases = {"model_parallel", "mp", "tensor"}},
-      {.path = "resources.threads",
-       .type = Type::kInt,
-       .help = "Compute threads per rank (0 = the machine's cores shared among the ranks).",
-       .default_value = 0,
-       .min = 0,
-       .max = 1024,
-       .aliases = {"num_threads", "omp_threads", "cpus"}},
-      {.path = "resources.heartbeat_interval",
-       .type = Type::kDuration,
-       .help = "How often a trainer group tells the master it is alive.",
-       .default_value = 1,
-       .min = 0.01,
-       .max = 3600,
+      {.path = "resources.groups", .type = Type::kInt,
+       .help = "Number of trainer groups, i.e. of trials running at the same time.", .default_value = 1, .min = 1,
+       .max = 4096, .aliases = {"workers", "parallel", "parallelism", "concurrency", "n_jobs"}},
+      {.path = "resources.ranks", .type = Type::kSection, .help = "Processes per trainer group.",
+       .default_value = json::object(), .aliases = {"processes", "procs"}},
+      {.path = "resources.ranks.data", .type = Type::kInt,
+       .help = "Data-parallel ranks: processes that train one trial together.", .default_value = 1, .min = 1,
+       .max = 65536, .aliases = {"data_parallel", "dp"}},
+      {.path = "resources.ranks.model", .type = Type::kInt, .help = "Model-parallel ranks per data-parallel rank.",
+       .default_value = 1, .min = 1, .max = 1024, .aliases = {"model_parallel", "mp", "tensor"}},
+      {.path = "resources.threads", .type = Type::kInt,
+       .help = "Compute threads per rank (0 = the machine's cores shared among the ranks).", .default_value = 0,
+       .min = 0, .max = 1024, .aliases = {"num_threads", "omp_threads", "cpus"}},
+      {.path = "resources.heartbeat_interval", .type = Type::kDuration,
+       .help = "How often a trainer group tells the master it is alive.", .default_value = 1, .min = 0.01, .max = 3600,
        .aliases = {"heartbeat", "heartbeat_period"}},
-      {.path = "resources.heartbeat_timeout",
-       .type = Type::kDuration,
-       .help = "A group silent for this long is lost and its trial is run again; must be greater "
-               "than heartbeat_interval.",
-       .default_value = 10,
-       .min = 0.1,
-       .max = 7 * kDay,
+      {.path = "resources.heartbeat_timeout", .type = Type::kDuration,
+       .help = "A group silent for this long is lost and its trial is run again; must be greater than "
+               "heartbeat_interval.", .default_value = 10, .min = 0.1, .max = 7 * kDay,
        .aliases = {"heartbeat_deadline", "liveness_timeout"}},
-      {.path = "resources.max_group_restarts",
-       .type = Type::kInt,
-       .help = "How often a lost trainer group is started again before the campaign stops.",
-       .default_value = 3,
-       .min = 0,
-       .max = 1000,
-       .aliases = {"restarts", "max_restarts", "group_restarts"}},
-      {.path = "resources.startup_timeout",
-       .type = Type::kDuration,
-       .help = "How long a new trainer group may take to connect to the master.",
-       .default_value = 60,
-       .min = 0.1,
-       .max = 7 * kDay,
-       .aliases = {"start_timeout", "connect_timeout", "launch_timeout"}},
-      {.path = "resources.bind",
-       .type = Type::kString,
-       .help = "The address the master listens on for its trainer groups: tcp://HOST:PORT (HOST an "
-               "address, a host or interface name, [IPv6] or * for every interface; PORT 1..65535 or * "
-               "for a free one) or ipc://PATH. The default is reachable from this machine only. Any other "
-               "address is warned about: the transport neither encrypts nor authenticates yet (each "
-               "worker still proves itself with its launch credential). `hpctune run --bind` overrides it.",
-       .default_value = "tcp://127.0.0.1:*",
+      {.path = "resources.max_group_restarts", .type = Type::kInt,
+       .help = "How often a lost trainer group is started again before the campaign stops.", .default_value = 3,
+       .min = 0, .max = 1000, .aliases = {"restarts", "max_restarts", "group_restarts"}},
+      {.path = "resources.startup_timeout", .type = Type::kDuration,
+       .help = "How long a new trainer group may take to connect to the master.", .default_value = 60, .min = 0.1,
+       .max = 7 * kDay, .aliases = {"start_timeout", "connect_timeout", "launch_timeout"}},
+      {.path = "resources.bind", .type = Type::kString,
+       .help = "The address the master listens on for its trainer groups: tcp://HOST:PORT (HOST an address, a host "
+               "or interface name, [IPv6] or * for every interface; PORT 1..65535 or * for a free one) or "
+               "ipc://PATH. The default is reachable from this machine only. Any other address is warned about: the "
+               "transport neither encrypts nor authenticates yet (each worker still proves itself with its launch "
+               "credential). `hpctune run --bind` overrides it.", .default_value = "tcp://127.0.0.1:*",
        .aliases = {"listen", "address", "master_address", "endpoint", "bind_address"}},
   };
 }

@@ -7,8 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <set>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "config/config.h"
@@ -78,6 +79,19 @@ search::Space one_dim_space() {
   return space.value();
 }
 
+// Random search over one_dim_space(), maximizing "score".
+std::unique_ptr<search::Searcher> random_searcher(uint64_t seed, int64_t max_trials) {
+  search::SearchSpec spec;
+  spec.algorithm = "random";
+  spec.space = one_dim_space();
+  spec.objectives = {{"score", true}};
+  spec.seed = seed;
+  spec.max_trials = max_trials;
+  auto searcher = search::make_searcher(spec);
+  REQUIRE(searcher.ok());
+  return std::move(searcher).value();
+}
+
 struct Harness {
   explicit Harness(int64_t max_trials, int64_t max_attempts = 3, std::chrono::milliseconds hb_timeout = 400ms) {
     auto s = store::Store::open(":memory:");
@@ -90,15 +104,7 @@ struct Harness {
     REQUIRE(id.ok());
     campaign_id = id.value();
 
-    search::SearchSpec spec;
-    spec.algorithm = "random";
-    spec.space = one_dim_space();
-    spec.objectives = {{"score", true}};
-    spec.seed = 11;
-    spec.max_trials = max_trials;
-    auto searcher_r = search::make_searcher(spec);
-    REQUIRE(searcher_r.ok());
-    searcher = std::move(searcher_r).value();
+    searcher = random_searcher(11, max_trials);
     auto stopper_r = search::make_stopper(search::StopperSpec{});
     REQUIRE(stopper_r.ok());
     stopper = std::move(stopper_r).value();
@@ -135,6 +141,23 @@ struct Harness {
       };
       (void)worker::run_worker(*client, o);
     });
+  }
+
+  // A worker for `group` on a detached thread (for the forked cases that end the process from the
+  // worker's own thread), silent, with `stop_grace` and trainers from `make`.
+  void add_detached_worker(int64_t group, std::chrono::milliseconds stop_grace, trainers::MakeTrainer make) {
+    auto client = std::shared_ptr<protocol::ClientTransport>(hub.connect());
+    const std::string secret = credential(group);
+    std::thread([this, client, group, secret, stop_grace, make] {
+      worker::WorkerOptions o;
+      o.group = group;
+      o.secret = secret;
+      o.terminate = &terminate;
+      o.stop_grace = stop_grace;
+      o.log = [](const std::string&) {};
+      o.make = make;
+      (void)worker::run_worker(*client, o);
+    }).detach();
   }
 
   // A new launch of `group`: its credential, as the launcher would hand it over.
@@ -253,6 +276,19 @@ class StuckTrainer final : public trainers::Trainer {
   }
 };
 
+// Waits up to `limit` for the child `pid` to exit; kills it past that. Its wait status when it
+// ended by itself, none when it had to be killed.
+std::optional<int> wait_child(pid_t pid, std::chrono::milliseconds limit) {
+  const auto started = Clock::now();
+  int status = 0;
+  pid_t ended = 0;
+  while ((ended = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() - started < limit) std::this_thread::sleep_for(5ms);
+  if (ended != 0) return status;
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return std::nullopt;
+}
+
 TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace after losing its master") {
   const auto started = Clock::now();
   std::fflush(stdout);  // what doctest has buffered is printed once, not again by the child
@@ -264,20 +300,9 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
     int code = 98;
     try {
       Harness h(1, 3, 200ms);
-      auto client = std::shared_ptr<protocol::ClientTransport>(h.hub.connect());
-      const std::string secret = h.credential(0);
-      std::thread([&h, client, secret] {
-        worker::WorkerOptions o;
-        o.group = 0;
-        o.secret = secret;
-        o.terminate = &h.terminate;
-        o.stop_grace = 100ms;
-        o.log = [](const std::string&) {};
-        o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
-          return std::unique_ptr<trainers::Trainer>(new StuckTrainer());
-        };
-        (void)worker::run_worker(*client, o);
-      }).detach();
+      h.add_detached_worker(0, 100ms, [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
+        return std::unique_ptr<trainers::Trainer>(new StuckTrainer());
+      });
       h.pump(3s, [&h] { return !h.trials().empty() && h.trials()[0].state == TrialState::kRunning; });
       code = h.trials()[0].state == TrialState::kRunning ? 97 : 96;
       std::this_thread::sleep_for(15s);  // the master is gone: nobody answers the worker any more
@@ -285,14 +310,9 @@ TEST_CASE("a worker whose trial ignores stop requests exits within stop_grace af
     }
     _exit(code);
   }
-  int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() - started < 5s) std::this_thread::sleep_for(5ms);
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL("the worker process did not end within 5 s");
-  }
+  const auto waited = wait_child(pid, 5s);
+  if (!waited) FAIL("the worker process did not end within 5 s");
+  const int status = waited.value_or(0);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == worker::kTrialStuckExitCode);
   // 200 ms heartbeat timeout + 100 ms stop_grace, with room for a loaded machine.
@@ -326,20 +346,10 @@ TEST_CASE("a worker whose trainer hangs after its result exits within stop_grace
     close(report[0]);
     try {
       Harness h(1, 3, 5000ms);
-      auto client = std::shared_ptr<protocol::ClientTransport>(h.hub.connect());
-      const std::string secret = h.credential(0);
-      std::thread([&h, client, secret] {
-        worker::WorkerOptions o;
-        o.group = 0;
-        o.secret = secret;
-        o.terminate = &h.terminate;
-        o.stop_grace = 500ms;  // time enough for the master to record the result first
-        o.log = [](const std::string&) {};
-        o.make = [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
-          return std::unique_ptr<trainers::Trainer>(new StuckInCleanupTrainer());
-        };
-        (void)worker::run_worker(*client, o);
-      }).detach();
+      // A stop_grace of 500 ms: time enough for the master to record the result first.
+      h.add_detached_worker(0, 500ms, [](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
+        return std::unique_ptr<trainers::Trainer>(new StuckInCleanupTrainer());
+      });
       h.pump(3s, [&h] { return !h.trials().empty() && h.trials()[0].state == TrialState::kDone; });
       const char done = !h.trials().empty() && h.trials()[0].state == TrialState::kDone ? 'd' : 'x';
       (void)!write(report[1], &done, 1);
@@ -349,17 +359,12 @@ TEST_CASE("a worker whose trainer hangs after its result exits within stop_grace
     _exit(98);
   }
   close(report[1]);
-  int status = 0;
-  pid_t ended = 0;
-  while ((ended = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() - started < 5s) std::this_thread::sleep_for(5ms);
-  if (ended == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
+  const auto waited = wait_child(pid, 5s);
   char done = 0;
   const bool said = read(report[0], &done, 1) == 1;
   close(report[0]);
-  REQUIRE_MESSAGE(ended != 0, "the worker process did not end within 5 s");
+  REQUIRE_MESSAGE(waited.has_value(), "the worker process did not end within 5 s");
+  const int status = *waited;
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == worker::kTrialStuckExitCode);
   // The result was sent before the join: the master recorded the trial as done.
@@ -622,14 +627,7 @@ TEST_CASE("restore queues running trials again and keeps finished ones") {
     REQUIRE(a2);
     running_id = a2->trial_id;
     // "The master dies": rebuild a scheduler over the same store.
-    search::SearchSpec spec;
-    spec.algorithm = "random";
-    spec.space = one_dim_space();
-    spec.objectives = {{"score", true}};
-    spec.seed = 11;
-    spec.max_trials = 3;
-    auto searcher = search::make_searcher(spec);
-    REQUIRE(searcher.ok());
+    auto searcher = random_searcher(11, 3);
     auto stopper = search::make_stopper(search::StopperSpec{});
     REQUIRE(stopper.ok());
     protocol::InProcHub hub2;
@@ -638,7 +636,7 @@ TEST_CASE("restore queues running trials again and keeps finished ones") {
     opt.campaign_id = h.campaign_id;
     opt.objectives = {{"score", true}};
     opt.max_trials = 3;
-    scheduler::Scheduler again(opt, *server2, *h.db, **searcher, **stopper);
+    scheduler::Scheduler again(opt, *server2, *h.db, *searcher, **stopper);
     REQUIRE(again.restore(Clock::now()).ok());
     auto p = again.progress();
     CHECK(p.done == 1);
@@ -1069,15 +1067,8 @@ TEST_CASE("two stages on one pool of groups: each source is asked, trials keep t
   auto s2 = h.db->create_stage(h.campaign_id, "search", "b", nlohmann::json::object(), 1);
   REQUIRE(s1.ok());
   REQUIRE(s2.ok());
-  search::SearchSpec spec;
-  spec.algorithm = "random";
-  spec.space = one_dim_space();
-  spec.objectives = {{"score", true}};
-  spec.seed = 12;
-  spec.max_trials = 3;
-  auto searcher2 = search::make_searcher(spec);
-  REQUIRE(searcher2.ok());
-  scheduler::SearchSource a(*h.searcher, *h.stopper), b(**searcher2, *h.stopper);
+  auto searcher2 = random_searcher(12, 3);
+  scheduler::SearchSource a(*h.searcher, *h.stopper), b(*searcher2, *h.stopper);
   auto two = [&] {
     return std::vector<scheduler::StageSource>{{*s1, &a, 2}, {*s2, &b, 3}};
   };

@@ -4,51 +4,27 @@
 
 namespace hpctune::trainers {
 
-namespace {
-constexpr double kDay = 86400;
-}  // namespace
-
 const std::vector<SettingDecl>& command_setting_specs() {
   using T = SettingType;
   // Not const: tests change a declaration through mutable_setting_specs_for_testing().
   static std::vector<SettingDecl> specs = {
-      {.key = "command",
-       .type = T::kString,
-       .help = "The command line run for each trial.",
+      {.key = "command", .type = T::kString, .help = "The command line run for each trial.",
        .aliases = {"cmd", "run", "exec", "program"},
        .required = true,
        .example = "python3 train.py"},
-      {.key = "timeout",
-       .type = T::kDuration,
-       .default_value = 0.0,
-       .min = 0,
-       .max = 365 * kDay,
-       .help = "Stop the command after this long (0 = no limit).",
-       .aliases = {"time_limit", "max_time"}},
-      {.key = "workdir",
-       .type = T::kString,
-       .default_value = "",
+      {.key = "timeout", .type = T::kDuration, .default_value = 0.0, .min = 0, .max = 365 * kDay,
+       .help = "Stop the command after this long (0 = no limit).", .aliases = {"time_limit", "max_time"}},
+      {.key = "workdir", .type = T::kString, .default_value = "",
        .help = "Working directory of the command (\"\" = the current directory).",
        .aliases = {"cwd", "dir", "working_directory"}},
-      {.key = "env",
-       .type = T::kStringMap,
-       .default_value = nlohmann::json::object(),
-       .help = "Extra environment variables of the command.",
-       .aliases = {"environment", "vars"}},
-      {.key = "grace",
-       .type = T::kDuration,
-       .default_value = 5.0,
-       .min = 0,
-       .max = 3600,
+      {.key = "env", .type = T::kStringMap, .default_value = nlohmann::json::object(),
+       .help = "Extra environment variables of the command.", .aliases = {"environment", "vars"}},
+      {.key = "grace", .type = T::kDuration, .default_value = 5.0, .min = 0, .max = 3600,
        .help = "After a stop request, how long the command has to exit before it is killed.",
        .aliases = {"grace_period", "kill_timeout"}},
-      {.key = "log_limit",
-       .type = T::kInt,
-       .default_value = 10'000'000,
-       .min = 0,
-       .help = "Bytes kept of each of the trial's stdout.log and stderr.log: the first half, a line saying how "
-               "much was cut, and the last half (0 = no limit).",
-       .aliases = {"max_log_bytes", "log_size"}},
+      {.key = "log_limit", .type = T::kInt, .default_value = 10'000'000, .min = 0,
+       .help = "Bytes kept of each of the trial's stdout.log and stderr.log: the first half, a line saying how much "
+               "was cut, and the last half (0 = no limit).", .aliases = {"max_log_bytes", "log_size"}},
   };
   return specs;
 }

@@ -95,15 +95,9 @@ class RunningTrial {
   void body(const WorkerOptions& options) {
     protocol::Failed failed{assign_.trial_id, assign_.attempt, "", ""};
     try {
-      trainers::TrialContext ctx;
-      ctx.trial_id = assign_.trial_id;
-      ctx.attempt = assign_.attempt;
-      ctx.seed = assign_.seed;
-      ctx.params = assign_.params;
-      ctx.trainer = assign_.trainer;
-      ctx.trial_dir = assign_.trial_dir;
-      ctx.resume_from = assign_.resume_from;
-      ctx.threads = options.threads > 0 ? options.threads : 1;
+      trainers::TrialContext ctx{.trial_id = assign_.trial_id, .attempt = assign_.attempt, .seed = assign_.seed,
+                                 .params = assign_.params, .trainer = assign_.trainer, .trial_dir = assign_.trial_dir,
+                                 .resume_from = assign_.resume_from, .threads = options.threads > 0 ? options.threads : 1};
       ctx.report = [this](int64_t step, const protocol::Metrics& metrics) {
         push(protocol::Report{assign_.trial_id, assign_.attempt, step, metrics});
       };
