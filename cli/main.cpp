@@ -62,6 +62,12 @@ hpctune::Result<T> parse_integer(const std::string& option, const std::string& t
   return value;
 }
 
+// --bind: an address the master can listen on (common/endpoint.h), else a usage error.
+hpctune::Status check_bind(const std::string& address) {
+  if (auto problem = hpctune::endpoint_problem(address)) return hpctune::err(hpctune::Errc::kUsage, "--bind: " + *problem);
+  return hpctune::Status::Ok();
+}
+
 // A database path for `run` and `resume`: a file. ":memory:" would run the whole campaign and
 // throw it away, and SQLite URIs ("file:...?mode=...") would bypass the lock next to the file.
 hpctune::Status check_db_path(const std::string& option, const std::string& path) {
@@ -284,8 +290,7 @@ int main(int argc, char** argv) {
         run.seed = *v;
       }
       if (*run_bind_opt) {
-        if (auto problem = hpctune::endpoint_problem(run_bind))
-          return usage(hpctune::err(hpctune::Errc::kUsage, "--bind: " + *problem), "run");
+        if (auto s = check_bind(run_bind); !s.ok()) return usage(s, "run");
         run.bind = run_bind;
       }
       int rc = report(cmd_run(run, g_interrupts, interrupted), "run");
@@ -309,8 +314,7 @@ int main(int argc, char** argv) {
         r.max_trials = *n;
       }
       if (*resume_bind_opt) {
-        if (auto problem = hpctune::endpoint_problem(resume_bind))
-          return usage(hpctune::err(hpctune::Errc::kUsage, "--bind: " + *problem), "resume");
+        if (auto s = check_bind(resume_bind); !s.ok()) return usage(s, "resume");
         r.bind = resume_bind;
       }
       int rc = report(cmd_resume(r, g_interrupts, interrupted), "resume");

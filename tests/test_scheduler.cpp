@@ -128,36 +128,33 @@ struct Harness {
   }
 
   void add_worker(int64_t group, std::chrono::milliseconds delay = 0ms) {
+    worker::WorkerOptions o = worker_options(group);
+    o.reconnect_initial = 20ms;
+    o.make = [delay](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
+      return std::unique_ptr<trainers::Trainer>(new QuadraticTrainer(delay));
+    };
     auto client = std::shared_ptr<protocol::ClientTransport>(hub.connect());
-    const std::string secret = credential(group);
-    threads.emplace_back([this, client, group, delay, secret] {
-      worker::WorkerOptions o;
-      o.group = group;
-      o.secret = secret;
-      o.terminate = &terminate;
-      o.reconnect_initial = 20ms;
-      o.make = [delay](const std::string&) -> Result<std::unique_ptr<trainers::Trainer>> {
-        return std::unique_ptr<trainers::Trainer>(new QuadraticTrainer(delay));
-      };
-      (void)worker::run_worker(*client, o);
-    });
+    threads.emplace_back([client, o] { (void)worker::run_worker(*client, o); });
   }
 
   // A worker for `group` on a detached thread (for the forked cases that end the process from the
   // worker's own thread), silent, with `stop_grace` and trainers from `make`.
   void add_detached_worker(int64_t group, std::chrono::milliseconds stop_grace, trainers::MakeTrainer make) {
+    worker::WorkerOptions o = worker_options(group);
+    o.stop_grace = stop_grace;
+    o.log = [](const std::string&) {};
+    o.make = std::move(make);
     auto client = std::shared_ptr<protocol::ClientTransport>(hub.connect());
-    const std::string secret = credential(group);
-    std::thread([this, client, group, secret, stop_grace, make] {
-      worker::WorkerOptions o;
-      o.group = group;
-      o.secret = secret;
-      o.terminate = &terminate;
-      o.stop_grace = stop_grace;
-      o.log = [](const std::string&) {};
-      o.make = make;
-      (void)worker::run_worker(*client, o);
-    }).detach();
+    std::thread([client, o] { (void)worker::run_worker(*client, o); }).detach();
+  }
+
+  // A worker of `group` with its launch credential, ending with the harness.
+  worker::WorkerOptions worker_options(int64_t group) {
+    worker::WorkerOptions o;
+    o.group = group;
+    o.secret = credential(group);
+    o.terminate = &terminate;
+    return o;
   }
 
   // A new launch of `group`: its credential, as the launcher would hand it over.

@@ -1,6 +1,9 @@
-// The table of trainer kinds. A new kind is one line in kKinds, one in the catalog of declared
-// settings (trainer_settings.cpp), and its own files.
+// How to make each trainer kind. The kinds themselves (their names, help and settings) are
+// declared once, in the catalog (trainer_settings.cpp); a new kind is a line there, one here and
+// its own files.
 #include <memory>
+
+#include <algorithm>
 
 #include "trainers/cnn_trainer.h"
 #include "trainers/command_trainer.h"
@@ -20,7 +23,6 @@ struct KindEntry {
   std::unique_ptr<Trainer> (*make)(const TrainerServices& services);
 };
 
-// Sorted by name: trainer_kinds() and the error messages list them in this order.
 const KindEntry kKinds[] = {
     {"cnn", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<CnnTrainer>(s.datasets); }},
     {"command", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<CommandTrainer>(); }},
@@ -35,25 +37,21 @@ const KindEntry* find_kind(const std::string& kind) {
   return nullptr;
 }
 
-Error unknown_kind(const std::string& kind) {
-  std::string known;
-  for (const auto& entry : kKinds) known += (known.empty() ? "" : ", ") + std::string(entry.name);
-  return err(Errc::kInvalidArgument, "unknown trainer kind '" + kind + "' (known: " + known + ")");
-}
-
 }  // namespace
 
 std::vector<std::string> trainer_kinds() {
   std::vector<std::string> out;
-  for (const auto& entry : kKinds) out.emplace_back(entry.name);
+  for (const auto& k : trainer_catalog()) out.push_back(k.kind);
+  std::sort(out.begin(), out.end());
   return out;
 }
 
 Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind) { return make_trainer(kind, TrainerServices{}); }
 
 Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind, const TrainerServices& services) {
+  if (auto declared = trainer_setting_specs(kind); !declared.ok()) return std::move(declared).error();  // unknown kind
   const KindEntry* entry = find_kind(kind);
-  if (entry == nullptr) return unknown_kind(kind);
+  if (entry == nullptr) return err(Errc::kInternal, "trainer kind '" + kind + "' is declared but has no constructor");
   return entry->make(services);
 }
 
