@@ -21,6 +21,7 @@
 #include "common/endpoint.h"
 #include "config/config.h"
 #include "scheduler/master.h"
+#include "workflow/stages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
 #include "report/campaign.h"
@@ -225,6 +226,7 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
   Console console;
   options.log = [&](const std::string& line) { console.log(line); };
   options.progress = [&](const scheduler::Progress& p, double elapsed) { console.progress(p, elapsed); };
+  options.make_stage = workflow::make_stage;
   auto outcome = scheduler::run_master(options);
   console.finish();
   if (!outcome.ok()) return std::move(outcome).error();

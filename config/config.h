@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,33 @@ struct Resources {
   std::string bind = "tcp://127.0.0.1:*";  // the master's address (common/endpoint.h: the forms)
 };
 
+struct CampaignConfig;
+
+// search.stop_when: the stage ends once a done trial's `metric` reaches `reaches` (>= when
+// maximize, <= otherwise; maximize defaults to the objective's mode when the metric is an
+// objective, else to max).
+struct StopWhen {
+  std::string metric;
+  double reaches = 0;
+  bool maximize = true;
+};
+
+// One item of `stages:`. `own` is the campaign as the stage sees it: the top level's objective,
+// resources and trainer with the stage's own search, space, early_stopping and trainer keys laid
+// over them (a stage without a search of its own: search.max_trials 1 and an empty space there).
+// `settings` holds the kind's own keys, normalized with their defaults:
+//   ensemble  method, max_size, bagging, bag_fraction, k, retrain ({top, seeds} or null)
+//   transfer  classes, max_train_samples, freeze, baseline, sources, seeds, checkpoint
+//   pbt       population, ready, steps, quantile, resample_probability, perturb
+struct StageConfig {
+  std::string name;
+  std::string kind;  // search | ensemble | transfer | pbt
+  std::vector<std::string> from;
+  nlohmann::json settings = nlohmann::json::object();
+  bool own_search = false;  // the stage gave `search` (or, for pbt/transfer, `space`) itself
+  std::shared_ptr<const CampaignConfig> own;
+};
+
 struct CampaignConfig {
   std::string source;  // the file path, or the name given to parse_config
   std::string text;    // the original YAML text (stored with the campaign so resume can re-parse it)
@@ -70,6 +98,7 @@ struct CampaignConfig {
   std::string init;  // also in search_settings["init"] when the algorithm has that setting
   std::string warm_start;
   nlohmann::json search_settings = nlohmann::json::object();  // algorithm-specific, defaults applied
+  std::optional<StopWhen> stop_when;
 
   std::string early_stopping = "none";
   nlohmann::json early_stopping_settings = nlohmann::json::object();  // without "kind"
@@ -79,6 +108,11 @@ struct CampaignConfig {
   // campaign's seed, kept so by set_seed.
   bool data_seed_given = false;
   Resources resources;
+
+  // `stages:` in dependency order (the parser checked names, kinds and `from`); empty = the one
+  // search stage of the fields above. With stages, the fields above are those of the first stage
+  // that has a search of its own (its `own`).
+  std::vector<StageConfig> stages;
 
   // The whole config as JSON with every default applied, `objective` turned into `objectives`,
   // durations in seconds and every space parameter as a full spec (for `validate --json` and the

@@ -235,12 +235,9 @@ Status Master::start(Clock::time_point now) {
     } else {
       HPCTUNE_ASSIGN(held.id, db.create_stage(c_.campaign_id, plan.kind, plan.name, nlohmann::json::object(), t0));
     }
-    if (p_.make_stage) {
-      HPCTUNE_ASSIGN(held.runtime, p_.make_stage(plan, cfg, c_.warm));
-    } else {
-      HPCTUNE_ASSIGN(held.runtime, make_stage(plan.kind, cfg, c_.warm));
-    }
-    sources.push_back({held.id, &held.runtime->source(), held.runtime->max_trials()});
+    if (!p_.make_stage) return err(Errc::kInvalidArgument, "the master was given no stage builder");
+    HPCTUNE_ASSIGN(held.runtime, p_.make_stage(plan, cfg, c_.warm));
+    sources.push_back({held.id, held.runtime->source(), held.runtime->max_trials()});
     stages_.push_back(std::move(held));
   }
 
@@ -533,6 +530,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   parts.log = options.log;
   parts.failpoint = options.failpoint;
   parts.failpoint_hit = options.failpoint_hit;
+  parts.make_stage = options.make_stage;
   parts.master_incarnation = make_incarnation();
   // The campaign secret: only in this process's memory (a resumed master draws a new one; it
   // relaunches every group anyway). Each launch gets it with its own token (launch_credential).

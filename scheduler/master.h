@@ -52,6 +52,7 @@ struct MasterOptions {
   std::optional<std::string> bind;
   protocol::TransportOptions transport;
   std::string worker_program;                     // default: this executable
+  MakeStage make_stage;                           // the stage kinds (workflow::make_stage); required
   const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
   std::function<void(const std::string&)> log;    // one line per event worth telling
   // Told, before the master binds, when its address is reachable from other machines (the text
@@ -106,10 +107,8 @@ struct MasterParts {
   int64_t failpoint_hit = 1;
   std::string secret;                    // the campaign secret; "" = drawn by the scheduler
   uint64_t master_incarnation = 0;
-  // Builds each stage; empty = the registry's make_stage (stages.h). Tests inject their own.
-  std::function<Result<std::unique_ptr<StageRuntime>>(const StagePlan&, const config::CampaignConfig&,
-                                                      const std::optional<WarmStart>&)>
-      make_stage;
+  // Builds each stage of the plan (workflow::make_stage; tests inject their own). Required.
+  MakeStage make_stage;
 };
 
 class Master {

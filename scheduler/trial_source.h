@@ -22,6 +22,15 @@
 
 namespace hpctune::scheduler {
 
+// Suggestion::meta keys the scheduler acts on, beyond "generation" and "parents" (seq numbers in
+// the same stage, lineage relation "parent"):
+//   "seed"     the trial's seed (an unsigned integer), instead of the one derived from its stage
+//              and seq: a transfer baseline runs under its target trial's seed, a retrained
+//              ensemble member under a new one;
+//   "lineage"  [{"trial": id, "relation": "transfer_source"}, ...]: parents by trial id, in any
+//              stage (the first one is also the trial's parent_trial_id).
+// The meta is stored with the trial, so a resumed master dispatches it the same way.
+
 // A decision on a report.
 struct Verdict {
   enum class Kind { kContinue, kStop, kPause };
@@ -30,11 +39,21 @@ struct Verdict {
   // its next attempt starts from ("" = from scratch; protocol::Assign::resume_from).
   nlohmann::json params;
   std::string resume_from;
+  // kPause: what the source wants recorded with the decision, merged into the detail of the
+  // `pause_requested` event (PBT: {"exploit": {...}, "explore": {...}}), and the trial the weights
+  // come from when another (lineage row child = this trial, relation `lineage_relation`).
+  nlohmann::json note = nlohmann::json::object();
+  int64_t lineage_parent = 0;  // a trial id; 0 = none
+  std::string lineage_relation;
 
   static Verdict carry_on() { return {}; }
   static Verdict stop() { return {Kind::kStop, {}, {}}; }
   static Verdict pause(nlohmann::json params, std::string resume_from) {
-    return {Kind::kPause, std::move(params), std::move(resume_from)};
+    Verdict v;
+    v.kind = Kind::kPause;
+    v.params = std::move(params);
+    v.resume_from = std::move(resume_from);
+    return v;
   }
 };
 
@@ -60,6 +79,16 @@ class TrialSource {
   virtual Verdict on_report(const TrialView& trial, int64_t step, double value) = 0;
   // An attempt of trial `seq` ended without a result (lost, paused): it will report from step 1 again.
   virtual void on_attempt_end(int64_t seq) = 0;
+  // The attempt of `trial` ended on this source's pause at `step`, recorded in the store in the
+  // same transaction: its trainer has returned, so the files in trial.trial_dir are the ones of
+  // that step (PBT copies them into the snapshot its pause named). An error ends the campaign.
+  virtual Status on_paused(const TrialView& trial, int64_t step) {
+    (void)trial, (void)step;
+    return {};
+  }
+  // A trial finished done, with its final metrics (the whole map, every metric the trainer
+  // returned): a stage that stops on a metric (search.stop_when) looks here. Called before tell().
+  virtual void on_result(int64_t seq, const nlohmann::json& metrics) { (void)seq, (void)metrics; }
   // The trial's final outcome (done, pruned or failed).
   virtual void tell(const search::Observation& observation) = 0;
   // After a restart: every recorded trial (final ones with their observation), in seq order.

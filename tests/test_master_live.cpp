@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "scheduler/master.h"
+#include "workflow/stages.h"
 #include "protocol/messages.h"
 #include "tests/campaign_fixture.h"
 
@@ -68,7 +69,11 @@ struct LiveMaster {
     return n;
   }
 
-  scheduler::MasterOptions options;
+  scheduler::MasterOptions options = [] {
+    scheduler::MasterOptions o;
+    o.make_stage = workflow::make_stage;
+    return o;
+  }();
   std::mutex mu;
   std::string endpoint;
   std::vector<std::string> lines;
@@ -105,6 +110,7 @@ TEST_CASE("garbage, oversized and out-of-order frames do not stop a live master"
   auto cfg = config::parse_config(sleep_config("garbage", 20, 0.1, 1, 2), dir.file("c.yaml"));
   REQUIRE_MESSAGE(cfg.ok(), (cfg.ok() ? "" : cfg.error().to_string()));
   scheduler::MasterOptions options;
+  options.make_stage = workflow::make_stage;
   options.db_path = dir.file("c.db");
   options.config = cfg.value();
   options.worker_program = HPCTUNE_BINARY;
@@ -156,6 +162,7 @@ TEST_CASE("the master fails fast when every group dies at start-up") {
   auto cfg = config::parse_config(sleep_config("dead-groups", 4, 0.0, 1, 3), dir.file("c.yaml"));
   REQUIRE(cfg.ok());
   scheduler::MasterOptions options;
+  options.make_stage = workflow::make_stage;
   options.db_path = dir.file("c.db");
   options.config = cfg.value();
   options.worker_program = "/bin/false";

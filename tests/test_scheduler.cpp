@@ -17,6 +17,7 @@
 #include "scheduler/master.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/stages.h"
+#include "workflow/stages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
 #include "search/early_stopping.h"
@@ -788,6 +789,7 @@ struct ManualMaster {
     REQUIRE(prepared.ok());
     campaign_id = prepared->campaign_id;
     scheduler::MasterParts parts;
+    parts.make_stage = workflow::make_stage;
     parts.transport = server.get();
     parts.store = db.get();
     parts.launcher = &launcher;
@@ -1098,16 +1100,16 @@ TEST_CASE("two stages on one pool of groups: each source is asked, trials keep t
 }
 
 TEST_CASE("stage kinds come from a registry: search is known, anything else names the known kinds") {
-  CHECK(scheduler::stage_kind_names() == std::vector<std::string>{"search"});
+  CHECK(workflow::stage_kind_names() == std::vector<std::string>{"search"});
   const auto cfg = manual_config(2, 1);
   auto plan = scheduler::stage_plan(cfg);
   REQUIRE(plan.size() == 1);
   CHECK(plan[0].kind == "search");
-  auto ok = scheduler::make_stage("search", cfg, std::nullopt);
+  auto ok = workflow::make_stage(plan[0], cfg, std::nullopt);
   REQUIRE(ok.ok());
   CHECK((*ok)->max_trials() == 2);
-  CHECK((*ok)->source().kind() == "search");
-  auto bad = scheduler::make_stage("pbt", cfg, std::nullopt);
+  CHECK((*ok)->source()->kind() == "search");
+  auto bad = workflow::make_stage({"x", "pbt", {}, 0}, cfg, std::nullopt);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code() == Errc::kConfig);
   CHECK(bad.error().message() == "unknown stage kind 'pbt' (known: search)");
@@ -1155,7 +1157,7 @@ class FailingSource final : public scheduler::TrialSource {
 class FailingStage final : public scheduler::StageRuntime {
  public:
   explicit FailingStage(std::unique_ptr<FailingSource> s) : source_(std::move(s)) {}
-  scheduler::TrialSource& source() override { return *source_; }
+  scheduler::TrialSource* source() override { return source_.get(); }
   int64_t max_trials() const override { return 10; }
 
  private:

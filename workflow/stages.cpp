@@ -1,0 +1,50 @@
+// The stage-kind registry (stages.h): each kind's name and builder, in one table.
+#include "workflow/stages.h"
+
+#include "workflow/search_stage.h"
+
+namespace hpctune::workflow {
+namespace {
+
+// The campaign as stage `plan` sees it: its own view with stages, the campaign without.
+const config::CampaignConfig& view_of(const scheduler::StagePlan& plan, const config::CampaignConfig& cfg) {
+  if (plan.index < cfg.stages.size() && cfg.stages[plan.index].own) return *cfg.stages[plan.index].own;
+  return cfg;
+}
+
+Result<std::unique_ptr<scheduler::StageRuntime>> search_kind(const scheduler::StagePlan& plan,
+                                                             const config::CampaignConfig& cfg,
+                                                             const std::optional<scheduler::WarmStart>& warm) {
+  return make_search_stage(view_of(plan, cfg), warm);
+}
+
+struct StageKind {
+  const char* name;
+  Result<std::unique_ptr<scheduler::StageRuntime>> (*make)(const scheduler::StagePlan&, const config::CampaignConfig&,
+                                                           const std::optional<scheduler::WarmStart>&);
+};
+
+constexpr StageKind kStageKinds[] = {
+    {"search", search_kind},
+};
+
+}  // namespace
+
+std::vector<std::string> stage_kind_names() {
+  std::vector<std::string> out;
+  for (const StageKind& k : kStageKinds) out.push_back(k.name);
+  return out;
+}
+
+Result<std::unique_ptr<scheduler::StageRuntime>> make_stage(const scheduler::StagePlan& plan,
+                                                            const config::CampaignConfig& cfg,
+                                                            const std::optional<scheduler::WarmStart>& warm) {
+  std::string known;
+  for (const StageKind& k : kStageKinds) {
+    if (plan.kind == k.name) return k.make(plan, cfg, warm);
+    known += (known.empty() ? "" : ", ") + std::string(k.name);
+  }
+  return err(Errc::kConfig, "unknown stage kind '" + plan.kind + "' (known: " + known + ")");
+}
+
+}  // namespace hpctune::workflow
