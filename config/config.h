@@ -67,7 +67,7 @@ struct StopWhen {
 // resources and trainer with the stage's own search, space, early_stopping and trainer keys laid
 // over them (a stage without a search of its own: search.max_trials 1 and an empty space there).
 // `settings` holds the kind's own keys, normalized with their defaults:
-//   ensemble  method, max_size, bagging, bag_fraction, k, retrain ({top, seeds} or null)
+//   ensemble  method, max_size, bags, k, retrain ({top, seeds} or null)
 //   transfer  classes, max_train_samples, freeze, baseline, sources, seeds, checkpoint
 //   pbt       population, ready, steps, quantile, resample_probability, perturb
 struct StageConfig {
