@@ -46,7 +46,19 @@ std::string peer_text(const protocol::PeerId& peer) {
   return out.empty() ? "(no id)" : out;
 }
 
+// A suggestion's meta "seed" (trial_source.h), when it gives one.
+std::optional<uint64_t> meta_seed(const nlohmann::json& meta) {
+  if (!meta.is_object()) return std::nullopt;
+  auto it = meta.find("seed");
+  if (it == meta.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
 }  // namespace
+
+std::string Scheduler::trial_dir(int64_t trial_id) const {
+  return opt_.trials_dir.empty() ? std::string() : opt_.trials_dir + "/" + std::to_string(trial_id);
+}
 
 Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
                      search::Searcher& searcher, search::EarlyStopper& stopper)
@@ -66,9 +78,26 @@ Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transp
     Stage stage;
     stage.id = st.stage_id;
     stage.source = st.source;
-    stage.max_trials = st.max_trials;
+    stage.max_trials = st.source ? st.max_trials : 0;
+    stage.exhausted = st.source == nullptr;
+    stage.active = st.active;
+    stage.trainer = st.trainer;
     stages_.push_back(std::move(stage));
   }
+}
+
+void Scheduler::activate_stage(std::size_t index) {
+  if (index < stages_.size()) stages_[index].active = true;
+}
+
+bool Scheduler::stage_complete(std::size_t index) const {
+  if (index >= stages_.size()) return false;
+  const Stage& st = stages_[index];
+  if (!st.active || (!st.exhausted && st.created < st.max_trials)) return false;
+  for (const auto& [id, t] : trials_) {
+    if (t.stage == index) return false;
+  }
+  return true;
 }
 
 Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transport, store::Store& store,
@@ -269,13 +298,16 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.attempt = row.attempt;
       trial.resume_from = row.resume_from;
       trial.stage = k;
+      trial.seed = meta_seed(row.meta);
       trials_[row.id] = std::move(trial);
       queue_.push_back(row.id);
     }
     history[k].push_back(std::move(rec));
   }
   created_ = static_cast<int64_t>(rows.size());
-  for (std::size_t k = 0; k < stages_.size(); ++k) stages_[k].source->restore(history[k]);
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    if (stages_[k].source) stages_[k].source->restore(history[k]);
+  }
   HPCTUNE_TRY(replay_reports(final_trials));
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
@@ -467,8 +499,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
   if (!t->stop_sent) {
     if (auto value = objective_of(m.metrics)) {
-      TrialView view{t->id, t->seq, t->attempt, &t->params,
-                     opt_.trials_dir.empty() ? std::string() : opt_.trials_dir + "/" + std::to_string(t->id)};
+      TrialView view{t->id, t->seq, t->attempt, &t->params, trial_dir(t->id)};
       Verdict verdict = source_of(*t).on_report(view, m.step, *value);
       if (verdict.kind == Verdict::Kind::kPause) {
         t->stop_sent = true;
@@ -478,6 +509,16 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
                                      {{"step", m.step}, {"value", *value}, {"params", verdict.params},
                                       {"resume_from", verdict.resume_from}},
                                      tw));
+        // What the source decided with it (PBT's exploit and explore), an event per key.
+        if (verdict.note.is_object()) {
+          for (auto it = verdict.note.begin(); it != verdict.note.end(); ++it) {
+            HPCTUNE_TRY(store_.add_event(opt_.campaign_id, it.key(), t->id, t->attempt, w.group, it.value(), tw));
+          }
+        }
+        if (verdict.lineage_parent > 0) {
+          HPCTUNE_TRY(store_.add_lineage(t->id, verdict.lineage_parent,
+                                         verdict.lineage_relation.empty() ? "parent" : verdict.lineage_relation));
+        }
         t->pause = std::move(verdict);
       } else if (verdict.kind == Verdict::Kind::kStop) {
         t->stop_sent = true;
@@ -517,7 +558,9 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
-  if (m.stopped && t->pause) return pause_attempt(w, *t, m, now);
+  // A pause decided for this attempt wins also when the trainer ended by itself before the stop
+  // reached it (a PBT interval ends exactly where the pause is decided).
+  if (t->pause) return pause_attempt(w, *t, m, now);
   const double tw = wall(now);
   // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
   protocol::Metrics metrics = m.metrics.empty() ? t->last_metrics : m.metrics;
@@ -538,6 +581,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, state, metrics_json(metrics), objective,
                                                    std::max(m.step, t->last_step), error, tw));
   if (applied) {
+    if (state == TrialState::kDone) source_of(*t).on_result(t->seq, metrics_json(metrics));
     tell_searcher(*t, state == TrialState::kDone ? search::Outcome::kCompleted
                       : state == TrialState::kPruned ? search::Outcome::kPruned
                                                      : search::Outcome::kFailed,
@@ -579,6 +623,8 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
                                   {"resume_from", pause.resume_from}},
                                  tw));
     source_of(t).on_attempt_end(t.seq);
+    TrialView view{t.id, t.seq, t.attempt, &t.params, trial_dir(t.id)};
+    HPCTUNE_TRY(source_of(t).on_paused(view, std::max(m.step, t.last_step)));
     t.attempt += 1;
     t.params = params;
     t.resume_from = pause.resume_from;
@@ -627,7 +673,7 @@ Status Scheduler::ask_more(std::size_t n, Clock::time_point now) {
 
 Status Scheduler::ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now) {
   const int64_t room = stage.max_trials - stage.created;
-  if (room <= 0 || stage.exhausted) return {};
+  if (room <= 0 || stage.exhausted || !stage.active || stage.source == nullptr) return {};
   n = std::min<std::size_t>(n, static_cast<std::size_t>(room));
   TrialSource& source = *stage.source;
   auto asked = source.ask(n);
@@ -665,8 +711,18 @@ Status Scheduler::ask_stage(Stage& stage, std::size_t stage_index, std::size_t n
         max_generation_ = row.generation;
       }
     }
+    const nlohmann::json lineage = s.meta.value("lineage", nlohmann::json::array());
+    if (lineage.is_array() && !lineage.empty() && lineage[0].is_object() && lineage[0].value("trial", 0) > 0) {
+      row.parent_trial_id = lineage[0]["trial"].get<int64_t>();
+    }
     HPCTUNE_ASSIGN(int64_t id, store_.insert_trial(row));
     stage.seq_to_id[s.seq] = id;
+    if (lineage.is_array()) {
+      for (const auto& l : lineage) {
+        if (!l.is_object() || !l.contains("trial") || !l["trial"].is_number_integer()) continue;
+        HPCTUNE_TRY(store_.add_lineage(id, l["trial"].get<int64_t>(), l.value("relation", std::string("parent"))));
+      }
+    }
     if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
       // Parents are given as seq numbers: lineage links them by trial id.
       for (const auto& p : s.meta["parents"]) {
@@ -680,6 +736,7 @@ Status Scheduler::ask_stage(Stage& stage, std::size_t stage_index, std::size_t n
     t.id = id;
     t.seq = s.seq;
     t.stage = stage_index;
+    t.seed = meta_seed(s.meta);
     t.params = std::move(s.params);
     trials_[id] = std::move(t);
     queue_.push_back(id);
@@ -719,11 +776,15 @@ Status Scheduler::dispatch(Clock::time_point now) {
     a.trial_id = t.id;
     a.attempt = t.attempt;
     // The first stage's seeds are the campaign's as before stages; later stages draw apart.
-    a.seed = t.stage == 0 ? derive_seed(opt_.seed, static_cast<uint64_t>(t.seq))
-                          : derive_seed(derive_seed(opt_.seed, 0x5747u + t.stage), static_cast<uint64_t>(t.seq));
+    if (t.seed) {
+      a.seed = *t.seed;
+    } else {
+      a.seed = t.stage == 0 ? derive_seed(opt_.seed, static_cast<uint64_t>(t.seq))
+                            : derive_seed(derive_seed(opt_.seed, 0x5747u + t.stage), static_cast<uint64_t>(t.seq));
+    }
     a.params = t.params;
-    a.trainer = opt_.trainer;
-    if (!opt_.trials_dir.empty()) a.trial_dir = opt_.trials_dir + "/" + std::to_string(t.id);
+    a.trainer = stages_[t.stage].trainer.is_object() ? stages_[t.stage].trainer : opt_.trainer;
+    a.trial_dir = trial_dir(t.id);
     a.resume_from = t.resume_from;
     auto sent = transport_.send(w->peer, protocol::encode(a));
     if (!sent.ok()) {
@@ -863,7 +924,7 @@ bool Scheduler::finished() const {
   if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
   for (const Stage& st : stages_) {
-    if (!st.exhausted && st.created < st.max_trials) return false;
+    if (!st.active || (!st.exhausted && st.created < st.max_trials)) return false;
   }
   return true;
 }
@@ -913,10 +974,12 @@ Status Scheduler::save_search_state(Clock::time_point) {
   // One stage: its source's state, as before stages; several: {"stages": {"<id>": state}}.
   nlohmann::json state;
   if (stages_.size() == 1) {
-    state = stages_[0].source->state();
+    state = stages_[0].source ? stages_[0].source->state() : nlohmann::json::object();
   } else {
     state = {{"stages", nlohmann::json::object()}};
-    for (const Stage& st : stages_) state["stages"][std::to_string(st.id)] = st.source->state();
+    for (const Stage& st : stages_) {
+      if (st.source) state["stages"][std::to_string(st.id)] = st.source->state();
+    }
   }
   if (!state.is_object()) state = nlohmann::json{{"searcher", state}};
   if (opt_.objectives.size() > 1) state["pareto_front_trials"] = pareto_front_trials();
@@ -945,9 +1008,10 @@ Status Scheduler::after_finish(Clock::time_point now) {
 // Not replayed exactly: the on_finish() that an earlier lost attempt of a finished trial caused
 // (it matters to the median rule only, and only between the loss and the trial's end).
 Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_trials) {
+  auto replays = [this](std::size_t k) { return stages_[k].source && stages_[k].source->replays_reports(); };
   // Without early stopping there is nothing to rebuild (and nothing to tell the user).
   bool any = false;
-  for (const Stage& st : stages_) any = any || st.source->replays_reports();
+  for (const Stage& st : stages_) any = any || (st.source && st.source->replays_reports());
   if (opt_.objectives.empty() || final_trials.empty() || !any) return {};
   HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
   struct Event {
@@ -962,11 +1026,11 @@ Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_tria
   for (const auto& r : reports) {
     auto it = final_trials.find(r.trial_id);
     if (it == final_trials.end() || !std::isfinite(r.value)) continue;
-    if (!stages_[it->second.stage].source->replays_reports()) continue;
+    if (!replays(it->second.stage)) continue;
     events.push_back({r.t, 0, r.trial_id, it->second.seq, r.attempt, r.step, r.value, it->second.stage});
   }
   for (const auto& [id, info] : final_trials) {
-    if (stages_[info.stage].source->replays_reports()) {
+    if (replays(info.stage)) {
       events.push_back({info.finished_at, 1, id, info.seq, 0, 0, 0, info.stage});
     }
   }

@@ -113,10 +113,15 @@ struct Progress {
 };
 
 // One stage the scheduler runs: its row in the store, its TrialSource, its budget of trials.
+// A stage without a source runs no trials (an ensemble that only blends, or a completed stage a
+// resumed master does not run again: its recorded trials still belong to it). An inactive stage
+// is not asked for trials until activate_stage() (its inputs are not complete yet).
 struct StageSource {
   int64_t stage_id = 0;
   TrialSource* source = nullptr;
   int64_t max_trials = 0;
+  bool active = true;
+  nlohmann::json trainer = nullptr;  // the trainer settings of its trials; null = options.trainer
 };
 
 class Scheduler {
@@ -171,6 +176,10 @@ class Scheduler {
   // True when no more trials will be created and none is queued or in flight (as of the `now` of
   // the latest call: search.max_time counts on the caller's clock).
   bool finished() const;
+  // Lets stage `index` (of the constructor's list) be asked for trials from the next dispatch on.
+  void activate_stage(std::size_t index);
+  // Whether stage `index` is active, will create no more trials and has none queued or in flight.
+  bool stage_complete(std::size_t index) const;
   bool interrupted() const { return interrupted_; }
   // Why dispatch stopped early (search.max_failures), "" when it did not.
   const std::string& gave_up() const { return gave_up_; }
@@ -201,6 +210,8 @@ class Scheduler {
     int64_t max_trials = 0;
     int64_t created = 0;
     bool exhausted = false;
+    bool active = true;
+    nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };
   struct Worker {
@@ -229,6 +240,7 @@ class Scheduler {
     std::size_t stage = 0;         // index into stages_
     std::optional<Verdict> pause;  // a pause was asked for this attempt
     std::string resume_from;       // the checkpoint the next attempt starts from
+    std::optional<uint64_t> seed;  // the suggestion's meta "seed"; else derived from stage and seq
   };
 
   Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
@@ -254,6 +266,7 @@ class Scheduler {
   std::optional<double> objective_of(const protocol::Metrics& metrics) const;
   void send(Worker& w, const protocol::Message& m);
   void log(const std::string& line) const;
+  std::string trial_dir(int64_t trial_id) const;  // "" when trials keep no files
   double wall(Clock::time_point now) const;
   bool out_of_time(Clock::time_point now) const;
   struct FinalTrial {

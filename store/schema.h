@@ -249,12 +249,21 @@ DROP TABLE attempts;
 ALTER TABLE attempts_v4 RENAME TO attempts;
 )sql";
 
+// v5: a stage's result (an ensemble's blend, a transfer's comparison, runs to a threshold) and the
+// time it started running (after the stages it consumes completed).
+inline constexpr const char* kMigration5 = R"sql(
+ALTER TABLE stages ADD COLUMN result TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE stages ADD COLUMN started_at REAL;
+UPDATE stages SET started_at = created_at;
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
      kMigration2},
     {3, "attempts.charged: master restarts and interruptions do not use up max_attempts", kMigration3},
     {4, "trial and attempt states in lookup tables filled from code; paused; trials.resume_from", kMigration4},
+    {5, "stages.result and stages.started_at", kMigration5},
 };
 
 // The first version whose states live in the lookup tables.

@@ -137,7 +137,10 @@ enum Query : int {
   kSetCampaignConfigJson,
   kInsertStage,
   kSetStageState,
+  kStartStage,
+  kCompleteStage,
   kSelectStages,
+  kSelectStagesV4,
   kInsertTrial,
   kTrialStateAttempt,
   kAssignTrial,
@@ -203,11 +206,16 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSetCampaignMaster */ "UPDATE campaigns SET master_host = ?2, master_pid = ?3 WHERE id = ?1",
     /* kSetCampaignConfigJson */ "UPDATE campaigns SET config_json = ?2 WHERE id = ?1",
     /* kInsertStage */
-    "INSERT INTO stages (campaign_id, kind, name, state, config_json, created_at) "
-    "VALUES (?1, ?2, ?3, 'running', ?4, ?5)",
+    "INSERT INTO stages (campaign_id, kind, name, state, config_json, created_at, started_at) "
+    "VALUES (?1, ?2, ?3, ?6, ?4, ?5, CASE WHEN ?6 = 'running' THEN ?5 END)",
     /* kSetStageState */ "UPDATE stages SET state = ?2, finished_at = ?3 WHERE id = ?1",
+    /* kStartStage */ "UPDATE stages SET state = 'running', started_at = ?2, finished_at = NULL WHERE id = ?1",
+    /* kCompleteStage */ "UPDATE stages SET state = 'completed', result = ?2, finished_at = ?3 WHERE id = ?1",
     /* kSelectStages */
-    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at FROM stages "
+    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, result, started_at FROM stages "
+    "WHERE campaign_id = ?1 ORDER BY id",
+    /* kSelectStagesV4 */
+    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, '{}', created_at FROM stages "
     "WHERE campaign_id = ?1 ORDER BY id",
     /* kInsertTrial */
     "INSERT INTO trials (campaign_id, stage_id, seq, params, meta, state, attempt, group_id, created_at, "
@@ -1074,10 +1082,10 @@ Status Store::set_campaign_config_json(int64_t id, const nlohmann::json& config_
 }
 
 Result<int64_t> Store::create_stage(int64_t campaign_id, const std::string& kind, const std::string& name,
-                                    const nlohmann::json& config, double t) {
+                                    const nlohmann::json& config, double t, const std::string& state) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertStage));
   Bind b(s);
-  b.i64(1, campaign_id).text(2, kind).text(3, name).json(4, config).f64(5, t);
+  b.i64(1, campaign_id).text(2, kind).text(3, name).json(4, config).f64(5, t).text(6, state);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot create " + kind + " stage '" + name + "'");
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
@@ -1092,8 +1100,26 @@ Status Store::set_stage_state(int64_t stage_id, const std::string& state, double
   return expect_one_row(db_.get(), "stage", stage_id);
 }
 
+Status Store::start_stage(int64_t stage_id, double t) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kStartStage));
+  Bind b(s);
+  b.i64(1, stage_id).f64(2, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot start stage " + std::to_string(stage_id));
+  return expect_one_row(db_.get(), "stage", stage_id);
+}
+
+Status Store::complete_stage(int64_t stage_id, const nlohmann::json& result, double t) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kCompleteStage));
+  Bind b(s);
+  b.i64(1, stage_id).json(2, result).f64(3, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record the result of stage " + std::to_string(stage_id));
+  return expect_one_row(db_.get(), "stage", stage_id);
+}
+
 Result<std::vector<StageRow>> Store::stages(int64_t campaign_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectStages));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 5 ? kSelectStages : kSelectStagesV4));
   Bind b(s);
   b.i64(1, campaign_id);
   return collect<StageRow>(
@@ -1108,6 +1134,8 @@ Result<std::vector<StageRow>> Store::stages(int64_t campaign_id) {
         HPCTUNE_ASSIGN(r.config_json, col_json(s, 5, "stages.config_json"));
         r.created_at = col_time(s, 6);
         r.finished_at = col_time(s, 7);
+        HPCTUNE_ASSIGN(r.result, col_json(s, 8, "stages.result"));
+        r.started_at = col_time(s, 9);
         return r;
       },
       "cannot read the stages");

@@ -99,7 +99,8 @@ struct StageRow {
   std::string name;
   std::string state = "running";  // pending | running | completed | failed | interrupted
   nlohmann::json config_json = nlohmann::json::object();
-  double created_at = 0, finished_at = 0;
+  nlohmann::json result = nlohmann::json::object();  // what the stage computed (scheduler/stages.h)
+  double created_at = 0, started_at = 0, finished_at = 0;
 };
 
 struct TrialRow {
@@ -288,9 +289,14 @@ class Store {
   // such as a budget extended with `resume --max-trials`.
   Status set_campaign_config_json(int64_t id, const nlohmann::json& config_json);
 
+  // A new stage row in `state` (pending | running); started_at = t when running.
   Result<int64_t> create_stage(int64_t campaign_id, const std::string& kind, const std::string& name,
-                               const nlohmann::json& config, double t);
+                               const nlohmann::json& config, double t, const std::string& state = "running");
   Status set_stage_state(int64_t stage_id, const std::string& state, double finished_at);
+  // The stage starts running at `t` (state running, started_at = t).
+  Status start_stage(int64_t stage_id, double t);
+  // The stage completed at `t` with `result`.
+  Status complete_stage(int64_t stage_id, const nlohmann::json& result, double t);
   Result<std::vector<StageRow>> stages(int64_t campaign_id);  // ordered by id
 
   // --- trials -------------------------------------------------------------------------------

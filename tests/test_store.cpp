@@ -144,7 +144,7 @@ TEST_CASE("open creates a WAL database at the latest schema and holds one campai
   const std::string path = dir.file("c.db");
   auto store = open_ok(path);
   CHECK(fs::exists(path));
-  CHECK(Store::latest_version() == 4);
+  CHECK(Store::latest_version() == 5);
   CHECK(store->schema_version() == Store::latest_version());
   CHECK(store->journal_mode() == "wal");
   CHECK(store->path() == path);
@@ -660,6 +660,22 @@ TEST_CASE("migration v1 -> v2 keeps the rows and makes the workflow tables usabl
   require_ok(stage);
   CHECK(store->create_stage(c, "bogus", "x", {}, 20.0).error().code() == Errc::kInvalidArgument);
   CHECK(store->create_stage(c, "search", "population", {}, 20.0).error().code() == Errc::kInvalidArgument);
+  // v5: a stage waits (pending), runs from started_at, and completes with its result.
+  auto later = store->create_stage(c, "ensemble", "blend", {}, 20.0, "pending");
+  require_ok(later);
+  auto rows = store->stages(c);
+  REQUIRE(rows->size() == 2);
+  CHECK((*rows)[0].started_at == doctest::Approx(20.0));
+  CHECK((*rows)[1].state == "pending");
+  CHECK((*rows)[1].started_at == 0);
+  require_ok(store->start_stage(*later, 30.0));
+  require_ok(store->complete_stage(*later, {{"test_accuracy", 0.91}}, 40.0));
+  rows = store->stages(c);
+  CHECK((*rows)[1].state == "completed");
+  CHECK((*rows)[1].started_at == doctest::Approx(30.0));
+  CHECK((*rows)[1].finished_at == doctest::Approx(40.0));
+  CHECK((*rows)[1].result == nlohmann::json{{"test_accuracy", 0.91}});
+  CHECK(store->complete_stage(9999, {}, 1.0).error().code() == Errc::kNotFound);
   TrialRow child = make_trial(c, 0);  // seq 0 again, but in the stage: unique per (campaign, stage)
   child.stage_id = *stage;
   child.parent_trial_id = t0;
@@ -702,7 +718,7 @@ TEST_CASE("migration v1 -> v2 keeps the rows and makes the workflow tables usabl
 
   require_ok(store->set_stage_state(*stage, "completed", 30.0));
   auto stages = store->stages(c);
-  REQUIRE(stages->size() == 1);
+  REQUIRE(stages->size() == 2);
   CHECK((*stages)[0].kind == "pbt");
   CHECK((*stages)[0].state == "completed");
   CHECK((*stages)[0].config_json["size"] == 8);
@@ -721,7 +737,7 @@ TEST_CASE("a database with a newer schema is refused") {
   auto r = Store::open(path);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code() == Errc::kUnavailable);
-  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (4); upgrade hpctune", 0) == 0);
+  CHECK(r.error().message().rfind("database schema version 7 is newer than this hpctune (5); upgrade hpctune", 0) == 0);
   auto ro = Store::open_readonly(path);
   REQUIRE_FALSE(ro.ok());
   CHECK(ro.error().code() == Errc::kUnavailable);
@@ -754,7 +770,7 @@ TEST_CASE("a file that is not an hpctune database is refused untouched, naming t
   CHECK(f.error().code() == Errc::kInvalidArgument);
   CHECK(f.error().message().find(foreign) != std::string::npos);
 
-  auto bad = Store::open(dir.file("x.db"), {.migrate_to = 5});
+  auto bad = Store::open(dir.file("x.db"), {.migrate_to = 6});
   CHECK(bad.error().code() == Errc::kInvalidArgument);
 }
 
@@ -1179,7 +1195,7 @@ TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and refer
     CHECK((*t)->resume_from.empty());
   }
   auto store = open_ok(path);
-  CHECK(store->schema_version() == 4);
+  CHECK(store->schema_version() == 5);
   auto trials = store->trials(c);
   require_ok(trials);
   REQUIRE(trials->size() == 2);
