@@ -217,28 +217,54 @@ Status Master::start(Clock::time_point now) {
     log("warm start from " + warm.path + ": " + std::to_string(warm.observations.size()) + " of " +
         std::to_string(warm.read) + " trials loaded, " + std::to_string(warm.skipped_total()) + " skipped");
   }
-  // Each stage of the plan with its row: found by name on resume (made running again), else created.
+  // Each stage of the plan with its row: found by name on resume, else created (pending until the
+  // stages it consumes have completed). A completed stage keeps its result and runs nothing again.
   std::vector<store::StageRow> rows;
   if (c_.resuming) {
     HPCTUNE_ASSIGN(rows, db.stages(c_.campaign_id));
   }
+  const std::vector<StagePlan> plan = stage_plan(cfg);
   std::vector<StageSource> sources;
-  for (const StagePlan& plan : stage_plan(cfg)) {
+  for (const StagePlan& sp : plan) {
     HeldStage held;
-    held.name = plan.name;
-    held.kind = plan.kind;
-    for (const auto& row : rows) {
-      if (row.name == plan.name && row.kind == plan.kind) held.id = row.id;
+    held.name = sp.name;
+    held.kind = sp.kind;
+    for (const std::string& input : sp.from) {
+      for (std::size_t k = 0; k < plan.size(); ++k) {
+        if (plan[k].name == input) held.inputs.push_back(k);
+      }
     }
-    if (held.id > 0) {
-      HPCTUNE_TRY(db.set_stage_state(held.id, "running", 0));
-    } else {
-      HPCTUNE_ASSIGN(held.id, db.create_stage(c_.campaign_id, plan.kind, plan.name, nlohmann::json::object(), t0));
+    for (const auto& row : rows) {
+      if (row.name == sp.name && row.kind == sp.kind) {
+        held.id = row.id;
+        held.state = row.state == "completed" ? "completed" : "pending";
+        held.begun_before = row.state != "pending";
+      }
+    }
+    if (held.id == 0) {
+      HPCTUNE_ASSIGN(held.id, db.create_stage(c_.campaign_id, sp.kind, sp.name, nlohmann::json::object(), t0, "pending"));
+      held.state = "pending";
     }
     if (!p_.make_stage) return err(Errc::kInvalidArgument, "the master was given no stage builder");
-    HPCTUNE_ASSIGN(held.runtime, p_.make_stage(plan, cfg, c_.warm));
-    sources.push_back({held.id, held.runtime->source(), held.runtime->max_trials()});
+    StageSource source{held.id, nullptr, 0, false, nullptr};
+    if (held.state != "completed") {
+      HPCTUNE_ASSIGN(held.runtime, p_.make_stage(sp, cfg, c_.warm));
+      source.source = held.runtime->source();
+      source.max_trials = held.runtime->max_trials();
+      source.trainer = held.runtime->trainer();
+    }
+    sources.push_back(std::move(source));
     stages_.push_back(std::move(held));
+  }
+  // Stages whose inputs are complete begin now, before the scheduler restores their trials.
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    HeldStage& st = stages_[k];
+    if (st.state != "pending" || !inputs_complete(st)) continue;
+    HPCTUNE_TRY(begin_stage(k, now, /*before_scheduler=*/true));
+    sources[k].active = true;
+  }
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    if (stages_[k].state == "completed") sources[k].active = true;
   }
 
   SchedulerOptions sopt = scheduler_options(cfg, c_.campaign_id, stages_.empty() ? 0 : stages_[0].id);
@@ -254,12 +280,79 @@ Status Master::start(Clock::time_point now) {
 
   HPCTUNE_TRY(db.begin());
   HPCTUNE_TRY(sched_->restore(now));
+  HPCTUNE_TRY(advance_stages(now));
   HPCTUNE_TRY(db.commit());
 
   for (int64_t g = 0; g < cfg.resources.groups; ++g) HPCTUNE_TRY(launch(g, now));
   log("campaign '" + cfg.name + "': " + std::to_string(cfg.resources.groups) + " trainer group(s) (" +
       p_.launcher->name() + "), master at " + p_.transport->endpoint() + ", database " + c_.db_path);
   if (auto startup = config::model_startup(cfg)) log(startup->text);
+  return {};
+}
+
+bool Master::inputs_complete(const HeldStage& st) const {
+  for (std::size_t k : st.inputs) {
+    if (stages_[k].state != "completed") return false;
+  }
+  return true;
+}
+
+StageContext Master::stage_context(std::size_t k, Clock::time_point now) const {
+  StageContext ctx;
+  ctx.store = p_.store;
+  ctx.campaign_id = c_.campaign_id;
+  ctx.stage_id = stages_[k].id;
+  for (std::size_t i : stages_[k].inputs) ctx.inputs.push_back(stages_[i].id);
+  ctx.run_dir = c_.run_dir;
+  ctx.now = p_.wall.unix_at(now);
+  ctx.resuming = stages_[k].begun_before;
+  ctx.log = p_.log;
+  return ctx;
+}
+
+Status Master::begin_stage(std::size_t k, Clock::time_point now, bool before_scheduler) {
+  HeldStage& st = stages_[k];
+  const StageContext ctx = stage_context(k, now);
+  if (auto s = st.runtime->begin(ctx); !s.ok()) {
+    return std::move(s).error().with_context("stage '" + st.name + "' (" + st.kind + ") could not start");
+  }
+  HPCTUNE_TRY(p_.store->start_stage(st.id, ctx.now));
+  HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "stage_started", 0, 0, -1,
+                                  {{"stage", st.name}, {"kind", st.kind}}, ctx.now));
+  st.state = "running";
+  if (!before_scheduler) sched_->activate_stage(k);
+  if (stages_.size() > 1) log("stage '" + st.name + "' (" + st.kind + ") started");
+  return {};
+}
+
+// Completes every running stage whose trials are done (its result recorded), then begins every
+// pending stage whose inputs are now complete, until nothing changes (a stage without trials
+// completes in the same turn it begins).
+Status Master::advance_stages(Clock::time_point now) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t k = 0; k < stages_.size(); ++k) {
+      HeldStage& st = stages_[k];
+      if (st.state != "running" || !sched_->stage_complete(k)) continue;
+      const StageContext ctx = stage_context(k, now);
+      auto result = st.runtime->finish(ctx);
+      if (!result.ok()) {
+        return std::move(result).error().with_context("stage '" + st.name + "' (" + st.kind + ") could not finish");
+      }
+      HPCTUNE_TRY(p_.store->complete_stage(st.id, *result, ctx.now));
+      HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "stage_completed", 0, 0, -1,
+                                      {{"stage", st.name}, {"kind", st.kind}, {"result", *result}}, ctx.now));
+      st.state = "completed";
+      if (stages_.size() > 1) log("stage '" + st.name + "' (" + st.kind + ") completed");
+      failpoint_->point.pass("stage-completed");
+      changed = true;
+    }
+    for (std::size_t k = 0; k < stages_.size(); ++k) {
+      if (stages_[k].state != "pending" || !inputs_complete(stages_[k])) continue;
+      HPCTUNE_TRY(begin_stage(k, now, /*before_scheduler=*/false));
+      changed = true;
+    }
+  }
   return {};
 }
 
@@ -301,6 +394,7 @@ Error Master::fail(Error e, Clock::time_point now) {
     log("could not record why the campaign failed: " + s.error().to_string());
   }
   for (const HeldStage& st : stages_) {
+    if (st.state != "running") continue;
     if (auto s = db.set_stage_state(st.id, "failed", t); !s.ok()) {
       log("could not record stage '" + st.name + "' as failed: " + s.error().to_string());
     }
@@ -341,6 +435,9 @@ Result<bool> Master::step(Clock::time_point now) {
     last_tick_ = now;
     if (auto s = sched_->tick(now); !s.ok()) return fail(std::move(s).error(), now);
     if (auto s = follow_groups(now); !s.ok()) return fail(std::move(s).error(), now);
+  }
+  if (!sched_->interrupted() && !sched_->fatal()) {
+    if (auto s = advance_stages(now); !s.ok()) return fail(std::move(s).error(), now);
   }
   if (auto s = db.commit(); !s.ok()) return fail(std::move(s).error(), now);
   failpoint_->point.pass("after-commit");
@@ -445,8 +542,11 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   // Stopped by search.max_failures: recorded failed (a resume may try again).
   const char* final_state = sched_->interrupted() ? "interrupted" : !sched_->gave_up().empty() ? "failed" : "completed";
   HPCTUNE_TRY(db.set_campaign_state(c_.campaign_id, final_state, t1));
-  // Every stage ends with the campaign (`status` reads each stage's state from the store).
-  for (const HeldStage& st : stages_) HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1));
+  // Every stage that ran ends with the campaign (`status` reads each stage's state from the store);
+  // a completed one keeps its result, a pending one stays pending for a resume.
+  for (const HeldStage& st : stages_) {
+    if (st.state == "running") HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1));
+  }
   nlohmann::json detail = {{"seconds", t1 - t0}};
   if (!sched_->gave_up().empty()) detail["reason"] = sched_->gave_up();
   HPCTUNE_TRY(db.add_event(c_.campaign_id,

@@ -61,7 +61,8 @@ struct MasterOptions {
   std::function<void(const std::string&)> warn;
   std::function<void(const Progress&, double elapsed_s)> progress;  // at most ~10 times a second
   // Test-only: raise SIGKILL the `failpoint_hit`-th time the named point is passed
-  // ("after-trial-insert", "after-result", "after-commit").
+  // ("after-trial-insert", "after-result", "after-commit", "stage-completed": a stage's result
+  // written, not yet committed).
   std::string failpoint;
   int64_t failpoint_hit = 1;
 };
@@ -162,8 +163,15 @@ class Master {
   struct HeldStage {
     int64_t id = 0;  // its stages row
     std::string name, kind;
-    std::unique_ptr<StageRuntime> runtime;
+    std::vector<std::size_t> inputs;  // the stages of its `from`, as indices into stages_
+    std::string state;                // pending | running | completed
+    bool begun_before = false;        // an earlier master began it (StageContext::resuming)
+    std::unique_ptr<StageRuntime> runtime;  // null for a stage completed before this master
   };
+  bool inputs_complete(const HeldStage& st) const;
+  StageContext stage_context(std::size_t k, Clock::time_point now) const;
+  Status begin_stage(std::size_t k, Clock::time_point now, bool before_scheduler);
+  Status advance_stages(Clock::time_point now);
   std::vector<HeldStage> stages_;  // one per TrialSource, in the plan's order
   std::unique_ptr<Scheduler> sched_;
   std::map<int64_t, Group> groups_;
