@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/npy.h"
 #include "common/rng.h"
 #include "nn/checkpoint.h"
 #include "nn/optimizer.h"

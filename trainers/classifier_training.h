@@ -92,6 +92,9 @@ struct ClassifierSettings {
   bool checkpoint = true;
   int64_t micro_batches = 0;  // pipeline micro-batches per global batch; 0 = 2 x model ranks
   bool save_predictions = true;
+  std::vector<int64_t> classes;  // the classes trained on, relabelled 0..k-1 in this order; empty = all
+  std::string init_from;         // a checkpoint file or trial directory to start from (transfer); "" = none
+  int64_t freeze = 0;            // layers [0, freeze) are not trained
   std::vector<nn::LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
 };
 
@@ -119,13 +122,5 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
 // Loads the dataset of `s` (through `cache` when not null) and runs train_classifier().
 Result<TrialResult> run_classifier_trial(const std::string& kind, const ClassifierSettings& s, DatasetCache* cache,
                                          const TrialContext& ctx);
-
-// Writes a float32 .npy of shape (rows, cols); kIo naming the path.
-Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols);
-// Reads a float32 2-D .npy written by write_npy_f32 (for tests and tools).
-Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols);
-// Writes an int64 1-D .npy of `count` values (val_indices.npy), and reads one back.
-Status write_npy_i64(const std::string& path, const int64_t* values, int64_t count);
-Result<std::vector<int64_t>> read_npy_i64(const std::string& path);
 
 }  // namespace hpctune::trainers
