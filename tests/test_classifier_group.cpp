@@ -64,9 +64,10 @@ struct Run {
 };
 
 Run run(TrainerGroup* g, const nlohmann::json& settings, const ImageClassificationData& data, const std::string& dir,
-        int64_t attempt, bool stop_after_first_epoch) {
+        int64_t attempt, bool stop_after_first_epoch, const std::string& resume_from = "") {
   Run out;
   TrialContext ctx;
+  ctx.resume_from = resume_from;
   ctx.trial_id = 5;
   ctx.attempt = attempt;
   ctx.seed = 9;
@@ -209,6 +210,61 @@ TEST_CASE("2 ranks: frozen layers stay frozen in every layout, pipeline stages i
                                         net.params().begin() + static_cast<long>(offset));
       CHECK(unchanged == (layer == 0));
     }
+  }
+}
+
+// Issue 11: a PBT interval (resume_from) and a transfer (init_from + freeze) on a group, from a
+// one-rank source: the same result as on one rank, the frozen layer bit-for-bit the source's.
+TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout") {
+  const auto data = synthetic(400, 60, 8, 6, 11);
+  const nlohmann::json source = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
+                                 {"epochs", 2}, {"lr_schedule", "constant"}, {"classes", {0, 1, 2}}};
+  auto world = group_of(2, 1);
+  const std::string src_dir = shared_temp_dir(*world), one_dir = shared_temp_dir(*world);
+  if (world->leader()) REQUIRE(run(nullptr, source, data, src_dir, 1, false).result.ok());
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto pbt = source;
+  pbt["epochs"] = 3;
+  pbt["lr"] = 0.1;
+  nlohmann::json transfer = source;
+  transfer["classes"] = {3, 4, 5};
+  transfer["init_from"] = src_dir;
+  transfer["freeze"] = 1;
+  Run pbt_one = run(nullptr, pbt, data, "", 1, false, src_dir);
+  REQUIRE_MESSAGE(pbt_one.result.ok(), pbt_one.result.error().message());
+  auto src = read_trial_checkpoint(src_dir);
+  REQUIRE(src.ok());
+  for (auto [data_ranks, model_ranks] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(data_ranks);
+    auto created = group_of(data_ranks, model_ranks);
+    TrainerGroup& g = *created;
+    Run many = run(&g, pbt, data, "", 1, false, src_dir);
+    REQUIRE_MESSAGE(many.result.ok(), many.result.error().message());
+    for (const char* key : {"val_loss", "test_loss", "train_loss"}) {
+      CAPTURE(key);
+      CHECK(many.result->metrics.at(key) == doctest::Approx(pbt_one.result->metrics.at(key)).epsilon(1e-3));
+    }
+    if (g.leader()) {
+      REQUIRE(many.reports.size() == 1);
+      CHECK(many.reports[0].first == 3);
+    }
+    const std::string dir = shared_temp_dir(g);
+    Run tuned = run(&g, transfer, data, dir, 1, false);
+    REQUIRE_MESSAGE(tuned.result.ok(), tuned.result.error().message());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g.leader()) {
+      auto whole = read_trial_checkpoint(dir);
+      REQUIRE(whole.ok());
+      const size_t n0 = whole->manifest.layers[0].num_params();
+      CHECK(std::equal(src->params.begin(), src->params.begin() + static_cast<long>(n0), whole->params.begin()));
+      CHECK(whole->manifest.layers.back().shapes[0] == std::vector<int64_t>{16, 3});
+      std::filesystem::remove_all(dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (world->leader()) {
+    std::filesystem::remove_all(src_dir);
+    std::filesystem::remove_all(one_dir);
   }
 }
 

@@ -9,11 +9,14 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "common/npy.h"
 #include "common/rng.h"
 #include "nn/checkpoint.h"
 #include "nn/optimizer.h"
@@ -566,4 +569,380 @@ TEST_CASE("cnn trainer: default layers, parsing, and learning a small synthetic 
   CHECK(rec.reports.size() == 3);
   CHECK(r->metrics.at("test_accuracy") > 0.9);
   CHECK(rec.reports.back().second.at("train_loss") < rec.reports.front().second.at("train_loss"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11: classes, transfer (init_from + freeze) and PBT (resume_from)
+
+namespace {
+
+std::map<std::string, std::string> artifact_paths(const TrialResult& r) {
+  std::map<std::string, std::string> paths;
+  for (const auto& a : r.artifacts) paths[a.kind] = a.path;
+  return paths;
+}
+
+// The parameters of layer `i` of a whole-model checkpoint.
+std::vector<float> layer_params(const Checkpoint& c, size_t i) {
+  const size_t first = c.manifest.num_params(0, i);
+  const size_t n = c.manifest.layers[i].num_params();
+  REQUIRE(first + n <= c.params.size());
+  return {c.params.begin() + static_cast<std::ptrdiff_t>(first), c.params.begin() + static_cast<std::ptrdiff_t>(first + n)};
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+Checkpoint final_checkpoint(const std::string& dir) {
+  auto c = read_trial_checkpoint(dir);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message()));
+  return *c;
+}
+
+std::string error_of(const Result<TrialResult>& r) { return r.ok() ? std::string("(ok)") : r.error().message(); }
+
+}  // namespace
+
+TEST_CASE("classes: only the listed classes are used, relabelled 0..k-1 in order, with a k-unit head") {
+  const auto data = synthetic(600, 120, 8, 6);
+  auto settings = small_settings();
+  settings["classes"] = {4, 1, 3};
+  settings["max_train_samples"] = 200;  // 200 images of classes 4, 1, 3: after the filter
+  settings["val_fraction"] = 0.25;
+  TempDir dir;
+  auto r = run_mlp(settings, data, Recorder().context(settings, dir.path));
+  REQUIRE_MESSAGE(r.ok(), error_of(r));
+  auto paths = artifact_paths(*r);
+  REQUIRE(paths.count("val_labels") == 1);
+  REQUIRE(paths.count("test_labels") == 1);
+  CHECK(paths["val_labels"] == dir.path + "/val_labels.npy");
+  CHECK(paths["test_labels"] == dir.path + "/test_labels.npy");
+  auto val_idx = read_npy_i64(paths["val_indices"]);
+  auto val_labels = read_npy_i64(paths["val_labels"]);
+  auto test_labels = read_npy_i64(paths["test_labels"]);
+  REQUIRE(val_idx.ok());
+  REQUIRE(val_labels.ok());
+  REQUIRE(test_labels.ok());
+  REQUIRE(val_idx->size() == 50);  // 0.25 of the 200 kept
+  REQUIRE(val_labels->size() == 50);
+  const std::vector<int> order = {4, 1, 3};
+  for (size_t i = 0; i < val_idx->size(); ++i) {
+    const int file_label = data.train.labels[static_cast<size_t>((*val_idx)[i])];
+    const auto at = std::find(order.begin(), order.end(), file_label);
+    REQUIRE(at != order.end());  // only listed classes
+    CHECK((*val_labels)[i] == at - order.begin());
+  }
+  std::vector<int64_t> expected_test;
+  for (int32_t label : data.test.labels) {
+    const auto at = std::find(order.begin(), order.end(), label);
+    if (at != order.end()) expected_test.push_back(at - order.begin());
+  }
+  CHECK(*test_labels == expected_test);
+  int64_t rows = 0, cols = 0;
+  REQUIRE(read_npy_f32(paths["test_probs"], rows, cols).ok());
+  CHECK(rows == static_cast<int64_t>(expected_test.size()));
+  CHECK(cols == 3);
+  const Checkpoint c = final_checkpoint(dir.path);
+  CHECK(c.manifest.layers.back().shapes == std::vector<std::vector<int64_t>>{{24, 3}, {3}});
+  CHECK(r->metrics.at("test_accuracy") > 0.5);  // 3 classes: chance is 1/3
+
+  // max_test_samples counts the filtered test images.
+  auto capped = settings;
+  capped["max_test_samples"] = 10;
+  TempDir dir2;
+  auto r2 = run_mlp(capped, data, Recorder().context(capped, dir2.path));
+  REQUIRE(r2.ok());
+  auto capped_labels = read_npy_i64(dir2.path + "/test_labels.npy");
+  REQUIRE(capped_labels.ok());
+  CHECK(*capped_labels == std::vector<int64_t>(expected_test.begin(), expected_test.begin() + 10));
+
+  // A class the data lacks fails the trial naming it; duplicates and a single class are refused.
+  auto missing = settings;
+  missing["classes"] = {1, 9};
+  auto bad = run_mlp(missing, data, Recorder().context(missing));
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kInvalidArgument);
+  CHECK(bad.error().message().find("class 9") != std::string::npos);
+  for (const nlohmann::json& value : {nlohmann::json{1, 1}, nlohmann::json{2}, nlohmann::json{-1, 2}}) {
+    auto s = settings;
+    s["classes"] = value;
+    auto parsed = parse_mlp_settings(s);
+    CAPTURE(value.dump());
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.error().message().find("'classes'") != std::string::npos);
+  }
+}
+
+TEST_CASE("classifier loop: the label files hold the labels of the prediction rows") {
+  const auto data = synthetic(300, 40, 8, 5);
+  auto settings = small_settings();
+  settings["epochs"] = 1;
+  TempDir dir;
+  auto r = run_mlp(settings, data, Recorder().context(settings, dir.path));
+  REQUIRE(r.ok());
+  auto paths = artifact_paths(*r);
+  auto idx = read_npy_i64(paths["val_indices"]);
+  auto val_labels = read_npy_i64(paths["val_labels"]);
+  auto test_labels = read_npy_i64(paths["test_labels"]);
+  REQUIRE(idx.ok());
+  REQUIRE(val_labels.ok());
+  REQUIRE(test_labels.ok());
+  REQUIRE(val_labels->size() == idx->size());
+  for (size_t i = 0; i < idx->size(); ++i) CHECK((*val_labels)[i] == data.train.labels[static_cast<size_t>((*idx)[i])]);
+  CHECK(*test_labels == std::vector<int64_t>(data.test.labels.begin(), data.test.labels.end()));
+}
+
+TEST_CASE("transfer: init_from loads every layer but a new head; frozen layers stay bit-for-bit") {
+  const auto data = synthetic(600, 100, 8, 8);
+  nlohmann::json source = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
+                           {"epochs", 2}, {"classes", {0, 1, 2, 3, 4}}};
+  TempDir src_dir;
+  REQUIRE(run_mlp(source, data, Recorder().context(source, src_dir.path, 11)).ok());
+  const Checkpoint src = final_checkpoint(src_dir.path);
+  REQUIRE(src.manifest.layers.size() == 3);
+  TempDir export_dir;
+  const std::string exported = export_dir.file("model.bin");
+  REQUIRE(export_checkpoint(src_dir.path, exported).ok());
+
+  for (const std::string& from : {src_dir.path, exported}) {
+    CAPTURE(from);
+    nlohmann::json target = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
+                             {"epochs", 2}, {"classes", {5, 6, 7}}, {"init_from", from}, {"freeze", 1},
+                             {"momentum", 0.9}, {"weight_decay", 0.01}};
+    TempDir dir;
+    Recorder rec;
+    auto r = run_mlp(target, data, rec.context(target, dir.path, 12));
+    REQUIRE_MESSAGE(r.ok(), error_of(r));
+    CHECK(rec.reports.size() == 2);
+    const Checkpoint tuned = final_checkpoint(dir.path);
+    CHECK(same_bits(layer_params(tuned, 0), layer_params(src, 0)));      // frozen: unchanged
+    CHECK_FALSE(same_bits(layer_params(tuned, 1), layer_params(src, 1)));  // trained
+    CHECK(tuned.manifest.layers[2].shapes == std::vector<std::vector<int64_t>>{{16, 3}, {3}});  // the target's head
+    // The optimizer kept no state for the frozen layer either.
+    REQUIRE(tuned.optimizer.buffers.size() == 1);
+    const size_t n0 = tuned.manifest.layers[0].num_params();
+    CHECK(std::all_of(tuned.optimizer.buffers[0].begin(), tuned.optimizer.buffers[0].begin() + static_cast<std::ptrdiff_t>(n0),
+                      [](float v) { return v == 0.0f; }));
+  }
+
+  // Without freeze every layer trains (so the check above can fail).
+  nlohmann::json unfrozen = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
+                             {"epochs", 1}, {"classes", {5, 6, 7}}, {"init_from", src_dir.path}};
+  TempDir u_dir;
+  REQUIRE(run_mlp(unfrozen, data, Recorder().context(unfrozen, u_dir.path, 12)).ok());
+  CHECK_FALSE(same_bits(layer_params(final_checkpoint(u_dir.path), 0), layer_params(src, 0)));
+
+  // Another architecture, too deep a freeze and a missing source fail the trial, naming why.
+  auto wider = unfrozen;
+  wider["hidden"] = {32, 16};
+  auto w = run_mlp(wider, data, Recorder().context(wider));
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.error().code() == Errc::kInvalidArgument);
+  CHECK(w.error().message().find("init_from") != std::string::npos);
+  CHECK(w.error().message().find("layer 0") != std::string::npos);
+  auto deep = unfrozen;
+  deep["freeze"] = 3;
+  auto d = run_mlp(deep, data, Recorder().context(deep));
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.error().message().find("'freeze'") != std::string::npos);
+  auto missing = unfrozen;
+  missing["init_from"] = src_dir.path + "/nothing-here.bin";
+  auto m = run_mlp(missing, data, Recorder().context(missing));
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.error().message().find("nothing-here.bin") != std::string::npos);
+}
+
+TEST_CASE("transfer: a head of the source's size is initialised afresh, not copied") {
+  const auto data = synthetic(400, 60, 8, 6);
+  nlohmann::json source = {{"kind", "mlp"}, {"hidden", {16}}, {"lr", 0.05}, {"batch_size", 32},
+                           {"epochs", 2}, {"classes", {0, 1, 2}}};
+  TempDir src_dir;
+  REQUIRE(run_mlp(source, data, Recorder().context(source, src_dir.path, 5)).ok());
+  const Checkpoint src = final_checkpoint(src_dir.path);
+  // A rate far below the weights' last bit: the training steps leave every weight as it started.
+  nlohmann::json target = {{"kind", "mlp"}, {"hidden", {16}}, {"lr", 1e-20}, {"momentum", 0.0}, {"batch_size", 32},
+                           {"epochs", 1}, {"classes", {3, 4, 5}}, {"init_from", src_dir.path}};
+  TempDir dir;
+  REQUIRE(run_mlp(target, data, Recorder().context(target, dir.path, 6)).ok());
+  auto scratch = target;
+  scratch.erase("init_from");
+  TempDir scratch_dir;
+  REQUIRE(run_mlp(scratch, data, Recorder().context(scratch, scratch_dir.path, 6)).ok());
+  const Checkpoint tuned = final_checkpoint(dir.path), fresh = final_checkpoint(scratch_dir.path);
+  // The head's weights (its biases start at 0 and are moved by even the tiniest step).
+  auto head_weights = [](const Checkpoint& c) {
+    std::vector<float> p = layer_params(c, 1);
+    p.resize(16 * 3);
+    return p;
+  };
+  CHECK(same_bits(layer_params(tuned, 0), layer_params(src, 0)));  // the body is the source's
+  CHECK_FALSE(same_bits(head_weights(tuned), head_weights(src)));  // the head is not
+  CHECK(same_bits(head_weights(tuned), head_weights(fresh)));      // but this trial's fresh one
+}
+
+TEST_CASE("resume_from: the whole state of a paused trial continues with the trial's current settings") {
+  const auto data = synthetic(500, 80, 8, 4);
+  auto settings = small_settings();
+  settings["lr_schedule"] = "constant";
+  settings["epochs"] = 2;
+  TempDir a_dir;
+  REQUIRE(run_mlp(settings, data, Recorder().context(settings, a_dir.path)).ok());
+  const Checkpoint a = final_checkpoint(a_dir.path);
+  REQUIRE(a.epoch == 2);
+
+  // (a) Nothing left to train: the trial's checkpoint is A's state exactly, under the new lr.
+  {
+    auto s = settings;
+    s["lr"] = 0.2;
+    TempDir dir;
+    Recorder rec;
+    auto ctx = rec.context(s, dir.path);
+    ctx.resume_from = a_dir.path;
+    auto r = run_mlp(s, data, ctx);
+    REQUIRE_MESSAGE(r.ok(), error_of(r));
+    CHECK(rec.reports.empty());
+    CHECK(r->step == 2);
+    CHECK(r->metrics.at("resumed_epoch") == 2.0);
+    const Checkpoint c = final_checkpoint(dir.path);
+    CHECK(same_bits(c.params, a.params));
+    CHECK(c.optimizer.buffers == a.optimizer.buffers);
+    CHECK(c.epoch == 2);
+  }
+  // The same settings continued from A end exactly where an uninterrupted run does: weights,
+  // momentum, counters, data order and dropout all continue; reports resume at step 3.
+  auto four = settings;
+  four["epochs"] = 4;
+  TempDir full_dir;
+  REQUIRE(run_mlp(four, data, Recorder().context(four, full_dir.path)).ok());
+  {
+    TempDir dir;
+    Recorder rec;
+    auto ctx = rec.context(four, dir.path);
+    ctx.resume_from = checkpoint_path(a_dir.path, 0);  // a file works as well as a directory
+    auto r = run_mlp(four, data, ctx);
+    REQUIRE_MESSAGE(r.ok(), error_of(r));
+    REQUIRE(rec.reports.size() == 2);
+    CHECK(rec.reports[0].first == 3);
+    CHECK(rec.reports[1].first == 4);
+    CHECK(same_bits(final_checkpoint(dir.path).params, final_checkpoint(full_dir.path).params));
+  }
+  // (b) The new lr is the one trained with: a vanishing rate leaves A's weights, another moves them.
+  for (double lr : {1e-20, 0.2}) {
+    CAPTURE(lr);
+    auto s = four;
+    s["lr"] = lr;
+    TempDir dir;
+    Recorder rec;
+    auto ctx = rec.context(s, dir.path);
+    ctx.resume_from = a_dir.path;
+    auto r = run_mlp(s, data, ctx);
+    REQUIRE_MESSAGE(r.ok(), error_of(r));
+    CHECK(rec.reports.front().first == 3);
+    CHECK(same_bits(final_checkpoint(dir.path).params, a.params) == (lr < 1e-10));
+  }
+}
+
+TEST_CASE("resume_from: crash resume keeps its own progress, a new source always wins, a bad one fails") {
+  Recorder sink;  // outlives the contexts that report to it
+  const auto data = synthetic(400, 60, 8, 4);
+  auto settings = small_settings();
+  settings["lr_schedule"] = "constant";
+  TempDir a1_dir, a2_dir;
+  REQUIRE(run_mlp(settings, data, Recorder().context(settings, a1_dir.path, 1)).ok());
+  REQUIRE(run_mlp(settings, data, Recorder().context(settings, a2_dir.path, 2)).ok());
+  const Checkpoint a1 = final_checkpoint(a1_dir.path), a2 = final_checkpoint(a2_dir.path);
+  REQUIRE_FALSE(same_bits(a1.params, a2.params));
+
+  // A crash in the middle of an interval: the second attempt resumes the trial's own epoch 3.
+  auto four = settings;
+  four["epochs"] = 4;
+  TempDir snap, dir, clean_dir;
+  const std::string snapshot = snap.file("member.bin");
+  std::filesystem::copy_file(checkpoint_path(a1_dir.path, 0), snapshot);
+  Recorder clean;
+  auto clean_ctx = clean.context(four, clean_dir.path, 9);
+  clean_ctx.resume_from = snapshot;
+  REQUIRE(run_mlp(four, data, clean_ctx).ok());
+  Recorder first;
+  auto ctx1 = first.context(four, dir.path, 9);
+  ctx1.resume_from = snapshot;
+  ctx1.stop_requested = [&] { return !first.reports.empty(); };
+  auto r1 = run_mlp(four, data, ctx1);
+  REQUIRE(r1.ok());
+  CHECK(r1->stopped);
+  Recorder second;
+  auto ctx2 = second.context(four, dir.path, 9);
+  ctx2.attempt = 2;
+  ctx2.resume_from = snapshot;
+  auto r2 = run_mlp(four, data, ctx2);
+  REQUIRE(r2.ok());
+  REQUIRE(second.reports.size() == 1);
+  CHECK(second.reports[0].first == 4);
+  CHECK(same_bits(final_checkpoint(dir.path).params, final_checkpoint(clean_dir.path).params));
+
+  // The same path and settings with other contents (the master reuses a snapshot file): the
+  // trial's own checkpoint of the earlier source must not win over the new source.
+  auto two = settings;  // epochs 2: nothing to train, the checkpoint is the source's state
+  TempDir member;
+  auto ctx3 = sink.context(two, member.path, 9);
+  ctx3.resume_from = snapshot;
+  REQUIRE(run_mlp(two, data, ctx3).ok());
+  CHECK(same_bits(final_checkpoint(member.path).params, a1.params));
+  std::filesystem::copy_file(checkpoint_path(a2_dir.path, 0), snapshot, std::filesystem::copy_options::overwrite_existing);
+  REQUIRE(run_mlp(two, data, ctx3).ok());
+  CHECK(same_bits(final_checkpoint(member.path).params, a2.params));
+
+  // Nothing readable, another model or a past epoch: the trial fails, never trains from scratch.
+  TempDir empty;
+  for (const std::string& from : {empty.path, empty.file("missing.bin")}) {
+    CAPTURE(from);
+    auto ctx = sink.context(four, "", 9);
+    ctx.resume_from = from;
+    auto r = run_mlp(four, data, ctx);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().message().find(from) != std::string::npos);
+  }
+  auto wider = four;
+  wider["hidden"] = {32};
+  auto ctx4 = sink.context(wider, "", 9);
+  ctx4.resume_from = a1_dir.path;
+  auto w = run_mlp(wider, data, ctx4);
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.error().message().find("layer 0") != std::string::npos);
+  auto one = settings;
+  one["epochs"] = 1;
+  auto ctx5 = sink.context(one, "", 9);
+  ctx5.resume_from = a1_dir.path;
+  auto p = run_mlp(one, data, ctx5);
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.error().message().find("past setting 'epochs'") != std::string::npos);
+}
+
+TEST_CASE("resume_from: PBT may move momentum to and from 0 (the velocity starts at 0 or is dropped)") {
+  Recorder sink;  // outlives the contexts that report to it
+  const auto data = synthetic(300, 40, 8, 4);
+  auto settings = small_settings();
+  settings["lr_schedule"] = "constant";
+  settings["momentum"] = 0.0;
+  TempDir a_dir;
+  REQUIRE(run_mlp(settings, data, Recorder().context(settings, a_dir.path)).ok());
+  auto s = settings;
+  s["epochs"] = 3;
+  s["momentum"] = 0.5;
+  TempDir b_dir;
+  auto ctx = sink.context(s, b_dir.path);
+  ctx.resume_from = a_dir.path;
+  auto r = run_mlp(s, data, ctx);
+  REQUIRE_MESSAGE(r.ok(), error_of(r));
+  CHECK(final_checkpoint(b_dir.path).optimizer.buffers.size() == 1);
+  auto back = s;
+  back["epochs"] = 4;
+  back["momentum"] = 0.0;
+  TempDir c_dir;
+  auto ctx2 = sink.context(back, c_dir.path);
+  ctx2.resume_from = b_dir.path;
+  REQUIRE(run_mlp(back, data, ctx2).ok());
+  CHECK(final_checkpoint(c_dir.path).optimizer.buffers.empty());
 }

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/npy.h"
 #include "common/rng.h"
 #include "config/config.h"
 #include "config/settings.h"
@@ -750,4 +751,108 @@ TEST_CASE("settings: a bound and a default changed in the trainer's declaration 
   // Restored: the shipped bound again.
   CHECK(config::parse_config(config_text("{kind: mlp, dropout: 0.6}"), "t.yaml").ok());
   CHECK(parse_mlp_settings({{"kind", "mlp"}, {"dropout", 0.6}}).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// .npy files (common/npy.h): the master's ensemble stage reads what trial processes wrote, so a
+// damaged or hostile file is an error naming it, never a crash or a huge allocation.
+
+namespace {
+
+// A .npy file of `descr`, `shape` (header text) and `data_bytes` zero bytes, written by hand.
+std::string npy_file(const TempDir& dir, const std::string& name, const std::string& dict, size_t data_bytes,
+                     char major = 1) {
+  std::string header = dict;
+  const size_t prefix = major == 1 ? 10 : 12;
+  header.append((64 - (prefix + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string bytes = std::string("\x93NUMPY", 6) + major + '\0';
+  const uint32_t len = static_cast<uint32_t>(header.size());
+  bytes.push_back(static_cast<char>(len & 0xff));
+  bytes.push_back(static_cast<char>((len >> 8) & 0xff));
+  if (major != 1) bytes.push_back(static_cast<char>((len >> 16) & 0xff)), bytes.push_back(static_cast<char>(len >> 24));
+  bytes += header;
+  bytes.append(data_bytes, '\0');
+  std::ofstream(dir.file(name), std::ios::binary) << bytes;
+  return dir.file(name);
+}
+
+}  // namespace
+
+TEST_CASE("npy: float32 and int64 arrays round-trip; numpy's other header versions are read") {
+  TempDir dir;
+  const std::vector<float> probs = {0.25f, 0.75f, 1.0f, 0.0f, 0.5f, 0.5f};
+  REQUIRE(write_npy_f32(dir.file("p.npy"), probs.data(), 3, 2).ok());
+  int64_t rows = 0, cols = 0;
+  auto back = read_npy_f32(dir.file("p.npy"), rows, cols);
+  REQUIRE(back.ok());
+  CHECK(*back == probs);
+  CHECK(rows == 3);
+  CHECK(cols == 2);
+  const std::vector<int64_t> labels = {5, -1, 1LL << 40};
+  REQUIRE(write_npy_i64(dir.file("l.npy"), labels.data(), 3).ok());
+  CHECK(*read_npy_i64(dir.file("l.npy")) == labels);
+  REQUIRE(write_npy_i64(dir.file("empty.npy"), nullptr, 0).ok());
+  CHECK(read_npy_i64(dir.file("empty.npy"))->empty());
+  CHECK_FALSE(fs::exists(dir.file("l.npy.tmp")));
+
+  const std::string v2 = npy_file(dir, "v2.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", 32, 2);
+  auto read = read_npy_i64(v2);
+  REQUIRE_MESSAGE(read.ok(), (read.ok() ? "" : read.error().message()));
+  CHECK(read->size() == 4);
+}
+
+TEST_CASE("npy: truncated, foreign, wrong-dtype or oversized files are errors naming the file") {
+  TempDir dir;
+  const std::vector<float> probs(12, 0.5f);
+  REQUIRE(write_npy_f32(dir.file("good.npy"), probs.data(), 4, 3).ok());
+  std::string good;
+  {
+    std::ifstream in(dir.file("good.npy"), std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir.file(name), std::ios::binary) << bytes;
+    return dir.file(name);
+  };
+  int64_t rows = 0, cols = 0;
+  auto f32_error = [&](const std::string& path, const std::string& says) {
+    CAPTURE(path);
+    auto r = read_npy_f32(path, rows, cols);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().message().find(path) != std::string::npos);
+    CHECK_MESSAGE(r.error().message().find(says) != std::string::npos, r.error().message());
+  };
+  f32_error(write("short.npy", good.substr(0, good.size() - 4)), "expected");  // a truncated row
+  f32_error(write("long.npy", good + "xx"), "expected");
+  f32_error(write("header.npy", good.substr(0, 40)), "truncated header");
+  f32_error(write("magic.npy", "\x93NUMPZ" + good.substr(6)), "not a .npy");
+  f32_error(write("tiny.npy", "\x93NU"), "not a .npy");
+  std::string v9 = good;
+  v9[6] = 9;
+  f32_error(write("v9.npy", v9), "version 9");
+  f32_error(npy_file(dir, "f8.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 3), }", 96), "dtype '<f8'");
+  f32_error(npy_file(dir, "big.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (4, 3), }", 48), "dtype");
+  f32_error(npy_file(dir, "fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (4, 3), }", 48), "C order");
+  f32_error(npy_file(dir, "3d.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 3), }", 48), "shape");
+  f32_error(npy_file(dir, "neg.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (-4, 3), }", 48), "shape");
+  f32_error(npy_file(dir, "noshape.npy", "{'descr': '<f4', 'fortran_order': False, }", 48), "shape");
+  // An element count that would allocate gigabytes is refused before any allocation.
+  f32_error(npy_file(dir, "huge.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }", 0),
+            "elements");
+  f32_error(npy_file(dir, "overflow.npy",
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999, 3), }", 0), "shape");
+  f32_error(npy_file(dir, "1d.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 48), "2-D");
+  // A header length beyond the bound (version 2's 4-byte length).
+  std::string long_header = std::string("\x93NUMPY\x02\x00", 8) + std::string("\xff\xff\xff\x7f", 4) + "{";
+  f32_error(write("longheader.npy", long_header), "too long");
+  // The int64 reader wants '<i8' and one dimension.
+  auto i64 = read_npy_i64(dir.file("good.npy"));
+  REQUIRE_FALSE(i64.ok());
+  CHECK(i64.error().message().find("dtype '<f4'") != std::string::npos);
+  auto missing = read_npy_i64(dir.file("none.npy"));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code() == Errc::kNotFound);
+  CHECK(missing.error().message().find("none.npy") != std::string::npos);
 }

@@ -84,9 +84,27 @@ std::vector<SettingDecl> classifier_common_setting_specs() {
                "allgather), recursive_doubling (butterfly) or hierarchical (through the node's shared memory, "
                "then across nodes).",
        .aliases = {"allreduce_algorithm", "collective"}},
+      {.key = "classes", .type = T::kIntList, .default_value = nlohmann::json::array(), .min = 0, .max = 65535,
+       .help = "Train and test on these classes only, relabelled 0..k-1 in the order listed (the output layer has "
+               "k units); [] for every class. max_train_samples and the validation split apply after this filter "
+               "(classes: [5, 6, 7, 8, 9] with max_train_samples: 500 is 500 images of classes 5-9, validation "
+               "included), max_test_samples to the filtered test file. A class the data lacks fails the trial.",
+       .aliases = {"class_subset", "target_classes", "subset_classes"}},
+      {.key = "init_from", .type = T::kString, .default_value = "",
+       .help = "Transfer learning: a checkpoint file (an export) or a trial directory (its checkpoint-stage*.bin) "
+               "whose weights start every layer but the output layer, which is new and sized to this trial's "
+               "classes; the architecture must otherwise be the source's. The optimizer starts fresh. \"\" for a "
+               "fresh initialisation.",
+       .aliases = {"pretrained", "init_checkpoint", "warm_start", "source_checkpoint", "finetune_from"}},
+      {.key = "freeze", .type = T::kInt, .default_value = 0, .min = 0, .max = 10000,
+       .help = "Freeze the first N layers of the network (as it lists them: dense, conv, maxpool and dropout layers "
+               "each count): their weights stay exactly as initialised or loaded by init_from. At most the layers "
+               "before the output layer.",
+       .aliases = {"freeze_layers", "frozen_layers", "num_frozen"}},
       {.key = "save_predictions", .type = T::kBool, .default_value = true,
-       .help = "Save the validation and test class probabilities (.npy) and the validation images' indices "
-               "(val_indices.npy) in the trial directory and register them as artifacts.",
+       .help = "Save the validation and test class probabilities (val_probs.npy, test_probs.npy), the validation "
+               "images' indices (val_indices.npy) and the rows' labels (val_labels.npy, test_labels.npy) in the "
+               "trial directory and register them as artifacts.",
        .aliases = {"predictions", "save_probs"}},
   };
 }

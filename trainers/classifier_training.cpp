@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <numbers>
 #include <numeric>
 
+#include "common/npy.h"
 #include "common/rng.h"
 #include "nn/blas.h"
 #include "nn/checkpoint.h"
@@ -53,6 +52,22 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   HPCTUNE_ASSIGN(s.checkpoint, r.boolean("checkpoint"));
   HPCTUNE_ASSIGN(s.micro_batches, r.integer("micro_batches"));
   HPCTUNE_ASSIGN(s.save_predictions, r.boolean("save_predictions"));
+  HPCTUNE_ASSIGN(const nlohmann::json classes, r.value("classes"));
+  s.classes.clear();
+  if (classes.is_array()) {
+    for (const auto& c : classes) s.classes.push_back(c.get<int64_t>());
+  } else {
+    s.classes.push_back(classes.get<int64_t>());
+  }
+  for (size_t i = 0; i < s.classes.size(); ++i) {
+    if (std::find(s.classes.begin(), s.classes.begin() + static_cast<std::ptrdiff_t>(i), s.classes[i]) !=
+        s.classes.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return r.bad("classes", r.raw("classes"), "distinct classes (" + std::to_string(s.classes[i]) + " is listed twice)");
+    }
+  }
+  if (s.classes.size() == 1) return r.bad("classes", r.raw("classes"), "[] for every class, or at least 2 classes");
+  HPCTUNE_ASSIGN(s.init_from, r.string("init_from"));
+  HPCTUNE_ASSIGN(s.freeze, r.integer("freeze"));
   return Status::Ok();
 }
 
@@ -76,96 +91,6 @@ LrPlan make_lr_plan(const ClassifierSettings& s, int64_t batches_per_epoch) noex
   return p;
 }
 
-// ---- .npy ---------------------------------------------------------------------------------------
-
-namespace {
-
-// Writes a C-order .npy of element type `descr` ('<f4', '<i8') and shape `shape` ("(3, 10)",
-// "(3,)"), through a temporary file renamed onto `path`.
-Status write_npy(const std::string& path, const char* descr, const std::string& shape, const void* data,
-                 size_t bytes) {
-  std::string header = "{'descr': '";  // appended, not "..." + ...: GCC 12 warns falsely (-Wrestrict, PR 105329)
-  header.append(descr).append("', 'fortran_order': False, 'shape': ").append(shape).append(", }");
-  // magic (6) + version (2) + length (2) + header + '\n', padded with spaces to a multiple of 64.
-  const size_t unpadded = 10 + header.size() + 1;
-  header.append((64 - unpadded % 64) % 64, ' ');
-  header.push_back('\n');
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return err(Errc::kIo, "cannot create " + tmp);
-    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-    out.write(magic, 8);
-    const uint16_t len = static_cast<uint16_t>(header.size());
-    out.write(reinterpret_cast<const char*>(&len), 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-    out.flush();
-    if (!out) return err(Errc::kIo, "cannot write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return err(Errc::kIo, "cannot rename " + tmp + " onto " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
-// Opens a .npy of element type `descr`, leaves `in` at its data and returns the header text.
-Result<std::string> read_npy_header(std::ifstream& in, const std::string& path, const char* descr) {
-  if (!in) return err(Errc::kNotFound, "cannot open " + path);
-  char magic[8];
-  uint16_t len = 0;
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(&len), 2);
-  if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) return err(Errc::kInvalidArgument, path + ": not a .npy file");
-  std::string header(len, '\0');
-  in.read(header.data(), len);
-  if (header.find(std::string("'descr': '") + descr + "'") == std::string::npos ||
-      header.find("'fortran_order': False") == std::string::npos) {
-    return err(Errc::kInvalidArgument, path + ": not a C-order " + descr + " array");
-  }
-  const auto open = header.find("'shape': (");
-  if (open == std::string::npos) return err(Errc::kInvalidArgument, path + ": no shape");
-  return header.substr(open + 10);
-}
-
-}  // namespace
-
-Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols) {
-  std::string shape = "(";
-  shape.append(std::to_string(rows)).append(", ").append(std::to_string(cols)).append(")");
-  return write_npy(path, "<f4", shape, values,
-                   static_cast<size_t>(rows * cols) * sizeof(float));
-}
-
-Status write_npy_i64(const std::string& path, const int64_t* values, int64_t count) {
-  std::string shape = "(";
-  shape.append(std::to_string(count)).append(",)");
-  return write_npy(path, "<i8", shape, values, static_cast<size_t>(count) * sizeof(int64_t));
-}
-
-Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols) {
-  std::ifstream in(path, std::ios::binary);
-  HPCTUNE_ASSIGN(const std::string shape, read_npy_header(in, path, "<f4"));
-  if (std::sscanf(shape.c_str(), "%ld, %ld", &rows, &cols) != 2) return err(Errc::kInvalidArgument, path + ": not a 2-D array");
-  std::vector<float> values(static_cast<size_t>(rows * cols));
-  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
-  if (!in || in.peek() != std::char_traits<char>::eof()) return err(Errc::kInvalidArgument, path + ": wrong size");
-  return values;
-}
-
-Result<std::vector<int64_t>> read_npy_i64(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HPCTUNE_ASSIGN(const std::string shape, read_npy_header(in, path, "<i8"));
-  long count = 0;
-  char comma = 0;
-  if (std::sscanf(shape.c_str(), "%ld%c)", &count, &comma) != 2 || comma != ',' || count < 0)
-    return err(Errc::kInvalidArgument, path + ": not a 1-D array");
-  std::vector<int64_t> values(static_cast<size_t>(count));
-  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(int64_t)));
-  if (!in || in.peek() != std::char_traits<char>::eof()) return err(Errc::kInvalidArgument, path + ": wrong size");
-  return values;
-}
-
 // ---- the loop -----------------------------------------------------------------------------------
 
 namespace {
@@ -180,12 +105,14 @@ void shuffle(std::vector<int64_t>& v, Rng& rng) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
 }
 
-// Copies the rows `idx` of `d` into a contiguous batch.
-void gather(const Dataset& d, const int64_t* idx, int64_t n, float* x, int32_t* y) {
+// Copies the rows `idx` of `d` into a contiguous batch, with labels through `label_map` (the
+// classes setting: file label -> trained label).
+void gather(const Dataset& d, const std::vector<int32_t>& label_map, const int64_t* idx, int64_t n, float* x,
+            int32_t* y) {
   const size_t f = static_cast<size_t>(d.features());
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(x + static_cast<size_t>(i) * f, d.image(idx[i]), f * sizeof(float));
-    y[i] = d.labels[static_cast<size_t>(idx[i])];
+    y[i] = label_map[static_cast<size_t>(d.labels[static_cast<size_t>(idx[i])])];
   }
 }
 
@@ -202,20 +129,88 @@ RankLayout layout_of(const collectives::TrainerGroup* g) {
 }
 
 // The run identity a checkpoint must match to resume (checkpoint.h): everything that shapes the
-// trajectory.
-uint64_t config_hash(const std::string& kind, const nn::Network& net, const TrialContext& ctx, const RankLayout& l) {
+// trajectory. `source` identifies the contents of ctx.resume_from (0 without one): a paused trial
+// resumed from another checkpoint is another run, even under the same settings and path, so that
+// a checkpoint of its earlier interval never wins over the weights it was told to continue from.
+uint64_t config_hash(const std::string& kind, const nn::Network& net, const TrialContext& ctx, const RankLayout& l,
+                     uint64_t source) {
   nlohmann::json settings = ctx.settings();
   settings.erase("checkpoint");
   settings.erase("save_predictions");
-  const std::string text = "kind=" + kind + "\nnet=" + net.describe() + "\nsettings=" + settings.dump() +
-                           "\nseed=" + std::to_string(ctx.seed) + "\nlayout=" + std::to_string(l.data_size) + "x" +
-                           std::to_string(l.model_size) + "\nstage=" + std::to_string(l.model_rank);
+  std::string text = "kind=" + kind + "\nnet=" + net.describe() + "\nsettings=" + settings.dump() +
+                     "\nseed=" + std::to_string(ctx.seed) + "\nlayout=" + std::to_string(l.data_size) + "x" +
+                     std::to_string(l.model_size) + "\nstage=" + std::to_string(l.model_rank);
+  if (!ctx.resume_from.empty()) text += "\nresume_from=" + ctx.resume_from + "#" + std::to_string(source);
   return nn::fnv1a64(text);
+}
+
+// FNV-1a 64 over a checkpoint's state (counters, parameters, optimizer buffers): what a resume
+// continues from.
+uint64_t state_digest(const nn::Checkpoint& c) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  };
+  for (int64_t v : {c.epoch, c.step, c.optimizer.steps}) mix(&v, sizeof v);
+  mix(&c.model_hash, sizeof c.model_hash);
+  mix(c.params.data(), c.params.size() * sizeof(float));
+  for (const auto& b : c.optimizer.buffers) mix(b.data(), b.size() * sizeof(float));
+  return h;
 }
 
 void warn(const std::string& kind, const TrialContext& ctx, const std::string& what) {
   std::cerr << "hpctune " << kind << " trainer: trial " << ctx.trial_id << " attempt " << ctx.attempt
             << ": warning: " << what << std::endl;
+}
+
+void note(const std::string& kind, const TrialContext& ctx, const std::string& what) {
+  std::cerr << "hpctune " << kind << " trainer: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": " << what
+            << std::endl;
+}
+
+// In a group, every rank's `st` decides together: when any rank failed, every rank fails (the
+// failed ones with their own error, the others naming the cause), so that no rank goes on to a
+// collective the others never reach. Without a group, `st` itself.
+Status agree(collectives::TrainerGroup* group, Status st, const std::string& what) {
+  if (group == nullptr) return st;
+  std::vector<double> failed{st.ok() ? 0.0 : 1.0};
+  HPCTUNE_TRY(group->sum(failed));
+  if (!st.ok()) return st;
+  if (failed[0] > 0) return err(Errc::kFailed, what + " failed on another rank of the group (see its log)");
+  return Status::Ok();
+}
+
+// The checkpoint `path` names: a checkpoint file, or a trial (or snapshot) directory of
+// checkpoint-stage*.bin files, joined. kInvalidArgument or kIo naming `setting` and the path.
+Result<nn::Checkpoint> read_source_checkpoint(const std::string& who, const std::string& setting,
+                                              const std::string& path) {
+  std::error_code ec;
+  const bool dir = std::filesystem::is_directory(path, ec);
+  auto read = dir ? nn::read_trial_checkpoint(path) : nn::read_checkpoint(path);
+  const std::string where = who + ": " + setting + " \"" + path + "\": ";
+  if (!read.ok()) {
+    const Errc code = read.error().code() == Errc::kIo ? Errc::kIo : Errc::kInvalidArgument;
+    if (read.error().code() == Errc::kNotFound) {
+      return err(code, where + (dir ? "the directory holds no checkpoint-stage*.bin" : "no such checkpoint file or directory"));
+    }
+    return err(code, where + read.error().message());
+  }
+  if (read->manifest.empty()) {
+    return err(Errc::kInvalidArgument, where + "a checkpoint without a layer manifest (version 1) loads into no other trial");
+  }
+  return read;
+}
+
+// The optimizer state of another run made to fit `options`: SGD's velocity buffer exists only
+// with momentum, and PBT may move momentum to or from 0 (a missing velocity starts at 0, as in a
+// fresh run; a velocity no longer used is dropped). Anything else is left to set_state() to refuse.
+nn::OptimizerState fit_optimizer_state(nn::OptimizerState st, const nn::OptimizerOptions& options, size_t params) {
+  if (options.kind != nn::OptimizerKind::kSgd) return st;
+  const size_t want = options.momentum != 0.0 ? 1 : 0;
+  if (st.buffers.size() == 0 && want == 1) st.buffers.assign(1, std::vector<float>(params, 0.0f));
+  else if (st.buffers.size() == 1 && want == 0) st.buffers.clear();
+  return st;
 }
 
 }  // namespace
@@ -224,7 +219,6 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
                                      const ImageClassificationData& data, const TrialContext& ctx) {
   const std::string who = kind + " trainer";
   const Dataset& train_file = data.train;
-  if (train_file.count < 2) return err(Errc::kInvalidArgument, who + ": the training set needs at least 2 images");
   for (const auto* d : {&data.train, &data.test}) {
     for (int32_t label : d->labels) {
       if (label < 0 || label >= data.num_classes) return err(Errc::kInvalidArgument, who + ": a label is out of range");
@@ -232,13 +226,39 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   }
   const RankLayout lay = layout_of(ctx.group);
 
-  // Validation split.
-  std::vector<int64_t> perm(static_cast<size_t>(train_file.count));
-  std::iota(perm.begin(), perm.end(), int64_t{0});
+  // Classes: label_map[file label] = the trained label 0..classes-1, or -1 for a class left out.
+  std::vector<int32_t> label_map(static_cast<size_t>(std::max(data.num_classes, 0)), -1);
+  int64_t classes = data.num_classes;
+  if (s.classes.empty()) {
+    std::iota(label_map.begin(), label_map.end(), 0);
+  } else {
+    std::vector<int64_t> per_class(label_map.size(), 0);
+    for (int32_t label : train_file.labels) ++per_class[static_cast<size_t>(label)];
+    for (size_t i = 0; i < s.classes.size(); ++i) {
+      const int64_t c = s.classes[i];
+      if (c < 0 || c >= data.num_classes || per_class[static_cast<size_t>(c)] == 0) {
+        return err(Errc::kInvalidArgument, who + ": setting 'classes': class " + std::to_string(c) +
+                                               " is not in the data (its training file has classes 0.." +
+                                               std::to_string(data.num_classes - 1) +
+                                               (c >= 0 && c < data.num_classes ? ", but no image of class " + std::to_string(c) : std::string()) + ")");
+      }
+      label_map[static_cast<size_t>(c)] = static_cast<int32_t>(i);
+    }
+    classes = static_cast<int64_t>(s.classes.size());
+  }
+  auto kept = [&](const Dataset& d, int64_t i) { return label_map[static_cast<size_t>(d.labels[static_cast<size_t>(i)])] >= 0; };
+
+  // Validation split, over the training images of the kept classes (in file order).
+  std::vector<int64_t> perm;
+  perm.reserve(static_cast<size_t>(train_file.count));
+  for (int64_t i = 0; i < train_file.count; ++i)
+    if (kept(train_file, i)) perm.push_back(i);
+  const int64_t available = static_cast<int64_t>(perm.size());
+  if (available < 2) return err(Errc::kInvalidArgument, who + ": the training set needs at least 2 images");
   // From the campaign's data seed, not the trial's: every trial holds out the same images.
   Rng split_rng(derive_seed(s.data_seed, kSplitStream));
   shuffle(perm, split_rng);
-  const int64_t pool = s.max_train_samples > 0 ? std::min(s.max_train_samples, train_file.count) : train_file.count;
+  const int64_t pool = s.max_train_samples > 0 ? std::min(s.max_train_samples, available) : available;
   const int64_t n_val = std::max<int64_t>(1, std::llround(s.val_fraction * static_cast<double>(pool)));
   if (n_val >= pool) {
     return err(Errc::kInvalidArgument, who + ": setting 'val_fraction' = " + std::to_string(s.val_fraction) +
@@ -248,7 +268,13 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   const std::vector<int64_t> base_train(perm.begin() + n_val, perm.begin() + pool);
   std::sort(val_idx.begin(), val_idx.end());  // for memory locality; evaluation order is fixed either way
   const int64_t n_train = static_cast<int64_t>(base_train.size());
-  const int64_t n_test = s.max_test_samples > 0 ? std::min(s.max_test_samples, data.test.count) : data.test.count;
+  // The test images of the kept classes, in file order, the first max_test_samples of them.
+  std::vector<int64_t> test_idx;
+  for (int64_t i = 0; i < data.test.count; ++i) {
+    if (s.max_test_samples > 0 && static_cast<int64_t>(test_idx.size()) >= s.max_test_samples) break;
+    if (kept(data.test, i)) test_idx.push_back(i);
+  }
+  const int64_t n_test = static_cast<int64_t>(test_idx.size());
 
   // For the whole trial, on this thread (denormals.h); first, so that BLAS threads started by the
   // two calls below inherit it.
@@ -257,16 +283,28 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   nn::blas_set_threads(ctx.threads);
   nn::dnnl_set_threads(ctx.threads);  // oneDNN's OpenMP pool is per calling thread: set it on this one
 
-  auto created = nn::Network::create(nn::Shape{1, train_file.rows, train_file.cols}, s.layers, data.num_classes);
+  auto created = nn::Network::create(nn::Shape{1, train_file.rows, train_file.cols}, s.layers, classes);
   if (!created.ok()) return std::move(created).error().with_context(who + ": building the network");
   nn::Network net = std::move(created).value();
   Rng init_rng(derive_seed(ctx.seed, kInitStream));
-  net.init(init_rng);
+  net.init(init_rng);  // the output layer keeps this initialisation under init_from too: a fresh head
+  if (s.freeze > 0) {
+    // Before the engine is made: a pipeline stage copies the frozen blocks then (network.h).
+    if (static_cast<size_t>(s.freeze) >= net.num_layers()) {
+      return err(Errc::kInvalidArgument, who + ": setting 'freeze' = " + std::to_string(s.freeze) +
+                                             ": the network has only " + std::to_string(net.num_layers() - 1) +
+                                             " layers before its output layer");
+    }
+    HPCTUNE_TRY(net.freeze(static_cast<size_t>(s.freeze)));
+  }
   EngineOptions engine_options;
   engine_options.micro_batches = s.micro_batches;
   HPCTUNE_ASSIGN(std::unique_ptr<GradientEngine> engine, make_gradient_engine(net, ctx.group, engine_options));
   nn::Optimizer optimizer(engine->params().size(), s.optimizer);
-  Rng shuffle_rng(derive_seed(ctx.seed, kShuffleStream));
+  // Both streams are reseeded at every epoch start from (seed, epoch), so that an epoch's data
+  // order and dropout masks do not depend on where the run started (crash resume, a PBT interval).
+  const uint64_t shuffle_seed = derive_seed(ctx.seed, kShuffleStream);
+  Rng shuffle_rng(shuffle_seed);
   const uint64_t dropout_seed = derive_seed(derive_seed(ctx.seed, kDropoutStream), static_cast<uint64_t>(lay.rank));
   Rng dropout_rng(dropout_seed);
 
@@ -284,11 +322,31 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   int64_t step = 0;
   int64_t start_epoch = 0;
   protocol::Metrics last;
+  auto restore_last = [&](const nn::Checkpoint& c) {
+    if (c.meta.contains("last") && c.meta["last"].is_object()) {
+      for (auto it = c.meta["last"].begin(); it != c.meta["last"].end(); ++it) {
+        if (it.value().is_number()) last[it.key()] = it.value().get<double>();
+      }
+    }
+  };
+
+  // A paused trial's checkpoint to continue from (PBT): read on every rank before the run hash,
+  // which depends on its contents.
+  nn::Checkpoint source;
+  uint64_t source_digest = 0;
+  if (!ctx.resume_from.empty()) {
+    auto read = read_source_checkpoint(who, "resume_from", ctx.resume_from);
+    Status st = read.ok() ? Status::Ok() : Status(std::move(read).error());
+    if (read.ok()) source = std::move(read).value();
+    HPCTUNE_TRY(agree(ctx.group, std::move(st), "reading resume_from \"" + ctx.resume_from + "\""));
+    source_digest = state_digest(source);
+  }
 
   // Checkpoint resume.
   const bool checkpointing = s.checkpoint && !ctx.trial_dir.empty();
   const std::string ckpt_path = checkpointing ? nn::checkpoint_path(ctx.trial_dir, lay.model_rank) : std::string();
-  const uint64_t hash = config_hash(kind, net, ctx, lay);
+  const uint64_t hash = config_hash(kind, net, ctx, lay, source_digest);
+  bool resumed_own = false;
   if (checkpointing) {
     nn::Checkpoint c;
     std::string problem;
@@ -296,7 +354,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     bool valid = false;
     if (read.ok()) {
       c = std::move(read).value();
-      if (c.run_hash != hash) problem = "it belongs to another run (another model, settings, seed or layout)";
+      if (c.run_hash != hash) problem = "it belongs to another run (another model, settings, seed, layout or resume_from)";
       else if (!c.manifest.empty() && (c.first_layer != engine->layer_range().first ||
                                        c.last_layer != engine->layer_range().second)) {
         problem = "it holds other layers than this stage's";
@@ -322,24 +380,89 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       agreed = v[0] == n && v[2] * n == v[1] * v[1];
       if (valid && !agreed && problem.empty()) problem = "another rank of the group cannot resume from the same epoch";
     }
-    if (!problem.empty()) warn(kind, ctx, "ignoring checkpoint " + ckpt_path + " and starting from scratch: " + problem);
+    if (!problem.empty()) {
+      const std::string instead = !ctx.resume_from.empty() ? "from resume_from"
+                                  : !s.init_from.empty()   ? "from init_from"
+                                                           : "from scratch";
+      warn(kind, ctx, "ignoring checkpoint " + ckpt_path + " and starting " + instead + ": " + problem);
+    }
     if (agreed) {
       std::copy(c.params.begin(), c.params.end(), engine->params().begin());
       HPCTUNE_TRY(optimizer.set_state(c.optimizer));
-      shuffle_rng.set_state(c.rngs[0]);
-      dropout_rng.set_state(c.rngs[1]);
       start_epoch = c.epoch;
       step = c.step;
       train_seconds = c.meta.value("train_seconds", 0.0);
       images_trained = c.meta.value("images_trained", int64_t{0});
-      if (c.meta.contains("last") && c.meta["last"].is_object()) {
-        for (auto it = c.meta["last"].begin(); it != c.meta["last"].end(); ++it) {
-          if (it.value().is_number()) last[it.key()] = it.value().get<double>();
-        }
-      }
+      restore_last(c);
       result.step = start_epoch;
+      resumed_own = true;
     }
   }
+
+  if (!resumed_own && !ctx.resume_from.empty()) {
+    // The whole state of the paused run: every layer, the optimizer's buffers for this rank's
+    // layers, the counters and the last metrics; the settings (lr, momentum, ...) are this trial's.
+    Status st = [&]() -> Status {
+      const std::string where = who + ": resume_from \"" + ctx.resume_from + "\": ";
+      if (source.epoch > s.epochs) {
+        return err(Errc::kInvalidArgument, where + "its epoch " + std::to_string(source.epoch) +
+                                               " is past setting 'epochs' = " + std::to_string(s.epochs));
+      }
+      Status loaded = nn::load_model(net, source);
+      if (!loaded.ok()) return err(Errc::kInvalidArgument, where + loaded.error().message());
+      auto part = nn::slice_checkpoint(source, engine->layer_range().first, engine->layer_range().second);
+      if (!part.ok()) return err(Errc::kInvalidArgument, where + part.error().message());
+      Status set = optimizer.set_state(fit_optimizer_state(part->optimizer, s.optimizer, engine->params().size()));
+      if (!set.ok()) return err(Errc::kInvalidArgument, where + set.error().message());
+      return Status::Ok();
+    }();
+    HPCTUNE_TRY(agree(ctx.group, std::move(st), "loading resume_from \"" + ctx.resume_from + "\""));
+    start_epoch = source.epoch;
+    step = source.step;
+    restore_last(source);
+    result.step = start_epoch;
+    if (lay.leader()) {
+      note(kind, ctx, "resumed from " + ctx.resume_from + " at epoch " + std::to_string(source.epoch) +
+                          " (weights, optimizer state and counters; this trial's settings)");
+    }
+  } else if (!resumed_own && !s.init_from.empty()) {
+    // Transfer: every layer but the output from the source; the head keeps its fresh
+    // initialisation, also when its size is the source's (the classes mean something else).
+    Status st = [&]() -> Status {
+      HPCTUNE_ASSIGN(const nn::Checkpoint c, read_source_checkpoint(who, "init_from", s.init_from));
+      Status loaded = nn::load_model(net, c, /*skip_output=*/true);
+      if (!loaded.ok()) return err(Errc::kInvalidArgument, who + ": init_from \"" + s.init_from + "\": " + loaded.error().message());
+      if (lay.leader()) {
+        note(kind, ctx, "initialised " + std::to_string(net.num_layers() - 1) + " layers from " + s.init_from +
+                            " (epoch " + std::to_string(c.epoch) + " of its run), a new output layer of " +
+                            std::to_string(classes) + " classes, " + std::to_string(s.freeze) + " layers frozen");
+      }
+      return Status::Ok();
+    }();
+    HPCTUNE_TRY(agree(ctx.group, std::move(st), "loading init_from \"" + s.init_from + "\""));
+  }
+  source = nn::Checkpoint();  // its memory is not needed any more
+
+  // The stage's layers with the model's manifest, so that other trials can load them by layer.
+  auto save_checkpoint = [&](int64_t epoch) {
+    nn::Checkpoint c = nn::checkpoint_of(net, engine->layer_range().first, engine->layer_range().second);
+    c.run_hash = hash;
+    c.epoch = epoch;
+    c.step = step;
+    c.optimizer = optimizer.state();
+    c.rngs = {shuffle_rng.state(), dropout_rng.state()};
+    nlohmann::json last_json = nlohmann::json::object();
+    for (const auto& [k, v] : last) last_json[k] = v;
+    c.meta = {{"train_seconds", train_seconds}, {"images_trained", images_trained}, {"last", last_json}};
+    // A failed write leaves the previous checkpoint in place: a resume then repeats more epochs,
+    // which costs time but not correctness, so the trial goes on.
+    Status st = nn::write_checkpoint(ckpt_path, c);
+    if (!st.ok()) warn(kind, ctx, st.error().message());
+  };
+  // A run continued from resume_from writes its starting state at once: the trial directory then
+  // never holds an earlier interval's weights under this trial (what a PBT snapshot copies), even
+  // when no epoch is left to train.
+  if (checkpointing && lay.data_rank == 0 && !resumed_own && !ctx.resume_from.empty()) save_checkpoint(start_epoch);
 
   auto stopped = [&]() -> Result<TrialResult> {
     result.stopped = true;
@@ -351,16 +474,9 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     nn::BatchStats total;
     for (int64_t start = 0; start < count; start += kEvalBatch) {
       const int64_t n = std::min(kEvalBatch, count - start);
-      const float* xb = nullptr;
-      const int32_t* yb = nullptr;
-      if (idx != nullptr) {
-        gather(d, idx + start, n, x.data(), y.data());
-        xb = x.data(), yb = y.data();
-      } else {
-        xb = d.image(start), yb = d.labels.data() + start;
-      }
-      float* pb = probs != nullptr ? probs + start * data.num_classes : nullptr;
-      HPCTUNE_ASSIGN(nn::BatchStats b, engine->evaluate(xb, yb, n, pb));
+      gather(d, label_map, idx + start, n, x.data(), y.data());
+      float* pb = probs != nullptr ? probs + start * classes : nullptr;
+      HPCTUNE_ASSIGN(nn::BatchStats b, engine->evaluate(x.data(), y.data(), n, pb));
       total += b;
     }
     return total;
@@ -371,6 +487,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     if (ctx.stop_requested()) return stopped();
     const auto epoch_start = Clock::now();
     order = base_train;
+    shuffle_rng.reseed(derive_seed(shuffle_seed, static_cast<uint64_t>(epoch)));
     shuffle(order, shuffle_rng);
     dropout_rng.reseed(derive_seed(dropout_seed, static_cast<uint64_t>(epoch)));
     nn::BatchStats train_stats;
@@ -381,7 +498,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         return stopped();
       }
       const int64_t n = std::min(batch, n_train - start);
-      gather(train_file, order.data() + start, n, x.data(), y.data());
+      gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
       HPCTUNE_ASSIGN(nn::BatchStats b, engine->train_batch(x.data(), y.data(), n, dropout_rng));
       if (!std::isfinite(b.loss_sum)) {
         return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
@@ -407,36 +524,21 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     result.step = epoch;
     if (lay.leader()) ctx.report(epoch, last);
 
-    if (checkpointing && lay.data_rank == 0) {
-      // The stage's layers with the model's manifest, so that other trials can load them by layer.
-      nn::Checkpoint c = nn::checkpoint_of(net, engine->layer_range().first, engine->layer_range().second);
-      c.run_hash = hash;
-      c.epoch = epoch;
-      c.step = step;
-      c.optimizer = optimizer.state();
-      c.rngs = {shuffle_rng.state(), dropout_rng.state()};
-      nlohmann::json last_json = nlohmann::json::object();
-      for (const auto& [k, v] : last) last_json[k] = v;
-      c.meta = {{"train_seconds", train_seconds}, {"images_trained", images_trained}, {"last", last_json}};
-      // A failed write leaves the previous checkpoint in place: a resume then repeats more epochs,
-      // which costs time but not correctness, so the trial goes on.
-      Status st = nn::write_checkpoint(ckpt_path, c);
-      if (!st.ok()) warn(kind, ctx, st.error().message());
-    }
+    if (checkpointing && lay.data_rank == 0) save_checkpoint(epoch);
   }
   if (ctx.stop_requested()) return stopped();
 
   const bool predictions = s.save_predictions && !ctx.trial_dir.empty();
   std::vector<float> val_probs, test_probs;
   if (predictions && lay.leader()) {
-    val_probs.resize(static_cast<size_t>(n_val * data.num_classes));
-    test_probs.resize(static_cast<size_t>(n_test * data.num_classes));
+    val_probs.resize(static_cast<size_t>(n_val * classes));
+    test_probs.resize(static_cast<size_t>(n_test * classes));
   }
   if (predictions) {
     HPCTUNE_ASSIGN(nn::BatchStats v, evaluate_rows(train_file, val_idx.data(), n_val, lay.leader() ? val_probs.data() : nullptr));
     (void)v;
   }
-  HPCTUNE_ASSIGN(nn::BatchStats test, evaluate_rows(data.test, nullptr, n_test, lay.leader() && predictions ? test_probs.data() : nullptr));
+  HPCTUNE_ASSIGN(nn::BatchStats test, evaluate_rows(data.test, test_idx.data(), n_test, lay.leader() && predictions ? test_probs.data() : nullptr));
   result.metrics = {{"val_loss", last["val_loss"]},
                     {"val_accuracy", last["val_accuracy"]},
                     {"train_loss", last["train_loss"]},
@@ -451,13 +553,27 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     if (predictions) {
       const std::string val_path = (std::filesystem::path(ctx.trial_dir) / "val_probs.npy").string();
       const std::string test_path = (std::filesystem::path(ctx.trial_dir) / "test_probs.npy").string();
-      HPCTUNE_TRY(write_npy_f32(val_path, val_probs.data(), n_val, data.num_classes));
-      HPCTUNE_TRY(write_npy_f32(test_path, test_probs.data(), n_test, data.num_classes));
+      HPCTUNE_TRY(write_npy_f32(val_path, val_probs.data(), n_val, classes));
+      HPCTUNE_TRY(write_npy_f32(test_path, test_probs.data(), n_test, classes));
       const std::string indices_path = (std::filesystem::path(ctx.trial_dir) / "val_indices.npy").string();
       HPCTUNE_TRY(write_npy_i64(indices_path, val_idx.data(), n_val));
+      // The labels of those rows as trained (after the classes remapping), for scoring blends.
+      auto labels_of = [&](const Dataset& d, const std::vector<int64_t>& rows) {
+        std::vector<int64_t> out(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i)
+          out[i] = label_map[static_cast<size_t>(d.labels[static_cast<size_t>(rows[i])])];
+        return out;
+      };
+      const std::string val_labels_path = (std::filesystem::path(ctx.trial_dir) / "val_labels.npy").string();
+      const std::string test_labels_path = (std::filesystem::path(ctx.trial_dir) / "test_labels.npy").string();
+      const std::vector<int64_t> val_labels = labels_of(train_file, val_idx), test_labels = labels_of(data.test, test_idx);
+      HPCTUNE_TRY(write_npy_i64(val_labels_path, val_labels.data(), n_val));
+      HPCTUNE_TRY(write_npy_i64(test_labels_path, test_labels.data(), n_test));
       result.artifacts.push_back({"val_probs", val_path});
       result.artifacts.push_back({"test_probs", test_path});
       result.artifacts.push_back({"val_indices", indices_path});
+      result.artifacts.push_back({"val_labels", val_labels_path});
+      result.artifacts.push_back({"test_labels", test_labels_path});
     }
     if (checkpointing) {
       for (int stage = 0; stage < lay.model_size; ++stage) {

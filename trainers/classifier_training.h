@@ -3,27 +3,61 @@
 //
 // Per trial (the data split from data_seed, every other random choice from ctx.seed, through
 // derive_seed streams):
-//   1. Carve the validation split out of the training file: a permutation seeded by data_seed (the
-//      campaign's seed unless the config gives one, the same for every trial, so that trials'
-//      predictions line up row by row for ensembles), capped at max_train_samples, of which the
-//      first val_fraction are validation (kept in increasing file order). The test file is used only
-//      for the final test metrics: its first max_test_samples.
+//   1. Choose the images. With `classes: [c0, c1, ...]` only the images of those classes are used,
+//      training and test files alike, relabelled 0..k-1 in the order listed (the output layer has k
+//      units); a listed class the training file does not have fails the trial (kInvalidArgument
+//      naming it). Then carve the validation split out of the (filtered) training file: a
+//      permutation seeded by data_seed (the campaign's seed unless the config gives one, the same
+//      for every trial, so that trials' predictions line up row by row for ensembles), capped at
+//      max_train_samples, of which the first val_fraction are validation (kept in increasing file
+//      order). The test file is used only for the final test metrics: the first max_test_samples
+//      of its (filtered) images.
 //   2. Build the Network (network.h) from the trainer's layer specs, initialise it from the init
-//      stream, and take a GradientEngine for ctx.group (gradient_engine.h). With checkpoints on and a
-//      trial_dir, resume from <trial_dir>/checkpoint-stage<model_rank>.bin when it holds this
-//      trial's model (checkpoint.h).
-//   3. Train `epochs` epochs. An epoch is a fresh seeded permutation of the training indices (the
-//      shuffle stream continues across epochs and is checkpointed) cut into GLOBAL minibatches of
+//      stream, freeze its first `freeze` layers (more than the layers before the output layer is
+//      a trial error) and take a GradientEngine for ctx.group (gradient_engine.h). The weights then
+//      come from the first of these that applies:
+//        a. with checkpoints on and a trial_dir, <trial_dir>/checkpoint-stage<model_rank>.bin when
+//           it holds this run (its run hash, below): a crash resume of the same attempt;
+//        b. ctx.resume_from (PBT: a paused trial continued, possibly from another member's
+//           weights): a checkpoint file or a directory of checkpoint-stage*.bin (joined). The WHOLE
+//           state loads: every layer, the optimizer's buffers (this rank's layers; SGD's velocity
+//           starts at 0 or is dropped when momentum moves to or from 0), the epoch and step
+//           counters and the last metrics; training goes on from its epoch + 1 to `epochs` with
+//           this trial's settings (the new lr, momentum, ...), reporting the global epoch as the
+//           step. Any run hash is accepted, but the model must be this one (check_layers: a
+//           mismatch names the layer), its epoch at most `epochs`; an unreadable source fails the
+//           trial (kInvalidArgument or kIo naming the path), it never trains from scratch. The
+//           starting state is written as the trial's checkpoint at once, so the trial directory
+//           never holds an earlier interval's weights.
+//        c. init_from (transfer): a checkpoint file or a trial directory; every layer but the
+//           output layer loads (load_model(skip_output)), the architecture must otherwise be the
+//           source's (a mismatch fails the trial naming the layer); the output layer keeps its
+//           fresh initialisation even when its size is the source's (the classes mean something
+//           else), and the optimizer starts fresh. One line on stderr says what was loaded.
+//        d. the fresh initialisation.
+//      Groups: every rank reads the source itself and loads the whole model into its network
+//      (a pipeline stage then trains its own layers, with its slice of the optimizer state); a
+//      failure on any rank fails every rank (agreed through the group), so that no rank waits in
+//      a collective. Freeze works in every layout too (made before the engine). Tested on one rank.
+//   3. Train `epochs` epochs. An epoch is a permutation of the training indices from a stream
+//      reseeded at the epoch's start from (seed, epoch), cut into GLOBAL minibatches of
 //      batch_size (the last one may be smaller); every rank gathers the same global batch and the
 //      engine takes the rows it needs (data-parallel shards, pipeline micro-batches). Dropout draws
-//      from a stream reseeded at every epoch start from (seed, rank, epoch), so a resumed epoch and
-//      every rank's masks are reproducible without cross-rank state.
+//      from a stream reseeded at every epoch start from (seed, rank, epoch). So an epoch's data
+//      order and masks depend only on the trial's seed and the epoch number, not on where the run
+//      started: a crash resume, and a PBT interval continued from the trial's own checkpoint with
+//      unchanged settings (and lr_schedule: constant, as PBT uses: the cosine plan spans `epochs`,
+//      which PBT raises every interval), end bit-identical to the uninterrupted run. An interval
+//      continued from another member's checkpoint trains that member's weights and optimizer state
+//      on this trial's data order and dropout masks.
 //      After each epoch: validation, report {val_loss, val_accuracy, train_loss, train_accuracy,
 //      epoch_seconds} at step = epoch (the leader), then the checkpoint (data rank 0 of each stage).
 //   4. Return {val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds,
-//      images_per_second} (plus resumed_epoch when it resumed) at step = epochs; with
-//      save_predictions and a trial_dir the leader writes val_probs.npy, test_probs.npy and
-//      val_indices.npy (below) and returns them, and the checkpoints, as artifacts.
+//      images_per_second} (plus resumed_epoch when it started from a checkpoint, the trial's own or
+//      resume_from's) at step = epochs; with save_predictions and a trial_dir the leader writes
+//      val_probs.npy, test_probs.npy, val_indices.npy, val_labels.npy and test_labels.npy (below)
+//      and returns them (artifact kinds val_probs, test_probs, val_indices, val_labels,
+//      test_labels), and the checkpoints (kind checkpoint), as artifacts.
 //
 // Stops: ctx.stop_requested() is polled at every epoch start, every kStopPollBatches minibatches
 // and before the test evaluation, the same points on every rank (it is a collective in a group).
@@ -40,15 +74,23 @@
 //   after  constant: peak; cosine: peak * (1 + cos(pi * (t - W) / (T - W))) / 2.
 //
 // Checkpoint resume: a checkpoint is used only when every rank of the group has a valid one for
-// this trial's configuration (same config hash: network, settings, seed, layout, stage) at the same
-// epoch; otherwise every rank starts from scratch and a warning naming the reason goes to stderr (a
-// corrupt or foreign checkpoint never trains into this trial). Resumed and uninterrupted runs end
-// with bit-identical weights for a fixed thread count.
+// this trial's configuration (same run hash: network, settings, seed, layout, stage, and with
+// resume_from its path and a digest of its contents) at the same epoch; otherwise every rank
+// starts afresh (2b-2d above) and a warning naming the reason goes to stderr (a corrupt or
+// foreign checkpoint never trains into this trial). The settings include init_from, freeze and
+// classes, so a crashed fine-tune resumes its own checkpoint, not init_from again; the digest of
+// resume_from's contents makes a trial continued from another source (even one copied to the
+// same path) another run, so its checkpoint of an earlier interval never wins over the weights it
+// was told to continue from. Resumed and uninterrupted runs end with bit-identical weights for a
+// fixed thread count.
 //
-// Predictions (.npy, NumPy format 1.0): float32, C order, shape (rows, classes), row i the softmax
-// probabilities of validation image i (in increasing training-file index) or of test image i.
-// val_indices.npy: int64, shape (rows,), the training-file index of validation image i; the same
-// file for every trial of a campaign (same data_seed, val_fraction and max_train_samples).
+// Predictions (.npy, NumPy format 1.0, common/npy.h): float32, C order, shape (rows, classes), row
+// i the softmax probabilities of validation image i (in increasing training-file index) or of test
+// image i (in test-file order, the kept classes only). val_indices.npy: int64, shape (rows,), the
+// training-file index of validation image i; the same file for every trial of a campaign (same
+// data_seed, val_fraction, max_train_samples and classes). val_labels.npy, test_labels.npy:
+// int64, shape (rows,), the label of row i as trained (after the classes relabelling), so that a
+// reader scores blends without the dataset and checks that members' rows line up.
 //
 // Data loading: the minibatch gather copies the batch's rows (random rows of the decoded dataset in
 // memory) into one buffer. Measured here: 0.11 ms for 128 x 784 floats, against 3.3 ms for the
@@ -92,6 +134,9 @@ struct ClassifierSettings {
   bool checkpoint = true;
   int64_t micro_batches = 0;  // pipeline micro-batches per global batch; 0 = 2 x model ranks
   bool save_predictions = true;
+  std::vector<int64_t> classes;  // the classes trained on, relabelled 0..k-1 in this order; empty = all
+  std::string init_from;         // a checkpoint file or trial directory to start from (transfer); "" = none
+  int64_t freeze = 0;            // layers [0, freeze) are not trained
   std::vector<nn::LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
 };
 
@@ -119,13 +164,5 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
 // Loads the dataset of `s` (through `cache` when not null) and runs train_classifier().
 Result<TrialResult> run_classifier_trial(const std::string& kind, const ClassifierSettings& s, DatasetCache* cache,
                                          const TrialContext& ctx);
-
-// Writes a float32 .npy of shape (rows, cols); kIo naming the path.
-Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols);
-// Reads a float32 2-D .npy written by write_npy_f32 (for tests and tools).
-Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols);
-// Writes an int64 1-D .npy of `count` values (val_indices.npy), and reads one back.
-Status write_npy_i64(const std::string& path, const int64_t* values, int64_t count);
-Result<std::vector<int64_t>> read_npy_i64(const std::string& path);
 
 }  // namespace hpctune::trainers
