@@ -1,0 +1,211 @@
+// NumPy .npy files (format 1.0 written; 1.0, 2.0 and 3.0 read): the trials' saved predictions
+// (val_probs.npy, test_probs.npy: float32 (rows, classes)) and row lists (val_indices.npy,
+// val_labels.npy, test_labels.npy: int64 (rows,)), written by the classifier trainers
+// (trainers/classifier_training.h) and read by the master's ensemble stage, which links no trainer
+// code: hence header-only here, on the standard library alone.
+//
+// Reading is safe against hostile or damaged files, since a trial directory is written by another
+// process: the magic, the version, a bounded header length, the dtype ('<f4' or '<i8' exactly),
+// fortran_order False, a 1-D or 2-D shape of plain decimal sizes, at most kNpyMaxElements
+// elements, and a file size of exactly the header plus rows * cols * itemsize. Every error is
+// kInvalidArgument (kNotFound when the file does not exist, kIo when it cannot be read) and names
+// the path.
+//
+// Writing goes through <path>.tmp renamed onto <path>, so a reader never sees half a file.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hpctune {
+
+static_assert(std::endian::native == std::endian::little, "the .npy files here are little-endian");
+
+// The most elements a read accepts (1 GiB of float32): far above any prediction matrix here.
+inline constexpr int64_t kNpyMaxElements = int64_t{1} << 28;
+// The longest header a read accepts (numpy writes well under 200 bytes).
+inline constexpr uint32_t kNpyMaxHeader = 64 * 1024;
+
+namespace npy_detail {
+
+// Writes a C-order .npy of element type `descr` ('<f4', '<i8') and shape `shape` ("(3, 10)",
+// "(3,)"), through a temporary file renamed onto `path`.
+inline Status write(const std::string& path, const char* descr, const std::string& shape, const void* data,
+                    size_t bytes) {
+  std::string header = "{'descr': '";  // appended, not "..." + ...: GCC 12 warns falsely (-Wrestrict, PR 105329)
+  header.append(descr).append("', 'fortran_order': False, 'shape': ").append(shape).append(", }");
+  // magic (6) + version (2) + length (2) + header + '\n', padded with spaces to a multiple of 64.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return err(Errc::kIo, "cannot create " + tmp);
+    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    out.write(magic, 8);
+    const uint16_t len = static_cast<uint16_t>(header.size());
+    const unsigned char len_le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
+    out.write(reinterpret_cast<const char*>(len_le), 2);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    if (bytes > 0) out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+    out.flush();
+    if (!out) return err(Errc::kIo, "cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return err(Errc::kIo, "cannot rename " + tmp + " onto " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+// The value text of `key` in a header dict ("'shape': (3, 10)" -> "(3, 10)"), up to the comma or
+// brace that ends it; "" when absent.
+inline std::string field(const std::string& header, const std::string& key) {
+  const std::string quoted = "'" + key + "':";
+  const size_t at = header.find(quoted);
+  if (at == std::string::npos) return "";
+  size_t i = at + quoted.size();
+  while (i < header.size() && header[i] == ' ') ++i;
+  size_t end = i;
+  if (end < header.size() && header[end] == '(') end = header.find(')', end);
+  else end = header.find_first_of(",}", end);
+  if (end == std::string::npos) return "";
+  return header.substr(i, end - i + (header[end] == ')' ? 1 : 0));
+}
+
+// Parses "(3, 10)", "(3,)" or "()" into dims: plain decimal sizes only, each at most
+// kNpyMaxElements; false on anything else.
+inline bool parse_shape(const std::string& text, std::vector<int64_t>& dims) {
+  dims.clear();
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')') return false;
+  size_t i = 1;
+  const size_t end = text.size() - 1;
+  auto skip_spaces = [&] {
+    while (i < end && text[i] == ' ') ++i;
+  };
+  skip_spaces();
+  while (i < end) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    int64_t v = 0;
+    while (i < end && text[i] >= '0' && text[i] <= '9') {
+      v = v * 10 + (text[i] - '0');
+      if (v > kNpyMaxElements) return false;
+      ++i;
+    }
+    dims.push_back(v);
+    skip_spaces();
+    if (i < end) {
+      if (text[i] != ',') return false;
+      ++i;
+      skip_spaces();
+    }
+    if (dims.size() > 2) return false;
+  }
+  return true;
+}
+
+// Reads the whole array of `path` whose dtype is `descr` and element size `itemsize`, checking
+// everything listed at the top; `dims` gets the shape.
+inline Result<std::vector<char>> read(const std::string& path, const char* descr, size_t itemsize,
+                                      std::vector<int64_t>& dims) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, path + ": no such file");
+  const auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) return err(Errc::kIo, "cannot read " + path + ": " + ec.message());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return err(Errc::kIo, "cannot open " + path);
+  auto bad = [&](const std::string& what) { return err(Errc::kInvalidArgument, path + ": " + what); };
+  unsigned char start[8];
+  if (!in.read(reinterpret_cast<char*>(start), 8) || std::memcmp(start, "\x93NUMPY", 6) != 0)
+    return bad("not a .npy file (no \\x93NUMPY magic)");
+  const int major = start[6];
+  uint64_t header_len = 0;
+  uint64_t prefix = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    if (!in.read(reinterpret_cast<char*>(b), 2)) return bad("truncated header");
+    header_len = b[0] | (static_cast<uint64_t>(b[1]) << 8);
+    prefix = 10;
+  } else if (major == 2 || major == 3) {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) return bad("truncated header");
+    header_len = b[0] | (static_cast<uint64_t>(b[1]) << 8) | (static_cast<uint64_t>(b[2]) << 16) |
+                 (static_cast<uint64_t>(b[3]) << 24);
+    prefix = 12;
+  } else {
+    return bad("unsupported .npy version " + std::to_string(major) + "." + std::to_string(start[7]));
+  }
+  if (header_len > kNpyMaxHeader) return bad("header of " + std::to_string(header_len) + " bytes is too long");
+  if (prefix + header_len > file_size) return bad("truncated header");
+  std::string header(static_cast<size_t>(header_len), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) return bad("truncated header");
+  const std::string found_descr = field(header, "descr");
+  if (found_descr != std::string("'") + descr + "'")
+    return bad("dtype " + (found_descr.empty() ? std::string("(none)") : found_descr) + ", expected '" + descr + "'");
+  if (field(header, "fortran_order") != "False") return bad("not in C order (fortran_order is not False)");
+  if (!parse_shape(field(header, "shape"), dims) || dims.empty())
+    return bad("shape " + field(header, "shape") + " is not a 1-D or 2-D array of sizes up to " +
+               std::to_string(kNpyMaxElements));
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d != 0 && count > kNpyMaxElements / d) return bad("more than " + std::to_string(kNpyMaxElements) + " elements");
+    count *= d;
+  }
+  if (count > kNpyMaxElements) return bad("more than " + std::to_string(kNpyMaxElements) + " elements");
+  const uint64_t data_bytes = static_cast<uint64_t>(count) * itemsize;
+  if (file_size != prefix + header_len + data_bytes)
+    return bad("file of " + std::to_string(file_size) + " bytes, expected " +
+               std::to_string(prefix + header_len + data_bytes) + " for its shape");
+  std::vector<char> bytes(static_cast<size_t>(data_bytes));
+  if (data_bytes > 0 && !in.read(bytes.data(), static_cast<std::streamsize>(data_bytes))) return bad("truncated data");
+  return bytes;
+}
+
+template <typename T>
+std::vector<T> as_values(const std::vector<char>& bytes) {
+  std::vector<T> values(bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+}  // namespace npy_detail
+
+// Writes a float32 .npy of shape (rows, cols); kIo naming the path.
+inline Status write_npy_f32(const std::string& path, const float* values, int64_t rows, int64_t cols) {
+  std::string shape = "(";
+  shape.append(std::to_string(rows)).append(", ").append(std::to_string(cols)).append(")");
+  return npy_detail::write(path, "<f4", shape, values, static_cast<size_t>(rows * cols) * sizeof(float));
+}
+
+// Writes an int64 1-D .npy of `count` values.
+inline Status write_npy_i64(const std::string& path, const int64_t* values, int64_t count) {
+  std::string shape = "(";
+  shape.append(std::to_string(count)).append(",)");
+  return npy_detail::write(path, "<i8", shape, values, static_cast<size_t>(count) * sizeof(int64_t));
+}
+
+// Reads a float32 2-D .npy: its values row-major, and its shape in rows and cols.
+inline Result<std::vector<float>> read_npy_f32(const std::string& path, int64_t& rows, int64_t& cols) {
+  std::vector<int64_t> dims;
+  HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read(path, "<f4", sizeof(float), dims));
+  if (dims.size() != 2) return err(Errc::kInvalidArgument, path + ": not a 2-D array");
+  rows = dims[0], cols = dims[1];
+  return npy_detail::as_values<float>(bytes);
+}
+
+// Reads an int64 1-D .npy.
+inline Result<std::vector<int64_t>> read_npy_i64(const std::string& path) {
+  std::vector<int64_t> dims;
+  HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read(path, "<i8", sizeof(int64_t), dims));
+  if (dims.size() != 1) return err(Errc::kInvalidArgument, path + ": not a 1-D array");
+  return npy_detail::as_values<int64_t>(bytes);
+}
+
+}  // namespace hpctune
