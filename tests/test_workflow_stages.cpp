@@ -314,7 +314,9 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
     Campaign c;
     const int64_t a = c.trial(c.tune, 0, 0.5);
     c.predictions(a, kA);
-    require_ok(c.db->add_artifact(a, 2, "val_probs", "../../../etc/passwd", 10, c.t));  // the latest attempt's
+    // The latest attempt's files are the ones read; its val_probs points out of the trial.
+    for (const std::string kind : {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"})
+      require_ok(c.db->add_artifact(a, 2, kind, kind == "val_probs" ? "../../../etc/passwd" : kind + ".npy", 10, c.t));
     auto stage = ensemble_stage({{"method", "greedy"}});
     auto st = stage->begin(c.ctx());
     REQUIRE_FALSE(st.ok());

@@ -233,16 +233,20 @@ class EnsembleStage final : public scheduler::StageRuntime {
   // The trial's predictions, from its latest attempt's artifacts; false when one is missing.
   Result<bool> candidate_of(const scheduler::StageContext& ctx, const store::TrialRow& t, Candidate& c) const {
     HPCTUNE_ASSIGN(std::vector<store::ArtifactRow> artifacts, ctx.store->artifacts(t.id));
-    int64_t attempt[kKinds] = {};
     c.trial = t.id;
     c.objective = objective_of(t);
-    for (const auto& a : artifacts) {
-      for (std::size_t k = 0; k < kKinds; ++k) {
-        if (a.kind != kPredictionKinds[k] || a.attempt < attempt[k]) continue;
-        attempt[k] = a.attempt;
-        c.paths[k] = a.path;
-      }
-    }
+    // The five files of one attempt, the latest that recorded any: never an earlier attempt's
+    // validation rows beside a later one's probabilities.
+    auto kind_index = [](const std::string& kind) {
+      for (std::size_t k = 0; k < kKinds; ++k)
+        if (kind == kPredictionKinds[k]) return k;
+      return kKinds;
+    };
+    int64_t latest = 0;
+    for (const auto& a : artifacts)
+      if (kind_index(a.kind) < kKinds) latest = std::max(latest, a.attempt);
+    for (const auto& a : artifacts)
+      if (const std::size_t k = kind_index(a.kind); k < kKinds && a.attempt == latest) c.paths[k] = a.path;
     for (std::size_t k = 0; k < kKinds; ++k) {
       if (c.paths[k].empty()) return false;
       HPCTUNE_ASSIGN(c.paths[k], resolve(ctx, t.id, c.paths[k], kPredictionKinds[k]));
