@@ -1,0 +1,454 @@
+// workflow/: the ensemble stage driven directly through begin()/finish() over a store in a temp
+// directory, with hand-made trials whose predictions (npy artifacts) have worked-out answers: the
+// methods' members and weights, the blend written as the weighted average of its members, rows
+// that do not line up, inputs without predictions, and the retrain source across a restart.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/npy.h"
+#include "common/rng.h"
+#include "config/config.h"
+#include "scheduler/stages.h"
+#include "store/store.h"
+#include "temp_dir.h"
+#include "workflow/ensemble_stage.h"
+#include "workflow/stages.h"
+
+using namespace hpctune;
+using nlohmann::json;
+using store::TrialState;
+
+namespace {
+
+template <typename R>
+void require_ok(const R& r) {
+  if (!r.ok()) FAIL(r.error().to_string());
+}
+
+// Two classes; a member is its probability of class 0 on each row. On validation every label is
+// 0 (as tests/test_ensemble.cpp): A is right and sure on rows 0-1, wrong on 2-3; B the other way
+// round and a little better (log loss 0.5776 against A's 0.6547); C knows nothing (0.6931).
+// Greedy with 2 picks takes B, then A (0.4904 beats B again, 0.5776, and C, 0.6060): A and B,
+// half each. The test rows are labelled 0, 1, 0.
+struct Member {
+  std::vector<double> val0, test0;
+};
+const Member kA{{0.9, 0.9, 0.3, 0.3}, {0.8, 0.4, 0.7}};
+const Member kB{{0.35, 0.35, 0.9, 0.9}, {0.6, 0.3, 0.2}};
+const Member kC{{0.5, 0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}};
+const std::vector<int64_t> kValIndices = {11, 42, 7, 3};
+const std::vector<int64_t> kValLabels = {0, 0, 0, 0};
+const std::vector<int64_t> kTestLabels = {0, 1, 0};
+
+std::vector<float> two_class(const std::vector<double>& p0) {
+  std::vector<float> out;
+  for (double x : p0) out.push_back(static_cast<float>(x)), out.push_back(static_cast<float>(1 - x));
+  return out;
+}
+
+// A campaign with a search stage `tune` and an ensemble stage `blend` over it, in a temp dir.
+struct Campaign {
+  testing::TempDir dir;
+  std::unique_ptr<store::Store> db;
+  int64_t campaign = 0, tune = 0, blend = 0, other = 0;
+  std::string run_dir;
+  double t = 1000;
+
+  Campaign() {
+    auto opened = store::Store::open(dir.file("c.db"));
+    require_ok(opened);
+    db = std::move(opened).value();
+    store::CampaignRow c;
+    c.name = "demo";
+    c.config_text = "name: demo\n";
+    c.seed = 7;
+    auto id = db->create_campaign(c);
+    require_ok(id);
+    campaign = *id;
+    tune = stage("search", "tune");
+    blend = stage("ensemble", "blend");
+    other = stage("search", "other");
+    run_dir = dir.file("c.db.trials");
+  }
+  int64_t stage(const std::string& kind, const std::string& name) {
+    auto id = db->create_stage(campaign, kind, name, json::object(), t);
+    require_ok(id);
+    return *id;
+  }
+
+  // A trial of `stage` that ends `state` with val_accuracy `acc`; `seq` is its index in the stage.
+  int64_t trial(int64_t stage_id, int64_t seq, double acc, TrialState state = TrialState::kDone,
+                json meta = json::object()) {
+    store::TrialRow row;
+    row.campaign_id = campaign;
+    row.stage_id = stage_id;
+    row.seq = seq;
+    row.params = {{"lr", 0.01 * static_cast<double>(seq + 1)}, {"hidden", 64}};
+    row.meta = std::move(meta);
+    row.created_at = ++t;
+    auto id = db->insert_trial(row);
+    require_ok(id);
+    require_ok(db->mark_assigned(*id, 1, 0, 1, ++t));
+    require_ok(db->mark_running(*id, 1, ++t));
+    require_ok(db->finish_trial(*id, 1, state, {{"val_accuracy", acc}}, acc, 3, "", ++t));
+    return *id;
+  }
+
+  // Writes the five prediction files of `m` into the trial's directory and records them as
+  // artifacts of `attempt` (paths absolute, or relative to the trial directory).
+  void predictions(int64_t trial_id, const Member& m, bool relative = false, int64_t attempt = 1,
+                   std::vector<int64_t> val_indices = kValIndices, std::vector<int64_t> val_labels = kValLabels) {
+    const std::string d = run_dir + "/" + std::to_string(trial_id);
+    std::filesystem::create_directories(d);
+    const auto val = two_class(m.val0), test = two_class(m.test0);
+    require_ok(write_npy_f32(d + "/val_probs.npy", val.data(), static_cast<int64_t>(m.val0.size()), 2));
+    require_ok(write_npy_f32(d + "/test_probs.npy", test.data(), static_cast<int64_t>(m.test0.size()), 2));
+    require_ok(write_npy_i64(d + "/val_indices.npy", val_indices.data(), static_cast<int64_t>(val_indices.size())));
+    require_ok(write_npy_i64(d + "/val_labels.npy", val_labels.data(), static_cast<int64_t>(val_labels.size())));
+    require_ok(write_npy_i64(d + "/test_labels.npy", kTestLabels.data(), static_cast<int64_t>(kTestLabels.size())));
+    for (const char* kind : {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"}) {
+      const std::string file = std::string(kind) + ".npy";
+      require_ok(db->add_artifact(trial_id, attempt, kind, relative ? file : d + "/" + file, 64, t));
+    }
+  }
+
+  scheduler::StageContext ctx() const {
+    scheduler::StageContext c;
+    c.store = db.get();
+    c.campaign_id = campaign;
+    c.stage_id = blend;
+    c.inputs = {tune};
+    c.run_dir = run_dir;
+    c.now = t;
+    return c;
+  }
+};
+
+// The campaign config: objective val_accuracy (max), seed 7, stages tune (search) and blend.
+config::CampaignConfig campaign_config(json settings) {
+  config::CampaignConfig cfg;
+  cfg.name = "demo";
+  cfg.seed = 7;
+  cfg.objectives = {{"val_accuracy", true}};
+  cfg.trainer = {{"kind", "mlp"}, {"epochs", 3}, {"save_predictions", false}};
+  config::StageConfig tune{"tune", "search", {}, json::object(), true, nullptr};
+  auto tune_view = std::make_shared<config::CampaignConfig>(cfg);
+  tune_view->trainer = {{"kind", "mlp"}, {"epochs", 5}, {"save_predictions", true}};
+  tune.own = tune_view;
+  config::StageConfig blend{"blend", "ensemble", {"tune"}, std::move(settings), false, nullptr};
+  cfg.stages = {tune, blend};
+  return cfg;
+}
+
+std::unique_ptr<scheduler::StageRuntime> ensemble_stage(json settings) {
+  const auto cfg = campaign_config(std::move(settings));
+  auto made = workflow::make_stage({"blend", "ensemble", {"tune"}, 1}, cfg, std::nullopt);
+  require_ok(made);
+  return std::move(made).value();
+}
+
+std::vector<double> read_f64(const std::string& path, std::vector<int64_t>& dims) {
+  auto bytes = npy_detail::read(path, "<f8", sizeof(double), dims);
+  require_ok(bytes);
+  return npy_detail::as_values<double>(*bytes);
+}
+
+// The weighted average of the members' probabilities as stored (float32), in double.
+std::vector<double> average(const std::vector<std::pair<const Member*, double>>& parts, bool test) {
+  std::vector<double> out;
+  for (const auto& [m, w] : parts) {
+    const auto p = two_class(test ? m->test0 : m->val0);
+    out.resize(p.size(), 0.0);
+    for (std::size_t i = 0; i < p.size(); ++i) out[i] += w * static_cast<double>(p[i]);
+  }
+  return out;
+}
+
+double log_loss0(const std::vector<double>& probs, const std::vector<int64_t>& labels) {
+  double total = 0;
+  for (std::size_t r = 0; r < labels.size(); ++r) total -= std::log(probs[r * 2 + static_cast<std::size_t>(labels[r])]);
+  return total / static_cast<double>(labels.size());
+}
+
+}  // namespace
+
+TEST_CASE("ensemble stage, greedy: the known members and weights, and the written blend is their weighted average") {
+  Campaign c;
+  const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5), cc = c.trial(c.tune, 2, 0.4);
+  c.predictions(a, kA);
+  c.predictions(b, kB, /*relative=*/true);  // relative to the trial directory
+  c.predictions(cc, kC);
+  c.trial(c.tune, 3, 0.9);                                  // done, no predictions: skipped, counted
+  c.predictions(c.trial(c.tune, 4, 0.9, TrialState::kFailed), kA);  // not done: not a candidate
+  c.predictions(c.trial(c.other, 0, 0.9), kA);              // another stage: not an input
+  auto stage = ensemble_stage({{"method", "greedy"}, {"max_size", 2}, {"bags", 0}, {"k", 5}, {"retrain", nullptr}});
+  CHECK(stage->source() == nullptr);
+  CHECK(stage->max_trials() == 0);
+  std::vector<std::string> logged;
+  auto ctx = c.ctx();
+  ctx.log = [&](const std::string& line) { logged.push_back(line); };
+  require_ok(stage->begin(ctx));
+  REQUIRE(logged.size() == 1);
+  CHECK(logged[0] == "ensemble 'blend': 1 of the done trials saved no predictions (trainer.save_predictions) and are "
+                     "left out");
+  auto result = stage->finish(ctx);
+  require_ok(result);
+  const json& r = *result;
+  CHECK(r["method"] == "greedy");
+  CHECK(r["candidates"] == 3);
+  CHECK(r["skipped"] == 1);
+  CHECK(r["retrained"] == 0);
+  CHECK(r["members"] == json::array({{{"trial", a}, {"weight", 0.5}}, {{"trial", b}, {"weight", 0.5}}}));
+  // A and B together are right on every validation row; the blend's log loss is theirs averaged.
+  const auto val = average({{&kA, 0.5}, {&kB, 0.5}}, false), test = average({{&kA, 0.5}, {&kB, 0.5}}, true);
+  CHECK(r["val_accuracy"] == 1.0);
+  CHECK(r["val_log_loss"].get<double>() == doctest::Approx(log_loss0(val, kValLabels)).epsilon(1e-12));
+  CHECK(r["val_log_loss"].get<double>() == doctest::Approx(0.4904).epsilon(1e-3));
+  // Test rows: blend p0 = 0.7, 0.35, 0.45 for labels 0, 1, 0: right, right, wrong.
+  CHECK(r["test_accuracy"].get<double>() == doctest::Approx(2.0 / 3));
+  CHECK(r["test_log_loss"].get<double>() == doctest::Approx(log_loss0(test, kTestLabels)).epsilon(1e-12));
+  // The best single member: A and B tie on val_accuracy 0.5; B has the lower validation log loss.
+  CHECK(r["best_single"]["trial"] == b);
+  CHECK(r["best_single"]["val_accuracy"] == 0.5);
+  CHECK(r["best_single"]["val_log_loss"].get<double>() == doctest::Approx(0.5776).epsilon(1e-3));
+  CHECK(r["best_single"]["test_log_loss"].get<double>() ==
+        doctest::Approx(log_loss0(average({{&kB, 1.0}}, true), kTestLabels)).epsilon(1e-12));
+  CHECK(r["val_log_loss"].get<double>() < r["best_single"]["val_log_loss"].get<double>());
+
+  // The files: the blend's probabilities, float64, equal to the weighted average of the members'.
+  const std::string dir = workflow::ensemble_output_dir(c.run_dir, c.blend);
+  CHECK(r["files"]["val_probs"] == dir + "/val_probs.npy");
+  CHECK(r["files"]["test_probs"] == dir + "/test_probs.npy");
+  std::vector<int64_t> dims;
+  const auto val_file = read_f64(dir + "/val_probs.npy", dims);
+  CHECK(dims == std::vector<int64_t>{4, 2});
+  REQUIRE(val_file.size() == val.size());
+  for (std::size_t i = 0; i < val.size(); ++i) CHECK(val_file[i] == doctest::Approx(val[i]).epsilon(1e-12));
+  const auto test_file = read_f64(dir + "/test_probs.npy", dims);
+  CHECK(dims == std::vector<int64_t>{3, 2});
+  REQUIRE(test_file.size() == test.size());
+  for (std::size_t i = 0; i < test.size(); ++i) CHECK(test_file[i] == doctest::Approx(test[i]).epsilon(1e-12));
+
+  // finish() again (a master that died before committing it): the same result, the same files.
+  auto again = ensemble_stage({{"method", "greedy"}, {"max_size", 2}, {"bags", 0}, {"k", 5}, {"retrain", nullptr}});
+  require_ok(again->begin(ctx));
+  auto second = again->finish(ctx);
+  require_ok(second);
+  CHECK(*second == r);
+  CHECK(read_f64(dir + "/test_probs.npy", dims) == test_file);
+}
+
+TEST_CASE("ensemble stage, top_k and weighted on the same members") {
+  Campaign c;
+  const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5), cc = c.trial(c.tune, 2, 0.4);
+  c.predictions(a, kA);
+  c.predictions(b, kB);
+  c.predictions(cc, kC);
+  const auto ctx = c.ctx();
+  auto run = [&](json settings) {
+    auto stage = ensemble_stage(std::move(settings));
+    require_ok(stage->begin(ctx));
+    auto r = stage->finish(ctx);
+    require_ok(r);
+    return *r;
+  };
+  // top 1: B (the lowest validation log loss) alone, which is also the best single member.
+  const json one = run({{"method", "top_k"}, {"k", 1}});
+  CHECK(one["method"] == "top_k");
+  CHECK(one["members"] == json::array({{{"trial", b}, {"weight", 1.0}}}));
+  CHECK(one["test_log_loss"] == one["best_single"]["test_log_loss"]);
+  // top 2: B and A, half each (ties in weight: the lower trial id first): greedy's answer here.
+  const json two = run({{"method", "top_k"}, {"k", 2}});
+  CHECK(two["members"] == json::array({{{"trial", a}, {"weight", 0.5}}, {{"trial", b}, {"weight", 0.5}}}));
+  CHECK(two["val_log_loss"].get<double>() == doctest::Approx(0.4904).epsilon(1e-3));
+  // weighted: log loss fitted on the simplex, at least as low as any fixed mix; C gets almost
+  // nothing, A and B most of it, and the weights listed add up to 1.
+  const json w = run({{"method", "weighted"}});
+  CHECK(w["method"] == "weighted");
+  CHECK(w["val_log_loss"].get<double>() <= two["val_log_loss"].get<double>() + 1e-9);
+  double total = 0, weight_c = 0;
+  for (const auto& m : w["members"]) {
+    total += m["weight"].get<double>();
+    if (m["trial"] == cc) weight_c = m["weight"].get<double>();
+  }
+  CHECK(total == doctest::Approx(1.0));
+  CHECK(weight_c < 0.05);
+  CHECK(w["members"][0]["weight"].get<double>() >= w["members"][1]["weight"].get<double>());  // descending
+}
+
+TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outside the trial, are errors naming them") {
+  SUBCASE("other validation images") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5);
+    c.predictions(a, kA);
+    c.predictions(b, kB, false, 1, {11, 42, 7, 4});
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kFailed);
+    CHECK(r.error().message() == "ensemble 'blend': the predictions of trials " + std::to_string(a) + " and " +
+                                     std::to_string(b) + " do not line up: their validation rows (val_indices) " +
+                                     "differ; every member must hold out the same validation images (one " +
+                                     "trainer.data_seed) and predict the same test set");
+  }
+  SUBCASE("other labels") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5);
+    c.predictions(a, kA);
+    c.predictions(b, kB, false, 1, kValIndices, {0, 0, 1, 0});
+    auto stage = ensemble_stage({{"method", "top_k"}, {"k", 2}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message().find("trials " + std::to_string(a) + " and " + std::to_string(b) +
+                                   " do not line up: their validation labels differ") != std::string::npos);
+  }
+  SUBCASE("an artifact path outside the trial's directory") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5);
+    c.predictions(a, kA);
+    // The latest attempt's files are the ones read; its val_probs points out of the trial.
+    for (const std::string kind : {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"})
+      require_ok(c.db->add_artifact(a, 2, kind, kind == "val_probs" ? "../../../etc/passwd" : kind + ".npy", 10, c.t));
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    auto st = stage->begin(c.ctx());
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.error().message() == "ensemble 'blend': trial " + std::to_string(a) +
+                                      "'s val_probs artifact ../../../etc/passwd is outside its trial directory " +
+                                      c.run_dir + "/" + std::to_string(a));
+  }
+}
+
+TEST_CASE("ensemble stage: inputs without predictions fail with the stage and the setting named") {
+  Campaign c;
+  for (int64_t i = 0; i < 3; ++i) c.trial(c.tune, i, 0.5);
+  c.trial(c.tune, 3, 0.5, TrialState::kPruned);
+  auto stage = ensemble_stage({{"method", "greedy"}});
+  auto st = stage->begin(c.ctx());
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code() == Errc::kFailed);
+  CHECK(st.error().message() ==
+        "ensemble 'blend': none of the 3 done trials of stage 'tune' saved predictions (trainer.save_predictions)");
+  auto r = stage->finish(c.ctx());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message() == st.error().message());
+  // No done trial at all.
+  Campaign empty;
+  auto none = ensemble_stage({{"method", "greedy"}})->begin(empty.ctx());
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message() == "ensemble 'blend': stage 'tune' finished no trial (no done trials to blend)");
+  // Settings out of range are config errors naming the stage.
+  const auto cfg = campaign_config({{"method", "best"}});
+  auto bad = workflow::make_stage({"blend", "ensemble", {"tune"}, 1}, cfg, std::nullopt);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code() == Errc::kConfig);
+  CHECK(bad.error().message() == "stage 'blend': method: 'best' is not one of greedy, top_k, weighted");
+}
+
+TEST_CASE("ensemble stage, retrain: the top k configurations under n new seeds, with lineage, across a restart") {
+  Campaign c;
+  // val_accuracy: trial 2 best, then 0, then 1 and 3 (which has no predictions: it is still
+  // retrained, its configuration being among the best).
+  const int64_t t0 = c.trial(c.tune, 0, 0.7), t1 = c.trial(c.tune, 1, 0.5), t2 = c.trial(c.tune, 2, 0.8);
+  c.trial(c.tune, 3, 0.6);
+  c.predictions(t0, kA);
+  c.predictions(t1, kB);
+  c.predictions(t2, kC);
+  const json settings = {{"method", "greedy"}, {"max_size", 2}, {"retrain", {{"top", 2}, {"seeds", 3}}}};
+  auto stage = ensemble_stage(settings);
+  REQUIRE(stage->source() != nullptr);
+  CHECK(stage->source()->kind() == "ensemble");
+  CHECK(stage->max_trials() == 6);
+  // Retrained members train as the input stage's trials did, saving their predictions.
+  CHECK(stage->trainer() == json{{"kind", "mlp"}, {"epochs", 5}, {"save_predictions", true}});
+  CHECK_FALSE(stage->source()->ask(6).ok());  // not before begin()
+  require_ok(stage->begin(c.ctx()));
+  auto asked = stage->source()->ask(100);
+  require_ok(asked);
+  REQUIRE(asked->size() == 6);
+  CHECK(stage->source()->exhausted());
+  auto trial_params = [&](int64_t id) { return (*c.db->trial(id))->params; };
+  std::set<uint64_t> seeds;
+  for (std::size_t i = 0; i < 6; ++i) {
+    const auto& s = (*asked)[i];
+    const int64_t source = i < 3 ? t2 : t0;
+    CHECK(s.seq == static_cast<int64_t>(i));
+    CHECK(s.params == trial_params(source));
+    CHECK(s.meta["lineage"] == json::array({{{"trial", source}, {"relation", "retrain_of"}}}));
+    REQUIRE(s.meta["seed"].is_number_unsigned());
+    seeds.insert(s.meta["seed"].get<uint64_t>());
+  }
+  CHECK(seeds.size() == 6);  // every retrained member its own seed
+  // The seeds derive from the campaign's seed: a stage built again proposes the same.
+  auto again = ensemble_stage(settings);
+  require_ok(again->begin(c.ctx()));
+  auto same = again->source()->ask(6);
+  require_ok(same);
+  for (std::size_t i = 0; i < 6; ++i) CHECK((*same)[i].meta == (*asked)[i].meta);
+
+  // A restarted master hands back the recorded suggestions 0, 2 and 3 (before or after begin()):
+  // only 1, 4 and 5 are proposed.
+  for (bool restore_first : {true, false}) {
+    CAPTURE(restore_first);
+    auto resumed = ensemble_stage(settings);
+    std::vector<search::Record> history;
+    for (int64_t seq : {0, 2, 3}) history.push_back({(*asked)[static_cast<std::size_t>(seq)], std::nullopt});
+    if (restore_first) resumed->source()->restore(history);
+    require_ok(resumed->begin(c.ctx()));
+    if (!restore_first) resumed->source()->restore(history);
+    CHECK_FALSE(resumed->source()->exhausted());
+    auto first = resumed->source()->ask(2);
+    require_ok(first);
+    auto rest = resumed->source()->ask(10);
+    require_ok(rest);
+    REQUIRE(first->size() == 2);
+    REQUIRE(rest->size() == 1);
+    CHECK((*first)[0].seq == 1);
+    CHECK((*first)[1].seq == 4);
+    CHECK((*rest)[0].seq == 5);
+    CHECK((*rest)[0].meta == (*asked)[5].meta);
+    CHECK(resumed->source()->exhausted());
+    auto nothing = resumed->source()->ask(10);
+    require_ok(nothing);
+    CHECK(nothing->empty());
+  }
+
+  // The retrained trials (of this stage) join the originals as members; the result says which.
+  const int64_t r0 = c.trial(c.blend, 0, 0.9, TrialState::kDone, (*asked)[0].meta);
+  const int64_t r1 = c.trial(c.blend, 1, 0.9, TrialState::kDone, (*asked)[1].meta);
+  c.trial(c.blend, 3, 0.9, TrialState::kDone, (*asked)[3].meta);  // saved nothing: skipped
+  c.predictions(r0, kA);
+  c.predictions(r1, kB);
+  auto result = stage->finish(c.ctx());
+  require_ok(result);
+  CHECK((*result)["candidates"] == 5);
+  CHECK((*result)["retrained"] == 2);
+  CHECK((*result)["skipped"] == 2);  // input trial 3 and the retrained seq 3
+  // Greedy's two picks: B (t1, the first of the equal B's) then A (t0): originals, no retrain_of.
+  CHECK((*result)["members"] == json::array({{{"trial", t0}, {"weight", 0.5}}, {{"trial", t1}, {"weight", 0.5}}}));
+  // With top 5 every candidate is a member, and the retrained ones name their source.
+  auto all = ensemble_stage({{"method", "top_k"}, {"k", 5}, {"retrain", {{"top", 2}, {"seeds", 3}}}});
+  require_ok(all->begin(c.ctx()));
+  auto every = all->finish(c.ctx());
+  require_ok(every);
+  int retrained = 0;
+  for (const auto& m : (*every)["members"]) {
+    if (m["trial"] == r0 || m["trial"] == r1) {
+      CHECK(m["retrain_of"] == t2);
+      ++retrained;
+    } else {
+      CHECK_FALSE(m.contains("retrain_of"));
+    }
+  }
+  CHECK(retrained == 2);
+  // The best single member by val_accuracy: a retrained one (0.9); of the two, r1 (B) has the
+  // lower validation log loss.
+  CHECK((*every)["best_single"]["trial"] == r1);
+}

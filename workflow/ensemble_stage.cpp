@@ -1,0 +1,487 @@
+// The ensemble stage (ensemble_stage.h): the stage's inputs and members read from the store, the
+// retrain source, and the blend with its scores.
+#include "workflow/ensemble_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "common/npy.h"
+#include "common/rng.h"
+#include "common/text.h"
+#include "ensemble/ensemble.h"
+
+namespace hpctune::workflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The artifacts a member needs, as the classifier trainers record them.
+constexpr const char* kPredictionKinds[] = {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"};
+constexpr std::size_t kKinds = std::size(kPredictionKinds);
+
+// A stable 64-bit hash of the stage's name (FNV-1a): the retrained seeds of two ensemble stages
+// of one campaign draw apart, and do not depend on the order the stage rows were created in.
+uint64_t name_hash(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+struct Settings {
+  std::string method = "greedy";
+  int max_size = 20;
+  int bags = 0;
+  int k = 5;
+  int retrain_top = 0;    // 0: no retrain
+  int retrain_seeds = 0;
+};
+
+// An integer setting in [lo, hi]; the parser normalized them, this guards a hand-built config.
+Status int_setting(const nlohmann::json& settings, const char* key, int lo, int hi, int& out,
+                   const std::string& where) {
+  if (!settings.contains(key) || settings[key].is_null()) return {};
+  const auto& v = settings[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    return err(Errc::kConfig, where + key + ": " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "]");
+  out = static_cast<int>(v.get<int64_t>());
+  return {};
+}
+
+Result<Settings> read_settings(const config::StageConfig& stage) {
+  const std::string where = "stage '" + stage.name + "': ";
+  const nlohmann::json& s = stage.settings;
+  if (!s.is_object()) return err(Errc::kConfig, where + "settings are not a mapping");
+  Settings out;
+  if (s.contains("method")) {
+    if (!s["method"].is_string()) return err(Errc::kConfig, where + "method: not a string");
+    out.method = s["method"].get<std::string>();
+  }
+  if (out.method != "greedy" && out.method != "top_k" && out.method != "weighted")
+    return err(Errc::kConfig, where + "method: '" + out.method + "' is not one of greedy, top_k, weighted");
+  constexpr int kMaxPicks = 100000;
+  HPCTUNE_TRY(int_setting(s, "max_size", 1, kMaxPicks, out.max_size, where));
+  HPCTUNE_TRY(int_setting(s, "bags", 0, kMaxPicks, out.bags, where));
+  HPCTUNE_TRY(int_setting(s, "k", 1, kMaxPicks, out.k, where));
+  if (s.contains("retrain") && !s["retrain"].is_null()) {
+    const auto& r = s["retrain"];
+    if (!r.is_object() || !r.contains("top") || !r.contains("seeds"))
+      return err(Errc::kConfig, where + "retrain: expected {top: k, seeds: n}");
+    HPCTUNE_TRY(int_setting(r, "top", 1, 10000, out.retrain_top, where + "retrain."));
+    HPCTUNE_TRY(int_setting(r, "seeds", 1, 10000, out.retrain_seeds, where + "retrain."));
+  }
+  return out;
+}
+
+// A trial that can be a member: where its predictions are and what it scored.
+struct Candidate {
+  int64_t trial = 0;
+  int64_t retrain_of = 0;  // the input trial it retrains (a trial of this stage), else 0
+  double objective = std::numeric_limits<double>::quiet_NaN();  // the first objective as reported
+  std::string paths[kKinds];
+};
+
+// One member's predictions, loaded and checked.
+struct Loaded {
+  ensemble::Probabilities val, test;
+  std::vector<int64_t> val_indices, val_labels, test_labels;
+};
+
+// The retrained trials: plan_ (set by begin) handed out in seq order, never one recorded before.
+class RetrainSource final : public scheduler::TrialSource {
+ public:
+  std::string kind() const override { return "ensemble"; }
+  void set_plan(std::vector<search::Suggestion> plan) {
+    plan_ = std::move(plan);
+    next_ = 0;
+    ready_ = true;
+  }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
+    if (!ready_) return err(Errc::kInternal, "the ensemble stage's retrain source was asked before the stage began");
+    std::vector<search::Suggestion> out;
+    for (; next_ < plan_.size() && out.size() < n; ++next_) {
+      if (!handed_.insert(plan_[next_].seq).second) continue;  // recorded before a restart, or already asked
+      out.push_back(plan_[next_]);
+    }
+    return out;
+  }
+  bool exhausted() const override {
+    if (!ready_) return false;
+    for (std::size_t i = next_; i < plan_.size(); ++i)
+      if (!handed_.count(plan_[i].seq)) return false;
+    return true;
+  }
+  scheduler::Verdict on_report(const scheduler::TrialView&, int64_t, double) override {
+    return scheduler::Verdict::carry_on();
+  }
+  void on_attempt_end(int64_t) override {}
+  void tell(const search::Observation&) override {}
+  void restore(const std::vector<search::Record>& history) override {
+    for (const auto& r : history) handed_.insert(r.suggestion.seq);
+  }
+  nlohmann::json state() const override {
+    return {{"planned", plan_.size()}, {"proposed", handed_.size()}};
+  }
+
+ private:
+  std::vector<search::Suggestion> plan_;
+  std::size_t next_ = 0;
+  bool ready_ = false;
+  std::set<int64_t> handed_;  // seqs asked or recorded: never proposed again
+};
+
+class EnsembleStage final : public scheduler::StageRuntime {
+ public:
+  EnsembleStage(std::string name, Settings settings, search::Objective objective, uint64_t seed,
+                nlohmann::json trainer)
+      : name_(std::move(name)), s_(std::move(settings)), objective_(std::move(objective)), seed_(seed),
+        trainer_(std::move(trainer)) {}
+
+  scheduler::TrialSource* source() override { return s_.retrain_top > 0 ? &retrain_ : nullptr; }
+  int64_t max_trials() const override { return int64_t{s_.retrain_top} * s_.retrain_seeds; }
+  nlohmann::json trainer() const override { return s_.retrain_top > 0 ? trainer_ : nlohmann::json(); }
+
+  Status begin(const scheduler::StageContext& ctx) override {
+    HPCTUNE_ASSIGN(Inputs in, read_inputs(ctx, false));
+    if (in.usable.empty()) return no_members(in);
+    if (!in.skipped_note.empty() && ctx.log) ctx.log(in.skipped_note);
+    if (s_.retrain_top > 0) retrain_.set_plan(retrain_plan(in.done));
+    return {};
+  }
+
+  Result<nlohmann::json> finish(const scheduler::StageContext& ctx) override {
+    HPCTUNE_ASSIGN(Inputs in, read_inputs(ctx, true));
+    if (in.usable.empty()) return no_members(in);
+    std::vector<Loaded> loaded;
+    loaded.reserve(in.usable.size());
+    for (const Candidate& c : in.usable) {
+      HPCTUNE_ASSIGN(Loaded l, load(c));
+      if (!loaded.empty()) HPCTUNE_TRY(lines_up(in.usable.front(), loaded.front(), c, l));
+      loaded.push_back(std::move(l));
+    }
+    std::vector<ensemble::Probabilities> val, test;
+    for (Loaded& l : loaded) val.push_back(std::move(l.val)), test.push_back(std::move(l.test));
+    std::vector<int> val_labels, test_labels;
+    for (int64_t y : loaded.front().val_labels) val_labels.push_back(static_cast<int>(y));
+    for (int64_t y : loaded.front().test_labels) test_labels.push_back(static_cast<int>(y));
+    if (auto st = ensemble::check_members(val, val_labels); !st.ok())
+      return failed("the validation predictions: " + st.error().message());
+    if (auto st = ensemble::check_members(test, test_labels); !st.ok())
+      return failed("the test predictions: " + st.error().message());
+
+    auto weights = choose_weights(val, val_labels);
+    if (!weights.ok()) return failed(weights.error().message());
+    auto val_blend = ensemble::blend(val, *weights);
+    if (!val_blend.ok()) return failed(val_blend.error().message());
+    auto test_blend = ensemble::blend(test, *weights);
+    if (!test_blend.ok()) return failed(test_blend.error().message());
+
+    nlohmann::json result = {{"method", s_.method},
+                             {"candidates", in.usable.size()},
+                             {"skipped", in.skipped},
+                             {"retrained", in.retrained}};
+    result["members"] = members_json(in.usable, *weights);
+    result.update(scores(*val_blend, val_labels, *test_blend, test_labels));
+    const std::size_t best = best_single(in.usable, val, val_labels);
+    nlohmann::json single = {{"trial", in.usable[best].trial}};
+    single.update(scores(val[best], val_labels, test[best], test_labels));
+    result["best_single"] = std::move(single);
+    if (!ctx.run_dir.empty()) {
+      HPCTUNE_ASSIGN(nlohmann::json files, write_blend(ctx, *val_blend, *test_blend));
+      result["files"] = std::move(files);
+    }
+    return result;
+  }
+
+ private:
+  struct Inputs {
+    std::vector<store::TrialRow> done;  // the done trials of the input stages, by id
+    std::vector<Candidate> usable;      // with predictions: inputs first, then retrained, by id
+    int64_t skipped = 0, retrained = 0;
+    std::string input_names;            // "'tune'" or "'a', 'b'"
+    std::string skipped_note;
+  };
+
+  Error failed(const std::string& what) const { return err(Errc::kFailed, "ensemble '" + name_ + "': " + what); }
+
+  Error no_members(const Inputs& in) const {
+    const std::string stages = (in.input_names.find(',') == std::string::npos ? "stage " : "stages ") + in.input_names;
+    if (in.done.empty()) return failed(stages + " finished no trial (no done trials to blend)");
+    return failed("none of the " + std::to_string(in.done.size()) + " done trials of " + stages +
+                  " saved predictions (trainer.save_predictions)");
+  }
+
+  // The objective value a trial reported (its final metrics; the recorded objective otherwise).
+  double objective_of(const store::TrialRow& t) const {
+    if (t.metrics.is_object() && t.metrics.contains(objective_.metric) && t.metrics[objective_.metric].is_number())
+      return t.metrics[objective_.metric].get<double>();
+    return t.objective.value_or(std::numeric_limits<double>::quiet_NaN());
+  }
+
+  // Whether a is better than b by the objective (NaN: worst).
+  bool better(double a, double b) const {
+    if (std::isnan(a) || std::isnan(b)) return !std::isnan(a) && std::isnan(b);
+    return objective_.maximize ? a > b : a < b;
+  }
+
+  // The trial's predictions, from its latest attempt's artifacts; false when one is missing.
+  Result<bool> candidate_of(const scheduler::StageContext& ctx, const store::TrialRow& t, Candidate& c) const {
+    HPCTUNE_ASSIGN(std::vector<store::ArtifactRow> artifacts, ctx.store->artifacts(t.id));
+    c.trial = t.id;
+    c.objective = objective_of(t);
+    // The five files of one attempt, the latest that recorded any: never an earlier attempt's
+    // validation rows beside a later one's probabilities.
+    auto kind_index = [](const std::string& kind) {
+      for (std::size_t k = 0; k < kKinds; ++k)
+        if (kind == kPredictionKinds[k]) return k;
+      return kKinds;
+    };
+    int64_t latest = 0;
+    for (const auto& a : artifacts)
+      if (kind_index(a.kind) < kKinds) latest = std::max(latest, a.attempt);
+    for (const auto& a : artifacts)
+      if (const std::size_t k = kind_index(a.kind); k < kKinds && a.attempt == latest) c.paths[k] = a.path;
+    for (std::size_t k = 0; k < kKinds; ++k) {
+      if (c.paths[k].empty()) return false;
+      HPCTUNE_ASSIGN(c.paths[k], resolve(ctx, t.id, c.paths[k], kPredictionKinds[k]));
+    }
+    return true;
+  }
+
+  // An artifact's path, relative ones against the trial's directory. The path was sent by a trainer
+  // group: with trial directories it must lie inside the trial's own.
+  Result<std::string> resolve(const scheduler::StageContext& ctx, int64_t trial, const std::string& path,
+                              const char* kind) const {
+    const std::string dir = ctx.trial_dir(trial);
+    if (dir.empty()) return path;
+    const fs::path full = fs::path(path).is_absolute() ? fs::path(path) : fs::path(dir) / path;
+    const std::string normal = full.lexically_normal().string();
+    const std::string inside = fs::path(dir).lexically_normal().string() + "/";
+    if (normal.compare(0, inside.size(), inside) != 0)
+      return failed("trial " + std::to_string(trial) + "'s " + kind + " artifact " + path +
+                    " is outside its trial directory " + dir);
+    return normal;
+  }
+
+  // The done trials of the input stages (and, with `own`, this stage's retrained ones) and which
+  // of them saved predictions.
+  Result<Inputs> read_inputs(const scheduler::StageContext& ctx, bool own) const {
+    if (ctx.store == nullptr) return err(Errc::kInternal, "the ensemble stage was begun without a store");
+    Inputs in;
+    HPCTUNE_ASSIGN(std::vector<store::StageRow> stages, ctx.store->stages(ctx.campaign_id));
+    std::vector<std::string> names;
+    for (int64_t id : ctx.inputs) {
+      std::string name = "#" + std::to_string(id);
+      for (const auto& s : stages)
+        if (s.id == id) name = s.name;
+      names.push_back("'" + name + "'");
+    }
+    in.input_names = join(names, ", ");
+    HPCTUNE_ASSIGN(std::vector<store::TrialRow> trials, ctx.store->trials(ctx.campaign_id));
+    std::sort(trials.begin(), trials.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    int64_t own_skipped = 0;
+    std::vector<Candidate> retrained;
+    for (const auto& t : trials) {
+      if (t.state != store::TrialState::kDone) continue;
+      const bool input = std::find(ctx.inputs.begin(), ctx.inputs.end(), t.stage_id) != ctx.inputs.end();
+      const bool mine = own && t.stage_id == ctx.stage_id;
+      if (!input && !mine) continue;
+      if (input) in.done.push_back(t);
+      Candidate c;
+      HPCTUNE_ASSIGN(bool has, candidate_of(ctx, t, c));
+      if (!has) {
+        ++(input ? in.skipped : own_skipped);
+        continue;
+      }
+      if (input) {
+        in.usable.push_back(std::move(c));
+      } else {
+        c.retrain_of = retrain_source_of(t);
+        retrained.push_back(std::move(c));
+      }
+    }
+    in.retrained = static_cast<int64_t>(retrained.size());
+    for (auto& c : retrained) in.usable.push_back(std::move(c));
+    in.skipped += own_skipped;
+    if (in.skipped > 0)
+      in.skipped_note = "ensemble '" + name_ + "': " + std::to_string(in.skipped) + " of the done trials saved no " +
+                        "predictions (trainer.save_predictions) and are left out";
+    return in;
+  }
+
+  static int64_t retrain_source_of(const store::TrialRow& t) {
+    if (!t.meta.is_object() || !t.meta.contains("lineage") || !t.meta["lineage"].is_array()) return 0;
+    for (const auto& l : t.meta["lineage"])
+      if (l.is_object() && l.value("relation", "") == "retrain_of" && l.contains("trial") && l["trial"].is_number_integer())
+        return l["trial"].get<int64_t>();
+    return 0;
+  }
+
+  // The k best done input trials (ties: the lower id) each under `seeds` new seeds, as suggestions
+  // seq 0.. in that order: source i / seeds, seed index i.
+  std::vector<search::Suggestion> retrain_plan(std::vector<store::TrialRow> done) const {
+    std::stable_sort(done.begin(), done.end(), [&](const auto& a, const auto& b) {
+      return better(objective_of(a), objective_of(b));
+    });
+    std::erase_if(done, [&](const auto& t) { return std::isnan(objective_of(t)); });
+    const std::size_t top = std::min<std::size_t>(done.size(), static_cast<std::size_t>(s_.retrain_top));
+    const uint64_t stream = derive_seed(seed_, name_hash(name_));
+    std::vector<search::Suggestion> plan;
+    for (std::size_t i = 0; i < top * static_cast<std::size_t>(s_.retrain_seeds); ++i) {
+      const store::TrialRow& src = done[i / static_cast<std::size_t>(s_.retrain_seeds)];
+      search::Suggestion s;
+      s.seq = static_cast<int64_t>(i);
+      s.params = src.params;
+      s.meta = {{"seed", derive_seed(stream, i)},
+                {"lineage", nlohmann::json::array({{{"trial", src.id}, {"relation", "retrain_of"}}})}};
+      plan.push_back(std::move(s));
+    }
+    return plan;
+  }
+
+  // Reads a member's five files and checks their shapes against each other.
+  Result<Loaded> load(const Candidate& c) const {
+    auto named = [&](const Error& e) { return failed("trial " + std::to_string(c.trial) + ": " + e.message()); };
+    Loaded l;
+    ensemble::Probabilities* probs[2] = {&l.val, &l.test};
+    for (int p = 0; p < 2; ++p) {
+      int64_t rows = 0, cols = 0;
+      auto values = read_npy_f32(c.paths[p], rows, cols);
+      if (!values.ok()) return named(values.error());
+      probs[p]->rows = static_cast<std::size_t>(rows);
+      probs[p]->classes = static_cast<std::size_t>(cols);
+      probs[p]->values.assign(values->begin(), values->end());
+    }
+    std::vector<int64_t>* lists[3] = {&l.val_indices, &l.val_labels, &l.test_labels};
+    for (int k = 0; k < 3; ++k) {
+      auto values = read_npy_i64(c.paths[2 + k]);
+      if (!values.ok()) return named(values.error());
+      *lists[k] = std::move(values).value();
+    }
+    auto rows_of = [](const ensemble::Probabilities& p) { return static_cast<std::size_t>(p.rows); };
+    if (l.val_indices.size() != rows_of(l.val) || l.val_labels.size() != rows_of(l.val) ||
+        l.test_labels.size() != rows_of(l.test) || l.val.classes != l.test.classes)
+      return failed("trial " + std::to_string(c.trial) + "'s predictions do not agree with themselves: val_probs " +
+                    std::to_string(l.val.rows) + " x " + std::to_string(l.val.classes) + ", test_probs " +
+                    std::to_string(l.test.rows) + " x " + std::to_string(l.test.classes) + ", " +
+                    std::to_string(l.val_indices.size()) + " val_indices, " + std::to_string(l.val_labels.size()) +
+                    " val_labels, " + std::to_string(l.test_labels.size()) + " test_labels");
+    return l;
+  }
+
+  // Members must predict the same rows: the same validation images, labels and classes.
+  Status lines_up(const Candidate& a, const Loaded& la, const Candidate& b, const Loaded& lb) const {
+    std::string what;
+    if (la.val.classes != lb.val.classes) what = "their numbers of classes differ";
+    else if (la.val_indices != lb.val_indices) what = "their validation rows (val_indices) differ";
+    else if (la.val_labels != lb.val_labels) what = "their validation labels differ";
+    else if (la.test_labels != lb.test_labels) what = "their test rows (test_labels) differ";
+    if (what.empty()) return {};
+    return failed("the predictions of trials " + std::to_string(a.trial) + " and " + std::to_string(b.trial) +
+                  " do not line up: " + what + "; every member must hold out the same validation images " +
+                  "(one trainer.data_seed) and predict the same test set");
+  }
+
+  Result<std::vector<double>> choose_weights(const std::vector<ensemble::Probabilities>& val,
+                                             const std::vector<int>& labels) const {
+    if (s_.method == "top_k") return ensemble::top_k(val, labels, s_.k);
+    if (s_.method == "weighted") return ensemble::fit_weights(val, labels);
+    // The bags' draws are the campaign's, kept apart from other stages' by the stage's name.
+    return ensemble::greedy_selection(
+        val, labels, {.max_size = s_.max_size, .bags = s_.bags, .seed = derive_seed(seed_, name_hash(name_) + 1)});
+  }
+
+  // Members with a weight, heaviest first (ties: the lower trial id).
+  static nlohmann::json members_json(const std::vector<Candidate>& usable, const std::vector<double>& weights) {
+    std::vector<std::size_t> order;
+    for (std::size_t m = 0; m < usable.size(); ++m)
+      if (weights[m] > 0) order.push_back(m);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return weights[a] > weights[b]; });
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t m : order) {
+      nlohmann::json member = {{"trial", usable[m].trial}, {"weight", weights[m]}};
+      if (usable[m].retrain_of != 0) member["retrain_of"] = usable[m].retrain_of;
+      out.push_back(std::move(member));
+    }
+    return out;
+  }
+
+  static nlohmann::json scores(const ensemble::Probabilities& val, const std::vector<int>& val_labels,
+                               const ensemble::Probabilities& test, const std::vector<int>& test_labels) {
+    return {{"val_accuracy", ensemble::accuracy(val, val_labels)},
+            {"val_log_loss", ensemble::log_loss(val, val_labels)},
+            {"test_accuracy", ensemble::accuracy(test, test_labels)},
+            {"test_log_loss", ensemble::log_loss(test, test_labels)}};
+  }
+
+  // The candidate best by the objective its trial reported; ties (or none reported) by the lower
+  // validation log loss, then the lower trial id (the order of `usable`).
+  std::size_t best_single(const std::vector<Candidate>& usable, const std::vector<ensemble::Probabilities>& val,
+                          const std::vector<int>& labels) const {
+    std::size_t best = 0;
+    double best_loss = ensemble::log_loss(val[0], labels);
+    for (std::size_t m = 1; m < usable.size(); ++m) {
+      const double loss = ensemble::log_loss(val[m], labels);
+      const double a = usable[m].objective, b = usable[best].objective;
+      const bool tie = (std::isnan(a) && std::isnan(b)) || a == b;
+      if (better(a, b) || (tie && loss < best_loss)) best = m, best_loss = loss;
+    }
+    return best;
+  }
+
+  // The blend's probabilities as float64 .npy files (exactly the values scored).
+  Result<nlohmann::json> write_blend(const scheduler::StageContext& ctx, const ensemble::Probabilities& val,
+                                     const ensemble::Probabilities& test) const {
+    const std::string dir = ensemble_output_dir(ctx.run_dir, ctx.stage_id);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return failed("cannot create " + dir + ": " + ec.message());
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [name, p] : {std::pair<const char*, const ensemble::Probabilities*>{"val_probs", &val},
+                                  std::pair<const char*, const ensemble::Probabilities*>{"test_probs", &test}}) {
+      const std::string path = dir + "/" + name + ".npy";
+      const std::string shape = "(" + std::to_string(p->rows) + ", " + std::to_string(p->classes) + ")";
+      auto st = npy_detail::write(path, "<f8", shape, p->values.data(), p->values.size() * sizeof(double));
+      if (!st.ok()) return failed(st.error().message());
+      files[name] = path;
+    }
+    return files;
+  }
+
+  std::string name_;
+  Settings s_;
+  search::Objective objective_;
+  uint64_t seed_;
+  nlohmann::json trainer_;
+  RetrainSource retrain_;
+};
+
+}  // namespace
+
+std::string ensemble_output_dir(const std::string& run_dir, int64_t stage_id) {
+  return run_dir + "/stage-" + std::to_string(stage_id) + "-ensemble";
+}
+
+Result<std::unique_ptr<scheduler::StageRuntime>> make_ensemble_stage(const config::StageConfig& stage,
+                                                                     const config::CampaignConfig& campaign) {
+  HPCTUNE_ASSIGN(Settings settings, read_settings(stage));
+  const config::CampaignConfig& own = stage.own ? *stage.own : campaign;
+  if (own.objectives.empty()) return err(Errc::kConfig, "stage '" + stage.name + "': the campaign has no objective");
+  if (stage.from.empty()) return err(Errc::kConfig, "stage '" + stage.name + "': an ensemble needs `from`");
+  // Retrained members run as the trials they retrain did: under the first input stage's trainer,
+  // saving their predictions.
+  nlohmann::json trainer = own.trainer;
+  for (const auto& s : campaign.stages)
+    if (s.name == stage.from.front() && s.own) trainer = s.own->trainer;
+  if (trainer.is_object() && trainer.contains("save_predictions")) trainer["save_predictions"] = true;
+  return std::unique_ptr<scheduler::StageRuntime>(
+      new EnsembleStage(stage.name, std::move(settings), own.objectives.front(), campaign.seed, std::move(trainer)));
+}
+
+}  // namespace hpctune::workflow

@@ -1,0 +1,48 @@
+// The ensemble stage: blends the saved predictions of the done trials of the stages of its `from`
+// (ensemble/, a pure library) and records the blend against the best single member.
+//
+// begin() reads the done trials of its inputs and their prediction artifacts (the latest
+// attempt's val_probs, test_probs, val_indices, val_labels and test_labels, written by the mlp and
+// cnn trainers with trainer.save_predictions). Trials without them are skipped and counted; none
+// left is an error naming the stage. With `retrain: {top: k, seeds: n}` the stage also runs k * n
+// trials of its own: the parameters of the k best input trials (the campaign's first objective)
+// each under n new seeds (Suggestion meta "seed", derived from the campaign seed, the stage's name
+// and the index; meta "lineage" [{"trial": source, "relation": "retrain_of"}]). Without retrain it
+// runs no trials.
+//
+// finish() loads every member's predictions (the inputs' and the retrained trials'), checks that
+// their rows line up (the same val_indices and labels: the campaign-level validation split), runs
+// the method on the validation rows (greedy: forward selection with replacement, max_size picks,
+// `bags` bags seeded from the campaign seed; top_k: the k best, equal weights; weighted: log loss
+// fitted on the simplex) and scores the blend on validation and test. Its result:
+//   {"method", "candidates": n, "skipped": n, "retrained": n,
+//    "members": [{"trial", "weight", "retrain_of"?}, ...]   weight > 0, descending,
+//    "val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss",
+//    "best_single": {"trial", "val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss"},
+//    "files": {"val_probs", "test_probs"}}                    absent when trials keep no files
+// The best single member is the candidate best by the first objective as its trial reported it
+// (ties, or no such metric: the lower validation log loss). The blend's probabilities are written
+// as float64 .npy files to <run_dir>/stage-<stage id>-ensemble/{val,test}_probs.npy, rows in the
+// members' order (val_indices.npy of any member says which training image a validation row is).
+// finish() is deterministic and overwrites those files, so a master that died after computing it
+// and before committing computes the same result again.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "config/config.h"
+#include "scheduler/stages.h"
+
+namespace hpctune::workflow {
+
+// `stage` is the ensemble item of `campaign.stages`; its settings are the parser's normalized ones
+// (method, max_size, bags, k, retrain). kConfig naming the stage for settings out of range.
+Result<std::unique_ptr<scheduler::StageRuntime>> make_ensemble_stage(const config::StageConfig& stage,
+                                                                     const config::CampaignConfig& campaign);
+
+// Where finish() writes the blend's probabilities: <run_dir>/stage-<stage_id>-ensemble.
+std::string ensemble_output_dir(const std::string& run_dir, int64_t stage_id);
+
+}  // namespace hpctune::workflow
