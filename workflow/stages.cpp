@@ -1,6 +1,7 @@
 // The stage-kind registry (stages.h): each kind's name and builder, in one table.
 #include "workflow/stages.h"
 
+#include "workflow/pbt_stage.h"
 #include "workflow/search_stage.h"
 
 namespace hpctune::workflow {
@@ -18,6 +19,14 @@ Result<std::unique_ptr<scheduler::StageRuntime>> search_kind(const scheduler::St
   return make_search_stage(view_of(plan, cfg), warm);
 }
 
+Result<std::unique_ptr<scheduler::StageRuntime>> pbt_kind(const scheduler::StagePlan& plan,
+                                                          const config::CampaignConfig& cfg,
+                                                          const std::optional<scheduler::WarmStart>&) {
+  const nlohmann::json settings =
+      plan.index < cfg.stages.size() ? cfg.stages[plan.index].settings : nlohmann::json::object();
+  return make_pbt_stage(plan.name, settings, view_of(plan, cfg));
+}
+
 struct StageKind {
   const char* name;
   Result<std::unique_ptr<scheduler::StageRuntime>> (*make)(const scheduler::StagePlan&, const config::CampaignConfig&,
@@ -26,6 +35,7 @@ struct StageKind {
 
 constexpr StageKind kStageKinds[] = {
     {"search", search_kind},
+    {"pbt", pbt_kind},
 };
 
 }  // namespace
