@@ -401,6 +401,13 @@ TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a bo
   h.write_checkpoint(1);
   const Verdict pending = h.report(1, 4, 0.85);
   REQUIRE(pending.kind == Verdict::Kind::kPause);
+  // Member 0 continues at step 4 and ends at step 6 with a poor score: its latest score is a
+  // report no decision recorded.
+  h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
+  h.pause(0);
+  CHECK(h.report(0, 6, 0.2).kind == Verdict::Kind::kContinue);
+  h.finish(0, 0.2);
 
   auto fresh = h.restarted();
   CHECK(fresh->exhausted());
@@ -416,12 +423,14 @@ TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a bo
   CHECK(describe(h, h.source->on_report(h.view(1), 4, 0.85)) == describe(h, pending));
 
   // The next decisions, with and without the restart, are the same: member 2 falls to the bottom
-  // and exploits (member 3's snapshot counts as made in both).
+  // and exploits member 1 (now the best: 0.85 against member 0's 0.2), its snapshot made in both.
   for (PbtSource* s : {h.source.get(), fresh.get()}) require_ok(s->on_paused(h.view(1), 4));
   h.write_checkpoint(2);
   const Verdict live = h.source->on_report(h.view(2), 4, 0.01);
   const Verdict resumed = fresh->on_report(h.view(2), 4, 0.01);
-  CHECK(live.kind == Verdict::Kind::kPause);
+  REQUIRE(live.note.contains("pbt_exploit"));
+  CHECK(live.note["pbt_exploit"]["source"] == h.members.at(1).id);
+  CHECK(live.resume_from == h.dir(1) + "/pbt/001-step-4");
   CHECK(describe(h, live) == describe(h, resumed));
   CHECK(live.note.dump() == resumed.note.dump());
   // And the schedules agree.
