@@ -332,6 +332,13 @@ TEST_CASE("pbt: a top member continues with its own params from its own snapshot
   CHECK(v.params == expected);
   h.pause(0);
   CHECK(read_file(own + "/checkpoint-stage0.bin") == bytes);
+  // The trial's own checkpoint is gone: its next attempt can only start from resume_from.
+  CHECK_FALSE(fs::exists(h.dir(0) + "/checkpoint-stage0.bin"));
+  // Made again (a restart before the pause was recorded): the snapshot stays as it was.
+  h.write_checkpoint(0);
+  require_ok(h.source->on_paused(h.view(0), 4));
+  CHECK(read_file(own + "/checkpoint-stage0.bin") == bytes);
+  CHECK_FALSE(fs::exists(h.dir(0) + "/checkpoint-stage0.bin"));
   // At the last step: no pause, the member ends done.
   CHECK(h.report(0, 6, 0.96).kind == Verdict::Kind::kContinue);
 }

@@ -32,34 +32,53 @@ bool is_checkpoint_file(const std::string& name) {
   return name.starts_with("checkpoint-stage") && name.ends_with(".bin");
 }
 
-// Copies the checkpoint files of `trial_dir` into `dest`, whole or not at all: into a temporary
-// directory first, renamed at the end. A `dest` that exists was made before (by this master or one
-// that died before recording the pause) from the same files, and is kept as it is.
-Status make_snapshot(const std::string& trial_dir, const std::string& dest, int64_t trial_id, int64_t step) {
+// The checkpoint files a trainer left in `trial_dir`, sorted.
+Result<std::vector<fs::path>> checkpoint_files(const std::string& trial_dir, const std::string& what) {
   std::error_code ec;
-  if (fs::is_directory(dest, ec)) return {};
-  const std::string what = "pbt: trial " + std::to_string(trial_id) + " at step " + std::to_string(step) + ": ";
   std::vector<fs::path> files;
   for (fs::directory_iterator it(trial_dir, ec), end; !ec && it != end; it.increment(ec)) {
     if (it->is_regular_file(ec) && is_checkpoint_file(it->path().filename().string())) files.push_back(it->path());
   }
   if (ec) return err(Errc::kIo, what + "cannot list its directory " + trial_dir + ": " + ec.message());
-  if (files.empty()) {
-    return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
-                                  ": a pbt stage needs a trainer that saves checkpoints (mlp, cnn)");
-  }
   std::sort(files.begin(), files.end());
-  const std::string tmp = dest + ".tmp";
-  fs::remove_all(tmp, ec);  // a copy cut short by a crash
-  ec.clear();
-  fs::create_directories(tmp, ec);
-  if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
-  for (const fs::path& f : files) {
-    fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing, ec);
-    if (ec) return err(Errc::kIo, what + "cannot copy " + f.string() + " into " + tmp + ": " + ec.message());
+  return files;
+}
+
+// Moves the checkpoint of `trial_dir` into the snapshot `dest`, whole or not at all: copied into a
+// temporary directory, renamed at the end, and only then removed from the trial's directory. A
+// `dest` that exists was made before (by this master, or by one that died before recording the
+// pause) from the same files, and is kept as it is.
+//
+// Why the trial's own files go: the trainer prefers a trial's own checkpoint of the same run over
+// resume_from (its crash-resume), and an exploited member's new params may equal the ones it had
+// (a space of choices, a source one interval behind): its old weights would then win over the
+// source's. With none left, the next attempt starts from resume_from; it writes its own again as
+// it trains, for its own crash-resume.
+Status make_snapshot(const std::string& trial_dir, const std::string& dest, int64_t trial_id, int64_t step) {
+  const std::string what = "pbt: trial " + std::to_string(trial_id) + " at step " + std::to_string(step) + ": ";
+  HPCTUNE_ASSIGN(std::vector<fs::path> files, checkpoint_files(trial_dir, what));
+  std::error_code ec;
+  if (!fs::is_directory(dest, ec)) {
+    if (files.empty()) {
+      return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
+                                    ": a pbt stage needs a trainer that saves checkpoints (mlp, cnn)");
+    }
+    const std::string tmp = dest + ".tmp";
+    fs::remove_all(tmp, ec);  // a copy cut short by a crash
+    ec.clear();
+    fs::create_directories(tmp, ec);
+    if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
+    for (const fs::path& f : files) {
+      fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing, ec);
+      if (ec) return err(Errc::kIo, what + "cannot copy " + f.string() + " into " + tmp + ": " + ec.message());
+    }
+    fs::rename(tmp, dest, ec);
+    if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
   }
-  fs::rename(tmp, dest, ec);
-  if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
+  for (const fs::path& f : files) {
+    fs::remove(f, ec);
+    if (ec) return err(Errc::kIo, what + "cannot remove " + f.string() + " (kept in " + dest + "): " + ec.message());
+  }
   return {};
 }
 
@@ -228,6 +247,8 @@ Status PbtSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
   Decision* d = nullptr;
   for (Decision& x : m.decisions)
     if (!x.paused && x.step == step) d = &x;
+  // Told twice of the same pause: the snapshot is kept as it was made.
+  if (!d && !m.decisions.empty() && m.decisions.back().step == step) d = &m.decisions.back();
   if (!d) {
     return err(Errc::kInternal, "pbt: trial " + std::to_string(trial.trial_id) + " paused at step " +
                                     std::to_string(step) + ", where the stage decided no pause");

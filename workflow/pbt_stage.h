@@ -18,9 +18,11 @@
 // Snapshots: <trial_dir>/pbt/<nnn>-step-<k>/, a copy of the member's checkpoint-stage*.bin files
 // at boundary k, made by on_paused() once the paused attempt's trainer has returned (copied to a
 // temporary directory, then renamed: a snapshot exists whole or not at all; made again after a
-// crash, never changed once made). <nnn> is the member's decision count: an exploited member
-// takes over its source's step, so it may reach the same step twice with other weights. A
-// snapshot is a source only once made.
+// crash, never changed once made), then removed from the trial's directory: every attempt after a
+// pause starts from its resume_from, never from a checkpoint the trial left before (the trainer
+// would prefer that one when the new params happen to equal the old). <nnn> is the member's
+// decision count: an exploited member takes over its source's step, so it may reach the same step
+// twice with other weights. A snapshot is a source only once made.
 //
 // Recorded (the note of each verdict, one event per key; each holds what a restart needs):
 //   pbt_exploit  {target, source, step, source_step, source_value, target_value, checkpoint, ...}
