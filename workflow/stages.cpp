@@ -2,6 +2,7 @@
 #include "workflow/stages.h"
 
 #include "workflow/ensemble_stage.h"
+#include "workflow/pbt_stage.h"
 #include "workflow/search_stage.h"
 
 namespace hpctune::workflow {
@@ -27,6 +28,14 @@ Result<std::unique_ptr<scheduler::StageRuntime>> ensemble_kind(const scheduler::
   return make_ensemble_stage(cfg.stages[plan.index], cfg);
 }
 
+Result<std::unique_ptr<scheduler::StageRuntime>> pbt_kind(const scheduler::StagePlan& plan,
+                                                          const config::CampaignConfig& cfg,
+                                                          const std::optional<scheduler::WarmStart>&) {
+  const nlohmann::json settings =
+      plan.index < cfg.stages.size() ? cfg.stages[plan.index].settings : nlohmann::json::object();
+  return make_pbt_stage(plan.name, settings, view_of(plan, cfg));
+}
+
 struct StageKind {
   const char* name;
   Result<std::unique_ptr<scheduler::StageRuntime>> (*make)(const scheduler::StagePlan&, const config::CampaignConfig&,
@@ -36,6 +45,7 @@ struct StageKind {
 constexpr StageKind kStageKinds[] = {
     {"search", search_kind},
     {"ensemble", ensemble_kind},
+    {"pbt", pbt_kind},
 };
 
 }  // namespace

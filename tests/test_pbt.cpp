@@ -1,0 +1,542 @@
+// The population-based training stage (workflow/pbt_stage.h) driven directly, no sockets: a store
+// in a temporary directory, fake trial directories with fake checkpoint-stage0.bin files (random
+// bytes), reports through on_report and pauses through on_paused, recorded the way the scheduler
+// records them (the metrics, the verdict's note as events, its lineage, pause_trial and
+// trial_paused). Checks the two bugs Ray's PBT has had: an exploited member must get the source's
+// exact weights at its boundary, and train with the perturbed values of the params those weights
+// were trained with.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "common/rng.h"
+#include "scheduler/stages.h"
+#include "store/store.h"
+#include "temp_dir.h"
+#include "workflow/pbt_policy.h"
+#include "workflow/pbt_stage.h"
+#include "workflow/stages.h"
+
+using namespace hpctune;
+using hpctune::testing::TempDir;
+using scheduler::Verdict;
+using workflow::PbtSource;
+using workflow::PbtSpec;
+namespace fs = std::filesystem;
+
+namespace {
+
+template <typename R>
+void require_ok(const R& r) {
+  if (!r.ok()) FAIL(r.error().to_string());
+}
+
+search::Space pbt_space() {
+  search::ParamSpec lr{.name = "lr", .type = search::ParamType::kFloat, .low = 1e-4, .high = 1.0, .log = true};
+  search::ParamSpec momentum{.name = "momentum", .type = search::ParamType::kFloat, .low = 0.0, .high = 0.99};
+  search::ParamSpec width{.name = "act", .type = search::ParamType::kChoice};
+  width.choices = {"relu", "tanh"};
+  auto space = search::Space::create({lr, momentum, width});
+  REQUIRE(space.ok());
+  return space.value();
+}
+
+PbtSpec pbt_spec(uint64_t seed = 7, double resample = 0.0) {
+  PbtSpec spec;
+  spec.settings.population = 4;
+  spec.settings.ready = 2;
+  spec.settings.steps = 6;
+  spec.settings.quantile = 0.25;
+  spec.settings.resample_probability = resample;
+  spec.space = pbt_space();
+  spec.objective = {"val_accuracy", true};
+  spec.seed = seed;
+  return spec;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A campaign with one pbt stage whose trials' files are under <tmp>/run: plays the scheduler.
+struct Harness {
+  struct Member {
+    int64_t id = 0, attempt = 1;
+    nlohmann::json params;
+    std::optional<Verdict> pending;  // a pause decided, not yet recorded
+    int64_t pending_step = 0;
+  };
+
+  explicit Harness(PbtSpec s) : spec(std::move(s)) {
+    auto db = store::Store::open(tmp.file("c.db"));
+    require_ok(db);
+    store = std::move(db).value();
+    store::CampaignRow c;
+    c.name = "pbt";
+    c.seed = spec.seed;
+    auto cid = store->create_campaign(c);
+    require_ok(cid);
+    campaign = *cid;
+    auto sid = store->create_stage(campaign, "pbt", "pbt", nlohmann::json::object(), 0);
+    require_ok(sid);
+    stage = *sid;
+    run_dir = tmp.file("run");
+    fs::create_directories(run_dir);
+    source = std::make_unique<PbtSource>(spec);
+    require_ok(source->begin(context(false)));
+  }
+
+  scheduler::StageContext context(bool resuming) {
+    scheduler::StageContext ctx;
+    ctx.store = store.get();
+    ctx.campaign_id = campaign;
+    ctx.stage_id = stage;
+    ctx.run_dir = run_dir;
+    ctx.resuming = resuming;
+    return ctx;
+  }
+
+  // Asks the whole population and records it, each assigned as attempt 1.
+  void start() {
+    auto asked = source->ask(10);
+    require_ok(asked);
+    REQUIRE(asked->size() == static_cast<std::size_t>(spec.settings.population));
+    for (const search::Suggestion& s : *asked) {
+      store::TrialRow row;
+      row.campaign_id = campaign;
+      row.stage_id = stage;
+      row.seq = s.seq;
+      row.params = s.params;
+      auto id = store->insert_trial(row);
+      require_ok(id);
+      require_ok(store->mark_assigned(*id, 1, 0, 0, 1));
+      members[s.seq] = {*id, 1, s.params, std::nullopt, 0};
+      fs::create_directories(dir(s.seq));
+    }
+  }
+
+  std::string dir(int64_t seq) { return run_dir + "/" + std::to_string(members.at(seq).id); }
+
+  scheduler::TrialView view(int64_t seq) {
+    Member& m = members.at(seq);
+    return {m.id, seq, m.attempt, &m.params, dir(seq)};
+  }
+
+  // The trainer's checkpoint at a step: fresh random bytes, returned.
+  std::string write_checkpoint(int64_t seq) {
+    std::string bytes(256, '\0');
+    for (char& c : bytes) c = static_cast<char>(noise.below(256));
+    std::ofstream(dir(seq) + "/checkpoint-stage0.bin", std::ios::binary) << bytes;
+    return bytes;
+  }
+
+  // A report of member seq at step with the objective `value`, recorded and judged.
+  Verdict report(int64_t seq, int64_t step, double value) {
+    Member& m = members.at(seq);
+    require_ok(store->add_metrics(m.id, m.attempt, step, {{"val_accuracy", value}}, 1));
+    Verdict v = source->on_report(view(seq), step, value);
+    if (v.kind == Verdict::Kind::kPause) {
+      for (auto& [kind, detail] : v.note.items()) require_ok(store->add_event(campaign, kind, m.id, m.attempt, 0, detail, 1));
+      if (v.lineage_parent != 0) require_ok(store->add_lineage(m.id, v.lineage_parent, v.lineage_relation));
+      m.pending = v;
+      m.pending_step = step;
+    }
+    return v;
+  }
+
+  // The paused attempt ends: recorded, then the snapshot made; the next attempt is assigned.
+  void pause(int64_t seq) {
+    Member& m = members.at(seq);
+    REQUIRE(m.pending);
+    auto applied = store->pause_trial(m.id, m.attempt, m.pending->params, m.pending->resume_from, "pbt", 1);
+    require_ok(applied);
+    REQUIRE(*applied);
+    require_ok(store->add_event(campaign, "trial_paused", m.id, m.attempt, 0,
+                                {{"step", m.pending_step}, {"resume_from", m.pending->resume_from}}, 1));
+    require_ok(source->on_paused(view(seq), m.pending_step));
+    m.attempt += 1;
+    m.params = m.pending->params;
+    m.pending.reset();
+    require_ok(store->mark_assigned(m.id, m.attempt, 0, 0, 1));
+  }
+
+  void finish(int64_t seq, double value) {
+    Member& m = members.at(seq);
+    auto done = store->finish_trial(m.id, m.attempt, store::TrialState::kDone,
+                                    {{"val_accuracy", value}, {"test_accuracy", value - 0.01}}, value,
+                                    spec.settings.steps, "", 1);
+    require_ok(done);
+    search::Observation obs;
+    obs.seq = seq;
+    obs.params = m.params;
+    obs.values = {value};
+    source->tell(obs);
+  }
+
+  // The recorded suggestions, as the scheduler hands them to restore().
+  std::vector<search::Record> history() {
+    auto rows = store->trials(campaign);
+    require_ok(rows);
+    std::vector<search::Record> out;
+    for (const auto& row : *rows) {
+      search::Record r;
+      r.suggestion.seq = row.seq;
+      r.suggestion.params = row.params;
+      if (store::is_final(row.state)) r.observation = search::Observation{row.seq, row.params};
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  // A master restart: a new source rebuilt from the store.
+  std::unique_ptr<PbtSource> restarted() {
+    auto fresh = std::make_unique<PbtSource>(spec);
+    require_ok(fresh->begin(context(true)));
+    fresh->restore(history());
+    return fresh;
+  }
+
+  std::string relative(const std::string& path) {
+    return path.starts_with(run_dir) ? path.substr(run_dir.size()) : path;
+  }
+
+  TempDir tmp;
+  PbtSpec spec;
+  std::unique_ptr<store::Store> store;
+  int64_t campaign = 0, stage = 0;
+  std::string run_dir;
+  std::unique_ptr<PbtSource> source;
+  std::map<int64_t, Member> members;
+  Rng noise{12345};
+};
+
+// Round 1: every member reaches step 2, worst first (0.1, 0.5, 0.8, 0.9), so each is in the top of
+// the members ranked so far and continues; then each pause is recorded. Returns member 0's bytes
+// at step 2.
+std::string first_round(Harness& h) {
+  h.start();
+  const double values[] = {0.9, 0.8, 0.5, 0.1};
+  std::string bytes0;
+  for (int64_t seq = 3; seq >= 0; --seq) {
+    CHECK(h.report(seq, 1, values[seq] - 0.05).kind == Verdict::Kind::kContinue);
+    const std::string bytes = h.write_checkpoint(seq);
+    if (seq == 0) bytes0 = bytes;
+    Verdict v = h.report(seq, 2, values[seq]);
+    REQUIRE(v.kind == Verdict::Kind::kPause);
+    CHECK(v.note.contains("pbt_continue"));
+    CHECK(v.lineage_parent == 0);
+  }
+  for (int64_t seq = 0; seq < 4; ++seq) h.pause(seq);
+  return bytes0;
+}
+
+// A verdict as comparable text: kind, params, resume_from relative to the run directory, lineage.
+std::string describe(Harness& h, const Verdict& v) {
+  std::ostringstream out;
+  out << static_cast<int>(v.kind) << " " << v.params.dump() << " " << h.relative(v.resume_from) << " "
+      << v.lineage_parent << " " << v.lineage_relation;
+  return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("pbt: a bottom member exploits a top one: its exact snapshot weights and its perturbed params") {
+  Harness h(pbt_spec());
+  const std::string bytes0 = first_round(h);
+  const nlohmann::json params0 = h.members.at(0).params;  // member 0's params of interval (0, 2]
+  // Member 0 trains on: its trial directory changes; its step-2 snapshot must not.
+  const std::string later = h.write_checkpoint(0);
+  REQUIRE(later != bytes0);
+  h.members.at(0).params["momentum"] = 0.123;  // its current params are not the snapshot's either
+
+  h.write_checkpoint(3);
+  Verdict v = h.report(3, 4, 0.05);  // now the worst of four: bottom quantile (1 of 4)
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  const std::string snap = h.dir(0) + "/pbt/000-step-2";
+  CHECK(v.resume_from == snap);
+  CHECK(read_file(snap + "/checkpoint-stage0.bin") == bytes0);
+  CHECK(v.lineage_parent == h.members.at(0).id);
+  CHECK(v.lineage_relation == "pbt_exploit");
+
+  // The params: member 0's params of its snapshot, each float times 0.8 or 1.2 within bounds, the
+  // choice kept; epochs: the next boundary from the source's step.
+  CHECK(v.params.at("epochs") == 4);
+  CHECK(v.params.at("act") == params0.at("act"));
+  int changed = 0;
+  for (const char* name : {"lr", "momentum"}) {
+    const search::ParamSpec* spec = h.spec.space.find(name);
+    const double old = params0.at(name).get<double>(), now = v.params.at(name).get<double>();
+    const bool down = now == doctest::Approx(std::clamp(old * 0.8, spec->low, spec->high));
+    const bool up = now == doctest::Approx(std::clamp(old * 1.2, spec->low, spec->high));
+    CHECK((down || up));
+    changed += now != old ? 1 : 0;
+  }
+  CHECK(changed > 0);
+
+  // The note: exploit and explore with source, target, step, old and new values.
+  REQUIRE(v.note.contains("pbt_exploit"));
+  REQUIRE(v.note.contains("pbt_explore"));
+  const nlohmann::json& ex = v.note["pbt_exploit"];
+  CHECK(ex["target"] == h.members.at(3).id);
+  CHECK(ex["source"] == h.members.at(0).id);
+  CHECK(ex["step"] == 4);
+  CHECK(ex["source_step"] == 2);
+  CHECK(ex["source_value"].get<double>() == doctest::Approx(0.9));
+  CHECK(ex["target_value"].get<double>() == doctest::Approx(0.05));
+  CHECK(ex["checkpoint"] == snap);
+  const nlohmann::json& xp = v.note["pbt_explore"];
+  CHECK(xp["target"] == h.members.at(3).id);
+  CHECK(xp["step"] == 4);
+  CHECK(xp["old"]["lr"] == params0["lr"]);
+  CHECK(xp["old"]["momentum"] == params0["momentum"]);
+  CHECK(xp["new"]["lr"] == v.params["lr"]);
+  CHECK(xp["new"]["momentum"] == v.params["momentum"]);
+
+  // Recorded, the next attempt has exactly these params and this checkpoint.
+  h.pause(3);
+  auto row = h.store->trial(h.members.at(3).id);
+  require_ok(row);
+  CHECK((*row)->params == v.params);
+  CHECK((*row)->resume_from == snap);
+  auto lineage = h.store->lineage(h.members.at(3).id);
+  require_ok(lineage);
+  REQUIRE(lineage->size() == 1);
+  CHECK((*lineage)[0].parent_trial_id == h.members.at(0).id);
+  CHECK((*lineage)[0].relation == "pbt_exploit");
+  // Member 3's own weights at its step 4 are kept too (its second decision).
+  CHECK(fs::is_directory(h.dir(3) + "/pbt/001-step-4"));
+  CHECK(read_file(snap + "/checkpoint-stage0.bin") == bytes0);
+}
+
+TEST_CASE("pbt: a top member continues with its own params from its own snapshot") {
+  Harness h(pbt_spec());
+  first_round(h);
+  const nlohmann::json params0 = h.members.at(0).params;
+  const std::string bytes = h.write_checkpoint(0);
+  Verdict v = h.report(0, 4, 0.95);
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  CHECK(v.note.contains("pbt_continue"));
+  CHECK_FALSE(v.note.contains("pbt_exploit"));
+  CHECK(v.lineage_parent == 0);
+  const std::string own = h.dir(0) + "/pbt/001-step-4";
+  CHECK(v.resume_from == own);
+  nlohmann::json expected = params0;
+  expected["epochs"] = 6;
+  CHECK(v.params == expected);
+  h.pause(0);
+  CHECK(read_file(own + "/checkpoint-stage0.bin") == bytes);
+  // The trial's own checkpoint is gone: its next attempt can only start from resume_from.
+  CHECK_FALSE(fs::exists(h.dir(0) + "/checkpoint-stage0.bin"));
+  // Made again (a restart before the pause was recorded): the snapshot stays as it was.
+  h.write_checkpoint(0);
+  require_ok(h.source->on_paused(h.view(0), 4));
+  CHECK(read_file(own + "/checkpoint-stage0.bin") == bytes);
+  CHECK_FALSE(fs::exists(h.dir(0) + "/checkpoint-stage0.bin"));
+  // At the last step: no pause, the member ends done.
+  CHECK(h.report(0, 6, 0.96).kind == Verdict::Kind::kContinue);
+}
+
+TEST_CASE("pbt: explore with resampling stays inside the space; a snapshot needs checkpoint files") {
+  PbtSpec spec = pbt_spec(3, 1.0);
+  Rng rng(1);
+  for (int i = 0; i < 50; ++i) {
+    search::Params p = spec.space.sample(rng);
+    p["epochs"] = 4;
+    workflow::Explored e = workflow::explore(spec.space, p, spec.settings, rng);
+    CHECK(e.params.at("epochs") == 4);
+    search::Params hyper = e.params;
+    hyper.erase("epochs");
+    CHECK(spec.space.contains(hyper).ok());
+    CHECK(e.resampled.size() == 3);
+  }
+  // Clipping: a value at the top of its range multiplied by 1.2 stays at the top.
+  spec.settings.resample_probability = 0;
+  for (int i = 0; i < 20; ++i) {
+    workflow::Explored e = workflow::explore(spec.space, {{"lr", 1.0}, {"momentum", 0.99}, {"act", "relu"}}, spec.settings, rng);
+    CHECK(e.params["lr"].get<double>() <= 1.0);
+    CHECK(e.params["momentum"].get<double>() <= 0.99);
+  }
+  CHECK(workflow::quantile_size(8, 0.25) == 2);
+  CHECK(workflow::quantile_size(2, 0.25) == 1);
+  CHECK(workflow::quantile_size(3, 0.5) == 1);
+  CHECK(workflow::quantile_size(1, 0.5) == 0);
+
+  Harness h(pbt_spec());
+  h.start();
+  REQUIRE(h.report(0, 2, 0.5).kind == Verdict::Kind::kPause);
+  h.members.at(0).pending.reset();
+  // No checkpoint in the trial's directory: the trainer saves none, a clear error.
+  auto s = h.source->on_paused(h.view(0), 2);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code() == Errc::kFailed);
+  CHECK(s.error().message().find("checkpoint") != std::string::npos);
+}
+
+TEST_CASE("pbt: the same inputs give the same decisions; another seed other ones") {
+  auto run = [](uint64_t seed) {
+    Harness h(pbt_spec(seed));
+    first_round(h);
+    std::vector<std::string> out;
+    for (int64_t seq = 0; seq < 4; ++seq) out.push_back(h.members.at(seq).params.dump());
+    h.write_checkpoint(3);
+    out.push_back(describe(h, h.report(3, 4, 0.05)));
+    h.pause(3);
+    h.write_checkpoint(2);
+    out.push_back(describe(h, h.report(2, 4, 0.02)));
+    return out;
+  };
+  const auto a = run(7), b = run(7), c = run(8);
+  CHECK(a == b);
+  CHECK(a != c);
+}
+
+TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a boundary seen again keeps its verdict") {
+  Harness h(pbt_spec());
+  first_round(h);
+  h.write_checkpoint(3);
+  const Verdict exploit = h.report(3, 4, 0.05);
+  REQUIRE(exploit.note.contains("pbt_exploit"));
+  h.pause(3);
+  // Member 1 reaches step 4: decided and recorded, but the master dies before its pause is.
+  h.write_checkpoint(1);
+  const Verdict pending = h.report(1, 4, 0.85);
+  REQUIRE(pending.kind == Verdict::Kind::kPause);
+  // Member 0 continues at step 4 and ends at step 6 with a poor score: its latest score is a
+  // report no decision recorded.
+  h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
+  h.pause(0);
+  CHECK(h.report(0, 6, 0.2).kind == Verdict::Kind::kContinue);
+  h.finish(0, 0.2);
+
+  auto fresh = h.restarted();
+  CHECK(fresh->exhausted());
+  auto none = fresh->ask(4);
+  require_ok(none);
+  CHECK(none->empty());
+  // Member 1's attempt runs again (the restart requeued it) and reports step 4 again: same verdict.
+  h.members.at(1).attempt += 1;
+  const Verdict again = fresh->on_report(h.view(1), 4, 0.85);
+  CHECK(describe(h, again) == describe(h, pending));
+  CHECK(again.note.empty());  // recorded the first time
+  // Also without a restart: a lost attempt that reports the boundary again.
+  CHECK(describe(h, h.source->on_report(h.view(1), 4, 0.85)) == describe(h, pending));
+
+  // The next decisions, with and without the restart, are the same: member 2 falls to the bottom
+  // and exploits member 1 (now the best: 0.85 against member 0's 0.2), its snapshot made in both.
+  for (PbtSource* s : {h.source.get(), fresh.get()}) require_ok(s->on_paused(h.view(1), 4));
+  h.write_checkpoint(2);
+  const Verdict live = h.source->on_report(h.view(2), 4, 0.01);
+  const Verdict resumed = fresh->on_report(h.view(2), 4, 0.01);
+  REQUIRE(live.note.contains("pbt_exploit"));
+  CHECK(live.note["pbt_exploit"]["source"] == h.members.at(1).id);
+  CHECK(live.resume_from == h.dir(1) + "/pbt/001-step-4");
+  CHECK(describe(h, live) == describe(h, resumed));
+  CHECK(live.note.dump() == resumed.note.dump());
+  // And the schedules agree.
+  CHECK(workflow::schedule_to_json(h.source->schedule_of(3)) == workflow::schedule_to_json(fresh->schedule_of(3)));
+}
+
+TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays interval by interval") {
+  Harness h(pbt_spec());
+  first_round(h);
+  const nlohmann::json params0 = h.members.at(0).params;
+  h.write_checkpoint(3);
+  const Verdict exploit = h.report(3, 4, 0.05);  // member 3 takes member 0's step-2 snapshot
+  REQUIRE(exploit.note.contains("pbt_exploit"));
+  h.pause(3);
+  // Member 3 trains (2, 4] again from member 0's weights, then continues to 6.
+  h.write_checkpoint(3);
+  const Verdict cont = h.report(3, 4, 0.97);
+  REQUIRE(cont.note.contains("pbt_continue"));
+  CHECK(cont.resume_from == h.dir(3) + "/pbt/002-step-4");
+  h.pause(3);
+  CHECK(h.report(3, 6, 0.98).kind == Verdict::Kind::kContinue);
+  h.finish(3, 0.98);
+  for (int64_t seq = 0; seq < 3; ++seq) {
+    h.write_checkpoint(seq);
+    REQUIRE(h.report(seq, 4, 0.9 - 0.1 * static_cast<double>(seq)).kind == Verdict::Kind::kPause);
+    h.pause(seq);
+    CHECK(h.report(seq, 6, 0.9 - 0.1 * static_cast<double>(seq)).kind == Verdict::Kind::kContinue);
+    h.finish(seq, 0.9 - 0.1 * static_cast<double>(seq));
+  }
+
+  auto result = h.source->result(h.context(false));
+  require_ok(result);
+  const nlohmann::json& r = *result;
+  CHECK(r["population"] == 4);
+  CHECK(r["steps"] == 6);
+  CHECK(r["ready"] == 2);
+  CHECK(r["exploits"].get<int64_t>() >= 1);
+  CHECK(r["explores"] == r["exploits"]);
+  CHECK(r["best"]["trial"] == h.members.at(3).id);
+  CHECK(r["best"]["value"].get<double>() == doctest::Approx(0.98));
+  CHECK(r["best"]["test_accuracy"].get<double>() == doctest::Approx(0.97));
+  nlohmann::json p0 = params0, p1 = exploit.params;
+  p0.erase("epochs");
+  p1.erase("epochs");
+  const nlohmann::json expected = nlohmann::json::array({
+      {{"from_step", 0}, {"to_step", 2}, {"params", p0}, {"trial", h.members.at(0).id}},
+      {{"from_step", 2}, {"to_step", 4}, {"params", p1}, {"trial", h.members.at(3).id}},
+      {{"from_step", 4}, {"to_step", 6}, {"params", p1}, {"trial", h.members.at(3).id}},
+  });
+  CHECK(r["schedule"] == expected);
+
+  auto replay = workflow::replay_schedule(r["schedule"]);
+  require_ok(replay);
+  REQUIRE(replay->size() == 3);
+  CHECK((*replay)[0].at("epochs") == 2);
+  CHECK((*replay)[0].at("lr") == p0.at("lr"));
+  CHECK((*replay)[2].at("epochs") == 6);
+  CHECK((*replay)[2].at("momentum") == p1.at("momentum"));
+  nlohmann::json gap = r["schedule"];
+  gap.erase(1);
+  CHECK(workflow::replay_schedule(gap).error().code() == Errc::kInvalidArgument);
+
+  // A restarted master computes the same result.
+  auto fresh = h.restarted();
+  auto again = fresh->result(h.context(true));
+  require_ok(again);
+  CHECK(*again == r);
+}
+
+TEST_CASE("pbt: the stage kind is registered, and its settings are checked") {
+  auto names = workflow::stage_kind_names();
+  CHECK(std::find(names.begin(), names.end(), "pbt") != names.end());
+  auto s = workflow::pbt_settings("p", {{"population", 6}, {"perturb", nlohmann::json::array({0.5, 2.0})}}, {{"epochs", 12}});
+  require_ok(s);
+  CHECK(s->population == 6);
+  CHECK(s->ready == 2);
+  CHECK(s->steps == 12);
+  CHECK(s->perturb_low == 0.5);
+  CHECK(s->perturb_high == 2.0);
+  CHECK(workflow::pbt_settings("p", {{"population", 1}}, {{"epochs", 4}}).error().code() == Errc::kConfig);
+  CHECK(workflow::pbt_settings("p", {{"quantile", 0.7}}, {{"epochs", 4}}).error().code() == Errc::kConfig);
+  CHECK(workflow::pbt_settings("p", {{"perturb", nlohmann::json::array({0.8})}}, {{"epochs", 4}}).error().code() == Errc::kConfig);
+  CHECK(workflow::pbt_settings("p", nlohmann::json::object(), nlohmann::json::object()).error().code() == Errc::kConfig);
+
+  // A campaign's view with `epochs` in its space is refused; a good one builds a stage.
+  config::CampaignConfig view;
+  view.objectives = {{"val_accuracy", true}};
+  view.trainer = {{"kind", "mlp"}, {"epochs", 6}};
+  view.space = pbt_space();
+  auto stage = workflow::make_pbt_stage("p", {{"population", 5}}, view);
+  require_ok(stage);
+  CHECK((*stage)->max_trials() == 5);
+  CHECK((*stage)->trainer() == view.trainer);
+  REQUIRE((*stage)->source() != nullptr);
+  CHECK((*stage)->source()->kind() == "pbt");
+  search::ParamSpec epochs{.name = "epochs", .type = search::ParamType::kInt, .low = 1, .high = 9};
+  view.space = search::Space::create({epochs}).value();
+  CHECK(workflow::make_pbt_stage("p", {}, view).error().code() == Errc::kConfig);
+  // Without trial directories the stage cannot start.
+  scheduler::StageContext ctx;
+  CHECK((*stage)->begin(ctx).error().code() == Errc::kInvalidArgument);
+}

@@ -1,0 +1,141 @@
+// The pure part of population-based training (pbt_policy.h).
+#include "workflow/pbt_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hpctune::workflow {
+namespace {
+
+Error bad_setting(const std::string& stage, const std::string& key, const std::string& why) {
+  return err(Errc::kConfig, "stage '" + stage + "' (pbt): " + key + " " + why);
+}
+
+Result<int64_t> int_setting(const std::string& stage, const nlohmann::json& settings, const char* key,
+                            int64_t fallback, int64_t min) {
+  if (!settings.contains(key) || settings.at(key).is_null()) return fallback;
+  const nlohmann::json& v = settings.at(key);
+  if (!v.is_number_integer()) return bad_setting(stage, key, "must be an integer, not " + v.dump());
+  const int64_t out = v.get<int64_t>();
+  if (out < min) return bad_setting(stage, key, "must be at least " + std::to_string(min) + ", not " + v.dump());
+  return out;
+}
+
+Result<double> real_setting(const std::string& stage, const nlohmann::json& settings, const char* key,
+                            double fallback) {
+  if (!settings.contains(key) || settings.at(key).is_null()) return fallback;
+  const nlohmann::json& v = settings.at(key);
+  if (!v.is_number()) return bad_setting(stage, key, "must be a number, not " + v.dump());
+  const double out = v.get<double>();
+  if (!std::isfinite(out)) return bad_setting(stage, key, "must be finite");
+  return out;
+}
+
+// An int parameter's value nearest to x: on its grid low, low + step, ..., inside its bounds.
+nlohmann::json nearest_int(const search::ParamSpec& spec, double x) {
+  const int64_t levels = search::Space::int_levels(spec);
+  const double k = std::clamp(std::round((x - spec.low) / static_cast<double>(spec.step)), 0.0,
+                              static_cast<double>(std::max<int64_t>(levels - 1, 0)));
+  return static_cast<int64_t>(spec.low) + static_cast<int64_t>(k) * spec.step;
+}
+
+}  // namespace
+
+Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json& settings,
+                                 const nlohmann::json& trainer) {
+  PbtSettings s;
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& in = settings.is_object() ? settings : none;
+  HPCTUNE_ASSIGN(s.population, int_setting(stage, in, "population", s.population, 2));
+  HPCTUNE_ASSIGN(s.ready, int_setting(stage, in, "ready", s.ready, 1));
+  int64_t epochs = 0;
+  if (trainer.is_object() && trainer.contains("epochs") && trainer.at("epochs").is_number_integer())
+    epochs = trainer.at("epochs").get<int64_t>();
+  HPCTUNE_ASSIGN(s.steps, int_setting(stage, in, "steps", epochs, 0));
+  if (s.steps < 1) return bad_setting(stage, "steps", "must be given (the trainer sets no epochs) and at least 1");
+  HPCTUNE_ASSIGN(s.quantile, real_setting(stage, in, "quantile", s.quantile));
+  if (!(s.quantile > 0 && s.quantile <= 0.5)) return bad_setting(stage, "quantile", "must be in (0, 0.5]");
+  HPCTUNE_ASSIGN(s.resample_probability, real_setting(stage, in, "resample_probability", s.resample_probability));
+  if (!(s.resample_probability >= 0 && s.resample_probability <= 1))
+    return bad_setting(stage, "resample_probability", "must be in [0, 1]");
+  if (in.contains("perturb") && !in.at("perturb").is_null()) {
+    const nlohmann::json& p = in.at("perturb");
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number())
+      return bad_setting(stage, "perturb", "must be a list of two numbers, not " + p.dump());
+    s.perturb_low = p[0].get<double>();
+    s.perturb_high = p[1].get<double>();
+    if (!(s.perturb_low > 0 && s.perturb_high > 0 && std::isfinite(s.perturb_low) && std::isfinite(s.perturb_high)))
+      return bad_setting(stage, "perturb", "factors must be positive, not " + p.dump());
+  }
+  return s;
+}
+
+Explored explore(const search::Space& space, const search::Params& params, const PbtSettings& settings, Rng& rng) {
+  Explored out;
+  search::Params hyper = search::Params::object();
+  for (const search::ParamSpec& spec : space.params()) {
+    if (!search::Space::active(spec, hyper)) continue;
+    const bool had = params.is_object() && params.contains(spec.name);
+    if (had) out.old_values[spec.name] = params.at(spec.name);
+    // Both draws are made for every parameter, so that one parameter's kind never shifts the
+    // draws of the next: the same seed explores the same way whatever the values.
+    const bool resample = rng.bernoulli(settings.resample_probability);
+    const double factor = rng.below(2) == 0 ? settings.perturb_low : settings.perturb_high;
+    const bool numeric = spec.type == search::ParamType::kFloat || spec.type == search::ParamType::kInt;
+    if (spec.type == search::ParamType::kFixed) {
+      hyper[spec.name] = spec.value;
+    } else if (!had || resample || (numeric && !params.at(spec.name).is_number())) {
+      hyper[spec.name] = search::Space::sample_one(spec, rng);
+      out.resampled.push_back(spec.name);
+    } else if (spec.type == search::ParamType::kChoice) {
+      hyper[spec.name] = params.at(spec.name);
+    } else {
+      const double x = params.at(spec.name).get<double>() * factor;
+      hyper[spec.name] =
+          spec.type == search::ParamType::kInt ? nearest_int(spec, x) : nlohmann::json(std::clamp(x, spec.low, spec.high));
+    }
+    out.new_values[spec.name] = hyper[spec.name];
+  }
+  out.params = params.is_object() ? params : search::Params::object();
+  for (const search::ParamSpec& spec : space.params()) out.params.erase(spec.name);
+  for (auto& [k, v] : hyper.items()) out.params[k] = v;
+  return out;
+}
+
+int64_t quantile_size(int64_t n, double quantile) {
+  if (n < 2) return 0;
+  const auto k = static_cast<int64_t>(std::ceil(static_cast<double>(n) * quantile - 1e-9));
+  return std::clamp<int64_t>(k, 1, n / 2);
+}
+
+nlohmann::json schedule_to_json(const std::vector<ScheduleEntry>& schedule) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ScheduleEntry& e : schedule)
+    out.push_back({{"from_step", e.from_step}, {"to_step", e.to_step}, {"params", e.params}, {"trial", e.trial}});
+  return out;
+}
+
+Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule) {
+  if (!schedule.is_array()) return err(Errc::kInvalidArgument, "a pbt schedule is a list of intervals");
+  std::vector<search::Params> out;
+  int64_t at = 0;
+  for (std::size_t i = 0; i < schedule.size(); ++i) {
+    const nlohmann::json& e = schedule[i];
+    const std::string where = "pbt schedule interval " + std::to_string(i);
+    if (!e.is_object() || !e.contains("from_step") || !e.contains("to_step") || !e.contains("params") ||
+        !e["from_step"].is_number_integer() || !e["to_step"].is_number_integer() || !e["params"].is_object())
+      return err(Errc::kInvalidArgument, where + ": needs integer from_step and to_step and a params object");
+    const int64_t from = e["from_step"].get<int64_t>(), to = e["to_step"].get<int64_t>();
+    if (from != at)
+      return err(Errc::kInvalidArgument, where + " starts at step " + std::to_string(from) + ", not at " +
+                                             std::to_string(at) + " where the one before ended");
+    if (to <= from) return err(Errc::kInvalidArgument, where + " ends at step " + std::to_string(to) + ", not after its start");
+    search::Params p = e["params"];
+    p["epochs"] = to;
+    out.push_back(std::move(p));
+    at = to;
+  }
+  return out;
+}
+
+}  // namespace hpctune::workflow

@@ -1,0 +1,69 @@
+// The pure part of population-based training (pbt_stage.h; Jaderberg et al. 2017): the stage's
+// settings, the explore step (each hyperparameter resampled from the space with a probability,
+// otherwise multiplied by one of two factors and clipped to the space), the size of the top and
+// bottom quantiles of a ranking, and a member's schedule of hyperparameters as JSON with its replay
+// (the params of each interval, to train one model from scratch along it). No files, no store.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "common/rng.h"
+#include "search/space.h"
+
+namespace hpctune::workflow {
+
+// A pbt stage's `settings` (config::StageConfig::settings, normalized by the config parser).
+struct PbtSettings {
+  int64_t population = 8;   // members, trained at the same time
+  int64_t ready = 2;        // steps (epochs) per interval: every member is judged at multiples of it
+  int64_t steps = 0;        // the total steps of every member
+  double quantile = 0.25;   // the bottom quantile exploits the top one
+  double resample_probability = 0.25;
+  double perturb_low = 0.8, perturb_high = 1.2;  // the two factors of a perturbation
+};
+
+// The settings from a stage's `settings` object, defaults for the missing keys (`steps`: the
+// trainer's `epochs`). kConfig naming the stage and the key for a value out of range.
+Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json& settings,
+                                 const nlohmann::json& trainer);
+
+// The explore step on `params` (an exploited member's new hyperparameters). Parameters of the
+// space are perturbed or resampled in the space's (parents-first) order, one draw sequence per
+// call: float and int ones resampled with settings.resample_probability, otherwise multiplied by
+// perturb_low or perturb_high (an even draw) and clipped to [low, high] (ints rounded to their
+// step); choices resampled with that probability, otherwise kept; fixed ones kept. A parameter
+// that a changed choice activates is drawn, one it deactivates dropped. Keys of `params` outside
+// the space (the trainer's `epochs`) are kept as they are.
+struct Explored {
+  search::Params params;                      // the whole new set
+  nlohmann::json old_values = nlohmann::json::object();  // the space's parameters before and after
+  nlohmann::json new_values = nlohmann::json::object();
+  std::vector<std::string> resampled;         // the names drawn anew rather than perturbed/kept
+};
+Explored explore(const search::Space& space, const search::Params& params, const PbtSettings& settings, Rng& rng);
+
+// How many members make the top (and the bottom) quantile of a ranking of n: ceil(n * quantile),
+// at most n / 2 so that the two never overlap (0 for a ranking of one).
+int64_t quantile_size(int64_t n, double quantile);
+
+// One interval of a member's schedule: the steps (from_step, to_step] were trained with `params`
+// (the hyperparameters, without "epochs") by trial `trial`.
+struct ScheduleEntry {
+  int64_t from_step = 0, to_step = 0;
+  search::Params params;
+  int64_t trial = 0;
+};
+nlohmann::json schedule_to_json(const std::vector<ScheduleEntry>& schedule);
+
+// Replays a schedule (the JSON list of a pbt stage's result, "schedule"): the params of each
+// interval in order, each with "epochs": its to_step; interval i resumes from the checkpoint that
+// interval i-1 ended with. kInvalidArgument when an entry is malformed or the intervals do not
+// chain from step 0 (each from_step the previous to_step).
+Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule);
+
+}  // namespace hpctune::workflow

@@ -1,0 +1,498 @@
+// The population-based training stage (pbt_stage.h).
+#include "workflow/pbt_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "common/rng.h"
+#include "store/store.h"
+
+namespace hpctune::workflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Independent streams of the stage seed: the members' first params, and each decision.
+constexpr uint64_t kInitStream = 0x5042'5449'4e49'5421ULL;
+constexpr uint64_t kDecisionStream = 0x5042'5444'4543'4944ULL;
+
+constexpr const char* kLineageRelation = "pbt_exploit";
+
+std::string snapshot_dir(const std::string& trial_dir, int64_t ordinal, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "pbt/%03lld-step-%lld", static_cast<long long>(ordinal), static_cast<long long>(step));
+  return trial_dir + "/" + name;
+}
+
+bool is_checkpoint_file(const std::string& name) {
+  return name.starts_with("checkpoint-stage") && name.ends_with(".bin");
+}
+
+// The checkpoint files a trainer left in `trial_dir`, sorted.
+Result<std::vector<fs::path>> checkpoint_files(const std::string& trial_dir, const std::string& what) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(trial_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && is_checkpoint_file(it->path().filename().string())) files.push_back(it->path());
+  }
+  if (ec) return err(Errc::kIo, what + "cannot list its directory " + trial_dir + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Moves the checkpoint of `trial_dir` into the snapshot `dest`, whole or not at all: copied into a
+// temporary directory, renamed at the end, and only then removed from the trial's directory. A
+// `dest` that exists was made before (by this master, or by one that died before recording the
+// pause) from the same files, and is kept as it is.
+//
+// Why the trial's own files go: the trainer prefers a trial's own checkpoint of the same run over
+// resume_from (its crash-resume), and an exploited member's new params may equal the ones it had
+// (a space of choices, a source one interval behind): its old weights would then win over the
+// source's. With none left, the next attempt starts from resume_from; it writes its own again as
+// it trains, for its own crash-resume.
+Status make_snapshot(const std::string& trial_dir, const std::string& dest, int64_t trial_id, int64_t step) {
+  const std::string what = "pbt: trial " + std::to_string(trial_id) + " at step " + std::to_string(step) + ": ";
+  HPCTUNE_ASSIGN(std::vector<fs::path> files, checkpoint_files(trial_dir, what));
+  std::error_code ec;
+  if (!fs::is_directory(dest, ec)) {
+    if (files.empty()) {
+      return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
+                                    ": a pbt stage needs a trainer that saves checkpoints (mlp, cnn)");
+    }
+    const std::string tmp = dest + ".tmp";
+    fs::remove_all(tmp, ec);  // a copy cut short by a crash
+    ec.clear();
+    fs::create_directories(tmp, ec);
+    if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
+    for (const fs::path& f : files) {
+      fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing, ec);
+      if (ec) return err(Errc::kIo, what + "cannot copy " + f.string() + " into " + tmp + ": " + ec.message());
+    }
+    fs::rename(tmp, dest, ec);
+    if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
+  }
+  for (const fs::path& f : files) {
+    fs::remove(f, ec);
+    if (ec) return err(Errc::kIo, what + "cannot remove " + f.string() + " (kept in " + dest + "): " + ec.message());
+  }
+  return {};
+}
+
+search::Params without_epochs(search::Params p) {
+  if (p.is_object()) p.erase("epochs");
+  return p;
+}
+
+}  // namespace
+
+PbtSource::PbtSource(PbtSpec spec) : spec_(std::move(spec)) {}
+
+search::Params PbtSource::initial_params(int64_t seq) const {
+  Rng rng(derive_seed(spec_.seed ^ kInitStream, static_cast<uint64_t>(seq)));
+  search::Params p = spec_.space.sample(rng);
+  p["epochs"] = std::min(spec_.settings.ready, spec_.settings.steps);
+  return p;
+}
+
+PbtSource::Member& PbtSource::member(int64_t seq) {
+  Member& m = members_[seq];
+  m.seq = seq;
+  return m;
+}
+
+const PbtSource::Member* PbtSource::find_member(int64_t seq) const {
+  auto it = members_.find(seq);
+  return it == members_.end() ? nullptr : &it->second;
+}
+
+const PbtSource::Member* PbtSource::member_of_trial(int64_t trial_id) const {
+  for (const auto& [seq, m] : members_)
+    if (m.trial_id == trial_id && trial_id != 0) return &m;
+  return nullptr;
+}
+
+bool PbtSource::better(double a, double b) const { return spec_.objective.maximize ? a > b : a < b; }
+
+const PbtSource::Decision* PbtSource::latest_snapshot(const Member& m) const {
+  for (auto it = m.decisions.rbegin(); it != m.decisions.rend(); ++it)
+    if (it->snapshot_made) return &*it;
+  return nullptr;
+}
+
+Result<std::vector<search::Suggestion>> PbtSource::ask(std::size_t n) {
+  std::vector<search::Suggestion> out;
+  while (out.size() < n && next_seq_ < spec_.settings.population) {
+    search::Suggestion s;
+    s.seq = next_seq_;
+    s.params = initial_params(next_seq_);
+    member(next_seq_);
+    out.push_back(std::move(s));
+    ++next_seq_;
+  }
+  return out;
+}
+
+scheduler::Verdict PbtSource::verdict_of(const Decision& d, int64_t lineage_parent) {
+  scheduler::Verdict v = scheduler::Verdict::pause(d.params, d.resume_from);
+  if (d.exploit) {
+    v.lineage_parent = lineage_parent;
+    v.lineage_relation = kLineageRelation;
+  }
+  return v;
+}
+
+scheduler::Verdict PbtSource::on_report(const scheduler::TrialView& trial, int64_t step, double value) {
+  Member& m = member(trial.seq);
+  m.trial_id = trial.trial_id;
+  if (!trial.trial_dir.empty()) m.trial_dir = trial.trial_dir;
+  const PbtSettings& s = spec_.settings;
+  if (step % s.ready != 0 && step < s.steps) return scheduler::Verdict::carry_on();
+  m.latest = value;
+  if (step >= s.steps || m.trial_dir.empty()) return scheduler::Verdict::carry_on();
+  // The same boundary again before its pause was recorded (the attempt was lost after reporting
+  // it and ran again): the decision stands; it was recorded the first time.
+  if (!m.decisions.empty() && !m.decisions.back().paused && m.decisions.back().step == step) {
+    const Decision& d = m.decisions.back();
+    const Member* source = d.exploit ? find_member(d.source_seq) : nullptr;
+    return verdict_of(d, source ? source->trial_id : 0);
+  }
+  return decide(m, trial, step, value);
+}
+
+scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& trial, int64_t step, double value) {
+  const PbtSettings& s = spec_.settings;
+  Decision d;
+  d.ordinal = static_cast<int64_t>(m.decisions.size());
+  d.step = step;
+  d.attempt = trial.attempt;
+  d.value = value;
+  d.trained = trial.params && trial.params->is_object() ? *trial.params : search::Params::object();
+  d.snapshot = snapshot_dir(m.trial_dir, d.ordinal, step);
+  Rng rng(derive_seed(derive_seed(spec_.seed ^ kDecisionStream, static_cast<uint64_t>(m.seq)),
+                      static_cast<uint64_t>(d.ordinal)));
+
+  // The ranking by latest boundary score, best first; ties to the lower seq.
+  std::vector<const Member*> ranked;
+  for (const auto& [seq, other] : members_)
+    if (other.latest) ranked.push_back(&other);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [&](const Member* a, const Member* b) { return better(*a->latest, *b->latest); });
+  const auto n = static_cast<int64_t>(ranked.size());
+  const int64_t q = quantile_size(n, s.quantile);
+  const auto pos = std::find(ranked.begin(), ranked.end(), &m) - ranked.begin();
+  std::vector<std::pair<const Member*, const Decision*>> sources;
+  if (q > 0 && pos >= n - q) {
+    for (int64_t i = 0; i < q; ++i)
+      if (const Decision* snap = latest_snapshot(*ranked[i])) sources.emplace_back(ranked[i], snap);
+  }
+
+  scheduler::Verdict v;
+  if (!sources.empty()) {
+    const auto& [src, snap] = sources[rng.below(sources.size())];
+    // The source's weights and the params they were trained with, together.
+    const Explored e = explore(spec_.space, snap->trained, s, rng);
+    d.exploit = true;
+    d.source_seq = src->seq;
+    d.source_ordinal = snap->ordinal;
+    d.source_step = snap->step;
+    d.source_value = snap->value;
+    d.from_step = snap->step;
+    d.params = e.params;
+    d.params["epochs"] = std::min(snap->step + s.ready, s.steps);
+    d.resume_from = snap->snapshot;
+    v = verdict_of(d, src->trial_id);
+    nlohmann::json exploit = decision_event(d, m);
+    v.note = {{"pbt_exploit", std::move(exploit)},
+              {"pbt_explore",
+               {{"target", m.trial_id}, {"step", step}, {"source", src->trial_id}, {"old", e.old_values},
+                {"new", e.new_values}, {"resampled", e.resampled}}}};
+  } else {
+    d.from_step = step;
+    d.params = d.trained;
+    d.params["epochs"] = std::min(step + s.ready, s.steps);
+    d.resume_from = d.snapshot;
+    v = verdict_of(d, 0);
+    v.note = {{"pbt_continue", decision_event(d, m)}};
+  }
+  m.decisions.push_back(std::move(d));
+  return v;
+}
+
+// A decision as its event records it: what is shown, and what a restarted master rebuilds it from.
+nlohmann::json PbtSource::decision_event(const Decision& d, const Member& m) const {
+  nlohmann::json j = {{"target", m.trial_id}, {"step", d.step},          {"ordinal", d.ordinal},
+                      {"attempt", d.attempt}, {"trained_params", d.trained}, {"snapshot", d.snapshot},
+                      {"params", d.params},   {"resume_from", d.resume_from}};
+  if (d.exploit) {
+    const Member* src = find_member(d.source_seq);
+    j["source"] = src ? src->trial_id : 0;
+    j["source_step"] = d.source_step;
+    j["source_value"] = d.source_value;
+    j["source_ordinal"] = d.source_ordinal;
+    j["target_value"] = d.value;
+    j["checkpoint"] = d.resume_from;
+  } else {
+    j["value"] = d.value;
+  }
+  return j;
+}
+
+Status PbtSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
+  Member& m = member(trial.seq);
+  if (!trial.trial_dir.empty()) m.trial_dir = trial.trial_dir;
+  Decision* d = nullptr;
+  for (Decision& x : m.decisions)
+    if (!x.paused && x.step == step) d = &x;
+  // Told twice of the same pause: the snapshot is kept as it was made.
+  if (!d && !m.decisions.empty() && m.decisions.back().step == step) d = &m.decisions.back();
+  if (!d) {
+    return err(Errc::kInternal, "pbt: trial " + std::to_string(trial.trial_id) + " paused at step " +
+                                    std::to_string(step) + ", where the stage decided no pause");
+  }
+  HPCTUNE_TRY(make_snapshot(m.trial_dir, d->snapshot, trial.trial_id, step));
+  d->paused = true;
+  d->snapshot_made = true;
+  return {};
+}
+
+void PbtSource::tell(const search::Observation& observation) { member(observation.seq).final = true; }
+
+void PbtSource::restore(const std::vector<search::Record>& history) {
+  for (const search::Record& r : history) {
+    next_seq_ = std::max(next_seq_, r.suggestion.seq + 1);
+    Member& m = member(r.suggestion.seq);
+    if (r.observation) m.final = true;
+  }
+}
+
+nlohmann::json PbtSource::state() const {
+  int64_t exploits = 0, decisions = 0;
+  for (const auto& [seq, m] : members_) {
+    decisions += static_cast<int64_t>(m.decisions.size());
+    for (const Decision& d : m.decisions) exploits += d.exploit ? 1 : 0;
+  }
+  return {{"members", members_.size()}, {"decisions", decisions}, {"exploits", exploits}};
+}
+
+// --- restart ------------------------------------------------------------------------------------
+
+Status PbtSource::load_decision(const std::string& kind, const nlohmann::json& detail,
+                                const std::map<int64_t, int64_t>& seq_of_trial) {
+  auto bad = [&](const std::string& why) {
+    return err(Errc::kInvalidArgument, "pbt: a recorded " + kind + " event " + why + ": " + detail.dump());
+  };
+  auto integer = [&](const char* key) -> std::optional<int64_t> {
+    if (!detail.contains(key) || !detail.at(key).is_number_integer()) return std::nullopt;
+    return detail.at(key).get<int64_t>();
+  };
+  if (!detail.is_object()) return bad("is not an object");
+  const auto target = integer("target");
+  if (!target) return bad("names no target trial");
+  auto seq = seq_of_trial.find(*target);
+  if (seq == seq_of_trial.end()) return {};  // another stage's
+  Member& m = member(seq->second);
+  const auto ordinal = integer("ordinal"), step = integer("step"), attempt = integer("attempt");
+  if (!ordinal || !step || !attempt || !detail.contains("params") || !detail.contains("trained_params") ||
+      !detail.contains("snapshot") || !detail.contains("resume_from"))
+    return bad("lacks ordinal, step, attempt, params, trained_params, snapshot or resume_from");
+  // A decision applied again to a re-run attempt is recorded once more: the first one holds.
+  if (*ordinal < static_cast<int64_t>(m.decisions.size())) return {};
+  if (*ordinal > static_cast<int64_t>(m.decisions.size()))
+    return bad("skips from decision " + std::to_string(m.decisions.size()) + " of trial " + std::to_string(*target));
+  Decision d;
+  d.ordinal = *ordinal;
+  d.step = *step;
+  d.attempt = *attempt;
+  d.trained = detail.at("trained_params");
+  d.params = detail.at("params");
+  d.snapshot = detail.at("snapshot").get<std::string>();
+  d.resume_from = detail.at("resume_from").get<std::string>();
+  d.from_step = d.step;
+  if (kind == "pbt_exploit") {
+    const auto source = integer("source"), source_ordinal = integer("source_ordinal"), source_step = integer("source_step");
+    if (!source || !source_ordinal || !source_step || !detail.contains("target_value") ||
+        !detail.contains("source_value"))
+      return bad("lacks its source, source_ordinal, source_step, source_value or target_value");
+    auto src = seq_of_trial.find(*source);
+    if (src == seq_of_trial.end()) return bad("names a source trial outside the stage");
+    d.exploit = true;
+    d.source_seq = src->second;
+    d.source_ordinal = *source_ordinal;
+    d.source_step = *source_step;
+    d.from_step = *source_step;
+    d.source_value = detail.at("source_value").get<double>();
+    d.value = detail.at("target_value").get<double>();
+  } else {
+    d.value = detail.value("value", 0.0);
+  }
+  m.decisions.push_back(std::move(d));
+  return {};
+}
+
+Status PbtSource::begin(const scheduler::StageContext& ctx) {
+  if (ctx.run_dir.empty()) {
+    return err(Errc::kInvalidArgument,
+               "a pbt stage needs the trials' directories (their checkpoints are its snapshots), and this campaign "
+               "keeps none");
+  }
+  run_dir_ = ctx.run_dir;
+  if (!ctx.resuming || ctx.store == nullptr) return {};
+  store::Store& db = *ctx.store;
+  HPCTUNE_ASSIGN(std::vector<store::TrialRow> rows, db.trials(ctx.campaign_id));
+  members_.clear();
+  std::map<int64_t, int64_t> seq_of_trial;
+  for (const store::TrialRow& row : rows) {
+    if (row.stage_id != ctx.stage_id) continue;
+    Member& m = member(row.seq);
+    m.trial_id = row.id;
+    m.trial_dir = ctx.trial_dir(row.id);
+    m.final = store::is_final(row.state);
+    seq_of_trial[row.id] = row.seq;
+    next_seq_ = std::max(next_seq_, row.seq + 1);
+  }
+  HPCTUNE_ASSIGN(std::vector<store::EventRow> events, db.events(ctx.campaign_id, 0));
+  for (const store::EventRow& e : events) {
+    if (e.kind == "pbt_exploit" || e.kind == "pbt_continue") {
+      HPCTUNE_TRY(load_decision(e.kind, e.detail, seq_of_trial));
+    } else if (e.kind == "trial_paused") {
+      auto seq = seq_of_trial.find(e.trial_id);
+      if (seq == seq_of_trial.end() || !e.detail.is_object() || !e.detail.contains("step")) continue;
+      const int64_t step = e.detail.at("step").get<int64_t>();
+      for (Decision& d : member(seq->second).decisions) {
+        if (!d.paused && d.step == step) {
+          d.paused = true;
+          break;
+        }
+      }
+    }
+  }
+  // The latest boundary score of each member: its last recorded report at a boundary, in the order
+  // reported (by attempt, then step). A decision's own value wins for its report: a paused
+  // attempt's final metrics may have rewritten that row.
+  const PbtSettings& s = spec_.settings;
+  for (auto& [seq, m] : members_) {
+    for (Decision& d : m.decisions) {
+      std::error_code ec;
+      d.snapshot_made = d.paused && fs::is_directory(d.snapshot, ec);
+      if (d.paused && !d.snapshot_made && ctx.log) {
+        ctx.log("pbt: the snapshot " + d.snapshot + " of trial " + std::to_string(m.trial_id) +
+                " is gone; it will not be exploited");
+      }
+    }
+    HPCTUNE_ASSIGN(std::vector<store::MetricRow> reports, db.metrics(m.trial_id));
+    for (const store::MetricRow& r : reports) {
+      if (r.name != spec_.objective.metric || !std::isfinite(r.value)) continue;
+      if (r.step % s.ready != 0 && r.step < s.steps) continue;
+      m.latest = r.value;
+      for (const Decision& d : m.decisions)
+        if (d.attempt == r.attempt && d.step == r.step) m.latest = d.value;
+    }
+  }
+  return {};
+}
+
+// --- the result -----------------------------------------------------------------------------
+
+std::vector<ScheduleEntry> PbtSource::schedule_of(int64_t seq) const {
+  // An interval is (member, the paused decision it follows, or -1 for the first one).
+  auto paused_before = [&](const Member& m, int64_t ordinal) -> int64_t {
+    for (int64_t i = std::min<int64_t>(ordinal, static_cast<int64_t>(m.decisions.size())) - 1; i >= 0; --i)
+      if (m.decisions[static_cast<std::size_t>(i)].paused) return i;
+    return -1;
+  };
+  std::vector<ScheduleEntry> out;
+  const Member* m = find_member(seq);
+  if (!m) return out;
+  int64_t after = paused_before(*m, static_cast<int64_t>(m->decisions.size()));
+  int64_t end = spec_.settings.steps;
+  std::size_t guard = 1;
+  for (const auto& [s, x] : members_) guard += x.decisions.size();
+  while (m && guard-- > 0) {
+    ScheduleEntry e;
+    e.trial = m->trial_id;
+    e.to_step = end;
+    if (after < 0) {
+      e.from_step = 0;
+      e.params = without_epochs(initial_params(m->seq));
+      out.push_back(std::move(e));
+      break;
+    }
+    const Decision& d = m->decisions[static_cast<std::size_t>(after)];
+    e.from_step = d.from_step;
+    e.params = without_epochs(d.params);
+    out.push_back(std::move(e));
+    end = d.from_step;
+    if (d.exploit) {
+      m = find_member(d.source_seq);
+      if (m) after = paused_before(*m, d.source_ordinal);
+    } else {
+      after = paused_before(*m, d.ordinal);
+    }
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+Result<nlohmann::json> PbtSource::result(const scheduler::StageContext& ctx) const {
+  int64_t exploits = 0;
+  for (const auto& [seq, m] : members_)
+    for (const Decision& d : m.decisions) exploits += d.exploit ? 1 : 0;
+  nlohmann::json out = {{"population", spec_.settings.population},
+                        {"steps", spec_.settings.steps},
+                        {"ready", spec_.settings.ready},
+                        {"exploits", exploits},
+                        {"explores", exploits}};
+  if (ctx.store == nullptr) return out;
+  HPCTUNE_ASSIGN(std::vector<store::TrialRow> rows, ctx.store->trials(ctx.campaign_id));
+  const store::TrialRow* best = nullptr;
+  for (const store::TrialRow& row : rows) {
+    if (row.stage_id != ctx.stage_id || row.state != store::TrialState::kDone || !row.objective) continue;
+    if (!best || better(*row.objective, *best->objective)) best = &row;
+  }
+  if (!best) return out;
+  nlohmann::json b = {{"trial", best->id}, {"value", *best->objective}};
+  if (best->metrics.is_object() && best->metrics.contains("test_accuracy")) b["test_accuracy"] = best->metrics["test_accuracy"];
+  out["best"] = std::move(b);
+  out["schedule"] = schedule_to_json(schedule_of(best->seq));
+  return out;
+}
+
+// --- the stage ----------------------------------------------------------------------------------
+
+namespace {
+
+class PbtStage final : public scheduler::StageRuntime {
+ public:
+  PbtStage(PbtSpec spec, nlohmann::json trainer)
+      : population_(spec.settings.population), source_(std::move(spec)), trainer_(std::move(trainer)) {}
+  scheduler::TrialSource* source() override { return &source_; }
+  int64_t max_trials() const override { return population_; }
+  nlohmann::json trainer() const override { return trainer_; }
+  Status begin(const scheduler::StageContext& ctx) override { return source_.begin(ctx); }
+  Result<nlohmann::json> finish(const scheduler::StageContext& ctx) override { return source_.result(ctx); }
+
+ private:
+  int64_t population_;
+  PbtSource source_;
+  nlohmann::json trainer_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<scheduler::StageRuntime>> make_pbt_stage(const std::string& name, const nlohmann::json& settings,
+                                                                const config::CampaignConfig& view) {
+  HPCTUNE_ASSIGN(PbtSettings s, pbt_settings(name, settings, view.trainer));
+  if (view.space.find("epochs")) {
+    return err(Errc::kConfig, "stage '" + name +
+                                  "' (pbt): the space may not hold 'epochs': the stage sets it (ready, steps)");
+  }
+  if (view.objectives.empty()) return err(Errc::kConfig, "stage '" + name + "' (pbt): needs an objective");
+  PbtSpec spec{s, view.space, view.objectives[0], view.seed};
+  return std::unique_ptr<scheduler::StageRuntime>(new PbtStage(std::move(spec), view.trainer));
+}
+
+}  // namespace hpctune::workflow
