@@ -2,6 +2,7 @@
 #include "workflow/stages.h"
 
 #include "workflow/search_stage.h"
+#include "workflow/transfer_stage.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -18,6 +19,15 @@ Result<std::unique_ptr<scheduler::StageRuntime>> search_kind(const scheduler::St
   return make_search_stage(view_of(plan, cfg), warm);
 }
 
+Result<std::unique_ptr<scheduler::StageRuntime>> transfer_kind(const scheduler::StagePlan& plan,
+                                                               const config::CampaignConfig& cfg,
+                                                               const std::optional<scheduler::WarmStart>&) {
+  if (plan.index >= cfg.stages.size() || cfg.stages[plan.index].name != plan.name) {
+    return err(Errc::kConfig, "transfer stage '" + plan.name + "' is not among the config's stages");
+  }
+  return make_transfer_stage(cfg.stages[plan.index], cfg);
+}
+
 struct StageKind {
   const char* name;
   Result<std::unique_ptr<scheduler::StageRuntime>> (*make)(const scheduler::StagePlan&, const config::CampaignConfig&,
@@ -26,6 +36,7 @@ struct StageKind {
 
 constexpr StageKind kStageKinds[] = {
     {"search", search_kind},
+    {"transfer", transfer_kind},
 };
 
 }  // namespace
