@@ -313,8 +313,17 @@ TEST_CASE("transfer: a nested search's suggestions go to the sources round-robin
     CHECK(trials[2 * i + 1].params["lr"] == target.params["lr"]);
   }
   CHECK(lrs.size() == 4);
-  // The outcomes: the nested searcher hears of targets only (a twin is ignored).
-  for (const auto& t : trials) stage->source()->tell(observed(t, 0.5));
+  // The outcomes: the nested searcher hears of targets only (a twin is ignored), under its own
+  // seqs, with only the params it suggested.
+  for (int i = 0; i < 4; ++i) {
+    stage->source()->tell(observed(trials[2 * i + 1], 0.99));  // a twin may finish first
+    stage->source()->tell(observed(trials[2 * i], 0.5 + 0.1 * i));
+  }
+  const json searched = stage->source()->state()["search"];
+  CHECK(searched["observed"] == 4);
+  CHECK(searched["best"]["seq"] == 3);
+  CHECK(searched["best"]["value"].get<double>() == doctest::Approx(0.8));
+  CHECK(searched["best"]["params"] == json{{"lr", trials[6].params["lr"]}});
 
   SUBCASE("freeze searched by the nested search wins over the setting; baselines still train every layer") {
     auto searched = f.make(f.stage({{"sources", 1}, {"freeze", 1}, {"baseline", true}}, true, /*nested_freeze=*/true));
@@ -372,6 +381,11 @@ TEST_CASE("transfer: restore after some trials were recorded proposes only the r
       CHECK(rest[i].meta == all[i + 3].meta);
     }
     CHECK(resumed->source()->state()["targets"] == 4);
+    if (nested) {
+      // Told again of target 0 only (its twin's outcome is not the nested search's).
+      CHECK(resumed->source()->state()["search"]["observed"] == 1);
+      CHECK(resumed->source()->state()["search"]["best"]["params"] == json{{"lr", early[0].params["lr"]}});
+    }
     CHECK(resumed->source()->state()["baselines"] == 4);
   }
 }
