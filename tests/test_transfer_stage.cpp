@@ -125,7 +125,8 @@ struct Fixture {
   }
 
   // The transfer stage's config; `nested` gives it a search of its own over lr (and freeze).
-  config::StageConfig stage(json settings, bool nested = false, bool nested_freeze = false) const {
+  config::StageConfig stage(json settings, bool nested = false, bool nested_freeze = false,
+                            const std::string& algorithm = "random", json search_settings = {{"init", "uniform"}}) const {
     config::StageConfig st;
     st.name = "move";
     st.kind = "transfer";
@@ -150,8 +151,8 @@ struct Fixture {
       auto space = search::Space::create(specs);
       require_ok(space);
       own->space = *space;
-      own->algorithm = "random";
-      own->search_settings = {{"init", "uniform"}};
+      own->algorithm = algorithm;
+      own->search_settings = std::move(search_settings);
       own->max_trials = 4;
       st.own_search = true;
     }
@@ -336,6 +337,48 @@ TEST_CASE("transfer: a nested search's suggestions go to the sources round-robin
       CHECK(t[2 * i + 1].params["freeze"] == 0);
     }
     CHECK(freezes.size() >= 2);  // drawn, not the setting's 1 everywhere
+  }
+}
+
+TEST_CASE("transfer: a genetic nested search breeds from targets, its parents named by the stage's seqs") {
+  Fixture f;
+  const json ga = {{"population", 2}, {"elitism", 0}, {"init", "uniform"}, {"mutation_rate", 1.0}};
+  const json settings = {{"sources", 1}, {"baseline", true}};
+  auto stage = f.make(f.stage(settings, true, false, "genetic", ga));
+  require_ok(stage->begin(f.ctx()));
+  auto gen0 = ask(*stage, 100);
+  REQUIRE(gen0.size() == 4);  // two targets (seqs 0 and 2), each with its twin
+  CHECK(ask(*stage, 100).empty());  // the next generation waits for the first
+  CHECK_FALSE(stage->source()->exhausted());
+  const double values[] = {0.1, 0.95, 0.9, 0.1};  // target 1 is the best; a twin's 0.95 is not the search's
+  for (std::size_t i = 0; i < 4; ++i) stage->source()->tell(observed(gen0[i], values[i]));
+  auto gen1 = ask(*stage, 100);
+  REQUIRE(gen1.size() == 4);
+  CHECK(stage->source()->exhausted());
+  std::set<int64_t> parents;
+  for (std::size_t i : {0u, 2u}) {
+    CHECK(gen1[i].meta["generation"] == 1);
+    CHECK(gen1[i].meta["role"] == "target");
+    for (const json& p : gen1[i].meta["parents"]) parents.insert(p.get<int64_t>());
+    CHECK(gen1[i + 1].meta["baseline_of"] == gen1[i].seq);
+  }
+  CHECK_FALSE(parents.empty());
+  for (int64_t p : parents) CHECK((p == 0 || p == 2));  // targets' seqs, never a twin's
+  CHECK(parents.count(2) == 1);  // the nested searcher's seq 1 is the stage's seq 2
+
+  // Resumed after gen 0 and one target of gen 1 were recorded: the rest, as uninterrupted.
+  std::vector<search::Record> history;
+  for (std::size_t i = 0; i < 4; ++i) history.push_back({gen0[i], observed(gen0[i], values[i])});
+  history.push_back({gen1[0], std::nullopt});
+  auto resumed = f.make(f.stage(settings, true, false, "genetic", ga));
+  resumed->source()->restore(history);
+  require_ok(resumed->begin(f.ctx()));
+  auto rest = ask(*resumed, 100);
+  REQUIRE(rest.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(rest[i].seq == gen1[i + 1].seq);
+    CHECK(rest[i].params == gen1[i + 1].params);
+    CHECK(rest[i].meta == gen1[i + 1].meta);
   }
 }
 
