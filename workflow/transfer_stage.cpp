@@ -210,7 +210,8 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
   HPCTUNE_ASSIGN(auto stage_rows, ctx.store->stages(ctx.campaign_id));
   std::vector<std::string> from;
   for (int64_t id : ctx.inputs) {
-    std::string label = "#" + std::to_string(id);
+    std::string label("#");
+    label += std::to_string(id);
     for (const auto& row : stage_rows) {
       if (row.id == id) label = "'" + row.name + "'";
     }
@@ -486,8 +487,9 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
   };
   const auto describe = [this](const store::TrialRow* row) -> json {
     if (row == nullptr) return nullptr;
+    const auto value = objective_of(*row, objective_.metric);
     return {{"trial", row->id},
-            {"objective", objective_of(*row, objective_.metric).value_or(std::nan(""))},
+            {"objective", value ? json(*value) : json(nullptr)},
             {"val_accuracy", metric_or_null(row->metrics, "val_accuracy")},
             {"test_accuracy", metric_or_null(row->metrics, "test_accuracy")}};
   };
