@@ -47,7 +47,11 @@ struct Verdict {
   std::string lineage_relation;
 
   static Verdict carry_on() { return {}; }
-  static Verdict stop() { return {Kind::kStop, {}, {}}; }
+  static Verdict stop() {
+    Verdict v;
+    v.kind = Kind::kStop;
+    return v;
+  }
   static Verdict pause(nlohmann::json params, std::string resume_from) {
     Verdict v;
     v.kind = Kind::kPause;

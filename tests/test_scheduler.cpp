@@ -1100,7 +1100,7 @@ TEST_CASE("two stages on one pool of groups: each source is asked, trials keep t
 }
 
 TEST_CASE("stage kinds come from a registry: search is known, anything else names the known kinds") {
-  CHECK(workflow::stage_kind_names() == std::vector<std::string>{"search"});
+  CHECK(workflow::stage_kind_names() == std::vector<std::string>{"search", "ensemble", "pbt", "transfer"});
   const auto cfg = manual_config(2, 1);
   auto plan = scheduler::stage_plan(cfg);
   REQUIRE(plan.size() == 1);
@@ -1109,10 +1109,10 @@ TEST_CASE("stage kinds come from a registry: search is known, anything else name
   REQUIRE(ok.ok());
   CHECK((*ok)->max_trials() == 2);
   CHECK((*ok)->source()->kind() == "search");
-  auto bad = workflow::make_stage({"x", "pbt", {}, 0}, cfg, std::nullopt);
+  auto bad = workflow::make_stage({"x", "bagging", {}, 0}, cfg, std::nullopt);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code() == Errc::kConfig);
-  CHECK(bad.error().message() == "unknown stage kind 'pbt' (known: search)");
+  CHECK(bad.error().message() == "unknown stage kind 'bagging' (known: search, ensemble, pbt, transfer)");
 }
 
 TEST_CASE("the master's stages: rows created once, found again by name on resume") {

@@ -4,6 +4,7 @@
 #include "workflow/ensemble_stage.h"
 #include "workflow/pbt_stage.h"
 #include "workflow/search_stage.h"
+#include "workflow/transfer_stage.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -36,6 +37,15 @@ Result<std::unique_ptr<scheduler::StageRuntime>> pbt_kind(const scheduler::Stage
   return make_pbt_stage(plan.name, settings, view_of(plan, cfg));
 }
 
+Result<std::unique_ptr<scheduler::StageRuntime>> transfer_kind(const scheduler::StagePlan& plan,
+                                                               const config::CampaignConfig& cfg,
+                                                               const std::optional<scheduler::WarmStart>&) {
+  if (plan.index >= cfg.stages.size() || cfg.stages[plan.index].name != plan.name) {
+    return err(Errc::kConfig, "transfer stage '" + plan.name + "' is not among the config's stages");
+  }
+  return make_transfer_stage(cfg.stages[plan.index], cfg);
+}
+
 struct StageKind {
   const char* name;
   Result<std::unique_ptr<scheduler::StageRuntime>> (*make)(const scheduler::StagePlan&, const config::CampaignConfig&,
@@ -46,6 +56,7 @@ constexpr StageKind kStageKinds[] = {
     {"search", search_kind},
     {"ensemble", ensemble_kind},
     {"pbt", pbt_kind},
+    {"transfer", transfer_kind},
 };
 
 }  // namespace

@@ -1,0 +1,547 @@
+// The transfer stage (transfer_stage.h): its settings, its sources, its trials and its result.
+#include "workflow/transfer_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "common/rng.h"
+#include "common/text.h"
+#include "search/searcher.h"
+
+namespace hpctune::workflow {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kRelation = "transfer_source";
+// The meta keys this stage adds to a suggestion (a nested suggestion's own meta is the rest).
+constexpr const char* kOwnMeta[] = {"role", "source", "seed", "lineage", "baseline_of"};
+
+// The kind's settings (config.h: StageConfig::settings), with the parser's defaults.
+struct TransferSettings {
+  std::vector<int64_t> classes;  // empty = all
+  int64_t max_train_samples = 0;  // 0 = all
+  int64_t freeze = 0;
+  bool baseline = false;
+  int64_t sources = 1;
+  int64_t seeds = 1;
+  std::string checkpoint;  // "" = the sources come from `from`
+};
+
+Result<TransferSettings> read_settings(const std::string& stage, const json& s) {
+  TransferSettings out;
+  if (!s.is_object()) return out;
+  const auto bad = [&](const char* key, const char* what) {
+    return err(Errc::kConfig, "stage '" + stage + "': " + key + ": " + what);
+  };
+  const auto integer = [&](const char* key, int64_t min, int64_t& into) -> Status {
+    if (!s.contains(key)) return {};
+    if (!s[key].is_number_integer()) return bad(key, "must be an integer");
+    into = s[key].get<int64_t>();
+    if (into < min) return bad(key, min == 0 ? "must be >= 0" : "must be >= 1");
+    return {};
+  };
+  HPCTUNE_TRY(integer("max_train_samples", 0, out.max_train_samples));
+  HPCTUNE_TRY(integer("freeze", 0, out.freeze));
+  HPCTUNE_TRY(integer("sources", 1, out.sources));
+  HPCTUNE_TRY(integer("seeds", 1, out.seeds));
+  if (s.contains("baseline")) {
+    if (!s["baseline"].is_boolean()) return bad("baseline", "must be true or false");
+    out.baseline = s["baseline"].get<bool>();
+  }
+  if (s.contains("checkpoint") && !s["checkpoint"].is_null()) {
+    if (!s["checkpoint"].is_string()) return bad("checkpoint", "must be a file path");
+    out.checkpoint = s["checkpoint"].get<std::string>();
+  }
+  if (s.contains("classes") && !s["classes"].is_null()) {
+    if (!s["classes"].is_array()) return bad("classes", "must be a list of class labels");
+    for (const json& c : s["classes"]) {
+      if (!c.is_number_integer() || c.get<int64_t>() < 0) return bad("classes", "must be non-negative integers");
+      out.classes.push_back(c.get<int64_t>());
+    }
+  }
+  return out;
+}
+
+// FNV-1a: a stable number for the stage's name, so that its seeds do not depend on the order in
+// which stage rows were created.
+uint64_t name_key(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// A trial's value of the objective: its final metric, else the objective the store recorded.
+std::optional<double> objective_of(const store::TrialRow& row, const std::string& metric) {
+  if (row.metrics.is_object()) {
+    auto it = row.metrics.find(metric);
+    if (it != row.metrics.end() && it->is_number() && std::isfinite(it->get<double>())) return it->get<double>();
+  }
+  if (row.objective && std::isfinite(*row.objective)) return row.objective;
+  return std::nullopt;
+}
+
+json metric_or_null(const json& metrics, const char* name) {
+  if (!metrics.is_object()) return nullptr;
+  auto it = metrics.find(name);
+  return it != metrics.end() && it->is_number() ? *it : json(nullptr);
+}
+
+// Whether `dir` holds a checkpoint-stage*.bin (nn/checkpoint.h's names: one file per model stage).
+bool has_checkpoint_files(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("checkpoint-stage", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".bin" &&
+        entry.is_regular_file(ec)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// An absolute path, so that a trainer finds the files whatever its working directory.
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+struct Source {
+  int64_t trial_id = 0;  // 0: a checkpoint file
+  std::string init_from;
+  json params = json::object();
+  double objective = 0;
+};
+
+// One recorded or proposed trial of the stage.
+struct Entry {
+  bool baseline = false;
+  int64_t target = 0;  // the target's index (the nested searcher's seq), its twin's too
+};
+
+class TransferStage final : public scheduler::StageRuntime, public scheduler::TrialSource {
+ public:
+  TransferStage(std::string name, TransferSettings settings, search::Objective objective, uint64_t seed,
+                json trainer, std::unique_ptr<search::Searcher> nested, std::set<std::string> nested_names,
+                int64_t nested_max)
+      : name_(std::move(name)), s_(std::move(settings)), objective_(std::move(objective)),
+        seed_(derive_seed(seed, name_key("transfer:" + name_))), trainer_(std::move(trainer)),
+        nested_(std::move(nested)), nested_names_(std::move(nested_names)), nested_max_(nested_max) {}
+
+  // --- StageRuntime ---------------------------------------------------------------------------
+  scheduler::TrialSource* source() override { return this; }
+  int64_t max_trials() const override { return target_budget() * (s_.baseline ? 2 : 1); }
+  json trainer() const override { return trainer_; }
+  Status begin(const scheduler::StageContext& ctx) override;
+  Result<json> finish(const scheduler::StageContext& ctx) override;
+
+  // --- TrialSource ----------------------------------------------------------------------------
+  std::string kind() const override { return "transfer"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override;
+  bool exhausted() const override {
+    if (!begun_ || !twins_due_.empty()) return false;
+    return targets_made() >= target_budget() || (nested_ && nested_->exhausted());
+  }
+  scheduler::Verdict on_report(const scheduler::TrialView&, int64_t, double) override {
+    return scheduler::Verdict::carry_on();
+  }
+  void on_attempt_end(int64_t) override {}
+  void tell(const search::Observation& observation) override;
+  void restore(const std::vector<search::Record>& history) override;
+  json state() const override;
+
+ private:
+  // Targets in all: the nested search's budget, or `seeds` per source (before begin(), the
+  // number asked for: max_trials() is read when the stage is built).
+  int64_t target_budget() const {
+    if (nested_) return nested_max_;
+    const int64_t sources = !s_.checkpoint.empty() ? 1 : begun_ ? static_cast<int64_t>(sources_.size()) : s_.sources;
+    return sources * s_.seeds;
+  }
+  int64_t targets_made() const { return static_cast<int64_t>(targets_.size()); }
+  uint64_t target_seed(int64_t target) const { return derive_seed(seed_, static_cast<uint64_t>(target)); }
+  json fine_tuning(const json& params) const;  // only the nested space's params
+  search::Suggestion make_target(const json& nested_params, json nested_meta);
+  search::Suggestion make_twin(int64_t target_seq);
+
+  std::string name_;
+  TransferSettings s_;
+  search::Objective objective_;
+  uint64_t seed_;  // the stage's stream of seeds
+  json trainer_;
+  std::unique_ptr<search::Searcher> nested_;
+  std::set<std::string> nested_names_;
+  int64_t nested_max_ = 0;
+
+  bool begun_ = false;
+  std::vector<Source> sources_;
+  std::map<int64_t, Entry> entries_;     // by the stage's seq
+  std::vector<int64_t> targets_;         // target index -> its seq
+  std::map<int64_t, json> params_;       // seq -> params (twins copy their target's)
+  std::deque<int64_t> twins_due_;        // targets whose twin is not proposed yet (seqs)
+  std::set<int64_t> told_;
+  int64_t next_seq_ = 0;
+};
+
+Status TransferStage::begin(const scheduler::StageContext& ctx) {
+  if (ctx.store == nullptr) return err(Errc::kInvalidArgument, "stage '" + name_ + "': begun without a store");
+  sources_.clear();
+  if (!s_.checkpoint.empty()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(s_.checkpoint, ec)) {
+      return err(Errc::kFailed, "stage '" + name_ + "': no source: the checkpoint file '" + s_.checkpoint +
+                                    "' does not exist or is not a regular file");
+    }
+    sources_.push_back({0, absolute(s_.checkpoint), json::object(), 0});
+    begun_ = true;
+    return {};
+  }
+  HPCTUNE_ASSIGN(auto stage_rows, ctx.store->stages(ctx.campaign_id));
+  std::vector<std::string> from;
+  for (int64_t id : ctx.inputs) {
+    std::string label("#");
+    label += std::to_string(id);
+    for (const auto& row : stage_rows) {
+      if (row.id == id) label = "'" + row.name + "'";
+    }
+    from.push_back(label);
+  }
+  if (from.empty()) return err(Errc::kFailed, "stage '" + name_ + "': no source: it has no `from` stage and no checkpoint");
+  std::string inputs = from.size() > 1 ? "stages " : "stage ";
+  inputs += join(from, ", ");
+
+  HPCTUNE_ASSIGN(auto rows, ctx.store->trials(ctx.campaign_id));
+  std::vector<std::pair<double, const store::TrialRow*>> done;
+  for (const auto& row : rows) {
+    if (row.state != store::TrialState::kDone) continue;
+    if (std::find(ctx.inputs.begin(), ctx.inputs.end(), row.stage_id) == ctx.inputs.end()) continue;
+    if (auto v = objective_of(row, objective_.metric)) done.push_back({*v, &row});
+  }
+  if (done.empty()) {
+    return err(Errc::kFailed, "stage '" + name_ + "': no source: " + inputs + " finished no trial with a '" +
+                                  objective_.metric + "' value");
+  }
+  const bool maximize = objective_.maximize;
+  std::stable_sort(done.begin(), done.end(), [maximize](const auto& a, const auto& b) {
+    if (a.first != b.first) return maximize ? a.first > b.first : a.first < b.first;
+    return a.second->id < b.second->id;
+  });
+  std::vector<std::string> skipped;
+  for (const auto& [value, row] : done) {
+    if (static_cast<int64_t>(sources_.size()) >= s_.sources) break;
+    // Its checkpoints: where the trainer said it wrote them, else where trials keep their files.
+    std::string dir;
+    HPCTUNE_ASSIGN(auto artifacts, ctx.store->artifacts(row->id));
+    for (const auto& a : artifacts) {
+      std::error_code ec;
+      if (a.kind == "checkpoint" && fs::is_regular_file(a.path, ec)) {
+        dir = fs::path(a.path).parent_path().string();
+        break;
+      }
+    }
+    if (dir.empty() && has_checkpoint_files(ctx.trial_dir(row->id))) dir = ctx.trial_dir(row->id);
+    if (dir.empty()) {
+      skipped.push_back(std::to_string(row->id));
+      continue;
+    }
+    json params = row->params.is_object() ? row->params : json::object();
+    sources_.push_back({row->id, absolute(dir), std::move(params), value});
+  }
+  if (sources_.empty()) {
+    return err(Errc::kFailed, "stage '" + name_ + "': no source: none of the " + std::to_string(done.size()) +
+                                  " done trials of " + inputs +
+                                  " has a checkpoint (no checkpoint artifact, no checkpoint-stage*.bin in its "
+                                  "trial directory; does its trainer save checkpoints?)");
+  }
+  if (!skipped.empty() && ctx.log) {
+    ctx.log("stage '" + name_ + "': trials " + join(skipped, ", ") + " have no checkpoint and are not sources");
+  }
+  if (ctx.log) {
+    std::vector<std::string> ids;
+    for (const auto& src : sources_) ids.push_back(std::to_string(src.trial_id));
+    ctx.log("stage '" + name_ + "': transfer from trial(s) " + join(ids, ", "));
+  }
+  begun_ = true;
+  return {};
+}
+
+json TransferStage::fine_tuning(const json& params) const {
+  json out = json::object();
+  if (!params.is_object()) return out;
+  for (const auto& [key, value] : params.items()) {
+    if (nested_names_.count(key)) out[key] = value;
+  }
+  return out;
+}
+
+search::Suggestion TransferStage::make_target(const json& nested_params, json nested_meta) {
+  const int64_t index = targets_made();
+  const std::size_t which = static_cast<std::size_t>(index) % sources_.size();
+  const Source& src = sources_[which];
+  search::Suggestion s;
+  s.seq = next_seq_++;
+  s.params = src.params;
+  s.params.erase("init_from");
+  if (nested_params.is_object()) {
+    for (const auto& [key, value] : nested_params.items()) s.params[key] = value;
+  }
+  s.params["init_from"] = src.init_from;
+  if (!nested_params.is_object() || !nested_params.contains("freeze")) s.params["freeze"] = s_.freeze;
+  s.meta = nested_meta.is_object() ? std::move(nested_meta) : json::object();
+  if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
+    // The nested searcher names parents by its seq (a target index); the scheduler by the stage's.
+    json parents = json::array();
+    for (const json& p : s.meta["parents"]) {
+      if (p.is_number_integer() && p.get<int64_t>() >= 0 && p.get<int64_t>() < index) {
+        parents.push_back(targets_[static_cast<std::size_t>(p.get<int64_t>())]);
+      }
+    }
+    s.meta["parents"] = parents;
+  }
+  s.meta["role"] = "target";
+  s.meta["source"] = which;
+  s.meta["seed"] = target_seed(index);
+  if (src.trial_id > 0) s.meta["lineage"] = json::array({{{"trial", src.trial_id}, {"relation", kRelation}}});
+  entries_[s.seq] = {false, index};
+  targets_.push_back(s.seq);
+  params_[s.seq] = s.params;
+  return s;
+}
+
+search::Suggestion TransferStage::make_twin(int64_t target_seq) {
+  const Entry target = entries_.at(target_seq);
+  search::Suggestion s;
+  s.seq = next_seq_++;
+  s.params = params_.at(target_seq);
+  s.params.erase("init_from");
+  s.params["freeze"] = 0;
+  s.meta = {{"role", "baseline"}, {"baseline_of", target_seq}, {"seed", target_seed(target.target)}};
+  entries_[s.seq] = {true, target.target};
+  params_[s.seq] = s.params;
+  return s;
+}
+
+Result<std::vector<search::Suggestion>> TransferStage::ask(std::size_t n) {
+  std::vector<search::Suggestion> out;
+  if (!begun_) return out;  // its inputs are not complete yet
+  while (out.size() < n) {
+    if (!twins_due_.empty()) {
+      out.push_back(make_twin(twins_due_.front()));
+      twins_due_.pop_front();
+      continue;
+    }
+    const int64_t left = target_budget() - targets_made();
+    if (left <= 0) break;
+    const std::size_t room = n - out.size();
+    // Each target takes two places with its twin: ask for as many as fit (at least one).
+    const int64_t want = std::min<int64_t>(left, static_cast<int64_t>(s_.baseline ? (room + 1) / 2 : room));
+    std::vector<search::Suggestion> nested;
+    if (nested_) {
+      HPCTUNE_ASSIGN(nested, nested_->ask(static_cast<std::size_t>(want)));
+      if (nested.empty()) break;  // it waits for results, or has nothing left
+      if (static_cast<int64_t>(nested.size()) > want) nested.resize(static_cast<std::size_t>(want));
+    } else {
+      nested.resize(static_cast<std::size_t>(want));
+    }
+    for (auto& sug : nested) {
+      search::Suggestion target = nested_ ? make_target(sug.params, std::move(sug.meta)) : make_target(nullptr, {});
+      const int64_t seq = target.seq;
+      out.push_back(std::move(target));
+      if (s_.baseline) twins_due_.push_back(seq);
+      if (s_.baseline && out.size() < n) {
+        out.push_back(make_twin(twins_due_.front()));
+        twins_due_.pop_front();
+      }
+    }
+  }
+  return out;
+}
+
+void TransferStage::tell(const search::Observation& observation) {
+  auto it = entries_.find(observation.seq);
+  if (it == entries_.end() || it->second.baseline || !nested_) return;
+  if (!told_.insert(observation.seq).second) return;
+  search::Observation o = observation;
+  o.seq = it->second.target;
+  o.params = fine_tuning(observation.params);
+  nested_->tell(o);
+}
+
+void TransferStage::restore(const std::vector<search::Record>& history) {
+  std::vector<search::Record> nested;
+  std::set<int64_t> twinned;
+  for (const search::Record& rec : history) {
+    const search::Suggestion& s = rec.suggestion;
+    const json& meta = s.meta.is_object() ? s.meta : json::object();
+    next_seq_ = std::max(next_seq_, s.seq + 1);
+    params_[s.seq] = s.params;
+    if (meta.value("role", std::string("target")) == "baseline") {
+      const json of = meta.value("baseline_of", json());
+      auto target = of.is_number_integer() ? entries_.find(of.get<int64_t>()) : entries_.end();
+      if (target == entries_.end() || target->second.baseline) continue;  // not a twin of this stage's
+      entries_[s.seq] = {true, target->second.target};
+      twinned.insert(target->first);
+      continue;
+    }
+    const int64_t index = targets_made();
+    entries_[s.seq] = {false, index};
+    targets_.push_back(s.seq);
+    search::Record r;
+    r.suggestion.seq = index;
+    r.suggestion.params = fine_tuning(s.params);
+    r.suggestion.meta = meta;
+    for (const char* key : kOwnMeta) r.suggestion.meta.erase(key);
+    if (r.suggestion.meta.contains("parents") && r.suggestion.meta["parents"].is_array()) {
+      json parents = json::array();
+      for (const json& p : r.suggestion.meta["parents"]) {
+        if (!p.is_number_integer()) continue;
+        auto parent = entries_.find(p.get<int64_t>());
+        if (parent != entries_.end() && !parent->second.baseline) parents.push_back(parent->second.target);
+      }
+      r.suggestion.meta["parents"] = parents;
+    }
+    if (rec.observation) {
+      told_.insert(s.seq);
+      r.observation = *rec.observation;
+      r.observation->seq = index;
+      r.observation->params = r.suggestion.params;
+    }
+    nested.push_back(std::move(r));
+  }
+  twins_due_.clear();
+  if (s_.baseline) {
+    for (int64_t seq : targets_) {
+      if (!twinned.count(seq)) twins_due_.push_back(seq);
+    }
+  }
+  if (nested_) nested_->restore(nested);
+}
+
+json TransferStage::state() const {
+  json ids = json::array();
+  for (const auto& src : sources_) ids.push_back(src.trial_id);
+  json out = {{"sources", ids}, {"targets", targets_made()},
+              {"baselines", static_cast<int64_t>(entries_.size()) - targets_made()}};
+  if (nested_) out["search"] = nested_->state();
+  return out;
+}
+
+Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
+  if (ctx.store == nullptr) return err(Errc::kInvalidArgument, "stage '" + name_ + "': finished without a store");
+  HPCTUNE_ASSIGN(auto rows, ctx.store->trials(ctx.campaign_id));
+  struct Done {
+    const store::TrialRow* row;
+    double value;
+  };
+  std::vector<Done> targets, baselines;
+  std::map<int64_t, const store::TrialRow*> twin_of;  // target seq -> its done twin
+  json source_ids = json::array();
+  std::set<int64_t> seen_sources;
+  for (const auto& row : rows) {
+    if (row.stage_id != ctx.stage_id) continue;
+    const json& meta = row.meta.is_object() ? row.meta : json::object();
+    const bool baseline = meta.value("role", std::string("target")) == "baseline";
+    if (!baseline && meta.contains("lineage") && meta["lineage"].is_array()) {
+      for (const json& l : meta["lineage"]) {
+        if (l.is_object() && l.value("relation", std::string()) == kRelation && l.contains("trial") &&
+            l["trial"].is_number_integer() && seen_sources.insert(l["trial"].get<int64_t>()).second) {
+          source_ids.push_back(l["trial"]);
+        }
+      }
+    }
+    if (row.state != store::TrialState::kDone) continue;
+    auto value = objective_of(row, objective_.metric);
+    if (!value) continue;
+    if (!baseline) {
+      targets.push_back({&row, *value});
+    } else {
+      baselines.push_back({&row, *value});
+      const json of = meta.value("baseline_of", json());
+      if (of.is_number_integer()) twin_of[of.get<int64_t>()] = &row;
+    }
+  }
+  // The sources begin() chose (their order), else those the trials name (a stage begun by an
+  // earlier master).
+  if (!sources_.empty()) {
+    source_ids = json::array();
+    for (const auto& src : sources_) source_ids.push_back(src.trial_id);
+  }
+  const bool maximize = objective_.maximize;
+  const auto best = [maximize](const std::vector<Done>& list) -> const Done* {
+    const Done* b = nullptr;
+    for (const Done& d : list) {
+      if (!b || (maximize ? d.value > b->value : d.value < b->value)) b = &d;
+    }
+    return b;
+  };
+  const auto describe = [this](const store::TrialRow* row) -> json {
+    if (row == nullptr) return nullptr;
+    const auto value = objective_of(*row, objective_.metric);
+    return {{"trial", row->id},
+            {"objective", value ? json(*value) : json(nullptr)},
+            {"val_accuracy", metric_or_null(row->metrics, "val_accuracy")},
+            {"test_accuracy", metric_or_null(row->metrics, "test_accuracy")}};
+  };
+  const Done* best_target = best(targets);
+  const Done* best_baseline = best(baselines);
+  const store::TrialRow* twin = nullptr;
+  if (best_target) {
+    auto it = twin_of.find(best_target->row->seq);
+    if (it != twin_of.end()) twin = it->second;
+  }
+  json result = {{"sources", source_ids},
+                 {"target", describe(best_target ? best_target->row : nullptr)},
+                 {"baseline", describe(twin)},
+                 {"best_baseline", describe(best_baseline ? best_baseline->row : nullptr)},
+                 {"targets", targets.size()},
+                 {"baselines", baselines.size()},
+                 {"gain", nullptr}};
+  if (result["target"].is_object() && result["baseline"].is_object() && result["target"]["test_accuracy"].is_number() &&
+      result["baseline"]["test_accuracy"].is_number()) {
+    result["gain"] = result["target"]["test_accuracy"].get<double>() - result["baseline"]["test_accuracy"].get<double>();
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<scheduler::StageRuntime>> make_transfer_stage(const config::StageConfig& stage,
+                                                                     const config::CampaignConfig& campaign) {
+  HPCTUNE_ASSIGN(TransferSettings settings, read_settings(stage.name, stage.settings));
+  const config::CampaignConfig& own = stage.own ? *stage.own : campaign;
+  if (own.objectives.empty()) return err(Errc::kConfig, "stage '" + stage.name + "': the campaign has no objective");
+  // The trials' trainer: the stage's, with the target data's classes and labels.
+  nlohmann::json trainer = own.trainer.is_object() ? own.trainer : nlohmann::json::object();
+  if (!settings.classes.empty() || trainer.contains("classes")) trainer["classes"] = settings.classes;
+  if (settings.max_train_samples > 0 || trainer.contains("max_train_samples")) {
+    trainer["max_train_samples"] = settings.max_train_samples;
+  }
+  std::unique_ptr<search::Searcher> nested;
+  std::set<std::string> names;
+  int64_t nested_max = 0;
+  if (stage.own_search && stage.own) {
+    search::SearchSpec spec = own.search_spec();
+    // Its own stream: the same seed as the first stage's search would repeat its draws.
+    spec.seed = derive_seed(campaign.seed, name_key("transfer-search:" + stage.name));
+    for (const auto& p : spec.space.params()) names.insert(p.name);
+    nested_max = spec.max_trials;
+    HPCTUNE_ASSIGN(nested, search::make_searcher(spec));
+  }
+  return std::unique_ptr<scheduler::StageRuntime>(new TransferStage(stage.name, std::move(settings),
+                                                                    own.objectives.front(), campaign.seed,
+                                                                    std::move(trainer), std::move(nested),
+                                                                    std::move(names), nested_max));
+}
+
+}  // namespace hpctune::workflow
