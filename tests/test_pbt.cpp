@@ -37,10 +37,20 @@ void require_ok(const R& r) {
   if (!r.ok()) FAIL(r.error().to_string());
 }
 
+search::ParamSpec numeric(const std::string& name, search::ParamType type, double low, double high, bool log = false) {
+  search::ParamSpec p;
+  p.name = name;
+  p.type = type;
+  p.low = low;
+  p.high = high;
+  p.log = log;
+  return p;
+}
+
 search::Space pbt_space() {
-  search::ParamSpec lr{.name = "lr", .type = search::ParamType::kFloat, .low = 1e-4, .high = 1.0, .log = true};
-  search::ParamSpec momentum{.name = "momentum", .type = search::ParamType::kFloat, .low = 0.0, .high = 0.99};
-  search::ParamSpec width{.name = "act", .type = search::ParamType::kChoice};
+  search::ParamSpec lr = numeric("lr", search::ParamType::kFloat, 1e-4, 1.0, true);
+  search::ParamSpec momentum = numeric("momentum", search::ParamType::kFloat, 0.0, 0.99);
+  search::ParamSpec width = numeric("act", search::ParamType::kChoice, 0, 0);
   width.choices = {"relu", "tanh"};
   auto space = search::Space::create({lr, momentum, width});
   REQUIRE(space.ok());
@@ -189,7 +199,12 @@ struct Harness {
       search::Record r;
       r.suggestion.seq = row.seq;
       r.suggestion.params = row.params;
-      if (store::is_final(row.state)) r.observation = search::Observation{row.seq, row.params};
+      if (store::is_final(row.state)) {
+        search::Observation obs;
+        obs.seq = row.seq;
+        obs.params = row.params;
+        r.observation = obs;
+      }
       out.push_back(std::move(r));
     }
     return out;
@@ -533,7 +548,7 @@ TEST_CASE("pbt: the stage kind is registered, and its settings are checked") {
   CHECK((*stage)->trainer() == view.trainer);
   REQUIRE((*stage)->source() != nullptr);
   CHECK((*stage)->source()->kind() == "pbt");
-  search::ParamSpec epochs{.name = "epochs", .type = search::ParamType::kInt, .low = 1, .high = 9};
+  search::ParamSpec epochs = numeric("epochs", search::ParamType::kInt, 1, 9);
   view.space = search::Space::create({epochs}).value();
   CHECK(workflow::make_pbt_stage("p", {}, view).error().code() == Errc::kConfig);
   // Without trial directories the stage cannot start.
