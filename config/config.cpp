@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <limits>
 #include <map>
 #include <optional>
@@ -502,11 +504,14 @@ bool is_numeric_type(Type t) { return t == Type::kInt || t == Type::kNumber || t
 
 class Walker {
  public:
-  explicit Walker(std::string source) : source_(std::move(source)) {}
+  explicit Walker(std::string source, std::function<std::string(const std::string&)> rename = nullptr)
+      : source_(std::move(source)), rename_(std::move(rename)) {}
 
+  // `rename` maps a key path to the one the user sees: a stage's own keys are walked as the top
+  // level's ("search.max_trials") and named as written ("stages[1].search.max_trials").
   Error fail(Mark mark, const std::string& path, const std::string& what) const {
     std::string message = source_ + ":" + std::to_string(mark.line) + ":" + std::to_string(mark.column) + ": ";
-    if (!path.empty()) message += path + ": ";
+    if (!path.empty()) message += (rename_ ? rename_(path) : path) + ": ";
     return err(Errc::kConfig, message + what);
   }
 
@@ -852,6 +857,7 @@ class Walker {
 
   std::string source_;
   std::vector<Frame> frames_;
+  std::function<std::string(const std::string&)> rename_;
   std::map<std::string, Mark> marks_;
   std::map<std::string, std::string> texts_;
   std::vector<std::string> space_order_;
@@ -970,6 +976,20 @@ class Builder {
     c.max_failures = s["max_failures"].get<int64_t>();
     c.warm_start = s["warm_start"].get<std::string>();
     c.search_settings = s["settings"];
+    if (s.contains("stop_when") && s["stop_when"].is_object()) {
+      const json& w = s["stop_when"];
+      StopWhen stop;
+      stop.metric = w["metric"].get<std::string>();
+      stop.reaches = w["reaches"].get<double>();
+      if (w.contains("mode")) {
+        stop.maximize = w["mode"] == "max";
+      } else {
+        for (const auto& o : c.objectives)
+          if (o.metric == stop.metric) stop.maximize = o.maximize;
+        root_["search"]["stop_when"]["mode"] = stop.maximize ? "max" : "min";
+      }
+      c.stop_when = stop;
+    }
     // search.init is the algorithm's `init` setting, for the algorithms that have one; its
     // default is the algorithm's.
     const bool given = root_["search"].contains("init");
@@ -1450,9 +1470,14 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
   return out;
 }
 
-Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name) {
-  HPCTUNE_ASSIGN(YNode tree, read_tree(yaml_text, source_name));
-  Walker walker(source_name);
+namespace {
+
+using Rename = std::function<std::string(const std::string&)>;
+
+// One campaign (or one stage's view of it) from its tree.
+Result<CampaignConfig> parse_tree(const YNode& tree, const std::string& yaml_text, const std::string& source_name,
+                                  Rename rename) {
+  Walker walker(source_name, std::move(rename));
   json root;
   HPCTUNE_TRY(walker.section(&tree, "", "", Mark{}, root, nullptr));
 
@@ -1477,8 +1502,284 @@ Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::str
   return c;
 }
 
+YNode scalar(const std::string& text, Mark mark) {
+  YNode n;
+  n.kind = YNode::Kind::kScalar;
+  n.text = text;
+  n.mark = mark;
+  return n;
+}
+
+YNode map_of(std::vector<YEntry> entries, Mark mark) {
+  YNode n;
+  n.kind = YNode::Kind::kMap;
+  n.mark = mark;
+  n.entries = std::move(entries);
+  return n;
+}
+
+// The keys a stage may give that stand for the top level's sections.
+constexpr const char* kStageSections[] = {"search", "space", "early_stopping"};
+
+// A workflow: `stages:` (config.h, StageConfig). The top level is checked together with the
+// stages' items by one walk; then each stage's own view of the campaign is parsed from a tree of
+// the top level's keys with the stage's search, space, early_stopping and trainer keys laid over
+// them, its errors named by the stage's key paths.
+Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source) {
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) {
+    return err(Errc::kConfig, source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": " + path +
+                                  ": " + what);
+  };
+  for (const char* key : kStageSections) {
+    if (const YEntry* e = find_entry(&tree, key))
+      return fail(e->key_mark, key,
+                  std::string("with stages, each stage has its own ") + key + " (move it into the stages that use it)");
+  }
+  const YEntry* stages_entry = find_entry(&tree, "stages");
+  // The top level and the items of `stages`, walked with a stand-in search (the stages have their own).
+  YNode checked = tree;
+  checked.entries.push_back({"search", stages_entry->key_mark,
+                             map_of({{"max_trials", stages_entry->key_mark, scalar("1", stages_entry->key_mark)}},
+                                    stages_entry->key_mark)});
+  Walker walker(source);
+  json root;
+  HPCTUNE_TRY(walker.section(&checked, "", "", Mark{}, root, nullptr));
+  const json& items = root["stages"];
+  if (!items.is_array() || items.empty())
+    return fail(stages_entry->key_mark, "stages", "give at least one stage, or leave stages out for a single search");
+  const YNode& list = stages_entry->value;
+
+  std::vector<StageConfig> stages(items.size());
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string at = "stages[" + std::to_string(i) + "]";
+    StageConfig& st = stages[i];
+    st.name = items[i]["name"].get<std::string>();
+    st.kind = items[i]["kind"].get<std::string>();
+    if (st.name.empty() || !std::all_of(st.name.begin(), st.name.end(), [](unsigned char ch) {
+          return std::isalnum(ch) || ch == '.' || ch == '_' || ch == '-';
+        }))
+      return fail(walker.mark_of(at + ".name"), at + ".name",
+                  "'" + st.name + "' may contain only letters, digits, '.', '_' and '-'");
+    if (auto [it, fresh] = index.emplace(st.name, i); !fresh)
+      return fail(walker.mark_of(at + ".name"), at + ".name",
+                  "'" + st.name + "' is already the name of stages[" + std::to_string(it->second) + "]");
+  }
+  std::vector<std::string> names;
+  for (const auto& st : stages) names.push_back(st.name);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string at = "stages[" + std::to_string(i) + "].from";
+    StageConfig& st = stages[i];
+    if (items[i].contains("from")) {
+      const json& from = items[i]["from"];
+      const json list_of = from.is_array() ? from : json::array({from});
+      for (const auto& f : list_of) {
+        if (!f.is_string())
+          return fail(walker.mark_of(at), at, "expected a stage name or a list of them, got " + f.dump());
+        const std::string name = f.get<std::string>();
+        if (name == st.name) return fail(walker.mark_of(at), at, "a stage cannot consume itself");
+        if (!index.count(name)) {
+          std::string hint;
+          std::vector<Candidate> candidates;
+          for (const auto& n : names) candidates.push_back({n, n});
+          if (auto near = did_you_mean(name, candidates)) hint = "; did you mean '" + *near + "'?";
+          return fail(walker.mark_of(at), at,
+                      "unknown stage '" + name + "' (the stages are " + join(names, ", ") + ")" + hint);
+        }
+        if (std::find(st.from.begin(), st.from.end(), name) == st.from.end()) st.from.push_back(name);
+      }
+    }
+    if ((st.kind == "ensemble" || (st.kind == "transfer" && items[i].value("checkpoint", "").empty())) &&
+        st.from.empty())
+      return fail(walker.mark_of("stages[" + std::to_string(i) + "]"), "stages[" + std::to_string(i) + "]",
+                  "an " + st.kind + " stage needs `from`: the stage whose trials it " +
+                      (st.kind == "ensemble" ? "blends" : "starts from"));
+  }
+  // Cycles: a depth-first walk along `from`; the first cycle found is named at the `from` that closes it.
+  {
+    std::vector<int> state(stages.size(), 0);  // 0 new, 1 on the path, 2 done
+    std::vector<std::size_t> path;
+    std::function<std::optional<Error>(std::size_t)> visit = [&](std::size_t i) -> std::optional<Error> {
+      state[i] = 1;
+      path.push_back(i);
+      for (const auto& f : stages[i].from) {
+        const std::size_t j = index.at(f);
+        if (state[j] == 1) {
+          std::string cycle;
+          auto start = std::find(path.begin(), path.end(), j);
+          for (auto it = start; it != path.end(); ++it) cycle += stages[*it].name + " -> ";
+          cycle += stages[j].name;
+          const std::string at = "stages[" + std::to_string(i) + "].from";
+          return fail(walker.mark_of(at), at, "the stages form a cycle: " + cycle + " (each would wait for the other)");
+        }
+        if (state[j] == 0) {
+          if (auto e = visit(j)) return e;
+        }
+      }
+      path.pop_back();
+      state[i] = 2;
+      return std::nullopt;
+    };
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      if (state[i] == 0) {
+        if (auto e = visit(i)) return *e;
+      }
+    }
+  }
+
+  // Each stage's own view of the campaign.
+  std::optional<std::size_t> main;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    StageConfig& st = stages[i];
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const YNode* item = i < list.items.size() ? &list.items[i] : nullptr;
+    std::set<std::string> own_trainer_keys;
+    YNode view = tree;
+    view.entries.erase(std::remove_if(view.entries.begin(), view.entries.end(),
+                                      [](const YEntry& e) { return e.key == "stages"; }),
+                       view.entries.end());
+    const Mark item_mark = item ? item->mark : stages_entry->key_mark;
+    bool has_search = false, has_space = false;
+    if (item != nullptr && item->kind == YNode::Kind::kMap) {
+      for (const auto& e : item->entries) {
+        if (e.key == "search" || e.key == "space" || e.key == "early_stopping") {
+          view.entries.push_back(e);
+          has_search = has_search || e.key == "search";
+          has_space = has_space || e.key == "space";
+        }
+        if (e.key == "trainer") {
+          if (e.value.kind != YNode::Kind::kMap)
+            return fail(e.key_mark, prefix + "trainer", "expected a map of trainer settings");
+          auto top = std::find_if(view.entries.begin(), view.entries.end(), [](const YEntry& t) { return t.key == "trainer"; });
+          const YEntry* kind = find_entry(&e.value, "kind");
+          if (top == view.entries.end() || top->value.kind != YNode::Kind::kMap ||
+              (kind != nullptr && (find_entry(&top->value, "kind") == nullptr ||
+                                   find_entry(&top->value, "kind")->value.text != kind->value.text))) {
+            // Another kind (or no top-level trainer): the stage's trainer stands alone.
+            if (top != view.entries.end()) view.entries.erase(top);
+            view.entries.push_back(e);
+            for (const auto& k : e.value.entries) own_trainer_keys.insert(k.key);
+          } else {
+            for (const auto& k : e.value.entries) {
+              own_trainer_keys.insert(k.key);
+              auto same = std::find_if(top->value.entries.begin(), top->value.entries.end(),
+                                       [&](const YEntry& t) { return t.key == k.key; });
+              if (same != top->value.entries.end()) *same = k; else top->value.entries.push_back(k);
+            }
+          }
+        }
+      }
+    }
+    if (!has_search) {
+      const std::string trials = st.kind == "pbt" ? std::to_string(items[i]["population"].get<int64_t>()) : "1";
+      view.entries.push_back({"search", item_mark, map_of({{"max_trials", item_mark, scalar(trials, item_mark)}}, item_mark)});
+    }
+    st.own_search = st.kind == "search" || st.kind == "pbt" || (st.kind == "transfer" && has_search);
+    if (st.kind == "search" && !has_search)
+      return fail(item_mark, prefix + "search", "missing required key (a search stage needs its own search: "
+                                                "{max_trials: ...} and space)");
+    if (st.kind == "transfer" && has_search != has_space)
+      return fail(item_mark, prefix + (has_search ? "space" : "search"),
+                  "a transfer stage's nested search needs both search and space");
+    Rename rename = [prefix, own_trainer_keys](const std::string& path) {
+      for (const char* key : kStageSections) {
+        const std::string k(key);
+        if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
+      }
+      if (path.rfind("trainer.", 0) == 0) {
+        const std::string key = path.substr(8, path.find('.', 8) - 8);
+        if (own_trainer_keys.count(key)) return prefix + path;
+      }
+      return path;
+    };
+    HPCTUNE_ASSIGN(CampaignConfig own, parse_tree(view, yaml_text, source, rename));
+    st.settings = items[i];
+    for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
+    if (st.kind == "pbt") {
+      if (own.space.find("epochs") != nullptr)
+        return fail(walker.mark_of(prefix + "space"), prefix + "space.epochs",
+                    "pbt sets each interval's epochs itself; give the total as the stage's steps");
+      if (!st.settings.contains("steps")) {
+        st.settings["steps"] = own.trainer.contains("epochs") ? own.trainer["epochs"] : json(10);
+      }
+      const json& perturb = st.settings["perturb"];
+      if (perturb.size() != 2 || !perturb[0].is_number() || !perturb[1].is_number() || perturb[0].get<double>() <= 0 ||
+          perturb[1].get<double>() <= 0)
+        return fail(walker.mark_of(prefix + "perturb"), prefix + "perturb", "expected two positive factors, such as [0.8, 1.2]");
+    }
+    if (st.kind == "transfer" && !st.settings.value("checkpoint", "").empty()) {
+      std::string path = st.settings["checkpoint"].get<std::string>();
+      const auto slash = source.rfind('/');
+      if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+      st.settings["checkpoint"] = path;
+    }
+    if (!main && st.own_search) main = i;
+    st.own = std::make_shared<const CampaignConfig>(std::move(own));
+  }
+  // What the inputs must provide: an ensemble their predictions, a transfer their checkpoints.
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageConfig& st = stages[i];
+    if (st.kind != "ensemble" && st.kind != "transfer") continue;
+    const std::string at = "stages[" + std::to_string(i) + "].from";
+    for (const auto& f : st.from) {
+      const StageConfig& input = stages[index.at(f)];
+      if (input.kind == "ensemble")
+        return fail(walker.mark_of(at), at, "stage '" + f + "' is an ensemble: it trains no trials of its own");
+      const json& trainer = input.own->trainer;
+      const std::string kind = trainer.value("kind", "");
+      const bool classifier = kind == "mlp" || kind == "cnn";
+      if (st.kind == "ensemble" && (!classifier || !trainer.value("save_predictions", true)))
+        return fail(walker.mark_of(at), at,
+                    "stage '" + f + "' saves no predictions to blend (" +
+                        (classifier ? "its trainer.save_predictions is false"
+                                    : "its trainer kind '" + kind + "' writes none; mlp and cnn do") + ")");
+      if (st.kind == "transfer" && (!classifier || !trainer.value("checkpoint", true)))
+        return fail(walker.mark_of(at), at,
+                    "stage '" + f + "' keeps no checkpoints to start from (" +
+                        (classifier ? "its trainer.checkpoint is false"
+                                    : "its trainer kind '" + kind + "' writes none; mlp and cnn do") + ")");
+    }
+  }
+  if (!main)
+    return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: a search or pbt stage");
+
+  CampaignConfig c = *stages[*main].own;
+  c.main_stage = *main;
+  json normalized = json::array();
+  for (const auto& st : stages) {
+    json n = {{"name", st.name}, {"kind", st.kind}, {"from", st.from}};
+    for (auto it = st.settings.begin(); it != st.settings.end(); ++it) n[it.key()] = it.value();
+    const json& own = st.own->normalized;
+    if (st.own_search) {
+      n["search"] = own["search"];
+      n["space"] = own["space"];
+      if (st.kind == "search") n["early_stopping"] = own["early_stopping"];
+    }
+    n["trainer"] = own["trainer"];
+    normalized.push_back(std::move(n));
+  }
+  c.normalized["stages"] = std::move(normalized);
+  c.stages = std::move(stages);
+  return c;
+}
+
+}  // namespace
+
+Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name) {
+  HPCTUNE_ASSIGN(YNode tree, read_tree(yaml_text, source_name));
+  if (find_entry(&tree, "stages") != nullptr) return parse_workflow(tree, yaml_text, source_name);
+  return parse_tree(tree, yaml_text, source_name, nullptr);
+}
+
 void CampaignConfig::set_seed(uint64_t campaign_seed) {
   seed = campaign_seed;
+  // Every stage's view follows (its trainer's data seed included): copies, as views may be shared.
+  for (StageConfig& st : stages) {
+    if (!st.own || st.own->seed == campaign_seed) continue;
+    auto copy = std::make_shared<CampaignConfig>(*st.own);
+    copy->set_seed(campaign_seed);
+    st.own = std::move(copy);
+  }
   if (data_seed_given || !trainer.contains("data_seed")) return;
   trainer["data_seed"] = campaign_seed;
   if (normalized.contains("trainer") && normalized["trainer"].is_object()) normalized["trainer"]["data_seed"] = campaign_seed;

@@ -113,6 +113,7 @@ struct CampaignConfig {
   // search stage of the fields above. With stages, the fields above are those of the first stage
   // that has a search of its own (its `own`).
   std::vector<StageConfig> stages;
+  std::size_t main_stage = 0;  // the stage whose view the fields above are
 
   // The whole config as JSON with every default applied, `objective` turned into `objectives`,
   // durations in seconds and every space parameter as a full spec (for `validate --json` and the

@@ -39,6 +39,13 @@ const char* const kSpaceExample =
     "momentum: {type: float, low: 0.5, high: 0.99, when: {nesterov: true}}\n"
     "epochs: 5";
 
+const char* const kStagesExample =
+    "- {name: tune, kind: search, search: {algorithm: genetic, max_trials: 64, stop_when: {metric: val_accuracy, "
+    "reaches: 0.9}}, space: {lr: {type: float, low: 0.001, high: 0.3, log: true}}}\n"
+    "- {name: blend, kind: ensemble, from: tune, method: greedy}\n"
+    "- {name: move, kind: transfer, from: tune, classes: [5, 6, 7, 8, 9], max_train_samples: 500, freeze: 1, "
+    "baseline: true}";
+
 // Each entry names only the fields it sets and leaves the rest at their defaults, on purpose;
 // -Wextra's missing-field-initializers would flag every entry.
 #pragma GCC diagnostic push
@@ -160,6 +167,19 @@ std::vector<Setting> declarations() {
       {.path = "search.warm_start", .type = Type::kString,
        .help = "Store file of an earlier campaign whose finished trials seed the search (trials outside this space "
                "are ignored); \"\" for none.", .default_value = "", .aliases = {"warmstart", "resume_from"}},
+      {.path = "search.stop_when", .type = Type::kSection,
+       .help = "End the search once a finished trial's metric reaches a threshold (\"runs to threshold\"): no new "
+               "trials start, the running ones finish, and the stage records the trials, generations and time it "
+               "took.", .aliases = {"stop_at", "target", "until"},
+       .example = "{metric: val_accuracy, reaches: 0.9}", .reference_commented = true},
+      {.path = "search.stop_when.metric", .type = Type::kString, .help = "The metric, as the trainer reports it.",
+       .required = true, .aliases = {"name", "objective"}},
+      {.path = "search.stop_when.reaches", .type = Type::kNumber,
+       .help = "The threshold: reached at >= (mode max) or <= (mode min).", .required = true,
+       .aliases = {"value", "threshold", "target"}},
+      {.path = "search.stop_when.mode", .type = Type::kEnum,
+       .help = "max or min; by default the mode of the objective of that metric, else max.", .choices = {"max", "min"},
+       .aliases = {"direction"}, .default_note = "the objective's"},
       {.path = "search.settings", .type = Type::kSection,
        .help = "Settings of the search algorithm; each algorithm's keys are listed here (those of the other "
                "algorithms commented out).", .default_value = json::object(),
@@ -234,6 +254,91 @@ std::vector<Setting> declarations() {
                "transport neither encrypts nor authenticates yet (each worker still proves itself with its launch "
                "credential). `hpctune run --bind` overrides it.", .default_value = "tcp://127.0.0.1:*",
        .aliases = {"listen", "address", "master_address", "endpoint", "bind_address"}},
+
+      // --- stages (the workflow: scheduler/stages.h, workflow/) ---
+      {.path = "stages", .type = Type::kList,
+       .help = "A workflow of stages instead of one search: each stage has a name, a kind and the stages it "
+               "consumes (from); objective, trainer and resources above are every stage's defaults, and a stage may "
+               "override trainer keys. Stages run in dependency order, independent ones at the same time on the same "
+               "trainer groups. Each item has these keys:",
+       .aliases = {"workflow", "pipeline", "steps"},
+       .example = kStagesExample, .reference_commented = true},
+      {.path = "stages[].name", .type = Type::kString,
+       .help = "The stage's name, unique in the campaign (letters, digits, '.', '_', '-').", .required = true},
+      {.path = "stages[].kind", .type = Type::kEnum,
+       .help = "search (a search of its own), ensemble (blends the predictions of the trials of `from`), transfer "
+               "(fine-tunes the best checkpoints of `from` on other data) or pbt (population-based training).",
+       .choices = {"search", "ensemble", "transfer", "pbt"}, .required = true, .aliases = {"type"}},
+      {.path = "stages[].from", .type = Type::kValue,
+       .help = "The stage, or list of stages, whose trials this one consumes; it starts once they completed.",
+       .aliases = {"after", "inputs", "depends_on", "needs"}},
+      {.path = "stages[].trainer", .type = Type::kValue,
+       .help = "Trainer keys laid over the top-level trainer for this stage's trials (with another kind: the whole "
+               "trainer)."},
+      {.path = "stages[].search", .type = Type::kValue,
+       .help = "search: the stage's search, with the keys of the top-level search (transfer: an optional nested "
+               "search over the fine-tuning settings).", .scope = {"stages[].kind", {"search", "transfer"}}},
+      {.path = "stages[].space", .type = Type::kValue,
+       .help = "The stage's space, as the top-level space (pbt: the hyperparameters it explores).",
+       .scope = {"stages[].kind", {"search", "transfer", "pbt"}}},
+      {.path = "stages[].early_stopping", .type = Type::kValue, .help = "The stage's early stopping, as the top level's.",
+       .scope = {"stages[].kind", {"search"}}},
+      {.path = "stages[].method", .type = Type::kEnum,
+       .help = "ensemble: greedy (forward selection with replacement on validation, Caruana et al. 2004), top_k "
+               "(the average of the best k) or weighted (weights minimizing validation log loss).",
+       .default_value = "greedy", .choices = {"greedy", "top_k", "weighted"},
+       .scope = {"stages[].kind", {"ensemble"}}},
+      {.path = "stages[].max_size", .type = Type::kInt, .help = "ensemble greedy: picks, with replacement.",
+       .default_value = 20, .min = 1, .max = 10000, .scope = {"stages[].kind", {"ensemble"}}},
+      {.path = "stages[].bags", .type = Type::kInt,
+       .help = "ensemble greedy: bags over random halves of the members (0 = no bagging).", .default_value = 0,
+       .min = 0, .max = 1000, .scope = {"stages[].kind", {"ensemble"}}},
+      {.path = "stages[].k", .type = Type::kInt, .help = "ensemble top_k: how many of the best members.",
+       .default_value = 5, .min = 1, .max = 10000, .scope = {"stages[].kind", {"ensemble"}}},
+      {.path = "stages[].retrain", .type = Type::kSection,
+       .help = "ensemble: new members trained as trials in parallel, {top: k, seeds: n}: the k best configurations "
+               "of `from`, each under n new seeds; the members are then these and the trials of `from`.",
+       .scope = {"stages[].kind", {"ensemble"}}},
+      {.path = "stages[].retrain.top", .type = Type::kInt, .help = "How many of the best configurations.",
+       .default_value = 3, .min = 1, .max = 1000},
+      {.path = "stages[].retrain.seeds", .type = Type::kInt, .help = "New seeds for each.", .default_value = 2,
+       .min = 1, .max = 1000},
+      {.path = "stages[].classes", .type = Type::kIntList,
+       .help = "transfer: the classes of the target task (trainer.classes for its trials); [] for all.",
+       .default_value = json::array(), .min = 0, .max = 65535, .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].max_train_samples", .type = Type::kInt,
+       .help = "transfer: labelled target images (trainer.max_train_samples for its trials; 0 = all).",
+       .default_value = 0, .min = 0, .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].freeze", .type = Type::kInt, .help = "transfer: the first N layers stay as the source's.",
+       .default_value = 0, .min = 0, .max = 10000, .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].baseline", .type = Type::kBool,
+       .help = "transfer: beside each target trial, the same architecture trained from scratch on the same data, "
+               "epochs and seed.", .default_value = false, .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].sources", .type = Type::kInt, .help = "transfer: the best k trials of `from` to start from.",
+       .default_value = 1, .min = 1, .max = 1000, .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].seeds", .type = Type::kInt,
+       .help = "transfer without a nested search: target trials per source.", .default_value = 1, .min = 1,
+       .max = 1000, .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].checkpoint", .type = Type::kString,
+       .help = "transfer: a checkpoint file to start from instead of the trials of `from` (relative to the "
+               "config's directory).", .default_value = "", .scope = {"stages[].kind", {"transfer"}}},
+      {.path = "stages[].population", .type = Type::kInt, .help = "pbt: members training at once.",
+       .default_value = 8, .min = 2, .max = 10000, .scope = {"stages[].kind", {"pbt"}}},
+      {.path = "stages[].ready", .type = Type::kInt,
+       .help = "pbt: steps (epochs) per interval; after each, the bottom quantile exploits the top.",
+       .default_value = 2, .min = 1, .max = 100000, .scope = {"stages[].kind", {"pbt"}}},
+      {.path = "stages[].steps", .type = Type::kInt, .help = "pbt: the steps every member trains in all.",
+       .min = 1, .max = 1000000, .scope = {"stages[].kind", {"pbt"}}, .default_note = "trainer.epochs",
+       .reference_commented = true},
+      {.path = "stages[].quantile", .type = Type::kNumber,
+       .help = "pbt: the fraction of the population that is the bottom (and the top).", .default_value = 0.25,
+       .min = 0, .max = 0.5, .min_exclusive = true, .scope = {"stages[].kind", {"pbt"}}},
+      {.path = "stages[].resample_probability", .type = Type::kNumber,
+       .help = "pbt: the chance that explore draws a value afresh from the space rather than perturbing it.",
+       .default_value = 0.25, .min = 0, .max = 1, .scope = {"stages[].kind", {"pbt"}}},
+      {.path = "stages[].perturb", .type = Type::kValueList,
+       .help = "pbt: the two factors explore multiplies a value by (then clipped to the space).",
+       .default_value = json::array({0.8, 1.2}), .scope = {"stages[].kind", {"pbt"}}},
   };
 }
 #pragma GCC diagnostic pop

@@ -18,7 +18,9 @@ const config::CampaignConfig& view_of(const scheduler::StagePlan& plan, const co
 Result<std::unique_ptr<scheduler::StageRuntime>> search_kind(const scheduler::StagePlan& plan,
                                                              const config::CampaignConfig& cfg,
                                                              const std::optional<scheduler::WarmStart>& warm) {
-  return make_search_stage(view_of(plan, cfg), warm);
+  // search.warm_start is the main stage's (the campaign's fields): run_master loaded it from there.
+  const bool main = cfg.stages.empty() || plan.index == cfg.main_stage;
+  return make_search_stage(view_of(plan, cfg), main ? warm : std::nullopt);
 }
 
 Result<std::unique_ptr<scheduler::StageRuntime>> ensemble_kind(const scheduler::StagePlan& plan,
