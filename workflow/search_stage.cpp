@@ -1,28 +1,124 @@
 // The search stage (search_stage.h).
 #include "workflow/search_stage.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 
 namespace hpctune::workflow {
 namespace {
 
+bool reaches(const config::StopWhen& w, const nlohmann::json& metrics) {
+  if (!metrics.is_object()) return false;
+  auto it = metrics.find(w.metric);
+  if (it == metrics.end() || !it->is_number()) return false;
+  const double v = it->get<double>();
+  return std::isfinite(v) && (w.maximize ? v >= w.reaches : v <= w.reaches);
+}
+
+// The searcher as a source, and search.stop_when: no trial is asked for once one reached it.
+class StopWhenSource final : public scheduler::TrialSource {
+ public:
+  StopWhenSource(search::Searcher& searcher, search::EarlyStopper& stopper, std::optional<config::StopWhen> stop_when)
+      : inner_(searcher, stopper), stop_when_(std::move(stop_when)) {}
+  std::string kind() const override { return "search"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
+    if (reached_) return std::vector<search::Suggestion>{};
+    return inner_.ask(n);
+  }
+  bool exhausted() const override { return reached_ || inner_.exhausted(); }
+  scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override {
+    return inner_.on_report(trial, step, value);
+  }
+  void on_attempt_end(int64_t seq) override { inner_.on_attempt_end(seq); }
+  void on_result(int64_t seq, const nlohmann::json& metrics) override {
+    if (stop_when_ && reaches(*stop_when_, metrics)) reached_ = true;
+    inner_.on_result(seq, metrics);
+  }
+  void tell(const search::Observation& observation) override { inner_.tell(observation); }
+  void restore(const std::vector<search::Record>& history) override { inner_.restore(history); }
+  bool replays_reports() const override { return inner_.replays_reports(); }
+  bool replay_report(int64_t seq, int64_t step, double value) override { return inner_.replay_report(seq, step, value); }
+  nlohmann::json state() const override { return inner_.state(); }
+  void set_reached() { reached_ = true; }
+
+ private:
+  scheduler::SearchSource inner_;
+  std::optional<config::StopWhen> stop_when_;
+  bool reached_ = false;
+};
+
 class SearchStage final : public scheduler::StageRuntime {
  public:
   SearchStage(std::unique_ptr<search::Searcher> searcher, std::unique_ptr<search::EarlyStopper> stopper,
-              int64_t max_trials, nlohmann::json trainer)
-      : searcher_(std::move(searcher)), stopper_(std::move(stopper)), source_(*searcher_, *stopper_),
-        max_trials_(max_trials), trainer_(std::move(trainer)) {}
+              const config::CampaignConfig& cfg)
+      : searcher_(std::move(searcher)), stopper_(std::move(stopper)), source_(*searcher_, *stopper_, cfg.stop_when),
+        max_trials_(cfg.max_trials), trainer_(cfg.trainer), stop_when_(cfg.stop_when) {}
   scheduler::TrialSource* source() override { return &source_; }
   int64_t max_trials() const override { return max_trials_; }
   nlohmann::json trainer() const override { return trainer_; }
 
+  // After a restart: a threshold already reached stays reached.
+  Status begin(const scheduler::StageContext& ctx) override {
+    if (!stop_when_ || !ctx.resuming) return {};
+    HPCTUNE_ASSIGN(nlohmann::json r, runs_to_threshold(ctx));
+    if (r.value("reached", false)) source_.set_reached();
+    return {};
+  }
+
+  Result<nlohmann::json> finish(const scheduler::StageContext& ctx) override {
+    if (!stop_when_) return nlohmann::json::object();
+    HPCTUNE_ASSIGN(nlohmann::json r, runs_to_threshold(ctx));
+    return nlohmann::json{{"stop_when", std::move(r)}};
+  }
+
  private:
+  // "Runs to threshold" from the store: the first done trial (by finish time) that reached it, the
+  // stage's trials finished by then, the generations they span and the seconds since the stage
+  // started. Read from the store, so a restart changes nothing.
+  Result<nlohmann::json> runs_to_threshold(const scheduler::StageContext& ctx) const {
+    const config::StopWhen& w = *stop_when_;
+    nlohmann::json r = {{"metric", w.metric}, {"reaches", w.reaches}, {"mode", w.maximize ? "max" : "min"},
+                        {"reached", false}};
+    HPCTUNE_ASSIGN(auto trials, ctx.store->trials(ctx.campaign_id));
+    std::vector<const store::TrialRow*> finals;
+    for (const auto& t : trials) {
+      if (t.stage_id == ctx.stage_id && store::is_final(t.state)) finals.push_back(&t);
+    }
+    std::stable_sort(finals.begin(), finals.end(), [](const store::TrialRow* a, const store::TrialRow* b) {
+      return a->finished_at != b->finished_at ? a->finished_at < b->finished_at : a->id < b->id;
+    });
+    r["finished_trials"] = static_cast<int64_t>(finals.size());
+    int64_t generations = 0;
+    for (std::size_t i = 0; i < finals.size(); ++i) {
+      const store::TrialRow& t = *finals[i];
+      generations = std::max(generations, t.generation + 1);
+      if (t.state != store::TrialState::kDone || !reaches(w, t.metrics)) continue;
+      double started = 0;
+      HPCTUNE_ASSIGN(auto stages, ctx.store->stages(ctx.campaign_id));
+      for (const auto& s : stages) {
+        if (s.id == ctx.stage_id) started = s.started_at;
+      }
+      r["reached"] = true;
+      r["trial"] = t.id;
+      r["value"] = t.metrics[w.metric];
+      r["finished_trials"] = static_cast<int64_t>(i + 1);
+      r["generations"] = generations;
+      r["seconds"] = started > 0 ? t.finished_at - started : 0.0;
+      return r;
+    }
+    r["generations"] = generations;
+    return r;
+  }
+
   std::unique_ptr<search::Searcher> searcher_;
   std::unique_ptr<search::EarlyStopper> stopper_;
-  scheduler::SearchSource source_;
+  StopWhenSource source_;
   int64_t max_trials_;
   nlohmann::json trainer_;
+  std::optional<config::StopWhen> stop_when_;
 };
 
 }  // namespace
@@ -33,8 +129,7 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_search_stage(const config:
   if (warm) spec.warm_start = warm->observations;
   HPCTUNE_ASSIGN(std::unique_ptr<search::Searcher> searcher, search::make_searcher(spec));
   HPCTUNE_ASSIGN(std::unique_ptr<search::EarlyStopper> stopper, search::make_stopper(cfg.stopper_spec()));
-  return std::unique_ptr<scheduler::StageRuntime>(
-      new SearchStage(std::move(searcher), std::move(stopper), cfg.max_trials, cfg.trainer));
+  return std::unique_ptr<scheduler::StageRuntime>(new SearchStage(std::move(searcher), std::move(stopper), cfg));
 }
 
 }  // namespace hpctune::workflow
