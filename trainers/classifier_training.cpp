@@ -482,6 +482,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     return total;
   };
 
+  // Resumed with nothing left to train (the master died after the last epoch's report, before the
+  // result was recorded): that report is sent again, so a judge of reports (PBT's pause at the end
+  // of an interval) sees the step it has to decide on.
+  if (start_epoch > 0 && start_epoch == s.epochs && !last.empty() && lay.leader()) ctx.report(start_epoch, last);
+
   std::vector<int64_t> order;
   for (int64_t epoch = start_epoch + 1; epoch <= s.epochs; ++epoch) {
     if (ctx.stop_requested()) return stopped();
