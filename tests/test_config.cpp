@@ -870,3 +870,125 @@ TEST_CASE("resources.bind: the master's address, loopback by default; a bad one 
   // The aliases people type lead to it.
   CHECK(parse_error(head + "resources:\n  listen: tcp://*:1\n").find("did you mean 'bind'?") != std::string::npos);
 }
+
+// --- stages (issue 11) ---
+
+namespace {
+
+// A workflow with the stages given, the top level of a classifier campaign.
+std::string workflow(const std::string& stages, const std::string& trainer = "{kind: mlp, epochs: 2}") {
+  return "name: wf\nobjective: {metric: val_accuracy, mode: max}\ntrainer: " + trainer + "\nstages:\n" + stages;
+}
+
+}  // namespace
+
+TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with defaults, from") {
+  const auto c = parse_ok(workflow(
+      "  - name: tune\n"
+      "    kind: search\n"
+      "    search: {algorithm: genetic, max_trials: 16, stop_when: {metric: val_accuracy, reaches: 0.9}}\n"
+      "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n"
+      "    trainer: {classes: [0, 1, 2, 3, 4]}\n"
+      "  - {name: blend, kind: ensemble, from: tune, max_size: 30}\n"
+      "  - {name: move, kind: transfer, from: [tune], classes: [5, 6, 7, 8, 9], max_train_samples: 500, freeze: 1,"
+      " baseline: true, trainer: {epochs: 5}}\n"
+      "  - {name: pop, kind: pbt, population: 4, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
+  REQUIRE(c.stages.size() == 4);
+  CHECK(c.main_stage == 0);
+  // The campaign's fields are the first searching stage's.
+  CHECK(c.algorithm == "genetic");
+  CHECK(c.max_trials == 16);
+  REQUIRE(c.stop_when.has_value());
+  CHECK(c.stop_when->metric == "val_accuracy");
+  CHECK(c.stop_when->reaches == 0.9);
+  CHECK(c.stop_when->maximize);  // the objective's mode
+  const auto& tune = c.stages[0];
+  CHECK(tune.kind == "search");
+  CHECK(tune.own_search);
+  CHECK(tune.own->trainer["classes"] == json::array({0, 1, 2, 3, 4}));
+  CHECK(tune.own->trainer["epochs"] == 2);
+  const auto& blend = c.stages[1];
+  CHECK(blend.from == std::vector<std::string>{"tune"});
+  CHECK(blend.settings["method"] == "greedy");
+  CHECK(blend.settings["max_size"] == 30);
+  CHECK(blend.settings["bags"] == 0);
+  CHECK_FALSE(blend.own_search);
+  const auto& move = c.stages[2];
+  CHECK(move.settings["classes"] == json::array({5, 6, 7, 8, 9}));
+  CHECK(move.settings["baseline"] == true);
+  CHECK(move.settings["sources"] == 1);
+  CHECK(move.own->trainer["epochs"] == 5);  // the stage's trainer key over the top level's
+  CHECK(move.own->trainer["classes"] == json::array());  // the stage sets classes through its own key
+  const auto& pop = c.stages[3];
+  CHECK(pop.settings["steps"] == 2);  // trainer.epochs by default
+  CHECK(pop.settings["population"] == 4);
+  CHECK(pop.own->max_trials == 4);
+  CHECK(pop.own->space.find("momentum") != nullptr);
+  // The seed reaches every view (trainer.data_seed too: the predictions of all stages line up).
+  auto seeded = c;
+  seeded.set_seed(77);
+  for (const auto& st : seeded.stages) {
+    CHECK(st.own->seed == 77);
+    CHECK(st.own->trainer["data_seed"] == 77);
+  }
+  CHECK(c.normalized["stages"].size() == 4);
+  CHECK(c.normalized["stages"][1]["from"] == json::array({"tune"}));
+}
+
+TEST_CASE("stages: bad graphs and stages are config errors with their place") {
+  const std::string search =
+      "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  const Case cases[] = {
+      // An unknown stage name, with the stages there are.
+      {workflow(search + "  - {name: blend, kind: ensemble, from: tuen}\n"),
+       "test.yaml:6:35: stages[1].from: unknown stage 'tuen' (the stages are tune, blend); did you mean 'tune'?"},
+      // A cycle.
+      {workflow(search + "  - {name: a, kind: transfer, from: [tune, b]}\n  - {name: b, kind: transfer, from: a}\n"),
+       "test.yaml:7:31: stages[2].from: the stages form a cycle: a -> b -> a (each would wait for the other)"},
+      {workflow(search + "  - {name: a, kind: ensemble, from: a}\n"),
+       "test.yaml:6:31: stages[1].from: a stage cannot consume itself"},
+      // An ensemble over a stage whose trainer saves no predictions.
+      {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n", "{kind: mlp, save_predictions: false}"),
+       "test.yaml:6:35: stages[1].from: stage 'tune' saves no predictions to blend (its trainer.save_predictions is "
+       "false)"},
+      {"name: wf\nobjective: {metric: loss, mode: min}\ntrainer: {kind: sleep}\nstages:\n"
+       "  - {name: tune, kind: search, search: {max_trials: 4}, space: {steps: {type: int, low: 1, high: 3}}}\n"
+       "  - {name: blend, kind: ensemble, from: tune}\n",
+       "test.yaml:6:35: stages[1].from: stage 'tune' saves no predictions to blend (its trainer kind 'sleep' writes "
+       "none; mlp and cnn do)"},
+      // A transfer from a stage with no checkpoints.
+      {workflow(search + "  - {name: move, kind: transfer, from: tune}\n", "{kind: mlp, checkpoint: false}"),
+       "test.yaml:6:34: stages[1].from: stage 'tune' keeps no checkpoints to start from (its trainer.checkpoint is "
+       "false)"},
+      // Names and kinds.
+      {workflow(search + "  - {name: tune, kind: ensemble, from: tune}\n"),
+       "test.yaml:6:6: stages[1].name: 'tune' is already the name of stages[0]"},
+      {workflow(search + "  - {name: blend, kind: blend, from: tune}\n"),
+       "test.yaml:6:19: stages[1].kind: unknown value 'blend'; expected one of search, ensemble, transfer, pbt"},
+      {workflow(search + "  - {name: blend, kind: ensemble}\n"),
+       "test.yaml:6:5: stages[1]: an ensemble stage needs `from`: the stage whose trials it blends"},
+      {workflow(search + "  - {name: blend, kind: ensemble, from: tune, population: 3}\n"),
+       "test.yaml:6:47: stages[1].population: unknown key for stages kind 'ensemble' (it is for stages kind 'pbt')"},
+      // A stage's own keys are named by their path in the stage.
+      {workflow("  - {name: tune, kind: search, search: {max_trials: 0}}\n"),
+       "test.yaml:5:41: stages[0].search.max_trials: 0 is below the minimum 1"},
+      {workflow("  - {name: tune, kind: search, search: {max_trials: 3}, space: {lr: {type: float, low: 1, high: 0}}}\n"),
+       "test.yaml:5:83: stages[0].space.lr.low: 1 must be less than high (0)"},
+      {workflow("  - {name: blend, kind: ensemble, from: blend2}\n  - {name: blend2, kind: ensemble, from: blend}\n"),
+       "test.yaml:6:36: stages[1].from: the stages form a cycle: blend -> blend2 -> blend (each would wait for the "
+       "other)"},
+      {"name: wf\nobjective: {metric: val_accuracy}\ntrainer: {kind: mlp}\nsearch: {max_trials: 3}\nstages:\n" + search,
+       "test.yaml:4:1: search: with stages, each stage has its own search (move it into the stages that use it)"},
+      {workflow("  - {name: pop, kind: pbt, space: {epochs: {type: int, low: 1, high: 3}}}\n"),
+       "test.yaml:5:28: stages[0].space.epochs: pbt sets each interval's epochs itself; give the total as the stage's "
+       "steps"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.text);
+    CHECK(parse_error(c.text) == c.expected);
+  }
+}
