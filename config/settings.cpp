@@ -336,6 +336,11 @@ std::vector<Setting> declarations() {
       {.path = "stages[].resample_probability", .type = Type::kNumber,
        .help = "pbt: the chance that explore draws a value afresh from the space rather than perturbing it.",
        .default_value = 0.25, .min = 0, .max = 1, .scope = {"stages[].kind", {"pbt"}}},
+      {.path = "stages[].schedule", .type = Type::kValue,
+       .help = "pbt: replay a schedule of hyperparameters instead of exploring: a list of {from_step, to_step, "
+               "params}, as `hpctune schedule DB --format yaml` prints a PBT stage's best member's; every member "
+               "trains through its intervals in turn (population: how many seeds).",
+       .scope = {"stages[].kind", {"pbt"}}},
       {.path = "stages[].perturb", .type = Type::kValueList,
        .help = "pbt: the two factors explore multiplies a value by (then clipped to the space).",
        .default_value = json::array({0.8, 1.2}), .scope = {"stages[].kind", {"pbt"}}},

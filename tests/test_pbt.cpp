@@ -555,3 +555,40 @@ TEST_CASE("pbt: the stage kind is registered, and its settings are checked") {
   scheduler::StageContext ctx;
   CHECK((*stage)->begin(ctx).error().code() == Errc::kInvalidArgument);
 }
+
+TEST_CASE("pbt: a schedule is replayed: every member trains through its intervals, no exploit, no explore") {
+  PbtSpec spec = pbt_spec();
+  const nlohmann::json schedule = nlohmann::json::parse(R"([
+      {"from_step": 0, "to_step": 2, "params": {"lr": 0.1, "momentum": 0.5, "act": "relu"}},
+      {"from_step": 2, "to_step": 4, "params": {"lr": 0.05, "momentum": 0.6, "act": "relu"}},
+      {"from_step": 4, "to_step": 7, "params": {"lr": 0.02, "momentum": 0.9, "act": "tanh"}}])");
+  auto settings = workflow::pbt_settings("again", {{"population", 4}, {"ready", 2}, {"schedule", schedule}},
+                                         {{"epochs", 3}});
+  require_ok(settings);
+  CHECK(settings->steps == 7);  // the schedule's end, not the trainer's epochs
+  CHECK(settings->boundary(2));
+  CHECK(settings->boundary(7));
+  CHECK_FALSE(settings->boundary(6));
+  spec.settings = *settings;
+  Harness h(spec);
+  h.start();
+  nlohmann::json first = schedule[0]["params"];
+  first["epochs"] = 2;
+  for (const auto& [seq, m] : h.members) CHECK(m.params == first);
+  for (int64_t seq = 0; seq < 4; ++seq) h.write_checkpoint(seq);
+  // The worst member does not exploit the best: it goes on with the schedule's next interval.
+  for (int64_t seq = 0; seq < 4; ++seq) {
+    Verdict v = h.report(seq, 2, 0.5 + 0.1 * static_cast<double>(seq));
+    REQUIRE(v.kind == Verdict::Kind::kPause);
+    CHECK_FALSE(v.note.contains("pbt_exploit"));
+    CHECK(v.lineage_parent == 0);
+    nlohmann::json second = schedule[1]["params"];
+    second["epochs"] = 4;
+    CHECK(v.params == second);
+    CHECK(v.resume_from == h.dir(seq) + "/pbt/000-step-2");
+  }
+  auto bad = workflow::pbt_settings("again", {{"schedule", nlohmann::json::parse(R"([{"from_step": 1, "to_step": 2, "params": {}}])")}},
+                                    {{"epochs", 3}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("schedule") != std::string::npos);
+}

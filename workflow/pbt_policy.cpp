@@ -58,6 +58,13 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
   HPCTUNE_ASSIGN(s.resample_probability, real_setting(stage, in, "resample_probability", s.resample_probability));
   if (!(s.resample_probability >= 0 && s.resample_probability <= 1))
     return bad_setting(stage, "resample_probability", "must be in [0, 1]");
+  if (in.contains("schedule") && !in.at("schedule").is_null()) {
+    auto replay = replay_schedule(in.at("schedule"));
+    if (!replay.ok()) return bad_setting(stage, "schedule", replay.error().message());
+    if (replay->empty()) return bad_setting(stage, "schedule", "is empty");
+    s.replay = std::move(replay).value();
+    s.steps = s.replay.back().at("epochs").get<int64_t>();
+  }
   if (in.contains("perturb") && !in.at("perturb").is_null()) {
     const nlohmann::json& p = in.at("perturb");
     if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number())
@@ -68,6 +75,14 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
       return bad_setting(stage, "perturb", "factors must be positive, not " + p.dump());
   }
   return s;
+}
+
+bool PbtSettings::boundary(int64_t step) const {
+  if (replay.empty()) return step % ready == 0 || step >= steps;
+  for (const auto& p : replay) {
+    if (p.at("epochs").get<int64_t>() == step) return true;
+  }
+  return false;
 }
 
 Explored explore(const search::Space& space, const search::Params& params, const PbtSettings& settings, Rng& rng) {

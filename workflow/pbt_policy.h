@@ -25,6 +25,12 @@ struct PbtSettings {
   double quantile = 0.25;   // the bottom quantile exploits the top one
   double resample_probability = 0.25;
   double perturb_low = 0.8, perturb_high = 1.2;  // the two factors of a perturbation
+  // `schedule`: a replay. Every member trains through these intervals, each interval's params (with
+  // "epochs" its end, replay_schedule()) in turn, continuing from its own weights: no exploit, no
+  // explore. Empty = PBT. With a schedule, `steps` is its end.
+  std::vector<search::Params> replay;
+  // Whether `step` ends an interval (is judged).
+  bool boundary(int64_t step) const;
 };
 
 // The settings from a stage's `settings` object, defaults for the missing keys (`steps`: the

@@ -93,6 +93,7 @@ PbtSource::PbtSource(PbtSpec spec) : spec_(std::move(spec)) {}
 
 search::Params PbtSource::initial_params(int64_t seq) const {
   Rng rng(derive_seed(spec_.seed ^ kInitStream, static_cast<uint64_t>(seq)));
+  if (!spec_.settings.replay.empty()) return spec_.settings.replay.front();
   search::Params p = spec_.space.sample(rng);
   p["epochs"] = std::min(spec_.settings.ready, spec_.settings.steps);
   return p;
@@ -150,7 +151,7 @@ scheduler::Verdict PbtSource::on_report(const scheduler::TrialView& trial, int64
   m.trial_id = trial.trial_id;
   if (!trial.trial_dir.empty()) m.trial_dir = trial.trial_dir;
   const PbtSettings& s = spec_.settings;
-  if (step % s.ready != 0 && step < s.steps) return scheduler::Verdict::carry_on();
+  if (!s.boundary(step)) return scheduler::Verdict::carry_on();
   m.latest = value;
   if (step >= s.steps || m.trial_dir.empty()) return scheduler::Verdict::carry_on();
   // The same boundary again before its pause was recorded (the attempt was lost after reporting
@@ -191,6 +192,24 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
   }
 
   scheduler::Verdict v;
+  if (!s.replay.empty()) {
+    // A replay: the next interval of the schedule, from this member's own weights.
+    d.from_step = step;
+    d.params = d.trained;
+    for (const auto& p : s.replay) {
+      if (p.at("epochs").get<int64_t>() > step) {
+        d.params = p;
+        break;
+      }
+    }
+    d.resume_from = d.snapshot;
+    v = verdict_of(d, 0);
+    nlohmann::json event = decision_event(d, m);
+    event["replay"] = true;
+    v.note = {{"pbt_continue", std::move(event)}};
+    m.decisions.push_back(std::move(d));
+    return v;
+  }
   if (!sources.empty()) {
     const auto& [src, snap] = sources[rng.below(sources.size())];
     // The source's weights and the params they were trained with, together.
