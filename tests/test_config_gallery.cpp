@@ -63,13 +63,41 @@ int64_t as_int(const YAML::Node& n, int64_t fallback) { return n && n.IsScalar()
 
 // The config shrunk to a quick run: at most 3 trials (a grid keeps its size, which max_trials must
 // cover), 2 epochs over 1,000 training and 500 test images, warm_start taken from `dir`.
-std::string shrunk(const fs::path& config, const std::string& dir) {
-  YAML::Node root = YAML::LoadFile(config.string());
-  YAML::Node search = root["search"];
+// A search section shrunk to at most 3 trials (a grid keeps its size), its warm start from `dir`.
+void shrink_search(YAML::Node search, const std::string& dir) {
   if (search["algorithm"].as<std::string>("random") != "grid")
     search["max_trials"] = std::min<int64_t>(as_int(search["max_trials"], 3), 3);
   if (auto w = search["warm_start"]; w && !w.as<std::string>().empty())
     search["warm_start"] = dir + "/" + fs::path(w.as<std::string>()).filename().string();
+}
+
+// A workflow's stages shrunk the same way: searches to 3 trials, a PBT population of 2 over 2
+// steps, stage trainers' slices of the data small.
+void shrink_stages(YAML::Node stages, const std::string& dir) {
+  for (YAML::Node st : stages) {
+    if (st["search"]) shrink_search(st["search"], dir);
+    if (st["kind"].as<std::string>() == "pbt") {
+      st["population"] = 2;
+      st["ready"] = 1;
+      st["steps"] = 2;
+    }
+    if (st["max_train_samples"]) st["max_train_samples"] = std::min<int64_t>(as_int(st["max_train_samples"], 300), 300);
+    if (st["retrain"]) st["retrain"] = YAML::Load("{top: 1, seeds: 1}");
+    if (YAML::Node t = st["trainer"]; t && t.IsMap()) {
+      if (t["epochs"]) t["epochs"] = 2;
+      if (t["max_train_samples"]) t["max_train_samples"] = 1000;
+      if (t["max_test_samples"]) t["max_test_samples"] = 500;
+    }
+  }
+}
+
+std::string shrunk(const fs::path& config, const std::string& dir) {
+  YAML::Node root = YAML::LoadFile(config.string());
+  if (root["stages"]) {
+    shrink_stages(root["stages"], dir);
+  } else {
+    shrink_search(root["search"], dir);
+  }
   YAML::Node trainer = root["trainer"];
   const std::string kind = trainer["kind"].as<std::string>();
   if (kind == "mlp" || kind == "cnn") {
@@ -176,7 +204,8 @@ TEST_CASE("gallery: every config validates and a shrunk copy of each runs to a d
     const std::string log = dir.file(c.stem().string() + ".validate.log");
     const ExitStatus v = run_in_checkout({"validate", c.string()}, log, 60s);
     CHECK_MESSAGE(v.success(), c.filename() << " does not validate:\n" << read_file(log));
-    YAML::Node w = YAML::LoadFile(c.string())["search"]["warm_start"];
+    const YAML::Node loaded = YAML::LoadFile(c.string());
+    YAML::Node w = loaded["search"] ? loaded["search"]["warm_start"] : YAML::Node();
     (w && !w.as<std::string>().empty() ? warm : order).push_back(c);
     storages.insert(storage_of(c));
   }
@@ -185,7 +214,8 @@ TEST_CASE("gallery: every config validates and a shrunk copy of each runs to a d
   for (const auto& c : order) {
     const std::string stem = c.stem().string();
     CAPTURE(stem);
-    if (YAML::Node w = YAML::LoadFile(c.string())["search"]["warm_start"]; w && !w.as<std::string>().empty()) {
+    const YAML::Node loaded = YAML::LoadFile(c.string());
+    if (YAML::Node w = loaded["search"] ? loaded["search"]["warm_start"] : YAML::Node(); w && !w.as<std::string>().empty()) {
       REQUIRE_MESSAGE(storages.count(w.as<std::string>()) == 1,
                       c.filename() << ": its warm_start " << w.as<std::string>() << " is written by no gallery config");
     }
