@@ -119,6 +119,11 @@ Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::S
     campaign_id = existing->id;
     HPCTUNE_ASSIGN(auto so_far, db.trials(campaign_id));
     const auto recorded = static_cast<int64_t>(so_far.size());
+    if (options.max_trials && !cfg.stages.empty()) {
+      return err(Errc::kUsage, "--max-trials: campaign '" + existing->name +
+                                   "' is a workflow of stages, each with its own budget; --max-trials extends a "
+                                   "campaign of one search");
+    }
     if (options.max_trials) {
       if (*options.max_trials <= recorded) {
         return err(Errc::kUsage, "--max-trials " + std::to_string(*options.max_trials) + ": campaign '" +
