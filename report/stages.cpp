@@ -42,6 +42,11 @@ std::string trial_ref(const json& v) {
 // An integer count, "?" when missing.
 std::string count(const json& v) { return v.is_number_integer() ? std::to_string(v.get<int64_t>()) : "?"; }
 
+// "3 trials", "1 trial", "? trials".
+std::string counted(const json& n, const char* what) {
+  return count(n) + " " + what + (n.is_number_integer() && n.get<int64_t>() == 1 ? "" : "s");
+}
+
 std::string search_summary(const json& r) {
   const json& s = member(r, "stop_when");
   if (!s.is_object()) return r.is_object() && !r.empty() ? r.dump() : "";
@@ -55,9 +60,6 @@ std::string search_summary(const json& r) {
   std::string out = reached ? "reached " + target + " at trial " + trial_ref(member(s, "trial"))
                             : target + " not reached";
   std::string after;
-  auto counted = [](const json& n, const char* what) {
-    return count(n) + " " + what + (n.get<int64_t>() == 1 ? "" : "s");
-  };
   if (member(s, "finished_trials").is_number_integer()) after += counted(member(s, "finished_trials"), "trial");
   if (member(s, "generations").is_number_integer()) {
     after += (after.empty() ? "" : ", ") + counted(member(s, "generations"), "generation");
@@ -81,7 +83,7 @@ std::string ensemble_summary(const json& r) {
                     num(member(single, "test_log_loss")) + ")";
   const json& skipped = member(r, "skipped");
   if (skipped.is_number_integer() && skipped.get<int64_t>() > 0) {
-    out += "; " + count(skipped) + " trials without predictions skipped";
+    out += "; " + counted(skipped, "trial") + " without predictions skipped";
   }
   return out;
 }
@@ -103,7 +105,7 @@ std::string transfer_summary(const json& r) {
 
 std::string pbt_summary(const json& r) {
   const json& best = member(r, "best");
-  std::string out = count(member(r, "population")) + " members, " + count(member(r, "exploits")) + " exploits";
+  std::string out = counted(member(r, "population"), "member") + ", " + counted(member(r, "exploits"), "exploit");
   if (best.is_object()) {
     out += ": best " + trial_ref(member(best, "trial")) + " " + num(member(best, "value"));
     if (member(best, "test_accuracy").is_number()) out += " (test " + num(member(best, "test_accuracy")) + ")";
