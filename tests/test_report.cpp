@@ -1,7 +1,7 @@
 // The report library (report/): the views of a campaign that the CLI prints and the dashboard will
 // serve, on a small campaign written straight into a store (no binary, no master): the read-only
 // entry point, the objective, ranking, status, trial JSON, one trial's detail, the progress line,
-// and readers on several threads at once.
+// readers on several threads at once, and (issue 11) the stages in status and a pbt schedule.
 #include <doctest/doctest.h>
 
 #include <cmath>
