@@ -243,7 +243,9 @@ std::string stages_table(const std::vector<store::StageRow>& stages, const std::
     size_t end = table.find('\n', start);
     if (end == std::string::npos) end = table.size();
     std::string line = table.substr(start, end - start);
-    if (display_width(line) > width) line = truncate_display(line, width > 1 ? width - 1 : 0) + "…";
+    // A cut line ends in "…", except the rule under the header, which is only shorter.
+    const bool rule = line.find_first_not_of("- ") == std::string::npos;
+    if (display_width(line) > width) line = rule ? line.substr(0, width) : truncate_display(line, width - 1) + "…";
     out += line + "\n";
     start = end + 1;
   }

@@ -507,6 +507,7 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
   CHECK(lines == 5);
   CHECK(contains(narrow, "tune   search    completed  3/3     reached val_accuracy >="));
   CHECK(contains(narrow, "…\n"));
+  CHECK(contains(narrow, "\n-----  --------  ---------  ------  " + std::string(60 - 36, '-') + "\n"));  // the rule: no "…"
   CHECK(report::stages_table(st->stages, st->trials, 0).find("…") == std::string::npos);
 }
 
