@@ -21,6 +21,7 @@
 #include "common/endpoint.h"
 #include "config/config.h"
 #include "scheduler/master.h"
+#include "workflow/pbt_policy.h"
 #include "workflow/stages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
@@ -28,6 +29,7 @@
 #include "report/format.h"
 #include "report/progress.h"
 #include "report/ranking.h"
+#include "report/stages.h"
 #include "report/status.h"
 #include "report/tables.h"
 #include "report/trial_detail.h"
@@ -59,6 +61,14 @@ int terminal_width() {
   winsize ws{};
   if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
   return 120;
+}
+
+// The columns of the terminal standard output goes to; 0 when it is not one (a pipe or a file:
+// no line is cut).
+size_t stdout_width() {
+  winsize ws{};
+  if (isatty(STDOUT_FILENO) == 1 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 0;
 }
 
 std::string timestamp() {
@@ -294,44 +304,24 @@ Status cmd_status(const std::string& db, const std::string& format) {
     std::printf("%s\n", report::status_json(st).dump(2).c_str());
     return finish_stdout();
   }
-  const auto& c = v.campaign;
-  auto& counts = st.counts;
-  std::printf("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(), c.state.c_str(),
-              db.c_str(), static_cast<unsigned long long>(c.seed));
-  if (auto elapsed = report::campaign_elapsed(c, st.now)) std::printf("elapsed    %s\n", report::format_duration(*elapsed).c_str());
-  std::vector<std::vector<std::string>> rows;
-  int64_t total = 0;
-  for (const auto state : store::kTrialStates) {
-    const char* s = store::to_string(state);
-    const int64_t n = counts.count(s) ? counts[s] : 0;
-    total += n;
-    rows.push_back({s, std::to_string(n)});
+  std::fputs(report::status_text(v, st, stdout_width()).c_str(), stdout);
+  return finish_stdout();
+}
+
+Status cmd_schedule(const std::string& db, const std::string& stage, const std::string& format) {
+  if (format != "table" && format != "json" && format != "yaml") {
+    return err(Errc::kUsage, "--format: '" + format + "' is not one of table, json, yaml");
   }
-  rows.push_back({"total", std::to_string(total)});
-  std::printf("\nTrials by state:\n%s", report::format_table({"state", "trials"}, rows).c_str());
-  if (auto best = report::best_trial(v.trials, v.objectives.maximize)) {
-    const auto& b = *best;
-    std::printf("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id), v.objectives.metric.c_str(),
-                report::format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
-    std::vector<std::vector<std::string>> prow;
-    for (auto it = b.params.begin(); it != b.params.end(); ++it) {
-      prow.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});
-    }
-    std::printf("%s", report::format_table({"parameter", "value"}, prow).c_str());
-    if (b.metrics.is_object() && !b.metrics.empty()) {
-      std::vector<std::vector<std::string>> mrow;
-      for (auto it = b.metrics.begin(); it != b.metrics.end(); ++it) {
-        mrow.push_back({it.key(), it->is_number() ? report::format_number(it->get<double>()) : it->dump()});
-      }
-      std::printf("%s", report::format_table({"metric", "value"}, mrow).c_str());
-    }
-  } else {
-    std::printf("\nNo finished trial yet.\n");
+  HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
+  HPCTUNE_ASSIGN(auto stages, v.store->stages(v.campaign.id));
+  HPCTUNE_ASSIGN(store::StageRow pbt, report::find_pbt_stage(stages, stage));
+  HPCTUNE_ASSIGN(std::string out, report::schedule_text(pbt, format));
+  // What is printed can be replayed: the intervals chain from step 0 (workflow/pbt_policy.h).
+  if (auto replay = workflow::replay_schedule(pbt.result["schedule"]); !replay.ok()) {
+    return err(Errc::kFailed, "pbt stage '" + pbt.name + "': its recorded schedule cannot be replayed: " +
+                                  replay.error().message());
   }
-  if (v.front()) {
-    std::printf("\nPareto front (%zu trials, as of the last saved search state):\n%s", v.pareto.size(),
-                report::pareto_table(v.trials, v.pareto, v.objectives.metrics).c_str());
-  }
+  std::fputs(out.c_str(), stdout);
   return finish_stdout();
 }
 

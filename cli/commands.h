@@ -44,6 +44,11 @@ Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& int
 Status cmd_resume(const ResumeArgs& args, const std::atomic<int>& interrupt, bool& interrupted);
 // format "table" (for people) or "json" (for scripts: see status_json in report/status.h).
 Status cmd_status(const std::string& db, const std::string& format);
+// The schedule of hyperparameters of a pbt stage's best member (`stage` "" = the campaign's only
+// pbt stage); format "table", "json" or "yaml" (report/stages.h: schedule_text). kNotFound (exit
+// 2) for a missing database or no such stage, kUnavailable (exit 1) while the stage has not
+// completed.
+Status cmd_schedule(const std::string& db, const std::string& stage, const std::string& format);
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
 // One trial: parameters, metrics by step, attempts, events, artifacts and the last `log_lines`
 // lines of each of its logs; format "table" or "json".

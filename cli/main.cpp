@@ -209,6 +209,18 @@ int main(int argc, char** argv) {
   status_cmd->add_option("db", status_db, "The campaign's database")->required();
   status_cmd->add_option("--format", status_format, "table or json")->check(CLI::IsMember({"table", "json"}));
 
+  std::string schedule_db, schedule_stage, schedule_format = "table";
+  auto* schedule_cmd = app.add_subcommand(
+      "schedule", "The schedule of hyperparameters of a pbt stage's best member: the params of each interval of steps");
+  schedule_cmd->add_option("db", schedule_db, "The campaign's database")->required();
+  schedule_cmd->add_option("--stage", schedule_stage, "The pbt stage (default: the campaign's only pbt stage)")
+      ->type_name("NAME");
+  schedule_cmd->add_option("--format", schedule_format,
+                           "table (for reading), json (for scripts) or yaml (a YAML list of intervals, "
+                           "{from_step, to_step, params}, every digit: to keep beside the config or to replay "
+                           "the schedule, each interval trained from the weights the one before ended with)")
+      ->check(CLI::IsMember({"table", "json", "yaml"}));
+
   std::string trials_db, trials_format = "table", top_text;
   auto* trials_cmd = app.add_subcommand("trials", "List trials, best first");
   trials_cmd->add_option("db", trials_db, "The campaign's database")->required();
@@ -322,6 +334,7 @@ int main(int argc, char** argv) {
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
     }
     if (*status_cmd) return report(cmd_status(status_db, status_format), "status");
+    if (*schedule_cmd) return report(cmd_schedule(schedule_db, schedule_stage, schedule_format), "schedule");
     if (*trials_cmd) {
       int64_t top = 0;  // all
       if (*top_opt) {

@@ -7,7 +7,8 @@
 //   tables.h        the trials and the front as aligned tables and CSV
 //   trial_json.h    trials, events and curves as JSON; the whole campaign for `export`
 //   trial_detail.h  one trial: curve, attempts, events, artifacts, log tails
-//   status.h        counts by state, stages and the best trial (`status --format json`)
+//   status.h        counts by state, stages and the best trial (`status`, as text and JSON)
+//   stages.h        each stage's trials and result summary, the Stages table, a pbt schedule
 //   progress.h      the live progress line of `run`
 //   format.h        numbers, durations, times, widths, aligned tables
 // The CLI prints them; the dashboard (issue 14) will serve them.

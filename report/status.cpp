@@ -1,8 +1,13 @@
 // The state of a campaign at a glance (status.h).
 #include "report/status.h"
 
+#include <cstdio>
+
 #include "report/campaign.h"
+#include "report/format.h"
 #include "report/ranking.h"
+#include "report/stages.h"
+#include "report/tables.h"
 #include "report/trial_json.h"
 
 namespace hpctune::report {
@@ -69,13 +74,20 @@ nlohmann::json status_json(const CampaignStatus& st) {
                              {"elapsed_s", elapsed ? nlohmann::json(*elapsed) : nlohmann::json(nullptr)},
                              {"max_trials", config_value(cj, "search", "max_trials")}};
   nlohmann::json stages = nlohmann::json::array();
-  for (const auto& s : st.stages) {
+  const auto stage_counts = trials_by_stage(st.stages, st.trials);
+  for (size_t i = 0; i < st.stages.size(); ++i) {
+    const auto& s = st.stages[i];
+    int64_t stage_total = 0;
+    for (const auto& [state, n] : stage_counts[i]) stage_total += n;
     stages.push_back({{"id", s.id},
                       {"name", s.name},
                       {"kind", s.kind},
                       {"state", s.state},
                       {"created_at", time_or_null(s.created_at)},
-                      {"finished_at", time_or_null(s.finished_at)}});
+                      {"started_at", time_or_null(s.started_at)},
+                      {"finished_at", time_or_null(s.finished_at)},
+                      {"trials", {{"total", stage_total}, {"by_state", stage_counts[i]}}},
+                      {"result", s.result.is_null() ? nlohmann::json::object() : s.result}});
   }
   int64_t total = 0;
   nlohmann::json by_state = nlohmann::json::object();
@@ -95,6 +107,62 @@ nlohmann::json status_json(const CampaignStatus& st) {
     out["best"] = nullptr;
   }
   if (st.front) out["pareto_front"] = *st.front;  // a set: ids in increasing order
+  return out;
+}
+
+namespace {
+
+// printf into a std::string.
+template <typename... Args>
+std::string text(const char* format, Args... args) {
+  const int n = std::snprintf(nullptr, 0, format, args...);
+  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::snprintf(out.data(), out.size() + 1, format, args...);
+  return out;
+}
+
+}  // namespace
+
+std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t width) {
+  const auto& c = v.campaign;
+  std::string out = text("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(),
+                         c.state.c_str(), v.db_path.c_str(), static_cast<unsigned long long>(c.seed));
+  if (auto elapsed = campaign_elapsed(c, st.now)) out += "elapsed    " + format_duration(*elapsed) + "\n";
+  if (show_stages(st.stages)) out += "\nStages:\n" + stages_table(st.stages, st.trials, width);
+  std::vector<std::vector<std::string>> rows;
+  int64_t total = 0;
+  for (const auto state : store::kTrialStates) {
+    const char* s = store::to_string(state);
+    auto it = st.counts.find(s);
+    const int64_t n = it != st.counts.end() ? it->second : 0;
+    total += n;
+    rows.push_back({s, std::to_string(n)});
+  }
+  rows.push_back({"total", std::to_string(total)});
+  out += "\nTrials by state:\n" + format_table({"state", "trials"}, rows);
+  if (auto best = best_trial(v.trials, v.objectives.maximize)) {
+    const auto& b = *best;
+    out += text("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id),
+                v.objectives.metric.c_str(), format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
+    std::vector<std::vector<std::string>> prow;
+    for (auto it = b.params.begin(); it != b.params.end(); ++it) {
+      prow.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});
+    }
+    out += format_table({"parameter", "value"}, prow);
+    if (b.metrics.is_object() && !b.metrics.empty()) {
+      std::vector<std::vector<std::string>> mrow;
+      for (auto it = b.metrics.begin(); it != b.metrics.end(); ++it) {
+        mrow.push_back({it.key(), it->is_number() ? format_number(it->get<double>()) : it->dump()});
+      }
+      out += format_table({"metric", "value"}, mrow);
+    }
+  } else {
+    out += "\nNo finished trial yet.\n";
+  }
+  if (v.front()) {
+    out += text("\nPareto front (%zu trials, as of the last saved search state):\n", v.pareto.size()) +
+           pareto_table(v.trials, v.pareto, v.objectives.metrics);
+  }
   return out;
 }
 

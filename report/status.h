@@ -2,6 +2,7 @@
 // lost, the best trial, the elapsed time; as JSON for scripts.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -35,10 +36,29 @@ struct CampaignStatus {
 Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 
 // {campaign: {name, state, seed, algorithm, objectives, created_at, finished_at, elapsed_s,
-// max_trials}, stages: [{id, name, kind, state, created_at, finished_at}], trials: {total,
-// by_state}, attempts_lost, best: {trial, metric, objective, attempt, params, metrics} or null,
-// and with several objectives pareto_front: [trial ids]}. Times are null when unset.
+// max_trials}, stages: [...], trials: {total, by_state}, attempts_lost, best: {trial, metric,
+// objective, attempt, params, metrics} or null, and with several objectives pareto_front: [trial
+// ids]}. Times are null when unset.
+// Each item of `stages`, in the order they were created:
+//   {id, name, kind (search | ensemble | transfer | pbt), state (pending | running | completed |
+//    failed | interrupted), created_at, started_at, finished_at,
+//    trials: {total, by_state} (that stage's trials, as the campaign's `trials`),
+//    result: what the stage recorded when it completed, as stored ({} until then, and for a search
+//    stage without stop_when); its keys by kind are documented in workflow/<kind>_stage.h:
+//      search    {stop_when: {metric, reaches, reached, trial, value, finished_trials, generations, seconds}}
+//      ensemble  {method, candidates, skipped, retrained, members: [{trial, weight, retrain_of?}],
+//                 val_accuracy, val_log_loss, test_accuracy, test_log_loss,
+//                 best_single: {trial, val_accuracy, val_log_loss, test_accuracy, test_log_loss}, files}
+//      transfer  {sources, target: {trial, objective, val_accuracy, test_accuracy}, baseline,
+//                 best_baseline, targets, baselines, gain}
+//      pbt       {population, steps, ready, exploits, explores, best: {trial, value, test_accuracy},
+//                 schedule: [{from_step, to_step, params, trial}]}}
 nlohmann::json status_json(const CampaignStatus& status);
+
+// `hpctune status` for people: the campaign, the Stages table when there is one to show
+// (report/stages.h: show_stages; cut to `width` columns, 0 = no limit), the trials by state, the
+// best trial with its parameters and metrics, and the Pareto front with several objectives.
+std::string status_text(const CampaignView& view, const CampaignStatus& status, size_t width);
 
 // Seconds from the campaign's creation to its end, or to `now` while it has not ended; nullopt
 // when it records no creation time.

@@ -5,7 +5,7 @@
 // extended with `resume --max-trials`; `hpctune trial`; every objective in the tables; SIGTERM
 // exits 143; `export` infers its format; `validate` counts only searched parameters; (issue 10)
 // `status --format json` of finished, running, interrupted and multi-objective campaigns, and
-// `--bind` / resources.bind. Campaigns run through the `hpctune` binary with small shell-script
+// `--bind` / resources.bind; (issue 11) `schedule` and the Stages table of `status`. Campaigns run through the `hpctune` binary with small shell-script
 // trainers.
 #include <doctest/doctest.h>
 
@@ -588,4 +588,80 @@ TEST_CASE("validate: --print-reference takes no CONFIG; fixed values are not cou
   out = run_log(dir, {"validate", cfg}, "v.log", &code);
   REQUIRE_MESSAGE(code == 0, out);
   CHECK_MESSAGE(contains(out, "1 searched parameter(s) and 1 fixed"), out);
+}
+
+// --- issue 11: `hpctune schedule` and the Stages table of `status` -------------------------------------
+
+namespace {
+
+// A campaign written straight into `db`: a completed search stage and a pbt stage in `pbt_state`
+// with `result` (no trials: these commands read the stages' rows).
+void write_pbt_campaign(const std::string& db, const std::string& pbt_state, const json& result) {
+  auto opened = store::Store::open(db);
+  REQUIRE(opened.ok());
+  auto& s = **opened;
+  store::CampaignRow c;
+  c.name = "pbt-cli";
+  c.created_at = 1000;
+  c.config_json = json{{"objective", {{"metric", "val_accuracy"}, {"mode", "max"}}}};
+  auto campaign = s.create_campaign(c);
+  REQUIRE(campaign.ok());
+  auto search = s.create_stage(*campaign, "search", "tune", json::object(), 1000);
+  REQUIRE(search.ok());
+  REQUIRE(s.complete_stage(*search, json::object(), 1001).ok());
+  if (pbt_state.empty()) return;
+  auto pbt = s.create_stage(*campaign, "pbt", "evolve", json::object(), 1001, pbt_state == "pending" ? "pending" : "running");
+  REQUIRE(pbt.ok());
+  if (pbt_state == "completed") REQUIRE(s.complete_stage(*pbt, result, 1002).ok());
+}
+
+}  // namespace
+
+TEST_CASE("schedule: a pbt stage's best schedule in three formats; exit 2 for usage, 1 while it runs") {
+  TempDir dir;
+  const json schedule = json::array({{{"from_step", 0}, {"to_step", 3}, {"params", {{"lr", 0.1}}}, {"trial", 2}},
+                                     {{"from_step", 3}, {"to_step", 6}, {"params", {{"lr", 0.08}}}, {"trial", 2}}});
+  const json result = {{"population", 4}, {"exploits", 1}, {"best", {{"trial", 2}, {"value", 0.9}}}, {"schedule", schedule}};
+  write_pbt_campaign(dir.file("ok.db"), "completed", result);
+  int code = 0;
+  std::string out = run_log(dir, {"schedule", dir.file("ok.db")}, "table.log", &code);
+  CHECK_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "from_step  to_step  lr      trial\n"), out);
+  CHECK(contains(out, "        3        6  0.0800      2\n"));
+  out = run_log(dir, {"schedule", dir.file("ok.db"), "--stage", "evolve", "--format", "yaml"}, "yaml.log", &code);
+  CHECK(code == 0);
+  CHECK_MESSAGE(contains(out, "\n- {from_step: 3, to_step: 6, params: {lr: 0.08}, trial: 2}\n"), out);
+  out = run_log(dir, {"schedule", dir.file("ok.db"), "--format", "json"}, "json.log", &code);
+  CHECK(code == 0);
+  CHECK(json::parse(out)["schedule"] == schedule);
+  // The Stages table of `status`: two stages, the pbt one with its summary.
+  out = run_log(dir, {"status", dir.file("ok.db")}, "status.log", &code);
+  CHECK(code == 0);
+  CHECK_MESSAGE(contains(out, "\nStages:\n"), out);
+  CHECK_MESSAGE(contains(out, "4 members, 1 exploit: best #2 0.9000"), out);
+
+  // Usage: no database, no pbt stage, another kind, a format it does not print (exit 2).
+  out = run_log(dir, {"schedule", dir.file("none.db")}, "none.log", &code);
+  CHECK_MESSAGE(code == 2, out);
+  write_pbt_campaign(dir.file("search.db"), "", json::object());
+  out = run_log(dir, {"schedule", dir.file("search.db")}, "nopbt.log", &code);
+  CHECK_MESSAGE(code == 2, out);
+  CHECK(contains(out, "hpctune schedule: error: the campaign has no pbt stage"));
+  out = run_log(dir, {"schedule", dir.file("ok.db"), "--stage", "tune"}, "kind.log", &code);
+  CHECK_MESSAGE(code == 2, out);
+  CHECK(contains(out, "stage 'tune' is a search stage"));
+  out = run_log(dir, {"schedule", dir.file("ok.db"), "--format", "csv"}, "csv.log", &code);
+  CHECK_MESSAGE(code == 2, out);
+  // Run time: the stage has not completed, or its schedule does not chain (exit 1).
+  write_pbt_campaign(dir.file("running.db"), "running", json::object());
+  out = run_log(dir, {"schedule", dir.file("running.db")}, "running.log", &code);
+  CHECK_MESSAGE(code == 1, out);
+  CHECK(contains(out, "pbt stage 'evolve' is running, not completed"));
+  json gap = result;
+  gap["schedule"][1]["from_step"] = 4;
+  write_pbt_campaign(dir.file("gap.db"), "completed", gap);
+  out = run_log(dir, {"schedule", dir.file("gap.db")}, "gap.log", &code);
+  CHECK_MESSAGE(code == 1, out);
+  CHECK(contains(out, "cannot be replayed"));
+  CHECK_FALSE(contains(out, "from_step"));  // nothing printed
 }

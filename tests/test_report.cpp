@@ -1,7 +1,7 @@
 // The report library (report/): the views of a campaign that the CLI prints and the dashboard will
 // serve, on a small campaign written straight into a store (no binary, no master): the read-only
 // entry point, the objective, ranking, status, trial JSON, one trial's detail, the progress line,
-// and readers on several threads at once.
+// readers on several threads at once, and (issue 11) the stages in status and a pbt schedule.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,12 +11,14 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "report/campaign.h"
 #include "report/format.h"
 #include "report/objective.h"
 #include "report/progress.h"
 #include "report/ranking.h"
+#include "report/stages.h"
 #include "report/status.h"
 #include "report/tables.h"
 #include "report/trial_detail.h"
@@ -347,3 +349,320 @@ TEST_CASE("CSV times: 0 (not yet) is an empty cell, others every digit") {
   CHECK(contains(csv, "\n1,0,queued,1,-1,,0,1700000000.1234567,,"));
 }
 
+
+// --- issue 11: stages in `status`, and a pbt stage's schedule ------------------------------------
+
+namespace {
+
+// The results the workflow stages record (workflow/*_stage.h), with known numbers.
+const json kStopWhen = {{"stop_when",
+                         {{"metric", "val_accuracy"}, {"reaches", 0.9}, {"reached", true}, {"trial", 2},
+                          {"value", 0.91}, {"finished_trials", 3}, {"generations", 2}, {"seconds", 252.0}}}};
+const json kEnsemble = {{"method", "greedy"},
+                        {"candidates", 3},
+                        {"skipped", 0},
+                        {"retrained", 0},
+                        {"members", {{{"trial", 2}, {"weight", 0.6}}, {{"trial", 1}, {"weight", 0.4}}}},
+                        {"val_accuracy", 0.905},
+                        {"val_log_loss", 0.29},
+                        {"test_accuracy", 0.8912},
+                        {"test_log_loss", 0.31},
+                        {"best_single",
+                         {{"trial", 2}, {"val_accuracy", 0.91}, {"val_log_loss", 0.33}, {"test_accuracy", 0.8801},
+                          {"test_log_loss", 0.35}}}};
+const json kTransfer = {{"sources", {2}},
+                        {"target", {{"trial", 4}, {"objective", 0.85}, {"val_accuracy", 0.85}, {"test_accuracy", 0.841}}},
+                        {"baseline", {{"trial", 5}, {"objective", 0.78}, {"val_accuracy", 0.78}, {"test_accuracy", 0.7702}}},
+                        {"best_baseline", {{"trial", 5}, {"objective", 0.78}, {"val_accuracy", 0.78}, {"test_accuracy", 0.7702}}},
+                        {"targets", 1},
+                        {"baselines", 1},
+                        {"gain", 0.0708}};
+const json kSchedule = json::array({{{"from_step", 0}, {"to_step", 2}, {"params", {{"lr", 0.05}, {"momentum", 0.9}}}, {"trial", 3}},
+                                    {{"from_step", 2}, {"to_step", 4}, {"params", {{"lr", 0.06000000000000001}, {"momentum", 0.72}}}, {"trial", 3}},
+                                    {{"from_step", 4}, {"to_step", 6}, {"params", {{"lr", 0.048}, {"momentum", 0.72}}}, {"trial", 1}}});
+const json kPbt = {{"population", 4}, {"steps", 6}, {"ready", 2}, {"exploits", 3}, {"explores", 3},
+                   {"best", {{"trial", 1}, {"value", 0.885}, {"test_accuracy", 0.8801}}}, {"schedule", kSchedule}};
+
+struct StagePlanRow {
+  std::string kind, name, state;  // state: completed (with `result`), running or pending
+  json result;
+  std::vector<store::TrialState> trials;  // each finished at once (running ones stay queued)
+};
+
+// A campaign of the given stages, written straight into `db`; returns the stage ids.
+std::vector<int64_t> write_stages(const std::string& db, const std::vector<StagePlanRow>& plan) {
+  auto opened = store::Store::open(db);
+  REQUIRE(opened.ok());
+  auto& s = **opened;
+  store::CampaignRow c;
+  c.name = "staged";
+  c.seed = 11;
+  c.created_at = 1000;
+  c.config_json = json{{"objective", {{"metric", "val_accuracy"}, {"mode", "max"}}}};
+  auto campaign = s.create_campaign(c);
+  REQUIRE(campaign.ok());
+  std::vector<int64_t> ids;
+  double t = 1000;
+  for (const auto& p : plan) {
+    auto id = s.create_stage(*campaign, p.kind, p.name, json::object(), t, p.state == "pending" ? "pending" : "running");
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+    for (size_t i = 0; i < p.trials.size(); ++i) {
+      store::TrialRow row;
+      row.campaign_id = *campaign;
+      row.stage_id = *id;
+      row.seq = static_cast<int64_t>(i);
+      row.params = {{"x", 0.1 * static_cast<double>(i + 1)}};
+      row.created_at = ++t;
+      auto tid = s.insert_trial(row);
+      REQUIRE(tid.ok());
+      const auto state = p.trials[i];
+      if (state == store::TrialState::kQueued) continue;
+      REQUIRE(s.mark_assigned(*tid, 1, 0, 1, ++t).ok());
+      REQUIRE(s.mark_running(*tid, 1, ++t).ok());
+      const bool done = state == store::TrialState::kDone;
+      auto r = s.finish_trial(*tid, 1, state, done ? json{{"val_accuracy", 0.8}} : json::object(),
+                              done ? std::optional<double>(0.8) : std::nullopt, 1, "", ++t);
+      REQUIRE(r.ok());
+    }
+    if (p.state == "completed") REQUIRE(s.complete_stage(*id, p.result, t += 10).ok());
+  }
+  return ids;
+}
+
+// The line of `text` that starts with `start` ("" when none).
+std::string line_starting(const std::string& text, const std::string& start) {
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    if (text.compare(at, start.size(), start) == 0) return text.substr(at, end - at);
+    at = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("status with stages: each stage's trials by state and its result in JSON, a summary line per kind in the text") {
+  TempDir dir;
+  const std::string db = dir.file("w.db");
+  using TS = store::TrialState;
+  write_stages(db, {{"search", "tune", "completed", kStopWhen, {TS::kDone, TS::kDone, TS::kPruned}},
+                    {"ensemble", "blend", "completed", kEnsemble, {}},
+                    {"transfer", "move", "completed", kTransfer, {TS::kDone, TS::kDone}}});
+  auto view = report::open_campaign(db);
+  REQUIRE(view.ok());
+  auto st = report::campaign_status(*view, 2000.0);
+  REQUIRE(st.ok());
+
+  const json j = report::status_json(*st);
+  REQUIRE(j["stages"].size() == 3);
+  const json& tune = j["stages"][0];
+  CHECK(tune["name"] == "tune");
+  CHECK(tune["kind"] == "search");
+  CHECK(tune["state"] == "completed");
+  CHECK(tune["id"].is_number_integer());
+  CHECK(tune["created_at"].get<double>() == 1000.0);
+  CHECK(tune["started_at"].get<double>() == 1000.0);  // created running
+  CHECK(tune["finished_at"].get<double>() > 1000.0);
+  CHECK(tune["trials"]["total"] == 3);
+  CHECK(tune["trials"]["by_state"]["done"] == 2);
+  CHECK(tune["trials"]["by_state"]["pruned"] == 1);
+  CHECK(tune["trials"]["by_state"]["failed"] == 0);  // every state, zeros included
+  CHECK(tune["trials"]["by_state"].size() == std::size(store::kTrialStates));
+  CHECK(tune["result"] == kStopWhen);  // as stored
+  CHECK(j["stages"][1]["name"] == "blend");
+  CHECK(j["stages"][1]["trials"]["total"] == 0);
+  CHECK(j["stages"][1]["result"] == kEnsemble);
+  CHECK(j["stages"][1]["result"]["test_accuracy"].get<double>() == 0.8912);
+  CHECK(j["stages"][1]["result"]["best_single"]["test_log_loss"].get<double>() == 0.35);
+  CHECK(j["stages"][2]["kind"] == "transfer");
+  CHECK(j["stages"][2]["trials"]["by_state"]["done"] == 2);
+  CHECK(j["stages"][2]["result"]["baseline"]["test_accuracy"].get<double>() == 0.7702);
+  CHECK(j["trials"]["total"] == 5);  // the campaign's counts are unchanged
+
+  // One summary per kind, with the recorded numbers.
+  CHECK(report::stage_summary(st->stages[0]) == "reached val_accuracy >= 0.9 at trial #2 after 3 trials, 2 generations, 4:12");
+  CHECK(report::stage_summary(st->stages[1]) ==
+        "greedy, 2 members: test acc 0.8912 (best single 0.8801, #2), log loss 0.3100 (0.3500)");
+  CHECK(report::stage_summary(st->stages[2]) == "test acc 0.8410 vs baseline 0.7702 (+0.0708), source #2");
+
+  const std::string text = report::status_text(*view, *st, 0);
+  CHECK_MESSAGE(contains(text, "\nStages:\nstage  kind      state      trials  result\n"), text);
+  const std::string tune_line = line_starting(text, "tune ");
+  CHECK_MESSAGE(contains(tune_line, "search    completed  3/3     reached val_accuracy >= 0.9 at trial #2"), text);
+  CHECK_MESSAGE(contains(line_starting(text, "blend "), "ensemble  completed  -       greedy, 2 members: test acc 0.8912"), text);
+  CHECK_MESSAGE(contains(line_starting(text, "move "), "2/2     test acc 0.8410 vs baseline 0.7702 (+0.0708), source #2"), text);
+  CHECK(text.find("Stages:") < text.find("Trials by state:"));
+
+  // Cut to the terminal: no line wider, a cut line ends in "…"; the short columns stay whole.
+  const std::string narrow = report::stages_table(st->stages, st->trials, 60);
+  size_t lines = 0;
+  for (size_t at = 0; at < narrow.size(); ++lines) {
+    const size_t end = narrow.find('\n', at);
+    const std::string line = narrow.substr(at, end - at);
+    CHECK_MESSAGE(report::display_width(line) <= 60, line);
+    at = end + 1;
+  }
+  CHECK(lines == 5);
+  CHECK(contains(narrow, "tune   search    completed  3/3     reached val_accuracy >="));
+  CHECK(contains(narrow, "…\n"));
+  CHECK(contains(narrow, "\n-----  --------  ---------  ------  " + std::string(60 - 36, '-') + "\n"));  // the rule: no "…"
+  CHECK(report::stages_table(st->stages, st->trials, 0).find("…") == std::string::npos);
+}
+
+TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empty result shows nothing") {
+  store::StageRow s;
+  s.kind = "search";
+  s.result = {{"stop_when", {{"metric", "loss"}, {"reaches", 0.25}, {"maximize", false}, {"reached", false},
+                             {"finished_trials", 64}, {"generations", 1}, {"seconds", 3725.0}}}};
+  CHECK(report::stage_summary(s) == "loss <= 0.25 not reached after 64 trials, 1 generation, 1:02:05");
+  s.result = json::object();
+  CHECK(report::stage_summary(s).empty());
+  s.kind = "pbt";
+  s.result = kPbt;
+  CHECK(report::stage_summary(s) == "4 members, 3 exploits: best #1 0.8850 (test 0.8801)");
+  s.kind = "transfer";
+  s.result = {{"target", {{"test_accuracy", 0.9}}}, {"baseline", {{"test_accuracy", 0.95}}}, {"gain", -0.05}};
+  CHECK(report::stage_summary(s) == "test acc 0.9000 vs baseline 0.9500 (-0.0500)");
+  s.kind = "ensemble";
+  s.result = {{"method", "top_k"}, {"members", json::array({{{"trial", 1}}})}};
+  CHECK(report::stage_summary(s) == "top_k, 1 member: test acc ? (best single ?, #?), log loss ? (?)");
+  // Whether status shows the table: several stages, or one with a result.
+  store::StageRow plain;
+  plain.kind = "search";
+  CHECK_FALSE(report::show_stages({plain}));
+  CHECK(report::show_stages({plain, plain}));
+  CHECK(report::show_stages({s}));
+  CHECK_FALSE(report::show_stages({}));
+}
+
+TEST_CASE("status text of a single-stage campaign without a result is as before stages") {
+  TempDir dir;
+  const std::string db = dir.file("one.db");
+  using TS = store::TrialState;
+  write_stages(db, {{"search", "search", "completed", json::object(), {TS::kDone, TS::kFailed}}});
+  auto view = report::open_campaign(db);
+  REQUIRE(view.ok());
+  auto st = report::campaign_status(*view, 1100.0);
+  REQUIRE(st.ok());
+  const std::string expected =
+      "campaign   staged\nstate      running\ndatabase   " + db +
+      "\nseed       11\nelapsed    1:40\n"
+      "\nTrials by state:\n"
+      "state        trials\n"
+      "-----------  ------\n"
+      "queued            0\n"
+      "assigned          0\n"
+      "running           0\n"
+      "done              1\n"
+      "pruned            0\n"
+      "failed            1\n"
+      "interrupted       0\n"
+      "paused            0\n"
+      "total             2\n"
+      "\nBest trial 1 (val_accuracy = 0.8000, attempt 1)\n"
+      "parameter  value\n"
+      "---------  -----\n"
+      "x            0.1\n"
+      "metric        value\n"
+      "------------  ------\n"
+      "val_accuracy  0.8000\n";
+  CHECK(report::status_text(*view, *st, 80) == expected);
+  // The same campaign once its search recorded a stop_when result: the Stages table.
+  write_stages(dir.file("two.db"), {{"search", "search", "completed", kStopWhen, {TS::kDone}}});
+  auto two = report::open_campaign(dir.file("two.db"));
+  REQUIRE(two.ok());
+  auto st2 = report::campaign_status(*two, 1100.0);
+  REQUIRE(st2.ok());
+  CHECK(contains(report::status_text(*two, *st2, 0), "\nStages:\n"));
+}
+
+TEST_CASE("a pbt stage's schedule as a table, JSON and a YAML list; the errors of finding the stage") {
+  TempDir dir;
+  using TS = store::TrialState;
+  write_stages(dir.file("p.db"), {{"search", "tune", "completed", json::object(), {TS::kDone}},
+                                  {"pbt", "evolve", "completed", kPbt, {TS::kDone, TS::kDone}}});
+  auto view = report::open_campaign(dir.file("p.db"));
+  REQUIRE(view.ok());
+  auto stages = view->store->stages(view->campaign.id);
+  REQUIRE(stages.ok());
+  auto pbt = report::find_pbt_stage(*stages, "");
+  REQUIRE(pbt.ok());
+  CHECK(pbt->name == "evolve");
+  REQUIRE(report::find_pbt_stage(*stages, "evolve").ok());
+
+  auto table = report::schedule_text(*pbt, "table");
+  REQUIRE(table.ok());
+  CHECK_MESSAGE(*table ==
+                    "Schedule of trial 1, the best member of pbt stage 'evolve' (objective 0.8850, test accuracy 0.8801):\n"
+                    "from_step  to_step  lr      momentum  trial\n"
+                    "---------  -------  ------  --------  -----\n"
+                    "        0        2  0.0500    0.9000      3\n"
+                    "        2        4  0.0600    0.7200      3\n"
+                    "        4        6  0.0480    0.7200      1\n",
+                *table);
+
+  auto js = report::schedule_text(*pbt, "json");
+  REQUIRE(js.ok());
+  const json parsed = json::parse(*js);
+  CHECK(parsed["stage"] == "evolve");
+  CHECK(parsed["best"]["trial"] == 1);
+  CHECK(parsed["schedule"] == kSchedule);  // the recorded values, every digit
+
+  auto yaml = report::schedule_text(*pbt, "yaml");
+  REQUIRE(yaml.ok());
+  CHECK(yaml->rfind("# The schedule of hyperparameters of trial 1, the best member of pbt stage 'evolve'", 0) == 0);
+  CHECK_MESSAGE(contains(*yaml, "\n- {from_step: 2, to_step: 4, params: {lr: 0.06000000000000001, momentum: 0.72}, trial: 3}\n"), *yaml);
+  const YAML::Node list = YAML::Load(*yaml);  // what a user pastes reads back as the same schedule
+  REQUIRE(list.IsSequence());
+  REQUIRE(list.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(list[i]["from_step"].as<int64_t>() == kSchedule[i]["from_step"].get<int64_t>());
+    CHECK(list[i]["to_step"].as<int64_t>() == kSchedule[i]["to_step"].get<int64_t>());
+    CHECK(list[i]["params"]["lr"].as<double>() == kSchedule[i]["params"]["lr"].get<double>());
+    CHECK(list[i]["params"]["momentum"].as<double>() == kSchedule[i]["params"]["momentum"].get<double>());
+    CHECK(list[i]["trial"].as<int64_t>() == kSchedule[i]["trial"].get<int64_t>());
+  }
+  auto bad_format = report::schedule_text(*pbt, "csv");
+  REQUIRE_FALSE(bad_format.ok());
+  CHECK(bad_format.error().code() == Errc::kUsage);
+
+  // Finding the stage: none of that name, not a pbt stage, none at all, several, not completed.
+  auto missing = report::find_pbt_stage(*stages, "nope");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code() == Errc::kNotFound);
+  CHECK(contains(missing.error().message(), "no stage 'nope' (its stages: tune, evolve)"));
+  auto search = report::find_pbt_stage(*stages, "tune");
+  REQUIRE_FALSE(search.ok());
+  CHECK(search.error().code() == Errc::kInvalidArgument);
+  CHECK(contains(search.error().message(), "stage 'tune' is a search stage"));
+  auto none = report::find_pbt_stage({stages->front()}, "");
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().code() == Errc::kNotFound);
+  CHECK(contains(none.error().message(), "no pbt stage"));
+  auto two = *stages;
+  two.push_back(two.back());
+  two.back().name = "evolve2";
+  auto several = report::find_pbt_stage(two, "");
+  REQUIRE_FALSE(several.ok());
+  CHECK(several.error().code() == Errc::kInvalidArgument);
+  CHECK(contains(several.error().message(), "several pbt stages (evolve, evolve2): choose one with --stage NAME"));
+  auto running = *stages;
+  running.back().state = "running";
+  auto early = report::find_pbt_stage(running, "evolve");
+  REQUIRE_FALSE(early.ok());
+  CHECK(early.error().code() == Errc::kUnavailable);
+  CHECK(contains(early.error().message(), "pbt stage 'evolve' is running, not completed"));
+  // Completed with no finished member: no schedule to print.
+  store::StageRow empty = *pbt;
+  empty.result = {{"population", 4}, {"exploits", 0}};
+  auto nothing = report::schedule_text(empty, "table");
+  REQUIRE_FALSE(nothing.ok());
+  CHECK(nothing.error().code() == Errc::kFailed);
+  CHECK(contains(nothing.error().message(), "without a schedule"));
+  empty.result["schedule"] = json::array({{{"from_step", "0"}}});
+  auto malformed = report::schedule_text(empty, "yaml");
+  REQUIRE_FALSE(malformed.ok());
+  CHECK(contains(malformed.error().message(), "interval 0 of its recorded schedule"));
+}
