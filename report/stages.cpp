@@ -52,7 +52,7 @@ std::string search_summary(const json& r) {
   if (!s.is_object()) return r.is_object() && !r.empty() ? r.dump() : "";
   const json& metric = member(s, "metric");
   const json& reaches = member(s, "reaches");
-  const bool maximize = !member(s, "maximize").is_boolean() || member(s, "maximize").get<bool>();
+  const bool maximize = !member(s, "mode").is_string() || member(s, "mode").get<std::string>() != "min";
   // The threshold as the config wrote it (every digit), not rounded.
   std::string target = (metric.is_string() ? metric.get<std::string>() : "?") + (maximize ? " >= " : " <= ") +
                        (reaches.is_number() ? hpctune::format_number(reaches.get<double>()) : "?");

@@ -169,6 +169,9 @@ Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::S
                                {{"max_trials", *options.max_trials}, {"was", cfg.max_trials}}, t0));
       log("budget: " + std::to_string(cfg.max_trials) + " -> " + std::to_string(*options.max_trials) + " trials");
       cfg.max_trials = *options.max_trials;
+      // The one search stage runs again, to the new budget (a completed stage is otherwise never run again).
+      HPCTUNE_ASSIGN(auto stages, db.stages(campaign_id));
+      for (const auto& st : stages) HPCTUNE_TRY(db.set_stage_state(st.id, "interrupted", 0));
     }
     if (!cfg.warm_start.empty()) {
       // The searcher is rebuilt from the same warm-start trials, as in the first run (if the other

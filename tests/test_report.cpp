@@ -514,7 +514,7 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
 TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empty result shows nothing") {
   store::StageRow s;
   s.kind = "search";
-  s.result = {{"stop_when", {{"metric", "loss"}, {"reaches", 0.25}, {"maximize", false}, {"reached", false},
+  s.result = {{"stop_when", {{"metric", "loss"}, {"reaches", 0.25}, {"mode", "min"}, {"reached", false},
                              {"finished_trials", 64}, {"generations", 1}, {"seconds", 3725.0}}}};
   CHECK(report::stage_summary(s) == "loss <= 0.25 not reached after 64 trials, 1 generation, 1:02:05");
   s.result = json::object();
