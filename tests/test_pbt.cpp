@@ -18,6 +18,7 @@
 #include "common/rng.h"
 #include "scheduler/stages.h"
 #include "store/store.h"
+#include "stage_fixture.h"
 #include "temp_dir.h"
 #include "workflow/pbt_policy.h"
 #include "workflow/pbt_stage.h"
@@ -32,20 +33,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <typename R>
-void require_ok(const R& r) {
-  if (!r.ok()) FAIL(r.error().to_string());
-}
-
-search::ParamSpec numeric(const std::string& name, search::ParamType type, double low, double high, bool log = false) {
-  search::ParamSpec p;
-  p.name = name;
-  p.type = type;
-  p.low = low;
-  p.high = high;
-  p.log = log;
-  return p;
-}
+using hpctune::testing::numeric;
+using hpctune::testing::require_ok;
 
 search::Space pbt_space() {
   search::ParamSpec lr = numeric("lr", search::ParamType::kFloat, 1e-4, 1.0, true);
@@ -85,18 +74,10 @@ struct Harness {
   };
 
   explicit Harness(PbtSpec s) : spec(std::move(s)) {
-    auto db = store::Store::open(tmp.file("c.db"));
-    require_ok(db);
-    store = std::move(db).value();
-    store::CampaignRow c;
-    c.name = "pbt";
-    c.seed = spec.seed;
-    auto cid = store->create_campaign(c);
-    require_ok(cid);
-    campaign = *cid;
-    auto sid = store->create_stage(campaign, "pbt", "pbt", nlohmann::json::object(), 0);
-    require_ok(sid);
-    stage = *sid;
+    testing::StageStore made(tmp.file("c.db"), "pbt", spec.seed, 0);
+    stage = made.add_stage("pbt", "pbt", 0);
+    store = std::move(made.db);
+    campaign = made.campaign;
     run_dir = tmp.file("run");
     fs::create_directories(run_dir);
     source = std::make_unique<PbtSource>(spec);

@@ -18,6 +18,7 @@
 #include "temp_dir.h"
 #include "workflow/stages.h"
 #include "workflow/transfer_stage.h"
+#include "stage_fixture.h"
 
 using namespace hpctune;
 using json = nlohmann::json;
@@ -26,10 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <typename R>
-void require_ok(const R& r) {
-  if (!r.ok()) FAIL(r.error().to_string());
-}
+using hpctune::testing::require_ok;
 
 void touch(const std::string& path) {
   fs::create_directories(fs::path(path).parent_path());
@@ -74,22 +72,11 @@ struct Fixture {
   std::vector<std::string> logged;
 
   Fixture() {
-    auto opened = store::Store::open(dir.file("c.db"));
-    require_ok(opened);
-    db = std::move(opened).value();
-    store::CampaignRow c;
-    c.name = "t";
-    c.seed = 7;
-    c.created_at = 100;
-    auto cid = db->create_campaign(c);
-    require_ok(cid);
-    campaign = *cid;
-    auto t = db->create_stage(campaign, "search", "tune", json::object(), 100);
-    require_ok(t);
-    tune = *t;
-    auto m = db->create_stage(campaign, "transfer", "move", json::object(), 100);
-    require_ok(m);
-    move = *m;
+    testing::StageStore made(dir.file("c.db"), "t", 7);
+    tune = made.add_stage("search", "tune");
+    move = made.add_stage("transfer", "move");
+    db = std::move(made.db);
+    campaign = made.campaign;
     run_dir = dir.file("c.db.trials");
     const double vals[] = {0.80, 0.90, 0.85, 0.70, 0.99};
     for (int seq = 0; seq < 5; ++seq) {

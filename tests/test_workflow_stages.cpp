@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "scheduler/stages.h"
 #include "store/store.h"
+#include "stage_fixture.h"
 #include "temp_dir.h"
 #include "workflow/ensemble_stage.h"
 #include "workflow/stages.h"
@@ -26,10 +27,7 @@ using store::TrialState;
 
 namespace {
 
-template <typename R>
-void require_ok(const R& r) {
-  if (!r.ok()) FAIL(r.error().to_string());
-}
+using hpctune::testing::require_ok;
 
 // Two classes; a member is its probability of class 0 on each row. On validation every label is
 // 0 (as tests/test_ensemble.cpp): A is right and sure on rows 0-1, wrong on 2-3; B the other way
@@ -61,16 +59,9 @@ struct Campaign {
   double t = 1000;
 
   Campaign() {
-    auto opened = store::Store::open(dir.file("c.db"));
-    require_ok(opened);
-    db = std::move(opened).value();
-    store::CampaignRow c;
-    c.name = "demo";
-    c.config_text = "name: demo\n";
-    c.seed = 7;
-    auto id = db->create_campaign(c);
-    require_ok(id);
-    campaign = *id;
+    testing::StageStore made(dir.file("c.db"), "demo", 7, 0);
+    db = std::move(made.db);
+    campaign = made.campaign;
     tune = stage("search", "tune");
     blend = stage("ensemble", "blend");
     other = stage("search", "other");
