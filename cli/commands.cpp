@@ -190,10 +190,11 @@ void print_summary(const std::string& db, int64_t top) {
   }
   const auto& v = *view;
   const auto& obj = v.objectives;
-  auto ranked = report::rank_trials(v.trials, obj.maximize);
+  auto ranked = report::rank_trials(v.main_trials, obj.maximize);
   if (static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
-  std::printf("\nTop %zu trials by %s (%s):\n%s", ranked.size(), obj.metric.c_str(), obj.maximize ? "max" : "min",
-              report::trials_table(ranked, obj.columns(), v.front()).c_str());
+  const std::string of_stage = v.main_stage.empty() ? "" : " of stage '" + v.main_stage + "'";
+  std::printf("\nTop %zu trials%s by %s (%s):\n%s", ranked.size(), of_stage.c_str(), obj.metric.c_str(),
+              obj.maximize ? "max" : "min", report::trials_table(ranked, obj.columns(), v.front()).c_str());
   if (v.front()) {
     std::printf("\nPareto front: %zu trials (marked * under `pareto`; all of them: hpctune trials %s)\n",
                 v.pareto.size(), db.c_str());
@@ -201,6 +202,10 @@ void print_summary(const std::string& db, int64_t top) {
   if (!ranked.empty() && ranked.front().objective) {
     std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), obj.metric.c_str(),
                 report::format_number(*ranked.front().objective).c_str(), ranked.front().params.dump().c_str());
+  }
+  // A workflow: what each stage made of it.
+  if (auto stages = v.store->stages(v.campaign.id); stages.ok() && report::show_stages(*stages)) {
+    std::printf("\nStages:\n%s", report::stages_table(*stages, v.trials, stdout_width()).c_str());
   }
   std::printf("database: %s\n", db.c_str());
 }

@@ -15,6 +15,24 @@ Result<CampaignView> open_campaign(const std::string& db) {
   HPCTUNE_ASSIGN(v.trials, v.store->trials(v.campaign.id));
   v.objectives = objectives_of(v.campaign.config_json);
   v.pareto = recorded_pareto_front(v.campaign);
+  v.main_trials = v.trials;
+  const auto& cj = v.campaign.config_json;
+  if (cj.is_object() && cj.contains("stages") && cj["stages"].is_array()) {
+    for (const auto& st : cj["stages"]) {
+      if (st.is_object() && st.contains("search") && st.value("name", "") != "") {
+        v.main_stage = st["name"].get<std::string>();
+        break;
+      }
+    }
+    HPCTUNE_ASSIGN(auto stages, v.store->stages(v.campaign.id));
+    for (const auto& row : stages) {
+      if (row.name != v.main_stage) continue;
+      v.main_trials.clear();
+      for (const auto& t : v.trials) {
+        if (t.stage_id == row.id) v.main_trials.push_back(t);
+      }
+    }
+  }
   return v;
 }
 

@@ -38,6 +38,10 @@ struct CampaignView {
   std::unique_ptr<store::Store> store;  // read-only: for the views that read more (metrics, events)
   store::CampaignRow campaign;
   std::vector<store::TrialRow> trials;  // in id order
+  // The trials the campaign's best is chosen from: in a workflow its main stage's (the first stage
+  // with a search of its own: the others train on other data or blend), every trial otherwise.
+  std::vector<store::TrialRow> main_trials;
+  std::string main_stage;  // its name; "" without stages
   Objectives objectives;
   std::set<int64_t> pareto;  // the recorded front (several objectives only)
   // The front for the tables' `pareto` column: null with a single objective.

@@ -81,7 +81,7 @@ scheduler::Progress progress_of(const CampaignView& v) {
       cj["search"]["max_trials"].is_number_integer()) {
     p.max_trials = cj["search"]["max_trials"].get<int64_t>();
   }
-  if (auto best = best_trial(v.trials, v.objectives.maximize)) {
+  if (auto best = best_trial(v.main_trials, v.objectives.maximize)) {
     p.best = best->objective;
     p.best_trial = best->id;
   }

@@ -36,6 +36,8 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   HPCTUNE_ASSIGN(st.stages, v.store->stages(v.campaign.id));
   HPCTUNE_ASSIGN(st.attempts_lost, count_lost_attempts(*v.store, v.trials));
   st.trials = v.trials;
+  st.main_trials = v.main_trials;
+  st.main_stage = v.main_stage;
   st.objectives = v.objectives.columns();
   st.maximize = v.objectives.maximize;
   if (v.front()) st.front = v.pareto;
@@ -100,7 +102,7 @@ nlohmann::json status_json(const CampaignStatus& st) {
                         {"trials", {{"total", total}, {"by_state", std::move(by_state)}}},
                         {"attempts_lost", st.attempts_lost}};
   const std::string metric = st.objectives.empty() ? "objective" : st.objectives.front();
-  if (auto b = best_trial(st.trials, st.maximize)) {
+  if (auto b = best_trial(st.main_trials, st.maximize)) {
     out["best"] = {{"trial", b->id},         {"metric", metric},     {"objective", *b->objective},
                    {"attempt", b->attempt},  {"params", b->params},  {"metrics", b->metrics}};
   } else {
@@ -140,10 +142,11 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
   }
   rows.push_back({"total", std::to_string(total)});
   out += "\nTrials by state:\n" + format_table({"state", "trials"}, rows);
-  if (auto best = best_trial(v.trials, v.objectives.maximize)) {
+  if (auto best = best_trial(v.main_trials, v.objectives.maximize)) {
     const auto& b = *best;
-    out += text("\nBest trial %lld (%s = %s, attempt %lld)\n", static_cast<long long>(b.id),
-                v.objectives.metric.c_str(), format_number(*b.objective).c_str(), static_cast<long long>(b.attempt));
+    out += text("\nBest trial %lld (%s = %s, attempt %lld%s)\n", static_cast<long long>(b.id),
+                v.objectives.metric.c_str(), format_number(*b.objective).c_str(), static_cast<long long>(b.attempt),
+                v.main_stage.empty() ? "" : (", stage '" + v.main_stage + "'").c_str());
     std::vector<std::vector<std::string>> prow;
     for (auto it = b.params.begin(); it != b.params.end(); ++it) {
       prow.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});

@@ -25,6 +25,8 @@ struct CampaignStatus {
   std::map<std::string, int64_t> counts;  // Store::count_by_state: every state name, zeros included
   int64_t attempts_lost = 0;              // attempts closed as lost (worker died or went silent)
   std::vector<store::TrialRow> trials;
+  std::vector<store::TrialRow> main_trials;  // what the best is chosen from (CampaignView::main_trials)
+  std::string main_stage;
   std::vector<std::string> objectives;  // each objective's metric, in order (one for a single objective)
   bool maximize = true;                 // the first objective's direction
   std::optional<std::set<int64_t>> front;  // the recorded Pareto front with several objectives

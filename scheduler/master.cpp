@@ -277,6 +277,7 @@ Status Master::start(Clock::time_point now) {
 
   SchedulerOptions sopt = scheduler_options(cfg, c_.campaign_id, stages_.empty() ? 0 : stages_[0].id);
   sopt.trials_dir = c_.run_dir;
+  sopt.best_stage = cfg.stages.empty() ? 0 : cfg.main_stage;
   sopt.master_incarnation = p_.master_incarnation;
   sopt.secret = p_.secret;
   sopt.wall = p_.wall;

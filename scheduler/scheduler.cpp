@@ -284,7 +284,7 @@ Status Scheduler::restore(Clock::time_point now) {
       if (state == TrialState::kDone) ++done_;
       if (state == TrialState::kPruned) ++pruned_;
       if (state == TrialState::kFailed) ++failed_;
-      if (state != TrialState::kFailed && row.objective &&
+      if (state != TrialState::kFailed && row.objective && k == opt_.best_stage &&
           (!best_ || better(*row.objective, *best_, opt_.objectives[0].maximize))) {
         best_ = row.objective;
         best_trial_ = row.id;
@@ -593,7 +593,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
       log("trial " + std::to_string(t->id) + " failed: " + error);
       note_failure(t->id, error);
     }
-    if (objective && state != TrialState::kFailed &&
+    if (objective && state != TrialState::kFailed && t->stage == opt_.best_stage &&
         (!best_ || better(*objective, *best_, opt_.objectives[0].maximize))) {
       best_ = objective;
       best_trial_ = t->id;

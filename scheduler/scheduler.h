@@ -77,6 +77,9 @@ struct SchedulerOptions {
   int64_t max_failures = 5;
   nlohmann::json trainer;       // fixed trainer settings sent with every assign
   std::string trials_dir;       // "<storage>.trials"; "" = trials keep no files
+  // The stage (an index into the stages) whose trials make the campaign's best: a workflow's main
+  // stage (config::CampaignConfig::main_stage); the other stages train on other data or blend.
+  std::size_t best_stage = 0;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   uint64_t master_incarnation = 0;

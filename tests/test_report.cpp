@@ -666,3 +666,48 @@ TEST_CASE("a pbt stage's schedule as a table, JSON and a YAML list; the errors o
   REQUIRE_FALSE(malformed.ok());
   CHECK(contains(malformed.error().message(), "interval 0 of its recorded schedule"));
 }
+
+TEST_CASE("a workflow's best trial is its main stage's: other stages train on other data or blend") {
+  TempDir dir;
+  const std::string db = dir.file("w.db");
+  {
+    auto opened = store::Store::open(db);
+    REQUIRE(opened.ok());
+    auto& s = **opened;
+    store::CampaignRow c;
+    c.name = "wf";
+    c.created_at = 1000;
+    // As the parser normalizes a workflow: the stages that search have their `search`.
+    c.config_json = json{{"objective", {{"metric", "val_accuracy"}, {"mode", "max"}}},
+                         {"stages", json::array({json{{"name", "tune"}, {"kind", "search"}, {"search", json::object()}},
+                                                 json{{"name", "move"}, {"kind", "transfer"}}})}};
+    auto campaign = s.create_campaign(c);
+    REQUIRE(campaign.ok());
+    double t = 1000;
+    for (const auto& [stage, value] : std::vector<std::pair<std::string, double>>{{"tune", 0.7}, {"move", 0.95}}) {
+      auto id = s.create_stage(*campaign, stage == "tune" ? "search" : "transfer", stage, json::object(), t);
+      REQUIRE(id.ok());
+      store::TrialRow row;
+      row.campaign_id = *campaign;
+      row.stage_id = *id;
+      row.created_at = ++t;
+      auto tid = s.insert_trial(row);
+      REQUIRE(tid.ok());
+      REQUIRE(s.mark_assigned(*tid, 1, 0, 1, ++t).ok());
+      REQUIRE(s.finish_trial(*tid, 1, store::TrialState::kDone, json{{"val_accuracy", value}}, value, 1, "", ++t).ok());
+    }
+  }
+  auto view = report::open_campaign(db);
+  REQUIRE(view.ok());
+  CHECK(view->main_stage == "tune");
+  REQUIRE(view->main_trials.size() == 1);
+  CHECK(view->trials.size() == 2);
+  auto st = report::campaign_status(*view, 2000.0);
+  REQUIRE(st.ok());
+  const json j = report::status_json(*st);
+  CHECK(j["best"]["trial"] == view->main_trials[0].id);
+  CHECK(j["best"]["objective"] == 0.7);
+  const std::string text = report::status_text(*view, *st, 0);
+  CAPTURE(text);
+  CHECK(text.find("Best trial 1 (val_accuracy = 0.7000, attempt 1, stage 'tune')") != std::string::npos);
+}
