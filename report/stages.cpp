@@ -89,10 +89,21 @@ std::string ensemble_summary(const json& r) {
 }
 
 std::string transfer_summary(const json& r) {
-  std::string out = "test acc " + num(member(member(r, "target"), "test_accuracy"));
-  const json& baseline = member(r, "baseline");
-  if (baseline.is_object()) {
-    out += " vs baseline " + num(member(baseline, "test_accuracy")) + " (" + signed_num(member(r, "gain")) + ")";
+  std::string out;
+  // The stage as a whole when it has pairs: the mean of its targets against that of their twins.
+  const json& paired = member(r, "paired");
+  if (paired.is_object()) {
+    const json& wins = member(paired, "wins");
+    out = "mean test acc " + num(member(paired, "target_test_accuracy")) + " vs baseline " +
+          num(member(paired, "baseline_test_accuracy")) + " (" + signed_num(member(paired, "gain")) + ", better in " +
+          (wins.is_number_integer() ? std::to_string(wins.get<int64_t>()) : "?") + " of " +
+          counted(member(paired, "pairs"), "pair") + ")";
+  } else {
+    out = "test acc " + num(member(member(r, "target"), "test_accuracy"));
+    const json& baseline = member(r, "baseline");
+    if (baseline.is_object()) {
+      out += " vs baseline " + num(member(baseline, "test_accuracy")) + " (" + signed_num(member(r, "gain")) + ")";
+    }
   }
   const json& sources = member(r, "sources");
   if (sources.is_array() && !sources.empty()) {

@@ -486,6 +486,12 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
   CHECK(report::stage_summary(st->stages[1]) ==
         "greedy, 2 members: test acc 0.8912 (best single 0.8801, #2), log loss 0.3100 (0.3500)");
   CHECK(report::stage_summary(st->stages[2]) == "test acc 0.8410 vs baseline 0.7702 (+0.0708), source #2");
+  // With pairs recorded, the stage as a whole: the mean of the targets against that of their twins.
+  store::StageRow paired = st->stages[2];
+  paired.result["paired"] = {{"pairs", 3}, {"wins", 2}, {"target_test_accuracy", 0.9138},
+                             {"baseline_test_accuracy", 0.8990}, {"gain", 0.0148}};
+  CHECK(report::stage_summary(paired) ==
+        "mean test acc 0.9138 vs baseline 0.8990 (+0.0148, better in 2 of 3 pairs), source #2");
 
   const std::string text = report::status_text(*view, *st, 0);
   CHECK_MESSAGE(contains(text, "\nStages:\nstage  kind      state      trials  result\n"), text);

@@ -498,6 +498,12 @@ TEST_CASE("transfer: finish records the best target, its baseline twin and the g
   CHECK(r["targets"] == 2);
   CHECK(r["baselines"] == 2);
   CHECK(r["gain"].get<double>() == doctest::Approx(0.12));
+  // The stage as a whole: both targets against their twins, (0.68 + 0.74) / 2 against (0.61 + 0.62) / 2.
+  CHECK(r["paired"]["pairs"] == 2);
+  CHECK(r["paired"]["wins"] == 2);
+  CHECK(r["paired"]["target_test_accuracy"].get<double>() == doctest::Approx(0.71));
+  CHECK(r["paired"]["baseline_test_accuracy"].get<double>() == doctest::Approx(0.615));
+  CHECK(r["paired"]["gain"].get<double>() == doctest::Approx(0.095));
 
   SUBCASE("read by a stage that was never begun (a restarted master): sources from the lineage") {
     auto fresh = f.make(f.stage({{"sources", 1}, {"seeds", 2}, {"baseline", true}}));

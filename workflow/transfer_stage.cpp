@@ -511,6 +511,29 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
       result["baseline"]["test_accuracy"].is_number()) {
     result["gain"] = result["target"]["test_accuracy"].get<double>() - result["baseline"]["test_accuracy"].get<double>();
   }
+  // The stage as a whole: every target against its twin (same data, epochs and seed), averaged.
+  // Choosing one pair by a small validation split (500 labels leave 50-100 images) is noisy; the
+  // mean over the pairs is what says whether starting from the source helped.
+  int64_t pairs = 0, wins = 0;
+  double target_sum = 0, baseline_sum = 0;
+  for (const Done& t : targets) {
+    auto it = twin_of.find(t.row->seq);
+    if (it == twin_of.end()) continue;
+    const json a = metric_or_null(t.row->metrics, "test_accuracy"), b = metric_or_null(it->second->metrics, "test_accuracy");
+    if (!a.is_number() || !b.is_number()) continue;
+    ++pairs;
+    target_sum += a.get<double>();
+    baseline_sum += b.get<double>();
+    wins += a.get<double>() > b.get<double>();
+  }
+  if (pairs > 0) {
+    const double n = static_cast<double>(pairs);
+    result["paired"] = {{"pairs", pairs},
+                        {"wins", wins},
+                        {"target_test_accuracy", target_sum / n},
+                        {"baseline_test_accuracy", baseline_sum / n},
+                        {"gain", (target_sum - baseline_sum) / n}};
+  }
   return result;
 }
 
