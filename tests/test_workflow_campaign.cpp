@@ -1,250 +1,669 @@
-// Workflows end to end with the `hpctune` binary and the mlp trainer on a slice of Fashion-MNIST:
-// lineage, and SIGKILL of the master at a stage boundary, in the middle of the ensemble stage and in
-// the middle of a PBT interval, then `resume`: the campaign completes, no finished stage or trial is
-// computed again, nothing recorded is lost. And a PBT exploit, end to end: the member resumes from
-// the source's snapshot, whose weights are the source's at its interval's end, with the new values.
+// End to end through the hpctune binary: workflows of stages (search -> ensemble -> transfer, and
+// PBT) on a slice of the default data. What the store records of a whole run (stage results,
+// lineage, the seeds of baseline twins), SIGKILL of the master at a stage boundary, in the middle
+// of the ensemble's retraining and in the middle of a PBT interval followed by `resume` (nothing
+// finished is recomputed, nothing is lost), and a PBT exploit checked against a replay of the
+// trainer: the target's next interval is exactly what training the source's snapshot with the new
+// values gives.
 #include <doctest/doctest.h>
 
-#include <sqlite3.h>
-
-#include <csignal>
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "nn/checkpoint.h"
 #include "tests/campaign_fixture.h"
+#include "trainers/trainer_factory.h"
 
 using namespace hpctune;
 using namespace hpctune::testing;
-using nlohmann::json;
 using store::TrialState;
 
 namespace {
 
-// The small MLP every campaign here trains: seconds per stage.
-const char* const kTop =
-    "objective: {metric: val_accuracy, mode: max}\n"
-    "trainer: {kind: mlp, epochs: 2, hidden: 16, max_train_samples: 600, max_test_samples: 300, val_fraction: 0.2}\n"
-    "resources: {groups: 2, threads: 1}\n";
+// --- configs ---------------------------------------------------------------------------------
 
-std::string workflow_config(const std::string& name) {
-  return "name: " + name + "\nseed: 3\n" + kTop +
-         "stages:\n"
-         "  - name: tune\n"
-         "    kind: search\n"
-         "    search: {algorithm: random, max_trials: 4}\n"
-         "    space: {lr: {type: float, low: 0.02, high: 0.2, log: true}}\n"
-         "    trainer: {classes: [0, 1, 2, 3, 4]}\n"
-         "  - {name: blend, kind: ensemble, from: tune, retrain: {top: 1, seeds: 2}}\n"
-         "  - {name: move, kind: transfer, from: tune, classes: [5, 6, 7, 8, 9], max_train_samples: 200,"
-         " baseline: true, seeds: 2}\n";
+const char* const kTrainer =
+    "trainer: {kind: mlp, epochs: 2, max_train_samples: 1500, max_test_samples: 500, hidden: 32}\n";
+
+// search (stop_when) -> ensemble (retrain top 2 under `seeds` seeds) [-> transfer with baseline].
+std::string workflow_config(int max_trials, const std::string& stop_when, int retrain_seeds, bool transfer) {
+  std::string y = "name: wf\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n";
+  y += kTrainer;
+  y += "resources: {groups: 2}\nstages:\n";
+  y += "  - name: tune\n    kind: search\n    search: {algorithm: random, max_trials: " + std::to_string(max_trials) +
+       (stop_when.empty() ? "" : ", stop_when: " + stop_when) + "}\n";
+  y += "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n";
+  y += "    trainer: {classes: [0, 1, 2, 3, 4]}\n";
+  y += "  - {name: blend, kind: ensemble, from: tune, method: greedy, retrain: {top: 2, seeds: " +
+       std::to_string(retrain_seeds) + "}}\n";
+  if (transfer) {
+    y += "  - {name: move, kind: transfer, from: [tune], classes: [5, 6, 7, 8, 9], max_train_samples: 500, freeze: 1, "
+         "baseline: true}\n";
+  }
+  return y;
 }
 
-std::string pbt_config(const std::string& name) {
-  return "name: " + name + "\nseed: 4\n" + kTop +
+std::string pbt_config(int seed) {
+  return "name: pbt\nseed: " + std::to_string(seed) +
+         "\nobjective: {metric: val_accuracy, mode: max}\n"
+         "trainer: {kind: mlp, epochs: 6, max_train_samples: 1000, max_test_samples: 500, hidden: 32, "
+         "lr_schedule: constant}\n"
+         "resources: {groups: 2}\n"
          "stages:\n"
-         "  - {name: pop, kind: pbt, population: 4, ready: 1, steps: 3, quantile: 0.5,"
-         " space: {lr: {type: float, low: 0.001, high: 0.3, log: true}}}\n";
+         "  - {name: pop, kind: pbt, population: 4, ready: 2, steps: 6, quantile: 0.5, space: {lr: {type: float, "
+         "low: 0.001, high: 0.5, log: true}, momentum: {type: float, low: 0.0, high: 0.99}}}\n";
 }
 
-// Rows of a query on the database, each as strings.
-std::vector<std::vector<std::string>> query(const std::string& db, const std::string& sql) {
-  sqlite3* h = nullptr;
-  REQUIRE(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  REQUIRE_MESSAGE(sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK, sqlite3_errmsg(h));
-  std::vector<std::vector<std::string>> rows;
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    std::vector<std::string> row;
-    for (int i = 0; i < sqlite3_column_count(s); ++i) {
-      const unsigned char* t = sqlite3_column_text(s, i);
-      row.push_back(t ? reinterpret_cast<const char*>(t) : "");
+// --- reading the store -----------------------------------------------------------------------
+
+struct Snapshot {
+  store::CampaignRow campaign;
+  std::vector<store::StageRow> stages;
+  std::vector<store::TrialRow> trials;
+  std::vector<store::EventRow> events;
+  std::map<int64_t, std::vector<store::LineageRow>> lineage;  // by child
+  std::map<int64_t, std::vector<store::MetricRow>> metrics;   // by trial
+
+  const store::StageRow& stage(const std::string& name) const {
+    for (const auto& s : stages) {
+      if (s.name == name) return s;
     }
-    rows.push_back(std::move(row));
+    FAIL("no stage " << name);
+    return stages.front();
   }
-  sqlite3_finalize(s);
-  sqlite3_close(h);
-  return rows;
+  std::vector<store::TrialRow> trials_of(int64_t stage_id) const {
+    std::vector<store::TrialRow> out;
+    for (const auto& t : trials) {
+      if (t.stage_id == stage_id) out.push_back(t);
+    }
+    return out;
+  }
+  const store::TrialRow* trial(int64_t id) const {
+    for (const auto& t : trials) {
+      if (t.id == id) return &t;
+    }
+    return nullptr;
+  }
+  std::vector<store::EventRow> events_of(const std::string& kind) const {
+    std::vector<store::EventRow> out;
+    for (const auto& e : events) {
+      if (e.kind == kind) out.push_back(e);
+    }
+    return out;
+  }
+  bool has_lineage(int64_t child, int64_t parent, const std::string& relation) const {
+    auto it = lineage.find(child);
+    if (it == lineage.end()) return false;
+    return std::any_of(it->second.begin(), it->second.end(), [&](const store::LineageRow& r) {
+      return r.parent_trial_id == parent && r.relation == relation;
+    });
+  }
+  // The value of metric `name` that (trial, attempt) reported at `step`, if any.
+  std::optional<double> metric(int64_t trial, int64_t attempt, int64_t step, const std::string& name) const {
+    auto it = metrics.find(trial);
+    if (it == metrics.end()) return std::nullopt;
+    for (const auto& m : it->second) {
+      if (m.attempt == attempt && m.step == step && m.name == name) return m.value;
+    }
+    return std::nullopt;
+  }
+};
+
+Snapshot read_db(const std::string& db) {
+  Snapshot s;
+  auto st = store::Store::open_readonly(db);
+  REQUIRE(st.ok());
+  auto c = (*st)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  s.campaign = **c;
+  auto stages = (*st)->stages(s.campaign.id);
+  REQUIRE(stages.ok());
+  s.stages = *stages;
+  auto trials = (*st)->trials(s.campaign.id);
+  REQUIRE(trials.ok());
+  s.trials = *trials;
+  auto events = (*st)->events(s.campaign.id, 0);
+  REQUIRE(events.ok());
+  s.events = *events;
+  for (const auto& t : s.trials) {
+    auto l = (*st)->lineage(t.id);
+    REQUIRE(l.ok());
+    s.lineage[t.id] = *l;
+    auto m = (*st)->metrics(t.id);
+    REQUIRE(m.ok());
+    s.metrics[t.id] = *m;
+  }
+  return s;
 }
 
-int64_t count(const std::string& db, const std::string& sql) { return std::stoll(query(db, sql).at(0).at(0)); }
-
-// Every stage completed with a result, each completed once.
-void check_stages_completed(const std::string& db, std::size_t stages) {
-  const auto rows = query(db, "SELECT name, state, result FROM stages ORDER BY id");
-  REQUIRE(rows.size() == stages);
-  for (const auto& r : rows) {
-    CAPTURE(r[0]);
-    CHECK(r[1] == "completed");
-    CHECK(count(db, "SELECT COUNT(*) FROM events WHERE kind = 'stage_completed' AND json_extract(detail, '$.stage') = '" +
-                        r[0] + "'") == 1);
+// Exactly one stage_completed event per stage, naming it.
+void check_each_stage_completed_once(const Snapshot& s) {
+  std::map<std::string, int> completed;
+  for (const auto& e : s.events_of("stage_completed")) completed[e.detail.value("stage", "")]++;
+  for (const auto& st : s.stages) {
+    CAPTURE(st.name);
+    CHECK(st.state == "completed");
+    CHECK(completed[st.name] == 1);
+    CHECK(st.result.is_object());
+    if (st.kind != "search") CHECK(!st.result.empty());  // a search stage records only runs to threshold
   }
+  CHECK(completed.size() == s.stages.size());
 }
 
-// The finished trials of `before` are in `after` unchanged: same attempt, same finish, same metrics.
-void check_kept(const std::vector<store::TrialRow>& before, const std::vector<store::TrialRow>& after) {
-  std::map<int64_t, const store::TrialRow*> by_id;
-  for (const auto& t : after) by_id[t.id] = &t;
-  int64_t kept = 0;
-  for (const auto& b : before) {
+// The trials of `before` that were final there are unchanged in `after`: same id, stage, seq,
+// attempt, params, metrics and objective, and the same metric rows.
+void check_final_trials_kept(const Snapshot& before, const Snapshot& after) {
+  for (const auto& b : before.trials) {
     if (!store::is_final(b.state)) continue;
-    auto it = by_id.find(b.id);
-    REQUIRE(it != by_id.end());
-    CHECK(it->second->attempt == b.attempt);
-    CHECK(it->second->finished_at == b.finished_at);
-    CHECK(it->second->metrics == b.metrics);
-    ++kept;
+    CAPTURE(b.id);
+    const store::TrialRow* a = after.trial(b.id);
+    REQUIRE(a != nullptr);
+    CHECK(a->state == b.state);
+    CHECK(a->stage_id == b.stage_id);
+    CHECK(a->seq == b.seq);
+    CHECK(a->attempt == b.attempt);
+    CHECK(a->params == b.params);
+    CHECK(a->metrics == b.metrics);
+    CHECK(a->objective == b.objective);
+    CHECK(a->finished_at == b.finished_at);
+    CHECK(after.metrics.at(b.id).size() == before.metrics.at(b.id).size());
   }
-  CHECK(kept > 0);
 }
 
-int64_t trials_of(const std::string& db, const std::string& stage) {
-  return count(db, "SELECT COUNT(*) FROM trials t JOIN stages s ON s.id = t.stage_id WHERE s.name = '" + stage + "'");
+// No (stage, seq) twice and every trial final and done.
+void check_all_done_no_twins(const Snapshot& s) {
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (const auto& t : s.trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == TrialState::kDone);
+    CHECK(seen.insert({t.stage_id, t.seq}).second);
+  }
+}
+
+std::string trial_dir_of(const std::string& db, int64_t trial) { return db + ".trials/" + std::to_string(trial); }
+
+void run_ok(const std::vector<std::string>& args, const std::string& log) {
+  auto status = run_hpctune(args, log);
+  REQUIRE_MESSAGE(status.success(), read_file(log));
+}
+
+void run_killed(const std::vector<std::string>& args, const std::string& log, const std::string& db) {
+  auto status = run_hpctune(args, log);
+  REQUIRE_MESSAGE(status.signaled, read_file(log));
+  CHECK(status.signal == SIGKILL);
+  check_no_orphans(db);
+}
+
+// --- PBT: following a member's weights back -------------------------------------------------
+
+// The pbt_* decision events (exploit and continue: they carry the ordinal and the snapshot).
+std::vector<store::EventRow> pbt_decisions(const Snapshot& s) {
+  std::vector<store::EventRow> out;
+  for (const auto& e : s.events) {
+    if (e.kind == "pbt_exploit" || e.kind == "pbt_continue") out.push_back(e);
+  }
+  return out;
+}
+
+// Where (trial, attempt) started: the resume_from of the trial's latest pause before `attempt`
+// ("" = a fresh start at step 0). A lost attempt does not move it, so its retry starts there too.
+std::string start_of(const Snapshot& s, int64_t trial, int64_t attempt) {
+  std::string from;
+  for (const auto& e : s.events) {
+    if (e.kind == "trial_paused" && e.trial_id == trial && e.attempt < attempt) from = e.detail.value("resume_from", "");
+  }
+  return from;
+}
+
+// Every step 1..steps of the weights member `t` ended with was trained and reported: walks back
+// from its last attempt through the snapshots each attempt started from (its own, or an exploited
+// source's), checking that each interval on the way has a report of every one of its steps.
+void check_steps_add_up(const Snapshot& s, const store::TrialRow& t, int64_t steps) {
+  CAPTURE(t.id);
+  int64_t trial = t.id, attempt = t.attempt, end = steps;
+  for (int hops = 0; end > 0; ++hops) {
+    REQUIRE(hops < 50);
+    const std::string from = start_of(s, trial, attempt);
+    int64_t start = 0;
+    std::optional<store::EventRow> maker;
+    if (!from.empty()) {
+      for (const auto& e : pbt_decisions(s)) {
+        if (e.detail.value("snapshot", "") == from) maker = e;
+      }
+      REQUIRE_MESSAGE(maker.has_value(), "no decision made the snapshot " << from);
+      start = maker->detail.at("step").get<int64_t>();
+    }
+    CAPTURE(trial);
+    CAPTURE(attempt);
+    REQUIRE(start < end);
+    // A step is reported by this attempt, or by an earlier one of the same interval (same start)
+    // that was lost with the master after training it: the retry resumes from the checkpoint
+    // that attempt left in the trial's directory and trains only what is left.
+    for (int64_t k = start + 1; k <= end; ++k) {
+      CAPTURE(k);
+      bool reported = false;
+      for (int64_t a = attempt; a >= 1 && !reported && start_of(s, trial, a) == from; --a) {
+        reported = s.metric(trial, a, k, "val_accuracy").has_value();
+      }
+      CHECK(reported);
+    }
+    if (!maker) break;
+    trial = maker->trial_id;
+    attempt = maker->attempt;
+    end = start;
+  }
+}
+
+// What an exploit's replay reports: (step, metrics) per epoch trained.
+using Reports = std::vector<std::pair<int64_t, protocol::Metrics>>;
+
+// Runs the trainer of `trainer_settings` in this process on `params`, from the checkpoint
+// `resume_from`, as the worker would run the trial (seed and identity included).
+Reports replay(const nlohmann::json& trainer_settings, const nlohmann::json& params, const std::string& resume_from,
+               int64_t trial_id, int64_t attempt, uint64_t seed) {
+  TempDir dir;
+  Reports reports;
+  trainers::TrialContext ctx;
+  ctx.trial_id = trial_id;
+  ctx.attempt = attempt;
+  ctx.seed = seed;
+  ctx.params = params;
+  ctx.trainer = trainer_settings;
+  ctx.trial_dir = dir.path;
+  ctx.resume_from = resume_from;
+  ctx.report = [&](int64_t step, const protocol::Metrics& m) {
+    if (!m.empty()) reports.emplace_back(step, m);
+  };
+  auto trainer = trainers::make_trainer(trainer_settings.at("kind").get<std::string>());
+  REQUIRE(trainer.ok());
+  auto r = (*trainer)->run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  return reports;
+}
+
+std::string file_bytes(const std::string& path) { return read_file(path); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("workflow: search (stop_when) -> ensemble (retrain) -> transfer (baseline), uninterrupted: results and lineage") {
+  TempDir dir;
+  const std::string cfg = dir.write("w.yaml", workflow_config(4, "{metric: val_accuracy, reaches: 0.6}", 1, true));
+  const std::string db = dir.file("w.db");
+  run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+  check_no_orphans(db);
+  const Snapshot s = read_db(db);
+  CHECK(s.campaign.state == "completed");
+  REQUIRE(s.stages.size() == 3);
+  check_each_stage_completed_once(s);
+  check_all_done_no_twins(s);
+
+  // The search stage ended on its threshold, by a trial of its own that reached it.
+  const auto& tune = s.stage("tune");
+  const auto tune_trials = s.trials_of(tune.id);
+  REQUIRE(!tune_trials.empty());
+  CHECK(tune_trials.size() < 4);
+  const nlohmann::json& sw = tune.result.at("stop_when");
+  CHECK(sw.at("reached") == true);
+  const store::TrialRow* reacher = s.trial(sw.at("trial").get<int64_t>());
+  REQUIRE(reacher != nullptr);
+  CHECK(reacher->stage_id == tune.id);
+  CHECK(*reacher->objective >= 0.6);
+  CHECK(sw.at("finished_trials").get<int64_t>() >= 1);
+  CHECK(sw.at("finished_trials").get<int64_t>() <= static_cast<int64_t>(tune_trials.size()));
+
+  // The ensemble retrained the top 2 configurations of the search under one new seed each: each
+  // retrained member has its retrain_of parent, a done search trial with the same params.
+  const auto& blend = s.stage("blend");
+  const auto retrained = s.trials_of(blend.id);
+  CHECK(retrained.size() == std::min<std::size_t>(2, tune_trials.size()));
+  CHECK(blend.result.at("retrained").get<std::size_t>() == retrained.size());
+  std::set<int64_t> retrain_parents;
+  for (const auto& r : retrained) {
+    CAPTURE(r.id);
+    REQUIRE(r.meta.contains("lineage"));
+    const int64_t parent = r.meta["lineage"][0].at("trial").get<int64_t>();
+    CHECK(r.meta["lineage"][0].at("relation") == "retrain_of");
+    CHECK(s.has_lineage(r.id, parent, "retrain_of"));
+    const store::TrialRow* p = s.trial(parent);
+    REQUIRE(p != nullptr);
+    CHECK(p->stage_id == tune.id);
+    CHECK(p->params == r.params);
+    CHECK(r.meta.contains("seed"));
+    retrain_parents.insert(parent);
+  }
+  CHECK(retrain_parents.size() == retrained.size());  // top 2 distinct configurations
+  // Its members are trials of the campaign (search or retrained), with positive weights summing to 1.
+  double weights = 0;
+  REQUIRE(!blend.result.at("members").empty());
+  for (const auto& m : blend.result.at("members")) {
+    const store::TrialRow* t = s.trial(m.at("trial").get<int64_t>());
+    REQUIRE(t != nullptr);
+    CHECK((t->stage_id == tune.id || t->stage_id == blend.id));
+    CHECK(m.at("weight").get<double>() > 0);
+    weights += m.at("weight").get<double>();
+    if (m.contains("retrain_of")) CHECK(s.has_lineage(t->id, m["retrain_of"].get<int64_t>(), "retrain_of"));
+  }
+  CHECK(weights == doctest::Approx(1.0));
+  for (const char* k : {"val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss"}) {
+    CHECK(blend.result.at(k).is_number());
+    CHECK(blend.result.at("best_single").at(k).is_number());
+  }
+  CHECK(s.trial(blend.result.at("best_single").at("trial").get<int64_t>()) != nullptr);
+
+  // The transfer stage: every target has its transfer_source parent (a source of the result, a
+  // done search trial whose directory it starts from); every baseline twin has its target's seed.
+  const auto& move = s.stage("move");
+  const auto moved = s.trials_of(move.id);
+  std::set<int64_t> sources;
+  for (const auto& id : move.result.at("sources")) sources.insert(id.get<int64_t>());
+  REQUIRE(!sources.empty());
+  int targets = 0, baselines = 0;
+  for (const auto& t : moved) {
+    CAPTURE(t.id);
+    const std::string role = t.meta.value("role", "");
+    if (role == "target") {
+      ++targets;
+      const int64_t source = t.meta["lineage"][0].at("trial").get<int64_t>();
+      CHECK(t.meta["lineage"][0].at("relation") == "transfer_source");
+      CHECK(sources.count(source) == 1);
+      CHECK(s.has_lineage(t.id, source, "transfer_source"));
+      REQUIRE(s.trial(source) != nullptr);
+      CHECK(s.trial(source)->stage_id == tune.id);
+      CHECK(t.params.at("init_from") == trial_dir_of(db, source));
+      CHECK(t.params.at("freeze") == 1);
+    } else {
+      REQUIRE(role == "baseline");
+      ++baselines;
+      CHECK(s.lineage.at(t.id).empty());
+      CHECK(!t.params.contains("init_from"));
+      CHECK(t.params.at("freeze") == 0);
+      const int64_t twin_seq = t.meta.at("baseline_of").get<int64_t>();
+      const auto twin = std::find_if(moved.begin(), moved.end(), [&](const auto& o) { return o.seq == twin_seq; });
+      REQUIRE(twin != moved.end());
+      CHECK(twin->meta.at("role") == "target");
+      CHECK(t.meta.at("seed") == twin->meta.at("seed"));
+      CHECK(t.params.at("lr") == twin->params.at("lr"));
+    }
+  }
+  CHECK(targets >= 1);
+  CHECK(baselines == targets);
+  CHECK(move.result.at("target").at("trial").is_number());
+  CHECK(move.result.at("baseline").at("test_accuracy").is_number());
+}
+
+TEST_CASE("workflow: SIGKILL at a stage boundary (result written, not committed), then resume") {
+  // hit 1: the search stage's completion; hit 2: the first of ensemble and transfer to complete
+  // while the other may still run.
+  for (int hit : {1, 2}) {
+    CAPTURE(hit);
+    TempDir dir;
+    const std::string cfg = dir.write("w.yaml", workflow_config(4, "{metric: val_accuracy, reaches: 0.6}", 1, true));
+    const std::string db = dir.file("w.db");
+    const std::string killed_log = dir.file("killed.log");
+    run_killed({"run", cfg, "--db", db, "--failpoint", "stage-completed", "--failpoint-hit", std::to_string(hit)},
+               killed_log, db);
+    // The stage being completed logged it before its commit died with the master.
+    const std::string log = read_file(killed_log);
+    const std::regex completed_line("stage '(\\w+)' \\(\\w+\\) completed");
+    std::string killed_stage;
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), completed_line);
+         it != std::sregex_iterator(); ++it) {
+      killed_stage = (*it)[1];
+    }
+    REQUIRE_MESSAGE(!killed_stage.empty(), log);
+    if (hit == 1) CHECK(killed_stage == "tune");
+    const Snapshot before = read_db(db);
+    CHECK(before.campaign.state == "running");
+    CHECK(before.stage(killed_stage).state == "running");  // not committed
+    CHECK(before.stage(killed_stage).result.empty());
+    const int64_t killed_id = before.stage(killed_stage).id;
+    const std::size_t killed_trials = before.trials_of(killed_id).size();
+
+    run_ok({"resume", db}, dir.file("resume.log"));
+    check_no_orphans(db);
+    const Snapshot after = read_db(db);
+    CHECK(after.campaign.state == "completed");
+    check_each_stage_completed_once(after);
+    check_all_done_no_twins(after);
+    check_final_trials_kept(before, after);
+    // The killed stage had all its trials: none is created again.
+    CHECK(after.trials_of(killed_id).size() == killed_trials);
+    // Stages completed before the kill keep their result and time; their trial count is unchanged.
+    for (const auto& st : before.stages) {
+      if (st.state != "completed") continue;
+      CAPTURE(st.name);
+      CHECK(after.stage(st.name).result == st.result);
+      CHECK(after.stage(st.name).finished_at == st.finished_at);
+      CHECK(after.trials_of(st.id).size() == before.trials_of(st.id).size());
+    }
+    // The transfer and retrain stages recorded their work whole.
+    CHECK(after.stage("blend").result.at("retrained").get<std::size_t>() == after.trials_of(after.stage("blend").id).size());
+    CHECK(after.stage("move").result.at("target").at("test_accuracy").is_number());
+  }
+}
+
+TEST_CASE("workflow: SIGKILL in the middle of the ensemble's retraining, then resume") {
+  TempDir dir;
+  // 3 search trials (no threshold), then 4 retrained members: results 4..7 are the retrain trials;
+  // the master dies handling the 6th result (the 3rd retrained one).
+  const std::string cfg = dir.write("w.yaml", workflow_config(3, "", 2, false));
+  const std::string db = dir.file("w.db");
+  run_killed({"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "6"}, dir.file("killed.log"),
+             db);
+  const Snapshot before = read_db(db);
+  CHECK(before.stage("tune").state == "completed");
+  CHECK(before.trials_of(before.stage("tune").id).size() == 3);
+  CHECK(before.stage("blend").state == "running");
+  const int64_t blend_id = before.stage("blend").id;
+  std::vector<store::TrialRow> done_before;
+  for (const auto& t : before.trials_of(blend_id)) {
+    if (t.state == TrialState::kDone) done_before.push_back(t);
+  }
+  REQUIRE_MESSAGE(!done_before.empty(), read_file(dir.file("killed.log")));
+  CHECK(done_before.size() < 4);
+
+  run_ok({"resume", db}, dir.file("resume.log"));
+  check_no_orphans(db);
+  const Snapshot after = read_db(db);
+  CHECK(after.campaign.state == "completed");
+  check_each_stage_completed_once(after);
+  check_all_done_no_twins(after);
+  check_final_trials_kept(before, after);
+  const auto retrained = after.trials_of(blend_id);
+  CHECK(retrained.size() == 4);
+  for (const auto& t : done_before) {
+    CAPTURE(t.id);
+    CHECK(after.trial(t.id)->attempt == 1);
+    // Not assigned again: no attempt of it after the kill.
+    for (const auto& e : after.events) {
+      if (e.trial_id == t.id) CHECK(e.kind != "trial_requeued");
+    }
+  }
+  // Each retrained member has its lineage, and the ensemble counts them all.
+  for (const auto& t : retrained) {
+    CAPTURE(t.id);
+    REQUIRE(t.meta.contains("lineage"));
+    CHECK(after.has_lineage(t.id, t.meta["lineage"][0].at("trial").get<int64_t>(), "retrain_of"));
+  }
+  const auto& result = after.stage("blend").result;
+  CHECK(result.at("retrained") == 4);
+  CHECK(result.at("test_accuracy").is_number());
+}
+
+namespace {
+
+// What every finished PBT run must hold: members done at `steps`, each member's weights trained
+// through every step, decisions recorded once (ordinal unique per target), one explore per
+// exploit, and a pbt_exploit lineage row for each exploit.
+void check_pbt_run(const Snapshot& s, int64_t population, int64_t steps) {
+  const auto& pop = s.stage("pop");
+  const auto members = s.trials_of(pop.id);
+  REQUIRE(members.size() == static_cast<std::size_t>(population));
+  for (const auto& t : members) {
+    CAPTURE(t.id);
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.step == steps);
+    CHECK(t.params.at("epochs") == steps);
+    check_steps_add_up(s, t, steps);
+  }
+  std::set<std::pair<int64_t, int64_t>> ordinals;
+  std::map<int64_t, int> exploits, explores;
+  for (const auto& e : pbt_decisions(s)) {
+    CAPTURE(e.id);
+    const int64_t target = e.detail.at("target").get<int64_t>();
+    CHECK(target == e.trial_id);
+    CHECK(ordinals.insert({target, e.detail.at("ordinal").get<int64_t>()}).second);
+    if (e.kind == "pbt_exploit") {
+      ++exploits[target];
+      CHECK(s.has_lineage(target, e.detail.at("source").get<int64_t>(), "pbt_exploit"));
+    }
+  }
+  for (const auto& e : s.events_of("pbt_explore")) ++explores[e.detail.at("target").get<int64_t>()];
+  CHECK(exploits == explores);
+  CHECK(pop.result.at("exploits").get<int64_t>() == static_cast<int64_t>(s.events_of("pbt_exploit").size()));
 }
 
 }  // namespace
 
-TEST_CASE("a workflow: every stage's result, lineage of the transfer and the retrained members, twins' seeds") {
+TEST_CASE("pbt: SIGKILL in the middle of an interval, then resume: every member done, decisions kept and not repeated") {
   TempDir dir;
-  const std::string db = dir.file("w.db");
-  auto run = run_hpctune({"run", dir.write("w.yaml", workflow_config("wf")), "--db", db}, dir.file("run.log"));
-  REQUIRE_MESSAGE(run.success(), read_file(dir.file("run.log")));
-  check_stages_completed(db, 3);
-  CHECK(trials_of(db, "tune") == 4);
-  CHECK(trials_of(db, "blend") == 2);
-  CHECK(trials_of(db, "move") == 4);
-  // Each transfer target names its source, a tune trial; its baseline twin has none, and its seed.
-  const auto targets = query(db, "SELECT t.id, t.seq, t.parent_trial_id FROM trials t "
-                                 "JOIN stages s ON s.id = t.stage_id WHERE s.name = 'move' AND "
-                                 "json_extract(t.meta, '$.role') = 'target'");
-  REQUIRE(targets.size() == 2);
-  for (const auto& t : targets) {
-    CHECK(count(db, "SELECT COUNT(*) FROM lineage l JOIN trials p ON p.id = l.parent_trial_id JOIN stages s ON "
-                    "s.id = p.stage_id WHERE s.name = 'tune' AND l.relation = 'transfer_source' AND l.child_trial_id = " +
-                        t[0]) == 1);
-    CHECK_FALSE(t[2].empty());
-    // (Seeds are compared in SQL: a 64-bit seed above 2^63 reads back from JSON as a float.)
-    CHECK(count(db, "SELECT COUNT(*) FROM trials b WHERE json_extract(b.meta, '$.baseline_of') = " + t[1] +
-                    " AND json_extract(b.meta, '$.seed') = (SELECT json_extract(meta, '$.seed') FROM trials WHERE id = " +
-                    t[0] + ") AND json_extract(b.params, '$.init_from') IS NULL AND b.stage_id = (SELECT stage_id FROM "
-                    "trials WHERE id = " + t[0] + ")") == 1);
-  }
-  // The retrained members name the configuration they retrain.
-  CHECK(count(db, "SELECT COUNT(*) FROM lineage WHERE relation = 'retrain_of'") == 2);
-  const json blend = json::parse(query(db, "SELECT result FROM stages WHERE name = 'blend'")[0][0]);
-  CHECK(blend["retrained"] == 2);
-  CHECK(blend["candidates"].get<int>() >= 4);
-  const json move = json::parse(query(db, "SELECT result FROM stages WHERE name = 'move'")[0][0]);
-  CHECK(move["target"]["test_accuracy"].is_number());
-  CHECK(move["baseline"]["test_accuracy"].is_number());
-}
-
-TEST_CASE("SIGKILL of the master at a stage boundary, then resume: the stage completes once, no trial is redone") {
-  TempDir dir;
-  const std::string db = dir.file("w.db");
-  const std::string cfg = dir.write("w.yaml", workflow_config("wf-boundary"));
-  // The first stage's result is written, not committed: the master dies with the whole turn.
-  auto killed = run_hpctune({"run", cfg, "--db", db, "--failpoint", "stage-completed", "--failpoint-hit", "1"},
-                            dir.file("killed.log"));
-  CHECK(killed.signaled);
-  CHECK(killed.signal == SIGKILL);
-  check_no_orphans(db);
-  const auto before = read_trials(db);
-  CHECK(before.size() == 4);  // tune's trials, all done; nothing of the later stages began
-  CHECK(query(db, "SELECT state FROM stages WHERE name = 'tune'")[0][0] == "running");
-  auto resumed = run_hpctune({"resume", db}, dir.file("resume.log"));
-  REQUIRE_MESSAGE(resumed.success(), read_file(dir.file("resume.log")));
-  check_no_orphans(db);
-  check_stages_completed(db, 3);
-  check_kept(before, read_trials(db));
-  CHECK(trials_of(db, "tune") == 4);
-  CHECK(count(db, "SELECT COUNT(*) FROM trials WHERE state != 'done'") == 0);
-}
-
-TEST_CASE("SIGKILL of the master in the middle of the ensemble stage, then resume: retrained members kept") {
-  TempDir dir;
-  const std::string db = dir.file("w.db");
-  const std::string cfg = dir.write("w.yaml", workflow_config("wf-blend"));
-  // Results 1-4 are tune's; the 6th comes while the ensemble's retrained members and the transfer
-  // trials run (the later stages begin together once tune completes).
-  auto killed = run_hpctune({"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "6"},
-                            dir.file("killed.log"));
-  CHECK(killed.signaled);
-  check_no_orphans(db);
-  const auto before = read_trials(db);
-  CHECK(query(db, "SELECT state FROM stages WHERE name = 'tune'")[0][0] == "completed");
-  CHECK(query(db, "SELECT state FROM stages WHERE name = 'blend'")[0][0] == "running");
-  CHECK(trials_of(db, "blend") >= 1);
-  auto resumed = run_hpctune({"resume", db}, dir.file("resume.log"));
-  REQUIRE_MESSAGE(resumed.success(), read_file(dir.file("resume.log")));
-  check_no_orphans(db);
-  check_stages_completed(db, 3);
-  check_kept(before, read_trials(db));
-  // Nothing proposed twice: the retrain and transfer budgets, no more.
-  CHECK(trials_of(db, "tune") == 4);
-  CHECK(trials_of(db, "blend") == 2);
-  CHECK(trials_of(db, "move") == 4);
-  CHECK(count(db, "SELECT COUNT(*) FROM trials WHERE state != 'done'") == 0);
-}
-
-TEST_CASE("SIGKILL of the master in the middle of a PBT interval, then resume: every member trains to the end") {
-  TempDir dir;
+  const std::string cfg = dir.write("p.yaml", pbt_config(5));
   const std::string db = dir.file("p.db");
-  const std::string cfg = dir.write("p.yaml", pbt_config("pbt-kill"));
-  // 4 members x 3 intervals: 12 attempt ends; the 6th is in the middle of the second interval.
-  auto killed = run_hpctune({"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "6"},
-                            dir.file("killed.log"));
-  CHECK(killed.signaled);
+  // Every attempt (one interval) ends with a result: 4 members x 3 intervals at least. The 7th
+  // falls in the second round of intervals.
+  run_killed({"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "7"}, dir.file("killed.log"),
+             db);
+  const Snapshot before = read_db(db);
+  CHECK(before.stage("pop").state == "running");
+  const auto decisions_before = pbt_decisions(before);
+  REQUIRE_MESSAGE(!decisions_before.empty(), read_file(dir.file("killed.log")));
+  int done_before = 0;
+  for (const auto& t : before.trials_of(before.stage("pop").id)) done_before += t.state == TrialState::kDone;
+  CHECK(done_before < 4);
+
+  run_ok({"resume", db}, dir.file("resume.log"));
   check_no_orphans(db);
-  const int64_t decisions_before = count(db, "SELECT COUNT(*) FROM events WHERE kind LIKE 'pbt_%'");
-  CHECK(decisions_before > 0);
-  auto resumed = run_hpctune({"resume", db}, dir.file("resume.log"));
-  REQUIRE_MESSAGE(resumed.success(), read_file(dir.file("resume.log")));
-  check_no_orphans(db);
-  check_stages_completed(db, 1);
-  // Every member done at the last step, no member twice.
-  CHECK(count(db, "SELECT COUNT(*) FROM trials") == 4);
-  CHECK(count(db, "SELECT COUNT(*) FROM trials WHERE state = 'done' AND step = 3") == 4);
-  // Each decision is recorded once: one per member and boundary (steps 1 and 2), whatever the restart.
-  CHECK(count(db, "SELECT COUNT(*) FROM events WHERE kind IN ('pbt_exploit', 'pbt_continue')") == 8);
-  CHECK(count(db, "SELECT COUNT(DISTINCT trial_id || ':' || json_extract(detail, '$.ordinal')) FROM events "
-                  "WHERE kind IN ('pbt_exploit', 'pbt_continue')") == 8);
-  CHECK(count(db, "SELECT COUNT(*) FROM events WHERE kind LIKE 'pbt_%'") >= decisions_before);
-  // Every member's reports cover steps 1..3.
-  for (const auto& m : query(db, "SELECT id FROM trials")) {
-    CAPTURE(m[0]);
-    CHECK(count(db, "SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'val_accuracy' AND trial_id = " + m[0]) == 3);
+  const Snapshot after = read_db(db);
+  CHECK(after.campaign.state == "completed");
+  check_each_stage_completed_once(after);
+  check_pbt_run(after, 4, 6);
+  // The decisions recorded before the kill are still there, unchanged.
+  for (const auto& b : before.events) {
+    if (b.kind.rfind("pbt_", 0) != 0 && b.kind != "trial_paused") continue;
+    CAPTURE(b.id);
+    const auto it = std::find_if(after.events.begin(), after.events.end(), [&](const auto& a) { return a.id == b.id; });
+    REQUIRE(it != after.events.end());
+    CHECK(it->kind == b.kind);
+    CHECK(it->detail == b.detail);
   }
 }
 
-TEST_CASE("a PBT exploit, end to end: the source's weights at its interval's end, trained with the new values") {
+TEST_CASE("pbt: an exploit trains the source's exact snapshot with the explored values (replayed)") {
   TempDir dir;
+  const std::string cfg = dir.write("p.yaml", pbt_config(5));
   const std::string db = dir.file("p.db");
-  auto run = run_hpctune({"run", dir.write("p.yaml", pbt_config("pbt-exploit")), "--db", db}, dir.file("run.log"));
-  REQUIRE_MESSAGE(run.success(), read_file(dir.file("run.log")));
-  // With half the population exploiting at every boundary, there are exploits.
-  const auto exploits = query(db, "SELECT trial_id, detail FROM events WHERE kind = 'pbt_exploit'");
-  REQUIRE(!exploits.empty());
-  CHECK(count(db, "SELECT COUNT(*) FROM lineage WHERE relation = 'pbt_exploit'") >= 1);
-  for (const auto& e : exploits) {
-    const json d = json::parse(e[1]);
-    CAPTURE(d.dump());
-    // The snapshot holds the source's model at the step it was judged at.
-    auto snapshot = nn::read_trial_checkpoint(d["checkpoint"].get<std::string>());
-    REQUIRE(snapshot.ok());
-    CHECK(snapshot->epoch == d["source_step"].get<int64_t>());
-    // The member's next attempt started from that snapshot with the explored values.
-    const json explore = json::parse(query(db, "SELECT detail FROM events WHERE kind = 'pbt_explore' AND trial_id = " +
-                                                   e[0] + " AND json_extract(detail, '$.step') = " +
-                                                   std::to_string(d["step"].get<int64_t>()))
-                                         .at(0)
-                                         .at(0));
-    CHECK(d["params"]["lr"] == explore["new"]["lr"]);
-    CHECK(d["resume_from"] == d["checkpoint"]);
-    const std::string logs = read_file(dir.file("p.db.trials/logs/group-0.log")) +
-                             read_file(dir.file("p.db.trials/logs/group-1.log"));
-    CHECK(logs.find("resumed from " + d["checkpoint"].get<std::string>()) != std::string::npos);
+  run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+  check_no_orphans(db);
+  const Snapshot s = read_db(db);
+  check_each_stage_completed_once(s);
+  check_pbt_run(s, 4, 6);
+
+  const auto exploits = s.events_of("pbt_exploit");
+  REQUIRE_MESSAGE(!exploits.empty(), "no exploit in this run: choose another seed");
+  const nlohmann::json trainer_settings = s.campaign.config_json.at("stages").at(0).at("trainer");
+  int checked = 0;
+  for (const auto& ex : exploits) {
+    CAPTURE(ex.detail.dump());
+    const nlohmann::json& d = ex.detail;
+    const int64_t target = ex.trial_id, source = d.at("source").get<int64_t>();
+    const int64_t attempt = ex.attempt, source_step = d.at("source_step").get<int64_t>();
+    const std::string checkpoint = d.at("checkpoint").get<std::string>();
+    const nlohmann::json params = d.at("params");
+    // The checkpoint is the source's own snapshot of that decision, in the source's directory, at
+    // the source's step; the target's own snapshot of this boundary holds other weights.
+    CHECK(d.at("resume_from") == checkpoint);
+    CHECK(checkpoint.rfind(trial_dir_of(db, source) + "/pbt/", 0) == 0);
+    bool source_made_it = false;
+    for (const auto& e : pbt_decisions(s)) {
+      if (e.trial_id == source && e.detail.at("ordinal") == d.at("source_ordinal")) {
+        source_made_it = e.detail.at("snapshot") == checkpoint && e.detail.at("step") == source_step;
+      }
+    }
+    CHECK(source_made_it);
+    const std::string ckpt_file = nn::checkpoint_path(checkpoint, 0);
+    auto ck = nn::read_checkpoint(ckpt_file);
+    REQUIRE(ck.ok());
+    CHECK(ck->epoch == source_step);
+    const std::string own = nn::checkpoint_path(d.at("snapshot").get<std::string>(), 0);
+    CHECK(file_bytes(own) != file_bytes(ckpt_file));
+    // The explored values are the params the target's next interval was given and trained with.
+    const auto explore = std::find_if(s.events.begin(), s.events.end(), [&](const auto& e) {
+      return e.kind == "pbt_explore" && e.id > ex.id && e.trial_id == target;
+    });
+    REQUIRE(explore != s.events.end());
+    for (auto it = explore->detail.at("new").begin(); it != explore->detail.at("new").end(); ++it) {
+      CHECK(params.at(it.key()) == it.value());
+    }
+    CHECK(params.at("epochs") == source_step + 2);
+    bool paused = false;
+    for (const auto& e : s.events_of("trial_paused")) {
+      if (e.trial_id != target || e.attempt != attempt) continue;
+      paused = true;
+      CHECK(e.detail.at("params") == params);
+      CHECK(e.detail.at("resume_from") == checkpoint);
+    }
+    CHECK(paused);
+    const store::TrialRow* tr = s.trial(target);
+    REQUIRE(tr != nullptr);
+    // Its next decision (if any) says it trained with these params.
+    for (const auto& e : pbt_decisions(s)) {
+      if (e.trial_id == target && e.detail.at("ordinal") == d.at("ordinal").get<int64_t>() + 1) {
+        CHECK(e.detail.at("trained_params") == params);
+        CHECK(e.attempt == attempt + 1);
+      }
+    }
+    // The trainer of the next attempt says where it started.
+    std::string logs;
+    for (const auto& f : std::filesystem::directory_iterator(db + ".trials/logs")) logs += read_file(f.path());
+    CHECK(logs.find("trial " + std::to_string(target) + " attempt " + std::to_string(attempt + 1) + ": resumed from " +
+                    checkpoint + " at epoch " + std::to_string(source_step) + " ") != std::string::npos);
+
+    // Replay: the trainer run from the source's snapshot with the new params reports, epoch by
+    // epoch, exactly what the target's next attempt recorded; from the target's own weights, or
+    // with the params it had before, it does not.
+    const uint64_t seed = derive_seed(s.campaign.seed, static_cast<uint64_t>(tr->seq));
+    const Reports replayed = replay(trainer_settings, params, checkpoint, target, attempt + 1, seed);
+    REQUIRE(replayed.size() == 2);
+    for (const auto& [step, metrics] : replayed) {
+      CAPTURE(step);
+      CHECK(step > source_step);
+      for (const char* name : {"train_loss", "val_accuracy", "val_loss"}) {
+        CAPTURE(name);
+        const auto recorded = s.metric(target, attempt + 1, step, name);
+        REQUIRE(recorded.has_value());
+        CHECK(*recorded == metrics.at(name));
+      }
+    }
+    const Reports own_weights = replay(trainer_settings, params, d.at("snapshot").get<std::string>(), target,
+                                       attempt + 1, seed);
+    REQUIRE(!own_weights.empty());
+    CHECK(own_weights.back().second.at("train_loss") != replayed.back().second.at("train_loss"));
+    nlohmann::json old_params = d.at("trained_params");
+    old_params["epochs"] = params.at("epochs");
+    const Reports old_values = replay(trainer_settings, old_params, checkpoint, target, attempt + 1, seed);
+    REQUIRE(!old_values.empty());
+    CHECK(old_values.back().second.at("train_loss") != replayed.back().second.at("train_loss"));
+    ++checked;
   }
+  CHECK(checked >= 1);
 }
