@@ -326,11 +326,12 @@ Status Master::begin_stage(std::size_t k, Clock::time_point now, bool before_sch
     return std::move(s).error().with_context("stage '" + st.name + "' (" + st.kind + ") could not start");
   }
   HPCTUNE_TRY(p_.store->start_stage(st.id, ctx.now));
-  HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "stage_started", 0, 0, -1,
+  // A stage an earlier master began is resumed, not started again.
+  HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, st.begun_before ? "stage_resumed" : "stage_started", 0, 0, -1,
                                   {{"stage", st.name}, {"kind", st.kind}}, ctx.now));
   st.state = "running";
   if (!before_scheduler) sched_->activate_stage(k);
-  if (stages_.size() > 1) log("stage '" + st.name + "' (" + st.kind + ") started");
+  if (stages_.size() > 1) log("stage '" + st.name + "' (" + st.kind + (st.begun_before ? ") resumed" : ") started"));
   return {};
 }
 

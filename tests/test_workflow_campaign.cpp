@@ -436,8 +436,13 @@ TEST_CASE("workflow: SIGKILL at a stage boundary (result written, not committed)
     check_each_stage_completed_once(after);
     check_all_done_no_twins(after);
     check_final_trials_kept(before, after);
-    // The killed stage had all its trials: none is created again.
+    // The killed stage had all its trials: none is created again. It was resumed, not started anew.
     CHECK(after.trials_of(killed_id).size() == killed_trials);
+    std::map<std::string, int> started, resumed;
+    for (const auto& e : after.events_of("stage_started")) started[e.detail.value("stage", "")]++;
+    for (const auto& e : after.events_of("stage_resumed")) resumed[e.detail.value("stage", "")]++;
+    CHECK(started[killed_stage] == 1);
+    CHECK(resumed[killed_stage] == 1);
     // Stages completed before the kill keep their result and time; their trial count is unchanged.
     for (const auto& st : before.stages) {
       if (st.state != "completed") continue;
