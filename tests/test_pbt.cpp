@@ -245,9 +245,13 @@ std::string describe(Harness& h, const Verdict& v) {
 
 TEST_CASE("pbt: a bottom member exploits a top one: its exact snapshot weights and its perturbed params") {
   Harness h(pbt_spec());
-  const std::string bytes0 = first_round(h);
-  const nlohmann::json params0 = h.members.at(0).params;  // member 0's params of interval (0, 2]
-  // Member 0 trains on: its trial directory changes; its step-2 snapshot must not.
+  first_round(h);
+  // Member 0, the best, trains (2, 4] and continues: its step-4 snapshot is made at its pause.
+  const nlohmann::json params0 = h.members.at(0).params;  // member 0's params of interval (2, 4]
+  const std::string bytes0 = h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.95).note.contains("pbt_continue"));
+  h.pause(0);
+  // Member 0 trains on: its trial directory changes; its step-4 snapshot must not.
   const std::string later = h.write_checkpoint(0);
   REQUIRE(later != bytes0);
   h.members.at(0).params["momentum"] = 0.123;  // its current params are not the snapshot's either
@@ -255,7 +259,7 @@ TEST_CASE("pbt: a bottom member exploits a top one: its exact snapshot weights a
   h.write_checkpoint(3);
   Verdict v = h.report(3, 4, 0.05);  // now the worst of four: bottom quantile (1 of 4)
   REQUIRE(v.kind == Verdict::Kind::kPause);
-  const std::string snap = h.dir(0) + "/pbt/000-step-2";
+  const std::string snap = h.dir(0) + "/pbt/001-step-4";
   CHECK(v.resume_from == snap);
   CHECK(read_file(snap + "/checkpoint-stage0.bin") == bytes0);
   CHECK(v.lineage_parent == h.members.at(0).id);
@@ -263,7 +267,7 @@ TEST_CASE("pbt: a bottom member exploits a top one: its exact snapshot weights a
 
   // The params: member 0's params of its snapshot, each float times 0.8 or 1.2 within bounds, the
   // choice kept; epochs: the next boundary from the source's step.
-  CHECK(v.params.at("epochs") == 4);
+  CHECK(v.params.at("epochs") == 6);
   CHECK(v.params.at("act") == params0.at("act"));
   int changed = 0;
   for (const char* name : {"lr", "momentum"}) {
@@ -283,8 +287,8 @@ TEST_CASE("pbt: a bottom member exploits a top one: its exact snapshot weights a
   CHECK(ex["target"] == h.members.at(3).id);
   CHECK(ex["source"] == h.members.at(0).id);
   CHECK(ex["step"] == 4);
-  CHECK(ex["source_step"] == 2);
-  CHECK(ex["source_value"].get<double>() == doctest::Approx(0.9));
+  CHECK(ex["source_step"] == 4);
+  CHECK(ex["source_value"].get<double>() == doctest::Approx(0.95));
   CHECK(ex["target_value"].get<double>() == doctest::Approx(0.05));
   CHECK(ex["checkpoint"] == snap);
   const nlohmann::json& xp = v.note["pbt_explore"];
@@ -396,6 +400,10 @@ TEST_CASE("pbt: the same inputs give the same decisions; another seed other ones
 TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a boundary seen again keeps its verdict") {
   Harness h(pbt_spec());
   first_round(h);
+  // Member 0, the best, reaches step 4 first and continues; member 3 then exploits its snapshot.
+  h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
+  h.pause(0);
   h.write_checkpoint(3);
   const Verdict exploit = h.report(3, 4, 0.05);
   REQUIRE(exploit.note.contains("pbt_exploit"));
@@ -404,11 +412,7 @@ TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a bo
   h.write_checkpoint(1);
   const Verdict pending = h.report(1, 4, 0.85);
   REQUIRE(pending.kind == Verdict::Kind::kPause);
-  // Member 0 continues at step 4 and ends at step 6 with a poor score: its latest score is a
-  // report no decision recorded.
-  h.write_checkpoint(0);
-  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
-  h.pause(0);
+  // Member 0 ends at step 6 with a poor score: its latest score is a report no decision recorded.
   CHECK(h.report(0, 6, 0.2).kind == Verdict::Kind::kContinue);
   h.finish(0, 0.2);
 
@@ -443,20 +447,22 @@ TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a bo
 TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays interval by interval") {
   Harness h(pbt_spec());
   first_round(h);
-  const nlohmann::json params0 = h.members.at(0).params;
+  const nlohmann::json params0 = h.members.at(0).params;  // member 0's params of (0, 2] and (2, 4]
+  // Member 0 reaches step 4 first; member 3, the worst at step 4, takes its step-4 snapshot.
+  h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
+  h.pause(0);
   h.write_checkpoint(3);
-  const Verdict exploit = h.report(3, 4, 0.05);  // member 3 takes member 0's step-2 snapshot
+  const Verdict exploit = h.report(3, 4, 0.05);
   REQUIRE(exploit.note.contains("pbt_exploit"));
+  CHECK(exploit.resume_from == h.dir(0) + "/pbt/001-step-4");
   h.pause(3);
-  // Member 3 trains (2, 4] again from member 0's weights, then continues to 6.
-  h.write_checkpoint(3);
-  const Verdict cont = h.report(3, 4, 0.97);
-  REQUIRE(cont.note.contains("pbt_continue"));
-  CHECK(cont.resume_from == h.dir(3) + "/pbt/002-step-4");
-  h.pause(3);
+  // Member 3 trains (4, 6] from member 0's weights with the explored values, the best in the end.
   CHECK(h.report(3, 6, 0.98).kind == Verdict::Kind::kContinue);
   h.finish(3, 0.98);
-  for (int64_t seq = 0; seq < 3; ++seq) {
+  CHECK(h.report(0, 6, 0.9).kind == Verdict::Kind::kContinue);
+  h.finish(0, 0.9);
+  for (int64_t seq = 1; seq < 3; ++seq) {
     h.write_checkpoint(seq);
     REQUIRE(h.report(seq, 4, 0.9 - 0.1 * static_cast<double>(seq)).kind == Verdict::Kind::kPause);
     h.pause(seq);
@@ -480,7 +486,7 @@ TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays
   p1.erase("epochs");
   const nlohmann::json expected = nlohmann::json::array({
       {{"from_step", 0}, {"to_step", 2}, {"params", p0}, {"trial", h.members.at(0).id}},
-      {{"from_step", 2}, {"to_step", 4}, {"params", p1}, {"trial", h.members.at(3).id}},
+      {{"from_step", 2}, {"to_step", 4}, {"params", p0}, {"trial", h.members.at(0).id}},
       {{"from_step", 4}, {"to_step", 6}, {"params", p1}, {"trial", h.members.at(3).id}},
   });
   CHECK(r["schedule"] == expected);
@@ -572,4 +578,18 @@ TEST_CASE("pbt: a schedule is replayed: every member trains through its interval
                                     {{"epochs", 3}});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message().find("schedule") != std::string::npos);
+}
+
+TEST_CASE("pbt: never backwards: a bottom member does not exploit a snapshot older than its own step") {
+  Harness h(pbt_spec());
+  first_round(h);  // every member paused at step 2; member 0 the best
+  // Member 3 reaches step 4 first and is the worst: the only top snapshot is member 0's at step 2.
+  // Going back to it would train steps 3-4 again, and a member could do so forever.
+  h.write_checkpoint(3);
+  Verdict v = h.report(3, 4, 0.05);
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  CHECK_FALSE(v.note.contains("pbt_exploit"));
+  CHECK(v.note.contains("pbt_continue"));
+  CHECK(v.params.at("epochs") == 6);
+  CHECK(v.resume_from == h.dir(3) + "/pbt/001-step-4");
 }

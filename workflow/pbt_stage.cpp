@@ -187,8 +187,14 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
   const auto pos = std::find(ranked.begin(), ranked.end(), &m) - ranked.begin();
   std::vector<std::pair<const Member*, const Decision*>> sources;
   if (q > 0 && pos >= n - q) {
-    for (int64_t i = 0; i < q; ++i)
-      if (const Decision* snap = latest_snapshot(*ranked[i])) sources.emplace_back(ranked[i], snap);
+    // Never backwards: a snapshot older than this member's step (a source whose latest boundary
+    // is not snapshotted yet, or one that is behind) would send it back to train steps again, and
+    // a member at the bottom could exploit such a snapshot over and over without ever ending.
+    // Every attempt thus ends at least `ready` steps further than the one before.
+    for (int64_t i = 0; i < q; ++i) {
+      const Decision* snap = latest_snapshot(*ranked[i]);
+      if (snap != nullptr && snap->step >= step) sources.emplace_back(ranked[i], snap);
+    }
   }
 
   scheduler::Verdict v;
