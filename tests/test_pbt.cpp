@@ -233,6 +233,20 @@ std::string first_round(Harness& h) {
   return bytes0;
 }
 
+// After first_round: member 0, the best, reaches step 4 first and continues; member 3, then the
+// worst at step 4, exploits member 0's step-4 snapshot. Both pauses recorded; member 3's verdict.
+Verdict second_round_exploit(Harness& h) {
+  h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
+  h.pause(0);
+  h.write_checkpoint(3);
+  const Verdict exploit = h.report(3, 4, 0.05);
+  REQUIRE(exploit.note.contains("pbt_exploit"));
+  CHECK(exploit.resume_from == h.dir(0) + "/pbt/001-step-4");
+  h.pause(3);
+  return exploit;
+}
+
 // A verdict as comparable text: kind, params, resume_from relative to the run directory, lineage.
 std::string describe(Harness& h, const Verdict& v) {
   std::ostringstream out;
@@ -400,14 +414,7 @@ TEST_CASE("pbt: the same inputs give the same decisions; another seed other ones
 TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a boundary seen again keeps its verdict") {
   Harness h(pbt_spec());
   first_round(h);
-  // Member 0, the best, reaches step 4 first and continues; member 3 then exploits its snapshot.
-  h.write_checkpoint(0);
-  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
-  h.pause(0);
-  h.write_checkpoint(3);
-  const Verdict exploit = h.report(3, 4, 0.05);
-  REQUIRE(exploit.note.contains("pbt_exploit"));
-  h.pause(3);
+  const Verdict exploit = second_round_exploit(h);
   // Member 1 reaches step 4: decided and recorded, but the master dies before its pause is.
   h.write_checkpoint(1);
   const Verdict pending = h.report(1, 4, 0.85);
@@ -448,15 +455,7 @@ TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays
   Harness h(pbt_spec());
   first_round(h);
   const nlohmann::json params0 = h.members.at(0).params;  // member 0's params of (0, 2] and (2, 4]
-  // Member 0 reaches step 4 first; member 3, the worst at step 4, takes its step-4 snapshot.
-  h.write_checkpoint(0);
-  REQUIRE(h.report(0, 4, 0.9).note.contains("pbt_continue"));
-  h.pause(0);
-  h.write_checkpoint(3);
-  const Verdict exploit = h.report(3, 4, 0.05);
-  REQUIRE(exploit.note.contains("pbt_exploit"));
-  CHECK(exploit.resume_from == h.dir(0) + "/pbt/001-step-4");
-  h.pause(3);
+  const Verdict exploit = second_round_exploit(h);
   // Member 3 trains (4, 6] from member 0's weights with the explored values, the best in the end.
   CHECK(h.report(3, 6, 0.98).kind == Verdict::Kind::kContinue);
   h.finish(3, 0.98);
