@@ -114,6 +114,15 @@ std::string shrunk(const fs::path& config, const std::string& dir) {
   return out.c_str();
 }
 
+// The store a config's search.warm_start names; "" for none (a workflow has no top-level search).
+std::string warm_start_of(const fs::path& config) {
+  const YAML::Node root = YAML::LoadFile(config.string());
+  const YAML::Node search = root["search"];
+  if (!search || !search.IsMap()) return "";
+  const YAML::Node w = search["warm_start"];
+  return w && w.IsScalar() ? w.as<std::string>() : "";
+}
+
 // `storage:` of a config as the gallery writes it (warm-start sources are found by it).
 std::string storage_of(const fs::path& config) {
   YAML::Node root = YAML::LoadFile(config.string());
@@ -204,9 +213,7 @@ TEST_CASE("gallery: every config validates and a shrunk copy of each runs to a d
     const std::string log = dir.file(c.stem().string() + ".validate.log");
     const ExitStatus v = run_in_checkout({"validate", c.string()}, log, 60s);
     CHECK_MESSAGE(v.success(), c.filename() << " does not validate:\n" << read_file(log));
-    const YAML::Node loaded = YAML::LoadFile(c.string());
-    YAML::Node w = loaded["search"] ? loaded["search"]["warm_start"] : YAML::Node();
-    (w && !w.as<std::string>().empty() ? warm : order).push_back(c);
+    (warm_start_of(c).empty() ? order : warm).push_back(c);
     storages.insert(storage_of(c));
   }
   order.insert(order.end(), warm.begin(), warm.end());
@@ -214,10 +221,8 @@ TEST_CASE("gallery: every config validates and a shrunk copy of each runs to a d
   for (const auto& c : order) {
     const std::string stem = c.stem().string();
     CAPTURE(stem);
-    const YAML::Node loaded = YAML::LoadFile(c.string());
-    if (YAML::Node w = loaded["search"] ? loaded["search"]["warm_start"] : YAML::Node(); w && !w.as<std::string>().empty()) {
-      REQUIRE_MESSAGE(storages.count(w.as<std::string>()) == 1,
-                      c.filename() << ": its warm_start " << w.as<std::string>() << " is written by no gallery config");
+    if (const std::string w = warm_start_of(c); !w.empty()) {
+      REQUIRE_MESSAGE(storages.count(w) == 1, c.filename() << ": its warm_start " << w << " is written by no gallery config");
     }
     const std::string small = dir.write(stem + ".yaml", shrunk(c, dir.path));
     const std::string db = dir.file(storage_of(c));
