@@ -29,7 +29,10 @@ std::string num(const json& v) { return v.is_number() ? format_number(v.get<doub
 std::string signed_num(const json& v) {
   if (!v.is_number()) return "?";
   const double d = v.get<double>();
-  return (d >= 0 ? "+" : "") + format_number(d);
+  // Appended rather than `"+" + text`: GCC 12 warns (-Wrestrict) on that form, wrongly.
+  std::string out = d >= 0 ? "+" : "";
+  out += format_number(d);
+  return out;
 }
 
 // "#14" for a trial id, "#?" when it is missing.
