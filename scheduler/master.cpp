@@ -446,7 +446,10 @@ Result<bool> Master::step(Clock::time_point now) {
     if (auto s = sched_->tick(now); !s.ok()) return fail(std::move(s).error(), now);
     if (auto s = follow_groups(now); !s.ok()) return fail(std::move(s).error(), now);
   }
-  if (!sched_->interrupted() && !sched_->fatal()) {
+  // Stage transitions with the tick, not every turn (finding a stage complete scans the live
+  // trials), and in the turn its last trial ends: a finished scheduler with a stage still running
+  // has a result to record, or a stage to begin, before the campaign may end.
+  if ((last_tick_ == now || sched_->finished()) && !sched_->interrupted() && !sched_->fatal()) {
     if (auto s = advance_stages(now); !s.ok()) return fail(std::move(s).error(), now);
   }
   if (auto s = db.commit(); !s.ok()) return fail(std::move(s).error(), now);
