@@ -94,6 +94,12 @@ class Searcher {
 
   // Algorithm state worth recording (generation numbers, Pareto front); JSON, may be empty.
   virtual nlohmann::json state() const { return nlohmann::json::object(); }
+
+  // Lines for the user at the start of the search, each a sentence without a trailing newline:
+  // what the algorithm will do with this space and budget that a user could not guess (its
+  // start-up design, "startup: 10 trials of 16; model from trial 11"; a space with fewer points
+  // than the budget; what `auto` picked and why). The master prints and records them.
+  virtual std::vector<std::string> notes() const { return {}; }
 };
 
 // The algorithms this build knows, for error messages and `hpctune validate`.
