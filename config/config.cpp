@@ -1693,6 +1693,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
       return path;
     };
     HPCTUNE_ASSIGN(CampaignConfig own, parse_tree(view, yaml_text, source, rename));
+    st.trainer_keys = own_trainer_keys;
     st.settings = items[i];
     for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
     if (st.kind == "pbt") {

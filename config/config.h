@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,9 @@ struct StageConfig {
   nlohmann::json settings = nlohmann::json::object();
   bool own_search = false;  // the stage gave `search` (or, for pbt/transfer, `space`) itself
   std::shared_ptr<const CampaignConfig> own;
+  // The trainer keys the stage sets itself (its `trainer:` over the top-level one). A transfer
+  // stage's win over the searched values of the trial it starts from: they are its fine-tuning.
+  std::set<std::string> trainer_keys;
 };
 
 struct CampaignConfig {

@@ -274,7 +274,8 @@ std::vector<Setting> declarations() {
        .aliases = {"after", "inputs", "depends_on", "needs"}},
       {.path = "stages[].trainer", .type = Type::kValue,
        .help = "Trainer keys laid over the top-level trainer for this stage's trials (with another kind: the whole "
-               "trainer)."},
+               "trainer). A transfer stage's are its fine-tuning settings: they win over the values its source "
+               "trial was searched with (lr, batch_size, ...), which it keeps otherwise."},
       {.path = "stages[].search", .type = Type::kValue,
        .help = "search: the stage's search, with the keys of the top-level search (transfer: an optional nested "
                "search over the fine-tuning settings).", .scope = {"stages[].kind", {"search", "transfer"}}},

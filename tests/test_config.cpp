@@ -918,6 +918,9 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
   CHECK(move.settings["baseline"] == true);
   CHECK(move.settings["sources"] == 1);
   CHECK(move.own->trainer["epochs"] == 5);  // the stage's trainer key over the top level's
+  CHECK(move.trainer_keys == std::set<std::string>{"epochs"});  // what it sets itself (a transfer's pins)
+  CHECK(tune.trainer_keys == std::set<std::string>{"classes"});
+  CHECK(blend.trainer_keys.empty());
   CHECK(move.own->trainer["classes"] == json::array());  // the stage sets classes through its own key
   const auto& pop = c.stages[3];
   CHECK(pop.settings["steps"] == 2);  // trainer.epochs by default

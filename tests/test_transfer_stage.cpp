@@ -213,6 +213,20 @@ TEST_CASE("transfer: the sources are the best done trials with checkpoints, by t
   CHECK(trials[1].meta["source"] == 1);
   CHECK(stage->source()->state()["sources"] == json::array({f.ids[1], f.ids[0]}));
 
+  SUBCASE("the stage's own trainer keys are its fine-tuning: they win over the source's searched values") {
+    config::StageConfig st = f.stage({{"sources", 2}, {"seeds", 1}});
+    st.trainer_keys = {"lr", "epochs"};
+    auto tuned = f.make(st);
+    require_ok(tuned->begin(f.ctx()));
+    auto t = ask(*tuned, 2);
+    REQUIRE(t.size() == 2);
+    for (const auto& trial : t) {
+      CHECK_FALSE(trial.params.contains("lr"));  // the stage's trainer.lr applies
+      CHECK(trial.params["hidden"] == json::array({64, 32}));  // the architecture stays the source's
+      CHECK(trial.params["activation"] == "relu");
+    }
+  }
+
   SUBCASE("a minimized objective takes the lowest") {
     f.cfg.objectives = {{"val_accuracy", false}};
     auto low = f.make(f.stage({{"sources", 1}}));

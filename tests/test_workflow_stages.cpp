@@ -128,11 +128,11 @@ config::CampaignConfig campaign_config(json settings) {
   cfg.seed = 7;
   cfg.objectives = {{"val_accuracy", true}};
   cfg.trainer = {{"kind", "mlp"}, {"epochs", 3}, {"save_predictions", false}};
-  config::StageConfig tune{"tune", "search", {}, json::object(), true, nullptr};
+  config::StageConfig tune{"tune", "search", {}, json::object(), true, nullptr, {}};
   auto tune_view = std::make_shared<config::CampaignConfig>(cfg);
   tune_view->trainer = {{"kind", "mlp"}, {"epochs", 5}, {"save_predictions", true}};
   tune.own = tune_view;
-  config::StageConfig blend{"blend", "ensemble", {"tune"}, std::move(settings), false, nullptr};
+  config::StageConfig blend{"blend", "ensemble", {"tune"}, std::move(settings), false, nullptr, {}};
   cfg.stages = {tune, blend};
   return cfg;
 }

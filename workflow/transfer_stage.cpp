@@ -133,11 +133,11 @@ struct Entry {
 class TransferStage final : public scheduler::StageRuntime, public scheduler::TrialSource {
  public:
   TransferStage(std::string name, TransferSettings settings, search::Objective objective, uint64_t seed,
-                json trainer, std::unique_ptr<search::Searcher> nested, std::set<std::string> nested_names,
-                int64_t nested_max)
+                json trainer, std::set<std::string> pinned, std::unique_ptr<search::Searcher> nested,
+                std::set<std::string> nested_names, int64_t nested_max)
       : name_(std::move(name)), s_(std::move(settings)), objective_(std::move(objective)),
         seed_(derive_seed(seed, name_key("transfer:" + name_))), trainer_(std::move(trainer)),
-        nested_(std::move(nested)), nested_names_(std::move(nested_names)), nested_max_(nested_max) {}
+        pinned_(std::move(pinned)), nested_(std::move(nested)), nested_names_(std::move(nested_names)), nested_max_(nested_max) {}
 
   // --- StageRuntime ---------------------------------------------------------------------------
   scheduler::TrialSource* source() override { return this; }
@@ -180,6 +180,7 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
   search::Objective objective_;
   uint64_t seed_;  // the stage's stream of seeds
   json trainer_;
+  std::set<std::string> pinned_;  // the stage's own trainer keys: a source's params do not override them
   std::unique_ptr<search::Searcher> nested_;
   std::set<std::string> nested_names_;
   int64_t nested_max_ = 0;
@@ -293,6 +294,9 @@ search::Suggestion TransferStage::make_target(const json& nested_params, json ne
   s.seq = next_seq_++;
   s.params = src.params;
   s.params.erase("init_from");
+  // The fine-tuning settings the stage states (trainer: {lr: ..., epochs: ...}) win over the
+  // values the source was searched with; the rest (its architecture above all) it keeps.
+  for (const std::string& key : pinned_) s.params.erase(key);
   if (nested_params.is_object()) {
     for (const auto& [key, value] : nested_params.items()) s.params[key] = value;
   }
@@ -563,7 +567,8 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_transfer_stage(const confi
   }
   return std::unique_ptr<scheduler::StageRuntime>(new TransferStage(stage.name, std::move(settings),
                                                                     own.objectives.front(), campaign.seed,
-                                                                    std::move(trainer), std::move(nested),
+                                                                    std::move(trainer), stage.trainer_keys,
+                                                                    std::move(nested),
                                                                     std::move(names), nested_max));
 }
 
