@@ -45,4 +45,8 @@ class InitialDesign {
 // "uniform" | "sobol" | "lhs".
 bool parse_design_kind(const std::string& name, DesignKind& out);
 
+// How many random start-up trials a model-based algorithm runs before its model, from the budget
+// (max_trials; 0 when unknown) and the number of searched parameters. RULE_PLACEHOLDER
+int64_t startup_trials(int64_t budget, int64_t dims);
+
 }  // namespace hpctune::search
