@@ -14,7 +14,7 @@ bool parse_design_kind(const std::string& name, DesignKind& out) {
 }
 
 int64_t startup_trials(int64_t budget, int64_t dims) {
-  const int64_t base = std::clamp<int64_t>(dims + 1, 5, 10);
+  const int64_t base = std::clamp<int64_t>((dims + 1) / 2, 5, 10);
   if (budget <= 0) return base;
   return std::min(base, std::max<int64_t>(2, budget / 4));
 }
