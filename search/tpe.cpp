@@ -24,13 +24,13 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274178;
 
 std::vector<SettingDecl> tpe_settings() {
   SettingDecl n_startup{"n_startup", SettingType::kInt, nullptr, 0, 1000000, {}, "random suggestions until this many trials finished"};
-  n_startup.default_note = "startup_trials(max_trials, parameters)";
+  n_startup.default_note = "min(clamp(ceil(d / 2), 5, 10), max(2, max_trials / 4)), d the searched parameters";
   return {
       n_startup,
       {"init", SettingType::kString, "uniform", -kInf, kInf, {"uniform", "sobol", "lhs"}, "startup design"},
       {"n_ei_candidates", SettingType::kInt, 24, 1, 100000, {}, "samples from l(x) per suggestion"},
       {"multivariate", SettingType::kBool, true, -kInf, kInf, {}, "joint estimator over parameters that occur together"},
-      {"group", SettingType::kBool, true, -kInf, kInf, {}, "multivariate: conditional parameters jointly per condition"},
+      {"group", SettingType::kBool, true, -kInf, kInf, {}, "with multivariate, conditional parameters jointly per condition"},
       {"constant_liar", SettingType::kBool, true, -kInf, kInf, {}, "running trials count as the worst"},
       {"gamma", SettingType::kFloat, 0.1, 0.001, 1.0, {}, "fraction of trials in the good group"},
       {"gamma_max", SettingType::kInt, 25, 1, 1000000, {}, "cap on the good group"},
