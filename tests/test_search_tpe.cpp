@@ -256,3 +256,52 @@ TEST_CASE("tpe: the start-up scales with the budget and the dimension and is rep
     if (d.key == "n_startup") CHECK(d.default_value.is_null());
   }
 }
+
+TEST_CASE("tpe: multivariate with group samples the parameters of one condition jointly (issue 12)") {
+  // Two conditional parameters with the same condition and two good modes, (0.2, 0.2) and
+  // (0.8, 0.8): drawn from one kernel they stay together; drawn separately they mix the modes.
+  ParamSpec opt, x, y, lr;
+  opt.name = "opt";
+  opt.type = ParamType::kChoice;
+  opt.choices = {"sgd", "adam"};
+  x.name = "x";
+  x.low = 0;
+  x.high = 1;
+  x.when = Condition{"opt", {"sgd"}};
+  y = x;
+  y.name = "y";
+  lr.name = "lr";
+  lr.low = 0;
+  lr.high = 1;
+  auto together = [&](bool group) {
+    int n = 0, close = 0;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      SearchSpec spec;
+      spec.algorithm = "tpe";
+      spec.settings = {{"n_startup", 10}, {"group", group}};
+      spec.space = Space::create({opt, x, y, lr}).value();
+      spec.objectives = {{"loss", false}};
+      spec.seed = seed;
+      auto s = make_searcher(spec).value();
+      for (int i = 0; i < 50; ++i) {
+        auto t = s->ask(1).value().at(0);
+        const Params& p = t.params;
+        double loss = 1.0 + p["lr"].get<double>();
+        if (p["opt"] == "sgd") {
+          const double a = p["x"].get<double>(), b = p["y"].get<double>();
+          loss = std::min(std::hypot(a - 0.2, b - 0.2), std::hypot(a - 0.8, b - 0.8)) + 0.1 * p["lr"].get<double>();
+          if (t.meta["source"] == "model") {
+            ++n;
+            close += std::fabs(a - b) < 0.25 ? 1 : 0;
+          }
+        }
+        s->tell({t.seq, t.params, Outcome::kCompleted, {loss}, 1});
+      }
+    }
+    MESSAGE("group=" << group << ": " << close << " of " << n << " with |x - y| < 0.25");
+    return static_cast<double>(close) / std::max(n, 1);
+  };
+  const double joint = together(true), separate = together(false);
+  CHECK(joint >= 0.75);
+  CHECK(joint > separate + 0.08);
+}
