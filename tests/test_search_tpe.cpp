@@ -249,6 +249,13 @@ TEST_CASE("tpe: the start-up scales with the budget and the dimension and is rep
   auto t = make_searcher(discrete_space({{"n_startup", 10}}, 1, 8)).value();
   CHECK(t->notes()[0] == "startup: 10 trials of 8; the model is never used (lower search.settings.n_startup or raise search.max_trials)");
   CHECK(make_searcher(discrete_space({{"n_startup", 10}}, 1, 0)).value()->notes()[0] == "startup: 10 trials; model from trial 11");
+  // Warm-start trials count towards the start-up.
+  SearchSpec warm = discrete_space({{"n_startup", 5}}, 1, 8);
+  for (int64_t d = 1; d <= 3; ++d) {
+    const Params p = {{"width", 64}, {"depth", d}, {"act", "relu"}, {"k", 0}};
+    warm.warm_start.push_back({-d, p, Outcome::kCompleted, {discrete_loss(p)}, 1});
+  }
+  CHECK(make_searcher(warm).value()->notes()[0] == "startup: 2 trials of 8 (after 3 warm-start trials); model from trial 3");
   // Multivariate with constant liar is the default (as Optuna 5's TPESampler).
   const auto decls = searcher_settings("tpe").value();
   for (const auto& d : decls) {
