@@ -82,6 +82,7 @@ double phi_cdf(double z) { return 0.5 * std::erfc(-z / std::numbers::sqrt2); }
 struct Numeric1D {
   std::vector<double> mu, sigma;
   std::vector<double> log_mass;  // log of each kernel's mass in [0, 1]
+  std::vector<std::vector<double>> level_log_prob;  // discrete, few levels: [level][kernel]
 
   void finish() {
     log_mass.resize(mu.size());
@@ -284,6 +285,7 @@ class Tpe final : public SearcherBase {
   std::size_t level_of(std::size_t i, double u) const {
     const auto& p = enc_.spec(i);
     if (p.type == ParamType::kChoice) return Encoder::choice_of(u, p.choices.size());
+    if (!p.log) return Encoder::choice_of(u, levels(i));  // the same floor(u n) as Space::from_unit
     return static_cast<std::size_t>((Space::from_unit(p, u).get<int64_t>() - static_cast<int64_t>(p.low)) / p.step);
   }
   double level_centre(std::size_t i, std::size_t idx) const {
@@ -405,6 +407,7 @@ class Tpe final : public SearcherBase {
         std::vector<double> xs;
         for (const auto* p : pts) xs.push_back((*p)[i]);
         m.num[0] = numeric_estimator(xs, w, pw, m.log_w);
+        tabulate_levels(i, m.num[0]);
       }
       return m;
     }
@@ -433,9 +436,22 @@ class Tpe final : public SearcherBase {
           e.sigma.push_back(1.0);
         }
         e.finish();
+        tabulate_levels(i, e);
       }
     }
     return m;
+  }
+
+  // The probability of every level under every kernel, once per model, where there are few
+  // levels (most discrete parameters): the candidates then look them up.
+  void tabulate_levels(std::size_t i, Numeric1D& e) const {
+    if (kind_[i] != Kind::kDiscrete || levels(i) > 64) return;
+    e.level_log_prob.assign(levels(i), std::vector<double>(e.mu.size()));
+    for (std::size_t v = 0; v < levels(i); ++v) {
+      double a, b;
+      level_bounds(i, v, a, b);
+      for (std::size_t k = 0; k < e.mu.size(); ++k) e.level_log_prob[v][k] = e.kernel_log_prob(k, a, b);
+    }
   }
 
   // Log of the estimator at x (the group's coordinates, levels at their centres).
@@ -450,8 +466,14 @@ class Tpe final : public SearcherBase {
           break;
         }
         case Kind::kDiscrete: {
+          const std::size_t v = level_of(i, x[d]);
+          if (!m.num[d].level_log_prob.empty()) {
+            const std::vector<double>& lp = m.num[d].level_log_prob[v];
+            for (std::size_t k = 0; k < t.size(); ++k) t[k] += lp[k];
+            break;
+          }
           double a, b;
-          level_bounds(i, level_of(i, x[d]), a, b);
+          level_bounds(i, v, a, b);
           for (std::size_t k = 0; k < t.size(); ++k) t[k] += m.num[d].kernel_log_prob(k, a, b);
           break;
         }
@@ -482,11 +504,19 @@ class Tpe final : public SearcherBase {
     std::vector<Mixture> l, g;  // per group
   };
 
-  // The configurations already evaluated or running, as decoded JSON text.
-  std::set<std::string> seen() const {
-    std::set<std::string> out;
-    for (const auto& p : data_) out.insert(enc_.decode(p.u).dump());
-    for (const auto& [seq, params] : pending()) out.insert(enc_.decode(enc_.encode(params)).dump());
+  // A configuration as its canonical coordinates (-1 where inactive): equal for equal
+  // configurations of ints and choices, and cheaper to compare than decoded JSON.
+  std::vector<double> key(std::vector<double> u) const {
+    enc_.canonicalize(u);
+    for (auto& x : u)
+      if (std::isnan(x)) x = -1;
+    return u;
+  }
+  // The configurations already evaluated or running.
+  std::set<std::vector<double>> seen() const {
+    std::set<std::vector<double>> out;
+    for (const auto& p : data_) out.insert(key(p.u));
+    for (const auto& [seq, params] : pending()) out.insert(key(enc_.encode(params)));
     return out;
   }
 
@@ -519,8 +549,8 @@ class Tpe final : public SearcherBase {
     }
     fill_fixed(u);
     enc_.repair(u, rng);
-    const std::set<std::string> done = seen();
-    if (!done.count(enc_.decode(u).dump())) return u;
+    const std::set<std::vector<double>> done = seen();
+    if (!done.count(key(u))) return u;
     // Evaluated or running already (the usual end of a small discrete space, where the best of
     // each group is the same every time): whole configurations drawn from l, ranked by their
     // summed log l - log g, and the best one not seen yet. All seen: the first choice stands.
@@ -546,7 +576,7 @@ class Tpe final : public SearcherBase {
     }
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.score > b.score; });
     for (auto& c : cands)
-      if (!done.count(enc_.decode(c.u).dump())) return std::move(c.u);
+      if (!done.count(key(c.u))) return std::move(c.u);
     return u;
   }
 
