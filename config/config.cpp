@@ -27,6 +27,7 @@
 #include "common/shell_template.h"
 #include "config/settings.h"
 #include "search/bayesian.h"
+#include "search/initial_design.h"
 #include "search/grid_search.h"
 #include "search/test_functions.h"
 
@@ -1458,7 +1459,11 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
   if (key == nullptr) return std::nullopt;
   ModelStartup out;
   const json& given = c.search_settings.contains(key) ? c.search_settings[key] : json();
-  out.random_trials = given.is_number_integer() ? given.get<int64_t>() : search::default_n_initial(c.space);
+  int64_t searched = 0;
+  for (const auto& p : c.space.params()) searched += p.type == search::ParamType::kFixed ? 0 : 1;
+  out.random_trials = given.is_number_integer() ? given.get<int64_t>()
+                      : c.algorithm == "tpe"    ? search::startup_trials(c.max_trials, searched)
+                                                : search::default_n_initial(c.space);
   out.model_used = out.random_trials < c.max_trials;
   const std::string n = std::to_string(out.random_trials), budget = std::to_string(c.max_trials);
   if (out.model_used)

@@ -49,8 +49,10 @@ class Encoder {
   void features(const std::vector<double>& u, double* out) const;
 
   // Mutation: each active parameter, with probability `rate` (and at least one when
-  // `at_least_one`), gets a Gaussian step of `sigma` in unit space (reflected at the bounds) if
-  // numeric, or a different value if a choice. Then repair().
+  // `at_least_one`), changes: a float (or log-scaled int) by a Gaussian step of `sigma` in unit
+  // space (reflected at the bounds); a linear int or an ordered choice to a neighbouring level
+  // (+-k levels, k = max(1, round(|N(0, 1)| * sigma * levels)), reflected at the ends); an
+  // unordered choice to a different value uniformly. Then repair().
   void mutate(std::vector<double>& u, double rate, double sigma, Rng& rng, bool at_least_one) const;
 
  private:

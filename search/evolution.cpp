@@ -21,7 +21,7 @@ std::vector<SettingDecl> evolution_settings() {
       {"population", SettingType::kInt, 20, 2, 1000000, {}, "population size P"},
       {"sample_size", SettingType::kInt, 5, 1, 1000000, {}, "tournament sample size S (at most P)"},
       {"mutation_rate", SettingType::kFloat, nullptr, 0.0, 1.0, {}, "per-parameter mutation probability (default 1/d)"},
-      {"mutation_sigma", SettingType::kFloat, 0.15, 1e-6, 1.0, {}, "Gaussian step for numbers, in unit space"},
+      {"mutation_sigma", SettingType::kFloat, 0.15, 1e-6, 1.0, {}, "Gaussian step for numbers, in unit space (levels: sigma x levels, at least 1)"},
       {"init", SettingType::kString, "lhs", -kInf, kInf, {"uniform", "sobol", "lhs"}, "initial design"},
   };
 }

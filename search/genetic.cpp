@@ -27,7 +27,7 @@ std::vector<SettingDecl> genetic_settings() {
       {"crossover", SettingType::kString, "uniform", -kInf, kInf, {"uniform", "one_point"}, "crossover operator"},
       {"crossover_rate", SettingType::kFloat, 0.9, 0.0, 1.0, {}, "probability that a child is a crossover"},
       {"mutation_rate", SettingType::kFloat, nullptr, 0.0, 1.0, {}, "per-parameter mutation probability (default 1/d)"},
-      {"mutation_sigma", SettingType::kFloat, 0.1, 1e-6, 1.0, {}, "Gaussian step for numbers, in unit space"},
+      {"mutation_sigma", SettingType::kFloat, 0.1, 1e-6, 1.0, {}, "Gaussian step for numbers, in unit space (levels: sigma x levels, at least 1)"},
       {"elitism", SettingType::kInt, 1, 0, 1000000, {}, "best members carried unchanged into the next generation"},
       {"islands", SettingType::kInt, 1, 1, 1000, {}, "number of islands (demes)"},
       {"migration_interval", SettingType::kInt, 5, 0, 1000000, {}, "generations between migrations (0: never)"},

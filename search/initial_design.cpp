@@ -13,6 +13,12 @@ bool parse_design_kind(const std::string& name, DesignKind& out) {
   return true;
 }
 
+int64_t startup_trials(int64_t budget, int64_t dims) {
+  const int64_t base = std::clamp<int64_t>((dims + 1) / 2, 5, 10);
+  if (budget <= 0) return base;
+  return std::min(base, std::max<int64_t>(2, budget / 4));
+}
+
 InitialDesign::InitialDesign(const Space& space, DesignKind kind, uint64_t seed, int64_t block)
     : space_(&space), kind_(kind), seed_(seed), block_(std::max<int64_t>(1, block)) {
   if (kind_ == DesignKind::kSobol) sobol_ = std::make_unique<SobolSequence>(space.size(), derive_seed(seed, 0x5B));

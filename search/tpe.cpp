@@ -4,7 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <map>
 #include <numeric>
+#include <set>
+#include <string>
 
 #include "search/encoding.h"
 #include "search/initial_design.h"
@@ -20,11 +23,14 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274178;
 }  // namespace
 
 std::vector<SettingDecl> tpe_settings() {
+  SettingDecl n_startup{"n_startup", SettingType::kInt, nullptr, 0, 1000000, {}, "random suggestions until this many trials finished"};
+  n_startup.default_note = "min(clamp(ceil(d / 2), 5, 10), max(2, max_trials / 4)), d the searched parameters";
   return {
-      {"n_startup", SettingType::kInt, 10, 0, 1000000, {}, "random suggestions until this many trials finished"},
+      n_startup,
       {"init", SettingType::kString, "uniform", -kInf, kInf, {"uniform", "sobol", "lhs"}, "startup design"},
       {"n_ei_candidates", SettingType::kInt, 24, 1, 100000, {}, "samples from l(x) per suggestion"},
-      {"multivariate", SettingType::kBool, false, -kInf, kInf, {}, "joint estimator over unconditional parameters"},
+      {"multivariate", SettingType::kBool, true, -kInf, kInf, {}, "joint estimator over parameters that occur together"},
+      {"group", SettingType::kBool, true, -kInf, kInf, {}, "with multivariate, conditional parameters jointly per condition"},
       {"constant_liar", SettingType::kBool, true, -kInf, kInf, {}, "running trials count as the worst"},
       {"gamma", SettingType::kFloat, 0.1, 0.001, 1.0, {}, "fraction of trials in the good group"},
       {"gamma_max", SettingType::kInt, 25, 1, 1000000, {}, "cap on the good group"},
@@ -40,6 +46,7 @@ struct TpeConfig {
   DesignKind init;
   int64_t n_ei_candidates;
   bool multivariate;
+  bool group;
   bool constant_liar;
   double gamma;
   int64_t gamma_max;
@@ -71,23 +78,37 @@ double log_sum_exp(const double* v, std::size_t n) {
 
 double phi_cdf(double z) { return 0.5 * std::erfc(-z / std::numbers::sqrt2); }
 
-// A mixture of truncated Gaussians on [0, 1].
+// A mixture of truncated Gaussians on [0, 1] (the weights live in the Mixture that holds it).
 struct Numeric1D {
-  std::vector<double> mu, sigma, log_w, log_norm;  // log_norm: log(sigma * sqrt(2pi) * mass in [0, 1])
+  std::vector<double> mu, sigma;
+  std::vector<double> log_mass;  // log of each kernel's mass in [0, 1]
+  std::vector<std::vector<double>> level_log_prob;  // discrete, few levels: [level][kernel]
 
   void finish() {
-    log_norm.resize(mu.size());
+    log_mass.resize(mu.size());
     for (std::size_t k = 0; k < mu.size(); ++k) {
       // Far from both ends the truncation removes less than 1e-15 of the mass.
       const bool inside = mu[k] > 8 * sigma[k] && 1 - mu[k] > 8 * sigma[k];
       const double mass = inside ? 1.0 : phi_cdf((1 - mu[k]) / sigma[k]) - phi_cdf(-mu[k] / sigma[k]);
-      log_norm[k] = std::log(sigma[k]) + kLogSqrt2Pi + std::log(std::max(mass, 1e-300));
+      log_mass[k] = std::log(std::max(mass, 1e-300));
     }
   }
-  // Per-kernel log density (without weights) at x.
+  // Kernel k's log density at x (a continuous parameter).
   double kernel_log_pdf(std::size_t k, double x) const {
     const double z = (x - mu[k]) / sigma[k];
-    return -0.5 * z * z - log_norm[k];
+    return -0.5 * z * z - std::log(sigma[k]) - kLogSqrt2Pi - log_mass[k];
+  }
+  // Kernel k's log probability of [a, b] (a level of a discrete parameter), as Optuna's discrete
+  // truncated normal: the mass of the level's interval over the mass of [0, 1].
+  double kernel_log_prob(std::size_t k, double a, double b) const {
+    const double za = (a - mu[k]) / sigma[k], zb = (b - mu[k]) / sigma[k];
+    // The difference of the tails on the side away from the mean keeps its precision.
+    const double mass = za > 0 ? 0.5 * (std::erfc(za / std::numbers::sqrt2) - std::erfc(zb / std::numbers::sqrt2))
+                               : 0.5 * (std::erfc(-zb / std::numbers::sqrt2) - std::erfc(-za / std::numbers::sqrt2));
+    if (mass > 1e-280) return std::log(mass) - log_mass[k];
+    // Deep in a tail: the density at the nearer end times the width bounds it well enough.
+    const double z = za > 0 ? za : -zb;
+    return -0.5 * z * z - std::log(sigma[k]) - kLogSqrt2Pi + std::log(std::max(b - a, 1e-300)) - log_mass[k];
   }
   double sample_kernel(std::size_t k, Rng& rng) const {
     for (int i = 0; i < 64; ++i) {
@@ -99,7 +120,7 @@ struct Numeric1D {
 };
 
 struct Categorical1D {
-  std::vector<double> log_w;                // per kernel
+  std::vector<double> log_w;                // per kernel (the univariate estimator's own weights)
   std::vector<std::vector<double>> log_p;   // [kernel][choice]
 };
 
@@ -116,13 +137,37 @@ std::size_t pick(const std::vector<double>& log_w, Rng& rng) {
   return log_w.size() - 1;
 }
 
+// How TPE treats a parameter: a continuous density, a discrete one (ints and ordered choices: a
+// level's probability is the mass of its interval), or a histogram (unordered choices).
+enum class Kind { kContinuous, kDiscrete, kCategorical, kFixed };
+
+// A Parzen estimator over the parameters of one group: product kernels with shared weights.
+struct Mixture {
+  std::vector<double> log_w;         // per kernel, normalized
+  std::vector<Numeric1D> num;        // per dim of the group (numeric dims)
+  std::vector<Categorical1D> cat;    // per dim of the group (categorical dims)
+};
+
+// A group of parameters sampled together: the unconditional ones, or the ones sharing a
+// condition (multivariate), or one parameter (univariate).
+struct Group {
+  std::vector<std::size_t> dims;
+  bool joint = false;  // Scott-like bandwidth over the group; else the univariate neighbour rule
+};
+
 class Tpe final : public SearcherBase {
  public:
   Tpe(const SearchSpec& spec, const TpeConfig& cfg)
       : SearcherBase(spec), cfg_(cfg), enc_(space()), design_(space(), cfg.init, spec.seed, std::max<int64_t>(cfg.n_startup, 1)) {
     data_ = warm_start_points(space(), enc_, this->spec());
-    for (std::size_t i = 0; i < enc_.dims(); ++i)
-      if (!enc_.spec(i).when && enc_.spec(i).type != ParamType::kFixed) joint_.push_back(i);
+    for (std::size_t i = 0; i < enc_.dims(); ++i) {
+      const auto& p = enc_.spec(i);
+      kind_.push_back(p.type == ParamType::kFixed                           ? Kind::kFixed
+                      : p.type == ParamType::kFloat                         ? Kind::kContinuous
+                      : p.type == ParamType::kInt || p.ordered              ? Kind::kDiscrete
+                                                                            : Kind::kCategorical);
+    }
+    make_groups();
   }
 
   std::string name() const override { return "tpe"; }
@@ -141,8 +186,46 @@ class Tpe final : public SearcherBase {
     return out;
   }
 
+  std::vector<std::string> notes() const override { return {startup_note()}; }
+
  private:
   void on_tell(const Observation& obs) override { data_.push_back(make_data_point(enc_, obs, objectives())); }
+
+  // "startup: 10 trials of 16; model from trial 11": the trials before the model is first used
+  // when trials run one at a time (the warm-start trials count towards n_startup).
+  std::string startup_note() const {
+    const int64_t warm = finished_usable();
+    const int64_t first_model = std::max<int64_t>(std::max<int64_t>(cfg_.n_startup, 2) - warm, 0) + 1;
+    const int64_t budget = spec().max_trials;
+    std::string line = "startup: " + std::to_string(first_model - 1) + " trials";
+    if (budget > 0) line += " of " + std::to_string(budget);
+    if (warm > 0) line += " (after " + std::to_string(warm) + " warm-start trials)";
+    if (budget > 0 && first_model > budget)
+      return line + "; the model is never used (lower search.settings.n_startup or raise search.max_trials)";
+    return line + "; model from trial " + std::to_string(first_model);
+  }
+
+  void make_groups() {
+    std::map<std::string, std::size_t> by_condition;
+    for (std::size_t i = 0; i < enc_.dims(); ++i) {
+      if (kind_[i] == Kind::kFixed) continue;
+      const auto& when = enc_.spec(i).when;
+      if (!cfg_.multivariate || (when && !cfg_.group)) {
+        groups_.push_back({{i}, false});
+        continue;
+      }
+      std::string key;
+      if (when) {
+        key = when->parent;
+        for (const auto& v : when->values) key.append("\n").append(v.dump());
+      }
+      auto [it, fresh] = by_condition.emplace(key, groups_.size());
+      if (fresh) groups_.push_back({{}, true});
+      groups_[it->second].dims.push_back(i);
+    }
+    // Parents first: a group's parent is in a group that starts before it.
+    std::stable_sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) { return a.dims[0] < b.dims[0]; });
+  }
 
   int64_t finished_usable() const {
     int64_t k = 0;
@@ -194,13 +277,51 @@ class Tpe final : public SearcherBase {
       for (const auto& [seq, params] : pending()) above.push_back(enc_.encode(params));
   }
 
-  // Univariate estimator of numeric parameter i from the points where it is active.
-  Numeric1D numeric_estimator(const std::vector<double>& xs, const std::vector<double>& w) const {
+  // --- discrete parameters: levels and their intervals in unit space --------------------------
+  std::size_t levels(std::size_t i) const {
+    const auto& p = enc_.spec(i);
+    return p.type == ParamType::kChoice ? p.choices.size() : static_cast<std::size_t>(Space::int_levels(p));
+  }
+  std::size_t level_of(std::size_t i, double u) const {
+    const auto& p = enc_.spec(i);
+    if (p.type == ParamType::kChoice) return Encoder::choice_of(u, p.choices.size());
+    if (!p.log) return Encoder::choice_of(u, levels(i));  // the same floor(u n) as Space::from_unit
+    return static_cast<std::size_t>((Space::from_unit(p, u).get<int64_t>() - static_cast<int64_t>(p.low)) / p.step);
+  }
+  double level_centre(std::size_t i, std::size_t idx) const {
+    const auto& p = enc_.spec(i);
+    if (p.type == ParamType::kChoice) return Encoder::unit_of_choice(idx, p.choices.size());
+    return Space::to_unit(p, static_cast<int64_t>(p.low) + static_cast<int64_t>(idx) * p.step);
+  }
+  // The unit interval that decodes to level idx: [idx/n, (idx+1)/n] for choices and linear ints
+  // (level v covers [v - step/2, v + step/2], as Optuna's int distributions), the same in log
+  // space for log-scaled ints (Space's log range runs from low - step/2 to high + step/2).
+  void level_bounds(std::size_t i, std::size_t idx, double& a, double& b) const {
+    const auto& p = enc_.spec(i);
+    const std::size_t n = levels(i);
+    if (p.type == ParamType::kChoice || !p.log) {
+      a = static_cast<double>(idx) / static_cast<double>(n);
+      b = static_cast<double>(idx + 1) / static_cast<double>(n);
+      return;
+    }
+    const double half = 0.5 * static_cast<double>(p.step);
+    const double last = p.low + static_cast<double>(n - 1) * static_cast<double>(p.step);
+    const double lo = p.low - half > 0 ? p.low - half : 0.5 * p.low, hi = last + half;
+    auto unit = [&](double x) { return std::clamp((std::log(x) - std::log(lo)) / (std::log(hi) - std::log(lo)), 0.0, 1.0); };
+    const double v = p.low + static_cast<double>(idx) * static_cast<double>(p.step);
+    a = idx == 0 ? 0.0 : unit(v - half);
+    b = idx + 1 == n ? 1.0 : unit(v + half);
+  }
+
+  // Univariate estimator of a numeric parameter from the points where it is active: kernels at
+  // the observations with bandwidths from the neighbours, plus the prior. Writes the weights.
+  Numeric1D numeric_estimator(const std::vector<double>& xs, const std::vector<double>& w, double prior_weight,
+                              std::vector<double>& log_w) const {
     Numeric1D e;
     const std::size_t n = xs.size();
     const double prior_mu = 0.5;
     std::vector<double> mus = xs;
-    if (cfg_.prior_weight > 0) mus.push_back(prior_mu);
+    if (prior_weight > 0) mus.push_back(prior_mu);
     std::vector<std::size_t> order(mus.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return mus[a] < mus[b]; });
@@ -218,214 +339,258 @@ class Tpe final : public SearcherBase {
     std::vector<double> sig(mus.size());
     for (std::size_t k = 0; k < order.size(); ++k) sig[order[k]] = sig_sorted[k];
     const double minsigma = cfg_.magic_clip ? 1.0 / std::min(100.0, 1.0 + static_cast<double>(mus.size())) : 1e-12;
-    double wsum = cfg_.prior_weight;
+    double wsum = prior_weight;
     for (double x : w) wsum += x;
+    log_w.clear();
     for (std::size_t k = 0; k < n; ++k) {
       e.mu.push_back(xs[k]);
       e.sigma.push_back(std::clamp(sig[k], minsigma, 1.0));
-      e.log_w.push_back(std::log(w[k] / wsum));
+      log_w.push_back(std::log(w[k] / wsum));
     }
-    if (cfg_.prior_weight > 0) {
+    if (prior_weight > 0) {
       e.mu.push_back(prior_mu);
       e.sigma.push_back(1.0);
-      e.log_w.push_back(std::log(cfg_.prior_weight / wsum));
+      log_w.push_back(std::log(prior_weight / wsum));
     }
     e.finish();
     return e;
   }
 
-  Categorical1D categorical_estimator(const std::vector<std::size_t>& idx, const std::vector<double>& w, std::size_t k) const {
+  // Optuna's categorical kernels: observation j puts weight 1 on its own choice and
+  // prior_weight / n_kernels on every choice (then normalized); the prior kernel is uniform.
+  Categorical1D categorical_estimator(const std::vector<std::size_t>& idx, const std::vector<double>& w, std::size_t k,
+                                      double prior_weight) const {
     Categorical1D c;
-    const std::size_t n_kernels = idx.size() + (cfg_.prior_weight > 0 ? 1 : 0);
-    double wsum = cfg_.prior_weight;
+    const std::size_t n_kernels = idx.size() + (prior_weight > 0 ? 1 : 0);
+    double wsum = prior_weight;
     for (double x : w) wsum += x;
     for (std::size_t j = 0; j < idx.size(); ++j) {
-      std::vector<double> p(k, cfg_.prior_weight / static_cast<double>(n_kernels));
+      std::vector<double> p(k, prior_weight / static_cast<double>(n_kernels));
       p[idx[j]] += 1.0;
       const double s = std::accumulate(p.begin(), p.end(), 0.0);
       for (auto& x : p) x = std::log(x / s);
       c.log_p.push_back(std::move(p));
       c.log_w.push_back(std::log(w[j] / wsum));
     }
-    if (cfg_.prior_weight > 0 || idx.empty()) {
+    if (prior_weight > 0) {
       c.log_p.emplace_back(k, -std::log(static_cast<double>(k)));
-      c.log_w.push_back(std::log(std::max(cfg_.prior_weight, 1e-300) / std::max(wsum, 1e-300)));
+      c.log_w.push_back(std::log(prior_weight / wsum));
     }
     return c;
   }
 
-  // One parameter, univariately: sample from l, keep the best log l - log g. Writes u[i].
-  void suggest_univariate(std::size_t i, const std::vector<std::vector<double>>& below,
-                          const std::vector<std::vector<double>>& above, std::vector<double>& u, Rng& rng) const {
-    auto gather = [&](const std::vector<std::vector<double>>& pts, std::vector<double>& xs, std::vector<double>& w) {
-      const std::vector<double>& all_w = &pts == &below ? below_w_ : above_w_;
-      for (std::size_t j = 0; j < pts.size(); ++j)
-        if (!std::isnan(pts[j][i])) {
-          xs.push_back(pts[j][i]);
-          w.push_back(all_w[j]);
-        }
-    };
-    std::vector<double> xb, wb, xa, wa;
-    gather(below, xb, wb);
-    gather(above, xa, wa);
-    const auto nc = static_cast<std::size_t>(cfg_.n_ei_candidates);
-    if (enc_.is_categorical(i)) {
-      const std::size_t k = enc_.num_choices(i);
-      std::vector<std::size_t> ib, ia;
-      for (double x : xb) ib.push_back(Encoder::choice_of(x, k));
-      for (double x : xa) ia.push_back(Encoder::choice_of(x, k));
-      const Categorical1D l = categorical_estimator(ib, wb, k), g = categorical_estimator(ia, wa, k);
-      auto logpdf = [&](const Categorical1D& e, std::size_t c) {
-        std::vector<double> t(e.log_w.size());
-        for (std::size_t j = 0; j < t.size(); ++j) t[j] = e.log_w[j] + e.log_p[j][c];
-        return log_sum_exp(t.data(), t.size());
-      };
-      // Score every choice once; sample candidates from l.
-      std::vector<double> score(k);
-      for (std::size_t c = 0; c < k; ++c) score[c] = logpdf(l, c) - logpdf(g, c);
-      std::size_t best = 0;
-      double best_s = -kInf;
-      for (std::size_t s = 0; s < nc; ++s) {
-        const std::size_t kern = pick(l.log_w, rng);
-        const std::size_t c = pick(l.log_p[kern], rng);
-        if (score[c] > best_s) {
-          best_s = score[c];
-          best = c;
-        }
-      }
-      u[i] = Encoder::unit_of_choice(best, k);
-      return;
+  // The estimator of one group from the points where it is active (the group's parameters are
+  // active together), oldest first.
+  Mixture build(const Group& grp, const std::vector<std::vector<double>>& all) const {
+    std::vector<const std::vector<double>*> pts;
+    for (const auto& p : all) {
+      bool ok = true;
+      for (std::size_t i : grp.dims) ok = ok && !std::isnan(p[i]);
+      if (ok) pts.push_back(&p);
     }
-    const Numeric1D l = numeric_estimator(xb, wb), g = numeric_estimator(xa, wa);
-    std::vector<double> tmp(std::max(l.mu.size(), g.mu.size()));
-    auto logpdf = [&](const Numeric1D& e, double x) {
-      for (std::size_t k = 0; k < e.mu.size(); ++k) tmp[k] = e.log_w[k] + e.kernel_log_pdf(k, x);
-      return log_sum_exp(tmp.data(), e.mu.size());
-    };
-    double best_x = 0.5, best_s = -kInf;
-    for (std::size_t s = 0; s < nc; ++s) {
-      double x = l.sample_kernel(pick(l.log_w, rng), rng);
-      // Score ints at the value they stand for.
-      if (enc_.spec(i).type == ParamType::kInt) x = Space::to_unit(enc_.spec(i), Space::from_unit(enc_.spec(i), x));
-      const double sc = logpdf(l, x) - logpdf(g, x);
-      if (sc > best_s) {
-        best_s = sc;
-        best_x = x;
+    const std::vector<double> w = default_weights(pts.size());
+    // Without observations the prior alone, whatever its configured weight.
+    const double pw = pts.empty() ? std::max(cfg_.prior_weight, 1.0) : cfg_.prior_weight;
+    Mixture m;
+    const std::size_t dg = grp.dims.size();
+    m.num.resize(dg);
+    m.cat.resize(dg);
+    if (!grp.joint) {
+      const std::size_t i = grp.dims[0];
+      if (kind_[i] == Kind::kCategorical) {
+        const std::size_t k = enc_.num_choices(i);
+        std::vector<std::size_t> idx;
+        for (const auto* p : pts) idx.push_back(Encoder::choice_of((*p)[i], k));
+        m.cat[0] = categorical_estimator(idx, w, k, pw);
+        m.log_w = m.cat[0].log_w;
+      } else {
+        std::vector<double> xs;
+        for (const auto* p : pts) xs.push_back((*p)[i]);
+        m.num[0] = numeric_estimator(xs, w, pw, m.log_w);
+        tabulate_levels(i, m.num[0]);
+      }
+      return m;
+    }
+    double wsum = pw;
+    for (double x : w) wsum += x;
+    for (double x : w) m.log_w.push_back(std::log(x / wsum));
+    if (pw > 0) m.log_w.push_back(std::log(pw / wsum));
+    const double n = static_cast<double>(pts.size() + (pw > 0 ? 1 : 0));
+    const double bw = 0.2 * std::pow(std::max(n, 1.0), -1.0 / (static_cast<double>(dg) + 4.0));
+    const double minsigma = cfg_.magic_clip ? 1.0 / std::min(100.0, 1.0 + n) : 1e-12;
+    for (std::size_t t = 0; t < dg; ++t) {
+      const std::size_t i = grp.dims[t];
+      if (kind_[i] == Kind::kCategorical) {
+        const std::size_t k = enc_.num_choices(i);
+        std::vector<std::size_t> idx;
+        for (const auto* p : pts) idx.push_back(Encoder::choice_of((*p)[i], k));
+        m.cat[t] = categorical_estimator(idx, w, k, pw);
+      } else {
+        Numeric1D& e = m.num[t];
+        for (const auto* p : pts) {
+          e.mu.push_back((*p)[i]);
+          e.sigma.push_back(std::clamp(bw, minsigma, 1.0));
+        }
+        if (pw > 0) {
+          e.mu.push_back(0.5);
+          e.sigma.push_back(1.0);
+        }
+        e.finish();
+        tabulate_levels(i, e);
       }
     }
-    u[i] = best_x;
+    return m;
   }
 
-  // The unconditional parameters jointly (product kernels).
-  void suggest_joint(const std::vector<std::vector<double>>& below, const std::vector<std::vector<double>>& above,
-                     std::vector<double>& u, Rng& rng) const {
-    const std::size_t dj = joint_.size();
-    struct Joint {
-      std::vector<double> log_w;
-      std::vector<Numeric1D> num;       // per joint dim (numeric dims only used)
-      std::vector<Categorical1D> cat;   // per joint dim (categorical only used)
-    };
-    auto build = [&](const std::vector<std::vector<double>>& pts) {
-      Joint j;
-      const std::vector<double> w = default_weights(pts.size());
-      double wsum = cfg_.prior_weight;
-      for (double x : w) wsum += x;
-      for (double x : w) j.log_w.push_back(std::log(x / wsum));
-      if (cfg_.prior_weight > 0) j.log_w.push_back(std::log(cfg_.prior_weight / wsum));
-      const double n = static_cast<double>(pts.size() + (cfg_.prior_weight > 0 ? 1 : 0));
-      const double bw = 0.2 * std::pow(std::max(n, 1.0), -1.0 / (static_cast<double>(dj) + 4.0));
-      const double minsigma = cfg_.magic_clip ? 1.0 / std::min(100.0, 1.0 + n) : 1e-12;
-      j.num.resize(dj);
-      j.cat.resize(dj);
-      for (std::size_t t = 0; t < dj; ++t) {
-        const std::size_t i = joint_[t];
-        if (enc_.is_categorical(i)) {
-          const std::size_t k = enc_.num_choices(i);
-          std::vector<std::size_t> idx;
-          for (const auto& p : pts) idx.push_back(Encoder::choice_of(p[i], k));
-          j.cat[t] = categorical_estimator(idx, w, k);
-        } else {
-          Numeric1D& e = j.num[t];
-          for (const auto& p : pts) {
-            e.mu.push_back(std::isnan(p[i]) ? 0.5 : p[i]);
-            e.sigma.push_back(std::clamp(bw, minsigma, 1.0));
-          }
-          if (cfg_.prior_weight > 0) {
-            e.mu.push_back(0.5);
-            e.sigma.push_back(1.0);
-          }
-          e.log_w.assign(e.mu.size(), 0.0);
-          e.finish();
-        }
-      }
-      return j;
-    };
-    const Joint l = build(below), g = build(above);
-    auto logpdf = [&](const Joint& e, const std::vector<double>& x) {
-      std::vector<double> t(e.log_w);
-      for (std::size_t d = 0; d < dj; ++d) {
-        const std::size_t i = joint_[d];
-        if (enc_.is_categorical(i)) {
+  // The probability of every level under every kernel, once per model, where there are few
+  // levels (most discrete parameters): the candidates then look them up.
+  void tabulate_levels(std::size_t i, Numeric1D& e) const {
+    if (kind_[i] != Kind::kDiscrete || levels(i) > 64) return;
+    e.level_log_prob.assign(levels(i), std::vector<double>(e.mu.size()));
+    for (std::size_t v = 0; v < levels(i); ++v) {
+      double a, b;
+      level_bounds(i, v, a, b);
+      for (std::size_t k = 0; k < e.mu.size(); ++k) e.level_log_prob[v][k] = e.kernel_log_prob(k, a, b);
+    }
+  }
+
+  // Log of the estimator at x (the group's coordinates, levels at their centres).
+  double log_pdf(const Group& grp, const Mixture& m, const std::vector<double>& x, std::vector<double>& t) const {
+    t = m.log_w;
+    for (std::size_t d = 0; d < grp.dims.size(); ++d) {
+      const std::size_t i = grp.dims[d];
+      switch (kind_[i]) {
+        case Kind::kCategorical: {
           const std::size_t c = Encoder::choice_of(x[d], enc_.num_choices(i));
-          for (std::size_t k = 0; k < t.size(); ++k) t[k] += e.cat[d].log_p[k][c];
-        } else {
-          for (std::size_t k = 0; k < t.size(); ++k) t[k] += e.num[d].kernel_log_pdf(k, x[d]);
+          for (std::size_t k = 0; k < t.size(); ++k) t[k] += m.cat[d].log_p[k][c];
+          break;
         }
-      }
-      return log_sum_exp(t.data(), t.size());
-    };
-    std::vector<double> best;
-    double best_s = -kInf;
-    for (int64_t s = 0; s < cfg_.n_ei_candidates; ++s) {
-      const std::size_t kern = pick(l.log_w, rng);
-      std::vector<double> x(dj);
-      for (std::size_t d = 0; d < dj; ++d) {
-        const std::size_t i = joint_[d];
-        if (enc_.is_categorical(i)) {
-          const std::size_t k = enc_.num_choices(i);
-          x[d] = Encoder::unit_of_choice(pick(l.cat[d].log_p[kern], rng), k);
-        } else {
-          x[d] = l.num[d].sample_kernel(kern, rng);
-          if (enc_.spec(i).type == ParamType::kInt) x[d] = Space::to_unit(enc_.spec(i), Space::from_unit(enc_.spec(i), x[d]));
+        case Kind::kDiscrete: {
+          const std::size_t v = level_of(i, x[d]);
+          if (!m.num[d].level_log_prob.empty()) {
+            const std::vector<double>& lp = m.num[d].level_log_prob[v];
+            for (std::size_t k = 0; k < t.size(); ++k) t[k] += lp[k];
+            break;
+          }
+          double a, b;
+          level_bounds(i, v, a, b);
+          for (std::size_t k = 0; k < t.size(); ++k) t[k] += m.num[d].kernel_log_prob(k, a, b);
+          break;
         }
-      }
-      const double sc = logpdf(l, x) - logpdf(g, x);
-      if (sc > best_s) {
-        best_s = sc;
-        best = x;
+        default:
+          for (std::size_t k = 0; k < t.size(); ++k) t[k] += m.num[d].kernel_log_pdf(k, x[d]);
       }
     }
-    for (std::size_t d = 0; d < dj; ++d) u[joint_[d]] = best[d];
+    return log_sum_exp(t.data(), t.size());
+  }
+
+  // One draw from the estimator: a kernel, then each coordinate from it (levels snapped).
+  std::vector<double> sample(const Group& grp, const Mixture& m, Rng& rng) const {
+    const std::size_t kern = pick(m.log_w, rng);
+    std::vector<double> x(grp.dims.size());
+    for (std::size_t d = 0; d < grp.dims.size(); ++d) {
+      const std::size_t i = grp.dims[d];
+      if (kind_[i] == Kind::kCategorical) {
+        x[d] = Encoder::unit_of_choice(pick(m.cat[d].log_p[kern], rng), enc_.num_choices(i));
+      } else {
+        x[d] = m.num[d].sample_kernel(kern, rng);
+        if (kind_[i] == Kind::kDiscrete) x[d] = level_centre(i, level_of(i, x[d]));
+      }
+    }
+    return x;
+  }
+
+  struct Models {
+    std::vector<Mixture> l, g;  // per group
+  };
+
+  // A configuration as its canonical coordinates (-1 where inactive): equal for equal
+  // configurations of ints and choices, and cheaper to compare than decoded JSON.
+  std::vector<double> key(std::vector<double> u) const {
+    enc_.canonicalize(u);
+    for (auto& x : u)
+      if (std::isnan(x)) x = -1;
+    return u;
+  }
+  // The configurations already evaluated or running.
+  std::set<std::vector<double>> seen() const {
+    std::set<std::vector<double>> out;
+    for (const auto& p : data_) out.insert(key(p.u));
+    for (const auto& [seq, params] : pending()) out.insert(key(enc_.encode(params)));
+    return out;
   }
 
   std::vector<double> suggest(Rng& rng) const {
     std::vector<std::vector<double>> below, above;
     split(below, above);
-    below_w_ = default_weights(below.size());
-    above_w_ = default_weights(above.size());
-    std::vector<double> u(enc_.dims(), std::nan(""));
-    const bool joint = cfg_.multivariate && !joint_.empty();
-    if (joint) suggest_joint(below, above, u, rng);
-    for (std::size_t i = 0; i < enc_.dims(); ++i) {
-      if (!enc_.active(i, u)) continue;
-      if (enc_.spec(i).type == ParamType::kFixed) {
-        u[i] = 0.5;
-        continue;
-      }
-      if (joint && !enc_.spec(i).when) continue;
-      suggest_univariate(i, below, above, u, rng);
+    Models models;
+    for (const auto& grp : groups_) {
+      models.l.push_back(build(grp, below));
+      models.g.push_back(build(grp, above));
     }
+    std::vector<double> scratch;
+    // Each group in turn (parents first), the best of n_ei_candidates draws from l by log l - log g.
+    std::vector<double> u(enc_.dims(), std::nan(""));
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+      const Group& grp = groups_[gi];
+      fill_fixed(u);  // a fixed parameter may be a parent
+      if (!enc_.active(grp.dims[0], u)) continue;
+      std::vector<double> best;
+      double best_s = -kInf;
+      for (int64_t s = 0; s < cfg_.n_ei_candidates; ++s) {
+        std::vector<double> x = sample(grp, models.l[gi], rng);
+        const double sc = log_pdf(grp, models.l[gi], x, scratch) - log_pdf(grp, models.g[gi], x, scratch);
+        if (sc > best_s) {
+          best_s = sc;
+          best = std::move(x);
+        }
+      }
+      for (std::size_t d = 0; d < grp.dims.size(); ++d) u[grp.dims[d]] = best[d];
+    }
+    fill_fixed(u);
     enc_.repair(u, rng);
+    const std::set<std::vector<double>> done = seen();
+    if (!done.count(key(u))) return u;
+    // Evaluated or running already (the usual end of a small discrete space, where the best of
+    // each group is the same every time): whole configurations drawn from l, ranked by their
+    // summed log l - log g, and the best one not seen yet. All seen: the first choice stands.
+    struct Cand {
+      double score;
+      std::vector<double> u;
+    };
+    std::vector<Cand> cands;
+    for (int64_t c = 0; c < 8 * cfg_.n_ei_candidates; ++c) {
+      std::vector<double> v(enc_.dims(), std::nan(""));
+      double score = 0;
+      for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+        const Group& grp = groups_[gi];
+        fill_fixed(v);
+        if (!enc_.active(grp.dims[0], v)) continue;
+        const std::vector<double> x = sample(grp, models.l[gi], rng);
+        score += log_pdf(grp, models.l[gi], x, scratch) - log_pdf(grp, models.g[gi], x, scratch);
+        for (std::size_t d = 0; d < grp.dims.size(); ++d) v[grp.dims[d]] = x[d];
+      }
+      fill_fixed(v);
+      enc_.repair(v, rng);
+      cands.push_back({score, std::move(v)});
+    }
+    std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.score > b.score; });
+    for (auto& c : cands)
+      if (!done.count(key(c.u))) return std::move(c.u);
     return u;
+  }
+
+  void fill_fixed(std::vector<double>& u) const {
+    for (std::size_t i = 0; i < enc_.dims(); ++i)
+      if (kind_[i] == Kind::kFixed && enc_.active(i, u)) u[i] = 0.5;
   }
 
   TpeConfig cfg_;
   Encoder enc_;
   InitialDesign design_;
   std::vector<DataPoint> data_;
-  std::vector<std::size_t> joint_;
-  // Weights of the current split's groups (scratch for suggest(); ask() is not reentrant).
-  mutable std::vector<double> below_w_, above_w_;
+  std::vector<Kind> kind_;      // per parameter
+  std::vector<Group> groups_;   // parents first
 };
 
 }  // namespace
@@ -433,10 +598,13 @@ class Tpe final : public SearcherBase {
 Result<std::unique_ptr<Searcher>> make_tpe(const SearchSpec& spec) {
   HPCTUNE_ASSIGN(auto s, resolve_settings("tpe", tpe_settings(), spec.settings));
   TpeConfig cfg;
-  cfg.n_startup = s["n_startup"].get<int64_t>();
+  int64_t searched = 0;
+  for (const auto& p : spec.space.params()) searched += p.type == ParamType::kFixed ? 0 : 1;
+  cfg.n_startup = s["n_startup"].is_null() ? startup_trials(spec.max_trials, searched) : s["n_startup"].get<int64_t>();
   (void)parse_design_kind(s["init"].get<std::string>(), cfg.init);
   cfg.n_ei_candidates = s["n_ei_candidates"].get<int64_t>();
   cfg.multivariate = s["multivariate"].get<bool>();
+  cfg.group = s["group"].get<bool>();
   cfg.constant_liar = s["constant_liar"].get<bool>();
   cfg.gamma = s["gamma"].get<double>();
   cfg.gamma_max = s["gamma_max"].get<int64_t>();

@@ -821,8 +821,10 @@ TEST_CASE("model_startup: the random start-up of tpe and bayesian against max_tr
                            "space:\n  a: {type: float, low: 0, high: 1}\n  b: 3\n";
   auto tpe = config::model_startup(parse_ok(head + "search: {algorithm: tpe, max_trials: 8}\n"));
   REQUIRE(tpe);
-  CHECK(tpe->random_trials == 10);
-  CHECK_FALSE(tpe->model_used);
+  CHECK(tpe->random_trials == 2);  // search::startup_trials(8, 1): a quarter of the budget (issue 12)
+  CHECK(tpe->model_used);
+  CHECK(config::model_startup(parse_ok(head + "search: {algorithm: tpe, max_trials: 8, settings: {n_startup: 10}}\n"))
+            ->model_used == false);
   // bayesian: n_initial defaults to clamp(2 * d, 5, 20) over the searched parameters (b is fixed).
   auto bo = config::model_startup(parse_ok(head + "search: {algorithm: bayesian, max_trials: 8}\n"));
   REQUIRE(bo);

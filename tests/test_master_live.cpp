@@ -353,7 +353,8 @@ TEST_CASE("tpe and bayesian say how many trials are random start-up (issue 9, it
                                          "\nspace:\n  value: {type: float, low: 0, high: 1}\ntrainer: {kind: sleep}\n");
   };
   // validate: valid (exit 0), with a warning on stderr when the model would never be used.
-  const std::string never = config("never", "{algorithm: tpe, max_trials: 8}");
+  // (The default start-up is at most a quarter of max_trials: a set n_startup beyond it.)
+  const std::string never = config("never", "{algorithm: tpe, max_trials: 8, settings: {n_startup: 10}}");
   CHECK(run_hpctune({"validate", never}, dir.file("never.log"), 30s).code == 0);
   CHECK(read_file(dir.file("never.log")).find("hpctune validate: warning: tpe: 10 random start-up trials of 8; the "
                                               "model is never used (lower search.settings.n_startup or raise "

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "search/encoding.h"
 #include "search/pareto.h"
 #include "search/searcher.h"
 #include "search/test_functions.h"
@@ -245,5 +246,47 @@ TEST_CASE("aging evolution: the parent is the best of a sample of the youngest m
     CHECK(pop[0] == last5[0].first);
     value[x.seq] = sphere(x.params);
     s->tell({x.seq, x.params, Outcome::kCompleted, {value[x.seq]}, 1});
+  }
+}
+
+TEST_CASE("mutation: an ordinal parameter moves to a neighbouring level, an unordered choice anywhere else") {
+  ParamSpec ord, num, cat;
+  ord.name = "width";
+  ord.type = ParamType::kChoice;
+  ord.choices = {16, 32, 64, 128, 256, 512};
+  ord.ordered = true;
+  num.name = "layers";
+  num.type = ParamType::kInt;
+  num.low = 1;
+  num.high = 6;
+  cat = ord;
+  cat.name = "act";
+  cat.ordered = false;
+  const Space space = Space::create({ord, num, cat}).value();
+  const Encoder enc(space);
+  for (double sigma : {0.1, 0.15}) {  // genetic's and evolution's default mutation_sigma
+    CAPTURE(sigma);
+    Rng rng(7);
+    std::map<int64_t, int> moved[3];  // level after - level before, per parameter
+    const int n = 2000;
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> u = enc.encode({{"width", 64}, {"layers", 3}, {"act", 64}});  // level 2 of each
+      enc.mutate(u, 1.0, sigma, rng, true);
+      const Params p = enc.decode(u);
+      moved[0][Space::choice_index(ord, p["width"])]++;
+      moved[1][p["layers"].get<int64_t>() - 1]++;
+      moved[2][Space::choice_index(cat, p["act"])]++;
+    }
+    for (int j = 0; j < 2; ++j) {
+      CAPTURE(j);
+      CHECK(moved[j].count(2) == 0);                       // never the same level
+      CHECK(moved[j][1] + moved[j][3] >= 0.85 * n);        // a neighbour most of the time
+      CHECK(moved[j][1] >= 0.4 * n);                       // up and down alike
+      CHECK(moved[j][3] >= 0.4 * n);
+      CHECK(moved[j][5] <= 0.02 * n);                      // a jump of 3 levels is rare
+    }
+    // Unordered: a different value, each of the other 5 about equally often.
+    CHECK(moved[2].count(2) == 0);
+    for (int level : {0, 1, 3, 4, 5}) CHECK(moved[2][level] >= 0.15 * n);
   }
 }
