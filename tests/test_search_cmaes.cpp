@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -297,6 +298,47 @@ TEST_CASE("cmaes: suggestions stay inside a mixed space; restore continues exact
     }
     pending = a;
   }
+}
+
+TEST_CASE("cmaes with margin keeps sampling other levels of converged binary dimensions") {
+  // 4 binary ints and a float; the ints matter little, so the float's convergence shrinks sigma
+  // and, without the margin, every sample rounds to one level per int (the distribution
+  // collapses). With it, each int leaves its mean's level with probability >= 1 / (d lambda).
+  std::vector<ParamSpec> specs;
+  for (int i = 0; i < 4; ++i) specs.push_back(param("k" + std::to_string(i), ParamType::kInt, 0, 1));
+  specs.push_back(param("x", ParamType::kFloat, -1, 1));
+  const Space space = Space::create(specs).value();
+  const int target[4] = {1, 0, 0, 1};
+  auto f = [&](const Params& p) {
+    double v = std::pow(p["x"].get<double>() - 0.3, 2);
+    for (int i = 0; i < 4; ++i) v += 0.01 * std::pow(p["k" + std::to_string(i)].get<double>() - target[i], 2);
+    return v;
+  };
+  // In the last 100 of 500 trials: the values other than each int's most frequent one.
+  auto minority = [&](bool margin, uint64_t seed) {
+    auto s = make("cmaes", space, seed, {{"margin", margin}, {"restart", "none"}});
+    std::vector<std::array<int, 2>> count(4, {0, 0});
+    for (int t = 0; t < 500; ++t) {
+      auto sug = s->ask(1).value();
+      REQUIRE(sug.size() == 1);
+      if (t >= 400)
+        for (int i = 0; i < 4; ++i) count[static_cast<std::size_t>(i)][sug[0].params["k" + std::to_string(i)].get<std::size_t>()]++;
+      s->tell({sug[0].seq, sug[0].params, Outcome::kCompleted, {f(sug[0].params)}, 1});
+    }
+    int n = 0;
+    for (const auto& c : count) n += std::min(c[0], c[1]);
+    return n;
+  };
+  int with = 0, without = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    CAPTURE(seed);
+    const int m = minority(true, seed);
+    CHECK(m >= 4);  // about 100 * 4 / (5 * 8) = 10 expected
+    with += m;
+    without += minority(false, seed);
+  }
+  MESSAGE("minority int values in the last 100 trials, 6 seeds: margin " << with << ", no margin " << without);
+  CHECK(without * 3 < with);
 }
 
 TEST_CASE("cmaes refuses several objectives with a config error") {
