@@ -191,7 +191,26 @@ TEST_CASE("cmaes restarts with a doubled population when the values stop changin
   CHECK(s->state()["cmaes"]["restarts"] == 1);
   CHECK(s->state()["cmaes"]["popsize"] == 16);
   CHECK(s->state()["cmaes"]["sigma"].get<double>() == doctest::Approx(1.0 / 6));
-  CHECK(s->ask(100).value().size() == 16);
+  // restore() replays the restart: the same state and the same next generation.
+  std::vector<Record> history;
+  auto replay = make("cmaes", floats(4, 0, 1), 3);
+  {
+    auto fresh = make("cmaes", floats(4, 0, 1), 3);
+    for (int g = 0; g < 2; ++g) {
+      const auto gen = fresh->ask(100).value();
+      for (const auto& x : gen) {
+        const Observation o{x.seq, x.params, Outcome::kCompleted, {2.5}, 1};
+        fresh->tell(o);
+        history.push_back({x, o});
+      }
+    }
+  }
+  replay->restore(history);
+  CHECK(replay->state() == s->state());
+  const auto next = s->ask(100).value(), next_replayed = replay->ask(100).value();
+  REQUIRE(next.size() == 16);
+  REQUIRE(next_replayed.size() == 16);
+  for (std::size_t i = 0; i < next.size(); ++i) CHECK(next[i].params == next_replayed[i].params);
   // Without ipop the population stays.
   auto same = make("cmaes", floats(4, 0, 1), 3, {{"restart", "none"}});
   for (int g = 0; g < 2; ++g) {
@@ -339,6 +358,34 @@ TEST_CASE("cmaes with margin keeps sampling other levels of converged binary dim
   }
   MESSAGE("minority int values in the last 100 trials, 6 seeds: margin " << with << ", no margin " << without);
   CHECK(without * 3 < with);
+}
+
+TEST_CASE("cmaes starts at the best warm-start trial; notes say what is outside the Gaussian") {
+  const Space space = floats(3, -1, 1);
+  SearchSpec spec;
+  spec.algorithm = "cmaes";
+  spec.space = space;
+  spec.objectives = {{"f", false}};
+  spec.seed = 4;
+  for (double v : {0.5, -0.5, 0.0}) {
+    const Params p = {{"x1", v}, {"x2", v}, {"x3", v}};
+    spec.warm_start.push_back({-1, p, Outcome::kCompleted, {std::fabs(v - 0.6)}, 1});
+  }
+  auto s = make_searcher(spec).value();
+  const json mean = s->state()["cmaes"]["mean"];
+  for (int j = 0; j < 3; ++j) CHECK(mean[static_cast<std::size_t>(j)].get<double>() == doctest::Approx(0.75));  // x = 0.5
+  CHECK(s->state()["cmaes"]["popsize"] == 7);  // 4 + floor(3 ln 3)
+
+  spec.space = mixed_space();
+  spec.warm_start.clear();
+  spec.max_trials = 10;
+  const auto notes = make_searcher(spec).value()->notes();
+  std::string all;
+  for (const auto& n : notes) all += n + "\n";
+  CAPTURE(all);
+  CHECK(all.find("a population of 8 per generation over 4 dimensions (lr, layers, units, width)") != std::string::npos);
+  CHECK(all.find("optimizer, momentum (unordered or conditional) are drawn uniformly") != std::string::npos);
+  CHECK(all.find("max_trials 10 allows fewer than 2 generations") != std::string::npos);
 }
 
 TEST_CASE("cmaes refuses several objectives with a config error") {
