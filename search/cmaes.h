@@ -32,9 +32,10 @@
 // exactly the state of the uninterrupted run.
 //
 // Restarts (IPOP, Auger and Hansen 2005): when the search stagnates (two generations whose values
-// are all equal, sigma * max sqrt(C_ii) below 1e-8, or cond(C) above 1e14), the strategy restarts
-// with the population multiplied by inc_popsize, sigma0, C = I, from the best point found so far.
-// With `restart: none` it restarts with the same population.
+// are all equal, sigma * max(sqrt C_ii, |pc_i|) below 1e-8, or cond(C) above 1e14), it restarts
+// with the population multiplied by inc_popsize, sigma0, C = I, from the best point found so far
+// (the `cmaes` package's should_stop() waits 10 + 30 d / lambda generations of flat values: too
+// long for the budgets of hyperparameter search). With `restart: none` the population stays.
 //
 // One objective only: several objectives are a kConfig error ("cmaes optimizes one objective").
 //
