@@ -2,6 +2,7 @@
 #include <functional>
 
 #include "search/bayesian.h"
+#include "search/cmaes.h"
 #include "search/evolution.h"
 #include "search/genetic.h"
 #include "search/grid_search.h"
@@ -27,6 +28,7 @@ const std::vector<Entry>& registry() {
       {"tpe", &tpe_settings, &make_tpe},
       {"genetic", &genetic_settings, &make_genetic},
       {"evolution", &evolution_settings, &make_evolution},
+      {"cmaes", &cmaes_settings, &make_cmaes},
   };
   return entries;
 }

@@ -175,7 +175,8 @@ TEST_CASE("every algorithm: batches with pending trials, tells in any order, res
     auto restored = make(spec_for(algo, 5));
     restored->restore(history);
     auto more = restored->ask(3).value();
-    if (algo != "genetic") CHECK(more.size() == 3);  // genetic may wait for its generation
+    // genetic and cmaes may wait for their generation (cmaes: 8 members here, some still running)
+    if (algo != "genetic" && algo != "cmaes") CHECK(more.size() == 3);
     for (const auto& x : more) {
       CHECK(x.seq > max_seq);
       CHECK(mixed_space().contains(x.params).ok());
@@ -205,6 +206,10 @@ TEST_CASE("every algorithm handles two objectives and reports a Pareto front") {
     CAPTURE(algo);
     auto spec = spec_for(algo, 2);
     spec.objectives = {{"score", true}, {"cost", false}};
+    if (algo == "cmaes") {  // one objective only: a config error, not a silent scalarization
+      CHECK(make_searcher(spec).error().code() == Errc::kConfig);
+      continue;
+    }
     auto s = make(spec);
     std::vector<std::vector<double>> values;
     for (int r = 0; r < 10; ++r) {
