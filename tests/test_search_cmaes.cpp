@@ -324,13 +324,14 @@ TEST_CASE("cmaes with margin keeps sampling other levels of converged binary dim
   // and, without the margin, every sample rounds to one level per int (the distribution
   // collapses). With it, each int leaves its mean's level with probability >= 1 / (d lambda).
   std::vector<ParamSpec> specs;
-  for (int i = 0; i < 4; ++i) specs.push_back(param("k" + std::to_string(i), ParamType::kInt, 0, 1));
+  const std::string kNames[4] = {"k0", "k1", "k2", "k3"};
+  for (std::size_t i = 0; i < 4; ++i) specs.push_back(param(kNames[i], ParamType::kInt, 0, 1));
   specs.push_back(param("x", ParamType::kFloat, -1, 1));
   const Space space = Space::create(specs).value();
   const int target[4] = {1, 0, 0, 1};
   auto f = [&](const Params& p) {
     double v = std::pow(p["x"].get<double>() - 0.3, 2);
-    for (int i = 0; i < 4; ++i) v += 0.01 * std::pow(p["k" + std::to_string(i)].get<double>() - target[i], 2);
+    for (std::size_t i = 0; i < 4; ++i) v += 0.01 * std::pow(p[kNames[i]].get<double>() - target[i], 2);
     return v;
   };
   // In the last 100 of 500 trials: the values other than each int's most frequent one.
@@ -341,7 +342,7 @@ TEST_CASE("cmaes with margin keeps sampling other levels of converged binary dim
       auto sug = s->ask(1).value();
       REQUIRE(sug.size() == 1);
       if (t >= 400)
-        for (int i = 0; i < 4; ++i) count[static_cast<std::size_t>(i)][sug[0].params["k" + std::to_string(i)].get<std::size_t>()]++;
+        for (std::size_t i = 0; i < 4; ++i) count[i][sug[0].params[kNames[i]].get<std::size_t>()]++;
       s->tell({sug[0].seq, sug[0].params, Outcome::kCompleted, {f(sug[0].params)}, 1});
     }
     int n = 0;

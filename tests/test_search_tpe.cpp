@@ -171,7 +171,7 @@ TEST_CASE("tpe: the model does not suggest a configuration already evaluated or 
         // Two at a time: the running one must not be suggested again either.
         auto batch = s->ask(i % 2 == 0 ? 2 : 0).value();
         for (const auto& x : batch) {
-          if (x.meta["source"] == "model") {
+          if (x.meta.value("source", std::string()) == "model") {
             ++model;
             repeats += seen.count(x.params.dump()) ? 1 : 0;
           }
