@@ -63,7 +63,11 @@ double best_of(Searcher& s, int budget, F&& f) {
 
 std::vector<double> xs(const Params& p, int d) {
   std::vector<double> x;
-  for (int i = 1; i <= d; ++i) x.push_back(p["x" + std::to_string(i)].get<double>());
+  for (int i = 1; i <= d; ++i) {
+    std::string name = "x";  // appended, not "x" + ...: GCC 12 warns falsely (-Wrestrict) on that
+    name += std::to_string(i);
+    x.push_back(p[name].get<double>());
+  }
   return x;
 }
 
