@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "search/grid_search.h"
 #include "search/space.h"
 
 using namespace hpctune;
@@ -253,6 +254,8 @@ TEST_CASE("cardinality counts the configurations, conditions per branch; point()
   CHECK_FALSE(cond->point(30));
   CHECK(cond->enumerate(30)->size() == 30);
   CHECK_FALSE(cond->enumerate(29));
+  // The grid search counts the same space the same way.
+  CHECK(grid_size(*cond).value() == 30);
 
   // A float anywhere, even in one branch, makes the space infinite; so does an overflow.
   CHECK_FALSE(conditional_space().cardinality());
