@@ -899,6 +899,7 @@ class Builder {
           return w_.fail(w_.mark_of(path), path, "'" + metric + "' is listed twice");
         }
       c.objectives.push_back({metric, list[i]["mode"] == "max"});
+      c.noisy = c.noisy || list[i].value("noisy", false);
     }
     root_.erase("objective");
     root_["objectives"] = list;
@@ -1445,6 +1446,7 @@ search::SearchSpec CampaignConfig::search_spec() const {
   spec.objectives = objectives;
   spec.seed = seed;
   spec.max_trials = max_trials;
+  spec.noisy = noisy;
   return spec;
 }
 

@@ -92,6 +92,7 @@ struct CampaignConfig {
   std::string storage_access = "owner";  // owner | group | all: who may read what the campaign creates
   uint64_t seed = 0;
   std::vector<search::Objective> objectives;  // one for `objective`, in order for `objectives`
+  bool noisy = false;  // objective.noisy (any objective's): repeated configurations allowed
   search::Space space;
 
   std::string algorithm;

@@ -84,6 +84,11 @@ std::vector<Setting> declarations() {
        .help = "Whether larger (max) or smaller (min) values are better.", .default_value = "max",
        .choices = {"max", "min"},
        .aliases = {"direction", "goal", "order"}},
+      {.path = "objective.noisy", .type = Type::kBool,
+       .help = "The metric varies between runs of the same configuration: a configuration may then be tried again. "
+               "Otherwise no configuration is suggested twice, and a space with fewer points than max_trials ends "
+               "the search once every point was tried.", .default_value = false,
+       .aliases = {"stochastic"}},
       {.path = "objectives", .type = Type::kList,
        .help = "Several metrics optimised together, whose result is a Pareto front; instead of objective. Each item "
                "has the keys of objective:", .aliases = {"metrics"},
@@ -94,6 +99,9 @@ std::vector<Setting> declarations() {
       {.path = "objectives[].mode", .type = Type::kEnum, .help = "max or min.", .default_value = "max",
        .choices = {"max", "min"},
        .aliases = {"direction", "goal", "order"}},
+      {.path = "objectives[].noisy", .type = Type::kBool,
+       .help = "The metric varies between runs of the same configuration (any noisy objective allows repeats).",
+       .default_value = false, .aliases = {"stochastic"}},
 
       // --- space ---
       {.path = "space", .type = Type::kSpace,

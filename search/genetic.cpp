@@ -116,6 +116,8 @@ class Genetic final : public SearcherBase {
       Generation& g = islands_[island].generations[gen_pos];
       Individual& ind = g.children[g.issued++];
       Suggestion s = issue(enc_.decode(ind.u), meta(island, g.index, ind));
+      // A repeat moved by issue(): the genome is what was evaluated, as restore() would see it.
+      if (s.meta.contains("deduplicated")) ind.u = enc_.encode(s.params);
       ind.seq = s.seq;
       where_[s.seq] = {island, gen_pos, g.issued - 1};
       out.push_back(std::move(s));

@@ -68,6 +68,9 @@ struct SearchSpec {
   uint64_t seed = 0;
   int64_t max_trials = 0;  // the budget; grid refuses a grid larger than this
   std::vector<Observation> warm_start;  // trials of an earlier campaign, already filtered to the space
+  // objective.noisy: the same configuration may give another value, so a repeat is worth running;
+  // off (the default), no configuration is suggested twice (SearcherBase::issue).
+  bool noisy = false;
 };
 
 class Searcher {

@@ -5,11 +5,22 @@
 // suggestion is re-issued (on_restore_suggestion), and every finished one is told (on_tell), in
 // seq order. Algorithms that draw suggestion k from Rng(derive_seed(seed, k)) and whose model is a
 // function of the observations therefore continue after a restart exactly as without one.
+//
+// No repeated evaluation (unless SearchSpec::noisy): issue() never hands out a configuration that
+// was issued before (evaluated, running, or a warm-start trial). A repeat is replaced by the
+// nearest configuration not issued yet (one parameter moved to a neighbouring level, then a few
+// parameters, then a uniform draw, then, on a finite space small enough to list, a uniform pick
+// among the points left), drawn from the per-seq RNG and marked "deduplicated": true in its meta.
+// On a finite space exhausted() is true once every point was issued, and make_searcher wraps
+// every searcher so that ask() never asks it for more points than are left.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "search/searcher.h"
@@ -24,6 +35,20 @@ class SearcherBase : public Searcher {
   void tell(const Observation& observation) final;
   void restore(const std::vector<Record>& history) override;
   nlohmann::json state() const override;
+  // True when the space is finite, not noisy, and every point was issued. An algorithm with an end
+  // of its own (grid, genetic's generations) overrides this; make_searcher's wrapper ORs the two.
+  bool exhausted() const override { return space_exhausted(); }
+  // The notes of every algorithm (a space smaller than the budget), then the algorithm's own
+  // (add_notes). Algorithms extend add_notes rather than overriding this.
+  std::vector<std::string> notes() const override;
+
+  // How many configurations have not been issued yet; nullopt when that is unbounded (a float
+  // parameter, a space too large to count, or a noisy objective).
+  std::optional<uint64_t> unissued() const noexcept;
+  bool space_exhausted() const noexcept {
+    const auto left = unissued();
+    return left && *left == 0;
+  }
 
  protected:
   // A finished trial, already recorded in observations().
@@ -32,9 +57,16 @@ class SearcherBase : public Searcher {
   virtual void on_restore_suggestion(const Suggestion& suggestion) { (void)suggestion; }
   // Extra state() keys; default: none.
   virtual void add_state(nlohmann::json& state) const { (void)state; }
+  // Extra notes() lines of the algorithm; default: none.
+  virtual void add_notes(std::vector<std::string>& notes) const { (void)notes; }
 
-  // A new suggestion with the next seq, recorded as pending.
+  // A new suggestion with the next seq, recorded as pending. A configuration issued before is
+  // replaced by the nearest one that was not (see the top of this file) unless the objective is
+  // noisy or no such configuration is left.
   Suggestion issue(Params params, nlohmann::json meta = nlohmann::json::object());
+  // True when `params` was issued before (or is a warm-start trial): algorithms that choose among
+  // candidates (acquisition, TPE's ratio) can prefer the ones that are not.
+  bool issued(const Params& params) const;
 
   const SearchSpec& spec() const noexcept { return spec_; }
   const Space& space() const noexcept { return spec_.space; }
@@ -47,7 +79,13 @@ class SearcherBase : public Searcher {
   Rng rng_for(int64_t seq, uint64_t salt = 0) const noexcept;
 
  private:
+  void remember(const Params& params);
+  // A configuration not issued yet, as near `params` as the search finds; nullopt when none is left.
+  std::optional<Params> replacement(const Params& params, int64_t seq) const;
+
   SearchSpec spec_;
+  std::optional<uint64_t> cardinality_;  // Space::cardinality(), once
+  std::unordered_set<std::string> issued_;  // Space::config_key of every issued point in the space
   int64_t next_seq_ = 0;
   std::map<int64_t, Params> pending_;
   std::set<int64_t> told_;

@@ -1,4 +1,5 @@
 // The one place that knows every search algorithm by name.
+#include <algorithm>
 #include <functional>
 
 #include "search/bayesian.h"
@@ -9,10 +10,38 @@
 #include "search/random_search.h"
 #include "search/tpe.h"
 #include "search/searcher.h"
+#include "search/searcher_base.h"
 
 namespace hpctune::search {
 
 namespace {
+
+// Every algorithm as built by make_searcher: on a finite space it is never asked for more
+// suggestions than there are points left (SearcherBase::unissued), so that issue() always finds a
+// configuration not evaluated yet, and it is exhausted once every point was issued, whatever the
+// algorithm would do next. Algorithms override ask(), so this cannot live in SearcherBase.
+class FiniteSpaceGuard final : public Searcher {
+ public:
+  explicit FiniteSpaceGuard(std::unique_ptr<Searcher> inner)
+      : inner_(std::move(inner)), base_(dynamic_cast<const SearcherBase*>(inner_.get())) {}
+  std::string name() const override { return inner_->name(); }
+  Result<std::vector<Suggestion>> ask(std::size_t n) override {
+    if (base_) {
+      if (const auto left = base_->unissued()) n = static_cast<std::size_t>(std::min<uint64_t>(n, *left));
+    }
+    if (n == 0) return std::vector<Suggestion>{};
+    return inner_->ask(n);
+  }
+  void tell(const Observation& observation) override { inner_->tell(observation); }
+  bool exhausted() const override { return inner_->exhausted() || (base_ && base_->space_exhausted()); }
+  void restore(const std::vector<Record>& history) override { inner_->restore(history); }
+  nlohmann::json state() const override { return inner_->state(); }
+  std::vector<std::string> notes() const override { return inner_->notes(); }
+
+ private:
+  std::unique_ptr<Searcher> inner_;
+  const SearcherBase* base_;
+};
 
 struct Entry {
   const char* name;
@@ -68,7 +97,7 @@ Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec) {
         return err(Errc::kConfig, "objectives: the metric '" + spec.objectives[i].metric + "' is listed twice");
   auto made = e->make(spec);
   if (!made.ok()) return std::move(made).error().with_context("while setting up the '" + spec.algorithm + "' search");
-  return made;
+  return std::unique_ptr<Searcher>(std::make_unique<FiniteSpaceGuard>(std::move(made).value()));
 }
 
 }  // namespace hpctune::search

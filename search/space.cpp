@@ -324,4 +324,159 @@ void Space::repair(Params& params, Rng& rng) const {
   params = std::move(out);
 }
 
+
+// --- the finite space --------------------------------------------------------------------------
+namespace {
+
+using Count = std::optional<uint64_t>;  // nullopt: infinite (a float) or more than 64 bits hold
+
+Count mul(Count a, Count b) {
+  if (!a || !b) return std::nullopt;
+  if (*a != 0 && *b > UINT64_MAX / *a) return std::nullopt;
+  return *a * *b;
+}
+Count add(Count a, Count b) {
+  if (!a || !b) return std::nullopt;
+  if (*b > UINT64_MAX - *a) return std::nullopt;
+  return *a + *b;
+}
+
+// The number of values a parameter takes; nullopt for a float.
+Count levels(const ParamSpec& p) {
+  switch (p.type) {
+    case ParamType::kFloat: return std::nullopt;
+    case ParamType::kInt: return static_cast<uint64_t>(Space::int_levels(p));
+    case ParamType::kChoice: return static_cast<uint64_t>(p.choices.size());
+    case ParamType::kFixed: return 1;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json level_value(const ParamSpec& p, uint64_t i) {
+  switch (p.type) {
+    case ParamType::kInt: return static_cast<int64_t>(p.low) + static_cast<int64_t>(i) * p.step;
+    case ParamType::kChoice: return p.choices[static_cast<std::size_t>(i)];
+    default: return p.value;
+  }
+}
+
+// A parent with more values than this is not walked value by value (an int over a huge range that
+// another parameter depends on): the space then counts as too large to count.
+constexpr uint64_t kMaxParentLevels = 100'000;
+
+// Walks the space as the grid search does (grid_search.cpp): parameters nobody depends on just
+// multiply; at the first active parent the count is the sum over its values of the rest, given
+// that value (which decides which later parameters exist).
+struct Walker {
+  const std::vector<ParamSpec>& params;
+  std::vector<bool> is_parent;
+
+  explicit Walker(const Space& space) : params(space.params()), is_parent(space.size(), false) {
+    for (const auto& p : params)
+      if (p.when) is_parent[static_cast<std::size_t>(space.index_of(p.when->parent))] = true;
+  }
+
+  Count count_from(std::size_t i, Params& partial) const {
+    Count mult = 1;
+    for (; i < params.size(); ++i) {
+      if (!Space::active(params[i], partial)) continue;
+      const Count n = levels(params[i]);
+      if (!n) return std::nullopt;
+      if (!is_parent[i]) {
+        mult = mul(mult, n);
+        if (!mult) return std::nullopt;
+        continue;
+      }
+      if (*n > kMaxParentLevels) return std::nullopt;
+      Count sum = 0;
+      for (uint64_t v = 0; v < *n && sum; ++v) {
+        partial[params[i].name] = level_value(params[i], v);
+        sum = add(sum, count_from(i + 1, partial));
+      }
+      partial.erase(params[i].name);
+      return mul(mult, sum);
+    }
+    return mult;
+  }
+
+  // Sets the parameters from i on to configuration `index` of the subtree below `partial`.
+  void unrank(std::size_t i, uint64_t index, Params& partial) const {
+    std::vector<std::size_t> plain;  // active non-parents before the next active parent
+    auto decode_plain = [&](uint64_t k) {
+      for (auto it = plain.rbegin(); it != plain.rend(); ++it) {
+        const uint64_t n = *levels(params[*it]);
+        partial[params[*it].name] = level_value(params[*it], k % n);
+        k /= n;
+      }
+    };
+    for (; i < params.size(); ++i) {
+      if (!Space::active(params[i], partial)) continue;
+      if (!is_parent[i]) {
+        plain.push_back(i);
+        continue;
+      }
+      const uint64_t n = *levels(params[i]);
+      std::vector<uint64_t> branch(n);
+      uint64_t sum = 0;
+      for (uint64_t v = 0; v < n; ++v) {
+        partial[params[i].name] = level_value(params[i], v);
+        branch[v] = *count_from(i + 1, partial);
+        sum += branch[v];
+      }
+      decode_plain(index / sum);
+      uint64_t rest = index % sum, v = 0;
+      while (rest >= branch[v]) rest -= branch[v++];
+      partial[params[i].name] = level_value(params[i], v);
+      unrank(i + 1, rest, partial);
+      return;
+    }
+    decode_plain(index);
+  }
+};
+
+}  // namespace
+
+std::optional<uint64_t> Space::cardinality() const {
+  Params partial = Params::object();
+  return Walker(*this).count_from(0, partial);
+}
+
+std::optional<Params> Space::point(uint64_t index) const {
+  const auto n = cardinality();
+  if (!n || index >= *n) return std::nullopt;
+  Params partial = Params::object();
+  Walker(*this).unrank(0, index, partial);
+  // In params() order, as sample() builds them (a JSON object sorts its keys anyway).
+  return partial;
+}
+
+std::optional<std::vector<Params>> Space::enumerate(uint64_t limit) const {
+  const auto n = cardinality();
+  if (!n || *n > limit) return std::nullopt;
+  std::vector<Params> out;
+  out.reserve(static_cast<std::size_t>(*n));
+  const Walker walker(*this);
+  for (uint64_t k = 0; k < *n; ++k) {
+    Params partial = Params::object();
+    walker.unrank(0, k, partial);
+    out.push_back(std::move(partial));
+  }
+  return out;
+}
+
+std::string Space::config_key(const Params& params) const {
+  std::string key;
+  if (!params.is_object()) return "!" + params.dump();
+  for (const auto& p : params_) {
+    auto it = params.find(p.name);
+    if (it == params.end() || !active(p, params)) continue;
+    key.append(p.name).push_back('\x1f');
+    key.append(choice_key(*it).value_or("nan")).push_back('\x1e');
+  }
+  // Keys outside the space (never in a valid configuration) still make it a different one.
+  for (auto it = params.begin(); it != params.end(); ++it)
+    if (!find(it.key())) key.append("?").append(it.key()).append("\x1f").append(it.value().dump()).push_back('\x1e');
+  return key;
+}
+
 }  // namespace hpctune::search

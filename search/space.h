@@ -99,6 +99,22 @@ class Space {
   // coordinates of inactive parameters are ignored.
   Params from_unit_vector(const std::vector<double>& u) const;
 
+  // --- the finite space (no float parameter) ----------------------------------------------------
+  // The number of distinct configurations: ints count their levels, choices their values, a fixed
+  // value 1, and a conditional parameter multiplies only the branches where it is active.
+  // nullopt when the space has a float parameter (infinite), the count overflows 64 bits, or a
+  // parameter with conditions on it has more than 100,000 values (too many branches to walk).
+  std::optional<uint64_t> cardinality() const;
+  // Configuration number `index` (0 <= index < cardinality()) in a fixed order: every
+  // configuration exactly once, the same for the same space. nullopt for an
+  // infinite space or an index out of range.
+  std::optional<Params> point(uint64_t index) const;
+  // Every configuration, in point() order, when there are at most `limit`; nullopt otherwise.
+  std::optional<std::vector<Params>> enumerate(uint64_t limit) const;
+  // A text equal for two configurations exactly when they are the same point: parameters in
+  // params() order, inactive ones ignored, numbers compared by value (1 and 1.0 alike).
+  std::string config_key(const Params& params) const;
+
  private:
   std::vector<ParamSpec> params_;
 };

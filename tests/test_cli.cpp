@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -664,4 +665,43 @@ TEST_CASE("schedule: a pbt stage's best schedule in three formats; exit 2 for us
   CHECK_MESSAGE(code == 1, out);
   CHECK(contains(out, "cannot be replayed"));
   CHECK_FALSE(contains(out, "from_step"));  // nothing printed
+}
+
+// --- issue 12: a space smaller than the budget ---------------------------------------------------------
+
+TEST_CASE("a 6-point space with max_trials 10: the start says so, each point runs once, exit 0") {
+  TempDir dir;
+  const std::string script = dir.write("s.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": 0.$1}\"\n");
+  const std::string cfg = dir.write(
+      "six.yaml", script_config("six-points", script, 10, "", "objective: {metric: val_accuracy, mode: max}\n",
+                                "  x: {type: int, low: 1, high: 3}\n  y: {type: choice, values: [a, b]}\n", "{x} {y}"));
+  const std::string db = dir.file("six.db");
+  int code = 0;
+  const std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "search: the space has 6 points, fewer than max_trials 10: the search ends when every point "
+                              "has been evaluated"),
+                out);
+  auto trials = read_trials(db);
+  CHECK(trials.size() == 6);
+  std::set<std::string> distinct;
+  for (const auto& t : trials) {
+    CHECK(t.state == store::TrialState::kDone);
+    distinct.insert(t.params.dump());
+  }
+  CHECK(distinct.size() == 6);
+  auto s = store::Store::open_readonly(db);
+  REQUIRE(s.ok());
+  auto c = (*s)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  CHECK((*c)->state == "completed");
+  auto events = (*s)->events((*c)->id, 1000);
+  REQUIRE(events.ok());
+  int notes = 0;
+  for (const auto& e : *events)
+    if (e.kind == "search_notes") {
+      ++notes;
+      CHECK(e.detail["notes"].size() == 1);
+    }
+  CHECK(notes == 1);
 }

@@ -183,7 +183,7 @@ TEST_CASE("a full config parses with every field") {
   // normalized: the same, as JSON, with objective turned into objectives and durations in seconds.
   const json& n = c.normalized;
   CHECK_FALSE(n.contains("objective"));
-  CHECK(n["objectives"] == json::parse(R"([{"metric": "val_loss", "mode": "min"}])"));
+  CHECK(n["objectives"] == json::parse(R"([{"metric": "val_loss", "mode": "min", "noisy": false}])"));
   CHECK(n["search"]["max_time"].get<double>() == doctest::Approx(5400));
   CHECK(n["resources"]["heartbeat_interval"].get<double>() == doctest::Approx(0.5));
   CHECK(n["space"]["epochs"] == json::parse(R"({"type": "fixed", "value": 4})"));
@@ -997,4 +997,13 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
     CAPTURE(c.text);
     CHECK(parse_error(c.text) == c.expected);
   }
+}
+
+TEST_CASE("objective.noisy: off by default, true reaches the search spec, a bad value is located") {
+  const std::string rest = "search: {max_trials: 2}\ntrainer: {kind: sleep}\n";
+  CHECK_FALSE(parse_ok("name: c\nobjective: {metric: loss}\n" + rest).search_spec().noisy);
+  CHECK(parse_ok("name: c\nobjective: {metric: loss, noisy: true}\n" + rest).search_spec().noisy);
+  CHECK(parse_ok("name: c\nobjectives:\n  - {metric: a}\n  - {metric: b, noisy: true}\n" + rest).search_spec().noisy);
+  CHECK(parse_error("name: c\nobjective:\n  metric: loss\n  noisy: maybe\n" + rest) ==
+        "test.yaml:4:3: objective.noisy: expected true or false, got 'maybe'");
 }

@@ -335,3 +335,190 @@ TEST_CASE("bayesian batches over running trials are spread out (kriging believer
     CHECK(st["lengthscales"].size() == 2);
   }
 }
+
+// --- no repeated evaluation on a finite space (issue 12) -------------------------------------------
+namespace {
+
+// An int over every level (num() gives a grid resolution of 3).
+ParamSpec all_levels(std::string name, double lo, double hi) {
+  ParamSpec p = num(std::move(name), ParamType::kInt, lo, hi);
+  p.resolution = 0;
+  return p;
+}
+
+ParamSpec choice_of(std::string name, std::vector<json> values, bool ordered) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = ParamType::kChoice;
+  p.choices = std::move(values);
+  p.ordered = ordered;
+  return p;
+}
+
+// Exactly 24 points: an int 1..4, a 3-level unordered choice, a 2-level ordered choice.
+Space space_24() {
+  auto s = Space::create({all_levels("a", 1, 4), choice_of("act", {"relu", "tanh", "gelu"}, false),
+                          choice_of("w", {32, 64}, true)});
+  REQUIRE(s.ok());
+  return *s;
+}
+
+// Exactly 24 points with a condition: a in 1..3, opt in {sgd, adam}, mom (3 levels) only for sgd,
+// w in {32, 64}: 3 x (3 + 1) x 2.
+Space conditional_24() {
+  ParamSpec mom = choice_of("mom", {0.0, 0.5, 0.9}, true);
+  mom.when = Condition{"opt", {"sgd"}};
+  auto s = Space::create({all_levels("a", 1, 3), choice_of("opt", {"sgd", "adam"}, false), mom,
+                          choice_of("w", {32, 64}, true)});
+  REQUIRE(s.ok());
+  return *s;
+}
+
+// A deterministic objective over both spaces (larger is better; the optimum is inside).
+double small_objective(const Params& p) {
+  double v = -std::pow(p["a"].get<double>() - 2.6, 2);
+  if (p.contains("act")) v += p["act"] == "tanh" ? 0.3 : 0.0;
+  if (p.contains("mom")) v += p["mom"].get<double>() * 0.4;
+  v += p["w"].get<double>() / 64.0;
+  return v;
+}
+
+// A key of a configuration independent of Space::config_key: numbers as doubles.
+std::string plain_key(const Params& p) {
+  std::string k;
+  for (auto it = p.begin(); it != p.end(); ++it)
+    k += it.key() + "=" + (it->is_number() ? std::to_string(it->get<double>()) : it->dump()) + ";";
+  return k;
+}
+
+SearchSpec small_spec(const std::string& algo, const Space& space, int64_t budget, bool noisy = false) {
+  SearchSpec spec;
+  spec.algorithm = algo;
+  spec.space = space;
+  spec.objectives = {{"score", true}};
+  spec.seed = 11;
+  spec.max_trials = budget;
+  spec.noisy = noisy;
+  if (algo == "bayesian") spec.settings = {{"acq_samples", 200}, {"acq_local_starts", 2}, {"n_initial", 6}};
+  if (algo == "tpe") spec.settings = {{"n_startup", 6}};
+  if (algo == "genetic") spec.settings = {{"population", 6}};
+  if (algo == "evolution") spec.settings = {{"population", 6}, {"sample_size", 3}};
+  return spec;
+}
+
+// Asks in batches of `batch` until the budget is spent or the searcher is exhausted; a batch is told
+// only after the next one was asked, so that up to 2 x batch trials are pending at once.
+std::vector<Suggestion> run_budget(Searcher& s, std::size_t batch, int64_t budget) {
+  std::vector<Suggestion> all, running;
+  auto tell_all = [&] {
+    for (const auto& x : running) s.tell({x.seq, x.params, Outcome::kCompleted, {small_objective(x.params)}, 1});
+    running.clear();
+  };
+  for (int round = 0; round < 4 * budget && static_cast<int64_t>(all.size()) < budget; ++round) {
+    const auto want = std::min<std::size_t>(batch, static_cast<std::size_t>(budget) - all.size());
+    auto sug = s.ask(want);
+    REQUIRE_MESSAGE(sug.ok(), sug.error().to_string());
+    if (sug->empty() && running.empty() && s.exhausted()) break;
+    tell_all();
+    running = *sug;
+    all.insert(all.end(), sug->begin(), sug->end());
+  }
+  tell_all();
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("every algorithm: no repeat on a 24-point space before it is exhausted (budget 24 and 30)") {
+  for (const bool conditional : {false, true}) {
+    const Space space = conditional ? conditional_24() : space_24();
+    REQUIRE(space.cardinality() == uint64_t{24});
+    for (const auto& algo : searcher_names()) {
+      for (const int64_t budget : {24, 30}) {
+        for (const std::size_t batch : {std::size_t{1}, std::size_t{4}}) {
+          CAPTURE(algo);
+          CAPTURE(conditional);
+          CAPTURE(budget);
+          CAPTURE(batch);
+          auto made = make_searcher(small_spec(algo, space, budget));
+          REQUIRE_MESSAGE(made.ok(), (algo + " cannot take the 24-point space: " + made.error().to_string()));
+          Searcher& s = **made;
+          const auto all = run_budget(s, batch, budget);
+          std::set<std::string> distinct;
+          for (const auto& x : all) {
+            CHECK_MESSAGE(space.contains(x.params).ok(), x.params.dump());
+            CHECK_MESSAGE(distinct.insert(plain_key(x.params)).second, ("repeated: " + x.params.dump()));
+          }
+          CHECK(all.size() == 24);
+          CHECK(distinct.size() == 24);
+          CHECK(s.exhausted());
+          CHECK(s.ask(4).value().empty());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a repeat is moved to a configuration not issued yet, marked, and restore keeps the issued set") {
+  // Random search draws uniformly: on 24 points, 20 draws collide (birthday) unless moved.
+  const Space space = space_24();
+  auto s = make(small_spec("random", space, 24));
+  const auto all = run_budget(*s, 1, 20);
+  int moved = 0;
+  for (const auto& x : all) moved += x.meta.value("deduplicated", false) ? 1 : 0;
+  CHECK(moved > 0);
+  // A restored searcher knows what was issued: it completes the space without a repeat, exactly as
+  // the uninterrupted one does.
+  std::vector<Record> history;
+  for (const auto& x : all) history.push_back({x, Observation{x.seq, x.params, Outcome::kCompleted, {small_objective(x.params)}, 1}});
+  auto restored = make(small_spec("random", space, 24));
+  restored->restore(history);
+  const auto rest = run_budget(*restored, 1, 10);
+  const auto rest_live = run_budget(*s, 1, 10);
+  REQUIRE(rest.size() == 4);
+  std::set<std::string> distinct;
+  for (const auto& x : all) distinct.insert(plain_key(x.params));
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    CHECK(distinct.insert(plain_key(rest[i].params)).second);
+    CHECK(rest[i].params == rest_live[i].params);
+  }
+  CHECK(restored->exhausted());
+}
+
+TEST_CASE("warm-start trials count as evaluated; a space smaller than the budget says so") {
+  const Space space = space_24();
+  SearchSpec spec = small_spec("tpe", space, 30);
+  spec.warm_start.push_back({0, json{{"a", 2}, {"act", "tanh"}, {"w", 64}}, Outcome::kCompleted, {1.0}, 1});
+  spec.warm_start.push_back({1, json{{"a", 3.0}, {"act", "relu"}, {"w", 32}}, Outcome::kCompleted, {0.5}, 1});
+  auto s = make(spec);
+  const auto all = run_budget(*s, 4, 30);
+  CHECK(all.size() == 22);
+  for (const auto& x : all) {
+    CHECK(plain_key(x.params) != plain_key(json{{"a", 2}, {"act", "tanh"}, {"w", 64}}));
+    CHECK(plain_key(x.params) != plain_key(json{{"a", 3}, {"act", "relu"}, {"w", 32}}));
+  }
+  CHECK(s->exhausted());
+  const auto notes = make(small_spec("random", space, 30))->notes();
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == "the space has 24 points, fewer than max_trials 30: the search ends when every point has been evaluated");
+  CHECK(make(small_spec("random", space, 24))->notes().empty());
+  CHECK(make(small_spec("random", space, 30, /*noisy=*/true))->notes().empty());
+}
+
+TEST_CASE("objective.noisy: repeats are allowed and the search runs past the size of the space") {
+  const Space space = space_24();
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    auto made = make_searcher(small_spec(algo, space, 30, /*noisy=*/true));
+    REQUIRE_MESSAGE(made.ok(), (algo + " cannot take the 24-point space: " + made.error().to_string()));
+    const auto all = run_budget(**made, 4, 30);
+    for (const auto& x : all) CHECK(space.contains(x.params).ok());
+    if (algo == "grid") {
+      // The grid visits its points once by construction, noisy or not.
+      CHECK_MESSAGE(all.size() == 24, "grid ends with its grid");
+    } else {
+      CHECK(all.size() == 30);
+      CHECK_FALSE((*made)->exhausted());
+    }
+  }
+}

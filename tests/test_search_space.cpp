@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
+#include "search/grid_search.h"
 #include "search/space.h"
 
 using namespace hpctune;
@@ -222,4 +224,60 @@ TEST_CASE("repair drops inactive parameters and fills missing ones") {
   CHECK(s.contains(p).ok());
   CHECK(p.contains("momentum"));
   CHECK(p.contains("momentum_kind"));
+}
+
+TEST_CASE("cardinality counts the configurations, conditions per branch; point() lists each once") {
+  // 4 ints x 3 choices x 2 ordered choices.
+  auto plain = Space::create({integer("a", 1, 4), choice("act", {"relu", "tanh", "gelu"}), choice("w", {32, 64})});
+  REQUIRE(plain.ok());
+  CHECK(plain->cardinality() == uint64_t{24});
+
+  // a: 3; opt=sgd brings mom (3 values) and, for mom 0.9 only, nesterov (2): 1 + 1 + 2 = 4 for sgd,
+  // 1 for adam; w: 2. 3 x (4 + 1) x 2 = 30.
+  auto cond = Space::create({
+      integer("a", 1, 3),
+      choice("opt", {"sgd", "adam"}),
+      when(choice("mom", {0.0, 0.5, 0.9}), "opt", {"sgd"}),
+      when(choice("nesterov", {true, false}), "mom", {0.9}),
+      choice("w", {32, 64}),
+  });
+  REQUIRE(cond.ok());
+  REQUIRE(cond->cardinality() == uint64_t{30});
+  std::set<std::string> keys;
+  for (uint64_t k = 0; k < 30; ++k) {
+    auto p = cond->point(k);
+    REQUIRE(p);
+    CHECK_MESSAGE(cond->contains(*p).ok(), p->dump());
+    keys.insert(cond->config_key(*p));
+  }
+  CHECK(keys.size() == 30);
+  CHECK_FALSE(cond->point(30));
+  CHECK(cond->enumerate(30)->size() == 30);
+  CHECK_FALSE(cond->enumerate(29));
+  // The grid search counts the same space the same way.
+  CHECK(grid_size(*cond).value() == 30);
+
+  // A float anywhere, even in one branch, makes the space infinite; so does an overflow.
+  CHECK_FALSE(conditional_space().cardinality());
+  auto huge = Space::create({integer("a", 0, 4e9), integer("b", 0, 4e9), integer("c", 0, 4e9)});
+  REQUIRE(huge.ok());
+  CHECK_FALSE(huge->cardinality());
+  auto big = Space::create({integer("a", 0, 4e9 - 1), integer("b", 0, 1)});
+  REQUIRE(big.ok());
+  CHECK(big->cardinality() == uint64_t{8'000'000'000});
+  CHECK(big->point(7'999'999'999) == json{{"a", 3'999'999'999LL}, {"b", 1}});
+}
+
+TEST_CASE("config_key: numbers by value, inactive parameters ignored, order irrelevant") {
+  auto s = Space::create({integer("a", 1, 4), flt("x", 0, 2), choice("opt", {"sgd", "adam"}),
+                          when(integer("k", 1, 3), "opt", {"sgd"})});
+  REQUIRE(s.ok());
+  CHECK(s->config_key(json{{"a", 1}, {"x", 1.0}, {"opt", "adam"}}) ==
+        s->config_key(json{{"opt", "adam"}, {"x", 1}, {"a", 1.0}}));
+  CHECK(s->config_key(json{{"a", 1}, {"x", 1.0}, {"opt", "adam"}, {"k", 2}}) ==
+        s->config_key(json{{"a", 1}, {"x", 1.0}, {"opt", "adam"}}));
+  CHECK(s->config_key(json{{"a", 1}, {"x", 1.0}, {"opt", "sgd"}, {"k", 2}}) !=
+        s->config_key(json{{"a", 1}, {"x", 1.0}, {"opt", "sgd"}, {"k", 3}}));
+  CHECK(s->config_key(json{{"a", 1}, {"x", 0.5}, {"opt", "adam"}}) !=
+        s->config_key(json{{"a", 1}, {"x", 0.50000001}, {"opt", "adam"}}));
 }

@@ -6,6 +6,7 @@
 
 #include "search/early_stopping.h"
 #include "search/searcher.h"
+#include "store/store.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -60,8 +61,16 @@ class SearchStage final : public scheduler::StageRuntime {
   int64_t max_trials() const override { return max_trials_; }
   nlohmann::json trainer() const override { return trainer_; }
 
+  // The searcher's notes for the user (a space smaller than the budget, its start-up design),
+  // printed at every start and resume, recorded once as a search_notes event.
   // After a restart: a threshold already reached stays reached.
   Status begin(const scheduler::StageContext& ctx) override {
+    const std::vector<std::string> notes = searcher_->notes();
+    if (ctx.log)
+      for (const auto& line : notes) ctx.log("search: " + line);
+    if (!notes.empty() && !ctx.resuming && ctx.store)
+      HPCTUNE_TRY(ctx.store->add_event(ctx.campaign_id, "search_notes", 0, 0, -1,
+                                       {{"stage_id", ctx.stage_id}, {"notes", notes}}, ctx.now));
     if (!stop_when_ || !ctx.resuming) return {};
     HPCTUNE_ASSIGN(nlohmann::json r, runs_to_threshold(ctx));
     if (r.value("reached", false)) source_.set_reached();
