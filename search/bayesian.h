@@ -23,8 +23,11 @@
 //   ucb_kappa         float   2.0      ucb: minimize mean - kappa * stddev
 //   pending           string  kriging_believer   kriging_believer | constant_liar
 //   liar              string  worst    constant_liar's value: best | mean | worst observed
-//   output_transform  string  none     none | log: model log(y - min + delta) of the loss (for
-//                                      objectives with a heavy upper tail; worse on smooth ones)
+//   output_transform  string  none     none | log | power | copula: log models log(y - min + delta)
+//                                      of the loss (for objectives with a heavy upper tail; worse on
+//                                      smooth ones); power a Yeo-Johnson transform of the
+//                                      standardized loss, its lambda fitted by maximum likelihood
+//                                      (HEBO); copula the normal quantiles of the losses' ranks
 //   refit_every       int     5        refit the hyperparameters every k new observations
 //                                      (always while fewer than 30)
 //   fit_restarts      int     3        random starts of the marginal-likelihood fit, besides the

@@ -8,7 +8,9 @@
 // the same configuration are equal.
 //
 // features() is the GP input: numbers and ordered choices as one coordinate (0.5 when inactive),
-// unordered choices one-hot (all zero when inactive), fixed parameters nothing.
+// unordered choices one-hot (all zero when inactive), fixed parameters nothing. Ints and ordered
+// choices are rounded to their level's coordinate first and a one-hot group is the one-hot of its
+// choice, so every point of a level has the same features (the GP is flat within a level).
 #pragma once
 
 #include <cstdint>

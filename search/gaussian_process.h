@@ -26,6 +26,9 @@ namespace hpctune::search {
 // Standard normal density and distribution.
 double normal_pdf(double z) noexcept;
 double normal_cdf(double z) noexcept;
+// The inverse of normal_cdf for p in (0, 1) (Acklam's approximation and one Newton step:
+// relative error about 1e-15); -inf at 0, +inf at 1, NaN outside.
+double normal_quantile(double p) noexcept;
 // log(z * Phi(z) + phi(z)), accurate for every z (no underflow for z -> -inf).
 double log_h(double z) noexcept;
 // Expected improvement below `best` (minimization) of Y ~ N(mu, sigma^2), and its log.
