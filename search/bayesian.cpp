@@ -37,6 +37,7 @@ std::vector<SettingDecl> bayesian_settings() {
       {"liar", SettingType::kString, "worst", -kInf, kInf, {"best", "mean", "worst"}, "constant_liar's value"},
       {"output_transform", SettingType::kString, "none", -kInf, kInf, {"none", "log", "power", "copula"},
        "transform of the loss"},
+      {"input_warping", SettingType::kBool, true, -kInf, kInf, {}, "Kumaraswamy warping of numeric inputs"},
       {"refit_every", SettingType::kInt, 5, 1, 100000, {}, "refit the hyperparameters every k observations"},
       {"fit_restarts", SettingType::kInt, 3, 0, 100, {}, "random starts of the hyperparameter fit"},
       {"max_fit_points", SettingType::kInt, 100, 10, 100000, {}, "points used to fit the hyperparameters"},
@@ -55,6 +56,7 @@ struct BoConfig {
   bool kriging_believer;
   std::string liar;
   std::string output_transform;
+  bool input_warping;
   int64_t refit_every;
   int fit_restarts;
   std::size_t max_fit_points;
@@ -67,6 +69,13 @@ class Bayesian final : public SearcherBase {
   Bayesian(const SearchSpec& spec, const BoConfig& cfg)
       : SearcherBase(spec), cfg_(cfg), enc_(space()), design_(space(), cfg.init, spec.seed, cfg.n_initial) {
     data_ = warm_start_points(space(), enc_, this->spec());
+    if (cfg.input_warping) {
+      // Numbers only: a choice's coordinates are not a continuum a CDF could reshape.
+      std::vector<Eigen::Index> warp;
+      for (std::size_t i = 0; i < enc_.dims(); ++i)
+        if (enc_.is_numeric(i)) warp.push_back(static_cast<Eigen::Index>(enc_.feature_offset(i)));
+      (void)gp_.set_warping(warp);  // no data yet: nothing to factorize
+    }
     for (const auto& p : data_) warm_usable_ += p.losses.empty() ? 0 : 1;
   }
 
@@ -127,6 +136,14 @@ class Bayesian final : public SearcherBase {
       s["signal_var"] = std::exp(gp_.hyper().log_signal_var);
       s["noise_var"] = std::exp(gp_.hyper().log_noise_var);
       if (cfg_.output_transform == "power") s["power_lambda"] = power_lambda_;
+      const auto& h = gp_.hyper();
+      if (!h.warp_dims.empty()) {
+        std::vector<double> wa, wb;  // the Kumaraswamy CDFs of the warped inputs, in their order
+        for (Eigen::Index k = 0; k < h.log_warp_a.size(); ++k) wa.push_back(std::exp(h.log_warp_a(k)));
+        for (Eigen::Index k = 0; k < h.log_warp_b.size(); ++k) wb.push_back(std::exp(h.log_warp_b(k)));
+        s["warp_a"] = wa;
+        s["warp_b"] = wb;
+      }
     }
   }
 
@@ -412,6 +429,7 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   cfg.kriging_believer = s["pending"] == "kriging_believer";
   cfg.liar = s["liar"].get<std::string>();
   cfg.output_transform = s["output_transform"].get<std::string>();
+  cfg.input_warping = s["input_warping"].get<bool>();
   cfg.refit_every = s["refit_every"].get<int64_t>();
   cfg.fit_restarts = static_cast<int>(s["fit_restarts"].get<int64_t>());
   cfg.max_fit_points = static_cast<std::size_t>(s["max_fit_points"].get<int64_t>());

@@ -27,6 +27,8 @@ class Encoder {
 
   std::size_t dims() const noexcept { return specs_.size(); }
   std::size_t feature_dims() const noexcept { return feature_dims_; }
+  // The first feature of parameter i (none for a fixed one).
+  std::size_t feature_offset(std::size_t i) const noexcept { return feature_offset_[i]; }
   const ParamSpec& spec(std::size_t i) const noexcept { return specs_[i]; }
   bool is_numeric(std::size_t i) const noexcept;    // float or int
   bool is_categorical(std::size_t i) const noexcept;  // choice (ordered or not)
