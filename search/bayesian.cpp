@@ -35,9 +35,11 @@ std::vector<SettingDecl> bayesian_settings() {
       {"pending", SettingType::kString, "kriging_believer", -kInf, kInf, {"kriging_believer", "constant_liar"},
        "how running trials enter the model"},
       {"liar", SettingType::kString, "worst", -kInf, kInf, {"best", "mean", "worst"}, "constant_liar's value"},
-      {"output_transform", SettingType::kString, "none", -kInf, kInf, {"none", "log", "power", "copula"},
+      {"output_transform", SettingType::kString, "power", -kInf, kInf, {"none", "log", "power", "copula"},
        "transform of the loss"},
-      {"input_warping", SettingType::kBool, true, -kInf, kInf, {}, "Kumaraswamy warping of numeric inputs"},
+      {"choice_kernel", SettingType::kString, "overlap", -kInf, kInf, {"overlap", "onehot"},
+       "unordered choices: one lengthscale per choice (overlap) or per value (onehot)"},
+      {"input_warping", SettingType::kBool, false, -kInf, kInf, {}, "Kumaraswamy warping of numeric inputs"},
       {"refit_every", SettingType::kInt, 5, 1, 100000, {}, "refit the hyperparameters every k observations"},
       {"fit_restarts", SettingType::kInt, 3, 0, 100, {}, "random starts of the hyperparameter fit"},
       {"max_fit_points", SettingType::kInt, 100, 10, 100000, {}, "points used to fit the hyperparameters"},
@@ -57,6 +59,7 @@ struct BoConfig {
   std::string liar;
   std::string output_transform;
   bool input_warping;
+  bool overlap_kernel;
   int64_t refit_every;
   int fit_restarts;
   std::size_t max_fit_points;
@@ -75,6 +78,23 @@ class Bayesian final : public SearcherBase {
       for (std::size_t i = 0; i < enc_.dims(); ++i)
         if (enc_.is_numeric(i)) warp.push_back(static_cast<Eigen::Index>(enc_.feature_offset(i)));
       (void)gp_.set_warping(warp);  // no data yet: nothing to factorize
+    }
+    if (cfg.overlap_kernel) {
+      std::vector<Eigen::Index> groups;
+      for (std::size_t i = 0; i < enc_.dims(); ++i) {
+        const auto& p = enc_.spec(i);
+        if (p.type == ParamType::kFixed) continue;
+        const std::size_t width = p.type == ParamType::kChoice && !p.ordered ? p.choices.size() : 1;
+        groups.insert(groups.end(), width, static_cast<Eigen::Index>(i));
+      }
+      // Parameter indices with fixed ones skipped: renumber densely.
+      std::vector<Eigen::Index> dense(enc_.dims(), -1);
+      Eigen::Index next = 0;
+      for (auto& g : groups) {
+        if (dense[static_cast<std::size_t>(g)] < 0) dense[static_cast<std::size_t>(g)] = next++;
+        g = dense[static_cast<std::size_t>(g)];
+      }
+      (void)gp_.set_lengthscale_groups(groups);
     }
     for (const auto& p : data_) warm_usable_ += p.losses.empty() ? 0 : 1;
   }
@@ -430,6 +450,7 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   cfg.liar = s["liar"].get<std::string>();
   cfg.output_transform = s["output_transform"].get<std::string>();
   cfg.input_warping = s["input_warping"].get<bool>();
+  cfg.overlap_kernel = s["choice_kernel"] == "overlap";
   cfg.refit_every = s["refit_every"].get<int64_t>();
   cfg.fit_restarts = static_cast<int>(s["fit_restarts"].get<int64_t>());
   cfg.max_fit_points = static_cast<std::size_t>(s["max_fit_points"].get<int64_t>());

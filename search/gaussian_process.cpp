@@ -48,6 +48,20 @@ double matern(double r2) {
   return (1.0 + kSqrt5 * r + 5.0 / 3.0 * r2) * std::exp(-kSqrt5 * r);
 }
 
+// The number of lengthscales of D inputs tied by `groups`.
+Eigen::Index num_lengthscales(const std::vector<Eigen::Index>& groups, Eigen::Index D) {
+  if (groups.empty()) return D;
+  return *std::max_element(groups.begin(), groups.end()) + 1;
+}
+
+// The log lengthscale of each input.
+Eigen::VectorXd input_log_lengthscales(const GpHyper& h) {
+  if (h.ls_group.empty()) return h.log_lengthscale;
+  Eigen::VectorXd out(static_cast<Eigen::Index>(h.ls_group.size()));
+  for (std::size_t d = 0; d < h.ls_group.size(); ++d) out(static_cast<Eigen::Index>(d)) = h.log_lengthscale(h.ls_group[d]);
+  return out;
+}
+
 Eigen::MatrixXd scaled(const Eigen::MatrixXd& X, const Eigen::VectorXd& log_ls) {
   return X * (-log_ls).array().exp().matrix().asDiagonal();
 }
@@ -142,7 +156,8 @@ GpHyper GaussianProcess::default_hyper(std::size_t dims) {
 }
 
 Eigen::MatrixXd GaussianProcess::cross_kernel(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) const {
-  Eigen::MatrixXd K = sq_dist(scaled(A, hyper_.log_lengthscale), scaled(B, hyper_.log_lengthscale));
+  const Eigen::VectorXd ls = input_log_lengthscales(hyper_);
+  Eigen::MatrixXd K = sq_dist(scaled(A, ls), scaled(B, ls));
   const double s2 = std::exp(hyper_.log_signal_var);
   return K.unaryExpr([s2](double r2) { return s2 * matern(r2); });
 }
@@ -151,9 +166,13 @@ Status GaussianProcess::set_data(const Eigen::MatrixXd& X, const Eigen::VectorXd
   X_raw_ = X;
   y_ = y;
   n_ = static_cast<std::size_t>(X.rows());
-  if (hyper_.log_lengthscale.size() != X.cols()) {
+  const bool groups_fit = hyper_.ls_group.empty() || static_cast<Eigen::Index>(hyper_.ls_group.size()) == X.cols();
+  auto groups = groups_fit ? hyper_.ls_group : std::vector<Eigen::Index>{};
+  const Eigen::Index G = num_lengthscales(groups, X.cols());
+  if (!groups_fit || hyper_.log_lengthscale.size() != G) {
     auto warp = hyper_.warp_dims;
-    hyper_ = default_hyper(static_cast<std::size_t>(X.cols()));
+    hyper_ = default_hyper(static_cast<std::size_t>(G));
+    hyper_.ls_group = std::move(groups);
     if (std::all_of(warp.begin(), warp.end(), [&](Eigen::Index d) { return d >= 0 && d < X.cols(); })) {
       hyper_.warp_dims = std::move(warp);
       hyper_.log_warp_a = hyper_.log_warp_b = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(hyper_.warp_dims.size()));
@@ -167,6 +186,14 @@ Status GaussianProcess::set_hyper(const GpHyper& hyper) {
   hyper_ = hyper;
   X_ = warp_inputs(X_raw_, hyper_);
   return factorize();
+}
+
+Status GaussianProcess::set_lengthscale_groups(const std::vector<Eigen::Index>& groups) {
+  GpHyper h = hyper_;
+  h.ls_group = groups;
+  h.log_lengthscale = default_hyper(static_cast<std::size_t>(num_lengthscales(groups, 0))).log_lengthscale;
+  if (groups.empty() && X_raw_.cols() > 0) h.log_lengthscale = default_hyper(static_cast<std::size_t>(X_raw_.cols())).log_lengthscale;
+  return set_hyper(h);
 }
 
 Status GaussianProcess::set_warping(const std::vector<Eigen::Index>& dims) {
@@ -274,7 +301,9 @@ double GaussianProcess::log_marginal_likelihood(const Eigen::MatrixXd& X, const 
                                                 const GpHyper& hyper, Eigen::VectorXd* grad) {
   const Eigen::Index n = X.rows(), D = X.cols();
   const auto nw = static_cast<Eigen::Index>(hyper.warp_dims.size());
-  const Eigen::MatrixXd Xs = scaled(warp_inputs(X, hyper), hyper.log_lengthscale);
+  const Eigen::VectorXd lsx = input_log_lengthscales(hyper);
+  const Eigen::Index nls = hyper.log_lengthscale.size();
+  const Eigen::MatrixXd Xs = scaled(warp_inputs(X, hyper), lsx);
   const Eigen::MatrixXd R2 = sq_dist(Xs, Xs);
   const double s2 = std::exp(hyper.log_signal_var), noise = std::exp(hyper.log_noise_var);
   Eigen::MatrixXd M = R2.unaryExpr([](double r2) { return matern(r2); });
@@ -291,9 +320,9 @@ double GaussianProcess::log_marginal_likelihood(const Eigen::MatrixXd& X, const 
     // d lml / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/dtheta).
     Eigen::MatrixXd W = llt.solve(Eigen::MatrixXd::Identity(n, n));
     W = alpha * alpha.transpose() - W;
-    grad->resize(D + 2 + 2 * nw);
-    (*grad)(D) = 0.5 * (W.cwiseProduct(s2 * M)).sum();
-    (*grad)(D + 1) = 0.5 * noise * W.trace();
+    grad->setZero(nls + 2 + 2 * nw);
+    (*grad)(nls) = 0.5 * (W.cwiseProduct(s2 * M)).sum();
+    (*grad)(nls + 1) = 0.5 * noise * W.trace();
     // dk/dlog l_d = s2 * 5/3 (1 + sqrt5 r) exp(-sqrt5 r) * (x_d - x'_d)^2 / l_d^2.
     Eigen::MatrixXd G = R2.unaryExpr([s2](double r2) {
       const double r = std::sqrt(r2);
@@ -305,13 +334,13 @@ double GaussianProcess::log_marginal_likelihood(const Eigen::MatrixXd& X, const 
     for (Eigen::Index d = 0; d < D; ++d) {
       // sum_ij G_ij (xs_id - xs_jd)^2 = 2 sum_i xs_id^2 g_i - 2 xs_d^T G xs_d  (G symmetric)
       const double s = 2.0 * Xs.col(d).array().square().matrix().dot(g) - 2.0 * Xs.col(d).dot(GX.col(d));
-      (*grad)(d) = 0.5 * s;
+      (*grad)(hyper.ls_group.empty() ? d : hyper.ls_group[static_cast<std::size_t>(d)]) += 0.5 * s;
     }
     // Warping: d lml / d xs_id = -(xs_id g_i - (G xs)_id) / l_d (the kernel's derivative in row i
     // and column i), chained through xs_id = w(x_id) / l_d and the CDF's derivatives.
     for (Eigen::Index k = 0; k < nw; ++k) {
       const Eigen::Index d = hyper.warp_dims[static_cast<std::size_t>(k)];
-      const double l = std::exp(hyper.log_lengthscale(d));
+      const double l = std::exp(lsx(d));
       const double a = std::exp(hyper.log_warp_a(k)), b = std::exp(hyper.log_warp_b(k));
       double ga = 0, gb = 0;
       for (Eigen::Index i = 0; i < n; ++i) {
@@ -321,8 +350,8 @@ double GaussianProcess::log_marginal_likelihood(const Eigen::MatrixXd& X, const 
         ga += dx * da;
         gb += dx * db;
       }
-      (*grad)(D + 2 + k) = ga;
-      (*grad)(D + 2 + nw + k) = gb;
+      (*grad)(nls + 2 + k) = ga;
+      (*grad)(nls + 2 + nw + k) = gb;
     }
   }
   return lml;
@@ -332,7 +361,7 @@ namespace {
 
 struct Box {
   Eigen::VectorXd lo, hi;
-  std::vector<Eigen::Index> warp_dims;
+  GpHyper shape;  // warped dimensions and lengthscale groups
 };
 
 // theta = (log l (D), log s2, log noise, log a (W), log b (W)), W the warped dimensions.
@@ -350,7 +379,9 @@ Eigen::VectorXd pack(const GpHyper& h) {
   return t;
 }
 
-GpHyper unpack(const Eigen::VectorXd& t, const std::vector<Eigen::Index>& warp_dims) {
+// The warped dimensions and lengthscale groups come from `shape`.
+GpHyper unpack(const Eigen::VectorXd& t, const GpHyper& shape) {
+  const auto& warp_dims = shape.warp_dims;
   const auto W = static_cast<Eigen::Index>(warp_dims.size());
   const Eigen::Index D = t.size() - 2 - 2 * W;
   GpHyper h;
@@ -358,6 +389,7 @@ GpHyper unpack(const Eigen::VectorXd& t, const std::vector<Eigen::Index>& warp_d
   h.log_signal_var = t(D);
   h.log_noise_var = t(D + 1);
   h.warp_dims = warp_dims;
+  h.ls_group = shape.ls_group;
   h.log_warp_a = t.segment(D + 2, W);
   h.log_warp_b = t.segment(D + 2 + W, W);
   return h;
@@ -366,11 +398,11 @@ GpHyper unpack(const Eigen::VectorXd& t, const std::vector<Eigen::Index>& warp_d
 // Negative log posterior (to minimize) in unconstrained z, theta = lo + (hi - lo) sigmoid(z).
 double objective(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, const Box& box, const Eigen::VectorXd& z,
                  Eigen::VectorXd& gz) {
-  const auto W = static_cast<Eigen::Index>(box.warp_dims.size());
-  const Eigen::Index P = z.size(), D = P - 2 - 2 * W;
+  const auto W = static_cast<Eigen::Index>(box.shape.warp_dims.size());
+  const Eigen::Index P = z.size(), D = P - 2 - 2 * W;  // D: the lengthscales
   Eigen::VectorXd s = (1.0 + (-z).array().exp()).inverse().matrix();
   Eigen::VectorXd theta = box.lo + (box.hi - box.lo).cwiseProduct(s);
-  GpHyper h = unpack(theta, box.warp_dims);
+  GpHyper h = unpack(theta, box.shape);
   Eigen::VectorXd g;
   double f = GaussianProcess::log_marginal_likelihood(X, y, h, &g);
   if (!std::isfinite(f)) {
@@ -492,34 +524,39 @@ void GaussianProcess::fit(Rng& rng, int restarts, std::size_t max_points) {
     }
   }
   const auto W = static_cast<Eigen::Index>(hyper_.warp_dims.size());
+  const bool groups_fit = static_cast<Eigen::Index>(hyper_.ls_group.size()) == D;
+  if (!groups_fit) hyper_.ls_group.clear();
+  const Eigen::Index G = num_lengthscales(hyper_.ls_group, D);
   Box box;
-  box.warp_dims = hyper_.warp_dims;
-  box.lo.resize(D + 2 + 2 * W);
-  box.hi.resize(D + 2 + 2 * W);
+  box.shape = hyper_;
+  box.lo.resize(G + 2 + 2 * W);
+  box.hi.resize(G + 2 + 2 * W);
   box.lo.tail(2 * W).setConstant(kLogWarpMin);
   box.hi.tail(2 * W).setConstant(kLogWarpMax);
-  box.lo.head(D).setConstant(kLogLsMin);
-  box.hi.head(D).setConstant(kLogLsMax);
-  box.lo(D) = kLogSigMin;
-  box.hi(D) = kLogSigMax;
-  box.lo(D + 1) = kLogNoiseMin;
-  box.hi(D + 1) = kLogNoiseMax;
+  box.lo.head(G).setConstant(kLogLsMin);
+  box.hi.head(G).setConstant(kLogLsMax);
+  box.lo(G) = kLogSigMin;
+  box.hi(G) = kLogSigMax;
+  box.lo(G + 1) = kLogNoiseMin;
+  box.hi(G + 1) = kLogNoiseMax;
 
-  GpHyper fallback = default_hyper(static_cast<std::size_t>(D));
+  GpHyper fallback = default_hyper(static_cast<std::size_t>(G));
   fallback.warp_dims = hyper_.warp_dims;
+  fallback.ls_group = hyper_.ls_group;
   fallback.log_warp_a = fallback.log_warp_b = Eigen::VectorXd::Zero(W);
+  const bool current_fits = hyper_.log_lengthscale.size() == G && hyper_.log_warp_a.size() == W;
   std::vector<Eigen::VectorXd> starts;
-  if (hyper_.log_lengthscale.size() == D) starts.push_back(pack(hyper_));
+  if (current_fits) starts.push_back(pack(hyper_));
   starts.push_back(pack(fallback));
   for (int r = 0; r < restarts; ++r) {
-    Eigen::VectorXd t = Eigen::VectorXd::Zero(D + 2 + 2 * W);  // random starts begin unwarped
-    for (Eigen::Index d = 0; d < D; ++d) t(d) = std::log(rng.uniform(0.05, 2.0));
-    t(D) = std::log(rng.uniform(0.3, 3.0));
-    t(D + 1) = rng.uniform(std::log(1e-6), std::log(1e-1));
+    Eigen::VectorXd t = Eigen::VectorXd::Zero(G + 2 + 2 * W);  // random starts begin unwarped
+    for (Eigen::Index d = 0; d < G; ++d) t(d) = std::log(rng.uniform(0.05, 2.0));
+    t(G) = std::log(rng.uniform(0.3, 3.0));
+    t(G + 1) = rng.uniform(std::log(1e-6), std::log(1e-1));
     starts.push_back(t);
   }
   double best_f = std::numeric_limits<double>::infinity();
-  Eigen::VectorXd best_theta = pack(hyper_.log_lengthscale.size() == D ? hyper_ : fallback);
+  Eigen::VectorXd best_theta = pack(current_fits ? hyper_ : fallback);
   for (const auto& t : starts) {
     double f;
     Eigen::VectorXd z = lbfgs(Xf, yf, box, to_z(box, t), 60, f);
@@ -529,7 +566,7 @@ void GaussianProcess::fit(Rng& rng, int restarts, std::size_t max_points) {
       best_theta = box.lo + (box.hi - box.lo).cwiseProduct(s);
     }
   }
-  if (!set_hyper(unpack(best_theta, box.warp_dims)).ok()) (void)set_hyper(fallback);
+  if (!set_hyper(unpack(best_theta, box.shape)).ok()) (void)set_hyper(fallback);
 }
 
 }  // namespace hpctune::search

@@ -47,6 +47,10 @@ struct GpHyper {
   // (0, 0 is the identity). Empty: no warping.
   std::vector<Eigen::Index> warp_dims;
   Eigen::VectorXd log_warp_a, log_warp_b;
+  // Input d uses log_lengthscale(ls_group[d]); empty: one lengthscale per input. The one-hot
+  // inputs of a choice share one: the kernel then depends on whether two choices differ, not on
+  // which values they take (an overlap, Hamming-distance kernel), with one parameter to fit.
+  std::vector<Eigen::Index> ls_group;
 };
 
 // The inputs as the kernel sees them: X with hyper's warped columns through their Kumaraswamy CDF.
@@ -62,6 +66,8 @@ class GaussianProcess {
   Status set_hyper(const GpHyper& hyper);
   // Warps these input dimensions (identity until the next fit()); empty: none.
   Status set_warping(const std::vector<Eigen::Index>& dims);
+  // Ties the lengthscales of inputs (GpHyper::ls_group; defaults until the next fit()).
+  Status set_lengthscale_groups(const std::vector<Eigen::Index>& groups);
   const GpHyper& hyper() const noexcept { return hyper_; }
   std::size_t size() const noexcept { return n_; }
   std::size_t dims() const noexcept { return static_cast<std::size_t>(X_.cols()); }

@@ -300,3 +300,37 @@ TEST_CASE("output transforms: Yeo-Johnson's lambda by maximum likelihood, the co
   CHECK(c[0] == doctest::Approx(normal_quantile(0.4)));  // mean of ranks 1 and 2 -> (1.5 + 0.5) / 5
   CHECK(c[1] == doctest::Approx(-c[2]));
 }
+
+TEST_CASE("tied lengthscales (the one-hot inputs of a choice share one): the gradient sums over the group") {
+  const int n = 20;
+  Eigen::MatrixXd X = random_points(n, 4, 21);
+  for (int i = 0; i < n; ++i) {  // inputs 1..3: a one-hot choice
+    const int c = i % 3;
+    for (int j = 0; j < 3; ++j) X(i, 1 + j) = j == c ? 1.0 : 0.0;
+  }
+  Eigen::VectorXd y(n);
+  for (int i = 0; i < n; ++i) y(i) = std::sin(4 * X(i, 0)) + (i % 3 == 1 ? 0.8 : 0.0);
+  GpHyper h;
+  h.log_lengthscale = Eigen::Vector2d(std::log(0.3), std::log(0.8));
+  h.log_signal_var = 0.1;
+  h.log_noise_var = std::log(1e-3);
+  h.ls_group = {0, 1, 1, 1};
+  GpHyper untied = hyper(4, 1.0, 1.0, 1.0);
+  untied.log_lengthscale = Eigen::Vector4d(std::log(0.3), std::log(0.8), std::log(0.8), std::log(0.8));
+  untied.log_signal_var = h.log_signal_var;
+  untied.log_noise_var = h.log_noise_var;
+  Eigen::VectorXd g, gu;
+  const double lml = GaussianProcess::log_marginal_likelihood(X, y, h, &g);
+  CHECK(lml == doctest::Approx(GaussianProcess::log_marginal_likelihood(X, y, untied, &gu)).epsilon(1e-12));
+  REQUIRE(g.size() == 4);
+  CHECK(g(0) == doctest::Approx(gu(0)).epsilon(1e-9));
+  CHECK(g(1) == doctest::Approx(gu(1) + gu(2) + gu(3)).epsilon(1e-9));
+  CHECK(g(2) == doctest::Approx(gu(4)).epsilon(1e-9));
+  GaussianProcess gp;
+  REQUIRE(gp.set_data(X, y).ok());
+  REQUIRE(gp.set_lengthscale_groups({0, 1, 1, 1}).ok());
+  Rng rng(2);
+  gp.fit(rng, 2, 100);
+  CHECK(gp.hyper().log_lengthscale.size() == 2);
+  CHECK(gp.hyper().ls_group.size() == 4);
+}
