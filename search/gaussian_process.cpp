@@ -191,8 +191,7 @@ Status GaussianProcess::set_hyper(const GpHyper& hyper) {
 Status GaussianProcess::set_lengthscale_groups(const std::vector<Eigen::Index>& groups) {
   GpHyper h = hyper_;
   h.ls_group = groups;
-  h.log_lengthscale = default_hyper(static_cast<std::size_t>(num_lengthscales(groups, 0))).log_lengthscale;
-  if (groups.empty() && X_raw_.cols() > 0) h.log_lengthscale = default_hyper(static_cast<std::size_t>(X_raw_.cols())).log_lengthscale;
+  h.log_lengthscale = default_hyper(static_cast<std::size_t>(num_lengthscales(groups, X_raw_.cols()))).log_lengthscale;
   return set_hyper(h);
 }
 

@@ -9,6 +9,7 @@
 // a handful of points makes the fit degenerate), multi-start L-BFGS in a box. With input warping
 // (set_warping), the two parameters of each warped dimension's Kumaraswamy CDF are fitted with
 // them (log a, log b in [-2, 2], log-normal priors of BoTorch's Warp around the identity).
+// Lengthscales may be tied over groups of inputs (set_lengthscale_groups: a choice's one-hot inputs).
 //
 // Cost control: the Cholesky factor is extended by append() in O(n^2) per point (fantasies for
 // pending trials, new observations between refits) and truncate() drops appended points exactly,

@@ -270,6 +270,7 @@ TEST_CASE("input warping: its gradient is exact, and fitted on a function that n
   warped.fit(r2, 3, 100);
   CHECK(warped.log_marginal_likelihood() > plain.log_marginal_likelihood() + 3.0);
   // The warp of x0 stretches the steep end: a > 1 (x^a pushes small x towards 0).
+  REQUIRE(warped.hyper().log_warp_a.size() == 2);
   CHECK(warped.hyper().log_warp_a(0) > 0.3);
 }
 
