@@ -15,7 +15,16 @@ namespace hpctune::search {
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The unit coordinate of the level one below or above (at random; inward at an end) of an int
+// parameter's level at u.
+double step_int_level(const ParamSpec& p, double u, Rng& rng) {
+  const int64_t n = Space::int_levels(p);
+  const int64_t idx = (Space::from_unit(p, u).get<int64_t>() - static_cast<int64_t>(p.low)) / p.step;
+  const int64_t to = idx <= 0 ? 1 : (idx >= n - 1 ? n - 2 : (rng.bernoulli(0.5) ? idx + 1 : idx - 1));
+  return Space::to_unit(p, static_cast<int64_t>(p.low) + to * p.step);
 }
+}  // namespace
 
 std::vector<SettingDecl> bayesian_settings() {
   return {
@@ -26,7 +35,11 @@ std::vector<SettingDecl> bayesian_settings() {
       {"pending", SettingType::kString, "kriging_believer", -kInf, kInf, {"kriging_believer", "constant_liar"},
        "how running trials enter the model"},
       {"liar", SettingType::kString, "worst", -kInf, kInf, {"best", "mean", "worst"}, "constant_liar's value"},
-      {"output_transform", SettingType::kString, "none", -kInf, kInf, {"none", "log"}, "transform of the loss"},
+      {"output_transform", SettingType::kString, "power", -kInf, kInf, {"none", "log", "power", "copula"},
+       "transform of the loss"},
+      {"choice_kernel", SettingType::kString, "overlap", -kInf, kInf, {"overlap", "onehot"},
+       "unordered choices: one lengthscale per choice (overlap) or per value (onehot)"},
+      {"input_warping", SettingType::kBool, false, -kInf, kInf, {}, "Kumaraswamy warping of numeric inputs"},
       {"refit_every", SettingType::kInt, 5, 1, 100000, {}, "refit the hyperparameters every k observations"},
       {"fit_restarts", SettingType::kInt, 3, 0, 100, {}, "random starts of the hyperparameter fit"},
       {"max_fit_points", SettingType::kInt, 100, 10, 100000, {}, "points used to fit the hyperparameters"},
@@ -44,7 +57,9 @@ struct BoConfig {
   double kappa;
   bool kriging_believer;
   std::string liar;
-  bool log_transform;
+  std::string output_transform;
+  bool input_warping;
+  bool overlap_kernel;
   int64_t refit_every;
   int fit_restarts;
   std::size_t max_fit_points;
@@ -57,6 +72,30 @@ class Bayesian final : public SearcherBase {
   Bayesian(const SearchSpec& spec, const BoConfig& cfg)
       : SearcherBase(spec), cfg_(cfg), enc_(space()), design_(space(), cfg.init, spec.seed, cfg.n_initial) {
     data_ = warm_start_points(space(), enc_, this->spec());
+    if (cfg.input_warping) {
+      // Numbers only: a choice's coordinates are not a continuum a CDF could reshape.
+      std::vector<Eigen::Index> warp;
+      for (std::size_t i = 0; i < enc_.dims(); ++i)
+        if (enc_.is_numeric(i)) warp.push_back(static_cast<Eigen::Index>(enc_.feature_offset(i)));
+      (void)gp_.set_warping(warp);  // no data yet: nothing to factorize
+    }
+    if (cfg.overlap_kernel) {
+      std::vector<Eigen::Index> groups;
+      for (std::size_t i = 0; i < enc_.dims(); ++i) {
+        const auto& p = enc_.spec(i);
+        if (p.type == ParamType::kFixed) continue;
+        const std::size_t width = p.type == ParamType::kChoice && !p.ordered ? p.choices.size() : 1;
+        groups.insert(groups.end(), width, static_cast<Eigen::Index>(i));
+      }
+      // Parameter indices with fixed ones skipped: renumber densely.
+      std::vector<Eigen::Index> dense(enc_.dims(), -1);
+      Eigen::Index next = 0;
+      for (auto& g : groups) {
+        if (dense[static_cast<std::size_t>(g)] < 0) dense[static_cast<std::size_t>(g)] = next++;
+        g = dense[static_cast<std::size_t>(g)];
+      }
+      (void)gp_.set_lengthscale_groups(groups);
+    }
     for (const auto& p : data_) warm_usable_ += p.losses.empty() ? 0 : 1;
   }
 
@@ -116,6 +155,15 @@ class Bayesian final : public SearcherBase {
       s["lengthscales"] = ls;
       s["signal_var"] = std::exp(gp_.hyper().log_signal_var);
       s["noise_var"] = std::exp(gp_.hyper().log_noise_var);
+      if (cfg_.output_transform == "power") s["power_lambda"] = power_lambda_;
+      const auto& h = gp_.hyper();
+      if (!h.warp_dims.empty()) {
+        std::vector<double> wa, wb;  // the Kumaraswamy CDFs of the warped inputs, in their order
+        for (Eigen::Index k = 0; k < h.log_warp_a.size(); ++k) wa.push_back(std::exp(h.log_warp_a(k)));
+        for (Eigen::Index k = 0; k < h.log_warp_b.size(); ++k) wb.push_back(std::exp(h.log_warp_b(k)));
+        s["warp_a"] = wa;
+        s["warp_b"] = wb;
+      }
     }
   }
 
@@ -148,21 +196,35 @@ class Bayesian final : public SearcherBase {
     return y;
   }
 
-  // Standardized (optionally log-warped) targets; sets y_best_ and the liar value.
-  Eigen::VectorXd transform(const std::vector<double>& raw) {
-    std::vector<double> y = raw;
-    if (cfg_.log_transform && !y.empty()) {
-      const double lo = *std::min_element(y.begin(), y.end()), hi = *std::max_element(y.begin(), y.end());
-      const double delta = std::max(1e-3 * (hi - lo), 1e-12 * std::max(1.0, std::fabs(lo)));
-      if (hi > lo)
-        for (double& v : y) v = std::log(v - lo + delta);
-    }
+  static void standardize(std::vector<double>& y) {
+    if (y.empty()) return;
     const double mean = std::accumulate(y.begin(), y.end(), 0.0) / static_cast<double>(y.size());
     double var = 0;
     for (double v : y) var += (v - mean) * (v - mean);
     const double sd = y.size() > 1 && var > 0 ? std::sqrt(var / static_cast<double>(y.size() - 1)) : 1.0;
+    for (double& v : y) v = (v - mean) / sd;
+  }
+
+  // Standardized (optionally transformed: output_transform) targets; sets y_best_ and the liar value.
+  Eigen::VectorXd transform(const std::vector<double>& raw) {
+    std::vector<double> y = raw;
+    const std::string& how = cfg_.output_transform;
+    if (how == "log" && !y.empty()) {
+      const double lo = *std::min_element(y.begin(), y.end()), hi = *std::max_element(y.begin(), y.end());
+      const double delta = std::max(1e-3 * (hi - lo), 1e-12 * std::max(1.0, std::fabs(lo)));
+      if (hi > lo)
+        for (double& v : y) v = std::log(v - lo + delta);
+    } else if (how == "power") {
+      // As HEBO: standardize, Yeo-Johnson with its maximum-likelihood lambda, standardize again.
+      standardize(y);
+      power_lambda_ = fit_yeo_johnson_lambda(y);
+      for (double& v : y) v = yeo_johnson(v, power_lambda_);
+    } else if (how == "copula") {
+      y = copula_transform(y);
+    }
+    standardize(y);
     Eigen::VectorXd out(static_cast<Eigen::Index>(y.size()));
-    for (std::size_t i = 0; i < y.size(); ++i) out(static_cast<Eigen::Index>(i)) = (y[i] - mean) / sd;
+    for (std::size_t i = 0; i < y.size(); ++i) out(static_cast<Eigen::Index>(i)) = y[i];
     y_best_ = out.minCoeff();
     if (cfg_.liar == "best") liar_ = y_best_;
     else if (cfg_.liar == "worst") liar_ = out.maxCoeff();
@@ -238,9 +300,17 @@ class Bayesian final : public SearcherBase {
     for (std::size_t i = 0; i < enc_.dims(); ++i) {
       if (std::isnan(u[i])) continue;
       if (enc_.is_numeric(i)) {
+        const double before = u[i];
         double x = u[i] + rng.normal() * sigma;
         x = std::fmod(std::fabs(x), 2.0);
         u[i] = x > 1.0 ? 2.0 - x : x;
+        // A small step rounds back to the same int level (the model is flat within a level), so the
+        // local search would never move an int of few levels: it steps by one level instead, as
+        // often as a choice switches.
+        const auto& p = enc_.spec(i);
+        if (p.type == ParamType::kInt && rng.bernoulli(p_cat) && Space::int_levels(p) > 1 &&
+            Space::from_unit(p, u[i]) == Space::from_unit(p, before))
+          u[i] = step_int_level(p, before, rng);
       } else if (enc_.is_categorical(i) && enc_.num_choices(i) > 1 && rng.bernoulli(p_cat)) {
         u[i] = Encoder::unit_of_choice(rng.below(enc_.num_choices(i)), enc_.num_choices(i));
       }
@@ -353,6 +423,7 @@ class Bayesian final : public SearcherBase {
   bool fitted_ = false;
   double y_best_ = 0;
   double liar_ = 0;
+  double power_lambda_ = 1.0;  // output_transform power: the latest fitted lambda
   std::vector<double> batch_raw_;  // this batch's scalar losses of data_, before the transform
 };
 
@@ -377,7 +448,9 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   cfg.kappa = s["ucb_kappa"].get<double>();
   cfg.kriging_believer = s["pending"] == "kriging_believer";
   cfg.liar = s["liar"].get<std::string>();
-  cfg.log_transform = s["output_transform"] == "log";
+  cfg.output_transform = s["output_transform"].get<std::string>();
+  cfg.input_warping = s["input_warping"].get<bool>();
+  cfg.overlap_kernel = s["choice_kernel"] == "overlap";
   cfg.refit_every = s["refit_every"].get<int64_t>();
   cfg.fit_restarts = static_cast<int>(s["fit_restarts"].get<int64_t>());
   cfg.max_fit_points = static_cast<std::size_t>(s["max_fit_points"].get<int64_t>());

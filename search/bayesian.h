@@ -4,7 +4,9 @@
 // (gaussian_process.h) fitted to the observations: expected improvement, computed in log space,
 // or a lower confidence bound. The acquisition is maximized by random sampling (plus
 // perturbations of the best observations), then a local search from the best few candidates that
-// moves numbers by Gaussian steps and switches choices, conditions repaired after every move.
+// moves numbers by Gaussian steps (ints also by one level) and switches choices, conditions
+// repaired after every move. Ints and choices enter the GP rounded to their level (encoding.h),
+// so its surface is flat within a level.
 //
 // Pending trials (asked, not told) and the earlier members of a batch are added to the GP as
 // fantasies: the posterior mean there (kriging believer) or a constant (constant liar), so a batch
@@ -23,8 +25,20 @@
 //   ucb_kappa         float   2.0      ucb: minimize mean - kappa * stddev
 //   pending           string  kriging_believer   kriging_believer | constant_liar
 //   liar              string  worst    constant_liar's value: best | mean | worst observed
-//   output_transform  string  none     none | log: model log(y - min + delta) of the loss (for
-//                                      objectives with a heavy upper tail; worse on smooth ones)
+//   output_transform  string  power    none | log | power | copula: log models log(y - min + delta)
+//                                      of the loss (for objectives with a heavy upper tail; worse on
+//                                      smooth ones); power a Yeo-Johnson transform of the
+//                                      standardized loss, its lambda fitted by maximum likelihood
+//                                      (HEBO; the default: it halves the GP's regret on
+//                                      rosenbrock4, levy10, ackley4 at budget 100); copula the
+//                                      normal quantiles of the losses' ranks
+//   input_warping     bool    false    a Kumaraswamy CDF warp of each numeric input, its two
+//                                      parameters fitted with the kernel's (Snoek et al. 2014);
+//                                      off by default: with the power transform it measured
+//                                      worse on rosenbrock4 and levy10 at budgets 50 and 100
+//   choice_kernel     string  overlap  overlap | onehot: an unordered choice's one-hot features
+//                                      share one lengthscale (a Hamming-distance kernel) or have
+//                                      one per value
 //   refit_every       int     5        refit the hyperparameters every k new observations
 //                                      (always while fewer than 30)
 //   fit_restarts      int     3        random starts of the marginal-likelihood fit, besides the

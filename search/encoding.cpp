@@ -112,8 +112,16 @@ void Encoder::features(const std::vector<double>& u, double* out) const {
       const std::size_t k = p.choices.size();
       std::fill(f, f + k, 0.0);
       if (!std::isnan(u[i])) f[choice_of(u[i], k)] = 1.0;
+    } else if (std::isnan(u[i])) {
+      f[0] = 0.5;
+    } else if (p.type == ParamType::kInt) {
+      // Rounded inside (Garrido-Merchan & Hernandez-Lobato 2020): every point of a level has the
+      // features of the level, so the model is flat within it and no acquisition prefers one of them.
+      f[0] = Space::to_unit(p, Space::from_unit(p, u[i]));
+    } else if (p.type == ParamType::kChoice) {
+      f[0] = unit_of_choice(choice_of(u[i], p.choices.size()), p.choices.size());
     } else {
-      f[0] = std::isnan(u[i]) ? 0.5 : u[i];
+      f[0] = u[i];
     }
   }
 }

@@ -8,7 +8,9 @@
 // the same configuration are equal.
 //
 // features() is the GP input: numbers and ordered choices as one coordinate (0.5 when inactive),
-// unordered choices one-hot (all zero when inactive), fixed parameters nothing.
+// unordered choices one-hot (all zero when inactive), fixed parameters nothing. Ints and ordered
+// choices are rounded to their level's coordinate first and a one-hot group is the one-hot of its
+// choice, so every point of a level has the same features (the GP is flat within a level).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,8 @@ class Encoder {
 
   std::size_t dims() const noexcept { return specs_.size(); }
   std::size_t feature_dims() const noexcept { return feature_dims_; }
+  // The first feature of parameter i (none for a fixed one).
+  std::size_t feature_offset(std::size_t i) const noexcept { return feature_offset_[i]; }
   const ParamSpec& spec(std::size_t i) const noexcept { return specs_[i]; }
   bool is_numeric(std::size_t i) const noexcept;    // float or int
   bool is_categorical(std::size_t i) const noexcept;  // choice (ordered or not)

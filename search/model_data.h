@@ -33,4 +33,15 @@ std::vector<double> random_simplex_weights(std::size_t m, Rng& rng);
 // max_i w_i f_i + 0.05 sum_i w_i f_i. Points without losses get NaN.
 std::vector<double> scalarize(const std::vector<DataPoint>& data, const std::vector<double>& weights);
 
+// Output transforms of the targets (as HEBO), for a GP whose noise is Gaussian while losses
+// rarely are: a heavy upper tail makes the standardized best points all look alike.
+//
+// Yeo-Johnson power transform of one value (defined for every real y; lambda = 1 is the identity).
+double yeo_johnson(double y, double lambda) noexcept;
+// Its lambda fitted by maximum likelihood (a normal after the transform), searched in [-2, 4].
+double fit_yeo_johnson_lambda(const std::vector<double>& y);
+// Copula transform: the normal quantile of each value's mid-rank (rank + 0.5) / n; ties share the
+// mean of their ranks. Keeps only the order of the values.
+std::vector<double> copula_transform(const std::vector<double>& y);
+
 }  // namespace hpctune::search

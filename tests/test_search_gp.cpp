@@ -1,13 +1,16 @@
 // Gaussian process: interpolation, log marginal likelihood against an independent computation,
 // its gradient, incremental updates, and expected improvement; the bayesian searcher when its GP
-// cannot be built.
+// cannot be built; rounding inside (ints and choices), input warping, output transforms.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 #include <numbers>
 
+#include "search/encoding.h"
 #include "search/gaussian_process.h"
+#include "search/model_data.h"
+#include "search/space.h"
 #include "search/searcher.h"
 
 using namespace hpctune;
@@ -194,4 +197,141 @@ TEST_CASE("set_data reports a kernel matrix that cannot be factorised (the bayes
   const Status status = gp.set_data(X, y);
   REQUIRE_FALSE(status.ok());
   CHECK(status.error().message().find("positive definite") != std::string::npos);
+}
+
+TEST_CASE("the GP rounds ints and ordered choices inside: a level's points have the same features and predictions") {
+  ParamSpec n_layers{.name = "layers", .type = ParamType::kInt, .low = 1, .high = 4};
+  ParamSpec width{.name = "width", .type = ParamType::kChoice, .choices = {16, 32, 64}, .ordered = true};
+  ParamSpec act{.name = "act", .type = ParamType::kChoice, .choices = {"relu", "tanh", "gelu"}};
+  ParamSpec lr{.name = "lr", .type = ParamType::kFloat, .low = 0, .high = 1};
+  const Space space = Space::create({n_layers, width, act, lr}).value();
+  const Encoder enc(space);
+  REQUIRE(enc.feature_dims() == 6);
+  // Two points inside the same level of each discrete parameter (not canonicalized: as a local
+  // search's step may leave them), the float equal.
+  const std::vector<double> a = {0.26, 0.30, 0.40, 0.7}, b = {0.49, 0.01, 0.66, 0.7};
+  std::vector<double> fa(6), fb(6);
+  enc.features(a, fa.data());
+  enc.features(b, fb.data());
+  CHECK(fa == fb);
+  CHECK(fa[0] == doctest::Approx(Space::to_unit(n_layers, 2)));  // the level's coordinate
+  CHECK(fa[1] == doctest::Approx(0.5 / 3));
+  // In the GP: covariance 1 (of the signal variance) between them, identical predictions.
+  Eigen::MatrixXd X(3, 6);
+  const std::vector<double> c = {0.9, 0.9, 0.1, 0.2}, e = {0.6, 0.5, 0.9, 0.5};
+  enc.features(c, X.row(0).data());
+  enc.features(e, X.row(1).data());
+  X.row(2) = Eigen::Map<Eigen::RowVectorXd>(fa.data(), 6);
+  GaussianProcess gp;
+  REQUIRE(gp.set_data(X, Eigen::Vector3d(1.0, -0.5, 0.3)).ok());
+  REQUIRE(gp.set_hyper(hyper(6, 0.4, 1.0, 1e-8)).ok());
+  Eigen::MatrixXd Q(2, 6);
+  Q.row(0) = Eigen::Map<Eigen::RowVectorXd>(fa.data(), 6);
+  Q.row(1) = Eigen::Map<Eigen::RowVectorXd>(fb.data(), 6);
+  Eigen::VectorXd mean, var;
+  gp.predict(Q, mean, var);
+  CHECK(mean(0) == mean(1));
+  CHECK(mean(1) == doctest::Approx(0.3).epsilon(1e-6));  // b is a's training point, exactly
+  CHECK(var(1) < 1e-6);
+}
+
+TEST_CASE("input warping: its gradient is exact, and fitted on a function that needs it, it raises the marginal likelihood") {
+  // A function of x^4 (flat near 0, steep near 1): a stationary kernel on x fits it badly, one on a
+  // warped x well.
+  const int n = 30;
+  Eigen::MatrixXd X = random_points(n, 2, 11);
+  Eigen::VectorXd y(n);
+  for (int i = 0; i < n; ++i) y(i) = std::sin(12 * std::pow(X(i, 0), 4)) + 0.3 * X(i, 1);
+  y = (y.array() - y.mean()) / std::sqrt((y.array() - y.mean()).square().sum() / (n - 1));
+
+  GpHyper h = hyper(2, 0.3, 1.2, 1e-3);
+  h.warp_dims = {0, 1};
+  h.log_warp_a = Eigen::Vector2d(0.4, -0.3);
+  h.log_warp_b = Eigen::Vector2d(-0.2, 0.5);
+  Eigen::VectorXd grad;
+  (void)GaussianProcess::log_marginal_likelihood(X, y, h, &grad);
+  REQUIRE(grad.size() == 2 + 2 + 4);
+  for (int k = 0; k < 4; ++k) {
+    GpHyper hp = h, hm = h;
+    const double eps = 1e-6;
+    (k < 2 ? hp.log_warp_a(k) : hp.log_warp_b(k - 2)) += eps;
+    (k < 2 ? hm.log_warp_a(k) : hm.log_warp_b(k - 2)) -= eps;
+    const double fd = (GaussianProcess::log_marginal_likelihood(X, y, hp, nullptr) -
+                       GaussianProcess::log_marginal_likelihood(X, y, hm, nullptr)) / (2 * eps);
+    CHECK(grad(4 + k) == doctest::Approx(fd).epsilon(1e-4).scale(1.0));
+  }
+
+  GaussianProcess plain, warped;
+  REQUIRE(plain.set_data(X, y).ok());
+  REQUIRE(warped.set_data(X, y).ok());
+  REQUIRE(warped.set_warping({0, 1}).ok());
+  Rng r1(3), r2(3);
+  plain.fit(r1, 3, 100);
+  warped.fit(r2, 3, 100);
+  CHECK(warped.log_marginal_likelihood() > plain.log_marginal_likelihood() + 3.0);
+  // The warp of x0 stretches the steep end: a > 1 (x^a pushes small x towards 0).
+  REQUIRE(warped.hyper().log_warp_a.size() == 2);
+  CHECK(warped.hyper().log_warp_a(0) > 0.3);
+}
+
+TEST_CASE("output transforms: Yeo-Johnson's lambda by maximum likelihood, the copula's normal scores") {
+  // Data that is exactly normal after a Yeo-Johnson transform of a known lambda: the fit
+  // finds the lambda back.
+  for (double lambda : {0.0, 0.5, 1.0, 1.5}) {
+    std::vector<double> y;
+    for (int i = 0; i < 2000; ++i) {
+      const double z = normal_quantile((i + 0.5) / 2000.0);
+      // The inverse transform.
+      double v;
+      if (z >= 0) v = std::fabs(lambda) < 1e-12 ? std::expm1(z) : std::pow(lambda * z + 1, 1 / lambda) - 1;
+      else v = 1 - std::pow(1 - (2 - lambda) * z, 1 / (2 - lambda));
+      if (!std::isfinite(v)) continue;
+      CHECK(yeo_johnson(v, lambda) == doctest::Approx(z).epsilon(1e-9).scale(1.0));
+      y.push_back(v);
+    }
+    CHECK(fit_yeo_johnson_lambda(y) == doctest::Approx(lambda).epsilon(0.1).scale(1.0));
+  }
+  CHECK(normal_quantile(0.975) == doctest::Approx(1.959963984540054).epsilon(1e-12));
+  CHECK(normal_quantile(1e-10) == doctest::Approx(-6.361340902404056).epsilon(1e-10));
+  CHECK(normal_cdf(normal_quantile(0.3)) == doctest::Approx(0.3).epsilon(1e-14));
+  // Copula: order kept, ties share a score, symmetric around 0.
+  const std::vector<double> c = copula_transform({5.0, 1e9, -3.0, 5.0, 7.0});
+  CHECK(c[2] == doctest::Approx(normal_quantile(0.1)));
+  CHECK(c[0] == c[3]);
+  CHECK(c[0] == doctest::Approx(normal_quantile(0.4)));  // mean of ranks 1 and 2 -> (1.5 + 0.5) / 5
+  CHECK(c[1] == doctest::Approx(-c[2]));
+}
+
+TEST_CASE("tied lengthscales (the one-hot inputs of a choice share one): the gradient sums over the group") {
+  const int n = 20;
+  Eigen::MatrixXd X = random_points(n, 4, 21);
+  for (int i = 0; i < n; ++i) {  // inputs 1..3: a one-hot choice
+    const int c = i % 3;
+    for (int j = 0; j < 3; ++j) X(i, 1 + j) = j == c ? 1.0 : 0.0;
+  }
+  Eigen::VectorXd y(n);
+  for (int i = 0; i < n; ++i) y(i) = std::sin(4 * X(i, 0)) + (i % 3 == 1 ? 0.8 : 0.0);
+  GpHyper h;
+  h.log_lengthscale = Eigen::Vector2d(std::log(0.3), std::log(0.8));
+  h.log_signal_var = 0.1;
+  h.log_noise_var = std::log(1e-3);
+  h.ls_group = {0, 1, 1, 1};
+  GpHyper untied = hyper(4, 1.0, 1.0, 1.0);
+  untied.log_lengthscale = Eigen::Vector4d(std::log(0.3), std::log(0.8), std::log(0.8), std::log(0.8));
+  untied.log_signal_var = h.log_signal_var;
+  untied.log_noise_var = h.log_noise_var;
+  Eigen::VectorXd g, gu;
+  const double lml = GaussianProcess::log_marginal_likelihood(X, y, h, &g);
+  CHECK(lml == doctest::Approx(GaussianProcess::log_marginal_likelihood(X, y, untied, &gu)).epsilon(1e-12));
+  REQUIRE(g.size() == 4);
+  CHECK(g(0) == doctest::Approx(gu(0)).epsilon(1e-9));
+  CHECK(g(1) == doctest::Approx(gu(1) + gu(2) + gu(3)).epsilon(1e-9));
+  CHECK(g(2) == doctest::Approx(gu(4)).epsilon(1e-9));
+  GaussianProcess gp;
+  REQUIRE(gp.set_data(X, y).ok());
+  REQUIRE(gp.set_lengthscale_groups({0, 1, 1, 1}).ok());
+  Rng rng(2);
+  gp.fit(rng, 2, 100);
+  CHECK(gp.hyper().log_lengthscale.size() == 2);
+  CHECK(gp.hyper().ls_group.size() == 4);
 }
