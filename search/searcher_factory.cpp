@@ -6,6 +6,7 @@
 #include "search/genetic.h"
 #include "search/grid_search.h"
 #include "search/random_search.h"
+#include "search/rl_controller.h"
 #include "search/tpe.h"
 #include "search/searcher.h"
 
@@ -27,6 +28,7 @@ const std::vector<Entry>& registry() {
       {"tpe", &tpe_settings, &make_tpe},
       {"genetic", &genetic_settings, &make_genetic},
       {"evolution", &evolution_settings, &make_evolution},
+      {"rl", &rl_settings, &make_rl},
   };
   return entries;
 }
