@@ -976,6 +976,9 @@ class Builder {
     c.max_failures = s["max_failures"].get<int64_t>();
     c.warm_start = s["warm_start"].get<std::string>();
     c.search_settings = s["settings"];
+    if (c.algorithm == "rl" && c.objectives.size() > 1)  // a REINFORCE reward is one number
+      return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
+                     "rl optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
     if (s.contains("stop_when") && s["stop_when"].is_object()) {
       const json& w = s["stop_when"];
       StopWhen stop;
