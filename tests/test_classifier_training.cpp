@@ -593,6 +593,15 @@ TEST_CASE("cnn trainer: named blocks in layers, filled in by searched settings (
   CHECK(s->layers[2].kernel == 5);
   CHECK(s->layers[3].units == 32);
   CHECK(s->layers[4].kind == "dropout");
+  // `blocks` leaves out the blocks after it (the head is not counted).
+  settings["blocks"] = 2;
+  settings["block2"] = conv5;
+  auto two = parse_cnn_settings(settings);
+  REQUIRE(two.ok());
+  CHECK(two->layers.size() == 5);  // block1 (2) + block2 (1) + head (2); block3 left out
+  CHECK(two->layers[2].kernel == 5);
+  CHECK(two->layers[2].filters == 16);
+  CHECK(parse_cnn_settings({{"blocks", 7}}).error().code() == Errc::kInvalidArgument);
   // Blocks mix with layer maps; every block absent leaves the fixed layers.
   auto fixed = parse_cnn_settings({{"layers", nlohmann::json::array({"block1", head[0]})}});
   REQUIRE(fixed.ok());

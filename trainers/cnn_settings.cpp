@@ -30,6 +30,14 @@ const std::vector<SettingDecl>& cnn_setting_specs() {
                    .aliases = {"architecture", "network", "net"}});
     // Named blocks, for architecture search (configs/fashion_nas.yaml): each a searched choice among
     // layer lists, conditional on a depth parameter, placed where `layers` names it.
+    out.push_back({.key = "blocks",
+                   .type = SettingType::kInt,
+                   .default_value = nullptr,
+                   .min = 0,
+                   .max = 4,
+                   .help = "How many of block1..block4 are in use (default: every one that is set): a later one adds no "
+                           "layers even when set. The parent of the blocks' conditions in an architecture search.",
+                   .aliases = {"num_blocks", "depth"}});
     for (const char* block : kCnnBlocks) {
       out.push_back({.key = block,
                      .type = SettingType::kValueList,

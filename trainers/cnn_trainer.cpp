@@ -33,6 +33,9 @@ Result<nlohmann::json> expand_cnn_blocks(const nlohmann::json& layers, const nlo
     if (!placed.insert(name).second)
       return err(Errc::kInvalidArgument, "cnn trainer: layers: the block '" + name + "' is placed twice");
     if (!settings.is_object() || !settings.contains(name)) continue;  // absent: no layers there
+    if (name != "head" && settings.contains("blocks") && settings["blocks"].is_number() &&
+        name[5] - '0' > settings["blocks"].get<double>())
+      continue;  // beyond `blocks`
     const auto& block = settings[name];
     if (!block.is_array()) return err(Errc::kInvalidArgument, "cnn trainer: " + name + ": must be a list of layers, got " + block.dump());
     for (const auto& layer : block) out.push_back(layer);
@@ -54,6 +57,7 @@ Result<CnnSettings> parse_cnn_settings(const nlohmann::json& json) {
   HPCTUNE_ASSIGN(const nlohmann::json given, r.value("layers"));
   for (const char* b : kCnnBlocks)
     if (r.has(b)) HPCTUNE_TRY(r.value(b));  // a non-empty list (its layers are checked below)
+  if (r.has("blocks")) HPCTUNE_TRY(r.value("blocks"));  // 0..4
   HPCTUNE_ASSIGN(const nlohmann::json layers, expand_cnn_blocks(given, json));
   auto specs = nn::parse_layer_specs(layers);
   if (!specs.ok()) return r.bad("layers", layers, "valid layers (" + specs.error().message() + ")");
