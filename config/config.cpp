@@ -981,6 +981,9 @@ class Builder {
     if (c.algorithm == "cmaes" && c.objectives.size() > 1)  // what make_cmaes refuses, reported with its place
       return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
                      "cmaes optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
+    if (c.algorithm == "rl" && c.objectives.size() > 1)  // a REINFORCE reward is one number
+      return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
+                     "rl optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
     if (s.contains("stop_when") && s["stop_when"].is_object()) {
       const json& w = s["stop_when"];
       StopWhen stop;

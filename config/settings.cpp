@@ -144,9 +144,10 @@ std::vector<Setting> declarations() {
        .default_value = json::object(), .aliases = {"searcher", "tuner", "optimizer"}},
       {.path = "search.algorithm", .type = Type::kEnum,
        .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, aging (regularized) "
-               "evolution, Gaussian-process Bayesian optimisation, a tree-structured Parzen estimator or CMA-ES "
-               "(continuous and ordinal spaces, one objective).",
-       .default_value = "random", .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe", "cmaes"},
+               "evolution, Gaussian-process Bayesian optimisation, a tree-structured Parzen estimator, CMA-ES "
+               "(continuous and ordinal spaces, one objective) or a REINFORCE controller (rl, Zoph & Le's "
+               "architecture search).",
+       .default_value = "random", .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe", "cmaes", "rl"},
        .aliases = {"method", "strategy", "sampler", "type", "kind"}},
       {.path = "search.max_trials", .type = Type::kInt, .help = "Number of trials to run: the campaign's budget.",
        .min = 1, .required = true, .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},

@@ -101,11 +101,10 @@ class Cmaes final : public SearcherBase {
     return out;
   }
 
-  std::vector<std::string> notes() const override {
-    std::vector<std::string> out;
+  void add_notes(std::vector<std::string>& out) const override {
     if (n_ == 0) {
       out.emplace_back("cmaes: the space has no unconditional float, int or ordered choice to adapt; every suggestion is drawn uniformly");
-      return out;
+      return;
     }
     std::string in, outside;
     for (std::size_t i = 0; i < enc_.dims(); ++i) {
@@ -121,7 +120,6 @@ class Cmaes final : public SearcherBase {
     if (spec().max_trials > 0 && spec().max_trials < 2 * lambda_)
       out.push_back("cmaes: max_trials " + std::to_string(spec().max_trials) + " allows fewer than 2 generations of " +
                     std::to_string(lambda_) + " trials: the covariance will barely adapt");
-    return out;
   }
 
  private:

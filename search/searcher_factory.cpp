@@ -8,6 +8,7 @@
 #include "search/genetic.h"
 #include "search/grid_search.h"
 #include "search/random_search.h"
+#include "search/rl_controller.h"
 #include "search/tpe.h"
 #include "search/searcher.h"
 #include "search/searcher_base.h"
@@ -58,6 +59,7 @@ const std::vector<Entry>& registry() {
       {"genetic", &genetic_settings, &make_genetic},
       {"evolution", &evolution_settings, &make_evolution},
       {"cmaes", &cmaes_settings, &make_cmaes},
+      {"rl", &rl_settings, &make_rl},
   };
   return entries;
 }

@@ -186,7 +186,7 @@ class Tpe final : public SearcherBase {
     return out;
   }
 
-  std::vector<std::string> notes() const override { return {startup_note()}; }
+  void add_notes(std::vector<std::string>& out) const override { out.push_back(startup_note()); }
 
  private:
   void on_tell(const Observation& obs) override { data_.push_back(make_data_point(enc_, obs, objectives())); }

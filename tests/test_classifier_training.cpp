@@ -575,6 +575,52 @@ TEST_CASE("cnn trainer: default layers, parsing, and learning a small synthetic 
   CHECK(rec.reports.back().second.at("train_loss") < rec.reports.front().second.at("train_loss"));
 }
 
+TEST_CASE("cnn trainer: named blocks in layers, filled in by searched settings (architecture search)") {
+  const auto conv3 = nlohmann::json::parse(R"([{"kind": "conv", "filters": 8, "kernel": 3}, {"kind": "maxpool", "size": 2}])");
+  const auto conv5 = nlohmann::json::parse(R"([{"kind": "conv", "filters": 16, "kernel": 5}])");
+  const auto head = nlohmann::json::parse(R"([{"kind": "dense", "units": 32}, {"kind": "dropout", "rate": 0.25}])");
+  nlohmann::json settings = {{"kind", "cnn"},
+                             {"layers", {"block1", "block2", "block3", "head"}},
+                             {"block1", conv3},
+                             {"block3", conv5},  // block2 absent: an inactive conditional parameter
+                             {"head", head}};
+  auto s = parse_cnn_settings(settings);
+  REQUIRE_MESSAGE(s.ok(), s.error().message());
+  REQUIRE(s->layers.size() == 5);
+  CHECK(s->layers[0].kind == "conv");
+  CHECK(s->layers[0].kernel == 3);
+  CHECK(s->layers[1].kind == "maxpool");
+  CHECK(s->layers[2].kernel == 5);
+  CHECK(s->layers[3].units == 32);
+  CHECK(s->layers[4].kind == "dropout");
+  // `blocks` leaves out the blocks after it (the head is not counted).
+  settings["blocks"] = 2;
+  settings["block2"] = conv5;
+  auto two = parse_cnn_settings(settings);
+  REQUIRE(two.ok());
+  CHECK(two->layers.size() == 5);  // block1 (2) + block2 (1) + head (2); block3 left out
+  CHECK(two->layers[2].kernel == 5);
+  CHECK(two->layers[2].filters == 16);
+  CHECK(parse_cnn_settings({{"blocks", 7}}).error().code() == Errc::kInvalidArgument);
+  // Blocks mix with layer maps; every block absent leaves the fixed layers.
+  auto fixed = parse_cnn_settings({{"layers", nlohmann::json::array({"block1", head[0]})}});
+  REQUIRE(fixed.ok());
+  CHECK(fixed->layers.size() == 1);
+
+  auto fails = [](nlohmann::json bad, const std::string& needle) {
+    auto r = parse_cnn_settings(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK_MESSAGE(r.error().message().find(needle) != std::string::npos, r.error().message());
+  };
+  fails({{"layers", {"block9"}}}, "'block9' is neither a layer map nor a block");
+  fails({{"layers", {"block1", "block1"}}, {"block1", conv3}}, "placed twice");
+  fails({{"block1", conv3}}, "block1 is set but layers does not place it");  // the default layers name no block
+  fails({{"layers", {"block1"}}, {"block1", nlohmann::json::array({{{"kind", "conv"}, {"filters", 0}, {"kernel", 3}}})}},
+        "'layers'");
+  fails({{"layers", {"block1"}}, {"block1", 3}}, "block1");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Issue 11: classes, transfer (init_from + freeze) and PBT (resume_from)
 

@@ -426,7 +426,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"space_range_against_trainer.yaml", "4:36: space.dropout.high: 1.5 is above the maximum 0.95 (trainer.dropout)"},
       {"unknown_enum_value.yaml",
        "4:3: search.algorithm: unknown value 'bayes'; expected one of random, grid, genetic, evolution, bayesian, "
-       "tpe, cmaes (did you mean 'bayesian'?)"},
+       "tpe, cmaes, rl (did you mean 'bayesian'?)"},
       {"heartbeat_timeout_not_above_interval.yaml",
        "7:3: resources.heartbeat_timeout: 2 s must be greater than heartbeat_interval (5 s)"},
       {"bad_duration.yaml",
@@ -436,6 +436,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
       {"early_stopping_with_two_objectives.yaml",
        "7:3: early_stopping.kind: asha judges one objective, but 2 are given"},
       {"cmaes_with_two_objectives.yaml", "6:3: search.algorithm: cmaes optimizes one objective, but 2 are given"},
+      {"rl_with_two_objectives.yaml", "7:3: search.algorithm: rl optimizes one objective, but 2 are given"},
       // issue 9, item 14: 7 levels of 9 aliases, 2.8 GB expanded; refused at the alias that passes the bound.
       {"alias_bomb.yaml",
        "10:10: a5[0]: the config has more than 100000 YAML nodes, aliases counted at every use (an alias repeated "

@@ -200,10 +200,12 @@ TEST_CASE("set_data reports a kernel matrix that cannot be factorised (the bayes
 }
 
 TEST_CASE("the GP rounds ints and ordered choices inside: a level's points have the same features and predictions") {
-  ParamSpec n_layers{.name = "layers", .type = ParamType::kInt, .low = 1, .high = 4};
-  ParamSpec width{.name = "width", .type = ParamType::kChoice, .choices = {16, 32, 64}, .ordered = true};
-  ParamSpec act{.name = "act", .type = ParamType::kChoice, .choices = {"relu", "tanh", "gelu"}};
-  ParamSpec lr{.name = "lr", .type = ParamType::kFloat, .low = 0, .high = 1};
+  // Field by field: designated initializers that skip members warn (-Wmissing-field-initializers).
+  ParamSpec n_layers, width, act, lr;
+  n_layers.name = "layers", n_layers.type = ParamType::kInt, n_layers.low = 1, n_layers.high = 4;
+  width.name = "width", width.type = ParamType::kChoice, width.choices = {16, 32, 64}, width.ordered = true;
+  act.name = "act", act.type = ParamType::kChoice, act.choices = {"relu", "tanh", "gelu"};
+  lr.name = "lr", lr.type = ParamType::kFloat, lr.low = 0, lr.high = 1;
   const Space space = Space::create({n_layers, width, act, lr}).value();
   const Encoder enc(space);
   REQUIRE(enc.feature_dims() == 6);

@@ -1,6 +1,8 @@
 // The settings of the `cnn` trainer kind (cnn_trainer.h): the classifier loop's, with its own
-// learning rate, and its layers.
+// learning rate, its layers, and the named blocks a searched architecture fills in.
 #include "trainers/trainer_settings.h"
+
+#include <string>
 
 namespace hpctune::trainers {
 
@@ -26,6 +28,24 @@ const std::vector<SettingDecl>& cnn_setting_specs() {
                            "activation} | {kind: maxpool, size, stride} | {kind: dense, units, activation} | "
                            "{kind: dropout, rate}; the output layer is added.",
                    .aliases = {"architecture", "network", "net"}});
+    // Named blocks, for architecture search (configs/fashion_nas.yaml): each a searched choice among
+    // layer lists, conditional on a depth parameter, placed where `layers` names it.
+    out.push_back({.key = "blocks",
+                   .type = SettingType::kInt,
+                   .default_value = nullptr,
+                   .min = 0,
+                   .max = 4,
+                   .help = "How many of block1..block4 are in use (default: every one that is set): a later one adds no "
+                           "layers even when set. The parent of the blocks' conditions in an architecture search.",
+                   .aliases = {"num_blocks", "depth"}});
+    for (const char* block : kCnnBlocks) {
+      out.push_back({.key = block,
+                     .type = SettingType::kValueList,
+                     .default_value = nullptr,
+                     .help = std::string("A block of layers (a list of layer maps, as in layers) that takes the place of "
+                                         "the entry '") +
+                             block + "' of layers; absent (e.g. an inactive conditional parameter): no layers there."});
+    }
     return out;
   }();
   return specs;

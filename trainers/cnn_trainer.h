@@ -1,7 +1,8 @@
 // The `cnn` trainer: a convolutional classifier on an IDX image-classification dataset, trained by
 // the shared classifier loop (classifier_training.h), with the layers from the `layers` setting
 // (parse_layer_specs, network.h). The default is the Fashion-MNIST benchmark CNN: conv 5x5 32,
-// max-pool 2, conv 5x5 64, max-pool 2, dense 1024, then the output layer.
+// max-pool 2, conv 5x5 64, max-pool 2, dense 1024, then the output layer. Entries of `layers` may
+// name blocks (block1..block4, head) that other settings (searched parameters) fill in.
 #pragma once
 
 #include <memory>
@@ -15,6 +16,10 @@
 namespace hpctune::trainers {
 
 using CnnSettings = ClassifierSettings;
+
+// `layers` with its block names (kCnnBlocks, trainer_settings.h) replaced (kInvalidArgument for another string, or for a block that
+// is set but not placed by `layers`).
+Result<nlohmann::json> expand_cnn_blocks(const nlohmann::json& layers, const nlohmann::json& settings);
 
 // The default `layers` list, as config JSON (declared in cnn_settings.cpp).
 const nlohmann::json& default_cnn_layers();

@@ -31,6 +31,11 @@ namespace hpctune::trainers {
 const std::vector<SettingDecl>& sleep_setting_specs();
 const std::vector<SettingDecl>& mlp_setting_specs();
 const std::vector<SettingDecl>& cnn_setting_specs();
+// The cnn's named blocks (settings block1..block4 and head): an entry of `layers` that is one of
+// these names stands for that setting's layers, or for nothing when the setting is absent. A space
+// can then search the network block by block, with conditions on the setting `blocks` (block3 only
+// when blocks is 3); a block beyond `blocks` adds no layers.
+inline constexpr const char* kCnnBlocks[] = {"block1", "block2", "block3", "block4", "head"};
 const std::vector<SettingDecl>& function_setting_specs();
 const std::vector<SettingDecl>& command_setting_specs();
 // The settings of the classifier loop (classifier_training.h) that mlp and cnn both declare.
