@@ -34,7 +34,7 @@
 //                [--seeds N] [--first-seed S] [--budgets 50,100] [--threads N]
 //                [--no-quality] [--no-latency] [--repeats N] [--fashion-table CSV]
 //   bench_search --dump-problems FILE [--problems ...] [--fashion-table CSV]
-//   bench_search --list-algorithms
+//   bench_search --list-algorithms | --list-problems
 #include <time.h>
 
 #include <algorithm>
@@ -71,7 +71,7 @@ struct Args {
   std::vector<std::string> algorithms = search::searcher_names();
   std::string fashion_table = HPCTUNE_SOURCE_DIR "/bench/data/fashion_mlp_table.csv";
   std::string dump_problems;  // --dump-problems FILE: write the definitions and exit
-  bool list_algorithms = false;
+  bool list_algorithms = false, list_problems = false;
   int seeds = 10;
   uint64_t first_seed = 1000;
   std::vector<int> budgets = {50, 100};
@@ -99,6 +99,7 @@ bool parse_args(int argc, char** argv, Args& a) {
     if (flag == "--no-quality") { a.quality = false; continue; }
     if (flag == "--no-latency") { a.latency = false; continue; }
     if (flag == "--list-algorithms") { a.list_algorithms = true; continue; }
+    if (flag == "--list-problems") { a.list_problems = true; continue; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "bench_search: %s needs a value\n", flag.c_str());
       return false;
@@ -346,7 +347,12 @@ int main(int argc, char** argv) {
     for (const auto& name : search::searcher_names()) std::printf("%s\n", name.c_str());
     return 0;
   }
-  Problems problems;
+  if (a.list_problems) {
+    for (const auto& id : bench::problem_ids()) std::printf("%s\n", id.c_str());
+    return 0;
+  }
+  Problems problems;  // the latency part builds its own two
+  if (!a.quality && a.dump_problems.empty()) a.problems.clear();
   for (const auto& id : a.problems) {
     auto p = bench::make_problem(id, a.fashion_table);
     if (!p.ok()) {

@@ -2,6 +2,7 @@
 // versions, NAS-like cells, mixed conditional spaces and the tabulated Fashion-MNIST MLP.
 #include "bench/search_problems.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -28,6 +29,13 @@ Result<search::TestFunction> test_function(const std::string& id) {
   const std::string name = id.substr(0, cut);
   const int dim = cut < id.size() && name != "hartmann" ? std::atoi(id.c_str() + cut) : 0;
   return search::make_test_function(name == "hartmann" ? "hartmann6" : name, dim);
+}
+
+// "x3": built by appending (GCC 12 warns falsely on "x" + std::to_string(...) when inlined).
+std::string indexed(const char* prefix, std::size_t i) {
+  std::string out = prefix;
+  out += std::to_string(i);
+  return out;
 }
 
 ParamSpec float_param(std::string name, double low, double high, bool log = false) {
@@ -136,7 +144,7 @@ Result<Problem> ordinal(const GridSpec& g) {
     const int levels = g.levels[i];
     for (int k = 0; k < levels; ++k)
       points[i].push_back(fn.low[i] + (fn.high[i] - fn.low[i]) * static_cast<double>(k) / static_cast<double>(levels - 1));
-    const std::string name = "x" + std::to_string(i + 1);
+    const std::string name = indexed("x", i + 1);
     if (g.as_int) {
       specs.push_back(int_param(name, 0, levels - 1));
     } else {
@@ -150,10 +158,12 @@ Result<Problem> ordinal(const GridSpec& g) {
   p.dim = g.dim;
   HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
   const bool as_int = g.as_int;
-  p.eval = [fn, points, as_int](const Params& params) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < points.size(); ++i) names.push_back(indexed("x", i + 1));
+  p.eval = [fn, points, as_int, names](const Params& params) {
     std::vector<double> x(points.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
-      const json& v = params.at("x" + std::to_string(i + 1));
+      const json& v = params.at(names[i]);
       x[i] = as_int ? points[i][v.get<std::size_t>()] : v.get<double>();
     }
     return fn(x);
@@ -171,7 +181,7 @@ Result<Problem> ordinal(const GridSpec& g) {
   Params at = json::object();
   for (std::size_t i = 0; i < x.size(); ++i) {
     const auto k = static_cast<std::size_t>(argmin[i]);
-    at["x" + std::to_string(i + 1)] = as_int ? json(k) : json(points[i][k]);
+    at[indexed("x", i + 1)] = as_int ? json(k) : json(points[i][k]);
   }
   std::size_t size = 1;
   for (int l : g.levels) size *= static_cast<std::size_t>(l);
@@ -223,16 +233,18 @@ Result<Problem> nas_cell(const CellSpec& c) {
     return v;
   };
   std::vector<ParamSpec> specs;
-  for (int i = 0; i < kEdges; ++i) specs.push_back(choice_param("e" + std::to_string(i + 1), std::vector<json>(ops.begin(), ops.end()), false));
+  for (int i = 0; i < kEdges; ++i) specs.push_back(choice_param(indexed("e", static_cast<std::size_t>(i + 1)), std::vector<json>(ops.begin(), ops.end()), false));
   Problem p;
   p.id = c.id;
   p.kind = "categorical";
   p.dim = kEdges;
   HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
-  p.eval = [value_of, ops](const Params& params) {
+  std::vector<std::string> names;
+  for (int i = 0; i < kEdges; ++i) names.push_back(indexed("e", static_cast<std::size_t>(i + 1)));
+  p.eval = [value_of, ops, names](const Params& params) {
     std::vector<int> k(kEdges);
     for (int i = 0; i < kEdges; ++i) {
-      const auto& op = params.at("e" + std::to_string(i + 1)).get_ref<const std::string&>();
+      const auto& op = params.at(names[static_cast<std::size_t>(i)]).get_ref<const std::string&>();
       k[static_cast<std::size_t>(i)] = static_cast<int>(std::find(ops.begin(), ops.end(), op) - ops.begin());
     }
     return value_of(k);
@@ -245,7 +257,7 @@ Result<Problem> nas_cell(const CellSpec& c) {
   });
   p.optimum = best;
   Params at = json::object();
-  for (int i = 0; i < kEdges; ++i) at["e" + std::to_string(i + 1)] = ops[static_cast<std::size_t>(argmin[static_cast<std::size_t>(i)])];
+  for (int i = 0; i < kEdges; ++i) at[indexed("e", static_cast<std::size_t>(i + 1))] = ops[static_cast<std::size_t>(argmin[static_cast<std::size_t>(i)])];
   p.definition = {{"ops", ops}, {"unary", unary}, {"pairs", pairs}, {"seed", c.seed}, {"interaction", c.interaction},
                   {"argmin", at}, {"points_in_space", 15625}};
   return p;
