@@ -39,7 +39,10 @@ import sys
 import time
 import warnings
 
-import optuna
+try:
+    import optuna
+except ImportError:  # bench/check-search imports the evaluators without Optuna
+    optuna = None
 
 PI = math.pi
 
@@ -268,6 +271,8 @@ def main():
     ap.add_argument("--no-quality", action="store_true")
     ap.add_argument("--no-latency", action="store_true")
     a = ap.parse_args()
+    if optuna is None:
+        sys.exit("search_optuna.py: Optuna is not installed (Debian's python3-optuna: tools/setup-deps --bench)")
     budgets = sorted(int(b) for b in a.budgets.split(","))
     with open(a.definitions) as f:
         definitions = json.load(f)
