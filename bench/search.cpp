@@ -19,9 +19,22 @@
 // hyperparameters every refit_every = 5 observations). Median, mean and max wall time are reported,
 // and the median process CPU time (the better estimate on a machine whose cores are shared).
 //
-//   bench_search [--out FILE] [--problems branin,hartmann6,levy10,...] [--algorithms a,b,...]
+// The problems (bench/search_problems.h): continuous test functions, their discretised (ordinal)
+// versions, NAS-like categorical cells, mixed conditional spaces and the tabulated Fashion-MNIST
+// MLP. --dump-problems writes their definitions (spaces, tables, check points) for
+// bench/search_optuna.py, which evaluates exactly the same functions from them.
+//
+// Algorithms: every registered one (search::searcher_names()) unless --algorithms names some. An
+// algorithm that refuses a space (make_searcher or ask fails) gives a run marked "na" with the
+// reason, not a failure of the benchmark. A run whose searcher says it is exhausted (a finite space
+// fully visited) stops there; its later budgets keep the best value found. Each run also counts
+// its distinct configurations after each budget (a repeat is a wasted trial).
+//
+//   bench_search [--out FILE] [--problems branin,hartmann6,levy10,...] [--algorithms a,b,...|all]
 //                [--seeds N] [--first-seed S] [--budgets 50,100] [--threads N]
-//                [--no-quality] [--no-latency] [--repeats N]
+//                [--no-quality] [--no-latency] [--repeats N] [--fashion-table CSV]
+//   bench_search --dump-problems FILE [--problems ...] [--fashion-table CSV]
+//   bench_search --list-algorithms | --list-problems
 #include <time.h>
 
 #include <algorithm>
@@ -32,13 +45,16 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/search_problems.h"
 #include "common/rng.h"
 #include "search/searcher.h"
 #include "search/test_functions.h"
@@ -51,8 +67,11 @@ using nlohmann::json;
 
 struct Args {
   std::string out;  // "" = stdout
-  std::vector<std::string> problems = {"branin", "hartmann6", "levy10", "rosenbrock4", "ackley4"};
-  std::vector<std::string> algorithms = {"random", "bayesian", "tpe", "genetic", "evolution"};
+  std::vector<std::string> problems = bench::problem_ids();
+  std::vector<std::string> algorithms = search::searcher_names();
+  std::string fashion_table = HPCTUNE_SOURCE_DIR "/bench/data/fashion_mlp_table.csv";
+  std::string dump_problems;  // --dump-problems FILE: write the definitions and exit
+  bool list_algorithms = false, list_problems = false;
   int seeds = 10;
   uint64_t first_seed = 1000;
   std::vector<int> budgets = {50, 100};
@@ -79,6 +98,8 @@ bool parse_args(int argc, char** argv, Args& a) {
     const std::string flag = argv[i];
     if (flag == "--no-quality") { a.quality = false; continue; }
     if (flag == "--no-latency") { a.latency = false; continue; }
+    if (flag == "--list-algorithms") { a.list_algorithms = true; continue; }
+    if (flag == "--list-problems") { a.list_problems = true; continue; }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "bench_search: %s needs a value\n", flag.c_str());
       return false;
@@ -86,7 +107,9 @@ bool parse_args(int argc, char** argv, Args& a) {
     const std::string v = argv[++i];
     if (flag == "--out") a.out = v;
     else if (flag == "--problems") a.problems = split(v);
-    else if (flag == "--algorithms") a.algorithms = split(v);
+    else if (flag == "--algorithms") a.algorithms = v == "all" ? search::searcher_names() : split(v);
+    else if (flag == "--fashion-table") a.fashion_table = v;
+    else if (flag == "--dump-problems") a.dump_problems = v;
     else if (flag == "--seeds") a.seeds = std::atoi(v.c_str());
     else if (flag == "--first-seed") a.first_seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (flag == "--threads") a.threads = static_cast<unsigned>(std::max(1, std::atoi(v.c_str())));
@@ -107,15 +130,6 @@ bool parse_args(int argc, char** argv, Args& a) {
   return true;
 }
 
-// "levy10" -> levy in 10 dimensions; "branin" -> its natural dimension.
-Result<search::TestFunction> problem(const std::string& id) {
-  std::size_t cut = id.size();
-  while (cut > 0 && std::isdigit(static_cast<unsigned char>(id[cut - 1]))) --cut;
-  const std::string name = id.substr(0, cut);
-  const int dim = cut < id.size() && name != "hartmann" ? std::atoi(id.c_str() + cut) : 0;
-  return search::make_test_function(name == "hartmann" ? "hartmann6" : name, dim);
-}
-
 // CPU time of this process in ms: on a machine whose cores are shared, it estimates what an idle
 // core would take better than the wall time (search/ is single-threaded).
 double cpu_ms() {
@@ -130,15 +144,17 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-search::SearchSpec spec_for(const std::string& algo, const search::TestFunction& fn, uint64_t seed, int64_t max_trials) {
+search::SearchSpec spec_for(const std::string& algo, const search::Space& space, uint64_t seed, int64_t max_trials) {
   search::SearchSpec spec;
   spec.algorithm = algo;
-  spec.space = search::test_function_space(fn);
+  spec.space = space;
   spec.objectives = {{"value", false}};
   spec.seed = seed;
   spec.max_trials = max_trials;
   return spec;
 }
+
+using Problems = std::map<std::string, bench::Problem>;
 
 struct QualityJob {
   std::string problem, algorithm;
@@ -146,35 +162,63 @@ struct QualityJob {
   json result;
 };
 
-Result<json> quality_run(const QualityJob& job, const std::vector<int>& budgets) {
-  HPCTUNE_ASSIGN(const search::TestFunction fn, problem(job.problem));
+// A run the algorithm could not do: it refused the space (at construction or at an ask).
+json not_applicable(const QualityJob& job, const std::string& reason) {
+  return json{{"source", "hpctune"}, {"problem", job.problem}, {"algorithm", job.algorithm}, {"seed", job.seed},
+              {"na", reason}};
+}
+
+json quality_run(const QualityJob& job, const bench::Problem& problem, const std::vector<int>& budgets) {
   const int total = budgets.back();
-  HPCTUNE_ASSIGN(auto searcher, search::make_searcher(spec_for(job.algorithm, fn, job.seed, total)));
-  json regret = json::object();
+  auto made = search::make_searcher(spec_for(job.algorithm, problem.space, job.seed, total));
+  if (!made.ok()) return not_applicable(job, made.error().message());
+  auto searcher = std::move(made).value();
+  json regret = json::object(), distinct = json::object();
+  std::set<std::string> seen;
   double best = INFINITY;
   double ask_seconds = 0;
+  int exhausted_at = 0;  // the trial after which the searcher said it was exhausted
   const auto t0 = Clock::now();
   std::size_t next_budget = 0;
+  auto record_budgets = [&](int t) {
+    while (next_budget < budgets.size() && budgets[next_budget] <= t) {
+      regret[std::to_string(budgets[next_budget])] = best - problem.optimum;
+      distinct[std::to_string(budgets[next_budget++])] = seen.size();
+    }
+  };
   for (int t = 1; t <= total; ++t) {
     const auto a0 = Clock::now();
-    auto sug = searcher->ask(1).value();
+    auto asked = searcher->ask(1);
     ask_seconds += std::chrono::duration<double>(Clock::now() - a0).count();
-    if (sug.size() != 1) return err(Errc::kInternal, job.algorithm + " returned no suggestion at trial " + std::to_string(t));
-    const double v = fn(sug[0].params);
+    if (!asked.ok()) return not_applicable(job, asked.error().message());
+    auto sug = std::move(asked).value();
+    if (sug.empty() && searcher->exhausted()) {
+      exhausted_at = t - 1;
+      record_budgets(total);
+      break;
+    }
+    if (sug.size() != 1) return not_applicable(job, "no suggestion at trial " + std::to_string(t) + " of a sequential run");
+    if (auto ok = problem.space.contains(sug[0].params); !ok.ok())
+      return not_applicable(job, "suggested a point outside the space: " + ok.error().message());
+    const double v = problem.eval(sug[0].params);
     best = std::min(best, v);
+    seen.insert(sug[0].params.dump());
     searcher->tell({sug[0].seq, sug[0].params, search::Outcome::kCompleted, {v}, 1});
-    while (next_budget < budgets.size() && budgets[next_budget] == t) regret[std::to_string(budgets[next_budget++])] = best - fn.optimum;
+    record_budgets(t);
   }
-  return json{{"source", "hpctune"},
+  json out = {{"source", "hpctune"},
               {"problem", job.problem},
               {"algorithm", job.algorithm},
               {"seed", job.seed},
               {"regret", regret},
+              {"distinct", distinct},
               {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
               {"ask_seconds", ask_seconds}};
+  if (exhausted_at) out["exhausted_at"] = exhausted_at;
+  return out;
 }
 
-json run_quality(const Args& a) {
+json run_quality(const Args& a, const Problems& problems) {
   std::vector<QualityJob> jobs;
   for (const auto& p : a.problems)
     for (const auto& algo : a.algorithms)
@@ -183,36 +227,33 @@ json run_quality(const Args& a) {
   std::stable_sort(jobs.begin(), jobs.end(), [](const auto& x, const auto& y) { return (x.algorithm == "bayesian") > (y.algorithm == "bayesian"); });
   std::atomic<std::size_t> next{0};
   std::mutex io;
-  std::atomic<bool> failed{false};
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < a.threads; ++t)
     pool.emplace_back([&] {
       for (std::size_t i = next++; i < jobs.size(); i = next++) {
-        auto r = quality_run(jobs[i], a.budgets);
+        json r = quality_run(jobs[i], problems.at(jobs[i].problem), a.budgets);
         std::lock_guard lock(io);
-        if (!r.ok()) {
-          std::fprintf(stderr, "bench_search: %s\n", r.error().to_string().c_str());
-          failed = true;
-          continue;
-        }
-        jobs[i].result = std::move(r).value();
-        std::fprintf(stderr, "  %-12s %-10s seed %llu: regret@%d %.4g (%.2f s)\n", jobs[i].problem.c_str(),
-                     jobs[i].algorithm.c_str(), static_cast<unsigned long long>(jobs[i].seed), a.budgets.back(),
-                     jobs[i].result["regret"][std::to_string(a.budgets.back())].get<double>(),
-                     jobs[i].result["seconds"].get<double>());
+        jobs[i].result = std::move(r);
+        const json& res = jobs[i].result;
+        if (res.contains("na"))
+          std::fprintf(stderr, "  %-18s %-10s seed %llu: n/a (%s)\n", jobs[i].problem.c_str(), jobs[i].algorithm.c_str(),
+                       static_cast<unsigned long long>(jobs[i].seed), res["na"].get<std::string>().c_str());
+        else
+          std::fprintf(stderr, "  %-18s %-10s seed %llu: regret@%d %.4g, %d distinct (%.2f s)\n", jobs[i].problem.c_str(),
+                       jobs[i].algorithm.c_str(), static_cast<unsigned long long>(jobs[i].seed), a.budgets.back(),
+                       res["regret"][std::to_string(a.budgets.back())].get<double>(),
+                       res["distinct"][std::to_string(a.budgets.back())].get<int>(), res["seconds"].get<double>());
       }
     });
   for (auto& t : pool) t.join();
-  if (failed) std::exit(1);
   json runs = json::array();
   for (auto& j : jobs) runs.push_back(std::move(j.result));
   return runs;
 }
 
-// Times `repeats` ask(1) calls of `algo` restored with n uniform random observations of `fn`.
-Result<json> latency_point(const std::string& algo, const std::string& problem_id, int n, int repeats) {
-  HPCTUNE_ASSIGN(const search::TestFunction fn, problem(problem_id));
-  auto spec = spec_for(algo, fn, 7, 0);
+// Times `repeats` ask(1) calls of `algo` restored with n uniform random observations of `problem`.
+Result<json> latency_point(const std::string& algo, const bench::Problem& problem, int n, int repeats) {
+  auto spec = spec_for(algo, problem.space, 7, 0);
   HPCTUNE_ASSIGN(auto searcher, search::make_searcher(spec));
   Rng rng(derive_seed(99, static_cast<uint64_t>(n)));
   std::vector<search::Record> history;
@@ -220,7 +261,7 @@ Result<json> latency_point(const std::string& algo, const std::string& problem_i
     search::Record rec;
     rec.suggestion.seq = k;
     rec.suggestion.params = spec.space.sample(rng);
-    const double v = fn(rec.suggestion.params);
+    const double v = problem.eval(rec.suggestion.params);
     rec.observation = search::Observation{k, rec.suggestion.params, search::Outcome::kCompleted, {v}, 1};
     history.push_back(std::move(rec));
   }
@@ -229,18 +270,18 @@ Result<json> latency_point(const std::string& algo, const std::string& problem_i
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     const double c0 = cpu_ms();
-    auto sug = searcher->ask(1).value();
+    HPCTUNE_ASSIGN(auto sug, searcher->ask(1));
     cpu.push_back(cpu_ms() - c0);
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (sug.size() != 1) return err(Errc::kInternal, algo + ": no suggestion");
-    searcher->tell({sug[0].seq, sug[0].params, search::Outcome::kCompleted, {fn(sug[0].params)}, 1});
+    searcher->tell({sug[0].seq, sug[0].params, search::Outcome::kCompleted, {problem.eval(sug[0].params)}, 1});
   }
   double sum = 0;
   for (double x : ms) sum += x;
   return json{{"source", "hpctune"},
               {"algorithm", algo},
-              {"problem", problem_id},
-              {"dim", fn.dim},
+              {"problem", problem.id},
+              {"dim", problem.dim},
               {"n", n},
               {"repeats", repeats},
               {"median_ms", median(ms)},
@@ -252,26 +293,49 @@ Result<json> latency_point(const std::string& algo, const std::string& problem_i
 
 json run_latency(const Args& a) {
   struct Point {
-    const char* algo;
-    const char* problem;
+    std::string algo, problem;
     int n;
   };
-  // GP at d = 10 (the target's d <= 10 at its hardest), TPE at d = 8 (the target's and Optuna's).
-  const std::vector<Point> points = {{"bayesian", "levy10", 100}, {"bayesian", "levy10", 200}, {"bayesian", "levy10", 500},
-                                     {"bayesian", "levy10", 1000}, {"tpe", "levy8", 100},      {"tpe", "levy8", 500},
-                                     {"tpe", "levy8", 1000}};
+  // The GP at d = 10 (the target's d <= 10 at its hardest, with n = 200 for its target), every
+  // other algorithm at d = 8 (the TPE target's and Optuna's), on a continuous space and on the
+  // categorical NAS cell.
+  std::vector<Point> points;
+  for (int n : {100, 200, 500, 1000}) points.push_back({"bayesian", "levy10", n});
+  for (const auto& algo : a.algorithms)
+    for (const char* problem : {"levy8", "nas-cell"})
+      for (int n : {100, 500, 1000})
+        if (algo != "bayesian" || std::string(problem) != "levy10") points.push_back({algo, problem, n});
   json out = json::array();
+  Problems problems;
   for (const auto& p : points) {
-    auto r = latency_point(p.algo, p.problem, p.n, a.repeats);
+    if (!problems.count(p.problem)) problems.emplace(p.problem, bench::make_problem(p.problem, a.fashion_table).value());
+    auto r = latency_point(p.algo, problems.at(p.problem), p.n, a.repeats);
     if (!r.ok()) {
-      std::fprintf(stderr, "bench_search: %s\n", r.error().to_string().c_str());
-      std::exit(1);
+      std::fprintf(stderr, "  latency %-9s %-8s n=%-5d n/a (%s)\n", p.algo.c_str(), p.problem.c_str(), p.n,
+                   r.error().message().c_str());
+      out.push_back({{"source", "hpctune"}, {"algorithm", p.algo}, {"problem", p.problem}, {"n", p.n}, {"na", r.error().message()}});
+      continue;
     }
-    std::fprintf(stderr, "  latency %-9s %-7s n=%-5d median %.2f ms (max %.2f, median CPU %.2f)\n", p.algo, p.problem,
-                 p.n, (*r)["median_ms"].get<double>(), (*r)["max_ms"].get<double>(), (*r)["median_cpu_ms"].get<double>());
+    std::fprintf(stderr, "  latency %-9s %-8s n=%-5d median %.2f ms (max %.2f, median CPU %.2f)\n", p.algo.c_str(),
+                 p.problem.c_str(), p.n, (*r)["median_ms"].get<double>(), (*r)["max_ms"].get<double>(),
+                 (*r)["median_cpu_ms"].get<double>());
     out.push_back(std::move(r).value());
   }
   return out;
+}
+
+bool write_json(const std::string& path, const json& j) {
+  if (path.empty()) {
+    std::cout << j.dump(1) << "\n";
+    return true;
+  }
+  std::ofstream f(path);
+  f << j.dump(1) << "\n";
+  if (!f.flush()) {
+    std::fprintf(stderr, "bench_search: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -279,35 +343,44 @@ json run_latency(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   if (!parse_args(argc, argv, a)) return 2;
-  for (const auto& p : a.problems) {
-    auto fn = problem(p);
-    if (!fn.ok()) {
-      std::fprintf(stderr, "bench_search: problem %s: %s\n", p.c_str(), fn.error().message().c_str());
+  if (a.list_algorithms) {
+    for (const auto& name : search::searcher_names()) std::printf("%s\n", name.c_str());
+    return 0;
+  }
+  if (a.list_problems) {
+    for (const auto& id : bench::problem_ids()) std::printf("%s\n", id.c_str());
+    return 0;
+  }
+  Problems problems;  // the latency part builds its own two
+  if (!a.quality && a.dump_problems.empty()) a.problems.clear();
+  for (const auto& id : a.problems) {
+    auto p = bench::make_problem(id, a.fashion_table);
+    if (!p.ok()) {
+      std::fprintf(stderr, "bench_search: problem %s: %s\n", id.c_str(), p.error().message().c_str());
       return 2;
     }
+    problems.emplace(id, std::move(p).value());
   }
-  json report = {{"budgets", a.budgets}, {"seeds", a.seeds}, {"first_seed", a.first_seed}, {"threads", a.threads}};
-  json problems = json::object();
-  for (const auto& p : a.problems) {
-    const auto fn = problem(p).value();
-    problems[p] = {{"function", fn.name}, {"dim", fn.dim}, {"optimum", fn.optimum}, {"low", fn.low}, {"high", fn.high}};
+  if (!a.dump_problems.empty()) {
+    json defs = json::object();
+    for (const auto& [id, p] : problems) defs[id] = p.definition;
+    return write_json(a.dump_problems, defs) ? 0 : 1;
   }
-  report["problems"] = problems;
+  json report = {{"budgets", a.budgets}, {"seeds", a.seeds}, {"first_seed", a.first_seed}, {"threads", a.threads},
+                 {"algorithms", a.algorithms}};
+  json defs = json::object();
+  for (const auto& [id, p] : problems) {
+    json d = {{"kind", p.kind}, {"dim", p.dim}, {"optimum", p.optimum}};
+    if (p.definition.contains("points_in_space")) d["points_in_space"] = p.definition["points_in_space"];
+    if (p.definition.contains("function")) d["function"] = p.definition["function"];
+    defs[id] = d;
+  }
+  report["problems"] = defs;
   const auto t0 = Clock::now();
-  if (a.quality) report["quality"] = run_quality(a);
+  if (a.quality) report["quality"] = run_quality(a, problems);
   const auto t1 = Clock::now();
   if (a.latency) report["latency"] = run_latency(a);
   report["quality_seconds"] = std::chrono::duration<double>(t1 - t0).count();
   report["latency_seconds"] = std::chrono::duration<double>(Clock::now() - t1).count();
-  if (a.out.empty()) {
-    std::cout << report.dump(1) << "\n";
-  } else {
-    std::ofstream f(a.out);
-    f << report.dump(1) << "\n";
-    if (!f.flush()) {
-      std::fprintf(stderr, "bench_search: cannot write %s\n", a.out.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return write_json(a.out, report) ? 0 : 1;
 }

@@ -1,11 +1,26 @@
 #!/usr/bin/python3
 """bench/search_optuna.py: Optuna's samplers on the problems of bench_search, for bench/run-search.
 
-The same problems (the formulas of search/test_functions.cpp, written again here), budgets and
-seeds as bench_search, with Optuna 3.1's TPESampler (its defaults: 10 random startup trials,
-independent univariate estimators), CmaEsSampler and RandomSampler, each seeded with the run's
-seed. One sequential study of max(budgets) trials per (problem, sampler, seed); the regret after
-each budget is read from the same study (Optuna's samplers do not know the budget).
+The same problems, budgets and seeds as bench_search, with Optuna 3.1's TPESampler (its defaults:
+10 random startup trials, independent univariate estimators), TPESampler(multivariate=True),
+CmaEsSampler and RandomSampler, each seeded with the run's seed. One sequential study of
+max(budgets) trials per (problem, sampler, seed); the regret and the number of distinct
+configurations after each budget are read from the same study (Optuna's samplers do not know the
+budget).
+
+The problems come from `bench_search --dump-problems FILE` (--definitions FILE here): each one's
+space (floats, ints, choices, conditions), its known optimum and what its value is made of: the
+test function's name (the formulas of search/test_functions.cpp are written again below) and for
+a discretised one its grid's points; the NAS cell's effect tables; the mixed model's terms; the
+tabulated benchmark's CSV. Nothing random is redrawn here. Before running, every problem's value
+is checked against the points with values that bench_search wrote (`checks`) and its optimum's
+point: a mismatch stops the script.
+
+The space is defined by run, in bench_search's parents-first order: a float is suggest_float (log
+when log), an int suggest_int, a choice suggest_categorical (Optuna has no ordinal type, so an
+ordered choice is a categorical one, as a user would write it); a conditional parameter is
+suggested only when its condition holds. CmaEsSampler samples categorical and conditional
+parameters with its independent (random) sampler, as Optuna does.
 
 Latency: the time of one trial (study.ask() + study.tell()) of TPESampler on a study that already
 holds n finished trials of uniform random points (added with study.add_trials), 8 parameters;
@@ -14,16 +29,20 @@ median over --repeats trials, of the wall time and of the process CPU time.
 Writes raw JSON (the schema of bench_search's) to --out or stdout. Run with /usr/bin/python3.
 """
 import argparse
+import csv
 import json
 import math
 import multiprocessing
 import random
-import re
 import statistics
 import sys
 import time
+import warnings
 
-import optuna
+try:
+    import optuna
+except ImportError:  # bench/check-search imports the evaluators without Optuna
+    optuna = None
 
 PI = math.pi
 
@@ -68,34 +87,113 @@ def ackley(x):
     return -20 * math.exp(-0.2 * math.sqrt(sq / d)) - math.exp(cs / d) + 20 + math.e
 
 
-# name -> (function, natural dim, low, high, optimum); per-dimension boxes for branin.
-FUNCTIONS = {
-    "branin": (branin, 2, [-5.0, 0.0], [10.0, 15.0], 0.39788735772973816),
-    "hartmann6": (hartmann6, 6, 0.0, 1.0, -3.3223680114155147),
-    "rosenbrock": (rosenbrock, 2, -5.0, 10.0, 0.0),
-    "levy": (levy, 2, -10.0, 10.0, 0.0),
-    "ackley": (ackley, 2, -32.768, 32.768, 0.0),
-}
+# name -> the function (the names of search/test_functions.cpp)
+FUNCTIONS = {"branin": branin, "hartmann6": hartmann6, "rosenbrock": rosenbrock, "levy": levy, "ackley": ackley}
 
 
-def problem(pid):
-    """'levy10' -> levy in 10 dimensions; 'branin', 'hartmann6' -> their own dimension."""
-    if pid in FUNCTIONS:
-        name, dim = pid, FUNCTIONS[pid][1]
-    else:
-        m = re.fullmatch(r"([a-z]+?)(\d+)", pid)
-        if not m or m.group(1) not in FUNCTIONS:
-            sys.exit(f"search_optuna.py: unknown problem {pid}")
-        name, dim = m.group(1), int(m.group(2))
-    f, _, lo, hi, opt = FUNCTIONS[name]
-    low = lo if isinstance(lo, list) else [lo] * dim
-    high = hi if isinstance(hi, list) else [hi] * dim
-    return f, dim, low, high, opt
+def parse_cell(text):
+    """A CSV cell as bench_search reads it: an integer, a number, or else text."""
+    if text and not any(c in text for c in ".eE"):
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def value_key(v):
+    """The mixed model's key of a value: the text itself, a number as JSON writes it."""
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def make_evaluator(d):
+    """The objective of problem definition d: params (a dict) -> value."""
+    kind = d["kind"]
+    if kind == "continuous":
+        f = FUNCTIONS[d["function"]]
+        names = [p["name"] for p in d["space"]]
+        return lambda params: f([params[n] for n in names])
+    if kind == "ordinal":
+        f, points, as_int = FUNCTIONS[d["function"]], d["points"], d["as_int"]
+        return lambda params: f([points[i][params[f"x{i + 1}"]] if as_int else params[f"x{i + 1}"]
+                                 for i in range(len(points))])
+    if kind == "categorical":
+        ops, unary, pairs = d["ops"], d["unary"], d["pairs"]
+        index = {op: k for k, op in enumerate(ops)}
+
+        def cell(params):
+            k = [index[params[f"e{i + 1}"]] for i in range(len(unary))]
+            v = 0.0
+            for i in range(len(unary)):
+                v += unary[i][k[i]]
+            for p in pairs:
+                v += p["table"][k[p["i"]]][k[p["j"]]]
+            return v
+        return cell
+    if kind == "mixed":
+        m = d["model"]
+        transforms = {"log10": math.log10, "log2": math.log2, "": lambda x: x}
+
+        def mixed(params):
+            v = m["offset"][value_key(params[m["branch"]])]
+            for t in m["terms"]:
+                if t["param"] in params:
+                    u = transforms[t["transform"]](params[t["param"]])
+                    v += t["weight"] * (u - t["center"]) * (u - t["center"])
+            for name, table in sorted(m["choice_terms"].items()):
+                if name in params:
+                    v += table[value_key(params[name])]
+            return v
+        return mixed
+    if kind == "table":
+        names = d["params"]
+        error = {}
+        with open(d["path"]) as f:
+            rows = csv.DictReader(f)
+            for row in rows:
+                error[tuple(json.dumps(parse_cell(row[n])) for n in names)] = 1.0 - float(row["val_accuracy_mean"])
+        return lambda params: error[tuple(json.dumps(params[n]) for n in names)]
+    raise ValueError(f"unknown problem kind {kind}")
+
+
+def check_problem(pid, d, f):
+    """Stops unless f gives bench_search's values at its check points and its optimum's point."""
+    points = [(c["params"], c["value"]) for c in d["checks"]]
+    if "argmin" in d:
+        points.append((d["argmin"], d["optimum"]))
+    for params, want in points:
+        got = f(params)
+        if abs(got - want) > 1e-9 * max(1.0, abs(want)):
+            sys.exit(f"search_optuna.py: {pid}: value {got!r} at {params}, bench_search has {want!r}")
+
+
+def suggest_all(trial, space):
+    """Suggests the active parameters of the space, parents first, as bench_search's Space does."""
+    params = {}
+    for p in space:
+        w = p.get("when")
+        if w and (w["parent"] not in params or params[w["parent"]] not in w["values"]):
+            continue
+        name, kind = p["name"], p["type"]
+        if kind == "float":
+            params[name] = trial.suggest_float(name, p["low"], p["high"], log=p["log"])
+        elif kind == "int":
+            params[name] = trial.suggest_int(name, int(p["low"]), int(p["high"]), step=int(p["step"]), log=p["log"])
+        elif kind == "choice":
+            params[name] = trial.suggest_categorical(name, p["choices"])
+        else:
+            params[name] = p["value"]
+    return params
 
 
 def make_sampler(algorithm, seed):
     if algorithm == "optuna-tpe":
         return optuna.samplers.TPESampler(seed=seed)
+    if algorithm == "optuna-tpe-mv":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     if algorithm == "optuna-cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed)
     if algorithm == "optuna-random":
@@ -103,34 +201,48 @@ def make_sampler(algorithm, seed):
     raise ValueError(algorithm)
 
 
+DEFINITIONS = {}  # problem id -> definition, set in each worker by init_worker
+
+
+def init_worker(definitions):
+    DEFINITIONS.update(definitions)
+    warnings.filterwarnings("ignore")  # CmaEsSampler's note on falling back for categorical parameters
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
 def quality_run(job):
     pid, algorithm, seed, budgets = job
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    f, dim, low, high, opt = problem(pid)
+    d = DEFINITIONS[pid]
+    f = make_evaluator(d)
+    space = d["space"]
+    configs = []
 
     def objective(trial):
-        return f([trial.suggest_float(f"x{i + 1}", low[i], high[i]) for i in range(dim)])
+        params = suggest_all(trial, space)
+        configs.append(json.dumps(params, sort_keys=True))
+        return f(params)
 
     t0 = time.monotonic()
     study = optuna.create_study(direction="minimize", sampler=make_sampler(algorithm, seed))
     study.optimize(objective, n_trials=max(budgets))
     values = [t.value for t in study.trials]
-    regret = {str(b): min(values[:b]) - opt for b in budgets}
+    regret = {str(b): min(values[:b]) - d["optimum"] for b in budgets}
+    distinct = {str(b): len(set(configs[:b])) for b in budgets}
     return {"source": "optuna", "problem": pid, "algorithm": algorithm, "seed": seed, "regret": regret,
-            "seconds": time.monotonic() - t0}
+            "distinct": distinct, "seconds": time.monotonic() - t0}
 
 
-def latency_point(n, dim, repeats):
+def latency_point(algorithm, n, dim, repeats):
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    f, _, low, high, _ = problem(f"levy{dim}")
-    dists = {f"x{i + 1}": optuna.distributions.FloatDistribution(low[i], high[i]) for i in range(dim)}
+    f = levy
+    dists = {f"x{i + 1}": optuna.distributions.FloatDistribution(-10.0, 10.0) for i in range(dim)}
     rng = random.Random(99 + n)
     trials = []
     for _ in range(n):
         params = {k: rng.uniform(d.low, d.high) for k, d in dists.items()}
         trials.append(optuna.trial.create_trial(params=params, distributions=dists,
                                                 value=f([params[f"x{i + 1}"] for i in range(dim)])))
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=7))
+    study = optuna.create_study(direction="minimize", sampler=make_sampler(algorithm, 7))
     study.add_trials(trials)
     ms, cpu = [], []
     for _ in range(repeats):
@@ -139,7 +251,7 @@ def latency_point(n, dim, repeats):
         study.tell(trial, f([trial.params[f"x{i + 1}"] for i in range(dim)]))
         cpu.append((time.process_time() - c0) * 1000)
         ms.append((time.perf_counter() - t0) * 1000)
-    return {"source": "optuna", "algorithm": "optuna-tpe", "problem": f"levy{dim}", "dim": dim, "n": n,
+    return {"source": "optuna", "algorithm": algorithm, "problem": f"levy{dim}", "dim": dim, "n": n,
             "repeats": repeats, "median_ms": statistics.median(ms), "mean_ms": statistics.fmean(ms),
             "max_ms": max(ms), "first_ms": ms[0], "median_cpu_ms": statistics.median(cpu),
             "what": "ask + tell of one trial"}
@@ -148,8 +260,9 @@ def latency_point(n, dim, repeats):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="")
-    ap.add_argument("--problems", default="branin,hartmann6,levy10,rosenbrock4,ackley4")
-    ap.add_argument("--algorithms", default="optuna-tpe,optuna-cmaes,optuna-random")
+    ap.add_argument("--definitions", required=True, help="the problems' definitions: bench_search --dump-problems")
+    ap.add_argument("--problems", default="", help="the problems to run (default: all the definitions)")
+    ap.add_argument("--algorithms", default="optuna-tpe,optuna-tpe-mv,optuna-cmaes,optuna-random")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=1000)
     ap.add_argument("--budgets", default="50,100")
@@ -158,30 +271,38 @@ def main():
     ap.add_argument("--no-quality", action="store_true")
     ap.add_argument("--no-latency", action="store_true")
     a = ap.parse_args()
+    if optuna is None:
+        sys.exit("search_optuna.py: Optuna is not installed (Debian's python3-optuna: tools/setup-deps --bench)")
     budgets = sorted(int(b) for b in a.budgets.split(","))
-    problems = [p for p in a.problems.split(",") if p]
+    with open(a.definitions) as f:
+        definitions = json.load(f)
+    problems = [p for p in a.problems.split(",") if p] or list(definitions)
     for p in problems:
-        problem(p)
+        if p not in definitions:
+            sys.exit(f"search_optuna.py: no definition of {p} in {a.definitions}")
+        check_problem(p, definitions[p], make_evaluator(definitions[p]))
 
     report = {"optuna_version": optuna.__version__, "budgets": budgets, "seeds": a.seeds, "first_seed": a.first_seed}
     t0 = time.monotonic()
     if not a.no_quality:
         jobs = [(p, algo, a.first_seed + s, budgets) for p in problems for algo in a.algorithms.split(",")
                 for s in range(a.seeds)]
-        with multiprocessing.Pool(a.processes) as pool:
+        with multiprocessing.Pool(a.processes, initializer=init_worker, initargs=(definitions,)) as pool:
             runs = []
-            for r in pool.imap(quality_run, jobs):
-                print(f"  {r['problem']:<12} {r['algorithm']:<14} seed {r['seed']}: regret@{budgets[-1]} "
-                      f"{r['regret'][str(budgets[-1])]:.4g} ({r['seconds']:.2f} s)", file=sys.stderr, flush=True)
+            for r in pool.imap_unordered(quality_run, jobs):
+                print(f"  {r['problem']:<18} {r['algorithm']:<14} seed {r['seed']}: regret@{budgets[-1]} "
+                      f"{r['regret'][str(budgets[-1])]:.4g}, {r['distinct'][str(budgets[-1])]} distinct "
+                      f"({r['seconds']:.2f} s)", file=sys.stderr, flush=True)
                 runs.append(r)
         report["quality"] = runs
     t1 = time.monotonic()
     if not a.no_latency:
         report["latency"] = []
-        for n in (100, 500, 1000):
-            r = latency_point(n, 8, a.repeats)
-            print(f"  latency optuna-tpe levy8 n={n}: median {r['median_ms']:.2f} ms", file=sys.stderr, flush=True)
-            report["latency"].append(r)
+        for algorithm in ("optuna-tpe", "optuna-tpe-mv"):
+            for n in (100, 500, 1000):
+                r = latency_point(algorithm, n, 8, a.repeats)
+                print(f"  latency {algorithm} levy8 n={n}: median {r['median_ms']:.2f} ms", file=sys.stderr, flush=True)
+                report["latency"].append(r)
     report["quality_seconds"] = t1 - t0
     report["latency_seconds"] = time.monotonic() - t1
     text = json.dumps(report, indent=1)

@@ -1,0 +1,51 @@
+// The problems of bench_search: each a search space, an objective to minimize and its known optimum,
+// plus a JSON definition that bench/search_optuna.py reads to evaluate exactly the same function.
+//
+// Kinds (the `kind` of the definition):
+//   continuous   search/test_functions.h over its box: branin, hartmann6, levy10, rosenbrock4, ackley4
+//   ordinal      a test function on a grid of levels per dimension, evaluated at the level's point:
+//                as integer level indices (`hartmann6-int6`: 6 levels each) or as ordered choices of
+//                the points (`levy8-ord`: 2 to 10 levels per dimension); optimum by enumeration
+//   categorical  a NAS-like cell (`nas-cell`): 6 edges of 5 operations, per-edge effects plus
+//                pairwise interactions drawn once from a fixed seed; optimum by enumeration of the
+//                5^6 = 15,625 cells
+//   mixed        conditional spaces of floats, ints and choices (`mixed-optim`: an optimizer choice
+//                with its own parameters under it), a sum of quadratic terms with a known minimum
+//   table        the tabulated Fashion-MNIST MLP (bench/data/fashion_mlp_table.csv, made by
+//                bench/make-fashion-table): the mean validation error of the configuration, a lookup
+//
+// The definitions carry every table (the NAS model's effects, the grids' points) and `checks`: a
+// few points with their values, which search_optuna.py verifies before it runs.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "search/space.h"
+
+namespace hpctune::bench {
+
+struct Problem {
+  std::string id;
+  std::string kind;  // continuous, ordinal, categorical, mixed, table
+  int dim = 0;       // parameters (the most active at once for a conditional space)
+  search::Space space;
+  std::function<double(const search::Params&)> eval;
+  double optimum = 0;
+  nlohmann::json definition;  // for search_optuna.py: kind, space, the tables, checks
+};
+
+// Every problem id bench_search knows, in the order of the report.
+std::vector<std::string> problem_ids();
+// The problem named by id; `fashion_table` is the path of the tabulated benchmark's CSV.
+// kInvalidArgument for an unknown id, or a table that cannot be read.
+Result<Problem> make_problem(const std::string& id, const std::string& fashion_table);
+
+// The space as JSON (a list of {name, type, low, high, log, step, choices, ordered, when}).
+nlohmann::json space_json(const search::Space& space);
+
+}  // namespace hpctune::bench
