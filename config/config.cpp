@@ -26,6 +26,7 @@
 #include "common/limits.h"
 #include "common/shell_template.h"
 #include "config/settings.h"
+#include "search/auto_search.h"
 #include "search/bayesian.h"
 #include "search/initial_design.h"
 #include "search/grid_search.h"
@@ -1463,22 +1464,30 @@ search::StopperSpec CampaignConfig::stopper_spec() const {
 }
 
 std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
-  const char* key = c.algorithm == "tpe" ? "n_startup" : c.algorithm == "bayesian" ? "n_initial" : nullptr;
+  std::string algorithm = c.algorithm;
+  json settings = c.search_settings;
+  if (algorithm == "auto") {  // what auto runs, with that algorithm's defaults
+    auto picked = search::auto_choice(c.search_spec());
+    if (!picked.ok()) return std::nullopt;
+    algorithm = picked->algorithm;
+    settings = json::object();
+  }
+  const char* key = algorithm == "tpe" ? "n_startup" : algorithm == "bayesian" ? "n_initial" : nullptr;
   if (key == nullptr) return std::nullopt;
   ModelStartup out;
-  const json& given = c.search_settings.contains(key) ? c.search_settings[key] : json();
+  const json& given = settings.contains(key) ? settings[key] : json();
   int64_t searched = 0;
   for (const auto& p : c.space.params()) searched += p.type == search::ParamType::kFixed ? 0 : 1;
   out.random_trials = given.is_number_integer() ? given.get<int64_t>()
-                      : c.algorithm == "tpe"    ? search::startup_trials(c.max_trials, searched)
-                                                : search::default_n_initial(c.space);
+                      : algorithm == "tpe"      ? search::startup_trials(c.max_trials, searched)
+                                                : search::default_n_initial(c.space, c.max_trials);
   out.model_used = out.random_trials < c.max_trials;
   const std::string n = std::to_string(out.random_trials), budget = std::to_string(c.max_trials);
   if (out.model_used)
-    out.text = c.algorithm + ": the first " + n + " of " + budget + " trials are random start-up; the model suggests from trial " +
+    out.text = algorithm + ": the first " + n + " of " + budget + " trials are random start-up; the model suggests from trial " +
                std::to_string(out.random_trials + 1) + " on";
   else
-    out.text = c.algorithm + ": " + n + " random start-up trials of " + budget +
+    out.text = algorithm + ": " + n + " random start-up trials of " + budget +
                "; the model is never used (lower search.settings." + key + " or raise search.max_trials)";
   return out;
 }

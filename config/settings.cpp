@@ -146,8 +146,10 @@ std::vector<Setting> declarations() {
        .help = "The search algorithm: random sampling, a full grid, a genetic algorithm, aging (regularized) "
                "evolution, Gaussian-process Bayesian optimisation, a tree-structured Parzen estimator, CMA-ES "
                "(continuous and ordinal spaces, one objective) or a REINFORCE controller (rl, Zoph & Le's "
-               "architecture search).",
-       .default_value = "random", .choices = {"random", "grid", "genetic", "evolution", "bayesian", "tpe", "cmaes", "rl"},
+               "architecture search); auto (the default) picks one from the space and the budget and says which "
+               "and why at the start.",
+       .default_value = "auto",
+       .choices = {"auto", "random", "grid", "genetic", "evolution", "bayesian", "tpe", "cmaes", "rl"},
        .aliases = {"method", "strategy", "sampler", "type", "kind"}},
       {.path = "search.max_trials", .type = Type::kInt, .help = "Number of trials to run: the campaign's budget.",
        .min = 1, .required = true, .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},

@@ -295,7 +295,6 @@ Status Master::start(Clock::time_point now) {
   for (int64_t g = 0; g < cfg.resources.groups; ++g) HPCTUNE_TRY(launch(g, now));
   log("campaign '" + cfg.name + "': " + std::to_string(cfg.resources.groups) + " trainer group(s) (" +
       p_.launcher->name() + "), master at " + p_.transport->endpoint() + ", database " + c_.db_path);
-  if (auto startup = config::model_startup(cfg)) log(startup->text);
   return {};
 }
 

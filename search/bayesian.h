@@ -58,7 +58,8 @@ namespace hpctune::search {
 
 std::vector<SettingDecl> bayesian_settings();
 Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec);
-// The default n_initial: clamp(2 * d, 5, 20), d the searched (not fixed) parameters.
-int64_t default_n_initial(const Space& space);
+// The default n_initial: clamp(2 * d, 5, 20), d the searched (not fixed) parameters, at most half
+// the budget (when one is given).
+int64_t default_n_initial(const Space& space, int64_t budget = 0);
 
 }  // namespace hpctune::search

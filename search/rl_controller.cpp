@@ -90,6 +90,7 @@ class RlController final : public SearcherBase {
     std::vector<Finished> warm;
     for (const auto& o : this->spec().warm_start) {
       warm.push_back(finished_of(o));
+      known_.emplace(space().config_key(o.params), std::make_pair(int64_t{-1}, warm.back()));
       if (static_cast<int64_t>(warm.size()) == opt_.batch) {
         update(warm);
         warm.clear();
@@ -105,7 +106,16 @@ class RlController final : public SearcherBase {
     out.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       Rng rng = rng_for(next_seq(), 0x51);
-      out.push_back(issue(sample(rng), {{"source", "policy"}, {"updates", updates_}}));
+      Params sampled = sample(rng);
+      Suggestion s = issue(sampled, {{"source", "policy"}, {"updates", updates_}});
+      if (s.meta.value("deduplicated", false)) {
+        // The policy sampled a configuration already evaluated (or running): SearcherBase ran another
+        // in its place. The update credits the policy's own sample with that configuration's
+        // recorded reward (on_tell); "sampled" keeps it for restore().
+        s.meta["sampled"] = sampled;
+        sampled_[s.seq] = std::move(sampled);
+      }
+      out.push_back(std::move(s));
     }
     return out;
   }
@@ -179,20 +189,43 @@ class RlController final : public SearcherBase {
     return f;
   }
 
+  void on_restore_suggestion(const Suggestion& s) override {
+    if (s.meta.is_object() && s.meta.contains("sampled") && s.meta["sampled"].is_object())
+      sampled_[s.seq] = s.meta["sampled"];
+  }
+
   void on_tell(const Observation& obs) override {
     waiting_[obs.seq] = finished_of(obs);
+    // The first (lowest seq) result of each configuration, whatever order the results came in.
+    const std::string key = space().config_key(obs.params);
+    auto known = known_.find(key);
+    if (known == known_.end() || obs.seq < known->second.first) known_[key] = {obs.seq, waiting_[obs.seq]};
     // The next batch in seq order, once all of it finished.
     for (;;) {
       std::vector<Finished> batch;
       for (int64_t s = applied_; s < applied_ + opt_.batch; ++s) {
         auto it = waiting_.find(s);
         if (it == waiting_.end()) return;
-        batch.push_back(it->second);
+        batch.push_back(credited(s, it->second));
       }
       for (int64_t s = applied_; s < applied_ + opt_.batch; ++s) waiting_.erase(s);
       applied_ += opt_.batch;
       update(batch);
     }
+  }
+
+  // What trial `seq` teaches the policy: its own result, or, when SearcherBase replaced a repeat
+  // of the policy's sample, the sample with its recorded result (REINFORCE's gradient is that of
+  // the sample's log-probability; the repeat cost no training run). The sample has a lower seq,
+  // so it is in this batch or an earlier one: told whenever this batch is applied.
+  Finished credited(int64_t seq, const Finished& own) const {
+    auto moved = sampled_.find(seq);
+    if (moved == sampled_.end()) return own;
+    auto known = known_.find(space().config_key(moved->second));
+    if (known == known_.end()) return own;  // a warm-start configuration or one never told
+    Finished f = known->second.second;
+    f.params = moved->second;
+    return f;
   }
 
   // One policy step on `batch`, then the baseline.
@@ -306,6 +339,8 @@ class RlController final : public SearcherBase {
   Options opt_;
   std::vector<Head> heads_;              // one per parameter of the space, in its order
   std::map<int64_t, Finished> waiting_;  // finished trials whose batch is not complete
+  std::map<int64_t, Params> sampled_;     // seq -> the policy's sample, where a repeat was replaced
+  std::map<std::string, std::pair<int64_t, Finished>> known_;  // config key -> (seq, its result)
   int64_t applied_ = 0;                  // every seq below this is in an applied batch
   std::vector<double> rewards_;          // every reward so far, sorted
   double baseline_ = 0.0;

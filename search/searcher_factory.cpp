@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "search/auto_search.h"
 #include "search/bayesian.h"
 #include "search/cmaes.h"
 #include "search/evolution.h"
@@ -60,6 +61,7 @@ const std::vector<Entry>& registry() {
       {"evolution", &evolution_settings, &make_evolution},
       {"cmaes", &cmaes_settings, &make_cmaes},
       {"rl", &rl_settings, &make_rl},
+      {"auto", &auto_settings, &make_auto},
   };
   return entries;
 }

@@ -201,7 +201,7 @@ TEST_CASE("a minimal config gets every default") {
   REQUIRE(c.objectives.size() == 1);
   CHECK(c.objectives[0].maximize);
   CHECK(c.space.size() == 0);
-  CHECK(c.algorithm == "random");
+  CHECK(c.algorithm == "auto");  // issue 12: it picks from the space and the budget
   CHECK(c.max_trials == 3);
   CHECK(c.max_time_s == 0);
   CHECK(c.max_attempts == 3);
@@ -425,7 +425,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
        "4:12: space.epochs.type: trainer.epochs takes integer 1..1000; use type: int"},
       {"space_range_against_trainer.yaml", "4:36: space.dropout.high: 1.5 is above the maximum 0.95 (trainer.dropout)"},
       {"unknown_enum_value.yaml",
-       "4:3: search.algorithm: unknown value 'bayes'; expected one of random, grid, genetic, evolution, bayesian, "
+       "4:3: search.algorithm: unknown value 'bayes'; expected one of auto, random, grid, genetic, evolution, bayesian, "
        "tpe, cmaes, rl (did you mean 'bayesian'?)"},
       {"heartbeat_timeout_not_above_interval.yaml",
        "7:3: resources.heartbeat_timeout: 2 s must be greater than heartbeat_interval (5 s)"},
@@ -827,12 +827,18 @@ TEST_CASE("model_startup: the random start-up of tpe and bayesian against max_tr
   CHECK(tpe->model_used);
   CHECK(config::model_startup(parse_ok(head + "search: {algorithm: tpe, max_trials: 8, settings: {n_startup: 10}}\n"))
             ->model_used == false);
-  // bayesian: n_initial defaults to clamp(2 * d, 5, 20) over the searched parameters (b is fixed).
+  // bayesian: n_initial defaults to clamp(2 * d, 5, 20) over the searched parameters (b is fixed),
+  // at most half the budget (issue 12).
   auto bo = config::model_startup(parse_ok(head + "search: {algorithm: bayesian, max_trials: 8}\n"));
   REQUIRE(bo);
-  CHECK(bo->random_trials == 5);
+  CHECK(bo->random_trials == 4);
   CHECK(bo->model_used);
-  CHECK(bo->text == "bayesian: the first 5 of 8 trials are random start-up; the model suggests from trial 6 on");
+  CHECK(bo->text == "bayesian: the first 4 of 8 trials are random start-up; the model suggests from trial 5 on");
+  CHECK(config::model_startup(parse_ok(head + "search: {algorithm: bayesian, max_trials: 30}\n"))->random_trials == 5);
+  // auto: what the algorithm it picks does (bayesian here).
+  auto picked = config::model_startup(parse_ok(head + "search: {max_trials: 8}\n"));
+  REQUIRE(picked);
+  CHECK(picked->text == bo->text);
   CHECK_FALSE(config::model_startup(parse_ok(head + "search: {algorithm: random, max_trials: 8}\n")));
 }
 

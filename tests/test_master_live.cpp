@@ -362,9 +362,14 @@ TEST_CASE("tpe and bayesian say how many trials are random start-up (issue 9, it
   const std::string used = config("used", "{algorithm: bayesian, max_trials: 30}");
   CHECK(run_hpctune({"validate", used}, dir.file("used.log"), 30s).code == 0);
   CHECK(read_file(dir.file("used.log")).find("warning") == std::string::npos);
-  // run: the master's log says from which trial the model suggests.
+  // run: the searcher's notes say from which trial the model suggests (auto: what it runs, too).
   const std::string run = config("run", "{algorithm: tpe, max_trials: 3, settings: {n_startup: 2}}");
   CHECK(run_hpctune({"run", run}, dir.file("run.log"), 60s).code == 0);
-  CHECK(read_file(dir.file("run.log")).find("tpe: the first 2 of 3 trials are random start-up; the model suggests "
-                                            "from trial 3 on") != std::string::npos);
+  CHECK(read_file(dir.file("run.log")).find("search: startup: 2 trials of 3; model from trial 3") != std::string::npos);
+  const std::string picked = config("picked", "{max_trials: 8}");
+  CHECK(run_hpctune({"run", picked}, dir.file("picked.log"), 60s).code == 0);
+  const std::string log = read_file(dir.file("picked.log"));
+  CHECK(log.find("search: auto: runs bayesian for 1 searched parameter(s): 1 float, 0 ordinal, 0 categorical;") !=
+        std::string::npos);
+  CHECK(log.find("search: startup: 4 trials of 8; model from trial 5") != std::string::npos);
 }

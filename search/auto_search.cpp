@@ -1,0 +1,81 @@
+// auto (auto_search.h): the rules, and the searcher that delegates to the algorithm they pick.
+#include "search/auto_search.h"
+
+#include <cmath>
+
+namespace hpctune::search {
+
+std::vector<SettingDecl> auto_settings() {
+  return {
+      {"gp_max_trials", SettingType::kInt, 2000, 1, 1e9, {},
+       "above this budget auto runs tpe instead of the Gaussian process, whose cost grows with the trials"},
+  };
+}
+
+Result<AutoChoice> auto_choice(const SearchSpec& spec) {
+  HPCTUNE_ASSIGN(auto s, resolve_settings("auto", auto_settings(), spec.settings));
+  const int64_t gp_max = s["gp_max_trials"].get<int64_t>();
+  int64_t searched = 0, floats = 0, ordinal = 0, categorical = 0, conditional = 0;
+  for (const auto& p : spec.space.params()) {
+    if (p.type == ParamType::kFixed) continue;
+    ++searched;
+    if (p.when) ++conditional;
+    if (p.type == ParamType::kFloat) ++floats;
+    else if (p.type == ParamType::kInt || (p.type == ParamType::kChoice && p.ordered)) ++ordinal;
+    else ++categorical;
+  }
+  if (searched == 0) return AutoChoice{"random", "nothing to search: every parameter is fixed"};
+  std::string space = std::to_string(searched) + " searched parameter(s): " + std::to_string(floats) + " float, " +
+                      std::to_string(ordinal) + " ordinal, " + std::to_string(categorical) + " categorical" +
+                      (conditional > 0 ? ", " + std::to_string(conditional) + " conditional" : "");
+  if (spec.max_trials > gp_max) {
+    return AutoChoice{"tpe", space + "; a budget of " + std::to_string(spec.max_trials) +
+                                 " trials, above gp_max_trials " + std::to_string(gp_max) +
+                                 ", where the Gaussian process would slow every ask"};
+  }
+  return AutoChoice{"bayesian", space + "; a budget of " + std::to_string(spec.max_trials) +
+                                    " trials (the Gaussian process had the best median regret on most of "
+                                    "bench/results/search.md's cases)"};
+}
+
+namespace {
+
+class AutoSearch final : public Searcher {
+ public:
+  AutoSearch(AutoChoice choice, std::unique_ptr<Searcher> inner) : choice_(std::move(choice)), inner_(std::move(inner)) {}
+
+  std::string name() const override { return "auto"; }
+  Result<std::vector<Suggestion>> ask(std::size_t n) override { return inner_->ask(n); }
+  void tell(const Observation& observation) override { inner_->tell(observation); }
+  bool exhausted() const override { return inner_->exhausted(); }
+  void restore(const std::vector<Record>& history) override { inner_->restore(history); }
+  nlohmann::json state() const override {
+    nlohmann::json s = inner_->state();
+    if (!s.is_object()) s = nlohmann::json::object();
+    s["algorithm"] = "auto";
+    s["auto"] = {{"algorithm", choice_.algorithm}, {"reason", choice_.reason}};
+    return s;
+  }
+  std::vector<std::string> notes() const override {
+    std::vector<std::string> out{"auto: runs " + choice_.algorithm + " for " + choice_.reason};
+    for (auto& line : inner_->notes()) out.push_back(std::move(line));
+    return out;
+  }
+
+ private:
+  AutoChoice choice_;
+  std::unique_ptr<Searcher> inner_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Searcher>> make_auto(const SearchSpec& spec) {
+  HPCTUNE_ASSIGN(AutoChoice choice, auto_choice(spec));
+  SearchSpec inner = spec;
+  inner.algorithm = choice.algorithm;
+  inner.settings = nlohmann::json::object();  // the picked algorithm's defaults
+  HPCTUNE_ASSIGN(auto searcher, make_searcher(inner));
+  return std::unique_ptr<Searcher>(std::make_unique<AutoSearch>(std::move(choice), std::move(searcher)));
+}
+
+}  // namespace hpctune::search

@@ -1,0 +1,36 @@
+// auto: the default algorithm (a config without search.algorithm): picks one of the others from the
+// space and the budget, says what it picked and why (notes(), state()["auto"]), and delegates to it.
+//
+// The rules come from bench/results/search.md (30 cases: continuous, ordinal, categorical, mixed
+// conditional and a tabulated Fashion-MNIST MLP; budgets 50 and 100; 10 seeds), where the
+// Gaussian process (`bayesian`: levels rounded inside the kernel, an overlap kernel for unordered
+// choices, a Yeo-Johnson output transform) had the best median of hpctune's algorithms on nearly
+// every case, conditional spaces included:
+//   - nothing to search (every parameter fixed)            -> random
+//   - budget above `gp_max_trials` (default 2000)          -> tpe: the GP's ask grows with the
+//     observations (about 57 ms at n = 1000, d = 10) and its fit is O(n^3); TPE's stays ~2 ms
+//   - otherwise                                            -> bayesian
+// The pick depends only on the space, the budget and the objectives, so it is the same after a
+// resume. Settings: gp_max_trials.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "search/searcher.h"
+#include "search/settings.h"
+
+namespace hpctune::search {
+
+struct AutoChoice {
+  std::string algorithm;
+  std::string reason;  // a clause for the user: "a budget of 5000 trials, above gp_max_trials 2000"
+};
+
+std::vector<SettingDecl> auto_settings();
+// What auto runs for this spec (its settings already resolved or empty: the defaults then).
+Result<AutoChoice> auto_choice(const SearchSpec& spec);
+Result<std::unique_ptr<Searcher>> make_auto(const SearchSpec& spec);
+
+}  // namespace hpctune::search
