@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "search/auto_search.h"
 #include "search/searcher.h"
 
 using namespace hpctune;
@@ -521,4 +522,62 @@ TEST_CASE("objective.noisy: repeats are allowed and the search runs past the siz
       CHECK_FALSE((*made)->exhausted());
     }
   }
+}
+
+TEST_CASE("auto: picks by the space and the budget, says what and why, and runs what it picked") {
+  SearchSpec spec;
+  spec.algorithm = "auto";
+  spec.space = mixed_space();
+  spec.objectives = {{"value", false}};
+  spec.seed = 5;
+  spec.max_trials = 100;
+  auto picked = auto_choice(spec);
+  REQUIRE(picked.ok());
+  CHECK(picked->algorithm == "bayesian");
+  CHECK(picked->reason.find("categorical") != std::string::npos);
+  CHECK(picked->reason.find("conditional") != std::string::npos);
+
+  auto s = make_searcher(spec);
+  REQUIRE(s.ok());
+  CHECK((*s)->name() == "auto");
+  const auto notes = (*s)->notes();
+  REQUIRE(notes.size() >= 2);
+  CHECK(notes[0].rfind("auto: runs bayesian for ", 0) == 0);
+  CHECK(notes[1].rfind("startup: ", 0) == 0);  // the GP's own line follows
+  // It is the GP, suggestion for suggestion.
+  SearchSpec gp = spec;
+  gp.algorithm = "bayesian";
+  auto direct = make_searcher(gp);
+  REQUIRE(direct.ok());
+  for (int round = 0; round < 12; ++round) {
+    auto a = (*s)->ask(1).value();
+    auto b = (*direct)->ask(1).value();
+    REQUIRE(a.size() == 1);
+    REQUIRE(b.size() == 1);
+    CHECK(a[0].params == b[0].params);
+    const double v = a[0].params["x"].get<double>() * a[0].params["x"].get<double>();
+    (*s)->tell({a[0].seq, a[0].params, Outcome::kCompleted, {v}, 1});
+    (*direct)->tell({b[0].seq, b[0].params, Outcome::kCompleted, {v}, 1});
+  }
+  CHECK((*s)->state()["algorithm"] == "auto");
+  CHECK((*s)->state()["auto"]["algorithm"] == "bayesian");
+
+  // A budget beyond the GP's comfort: tpe; gp_max_trials moves the line.
+  spec.max_trials = 5000;
+  CHECK(auto_choice(spec)->algorithm == "tpe");
+  spec.settings = {{"gp_max_trials", 10000}};
+  CHECK(auto_choice(spec)->algorithm == "bayesian");
+  // Nothing to search: random.
+  ParamSpec fixed;
+  fixed.name = "k";
+  fixed.type = ParamType::kFixed;
+  fixed.value = 3;
+  spec.space = Space::create({fixed}).value();
+  spec.settings = json::object();
+  CHECK(auto_choice(spec)->algorithm == "random");
+  // A bad setting is a config error naming it.
+  spec.settings = {{"gp_max_trials", "many"}};
+  auto bad = auto_choice(spec);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("gp_max_trials") != std::string::npos);
 }
