@@ -27,7 +27,8 @@ constexpr const char* kPrecise = "0.123456789012";
 
 std::string config(const std::string& access_line, const std::string& more_values = "") {
   return "name: files\nseed: 3\n" + access_line +
-         "objective: {metric: value, mode: max}\n"
+         // noisy: the one-point space runs 3 times (a search never repeats a configuration otherwise)
+         "objective: {metric: value, mode: max, noisy: true}\n"
          "search: {algorithm: random, max_trials: 3}\n"
          "space:\n  value: {type: choice, values: [" + std::string(kPrecise) + more_values + "]}\n"
          "trainer: {kind: sleep, seconds: 0.01, steps: 1, metric: value}\n"
