@@ -9,10 +9,13 @@
 
 #include "search/auto_search.h"
 #include "search/searcher.h"
+#include "param_specs.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
 using nlohmann::json;
+using hpctune::testing::choice;
+using hpctune::testing::integer;
 
 namespace {
 
@@ -340,26 +343,10 @@ TEST_CASE("bayesian batches over running trials are spread out (kriging believer
 // --- no repeated evaluation on a finite space (issue 12) -------------------------------------------
 namespace {
 
-// An int over every level (num() gives a grid resolution of 3).
-ParamSpec all_levels(std::string name, double lo, double hi) {
-  ParamSpec p = num(std::move(name), ParamType::kInt, lo, hi);
-  p.resolution = 0;
-  return p;
-}
-
-ParamSpec choice_of(std::string name, std::vector<json> values, bool ordered) {
-  ParamSpec p;
-  p.name = std::move(name);
-  p.type = ParamType::kChoice;
-  p.choices = std::move(values);
-  p.ordered = ordered;
-  return p;
-}
-
 // Exactly 24 points: an int 1..4, a 3-level unordered choice, a 2-level ordered choice.
 Space space_24() {
-  auto s = Space::create({all_levels("a", 1, 4), choice_of("act", {"relu", "tanh", "gelu"}, false),
-                          choice_of("w", {32, 64}, true)});
+  auto s = Space::create({integer("a", 1, 4), choice("act", {"relu", "tanh", "gelu"}, false),
+                          choice("w", {32, 64}, true)});
   REQUIRE(s.ok());
   return *s;
 }
@@ -367,10 +354,10 @@ Space space_24() {
 // Exactly 24 points with a condition: a in 1..3, opt in {sgd, adam}, mom (3 levels) only for sgd,
 // w in {32, 64}: 3 x (3 + 1) x 2.
 Space conditional_24() {
-  ParamSpec mom = choice_of("mom", {0.0, 0.5, 0.9}, true);
+  ParamSpec mom = choice("mom", {0.0, 0.5, 0.9}, true);
   mom.when = Condition{"opt", {"sgd"}};
-  auto s = Space::create({all_levels("a", 1, 3), choice_of("opt", {"sgd", "adam"}, false), mom,
-                          choice_of("w", {32, 64}, true)});
+  auto s = Space::create({integer("a", 1, 3), choice("opt", {"sgd", "adam"}, false), mom,
+                          choice("w", {32, 64}, true)});
   REQUIRE(s.ok());
   return *s;
 }

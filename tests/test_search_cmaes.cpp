@@ -9,27 +9,19 @@
 #include <set>
 
 #include "search/searcher.h"
+#include "param_specs.h"
 #include "search/test_functions.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
+using namespace hpctune::testing;
 using nlohmann::json;
 
 namespace {
 
-ParamSpec param(std::string name, ParamType t, double lo, double hi, bool log = false) {
-  ParamSpec p;
-  p.name = std::move(name);
-  p.type = t;
-  p.low = lo;
-  p.high = hi;
-  p.log = log;
-  return p;
-}
-
 Space floats(int d, double lo, double hi) {
   std::vector<ParamSpec> s;
-  for (int i = 1; i <= d; ++i) s.push_back(param("x" + std::to_string(i), ParamType::kFloat, lo, hi));
+  for (int i = 1; i <= d; ++i) s.push_back(flt("x" + std::to_string(i), lo, hi));
   return Space::create(s).value();
 }
 
@@ -230,9 +222,9 @@ namespace {
 // Ints (linear, log), ordered and unordered choices, a conditional float, a fixed value.
 Space mixed_space() {
   std::vector<ParamSpec> s;
-  s.push_back(param("lr", ParamType::kFloat, 1e-4, 1e-1, true));
-  s.push_back(param("layers", ParamType::kInt, 1, 6));
-  ParamSpec units = param("units", ParamType::kInt, 8, 512, true);
+  s.push_back(flt("lr", 1e-4, 1e-1, true));
+  s.push_back(integer("layers", 1, 6));
+  ParamSpec units = integer("units", 8, 512, 1, true);
   units.step = 8;
   s.push_back(units);
   ParamSpec width;
@@ -246,7 +238,7 @@ Space mixed_space() {
   opt.type = ParamType::kChoice;
   opt.choices = {"sgd", "adam", "rmsprop"};
   s.push_back(opt);
-  ParamSpec mom = param("momentum", ParamType::kFloat, 0.0, 0.99);
+  ParamSpec mom = flt("momentum", 0.0, 0.99);
   mom.when = Condition{"optimizer", {"sgd"}};
   s.push_back(mom);
   ParamSpec fixed;
@@ -329,8 +321,8 @@ TEST_CASE("cmaes with margin keeps sampling other levels of converged binary dim
   // collapses). With it, each int leaves its mean's level with probability >= 1 / (d lambda).
   std::vector<ParamSpec> specs;
   const std::string kNames[4] = {"k0", "k1", "k2", "k3"};
-  for (std::size_t i = 0; i < 4; ++i) specs.push_back(param(kNames[i], ParamType::kInt, 0, 1));
-  specs.push_back(param("x", ParamType::kFloat, -1, 1));
+  for (std::size_t i = 0; i < 4; ++i) specs.push_back(integer(kNames[i], 0, 1));
+  specs.push_back(flt("x", -1, 1));
   const Space space = Space::create(specs).value();
   const int target[4] = {1, 0, 0, 1};
   auto f = [&](const Params& p) {

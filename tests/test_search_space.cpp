@@ -7,39 +7,14 @@
 
 #include "search/grid_search.h"
 #include "search/space.h"
+#include "param_specs.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
+using namespace hpctune::testing;
 using nlohmann::json;
 
 namespace {
-
-ParamSpec flt(std::string name, double lo, double hi, bool log = false) {
-  ParamSpec p;
-  p.name = std::move(name);
-  p.type = ParamType::kFloat;
-  p.low = lo;
-  p.high = hi;
-  p.log = log;
-  return p;
-}
-ParamSpec integer(std::string name, double lo, double hi, int64_t step = 1, bool log = false) {
-  ParamSpec p = flt(std::move(name), lo, hi, log);
-  p.type = ParamType::kInt;
-  p.step = step;
-  return p;
-}
-ParamSpec choice(std::string name, std::vector<json> values) {
-  ParamSpec p;
-  p.name = std::move(name);
-  p.type = ParamType::kChoice;
-  p.choices = std::move(values);
-  return p;
-}
-ParamSpec when(ParamSpec p, std::string parent, std::vector<json> values) {
-  p.when = Condition{std::move(parent), std::move(values)};
-  return p;
-}
 
 Space conditional_space() {
   auto s = Space::create({
