@@ -262,7 +262,10 @@ class Cmaes final : public SearcherBase {
       const auto k = static_cast<std::size_t>(j);
       if (!discrete_[k]) continue;
       const double m = std::clamp(mean_(j), 0.0, 1.0);
-      const auto [lo, hi] = level_cell(k, m);
+      // Not a structured binding: clang before 16 cannot capture one in the lambda below (the
+      // fuzzers build with clang).
+      const auto cell = level_cell(k, m);
+      const double lo = cell.first, hi = cell.second;
       const double s = sigma_ * std::sqrt(std::max(C_(j, j), 0.0));
       auto leave = [&](double scale) {
         const double sd = s * scale;
