@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "search/searcher.h"
+#include "param_specs.h"
 #include "common/rng.h"
 #include "search/space.h"
 #include "search/test_functions.h"
@@ -88,9 +89,7 @@ std::pair<double, double> cell_regret(const std::string& algo, uint64_t seed) {
   const CellProblem cell(77 + seed);
   std::vector<ParamSpec> params;
   for (int i = 0; i < 6; ++i) {
-    ParamSpec p{.name = "edge" + std::to_string(i), .type = ParamType::kChoice};
-    for (const char* op : {"conv3", "conv5", "pool", "skip", "zero"}) p.choices.emplace_back(op);
-    params.push_back(std::move(p));
+    params.push_back(hpctune::testing::choice("edge" + std::to_string(i), {"conv3", "conv5", "pool", "skip", "zero"}));
   }
   SearchSpec spec;
   spec.algorithm = algo;
