@@ -1,10 +1,12 @@
 // What hpctune asks of the operating system in more than one place: the host name, where a
-// program is in PATH, and random identifiers from the kernel's random source.
+// program is in PATH, random identifiers from the kernel's random source, and whether a path is
+// on a network file system.
 #pragma once
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -80,6 +82,41 @@ inline uint64_t make_incarnation() {
   if (random_bytes(&id, sizeof id)) return id;
   return (static_cast<uint64_t>(::getpid()) << 32) ^
          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// The network or cluster file system a statfs() f_type names ("nfs", "lustre", ...), or nullptr
+// for any other (local disks, tmpfs, overlay). From linux/magic.h and the vendors' headers.
+inline const char* network_filesystem_name(unsigned long f_type) noexcept {
+  switch (f_type) {
+    case 0x6969UL: return "nfs";
+    case 0x0BD00BD0UL: return "lustre";
+    case 0x47504653UL: return "gpfs";
+    case 0xAAD7AAEAUL: return "panfs";
+    case 0x19830326UL: return "beegfs";
+    case 0x00C36400UL: return "ceph";
+    case 0xFF534D42UL: return "cifs";
+    case 0xFE534D42UL: return "smb2";
+    case 0x517BUL: return "smb";
+    case 0x01021997UL: return "9p";
+    case 0x5346414FUL: return "afs";
+    case 0x7461636FUL: return "ocfs2";
+    case 0x01161970UL: return "gfs2";
+    case 0x65735546UL: return "fuse";  // sshfs, s3fs, ...: locking depends on the daemon
+    default: return nullptr;
+  }
+}
+
+// The network file system `path` is on (a file, or a directory for a file yet to be created), or
+// "" when it is local or the system will not say.
+inline std::string network_filesystem(const std::string& path) {
+  struct statfs st {};
+  if (::statfs(path.c_str(), &st) != 0) {
+    const auto slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (::statfs(dir.c_str(), &st) != 0) return "";
+  }
+  const char* name = network_filesystem_name(static_cast<unsigned long>(st.f_type));
+  return name ? name : "";
 }
 
 }  // namespace hpctune

@@ -295,6 +295,14 @@ Status Master::start(Clock::time_point now) {
   for (int64_t g = 0; g < cfg.resources.groups; ++g) HPCTUNE_TRY(launch(g, now));
   log("campaign '" + cfg.name + "': " + std::to_string(cfg.resources.groups) + " trainer group(s) (" +
       p_.launcher->name() + "), master at " + p_.transport->endpoint() + ", database " + c_.db_path);
+  if (const std::string fs = network_filesystem(c_.db_path); !fs.empty()) {
+    // Not refused: one process on one node is safe; a second on another node is not, nor a crash
+    // of the file server. Said every start, since a campaign may have been moved there.
+    log("warning: the database " + c_.db_path + " is on " + fs +
+        ", a network file system: SQLite's locks and its WAL's shared memory do not span nodes there, so a "
+        "process on another node (a resume, a status) can corrupt it. Keep `storage:` on the batch host's local "
+        "disk or a node-local path and copy the file back when the campaign ends (README: Storage on a cluster)");
+  }
   return {};
 }
 

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/system.h"
 #include "store/store.h"
 #include "tests/temp_dir.h"
 
@@ -1239,4 +1240,24 @@ TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and refer
   CHECK((*attempts)[0]["charged"] == false);
   require_ok(store->mark_assigned(id1, 2, 1, 8, 22));
   CHECK((*store->trial(id1))->state == TrialState::kAssigned);
+}
+
+TEST_CASE("network_filesystem: network and cluster file systems by their statfs magic; local ones are none") {
+  // The master warns when the database is on one (SQLite's locks do not span nodes there).
+  using hpctune::network_filesystem;
+  using hpctune::network_filesystem_name;
+  CHECK(std::string(network_filesystem_name(0x6969UL)) == "nfs");
+  CHECK(std::string(network_filesystem_name(0x0BD00BD0UL)) == "lustre");
+  CHECK(std::string(network_filesystem_name(0x47504653UL)) == "gpfs");
+  CHECK(std::string(network_filesystem_name(0x19830326UL)) == "beegfs");
+  CHECK(std::string(network_filesystem_name(0xFF534D42UL)) == "cifs");
+  CHECK(network_filesystem_name(0xEF53UL) == nullptr);       // ext2/3/4
+  CHECK(network_filesystem_name(0x01021994UL) == nullptr);   // tmpfs
+  CHECK(network_filesystem_name(0x58465342UL) == nullptr);   // xfs
+  CHECK(network_filesystem_name(0x794C7630UL) == nullptr);   // overlayfs
+  hpctune::testing::TempDir dir;
+  CHECK(network_filesystem(dir.path) == "");
+  CHECK(network_filesystem(dir.file("not-yet.db")) == "");  // a file to be created: its directory
+  CHECK(network_filesystem("/proc/self") == "");
+  CHECK(network_filesystem("/no/such/dir/x.db") == "");      // unknown: no warning
 }
