@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/limits.h"
 #include "common/result.h"
@@ -74,19 +75,53 @@ struct TransportOptions {
   std::chrono::milliseconds reconnect_interval{100};
   std::chrono::milliseconds reconnect_interval_max{5000};
 
-  // Security, none yet: the transport neither encrypts nor authenticates; a worker proves itself
-  // with the per-launch credential in its hello (messages.h). Issue 13 adds here the ZeroMQ
-  // CURVE keys (the server's key pair; a client's own pair and the server's public key) and the
-  // ZAP handler that admits clients by public key, applied by bind_zmq / connect_zmq before the
-  // socket binds or connects, and required for an endpoint that is not loopback
-  // (common/endpoint.h).
-  enum class Security { kNone };
+  // Security. kNone: the transport neither encrypts nor authenticates; a worker proves itself
+  // with the per-launch credential in its hello (messages.h). kCurve: ZeroMQ CURVE encrypts every
+  // frame, and the server admits a client only when its public key is in `curve_server.allowed`
+  // (a ZAP handler, RFC 27, runs for the server's socket; ZMQ_ZAP_ENFORCE_DOMAIN makes the socket
+  // refuse everyone if that handler is missing, so the server fails closed). Keys are the 40-char
+  // Z85 text of curve_keypair(). bind_zmq uses curve_server, connect_zmq curve_client; both check
+  // check_libzmq_for_curve() first. Required for an endpoint that is not loopback (the master
+  // decides; common/endpoint.h).
+  enum class Security { kNone, kCurve };
   Security security = Security::kNone;
+  struct CurveServer {
+    std::string public_key;            // the server's key pair
+    std::string secret_key;
+    std::vector<std::string> allowed;  // client public keys admitted (Z85)
+  };
+  struct CurveClient {
+    std::string public_key;         // the client's own key pair
+    std::string secret_key;
+    std::string server_public_key;  // the server it trusts
+  };
+  CurveServer curve_server;
+  CurveClient curve_client;
+  // Test hook: false binds a CURVE server without its ZAP handler, to show that it then refuses
+  // every client (fail closed). Production never sets it.
+  bool curve_zap_handler = true;
 };
 
 // kInvalidArgument when an option is out of range (a size or a high-water mark below 1, a
 // negative time); the message names the option.
 Status check_options(const TransportOptions& options);
+
+// A fresh CURVE key pair from libzmq (zmq_curve_keypair, a real random source), as Z85 text.
+struct CurveKeyPair {
+  std::string public_key;
+  std::string secret_key;
+};
+Result<CurveKeyPair> curve_keypair();
+// The public key that belongs to a Z85 secret key (zmq_curve_public); kInvalidArgument when the
+// text is not a 40-character Z85 key.
+Result<std::string> curve_public_key(const std::string& secret_key);
+
+// kUnavailable, with the reason, when this process's libzmq must not run a CURVE transport: older
+// than 4.3.3 (CVE-2020-15166: an unauthenticated peer could block legitimate clients), built
+// without CURVE (zmq_has("curve")), or without ZMQ_ZAP_ENFORCE_DOMAIN (no failing closed).
+Status check_libzmq_for_curve();
+// The same decision for given facts (tests show the refusals without an old libzmq).
+Status check_libzmq_for_curve(int major, int minor, int patch, bool has_curve, bool has_enforce_domain);
 
 // ZeroMQ: `endpoint` to bind, e.g. "tcp://127.0.0.1:*" (an ephemeral port; see endpoint()).
 Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, const TransportOptions& options = {});

@@ -4,9 +4,17 @@
 // (kPeerGone) instead of vanishing. Both ends set ZMQ_MAXMSGSIZE, so an oversized frame
 // disconnects its sender instead of reaching the application; that, the high-water marks, linger
 // (0 by default: closing never blocks) and reconnection come from TransportOptions.
+//
+// With Security::kCurve the ROUTER is a CURVE server whose context runs a ZAP handler (RFC 27) on
+// a thread: it admits only the allowlisted client keys. ZMQ_ZAP_ENFORCE_DOMAIN is set too, because
+// without it a CURVE server whose handler is missing admits any client that knows the server key.
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <set>
+#include <tuple>
+#include <thread>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -20,12 +28,151 @@ Error zmq_error(const char* what, const zmq::error_t& e) {
   return err(Errc::kIo, std::string(what) + ": " + e.what());
 }
 
+// ZMQ_ZAP_ENFORCE_DOMAIN is a DRAFT option in libzmq 4.3's zmq.h, but the library takes it at run
+// time (check_libzmq_for_curve() makes sure it does).
+#ifdef ZMQ_ZAP_ENFORCE_DOMAIN
+constexpr int kZapEnforceDomain = ZMQ_ZAP_ENFORCE_DOMAIN;
+#else
+constexpr int kZapEnforceDomain = 93;
+#endif
+constexpr const char* kZapDomain = "hpctune";
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";  // fixed by RFC 27
+
+// The 32 bytes of a Z85 key; nullopt when the text is not one.
+std::optional<std::string> z85_key_bytes(const std::string& z85) {
+  if (z85.size() != 40) return std::nullopt;
+  std::string bytes(32, '\0');
+  if (zmq_z85_decode(reinterpret_cast<uint8_t*>(bytes.data()), z85.c_str()) == nullptr) return std::nullopt;
+  return bytes;
+}
+
+// Checks one key pair: two Z85 keys, and the public one belongs to the secret one.
+Status check_pair(const std::string& where, const std::string& public_key, const std::string& secret_key) {
+  auto bad = [&](const std::string& what) { return err(Errc::kInvalidArgument, "transport option " + where + what); };
+  if (!z85_key_bytes(public_key)) return bad(".public_key is not a 40-character Z85 CURVE key");
+  if (!z85_key_bytes(secret_key)) return bad(".secret_key is not a 40-character Z85 CURVE key");
+  auto derived = curve_public_key(secret_key);
+  if (!derived.ok() || *derived != public_key) return bad(".public_key does not belong to its secret_key");
+  return {};
+}
+
+// The ZAP handler of one server context: a REP socket at inproc://zeromq.zap.01, answered on its
+// own thread. It says 200 only to the CURVE mechanism with an allowlisted client key in our domain,
+// 400 to everything else. Its poll has a deadline, so stop() returns within one period; a failure
+// of the thread is kept and reported by the server's recv() (with no handler, enforce-domain makes
+// every handshake fail: the server fails closed meanwhile).
+class ZapHandler {
+ public:
+  ~ZapHandler() { stop(); }
+
+  // Binds in `ctx`; call before the server socket binds, so no handshake can precede the handler.
+  Status start(zmq::context_t& ctx, const std::vector<std::string>& allowed_z85) {
+    for (const auto& key : allowed_z85) {
+      auto bytes = z85_key_bytes(key);
+      if (!bytes) return err(Errc::kInvalidArgument, "transport option curve_server.allowed: not a Z85 CURVE key: " + key);
+      allowed_.insert(*bytes);
+    }
+    try {
+      socket_ = zmq::socket_t(ctx, zmq::socket_type::rep);
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.bind(kZapEndpoint);
+    } catch (const zmq::error_t& e) {
+      return zmq_error("ZAP handler", e);
+    }
+    // The socket moves to the thread here (thread creation is a full barrier, as ZeroMQ requires).
+    thread_ = std::thread([this] { run(); });
+    return {};
+  }
+
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::optional<Error> failure() const {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kPollPeriod{50};
+  static constexpr size_t kMaxFrames = 16;  // RFC 27 requests have 6 frames plus credentials
+
+  void run() {
+    try {
+      while (!stop_) {
+        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, kPollPeriod) == 0) continue;
+        answer_one();
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() != ETERM) fail(zmq_error("ZAP handler", e));
+    } catch (const std::exception& e) {
+      fail(err(Errc::kInternal, std::string("ZAP handler: ") + e.what()));
+    }
+    socket_.close();
+  }
+
+  void fail(Error e) {
+    std::lock_guard lock(mu_);
+    failure_ = std::move(e);
+  }
+
+  void answer_one() {
+    std::vector<std::string> frames;
+    zmq::message_t part;
+    bool more = true;
+    while (more) {
+      if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+      more = part.more();
+      if (frames.size() < kMaxFrames) frames.push_back(part.to_string());
+    }
+    if (frames.empty()) return;
+    const bool admitted = frames.size() == 7 && frames[0] == "1.0" && frames[2] == kZapDomain && frames[5] == "CURVE" &&
+                          frames[6].size() == 32 && allowed_.count(frames[6]) > 0;
+    std::string user_id;
+    if (admitted) {
+      char z85[41] = {};
+      if (zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(frames[6].data()), 32) != nullptr) user_id = z85;
+    }
+    const std::string request_id = frames.size() > 1 ? frames[1] : std::string();
+    const std::string reply[] = {"1.0", request_id, admitted ? "200" : "400", admitted ? "OK" : "client key not allowed",
+                                 user_id, ""};
+    for (size_t i = 0; i < 6; ++i) {
+      socket_.send(zmq::buffer(reply[i]), i < 5 ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+
+  zmq::socket_t socket_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::set<std::string> allowed_;  // 32-byte keys
+  mutable std::mutex mu_;
+  std::optional<Error> failure_;
+};
+
 class ZmqServer final : public ServerTransport {
  public:
   ZmqServer() : ctx_(1), socket_(ctx_, zmq::socket_type::router) {}
 
   Status bind(const std::string& endpoint, const TransportOptions& o) {
+    if (o.security == TransportOptions::Security::kCurve && o.curve_zap_handler) {
+      HPCTUNE_TRY(zap_.start(ctx_, o.curve_server.allowed));
+    }
     try {
+      if (o.security == TransportOptions::Security::kCurve) {
+        socket_.set(zmq::sockopt::curve_server, 1);
+        socket_.set(zmq::sockopt::curve_secretkey, o.curve_server.secret_key);
+        socket_.set(zmq::sockopt::curve_publickey, o.curve_server.public_key);
+        socket_.set(zmq::sockopt::zap_domain, std::string(kZapDomain));
+        const int one = 1;
+        int enforced = 0;
+        size_t size = sizeof enforced;
+        if (zmq_setsockopt(socket_.handle(), kZapEnforceDomain, &one, sizeof one) != 0 ||
+            zmq_getsockopt(socket_.handle(), kZapEnforceDomain, &enforced, &size) != 0 || enforced != 1) {
+          return err(Errc::kUnavailable, "libzmq does not take ZMQ_ZAP_ENFORCE_DOMAIN: a CURVE server could not fail closed");
+        }
+      }
       socket_.set(zmq::sockopt::router_mandatory, 1);
       socket_.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
       socket_.set(zmq::sockopt::linger, static_cast<int>(o.linger.count()));
@@ -55,6 +202,7 @@ class ZmqServer final : public ServerTransport {
   }
 
   Result<std::optional<Envelope>> recv(std::chrono::milliseconds timeout) override {
+    if (auto failed = zap_.failure()) return *failed;  // clients can no longer be admitted
     try {
       zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
       if (zmq::poll(&item, 1, timeout) == 0) return std::optional<Envelope>();
@@ -78,7 +226,9 @@ class ZmqServer final : public ServerTransport {
   }
 
  private:
+  // Destroyed in reverse: the socket, then the handler's thread (joined), then the context.
   zmq::context_t ctx_;
+  ZapHandler zap_;
   zmq::socket_t socket_;
   std::string endpoint_;
 };
@@ -167,6 +317,11 @@ class ZmqClient final : public ClientTransport {
       socket_.set(zmq::sockopt::sndhwm, options_.send_hwm);
       socket_.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_interval.count()));
       socket_.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(options_.reconnect_interval_max.count()));
+      if (options_.security == TransportOptions::Security::kCurve) {
+        socket_.set(zmq::sockopt::curve_serverkey, options_.curve_client.server_public_key);
+        socket_.set(zmq::sockopt::curve_publickey, options_.curve_client.public_key);
+        socket_.set(zmq::sockopt::curve_secretkey, options_.curve_client.secret_key);
+      }
       socket_.connect(endpoint_);
     } catch (const zmq::error_t& e) {
       return zmq_error(("cannot connect to " + endpoint_).c_str(), e);
@@ -200,8 +355,87 @@ Status check_options(const TransportOptions& o) {
   return {};
 }
 
+namespace {
+
+Status check_curve_server(const TransportOptions& o) {
+  HPCTUNE_TRY(check_pair("curve_server", o.curve_server.public_key, o.curve_server.secret_key));
+  if (o.curve_server.allowed.empty()) {
+    return err(Errc::kInvalidArgument, "transport option curve_server.allowed is empty: no client could connect");
+  }
+  for (const auto& key : o.curve_server.allowed) {
+    if (!z85_key_bytes(key)) return err(Errc::kInvalidArgument, "transport option curve_server.allowed: not a Z85 CURVE key: " + key);
+  }
+  return check_libzmq_for_curve();
+}
+
+Status check_curve_client(const TransportOptions& o) {
+  HPCTUNE_TRY(check_pair("curve_client", o.curve_client.public_key, o.curve_client.secret_key));
+  if (!z85_key_bytes(o.curve_client.server_public_key)) {
+    return err(Errc::kInvalidArgument, "transport option curve_client.server_public_key is not a 40-character Z85 CURVE key");
+  }
+  return check_libzmq_for_curve();
+}
+
+}  // namespace
+
+Result<CurveKeyPair> curve_keypair() {
+  char public_key[41] = {};
+  char secret_key[41] = {};
+  if (zmq_curve_keypair(public_key, secret_key) != 0) {
+    return err(Errc::kUnavailable, std::string("cannot make a CURVE key pair: ") + zmq_strerror(zmq_errno()));
+  }
+  return CurveKeyPair{public_key, secret_key};
+}
+
+Result<std::string> curve_public_key(const std::string& secret_key) {
+  if (secret_key.size() != 40) return err(Errc::kInvalidArgument, "a CURVE secret key is 40 Z85 characters");
+  char public_key[41] = {};
+  if (zmq_curve_public(public_key, secret_key.c_str()) != 0) {
+    return err(Errc::kInvalidArgument, std::string("not a Z85 CURVE secret key: ") + zmq_strerror(zmq_errno()));
+  }
+  return std::string(public_key);
+}
+
+Status check_libzmq_for_curve(int major, int minor, int patch, bool has_curve, bool has_enforce_domain) {
+  const std::string version = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  if (std::make_tuple(major, minor, patch) < std::make_tuple(4, 3, 3)) {
+    return err(Errc::kUnavailable, "libzmq " + version +
+                                       " is older than 4.3.3 and not safe for CURVE (CVE-2020-15166: an "
+                                       "unauthenticated connection can block legitimate workers); install libzmq 4.3.3 or later");
+  }
+  if (!has_curve) {
+    return err(Errc::kUnavailable, "libzmq " + version + " was built without CURVE (zmq_has(\"curve\") is false); "
+                                   "install a libzmq built with libsodium or its own tweetnacl");
+  }
+  if (!has_enforce_domain) {
+    return err(Errc::kUnavailable, "libzmq " + version +
+                                       " does not take ZMQ_ZAP_ENFORCE_DOMAIN, so a CURVE master could not fail "
+                                       "closed without its ZAP handler");
+  }
+  return {};
+}
+
+Status check_libzmq_for_curve() {
+  int major = 0, minor = 0, patch = 0;
+  zmq_version(&major, &minor, &patch);
+  bool enforce = false;
+  if (void* ctx = zmq_ctx_new()) {
+    if (void* probe = zmq_socket(ctx, ZMQ_ROUTER)) {
+      const int one = 1;
+      int value = 0;
+      size_t size = sizeof value;
+      enforce = zmq_setsockopt(probe, kZapEnforceDomain, &one, sizeof one) == 0 &&
+                zmq_getsockopt(probe, kZapEnforceDomain, &value, &size) == 0 && value == 1;
+      zmq_close(probe);
+    }
+    zmq_ctx_term(ctx);
+  }
+  return check_libzmq_for_curve(major, minor, patch, zmq_has("curve") != 0, enforce);
+}
+
 Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, const TransportOptions& options) {
   HPCTUNE_TRY(check_options(options));
+  if (options.security == TransportOptions::Security::kCurve) HPCTUNE_TRY(check_curve_server(options));
   auto server = std::make_unique<ZmqServer>();
   HPCTUNE_TRY(server->bind(endpoint, options));
   return std::unique_ptr<ServerTransport>(std::move(server));
@@ -209,6 +443,7 @@ Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, c
 
 Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint, const TransportOptions& options) {
   HPCTUNE_TRY(check_options(options));
+  if (options.security == TransportOptions::Security::kCurve) HPCTUNE_TRY(check_curve_client(options));
   auto client = std::make_unique<ZmqClient>();
   HPCTUNE_TRY(client->connect(endpoint, options));
   return std::unique_ptr<ClientTransport>(std::move(client));

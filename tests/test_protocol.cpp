@@ -1,12 +1,19 @@
 // Protocol: every message round-trips; malformed frames are errors naming the field. The ZeroMQ
 // transport applies its TransportOptions on real sockets (loopback); bind addresses are checked
-// (common/endpoint.h).
+// (common/endpoint.h). CURVE: only the allowlisted worker key gets through (issue 13).
 #include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <vector>
 
 #include "common/endpoint.h"
 #include "protocol/messages.h"
@@ -483,4 +490,198 @@ TEST_CASE("bind addresses: the accepted forms, the refused ones with a reason, a
                               "tcp://127.example.org:1", "tcp://[fe80::1]:1"}) {
     CHECK_MESSAGE(!loopback_endpoint(network), network);
   }
+}
+
+// --- CURVE encryption and the ZAP allowlist (issue 13, acceptance 2) ----------------------------
+
+namespace {
+
+struct CurveSetup {
+  CurveKeyPair server;
+  CurveKeyPair worker;  // the allowlisted client
+};
+
+CurveSetup curve_setup() {
+  auto server = curve_keypair();
+  auto worker = curve_keypair();
+  REQUIRE(server.ok());
+  REQUIRE(worker.ok());
+  return {*server, *worker};
+}
+
+TransportOptions curve_server_options(const CurveSetup& k) {
+  TransportOptions o;
+  o.security = TransportOptions::Security::kCurve;
+  o.curve_server = {k.server.public_key, k.server.secret_key, {k.worker.public_key}};
+  return o;
+}
+
+TransportOptions curve_client_options(const CurveKeyPair& own, const std::string& server_public_key) {
+  TransportOptions o;
+  o.security = TransportOptions::Security::kCurve;
+  o.curve_client = {own.public_key, own.secret_key, server_public_key};
+  return o;
+}
+
+// Every frame the server receives within `wait` (peer ids dropped).
+std::vector<std::string> frames_within(ServerTransport& server, std::chrono::milliseconds wait) {
+  std::vector<std::string> out;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto got = server.recv(std::chrono::milliseconds(20));
+    REQUIRE(got.ok());
+    if (*got) out.push_back((*got)->bytes);
+  }
+  return out;
+}
+
+int thread_count() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("CURVE: the allowed worker talks both ways; no keys, a stranger's key or the wrong server key get nothing through") {
+  using namespace std::chrono_literals;
+  const auto keys = curve_setup();
+  auto server = bind_zmq("tcp://127.0.0.1:*", curve_server_options(keys));
+  REQUIRE_MESSAGE(server.ok(), (server.ok() ? "" : server.error().message()));
+  const std::string endpoint = (*server)->endpoint();
+
+  auto worker = connect_zmq(endpoint, curve_client_options(keys.worker, keys.server.public_key));
+  REQUIRE(worker.ok());
+  REQUIRE((*worker)->send("hello").ok());
+  std::string peer;
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (peer.empty() && std::chrono::steady_clock::now() < deadline) {
+    auto got = (*server)->recv(20ms);
+    REQUIRE(got.ok());
+    if (*got && (*got)->bytes == "hello") peer = (*got)->peer;
+  }
+  REQUIRE(!peer.empty());
+  REQUIRE((*server)->send(peer, "welcome").ok());
+  auto reply = (*worker)->recv(3s);
+  REQUIRE(reply.ok());
+  REQUIRE(reply->has_value());
+  CHECK(**reply == "welcome");
+
+  // Intruders, all sending at once.
+  auto plain = connect_zmq(endpoint);  // no keys: NULL mechanism against a CURVE server
+  REQUIRE(plain.ok());
+  auto stranger_keys = curve_keypair();
+  REQUIRE(stranger_keys.ok());
+  auto stranger = connect_zmq(endpoint, curve_client_options(*stranger_keys, keys.server.public_key));
+  REQUIRE(stranger.ok());
+  auto other_server = curve_keypair();
+  REQUIRE(other_server.ok());
+  // The allowed worker's own keys, but it trusts another server key: the handshake fails.
+  auto misled = connect_zmq(endpoint, curve_client_options(keys.worker, other_server->public_key));
+  REQUIRE(misled.ok());
+  REQUIRE((*plain)->send("from-plain").ok());
+  REQUIRE((*stranger)->send("from-stranger").ok());
+  REQUIRE((*misled)->send("from-misled").ok());
+  CHECK(frames_within(**server, 400ms).empty());
+
+  // Meanwhile the allowed worker keeps working.
+  REQUIRE((*worker)->send("still here").ok());
+  CHECK(first_frame(**server, 3s) == "still here");
+  CHECK(frames_within(**server, 100ms).empty());
+}
+
+TEST_CASE("CURVE: without its ZAP handler the server refuses everyone (fail closed)") {
+  using namespace std::chrono_literals;
+  const auto keys = curve_setup();
+  auto options = curve_server_options(keys);
+  options.curve_zap_handler = false;
+  auto server = bind_zmq("tcp://127.0.0.1:*", options);
+  REQUIRE(server.ok());
+  auto worker = connect_zmq((*server)->endpoint(), curve_client_options(keys.worker, keys.server.public_key));
+  REQUIRE(worker.ok());
+  REQUIRE((*worker)->send("hello").ok());
+  CHECK(frames_within(**server, 400ms).empty());
+}
+
+TEST_CASE("CURVE: a raw TCP connection that sends nothing does not block the allowed worker") {
+  using namespace std::chrono_literals;
+  const auto keys = curve_setup();
+  auto server = bind_zmq("tcp://127.0.0.1:*", curve_server_options(keys));
+  REQUIRE(server.ok());
+  const std::string endpoint = (*server)->endpoint();
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  // Held open, silent, for the whole test (CVE-2020-15166 was this stalling other clients).
+  const int raw = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(raw >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(raw, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  // A second one that sends half a greeting and stops.
+  const int half = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(half >= 0);
+  REQUIRE(::connect(half, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::send(half, "\xff\0\0\0\0\0\0\0\x01\x7f", 10, MSG_NOSIGNAL) == 10);
+
+  auto worker = connect_zmq(endpoint, curve_client_options(keys.worker, keys.server.public_key));
+  REQUIRE(worker.ok());
+  REQUIRE((*worker)->send("through").ok());
+  CHECK(first_frame(**server, 1s) == "through");
+  ::close(half);
+  ::close(raw);
+}
+
+TEST_CASE("CURVE: the ZAP handler's thread stops with the server") {
+  const auto keys = curve_setup();
+  const int before = thread_count();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    auto server = bind_zmq("tcp://127.0.0.1:*", curve_server_options(keys));
+    REQUIRE(server.ok());
+    CHECK(thread_count() > before);
+  }
+  CHECK(thread_count() == before);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500));
+}
+
+TEST_CASE("CURVE: keys are checked, and an unsafe libzmq is refused with the reason") {
+  const auto keys = curve_setup();
+  CHECK(keys.server.public_key.size() == 40);
+  CHECK(keys.server.public_key != keys.worker.public_key);
+  auto derived = curve_public_key(keys.server.secret_key);
+  REQUIRE(derived.ok());
+  CHECK(*derived == keys.server.public_key);
+  CHECK_FALSE(curve_public_key("short").ok());
+
+  auto message_of = [](const auto& result) { return result.ok() ? std::string() : result.error().message(); };
+  auto o = curve_server_options(keys);
+  o.curve_server.public_key = keys.worker.public_key;  // not the secret key's
+  CHECK(message_of(bind_zmq("tcp://127.0.0.1:*", o)).find("does not belong") != std::string::npos);
+  o = curve_server_options(keys);
+  o.curve_server.allowed.clear();
+  CHECK(message_of(bind_zmq("tcp://127.0.0.1:*", o)).find("allowed is empty") != std::string::npos);
+  o = curve_server_options(keys);
+  o.curve_server.allowed.push_back("not a key");
+  CHECK(message_of(bind_zmq("tcp://127.0.0.1:*", o)).find("not a Z85") != std::string::npos);
+  auto c = curve_client_options(keys.worker, "");
+  CHECK(message_of(connect_zmq("tcp://127.0.0.1:1", c)).find("server_public_key") != std::string::npos);
+  c = curve_client_options(keys.worker, keys.server.public_key);
+  c.curve_client.secret_key = keys.server.secret_key;
+  CHECK(message_of(connect_zmq("tcp://127.0.0.1:1", c)).find("curve_client.public_key does not belong") !=
+        std::string::npos);
+
+  CHECK(check_libzmq_for_curve().ok());  // this machine's libzmq (Debian 12: 4.3.4)
+  auto old = check_libzmq_for_curve(4, 3, 2, true, true);
+  REQUIRE_FALSE(old.ok());
+  CHECK(old.error().code() == Errc::kUnavailable);
+  CHECK(old.error().message().find("CVE-2020-15166") != std::string::npos);
+  CHECK_FALSE(check_libzmq_for_curve(4, 2, 9, true, true).ok());
+  CHECK_FALSE(check_libzmq_for_curve(3, 9, 9, true, true).ok());
+  CHECK(check_libzmq_for_curve(4, 3, 3, true, true).ok());
+  CHECK(check_libzmq_for_curve(5, 0, 0, true, true).ok());
+  auto no_curve = check_libzmq_for_curve(4, 3, 4, false, true);
+  REQUIRE_FALSE(no_curve.ok());
+  CHECK(no_curve.error().message().find("without CURVE") != std::string::npos);
+  CHECK(message_of(check_libzmq_for_curve(4, 3, 4, true, false)).find("ZMQ_ZAP_ENFORCE_DOMAIN") != std::string::npos);
 }
