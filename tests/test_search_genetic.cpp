@@ -9,6 +9,7 @@
 #include "search/encoding.h"
 #include "search/pareto.h"
 #include "search/searcher.h"
+#include "param_specs.h"
 #include "search/test_functions.h"
 
 using namespace hpctune;
@@ -250,18 +251,9 @@ TEST_CASE("aging evolution: the parent is the best of a sample of the youngest m
 }
 
 TEST_CASE("mutation: an ordinal parameter moves to a neighbouring level, an unordered choice anywhere else") {
-  ParamSpec ord, num, cat;
-  ord.name = "width";
-  ord.type = ParamType::kChoice;
-  ord.choices = {16, 32, 64, 128, 256, 512};
-  ord.ordered = true;
-  num.name = "layers";
-  num.type = ParamType::kInt;
-  num.low = 1;
-  num.high = 6;
-  cat = ord;
-  cat.name = "act";
-  cat.ordered = false;
+  const ParamSpec ord = testing::choice("width", {16, 32, 64, 128, 256, 512}, /*ordered=*/true);
+  const ParamSpec num = testing::integer("layers", 1, 6);
+  const ParamSpec cat = testing::choice("act", {16, 32, 64, 128, 256, 512});
   const Space space = Space::create({ord, num, cat}).value();
   const Encoder enc(space);
   for (double sigma : {0.1, 0.15}) {  // genetic's and evolution's default mutation_sigma

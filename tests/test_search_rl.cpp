@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "search/searcher.h"
+#include "param_specs.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
 using nlohmann::json;
+using namespace hpctune::testing;
 
 namespace {
 
@@ -24,15 +26,11 @@ constexpr int kDims = 6, kLevels = 5;
 constexpr int kBest[kDims] = {3, 0, 4, 1, 2, 3};
 const char* const kOps[kLevels] = {"conv3", "conv5", "maxpool", "identity", "sep3"};
 
+std::vector<json> op_values() { return std::vector<json>(std::begin(kOps), std::end(kOps)); }
+
 Space cell_space() {
   std::vector<ParamSpec> specs;
-  for (int i = 0; i < kDims; ++i) {
-    ParamSpec p;
-    p.name = "op" + std::to_string(i);
-    p.type = ParamType::kChoice;
-    for (const char* op : kOps) p.choices.emplace_back(op);
-    specs.push_back(p);
-  }
+  for (int i = 0; i < kDims; ++i) specs.push_back(choice("op" + std::to_string(i), op_values()));
   return Space::create(specs).value();
 }
 
@@ -117,36 +115,14 @@ TEST_CASE("rl: without learning (lr 0) the policy stays uniform and the concentr
 
 TEST_CASE("rl: conditional parameters are sampled exactly where active, and learned there") {
   // depth 1..3; block2 exists for depth >= 2, block3 for depth 3; plus a float and a log int.
-  std::vector<ParamSpec> specs;
-  ParamSpec depth;
-  depth.name = "depth";
-  depth.type = ParamType::kChoice;
-  depth.choices = {1, 2, 3};
-  depth.ordered = true;
-  specs.push_back(depth);
-  for (int b = 1; b <= 3; ++b) {
-    ParamSpec blk;
-    blk.name = "block" + std::to_string(b);
-    blk.type = ParamType::kChoice;
-    for (const char* op : kOps) blk.choices.emplace_back(op);
-    if (b == 2) blk.when = Condition{"depth", {2, 3}};
-    if (b == 3) blk.when = Condition{"depth", {3}};
-    specs.push_back(blk);
-  }
-  ParamSpec rate;
-  rate.name = "dropout";
-  rate.type = ParamType::kFloat;
-  rate.low = 0.0;
-  rate.high = 0.5;
-  specs.push_back(rate);
-  ParamSpec units;
-  units.name = "units";
-  units.type = ParamType::kInt;
-  units.low = 16;
-  units.high = 1024;
-  units.log = true;
-  units.when = Condition{"depth", {1}};
-  specs.push_back(units);
+  const std::vector<ParamSpec> specs = {
+      choice("depth", {1, 2, 3}, /*ordered=*/true),
+      choice("block1", op_values()),
+      when(choice("block2", op_values()), "depth", {2, 3}),
+      when(choice("block3", op_values()), "depth", {3}),
+      flt("dropout", 0.0, 0.5),
+      when(integer("units", 16, 1024, 1, /*log=*/true), "depth", {1}),
+  };
   const Space space = Space::create(specs).value();
 
   SearchSpec spec;

@@ -9,6 +9,7 @@
 
 #include "search/initial_design.h"
 #include "search/searcher.h"
+#include "param_specs.h"
 #include "search/test_functions.h"
 
 using namespace hpctune;
@@ -126,22 +127,10 @@ namespace {
 // A discrete space of 6 x 5 x 4 x 3 = 360 points: an ordered choice, an int, an unordered choice
 // and a 3-level int; the optimum at (256, 3, "tanh", 2).
 SearchSpec discrete_space(json settings, uint64_t seed, int64_t max_trials) {
-  ParamSpec width, depth, act, k;
-  width.name = "width";
-  width.type = ParamType::kChoice;
-  width.choices = {16, 32, 64, 128, 256, 512};
-  width.ordered = true;
-  depth.name = "depth";
-  depth.type = ParamType::kInt;
-  depth.low = 1;
-  depth.high = 5;
-  act.name = "act";
-  act.type = ParamType::kChoice;
-  act.choices = {"relu", "tanh", "gelu", "elu"};
-  k.name = "k";
-  k.type = ParamType::kInt;
-  k.low = 0;
-  k.high = 2;
+  const ParamSpec width = testing::choice("width", {16, 32, 64, 128, 256, 512}, /*ordered=*/true);
+  const ParamSpec depth = testing::integer("depth", 1, 5);
+  const ParamSpec act = testing::choice("act", {"relu", "tanh", "gelu", "elu"});
+  const ParamSpec k = testing::integer("k", 0, 2);
   SearchSpec spec;
   spec.algorithm = "tpe";
   spec.settings = std::move(settings);

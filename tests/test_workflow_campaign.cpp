@@ -289,6 +289,17 @@ Reports replay(const nlohmann::json& trainer_settings, const nlohmann::json& par
   return reports;
 }
 
+// `resume` after a kill: it succeeds, leaves no orphan process, ends the campaign completed with
+// each stage completed once. The store after it, for the case's own checks.
+Snapshot resume_completes(const std::string& db, const std::string& log) {
+  run_ok({"resume", db}, log);
+  check_no_orphans(db);
+  Snapshot after = read_db(db);
+  CHECK(after.campaign.state == "completed");
+  check_each_stage_completed_once(after);
+  return after;
+}
+
 std::string file_bytes(const std::string& path) { return read_file(path); }
 
 }  // namespace
@@ -429,11 +440,7 @@ TEST_CASE("workflow: SIGKILL at a stage boundary (result written, not committed)
     const int64_t killed_id = before.stage(killed_stage).id;
     const std::size_t killed_trials = before.trials_of(killed_id).size();
 
-    run_ok({"resume", db}, dir.file("resume.log"));
-    check_no_orphans(db);
-    const Snapshot after = read_db(db);
-    CHECK(after.campaign.state == "completed");
-    check_each_stage_completed_once(after);
+    const Snapshot after = resume_completes(db, dir.file("resume.log"));
     check_all_done_no_twins(after);
     check_final_trials_kept(before, after);
     // The killed stage had all its trials: none is created again. It was resumed, not started anew.
@@ -477,11 +484,7 @@ TEST_CASE("workflow: SIGKILL in the middle of the ensemble's retraining, then re
   REQUIRE_MESSAGE(!done_before.empty(), read_file(dir.file("killed.log")));
   CHECK(done_before.size() < 4);
 
-  run_ok({"resume", db}, dir.file("resume.log"));
-  check_no_orphans(db);
-  const Snapshot after = read_db(db);
-  CHECK(after.campaign.state == "completed");
-  check_each_stage_completed_once(after);
+  const Snapshot after = resume_completes(db, dir.file("resume.log"));
   check_all_done_no_twins(after);
   check_final_trials_kept(before, after);
   const auto retrained = after.trials_of(blend_id);
@@ -556,11 +559,7 @@ TEST_CASE("pbt: SIGKILL in the middle of an interval, then resume: every member 
   for (const auto& t : before.trials_of(before.stage("pop").id)) done_before += t.state == TrialState::kDone;
   CHECK(done_before < 4);
 
-  run_ok({"resume", db}, dir.file("resume.log"));
-  check_no_orphans(db);
-  const Snapshot after = read_db(db);
-  CHECK(after.campaign.state == "completed");
-  check_each_stage_completed_once(after);
+  const Snapshot after = resume_completes(db, dir.file("resume.log"));
   check_pbt_run(after, 4, 6);
   // The decisions recorded before the kill are still there, unchanged.
   for (const auto& b : before.events) {
