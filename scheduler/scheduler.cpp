@@ -199,7 +199,10 @@ Status Scheduler::note_late_result(const protocol::PeerId& peer, int64_t group, 
                           wall(now));
 }
 
-double Scheduler::wall(Clock::time_point now) const { return opt_.wall.unix_at(now); }
+double Scheduler::wall(Clock::time_point now) {
+  last_wall_ = std::max(opt_.wall.unix_at(now), std::nextafter(last_wall_, std::numeric_limits<double>::infinity()));
+  return last_wall_;
+}
 
 void Scheduler::log(const std::string& line) const {
   if (log_) log_(line);

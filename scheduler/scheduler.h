@@ -42,6 +42,7 @@
 #pragma once
 
 #include <chrono>
+#include <limits>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -270,7 +271,10 @@ class Scheduler {
   void send(Worker& w, const protocol::Message& m);
   void log(const std::string& line) const;
   std::string trial_dir(int64_t trial_id) const;  // "" when trials keep no files
-  double wall(Clock::time_point now) const;
+  // The wall-clock time to record for `now`, strictly later than any time recorded before: the
+  // messages of one batch share `now`, and the recorded order of reports (metrics.t) is the order
+  // a resumed master replays them to its stopper in.
+  double wall(Clock::time_point now);
   bool out_of_time(Clock::time_point now) const;
   struct FinalTrial {
     std::size_t stage;
@@ -307,6 +311,7 @@ class Scheduler {
   std::string gave_up_;  // see gave_up()
   Status pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now);
   Clock::time_point start_;
+  double last_wall_ = -std::numeric_limits<double>::infinity();  // see wall()
   Clock::time_point last_now_;  // the latest `now` handed in: what finished() and shutdown see
   Counters counters_;
   std::string secret_;                                // the campaign secret
