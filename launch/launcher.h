@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,10 @@ struct LocalLauncherOptions {
   std::string log_dir;            // one log file per group: group-<g>.log
   GroupResources resources;
   std::vector<std::string> extra_args;  // appended to the worker's command line
+  // Added to every group's environment, never its command line (which every local user can read):
+  // what the workers need to reach a CURVE master (worker/worker.h's key variables). The launch
+  // credential travels on its own, per launch (start()).
+  std::map<std::string, std::string> environment;
   std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH
   int cores = 0;                  // for the defaults above; 0 = this machine's
 };

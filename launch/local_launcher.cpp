@@ -84,6 +84,7 @@ class LocalLauncher final : public Launcher {
   Status start(int64_t group, const std::string& credential) override {
     SpawnOptions spawn;
     HPCTUNE_ASSIGN(spawn.argv, local_group_command(opt_, group));
+    spawn.env = opt_.environment;
     // Open MPI's single-copy mechanism (CMA) needs ptrace rights that containers often deny.
     if (opt_.resources.ranks_data * opt_.resources.ranks_model > 1 && !opt_.resources.trainer_starts_ranks) {
       spawn.env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none";
