@@ -1223,6 +1223,47 @@ class Builder {
     out.startup_timeout_s = r["startup_timeout"].get<double>();
     out.bind = r["bind"].get<std::string>();
     if (auto problem = endpoint_problem(out.bind)) return w_.fail(w_.mark_of("resources.bind"), "resources.bind", *problem);
+    const json& sl = r["slurm"];
+    SlurmOptions& so = out.slurm;
+    so.partition = sl["partition"].get<std::string>();
+    so.account = sl["account"].get<std::string>();
+    so.qos = sl["qos"].get<std::string>();
+    so.constraint = sl["constraint"].get<std::string>();
+    so.ranks_per_node = sl["ranks_per_node"].get<int64_t>();
+    so.launch = sl["launch"].get<std::string>();
+    so.mpi = sl["mpi"].get<std::string>();
+    so.gres = sl["gres"].get<std::string>();
+    so.gpus_per_task = sl["gpus_per_task"].get<int64_t>();
+    so.cpus_per_task = sl["cpus_per_task"].get<int64_t>();
+    so.master_partition = sl["master"]["partition"].get<std::string>();
+    so.master_constraint = sl["master"]["constraint"].get<std::string>();
+    so.signal_before_s = sl["signal_before"].get<double>();
+    so.requeue = sl["requeue"].get<bool>();
+    so.setup.clear();
+    for (std::size_t i = 0; i < sl["setup"].size(); ++i) {
+      const json& line = sl["setup"][i];
+      const std::string at = "resources.slurm.setup[" + std::to_string(i) + "]";
+      if (!line.is_string())
+        return w_.fail(w_.mark_of(at), at, "a shell line (a string), not " + std::string(line.type_name()));
+      if (line.get<std::string>().find('\n') != std::string::npos)
+        return w_.fail(w_.mark_of(at), at, "one line per item (it holds a line break)");
+      so.setup.push_back(line.get<std::string>());
+    }
+    // Values that go into the batch script as sbatch or srun options: no spaces, quotes or line
+    // breaks that would end the option (and start another command).
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"partition", &so.partition},
+                                     {"account", &so.account}, {"qos", &so.qos}, {"constraint", &so.constraint},
+                                     {"mpi", &so.mpi}, {"gres", &so.gres}, {"master.partition", &so.master_partition},
+                                     {"master.constraint", &so.master_constraint}}) {
+      for (char ch : *value) {
+        if (std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("_-.:,&|[]*=+/").find(ch) != std::string_view::npos)
+          continue;
+        const std::string at = std::string("resources.slurm.") + key;
+        return w_.fail(w_.mark_of(at), at,
+                       "'" + *value + "' holds '" + std::string(1, ch) +
+                           "': only letters, digits and _-.:,&|[]*=+/ go into an sbatch option");
+      }
+    }
     if (out.ranks_data * out.ranks_model > kMaxRanksPerGroup) {
       const std::string at = w_.given("resources.ranks.model") ? "resources.ranks.model" : "resources.ranks.data";
       return w_.fail(w_.mark_of(at), "resources.ranks",

@@ -40,6 +40,22 @@
 
 namespace hpctune::config {
 
+// resources.slurm: the SLURM backend's site options (launch/slurm_*; the batch script of
+// `hpctune slurm submit`).
+struct SlurmOptions {
+  std::string partition, account, qos, constraint;
+  int64_t ranks_per_node = 1;
+  std::string launch = "srun";  // srun | mpirun
+  std::string mpi;              // srun --mpi=; "" the site's default
+  std::string gres;
+  int64_t gpus_per_task = 0;
+  int64_t cpus_per_task = 0;
+  std::vector<std::string> setup;  // shell lines before the master and each step
+  std::string master_partition, master_constraint;  // a heterogeneous job when either is set
+  double signal_before_s = 120;
+  bool requeue = true;
+};
+
 struct Resources {
   std::string backend = "local";
   int64_t groups = 1;
@@ -51,6 +67,7 @@ struct Resources {
   int64_t max_group_restarts = 3;
   double startup_timeout_s = 60;
   std::string bind = "tcp://127.0.0.1:*";  // the master's address (common/endpoint.h: the forms)
+  SlurmOptions slurm;
 };
 
 struct CampaignConfig;
