@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "launch/child_process.h"
 #include "launch/slurm_script.h"
+#include "store/store.h"
 
 namespace hpctune::cli {
 
@@ -103,6 +104,21 @@ Result<std::string> submit(const std::string& script, const std::string& dir) {
   return id;
 }
 
+// A job for an existing database resumes its campaign; one that is already completed has nothing
+// left to do (the job would fail at once), so it is refused here with the way to extend it.
+Status check_existing_db(const std::string& db_path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(db_path, ec)) return {};
+  HPCTUNE_ASSIGN(auto store, store::Store::open_readonly(db_path));
+  HPCTUNE_ASSIGN(auto campaign, store->load_campaign());
+  if (campaign && campaign->state == "completed") {
+    return err(Errc::kUsage, "campaign '" + campaign->name + "' in " + db_path +
+                                 " is already completed: a job would have nothing to do (extend it with `hpctune "
+                                 "resume " + db_path + " --max-trials N`, or give another --db)");
+  }
+  return {};
+}
+
 }  // namespace
 
 Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
@@ -143,6 +159,7 @@ Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
                                  std::to_string(needed) + " node(s) in all");
   }
   HPCTUNE_ASSIGN(auto script, launch::batch_script(spec));
+  HPCTUNE_TRY(check_existing_db(spec.db_path));
   if (args.dry_run) {
     std::fputs(script.c_str(), stdout);
     return {};

@@ -798,6 +798,16 @@ TEST_CASE("slurm submit: flags override the config; too few nodes, a bad --time 
   REQUIRE_MESSAGE(run_in(dir, dir.path, {"slurm", "submit", het, "--nodes", "2049", "--time", "60", "--dry-run"}, &out,
                          &errors) == 0, errors);
   CHECK(contains(out, "#SBATCH hetjob\n#SBATCH --nodes=2048\n"));
+
+  // A completed campaign's database: a job would have nothing to do.
+  const std::string done_cfg = dir.write("done.yaml", sleep_config("done", 2, 0.01, 1, 1));
+  int run_code = 0;
+  const std::string run_out = run_log(dir, {"run", done_cfg, "--db", dir.file("done.db")}, "run.log", &run_code);
+  REQUIRE_MESSAGE(run_code == 0, run_out);
+  CHECK(run_in(dir, dir.path, {"slurm", "submit", done_cfg, "--db", "done.db", "--nodes", "1", "--time", "5", "--dry-run"},
+               &out, &errors) == 2);
+  CHECK_MESSAGE(contains(errors, "is already completed"), errors);
+  CHECK_MESSAGE(contains(errors, "--max-trials"), errors);
 }
 
 // Needs the ctest fixture "slurm" (tools/slurm-cluster; SLURM_CONF set): ctest runs it as
