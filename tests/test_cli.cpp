@@ -817,9 +817,13 @@ TEST_CASE("slurm submit: sbatch on the 4-node cluster runs a local-backend campa
   TempDir dir;
   const std::string cfg = dir.write("c.yaml", sleep_config("submitted", 4, 0.05, 2, 2));
   std::string out, errors;
+  REQUIRE(run_in(dir, dir.path, {"slurm", "submit", "c.yaml", "--nodes", "2", "--time", "5", "--db", "c.db", "--dry-run"},
+                 &out, &errors) == 0);
+  const std::string dry_run = out;
   const int code = run_in(dir, dir.path, {"slurm", "submit", "c.yaml", "--nodes", "2", "--time", "5", "--db", "c.db"},
                           &out, &errors);
   REQUIRE_MESSAGE(code == 0, errors);
+  CHECK(read_file(dir.file("c.db.slurm/job.sh")) == dry_run);  // the script submitted is the one --dry-run shows
   const std::string job = out.substr(0, out.find('\n'));
   REQUIRE_MESSAGE(!job.empty(), out);
   CHECK(job.find_first_not_of("0123456789") == std::string::npos);
