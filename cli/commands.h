@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "protocol/transport.h"
 
 namespace hpctune::cli {
 
@@ -56,7 +57,8 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 // format "" is inferred from `output`'s extension (.csv, .json); kUsage when it cannot be.
 Status cmd_export(const std::string& db, const std::string& format, const std::string& output);
 Status cmd_validate(const std::string& config, bool print_json);
+// `transport`: kCurve with the keys the launcher put in the environment (worker::take_worker_curve_keys).
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
-                  const std::atomic<int>& terminate);
+                  const protocol::TransportOptions& transport, const std::atomic<int>& terminate);
 
 }  // namespace hpctune::cli

@@ -1231,6 +1231,7 @@ class Builder {
     out.startup_timeout_s = r["startup_timeout"].get<double>();
     out.bind = r["bind"].get<std::string>();
     if (auto problem = endpoint_problem(out.bind)) return w_.fail(w_.mark_of("resources.bind"), "resources.bind", *problem);
+    out.security = r["security"].get<std::string>();
     const json& sl = r["slurm"];
     SlurmOptions& so = out.slurm;
     so.partition = sl["partition"].get<std::string>();
