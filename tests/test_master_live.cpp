@@ -290,7 +290,7 @@ TEST_CASE("100000 unregistered done frames write no event rows and a handful of 
   check_no_orphans(master.options.db_path);
 }
 
-TEST_CASE("the launch credential is in no worker's command line and no trial program's environment") {
+TEST_CASE("the launch credential and the CURVE keys are in no worker's command line and no trial program's environment") {
   TempDir dir;
   const std::string cfg = dir.write(
       "cmd.yaml",
@@ -299,7 +299,7 @@ TEST_CASE("the launch credential is in no worker's command line and no trial pro
       "space:\n  x: {type: float, low: 0.0, high: 1.0}\n"
       "trainer:\n  kind: command\n"
       "  command: 'env > {trial_dir}/env.txt; sleep 0.5; echo hpctune-report {{\\\"value\\\": 0.5}}'\n"
-      "resources: {groups: 2}\n");
+      "resources: {groups: 2, bind: \"tcp://0.0.0.0:*\"}\n");  // CURVE: the workers' keys travel the same way
   const std::string db = dir.file("cmd.db");
   ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
   // Both groups run a trial (so both workers are past their start-up) before their /proc is read.
@@ -337,6 +337,7 @@ TEST_CASE("the launch credential is in no worker's command line and no trial pro
     if (env.empty()) continue;
     ++envs;
     CHECK(env.find("HPCTUNE_SECRET") == std::string::npos);  // the trial program did not inherit it
+    CHECK(env.find("HPCTUNE_CURVE_") == std::string::npos);  // nor the CURVE keys
   }
   CHECK(envs == 4);
 }
