@@ -222,9 +222,10 @@ std::string first_failure(const std::string& db) {
   return "\nthe first failure, trial " + std::to_string(first->id) + ": " + error;
 }
 
-// A master reachable from other machines: say so before it starts (issue 13 adds CURVE).
-void warn_if_network_bind(const char* command, const std::string& bind) {
-  if (!loopback_endpoint(bind)) std::fprintf(stderr, "hpctune %s: warning: %s\n", command, network_bind_warning(bind).c_str());
+// A master reachable from other machines without CURVE (resources.security none): say so.
+void warn_if_network_bind(const char* command, const config::Resources& r) {
+  if (!loopback_endpoint(r.bind) && !transport_uses_curve(r.security, r.bind))
+    std::fprintf(stderr, "hpctune %s: warning: %s\n", command, network_bind_warning(r.bind).c_str());
 }
 
 // Runs the master with what `run` and `resume` share (the interrupt flag, the test-only fail
@@ -489,7 +490,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 
 Status cmd_validate(const std::string& path, bool print_json) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(path));
-  warn_if_network_bind("validate", cfg.resources.bind);
+  warn_if_network_bind("validate", cfg.resources);
   // A budget that never reaches the model is valid, but almost certainly not what was meant.
   if (auto startup = config::model_startup(cfg); startup && !startup->model_used)
     std::fprintf(stderr, "hpctune validate: warning: %s\n", startup->text.c_str());
@@ -509,8 +510,8 @@ Status cmd_validate(const std::string& path, bool print_json) {
 }
 
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
-                  const std::atomic<int>& terminate) {
-  HPCTUNE_ASSIGN(auto transport, protocol::connect_zmq(master));
+                  const protocol::TransportOptions& transport_options, const std::atomic<int>& terminate) {
+  HPCTUNE_ASSIGN(auto transport, protocol::connect_zmq(master, transport_options));
   worker::WorkerOptions options;
   options.group = group;
   options.threads = threads;

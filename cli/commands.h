@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "protocol/transport.h"
 
 namespace hpctune::cli {
 
@@ -70,7 +71,8 @@ struct SlurmSubmitArgs {
 };
 Status cmd_slurm_submit(const SlurmSubmitArgs& args);
 
+// `transport`: kCurve with the keys the launcher put in the environment (worker::take_worker_curve_keys).
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
-                  const std::atomic<int>& terminate);
+                  const protocol::TransportOptions& transport, const std::atomic<int>& terminate);
 
 }  // namespace hpctune::cli

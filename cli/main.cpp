@@ -97,6 +97,7 @@ struct GroupWorkerArgs {
   int64_t group = -1;
   int threads = 0;
   std::string secret;
+  hpctune::protocol::TransportOptions transport;  // CURVE keys from the environment, if any
   int ranks_data = 1;
   int ranks_model = 1;
   bool trainer_starts_ranks = false;
@@ -121,7 +122,7 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
   }
   if (limit_s <= 0) return err(Errc::kConfig, "the collective timeout must be > 0 s");
   o.collective_limit = std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
-  o.connect = [master = a.master] { return protocol::connect_zmq(master); };
+  o.connect = [master = a.master, transport = a.transport] { return protocol::connect_zmq(master, transport); };
   if (a.trainer_starts_ranks) {
     o.worker.log = [group = a.group](const std::string& line) {
       std::fprintf(stderr, "worker %lld: %s\n", static_cast<long long>(group), line.c_str());
@@ -164,6 +165,8 @@ int main(int argc, char** argv) {
   // Before anything else (threads, MPI, child processes): the launch credential leaves the
   // environment, whatever the subcommand.
   const std::string worker_secret = hpctune::worker::take_worker_secret();
+  // And the workers' CURVE keys (an error only matters to `worker`).
+  auto worker_transport = hpctune::worker::take_worker_curve_keys();
   CLI::App app{"hpctune: hyperparameter search (random, grid, genetic, evolution, Bayesian, TPE; early "
                "stopping) with trainer groups on this machine, every trial recorded in SQLite"};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
@@ -400,6 +403,8 @@ int main(int argc, char** argv) {
       return report(cmd_slurm_submit(submit), "slurm submit");
     }
     if (*worker_cmd) {
+      if (!worker_transport.ok()) return report(std::move(worker_transport).error(), "worker");
+      group_args.transport = *worker_transport;
       if (group_args.ranks_data * group_args.ranks_model > 1) {
         group_args.master = master;
         group_args.group = worker_group;
@@ -407,7 +412,8 @@ int main(int argc, char** argv) {
         group_args.secret = worker_secret;
         return report(run_group_worker(group_args, &argc, &argv), "worker");
       }
-      return report(cmd_worker(master, worker_group, worker_threads, worker_secret, g_interrupts), "worker");
+      return report(cmd_worker(master, worker_group, worker_threads, worker_secret, group_args.transport, g_interrupts),
+                    "worker");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctune: internal error: %s\n", e.what());

@@ -102,13 +102,23 @@ inline bool loopback_endpoint(std::string_view endpoint) {
   return true;
 }
 
-// The warning for a bind address other machines can reach: printed by `run`, `resume` and
-// `validate` until the transport authenticates and encrypts (issue 13: ZeroMQ CURVE).
+// Whether a master bound to `endpoint` protects its transport with ZeroMQ CURVE, for the setting
+// resources.security: "curve" always, "none" never, "auto" (the default) whenever the address is
+// reachable from other machines. Here, beside loopback_endpoint(), because the config, the CLI and
+// the master all decide it from the same text.
+inline bool transport_uses_curve(std::string_view security, std::string_view endpoint) {
+  if (security == "curve") return true;
+  if (security == "none") return false;
+  return !loopback_endpoint(endpoint);
+}
+
+// The warning for a transport that is really unprotected: a bind address other machines can reach
+// with resources.security none. Printed by `run`, `resume` and `validate`.
 inline std::string network_bind_warning(std::string_view endpoint) {
   return "the master listens on " + std::string(endpoint) +
-         ", reachable from other machines: traffic between the master and the workers is neither "
-         "encrypted nor authenticated by the transport (only the per-launch credential in each "
-         "worker's hello is checked); bind to 127.0.0.1 unless the network is trusted";
+         ", reachable from other machines, with resources.security none: traffic between the master and the "
+         "workers is neither encrypted nor authenticated by the transport (only the per-launch credential in "
+         "each worker's hello is checked); remove `security: none` to use CURVE, or bind to 127.0.0.1";
 }
 
 }  // namespace hpctune

@@ -701,6 +701,14 @@ class Walker {
       case Type::kSection: return section(nullptr, s.path, path, where, out, &s);
       case Type::kList:
       case Type::kSpace: out = s.default_value; return Status::Ok();
+      case Type::kValueList:
+        // An empty default (resources.slurm.setup: no lines) is a default, not a value the user
+        // gave: the "non-empty" rule is for what a config writes.
+        if (s.default_value.is_array() && s.default_value.empty()) {
+          out = s.default_value;
+          return Status::Ok();
+        }
+        [[fallthrough]];
       default: {
         auto normalized = check_value(s, s.default_value);
         if (!normalized.ok())
@@ -1223,6 +1231,7 @@ class Builder {
     out.startup_timeout_s = r["startup_timeout"].get<double>();
     out.bind = r["bind"].get<std::string>();
     if (auto problem = endpoint_problem(out.bind)) return w_.fail(w_.mark_of("resources.bind"), "resources.bind", *problem);
+    out.security = r["security"].get<std::string>();
     const json& sl = r["slurm"];
     SlurmOptions& so = out.slurm;
     so.partition = sl["partition"].get<std::string>();

@@ -67,6 +67,8 @@ struct Resources {
   int64_t max_group_restarts = 3;
   double startup_timeout_s = 60;
   std::string bind = "tcp://127.0.0.1:*";  // the master's address (common/endpoint.h: the forms)
+  // auto | curve | none: whether the transport uses CURVE (common/endpoint.h: transport_uses_curve).
+  std::string security = "auto";
   SlurmOptions slurm;
 };
 

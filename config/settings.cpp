@@ -262,10 +262,18 @@ std::vector<Setting> declarations() {
       {.path = "resources.bind", .type = Type::kString,
        .help = "The address the master listens on for its trainer groups: tcp://HOST:PORT (HOST an address, a host "
                "or interface name, [IPv6] or * for every interface; PORT 1..65535 or * for a free one) or "
-               "ipc://PATH. The default is reachable from this machine only. Any other address is warned about: the "
-               "transport neither encrypts nor authenticates yet (each worker still proves itself with its launch "
-               "credential). `hpctune run --bind` overrides it.", .default_value = "tcp://127.0.0.1:*",
+               "ipc://PATH. The default is reachable from this machine only; any other address gets ZeroMQ CURVE "
+               "encryption and authentication (resources.security). `hpctune run --bind` and `resume --bind` "
+               "override it.", .default_value = "tcp://127.0.0.1:*",
        .aliases = {"listen", "address", "master_address", "endpoint", "bind_address"}},
+      {.path = "resources.security", .type = Type::kEnum,
+       .help = "How the master's transport is protected: auto (ZeroMQ CURVE when the bind address is reachable "
+               "from other machines, none on loopback and ipc), curve (always) or none (never: on a network address "
+               "the traffic is then neither encrypted nor authenticated, and every run says so). With CURVE the "
+               "campaign's keys are kept in <storage>.keys/ (0700, its files 0600; created on the first run, "
+               "reused on resume) and only the campaign's workers are admitted.",
+       .default_value = "auto", .choices = {"auto", "curve", "none"},
+       .aliases = {"encryption", "curve", "auth", "authentication", "transport_security"}},
       {.path = "resources.slurm", .type = Type::kSection,
        .help = "backend slurm: how trainer groups run as job steps of a SLURM allocation (`hpctune slurm submit` "
                "writes the batch script; `hpctune run` inside an allocation uses its nodes).",

@@ -25,8 +25,9 @@
 // lost is logged and ignored, so a result applies exactly once. `incarnation` is a random id the
 // worker process draws at start (from the system's random source).
 //
-// Authentication (until CURVE): the master hands each group it launches a credential in the
-// environment variable kSecretEnv, "<campaign secret>.<launch token>" (hex, 128 bits each, from the
+// Authentication, on top of the transport's (CURVE on a network address admits only the
+// campaign's worker key: protocol/curve_keys.h): the master hands each group it launches a
+// credential in the environment variable kSecretEnv, "<campaign secret>.<launch token>" (hex, 128 bits each, from the
 // system's random source, kept only in the master's memory; a fresh token for every launch of a
 // group). The worker takes it out of its environment at start (so programs it starts do not inherit
 // it) and sends it in hello. The master refuses a hello whose secret or whose token for the named

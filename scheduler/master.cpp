@@ -18,6 +18,7 @@
 #include "launch/launcher.h"
 #include "protocol/messages.h"
 #include "store/store.h"
+#include "protocol/curve_keys.h"
 #include "protocol/transport.h"
 
 
@@ -595,6 +596,14 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (db_path.empty() && options.config) db_path = options.config->storage;
 
   if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  // A key directory others can read is refused before the store is opened, so nothing is recorded.
+  const std::string key_dir = protocol::key_dir_for(db_path);
+  HPCTUNE_TRY(protocol::check_key_dir(key_dir));
+  // A new campaign that needs CURVE checks libzmq first too (a resumed one once its config is read).
+  if (!resuming && transport_uses_curve(options.config->resources.security,
+                                        options.bind.value_or(options.config->resources.bind))) {
+    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
+  }
   // A new campaign checks its warm-start store before creating anything; a resumed one once its
   // config has been read back (prepare_campaign).
   std::optional<WarmStart> warm;
@@ -616,9 +625,21 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (!resuming) campaign.warm = std::move(warm);
   const config::CampaignConfig& cfg = campaign.cfg;
 
+  // resources.security: CURVE with the campaign's keys (created on the first run, reused on resume)
+  // whenever the master is reachable from other machines, unless the config says none.
   const std::string bind = options.bind.value_or(cfg.resources.bind);
-  if (!loopback_endpoint(bind) && options.warn) options.warn(network_bind_warning(bind));
-  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, options.transport));
+  protocol::TransportOptions transport = options.transport;
+  std::map<std::string, std::string> worker_env;
+  if (transport_uses_curve(cfg.resources.security, bind)) {
+    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
+    HPCTUNE_ASSIGN(protocol::CampaignKeys keys, protocol::load_or_create_keys(key_dir));
+    protocol::use_curve_server(transport, keys);
+    worker_env = protocol::worker_key_environment(keys);
+    if (options.log) options.log("transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
+  } else if (!loopback_endpoint(bind) && options.warn) {
+    options.warn(network_bind_warning(bind));
+  }
+  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport));
 
   // The trial directory holds the groups' logs, the trials' parameters, checkpoints and output:
   // with storage_access owner (the default) it is 0700, so nothing below it is reachable by other
@@ -639,6 +660,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
+  // The workers' CURVE keys: in the environment of every group (never on a command line).
+  for (auto& [name, value] : worker_env) lopt.environment[name] = std::move(value);
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;

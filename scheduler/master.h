@@ -8,7 +8,8 @@
 //   transport and a fake launcher (tests/test_scheduler.cpp).
 //
 //   run_master(), what `hpctune run` and `resume` call, is the thin driver: it opens the store
-//   (lock, campaign row: prepare_campaign), binds the ZeroMQ transport, builds the launcher of
+//   (lock, campaign row: prepare_campaign), binds the ZeroMQ transport (with CURVE and the
+//   campaign's keys per resources.security), builds the launcher of
 //   resources.backend, and loops { wait for a frame up to the poll interval, step(wall clock now),
 //   Ctrl-C, progress } until the campaign is finished.
 //
@@ -48,16 +49,19 @@ struct MasterOptions {
   // extends a completed campaign, and is kept in the store for later resumes.
   std::optional<int64_t> max_trials;
   // The address to listen on: --bind, else the config's resources.bind (checked by the caller,
-  // common/endpoint.h); and the sockets' options (transport.h: where issue 13's CURVE keys go).
+  // common/endpoint.h); and the sockets' options (transport.h). When resources.security asks for
+  // CURVE for this address (transport_uses_curve), run_master sets the security fields itself from
+  // the campaign's key directory (protocol/curve_keys.h: "<db>.keys/", created on the first run)
+  // and hands the workers their keys in their environment.
   std::optional<std::string> bind;
   protocol::TransportOptions transport;
   std::string worker_program;                     // default: this executable
   MakeStage make_stage;                           // the stage kinds (workflow::make_stage); required
   const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
   std::function<void(const std::string&)> log;    // one line per event worth telling
-  // Told, before the master binds, when its address is reachable from other machines (the text
-  // says so: until issue 13's CURVE the traffic is unauthenticated). Once the campaign's stored
-  // config is known, so `resume` needs no read of the store ahead of the master lock.
+  // Told, before the master binds, when its address is reachable from other machines and
+  // resources.security is none (the transport then neither encrypts nor authenticates). Once the
+  // campaign's stored config is known, so `resume` needs no read of the store ahead of the master lock.
   std::function<void(const std::string&)> warn;
   std::function<void(const Progress&, double elapsed_s)> progress;  // at most ~10 times a second
   // Test-only: raise SIGKILL the `failpoint_hit`-th time the named point is passed

@@ -490,16 +490,16 @@ TEST_CASE("status --format json: a campaign whose master died is running; after 
 
 // --- issue 10: the master's bind address --------------------------------------------------------------
 
-TEST_CASE("--bind and resources.bind: the master listens there and the workers still connect; a network address is warned about") {
+TEST_CASE("--bind and resources.bind: the master listens there and the workers still connect; a network address uses CURVE") {
   TempDir dir;
   int code = 0;
   const std::string cfg = dir.write("c.yaml", sleep_config("bind", 2, 0.01, 1, 2));
-  // Every interface: the run works, and says that the transport does not protect the traffic.
+  // Every interface: the run works, with CURVE (issue 13), so nothing to warn about.
   std::string out = run_log(dir, {"run", cfg, "--db", dir.file("any.db"), "--bind", "tcp://0.0.0.0:*"}, "any.log", &code);
   REQUIRE_MESSAGE(code == 0, out);
   CHECK_MESSAGE(contains(out, "master at tcp://0.0.0.0:"), out);
-  CHECK(contains(out, "hpctune run: warning: the master listens on tcp://0.0.0.0:*, reachable from other machines"));
-  CHECK(contains(out, "neither encrypted nor authenticated"));
+  CHECK(contains(out, "transport: CURVE encryption"));
+  CHECK_FALSE(contains(out, "warning: the master listens"));
   auto trials = read_trials(dir.file("any.db"));
   CHECK(trials.size() == 2);
   for (const auto& t : trials) CHECK(t.state == store::TrialState::kDone);
@@ -532,10 +532,10 @@ TEST_CASE("--bind and resources.bind: the master listens there and the workers s
   out = run_log(dir, {"resume", dir.file("ipc.db"), "--bind", "inproc://x"}, "rbad.log", &code);
   CHECK(code == 2);
   CHECK(contains(out, "--bind: transport 'inproc' cannot reach the workers"));
-  // validate warns too.
+  // validate warns about a network address only with security none.
   const std::string open_cfg = dir.write("open.yaml", sleep_config("open", 1, 0.01, 1, 1));
   std::string open_text = read_file(open_cfg);
-  open_text.replace(open_text.find("resources: {"), 12, "resources: {bind: \"tcp://*:*\", ");
+  open_text.replace(open_text.find("resources: {"), 12, "resources: {bind: \"tcp://*:*\", security: none, ");
   dir.write("open.yaml", open_text);
   out = run_log(dir, {"validate", open_cfg}, "v.log", &code);
   CHECK(code == 0);
@@ -549,6 +549,20 @@ TEST_CASE("--bind and resources.bind: the master listens there and the workers s
   CHECK(contains(out, "hpctune resume: warning: the master listens on tcp://*:*"));
   CHECK(contains(out, "master at tcp://0.0.0.0:"));
   CHECK(read_trials(dir.file("open.db")).size() == 2);
+  // The default security on that address: CURVE, no warning, from validate to resume.
+  open_text.replace(open_text.find("security: none, "), 16, "");
+  dir.write("open.yaml", open_text);
+  out = run_log(dir, {"validate", open_cfg}, "v2.log", &code);
+  CHECK(code == 0);
+  CHECK_FALSE(contains(out, "warning"));
+  out = run_log(dir, {"run", open_cfg, "--db", dir.file("curve.db")}, "curve.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_FALSE(contains(out, "warning"));
+  out = run_log(dir, {"resume", dir.file("curve.db"), "--max-trials", "2"}, "rcurve.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, "transport: CURVE encryption"));
+  CHECK_FALSE(contains(out, "warning"));
+  CHECK(read_trials(dir.file("curve.db")).size() == 2);
 }
 
 TEST_CASE("SIGTERM exits 143 (Ctrl-C stays 130)") {

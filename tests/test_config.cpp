@@ -910,6 +910,23 @@ TEST_CASE("resources.slurm: defaults (no setup lines), values, and bad values lo
             "resources.slurm.master.constraint: 'x;y' holds ';'") != std::string::npos);
 }
 
+TEST_CASE("resources.security: auto by default, curve or none; anything else is located (issue 13)") {
+  const std::string head = "name: s\nobjective: {metric: loss}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep}\n";
+  const auto d = parse_ok(head);
+  CHECK(d.resources.security == "auto");
+  CHECK(d.resources.security == config::Resources{}.security);
+  CHECK(d.normalized["resources"]["security"] == "auto");
+  for (const std::string good : {"auto", "curve", "none"}) {
+    const auto c = parse_ok(head + "resources:\n  bind: \"tcp://*:*\"\n  security: " + good + "\n");
+    CHECK(c.resources.security == good);
+  }
+  const std::string e = parse_error(head + "resources:\n  security: tls\n");
+  CHECK_MESSAGE(e.find("test.yaml:6:") == 0, e);
+  CHECK_MESSAGE(e.find("resources.security") != std::string::npos, e);
+  for (const char* choice : {"auto", "curve", "none"}) CHECK_MESSAGE(e.find(choice) != std::string::npos, e);
+  CHECK(parse_error(head + "resources:\n  encryption: curve\n").find("did you mean 'security'?") != std::string::npos);
+}
+
 // --- stages (issue 11) ---
 
 namespace {

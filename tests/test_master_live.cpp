@@ -1,7 +1,15 @@
 // A live master (ZeroMQ, real worker processes) keeps serving good workers while garbage,
 // oversized, deeply nested and out-of-order frames, impostors and floods arrive on its socket; it
-// fails fast when every group dies; the launch credential is in no command line.
+// fails fast when every group dies; the launch credential is in no command line. Bound to a network
+// address it uses CURVE by default: intruders without the campaign's keys get nothing through, and
+// the key directory must be private (issue 13, acceptance 2).
 #include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <mutex>
@@ -14,6 +22,7 @@
 #include "config/config.h"
 #include "scheduler/master.h"
 #include "workflow/stages.h"
+#include "protocol/curve_keys.h"
 #include "protocol/messages.h"
 #include "tests/campaign_fixture.h"
 
@@ -281,7 +290,7 @@ TEST_CASE("100000 unregistered done frames write no event rows and a handful of 
   check_no_orphans(master.options.db_path);
 }
 
-TEST_CASE("the launch credential is in no worker's command line and no trial program's environment") {
+TEST_CASE("the launch credential and the CURVE keys are in no worker's command line and no trial program's environment") {
   TempDir dir;
   const std::string cfg = dir.write(
       "cmd.yaml",
@@ -290,7 +299,7 @@ TEST_CASE("the launch credential is in no worker's command line and no trial pro
       "space:\n  x: {type: float, low: 0.0, high: 1.0}\n"
       "trainer:\n  kind: command\n"
       "  command: 'env > {trial_dir}/env.txt; sleep 0.5; echo hpctune-report {{\\\"value\\\": 0.5}}'\n"
-      "resources: {groups: 2}\n");
+      "resources: {groups: 2, bind: \"tcp://0.0.0.0:*\"}\n");  // CURVE: the workers' keys travel the same way
   const std::string db = dir.file("cmd.db");
   ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
   // Both groups run a trial (so both workers are past their start-up) before their /proc is read.
@@ -328,6 +337,7 @@ TEST_CASE("the launch credential is in no worker's command line and no trial pro
     if (env.empty()) continue;
     ++envs;
     CHECK(env.find("HPCTUNE_SECRET") == std::string::npos);  // the trial program did not inherit it
+    CHECK(env.find("HPCTUNE_CURVE_") == std::string::npos);  // nor the CURVE keys
   }
   CHECK(envs == 4);
 }
@@ -372,4 +382,255 @@ TEST_CASE("tpe and bayesian say how many trials are random start-up (issue 9, it
   CHECK(log.find("search: auto: runs bayesian for 1 searched parameter(s): 1 float, 0 ordinal, 0 categorical;") !=
         std::string::npos);
   CHECK(log.find("search: startup: 4 trials of 8; model from trial 5") != std::string::npos);
+}
+
+// --- CURVE on a network address (issue 13, "Authenticated workers", acceptance 2) -----------------
+
+namespace {
+
+// `config` with resources.bind and anything else put first in its resources map.
+std::string with_resources(std::string config, const std::string& keys) {
+  config.replace(config.find("resources: {"), 12, "resources: {" + keys + ", ");
+  return config;
+}
+
+// A TCP connection to 127.0.0.1:`port` that sends `bytes` (maybe nothing) and stays open.
+int raw_connection(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  if (!bytes.empty()) REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  return fd;
+}
+
+protocol::TransportOptions curve_client(const protocol::CurveKeyPair& own, const std::string& server_public_key) {
+  protocol::TransportOptions o;
+  o.security = protocol::TransportOptions::Security::kCurve;
+  o.curve_client = {own.public_key, own.secret_key, server_public_key};
+  return o;
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+}  // namespace
+
+TEST_CASE("CURVE by default on 0.0.0.0: intruders get nothing to the scheduler while the campaign's workers complete it") {
+  TempDir dir;
+  LiveMaster master(with_resources(sleep_config("curve", 20, 0.2, 1, 2), "bind: \"tcp://0.0.0.0:*\""), dir);
+  const std::string db = master.options.db_path;
+  REQUIRE(master.endpoint.rfind("tcp://0.0.0.0:", 0) == 0);
+  CHECK(master.log_lines_containing("transport: CURVE encryption, only the campaign's workers admitted (keys in " +
+                                    db + ".keys)") == 1);
+  const int port = std::stoi(master.endpoint.substr(master.endpoint.rfind(':') + 1));
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+
+  // The keys the master made: private, and readable here only because the test runs as their owner.
+  CHECK(mode_of(db + ".keys") == 0700);
+  CHECK(mode_of(db + ".keys/server.key") == 0600);
+  CHECK(mode_of(db + ".keys/worker.key") == 0600);
+  auto keys = protocol::load_or_create_keys(db + ".keys");
+  REQUIRE(keys.ok());
+
+  // Silent and half-greeting raw TCP connections, held for the whole campaign (CVE-2020-15166).
+  const int silent = raw_connection(port, "");
+  const int half = raw_connection(port, std::string("\xff\0\0\0\0\0\0\0\x01\x7f", 10));
+
+  // A client with the campaign's worker keys gets through after them: its one frame, not msgpack,
+  // is the only malformed frame the scheduler may count.
+  auto keyed = protocol::connect_zmq(endpoint, curve_client(keys->worker, keys->server.public_key));
+  REQUIRE(keyed.ok());
+  REQUIRE((*keyed)->send("keyed but not msgpack").ok());
+
+  // Intruders: no keys; a random key not in the allowlist; the workers' own key with a wrong server key.
+  auto stranger_keys = protocol::curve_keypair();
+  auto other_server = protocol::curve_keypair();
+  REQUIRE((stranger_keys.ok() && other_server.ok()));
+  std::vector<std::unique_ptr<protocol::ClientTransport>> intruders;
+  for (auto options : {protocol::TransportOptions{}, curve_client(*stranger_keys, keys->server.public_key),
+                       curve_client(keys->worker, other_server->public_key)}) {
+    auto c = protocol::connect_zmq(endpoint, options);
+    REQUIRE(c.ok());
+    intruders.push_back(std::move(c).value());
+  }
+  int64_t rounds = 0, received = 0, workers_checked = 0;
+  while (master.running() && rounds < 1000) {
+    for (auto& intruder : intruders) {
+      protocol::Hello h;
+      h.group = rounds % 2;
+      h.incarnation = 7;
+      h.secret = std::string(32, 'a') + "." + std::string(32, 'b');
+      for (const std::string& frame : {protocol::encode(h), protocol::encode(protocol::Done{1, 1, 1, false, {{"value", 99.0}}, {}}),
+                                       std::string("intruder garbage")}) {
+        auto sent = intruder->send(frame);
+        CHECK((sent.ok() || sent.error().code() == Errc::kBusy));  // never more: no connection to queue on
+      }
+      auto reply = intruder->recv(0ms);
+      REQUIRE(reply.ok());
+      received += reply->has_value();
+    }
+    // The workers' keys are in their environment, wiped at start, and on no command line (checked
+    // once both said hello, so each is past its start).
+    if (workers_checked == 0 && master.log_lines_containing(" registered (pid ") >= 2) {
+      for (pid_t pid : workers_of(db)) {
+        const std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+        const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
+        if (cmdline.empty() || environ.empty()) continue;
+        ++workers_checked;
+        CHECK(cmdline.find(keys->worker.secret_key) == std::string::npos);
+        CHECK(environ.find(keys->worker.secret_key) == std::string::npos);
+        const auto at = environ.find(std::string(protocol::kCurveSecretKeyEnv) + "=");
+        REQUIRE(at != std::string::npos);
+        CHECK(environ[at + std::strlen(protocol::kCurveSecretKeyEnv) + 1] == '\0');
+      }
+    }
+    ++rounds;
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto& o = master.finish();
+  ::close(silent);
+  ::close(half);
+  CHECK(rounds > 5);
+  CHECK(workers_checked >= 1);
+  CHECK(received == 0);
+  CHECK(o.progress.done == 20);
+  CHECK(o.progress.failed == 0);
+  CHECK(o.counters.lost_attempts == 0);
+  // Nothing from the intruders reached the scheduler: their hellos, results and garbage are not
+  // counted anywhere; the keyed client's frame is (so the counters do see what gets through).
+  CHECK(o.counters.malformed == 1);
+  CHECK(o.counters.unauthenticated == 0);
+  CHECK(o.counters.unregistered == 0);
+  CHECK(o.counters.out_of_order == 0);
+  CHECK(o.counters.stale_results == 0);
+  CHECK(o.counters.identity_refused == 0);
+  for (const auto& t : read_trials(db)) {
+    CHECK(t.state == store::TrialState::kDone);
+    CHECK(t.attempt == 1);
+    CHECK(t.objective.value_or(99.0) < 1.0);
+  }
+  // The secret keys are in no file but their own (the store, the logs) and in no log line.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path)) {
+    if (!e.is_regular_file() || e.path().parent_path() == db + ".keys") continue;
+    const std::string bytes = read_file(e.path().string());
+    CHECK_MESSAGE(bytes.find(keys->worker.secret_key) == std::string::npos, e.path());
+    CHECK_MESSAGE(bytes.find(keys->server.secret_key) == std::string::npos, e.path());
+  }
+  for (const auto& line : master.log_lines()) {
+    CHECK(line.find(keys->worker.secret_key) == std::string::npos);
+    CHECK(line.find(keys->server.secret_key) == std::string::npos);
+  }
+  check_no_orphans(db);
+}
+
+TEST_CASE("CURVE keys at the CLI: a loose key directory or key file is refused (exit 1, nothing recorded), keys are reused on resume") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("keys", 2, 0.01, 1, 2));
+  const std::string db = dir.file("c.db");
+  const std::string keys_dir = db + ".keys";
+  REQUIRE(::mkdir(keys_dir.c_str(), 0700) == 0);
+  REQUIRE(::chmod(keys_dir.c_str(), 0755) == 0);
+  auto status = run_hpctune({"run", cfg, "--db", db, "--bind", "tcp://0.0.0.0:*"}, dir.file("loose.log"), 60s);
+  std::string out = read_file(dir.file("loose.log"));
+  CHECK_MESSAGE(status.code == 1, out);
+  CHECK_MESSAGE(out.find("hpctune run: error: the CURVE key directory " + keys_dir + " has mode 0755") != std::string::npos, out);
+  CHECK(out.find("fix: chmod 700 " + keys_dir) != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(db));  // refused before the store was created
+  CHECK(std::filesystem::is_empty(keys_dir));
+
+  REQUIRE(::chmod(keys_dir.c_str(), 0700) == 0);
+  status = run_hpctune({"run", cfg, "--db", db, "--bind", "tcp://0.0.0.0:*"}, dir.file("run.log"), 60s);
+  out = read_file(dir.file("run.log"));
+  REQUIRE_MESSAGE(status.code == 0, out);
+  CHECK(out.find("transport: CURVE encryption") != std::string::npos);
+  CHECK(out.find("warning") == std::string::npos);  // CURVE protects it: no network-bind warning
+  const std::string worker_key = read_file(keys_dir + "/worker.key");
+  const std::string server_key = read_file(keys_dir + "/server.key");
+  CHECK(worker_key.size() == 41);
+
+  // A loose key file: the resume is refused, and what was recorded stays as it was.
+  REQUIRE(::chmod((keys_dir + "/worker.key").c_str(), 0640) == 0);
+  status = run_hpctune({"resume", db, "--max-trials", "4", "--bind", "tcp://0.0.0.0:*"}, dir.file("loose2.log"), 60s);
+  out = read_file(dir.file("loose2.log"));
+  CHECK_MESSAGE(status.code == 1, out);
+  CHECK_MESSAGE(out.find("the CURVE key file " + keys_dir + "/worker.key has mode 0640") != std::string::npos, out);
+  CHECK(out.find("fix: chmod 600 " + keys_dir + "/worker.key") != std::string::npos);
+  CHECK(read_trials(db).size() == 2);
+  {
+    auto s = store::Store::open_readonly(db);
+    REQUIRE(s.ok());
+    auto c = (*s)->load_campaign();
+    REQUIRE((c.ok() && *c));
+    CHECK((*c)->state == "completed");
+  }
+
+  // Fixed: the resume runs with the same keys.
+  REQUIRE(::chmod((keys_dir + "/worker.key").c_str(), 0600) == 0);
+  status = run_hpctune({"resume", db, "--max-trials", "4", "--bind", "tcp://0.0.0.0:*"}, dir.file("resume.log"), 60s);
+  out = read_file(dir.file("resume.log"));
+  REQUIRE_MESSAGE(status.code == 0, out);
+  CHECK(out.find("transport: CURVE encryption") != std::string::npos);
+  CHECK(read_file(keys_dir + "/worker.key") == worker_key);
+  CHECK(read_file(keys_dir + "/server.key") == server_key);
+  CHECK(read_trials(db).size() == 4);
+  for (const auto& t : read_trials(db)) CHECK(t.state == store::TrialState::kDone);
+}
+
+TEST_CASE("resources.security: none on a network address is warned about and makes no keys; curve on loopback uses them") {
+  TempDir dir;
+  const std::string none = dir.write("none.yaml", with_resources(sleep_config("none", 2, 0.01, 1, 2),
+                                                                 "bind: \"tcp://*:*\", security: none"));
+  auto status = run_hpctune({"run", none, "--db", dir.file("none.db")}, dir.file("none.log"), 60s);
+  std::string out = read_file(dir.file("none.log"));
+  REQUIRE_MESSAGE(status.code == 0, out);
+  CHECK(out.find("hpctune run: warning: the master listens on tcp://*:*, reachable from other machines, with "
+                 "resources.security none") != std::string::npos);
+  CHECK(out.find("transport: CURVE") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("none.db.keys")));
+  CHECK(run_hpctune({"validate", none}, dir.file("vnone.log"), 30s).code == 0);
+  CHECK(read_file(dir.file("vnone.log")).find("hpctune validate: warning: the master listens on tcp://*:*") != std::string::npos);
+
+  const std::string curve = dir.write("curve.yaml", with_resources(sleep_config("curve", 2, 0.01, 1, 2), "security: curve"));
+  status = run_hpctune({"run", curve, "--db", dir.file("curve.db")}, dir.file("curve.log"), 60s);
+  out = read_file(dir.file("curve.log"));
+  REQUIRE_MESSAGE(status.code == 0, out);
+  CHECK(out.find("transport: CURVE encryption") != std::string::npos);
+  CHECK(out.find("master at tcp://127.0.0.1:") != std::string::npos);
+  CHECK(std::filesystem::exists(dir.file("curve.db.keys/worker.key")));
+  for (const auto& t : read_trials(dir.file("curve.db"))) CHECK(t.state == store::TrialState::kDone);
+
+  // The default on loopback: no CURVE, no keys, no warning.
+  const std::string plain = dir.write("plain.yaml", sleep_config("plain", 1, 0.01, 1, 1));
+  status = run_hpctune({"run", plain, "--db", dir.file("plain.db")}, dir.file("plain.log"), 60s);
+  out = read_file(dir.file("plain.log"));
+  REQUIRE_MESSAGE(status.code == 0, out);
+  CHECK(out.find("transport: CURVE") == std::string::npos);
+  CHECK(out.find("warning") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("plain.db.keys")));
+}
+
+TEST_CASE("a worker given only some of its CURVE keys says which are missing (exit 2)") {
+  TempDir dir;
+  auto server = protocol::curve_keypair();
+  REQUIRE(server.ok());
+  launch::SpawnOptions o;
+  o.argv = {HPCTUNE_BINARY, "worker", "--master", "tcp://127.0.0.1:1", "--group", "0"};
+  o.env[protocol::kCurveServerKeyEnv] = server->public_key;
+  o.stdout_path = dir.file("w.log");
+  o.stderr_path = "=stdout";
+  auto child = launch::ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(30s);
+  REQUIRE(status.has_value());
+  const std::string out = read_file(dir.file("w.log"));
+  CHECK_MESSAGE(status->code == 2, out);
+  CHECK_MESSAGE(out.find("the worker's CURVE keys are set only in part: HPCTUNE_CURVE_PUBLIC_KEY, "
+                         "HPCTUNE_CURVE_SECRET_KEY missing from the environment") != std::string::npos, out);
 }

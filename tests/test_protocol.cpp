@@ -1,11 +1,13 @@
 // Protocol: every message round-trips; malformed frames are errors naming the field. The ZeroMQ
 // transport applies its TransportOptions on real sockets (loopback); bind addresses are checked
-// (common/endpoint.h). CURVE: only the allowlisted worker key gets through (issue 13).
+// (common/endpoint.h). CURVE: only the allowlisted worker key gets through; a campaign's key
+// directory is private to its owner (protocol/curve_keys.h) (issue 13).
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,8 +18,10 @@
 #include <vector>
 
 #include "common/endpoint.h"
+#include "protocol/curve_keys.h"
 #include "protocol/messages.h"
 #include "protocol/transport.h"
+#include "tests/temp_dir.h"
 
 using namespace hpctune;
 using namespace hpctune::protocol;
@@ -696,4 +700,133 @@ TEST_CASE("CURVE: keys are checked, and an unsafe libzmq is refused with the rea
   REQUIRE_FALSE(no_curve.ok());
   CHECK(no_curve.error().message().find("without CURVE") != std::string::npos);
   CHECK(message_of(check_libzmq_for_curve(4, 3, 4, true, false)).find("ZMQ_ZAP_ENFORCE_DOMAIN") != std::string::npos);
+}
+
+// --- the campaign's key directory (protocol/curve_keys.h) -----------------------------------------
+
+namespace {
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+std::string message_of(const Status& s) { return s.ok() ? std::string() : s.error().message(); }
+
+}  // namespace
+
+TEST_CASE("CURVE keys: resources.security decides from the bind address; auto means CURVE off loopback") {
+  CHECK(transport_uses_curve("auto", "tcp://0.0.0.0:*"));
+  CHECK(transport_uses_curve("auto", "tcp://*:5555"));
+  CHECK(transport_uses_curve("auto", "tcp://10.1.2.3:*"));
+  CHECK_FALSE(transport_uses_curve("auto", "tcp://127.0.0.1:*"));
+  CHECK_FALSE(transport_uses_curve("auto", "ipc:///tmp/m.sock"));
+  CHECK(transport_uses_curve("curve", "tcp://127.0.0.1:*"));
+  CHECK_FALSE(transport_uses_curve("none", "tcp://0.0.0.0:*"));
+  CHECK(network_bind_warning("tcp://*:*").find("security none") != std::string::npos);
+}
+
+TEST_CASE("CURVE keys: created 0700/0600 whatever the umask, the same keys on the next load, usable by the transport") {
+  testing::TempDir dir;
+  const std::string keys_dir = key_dir_for(dir.file("c.db"));
+  CHECK(keys_dir == dir.file("c.db.keys"));
+  CHECK(check_key_dir(keys_dir).ok());  // absent: nothing to refuse
+  const mode_t old_umask = ::umask(0);  // the widest: modes must not depend on it
+  auto keys = load_or_create_keys(keys_dir);
+  ::umask(old_umask);
+  REQUIRE_MESSAGE(keys.ok(), (keys.ok() ? "" : keys.error().message()));
+  CHECK(mode_of(keys_dir) == 0700);
+  CHECK(mode_of(keys_dir + "/server.key") == 0600);
+  CHECK(mode_of(keys_dir + "/worker.key") == 0600);
+  CHECK_FALSE(std::filesystem::exists(keys_dir + "/server.key.tmp"));
+  CHECK(keys->server.public_key != keys->worker.public_key);
+  CHECK(*curve_public_key(keys->worker.secret_key) == keys->worker.public_key);
+
+  auto again = load_or_create_keys(keys_dir);  // a resume: the same keys
+  REQUIRE(again.ok());
+  CHECK(again->server.secret_key == keys->server.secret_key);
+  CHECK(again->worker.secret_key == keys->worker.secret_key);
+  CHECK(again->worker.public_key == keys->worker.public_key);
+
+  // A missing worker key is made anew; the server's stays.
+  std::filesystem::remove(keys_dir + "/worker.key");
+  auto partial = load_or_create_keys(keys_dir);
+  REQUIRE(partial.ok());
+  CHECK(partial->server.secret_key == keys->server.secret_key);
+  CHECK(partial->worker.secret_key != keys->worker.secret_key);
+
+  // The server options admit exactly the worker key; the environment carries the three variables.
+  TransportOptions o;
+  use_curve_server(o, *partial);
+  CHECK(o.security == TransportOptions::Security::kCurve);
+  CHECK(o.curve_server.secret_key == partial->server.secret_key);
+  CHECK(o.curve_server.allowed == std::vector<std::string>{partial->worker.public_key});
+  const auto env = worker_key_environment(*partial);
+  CHECK(env.size() == 3);
+  CHECK(env.at(kCurveServerKeyEnv) == partial->server.public_key);
+  CHECK(env.at(kCurvePublicKeyEnv) == partial->worker.public_key);
+  CHECK(env.at(kCurveSecretKeyEnv) == partial->worker.secret_key);
+  CHECK(env.count("HPCTUNE_CURVE_SERVER_SECRET") == 0);  // the server's secret never leaves the master
+  for (const auto& [name, value] : env) CHECK(value != partial->server.secret_key);
+}
+
+TEST_CASE("CURVE keys: a directory or key file others could read is refused with its path, its mode and the fix") {
+  testing::TempDir dir;
+  const std::string keys_dir = dir.file("c.db.keys");
+  REQUIRE(load_or_create_keys(keys_dir).ok());
+
+  for (mode_t loose : {0755, 0750, 0701, 0710}) {
+    REQUIRE(::chmod(keys_dir.c_str(), loose) == 0);
+    const std::string m = message_of(check_key_dir(keys_dir));
+    CHECK_MESSAGE(m.find("the CURVE key directory " + keys_dir + " has mode 0" + std::to_string(loose / 64) +
+                         std::to_string(loose / 8 % 8) + std::to_string(loose % 8)) != std::string::npos, m);
+    CHECK_MESSAGE(m.find("fix: chmod 700 " + keys_dir) != std::string::npos, m);
+    auto refused = load_or_create_keys(keys_dir);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code() == Errc::kUnavailable);
+  }
+  REQUIRE(::chmod(keys_dir.c_str(), 0700) == 0);
+  CHECK(check_key_dir(keys_dir).ok());
+
+  const std::string file = keys_dir + "/worker.key";
+  for (mode_t loose : {0644, 0640, 0604, 0660}) {
+    REQUIRE(::chmod(file.c_str(), loose) == 0);
+    const std::string m = message_of(check_key_dir(keys_dir));
+    CHECK_MESSAGE(m.find("the CURVE key file " + file + " has mode 0" + std::to_string(loose / 64) +
+                         std::to_string(loose / 8 % 8) + std::to_string(loose % 8)) != std::string::npos, m);
+    CHECK_MESSAGE(m.find("fix: chmod 600 " + file) != std::string::npos, m);
+    CHECK_FALSE(load_or_create_keys(keys_dir).ok());
+  }
+  REQUIRE(::chmod(file.c_str(), 0600) == 0);
+  CHECK(load_or_create_keys(keys_dir).ok());
+
+  // A symbolic link, for the directory or a key, is refused too (someone else's file could be behind it).
+  const std::string elsewhere = dir.file("elsewhere");
+  std::filesystem::rename(keys_dir, elsewhere);
+  std::filesystem::create_directory_symlink(elsewhere, keys_dir);
+  CHECK(message_of(check_key_dir(keys_dir)).find("is a symbolic link") != std::string::npos);
+  CHECK_FALSE(load_or_create_keys(keys_dir).ok());
+  std::filesystem::remove(keys_dir);
+  std::filesystem::rename(elsewhere, keys_dir);
+  std::filesystem::rename(file, dir.file("moved.key"));
+  std::filesystem::create_symlink(dir.file("moved.key"), file);
+  CHECK(message_of(check_key_dir(keys_dir)).find("the CURVE key file " + file + " is a symbolic link") != std::string::npos);
+  CHECK_FALSE(load_or_create_keys(keys_dir).ok());
+
+  // A key file that holds no key: named, its text (maybe a secret) not quoted.
+  std::filesystem::remove(file);
+  {
+    std::ofstream(file) << "not-a-key-but-a-secret-phrase\n";
+  }
+  REQUIRE(::chmod(file.c_str(), 0600) == 0);
+  auto bad = load_or_create_keys(keys_dir);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find(file + " does not hold a Z85 CURVE secret key") != std::string::npos);
+  CHECK(bad.error().message().find("secret-phrase") == std::string::npos);
+
+  // A plain file where the directory should be.
+  testing::TempDir other;
+  const std::string not_dir = other.write("d.db.keys", "x");
+  CHECK(message_of(check_key_dir(not_dir)).find("is not a directory") != std::string::npos);
 }

@@ -14,6 +14,9 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
+
+#include "protocol/curve_keys.h"
 
 namespace hpctune::worker {
 namespace {
@@ -435,6 +438,35 @@ std::string take_worker_secret() {
   std::memset(value, 0, std::strlen(value));
   unsetenv(protocol::kSecretEnv);
   return secret;
+}
+
+Result<protocol::TransportOptions> take_worker_curve_keys() {
+  const char* names[] = {protocol::kCurveServerKeyEnv, protocol::kCurvePublicKeyEnv, protocol::kCurveSecretKeyEnv};
+  std::string values[3];
+  std::vector<std::string> missing;
+  for (int i = 0; i < 3; ++i) {
+    char* value = std::getenv(names[i]);
+    if (value) {
+      values[i] = value;
+      std::memset(value, 0, std::strlen(value));  // gone from /proc/PID/environ as well
+      unsetenv(names[i]);
+    } else {
+      missing.push_back(names[i]);
+    }
+  }
+  protocol::TransportOptions options;
+  if (missing.size() == 3) return options;
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& name : missing) list += (list.empty() ? "" : ", ") + name;
+    return err(Errc::kConfig, "the worker's CURVE keys are set only in part: " + list +
+                                  " missing from the environment (the master's launcher sets all three: " +
+                                  protocol::kCurveServerKeyEnv + ", " + protocol::kCurvePublicKeyEnv + ", " +
+                                  protocol::kCurveSecretKeyEnv + ")");
+  }
+  options.security = protocol::TransportOptions::Security::kCurve;
+  options.curve_client = {values[1], values[2], values[0]};
+  return options;
 }
 
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options) {

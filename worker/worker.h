@@ -62,6 +62,13 @@ struct WorkerOptions {
 // in main, before any thread starts. "" when it is not set.
 std::string take_worker_secret();
 
+// Takes the workers' CURVE keys out of the environment (protocol/curve_keys.h: the server's public
+// key and the worker's key pair, which the master's launcher sets), wiping and unsetting them as
+// take_worker_secret() does. The transport options a worker connects with: kCurve with those keys
+// when all three are set, kNone when none is; kConfig naming the missing ones when only some are
+// (a half-configured worker would only be refused by the master). Call first thing in main.
+Result<protocol::TransportOptions> take_worker_curve_keys();
+
 // Runs until the master says shutdown (Ok), `terminate` is set (Ok), or no master was reachable for
 // give_up (kTimeout).
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options);
