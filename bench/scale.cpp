@@ -48,6 +48,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -133,6 +134,7 @@ struct SimGroup {
   double value = 0;
   std::vector<std::pair<int64_t, int64_t>> busy;  // (assign received, done sent)
   std::vector<int64_t> latencies_ns;
+  std::vector<int64_t> late_ns;  // how late the simulator ended each trial (its own wait for a CPU)
   int64_t heartbeats_sent = 0, heartbeats_received = 0, dones = 0;
 };
 
@@ -197,7 +199,7 @@ void write_results(const std::string& path, const std::vector<SimGroup>& groups)
     json busy = json::array();
     for (const auto& [a, b] : g.busy) busy.push_back({a, b});
     out.push_back({{"group", g.id}, {"hello_ns", g.hello_ns}, {"welcome_ns", g.welcome_ns},
-                   {"shutdown_ns", g.shutdown_ns}, {"busy", busy}, {"latencies_ns", g.latencies_ns},
+                   {"shutdown_ns", g.shutdown_ns}, {"busy", busy}, {"latencies_ns", g.latencies_ns}, {"late_ns", g.late_ns},
                    {"heartbeats_sent", g.heartbeats_sent}, {"heartbeats_received", g.heartbeats_received},
                    {"dones", g.dones}});
   }
@@ -336,6 +338,7 @@ void write_results(const std::string& path, const std::vector<SimGroup>& groups)
     for (SimGroup& g : groups) {
       if (g.closed || !g.welcomed) continue;
       if (g.trial_id != 0 && now >= g.ends_at) {
+        g.late_ns.push_back(now - g.ends_at);
         const protocol::Metrics metrics{{"value", g.value}};
         if (!send_msg(g, protocol::Report{g.trial_id, g.attempt, 1, metrics})) die("report refused by the socket");
         if (!send_msg(g, protocol::Done{g.trial_id, g.attempt, 1, false, metrics, {}})) die("done refused by the socket");
@@ -484,6 +487,34 @@ class SimLauncher final : public launch::Launcher {
   bool started_ = false;
 };
 
+// The master's transport, timed: for each assign sent, the time since the main thread read the
+// last frame from that peer (its ready or done). That is the master's own part of the assign
+// latency the groups measure; the rest is the way there and back (ZeroMQ's I/O threads, loopback
+// TCP, the simulator) and the wait for a CPU.
+class TimedTransport final : public protocol::ServerTransport {
+ public:
+  explicit TimedTransport(protocol::ServerTransport& inner) : inner_(inner) {}
+  std::string endpoint() const override { return inner_.endpoint(); }
+  Status send(const protocol::PeerId& peer, std::string_view bytes) override {
+    // {"t": "assign"} in MessagePack: the type's key and value, wherever the map puts them.
+    static const std::string kAssign = std::string("\xa1t\xa6") + "assign";
+    if (bytes.find(kAssign) != std::string_view::npos) {
+      if (auto it = last_recv_.find(peer); it != last_recv_.end()) assign_ns.push_back(now_ns() - it->second);
+    }
+    return inner_.send(peer, bytes);
+  }
+  Result<std::optional<protocol::Envelope>> recv(std::chrono::milliseconds timeout) override {
+    auto r = inner_.recv(timeout);
+    if (r.ok() && *r) last_recv_[(*r)->peer] = now_ns();
+    return r;
+  }
+  std::vector<int64_t> assign_ns;
+
+ private:
+  protocol::ServerTransport& inner_;
+  std::unordered_map<protocol::PeerId, int64_t> last_recv_;
+};
+
 std::string config_text(const Args& a) {
   std::ostringstream c;
   c << "name: scale\nseed: 1\nobjective: {metric: value, mode: max}\n"
@@ -566,11 +597,12 @@ int run(const Args& a) {
   auto server = protocol::bind_zmq("tcp://127.0.0.1:*");
   if (!server.ok()) return fail(server.error().to_string());
 
+  TimedTransport timed(**server);
   SimLauncher launcher(procs);
   int64_t lines = 0, registered_lines = 0;
   std::vector<std::string> other_lines;
   scheduler::MasterParts parts;
-  parts.transport = server->get();
+  parts.transport = &timed;
   parts.store = db->get();
   parts.launcher = &launcher;
   parts.wall = wall;
@@ -627,7 +659,7 @@ int run(const Args& a) {
   for (const auto& e : *events) lost_events += e.kind == "group_lost";
 
   // The simulators' measurements.
-  std::vector<int64_t> latencies;
+  std::vector<int64_t> latencies, late;
   int64_t first_hello = INT64_MAX, last_welcome = 0, welcomed = 0, last_assign = 0, sim_dones = 0;
   int64_t hb_sent = 0, hb_received = 0, shut = 0;
   double busy_alive = 0, alive = 0;
@@ -653,6 +685,7 @@ int run(const Args& a) {
       }
       shut += s > 0;
       for (const json& l : g["latencies_ns"]) latencies.push_back(l.get<int64_t>());
+      for (const json& l : g["late_ns"]) late.push_back(l.get<int64_t>());
       Life life{w, s, {}};
       for (const json& b : g["busy"]) {
         life.busy.emplace_back(b[0].get<int64_t>(), b[1].get<int64_t>());
@@ -666,11 +699,21 @@ int run(const Args& a) {
   }
   // Utilization: busy over alive (welcome -> shutdown), and over the time work remained (welcome ->
   // the last assign of the campaign, busy time clipped to it).
-  double busy_work = 0, alive_work = 0;
+  // The idle time over life, by where it falls: before the first assign (registration to ready to
+  // assign), between trials (the assign latencies), after the last trial (no work left: the last
+  // round's groups still running, then the shutdown).
+  double busy_work = 0, alive_work = 0, idle_first = 0, idle_between = 0, idle_last = 0;
   for (const Life& l : lives) {
     if (l.welcome == 0) continue;
     const int64_t end = l.shutdown > 0 ? l.shutdown : l.welcome;
     alive += static_cast<double>(end - l.welcome);
+    if (!l.busy.empty()) {
+      idle_first += static_cast<double>(l.busy.front().first - l.welcome);
+      idle_last += static_cast<double>(std::max<int64_t>(0, end - l.busy.back().second));
+      for (std::size_t k = 1; k < l.busy.size(); ++k) idle_between += static_cast<double>(l.busy[k].first - l.busy[k - 1].second);
+    } else {
+      idle_last += static_cast<double>(end - l.welcome);
+    }
     alive_work += static_cast<double>(std::max<int64_t>(0, last_assign - l.welcome));
     for (const auto& [b0, b1] : l.busy) {
       busy_alive += static_cast<double>(b1 - b0);
@@ -692,8 +735,15 @@ int run(const Args& a) {
   out["assign_latency_ms"] = {{"count", latencies.size()}, {"p50", percentile(latencies, 0.5)},
                               {"p90", percentile(latencies, 0.9)}, {"p99", percentile(latencies, 0.99)},
                               {"max", percentile(latencies, 1.0)}};
+  out["master_assign_latency_ms"] = {{"count", timed.assign_ns.size()}, {"p50", percentile(timed.assign_ns, 0.5)},
+                                     {"p99", percentile(timed.assign_ns, 0.99)}, {"max", percentile(timed.assign_ns, 1.0)}};
+  out["simulator_lateness_ms"] = {{"p50", percentile(late, 0.5)}, {"p99", percentile(late, 0.99)},
+                                  {"max", percentile(late, 1.0)}};
   out["utilization"] = {{"while_work_remained", alive_work > 0 ? busy_work / alive_work : NAN},
                         {"over_life", alive > 0 ? busy_alive / alive : NAN},
+                        {"idle_share_before_first_trial", alive > 0 ? idle_first / alive : NAN},
+                        {"idle_share_between_trials", alive > 0 ? idle_between / alive : NAN},
+                        {"idle_share_after_last_trial", alive > 0 ? idle_last / alive : NAN},
                         {"ideal_over_life_note", "the last round leaves groups idle: over_life is at most trials / "
                                                  "(groups * ceil(trials / groups)) even with no overhead"}};
   out["trials_recorded"] = static_cast<int64_t>(trials->size());
