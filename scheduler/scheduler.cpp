@@ -807,6 +807,10 @@ Status Scheduler::dispatch(Clock::time_point now) {
       HPCTUNE_TRY(lose_worker(w->peer, "unreachable: " + sent.error().message(), now));
       return dispatch(now);
     }
+    // Any frame tells the worker the master is alive (it reads none of them as more): no heartbeat
+    // is due for another interval. With 1 s trials and a 1 s heartbeat that halves what the master
+    // sends to 2048 groups (bench/scale).
+    w->last_heartbeat_sent = now;
     t.state = TrialState::kAssigned;
     t.peer = w->peer;
     t.stop_sent = false;
