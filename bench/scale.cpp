@@ -658,11 +658,14 @@ int run(const Args& a) {
   if (auto s = master.start(t_start); !s.ok()) return fail(s.error().to_string());
   if (auto s = launcher.go((*server)->endpoint()); !s.ok()) return fail(s.error().to_string());
   const auto deadline = t_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout));
+  std::vector<int64_t> step_ns;  // each step()'s duration: a long one holds up every group's frames
   // run_master()'s loop.
   while (!master.scheduler().finished()) {
     if (Clock::now() > deadline) return fail("the campaign did not finish within --timeout");
     if (auto s = master.wait(master.poll_interval()); !s.ok()) return fail(s.error().to_string());
+    const int64_t step_start = now_ns();
     auto finished = master.step(Clock::now());
+    step_ns.push_back(now_ns() - step_start);
     if (!finished.ok()) return fail(finished.error().to_string());
     if (*finished) break;
   }
@@ -770,6 +773,10 @@ int run(const Args& a) {
                               {"max", percentile(latencies, 1.0)}};
   out["master_assign_latency_ms"] = {{"count", timed.assign_ns.size()}, {"p50", percentile(timed.assign_ns, 0.5)},
                                      {"p99", percentile(timed.assign_ns, 0.99)}, {"max", percentile(timed.assign_ns, 1.0)}};
+  int64_t long_steps = 0;
+  for (int64_t d : step_ns) long_steps += d > 10'000'000;
+  out["master_step_ms"] = {{"count", step_ns.size()}, {"p50", percentile(step_ns, 0.5)}, {"p99", percentile(step_ns, 0.99)},
+                           {"max", percentile(step_ns, 1.0)}, {"over_10ms", long_steps}};
   out["simulator_lateness_ms"] = {{"p50", percentile(late, 0.5)}, {"p99", percentile(late, 0.99)},
                                   {"max", percentile(late, 1.0)}};
   out["utilization"] = {{"while_work_remained", alive_work > 0 ? busy_work / alive_work : NAN},
