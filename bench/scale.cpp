@@ -22,7 +22,10 @@
 // The master's side: results recorded per second from the store (done trials over the span from
 // the first trial created to the last finished, as bench/overhead), the master process's CPU time
 // and peak RSS (getrusage: the simulators are other processes), the scheduler's counters and its
-// group_lost events (a false heartbeat loss: every group is alive, so any loss is false).
+// group_lost events (a false heartbeat loss: every group is alive, so any loss is false). To tell
+// the master's part of the latency from the machine's: the master's own part of each assign (its
+// transport timed: the ready/done read -> the assign sent), the duration of its turns (step()),
+// and how late the simulators acted on their own timers (their wait for a CPU).
 //
 // Prints one JSON object on stdout; exits 1 when a check fails (a trial not recorded exactly once,
 // a heartbeat loss, a protocol counter that is not zero, a group that never registered), with the
