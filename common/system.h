@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -117,6 +118,21 @@ inline std::string network_filesystem(const std::string& path) {
   }
   const char* name = network_filesystem_name(static_cast<unsigned long>(st.f_type));
   return name ? name : "";
+}
+
+// Raises this process's soft limit of open files (RLIMIT_NOFILE) to its hard limit and returns the
+// soft limit now in force (-1: the system will not say). The master holds one TCP connection per
+// trainer group, plus ZeroMQ's own descriptors and SQLite's files: 2048 groups need more than the
+// usual soft limit of 1024. A site whose hard limit is lower must raise it (README: limits).
+inline int64_t raise_open_files_limit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+  if (lim.rlim_cur < lim.rlim_max) {
+    struct rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(lim.rlim_cur);
 }
 
 }  // namespace hpctune

@@ -69,6 +69,12 @@ struct TransportOptions {
   // stops reading the sockets, and the workers' own queues fill: back-pressure). The server only;
   // a worker keeps ZeroMQ's default (1000), the master sends it little.
   int server_recv_hwm = 100000;
+  // ZMQ_BACKLOG of the master's listening TCP socket: connections waiting to be accepted. ZeroMQ's
+  // default, 100, drops the SYNs of 2048 groups connecting at once (the kernel's ListenOverflows),
+  // and each dropped one costs its group a SYN retransmit 1 s, then 3 s, later (bench/scale). The
+  // kernel caps it at net.core.somaxconn (4096 since Linux 5.4, 128 before: a site must raise it).
+  // The server only.
+  int listen_backlog = 4096;
   // ZMQ_LINGER: how long closing a socket waits for unsent frames. 0: closing never blocks.
   std::chrono::milliseconds linger{0};
   // ZMQ_RECONNECT_IVL / _MAX: a worker's reconnection back-off. The client only.

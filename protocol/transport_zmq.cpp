@@ -178,6 +178,7 @@ class ZmqServer final : public ServerTransport {
       socket_.set(zmq::sockopt::linger, static_cast<int>(o.linger.count()));
       socket_.set(zmq::sockopt::sndhwm, o.send_hwm);
       socket_.set(zmq::sockopt::rcvhwm, o.server_recv_hwm);
+      socket_.set(zmq::sockopt::backlog, o.listen_backlog);
       socket_.bind(endpoint);
       endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -204,10 +205,15 @@ class ZmqServer final : public ServerTransport {
   Result<std::optional<Envelope>> recv(std::chrono::milliseconds timeout) override {
     if (auto failed = zap_.failure()) return *failed;  // clients can no longer be admitted
     try {
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, timeout) == 0) return std::optional<Envelope>();
+      // A frame already queued is read without a poll first: the master reads thousands of frames
+      // a second, and the poll was a system call per frame (bench/scale). Only an empty queue is
+      // waited on (the poll also lets ZeroMQ take in pipes of new connections).
       zmq::message_t id;
-      if (!socket_.recv(id, zmq::recv_flags::dontwait)) return std::optional<Envelope>();
+      if (!socket_.recv(id, zmq::recv_flags::dontwait)) {
+        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, timeout) == 0) return std::optional<Envelope>();
+        if (!socket_.recv(id, zmq::recv_flags::dontwait)) return std::optional<Envelope>();
+      }
       Envelope e{id.to_string(), {}};
       int frames = 0;
       bool more = id.more();
@@ -345,6 +351,7 @@ Status check_options(const TransportOptions& o) {
   if (o.max_message_bytes < 1) return bad("max_message_bytes must be at least 1");
   if (o.send_hwm < 1) return bad("send_hwm must be at least 1");
   if (o.server_recv_hwm < 1) return bad("server_recv_hwm must be at least 1");
+  if (o.listen_backlog < 1) return bad("listen_backlog must be at least 1");
   // ZeroMQ takes these as int milliseconds; -1 (linger forever) is a wait without a deadline.
   constexpr int64_t kMaxMs = std::numeric_limits<int>::max();
   if (o.linger.count() < 0 || o.linger.count() > kMaxMs) return bad("linger must be 0.." + std::to_string(kMaxMs) + " ms");

@@ -53,6 +53,10 @@ Status make_dir(const std::string& path, unsigned mode) {
   return {};
 }
 
+void log_line(const MasterOptions& options, const std::string& line) {
+  if (options.log) options.log(line);
+}
+
 Status in_context(Status s, const std::string& line) {
   if (s.ok()) return s;
   return std::move(s).error().with_context(line);
@@ -638,6 +642,15 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (options.log) options.log("transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
   } else if (!loopback_endpoint(bind) && options.warn) {
     options.warn(network_bind_warning(bind));
+  }
+  // One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
+  // backend, each group's log): past the soft limit of open files (often 1024) new connections
+  // would be refused. Raised to the hard limit; below what the groups need, said once.
+  const int64_t open_files = raise_open_files_limit();
+  if (const int64_t wanted = 2 * cfg.resources.groups + 64; open_files >= 0 && open_files < wanted) {
+    log_line(options, "warning: the limit of open files is " + std::to_string(open_files) + ", below the " +
+                          std::to_string(wanted) + " that " + std::to_string(cfg.resources.groups) +
+                          " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
   }
   HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport));
 

@@ -345,7 +345,7 @@ Status Scheduler::handle(const protocol::PeerId& peer, std::string_view bytes, C
                        now);
             return {};
           }
-          w.idle = true;
+          mark_idle(w);
           return dispatch(now);
         } else if constexpr (std::is_same_v<T, protocol::Report>) {
           return on_report(w, m, now);
@@ -475,7 +475,7 @@ Status Scheduler::on_heartbeat(Worker& w, const protocol::Heartbeat& m, Clock::t
     return lose_worker(peer, why, now);
   }
   HPCTUNE_TRY(lose_attempt(w, why, now));
-  w.idle = true;
+  mark_idle(w);
   return dispatch(now);
 }
 
@@ -606,7 +606,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   }
   trials_.erase(t->id);
   w.trial_id = 0;
-  w.idle = true;
+  mark_idle(w);
   return dispatch(now);
 }
 
@@ -637,7 +637,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
     paused_.push_back(t.id);
   }
   w.trial_id = 0;
-  w.idle = true;
+  mark_idle(w);
   return dispatch(now);
 }
 
@@ -660,7 +660,7 @@ Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_po
   }
   trials_.erase(t->id);
   w.trial_id = 0;
-  w.idle = true;
+  mark_idle(w);
   return dispatch(now);
 }
 
@@ -760,14 +760,25 @@ void Scheduler::note_failure(int64_t trial_id, const std::string& reason) {
       ": " + reason.substr(0, reason.find('\n')) + ")");
 }
 
+void Scheduler::mark_idle(Worker& w) {
+  w.idle = true;
+  idle_.emplace(w.group, w.peer);
+}
+
 Status Scheduler::dispatch(Clock::time_point now) {
   if (interrupted_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
+  // The idle workers in the order of their groups.
   std::vector<Worker*> idle;
-  for (auto& [peer, w] : workers_) {
-    if (w.idle && w.trial_id == 0) idle.push_back(&w);
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    auto w = workers_.find(it->second);
+    if (w == workers_.end() || !w->second.idle || w->second.trial_id != 0 || w->second.group != it->first) {
+      it = idle_.erase(it);
+      continue;
+    }
+    idle.push_back(&w->second);
+    ++it;
   }
   if (idle.empty()) return {};
-  std::sort(idle.begin(), idle.end(), [](const Worker* a, const Worker* b) { return a->group < b->group; });
   if (queue_.size() < idle.size()) HPCTUNE_TRY(ask_more(idle.size() - queue_.size(), now));
   const double tw = wall(now);
   for (Worker* w : idle) {
@@ -796,6 +807,10 @@ Status Scheduler::dispatch(Clock::time_point now) {
       HPCTUNE_TRY(lose_worker(w->peer, "unreachable: " + sent.error().message(), now));
       return dispatch(now);
     }
+    // Any frame tells the worker the master is alive (it reads none of them as more): no heartbeat
+    // is due for another interval. With 1 s trials and a 1 s heartbeat that halves what the master
+    // sends to 2048 groups (bench/scale).
+    w->last_heartbeat_sent = now;
     t.state = TrialState::kAssigned;
     t.peer = w->peer;
     t.stop_sent = false;
@@ -803,6 +818,7 @@ Status Scheduler::dispatch(Clock::time_point now) {
     t.last_metrics.clear();
     w->trial_id = id;
     w->idle = false;
+    idle_.erase({w->group, w->peer});
     w->assigned_at = now;
     w->acknowledged = false;
     HPCTUNE_TRY(store_.mark_assigned(t.id, t.attempt, w->group, w->incarnation, tw));

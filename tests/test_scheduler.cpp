@@ -741,6 +741,7 @@ struct ScriptedWorker {
         send(protocol::Report{a->trial_id, a->attempt, 0, {}});
         assigned.push_back(*a);
       } else if (std::holds_alternative<protocol::Heartbeat>(*msg)) {
+        ++heartbeats;
         send(protocol::Heartbeat{current ? current->trial_id : 0, current ? current->attempt : 0});
       }
     }
@@ -761,6 +762,7 @@ struct ScriptedWorker {
   std::optional<protocol::Assign> current;
   int64_t step = 0;
   std::vector<protocol::Assign> assigned;
+  int64_t heartbeats = 0;  // received from the master
 };
 
 config::CampaignConfig manual_config(int64_t trials, int64_t groups) {
@@ -841,6 +843,21 @@ struct ManualMaster {
 };
 
 }  // namespace
+
+TEST_CASE("an assign counts as the master's heartbeat: a busy group gets no heartbeat on top (2048 groups: half the sends)") {
+  ManualMaster m(/*trials=*/1000, /*groups=*/1);
+  ScriptedWorker& w = m.add_worker(0);
+  // Trials of 3 turns of 100 ms: an assign every 400 ms or so, for 5 s, with a heartbeat interval of 1 s.
+  m.run(50, 100ms);
+  CHECK(w.assigned.size() >= 10);
+  CHECK(w.heartbeats == 0);
+  // Silent for 2.5 s (below the 5 s timeout): no result, so no assign, and the heartbeats come again.
+  w.silent = true;
+  m.run(25, 100ms);
+  w.silent = false;
+  m.run(1, 100ms);
+  CHECK(w.heartbeats >= 1);
+}
 
 TEST_CASE("a whole campaign on a manual clock: a silent group is lost, killed, restarted and its trial retried") {
   const auto real_start = std::chrono::steady_clock::now();

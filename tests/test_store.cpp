@@ -16,6 +16,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1240,6 +1241,22 @@ TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and refer
   CHECK((*attempts)[0]["charged"] == false);
   require_ok(store->mark_assigned(id1, 2, 1, 8, 22));
   CHECK((*store->trial(id1))->state == TrialState::kAssigned);
+}
+
+TEST_CASE("raise_open_files_limit: the soft limit of open files goes up to the hard one (the master's 2048 connections)") {
+  struct rlimit before {};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
+  if (before.rlim_max <= 64) return;
+  struct rlimit low = before;
+  low.rlim_cur = 64;  // what a site's default of 1024 is to 2048 groups
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  const int64_t now = hpctune::raise_open_files_limit();
+  struct rlimit after {};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &after) == 0);
+  CHECK(after.rlim_cur == before.rlim_max);
+  CHECK(now == (before.rlim_max == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(before.rlim_max)));
+  CHECK(hpctune::raise_open_files_limit() == now);  // at the hard limit already: unchanged
+  setrlimit(RLIMIT_NOFILE, &before);
 }
 
 TEST_CASE("network_filesystem: network and cluster file systems by their statfs magic; local ones are none") {
