@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "common/limits.h"
 #include "common/system.h"
 #include "launch/launcher.h"
+#include "launch/slurm_launcher.h"
 #include "protocol/messages.h"
 #include "store/store.h"
 #include "protocol/transport.h"
@@ -595,6 +597,11 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (db_path.empty() && options.config) db_path = options.config->storage;
 
   if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  // Backend slurm outside an allocation: said before anything is created (a resume, whose config
+  // is in the store, checks once it has read it).
+  if (!resuming && options.config->resources.backend == "slurm") {
+    if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
+  }
   // A new campaign checks its warm-start store before creating anything; a resumed one once its
   // config has been read back (prepare_campaign).
   std::optional<WarmStart> warm;
@@ -616,7 +623,14 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (!resuming) campaign.warm = std::move(warm);
   const config::CampaignConfig& cfg = campaign.cfg;
 
-  const std::string bind = options.bind.value_or(cfg.resources.bind);
+  if (resuming && cfg.resources.backend == "slurm") if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
+
+  // Backend slurm: the compute nodes must reach the master, so the default loopback address
+  // becomes the batch host's own (slurm_default_bind); a port chosen at bind time either way.
+  std::string bind = options.bind.value_or(cfg.resources.bind);
+  if (!options.bind && cfg.resources.backend == "slurm" && bind == config::Resources{}.bind) {
+    bind = launch::slurm_default_bind();
+  }
   if (!loopback_endpoint(bind) && options.warn) options.warn(network_bind_warning(bind));
   HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, options.transport));
 
@@ -639,6 +653,14 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
+  const config::SlurmOptions& so = cfg.resources.slurm;
+  lopt.slurm.ranks_per_node = so.ranks_per_node;
+  lopt.slurm.launch = so.launch;
+  lopt.slurm.mpi = so.mpi;
+  lopt.slurm.gres = so.gres;
+  lopt.slurm.gpus_per_task = so.gpus_per_task;
+  lopt.slurm.cpus_per_task = so.cpus_per_task;
+  lopt.slurm.setup = so.setup;
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;
@@ -660,7 +682,13 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   const auto start = Clock::now();
   HPCTUNE_TRY(master.start(start));
   auto last_progress = Clock::time_point{};
+  bool preempted = false;
   while (true) {
+    if (options.preempt && options.preempt->load() > 0 && !master.interrupted()) {
+      preempted = true;
+      if (options.log) options.log("SIGUSR1: the allocation ends soon (pre-emption or its time limit)");
+      HPCTUNE_TRY(master.interrupt(Clock::now()));
+    }
     if (options.interrupt && options.interrupt->load() > 0 && !master.interrupted()) {
       HPCTUNE_TRY(master.interrupt(Clock::now()));
     }
@@ -676,6 +704,10 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   }
   HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
   if (options.progress) options.progress(out.progress, out.elapsed_s);
+  out.preempted = preempted && out.interrupted;
+  if (out.preempted && cfg.resources.slurm.requeue) {
+    if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) out.requeue_job = job;
+  }
   return out;
 }
 
