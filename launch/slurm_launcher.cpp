@@ -47,11 +47,16 @@ std::string step_script(const LocalLauncherOptions& opt) {
   if (one_starter(opt)) {
     s += "[ \"${SLURM_PROCID:-0}\" = 0 ] || exit 0\n";
     s += "echo \"hpctune: step $SLURM_JOB_ID.$SLURM_STEP_ID on $SLURM_STEP_NODELIST\"\n";
-    // Open MPI's mpirun takes the allocation from these: the step's nodes and slots, not the job's;
-    // its daemons start in a step of their own that shares this one's cores.
+    // Open MPI's mpirun takes the allocation from these: the step's nodes and slots, not the job's.
+    // Its daemons start in a step of their own (srun from mpirun) that shares this one's cores
+    // (--overlap) on this one's nodes: mpirun names the nodes itself when it needs daemons on only
+    // some of them (its own node is one: the usual case), and its --nodelist comes after these
+    // arguments; when it takes its own node for none of the step's (virtual nodes that share one
+    // host name, as on a one-machine test cluster) it names none, and SLURM would pick any nodes.
     s += "export SLURM_NODELIST=\"$SLURM_STEP_NODELIST\" SLURM_JOB_NODELIST=\"$SLURM_STEP_NODELIST\" "
          "SLURM_TASKS_PER_NODE=\"$SLURM_STEP_TASKS_PER_NODE\" SLURM_NNODES=\"$SLURM_STEP_NUM_NODES\" "
-         "SLURM_JOB_NUM_NODES=\"$SLURM_STEP_NUM_NODES\" OMPI_MCA_plm_slurm_args=--overlap\n";
+         "SLURM_JOB_NUM_NODES=\"$SLURM_STEP_NUM_NODES\" "
+         "OMPI_MCA_plm_slurm_args=\"--overlap --nodelist=$SLURM_STEP_NODELIST\"\n";
   } else {
     s += "[ \"${SLURM_PROCID:-0}\" != 0 ] || echo \"hpctune: step $SLURM_JOB_ID.$SLURM_STEP_ID on $SLURM_STEP_NODELIST\"\n";
   }
