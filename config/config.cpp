@@ -701,14 +701,6 @@ class Walker {
       case Type::kSection: return section(nullptr, s.path, path, where, out, &s);
       case Type::kList:
       case Type::kSpace: out = s.default_value; return Status::Ok();
-      case Type::kValueList:
-        // An empty default (resources.slurm.setup: no lines) is a default, not a value the user
-        // gave: the "non-empty" rule is for what a config writes.
-        if (s.default_value.is_array() && s.default_value.empty()) {
-          out = s.default_value;
-          return Status::Ok();
-        }
-        [[fallthrough]];
       default: {
         auto normalized = check_value(s, s.default_value);
         if (!normalized.ok())
