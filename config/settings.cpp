@@ -787,7 +787,8 @@ Result<json> check_value(const Setting& s, const json& v) {
     case Type::kValue: return v;
     case Type::kValueList:
       if (!v.is_array()) return problem("expected a list of values, got " + shown(v));
-      // Non-empty, unless the setting's default is the empty list (resources.slurm.setup: no lines).
+      // Empty only where the setting's default is the empty list (resources.slurm.setup: no lines);
+      // without that, every config failed on the default ("the default of ... is invalid").
       if (v.empty() && !(s.default_value.is_array() && s.default_value.empty()))
         return problem("the list is empty; give at least one value");
       return v;
