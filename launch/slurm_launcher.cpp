@@ -27,6 +27,7 @@ namespace hpctune::launch {
 namespace {
 
 constexpr const char* kMarker = "hpctune: step ";
+constexpr const char* kNodeFailure = "Node failure on ";  // srun's report of a node lost under a step
 
 std::string self_exe() {
   std::error_code ec;
@@ -263,6 +264,14 @@ class SlurmLauncher final : public Launcher {
       const auto size = std::filesystem::file_size(spawn.stdout_path, ec);
       step.log_offset = ec ? 0 : static_cast<std::size_t>(size);
     }
+    if (!opt_.log_dir.empty()) {
+      // The step asked for, in the log before srun's own output (the script shown as '...').
+      std::vector<std::string> shown = spawn.argv;
+      for (std::size_t i = 0; i + 1 < shown.size(); ++i) {
+        if (shown[i] == "-c") shown[i + 1] = "'...'";
+      }
+      std::ofstream(log_path(group), std::ios::app) << "hpctune: starting group " << group << ": " << join(shown, " ") << "\n";
+    }
     HPCTUNE_ASSIGN(step.srun, ChildProcess::spawn(spawn));
     steps_[group] = std::move(step);
     return {};
@@ -290,7 +299,8 @@ class SlurmLauncher final : public Launcher {
       if (!step.id.empty()) e.how += " (step " + step.id + " on " + step.nodes + ")";
       e.success = status->success();
       if (!e.success && !step.nodes.empty()) {
-        const std::set<std::string> failed = step_nodes_failed(step.nodes);
+        std::set<std::string> failed = step_nodes_failed(step.nodes);
+        for (const std::string& n : srun_node_failures(it->first, step)) failed.insert(n);
         if (!failed.empty()) {
           e.how += "; node failure: " + join(std::vector<std::string>(failed.begin(), failed.end()), ",") +
                    " excluded from later steps";
@@ -383,6 +393,27 @@ class SlurmLauncher final : public Launcher {
       return true;
     }
     return false;
+  }
+
+  // The nodes srun reported failed in this step's part of the group's log ("srun: error: Node
+  // failure on n2"): a node that failed and was already back (ReturnToService) when scontrol was
+  // asked, or removed from a --no-kill job, is still named here.
+  std::set<std::string> srun_node_failures(int64_t group, const Step& step) const {
+    std::set<std::string> out;
+    if (opt_.log_dir.empty()) return out;
+    std::ifstream in(log_path(group));
+    in.seekg(static_cast<std::streamoff>(step.log_offset));
+    std::string line;
+    for (int n = 0; n < 100000 && std::getline(in, line); ++n) {
+      const auto at = line.find(kNodeFailure);
+      if (at == std::string::npos) continue;
+      std::istringstream words(line.substr(at + std::char_traits<char>::length(kNodeFailure)));
+      std::string node;
+      words >> node;
+      while (!node.empty() && (node.back() == '.' || node.back() == ',' || node.back() == ':')) node.pop_back();
+      if (!node.empty()) out.insert(node);
+    }
+    return out;
   }
 
   // `scancel --signal=SIG` to the steps `ids` (J.S), in one call.

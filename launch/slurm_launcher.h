@@ -18,9 +18,12 @@
 // the group's log the group is kPending (the step waits for nodes: the start-up deadline has not
 // begun); then kStarting. The marker names the step (for kill: scancel J.S) and its nodes.
 //
-// Node failures: when a step ends without success, the launcher asks `scontrol -o show node` for
-// the states of the step's nodes; a node DOWN, DRAINED/DRAINING, FAILED or NOT_RESPONDING is
-// excluded from every later step (--exclude) and named in the exit. A step cancelled with scancel
+// Node failures: when a step ends without success, a node is failed when srun said so in the
+// step's output ("srun: error: Node failure on n2") or when `scontrol -o show node` gives it as
+// DOWN, DRAINED/DRAINING, FAILED or NOT_RESPONDING at that moment (a node that failed may be back
+// by then: ReturnToService); it is excluded from every later step (--exclude) and named in the
+// exit. (A batch job of `hpctune slurm submit` should have --no-kill, so that SLURM drops a failed
+// node from the allocation instead of ending the job.) A step cancelled with scancel
 // leaves its nodes allocated and usable: they are not excluded. (The master queues the lost
 // group's trial again and restarts the group: a new step.)
 #pragma once

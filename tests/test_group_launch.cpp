@@ -344,13 +344,16 @@ TEST_CASE("slurm: nodes down, drained, failing or not responding count as failed
   CHECK(failed_nodes("").empty());
 }
 
-TEST_CASE("slurm: a step is pending until its marker, and a failed node is excluded from the next step") {
+TEST_CASE("slurm: a step is pending until its marker, and its failed nodes are excluded from the next step") {
   hpctune::testing::TempDir dir;
   // A fake srun: records its arguments, waits for a go file, prints the marker, then exits with
-  // the code in the file `code`; a fake scontrol says n2 is down.
+  // the code in the file `code` (non-zero: saying n1 failed, which is back when asked); a fake
+  // scontrol says n2 is down.
   const std::string srun = dir.write("srun", "#!/bin/sh\necho \"$@\" >> " + dir.file("calls") +
                                                 "\nwhile [ ! -f " + dir.file("go") + " ]; do sleep 0.01; done\n"
-                                                "echo 'hpctune: step 77.3 on n[1-2]'\nexit $(cat " + dir.file("code") + ")\n");
+                                                "echo 'hpctune: step 77.3 on n[1-2]'\n"
+                                                "[ $(cat " + dir.file("code") + ") = 0 ] || echo 'srun: error: Node failure on n1' >&2\n"
+                                                "exit $(cat " + dir.file("code") + ")\n");
   const std::string scontrol = dir.write("scontrol", "#!/bin/sh\necho \"$@\" > " + dir.file("asked") +
                                                          "\necho 'NodeName=n1 State=ALLOCATED'\necho 'NodeName=n2 State=DOWN'\n");
   REQUIRE(chmod(srun.c_str(), 0755) == 0);
@@ -378,7 +381,7 @@ TEST_CASE("slurm: a step is pending until its marker, and a failed node is exclu
   REQUIRE(exits.size() == 1);
   CHECK(!exits[0].success);
   CHECK(exits[0].how.find("step 77.3 on n[1-2]") != std::string::npos);
-  CHECK(exits[0].how.find("node failure: n2 excluded from later steps") != std::string::npos);
+  CHECK(exits[0].how.find("node failure: n1,n2 excluded from later steps") != std::string::npos);
   CHECK(slurp(dir.file("asked")).find("show node n[1-2]") != std::string::npos);
   CHECK(l.state(0) == GroupState::kExited);
   // The next step leaves n2 out; a step that ends well asks nothing about its nodes.
@@ -393,7 +396,7 @@ TEST_CASE("slurm: a step is pending until its marker, and a failed node is exclu
   const auto second = calls.find('\n');
   REQUIRE(second != std::string::npos);
   CHECK(calls.substr(0, second).find("--exclude") == std::string::npos);
-  CHECK(calls.substr(second).find("--exclude=n2 ") != std::string::npos);
+  CHECK(calls.substr(second).find("--exclude=n1,n2 ") != std::string::npos);
 }
 
 TEST_CASE("the local launcher reports each group's state: starting once launched, exited once it ended") {

@@ -65,19 +65,24 @@ struct Campaign {
 };
 
 // Submits the campaign as a batch job on the 4 nodes; returns its id.
+// A batch script of our own, with `extra` #SBATCH lines (what `hpctune slurm submit` writes, less
+// its comments, plus what a test needs).
+void sbatch(Campaign& c, const std::string& extra) {
+  const std::string script = c.dir.write("job.sh",
+      "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --time=10\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
+      "#SBATCH --signal=B:USR1@60\n#SBATCH --output=" + c.dir.file("job.out") + "\n" + extra +
+      "db=" + c.db + "\nif [ -f \"$db\" ]; then exec " HPCTUNE_BINARY " resume \"$db\"; fi\n"
+      "exec " HPCTUNE_BINARY " run " + c.config + " --db \"$db\"\n");
+  const std::string out = sh("cd " + c.dir.path + " && sbatch " + script);
+  std::smatch m;
+  static const std::regex id("job (\\d+)");
+  REQUIRE_MESSAGE(std::regex_search(out, m, id), "sbatch said: " << out);
+  c.job = m[1].str();
+}
+
 void submit(Campaign& c) {
   if (sh(std::string(HPCTUNE_BINARY) + " --help").find("slurm") == std::string::npos) {
-    // TEMPORARY until i13-submit's command is merged: the same script by hand.
-    const std::string script = c.dir.write("job.sh",
-        "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --time=10\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
-        "#SBATCH --signal=B:USR1@60\n#SBATCH --output=" + c.dir.file("job.out") + "\n"
-        "db=" + c.db + "\nif [ -f \"$db\" ]; then exec " HPCTUNE_BINARY " resume \"$db\"; fi\n"
-        "exec " HPCTUNE_BINARY " run " + c.config + " --db \"$db\"\n");
-    const std::string out = sh("cd " + c.dir.path + " && sbatch " + script);
-    std::smatch m;
-    static const std::regex id("job (\\d+)");
-    REQUIRE_MESSAGE(std::regex_search(out, m, id), "sbatch said: " << out);
-    c.job = m[1].str();
+    sbatch(c, "");  // TEMPORARY until i13-submit's command is merged
     return;
   }
   const std::string out = sh("cd " + c.dir.path + " && " + std::string(HPCTUNE_BINARY) + " slurm submit " + c.config +
@@ -220,4 +225,41 @@ TEST_CASE("slurm: SIGUSR1 to the batch job records everything, requeues the job,
   CHECK(resumed == interrupted);
   CHECK(count_events(c.db, "campaign_interrupted") == 1);
   CHECK(count_events(c.db, "campaign_completed") == 1);
+}
+
+TEST_CASE("slurm: a node that fails under a step: its trial is queued again and the node is left out of later steps") {
+  // --no-kill: SLURM drops a failed node from the allocation instead of ending the job.
+  Campaign c;
+  c.config = c.dir.write("node.yaml", campaign_config("node", 4, 2.0, 8));
+  c.db = c.dir.file("node.db");
+  sbatch(c, "#SBATCH --no-kill\n");
+  REQUIRE_MESSAGE(wait_for_running_trial(c.db, 60s), job_log(c));
+  int64_t group = -1;
+  for (const auto& t : read_trials(c.db)) {
+    if (t.state == store::TrialState::kRunning) group = t.group_id;
+  }
+  REQUIRE(group >= 0);
+  const auto [step, nodes] = last_step(c, static_cast<int>(group));
+  REQUIRE(!step.empty());
+  // The step's last node: never n1, where the batch script (the master) runs.
+  std::string node = sh("scontrol show hostnames '" + nodes + "' | tail -1");
+  REQUIRE(node != "n1");
+  sh("scontrol update NodeName=" + node + " State=DOWN Reason=hpctune-test");
+  REQUIRE_MESSAGE(wait_job(c.job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 90s), job_log(c));
+  sh("scontrol update NodeName=" + node + " State=RESUME 2>/dev/null");  // back, if SLURM has not returned it yet
+  CHECK_MESSAGE(job_state(c.job) == "COMPLETED", job_log(c));
+  CHECK(campaign_state(c.db) == "completed");
+  check_each_trial_done_once(c.db, 4);
+  bool named = false;
+  for (const auto& e : read_events(c.db)) {
+    if (e.kind == "group_exited" && e.group_id == group) {
+      named = e.detail.value("how", std::string()).find("node failure: " + node + " excluded") != std::string::npos;
+    }
+  }
+  CHECK_MESSAGE(named, job_log(c));
+  // The group's next srun asked for nodes without the failed one.
+  const std::string log = read_file(c.db + ".trials/logs/group-" + std::to_string(group) + ".log");
+  const auto restarted = log.find("hpctune: starting group", log.find("Node failure on"));
+  REQUIRE(restarted != std::string::npos);
+  CHECK(log.substr(restarted, log.find('\n', restarted) - restarted).find("--exclude=" + node + " ") != std::string::npos);
 }
