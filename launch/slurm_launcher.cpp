@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -229,6 +230,36 @@ std::string slurm_default_bind() {
     ::freeaddrinfo(res);
   }
   return "tcp://" + address + ":*";
+}
+
+std::optional<double> parse_slurm_duration(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  if (t.empty() || t.find_first_not_of("0123456789-:") != std::string::npos) return std::nullopt;
+  double days = 0;
+  if (const auto dash = t.find('-'); dash != std::string::npos) {
+    if (dash == 0) return std::nullopt;
+    days = std::stod(t.substr(0, dash));
+    t = t.substr(dash + 1);
+  }
+  std::vector<double> parts;
+  std::istringstream in(t);
+  std::string part;
+  while (std::getline(in, part, ':')) {
+    if (part.empty() || part.find('-') != std::string::npos) return std::nullopt;
+    parts.push_back(std::stod(part));
+  }
+  if (parts.empty() || parts.size() > 3) return std::nullopt;
+  double seconds = 0;
+  for (double p : parts) seconds = seconds * 60 + p;
+  if (parts.size() == 1) seconds *= 60;  // minutes alone
+  return days * 86400 + seconds;
+}
+
+std::optional<double> slurm_time_left(const std::string& job_id, const std::string& squeue) {
+  auto out = run_capture({squeue, "-h", "-j", job_id, "-o", "%L"}, std::chrono::milliseconds(10000));
+  if (!out.ok()) return std::nullopt;
+  return parse_slurm_duration(*out);
 }
 
 Status slurm_requeue(const std::string& job_id, const std::string& scontrol) {

@@ -30,6 +30,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,6 +59,11 @@ std::string slurm_default_bind();
 // `scontrol requeue JOB`: the job goes back to the queue (SLURM ends this batch job, the master
 // included: call it last, with everything recorded and the store closed).
 Status slurm_requeue(const std::string& job_id, const std::string& scontrol = "scontrol");
+
+// Seconds left to the job (`squeue -h -j JOB -o %L`): nullopt when unlimited or unknown.
+std::optional<double> slurm_time_left(const std::string& job_id, const std::string& squeue = "squeue");
+// squeue's %L text ([days-][hours:]minutes:seconds, UNLIMITED, NOT_SET ...) in seconds.
+std::optional<double> parse_slurm_duration(const std::string& text);
 
 // Nodes of `scontrol -o show node` output that are down, drained or draining, failed or not
 // responding.

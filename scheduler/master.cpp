@@ -678,15 +678,37 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
   HPCTUNE_ASSIGN(parts.secret, protocol::random_hex(16));
 
+  // What the loop below needs of the config: `campaign` (and `cfg` with it) moves into the master.
+  const bool slurm_backend = cfg.resources.backend == "slurm";
+  const config::SlurmOptions slurm = cfg.resources.slurm;
   Master master(std::move(campaign), std::move(parts));
   const auto start = Clock::now();
   HPCTUNE_TRY(master.start(start));
   auto last_progress = Clock::time_point{};
   bool preempted = false;
+  // Backend slurm: the allocation's time limit, as SLURM says now (asked again every minute: a
+  // limit may be changed). The master stops as on SIGUSR1 resources.slurm.signal_before ahead of
+  // it, in case the warning signal never comes (`hpctune run` inside salloc, a script without
+  // --signal).
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const bool watch_time = slurm_backend && job && *job;
+  std::optional<Clock::time_point> stop_by;
+  auto next_time_check = Clock::now();
   while (true) {
-    if (options.preempt && options.preempt->load() > 0 && !master.interrupted()) {
+    if (watch_time && Clock::now() >= next_time_check) {
+      next_time_check = Clock::now() + std::chrono::seconds(60);
+      if (auto left = launch::slurm_time_left(job)) {
+        stop_by = Clock::now() + std::chrono::milliseconds(
+                                     static_cast<int64_t>((*left - slurm.signal_before_s) * 1000));
+      }
+    }
+    const bool out_of_time = stop_by && Clock::now() >= *stop_by;
+    if (((options.preempt && options.preempt->load() > 0) || out_of_time) && !master.interrupted()) {
       preempted = true;
-      if (options.log) options.log("SIGUSR1: the allocation ends soon (pre-emption or its time limit)");
+      if (options.log) {
+        options.log(out_of_time ? "the allocation's time limit is less than resources.slurm.signal_before away"
+                                : "SIGUSR1: the allocation ends soon (pre-emption or its time limit)");
+      }
       HPCTUNE_TRY(master.interrupt(Clock::now()));
     }
     if (options.interrupt && options.interrupt->load() > 0 && !master.interrupted()) {
@@ -705,7 +727,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
   if (options.progress) options.progress(out.progress, out.elapsed_s);
   out.preempted = preempted && out.interrupted;
-  if (out.preempted && cfg.resources.slurm.requeue) {
+  if (out.preempted && slurm.requeue) {
     if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) out.requeue_job = job;
   }
   return out;

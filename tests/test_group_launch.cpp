@@ -323,6 +323,18 @@ TEST_CASE("slurm: launch mpirun runs mpirun from task 0 over the step's nodes") 
   CHECK(step_program(*one).front() == "/opt/hpctune");
 }
 
+TEST_CASE("slurm: the time left to a job, as squeue writes it, in seconds") {
+  CHECK(parse_slurm_duration("1:59") == 119.0);
+  CHECK(parse_slurm_duration("2:03:04\n") == 2 * 3600 + 3 * 60 + 4.0);
+  CHECK(parse_slurm_duration("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4.0);
+  CHECK(parse_slurm_duration("10") == 600.0);  // minutes alone
+  CHECK(!parse_slurm_duration("UNLIMITED"));
+  CHECK(!parse_slurm_duration("NOT_SET"));
+  CHECK(!parse_slurm_duration(""));
+  CHECK(!parse_slurm_duration("1:2:3:4"));
+  CHECK(!parse_slurm_duration("-5:00"));
+}
+
 TEST_CASE("slurm: bad layouts and a missing mpirun are errors") {
   CHECK(slurm_step_command(slurm_options(0, 1, "srun"), 0, {}).error().code() == Errc::kConfig);
   CHECK(slurm_step_command(slurm_options(2, 0, "srun"), 0, {}).error().code() == Errc::kConfig);

@@ -49,14 +49,15 @@ bool wait_job(const std::string& job, const std::set<std::string>& states, std::
   return wait_until([&] { return states.count(job_state(job)) > 0; }, limit);
 }
 
-std::string campaign_config(const std::string& name, int trials, double seconds, int steps) {
+std::string campaign_config(const std::string& name, int trials, double seconds, int steps,
+                            const std::string& slurm_extra = "") {
   return "name: " + name + "\nseed: 11\nobjective: {metric: value, mode: max}\n"
          "search: {algorithm: random, max_trials: " + std::to_string(trials) + "}\n"
          "space:\n  value: {type: float, low: 0.0, high: 1.0}\n"
          "trainer: {kind: sleep, seconds: " + std::to_string(seconds) + ", steps: " + std::to_string(steps) +
          ", metric: value}\n"
          "resources:\n  backend: slurm\n  groups: 2\n  ranks: {data: 2}\n  startup_timeout: 60\n"
-         "  slurm: {ranks_per_node: 1, launch: mpirun}\n";
+         "  slurm: {ranks_per_node: 1, launch: mpirun" + slurm_extra + "}\n";
 }
 
 struct Campaign {
@@ -67,10 +68,10 @@ struct Campaign {
 // Submits the campaign as a batch job on the 4 nodes; returns its id.
 // A batch script of our own, with `extra` #SBATCH lines (what `hpctune slurm submit` writes, less
 // its comments, plus what a test needs).
-void sbatch(Campaign& c, const std::string& extra) {
+void sbatch(Campaign& c, const std::string& extra, const std::string& time = "10") {
   const std::string script = c.dir.write("job.sh",
-      "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --time=10\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
-      "#SBATCH --signal=B:USR1@60\n#SBATCH --output=" + c.dir.file("job.out") + "\n" + extra +
+      "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --time=" + time + "\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
+      "#SBATCH --output=" + c.dir.file("job.out") + "\n" + extra +
       "db=" + c.db + "\nif [ -f \"$db\" ]; then exec " HPCTUNE_BINARY " resume \"$db\"; fi\n"
       "exec " HPCTUNE_BINARY " run " + c.config + " --db \"$db\"\n");
   const std::string out = sh("cd " + c.dir.path + " && sbatch " + script);
@@ -82,7 +83,7 @@ void sbatch(Campaign& c, const std::string& extra) {
 
 void submit(Campaign& c) {
   if (sh(std::string(HPCTUNE_BINARY) + " --help").find("slurm") == std::string::npos) {
-    sbatch(c, "");  // TEMPORARY until i13-submit's command is merged
+    sbatch(c, "#SBATCH --signal=B:USR1@60\n");  // TEMPORARY until i13-submit's command is merged
     return;
   }
   const std::string out = sh("cd " + c.dir.path + " && " + std::string(HPCTUNE_BINARY) + " slurm submit " + c.config +
@@ -100,8 +101,9 @@ void start(Campaign& c, const std::string& name, int trials, double seconds, int
 }
 
 std::string job_log(const Campaign& c) {
-  // Whatever the batch script wrote (hpctune's console), wherever submit put it.
-  return sh("cat $(scontrol -o show job " + c.job + " | grep -o 'StdOut=[^ ]*' | cut -d= -f2) 2>/dev/null");
+  // Whatever the batch script wrote (hpctune's console), wherever submit put it, and the job.
+  return sh("cat $(scontrol -o show job " + c.job + " | grep -o 'StdOut=[^ ]*' | cut -d= -f2) 2>/dev/null") +
+         "\n--- scontrol show job ---\n" + sh("scontrol -o show job " + c.job);
 }
 
 // The step a group's log names last ("hpctune: step J.S on NODES"): {J.S, NODES}.
@@ -215,7 +217,19 @@ TEST_CASE("slurm: SIGUSR1 to the batch job records everything, requeues the job,
     interrupted += t.state == store::TrialState::kInterrupted;
   }
   CHECK(interrupted >= 1);
-  sh("scontrol update JobId=" + c.job + " StartTime=now");
+  // No waiting out SLURM's delay (about 2 minutes): start it now, once it is pending again and a
+  // few seconds after the requeue (slurmd refuses a launch whose credential is dated the second
+  // its predecessor's was revoked in: "Job credential revoked"; SLURM's delay avoids that).
+  REQUIRE(wait_job(c.job, {"PENDING"}, 60s));
+  std::this_thread::sleep_for(3s);
+  REQUIRE(wait_until(
+      [&] {
+        if (job_state(c.job) != "PENDING") return true;
+        sh("scontrol update JobId=" + c.job + " StartTime=now 2>/dev/null");
+        std::this_thread::sleep_for(500ms);
+        return job_state(c.job) != "PENDING";
+      },
+      60s));
   REQUIRE_MESSAGE(wait_job(c.job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 120s), job_log(c));
   CHECK_MESSAGE(job_state(c.job) == "COMPLETED", job_log(c));
   CHECK(campaign_state(c.db) == "completed");
@@ -262,4 +276,27 @@ TEST_CASE("slurm: a node that fails under a step: its trial is queued again and 
   const auto restarted = log.find("hpctune: starting group", log.find("Node failure on"));
   REQUIRE(restarted != std::string::npos);
   CHECK(log.substr(restarted, log.find('\n', restarted) - restarted).find("--exclude=" + node + " ") != std::string::npos);
+}
+
+TEST_CASE("slurm: without a warning signal, the master stops signal_before ahead of the job's time limit") {
+  // A 1-minute job with no --signal and signal_before 50 s: the master stops by itself ~10 s in,
+  // records the running trials as interrupted (none failed) and ends before SLURM's time limit.
+  Campaign c;
+  c.config = c.dir.write("limit.yaml", campaign_config("limit", 40, 2.0, 8, ", signal_before: 50, requeue: false"));
+  c.db = c.dir.file("limit.db");
+  sbatch(c, "", "1");
+  REQUIRE_MESSAGE(wait_job(c.job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 55s), job_log(c));
+  CHECK(job_state(c.job) != "TIMEOUT");
+  CHECK(campaign_state(c.db) == "interrupted");
+  CHECK(job_log(c).find("time limit is less than resources.slurm.signal_before away") != std::string::npos);
+  int done = 0, interrupted = 0;
+  for (const auto& t : read_trials(c.db)) {
+    CHECK(t.state != store::TrialState::kFailed);
+    done += t.state == store::TrialState::kDone;
+    interrupted += t.state == store::TrialState::kInterrupted;
+  }
+  CHECK(done >= 1);
+  CHECK(done < 40);
+  CHECK(interrupted >= 1);
+  CHECK(count_events(c.db, "campaign_interrupted") == 1);
 }
