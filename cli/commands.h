@@ -58,6 +58,20 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 // format "" is inferred from `output`'s extension (.csv, .json); kUsage when it cannot be.
 Status cmd_export(const std::string& db, const std::string& format, const std::string& output);
 Status cmd_validate(const std::string& config, bool print_json);
+// `hpctune slurm submit` (cli/slurm_submit.cpp): the sbatch script of a campaign, printed with
+// dry_run, else written to <db>.slurm/job.sh and submitted with `sbatch --parsable` (the job id
+// on stdout). kUsage (exit 2) for too few nodes, a bad --time or option value.
+struct SlurmSubmitArgs {
+  std::string config;
+  std::string db;  // "" = the config's `storage`
+  int64_t nodes = 1;
+  std::string time;
+  std::optional<std::string> partition, account, qos;  // override resources.slurm.*
+  std::string program;  // the hpctune the job runs; "" = this binary
+  bool dry_run = false;
+};
+Status cmd_slurm_submit(const SlurmSubmitArgs& args);
+
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
                   const std::atomic<int>& terminate);
 

@@ -264,6 +264,25 @@ int main(int argc, char** argv) {
   validate_cmd->add_flag("--print-reference", print_reference,
                          "Print the commented reference of every key (takes no CONFIG)");
 
+  // `hpctune slurm submit`: the batch script of a campaign (cli/slurm_submit.cpp).
+  SlurmSubmitArgs submit;
+  std::string submit_nodes_text, submit_partition, submit_account, submit_qos;
+  auto* slurm_cmd = app.add_subcommand("slurm", "Run a campaign as a SLURM batch job");
+  slurm_cmd->require_subcommand(1);
+  auto* submit_cmd = slurm_cmd->add_subcommand(
+      "submit", "Write the campaign's sbatch script (<db>.slurm/job.sh) and submit it: the master runs on the batch host");
+  submit_cmd->add_option("config", submit.config, "The sweep config (YAML)")->required()->check(CLI::ExistingFile);
+  submit_cmd->add_option("--nodes", submit_nodes_text, "Nodes of the allocation (at least what the groups need at once)")
+      ->required();
+  submit_cmd->add_option("--time", submit.time, "The job's time limit: minutes, h:mm:ss, days-hours, ... (sbatch --time)")
+      ->required();
+  auto* partition_opt = submit_cmd->add_option("--partition", submit_partition, "sbatch --partition (overrides resources.slurm.partition)");
+  auto* account_opt = submit_cmd->add_option("--account", submit_account, "sbatch --account (overrides resources.slurm.account)");
+  auto* qos_opt = submit_cmd->add_option("--qos", submit_qos, "sbatch --qos (overrides resources.slurm.qos)");
+  auto* submit_db_opt = submit_cmd->add_option("--db", submit.db, "The SQLite database (default: the config's `storage`)");
+  submit_cmd->add_option("--program", submit.program, "The hpctune the job runs (default: this program's path)");
+  submit_cmd->add_flag("--dry-run", submit.dry_run, "Print the script; write and submit nothing");
+
   std::string master;
   int64_t worker_group = -1;
   int worker_threads = 0;
@@ -379,6 +398,18 @@ int main(int argc, char** argv) {
         return kExitUsage;
       }
       return report(cmd_validate(validate_config, validate_json), "validate");
+    }
+    if (*submit_cmd) {
+      if (*submit_db_opt) {
+        if (auto s = check_db_path("--db", submit.db); !s.ok()) return usage(s, "slurm submit");
+      }
+      auto n = parse_integer<int64_t>("--nodes", submit_nodes_text, 1, 1000000);
+      if (!n.ok()) return usage(std::move(n).error(), "slurm submit");
+      submit.nodes = *n;
+      if (*partition_opt) submit.partition = submit_partition;
+      if (*account_opt) submit.account = submit_account;
+      if (*qos_opt) submit.qos = submit_qos;
+      return report(cmd_slurm_submit(submit), "slurm submit");
     }
     if (*worker_cmd) {
       if (group_args.ranks_data * group_args.ranks_model > 1) {

@@ -89,4 +89,20 @@ inline std::optional<std::string> did_you_mean(std::string_view word, const std:
   return best;
 }
 
+// Single-quotes `text` for /bin/sh unless every character is in [A-Za-z0-9_.,:/=+@%-] (then it is
+// left as it is, so that commands stay readable): the command trainer's commands and the SLURM
+// batch script.
+inline std::string shell_quote(std::string_view text) {
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("_.,:/=+@%-").find(c) != std::string_view::npos;
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return std::string(text);
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
 }  // namespace hpctune

@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -704,4 +707,153 @@ TEST_CASE("a 6-point space with max_trials 10: the start says so, each point run
       CHECK(e.detail["notes"].size() == 1);
     }
   CHECK(notes == 1);
+}
+
+// --- issue 13: hpctune slurm submit ---------------------------------------------------------------
+
+namespace {
+
+// `hpctune args...` in `workdir`, stdout and stderr to files of `dir`; the exit code.
+int run_in(const TempDir& dir, const std::string& workdir, const std::vector<std::string>& args, std::string* out,
+           std::string* errors) {
+  SpawnOptions o;
+  o.argv = {HPCTUNE_BINARY};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.workdir = workdir;
+  o.stdout_path = dir.file("submit.out");
+  o.stderr_path = dir.file("submit.err");
+  std::remove(o.stdout_path.c_str());
+  std::remove(o.stderr_path.c_str());
+  auto child = ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(std::chrono::seconds(150));
+  REQUIRE_MESSAGE(status.has_value(), "hpctune did not finish in time");
+  *out = read_file(o.stdout_path);
+  *errors = read_file(o.stderr_path);
+  return status->signaled ? -status->signal : status->code;
+}
+
+const std::string kCrayDir = std::string(HPCTUNE_SOURCE_DIR) + "/tests/configs";
+
+}  // namespace
+
+TEST_CASE("slurm submit --dry-run: the 2048-node HPE Cray config's script equals tests/expected/cray_2048.sbatch") {
+  TempDir dir;
+  std::string out, errors;
+  const int code = run_in(dir, kCrayDir,
+                          {"slurm", "submit", "cray_2048.yaml", "--nodes", "2048", "--time", "12:00:00", "--program",
+                           "hpctune", "--dry-run"},
+                          &out, &errors);
+  REQUIRE_MESSAGE(code == 0, errors);
+  const std::string expected = read_file(std::string(HPCTUNE_SOURCE_DIR) + "/tests/expected/cray_2048.sbatch");
+  REQUIRE(!expected.empty());
+  CHECK(out == expected);
+  // A dry run writes nothing.
+  CHECK_FALSE(std::filesystem::exists(kCrayDir + "/cray-2048.db.slurm"));
+  CHECK_FALSE(std::filesystem::exists(kCrayDir + "/cray-2048.db"));
+}
+
+TEST_CASE("slurm submit: flags override the config; too few nodes, a bad --time or option value is a usage error") {
+  TempDir dir;
+  std::string out, errors;
+  const std::vector<std::string> base = {"slurm", "submit", "cray_2048.yaml", "--program", "hpctune", "--dry-run"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_in(dir, kCrayDir, args, &out, &errors);
+  };
+  REQUIRE(with({"--nodes", "2100", "--time", "1-00:00", "--partition", "large", "--account", "xyz9", "--qos", "high",
+                "--db", "/scratch/c.db"}) == 0);
+  CHECK(contains(out, "#SBATCH --nodes=2100\n"));  // more than the groups need: spare nodes are allowed
+  CHECK(contains(out, "#SBATCH --time=1-00:00\n"));
+  CHECK(contains(out, "#SBATCH --partition=large\n"));
+  CHECK(contains(out, "#SBATCH --account=xyz9\n"));
+  CHECK(contains(out, "#SBATCH --qos=high\n"));
+  CHECK(contains(out, "#SBATCH --output=/scratch/c.db.slurm/slurm-%j.out\n"));
+  CHECK(contains(out, "db=/scratch/c.db\n"));
+  CHECK_FALSE(contains(out, "--partition=batch"));
+
+  // 16 groups x 128 ranks at 1 rank per node: 2048 nodes.
+  CHECK(with({"--nodes", "2047", "--time", "60"}) == 2);
+  CHECK_MESSAGE(contains(errors, "--nodes 2047 is too few"), errors);
+  CHECK_MESSAGE(contains(errors, "2048 node(s) in all"), errors);
+  CHECK(out.empty());
+  CHECK(with({"--nodes", "0", "--time", "60"}) == 2);
+  CHECK(with({"--nodes", "many", "--time", "60"}) == 2);
+  CHECK(with({"--nodes", "2048", "--time", "12h"}) == 2);
+  CHECK_MESSAGE(contains(errors, "--time: '12h' is not a SLURM time"), errors);
+  CHECK(with({"--nodes", "2048", "--time", "1:75"}) == 2);
+  CHECK(with({"--nodes", "2048", "--time", "60", "--partition", "a b"}) == 2);
+  CHECK_MESSAGE(contains(errors, "--partition: 'a b' holds ' '"), errors);
+  CHECK(with({"--nodes", "2048", "--time", "60", "--qos", "x;rm"}) == 2);
+  CHECK(with({"--nodes", "2048", "--time", "60", "--db", ":memory:"}) == 2);
+  CHECK(with({"--nodes", "2048"}) == 2);  // --time is required
+
+  // A heterogeneous job counts the master's node too.
+  const std::string het = dir.write("het.yaml", read_file(kCrayDir + "/cray_2048.yaml") +
+                                                    "    master: {partition: service}\n");
+  // (the appended line lands under resources.slurm, the last section of the file)
+  CHECK(run_in(dir, dir.path, {"slurm", "submit", het, "--nodes", "2048", "--time", "60", "--dry-run"}, &out, &errors) == 2);
+  CHECK_MESSAGE(contains(errors, "plus the master's own node"), errors);
+  REQUIRE_MESSAGE(run_in(dir, dir.path, {"slurm", "submit", het, "--nodes", "2049", "--time", "60", "--dry-run"}, &out,
+                         &errors) == 0, errors);
+  CHECK(contains(out, "#SBATCH hetjob\n#SBATCH --nodes=2048\n"));
+
+  // A completed campaign's database: a job would have nothing to do.
+  const std::string done_cfg = dir.write("done.yaml", sleep_config("done", 2, 0.01, 1, 1));
+  int run_code = 0;
+  const std::string run_out = run_log(dir, {"run", done_cfg, "--db", dir.file("done.db")}, "run.log", &run_code);
+  REQUIRE_MESSAGE(run_code == 0, run_out);
+  CHECK(run_in(dir, dir.path, {"slurm", "submit", done_cfg, "--db", "done.db", "--nodes", "1", "--time", "5", "--dry-run"},
+               &out, &errors) == 2);
+  CHECK_MESSAGE(contains(errors, "is already completed"), errors);
+  CHECK_MESSAGE(contains(errors, "--max-trials"), errors);
+}
+
+// Needs the ctest fixture "slurm" (tools/slurm-cluster; SLURM_CONF set): ctest runs it as
+// test_cli_slurm_submit. Skipped in a plain run of test_cli.
+TEST_CASE("slurm submit: sbatch on the 4-node cluster runs a local-backend campaign to completion" * doctest::skip()) {
+  REQUIRE_MESSAGE(std::getenv("SLURM_CONF") != nullptr, "run through ctest (the slurm fixture sets SLURM_CONF)");
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("submitted", 4, 0.05, 2, 2));
+  std::string out, errors;
+  REQUIRE(run_in(dir, dir.path, {"slurm", "submit", "c.yaml", "--nodes", "2", "--time", "5", "--db", "c.db", "--dry-run"},
+                 &out, &errors) == 0);
+  const std::string dry_run = out;
+  const int code = run_in(dir, dir.path, {"slurm", "submit", "c.yaml", "--nodes", "2", "--time", "5", "--db", "c.db"},
+                          &out, &errors);
+  REQUIRE_MESSAGE(code == 0, errors);
+  CHECK(read_file(dir.file("c.db.slurm/job.sh")) == dry_run);  // the script submitted is the one --dry-run shows
+  const std::string job = out.substr(0, out.find('\n'));
+  REQUIRE_MESSAGE(!job.empty(), out);
+  CHECK(job.find_first_not_of("0123456789") == std::string::npos);
+  CHECK(std::filesystem::exists(dir.file("c.db.slurm/job.sh")));
+
+  // The job ends (squeue no longer lists it) within the deadline; SLURM says it completed.
+  auto squeue_lists_job = [&] {
+    SpawnOptions o;
+    o.argv = {"squeue", "-h", "-j", job, "-o", "%T"};
+    o.stdout_path = dir.file("squeue.out");
+    std::remove(o.stdout_path.c_str());
+    auto child = ChildProcess::spawn(o);
+    REQUIRE(child.ok());
+    REQUIRE(child->wait_for(std::chrono::seconds(30)).has_value());
+    const std::string state = read_file(o.stdout_path);
+    for (const char* active : {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUE", "SUSPENDED"}) {
+      if (contains(state, active)) return true;
+    }
+    return false;  // gone from squeue, or ended (COMPLETED, FAILED, ...)
+  };
+  const bool ended = wait_until([&] { return !squeue_lists_job(); }, std::chrono::seconds(90));
+  const std::string job_out = read_file(dir.file("c.db.slurm/slurm-" + job + ".out"));
+  const std::string job_err = read_file(dir.file("c.db.slurm/slurm-" + job + ".err"));
+  REQUIRE_MESSAGE(ended, "job " << job << " still queued or running; its stderr:\n" << job_err);
+
+  int status_code = 0;
+  const std::string status = run_log(dir, {"status", dir.file("c.db"), "--format", "json"}, "status.json", &status_code);
+  REQUIRE_MESSAGE(status_code == 0, status << "\njob stderr:\n" << job_err);
+  const json st = parse_json_file(dir.file("status.json"));
+  CHECK_MESSAGE(st["campaign"]["state"] == "completed", job_err);
+  CHECK(st["trials"]["by_state"]["done"] == 4);
+  (void)job_out;
 }

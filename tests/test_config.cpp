@@ -881,6 +881,35 @@ TEST_CASE("resources.bind: the master's address, loopback by default; a bad one 
   CHECK(parse_error(head + "resources:\n  listen: tcp://*:1\n").find("did you mean 'bind'?") != std::string::npos);
 }
 
+TEST_CASE("resources.slurm: defaults (no setup lines), values, and bad values located (issue 13)") {
+  const std::string head = "name: b\nobjective: {metric: loss}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep}\n";
+  // Every config gets the defaults, an empty list of setup lines included (it once failed every
+  // config with "the default of resources.slurm.setup is invalid").
+  const auto d = parse_ok(head);
+  CHECK(d.resources.slurm.setup.empty());
+  CHECK(d.resources.slurm.ranks_per_node == 1);
+  CHECK(d.resources.slurm.signal_before_s == 120);
+  CHECK(d.resources.slurm.requeue);
+  CHECK(parse_ok(head + "resources:\n  slurm:\n    setup: []\n").resources.slurm.setup.empty());
+  const auto c = parse_ok(head + "resources:\n  slurm:\n    partition: gpu\n    mpi: cray_shasta\n    setup:\n"
+                                 "      - module load PrgEnv-gnu\n      - export A='1 2'\n    master: {partition: svc}\n"
+                                 "    signal_before: 5m\n");
+  CHECK(c.resources.slurm.partition == "gpu");
+  CHECK(c.resources.slurm.mpi == "cray_shasta");
+  CHECK(c.resources.slurm.setup == std::vector<std::string>{"module load PrgEnv-gnu", "export A='1 2'"});
+  CHECK(c.resources.slurm.master_partition == "svc");
+  CHECK(c.resources.slurm.signal_before_s == 300);
+  CHECK(parse_error(head + "resources:\n  slurm:\n    partition: \"a b\"\n") ==
+        "test.yaml:7:5: resources.slurm.partition: 'a b' holds ' ': only letters, digits and _-.:,&|[]*=+/ go into "
+        "an sbatch option");
+  CHECK(parse_error(head + "resources:\n  slurm:\n    setup: [3]\n") ==
+        "test.yaml:7:13: resources.slurm.setup[0]: a shell line (a string), not number");
+  CHECK(parse_error(head + "resources:\n  slurm:\n    setup:\n      - module load x\n      - \"a\\nb\"\n") ==
+        "test.yaml:9:9: resources.slurm.setup[1]: one line per item (it holds a line break)");
+  CHECK(parse_error(head + "resources:\n  slurm: {master: {constraint: \"x;y\"}}\n").find(
+            "resources.slurm.master.constraint: 'x;y' holds ';'") != std::string::npos);
+}
+
 // --- stages (issue 11) ---
 
 namespace {

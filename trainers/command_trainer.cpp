@@ -21,6 +21,7 @@
 
 #include "common/shell_template.h"
 #include "common/system.h"
+#include "common/text.h"
 #include "launch/child_process.h"
 
 #ifndef HPCTUNE_MPIEXEC
@@ -67,18 +68,7 @@ Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
 
 // --- the template --------------------------------------------------------------------------------
 
-std::string shell_quote(std::string_view text) {
-  auto safe = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::strchr("_.,:/=+@%-", c) != nullptr;
-  };
-  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return std::string(text);
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
+std::string shell_quote(std::string_view text) { return hpctune::shell_quote(text); }
 
 std::string template_text(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();

@@ -4,6 +4,7 @@
 set -eu
 nodes=$(sinfo -h -N -o '%N' | sort -u | tr '\n' ' ')
 [ "$nodes" = "n1 n2 n3 n4 " ] || { echo "sinfo nodes: '$nodes' (expected n1 n2 n3 n4)"; exit 1; }
+# shellcheck disable=SC2016 # expanded by the step's shell, on each node
 ran=$(timeout 60 srun -N4 -n4 --time=1 sh -c 'echo $SLURMD_NODENAME' | sort | tr '\n' ' ')
 [ "$ran" = "n1 n2 n3 n4 " ] || { echo "srun -N4 -n4 ran on: '$ran' (expected n1 n2 n3 n4)"; exit 1; }
 echo "ok: $ran"
