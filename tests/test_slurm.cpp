@@ -66,8 +66,8 @@ struct Campaign {
 };
 
 // Submits the campaign as a batch job on the 4 nodes; returns its id.
-// A batch script of our own, with `extra` #SBATCH lines (what `hpctune slurm submit` writes, less
-// its comments, plus what a test needs).
+// A batch script of our own, with `extra` #SBATCH lines: what `hpctune slurm submit` writes, with
+// what it does not (--no-kill; no warning signal).
 void sbatch(Campaign& c, const std::string& extra, const std::string& time = "10") {
   const std::string script = c.dir.write("job.sh",
       "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --time=" + time + "\n#SBATCH --requeue\n#SBATCH --open-mode=append\n"
@@ -82,10 +82,6 @@ void sbatch(Campaign& c, const std::string& extra, const std::string& time = "10
 }
 
 void submit(Campaign& c) {
-  if (sh(std::string(HPCTUNE_BINARY) + " --help").find("slurm") == std::string::npos) {
-    sbatch(c, "#SBATCH --signal=B:USR1@60\n");  // TEMPORARY until i13-submit's command is merged
-    return;
-  }
   const std::string out = sh("cd " + c.dir.path + " && " + std::string(HPCTUNE_BINARY) + " slurm submit " + c.config +
                              " --nodes 4 --time 10 --db " + c.db + " 2>&1");
   std::smatch m;
@@ -102,7 +98,13 @@ void start(Campaign& c, const std::string& name, int trials, double seconds, int
 
 std::string job_log(const Campaign& c) {
   // Whatever the batch script wrote (hpctune's console), wherever submit put it, and the job.
-  return sh("cat $(scontrol -o show job " + c.job + " | grep -o 'StdOut=[^ ]*' | cut -d= -f2) 2>/dev/null") +
+  const std::string job = sh("scontrol -o show job " + c.job);
+  std::string files;
+  static const std::regex file(" Std(Out|Err)=(\\S+)");
+  for (auto it = std::sregex_iterator(job.begin(), job.end(), file); it != std::sregex_iterator(); ++it) {
+    files += " " + (*it)[2].str();
+  }
+  return sh("cat" + (files.empty() ? std::string(" /dev/null") : files) + " 2>/dev/null") +
          "\n--- scontrol show job ---\n" + sh("scontrol -o show job " + c.job);
 }
 
