@@ -152,7 +152,10 @@ Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& 
                                    "--ntasks=" + std::to_string(ranks),
                                    "--ntasks-per-node=" + std::to_string(per_node),
                                    "--exclusive",
-                                   "--kill-on-bad-exit=1"};
+                                   "--kill-on-bad-exit=1",
+                                   // The master's environment (the launch credential, CURVE keys)
+                                   // reaches the tasks even where the batch job set --export=NONE.
+                                   "--export=ALL"};
   if (!so.mpi.empty()) argv.push_back("--mpi=" + so.mpi);
   if (!so.gres.empty()) argv.push_back("--gres=" + so.gres);
   if (so.gpus_per_task > 0) argv.push_back("--gpus-per-task=" + std::to_string(so.gpus_per_task));
@@ -323,7 +326,7 @@ class SlurmLauncher final : public Launcher {
         ++it;
         continue;
       }
-      read_marker(it->first, step);
+      read_marker(it->first, step, true);
       GroupExit e;
       e.group = it->first;
       e.how = "srun " + status->describe();
@@ -350,7 +353,7 @@ class SlurmLauncher final : public Launcher {
   void kill(int64_t group) override {
     auto it = steps_.find(group);
     if (it == steps_.end()) return;
-    read_marker(group, it->second);
+    read_marker(group, it->second, true);
     if (!it->second.id.empty()) {
       signal_steps("KILL", {it->second.id});
     } else {
@@ -373,7 +376,7 @@ class SlurmLauncher final : public Launcher {
     std::vector<std::string> running;
     for (auto& [group, step] : steps_) {
       if (!step.srun.running()) continue;
-      if (read_marker(group, step)) {
+      if (read_marker(group, step, true)) {
         running.push_back(step.id);
       } else {
         step.srun.signal(SIGKILL);
@@ -400,13 +403,20 @@ class SlurmLauncher final : public Launcher {
     std::size_t log_offset = 0;  // the group's log before this step: its marker comes after
     std::string id;              // "J.S" once the marker was read
     std::string nodes;           // the step's node list (SLURM's hostlist form)
+    std::chrono::steady_clock::time_point next_look{};  // read_marker's next read of the log
   };
 
   std::string log_path(int64_t group) const { return opt_.log_dir + "/group-" + std::to_string(group) + ".log"; }
-  // Whether step's marker line is in the group's log (read once found).
-  bool read_marker(int64_t group, const Step& step) const {
+  // Whether the step's marker line is in the group's log (cached once found; `force`: read
+  // the log whatever the time since the last look).
+  bool read_marker(int64_t group, const Step& step, bool force = false) const {
     if (!step.id.empty()) return true;
     if (opt_.log_dir.empty()) return step.srun.running();  // no log to read: started when spawned
+    // A step waiting for nodes is looked for at most every 200 ms (the master asks every tick,
+    // for each of up to thousands of groups).
+    const auto now = std::chrono::steady_clock::now();
+    if (now < step.next_look && !force) return false;
+    const_cast<Step&>(step).next_look = now + std::chrono::milliseconds(200);
     std::ifstream in(log_path(group));
     if (!in) return false;
     in.seekg(static_cast<std::streamoff>(step.log_offset));

@@ -255,9 +255,9 @@ std::vector<std::string> step_program(const std::vector<std::string>& argv) {
 TEST_CASE("slurm: a group is one step of ceil(ranks / ranks_per_node) nodes; srun starts the ranks") {
   auto argv = slurm_step_command(slurm_options(8, 3, "srun"), 5, {});
   REQUIRE(argv.ok());
-  const std::vector<std::string> head(argv->begin(), argv->begin() + 8);
+  const std::vector<std::string> head(argv->begin(), argv->begin() + 9);
   CHECK(head == std::vector<std::string>{"srun", "--jobid=77", "--job-name=hpctune-g5", "--nodes=3", "--ntasks=8",
-                                         "--ntasks-per-node=3", "--exclusive", "--kill-on-bad-exit=1"});
+                                         "--ntasks-per-node=3", "--exclusive", "--kill-on-bad-exit=1", "--export=ALL"});
   CHECK(!has(*argv, "--mpi"));
   for (const auto& a : *argv) CHECK(a.rfind("--exclude", 0) != 0);
   const auto prog = step_program(*argv);
