@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/endpoint.h"
 #include "config/config.h"
+#include "launch/slurm_launcher.h"
 #include "scheduler/master.h"
 #include "workflow/pbt_policy.h"
 #include "workflow/stages.h"
@@ -237,6 +238,7 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
   options.groups = args.groups;
   options.bind = args.bind;
   options.interrupt = &interrupt;
+  options.preempt = args.preempt;
   options.failpoint = args.failpoint;
   options.failpoint_hit = args.failpoint_hit;
   Console console;
@@ -261,6 +263,13 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
                 static_cast<long long>(c.out_of_order), static_cast<long long>(c.stale_results));
   }
   print_summary(o.db_path, 10);
+  if (!o.requeue_job.empty()) {
+    // Last: SLURM ends this batch job (this process too) as it requeues it; everything is recorded
+    // and the store closed. The requeued job's script runs `hpctune resume`.
+    std::printf("requeueing SLURM job %s: the requeued job resumes the campaign\n", o.requeue_job.c_str());
+    HPCTUNE_TRY(finish_stdout());
+    return launch::slurm_requeue(o.requeue_job);
+  }
   if (o.interrupted) {
     std::printf("continue with: hpctune resume %s\n", o.db_path.c_str());
     return finish_stdout();

@@ -26,6 +26,7 @@ struct RunArgs {
   std::optional<int64_t> groups;
   std::optional<uint64_t> seed;
   std::optional<std::string> bind;  // --bind (checked by main); else resources.bind
+  const std::atomic<int>* preempt = nullptr;  // SIGUSR1 seen (main's handler): MasterOptions::preempt
   std::string failpoint;  // test-only
   int64_t failpoint_hit = 1;
 };
@@ -35,6 +36,7 @@ struct ResumeArgs {
   std::optional<int64_t> groups;
   std::optional<int64_t> max_trials;  // a new budget (extends a completed campaign)
   std::optional<std::string> bind;     // --bind; else the campaign's resources.bind
+  const std::atomic<int>* preempt = nullptr;  // as RunArgs
   std::string failpoint;  // test-only
   int64_t failpoint_hit = 1;
 };

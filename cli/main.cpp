@@ -39,6 +39,12 @@ void on_signal(int sig) {
   if (g_interrupts.fetch_add(1) >= 1 && sig == SIGINT) _exit(hpctune::cli::kExitInterrupted);
 }
 
+// SIGUSR1: SLURM's warning before pre-emption or the time limit (the batch script asks for it
+// with --signal=B:USR1@<signal_before>). `run` and `resume` stop dispatching, record running trials
+// as interrupted and, when resources.slurm.requeue, requeue the job (MasterOptions::preempt).
+std::atomic<int> g_preempt{0};
+void on_preempt(int) { g_preempt.store(1); }
+
 // The exit code of a run that ended because we were interrupted.
 int interrupted_exit_code() {
   return g_first_signal.load() == SIGTERM ? hpctune::cli::kExitTerminated : hpctune::cli::kExitInterrupted;
@@ -87,6 +93,10 @@ void install_signal_handlers() {
   sa.sa_flags = 0;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction usr1 {};
+  usr1.sa_handler = on_preempt;
+  sigemptyset(&usr1.sa_mask);
+  sigaction(SIGUSR1, &usr1, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
 
@@ -327,6 +337,7 @@ int main(int argc, char** argv) {
         if (auto s = check_bind(run_bind); !s.ok()) return usage(s, "run");
         run.bind = run_bind;
       }
+      run.preempt = &g_preempt;
       int rc = report(cmd_run(run, g_interrupts, interrupted), "run");
       if (rc == kExitInterrupted) return interrupted_exit_code();
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
@@ -351,6 +362,7 @@ int main(int argc, char** argv) {
         if (auto s = check_bind(resume_bind); !s.ok()) return usage(s, "resume");
         r.bind = resume_bind;
       }
+      r.preempt = &g_preempt;
       int rc = report(cmd_resume(r, g_interrupts, interrupted), "resume");
       if (rc == kExitInterrupted) return interrupted_exit_code();
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;

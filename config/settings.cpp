@@ -228,7 +228,10 @@ std::vector<Setting> declarations() {
        .default_value = json::object(), .aliases = {"resource", "cluster", "compute"}},
       {.path = "resources.backend",
        .type = Type::kEnum,
-       .help = "How trainer groups are started: local processes on this machine.",
+       .help = "How trainer groups are started: local (processes on this machine) or slurm (job steps of the SLURM "
+               "allocation the master runs in: `hpctune slurm submit`, or `hpctune run` inside salloc). With slurm, the "
+               "default resources.bind becomes tcp://<the batch host's address>:* (the first non-loopback IPv4 "
+               "address its host name resolves to), so that the compute nodes reach the master.",
        .default_value = "local",
        // The launch registry's names, declared once (launch/backends.h).
        .choices = std::vector<std::string>(std::begin(launch::kBackendNames), std::end(launch::kBackendNames)),

@@ -6,6 +6,6 @@
 
 namespace hpctune::launch {
 
-inline constexpr const char* kBackendNames[] = {"local"};
+inline constexpr const char* kBackendNames[] = {"local", "slurm"};
 
 }  // namespace hpctune::launch

@@ -9,8 +9,9 @@
 //    its ranks; each rank also dies with mpirun (PR_SET_PDEATHSIG, cli/main.cpp), so a SIGKILLed
 //    master leaves no rank behind. A trainer that starts its own ranks (`command`) gets one worker
 //    process that passes R on to it (ctx.ranks).
-//  - Later backends (SLURM job steps) implement the same interface and register in the registry
-//    (launch/registry.h) under the name `resources.backend` selects. The master knows groups only
+//  - SlurmLauncher (launch/slurm_launcher.h): each group is a job step of the allocation the master
+//    runs in. Backends register in the registry (registry.cpp, names in backends.h) under the name
+//    `resources.backend` selects. The master knows groups only
 //    through it: start, state, exits, kill, stop; it writes the backend's name() to the groups table.
 //
 // Group states (GroupState): a group the master asked for is kPending until the backend has started
@@ -73,6 +74,22 @@ class Launcher {
   virtual void stop_all(std::chrono::milliseconds grace) = 0;
 };
 
+// backend slurm: how a group's job step is shaped (config's resources.slurm, copied here because
+// launch/ may not include config/; launch/slurm_launcher.h uses it).
+struct SlurmStepOptions {
+  std::string job_id;               // the allocation; "" = $SLURM_JOB_ID
+  int64_t ranks_per_node = 1;       // nodes per step = ceil(ranks / ranks_per_node)
+  std::string launch = "srun";      // srun: srun starts the ranks; mpirun: one process runs mpirun in the step
+  std::string mpi;                  // srun --mpi= ("" the site's default)
+  std::string gres;                 // srun --gres=
+  int64_t gpus_per_task = 0;        // srun --gpus-per-task= (0 = none)
+  int64_t cpus_per_task = 0;        // srun --cpus-per-task= (0 = SLURM's default)
+  std::vector<std::string> setup;   // shell lines run before each step's program
+  std::string srun = "srun";        // the programs (tests put fakes here); found in PATH
+  std::string scontrol = "scontrol";
+  std::string scancel = "scancel";
+};
+
 struct LocalLauncherOptions {
   std::string program;            // the hpctune binary (default: /proc/self/exe)
   std::string master_endpoint;    // what workers connect to
@@ -85,6 +102,7 @@ struct LocalLauncherOptions {
   std::map<std::string, std::string> environment;
   std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH
   int cores = 0;                  // for the defaults above; 0 = this machine's
+  SlurmStepOptions slurm;         // backend slurm only
 };
 
 std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options);
@@ -99,5 +117,8 @@ std::vector<std::string> launcher_names();
 // and `ps`. kConfig for a bad layout (ranks < 1); kUnavailable when a multi-rank group needs
 // mpirun and none is found.
 Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions& options, int64_t group);
+// The worker's own part of it (what follows mpirun, or the whole command for one rank): every
+// backend runs this, with `threads` compute threads per rank (0 = left to the worker).
+std::vector<std::string> worker_command(const LocalLauncherOptions& options, int64_t group, int64_t threads);
 
 }  // namespace hpctune::launch

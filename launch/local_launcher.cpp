@@ -54,15 +54,18 @@ Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions&
     }
     argv = mpirun_command(found, ranks, {.shared_memory_btl = true, .oversubscribe = ranks > cores});
   }
-  for (const std::string& a : {opt.program, std::string("worker"), std::string("--master"), opt.master_endpoint,
-                               std::string("--group"), std::to_string(group)}) {
-    argv.push_back(a);
-  }
+  for (auto& a : worker_command(opt, group, threads)) argv.push_back(std::move(a));
+  return argv;
+}
+
+std::vector<std::string> worker_command(const LocalLauncherOptions& opt, int64_t group, int64_t threads) {
+  const GroupResources& r = opt.resources;
+  std::vector<std::string> argv = {opt.program, "worker", "--master", opt.master_endpoint, "--group", std::to_string(group)};
   if (threads > 0) {
     argv.push_back("--threads");
     argv.push_back(std::to_string(threads));
   }
-  if (ranks > 1) {
+  if (r.ranks_data * r.ranks_model > 1) {
     argv.insert(argv.end(), {"--ranks-data", std::to_string(r.ranks_data), "--ranks-model", std::to_string(r.ranks_model)});
     if (r.trainer_starts_ranks) argv.push_back("--trainer-starts-ranks");
   }

@@ -3,17 +3,21 @@
 
 #include "launch/backends.h"
 #include "launch/launcher.h"
+#include "launch/slurm_launcher.h"
 
 namespace hpctune::launch {
 namespace {
 
 struct Backend {
   const char* name;
-  std::unique_ptr<Launcher> (*make)(LocalLauncherOptions);
+  Result<std::unique_ptr<Launcher>> (*make)(LocalLauncherOptions);
 };
 
+Result<std::unique_ptr<Launcher>> make_local(LocalLauncherOptions options) { return make_local_launcher(std::move(options)); }
+
 constexpr Backend kBackends[] = {
-    {"local", make_local_launcher},
+    {"local", make_local},
+    {"slurm", make_slurm_launcher},
 };
 static_assert(std::size(kBackends) == std::size(kBackendNames), "every backend name has a launcher (backends.h)");
 

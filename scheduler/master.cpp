@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "common/limits.h"
 #include "common/system.h"
 #include "launch/launcher.h"
+#include "launch/slurm_launcher.h"
 #include "protocol/messages.h"
 #include "store/store.h"
 #include "protocol/curve_keys.h"
@@ -608,6 +610,11 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
                                         options.bind.value_or(options.config->resources.bind))) {
     HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
   }
+  // Backend slurm outside an allocation: said before anything is created (a resume, whose config
+  // is in the store, checks once it has read it).
+  if (!resuming && options.config->resources.backend == "slurm") {
+    if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
+  }
   // A new campaign checks its warm-start store before creating anything; a resumed one once its
   // config has been read back (prepare_campaign).
   std::optional<WarmStart> warm;
@@ -629,9 +636,18 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   if (!resuming) campaign.warm = std::move(warm);
   const config::CampaignConfig& cfg = campaign.cfg;
 
+  if (resuming && cfg.resources.backend == "slurm") {
+    if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
+  }
+
+  // Backend slurm: the compute nodes must reach the master, so the default loopback address
+  // becomes the batch host's own (slurm_default_bind); a port chosen at bind time either way.
+  std::string bind = options.bind.value_or(cfg.resources.bind);
+  if (!options.bind && cfg.resources.backend == "slurm" && bind == config::Resources{}.bind) {
+    bind = launch::slurm_default_bind();
+  }
   // resources.security: CURVE with the campaign's keys (created on the first run, reused on resume)
   // whenever the master is reachable from other machines, unless the config says none.
-  const std::string bind = options.bind.value_or(cfg.resources.bind);
   protocol::TransportOptions transport = options.transport;
   std::map<std::string, std::string> worker_env;
   if (transport_uses_curve(cfg.resources.security, bind)) {
@@ -675,6 +691,14 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   // The workers' CURVE keys: in the environment of every group (never on a command line).
   for (auto& [name, value] : worker_env) lopt.environment[name] = std::move(value);
+  const config::SlurmOptions& so = cfg.resources.slurm;
+  lopt.slurm.ranks_per_node = so.ranks_per_node;
+  lopt.slurm.launch = so.launch;
+  lopt.slurm.mpi = so.mpi;
+  lopt.slurm.gres = so.gres;
+  lopt.slurm.gpus_per_task = so.gpus_per_task;
+  lopt.slurm.cpus_per_task = so.cpus_per_task;
+  lopt.slurm.setup = so.setup;
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;
@@ -692,11 +716,39 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
   HPCTUNE_ASSIGN(parts.secret, protocol::random_hex(16));
 
+  // What the loop below needs of the config: `campaign` (and `cfg` with it) moves into the master.
+  const bool slurm_backend = cfg.resources.backend == "slurm";
+  const config::SlurmOptions slurm = cfg.resources.slurm;
   Master master(std::move(campaign), std::move(parts));
   const auto start = Clock::now();
   HPCTUNE_TRY(master.start(start));
   auto last_progress = Clock::time_point{};
+  bool preempted = false;
+  // Backend slurm: the allocation's time limit, as SLURM says now (asked again every minute: a
+  // limit may be changed). The master stops as on SIGUSR1 resources.slurm.signal_before ahead of
+  // it, in case the warning signal never comes (`hpctune run` inside salloc, a script without
+  // --signal).
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const bool watch_time = slurm_backend && job && *job;
+  std::optional<Clock::time_point> stop_by;
+  auto next_time_check = Clock::now();
   while (true) {
+    if (watch_time && Clock::now() >= next_time_check) {
+      next_time_check = Clock::now() + std::chrono::seconds(60);
+      if (auto left = launch::slurm_time_left(job)) {
+        stop_by = Clock::now() + std::chrono::milliseconds(
+                                     static_cast<int64_t>((*left - slurm.signal_before_s) * 1000));
+      }
+    }
+    const bool out_of_time = stop_by && Clock::now() >= *stop_by;
+    if (((options.preempt && options.preempt->load() > 0) || out_of_time) && !master.interrupted()) {
+      preempted = true;
+      if (options.log) {
+        options.log(out_of_time ? "the allocation's time limit is less than resources.slurm.signal_before away"
+                                : "SIGUSR1: the allocation ends soon (pre-emption or its time limit)");
+      }
+      HPCTUNE_TRY(master.interrupt(Clock::now()));
+    }
     if (options.interrupt && options.interrupt->load() > 0 && !master.interrupted()) {
       HPCTUNE_TRY(master.interrupt(Clock::now()));
     }
@@ -712,6 +764,10 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   }
   HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
   if (options.progress) options.progress(out.progress, out.elapsed_s);
+  out.preempted = preempted && out.interrupted;
+  if (out.preempted && slurm.requeue) {
+    if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) out.requeue_job = job;
+  }
   return out;
 }
 

@@ -58,6 +58,11 @@ struct MasterOptions {
   std::string worker_program;                     // default: this executable
   MakeStage make_stage;                           // the stage kinds (workflow::make_stage); required
   const std::atomic<int>* interrupt = nullptr;    // > 0 once Ctrl-C was pressed
+  // > 0 once SIGUSR1 came: SLURM's warning before pre-emption or the time limit (the batch
+  // script's --signal=B:USR1@<signal_before>). As Ctrl-C (no more dispatch, running trials told to
+  // stop and recorded interrupted), and then, with resources.slurm.requeue inside a SLURM job, the
+  // outcome names the job to requeue (the caller requeues it once the store is closed).
+  const std::atomic<int>* preempt = nullptr;
   std::function<void(const std::string&)> log;    // one line per event worth telling
   // Told, before the master binds, when its address is reachable from other machines and
   // resources.security is none (the transport then neither encrypts nor authenticates). Once the
@@ -76,6 +81,8 @@ struct CampaignOutcome {
   std::string name;
   std::string db_path;
   bool interrupted = false;
+  bool preempted = false;   // interrupted by SIGUSR1 (MasterOptions::preempt)
+  std::string requeue_job;  // the SLURM job to requeue now (`scontrol requeue`); "" = none
   std::string gave_up;  // why search.max_failures stopped the campaign; "" when it did not
   Progress progress;
   Counters counters;

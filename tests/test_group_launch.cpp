@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -14,6 +18,7 @@
 #include "launch/child_process.h"
 #include "launch/backends.h"
 #include "launch/launcher.h"
+#include "launch/slurm_launcher.h"
 #include "tests/temp_dir.h"
 
 using namespace hpctune;
@@ -201,10 +206,209 @@ TEST_CASE("launchers come from a registry keyed on resources.backend") {
   auto local = make_launcher("local", options(1, 1, 2));
   REQUIRE(local.ok());
   CHECK((*local)->name() == "local");
+  auto other = make_launcher("pbs", options(1, 1, 2));
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.error().code() == Errc::kConfig);
+  CHECK(other.error().message() == "resources.backend: unknown launch backend 'pbs' (known: local, slurm)");
+  // slurm is known; outside an allocation it says how to get one.
+  const char* job = getenv("SLURM_JOB_ID");
+  const std::string saved = job ? job : "";
+  unsetenv("SLURM_JOB_ID");
   auto slurm = make_launcher("slurm", options(1, 1, 2));
+  if (!saved.empty()) setenv("SLURM_JOB_ID", saved.c_str(), 1);
   REQUIRE_FALSE(slurm.ok());
   CHECK(slurm.error().code() == Errc::kConfig);
-  CHECK(slurm.error().message() == "resources.backend: unknown launch backend 'slurm' (known: local)");
+  CHECK(slurm.error().message().find("hpctune slurm submit") != std::string::npos);
+  CHECK(slurm.error().message().find("salloc") != std::string::npos);
+  auto o = options(1, 1, 2);
+  o.slurm.job_id = "42";
+  auto inside = make_launcher("slurm", o);
+  REQUIRE(inside.ok());
+  CHECK((*inside)->name() == "slurm");
+}
+
+// --- the SLURM backend (launch/slurm_launcher.h) -------------------------------------------------
+
+namespace {
+
+LocalLauncherOptions slurm_options(int64_t data, int64_t per_node, const std::string& launch) {
+  LocalLauncherOptions o = options(data, 1, 2);
+  o.slurm.job_id = "77";
+  o.slurm.ranks_per_node = per_node;
+  o.slurm.launch = launch;
+  return o;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The program after `bash -c SCRIPT hpctune-step`.
+std::vector<std::string> step_program(const std::vector<std::string>& argv) {
+  auto it = std::find(argv.begin(), argv.end(), std::string("hpctune-step"));
+  return it == argv.end() ? std::vector<std::string>{} : std::vector<std::string>(it + 1, argv.end());
+}
+
+}  // namespace
+
+TEST_CASE("slurm: a group is one step of ceil(ranks / ranks_per_node) nodes; srun starts the ranks") {
+  auto argv = slurm_step_command(slurm_options(8, 3, "srun"), 5, {});
+  REQUIRE(argv.ok());
+  const std::vector<std::string> head(argv->begin(), argv->begin() + 9);
+  CHECK(head == std::vector<std::string>{"srun", "--jobid=77", "--job-name=hpctune-g5", "--nodes=3", "--ntasks=8",
+                                         "--ntasks-per-node=3", "--exclusive", "--kill-on-bad-exit=1", "--export=ALL"});
+  CHECK(!has(*argv, "--mpi"));
+  for (const auto& a : *argv) CHECK(a.rfind("--exclude", 0) != 0);
+  const auto prog = step_program(*argv);
+  REQUIRE(!prog.empty());
+  CHECK(prog.front() == "/opt/hpctune");  // every task runs the worker rank itself
+  CHECK(after(prog, "--group") == "5");
+  CHECK(after(prog, "--master") == "tcp://127.0.0.1:5555");
+  CHECK(after(prog, "--ranks-data") == "8");
+  CHECK(!has(prog, "-np"));
+  // Task 0 names the step and its nodes (the launcher's pending -> starting), then execs the program.
+  const std::string script = after(*argv, "-c");
+  CHECK(script.find("hpctune: step $SLURM_JOB_ID.$SLURM_STEP_ID on $SLURM_STEP_NODELIST") != std::string::npos);
+  CHECK(script.find("exit 0") == std::string::npos);  // every task runs
+  CHECK(script.substr(script.size() - 9) == "exec \"$@\"");
+}
+
+TEST_CASE("slurm: site options, failed nodes and setup lines go into the step") {
+  auto o = slurm_options(4, 4, "srun");
+  o.slurm.mpi = "cray_shasta";
+  o.slurm.gres = "gpu:4";
+  o.slurm.gpus_per_task = 1;
+  o.slurm.cpus_per_task = 7;
+  o.slurm.setup = {"module load cray-mpich", "export FOO=1"};
+  auto argv = slurm_step_command(o, 0, {"nid0002", "nid0001"});
+  REQUIRE(argv.ok());
+  CHECK(has(*argv, "--nodes=1"));
+  CHECK(has(*argv, "--ntasks=4"));
+  CHECK(has(*argv, "--mpi=cray_shasta"));
+  CHECK(has(*argv, "--gres=gpu:4"));
+  CHECK(has(*argv, "--gpus-per-task=1"));
+  CHECK(has(*argv, "--cpus-per-task=7"));
+  CHECK(has(*argv, "--exclude=nid0001,nid0002"));
+  // cpus_per_task sizes the ranks' threads when resources.threads is automatic.
+  CHECK(after(step_program(*argv), "--threads") == "7");
+  CHECK(slurm_step_environment(o).at("OMP_NUM_THREADS") == "7");
+  const std::string script = after(*argv, "-c");
+  const auto load = script.find("module load cray-mpich\nexport FOO=1\n");
+  REQUIRE(load != std::string::npos);
+  CHECK(script.find("set -e") < load);
+  CHECK(load < script.find("exec \"$@\""));
+}
+
+TEST_CASE("slurm: launch mpirun runs mpirun from task 0 over the step's nodes") {
+  auto argv = slurm_step_command(slurm_options(2, 1, "mpirun"), 1, {});
+  REQUIRE(argv.ok());
+  CHECK(has(*argv, "--nodes=2"));
+  CHECK(has(*argv, "--ntasks=2"));  // SLURM reserves the ranks' cores; only task 0 runs a program
+  CHECK(has(*argv, "--ntasks-per-node=1"));
+  const auto prog = step_program(*argv);
+  REQUIRE(prog.size() > 3);
+  CHECK(prog.front() == "/bin/true");  // the mpirun found (options(): mpirun = /bin/true)
+  CHECK(after(prog, "-np") == "2");
+  CHECK(!has(prog, "self,vader"));  // several nodes: not shared memory only
+  CHECK(after(prog, "--group") == "1");
+  const std::string script = after(*argv, "-c");
+  CHECK(script.rfind("[ \"${SLURM_PROCID:-0}\" = 0 ] || exit 0\n", 0) == 0);
+  CHECK(script.find("SLURM_NODELIST=\"$SLURM_STEP_NODELIST\"") != std::string::npos);
+  CHECK(script.find("OMPI_MCA_plm_slurm_args=\"--overlap --nodelist=$SLURM_STEP_NODELIST\"") != std::string::npos);
+  CHECK(slurm_step_environment(slurm_options(2, 1, "mpirun")).at("OMPI_MCA_btl_vader_single_copy_mechanism") == "none");
+  // One rank needs no mpirun.
+  auto one = slurm_step_command(slurm_options(1, 1, "mpirun"), 1, {});
+  REQUIRE(one.ok());
+  CHECK(step_program(*one).front() == "/opt/hpctune");
+}
+
+TEST_CASE("slurm: the time left to a job, as squeue writes it, in seconds") {
+  CHECK(parse_slurm_duration("1:59") == 119.0);
+  CHECK(parse_slurm_duration("2:03:04\n") == 2 * 3600 + 3 * 60 + 4.0);
+  CHECK(parse_slurm_duration("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4.0);
+  CHECK(parse_slurm_duration("10") == 600.0);  // minutes alone
+  CHECK(!parse_slurm_duration("UNLIMITED"));
+  CHECK(!parse_slurm_duration("NOT_SET"));
+  CHECK(!parse_slurm_duration(""));
+  CHECK(!parse_slurm_duration("1:2:3:4"));
+  CHECK(!parse_slurm_duration("-5:00"));
+}
+
+TEST_CASE("slurm: bad layouts and a missing mpirun are errors") {
+  CHECK(slurm_step_command(slurm_options(0, 1, "srun"), 0, {}).error().code() == Errc::kConfig);
+  CHECK(slurm_step_command(slurm_options(2, 0, "srun"), 0, {}).error().code() == Errc::kConfig);
+  auto o = slurm_options(2, 1, "mpirun");
+  o.mpirun = "/nonexistent/mpirun";
+  CHECK(slurm_step_command(o, 0, {}).error().code() == Errc::kUnavailable);
+}
+
+TEST_CASE("slurm: nodes down, drained, failing or not responding count as failed; others do not") {
+  const std::string out =
+      "NodeName=n1 Arch=x86_64 CoresPerSocket=1 State=ALLOCATED ThreadsPerCore=1\n"
+      "NodeName=n2 Arch=x86_64 State=DOWN+NOT_RESPONDING Reason=gone\n"
+      "NodeName=n3 State=MIXED+DRAIN Reason=x\n"
+      "NodeName=n4 State=IDLE+NOT_RESPONDING\n"
+      "NodeName=n5 State=ALLOCATED+COMPLETING\n"
+      "NodeName=n6 State=ALLOCATED+FAIL\n"
+      "garbage line\n";
+  CHECK(failed_nodes(out) == std::set<std::string>{"n2", "n3", "n4", "n6"});
+  CHECK(failed_nodes("").empty());
+}
+
+TEST_CASE("slurm: a step is pending until its marker, and its failed nodes are excluded from the next step") {
+  hpctune::testing::TempDir dir;
+  // A fake srun: records its arguments, waits for a go file, prints the marker, then exits with
+  // the code in the file `code` (non-zero: saying n1 failed, which is back when asked); a fake
+  // scontrol says n2 is down.
+  const std::string srun = dir.write("srun", "#!/bin/sh\necho \"$@\" >> " + dir.file("calls") +
+                                                "\nwhile [ ! -f " + dir.file("go") + " ]; do sleep 0.01; done\n"
+                                                "echo 'hpctune: step 77.3 on n[1-2]'\n"
+                                                "[ $(cat " + dir.file("code") + ") = 0 ] || echo 'srun: error: Node failure on n1' >&2\n"
+                                                "exit $(cat " + dir.file("code") + ")\n");
+  const std::string scontrol = dir.write("scontrol", "#!/bin/sh\necho \"$@\" > " + dir.file("asked") +
+                                                         "\necho 'NodeName=n1 State=ALLOCATED'\necho 'NodeName=n2 State=DOWN'\n");
+  REQUIRE(chmod(srun.c_str(), 0755) == 0);
+  REQUIRE(chmod(scontrol.c_str(), 0755) == 0);
+  dir.write("code", "1\n");
+  auto o = slurm_options(2, 1, "srun");
+  o.slurm.srun = srun;
+  o.slurm.scontrol = scontrol;
+  o.log_dir = dir.path;
+  auto made = make_slurm_launcher(o);
+  REQUIRE(made.ok());
+  Launcher& l = **made;
+  REQUIRE(l.start(0, "").ok());
+  CHECK(l.state(0) == GroupState::kPending);  // srun runs, the step has no nodes yet
+  dir.write("go", "");
+  auto wait_exit = [&] {
+    std::vector<GroupExit> exits;
+    for (int i = 0; i < 500 && exits.empty(); ++i) {
+      exits = l.poll_exits();
+      if (exits.empty()) usleep(10000);
+    }
+    return exits;
+  };
+  auto exits = wait_exit();
+  REQUIRE(exits.size() == 1);
+  CHECK(!exits[0].success);
+  CHECK(exits[0].how.find("step 77.3 on n[1-2]") != std::string::npos);
+  CHECK(exits[0].how.find("node failure: n1,n2 excluded from later steps") != std::string::npos);
+  CHECK(slurp(dir.file("asked")).find("show node n[1-2]") != std::string::npos);
+  CHECK(l.state(0) == GroupState::kExited);
+  // The next step leaves n2 out; a step that ends well asks nothing about its nodes.
+  dir.write("code", "0\n");
+  std::remove(dir.file("asked").c_str());
+  REQUIRE(l.start(0, "").ok());
+  exits = wait_exit();
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].success);
+  CHECK(!std::filesystem::exists(dir.file("asked")));
+  const std::string calls = slurp(dir.file("calls"));
+  const auto second = calls.find('\n');
+  REQUIRE(second != std::string::npos);
+  CHECK(calls.substr(0, second).find("--exclude") == std::string::npos);
+  CHECK(calls.substr(second).find("--exclude=n1,n2 ") != std::string::npos);
 }
 
 TEST_CASE("the local launcher reports each group's state: starting once launched, exited once it ended") {
