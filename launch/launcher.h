@@ -85,6 +85,10 @@ struct SlurmStepOptions {
   int64_t gpus_per_task = 0;        // srun --gpus-per-task= (0 = none)
   int64_t cpus_per_task = 0;        // srun --cpus-per-task= (0 = SLURM's default)
   std::vector<std::string> setup;   // shell lines run before each step's program
+  // The groups' component of a heterogeneous job (`hpctune slurm submit` with a master node of
+  // another type: component 0 is the master's node, 1 the groups'): srun --het-group=. -1: none
+  // given, then 1 inside a heterogeneous job (SLURM_HET_SIZE set), else none.
+  int64_t het_group = -1;
   std::string srun = "srun";        // the programs (tests put fakes here); found in PATH
   std::string scontrol = "scontrol";
   std::string scancel = "scancel";
@@ -97,7 +101,7 @@ struct LocalLauncherOptions {
   GroupResources resources;
   std::vector<std::string> extra_args;  // appended to the worker's command line
   // Added to every group's environment, never its command line (which every local user can read):
-  // what the workers need to reach a CURVE master (worker/worker.h's key variables). The launch
+  // what the workers need to reach a CURVE master (protocol/curve_keys.h's key variables). The launch
   // credential travels on its own, per launch (start()).
   std::map<std::string, std::string> environment;
   std::string mpirun;             // multi-rank groups; "" = $HPCTUNE_MPIRUN, else `mpirun` in PATH

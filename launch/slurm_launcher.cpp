@@ -156,6 +156,12 @@ Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& 
                                    // The master's environment (the launch credential, CURVE keys)
                                    // reaches the tasks even where the batch job set --export=NONE.
                                    "--export=ALL"};
+  int64_t het_group = so.het_group;
+  if (het_group < 0) {
+    const char* het_size = std::getenv("SLURM_HET_SIZE");
+    if (het_size && std::atoi(het_size) > 1) het_group = 1;
+  }
+  if (het_group >= 0) argv.push_back("--het-group=" + std::to_string(het_group));
   if (!so.mpi.empty()) argv.push_back("--mpi=" + so.mpi);
   if (!so.gres.empty()) argv.push_back("--gres=" + so.gres);
   if (so.gpus_per_task > 0) argv.push_back("--gpus-per-task=" + std::to_string(so.gpus_per_task));

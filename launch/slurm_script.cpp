@@ -173,6 +173,8 @@ Result<std::string> batch_script(const BatchScriptSpec& spec) {
   auto job_wide = [&] {
     directive(s, "signal", "B:USR1@" + std::to_string(spec.signal_before_s));
     s += spec.requeue ? "#SBATCH --requeue\n" : "#SBATCH --no-requeue\n";
+    // A failed node costs its step (the trial is queued again, the node excluded), not the job.
+    s += "#SBATCH --no-kill\n";
     directive(s, "output", spec.log_dir + "/slurm-%j.out");
     directive(s, "error", spec.log_dir + "/slurm-%j.err");
     directive(s, "open-mode", "append");  // a requeued job adds to its first run's output

@@ -300,6 +300,24 @@ TEST_CASE("slurm: site options, failed nodes and setup lines go into the step") 
   CHECK(load < script.find("exec \"$@\""));
 }
 
+TEST_CASE("slurm: in a heterogeneous job the steps run in the groups' component (--het-group)") {
+  auto o = slurm_options(4, 4, "srun");
+  ::unsetenv("SLURM_HET_SIZE");
+  auto plain = slurm_step_command(o, 0, {});
+  REQUIRE(plain.ok());
+  for (const auto& a : *plain) CHECK(a.rfind("--het-group", 0) != 0);
+  // Inside the job of `hpctune slurm submit` with resources.slurm.master: component 1.
+  ::setenv("SLURM_HET_SIZE", "2", 1);
+  auto het = slurm_step_command(o, 0, {});
+  ::unsetenv("SLURM_HET_SIZE");
+  REQUIRE(het.ok());
+  CHECK(has(*het, "--het-group=1"));
+  o.slurm.het_group = 0;
+  auto given = slurm_step_command(o, 0, {});
+  REQUIRE(given.ok());
+  CHECK(has(*given, "--het-group=0"));
+}
+
 TEST_CASE("slurm: launch mpirun runs mpirun from task 0 over the step's nodes") {
   auto argv = slurm_step_command(slurm_options(2, 1, "mpirun"), 1, {});
   REQUIRE(argv.ok());

@@ -47,6 +47,7 @@ TEST_CASE("slurm script: one job's text, directive by directive, then setup and 
       "#SBATCH --partition=debug\n"
       "#SBATCH --signal=B:USR1@120\n"
       "#SBATCH --requeue\n"
+      "#SBATCH --no-kill\n"
       "#SBATCH --output=runs/tiny.db.slurm/slurm-%j.out\n"
       "#SBATCH --error=runs/tiny.db.slurm/slurm-%j.err\n"
       "#SBATCH --open-mode=append\n"
