@@ -55,12 +55,14 @@ struct Shape {
 
 // A contiguous range of the parameter vector. Weights decay; biases do not. The optimizer leaves
 // a frozen block alone: no update and no change to its momentum or moment buffers
-// (Network::freeze()).
+// (Network::freeze()), and updates the others at lr * lr_scale (a training loop's per-layer rates:
+// a smaller one for transferred layers than for a new head; the Network's own blocks keep 1).
 struct ParamBlock {
   size_t offset = 0;
   size_t size = 0;
   bool decay = false;
   bool frozen = false;
+  float lr_scale = 1.0f;
 };
 
 // Sums over a batch: summed (not mean) loss, so that shards and micro-batches combine exactly.

@@ -106,7 +106,7 @@ void Optimizer::step(std::span<float> params, std::span<const float> grads, cons
     if (b.offset > pos) update_range(p, g, pos, b.offset - pos, false, lr, bc1, bc2);
     const size_t start = std::max(pos, b.offset);
     const size_t end = std::min(n, b.offset + b.size);
-    if (end > start && !b.frozen) update_range(p, g, start, end - start, b.decay, lr, bc1, bc2);
+    if (end > start && !b.frozen) update_range(p, g, start, end - start, b.decay, lr * b.lr_scale, bc1, bc2);
     pos = std::max(pos, end);
   }
   if (pos < n) update_range(p, g, pos, n - pos, false, lr, bc1, bc2);

@@ -12,7 +12,8 @@
 //          then adam with g = grad
 //
 // Weight decay applies only to ParamBlock::decay blocks (weights, not biases); parameters outside
-// every block are updated without decay. ParamBlock::frozen blocks (Network::freeze()) are skipped:
+// every block are updated without decay. A block's rate is lr * ParamBlock::lr_scale (AdamW's
+// decoupled decay shrinks by that rate too, as a PyTorch parameter group with its own lr does). ParamBlock::frozen blocks (Network::freeze()) are skipped:
 // their parameters and their entries of the moment buffers stay as they are (the step count t,
 // one for the whole vector here, still advances). The state (the step count and the moment buffers) is
 // exposed so that checkpoints can save and restore it: restoring it and the parameters continues

@@ -803,6 +803,79 @@ TEST_CASE("transfer: init_from loads every layer but a new head; frozen layers s
   CHECK(m.error().message().find("nothing-here.bin") != std::string::npos);
 }
 
+TEST_CASE("transfer: head_epochs trains only the head first (LP-FT); body_lr_scale slows every other layer") {
+  const auto data = synthetic(600, 100, 8, 8);
+  nlohmann::json source = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
+                           {"epochs", 2}, {"classes", {0, 1, 2, 3, 4}}};
+  TempDir src_dir;
+  REQUIRE(run_mlp(source, data, Recorder().context(source, src_dir.path, 11)).ok());
+  const Checkpoint src = final_checkpoint(src_dir.path);
+
+  // Every epoch a probe: the loaded layers stay bit-for-bit, the optimizer keeps no state for
+  // them, and only the head moves.
+  nlohmann::json probe = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32}, {"epochs", 2},
+                          {"classes", {5, 6, 7}}, {"init_from", src_dir.path}, {"head_epochs", 2}};
+  TempDir probe_dir;
+  auto p = run_mlp(probe, data, Recorder().context(probe, probe_dir.path, 12));
+  REQUIRE_MESSAGE(p.ok(), error_of(p));
+  const Checkpoint probed = final_checkpoint(probe_dir.path);
+  CHECK(same_bits(layer_params(probed, 0), layer_params(src, 0)));
+  CHECK(same_bits(layer_params(probed, 1), layer_params(src, 1)));
+  const size_t body = probed.manifest.num_params(0, 2);
+  REQUIRE(probed.optimizer.buffers.size() == 1);
+  CHECK(std::all_of(probed.optimizer.buffers[0].begin(), probed.optimizer.buffers[0].begin() + static_cast<std::ptrdiff_t>(body),
+                    [](float v) { return v == 0.0f; }));
+  CHECK(std::any_of(probed.optimizer.buffers[0].begin() + static_cast<std::ptrdiff_t>(body), probed.optimizer.buffers[0].end(),
+                    [](float v) { return v != 0.0f; }));
+  // One probing epoch of two: the second trains every layer (so the checks above can fail).
+  auto lp_ft = probe;
+  lp_ft["head_epochs"] = 1;
+  TempDir lp_ft_dir;
+  REQUIRE(run_mlp(lp_ft, data, Recorder().context(lp_ft, lp_ft_dir.path, 12)).ok());
+  CHECK_FALSE(same_bits(layer_params(final_checkpoint(lp_ft_dir.path), 0), layer_params(src, 0)));
+
+  // body_lr_scale: one plain SGD step (the batch is the whole training set), so each layer moves
+  // by rate x the same gradient: the loaded layers by half as much as at scale 1, the head alike.
+  nlohmann::json step = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.5}, {"momentum", 0.0}, {"batch_size", 4096},
+                         {"epochs", 1}, {"classes", {5, 6, 7}}, {"init_from", src_dir.path}, {"checkpoint", true}};
+  auto half = step;
+  half["body_lr_scale"] = 0.5;
+  TempDir full_dir, half_dir;
+  REQUIRE(run_mlp(step, data, Recorder().context(step, full_dir.path, 12)).ok());
+  auto h = run_mlp(half, data, Recorder().context(half, half_dir.path, 12));
+  REQUIRE_MESSAGE(h.ok(), error_of(h));
+  const Checkpoint full_ckpt = final_checkpoint(full_dir.path), half_ckpt = final_checkpoint(half_dir.path);
+  for (size_t layer = 0; layer < 3; ++layer) {
+    CAPTURE(layer);
+    const std::vector<float> a = layer_params(src, layer), f = layer_params(full_ckpt, layer), g = layer_params(half_ckpt, layer);
+    const double want = layer < 2 ? 0.5 : 1.0;
+    double moved = 0.0;
+    for (size_t i = 0; i < f.size(); ++i) {
+      if (layer == 2) {
+        CHECK(g[i] == f[i]);  // the head: the same fresh start, the same gradient, the full rate
+        continue;
+      }
+      const double df = static_cast<double>(f[i]) - a[i], dg = static_cast<double>(g[i]) - a[i];
+      // To the float rounding of the parameters themselves (their last bit near 1 is 1.2e-7).
+      CHECK(std::abs(dg - want * df) <= 1e-3 * std::abs(df) + 5e-7);
+      moved = std::max(moved, std::abs(df));
+    }
+    if (layer < 2) CHECK(moved > 1e-4);  // the step did move the loaded layers
+  }
+
+  // Bad values are named.
+  auto too_long = probe;
+  too_long["head_epochs"] = 3;
+  auto t = run_mlp(too_long, data, Recorder().context(too_long));
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().message().find("'head_epochs'") != std::string::npos);
+  auto zero = step;
+  zero["body_lr_scale"] = 0.0;
+  auto z = run_mlp(zero, data, Recorder().context(zero));
+  REQUIRE_FALSE(z.ok());
+  CHECK(z.error().message().find("body_lr_scale") != std::string::npos);
+}
+
 TEST_CASE("transfer: a head of the source's size is initialised afresh, not copied") {
   const auto data = synthetic(400, 60, 8, 6);
   nlohmann::json source = {{"kind", "mlp"}, {"hidden", {16}}, {"lr", 0.05}, {"batch_size", 32},

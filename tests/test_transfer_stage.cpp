@@ -290,6 +290,34 @@ TEST_CASE("transfer: baseline twins share the seed and the params, without init_
   CHECK(again->source()->exhausted());
 }
 
+TEST_CASE("transfer: twins train every layer at one rate, whatever LP-FT or body rate the targets use") {
+  Fixture f;
+  auto st = f.stage({{"seeds", 2}, {"baseline", true}, {"classes", {5, 6, 7}}});
+  auto own = std::make_shared<config::CampaignConfig>(*st.own);
+  own->trainer["head_epochs"] = 2;
+  own->trainer["body_lr_scale"] = 0.3;
+  st.own = own;
+  auto stage = f.make(st);
+  CHECK(stage->trainer()["head_epochs"] == 2);  // the targets' refinements come from the trainer
+  require_ok(stage->begin(f.ctx()));
+  auto trials = ask(*stage, 10);
+  REQUIRE(trials.size() == 4);
+  for (int i = 0; i < 2; ++i) {
+    const auto& target = trials[2 * i];
+    const auto& twin = trials[2 * i + 1];
+    CHECK_FALSE(target.params.contains("head_epochs"));
+    CHECK(twin.params["head_epochs"] == 0);
+    CHECK(twin.params["body_lr_scale"] == 1.0);
+  }
+  // Without them in the trainer the twins' params are the targets' (minus init_from, freeze 0).
+  auto plain = f.make(f.stage({{"seeds", 1}, {"baseline", true}}));
+  require_ok(plain->begin(f.ctx()));
+  auto pair = ask(*plain, 2);
+  REQUIRE(pair.size() == 2);
+  CHECK_FALSE(pair[1].params.contains("head_epochs"));
+  CHECK_FALSE(pair[1].params.contains("body_lr_scale"));
+}
+
 TEST_CASE("transfer: a nested search's suggestions go to the sources round-robin") {
   Fixture f;
   auto stage = f.make(f.stage({{"sources", 2}, {"freeze", 1}, {"baseline", true}}, /*nested=*/true));

@@ -101,6 +101,20 @@ std::vector<SettingDecl> classifier_common_setting_specs() {
                "each count): their weights stay exactly as initialised or loaded by init_from. At most the layers "
                "before the output layer.",
        .aliases = {"freeze_layers", "frozen_layers", "num_frozen"}},
+      // LP-FT (Kumar et al. 2022): a new head trained on features that do not move first, so that
+      // the first fine-tuning steps are not driven by a random head's large gradients.
+      {.key = "head_epochs", .type = T::kInt, .default_value = 0, .min = 0, .max = 1000,
+       .help = "Transfer learning, LP-FT (Kumar et al. 2022): the first N epochs train only the output layer (a "
+               "linear probe of the other layers' features), the remaining epochs every layer not frozen; at most "
+               "`epochs`. The learning-rate schedule spans all the epochs. A transfer stage's baseline twins train "
+               "every layer from the first epoch (0).",
+       // No aliases: the transfer stage resets this key by its name on baseline twins.
+      },
+      {.key = "body_lr_scale", .type = T::kFloat, .default_value = 1.0, .min = 0, .max = 1,
+       .help = "Discriminative rates: every layer but the output layer trains at lr x this (a smaller rate for "
+               "transferred layers than for the new head); 1 = one rate for all. A transfer stage's baseline twins "
+               "train at one rate (1).",
+       .min_exclusive = true},  // no aliases either (the twins' reset)
       {.key = "save_predictions", .type = T::kBool, .default_value = true,
        .help = "Save the validation and test class probabilities (val_probs.npy, test_probs.npy), the validation "
                "images' indices (val_indices.npy) and the rows' labels (val_labels.npy, test_labels.npy) in the "

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <numbers>
 #include <numeric>
 
@@ -68,6 +69,11 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   if (s.classes.size() == 1) return r.bad("classes", r.raw("classes"), "[] for every class, or at least 2 classes");
   HPCTUNE_ASSIGN(s.init_from, r.string("init_from"));
   HPCTUNE_ASSIGN(s.freeze, r.integer("freeze"));
+  HPCTUNE_ASSIGN(s.head_epochs, r.integer("head_epochs"));
+  if (s.head_epochs > s.epochs) {
+    return r.bad("head_epochs", r.raw("head_epochs"), "at most 'epochs' (" + std::to_string(s.epochs) + ")");
+  }
+  HPCTUNE_ASSIGN(s.body_lr_scale, r.number("body_lr_scale"));
   return Status::Ok();
 }
 
@@ -301,6 +307,19 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   engine_options.micro_batches = s.micro_batches;
   HPCTUNE_ASSIGN(std::unique_ptr<GradientEngine> engine, make_gradient_engine(net, ctx.group, engine_options));
   nn::Optimizer optimizer(engine->params().size(), s.optimizer);
+  // The optimizer's view of this rank's blocks: while probing (epochs 1..head_epochs) only the
+  // output layer's train; afterwards the others at lr * body_lr_scale. The output layer's blocks
+  // are those at or past its first parameter, on the rank that holds it (a pipeline's last stage).
+  const auto [first_layer, last_layer] = engine->layer_range();
+  const size_t rank_offset = net.param_range(first_layer, last_layer).first;
+  const size_t head_offset = last_layer == net.num_layers() ? net.param_range(last_layer - 1, last_layer).first
+                                                            : std::numeric_limits<size_t>::max();
+  std::vector<nn::ParamBlock> probe_blocks = engine->blocks(), tune_blocks = engine->blocks();
+  for (size_t i = 0; i < tune_blocks.size(); ++i) {
+    if (tune_blocks[i].offset + rank_offset >= head_offset) continue;
+    probe_blocks[i].frozen = true;
+    tune_blocks[i].lr_scale = static_cast<float>(s.body_lr_scale);
+  }
   // Both streams are reseeded at every epoch start from (seed, epoch), so that an epoch's data
   // order and dropout masks do not depend on where the run started (crash resume, a PBT interval).
   const uint64_t shuffle_seed = derive_seed(ctx.seed, kShuffleStream);
@@ -509,7 +528,8 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
                                       ", batch " + std::to_string(batch_no + 1) + "); try a smaller 'lr'");
       }
-      optimizer.step(engine->params(), engine->grads(), engine->blocks(), static_cast<float>(plan.at(step++)));
+      optimizer.step(engine->params(), engine->grads(), epoch <= s.head_epochs ? probe_blocks : tune_blocks,
+                     static_cast<float>(plan.at(step++)));
       train_stats += b;
     }
     const double epoch_train_seconds = seconds_since(epoch_start);

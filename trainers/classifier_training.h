@@ -50,6 +50,10 @@
 //      which PBT raises every interval), end bit-identical to the uninterrupted run. An interval
 //      continued from another member's checkpoint trains that member's weights and optimizer state
 //      on this trial's data order and dropout masks.
+//      Transfer refinements: epochs 1..head_epochs update only the output layer (every other block
+//      is passed to the optimizer as frozen: no update, no change to its optimizer buffers; LP-FT),
+//      and every block outside the output layer updates at lr * body_lr_scale (discriminative
+//      rates). Both work on the optimizer's block list only, so every layout runs them unchanged.
 //      After each epoch: validation, report {val_loss, val_accuracy, train_loss, train_accuracy,
 //      epoch_seconds} at step = epoch (the leader), then the checkpoint (data rank 0 of each stage).
 //   4. Return {val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds,
@@ -137,6 +141,8 @@ struct ClassifierSettings {
   std::vector<int64_t> classes;  // the classes trained on, relabelled 0..k-1 in this order; empty = all
   std::string init_from;         // a checkpoint file or trial directory to start from (transfer); "" = none
   int64_t freeze = 0;            // layers [0, freeze) are not trained
+  int64_t head_epochs = 0;       // epochs 1..head_epochs train only the output layer (LP-FT)
+  double body_lr_scale = 1.0;    // the rate of every layer but the output layer: lr * this
   std::vector<nn::LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
 };
 

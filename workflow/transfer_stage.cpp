@@ -330,6 +330,12 @@ search::Suggestion TransferStage::make_twin(int64_t target_seq) {
   s.params = params_.at(target_seq);
   s.params.erase("init_from");
   s.params["freeze"] = 0;
+  // The target's transfer refinements (LP-FT's head-only epochs, a smaller rate for the loaded
+  // layers) would only hold a from-scratch network back: the twin trains every layer at the full
+  // rate in every epoch, as a plain run from scratch does.
+  for (const auto& [key, plain] : {std::pair<const char*, json>{"head_epochs", 0}, {"body_lr_scale", 1.0}}) {
+    if (s.params.contains(key) || (trainer_.is_object() && trainer_.contains(key))) s.params[key] = plain;
+  }
   s.meta = {{"role", "baseline"}, {"baseline_of", target_seq}, {"seed", target_seed(target.target)}};
   entries_[s.seq] = {true, target.target};
   params_[s.seq] = s.params;

@@ -18,7 +18,9 @@
 // "relation": "transfer_source"}] (none for a checkpoint file); a nested suggestion's own meta
 // ("generation", "parents" as the stage's seqs) is kept.
 // With `baseline: true` every target has a twin right after it: the same params without init_from
-// and with freeze 0, the same "seed", meta "role": "baseline" and "baseline_of": the target's seq.
+// and with freeze 0 (and head_epochs 0, body_lr_scale 1 where the target's trainer has them: a
+// twin trains every layer at one rate throughout), the same "seed", meta "role": "baseline" and
+// "baseline_of": the target's seq.
 // Only the start differs: same data (the stage's trainer settings, with `classes` and
 // `max_train_samples`), same epochs, same seed.
 //
