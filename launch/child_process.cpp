@@ -466,6 +466,12 @@ std::string tail_file(const std::string& path, std::size_t max_lines) {
   return out;
 }
 
+std::string mpirun_name(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  const char* env = std::getenv("HPCTUNE_MPIRUN");
+  return env && *env ? env : "mpirun";
+}
+
 std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks, const MpirunFlags& flags) {
   std::vector<std::string> argv = {mpirun, "-np", std::to_string(ranks), "--bind-to", "none"};
   if (flags.shared_memory_btl) argv.insert(argv.end(), {"--mca", "btl", "self,vader"});

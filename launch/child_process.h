@@ -115,5 +115,7 @@ struct MpirunFlags {
 // `mpirun` is the program found (a path); --bind-to none always (the groups share the cores and
 // size their own threads), --allow-run-as-root when this process is root (containers).
 std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks, const MpirunFlags& flags);
+// The mpirun a group runs: `configured` when given, else $HPCTUNE_MPIRUN, else `mpirun`.
+std::string mpirun_name(const std::string& configured);
 
 }  // namespace hpctune::launch

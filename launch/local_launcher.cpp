@@ -42,11 +42,7 @@ Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions&
   std::vector<std::string> argv;
   const bool mpi = ranks > 1 && !r.trainer_starts_ranks;
   if (mpi) {
-    std::string mpirun = opt.mpirun;
-    if (mpirun.empty()) {
-      const char* env = std::getenv("HPCTUNE_MPIRUN");
-      mpirun = env && *env ? env : "mpirun";
-    }
+    const std::string mpirun = mpirun_name(opt.mpirun);
     const std::string found = find_in_path(mpirun);
     if (found.empty()) {
       return err(Errc::kUnavailable, "resources.ranks asks for " + std::to_string(ranks) + " ranks per group, but '" +

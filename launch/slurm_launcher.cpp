@@ -170,11 +170,7 @@ Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& 
   argv.insert(argv.end(), {"bash", "-c", step_script(opt), "hpctune-step"});
 
   if (ranks > 1 && one_starter(opt) && !r.trainer_starts_ranks) {
-    std::string mpirun = opt.mpirun;
-    if (mpirun.empty()) {
-      const char* env = std::getenv("HPCTUNE_MPIRUN");
-      mpirun = env && *env ? env : "mpirun";
-    }
+    const std::string mpirun = mpirun_name(opt.mpirun);
     const std::string found = find_in_path(mpirun);
     if (found.empty()) {
       return err(Errc::kUnavailable, "resources.slurm.launch mpirun: '" + mpirun +
