@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/system.h"
 #include "config/config.h"
 #include "launch/child_process.h"
 #include "launch/slurm_script.h"
@@ -160,6 +161,14 @@ Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
   }
   HPCTUNE_ASSIGN(auto script, launch::batch_script(spec));
   HPCTUNE_TRY(check_existing_db(spec.db_path));
+  // Said now, not only in the job's output hours later: the master will warn at every start too.
+  if (const std::string fs = network_filesystem(spec.db_path); !fs.empty()) {
+    std::fprintf(stderr,
+                 "hpctune slurm submit: warning: the database %s is on %s, a network file system: SQLite's locks "
+                 "may not span nodes there (README: Storage on a cluster); give --db a path on the batch host's "
+                 "local disk or a node-local path if your site has one that outlives the job\n",
+                 spec.db_path.c_str(), fs.c_str());
+  }
   if (args.dry_run) {
     std::fputs(script.c_str(), stdout);
     return {};
