@@ -104,7 +104,8 @@ std::string job_log(const Campaign& c) {
   std::string files;
   static const std::regex file(" Std(Out|Err)=(\\S+)");
   for (auto it = std::sregex_iterator(job.begin(), job.end(), file); it != std::sregex_iterator(); ++it) {
-    files += " " + (*it)[2].str();
+    files += ' ';
+    files += (*it)[2].str();
   }
   return sh("cat" + (files.empty() ? std::string(" /dev/null") : files) + " 2>/dev/null") +
          "\n--- scontrol show job ---\n" + sh("scontrol -o show job " + c.job);
