@@ -135,6 +135,18 @@ Status finish_stdout() {
   return {};
 }
 
+// Writes `text` to stdout and flushes it (finish_stdout). A text larger than stdio's buffer is
+// written at once, and the reason it failed (errno) is lost by the time of the flush: taken here.
+Status write_stdout(const std::string& text) {
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+    const int e = errno;
+    return err(Errc::kIo, std::string("cannot write the output to standard output: ") +
+                              (e != 0 ? std::strerror(e) : "a write failed"));
+  }
+  return finish_stdout();
+}
+
 // Writes `text` to `path` whole or not at all: into a temporary file in the same directory, then
 // renamed over `path`, so that a failure (a full disk, a quota) leaves no empty or partial file and
 // an existing one untouched. A path that exists and is not a regular file (a FIFO), or one under
@@ -316,11 +328,9 @@ Status cmd_status(const std::string& db, const std::string& format) {
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   HPCTUNE_ASSIGN(report::CampaignStatus st, report::campaign_status(v, unix_now()));
   if (format == "json") {
-    std::printf("%s\n", report::status_json(st).dump(2).c_str());
-    return finish_stdout();
+    return write_stdout(report::status_json(st).dump(2) + "\n");
   }
-  std::fputs(report::status_text(v, st, stdout_width()).c_str(), stdout);
-  return finish_stdout();
+  return write_stdout(report::status_text(v, st, stdout_width()));
 }
 
 Status cmd_schedule(const std::string& db, const std::string& stage, const std::string& format) {
@@ -336,24 +346,17 @@ Status cmd_schedule(const std::string& db, const std::string& stage, const std::
     return err(Errc::kFailed, "pbt stage '" + pbt.name + "': its recorded schedule cannot be replayed: " +
                                   replay.error().message());
   }
-  std::fputs(out.c_str(), stdout);
-  return finish_stdout();
+  return write_stdout(out);
 }
 
 Status cmd_trials(const std::string& db, int64_t top, const std::string& format) {
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   auto ranked = report::rank_trials(v.trials, v.objectives.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
-  if (format == "table") {
-    std::printf("%s", report::trials_table(ranked, v.objectives.columns(), v.front()).c_str());
-  } else if (format == "csv") {
-    std::printf("%s", report::trials_csv(ranked, v.front()).c_str());
-  } else if (format == "json") {
-    std::printf("%s\n", report::trials_json(ranked, v.front()).dump(2).c_str());
-  } else {
-    return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
-  }
-  return finish_stdout();
+  if (format == "table") return write_stdout(report::trials_table(ranked, v.objectives.columns(), v.front()));
+  if (format == "csv") return write_stdout(report::trials_csv(ranked, v.front()));
+  if (format == "json") return write_stdout(report::trials_json(ranked, v.front()).dump(2) + "\n");
+  return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
 }
 
 namespace {
@@ -382,8 +385,7 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
     return err(Errc::kUsage, "--format: '" + format + "' is not one of csv, json");
   }
   if (output.empty() || output == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return finish_stdout();
+    return write_stdout(text);
   }
   HPCTUNE_TRY(write_file_atomically(output, text));
   std::fprintf(stderr, "wrote %zu trials to %s\n", v.trials.size(), output.c_str());
