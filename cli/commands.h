@@ -6,6 +6,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "protocol/transport.h"
@@ -72,6 +73,17 @@ struct SlurmSubmitArgs {
   bool dry_run = false;
 };
 Status cmd_slurm_submit(const SlurmSubmitArgs& args);
+
+// `hpctune dashboard` (cli/dashboard_command.cpp): serves the databases (a directory: its *.db)
+// with the dashboard's read-only API until `interrupt` is set (Ctrl-C). A non-loopback host
+// without --token gets a random one, printed with the URL. kUsage for bad arguments.
+struct DashboardArgs {
+  std::vector<std::string> databases;
+  std::string host = "127.0.0.1";
+  int64_t port = 8080;
+  std::string token;
+};
+Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrupt);
 
 // `transport`: kCurve with the keys the launcher put in the environment (worker::take_worker_curve_keys).
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,

@@ -286,6 +286,18 @@ int main(int argc, char** argv) {
   submit_cmd->add_option("--program", submit.program, "The hpctune the job runs (default: this program's path)");
   submit_cmd->add_flag("--dry-run", submit.dry_run, "Print the script; write and submit nothing");
 
+  DashboardArgs dash;
+  std::string dash_port_text;
+  auto* dash_cmd = app.add_subcommand(
+      "dashboard", "Serve campaign databases read-only as a JSON API (127.0.0.1 only, unless --host and a token)");
+  dash_cmd->add_option("db", dash.databases, "Campaign databases, or directories (each *.db in them)")->required();
+  dash_cmd->add_option("--host", dash.host,
+                       "The address to listen on (default 127.0.0.1; any other needs a token: --token, or one "
+                       "is generated and printed)");
+  dash_cmd->add_option("--port", dash_port_text, "The port, 0..65535 (default 8080; 0 = a free one, printed)")
+      ->type_name("INT");
+  dash_cmd->add_option("--token", dash.token, "The token every request must carry (at least 16 characters)");
+
   std::string master;
   int64_t worker_group = -1;
   int worker_threads = 0;
@@ -413,6 +425,14 @@ int main(int argc, char** argv) {
       if (*account_opt) submit.account = submit_account;
       if (*qos_opt) submit.qos = submit_qos;
       return report(cmd_slurm_submit(submit), "slurm submit");
+    }
+    if (*dash_cmd) {
+      if (!dash_port_text.empty()) {
+        auto p = parse_integer<int64_t>("--port", dash_port_text, 0, 65535);
+        if (!p.ok()) return usage(std::move(p).error(), "dashboard");
+        dash.port = *p;
+      }
+      return report(cmd_dashboard(dash, g_interrupts), "dashboard");
     }
     if (*worker_cmd) {
       if (!worker_transport.ok()) return report(std::move(worker_transport).error(), "worker");

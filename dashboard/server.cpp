@@ -1,0 +1,188 @@
+// The dashboard's HTTP server (server.h): checks in a fixed order before any route runs — the
+// Host header (403), the token (401), the method (405) — then answers with api.h's JSON and the
+// same security headers on every response, errors included.
+#include "dashboard/server.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <exception>
+
+#include <httplib.h>
+
+#include "common/system.h"
+#include "dashboard/api.h"
+#include "report/campaign.h"
+
+namespace hpctune::dashboard {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool is_ipv6(const std::string& host) { return host.find(':') != std::string::npos; }
+
+// host:port as a Host header carries it (IPv6 in brackets).
+std::string host_port(const std::string& host, int port) {
+  return (is_ipv6(host) ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host.empty(); }
+
+// Every response: JSON that no browser may sniff as HTML or script, embed, or cache.
+void write_json(httplib::Response& res, const ApiResponse& api) {
+  res.status = api.status;
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+  res.set_header("X-Frame-Options", "DENY");
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("Cache-Control", "no-store");
+  // Non-ASCII bytes are escaped, so a body is valid UTF-8 whatever a trainer wrote.
+  res.set_content(api.body.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n", "application/json");
+}
+
+// The token a request carries: the Bearer credential, else ?token=. "" when none.
+std::string request_token(const httplib::Request& req) {
+  const std::string auth = req.get_header_value("Authorization");
+  const std::string scheme = "bearer ";
+  if (auth.size() > scheme.size() && lower(auth.substr(0, scheme.size())) == scheme) return auth.substr(scheme.size());
+  if (req.has_param("token")) return req.get_param_value("token");
+  return "";
+}
+
+}  // namespace
+
+bool is_loopback(const std::string& host) {
+  if (lower(host) == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return false;
+}
+
+Result<std::string> generate_token() {
+  unsigned char bytes[32];
+  if (!random_bytes(bytes, sizeof(bytes))) return err(Errc::kIo, "no random source (getrandom, /dev/urandom) for the token");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  // Every byte of the longer string is visited whatever the contents; only the lengths leak.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+Server::Server(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {}
+
+Server::~Server() { stop(); }
+
+Result<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
+  if (options.databases.empty()) return err(Errc::kUsage, "no database to serve");
+  if (options.port < 0 || options.port > 65535) {
+    return err(Errc::kUsage, "--port: " + std::to_string(options.port) + " is out of range (expected 0..65535)");
+  }
+  if (options.host.empty()) return err(Errc::kUsage, "--host: empty");
+  if (!is_loopback(options.host) && options.token.empty()) {
+    return err(Errc::kUsage, "--host " + options.host + " can be reached from other machines: a token is required");
+  }
+  if (!options.token.empty() && options.token.size() < 16) {
+    return err(Errc::kUsage, "--token: at least 16 characters (a guessable token protects nothing)");
+  }
+  for (const auto& db : options.databases) {
+    // Fail at start, not at the first request: each file must hold a campaign.
+    if (auto view = report::open_campaign(db); !view.ok()) {
+      return err(view.error().code(), "'" + db + "': " + view.error().message());
+    }
+  }
+  std::unique_ptr<Server> s(new Server(std::move(options)));
+  auto& http = *s->http_;
+  const auto& o = s->options_;
+  http.set_payload_max_length(o.max_request_bytes);
+  http.set_read_timeout(o.read_timeout_s, 0);
+  http.set_write_timeout(o.write_timeout_s, 0);
+  http.set_keep_alive_timeout(5);
+  http.set_keep_alive_max_count(100);
+  const int threads = std::max(1, o.threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  s->install_handlers();
+  if (o.port == 0) {
+    s->port_ = http.bind_to_any_port(o.host);
+    if (s->port_ <= 0) return err(Errc::kIo, "cannot bind " + o.host + " on a free port");
+  } else {
+    if (!http.bind_to_port(o.host, o.port)) {
+      return err(Errc::kIo, "cannot bind " + host_port(o.host, o.port) + " (in use, or not an address of this machine)");
+    }
+    s->port_ = o.port;
+  }
+  s->allowed_hosts_.push_back(lower(host_port(o.host, s->port_)));
+  if (is_loopback(o.host)) {
+    for (const char* h : {"localhost", "127.0.0.1", "::1"}) s->allowed_hosts_.push_back(host_port(h, s->port_));
+  }
+  if (is_wildcard(o.host)) {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) == 0 && name[0]) s->allowed_hosts_.push_back(lower(host_port(name, s->port_)));
+    for (const char* h : {"localhost", "127.0.0.1"}) s->allowed_hosts_.push_back(host_port(h, s->port_));
+  }
+  std::sort(s->allowed_hosts_.begin(), s->allowed_hosts_.end());
+  s->allowed_hosts_.erase(std::unique(s->allowed_hosts_.begin(), s->allowed_hosts_.end()), s->allowed_hosts_.end());
+  return s;
+}
+
+void Server::install_handlers() {
+  // Everything is decided here, before httplib's own routing: one order of checks for every
+  // method and path.
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const std::string host = lower(req.get_header_value("Host"));
+      if (std::find(allowed_hosts_.begin(), allowed_hosts_.end(), host) == allowed_hosts_.end()) {
+        write_json(res, api_error(403, "Host '" + req.get_header_value("Host") + "' is not this server's address"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (!options_.token.empty() && !constant_time_equal(request_token(req), options_.token)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        write_json(res, api_error(401, "a valid token is required (Authorization: Bearer TOKEN, or ?token=TOKEN)"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.method != "GET" && req.method != "HEAD") {
+        res.set_header("Allow", "GET, HEAD");
+        write_json(res, api_error(405, req.method + " is not allowed: the API is read-only (GET)"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      std::multimap<std::string, std::string> params(req.params.begin(), req.params.end());
+      write_json(res, handle_get(options_.databases, req.path, params));
+    } catch (const std::exception& e) {
+      // An edge: a request never takes the server down.
+      write_json(res, api_error(500, std::string("internal error: ") + e.what()));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  });
+}
+
+Status Server::serve() {
+  if (!http_->listen_after_bind()) return err(Errc::kIo, "the dashboard stopped listening on " + url());
+  return {};
+}
+
+void Server::stop() {
+  if (http_) http_->stop();
+}
+
+std::string Server::url() const { return "http://" + host_port(options_.host, port_) + "/"; }
+
+}  // namespace hpctune::dashboard
