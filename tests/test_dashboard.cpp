@@ -22,6 +22,7 @@
 using namespace hpctune;
 using json = nlohmann::json;
 using hpctune::testing::TempDir;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -212,7 +213,7 @@ TEST_CASE("bad parameters are a 400 naming the parameter") {
 TEST_CASE("unknown paths, paths with '..' and other methods are refused") {
   Running r(local());
   auto c = r.client();
-  for (const char* path : {"/", "/api", "/api/campaign", "/api/campaigns/1/status", "/api/campaigns/x/status",
+  for (std::string path : {"/", "/api", "/api/campaign", "/api/campaigns/1/status", "/api/campaigns/x/status",
                            "/api/campaigns/0/nothing", "/api/campaigns/0/status/more",
                            "/api/campaigns/0/../0/status", "/api/campaigns/0/trials/%2e%2e", "/../etc/passwd"}) {
     CAPTURE(path);
@@ -258,7 +259,7 @@ TEST_CASE("a non-loopback bind needs a token on every route") {
   CHECK(*dashboard::generate_token() != o.token);
   Running r(o);
   auto c = r.client();
-  for (const char* path : {"/api/campaigns", "/api/campaigns/0/status", "/api/campaigns/0/trials",
+  for (std::string path : {"/api/campaigns", "/api/campaigns/0/status", "/api/campaigns/0/trials",
                            "/api/campaigns/0/trials/1", "/api/nothing"}) {
     CAPTURE(path);
     CHECK(get(c, path).first == 401);
@@ -297,4 +298,73 @@ TEST_CASE("constant-time comparison, loopback names and the database arguments")
   o.databases = {dir.file("a.db")};
   o.port = 0;
   CHECK_FALSE(dashboard::Server::bind(o).ok());
+}
+
+TEST_CASE("hpctune dashboard: prints the URL with the real port, serves, stops on Ctrl-C; bad arguments exit 2") {
+  TempDir dir;
+  const std::string log = dir.file("dash.log");
+  auto child = testing::start_hpctune({"dashboard", fixture_db(), "--port", "0"}, log);
+  // The URL line: http://127.0.0.1:PORT/
+  int port = 0;
+  REQUIRE(testing::wait_until(
+      [&] {
+        const std::string text = testing::read_file(log);
+        const std::string prefix = "at http://127.0.0.1:";
+        const auto at = text.find(prefix);
+        if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
+        port = std::atoi(text.c_str() + at + prefix.size());
+        return true;
+      },
+      10s));
+  REQUIRE(port > 0);
+  CHECK(port != 8080);
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5, 0);
+  auto [code, list] = get(c, "/api/campaigns");
+  CHECK(code == 200);
+  CHECK(list["campaigns"][0]["name"] == "dash-1");
+  child.signal(SIGINT);
+  auto st = child.wait_for(5s);
+  REQUIRE(st.has_value());
+  CHECK(st->success());
+
+  // Bad arguments: a usage error (exit 2) with a message, before anything is served.
+  const std::vector<std::vector<std::string>> bad = {
+      {"dashboard", fixture_db(), "--port", "70000"},
+      {"dashboard", fixture_db(), "--port", "-1"},
+      {"dashboard", dir.file("missing.db")},
+      {"dashboard", fixture_db(), "--host", "0.0.0.0", "--port", "0", "--token", "short"},
+      {"dashboard"},
+  };
+  for (const auto& args : bad) {
+    CAPTURE(args.back());
+    auto s = testing::run_hpctune(args, dir.file("bad.log"), 10s);
+    CHECK(s.code == 2);
+    CHECK(testing::read_file(dir.file("bad.log")).find("error") != std::string::npos);
+  }
+
+  // A non-loopback host without --token: one is generated and printed, and it works.
+  const std::string log2 = dir.file("dash2.log");
+  auto open = testing::start_hpctune({"dashboard", fixture_db(), "--host", "0.0.0.0", "--port", "0"}, log2);
+  std::string token;
+  REQUIRE(testing::wait_until(
+      [&] {
+        const std::string text = testing::read_file(log2);
+        const auto at = text.find("?token=TOKEN): ");
+        const auto p = text.find("at http://0.0.0.0:");
+        if (at == std::string::npos || p == std::string::npos || text.find('\n', at) == std::string::npos) return false;
+        token = text.substr(at + 15, text.find('\n', at) - at - 15);
+        port = std::atoi(text.c_str() + p + 18);
+        return true;
+      },
+      10s));
+  CHECK(token.size() == 64);
+  httplib::Client c2("127.0.0.1", port);
+  c2.set_read_timeout(5, 0);
+  CHECK(get(c2, "/api/campaigns").first == 401);
+  CHECK(get(c2, "/api/campaigns", {{"Authorization", "Bearer " + token}}).first == 200);
+  open.signal(SIGINT);
+  auto st2 = open.wait_for(5s);
+  REQUIRE(st2.has_value());
+  CHECK(st2->success());
 }
