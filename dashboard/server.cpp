@@ -172,6 +172,13 @@ void Server::install_handlers() {
     }
     return httplib::Server::HandlerResponse::Handled;
   });
+  // httplib's own refusals (a request line over 8 KB: 414, a malformed request: 400, a body over
+  // the bound: 413) get the same JSON and headers; ours already have a body and are left alone.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    write_json(res, api_error(res.status, "the request was refused (HTTP " + std::to_string(res.status) + ")"));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
 }
 
 Status Server::serve() {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -236,7 +237,30 @@ TEST_CASE("unknown paths, paths with '..' and other methods are refused") {
   auto longer = c.Get(("/api/campaigns?x=" + std::string(10000, 'y')).c_str());
   REQUIRE(longer);
   CHECK(longer->status == 414);
+  CHECK(longer->get_header_value("X-Content-Type-Options") == "nosniff");
+  CHECK(json::parse(longer->body)["error"].is_string());
   CHECK(get(c, "/api/campaigns").first == 200);
+}
+
+TEST_CASE("a directory serves every *.db in it, each at its index") {
+  TempDir dir;
+  for (const char* name : {"a.db", "b.db"}) std::filesystem::copy_file(fixture_db(), dir.file(name));
+  dir.write("notes.txt", "not a database");
+  auto dbs = dashboard::expand_databases({dir.path});
+  REQUIRE(dbs.ok());
+  dashboard::ServerOptions o;
+  o.databases = *dbs;
+  Running r(o);
+  auto c = r.client();
+  auto [code, list] = get(c, "/api/campaigns");
+  REQUIRE(code == 200);
+  REQUIRE(list["campaigns"].size() == 2);
+  CHECK(list["campaigns"][0]["file"] == "a.db");
+  CHECK(list["campaigns"][1]["file"] == "b.db");
+  CHECK(list["campaigns"][1]["trials"]["total"] == kTrials);
+  CHECK(get(c, "/api/campaigns/1/status").first == 200);
+  CHECK(get(c, "/api/campaigns/1/trials/2").first == 200);
+  CHECK(get(c, "/api/campaigns/2/status").first == 404);
 }
 
 TEST_CASE("a Host header that is not the bound address is refused (DNS rebinding)") {
