@@ -16,10 +16,12 @@
 #include <map>
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/endpoint.h"
 #include "config/config.h"
+#include "dashboard/server.h"
 #include "launch/slurm_launcher.h"
 #include "scheduler/master.h"
 #include "workflow/pbt_policy.h"
@@ -241,6 +243,61 @@ void warn_if_network_bind(const char* command, const config::Resources& r) {
     std::fprintf(stderr, "hpctune %s: warning: %s\n", command, network_bind_warning(r.bind).c_str());
 }
 
+// `run --dashboard`: the dashboard's API over the running campaign, on 127.0.0.1 (only this
+// machine: a remote view is `hpctune dashboard DB --host ...`, with its token), served from a thread
+// of its own while the master runs. Started at the first progress report, when the campaign is in
+// its database; a port that cannot be bound is said in the log and the campaign goes on without
+// it. The server's own failure is kept and said when it stops (never lost with its thread).
+class LiveDashboard {
+ public:
+  bool tried = false;
+
+  void start(const std::string& db_path, int64_t port, Console& console) {
+    tried = true;
+    dashboard::ServerOptions o;
+    o.databases = {db_path};
+    o.port = static_cast<int>(port);
+    auto server = dashboard::Server::bind(o);
+    if (!server.ok()) {
+      console.log("dashboard: not started, the campaign goes on without it: " + server.error().message());
+      return;
+    }
+    server_ = std::move(server).value();
+    console.log("dashboard: this campaign's API at " + server_->url() + "api/campaigns/0/status");
+    thread_ = std::thread([this] {
+      Status served;
+      try {
+        served = server_->serve();
+      } catch (const std::exception& e) {
+        served = err(Errc::kFailed, std::string("the dashboard's thread failed: ") + e.what());
+      }
+      served_ = std::move(served);
+      finished_.store(true, std::memory_order_release);
+    });
+  }
+
+  // Stops the server and joins its thread; what serve() returned.
+  Status stop() {
+    if (!server_) return {};
+    // A stop() before serve() has begun listening is lost: ask again until the thread ends.
+    while (!finished_.load(std::memory_order_acquire)) {
+      server_->stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    thread_.join();
+    server_.reset();
+    return served_;
+  }
+
+  ~LiveDashboard() { (void)stop(); }
+
+ private:
+  std::unique_ptr<dashboard::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> finished_{false};
+  Status served_;
+};
+
 // Runs the master with what `run` and `resume` share (the interrupt flag, the test-only fail
 // point, the console, the bind warning) and prints the outcome.
 template <typename Args>
@@ -255,9 +312,17 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
   options.failpoint_hit = args.failpoint_hit;
   Console console;
   options.log = [&](const std::string& line) { console.log(line); };
-  options.progress = [&](const scheduler::Progress& p, double elapsed) { console.progress(p, elapsed); };
+  LiveDashboard live;
+  const std::string db_path = !options.db_path.empty() ? options.db_path : options.config ? options.config->storage : "";
+  options.progress = [&](const scheduler::Progress& p, double elapsed) {
+    // The first report comes once the campaign is in its database: the dashboard can open it.
+    if (args.dashboard_port && !live.tried) live.start(db_path, *args.dashboard_port, console);
+    console.progress(p, elapsed);
+  };
   options.make_stage = workflow::make_stage;
   auto outcome = scheduler::run_master(options);
+  const Status dashboard_status = live.stop();
+  if (!dashboard_status.ok()) console.log("dashboard: " + dashboard_status.error().message());
   console.finish();
   if (!outcome.ok()) return std::move(outcome).error();
   const auto& o = outcome.value();

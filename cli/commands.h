@@ -28,6 +28,9 @@ struct RunArgs {
   std::optional<uint64_t> seed;
   std::optional<std::string> bind;  // --bind (checked by main); else resources.bind
   const std::atomic<int>* preempt = nullptr;  // SIGUSR1 seen (main's handler): MasterOptions::preempt
+  // --dashboard [--dashboard-port P]: the dashboard's API over this campaign on 127.0.0.1:P (0: a
+  // free port) while it runs; nullopt: none.
+  std::optional<int64_t> dashboard_port;
   std::string failpoint;  // test-only
   int64_t failpoint_hit = 1;
 };
@@ -38,6 +41,7 @@ struct ResumeArgs {
   std::optional<int64_t> max_trials;  // a new budget (extends a completed campaign)
   std::optional<std::string> bind;     // --bind; else the campaign's resources.bind
   const std::atomic<int>* preempt = nullptr;  // as RunArgs
+  std::optional<int64_t> dashboard_port;       // as RunArgs
   std::string failpoint;  // test-only
   int64_t failpoint_hit = 1;
 };

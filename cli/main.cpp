@@ -68,6 +68,12 @@ hpctune::Result<T> parse_integer(const std::string& option, const std::string& t
   return value;
 }
 
+// --dashboard-port: 0..65535 ("" = 8080), else a usage error.
+hpctune::Result<int64_t> dashboard_port(const std::string& text) {
+  if (text.empty()) return int64_t{8080};
+  return parse_integer<int64_t>("--dashboard-port", text, 0, 65535);
+}
+
 // --bind: an address the master can listen on (common/endpoint.h), else a usage error.
 hpctune::Status check_bind(const std::string& address) {
   if (auto problem = hpctune::endpoint_problem(address)) return hpctune::err(hpctune::Errc::kUsage, "--bind: " + *problem);
@@ -196,6 +202,12 @@ int main(int argc, char** argv) {
                           "resources.bind; default tcp://127.0.0.1:*, this machine only)";
   std::string run_bind;
   auto* run_bind_opt = run_cmd->add_option("--bind", run_bind, bind_help)->type_name("ADDRESS");
+  const char* dashboard_help = "Serve the dashboard's API over this campaign on 127.0.0.1 while it runs";
+  const char* dashboard_port_help = "The dashboard's port (default 8080; 0 = a free one, printed)";
+  bool run_dashboard = false;
+  std::string run_dashboard_port;
+  run_cmd->add_flag("--dashboard", run_dashboard, dashboard_help);
+  auto* run_dashboard_port_opt = run_cmd->add_option("--dashboard-port", run_dashboard_port, dashboard_port_help)->type_name("PORT");
   auto* fp_opt = run_cmd->add_option("--failpoint", run.failpoint, "Test only: SIGKILL the master at a named point")
                      ->group("");
   run_cmd->add_option("--failpoint-hit", run.failpoint_hit, "Test only: on the n-th pass")->group("");
@@ -214,6 +226,11 @@ int main(int argc, char** argv) {
       "A new budget: more trials than the campaign has so far (extends a completed campaign too)")->type_name("INT");
   std::string resume_bind;
   auto* resume_bind_opt = resume_cmd->add_option("--bind", resume_bind, bind_help)->type_name("ADDRESS");
+  bool resume_dashboard = false;
+  std::string resume_dashboard_port;
+  resume_cmd->add_flag("--dashboard", resume_dashboard, dashboard_help);
+  auto* resume_dashboard_port_opt =
+      resume_cmd->add_option("--dashboard-port", resume_dashboard_port, dashboard_port_help)->type_name("PORT");
   resume_cmd->add_option("--failpoint", resume_fp, "Test only")->group("");
   resume_cmd->add_option("--failpoint-hit", resume_fp_hit, "Test only")->group("");
 
@@ -349,6 +366,11 @@ int main(int argc, char** argv) {
         if (auto s = check_bind(run_bind); !s.ok()) return usage(s, "run");
         run.bind = run_bind;
       }
+      if (run_dashboard || *run_dashboard_port_opt) {
+        auto p = dashboard_port(run_dashboard_port);
+        if (!p.ok()) return usage(std::move(p).error(), "run");
+        run.dashboard_port = *p;
+      }
       run.preempt = &g_preempt;
       int rc = report(cmd_run(run, g_interrupts, interrupted), "run");
       if (rc == kExitInterrupted) return interrupted_exit_code();
@@ -373,6 +395,11 @@ int main(int argc, char** argv) {
       if (*resume_bind_opt) {
         if (auto s = check_bind(resume_bind); !s.ok()) return usage(s, "resume");
         r.bind = resume_bind;
+      }
+      if (resume_dashboard || *resume_dashboard_port_opt) {
+        auto p = dashboard_port(resume_dashboard_port);
+        if (!p.ok()) return usage(std::move(p).error(), "resume");
+        r.dashboard_port = *p;
       }
       r.preempt = &g_preempt;
       int rc = report(cmd_resume(r, g_interrupts, interrupted), "resume");

@@ -3,6 +3,8 @@
 // same security headers on every response, errors included.
 #include "dashboard/server.h"
 
+#include <sys/socket.h>
+
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -121,6 +123,13 @@ Result<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
   const int threads = std::max(1, o.threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s->install_handlers();
+  // httplib's default sets SO_REUSEPORT too: a second server (a second `run --dashboard`, or any
+  // process of this user) could then bind the same port and take half of the connections. Only
+  // SO_REUSEADDR (a restart need not wait for TIME_WAIT), so a port in use is refused.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   if (o.port == 0) {
     s->port_ = http.bind_to_any_port(o.host);
     if (s->port_ <= 0) return err(Errc::kIo, "cannot bind " + o.host + " on a free port");

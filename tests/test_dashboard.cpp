@@ -392,3 +392,52 @@ TEST_CASE("hpctune dashboard: prints the URL with the real port, serves, stops o
   REQUIRE(st2.has_value());
   CHECK(st2->success());
 }
+
+TEST_CASE("run --dashboard serves the running campaign and stops with it; a port in use is said, the campaign goes on") {
+  TempDir dir;
+  const std::string cfg = dir.write("live.yaml",
+                                    "name: live\nobjective: {metric: value, mode: max}\n"
+                                    "search: {algorithm: random, max_trials: 4}\n"
+                                    "space: {value: {type: float, low: 0, high: 1}}\n"
+                                    "trainer: {kind: sleep, seconds: 1.5, steps: 3, metric: value}\n"
+                                    "resources: {groups: 2}\n");
+  const std::string log = dir.file("live.log");
+  auto child = testing::start_hpctune({"run", cfg, "--db", dir.file("live.db"), "--dashboard", "--dashboard-port", "0"}, log);
+  int port = 0;
+  REQUIRE_MESSAGE(testing::wait_until(
+                      [&] {
+                        const std::string text = testing::read_file(log);
+                        const std::string prefix = "API at http://127.0.0.1:";
+                        const auto at = text.find(prefix);
+                        if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
+                        port = std::atoi(text.c_str() + at + prefix.size());
+                        return true;
+                      },
+                      20s),
+                  testing::read_file(log));
+  REQUIRE(port > 0);
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5, 0);
+  auto [code, status] = get(c, "/api/campaigns/0/status");
+  CHECK(code == 200);
+  CHECK(status["campaign"]["name"] == "live");
+  CHECK(status["campaign"]["state"] == "running");  // seen while it runs
+  // While this dashboard holds the port, a second campaign asking for it says so and completes.
+  const std::string log2 = dir.file("busy.log");
+  auto busy = testing::run_hpctune({"run", cfg, "--db", dir.file("busy.db"), "--dashboard-port", std::to_string(port)},
+                                   log2, 60s);
+  CHECK_MESSAGE(busy.code == 0, testing::read_file(log2));
+  CHECK(testing::read_file(log2).find("dashboard: not started, the campaign goes on without it") != std::string::npos);
+  auto st = child.wait_for(60s);
+  REQUIRE(st.has_value());
+  CHECK_MESSAGE(st->success(), testing::read_file(log));
+  // The server stopped with the campaign: its port answers no more.
+  httplib::Client gone("127.0.0.1", port);
+  gone.set_connection_timeout(1, 0);
+  CHECK_FALSE(gone.Get("/api/campaigns"));
+  // A bad port: a usage error before anything runs.
+  auto bad = testing::run_hpctune({"run", cfg, "--db", dir.file("bad.db"), "--dashboard-port", "70000"}, dir.file("bad.log"), 10s);
+  CHECK(bad.code == 2);
+  CHECK(testing::read_file(dir.file("bad.log")).find("--dashboard-port") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("bad.db")));
+}
