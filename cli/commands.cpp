@@ -149,53 +149,6 @@ Status write_stdout(const std::string& text) {
   return finish_stdout();
 }
 
-// Writes `text` to `path` whole or not at all: into a temporary file in the same directory, then
-// renamed over `path`, so that a failure (a full disk, a quota) leaves no empty or partial file and
-// an existing one untouched. A path that exists and is not a regular file (a FIFO), or one under
-// /dev or /proc (/dev/stdout redirected to a file) is written directly: it cannot be replaced.
-Status write_file_atomically(const std::string& path, const std::string& text) {
-  auto write_all = [&](int fd, const std::string& name) -> Status {
-    std::size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return err(Errc::kIo, "cannot write " + name + ": " + std::strerror(errno));
-      done += static_cast<std::size_t>(n);
-    }
-    return {};
-  };
-  struct stat st {};
-  const bool device_name = path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;  // /dev/stdout
-  if ((::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) || device_name) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // after what the shell wrote
-    if (fd < 0) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
-    Status s = write_all(fd, path);
-    if (::close(fd) != 0 && s.ok()) return err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
-    return s;
-  }
-  // Through a symlink, the file it points to is replaced, not the link.
-  std::error_code ec;
-  const std::filesystem::path target =
-      std::filesystem::is_symlink(path, ec) ? std::filesystem::weakly_canonical(path, ec) : std::filesystem::path(path);
-  std::string name = ".";  // not "." + ...: GCC 12's -Wrestrict false positive (PR 105329)
-  name += target.filename().string();
-  name += ".tmp-XXXXXX";
-  std::string tmp = (target.parent_path() / name).string();
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return err(Errc::kIo, "cannot create a file beside " + path + ": " + std::strerror(errno));
-  // mkstemp creates 0600; give the file the mode a plain create would (0666 less the umask).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  Status s = write_all(fd, path);
-  if (s.ok() && ::fchmod(fd, 0666 & ~mask) != 0) s = err(Errc::kIo, "cannot set the mode of " + path + ": " + std::strerror(errno));
-  if (s.ok() && ::fsync(fd) != 0) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
-  if (::close(fd) != 0 && s.ok()) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
-  if (s.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) {
-    s = err(Errc::kIo, "cannot rename " + tmp + " to " + target.string() + ": " + std::strerror(errno));
-  }
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s;
-}
 
 void print_summary(const std::string& db, int64_t top) {
   auto view = report::open_campaign(db);
@@ -367,6 +320,54 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
 }
 
 }  // namespace
+
+// Writes `text` to `path` whole or not at all: into a temporary file in the same directory, then
+// renamed over `path`, so that a failure (a full disk, a quota) leaves no empty or partial file and
+// an existing one untouched. A path that exists and is not a regular file (a FIFO), or one under
+// /dev or /proc (/dev/stdout redirected to a file) is written directly: it cannot be replaced.
+Status write_file_atomically(const std::string& path, const std::string& text) {
+  auto write_all = [&](int fd, const std::string& name) -> Status {
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return err(Errc::kIo, "cannot write " + name + ": " + std::strerror(errno));
+      done += static_cast<std::size_t>(n);
+    }
+    return {};
+  };
+  struct stat st {};
+  const bool device_name = path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;  // /dev/stdout
+  if ((::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) || device_name) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // after what the shell wrote
+    if (fd < 0) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
+    Status s = write_all(fd, path);
+    if (::close(fd) != 0 && s.ok()) return err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+    return s;
+  }
+  // Through a symlink, the file it points to is replaced, not the link.
+  std::error_code ec;
+  const std::filesystem::path target =
+      std::filesystem::is_symlink(path, ec) ? std::filesystem::weakly_canonical(path, ec) : std::filesystem::path(path);
+  std::string name = ".";  // not "." + ...: GCC 12's -Wrestrict false positive (PR 105329)
+  name += target.filename().string();
+  name += ".tmp-XXXXXX";
+  std::string tmp = (target.parent_path() / name).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return err(Errc::kIo, "cannot create a file beside " + path + ": " + std::strerror(errno));
+  // mkstemp creates 0600; give the file the mode a plain create would (0666 less the umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  Status s = write_all(fd, path);
+  if (s.ok() && ::fchmod(fd, 0666 & ~mask) != 0) s = err(Errc::kIo, "cannot set the mode of " + path + ": " + std::strerror(errno));
+  if (s.ok() && ::fsync(fd) != 0) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+  if (::close(fd) != 0 && s.ok()) s = err(Errc::kIo, "cannot write " + path + ": " + std::strerror(errno));
+  if (s.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) {
+    s = err(Errc::kIo, "cannot rename " + tmp + " to " + target.string() + ": " + std::strerror(errno));
+  }
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
 
 Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& interrupted) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));

@@ -78,6 +78,10 @@ struct SlurmSubmitArgs {
 };
 Status cmd_slurm_submit(const SlurmSubmitArgs& args);
 
+// Writes `text` to `path` whole or not at all (a temporary file renamed over it); a FIFO or a path
+// under /dev or /proc is written directly. kIo with the reason.
+Status write_file_atomically(const std::string& path, const std::string& text);
+
 // `hpctune dashboard` (cli/dashboard_command.cpp): serves the databases (a directory: its *.db)
 // with the dashboard's read-only API until `interrupt` is set (Ctrl-C). A non-loopback host
 // without --token gets a random one, printed with the URL. kUsage for bad arguments.

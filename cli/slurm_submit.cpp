@@ -48,20 +48,7 @@ std::pair<int64_t, std::string> nodes_for(const config::CampaignConfig& cfg, boo
   return {best, why};
 }
 
-Result<std::string> this_program() {
-  std::error_code ec;
-  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return err(Errc::kIo, "cannot find this program's path (/proc/self/exe): " + ec.message() + "; give --program");
-  return path.string();
-}
 
-Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return err(Errc::kIo, "cannot write " + path);
-  return {};
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -144,7 +131,9 @@ Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
   spec.db_path = args.db.empty() ? cfg.storage : args.db;
   spec.log_dir = launch::slurm_log_dir(spec.db_path);
   if (args.program.empty()) {
-    HPCTUNE_ASSIGN(spec.program, this_program());
+    auto self = launch::self_program();
+    if (!self.ok()) return std::move(self).error().with_context("give --program");
+    spec.program = *self;
   } else {
     spec.program = args.program;
   }
@@ -178,7 +167,7 @@ Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
   std::filesystem::create_directories(spec.log_dir, ec);
   if (ec) return err(Errc::kIo, "cannot create " + spec.log_dir + ": " + ec.message());
   const std::string script_path = spec.log_dir + "/job.sh";
-  HPCTUNE_TRY(write_text(script_path, script));
+  HPCTUNE_TRY(write_file_atomically(script_path, script));
   ::chmod(script_path.c_str(), 0700);
   HPCTUNE_ASSIGN(auto job_id, submit(script_path, spec.log_dir));
   std::fprintf(stderr, "hpctune slurm submit: job %s (script %s; its output goes to %s/slurm-%s.out)%s\n",

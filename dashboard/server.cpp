@@ -66,29 +66,8 @@ bool is_loopback(const std::string& host) {
   return false;
 }
 
-Result<std::string> generate_token() {
-  unsigned char bytes[32];
-  if (!random_bytes(bytes, sizeof(bytes))) return err(Errc::kIo, "no random source (getrandom, /dev/urandom) for the token");
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
-}
+Result<std::string> generate_token() { return random_hex(32); }
 
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  // Every byte of the longer string is visited whatever the contents; only the lengths leak.
-  const size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
 
 Server::Server(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {}
 
@@ -163,7 +142,7 @@ void Server::install_handlers() {
         write_json(res, api_error(403, "Host '" + req.get_header_value("Host") + "' is not this server's address"));
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (!options_.token.empty() && !constant_time_equal(request_token(req), options_.token)) {
+      if (!options_.token.empty() && !secrets_equal(request_token(req), options_.token)) {
         res.set_header("WWW-Authenticate", "Bearer");
         write_json(res, api_error(401, "a valid token is required (Authorization: Bearer TOKEN, or ?token=TOKEN)"));
         return httplib::Server::HandlerResponse::Handled;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/secrets.h"
 
 namespace httplib {
 class Server;
@@ -33,8 +34,6 @@ bool is_loopback(const std::string& host);
 // A token of 32 random bytes (getrandom) as 64 hex digits.
 Result<std::string> generate_token();
 
-// Equal strings, in a time that depends only on their lengths (not on where they first differ).
-bool constant_time_equal(const std::string& a, const std::string& b);
 
 class Server {
  public:

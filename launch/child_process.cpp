@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include <cerrno>
 #include <cstring>
@@ -464,6 +465,13 @@ std::string tail_file(const std::string& path, std::size_t max_lines) {
   std::string out;
   for (const auto& l : lines) out += l + "\n";
   return out;
+}
+
+Result<std::string> self_program() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return err(Errc::kIo, "cannot find this program's path (/proc/self/exe): " + ec.message());
+  return path.string();
 }
 
 std::string mpirun_name(const std::string& configured) {

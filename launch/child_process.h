@@ -115,6 +115,9 @@ struct MpirunFlags {
 // `mpirun` is the program found (a path); --bind-to none always (the groups share the cores and
 // size their own threads), --allow-run-as-root when this process is root (containers).
 std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks, const MpirunFlags& flags);
+// This program's path (/proc/self/exe): what the launchers start as workers and what a batch
+// script runs. kIo when the system will not say.
+Result<std::string> self_program();
 // The mpirun a group runs: `configured` when given, else $HPCTUNE_MPIRUN, else `mpirun`.
 std::string mpirun_name(const std::string& configured);
 

@@ -15,12 +15,6 @@
 namespace hpctune::launch {
 namespace {
 
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "hpctune" : p.string();
-}
-
 int machine_cores() {
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<int>(n) : 1;
@@ -70,11 +64,13 @@ std::vector<std::string> worker_command(const LocalLauncherOptions& opt, int64_t
 }
 
 namespace {
-
 class LocalLauncher final : public Launcher {
  public:
   explicit LocalLauncher(LocalLauncherOptions options) : opt_(std::move(options)) {
-    if (opt_.program.empty()) opt_.program = self_exe();
+    if (opt_.program.empty()) {
+      auto self = self_program();
+      opt_.program = self.ok() ? *self : "hpctune";  // else found in PATH
+    }
   }
   ~LocalLauncher() override { stop_all(std::chrono::milliseconds(2000)); }
 

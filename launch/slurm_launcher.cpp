@@ -30,11 +30,6 @@ namespace {
 constexpr const char* kMarker = "hpctune: step ";
 constexpr const char* kNodeFailure = "Node failure on ";  // srun's report of a node lost under a step
 
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "hpctune" : p.string();
-}
 
 // Whether the step's program is one process that starts the ranks (mpirun, or a trainer that runs
 // its own): only task 0 runs it.
@@ -278,7 +273,10 @@ namespace {
 class SlurmLauncher final : public Launcher {
  public:
   SlurmLauncher(LocalLauncherOptions options, std::string job) : opt_(std::move(options)), job_(std::move(job)) {
-    if (opt_.program.empty()) opt_.program = self_exe();
+    if (opt_.program.empty()) {
+      auto self = self_program();
+      opt_.program = self.ok() ? *self : "hpctune";  // else found in PATH
+    }
     opt_.slurm.job_id = job_;
   }
   ~SlurmLauncher() override { stop_all(std::chrono::milliseconds(2000)); }
@@ -403,9 +401,10 @@ class SlurmLauncher final : public Launcher {
   struct Step {
     ChildProcess srun;
     std::size_t log_offset = 0;  // the group's log before this step: its marker comes after
-    std::string id;              // "J.S" once the marker was read
-    std::string nodes;           // the step's node list (SLURM's hostlist form)
-    std::chrono::steady_clock::time_point next_look{};  // read_marker's next read of the log
+    // What read_marker() read from the log (a cache, filled by the const state() too):
+    mutable std::string id;      // "J.S" once the marker was read
+    mutable std::string nodes;   // the step's node list (SLURM's hostlist form)
+    mutable std::chrono::steady_clock::time_point next_look{};  // read_marker's next read of the log
   };
 
   std::string log_path(int64_t group) const { return opt_.log_dir + "/group-" + std::to_string(group) + ".log"; }
@@ -418,7 +417,7 @@ class SlurmLauncher final : public Launcher {
     // for each of up to thousands of groups).
     const auto now = std::chrono::steady_clock::now();
     if (now < step.next_look && !force) return false;
-    const_cast<Step&>(step).next_look = now + std::chrono::milliseconds(200);
+    step.next_look = now + std::chrono::milliseconds(200);
     std::ifstream in(log_path(group));
     if (!in) return false;
     in.seekg(static_cast<std::streamoff>(step.log_offset));
@@ -430,9 +429,8 @@ class SlurmLauncher final : public Launcher {
       std::string id, on, nodes;
       words >> id >> on >> nodes;
       if (id.empty() || on != "on") continue;
-      auto& s = const_cast<Step&>(step);  // a cache of what the log says
-      s.id = id;
-      s.nodes = nodes;
+      step.id = id;
+      step.nodes = nodes;
       return true;
     }
     return false;

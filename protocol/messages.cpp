@@ -458,30 +458,4 @@ Result<Message> decode(std::string_view bytes) {
   return from_json(j, t->get<std::string>());
 }
 
-Result<std::string> random_hex(std::size_t bytes) {
-  std::string raw(bytes, '\0');
-  if (!random_bytes(raw.data(), bytes))
-    return err(Errc::kIo, "no random source for a secret (getrandom and /dev/urandom failed)");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes * 2);
-  for (unsigned char c : raw) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 0x0f]);
-  }
-  return out;
-}
-
-bool secrets_equal(std::string_view a, std::string_view b) noexcept {
-  // Every byte of the longer string is looked at, whatever matches: no early exit to time.
-  const std::size_t n = std::max(a.size(), b.size());
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned>(x ^ y);
-  }
-  return diff == 0;
-}
-
 }  // namespace hpctune::protocol

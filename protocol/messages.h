@@ -46,6 +46,7 @@
 
 #include "common/limits.h"
 #include "common/result.h"
+#include "common/secrets.h"
 
 namespace hpctune::protocol {
 
@@ -165,10 +166,8 @@ std::string encode(const Message& message);
 // mistyped or out-of-range field. Never throws, never recurses deeper than kMaxDepth.
 Result<Message> decode(std::string_view bytes);
 
-// `bytes` random bytes from the system's random source (getrandom, else /dev/urandom), as lower-case
-// hex. For secrets: never a search choice, never from the config seed. kIo when no source works.
-Result<std::string> random_hex(std::size_t bytes = 16);
-// Compares two secrets in time that depends only on their lengths, not on where they differ.
-bool secrets_equal(std::string_view a, std::string_view b) noexcept;
+// The campaign secret and launch tokens: common/secrets.h.
+using ::hpctune::random_hex;
+using ::hpctune::secrets_equal;
 
 }  // namespace hpctune::protocol

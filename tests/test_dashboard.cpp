@@ -298,10 +298,10 @@ TEST_CASE("a non-loopback bind needs a token on every route") {
 }
 
 TEST_CASE("constant-time comparison, loopback names and the database arguments") {
-  CHECK(dashboard::constant_time_equal("abc", "abc"));
-  CHECK_FALSE(dashboard::constant_time_equal("abc", "abd"));
-  CHECK_FALSE(dashboard::constant_time_equal("abc", "abcd"));
-  CHECK_FALSE(dashboard::constant_time_equal("", "a"));
+  CHECK(secrets_equal("abc", "abc"));
+  CHECK_FALSE(secrets_equal("abc", "abd"));
+  CHECK_FALSE(secrets_equal("abc", "abcd"));
+  CHECK_FALSE(secrets_equal("", "a"));
   CHECK(dashboard::is_loopback("127.0.0.1"));
   CHECK(dashboard::is_loopback("127.1.2.3"));
   CHECK(dashboard::is_loopback("::1"));
