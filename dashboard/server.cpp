@@ -44,6 +44,8 @@ void write_json(httplib::Response& res, const ApiResponse& api) {
   res.set_header("X-Frame-Options", "DENY");
   res.set_header("Referrer-Policy", "no-referrer");
   res.set_header("Cache-Control", "no-store");
+  for (const auto& [name, value] : api.headers) res.set_header(name, value);
+  if (!api.content_type.empty()) return res.set_content(api.text, api.content_type);  // CSV
   // Non-ASCII bytes are escaped, so a body is valid UTF-8 whatever a trainer wrote.
   res.set_content(api.body.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n", "application/json");
 }
@@ -92,6 +94,7 @@ Result<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
     }
   }
   std::unique_ptr<Server> s(new Server(std::move(options)));
+  s->api_ = std::make_unique<Api>(s->options_.databases);
   auto& http = *s->http_;
   const auto& o = s->options_;
   http.set_payload_max_length(o.max_request_bytes);
@@ -153,7 +156,7 @@ void Server::install_handlers() {
         return httplib::Server::HandlerResponse::Handled;
       }
       std::multimap<std::string, std::string> params(req.params.begin(), req.params.end());
-      write_json(res, handle_get(options_.databases, req.path, params));
+      write_json(res, api_->get(req.path, params));
     } catch (const std::exception& e) {
       // An edge: a request never takes the server down.
       write_json(res, api_error(500, std::string("internal error: ") + e.what()));

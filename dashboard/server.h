@@ -18,6 +18,8 @@ class Server;
 
 namespace hpctune::dashboard {
 
+class Api;
+
 struct ServerOptions {
   std::vector<std::string> databases;  // the files served, in the order of /api/campaigns
   std::string host = "127.0.0.1";
@@ -61,6 +63,7 @@ class Server {
 
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<Api> api_;  // the routes, with each database's snapshot (snapshot.h)
   int port_ = 0;
   std::vector<std::string> allowed_hosts_;
 };
