@@ -1,0 +1,1 @@
+// The dashboard's app (work in progress)
