@@ -118,6 +118,13 @@ async function render(keep = false) {
   if (old) delete old.dataset.ready;
   current = {route, version: versions.get(route.i)};
   renderNav(route);
+  // Opened straight on a campaign's page: learn the names for the nav bar (not waited for).
+  if (route.i !== undefined && !campaignNames.has(route.i)) {
+    api('/api/campaigns').then((d) => {
+      rememberCampaigns(d.campaigns || []);
+      if (token === renderToken) renderNav(route);
+    }).catch(() => {});
+  }
   const ctx = {
     route, i: route.i, id: route.id, query: route.query, api, keep,
     rerender: () => render(true),

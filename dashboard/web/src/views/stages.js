@@ -40,7 +40,7 @@ export default async function stages(ctx) {
                    {label: 'objective', cell: (m) => fmt(m.objective)},
                  ], v.members));
       draws.push(() => draw(el, {
-        grid: {left: 70, right: 70, top: 40, bottom: 50},
+        grid: {left: 70, right: 70, top: 64, bottom: 50},
         legend: {top: 4, left: 10},
         tooltip: {trigger: 'item', formatter: tip((q) => `${q.name}\n${q.seriesName}: ${fmt(q.value)}`)},
         xAxis: {type: 'category', data: [...v.members.map((m) => `#${m.trial}`), 'best single'], name: 'member', nameLocation: 'middle', nameGap: 28},

@@ -8,7 +8,8 @@ export default async function timeline(ctx) {
   const d = await ctx.api(`/api/campaigns/${ctx.i}/timeline`);
   const groups = d.groups || [];
   const bars = d.bars || [];
-  const now = Date.now() / 1000;
+  // A running bar is drawn to the span's end (the server's now), or this browser's now without one.
+  const now = d.span && d.span[1] ? d.span[1] : Date.now() / 1000;
   const groupIds = [...new Set([...groups.map((g) => g.id), ...bars.map((b) => b.group)])].sort((a, b) => a - b);
   const row = new Map(groupIds.map((g, k) => [g, k]));
   const chartEl = chartDiv('timeline');
@@ -36,7 +37,8 @@ export default async function timeline(ctx) {
       const [, s, e, trialId, attempt, running] = q.value;
       return `trial #${trialId} attempt ${attempt}\ngroup ${groupIds[q.value[0]]} · ${q.data.state}\n${duration((e - s) / 1000)}${running ? ' (running)' : ''}`;
     })},
-    xAxis: {type: 'time', name: 'time', nameLocation: 'middle', nameGap: 28, scale: true},
+    xAxis: {type: 'time', name: 'time', nameLocation: 'middle', nameGap: 28, scale: true,
+            min: d.span ? d.span[0] * 1000 : undefined, max: d.span ? d.span[1] * 1000 : undefined},
     yAxis: {type: 'category', data: groupIds.map((g) => `group ${g}`), inverse: true},
     dataZoom: [{type: 'inside', xAxisIndex: 0, filterMode: 'weakFilter'}, {type: 'slider', xAxisIndex: 0, filterMode: 'weakFilter', height: 18, bottom: 6}],
     series: [{
