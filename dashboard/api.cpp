@@ -554,7 +554,8 @@ ApiResponse Api::get(const std::string& path, const QueryParams& params) {
   if (!routes.count(parts[3])) return not_found();
   CampaignSource& source = *sources_[static_cast<size_t>(*index)];
   auto snap = source.snapshot();
-  if (!snap.ok()) return from_error(snap.error());
+  // A served database that cannot be read (deleted, corrupt, no campaign any more): 500, not 404.
+  if (!snap.ok()) return api_error(500, source.path() + ": " + snap.error().message());
   const Snapshot& s = **snap;
   const std::string& route = parts[3];
   if (parts.size() == 5) return trial(s, source, parts[4], params);
