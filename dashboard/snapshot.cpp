@@ -2,9 +2,11 @@
 #include "dashboard/snapshot.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/clock.h"
 #include "report/campaign.h"
+#include "report/status.h"
 
 namespace hpctune::dashboard {
 
@@ -28,13 +30,13 @@ struct ReadTransaction {
 
 const store::TrialRow* Snapshot::find(int64_t id) const {
   auto it = index_.find(id);
-  return it == index_.end() ? nullptr : &trials[it->second];
+  return it == index_.end() ? nullptr : trials[it->second].get();
 }
 
 std::vector<const store::TrialRow*> Snapshot::all_trials() const {
   std::vector<const store::TrialRow*> out;
   out.reserve(trials.size());
-  for (const auto& t : trials) out.push_back(&t);
+  for (const auto& t : trials) out.push_back(t.get());
   return out;
 }
 
@@ -42,7 +44,7 @@ std::vector<const store::TrialRow*> Snapshot::stage_trials(int64_t stage_id) con
   const int64_t first = stages.empty() ? 0 : stages.front().id;
   std::vector<const store::TrialRow*> out;
   for (const auto& t : trials) {
-    if (t.stage_id == stage_id || (t.stage_id == 0 && stage_id == first)) out.push_back(&t);
+    if (t->stage_id == stage_id || (t->stage_id == 0 && stage_id == first)) out.push_back(t.get());
   }
   return out;
 }
@@ -51,7 +53,7 @@ std::vector<const store::TrialRow*> Snapshot::main_trials() const {
   if (main_stage_id == 0) return all_trials();
   std::vector<const store::TrialRow*> out;
   for (const auto& t : trials) {
-    if (t.stage_id == main_stage_id) out.push_back(&t);
+    if (t->stage_id == main_stage_id) out.push_back(t.get());
   }
   return out;
 }
@@ -66,6 +68,40 @@ const store::StageRow* Snapshot::stage(const std::string& name) const {
 std::pair<size_t, size_t> Snapshot::attempts_of(int64_t trial_id) const {
   auto it = attempt_range_.find(trial_id);
   return it == attempt_range_.end() ? std::pair<size_t, size_t>{0, 0} : it->second;
+}
+
+const nlohmann::json& Snapshot::status_json() const {
+  std::call_once(status_once_, [this] {
+    report::CampaignStatus st;
+    st.campaign = campaign;
+    st.stages = stages;
+    for (auto k : store::kTrialStates) st.counts[store::to_string(k)] = 0;
+    for (const auto& t : trials) ++st.counts[store::to_string(t->state)];
+    for (const auto& a : attempts) st.attempts_lost += a.state == "lost";
+    // status_json reads only the stage and state of each trial (trials by stage), and takes the
+    // best of main_trials: light rows and the best one suffice, instead of copying every row.
+    st.trials.reserve(trials.size());
+    for (const auto& t : trials) {
+      store::TrialRow light;
+      light.id = t->id;
+      light.stage_id = t->stage_id;
+      light.state = t->state;
+      st.trials.push_back(std::move(light));
+    }
+    const store::TrialRow* best = nullptr;
+    for (const auto* t : main_trials()) {
+      if (!t->objective || std::isnan(*t->objective) || t->state == store::TrialState::kFailed) continue;
+      if (!best || (objectives.maximize ? *t->objective > *best->objective : *t->objective < *best->objective)) best = t;
+    }
+    if (best) st.main_trials.push_back(*best);
+    st.main_stage = main_stage;
+    st.objectives = objectives.columns();
+    st.maximize = objectives.maximize;
+    if (front()) st.front = pareto;
+    st.now = taken_at;
+    status_ = report::status_json(st);
+  });
+  return status_;
 }
 
 CampaignSource::CampaignSource(std::string db, std::atomic<uint64_t>* counter, std::chrono::milliseconds check_every)
@@ -127,9 +163,9 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
   int64_t after = 0;
   std::vector<int64_t> open_ids;
   if (prev) {
-    after = prev->trials.empty() ? 0 : prev->trials.back().id;
+    after = prev->trials.empty() ? 0 : prev->trials.back()->id;
     for (const auto& t : prev->trials) {
-      if (!store::is_final(t.state)) open_ids.push_back(t.id);
+      if (!store::is_final(t->state)) open_ids.push_back(t->id);
     }
   }
   auto next = std::make_shared<Snapshot>();
@@ -151,11 +187,12 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
     next->index_ = prev->index_;
     for (auto& t : trials) {
       auto it = next->index_.find(t.id);
+      auto row = std::make_shared<const store::TrialRow>(std::move(t));
       if (it != next->index_.end()) {
-        next->trials[it->second] = std::move(t);
+        next->trials[it->second] = std::move(row);
       } else {
-        next->index_[t.id] = next->trials.size();
-        next->trials.push_back(std::move(t));
+        next->index_[row->id] = next->trials.size();
+        next->trials.push_back(std::move(row));
       }
     }
     next->attempts.reserve(prev->attempts.size() + attempts.size());
@@ -166,8 +203,11 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
       if (!reread_id(l.child_trial_id)) next->lineage.push_back(l);
     }
   } else {
-    next->trials = std::move(trials);
-    for (size_t i = 0; i < next->trials.size(); ++i) next->index_[next->trials[i].id] = i;
+    next->trials.reserve(trials.size());
+    for (auto& t : trials) {
+      next->index_[t.id] = next->trials.size();
+      next->trials.push_back(std::make_shared<const store::TrialRow>(std::move(t)));
+    }
   }
   next->attempts.insert(next->attempts.end(), attempts.begin(), attempts.end());
   std::stable_sort(next->attempts.begin(), next->attempts.end(), [](const auto& a, const auto& b) {

@@ -38,7 +38,9 @@ struct Snapshot {
   store::CampaignRow campaign;
   std::vector<store::StageRow> stages;          // by id
   std::vector<store::GroupRow> groups;          // by group id
-  std::vector<store::TrialRow> trials;          // by id
+  // By id. Shared with the snapshots before and after: a refresh copies pointers, and replaces
+  // only the rows it read again.
+  std::vector<std::shared_ptr<const store::TrialRow>> trials;
   std::vector<store::AttemptRow> attempts;      // by trial, attempt
   std::vector<store::LineageRow> lineage;       // by child, parent, relation
   report::Objectives objectives;
@@ -61,10 +63,15 @@ struct Snapshot {
   std::pair<size_t, size_t> attempts_of(int64_t trial_id) const;
   const std::set<int64_t>* front() const { return objectives.several() ? &pareto : nullptr; }
 
+  // What `hpctune status --format json` prints, computed once per snapshot (it copies every row).
+  const nlohmann::json& status_json() const;
+
  private:
   friend class CampaignSource;
   std::unordered_map<int64_t, size_t> index_;                          // trial id -> position
   std::unordered_map<int64_t, std::pair<size_t, size_t>> attempt_range_;  // trial id -> attempts
+  mutable std::once_flag status_once_;
+  mutable nlohmann::json status_;
 };
 
 class CampaignSource {

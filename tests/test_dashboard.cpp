@@ -1,14 +1,21 @@
 // The dashboard's API server (issue 14, acceptance 1): the server runs in this process on a free
-// port against a database made by a real small campaign (the hpctune binary, function trainer),
-// and is queried over HTTP with httplib::Client: every endpoint, pagination, sort and filter, bad
-// parameters, unknown paths, the method, the token on a non-loopback bind and the Host check.
+// port against databases made by real small campaigns (the hpctune binary: random search on
+// branin, a genetic search, two objectives through a command trainer) and by the synthetic writer
+// (tests/synthetic_campaign.h: a workflow with stages, 2,000 trials), and is queried over HTTP with
+// httplib::Client or through dashboard::Api directly: every endpoint, pagination, sort and filters,
+// CSV, bad parameters, unknown paths, the method, the token on a non-loopback bind, the Host check,
+// the change counter after a write, and lineage.
 #include <doctest/doctest.h>
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,7 +24,9 @@
 
 #include "dashboard/api.h"
 #include "dashboard/server.h"
+#include "report/plots.h"
 #include "tests/campaign_fixture.h"
+#include "tests/synthetic_campaign.h"
 #include "tests/temp_dir.h"
 
 using namespace hpctune;
@@ -441,4 +450,597 @@ TEST_CASE("run --dashboard serves the running campaign and stops with it; a port
   CHECK(bad.code == 2);
   CHECK(testing::read_file(dir.file("bad.log")).find("--dashboard-port") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.file("bad.db")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The views of issue 14 (contract: routes and JSON shapes)
+
+namespace {
+
+// A database made by `hpctune run` of `yaml` (once per name for the whole file).
+std::string campaign_db(const std::string& name, const std::string& yaml) {
+  static TempDir dir;
+  static std::map<std::string, std::string> made;
+  if (made.count(name)) return made[name];
+  const std::string config = dir.write(name + ".yaml", yaml);
+  const std::string path = dir.file(name + ".db");
+  auto st = testing::run_hpctune({"run", config, "--db", path}, dir.file(name + ".log"));
+  REQUIRE_MESSAGE(st.code == 0, testing::read_file(dir.file(name + ".log")));
+  return made[name] = path;
+}
+
+// A genetic search: 3 generations of 4 on branin, 5 reports per trial.
+const std::string& genetic_db() {
+  static std::string db = campaign_db("genetic", "name: dash-genetic\nseed: 5\nobjective: {metric: value, mode: min}\n"
+                                                 "search: {algorithm: genetic, max_trials: 12, settings: {population: 4, generations: 3}}\n"
+                                                 "space:\n  x1: {type: float, low: -5, high: 10}\n"
+                                                 "  x2: {type: float, low: 0, high: 15}\n"
+                                                 "trainer: {kind: function, name: branin, steps: 5}\nresources: {groups: 2}\n");
+  return db;
+}
+
+// Two objectives (f1 = x, f2 = (1 - x)² + y, both minimised): a command trainer reports them.
+const std::string& pareto_db() {
+  static TempDir dir;
+  static std::string db = [] {
+    const std::string script = dir.write(
+        "mo.sh", "awk -v x=\"$1\" -v y=\"$2\" 'BEGIN { printf \"hpctune-report {\\\"step\\\": 1, \\\"f1\\\": %.6f, "
+                 "\\\"f2\\\": %.6f}\\n\", x, (1 - x) * (1 - x) + y }'\n");
+    return campaign_db("pareto", "name: dash-mo\nseed: 2\nobjectives:\n  - {metric: f1, mode: min}\n"
+                                 "  - {metric: f2, mode: min}\nsearch: {algorithm: random, max_trials: 12}\n"
+                                 "space:\n  x: {type: float, low: 0, high: 1}\n  y: {type: float, low: 0, high: 1}\n"
+                                 "trainer: {kind: command, command: \"sh " + script + " {x} {y}\"}\nresources: {groups: 2}\n");
+  }();
+  return db;
+}
+
+// A workflow with stages (search -> ensemble, transfer, pbt), written by the synthetic writer.
+const std::string& stages_db() {
+  static TempDir dir;
+  static std::string db = [] {
+    testing::SyntheticOptions o;
+    o.name = "dash-stages";
+    o.population = 20;
+    o.with_stages = true;
+    o.running = 3;
+    const std::string path = dir.file("stages.db");
+    auto st = testing::make_synthetic_campaign(path, 60, 5, 11, o);
+    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+    return path;
+  }();
+  return db;
+}
+
+// GET through the Api directly (no sockets): status and body.
+std::pair<int, json> api_get(dashboard::Api& api, const std::string& path, const dashboard::QueryParams& params = {}) {
+  auto r = api.get(path, params);
+  if (!r.content_type.empty()) return {r.status, json(r.text)};
+  return {r.status, r.body};
+}
+
+std::set<int64_t> ids_of(const json& trials) {
+  std::set<int64_t> out;
+  for (const auto& t : trials) out.insert(t["trial"].get<int64_t>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("overview: counts, budget, best and stages agree with the trials") {
+  dashboard::Api api({fixture_db(), stages_db()});
+  auto [code, o] = api_get(api, "/api/campaigns/0/overview");
+  REQUIRE(code == 200);
+  CHECK(o["name"] == "dash-1");
+  CHECK(o["state"] == "completed");
+  CHECK(o["algorithm"] == "random");
+  CHECK(o["objectives"] == json::array({{{"metric", "value"}, {"mode", "min"}}}));
+  CHECK(o["trials"]["total"] == kTrials);
+  CHECK(o["trials"]["by_state"]["done"] == kTrials);
+  CHECK(o["budget"]["max_trials"] == kTrials);
+  CHECK(o["budget"]["finished"] == kTrials);
+  CHECK(o["budget"]["fraction"].get<double>() == doctest::Approx(1.0));
+  CHECK(o["eta_s"].is_null());  // finished
+  CHECK(o["elapsed_s"].get<double>() >= 0);
+  auto [c2, ranked] = api_get(api, "/api/campaigns/0/trials", {{"sort", "rank"}, {"limit", "1"}});
+  REQUIRE(c2 == 200);
+  CHECK(o["best"]["trial"] == ranked["trials"][0]["trial"]);
+  CHECK(o["best"]["objective"] == ranked["trials"][0]["objective"]);
+  CHECK(o["best"]["params"].contains("x1"));
+  CHECK(o["stages"].is_array());
+  CHECK(o["version"].get<uint64_t>() >= 1);
+
+  // A running workflow: an ETA, the stages with their trials by state and summaries.
+  auto [c3, w] = api_get(api, "/api/campaigns/1/overview");
+  REQUIRE(c3 == 200);
+  CHECK(w["state"] == "running");
+  CHECK(w["eta_s"].is_number());
+  CHECK(w["eta_s"].get<double>() > 0);
+  REQUIRE(w["stages"].size() == 4);
+  CHECK(w["stages"][0]["name"] == "search");
+  CHECK(w["stages"][0]["trials"]["running"] == 3);
+  CHECK(w["stages"][1]["kind"] == "ensemble");
+  CHECK(w["stages"][1]["state"] == "completed");
+  CHECK(w["stages"][1]["summary"].get<std::string>().find("greedy") != std::string::npos);
+  // The main trials are the search stage's: the budget counts those only.
+  CHECK(w["budget"]["finished"] == 57);
+  CHECK(w["trials"]["total"] == 60 + 4 + 8);
+}
+
+TEST_CASE("history: trials with an objective in finish order, the best so far, downsampling keeps improvements") {
+  dashboard::Api api({genetic_db()});
+  auto [code, h] = api_get(api, "/api/campaigns/0/history");
+  REQUIRE(code == 200);
+  CHECK(h["objective"] == "value");
+  CHECK(h["mode"] == "min");
+  const json& p = h["points"];
+  const size_t n = p["trial"].size();
+  CHECK(n == h["total"].get<size_t>());
+  CHECK(n == h["shown"].get<size_t>());
+  REQUIRE(n >= 8);
+  double best = 1e300;
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(p["number"][i] == i + 1);
+    best = std::min(best, p["value"][i].get<double>());
+    CHECK(p["best"][i].get<double>() == best);
+    if (i > 0) CHECK(p["finished_at"][i].get<double>() >= p["finished_at"][i - 1].get<double>());
+  }
+  // Three points: every improvement is kept even past max_points.
+  auto [c2, few] = api_get(api, "/api/campaigns/0/history", {{"max_points", "3"}});
+  REQUIRE(c2 == 200);
+  CHECK(few["total"] == n);
+  CHECK(few["shown"].get<size_t>() >= 1);
+  CHECK(few["points"]["best"].back() == p["best"].back());
+  CHECK(std::find(few["points"]["value"].begin(), few["points"]["value"].end(), json(best)) != few["points"]["value"].end());
+}
+
+TEST_CASE("generations: box statistics per generation of a genetic search; none for a random search") {
+  dashboard::Api api({genetic_db(), fixture_db()});
+  auto [code, g] = api_get(api, "/api/campaigns/0/generations");
+  REQUIRE(code == 200);
+  REQUIRE(g["generations"].size() >= 2);
+  auto [tc, all] = api_get(api, "/api/campaigns/0/trials", {{"limit", "1000"}});
+  REQUIRE(tc == 200);
+  int64_t total = 0;
+  for (const auto& box : g["generations"]) {
+    total += box["n"].get<int64_t>();
+    CHECK(box["min"].get<double>() <= box["q1"].get<double>());
+    CHECK(box["q1"].get<double>() <= box["median"].get<double>());
+    CHECK(box["median"].get<double>() <= box["q3"].get<double>());
+    CHECK(box["q3"].get<double>() <= box["max"].get<double>());
+    // The best trial of the generation has its minimum (minimised).
+    double v = 0;
+    for (const auto& t : all["trials"]) {
+      if (t["trial"] == box["best_trial"]) v = t["objective"].get<double>();
+    }
+    CHECK(v == box["min"].get<double>());
+    auto [fc, in_gen] = api_get(api, "/api/campaigns/0/trials", {{"generation", std::to_string(box["generation"].get<int64_t>())}});
+    REQUIRE(fc == 200);
+    CHECK(in_gen["total"] == box["n"]);
+  }
+  CHECK(total == all["total"].get<int64_t>());
+  auto [c2, none] = api_get(api, "/api/campaigns/1/generations");
+  REQUIRE(c2 == 200);
+  CHECK(none["generations"].empty());
+}
+
+TEST_CASE("params: the space's parameters and each trial's values, downsampled keeping the best") {
+  dashboard::Api api({fixture_db()});
+  auto [code, p] = api_get(api, "/api/campaigns/0/params");
+  REQUIRE(code == 200);
+  CHECK(p["total"] == kTrials);
+  CHECK(p["shown"] == kTrials);
+  REQUIRE(p["params"].size() == 2);
+  CHECK(p["params"][0]["name"] == "x1");
+  CHECK(p["params"][0]["type"] == "float");
+  CHECK(p["params"][0]["low"] == -5.0);
+  CHECK(p["params"][0]["high"] == 10.0);
+  CHECK(p["params"][0]["log"] == false);
+  CHECK(p["params"][0]["choices"].is_null());
+  CHECK(p["points"].size() == kTrials);
+  CHECK(p["points"][0]["params"].contains("x2"));
+  auto [c2, few] = api_get(api, "/api/campaigns/0/params", {{"max_points", "5"}});
+  REQUIRE(c2 == 200);
+  CHECK(few["total"] == kTrials);
+  CHECK(few["shown"] == 5);
+  REQUIRE(few["points"].size() == 5);
+  auto [c3, overview] = api_get(api, "/api/campaigns/0/overview");
+  CHECK(ids_of(few["points"]).count(overview["best"]["trial"].get<int64_t>()) == 1);  // the best is kept
+
+  // A space of floats, log floats, an int and a categorical.
+  dashboard::Api s({stages_db()});
+  auto [c4, sp] = api_get(s, "/api/campaigns/0/params");
+  REQUIRE(c4 == 200);
+  std::map<std::string, json> by_name;
+  for (const auto& q : sp["params"]) by_name[q["name"].get<std::string>()] = q;
+  REQUIRE(by_name.size() == 6);
+  CHECK(by_name["lr"]["log"] == true);
+  CHECK(by_name["layers"]["type"] == "int");
+  CHECK(by_name["optimizer"]["type"] == "categorical");
+  CHECK(by_name["optimizer"]["choices"] == json::array({"sgd", "adam", "rmsprop"}));
+}
+
+TEST_CASE("importance: PED-ANOVA names itself, sums to 1, and finds the parameter that drives the objective") {
+  dashboard::Api api({stages_db(), fixture_db()});
+  auto [code, imp] = api_get(api, "/api/campaigns/0/importance");
+  REQUIRE(code == 200);
+  CHECK(imp["method"].get<std::string>().find("PED-ANOVA") != std::string::npos);
+  CHECK(imp["n_trials"].get<int64_t>() >= 50);
+  REQUIRE(imp["importances"].size() == 6);
+  double sum = 0;
+  for (const auto& i : imp["importances"]) sum += i["importance"].get<double>();
+  CHECK(sum == doctest::Approx(1.0));
+  CHECK(imp["importances"][0]["param"] == "lr");  // the synthetic objective is mostly lr's
+  for (size_t k = 1; k < imp["importances"].size(); ++k) {
+    CHECK(imp["importances"][k - 1]["importance"].get<double>() >= imp["importances"][k]["importance"].get<double>());
+  }
+  auto [c2, small] = api_get(api, "/api/campaigns/1/importance");
+  REQUIRE(c2 == 200);
+  CHECK(small["n_trials"] == kTrials);
+  CHECK(small["importances"].size() == 2);
+}
+
+TEST_CASE("curves: reports per trial, the chosen trials, the metric; each curve at most 200 points") {
+  dashboard::Api api({genetic_db(), stages_db()});
+  auto [code, c] = api_get(api, "/api/campaigns/0/curves");
+  REQUIRE(code == 200);
+  CHECK(c["metric"] == "value");
+  CHECK(std::find(c["metrics"].begin(), c["metrics"].end(), json("value")) != c["metrics"].end());
+  REQUIRE_FALSE(c["trials"].empty());
+  int best = 0;
+  for (const auto& t : c["trials"]) {
+    CHECK(t["steps"].size() == t["values"].size());
+    CHECK(t["steps"].size() == 5);
+    CHECK(t["pruned"] == false);
+    best += t["best"].get<bool>();
+  }
+  CHECK(best == 1);
+  auto [c2, two] = api_get(api, "/api/campaigns/0/curves", {{"trials", "2,1"}, {"max_trials", "1"}});
+  REQUIRE(c2 == 200);
+  CHECK(ids_of(two["trials"]) == std::set<int64_t>{1, 2});
+  auto [c3, few] = api_get(api, "/api/campaigns/0/curves", {{"max_trials", "2"}});
+  REQUIRE(c3 == 200);
+  CHECK(few["trials"].size() == 2);
+  // Running trials are always drawn, pruned ones marked.
+  auto [c4, live] = api_get(api, "/api/campaigns/1/curves", {{"metric", "loss"}, {"max_trials", "10"}});
+  REQUIRE(c4 == 200);
+  CHECK(live["metric"] == "loss");
+  int running = 0;
+  for (const auto& t : live["trials"]) {
+    running += t["state"] == "running";
+    CHECK(t["pruned"] == (t["state"] == "pruned"));
+  }
+  CHECK(running == 3);
+  CHECK(api_get(api, "/api/campaigns/0/curves", {{"metric", "nope"}}).first == 400);
+  CHECK(api_get(api, "/api/campaigns/0/curves", {{"trials", "1,999"}}).first == 400);
+}
+
+TEST_CASE("pareto: the non-dominated trials of two objectives; a single objective has none") {
+  dashboard::Api api({pareto_db(), fixture_db()});
+  auto [code, p] = api_get(api, "/api/campaigns/0/pareto");
+  REQUIRE(code == 200);
+  CHECK(p["objectives"] == json::array({{{"metric", "f1"}, {"mode", "min"}}, {{"metric", "f2"}, {"mode", "min"}}}));
+  REQUIRE(p["points"].size() == 12);
+  REQUIRE_FALSE(p["front"].empty());
+  const std::set<int64_t> front = p["front"].get<std::set<int64_t>>();
+  for (const auto& a : p["points"]) {
+    bool dominated = false;
+    for (const auto& b : p["points"]) {
+      const double a1 = a["values"][0], a2 = a["values"][1], b1 = b["values"][0], b2 = b["values"][1];
+      dominated = dominated || (b1 <= a1 && b2 <= a2 && (b1 < a1 || b2 < a2));
+    }
+    CHECK(a["on_front"] == !dominated);
+    CHECK(front.count(a["trial"].get<int64_t>()) == (dominated ? 0u : 1u));
+  }
+  // The CLI's recorded front is the same set.
+  auto [sc, status] = api_get(api, "/api/campaigns/0/status");
+  REQUIRE(sc == 200);
+  CHECK(status["pareto_front"].get<std::set<int64_t>>() == front);
+  auto [c2, few] = api_get(api, "/api/campaigns/0/pareto", {{"max_points", "1"}});
+  REQUIRE(c2 == 200);
+  CHECK(few["points"].size() == front.size());  // the front is always kept
+  auto [c3, single] = api_get(api, "/api/campaigns/1/pareto");
+  REQUIRE(c3 == 200);
+  CHECK(single["objectives"].size() == 1);
+  CHECK(single["front"].empty());
+  CHECK(single["points"].empty());
+  CHECK(single["note"].is_string());
+}
+
+TEST_CASE("timeline: one bar per attempt on its group, the span, utilization") {
+  dashboard::Api api({fixture_db(), stages_db()});
+  auto [code, t] = api_get(api, "/api/campaigns/0/timeline");
+  REQUIRE(code == 200);
+  REQUIRE(t["bars"].size() == kTrials);
+  REQUIRE(t["groups"].size() == 2);
+  const double t0 = t["span"][0], t1 = t["span"][1];
+  CHECK(t1 >= t0);
+  for (const auto& b : t["bars"]) {
+    CHECK(b["attempt"] == 1);
+    CHECK((b["group"] == 0 || b["group"] == 1));
+    CHECK(b["start"].get<double>() >= t0);
+    CHECK(b["end"].get<double>() <= t1);
+    CHECK(b["state"] == "done");
+  }
+  CHECK(t["utilization"].get<double>() > 0);
+  CHECK(t["utilization"].get<double>() <= 100.0 + 1e-9);
+  CHECK(t["truncated"] == false);
+
+  auto [c2, w] = api_get(api, "/api/campaigns/1/timeline", {{"max_bars", "10"}});
+  REQUIRE(c2 == 200);
+  CHECK(w["groups"].size() == 16);
+  CHECK(w["groups"][0]["backend"] == "local");
+  CHECK(w["bars"].size() == 10);
+  CHECK(w["truncated"] == true);
+  // The latest bars are kept; running attempts have no end (drawn to now).
+  auto [c3, full] = api_get(api, "/api/campaigns/1/timeline");
+  REQUIRE(c3 == 200);
+  CHECK(full["truncated"] == false);
+  REQUIRE(full["bars"].size() == 72);
+  std::vector<double> starts;
+  int open = 0;
+  for (const auto& b : full["bars"]) {
+    starts.push_back(b["start"]);
+    open += b["end"].is_null();
+  }
+  CHECK(open == 3);
+  std::sort(starts.begin(), starts.end());
+  for (const auto& b : w["bars"]) CHECK(b["start"].get<double>() >= starts[starts.size() - 10]);
+}
+
+TEST_CASE("stages: ensemble members, transfer pairs and the pbt tree; stage filters and unknown stages") {
+  dashboard::Api api({stages_db()});
+  auto [code, s] = api_get(api, "/api/campaigns/0/stages");
+  REQUIRE(code == 200);
+  REQUIRE(s["stages"].size() == 4);
+  const json& blend = s["stages"][1];
+  CHECK(blend["kind"] == "ensemble");
+  CHECK(blend["result"]["method"] == "greedy");
+  REQUIRE(blend["view"]["members"].size() == 3);
+  CHECK(blend["view"]["members"][0]["weight"].get<double>() == doctest::Approx(0.5));
+  CHECK(blend["view"]["members"][0]["objective"].is_number());
+  CHECK(blend["view"]["ensemble"]["test_accuracy"] == 0.96);
+  CHECK(blend["view"]["best_single"]["trial"] == blend["view"]["members"][0]["trial"]);
+  const json& transfer = s["stages"][2];
+  REQUIRE(transfer["view"]["pairs"].size() == 2);
+  for (const auto& p : transfer["view"]["pairs"]) {
+    CHECK(p["baseline"].get<int64_t>() == p["target"].get<int64_t>() + 1);
+    CHECK(p["target_value"].is_number());
+  }
+  CHECK(transfer["view"]["mean_target"].is_number());
+  const json& pbt = s["stages"][3];
+  REQUIRE(pbt["view"]["tree"].size() == 8);
+  int exploits = 0;
+  for (const auto& n : pbt["view"]["tree"]) exploits += n["relation"] == "exploit";
+  CHECK(exploits == 4);
+
+  auto [c2, search] = api_get(api, "/api/campaigns/0/trials", {{"stage", "search"}, {"limit", "1"}});
+  REQUIRE(c2 == 200);
+  CHECK(search["total"] == 60);
+  CHECK(search["trials"][0]["stage"] == "search");
+  auto [c3, tr] = api_get(api, "/api/campaigns/0/history", {{"stage", "transfer"}});
+  REQUIRE(c3 == 200);
+  CHECK(tr["total"] == 4);
+  auto [c4, bad] = api_get(api, "/api/campaigns/0/history", {{"stage", "nope"}});
+  CHECK(c4 == 400);
+  CHECK(bad["error"].get<std::string>().rfind("stage:", 0) == 0);
+  CHECK(bad["error"].get<std::string>().find("search, blend, transfer, pbt") != std::string::npos);
+  auto [c5, pg] = api_get(api, "/api/campaigns/0/generations", {{"stage", "pbt"}});
+  REQUIRE(c5 == 200);
+  CHECK(pg["generations"].size() == 2);
+  // Every trial by default in the list, the main stage's in the views.
+  auto [c6, every] = api_get(api, "/api/campaigns/0/trials", {{"limit", "1"}});
+  CHECK(every["total"] == 72);
+  auto [c7, list] = api_get(api, "/api/campaigns");
+  REQUIRE(list["campaigns"][0]["stages"].size() == 4);
+  CHECK(list["campaigns"][0]["stages"][3] == json{{"name", "pbt"}, {"kind", "pbt"}, {"state", "running"}});
+}
+
+TEST_CASE("trials: filters by stage, generation and text; lineage parents and children") {
+  dashboard::Api api({genetic_db()});
+  auto [code, all] = api_get(api, "/api/campaigns/0/trials", {{"limit", "1000"}});
+  REQUIRE(code == 200);
+  const json& first = all["trials"][0];
+  CHECK(first.contains("stage"));
+  CHECK(first["stage"] == "search");  // the implicit single stage
+  CHECK(first.contains("generation"));
+  CHECK(first.contains("group"));
+  CHECK(first["parents"].is_array());
+  // A child of a later generation names its parents; each parent lists it as a child.
+  const json* child = nullptr;
+  for (const auto& t : all["trials"]) {
+    if (!t["parents"].empty()) child = &t;
+  }
+  REQUIRE(child != nullptr);
+  CHECK((*child)["generation"].get<int64_t>() >= 1);
+  const int64_t child_id = (*child)["trial"];
+  auto [dc, detail] = api_get(api, "/api/campaigns/0/trials/" + std::to_string(child_id));
+  REQUIRE(dc == 200);
+  REQUIRE_FALSE(detail["lineage"]["parents"].empty());
+  const int64_t parent = detail["lineage"]["parents"][0]["trial"];
+  CHECK(detail["lineage"]["parents"][0]["relation"] == "parent");
+  auto [pc, pdetail] = api_get(api, "/api/campaigns/0/trials/" + std::to_string(parent));
+  REQUIRE(pc == 200);
+  bool listed = false;
+  for (const auto& k : pdetail["lineage"]["children"]) listed = listed || k["trial"] == child_id;
+  CHECK(listed);
+
+  // q: a substring of the params JSON (case-insensitive), or "#<id>".
+  auto [qc, byid] = api_get(api, "/api/campaigns/0/trials", {{"q", "#" + std::to_string(child_id)}});
+  REQUIRE(qc == 200);
+  CHECK(ids_of(byid["trials"]).count(child_id) == 1);
+  auto [q2, byname] = api_get(api, "/api/campaigns/0/trials", {{"q", "X1"}});
+  CHECK(byname["total"] == all["total"]);
+  auto [q3, none] = api_get(api, "/api/campaigns/0/trials", {{"q", "no such text"}});
+  CHECK(none["total"] == 0);
+  auto [q4, g0] = api_get(api, "/api/campaigns/0/trials", {{"generation", "0"}, {"sort", "generation"}});
+  CHECK(g0["total"] == 4);
+}
+
+TEST_CASE("trials as CSV: every matching row, the contract's columns, formulas defused") {
+  TempDir dir;
+  testing::SyntheticOptions o;
+  o.name = "csv test";
+  o.running = 1;
+  const std::string db = dir.file("csv.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 30, 2, 3, o).ok());
+  {
+    // A trial whose parameter value is a formula.
+    auto w = store::Store::open(db);
+    REQUIRE(w.ok());
+    store::TrialRow t;
+    t.campaign_id = 1;
+    t.seq = 1000;
+    t.params = {{"optimizer", "=HYPERLINK(\"http://x\")"}, {"lr", -0.5}};
+    t.created_at = unix_now();
+    REQUIRE((*w)->insert_trial(t).ok());
+  }
+  dashboard::ServerOptions so;
+  so.databases = {db};
+  Running r(so);
+  auto c = r.client();
+  auto res = c.Get("/api/campaigns/0/trials?format=csv&sort=trial");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Content-Type").rfind("text/csv", 0) == 0);
+  CHECK(res->get_header_value("Content-Disposition") == "attachment; filename=\"csv_test-trials.csv\"");
+  CHECK(res->get_header_value("X-Content-Type-Options") == "nosniff");
+  const auto lines = [&] {
+    std::vector<std::string> out;
+    std::istringstream in(res->body);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }();
+  REQUIRE(lines.size() == 1 + 31);  // every row, no page
+  CHECK(lines[0].rfind("trial,seq,stage,generation,state,attempt,group,created_at,started_at,finished_at,seconds,objective,params.", 0) == 0);
+  CHECK(lines[0].find("metrics.val_accuracy") != std::string::npos);
+  CHECK(lines.back().find(",\"'=HYPERLINK(\"\"http://x\"\")\"") != std::string::npos);
+  CHECK(lines.back().find(",-0.5") != std::string::npos);  // a number is not text: no quote
+  auto filtered = c.Get("/api/campaigns/0/trials?format=csv&state=running");
+  REQUIRE(filtered);
+  CHECK(std::count(filtered->body.begin(), filtered->body.end(), '\n') == 2);
+  CHECK(get(c, "/api/campaigns/0/trials?format=xml").first == 400);
+  CHECK(report::csv_field("=1+2") == "'=1+2");
+  CHECK(report::csv_field("+1") == "'+1");
+  CHECK(report::csv_field("-1") == "'-1");
+  CHECK(report::csv_field("@SUM(A1)") == "'@SUM(A1)");
+  CHECK(report::csv_field("a,b") == "\"a,b\"");
+  CHECK(report::csv_field("plain") == "plain");
+}
+
+TEST_CASE("the snapshot follows the writer: new trials, trials that finished, the change counter") {
+  TempDir dir;
+  testing::SyntheticOptions o;
+  o.running = 2;
+  const std::string db = dir.file("live.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 20, 3, 9, o).ok());
+  dashboard::Api api({db}, std::chrono::milliseconds(0));
+  auto [c0, ch0] = api_get(api, "/api/changes");
+  REQUIRE(c0 == 200);
+  const uint64_t v0 = ch0["version"];
+  CHECK(ch0["campaigns"][0]["version"] == v0);
+  CHECK(ch0["campaigns"][0]["state"] == "running");
+  auto [c1, before] = api_get(api, "/api/campaigns/0/trials", {{"state", "running"}});
+  REQUIRE(before["total"] == 2);
+  const int64_t running_id = before["trials"][0]["trial"];
+  // Nothing written: the version stays.
+  CHECK(api_get(api, "/api/changes", {{"since", std::to_string(v0)}}).second["version"] == v0);
+
+  auto opened = store::Store::open(db);
+  REQUIRE(opened.ok());
+  auto& w = **opened;
+  REQUIRE(w.finish_trial(running_id, 1, store::TrialState::kDone, {{"val_accuracy", 0.99}}, 0.99, 3, "", unix_now()).ok());
+  store::TrialRow t;
+  t.campaign_id = 1;
+  t.seq = 20;
+  t.params = {{"lr", 0.01}};
+  t.created_at = unix_now();
+  auto new_id = w.insert_trial(t);
+  REQUIRE(new_id.ok());
+
+  auto [c2, ch] = api_get(api, "/api/changes", {{"since", std::to_string(v0)}});
+  REQUIRE(c2 == 200);
+  CHECK(ch["version"].get<uint64_t>() > v0);
+  CHECK(ch["campaigns"][0]["version"] == ch["version"]);
+  auto [c3, after] = api_get(api, "/api/campaigns/0/trials", {{"limit", "1000"}});
+  CHECK(after["total"] == 21);
+  for (const auto& tr : after["trials"]) {
+    if (tr["trial"] == running_id) {
+      CHECK(tr["state"] == "done");
+      CHECK(tr["objective"] == 0.99);
+    }
+  }
+  CHECK(after["trials"].back()["trial"] == *new_id);
+  CHECK(after["trials"].back()["state"] == "queued");
+  auto [c4, ov] = api_get(api, "/api/campaigns/0/overview");
+  CHECK(ov["best"]["trial"] == running_id);  // 0.99 beats every synthetic trial
+  CHECK(ov["version"] == ch["version"]);
+  REQUIRE(w.set_campaign_state(1, "completed", unix_now()).ok());
+  auto [c5, ch2] = api_get(api, "/api/changes");
+  CHECK(ch2["campaigns"][0]["state"] == "completed");
+  CHECK(api_get(api, "/api/changes", {{"since", "x"}}).first == 400);
+
+  // Over HTTP, with the default check interval: the change shows within a moment.
+  dashboard::ServerOptions so;
+  so.databases = {db};
+  Running r(so);
+  auto c = r.client();
+  auto [h0, hv] = get(c, "/api/changes");
+  REQUIRE(h0 == 200);
+  const uint64_t hv0 = hv["version"];
+  REQUIRE(w.add_metrics(*new_id, 1, 1, {{"val_accuracy", 0.5}}, unix_now()).ok());
+  CHECK(testing::wait_until([&] { return get(c, "/api/changes").second["version"].get<uint64_t>() > hv0; }, 5s));
+}
+
+TEST_CASE("2,000 synthetic trials with 20 reports each: every route answers") {
+  TempDir dir;
+  const std::string db = dir.file("big.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 2000, 20, 1).ok());
+  dashboard::Api api({db});
+  for (const std::string route : {"overview", "status", "trials", "history", "generations", "params", "importance",
+                                  "curves", "pareto", "timeline", "stages"}) {
+    CAPTURE(route);
+    auto [code, body] = api_get(api, "/api/campaigns/0/" + route);
+    CHECK(code == 200);
+  }
+  auto [code, p] = api_get(api, "/api/campaigns/0/params");
+  CHECK(p["shown"] == 1000);
+  CHECK(p["total"].get<int64_t>() > 1800);
+  auto [hc, h] = api_get(api, "/api/campaigns/0/history", {{"max_points", "100"}});
+  CHECK(h["shown"].get<int64_t>() <= 100 + 20);
+  auto [gc, g] = api_get(api, "/api/campaigns/0/generations");
+  CHECK(g["generations"].size() == 20);
+  auto [cc, curves] = api_get(api, "/api/campaigns/0/curves");
+  CHECK(curves["trials"].size() == 50);
+  auto [tc, t] = api_get(api, "/api/campaigns/0/timeline");
+  CHECK(t["groups"].size() == 16);
+  CHECK(t["utilization"].get<double>() > 50);
+  auto [dc, detail] = api_get(api, "/api/campaigns/0/trials/1500");
+  CHECK(dc == 200);
+  CHECK(detail["metrics_by_step"].size() == 20);
+  CHECK(detail["lineage"]["parents"].size() >= 1);
+}
+
+TEST_CASE("the new routes' bad parameters are a 400 naming the parameter") {
+  dashboard::Api api({fixture_db()});
+  const std::vector<std::pair<std::string, dashboard::QueryParams>> cases = {
+      {"history", {{"max_points", "0"}}},        {"history", {{"max_points", "20001"}}},
+      {"history", {{"stage", "x"}}},             {"history", {{"colour", "red"}}},
+      {"params", {{"max_points", "5001"}}},      {"params", {{"max_points", "a"}}},
+      {"curves", {{"max_trials", "201"}}},       {"curves", {{"trials", "a,b"}}},
+      {"pareto", {{"max_points", "-1"}}},        {"timeline", {{"max_bars", "0"}}},
+      {"trials", {{"generation", "-1"}}},        {"trials", {{"format", "pdf"}}},
+      {"trials", {{"stage", "x"}}},              {"importance", {{"stage", "x"}}},
+      {"overview", {{"x", "1"}}},                {"stages", {{"x", "1"}}},
+      {"generations", {{"stage", "a"}, {"stage", "b"}}},
+  };
+  for (const auto& [route, params] : cases) {
+    CAPTURE(route);
+    CAPTURE(params.begin()->first);
+    auto [code, body] = api_get(api, "/api/campaigns/0/" + route, params);
+    CHECK(code == 400);
+    CHECK(body["error"].get<std::string>().rfind(params.begin()->first + ":", 0) == 0);
+  }
+  CHECK(api_get(api, "/api/changes", {{"since", "-2"}}).first == 400);
+  CHECK(api_get(api, "/api/campaigns/0/importance/x").first == 404);
+  CHECK(api_get(api, "/api/campaigns/3/overview").first == 404);
 }

@@ -4,7 +4,9 @@
 // readers on several threads at once, and (issue 11) the stages in status and a pbt schedule.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -13,9 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "common/rng.h"
 #include "report/campaign.h"
 #include "report/format.h"
 #include "report/objective.h"
+#include "report/plots.h"
 #include "report/progress.h"
 #include "report/ranking.h"
 #include "report/stages.h"
@@ -716,4 +720,133 @@ TEST_CASE("a workflow's best trial is its main stage's: other stages train on ot
   const std::string text = report::status_text(*view, *st, 0);
   CAPTURE(text);
   CHECK(text.find("Best trial 1 (val_accuracy = 0.7000, attempt 1, stage 'tune')") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// report/plots.h: the computations behind the dashboard's charts
+
+TEST_CASE("plots: best so far, box statistics, strides and downsampling that keeps the best") {
+  const double nan = std::nan("");
+  CHECK(report::best_so_far({3, 1, 2, 0.5}, false) == std::vector<double>{3, 1, 1, 0.5});
+  CHECK(report::best_so_far({1, 3, 2}, true) == std::vector<double>{1, 3, 3});
+  const auto with_nan = report::best_so_far({nan, 2, nan, 1}, false);
+  CHECK(std::isnan(with_nan[0]));
+  CHECK(with_nan[1] == 2);
+  CHECK(with_nan[2] == 2);
+  CHECK(with_nan[3] == 1);
+
+  const auto b = report::box_stats({5, 1, 4, 2, 3, nan});
+  CHECK(b.n == 5);
+  CHECK(b.min == 1);
+  CHECK(b.q1 == 2);
+  CHECK(b.median == 3);
+  CHECK(b.q3 == 4);
+  CHECK(b.max == 5);
+  CHECK(b.mean == 3);
+  CHECK(report::box_stats({1, 2}).median == doctest::Approx(1.5));
+  CHECK(report::box_stats({}).n == 0);
+
+  CHECK(report::even_stride(5, 10) == std::vector<size_t>{0, 1, 2, 3, 4});
+  CHECK(report::even_stride(11, 3) == std::vector<size_t>{0, 5, 10});
+  CHECK(report::even_stride(10, 1) == std::vector<size_t>{9});
+  CHECK(report::even_stride(10, 0).empty());
+
+  // History: improvements (minimised: 5, 4, 1) always kept, the rest by stride.
+  const std::vector<double> h = {5, 6, 7, 4, 8, 9, 9, 1, 9, 9};
+  const auto keep = report::history_keep(h, false, 5);
+  CHECK(keep.size() == 5);
+  for (size_t i : {0u, 3u, 7u}) CHECK(std::find(keep.begin(), keep.end(), i) != keep.end());
+  CHECK(std::is_sorted(keep.begin(), keep.end()));
+  CHECK(report::history_keep(h, false, 2).size() == 3);  // improvements exceed the bound
+  CHECK(report::history_keep(h, false, 100).size() == h.size());
+
+  // Params: the best ⌈10/5⌉ = 2 by loss, then a stride of the rest.
+  std::vector<double> losses;
+  for (int i = 0; i < 100; ++i) losses.push_back(static_cast<double>((i * 37) % 100));
+  const auto kept = report::keep_best_and_stride(losses, 10);
+  CHECK(kept.size() == 10);
+  auto has_loss = [&](double v) {
+    return std::any_of(kept.begin(), kept.end(), [&](size_t i) { return losses[i] == v; });
+  };
+  CHECK(has_loss(0));
+  CHECK(has_loss(1));
+  CHECK(report::keep_best_and_stride(losses, 100).size() == 100);
+  CHECK(report::keep_best_and_stride(losses, 10) == kept);  // deterministic
+}
+
+TEST_CASE("plots: ETA, utilization, Pareto flags, the space of a stored config, CSV cells") {
+  CHECK_FALSE(report::eta_seconds(0, {10}, 1).has_value());
+  CHECK_FALSE(report::eta_seconds(5, {}, 1).has_value());
+  CHECK(*report::eta_seconds(10, {1, 100, 10}, 2) == doctest::Approx(50));  // 10 × median 10 / 2
+  CHECK(*report::eta_seconds(4, {2, 4}, 0) == doctest::Approx(12));         // 4 × 3 / max(1, 0)
+
+  // Group 0 busy 0..5 and 3..8 (overlap once: 8 s), group 1 busy 5..10 clipped to the span; group 2 idle.
+  const auto u = report::utilization({{0, 0, 5}, {0, 3, 8}, {1, 5, 12}}, 0, 10, {0, 1, 2});
+  CHECK(u.busy_s.at(0) == doctest::Approx(8));
+  CHECK(u.busy_s.at(1) == doctest::Approx(5));
+  CHECK(u.busy_s.at(2) == 0);
+  CHECK(u.percent == doctest::Approx(100.0 * 13 / 30));
+
+  const auto flags = report::pareto_flags({{1, 5}, {2, 2}, {3, 3}, {5, 1}, {std::nan(""), 0}}, {false, false});
+  CHECK(flags == std::vector<bool>{true, true, false, true, false});
+  CHECK(report::pareto_flags({{3, 5}, {2, 2}}, {true, false}) == std::vector<bool>{true, true});
+  CHECK(report::pareto_flags({{1, 5}, {2, 2}}, {true, false}) == std::vector<bool>{false, true});
+
+  const nlohmann::json config = {
+      {"space",
+       {{"lr", {{"type", "float"}, {"low", 0.001}, {"high", 1.0}, {"log", true}}},
+        {"layers", {{"type", "int"}, {"low", 1}, {"high", 4}}},
+        {"opt", {{"type", "choice"}, {"values", {"sgd", "adam"}}}},
+        {"flag", {{"type", "choice"}, {"values", {true, false}}}},
+        {"epochs", {{"type", "fixed"}, {"value", 3}}}}},
+      {"stages", {{{"name", "ft"}, {"space", {{"freeze", {{"type", "int"}, {"low", 0}, {"high", 2}}}}}}}}};
+  const auto params = report::space_params(config);
+  REQUIRE(params.size() == 5);
+  std::map<std::string, report::PlotParam> by;
+  for (const auto& p : params) by[p.name] = p;
+  CHECK(by["lr"].type == "float");
+  CHECK(by["lr"].log);
+  CHECK(by["layers"].type == "int");
+  CHECK(by["opt"].type == "categorical");
+  CHECK(by["flag"].type == "bool");
+  CHECK(by["epochs"].type == "fixed");
+  const auto stage = report::space_params(config, "ft");
+  REQUIRE(stage.size() == 1);
+  CHECK(stage[0].name == "freeze");
+
+  CHECK(report::csv_field("=SUM(A1)") == "'=SUM(A1)");
+  CHECK(report::csv_field("@x") == "'@x");
+  CHECK(report::csv_field("a\"b") == "\"a\"\"b\"");
+  CHECK(report::csv_field("-1,2") == "\"'-1,2\"");
+  CHECK(report::csv_number(0.1) == "0.1");
+  CHECK(report::csv_number(std::nan("")) == "");
+}
+
+TEST_CASE("plots: parameter importance over trial rows finds the parameter that drives the objective") {
+  const nlohmann::json config = {{"space",
+                                  {{"a", {{"type", "float"}, {"low", 0}, {"high", 1}}},
+                                   {"b", {{"type", "float"}, {"low", 0}, {"high", 1}}},
+                                   {"c", {{"type", "choice"}, {"values", {"x", "y", "z"}}}}}}};
+  const auto params = report::space_params(config);
+  std::vector<store::TrialRow> rows;
+  Rng rng(4);
+  for (int i = 0; i < 300; ++i) {
+    store::TrialRow t;
+    t.id = i + 1;
+    t.state = store::TrialState::kDone;
+    const double a = rng.uniform(), b = rng.uniform();
+    const char* c = i % 3 == 0 ? "x" : i % 3 == 1 ? "y" : "z";
+    t.params = {{"a", a}, {"b", b}, {"c", c}};
+    t.objective = (a - 0.3) * (a - 0.3);  // minimised at a = 0.3; b and c do not matter
+    rows.push_back(t);
+  }
+  std::vector<const store::TrialRow*> ptrs;
+  for (const auto& t : rows) ptrs.push_back(&t);
+  const auto r = report::parameter_importance(ptrs, params, /*maximize=*/false);
+  CHECK(r.n_trials == 300);
+  REQUIRE(r.importances.size() == 3);
+  CHECK(r.importances[0].first == "a");
+  CHECK(r.importances[0].second > 0.9);
+  CHECK(r.importances[1].second < 0.05);
+  CHECK(r.importances[2].second < 0.05);
 }

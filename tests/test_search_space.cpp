@@ -5,7 +5,9 @@
 #include <map>
 #include <set>
 
+#include "common/rng.h"
 #include "search/grid_search.h"
+#include "search/importance.h"
 #include "search/space.h"
 #include "param_specs.h"
 
@@ -255,4 +257,71 @@ TEST_CASE("config_key: numbers by value, inactive parameters ignored, order irre
         s->config_key(json{{"a", 1}, {"x", 1.0}, {"opt", "sgd"}, {"k", 3}}));
   CHECK(s->config_key(json{{"a", 1}, {"x", 0.5}, {"opt", "adam"}}) !=
         s->config_key(json{{"a", 1}, {"x", 0.50000001}, {"opt", "adam"}}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// search/importance.h: PED-ANOVA
+
+namespace {
+
+// `n` trials of three numeric parameters and a categorical one; the loss depends on x0 strongly,
+// on the category a little, and not at all on x1 and x2.
+search::ImportanceInput importance_input(int n, uint64_t seed) {
+  search::ImportanceInput in;
+  in.params = {{"x0", false, 0}, {"x1", false, 0}, {"x2", false, 0}, {"cat", true, 3}};
+  Rng rng(seed);
+  for (int i = 0; i < n; ++i) {
+    const double x0 = rng.uniform(), x1 = rng.uniform(), x2 = rng.uniform();
+    const int64_t cat = static_cast<int64_t>(rng.uniform() * 3) % 3;
+    in.values.push_back({x0, x1, x2, static_cast<double>(cat)});
+    in.losses.push_back(std::abs(x0 - 0.7) + 0.05 * static_cast<double>(cat));
+  }
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("PED-ANOVA: the parameter that drives the objective gets the largest importance, an irrelevant one near 0") {
+  const auto r = search::ped_anova(importance_input(400, 1));
+  CHECK(r.n_trials == 400);
+  CHECK(r.method.find("PED-ANOVA") != std::string::npos);
+  CHECK(r.method.find("0.1") != std::string::npos);
+  CHECK(r.note.empty());
+  REQUIRE(r.importances.size() == 4);
+  double sum = 0;
+  std::map<std::string, double> by;
+  for (const auto& [name, v] : r.importances) {
+    sum += v;
+    by[name] = v;
+  }
+  CHECK(sum == doctest::Approx(1.0));
+  CHECK(r.importances[0].first == "x0");
+  CHECK(by["x0"] > 0.8);
+  CHECK(by["x1"] < 0.05);
+  CHECK(by["x2"] < 0.05);
+  CHECK(by["cat"] > by["x1"]);  // a little
+  for (size_t i = 1; i < r.importances.size(); ++i) CHECK(r.importances[i - 1].second >= r.importances[i].second);
+  // Deterministic.
+  CHECK(search::ped_anova(importance_input(400, 1)).importances == r.importances);
+}
+
+TEST_CASE("PED-ANOVA: too few trials give zeros and a note; inactive values and bad losses are skipped") {
+  auto few = search::ped_anova(importance_input(9, 2));
+  CHECK(few.n_trials == 9);
+  CHECK_FALSE(few.note.empty());
+  for (const auto& [name, v] : few.importances) CHECK(v == 0);
+
+  auto in = importance_input(200, 3);
+  in.losses[0] = std::nan("");
+  in.losses[1] = INFINITY;
+  for (size_t i = 0; i < in.values.size(); i += 2) in.values[i][1].reset();  // x1 inactive in half
+  const auto r = search::ped_anova(in);
+  CHECK(r.n_trials == 198);
+  CHECK(r.importances[0].first == "x0");
+
+  // Identical distributions: no divergence.
+  CHECK(search::pearson_divergence_numeric({0.1, 0.5, 0.9, 0.3}, {0.1, 0.5, 0.9, 0.3}) == doctest::Approx(0.0).epsilon(1e-9));
+  CHECK(search::pearson_divergence_categorical({0, 1, 2, 0, 1, 2}, {0, 1, 2}, 3) == doctest::Approx(0.0).epsilon(1e-12));
+  CHECK(search::pearson_divergence_categorical({0, 1, 2, 0, 1, 2}, {0, 0, 0}, 3) > 0.1);
+  CHECK(search::pearson_divergence_numeric({0.05, 0.95}, {0.05, 0.05}) > search::pearson_divergence_numeric({0.05, 0.95}, {0.05, 0.95}));
 }

@@ -1278,3 +1278,85 @@ TEST_CASE("network_filesystem: network and cluster file systems by their statfs 
   CHECK(network_filesystem("/proc/self") == "");
   CHECK(network_filesystem("/no/such/dir/x.db") == "");      // unknown: no warning
 }
+
+TEST_CASE("incremental reads for a reader that keeps a snapshot: data_version, changed trials, attempts, lineage") {
+  TempDir dir;
+  const std::string path = dir.file("inc.db");
+  auto w = open_ok(path);
+  const int64_t c = make_campaign(*w);
+  std::vector<int64_t> ids;
+  for (int64_t s = 0; s < 5; ++s) {
+    auto id = w->insert_trial(make_trial(c, s));
+    require_ok(id);
+    ids.push_back(*id);
+  }
+  require_ok(w->mark_assigned(ids[0], 1, 0, 1, 1001));
+  require_ok(w->finish_trial(ids[0], 1, TrialState::kDone, {{"v", 1}}, 1.0, 1, "", 1002));
+  require_ok(w->mark_assigned(ids[1], 1, 1, 1, 1001));
+  require_ok(w->add_lineage(ids[2], ids[0], "parent"));
+  require_ok(w->add_lineage(ids[4], ids[0], "parent"));
+  require_ok(w->add_event(c, "note", ids[1], 1, 1, {{"x", 1}}, 1003));
+  require_ok(w->add_event(c, "other", ids[2], 1, -1, {}, 1004));
+  require_ok(w->add_metrics(ids[1], 1, 1, {{"loss", 0.5}}, 1005));
+  require_ok(w->add_metrics(ids[0], 1, 1, {{"loss", 0.7}}, 1005));
+
+  auto r = Store::open_readonly(path);
+  require_ok(r);
+  Store& db = **r;
+  auto v1 = db.data_version();
+  require_ok(v1);
+  CHECK(*db.data_version() == *v1);  // nothing committed since
+
+  require_ok(db.begin_read());
+  CHECK(db.in_transaction());
+  auto changed = db.trials_changed(c, ids[2], {ids[1]});
+  require_ok(changed);
+  REQUIRE(changed->size() == 3);  // trial 2 (listed), then 4 and 5 (after id 3), by id
+  CHECK((*changed)[0].id == ids[1]);
+  CHECK((*changed)[0].state == TrialState::kAssigned);
+  CHECK((*changed)[1].id == ids[3]);
+  CHECK((*changed)[2].id == ids[4]);
+  auto attempts = db.attempts_changed(0, {});
+  require_ok(attempts);
+  REQUIRE(attempts->size() == 2);
+  CHECK((*attempts)[0].trial_id == ids[0]);
+  CHECK((*attempts)[0].state == "done");
+  CHECK((*attempts)[0].finished_at == 1002);
+  CHECK((*attempts)[1].trial_id == ids[1]);
+  CHECK((*attempts)[1].group_id == 1);
+  CHECK((*attempts)[1].state == "running");
+  CHECK((*attempts)[1].finished_at == 0);
+  auto only_listed = db.attempts_changed(ids[4], {ids[1]});
+  require_ok(only_listed);
+  CHECK(only_listed->size() == 1);
+  auto lineage = db.lineage_changed(ids[3], {ids[2]});
+  require_ok(lineage);
+  REQUIRE(lineage->size() == 2);
+  CHECK((*lineage)[0].child_trial_id == ids[2]);
+  CHECK((*lineage)[1].child_trial_id == ids[4]);
+  require_ok(db.commit());
+  CHECK_FALSE(db.in_transaction());
+
+  auto children = db.lineage_children(ids[0]);
+  require_ok(children);
+  REQUIRE(children->size() == 2);
+  CHECK((*children)[0].child_trial_id == ids[2]);
+  auto events = db.trial_events(ids[1]);
+  require_ok(events);
+  REQUIRE(events->size() == 1);
+  CHECK(events->front().kind == "note");
+  CHECK(events->front().detail["x"] == 1);
+  auto metrics = db.metrics_of({ids[1], ids[0]});
+  require_ok(metrics);
+  REQUIRE(metrics->size() == 2);
+  CHECK((*metrics)[0].trial_id == ids[0]);  // by trial id
+  CHECK((*metrics)[1].value == 0.5);
+  CHECK(db.metrics_of({})->empty());
+
+  // A commit by the writer moves the reader's data version.
+  require_ok(w->add_metrics(ids[1], 1, 2, {{"loss", 0.4}}, 1006));
+  auto v2 = db.data_version();
+  require_ok(v2);
+  CHECK(*v2 != *v1);
+  CHECK(*db.data_version() == *v2);
+}
