@@ -1,4 +1,4 @@
-// `hpctune dashboard DB...`: the dashboard's read-only API (dashboard/server.h) over campaign
+// `hpctune dashboard DB...`: the dashboard's web app and read-only API (dashboard/server.h) over campaign
 // databases, until Ctrl-C. The URL (and a generated token) are printed at start.
 #include <chrono>
 #include <cstdio>
@@ -26,6 +26,15 @@ Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrup
               o.databases.size() == 1 ? "" : "s", server->url().c_str());
   for (size_t i = 0; i < o.databases.size(); ++i) std::printf("  %zu  %s\n", i, o.databases[i].c_str());
   if (generated) std::printf("token (send it as 'Authorization: Bearer TOKEN' or ?token=TOKEN): %s\n", o.token.c_str());
+  // With a token, the browser opens /?token=T once: the server keeps it in a cookie and redirects to /.
+  // A token given on the command line is not echoed (it may be a shared secret kept out of logs).
+  if (o.token.empty()) {
+    std::printf("open in a browser: %s\n", server->url().c_str());
+  } else if (generated) {
+    std::printf("open in a browser: %s?token=%s\n", server->url().c_str(), o.token.c_str());
+  } else {
+    std::printf("open in a browser: %s?token=TOKEN (your --token)\n", server->url().c_str());
+  }
   std::printf("API: %sapi/campaigns   (Ctrl-C stops)\n", server->url().c_str());
   std::fflush(stdout);
   // Ctrl-C sets `interrupt` (main's handler); a watcher turns it into stop(), which ends serve().

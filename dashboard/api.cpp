@@ -1,27 +1,31 @@
-// The dashboard's routes (api.h): parse the path and parameters, open the campaign read-only
-// through report/, and build the JSON the CLI's views build.
+// The dashboard's routes (api.h): parse the path and parameters, take the campaign's snapshot
+// (snapshot.h), and build the JSON the CLI's views build. The chart routes are in charts.cpp.
 #include "dashboard/api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <system_error>
 
 #include "common/clock.h"
 #include "common/text.h"
+#include "dashboard/route_helpers.h"
+#include "dashboard/snapshot.h"
 #include "report/campaign.h"
-#include "report/ranking.h"
+#include "report/plots.h"
+#include "report/stages.h"
 #include "report/status.h"
 #include "report/trial_detail.h"
 #include "report/trial_json.h"
 
 namespace hpctune::dashboard {
 
-namespace {
-
-using json = nlohmann::json;
+namespace detail {
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -34,26 +38,27 @@ std::vector<std::string> split(const std::string& text, char sep) {
   }
 }
 
-// A decimal integer in [min, max] (digits only), else nullopt.
 std::optional<int64_t> parse_int(const std::string& text, int64_t min, int64_t max) {
-  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  const size_t digits_from = (min < 0 && !text.empty() && text[0] == '-') ? 1 : 0;
+  if (text.size() <= digits_from || text.size() > 19 + digits_from ||
+      text.find_first_not_of("0123456789", digits_from) != std::string::npos) {
+    return std::nullopt;
+  }
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size() || v < min || v > max) return std::nullopt;
   return v;
 }
 
-// The one value of parameter `name` ("" when absent); a 400 when it is given more than once.
-Result<std::optional<std::string>> single_param(const std::multimap<std::string, std::string>& params,
-                                                const std::string& name) {
+Result<std::optional<std::string>> single_param(const QueryParams& params, const std::string& name) {
   auto [first, last] = params.equal_range(name);
   if (first == last) return std::optional<std::string>{};
   if (std::next(first) != last) return err(Errc::kInvalidArgument, name + ": given more than once");
   return std::optional<std::string>{first->second};
 }
 
-Result<int64_t> int_param(const std::multimap<std::string, std::string>& params, const std::string& name,
-                          int64_t fallback, int64_t min, int64_t max) {
+Result<int64_t> int_param(const QueryParams& params, const std::string& name, int64_t fallback, int64_t min,
+                          int64_t max) {
   HPCTUNE_ASSIGN(auto text, single_param(params, name));
   if (!text) return fallback;
   auto v = parse_int(*text, min, max);
@@ -64,9 +69,139 @@ Result<int64_t> int_param(const std::multimap<std::string, std::string>& params,
   return *v;
 }
 
-// The HTTP status of an error of report/: a missing campaign or trial is 404, the rest 500.
+std::optional<ApiResponse> unknown_param(const QueryParams& params, std::initializer_list<const char*> allowed) {
+  for (const auto& [name, value] : params) {
+    if (name == "token") continue;
+    if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return name == a; })) {
+      std::vector<std::string> names(allowed.begin(), allowed.end());
+      return api_error(400, name + ": unknown parameter (expected " + (names.empty() ? "none" : join(names, ", ")) + ")");
+    }
+  }
+  return std::nullopt;
+}
+
+Result<Selection> select_trials(const Snapshot& snap, const QueryParams& params, bool all_by_default) {
+  HPCTUNE_ASSIGN(auto stage, single_param(params, "stage"));
+  Selection out;
+  if (!stage) {
+    out.trials = all_by_default ? snap.all_trials() : snap.main_trials();
+    return out;
+  }
+  const store::StageRow* row = snap.stage(*stage);
+  if (row == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& s : snap.stages) names.push_back(s.name);
+    return err(Errc::kInvalidArgument, "stage: no stage '" + *stage + "' (the stages: " +
+                                           (names.empty() ? std::string("none") : join(names, ", ")) + ")");
+  }
+  out.stage = *stage;
+  out.trials = snap.stage_trials(row->id);
+  return out;
+}
+
+nlohmann::json objectives_json(const Snapshot& snap) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto& cj = snap.campaign.config_json;
+  if (cj.is_object() && cj.contains("objectives") && cj["objectives"].is_array()) {
+    for (const auto& o : cj["objectives"]) {
+      if (o.is_object()) out.push_back({{"metric", o.value("metric", "")}, {"mode", o.value("mode", "")}});
+    }
+  }
+  if (out.empty()) {
+    out.push_back({{"metric", snap.objectives.metric}, {"mode", snap.objectives.maximize ? "max" : "min"}});
+  }
+  return out;
+}
+
+const store::TrialRow* best_of(const std::vector<const store::TrialRow*>& trials, bool maximize) {
+  const store::TrialRow* best = nullptr;
+  for (const auto* t : trials) {
+    if (!t->objective || std::isnan(*t->objective) || t->state == store::TrialState::kFailed) continue;
+    if (!best || (maximize ? *t->objective > *best->objective : *t->objective < *best->objective)) best = t;
+  }
+  return best;
+}
+
+nlohmann::json stage_name(const Snapshot& snap, const store::TrialRow& t) {
+  if (snap.stages.empty()) return nullptr;
+  const int64_t id = t.stage_id == 0 ? snap.stages.front().id : t.stage_id;
+  for (const auto& s : snap.stages) {
+    if (s.id == id) return s.name;
+  }
+  return nullptr;
+}
+
 ApiResponse from_error(const Error& e) {
-  return api_error(e.code() == Errc::kNotFound ? 404 : 500, e.message());
+  const int status = e.code() == Errc::kNotFound ? 404 : e.code() == Errc::kInvalidArgument ? 400 : 500;
+  return api_error(status, e.message());
+}
+
+}  // namespace detail
+
+namespace {
+
+using json = nlohmann::json;
+using namespace detail;
+
+// Every state name -> count among `trials`, zeros included.
+json counts_by_state(const std::vector<const store::TrialRow*>& trials) {
+  json by_state = json::object();
+  for (auto s : store::kTrialStates) by_state[store::to_string(s)] = 0;
+  for (const auto* t : trials) by_state[store::to_string(t->state)] = by_state[store::to_string(t->state)].get<int64_t>() + 1;
+  return by_state;
+}
+
+json config_value(const json& config, const char* section, const char* key) {
+  if (!config.is_object() || !config.contains(section) || !config[section].is_object()) return nullptr;
+  const auto& s = config[section];
+  return s.contains(key) ? s[key] : json(nullptr);
+}
+
+// One database's entry of /api/campaigns.
+json campaign_summary(size_t index, CampaignSource& source) {
+  json out = {{"index", index}, {"file", std::filesystem::path(source.path()).filename().string()}};
+  auto snap = source.snapshot();
+  if (!snap.ok()) {
+    out["error"] = snap.error().message();
+    return out;
+  }
+  const Snapshot& s = **snap;
+  const auto& c = s.campaign;
+  const auto elapsed = report::campaign_elapsed(c, unix_now());
+  out["name"] = c.name;
+  out["state"] = c.state;
+  out["algorithm"] = config_value(c.config_json, "search", "algorithm");
+  out["objectives"] = objectives_json(s);
+  out["created_at"] = report::time_or_null(c.created_at);
+  out["elapsed_s"] = opt_num(elapsed);
+  out["max_trials"] = config_value(c.config_json, "search", "max_trials");
+  const auto all = s.all_trials();
+  out["trials"] = {{"total", all.size()}, {"by_state", counts_by_state(all)}};
+  const auto* best = best_of(s.main_trials(), s.objectives.maximize);
+  out["best"] = best ? json{{"trial", best->id}, {"objective", num(*best->objective)}} : json();
+  out["version"] = s.version;
+  json stages = json::array();
+  for (const auto& st : s.stages) stages.push_back({{"name", st.name}, {"kind", st.kind}, {"state", st.state}});
+  out["stages"] = std::move(stages);
+  return out;
+}
+
+// `hpctune status --format json` from the snapshot (report::status_json over the rows it holds).
+ApiResponse status(const Snapshot& s) {
+  report::CampaignStatus st;
+  st.campaign = s.campaign;
+  st.stages = s.stages;
+  for (auto k : store::kTrialStates) st.counts[store::to_string(k)] = 0;
+  for (const auto& t : s.trials) ++st.counts[store::to_string(t.state)];
+  for (const auto& a : s.attempts) st.attempts_lost += a.state == "lost";
+  st.trials = s.trials;
+  for (const auto* t : s.main_trials()) st.main_trials.push_back(*t);
+  st.main_stage = s.main_stage;
+  st.objectives = s.objectives.columns();
+  st.maximize = s.objectives.maximize;
+  if (s.front()) st.front = s.pareto;
+  st.now = unix_now();
+  return {200, report::status_json(st)};
 }
 
 // A trial's value for a sort key: a number, a string, or null when it has none.
@@ -75,15 +210,18 @@ json sort_value(const store::TrialRow& t, const std::string& key) {
   if (key == "seq") return t.seq;
   if (key == "state") return store::to_string(t.state);
   if (key == "attempt") return t.attempt;
+  if (key == "generation") return t.generation;
+  if (key == "group") return t.group_id;
   if (key == "created_at") return report::time_or_null(t.created_at);
   if (key == "started_at") return report::time_or_null(t.started_at);
   if (key == "finished_at") return report::time_or_null(t.finished_at);
   if (key == "seconds") return t.finished_at > 0 ? json(report::trial_seconds(t)) : json();
-  if (key == "objective") return t.objective ? json(*t.objective) : json();
+  if (key == "objective") return t.objective && !std::isnan(*t.objective) ? json(*t.objective) : json();
   auto member = [&](const json& object, const std::string& name) -> json {
     if (!object.is_object()) return json();
     auto it = object.find(name);
     if (it == object.end() || !(it->is_number() || it->is_string() || it->is_boolean())) return json();
+    if (it->is_number_float() && std::isnan(it->get<double>())) return json();
     return *it;
   };
   if (key.rfind("params.", 0) == 0) return member(t.params, key.substr(7));
@@ -92,18 +230,19 @@ json sort_value(const store::TrialRow& t, const std::string& key) {
 }
 
 bool known_sort(const std::string& key) {
-  static const std::set<std::string> plain = {"trial",       "seq",      "state",   "attempt",  "created_at",
-                                              "started_at",  "finished_at", "seconds", "objective", "rank"};
+  static const std::set<std::string> plain = {"trial",      "seq",         "state",   "attempt",   "created_at",
+                                              "started_at", "finished_at", "seconds", "objective", "rank",
+                                              "generation", "group"};
   if (plain.count(key)) return true;
   return (key.rfind("params.", 0) == 0 && key.size() > 7) || (key.rfind("metrics.", 0) == 0 && key.size() > 8);
 }
 
 // Sorts by `key`; values missing (null) go last in either order; numbers before strings; ties keep
 // id order (stable).
-void sort_trials(std::vector<store::TrialRow>& trials, const std::string& key, bool descending) {
-  std::vector<std::pair<json, store::TrialRow>> keyed;
+void sort_trials(std::vector<const store::TrialRow*>& trials, const std::string& key, bool descending) {
+  std::vector<std::pair<json, const store::TrialRow*>> keyed;
   keyed.reserve(trials.size());
-  for (auto& t : trials) keyed.emplace_back(sort_value(t, key), std::move(t));
+  for (const auto* t : trials) keyed.emplace_back(sort_value(*t, key), t);
   std::stable_sort(keyed.begin(), keyed.end(), [descending](const auto& a, const auto& b) {
     const json &x = a.first, &y = b.first;
     if (x.is_null() || y.is_null()) return !x.is_null() && y.is_null();
@@ -116,56 +255,112 @@ void sort_trials(std::vector<store::TrialRow>& trials, const std::string& key, b
     }
     return descending ? x.get<std::string>() > y.get<std::string>() : x.get<std::string>() < y.get<std::string>();
   });
-  trials.clear();
-  for (auto& [k, t] : keyed) trials.push_back(std::move(t));
+  for (size_t i = 0; i < keyed.size(); ++i) trials[i] = keyed[i].second;
 }
 
-// One database's entry of /api/campaigns: the summary of its status, or its error.
-json campaign_summary(size_t index, const std::string& db) {
-  json out = {{"index", index}, {"file", std::filesystem::path(db).filename().string()}};
-  auto view = report::open_campaign(db);
-  if (!view.ok()) {
-    out["error"] = view.error().message();
-    return out;
+// Best first by the objective (report/ranking.h's order): trials with an objective that did not
+// fail, then the others in id order.
+void rank(std::vector<const store::TrialRow*>& trials, bool maximize) {
+  std::stable_sort(trials.begin(), trials.end(), [maximize](const auto* a, const auto* b) {
+    const bool ha = a->objective.has_value() && !std::isnan(*a->objective) && a->state != store::TrialState::kFailed;
+    const bool hb = b->objective.has_value() && !std::isnan(*b->objective) && b->state != store::TrialState::kFailed;
+    if (ha != hb) return ha;
+    if (!ha) return a->id < b->id;
+    return maximize ? *a->objective > *b->objective : *a->objective < *b->objective;
+  });
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// The parents of a trial (ids, lineage rows first, then the parent_trial column).
+std::vector<int64_t> parents_of(const Snapshot& s, const store::TrialRow& t) {
+  std::vector<int64_t> out;
+  auto it = std::lower_bound(s.lineage.begin(), s.lineage.end(), t.id,
+                             [](const store::LineageRow& l, int64_t id) { return l.child_trial_id < id; });
+  for (; it != s.lineage.end() && it->child_trial_id == t.id; ++it) {
+    if (std::find(out.begin(), out.end(), it->parent_trial_id) == out.end()) out.push_back(it->parent_trial_id);
   }
-  auto st = report::campaign_status(*view, unix_now());
-  if (!st.ok()) {
-    out["error"] = st.error().message();
-    return out;
+  if (t.parent_trial_id && std::find(out.begin(), out.end(), *t.parent_trial_id) == out.end()) {
+    out.push_back(*t.parent_trial_id);
   }
-  const json s = report::status_json(*st);
-  const json& c = s["campaign"];
-  out["name"] = c["name"];
-  out["state"] = c["state"];
-  out["algorithm"] = c.value("algorithm", json());
-  out["objectives"] = c.value("objectives", json());
-  out["created_at"] = c.value("created_at", json());
-  out["elapsed_s"] = c.value("elapsed_s", json());
-  out["max_trials"] = c.value("max_trials", json());
-  out["trials"] = s["trials"];
-  const json& best = s["best"];
-  out["best"] = best.is_null() ? json() : json{{"trial", best["trial"]}, {"objective", best["objective"]}};
   return out;
 }
 
-ApiResponse campaigns(const std::vector<std::string>& databases) {
-  json list = json::array();
-  for (size_t i = 0; i < databases.size(); ++i) list.push_back(campaign_summary(i, databases[i]));
-  return {200, {{"campaigns", std::move(list)}}};
+// A trial as the list shows it: report::trials_json's object plus stage and parents.
+json trial_json(const Snapshot& s, const store::TrialRow& t) {
+  json j = report::trials_json({t}, s.front())[0];
+  j["stage"] = stage_name(s, t);
+  j["parents"] = parents_of(s, t);
+  if (j["objective"].is_number() && std::isnan(j["objective"].get<double>())) j["objective"] = nullptr;
+  return j;
 }
 
-ApiResponse status(const std::string& db) {
-  auto view = report::open_campaign(db);
-  if (!view.ok()) return from_error(view.error());
-  auto st = report::campaign_status(*view, unix_now());
-  if (!st.ok()) return from_error(st.error());
-  return {200, report::status_json(*st)};
+// A CSV cell of a parameter or metric value: numbers at full precision, text guarded.
+std::string csv_value(const json& v) {
+  if (v.is_null()) return "";
+  if (v.is_number_float()) return report::csv_number(v.get<double>());
+  if (v.is_number()) return v.dump();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_string()) return report::csv_field(v.get<std::string>());
+  return report::csv_field(v.dump());
 }
 
-ApiResponse trials(const std::string& db, const std::multimap<std::string, std::string>& params) {
-  static const std::set<std::string> known = {"offset", "limit", "sort", "order", "state", "token"};
-  for (const auto& [name, value] : params) {
-    if (!known.count(name)) return api_error(400, name + ": unknown parameter (expected offset, limit, sort, order, state)");
+std::string time_cell(double t) { return t > 0 ? report::csv_number(t) : ""; }
+
+ApiResponse trials_csv(const Snapshot& s, const std::vector<const store::TrialRow*>& rows) {
+  std::vector<std::string> params, metrics;
+  std::set<std::string> seen_p, seen_m;
+  for (const auto* t : rows) {
+    if (t->params.is_object()) {
+      for (auto it = t->params.begin(); it != t->params.end(); ++it) {
+        if (seen_p.insert(it.key()).second) params.push_back(it.key());
+      }
+    }
+    if (t->metrics.is_object()) {
+      for (auto it = t->metrics.begin(); it != t->metrics.end(); ++it) {
+        if (seen_m.insert(it.key()).second) metrics.push_back(it.key());
+      }
+    }
+  }
+  std::ostringstream out;
+  out << "trial,seq,stage,generation,state,attempt,group,created_at,started_at,finished_at,seconds,objective";
+  for (const auto& p : params) out << "," << report::csv_field("params." + p);
+  for (const auto& m : metrics) out << "," << report::csv_field("metrics." + m);
+  out << "\n";
+  for (const auto* t : rows) {
+    const json stage = stage_name(s, *t);
+    out << t->id << "," << t->seq << "," << (stage.is_string() ? report::csv_field(stage.get<std::string>()) : "")
+        << "," << t->generation << "," << store::to_string(t->state) << "," << t->attempt << "," << t->group_id << ","
+        << time_cell(t->created_at) << "," << time_cell(t->started_at) << "," << time_cell(t->finished_at) << ","
+        << (report::trial_seconds(*t) > 0 ? report::csv_number(report::trial_seconds(*t)) : "") << ","
+        << (t->objective ? report::csv_number(*t->objective) : "");
+    for (const auto& p : params) {
+      out << "," << (t->params.is_object() && t->params.contains(p) ? csv_value(t->params[p]) : "");
+    }
+    for (const auto& m : metrics) {
+      out << "," << (t->metrics.is_object() && t->metrics.contains(m) ? csv_value(t->metrics[m]) : "");
+    }
+    out << "\n";
+  }
+  ApiResponse r;
+  r.content_type = "text/csv; charset=utf-8";
+  r.text = out.str();
+  // The file name is the campaign's name with anything but [A-Za-z0-9._-] replaced: it goes in a
+  // header, quoted.
+  std::string name = s.campaign.name.empty() ? "campaign" : s.campaign.name;
+  for (char& c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  }
+  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + "-trials.csv\"");
+  return r;
+}
+
+ApiResponse trials(const Snapshot& s, const QueryParams& params) {
+  if (auto bad = unknown_param(params, {"offset", "limit", "sort", "order", "state", "stage", "generation", "q", "format"})) {
+    return *bad;
   }
   auto offset = int_param(params, "offset", 0, 0, std::numeric_limits<int64_t>::max() / 2);
   if (!offset.ok()) return api_error(400, offset.error().message());
@@ -175,8 +370,8 @@ ApiResponse trials(const std::string& db, const std::multimap<std::string, std::
   if (!sort.ok()) return api_error(400, sort.error().message());
   const std::string key = sort->value_or("trial");
   if (!known_sort(key)) {
-    return api_error(400, "sort: '" + key + "' is not one of trial, seq, state, attempt, created_at, started_at, "
-                                            "finished_at, seconds, objective, rank, params.<name>, metrics.<name>");
+    return api_error(400, "sort: '" + key + "' is not one of trial, seq, state, attempt, generation, group, created_at, "
+                                            "started_at, finished_at, seconds, objective, rank, params.<name>, metrics.<name>");
   }
   auto order = single_param(params, "order");
   if (!order.ok()) return api_error(400, order.error().message());
@@ -187,62 +382,136 @@ ApiResponse trials(const std::string& db, const std::multimap<std::string, std::
   std::set<store::TrialState> states;
   if (*state) {
     for (const auto& name : split(**state, ',')) {
-      auto s = store::trial_state_from_string(name);
-      if (!s) {
+      auto st = store::trial_state_from_string(name);
+      if (!st) {
         std::vector<std::string> names;
         for (auto k : store::kTrialStates) names.push_back(store::to_string(k));
         return api_error(400, "state: '" + name + "' is not one of " + join(names, ", "));
       }
-      states.insert(*s);
+      states.insert(*st);
     }
   }
+  auto generation = single_param(params, "generation");
+  if (!generation.ok()) return api_error(400, generation.error().message());
+  std::optional<int64_t> gen;
+  if (*generation) {
+    gen = parse_int(**generation, 0, std::numeric_limits<int64_t>::max());
+    if (!gen) return api_error(400, "generation: '" + **generation + "' is not an integer >= 0");
+  }
+  auto q = single_param(params, "q");
+  if (!q.ok()) return api_error(400, q.error().message());
+  if (*q && (*q)->size() > 200) return api_error(400, "q: at most 200 characters");
+  const std::string needle = lower(q->value_or(""));
+  auto format = single_param(params, "format");
+  if (!format.ok()) return api_error(400, format.error().message());
+  const std::string fmt = format->value_or("json");
+  if (fmt != "json" && fmt != "csv") return api_error(400, "format: '" + fmt + "' is not one of json, csv");
+  auto sel = select_trials(s, params, /*all_by_default=*/true);
+  if (!sel.ok()) return from_error(sel.error());
 
-  auto view = report::open_campaign(db);
-  if (!view.ok()) return from_error(view.error());
-  std::vector<store::TrialRow> rows;
-  for (const auto& t : view->trials) {
-    if (states.empty() || states.count(t.state)) rows.push_back(t);
+  std::vector<const store::TrialRow*> rows;
+  for (const auto* t : sel->trials) {
+    if (!states.empty() && !states.count(t->state)) continue;
+    if (gen && t->generation != *gen) continue;
+    if (!needle.empty()) {
+      const bool hit = lower(t->params.dump(-1, ' ', false, json::error_handler_t::replace)).find(needle) != std::string::npos ||
+                       lower(t->error).find(needle) != std::string::npos ||
+                       ("#" + std::to_string(t->id)).find(needle) != std::string::npos;
+      if (!hit) continue;
+    }
+    rows.push_back(t);
   }
   if (key == "rank") {
-    // Best first by the objective (report/ranking.h); desc = worst first.
-    rows = report::rank_trials(std::move(rows), view->objectives.maximize);
+    rank(rows, s.objectives.maximize);
     if (dir == "desc") std::reverse(rows.begin(), rows.end());
   } else {
     sort_trials(rows, key, dir == "desc");
   }
+  if (fmt == "csv") return trials_csv(s, rows);
   const int64_t total = static_cast<int64_t>(rows.size());
   const int64_t first = std::min(*offset, total);
   const int64_t last = std::min(first + *limit, total);
-  std::vector<store::TrialRow> page(rows.begin() + first, rows.begin() + last);
+  json page = json::array();
+  for (int64_t i = first; i < last; ++i) page.push_back(trial_json(s, *rows[static_cast<size_t>(i)]));
   return {200, {{"total", total},
                 {"offset", *offset},
                 {"limit", *limit},
                 {"sort", key},
                 {"order", dir},
-                {"trials", report::trials_json(page, view->front())}}};
+                {"trials", std::move(page)}}};
 }
 
-ApiResponse trial(const std::string& db, const std::string& id_text, const std::multimap<std::string, std::string>& params) {
+ApiResponse trial(const Snapshot& s, CampaignSource& source, const std::string& id_text, const QueryParams& params) {
   auto id = parse_int(id_text, 1, std::numeric_limits<int64_t>::max());
   if (!id) return api_error(404, "no trial '" + id_text + "' (trial ids are integers from 1)");
-  for (const auto& [name, value] : params) {
-    if (name != "lines" && name != "token") return api_error(400, name + ": unknown parameter (expected lines)");
-  }
+  if (auto bad = unknown_param(params, {"lines"})) return *bad;
   auto lines = int_param(params, "lines", 20, 0, 1000);
   if (!lines.ok()) return api_error(400, lines.error().message());
-  auto view = report::open_campaign(db);
-  if (!view.ok()) return from_error(view.error());
-  auto detail = report::load_trial(*view, *id);
-  if (!detail.ok()) return from_error(detail.error());
-  return {200, report::trial_detail_json(*detail, *view, *lines)};
+  const store::TrialRow* row = s.find(*id);
+  if (row == nullptr) {
+    return api_error(404, "campaign '" + s.campaign.name + "' has no trial " + std::to_string(*id) + " (its trials: " +
+                              (s.trials.empty() ? std::string("none")
+                                                : std::to_string(s.trials.front().id) + ".." +
+                                                      std::to_string(s.trials.back().id)) + ")");
+  }
+  report::TrialDetail d;
+  d.trial = *row;
+  std::vector<store::LineageRow> children;
+  auto read = source.with_store([&](store::Store& db) -> Status {
+    // One read transaction: the trial's rows as of one commit.
+    HPCTUNE_TRY(db.begin_read());
+    struct End {
+      store::Store& db;
+      ~End() { (void)db.rollback(); }
+    } end{db};
+    HPCTUNE_ASSIGN(d.metrics, db.metrics(d.trial.id));
+    HPCTUNE_ASSIGN(d.attempts, db.attempts(d.trial.id));
+    HPCTUNE_ASSIGN(d.artifacts, db.artifacts(d.trial.id));
+    HPCTUNE_ASSIGN(d.events, db.trial_events(d.trial.id));
+    HPCTUNE_ASSIGN(children, db.lineage_children(d.trial.id));
+    return Status::Ok();
+  });
+  if (!read.ok()) return from_error(read.error());
+  d.logs = report::trial_logs(s.db_path, d.trial.id, d.artifacts);
+  report::CampaignView view;  // trial_detail_json reads only the objectives and the front
+  view.objectives = s.objectives;
+  view.pareto = s.pareto;
+  json j = report::trial_detail_json(d, view, *lines);
+  if (j["objective"].is_number() && std::isnan(j["objective"].get<double>())) j["objective"] = nullptr;
+  j["stage"] = stage_name(s, *row);
+  j["parents"] = parents_of(s, *row);
+  json parents = json::array(), kids = json::array();
+  auto it = std::lower_bound(s.lineage.begin(), s.lineage.end(), row->id,
+                             [](const store::LineageRow& l, int64_t v) { return l.child_trial_id < v; });
+  bool column_listed = false;
+  for (; it != s.lineage.end() && it->child_trial_id == row->id; ++it) {
+    parents.push_back({{"trial", it->parent_trial_id}, {"relation", it->relation}});
+    column_listed = column_listed || (row->parent_trial_id && *row->parent_trial_id == it->parent_trial_id);
+  }
+  if (row->parent_trial_id && !column_listed) parents.push_back({{"trial", *row->parent_trial_id}, {"relation", "parent"}});
+  for (const auto& c : children) kids.push_back({{"trial", c.child_trial_id}, {"relation", c.relation}});
+  // Children recorded only in the parent_trial column (a pbt member continued from another).
+  for (const auto& t : s.trials) {
+    if (t.parent_trial_id && *t.parent_trial_id == row->id &&
+        std::none_of(children.begin(), children.end(), [&](const auto& c) { return c.child_trial_id == t.id; })) {
+      kids.push_back({{"trial", t.id}, {"relation", "parent"}});
+    }
+  }
+  j["lineage"] = {{"parents", std::move(parents)}, {"children", std::move(kids)}};
+  return {200, std::move(j)};
 }
 
 }  // namespace
 
 ApiResponse api_error(int status, const std::string& message) { return {status, {{"error", message}}}; }
 
-ApiResponse handle_get(const std::vector<std::string>& databases, const std::string& path,
-                       const std::multimap<std::string, std::string>& params) {
+Api::Api(std::vector<std::string> databases, std::chrono::milliseconds check_every) {
+  for (auto& db : databases) sources_.push_back(std::make_unique<CampaignSource>(std::move(db), &counter_, check_every));
+}
+
+Api::~Api() = default;
+
+ApiResponse Api::get(const std::string& path, const QueryParams& params) {
   if (path.empty() || path[0] != '/') return api_error(404, "not found");
   const auto parts = split(path.substr(1), '/');
   for (const auto& p : parts) {
@@ -250,17 +519,66 @@ ApiResponse handle_get(const std::vector<std::string>& databases, const std::str
     if (p == ".." || p == ".") return api_error(404, "not found: the path may not contain '.' or '..' segments");
   }
   auto not_found = [&] { return api_error(404, "not found: " + path); };
-  if (parts.size() < 2 || parts[0] != "api" || parts[1] != "campaigns") return not_found();
-  if (parts.size() == 2) return campaigns(databases);
-  auto index = parse_int(parts[2], 0, static_cast<int64_t>(databases.size()) - 1);
-  if (databases.empty() || !index) {
-    return api_error(404, "no campaign '" + parts[2] + "' (" + std::to_string(databases.size()) + " served, from 0)");
+  if (parts.size() == 2 && parts[0] == "api" && parts[1] == "changes") {
+    if (auto bad = unknown_param(params, {"since"})) return *bad;
+    auto since = int_param(params, "since", 0, 0, std::numeric_limits<int64_t>::max());
+    if (!since.ok()) return api_error(400, since.error().message());
+    json list = json::array();
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      json c = {{"index", i}};
+      auto snap = sources_[i]->snapshot();  // checks for changes (cheap when none)
+      if (snap.ok()) {
+        c["version"] = (*snap)->version;
+        c["state"] = (*snap)->campaign.state;
+      } else {
+        c["version"] = sources_[i]->version();
+        c["state"] = nullptr;
+        c["error"] = snap.error().message();
+      }
+      list.push_back(std::move(c));
+    }
+    return {200, {{"version", counter_.load()}, {"since", *since}, {"campaigns", std::move(list)}}};
   }
-  const std::string& db = databases[static_cast<size_t>(*index)];
-  if (parts.size() == 4 && parts[3] == "status") return status(db);
-  if (parts.size() == 4 && parts[3] == "trials") return trials(db, params);
-  if (parts.size() == 5 && parts[3] == "trials") return trial(db, parts[4], params);
-  return not_found();
+  if (parts.size() < 2 || parts[0] != "api" || parts[1] != "campaigns") return not_found();
+  if (parts.size() == 2) {
+    if (auto bad = unknown_param(params, {})) return *bad;
+    json list = json::array();
+    for (size_t i = 0; i < sources_.size(); ++i) list.push_back(campaign_summary(i, *sources_[i]));
+    return {200, {{"campaigns", std::move(list)}}};
+  }
+  auto index = parse_int(parts[2], 0, static_cast<int64_t>(sources_.size()) - 1);
+  if (sources_.empty() || !index) {
+    return api_error(404, "no campaign '" + parts[2] + "' (" + std::to_string(sources_.size()) + " served, from 0)");
+  }
+  if (parts.size() < 4 || parts.size() > 5 || (parts.size() == 5 && parts[3] != "trials")) return not_found();
+  static const std::set<std::string> routes = {"status",     "overview", "trials", "history", "generations", "params",
+                                               "importance", "curves",   "pareto", "timeline", "stages"};
+  if (!routes.count(parts[3])) return not_found();
+  CampaignSource& source = *sources_[static_cast<size_t>(*index)];
+  auto snap = source.snapshot();
+  if (!snap.ok()) return from_error(snap.error());
+  const Snapshot& s = **snap;
+  const std::string& route = parts[3];
+  if (parts.size() == 5) return trial(s, source, parts[4], params);
+  if (route == "status") {
+    if (auto bad = unknown_param(params, {})) return *bad;
+    return status(s);
+  }
+  if (route == "trials") return trials(s, params);
+  if (route == "overview") return overview(s, params);
+  if (route == "history") return history(s, params);
+  if (route == "generations") return generations(s, params);
+  if (route == "params") return params_view(s, params);
+  if (route == "importance") return importance(s, params);
+  if (route == "curves") return curves(s, source, params);
+  if (route == "pareto") return pareto(s, params);
+  if (route == "timeline") return timeline(s, params);
+  return stages(s, params);
+}
+
+ApiResponse handle_get(const std::vector<std::string>& databases, const std::string& path, const QueryParams& params) {
+  Api api(databases, std::chrono::milliseconds(0));
+  return api.get(path, params);
 }
 
 Result<std::vector<std::string>> expand_databases(const std::vector<std::string>& args) {

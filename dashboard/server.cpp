@@ -1,6 +1,8 @@
 // The dashboard's HTTP server (server.h): checks in a fixed order before any route runs — the
-// Host header (403), the token (401), the method (405) — then answers with api.h's JSON and the
-// same security headers on every response, errors included.
+// Host header (403), the token (401), the method (405) — then answers /api/... with api.h's JSON
+// and everything else from the embedded web app (assets.h), with the same security headers
+// (a strict Content-Security-Policy, nosniff, no framing, no referrer) on every response, errors
+// included.
 #include "dashboard/server.h"
 
 #include <sys/socket.h>
@@ -11,11 +13,13 @@
 #include <algorithm>
 #include <cctype>
 #include <exception>
+#include <optional>
 
 #include <httplib.h>
 
 #include "common/system.h"
 #include "dashboard/api.h"
+#include "dashboard/assets.h"
 #include "report/campaign.h"
 
 namespace hpctune::dashboard {
@@ -36,26 +40,87 @@ std::string host_port(const std::string& host, int port) {
 
 bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host.empty(); }
 
-// Every response: JSON that no browser may sniff as HTML or script, embed, or cache.
+// The headers of every answer (API, app and errors alike): nothing may run but the app's own
+// files, nothing may be framed, sniffed into another type, or leak the address in a Referer.
+constexpr const char* kContentSecurityPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
+    "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+void security_headers(httplib::Response& res) {
+  res.set_header("Content-Security-Policy", kContentSecurityPolicy);
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("X-Frame-Options", "DENY");
+}
+
+// A JSON answer (the API, and every error): never cached, since it changes as the campaign runs.
 void write_json(httplib::Response& res, const ApiResponse& api) {
   res.status = api.status;
-  res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
-  res.set_header("X-Frame-Options", "DENY");
-  res.set_header("Referrer-Policy", "no-referrer");
+  security_headers(res);
   res.set_header("Cache-Control", "no-store");
+  for (const auto& [name, value] : api.headers) res.set_header(name, value);
+  if (!api.content_type.empty()) return res.set_content(api.text, api.content_type);  // CSV
   // Non-ASCII bytes are escaped, so a body is valid UTF-8 whatever a trainer wrote.
   res.set_content(api.body.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n", "application/json");
 }
 
-// The token a request carries: the Bearer credential, else ?token=. "" when none.
+// The name of the cookie that carries the token for the browser app (HttpOnly: no script reads it).
+constexpr const char* kTokenCookie = "hpctune_token";
+
+// The value of cookie `name` in the request's Cookie headers; "" when absent.
+std::string cookie_value(const httplib::Request& req, const std::string& name) {
+  const size_t n = req.get_header_value_count("Cookie");
+  for (size_t i = 0; i < n; ++i) {
+    const std::string header = req.get_header_value("Cookie", i);
+    size_t pos = 0;
+    while (pos < header.size()) {
+      size_t end = header.find(';', pos);
+      if (end == std::string::npos) end = header.size();
+      std::string pair = header.substr(pos, end - pos);
+      const size_t first = pair.find_first_not_of(' ');
+      pair = first == std::string::npos ? "" : pair.substr(first);
+      const size_t eq = pair.find('=');
+      if (eq != std::string::npos && pair.substr(0, eq) == name) return pair.substr(eq + 1);
+      pos = end + 1;
+    }
+  }
+  return "";
+}
+
+// The web app (`/` and `/assets/NAME`, embedded in the binary: assets.h). Anything else outside
+// /api is a 404, and so is any path with a `..` segment (httplib has already decoded %2e%2e):
+// the lookup is an exact match in a fixed table, the check says so out loud.
+void write_asset(httplib::Response& res, const std::string& path) {
+  std::string name;
+  if (path == "/" || path == "/index.html") {
+    name = "index.html";
+  } else if (path.rfind("/assets/", 0) == 0) {
+    name = path.substr(8);
+  }
+  std::optional<Asset> file;
+  if (!name.empty() && name.find("..") == std::string::npos && name.find('\\') == std::string::npos) file = asset(name);
+  if (!file) {
+    write_json(res, api_error(404, "no such page: " + path));
+    return;
+  }
+  res.status = 200;
+  security_headers(res);
+  // Embedded in this binary: the browser asks again each load (cheap on the loopback) so a new
+  // binary's app is never mixed with an old one's modules.
+  res.set_header("Cache-Control", "no-cache");
+  res.set_content(std::string(file->bytes), file->content_type);
+}
+
+// The token a request carries: the Bearer credential, else ?token=, else the app's cookie. "" when none.
 std::string request_token(const httplib::Request& req) {
   const std::string auth = req.get_header_value("Authorization");
   const std::string scheme = "bearer ";
   if (auth.size() > scheme.size() && lower(auth.substr(0, scheme.size())) == scheme) return auth.substr(scheme.size());
   if (req.has_param("token")) return req.get_param_value("token");
-  return "";
+  return cookie_value(req, kTokenCookie);
 }
+
+bool is_api(const std::string& path) { return path == "/api" || path.rfind("/api/", 0) == 0; }
 
 }  // namespace
 
@@ -92,6 +157,7 @@ Result<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
     }
   }
   std::unique_ptr<Server> s(new Server(std::move(options)));
+  s->api_ = std::make_unique<Api>(s->options_.databases);
   auto& http = *s->http_;
   const auto& o = s->options_;
   http.set_payload_max_length(o.max_request_bytes);
@@ -144,7 +210,7 @@ void Server::install_handlers() {
       }
       if (!options_.token.empty() && !secrets_equal(request_token(req), options_.token)) {
         res.set_header("WWW-Authenticate", "Bearer");
-        write_json(res, api_error(401, "a valid token is required (Authorization: Bearer TOKEN, or ?token=TOKEN)"));
+        write_json(res, api_error(401, "a valid token is required (Authorization: Bearer TOKEN, ?token=TOKEN, or open /?token=TOKEN once in the browser)"));
         return httplib::Server::HandlerResponse::Handled;
       }
       if (req.method != "GET" && req.method != "HEAD") {
@@ -152,8 +218,23 @@ void Server::install_handlers() {
         write_json(res, api_error(405, req.method + " is not allowed: the API is read-only (GET)"));
         return httplib::Server::HandlerResponse::Handled;
       }
+      if (!is_api(req.path)) {
+        // The browser's first visit with ?token=T (checked above): keep the token in an HttpOnly
+        // cookie and send the address bar back to `/`, so the token is not left in the history
+        // or shown on screen. Every later request (scripts, API) carries the cookie.
+        if (!options_.token.empty() && req.path == "/" && req.has_param("token")) {
+          res.status = 303;
+          security_headers(res);
+          res.set_header("Cache-Control", "no-store");
+          res.set_header("Set-Cookie", std::string(kTokenCookie) + "=" + options_.token + "; HttpOnly; SameSite=Strict; Path=/");
+          res.set_header("Location", "/");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        write_asset(res, req.path);
+        return httplib::Server::HandlerResponse::Handled;
+      }
       std::multimap<std::string, std::string> params(req.params.begin(), req.params.end());
-      write_json(res, handle_get(options_.databases, req.path, params));
+      write_json(res, api_->get(req.path, params));
     } catch (const std::exception& e) {
       // An edge: a request never takes the server down.
       write_json(res, api_error(500, std::string("internal error: ") + e.what()));

@@ -1,6 +1,8 @@
-// The dashboard's HTTP server (issue 14): serves api.h's read-only JSON API over cpp-httplib,
-// safe by default. It binds 127.0.0.1 unless told otherwise; any other address needs a token that
-// every request must carry (Authorization: Bearer, or ?token=), compared in constant time. A
+// The dashboard's HTTP server (issue 14): serves api.h's read-only JSON API and the embedded web
+// app (assets.h: `/`, `/assets/NAME`) over cpp-httplib, safe by default. It binds 127.0.0.1 unless
+// told otherwise; any other address needs a token that every request must carry (Authorization:
+// Bearer, ?token=, or the HttpOnly cookie hpctune_token that `GET /?token=T` sets before
+// redirecting to `/`), compared in constant time. A
 // request whose Host header is not the bound address (DNS rebinding) is refused, requests are
 // bounded in size and time, and only GET is answered.
 #pragma once
@@ -17,6 +19,8 @@ class Server;
 }
 
 namespace hpctune::dashboard {
+
+class Api;
 
 struct ServerOptions {
   std::vector<std::string> databases;  // the files served, in the order of /api/campaigns
@@ -61,6 +65,7 @@ class Server {
 
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<Api> api_;  // the routes, with each database's snapshot (snapshot.h)
   int port_ = 0;
   std::vector<std::string> allowed_hosts_;
 };

@@ -18,12 +18,7 @@ Result<CampaignView> open_campaign(const std::string& db) {
   v.main_trials = v.trials;
   const auto& cj = v.campaign.config_json;
   if (cj.is_object() && cj.contains("stages") && cj["stages"].is_array()) {
-    for (const auto& st : cj["stages"]) {
-      if (st.is_object() && st.contains("search") && st.value("name", "") != "") {
-        v.main_stage = st["name"].get<std::string>();
-        break;
-      }
-    }
+    v.main_stage = main_stage_name(cj);
     HPCTUNE_ASSIGN(auto stages, v.store->stages(v.campaign.id));
     for (const auto& row : stages) {
       if (row.name != v.main_stage) continue;
@@ -34,6 +29,14 @@ Result<CampaignView> open_campaign(const std::string& db) {
     }
   }
   return v;
+}
+
+std::string main_stage_name(const nlohmann::json& cj) {
+  if (!cj.is_object() || !cj.contains("stages") || !cj["stages"].is_array()) return "";
+  for (const auto& st : cj["stages"]) {
+    if (st.is_object() && st.contains("search") && st.value("name", "") != "") return st["name"].get<std::string>();
+  }
+  return "";
 }
 
 std::string campaign_bind(const store::CampaignRow& campaign) {

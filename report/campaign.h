@@ -52,6 +52,10 @@ struct CampaignView {
 // campaign; the store's errors otherwise (kUnavailable for a schema newer than this build).
 Result<CampaignView> open_campaign(const std::string& db);
 
+// The name of the campaign's main stage: the first stage of its config with a search of its own
+// ("" without stages).
+std::string main_stage_name(const nlohmann::json& config_json);
+
 // The address the campaign's master listens on (resources.bind of its stored config; the default
 // for a campaign recorded before the key existed).
 std::string campaign_bind(const store::CampaignRow& campaign);

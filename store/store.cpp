@@ -175,6 +175,16 @@ enum Query : int {
   kSelectLineage,
   kSelectGroups,
   kSelectCampaignMetric,
+  kDataVersion,
+  kBeginRead,
+  kSelectTrialsChanged,
+  kSelectTrialsChangedV3,
+  kSelectAttemptsChanged,
+  kSelectAttemptsChangedV2,
+  kSelectLineageChanged,
+  kSelectLineageOfParent,
+  kSelectTrialEvents,
+  kSelectMetricsOf,
   kNumQueries,
 };
 
@@ -309,6 +319,34 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSelectCampaignMetric */
     "SELECT m.trial_id, m.attempt, m.step, m.name, m.value, m.t FROM metrics m JOIN trials tr ON tr.id = m.trial_id "
     "WHERE tr.campaign_id = ?1 AND m.name = ?2 ORDER BY m.t, m.trial_id, m.attempt, m.step",
+    /* kDataVersion */ "PRAGMA data_version",
+    /* kBeginRead: a deferred transaction, which a read-only connection may open */ "BEGIN",
+    // The incremental reads of a reader that keeps a snapshot (the dashboard): the rows of the
+    // trials after the last id it knows, and of the ids it lists (a JSON array: json_each).
+    /* kSelectTrialsChanged */
+    "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE campaign_id = ?1 AND "
+    "(id > ?2 OR id IN (SELECT value FROM json_each(?3))) ORDER BY id",
+    /* kSelectTrialsChangedV3 */
+    "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE campaign_id = ?1 AND "
+    "(id > ?2 OR id IN (SELECT value FROM json_each(?3))) ORDER BY id",
+    /* kSelectAttemptsChanged */
+    "SELECT trial_id, attempt, group_id, state, started_at, finished_at, charged FROM attempts "
+    "WHERE trial_id > ?1 OR trial_id IN (SELECT value FROM json_each(?2)) ORDER BY trial_id, attempt",
+    /* kSelectAttemptsChangedV2 */
+    "SELECT trial_id, attempt, group_id, state, started_at, finished_at, "
+    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END "
+    "FROM attempts WHERE trial_id > ?1 OR trial_id IN (SELECT value FROM json_each(?2)) ORDER BY trial_id, attempt",
+    /* kSelectLineageChanged */
+    "SELECT child_trial_id, parent_trial_id, relation FROM lineage WHERE child_trial_id > ?1 OR "
+    "child_trial_id IN (SELECT value FROM json_each(?2)) ORDER BY child_trial_id, parent_trial_id, relation",
+    /* kSelectLineageOfParent */
+    "SELECT child_trial_id, parent_trial_id, relation FROM lineage WHERE parent_trial_id = ?1 "
+    "ORDER BY child_trial_id, relation",
+    /* kSelectTrialEvents */
+    "SELECT id, campaign_id, t, kind, trial_id, attempt, group_id, detail FROM events WHERE trial_id = ?1 ORDER BY id",
+    /* kSelectMetricsOf */
+    "SELECT trial_id, attempt, step, name, value, t FROM metrics WHERE trial_id IN (SELECT value FROM json_each(?1)) "
+    "ORDER BY trial_id, attempt, step, name",
 };
 
 #undef HPCTUNE_TRIAL_COLUMNS
@@ -1528,6 +1566,99 @@ Result<std::vector<MetricRow>> Store::campaign_metrics(int64_t campaign_id, cons
   b.i64(1, campaign_id).text(2, name);
   return collect<MetricRow>(b, read_metric,
                             "cannot read the '" + name + "' reports of campaign " + std::to_string(campaign_id));
+}
+
+Result<int64_t> Store::data_version() {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kDataVersion));
+  Bind b(s);
+  int rc = b.step();
+  if (rc != SQLITE_ROW) return sql_error(rc, "cannot read the data version");
+  return col_i64(s, 0);
+}
+
+Status Store::begin_read() {
+  HPCTUNE_TRY(check_open());
+  if (in_transaction()) return err(Errc::kInvalidArgument, "begin_read(): a transaction is already open on " + path_);
+  return run(kBeginRead, "cannot begin a read transaction");
+}
+
+namespace {
+std::string ids_json(const std::vector<int64_t>& ids) { return nlohmann::json(ids).dump(); }
+}  // namespace
+
+Result<std::vector<TrialRow>> Store::trials_changed(int64_t campaign_id, int64_t after_id,
+                                                    const std::vector<int64_t>& ids) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kStateTablesVersion ? kSelectTrialsChanged
+                                                                                    : kSelectTrialsChangedV3));
+  Bind b(s);
+  b.i64(1, campaign_id).i64(2, after_id).text(3, ids_json(ids));
+  return collect<TrialRow>(b, read_trial, "cannot read the changed trials of campaign " + std::to_string(campaign_id));
+}
+
+Result<std::vector<AttemptRow>> Store::attempts_changed(int64_t after_id, const std::vector<int64_t>& ids) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttemptsChanged : kSelectAttemptsChangedV2));
+  Bind b(s);
+  b.i64(1, after_id).text(2, ids_json(ids));
+  return collect<AttemptRow>(
+      b,
+      [](sqlite3_stmt* s) {
+        AttemptRow a;
+        a.trial_id = col_i64(s, 0);
+        a.attempt = col_i64(s, 1);
+        a.group_id = col_i64(s, 2);
+        a.state = col_text(s, 3);
+        a.started_at = col_time(s, 4);
+        a.finished_at = col_time(s, 5);
+        a.charged = col_i64(s, 6) != 0;
+        return a;
+      },
+      "cannot read the changed attempts");
+}
+
+Result<std::vector<LineageRow>> Store::lineage_changed(int64_t after_id, const std::vector<int64_t>& ids) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectLineageChanged));
+  Bind b(s);
+  b.i64(1, after_id).text(2, ids_json(ids));
+  return collect<LineageRow>(
+      b, [](sqlite3_stmt* s) { return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)}); },
+      "cannot read the changed lineage");
+}
+
+Result<std::vector<LineageRow>> Store::lineage_children(int64_t parent_trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectLineageOfParent));
+  Bind b(s);
+  b.i64(1, parent_trial_id);
+  return collect<LineageRow>(
+      b, [](sqlite3_stmt* s) { return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)}); },
+      "cannot read the children of trial " + std::to_string(parent_trial_id));
+}
+
+Result<std::vector<EventRow>> Store::trial_events(int64_t trial_id) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectTrialEvents));
+  Bind b(s);
+  b.i64(1, trial_id);
+  return collect<EventRow>(
+      b,
+      [](sqlite3_stmt* s) -> Result<EventRow> {
+        EventRow e;
+        e.id = col_i64(s, 0);
+        e.campaign_id = col_i64(s, 1);
+        e.t = col_time(s, 2);
+        e.kind = col_text(s, 3);
+        e.trial_id = col_i64_or(s, 4, 0);
+        e.attempt = col_i64_or(s, 5, 0);
+        e.group_id = col_i64_or(s, 6, -1);
+        HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
+        return e;
+      },
+      "cannot read the events of trial " + std::to_string(trial_id));
+}
+
+Result<std::vector<MetricRow>> Store::metrics_of(const std::vector<int64_t>& trial_ids) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectMetricsOf));
+  Bind b(s);
+  b.text(1, ids_json(trial_ids));
+  return collect<MetricRow>(b, read_metric, "cannot read the metrics of " + std::to_string(trial_ids.size()) + " trials");
 }
 
 }  // namespace hpctune::store

@@ -150,6 +150,14 @@ struct LineageRow {
   std::string relation;
 };
 
+// An attempt row as the readers that keep a snapshot need it (Store::attempts_changed).
+struct AttemptRow {
+  int64_t trial_id = 0, attempt = 0, group_id = -1;
+  std::string state;  // kAttemptStates
+  double started_at = 0, finished_at = 0;
+  bool charged = true;
+};
+
 struct GroupRow {
   int64_t campaign_id = 0, group_id = 0;
   std::string backend;
@@ -373,6 +381,26 @@ class Store {
   Result<std::vector<ArtifactRow>> artifacts(int64_t trial_id);
   Result<std::vector<LineageRow>> lineage(int64_t child_trial_id);
   Result<std::vector<GroupRow>> groups(int64_t campaign_id);
+
+  // --- incremental reads, for a reader that keeps a snapshot (the dashboard) ----------------
+  // PRAGMA data_version: changes whenever another connection committed a change to the database
+  // since this connection last asked (cheap: no table is read).
+  Result<int64_t> data_version();
+  // A read transaction (BEGIN, deferred), so that several reads see one committed state; end it
+  // with commit(). A read-only store may open one; keep it short (it pins the WAL snapshot).
+  Status begin_read();
+  // The trials with id > after_id, and those whose id is in `ids`, ordered by id.
+  Result<std::vector<TrialRow>> trials_changed(int64_t campaign_id, int64_t after_id, const std::vector<int64_t>& ids);
+  // The attempts of the same trials, ordered by trial, attempt.
+  Result<std::vector<AttemptRow>> attempts_changed(int64_t after_id, const std::vector<int64_t>& ids);
+  // The lineage rows of the same children, ordered by child, parent, relation.
+  Result<std::vector<LineageRow>> lineage_changed(int64_t after_id, const std::vector<int64_t>& ids);
+  // The lineage rows whose parent is `parent_trial_id` (its children), ordered by child.
+  Result<std::vector<LineageRow>> lineage_children(int64_t parent_trial_id);
+  // The events of one trial, oldest first (through the index on events.trial_id).
+  Result<std::vector<EventRow>> trial_events(int64_t trial_id);
+  // The reports of the listed trials, ordered by trial, attempt, step, name.
+  Result<std::vector<MetricRow>> metrics_of(const std::vector<int64_t>& trial_ids);
 
  private:
   Store() = default;

@@ -1,0 +1,242 @@
+// The dashboard's web app as the server delivers it (issue 14, "Static app"): the files embedded
+// in the binary at build time, served at `/` and `/assets/NAME` with their Content-Type and the
+// security headers every answer carries (API included); 404 for anything else, `..` and its
+// encodings included; the token on a non-loopback bind for every route, the assets too, and the
+// browser's cookie flow (`GET /?token=T` sets an HttpOnly cookie and redirects to `/`).
+#include <doctest/doctest.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "dashboard/assets.h"
+#include "dashboard/server.h"
+#include "tests/campaign_fixture.h"
+#include "tests/temp_dir.h"
+
+using namespace hpctune;
+using hpctune::testing::TempDir;
+
+namespace {
+
+constexpr const char* kCsp =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
+    "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// A small real campaign (3 branin trials) for the server to open.
+const std::string& fixture_db() {
+  static TempDir dir;
+  static std::string db = [] {
+    const std::string config = dir.write("web.yaml",
+                                         "name: web-1\nseed: 5\nobjective: {metric: value, mode: min}\n"
+                                         "search: {algorithm: random, max_trials: 3}\n"
+                                         "space:\n  x1: {type: float, low: -5, high: 10}\n"
+                                         "  x2: {type: float, low: 0, high: 15}\n"
+                                         "trainer: {kind: function, name: branin}\n");
+    const std::string path = dir.file("web.db");
+    auto st = testing::run_hpctune({"run", config, "--db", path}, dir.file("run.log"));
+    REQUIRE_MESSAGE(st.code == 0, testing::read_file(dir.file("run.log")));
+    return path;
+  }();
+  return db;
+}
+
+// A server on a free port, listening on a thread until the end of the scope (as test_dashboard's).
+struct Running {
+  std::unique_ptr<dashboard::Server> server;
+  std::thread thread;
+  std::atomic<bool> finished{false};
+  explicit Running(dashboard::ServerOptions o) {
+    o.port = 0;
+    auto s = dashboard::Server::bind(std::move(o));
+    REQUIRE_MESSAGE(s.ok(), s.error().to_string());
+    server = std::move(s).value();
+    thread = std::thread([this] {
+      CHECK(server->serve().ok());
+      finished.store(true);
+    });
+  }
+  ~Running() {
+    while (!finished.load()) {
+      server->stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", server->port());
+    c.set_connection_timeout(2, 0);
+    c.set_read_timeout(5, 0);
+    return c;
+  }
+};
+
+dashboard::ServerOptions local() {
+  dashboard::ServerOptions o;
+  o.databases = {fixture_db()};
+  return o;
+}
+
+httplib::Result fetch(httplib::Client& c, const std::string& path, const httplib::Headers& headers = {}) {
+  auto res = c.Get(path.c_str(), headers);
+  REQUIRE_MESSAGE(res, "no response for " << path << ": " << httplib::to_string(res.error()));
+  return res;
+}
+
+// The headers every answer carries, whatever its route or status.
+void check_security_headers(const httplib::Response& res) {
+  CHECK(res.get_header_value("Content-Security-Policy") == kCsp);
+  CHECK(res.get_header_value("X-Content-Type-Options") == "nosniff");
+  CHECK(res.get_header_value("Referrer-Policy") == "no-referrer");
+  CHECK(res.get_header_value("X-Frame-Options") == "DENY");
+}
+
+}  // namespace
+
+TEST_CASE("the web app is embedded in the binary with its content types") {
+  const auto names = dashboard::asset_names();
+  for (const char* required : {"index.html", "app.js", "app.css", "echarts.min.js"}) {
+    CAPTURE(required);
+    CHECK(std::find(names.begin(), names.end(), required) != names.end());
+  }
+  auto index = dashboard::asset("index.html");
+  REQUIRE(index);
+  CHECK(index->content_type == "text/html; charset=utf-8");
+  CHECK(index->bytes.find("<main id=\"view\">") != std::string_view::npos);
+  auto echarts = dashboard::asset("echarts.min.js");
+  REQUIRE(echarts);
+  CHECK(echarts->content_type == "text/javascript; charset=utf-8");
+  CHECK(echarts->bytes.size() > 500 * 1024);  // the whole minified library, not a stub
+  CHECK(echarts->bytes.find("Apache") != std::string_view::npos);
+  CHECK(dashboard::asset("app.css")->content_type == "text/css; charset=utf-8");
+  for (const char* absent : {"", "/index.html", "../index.html", "./app.js", "APP.JS", "app.js/", "nothing.js"}) {
+    CAPTURE(absent);
+    CHECK_FALSE(dashboard::asset(absent));
+  }
+  CHECK(dashboard::content_type_for("x.svg") == "image/svg+xml");
+  CHECK(dashboard::content_type_for("x.mjs") == "text/javascript; charset=utf-8");
+  CHECK(dashboard::content_type_for("x.bin") == "application/octet-stream");
+}
+
+TEST_CASE("index.html has no inline script or style and loads only its own files") {
+  const std::string html(dashboard::asset("index.html")->bytes);
+  // Each <script> has a src (the CSP would block an inline one), and nothing points off the server.
+  size_t at = 0;
+  int scripts = 0;
+  while ((at = html.find("<script", at)) != std::string::npos) {
+    const std::string tag = html.substr(at, html.find('>', at) - at);
+    CHECK_MESSAGE(tag.find("src=\"/assets/") != std::string::npos, tag);
+    ++scripts;
+    ++at;
+  }
+  CHECK(scripts >= 2);
+  CHECK(html.find("<style") == std::string::npos);
+  CHECK(html.find("style=") == std::string::npos);
+  CHECK(html.find(" on") == std::string::npos);  // no onclick= / onload= handlers
+  CHECK(html.find("http://") == std::string::npos);
+  CHECK(html.find("https://") == std::string::npos);
+  CHECK(html.find("//cdn") == std::string::npos);
+}
+
+TEST_CASE("/ and every asset are served with their type and the security headers") {
+  Running r(local());
+  auto c = r.client();
+  auto index = fetch(c, "/");
+  CHECK(index->status == 200);
+  CHECK(index->get_header_value("Content-Type") == "text/html; charset=utf-8");
+  CHECK(index->body == std::string(dashboard::asset("index.html")->bytes));
+  check_security_headers(*index);
+  for (const auto& name : dashboard::asset_names()) {
+    CAPTURE(name);
+    auto res = fetch(c, "/assets/" + name);
+    CHECK(res->status == 200);
+    const auto file = dashboard::asset(name);
+    CHECK(res->get_header_value("Content-Type") == file->content_type);
+    CHECK(res->body.size() == file->bytes.size());
+    CHECK(res->body == std::string(file->bytes));
+    check_security_headers(*res);
+  }
+  CHECK(fetch(c, "/assets/app.js")->get_header_value("Content-Type") == "text/javascript; charset=utf-8");
+  CHECK(fetch(c, "/assets/app.css")->get_header_value("Content-Type") == "text/css; charset=utf-8");
+  // The API carries the same headers, and is never cached.
+  auto api = fetch(c, "/api/campaigns");
+  CHECK(api->status == 200);
+  check_security_headers(*api);
+  CHECK(api->get_header_value("Cache-Control") == "no-store");
+  // HEAD answers the headers without the body.
+  auto head = c.Head("/assets/app.js");
+  REQUIRE(head);
+  CHECK(head->status == 200);
+  CHECK(head->body.empty());
+  check_security_headers(*head);
+}
+
+TEST_CASE("paths outside the embedded files are 404, '..' and its encodings included") {
+  Running r(local());
+  auto c = r.client();
+  for (std::string path : {"/index.htm", "/assets/", "/assets", "/assets/nothing.js", "/assets//app.js",
+                           "/assets/../assets/app.js", "/assets/%2e%2e/assets/app.js", "/assets/%2E%2E%2Fapp.js",
+                           "/assets/..%2fapp.js", "/assets/%2e%2e%5capp.js", "/assets/.%2e/index.html",
+                           "/../index.html", "/%2e%2e/index.html", "/etc/passwd", "/assets/app.js%00.png",
+                           "/assets/APP.JS", "/favicon.ico", "/dashboard/web/src/app.js", "/web.db"}) {
+    CAPTURE(path);
+    auto res = fetch(c, path);
+    CHECK(res->status == 404);
+    CHECK(res->get_header_value("Content-Type") == "application/json");
+    check_security_headers(*res);
+  }
+}
+
+TEST_CASE("off loopback the token guards every route, the assets too; the browser gets a cookie") {
+  dashboard::ServerOptions o = local();
+  o.host = "0.0.0.0";
+  o.token = *dashboard::generate_token();
+  Running r(o);
+  auto c = r.client();
+  for (std::string path : {"/", "/assets/app.js", "/assets/echarts.min.js", "/assets/nothing.js", "/api/campaigns"}) {
+    CAPTURE(path);
+    auto none = fetch(c, path);
+    CHECK(none->status == 401);
+    CHECK(none->body.find("Apache") == std::string::npos);
+    check_security_headers(*none);
+    CHECK(fetch(c, path, {{"Cookie", "hpctune_token=" + o.token + "x"}})->status == 401);
+    CHECK(fetch(c, path, {{"Cookie", "other=" + o.token}})->status == 401);
+    CHECK(fetch(c, path + "?token=" + o.token.substr(1))->status == 401);
+  }
+  // The first visit: ?token=T sets the HttpOnly cookie and sends the address bar back to /.
+  CHECK(fetch(c, "/?token=wrong-token-of-some-length")->status == 401);
+  auto first = fetch(c, "/?token=" + o.token);
+  CHECK(first->status == 303);
+  CHECK(first->get_header_value("Location") == "/");
+  CHECK(first->get_header_value("Set-Cookie") == "hpctune_token=" + o.token + "; HttpOnly; SameSite=Strict; Path=/");
+  CHECK(first->get_header_value("Cache-Control") == "no-store");
+  check_security_headers(*first);
+  // Then every route works from the cookie alone (among other cookies, in any order).
+  const httplib::Headers cookie{{"Cookie", "a=1; hpctune_token=" + o.token + "; b=2"}};
+  auto index = fetch(c, "/", cookie);
+  CHECK(index->status == 200);
+  CHECK(index->get_header_value("Content-Type") == "text/html; charset=utf-8");
+  CHECK(fetch(c, "/assets/app.js", cookie)->status == 200);
+  CHECK(fetch(c, "/assets/echarts.min.js", cookie)->status == 200);
+  CHECK(fetch(c, "/api/campaigns", cookie)->status == 200);
+  CHECK(fetch(c, "/assets/nothing.js", cookie)->status == 404);
+  CHECK(fetch(c, "/assets/%2e%2e/index.html", cookie)->status == 404);
+  // Bearer and ?token= work for the assets as for the API.
+  CHECK(fetch(c, "/assets/app.css", {{"Authorization", "Bearer " + o.token}})->status == 200);
+  CHECK(fetch(c, "/assets/app.css?token=" + o.token)->status == 200);
+  // The Host check runs first, cookie or not.
+  CHECK(fetch(c, "/", {{"Cookie", "hpctune_token=" + o.token}, {"Host", "evil.example"}})->status == 403);
+}
+
+TEST_CASE("on loopback without a token the app needs no cookie and ?token= is not a redirect") {
+  Running r(local());
+  auto c = r.client();
+  auto res = fetch(c, "/?token=anything-at-all-here");
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Set-Cookie").empty());
+  CHECK(fetch(c, "/", {{"Host", "evil.example"}})->status == 403);
+}
