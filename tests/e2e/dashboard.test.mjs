@@ -14,7 +14,8 @@
 // Run by ctest as test_dashboard_e2e (tests/CMakeLists.txt), or by hand:
 //   node tests/e2e/dashboard.test.mjs --binary build/hpctune --build-dir build
 // (or HPCTUNE_BINARY and HPCTUNE_BUILD_DIR in the environment). Exit 77 (ctest: skipped) when
-// playwright-core or chromium is missing: tools/setup-deps installs both.
+// playwright-core or chromium is missing: tools/setup-deps installs both. HPCTUNE_E2E_KEEP=1 keeps
+// the temporary directory (the fixture databases) for a look afterwards.
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -66,6 +67,24 @@ const XSS_NAME = `xss ${IMG} ${SCRIPT_END}`;
 // --- processes, each with a deadline -----------------------------------------------------------
 
 const children = new Set();  // every process started, killed at the end whatever happened
+
+// Whatever ends this process, its children go too (each leads its own process group: the campaign's
+// workers with it). The watchdog ends everything well before ctest's limit (240 s), so that ctest
+// never has to kill this process and leave a server behind.
+const killAll = () => { for (const c of children) { try { process.kill(-c.pid, 'SIGKILL'); } catch { /* gone */ } } };
+process.on('exit', () => {
+  killAll();
+  try {
+    if (!process.env.HPCTUNE_E2E_KEEP) fs.rmSync(tmp, { recursive: true, force: true });
+  } catch { /* not made yet */ }
+});
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => { killAll(); process.exit(128 + os.constants.signals[sig]); });
+const WATCHDOG_S = 200;
+setTimeout(() => {
+  console.error(`test_dashboard_e2e: still running after ${WATCHDOG_S} s: stopping everything`);
+  killAll();
+  process.exit(1);
+}, WATCHDOG_S * 1000).unref();
 
 // Starts `hpctune args...` with its output collected; resolves `lines` as they come.
 function startHpctune(args, options = {}) {
@@ -123,6 +142,19 @@ function stop(child) {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Pids of live processes whose command line mentions `needle` (zombies aside).
+function processesMentioning(needle) {
+  const out = [];
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && Number(d) !== process.pid)) {
+    try {
+      if (!fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes(needle)) continue;
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+      if (stat[stat.lastIndexOf(')') + 2] !== 'Z') out.push(Number(pid));
+    } catch { /* gone meanwhile */ }
+  }
+  return out;
+}
 
 async function until(pred, ms, what) {
   const deadline = Date.now() + ms;
@@ -291,8 +323,10 @@ function watch(p) {
   });
 }
 
+// Fails on what the page reported since the last check (and forgets it, so that one problem fails
+// the test it happened in, not every test after it).
 function noProblems(when) {
-  assert.deepEqual(problems, [], `${when}: the page reported problems`);
+  assert.deepEqual(problems.splice(0), [], `${when}: the page reported problems`);
 }
 
 // Opens `#hash` and waits for its section to say it is drawn. Within the app already loaded from
@@ -316,9 +350,9 @@ async function view(hash, name, origin = base) {
   return page.locator(`#view-${name}`);
 }
 
-async function shoot(name) {
+async function shoot(name, fullPage = false) {
   fs.mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage });
 }
 
 async function figure(name) {
@@ -373,8 +407,7 @@ before(async () => {
 
 after(async () => {
   if (browser) await withDeadline(browser.close(), 10000, 'closing chromium').catch(() => {});
-  await Promise.all([...children].map(stop));
-  if (!process.env.HPCTUNE_E2E_KEEP) fs.rmSync(tmp, { recursive: true, force: true });
+  await Promise.all([...children].map(stop));  // the temporary directory goes at exit
 });
 
 // --- the views against the API --------------------------------------------------------------------
@@ -696,7 +729,7 @@ test('XSS: names, parameter values and error text render as text', { timeout: 40
   await noInjectedImage('overview');
 
   await view(`/c/${i}/trials`, 'trials');
-  await shoot('xss-trials');
+  await shoot('xss-trials', true);
   const table = await page.locator('table#trials-table').textContent();
   assert.ok(table.includes(IMG) && table.includes(SCRIPT_END), 'parameter values in the trials table');
   await noInjectedImage('trials');
@@ -706,7 +739,7 @@ test('XSS: names, parameter values and error text render as text', { timeout: 40
   const d = await api(`api/campaigns/${i}/trials/${failed.trial}`);
   assert.ok(d.error.includes(IMG) && d.error.includes(SCRIPT_END));
   await view(`/c/${i}/trials/${failed.trial}`, 'trial');
-  await shoot('xss-trial');
+  await shoot('xss-trial', true);
   assert.ok((await page.locator('pre#trial-error').textContent()).includes(d.error), 'the error text as it is');
   const params = await page.locator('table#trial-params').textContent();
   assert.ok(params.includes(d.params.label), 'the categorical value on the trial page');
@@ -755,8 +788,8 @@ test('XSS: names, parameter values and error text render as text', { timeout: 40
 test('the overview updates while a campaign runs', { timeout: 60000 }, async () => {
   const config = path.join(tmp, 'live.yaml');
   fs.writeFileSync(config, LIVE_CONFIG);
-  const live = startHpctune(['run', config, '--db', path.join(tmp, 'live.db'), '--dashboard', '--dashboard-port', '0'],
-                            { cwd: tmp });
+  const liveDb = path.join(tmp, 'live.db');
+  const live = startHpctune(['run', config, '--db', liveDb, '--dashboard', '--dashboard-port', '0'], { cwd: tmp });
   try {
     const m = await waitForOutput(live, /dashboard: this campaign's API at (http:\/\/127\.0\.0\.1:\d+\/)/, 15000,
                                   'hpctune run --dashboard');
@@ -776,6 +809,7 @@ test('the overview updates while a campaign runs', { timeout: 60000 }, async () 
     await page.goto('about:blank');
     const status = await withDeadline(live.exited, 30000, 'the live campaign');
     assert.equal(status.code, 0, live.output);
+    await until(() => processesMentioning(liveDb).length === 0, 5000, 'every process of the live campaign gone');
   } finally {
     await stop(live);
   }
