@@ -29,7 +29,7 @@ struct ServerOptions {
   std::string token;                   // required when `host` is not a loopback address
   size_t max_request_bytes = 16 * 1024;  // bodies; the request line and headers are bounded by httplib (8 KB)
   int read_timeout_s = 5, write_timeout_s = 5;
-  int threads = 4;
+  int threads = 16;                    // above a browser's 6 keep-alive connections per host, which each hold a thread
 };
 
 // 127.0.0.0/8, ::1 and "localhost": the addresses only this machine can reach.

@@ -44,6 +44,8 @@ export function draw(el, option) {
     color: palette,
     textStyle: {fontFamily: 'system-ui, sans-serif'},
     ...option,
+    // confine: no arrow under an item's tooltip (ECharts draws it as markup with a style attribute, which the CSP refuses).
+    ...(option.tooltip ? {tooltip: {confine: true, ...option.tooltip}} : {}),
     toolbox: {right: 10, feature: {saveAsImage: {title: 'PNG', name: el.id, pixelRatio: 2}, ...(option.toolboxExtra || {})}},
   };
   delete o.toolboxExtra;
