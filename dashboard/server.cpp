@@ -5,6 +5,8 @@
 // included.
 #include "dashboard/server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <arpa/inet.h>
@@ -171,9 +173,14 @@ Result<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
   // httplib's default sets SO_REUSEPORT too: a second server (a second `run --dashboard`, or any
   // process of this user) could then bind the same port and take half of the connections. Only
   // SO_REUSEADDR (a restart need not wait for TIME_WAIT), so a port in use is refused.
+  // TCP_NODELAY: httplib writes an answer's headers and body apart, and with Nagle's algorithm the
+  // body then waits for the client's delayed ACK: 40 ms on every request (bench/run-dashboard saw
+  // every route at 44 ms, 14 bytes included). Linux gives accepted sockets the listener's setting.
+  http.set_tcp_nodelay(true);
   http.set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
   });
   if (o.port == 0) {
     s->port_ = http.bind_to_any_port(o.host);
