@@ -97,7 +97,7 @@ dashboard::ServerOptions local() {
 std::pair<int, json> get(httplib::Client& c, const std::string& path, const httplib::Headers& headers = {}) {
   auto res = c.Get(path.c_str(), headers);
   REQUIRE_MESSAGE(res, "no response for " << path << ": " << httplib::to_string(res.error()));
-  CHECK(res->get_header_value("Content-Type") == "application/json");
+  CHECK(res->get_header_value("Content-Type") == "application/json; charset=utf-8");
   CHECK(res->get_header_value("X-Content-Type-Options") == "nosniff");
   CHECK(res->get_header_value("Content-Security-Policy").find("default-src 'none'") != std::string::npos);
   return {res->status, json::parse(res->body)};

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "dashboard/assets.h"
 #include "dashboard/server.h"
 #include "tests/campaign_fixture.h"
@@ -109,7 +111,7 @@ TEST_CASE("the web app is embedded in the binary with its content types") {
   CHECK(index->bytes.find("<main id=\"view\">") != std::string_view::npos);
   auto echarts = dashboard::asset("echarts.min.js");
   REQUIRE(echarts);
-  CHECK(echarts->content_type == "text/javascript; charset=utf-8");
+  CHECK(echarts->content_type == "application/javascript; charset=utf-8");
   CHECK(echarts->bytes.size() > 500 * 1024);  // the whole minified library, not a stub
   CHECK(echarts->bytes.find("Apache") != std::string_view::npos);
   CHECK(dashboard::asset("app.css")->content_type == "text/css; charset=utf-8");
@@ -118,7 +120,7 @@ TEST_CASE("the web app is embedded in the binary with its content types") {
     CHECK_FALSE(dashboard::asset(absent));
   }
   CHECK(dashboard::content_type_for("x.svg") == "image/svg+xml");
-  CHECK(dashboard::content_type_for("x.mjs") == "text/javascript; charset=utf-8");
+  CHECK(dashboard::content_type_for("x.mjs") == "application/javascript; charset=utf-8");
   CHECK(dashboard::content_type_for("x.bin") == "application/octet-stream");
 }
 
@@ -160,7 +162,7 @@ TEST_CASE("/ and every asset are served with their type and the security headers
     CHECK(res->body == std::string(file->bytes));
     check_security_headers(*res);
   }
-  CHECK(fetch(c, "/assets/app.js")->get_header_value("Content-Type") == "text/javascript; charset=utf-8");
+  CHECK(fetch(c, "/assets/app.js")->get_header_value("Content-Type") == "application/javascript; charset=utf-8");
   CHECK(fetch(c, "/assets/app.css")->get_header_value("Content-Type") == "text/css; charset=utf-8");
   // The API carries the same headers, and is never cached.
   auto api = fetch(c, "/api/campaigns");
@@ -175,6 +177,48 @@ TEST_CASE("/ and every asset are served with their type and the security headers
   check_security_headers(*head);
 }
 
+TEST_CASE("large answers are gzip (never httplib's slowest Brotli), assets have an ETag and answer 304") {
+  Running r(local());
+  auto c = r.client();
+  c.set_decompress(false);
+  const httplib::Headers browser = {{"Accept-Encoding", "gzip, deflate, br"}};
+  const auto echarts = dashboard::asset("echarts.min.js");
+  REQUIRE(echarts);
+  auto res = c.Get("/assets/echarts.min.js", browser);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  // One Content-Encoding, gzip: httplib would have added its own br over it for a text/* type.
+  CHECK(res->get_header_value_count("Content-Encoding") == 1);
+  CHECK(res->get_header_value("Content-Encoding") == "gzip");
+  CHECK(res->body.size() < echarts->bytes.size() / 2);
+  const std::string etag = res->get_header_value("ETag");
+  CHECK(etag.size() > 2);
+  // The same bytes once inflated (the client's own decompression).
+  auto plain = r.client();
+  auto inflated = plain.Get("/assets/echarts.min.js", browser);
+  REQUIRE(inflated);
+  CHECK(inflated->body == std::string(echarts->bytes));
+  // Without gzip in Accept-Encoding: the bytes as they are.
+  auto identity = c.Get("/assets/echarts.min.js", {{"Accept-Encoding", "br;q=1, gzip;q=0"}});
+  REQUIRE(identity);
+  CHECK(!identity->has_header("Content-Encoding"));
+  CHECK(identity->body == std::string(echarts->bytes));
+  // If-None-Match with the ETag: 304 and no bytes.
+  auto again = c.Get("/assets/echarts.min.js", {{"If-None-Match", etag}, {"Accept-Encoding", "gzip"}});
+  REQUIRE(again);
+  CHECK(again->status == 304);
+  CHECK(again->body.empty());
+  // A large API answer is gzip too, and inflates to the JSON a plain request gets.
+  auto status = c.Get("/api/campaigns/0/trials?limit=100", browser);
+  REQUIRE(status);
+  CHECK(status->status == 200);
+  CHECK(status->get_header_value_count("Content-Encoding") == 1);
+  CHECK(status->get_header_value("Content-Encoding") == "gzip");
+  auto status_plain = plain.Get("/api/campaigns/0/trials?limit=100", browser);
+  REQUIRE(status_plain);
+  CHECK(nlohmann::json::parse(status_plain->body)["total"].get<int64_t>() > 0);
+}
+
 TEST_CASE("paths outside the embedded files are 404, '..' and its encodings included") {
   Running r(local());
   auto c = r.client();
@@ -186,7 +230,7 @@ TEST_CASE("paths outside the embedded files are 404, '..' and its encodings incl
     CAPTURE(path);
     auto res = fetch(c, path);
     CHECK(res->status == 404);
-    CHECK(res->get_header_value("Content-Type") == "application/json");
+    CHECK(res->get_header_value("Content-Type") == "application/json; charset=utf-8");
     check_security_headers(*res);
   }
 }
