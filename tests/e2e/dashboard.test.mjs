@@ -355,10 +355,12 @@ async function shoot(name, fullPage = false) {
   await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage });
 }
 
+// A figure as text (its data-value, the API's number, when it has one; else what it shows).
 async function figure(name) {
   const el = page.locator(`[data-figure="${name}"]`);
   assert.equal(await el.count(), 1, `one element with data-figure="${name}"`);
-  return (await el.textContent()).trim();
+  const value = await el.getAttribute('data-value');
+  return value ? value : (await el.textContent()).trim();
 }
 
 // A figure's number: "1,234", "0.7967", "12.3 %", "1:02:03" (h:m:s) are read as numbers.

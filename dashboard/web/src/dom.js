@@ -53,9 +53,11 @@ export function when(t) {
   return `${d.toLocaleDateString()} ${d.toLocaleTimeString()}`;
 }
 
-// A number shown for the tests: <span data-figure=NAME>value</span>.
+// A number shown for the tests: <span data-figure=NAME data-value=RAW>text</span>. The text is for
+// people (a duration, a rounded percentage); data-value keeps the API's number, "" for null.
 export function figure(name, value, text) {
-  return h('span', {class: 'figure', dataset: {figure: name}}, text !== undefined ? text : fmt(value));
+  const raw = value === null || value === undefined ? '' : String(value);
+  return h('span', {class: 'figure', dataset: {figure: name, value: raw}}, text !== undefined ? text : fmt(value));
 }
 
 // A labelled figure box of the overview kind.

@@ -15,7 +15,7 @@ export default async function timeline(ctx) {
   const chartEl = chartDiv('timeline');
   chartEl.style.height = `${Math.min(900, Math.max(240, groupIds.length * 26 + 110))}px`;
   const sec = section('timeline', 'Trainer groups over time',
-    h('p', {}, 'utilization ', figure('utilization', d.utilization ?? null), ' % over ', duration(d.span ? d.span[1] - d.span[0] : null),
+    h('p', {}, 'utilization ', figure('utilization', d.utilization ?? null, d.utilization === null || d.utilization === undefined ? '—' : d.utilization.toFixed(1)), ' % over ', duration(d.span ? d.span[1] - d.span[0] : null),
       ` · ${groupIds.length} groups · ${bars.length} bars`, d.truncated ? ' (the latest only)' : ''),
     bars.length ? chartEl : note('No trial has started yet.'),
     table('timeline-groups', [
