@@ -25,9 +25,10 @@ using json = nlohmann::json;
 bool has_objective(const store::TrialRow& t) { return t.objective && std::isfinite(*t.objective); }
 
 json by_state(const std::vector<const store::TrialRow*>& trials) {
+  int64_t n[std::size(store::kTrialStates)] = {};
+  for (const auto* t : trials) ++n[static_cast<size_t>(t->state)];
   json out = json::object();
-  for (auto s : store::kTrialStates) out[store::to_string(s)] = 0;
-  for (const auto* t : trials) out[store::to_string(t->state)] = out[store::to_string(t->state)].get<int64_t>() + 1;
+  for (auto s : store::kTrialStates) out[store::to_string(s)] = n[static_cast<size_t>(s)];
   return out;
 }
 
