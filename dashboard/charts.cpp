@@ -430,6 +430,10 @@ ApiResponse timeline(const Snapshot& s, const QueryParams& params) {
     bars.push_back(&a);
   }
   if (s.campaign.state == "running" && !bars.empty()) t1 = std::max(t1, now);
+  if (bars.empty()) {  // nothing ran yet: the campaign's own span
+    t0 = s.campaign.created_at;
+    t1 = s.campaign.finished_at > 0 ? s.campaign.finished_at : std::max(t0, now);
+  }
   std::vector<int64_t> group_ids;
   for (const auto& g : s.groups) group_ids.push_back(g.group_id);
   const auto u = report::utilization(intervals, t0, t1, group_ids);
