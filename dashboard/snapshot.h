@@ -65,7 +65,7 @@ struct Snapshot {
   const std::string& search_text(const store::TrialRow& t) const;
   const std::set<int64_t>* front() const { return objectives.several() ? &pareto : nullptr; }
 
-  // What `hpctune status --format json` prints, computed once per snapshot (it copies every row).
+  // What `hpctune status --format json` prints, computed once per snapshot on first use.
   const nlohmann::json& status_json() const;
 
  private:
