@@ -143,11 +143,15 @@ namespace {
 using json = nlohmann::json;
 using namespace detail;
 
+static_assert(std::size(store::kTrialStates) == static_cast<size_t>(store::TrialState::kPaused) + 1,
+              "counts are indexed by state");
+
 // Every state name -> count among `trials`, zeros included.
 json counts_by_state(const std::vector<const store::TrialRow*>& trials) {
+  int64_t n[std::size(store::kTrialStates)] = {};
+  for (const auto* t : trials) ++n[static_cast<size_t>(t->state)];
   json by_state = json::object();
-  for (auto s : store::kTrialStates) by_state[store::to_string(s)] = 0;
-  for (const auto* t : trials) by_state[store::to_string(t->state)] = by_state[store::to_string(t->state)].get<int64_t>() + 1;
+  for (auto s : store::kTrialStates) by_state[store::to_string(s)] = n[static_cast<size_t>(s)];
   return by_state;
 }
 
@@ -412,10 +416,7 @@ ApiResponse trials(const Snapshot& s, const QueryParams& params) {
     if (!states.empty() && !states.count(t->state)) continue;
     if (gen && t->generation != *gen) continue;
     if (!needle.empty()) {
-      const bool hit = lower(t->params.dump(-1, ' ', false, json::error_handler_t::replace)).find(needle) != std::string::npos ||
-                       lower(t->error).find(needle) != std::string::npos ||
-                       ("#" + std::to_string(t->id)).find(needle) != std::string::npos;
-      if (!hit) continue;
+      if (s.search_text(*t).find(needle) == std::string::npos) continue;
     }
     rows.push_back(t);
   }

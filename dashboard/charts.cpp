@@ -25,9 +25,10 @@ using json = nlohmann::json;
 bool has_objective(const store::TrialRow& t) { return t.objective && std::isfinite(*t.objective); }
 
 json by_state(const std::vector<const store::TrialRow*>& trials) {
+  int64_t n[std::size(store::kTrialStates)] = {};
+  for (const auto* t : trials) ++n[static_cast<size_t>(t->state)];
   json out = json::object();
-  for (auto s : store::kTrialStates) out[store::to_string(s)] = 0;
-  for (const auto* t : trials) out[store::to_string(t->state)] = out[store::to_string(t->state)].get<int64_t>() + 1;
+  for (auto s : store::kTrialStates) out[store::to_string(s)] = n[static_cast<size_t>(s)];
   return out;
 }
 
@@ -429,6 +430,10 @@ ApiResponse timeline(const Snapshot& s, const QueryParams& params) {
     bars.push_back(&a);
   }
   if (s.campaign.state == "running" && !bars.empty()) t1 = std::max(t1, now);
+  if (bars.empty()) {  // nothing ran yet: the campaign's own span
+    t0 = s.campaign.created_at;
+    t1 = s.campaign.finished_at > 0 ? s.campaign.finished_at : std::max(t0, now);
+  }
   std::vector<int64_t> group_ids;
   for (const auto& g : s.groups) group_ids.push_back(g.group_id);
   const auto u = report::utilization(intervals, t0, t1, group_ids);

@@ -2,6 +2,8 @@
 #include "dashboard/snapshot.h"
 
 #include <algorithm>
+#include <cctype>
+#include <iterator>
 #include <cmath>
 
 #include "common/clock.h"
@@ -28,9 +30,20 @@ struct ReadTransaction {
 
 }  // namespace
 
+size_t Snapshot::position(int64_t id) const {
+  auto it = std::lower_bound(trials.begin(), trials.end(), id, [](const auto& t, int64_t v) { return t->id < v; });
+  return it != trials.end() && (*it)->id == id ? static_cast<size_t>(it - trials.begin()) : trials.size();
+}
+
 const store::TrialRow* Snapshot::find(int64_t id) const {
-  auto it = index_.find(id);
-  return it == index_.end() ? nullptr : trials[it->second].get();
+  const size_t i = position(id);
+  return i < trials.size() ? trials[i].get() : nullptr;
+}
+
+const std::string& Snapshot::search_text(const store::TrialRow& t) const {
+  static const std::string none;
+  const size_t i = position(t.id);
+  return i < search_text_.size() ? *search_text_[i] : none;
 }
 
 std::vector<const store::TrialRow*> Snapshot::all_trials() const {
@@ -66,8 +79,11 @@ const store::StageRow* Snapshot::stage(const std::string& name) const {
 }
 
 std::pair<size_t, size_t> Snapshot::attempts_of(int64_t trial_id) const {
-  auto it = attempt_range_.find(trial_id);
-  return it == attempt_range_.end() ? std::pair<size_t, size_t>{0, 0} : it->second;
+  auto first = std::lower_bound(attempts.begin(), attempts.end(), trial_id,
+                                [](const store::AttemptRow& a, int64_t v) { return a.trial_id < v; });
+  auto last = std::upper_bound(first, attempts.end(), trial_id,
+                               [](int64_t v, const store::AttemptRow& a) { return v < a.trial_id; });
+  return {static_cast<size_t>(first - attempts.begin()), static_cast<size_t>(last - attempts.begin())};
 }
 
 const nlohmann::json& Snapshot::status_json() const {
@@ -179,50 +195,48 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
   HPCTUNE_TRY(db.commit());
   data_version_ = dv;
 
-  // Merge: the previous rows of the trials not read again, then the rows read.
+  // Merge: the previous rows of the trials not read again, then the rows read (both sorted by
+  // trial id, so the result is too).
   const std::set<int64_t> reread(open_ids.begin(), open_ids.end());
   auto reread_id = [&](int64_t id) { return id > after || reread.count(id) > 0; };
+  auto text_of = [](const store::TrialRow& t) {
+    std::string text = t.params.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" + t.error + "\n#" +
+                       std::to_string(t.id);
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return std::make_shared<const std::string>(std::move(text));
+  };
   if (prev) {
     next->trials = prev->trials;
-    next->index_ = prev->index_;
-    for (auto& t : trials) {
-      auto it = next->index_.find(t.id);
-      auto row = std::make_shared<const store::TrialRow>(std::move(t));
-      if (it != next->index_.end()) {
-        next->trials[it->second] = std::move(row);
-      } else {
-        next->index_[row->id] = next->trials.size();
-        next->trials.push_back(std::move(row));
-      }
+    next->search_text_ = prev->search_text_;
+  }
+  for (auto& t : trials) {
+    auto text = text_of(t);
+    auto row = std::make_shared<const store::TrialRow>(std::move(t));
+    const size_t i = next->position(row->id);
+    if (i < next->trials.size()) {
+      next->trials[i] = std::move(row);
+      next->search_text_[i] = std::move(text);
+    } else {
+      next->trials.push_back(std::move(row));  // ids above every known one: in order
+      next->search_text_.push_back(std::move(text));
     }
-    next->attempts.reserve(prev->attempts.size() + attempts.size());
+  }
+  std::vector<store::AttemptRow> kept_attempts;
+  std::vector<store::LineageRow> kept_lineage;
+  if (prev) {
+    kept_attempts.reserve(prev->attempts.size());
     for (const auto& a : prev->attempts) {
-      if (!reread_id(a.trial_id)) next->attempts.push_back(a);
+      if (!reread_id(a.trial_id)) kept_attempts.push_back(a);
     }
     for (const auto& l : prev->lineage) {
-      if (!reread_id(l.child_trial_id)) next->lineage.push_back(l);
-    }
-  } else {
-    next->trials.reserve(trials.size());
-    for (auto& t : trials) {
-      next->index_[t.id] = next->trials.size();
-      next->trials.push_back(std::make_shared<const store::TrialRow>(std::move(t)));
+      if (!reread_id(l.child_trial_id)) kept_lineage.push_back(l);
     }
   }
-  next->attempts.insert(next->attempts.end(), attempts.begin(), attempts.end());
-  std::stable_sort(next->attempts.begin(), next->attempts.end(), [](const auto& a, const auto& b) {
-    return a.trial_id != b.trial_id ? a.trial_id < b.trial_id : a.attempt < b.attempt;
-  });
-  for (size_t i = 0; i < next->attempts.size();) {
-    size_t j = i;
-    while (j < next->attempts.size() && next->attempts[j].trial_id == next->attempts[i].trial_id) ++j;
-    next->attempt_range_[next->attempts[i].trial_id] = {i, j};
-    i = j;
-  }
-  next->lineage.insert(next->lineage.end(), lineage.begin(), lineage.end());
-  std::stable_sort(next->lineage.begin(), next->lineage.end(), [](const auto& a, const auto& b) {
-    return a.child_trial_id < b.child_trial_id;
-  });
+  next->attempts.reserve(kept_attempts.size() + attempts.size());
+  std::merge(kept_attempts.begin(), kept_attempts.end(), attempts.begin(), attempts.end(), std::back_inserter(next->attempts),
+             [](const auto& a, const auto& b) { return a.trial_id != b.trial_id ? a.trial_id < b.trial_id : a.attempt < b.attempt; });
+  std::merge(kept_lineage.begin(), kept_lineage.end(), lineage.begin(), lineage.end(), std::back_inserter(next->lineage),
+             [](const auto& a, const auto& b) { return a.child_trial_id < b.child_trial_id; });
 
   next->objectives = report::objectives_of(next->campaign.config_json);
   next->pareto = report::recorded_pareto_front(next->campaign);

@@ -24,7 +24,6 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
@@ -61,15 +60,20 @@ struct Snapshot {
   const store::StageRow* stage(const std::string& name) const;
   // [first, last) of the trial's rows in `attempts` (first == last when it has none).
   std::pair<size_t, size_t> attempts_of(int64_t trial_id) const;
+  // What the trials' text filter searches, lower case: the params' JSON, the error and "#<id>"
+  // ("" for a trial not in the snapshot). Computed when the row is read, not per request.
+  const std::string& search_text(const store::TrialRow& t) const;
   const std::set<int64_t>* front() const { return objectives.several() ? &pareto : nullptr; }
 
-  // What `hpctune status --format json` prints, computed once per snapshot (it copies every row).
+  // What `hpctune status --format json` prints, computed once per snapshot on first use.
   const nlohmann::json& status_json() const;
 
  private:
   friend class CampaignSource;
-  std::unordered_map<int64_t, size_t> index_;                          // trial id -> position
-  std::unordered_map<int64_t, std::pair<size_t, size_t>> attempt_range_;  // trial id -> attempts
+  // Lookups are binary searches: trials, attempts and lineage are sorted by trial id, so a refresh
+  // keeps no index to copy.
+  size_t position(int64_t id) const;  // of the trial in `trials`, or trials.size()
+  std::vector<std::shared_ptr<const std::string>> search_text_;  // parallel to `trials`
   mutable std::once_flag status_once_;
   mutable nlohmann::json status_;
 };

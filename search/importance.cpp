@@ -31,18 +31,18 @@ std::vector<double> kde(const std::vector<double>& xs) {
   std::vector<double> counts(kGrid, 0.0), p(kGrid, 0.0);
   for (double x : xs) counts[static_cast<size_t>(std::min<double>(kGrid - 1, std::floor(x * kGrid)))] += 1.0;
   const double h = bandwidth(xs);
+  // Bin b's centre and grid point g are (b + 0.5) / kGrid and (g + 0.5) / kGrid apart by (g - b) /
+  // kGrid, and from b's reflections at 0 and 1 by (g + b + 1) / kGrid and (g + b + 1 - 2 kGrid) /
+  // kGrid: every distance is a whole number of grid steps, so the kernel is a table by offset.
+  std::vector<double> kernel(4 * kGrid + 1);
+  for (int d = -2 * kGrid; d <= 2 * kGrid; ++d) {
+    const double z = static_cast<double>(d) / kGrid / h;
+    kernel[static_cast<size_t>(d + 2 * kGrid)] = std::exp(-0.5 * z * z);
+  }
+  auto k = [&](int d) { return kernel[static_cast<size_t>(d + 2 * kGrid)]; };
   for (int b = 0; b < kGrid; ++b) {
     if (counts[b] == 0) continue;
-    const double x = (b + 0.5) / kGrid;
-    for (int g = 0; g < kGrid; ++g) {
-      const double at = (g + 0.5) / kGrid;
-      double k = 0;
-      for (double c : {x, -x, 2.0 - x}) {
-        const double z = (at - c) / h;
-        k += std::exp(-0.5 * z * z);
-      }
-      p[g] += counts[b] * k;
-    }
+    for (int g = 0; g < kGrid; ++g) p[g] += counts[b] * (k(g - b) + k(g + b + 1) + k(g + b + 1 - 2 * kGrid));
   }
   const double sum = std::accumulate(p.begin(), p.end(), 0.0);
   for (double& v : p) v = sum > 0 ? v / sum : 1.0 / kGrid;

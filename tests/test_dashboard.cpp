@@ -24,7 +24,9 @@
 
 #include "dashboard/api.h"
 #include "dashboard/server.h"
+#include "report/campaign.h"
 #include "report/plots.h"
+#include "report/status.h"
 #include "tests/campaign_fixture.h"
 #include "tests/synthetic_campaign.h"
 #include "tests/temp_dir.h"
@@ -1043,4 +1045,48 @@ TEST_CASE("the new routes' bad parameters are a 400 naming the parameter") {
   CHECK(api_get(api, "/api/changes", {{"since", "-2"}}).first == 400);
   CHECK(api_get(api, "/api/campaigns/0/importance/x").first == 404);
   CHECK(api_get(api, "/api/campaigns/3/overview").first == 404);
+}
+
+TEST_CASE("status from the snapshot is what `hpctune status --format json` prints; an empty campaign answers every route") {
+  for (const std::string& db : {stages_db(), genetic_db(), pareto_db()}) {
+    CAPTURE(db);
+    dashboard::Api api({db});
+    auto [code, served] = api_get(api, "/api/campaigns/0/status");
+    REQUIRE(code == 200);
+    auto view = report::open_campaign(db);
+    REQUIRE(view.ok());
+    auto st = report::campaign_status(*view, unix_now());
+    REQUIRE(st.ok());
+    json cli = report::status_json(*st);
+    CHECK(served["campaign"]["elapsed_s"].get<double>() == doctest::Approx(cli["campaign"]["elapsed_s"].get<double>()).epsilon(0.01));
+    served["campaign"].erase("elapsed_s");
+    cli["campaign"].erase("elapsed_s");
+    CHECK(served == cli);
+  }
+
+  TempDir dir;
+  const std::string db = dir.file("empty.db");
+  testing::SyntheticOptions o;
+  o.running = 0;
+  REQUIRE(testing::make_synthetic_campaign(db, 0, 0, 1, o).ok());
+  dashboard::Api api({db});
+  for (const std::string route : {"overview", "status", "trials", "history", "generations", "params", "importance",
+                                  "curves", "pareto", "timeline", "stages"}) {
+    CAPTURE(route);
+    CHECK(api_get(api, "/api/campaigns/0/" + route).first == 200);
+  }
+  auto [c1, imp] = api_get(api, "/api/campaigns/0/importance");
+  CHECK(imp["n_trials"] == 0);
+  CHECK(imp["note"].is_string());
+  auto [c2, ov] = api_get(api, "/api/campaigns/0/overview");
+  CHECK(ov["best"].is_null());
+  CHECK(ov["trials"]["total"] == 0);
+  CHECK(ov["eta_s"].is_null());
+  auto [c3, tl] = api_get(api, "/api/campaigns/0/timeline");
+  CHECK(tl["bars"].empty());
+  CHECK(tl["span"][0].is_number());
+  auto [c4, csv] = api_get(api, "/api/campaigns/0/trials", {{"format", "csv"}});
+  CHECK(c4 == 200);
+  const std::string text = csv.get<std::string>();
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);  // the header
 }
