@@ -753,7 +753,13 @@ TEST_CASE("timeline: one bar per attempt on its group, the span, utilization") {
   auto [code, t] = api_get(api, "/api/campaigns/0/timeline");
   REQUIRE(code == 200);
   REQUIRE(t["bars"].size() == kTrials);
-  REQUIRE(t["groups"].size() == 2);
+  // Both groups, or one when the other registered only after the 12 quick trials were done (a
+  // loaded machine: CI saw it); a group that ran a bar is always listed.
+  REQUIRE(t["groups"].size() >= 1);
+  REQUIRE(t["groups"].size() <= 2);
+  std::set<int64_t> listed;
+  for (const auto& g : t["groups"]) listed.insert(g["id"].get<int64_t>());
+  for (const auto& b : t["bars"]) CHECK(listed.count(b["group"].get<int64_t>()) == 1);
   const double t0 = t["span"][0], t1 = t["span"][1];
   CHECK(t1 >= t0);
   for (const auto& b : t["bars"]) {
