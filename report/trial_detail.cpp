@@ -46,10 +46,31 @@ nlohmann::json trial_detail_json(const TrialDetail& d, const CampaignView& v, in
   return j;
 }
 
+namespace {
+
+// Whether `path` resolves to a regular file under `root` (both made canonical: links followed).
+bool inside(const std::filesystem::path& root, const std::string& path) {
+  std::error_code ec;
+  const auto file = std::filesystem::canonical(path, ec);
+  if (ec || !std::filesystem::is_regular_file(file, ec)) return false;
+  auto f = file.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++f) {
+    if (f == file.end() || *f != *r) return false;
+  }
+  return f != file.end();
+}
+
+}  // namespace
+
 std::vector<std::string> trial_logs(const std::string& db, int64_t id, const std::vector<store::ArtifactRow>& artifacts) {
   std::vector<std::string> out;
+  std::error_code ec;
+  const auto root = std::filesystem::canonical(db + ".trials", ec);
+  if (ec) return out;  // no trial directories: nothing of theirs to show
   for (const auto& a : artifacts) {
-    if (a.kind == "log" && std::find(out.begin(), out.end(), a.path) == out.end()) out.push_back(a.path);
+    if (a.kind == "log" && std::find(out.begin(), out.end(), a.path) == out.end() && inside(root, a.path)) {
+      out.push_back(a.path);
+    }
   }
   const std::string dir = db + ".trials/" + std::to_string(id);
   for (const char* name : {"stdout.log", "stderr.log"}) {
@@ -58,7 +79,7 @@ std::vector<std::string> trial_logs(const std::string& db, int64_t id, const std
       std::error_code ec;
       return std::filesystem::equivalent(p, path, ec);
     });
-    if (!listed && std::filesystem::exists(path)) out.push_back(path);
+    if (!listed && inside(root, path)) out.push_back(path);
   }
   return out;
 }

@@ -33,7 +33,10 @@ Result<TrialDetail> load_trial(CampaignView& view, int64_t trial_id);
 nlohmann::json trial_detail_json(const TrialDetail& detail, const CampaignView& view, int64_t log_lines);
 
 // The trial's logs: the log artifacts it recorded, and the files a command trainer writes in its
-// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none.
+// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none. Only files that
+// resolve (symbolic links and `..` followed) to a regular file inside the campaign's trial
+// directories (<db>.trials/): a recorded path comes from a worker's message, and the dashboard
+// shows these tails to whoever holds its token, so a path or link pointing elsewhere is left out.
 std::vector<std::string> trial_logs(const std::string& db, int64_t trial_id,
                                     const std::vector<store::ArtifactRow>& artifacts);
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -1095,4 +1096,35 @@ TEST_CASE("status from the snapshot is what `hpctune status --format json` print
   CHECK(c4 == 200);
   const std::string text = csv.get<std::string>();
   CHECK(std::count(text.begin(), text.end(), '\n') == 1);  // the header
+}
+
+TEST_CASE("a trial's log tails stay inside the trial directories: no recorded path or link out") {
+  TempDir dir;
+  testing::SyntheticOptions o;
+  o.running = 0;
+  const std::string db = dir.file("logs.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 3, 1, 5, o).ok());
+  namespace fs = std::filesystem;
+  const std::string secret = dir.write("secret.txt", "SECRET-LINE\n");
+  fs::create_directories(db + ".trials/1");
+  fs::create_directories(db + ".trials/2");
+  fs::create_symlink(secret, db + ".trials/1/stdout.log");           // a link out of the trial directory
+  std::ofstream(db + ".trials/2/stdout.log") << "first\ninside-line\n";  // a real log
+  {
+    // Log artifacts as a worker's message could record them: elsewhere, and climbing out with `..`.
+    auto w = store::Store::open(db);
+    REQUIRE(w.ok());
+    REQUIRE((*w)->add_artifact(1, 1, "log", secret, 12, unix_now()).ok());
+    REQUIRE((*w)->add_artifact(1, 1, "log", db + ".trials/1/../../secret.txt", 12, unix_now()).ok());
+  }
+  dashboard::Api api({db});
+  auto [c1, one] = api_get(api, "/api/campaigns/0/trials/1", {{"lines", "5"}});
+  REQUIRE(c1 == 200);
+  CHECK(one["logs"].empty());
+  CHECK(one.dump().find("SECRET-LINE") == std::string::npos);
+  CHECK(one["artifacts"].size() == 2);  // listed as recorded (text), never read
+  auto [c2, two] = api_get(api, "/api/campaigns/0/trials/2", {{"lines", "1"}});
+  REQUIRE(c2 == 200);
+  REQUIRE(two["logs"].size() == 1);
+  CHECK(two["logs"][0]["tail"] == "inside-line");
 }

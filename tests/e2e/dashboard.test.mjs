@@ -13,8 +13,9 @@
 //
 // Run by ctest as test_dashboard_e2e (tests/CMakeLists.txt), or by hand:
 //   node tests/e2e/dashboard.test.mjs --binary build/hpctune --build-dir build
-// (or HPCTUNE_BINARY and HPCTUNE_BUILD_DIR in the environment). Exit 77 (ctest: skipped) when
-// playwright-core or chromium is missing: tools/setup-deps installs both. HPCTUNE_E2E_KEEP=1 keeps
+// (or HPCTUNE_BINARY and HPCTUNE_BUILD_DIR in the environment). It fails at once, saying so, when
+// playwright-core or chromium is missing (tools/setup-deps installs both): a missing browser is
+// not a reason to pass the dashboard untested. HPCTUNE_E2E_KEEP=1 keeps
 // the temporary directory (the fixture databases) for a look afterwards.
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -38,18 +39,18 @@ const BINARY = path.resolve(argument('--binary', 'HPCTUNE_BINARY', path.join(her
 const BUILD_DIR = path.resolve(argument('--build-dir', 'HPCTUNE_BUILD_DIR', path.dirname(BINARY)));
 const SHOTS = path.join(BUILD_DIR, 'e2e', 'screenshots');
 
-// What the tests need and do not build: say it and skip (77) rather than fail somewhere deep.
+// What the tests need and do not build: say it and fail at once rather than somewhere deep.
 let chromium;
 try {
   ({ chromium } = await import('playwright-core'));
 } catch (e) {
-  console.error(`test_dashboard_e2e: skipped: playwright-core is not installed in ${here}/node_modules ` +
+  console.error(`test_dashboard_e2e: playwright-core is not installed in ${here}/node_modules ` +
                 `(run tools/setup-deps, which runs npm ci there): ${e.message}`);
-  process.exit(77);
+  process.exit(1);
 }
 if (!fs.existsSync(CHROMIUM)) {
-  console.error(`test_dashboard_e2e: skipped: no ${CHROMIUM} (run tools/setup-deps, which installs Debian's chromium)`);
-  process.exit(77);
+  console.error(`test_dashboard_e2e: no ${CHROMIUM} (run tools/setup-deps, which installs Debian's chromium)`);
+  process.exit(1);
 }
 if (!fs.existsSync(BINARY)) {
   console.error(`test_dashboard_e2e: no hpctune binary at ${BINARY} (give --binary or HPCTUNE_BINARY)`);
