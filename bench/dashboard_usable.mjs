@@ -3,8 +3,9 @@
 // (installed in tests/e2e by tools/setup-deps). VIEWS: comma-separated names of campaign 0's views
 // (overview, history, ...); each is opened REPEAT times in a new browser context (no cache).
 // Prints {runs_ms: {view: [...]}, median_ms: {view: m}} as JSON.
-// VIEWS = "watch": opens campaign 0's overview and keeps it open (the app polls and redraws) until
-// killed; for the master-rate measurement.
+// VIEWS = "watch": launches the browser, prints "launched", opens campaign 0's overview as soon as
+// URL answers (prints "opened") and keeps it open (the app polls and redraws) until SIGTERM; for
+// the master-rate measurement.
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -28,12 +29,25 @@ const browser = await chromium.launch({
 const hash = (view) => (view === "overview" ? "#/c/0" : `#/c/0/${view}`);
 try {
   if (views === "watch") {
-    const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-    await page.goto(url + hash("overview"));
-    await new Promise((resolve) => {
-      process.on("SIGTERM", resolve);
-      process.on("SIGINT", resolve);
+    // Launched before the campaign starts (the browser's start-up is not the dashboard's cost):
+    // say so, then open the overview as soon as the server answers, and keep it open.
+    let stop = false;
+    const stopped = new Promise((resolve) => {
+      process.on("SIGTERM", () => { stop = true; resolve(); });
+      process.on("SIGINT", () => { stop = true; resolve(); });
     });
+    const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    console.log("launched");
+    while (!stop) {
+      try {
+        await page.goto(url + hash("overview"), { timeout: 5000 });
+        console.log("opened");
+        break;
+      } catch {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    await stopped;
   } else {
     const out = { runs_ms: {}, median_ms: {} };
     for (const view of views.split(",")) {
