@@ -216,7 +216,8 @@ class LiveDashboard {
       return;
     }
     server_ = std::move(server).value();
-    console.log("dashboard: this campaign's API at " + server_->url() + "api/campaigns/0/status");
+    console.log("dashboard: the live campaign at " + server_->url() + "#/c/0 (API at " + server_->url() +
+                "api/campaigns/0/status)");
     thread_ = std::thread([this] {
       Status served;
       try {

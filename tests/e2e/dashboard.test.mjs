@@ -794,7 +794,7 @@ test('the overview updates while a campaign runs', { timeout: 60000 }, async () 
   const liveDb = path.join(tmp, 'live.db');
   const live = startHpctune(['run', config, '--db', liveDb, '--dashboard', '--dashboard-port', '0'], { cwd: tmp });
   try {
-    const m = await waitForOutput(live, /dashboard: this campaign's API at (http:\/\/127\.0\.0\.1:\d+\/)/, 15000,
+    const m = await waitForOutput(live, /dashboard: the live campaign at (http:\/\/127\.0\.0\.1:\d+\/)/, 15000,
                                   'hpctune run --dashboard');
     const origin = m[1];
     await view('/c/0', 'overview', origin);

@@ -3,7 +3,7 @@
 // drawn again (keeping the scroll and the charts' zoom) when its campaign's version moved.
 // Plain ES modules, no framework; every view builds its nodes with dom.js (text only, never HTML).
 import {h} from './dom.js';
-import {saveZoom, forgetZoom, disposeAll} from './charts.js';
+import {saveZoom, forgetZoom, disposeAll, loadCharts} from './charts.js';
 import campaigns from './views/campaigns.js';
 import compare from './views/compare.js';
 import overview from './views/overview.js';
@@ -100,6 +100,9 @@ export function rememberCampaigns(list) {
   for (const c of list) campaignNames.set(c.index, c.name);
 }
 
+// The views that draw no chart: they open without ECharts.
+const CHARTLESS = new Set(['campaigns', 'overview', 'trials', 'unknown']);
+
 let renderToken = 0;
 let current = null;  // {route, versions seen at render}
 
@@ -139,6 +142,7 @@ async function render(keep = false) {
   };
   try {
     let sec;
+    if (!CHARTLESS.has(route.name)) await loadCharts();
     if (route.name === 'campaigns') sec = await campaigns(ctx);
     else if (route.name === 'compare') sec = await compare(ctx);
     else if (route.name === 'trial') sec = await trial(ctx);

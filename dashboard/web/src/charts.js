@@ -1,5 +1,7 @@
 // ECharts helpers: a chart is a <div class="chart" id="chart-NAME"> holding one ECharts instance
-// (the global `echarts` of /assets/echarts.min.js). Every chart gets the toolbox's PNG export, a
+// (the global `echarts` of /assets/echarts.min.js, loaded by loadCharts() before the first view
+// that draws one: the campaigns list, the overview and the trials table open without parsing
+// its 1 MB). Every chart gets the toolbox's PNG export, a
 // tooltip whose text is escaped (a campaign's strings are data, never HTML), and keeps its zoom
 // across a live re-render.
 import {h} from './dom.js';
@@ -14,6 +16,26 @@ export const stateColor = {
   done: '#3aa57a', running: '#3b6fd6', failed: '#c9475c', pruned: '#e0a039', queued: '#9aa5b1',
   assigned: '#6c8ebf', paused: '#8b62c9', interrupted: '#7f8c8d',
 };
+
+let loading = null;
+
+// Loads ECharts once (a script element of our own origin: the CSP allows it); resolves when `echarts` is defined.
+export function loadCharts() {
+  if (typeof window.echarts !== 'undefined') return Promise.resolve();
+  if (!loading) {
+    loading = new Promise((resolve, reject) => {
+      const script = document.createElement('script');
+      script.src = '/assets/echarts.min.js';
+      script.onload = () => resolve();
+      script.onerror = () => {
+        loading = null;
+        reject(new Error('could not load /assets/echarts.min.js'));
+      };
+      document.head.append(script);
+    });
+  }
+  return loading;
+}
 
 export function esc(text) {
   return echarts.format.encodeHTML(String(text ?? ''));
@@ -61,6 +83,7 @@ export function draw(el, option) {
 // Before a re-render: remember each chart's zoom window and let go of the old instances.
 export function saveZoom(root) {
   savedZoom.clear();
+  if (typeof window.echarts === 'undefined') return;  // no chart drawn yet
   for (const el of root.querySelectorAll('.chart')) {
     const chart = echarts.getInstanceByDom(el);
     if (!chart) continue;

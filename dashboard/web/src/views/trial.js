@@ -12,7 +12,8 @@ function lineageLinks(i, list) {
 export default async function trial(ctx) {
   const t = await ctx.api(`/api/campaigns/${ctx.i}/trials/${ctx.id}`);
   const attempts = t.attempts || [];
-  const errors = [t.error, ...attempts.map((a) => a.error)].filter((e) => e);
+  // The trial's error, then each attempt's that says something else (the last attempt's is the trial's).
+  const errors = [...new Set([t.error, ...attempts.map((a) => a.error)].filter((e) => e))];
   const byStep = t.metrics_by_step || [];
   const metricNames = [...new Set(byStep.flatMap((r) => Object.keys(r.metrics || {})))];
   const lineage = t.lineage || {parents: t.parent_trial ? [{trial: t.parent_trial, relation: 'parent'}] : [], children: []};
