@@ -1451,24 +1451,30 @@ Result<std::vector<MetricRow>> Store::metrics(int64_t trial_id) {
   return collect<MetricRow>(b, read_metric, "cannot read the metrics of trial " + std::to_string(trial_id));
 }
 
+namespace {
+
+// A row of kSelectEvents or kSelectTrialEvents (the same columns).
+Result<EventRow> read_event(sqlite3_stmt* s) {
+  EventRow e;
+  e.id = col_i64(s, 0);
+  e.campaign_id = col_i64(s, 1);
+  e.t = col_time(s, 2);
+  e.kind = col_text(s, 3);
+  e.trial_id = col_i64_or(s, 4, 0);
+  e.attempt = col_i64_or(s, 5, 0);
+  e.group_id = col_i64_or(s, 6, -1);
+  HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
+  return e;
+}
+
+}  // namespace
+
 Result<std::vector<EventRow>> Store::events(int64_t campaign_id, int64_t limit) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectEvents));
   Bind b(s);
   b.i64(1, campaign_id).i64(2, limit > 0 ? limit : -1);
   return collect<EventRow>(
-      b,
-      [](sqlite3_stmt* s) -> Result<EventRow> {
-        EventRow e;
-        e.id = col_i64(s, 0);
-        e.campaign_id = col_i64(s, 1);
-        e.t = col_time(s, 2);
-        e.kind = col_text(s, 3);
-        e.trial_id = col_i64_or(s, 4, 0);
-        e.attempt = col_i64_or(s, 5, 0);
-        e.group_id = col_i64_or(s, 6, -1);
-        HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
-        return e;
-      },
+      b, read_event,
       "cannot read the events of campaign " + std::to_string(campaign_id));
 }
 
@@ -1638,19 +1644,7 @@ Result<std::vector<EventRow>> Store::trial_events(int64_t trial_id) {
   Bind b(s);
   b.i64(1, trial_id);
   return collect<EventRow>(
-      b,
-      [](sqlite3_stmt* s) -> Result<EventRow> {
-        EventRow e;
-        e.id = col_i64(s, 0);
-        e.campaign_id = col_i64(s, 1);
-        e.t = col_time(s, 2);
-        e.kind = col_text(s, 3);
-        e.trial_id = col_i64_or(s, 4, 0);
-        e.attempt = col_i64_or(s, 5, 0);
-        e.group_id = col_i64_or(s, 6, -1);
-        HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
-        return e;
-      },
+      b, read_event,
       "cannot read the events of trial " + std::to_string(trial_id));
 }
 

@@ -18,6 +18,7 @@
 #include "dashboard/assets.h"
 #include "dashboard/server.h"
 #include "tests/campaign_fixture.h"
+#include "tests/dashboard_server.h"
 #include "tests/temp_dir.h"
 
 using namespace hpctune;
@@ -47,35 +48,8 @@ const std::string& fixture_db() {
   return db;
 }
 
-// A server on a free port, listening on a thread until the end of the scope (as test_dashboard's).
-struct Running {
-  std::unique_ptr<dashboard::Server> server;
-  std::thread thread;
-  std::atomic<bool> finished{false};
-  explicit Running(dashboard::ServerOptions o) {
-    o.port = 0;
-    auto s = dashboard::Server::bind(std::move(o));
-    REQUIRE_MESSAGE(s.ok(), s.error().to_string());
-    server = std::move(s).value();
-    thread = std::thread([this] {
-      CHECK(server->serve().ok());
-      finished.store(true);
-    });
-  }
-  ~Running() {
-    while (!finished.load()) {
-      server->stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    thread.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_connection_timeout(2, 0);
-    c.set_read_timeout(5, 0);
-    return c;
-  }
-};
+// A server on a free port serving its options' databases until the end of the scope.
+using Running = testing::RunningDashboard;
 
 dashboard::ServerOptions local() {
   dashboard::ServerOptions o;
