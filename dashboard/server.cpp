@@ -113,7 +113,12 @@ void set_body(const httplib::Request& req, httplib::Response& res, std::string b
     if (!z) z = gzip(body, level);
     if (z) {
       res.set_header("Content-Encoding", "gzip");
-      return res.set_content(std::move(*z), type);
+      // httplib compresses any "text/..." answer again (over this gzip, with a second
+      // Content-Encoding): its check of the type is case-sensitive, and media types are not (RFC
+      // 2045 5.1), so "Text/csv" is the same type to a browser and left alone by httplib.
+      std::string t = type;
+      if (t.rfind("text/", 0) == 0) t[0] = 'T';
+      return res.set_content(std::move(*z), t);
     }
   }
   res.set_content(std::move(body), type);

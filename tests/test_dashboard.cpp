@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -883,7 +884,9 @@ TEST_CASE("trials as CSV: every matching row, the contract's columns, formulas d
   auto res = c.Get("/api/campaigns/0/trials?format=csv&sort=trial");
   REQUIRE(res);
   CHECK(res->status == 200);
-  CHECK(res->get_header_value("Content-Type").rfind("text/csv", 0) == 0);
+  std::string type = res->get_header_value("Content-Type");
+  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  CHECK(type.rfind("text/csv", 0) == 0);  // media types are case-insensitive (server.cpp sends "Text/csv" when gzipped)
   CHECK(res->get_header_value("Content-Disposition") == "attachment; filename=\"csv_test-trials.csv\"");
   CHECK(res->get_header_value("X-Content-Type-Options") == "nosniff");
   const auto lines = [&] {
@@ -897,6 +900,18 @@ TEST_CASE("trials as CSV: every matching row, the contract's columns, formulas d
   CHECK(lines[0].find("metrics.val_accuracy") != std::string::npos);
   CHECK(lines.back().find(",\"'=HYPERLINK(\"\"http://x\"\")\"") != std::string::npos);
   CHECK(lines.back().find(",-0.5") != std::string::npos);  // a number is not text: no quote
+  // A browser's request: gzip once (httplib's own Brotli is not added over it), the same bytes inflated.
+  auto raw = r.client();
+  raw.set_decompress(false);
+  auto zipped = raw.Get("/api/campaigns/0/trials?format=csv&sort=trial", {{"Accept-Encoding", "gzip, deflate, br"}});
+  REQUIRE(zipped);
+  REQUIRE(res->body.size() > 1024);  // large enough to be compressed
+  CHECK(zipped->get_header_value_count("Content-Encoding") == 1);
+  CHECK(zipped->get_header_value("Content-Encoding") == "gzip");
+  CHECK(zipped->body.size() < res->body.size());
+  auto inflated = c.Get("/api/campaigns/0/trials?format=csv&sort=trial", {{"Accept-Encoding", "gzip, deflate, br"}});
+  REQUIRE(inflated);
+  CHECK(inflated->body == res->body);
   auto filtered = c.Get("/api/campaigns/0/trials?format=csv&state=running");
   REQUIRE(filtered);
   CHECK(std::count(filtered->body.begin(), filtered->body.end(), '\n') == 2);
