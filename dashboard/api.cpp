@@ -136,24 +136,23 @@ ApiResponse from_error(const Error& e) {
   return api_error(status, e.message());
 }
 
+static_assert(std::size(store::kTrialStates) == static_cast<size_t>(store::TrialState::kPaused) + 1,
+              "counts are indexed by state");
+
+nlohmann::json counts_by_state(const std::vector<const store::TrialRow*>& trials) {
+  int64_t n[std::size(store::kTrialStates)] = {};
+  for (const auto* t : trials) ++n[static_cast<size_t>(t->state)];
+  nlohmann::json by_state = nlohmann::json::object();
+  for (auto s : store::kTrialStates) by_state[store::to_string(s)] = n[static_cast<size_t>(s)];
+  return by_state;
+}
+
 }  // namespace detail
 
 namespace {
 
 using json = nlohmann::json;
 using namespace detail;
-
-static_assert(std::size(store::kTrialStates) == static_cast<size_t>(store::TrialState::kPaused) + 1,
-              "counts are indexed by state");
-
-// Every state name -> count among `trials`, zeros included.
-json counts_by_state(const std::vector<const store::TrialRow*>& trials) {
-  int64_t n[std::size(store::kTrialStates)] = {};
-  for (const auto* t : trials) ++n[static_cast<size_t>(t->state)];
-  json by_state = json::object();
-  for (auto s : store::kTrialStates) by_state[store::to_string(s)] = n[static_cast<size_t>(s)];
-  return by_state;
-}
 
 json config_value(const json& config, const char* section, const char* key) {
   if (!config.is_object() || !config.contains(section) || !config[section].is_object()) return nullptr;

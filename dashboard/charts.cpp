@@ -24,14 +24,6 @@ using json = nlohmann::json;
 
 bool has_objective(const store::TrialRow& t) { return t.objective && std::isfinite(*t.objective); }
 
-json by_state(const std::vector<const store::TrialRow*>& trials) {
-  int64_t n[std::size(store::kTrialStates)] = {};
-  for (const auto* t : trials) ++n[static_cast<size_t>(t->state)];
-  json out = json::object();
-  for (auto s : store::kTrialStates) out[store::to_string(s)] = n[static_cast<size_t>(s)];
-  return out;
-}
-
 const char* mode(const Snapshot& s) { return s.objectives.maximize ? "max" : "min"; }
 
 // The campaign's stages with their trials by state and summary (overview and stages).
@@ -42,7 +34,7 @@ json stage_json(const Snapshot& s, const store::StageRow& st) {
           {"state", st.state},
           {"started_at", report::time_or_null(st.started_at)},
           {"finished_at", report::time_or_null(st.finished_at)},
-          {"trials", by_state(s.stage_trials(st.id))},
+          {"trials", counts_by_state(s.stage_trials(st.id))},
           {"summary", report::stage_summary(st)}};
 }
 
@@ -110,7 +102,7 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
     eta = opt_num(report::eta_seconds(*max_trials - finished, durations, static_cast<int64_t>(busy.size())));
   }
   out["eta_s"] = eta;
-  out["trials"] = {{"total", all.size()}, {"by_state", by_state(all)}};
+  out["trials"] = {{"total", all.size()}, {"by_state", counts_by_state(all)}};
   const auto* best = best_of(main, s.objectives.maximize);
   out["best"] = best ? json{{"trial", best->id}, {"objective", num(*best->objective)}, {"params", best->params},
                             {"metrics", best->metrics}}

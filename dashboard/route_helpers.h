@@ -43,6 +43,9 @@ Result<Selection> select_trials(const Snapshot& snap, const QueryParams& params,
 inline nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 inline nlohmann::json opt_num(const std::optional<double>& v) { return v ? num(*v) : nlohmann::json(nullptr); }
 
+// Every state name -> count among `trials`, zeros included.
+nlohmann::json counts_by_state(const std::vector<const store::TrialRow*>& trials);
+
 // [{metric, mode}] of the campaign's objectives, in order.
 nlohmann::json objectives_json(const Snapshot& snap);
 

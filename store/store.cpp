@@ -1453,6 +1453,9 @@ Result<std::vector<MetricRow>> Store::metrics(int64_t trial_id) {
 
 namespace {
 
+// A row of the lineage queries (child, parent, relation).
+LineageRow read_lineage(sqlite3_stmt* s) { return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)}); }
+
 // A row of kSelectEvents or kSelectTrialEvents (the same columns).
 Result<EventRow> read_event(sqlite3_stmt* s) {
   EventRow e;
@@ -1535,10 +1538,7 @@ Result<std::vector<LineageRow>> Store::lineage(int64_t child_trial_id) {
   Bind b(s);
   b.i64(1, child_trial_id);
   return collect<LineageRow>(
-      b,
-      [](sqlite3_stmt* s) {
-        return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)});
-      },
+      b, read_lineage,
       "cannot read the lineage of trial " + std::to_string(child_trial_id));
 }
 
@@ -1626,7 +1626,7 @@ Result<std::vector<LineageRow>> Store::lineage_changed(int64_t after_id, const s
   Bind b(s);
   b.i64(1, after_id).text(2, ids_json(ids));
   return collect<LineageRow>(
-      b, [](sqlite3_stmt* s) { return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)}); },
+      b, read_lineage,
       "cannot read the changed lineage");
 }
 
@@ -1635,7 +1635,7 @@ Result<std::vector<LineageRow>> Store::lineage_children(int64_t parent_trial_id)
   Bind b(s);
   b.i64(1, parent_trial_id);
   return collect<LineageRow>(
-      b, [](sqlite3_stmt* s) { return LineageRow({col_i64(s, 0), col_i64(s, 1), col_text(s, 2)}); },
+      b, read_lineage,
       "cannot read the children of trial " + std::to_string(parent_trial_id));
 }
 

@@ -1,4 +1,5 @@
-// A dashboard server for the tests (test_dashboard, test_dashboard_web): bound on a free port and
+// What the dashboard's tests (test_dashboard, test_dashboard_web) serve and how: a small real
+// campaign (branin, the function trainer) run by the binary, and a server bound on a free port and
 // serving on a thread of its own until the end of the scope, with an httplib client for it.
 #pragma once
 
@@ -12,8 +13,28 @@
 #include <doctest/doctest.h>
 
 #include "dashboard/server.h"
+#include "tests/campaign_fixture.h"
+#include "tests/temp_dir.h"
 
 namespace hpctune::testing {
+
+// Runs `trials` random branin trials (minimised) as campaign `name` into `dir`/`stem`.db, on
+// `groups` trainer groups (0: the default); its path.
+inline std::string run_branin_campaign(const TempDir& dir, const std::string& stem, const std::string& name,
+                                       int seed, int trials, int groups = 0) {
+  const std::string config = dir.write(stem + ".yaml",
+                                       "name: " + name + "\nseed: " + std::to_string(seed) +
+                                           "\nobjective: {metric: value, mode: min}\n"
+                                           "search: {algorithm: random, max_trials: " + std::to_string(trials) + "}\n"
+                                           "space:\n  x1: {type: float, low: -5, high: 10}\n"
+                                           "  x2: {type: float, low: 0, high: 15}\n"
+                                           "trainer: {kind: function, name: branin}\n" +
+                                           (groups > 0 ? "resources: {groups: " + std::to_string(groups) + "}\n" : ""));
+  const std::string path = dir.file(stem + ".db");
+  auto st = run_hpctune({"run", config, "--db", path}, dir.file(stem + ".log"));
+  REQUIRE_MESSAGE(st.code == 0, read_file(dir.file(stem + ".log")));
+  return path;
+}
 
 struct RunningDashboard {
   std::unique_ptr<dashboard::Server> server;

@@ -46,18 +46,7 @@ constexpr int kTrials = 12;
 // One campaign for the whole file: 12 branin trials, minimised, on 2 groups.
 const std::string& fixture_db() {
   static TempDir dir;
-  static std::string db = [] {
-    const std::string config = dir.write("branin.yaml",
-                                         "name: dash-1\nseed: 3\nobjective: {metric: value, mode: min}\n"
-                                         "search: {algorithm: random, max_trials: " + std::to_string(kTrials) + "}\n"
-                                         "space:\n  x1: {type: float, low: -5, high: 10}\n"
-                                         "  x2: {type: float, low: 0, high: 15}\n"
-                                         "trainer: {kind: function, name: branin}\nresources: {groups: 2}\n");
-    const std::string path = dir.file("branin.db");
-    auto st = testing::run_hpctune({"run", config, "--db", path}, dir.file("run.log"));
-    REQUIRE_MESSAGE(st.code == 0, testing::read_file(dir.file("run.log")));
-    return path;
-  }();
+  static std::string db = testing::run_branin_campaign(dir, "branin", "dash-1", 3, kTrials, 2);
   return db;
 }
 

@@ -33,18 +33,7 @@ constexpr const char* kCsp =
 // A small real campaign (3 branin trials) for the server to open.
 const std::string& fixture_db() {
   static TempDir dir;
-  static std::string db = [] {
-    const std::string config = dir.write("web.yaml",
-                                         "name: web-1\nseed: 5\nobjective: {metric: value, mode: min}\n"
-                                         "search: {algorithm: random, max_trials: 3}\n"
-                                         "space:\n  x1: {type: float, low: -5, high: 10}\n"
-                                         "  x2: {type: float, low: 0, high: 15}\n"
-                                         "trainer: {kind: function, name: branin}\n");
-    const std::string path = dir.file("web.db");
-    auto st = testing::run_hpctune({"run", config, "--db", path}, dir.file("run.log"));
-    REQUIRE_MESSAGE(st.code == 0, testing::read_file(dir.file("run.log")));
-    return path;
-  }();
+  static std::string db = testing::run_branin_campaign(dir, "web", "web-1", 5, 3);
   return db;
 }
 
