@@ -509,6 +509,14 @@ Api::Api(std::vector<std::string> databases, std::chrono::milliseconds check_eve
 
 Api::~Api() = default;
 
+Status Api::load() {
+  for (auto& source : sources_) {
+    auto snap = source->snapshot();
+    if (!snap.ok()) return err(snap.error().code(), "'" + source->path() + "': " + snap.error().message());
+  }
+  return Status::Ok();
+}
+
 ApiResponse Api::get(const std::string& path, const QueryParams& params) {
   if (path.empty() || path[0] != '/') return api_error(404, "not found");
   const auto parts = split(path.substr(1), '/');

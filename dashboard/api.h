@@ -71,6 +71,10 @@ class Api {
   Api(const Api&) = delete;
   Api& operator=(const Api&) = delete;
 
+  // Loads every database's first snapshot (a server's start: each file must hold a campaign, and
+  // the first request then finds it loaded). The first error, naming its file.
+  Status load();
+
   // Answers GET `path` with the (already URL-decoded) query `params`. 404 for an unknown route, a
   // bad index or trial, or any path with a `..` segment; 400 naming the parameter for a bad
   // parameter; 500 when a database cannot be read. Safe on any number of threads at once.

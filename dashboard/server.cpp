@@ -28,7 +28,6 @@
 #include "common/system.h"
 #include "dashboard/api.h"
 #include "dashboard/assets.h"
-#include "report/campaign.h"
 
 namespace hpctune::dashboard {
 
@@ -251,14 +250,10 @@ Result<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
   if (!options.token.empty() && options.token.size() < 16) {
     return err(Errc::kUsage, "--token: at least 16 characters (a guessable token protects nothing)");
   }
-  for (const auto& db : options.databases) {
-    // Fail at start, not at the first request: each file must hold a campaign.
-    if (auto view = report::open_campaign(db); !view.ok()) {
-      return err(view.error().code(), "'" + db + "': " + view.error().message());
-    }
-  }
   std::unique_ptr<Server> s(new Server(std::move(options)));
   s->api_ = std::make_unique<Api>(s->options_.databases);
+  // Fail at start, not at the first request: each file must hold a campaign.
+  HPCTUNE_TRY(s->api_->load());
   auto& http = *s->http_;
   const auto& o = s->options_;
   http.set_payload_max_length(o.max_request_bytes);
