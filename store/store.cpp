@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/bounded_json.h"
 #include "common/system.h"
 #include "store/schema.h"
 
@@ -415,13 +416,16 @@ std::optional<int64_t> col_opt_i64(sqlite3_stmt* s, int i) {
 int64_t col_i64_or(sqlite3_stmt* s, int i, int64_t fallback) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? fallback : sqlite3_column_int64(s, i);
 }
-// JSON columns: NULL reads as json null. Text that does not parse means the file was edited by
-// hand or corrupted; it is reported rather than silently replaced.
+// JSON columns: NULL reads as json null. Text that does not parse, is nested deeper or is larger
+// than hpctune reads (common/bounded_json.h) means the file was edited by hand, corrupted or
+// crafted; it is reported (naming the column; the row readers add which row) rather than silently
+// replaced, and never parsed into a value whose copy or print would overflow the stack.
 Result<nlohmann::json> col_json(sqlite3_stmt* s, int i, const char* what) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return nlohmann::json();
-  nlohmann::json j = nlohmann::json::parse(col_text(s, i), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return err(Errc::kIo, std::string("corrupt JSON in column ") + what);
-  return j;
+  const unsigned char* p = sqlite3_column_text(s, i);
+  if (p == nullptr) return nlohmann::json();
+  const std::string_view text(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, i)));
+  return parse_bounded_json(text, std::string("column ") + what);
 }
 
 // A metrics row: trial_id, attempt, step, name, value (NULL reads as NaN), t.
