@@ -156,6 +156,23 @@ TEST_CASE("a <db>.trials link planted by another user is not followed by `hpctun
   CHECK_FALSE(contains(r.out, secret));
 }
 
+TEST_CASE("a campaign does not write its trials through a <db>.trials link another user planted") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);  // reachable by nobody
+  const std::string shared = dir.file("shared");
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 0777) == 0);
+  // nobody's folder, readable by nobody: where the trials' files would land.
+  const std::string drop = shared + "/drop";
+  REQUIRE(as_nobody([&] { return ::mkdir(drop.c_str(), 0777) == 0 && ::chmod(drop.c_str(), 0777) == 0; }));
+  REQUIRE(as_nobody([&] { return ::symlink(drop.c_str(), (shared + "/x.db.trials").c_str()) == 0; }));
+  const std::string cfg = dir.write("c.yaml", sleep_config("planted", 2, 0.01, 1, 1));
+  auto r = hpctune_cmd(dir, {"run", cfg, "--db", shared + "/x.db"});
+  CHECK(r.status.code != 0);
+  CHECK_MESSAGE(contains(r.out, "x.db.trials exists and is not a directory of this user's own"), r.out);
+  CHECK(fs::is_empty(drop));
+}
+
 // --- finding 6: JSON nested too deep in the store ---------------------------------------------
 
 TEST_CASE("JSON nested 300,000 deep in a trial: status, trials, export, trial and the dashboard say so, no crash") {
