@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,8 @@
 
 #include "common/clock.h"
 #include "common/endpoint.h"
+#include "common/safe_open.h"
+#include "common/system.h"
 #include "config/config.h"
 #include "dashboard/server.h"
 #include "launch/slurm_launcher.h"
@@ -439,6 +442,93 @@ Result<std::string> export_format(const std::string& format, const std::string& 
 
 }  // namespace
 
+namespace {
+
+// Whether (dir, name) names the database `db` or one of the files SQLite and hpctune keep beside it
+// (-wal, -shm, -journal, -master.lock): by name in the same directory (the file may not exist
+// yet: a -wal appears when a campaign writes) and by device and inode (a hard link).
+bool names_database(const std::string& db, int dir, const std::string& name) {
+  struct stat out_dir {}, out_file {};
+  if (::fstat(dir, &out_dir) != 0) return false;
+  const bool out_exists = ::fstatat(dir, name.c_str(), &out_file, AT_SYMLINK_NOFOLLOW) == 0;
+  std::vector<std::string> dbs = {db};
+  char real[PATH_MAX];
+  if (::realpath(db.c_str(), real) != nullptr) dbs.emplace_back(real);
+  for (const auto& path : dbs) {
+    const std::filesystem::path p(path);
+    const std::string parent = p.parent_path().empty() ? std::string(".") : p.parent_path().string();
+    struct stat db_dir {};
+    const bool same_dir =
+        ::stat(parent.c_str(), &db_dir) == 0 && db_dir.st_dev == out_dir.st_dev && db_dir.st_ino == out_dir.st_ino;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal", "-master.lock"}) {
+      const std::string file = p.filename().string() + suffix;
+      if (same_dir && name == file) return true;
+      struct stat st {};
+      if (out_exists && ::stat((path + suffix).c_str(), &st) == 0 && st.st_dev == out_file.st_dev &&
+          st.st_ino == out_file.st_ino) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Writes an export of `db` to `output`, whole or not at all, never onto what it reads: not onto the
+// database or its -wal/-shm (by any name, link or hard link), not through a symbolic link that
+// another user could have planted (common/safe_open.h), and only as a regular file (a FIFO would
+// block, a device or directory is not an export). The file gets the database's mode (it holds
+// what the database holds, trainer.env values included): a temporary file beside it, created
+// exclusively with that mode, then renamed over `output`.
+Status write_export(const std::string& db, const std::string& output, const std::string& text) {
+  struct stat db_st {};
+  if (::stat(db.c_str(), &db_st) != 0) return err(Errc::kIo, "cannot stat " + db + ": " + std::strerror(errno));
+  const mode_t mode = db_st.st_mode & 0777;
+  HPCTUNE_ASSIGN(ResolvedPath out, resolve_without_planted_links(output));
+  const int dir = out.dir.get();
+  if (names_database(db, dir, out.name)) {
+    return err(Errc::kUsage, "-o " + output + " is the database " + db +
+                                 " (or a file SQLite keeps beside it): an export never replaces what it reads");
+  }
+  struct stat st {};
+  if (::fstatat(dir, out.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+    return err(Errc::kUsage, "-o " + output + " is not a regular file (" +
+                                 (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                                  : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a file") +
+                                 "); write to standard output with -o - or leave -o out");
+  }
+  unsigned char random[8];
+  if (!random_bytes(random, sizeof random)) return err(Errc::kIo, "cannot draw a temporary name for " + output);
+  std::string tmp = ".";  // not "." + ...: GCC 12's -Wrestrict false positive (PR 105329)
+  tmp += out.name;
+  tmp += ".tmp-";
+  for (unsigned char b : random) {
+    const char* hex = "0123456789abcdef";
+    tmp += hex[b >> 4];
+    tmp += hex[b & 15];
+  }
+  UniqueFd fd(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd.valid()) return err(Errc::kIo, "cannot create a file beside " + output + ": " + std::strerror(errno));
+  Status s;
+  if (::fchmod(fd.get(), mode) != 0) s = err(Errc::kIo, "cannot set the mode of " + output + ": " + std::strerror(errno));
+  for (std::size_t done = 0; s.ok() && done < text.size();) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) s = err(Errc::kIo, "cannot write " + output + ": " + std::strerror(errno));
+    else done += static_cast<std::size_t>(n);
+  }
+  if (s.ok() && ::fsync(fd.get()) != 0) s = err(Errc::kIo, "cannot write " + output + ": " + std::strerror(errno));
+  const int closed = ::close(fd.get());
+  (void)fd.release();
+  if (s.ok() && closed != 0) s = err(Errc::kIo, "cannot write " + output + ": " + std::strerror(errno));
+  if (s.ok() && ::renameat(dir, tmp.c_str(), dir, out.name.c_str()) != 0) {
+    s = err(Errc::kIo, "cannot rename " + tmp + " to " + output + ": " + std::strerror(errno));
+  }
+  if (!s.ok()) ::unlinkat(dir, tmp.c_str(), 0);
+  return s;
+}
+
+}  // namespace
+
 Status cmd_export(const std::string& db, const std::string& format_arg, const std::string& output) {
   HPCTUNE_ASSIGN(const std::string format, export_format(format_arg, output));
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
@@ -454,7 +544,7 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
   if (output.empty() || output == "-") {
     return write_stdout(text);
   }
-  HPCTUNE_TRY(write_file_atomically(output, text));
+  HPCTUNE_TRY(write_export(db, output, text));
   std::fprintf(stderr, "wrote %zu trials to %s\n", v.trials.size(), output.c_str());
   return {};
 }
@@ -559,7 +649,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   if (!frow.empty()) std::printf("\nArtifacts:\n%s", report::format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
 
   for (const auto& path : logs) {
-    const std::string tail = report::tail_lines(path, log_lines);
+    const std::string tail = report::tail_lines(db, path, log_lines);
     std::printf("\n--- %s (last %lld lines) ---\n%s%s", path.c_str(), static_cast<long long>(log_lines), tail.c_str(),
                 tail.empty() ? "(empty)\n" : "\n");
   }

@@ -323,8 +323,9 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--group", worker_group, "The group index the launcher gave this worker");
   std::string worker_campaign;
   worker_cmd->add_option("--campaign", worker_campaign, "The campaign database (shown in `ps`; informational)");
-  worker_cmd->add_option("--threads", worker_threads, "Compute threads per rank (0 = automatic)")
-      ->check(CLI::NonNegativeNumber);
+  // The bounds of resources.threads: CLI::NonNegativeNumber printed DBL_MAX's 309 digits.
+  worker_cmd->add_option("--threads", worker_threads, "Compute threads per rank, 0..1024 (0 = automatic)")
+      ->check(CLI::Range(0, 1024));
   GroupWorkerArgs group_args;
   worker_cmd->add_option("--ranks-data", group_args.ranks_data, "Data-parallel replicas of the group (under mpirun)")
       ->check(CLI::Range(1, 4096));
@@ -334,7 +335,7 @@ int main(int argc, char** argv) {
                        "One process: the trainer starts the group's ranks itself (command)");
   worker_cmd->add_option("--collective-timeout", group_args.collective_timeout_s,
                          "Seconds a group call may take before the group is torn down (0 = 300)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e9));
 
   try {
     app.parse(argc, argv);

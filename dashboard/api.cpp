@@ -471,7 +471,8 @@ ApiResponse trial(const Snapshot& s, CampaignSource& source, const std::string& 
   });
   if (!read.ok()) return from_error(read.error());
   d.logs = report::trial_logs(s.db_path, d.trial.id, d.artifacts);
-  report::CampaignView view;  // trial_detail_json reads only the objectives and the front
+  report::CampaignView view;  // trial_detail_json reads only the objectives, the front and db_path (logs)
+  view.db_path = s.db_path;
   view.objectives = s.objectives;
   view.pareto = s.pareto;
   json j = report::trial_detail_json(d, view, *lines);

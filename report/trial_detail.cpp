@@ -1,10 +1,16 @@
 // One trial in full (trial_detail.h).
 #include "report/trial_detail.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/safe_open.h"
 #include "report/campaign.h"
 #include "report/trial_json.h"
 
@@ -42,56 +48,97 @@ nlohmann::json trial_detail_json(const TrialDetail& d, const CampaignView& v, in
                               {"created_at", a.created_at}});
   }
   j["logs"] = nlohmann::json::array();
-  for (const auto& path : d.logs) j["logs"].push_back({{"path", path}, {"tail", tail_lines(path, log_lines)}});
+  for (const auto& path : d.logs) j["logs"].push_back({{"path", path}, {"tail", tail_lines(v.db_path, path, log_lines)}});
   return j;
 }
 
 namespace {
 
-// Whether `path` resolves to a regular file under `root` (both made canonical: links followed).
-bool inside(const std::filesystem::path& root, const std::string& path) {
+// The database's trial directories (<db>.trials), opened without following a link: the directory
+// that holds the database is the user's choice, but what is in it may be someone else's.
+Result<UniqueFd> open_trials_root(const std::string& db) {
+  const std::filesystem::path p(db);
+  const std::string parent = p.parent_path().empty() ? std::string(".") : p.parent_path().string();
+  UniqueFd dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return err(Errc::kNotFound, "cannot open " + parent + ": " + std::strerror(errno));
+  return open_own_at(dir.get(), p.filename().string() + ".trials", /*directory=*/true);
+}
+
+// `path` relative to <db>.trials ("" when it is not under it): lexically, after the part up to
+// "<name>.trials", which must be the database's own directory (compared by device and inode).
+std::string under_trials(const std::string& db, const std::string& path) {
   std::error_code ec;
-  const auto file = std::filesystem::canonical(path, ec);
-  if (ec || !std::filesystem::is_regular_file(file, ec)) return false;
-  auto f = file.begin();
-  for (auto r = root.begin(); r != root.end(); ++r, ++f) {
-    if (f == file.end() || *f != *r) return false;
+  const auto file = std::filesystem::absolute(path, ec).lexically_normal();
+  if (ec) return "";
+  const std::filesystem::path dbp = std::filesystem::absolute(db, ec).lexically_normal();
+  if (ec) return "";
+  const std::string root_name = dbp.filename().string() + ".trials";
+  struct stat want {};
+  if (::stat(dbp.parent_path().c_str(), &want) != 0) return "";
+  std::filesystem::path prefix;
+  for (auto it = file.begin(); it != file.end(); ++it) {
+    if (*it == root_name) {
+      struct stat have {};
+      if (::stat((prefix.empty() ? std::filesystem::path("/") : prefix).c_str(), &have) == 0 &&
+          have.st_dev == want.st_dev && have.st_ino == want.st_ino) {
+        std::filesystem::path rest;
+        for (++it; it != file.end(); ++it) rest /= *it;
+        return rest.string();
+      }
+    }
+    prefix /= *it;
   }
-  return f != file.end();
+  return "";
 }
 
 }  // namespace
 
+Result<UniqueFd> open_trial_file(const std::string& db, const std::string& path) {
+  const std::string relative = under_trials(db, path);
+  if (relative.empty()) return err(Errc::kInvalidArgument, path + " is not under " + db + ".trials");
+  HPCTUNE_ASSIGN(UniqueFd root, open_trials_root(db));
+  auto fd = open_own_file_under(root.get(), relative);
+  if (!fd.ok()) return std::move(fd).error().with_context("while opening " + path);
+  return fd;
+}
+
 std::vector<std::string> trial_logs(const std::string& db, int64_t id, const std::vector<store::ArtifactRow>& artifacts) {
   std::vector<std::string> out;
-  std::error_code ec;
-  const auto root = std::filesystem::canonical(db + ".trials", ec);
-  if (ec) return out;  // no trial directories: nothing of theirs to show
+  std::vector<std::pair<dev_t, ino_t>> seen;
+  auto add = [&](const std::string& path) {
+    auto fd = open_trial_file(db, path);
+    if (!fd.ok()) return;  // not the user's own file under <db>.trials: left out
+    struct stat st {};
+    if (::fstat(fd->get(), &st) != 0) return;
+    const std::pair<dev_t, ino_t> key{st.st_dev, st.st_ino};
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+    seen.push_back(key);
+    out.push_back(path);
+  };
   for (const auto& a : artifacts) {
-    if (a.kind == "log" && std::find(out.begin(), out.end(), a.path) == out.end() && inside(root, a.path)) {
-      out.push_back(a.path);
-    }
+    if (a.kind == "log") add(a.path);
   }
   const std::string dir = db + ".trials/" + std::to_string(id);
-  for (const char* name : {"stdout.log", "stderr.log"}) {
-    const std::string path = dir + "/" + name;
-    const bool listed = std::any_of(out.begin(), out.end(), [&](const std::string& p) {
-      std::error_code ec;
-      return std::filesystem::equivalent(p, path, ec);
-    });
-    if (!listed && inside(root, path)) out.push_back(path);
-  }
+  for (const char* name : {"stdout.log", "stderr.log"}) add(dir + "/" + name);
   return out;
 }
 
-std::string tail_lines(const std::string& path, int64_t lines) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in || lines <= 0) return "";
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  const std::streamoff from = std::max<std::streamoff>(0, size - (256 << 10));
-  in.seekg(from);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
+std::string tail_lines(const std::string& db, const std::string& path, int64_t lines) {
+  if (lines <= 0) return "";
+  auto fd = open_trial_file(db, path);
+  if (!fd.ok()) return "";
+  struct stat st {};
+  if (::fstat(fd->get(), &st) != 0) return "";
+  const off_t from = std::max<off_t>(0, st.st_size - (256 << 10));
+  std::string text(static_cast<std::size_t>(st.st_size - from), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::pread(fd->get(), text.data() + got, text.size() - got, from + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  text.resize(got);
   if (!text.empty() && text.back() == '\n') text.pop_back();
   size_t start = 0, pos = text.size();
   for (int64_t n = 0; n < lines; ++n) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "common/safe_open.h"
 #include "store/store.h"
 
 namespace hpctune::report {
@@ -33,14 +34,21 @@ Result<TrialDetail> load_trial(CampaignView& view, int64_t trial_id);
 nlohmann::json trial_detail_json(const TrialDetail& detail, const CampaignView& view, int64_t log_lines);
 
 // The trial's logs: the log artifacts it recorded, and the files a command trainer writes in its
-// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none. Only files that
-// resolve (symbolic links and `..` followed) to a regular file inside the campaign's trial
-// directories (<db>.trials/): a recorded path comes from a worker's message, and the dashboard
-// shows these tails to whoever holds its token, so a path or link pointing elsewhere is left out.
+// trial directory (<db>.trials/<id>/stdout.log, stderr.log) when it recorded none; each file once.
+// Only what open_trial_file() opens: a recorded path comes from a worker's message, the database
+// and the folder beside it may have been planted by another user, and the dashboard shows these
+// tails to whoever holds its token, so a path, link or directory pointing elsewhere is left out.
 std::vector<std::string> trial_logs(const std::string& db, int64_t trial_id,
                                     const std::vector<store::ArtifactRow>& artifacts);
 
-// The last `lines` lines of a file ("" if it cannot be read), reading at most its last 256 KB.
-std::string tail_lines(const std::string& path, int64_t lines);
+// Opens `path`, a file under the database's trial directories (<db>.trials/...), walking from the
+// database's directory without following any symbolic link (<db>.trials itself included), and only
+// through directories and to a regular file that belong to this user. kInvalidArgument otherwise.
+Result<UniqueFd> open_trial_file(const std::string& db, const std::string& path);
+
+// The last `lines` lines of one of the trial's files ("" if open_trial_file refuses it or it
+// cannot be read), reading at most its last 256 KB. Opened again, as trial_logs() did: a file
+// swapped for a link since then is not read.
+std::string tail_lines(const std::string& db, const std::string& path, int64_t lines);
 
 }  // namespace hpctune::report

@@ -43,10 +43,16 @@ class FailPoint {
 };
 
 // Creates `path` with exactly `mode` (whatever the umask) if it does not exist; an existing
-// directory keeps the modes its owner gave it.
+// directory keeps the modes its owner gave it, but must be the user's own and not a link: a
+// <db>.trials planted in a shared folder would receive the trials' files (issue 21, finding 3).
 Status make_dir(const std::string& path, unsigned mode) {
   if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0) {
-    if (errno == EEXIST && fs::is_directory(path)) return {};
+    struct stat st {};
+    if (errno == EEXIST && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid()) return {};
+    if (errno == EEXIST) {
+      return err(Errc::kInvalidArgument, path + " exists and is not a directory of this user's own (a symbolic link, "
+                                                "a file or another user's directory): not used; remove it");
+    }
     return err(Errc::kIo, "cannot create " + path + ": " + std::strerror(errno));
   }
   if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {

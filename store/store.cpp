@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/bounded_json.h"
 #include "common/system.h"
 #include "store/schema.h"
 
@@ -415,13 +416,16 @@ std::optional<int64_t> col_opt_i64(sqlite3_stmt* s, int i) {
 int64_t col_i64_or(sqlite3_stmt* s, int i, int64_t fallback) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? fallback : sqlite3_column_int64(s, i);
 }
-// JSON columns: NULL reads as json null. Text that does not parse means the file was edited by
-// hand or corrupted; it is reported rather than silently replaced.
+// JSON columns: NULL reads as json null. Text that does not parse, is nested deeper or is larger
+// than hpctune reads (common/bounded_json.h) means the file was edited by hand, corrupted or
+// crafted; it is reported (naming the column; the row readers add which row) rather than silently
+// replaced, and never parsed into a value whose copy or print would overflow the stack.
 Result<nlohmann::json> col_json(sqlite3_stmt* s, int i, const char* what) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return nlohmann::json();
-  nlohmann::json j = nlohmann::json::parse(col_text(s, i), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return err(Errc::kIo, std::string("corrupt JSON in column ") + what);
-  return j;
+  const unsigned char* p = sqlite3_column_text(s, i);
+  if (p == nullptr) return nlohmann::json();
+  const std::string_view text(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, i)));
+  return parse_bounded_json(text, std::string("column ") + what);
 }
 
 // A metrics row: trial_id, attempt, step, name, value (NULL reads as NaN), t.
@@ -510,6 +514,28 @@ void park_lock_fd(int fd) {
   g_parked_fds.emplace(std::make_pair(st.st_dev, st.st_ino), std::make_pair(::getpid(), fd));
 }
 
+// What a path that exists but is not a regular file is, for the refusal.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// A database is a regular file, or a path where none exists yet: a directory, a device or a FIFO
+// named as the database (`--db /tmp`, `--db /dev/null`) is refused before anything (the master
+// lock, the identity file, SQLite's journal) is created beside it.
+Status check_database_path(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return err(Errc::kIo, "cannot open database " + path + ": " + std::strerror(errno));
+  }
+  if (S_ISREG(st.st_mode)) return Status::Ok();
+  return err(Errc::kInvalidArgument, path + " is " + file_kind(st.st_mode) + ", not a database file");
+}
+
 // A descriptor of the database file at `path` (a parked one if there is), creating the file with
 // exactly `mode` when it does not exist. Read-only: flock needs no write access, and SQLite
 // reports a file it cannot write in its own words.
@@ -536,8 +562,13 @@ Result<int> database_fd(const std::string& path, unsigned mode) {
     return fd;
   }
   if (errno != EEXIST) return err(Errc::kIo, "cannot create database " + path + ": " + std::strerror(errno));
-  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a path swapped for a FIFO since check_database_path is refused, not waited on.
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return err(Errc::kIo, "cannot open database " + path + ": " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return err(Errc::kInvalidArgument, path + " is " + file_kind(st.st_mode) + ", not a database file");
+  }
   return fd;
 }
 
@@ -831,6 +862,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   store->path_ = path;
   store->stmts_.resize(kNumQueries);
   if (is_file_path(path)) {
+    HPCTUNE_TRY(check_database_path(path));
     // The lock comes first: a second master must be refused before it reads a file the first may
     // be creating (it would see "not a database") or competes for the switch to WAL mode.
     if (options.master_lock) HPCTUNE_TRY(store->lock_database(options.file_mode));
@@ -881,6 +913,9 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
   }
   if (::stat(path.c_str(), &st) != 0) {
     return err(Errc::kNotFound, "no hpctune database at " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return err(Errc::kInvalidArgument, path + " is " + file_kind(st.st_mode) + ", not a database file");
   }
   // A reader of a WAL database needs its -shm file, and creates it when missing: impossible in a
   // directory we cannot write (a finished campaign copied to a read-only place). No master can be
@@ -963,8 +998,14 @@ Status Store::lock_database(unsigned file_mode) {
   lock_fd_ = fd;
   // The identity is for the refusal message only; the flock above is the lock.
   const std::string id_path = identity_path(path_);
-  int id = ::open(id_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, static_cast<mode_t>(file_mode));
+  // Not through a link, and only a regular file: it is truncated, and the folder may be shared.
+  int id = ::open(id_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, static_cast<mode_t>(file_mode));
   if (id < 0) return err(Errc::kIo, "cannot open " + id_path + ": " + std::strerror(errno));
+  struct stat id_st {};
+  if (::fstat(id, &id_st) != 0 || !S_ISREG(id_st.st_mode)) {
+    ::close(id);
+    return err(Errc::kInvalidArgument, id_path + " is not a regular file; remove it");
+  }
   identity_fd_ = id;
   const std::string identity = std::to_string(::getpid()) + " " + host_name() + "\n";
   if (::fchmod(id, static_cast<mode_t>(file_mode)) != 0 || ::ftruncate(id, 0) != 0 ||

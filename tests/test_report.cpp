@@ -231,7 +231,7 @@ TEST_CASE("export JSON and one trial's detail: curves by step, events, attempts,
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code() == Errc::kNotFound);
   CHECK(contains(missing.error().message(), "has no trial 999 (its trials: 1..4)"));
-  CHECK(report::tail_lines(dir.file("nothing.log"), 5).empty());
+  CHECK(report::tail_lines(dir.file("c.db"), dir.file("c.db.trials/nothing.log"), 5).empty());
 }
 
 TEST_CASE("progress read from the store: counts by state, the budget and the best trial") {

@@ -356,8 +356,9 @@ std::vector<pid_t> descendants(pid_t root) {
   return out;
 }
 
-// Splits a stream into lines and hands each to a sink; an overlong line is passed on in pieces
-// marked `partial` so that it is logged but never parsed.
+// Splits a stream into lines and hands each to a sink(text, partial, ends_line); an overlong line
+// is passed on in pieces marked `partial` so that it is logged but never parsed, and only its last
+// piece (up to its newline) ends a line in the log.
 class LineSplitter {
  public:
   template <typename Sink>
@@ -369,20 +370,20 @@ class LineSplitter {
       if (nl == std::string::npos) break;
       std::string_view line(buffer_.data() + start, nl - start);
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      sink(line, overlong_);
+      sink(line, overlong_, true);
       overlong_ = false;
       start = nl + 1;
     }
     buffer_.erase(0, start);
     if (buffer_.size() > CommandTrainer::kMaxLineBytes) {
-      sink(std::string_view(buffer_), true);
+      sink(std::string_view(buffer_), true, false);
       buffer_.clear();
       overlong_ = true;
     }
   }
   template <typename Sink>
   void finish(Sink&& sink) {
-    if (!buffer_.empty()) sink(std::string_view(buffer_), overlong_);
+    if (!buffer_.empty()) sink(std::string_view(buffer_), overlong_, true);
     buffer_.clear();
     overlong_ = false;
   }
@@ -523,8 +524,8 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     result.metrics = report->value().metrics;
     if (!stopping) ctx.report(step, result.metrics);
   };
-  auto on_stdout = [&](std::string_view line, bool partial) {
-    out_log << line << (partial ? "" : "\n");
+  auto on_stdout = [&](std::string_view line, bool partial, bool ends_line) {
+    out_log << line << (ends_line ? "\n" : "");
     if (partial) return;
     if (ranks == 1) return handle_line(line);
     // mpirun tags each chunk a rank writes, not each line: a rank that writes a line in pieces
@@ -551,8 +552,8 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
       if (pieces[i].rank == 0) handle_line(whole);
     }
   };
-  auto on_stderr = [&](std::string_view line, bool partial) {
-    err_log << line << (partial ? "" : "\n");
+  auto on_stderr = [&](std::string_view line, bool partial, bool ends_line) {
+    err_log << line << (ends_line ? "\n" : "");
     if (partial) return;
     stderr_tail.emplace_back(line);
     if (stderr_tail.size() > kStderrTailLines) stderr_tail.pop_front();

@@ -1,0 +1,191 @@
+// Opening paths that someone else may have named, without following links they planted: files
+// under a directory of the user's own (a database's trial directories), and an output path whose
+// symbolic links are followed only where nobody else can have made them.
+//
+// Used by the readers that open what a database names (report/trial_detail.cpp, for `hpctune
+// trial` and the dashboard) and by `hpctune export -o`. Header-only: report/ and cli/ share it.
+#pragma once
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hpctune {
+
+// A file descriptor closed when it goes out of scope; -1 holds none.
+class UniqueFd {
+ public:
+  UniqueFd() noexcept = default;
+  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() noexcept { reset(); }
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+  // Gives up ownership: the caller closes it.
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The components of a relative path; empty when it is absolute, empty, or holds "." or "..".
+inline std::vector<std::string> plain_components(std::string_view relative) {
+  std::vector<std::string> out;
+  if (relative.empty() || relative.front() == '/') return {};
+  std::size_t start = 0;
+  while (start <= relative.size()) {
+    const std::size_t end = std::min(relative.find('/', start), relative.size());
+    const std::string_view part = relative.substr(start, end - start);
+    if (part == "." || part == "..") return {};
+    if (!part.empty()) out.emplace_back(part);
+    start = end + 1;
+  }
+  return out;
+}
+
+// Opens `name` in the directory `dir_fd` without following a link, and checks that it is the user's
+// own (owned by the effective uid) and a directory (`directory`) or a regular file. A FIFO is never
+// waited on (O_NONBLOCK, then refused as not a regular file).
+inline Result<UniqueFd> open_own_at(int dir_fd, const std::string& name, bool directory) {
+  const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (directory ? O_DIRECTORY : 0);
+  UniqueFd fd(::openat(dir_fd, name.c_str(), flags));
+  if (!fd.valid()) {
+    const int e = errno;
+    if (e == ELOOP || (directory && e == ENOTDIR)) {
+      return err(Errc::kInvalidArgument, "'" + name + "' is a symbolic link or not a directory: not followed");
+    }
+    return err(e == ENOENT ? Errc::kNotFound : Errc::kIo, "cannot open '" + name + "': " + std::strerror(e));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return err(Errc::kIo, "cannot stat '" + name + "': " + std::strerror(errno));
+  if (directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+    return err(Errc::kInvalidArgument, "'" + name + "' is not a " + (directory ? "directory" : "regular file"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return err(Errc::kInvalidArgument, "'" + name + "' belongs to uid " + std::to_string(st.st_uid) +
+                                           ", not to this user (uid " + std::to_string(::geteuid()) + ")");
+  }
+  return fd;
+}
+
+// Opens the regular file `relative` ("a/b/c") under the directory `dir_fd`, one component at a time:
+// no symbolic link is followed, no "." or "..", and every directory on the way and the file itself
+// must be the user's own. What another user planted (a link, a directory of theirs holding a hard
+// link) is refused with kInvalidArgument.
+inline Result<UniqueFd> open_own_file_under(int dir_fd, std::string_view relative) {
+  const auto parts = plain_components(relative);
+  if (parts.empty()) return err(Errc::kInvalidArgument, "'" + std::string(relative) + "' is not a plain relative path");
+  UniqueFd dir;
+  int at = dir_fd;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    HPCTUNE_ASSIGN(UniqueFd next, open_own_at(at, parts[i], /*directory=*/true));
+    dir = std::move(next);
+    at = dir.get();
+  }
+  return open_own_at(at, parts.back(), /*directory=*/false);
+}
+
+// Whether a symbolic link in a directory with these attributes may be followed: only where nobody
+// but the directory's owner can create entries (not writable by group or others) and that owner is
+// this user or root. A link in /tmp or in a group-shared folder may be someone else's.
+inline bool links_trusted_in(const struct stat& dir) {
+  return (dir.st_mode & (S_IWGRP | S_IWOTH)) == 0 && (dir.st_uid == ::geteuid() || dir.st_uid == 0);
+}
+
+// A path resolved for writing: the directory that holds its last component (open) and that name,
+// which is not a symbolic link when it exists.
+struct ResolvedPath {
+  UniqueFd dir;
+  std::string name;
+  std::string shown;  // the path as resolved, for messages
+};
+
+// Resolves `path` component by component, following a symbolic link (40 at most) only where
+// links_trusted_in() its directory; the last component is followed the same way, and need not exist.
+// kInvalidArgument names the link that is refused (or a directory as the last component); kIo a
+// directory on the way that does not exist or cannot be opened.
+inline Result<ResolvedPath> resolve_without_planted_links(const std::string& path) {
+  if (path.empty()) return err(Errc::kInvalidArgument, "an empty path");
+  std::vector<std::string> todo;  // components still to walk, the next one last
+  auto push_front = [&todo](std::string_view p) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (start <= p.size()) {
+      const std::size_t end = std::min(p.find('/', start), p.size());
+      if (end > start) parts.emplace_back(p.substr(start, end - start));
+      start = end + 1;
+    }
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.push_back(*it);
+  };
+  std::string shown = path.front() == '/' ? "" : ".";
+  UniqueFd dir(::open(path.front() == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return err(Errc::kIo, "cannot open the directory of " + path + ": " + std::strerror(errno));
+  push_front(path);
+  if (todo.empty()) return err(Errc::kInvalidArgument, "'" + path + "' names a directory, not a file");
+  int links = 0;
+  while (true) {
+    std::string name = std::move(todo.back());
+    todo.pop_back();
+    const bool last = todo.empty();
+    struct stat st {};
+    if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT && last && name != "." && name != "..") return ResolvedPath{std::move(dir), name, shown + "/" + name};
+      return err(Errc::kIo, "cannot reach " + shown + "/" + name + ": " + std::strerror(errno));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      struct stat here {};
+      if (::fstat(dir.get(), &here) != 0) return err(Errc::kIo, "cannot stat " + shown + ": " + std::strerror(errno));
+      if (!links_trusted_in(here)) {
+        return err(Errc::kInvalidArgument,
+                   shown + "/" + name + " is a symbolic link in a directory that others can write (or that belongs "
+                   "to another user): not followed; name the file it points to");
+      }
+      if (++links > 40) return err(Errc::kInvalidArgument, "too many symbolic links in " + path);
+      std::string target(4096, '\0');
+      const ssize_t n = ::readlinkat(dir.get(), name.c_str(), target.data(), target.size());
+      if (n < 0 || static_cast<std::size_t>(n) >= target.size()) {
+        return err(Errc::kIo, "cannot read the link " + shown + "/" + name);
+      }
+      target.resize(static_cast<std::size_t>(n));
+      if (!target.empty() && target.front() == '/') {
+        dir = UniqueFd(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        shown.clear();
+      }
+      push_front(target);
+      if (todo.empty()) return err(Errc::kInvalidArgument, "the link " + shown + "/" + name + " points to a directory");
+      continue;
+    }
+    if (last) {
+      if (S_ISDIR(st.st_mode)) return err(Errc::kInvalidArgument, shown + "/" + name + " is a directory, not a file");
+      return ResolvedPath{std::move(dir), name, shown + "/" + name};
+    }
+    UniqueFd next(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) return err(Errc::kIo, "cannot open the directory " + shown + "/" + name + ": " + std::strerror(errno));
+    dir = std::move(next);
+    shown += "/" + name;
+  }
+}
+
+}  // namespace hpctune

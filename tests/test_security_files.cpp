@@ -1,0 +1,365 @@
+// What a database names is opened as the user's own or not at all, and outputs never replace an
+// input (issue 21, findings 3, 6, 9 and 14), through the hpctune binary and the dashboard's API:
+// a planted <db>.trials link (made by `nobody`) is not followed; JSON nested 300,000 deep in a
+// trial is an error naming the trial and column, never a crash; `export -o` refuses the database
+// by any name while its campaign runs, a FIFO, a link in a directory others can write, and writes
+// with the database's mode; `--db` of a directory or a device leaves nothing behind; an output
+// line over 1 MiB does not swallow the next; `worker --threads -1` is a short error.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/bounded_json.h"
+#include "dashboard/api.h"
+#include "report/campaign.h"
+#include "report/trial_detail.h"
+#include "tests/campaign_fixture.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE_MESSAGE(::stat(path.c_str(), &st) == 0, path);
+  return st.st_mode & 07777;
+}
+
+// Runs `fn` in a child as user `nobody` (uid/gid 65534) when this test runs as root, else as
+// ourselves; true when it returned true.
+bool as_nobody(const std::function<bool()>& fn) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(2);
+    ::_exit(fn() ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+struct Ran {
+  launch::ExitStatus status;
+  std::string out;  // stdout and stderr together
+};
+
+Ran hpctune_cmd(const TempDir& dir, const std::vector<std::string>& args, std::chrono::milliseconds limit = 60s) {
+  static int n = 0;
+  const std::string log = dir.file("cmd-" + std::to_string(++n) + ".log");
+  Ran r;
+  r.status = run_hpctune(args, log, limit);
+  r.out = read_file(log);
+  return r;
+}
+
+// A finished three-trial campaign of the sleep trainer in dir/<name>.db.
+std::string finished_campaign(const TempDir& dir, const std::string& name, const std::string& access = "") {
+  const std::string cfg = dir.write(name + ".yaml", access + sleep_config(name, 3, 0.01, 1, 1));
+  const std::string db = dir.file(name + ".db");
+  auto r = hpctune_cmd(dir, {"run", cfg, "--db", db});
+  REQUIRE_MESSAGE(r.status.success(), r.out);
+  return db;
+}
+
+void sql(const std::string& db, const std::string& statement) {
+  sqlite3* h = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &h) == SQLITE_OK);
+  char* msg = nullptr;
+  const int rc = sqlite3_exec(h, statement.c_str(), nullptr, nullptr, &msg);
+  const std::string text = msg ? msg : "";
+  sqlite3_free(msg);
+  sqlite3_close(h);
+  REQUIRE_MESSAGE(rc == SQLITE_OK, text);
+}
+
+}  // namespace
+
+// --- finding 3: a planted <db>.trials --------------------------------------------------------
+
+TEST_CASE("a <db>.trials link planted by another user is not followed by `hpctune trial` or the dashboard") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);  // reachable by nobody
+  const std::string db0 = finished_campaign(dir, "real");
+  const int64_t id = read_trials(db0).front().id;
+  // The victim's private files: what a link in the shared folder points to.
+  const std::string victim = dir.file("victim");
+  fs::create_directories(victim + "/" + std::to_string(id));
+  REQUIRE(::chmod(victim.c_str(), 0700) == 0);
+  const std::string secret = "PRIVATE-KEY-MATERIAL-0123";
+  dir.write("victim/" + std::to_string(id) + "/stdout.log", secret + "\n");
+  dir.write("victim/key", secret + "\n");
+  // A folder others can write (group-shared), where `nobody` plants x.db and x.db.trials.
+  const std::string shared = dir.file("shared");
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 0777) == 0);
+  const std::string db = shared + "/x.db";
+  fs::copy_file(db0, db);
+  // The planted database names a log in the planted folder, as a worker's message would have.
+  sql(db, "INSERT INTO artifacts (trial_id, attempt, kind, path, bytes, created_at) VALUES (" + std::to_string(id) +
+              ", 1, 'log', '" + shared + "/x.db.trials/key', 10, 0)");
+  REQUIRE(::chown(db.c_str(), 65534, 65534) == 0);
+  REQUIRE(as_nobody([&] { return ::symlink(victim.c_str(), (shared + "/x.db.trials").c_str()) == 0; }));
+
+  // The CLI: no tail of the victim's file, in either format.
+  for (const char* format : {"table", "json"}) {
+    CAPTURE(format);
+    auto r = hpctune_cmd(dir, {"trial", db, std::to_string(id), "--format", format});
+    CHECK_FALSE(r.status.signaled);
+    CHECK_MESSAGE(!contains(r.out, secret), r.out);
+  }
+  // The report functions the dashboard calls, and the dashboard's own answer.
+  auto view = report::open_campaign(db);
+  REQUIRE(view.ok());
+  auto detail = report::load_trial(*view, id);
+  REQUIRE(detail.ok());
+  CHECK(detail->logs.empty());
+  std::vector<store::ArtifactRow> planted(2);
+  planted[0].kind = planted[1].kind = "log";
+  planted[0].path = shared + "/x.db.trials/key";
+  planted[1].path = shared + "/x.db.trials/" + std::to_string(id) + "/stdout.log";
+  CHECK(report::trial_logs(db, id, planted).empty());
+  CHECK(report::tail_lines(db, planted[0].path, 5).empty());
+  CHECK_FALSE(report::open_trial_file(db, planted[1].path).ok());
+  dashboard::Api api({db});
+  auto answer = api.get("/api/campaigns/0/trials/" + std::to_string(id), {});
+  CHECK_MESSAGE(!contains(answer.body.dump(), secret), answer.body.dump());
+
+  // The user's own trial directory still shows its logs; a link inside it to a file elsewhere not.
+  fs::create_directories(db0 + ".trials/" + std::to_string(id));
+  dir.write("real.db.trials/" + std::to_string(id) + "/stdout.log", "line one\nline two\n");
+  fs::create_symlink(victim + "/key", db0 + ".trials/" + std::to_string(id) + "/stderr.log");
+  auto own = report::trial_logs(db0, id, {});
+  REQUIRE(own.size() == 1);
+  CHECK(report::tail_lines(db0, own[0], 1) == "line two");
+  auto r = hpctune_cmd(dir, {"trial", db0, std::to_string(id)});
+  CHECK(contains(r.out, "line two"));
+  CHECK_FALSE(contains(r.out, secret));
+}
+
+TEST_CASE("a campaign does not write its trials through a <db>.trials link another user planted") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);  // reachable by nobody
+  const std::string shared = dir.file("shared");
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 0777) == 0);
+  // nobody's folder, readable by nobody: where the trials' files would land.
+  const std::string drop = shared + "/drop";
+  REQUIRE(as_nobody([&] { return ::mkdir(drop.c_str(), 0777) == 0 && ::chmod(drop.c_str(), 0777) == 0; }));
+  REQUIRE(as_nobody([&] { return ::symlink(drop.c_str(), (shared + "/x.db.trials").c_str()) == 0; }));
+  const std::string cfg = dir.write("c.yaml", sleep_config("planted", 2, 0.01, 1, 1));
+  auto r = hpctune_cmd(dir, {"run", cfg, "--db", shared + "/x.db"});
+  CHECK(r.status.code != 0);
+  CHECK_MESSAGE(contains(r.out, "x.db.trials exists and is not a directory of this user's own"), r.out);
+  CHECK(fs::is_empty(drop));
+}
+
+// --- finding 6: JSON nested too deep in the store ---------------------------------------------
+
+TEST_CASE("JSON nested 300,000 deep in a trial: status, trials, export, trial and the dashboard say so, no crash") {
+  TempDir dir;
+  const std::string db = finished_campaign(dir, "deep");
+  const int64_t id = read_trials(db).front().id;
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  sql(db, "UPDATE trials SET params = '" + deep + "' WHERE id = " + std::to_string(id));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", db}, {"status", db, "--format", "json"}, {"trials", db},
+        {"trials", db, "--format", "csv"}, {"trials", db, "--format", "json"}, {"export", db, "--format", "json"},
+        {"export", db, "--format", "csv"}, {"trial", db, std::to_string(id)}}) {
+    CAPTURE(args[0] + " " + args.back());
+    auto r = hpctune_cmd(dir, args);
+    CHECK_FALSE(r.status.signaled);
+    CHECK(r.status.code == 1);
+    CHECK_MESSAGE(contains(r.out, "column trials.params holds JSON nested more than 64 levels deep"), r.out);
+    CHECK(contains(r.out, "while reading trial " + std::to_string(id)));
+  }
+  // The dashboard's snapshot load (what `hpctune dashboard` does before it serves).
+  dashboard::Api api({db});
+  auto loaded = api.load();
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(contains(loaded.error().to_string(), "trials.params"));
+  auto r = hpctune_cmd(dir, {"dashboard", db, "--port", "0"}, 30s);
+  CHECK_FALSE(r.status.signaled);
+  CHECK(r.status.code != 0);
+  CHECK_MESSAGE(contains(r.out, "trials.params"), r.out);
+
+  // The limits themselves: 64 levels pass, 65 do not; brackets in strings do not count; size.
+  CHECK(parse_bounded_json(std::string(64, '[') + std::string(64, ']'), "x").ok());
+  CHECK_FALSE(parse_bounded_json(std::string(65, '[') + std::string(65, ']'), "x").ok());
+  CHECK(parse_bounded_json("[\"" + std::string(100, '[') + "\\\"{\"]", "x").ok());
+  auto big = parse_bounded_json("\"" + std::string(static_cast<std::size_t>(kMaxStoredJsonBytes), 'a') + "\"", "x");
+  REQUIRE_FALSE(big.ok());
+  CHECK(big.error().code() == Errc::kIo);
+}
+
+// --- finding 9: export -o ----------------------------------------------------------------------
+
+TEST_CASE("export -o refuses the running campaign's own database by any name; the campaign completes intact") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("live", 12, 0.3, 2, 1));
+  const std::string db = dir.file("c.db");
+  auto master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_for_running_trial(db, 30s), read_file(dir.file("run.log")));
+  fs::create_symlink("c.db", dir.file("link.db"));
+  fs::create_directories(dir.file("sub"));
+  REQUIRE(::link(db.c_str(), dir.file("hard.db").c_str()) == 0);
+  for (const std::string& out : {db, dir.file("sub/../c.db"), dir.file("./c.db"), dir.file("link.db"),
+                                 dir.file("hard.db"), db + "-wal", db + "-shm", db + "-journal"}) {
+    CAPTURE(out);
+    auto r = hpctune_cmd(dir, {"export", db, "--format", "json", "-o", out});
+    CHECK(r.status.code == 2);
+    CHECK_MESSAGE(contains(r.out, "is the database"), r.out);
+  }
+  auto done = master.wait_for(120s);
+  REQUIRE(done.has_value());
+  CHECK_MESSAGE(done->success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  CHECK(trials.size() == 12);
+  for (const auto& t : trials) CHECK(t.state == store::TrialState::kDone);
+  auto st = hpctune_cmd(dir, {"status", db});
+  CHECK(st.status.success());
+  CHECK(contains(st.out, "completed"));
+  CHECK_FALSE(fs::exists(db + "-journal"));
+}
+
+TEST_CASE("export -o: a FIFO is refused at once, a link in a folder others can write is not followed, the mode is the database's") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);  // reachable by nobody
+  const mode_t old = ::umask(022);
+  const std::string db = finished_campaign(dir, "owner");
+  const std::string group = finished_campaign(dir, "group", "storage_access: group\n");
+  ::umask(old);
+  REQUIRE(mode_of(db) == 0600);
+
+  // A FIFO: refused without waiting for a reader.
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = hpctune_cmd(dir, {"export", db, "--format", "csv", "-o", fifo}, 20s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(r.status.code == 2);
+  CHECK_MESSAGE(contains(r.out, "is not a regular file (a FIFO)"), r.out);
+  for (const std::string& out : {std::string("/dev/null"), dir.path}) {
+    auto d = hpctune_cmd(dir, {"export", db, "--format", "csv", "-o", out});
+    CHECK(d.status.code == 2);
+  }
+
+  // A link planted by another user in a folder others can write (sticky, as /tmp): not followed.
+  const std::string shared = dir.file("shared");
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0);
+  const std::string precious = dir.write("precious.txt", "keep me\n");
+  REQUIRE(as_nobody([&] { return ::symlink(precious.c_str(), (shared + "/out.json").c_str()) == 0; }));
+  r = hpctune_cmd(dir, {"export", db, "-o", shared + "/out.json"});
+  CHECK(r.status.code != 0);
+  CHECK_MESSAGE(contains(r.out, "symbolic link in a directory that others can write"), r.out);
+  CHECK(read_file(precious) == "keep me\n");
+  CHECK(fs::is_symlink(shared + "/out.json"));
+  // A new file there is fine, and a link of the user's own in their own folder is followed.
+  r = hpctune_cmd(dir, {"export", db, "-o", shared + "/mine.json"});
+  CHECK_MESSAGE(r.status.success(), r.out);
+  fs::create_symlink(dir.file("target.csv"), dir.file("mylink.csv"));
+  r = hpctune_cmd(dir, {"export", db, "-o", dir.file("mylink.csv")});
+  CHECK_MESSAGE(r.status.success(), r.out);
+  CHECK(fs::is_symlink(dir.file("mylink.csv")));
+  CHECK(contains(read_file(dir.file("target.csv")), "trial,"));
+
+  // The database's mode, whatever the umask and whatever the file had.
+  dir.write("out.json", "old\n");
+  REQUIRE(::chmod(dir.file("out.json").c_str(), 0666) == 0);
+  for (const auto& [source, want] : std::vector<std::pair<std::string, unsigned>>{{db, 0600}, {group, 0640}}) {
+    CAPTURE(source);
+    r = hpctune_cmd(dir, {"export", source, "-o", dir.file("out.json")});
+    REQUIRE_MESSAGE(r.status.success(), r.out);
+    CHECK(mode_of(dir.file("out.json")) == want);
+    CHECK(mode_of(shared + "/mine.json") == 0600);
+  }
+}
+
+// --- finding 14 ---------------------------------------------------------------------------------
+
+TEST_CASE("--db of a directory, a device or a FIFO is refused and leaves no lock or journal beside it") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("nowhere", 1, 0.01, 1, 1));
+  const std::string folder = dir.file("folder");
+  fs::create_directories(folder);
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& db : {std::string("/tmp"), std::string("/dev/null"), folder, fifo}) {
+    CAPTURE(db);
+    for (const char* suffix : {"-master.lock", "-journal", "-wal", "-shm"}) {
+      if (db.rfind(dir.path, 0) != 0) ::unlink((db + suffix).c_str());  // what an earlier hpctune left
+    }
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"run", cfg, "--db", db}, {"resume", db}, {"status", db}, {"trials", db}}) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args, 20s);
+      CHECK(r.status.code != 0);
+      CHECK_FALSE(r.status.signaled);
+      CHECK_MESSAGE(contains(r.out, "not a database file"), r.out);
+    }
+    for (const char* suffix : {"-master.lock", "-journal", "-wal", "-shm", ".trials"}) {
+      CHECK_MESSAGE(!fs::exists(db + suffix), (db + suffix));
+    }
+  }
+}
+
+TEST_CASE("a line over 1 MiB in a trainer's output is followed by the next line on a line of its own") {
+  TempDir dir;
+  const std::string script = dir.write(
+      "long.sh",
+      "head -c 1500000 /dev/zero | tr '\\0' x\necho\necho short line\n"
+      "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": 0.5}\"\n");
+  const std::string cfg = dir.write(
+      "c.yaml", "name: long\nseed: 1\nobjective: {metric: val_accuracy, mode: max}\n"
+                "search: {algorithm: random, max_trials: 1}\nspace:\n  x: {type: float, low: 0.1, high: 0.9}\n"
+                "trainer:\n  kind: command\n  command: \"/bin/sh " + script + "\"\n"
+                "resources: {groups: 1, threads: 1}\n");
+  const std::string db = dir.file("long.db");
+  auto r = hpctune_cmd(dir, {"run", cfg, "--db", db});
+  REQUIRE_MESSAGE(r.status.success(), r.out);
+  const int64_t id = read_trials(db).front().id;
+  const std::string log = read_file(db + ".trials/" + std::to_string(id) + "/attempt-1/stdout.log");
+  std::vector<std::string> lines;
+  for (std::size_t start = 0; start < log.size();) {
+    const std::size_t nl = std::min(log.find('\n', start), log.size());
+    lines.push_back(log.substr(start, nl - start));
+    start = nl + 1;
+  }
+  // After the trainer's header line: the long line whole, then the short one on its own.
+  const auto long_line = std::find(lines.begin(), lines.end(), std::string(1500000, 'x'));
+  REQUIRE_MESSAGE(long_line != lines.end(), "no line of 1,500,000 x; " << lines.size() << " lines");
+  REQUIRE(long_line + 1 != lines.end());
+  CHECK(*(long_line + 1) == "short line");
+}
+
+TEST_CASE("worker --threads -1 is a short usage error") {
+  TempDir dir;
+  auto r = hpctune_cmd(dir, {"worker", "--master", "tcp://127.0.0.1:1", "--threads", "-1"});
+  CHECK(r.status.code == 2);
+  CHECK_MESSAGE(r.out.size() < 200, r.out);
+  CHECK(contains(r.out, "--threads"));
+  CHECK(contains(r.out, "1024"));
+  r = hpctune_cmd(dir, {"worker", "--master", "tcp://127.0.0.1:1", "--collective-timeout", "-1"});
+  CHECK(r.status.code == 2);
+  CHECK_MESSAGE(r.out.size() < 200, r.out);
+}
