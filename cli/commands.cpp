@@ -29,6 +29,7 @@
 #include "store/store.h"
 #include "protocol/transport.h"
 #include "report/campaign.h"
+#include "report/csv.h"
 #include "report/format.h"
 #include "report/progress.h"
 #include "report/ranking.h"
@@ -421,7 +422,10 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   auto ranked = report::rank_trials(v.trials, v.objectives.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") return write_stdout(report::trials_table(ranked, v.objectives.columns(), v.front()));
-  if (format == "csv") return write_stdout(report::trials_csv(ranked, v.front()));
+  if (format == "csv") {
+    HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+    return write_stdout(report::trials_csv(ranked, {v.front(), &stages}));
+  }
   if (format == "json") return write_stdout(report::trials_json(ranked, v.front()).dump(2) + "\n");
   return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
 }
@@ -444,7 +448,8 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   std::string text;
   if (format == "csv") {
-    text = report::trials_csv(v.trials, v.front());
+    HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+    text = report::trials_csv(v.trials, {v.front(), &stages});
   } else if (format == "json") {
     HPCTUNE_ASSIGN(auto doc, report::export_json(v));
     text = doc.dump(2) + "\n";

@@ -1,0 +1,145 @@
+// Issue 21, finding 8 (the output part): one CSV writer for `trials`/`export --format csv` and the
+// dashboard, with the formula guard, '\r' and ';' quoted, read back by python3's csv module.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dashboard/api.h"
+#include "report/csv.h"
+#include "tests/campaign_fixture.h"
+#include "tests/synthetic_campaign.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using json = nlohmann::json;
+
+namespace {
+
+// The rows of a CSV file as python3's csv module reads them (each row a list of cells).
+json python_csv_rows(const TempDir& dir, const std::string& path) {
+  const std::string out = path + ".json";
+  launch::SpawnOptions o;
+  o.argv = {"/usr/bin/python3", "-c",
+            "import csv, json, sys\n"
+            "with open(sys.argv[1], newline='') as f: rows = list(csv.reader(f, strict=True))\n"
+            "json.dump(rows, open(sys.argv[2], 'w'))\n",
+            path, out};
+  o.stdout_path = dir.file("python.log");
+  o.stderr_path = "=stdout";
+  auto child = launch::ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(std::chrono::seconds(30));
+  REQUIRE(status.has_value());
+  REQUIRE_MESSAGE(status->code == 0, read_file(dir.file("python.log")));
+  return json::parse(read_file(out));
+}
+
+// The hostile trial's values and what a spreadsheet-safe CSV must read back as.
+const json kHostileParams = {{"formula", "=1+1"},        {"cr", "a\rb"},      {"semi", "a;=1+1"},
+                             {"newline", "x\ny"},        {"quote", "say \"hi\""}, {"negative", -0.5},
+                             {"negative_text", "-0.5"}, {"at", "@SUM(A1)"},   {"tab", "\tx"},
+                             {"comma", "a,b"}};
+const json kExpected = {{"params.formula", "'=1+1"},      {"params.cr", "a\rb"},          {"params.semi", "a;'=1+1"},
+                        {"params.newline", "x\ny"},       {"params.quote", "say \"hi\""}, {"params.negative", "-0.5"},
+                        {"params.negative_text", "-0.5"}, {"params.at", "'@SUM(A1)"},     {"params.tab", "'\tx"},
+                        {"params.comma", "a,b"},          {"error", "'=HYPERLINK(\"http://x\")\r\nline 2"}};
+
+// Checks the rows: every trial one row of the header's width; the hostile one's cells as expected.
+void check_rows(const json& rows, std::size_t trials, int64_t hostile_id) {
+  REQUIRE(rows.size() == trials + 1);
+  const json& header = rows[0];
+  for (const auto& r : rows) CHECK(r.size() == header.size());
+  CHECK(header[0] == "trial");
+  auto column = [&](const std::string& name) -> std::size_t {
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      if (header[i].get<std::string>() == name) return i;
+    }
+    return header.size();
+  };
+  CHECK(column("params.formula") < header.size());
+  for (const auto& h : header) CHECK(h.get<std::string>().rfind("param.", 0) != 0);  // `params.`, as the dashboard
+  const json* row = nullptr;
+  for (const auto& r : rows) {
+    if (r[0] == std::to_string(hostile_id)) row = &r;
+  }
+  REQUIRE(row != nullptr);
+  for (auto it = kExpected.begin(); it != kExpected.end(); ++it) {
+    CAPTURE(it.key());
+    const std::size_t col = column(it.key());
+    REQUIRE(col < header.size());
+    CHECK((*row)[col] == it.value());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CSV cells: formulas defused, numbers kept, \\r ; , \" and line breaks quoted") {
+  CHECK(report::csv_field("=1+1") == "'=1+1");
+  CHECK(report::csv_field("@SUM(A1)") == "'@SUM(A1)");
+  CHECK(report::csv_field("+cmd") == "'+cmd");
+  CHECK(report::csv_field("-cmd") == "'-cmd");
+  CHECK(report::csv_field("\tx") == "'\tx");
+  CHECK(report::csv_field("\rx") == "\"'\rx\"");
+  CHECK(report::csv_field("a\rb") == "\"a\rb\"");  // a bare CR would start a new row
+  CHECK(report::csv_field("a;=1+1") == "\"a;'=1+1\"");  // ';'-separated locales split it there
+  CHECK(report::csv_field("a;b") == "\"a;b\"");
+  CHECK(report::csv_field("a,b") == "\"a,b\"");
+  CHECK(report::csv_field("a\"b") == "\"a\"\"b\"");
+  CHECK(report::csv_field("x\ny") == "\"x\ny\"");
+  CHECK(report::csv_field("plain") == "plain");
+  // A number stays a number, as text or as a value.
+  CHECK(report::csv_field("-0.5") == "-0.5");
+  CHECK(report::csv_field("+3") == "+3");
+  CHECK(report::csv_field("-1e-3") == "-1e-3");
+  CHECK(report::csv_field("-1-1") == "'-1-1");
+  CHECK(report::csv_value(json(-0.5)) == "-0.5");
+  CHECK(report::csv_value(json(-3)) == "-3");
+  CHECK(report::csv_value(json("=x")) == "'=x");
+  CHECK(report::csv_value(json::array({"=x"})) == "\"[\"\"=x\"\"]\"");  // JSON, starting with [
+  CHECK(report::csv_number(std::nan("")) == "");
+}
+
+TEST_CASE("CSV: trials, export and the dashboard write the same guarded table, read back whole by python3") {
+  TempDir dir;
+  testing::SyntheticOptions o;
+  o.name = "csv";
+  o.running = 1;
+  const std::string db = dir.file("csv.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 12, 2, 5, o).ok());
+  int64_t hostile = 0;
+  {
+    auto w = store::Store::open(db);
+    REQUIRE(w.ok());
+    store::TrialRow t;
+    t.campaign_id = 1;
+    t.seq = 1000;
+    t.params = kHostileParams;
+    t.created_at = unix_now();
+    t.state = store::TrialState::kFailed;
+    t.error = "=HYPERLINK(\"http://x\")\r\nline 2";
+    auto id = (*w)->insert_trial(t);
+    REQUIRE(id.ok());
+    hostile = *id;
+  }
+  constexpr std::size_t kTrials = 13;
+
+  auto trials = run_hpctune({"trials", db, "--format", "csv"}, dir.file("trials.csv"));
+  REQUIRE(trials.code == 0);
+  auto exported = run_hpctune({"export", db, "--format", "csv", "-o", dir.file("export.csv")}, dir.file("export.log"));
+  REQUIRE(exported.code == 0);
+  dashboard::Api api({db});
+  auto r = api.get("/api/campaigns/0/trials", {{"format", "csv"}, {"sort", "trial"}});
+  REQUIRE(r.status == 200);
+  const std::string served = dir.write("dashboard.csv", r.text);
+
+  const json a = python_csv_rows(dir, dir.file("trials.csv"));
+  const json b = python_csv_rows(dir, dir.file("export.csv"));
+  const json c = python_csv_rows(dir, served);
+  check_rows(a, kTrials, hostile);
+  check_rows(b, kTrials, hostile);
+  check_rows(c, kTrials, hostile);
+  CHECK(a[0] == c[0]);  // one writer: the same columns
+  CHECK(b[0] == c[0]);
+}
