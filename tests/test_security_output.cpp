@@ -1,11 +1,13 @@
 // Issue 21, finding 8 (the output part): one CSV writer for `trials`/`export --format csv` and the
-// dashboard, with the formula guard, '\r' and ';' quoted, read back by python3's csv module.
+// dashboard, with the formula guard, '\r' and ';' quoted, read back by python3's csv module; and a
+// trainer's terminal escapes shown escaped by `run`, `status` and `trial`.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "common/text.h"
 #include "dashboard/api.h"
 #include "report/csv.h"
 #include "tests/campaign_fixture.h"
@@ -142,4 +144,54 @@ TEST_CASE("CSV: trials, export and the dashboard write the same guarded table, r
   check_rows(c, kTrials, hostile);
   CHECK(a[0] == c[0]);  // one writer: the same columns
   CHECK(b[0] == c[0]);
+}
+
+TEST_CASE("a trainer's terminal escapes: run, status and trial print no raw ESC") {
+  TempDir dir;
+  // k=1 succeeds with a metric whose name clears the screen; k=0 fails with a fake "all ok" on a
+  // cleared screen in its stderr and its error.
+  const std::string script = dir.write("esc.sh",
+                                       "if [ \"$1\" = 1 ]; then\n"
+                                       "  printf 'hpctune-report {\"step\": 1, \"v\": 1, \"\\\\u001b[2Jall ok\": 2}\\n'\n"
+                                       "  exit 0\n"
+                                       "fi\n"
+                                       "printf '\\033[2J\\033[H\\033[32mall ok\\033[0m\\rX\\n' >&2\n"
+                                       "exit 1\n");
+  const std::string cfg = dir.write("esc.yaml", "name: esc\nobjective: {metric: v, mode: max}\n"
+                                                "search: {algorithm: grid, max_trials: 2}\n"
+                                                "space:\n  k: {type: choice, values: [0, 1]}\n"
+                                                "trainer:\n  kind: command\n  command: sh " +
+                                                    script + " {k}\n  timeout: 30\n"
+                                                             "resources: {groups: 1}\n");
+  const std::string db = dir.file("esc.db");
+  auto run = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  CHECK(run.code == 0);  // one trial done
+  const std::string run_log = read_file(dir.file("run.log"));
+  CAPTURE(run_log);
+  const auto rows = read_trials(db);
+  REQUIRE(rows.size() == 2);
+  int64_t failed = 0;
+  for (const auto& t : rows) {
+    if (t.state == store::TrialState::kFailed) failed = t.id;
+  }
+  REQUIRE(failed != 0);
+  CHECK(run_log.find("\\x1b[2J") != std::string::npos);  // shown, escaped
+  CHECK(run_log.find('\x1b') == std::string::npos);
+
+  auto status = run_hpctune({"status", db}, dir.file("status.log"));
+  CHECK(status.code == 0);
+  const std::string status_out = read_file(dir.file("status.log"));
+  CAPTURE(status_out);
+  CHECK(status_out.find("\\x1b[2Jall ok") != std::string::npos);
+  CHECK(status_out.find('\x1b') == std::string::npos);
+
+  for (const auto& t : rows) {
+    auto trial = run_hpctune({"trial", db, std::to_string(t.id)}, dir.file("trial.log"));
+    CHECK(trial.code == 0);
+    const std::string trial_out = read_file(dir.file("trial.log"));
+    CAPTURE(trial_out);
+    CHECK(trial_out.find('\x1b') == std::string::npos);
+    CHECK(trial_out.find('\r') == std::string::npos);
+    if (t.id == failed) CHECK(trial_out.find("\\x1b[32mall ok\\x1b[0m\\rX") != std::string::npos);
+  }
 }
