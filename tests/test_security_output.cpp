@@ -103,6 +103,32 @@ TEST_CASE("CSV cells: formulas defused, numbers kept, \\r ; , \" and line breaks
   CHECK(report::csv_number(std::nan("")) == "");
 }
 
+TEST_CASE("CSV: the dashboard page's table export (dom.js csvCell) writes cells as the server's writer does") {
+  TempDir dir;
+  const json cases = {"=1+1", "a;=1+1", "-0.5", "+3", "-1-1", "a\rb", "x\ny", "say \"hi\"", "\tx", "@SUM(A1)", "a,b", "a;b", "plain", ""};
+  const std::string cases_file = dir.write("cases.json", cases.dump());
+  launch::SpawnOptions o;
+  o.argv = {"node", "--input-type=module", "-e",
+            "import {csvCell} from 'file://" + std::string(HPCTUNE_SOURCE_DIR) + "/dashboard/web/src/dom.js';\n"
+            "import {readFileSync} from 'node:fs';\n"
+            "const cases = JSON.parse(readFileSync(process.argv[1], 'utf8'));\n"
+            "console.log(JSON.stringify(cases.map(csvCell)));\n",
+            cases_file};
+  o.stdout_path = dir.file("node.out");
+  o.stderr_path = dir.file("node.err");
+  auto child = launch::ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(std::chrono::seconds(30));
+  REQUIRE(status.has_value());
+  REQUIRE_MESSAGE(status->code == 0, read_file(dir.file("node.err")));
+  const json cells = json::parse(read_file(dir.file("node.out")));
+  REQUIRE(cells.size() == cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(cases[i]);
+    CHECK(cells[i] == report::csv_field(cases[i].get<std::string>()));
+  }
+}
+
 TEST_CASE("CSV: trials, export and the dashboard write the same guarded table, read back whole by python3") {
   TempDir dir;
   testing::SyntheticOptions o;
