@@ -32,6 +32,7 @@
 #include "store/store.h"
 #include "protocol/transport.h"
 #include "report/campaign.h"
+#include "report/csv.h"
 #include "report/format.h"
 #include "report/progress.h"
 #include "report/ranking.h"
@@ -91,7 +92,8 @@ class Console {
 
   void log(const std::string& line) {
     clear();
-    std::fprintf(stderr, "%s  %s\n", timestamp().c_str(), line.c_str());
+    // A line may carry a trainer's error or stderr: no terminal control of it reaches the screen.
+    std::fprintf(stderr, "%s  %s\n", timestamp().c_str(), report::terminal_safe(line).c_str());
     redraw();
   }
 
@@ -127,6 +129,17 @@ class Console {
   std::string last_;
   int64_t last_finished_ = -1;
 };
+
+// printf onto the end of `out`.
+template <typename... Args>
+void appendf(std::string& out, const char* format, Args... args) {
+  const int n = std::snprintf(nullptr, 0, format, args...);
+  if (n <= 0) return;
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(n) + 1);
+  std::snprintf(out.data() + at, static_cast<std::size_t>(n) + 1, format, args...);
+  out.resize(at + static_cast<std::size_t>(n));
+}
 
 // The end of a command's output to stdout: buffered writes fail silently (a full disk, a closed
 // pipe, /dev/full), so flush now and look at the stream's error flag, which sticks.
@@ -400,7 +413,7 @@ Status cmd_status(const std::string& db, const std::string& format) {
   if (format == "json") {
     return write_stdout(report::status_json(st).dump(2) + "\n");
   }
-  return write_stdout(report::status_text(v, st, stdout_width()));
+  return write_stdout(report::terminal_safe(report::status_text(v, st, stdout_width())));
 }
 
 Status cmd_schedule(const std::string& db, const std::string& stage, const std::string& format) {
@@ -424,7 +437,10 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   auto ranked = report::rank_trials(v.trials, v.objectives.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") return write_stdout(report::trials_table(ranked, v.objectives.columns(), v.front()));
-  if (format == "csv") return write_stdout(report::trials_csv(ranked, v.front()));
+  if (format == "csv") {
+    HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+    return write_stdout(report::trials_csv(ranked, {v.front(), &stages}));
+  }
   if (format == "json") return write_stdout(report::trials_json(ranked, v.front()).dump(2) + "\n");
   return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
 }
@@ -534,7 +550,8 @@ Status cmd_export(const std::string& db, const std::string& format_arg, const st
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   std::string text;
   if (format == "csv") {
-    text = report::trials_csv(v.trials, v.front());
+    HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+    text = report::trials_csv(v.trials, {v.front(), &stages});
   } else if (format == "json") {
     HPCTUNE_ASSIGN(auto doc, report::export_json(v));
     text = doc.dump(2) + "\n";
@@ -553,8 +570,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   HPCTUNE_ASSIGN(report::TrialDetail d, report::load_trial(v, trial_id));
   if (format == "json") {
-    std::printf("%s\n", report::trial_detail_json(d, v, log_lines).dump(2).c_str());
-    return {};
+    return write_stdout(report::trial_detail_json(d, v, log_lines).dump(2) + "\n");
   }
   const store::TrialRow& t = d.trial;
   const auto& metrics = d.metrics;
@@ -563,7 +579,10 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   const auto& events = d.events;
   const auto& logs = d.logs;
 
-  std::printf("trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), v.campaign.name.c_str(), db.c_str());
+  // Everything shown may come from the trainer (its error, log tails, metric names): collected,
+  // then printed with terminal control characters escaped.
+  std::string out;
+  appendf(out, "trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), v.campaign.name.c_str(), db.c_str());
   std::vector<std::vector<std::string>> info = {
       {"state", store::to_string(t.state)},
       {"attempt", std::to_string(t.attempt)},
@@ -578,15 +597,15 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   std::string error = t.error;
   while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
   if (!error.empty() && error.find('\n') == std::string::npos) info.push_back({"error", error});
-  std::printf("\n");
-  for (const auto& row : info) std::printf("%-12s %s\n", row[0].c_str(), row[1].c_str());
-  if (error.find('\n') != std::string::npos) std::printf("\nError:\n%s\n", error.c_str());
+  out += "\n";
+  for (const auto& row : info) appendf(out, "%-12s %s\n", row[0].c_str(), row[1].c_str());
+  if (error.find('\n') != std::string::npos) appendf(out, "\nError:\n%s\n", error.c_str());
 
   std::vector<std::vector<std::string>> prow;
   for (auto p = t.params.begin(); p != t.params.end(); ++p) {
     prow.push_back({p.key(), p->is_string() ? p->get<std::string>() : p->dump()});
   }
-  std::printf("\nParameters:\n%s", report::format_table({"parameter", "value"}, prow).c_str());
+  appendf(out, "\nParameters:\n%s", report::format_table({"parameter", "value"}, prow).c_str());
 
   // Metrics by step: one row per (attempt, step), one column per metric; long curves keep their
   // first and last rows.
@@ -614,16 +633,16 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
       }
       rows.push_back(std::move(row));
     }
-    std::printf("\nMetrics by step:\n%s", report::format_table(header, rows).c_str());
+    appendf(out, "\nMetrics by step:\n%s", report::format_table(header, rows).c_str());
   } else {
-    std::printf("\nMetrics by step: none reported\n");
+    out += "\nMetrics by step: none reported\n";
   }
   if (t.metrics.is_object() && !t.metrics.empty()) {
     std::vector<std::vector<std::string>> mrow;
     for (auto m = t.metrics.begin(); m != t.metrics.end(); ++m) {
       mrow.push_back({m.key(), m->is_number() ? report::format_number(m->get<double>()) : m->dump()});
     }
-    std::printf("\nFinal metrics:\n%s", report::format_table({"metric", "value"}, mrow).c_str());
+    appendf(out, "\nFinal metrics:\n%s", report::format_table({"metric", "value"}, mrow).c_str());
   }
 
   std::vector<std::vector<std::string>> arow;
@@ -633,27 +652,27 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
                     a.value("state", std::string()), report::time_text(s0), s1 > 0 && s0 > 0 ? report::format_number(std::round((s1 - s0) * 10) / 10) : "-",
                     a.contains("error") && a["error"].is_string() ? report::first_line(a["error"].get<std::string>()) : ""});
   }
-  std::printf("\nAttempts:\n%s", report::format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
+  appendf(out, "\nAttempts:\n%s", report::format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
 
   std::vector<std::vector<std::string>> erow;
   for (const auto& e : events) {
     erow.push_back({report::time_text(e.t), e.kind, e.attempt > 0 ? std::to_string(e.attempt) : "",
                     e.detail.is_null() || e.detail.empty() ? "" : e.detail.dump()});
   }
-  if (!erow.empty()) std::printf("\nEvents:\n%s", report::format_table({"time", "event", "attempt", "detail"}, erow).c_str());
+  if (!erow.empty()) appendf(out, "\nEvents:\n%s", report::format_table({"time", "event", "attempt", "detail"}, erow).c_str());
 
   std::vector<std::vector<std::string>> frow;
   for (const auto& a : artifacts) {
     frow.push_back({std::to_string(a.attempt), a.kind, a.path, a.bytes >= 0 ? std::to_string(a.bytes) : "?"});
   }
-  if (!frow.empty()) std::printf("\nArtifacts:\n%s", report::format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
+  if (!frow.empty()) appendf(out, "\nArtifacts:\n%s", report::format_table({"attempt", "kind", "path", "bytes"}, frow).c_str());
 
   for (const auto& path : logs) {
     const std::string tail = report::tail_lines(db, path, log_lines);
-    std::printf("\n--- %s (last %lld lines) ---\n%s%s", path.c_str(), static_cast<long long>(log_lines), tail.c_str(),
+    appendf(out, "\n--- %s (last %lld lines) ---\n%s%s", path.c_str(), static_cast<long long>(log_lines), tail.c_str(),
                 tail.empty() ? "(empty)\n" : "\n");
   }
-  return {};
+  return write_stdout(report::terminal_safe(out));
 }
 
 Status cmd_validate(const std::string& path, bool print_json) {
@@ -688,7 +707,8 @@ Status cmd_worker(const std::string& master, int64_t group, int threads, const s
   options.make = trainers::trainer_factory();
   options.kinds = trainers::trainer_kinds();
   options.log = [group](const std::string& line) {
-    std::fprintf(stderr, "%s  worker %lld: %s\n", timestamp().c_str(), static_cast<long long>(group), line.c_str());
+    std::fprintf(stderr, "%s  worker %lld: %s\n", timestamp().c_str(), static_cast<long long>(group),
+                 report::terminal_safe(line).c_str());
   };
   return worker::run_worker(*transport, options);
 }

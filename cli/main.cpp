@@ -19,6 +19,7 @@
 #include "common/endpoint.h"
 #include "config/config.h"
 #include "protocol/transport.h"
+#include "report/format.h"
 #include "trainers/trainer_factory.h"
 #include "worker/group_worker.h"
 #ifdef HPCTUNE_HAVE_MPI
@@ -141,7 +142,8 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
   o.connect = [master = a.master, transport = a.transport] { return protocol::connect_zmq(master, transport); };
   if (a.trainer_starts_ranks) {
     o.worker.log = [group = a.group](const std::string& line) {
-      std::fprintf(stderr, "worker %lld: %s\n", static_cast<long long>(group), line.c_str());
+      std::fprintf(stderr, "worker %lld: %s\n", static_cast<long long>(group),
+                   hpctune::report::terminal_safe(line).c_str());
     };
     return worker::run_single_process_worker(o);
   }
@@ -157,7 +159,8 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
     std::time_t now = std::time(nullptr);
     char buf[32];
     std::strftime(buf, sizeof(buf), "%H:%M:%S", std::localtime(&now));
-    std::fprintf(stderr, "%s  worker %lld rank %d: %s\n", buf, static_cast<long long>(group), rank, line.c_str());
+    std::fprintf(stderr, "%s  worker %lld rank %d: %s\n", buf, static_cast<long long>(group), rank,
+                 hpctune::report::terminal_safe(line).c_str());
   };
   return worker::run_group_rank(o);
 #else
@@ -170,7 +173,9 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
 int report(const hpctune::Status& status, const char* what) {
   if (status.ok()) return hpctune::cli::kExitOk;
   std::fflush(stdout);
-  std::fprintf(stderr, "hpctune %s: error: %s\n", what, status.error().to_string().c_str());
+  // An error may quote a trainer's output (the first failure, a group's log tail): escaped.
+  std::fprintf(stderr, "hpctune %s: error: %s\n", what,
+               hpctune::report::terminal_safe(status.error().to_string()).c_str());
   return hpctune::cli::exit_code_for(status.error());
 }
 

@@ -17,6 +17,7 @@
 #include "dashboard/route_helpers.h"
 #include "dashboard/snapshot.h"
 #include "report/campaign.h"
+#include "report/csv.h"
 #include "report/plots.h"
 #include "report/stages.h"
 #include "report/status.h"
@@ -299,56 +300,14 @@ json trial_json(const Snapshot& s, const store::TrialRow& t) {
   return j;
 }
 
-// A CSV cell of a parameter or metric value: numbers at full precision, text guarded.
-std::string csv_value(const json& v) {
-  if (v.is_null()) return "";
-  if (v.is_number_float()) return report::csv_number(v.get<double>());
-  if (v.is_number()) return v.dump();
-  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  if (v.is_string()) return report::csv_field(v.get<std::string>());
-  return report::csv_field(v.dump());
-}
-
-std::string time_cell(double t) { return t > 0 ? report::csv_number(t) : ""; }
-
+// The rows as CSV: the CLI's writer (report/csv.h), the same columns as `hpctune trials --format csv`.
 ApiResponse trials_csv(const Snapshot& s, const std::vector<const store::TrialRow*>& rows) {
-  std::vector<std::string> params, metrics;
-  std::set<std::string> seen_p, seen_m;
-  for (const auto* t : rows) {
-    if (t->params.is_object()) {
-      for (auto it = t->params.begin(); it != t->params.end(); ++it) {
-        if (seen_p.insert(it.key()).second) params.push_back(it.key());
-      }
-    }
-    if (t->metrics.is_object()) {
-      for (auto it = t->metrics.begin(); it != t->metrics.end(); ++it) {
-        if (seen_m.insert(it.key()).second) metrics.push_back(it.key());
-      }
-    }
-  }
-  std::ostringstream out;
-  out << "trial,seq,stage,generation,state,attempt,group,created_at,started_at,finished_at,seconds,objective";
-  for (const auto& p : params) out << "," << report::csv_field("params." + p);
-  for (const auto& m : metrics) out << "," << report::csv_field("metrics." + m);
-  out << "\n";
-  for (const auto* t : rows) {
-    const json stage = stage_name(s, *t);
-    out << t->id << "," << t->seq << "," << (stage.is_string() ? report::csv_field(stage.get<std::string>()) : "")
-        << "," << t->generation << "," << store::to_string(t->state) << "," << t->attempt << "," << t->group_id << ","
-        << time_cell(t->created_at) << "," << time_cell(t->started_at) << "," << time_cell(t->finished_at) << ","
-        << (report::trial_seconds(*t) > 0 ? report::csv_number(report::trial_seconds(*t)) : "") << ","
-        << (t->objective ? report::csv_number(*t->objective) : "");
-    for (const auto& p : params) {
-      out << "," << (t->params.is_object() && t->params.contains(p) ? csv_value(t->params[p]) : "");
-    }
-    for (const auto& m : metrics) {
-      out << "," << (t->metrics.is_object() && t->metrics.contains(m) ? csv_value(t->metrics[m]) : "");
-    }
-    out << "\n";
-  }
+  report::TrialsCsvOptions options;
+  options.pareto = s.front();
+  options.stages = &s.stages;
   ApiResponse r;
   r.content_type = "text/csv; charset=utf-8";
-  r.text = out.str();
+  r.text = report::trials_csv(rows, options);
   // The file name is the campaign's name with anything but [A-Za-z0-9._-] replaced: it goes in a
   // header, quoted.
   std::string name = s.campaign.name.empty() ? "campaign" : s.campaign.name;

@@ -4,7 +4,8 @@
 // The views of the other headers are built from a CampaignView:
 //   ranking.h       trials best first, the best trial, the first failure
 //   objective.h     the objective(s) and the recorded Pareto front
-//   tables.h        the trials and the front as aligned tables and CSV
+//   tables.h        the trials and the front as aligned tables
+//   csv.h           the trials as CSV (the CLI's and the dashboard's), formulas defused
 //   trial_json.h    trials, events and curves as JSON; the whole campaign for `export`
 //   trial_detail.h  one trial: curve, attempts, events, artifacts, log tails
 //   status.h        counts by state, stages and the best trial (`status`, as text and JSON)

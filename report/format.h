@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hpctune::report {
@@ -21,7 +22,15 @@ std::string truncate_display(const std::string& text, size_t width);
 // The first line of `text`.
 std::string first_line(const std::string& text);
 
-// A table with a header row, columns aligned; numeric-looking cells right-aligned.
+// `text` as it may be printed on a terminal: what a trainer wrote (its errors, its stderr, names it
+// reported) must not clear the screen, move the cursor or rewrite earlier lines. Control
+// characters are shown escaped (ESC as \x1b, CR as \r, any other as \xNN), as are DEL, the C1
+// controls U+0080..U+009F and bytes that are not UTF-8; line feeds and tabs stay as they are, or
+// are shown as \n and \t with `one_line` (a table's cell).
+std::string terminal_safe(std::string_view text, bool one_line = false);
+
+// A table with a header row, columns aligned; numeric-looking cells right-aligned. Cells are shown
+// on one line with control characters escaped (terminal_safe, common/text.h).
 std::string format_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace hpctune::report

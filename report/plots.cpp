@@ -268,25 +268,4 @@ search::ImportanceResult parameter_importance(const std::vector<const store::Tri
   return search::ped_anova(in);
 }
 
-std::string csv_number(double value) {
-  if (!std::isfinite(value)) return std::isnan(value) ? "" : (value > 0 ? "inf" : "-inf");
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(value);
-}
-
-std::string csv_field(const std::string& text) {
-  std::string s = text;
-  if (!s.empty() && (s[0] == '=' || s[0] == '+' || s[0] == '-' || s[0] == '@' || s[0] == '\t' || s[0] == '\r')) {
-    s.insert(s.begin(), '\'');
-  }
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace hpctune::report

@@ -1,7 +1,7 @@
 // The computations behind the dashboard's charts, as pure functions of rows and numbers (no I/O,
 // no store): best so far, box statistics, downsampling that keeps the best, the ETA, trainer-group
 // utilization, Pareto flags, the space's parameters read from a stored config, parameter
-// importance (search/importance.h: PED-ANOVA) and CSV cells safe to open in a spreadsheet.
+// importance (search/importance.h: PED-ANOVA).
 #pragma once
 
 #include <cstddef>
@@ -82,11 +82,5 @@ std::vector<PlotParam> space_params(const nlohmann::json& config_json, const std
 search::ImportanceResult parameter_importance(const std::vector<const store::TrialRow*>& trials,
                                               const std::vector<PlotParam>& params, bool maximize);
 
-// A CSV cell: quoted when it holds a comma, quote or line break; a text starting with = + - @
-// (or a tab or carriage return) gets a leading ' so that a spreadsheet does not run it as a
-// formula (CSV injection).
-std::string csv_field(const std::string& text);
-// A number for CSV at full precision (the shortest text that reads back the same); "" for NaN.
-std::string csv_number(double value);
 
 }  // namespace hpctune::report

@@ -1,4 +1,4 @@
-// The trials and the Pareto front as tables and CSV (tables.h).
+// The trials and the Pareto front as tables (tables.h).
 #include "report/tables.h"
 
 #include <algorithm>
@@ -31,33 +31,6 @@ std::vector<std::string> param_names(const std::vector<store::TrialRow>& trials)
     }
   }
   return names;
-}
-
-// CSV is for machines: every number at full precision, the shortest text that reads back as the
-// same double (as JSON does), not the 4 significant digits of the tables.
-std::string csv_number(double value) {
-  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
-  return ec == std::errc() ? std::string(buf, end) : format_number(value);
-}
-
-// A time in seconds since the epoch, every digit; "" for 0 (not yet).
-std::string csv_time(double t) { return t > 0 ? csv_number(t) : std::string(); }
-
-std::string csv_cell(const nlohmann::json& v) {
-  if (v.is_number_float()) return csv_number(v.get<double>());
-  return cell(v);
-}
-
-std::string csv_escape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -112,34 +85,6 @@ std::string pareto_table(const std::vector<store::TrialRow>& trials, const std::
     rows.push_back(std::move(r));
   }
   return format_table(header, rows);
-}
-
-std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto) {
-  const auto names = param_names(trials);
-  std::set<std::string> metric_set;
-  for (const auto& t : trials) {
-    if (t.metrics.is_object()) {
-      for (auto it = t.metrics.begin(); it != t.metrics.end(); ++it) metric_set.insert(it.key());
-    }
-  }
-  std::ostringstream out;
-  out << "trial,seq,state,attempt,group,objective,step,started_at,finished_at";
-  if (pareto) out << ",pareto";
-  for (const auto& n : names) out << "," << csv_escape("param." + n);
-  for (const auto& m : metric_set) out << "," << csv_escape("metric." + m);
-  out << ",error\n";
-  for (const auto& t : trials) {
-    out << t.id << "," << t.seq << "," << store::to_string(t.state) << "," << t.attempt << "," << t.group_id << ","
-        << (t.objective ? csv_number(*t.objective) : "") << "," << t.step << "," << csv_time(t.started_at)
-        << "," << csv_time(t.finished_at);
-    if (pareto) out << "," << (pareto->count(t.id) ? 1 : 0);
-    for (const auto& n : names) out << "," << csv_escape(t.params.contains(n) ? csv_cell(t.params[n]) : "");
-    for (const auto& m : metric_set) {
-      out << "," << (t.metrics.is_object() && t.metrics.contains(m) ? csv_escape(csv_cell(t.metrics[m])) : "");
-    }
-    out << "," << csv_escape(t.error) << "\n";
-  }
-  return out.str();
 }
 
 }  // namespace hpctune::report

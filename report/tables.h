@@ -1,4 +1,4 @@
-// The trials and the Pareto front as text: aligned tables for people, CSV for spreadsheets.
+// The trials and the Pareto front as aligned tables for people (CSV for spreadsheets: csv.h).
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,6 @@ std::string trials_table(const std::vector<store::TrialRow>& trials, const std::
 // read from its metrics).
 std::string trials_table(const std::vector<store::TrialRow>& trials, const std::vector<std::string>& objectives,
                          const std::set<int64_t>* pareto = nullptr);
-
-// Every number at full precision (the shortest text that reads back as the same double); times
-// empty while unset. With a front, a `pareto` column (1 or 0).
-std::string trials_csv(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
 
 // The front's trials: id, each of `metrics` (the objectives), each parameter; in id order.
 std::string pareto_table(const std::vector<store::TrialRow>& trials, const std::set<int64_t>& front,

@@ -27,6 +27,7 @@
 #include "dashboard/api.h"
 #include "dashboard/server.h"
 #include "report/campaign.h"
+#include "report/csv.h"
 #include "report/plots.h"
 #include "report/status.h"
 #include "tests/campaign_fixture.h"
@@ -885,7 +886,7 @@ TEST_CASE("trials as CSV: every matching row, the contract's columns, formulas d
     return out;
   }();
   REQUIRE(lines.size() == 1 + 31);  // every row, no page
-  CHECK(lines[0].rfind("trial,seq,stage,generation,state,attempt,group,created_at,started_at,finished_at,seconds,objective,params.", 0) == 0);
+  CHECK(lines[0].rfind("trial,seq,stage,generation,state,attempt,group,created_at,started_at,finished_at,seconds,objective,step,params.", 0) == 0);
   CHECK(lines[0].find("metrics.val_accuracy") != std::string::npos);
   CHECK(lines.back().find(",\"'=HYPERLINK(\"\"http://x\"\")\"") != std::string::npos);
   CHECK(lines.back().find(",-0.5") != std::string::npos);  // a number is not text: no quote
@@ -906,8 +907,10 @@ TEST_CASE("trials as CSV: every matching row, the contract's columns, formulas d
   CHECK(std::count(filtered->body.begin(), filtered->body.end(), '\n') == 2);
   CHECK(get(c, "/api/campaigns/0/trials?format=xml").first == 400);
   CHECK(report::csv_field("=1+2") == "'=1+2");
-  CHECK(report::csv_field("+1") == "'+1");
-  CHECK(report::csv_field("-1") == "'-1");
+  CHECK(report::csv_field("+1") == "+1");  // a plain number stays a number
+  CHECK(report::csv_field("-1") == "-1");
+  CHECK(report::csv_field("-1+2") == "'-1+2");
+  CHECK(report::csv_field("a;=1+1") == "\"a;'=1+1\"");  // ';'-separated locales split there
   CHECK(report::csv_field("@SUM(A1)") == "'@SUM(A1)");
   CHECK(report::csv_field("a,b") == "\"a,b\"");
   CHECK(report::csv_field("plain") == "plain");

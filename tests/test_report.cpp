@@ -17,6 +17,7 @@
 
 #include "common/rng.h"
 #include "report/campaign.h"
+#include "report/csv.h"
 #include "report/format.h"
 #include "report/objective.h"
 #include "report/plots.h"
@@ -349,8 +350,9 @@ TEST_CASE("CSV times: 0 (not yet) is an empty cell, others every digit") {
   t.id = 1;
   t.created_at = 100.0;
   t.started_at = 1700000000.123456789;
-  const std::string csv = report::trials_csv({t}, nullptr);
-  CHECK(contains(csv, "\n1,0,queued,1,-1,,0,1700000000.1234567,,"));
+  const std::string csv = report::trials_csv(std::vector<store::TrialRow>{t});
+  // trial, seq, stage, generation, state, attempt, group, created_at, started_at, finished_at, ...
+  CHECK(contains(csv, "\n1,0,,0,queued,1,-1,100,1700000000.1234567,,"));
 }
 
 

@@ -218,7 +218,7 @@ TEST_CASE("CSV carries every digit: trials --format csv and export --format csv"
     auto r = run_with(args, dir.file("out.csv"), dir.file("err.log"));
     REQUIRE(r.code == 0);
     const std::string csv = read_file(dir.file("out.csv"));
-    // objective, param.value and metric.value of each of the three trials.
+    // objective, params.value and metrics.value of each of the three trials.
     size_t n = 0;
     for (size_t at = csv.find(kPrecise); at != std::string::npos; at = csv.find(kPrecise, at + 1)) ++n;
     CHECK_MESSAGE(n == 9, csv);

@@ -6,8 +6,9 @@
 //     as they are, numbers in JSON notation, lists and objects as compact JSON. A value with
 //     characters outside [A-Za-z0-9_.,:/=+@%-] is single-quoted for the shell. `{{` and `}}` are
 //     literal braces. An unknown name or a malformed placeholder is kInvalidArgument naming it.
-//     A placeholder inside quotes, backticks or $(...) is refused by parse_command_settings (and by
-//     the config check): the shell would read the value again there (common/shell_template.h).
+//     A placeholder where the shell would read its value again (inside quotes, backticks or $(...),
+//     in a comment or a here-document, in the code of eval, sh -c, python -c, ...) is refused by
+//     parse_command_settings and by the config check (common/shell_template.h).
 //   - The result runs under `/bin/sh -c` (pipes, `&&`, `cd dir && ...` work). A simple command
 //     (no shell operators, no leading VAR=value) is prefixed with `exec`, so that the program is
 //     the shell's replacement: it is then the direct child, gets SIGTERM itself and dies with the

@@ -77,11 +77,15 @@ export function stateBadge(state) {
   return h('span', {class: `state state-${String(state).replace(/[^a-z_]/g, '')}`}, state);
 }
 
-// A cell that opens with = + - @ (or a tab/CR) would be a formula in a spreadsheet: prefix '.
+// A text cell by the rules of the server's CSV writer (report/csv.h, csv_field): = + - @, a tab or
+// a CR at the start, or right after a ';' (where a ';'-separated locale splits), would be a formula
+// in a spreadsheet: prefix ' (a plain number such as -0.5 stays); a cell holding , ; " CR or LF is
+// quoted.
+const kPlainNumber = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 export function csvCell(text) {
-  let s = String(text ?? '');
-  if (/^[=+\-@\t\r]/.test(s)) s = `'${s}`;
-  return /[",\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+  const s = String(text ?? '').split(';')
+    .map((part) => (/^[=+\-@\t\r]/.test(part) && !kPlainNumber.test(part) ? `'${part}` : part)).join(';');
+  return /[",;\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
 
 export function download(filename, text, type = 'text/csv') {

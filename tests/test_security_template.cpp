@@ -1,0 +1,194 @@
+// Issue 21, finding 7: the command template's check (common/shell_template.h) against the ways
+// around it that were found: an apostrophe in a comment that flipped its idea of quoting, a
+// placeholder in a comment or a here-document, and commands that read their arguments as code
+// again (eval, sh -c, source, ...). Each bypass is refused by the trainer and by `hpctune validate`
+// with its place, and none of the 7 payloads runs; legitimate templates still run, hostile values
+// arriving as one argument.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/shell_template.h"
+#include "launch/child_process.h"
+#include "tests/campaign_fixture.h"
+#include "trainers/command_trainer.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using json = nlohmann::json;
+
+namespace {
+
+// The 7 payloads of the report: ;, $(), backticks, |, &&, > and a line break. Each creates `marker`.
+std::vector<std::string> payloads(const std::string& marker) {
+  return {"x; touch " + marker,       "$(touch " + marker + ")", "`touch " + marker + "`", "x | touch " + marker,
+          ": && touch " + marker,     "x > " + marker,            "x\ntouch " + marker};
+}
+
+// Templates the old check accepted (or that read a value as code), with where the check now says
+// the placeholder stands: line, column, and a phrase of the reason.
+struct Bypass {
+  const char* tmpl;
+  int line, column;
+  const char* why;
+};
+const Bypass kBypasses[] = {
+    {"# don't worry\necho '{v}'", 2, 7, "inside single quotes"},
+    {"echo ok # it's fine\necho '{v}' > /dev/null", 2, 7, "inside single quotes"},
+    {"# {v}\necho ok", 1, 3, "inside a comment"},
+    {"cat <<EOF\n{v}\nEOF", 2, 1, "inside a here-document"},
+    {"cat <<'EOF' > /dev/null\nit's {v}\nEOF", 2, 6, "inside a here-document"},
+    {"eval echo {v}", 1, 11, "is an argument of eval"},
+    {"sh -c {v}", 1, 7, "part of the code that sh runs"},
+    {"bash -c {v}", 1, 9, "part of the code that bash runs"},
+    {"env A=1 sh -ec {v}", 1, 16, "part of the code that sh runs"},
+    {"exec sh -c {v}", 1, 12, "part of the code that sh runs"},
+    {"echo > /dev/null; source {v}", 1, 26, "is an argument of source"},
+    {". {v}", 1, 3, "is an argument of ."},
+    {"xargs sh -c {v} < /dev/null", 1, 13, "part of the code that sh runs"},
+    {"su -c {v}", 1, 7, "is an argument of su"},
+    {"ssh localhost {v}", 1, 15, "is an argument of ssh"},
+    {"python3 -c {v}", 1, 12, "part of the code that python3 runs"},
+    {"{v} --version", 1, 1, "is the program word"},
+    {"echo \"\\{v}\"", 1, 8, "inside double quotes"},  // the backslash hid the placeholder from the old check
+};
+
+trainers::TrialContext context(const std::string& command, const std::string& value, const std::string& trial_dir) {
+  trainers::TrialContext ctx;
+  ctx.trial_id = 1;
+  ctx.attempt = 1;
+  ctx.trainer = {{"kind", "command"}, {"command", command}, {"timeout", 20}};
+  ctx.params = {{"v", value}};
+  ctx.trial_dir = trial_dir;
+  return ctx;
+}
+
+// The template's config for `hpctune validate`: the command as a YAML block at line 8.
+std::string config_with(const std::string& command, const std::vector<std::string>& values) {
+  json list = values;
+  std::string text = "name: t\nobjective: {metric: v, mode: max}\nsearch: {max_trials: 1}\nspace:\n  v: {type: choice, values: " +
+                     list.dump() + "}\ntrainer:\n  kind: command\n  command: |-\n";
+  std::string line;
+  for (char c : command) {
+    if (c == '\n') text += "    " + line + "\n", line.clear();
+    else line += c;
+  }
+  return text + "    " + line + "\n";
+}
+
+}  // namespace
+
+TEST_CASE("template bypasses: each is refused with its line and column in the command") {
+  for (const auto& b : kBypasses) {
+    CAPTURE(b.tmpl);
+    auto p = template_problem(b.tmpl);
+    REQUIRE(p.has_value());
+    CHECK(p->line == b.line);
+    CHECK(p->column == b.column);
+    CHECK(std::string(b.tmpl).substr(p->offset, 3) == "{v}");
+    CHECK_MESSAGE(p->what.find(b.why) != std::string::npos, p->what);
+    const bool one_line = std::string(b.tmpl).find('\n') == std::string::npos;
+    const std::string at = one_line ? "at character " + std::to_string(b.column)
+                                    : "at line " + std::to_string(b.line) + ", column " + std::to_string(b.column);
+    CHECK_MESSAGE(p->what.find("the placeholder {v} " + at) != std::string::npos, p->what);
+  }
+}
+
+TEST_CASE("template bypasses: run for real, none of the 7 payloads executes") {
+  TempDir dir;
+  // The payloads are live: with the check skipped (the template rendered and given to /bin/sh as
+  // the trainer would), the first bypass runs every one of them.
+  {
+    int ran = 0;
+    int k = 0;
+    for (const auto& v : payloads(dir.file("control"))) {
+      const std::string marker = dir.file("control");
+      std::filesystem::remove(marker);
+      auto cmd = trainers::render_command(kBypasses[0].tmpl, {{"v", v}});
+      REQUIRE(cmd.ok());
+      launch::SpawnOptions o;
+      o.argv = {"/bin/sh", "-c", *cmd};
+      o.stdout_path = dir.file("control-" + std::to_string(k++) + ".log");
+      o.stderr_path = "=stdout";
+      auto child = launch::ChildProcess::spawn(o);
+      REQUIRE(child.ok());
+      REQUIRE(child->wait_for(std::chrono::seconds(20)).has_value());
+      ran += std::filesystem::exists(marker) ? 1 : 0;
+    }
+    CHECK(ran == 7);
+  }
+  // Through the command trainer: refused before anything runs.
+  int n = 0;
+  for (const auto& b : kBypasses) {
+    const std::string marker = dir.file("pwned-" + std::to_string(n++));
+    for (const auto& v : payloads(marker)) {
+      CAPTURE(b.tmpl);
+      CAPTURE(v);
+      auto r = trainers::CommandTrainer().run(context(b.tmpl, v, dir.file("trial")));
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kInvalidArgument);
+      CHECK(r.error().message().find("the placeholder {v}") != std::string::npos);
+      CHECK_FALSE(std::filesystem::exists(marker));
+    }
+  }
+}
+
+TEST_CASE("legitimate templates: comments and here-documents without placeholders, prog {v}, --x={v} run with hostile values") {
+  TempDir dir;
+  const std::string out = dir.file("arg");
+  struct Legit {
+    std::string tmpl;
+    std::string prefix;  // what the program prints before the value
+  };
+  const std::vector<Legit> legit = {
+      {"# a comment, it's fine; no placeholder here\nprintf '%s' {v} > " + out, ""},
+      {"cat <<'EOF' > /dev/null\nit's $(not run) here\nEOF\nprintf '%s' {v} > " + out, ""},
+      {"cat <<EOF > /dev/null\nhello it's\nEOF\nprintf '%s' --x={v} > " + out, "--x="},
+      {"printf '%s' {v} > " + out + " # it's", ""},
+      {"sh -c 'printf \"%s\" \"$1\"' sh {v} > " + out, ""},
+      {"env A=1 printf '%s' {v} > " + out, ""},
+  };
+  int n = 0;
+  for (const auto& l : legit) {
+    CAPTURE(l.tmpl);
+    REQUIRE_FALSE(template_problem(l.tmpl).has_value());
+    const std::string marker = dir.file("pwned-" + std::to_string(n++));
+    for (const auto& v : payloads(marker)) {
+      CAPTURE(v);
+      std::filesystem::remove(out);
+      auto r = trainers::CommandTrainer().run(context(l.tmpl, v, dir.file("trial")));
+      REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+      CHECK_FALSE(std::filesystem::exists(marker));
+      CHECK(read_file(out) == l.prefix + v);  // the value arrives as it is, one argument
+    }
+  }
+}
+
+TEST_CASE("campaign: hpctune validate and run refuse each bypass with file:line:column and key path") {
+  TempDir dir;
+  int n = 0;
+  for (const auto& b : kBypasses) {
+    CAPTURE(b.tmpl);
+    const std::string marker = dir.file("pwned-" + std::to_string(n));
+    const std::string cfg = dir.write("bypass-" + std::to_string(n++) + ".yaml", config_with(b.tmpl, payloads(marker)));
+    auto status = run_hpctune({"validate", cfg}, dir.file("validate.log"), std::chrono::seconds(30));
+    const std::string log = read_file(dir.file("validate.log"));
+    CHECK(status.code == 2);
+    const bool one_line = std::string(b.tmpl).find('\n') == std::string::npos;
+    const std::string at = one_line ? "at character " + std::to_string(b.column)
+                                    : "at line " + std::to_string(b.line) + ", column " + std::to_string(b.column);
+    CHECK_MESSAGE(log.find(cfg + ":8:3: trainer.command: the placeholder {v} " + at) != std::string::npos, log);
+    CHECK_MESSAGE(log.find(b.why) != std::string::npos, log);
+    CHECK(log.find("internal error") == std::string::npos);
+  }
+  // `run` refuses before any trial starts: no payload runs.
+  const std::string marker = dir.file("pwned-run");
+  const std::string cfg = dir.write("run.yaml", config_with(kBypasses[0].tmpl, payloads(marker)));
+  auto run = run_hpctune({"run", cfg, "--db", dir.file("r.db")}, dir.file("run.log"), std::chrono::seconds(60));
+  CHECK(run.code == 2);
+  CHECK(read_file(dir.file("run.log")).find(cfg + ":8:3: trainer.command: the placeholder {v} at line 2, column 7") !=
+        std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(marker));
+}
