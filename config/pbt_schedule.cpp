@@ -24,6 +24,16 @@ std::optional<std::string> non_finite_in(const nlohmann::json& v, const std::str
   return std::nullopt;
 }
 
+// A value as a message shows it: a scalar as written, anything larger by its kind only.
+std::string shown(const nlohmann::json& v) {
+  if (v.is_structured()) return std::string("a ") + (v.is_array() ? "list" : "map");
+  const std::string text = v.dump();
+  if (text.size() <= 40) return text;
+  std::size_t cut = 37;  // not inside a UTF-8 sequence
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
+
 }  // namespace
 
 PbtSchedule read_pbt_schedule(const nlohmann::json& schedule) {
@@ -45,7 +55,7 @@ PbtSchedule read_pbt_schedule(const nlohmann::json& schedule) {
     std::string item = "[";
     item += std::to_string(i);
     item += ']';
-    if (!e.is_object()) return problem(item, "expected an interval {from_step, to_step, params}, got " + e.dump());
+    if (!e.is_object()) return problem(item, "expected an interval {from_step, to_step, params}, got " + shown(e));
     for (auto it = e.begin(); it != e.end(); ++it) {
       const std::string& key = it.key();
       if (key != "from_step" && key != "to_step" && key != "params" && key != "trial") {
@@ -60,14 +70,14 @@ PbtSchedule read_pbt_schedule(const nlohmann::json& schedule) {
     for (const char* key : {"from_step", "to_step"}) {
       const nlohmann::json& v = e[key];
       if (!v.is_number_integer())
-        return problem(item + "." + key, "expected a whole number of steps, got " + v.dump());
+        return problem(item + "." + key, "expected a whole number of steps, got " + shown(v));
       if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kMaxPbtSteps)
                                  : v.get<int64_t>() > kMaxPbtSteps)
         return problem(item + "." + key, v.dump() + " is above the maximum " + std::to_string(kMaxPbtSteps) +
                                              " (the most steps a pbt member trains)");
     }
     if (e.contains("trial") && !e["trial"].is_number_integer())
-      return problem(item + ".trial", "expected a trial number, got " + e["trial"].dump());
+      return problem(item + ".trial", "expected a trial number, got " + shown(e["trial"]));
     const int64_t from = e["from_step"].get<int64_t>(), to = e["to_step"].get<int64_t>();
     if (from != at)
       return problem(item + ".from_step",
@@ -78,7 +88,7 @@ PbtSchedule read_pbt_schedule(const nlohmann::json& schedule) {
       return problem(item + ".to_step", std::to_string(to) + " is not after from_step (" + std::to_string(from) + ")");
     const nlohmann::json& params = e["params"];
     if (!params.is_object())
-      return problem(item + ".params", "expected a map of hyperparameters, got " + params.dump());
+      return problem(item + ".params", "expected a map of hyperparameters, got " + shown(params));
     if (params.contains("epochs"))
       return problem(item + ".params.epochs", "the interval's to_step is its epochs; leave epochs out of params");
     if (auto bad = non_finite_in(params, item + ".params"))
