@@ -111,6 +111,16 @@ inline double as_double(const nlohmann::json& v) {
 
 }  // namespace settings_detail
 
+// A name of a kStringMap (trainer.env: an environment variable's): non-empty, without '=' or NUL,
+// which execve would split or cut. What is wrong with `name`, or "" when it is fine. The config
+// (with the key's file:line:col), check_setting and the command trainer all ask this.
+inline std::string string_map_name_problem(std::string_view name) {
+  if (name.empty()) return "an empty name";
+  if (name.find('=') != std::string_view::npos) return "a name may not contain '=' (it would end the name)";
+  if (name.find('\0') != std::string_view::npos) return "a name may not contain a NUL byte";
+  return "";
+}
+
 // Checks `v` against `d` (type, bounds, choices) and returns it normalized (kInt as an integer,
 // kFloat and kDuration as a double). kInvalidArgument with what it must be, alone: "must be in
 // [0, 0.95]", "must be an integer", "must be one of relu, tanh, sigmoid"; the caller names the
@@ -165,9 +175,12 @@ inline Result<nlohmann::json> check_setting(const SettingDecl& d, const nlohmann
       return v;
     case SettingType::kStringMap:
       if (!v.is_object()) return bad("a map of names to strings");
-      for (auto it = v.begin(); it != v.end(); ++it)
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (const std::string problem = string_map_name_problem(it.key()); !problem.empty())
+          return bad("a map of names to strings ('" + it.key() + "': " + problem + ")");
         if (!it.value().is_string() && !it.value().is_number() && !it.value().is_boolean())
           return bad("a map of names to strings ('" + it.key() + "' is not)");
+      }
       return v;
   }
   return err(Errc::kInternal, "check_setting: unknown type");

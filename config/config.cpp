@@ -25,12 +25,15 @@
 #include "common/endpoint.h"
 #include "common/limits.h"
 #include "common/shell_template.h"
+#include "common/settings.h"
+#include "config/pbt_schedule.h"
 #include "config/settings.h"
 #include "search/auto_search.h"
 #include "search/bayesian.h"
 #include "search/initial_design.h"
 #include "search/grid_search.h"
 #include "search/test_functions.h"
+#include "trainers/trainer_settings.h"
 
 namespace hpctune::config {
 
@@ -815,6 +818,8 @@ class Walker {
       out = json::object();
       for (const auto& e : node.entries) {
         marks_[path + "." + e.key] = e.key_mark;
+        if (const std::string problem = string_map_name_problem(e.key); !problem.empty())
+          return fail(e.key_mark, path + "." + e.key, problem);
         if (e.value.kind != YNode::Kind::kScalar)
           return fail(e.key_mark, path + "." + e.key, "expected a string, got " + shown(e.value));
         out[e.key] = e.value.text;
@@ -874,6 +879,42 @@ class Walker {
 };
 
 // --- checks across keys, and the CampaignConfig --------------------------------------------------
+
+// The setting of trainer `kind` that a parameter `name` sets (a space's, a pbt schedule's); nullptr
+// when there is none, with what to say in `*what` ("not a setting of trainer 'mlp'; did you mean
+// 'lr'?"). Names a command or function trainer takes freely (free_space_name) are the caller's.
+const Setting* trainer_setting_of(const std::string& kind, const std::string& name, std::string* what) {
+  std::vector<const Setting*> kind_settings;
+  for (const auto* s : children("trainer")) {
+    if (s->path == "trainer.kind" || !s->scope.contains(kind)) continue;
+    kind_settings.push_back(s);
+    if (leaf_name(s->path) == name) return s;
+  }
+  *what = "not a setting of trainer '" + kind + "'";
+  if (auto near = did_you_mean(name, candidates_of(kind_settings))) {
+    *what += "; did you mean '" + *near + "'?";
+  } else {
+    std::vector<std::string> names;
+    for (const auto* s : kind_settings) names.emplace_back(leaf_name(s->path));
+    if (kind == "function") names.push_back("x1, x2, ...");
+    *what += " (its settings: " + join(names, ", ") + ")";
+  }
+  return nullptr;
+}
+
+// A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
+// ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
+std::optional<std::pair<std::string, std::string>> classes_problem_at(const json& classes, const std::string& path) {
+  if (!classes.is_array()) return std::nullopt;  // a single integer is one class: the trainer's own message
+  std::vector<int64_t> labels;
+  for (const auto& c : classes) {
+    if (!c.is_number_integer()) return std::nullopt;  // the table refused it already
+    labels.push_back(c.get<int64_t>());
+  }
+  auto problem = trainers::classes_problem(labels);
+  if (!problem) return std::nullopt;
+  return std::make_pair(path + "[" + std::to_string(problem->index) + "]", "must be " + problem->must_be);
+}
 
 class Builder {
  public:
@@ -1102,6 +1143,10 @@ class Builder {
       return w_.fail(w_.mark_of("trainer.layers"), "trainer.layers",
                      std::to_string(t["layers"].get<int64_t>()) + " does not match hidden, which lists " +
                          std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
+    if (t.contains("classes")) {
+      if (auto problem = classes_problem_at(t["classes"], "trainer.classes"))
+        return w_.fail(w_.mark_of(problem->first), problem->first, problem->second);
+    }
     if (t["kind"] == "function") HPCTUNE_TRY(check_function_trainer(c));
     if (t["kind"] == "command" && t.contains("command") && t["command"].is_string()) {
       if (auto unsafe = unsafe_placeholder(t["command"].get<std::string>()))
@@ -1355,25 +1400,9 @@ class Builder {
   Status check_against_trainer(const std::string& name, json& p, const std::string& kind) {
     const std::string path = "space." + name;
     if (free_space_name(kind, name)) return Status::Ok();
-    const Setting* setting = nullptr;
-    std::vector<const Setting*> kind_settings;
-    for (const auto* s : children("trainer")) {
-      if (s->path == "trainer.kind" || !s->scope.contains(kind)) continue;
-      kind_settings.push_back(s);
-      if (leaf_name(s->path) == name) setting = s;
-    }
-    if (setting == nullptr) {
-      std::string what = "not a setting of trainer '" + kind + "'";
-      if (auto near = did_you_mean(name, candidates_of(kind_settings))) {
-        what += "; did you mean '" + *near + "'?";
-      } else {
-        std::vector<std::string> names;
-        for (const auto* s : kind_settings) names.emplace_back(leaf_name(s->path));
-        if (kind == "function") names.push_back("x1, x2, ...");
-        what += " (its settings: " + join(names, ", ") + ")";
-      }
-      return w_.fail(w_.mark_of(path), path, what);
-    }
+    std::string not_found;
+    const Setting* setting = trainer_setting_of(kind, name, &not_found);
+    if (setting == nullptr) return w_.fail(w_.mark_of(path), path, not_found);
     const std::string type = p["type"].get<std::string>();
     const std::string of = " (trainer." + name + ")";
     auto check = [&](const json& v, const std::string& at) -> Result<json> {
@@ -1593,10 +1622,45 @@ YNode map_of(std::vector<YEntry> entries, Mark mark) {
 // The keys a stage may give that stand for the top level's sections.
 constexpr const char* kStageSections[] = {"search", "space", "early_stopping"};
 
+// The mark of the node at `at` below `node` ("[2].params.lr": item 2, key params, key lr), or of
+// the deepest node on the way that exists; keys are marked where the key is written.
+Mark mark_below(const YNode& node, Mark node_mark, const std::string& at) {
+  const YNode* n = &node;
+  Mark mark = node_mark;
+  std::size_t i = 0;
+  while (i < at.size() && n != nullptr) {
+    if (at[i] == '[') {
+      const std::size_t close = at.find(']', i);
+      if (close == std::string::npos || n->kind != YNode::Kind::kSeq) break;
+      const std::size_t k = std::strtoull(at.c_str() + i + 1, nullptr, 10);
+      if (k >= n->items.size()) break;
+      n = &n->items[k];
+      mark = n->mark;
+      i = close + 1;
+    } else if (at[i] == '.') {
+      std::size_t end = at.find_first_of(".[", i + 1);
+      if (end == std::string::npos) end = at.size();
+      const YEntry* e = find_entry(n, std::string_view(at).substr(i + 1, end - i - 1));
+      if (e == nullptr) break;
+      mark = e->key_mark;
+      n = &e->value;
+      i = end;
+    } else {
+      break;
+    }
+  }
+  return mark;
+}
+
 // A workflow: `stages:` (config.h, StageConfig). The top level is checked together with the
 // stages' items by one walk; then each stage's own view of the campaign is parsed from a tree of
 // the top level's keys with the stage's search, space, early_stopping and trainer keys laid over
 // them, its errors named by the stage's key paths.
+//
+// Linear in the size of the config: the top level (less `stages`) is copied once, not with every
+// stage's; stages that set none of those keys (a one-line ensemble) share one view; the views
+// that are parsed may together hold at most kMaxStageViewNodes nodes (the top level repeated in
+// each stage with keys of its own); the config's text is kept by the campaign, not by each view.
 Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source) {
   auto fail = [&](Mark m, const std::string& path, const std::string& what) {
     return err(Errc::kConfig, source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": " + path +
@@ -1609,13 +1673,15 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
   }
   const YEntry* stages_entry = find_entry(&tree, "stages");
   // The top level and the items of `stages`, walked with a stand-in search (the stages have their own).
-  YNode checked = tree;
-  checked.entries.push_back({"search", stages_entry->key_mark,
-                             map_of({{"max_trials", stages_entry->key_mark, scalar("1", stages_entry->key_mark)}},
-                                    stages_entry->key_mark)});
   Walker walker(source);
   json root;
-  HPCTUNE_TRY(walker.section(&checked, "", "", Mark{}, root, nullptr));
+  {
+    YNode checked = tree;
+    checked.entries.push_back({"search", stages_entry->key_mark,
+                               map_of({{"max_trials", stages_entry->key_mark, scalar("1", stages_entry->key_mark)}},
+                                      stages_entry->key_mark)});
+    HPCTUNE_TRY(walker.section(&checked, "", "", Mark{}, root, nullptr));
+  }
   const json& items = root["stages"];
   if (!items.is_array() || items.empty())
     return fail(stages_entry->key_mark, "stages", "give at least one stage, or leave stages out for a single search");
@@ -1637,14 +1703,13 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
       return fail(walker.mark_of(at + ".name"), at + ".name",
                   "'" + st.name + "' is already the name of stages[" + std::to_string(it->second) + "]");
   }
-  std::vector<std::string> names;
-  for (const auto& st : stages) names.push_back(st.name);
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string at = "stages[" + std::to_string(i) + "].from";
     StageConfig& st = stages[i];
     if (items[i].contains("from")) {
       const json& from = items[i]["from"];
       const json list_of = from.is_array() ? from : json::array({from});
+      std::set<std::string> listed;
       for (const auto& f : list_of) {
         if (!f.is_string())
           return fail(walker.mark_of(at), at, "expected a stage name or a list of them, got " + f.dump());
@@ -1653,12 +1718,16 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
         if (!index.count(name)) {
           std::string hint;
           std::vector<Candidate> candidates;
-          for (const auto& n : names) candidates.push_back({n, n});
+          std::vector<std::string> names;
+          for (const auto& other : stages) {
+            candidates.push_back({other.name, other.name});
+            names.push_back(other.name);
+          }
           if (auto near = did_you_mean(name, candidates)) hint = "; did you mean '" + *near + "'?";
           return fail(walker.mark_of(at), at,
                       "unknown stage '" + name + "' (the stages are " + join(names, ", ") + ")" + hint);
         }
-        if (std::find(st.from.begin(), st.from.end(), name) == st.from.end()) st.from.push_back(name);
+        if (listed.insert(name).second) st.from.push_back(name);
       }
     }
     if ((st.kind == "ensemble" || (st.kind == "transfer" && items[i].value("checkpoint", "").empty())) &&
@@ -1667,84 +1736,68 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
                   "an " + st.kind + " stage needs `from`: the stage whose trials it " +
                       (st.kind == "ensemble" ? "blends" : "starts from"));
   }
-  // Cycles: a depth-first walk along `from`; the first cycle found is named at the `from` that closes it.
+  // Cycles: a depth-first walk along `from`, with a stack of its own (a chain of thousands of stages
+  // is no recursion); the first cycle found is named at the `from` that closes it.
   {
     std::vector<int> state(stages.size(), 0);  // 0 new, 1 on the path, 2 done
-    std::vector<std::size_t> path;
-    std::function<std::optional<Error>(std::size_t)> visit = [&](std::size_t i) -> std::optional<Error> {
-      state[i] = 1;
-      path.push_back(i);
-      for (const auto& f : stages[i].from) {
-        const std::size_t j = index.at(f);
+    std::vector<std::pair<std::size_t, std::size_t>> path;  // (stage, its next `from` to follow)
+    for (std::size_t start = 0; start < stages.size(); ++start) {
+      if (state[start] != 0) continue;
+      state[start] = 1;
+      path.push_back({start, 0});
+      while (!path.empty()) {
+        const std::size_t i = path.back().first;
+        if (path.back().second == stages[i].from.size()) {
+          state[i] = 2;
+          path.pop_back();
+          continue;
+        }
+        const std::size_t j = index.at(stages[i].from[path.back().second++]);
         if (state[j] == 1) {
           std::string cycle;
-          auto start = std::find(path.begin(), path.end(), j);
-          for (auto it = start; it != path.end(); ++it) cycle += stages[*it].name + " -> ";
+          auto first = std::find_if(path.begin(), path.end(), [&](const auto& p) { return p.first == j; });
+          for (auto it = first; it != path.end(); ++it) cycle += stages[it->first].name + " -> ";
           cycle += stages[j].name;
           const std::string at = "stages[" + std::to_string(i) + "].from";
           return fail(walker.mark_of(at), at, "the stages form a cycle: " + cycle + " (each would wait for the other)");
         }
         if (state[j] == 0) {
-          if (auto e = visit(j)) return e;
+          state[j] = 1;
+          path.push_back({j, 0});
         }
-      }
-      path.pop_back();
-      state[i] = 2;
-      return std::nullopt;
-    };
-    for (std::size_t i = 0; i < stages.size(); ++i) {
-      if (state[i] == 0) {
-        if (auto e = visit(i)) return *e;
       }
     }
   }
 
-  // Each stage's own view of the campaign.
+  // Each stage's own view of the campaign. The top level less `stages`, copied once.
+  YNode base;
+  base.kind = tree.kind;
+  base.mark = tree.mark;
+  std::size_t base_nodes = 1;
+  for (const auto& e : tree.entries) {
+    if (e.key == "stages") continue;
+    base.entries.push_back(e);
+    base_nodes += e.value.size + 1;
+  }
+  // The views of stages without keys of their own, by their stand-in search's max_trials.
+  std::map<std::string, std::shared_ptr<const CampaignConfig>> shared_views;
+  std::size_t view_nodes = 0;
+  // An ensemble's or transfer's view that fails is reported after the check of its inputs below:
+  // "stage 'a' saves no predictions" says more than the view's complaint about a trainer it never runs.
+  std::optional<Error> deferred;
   std::optional<std::size_t> main;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     StageConfig& st = stages[i];
     const std::string prefix = "stages[" + std::to_string(i) + "].";
     const YNode* item = i < list.items.size() ? &list.items[i] : nullptr;
-    std::set<std::string> own_trainer_keys;
-    YNode view = tree;
-    view.entries.erase(std::remove_if(view.entries.begin(), view.entries.end(),
-                                      [](const YEntry& e) { return e.key == "stages"; }),
-                       view.entries.end());
     const Mark item_mark = item ? item->mark : stages_entry->key_mark;
-    bool has_search = false, has_space = false;
+    bool has_search = false, has_space = false, own_keys = false;
     if (item != nullptr && item->kind == YNode::Kind::kMap) {
       for (const auto& e : item->entries) {
-        if (e.key == "search" || e.key == "space" || e.key == "early_stopping") {
-          view.entries.push_back(e);
-          has_search = has_search || e.key == "search";
-          has_space = has_space || e.key == "space";
-        }
-        if (e.key == "trainer") {
-          if (e.value.kind != YNode::Kind::kMap)
-            return fail(e.key_mark, prefix + "trainer", "expected a map of trainer settings");
-          auto top = std::find_if(view.entries.begin(), view.entries.end(), [](const YEntry& t) { return t.key == "trainer"; });
-          const YEntry* kind = find_entry(&e.value, "kind");
-          if (top == view.entries.end() || top->value.kind != YNode::Kind::kMap ||
-              (kind != nullptr && (find_entry(&top->value, "kind") == nullptr ||
-                                   find_entry(&top->value, "kind")->value.text != kind->value.text))) {
-            // Another kind (or no top-level trainer): the stage's trainer stands alone.
-            if (top != view.entries.end()) view.entries.erase(top);
-            view.entries.push_back(e);
-            for (const auto& k : e.value.entries) own_trainer_keys.insert(k.key);
-          } else {
-            for (const auto& k : e.value.entries) {
-              own_trainer_keys.insert(k.key);
-              auto same = std::find_if(top->value.entries.begin(), top->value.entries.end(),
-                                       [&](const YEntry& t) { return t.key == k.key; });
-              if (same != top->value.entries.end()) *same = k; else top->value.entries.push_back(k);
-            }
-          }
-        }
+        if (e.key == "search" || e.key == "space" || e.key == "early_stopping" || e.key == "trainer") own_keys = true;
+        has_search = has_search || e.key == "search";
+        has_space = has_space || e.key == "space";
       }
-    }
-    if (!has_search) {
-      const std::string trials = st.kind == "pbt" ? std::to_string(items[i]["population"].get<int64_t>()) : "1";
-      view.entries.push_back({"search", item_mark, map_of({{"max_trials", item_mark, scalar(trials, item_mark)}}, item_mark)});
     }
     st.own_search = st.kind == "search" || st.kind == "pbt" || (st.kind == "transfer" && has_search);
     if (st.kind == "search" && !has_search)
@@ -1753,41 +1806,138 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     if (st.kind == "transfer" && has_search != has_space)
       return fail(item_mark, prefix + (has_search ? "space" : "search"),
                   "a transfer stage's nested search needs both search and space");
-    Rename rename = [prefix, own_trainer_keys](const std::string& path) {
-      for (const char* key : kStageSections) {
-        const std::string k(key);
-        if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
-      }
-      if (path.rfind("trainer.", 0) == 0) {
-        const std::string key = path.substr(8, path.find('.', 8) - 8);
-        if (own_trainer_keys.count(key)) return prefix + path;
-      }
-      return path;
+    const std::string trials = st.kind == "pbt" ? std::to_string(items[i]["population"].get<int64_t>()) : "1";
+    const bool defers = st.kind == "ensemble" || st.kind == "transfer";
+
+    std::shared_ptr<const CampaignConfig> own;
+    std::set<std::string> own_trainer_keys;
+    auto budget = [&](std::size_t nodes) -> Status {
+      view_nodes += nodes;
+      if (view_nodes <= kMaxStageViewNodes) return Status::Ok();
+      return fail(item_mark, prefix.substr(0, prefix.size() - 1),
+                  "the stages' own views of the campaign come to more than " + std::to_string(kMaxStageViewNodes) +
+                      " YAML nodes: the top level's " + std::to_string(base_nodes) +
+                      " are repeated for every stage with a search, space, early_stopping or trainer of its own "
+                      "(fewer such stages, or a smaller top level)");
     };
-    HPCTUNE_ASSIGN(CampaignConfig own, parse_tree(view, yaml_text, source, rename));
+    if (!own_keys && shared_views.count(trials)) {
+      own = shared_views.at(trials);
+    } else {
+      HPCTUNE_TRY(budget(base_nodes + (item ? item->size : 0)));
+      YNode view = base;
+      if (item != nullptr && item->kind == YNode::Kind::kMap) {
+        for (const auto& e : item->entries) {
+          if (e.key == "search" || e.key == "space" || e.key == "early_stopping") view.entries.push_back(e);
+          if (e.key == "trainer") {
+            if (e.value.kind != YNode::Kind::kMap)
+              return fail(e.key_mark, prefix + "trainer", "expected a map of trainer settings");
+            auto top = std::find_if(view.entries.begin(), view.entries.end(), [](const YEntry& t) { return t.key == "trainer"; });
+            const YEntry* kind = find_entry(&e.value, "kind");
+            if (top == view.entries.end() || top->value.kind != YNode::Kind::kMap ||
+                (kind != nullptr && (find_entry(&top->value, "kind") == nullptr ||
+                                     find_entry(&top->value, "kind")->value.text != kind->value.text))) {
+              // Another kind (or no top-level trainer): the stage's trainer stands alone.
+              if (top != view.entries.end()) view.entries.erase(top);
+              view.entries.push_back(e);
+              for (const auto& k : e.value.entries) own_trainer_keys.insert(k.key);
+            } else {
+              // Looked up by key, not searched: a trainer may have thousands of env entries.
+              std::unordered_map<std::string, std::size_t> at;
+              for (std::size_t k = 0; k < top->value.entries.size(); ++k) at.emplace(top->value.entries[k].key, k);
+              for (const auto& k : e.value.entries) {
+                own_trainer_keys.insert(k.key);
+                if (auto same = at.find(k.key); same != at.end()) top->value.entries[same->second] = k;
+                else top->value.entries.push_back(k);
+              }
+            }
+          }
+        }
+      }
+      if (!has_search)
+        view.entries.push_back({"search", item_mark, map_of({{"max_trials", item_mark, scalar(trials, item_mark)}}, item_mark)});
+      Rename rename = [prefix, own_trainer_keys](const std::string& path) {
+        for (const char* key : kStageSections) {
+          const std::string k(key);
+          if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
+        }
+        if (path.rfind("trainer.", 0) == 0) {
+          const std::string key = path.substr(8, path.find('.', 8) - 8);
+          if (own_trainer_keys.count(key)) return prefix + path;
+        }
+        return path;
+      };
+      // The text stays with the campaign (c.text below): a copy in each view made the views
+      // quadratic in the size of the file.
+      auto parsed = parse_tree(view, std::string(), source, rename);
+      if (!parsed.ok()) {
+        if (!defers) return parsed.error();
+        if (!deferred) deferred = parsed.error();
+        continue;  // st.own stays empty; nothing below reads a view that failed before returning
+      }
+      own = std::make_shared<const CampaignConfig>(std::move(parsed).value());
+      if (!own_keys) shared_views.emplace(trials, own);
+    }
     st.trainer_keys = own_trainer_keys;
     st.settings = items[i];
     for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
     if (st.kind == "pbt") {
-      if (own.space.find("epochs") != nullptr)
+      if (own->space.find("epochs") != nullptr)
         return fail(walker.mark_of(prefix + "space"), prefix + "space.epochs",
                     "pbt sets each interval's epochs itself; give the total as the stage's steps");
       if (!st.settings.contains("steps")) {
-        st.settings["steps"] = own.trainer.contains("epochs") ? own.trainer["epochs"] : json(10);
+        st.settings["steps"] = own->trainer.contains("epochs") ? own->trainer["epochs"] : json(10);
       }
       const json& perturb = st.settings["perturb"];
       if (perturb.size() != 2 || !perturb[0].is_number() || !perturb[1].is_number() || perturb[0].get<double>() <= 0 ||
           perturb[1].get<double>() <= 0)
         return fail(walker.mark_of(prefix + "perturb"), prefix + "perturb", "expected two positive factors, such as [0.8, 1.2]");
+      if (st.settings.contains("schedule") && !st.settings["schedule"].is_null()) {
+        // Read as the stage reads it (config/pbt_schedule.h), each interval's params checked as a
+        // space's parameters are: every trial would fail on what is wrong here.
+        const std::string at = prefix + "schedule";
+        const YEntry* given = find_entry(item, "schedule");
+        auto place = [&](const std::string& below) {
+          return given != nullptr ? mark_below(given->value, given->key_mark, below) : walker.mark_of(at);
+        };
+        PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"]);
+        if (!schedule.ok()) return fail(place(schedule.problem_at), at + schedule.problem_at, schedule.problem);
+        const std::string kind = own->trainer.value("kind", "");
+        json& intervals = st.settings["schedule"];
+        for (std::size_t k = 0; k < intervals.size(); ++k) {
+          json& params = intervals[k]["params"];
+          for (auto it = params.begin(); it != params.end(); ++it) {
+            if (free_space_name(kind, it.key())) continue;
+            const std::string below = "[" + std::to_string(k) + "].params." + it.key();
+            std::string not_found;
+            const Setting* setting = trainer_setting_of(kind, it.key(), &not_found);
+            if (setting == nullptr) return fail(place(below), at + below, not_found);
+            auto checked = check_value(*setting, it.value());
+            if (!checked.ok())
+              return fail(place(below), at + below, checked.error().message() + " (trainer." + it.key() + ")");
+            it.value() = std::move(checked).value();
+          }
+        }
+        // With a schedule, the stage trains to its end (workflow/pbt_policy.h).
+        const int64_t end = schedule.replay.back().at("epochs").get<int64_t>();
+        if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
+          return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+                      std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
+                          std::to_string(end) + "), which a replay trains to; leave steps out");
+        st.settings["steps"] = end;
+      }
     }
-    if (st.kind == "transfer" && !st.settings.value("checkpoint", "").empty()) {
-      std::string path = st.settings["checkpoint"].get<std::string>();
-      const auto slash = source.rfind('/');
-      if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
-      st.settings["checkpoint"] = path;
+    if (st.kind == "transfer") {
+      if (auto problem = classes_problem_at(st.settings.value("classes", json()), prefix + "classes"))
+        return fail(walker.mark_of(problem->first), problem->first, problem->second);
+      if (!st.settings.value("checkpoint", "").empty()) {
+        std::string path = st.settings["checkpoint"].get<std::string>();
+        const auto slash = source.rfind('/');
+        if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+        st.settings["checkpoint"] = path;
+      }
     }
     if (!main && st.own_search) main = i;
-    st.own = std::make_shared<const CampaignConfig>(std::move(own));
+    st.own = std::move(own);
   }
   // What the inputs must provide: an ensemble their predictions, a transfer their checkpoints.
   for (std::size_t i = 0; i < stages.size(); ++i) {
@@ -1798,6 +1948,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
       const StageConfig& input = stages[index.at(f)];
       if (input.kind == "ensemble")
         return fail(walker.mark_of(at), at, "stage '" + f + "' is an ensemble: it trains no trials of its own");
+      if (!input.own) continue;  // its view failed: `deferred` says why
       const json& trainer = input.own->trainer;
       const std::string kind = trainer.value("kind", "");
       const bool classifier = kind == "mlp" || kind == "cnn";
@@ -1813,10 +1964,12 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
                                     : "its trainer kind '" + kind + "' writes none; mlp and cnn do") + ")");
     }
   }
+  if (deferred) return *deferred;
   if (!main)
     return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: a search or pbt stage");
 
   CampaignConfig c = *stages[*main].own;
+  c.text = yaml_text;
   c.main_stage = *main;
   json normalized = json::array();
   for (const auto& st : stages) {
@@ -1846,12 +1999,21 @@ Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::str
 
 void CampaignConfig::set_seed(uint64_t campaign_seed) {
   seed = campaign_seed;
-  // Every stage's view follows (its trainer's data seed included): copies, as views may be shared.
+  // Every stage's view follows (its trainer's data seed included): copies, as views may be shared
+  // (between stages, and with a copy of this campaign); one copy of each, however many stages
+  // share it. The old views are held until the end, so that no address is reused while mapped.
+  std::map<const CampaignConfig*, std::pair<std::shared_ptr<const CampaignConfig>, std::shared_ptr<const CampaignConfig>>>
+      copies;
   for (StageConfig& st : stages) {
     if (!st.own || st.own->seed == campaign_seed) continue;
-    auto copy = std::make_shared<CampaignConfig>(*st.own);
-    copy->set_seed(campaign_seed);
-    st.own = std::move(copy);
+    auto& [old_view, copy] = copies[st.own.get()];
+    if (!copy) {
+      auto fresh = std::make_shared<CampaignConfig>(*st.own);
+      fresh->set_seed(campaign_seed);
+      old_view = st.own;
+      copy = std::move(fresh);
+    }
+    st.own = copy;
   }
   if (data_seed_given || !trainer.contains("data_seed")) return;
   trainer["data_seed"] = campaign_seed;

@@ -85,7 +85,8 @@ struct StopWhen {
 
 // One item of `stages:`. `own` is the campaign as the stage sees it: the top level's objective,
 // resources and trainer with the stage's own search, space, early_stopping and trainer keys laid
-// over them (a stage without a search of its own: search.max_trials 1 and an empty space there).
+// over them (a stage without a search of its own: search.max_trials 1 and an empty space there);
+// stages that set none of those keys share one view. Only the campaign keeps the config's `text`.
 // `settings` holds the kind's own keys, normalized with their defaults:
 //   ensemble  method, max_size, bags, k, retrain ({top, seeds} or null)
 //   transfer  classes, max_train_samples, freeze, baseline, sources, seeds, checkpoint
@@ -164,6 +165,13 @@ inline constexpr std::size_t kMaxConfigBytes = 16u << 20;
 // a few levels deep (an "alias bomb") would otherwise expand a 600-byte file into gigabytes. A
 // real config has hundreds; this bounds the parser's memory to some tens of megabytes.
 inline constexpr std::size_t kMaxConfigNodes = 100'000;
+
+// The most YAML nodes the stages' own views of a workflow may hold together (StageConfig::own):
+// each stage with a search, space, early_stopping or trainer of its own is parsed over a copy of the
+// top level, so a large top level times many such stages could cost far more than the file's
+// kMaxConfigNodes. Stages without such keys share one view and cost nothing here. 3,000 search
+// stages under a top level of 100 nodes take a third of it.
+inline constexpr std::size_t kMaxStageViewNodes = 1'000'000;
 
 // The most ranks (data x model) one trainer group may have.
 inline constexpr int64_t kMaxRanksPerGroup = 65536;

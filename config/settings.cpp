@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/settings.h"
 #include "config/config.h"
 #include "launch/backends.h"
 #include "search/early_stopping.h"
@@ -788,8 +789,10 @@ Result<json> check_value(const Setting& s, const json& v) {
     }
     case Type::kStringMap: {
       if (!v.is_object()) return problem("expected a map of strings, got " + shown(v));
-      for (auto it = v.begin(); it != v.end(); ++it)
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (const std::string bad = string_map_name_problem(it.key()); !bad.empty()) return problem(it.key() + ": " + bad);
         if (!it.value().is_string()) return problem(it.key() + ": expected a string, got " + shown(it.value()));
+      }
       return v;
     }
     case Type::kValue: return v;

@@ -2,7 +2,18 @@
 // and cnn kinds, which add their layers (mlp_settings.cpp, cnn_settings.cpp).
 #include "trainers/trainer_settings.h"
 
+#include <unordered_set>
+
 namespace hpctune::trainers {
+
+std::optional<ClassesProblem> classes_problem(const std::vector<int64_t>& classes) {
+  std::unordered_set<int64_t> seen;
+  for (std::size_t i = 0; i < classes.size(); ++i)
+    if (!seen.insert(classes[i]).second)
+      return ClassesProblem{i, "distinct classes (" + std::to_string(classes[i]) + " is listed twice)"};
+  if (classes.size() == 1) return ClassesProblem{0, "[] for every class, or at least 2 classes"};
+  return std::nullopt;
+}
 
 std::vector<SettingDecl> classifier_common_setting_specs() {
   using T = SettingType;

@@ -60,13 +60,7 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   } else {
     s.classes.push_back(classes.get<int64_t>());
   }
-  for (size_t i = 0; i < s.classes.size(); ++i) {
-    if (std::find(s.classes.begin(), s.classes.begin() + static_cast<std::ptrdiff_t>(i), s.classes[i]) !=
-        s.classes.begin() + static_cast<std::ptrdiff_t>(i)) {
-      return r.bad("classes", r.raw("classes"), "distinct classes (" + std::to_string(s.classes[i]) + " is listed twice)");
-    }
-  }
-  if (s.classes.size() == 1) return r.bad("classes", r.raw("classes"), "[] for every class, or at least 2 classes");
+  if (auto problem = classes_problem(s.classes)) return r.bad("classes", r.raw("classes"), problem->must_be);
   HPCTUNE_ASSIGN(s.init_from, r.string("init_from"));
   HPCTUNE_ASSIGN(s.freeze, r.integer("freeze"));
   HPCTUNE_ASSIGN(s.head_epochs, r.integer("head_epochs"));

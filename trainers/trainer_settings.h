@@ -14,7 +14,9 @@
 // MPI or zlib, so that the master's config layer links them without the trainers' code.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,16 @@ const std::vector<SettingDecl>& function_setting_specs();
 const std::vector<SettingDecl>& command_setting_specs();
 // The settings of the classifier loop (classifier_training.h) that mlp and cnn both declare.
 std::vector<SettingDecl> classifier_common_setting_specs();
+
+// trainer.classes of the classifier kinds (a transfer stage's `classes` become its trials'): [] for
+// every class, or at least two distinct labels. The first item that breaks that (the second of a
+// repeated label, or the only one) and what the list must be; nullopt when it is fine. The trainer
+// (classifier_training.cpp) and `hpctune validate` (config.cpp) both ask this.
+struct ClassesProblem {
+  std::size_t index = 0;
+  std::string must_be;  // "distinct classes (1 is listed twice)"
+};
+std::optional<ClassesProblem> classes_problem(const std::vector<int64_t>& classes);
 
 // The dataset of the classifier kinds when `data` is not given.
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/pbt_schedule.h"
+
 namespace hpctune::workflow {
 namespace {
 
@@ -59,10 +61,10 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
   if (!(s.resample_probability >= 0 && s.resample_probability <= 1))
     return bad_setting(stage, "resample_probability", "must be in [0, 1]");
   if (in.contains("schedule") && !in.at("schedule").is_null()) {
-    auto replay = replay_schedule(in.at("schedule"));
-    if (!replay.ok()) return bad_setting(stage, "schedule", replay.error().message());
-    if (replay->empty()) return bad_setting(stage, "schedule", "is empty");
-    s.replay = std::move(replay).value();
+    // The reader `hpctune validate` uses too (config/pbt_schedule.h).
+    config::PbtSchedule schedule = config::read_pbt_schedule(in.at("schedule"));
+    if (!schedule.ok()) return bad_setting(stage, "schedule" + schedule.problem_at + ":", schedule.problem);
+    s.replay = std::move(schedule.replay);
     s.steps = s.replay.back().at("epochs").get<int64_t>();
   }
   if (in.contains("perturb") && !in.at("perturb").is_null()) {
@@ -131,26 +133,11 @@ nlohmann::json schedule_to_json(const std::vector<ScheduleEntry>& schedule) {
 }
 
 Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule) {
-  if (!schedule.is_array()) return err(Errc::kInvalidArgument, "a pbt schedule is a list of intervals");
-  std::vector<search::Params> out;
-  int64_t at = 0;
-  for (std::size_t i = 0; i < schedule.size(); ++i) {
-    const nlohmann::json& e = schedule[i];
-    const std::string where = "pbt schedule interval " + std::to_string(i);
-    if (!e.is_object() || !e.contains("from_step") || !e.contains("to_step") || !e.contains("params") ||
-        !e["from_step"].is_number_integer() || !e["to_step"].is_number_integer() || !e["params"].is_object())
-      return err(Errc::kInvalidArgument, where + ": needs integer from_step and to_step and a params object");
-    const int64_t from = e["from_step"].get<int64_t>(), to = e["to_step"].get<int64_t>();
-    if (from != at)
-      return err(Errc::kInvalidArgument, where + " starts at step " + std::to_string(from) + ", not at " +
-                                             std::to_string(at) + " where the one before ended");
-    if (to <= from) return err(Errc::kInvalidArgument, where + " ends at step " + std::to_string(to) + ", not after its start");
-    search::Params p = e["params"];
-    p["epochs"] = to;
-    out.push_back(std::move(p));
-    at = to;
-  }
-  return out;
+  // A stage that recorded no interval yet has nothing to replay, which is not an error here.
+  if (schedule.is_array() && schedule.empty()) return std::vector<search::Params>{};
+  config::PbtSchedule read = config::read_pbt_schedule(schedule);
+  if (!read.ok()) return err(Errc::kInvalidArgument, "schedule" + read.problem_at + ": " + read.problem);
+  return std::move(read.replay);
 }
 
 }  // namespace hpctune::workflow

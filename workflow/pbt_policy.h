@@ -68,8 +68,9 @@ nlohmann::json schedule_to_json(const std::vector<ScheduleEntry>& schedule);
 
 // Replays a schedule (the JSON list of a pbt stage's result, "schedule"): the params of each
 // interval in order, each with "epochs": its to_step; interval i resumes from the checkpoint that
-// interval i-1 ended with. kInvalidArgument when an entry is malformed or the intervals do not
-// chain from step 0 (each from_step the previous to_step).
+// interval i-1 ended with; an empty list replays nothing. Otherwise kInvalidArgument where
+// config::read_pbt_schedule (the reader `hpctune validate` uses) finds a problem: a malformed
+// interval, intervals that do not chain from step 0, a step past config::kMaxPbtSteps.
 Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule);
 
 }  // namespace hpctune::workflow
