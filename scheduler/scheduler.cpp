@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "launch/attempt_fence.h"
 #include "search/pareto.h"
 
 namespace hpctune::scheduler {
@@ -848,6 +849,11 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
   auto t = trials_.find(trial_id);
   if (t == trials_.end()) return {};
   ++counters_.lost_attempts;
+  // What the lost attempt left running on this machine (its worker and supervisor may have died
+  // together) is killed now; not waited for here: the next attempt's fence waits (attempt_fence.h).
+  if (const std::string dir = trial_dir(trial_id); !dir.empty()) {
+    (void)launch::fence_attempt(dir + "/" + launch::kAttemptFenceFile, std::chrono::milliseconds(0));
+  }
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
                                                         opt_.max_attempts, tw));
   source_of(t->second).on_attempt_end(t->second.seq);
