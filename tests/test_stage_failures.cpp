@@ -195,3 +195,51 @@ TEST_CASE("a transfer stage whose every trial failed is failed, and run exits no
   CHECK_MESSAGE(read_file(log).find("reason     stage 'move' (transfer): none of its") != std::string::npos,
                 read_file(log));
 }
+
+TEST_CASE("damaged prediction files: the ensemble fails alone with its reason after resume; the others complete") {
+  TempDir dir;
+  // One group: tune's trials run first, so tune is the first stage to complete.
+  std::string y = "name: damaged\nseed: 5\nobjective: {metric: val_accuracy, mode: max}\n";
+  y += kTrainer;
+  y += "resources: {groups: 1}\nstages:\n";
+  y += "  - name: tune\n    kind: search\n    search: {algorithm: random, max_trials: 2}\n";
+  y += "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n";
+  y += "  - {name: blend, kind: ensemble, from: tune, method: greedy}\n";
+  y += "  - name: other\n    kind: search\n    search: {algorithm: random, max_trials: 2}\n";
+  y += "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n";
+  const std::string cfg = dir.write("c.yaml", y);
+  const std::string db = dir.file("c.db");
+  // The master dies as tune's completion is written (not committed).
+  const auto killed = run_hpctune({"run", cfg, "--db", db, "--failpoint", "stage-completed", "--failpoint-hit", "1"},
+                                  dir.file("killed.log"), std::chrono::seconds(240));
+  REQUIRE_MESSAGE(killed.signaled, read_file(dir.file("killed.log")));
+  REQUIRE_MESSAGE(read_file(dir.file("killed.log")).find("stage 'tune' (search) completed") != std::string::npos,
+                  read_file(dir.file("killed.log")));
+  check_no_orphans(db);
+  // Every prediction file of tune's trials is damaged before the ensemble reads them.
+  int damaged = 0;
+  for (const auto& t : read_db(db).trials_of("tune")) {
+    for (const auto& e : std::filesystem::directory_iterator(db + ".trials/" + std::to_string(t.id))) {
+      if (e.path().extension() != ".npy") continue;
+      dir.write(std::filesystem::relative(e.path(), dir.path).string(), "damaged\n");
+      ++damaged;
+    }
+  }
+  REQUIRE(damaged > 0);
+
+  const std::string resume_log = dir.file("resume.log");
+  const auto resumed = run_hpctune({"resume", db}, resume_log, std::chrono::seconds(240));
+  CHECK_MESSAGE(!resumed.success(), read_file(resume_log));
+  check_no_orphans(db);
+  const Snapshot s = read_db(db);
+  check_all_final(s);
+  CHECK(s.stage("tune").state == "completed");
+  CHECK(s.stage("other").state == "completed");
+  CHECK(s.trials_of("other").size() == 2);
+  CHECK(s.stage("blend").state == "failed");
+  CHECK_MESSAGE(s.stage("blend").reason.rfind("could not finish: ", 0) == 0, s.stage("blend").reason);
+  const std::string log = dir.file("status.log");
+  (void)run_hpctune({"status", db}, log);
+  CHECK_MESSAGE(read_file(log).find("reason     stage 'blend' (ensemble): could not finish: ") != std::string::npos,
+                read_file(log));
+}
