@@ -24,13 +24,19 @@ constexpr std::size_t kMaxFenceFile = 4096;
 constexpr std::size_t kMaxEnviron = 1 << 20;  // a process's environment read at most this far
 
 // This machine and boot, and this PID namespace: pids in the file mean something only here.
-std::string machine_id() {
+// Read once per process (neither changes while it runs).
+std::string read_machine_id() {
   std::string boot;
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::getline(in, boot);
   char ns[128] = {};
   const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
   return boot + "/" + (n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string("?"));
+}
+
+const std::string& machine_id() {
+  static const std::string id = read_machine_id();
+  return id;
 }
 
 // Field 22 of /proc/PID/stat (start time in clock ticks since boot), its state and process
@@ -94,8 +100,11 @@ std::optional<Record> read_record(const std::string& path) {
 
 Status write_record(const std::string& path, const Record& r) {
   const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {  // left by a writer that died between open and rename
+    ::unlink(tmp.c_str());
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }
   if (fd < 0) return err(Errc::kIo, "cannot write the attempt fence " + tmp + ": " + std::strerror(errno));
   const std::string text = "token=" + r.token + "\nmachine=" + r.machine + "\npgid=" + std::to_string(r.pgid) +
                            "\nstart=" + std::to_string(r.start) + "\n";
