@@ -299,7 +299,7 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
   interrupted = o.interrupted;
   const auto& p = o.progress;
   std::printf("campaign '%s' %s in %s: %lld done, %lld pruned, %lld failed, %lld interrupted\n", o.name.c_str(),
-              o.interrupted ? "interrupted" : !o.gave_up.empty() ? "stopped" : "completed",
+              o.interrupted ? "interrupted" : !o.gave_up.empty() ? "stopped" : !o.failed_stages.empty() ? "failed" : "completed",
               report::format_duration(o.elapsed_s).c_str(),
               static_cast<long long>(p.done), static_cast<long long>(p.pruned), static_cast<long long>(p.failed),
               static_cast<long long>(p.interrupted));
@@ -330,6 +330,11 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
     return err(Errc::kFailed, "no trial succeeded in campaign '" + o.name + "' (" + std::to_string(p.failed) +
                                   " failed)" + first_failure(o.db_path) + "\n`hpctune trials " + o.db_path +
                                   " --format json` shows every error");
+  }
+  if (!o.failed_stages.empty()) {
+    return err(Errc::kFailed, "campaign '" + o.name + "' failed: " + o.failed_stages + "\n`hpctune status " +
+                                  o.db_path + "` shows every stage; `hpctune resume " + o.db_path +
+                                  "` runs again what did not complete");
   }
   // The campaign is recorded whatever happens to the summary; a summary that could not be written
   // still makes the command fail, so a script sees it.

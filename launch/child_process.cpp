@@ -77,15 +77,22 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
   const std::string program = find_in_path(options.argv[0]);
   if (program.empty()) return err(Errc::kNotFound, "cannot execute '" + options.argv[0] + "': not found or not executable");
 
+  // The earlier attempt of this trial is gone before this one starts (attempt_fence.h).
+  AttemptFence fence;
+  if (options.supervised && !options.fence.empty()) {
+    HPCTUNE_ASSIGN(fence, AttemptFence::enter(options.fence, std::chrono::seconds(10)));
+  }
+  std::map<std::string, std::string> env = options.env;
+  if (!fence.token().empty()) env[AttemptFence::kEnvironmentName] = fence.token();
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     std::string entry(*e);
     auto eq = entry.find('=');
-    if (eq != std::string::npos && options.env.count(entry.substr(0, eq))) continue;
+    if (eq != std::string::npos && env.count(entry.substr(0, eq))) continue;
     env_strings.push_back(std::move(entry));
   }
-  for (const auto& [k, v] : options.env) env_strings.push_back(k + "=" + v);
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -143,6 +150,12 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnOptions& options) {
     const std::vector<int> not_for_supervisor = {out_fd, err_fd, options.stdout_fd, options.stderr_fd};
     auto child = spawn_supervised(exec_program, not_for_supervisor, options.argv[0]);
     close_outputs();
+    if (child.ok() && !fence.token().empty()) {
+      // The program's group, for a program that clears its environment; the token was recorded
+      // before the fork, so a failure here still leaves the attempt fenced by its token.
+      (void)fence.started(child->pid_);
+      child->fence_ = std::move(fence);
+    }
     return child;
   }
 
@@ -331,6 +344,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     supervisor_ = other.supervisor_;
     status_fd_ = other.status_fd_;
     alive_fd_ = other.alive_fd_;
+    fence_ = std::move(other.fence_);
     other.pid_ = -1;
     other.exit_.reset();
     other.supervisor_ = -1;
@@ -350,6 +364,7 @@ bool ChildProcess::reap_supervisor(std::chrono::milliseconds limit) noexcept {
   if (supervisor_ <= 0) return true;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   int status = 0;
+  bool by_itself = true;
   for (;;) {
     const pid_t r = waitpid(supervisor_, &status, WNOHANG);
     if (r == supervisor_ || (r < 0 && errno != EINTR)) break;
@@ -357,12 +372,14 @@ bool ChildProcess::reap_supervisor(std::chrono::milliseconds limit) noexcept {
       ::kill(supervisor_, SIGKILL);
       while (waitpid(supervisor_, &status, 0) < 0 && errno == EINTR) {
       }
+      by_itself = false;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   supervisor_ = -1;
-  return true;
+  // A supervisor that exits by itself has killed the program's tree; one killed by a signal has not.
+  return by_itself && !(WIFSIGNALED(status));
 }
 
 void ChildProcess::reset() noexcept {
@@ -371,12 +388,18 @@ void ChildProcess::reset() noexcept {
     if (!exit_ && pid_ > 0) ::kill(-pid_, SIGKILL);
     if (alive_fd_ >= 0) ::close(alive_fd_);
     alive_fd_ = -1;
-    reap_supervisor(std::chrono::milliseconds(5000));
+    const bool tree_gone = reap_supervisor(std::chrono::milliseconds(5000));
     close_fds();
+    if (tree_gone) {
+      fence_.release();
+    } else {
+      fence_.abandon();
+    }
     pid_ = -1;
     exit_.reset();
     return;
   }
+  fence_.release();
   close_fds();
   if (pid_ > 0 && !exit_) {
     signal(SIGKILL);
@@ -399,12 +422,14 @@ std::optional<ExitStatus> ChildProcess::poll() {
     if (n == static_cast<ssize_t>(sizeof word)) {
       exit_ = from_wait_status(word);
     } else if (n == 0) {
-      // The supervisor ended without a status: it was killed, and the program with it (PDEATHSIG).
+      // The supervisor ended without a status: it was killed, and the program with it (PDEATHSIG);
+      // what the program started is killed here (its group, and by the fence's token).
       int status = 0;
       while (waitpid(supervisor_, &status, 0) < 0 && errno == EINTR) {
       }
       supervisor_ = -1;
       ::kill(-pid_, SIGKILL);
+      fence_.abandon();
       exit_ = from_wait_status(status);
     }
     return exit_;

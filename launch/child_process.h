@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "launch/attempt_fence.h"
 
 namespace hpctune::launch {
 
@@ -49,6 +50,12 @@ struct SpawnOptions {
   // tree dies with it, with this process even when it is SIGKILLed, and wait_fd() tells at once
   // when it ends. Implies new_process_group.
   bool supervised = false;
+  // Supervised only: the attempt fence file (attempt_fence.h), "" = none. Before the program starts,
+  // every process of the attempt recorded there is killed (and gone, or spawn fails with kBusy);
+  // then this attempt is recorded in it, its token in the program's environment. The file is
+  // removed when the supervisor has killed the program's tree (not when the supervisor itself had
+  // to be killed: then the next attempt fences what is left).
+  std::string fence;
 };
 
 // How a process ended.
@@ -92,7 +99,10 @@ class ChildProcess {
   static Result<ChildProcess> spawn_supervised(const std::function<void(pid_t, bool)>& exec_program,
                                               const std::vector<int>& not_for_supervisor, const std::string& what);
   void close_fds() noexcept;
+  // True when the supervisor ended by itself (it killed the program's tree), false when it had to
+  // be SIGKILLed after `limit`.
   bool reap_supervisor(std::chrono::milliseconds limit) noexcept;
+  AttemptFence fence_;     // supervised with SpawnOptions::fence
   pid_t pid_ = -1;
   bool own_group_ = false;
   std::optional<ExitStatus> exit_;

@@ -45,6 +45,14 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   return st;
 }
 
+std::vector<std::string> stage_failures(const std::vector<store::StageRow>& stages) {
+  std::vector<std::string> out;
+  for (const auto& s : stages) {
+    if (s.state == "failed" && !s.reason.empty()) out.push_back("stage '" + s.name + "' (" + s.kind + "): " + s.reason);
+  }
+  return out;
+}
+
 namespace {
 
 // A member of the campaign's normalized config ("search", "max_trials"); null when absent.
@@ -75,6 +83,8 @@ nlohmann::json status_json(const CampaignStatus& st) {
                              {"finished_at", time_or_null(c.finished_at)},
                              {"elapsed_s", elapsed ? nlohmann::json(*elapsed) : nlohmann::json(nullptr)},
                              {"max_trials", config_value(cj, "search", "max_trials")}};
+  const std::vector<std::string> failures = stage_failures(st.stages);
+  campaign["reason"] = failures.empty() ? nlohmann::json(nullptr) : nlohmann::json(failures);
   nlohmann::json stages = nlohmann::json::array();
   const auto stage_counts = trials_by_stage(st.stages, st.trials);
   for (size_t i = 0; i < st.stages.size(); ++i) {
@@ -88,6 +98,7 @@ nlohmann::json status_json(const CampaignStatus& st) {
                       {"created_at", time_or_null(s.created_at)},
                       {"started_at", time_or_null(s.started_at)},
                       {"finished_at", time_or_null(s.finished_at)},
+                      {"reason", s.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.reason)},
                       {"trials", {{"total", stage_total}, {"by_state", stage_counts[i]}}},
                       {"result", s.result.is_null() ? nlohmann::json::object() : s.result}});
   }
@@ -129,6 +140,8 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
   const auto& c = v.campaign;
   std::string out = text("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(),
                          c.state.c_str(), v.db_path.c_str(), static_cast<unsigned long long>(c.seed));
+  // Why it failed, one line per failed stage (the reason recorded with the stage's state).
+  for (const std::string& why : stage_failures(st.stages)) out += "reason     " + why + "\n";
   if (auto elapsed = campaign_elapsed(c, st.now)) out += "elapsed    " + format_duration(*elapsed) + "\n";
   if (show_stages(st.stages)) out += "\nStages:\n" + stages_table(st.stages, st.trials, width);
   std::vector<std::vector<std::string>> rows;

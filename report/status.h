@@ -62,6 +62,10 @@ nlohmann::json status_json(const CampaignStatus& status);
 // best trial with its parameters and metrics, and the Pareto front with several objectives.
 std::string status_text(const CampaignView& view, const CampaignStatus& status, size_t width);
 
+// Why the campaign's stages failed: "stage 'NAME' (KIND): REASON" per failed stage, in order
+// (status's "reason" lines and campaign.reason in its JSON).
+std::vector<std::string> stage_failures(const std::vector<store::StageRow>& stages);
+
 // Seconds from the campaign's creation to its end, or to `now` while it has not ended; nullopt
 // when it records no creation time.
 std::optional<double> campaign_elapsed(const store::CampaignRow& campaign, double now);

@@ -228,6 +228,12 @@ launch::GroupState Master::group_state(int64_t group) const {
 }
 
 Status Master::start(Clock::time_point now) {
+  // A campaign that cannot start is recorded failed like one that fails later: never left running.
+  if (auto s = start_stages(now); !s.ok()) return fail(std::move(s).error(), now);
+  return {};
+}
+
+Status Master::start_stages(Clock::time_point now) {
   const config::CampaignConfig& cfg = c_.cfg;
   store::Store& db = *p_.store;
   start_ = last_tick_ = now;
@@ -257,6 +263,7 @@ Status Master::start(Clock::time_point now) {
     }
     for (const auto& row : rows) {
       if (row.name == sp.name && row.kind == sp.kind) {
+        // Whatever is not completed runs again, a failed stage included (stages.h: Stage failures).
         held.id = row.id;
         held.state = row.state == "completed" ? "completed" : "pending";
         held.begun_before = row.state != "pending";
@@ -268,22 +275,32 @@ Status Master::start(Clock::time_point now) {
     }
     if (!p_.make_stage) return err(Errc::kInvalidArgument, "the master was given no stage builder");
     StageSource source{held.id, nullptr, 0, false, nullptr};
+    std::string unbuilt;
     if (held.state != "completed") {
-      HPCTUNE_ASSIGN(held.runtime, p_.make_stage(sp, cfg, c_.warm));
-      source.source = held.runtime->source();
-      source.max_trials = held.runtime->max_trials();
-      source.trainer = held.runtime->trainer();
+      auto runtime = p_.make_stage(sp, cfg, c_.warm);
+      if (runtime.ok()) {
+        held.runtime = std::move(runtime).value();
+        source.source = held.runtime->source();
+        source.max_trials = held.runtime->max_trials();
+        source.trainer = held.runtime->trainer();
+      } else {
+        unbuilt = "could not be built: " + runtime.error().to_string();
+      }
     }
     sources.push_back(std::move(source));
     stages_.push_back(std::move(held));
+    if (!unbuilt.empty()) HPCTUNE_TRY(fail_stage(stages_.size() - 1, unbuilt, now));
   }
-  // Stages whose inputs are complete begin now, before the scheduler restores their trials.
+  // Stages whose inputs are complete begin now, before the scheduler restores their trials; one
+  // that cannot begin is recorded failed in the same transaction (its source stays inactive).
+  HPCTUNE_TRY(db.begin());
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     HeldStage& st = stages_[k];
     if (st.state != "pending" || !inputs_complete(st)) continue;
     HPCTUNE_TRY(begin_stage(k, now, /*before_scheduler=*/true));
-    sources[k].active = true;
+    sources[k].active = st.state == "running";
   }
+  HPCTUNE_TRY(db.commit());
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     if (stages_[k].state == "completed") sources[k].active = true;
   }
@@ -302,6 +319,10 @@ Status Master::start(Clock::time_point now) {
 
   HPCTUNE_TRY(db.begin());
   HPCTUNE_TRY(sched_->restore(now));
+  // The trials a failed stage had queued (restored above) are recorded interrupted.
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    if (stages_[k].state == "failed") HPCTUNE_TRY(sched_->close_stage(k, now));
+  }
   HPCTUNE_TRY(advance_stages(now));
   HPCTUNE_TRY(db.commit());
 
@@ -343,7 +364,9 @@ Status Master::begin_stage(std::size_t k, Clock::time_point now, bool before_sch
   HeldStage& st = stages_[k];
   const StageContext ctx = stage_context(k, now);
   if (auto s = st.runtime->begin(ctx); !s.ok()) {
-    return std::move(s).error().with_context("stage '" + st.name + "' (" + st.kind + ") could not start");
+    // Its inputs lack what it needs (no done trial, a damaged prediction file, a deleted
+    // checkpoint): this stage fails, the others go on.
+    return fail_stage(k, "could not start: " + s.error().to_string(), now);
   }
   HPCTUNE_TRY(p_.store->start_stage(st.id, ctx.now));
   // A stage an earlier master began is resumed, not started again.
@@ -364,10 +387,17 @@ Status Master::advance_stages(Clock::time_point now) {
     for (std::size_t k = 0; k < stages_.size(); ++k) {
       HeldStage& st = stages_[k];
       if (st.state != "running" || !sched_->stage_complete(k)) continue;
+      changed = true;
+      HPCTUNE_ASSIGN(const std::string none_succeeded, no_trial_succeeded(k));
+      if (!none_succeeded.empty()) {
+        HPCTUNE_TRY(fail_stage(k, none_succeeded, now));
+        continue;
+      }
       const StageContext ctx = stage_context(k, now);
       auto result = st.runtime->finish(ctx);
       if (!result.ok()) {
-        return std::move(result).error().with_context("stage '" + st.name + "' (" + st.kind + ") could not finish");
+        HPCTUNE_TRY(fail_stage(k, "could not finish: " + result.error().to_string(), now));
+        continue;
       }
       HPCTUNE_TRY(p_.store->complete_stage(st.id, *result, ctx.now));
       HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "stage_completed", 0, 0, -1,
@@ -375,15 +405,71 @@ Status Master::advance_stages(Clock::time_point now) {
       st.state = "completed";
       if (stages_.size() > 1) log("stage '" + st.name + "' (" + st.kind + ") completed");
       failpoint_->point.pass("stage-completed");
-      changed = true;
     }
     for (std::size_t k = 0; k < stages_.size(); ++k) {
-      if (stages_[k].state != "pending" || !inputs_complete(stages_[k])) continue;
-      HPCTUNE_TRY(begin_stage(k, now, /*before_scheduler=*/false));
+      if (stages_[k].state != "pending") continue;
+      std::string failed_input;
+      for (std::size_t i : stages_[k].inputs) {
+        if (stages_[i].state == "failed" && failed_input.empty()) failed_input = stages_[i].name;
+      }
+      if (!failed_input.empty()) {
+        HPCTUNE_TRY(fail_stage(k, "its input stage '" + failed_input + "' failed", now));
+      } else if (inputs_complete(stages_[k])) {
+        HPCTUNE_TRY(begin_stage(k, now, /*before_scheduler=*/false));
+      } else {
+        continue;
+      }
       changed = true;
     }
   }
   return {};
+}
+
+Status Master::fail_stage(std::size_t k, const std::string& reason, Clock::time_point now) {
+  HeldStage& st = stages_[k];
+  const double t = p_.wall.unix_at(now);
+  // State and reason in one statement; the event beside them in the caller's transaction.
+  HPCTUNE_TRY(p_.store->set_stage_state(st.id, "failed", t, reason));
+  HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "stage_failed", 0, 0, -1,
+                                  {{"stage", st.name}, {"kind", st.kind}, {"reason", reason}}, t));
+  st.state = "failed";
+  st.reason = reason;
+  log("stage '" + st.name + "' (" + st.kind + ") failed: " + reason);
+  if (sched_) HPCTUNE_TRY(sched_->close_stage(k, now));
+  return {};
+}
+
+Result<std::string> Master::no_trial_succeeded(std::size_t k) const {
+  HPCTUNE_ASSIGN(std::vector<store::TrialRow> trials, p_.store->trials(c_.campaign_id));
+  const int64_t id = stages_[k].id;
+  int64_t total = 0, succeeded = 0, failed = 0;
+  const store::TrialRow* last_failed = nullptr;
+  for (const store::TrialRow& t : trials) {
+    // The implicit single stage's trials may be recorded without a stage (stage_id 0).
+    if (t.stage_id != id && !(t.stage_id == 0 && stages_.size() == 1)) continue;
+    ++total;
+    if (t.state == store::TrialState::kDone || t.state == store::TrialState::kPruned) ++succeeded;
+    if (t.state == store::TrialState::kFailed) {
+      ++failed;
+      last_failed = &t;
+    }
+  }
+  if (total == 0 || succeeded > 0) return std::string();
+  std::string why = "none of its " + std::to_string(total) + " trials succeeded (" + std::to_string(failed) + " failed";
+  if (last_failed && !last_failed->error.empty()) {
+    const std::string& e = last_failed->error;
+    why += "; trial " + std::to_string(last_failed->id) + ": " + e.substr(0, std::min(e.find('\n'), std::size_t{300}));
+  }
+  return why + ")";
+}
+
+std::string Master::failed_stages() const {
+  std::string out;
+  for (const HeldStage& st : stages_) {
+    if (st.state != "failed") continue;
+    out += (out.empty() ? "" : "; ") + ("stage '" + st.name + "' (" + st.kind + ") failed: " + st.reason);
+  }
+  return out;
 }
 
 Status Master::launch(int64_t group, Clock::time_point now) {
@@ -417,6 +503,17 @@ Error Master::fail(Error e, Clock::time_point now) {
   if (sched_) sched_->shutdown_workers("master failed");
   p_.launcher->stop_all(std::chrono::milliseconds(2000));
   const double t = p_.wall.unix_at(now);
+  // No trial is left running with no process behind it: those in flight are recorded interrupted
+  // (a resume runs them again).
+  if (sched_) {
+    Status s = db.begin();
+    if (s.ok()) s = sched_->interrupt(now);
+    if (s.ok()) s = db.commit();
+    if (!s.ok()) {
+      log("could not record the running trials as interrupted: " + s.error().to_string());
+      (void)db.rollback();
+    }
+  }
   if (auto s = db.set_campaign_state(c_.campaign_id, "failed", t); !s.ok()) {
     log("could not record the campaign as failed: " + s.error().to_string());
   }
@@ -425,7 +522,7 @@ Error Master::fail(Error e, Clock::time_point now) {
   }
   for (const HeldStage& st : stages_) {
     if (st.state != "running") continue;
-    if (auto s = db.set_stage_state(st.id, "failed", t); !s.ok()) {
+    if (auto s = db.set_stage_state(st.id, "failed", t, "the campaign failed: " + e.message()); !s.ok()) {
       log("could not record stage '" + st.name + "' as failed: " + s.error().to_string());
     }
   }
@@ -572,21 +669,34 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   const double t1 = p_.wall.unix_at(now);
   // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
   HPCTUNE_TRY(sched_->save_search_state(now));
-  // Stopped by search.max_failures: recorded failed (a resume may try again).
-  const char* final_state = sched_->interrupted() ? "interrupted" : !sched_->gave_up().empty() ? "failed" : "completed";
+  // Stopped by search.max_failures, or a stage failed: recorded failed (a resume may try again).
+  const std::string stage_failures = failed_stages();
+  const bool gave_up = !sched_->gave_up().empty();
+  const char* final_state = sched_->interrupted()              ? "interrupted"
+                            : gave_up || !stage_failures.empty() ? "failed"
+                                                                 : "completed";
+  HPCTUNE_TRY(db.begin());
   HPCTUNE_TRY(db.set_campaign_state(c_.campaign_id, final_state, t1));
   // Every stage that ran ends with the campaign (`status` reads each stage's state from the store);
-  // a completed one keeps its result, a pending one stays pending for a resume.
+  // a completed or failed one keeps its result or reason, a pending one stays pending for a resume.
   for (const HeldStage& st : stages_) {
-    if (st.state == "running") HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1));
+    if (st.state == "running") {
+      HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1, gave_up && !sched_->interrupted() ? sched_->gave_up() : ""));
+    }
   }
   nlohmann::json detail = {{"seconds", t1 - t0}};
-  if (!sched_->gave_up().empty()) detail["reason"] = sched_->gave_up();
+  if (gave_up) {
+    detail["reason"] = sched_->gave_up();
+  } else if (!stage_failures.empty()) {
+    detail["reason"] = stage_failures;
+  }
   HPCTUNE_TRY(db.add_event(c_.campaign_id,
-                           std::string("campaign_") + (sched_->interrupted()    ? "interrupted"
-                                                       : sched_->gave_up().empty() ? "completed"
-                                                                                   : "stopped"),
+                           std::string("campaign_") + (sched_->interrupted() ? "interrupted"
+                                                       : gave_up               ? "stopped"
+                                                       : stage_failures.empty() ? "completed"
+                                                                                : "failed"),
                            0, 0, -1, detail, t1));
+  HPCTUNE_TRY(db.commit());
 
   CampaignOutcome out;
   out.campaign_id = c_.campaign_id;
@@ -594,6 +704,7 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   out.db_path = c_.db_path;
   out.interrupted = sched_->interrupted();
   out.gave_up = sched_->gave_up();
+  out.failed_stages = stage_failures;
   out.progress = sched_->progress();
   out.counters = sched_->counters();
   out.elapsed_s = std::chrono::duration<double>(now - start_).count();

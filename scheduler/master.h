@@ -84,6 +84,9 @@ struct CampaignOutcome {
   bool preempted = false;   // interrupted by SIGUSR1 (MasterOptions::preempt)
   std::string requeue_job;  // the SLURM job to requeue now (`scontrol requeue`); "" = none
   std::string gave_up;  // why search.max_failures stopped the campaign; "" when it did not
+  // Why stages failed ("stage 'a' (search): ...; stage 'b' ..."), "" when none did: the campaign is
+  // then recorded failed, and `run` exits non-zero, once every stage that could run has run.
+  std::string failed_stages;
   Progress progress;
   Counters counters;
   double elapsed_s = 0;
@@ -132,7 +135,16 @@ class Master {
 
   // Builds each stage of the plan (stages.h) from the registry of stage kinds, with its row in the
   // store (created, or found by name on resume), restores the scheduler from the store and
-  // launches every group.
+  // launches every group. A stage that cannot be built or begun fails alone (see Stage failures
+  // below); any other error is fatal as in step(): the campaign is recorded failed.
+  //
+  // Stage failures: a stage fails when it cannot be built or begun, when finish() fails, when it
+  // ran trials and none of them succeeded (every one failed), or when a stage of its `from` failed.
+  // Its state and reason are written by one statement, with a stage_failed event, in the turn's
+  // transaction; its queued trials are recorded interrupted (Scheduler::close_stage). The other
+  // stages run to their end; the campaign then ends failed, with each stage's reason in `status`.
+  // A resume runs every stage that is not completed again (a failed one is begun again: a fixed
+  // file or a restored checkpoint lets it run; otherwise it fails again with its reason).
   Status start(Clock::time_point now);
   // Blocks up to `timeout` for the next frame (kept for step()); the driver's only wait.
   Status wait(std::chrono::milliseconds timeout);
@@ -175,13 +187,19 @@ class Master {
     int64_t id = 0;  // its stages row
     std::string name, kind;
     std::vector<std::size_t> inputs;  // the stages of its `from`, as indices into stages_
-    std::string state;                // pending | running | completed
+    std::string state;                // pending | running | completed | failed
+    std::string reason;               // why it failed
     bool begun_before = false;        // an earlier master began it (StageContext::resuming)
     std::unique_ptr<StageRuntime> runtime;  // null for a stage completed before this master
   };
   bool inputs_complete(const HeldStage& st) const;
   StageContext stage_context(std::size_t k, Clock::time_point now) const;
   Status begin_stage(std::size_t k, Clock::time_point now, bool before_scheduler);
+  Status fail_stage(std::size_t k, const std::string& reason, Clock::time_point now);
+  // "" when some trial of stage k succeeded (or it ran none); else why it failed.
+  Result<std::string> no_trial_succeeded(std::size_t k) const;
+  std::string failed_stages() const;  // see CampaignOutcome::failed_stages
+  Status start_stages(Clock::time_point now);
   Status advance_stages(Clock::time_point now);
   std::vector<HeldStage> stages_;  // one per TrialSource, in the plan's order
   std::unique_ptr<Scheduler> sched_;

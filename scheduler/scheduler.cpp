@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "launch/attempt_fence.h"
 #include "search/pareto.h"
 
 namespace hpctune::scheduler {
@@ -87,13 +88,40 @@ Scheduler::Scheduler(SchedulerOptions options, protocol::ServerTransport& transp
 }
 
 void Scheduler::activate_stage(std::size_t index) {
-  if (index < stages_.size()) stages_[index].active = true;
+  if (index < stages_.size() && !stages_[index].closed) stages_[index].active = true;
+}
+
+Status Scheduler::close_stage(std::size_t index, Clock::time_point now) {
+  last_now_ = std::max(last_now_, now);
+  if (index >= stages_.size() || stages_[index].closed) return {};
+  Stage& st = stages_[index];
+  st.closed = true;
+  st.active = false;
+  st.exhausted = true;
+  auto of_stage = [&](int64_t id) {
+    auto t = trials_.find(id);
+    return t != trials_.end() && t->second.stage == index;
+  };
+  std::vector<int64_t> waiting;
+  for (int64_t id : queue_)
+    if (of_stage(id)) waiting.push_back(id);
+  for (int64_t id : paused_)
+    if (of_stage(id)) waiting.push_back(id);
+  if (waiting.empty()) return {};
+  std::erase_if(queue_, of_stage);
+  std::erase_if(paused_, of_stage);
+  for (int64_t id : waiting) {
+    HPCTUNE_TRY(store_.mark_waiting_interrupted(id, trials_[id].attempt));
+    ++interrupted_count_;
+    trials_.erase(id);
+  }
+  return {};
 }
 
 bool Scheduler::stage_complete(std::size_t index) const {
   if (index >= stages_.size()) return false;
   const Stage& st = stages_[index];
-  if (!st.active || (!st.exhausted && st.created < st.max_trials)) return false;
+  if (st.closed || !st.active || (!st.exhausted && st.created < st.max_trials)) return false;
   for (const auto& [id, t] : trials_) {
     if (t.stage == index) return false;
   }
@@ -848,6 +876,11 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
   auto t = trials_.find(trial_id);
   if (t == trials_.end()) return {};
   ++counters_.lost_attempts;
+  // What the lost attempt left running on this machine (its worker and supervisor may have died
+  // together) is killed now; not waited for here: the next attempt's fence waits (attempt_fence.h).
+  if (const std::string dir = trial_dir(trial_id); !dir.empty()) {
+    (void)launch::fence_attempt(dir + "/" + launch::kAttemptFenceFile, std::chrono::milliseconds(0));
+  }
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
                                                         opt_.max_attempts, tw));
   source_of(t->second).on_attempt_end(t->second.seq);
@@ -943,6 +976,7 @@ bool Scheduler::finished() const {
   if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
   for (const Stage& st : stages_) {
+    if (st.closed) continue;
     if (!st.active || (!st.exhausted && st.created < st.max_trials)) return false;
   }
   return true;

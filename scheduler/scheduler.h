@@ -185,6 +185,11 @@ class Scheduler {
   void activate_stage(std::size_t index);
   // Whether stage `index` is active, will create no more trials and has none queued or in flight.
   bool stage_complete(std::size_t index) const;
+  // Stage `index` failed (Master: it could not start or finish, or an input stage failed): it is
+  // never asked for trials again, never complete, and finished() no longer waits for it. Its
+  // queued and paused trials are recorded interrupted (a resume may run them if the stage can start
+  // then); a trial in flight runs to its end.
+  Status close_stage(std::size_t index, Clock::time_point now);
   bool interrupted() const { return interrupted_; }
   // Why dispatch stopped early (search.max_failures), "" when it did not.
   const std::string& gave_up() const { return gave_up_; }
@@ -216,6 +221,7 @@ class Scheduler {
     int64_t created = 0;
     bool exhausted = false;
     bool active = true;
+    bool closed = false;     // close_stage(): failed, asked for nothing more
     nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };

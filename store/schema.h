@@ -257,6 +257,12 @@ ALTER TABLE stages ADD COLUMN started_at REAL;
 UPDATE stages SET started_at = created_at;
 )sql";
 
+// v6: why a stage failed (it could not start, could not finish, every trial failed, an input stage
+// failed), written by the same statement as its state; '' for any other state.
+inline constexpr const char* kMigration6 = R"sql(
+ALTER TABLE stages ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
@@ -264,6 +270,7 @@ inline constexpr Migration kMigrations[] = {
     {3, "attempts.charged: master restarts and interruptions do not use up max_attempts", kMigration3},
     {4, "trial and attempt states in lookup tables filled from code; paused; trials.resume_from", kMigration4},
     {5, "stages.result and stages.started_at", kMigration5},
+    {6, "stages.reason: why a stage failed", kMigration6},
 };
 
 // The first version whose states live in the lookup tables.

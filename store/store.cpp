@@ -141,6 +141,7 @@ enum Query : int {
   kStartStage,
   kCompleteStage,
   kSelectStages,
+  kSelectStagesV5,
   kSelectStagesV4,
   kInsertTrial,
   kTrialStateAttempt,
@@ -155,6 +156,7 @@ enum Query : int {
   kRequeueTrial,
   kInterruptTrial,
   kInterruptAttempt,
+  kInterruptWaiting,
   kInsertMetric,
   kAdvanceStep,
   kInsertEvent,
@@ -219,15 +221,19 @@ constexpr const char* kSql[kNumQueries] = {
     /* kInsertStage */
     "INSERT INTO stages (campaign_id, kind, name, state, config_json, created_at, started_at) "
     "VALUES (?1, ?2, ?3, ?6, ?4, ?5, CASE WHEN ?6 = 'running' THEN ?5 END)",
-    /* kSetStageState */ "UPDATE stages SET state = ?2, finished_at = ?3 WHERE id = ?1",
-    /* kStartStage */ "UPDATE stages SET state = 'running', started_at = ?2, finished_at = NULL WHERE id = ?1",
+    /* kSetStageState */ "UPDATE stages SET state = ?2, finished_at = ?3, reason = ?4 WHERE id = ?1",
+    /* kStartStage */
+    "UPDATE stages SET state = 'running', started_at = ?2, finished_at = NULL, reason = '' WHERE id = ?1",
     /* kCompleteStage */ "UPDATE stages SET state = 'completed', result = ?2, finished_at = ?3 WHERE id = ?1",
     /* kSelectStages */
-    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, result, started_at FROM stages "
-    "WHERE campaign_id = ?1 ORDER BY id",
+    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, result, started_at, reason "
+    "FROM stages WHERE campaign_id = ?1 ORDER BY id",
+    /* kSelectStagesV5 */
+    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, result, started_at, '' "
+    "FROM stages WHERE campaign_id = ?1 ORDER BY id",
     /* kSelectStagesV4 */
-    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, '{}', created_at FROM stages "
-    "WHERE campaign_id = ?1 ORDER BY id",
+    "SELECT id, campaign_id, kind, name, state, config_json, created_at, finished_at, '{}', created_at, '' "
+    "FROM stages WHERE campaign_id = ?1 ORDER BY id",
     /* kInsertTrial */
     "INSERT INTO trials (campaign_id, stage_id, seq, params, meta, state, attempt, group_id, created_at, "
     "started_at, finished_at, step, metrics, objective, error, parent_trial_id, generation) "
@@ -264,6 +270,8 @@ constexpr const char* kSql[kNumQueries] = {
     /* kInterruptAttempt */
     "UPDATE attempts SET state = 'interrupted', finished_at = ?3 "
     "WHERE trial_id = ?1 AND attempt = ?2 AND state = 'running'",
+    /* kInterruptWaiting */
+    "UPDATE trials SET state = 'interrupted' WHERE id = ?1 AND attempt = ?2 AND (state = 'queued' OR state = 'paused')",
     /* kInsertMetric */
     "INSERT OR REPLACE INTO metrics (trial_id, attempt, step, name, value, t) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     /* kAdvanceStep */
@@ -1170,10 +1178,11 @@ Result<int64_t> Store::create_stage(int64_t campaign_id, const std::string& kind
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
 }
 
-Status Store::set_stage_state(int64_t stage_id, const std::string& state, double finished_at) {
+Status Store::set_stage_state(int64_t stage_id, const std::string& state, double finished_at,
+                              const std::string& reason) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetStageState));
   Bind b(s);
-  b.i64(1, stage_id).text(2, state).time(3, finished_at);
+  b.i64(1, stage_id).text(2, state).time(3, finished_at).text(4, reason);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot set the state of stage " + std::to_string(stage_id));
   return expect_one_row(db_.get(), "stage", stage_id);
@@ -1198,7 +1207,8 @@ Status Store::complete_stage(int64_t stage_id, const nlohmann::json& result, dou
 }
 
 Result<std::vector<StageRow>> Store::stages(int64_t campaign_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 5 ? kSelectStages : kSelectStagesV4));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s,
+                 prepared(version_ >= 6 ? kSelectStages : version_ >= 5 ? kSelectStagesV5 : kSelectStagesV4));
   Bind b(s);
   b.i64(1, campaign_id);
   return collect<StageRow>(
@@ -1215,6 +1225,7 @@ Result<std::vector<StageRow>> Store::stages(int64_t campaign_id) {
         r.finished_at = col_time(s, 7);
         HPCTUNE_ASSIGN(r.result, col_json(s, 8, "stages.result"));
         r.started_at = col_time(s, 9);
+        r.reason = col_text(s, 10);
         return r;
       },
       "cannot read the stages");
@@ -1391,6 +1402,15 @@ Status Store::mark_interrupted(int64_t trial_id, int64_t attempt, double t) {
     }
     return Status::Ok();
   });
+}
+
+Status Store::mark_waiting_interrupted(int64_t trial_id, int64_t attempt) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInterruptWaiting));
+  Bind b(s);
+  b.i64(1, trial_id).i64(2, attempt);
+  const int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot mark trial " + std::to_string(trial_id) + " interrupted");
+  return Status::Ok();
 }
 
 Status Store::add_metrics(int64_t trial_id, int64_t attempt, int64_t step,

@@ -100,6 +100,7 @@ struct StageRow {
   std::string state = "running";  // pending | running | completed | failed | interrupted
   nlohmann::json config_json = nlohmann::json::object();
   nlohmann::json result = nlohmann::json::object();  // what the stage computed (scheduler/stages.h)
+  std::string reason;  // why it failed ("" unless failed): its error, or the input stage that failed
   double created_at = 0, started_at = 0, finished_at = 0;
 };
 
@@ -300,7 +301,10 @@ class Store {
   // A new stage row in `state` (pending | running); started_at = t when running.
   Result<int64_t> create_stage(int64_t campaign_id, const std::string& kind, const std::string& name,
                                const nlohmann::json& config, double t, const std::string& state = "running");
-  Status set_stage_state(int64_t stage_id, const std::string& state, double finished_at);
+  // The stage's state and, for a failed one, why (one statement: the two are never apart); `reason`
+  // is cleared for any other state.
+  Status set_stage_state(int64_t stage_id, const std::string& state, double finished_at,
+                         const std::string& reason = "");
   // The stage starts running at `t` (state running, started_at = t).
   Status start_stage(int64_t stage_id, double t);
   // The stage completed at `t` with `result`.
@@ -346,6 +350,10 @@ class Store {
   // Ctrl-C: a non-final trial at `attempt` becomes interrupted, and its running attempt row too.
   // Ignored (Ok) when stale or final.
   Status mark_interrupted(int64_t trial_id, int64_t attempt, double t);
+  // Its stage failed: a queued or paused trial at `attempt` (no attempt in flight) becomes
+  // interrupted, so that nothing of the failed stage looks as if it would still run (a resume
+  // queues it again). Ignored (Ok) otherwise.
+  Status mark_waiting_interrupted(int64_t trial_id, int64_t attempt);
 
   // Intermediate metrics of one report. Idempotent per (trial, attempt, step, name). Also
   // advances the trial's `step` when `attempt` is its current attempt.

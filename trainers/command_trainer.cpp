@@ -481,6 +481,9 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   for (const auto& [k, v] : s.env) spawn.env[k] = v;
   spawn.workdir = s.workdir;
   spawn.supervised = true;  // the whole tree dies with the trial, and with this worker
+  // Nothing of an earlier attempt of this trial runs beside this one, even when that attempt's
+  // worker and supervisor died together (launch/attempt_fence.h).
+  if (!ctx.trial_dir.empty()) spawn.fence = trial_dir + "/" + launch::kAttemptFenceFile;
   if (!s.workdir.empty() && !fs::is_directory(s.workdir))
     return err(Errc::kNotFound, "command trainer: workdir '" + s.workdir + "' is not a directory");
 
