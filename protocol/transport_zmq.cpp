@@ -14,13 +14,17 @@
 // ROUTER's generated ids collide with claimed ones (libzmq 4.3 aborts on such a collision).
 //
 // "ipc://*" binds a Unix socket in a private directory of its own (PrivateIpcDir).
+#include <dirent.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -197,8 +201,6 @@ class PrivateIpcDir {
 
   // Makes the directory; the endpoint to bind inside it.
   Result<std::string> make() {
-    constexpr const char* kName = "/hpctune-XXXXXX";
-    constexpr const char* kSocket = "/master";
     std::string base = "/tmp";
     // $TMPDIR when it is an absolute directory short enough for the socket path (Unix sockets
     // take kMaxIpcPathBytes); else /tmp.
@@ -211,6 +213,7 @@ class PrivateIpcDir {
         base = tmp == "/" ? "" : tmp;
       }
     }
+    remove_stale(base.empty() ? "/" : base);
     std::string templ = base + kName;
     if (::mkdtemp(templ.data()) == nullptr) {
       return err(Errc::kIo, "cannot make a private directory for the master's socket (" + templ + "): " +
@@ -226,7 +229,49 @@ class PrivateIpcDir {
   }
 
  private:
-  std::string socket_path() const { return dir_ + "/master"; }
+  static constexpr const char* kName = "/hpctune-XXXXXX";
+  static constexpr const char* kSocket = "/master";
+  static constexpr std::size_t kMaxScanned = 100000;  // entries of `base` looked at, at most
+  static constexpr time_t kStaleAfterS = 60;
+
+  // Directories a master of this user left in `base` when it was killed (SIGKILL runs no
+  // destructor): removed when this user owns one, it is 0700, older than a minute, and its socket
+  // refuses connections (no process listens there any more). A live master's socket, bound and
+  // listening within microseconds of the directory's creation, accepts. Best effort, silent.
+  static void remove_stale(const std::string& base) {
+    DIR* d = ::opendir(base.c_str());
+    if (!d) return;
+    const std::string prefix = "hpctune-";  // kName's
+    const time_t now = std::time(nullptr);
+    std::size_t scanned = 0;
+    while (dirent* e = ::readdir(d)) {
+      if (++scanned > kMaxScanned) break;
+      const std::string name = e->d_name;
+      if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string dir = (base == "/" ? "" : base) + "/" + name;
+      struct stat st {};
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+          (st.st_mode & 07777) != 0700 || now - st.st_mtime < kStaleAfterS) {
+        continue;
+      }
+      const std::string sock = dir + kSocket;
+      struct stat ss {};
+      if (::lstat(sock.c_str(), &ss) != 0 || !S_ISSOCK(ss.st_mode) || sock.size() >= sizeof(sockaddr_un::sun_path)) continue;
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == ECONNREFUSED;
+      ::close(fd);
+      if (!refused) continue;
+      ::unlink(sock.c_str());
+      ::rmdir(dir.c_str());  // fails, harmlessly, when anything else is in it
+    }
+    ::closedir(d);
+  }
+
+  std::string socket_path() const { return dir_ + kSocket; }
   std::string dir_;
 };
 

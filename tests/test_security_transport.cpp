@@ -7,7 +7,10 @@
 // and a hello of another protocol version gets no answer from anyone but the master's own workers.
 #include <doctest/doctest.h>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <regex>
@@ -212,4 +215,55 @@ TEST_CASE("transport: ipc://* is a private directory, gone with the server; PLAI
   // Options that could admit no one are refused.
   o.plain_secret.clear();
   CHECK_FALSE(protocol::bind_zmq("ipc://*", o).ok());
+}
+
+namespace {
+
+// A directory like a master's ipc one in `base`, its socket bound (listening when `live`), both a
+// minute and a half old; the socket's descriptor (the caller closes it).
+int fake_master_dir(const std::string& base, bool live, std::string& dir) {
+  std::string templ = base + "/hpctune-XXXXXX";
+  REQUIRE(::mkdtemp(templ.data()) != nullptr);
+  dir = templ;
+  const std::string sock = dir + "/master";
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  if (live) REQUIRE(::listen(fd, 4) == 0);
+  timeval old[2] = {{::time(nullptr) - 90, 0}, {::time(nullptr) - 90, 0}};
+  REQUIRE(::utimes(dir.c_str(), old) == 0);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("transport: a killed master's ipc directory is removed by the next one; a live one's is kept") {
+  std::string base;
+  {
+    auto probe = protocol::bind_zmq("ipc://*");
+    REQUIRE(probe.ok());
+    const std::string path = (*probe)->endpoint().substr(6);
+    base = path.substr(0, path.rfind('/'));
+    base = base.substr(0, base.rfind('/'));
+  }
+  std::string stale, live, young;
+  const int stale_fd = fake_master_dir(base, false, stale);
+  ::close(stale_fd);  // SIGKILL: the socket file stays, nobody listens
+  const int live_fd = fake_master_dir(base, true, live);
+  const int young_fd = fake_master_dir(base, false, young);
+  ::close(young_fd);
+  REQUIRE(::utimes(young.c_str(), nullptr) == 0);  // made just now: maybe a master still starting
+  {
+    auto next = protocol::bind_zmq("ipc://*");
+    REQUIRE(next.ok());
+  }
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live + "/master"));
+  CHECK(std::filesystem::exists(young + "/master"));
+  ::close(live_fd);
+  std::filesystem::remove_all(live);
+  std::filesystem::remove_all(young);
 }
