@@ -206,9 +206,10 @@ std::string first_failure(const std::string& db) {
   return "\nthe first failure, trial " + std::to_string(first->id) + ": " + error;
 }
 
-// A master reachable from other machines without CURVE (resources.security none): say so.
+// A master that others can reach without CURVE (resources.security none off the private ipc
+// socket): say so.
 void warn_if_network_bind(const char* command, const config::Resources& r) {
-  if (!loopback_endpoint(r.bind) && !transport_uses_curve(r.security, r.bind))
+  if (transport_warning_needed(r.security, r.bind))
     std::fprintf(stderr, "hpctune %s: warning: %s\n", command, network_bind_warning(r.bind).c_str());
 }
 

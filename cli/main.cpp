@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   // environment, whatever the subcommand.
   const std::string worker_secret = hpctune::worker::take_worker_secret();
   // And the workers' CURVE keys (an error only matters to `worker`).
-  auto worker_transport = hpctune::worker::take_worker_curve_keys();
+  auto worker_transport = hpctune::worker::take_worker_transport(worker_secret);
   CLI::App app{"hpctune: hyperparameter search (random, grid, genetic, evolution, Bayesian, TPE; early "
                "stopping) with trainer groups on this machine, every trial recorded in SQLite"};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   auto* seed_opt = run_cmd->add_option("--seed", seed_text, "Campaign seed, 0..2^64-1 (overrides `seed`)")
       ->type_name("INT");
   std::string bind_help = "The master's address for its trainer groups, tcp://HOST:PORT or ipc://PATH (overrides "
-                          "resources.bind; default tcp://127.0.0.1:*, this machine only)";
+                          "resources.bind; default ipc://*, a socket in a private directory that only this user can reach)";
   std::string run_bind;
   auto* run_bind_opt = run_cmd->add_option("--bind", run_bind, bind_help)->type_name("ADDRESS");
   const char* dashboard_help = "Serve the dashboard's API over this campaign on 127.0.0.1 while it runs";

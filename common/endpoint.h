@@ -48,7 +48,8 @@ inline bool ipv6_host(std::string_view h) {
 // What is wrong with `endpoint` as the master's bind address, or nullopt when it is one of
 //   tcp://HOST:PORT   HOST: an IPv4 address, a host or interface name, [IPv6], or * (every
 //                     interface); PORT: 1..65535, or * for a free port chosen at bind time
-//   ipc://PATH        a Unix socket at PATH (at most kMaxIpcPathBytes bytes)
+//   ipc://PATH        a Unix socket at PATH (at most kMaxIpcPathBytes bytes); ipc://* is a socket in
+//                     a private directory made at bind time (kPrivateIpcEndpoint, the default)
 // The message names the expected forms, for a config error or a --bind usage error.
 inline std::optional<std::string> endpoint_problem(std::string_view endpoint) {
   using namespace endpoint_detail;
@@ -102,23 +103,45 @@ inline bool loopback_endpoint(std::string_view endpoint) {
   return true;
 }
 
+// The default bind address: a Unix socket in a fresh directory of its own, mode 0700, made by the
+// master at bind time (protocol::bind_zmq) and removed when it stops. Only this user (and root) can
+// connect to it: other local users cannot even open a connection to the master.
+inline constexpr const char* kPrivateIpcEndpoint = "ipc://*";
+
+inline bool private_ipc_endpoint(std::string_view endpoint) { return endpoint == kPrivateIpcEndpoint; }
+
 // Whether a master bound to `endpoint` protects its transport with ZeroMQ CURVE, for the setting
-// resources.security: "curve" always, "none" never, "auto" (the default) whenever the address is
-// reachable from other machines. Here, beside loopback_endpoint(), because the config, the CLI and
-// the master all decide it from the same text.
+// resources.security: "curve" always, "none" never, "auto" (the default) everywhere except on the
+// private ipc socket (kPrivateIpcEndpoint), which only this user can reach: a TCP port, loopback
+// included, is reachable by every local user, and so may be an ipc path the user chose. Here,
+// beside loopback_endpoint(), because the config, the CLI and the master all decide it from the
+// same text.
 inline bool transport_uses_curve(std::string_view security, std::string_view endpoint) {
   if (security == "curve") return true;
   if (security == "none") return false;
-  return !loopback_endpoint(endpoint);
+  return !private_ipc_endpoint(endpoint);
 }
 
-// The warning for a transport that is really unprotected: a bind address other machines can reach
-// with resources.security none. Printed by `run`, `resume` and `validate`.
+// Whether `run`, `resume` and `validate` warn: the transport is not CURVE and the address is not the
+// private ipc socket, so other users (local ones at least) can connect (resources.security none).
+inline bool transport_warning_needed(std::string_view security, std::string_view endpoint) {
+  return !transport_uses_curve(security, endpoint) && !private_ipc_endpoint(endpoint);
+}
+
+// The warning for a transport without CURVE that others can reach (transport_warning_needed).
+// Printed by `run`, `resume` and `validate`.
 inline std::string network_bind_warning(std::string_view endpoint) {
-  return "the master listens on " + std::string(endpoint) +
-         ", reachable from other machines, with resources.security none: traffic between the master and the "
-         "workers is neither encrypted nor authenticated by the transport (only the per-launch credential in "
-         "each worker's hello is checked); remove `security: none` to use CURVE, or bind to 127.0.0.1";
+  const std::string head = "the master listens on " + std::string(endpoint);
+  const std::string tail =
+      ": traffic between the master and the workers is not encrypted; the transport checks only the campaign "
+      "secret, sent in clear text at each connection's handshake (ZeroMQ PLAIN), so connections without it are "
+      "refused before they reach the master; remove `security: none` to use CURVE, or leave resources.bind at its "
+      "default (a private ipc socket)";
+  if (loopback_endpoint(endpoint)) {
+    return head + ", which every local user can reach, with resources.security none" + tail;
+  }
+  return head + ", reachable from other machines, with resources.security none" + tail +
+         " (anyone who can capture the traffic reads the secret and the trials' data)";
 }
 
 }  // namespace hpctune

@@ -66,7 +66,7 @@ struct Resources {
   double heartbeat_timeout_s = 10;
   int64_t max_group_restarts = 3;
   double startup_timeout_s = 60;
-  std::string bind = "tcp://127.0.0.1:*";  // the master's address (common/endpoint.h: the forms)
+  std::string bind = "ipc://*";  // the master's address (common/endpoint.h: the forms; ipc://* is private)
   // auto | curve | none: whether the transport uses CURVE (common/endpoint.h: transport_uses_curve).
   std::string security = "auto";
   SlurmOptions slurm;

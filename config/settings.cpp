@@ -266,14 +266,18 @@ std::vector<Setting> declarations() {
       {.path = "resources.bind", .type = Type::kString,
        .help = "The address the master listens on for its trainer groups: tcp://HOST:PORT (HOST an address, a host "
                "or interface name, [IPv6] or * for every interface; PORT 1..65535 or * for a free one) or "
-               "ipc://PATH. The default is reachable from this machine only; any other address gets ZeroMQ CURVE "
-               "encryption and authentication (resources.security). `hpctune run --bind` and `resume --bind` "
-               "override it.", .default_value = "tcp://127.0.0.1:*",
+               "ipc://PATH. The default, ipc://*, is a Unix socket in a fresh directory (0700) that only this user "
+               "can reach, made when the master starts and removed when it stops; any other address, loopback "
+               "included (every local user can reach a TCP port), gets ZeroMQ CURVE encryption and authentication "
+               "(resources.security). `hpctune run --bind` and `resume --bind` override it.",
+       .default_value = "ipc://*",
        .aliases = {"listen", "address", "master_address", "endpoint", "bind_address"}},
       {.path = "resources.security", .type = Type::kEnum,
-       .help = "How the master's transport is protected: auto (ZeroMQ CURVE when the bind address is reachable "
-               "from other machines, none on loopback and ipc), curve (always) or none (never: on a network address "
-               "the traffic is then neither encrypted nor authenticated, and every run says so). With CURVE the "
+       .help = "How the master's transport is protected: auto (ZeroMQ CURVE on every address but the default "
+               "private ipc socket, which the file system already keeps from other users), curve (always) or none "
+               "(no CURVE: on any address but the private ipc socket the workers then prove themselves with the "
+               "campaign secret in clear text at the handshake (ZeroMQ PLAIN), the traffic is not encrypted, and "
+               "every run says so). With CURVE the "
                "campaign's keys are kept in <storage>.keys/ (0700, its files 0600; created on the first run, "
                "reused on resume) and only the campaign's workers are admitted.",
        .default_value = "auto", .choices = {"auto", "curve", "none"},

@@ -33,6 +33,10 @@ inline constexpr const char* kCurveServerKeyEnv = "HPCTUNE_CURVE_SERVER_KEY";
 // The worker's own key pair.
 inline constexpr const char* kCurvePublicKeyEnv = "HPCTUNE_CURVE_PUBLIC_KEY";
 inline constexpr const char* kCurveSecretKeyEnv = "HPCTUNE_CURVE_SECRET_KEY";
+// Set to "1" when the master's transport is ZeroMQ PLAIN (resources.security none off the private
+// ipc socket): the worker then sends its launch credential (kSecretEnv) as the PLAIN password.
+// Not a secret itself.
+inline constexpr const char* kPlainAuthEnv = "HPCTUNE_TRANSPORT_PLAIN";
 
 struct CampaignKeys {
   CurveKeyPair server;

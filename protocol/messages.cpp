@@ -407,12 +407,22 @@ Result<Message> from_json(const json& j, const std::string& type) {
     using T = std::variant_alternative_t<I, Message>;
     if (type == kNames[I]) {
       if constexpr (std::is_same_v<T, Hello>) {
-        // Another version's hello: only its version is read (its fields may differ from ours).
+        // Another version's hello: its version, and its credential and group where they read as
+        // ours do (its other fields may differ from ours), so that the master can answer only a
+        // worker it launched.
         Hello h;
         Reader r(j, "hello");
         r("version", h.version, kInt);
         if (!r.error().empty()) return err(Errc::kProtocol, r.error());
-        if (h.version != kVersion) return Message(std::move(h));
+        if (h.version != kVersion) {
+          Hello read;
+          Reader secret(j, "hello"), group(j, "hello");
+          secret("secret", read.secret, kAny);
+          group("group", read.group, Range{-1, INT32_MAX});
+          if (secret.error().empty() && read.secret.size() <= kMaxSecretBytes) h.secret = std::move(read.secret);
+          if (group.error().empty()) h.group = read.group;
+          return Message(std::move(h));
+        }
       }
       return read_message<T>(j, kNames[I]);
     }

@@ -42,6 +42,10 @@ class ServerTransport {
   virtual Status send(const PeerId& peer, std::string_view bytes) = 0;
   // Waits up to `timeout` for one frame; nullopt when none arrived in time.
   virtual Result<std::optional<Envelope>> recv(std::chrono::milliseconds timeout) = 0;
+  // Connections refused at the handshake so far (a CURVE key or PLAIN secret that is not the
+  // campaign's): they never became peers, so the master says how many, not who. 0 when the
+  // transport authenticates nothing itself.
+  virtual int64_t refused_connections() const { return 0; }
 };
 
 // A trainer-group leader's end. Used from one thread, except notify().
@@ -77,6 +81,10 @@ struct TransportOptions {
   int listen_backlog = 4096;
   // ZMQ_LINGER: how long closing a socket waits for unsent frames. 0: closing never blocks.
   std::chrono::milliseconds linger{0};
+  // ZMQ_HANDSHAKE_IVL: a connection that has not finished its ZeroMQ handshake (greeting, and with
+  // CURVE or PLAIN the authentication) this long after it was accepted is closed. Connections that
+  // never authenticate are thus gone within it; a refused one at once. The server only.
+  std::chrono::milliseconds handshake_interval{10000};
   // ZMQ_RECONNECT_IVL / _MAX: a worker's reconnection back-off. The client only.
   std::chrono::milliseconds reconnect_interval{100};
   std::chrono::milliseconds reconnect_interval_max{5000};
@@ -89,7 +97,13 @@ struct TransportOptions {
   // Z85 text of curve_keypair(). bind_zmq uses curve_server, connect_zmq curve_client; both check
   // check_libzmq_for_curve() first. Required for an endpoint that is not loopback (the master
   // decides; common/endpoint.h).
-  enum class Security { kNone, kCurve };
+  // kPlain: ZeroMQ PLAIN, no encryption, but the same ZAP handler admits a client only when the
+  // password of its handshake is `<plain_secret>` or starts with `<plain_secret>.` (the campaign
+  // secret, compared in constant time; a worker sends its launch credential). A connection without
+  // it never becomes a peer of the ROUTER: it cannot claim a routing id (a claimed id that an unnamed
+  // peer's generated id then meets aborts libzmq 4.3: Assertion failed: ok (socket_base.cpp)), and
+  // it writes nothing to the master's log. The master uses it for resources.security none.
+  enum class Security { kNone, kCurve, kPlain };
   Security security = Security::kNone;
   struct CurveServer {
     std::string public_key;            // the server's key pair
@@ -103,6 +117,8 @@ struct TransportOptions {
   };
   CurveServer curve_server;
   CurveClient curve_client;
+  std::string plain_secret;    // kPlain, the server: the campaign secret it admits
+  std::string plain_password;  // kPlain, the client: what it sends (the launch credential)
   // Test hook: false binds a CURVE server without its ZAP handler, to show that it then refuses
   // every client (fail closed). Production never sets it.
   bool curve_zap_handler = true;
@@ -129,7 +145,12 @@ Status check_libzmq_for_curve();
 // The same decision for given facts (tests show the refusals without an old libzmq).
 Status check_libzmq_for_curve(int major, int minor, int patch, bool has_curve, bool has_enforce_domain);
 
-// ZeroMQ: `endpoint` to bind, e.g. "tcp://127.0.0.1:*" (an ephemeral port; see endpoint()).
+// ZeroMQ: `endpoint` to bind, e.g. "tcp://127.0.0.1:*" (an ephemeral port; see endpoint()), or
+// "ipc://*" (kPrivateIpcEndpoint, common/endpoint.h): a Unix socket in a new directory made with
+// mkdtemp (mode 0700, owned by this user) under $TMPDIR when that is an absolute path short enough
+// for a socket, else /tmp; the socket and its directory are removed when the server is destroyed.
+// (libzmq's own "ipc://*" makes its directory relative to the working directory when $TMPDIR is
+// unset, which other processes cannot resolve.)
 Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, const TransportOptions& options = {});
 Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint,
                                                      const TransportOptions& options = {});

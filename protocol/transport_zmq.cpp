@@ -8,7 +8,23 @@
 // With Security::kCurve the ROUTER is a CURVE server whose context runs a ZAP handler (RFC 27) on
 // a thread: it admits only the allowlisted client keys. ZMQ_ZAP_ENFORCE_DOMAIN is set too, because
 // without it a CURVE server whose handler is missing admits any client that knows the server key.
+// With Security::kPlain the ROUTER is a PLAIN server and the same handler admits only the campaign
+// secret. Either way a connection is a peer of the ROUTER only once the handler said yes: before
+// that, libzmq has not read the routing id it claims, so an unauthenticated process cannot make the
+// ROUTER's generated ids collide with claimed ones (libzmq 4.3 aborts on such a collision).
+//
+// "ipc://*" binds a Unix socket in a private directory of its own (PrivateIpcDir).
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -18,6 +34,8 @@
 
 #include <zmq.hpp>
 
+#include "common/endpoint.h"
+#include "common/secrets.h"
 #include "protocol/messages.h"
 #include "protocol/transport.h"
 
@@ -58,7 +76,8 @@ Status check_pair(const std::string& where, const std::string& public_key, const
 
 // The ZAP handler of one server context: a REP socket at inproc://zeromq.zap.01, answered on its
 // own thread. It says 200 only to the CURVE mechanism with an allowlisted client key in our domain,
-// 400 to everything else. Its poll has a deadline, so stop() returns within one period; a failure
+// or to the PLAIN mechanism with the campaign secret (when the server has one), 400 to everything
+// else, and counts the refusals. Its poll has a deadline, so stop() returns within one period; a failure
 // of the thread is kept and reported by the server's recv() (with no handler, enforce-domain makes
 // every handshake fail: the server fails closed meanwhile).
 class ZapHandler {
@@ -66,7 +85,8 @@ class ZapHandler {
   ~ZapHandler() { stop(); }
 
   // Binds in `ctx`; call before the server socket binds, so no handshake can precede the handler.
-  Status start(zmq::context_t& ctx, const std::vector<std::string>& allowed_z85) {
+  Status start(zmq::context_t& ctx, const std::vector<std::string>& allowed_z85, const std::string& plain_secret) {
+    plain_secret_ = plain_secret;
     for (const auto& key : allowed_z85) {
       auto bytes = z85_key_bytes(key);
       if (!bytes) return err(Errc::kInvalidArgument, "transport option curve_server.allowed: not a Z85 CURVE key: " + key);
@@ -93,6 +113,8 @@ class ZapHandler {
     std::lock_guard lock(mu_);
     return failure_;
   }
+
+  int64_t refused() const { return refused_.load(); }
 
  private:
   static constexpr std::chrono::milliseconds kPollPeriod{50};
@@ -128,10 +150,14 @@ class ZapHandler {
       if (frames.size() < kMaxFrames) frames.push_back(part.to_string());
     }
     if (frames.empty()) return;
-    const bool admitted = frames.size() == 7 && frames[0] == "1.0" && frames[2] == kZapDomain && frames[5] == "CURVE" &&
-                          frames[6].size() == 32 && allowed_.count(frames[6]) > 0;
+    const bool ours = frames.size() >= 6 && frames[0] == "1.0" && frames[2] == kZapDomain;
+    const bool curve = ours && frames.size() == 7 && frames[5] == "CURVE";
+    const bool plain = ours && frames.size() == 8 && frames[5] == "PLAIN";
+    const bool admitted = (curve && frames[6].size() == 32 && allowed_.count(frames[6]) > 0) ||
+                          (plain && plain_admits(frames[7]));
+    if (!admitted) ++refused_;
     std::string user_id;
-    if (admitted) {
+    if (admitted && curve) {
       char z85[41] = {};
       if (zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(frames[6].data()), 32) != nullptr) user_id = z85;
     }
@@ -143,34 +169,143 @@ class ZapHandler {
     }
   }
 
+  // The PLAIN password is the campaign secret, alone or followed by "." and a launch token.
+  bool plain_admits(const std::string& password) const {
+    if (plain_secret_.empty()) return false;
+    const auto dot = password.find('.');
+    return secrets_equal(std::string_view(password).substr(0, dot), plain_secret_);
+  }
+
   zmq::socket_t socket_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> refused_{0};
   std::set<std::string> allowed_;  // 32-byte keys
+  std::string plain_secret_;
   mutable std::mutex mu_;
   std::optional<Error> failure_;
+};
+
+// The directory of an "ipc://*" socket: made by mkdtemp (0700, this user's, a fresh name, so no
+// other user can have planted it or reach into it), removed with the socket in it on destruction.
+class PrivateIpcDir {
+ public:
+  PrivateIpcDir() = default;
+  PrivateIpcDir(const PrivateIpcDir&) = delete;
+  PrivateIpcDir& operator=(const PrivateIpcDir&) = delete;
+  ~PrivateIpcDir() {
+    if (dir_.empty()) return;
+    ::unlink(socket_path().c_str());  // libzmq unlinks it when the socket closes; a leftover is ours
+    ::rmdir(dir_.c_str());
+  }
+
+  // Makes the directory; the endpoint to bind inside it.
+  Result<std::string> make() {
+    std::string base = "/tmp";
+    // $TMPDIR when it is an absolute directory short enough for the socket path (Unix sockets
+    // take kMaxIpcPathBytes); else /tmp.
+    if (const char* t = std::getenv("TMPDIR"); t && t[0] == '/') {
+      std::string tmp = t;
+      while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
+      struct stat st {};
+      if (tmp.size() + std::strlen(kName) + std::strlen(kSocket) <= kMaxIpcPathBytes && ::stat(tmp.c_str(), &st) == 0 &&
+          S_ISDIR(st.st_mode)) {
+        base = tmp == "/" ? "" : tmp;
+      }
+    }
+    remove_stale(base.empty() ? "/" : base);
+    std::string templ = base + kName;
+    if (::mkdtemp(templ.data()) == nullptr) {
+      return err(Errc::kIo, "cannot make a private directory for the master's socket (" + templ + "): " +
+                                std::strerror(errno));
+    }
+    dir_ = templ;
+    // mkdtemp promises 0700 and this user; checked, since the socket's privacy rests on it.
+    struct stat st {};
+    if (::lstat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+      return err(Errc::kIo, "the master's socket directory " + dir_ + " is not private to this user");
+    }
+    return "ipc://" + socket_path();
+  }
+
+ private:
+  static constexpr const char* kName = "/hpctune-XXXXXX";
+  static constexpr const char* kSocket = "/master";
+  static constexpr std::size_t kMaxScanned = 100000;  // entries of `base` looked at, at most
+  static constexpr time_t kStaleAfterS = 60;
+
+  // Directories a master of this user left in `base` when it was killed (SIGKILL runs no
+  // destructor): removed when this user owns one, it is 0700, older than a minute, and its socket
+  // refuses connections (no process listens there any more). A live master's socket, bound and
+  // listening within microseconds of the directory's creation, accepts. Best effort, silent.
+  static void remove_stale(const std::string& base) {
+    DIR* d = ::opendir(base.c_str());
+    if (!d) return;
+    const std::string prefix = "hpctune-";  // kName's
+    const time_t now = std::time(nullptr);
+    std::size_t scanned = 0;
+    while (dirent* e = ::readdir(d)) {
+      if (++scanned > kMaxScanned) break;
+      const std::string name = e->d_name;
+      if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string dir = (base == "/" ? "" : base) + "/" + name;
+      struct stat st {};
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+          (st.st_mode & 07777) != 0700 || now - st.st_mtime < kStaleAfterS) {
+        continue;
+      }
+      const std::string sock = dir + kSocket;
+      struct stat ss {};
+      if (::lstat(sock.c_str(), &ss) != 0 || !S_ISSOCK(ss.st_mode) || sock.size() >= sizeof(sockaddr_un::sun_path)) continue;
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == ECONNREFUSED;
+      ::close(fd);
+      if (!refused) continue;
+      ::unlink(sock.c_str());
+      ::rmdir(dir.c_str());  // fails, harmlessly, when anything else is in it
+    }
+    ::closedir(d);
+  }
+
+  std::string socket_path() const { return dir_ + kSocket; }
+  std::string dir_;
 };
 
 class ZmqServer final : public ServerTransport {
  public:
   ZmqServer() : ctx_(1), socket_(ctx_, zmq::socket_type::router) {}
 
-  Status bind(const std::string& endpoint, const TransportOptions& o) {
-    if (o.security == TransportOptions::Security::kCurve && o.curve_zap_handler) {
-      HPCTUNE_TRY(zap_.start(ctx_, o.curve_server.allowed));
+  Status bind(const std::string& requested, const TransportOptions& o) {
+    std::string endpoint = requested;
+    if (private_ipc_endpoint(requested)) {
+      HPCTUNE_ASSIGN(endpoint, ipc_dir_.make());
+    }
+    const bool curve = o.security == TransportOptions::Security::kCurve;
+    const bool plain = o.security == TransportOptions::Security::kPlain;
+    if ((curve || plain) && o.curve_zap_handler) {
+      HPCTUNE_TRY(zap_.start(ctx_, curve ? o.curve_server.allowed : std::vector<std::string>{},
+                             plain ? o.plain_secret : std::string()));
     }
     try {
-      if (o.security == TransportOptions::Security::kCurve) {
-        socket_.set(zmq::sockopt::curve_server, 1);
-        socket_.set(zmq::sockopt::curve_secretkey, o.curve_server.secret_key);
-        socket_.set(zmq::sockopt::curve_publickey, o.curve_server.public_key);
+      if (curve || plain) {
+        if (curve) {
+          socket_.set(zmq::sockopt::curve_server, 1);
+          socket_.set(zmq::sockopt::curve_secretkey, o.curve_server.secret_key);
+          socket_.set(zmq::sockopt::curve_publickey, o.curve_server.public_key);
+        } else {
+          socket_.set(zmq::sockopt::plain_server, 1);
+        }
         socket_.set(zmq::sockopt::zap_domain, std::string(kZapDomain));
         const int one = 1;
         int enforced = 0;
         size_t size = sizeof enforced;
         if (zmq_setsockopt(socket_.handle(), kZapEnforceDomain, &one, sizeof one) != 0 ||
             zmq_getsockopt(socket_.handle(), kZapEnforceDomain, &enforced, &size) != 0 || enforced != 1) {
-          return err(Errc::kUnavailable, "libzmq does not take ZMQ_ZAP_ENFORCE_DOMAIN: a CURVE server could not fail closed");
+          return err(Errc::kUnavailable, "libzmq does not take ZMQ_ZAP_ENFORCE_DOMAIN: the server could not fail closed");
         }
       }
       socket_.set(zmq::sockopt::router_mandatory, 1);
@@ -179,6 +314,7 @@ class ZmqServer final : public ServerTransport {
       socket_.set(zmq::sockopt::sndhwm, o.send_hwm);
       socket_.set(zmq::sockopt::rcvhwm, o.server_recv_hwm);
       socket_.set(zmq::sockopt::backlog, o.listen_backlog);
+      socket_.set(zmq::sockopt::handshake_ivl, static_cast<int>(o.handshake_interval.count()));
       socket_.bind(endpoint);
       endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -188,6 +324,8 @@ class ZmqServer final : public ServerTransport {
   }
 
   std::string endpoint() const override { return endpoint_; }
+
+  int64_t refused_connections() const override { return zap_.refused(); }
 
   Status send(const PeerId& peer, std::string_view bytes) override {
     try {
@@ -232,7 +370,9 @@ class ZmqServer final : public ServerTransport {
   }
 
  private:
-  // Destroyed in reverse: the socket, then the handler's thread (joined), then the context.
+  // Destroyed in reverse: the socket, then the handler's thread (joined), then the context, then
+  // the ipc socket's directory.
+  PrivateIpcDir ipc_dir_;
   zmq::context_t ctx_;
   ZapHandler zap_;
   zmq::socket_t socket_;
@@ -327,6 +467,9 @@ class ZmqClient final : public ClientTransport {
         socket_.set(zmq::sockopt::curve_serverkey, options_.curve_client.server_public_key);
         socket_.set(zmq::sockopt::curve_publickey, options_.curve_client.public_key);
         socket_.set(zmq::sockopt::curve_secretkey, options_.curve_client.secret_key);
+      } else if (options_.security == TransportOptions::Security::kPlain) {
+        socket_.set(zmq::sockopt::plain_username, std::string("hpctune"));
+        socket_.set(zmq::sockopt::plain_password, options_.plain_password);
       }
       socket_.connect(endpoint_);
     } catch (const zmq::error_t& e) {
@@ -359,6 +502,8 @@ Status check_options(const TransportOptions& o) {
     return bad("reconnect_interval must be 1.." + std::to_string(kMaxMs) + " ms");
   if (o.reconnect_interval_max < o.reconnect_interval || o.reconnect_interval_max.count() > kMaxMs)
     return bad("reconnect_interval_max must be reconnect_interval.." + std::to_string(kMaxMs) + " ms");
+  if (o.handshake_interval.count() < 1 || o.handshake_interval.count() > kMaxMs)
+    return bad("handshake_interval must be 1.." + std::to_string(kMaxMs) + " ms");
   return {};
 }
 
@@ -443,6 +588,9 @@ Status check_libzmq_for_curve() {
 Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, const TransportOptions& options) {
   HPCTUNE_TRY(check_options(options));
   if (options.security == TransportOptions::Security::kCurve) HPCTUNE_TRY(check_curve_server(options));
+  if (options.security == TransportOptions::Security::kPlain && options.plain_secret.empty()) {
+    return err(Errc::kInvalidArgument, "transport option plain_secret is empty: no client could connect");
+  }
   auto server = std::make_unique<ZmqServer>();
   HPCTUNE_TRY(server->bind(endpoint, options));
   return std::unique_ptr<ServerTransport>(std::move(server));
@@ -451,6 +599,9 @@ Result<std::unique_ptr<ServerTransport>> bind_zmq(const std::string& endpoint, c
 Result<std::unique_ptr<ClientTransport>> connect_zmq(const std::string& endpoint, const TransportOptions& options) {
   HPCTUNE_TRY(check_options(options));
   if (options.security == TransportOptions::Security::kCurve) HPCTUNE_TRY(check_curve_client(options));
+  if (options.security == TransportOptions::Security::kPlain && options.plain_password.empty()) {
+    return err(Errc::kInvalidArgument, "transport option plain_password is empty");
+  }
   auto client = std::make_unique<ZmqClient>();
   HPCTUNE_TRY(client->connect(endpoint, options));
   return std::unique_ptr<ClientTransport>(std::move(client));

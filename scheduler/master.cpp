@@ -757,14 +757,21 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
   }
 
-  // Backend slurm: the compute nodes must reach the master, so the default loopback address
+  // Backend slurm: the compute nodes must reach the master, so the default private socket
   // becomes the batch host's own (slurm_default_bind); a port chosen at bind time either way.
   std::string bind = options.bind.value_or(cfg.resources.bind);
-  if (!options.bind && cfg.resources.backend == "slurm" && bind == config::Resources{}.bind) {
+  // (tcp://127.0.0.1:* was the default before issue 21: a campaign recorded with it resumes the same.)
+  if (!options.bind && cfg.resources.backend == "slurm" &&
+      (bind == config::Resources{}.bind || bind == "tcp://127.0.0.1:*")) {
     bind = launch::slurm_default_bind();
   }
+  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
+  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
+  HPCTUNE_ASSIGN(const std::string secret, protocol::random_hex(16));
   // resources.security: CURVE with the campaign's keys (created on the first run, reused on resume)
-  // whenever the master is reachable from other machines, unless the config says none.
+  // everywhere but the private ipc socket (the default, which only this user can reach), unless
+  // the config says none: then ZeroMQ PLAIN with the campaign secret, so that a connection without
+  // it never becomes a peer (common/endpoint.h, protocol/transport.h).
   protocol::TransportOptions transport = options.transport;
   std::map<std::string, std::string> worker_env;
   if (transport_uses_curve(cfg.resources.security, bind)) {
@@ -773,8 +780,11 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     protocol::use_curve_server(transport, keys);
     worker_env = protocol::worker_key_environment(keys);
     if (options.log) options.log("transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
-  } else if (!loopback_endpoint(bind) && options.warn) {
-    options.warn(network_bind_warning(bind));
+  } else if (!private_ipc_endpoint(bind)) {
+    transport.security = protocol::TransportOptions::Security::kPlain;
+    transport.plain_secret = secret;
+    worker_env[protocol::kPlainAuthEnv] = "1";
+    if (options.warn) options.warn(network_bind_warning(bind));
   }
   // One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
   // backend, each group's log): past the soft limit of open files (often 1024) new connections
@@ -829,9 +839,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   parts.failpoint_hit = options.failpoint_hit;
   parts.make_stage = options.make_stage;
   parts.master_incarnation = make_incarnation();
-  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
-  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
-  HPCTUNE_ASSIGN(parts.secret, protocol::random_hex(16));
+  parts.secret = secret;
 
   // What the loop below needs of the config: `campaign` (and `cfg` with it) moves into the master.
   const bool slurm_backend = cfg.resources.backend == "slurm";
@@ -849,7 +857,18 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   const bool watch_time = slurm_backend && job && *job;
   std::optional<Clock::time_point> stop_by;
   auto next_time_check = Clock::now();
+  // Connections the transport refused at the handshake: one line per 10 s at most, with the count.
+  int64_t refused_logged = 0;
+  auto next_refused_line = Clock::now();
   while (true) {
+    if (Clock::now() >= next_refused_line) {
+      next_refused_line = Clock::now() + std::chrono::seconds(10);
+      if (const int64_t refused = server->refused_connections(); refused > refused_logged) {
+        log_line(options, "refused " + std::to_string(refused - refused_logged) +
+                              " connection(s) that did not authenticate (" + std::to_string(refused) + " so far)");
+        refused_logged = refused;
+      }
+    }
     if (watch_time && Clock::now() >= next_time_check) {
       next_time_check = Clock::now() + std::chrono::seconds(60);
       if (auto left = launch::slurm_time_left(job)) {

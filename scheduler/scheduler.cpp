@@ -28,8 +28,10 @@ bool better(double a, double b, bool maximize) { return maximize ? a > b : a < b
 constexpr int64_t kNoiseLinesPerWindow = 3;
 constexpr auto kNoiseWindow = std::chrono::seconds(10);
 // Peers tracked one by one; beyond this, further peers share one entry (a flood of new
-// connections must not grow the map without bound).
-constexpr std::size_t kMaxNoisyPeers = 1024;
+// connections must not grow the map without bound), so the log gets at most
+// (kMaxNoisyPeers + 1) * (kNoiseLinesPerWindow + 1) lines of dropped frames per window, however many
+// connections there are.
+constexpr std::size_t kMaxNoisyPeers = 16;
 const protocol::PeerId kOtherPeers = "\x01other";
 // late_result_ignored events recorded per peer; later ones are only counted.
 constexpr int64_t kMaxLateEventsPerPeer = 8;
@@ -414,6 +416,14 @@ Status Scheduler::on_stray(const protocol::PeerId& peer, const protocol::Message
 Status Scheduler::on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now) {
   if (m.version != protocol::kVersion) {
     ++counters_.bad_version;
+    // Answered only when it carries the credential of a launch of this master (a worker of another
+    // hpctune version it started): anyone else learns nothing, not even the version.
+    if (const std::string why = check_credential(m); !why.empty()) {
+      ++counters_.unauthenticated;
+      note_noise(peer, "unauthenticated",
+                 "refused a hello of protocol version " + std::to_string(m.version) + " without an answer: " + why, now);
+      return {};
+    }
     note_noise(peer, "bad version",
                "refused a worker speaking protocol version " + std::to_string(m.version) + " (this master speaks " +
                    std::to_string(protocol::kVersion) + ")",

@@ -504,10 +504,10 @@ TEST_CASE("--bind and resources.bind: the master listens there and the workers s
   CHECK(trials.size() == 2);
   for (const auto& t : trials) CHECK(t.state == store::TrialState::kDone);
 
-  // The default: loopback, no warning.
+  // The default: a private ipc socket (issue 21), no warning.
   out = run_log(dir, {"run", cfg, "--db", dir.file("lo.db")}, "lo.log", &code);
   REQUIRE_MESSAGE(code == 0, out);
-  CHECK(contains(out, "master at tcp://127.0.0.1:"));
+  CHECK(contains(out, "master at ipc:///"));
   CHECK_FALSE(contains(out, "warning: the master listens"));
 
   // resources.bind in the config: a Unix socket; then resume --bind moves the master to loopback TCP.

@@ -860,9 +860,9 @@ TEST_CASE("a trial's assign must fit in a message: the largest value is named (i
 TEST_CASE("resources.bind: the master's address, loopback by default; a bad one is located (issue 10)") {
   const std::string head = "name: b\nobjective: {metric: loss}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep}\n";
   const auto d = parse_ok(head);
-  CHECK(d.resources.bind == "tcp://127.0.0.1:*");
+  CHECK(d.resources.bind == "ipc://*");
   CHECK(d.resources.bind == config::Resources{}.bind);
-  CHECK(d.normalized["resources"]["bind"] == "tcp://127.0.0.1:*");
+  CHECK(d.normalized["resources"]["bind"] == "ipc://*");
   for (const std::string good : {"tcp://*:5555", "tcp://0.0.0.0:*", "tcp://[::1]:7000", "ipc:///tmp/hpctune-b.sock",
                                  "tcp://eth0:*"}) {
     const auto c = parse_ok(head + "resources:\n  bind: \"" + good + "\"\n");

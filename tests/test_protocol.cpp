@@ -747,15 +747,23 @@ std::string message_of(const Status& s) { return s.ok() ? std::string() : s.erro
 
 }  // namespace
 
-TEST_CASE("CURVE keys: resources.security decides from the bind address; auto means CURVE off loopback") {
+TEST_CASE("CURVE keys: resources.security decides from the bind address; auto means CURVE but on the private ipc socket") {
   CHECK(transport_uses_curve("auto", "tcp://0.0.0.0:*"));
   CHECK(transport_uses_curve("auto", "tcp://*:5555"));
   CHECK(transport_uses_curve("auto", "tcp://10.1.2.3:*"));
-  CHECK_FALSE(transport_uses_curve("auto", "tcp://127.0.0.1:*"));
-  CHECK_FALSE(transport_uses_curve("auto", "ipc:///tmp/m.sock"));
+  // Issue 21: every local user reaches a loopback port, and maybe an ipc path the user chose.
+  CHECK(transport_uses_curve("auto", "tcp://127.0.0.1:*"));
+  CHECK(transport_uses_curve("auto", "ipc:///tmp/m.sock"));
+  CHECK_FALSE(transport_uses_curve("auto", "ipc://*"));
+  CHECK(transport_uses_curve("curve", "ipc://*"));
   CHECK(transport_uses_curve("curve", "tcp://127.0.0.1:*"));
   CHECK_FALSE(transport_uses_curve("none", "tcp://0.0.0.0:*"));
+  CHECK(transport_warning_needed("none", "tcp://127.0.0.1:*"));
+  CHECK(transport_warning_needed("none", "ipc:///tmp/m.sock"));
+  CHECK_FALSE(transport_warning_needed("none", "ipc://*"));
+  CHECK_FALSE(transport_warning_needed("auto", "tcp://127.0.0.1:*"));
   CHECK(network_bind_warning("tcp://*:*").find("security none") != std::string::npos);
+  CHECK(network_bind_warning("tcp://127.0.0.1:*").find("every local user") != std::string::npos);
 }
 
 TEST_CASE("CURVE keys: created 0700/0600 whatever the umask, the same keys on the next load, usable by the transport") {

@@ -501,6 +501,35 @@ TEST_CASE("bad frames are counted and dropped while a good worker is served") {
   for (const auto& t : h.trials()) CHECK(t.state == TrialState::kDone);
 }
 
+TEST_CASE("a hello of another protocol version is answered only when it carries a launch credential (issue 21)") {
+  Harness h(1);
+  // No credential, or a made-up one: nothing comes back, not even the master's version.
+  protocol::Hello bare;
+  bare.version = 99;
+  FakeWorker stranger(h.hub);
+  stranger.send(bare);
+  protocol::Hello forged = hello(0, h);
+  forged.version = 99;
+  forged.secret = std::string(32, 'a') + "." + std::string(32, 'b');
+  FakeWorker forger(h.hub);
+  forger.send(forged);
+  h.pump(200ms, [] { return false; });
+  for (FakeWorker* w : {&stranger, &forger}) {
+    auto nothing = w->client->recv(0ms);
+    REQUIRE(nothing.ok());
+    CHECK_FALSE(nothing->has_value());
+  }
+  CHECK(h.sched->counters().unauthenticated == 2);
+  // A worker this master launched, of another hpctune version: told why it is refused.
+  protocol::Hello own = hello(0, h);
+  own.version = 99;
+  FakeWorker future(h.hub);
+  future.send(own);
+  auto why = future.expect<protocol::Shutdown>(1s, h);
+  REQUIRE(why);
+  CHECK(why->reason.find("the master speaks") != std::string::npos);
+}
+
 TEST_CASE("a new incarnation of a live group is refused until the group is reported lost") {
   Harness h(1, 3, 10s);  // the fake sends no heartbeats: it must not time out here
   FakeWorker first(h.hub);

@@ -469,6 +469,18 @@ Result<protocol::TransportOptions> take_worker_curve_keys() {
   return options;
 }
 
+Result<protocol::TransportOptions> take_worker_transport(const std::string& credential) {
+  const char* flag = std::getenv(protocol::kPlainAuthEnv);
+  const bool plain = flag && std::string(flag) == "1";
+  unsetenv(protocol::kPlainAuthEnv);
+  HPCTUNE_ASSIGN(protocol::TransportOptions options, take_worker_curve_keys());
+  if (plain && options.security == protocol::TransportOptions::Security::kNone && !credential.empty()) {
+    options.security = protocol::TransportOptions::Security::kPlain;
+    options.plain_password = credential;
+  }
+  return options;
+}
+
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options) {
   if (!options.make) return err(Errc::kInvalidArgument, "the worker has no trainer factory (WorkerOptions::make)");
   WorkerLoop loop(transport, options);

@@ -69,6 +69,11 @@ std::string take_worker_secret();
 // (a half-configured worker would only be refused by the master). Call first thing in main.
 Result<protocol::TransportOptions> take_worker_curve_keys();
 
+// take_worker_curve_keys(), and: when the master's launcher said that its transport is ZeroMQ PLAIN
+// (protocol::kPlainAuthEnv, taken out of the environment too) and no CURVE keys were given, kPlain
+// with `credential` (take_worker_secret()'s) as the password. Call first thing in main.
+Result<protocol::TransportOptions> take_worker_transport(const std::string& credential);
+
 // Runs until the master says shutdown (Ok), `terminate` is set (Ok), or no master was reachable for
 // give_up (kTimeout).
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options);
