@@ -460,11 +460,23 @@ struct Server::Loop {
     return MHD_YES;
   }
 
-  // Every request, once its headers are in: answered at once (no body is ever read).
+  // Every request, once its headers are in. A GET or HEAD without a body is answered at the
+  // daemon's second call: an answer queued at the first call ends the connection (no keep-alive: a
+  // new connection for every request). Anything with a body, or another method, is answered at the
+  // first call, so that its body is never read (that ends the connection, which is right).
   static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method,
                                const char* /*version*/, const char* /*upload_data*/, size_t* /*upload_data_size*/,
-                               void** /*con_cls*/) {
+                               void** con_cls) {
     auto* self = static_cast<Loop*>(cls);
+    static char first_call_seen;
+    const char* length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const bool bodiless = (std::strcmp(method, "GET") == 0 || std::strcmp(method, "HEAD") == 0) &&
+                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) == nullptr &&
+                          (length == nullptr || std::strcmp(length, "0") == 0);
+    if (*con_cls == nullptr && bodiless) {
+      *con_cls = &first_call_seen;
+      return MHD_YES;
+    }
     Request req;
     req.method = method;
     req.path = url;
@@ -487,6 +499,12 @@ struct Server::Loop {
       return MHD_NO;
     }
     for (const auto& [name, value] : res.headers) MHD_add_response_header(response, name.c_str(), value.c_str());
+    // A refused request (a bad Host, no token, another method, too large) ends its connection:
+    // such a client keeps nothing open.
+    if (res.status == 400 || res.status == 401 || res.status == 403 || res.status == 405 || res.status == 414 ||
+        res.status == 431) {
+      MHD_add_response_header(response, "Connection", "close");
+    }
     const MHD_Result queued = MHD_queue_response(c, static_cast<unsigned>(res.status), response);
     MHD_destroy_response(response);
     return queued;

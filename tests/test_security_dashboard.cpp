@@ -354,6 +354,43 @@ TEST_CASE("nobody cannot read a served campaign without the token, on loopback t
   CHECK(st->success());
 }
 
+TEST_CASE("keep-alive: one connection serves request after request (a browser's polling, the bench)") {
+  DashboardProcess d({fixture_db(), "--port", "0"});
+  const int fd = connect_to("127.0.0.1", d.port);
+  REQUIRE(fd >= 0);
+  const std::string get = "GET /api/changes HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(d.port) +
+                          "\r\nAuthorization: Bearer " + d.token + "\r\n";
+  // Two requests one after the other on the same connection, then a third that asks to close.
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(send_all(fd, get + "\r\n"));
+    std::string got;
+    char buf[4096];
+    const auto deadline = Clock::now() + 5s;
+    // Until the whole answer is in: its headers and Content-Length bytes of body.
+    auto complete = [&] {
+      const size_t end = got.find("\r\n\r\n");
+      if (end == std::string::npos) return false;
+      Reply r = parse_reply(got);
+      return got.size() >= end + 4 + static_cast<size_t>(std::atol(r.header("content-length").c_str()));
+    };
+    while (!complete()) {
+      pollfd p{fd, POLLIN, 0};
+      REQUIRE(Clock::now() < deadline);
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      REQUIRE_MESSAGE(n > 0, "the server closed the connection after request " << i + 1 << ": " << got);
+      got.append(buf, static_cast<size_t>(n));
+    }
+    CHECK(got.rfind("HTTP/1.1 200", 0) == 0);
+    CHECK(got.find("Connection: close") == std::string::npos);
+  }
+  REQUIRE(send_all(fd, get + "Connection: close\r\n\r\n"));
+  auto last = read_until_closed(fd, 5s);
+  REQUIRE(last);
+  CHECK(parse_reply(*last).status == 200);
+  ::close(fd);
+}
+
 TEST_CASE("the token cookie is named by the port, and every cookie of that name is checked") {
   DashboardProcess d({fixture_db(), "--port", "0"});
   const std::string name = "hpctune_token_" + std::to_string(d.port);
