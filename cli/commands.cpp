@@ -217,7 +217,7 @@ class LiveDashboard {
     }
     server_ = std::move(server).value();
     // The token is generated for this run: the URL carries it, as `hpctune dashboard` prints it.
-    console.log("dashboard: the live campaign at " + server_->url_with_token() + "#/c/0 (API at " + server_->url() +
+    console.log("dashboard: the live campaign at " + server_->browser_url() + "#/c/0 (API at " + server_->url() +
                 "api/campaigns/0/status with 'Authorization: Bearer " + server_->token() + "')");
     thread_ = std::thread([this] {
       Status served;

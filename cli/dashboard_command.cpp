@@ -27,7 +27,7 @@ Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrup
   // be a shared secret kept out of logs).
   if (generated) {
     std::printf("token (send it as 'Authorization: Bearer TOKEN' or ?token=TOKEN): %s\n", server->token().c_str());
-    std::printf("open in a browser: %s\n", server->url_with_token().c_str());
+    std::printf("open in a browser: %s\n", server->browser_url().c_str());
   } else {
     std::printf("open in a browser: %s?token=TOKEN (your --token)\n", server->url().c_str());
   }

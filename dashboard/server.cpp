@@ -710,4 +710,13 @@ void Server::stop() {
 
 std::string Server::url() const { return "http://" + host_port(options_.host, port_) + "/"; }
 
+std::string Server::browser_url() const {
+  std::string host = options_.host;
+  if (is_wildcard(host)) {
+    host = host_name();
+    if (host == "unknown") host = "127.0.0.1";
+  }
+  return "http://" + host_port(host, port_) + "/?token=" + options_.token;
+}
+
 }  // namespace hpctune::dashboard

@@ -71,8 +71,9 @@ class Server {
   const std::string& token() const { return options_.token; }
   // http://HOST:PORT/ (the IPv6 host in brackets).
   std::string url() const;
-  // url() with ?token=TOKEN: the address a browser opens once (it then keeps the token in a cookie).
-  std::string url_with_token() const { return url() + "?token=" + options_.token; }
+  // The address a browser opens once, with ?token=TOKEN (it then keeps the token in a cookie):
+  // url(), or for a wildcard bind (0.0.0.0, ::) the same with this machine's name.
+  std::string browser_url() const;
   // The name of the token's cookie: hpctune_token_PORT (browsers do not scope cookies by port).
   std::string cookie_name() const { return "hpctune_token_" + std::to_string(port_); }
   // The Host header values accepted (the bound name or address with the port; for a loopback
