@@ -5,7 +5,8 @@
 // Prints {runs_ms: {view: [...]}, median_ms: {view: m}} as JSON.
 // VIEWS = "watch": launches the browser, prints "launched", opens campaign 0's overview as soon as
 // URL answers (prints "opened") and keeps it open (the app polls and redraws) until SIGTERM; for
-// the master-rate measurement.
+// the master-rate measurement. URL "-": the first line of standard input (the URL a run prints,
+// with its token, once its dashboard has started).
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,9 +39,17 @@ try {
     });
     const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
     console.log("launched");
+    let target = url;
+    if (url === "-") {
+      const { createInterface } = await import("node:readline");
+      const lines = createInterface({ input: process.stdin });
+      target = await Promise.race([new Promise((r) => lines.once("line", r)), stopped.then(() => null)]);
+      lines.close();
+      if (target === null) stop = true;
+    }
     while (!stop) {
       try {
-        await page.goto(url + hash("overview"), { timeout: 5000 });
+        await page.goto(target + hash("overview"), { timeout: 5000 });
         console.log("opened");
         break;
       } catch {

@@ -214,7 +214,7 @@ void warn_if_network_bind(const char* command, const config::Resources& r) {
 }
 
 // `run --dashboard`: the dashboard's API over the running campaign, on 127.0.0.1 (only this
-// machine: a remote view is `hpctune dashboard DB --host ...`, with its token), served from a thread
+// machine: a remote view is `hpctune dashboard DB --host ...`) with a generated token, served from a thread
 // of its own while the master runs. Started at the first progress report, when the campaign is in
 // its database; a port that cannot be bound is said in the log and the campaign goes on without
 // it. The server's own failure is kept and said when it stops (never lost with its thread).
@@ -233,8 +233,9 @@ class LiveDashboard {
       return;
     }
     server_ = std::move(server).value();
-    console.log("dashboard: the live campaign at " + server_->url() + "#/c/0 (API at " + server_->url() +
-                "api/campaigns/0/status)");
+    // The token is generated for this run: the URL carries it, as `hpctune dashboard` prints it.
+    console.log("dashboard: the live campaign at " + server_->browser_url() + "#/c/0 (API at " + server_->url() +
+                "api/campaigns/0/status with 'Authorization: Bearer " + server_->token() + "')");
     thread_ = std::thread([this] {
       Status served;
       try {

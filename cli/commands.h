@@ -89,7 +89,8 @@ struct DashboardArgs {
   std::vector<std::string> databases;
   std::string host = "127.0.0.1";
   int64_t port = 8080;
-  std::string token;
+  std::string token;                // "" = generated and printed
+  bool allow_other_owners = false;  // serve databases other users own
 };
 Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrupt);
 

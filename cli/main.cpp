@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
                           "resources.bind; default ipc://*, a socket in a private directory that only this user can reach)";
   std::string run_bind;
   auto* run_bind_opt = run_cmd->add_option("--bind", run_bind, bind_help)->type_name("ADDRESS");
-  const char* dashboard_help = "Serve the dashboard's API over this campaign on 127.0.0.1 while it runs";
+  const char* dashboard_help =
+      "Serve the dashboard over this campaign on 127.0.0.1 while it runs (its URL, with a generated token, is printed)";
   const char* dashboard_port_help = "The dashboard's port (default 8080; 0 = a free one, printed)";
   bool run_dashboard = false;
   std::string run_dashboard_port;
@@ -311,14 +312,17 @@ int main(int argc, char** argv) {
   DashboardArgs dash;
   std::string dash_port_text;
   auto* dash_cmd = app.add_subcommand(
-      "dashboard", "Serve campaign databases read-only as a JSON API (127.0.0.1 only, unless --host and a token)");
+      "dashboard", "Serve campaign databases read-only as a web app and JSON API (127.0.0.1 unless --host; a token always)");
   dash_cmd->add_option("db", dash.databases, "Campaign databases, or directories (each *.db in them)")->required();
   dash_cmd->add_option("--host", dash.host,
-                       "The address to listen on (default 127.0.0.1; any other needs a token: --token, or one "
-                       "is generated and printed)");
+                       "The address to listen on (default 127.0.0.1; 0.0.0.0 or :: = every address of this machine)");
   dash_cmd->add_option("--port", dash_port_text, "The port, 0..65535 (default 8080; 0 = a free one, printed)")
       ->type_name("INT");
-  dash_cmd->add_option("--token", dash.token, "The token every request must carry (at least 16 characters)");
+  dash_cmd->add_option("--token", dash.token,
+                       "The token every request must carry (default: generated and printed; 16 to 256 letters, "
+                       "digits, . _ ~ -)");
+  dash_cmd->add_flag("--allow-other-owners", dash.allow_other_owners,
+                     "Serve databases that another user owns (refused by default: their owner decides what is shown)");
 
   std::string master;
   int64_t worker_group = -1;

@@ -18,8 +18,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 std::string content_type_for(std::string_view path) {
   // The types a browser needs to run the app under `X-Content-Type-Options: nosniff`: a script or
   // stylesheet with any other type is refused. Scripts are application/javascript (a JavaScript
-  // type as good as text/javascript to a browser) because httplib leaves that type to server.cpp's
-  // gzip instead of compressing it with Brotli at its slowest on every request.
+  // type as good as text/javascript to a browser; the tests check it).
   static const std::pair<std::string_view, std::string_view> kTypes[] = {
       {".html", "text/html; charset=utf-8"},  {".js", "application/javascript; charset=utf-8"},
       {".mjs", "application/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},

@@ -1,6 +1,7 @@
 // What the dashboard's tests (test_dashboard, test_dashboard_web) serve and how: a small real
 // campaign (branin, the function trainer) run by the binary, and a server bound on a free port and
-// serving on a thread of its own until the end of the scope, with an httplib client for it.
+// serving on a thread of its own until the end of the scope, with httplib clients for it (with and
+// without its token).
 #pragma once
 
 #include <httplib.h>
@@ -60,7 +61,14 @@ struct RunningDashboard {
   }
   RunningDashboard(const RunningDashboard&) = delete;
   RunningDashboard& operator=(const RunningDashboard&) = delete;
+  // A client carrying the server's token (every request needs it, on every bind).
   httplib::Client client() const {
+    httplib::Client c = anonymous_client();
+    c.set_bearer_token_auth(server->token());
+    return c;
+  }
+  // A client without the token.
+  httplib::Client anonymous_client() const {
     httplib::Client c("127.0.0.1", server->port());
     c.set_connection_timeout(2, 0);
     c.set_read_timeout(5, 0);

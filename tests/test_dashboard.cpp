@@ -251,15 +251,20 @@ TEST_CASE("a Host header that is not the bound address is refused (DNS rebinding
   CHECK(get(c, "/api/campaigns", {{"Host", "127.0.0.1:1"}}).first == 403);
 }
 
-TEST_CASE("a non-loopback bind needs a token on every route") {
+TEST_CASE("every bind needs a token on every route, generated when none is given") {
   dashboard::ServerOptions o = local();
   o.host = "0.0.0.0";
-  CHECK(dashboard::Server::bind(o).error().code() == Errc::kUsage);  // no token: refused at start
+  o.port = 0;
+  {
+    auto generated = dashboard::Server::bind(o);  // no token given: one is generated
+    REQUIRE(generated.ok());
+    CHECK((*generated)->token().size() == 64);
+  }
   o.token = *dashboard::generate_token();
   CHECK(o.token.size() == 64);
   CHECK(*dashboard::generate_token() != o.token);
   Running r(o);
-  auto c = r.client();
+  auto c = r.anonymous_client();
   for (std::string path : {"/api/campaigns", "/api/campaigns/0/status", "/api/campaigns/0/trials",
                            "/api/campaigns/0/trials/1", "/api/nothing"}) {
     CAPTURE(path);
@@ -319,8 +324,17 @@ TEST_CASE("hpctune dashboard: prints the URL with the real port, serves, stops o
       10s));
   REQUIRE(port > 0);
   CHECK(port != 8080);
+  // On loopback too the token is generated and printed, and needed.
+  const std::string text = testing::read_file(log);
+  const auto tat = text.find("?token=TOKEN): ");
+  REQUIRE_MESSAGE(tat != std::string::npos, text);
+  const std::string loopback_token = text.substr(tat + 15, 64);
+  CHECK(text.find("open in a browser: http://127.0.0.1:" + std::to_string(port) + "/?token=" + loopback_token + "\n") !=
+        std::string::npos);
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(5, 0);
+  CHECK(get(c, "/api/campaigns").first == 401);
+  c.set_bearer_token_auth(loopback_token);
   auto [code, list] = get(c, "/api/campaigns");
   CHECK(code == 200);
   CHECK(list["campaigns"][0]["name"] == "dash-1");
@@ -381,6 +395,7 @@ TEST_CASE("run --dashboard serves the running campaign and stops with it; a port
   const std::string log = dir.file("live.log");
   auto child = testing::start_hpctune({"run", cfg, "--db", dir.file("live.db"), "--dashboard", "--dashboard-port", "0"}, log);
   int port = 0;
+  std::string token;
   REQUIRE_MESSAGE(testing::wait_until(
                       [&] {
                         const std::string text = testing::read_file(log);
@@ -388,13 +403,17 @@ TEST_CASE("run --dashboard serves the running campaign and stops with it; a port
                         const auto at = text.find(prefix);
                         if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
                         port = std::atoi(text.c_str() + at + prefix.size());
+                        const auto bearer = text.find("Authorization: Bearer ", at);
+                        if (bearer != std::string::npos) token = text.substr(bearer + 22, 64);
                         return true;
                       },
                       20s),
                   testing::read_file(log));
   REQUIRE(port > 0);
+  REQUIRE(token.size() == 64);
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(5, 0);
+  c.set_bearer_token_auth(token);
   auto [code, status] = get(c, "/api/campaigns/0/status");
   CHECK(code == 200);
   CHECK(status["campaign"]["name"] == "live");

@@ -204,14 +204,16 @@ TEST_CASE("off loopback the token guards every route, the assets too; the browse
   o.host = "0.0.0.0";
   o.token = *dashboard::generate_token();
   Running r(o);
-  auto c = r.client();
+  auto c = r.anonymous_client();
+  const std::string cookie_name = "hpctune_token_" + std::to_string(r.server->port());
+  CHECK(r.server->cookie_name() == cookie_name);
   for (std::string path : {"/", "/assets/app.js", "/assets/echarts.min.js", "/assets/nothing.js", "/api/campaigns"}) {
     CAPTURE(path);
     auto none = fetch(c, path);
     CHECK(none->status == 401);
     CHECK(none->body.find("Apache") == std::string::npos);
     check_security_headers(*none);
-    CHECK(fetch(c, path, {{"Cookie", "hpctune_token=" + o.token + "x"}})->status == 401);
+    CHECK(fetch(c, path, {{"Cookie", cookie_name + "=" + o.token + "x"}})->status == 401);
     CHECK(fetch(c, path, {{"Cookie", "other=" + o.token}})->status == 401);
     CHECK(fetch(c, path + "?token=" + o.token.substr(1))->status == 401);
   }
@@ -220,11 +222,11 @@ TEST_CASE("off loopback the token guards every route, the assets too; the browse
   auto first = fetch(c, "/?token=" + o.token);
   CHECK(first->status == 303);
   CHECK(first->get_header_value("Location") == "/");
-  CHECK(first->get_header_value("Set-Cookie") == "hpctune_token=" + o.token + "; HttpOnly; SameSite=Strict; Path=/");
+  CHECK(first->get_header_value("Set-Cookie") == cookie_name + "=" + o.token + "; HttpOnly; SameSite=Strict; Path=/");
   CHECK(first->get_header_value("Cache-Control") == "no-store");
   check_security_headers(*first);
   // Then every route works from the cookie alone (among other cookies, in any order).
-  const httplib::Headers cookie{{"Cookie", "a=1; hpctune_token=" + o.token + "; b=2"}};
+  const httplib::Headers cookie{{"Cookie", "a=1; " + cookie_name + "=" + o.token + "; b=2"}};
   auto index = fetch(c, "/", cookie);
   CHECK(index->status == 200);
   CHECK(index->get_header_value("Content-Type") == "text/html; charset=utf-8");
@@ -237,14 +239,17 @@ TEST_CASE("off loopback the token guards every route, the assets too; the browse
   CHECK(fetch(c, "/assets/app.css", {{"Authorization", "Bearer " + o.token}})->status == 200);
   CHECK(fetch(c, "/assets/app.css?token=" + o.token)->status == 200);
   // The Host check runs first, cookie or not.
-  CHECK(fetch(c, "/", {{"Cookie", "hpctune_token=" + o.token}, {"Host", "evil.example"}})->status == 403);
+  CHECK(fetch(c, "/", {{"Cookie", cookie_name + "=" + o.token}, {"Host", "evil.example"}})->status == 403);
 }
 
-TEST_CASE("on loopback without a token the app needs no cookie and ?token= is not a redirect") {
+TEST_CASE("on loopback too the token guards the app: generated when none is given, set by ?token=") {
   Running r(local());
-  auto c = r.client();
-  auto res = fetch(c, "/?token=anything-at-all-here");
-  CHECK(res->status == 200);
-  CHECK(res->get_header_value("Set-Cookie").empty());
+  auto c = r.anonymous_client();
+  CHECK(r.server->token().size() == 64);
+  CHECK(fetch(c, "/")->status == 401);
+  CHECK(fetch(c, "/?token=anything-at-all-here")->status == 401);
+  auto res = fetch(c, "/?token=" + r.server->token());
+  CHECK(res->status == 303);
+  CHECK(res->get_header_value("Set-Cookie").rfind(r.server->cookie_name() + "=", 0) == 0);
   CHECK(fetch(c, "/", {{"Host", "evil.example"}})->status == 403);
 }

@@ -285,13 +285,14 @@ async function makeFixtures() {
 
 let server;   // hpctune dashboard over every fixture
 let base;     // its URL, ending in '/'
+const tokens = {};  // each server's token (every request carries it), by its URL
 let browser;  // the persistent context (a fresh profile in tmp)
 let page;
 const problems = [];  // console errors, page errors, dialogs, foreign requests: each fails the test
 
 async function api(route, origin = base) {
   const url = new URL(route.replace(/^\//, ''), origin);
-  const res = await fetch(url, { signal: AbortSignal.timeout(10000) });
+  const res = await fetch(url, { headers: { Authorization: `Bearer ${tokens[origin]}` }, signal: AbortSignal.timeout(10000) });
   const text = await res.text();
   assert.equal(res.status, 200, `GET ${url}: ${res.status} ${text}`);
   return JSON.parse(text);
@@ -342,7 +343,8 @@ async function view(hash, name, origin = base) {
       else location.hash = h;
     }, hash);
   } else {
-    await page.goto(`${origin}#${hash}`);
+    // The URL the server printed, with its token: the server keeps it in a cookie and redirects to /.
+    await page.goto(`${origin}?token=${tokens[origin]}#${hash}`);
   }
   await page.waitForFunction((n) => {
     const s = document.getElementById(`view-${n}`);
@@ -403,8 +405,10 @@ const series = (opt, type) => (opt.series || []).filter((s) => !type || s.type =
 before(async () => {
   await makeFixtures();
   server = startHpctune(['dashboard', ...FIXTURES.map((f) => f.db), '--port', '0'], { cwd: tmp });
-  const m = await waitForOutput(server, /at (http:\/\/127\.0\.0\.1:\d+\/)/, 10000, 'hpctune dashboard');
+  const m = await waitForOutput(server, /open in a browser: (http:\/\/127\.0\.0\.1:\d+\/)\?token=([0-9a-f]{64})/, 10000,
+                                'hpctune dashboard');
   base = m[1];
+  tokens[base] = m[2];
   await openBrowser();
 }, { timeout: 150000 });
 
@@ -794,9 +798,10 @@ test('the overview updates while a campaign runs', { timeout: 60000 }, async () 
   const liveDb = path.join(tmp, 'live.db');
   const live = startHpctune(['run', config, '--db', liveDb, '--dashboard', '--dashboard-port', '0'], { cwd: tmp });
   try {
-    const m = await waitForOutput(live, /dashboard: the live campaign at (http:\/\/127\.0\.0\.1:\d+\/)/, 15000,
-                                  'hpctune run --dashboard');
+    const m = await waitForOutput(live, /dashboard: the live campaign at (http:\/\/127\.0\.0\.1:\d+\/)\?token=([0-9a-f]{64})/,
+                                  15000, 'hpctune run --dashboard');
     const origin = m[1];
+    tokens[origin] = m[2];
     await view('/c/0', 'overview', origin);
     const first = number(await figure('count-done'));
     const o = await api('api/campaigns/0/overview', origin);
