@@ -9,10 +9,17 @@
 // fortran_order False, a 1-D or 2-D shape of plain decimal sizes, at most kNpyMaxElements
 // elements, and a file size of exactly the header plus rows * cols * itemsize. Every error is
 // kInvalidArgument (kNotFound when the file does not exist, kIo when it cannot be read) and names
-// the path.
+// the path. A reader that opened the file itself (without following links: the ensemble stage,
+// workflow/trial_files.h) hands the descriptor to the fd overloads, which read it with pread and
+// never open a name; the path readers open with O_NONBLOCK and refuse what is not a regular file.
 //
 // Writing goes through <path>.tmp renamed onto <path>, so a reader never sees half a file.
 #pragma once
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cstdint>
@@ -111,31 +118,41 @@ inline bool parse_shape(const std::string& text, std::vector<int64_t>& dims) {
   return true;
 }
 
-// Reads the whole array of `path` whose dtype is `descr` and element size `itemsize`, checking
-// everything listed at the top; `dims` gets the shape.
-inline Result<std::vector<char>> read(const std::string& path, const char* descr, size_t itemsize,
-                                      std::vector<int64_t>& dims) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, path + ": no such file");
-  const auto file_size = std::filesystem::file_size(path, ec);
-  if (ec) return err(Errc::kIo, "cannot read " + path + ": " + ec.message());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return err(Errc::kIo, "cannot open " + path);
+// Reads exactly `n` bytes at `offset` of `fd`; false on an error or a short file.
+inline bool pread_exact(int fd, void* into, size_t n, uint64_t offset) {
+  char* p = static_cast<char*>(into);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got, n -= static_cast<size_t>(got), offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+// Reads the whole array of the open regular file `fd` (named `path` in messages) whose dtype is
+// `descr` and element size `itemsize`, checking everything listed at the top; `dims` gets the shape.
+inline Result<std::vector<char>> read_fd(int fd, const std::string& path, const char* descr, size_t itemsize,
+                                         std::vector<int64_t>& dims) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return err(Errc::kIo, "cannot read " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return err(Errc::kInvalidArgument, path + ": not a regular file");
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   auto bad = [&](const std::string& what) { return err(Errc::kInvalidArgument, path + ": " + what); };
   unsigned char start[8];
-  if (!in.read(reinterpret_cast<char*>(start), 8) || std::memcmp(start, "\x93NUMPY", 6) != 0)
+  if (!pread_exact(fd, start, 8, 0) || std::memcmp(start, "\x93NUMPY", 6) != 0)
     return bad("not a .npy file (no \\x93NUMPY magic)");
   const int major = start[6];
   uint64_t header_len = 0;
   uint64_t prefix = 0;
   if (major == 1) {
     unsigned char b[2];
-    if (!in.read(reinterpret_cast<char*>(b), 2)) return bad("truncated header");
+    if (!pread_exact(fd, b, 2, 8)) return bad("truncated header");
     header_len = b[0] | (static_cast<uint64_t>(b[1]) << 8);
     prefix = 10;
   } else if (major == 2 || major == 3) {
     unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) return bad("truncated header");
+    if (!pread_exact(fd, b, 4, 8)) return bad("truncated header");
     header_len = b[0] | (static_cast<uint64_t>(b[1]) << 8) | (static_cast<uint64_t>(b[2]) << 16) |
                  (static_cast<uint64_t>(b[3]) << 24);
     prefix = 12;
@@ -145,7 +162,7 @@ inline Result<std::vector<char>> read(const std::string& path, const char* descr
   if (header_len > kNpyMaxHeader) return bad("header of " + std::to_string(header_len) + " bytes is too long");
   if (prefix + header_len > file_size) return bad("truncated header");
   std::string header(static_cast<size_t>(header_len), '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_len))) return bad("truncated header");
+  if (!pread_exact(fd, header.data(), header.size(), prefix)) return bad("truncated header");
   const std::string found_descr = field(header, "descr");
   if (found_descr != std::string("'") + descr + "'")
     return bad("dtype " + (found_descr.empty() ? std::string("(none)") : found_descr) + ", expected '" + descr + "'");
@@ -164,8 +181,22 @@ inline Result<std::vector<char>> read(const std::string& path, const char* descr
     return bad("file of " + std::to_string(file_size) + " bytes, expected " +
                std::to_string(prefix + header_len + data_bytes) + " for its shape");
   std::vector<char> bytes(static_cast<size_t>(data_bytes));
-  if (data_bytes > 0 && !in.read(bytes.data(), static_cast<std::streamsize>(data_bytes))) return bad("truncated data");
+  if (data_bytes > 0 && !pread_exact(fd, bytes.data(), bytes.size(), prefix + header_len)) return bad("truncated data");
   return bytes;
+}
+
+// read_fd() of the file at `path`, opened without waiting on a FIFO.
+inline Result<std::vector<char>> read(const std::string& path, const char* descr, size_t itemsize,
+                                      std::vector<int64_t>& dims) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return err(Errc::kNotFound, path + ": no such file");
+    return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(e));
+  }
+  auto out = read_fd(fd, path, descr, itemsize, dims);
+  ::close(fd);
+  return out;
 }
 
 template <typename T>
@@ -205,6 +236,24 @@ inline Result<std::vector<int64_t>> read_npy_i64(const std::string& path) {
   std::vector<int64_t> dims;
   HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read(path, "<i8", sizeof(int64_t), dims));
   if (dims.size() != 1) return err(Errc::kInvalidArgument, path + ": not a 1-D array");
+  return npy_detail::as_values<int64_t>(bytes);
+}
+
+// The same two from a file already open (`fd`, a regular file, read from offset 0 with pread; not
+// closed), named `shown` in messages: for files opened without following links
+// (common/safe_open.h), read without opening their name again.
+inline Result<std::vector<float>> read_npy_f32(int fd, const std::string& shown, int64_t& rows, int64_t& cols) {
+  std::vector<int64_t> dims;
+  HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read_fd(fd, shown, "<f4", sizeof(float), dims));
+  if (dims.size() != 2) return err(Errc::kInvalidArgument, shown + ": not a 2-D array");
+  rows = dims[0], cols = dims[1];
+  return npy_detail::as_values<float>(bytes);
+}
+
+inline Result<std::vector<int64_t>> read_npy_i64(int fd, const std::string& shown) {
+  std::vector<int64_t> dims;
+  HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read_fd(fd, shown, "<i8", sizeof(int64_t), dims));
+  if (dims.size() != 1) return err(Errc::kInvalidArgument, shown + ": not a 1-D array");
   return npy_detail::as_values<int64_t>(bytes);
 }
 

@@ -96,7 +96,11 @@ inline Result<UniqueFd> open_own_at(int dir_fd, const std::string& name, bool di
 // link) is refused with kInvalidArgument.
 inline Result<UniqueFd> open_own_file_under(int dir_fd, std::string_view relative) {
   const auto parts = plain_components(relative);
-  if (parts.empty()) return err(Errc::kInvalidArgument, "'" + std::string(relative) + "' is not a plain relative path");
+  if (parts.empty()) {
+    std::string what = "'";  // appended, not "'" + ...: GCC 12 warns falsely (-Wrestrict, PR 105329)
+    what.append(relative).append("' is not a plain relative path");
+    return err(Errc::kInvalidArgument, what);
+  }
   UniqueFd dir;
   int at = dir_fd;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -124,8 +128,8 @@ struct ResolvedPath {
 
 // Resolves `path` component by component, following a symbolic link (40 at most) only where
 // links_trusted_in() its directory; the last component is followed the same way, and need not exist.
-// kInvalidArgument names the link that is refused (or a directory as the last component); kIo a
-// directory on the way that does not exist or cannot be opened.
+// kInvalidArgument names the link that is refused (or a directory as the last component); kNotFound
+// a directory on the way that does not exist; kIo one that cannot be opened.
 inline Result<ResolvedPath> resolve_without_planted_links(const std::string& path) {
   if (path.empty()) return err(Errc::kInvalidArgument, "an empty path");
   std::vector<std::string> todo;  // components still to walk, the next one last
@@ -152,7 +156,8 @@ inline Result<ResolvedPath> resolve_without_planted_links(const std::string& pat
     struct stat st {};
     if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT && last && name != "." && name != "..") return ResolvedPath{std::move(dir), name, shown + "/" + name};
-      return err(Errc::kIo, "cannot reach " + shown + "/" + name + ": " + std::strerror(errno));
+      const int e = errno;
+      return err(e == ENOENT ? Errc::kNotFound : Errc::kIo, "cannot reach " + shown + "/" + name + ": " + std::strerror(e));
     }
     if (S_ISLNK(st.st_mode)) {
       struct stat here {};

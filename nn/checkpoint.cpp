@@ -315,16 +315,30 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Result<Checkpoint> read_checkpoint(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, "no checkpoint at " + path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("open", path);
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (size < 0) return io_error("read", path);
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) return io_error("read", path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return err(Errc::kNotFound, "no checkpoint at " + path);
+    return io_error("open", path);
+  }
+  auto out = read_checkpoint(fd, path);
+  ::close(fd);
+  return out;
+}
+
+Result<Checkpoint> read_checkpoint(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return io_error("stat", path);
+  if (!S_ISREG(st.st_mode)) return malformed(path, "not a regular file");
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error("read", path);
+    if (n == 0) break;  // shorter than it was: the checks below say so
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
   if (bytes.size() < kHeaderBytes) return malformed(path, "shorter than its header");
   if (std::memcmp(bytes.data(), kMagic, 8) != 0) return malformed(path, "not a checkpoint (bad magic)");
   Reader h(bytes.data() + 8, kHeaderBytes - 8);
@@ -459,7 +473,19 @@ Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir) {
   std::vector<Checkpoint> parts;
   size_t covered = 0;  // stage files are read until they tile the model
   for (int stage = 0;; ++stage) {
-    auto part = read_checkpoint(checkpoint_path(trial_dir, stage));
+    // A trial's stage files are the trainer's own: a link in their place (planted in a trial's
+    // directory) is not followed, a FIFO not waited on.
+    const std::string path = checkpoint_path(trial_dir, stage);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0) {
+      const int e = errno;
+      if (e == ENOENT && stage > 0) break;
+      if (e == ENOENT) return err(Errc::kNotFound, "no checkpoint at " + path);
+      if (e == ELOOP) return malformed(path, "a symbolic link: not followed");
+      return io_error("open", path);
+    }
+    auto part = read_checkpoint(fd, path);
+    ::close(fd);
     if (!part.ok()) {
       if (part.error().code() == Errc::kNotFound && stage > 0) break;
       return std::move(part).error();

@@ -106,6 +106,9 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c);
 // checksum mismatch, malformed payload or manifest, a model hash that is not its manifest's). The
 // caller compares run_hash (to resume) or the manifest (to load, below) itself.
 Result<Checkpoint> read_checkpoint(const std::string& path);
+// The same from a file already open (`fd`, read from offset 0 with pread, not closed), named `path`
+// in messages; what is not a regular file is kInvalidArgument.
+Result<Checkpoint> read_checkpoint(int fd, const std::string& path);
 
 // ---- layout independence ----
 // One checkpoint of the whole model from the stage checkpoints of one pipeline (any order): the
@@ -118,7 +121,8 @@ Result<Checkpoint> merge_checkpoints(std::vector<Checkpoint> parts);
 // included: a whole-model file cut into a pipeline stage's. run_hash is 0.
 Result<Checkpoint> slice_checkpoint(const Checkpoint& c, size_t first, size_t last);
 // Reads <trial_dir>/checkpoint-stage0.bin, -stage1.bin, ... and merges them: the trial's model,
-// whatever layout wrote it. kNotFound when the trial has no checkpoint.
+// whatever layout wrote it. kNotFound when the trial has no checkpoint; a stage file that is a
+// symbolic link (or not a regular file) is kInvalidArgument, never followed.
 Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir);
 // read_trial_checkpoint(trial_dir) written atomically to `path`: the single-file export. A trial
 // that is still training rewrites its stage files after every epoch, each atomically; stages caught

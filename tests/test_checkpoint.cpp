@@ -6,6 +6,8 @@
 // test_classifier_training.cpp.)
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -480,5 +482,31 @@ TEST_CASE("network surgery: a source model's layers under a new output layer of 
     CHECK(probs[0] + probs[1] + probs[2] + probs[3] + probs[4] + probs[5] + probs[6] == doctest::Approx(1.0));
     CHECK(manifest_of(net).layers[3].shapes == std::vector<std::vector<int64_t>>{{8, 7}, {7}});
     CHECK(net.replace_output_layer(1, head_rng).error().code() == Errc::kInvalidArgument);
+  }
+}
+
+TEST_CASE("checkpoint: a trial's stage file that is a symbolic link or a FIFO is refused, not followed nor waited on") {
+  // What a trainer reads of init_from / resume_from: another trial's directory, where a link to a
+  // file outside could have been planted (issue 21).
+  Network net = make_net(Shape{1, 4, 4}, {dense(8)}, 3, 1);
+  TempDir outside, trial;
+  REQUIRE(write_checkpoint(outside.file("model.bin"), checkpoint_of(net, 0, net.num_layers())).ok());
+  const std::string stage0 = checkpoint_path(trial.path, 0);
+  SUBCASE("a link to a valid checkpoint outside") {
+    std::filesystem::create_symlink(outside.file("model.bin"), stage0);
+    auto r = read_trial_checkpoint(trial.path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().message() == "checkpoint " + stage0 + " is unusable: a symbolic link: not followed");
+  }
+  SUBCASE("a FIFO") {
+    REQUIRE(::mkfifo(stage0.c_str(), 0600) == 0);
+    auto r = read_trial_checkpoint(trial.path);  // returns at once: a FIFO is opened O_NONBLOCK
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "checkpoint " + stage0 + " is unusable: not a regular file");
+  }
+  SUBCASE("the same file copied in is read") {
+    std::filesystem::copy_file(outside.file("model.bin"), stage0);
+    CHECK(read_trial_checkpoint(trial.path).ok());
   }
 }

@@ -7,6 +7,8 @@
 // were trained with.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -355,6 +357,35 @@ TEST_CASE("pbt: a top member continues with its own params from its own snapshot
   CHECK_FALSE(fs::exists(h.dir(0) + "/checkpoint-stage0.bin"));
   // At the last step: no pause, the member ends done.
   CHECK(h.report(0, 6, 0.96).kind == Verdict::Kind::kContinue);
+}
+
+TEST_CASE("pbt: a checkpoint that is a link out of the trial's directory, or a FIFO, is refused, never copied") {
+  Harness h(pbt_spec());
+  first_round(h);
+  const std::string outside = h.tmp.file("outside.bin");
+  std::ofstream(outside) << "someone else's file";
+  const std::string planted = h.dir(0) + "/checkpoint-stage0.bin";
+  std::string why;
+  SUBCASE("a symbolic link") {
+    fs::create_symlink(outside, planted);
+    why = "symbolic link";
+  }
+  SUBCASE("a FIFO") {
+    REQUIRE(::mkfifo(planted.c_str(), 0600) == 0);
+    why = "not a regular file";
+  }
+  Verdict v = h.report(0, 4, 0.95);
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  auto s = h.source->on_paused(h.view(0), 4);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code() == Errc::kFailed);
+  INFO(s.error().message());
+  CHECK(s.error().message().find("pbt: trial " + std::to_string(h.members.at(0).id) + " at step 4: its checkpoint " +
+                                 planted + " is refused: ") == 0);
+  CHECK(s.error().message().find(why) != std::string::npos);
+  // Nothing of the file outside went into a snapshot another member would train from.
+  CHECK_FALSE(fs::exists(v.resume_from + "/checkpoint-stage0.bin"));
+  CHECK_FALSE(fs::exists(v.resume_from + ".tmp/checkpoint-stage0.bin"));
 }
 
 TEST_CASE("pbt: explore with resampling stays inside the space; a snapshot needs checkpoint files") {

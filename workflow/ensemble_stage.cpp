@@ -15,6 +15,7 @@
 #include "common/rng.h"
 #include "common/text.h"
 #include "ensemble/ensemble.h"
+#include "workflow/trial_files.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -161,7 +162,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
     std::vector<Loaded> loaded;
     loaded.reserve(in.usable.size());
     for (const Candidate& c : in.usable) {
-      HPCTUNE_ASSIGN(Loaded l, load(c));
+      HPCTUNE_ASSIGN(Loaded l, load(ctx, c));
       if (!loaded.empty()) HPCTUNE_TRY(lines_up(in.usable.front(), loaded.front(), c, l));
       loaded.push_back(std::move(l));
     }
@@ -249,24 +250,19 @@ class EnsembleStage final : public scheduler::StageRuntime {
       if (const std::size_t k = kind_index(a.kind); k < kKinds && a.attempt == latest) c.paths[k] = a.path;
     for (std::size_t k = 0; k < kKinds; ++k) {
       if (c.paths[k].empty()) return false;
-      HPCTUNE_ASSIGN(c.paths[k], resolve(ctx, t.id, c.paths[k], kPredictionKinds[k]));
+      HPCTUNE_TRY(resolve(ctx, t.id, c.paths[k], kPredictionKinds[k]));  // kept as recorded: load() opens it
     }
     return true;
   }
 
   // An artifact's path, relative ones against the trial's directory. The path was sent by a trainer
-  // group: with trial directories it must lie inside the trial's own.
-  Result<std::string> resolve(const scheduler::StageContext& ctx, int64_t trial, const std::string& path,
-                              const char* kind) const {
+  // group: with trial directories it must lie inside the trial's own (lexically here; load() opens
+  // it without following a link, trial_files.h).
+  Status resolve(const scheduler::StageContext& ctx, int64_t trial, const std::string& path, const char* kind) const {
     const std::string dir = ctx.trial_dir(trial);
-    if (dir.empty()) return path;
-    const fs::path full = fs::path(path).is_absolute() ? fs::path(path) : fs::path(dir) / path;
-    const std::string normal = full.lexically_normal().string();
-    const std::string inside = fs::path(dir).lexically_normal().string() + "/";
-    if (normal.compare(0, inside.size(), inside) != 0)
-      return failed("trial " + std::to_string(trial) + "'s " + kind + " artifact " + path +
-                    " is outside its trial directory " + dir);
-    return normal;
+    if (dir.empty() || !relative_to_trial(dir, path).empty()) return {};
+    return failed("trial " + std::to_string(trial) + "'s " + kind + " artifact " + path +
+                  " is outside its trial directory " + dir);
   }
 
   // The done trials of the input stages (and, with `own`, this stage's retrained ones) and which
@@ -345,22 +341,33 @@ class EnsembleStage final : public scheduler::StageRuntime {
     return plan;
   }
 
-  // Reads a member's five files and checks their shapes against each other.
-  Result<Loaded> load(const Candidate& c) const {
+  // Reads a member's five files and checks their shapes against each other. Each is opened once,
+  // inside the trial's directory without following a link (trial_files.h), and read from that
+  // descriptor: a link planted in the trial's directory, a FIFO or another user's file is refused.
+  Result<Loaded> load(const scheduler::StageContext& ctx, const Candidate& c) const {
     auto named = [&](const Error& e) { return failed("trial " + std::to_string(c.trial) + ": " + e.message()); };
+    auto open = [&](std::size_t k) -> Result<UniqueFd> {
+      auto fd = open_trial_file(ctx.run_dir, c.trial, c.paths[k]);
+      if (!fd.ok())
+        return failed("trial " + std::to_string(c.trial) + "'s " + kPredictionKinds[k] + " artifact " + c.paths[k] +
+                      " is refused: " + fd.error().message());
+      return fd;
+    };
     Loaded l;
     ensemble::Probabilities* probs[2] = {&l.val, &l.test};
-    for (int p = 0; p < 2; ++p) {
+    for (std::size_t p = 0; p < 2; ++p) {
+      HPCTUNE_ASSIGN(UniqueFd fd, open(p));
       int64_t rows = 0, cols = 0;
-      auto values = read_npy_f32(c.paths[p], rows, cols);
+      auto values = read_npy_f32(fd.get(), c.paths[p], rows, cols);
       if (!values.ok()) return named(values.error());
       probs[p]->rows = static_cast<std::size_t>(rows);
       probs[p]->classes = static_cast<std::size_t>(cols);
       probs[p]->values.assign(values->begin(), values->end());
     }
     std::vector<int64_t>* lists[3] = {&l.val_indices, &l.val_labels, &l.test_labels};
-    for (int k = 0; k < 3; ++k) {
-      auto values = read_npy_i64(c.paths[2 + k]);
+    for (std::size_t k = 0; k < 3; ++k) {
+      HPCTUNE_ASSIGN(UniqueFd fd, open(2 + k));
+      auto values = read_npy_i64(fd.get(), c.paths[2 + k]);
       if (!values.ok()) return named(values.error());
       *lists[k] = std::move(values).value();
     }

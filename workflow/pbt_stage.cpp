@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <dirent.h>
+#include <fstream>
 #include <filesystem>
 #include <set>
 #include <system_error>
 
 #include "common/rng.h"
 #include "store/store.h"
+#include "workflow/trial_files.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -32,16 +35,61 @@ bool is_checkpoint_file(const std::string& name) {
   return name.starts_with("checkpoint-stage") && name.ends_with(".bin");
 }
 
-// The checkpoint files a trainer left in `trial_dir`, sorted.
-Result<std::vector<fs::path>> checkpoint_files(const std::string& trial_dir, const std::string& what) {
-  std::error_code ec;
-  std::vector<fs::path> files;
-  for (fs::directory_iterator it(trial_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec) && is_checkpoint_file(it->path().filename().string())) files.push_back(it->path());
+// The checkpoint files a trainer left in `trial_dir` (<run_dir>/<trial>), sorted, each opened
+// without following a link as the user's own regular file (trial_files.h): a link planted there,
+// a FIFO or another user's file is an error naming it, never copied into a snapshot that another
+// member then trains from.
+struct CheckpointFiles {
+  UniqueFd dir;
+  std::vector<std::pair<std::string, UniqueFd>> files;  // by name
+};
+
+Result<CheckpointFiles> checkpoint_files(const std::string& trial_dir, const std::string& what) {
+  const fs::path td(trial_dir);
+  CheckpointFiles out;
+  {
+    auto dir = open_trial_dir(td.parent_path().string(), td.filename().string());
+    if (!dir.ok()) return err(Errc::kFailed, what + "its directory " + trial_dir + " is refused: " + dir.error().message());
+    out.dir = std::move(dir).value();
   }
-  if (ec) return err(Errc::kIo, what + "cannot list its directory " + trial_dir + ": " + ec.message());
-  std::sort(files.begin(), files.end());
-  return files;
+  const int listed = ::dup(out.dir.get());
+  DIR* d = listed < 0 ? nullptr : ::fdopendir(listed);
+  if (d == nullptr) {
+    if (listed >= 0) ::close(listed);
+    return err(Errc::kIo, what + "cannot list its directory " + trial_dir + ": " + std::strerror(errno));
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (is_checkpoint_file(e->d_name)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    auto fd = open_own_at(out.dir.get(), name, /*directory=*/false);
+    if (!fd.ok()) {
+      return err(Errc::kFailed, what + "its checkpoint " + trial_dir + "/" + name + " is refused: " + fd.error().message());
+    }
+    out.files.emplace_back(name, std::move(fd).value());
+  }
+  return out;
+}
+
+// Copies the open file `from` (read from its start) to the new file `to`.
+Status copy_open_file(int from, const std::string& shown, const std::string& to) {
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  if (!out) return err(Errc::kIo, "cannot create " + to);
+  char buf[1 << 16];
+  off_t offset = 0;
+  while (true) {
+    const ssize_t n = ::pread(from, buf, sizeof buf, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return err(Errc::kIo, "cannot read " + shown + ": " + std::strerror(errno));
+    if (n == 0) break;
+    out.write(buf, n);
+    offset += n;
+  }
+  out.flush();
+  if (!out) return err(Errc::kIo, "cannot write " + to);
+  return {};
 }
 
 // Moves the checkpoint of `trial_dir` into the snapshot `dest`, whole or not at all: copied into a
@@ -56,10 +104,10 @@ Result<std::vector<fs::path>> checkpoint_files(const std::string& trial_dir, con
 // it trains, for its own crash-resume.
 Status make_snapshot(const std::string& trial_dir, const std::string& dest, int64_t trial_id, int64_t step) {
   const std::string what = "pbt: trial " + std::to_string(trial_id) + " at step " + std::to_string(step) + ": ";
-  HPCTUNE_ASSIGN(std::vector<fs::path> files, checkpoint_files(trial_dir, what));
+  HPCTUNE_ASSIGN(CheckpointFiles found, checkpoint_files(trial_dir, what));
   std::error_code ec;
   if (!fs::is_directory(dest, ec)) {
-    if (files.empty()) {
+    if (found.files.empty()) {
       return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
                                     ": a pbt stage needs a trainer that saves checkpoints (mlp, cnn)");
     }
@@ -68,16 +116,18 @@ Status make_snapshot(const std::string& trial_dir, const std::string& dest, int6
     ec.clear();
     fs::create_directories(tmp, ec);
     if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
-    for (const fs::path& f : files) {
-      fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing, ec);
-      if (ec) return err(Errc::kIo, what + "cannot copy " + f.string() + " into " + tmp + ": " + ec.message());
+    for (const auto& [name, fd] : found.files) {
+      const std::string shown = trial_dir + "/" + name;
+      if (auto st = copy_open_file(fd.get(), shown, tmp + "/" + name); !st.ok())
+        return err(Errc::kIo, what + "cannot copy " + shown + " into " + tmp + ": " + st.error().message());
     }
     fs::rename(tmp, dest, ec);
     if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
   }
-  for (const fs::path& f : files) {
-    fs::remove(f, ec);
-    if (ec) return err(Errc::kIo, what + "cannot remove " + f.string() + " (kept in " + dest + "): " + ec.message());
+  for (const auto& [name, fd] : found.files) {
+    if (::unlinkat(found.dir.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+      return err(Errc::kIo, what + "cannot remove " + trial_dir + "/" + name + " (kept in " + dest + "): " +
+                                std::strerror(errno));
   }
   return {};
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <dirent.h>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "common/rng.h"
 #include "common/text.h"
 #include "search/searcher.h"
+#include "workflow/trial_files.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -96,18 +98,54 @@ json metric_or_null(const json& metrics, const char* name) {
   return it != metrics.end() && it->is_number() ? *it : json(nullptr);
 }
 
-// Whether `dir` holds a checkpoint-stage*.bin (nn/checkpoint.h's names: one file per model stage).
-bool has_checkpoint_files(const std::string& dir) {
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return false;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("checkpoint-stage", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".bin" &&
-        entry.is_regular_file(ec)) {
-      return true;
-    }
+bool is_checkpoint_name(const std::string& name) {
+  return name.rfind("checkpoint-stage", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".bin";
+}
+
+// Whether trial `trial`'s directory under `run_dir` holds a checkpoint-stage*.bin (nn/checkpoint.h's
+// names: one file per model stage). The directory and every such file are opened without following
+// a link, as the user's own regular files (trial_files.h): one that is not (a link planted there, a
+// FIFO, another user's file) is an error naming it, not a source a trainer would then read.
+Result<bool> has_checkpoint_files(const std::string& run_dir, int64_t trial) {
+  auto dir = open_trial_dir(run_dir, trial);
+  if (!dir.ok()) {
+    if (dir.error().code() == Errc::kNotFound) return false;
+    return err(dir.error().code(), "its trial directory is refused: " + dir.error().message());
   }
-  return false;
+  const int listed = ::dup(dir->get());
+  if (listed < 0) return err(Errc::kIo, std::string("cannot list its trial directory: ") + std::strerror(errno));
+  DIR* d = ::fdopendir(listed);
+  if (d == nullptr) {
+    ::close(listed);
+    return err(Errc::kIo, std::string("cannot list its trial directory: ") + std::strerror(errno));
+  }
+  bool found = false;
+  std::string refused;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (!is_checkpoint_name(name)) continue;
+    auto fd = open_own_at(dir->get(), name, /*directory=*/false);
+    if (!fd.ok()) {
+      refused = "its checkpoint " + name + " is refused: " + fd.error().message();
+      break;
+    }
+    found = true;
+  }
+  ::closedir(d);
+  if (!refused.empty()) return err(Errc::kInvalidArgument, refused);
+  return found;
+}
+
+// Whether the stage's `checkpoint` file can be a source: reached without a link planted by
+// someone else (resolve_without_planted_links) and a regular file (opened without waiting).
+Status checkpoint_key_usable(const std::string& path) {
+  auto at = resolve_without_planted_links(path);
+  if (!at.ok()) return err(at.error().code(), "is refused: " + at.error().message());
+  UniqueFd fd(::openat(at->dir.get(), at->name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return err(Errc::kNotFound, "does not exist or is not a regular file");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return err(Errc::kInvalidArgument, "does not exist or is not a regular file");
+  return {};
 }
 
 // An absolute path, so that a trainer finds the files whatever its working directory.
@@ -199,10 +237,11 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
   if (ctx.store == nullptr) return err(Errc::kInvalidArgument, "stage '" + name_ + "': begun without a store");
   sources_.clear();
   if (!s_.checkpoint.empty()) {
-    std::error_code ec;
-    if (!fs::is_regular_file(s_.checkpoint, ec)) {
+    // The config's own file (the user's choice, perhaps a colleague's model): a link is followed
+    // only where nobody else can have made it, and a FIFO is never waited on.
+    if (auto st = checkpoint_key_usable(s_.checkpoint); !st.ok()) {
       return err(Errc::kFailed, "stage '" + name_ + "': no source: the checkpoint file '" + s_.checkpoint +
-                                    "' does not exist or is not a regular file");
+                                    "' " + st.error().message());
     }
     sources_.push_back({0, absolute(s_.checkpoint), json::object(), 0});
     begun_ = true;
@@ -241,17 +280,33 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
   std::vector<std::string> skipped;
   for (const auto& [value, row] : done) {
     if (static_cast<int64_t>(sources_.size()) >= s_.sources) break;
-    // Its checkpoints: where the trainer said it wrote them, else where trials keep their files.
+    // Its checkpoints: where the trainer said it wrote them, else where trials keep their files;
+    // either opened inside the trial's directory without following a link (trial_files.h).
+    const std::string trial_label = "stage '" + name_ + "': trial " + std::to_string(row->id);
     std::string dir;
     HPCTUNE_ASSIGN(auto artifacts, ctx.store->artifacts(row->id));
     for (const auto& a : artifacts) {
-      std::error_code ec;
-      if (a.kind == "checkpoint" && fs::is_regular_file(a.path, ec)) {
-        dir = fs::path(a.path).parent_path().string();
-        break;
+      if (a.kind != "checkpoint") continue;
+      auto fd = open_trial_file(ctx.run_dir, row->id, a.path, /*outside_allowed=*/true);
+      if (!fd.ok()) {
+        if (fd.error().code() == Errc::kNotFound) continue;  // removed since: not a source
+        return err(Errc::kFailed, trial_label + "'s checkpoint artifact " + a.path + " is refused: " +
+                                      fd.error().message());
       }
+      const std::string inside = ctx.run_dir.empty() ? "" : relative_to_trial(ctx.trial_dir(row->id), a.path);
+      if (inside.empty()) {
+        dir = fs::path(a.path).parent_path().string();
+      } else {
+        const fs::path sub = fs::path(inside).parent_path();
+        dir = sub.empty() ? ctx.trial_dir(row->id) : (fs::path(ctx.trial_dir(row->id)) / sub).string();
+      }
+      break;
     }
-    if (dir.empty() && has_checkpoint_files(ctx.trial_dir(row->id))) dir = ctx.trial_dir(row->id);
+    if (dir.empty() && !ctx.run_dir.empty()) {
+      auto has = has_checkpoint_files(ctx.run_dir, row->id);
+      if (!has.ok()) return err(Errc::kFailed, trial_label + ": " + has.error().message());
+      if (*has) dir = ctx.trial_dir(row->id);
+    }
     if (dir.empty()) {
       skipped.push_back(std::to_string(row->id));
       continue;
