@@ -506,7 +506,12 @@ Status write_export(const std::string& db, const std::string& output, const std:
   struct stat db_st {};
   if (::stat(db.c_str(), &db_st) != 0) return err(Errc::kIo, "cannot stat " + db + ": " + std::strerror(errno));
   const mode_t mode = db_st.st_mode & 0777;
-  HPCTUNE_ASSIGN(ResolvedPath out, resolve_without_planted_links(output));
+  auto resolved = resolve_without_planted_links(output);
+  // A directory on the way that does not exist is a write that cannot be made (exit 1, as a full
+  // disk), not a missing input.
+  if (!resolved.ok() && resolved.error().code() == Errc::kNotFound)
+    return err(Errc::kIo, "cannot write " + output + ": " + resolved.error().message());
+  HPCTUNE_ASSIGN(ResolvedPath out, std::move(resolved));
   const int dir = out.dir.get();
   if (names_database(db, dir, out.name)) {
     return err(Errc::kUsage, "-o " + output + " is the database " + db +
