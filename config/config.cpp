@@ -1972,7 +1972,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
         auto place = [&](const std::string& below) {
           return given != nullptr ? mark_below(given->value, given->key_mark, below) : walker.mark_of(at);
         };
-        PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"]);
+        PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"], step_key);
         if (!schedule.ok()) return fail(place(schedule.problem_at), at + schedule.problem_at, schedule.problem);
         const std::string kind = own->trainer.value("kind", "");
         json& intervals = st.settings["schedule"];
@@ -1990,13 +1990,16 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
             it.value() = std::move(checked).value();
           }
         }
-        // With a schedule, the stage trains to its end (workflow/pbt_policy.h).
-        const int64_t end = schedule.replay.back().at("epochs").get<int64_t>();
-        if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
-          return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
-                      std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
-                          std::to_string(end) + "), which a replay trains to; leave steps out");
-        st.settings["steps"] = end;
+        // With a schedule, the stage trains to its end (workflow/pbt_policy.h). A kind without a step
+        // setting is refused below (trainer_lacks).
+        if (!step_key.empty()) {
+          const int64_t end = schedule.replay.back().at(step_key).get<int64_t>();
+          if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
+            return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+                        std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
+                            std::to_string(end) + "), which a replay trains to; leave steps out");
+          st.settings["steps"] = end;
+        }
       }
     }
     if (st.kind == "transfer") {
