@@ -994,6 +994,18 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
   CHECK(c.normalized["stages"][1]["from"] == json::array({"tune"}));
 }
 
+TEST_CASE("trainer.provides: a command trainer's declaration is read, and a search needs none") {
+  const std::string head = "name: c\nobjective: {metric: loss}\nsearch: {max_trials: 2}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n";
+  auto c = parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\", provides: [checkpoints, predictions]}\n");
+  CHECK(c.trainer["provides"] == json::array({"checkpoints", "predictions"}));
+  CHECK(parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\"}\n").trainer["provides"] == json::array());
+  CHECK(parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\", provides: []}\n").trainer["provides"] ==
+        json::array());
+  // Only the command kind declares it: the others' capabilities are the catalog's.
+  CHECK(parse_error(head + "trainer: {kind: mlp, provides: [predictions]}\n").find("trainer.provides") !=
+        std::string::npos);
+}
+
 TEST_CASE("stages: bad graphs and stages are config errors with their place") {
   const std::string search =
       "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
