@@ -432,7 +432,7 @@ Status cmd_schedule(const std::string& db, const std::string& stage, const std::
   HPCTUNE_ASSIGN(store::StageRow pbt, report::find_pbt_stage(stages, stage));
   HPCTUNE_ASSIGN(std::string out, report::schedule_text(pbt, format));
   // What is printed can be replayed: the intervals chain from step 0 (workflow/pbt_policy.h).
-  if (auto replay = workflow::replay_schedule(pbt.result["schedule"]); !replay.ok()) {
+  if (auto replay = workflow::replay_schedule(pbt.result["schedule"], ""); !replay.ok()) {
     return err(Errc::kFailed, "pbt stage '" + pbt.name + "': its recorded schedule cannot be replayed: " +
                                   replay.error().message());
   }

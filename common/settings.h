@@ -38,7 +38,7 @@ enum class SettingType {
   kString,     // with `choices`: one of them (the config calls it an enum)
   kDuration,   // seconds; the config also reads "90s", "10m", ... and hands on the seconds
   kIntList,    // an integer or a list of integers (possibly empty), each within the bounds
-  kValueList,  // a non-empty list of any values (checked by the code that reads it)
+  kValueList,  // a non-empty list of any values (checked by the code that reads it); [] only as the default
   kStringMap,  // a map of names to strings (numbers and booleans are taken as their text)
 };
 
@@ -171,7 +171,10 @@ inline Result<nlohmann::json> check_setting(const SettingDecl& d, const nlohmann
       return out;
     }
     case SettingType::kValueList:
-      if (!v.is_array() || v.empty()) return bad("a non-empty list");
+      // Empty only where the default is the empty list (a command trainer's provides: nothing), as
+      // the config's table reads it (config/settings.cpp).
+      if (!v.is_array() || (v.empty() && !(d.default_value.is_array() && d.default_value.empty())))
+        return bad("a non-empty list");
       return v;
     case SettingType::kStringMap:
       if (!v.is_object()) return bad("a map of names to strings");

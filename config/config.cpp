@@ -896,10 +896,57 @@ const Setting* trainer_setting_of(const std::string& kind, const std::string& na
   } else {
     std::vector<std::string> names;
     for (const auto* s : kind_settings) names.emplace_back(leaf_name(s->path));
-    if (kind == "function") names.push_back("x1, x2, ...");
+    const auto* can = trainers::trainer_capabilities(kind);
+    if (can != nullptr && can->params_hint != nullptr) names.push_back(can->params_hint);
     *what += " (its settings: " + join(names, ", ") + ")";
   }
   return nullptr;
+}
+
+// The kinds of the catalog that write `what` (predictions or checkpoints): "mlp and cnn".
+std::string writers_of(std::string_view what) {
+  std::vector<std::string> kinds;
+  for (const auto& k : trainers::trainer_catalog()) {
+    const auto& out = what == trainers::kProvidesPredictions ? k.can.predictions : k.can.checkpoints;
+    if (out.written) kinds.push_back(k.kind);
+  }
+  if (kinds.empty()) return "none";
+  std::string last = kinds.back();
+  kinds.pop_back();
+  return kinds.empty() ? last : join(kinds, ", ") + " and " + last;
+}
+
+// Why the trainer of stage `input` does not give a `consumer` stage the `what` it needs
+// (trainers::kProvidesPredictions or kProvidesCheckpoints), naming the key that says so; nullopt
+// when it does. A kind with a provides_setting (command) declares it there; a stage cannot read a
+// program's own predictions or checkpoints yet (that side of the contract is not built), so a
+// declaration is refused too, saying so.
+std::optional<std::string> trainer_lacks(const std::string& consumer, const std::string& input, const json& trainer,
+                                         const char* what) {
+  const std::string kind = trainer.value("kind", "");
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr) return std::nullopt;  // the walker refused the kind
+  const std::string of = "trainer kind '" + kind + "' of stage '" + input + "'";
+  const std::string needs = "the " + consumer + " needs " + what + ", and ";
+  if (can->provides_setting != nullptr) {
+    const std::string key = std::string("trainer.") + can->provides_setting;
+    bool declared = false;
+    const json none = json::array();
+    const json& list = trainer.contains(can->provides_setting) ? trainer[can->provides_setting] : none;
+    for (const auto& v : list) declared = declared || v == what;
+    if (!declared) return needs + of + " provides none (" + key + ")";
+    return std::string(what) + " declared by " + of + " (" + key + "): not supported yet for stages of kind " +
+           consumer + ", which read only those of " + writers_of(what);
+  }
+  const trainers::TrainerOutput& out = std::string_view(what) == trainers::kProvidesPredictions ? can->predictions
+                                                                                               : can->checkpoints;
+  if (!out.written) return needs + of + " writes none (" + writers_of(what) + " do)";
+  if (out.switch_setting != nullptr && trainer.contains(out.switch_setting) && trainer[out.switch_setting].is_boolean() &&
+      !trainer[out.switch_setting].get<bool>())
+    return needs + "stage '" + input + "' turns them off (its trainer." + out.switch_setting + " is false)";
+  if (consumer == "pbt" && can->step_setting == nullptr)
+    return needs + "a step setting to train each interval to, and " + of + " has none";
+  return std::nullopt;
 }
 
 // A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
@@ -1109,12 +1156,12 @@ class Builder {
     return Status::Ok();
   }
 
-  // The last step the trainer reports at: its steps (sleep, function) or epochs (mlp, cnn), the
-  // largest value when that setting is searched; nullopt for a command, whose steps are its own.
+  // The last step the trainer reports at: its step setting (the catalog's, trainer_settings.h), the
+  // largest value when that setting is searched; nullopt for a kind whose steps are its reports' own.
   std::optional<int64_t> trainer_last_step() const {
     const json& t = root_["trainer"];
-    const std::string kind = t["kind"].get<std::string>();
-    const char* key = kind == "sleep" || kind == "function" ? "steps" : kind == "mlp" || kind == "cnn" ? "epochs" : nullptr;
+    const auto* can = trainers::trainer_capabilities(t["kind"].get<std::string>());
+    const char* key = can != nullptr ? can->step_setting : nullptr;
     if (key == nullptr) return std::nullopt;
     std::optional<int64_t> last;
     auto consider = [&](const json& v) {
@@ -1147,13 +1194,35 @@ class Builder {
       if (auto problem = classes_problem_at(t["classes"], "trainer.classes"))
         return w_.fail(w_.mark_of(problem->first), problem->first, problem->second);
     }
-    if (t["kind"] == "function") HPCTUNE_TRY(check_function_trainer(c));
-    if (t["kind"] == "command" && t.contains("command") && t["command"].is_string()) {
-      if (auto unsafe = unsafe_placeholder(t["command"].get<std::string>()))
-        return w_.fail(w_.mark_of("trainer.command"), "trainer.command", *unsafe);
+    const auto* can = trainers::trainer_capabilities(t["kind"].get<std::string>());
+    if (can == nullptr) return Status::Ok();  // the walker refused the kind
+    if (can->params == trainers::TrainerParams::kTestFunctionArgs) HPCTUNE_TRY(check_function_trainer(c));
+    if (const char* key = can->command_setting; key != nullptr && t.contains(key) && t[key].is_string()) {
+      if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
+        return w_.fail(w_.mark_of(std::string("trainer.") + key), std::string("trainer.") + key, *unsafe);
+      HPCTUNE_TRY(check_command_placeholders(c, key));
     }
-    if (t["kind"] == "command") HPCTUNE_TRY(check_command_placeholders(c));
+    if (can->provides_setting != nullptr) HPCTUNE_TRY(check_provides(c, can->provides_setting));
     return check_assign_size(c);
+  }
+
+  // The kind's provides setting: a list of "predictions" and "checkpoints", each once.
+  Status check_provides(const CampaignConfig& c, const char* key) {
+    const std::string path = std::string("trainer.") + key;
+    const json& list = c.trainer.value(key, json::array());
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      const json& v = list[i];
+      const bool known = v.is_string() && (v == trainers::kProvidesPredictions || v == trainers::kProvidesCheckpoints);
+      if (!known)
+        return w_.fail(w_.mark_of(at), at,
+                       "unknown value " + v.dump() + "; expected " + trainers::kProvidesPredictions + " or " +
+                           trainers::kProvidesCheckpoints);
+      if (!seen.insert(v.get<std::string>()).second)
+        return w_.fail(w_.mark_of(at), at, v.get<std::string>() + " is listed twice");
+    }
+    return Status::Ok();
   }
 
   // A trial's assign carries its parameters and every fixed trainer setting: one larger than a
@@ -1190,9 +1259,9 @@ class Builder {
   // Every `{name}` of the command must name a parameter or one of the values the command trainer
   // provides; otherwise every trial fails with the same message. The grammar is that of
   // trainers::render_command (this library does not link the trainers).
-  Status check_command_placeholders(const CampaignConfig& c) {
-    if (!c.trainer["command"].is_string()) return Status::Ok();
-    const std::string& cmd = c.trainer["command"].get_ref<const std::string&>();
+  Status check_command_placeholders(const CampaignConfig& c, const char* key) {
+    const std::string path = std::string("trainer.") + key;
+    const std::string& cmd = c.trainer[key].get_ref<const std::string&>();
     const auto& kBuiltins = kTemplateBuiltins;
     auto name_char = [](char ch) {
       return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';
@@ -1206,7 +1275,7 @@ class Builder {
       std::size_t end = i + 1;
       while (end < cmd.size() && name_char(cmd[end])) ++end;
       if (end == i + 1 || end >= cmd.size() || cmd[end] != '}')
-        return w_.fail(w_.mark_of("trainer.command"), "trainer.command",
+        return w_.fail(w_.mark_of(path), path,
                        "malformed placeholder at character " + std::to_string(i + 1) +
                            " (write {name} for a parameter, {{ and }} for literal braces)");
       const std::string name = cmd.substr(i + 1, end - i - 1);
@@ -1219,7 +1288,7 @@ class Builder {
         std::string what = "'{" + name + "}' names no parameter of the space";
         if (auto near = did_you_mean(name, names)) what += "; did you mean '{" + *near + "}'?";
         else what += " (nor trial_id, trial_dir, attempt, attempt_dir, seed, ranks)";
-        return w_.fail(w_.mark_of("trainer.command"), "trainer.command", what);
+        return w_.fail(w_.mark_of(path), path, what);
       }
       i = end;
     }
@@ -1881,11 +1950,15 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     st.settings = items[i];
     for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
     if (st.kind == "pbt") {
-      if (own->space.find("epochs") != nullptr)
-        return fail(walker.mark_of(prefix + "space"), prefix + "space.epochs",
-                    "pbt sets each interval's epochs itself; give the total as the stage's steps");
+      // The setting that counts the trainer's steps (the catalog's); a kind without one is refused
+      // below (trainer_lacks).
+      const auto* can = trainers::trainer_capabilities(own->trainer.value("kind", ""));
+      const std::string step_key = can != nullptr && can->step_setting != nullptr ? can->step_setting : "";
+      if (!step_key.empty() && own->space.find(step_key) != nullptr)
+        return fail(walker.mark_of(prefix + "space"), prefix + "space." + step_key,
+                    "pbt sets each interval's " + step_key + " itself; give the total as the stage's steps");
       if (!st.settings.contains("steps")) {
-        st.settings["steps"] = own->trainer.contains("epochs") ? own->trainer["epochs"] : json(10);
+        st.settings["steps"] = !step_key.empty() && own->trainer.contains(step_key) ? own->trainer[step_key] : json(10);
       }
       const json& perturb = st.settings["perturb"];
       if (perturb.size() != 2 || !perturb[0].is_number() || !perturb[1].is_number() || perturb[0].get<double>() <= 0 ||
@@ -1899,7 +1972,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
         auto place = [&](const std::string& below) {
           return given != nullptr ? mark_below(given->value, given->key_mark, below) : walker.mark_of(at);
         };
-        PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"]);
+        PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"], step_key);
         if (!schedule.ok()) return fail(place(schedule.problem_at), at + schedule.problem_at, schedule.problem);
         const std::string kind = own->trainer.value("kind", "");
         json& intervals = st.settings["schedule"];
@@ -1917,13 +1990,16 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
             it.value() = std::move(checked).value();
           }
         }
-        // With a schedule, the stage trains to its end (workflow/pbt_policy.h).
-        const int64_t end = schedule.replay.back().at("epochs").get<int64_t>();
-        if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
-          return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
-                      std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
-                          std::to_string(end) + "), which a replay trains to; leave steps out");
-        st.settings["steps"] = end;
+        // With a schedule, the stage trains to its end (workflow/pbt_policy.h). A kind without a step
+        // setting is refused below (trainer_lacks).
+        if (!step_key.empty()) {
+          const int64_t end = schedule.replay.back().at(step_key).get<int64_t>();
+          if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
+            return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+                        std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
+                            std::to_string(end) + "), which a replay trains to; leave steps out");
+          st.settings["steps"] = end;
+        }
       }
     }
     if (st.kind == "transfer") {
@@ -1939,29 +2015,28 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     if (!main && st.own_search) main = i;
     st.own = std::move(own);
   }
-  // What the inputs must provide: an ensemble their predictions, a transfer their checkpoints.
+  // What the inputs must provide: an ensemble their predictions, a transfer their checkpoints, and a
+  // pbt stage's own trainer checkpoints, as the catalog declares them (trainers/trainer_settings.h).
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const StageConfig& st = stages[i];
-    if (st.kind != "ensemble" && st.kind != "transfer") continue;
+    const char* needs = st.kind == "ensemble" ? trainers::kProvidesPredictions
+                        : st.kind == "transfer" || st.kind == "pbt" ? trainers::kProvidesCheckpoints
+                                                                    : nullptr;
+    if (needs == nullptr) continue;
+    if (st.kind == "pbt") {
+      const std::string at = "stages[" + std::to_string(i) + "]";
+      if (st.own)
+        if (auto lack = trainer_lacks(st.kind, st.name, st.own->trainer, needs))
+          return fail(walker.mark_of(at + ".kind"), at, *lack);
+      continue;
+    }
     const std::string at = "stages[" + std::to_string(i) + "].from";
     for (const auto& f : st.from) {
       const StageConfig& input = stages[index.at(f)];
       if (input.kind == "ensemble")
         return fail(walker.mark_of(at), at, "stage '" + f + "' is an ensemble: it trains no trials of its own");
       if (!input.own) continue;  // its view failed: `deferred` says why
-      const json& trainer = input.own->trainer;
-      const std::string kind = trainer.value("kind", "");
-      const bool classifier = kind == "mlp" || kind == "cnn";
-      if (st.kind == "ensemble" && (!classifier || !trainer.value("save_predictions", true)))
-        return fail(walker.mark_of(at), at,
-                    "stage '" + f + "' saves no predictions to blend (" +
-                        (classifier ? "its trainer.save_predictions is false"
-                                    : "its trainer kind '" + kind + "' writes none; mlp and cnn do") + ")");
-      if (st.kind == "transfer" && (!classifier || !trainer.value("checkpoint", true)))
-        return fail(walker.mark_of(at), at,
-                    "stage '" + f + "' keeps no checkpoints to start from (" +
-                        (classifier ? "its trainer.checkpoint is false"
-                                    : "its trainer kind '" + kind + "' writes none; mlp and cnn do") + ")");
+      if (auto lack = trainer_lacks(st.kind, f, input.own->trainer, needs)) return fail(walker.mark_of(at), at, *lack);
     }
   }
   if (deferred) return *deferred;

@@ -36,7 +36,7 @@ std::string shown(const nlohmann::json& v) {
 
 }  // namespace
 
-PbtSchedule read_pbt_schedule(const nlohmann::json& schedule) {
+PbtSchedule read_pbt_schedule(const nlohmann::json& schedule, const std::string& step_key) {
   PbtSchedule out;
   auto problem = [&](std::string at, std::string what) {
     out.replay.clear();
@@ -89,12 +89,13 @@ PbtSchedule read_pbt_schedule(const nlohmann::json& schedule) {
     const nlohmann::json& params = e["params"];
     if (!params.is_object())
       return problem(item + ".params", "expected a map of hyperparameters, got " + shown(params));
-    if (params.contains("epochs"))
-      return problem(item + ".params.epochs", "the interval's to_step is its epochs; leave epochs out of params");
+    if (!step_key.empty() && params.contains(step_key))
+      return problem(item + ".params." + step_key,
+                     "the interval's to_step is its " + step_key + "; leave " + step_key + " out of params");
     if (auto bad = non_finite_in(params, item + ".params"))
       return problem(*bad, "not a finite number (a trial's parameters are finite)");
     search::Params p = params;
-    p["epochs"] = to;
+    if (!step_key.empty()) p[step_key] = to;
     out.replay.push_back(std::move(p));
     at = to;
   }

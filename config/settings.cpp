@@ -1007,8 +1007,10 @@ std::string to_yaml_flow(const json& v) {
 }
 
 bool free_space_name(std::string_view trainer_kind, std::string_view name) {
-  if (trainer_kind == "command") return true;
-  if (trainer_kind == "function")
+  const auto* can = trainers::trainer_capabilities(trainer_kind);
+  if (can == nullptr) return false;
+  if (can->params == trainers::TrainerParams::kAny) return true;
+  if (can->params == trainers::TrainerParams::kTestFunctionArgs)
     return name.size() >= 2 && name[0] == 'x' && std::all_of(name.begin() + 1, name.end(), [](char c) {
              return std::isdigit(static_cast<unsigned char>(c)) != 0;
            });

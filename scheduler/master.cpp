@@ -16,6 +16,7 @@
 #include "common/endpoint.h"
 #include "common/limits.h"
 #include "common/system.h"
+#include "config/trainer_kinds.h"
 #include "launch/launcher.h"
 #include "launch/slurm_launcher.h"
 #include "protocol/messages.h"
@@ -813,7 +814,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.resources.ranks_data = cfg.resources.ranks_data;
   lopt.resources.ranks_model = cfg.resources.ranks_model;
   lopt.resources.threads = cfg.resources.threads;
-  lopt.resources.trainer_starts_ranks = cfg.trainer.value("kind", std::string()) == "command";
+  lopt.resources.trainer_starts_ranks = config::trainer_starts_ranks(cfg.trainer.value("kind", std::string()));
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   // The workers' CURVE keys: in the environment of every group (never on a command line).

@@ -994,6 +994,18 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
   CHECK(c.normalized["stages"][1]["from"] == json::array({"tune"}));
 }
 
+TEST_CASE("trainer.provides: a command trainer's declaration is read, and a search needs none") {
+  const std::string head = "name: c\nobjective: {metric: loss}\nsearch: {max_trials: 2}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n";
+  auto c = parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\", provides: [checkpoints, predictions]}\n");
+  CHECK(c.trainer["provides"] == json::array({"checkpoints", "predictions"}));
+  CHECK(parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\"}\n").trainer["provides"] == json::array());
+  CHECK(parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\", provides: []}\n").trainer["provides"] ==
+        json::array());
+  // Only the command kind declares it: the others' capabilities are the catalog's.
+  CHECK(parse_error(head + "trainer: {kind: mlp, provides: [predictions]}\n").find("trainer.provides") !=
+        std::string::npos);
+}
+
 TEST_CASE("stages: bad graphs and stages are config errors with their place") {
   const std::string search =
       "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
@@ -1012,17 +1024,43 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "test.yaml:6:31: stages[1].from: a stage cannot consume itself"},
       // An ensemble over a stage whose trainer saves no predictions.
       {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n", "{kind: mlp, save_predictions: false}"),
-       "test.yaml:6:35: stages[1].from: stage 'tune' saves no predictions to blend (its trainer.save_predictions is "
-       "false)"},
+       "test.yaml:6:35: stages[1].from: the ensemble needs predictions, and stage 'tune' turns them off (its "
+       "trainer.save_predictions is false)"},
       {"name: wf\nobjective: {metric: loss, mode: min}\ntrainer: {kind: sleep}\nstages:\n"
        "  - {name: tune, kind: search, search: {max_trials: 4}, space: {steps: {type: int, low: 1, high: 3}}}\n"
        "  - {name: blend, kind: ensemble, from: tune}\n",
-       "test.yaml:6:35: stages[1].from: stage 'tune' saves no predictions to blend (its trainer kind 'sleep' writes "
-       "none; mlp and cnn do)"},
+       "test.yaml:6:35: stages[1].from: the ensemble needs predictions, and trainer kind 'sleep' of stage 'tune' "
+       "writes none (mlp and cnn do)"},
       // A transfer from a stage with no checkpoints.
       {workflow(search + "  - {name: move, kind: transfer, from: tune}\n", "{kind: mlp, checkpoint: false}"),
-       "test.yaml:6:34: stages[1].from: stage 'tune' keeps no checkpoints to start from (its trainer.checkpoint is "
-       "false)"},
+       "test.yaml:6:34: stages[1].from: the transfer needs checkpoints, and stage 'tune' turns them off (its "
+       "trainer.checkpoint is false)"},
+      // A command trainer declares what its program writes (trainer.provides, the catalog's
+      // capabilities): nothing declared is refused naming that key; what it declares, a stage
+      // cannot read yet, and says so.
+      {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n", "{kind: command, command: ./train}"),
+       "test.yaml:6:35: stages[1].from: the ensemble needs predictions, and trainer kind 'command' of stage 'tune' "
+       "provides none (trainer.provides)"},
+      {workflow(search + "  - {name: move, kind: transfer, from: tune}\n",
+                "{kind: command, command: ./train, provides: [predictions]}"),
+       "test.yaml:6:34: stages[1].from: the transfer needs checkpoints, and trainer kind 'command' of stage 'tune' "
+       "provides none (trainer.provides)"},
+      {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n",
+                "{kind: command, command: ./train, provides: [predictions]}"),
+       "test.yaml:6:35: stages[1].from: predictions declared by trainer kind 'command' of stage 'tune' "
+       "(trainer.provides): not supported yet for stages of kind ensemble, which read only those of mlp and cnn"},
+      {workflow("  - {name: pop, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
+                "{kind: command, command: ./train, provides: [checkpoints]}"),
+       "test.yaml:5:17: stages[0]: checkpoints declared by trainer kind 'command' of stage 'pop' (trainer.provides): "
+       "not supported yet for stages of kind pbt, which read only those of mlp and cnn"},
+      {workflow("  - {name: pop, kind: pbt, population: 2, space: {seconds: {type: float, low: 0.1, high: 1}}}\n",
+                "{kind: sleep}"),
+       "test.yaml:5:17: stages[0]: the pbt needs checkpoints, and trainer kind 'sleep' of stage 'pop' writes none "
+       "(mlp and cnn do)"},
+      {workflow(search, "{kind: command, command: ./train, provides: [predictions, weights]}"),
+       "test.yaml:3:68: trainer.provides[1]: unknown value \"weights\"; expected predictions or checkpoints"},
+      {workflow(search, "{kind: command, command: ./train, provides: [checkpoints, checkpoints]}"),
+       "test.yaml:3:68: trainer.provides[1]: checkpoints is listed twice"},
       // Names and kinds.
       {workflow(search + "  - {name: tune, kind: ensemble, from: tune}\n"),
        "test.yaml:6:6: stages[1].name: 'tune' is already the name of stages[0]"},

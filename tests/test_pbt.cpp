@@ -53,6 +53,7 @@ PbtSpec pbt_spec(uint64_t seed = 7, double resample = 0.0) {
   spec.settings.population = 4;
   spec.settings.ready = 2;
   spec.settings.steps = 6;
+  spec.settings.step_key = "epochs";  // an mlp's (the catalog's step setting)
   spec.settings.quantile = 0.25;
   spec.settings.resample_probability = resample;
   spec.space = pbt_space();
@@ -521,7 +522,7 @@ TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays
   });
   CHECK(r["schedule"] == expected);
 
-  auto replay = workflow::replay_schedule(r["schedule"]);
+  auto replay = workflow::replay_schedule(r["schedule"], "epochs");
   require_ok(replay);
   REQUIRE(replay->size() == 3);
   CHECK((*replay)[0].at("epochs") == 2);
@@ -530,7 +531,7 @@ TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays
   CHECK((*replay)[2].at("momentum") == p1.at("momentum"));
   nlohmann::json gap = r["schedule"];
   gap.erase(1);
-  CHECK(workflow::replay_schedule(gap).error().code() == Errc::kInvalidArgument);
+  CHECK(workflow::replay_schedule(gap, "epochs").error().code() == Errc::kInvalidArgument);
 
   // A restarted master computes the same result.
   auto fresh = h.restarted();
@@ -542,17 +543,27 @@ TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays
 TEST_CASE("pbt: the stage kind is registered, and its settings are checked") {
   auto names = workflow::stage_kind_names();
   CHECK(std::find(names.begin(), names.end(), "pbt") != names.end());
-  auto s = workflow::pbt_settings("p", {{"population", 6}, {"perturb", nlohmann::json::array({0.5, 2.0})}}, {{"epochs", 12}});
+  auto s = workflow::pbt_settings("p", {{"population", 6}, {"perturb", nlohmann::json::array({0.5, 2.0})}}, {{"kind", "mlp"}, {"epochs", 12}});
   require_ok(s);
   CHECK(s->population == 6);
   CHECK(s->ready == 2);
   CHECK(s->steps == 12);
   CHECK(s->perturb_low == 0.5);
   CHECK(s->perturb_high == 2.0);
-  CHECK(workflow::pbt_settings("p", {{"population", 1}}, {{"epochs", 4}}).error().code() == Errc::kConfig);
-  CHECK(workflow::pbt_settings("p", {{"quantile", 0.7}}, {{"epochs", 4}}).error().code() == Errc::kConfig);
-  CHECK(workflow::pbt_settings("p", {{"perturb", nlohmann::json::array({0.8})}}, {{"epochs", 4}}).error().code() == Errc::kConfig);
+  CHECK(workflow::pbt_settings("p", {{"population", 1}}, {{"kind", "mlp"}, {"epochs", 4}}).error().code() == Errc::kConfig);
+  CHECK(workflow::pbt_settings("p", {{"quantile", 0.7}}, {{"kind", "mlp"}, {"epochs", 4}}).error().code() == Errc::kConfig);
+  CHECK(workflow::pbt_settings("p", {{"perturb", nlohmann::json::array({0.8})}}, {{"kind", "mlp"}, {"epochs", 4}}).error().code() == Errc::kConfig);
   CHECK(workflow::pbt_settings("p", nlohmann::json::object(), nlohmann::json::object()).error().code() == Errc::kConfig);
+  // The step setting is the catalog's (config/trainer_kinds.h), not a literal: mlp's epochs, sleep's
+  // steps; a kind that counts no steps of its own (command) has none to train each interval to.
+  CHECK(s->step_key == "epochs");
+  auto sleep = workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "sleep"}, {"steps", 9}});
+  require_ok(sleep);
+  CHECK(sleep->step_key == "steps");
+  CHECK(sleep->steps == 9);
+  auto command = workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "command"}, {"command", "./t"}});
+  REQUIRE_FALSE(command.ok());
+  CHECK(command.error().message().find("trainer.kind") != std::string::npos);
 
   // A campaign's view with `epochs` in its space is refused; a good one builds a stage.
   config::CampaignConfig view;
@@ -580,7 +591,7 @@ TEST_CASE("pbt: a schedule is replayed: every member trains through its interval
       {"from_step": 2, "to_step": 4, "params": {"lr": 0.05, "momentum": 0.6, "act": "relu"}},
       {"from_step": 4, "to_step": 7, "params": {"lr": 0.02, "momentum": 0.9, "act": "tanh"}}])");
   auto settings = workflow::pbt_settings("again", {{"population", 4}, {"ready", 2}, {"schedule", schedule}},
-                                         {{"epochs", 3}});
+                                         {{"kind", "mlp"}, {"epochs", 3}});
   require_ok(settings);
   CHECK(settings->steps == 7);  // the schedule's end, not the trainer's epochs
   CHECK(settings->boundary(2));
@@ -605,7 +616,7 @@ TEST_CASE("pbt: a schedule is replayed: every member trains through its interval
     CHECK(v.resume_from == h.dir(seq) + "/pbt/000-step-2");
   }
   auto bad = workflow::pbt_settings("again", {{"schedule", nlohmann::json::parse(R"([{"from_step": 1, "to_step": 2, "params": {}}])")}},
-                                    {{"epochs", 3}});
+                                    {{"kind", "mlp"}, {"epochs", 3}});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message().find("schedule") != std::string::npos);
 }

@@ -653,6 +653,71 @@ TEST_CASE("settings: the factory makes every kind of the catalog, and the config
   }
 }
 
+TEST_CASE("capabilities: every setting a kind's capabilities name is one of its own declared settings") {
+  // What config/, scheduler/ and workflow/ read through the catalog (the step setting a pbt stage
+  // sets, the switches a stage turns on, the list a command declares) must be a setting of that
+  // kind, of the type they read it as.
+  auto declared = [](const TrainerKindDecl& k, const char* key) -> const SettingDecl* {
+    for (const auto& d : *k.settings)
+      if (d.key == key) return &d;
+    return nullptr;
+  };
+  int steps = 0, predictions = 0, checkpoints = 0, own_ranks = 0;
+  for (const auto& k : trainer_catalog()) {
+    CAPTURE(k.kind);
+    CHECK(trainer_capabilities(k.kind) == &k.can);
+    const TrainerCapabilities& can = k.can;
+    if (can.step_setting != nullptr) {
+      const SettingDecl* d = declared(k, can.step_setting);
+      REQUIRE(d != nullptr);
+      CHECK(d->type == SettingType::kInt);
+      ++steps;
+    }
+    for (const TrainerOutput* out : {&can.predictions, &can.checkpoints}) {
+      if (out->switch_setting == nullptr) continue;
+      CHECK(out->written);
+      const SettingDecl* d = declared(k, out->switch_setting);
+      REQUIRE(d != nullptr);
+      CHECK(d->type == SettingType::kBool);
+      CHECK(d->default_value == true);
+    }
+    if (can.provides_setting != nullptr) {
+      // A kind declares in the config what it writes, or the catalog does: not both.
+      CHECK_FALSE(can.predictions.written);
+      CHECK_FALSE(can.checkpoints.written);
+      const SettingDecl* d = declared(k, can.provides_setting);
+      REQUIRE(d != nullptr);
+      CHECK(d->type == SettingType::kValueList);
+      CHECK(d->default_value == nlohmann::json::array());
+    }
+    if (can.command_setting != nullptr) {
+      const SettingDecl* d = declared(k, can.command_setting);
+      REQUIRE(d != nullptr);
+      CHECK(d->type == SettingType::kString);
+    }
+    predictions += can.predictions.written ? 1 : 0;
+    checkpoints += can.checkpoints.written ? 1 : 0;
+    own_ranks += can.starts_own_ranks ? 1 : 0;
+  }
+  CHECK(trainer_capabilities("no such kind") == nullptr);
+  // The issue's table: mlp and cnn count epochs, sleep and function steps, command its reports'.
+  CHECK(steps == 4);
+  CHECK(predictions == 2);
+  CHECK(checkpoints == 2);
+  CHECK(own_ranks == 1);
+  CHECK(std::string(trainer_capabilities("mlp")->step_setting) == "epochs");
+  CHECK(std::string(trainer_capabilities("function")->step_setting) == "steps");
+  CHECK(trainer_capabilities("command")->step_setting == nullptr);
+  CHECK(trainer_capabilities("command")->starts_own_ranks);
+  // The command accepts what it declares, and [] (its default), through its own reader too.
+  nlohmann::json settings = {{"command", "true"}, {"provides", {"predictions", "checkpoints"}}};
+  SettingsReader reader("command", settings, command_setting_specs());
+  CHECK(reader.check_known().ok());
+  CHECK(reader.value("provides").ok());
+  nlohmann::json none = {{"command", "true"}};
+  CHECK(SettingsReader("command", none, command_setting_specs()).value("provides").value() == nlohmann::json::array());
+}
+
 TEST_CASE("settings: the trainer accepts the settings the config produces") {
   // The normalized trainer section of a config (every default applied, data_seed filled in)
   // passes the trainer's own check of every key and value.

@@ -292,6 +292,6 @@ TEST_CASE("validate: classes, trainer.env names and an ensemble's inputs are che
       "x2: {type: float, low: 0, high: 15}}}\n"
       "  - {name: blend, kind: ensemble, from: s}\n",
       6, 35, "stages[1].from");
-  CHECK(contains(blend, "stage 's' saves no predictions"));
+  CHECK(contains(blend, "the ensemble needs predictions, and trainer kind 'function' of stage 's' writes none"));
   CHECK(!contains(blend, "'x1' is missing"));
 }

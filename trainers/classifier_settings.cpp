@@ -134,4 +134,14 @@ std::vector<SettingDecl> classifier_common_setting_specs() {
   };
 }
 
+// What the classifier loop does for mlp and cnn (trainer_settings.h): it trains `epochs` epochs and
+// writes predictions and checkpoints unless their settings turn them off.
+TrainerCapabilities classifier_capabilities() {
+  TrainerCapabilities can;
+  can.step_setting = "epochs";
+  can.predictions = {.written = true, .switch_setting = "save_predictions"};
+  can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
+  return can;
+}
+
 }  // namespace hpctune::trainers

@@ -51,4 +51,6 @@ const std::vector<SettingDecl>& cnn_setting_specs() {
   return specs;
 }
 
+TrainerCapabilities cnn_capabilities() { return classifier_capabilities(); }
+
 }  // namespace hpctune::trainers

@@ -25,8 +25,24 @@ const std::vector<SettingDecl>& command_setting_specs() {
       {.key = "log_limit", .type = T::kInt, .default_value = 10'000'000, .min = 0,
        .help = "Bytes kept of each of the trial's stdout.log and stderr.log: the first half, a line saying how much "
                "was cut, and the last half (0 = no limit).", .aliases = {"max_log_bytes", "log_size"}},
+      {.key = "provides", .type = T::kValueList, .default_value = nlohmann::json::array(),
+       .help = "What the program writes for a workflow's later stages: predictions (for an ensemble), checkpoints "
+               "(for transfer and pbt); [] = neither. hpctune validate checks each stage's inputs against it.",
+       .aliases = {"capabilities", "writes", "outputs"},
+       .example = "[predictions, checkpoints]"},
   };
   return specs;
+}
+
+// The program counts its own steps (the `step` of its reports), starts its own ranks (mpirun,
+// torchrun, ... in its command), takes every parameter, and writes what `provides` declares.
+TrainerCapabilities command_capabilities() {
+  TrainerCapabilities can;
+  can.provides_setting = "provides";
+  can.starts_own_ranks = true;
+  can.params = TrainerParams::kAny;
+  can.command_setting = "command";
+  return can;
 }
 
 }  // namespace hpctune::trainers

@@ -27,4 +27,14 @@ const std::vector<SettingDecl>& function_setting_specs() {
   return specs;
 }
 
+// It reports `steps` times, writes neither predictions nor checkpoints, and takes the parameters
+// x1..x<dim> of its function besides its settings.
+TrainerCapabilities function_capabilities() {
+  TrainerCapabilities can;
+  can.step_setting = "steps";
+  can.params = TrainerParams::kTestFunctionArgs;
+  can.params_hint = "x1, x2, ...";
+  return can;
+}
+
 }  // namespace hpctune::trainers

@@ -47,4 +47,6 @@ const std::vector<SettingDecl>& mlp_setting_specs() {
   return specs;
 }
 
+TrainerCapabilities mlp_capabilities() { return classifier_capabilities(); }
+
 }  // namespace hpctune::trainers

@@ -21,4 +21,11 @@ const std::vector<SettingDecl>& sleep_setting_specs() {
   return specs;
 }
 
+// It reports `steps` times and writes neither predictions nor checkpoints.
+TrainerCapabilities sleep_capabilities() {
+  TrainerCapabilities can;
+  can.step_setting = "steps";
+  return can;
+}
+
 }  // namespace hpctune::trainers

@@ -56,15 +56,60 @@ std::optional<ClassesProblem> classes_problem(const std::vector<int64_t>& classe
 // The dataset of the classifier kinds when `data` is not given.
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
 
+// What a trainer kind can give a workflow, declared beside its settings (<kind>_settings.cpp).
+// config/, scheduler/, workflow/ and report/ ask this; none of them compares a kind's name
+// (tools/check-trainer-names, the test_trainer_names ctest).
+struct TrainerOutput {
+  bool written = false;         // the kind can write it
+  const char* switch_setting = nullptr;  // a bool setting that turns it off (false: not written); or none
+};
+// Which names a space may give that are not settings of the kind.
+enum class TrainerParams {
+  kSettingsOnly,         // only the kind's settings (mlp, cnn, sleep)
+  kTestFunctionArgs,     // x1..x<dim> of the search::make_test_function named by its settings `name`, `dim`
+  kAny,                  // any name: every parameter reaches the program (command)
+};
+struct TrainerCapabilities {
+  // The int setting that counts its steps: the last step it reports at, and what a stage that trains
+  // to a step sets (pbt). nullptr: its steps are the `step` of its own reports.
+  const char* step_setting = nullptr;
+  TrainerOutput predictions;   // val_probs.npy, test_probs.npy, ... in the trial directory
+  TrainerOutput checkpoints;   // checkpoint-stage*.bin in the trial directory
+  // A list setting in which the user declares which of "predictions" and "checkpoints" the kind
+  // writes (the program of a command trainer); nullptr: the two above say it.
+  const char* provides_setting = nullptr;
+  bool starts_own_ranks = false;  // its ranks are started by the trainer itself, not by the launcher
+  TrainerParams params = TrainerParams::kSettingsOnly;
+  const char* params_hint = nullptr;  // how to name them in a message ("x1, x2, ...")
+  // A string setting that is a command line with {placeholders} (trainers::render_command).
+  const char* command_setting = nullptr;
+};
+// The values of a provides_setting.
+inline constexpr const char* kProvidesPredictions = "predictions";
+inline constexpr const char* kProvidesCheckpoints = "checkpoints";
+
+// Each kind's capabilities (the <kind>_settings.cpp files).
+TrainerCapabilities sleep_capabilities();
+TrainerCapabilities mlp_capabilities();
+TrainerCapabilities cnn_capabilities();
+TrainerCapabilities function_capabilities();
+TrainerCapabilities command_capabilities();
+// Those of the classifier loop, that mlp and cnn both have.
+TrainerCapabilities classifier_capabilities();
+
 struct TrainerKindDecl {
   std::string kind;
   std::string help;  // one line for trainer.kind's help
   const std::vector<SettingDecl>* settings = nullptr;
+  TrainerCapabilities can;
 };
 
 // Every trainer kind this build has, in the order of the reference (sleep, mlp, cnn, function,
 // command). The worker's factory (trainer_factory.h) makes a trainer of each.
 const std::vector<TrainerKindDecl>& trainer_catalog();
+
+// The capabilities of a kind; nullptr when unknown.
+const TrainerCapabilities* trainer_capabilities(std::string_view kind);
 
 // The declarations of a kind; kInvalidArgument listing the kinds when unknown.
 Result<const std::vector<SettingDecl>*> trainer_setting_specs(const std::string& kind);

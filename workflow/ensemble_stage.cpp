@@ -14,6 +14,7 @@
 #include "common/npy.h"
 #include "common/rng.h"
 #include "common/text.h"
+#include "config/trainer_kinds.h"
 #include "ensemble/ensemble.h"
 #include "workflow/trial_files.h"
 
@@ -486,7 +487,10 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_ensemble_stage(const confi
   nlohmann::json trainer = own.trainer;
   for (const auto& s : campaign.stages)
     if (s.name == stage.from.front() && s.own) trainer = s.own->trainer;
-  if (trainer.is_object() && trainer.contains("save_predictions")) trainer["save_predictions"] = true;
+  if (trainer.is_object()) {
+    const std::string key = config::trainer_predictions_switch(trainer.value("kind", ""));
+    if (!key.empty() && trainer.contains(key)) trainer[key] = true;
+  }
   return std::unique_ptr<scheduler::StageRuntime>(
       new EnsembleStage(stage.name, std::move(settings), own.objectives.front(), campaign.seed, std::move(trainer)));
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "config/pbt_schedule.h"
+#include "config/trainer_kinds.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -50,11 +51,16 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
   const nlohmann::json& in = settings.is_object() ? settings : none;
   HPCTUNE_ASSIGN(s.population, int_setting(stage, in, "population", s.population, 2));
   HPCTUNE_ASSIGN(s.ready, int_setting(stage, in, "ready", s.ready, 1));
-  int64_t epochs = 0;
-  if (trainer.is_object() && trainer.contains("epochs") && trainer.at("epochs").is_number_integer())
-    epochs = trainer.at("epochs").get<int64_t>();
-  HPCTUNE_ASSIGN(s.steps, int_setting(stage, in, "steps", epochs, 0));
-  if (s.steps < 1) return bad_setting(stage, "steps", "must be given (the trainer sets no epochs) and at least 1");
+  const std::string kind = trainer.is_object() ? trainer.value("kind", "") : "";
+  s.step_key = config::trainer_step_setting(kind);
+  if (s.step_key.empty())
+    return bad_setting(stage, "trainer.kind", "'" + kind + "' has no setting that counts its steps to train to");
+  int64_t trained = 0;
+  if (trainer.contains(s.step_key) && trainer.at(s.step_key).is_number_integer())
+    trained = trainer.at(s.step_key).get<int64_t>();
+  HPCTUNE_ASSIGN(s.steps, int_setting(stage, in, "steps", trained, 0));
+  if (s.steps < 1)
+    return bad_setting(stage, "steps", "must be given (the trainer sets no " + s.step_key + ") and at least 1");
   HPCTUNE_ASSIGN(s.quantile, real_setting(stage, in, "quantile", s.quantile));
   if (!(s.quantile > 0 && s.quantile <= 0.5)) return bad_setting(stage, "quantile", "must be in (0, 0.5]");
   HPCTUNE_ASSIGN(s.resample_probability, real_setting(stage, in, "resample_probability", s.resample_probability));
@@ -62,10 +68,10 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
     return bad_setting(stage, "resample_probability", "must be in [0, 1]");
   if (in.contains("schedule") && !in.at("schedule").is_null()) {
     // The reader `hpctune validate` uses too (config/pbt_schedule.h).
-    config::PbtSchedule schedule = config::read_pbt_schedule(in.at("schedule"));
+    config::PbtSchedule schedule = config::read_pbt_schedule(in.at("schedule"), s.step_key);
     if (!schedule.ok()) return bad_setting(stage, "schedule" + schedule.problem_at + ":", schedule.problem);
     s.replay = std::move(schedule.replay);
-    s.steps = s.replay.back().at("epochs").get<int64_t>();
+    s.steps = s.replay.back().at(s.step_key).get<int64_t>();
   }
   if (in.contains("perturb") && !in.at("perturb").is_null()) {
     const nlohmann::json& p = in.at("perturb");
@@ -82,7 +88,7 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
 bool PbtSettings::boundary(int64_t step) const {
   if (replay.empty()) return step % ready == 0 || step >= steps;
   for (const auto& p : replay) {
-    if (p.at("epochs").get<int64_t>() == step) return true;
+    if (p.at(step_key).get<int64_t>() == step) return true;
   }
   return false;
 }
@@ -132,10 +138,10 @@ nlohmann::json schedule_to_json(const std::vector<ScheduleEntry>& schedule) {
   return out;
 }
 
-Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule) {
+Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule, const std::string& step_key) {
   // A stage that recorded no interval yet has nothing to replay, which is not an error here.
   if (schedule.is_array() && schedule.empty()) return std::vector<search::Params>{};
-  config::PbtSchedule read = config::read_pbt_schedule(schedule);
+  config::PbtSchedule read = config::read_pbt_schedule(schedule, step_key);
   if (!read.ok()) return err(Errc::kInvalidArgument, "schedule" + read.problem_at + ": " + read.problem);
   return std::move(read.replay);
 }

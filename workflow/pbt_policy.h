@@ -26,15 +26,19 @@ struct PbtSettings {
   double resample_probability = 0.25;
   double perturb_low = 0.8, perturb_high = 1.2;  // the two factors of a perturbation
   // `schedule`: a replay. Every member trains through these intervals, each interval's params (with
-  // "epochs" its end, replay_schedule()) in turn, continuing from its own weights: no exploit, no
-  // explore. Empty = PBT. With a schedule, `steps` is its end.
+  // the step setting, mlp's "epochs", its end, replay_schedule()) in turn, continuing from its own
+  // weights: no exploit, no explore. Empty = PBT. With a schedule, `steps` is its end.
   std::vector<search::Params> replay;
+  // The trainer's setting that counts its steps (mlp's epochs), from the catalog of trainer kinds
+  // (config/trainer_kinds.h): each attempt's params set it to the end of its interval.
+  std::string step_key;
   // Whether `step` ends an interval (is judged).
   bool boundary(int64_t step) const;
 };
 
 // The settings from a stage's `settings` object, defaults for the missing keys (`steps`: the
-// trainer's `epochs`). kConfig naming the stage and the key for a value out of range.
+// trainer's step setting, mlp's `epochs`). kConfig naming the stage and the key for a value out of
+// range, or when the trainer's kind has no step setting.
 Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json& settings,
                                  const nlohmann::json& trainer);
 
@@ -58,7 +62,7 @@ Explored explore(const search::Space& space, const search::Params& params, const
 int64_t quantile_size(int64_t n, double quantile);
 
 // One interval of a member's schedule: the steps (from_step, to_step] were trained with `params`
-// (the hyperparameters, without "epochs") by trial `trial`.
+// (the hyperparameters, without the step setting) by trial `trial`.
 struct ScheduleEntry {
   int64_t from_step = 0, to_step = 0;
   search::Params params;
@@ -67,10 +71,11 @@ struct ScheduleEntry {
 nlohmann::json schedule_to_json(const std::vector<ScheduleEntry>& schedule);
 
 // Replays a schedule (the JSON list of a pbt stage's result, "schedule"): the params of each
-// interval in order, each with "epochs": its to_step; interval i resumes from the checkpoint that
+// interval in order, each with the step setting (step_key): its to_step; interval i resumes from the checkpoint that
 // interval i-1 ended with; an empty list replays nothing. Otherwise kInvalidArgument where
 // config::read_pbt_schedule (the reader `hpctune validate` uses) finds a problem: a malformed
 // interval, intervals that do not chain from step 0, a step past config::kMaxPbtSteps.
-Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule);
+// `step_key` as read_pbt_schedule takes it.
+Result<std::vector<search::Params>> replay_schedule(const nlohmann::json& schedule, const std::string& step_key);
 
 }  // namespace hpctune::workflow

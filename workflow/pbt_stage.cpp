@@ -132,8 +132,9 @@ Status make_snapshot(const std::string& trial_dir, const std::string& dest, int6
   return {};
 }
 
-search::Params without_epochs(search::Params p) {
-  if (p.is_object()) p.erase("epochs");
+// The params without the trainer's step setting (the stage's, not a hyperparameter).
+search::Params without_step(search::Params p, const std::string& step_key) {
+  if (p.is_object()) p.erase(step_key);
   return p;
 }
 
@@ -145,7 +146,7 @@ search::Params PbtSource::initial_params(int64_t seq) const {
   Rng rng(derive_seed(spec_.seed ^ kInitStream, static_cast<uint64_t>(seq)));
   if (!spec_.settings.replay.empty()) return spec_.settings.replay.front();
   search::Params p = spec_.space.sample(rng);
-  p["epochs"] = std::min(spec_.settings.ready, spec_.settings.steps);
+  p[spec_.settings.step_key] = std::min(spec_.settings.ready, spec_.settings.steps);
   return p;
 }
 
@@ -253,7 +254,7 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
     d.from_step = step;
     d.params = d.trained;
     for (const auto& p : s.replay) {
-      if (p.at("epochs").get<int64_t>() > step) {
+      if (p.at(s.step_key).get<int64_t>() > step) {
         d.params = p;
         break;
       }
@@ -277,7 +278,7 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
     d.source_value = snap->value;
     d.from_step = snap->step;
     d.params = e.params;
-    d.params["epochs"] = std::min(snap->step + s.ready, s.steps);
+    d.params[s.step_key] = std::min(snap->step + s.ready, s.steps);
     d.resume_from = snap->snapshot;
     v = verdict_of(d, src->trial_id);
     nlohmann::json exploit = decision_event(d, m);
@@ -288,7 +289,7 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
   } else {
     d.from_step = step;
     d.params = d.trained;
-    d.params["epochs"] = std::min(step + s.ready, s.steps);
+    d.params[s.step_key] = std::min(step + s.ready, s.steps);
     d.resume_from = d.snapshot;
     v = verdict_of(d, 0);
     v.note = {{"pbt_continue", decision_event(d, m)}};
@@ -492,13 +493,13 @@ std::vector<ScheduleEntry> PbtSource::schedule_of(int64_t seq) const {
     e.to_step = end;
     if (after < 0) {
       e.from_step = 0;
-      e.params = without_epochs(initial_params(m->seq));
+      e.params = without_step(initial_params(m->seq), spec_.settings.step_key);
       out.push_back(std::move(e));
       break;
     }
     const Decision& d = m->decisions[static_cast<std::size_t>(after)];
     e.from_step = d.from_step;
-    e.params = without_epochs(d.params);
+    e.params = without_step(d.params, spec_.settings.step_key);
     out.push_back(std::move(e));
     end = d.from_step;
     if (d.exploit) {
@@ -561,9 +562,9 @@ class PbtStage final : public scheduler::StageRuntime {
 Result<std::unique_ptr<scheduler::StageRuntime>> make_pbt_stage(const std::string& name, const nlohmann::json& settings,
                                                                 const config::CampaignConfig& view) {
   HPCTUNE_ASSIGN(PbtSettings s, pbt_settings(name, settings, view.trainer));
-  if (view.space.find("epochs")) {
-    return err(Errc::kConfig, "stage '" + name +
-                                  "' (pbt): the space may not hold 'epochs': the stage sets it (ready, steps)");
+  if (view.space.find(s.step_key)) {
+    return err(Errc::kConfig, "stage '" + name + "' (pbt): the space may not hold '" + s.step_key +
+                                  "': the stage sets it (ready, steps)");
   }
   if (view.objectives.empty()) return err(Errc::kConfig, "stage '" + name + "' (pbt): needs an objective");
   PbtSpec spec{s, view.space, view.objectives[0], view.seed};

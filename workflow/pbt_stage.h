@@ -2,8 +2,8 @@
 // scheduler's pause (scheduler/trial_source.h).
 //
 // Members are the stage's trials, seq 0 .. population-1, asked at once, each with a seeded random
-// draw from the stage's space plus "epochs": the end of its first interval. Every attempt trains
-// exactly one interval: params["epochs"] is the interval's end, where the trainer stops by itself,
+// draw from the stage's space plus the trainer's step setting (mlp's "epochs"): the end of its
+// first interval. Every attempt trains exactly one interval: params[step_key] is the interval's end, where the trainer stops by itself,
 // so the weights at a boundary are exact.
 //
 // At a boundary below `steps` (on_report) the member is judged against the latest boundary score

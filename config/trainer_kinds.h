@@ -1,0 +1,34 @@
+// What the configured trainer kind can do, for the master's side (scheduler/, workflow/, report/),
+// asked of the catalog that each kind declares beside its settings (trainers/trainer_settings.h).
+// Nothing outside trainers/ compares a kind's name (tools/check-trainer-names).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "trainers/trainer_settings.h"
+
+namespace hpctune::config {
+
+// Whether the kind's trainer starts its own ranks (a command runs mpirun or torchrun itself), so
+// that a launcher starts one process per group; false for an unknown kind.
+inline bool trainer_starts_ranks(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->starts_own_ranks;
+}
+
+// The setting that counts the kind's steps ("epochs", "steps"): what a stage that trains to a step
+// sets; "" for a kind whose steps are its reports' own, or an unknown one.
+inline std::string trainer_step_setting(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->step_setting != nullptr ? can->step_setting : "";
+}
+
+// The bool setting that turns the kind's predictions off (mlp's save_predictions); "" when there is
+// none: a stage that needs them sets it to true.
+inline std::string trainer_predictions_switch(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->predictions.switch_setting != nullptr ? can->predictions.switch_setting : "";
+}
+
+}  // namespace hpctune::config

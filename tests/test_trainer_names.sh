@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# test_trainer_names: tools/check-trainer-names passes on the tree (no trainer kind is compared by
+# name outside trainers/: the master's side asks the catalog of capabilities), and fails, located,
+# on a tree that compares one.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+fail() { echo "test_trainer_names: FAILED: $*" >&2; exit 1; }
+
+"$root/tools/check-trainer-names" "$root" || fail "the tree names a trainer kind outside trainers/"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/trainers" "$tmp/scheduler" "$tmp/workflow" "$tmp/config"
+cp "$root/trainers/trainer_settings.cpp" "$tmp/trainers/"
+# A comment or a longer string that contains a kind's name is no comparison.
+printf '// the mlp and "cnn" kinds\nconst char* a = "an mlp trainer";\n/* "command"\n "sleep" */\n' >"$tmp/workflow/ok.cpp"
+"$root/tools/check-trainer-names" "$tmp" >/dev/null || fail "a comment or a longer string was reported"
+
+printf 'bool f(const std::string& kind) {\n  return kind == "command";  // "mlp"\n}\n' >"$tmp/scheduler/bad.cpp"
+printf 'const char* key = k == "cnn" ? "epochs" : "steps";\n' >"$tmp/config/bad.h"
+rc=0
+out=$("$root/tools/check-trainer-names" "$tmp") || rc=$?
+[ "$rc" -eq 1 ] || fail "a scheduler/ file comparing kind == \"command\": exit $rc, expected 1"
+grep -q '^scheduler/bad.cpp:2: names the trainer kind "command"' <<<"$out" || fail "no located message: $out"
+grep -q '^config/bad.h:1: names the trainer kind "cnn"' <<<"$out" || fail "no located message for config/: $out"
+grep -q '"mlp"' <<<"$out" && fail "a kind in a comment was reported: $out"
+[ "$(grep -c 'names the trainer kind' <<<"$out")" -eq 2 ] || fail "expected exactly 2 places: $out"
+
+# The kinds are read from the catalog: a kind added there is checked too.
+sed -i 's|{"sleep", |{"napper", "x", \&napper_specs()},\n      {"sleep", |' "$tmp/trainers/trainer_settings.cpp"
+printf 'bool g(const std::string& k) { return k == "napper"; }\n' >"$tmp/workflow/new.cpp"
+rc=0
+out=$("$root/tools/check-trainer-names" "$tmp") || rc=$?
+[ "$rc" -eq 1 ] && grep -q '^workflow/new.cpp:1: names the trainer kind "napper"' <<<"$out" || fail "a new kind of the catalog was not checked: $out"
+echo "test_trainer_names: 4 passed, 0 failed"
