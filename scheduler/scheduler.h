@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/progress.h"
 #include "common/result.h"
 #include "scheduler/clock.h"
 #include "scheduler/trial_source.h"
@@ -108,13 +109,6 @@ struct Counters {
   int64_t identity_refused = 0;  // hello that would displace a live group with another incarnation
   int64_t send_failures = 0;  // sends that failed (peer gone)
   int64_t lost_attempts = 0;  // attempts declared lost
-};
-
-struct Progress {
-  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0, paused = 0;
-  int64_t created = 0, max_trials = 0, workers = 0;
-  std::optional<double> best;
-  int64_t best_trial = 0;
 };
 
 // One stage the scheduler runs: its row in the store, its TrialSource, its budget of trials.
