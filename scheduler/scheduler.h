@@ -25,13 +25,13 @@
 // (trial_id, attempt): a result for an attempt that is no longer current is recorded as an event
 // and otherwise ignored, so each result applies exactly once.
 //
-// Authentication (protocol.h): every launch of a group gets a credential from launch_credential()
-// ("<campaign secret>.<launch token>"), which the launcher hands to that process only. A hello is
-// refused (counted; logged rate-limited; no store write, no answer) when its credential is not the
-// current one of the group it names, and when the group is registered and alive with another
-// incarnation: a new incarnation is only expected once the old one was declared lost (its process
-// exited, or it was silent past heartbeat_timeout). The same incarnation on a new connection is the
-// same worker reconnecting and replaces its old connection.
+// Authentication (protocol/messages.h, kSecretEnv): every launch of a group gets a credential from
+// launch_credential() ("<campaign secret>.<launch token>"), which the launcher hands to that
+// process only. A hello is refused (counted; logged rate-limited; no store write, no answer) when
+// its credential is not the current one of the group it names, and when the group is registered and
+// alive with another incarnation: a new incarnation is only expected once the old one was declared
+// lost (its process exited, or it was silent past heartbeat_timeout). The same incarnation on a new
+// connection is the same worker reconnecting and replaces its old connection.
 //
 // Frames that do not decode, unknown message types, messages from peers that never said hello and
 // messages that do not fit the peer's state (a done for a trial it does not run) are counted in

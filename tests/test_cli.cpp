@@ -871,3 +871,34 @@ TEST_CASE("slurm submit: sbatch on the 4-node cluster runs a local-backend campa
   CHECK(st["trials"]["by_state"]["done"] == 4);
   (void)job_out;
 }
+
+// --- stages in any order: `from` decides when a stage starts, not its place in the list ---------------
+
+TEST_CASE("a stage listed before a stage of its `from` waits for it: the parser checks cycles, not the order") {
+  TempDir dir;
+  const std::string space = "    space: {value: {type: float, low: 0.0, high: 1.0}}\n";
+  const std::string cfg = dir.write(
+      "c.yaml",
+      "name: order\nseed: 5\nobjective: {metric: value, mode: max}\n"
+      "trainer: {kind: sleep, seconds: 0.05, steps: 1, metric: value}\n"
+      "resources: {groups: 2, threads: 1}\n"
+      "stages:\n"
+      "  - name: later\n    kind: search\n    from: first\n    search: {algorithm: random, max_trials: 2}\n" +
+          space +
+          "  - name: first\n    kind: search\n    search: {algorithm: random, max_trials: 2}\n" + space);
+  const std::string db = dir.file("o.db");
+  int code = 0;
+  const std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const json st = status_json_of(dir, db, "status.json");
+  REQUIRE(st["stages"].size() == 2);
+  std::map<std::string, json> by_name;
+  for (const auto& s : st["stages"]) by_name[s["name"].get<std::string>()] = s;
+  REQUIRE(by_name.count("later") == 1);
+  REQUIRE(by_name.count("first") == 1);
+  for (const auto& [name, s] : by_name) {
+    CHECK_MESSAGE(s["state"] == "completed", name);
+    CHECK_MESSAGE(s["trials"]["by_state"]["done"].get<int64_t>() == 2, name);
+  }
+  CHECK(by_name["later"]["started_at"].get<double>() >= by_name["first"]["finished_at"].get<double>());
+}
