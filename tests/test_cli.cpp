@@ -23,7 +23,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
+#include "launch/backends.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
 #include "tests/campaign_fixture.h"
+#include "workflow/stages.h"
 
 using namespace hpctune;
 using namespace hpctune::launch;
@@ -62,6 +67,30 @@ std::string run_log(const TempDir& dir, const std::vector<std::string>& args, co
 }
 
 }  // namespace
+
+// --- the help says what this build has ---------------------------------------------------------------
+
+TEST_CASE("hpctune --help names every search algorithm, early stopper, stage kind and backend; dashboard --help the web app") {
+  TempDir dir;
+  int code = 0;
+  const std::string help = run_log(dir, {"--help"}, "help.log", &code);
+  CHECK(code == 0);
+  // The lists come from the registries, in their order.
+  CHECK_MESSAGE(contains(help, "(" + join(search::searcher_names(), ", ") + ";"), help);
+  std::vector<std::string> stoppers;
+  for (const std::string& s : search::stopper_names())
+    if (s != "none") stoppers.push_back(s);
+  CHECK_MESSAGE(contains(help, "early stopping: " + join(stoppers, ", ") + ")"), help);
+  CHECK_MESSAGE(contains(help, "workflows of stages (" + join(workflow::stage_kind_names(), ", ") + ")"), help);
+  for (const char* backend : launch::kBackendNames) CHECK_MESSAGE(contains(help, backend), help);
+  for (const char* name : {"rl", "cmaes", "auto", "pbt", "transfer", "ensemble", "slurm"})
+    CHECK_MESSAGE(contains(help, name), name);
+
+  const std::string dash = run_log(dir, {"dashboard", "--help"}, "dashboard.log", &code);
+  CHECK(code == 0);
+  CHECK_MESSAGE(contains(dash, "web app and its JSON API"), dash);
+  CHECK_MESSAGE(contains(dash, "token"), dash);
+}
 
 // --- item 19: numbers and paths on the command line -------------------------------------------------
 
