@@ -97,7 +97,7 @@ class Console {
     redraw();
   }
 
-  void progress(const scheduler::Progress& p, double elapsed) {
+  void progress(const hpctune::Progress& p, double elapsed) {
     if (tty_) {
       // One column short of the width: a line that fills the last column wraps on some terminals.
       last_ = report::progress_line(p, elapsed, std::max(terminal_width() - 1, 1));
@@ -286,7 +286,7 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
   options.log = [&](const std::string& line) { console.log(line); };
   LiveDashboard live;
   const std::string db_path = !options.db_path.empty() ? options.db_path : options.config ? options.config->storage : "";
-  options.progress = [&](const scheduler::Progress& p, double elapsed) {
+  options.progress = [&](const hpctune::Progress& p, double elapsed) {
     // The first report comes once the campaign is in its database: the dashboard can open it.
     if (args.dashboard_port && !live.tried) live.start(db_path, *args.dashboard_port, console);
     console.progress(p, elapsed);

@@ -17,11 +17,16 @@
 
 #include "cli/commands.h"
 #include "common/endpoint.h"
+#include "common/text.h"
 #include "config/config.h"
+#include "launch/backends.h"
 #include "protocol/transport.h"
 #include "report/format.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
 #include "trainers/trainer_factory.h"
 #include "worker/group_worker.h"
+#include "workflow/stages.h"
 #ifdef HPCTUNE_HAVE_MPI
 #include "collectives/collectives.h"
 #endif
@@ -170,6 +175,21 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
 #endif
 }
 
+// The top of `hpctune --help`, its lists read from the registries (so a new algorithm, early
+// stopper, stage kind or backend appears without editing it).
+std::string app_description() {
+  using hpctune::join;
+  std::vector<std::string> stoppers;
+  for (const std::string& s : hpctune::search::stopper_names())
+    if (s != "none") stoppers.push_back(s);
+  const std::vector<std::string> backends(std::begin(hpctune::launch::kBackendNames),
+                                          std::end(hpctune::launch::kBackendNames));
+  return "hpctune: hyperparameter search (" + join(hpctune::search::searcher_names(), ", ") +
+         "; early stopping: " + join(stoppers, ", ") + ") and workflows of stages (" +
+         join(hpctune::workflow::stage_kind_names(), ", ") + ") on trainer groups (backends: " +
+         join(backends, ", ") + "; MPI ranks within a group), every trial recorded in SQLite";
+}
+
 int report(const hpctune::Status& status, const char* what) {
   if (status.ok()) return hpctune::cli::kExitOk;
   std::fflush(stdout);
@@ -188,8 +208,7 @@ int main(int argc, char** argv) {
   const std::string worker_secret = hpctune::worker::take_worker_secret();
   // And the workers' CURVE keys (an error only matters to `worker`).
   auto worker_transport = hpctune::worker::take_worker_transport(worker_secret);
-  CLI::App app{"hpctune: hyperparameter search (random, grid, genetic, evolution, Bayesian, TPE; early "
-               "stopping) with trainer groups on this machine, every trial recorded in SQLite"};
+  CLI::App app{app_description()};
   app.set_version_flag("--version", std::string("hpctune ") + HPCTUNE_VERSION);
   app.require_subcommand(1);
 
@@ -312,7 +331,8 @@ int main(int argc, char** argv) {
   DashboardArgs dash;
   std::string dash_port_text;
   auto* dash_cmd = app.add_subcommand(
-      "dashboard", "Serve campaign databases read-only as a web app and JSON API (127.0.0.1 unless --host; a token always)");
+      "dashboard", "Serve campaign databases read-only in the browser: the web app and its JSON API, every request with "
+      "the token of the printed URL (on 127.0.0.1 unless --host)");
   dash_cmd->add_option("db", dash.databases, "Campaign databases, or directories (each *.db in them)")->required();
   dash_cmd->add_option("--host", dash.host,
                        "The address to listen on (default 127.0.0.1; 0.0.0.0 or :: = every address of this machine)");

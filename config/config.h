@@ -134,9 +134,11 @@ struct CampaignConfig {
   bool data_seed_given = false;
   Resources resources;
 
-  // `stages:` in dependency order (the parser checked names, kinds and `from`); empty = the one
-  // search stage of the fields above. With stages, the fields above are those of the first stage
-  // that has a search of its own (its `own`).
+  // `stages:` in the config's order, which need not be a dependency order: a stage may be listed
+  // before a stage of its `from` (the parser checked names, kinds, that each `from` names a stage,
+  // and that `from` forms no cycle; the master starts a stage once its `from` completed). Empty =
+  // the one search stage of the fields above. With stages, the fields above are those of the first
+  // stage that has a search of its own (its `own`).
   std::vector<StageConfig> stages;
   std::size_t main_stage = 0;  // the stage whose view the fields above are
 

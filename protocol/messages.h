@@ -3,7 +3,7 @@
 // Transport: the master binds a ZeroMQ ROUTER; each trainer-group leader (rank 0 of the group)
 // connects a DEALER. One ZeroMQ frame per message (the ROUTER adds the peer's routing id).
 // Encoding: a MessagePack map {"t": <type name>, ...fields}. Each message's fields are listed once
-// (protocol.cpp, fields()) and that list drives both encoding and decoding. Decoding first walks the
+// (messages.cpp, fields()) and that list drives both encoding and decoding. Decoding first walks the
 // bytes without recursion and refuses nesting deeper than kMaxDepth, element counts larger than the
 // frame, binary/extension types, invalid UTF-8 and trailing bytes; then it checks every field's
 // presence, type and range and answers kProtocol naming "<type>.<field>" on any mismatch. Strings

@@ -2,7 +2,7 @@
 //
 // The scheduler and the worker loop see only these two interfaces, so most tests run the whole
 // master/worker conversation in one process over InProcHub, with no sockets. Production uses
-// ZeroMQ (transport_zmq.h): a ROUTER bound by the master, a DEALER per group leader.
+// ZeroMQ (transport_zmq.cpp): a ROUTER bound by the master, a DEALER per group leader.
 //
 // Contracts common to every implementation:
 //  - recv() never blocks past its timeout; it returns nullopt when the time is up (or, on the

@@ -12,7 +12,7 @@
 
 namespace hpctune::report {
 
-std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width) {
+std::string progress_line(const Progress& p, double elapsed_s, int width) {
   const int64_t finished = p.done + p.pruned + p.failed;
   const int64_t total = std::max<int64_t>(p.max_trials, 1);
   // Each field with its importance: when the line is too wide, the least important goes first
@@ -63,9 +63,9 @@ std::string progress_line(const scheduler::Progress& p, double elapsed_s, int wi
   return truncate_display(line, static_cast<size_t>(width));
 }
 
-scheduler::Progress progress_of(const CampaignView& v) {
+Progress progress_of(const CampaignView& v) {
   using store::TrialState;
-  scheduler::Progress p;
+  Progress p;
   for (const auto& t : v.trials) {
     const TrialState s = t.state;
     if (s == TrialState::kDone) ++p.done;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "scheduler/scheduler.h"
+#include "common/progress.h"
 
 namespace hpctune::report {
 
@@ -14,12 +14,12 @@ struct CampaignView;
 // `width` columns (0: no limit): the least important fields are left out first (the bar, the
 // queue, ...), then the line is cut. A line wider than the terminal would wrap, and every redraw
 // would leave a copy behind.
-std::string progress_line(const scheduler::Progress& p, double elapsed_s, int width);
+std::string progress_line(const Progress& p, double elapsed_s, int width);
 
 // The progress the view's campaign recorded: its trials by state (assigned counts as running,
 // any state not listed in Progress as queued), the budget (search.max_trials of the stored
 // config, as a resume may have extended it), and the best trial. `workers` is 0: the store does
 // not know which groups are connected.
-scheduler::Progress progress_of(const CampaignView& view);
+Progress progress_of(const CampaignView& view);
 
 }  // namespace hpctune::report

@@ -25,13 +25,13 @@
 // (trial_id, attempt): a result for an attempt that is no longer current is recorded as an event
 // and otherwise ignored, so each result applies exactly once.
 //
-// Authentication (protocol.h): every launch of a group gets a credential from launch_credential()
-// ("<campaign secret>.<launch token>"), which the launcher hands to that process only. A hello is
-// refused (counted; logged rate-limited; no store write, no answer) when its credential is not the
-// current one of the group it names, and when the group is registered and alive with another
-// incarnation: a new incarnation is only expected once the old one was declared lost (its process
-// exited, or it was silent past heartbeat_timeout). The same incarnation on a new connection is the
-// same worker reconnecting and replaces its old connection.
+// Authentication (protocol/messages.h, kSecretEnv): every launch of a group gets a credential from
+// launch_credential() ("<campaign secret>.<launch token>"), which the launcher hands to that
+// process only. A hello is refused (counted; logged rate-limited; no store write, no answer) when
+// its credential is not the current one of the group it names, and when the group is registered and
+// alive with another incarnation: a new incarnation is only expected once the old one was declared
+// lost (its process exited, or it was silent past heartbeat_timeout). The same incarnation on a new
+// connection is the same worker reconnecting and replaces its old connection.
 //
 // Frames that do not decode, unknown message types, messages from peers that never said hello and
 // messages that do not fit the peer's state (a done for a trial it does not run) are counted in
@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/progress.h"
 #include "common/result.h"
 #include "scheduler/clock.h"
 #include "scheduler/trial_source.h"
@@ -108,13 +109,6 @@ struct Counters {
   int64_t identity_refused = 0;  // hello that would displace a live group with another incarnation
   int64_t send_failures = 0;  // sends that failed (peer gone)
   int64_t lost_attempts = 0;  // attempts declared lost
-};
-
-struct Progress {
-  int64_t done = 0, pruned = 0, failed = 0, running = 0, queued = 0, interrupted = 0, paused = 0;
-  int64_t created = 0, max_trials = 0, workers = 0;
-  std::optional<double> best;
-  int64_t best_trial = 0;
 };
 
 // One stage the scheduler runs: its row in the store, its TrialSource, its budget of trials.

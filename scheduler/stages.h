@@ -81,8 +81,9 @@ struct StagePlan {
   std::size_t index = 0;
 };
 
-// The stages a config asks for, in the config's order (which the parser checked is a dependency
-// order: a stage comes after every stage of its `from`).
+// The stages a config asks for, in the config's order. That order need not follow `from` (a stage
+// may come before a stage it consumes): the parser checked only that `from` names stages and forms
+// no cycle, and the master starts each stage once every stage of its `from` completed.
 std::vector<StagePlan> stage_plan(const config::CampaignConfig& cfg);
 
 // Builds the runtime of one stage of the plan; `warm` feeds a search stage's warm start.

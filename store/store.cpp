@@ -1,4 +1,5 @@
-// Store: the SQLite implementation. See store.h for the contract and store_schema.h for the tables.
+// Store: the SQLite implementation. See store.h for the contract and schema.h for the tables and
+// their migrations.
 //
 // Performance notes: every statement is prepared once (SQLITE_PREPARE_PERSISTENT) on first use and
 // reused with reset + clear_bindings, so the hot path never parses SQL. Multi-statement operations

@@ -23,7 +23,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
+#include "launch/backends.h"
+#include "search/early_stopping.h"
+#include "search/searcher.h"
 #include "tests/campaign_fixture.h"
+#include "workflow/stages.h"
 
 using namespace hpctune;
 using namespace hpctune::launch;
@@ -62,6 +67,30 @@ std::string run_log(const TempDir& dir, const std::vector<std::string>& args, co
 }
 
 }  // namespace
+
+// --- the help says what this build has ---------------------------------------------------------------
+
+TEST_CASE("hpctune --help names every search algorithm, early stopper, stage kind and backend; dashboard --help the web app") {
+  TempDir dir;
+  int code = 0;
+  const std::string help = run_log(dir, {"--help"}, "help.log", &code);
+  CHECK(code == 0);
+  // The lists come from the registries, in their order.
+  CHECK_MESSAGE(contains(help, "(" + join(search::searcher_names(), ", ") + ";"), help);
+  std::vector<std::string> stoppers;
+  for (const std::string& s : search::stopper_names())
+    if (s != "none") stoppers.push_back(s);
+  CHECK_MESSAGE(contains(help, "early stopping: " + join(stoppers, ", ") + ")"), help);
+  CHECK_MESSAGE(contains(help, "workflows of stages (" + join(workflow::stage_kind_names(), ", ") + ")"), help);
+  for (const char* backend : launch::kBackendNames) CHECK_MESSAGE(contains(help, backend), help);
+  for (const char* name : {"rl", "cmaes", "auto", "pbt", "transfer", "ensemble", "slurm"})
+    CHECK_MESSAGE(contains(help, name), name);
+
+  const std::string dash = run_log(dir, {"dashboard", "--help"}, "dashboard.log", &code);
+  CHECK(code == 0);
+  CHECK_MESSAGE(contains(dash, "web app and its JSON API"), dash);
+  CHECK_MESSAGE(contains(dash, "token"), dash);
+}
 
 // --- item 19: numbers and paths on the command line -------------------------------------------------
 
@@ -870,4 +899,35 @@ TEST_CASE("slurm submit: sbatch on the 4-node cluster runs a local-backend campa
   CHECK_MESSAGE(st["campaign"]["state"] == "completed", job_err);
   CHECK(st["trials"]["by_state"]["done"] == 4);
   (void)job_out;
+}
+
+// --- stages in any order: `from` decides when a stage starts, not its place in the list ---------------
+
+TEST_CASE("a stage listed before a stage of its `from` waits for it: the parser checks cycles, not the order") {
+  TempDir dir;
+  const std::string space = "    space: {value: {type: float, low: 0.0, high: 1.0}}\n";
+  const std::string cfg = dir.write(
+      "c.yaml",
+      "name: order\nseed: 5\nobjective: {metric: value, mode: max}\n"
+      "trainer: {kind: sleep, seconds: 0.05, steps: 1, metric: value}\n"
+      "resources: {groups: 2, threads: 1}\n"
+      "stages:\n"
+      "  - name: later\n    kind: search\n    from: first\n    search: {algorithm: random, max_trials: 2}\n" +
+          space +
+          "  - name: first\n    kind: search\n    search: {algorithm: random, max_trials: 2}\n" + space);
+  const std::string db = dir.file("o.db");
+  int code = 0;
+  const std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const json st = status_json_of(dir, db, "status.json");
+  REQUIRE(st["stages"].size() == 2);
+  std::map<std::string, json> by_name;
+  for (const auto& s : st["stages"]) by_name[s["name"].get<std::string>()] = s;
+  REQUIRE(by_name.count("later") == 1);
+  REQUIRE(by_name.count("first") == 1);
+  for (const auto& [name, s] : by_name) {
+    CHECK_MESSAGE(s["state"] == "completed", name);
+    CHECK_MESSAGE(s["trials"]["by_state"]["done"].get<int64_t>() == 2, name);
+  }
+  CHECK(by_name["later"]["started_at"].get<double>() >= by_name["first"]["finished_at"].get<double>());
 }

@@ -200,6 +200,34 @@ TEST_CASE("README: the architecture section matches the tree: every folder it li
   CHECK(listed.size() >= 14);
 }
 
+TEST_CASE("README: the architecture diagram shows every folder that the table gives a library") {
+  const auto lines = section(read_readme(), "## Architecture");
+  REQUIRE(!lines.empty());
+  // The first fenced block of the section is the diagram.
+  std::string diagram;
+  bool fenced = false;
+  for (const auto& l : lines) {
+    if (l.rfind("```", 0) == 0) {
+      if (fenced) break;
+      fenced = true;
+      continue;
+    }
+    if (fenced) diagram += l + "\n";
+  }
+  REQUIRE_MESSAGE(!diagram.empty(), "the architecture section has no diagram");
+  // Table rows "| `report/` | `hpctune_report` | ...": a folder with a library (or the binary).
+  const std::regex row("^\\| `([A-Za-z0-9_]+)/` \\| ");
+  int rows = 0;
+  for (const auto& l : lines) {
+    std::smatch m;
+    if (!std::regex_search(l, m, row)) continue;
+    ++rows;
+    const std::regex shown("(^|[ (])" + m[1].str() + "/");
+    CHECK_MESSAGE(std::regex_search(diagram, shown), "the architecture diagram leaves out " << m[1].str() << "/");
+  }
+  CHECK(rows >= 14);
+}
+
 TEST_CASE("gallery: every config validates and a shrunk copy of each runs to a done trial") {
   TempDir dir;
   const auto configs = gallery_yaml();

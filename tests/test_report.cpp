@@ -240,7 +240,7 @@ TEST_CASE("progress read from the store: counts by state, the budget and the bes
   write_campaign(dir.file("c.db"));
   auto view = report::open_campaign(dir.file("c.db"));
   REQUIRE(view.ok());
-  const scheduler::Progress p = report::progress_of(*view);
+  const hpctune::Progress p = report::progress_of(*view);
   CHECK(p.done == 2);
   CHECK(p.failed == 1);
   CHECK(p.queued == 1);
@@ -296,7 +296,7 @@ TEST_CASE("format: numbers to 4 digits, durations, times, widths") {
 // --- the progress line (issue 9, item 20), JSON and CSV times: moved from test_cli ---------------
 
 TEST_CASE("the progress line is never wider than the terminal, and drops the least important fields first") {
-  scheduler::Progress p;
+  hpctune::Progress p;
   p.done = 123456;
   p.pruned = 2345;
   p.failed = 3456;
