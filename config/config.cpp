@@ -34,6 +34,7 @@
 #include "search/grid_search.h"
 #include "search/test_functions.h"
 #include "trainers/trainer_settings.h"
+#include "workflow/stage_settings.h"
 
 namespace hpctune::config {
 
@@ -1949,6 +1950,15 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     st.trainer_keys = own_trainer_keys;
     st.settings = items[i];
     for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
+    // The stage's keys as the stage itself reads them (workflow/stage_settings.h: the one reader,
+    // with the declarations the table above imported), defaults filled in.
+    if (auto read = workflow::read_stage_settings(st.kind, st.settings); read.ok()) {
+      st.settings = std::move(read).value();
+    } else {
+      const std::string& why = read.error().message();
+      const std::string key = why.substr(0, why.find(':'));
+      return fail(walker.mark_of(prefix + key), prefix + key, why.substr(std::min(why.size(), key.size() + 2)));
+    }
     if (st.kind == "pbt") {
       // The setting that counts the trainer's steps (the catalog's); a kind without one is refused
       // below (trainer_lacks).
@@ -1957,9 +1967,9 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
       if (!step_key.empty() && own->space.find(step_key) != nullptr)
         return fail(walker.mark_of(prefix + "space"), prefix + "space." + step_key,
                     "pbt sets each interval's " + step_key + " itself; give the total as the stage's steps");
-      if (!st.settings.contains("steps")) {
-        st.settings["steps"] = !step_key.empty() && own->trainer.contains(step_key) ? own->trainer[step_key] : json(10);
-      }
+      // Not given: the trainer's own count of steps; a kind without one is refused below (trainer_lacks).
+      if (st.settings["steps"].is_null() && !step_key.empty() && own->trainer.contains(step_key))
+        st.settings["steps"] = own->trainer[step_key];
       const json& perturb = st.settings["perturb"];
       if (perturb.size() != 2 || !perturb[0].is_number() || !perturb[1].is_number() || perturb[0].get<double>() <= 0 ||
           perturb[1].get<double>() <= 0)
