@@ -88,7 +88,8 @@ inline std::vector<SettingDecl> pbt_stage_settings() {
       // No default of its own: the trainer's step setting (trainer.epochs, trainer.steps), or the
       // end of the schedule (pbt_policy.cpp).
       {.key = "steps", .type = T::kInt, .min = 1, .max = 1000000,
-       .help = "pbt: the steps every member trains in all.", .default_note = "trainer.epochs"},
+       .help = "pbt: the steps every member trains in all.",
+       .default_note = "the trainer's step setting (trainer.epochs, trainer.steps), or the schedule's end"},
       {.key = "quantile", .type = T::kFloat, .default_value = 0.25, .min = 0, .max = 0.5,
        .help = "pbt: the fraction of the population that is the bottom (and the top).", .min_exclusive = true},
       {.key = "resample_probability", .type = T::kFloat, .default_value = 0.25, .min = 0, .max = 1,
@@ -122,7 +123,7 @@ inline const StageKind* find_stage_kind(std::string_view kind) {
 inline Result<nlohmann::json> read_stage_settings(std::string_view kind, const nlohmann::json& given) {
   const StageKind* decl = find_stage_kind(kind);
   if (decl == nullptr) return err(Errc::kConfig, "unknown stage kind '" + std::string(kind) + "'");
-  const std::string owner = "a " + std::string(kind) + " stage";
+  const std::string owner = "the " + std::string(kind) + " stage";
   if (!given.is_null() && !given.is_object()) return err(Errc::kConfig, "the stage's settings must be a map");
   std::vector<SettingDecl> top;
   std::vector<std::string> sections;
