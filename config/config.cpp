@@ -1733,6 +1733,12 @@ Mark mark_below(const YNode& node, Mark node_mark, const std::string& at) {
 // each stage with keys of its own); the config's text is kept by the campaign, not by each view.
 // --- the workflow (parse_workflow and its parts) ---
 
+// "an ensemble", "a transfer": a stage kind with its article.
+std::string an(const std::string& kind) {
+  const bool vowel = !kind.empty() && std::string_view("aeiou").find(kind[0]) != std::string_view::npos;
+  return (vowel ? "an " : "a ") + kind;
+}
+
 // "file:line:col: path: what", the place of every workflow message.
 Error place_error(const std::string& source, Mark m, const std::string& path, const std::string& what) {
   return err(Errc::kConfig, source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": " + path +
@@ -1830,11 +1836,13 @@ Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::v
         if (listed.insert(name).second) st.from.push_back(name);
       }
     }
-    if ((st.kind == "ensemble" || (st.kind == "transfer" && items[i].value("checkpoint", "").empty())) &&
-        st.from.empty())
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
+    const bool unless = kind.needs_from_unless != nullptr && items[i].contains(kind.needs_from_unless) &&
+                        items[i][kind.needs_from_unless].is_string() &&
+                        !items[i][kind.needs_from_unless].get<std::string>().empty();
+    if (kind.needs_from != nullptr && !unless && st.from.empty())
       return fail(walker.mark_of("stages[" + std::to_string(i) + "]"), "stages[" + std::to_string(i) + "]",
-                  "an " + st.kind + " stage needs `from`: the stage whose trials it " +
-                      (st.kind == "ensemble" ? "blends" : "starts from"));
+                  an(st.kind) + " stage needs `from`: the stage whose trials it " + kind.needs_from);
   }
   return refuse_cycles(stages, index, places);
 }
@@ -1928,22 +1936,19 @@ Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<
   };
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const StageConfig& st = stages[i];
-    const char* needs = st.kind == "ensemble" ? trainers::kProvidesPredictions
-                        : st.kind == "transfer" || st.kind == "pbt" ? trainers::kProvidesCheckpoints
-                                                                    : nullptr;
-    if (needs == nullptr) continue;
-    if (st.kind == "pbt") {
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+    if (const char* needs = kind.own_trainer_provides; needs != nullptr && st.own) {
       const std::string at = "stages[" + std::to_string(i) + "]";
-      if (st.own)
-        if (auto lack = trainer_lacks(st.kind, st.name, st.own->trainer, needs))
-          return fail(walker.mark_of(at + ".kind"), at, *lack);
-      continue;
+      if (auto lack = trainer_lacks(st.kind, st.name, st.own->trainer, needs))
+        return fail(walker.mark_of(at + ".kind"), at, *lack);
     }
+    const char* needs = kind.inputs_provide;
+    if (needs == nullptr) continue;
     const std::string at = "stages[" + std::to_string(i) + "].from";
     for (const auto& f : st.from) {
       const StageConfig& input = stages[index.at(f)];
-      if (input.kind == "ensemble")
-        return fail(walker.mark_of(at), at, "stage '" + f + "' is an ensemble: it trains no trials of its own");
+      if (!workflow::find_stage_kind(input.kind)->trains_inputs)
+        return fail(walker.mark_of(at), at, "stage '" + f + "' is " + an(input.kind) + ": it trains no trials of its own");
       if (!input.own) continue;  // its view failed: `deferred` says why
       if (auto lack = trainer_lacks(st.kind, f, input.own->trainer, needs)) return fail(walker.mark_of(at), at, *lack);
     }
@@ -2009,15 +2014,20 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
         has_space = has_space || e.key == "space";
       }
     }
-    st.own_search = st.kind == "search" || st.kind == "pbt" || (st.kind == "transfer" && has_search);
-    if (st.kind == "search" && !has_search)
-      return fail(item_mark, prefix + "search", "missing required key (a search stage needs its own search: "
-                                                "{max_trials: ...} and space)");
-    if (st.kind == "transfer" && has_search != has_space)
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
+    using workflow::StageSearch;
+    st.own_search = kind.search == StageSearch::kRequired || kind.search == StageSearch::kSpace ||
+                    (kind.search == StageSearch::kOptional && has_search);
+    if (kind.search == StageSearch::kRequired && !has_search)
+      return fail(item_mark, prefix + "search", "missing required key (" + an(st.kind) +
+                                                    " stage needs its own search: {max_trials: ...} and space)");
+    if (kind.search == StageSearch::kOptional && has_search != has_space)
       return fail(item_mark, prefix + (has_search ? "space" : "search"),
-                  "a transfer stage's nested search needs both search and space");
-    const std::string trials = st.kind == "pbt" ? std::to_string(items[i]["population"].get<int64_t>()) : "1";
-    const bool defers = st.kind == "ensemble" || st.kind == "transfer";
+                  an(st.kind) + " stage's nested search needs both search and space");
+    const std::string trials =
+        kind.trials_setting != nullptr ? std::to_string(items[i][kind.trials_setting].get<int64_t>()) : "1";
+    // A stage that reads its inputs' trainers' output reports what they lack before its own view's complaint.
+    const bool defers = kind.inputs_provide != nullptr;
 
     std::shared_ptr<const CampaignConfig> own;
     std::set<std::string> own_trainer_keys;
@@ -2120,7 +2130,8 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     if (st.own_search) {
       n["search"] = own["search"];
       n["space"] = own["space"];
-      if (st.kind == "search") n["early_stopping"] = own["early_stopping"];
+      if (workflow::find_stage_kind(st.kind)->search == workflow::StageSearch::kRequired)
+        n["early_stopping"] = own["early_stopping"];
     }
     n["trainer"] = own["trainer"];
     normalized.push_back(std::move(n));

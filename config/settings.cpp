@@ -354,12 +354,13 @@ std::vector<Setting> declarations() {
                "trial was searched with (lr, batch_size, ...), which it keeps otherwise."},
       {.path = "stages[].search", .type = Type::kValue,
        .help = "search: the stage's search, with the keys of the top-level search (transfer: an optional nested "
-               "search over the fine-tuning settings).", .scope = {"stages[].kind", {"search", "transfer"}}},
+               "search over the fine-tuning settings).",
+       .scope = {"stages[].kind", {}}},  // build_table(): the kinds with a search (workflow/stage_settings.h)
       {.path = "stages[].space", .type = Type::kValue,
        .help = "The stage's space, as the top-level space (pbt: the hyperparameters it explores).",
-       .scope = {"stages[].kind", {"search", "transfer", "pbt"}}},
+       .scope = {"stages[].kind", {}}},  // build_table(): the kinds with a search or a space
       {.path = "stages[].early_stopping", .type = Type::kValue, .help = "The stage's early stopping, as the top level's.",
-       .scope = {"stages[].kind", {"search"}}},
+       .scope = {"stages[].kind", {}}},  // build_table(): the kinds with a search of their own
       // The keys of each kind (method, max_size, ..., population, ...) are declared beside the stages
       // (workflow/stage_settings.h) and imported by build_table() after stages[].early_stopping; the
       // sections below are the config's: their keys are the kinds' too (retrain.top) or are read by
@@ -530,6 +531,18 @@ std::vector<Setting> build_table() {
       if (!kinds.empty()) kinds.pop_back();
       kind.help = (kinds.empty() ? last : join(kinds, ", ") + " or " + last) + ".";
     } else if (path == "stages[].early_stopping") {
+      // Which kinds have the keys search, space and early_stopping (workflow/stage_settings.h).
+      using workflow::StageSearch;
+      for (auto& d : table) {
+        for (const auto& k : workflow::stage_kinds()) {
+          const bool has = d.path == "stages[].search"
+                               ? k.search == StageSearch::kRequired || k.search == StageSearch::kOptional
+                           : d.path == "stages[].space"          ? k.search != StageSearch::kNone
+                           : d.path == "stages[].early_stopping" ? k.search == StageSearch::kRequired
+                                                                 : false;
+          if (has) d.scope.values.push_back(k.kind);
+        }
+      }
       // Each stage kind's own keys (a key "a.b" is imported below its section stages[].a).
       const Setting* kind = nullptr;
       for (const auto& d : table)

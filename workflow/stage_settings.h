@@ -28,13 +28,34 @@
 
 namespace hpctune::workflow {
 
+// Whether a stage kind searches with trials of its own, and with which of the keys search and space.
+enum class StageSearch {
+  kNone,      // no search of its own (ensemble)
+  kRequired,  // its own search and space, and early_stopping (search)
+  kOptional,  // an optional nested search: search and space together, or neither (transfer)
+  kSpace,     // a space it explores with trials of its own, trials_setting of them at once (pbt)
+};
+
+// A stage kind as the config reads it (config/config.cpp: parse_workflow asks these, not the name).
 struct StageKind {
-  std::string kind;
-  std::string help;  // what it does, for stages[].kind's help ("a search of its own")
-  std::vector<SettingDecl> settings;
+  std::string kind{};
+  std::string help{};  // what it does, for stages[].kind's help ("a search of its own")
+  std::vector<SettingDecl> settings{};
   // Keys of the kind read by a reader of their own, passed through as given (pbt's schedule:
   // config/pbt_schedule.h); the config declares them.
   std::vector<std::string> read_elsewhere{};
+  StageSearch search = StageSearch::kNone;
+  const char* trials_setting = nullptr;  // kSpace: the setting that says how many trials run at once
+  // `from` is required: what the stage does with its inputs' trials ("blends"); nullptr: optional.
+  const char* needs_from = nullptr;
+  const char* needs_from_unless = nullptr;  // ... unless this string setting is given (a checkpoint)
+  // What the trainers of its inputs must provide, and what its own trainer must (the trainers'
+  // catalog's words, trainers/trainer_settings.h: "predictions", "checkpoints"); nullptr: nothing.
+  const char* inputs_provide = nullptr;
+  const char* own_trainer_provides = nullptr;
+  // Whether a stage that needs its inputs' trainers' output may take this one as an input (an
+  // ensemble trains no trials that are its own results).
+  bool trains_inputs = true;
 };
 
 inline std::vector<SettingDecl> ensemble_stage_settings() {
@@ -102,10 +123,16 @@ inline std::vector<SettingDecl> pbt_stage_settings() {
 // Every stage kind, in the order the config lists them.
 inline const std::vector<StageKind>& stage_kinds() {
   static const std::vector<StageKind> kinds = {
-      {"search", "a search of its own", {}},
-      {"ensemble", "blends the predictions of the trials of `from`", ensemble_stage_settings()},
-      {"transfer", "fine-tunes the best checkpoints of `from` on other data", transfer_stage_settings()},
-      {"pbt", "population-based training", pbt_stage_settings(), {"schedule"}},
+      {.kind = "search", .help = "a search of its own", .settings = {}, .search = StageSearch::kRequired},
+      {.kind = "ensemble", .help = "blends the predictions of the trials of `from`",
+       .settings = ensemble_stage_settings(), .needs_from = "blends", .inputs_provide = "predictions",
+       .trains_inputs = false},
+      {.kind = "transfer", .help = "fine-tunes the best checkpoints of `from` on other data",
+       .settings = transfer_stage_settings(), .search = StageSearch::kOptional, .needs_from = "starts from",
+       .needs_from_unless = "checkpoint", .inputs_provide = "checkpoints"},
+      {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
+       .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
+       .own_trainer_provides = "checkpoints"},
   };
   return kinds;
 }
