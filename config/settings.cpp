@@ -14,6 +14,7 @@
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "trainers/trainer_settings.h"
+#include "workflow/stage_settings.h"
 
 namespace hpctune::config {
 
@@ -342,9 +343,8 @@ std::vector<Setting> declarations() {
       {.path = "stages[].name", .type = Type::kString,
        .help = "The stage's name, unique in the campaign (letters, digits, '.', '_', '-').", .required = true},
       {.path = "stages[].kind", .type = Type::kEnum,
-       .help = "search (a search of its own), ensemble (blends the predictions of the trials of `from`), transfer "
-               "(fine-tunes the best checkpoints of `from` on other data) or pbt (population-based training).",
-       .choices = {"search", "ensemble", "transfer", "pbt"}, .required = true, .aliases = {"type"}},
+       .choices = {},  // build_table(): the kinds of workflow/stage_settings.h, with their help
+       .required = true, .aliases = {"type"}},
       {.path = "stages[].from", .type = Type::kValue,
        .help = "The stage, or list of stages, whose trials this one consumes; it starts once they completed.",
        .aliases = {"after", "inputs", "depends_on", "needs"}},
@@ -354,73 +354,26 @@ std::vector<Setting> declarations() {
                "trial was searched with (lr, batch_size, ...), which it keeps otherwise."},
       {.path = "stages[].search", .type = Type::kValue,
        .help = "search: the stage's search, with the keys of the top-level search (transfer: an optional nested "
-               "search over the fine-tuning settings).", .scope = {"stages[].kind", {"search", "transfer"}}},
+               "search over the fine-tuning settings).",
+       .scope = {"stages[].kind", {}}},  // build_table(): the kinds with a search (workflow/stage_settings.h)
       {.path = "stages[].space", .type = Type::kValue,
        .help = "The stage's space, as the top-level space (pbt: the hyperparameters it explores).",
-       .scope = {"stages[].kind", {"search", "transfer", "pbt"}}},
+       .scope = {"stages[].kind", {}}},  // build_table(): the kinds with a search or a space
       {.path = "stages[].early_stopping", .type = Type::kValue, .help = "The stage's early stopping, as the top level's.",
-       .scope = {"stages[].kind", {"search"}}},
-      {.path = "stages[].method", .type = Type::kEnum,
-       .help = "ensemble: greedy (forward selection with replacement on validation, Caruana et al. 2004), top_k "
-               "(the average of the best k) or weighted (weights minimizing validation log loss).",
-       .default_value = "greedy", .choices = {"greedy", "top_k", "weighted"},
-       .scope = {"stages[].kind", {"ensemble"}}},
-      {.path = "stages[].max_size", .type = Type::kInt, .help = "ensemble greedy: picks, with replacement.",
-       .default_value = 20, .min = 1, .max = 10000, .scope = {"stages[].kind", {"ensemble"}}},
-      {.path = "stages[].bags", .type = Type::kInt,
-       .help = "ensemble greedy: bags over random halves of the members (0 = no bagging).", .default_value = 0,
-       .min = 0, .max = 1000, .scope = {"stages[].kind", {"ensemble"}}},
-      {.path = "stages[].k", .type = Type::kInt, .help = "ensemble top_k: how many of the best members.",
-       .default_value = 5, .min = 1, .max = 10000, .scope = {"stages[].kind", {"ensemble"}}},
+       .scope = {"stages[].kind", {}}},  // build_table(): the kinds with a search of their own
+      // The keys of each kind (method, max_size, ..., population, ...) are declared beside the stages
+      // (workflow/stage_settings.h) and imported by build_table() after stages[].early_stopping; the
+      // sections below are the config's: their keys are the kinds' too (retrain.top) or are read by
+      // a reader of their own (schedule: config/pbt_schedule.h).
       {.path = "stages[].retrain", .type = Type::kSection,
        .help = "ensemble: new members trained as trials in parallel, {top: k, seeds: n}: the k best configurations "
                "of `from`, each under n new seeds; the members are then these and the trials of `from`.",
        .scope = {"stages[].kind", {"ensemble"}}},
-      {.path = "stages[].retrain.top", .type = Type::kInt, .help = "How many of the best configurations.",
-       .default_value = 3, .min = 1, .max = 1000},
-      {.path = "stages[].retrain.seeds", .type = Type::kInt, .help = "New seeds for each.", .default_value = 2,
-       .min = 1, .max = 1000},
-      {.path = "stages[].classes", .type = Type::kIntList,
-       .help = "transfer: the classes of the target task (trainer.classes for its trials); [] for all.",
-       .default_value = json::array(), .min = 0, .max = 65535, .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].max_train_samples", .type = Type::kInt,
-       .help = "transfer: labelled target images (trainer.max_train_samples for its trials; 0 = all).",
-       .default_value = 0, .min = 0, .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].freeze", .type = Type::kInt, .help = "transfer: the first N layers stay as the source's.",
-       .default_value = 0, .min = 0, .max = 10000, .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].baseline", .type = Type::kBool,
-       .help = "transfer: beside each target trial, the same architecture trained from scratch on the same data, "
-               "epochs and seed.", .default_value = false, .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].sources", .type = Type::kInt, .help = "transfer: the best k trials of `from` to start from.",
-       .default_value = 1, .min = 1, .max = 1000, .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].seeds", .type = Type::kInt,
-       .help = "transfer without a nested search: target trials per source.", .default_value = 1, .min = 1,
-       .max = 1000, .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].checkpoint", .type = Type::kString,
-       .help = "transfer: a checkpoint file to start from instead of the trials of `from` (relative to the "
-               "config's directory).", .default_value = "", .scope = {"stages[].kind", {"transfer"}}},
-      {.path = "stages[].population", .type = Type::kInt, .help = "pbt: members training at once.",
-       .default_value = 8, .min = 2, .max = 10000, .scope = {"stages[].kind", {"pbt"}}},
-      {.path = "stages[].ready", .type = Type::kInt,
-       .help = "pbt: steps (epochs) per interval; after each, the bottom quantile exploits the top.",
-       .default_value = 2, .min = 1, .max = 100000, .scope = {"stages[].kind", {"pbt"}}},
-      {.path = "stages[].steps", .type = Type::kInt, .help = "pbt: the steps every member trains in all.",
-       .min = 1, .max = 1000000, .scope = {"stages[].kind", {"pbt"}}, .default_note = "trainer.epochs",
-       .reference_commented = true},
-      {.path = "stages[].quantile", .type = Type::kNumber,
-       .help = "pbt: the fraction of the population that is the bottom (and the top).", .default_value = 0.25,
-       .min = 0, .max = 0.5, .min_exclusive = true, .scope = {"stages[].kind", {"pbt"}}},
-      {.path = "stages[].resample_probability", .type = Type::kNumber,
-       .help = "pbt: the chance that explore draws a value afresh from the space rather than perturbing it.",
-       .default_value = 0.25, .min = 0, .max = 1, .scope = {"stages[].kind", {"pbt"}}},
       {.path = "stages[].schedule", .type = Type::kValue,
        .help = "pbt: replay a schedule of hyperparameters instead of exploring: a list of {from_step, to_step, "
                "params}, as `hpctune schedule DB --format yaml` prints a PBT stage's best member's; every member "
                "trains through its intervals in turn (population: how many seeds).",
        .scope = {"stages[].kind", {"pbt"}}},
-      {.path = "stages[].perturb", .type = Type::kValueList,
-       .help = "pbt: the two factors explore multiplies a value by (then clipped to the space).",
-       .default_value = json::array({0.8, 1.2}), .scope = {"stages[].kind", {"pbt"}}},
   };
 }
 #pragma GCC diagnostic pop
@@ -566,6 +519,53 @@ std::vector<Setting> build_table() {
           },
           known, /*make_sentences=*/false);
       for (auto& i : imports) table.push_back(std::move(i));
+    } else if (path == "stages[].kind") {
+      // The stage kinds, declared beside the stages (workflow/stage_settings.h).
+      Setting& kind = table.back();
+      std::vector<std::string> kinds;
+      for (const auto& k : workflow::stage_kinds()) {
+        kind.choices.push_back(k.kind);
+        kinds.push_back(k.kind + " (" + k.help + ")");
+      }
+      const std::string last = kinds.empty() ? "" : kinds.back();
+      if (!kinds.empty()) kinds.pop_back();
+      kind.help = (kinds.empty() ? last : join(kinds, ", ") + " or " + last) + ".";
+    } else if (path == "stages[].early_stopping") {
+      // Which kinds have the keys search, space and early_stopping (workflow/stage_settings.h).
+      using workflow::StageSearch;
+      for (auto& d : table) {
+        for (const auto& k : workflow::stage_kinds()) {
+          const bool has = d.path == "stages[].search"
+                               ? k.search == StageSearch::kRequired || k.search == StageSearch::kOptional
+                           : d.path == "stages[].space"          ? k.search != StageSearch::kNone
+                           : d.path == "stages[].early_stopping" ? k.search == StageSearch::kRequired
+                                                                 : false;
+          if (has) d.scope.values.push_back(k.kind);
+        }
+      }
+      // Each stage kind's own keys (a key "a.b" is imported below its section stages[].a).
+      const Setting* kind = nullptr;
+      for (const auto& d : table)
+        if (d.path == "stages[].kind") kind = &d;
+      std::vector<std::string> known;
+      auto imports = import_scoped(
+          *kind, "stages[].", {},
+          [](const std::string& k) -> Result<std::vector<SettingDecl>> {
+            const workflow::StageKind* decl = workflow::find_stage_kind(k);
+            if (decl == nullptr) return err(Errc::kNotFound, "no stage kind " + k);
+            std::vector<SettingDecl> top;
+            for (const auto& d : decl->settings)
+              if (d.key.find('.') == std::string::npos) top.push_back(d);
+            return top;
+          },
+          known, /*make_sentences=*/false);
+      for (auto& i : imports) table.push_back(std::move(i));
+    } else if (path.rfind("stages[].", 0) == 0 && table.back().type == Type::kSection) {
+      // A stage kind's section (retrain): its keys, declared with the kind.
+      const std::string section = path.substr(9) + ".";
+      for (const auto& k : workflow::stage_kinds())
+        for (const auto& d : k.settings)
+          if (d.key.rfind(section, 0) == 0) table.push_back(imported(d, "stages[]." + d.key, Scope{}, false));
     } else if (path == "early_stopping.kind") {
       std::vector<std::string> known;
       auto imports = import_scoped(table.back(), "early_stopping.", {"kind"},

@@ -509,7 +509,7 @@ TEST_CASE("transfer: no usable source is an error naming the stage and why") {
     auto made = workflow::make_transfer_stage(f.stage({{"sources", 0}}), f.cfg);
     REQUIRE_FALSE(made.ok());
     CHECK(made.error().code() == Errc::kConfig);
-    CHECK(made.error().message() == "stage 'move': sources: must be >= 1");
+    CHECK(made.error().message() == "stage 'move': sources: must be in [1, 1000], got 0");
   }
 }
 

@@ -340,7 +340,7 @@ TEST_CASE("ensemble stage: inputs without predictions fail with the stage and th
   auto bad = workflow::make_stage({"blend", "ensemble", {"tune"}, 1}, cfg, std::nullopt);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code() == Errc::kConfig);
-  CHECK(bad.error().message() == "stage 'blend': method: 'best' is not one of greedy, top_k, weighted");
+  CHECK(bad.error().message() == "stage 'blend': method: must be one of greedy, top_k, weighted, got \"best\"");
 }
 
 TEST_CASE("ensemble stage, retrain: the top k configurations under n new seeds, with lineage, across a restart") {

@@ -16,6 +16,7 @@
 #include "common/text.h"
 #include "config/trainer_kinds.h"
 #include "ensemble/ensemble.h"
+#include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
 
 namespace hpctune::workflow {
@@ -44,39 +45,21 @@ struct Settings {
   int retrain_seeds = 0;
 };
 
-// An integer setting in [lo, hi]; the parser normalized them, this guards a hand-built config.
-Status int_setting(const nlohmann::json& settings, const char* key, int lo, int hi, int& out,
-                   const std::string& where) {
-  if (!settings.contains(key) || settings[key].is_null()) return {};
-  const auto& v = settings[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    return err(Errc::kConfig, where + key + ": " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", " +
-                                  std::to_string(hi) + "]");
-  out = static_cast<int>(v.get<int64_t>());
-  return {};
-}
-
+// The stage's keys, read by the one reader with their declarations (workflow/stage_settings.h):
+// what `validate` accepts is what the stage runs with.
 Result<Settings> read_settings(const config::StageConfig& stage) {
-  const std::string where = "stage '" + stage.name + "': ";
-  const nlohmann::json& s = stage.settings;
-  if (!s.is_object()) return err(Errc::kConfig, where + "settings are not a mapping");
+  auto read = read_stage_settings("ensemble", stage.settings);
+  if (!read.ok()) return err(Errc::kConfig, "stage '" + stage.name + "': " + read.error().message());
+  const nlohmann::json& s = read.value();
   Settings out;
-  if (s.contains("method")) {
-    if (!s["method"].is_string()) return err(Errc::kConfig, where + "method: not a string");
-    out.method = s["method"].get<std::string>();
-  }
-  if (out.method != "greedy" && out.method != "top_k" && out.method != "weighted")
-    return err(Errc::kConfig, where + "method: '" + out.method + "' is not one of greedy, top_k, weighted");
-  constexpr int kMaxPicks = 100000;
-  HPCTUNE_TRY(int_setting(s, "max_size", 1, kMaxPicks, out.max_size, where));
-  HPCTUNE_TRY(int_setting(s, "bags", 0, kMaxPicks, out.bags, where));
-  HPCTUNE_TRY(int_setting(s, "k", 1, kMaxPicks, out.k, where));
-  if (s.contains("retrain") && !s["retrain"].is_null()) {
-    const auto& r = s["retrain"];
-    if (!r.is_object() || !r.contains("top") || !r.contains("seeds"))
-      return err(Errc::kConfig, where + "retrain: expected {top: k, seeds: n}");
-    HPCTUNE_TRY(int_setting(r, "top", 1, 10000, out.retrain_top, where + "retrain."));
-    HPCTUNE_TRY(int_setting(r, "seeds", 1, 10000, out.retrain_seeds, where + "retrain."));
+  out.method = s.at("method").get<std::string>();
+  out.max_size = static_cast<int>(s.at("max_size").get<int64_t>());
+  out.bags = static_cast<int>(s.at("bags").get<int64_t>());
+  out.k = static_cast<int>(s.at("k").get<int64_t>());
+  if (s.contains("retrain")) {
+    const nlohmann::json& r = s.at("retrain");
+    out.retrain_top = static_cast<int>(r.at("top").get<int64_t>());
+    out.retrain_seeds = static_cast<int>(r.at("seeds").get<int64_t>());
   }
   return out;
 }

@@ -6,32 +6,13 @@
 
 #include "config/pbt_schedule.h"
 #include "config/trainer_kinds.h"
+#include "workflow/stage_settings.h"
 
 namespace hpctune::workflow {
 namespace {
 
 Error bad_setting(const std::string& stage, const std::string& key, const std::string& why) {
   return err(Errc::kConfig, "stage '" + stage + "' (pbt): " + key + " " + why);
-}
-
-Result<int64_t> int_setting(const std::string& stage, const nlohmann::json& settings, const char* key,
-                            int64_t fallback, int64_t min) {
-  if (!settings.contains(key) || settings.at(key).is_null()) return fallback;
-  const nlohmann::json& v = settings.at(key);
-  if (!v.is_number_integer()) return bad_setting(stage, key, "must be an integer, not " + v.dump());
-  const int64_t out = v.get<int64_t>();
-  if (out < min) return bad_setting(stage, key, "must be at least " + std::to_string(min) + ", not " + v.dump());
-  return out;
-}
-
-Result<double> real_setting(const std::string& stage, const nlohmann::json& settings, const char* key,
-                            double fallback) {
-  if (!settings.contains(key) || settings.at(key).is_null()) return fallback;
-  const nlohmann::json& v = settings.at(key);
-  if (!v.is_number()) return bad_setting(stage, key, "must be a number, not " + v.dump());
-  const double out = v.get<double>();
-  if (!std::isfinite(out)) return bad_setting(stage, key, "must be finite");
-  return out;
 }
 
 // An int parameter's value nearest to x: on its grid low, low + step, ..., inside its bounds.
@@ -47,25 +28,26 @@ nlohmann::json nearest_int(const search::ParamSpec& spec, double x) {
 Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json& settings,
                                  const nlohmann::json& trainer) {
   PbtSettings s;
-  const nlohmann::json none = nlohmann::json::object();
-  const nlohmann::json& in = settings.is_object() ? settings : none;
-  HPCTUNE_ASSIGN(s.population, int_setting(stage, in, "population", s.population, 2));
-  HPCTUNE_ASSIGN(s.ready, int_setting(stage, in, "ready", s.ready, 1));
+  // The stage's keys, read by the one reader with their declarations (workflow/stage_settings.h):
+  // what `validate` accepts is what the stage runs with.
+  auto read = read_stage_settings("pbt", settings);
+  if (!read.ok()) return err(Errc::kConfig, "stage '" + stage + "' (pbt): " + read.error().message());
+  const nlohmann::json& in = read.value();
+  s.population = in.at("population").get<int64_t>();
+  s.ready = in.at("ready").get<int64_t>();
   const std::string kind = trainer.is_object() ? trainer.value("kind", "") : "";
   s.step_key = config::trainer_step_setting(kind);
   if (s.step_key.empty())
     return bad_setting(stage, "trainer.kind", "'" + kind + "' has no setting that counts its steps to train to");
+  // steps has no default of its own: the trainer's count of steps, or the schedule's end (below).
   int64_t trained = 0;
   if (trainer.contains(s.step_key) && trainer.at(s.step_key).is_number_integer())
     trained = trainer.at(s.step_key).get<int64_t>();
-  HPCTUNE_ASSIGN(s.steps, int_setting(stage, in, "steps", trained, 0));
+  s.steps = in.at("steps").is_null() ? trained : in.at("steps").get<int64_t>();
   if (s.steps < 1)
     return bad_setting(stage, "steps", "must be given (the trainer sets no " + s.step_key + ") and at least 1");
-  HPCTUNE_ASSIGN(s.quantile, real_setting(stage, in, "quantile", s.quantile));
-  if (!(s.quantile > 0 && s.quantile <= 0.5)) return bad_setting(stage, "quantile", "must be in (0, 0.5]");
-  HPCTUNE_ASSIGN(s.resample_probability, real_setting(stage, in, "resample_probability", s.resample_probability));
-  if (!(s.resample_probability >= 0 && s.resample_probability <= 1))
-    return bad_setting(stage, "resample_probability", "must be in [0, 1]");
+  s.quantile = in.at("quantile").get<double>();
+  s.resample_probability = in.at("resample_probability").get<double>();
   if (in.contains("schedule") && !in.at("schedule").is_null()) {
     // The reader `hpctune validate` uses too (config/pbt_schedule.h).
     config::PbtSchedule schedule = config::read_pbt_schedule(in.at("schedule"), s.step_key);
@@ -73,15 +55,14 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
     s.replay = std::move(schedule.replay);
     s.steps = s.replay.back().at(s.step_key).get<int64_t>();
   }
-  if (in.contains("perturb") && !in.at("perturb").is_null()) {
-    const nlohmann::json& p = in.at("perturb");
-    if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number())
-      return bad_setting(stage, "perturb", "must be a list of two numbers, not " + p.dump());
-    s.perturb_low = p[0].get<double>();
-    s.perturb_high = p[1].get<double>();
-    if (!(s.perturb_low > 0 && s.perturb_high > 0 && std::isfinite(s.perturb_low) && std::isfinite(s.perturb_high)))
-      return bad_setting(stage, "perturb", "factors must be positive, not " + p.dump());
-  }
+  // The declaration says a list; what its items must be is the stage's (validate asks the same).
+  const nlohmann::json& p = in.at("perturb");
+  if (p.size() != 2 || !p[0].is_number() || !p[1].is_number())
+    return bad_setting(stage, "perturb", "must be a list of two numbers, not " + p.dump());
+  s.perturb_low = p[0].get<double>();
+  s.perturb_high = p[1].get<double>();
+  if (!(s.perturb_low > 0 && s.perturb_high > 0 && std::isfinite(s.perturb_low) && std::isfinite(s.perturb_high)))
+    return bad_setting(stage, "perturb", "factors must be positive, not " + p.dump());
   return s;
 }
 

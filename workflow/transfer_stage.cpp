@@ -16,6 +16,7 @@
 #include "common/rng.h"
 #include "common/text.h"
 #include "search/searcher.h"
+#include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
 
 namespace hpctune::workflow {
@@ -39,38 +40,25 @@ struct TransferSettings {
   std::string checkpoint;  // "" = the sources come from `from`
 };
 
-Result<TransferSettings> read_settings(const std::string& stage, const json& s) {
+// The stage's keys, read by the one reader with their declarations (workflow/stage_settings.h):
+// what `validate` accepts is what the stage runs with.
+Result<TransferSettings> read_settings(const std::string& stage, const json& given) {
+  auto read = read_stage_settings("transfer", given);
+  if (!read.ok()) return err(Errc::kConfig, "stage '" + stage + "': " + read.error().message());
+  const json& s = read.value();
   TransferSettings out;
-  if (!s.is_object()) return out;
-  const auto bad = [&](const char* key, const char* what) {
-    return err(Errc::kConfig, "stage '" + stage + "': " + key + ": " + what);
-  };
-  const auto integer = [&](const char* key, int64_t min, int64_t& into) -> Status {
-    if (!s.contains(key)) return {};
-    if (!s[key].is_number_integer()) return bad(key, "must be an integer");
-    into = s[key].get<int64_t>();
-    if (into < min) return bad(key, min == 0 ? "must be >= 0" : "must be >= 1");
-    return {};
-  };
-  HPCTUNE_TRY(integer("max_train_samples", 0, out.max_train_samples));
-  HPCTUNE_TRY(integer("freeze", 0, out.freeze));
-  HPCTUNE_TRY(integer("sources", 1, out.sources));
-  HPCTUNE_TRY(integer("seeds", 1, out.seeds));
-  if (s.contains("baseline")) {
-    if (!s["baseline"].is_boolean()) return bad("baseline", "must be true or false");
-    out.baseline = s["baseline"].get<bool>();
+  const json& classes = s.at("classes");
+  if (classes.is_array()) {
+    for (const json& c : classes) out.classes.push_back(c.get<int64_t>());
+  } else {
+    out.classes.push_back(classes.get<int64_t>());
   }
-  if (s.contains("checkpoint") && !s["checkpoint"].is_null()) {
-    if (!s["checkpoint"].is_string()) return bad("checkpoint", "must be a file path");
-    out.checkpoint = s["checkpoint"].get<std::string>();
-  }
-  if (s.contains("classes") && !s["classes"].is_null()) {
-    if (!s["classes"].is_array()) return bad("classes", "must be a list of class labels");
-    for (const json& c : s["classes"]) {
-      if (!c.is_number_integer() || c.get<int64_t>() < 0) return bad("classes", "must be non-negative integers");
-      out.classes.push_back(c.get<int64_t>());
-    }
-  }
+  out.max_train_samples = s.at("max_train_samples").get<int64_t>();
+  out.freeze = s.at("freeze").get<int64_t>();
+  out.baseline = s.at("baseline").get<bool>();
+  out.sources = s.at("sources").get<int64_t>();
+  out.seeds = s.at("seeds").get<int64_t>();
+  out.checkpoint = s.at("checkpoint").get<std::string>();
   return out;
 }
 
