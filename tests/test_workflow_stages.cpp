@@ -94,7 +94,8 @@ struct Campaign {
   // Writes the five prediction files of `m` into the trial's directory and records them as
   // artifacts of `attempt` (paths absolute, or relative to the trial directory).
   void predictions(int64_t trial_id, const Member& m, bool relative = false, int64_t attempt = 1,
-                   std::vector<int64_t> val_indices = kValIndices, std::vector<int64_t> val_labels = kValLabels) {
+                   std::vector<int64_t> val_indices = kValIndices, std::vector<int64_t> val_labels = kValLabels,
+                   std::vector<int64_t> test_labels = kTestLabels) {
     const std::string d = run_dir + "/" + std::to_string(trial_id);
     std::filesystem::create_directories(d);
     const auto val = two_class(m.val0), test = two_class(m.test0);
@@ -102,7 +103,7 @@ struct Campaign {
     require_ok(write_npy_f32(d + "/test_probs.npy", test.data(), static_cast<int64_t>(m.test0.size()), 2));
     require_ok(write_npy_i64(d + "/val_indices.npy", val_indices.data(), static_cast<int64_t>(val_indices.size())));
     require_ok(write_npy_i64(d + "/val_labels.npy", val_labels.data(), static_cast<int64_t>(val_labels.size())));
-    require_ok(write_npy_i64(d + "/test_labels.npy", kTestLabels.data(), static_cast<int64_t>(kTestLabels.size())));
+    require_ok(write_npy_i64(d + "/test_labels.npy", test_labels.data(), static_cast<int64_t>(test_labels.size())));
     for (const char* kind : {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"}) {
       const std::string file = std::string(kind) + ".npy";
       require_ok(db->add_artifact(trial_id, attempt, kind, relative ? file : d + "/" + file, 64, t));
@@ -284,22 +285,38 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
     auto r = stage->finish(c.ctx());
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code() == Errc::kFailed);
-    CHECK(r.error().message() == "ensemble 'blend': the predictions of trials " + std::to_string(a) + " and " +
-                                     std::to_string(b) + " do not line up: their validation rows (val_indices) " +
-                                     "differ; every member must hold out the same validation images (one " +
-                                     "trainer.data_seed) and predict the same test set");
+    CHECK(r.error().message() == "ensemble 'blend': member trial " + std::to_string(b) + " is refused: its " +
+                                     "predictions do not line up with trial " + std::to_string(a) + "'s: " +
+                                     "validation row 3: image (val_indices) 4, not 3; every member must hold out " +
+                                     "the same validation images (one trainer.data_seed) and predict the same test set");
   }
-  SUBCASE("other labels") {
+  SUBCASE("other labels: the member and the first row that differs are named") {
     Campaign c;
-    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5);
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5), cc = c.trial(c.tune, 2, 0.4);
     c.predictions(a, kA);
-    c.predictions(b, kB, false, 1, kValIndices, {0, 0, 1, 0});
+    c.predictions(b, kB);
+    c.predictions(cc, kC, false, 1, kValIndices, {0, 0, 1, 1});
     auto stage = ensemble_stage({{"method", "top_k"}, {"k", 2}});
     require_ok(stage->begin(c.ctx()));
     auto r = stage->finish(c.ctx());
     REQUIRE_FALSE(r.ok());
-    CHECK(r.error().message().find("trials " + std::to_string(a) + " and " + std::to_string(b) +
-                                   " do not line up: their validation labels differ") != std::string::npos);
+    CHECK(r.error().code() == Errc::kFailed);
+    CHECK(r.error().message().find("member trial " + std::to_string(cc) + " is refused: its predictions do not " +
+                                   "line up with trial " + std::to_string(a) + "'s: validation row 2: label 1, " +
+                                   "not 0;") != std::string::npos);
+  }
+  SUBCASE("other test labels: the test row is named") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5);
+    c.predictions(a, kA);
+    c.predictions(b, kB, false, 1, kValIndices, kValLabels, {0, 0, 0});
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message().find("member trial " + std::to_string(b) + " is refused: its predictions do not " +
+                                   "line up with trial " + std::to_string(a) + "'s: test row 1: label 0, not 1;") !=
+          std::string::npos);
   }
   SUBCASE("an artifact path outside the trial's directory") {
     Campaign c;

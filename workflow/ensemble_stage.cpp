@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "common/npy.h"
@@ -366,17 +367,42 @@ class EnsembleStage final : public scheduler::StageRuntime {
     return l;
   }
 
-  // Members must predict the same rows: the same validation images, labels and classes.
+  // Members must predict the same rows: the same validation images, labels and classes. A member
+  // that does not is refused, naming it (its trial) and the first row (split and index) that differs.
   Status lines_up(const Candidate& a, const Loaded& la, const Candidate& b, const Loaded& lb) const {
     std::string what;
-    if (la.val.classes != lb.val.classes) what = "their numbers of classes differ";
-    else if (la.val_indices != lb.val_indices) what = "their validation rows (val_indices) differ";
-    else if (la.val_labels != lb.val_labels) what = "their validation labels differ";
-    else if (la.test_labels != lb.test_labels) what = "their test rows (test_labels) differ";
+    if (la.val.classes != lb.val.classes) {
+      what = "its number of classes is " + std::to_string(lb.val.classes) + ", not " + std::to_string(la.val.classes);
+    } else {
+      what = first_difference("validation row", "image (val_indices)", la.val_indices, lb.val_indices);
+      if (what.empty()) what = first_difference("validation row", "label", la.val_labels, lb.val_labels);
+      if (what.empty()) what = first_difference("test row", "label", la.test_labels, lb.test_labels);
+    }
     if (what.empty()) return {};
-    return failed("the predictions of trials " + std::to_string(a.trial) + " and " + std::to_string(b.trial) +
-                  " do not line up: " + what + "; every member must hold out the same validation images " +
-                  "(one trainer.data_seed) and predict the same test set");
+    return failed("member trial " + std::to_string(b.trial) + " is refused: its predictions do not line up with " +
+                  "trial " + std::to_string(a.trial) + "'s: " + what + "; every member must hold out the same " +
+                  "validation images (one trainer.data_seed) and predict the same test set");
+  }
+
+  // "" when `a` and `b` agree row by row; else the first row that differs, in words ("validation
+  // row 2: label 1, not 0"; a missing row: "has no validation row 4").
+  template <typename T>
+  static std::string first_difference(const std::string& row, const std::string& what, const std::vector<T>& a,
+                                      const std::vector<T>& b, std::size_t width = 1) {
+    const std::size_t rows_a = a.size() / width, rows_b = b.size() / width;
+    for (std::size_t r = 0; r < std::min(rows_a, rows_b); ++r)
+      for (std::size_t j = 0; j < width; ++j)
+        if (!(a[r * width + j] == b[r * width + j]))
+          return row + " " + std::to_string(r) + ": " + what + " " + number(b[r * width + j]) + ", not " +
+                 number(a[r * width + j]) + (width > 1 ? " (column " + std::to_string(j) + ")" : "");
+    if (rows_a == rows_b) return "";
+    return rows_b < rows_a ? "it has no " + row + " " + std::to_string(rows_b)
+                           : "it has a " + row + " " + std::to_string(rows_a) + " the first member lacks";
+  }
+  template <typename T>
+  static std::string number(T v) {
+    if constexpr (std::is_floating_point_v<T>) return format_number(static_cast<double>(v));
+    else return std::to_string(v);
   }
 
   Result<std::vector<double>> choose_weights(const std::vector<ensemble::Probabilities>& val,
