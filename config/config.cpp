@@ -950,6 +950,22 @@ std::optional<std::string> trainer_lacks(const std::string& consumer, const std:
   return std::nullopt;
 }
 
+// Why the predictions of stage `input`'s trainer cannot serve the `task` a consumer stage asks for
+// (an ensemble's classification or regression), when the trainer kind declares the task its
+// prediction files serve; nullopt when they can or nothing is declared.
+std::optional<std::string> task_mismatch(const StageConfig& consumer, const std::string& input, const json& trainer,
+                                         const char* needs) {
+  if (std::string_view(needs) != trainers::kProvidesPredictions || !consumer.settings.contains("task") ||
+      !consumer.settings["task"].is_string())
+    return std::nullopt;
+  const std::string task = consumer.settings["task"].get<std::string>();
+  const std::string kind = trainer.value("kind", "");
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->predictions.task == nullptr || task == can->predictions.task) return std::nullopt;
+  return "the " + consumer.kind + " is a " + task + " ensemble, and trainer kind '" + kind + "' of stage '" + input +
+         "' writes " + can->predictions.task + " predictions";
+}
+
 // A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
 // ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
 std::optional<std::pair<std::string, std::string>> classes_problem_at(const json& classes, const std::string& path) {
@@ -1951,6 +1967,10 @@ Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<
         return fail(walker.mark_of(at), at, "stage '" + f + "' is " + an(input.kind) + ": it trains no trials of its own");
       if (!input.own) continue;  // its view failed: `deferred` says why
       if (auto lack = trainer_lacks(st.kind, f, input.own->trainer, needs)) return fail(walker.mark_of(at), at, *lack);
+      if (auto wrong = task_mismatch(st, f, input.own->trainer, needs)) {
+        const std::string task_at = "stages[" + std::to_string(i) + "].task";
+        return fail(walker.mark_of(task_at), task_at, *wrong);
+      }
     }
   }
   return Status::Ok();

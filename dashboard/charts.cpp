@@ -488,7 +488,8 @@ ApiResponse stages(const Snapshot& s, const QueryParams& params) {
         }
       }
       json ensemble = json::object();
-      for (const char* k : {"method", "val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss"}) {
+      for (const char* k : {"task", "method", "val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss",
+                            "val_mse", "test_mse"}) {
         if (r.contains(k)) ensemble[k] = r[k];
       }
       view = {{"members", std::move(members)}, {"ensemble", std::move(ensemble)},

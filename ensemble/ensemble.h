@@ -10,6 +10,12 @@
 //   top_k             the k members with the lowest log loss, equal weights.
 //   fit_weights       the weights on the simplex that minimize log loss (exponentiated gradient).
 // The test rows are then scored with the chosen weights (blend, log_loss, accuracy).
+//
+// Regression (issue 22): members are predictions rows x outputs (a Probabilities whose `classes`
+// counts outputs, any finite values) scored against targets of the same shape by mean squared
+// error; the same three methods take the targets in place of the labels: greedy and top_k share
+// their selection with the classification ones and minimize MSE, fit_weights minimizes MSE on the
+// simplex (the same exponentiated gradient, its step set by the members' scale).
 #pragma once
 
 #include <cstddef>
@@ -51,5 +57,17 @@ Result<std::vector<double>> top_k(const std::vector<Probabilities>& members, con
 // Exponentiated-gradient descent on the simplex from equal weights, `iterations` steps.
 Result<std::vector<double>> fit_weights(const std::vector<Probabilities>& members, const std::vector<int>& labels,
                                         int iterations = 500);
+
+// Regression: kInvalidArgument unless every member and the targets have the same shape (at least
+// one row and one output) and every value is finite.
+Status check_members(const std::vector<Probabilities>& members, const Probabilities& targets);
+// The mean over rows and outputs of (prediction - target)^2.
+double mean_squared_error(const Probabilities& predictions, const Probabilities& targets);
+Result<std::vector<double>> greedy_selection(const std::vector<Probabilities>& members, const Probabilities& targets,
+                                             const GreedyOptions& options);
+Result<std::vector<double>> top_k(const std::vector<Probabilities>& members, const Probabilities& targets, int k);
+// Its steps cost members^2 whatever the rows: 5,000 of them by default.
+Result<std::vector<double>> fit_weights(const std::vector<Probabilities>& members, const Probabilities& targets,
+                                        int iterations = 5000);
 
 }  // namespace hpctune::ensemble

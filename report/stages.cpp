@@ -80,10 +80,15 @@ std::string ensemble_summary(const json& r) {
   const json& method = member(r, "method");
   const json& single = member(r, "best_single");
   std::string out = (method.is_string() ? method.get<std::string>() : "?") + ", " + std::to_string(n) +
-                    (n == 1 ? " member" : " members") + ": test acc " + num(member(r, "test_accuracy")) +
-                    " (best single " + num(member(single, "test_accuracy")) + ", " +
-                    trial_ref(member(single, "trial")) + "), log loss " + num(member(r, "test_log_loss")) + " (" +
-                    num(member(single, "test_log_loss")) + ")";
+                    (n == 1 ? " member" : " members") + ": ";
+  if (member(r, "task") == "regression") {
+    out += "test MSE " + num(member(r, "test_mse")) + " (best single " + num(member(single, "test_mse")) + ", " +
+           trial_ref(member(single, "trial")) + ")";
+  } else {
+    out += "test acc " + num(member(r, "test_accuracy")) + " (best single " + num(member(single, "test_accuracy")) +
+           ", " + trial_ref(member(single, "trial")) + "), log loss " + num(member(r, "test_log_loss")) + " (" +
+           num(member(single, "test_log_loss")) + ")";
+  }
   const json& skipped = member(r, "skipped");
   if (skipped.is_number_integer() && skipped.get<int64_t>() > 0) {
     out += "; " + counted(skipped, "trial") + " without predictions skipped";

@@ -51,6 +51,8 @@ Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 //      ensemble  {method, candidates, skipped, retrained, members: [{trial, weight, retrain_of?}],
 //                 val_accuracy, val_log_loss, test_accuracy, test_log_loss,
 //                 best_single: {trial, val_accuracy, val_log_loss, test_accuracy, test_log_loss}, files}
+//                (task: regression: {task, method, candidates, skipped, retrained, members, val_mse, test_mse,
+//                 best_single: {trial, val_mse, test_mse}, files})
 //      transfer  {sources, target: {trial, objective, val_accuracy, test_accuracy}, baseline,
 //                 best_baseline, targets, baselines, gain}
 //      pbt       {population, steps, ready, exploits, explores, best: {trial, value, test_accuracy},

@@ -119,3 +119,57 @@ TEST_CASE("members that do not line up are refused, naming the member") {
   bad.values[0] = NAN;
   CHECK_FALSE(check_members({bad}, kLabels).ok());
 }
+
+// Regression: three rows, two outputs. A errs by e, B by -2e, C by +3 everywhere. The blend
+// (2A + B) / 3 is exactly the targets: MSE 0 with weights 2/3, 1/3, 0.
+namespace {
+const std::vector<double> kTargets = {1, 2, 3, 4, 5, 6};
+const std::vector<double> kErr = {0.1, -0.2, 0.3, 0.1, -0.1, 0.2};
+Probabilities outputs(double err_factor, double offset) {
+  Probabilities p{3, 2, {}};
+  for (std::size_t i = 0; i < kTargets.size(); ++i) p.values.push_back(kTargets[i] + err_factor * kErr[i] + offset);
+  return p;
+}
+const Probabilities kY{3, 2, kTargets};
+const std::vector<Probabilities> kRegression = {outputs(1, 0), outputs(-2, 0), outputs(0, 3)};
+}  // namespace
+
+TEST_CASE("regression: mean squared error, and greedy, top k and fitted weights by it") {
+  const double e2 = (0.01 + 0.04 + 0.09 + 0.01 + 0.01 + 0.04) / 6;  // mean of e^2: 0.0333
+  CHECK(mean_squared_error(kRegression[0], kY) == doctest::Approx(e2).epsilon(1e-12));
+  CHECK(mean_squared_error(kRegression[1], kY) == doctest::Approx(4 * e2).epsilon(1e-12));
+  CHECK(mean_squared_error(kRegression[2], kY) == doctest::Approx(9.0).epsilon(1e-12));
+  // Greedy: A (lowest MSE); then B (A+B errs by -e/2: e2/4, A+A e2, A+C ~2.25); then A (2A+B: 0).
+  auto g = greedy_selection(kRegression, kY, {.max_size = 3});
+  REQUIRE(g.ok());
+  CHECK((*g)[0] == doctest::Approx(2.0 / 3).epsilon(1e-12));
+  CHECK((*g)[1] == doctest::Approx(1.0 / 3).epsilon(1e-12));
+  CHECK((*g)[2] == 0.0);
+  CHECK(mean_squared_error(*blend(kRegression, *g), kY) == doctest::Approx(0.0).epsilon(1e-12));
+  auto g2 = greedy_selection(kRegression, kY, {.max_size = 2});
+  REQUIRE(g2.ok());
+  CHECK(*g2 == std::vector<double>{0.5, 0.5, 0.0});
+  CHECK(mean_squared_error(*blend(kRegression, *g2), kY) == doctest::Approx(e2 / 4).epsilon(1e-12));
+  // Top k by MSE: A; then A and B.
+  CHECK(*top_k(kRegression, kY, 1) == std::vector<double>{1.0, 0.0, 0.0});
+  CHECK(*top_k(kRegression, kY, 2) == std::vector<double>{0.5, 0.5, 0.0});
+  // Fitted on the simplex: 2/3, 1/3 and nothing for C; the blend's MSE ~0.
+  auto w = fit_weights(kRegression, kY);
+  REQUIRE(w.ok());
+  CHECK((*w)[0] == doctest::Approx(2.0 / 3).epsilon(1e-3));
+  CHECK((*w)[1] == doctest::Approx(1.0 / 3).epsilon(1e-3));
+  CHECK((*w)[2] < 1e-3);
+  CHECK(mean_squared_error(*blend(kRegression, *w), kY) < 1e-6);
+}
+
+TEST_CASE("regression: members or targets of another shape, or not finite, are refused naming the member") {
+  Probabilities short_member{2, 2, {1, 2, 3, 4}};
+  auto r = greedy_selection({kRegression[0], short_member}, kY, {});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("member 1 is 2 x 2, not 3 x 2 like the targets") != std::string::npos);
+  auto bad = kRegression[0];
+  bad.values[3] = INFINITY;
+  CHECK(check_members({kRegression[1], bad}, kY).error().message() == "member 1 holds a value that is not finite");
+  CHECK_FALSE(top_k(kRegression, Probabilities{0, 2, {}}, 1).ok());
+  CHECK_FALSE(fit_weights({}, kY).ok());
+}

@@ -540,6 +540,9 @@ TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empt
   s.kind = "ensemble";
   s.result = {{"method", "top_k"}, {"members", json::array({{{"trial", 1}}})}};
   CHECK(report::stage_summary(s) == "top_k, 1 member: test acc ? (best single ?, #?), log loss ? (?)");
+  s.result = {{"task", "regression"}, {"method", "weighted"}, {"members", json::array({{{"trial", 1}}, {{"trial", 2}}})},
+              {"test_mse", 0.0012}, {"best_single", {{"trial", 2}, {"test_mse", 0.1867}}}};
+  CHECK(report::stage_summary(s) == "weighted, 2 members: test MSE 0.0012 (best single 0.1867, #2)");
   // Whether status shows the table: several stages, or one with a result.
   store::StageRow plain;
   plain.kind = "search";

@@ -253,6 +253,23 @@ TEST_CASE("validate: a pbt schedule is checked as the stage reads it, with its p
              5, "stages[0].steps");
 }
 
+TEST_CASE("validate: an ensemble's task is classification or regression, a bad one refused at its place") {
+  TempDir dir;
+  const std::string head = std::string(kTop);
+  // mlp writes class probabilities: a regression ensemble over it is refused where validate runs,
+  // not by every run of the stage.
+  const std::string regression = refused_at(
+      dir, "regression", head + "  - {name: e, kind: ensemble, from: s, task: regression, method: weighted}\n", 7, 40,
+      "stages[1].task");
+  CHECK(contains(regression, "writes classification predictions"));
+  const Run plain = validate(dir, "classification", head + "  - {name: e, kind: ensemble, from: s, task: classification}\n");
+  CHECK(plain.code == 0);
+  const std::string bad = refused_at(dir, "task-typo", head + "  - {name: e, kind: ensemble, from: s, task: regresion}\n",
+                                     7, 40, "stages[1].task");
+  CHECK(contains(bad, "regression"));
+  refused_at(dir, "task-number", head + "  - {name: e, kind: ensemble, from: s, task: 3}\n", 7, 40, "stages[1].task");
+}
+
 TEST_CASE("validate: classes, trainer.env names and an ensemble's inputs are checked with their place") {
   TempDir dir;
   const std::string transfer_head =

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -94,7 +95,8 @@ struct Campaign {
   // Writes the five prediction files of `m` into the trial's directory and records them as
   // artifacts of `attempt` (paths absolute, or relative to the trial directory).
   void predictions(int64_t trial_id, const Member& m, bool relative = false, int64_t attempt = 1,
-                   std::vector<int64_t> val_indices = kValIndices, std::vector<int64_t> val_labels = kValLabels) {
+                   std::vector<int64_t> val_indices = kValIndices, std::vector<int64_t> val_labels = kValLabels,
+                   std::vector<int64_t> test_labels = kTestLabels) {
     const std::string d = run_dir + "/" + std::to_string(trial_id);
     std::filesystem::create_directories(d);
     const auto val = two_class(m.val0), test = two_class(m.test0);
@@ -102,10 +104,25 @@ struct Campaign {
     require_ok(write_npy_f32(d + "/test_probs.npy", test.data(), static_cast<int64_t>(m.test0.size()), 2));
     require_ok(write_npy_i64(d + "/val_indices.npy", val_indices.data(), static_cast<int64_t>(val_indices.size())));
     require_ok(write_npy_i64(d + "/val_labels.npy", val_labels.data(), static_cast<int64_t>(val_labels.size())));
-    require_ok(write_npy_i64(d + "/test_labels.npy", kTestLabels.data(), static_cast<int64_t>(kTestLabels.size())));
+    require_ok(write_npy_i64(d + "/test_labels.npy", test_labels.data(), static_cast<int64_t>(test_labels.size())));
     for (const char* kind : {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"}) {
       const std::string file = std::string(kind) + ".npy";
       require_ok(db->add_artifact(trial_id, attempt, kind, relative ? file : d + "/" + file, 64, t));
+    }
+  }
+
+  // Regression (one output): writes val_pred/test_pred and val_targets/test_targets (rows x 1) into
+  // the trial's directory and records them.
+  void regression(int64_t trial_id, const std::vector<float>& val_pred, const std::vector<float>& test_pred,
+                  const std::vector<float>& val_targets, const std::vector<float>& test_targets) {
+    const std::string d = run_dir + "/" + std::to_string(trial_id);
+    std::filesystem::create_directories(d);
+    const std::pair<const char*, const std::vector<float>*> files[] = {
+        {"val_pred", &val_pred}, {"test_pred", &test_pred}, {"val_targets", &val_targets}, {"test_targets", &test_targets}};
+    for (const auto& [kind, values] : files) {
+      const std::string path = d + "/" + kind + ".npy";
+      require_ok(write_npy_f32(path, values->data(), static_cast<int64_t>(values->size()), 1));
+      require_ok(db->add_artifact(trial_id, 1, kind, path, 64, t));
     }
   }
 
@@ -284,22 +301,38 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
     auto r = stage->finish(c.ctx());
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code() == Errc::kFailed);
-    CHECK(r.error().message() == "ensemble 'blend': the predictions of trials " + std::to_string(a) + " and " +
-                                     std::to_string(b) + " do not line up: their validation rows (val_indices) " +
-                                     "differ; every member must hold out the same validation images (one " +
-                                     "trainer.data_seed) and predict the same test set");
+    CHECK(r.error().message() == "ensemble 'blend': member trial " + std::to_string(b) + " is refused: its " +
+                                     "predictions do not line up with trial " + std::to_string(a) + "'s: " +
+                                     "validation row 3: image (val_indices) 4, not 3; every member must hold out " +
+                                     "the same validation images (one trainer.data_seed) and predict the same test set");
   }
-  SUBCASE("other labels") {
+  SUBCASE("other labels: the member and the first row that differs are named") {
     Campaign c;
-    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5);
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5), cc = c.trial(c.tune, 2, 0.4);
     c.predictions(a, kA);
-    c.predictions(b, kB, false, 1, kValIndices, {0, 0, 1, 0});
+    c.predictions(b, kB);
+    c.predictions(cc, kC, false, 1, kValIndices, {0, 0, 1, 1});
     auto stage = ensemble_stage({{"method", "top_k"}, {"k", 2}});
     require_ok(stage->begin(c.ctx()));
     auto r = stage->finish(c.ctx());
     REQUIRE_FALSE(r.ok());
-    CHECK(r.error().message().find("trials " + std::to_string(a) + " and " + std::to_string(b) +
-                                   " do not line up: their validation labels differ") != std::string::npos);
+    CHECK(r.error().code() == Errc::kFailed);
+    CHECK(r.error().message().find("member trial " + std::to_string(cc) + " is refused: its predictions do not " +
+                                   "line up with trial " + std::to_string(a) + "'s: validation row 2: label 1, " +
+                                   "not 0;") != std::string::npos);
+  }
+  SUBCASE("other test labels: the test row is named") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5);
+    c.predictions(a, kA);
+    c.predictions(b, kB, false, 1, kValIndices, kValLabels, {0, 0, 0});
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message().find("member trial " + std::to_string(b) + " is refused: its predictions do not " +
+                                   "line up with trial " + std::to_string(a) + "'s: test row 1: label 0, not 1;") !=
+          std::string::npos);
   }
   SUBCASE("an artifact path outside the trial's directory") {
     Campaign c;
@@ -315,6 +348,85 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
                                       "'s val_probs artifact ../../../etc/passwd is outside its trial directory " +
                                       c.run_dir + "/" + std::to_string(a));
   }
+}
+
+// Regression: targets y; A errs by +e and B by -e (equal and opposite), C by +2 everywhere. Any
+// blend of A and B half each is exactly y: greedy, top_k (2) and weighted all reach MSE ~0 with
+// weights 0.5 / 0.5. The trials report val_accuracy 0.5, 0.6, 0.4: the best single member is B,
+// whose MSEs are the mean of e^2: 0.390625 on validation, 0.18667 on test.
+namespace {
+const std::vector<float> kValY = {1, 2, 3, 4}, kTestY = {5, 6, 7};
+const std::vector<float> kValE = {0.5f, -0.5f, 0.25f, 1}, kTestE = {0.2f, 0.4f, -0.6f};
+std::vector<float> shifted(const std::vector<float>& y, const std::vector<float>& e, float factor, float offset) {
+  std::vector<float> out;
+  for (std::size_t i = 0; i < y.size(); ++i) out.push_back(y[i] + factor * e[i] + offset);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("ensemble stage, task regression: greedy, top_k and weighted blend by MSE to the known answer") {
+  Campaign c;
+  const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.6), cc = c.trial(c.tune, 2, 0.4);
+  c.regression(a, shifted(kValY, kValE, 1, 0), shifted(kTestY, kTestE, 1, 0), kValY, kTestY);
+  c.regression(b, shifted(kValY, kValE, -1, 0), shifted(kTestY, kTestE, -1, 0), kValY, kTestY);
+  c.regression(cc, shifted(kValY, kValE, 0, 2), shifted(kTestY, kTestE, 0, 2), kValY, kTestY);
+  const auto ctx = c.ctx();
+  auto run = [&](json settings) {
+    settings["task"] = "regression";
+    auto stage = ensemble_stage(std::move(settings));
+    require_ok(stage->begin(ctx));
+    auto r = stage->finish(ctx);
+    require_ok(r);
+    return *r;
+  };
+  const double val_e2 = (0.25 + 0.25 + 0.0625 + 1) / 4, test_e2 = (0.04 + 0.16 + 0.36) / 3;
+  for (const std::string method : {"greedy", "top_k", "weighted"}) {
+    CAPTURE(method);
+    const json r = run({{"method", method}, {"max_size", 2}, {"k", 2}});
+    CHECK(r["task"] == "regression");
+    CHECK(r["method"] == method);
+    CHECK(r["candidates"] == 3);
+    std::map<int64_t, double> weight;  // by trial (the list is heaviest first)
+    for (const auto& m : r["members"]) weight[m["trial"].get<int64_t>()] = m["weight"].get<double>();
+    CHECK(weight[a] == doctest::Approx(0.5).epsilon(1e-3));
+    CHECK(weight[b] == doctest::Approx(0.5).epsilon(1e-3));
+    CHECK(weight[cc] < 1e-3);
+    CHECK(r["val_mse"].get<double>() < 1e-6);
+    CHECK(r["test_mse"].get<double>() < 1e-6);
+    CHECK(r["best_single"]["trial"] == b);
+    CHECK(r["best_single"]["val_mse"].get<double>() == doctest::Approx(val_e2).epsilon(1e-6));
+    CHECK(r["best_single"]["test_mse"].get<double>() == doctest::Approx(test_e2).epsilon(1e-6));
+    CHECK_FALSE(r.contains("test_accuracy"));
+    // The blend's predictions are written as rows x outputs.
+    std::vector<int64_t> dims;
+    const auto test_pred = read_f64(r["files"]["test_pred"].get<std::string>(), dims);
+    CHECK(dims == std::vector<int64_t>{3, 1});
+    for (std::size_t i = 0; i < 3; ++i) CHECK(test_pred[i] == doctest::Approx(kTestY[i]).epsilon(1e-3));
+  }
+  // Exactly: greedy and top_k give half each (the weighted fit converges to it).
+  CHECK(run({{"method", "greedy"}, {"max_size", 2}})["members"] ==
+        json::array({{{"trial", a}, {"weight", 0.5}}, {{"trial", b}, {"weight", 0.5}}}));
+  CHECK(run({{"method", "top_k"}, {"k", 2}})["members"] ==
+        json::array({{{"trial", a}, {"weight", 0.5}}, {{"trial", b}, {"weight", 0.5}}}));
+}
+
+TEST_CASE("ensemble stage, task regression: a member whose targets differ is refused, naming it and the row") {
+  Campaign c;
+  const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.6);
+  c.regression(a, kValY, kTestY, kValY, kTestY);
+  c.regression(b, kValY, kTestY, kValY, {5, 6, 8});
+  auto stage = ensemble_stage({{"task", "regression"}});
+  require_ok(stage->begin(c.ctx()));
+  auto r = stage->finish(c.ctx());
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("member trial " + std::to_string(b) + " is refused: its predictions do not line " +
+                                 "up with trial " + std::to_string(a) + "'s: test row 2: target 8, not 7;") != std::string::npos);
+  // Classification files alone are not a regression member: none of the trials saved predictions.
+  Campaign d;
+  const int64_t x = d.trial(d.tune, 0, 0.5);
+  d.predictions(x, kA);
+  auto s2 = ensemble_stage({{"task", "regression"}});
+  CHECK_FALSE(s2->begin(d.ctx()).ok());
 }
 
 TEST_CASE("ensemble stage: inputs without predictions fail with the stage and the setting named") {

@@ -139,7 +139,7 @@ std::vector<SettingDecl> classifier_common_setting_specs() {
 TrainerCapabilities classifier_capabilities() {
   TrainerCapabilities can;
   can.step_setting = "epochs";
-  can.predictions = {.written = true, .switch_setting = "save_predictions"};
+  can.predictions = {.written = true, .switch_setting = "save_predictions", .task = "classification"};
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
   return can;
 }

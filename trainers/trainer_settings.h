@@ -62,6 +62,9 @@ inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnis
 struct TrainerOutput {
   bool written = false;         // the kind can write it
   const char* switch_setting = nullptr;  // a bool setting that turns it off (false: not written); or none
+  // Predictions only: the task its prediction files serve (an ensemble stage's `task`:
+  // "classification" for val_probs.npy..., "regression" for val_pred.npy...); nullptr: either.
+  const char* task = nullptr;
 };
 // Which names a space may give that are not settings of the kind.
 enum class TrainerParams {

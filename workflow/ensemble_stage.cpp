@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "common/npy.h"
@@ -24,9 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The artifacts a member needs, as the classifier trainers record them.
-constexpr const char* kPredictionKinds[] = {"val_probs", "test_probs", "val_indices", "val_labels", "test_labels"};
-constexpr std::size_t kKinds = std::size(kPredictionKinds);
+// The artifacts a member needs, as the classifier trainers record them (classification), or as a
+// program writes them for `task: regression` (predictions and targets, rows x outputs). The first
+// two are the validation and test predictions.
+const std::vector<std::string> kClassificationKinds = {"val_probs", "test_probs", "val_indices", "val_labels",
+                                                       "test_labels"};
+const std::vector<std::string> kRegressionKinds = {"val_pred", "test_pred", "val_targets", "test_targets"};
 
 // A stable 64-bit hash of the stage's name (FNV-1a): the retrained seeds of two ensemble stages
 // of one campaign draw apart, and do not depend on the order the stage rows were created in.
@@ -37,6 +41,7 @@ uint64_t name_hash(std::string_view name) {
 }
 
 struct Settings {
+  bool regression = false;  // task: regression
   std::string method = "greedy";
   int max_size = 20;
   int bags = 0;
@@ -52,6 +57,7 @@ Result<Settings> read_settings(const config::StageConfig& stage) {
   if (!read.ok()) return err(Errc::kConfig, "stage '" + stage.name + "': " + read.error().message());
   const nlohmann::json& s = read.value();
   Settings out;
+  out.regression = s.at("task").get<std::string>() == "regression";
   out.method = s.at("method").get<std::string>();
   out.max_size = static_cast<int>(s.at("max_size").get<int64_t>());
   out.bags = static_cast<int>(s.at("bags").get<int64_t>());
@@ -69,13 +75,14 @@ struct Candidate {
   int64_t trial = 0;
   int64_t retrain_of = 0;  // the input trial it retrains (a trial of this stage), else 0
   double objective = std::numeric_limits<double>::quiet_NaN();  // the first objective as reported
-  std::string paths[kKinds];
+  std::vector<std::string> paths;  // one per kind of the task (kinds())
 };
 
-// One member's predictions, loaded and checked.
+// One member's predictions, loaded and checked (regression: the targets instead of the lists).
 struct Loaded {
   ensemble::Probabilities val, test;
   std::vector<int64_t> val_indices, val_labels, test_labels;
+  ensemble::Probabilities val_targets, test_targets;
 };
 
 // The retrained trials: plan_ (set by begin) handed out in seq order, never one recorded before.
@@ -150,6 +157,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
       if (!loaded.empty()) HPCTUNE_TRY(lines_up(in.usable.front(), loaded.front(), c, l));
       loaded.push_back(std::move(l));
     }
+    if (s_.regression) return finish_regression(ctx, in, loaded);
     std::vector<ensemble::Probabilities> val, test;
     for (Loaded& l : loaded) val.push_back(std::move(l.val)), test.push_back(std::move(l.test));
     std::vector<int> val_labels, test_labels;
@@ -185,6 +193,55 @@ class EnsembleStage final : public scheduler::StageRuntime {
   }
 
  private:
+  struct Inputs;
+
+  // task: regression: the weights by validation MSE, the blend's and the best member's MSEs.
+  Result<nlohmann::json> finish_regression(const scheduler::StageContext& ctx, const Inputs& in,
+                                           std::vector<Loaded>& loaded) const {
+    std::vector<ensemble::Probabilities> val, test;
+    for (Loaded& l : loaded) val.push_back(std::move(l.val)), test.push_back(std::move(l.test));
+    const ensemble::Probabilities& val_targets = loaded.front().val_targets;
+    const ensemble::Probabilities& test_targets = loaded.front().test_targets;
+    if (auto st = ensemble::check_members(val, val_targets); !st.ok())
+      return failed("the validation predictions: " + st.error().message());
+    if (auto st = ensemble::check_members(test, test_targets); !st.ok())
+      return failed("the test predictions: " + st.error().message());
+    Result<std::vector<double>> weights = std::vector<double>{};
+    if (s_.method == "top_k") weights = ensemble::top_k(val, val_targets, s_.k);
+    else if (s_.method == "weighted") weights = ensemble::fit_weights(val, val_targets);
+    else weights = ensemble::greedy_selection(val, val_targets, greedy_options());
+    if (!weights.ok()) return failed(weights.error().message());
+    auto val_blend = ensemble::blend(val, *weights);
+    if (!val_blend.ok()) return failed(val_blend.error().message());
+    auto test_blend = ensemble::blend(test, *weights);
+    if (!test_blend.ok()) return failed(test_blend.error().message());
+    nlohmann::json result = {{"task", "regression"},
+                             {"method", s_.method},
+                             {"candidates", in.usable.size()},
+                             {"skipped", in.skipped},
+                             {"retrained", in.retrained}};
+    result["members"] = members_json(in.usable, *weights);
+    result["val_mse"] = ensemble::mean_squared_error(*val_blend, val_targets);
+    result["test_mse"] = ensemble::mean_squared_error(*test_blend, test_targets);
+    // The best member by the objective its trial reported; ties (or none) by the lower validation MSE.
+    std::vector<double> losses;
+    for (const auto& v : val) losses.push_back(ensemble::mean_squared_error(v, val_targets));
+    const std::size_t best = best_single(in.usable, losses);
+    result["best_single"] = {{"trial", in.usable[best].trial},
+                             {"val_mse", losses[best]},
+                             {"test_mse", ensemble::mean_squared_error(test[best], test_targets)}};
+    if (!ctx.run_dir.empty()) {
+      HPCTUNE_ASSIGN(nlohmann::json files, write_blend(ctx, *val_blend, *test_blend));
+      result["files"] = std::move(files);
+    }
+    return result;
+  }
+
+  ensemble::GreedyOptions greedy_options() const {
+    // The bags' draws are the campaign's, kept apart from other stages' by the stage's name.
+    return {.max_size = s_.max_size, .bags = s_.bags, .seed = derive_seed(seed_, name_hash(name_) + 1)};
+  }
+
   struct Inputs {
     std::vector<store::TrialRow> done;  // the done trials of the input stages, by id
     std::vector<Candidate> usable;      // with predictions: inputs first, then retrained, by id
@@ -192,6 +249,8 @@ class EnsembleStage final : public scheduler::StageRuntime {
     std::string input_names;            // "'tune'" or "'a', 'b'"
     std::string skipped_note;
   };
+
+  const std::vector<std::string>& kinds() const { return s_.regression ? kRegressionKinds : kClassificationKinds; }
 
   Error failed(const std::string& what) const { return err(Errc::kFailed, "ensemble '" + name_ + "': " + what); }
 
@@ -220,21 +279,21 @@ class EnsembleStage final : public scheduler::StageRuntime {
     HPCTUNE_ASSIGN(std::vector<store::ArtifactRow> artifacts, ctx.store->artifacts(t.id));
     c.trial = t.id;
     c.objective = objective_of(t);
-    // The five files of one attempt, the latest that recorded any: never an earlier attempt's
+    // The files of one attempt, the latest that recorded any: never an earlier attempt's
     // validation rows beside a later one's probabilities.
-    auto kind_index = [](const std::string& kind) {
-      for (std::size_t k = 0; k < kKinds; ++k)
-        if (kind == kPredictionKinds[k]) return k;
-      return kKinds;
+    const std::vector<std::string>& kinds = this->kinds();
+    auto kind_index = [&](const std::string& kind) {
+      return static_cast<std::size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
     };
     int64_t latest = 0;
     for (const auto& a : artifacts)
-      if (kind_index(a.kind) < kKinds) latest = std::max(latest, a.attempt);
+      if (kind_index(a.kind) < kinds.size()) latest = std::max(latest, a.attempt);
+    c.paths.assign(kinds.size(), "");
     for (const auto& a : artifacts)
-      if (const std::size_t k = kind_index(a.kind); k < kKinds && a.attempt == latest) c.paths[k] = a.path;
-    for (std::size_t k = 0; k < kKinds; ++k) {
+      if (const std::size_t k = kind_index(a.kind); k < kinds.size() && a.attempt == latest) c.paths[k] = a.path;
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
       if (c.paths[k].empty()) return false;
-      HPCTUNE_TRY(resolve(ctx, t.id, c.paths[k], kPredictionKinds[k]));  // kept as recorded: load() opens it
+      HPCTUNE_TRY(resolve(ctx, t.id, c.paths[k], kinds[k].c_str()));  // kept as recorded: load() opens it
     }
     return true;
   }
@@ -333,11 +392,32 @@ class EnsembleStage final : public scheduler::StageRuntime {
     auto open = [&](std::size_t k) -> Result<UniqueFd> {
       auto fd = open_trial_file(ctx.run_dir, c.trial, c.paths[k]);
       if (!fd.ok())
-        return failed("trial " + std::to_string(c.trial) + "'s " + kPredictionKinds[k] + " artifact " + c.paths[k] +
+        return failed("trial " + std::to_string(c.trial) + "'s " + kinds()[k] + " artifact " + c.paths[k] +
                       " is refused: " + fd.error().message());
       return fd;
     };
     Loaded l;
+    if (s_.regression) {
+      ensemble::Probabilities* mats[4] = {&l.val, &l.test, &l.val_targets, &l.test_targets};
+      for (std::size_t p = 0; p < 4; ++p) {
+        HPCTUNE_ASSIGN(UniqueFd fd, open(p));
+        int64_t rows = 0, cols = 0;
+        auto values = read_npy_f32(fd.get(), c.paths[p], rows, cols);
+        if (!values.ok()) return named(values.error());
+        mats[p]->rows = static_cast<std::size_t>(rows);
+        mats[p]->classes = static_cast<std::size_t>(cols);
+        mats[p]->values.assign(values->begin(), values->end());
+      }
+      auto shape = [](const ensemble::Probabilities& p) {
+        return std::to_string(p.rows) + " x " + std::to_string(p.classes);
+      };
+      if (shape(l.val) != shape(l.val_targets) || shape(l.test) != shape(l.test_targets) ||
+          l.val.classes != l.test.classes)
+        return failed("trial " + std::to_string(c.trial) + "'s predictions do not agree with themselves: val_pred " +
+                      shape(l.val) + ", val_targets " + shape(l.val_targets) + ", test_pred " + shape(l.test) +
+                      ", test_targets " + shape(l.test_targets));
+      return l;
+    }
     ensemble::Probabilities* probs[2] = {&l.val, &l.test};
     for (std::size_t p = 0; p < 2; ++p) {
       HPCTUNE_ASSIGN(UniqueFd fd, open(p));
@@ -366,26 +446,56 @@ class EnsembleStage final : public scheduler::StageRuntime {
     return l;
   }
 
-  // Members must predict the same rows: the same validation images, labels and classes.
+  // Members must predict the same rows: the same validation images, labels and classes. A member
+  // that does not is refused, naming it (its trial) and the first row (split and index) that differs.
   Status lines_up(const Candidate& a, const Loaded& la, const Candidate& b, const Loaded& lb) const {
     std::string what;
-    if (la.val.classes != lb.val.classes) what = "their numbers of classes differ";
-    else if (la.val_indices != lb.val_indices) what = "their validation rows (val_indices) differ";
-    else if (la.val_labels != lb.val_labels) what = "their validation labels differ";
-    else if (la.test_labels != lb.test_labels) what = "their test rows (test_labels) differ";
+    if (s_.regression) {
+      if (la.val.classes != lb.val.classes)
+        what = "its number of outputs is " + std::to_string(lb.val.classes) + ", not " + std::to_string(la.val.classes);
+      else what = first_difference("validation row", "target", la.val_targets.values, lb.val_targets.values,
+                                   la.val.classes);
+      if (what.empty())
+        what = first_difference("test row", "target", la.test_targets.values, lb.test_targets.values, la.val.classes);
+    } else if (la.val.classes != lb.val.classes) {
+      what = "its number of classes is " + std::to_string(lb.val.classes) + ", not " + std::to_string(la.val.classes);
+    } else {
+      what = first_difference("validation row", "image (val_indices)", la.val_indices, lb.val_indices);
+      if (what.empty()) what = first_difference("validation row", "label", la.val_labels, lb.val_labels);
+      if (what.empty()) what = first_difference("test row", "label", la.test_labels, lb.test_labels);
+    }
     if (what.empty()) return {};
-    return failed("the predictions of trials " + std::to_string(a.trial) + " and " + std::to_string(b.trial) +
-                  " do not line up: " + what + "; every member must hold out the same validation images " +
-                  "(one trainer.data_seed) and predict the same test set");
+    return failed("member trial " + std::to_string(b.trial) + " is refused: its predictions do not line up with " +
+                  "trial " + std::to_string(a.trial) + "'s: " + what + "; every member must hold out the same " +
+                  "validation images (one trainer.data_seed) and predict the same test set");
+  }
+
+  // "" when `a` and `b` agree row by row; else the first row that differs, in words ("validation
+  // row 2: label 1, not 0"; a missing row: "has no validation row 4").
+  template <typename T>
+  static std::string first_difference(const std::string& row, const std::string& what, const std::vector<T>& a,
+                                      const std::vector<T>& b, std::size_t width = 1) {
+    const std::size_t rows_a = a.size() / width, rows_b = b.size() / width;
+    for (std::size_t r = 0; r < std::min(rows_a, rows_b); ++r)
+      for (std::size_t j = 0; j < width; ++j)
+        if (!(a[r * width + j] == b[r * width + j]))
+          return row + " " + std::to_string(r) + ": " + what + " " + number(b[r * width + j]) + ", not " +
+                 number(a[r * width + j]) + (width > 1 ? " (column " + std::to_string(j) + ")" : "");
+    if (rows_a == rows_b) return "";
+    return rows_b < rows_a ? "it has no " + row + " " + std::to_string(rows_b)
+                           : "it has a " + row + " " + std::to_string(rows_a) + " the first member lacks";
+  }
+  template <typename T>
+  static std::string number(T v) {
+    if constexpr (std::is_floating_point_v<T>) return format_number(static_cast<double>(v));
+    else return std::to_string(v);
   }
 
   Result<std::vector<double>> choose_weights(const std::vector<ensemble::Probabilities>& val,
                                              const std::vector<int>& labels) const {
     if (s_.method == "top_k") return ensemble::top_k(val, labels, s_.k);
     if (s_.method == "weighted") return ensemble::fit_weights(val, labels);
-    // The bags' draws are the campaign's, kept apart from other stages' by the stage's name.
-    return ensemble::greedy_selection(
-        val, labels, {.max_size = s_.max_size, .bags = s_.bags, .seed = derive_seed(seed_, name_hash(name_) + 1)});
+    return ensemble::greedy_selection(val, labels, greedy_options());
   }
 
   // Members with a weight, heaviest first (ties: the lower trial id).
@@ -415,10 +525,16 @@ class EnsembleStage final : public scheduler::StageRuntime {
   // validation log loss, then the lower trial id (the order of `usable`).
   std::size_t best_single(const std::vector<Candidate>& usable, const std::vector<ensemble::Probabilities>& val,
                           const std::vector<int>& labels) const {
+    std::vector<double> losses;
+    for (const auto& v : val) losses.push_back(ensemble::log_loss(v, labels));
+    return best_single(usable, losses);
+  }
+  // The same, given each candidate's validation loss.
+  std::size_t best_single(const std::vector<Candidate>& usable, const std::vector<double>& losses) const {
     std::size_t best = 0;
-    double best_loss = ensemble::log_loss(val[0], labels);
+    double best_loss = losses[0];
     for (std::size_t m = 1; m < usable.size(); ++m) {
-      const double loss = ensemble::log_loss(val[m], labels);
+      const double loss = losses[m];
       const double a = usable[m].objective, b = usable[best].objective;
       const bool tie = (std::isnan(a) && std::isnan(b)) || a == b;
       if (better(a, b) || (tie && loss < best_loss)) best = m, best_loss = loss;
@@ -426,7 +542,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
     return best;
   }
 
-  // The blend's probabilities as float64 .npy files (exactly the values scored).
+  // The blend's probabilities (regression: predictions) as float64 .npy files (exactly the values scored).
   Result<nlohmann::json> write_blend(const scheduler::StageContext& ctx, const ensemble::Probabilities& val,
                                      const ensemble::Probabilities& test) const {
     const std::string dir = ensemble_output_dir(ctx.run_dir, ctx.stage_id);
@@ -434,8 +550,10 @@ class EnsembleStage final : public scheduler::StageRuntime {
     fs::create_directories(dir, ec);
     if (ec) return failed("cannot create " + dir + ": " + ec.message());
     nlohmann::json files = nlohmann::json::object();
-    for (const auto& [name, p] : {std::pair<const char*, const ensemble::Probabilities*>{"val_probs", &val},
-                                  std::pair<const char*, const ensemble::Probabilities*>{"test_probs", &test}}) {
+    const char* val_name = s_.regression ? "val_pred" : "val_probs";
+    const char* test_name = s_.regression ? "test_pred" : "test_probs";
+    for (const auto& [name, p] : {std::pair<const char*, const ensemble::Probabilities*>{val_name, &val},
+                                  std::pair<const char*, const ensemble::Probabilities*>{test_name, &test}}) {
       const std::string path = dir + "/" + name + ".npy";
       const std::string shape = "(" + std::to_string(p->rows) + ", " + std::to_string(p->classes) + ")";
       auto st = npy_detail::write(path, "<f8", shape, p->values.data(), p->values.size() * sizeof(double));

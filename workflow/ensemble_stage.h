@@ -24,6 +24,14 @@
 // (ties, or no such metric: the lower validation log loss). The blend's probabilities are written
 // as float64 .npy files to <run_dir>/stage-<stage id>-ensemble/{val,test}_probs.npy, rows in the
 // members' order (val_indices.npy of any member says which training image a validation row is).
+// With `task: regression` the members' files are val_pred, test_pred, val_targets and test_targets
+// (float32, rows x outputs), every member's targets must equal the first's row by row, the methods
+// minimize validation mean squared error (ensemble.h), and the result is
+//   {"task": "regression", "method", "candidates", "skipped", "retrained", "members", "val_mse", "test_mse",
+//    "best_single": {"trial", "val_mse", "test_mse"}, "files": {"val_pred", "test_pred"}}
+// (the blend's predictions, float64, in the same directory). A member whose labels (or targets,
+// or validation images) differ from the first member's is refused, naming its trial and the first
+// row (split and index) that differs.
 // finish() is deterministic and overwrites those files, so a master that died after computing it
 // and before committing computes the same result again.
 #pragma once

@@ -61,9 +61,15 @@ struct StageKind {
 inline std::vector<SettingDecl> ensemble_stage_settings() {
   using T = SettingType;
   return {
+      {.key = "task", .type = T::kString, .default_value = "classification",
+       .choices = {"classification", "regression"},
+       .help = "ensemble: classification blends the members' val_probs/test_probs (rows x classes) by log loss; "
+               "regression blends their val_pred/test_pred (rows x outputs) against val_targets/test_targets by "
+               "mean squared error."},
       {.key = "method", .type = T::kString, .default_value = "greedy", .choices = {"greedy", "top_k", "weighted"},
        .help = "ensemble: greedy (forward selection with replacement on validation, Caruana et al. 2004), top_k "
-               "(the average of the best k) or weighted (weights minimizing validation log loss)."},
+               "(the average of the best k) or weighted (weights minimizing the validation loss: log loss, or "
+               "mean squared error for regression)."},
       {.key = "max_size", .type = T::kInt, .default_value = 20, .min = 1, .max = 10000,
        .help = "ensemble greedy: picks, with replacement."},
       {.key = "bags", .type = T::kInt, .default_value = 0, .min = 0, .max = 1000,
