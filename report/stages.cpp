@@ -111,10 +111,32 @@ const json& named(const json& j, const json& name) {
   return name.is_string() ? member(j, name.get<std::string>().c_str()) : none;
 }
 
+// The figure a transfer result compared targets and baselines by: its compare_metric. A result
+// recorded before the stage named it (an older database) is read by its keys: the metric M of the
+// paired "target_M" and "baseline_M", or the held-out ("test_") figure its target and baseline share.
+json compared_metric(const json& r) {
+  const json& named_metric = member(r, "compare_metric");
+  if (named_metric.is_string()) return named_metric;
+  const json& paired = member(r, "paired");
+  if (paired.is_object()) {
+    for (auto it = paired.begin(); it != paired.end(); ++it) {
+      if (it.key().rfind("target_", 0) != 0) continue;
+      const std::string m = it.key().substr(7);
+      if (paired.contains("baseline_" + m)) return m;
+    }
+  }
+  const json& target = member(r, "target");
+  const json& baseline = member(r, "baseline");
+  if (target.is_object()) {
+    for (auto it = target.begin(); it != target.end(); ++it)
+      if (it.key().rfind("test_", 0) == 0 && (!baseline.is_object() || baseline.contains(it.key()))) return it.key();
+  }
+  return json();
+}
+
 std::string transfer_summary(const json& r) {
   std::string out;
-  // The figure the stage compared targets and baselines by: its compare_metric.
-  const json& metric = member(r, "compare_metric");
+  const json metric = compared_metric(r);
   const std::string label = metric_label(metric);
   // The stage as a whole when it has pairs: the mean of its targets against that of their twins.
   const json& paired = member(r, "paired");

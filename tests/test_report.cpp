@@ -543,6 +543,13 @@ TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empt
   s.result = {{"target", {{"test_loss", 0.31}}}, {"baseline", {{"test_loss", 0.42}}}, {"gain", 0.11},
               {"compare_metric", "test_loss"}};
   CHECK(report::stage_summary(s) == "test loss 0.3100 vs baseline 0.4200 (+0.1100)");
+  // A result recorded before the stage named its figure (an older database) is read by its keys.
+  s.result = {{"target", {{"val_accuracy", 0.8}, {"test_accuracy", 0.9}}}, {"baseline", {{"test_accuracy", 0.95}}},
+              {"gain", -0.05}};
+  CHECK(report::stage_summary(s) == "test accuracy 0.9000 vs baseline 0.9500 (-0.0500)");
+  s.result = {{"paired", {{"target_test_accuracy", 0.91}, {"baseline_test_accuracy", 0.9}, {"gain", 0.01},
+                          {"wins", 2}, {"pairs", 3}}}};
+  CHECK(report::stage_summary(s) == "mean test accuracy 0.9100 vs baseline 0.9000 (+0.0100, better in 2 of 3 pairs)");
   s.kind = "ensemble";
   s.result = {{"method", "top_k"}, {"members", json::array({{{"trial", 1}}})}};
   CHECK(report::stage_summary(s) == "top_k, 1 member: test acc ? (best single ?, #?), log loss ? (?)");
