@@ -2,6 +2,7 @@
 // schedule (stages.h).
 #include "report/stages.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -96,21 +97,61 @@ std::string ensemble_summary(const json& r) {
   return out;
 }
 
+// A metric's name as the summaries write it: "test_accuracy" as "test accuracy"; "?" without one.
+std::string metric_label(const json& name) {
+  if (!name.is_string() || name.get<std::string>().empty()) return "?";
+  std::string out = name.get<std::string>();
+  std::replace(out.begin(), out.end(), '_', ' ');
+  return out;
+}
+
+// A member of an object named by a string member of another ("compare_metric": "test_accuracy").
+const json& named(const json& j, const json& name) {
+  static const json none;
+  return name.is_string() ? member(j, name.get<std::string>().c_str()) : none;
+}
+
+// The figure a transfer result compared targets and baselines by: its compare_metric. A result
+// recorded before the stage named it (an older database) is read by its keys: the metric M of the
+// paired "target_M" and "baseline_M", or the held-out ("test_") figure its target and baseline share.
+json compared_metric(const json& r) {
+  const json& named_metric = member(r, "compare_metric");
+  if (named_metric.is_string()) return named_metric;
+  const json& paired = member(r, "paired");
+  if (paired.is_object()) {
+    for (auto it = paired.begin(); it != paired.end(); ++it) {
+      if (it.key().rfind("target_", 0) != 0) continue;
+      const std::string m = it.key().substr(7);
+      if (paired.contains("baseline_" + m)) return m;
+    }
+  }
+  const json& target = member(r, "target");
+  const json& baseline = member(r, "baseline");
+  if (target.is_object()) {
+    for (auto it = target.begin(); it != target.end(); ++it)
+      if (it.key().rfind("test_", 0) == 0 && (!baseline.is_object() || baseline.contains(it.key()))) return it.key();
+  }
+  return json();
+}
+
 std::string transfer_summary(const json& r) {
   std::string out;
+  const json metric = compared_metric(r);
+  const std::string label = metric_label(metric);
   // The stage as a whole when it has pairs: the mean of its targets against that of their twins.
   const json& paired = member(r, "paired");
   if (paired.is_object()) {
     const json& wins = member(paired, "wins");
-    out = "mean test acc " + num(member(paired, "target_test_accuracy")) + " vs baseline " +
-          num(member(paired, "baseline_test_accuracy")) + " (" + signed_num(member(paired, "gain")) + ", better in " +
+    const std::string m = metric.is_string() ? metric.get<std::string>() : "";
+    out = "mean " + label + " " + num(member(paired, ("target_" + m).c_str())) + " vs baseline " +
+          num(member(paired, ("baseline_" + m).c_str())) + " (" + signed_num(member(paired, "gain")) + ", better in " +
           (wins.is_number_integer() ? std::to_string(wins.get<int64_t>()) : "?") + " of " +
           counted(member(paired, "pairs"), "pair") + ")";
   } else {
-    out = "test acc " + num(member(member(r, "target"), "test_accuracy"));
+    out = label + " " + num(named(member(r, "target"), metric));
     const json& baseline = member(r, "baseline");
     if (baseline.is_object()) {
-      out += " vs baseline " + num(member(baseline, "test_accuracy")) + " (" + signed_num(member(r, "gain")) + ")";
+      out += " vs baseline " + num(named(baseline, metric)) + " (" + signed_num(member(r, "gain")) + ")";
     }
   }
   const json& sources = member(r, "sources");
@@ -127,7 +168,9 @@ std::string pbt_summary(const json& r) {
   std::string out = counted(member(r, "population"), "member") + ", " + counted(member(r, "exploits"), "exploit");
   if (best.is_object()) {
     out += ": best " + trial_ref(member(best, "trial")) + " " + num(member(best, "value"));
-    if (member(best, "test_accuracy").is_number()) out += " (test " + num(member(best, "test_accuracy")) + ")";
+    // Beside the objective, the held-out figure the stage named (pbt_stage.cpp: test_metric).
+    const json& test = member(best, "test_metric");
+    if (named(best, test).is_number()) out += " (" + metric_label(test) + " " + num(named(best, test)) + ")";
   } else {
     out += ": no member finished";
   }
@@ -196,7 +239,8 @@ std::string best_member_line(const store::StageRow& stage) {
   const json& best = member(stage.result, "best");
   std::string out = "trial " + std::string(member(best, "trial").is_number_integer() ? std::to_string(member(best, "trial").get<int64_t>()) : "?") +
                     ", the best member of pbt stage '" + stage.name + "' (objective " + num(member(best, "value"));
-  if (member(best, "test_accuracy").is_number()) out += ", test accuracy " + num(member(best, "test_accuracy"));
+  const json& test = member(best, "test_metric");
+  if (named(best, test).is_number()) out += ", " + metric_label(test) + " " + num(named(best, test));
   return out + ")";
 }
 

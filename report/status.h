@@ -53,9 +53,12 @@ Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 //                 best_single: {trial, val_accuracy, val_log_loss, test_accuracy, test_log_loss}, files}
 //                (task: regression: {task, method, candidates, skipped, retrained, members, val_mse, test_mse,
 //                 best_single: {trial, val_mse, test_mse}, files})
-//      transfer  {sources, target: {trial, objective, val_accuracy, test_accuracy}, baseline,
-//                 best_baseline, targets, baselines, gain}
-//      pbt       {population, steps, ready, exploits, explores, best: {trial, value, test_accuracy},
+//      transfer  {sources, compare_metric (M: the stage's compare_metric, by default the objective's
+//                 metric with val_ as test_), target: {trial, objective, <objective metric>, M}, baseline,
+//                 best_baseline, targets, baselines, gain (better in the objective's direction: > 0),
+//                 paired: {pairs, wins, target_M, baseline_M, gain}}
+//      pbt       {population, steps, ready, exploits, explores,
+//                 best: {trial, value, test_metric (T: the objective's metric with val_ as test_), T},
 //                 schedule: [{from_step, to_step, params, trial}]}}
 nlohmann::json status_json(const CampaignStatus& status);
 

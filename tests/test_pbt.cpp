@@ -512,6 +512,7 @@ TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays
   CHECK(r["best"]["trial"] == h.members.at(3).id);
   CHECK(r["best"]["value"].get<double>() == doctest::Approx(0.98));
   CHECK(r["best"]["test_accuracy"].get<double>() == doctest::Approx(0.97));
+  CHECK(r["best"]["test_metric"] == "test_accuracy");  // the objective's val_accuracy, as its held-out figure
   nlohmann::json p0 = params0, p1 = exploit.params;
   p0.erase("epochs");
   p1.erase("epochs");

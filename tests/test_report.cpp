@@ -377,6 +377,7 @@ const json kEnsemble = {{"method", "greedy"},
                          {{"trial", 2}, {"val_accuracy", 0.91}, {"val_log_loss", 0.33}, {"test_accuracy", 0.8801},
                           {"test_log_loss", 0.35}}}};
 const json kTransfer = {{"sources", {2}},
+                        {"compare_metric", "test_accuracy"},
                         {"target", {{"trial", 4}, {"objective", 0.85}, {"val_accuracy", 0.85}, {"test_accuracy", 0.841}}},
                         {"baseline", {{"trial", 5}, {"objective", 0.78}, {"val_accuracy", 0.78}, {"test_accuracy", 0.7702}}},
                         {"best_baseline", {{"trial", 5}, {"objective", 0.78}, {"val_accuracy", 0.78}, {"test_accuracy", 0.7702}}},
@@ -387,7 +388,7 @@ const json kSchedule = json::array({{{"from_step", 0}, {"to_step", 2}, {"params"
                                     {{"from_step", 2}, {"to_step", 4}, {"params", {{"lr", 0.06000000000000001}, {"momentum", 0.72}}}, {"trial", 3}},
                                     {{"from_step", 4}, {"to_step", 6}, {"params", {{"lr", 0.048}, {"momentum", 0.72}}}, {"trial", 1}}});
 const json kPbt = {{"population", 4}, {"steps", 6}, {"ready", 2}, {"exploits", 3}, {"explores", 3},
-                   {"best", {{"trial", 1}, {"value", 0.885}, {"test_accuracy", 0.8801}}}, {"schedule", kSchedule}};
+                   {"best", {{"trial", 1}, {"value", 0.885}, {"test_metric", "test_accuracy"}, {"test_accuracy", 0.8801}}}, {"schedule", kSchedule}};
 
 struct StagePlanRow {
   std::string kind, name, state;  // state: completed (with `result`), running or pending
@@ -491,20 +492,20 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
   CHECK(report::stage_summary(st->stages[0]) == "reached val_accuracy >= 0.9 at trial #2 after 3 trials, 2 generations, 4:12");
   CHECK(report::stage_summary(st->stages[1]) ==
         "greedy, 2 members: test acc 0.8912 (best single 0.8801, #2), log loss 0.3100 (0.3500)");
-  CHECK(report::stage_summary(st->stages[2]) == "test acc 0.8410 vs baseline 0.7702 (+0.0708), source #2");
+  CHECK(report::stage_summary(st->stages[2]) == "test accuracy 0.8410 vs baseline 0.7702 (+0.0708), source #2");
   // With pairs recorded, the stage as a whole: the mean of the targets against that of their twins.
   store::StageRow paired = st->stages[2];
   paired.result["paired"] = {{"pairs", 3}, {"wins", 2}, {"target_test_accuracy", 0.9138},
                              {"baseline_test_accuracy", 0.8990}, {"gain", 0.0148}};
   CHECK(report::stage_summary(paired) ==
-        "mean test acc 0.9138 vs baseline 0.8990 (+0.0148, better in 2 of 3 pairs), source #2");
+        "mean test accuracy 0.9138 vs baseline 0.8990 (+0.0148, better in 2 of 3 pairs), source #2");
 
   const std::string text = report::status_text(*view, *st, 0);
   CHECK_MESSAGE(contains(text, "\nStages:\nstage  kind      state      trials  result\n"), text);
   const std::string tune_line = line_starting(text, "tune ");
   CHECK_MESSAGE(contains(tune_line, "search    completed  3/3     reached val_accuracy >= 0.9 at trial #2"), text);
   CHECK_MESSAGE(contains(line_starting(text, "blend "), "ensemble  completed  -       greedy, 2 members: test acc 0.8912"), text);
-  CHECK_MESSAGE(contains(line_starting(text, "move "), "2/2     test acc 0.8410 vs baseline 0.7702 (+0.0708), source #2"), text);
+  CHECK_MESSAGE(contains(line_starting(text, "move "), "2/2     test accuracy 0.8410 vs baseline 0.7702 (+0.0708), source #2"), text);
   CHECK(text.find("Stages:") < text.find("Trials by state:"));
 
   // Cut to the terminal: no line wider, a cut line ends in "…"; the short columns stay whole.
@@ -533,10 +534,22 @@ TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empt
   CHECK(report::stage_summary(s).empty());
   s.kind = "pbt";
   s.result = kPbt;
-  CHECK(report::stage_summary(s) == "4 members, 3 exploits: best #1 0.8850 (test 0.8801)");
+  CHECK(report::stage_summary(s) == "4 members, 3 exploits: best #1 0.8850 (test accuracy 0.8801)");
   s.kind = "transfer";
-  s.result = {{"target", {{"test_accuracy", 0.9}}}, {"baseline", {{"test_accuracy", 0.95}}}, {"gain", -0.05}};
-  CHECK(report::stage_summary(s) == "test acc 0.9000 vs baseline 0.9500 (-0.0500)");
+  s.result = {{"target", {{"test_accuracy", 0.9}}}, {"baseline", {{"test_accuracy", 0.95}}}, {"gain", -0.05},
+              {"compare_metric", "test_accuracy"}};
+  CHECK(report::stage_summary(s) == "test accuracy 0.9000 vs baseline 0.9500 (-0.0500)");
+  // The figure is the one the stage compared by, named in its result: a loss (lower is better).
+  s.result = {{"target", {{"test_loss", 0.31}}}, {"baseline", {{"test_loss", 0.42}}}, {"gain", 0.11},
+              {"compare_metric", "test_loss"}};
+  CHECK(report::stage_summary(s) == "test loss 0.3100 vs baseline 0.4200 (+0.1100)");
+  // A result recorded before the stage named its figure (an older database) is read by its keys.
+  s.result = {{"target", {{"val_accuracy", 0.8}, {"test_accuracy", 0.9}}}, {"baseline", {{"test_accuracy", 0.95}}},
+              {"gain", -0.05}};
+  CHECK(report::stage_summary(s) == "test accuracy 0.9000 vs baseline 0.9500 (-0.0500)");
+  s.result = {{"paired", {{"target_test_accuracy", 0.91}, {"baseline_test_accuracy", 0.9}, {"gain", 0.01},
+                          {"wins", 2}, {"pairs", 3}}}};
+  CHECK(report::stage_summary(s) == "mean test accuracy 0.9100 vs baseline 0.9000 (+0.0100, better in 2 of 3 pairs)");
   s.kind = "ensemble";
   s.result = {{"method", "top_k"}, {"members", json::array({{{"trial", 1}}})}};
   CHECK(report::stage_summary(s) == "top_k, 1 member: test acc ? (best single ?, #?), log loss ? (?)");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_trainer_names: tools/check-trainer-names passes on the tree (no trainer kind is compared by
-# name outside trainers/: the master's side asks the catalog of capabilities), and fails, located,
-# on a tree that compares one.
+# name outside trainers/: the master's side asks the catalog of capabilities; no metric the built-in
+# trainers report is named there: it takes the objective or a stage's declared key), and fails,
+# located, on a tree that compares one or names one.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fail() { echo "test_trainer_names: FAILED: $*" >&2; exit 1; }
@@ -32,4 +33,17 @@ printf 'bool g(const std::string& k) { return k == "napper"; }\n' >"$tmp/workflo
 rc=0
 out=$("$root/tools/check-trainer-names" "$tmp") || rc=$?
 [ "$rc" -eq 1 ] && grep -q '^workflow/new.cpp:1: names the trainer kind "napper"' <<<"$out" || fail "a new kind of the catalog was not checked: $out"
-echo "test_trainer_names: 4 passed, 0 failed"
+# A metric the built-in trainers report, named on the master's side, is reported too (the stage
+# takes the objective or a key it declares); one in a comment or a longer string is not.
+mkdir -p "$tmp/report"
+rm -f "$tmp/workflow/new.cpp" "$tmp/scheduler/bad.cpp" "$tmp/config/bad.h"
+printf '// compared by "test_accuracy"\nconst char* a = "test_accuracy_mean";\n' >"$tmp/workflow/ok2.cpp"
+printf 'double g(const json& m) {\n  return m["test_accuracy"].get<double>() - m.at("val_loss");\n}\n' >"$tmp/report/metric.cpp"
+rc=0
+out=$("$root/tools/check-trainer-names" "$tmp") || rc=$?
+[ "$rc" -eq 1 ] || fail "a report/ file naming \"test_accuracy\": exit $rc, expected 1: $out"
+grep -q '^report/metric.cpp:2: names the metric "test_accuracy"' <<<"$out" || fail "no located message for a metric: $out"
+grep -q '^report/metric.cpp:2: names the metric "val_loss"' <<<"$out" || fail "no located message for val_loss: $out"
+grep -q 'ok2.cpp' <<<"$out" && fail "a metric in a comment or a longer string was reported: $out"
+[ "$(grep -c 'names the' <<<"$out")" -eq 2 ] || fail "expected exactly 2 places: $out"
+echo "test_trainer_names: 5 passed, 0 failed"

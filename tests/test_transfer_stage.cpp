@@ -546,12 +546,54 @@ TEST_CASE("transfer: finish records the best target, its baseline twin and the g
   CHECK(r["paired"]["target_test_accuracy"].get<double>() == doctest::Approx(0.71));
   CHECK(r["paired"]["baseline_test_accuracy"].get<double>() == doctest::Approx(0.615));
   CHECK(r["paired"]["gain"].get<double>() == doctest::Approx(0.095));
+  CHECK(r["compare_metric"] == "test_accuracy");  // the objective's val_accuracy, as its held-out figure
 
   SUBCASE("read by a stage that was never begun (a restarted master): sources from the lineage") {
     auto fresh = f.make(f.stage({{"sources", 1}, {"seeds", 2}, {"baseline", true}}));
     auto again = fresh->finish(f.ctx());
     require_ok(again);
     CHECK(*again == r);
+  }
+}
+
+TEST_CASE("transfer: targets are compared with their twins by the objective's held-out figure, or compare_metric") {
+  Fixture f;
+  // A loss objective: lower is better, so a target below its twin gains.
+  f.cfg.objectives = {{"val_loss", false}};
+  const json metrics[] = {
+      {{"val_loss", 0.40}, {"test_loss", 0.42}, {"test_f1", 0.70}, {"test_accuracy", 0.10}},  // target
+      {{"val_loss", 0.50}, {"test_loss", 0.55}, {"test_f1", 0.60}, {"test_accuracy", 0.90}},  // its twin
+  };
+  const auto run = [&](const json& extra) {
+    json given = {{"sources", 1}, {"seeds", 1}, {"baseline", true}};
+    given.update(extra);
+    auto stage = f.make(f.stage(given));
+    require_ok(stage->begin(f.ctx()));
+    auto t = ask(*stage, 10);
+    REQUIRE(t.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) add_trial(*f.db, f.campaign, f.move, t[i].seq, t[i].params, t[i].meta, metrics[i]);
+    auto result = stage->finish(f.ctx());
+    require_ok(result);
+    return *result;
+  };
+  SUBCASE("by default: val_loss's test_loss, lower is better") {
+    const json r = run(json::object());
+    CHECK(r["compare_metric"] == "test_loss");
+    CHECK(r["target"]["test_loss"].get<double>() == doctest::Approx(0.42));
+    CHECK(r["baseline"]["test_loss"].get<double>() == doctest::Approx(0.55));
+    CHECK_FALSE(r["target"].contains("test_accuracy"));  // no figure the objective did not ask for
+    CHECK(r["gain"].get<double>() == doctest::Approx(0.13));
+    CHECK(r["paired"]["wins"] == 1);
+    CHECK(r["paired"]["target_test_loss"].get<double>() == doctest::Approx(0.42));
+    CHECK(r["paired"]["gain"].get<double>() == doctest::Approx(0.13));
+  }
+  SUBCASE("compare_metric names the figure") {
+    const json r = run({{"compare_metric", "test_f1"}});
+    CHECK(r["compare_metric"] == "test_f1");
+    CHECK(r["target"]["test_f1"].get<double>() == doctest::Approx(0.70));
+    // Better in the objective's direction (minimize): a higher test_f1 counts as a loss here.
+    CHECK(r["gain"].get<double>() == doctest::Approx(-0.10));
+    CHECK(r["paired"]["wins"] == 0);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/rng.h"
 #include "store/store.h"
+#include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
 
 namespace hpctune::workflow {
@@ -531,7 +532,12 @@ Result<nlohmann::json> PbtSource::result(const scheduler::StageContext& ctx) con
   }
   if (!best) return out;
   nlohmann::json b = {{"trial", best->id}, {"value", *best->objective}};
-  if (best->metrics.is_object() && best->metrics.contains("test_accuracy")) b["test_accuracy"] = best->metrics["test_accuracy"];
+  // Beside the objective, its held-out figure (val_accuracy: test_accuracy), named in "test_metric".
+  const std::string test = held_out_metric(spec_.objective.metric);
+  if (best->metrics.is_object() && best->metrics.contains(test)) {
+    b["test_metric"] = test;
+    b[test] = best->metrics[test];
+  }
   out["best"] = std::move(b);
   out["schedule"] = schedule_to_json(schedule_of(best->seq));
   return out;

@@ -102,7 +102,22 @@ inline std::vector<SettingDecl> transfer_stage_settings() {
       {.key = "checkpoint", .type = T::kString, .default_value = "",
        .help = "transfer: a checkpoint file to start from instead of the trials of `from` (relative to the "
                "config's directory)."},
+      {.key = "compare_metric", .type = T::kString, .default_value = "",
+       .help = "transfer: the metric each target trial is compared with its baseline twin by (a held-out "
+               "figure its trainer reports), better in the objective's direction; \"\" = the objective's "
+               "metric with its val_ prefix as test_ (val_accuracy: test_accuracy).",
+       .default_note = "the objective's metric, val_ as test_"},
   };
+}
+
+// The held-out figure that belongs to an objective metric: its "val_" prefix as "test_"
+// (val_accuracy: test_accuracy, val_loss: test_loss); a metric without that prefix is itself.
+// Where a stage reports a test-set figure beside its objective (transfer's compare_metric
+// default, pbt's best), it is this one: no stage names a metric of its own.
+inline std::string held_out_metric(const std::string& objective_metric) {
+  const std::string val = "val_";
+  if (objective_metric.rfind(val, 0) == 0) return "test_" + objective_metric.substr(val.size());
+  return objective_metric;
 }
 
 inline std::vector<SettingDecl> pbt_stage_settings() {

@@ -38,6 +38,7 @@ struct TransferSettings {
   int64_t sources = 1;
   int64_t seeds = 1;
   std::string checkpoint;  // "" = the sources come from `from`
+  std::string compare_metric;  // "" = held_out_metric(the objective's metric)
 };
 
 // The stage's keys, read by the one reader with their declarations (workflow/stage_settings.h):
@@ -59,6 +60,7 @@ Result<TransferSettings> read_settings(const std::string& stage, const json& giv
   out.sources = s.at("sources").get<int64_t>();
   out.seeds = s.at("seeds").get<int64_t>();
   out.checkpoint = s.at("checkpoint").get<std::string>();
+  out.compare_metric = s.at("compare_metric").get<std::string>();
   return out;
 }
 
@@ -80,7 +82,7 @@ std::optional<double> objective_of(const store::TrialRow& row, const std::string
   return std::nullopt;
 }
 
-json metric_or_null(const json& metrics, const char* name) {
+json metric_or_null(const json& metrics, const std::string& name) {
   if (!metrics.is_object()) return nullptr;
   auto it = metrics.find(name);
   return it != metrics.end() && it->is_number() ? *it : json(nullptr);
@@ -538,14 +540,19 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
     }
     return b;
   };
-  const auto describe = [this](const store::TrialRow* row) -> json {
+  // The figure a target is compared with its twin by: the stage's compare_metric, by default the
+  // held-out figure of the objective (val_accuracy: test_accuracy), better in the objective's direction.
+  const std::string compare = s_.compare_metric.empty() ? held_out_metric(objective_.metric) : s_.compare_metric;
+  const auto describe = [this, &compare](const store::TrialRow* row) -> json {
     if (row == nullptr) return nullptr;
     const auto value = objective_of(*row, objective_.metric);
-    return {{"trial", row->id},
-            {"objective", value ? json(*value) : json(nullptr)},
-            {"val_accuracy", metric_or_null(row->metrics, "val_accuracy")},
-            {"test_accuracy", metric_or_null(row->metrics, "test_accuracy")}};
+    json d = {{"trial", row->id}, {"objective", value ? json(*value) : json(nullptr)}};
+    d[objective_.metric] = metric_or_null(row->metrics, objective_.metric);
+    d[compare] = metric_or_null(row->metrics, compare);
+    return d;
   };
+  // How much a is better than b: a - b when the objective is maximized, b - a otherwise.
+  const auto gain_of = [maximize](double a, double b) { return maximize ? a - b : b - a; };
   const Done* best_target = best(targets);
   const Done* best_baseline = best(baselines);
   const store::TrialRow* twin = nullptr;
@@ -559,10 +566,11 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
                  {"best_baseline", describe(best_baseline ? best_baseline->row : nullptr)},
                  {"targets", targets.size()},
                  {"baselines", baselines.size()},
+                 {"compare_metric", compare},
                  {"gain", nullptr}};
-  if (result["target"].is_object() && result["baseline"].is_object() && result["target"]["test_accuracy"].is_number() &&
-      result["baseline"]["test_accuracy"].is_number()) {
-    result["gain"] = result["target"]["test_accuracy"].get<double>() - result["baseline"]["test_accuracy"].get<double>();
+  if (result["target"].is_object() && result["baseline"].is_object() && result["target"][compare].is_number() &&
+      result["baseline"][compare].is_number()) {
+    result["gain"] = gain_of(result["target"][compare].get<double>(), result["baseline"][compare].get<double>());
   }
   // The stage as a whole: every target against its twin (same data, epochs and seed), averaged.
   // Choosing one pair by a small validation split (500 labels leave 50-100 images) is noisy; the
@@ -572,20 +580,20 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
   for (const Done& t : targets) {
     auto it = twin_of.find(t.row->seq);
     if (it == twin_of.end()) continue;
-    const json a = metric_or_null(t.row->metrics, "test_accuracy"), b = metric_or_null(it->second->metrics, "test_accuracy");
+    const json a = metric_or_null(t.row->metrics, compare), b = metric_or_null(it->second->metrics, compare);
     if (!a.is_number() || !b.is_number()) continue;
     ++pairs;
     target_sum += a.get<double>();
     baseline_sum += b.get<double>();
-    wins += a.get<double>() > b.get<double>();
+    wins += gain_of(a.get<double>(), b.get<double>()) > 0;
   }
   if (pairs > 0) {
     const double n = static_cast<double>(pairs);
     result["paired"] = {{"pairs", pairs},
                         {"wins", wins},
-                        {"target_test_accuracy", target_sum / n},
-                        {"baseline_test_accuracy", baseline_sum / n},
-                        {"gain", (target_sum - baseline_sum) / n}};
+                        {"target_" + compare, target_sum / n},
+                        {"baseline_" + compare, baseline_sum / n},
+                        {"gain", gain_of(target_sum, baseline_sum) / n}};
   }
   return result;
 }
