@@ -146,6 +146,17 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
     if (end == i + 1 || end >= tmpl.size() || tmpl[end] != '}') return std::string_view::npos;
     return end;
   };
+  // The first placeholder in [from, to) (a doubled "{{" is a literal brace), or npos.
+  auto first_placeholder = [&](std::size_t from, std::size_t to) -> std::size_t {
+    for (std::size_t k = from; k < to; ++k) {
+      if (tmpl[k] == '{' && k + 1 < to && tmpl[k + 1] == '{') {
+        ++k;
+        continue;
+      }
+      if (placeholder_end(k) != std::string_view::npos) return k;
+    }
+    return std::string_view::npos;
+  };
   auto refuse = [&](std::size_t at, const std::string& why, std::string_view fix) {
     if (found) return;
     const std::size_t end = placeholder_end(at);
@@ -328,17 +339,11 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
           i = eol + (eol < tmpl.size() ? 1 : 0);
           break;
         }
-        for (std::size_t k = i; k < eol; ++k) {
-          if (tmpl[k] == '{' && k + 1 < eol && tmpl[k + 1] == '{') {
-            ++k;
-            continue;
-          }
-          if (placeholder_end(k) != std::string_view::npos) {
-            refuse(k, "is inside a here-document",
-                   ": the shell expands $(...) there, and a value holding the end word would end it early and run "
-                   "the rest as commands. Pass the value as an argument, or read it from $HPCTUNE_PARAMS");
-            return tmpl.size();
-          }
+        if (const std::size_t k = first_placeholder(i, eol); k != std::string_view::npos) {
+          refuse(k, "is inside a here-document",
+                 ": the shell expands $(...) there, and a value holding the end word would end it early and run "
+                 "the rest as commands. Pass the value as an argument, or read it from $HPCTUNE_PARAMS");
+          return tmpl.size();
         }
         i = eol + (eol < tmpl.size() ? 1 : 0);
         if (eol == tmpl.size()) break;
@@ -454,17 +459,11 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
           // A comment, to the end of the line: quotes in it are plain text.
           std::size_t eol = tmpl.find('\n', i);
           if (eol == std::string_view::npos) eol = tmpl.size();
-          for (std::size_t k = i + 1; k < eol; ++k) {
-            if (tmpl[k] == '{' && k + 1 < eol && tmpl[k + 1] == '{') {
-              ++k;
-              continue;
-            }
-            if (placeholder_end(k) != std::string_view::npos) {
-              refuse(k, "is inside a comment",
-                     ": a value holding a line break would end the comment and run the rest as commands. Remove "
-                     "the placeholder from the comment");
-              return found;
-            }
+          if (const std::size_t k = first_placeholder(i + 1, eol); k != std::string_view::npos) {
+            refuse(k, "is inside a comment",
+                   ": a value holding a line break would end the comment and run the rest as commands. Remove "
+                   "the placeholder from the comment");
+            return found;
           }
           i = eol - 1;  // the line break itself ends the command below
         } else if (c == '<' && i + 1 < tmpl.size() && tmpl[i + 1] == '<' && (i + 2 >= tmpl.size() || tmpl[i + 2] != '<')) {
