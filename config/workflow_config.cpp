@@ -256,174 +256,201 @@ Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source) {
-  auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
+// With stages, the top level has no search, space or early_stopping: each stage has its own.
+Status refuse_top_sections(const YNode& tree, const std::string& source) {
   for (const char* key : kStageSections) {
     if (const YEntry* e = find_entry(&tree, key))
-      return fail(e->key_mark, key,
-                  std::string("with stages, each stage has its own ") + key + " (move it into the stages that use it)");
+      return place_error(source, e->key_mark, key,
+                         std::string("with stages, each stage has its own ") + key +
+                             " (move it into the stages that use it)");
   }
-  const YEntry* stages_entry = find_entry(&tree, "stages");
-  // The top level and the items of `stages`, walked with a stand-in search (the stages have their own).
-  Walker walker(source);
-  const WorkflowPlaces places{source, walker};
-  json root;
-  {
-    YNode checked = tree;
-    checked.entries.push_back({"search", stages_entry->key_mark,
-                               map_of({{"max_trials", stages_entry->key_mark, scalar("1", stages_entry->key_mark)}},
-                                      stages_entry->key_mark)});
-    HPCTUNE_TRY(walker.section(&checked, "", "", Mark{}, root, nullptr));
-  }
-  const json& items = root["stages"];
-  if (!items.is_array() || items.empty())
-    return fail(stages_entry->key_mark, "stages", "give at least one stage, or leave stages out for a single search");
-  const YNode& list = stages_entry->value;
+  return Status::Ok();
+}
 
-  std::vector<StageConfig> stages(items.size());
-  std::map<std::string, std::size_t> index;
-  HPCTUNE_TRY(check_stage_graph(items, places, stages, index));
+// A stand-in search {max_trials: <trials>} at `mark`: the top level's walk, and the view of a stage
+// without a search of its own, need one.
+YEntry stand_in_search(const std::string& trials, Mark mark) {
+  return {"search", mark, map_of({{"max_trials", mark, scalar(trials, mark)}}, mark)};
+}
 
-  // Each stage's own view of the campaign. The top level less `stages`, copied once.
-  YNode base;
-  base.kind = tree.kind;
-  base.mark = tree.mark;
-  std::size_t base_nodes = 1;
-  for (const auto& e : tree.entries) {
-    if (e.key == "stages") continue;
-    base.entries.push_back(e);
-    base_nodes += e.value.size + 1;
+// The top level and the items of `stages`, walked into `root` with a stand-in search (the stages
+// have their own).
+Status walk_top_level(const YNode& tree, const YEntry& stages_entry, Walker& walker, json& root) {
+  YNode checked = tree;
+  checked.entries.push_back(stand_in_search("1", stages_entry.key_mark));
+  return walker.section(&checked, "", "", Mark{}, root, nullptr);
+}
+
+// What a stage's item gives of its own.
+struct StageItemKeys {
+  bool has_search = false;
+  bool has_space = false;
+  bool own_keys = false;  // a search, space, early_stopping or trainer: the stage needs a view of its own
+};
+
+StageItemKeys item_keys(const YNode* item) {
+  StageItemKeys keys;
+  if (item != nullptr && item->kind == YNode::Kind::kMap) {
+    for (const auto& e : item->entries) {
+      if (e.key == "search" || e.key == "space" || e.key == "early_stopping" || e.key == "trainer") keys.own_keys = true;
+      keys.has_search = keys.has_search || e.key == "search";
+      keys.has_space = keys.has_space || e.key == "space";
+    }
   }
+  return keys;
+}
+
+// Whether the stage searches (st.own_search), and a search and space given as its kind requires.
+Status check_stage_search(StageConfig& st, const workflow::StageKind& kind, const StageItemKeys& keys, Mark item_mark,
+                          const std::string& prefix, const std::string& source) {
+  using workflow::StageSearch;
+  st.own_search = kind.search == StageSearch::kRequired || kind.search == StageSearch::kSpace ||
+                  (kind.search == StageSearch::kOptional && keys.has_search);
+  if (kind.search == StageSearch::kRequired && !keys.has_search)
+    return place_error(source, item_mark, prefix + "search",
+                       "missing required key (" + an(st.kind) +
+                           " stage needs its own search: {max_trials: ...} and space)");
+  if (kind.search == StageSearch::kOptional && keys.has_search != keys.has_space)
+    return place_error(source, item_mark, prefix + (keys.has_search ? "space" : "search"),
+                       an(st.kind) + " stage's nested search needs both search and space");
+  return Status::Ok();
+}
+
+// The stage's search, space, early_stopping and trainer keys laid over the top level's in `view`
+// (a trainer of the same kind is merged key by key; of another kind, it stands alone); the keys
+// of the stage's own trainer in `own_trainer_keys`.
+Status lay_stage_keys_over(YNode& view, const YNode* item, const std::string& prefix, const std::string& source,
+                           std::set<std::string>& own_trainer_keys) {
+  if (item == nullptr || item->kind != YNode::Kind::kMap) return Status::Ok();
+  for (const auto& e : item->entries) {
+    if (e.key == "search" || e.key == "space" || e.key == "early_stopping") view.entries.push_back(e);
+    if (e.key == "trainer") {
+      if (e.value.kind != YNode::Kind::kMap)
+        return place_error(source, e.key_mark, prefix + "trainer", "expected a map of trainer settings");
+      auto top = std::find_if(view.entries.begin(), view.entries.end(), [](const YEntry& t) { return t.key == "trainer"; });
+      const YEntry* kind = find_entry(&e.value, "kind");
+      if (top == view.entries.end() || top->value.kind != YNode::Kind::kMap ||
+          (kind != nullptr && (find_entry(&top->value, "kind") == nullptr ||
+                               find_entry(&top->value, "kind")->value.text != kind->value.text))) {
+        // Another kind (or no top-level trainer): the stage's trainer stands alone.
+        if (top != view.entries.end()) view.entries.erase(top);
+        view.entries.push_back(e);
+        for (const auto& k : e.value.entries) own_trainer_keys.insert(k.key);
+      } else {
+        // Looked up by key, not searched: a trainer may have thousands of env entries.
+        std::unordered_map<std::string, std::size_t> at;
+        for (std::size_t k = 0; k < top->value.entries.size(); ++k) at.emplace(top->value.entries[k].key, k);
+        for (const auto& k : e.value.entries) {
+          own_trainer_keys.insert(k.key);
+          if (auto same = at.find(k.key); same != at.end()) top->value.entries[same->second] = k;
+          else top->value.entries.push_back(k);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// A stage view's key path as the user wrote it: the stage's own sections and trainer keys under
+// `prefix` ("stages[1].search.max_trials"), the top level's as they are.
+Rename stage_rename(const std::string& prefix, const std::set<std::string>& own_trainer_keys) {
+  return [prefix, own_trainer_keys](const std::string& path) {
+    for (const char* key : kStageSections) {
+      const std::string k(key);
+      if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
+    }
+    if (path.rfind("trainer.", 0) == 0) {
+      const std::string key = path.substr(8, path.find('.', 8) - 8);
+      if (own_trainer_keys.count(key)) return prefix + path;
+    }
+    return path;
+  };
+}
+
+// The stages' own views of the campaign, made linear in the size of the config (see
+// parse_workflow in workflow_config.h): the top level less `stages`, copied once; the views of
+// stages without keys of their own, shared by their stand-in search's max_trials; all views' nodes
+// counted against kMaxStageViewNodes.
+class StageViews {
+ public:
+  StageViews(const YNode& tree, const std::string& source) : source_(source) {
+    base_.kind = tree.kind;
+    base_.mark = tree.mark;
+    for (const auto& e : tree.entries) {
+      if (e.key == "stages") continue;
+      base_.entries.push_back(e);
+      base_nodes_ += e.value.size + 1;
+    }
+  }
+
+  // The view of the stage at `prefix` ("stages[2]."), its own trainer's keys in `own_trainer_keys`.
+  // A view that fails to parse is returned as the error unless the stage `defers` it (it reads its
+  // inputs' trainers' output, and what they lack says more): then the first such error is kept in
+  // `deferred` and the view is nullptr.
+  Result<std::shared_ptr<const CampaignConfig>> view_of(const YNode* item, Mark item_mark, const std::string& prefix,
+                                                        const StageItemKeys& keys, const std::string& trials, bool defers,
+                                                        std::set<std::string>& own_trainer_keys,
+                                                        std::optional<Error>& deferred) {
+    if (!keys.own_keys && shared_views_.count(trials)) return shared_views_.at(trials);
+    HPCTUNE_TRY(budget(base_nodes_ + (item ? item->size : 0), item_mark, prefix));
+    YNode view = base_;
+    HPCTUNE_TRY(lay_stage_keys_over(view, item, prefix, source_, own_trainer_keys));
+    if (!keys.has_search) view.entries.push_back(stand_in_search(trials, item_mark));
+    // The text stays with the campaign (workflow_campaign): a copy in each view made the views
+    // quadratic in the size of the file.
+    auto parsed = parse_tree(view, std::string(), source_, stage_rename(prefix, own_trainer_keys));
+    if (!parsed.ok()) {
+      if (!defers) return parsed.error();
+      if (!deferred) deferred = parsed.error();
+      return std::shared_ptr<const CampaignConfig>();
+    }
+    auto own = std::make_shared<const CampaignConfig>(std::move(parsed).value());
+    if (!keys.own_keys) shared_views_.emplace(trials, own);
+    return own;
+  }
+
+ private:
+  Status budget(std::size_t nodes, Mark item_mark, const std::string& prefix) {
+    view_nodes_ += nodes;
+    if (view_nodes_ <= kMaxStageViewNodes) return Status::Ok();
+    return place_error(source_, item_mark, prefix.substr(0, prefix.size() - 1),
+                       "the stages' own views of the campaign come to more than " + std::to_string(kMaxStageViewNodes) +
+                           " YAML nodes: the top level's " + std::to_string(base_nodes_) +
+                           " are repeated for every stage with a search, space, early_stopping or trainer of its own "
+                           "(fewer such stages, or a smaller top level)");
+  }
+
+  const std::string& source_;
+  YNode base_;
+  std::size_t base_nodes_ = 1;
   // The views of stages without keys of their own, by their stand-in search's max_trials.
-  std::map<std::string, std::shared_ptr<const CampaignConfig>> shared_views;
-  std::size_t view_nodes = 0;
-  // An ensemble's or transfer's view that fails is reported after the check of its inputs below:
-  // "stage 'a' saves no predictions" says more than the view's complaint about a trainer it never runs.
-  std::optional<Error> deferred;
-  std::optional<std::size_t> main;
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    StageConfig& st = stages[i];
-    const std::string prefix = "stages[" + std::to_string(i) + "].";
-    const YNode* item = i < list.items.size() ? &list.items[i] : nullptr;
-    const Mark item_mark = item ? item->mark : stages_entry->key_mark;
-    bool has_search = false, has_space = false, own_keys = false;
-    if (item != nullptr && item->kind == YNode::Kind::kMap) {
-      for (const auto& e : item->entries) {
-        if (e.key == "search" || e.key == "space" || e.key == "early_stopping" || e.key == "trainer") own_keys = true;
-        has_search = has_search || e.key == "search";
-        has_space = has_space || e.key == "space";
-      }
-    }
-    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
-    using workflow::StageSearch;
-    st.own_search = kind.search == StageSearch::kRequired || kind.search == StageSearch::kSpace ||
-                    (kind.search == StageSearch::kOptional && has_search);
-    if (kind.search == StageSearch::kRequired && !has_search)
-      return fail(item_mark, prefix + "search", "missing required key (" + an(st.kind) +
-                                                    " stage needs its own search: {max_trials: ...} and space)");
-    if (kind.search == StageSearch::kOptional && has_search != has_space)
-      return fail(item_mark, prefix + (has_search ? "space" : "search"),
-                  an(st.kind) + " stage's nested search needs both search and space");
-    const std::string trials =
-        kind.trials_setting != nullptr ? std::to_string(items[i][kind.trials_setting].get<int64_t>()) : "1";
-    // A stage that reads its inputs' trainers' output reports what they lack before its own view's complaint.
-    const bool defers = kind.inputs_provide != nullptr;
+  std::map<std::string, std::shared_ptr<const CampaignConfig>> shared_views_;
+  std::size_t view_nodes_ = 0;
+};
 
-    std::shared_ptr<const CampaignConfig> own;
-    std::set<std::string> own_trainer_keys;
-    auto budget = [&](std::size_t nodes) -> Status {
-      view_nodes += nodes;
-      if (view_nodes <= kMaxStageViewNodes) return Status::Ok();
-      return fail(item_mark, prefix.substr(0, prefix.size() - 1),
-                  "the stages' own views of the campaign come to more than " + std::to_string(kMaxStageViewNodes) +
-                      " YAML nodes: the top level's " + std::to_string(base_nodes) +
-                      " are repeated for every stage with a search, space, early_stopping or trainer of its own "
-                      "(fewer such stages, or a smaller top level)");
-    };
-    if (!own_keys && shared_views.count(trials)) {
-      own = shared_views.at(trials);
-    } else {
-      HPCTUNE_TRY(budget(base_nodes + (item ? item->size : 0)));
-      YNode view = base;
-      if (item != nullptr && item->kind == YNode::Kind::kMap) {
-        for (const auto& e : item->entries) {
-          if (e.key == "search" || e.key == "space" || e.key == "early_stopping") view.entries.push_back(e);
-          if (e.key == "trainer") {
-            if (e.value.kind != YNode::Kind::kMap)
-              return fail(e.key_mark, prefix + "trainer", "expected a map of trainer settings");
-            auto top = std::find_if(view.entries.begin(), view.entries.end(), [](const YEntry& t) { return t.key == "trainer"; });
-            const YEntry* kind = find_entry(&e.value, "kind");
-            if (top == view.entries.end() || top->value.kind != YNode::Kind::kMap ||
-                (kind != nullptr && (find_entry(&top->value, "kind") == nullptr ||
-                                     find_entry(&top->value, "kind")->value.text != kind->value.text))) {
-              // Another kind (or no top-level trainer): the stage's trainer stands alone.
-              if (top != view.entries.end()) view.entries.erase(top);
-              view.entries.push_back(e);
-              for (const auto& k : e.value.entries) own_trainer_keys.insert(k.key);
-            } else {
-              // Looked up by key, not searched: a trainer may have thousands of env entries.
-              std::unordered_map<std::string, std::size_t> at;
-              for (std::size_t k = 0; k < top->value.entries.size(); ++k) at.emplace(top->value.entries[k].key, k);
-              for (const auto& k : e.value.entries) {
-                own_trainer_keys.insert(k.key);
-                if (auto same = at.find(k.key); same != at.end()) top->value.entries[same->second] = k;
-                else top->value.entries.push_back(k);
-              }
-            }
-          }
-        }
-      }
-      if (!has_search)
-        view.entries.push_back({"search", item_mark, map_of({{"max_trials", item_mark, scalar(trials, item_mark)}}, item_mark)});
-      Rename rename = [prefix, own_trainer_keys](const std::string& path) {
-        for (const char* key : kStageSections) {
-          const std::string k(key);
-          if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
-        }
-        if (path.rfind("trainer.", 0) == 0) {
-          const std::string key = path.substr(8, path.find('.', 8) - 8);
-          if (own_trainer_keys.count(key)) return prefix + path;
-        }
-        return path;
-      };
-      // The text stays with the campaign (c.text below): a copy in each view made the views
-      // quadratic in the size of the file.
-      auto parsed = parse_tree(view, std::string(), source, rename);
-      if (!parsed.ok()) {
-        if (!defers) return parsed.error();
-        if (!deferred) deferred = parsed.error();
-        continue;  // st.own stays empty; nothing below reads a view that failed before returning
-      }
-      own = std::make_shared<const CampaignConfig>(std::move(parsed).value());
-      if (!own_keys) shared_views.emplace(trials, own);
-    }
-    st.trainer_keys = own_trainer_keys;
-    st.settings = items[i];
-    for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
-    // The stage's keys as the stage itself reads them (workflow/stage_settings.h: the one reader,
-    // with the declarations the table above imported), defaults filled in.
-    if (auto read = workflow::read_stage_settings(st.kind, st.settings); read.ok()) {
-      st.settings = std::move(read).value();
-    } else {
-      const std::string& why = read.error().message();
-      const std::string key = why.substr(0, why.find(':'));
-      return fail(walker.mark_of(prefix + key), prefix + key, why.substr(std::min(why.size(), key.size() + 2)));
-    }
-    if (st.kind == "pbt") HPCTUNE_TRY(finish_pbt_settings(st, *own, item, prefix, places));
-    if (st.kind == "transfer") HPCTUNE_TRY(finish_transfer_settings(st, prefix, places));
-    if (!main && st.own_search) main = i;
-    st.own = std::move(own);
+// The stage's own keys (its item less name, kind, from and the sections of its view) as the stage
+// itself reads them (workflow/stage_settings.h: the one reader, with the declarations the table
+// imported), defaults filled in.
+Status read_stage_keys(StageConfig& st, const json& item, const std::string& prefix, const WorkflowPlaces& places) {
+  st.settings = item;
+  for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
+  auto read = workflow::read_stage_settings(st.kind, st.settings);
+  if (read.ok()) {
+    st.settings = std::move(read).value();
+    return Status::Ok();
   }
-  HPCTUNE_TRY(check_stage_needs(stages, index, places));
-  if (deferred) return *deferred;
-  if (!main)
-    return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: a search or pbt stage");
+  const std::string& why = read.error().message();
+  const std::string key = why.substr(0, why.find(':'));
+  return place_error(places.source, places.walker.mark_of(prefix + key), prefix + key,
+                     why.substr(std::min(why.size(), key.size() + 2)));
+}
 
-  CampaignConfig c = *stages[*main].own;
+// The workflow's campaign: the main stage's view, with the config's text and every stage in its
+// normalized config.
+CampaignConfig workflow_campaign(std::vector<StageConfig> stages, std::size_t main, const std::string& yaml_text) {
+  CampaignConfig c = *stages[main].own;
   c.text = yaml_text;
-  c.main_stage = *main;
+  c.main_stage = main;
   json normalized = json::array();
   for (const auto& st : stages) {
     json n = {{"name", st.name}, {"kind", st.kind}, {"from", st.from}};
@@ -441,6 +468,61 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
   c.normalized["stages"] = std::move(normalized);
   c.stages = std::move(stages);
   return c;
+}
+
+}  // namespace
+
+Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source) {
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
+  HPCTUNE_TRY(refuse_top_sections(tree, source));
+  const YEntry* stages_entry = find_entry(&tree, "stages");
+  Walker walker(source);
+  const WorkflowPlaces places{source, walker};
+  json root;
+  HPCTUNE_TRY(walk_top_level(tree, *stages_entry, walker, root));
+  const json& items = root["stages"];
+  if (!items.is_array() || items.empty())
+    return fail(stages_entry->key_mark, "stages", "give at least one stage, or leave stages out for a single search");
+  const YNode& list = stages_entry->value;
+
+  std::vector<StageConfig> stages(items.size());
+  std::map<std::string, std::size_t> index;
+  HPCTUNE_TRY(check_stage_graph(items, places, stages, index));
+
+  // Each stage's own view of the campaign, then its own keys.
+  StageViews views(tree, source);
+  // An ensemble's or transfer's view that fails is reported after the check of its inputs below:
+  // "stage 'a' saves no predictions" says more than the view's complaint about a trainer it never runs.
+  std::optional<Error> deferred;
+  std::optional<std::size_t> main;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    StageConfig& st = stages[i];
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const YNode* item = i < list.items.size() ? &list.items[i] : nullptr;
+    const Mark item_mark = item ? item->mark : stages_entry->key_mark;
+    const StageItemKeys keys = item_keys(item);
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
+    HPCTUNE_TRY(check_stage_search(st, kind, keys, item_mark, prefix, source));
+    const std::string trials =
+        kind.trials_setting != nullptr ? std::to_string(items[i][kind.trials_setting].get<int64_t>()) : "1";
+    // A stage that reads its inputs' trainers' output reports what they lack before its own view's complaint.
+    const bool defers = kind.inputs_provide != nullptr;
+    std::set<std::string> own_trainer_keys;
+    HPCTUNE_ASSIGN(std::shared_ptr<const CampaignConfig> own,
+                   views.view_of(item, item_mark, prefix, keys, trials, defers, own_trainer_keys, deferred));
+    if (own == nullptr) continue;  // deferred: st.own stays empty; nothing below reads a view that failed
+    st.trainer_keys = own_trainer_keys;
+    HPCTUNE_TRY(read_stage_keys(st, items[i], prefix, places));
+    if (st.kind == "pbt") HPCTUNE_TRY(finish_pbt_settings(st, *own, item, prefix, places));
+    if (st.kind == "transfer") HPCTUNE_TRY(finish_transfer_settings(st, prefix, places));
+    if (!main && st.own_search) main = i;
+    st.own = std::move(own);
+  }
+  HPCTUNE_TRY(check_stage_needs(stages, index, places));
+  if (deferred) return *deferred;
+  if (!main)
+    return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: a search or pbt stage");
+  return workflow_campaign(std::move(stages), *main, yaml_text);
 }
 
 }  // namespace hpctune::config
