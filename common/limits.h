@@ -13,7 +13,7 @@ inline constexpr int64_t kMaxMessageBytes = 4 << 20;
 }  // namespace hpctune
 
 // The deepest nesting of JSON that hpctune reads back (from its database): the same as the
-// protocol's decoder (protocol::kMaxDepth) and the config's (config.cpp kMaxDepth). Deeper values
+// protocol's decoder (protocol::kMaxDepth) and the config's (config/yaml_tree.cpp kMaxDepth). Deeper values
 // are refused before they are parsed; copying or printing them would recurse that deep.
 inline constexpr int kMaxJsonDepth = 64;
 

@@ -1,5 +1,5 @@
 // A pbt stage's `schedule:` (a replay of hyperparameters, as `hpctune schedule DB --format yaml`
-// prints a PBT stage's best member's), read and checked in one place: `hpctune validate` (config.cpp,
+// prints a PBT stage's best member's), read and checked in one place: `hpctune validate` (workflow_config.cpp,
 // which names the place of a problem as file:line:column and key path) and the pbt stage that
 // replays it (workflow/pbt_policy.cpp: replay_schedule) both call read_pbt_schedule. Pure: no files.
 //

@@ -471,7 +471,7 @@ std::vector<Setting> build_table() {
   std::vector<Setting> table;
   std::vector<Setting> decls = declarations();
   // search.<key> declarations (init) win over an algorithm's setting of the same name: the value
-  // of search.init is handed to the algorithm as its setting (config.cpp).
+  // of search.init is handed to the algorithm as its setting (campaign_checks.cpp).
   std::vector<std::string> search_keys;
   for (const auto& d : decls)
     if (d.path.rfind("search.", 0) == 0 && d.path.find('.', 7) == std::string::npos)

@@ -3,12 +3,12 @@
 // Each key is one Setting: its path, type, default, bounds or allowed values, whether it is
 // required, its help text and the scope in which it exists. Everything user-facing about a config
 // is derived from this one list:
-//   - the parser (config.cpp) walks the YAML against it: unknown keys ("did you mean ...?"), types,
+//   - the parser (settings_walker.cpp) walks the YAML against it: unknown keys ("did you mean ...?"), types,
 //     bounds, enums, required keys and defaults all come from here;
 //   - `hpctune validate` prints the normalized config the parser builds from it;
 //   - configs/reference.yaml is reference_yaml(), rendered from it (a test keeps the checked-in
 //     file equal to it).
-// Adding a key means adding one entry to the table in settings.cpp, and reading it in config.cpp;
+// Adding a key means adding one entry to the table in settings.cpp, and reading it in campaign_checks.cpp;
 // a key of an algorithm or a trainer kind is declared beside its code instead (below).
 //
 // Paths. Dotted, e.g. "search.max_trials". Two wildcard segments:

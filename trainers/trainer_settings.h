@@ -46,7 +46,7 @@ std::vector<SettingDecl> classifier_common_setting_specs();
 // trainer.classes of the classifier kinds (a transfer stage's `classes` become its trials'): [] for
 // every class, or at least two distinct labels. The first item that breaks that (the second of a
 // repeated label, or the only one) and what the list must be; nullopt when it is fine. The trainer
-// (classifier_training.cpp) and `hpctune validate` (config.cpp) both ask this.
+// (classifier_training.cpp) and `hpctune validate` (config/campaign_checks.cpp) both ask this.
 struct ClassesProblem {
   std::size_t index = 0;
   std::string must_be;  // "distinct classes (1 is listed twice)"

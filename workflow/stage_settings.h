@@ -36,7 +36,7 @@ enum class StageSearch {
   kSpace,     // a space it explores with trials of its own, trials_setting of them at once (pbt)
 };
 
-// A stage kind as the config reads it (config/config.cpp: parse_workflow asks these, not the name).
+// A stage kind as the config reads it (config/workflow_config.cpp: parse_workflow asks these, not the name).
 struct StageKind {
   std::string kind{};
   std::string help{};  // what it does, for stages[].kind's help ("a search of its own")

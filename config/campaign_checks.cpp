@@ -1,0 +1,669 @@
+// The checks across keys and the CampaignConfig built from a walked tree (campaign_checks.h): class
+// Builder, one check_* per section, and the helpers the workflow shares (trainer_setting_of,
+// classes_problem_at).
+#include "config/campaign_checks.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/endpoint.h"
+#include "common/limits.h"
+#include "common/shell_template.h"
+#include "common/settings.h"
+#include "search/grid_search.h"
+#include "search/test_functions.h"
+#include "trainers/trainer_settings.h"
+
+namespace hpctune::config {
+
+using nlohmann::json;
+
+namespace {
+
+// A value in a message: strings in single quotes, the rest as YAML.
+std::string quoted_value(const json& v) {
+  return v.is_string() ? "'" + v.get<std::string>() + "'" : to_yaml_flow(v);
+}
+
+// 2^53: every integer up to it is exactly a double.
+constexpr double kMaxExactInt = 9007199254740992.0;
+
+}  // namespace
+
+// The setting of trainer `kind` that a parameter `name` sets (a space's, a pbt schedule's); nullptr
+// when there is none, with what to say in `*what` ("not a setting of trainer 'mlp'; did you mean
+// 'lr'?"). Names a command or function trainer takes freely (free_space_name) are the caller's.
+const Setting* trainer_setting_of(const std::string& kind, const std::string& name, std::string* what) {
+  std::vector<const Setting*> kind_settings;
+  for (const auto* s : children("trainer")) {
+    if (s->path == "trainer.kind" || !s->scope.contains(kind)) continue;
+    kind_settings.push_back(s);
+    if (leaf_name(s->path) == name) return s;
+  }
+  *what = "not a setting of trainer '" + kind + "'";
+  if (auto near = did_you_mean(name, candidates_of(kind_settings))) {
+    *what += "; did you mean '" + *near + "'?";
+  } else {
+    std::vector<std::string> names;
+    for (const auto* s : kind_settings) names.emplace_back(leaf_name(s->path));
+    const auto* can = trainers::trainer_capabilities(kind);
+    if (can != nullptr && can->params_hint != nullptr) names.push_back(can->params_hint);
+    *what += " (its settings: " + join(names, ", ") + ")";
+  }
+  return nullptr;
+}
+
+// A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
+// ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
+std::optional<std::pair<std::string, std::string>> classes_problem_at(const json& classes, const std::string& path) {
+  if (!classes.is_array()) return std::nullopt;  // a single integer is one class: the trainer's own message
+  std::vector<int64_t> labels;
+  for (const auto& c : classes) {
+    if (!c.is_number_integer()) return std::nullopt;  // the table refused it already
+    labels.push_back(c.get<int64_t>());
+  }
+  auto problem = trainers::classes_problem(labels);
+  if (!problem) return std::nullopt;
+  return std::make_pair(path + "[" + std::to_string(problem->index) + "]", "must be " + problem->must_be);
+}
+
+namespace {
+
+class Builder {
+ public:
+  Builder(Walker& walker, json& root) : w_(walker), root_(root) {}
+
+  Status check_name() {
+    const auto& name = root_["name"].get_ref<const std::string&>();
+    for (unsigned char c : name)
+      if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-'))
+        return w_.fail(w_.mark_of("name"), "name",
+                       "'" + name + "' may contain only letters, digits, '.', '_' and '-' (it names files)");
+    return Status::Ok();
+  }
+
+  Status check_objectives(CampaignConfig& c) {
+    const bool one = root_.contains("objective"), many = root_.contains("objectives");
+    if (one && many) {
+      const Mark a = w_.mark_of("objective"), b = w_.mark_of("objectives");
+      const bool later_many = b.line > a.line || (b.line == a.line && b.column > a.column);
+      return w_.fail(later_many ? b : a, later_many ? "objectives" : "objective",
+                     "give either objective or objectives, not both");
+    }
+    if (!one && !many)
+      return w_.fail(Mark{}, "objective",
+                     "missing required key (give objective: {metric: ..., mode: max} or objectives: a list of them)");
+    json list = one ? json::array({root_["objective"]}) : root_["objectives"];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string metric = list[i]["metric"].get<std::string>();
+      for (std::size_t j = 0; j < i; ++j)
+        if (list[j]["metric"] == metric) {
+          const std::string path = "objectives[" + std::to_string(i) + "].metric";
+          return w_.fail(w_.mark_of(path), path, "'" + metric + "' is listed twice");
+        }
+      c.objectives.push_back({metric, list[i]["mode"] == "max"});
+      c.noisy = c.noisy || list[i].value("noisy", false);
+    }
+    root_.erase("objective");
+    root_["objectives"] = list;
+    return Status::Ok();
+  }
+
+  Status check_space(CampaignConfig& c) {
+    json& space = root_["space"];
+    const std::string kind = root_["trainer"]["kind"].get<std::string>();
+    const std::string algorithm = root_["search"]["algorithm"].get<std::string>();
+    std::vector<search::ParamSpec> specs;
+    for (const auto& name : w_.space_order()) {
+      json& p = space[name];
+      const std::string path = "space." + name;
+      HPCTUNE_TRY(check_param(name, p, space));
+      if (algorithm == "grid" && p["type"] == "float" && !p.contains("resolution"))
+        return w_.fail(w_.mark_of(path), path,
+                       "the grid search needs 'resolution' (the number of grid points) on a float parameter");
+      HPCTUNE_TRY(check_against_trainer(name, p, kind));
+      specs.push_back(to_spec(name, p));
+    }
+    auto created = search::Space::create(std::move(specs));
+    if (!created.ok()) {
+      // Space::create names the parameter first ("lr: ..."): put it at that parameter's key.
+      const std::string& message = created.error().message();
+      for (const auto& name : w_.space_order())
+        if (message.rfind(name + ": ", 0) == 0)
+          return w_.fail(w_.mark_of("space." + name), "space." + name, message.substr(name.size() + 2));
+      return w_.fail(w_.mark_of("space"), "space", message);
+    }
+    c.space = std::move(created).value();
+    if (algorithm == "grid") HPCTUNE_TRY(check_grid_size(c));
+    return Status::Ok();
+  }
+
+  // The grid is counted before anything is listed; larger than max_trials, `run` would refuse it.
+  Status check_grid_size(const CampaignConfig& c) {
+    const int64_t limit = std::min(c.max_trials, search::kMaxGridPoints);
+    const std::string most = limit == c.max_trials ? "max_trials (" + std::to_string(c.max_trials) + ")"
+                                                   : std::to_string(search::kMaxGridPoints) + ", the most a grid may have";
+    for (const auto& p : c.space.params()) {
+      const int64_t n = search::grid_value_count(p);
+      if (n > limit)
+        return w_.fail(w_.mark_of("space." + p.name), "space." + p.name,
+                       std::to_string(n) + " grid values on their own, more than " + most +
+                           (p.type == search::ParamType::kFloat ? "; lower the resolution" : "; raise step or give a resolution"));
+    }
+    auto size = search::grid_size(c.space, limit);
+    if (!size.ok()) {
+      const std::string& message = size.error().message();
+      for (const auto& name : w_.space_order())
+        if (message.rfind(name + ": ", 0) == 0)
+          return w_.fail(w_.mark_of("space." + name), "space." + name, message.substr(name.size() + 2));
+      return w_.fail(w_.mark_of("space"), "space", message);
+    }
+    if (*size > limit) {
+      const std::string count =
+          *size == std::numeric_limits<int64_t>::max() ? "more than 9223372036854775807" : std::to_string(*size);
+      if (limit == c.max_trials)
+        return w_.fail(w_.mark_of("search.max_trials"), "search.max_trials",
+                       "the grid has " + count + " points, more than max_trials (" + std::to_string(c.max_trials) +
+                           "); raise max_trials or lower the resolutions");
+      return w_.fail(w_.mark_of("space"), "space",
+                     "the grid has " + count + " points, more than " + std::to_string(search::kMaxGridPoints) +
+                         ", the most a grid may have");
+    }
+    return Status::Ok();
+  }
+
+  Status check_search(CampaignConfig& c) {
+    const json& s = root_["search"];
+    c.algorithm = s["algorithm"].get<std::string>();
+    c.max_trials = s["max_trials"].get<int64_t>();
+    c.max_time_s = s["max_time"].get<double>();
+    c.max_attempts = s["max_attempts"].get<int64_t>();
+    c.max_failures = s["max_failures"].get<int64_t>();
+    c.warm_start = s["warm_start"].get<std::string>();
+    c.search_settings = s["settings"];
+    if (c.algorithm == "cmaes" && c.objectives.size() > 1)  // what make_cmaes refuses, reported with its place
+      return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
+                     "cmaes optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
+    if (c.algorithm == "rl" && c.objectives.size() > 1)  // a REINFORCE reward is one number
+      return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
+                     "rl optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
+    if (s.contains("stop_when") && s["stop_when"].is_object()) {
+      const json& w = s["stop_when"];
+      StopWhen stop;
+      stop.metric = w["metric"].get<std::string>();
+      stop.reaches = w["reaches"].get<double>();
+      if (w.contains("mode")) {
+        stop.maximize = w["mode"] == "max";
+      } else {
+        for (const auto& o : c.objectives)
+          if (o.metric == stop.metric) stop.maximize = o.maximize;
+        root_["search"]["stop_when"]["mode"] = stop.maximize ? "max" : "min";
+      }
+      c.stop_when = stop;
+    }
+    // search.init is the algorithm's `init` setting, for the algorithms that have one; its
+    // default is the algorithm's.
+    const bool given = root_["search"].contains("init");
+    if (given) c.init = s["init"].get<std::string>();
+    auto decls = search::searcher_settings(c.algorithm);
+    if (!decls.ok()) {  // an algorithm this build does not know: passed on as given
+      if (given) c.search_settings["init"] = c.init;
+      return Status::Ok();
+    }
+    const search::SettingDecl* init = nullptr;
+    for (const auto& d : decls.value())
+      if (d.key == "init") init = &d;
+    if (init == nullptr) {
+      if (given)
+        return w_.fail(w_.mark_of("search.init"), "search.init",
+                       "the " + c.algorithm + " search has no initial design; remove init");
+      return Status::Ok();
+    }
+    if (!given) c.init = init->default_value.get<std::string>();
+    c.search_settings["init"] = c.init;
+    root_["search"]["init"] = c.init;
+    if (c.algorithm == "evolution") {
+      const int64_t p = c.search_settings["population"].get<int64_t>();
+      const int64_t k = c.search_settings["sample_size"].get<int64_t>();
+      if (k > p) {
+        const std::string at = w_.given("search.settings.sample_size") ? "search.settings.sample_size"
+                                                                       : "search.settings.population";
+        return w_.fail(w_.mark_of(at), at,
+                       "sample_size (" + std::to_string(k) + ") must be at most population (" + std::to_string(p) + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status check_early_stopping(CampaignConfig& c) {
+    json settings = root_["early_stopping"];
+    c.early_stopping = settings["kind"].get<std::string>();
+    settings.erase("kind");
+    if ((c.early_stopping == "asha" || c.early_stopping == "hyperband") && !w_.given("early_stopping.max_t")) {
+      // Without a known last step ASHA judges the trainer's last epoch and records fully trained
+      // trials as pruned (issue 9, item 23): default max_t to the trainer's steps or epochs.
+      if (auto last = trainer_last_step()) {
+        settings["max_t"] = *last;
+        root_["early_stopping"]["max_t"] = *last;
+      }
+    }
+    if (c.early_stopping == "hyperband" && settings["max_t"].get<int64_t>() < settings["grace_period"].get<int64_t>()) {
+      const std::string at = w_.given("early_stopping.max_t") ? "early_stopping.max_t" : "early_stopping.grace_period";
+      return w_.fail(w_.mark_of(at), at,
+                     "grace_period (" + std::to_string(settings["grace_period"].get<int64_t>()) +
+                         ") must be at most max_t (" + std::to_string(settings["max_t"].get<int64_t>()) +
+                         (w_.given("early_stopping.max_t") ? ")" : ", the trainer's last step)"));
+    }
+    c.early_stopping_settings = settings;
+    if (c.early_stopping != "none" && c.objectives.size() > 1)
+      return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",
+                     c.early_stopping + " judges one objective, but " + std::to_string(c.objectives.size()) +
+                         " are given");
+    return Status::Ok();
+  }
+
+  // The last step the trainer reports at: its step setting (the catalog's, trainer_settings.h), the
+  // largest value when that setting is searched; nullopt for a kind whose steps are its reports' own.
+  std::optional<int64_t> trainer_last_step() const {
+    const json& t = root_["trainer"];
+    const auto* can = trainers::trainer_capabilities(t["kind"].get<std::string>());
+    const char* key = can != nullptr ? can->step_setting : nullptr;
+    if (key == nullptr) return std::nullopt;
+    std::optional<int64_t> last;
+    auto consider = [&](const json& v) {
+      if (v.is_number_integer()) last = std::max(last.value_or(v.get<int64_t>()), v.get<int64_t>());
+    };
+    const json& space = root_["space"];
+    if (space.contains(key)) {
+      const json& p = space[key];
+      const std::string type = p["type"].get<std::string>();
+      if (type == "int") consider(p["high"]);
+      else if (type == "choice") for (const auto& v : p["values"]) consider(v);
+      else if (type == "fixed") consider(p["value"]);
+      return last;
+    }
+    if (t.contains(key)) consider(t[key]);
+    return last;
+  }
+
+  Status check_trainer(CampaignConfig& c) {
+    // trainer.data_seed (the classifier kinds): the campaign's seed unless given (set_seed).
+    c.data_seed_given = w_.given("trainer.data_seed");
+    c.trainer = root_["trainer"];
+    const json& t = c.trainer;
+    if (t.contains("layers") && t.contains("hidden") && t["hidden"].is_array() &&
+        t["hidden"].size() != t["layers"].get<std::size_t>())
+      return w_.fail(w_.mark_of("trainer.layers"), "trainer.layers",
+                     std::to_string(t["layers"].get<int64_t>()) + " does not match hidden, which lists " +
+                         std::to_string(t["hidden"].size()) + " layers (give layers with a single-integer hidden)");
+    if (t.contains("classes")) {
+      if (auto problem = classes_problem_at(t["classes"], "trainer.classes"))
+        return w_.fail(w_.mark_of(problem->first), problem->first, problem->second);
+    }
+    const auto* can = trainers::trainer_capabilities(t["kind"].get<std::string>());
+    if (can == nullptr) return Status::Ok();  // the walker refused the kind
+    if (can->params == trainers::TrainerParams::kTestFunctionArgs) HPCTUNE_TRY(check_function_trainer(c));
+    if (const char* key = can->command_setting; key != nullptr && t.contains(key) && t[key].is_string()) {
+      if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
+        return w_.fail(w_.mark_of(std::string("trainer.") + key), std::string("trainer.") + key, *unsafe);
+      HPCTUNE_TRY(check_command_placeholders(c, key));
+    }
+    if (can->provides_setting != nullptr) HPCTUNE_TRY(check_provides(c, can->provides_setting));
+    return check_assign_size(c);
+  }
+
+  // The kind's provides setting: a list of "predictions" and "checkpoints", each once.
+  Status check_provides(const CampaignConfig& c, const char* key) {
+    const std::string path = std::string("trainer.") + key;
+    const json& list = c.trainer.value(key, json::array());
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      const json& v = list[i];
+      const bool known = v.is_string() && (v == trainers::kProvidesPredictions || v == trainers::kProvidesCheckpoints);
+      if (!known)
+        return w_.fail(w_.mark_of(at), at,
+                       "unknown value " + v.dump() + "; expected " + trainers::kProvidesPredictions + " or " +
+                           trainers::kProvidesCheckpoints);
+      if (!seen.insert(v.get<std::string>()).second)
+        return w_.fail(w_.mark_of(at), at, v.get<std::string>() + " is listed twice");
+    }
+    return Status::Ok();
+  }
+
+  // A trial's assign carries its parameters and every fixed trainer setting: one larger than a
+  // message may be is dropped by the transport, and every attempt is lost without a word. Add up
+  // the encoded sizes (a parameter's largest value), with room for the rest of the message.
+  Status check_assign_size(const CampaignConfig& c) {
+    constexpr int64_t kRoom = 64 << 10;  // ids, seed, trial directory, framing
+    auto encoded = [](const json& v) { return static_cast<int64_t>(json::to_msgpack(v).size()); };
+    int64_t total = kRoom;
+    std::string largest;
+    int64_t largest_size = -1;
+    auto add = [&](const std::string& path, int64_t size) {
+      total += size;
+      if (size > largest_size) largest = path, largest_size = size;
+    };
+    for (auto it = c.trainer.begin(); it != c.trainer.end(); ++it)
+      add("trainer." + it.key(), static_cast<int64_t>(it.key().size()) + encoded(it.value()));
+    for (const auto& name : w_.space_order()) {
+      const json& p = root_["space"][name];
+      int64_t size = 16;  // a number
+      const std::string type = p["type"].get<std::string>();
+      if (type == "fixed") size = encoded(p["value"]);
+      else if (type == "choice") for (const auto& v : p["values"]) size = std::max(size, encoded(v));
+      add(type == "fixed" && w_.given("space." + name + ".value") ? "space." + name + ".value" : "space." + name,
+          static_cast<int64_t>(name.size()) + size);
+    }
+    if (total <= kMaxMessageBytes) return Status::Ok();
+    return w_.fail(w_.mark_of(largest), largest,
+                   std::to_string(largest_size) + " bytes encoded, and a trial's assign would be about " +
+                       std::to_string(total) + " bytes, more than the " + std::to_string(kMaxMessageBytes) +
+                       " a message may have (pass large data through a file)");
+  }
+
+  // Every `{name}` of the command must name a parameter or one of the values the command trainer
+  // provides; otherwise every trial fails with the same message. The grammar is that of
+  // trainers::render_command (this library does not link the trainers).
+  Status check_command_placeholders(const CampaignConfig& c, const char* key) {
+    const std::string path = std::string("trainer.") + key;
+    const std::string& cmd = c.trainer[key].get_ref<const std::string&>();
+    const auto& kBuiltins = kTemplateBuiltins;
+    auto name_char = [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';
+    };
+    for (std::size_t i = 0; i < cmd.size(); ++i) {
+      if (cmd[i] != '{') continue;
+      if (i + 1 < cmd.size() && cmd[i + 1] == '{') {
+        ++i;
+        continue;
+      }
+      std::size_t end = i + 1;
+      while (end < cmd.size() && name_char(cmd[end])) ++end;
+      if (end == i + 1 || end >= cmd.size() || cmd[end] != '}')
+        return w_.fail(w_.mark_of(path), path,
+                       "malformed placeholder at character " + std::to_string(i + 1) +
+                           " (write {name} for a parameter, {{ and }} for literal braces)");
+      const std::string name = cmd.substr(i + 1, end - i - 1);
+      bool known = root_["space"].contains(name);
+      for (const char* b : kBuiltins) known = known || name == b;
+      if (!known) {
+        std::vector<Candidate> names;
+        for (const auto& p : w_.space_order()) names.push_back({p, p});
+        for (const char* b : kBuiltins) names.push_back({b, b});
+        std::string what = "'{" + name + "}' names no parameter of the space";
+        if (auto near = did_you_mean(name, names)) what += "; did you mean '{" + *near + "}'?";
+        else what += " (nor trial_id, trial_dir, attempt, attempt_dir, seed, ranks)";
+        return w_.fail(w_.mark_of(path), path, what);
+      }
+      i = end;
+    }
+    return Status::Ok();
+  }
+
+  // The function trainer takes exactly x1..xd: a dimension the function does not allow, or a space
+  // that lacks one of them or has another parameter, would fail every trial; say so before.
+  Status check_function_trainer(const CampaignConfig& c) {
+    const json& t = c.trainer;
+    const std::string name = t["name"].get<std::string>();
+    const int64_t dim = t["dim"].get<int64_t>();
+    auto fn = search::make_test_function(name, static_cast<int>(dim));
+    if (!fn.ok()) {
+      const std::string at = w_.given("trainer.dim") ? "trainer.dim" : "trainer.name";
+      return w_.fail(w_.mark_of(at), at, fn.error().message());
+    }
+    // Not "x" + std::to_string(i): GCC 12 warns falsely there (-Wrestrict, PR 105329).
+    auto x_name = [](int i) {
+      std::string x = "x";
+      x += std::to_string(i);
+      return x;
+    };
+    const std::string range = "x1.." + x_name(fn->dim);
+    for (const auto& param : w_.space_order()) {
+      // A searched setting of the trainer itself (noise, steps) was checked by check_against_trainer.
+      bool known = false;
+      for (const auto* setting : children("trainer")) known = known || setting->path == "trainer." + param;
+      for (int i = 1; i <= fn->dim; ++i) known = known || param == x_name(i);
+      if (!known)
+        return w_.fail(w_.mark_of("space." + param), "space." + param,
+                       "not a parameter of " + name + ", which takes " + range + " (trainer.dim)");
+    }
+    for (int i = 1; i <= fn->dim; ++i) {
+      const std::string x = x_name(i);
+      if (!root_["space"].contains(x))
+        return w_.fail(w_.mark_of("space"), "space",
+                       "'" + x + "' is missing: " + name + " takes " + range + " (search or fix each of them)");
+    }
+    return Status::Ok();
+  }
+
+  Status check_resources(CampaignConfig& c) {
+    const json& r = root_["resources"];
+    Resources& out = c.resources;
+    out.backend = r["backend"].get<std::string>();
+    out.groups = r["groups"].get<int64_t>();
+    out.ranks_data = r["ranks"]["data"].get<int64_t>();
+    out.ranks_model = r["ranks"]["model"].get<int64_t>();
+    out.threads = r["threads"].get<int64_t>();
+    out.heartbeat_interval_s = r["heartbeat_interval"].get<double>();
+    out.heartbeat_timeout_s = r["heartbeat_timeout"].get<double>();
+    out.max_group_restarts = r["max_group_restarts"].get<int64_t>();
+    out.startup_timeout_s = r["startup_timeout"].get<double>();
+    out.bind = r["bind"].get<std::string>();
+    if (auto problem = endpoint_problem(out.bind)) return w_.fail(w_.mark_of("resources.bind"), "resources.bind", *problem);
+    out.security = r["security"].get<std::string>();
+    const json& sl = r["slurm"];
+    SlurmOptions& so = out.slurm;
+    so.partition = sl["partition"].get<std::string>();
+    so.account = sl["account"].get<std::string>();
+    so.qos = sl["qos"].get<std::string>();
+    so.constraint = sl["constraint"].get<std::string>();
+    so.ranks_per_node = sl["ranks_per_node"].get<int64_t>();
+    so.launch = sl["launch"].get<std::string>();
+    so.mpi = sl["mpi"].get<std::string>();
+    so.gres = sl["gres"].get<std::string>();
+    so.gpus_per_task = sl["gpus_per_task"].get<int64_t>();
+    so.cpus_per_task = sl["cpus_per_task"].get<int64_t>();
+    so.master_partition = sl["master"]["partition"].get<std::string>();
+    so.master_constraint = sl["master"]["constraint"].get<std::string>();
+    so.signal_before_s = sl["signal_before"].get<double>();
+    so.requeue = sl["requeue"].get<bool>();
+    so.setup.clear();
+    for (std::size_t i = 0; i < sl["setup"].size(); ++i) {
+      const json& line = sl["setup"][i];
+      const std::string at = "resources.slurm.setup[" + std::to_string(i) + "]";
+      if (!line.is_string())
+        return w_.fail(w_.mark_of(at), at, "a shell line (a string), not " + std::string(line.type_name()));
+      if (line.get<std::string>().find('\n') != std::string::npos)
+        return w_.fail(w_.mark_of(at), at, "one line per item (it holds a line break)");
+      so.setup.push_back(line.get<std::string>());
+    }
+    // Values that go into the batch script as sbatch or srun options: no spaces, quotes or line
+    // breaks that would end the option (and start another command).
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"partition", &so.partition},
+                                     {"account", &so.account}, {"qos", &so.qos}, {"constraint", &so.constraint},
+                                     {"mpi", &so.mpi}, {"gres", &so.gres}, {"master.partition", &so.master_partition},
+                                     {"master.constraint", &so.master_constraint}}) {
+      for (char ch : *value) {
+        if (std::isalnum(static_cast<unsigned char>(ch)) || std::string_view("_-.:,&|[]*=+/").find(ch) != std::string_view::npos)
+          continue;
+        const std::string at = std::string("resources.slurm.") + key;
+        return w_.fail(w_.mark_of(at), at,
+                       "'" + *value + "' holds '" + std::string(1, ch) +
+                           "': only letters, digits and _-.:,&|[]*=+/ go into an sbatch option");
+      }
+    }
+    if (out.ranks_data * out.ranks_model > kMaxRanksPerGroup) {
+      const std::string at = w_.given("resources.ranks.model") ? "resources.ranks.model" : "resources.ranks.data";
+      return w_.fail(w_.mark_of(at), "resources.ranks",
+                     std::to_string(out.ranks_data) + " data x " + std::to_string(out.ranks_model) + " model = " +
+                         std::to_string(out.ranks_data * out.ranks_model) + " ranks per group, more than " +
+                         std::to_string(kMaxRanksPerGroup));
+    }
+    if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
+      const std::string interval = format_number(out.heartbeat_interval_s);
+      const std::string timeout = format_number(out.heartbeat_timeout_s);
+      if (w_.given("resources.heartbeat_timeout"))
+        return w_.fail(w_.mark_of("resources.heartbeat_timeout"), "resources.heartbeat_timeout",
+                       timeout + " s must be greater than heartbeat_interval (" + interval + " s)");
+      return w_.fail(w_.mark_of("resources.heartbeat_interval"), "resources.heartbeat_interval",
+                     interval + " s must be less than heartbeat_timeout (" + timeout + " s, the default)");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status check_param(const std::string& name, json& p, const json& space) {
+    const std::string path = "space." + name;
+    const std::string type = p["type"].get<std::string>();
+    if (type == "float" || type == "int") {
+      const double low = p["low"].get<double>(), high = p["high"].get<double>();
+      if (type == "int") {
+        for (const char* bound : {"low", "high"}) {
+          const double x = p[bound].get<double>();
+          const std::string at = path + "." + bound;
+          if (std::floor(x) != x)
+            return w_.fail(w_.mark_of(at), at, format_number(x) + " is not a whole number (the parameter is an int)");
+          // The search works on doubles: past 2^53 neighbouring integers are the same double
+          // (and 2^63 - 1 would wrap when converted back).
+          if (std::fabs(x) > kMaxExactInt)
+            return w_.fail(w_.mark_of(at), at,
+                           w_.text_of(at, format_number(x)) + " is too large for an int parameter (at most " +
+                               std::to_string(static_cast<int64_t>(kMaxExactInt)) + " in magnitude)");
+        }
+        p["low"] = static_cast<int64_t>(low);
+        p["high"] = static_cast<int64_t>(high);
+      } else if (!std::isfinite(high - low)) {
+        return w_.fail(w_.mark_of(path + ".high"), path + ".high",
+                       "the range " + format_number(low) + ".." + format_number(high) + " is too wide to sample");
+      }
+      if (low >= high)
+        return w_.fail(w_.mark_of(path + ".low"), path + ".low",
+                       w_.text_of(path + ".low", format_number(low)) + " must be less than high (" +
+                           w_.text_of(path + ".high", format_number(high)) + ")");
+      if (p["log"].get<bool>() && low <= 0)
+        return w_.fail(w_.mark_of(path + ".low"), path + ".low",
+                       "a log scale needs low > 0, got " + format_number(low));
+    } else if (type == "choice") {
+      const json& values = p["values"];
+      // Hashed, not compared pairwise (there may be 100,000 values).
+      std::unordered_map<std::string, std::size_t> seen;
+      for (std::size_t i = 0; i < values.size(); ++i)
+        if (auto key = search::Space::choice_key(values[i]); key && !seen.emplace(*key, i).second) {
+          const std::string item = path + ".values[" + std::to_string(i) + "]";
+          return w_.fail(w_.mark_of(item), item, quoted_value(values[i]) + " is listed twice");
+        }
+    }
+    if (p.contains("when")) {
+      const auto& when = p["when"];
+      const std::string parent = when.begin().key();
+      const std::string at = path + ".when." + parent;
+      if (parent == name) return w_.fail(w_.mark_of(at), path + ".when", "a parameter cannot depend on itself");
+      if (!space.contains(parent)) {
+        std::vector<Candidate> names;
+        for (const auto& other : w_.space_order())
+          if (other != name) names.push_back({other, other});
+        std::string what = "condition on unknown parameter '" + parent + "'";
+        if (auto near = did_you_mean(parent, names)) what += "; did you mean '" + *near + "'?";
+        return w_.fail(w_.mark_of(at), path + ".when", what);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // A space parameter must be a setting of a built-in trainer, of a type the setting accepts.
+  Status check_against_trainer(const std::string& name, json& p, const std::string& kind) {
+    const std::string path = "space." + name;
+    if (free_space_name(kind, name)) return Status::Ok();
+    std::string not_found;
+    const Setting* setting = trainer_setting_of(kind, name, &not_found);
+    if (setting == nullptr) return w_.fail(w_.mark_of(path), path, not_found);
+    const std::string type = p["type"].get<std::string>();
+    const std::string of = " (trainer." + name + ")";
+    auto check = [&](const json& v, const std::string& at) -> Result<json> {
+      auto checked = check_value(*setting, v);
+      if (!checked.ok()) return w_.fail(w_.mark_of(at), at, checked.error().message() + of);
+      return checked;
+    };
+    if (type == "float" || type == "int") {
+      const bool numeric = is_numeric_type(setting->type) || (type == "int" && setting->type == Type::kIntList);
+      if (!numeric || (type == "float" && setting->type == Type::kInt)) {
+        const bool integral = setting->type == Type::kInt || setting->type == Type::kIntList;
+        const std::string use = integral ? "int" : "choice";
+        return w_.fail(w_.mark_of(path + ".type"), path + ".type",
+                       "trainer." + name + " takes " + describe_type(*setting) + "; use type: " + use);
+      }
+      for (const char* bound : {"low", "high"}) HPCTUNE_TRY(check(p[bound], path + "." + bound));
+    } else if (type == "choice") {
+      json& values = p["values"];
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        HPCTUNE_ASSIGN(auto v, check(values[i], path + ".values[" + std::to_string(i) + "]"));
+        values[i] = v;  // "10s" -> 10
+      }
+    } else if (type == "fixed") {
+      HPCTUNE_ASSIGN(auto v, check(p["value"], path + ".value"));
+      p["value"] = v;
+    }
+    return Status::Ok();
+  }
+
+  static search::ParamSpec to_spec(const std::string& name, const json& p) {
+    search::ParamSpec spec;
+    spec.name = name;
+    const std::string type = p["type"].get<std::string>();
+    if (type == "float" || type == "int") {
+      spec.type = type == "float" ? search::ParamType::kFloat : search::ParamType::kInt;
+      spec.low = p["low"].get<double>();
+      spec.high = p["high"].get<double>();
+      spec.log = p["log"].get<bool>();
+      if (p.contains("step")) spec.step = p["step"].get<int64_t>();
+      if (p.contains("resolution")) spec.resolution = p["resolution"].get<int64_t>();
+    } else if (type == "choice") {
+      spec.type = search::ParamType::kChoice;
+      for (const auto& v : p["values"]) spec.choices.push_back(v);
+      spec.ordered = p["ordered"].get<bool>();
+    } else {
+      spec.type = search::ParamType::kFixed;
+      spec.value = p["value"];
+    }
+    if (p.contains("when")) {
+      const auto& when = p["when"];
+      search::Condition condition;
+      condition.parent = when.begin().key();
+      for (const auto& v : when.begin().value()) condition.values.push_back(v);
+      spec.when = std::move(condition);
+    }
+    return spec;
+  }
+
+  Walker& w_;
+  json& root_;
+};
+
+}  // namespace
+
+Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
+  Builder b(walker, root);
+  HPCTUNE_TRY(b.check_name());
+  c.name = root["name"].get<std::string>();
+  if (!root.contains("storage")) root["storage"] = c.name + ".db";
+  c.storage = root["storage"].get<std::string>();
+  c.storage_access = root["storage_access"].get<std::string>();
+  c.seed = static_cast<uint64_t>(root["seed"].get<int64_t>());
+  HPCTUNE_TRY(b.check_objectives(c));
+  HPCTUNE_TRY(b.check_search(c));
+  HPCTUNE_TRY(b.check_space(c));
+  HPCTUNE_TRY(b.check_early_stopping(c));
+  HPCTUNE_TRY(b.check_trainer(c));
+  HPCTUNE_TRY(b.check_resources(c));
+  return Status::Ok();
+}
+
+}  // namespace hpctune::config

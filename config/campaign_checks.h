@@ -1,0 +1,36 @@
+// The checks across keys of one campaign (or one stage's view of it), after the settings walker
+// (settings_walker.h) checked each key alone: objective xor objectives, the search and its space
+// (bounds, log ranges, choices, conditions, the grid's size, names against the trainer's
+// settings), early stopping, the trainer (classes, command placeholders, a trial's assign size),
+// resources; and the CampaignConfig built from them. Internal to hpctune_config: not part of the
+// public API (config.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "config/config.h"
+#include "config/settings.h"
+#include "config/settings_walker.h"
+
+namespace hpctune::config {
+
+// The campaign `c` from the tree the walker walked into `root`, checked across keys; the first
+// problem at its key's file:line:column. `root` gets the keys filled in from others (storage,
+// objectives, early_stopping.max_t, search.init), to become the campaign's normalized config.
+Status build_campaign(Walker& walker, nlohmann::json& root, CampaignConfig& c);
+
+// The setting of trainer `kind` that a parameter `name` sets (a space's, a pbt schedule's); nullptr
+// when there is none, with what to say in `*what` ("not a setting of trainer 'mlp'; did you mean
+// 'lr'?"). Names a command or function trainer takes freely (free_space_name) are the caller's.
+const Setting* trainer_setting_of(const std::string& kind, const std::string& name, std::string* what);
+
+// A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
+// ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
+std::optional<std::pair<std::string, std::string>> classes_problem_at(const nlohmann::json& classes, const std::string& path);
+
+}  // namespace hpctune::config

@@ -1,0 +1,528 @@
+// The workflow (workflow_config.h): parse_workflow and its parts: the stages' graph (names, `from`,
+// cycles), each stage's own view of the campaign, its settings read as the stage reads them
+// (workflow/stage_settings.h), finished for pbt and transfer, and what its inputs must provide.
+#include "config/workflow_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "config/campaign_checks.h"
+#include "config/pbt_schedule.h"
+#include "config/settings.h"
+#include "config/stage_inputs.h"
+#include "trainers/trainer_settings.h"
+#include "workflow/stage_settings.h"
+
+namespace hpctune::config {
+
+using nlohmann::json;
+
+namespace {
+
+// The keys a stage may give that stand for the top level's sections.
+constexpr const char* kStageSections[] = {"search", "space", "early_stopping"};
+
+// "an ensemble", "a transfer": a stage kind with its article.
+std::string an(const std::string& kind) {
+  const bool vowel = !kind.empty() && std::string_view("aeiou").find(kind[0]) != std::string_view::npos;
+  return (vowel ? "an " : "a ") + kind;
+}
+
+// "file:line:col: path: what", the place of every workflow message.
+Error place_error(const std::string& source, Mark m, const std::string& path, const std::string& what) {
+  return err(Errc::kConfig, source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": " + path +
+                                ": " + what);
+}
+
+// What the parts of parse_workflow share: the file's name and the walker's places of the keys.
+struct WorkflowPlaces {
+  const std::string& source;
+  const Walker& walker;
+};
+
+// Cycles: a depth-first walk along `from`, with a stack of its own (a chain of thousands of stages
+// is no recursion); the first cycle found is named at the `from` that closes it.
+Status refuse_cycles(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
+                     const WorkflowPlaces& places) {
+  std::vector<int> state(stages.size(), 0);  // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<std::size_t, std::size_t>> path;  // (stage, its next `from` to follow)
+  for (std::size_t start = 0; start < stages.size(); ++start) {
+    if (state[start] != 0) continue;
+    state[start] = 1;
+    path.push_back({start, 0});
+    while (!path.empty()) {
+      const std::size_t i = path.back().first;
+      if (path.back().second == stages[i].from.size()) {
+        state[i] = 2;
+        path.pop_back();
+        continue;
+      }
+      const std::size_t j = index.at(stages[i].from[path.back().second++]);
+      if (state[j] == 1) {
+        std::string cycle;
+        auto first = std::find_if(path.begin(), path.end(), [&](const auto& p) { return p.first == j; });
+        for (auto it = first; it != path.end(); ++it) cycle += stages[it->first].name + " -> ";
+        cycle += stages[j].name;
+        const std::string at = "stages[" + std::to_string(i) + "].from";
+        return place_error(places.source, places.walker.mark_of(at), at,
+                           "the stages form a cycle: " + cycle + " (each would wait for the other)");
+      }
+      if (state[j] == 0) {
+        state[j] = 1;
+        path.push_back({j, 0});
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The stages' graph: names valid and unique (index: each name's stage), each `from` a list of
+// other stages (an ensemble, and a transfer without a checkpoint of its own, needs one), no cycle.
+Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::vector<StageConfig>& stages,
+                         std::map<std::string, std::size_t>& index) {
+  const Walker& walker = places.walker;
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) {
+    return place_error(places.source, m, path, what);
+  };
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string at = "stages[" + std::to_string(i) + "]";
+    StageConfig& st = stages[i];
+    st.name = items[i]["name"].get<std::string>();
+    st.kind = items[i]["kind"].get<std::string>();
+    if (st.name.empty() || !std::all_of(st.name.begin(), st.name.end(), [](unsigned char ch) {
+          return std::isalnum(ch) || ch == '.' || ch == '_' || ch == '-';
+        }))
+      return fail(walker.mark_of(at + ".name"), at + ".name",
+                  "'" + st.name + "' may contain only letters, digits, '.', '_' and '-'");
+    if (auto [it, fresh] = index.emplace(st.name, i); !fresh)
+      return fail(walker.mark_of(at + ".name"), at + ".name",
+                  "'" + st.name + "' is already the name of stages[" + std::to_string(it->second) + "]");
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string at = "stages[" + std::to_string(i) + "].from";
+    StageConfig& st = stages[i];
+    if (items[i].contains("from")) {
+      const json& from = items[i]["from"];
+      const json list_of = from.is_array() ? from : json::array({from});
+      std::set<std::string> listed;
+      for (const auto& f : list_of) {
+        if (!f.is_string())
+          return fail(walker.mark_of(at), at, "expected a stage name or a list of them, got " + f.dump());
+        const std::string name = f.get<std::string>();
+        if (name == st.name) return fail(walker.mark_of(at), at, "a stage cannot consume itself");
+        if (!index.count(name)) {
+          std::string hint;
+          std::vector<Candidate> candidates;
+          std::vector<std::string> names;
+          for (const auto& other : stages) {
+            candidates.push_back({other.name, other.name});
+            names.push_back(other.name);
+          }
+          if (auto near = did_you_mean(name, candidates)) hint = "; did you mean '" + *near + "'?";
+          return fail(walker.mark_of(at), at,
+                      "unknown stage '" + name + "' (the stages are " + join(names, ", ") + ")" + hint);
+        }
+        if (listed.insert(name).second) st.from.push_back(name);
+      }
+    }
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
+    const bool unless = kind.needs_from_unless != nullptr && items[i].contains(kind.needs_from_unless) &&
+                        items[i][kind.needs_from_unless].is_string() &&
+                        !items[i][kind.needs_from_unless].get<std::string>().empty();
+    if (kind.needs_from != nullptr && !unless && st.from.empty())
+      return fail(walker.mark_of("stages[" + std::to_string(i) + "]"), "stages[" + std::to_string(i) + "]",
+                  an(st.kind) + " stage needs `from`: the stage whose trials it " + kind.needs_from);
+  }
+  return refuse_cycles(stages, index, places);
+}
+
+// A pbt stage's settings against its trainer (own: the stage's view): its step setting kept out
+// of the space, steps not given the trainer's, the schedule read as the stage reads it.
+Status finish_pbt_settings(StageConfig& st, const CampaignConfig& view, const YNode* item, const std::string& prefix,
+                           const WorkflowPlaces& places) {
+  const Walker& walker = places.walker;
+  const CampaignConfig* own = &view;
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) {
+    return place_error(places.source, m, path, what);
+  };
+  // The setting that counts the trainer's steps (the catalog's); a kind without one is refused
+  // below (trainer_lacks).
+  const auto* can = trainers::trainer_capabilities(own->trainer.value("kind", ""));
+  const std::string step_key = can != nullptr && can->step_setting != nullptr ? can->step_setting : "";
+  if (!step_key.empty() && own->space.find(step_key) != nullptr)
+    return fail(walker.mark_of(prefix + "space"), prefix + "space." + step_key,
+                "pbt sets each interval's " + step_key + " itself; give the total as the stage's steps");
+  // Not given: the trainer's own count of steps; a kind without one is refused below (trainer_lacks).
+  if (st.settings["steps"].is_null() && !step_key.empty() && own->trainer.contains(step_key))
+    st.settings["steps"] = own->trainer[step_key];
+  const json& perturb = st.settings["perturb"];
+  if (perturb.size() != 2 || !perturb[0].is_number() || !perturb[1].is_number() || perturb[0].get<double>() <= 0 ||
+      perturb[1].get<double>() <= 0)
+    return fail(walker.mark_of(prefix + "perturb"), prefix + "perturb", "expected two positive factors, such as [0.8, 1.2]");
+  if (st.settings.contains("schedule") && !st.settings["schedule"].is_null()) {
+    // Read as the stage reads it (config/pbt_schedule.h), each interval's params checked as a
+    // space's parameters are: every trial would fail on what is wrong here.
+    const std::string at = prefix + "schedule";
+    const YEntry* given = find_entry(item, "schedule");
+    auto place = [&](const std::string& below) {
+      return given != nullptr ? mark_below(given->value, given->key_mark, below) : walker.mark_of(at);
+    };
+    PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"], step_key);
+    if (!schedule.ok()) return fail(place(schedule.problem_at), at + schedule.problem_at, schedule.problem);
+    const std::string kind = own->trainer.value("kind", "");
+    json& intervals = st.settings["schedule"];
+    for (std::size_t k = 0; k < intervals.size(); ++k) {
+      json& params = intervals[k]["params"];
+      for (auto it = params.begin(); it != params.end(); ++it) {
+        if (free_space_name(kind, it.key())) continue;
+        const std::string below = "[" + std::to_string(k) + "].params." + it.key();
+        std::string not_found;
+        const Setting* setting = trainer_setting_of(kind, it.key(), &not_found);
+        if (setting == nullptr) return fail(place(below), at + below, not_found);
+        auto checked = check_value(*setting, it.value());
+        if (!checked.ok())
+          return fail(place(below), at + below, checked.error().message() + " (trainer." + it.key() + ")");
+        it.value() = std::move(checked).value();
+      }
+    }
+    // With a schedule, the stage trains to its end (workflow/pbt_policy.h). A kind without a step
+    // setting is refused below (trainer_lacks).
+    if (!step_key.empty()) {
+      const int64_t end = schedule.replay.back().at(step_key).get<int64_t>();
+      if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
+        return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+                    std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
+                        std::to_string(end) + "), which a replay trains to; leave steps out");
+      st.settings["steps"] = end;
+    }
+  }
+  return Status::Ok();
+}
+
+// A transfer stage's settings: its classes checked, its checkpoint relative to the config's directory.
+Status finish_transfer_settings(StageConfig& st, const std::string& prefix, const WorkflowPlaces& places) {
+  const Walker& walker = places.walker;
+  const std::string& source = places.source;
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
+  if (auto problem = classes_problem_at(st.settings.value("classes", json()), prefix + "classes"))
+    return fail(walker.mark_of(problem->first), problem->first, problem->second);
+  if (!st.settings.value("checkpoint", "").empty()) {
+    std::string path = st.settings["checkpoint"].get<std::string>();
+    const auto slash = source.rfind('/');
+    if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+    st.settings["checkpoint"] = path;
+  }
+  return Status::Ok();
+}
+
+// What the inputs must provide: an ensemble their predictions, a transfer their checkpoints, and a
+// pbt stage's own trainer checkpoints, as the catalog declares them (trainers/trainer_settings.h).
+Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
+                         const WorkflowPlaces& places) {
+  const Walker& walker = places.walker;
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) {
+    return place_error(places.source, m, path, what);
+  };
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageConfig& st = stages[i];
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+    if (const char* needs = kind.own_trainer_provides; needs != nullptr && st.own) {
+      const std::string at = "stages[" + std::to_string(i) + "]";
+      if (auto lack = trainer_lacks(st.kind, st.name, st.own->trainer, needs))
+        return fail(walker.mark_of(at + ".kind"), at, *lack);
+    }
+    const char* needs = kind.inputs_provide;
+    if (needs == nullptr) continue;
+    const std::string at = "stages[" + std::to_string(i) + "].from";
+    for (const auto& f : st.from) {
+      const StageConfig& input = stages[index.at(f)];
+      if (!workflow::find_stage_kind(input.kind)->trains_inputs)
+        return fail(walker.mark_of(at), at, "stage '" + f + "' is " + an(input.kind) + ": it trains no trials of its own");
+      if (!input.own) continue;  // its view failed: `deferred` says why
+      if (auto lack = trainer_lacks(st.kind, f, input.own->trainer, needs)) return fail(walker.mark_of(at), at, *lack);
+      if (auto wrong = task_mismatch(st, f, input.own->trainer, needs)) {
+        const std::string task_at = "stages[" + std::to_string(i) + "].task";
+        return fail(walker.mark_of(task_at), task_at, *wrong);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// With stages, the top level has no search, space or early_stopping: each stage has its own.
+Status refuse_top_sections(const YNode& tree, const std::string& source) {
+  for (const char* key : kStageSections) {
+    if (const YEntry* e = find_entry(&tree, key))
+      return place_error(source, e->key_mark, key,
+                         std::string("with stages, each stage has its own ") + key +
+                             " (move it into the stages that use it)");
+  }
+  return Status::Ok();
+}
+
+// A stand-in search {max_trials: <trials>} at `mark`: the top level's walk, and the view of a stage
+// without a search of its own, need one.
+YEntry stand_in_search(const std::string& trials, Mark mark) {
+  return {"search", mark, map_of({{"max_trials", mark, scalar(trials, mark)}}, mark)};
+}
+
+// The top level and the items of `stages`, walked into `root` with a stand-in search (the stages
+// have their own).
+Status walk_top_level(const YNode& tree, const YEntry& stages_entry, Walker& walker, json& root) {
+  YNode checked = tree;
+  checked.entries.push_back(stand_in_search("1", stages_entry.key_mark));
+  return walker.section(&checked, "", "", Mark{}, root, nullptr);
+}
+
+// What a stage's item gives of its own.
+struct StageItemKeys {
+  bool has_search = false;
+  bool has_space = false;
+  bool own_keys = false;  // a search, space, early_stopping or trainer: the stage needs a view of its own
+};
+
+StageItemKeys item_keys(const YNode* item) {
+  StageItemKeys keys;
+  if (item != nullptr && item->kind == YNode::Kind::kMap) {
+    for (const auto& e : item->entries) {
+      if (e.key == "search" || e.key == "space" || e.key == "early_stopping" || e.key == "trainer") keys.own_keys = true;
+      keys.has_search = keys.has_search || e.key == "search";
+      keys.has_space = keys.has_space || e.key == "space";
+    }
+  }
+  return keys;
+}
+
+// Whether the stage searches (st.own_search), and a search and space given as its kind requires.
+Status check_stage_search(StageConfig& st, const workflow::StageKind& kind, const StageItemKeys& keys, Mark item_mark,
+                          const std::string& prefix, const std::string& source) {
+  using workflow::StageSearch;
+  st.own_search = kind.search == StageSearch::kRequired || kind.search == StageSearch::kSpace ||
+                  (kind.search == StageSearch::kOptional && keys.has_search);
+  if (kind.search == StageSearch::kRequired && !keys.has_search)
+    return place_error(source, item_mark, prefix + "search",
+                       "missing required key (" + an(st.kind) +
+                           " stage needs its own search: {max_trials: ...} and space)");
+  if (kind.search == StageSearch::kOptional && keys.has_search != keys.has_space)
+    return place_error(source, item_mark, prefix + (keys.has_search ? "space" : "search"),
+                       an(st.kind) + " stage's nested search needs both search and space");
+  return Status::Ok();
+}
+
+// The stage's search, space, early_stopping and trainer keys laid over the top level's in `view`
+// (a trainer of the same kind is merged key by key; of another kind, it stands alone); the keys
+// of the stage's own trainer in `own_trainer_keys`.
+Status lay_stage_keys_over(YNode& view, const YNode* item, const std::string& prefix, const std::string& source,
+                           std::set<std::string>& own_trainer_keys) {
+  if (item == nullptr || item->kind != YNode::Kind::kMap) return Status::Ok();
+  for (const auto& e : item->entries) {
+    if (e.key == "search" || e.key == "space" || e.key == "early_stopping") view.entries.push_back(e);
+    if (e.key == "trainer") {
+      if (e.value.kind != YNode::Kind::kMap)
+        return place_error(source, e.key_mark, prefix + "trainer", "expected a map of trainer settings");
+      auto top = std::find_if(view.entries.begin(), view.entries.end(), [](const YEntry& t) { return t.key == "trainer"; });
+      const YEntry* kind = find_entry(&e.value, "kind");
+      if (top == view.entries.end() || top->value.kind != YNode::Kind::kMap ||
+          (kind != nullptr && (find_entry(&top->value, "kind") == nullptr ||
+                               find_entry(&top->value, "kind")->value.text != kind->value.text))) {
+        // Another kind (or no top-level trainer): the stage's trainer stands alone.
+        if (top != view.entries.end()) view.entries.erase(top);
+        view.entries.push_back(e);
+        for (const auto& k : e.value.entries) own_trainer_keys.insert(k.key);
+      } else {
+        // Looked up by key, not searched: a trainer may have thousands of env entries.
+        std::unordered_map<std::string, std::size_t> at;
+        for (std::size_t k = 0; k < top->value.entries.size(); ++k) at.emplace(top->value.entries[k].key, k);
+        for (const auto& k : e.value.entries) {
+          own_trainer_keys.insert(k.key);
+          if (auto same = at.find(k.key); same != at.end()) top->value.entries[same->second] = k;
+          else top->value.entries.push_back(k);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// A stage view's key path as the user wrote it: the stage's own sections and trainer keys under
+// `prefix` ("stages[1].search.max_trials"), the top level's as they are.
+Rename stage_rename(const std::string& prefix, const std::set<std::string>& own_trainer_keys) {
+  return [prefix, own_trainer_keys](const std::string& path) {
+    for (const char* key : kStageSections) {
+      const std::string k(key);
+      if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
+    }
+    if (path.rfind("trainer.", 0) == 0) {
+      const std::string key = path.substr(8, path.find('.', 8) - 8);
+      if (own_trainer_keys.count(key)) return prefix + path;
+    }
+    return path;
+  };
+}
+
+// The stages' own views of the campaign, made linear in the size of the config (see
+// parse_workflow in workflow_config.h): the top level less `stages`, copied once; the views of
+// stages without keys of their own, shared by their stand-in search's max_trials; all views' nodes
+// counted against kMaxStageViewNodes.
+class StageViews {
+ public:
+  StageViews(const YNode& tree, const std::string& source) : source_(source) {
+    base_.kind = tree.kind;
+    base_.mark = tree.mark;
+    for (const auto& e : tree.entries) {
+      if (e.key == "stages") continue;
+      base_.entries.push_back(e);
+      base_nodes_ += e.value.size + 1;
+    }
+  }
+
+  // The view of the stage at `prefix` ("stages[2]."), its own trainer's keys in `own_trainer_keys`.
+  // A view that fails to parse is returned as the error unless the stage `defers` it (it reads its
+  // inputs' trainers' output, and what they lack says more): then the first such error is kept in
+  // `deferred` and the view is nullptr.
+  Result<std::shared_ptr<const CampaignConfig>> view_of(const YNode* item, Mark item_mark, const std::string& prefix,
+                                                        const StageItemKeys& keys, const std::string& trials, bool defers,
+                                                        std::set<std::string>& own_trainer_keys,
+                                                        std::optional<Error>& deferred) {
+    if (!keys.own_keys && shared_views_.count(trials)) return shared_views_.at(trials);
+    HPCTUNE_TRY(budget(base_nodes_ + (item ? item->size : 0), item_mark, prefix));
+    YNode view = base_;
+    HPCTUNE_TRY(lay_stage_keys_over(view, item, prefix, source_, own_trainer_keys));
+    if (!keys.has_search) view.entries.push_back(stand_in_search(trials, item_mark));
+    // The text stays with the campaign (workflow_campaign): a copy in each view made the views
+    // quadratic in the size of the file.
+    auto parsed = parse_tree(view, std::string(), source_, stage_rename(prefix, own_trainer_keys));
+    if (!parsed.ok()) {
+      if (!defers) return parsed.error();
+      if (!deferred) deferred = parsed.error();
+      return std::shared_ptr<const CampaignConfig>();
+    }
+    auto own = std::make_shared<const CampaignConfig>(std::move(parsed).value());
+    if (!keys.own_keys) shared_views_.emplace(trials, own);
+    return own;
+  }
+
+ private:
+  Status budget(std::size_t nodes, Mark item_mark, const std::string& prefix) {
+    view_nodes_ += nodes;
+    if (view_nodes_ <= kMaxStageViewNodes) return Status::Ok();
+    return place_error(source_, item_mark, prefix.substr(0, prefix.size() - 1),
+                       "the stages' own views of the campaign come to more than " + std::to_string(kMaxStageViewNodes) +
+                           " YAML nodes: the top level's " + std::to_string(base_nodes_) +
+                           " are repeated for every stage with a search, space, early_stopping or trainer of its own "
+                           "(fewer such stages, or a smaller top level)");
+  }
+
+  const std::string& source_;
+  YNode base_;
+  std::size_t base_nodes_ = 1;
+  // The views of stages without keys of their own, by their stand-in search's max_trials.
+  std::map<std::string, std::shared_ptr<const CampaignConfig>> shared_views_;
+  std::size_t view_nodes_ = 0;
+};
+
+// The stage's own keys (its item less name, kind, from and the sections of its view) as the stage
+// itself reads them (workflow/stage_settings.h: the one reader, with the declarations the table
+// imported), defaults filled in.
+Status read_stage_keys(StageConfig& st, const json& item, const std::string& prefix, const WorkflowPlaces& places) {
+  st.settings = item;
+  for (const char* key : {"name", "kind", "from", "trainer", "search", "space", "early_stopping"}) st.settings.erase(key);
+  auto read = workflow::read_stage_settings(st.kind, st.settings);
+  if (read.ok()) {
+    st.settings = std::move(read).value();
+    return Status::Ok();
+  }
+  const std::string& why = read.error().message();
+  const std::string key = why.substr(0, why.find(':'));
+  return place_error(places.source, places.walker.mark_of(prefix + key), prefix + key,
+                     why.substr(std::min(why.size(), key.size() + 2)));
+}
+
+// The workflow's campaign: the main stage's view, with the config's text and every stage in its
+// normalized config.
+CampaignConfig workflow_campaign(std::vector<StageConfig> stages, std::size_t main, const std::string& yaml_text) {
+  CampaignConfig c = *stages[main].own;
+  c.text = yaml_text;
+  c.main_stage = main;
+  json normalized = json::array();
+  for (const auto& st : stages) {
+    json n = {{"name", st.name}, {"kind", st.kind}, {"from", st.from}};
+    for (auto it = st.settings.begin(); it != st.settings.end(); ++it) n[it.key()] = it.value();
+    const json& own = st.own->normalized;
+    if (st.own_search) {
+      n["search"] = own["search"];
+      n["space"] = own["space"];
+      if (workflow::find_stage_kind(st.kind)->search == workflow::StageSearch::kRequired)
+        n["early_stopping"] = own["early_stopping"];
+    }
+    n["trainer"] = own["trainer"];
+    normalized.push_back(std::move(n));
+  }
+  c.normalized["stages"] = std::move(normalized);
+  c.stages = std::move(stages);
+  return c;
+}
+
+}  // namespace
+
+Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source) {
+  auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
+  HPCTUNE_TRY(refuse_top_sections(tree, source));
+  const YEntry* stages_entry = find_entry(&tree, "stages");
+  Walker walker(source);
+  const WorkflowPlaces places{source, walker};
+  json root;
+  HPCTUNE_TRY(walk_top_level(tree, *stages_entry, walker, root));
+  const json& items = root["stages"];
+  if (!items.is_array() || items.empty())
+    return fail(stages_entry->key_mark, "stages", "give at least one stage, or leave stages out for a single search");
+  const YNode& list = stages_entry->value;
+
+  std::vector<StageConfig> stages(items.size());
+  std::map<std::string, std::size_t> index;
+  HPCTUNE_TRY(check_stage_graph(items, places, stages, index));
+
+  // Each stage's own view of the campaign, then its own keys.
+  StageViews views(tree, source);
+  // An ensemble's or transfer's view that fails is reported after the check of its inputs below:
+  // "stage 'a' saves no predictions" says more than the view's complaint about a trainer it never runs.
+  std::optional<Error> deferred;
+  std::optional<std::size_t> main;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    StageConfig& st = stages[i];
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const YNode* item = i < list.items.size() ? &list.items[i] : nullptr;
+    const Mark item_mark = item ? item->mark : stages_entry->key_mark;
+    const StageItemKeys keys = item_keys(item);
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
+    HPCTUNE_TRY(check_stage_search(st, kind, keys, item_mark, prefix, source));
+    const std::string trials =
+        kind.trials_setting != nullptr ? std::to_string(items[i][kind.trials_setting].get<int64_t>()) : "1";
+    // A stage that reads its inputs' trainers' output reports what they lack before its own view's complaint.
+    const bool defers = kind.inputs_provide != nullptr;
+    std::set<std::string> own_trainer_keys;
+    HPCTUNE_ASSIGN(std::shared_ptr<const CampaignConfig> own,
+                   views.view_of(item, item_mark, prefix, keys, trials, defers, own_trainer_keys, deferred));
+    if (own == nullptr) continue;  // deferred: st.own stays empty; nothing below reads a view that failed
+    st.trainer_keys = own_trainer_keys;
+    HPCTUNE_TRY(read_stage_keys(st, items[i], prefix, places));
+    if (st.kind == "pbt") HPCTUNE_TRY(finish_pbt_settings(st, *own, item, prefix, places));
+    if (st.kind == "transfer") HPCTUNE_TRY(finish_transfer_settings(st, prefix, places));
+    if (!main && st.own_search) main = i;
+    st.own = std::move(own);
+  }
+  HPCTUNE_TRY(check_stage_needs(stages, index, places));
+  if (deferred) return *deferred;
+  if (!main)
+    return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: a search or pbt stage");
+  return workflow_campaign(std::move(stages), *main, yaml_text);
+}
+
+}  // namespace hpctune::config
