@@ -90,8 +90,11 @@ std::string group_host_address() {
 }
 
 Status add_rank_environment(int ranks, launch::SpawnOptions& spawn) {
-  HPCTUNE_ASSIGN(const int port, free_tcp_port());
-  spawn.env["MASTER_PORT"] = std::to_string(port);
+  auto port = free_tcp_port();
+  // A program of one rank rarely needs the port: where no socket can be had (a sandbox), it runs
+  // without MASTER_PORT rather than not at all.
+  if (!port.ok() && ranks > 1) return std::move(port).error();
+  if (port.ok()) spawn.env["MASTER_PORT"] = std::to_string(*port);
   spawn.env["WORLD_SIZE"] = std::to_string(std::max(1, ranks));
   if (ranks <= 1) {
     // Whole strings moved in: assigning the short literals made GCC 12 warn -Wrestrict (a false alarm).

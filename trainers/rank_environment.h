@@ -46,7 +46,7 @@ std::string group_host_address();
 
 // Adds the variables above to `spawn.env` and, for ranks > 1, the wrapper to `spawn.argv` (which
 // holds the mpirun prefix; the `/bin/sh -c <command>` comes after) and -x for each shared name.
-// kIo when no free port can be had.
+// kIo when no free port can be had for several ranks (one rank then runs without MASTER_PORT).
 Status add_rank_environment(int ranks, launch::SpawnOptions& spawn);
 
 }  // namespace hpctune::trainers

@@ -212,7 +212,9 @@ def main():
         if state.get("classes") != classes:
             weights = {k: v for k, v in weights.items() if not k.startswith("head.")}
         missing, unexpected = net.load_state_dict(weights, strict=False)
-        assert not unexpected and all(k.startswith("head.") for k in missing), (missing, unexpected)
+        if unexpected or any(not k.startswith("head.") for k in missing):
+            raise SystemExit("train.py: the source checkpoint %s is not this network (missing %s, unexpected %s)"
+                             % (source, missing, unexpected))
         for layer in LAYERS[:int(p["freeze"])]:
             for param in getattr(net, layer).parameters():
                 param.requires_grad_(False)
@@ -240,6 +242,7 @@ def main():
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=seed) if world > 1 else None
     last = max_step() if max_step() is not None else int(p["epochs"])
 
+    predictions = None  # the last epoch's (val, test) probabilities, rank 0's
     while epoch < last:
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -253,8 +256,9 @@ def main():
             optimizer.step()
         epoch += 1
         if rank == 0:
-            val_accuracy, val_loss, _ = evaluate(net, x_val, y_val)
-            test_accuracy, test_loss, _ = evaluate(net, x_test, y_test)
+            val_accuracy, val_loss, val_probs = evaluate(net, x_val, y_val)
+            test_accuracy, test_loss, test_probs = evaluate(net, x_test, y_test)
+            predictions = (val_probs, test_probs)
             save_checkpoint(checkpoint_dir(), {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
                                                "step": epoch, "classes": classes, "params": p})
             hp.report(epoch, val_accuracy=val_accuracy, val_loss=val_loss, test_accuracy=test_accuracy,
@@ -263,8 +267,10 @@ def main():
                                                                               time.time() - started), flush=True)
 
     if rank == 0:
-        for split, x, y in (("val", x_val, y_val), ("test", x_test, y_test)):
-            save_predictions(split, evaluate(net, x, y)[2], y.numpy())
+        if predictions is None:  # resumed at its last step: nothing trained here
+            predictions = (evaluate(net, x_val, y_val)[2], evaluate(net, x_test, y_test)[2])
+        save_predictions("val", predictions[0], y_val.numpy())
+        save_predictions("test", predictions[1], y_test.numpy())
     if world > 1:
         with open(os.path.join(hp.trial_dir(), "weights-rank%d.sha256" % rank), "w") as f:
             f.write(weights_digest(net) + "\n")
