@@ -60,25 +60,15 @@ DEFAULTS = {
 LAYERS = ("conv1", "conv2", "fc")  # in order, for `freeze`; the head is always trained
 CHECKPOINT = "model.pt"
 
-# --- the contract's helpers ----------------------------------------------------------------------
-# Minimal local fallbacks for helpers this branch of hpctune_report.py does not have yet: each
-# reads the environment variable directly. (The lead removes them once the helper has them all.)
+# --- BEGIN local fallbacks (issue 22; the lead deletes this block after merging) -------------------
+# This branch's hpctune_report.py lacks some of the contract's helpers: each missing one is added to
+# the module here, reading its environment variable directly, so that the code below calls hp.x()
+# as a user does.
 
 
-def _helper(name, fallback):
-    return getattr(hp, name, fallback)
-
-
-def _env_path(name):
-    return os.environ.get(name) or None
-
-
-checkpoint_dir = _helper("checkpoint_dir", lambda: os.environ.get("HPCTUNE_CHECKPOINT_DIR")
-                         or os.path.join(hp.trial_dir(), "checkpoint"))
-resume_from = _helper("resume_from", lambda: _env_path("HPCTUNE_RESUME_FROM"))
-source_checkpoint = _helper("source_checkpoint", lambda: _env_path("HPCTUNE_SOURCE_CHECKPOINT"))
-max_step = _helper("max_step", lambda: int(os.environ["HPCTUNE_MAX_STEP"]) if os.environ.get("HPCTUNE_MAX_STEP") else None)
-data_seed = _helper("data_seed", lambda: int(os.environ.get("HPCTUNE_DATA_SEED") or 0))
+def _env_int(name):
+    text = os.environ.get(name, "")
+    return int(text) if text else None
 
 
 def _save_predictions(split, probs, labels):
@@ -89,7 +79,16 @@ def _save_predictions(split, probs, labels):
         os.replace(path + ".tmp", path)
 
 
-save_predictions = _helper("save_predictions", _save_predictions)
+for _name, _fallback in (
+        ("checkpoint_dir", lambda: os.environ.get("HPCTUNE_CHECKPOINT_DIR") or os.path.join(hp.trial_dir(), "checkpoint")),
+        ("resume_from", lambda: os.environ.get("HPCTUNE_RESUME_FROM") or None),
+        ("source_checkpoint", lambda: os.environ.get("HPCTUNE_SOURCE_CHECKPOINT") or None),
+        ("max_step", lambda: _env_int("HPCTUNE_MAX_STEP")),
+        ("data_seed", lambda: _env_int("HPCTUNE_DATA_SEED")),
+        ("save_predictions", _save_predictions)):
+    if not hasattr(hp, _name):
+        setattr(hp, _name, _fallback)
+# --- END local fallbacks ----------------------------------------------------------------------------
 
 # --- data ----------------------------------------------------------------------------------------
 
@@ -194,7 +193,7 @@ def main():
     # campaign's data seed (the same rows in every trial); the first test images of `classes`.
     classes = [int(c) for c in p["classes"]]
     x_all, y_all = load_split(p["data_dir"], "train", classes, 0)
-    order = np.random.default_rng(data_seed()).permutation(len(x_all))
+    order = np.random.default_rng(hp.data_seed() or 0).permutation(len(x_all))  # None outside hpctune
     n = min(int(p["max_train_samples"]) or len(order), len(order))
     n_val = max(1, int(round(n * float(p["val_fraction"]))))
     val_rows, train_rows = torch.from_numpy(order[:n_val]), torch.from_numpy(order[n_val:n])
@@ -205,7 +204,7 @@ def main():
     net = SmallCNN(int(p["width"]), int(p["hidden"]), len(classes), float(p["dropout"]))
 
     # A transfer target starts from its source's weights; the head is new when the classes differ.
-    source = source_checkpoint()
+    source = hp.source_checkpoint()
     if source:
         state = torch.load(os.path.join(source, CHECKPOINT))
         weights = state["model"]
@@ -230,7 +229,7 @@ def main():
     # Resume: the weights, the optimizer's momentum and the epoch of the checkpoint hpctune names;
     # the hyperparameters are this trial's (after a PBT exploit, the explored values).
     epoch = 0
-    resume = resume_from()
+    resume = hp.resume_from()
     if resume:
         state = torch.load(os.path.join(resume, CHECKPOINT))
         net.load_state_dict(state["model"])
@@ -240,7 +239,7 @@ def main():
 
     model = DistributedDataParallel(net) if world > 1 else net
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=seed) if world > 1 else None
-    last = max_step() if max_step() is not None else int(p["epochs"])
+    last = hp.max_step() if hp.max_step() is not None else int(p["epochs"])
 
     predictions = None  # the last epoch's (val, test) probabilities, rank 0's
     while epoch < last:
@@ -259,7 +258,7 @@ def main():
             val_accuracy, val_loss, val_probs = evaluate(net, x_val, y_val)
             test_accuracy, test_loss, test_probs = evaluate(net, x_test, y_test)
             predictions = (val_probs, test_probs)
-            save_checkpoint(checkpoint_dir(), {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
+            save_checkpoint(hp.checkpoint_dir(), {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
                                                "step": epoch, "classes": classes, "params": p})
             hp.report(epoch, val_accuracy=val_accuracy, val_loss=val_loss, test_accuracy=test_accuracy,
                       test_loss=test_loss)
@@ -269,8 +268,8 @@ def main():
     if rank == 0:
         if predictions is None:  # resumed at its last step: nothing trained here
             predictions = (evaluate(net, x_val, y_val)[2], evaluate(net, x_test, y_test)[2])
-        save_predictions("val", predictions[0], y_val.numpy())
-        save_predictions("test", predictions[1], y_test.numpy())
+        hp.save_predictions("val", predictions[0], y_val.numpy())
+        hp.save_predictions("test", predictions[1], y_test.numpy())
     if world > 1:
         with open(os.path.join(hp.trial_dir(), "weights-rank%d.sha256" % rank), "w") as f:
             f.write(weights_digest(net) + "\n")
