@@ -686,7 +686,12 @@ TEST_CASE("campaign: a command trainer with 2 ranks per group runs under mpirun;
     REQUIRE(t.objective.has_value());
     CHECK(*t.objective == 1.0);  // rank 0's value; rank 1's line was logged, not counted
     CHECK(t.metrics.value("ranks", 0.0) == 2.0);
+    CHECK(t.metrics.value("world_size", 0.0) == 2.0);  // hpctune's WORLD_SIZE (trainers/rank_environment.h)
     CHECK(t.step == 1);
+    // Each rank wrote the RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE it was given.
+    const std::string trial = db + ".trials/" + std::to_string(t.id);
+    CHECK(read_file(trial + "/rank-0.env").rfind("0 2 0 2 ", 0) == 0);
+    CHECK(read_file(trial + "/rank-1.env").rfind("1 2 1 2 ", 0) == 0);
     CHECK(read_file(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log").find("\"val_accuracy\": -1") !=
           std::string::npos);
   }

@@ -5,12 +5,15 @@
 //   - scancel of one step in the middle of a trial: the trial is queued again, the node stays;
 //   - SIGUSR1 to the batch shell (SLURM's warning before pre-emption): trials recorded as
 //     interrupted, the job requeued, and the requeued job resumes the campaign to completion with
-//     no trial lost or repeated.
+//     no trial lost or repeated;
+//   - a command trainer's 2 ranks on 2 nodes get RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ... and
+//     the PyTorch example trains with DDP over them.
 #include <filesystem>
 #include <doctest/doctest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -308,4 +311,52 @@ TEST_CASE("slurm: without a warning signal, the master stops signal_before ahead
   CHECK(done < 40);
   CHECK(interrupted >= 1);
   CHECK(count_events(c.db, "campaign_interrupted") == 1);
+}
+
+TEST_CASE("slurm: a command trainer's 2 ranks on 2 nodes get RANK 0 and 1 of WORLD_SIZE 2, and PyTorch DDP runs on them") {
+  // The group is one step of 2 nodes, 1 rank each; its worker (task 0) runs the command trainer,
+  // which runs mpirun inside the step (trainers/rank_environment.h). Two campaigns at once, 2 of
+  // the 4 nodes each: tests/scripts/ranks.py writes each rank's variables; the PyTorch example
+  // trains with DDP (gloo) over the two nodes and each rank writes the digest of its weights.
+  const std::string src = HPCTUNE_SOURCE_DIR;
+  auto config = [&](const std::string& name, const std::string& script, const std::string& space) {
+    return "name: " + name + "\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n"
+           "search: {algorithm: random, max_trials: 1}\nspace:\n" + space +
+           "trainer:\n  kind: command\n  command: \"/usr/bin/python3 " + src + "/" + script + "\"\n"
+           "  env: {PYTHONPATH: \"" + src + "/tools/python\"}\n"
+           "resources:\n  backend: slurm\n  groups: 1\n  ranks: {data: 2}\n  startup_timeout: 60\n"
+           "  slurm: {ranks_per_node: 1}\n";
+  };
+  Campaign ranks, ddp;
+  ranks.config = ranks.dir.write("ranks.yaml", config("slurm-ranks", "tests/scripts/ranks.py", "  lr: 0.1\n"));
+  ddp.config = ddp.dir.write("ddp.yaml", config("slurm-ddp", "examples/pytorch/train.py",
+                                                "  epochs: 1\n  max_train_samples: 1000\n  max_test_samples: 500\n"));
+  for (Campaign* c : {&ranks, &ddp}) {
+    c->db = c->dir.file("c.db");
+    const std::string out = sh("cd " + c->dir.path + " && " + std::string(HPCTUNE_BINARY) + " slurm submit " +
+                               c->config + " --nodes 2 --time 5 --db " + c->db + " 2>&1");
+    std::smatch m;
+    static const std::regex id("[Jj]ob (\\d+)");
+    REQUIRE_MESSAGE(std::regex_search(out, m, id), "hpctune slurm submit said: " << out);
+    c->job = m[1].str();
+  }
+  for (Campaign* c : {&ranks, &ddp}) {
+    REQUIRE_MESSAGE(wait_job(c->job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 90s), job_log(*c));
+    CHECK_MESSAGE(job_state(c->job) == "COMPLETED", job_log(*c));
+    check_each_trial_done_once(c->db, 1);
+  }
+  // Each rank alone on its node: LOCAL_RANK 0 of LOCAL_WORLD_SIZE 1; one MASTER_ADDR and port.
+  const std::string dir = ranks.db + ".trials/1/";
+  std::istringstream r0(read_file(dir + "rank-0.env")), r1(read_file(dir + "rank-1.env"));
+  std::vector<std::string> a{std::istream_iterator<std::string>(r0), {}}, b{std::istream_iterator<std::string>(r1), {}};
+  REQUIRE_MESSAGE(a.size() == 6, read_file(dir + "attempt-1/stderr.log"));
+  REQUIRE(b.size() == 6);
+  CHECK(std::vector<std::string>(a.begin(), a.begin() + 4) == std::vector<std::string>{"0", "2", "0", "1"});
+  CHECK(std::vector<std::string>(b.begin(), b.begin() + 4) == std::vector<std::string>{"1", "2", "0", "1"});
+  CHECK(a[4] == b[4]);  // MASTER_ADDR
+  CHECK(a[5] == b[5]);  // MASTER_PORT
+  const std::string ddp_dir = ddp.db + ".trials/1/";
+  const std::string w0 = read_file(ddp_dir + "weights-rank0.sha256"), w1 = read_file(ddp_dir + "weights-rank1.sha256");
+  CHECK_MESSAGE(w0.size() == 65, read_file(ddp_dir + "attempt-1/stderr.log"));
+  CHECK(w0 == w1);
 }

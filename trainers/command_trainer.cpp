@@ -23,6 +23,7 @@
 #include "common/system.h"
 #include "common/text.h"
 #include "launch/child_process.h"
+#include "trainers/rank_environment.h"
 
 #ifndef HPCTUNE_MPIEXEC
 #define HPCTUNE_MPIEXEC ""  // set by trainers/CMakeLists.txt: the mpirun found at configure time
@@ -465,6 +466,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   if (ranks > 1) {
     HPCTUNE_ASSIGN(spawn.argv, mpirun_prefix(ranks));
   }
+  HPCTUNE_TRY(add_rank_environment(ranks, spawn));  // MASTER_ADDR, RANK, ... (rank_environment.h)
   spawn.argv.insert(spawn.argv.end(), {"/bin/sh", "-c", exec_prefixed(command)});
   spawn.env["HPCTUNE_PARAMS"] = (ctx.params.is_object() ? ctx.params : nlohmann::json::object()).dump();
   spawn.env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);

@@ -36,7 +36,10 @@
 //   - ctx.ranks > 1: the command runs as `mpirun -np <ranks> --bind-to none --oversubscribe
 //     --tag-output [--allow-run-as-root] /bin/sh -c <command>`; only report lines tagged as rank 0
 //     count, and the ranks' other lines are logged with their tags. A build without MPI (or without
-//     mpirun) answers kUnavailable.
+//     mpirun) answers kUnavailable. Every rank (and a single one) gets MASTER_ADDR, MASTER_PORT,
+//     WORLD_SIZE, RANK, LOCAL_RANK and LOCAL_WORLD_SIZE (rank_environment.h): under mpirun a
+//     fixed sh script runs first in each rank (mpirun ... /bin/sh -c <script> hpctune-rank
+//     /bin/sh -c <command>).
 // Output pipes are read with poll() in slices of at most kSliceMs, so stop requests, the timeout
 // and the grace period are all honoured without blocking on the program.
 #pragma once
