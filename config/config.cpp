@@ -919,9 +919,10 @@ std::string writers_of(std::string_view what) {
 
 // Why the trainer of stage `input` does not give a `consumer` stage the `what` it needs
 // (trainers::kProvidesPredictions or kProvidesCheckpoints), naming the key that says so; nullopt
-// when it does. A kind with a provides_setting (command) declares it there; a stage cannot read a
-// program's own predictions or checkpoints yet (that side of the contract is not built), so a
-// declaration is refused too, saying so.
+// when it does. A kind with a provides_setting (command) declares it there; a pbt stage reads a
+// program's checkpoints (its checkpoints.directory); the other stages cannot read a program's own
+// predictions or checkpoints yet (that side of the contract is not built), so a declaration is
+// refused for them too, saying so.
 std::optional<std::string> trainer_lacks(const std::string& consumer, const std::string& input, const json& trainer,
                                          const char* what) {
   const std::string kind = trainer.value("kind", "");
@@ -936,6 +937,9 @@ std::optional<std::string> trainer_lacks(const std::string& consumer, const std:
     const json& list = trainer.contains(can->provides_setting) ? trainer[can->provides_setting] : none;
     for (const auto& v : list) declared = declared || v == what;
     if (!declared) return needs + of + " provides none (" + key + ")";
+    // A pbt stage snapshots the program's checkpoint directory (checkpoints.directory) whole.
+    if (consumer == "pbt" && std::string_view(what) == trainers::kProvidesCheckpoints && can->checkpoints.directory)
+      return std::nullopt;
     return std::string(what) + " declared by " + of + " (" + key + "): not supported yet for stages of kind " +
            consumer + ", which read only those of " + writers_of(what);
   }
@@ -1194,6 +1198,7 @@ class Builder {
       return last;
     }
     if (t.contains(key)) consider(t[key]);
+    if (last && *last <= 0) return std::nullopt;  // a command's max_step: 0 (no limit)
     return last;
   }
 
@@ -1923,6 +1928,12 @@ Status finish_pbt_settings(StageConfig& st, const CampaignConfig& view, const YN
       st.settings["steps"] = end;
     }
   }
+  // Neither given nor the trainer's (a command's max_step, 0 = no limit, by default): the members
+  // would have no step to end at, and the stage would refuse to start.
+  const json& steps = st.settings["steps"];
+  if (!step_key.empty() && (!steps.is_number_integer() || steps.get<int64_t>() < 1))
+    return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+                "the total steps of every member: give it, or trainer." + step_key + " (at least 1)");
   return Status::Ok();
 }
 
