@@ -64,7 +64,8 @@ def resume_from():
     """The checkpoint directory to load before training, or None to start afresh: the trial's own
     checkpoint_dir() when an earlier attempt left one (the attempt runs again after its group was
     lost; it may thus be checkpoint_dir() itself: load it before saving), or the snapshot a pbt
-    stage chose (another member's, after an exploit; read-only)."""
+    stage chose (another member's, after an exploit; read-only). Your own directory may hold only
+    the temporary file of a save cut short: start afresh when your checkpoint file is not there."""
     return os.environ.get("HPCTUNE_RESUME_FROM", "") or None
 
 
