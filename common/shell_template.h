@@ -36,7 +36,8 @@ namespace hpctune {
 
 // The names a command template may use besides the space's parameters (the command trainer gives
 // their values; the config check refuses any other name).
-inline constexpr const char* kTemplateBuiltins[] = {"trial_id", "trial_dir", "attempt", "attempt_dir", "seed", "ranks"};
+inline constexpr const char* kTemplateBuiltins[] = {"trial_id", "trial_dir", "attempt", "attempt_dir", "seed",
+                                                   "ranks",    "max_step",  "checkpoint_dir"};
 
 // A placeholder in a place the check refuses.
 struct TemplateProblem {

@@ -290,6 +290,7 @@ class Builder {
       return last;
     }
     if (t.contains(key)) consider(t[key]);
+    if (last && *last <= 0) return std::nullopt;  // a command's max_step: 0 (no limit)
     return last;
   }
 

@@ -31,4 +31,26 @@ inline std::string trainer_predictions_switch(std::string_view kind) {
   return can != nullptr && can->predictions.switch_setting != nullptr ? can->predictions.switch_setting : "";
 }
 
+// The subdirectory of a trial's directory that holds the kind's checkpoint as a tree of the
+// program's own files (command: "checkpoint"); "" for the built-ins' checkpoint-stage*.bin files in
+// the trial directory itself, or an unknown kind.
+inline std::string trainer_checkpoint_directory(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->checkpoints.directory != nullptr ? can->checkpoints.directory : "";
+}
+
+// The kinds that can give a stage checkpoints, for a message: "mlp, cnn, command with
+// trainer.provides: [checkpoints]".
+inline std::string checkpoint_writers() {
+  std::string out;
+  for (const auto& k : trainers::trainer_catalog()) {
+    std::string item;
+    if (k.can.checkpoints.written) item = k.kind;
+    else if (k.can.provides_setting != nullptr && k.can.checkpoints.directory != nullptr)
+      item = k.kind + " with trainer." + k.can.provides_setting + ": [" + trainers::kProvidesCheckpoints + "]";
+    if (!item.empty()) out += (out.empty() ? "" : ", ") + item;
+  }
+  return out;
+}
+
 }  // namespace hpctune::config

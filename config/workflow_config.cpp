@@ -203,6 +203,12 @@ Status finish_pbt_settings(StageConfig& st, const CampaignConfig& view, const YN
       st.settings["steps"] = end;
     }
   }
+  // Neither given nor the trainer's (a command's max_step, 0 = no limit, by default): the members
+  // would have no step to end at, and the stage would refuse to start.
+  const json& steps = st.settings["steps"];
+  if (!step_key.empty() && (!steps.is_number_integer() || steps.get<int64_t>() < 1))
+    return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+                "the total steps of every member: give it, or trainer." + step_key + " (at least 1)");
   return Status::Ok();
 }
 

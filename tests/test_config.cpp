@@ -994,6 +994,25 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
   CHECK(c.normalized["stages"][1]["from"] == json::array({"tune"}));
 }
 
+TEST_CASE("pbt over a command trainer: accepted with provides: [checkpoints]; its steps are trainer.max_step") {
+  const auto c = parse_ok(workflow(
+      "  - {name: pop, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
+      "{kind: command, command: ./train, provides: [checkpoints], max_step: 8}"));
+  REQUIRE(c.stages.size() == 1);
+  CHECK(c.stages[0].settings["steps"] == 8);
+  CHECK(c.stages[0].own->trainer["max_step"] == 8);
+  // Without trainer.max_step the stage's steps must be given.
+  CHECK(parse_error(workflow("  - {name: pop, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
+                             "{kind: command, command: ./train, provides: [checkpoints]}")) ==
+        "test.yaml:5:5: stages[0].steps: the total steps of every member: give it, or trainer.max_step (at least 1)");
+  // max_step 0 (its default) is no limit: no last step to check early stopping's max_t against.
+  CHECK(parse_ok("name: c\nobjective: {metric: loss}\nsearch: {max_trials: 2}\n"
+                 "space: {lr: {type: float, low: 0.1, high: 1}}\n"
+                 "trainer: {kind: command, command: \"./train {lr} {max_step}\", max_step: 0}\n"
+                 "early_stopping: {kind: asha, max_t: 9}\n")
+            .trainer["max_step"] == 0);
+}
+
 TEST_CASE("trainer.provides: a command trainer's declaration is read, and a search needs none") {
   const std::string head = "name: c\nobjective: {metric: loss}\nsearch: {max_trials: 2}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n";
   auto c = parse_ok(head + "trainer: {kind: command, command: \"./train {lr}\", provides: [checkpoints, predictions]}\n");
@@ -1049,10 +1068,19 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
                 "{kind: command, command: ./train, provides: [predictions]}"),
        "test.yaml:6:35: stages[1].from: predictions declared by trainer kind 'command' of stage 'tune' "
        "(trainer.provides): not supported yet for stages of kind ensemble, which read only those of mlp and cnn"},
-      {workflow("  - {name: pop, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
+      // A pbt stage over a command trainer needs its checkpoints declared (it snapshots them).
+      {workflow("  - {name: pop, kind: pbt, population: 2, steps: 4, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
+                "{kind: command, command: ./train}"),
+       "test.yaml:5:17: stages[0]: the pbt needs checkpoints, and trainer kind 'command' of stage 'pop' provides none "
+       "(trainer.provides)"},
+      {workflow("  - {name: pop, kind: pbt, population: 2, steps: 4, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
+                "{kind: command, command: ./train, provides: [predictions]}"),
+       "test.yaml:5:17: stages[0]: the pbt needs checkpoints, and trainer kind 'command' of stage 'pop' provides none "
+       "(trainer.provides)"},
+      {workflow("  - {name: pop, kind: pbt, population: 2, space: {max_step: {type: int, low: 1, high: 3}}}\n",
                 "{kind: command, command: ./train, provides: [checkpoints]}"),
-       "test.yaml:5:17: stages[0]: checkpoints declared by trainer kind 'command' of stage 'pop' (trainer.provides): "
-       "not supported yet for stages of kind pbt, which read only those of mlp and cnn"},
+       "test.yaml:5:43: stages[0].space.max_step: pbt sets each interval's max_step itself; give the total as the "
+       "stage's steps"},
       {workflow("  - {name: pop, kind: pbt, population: 2, space: {seconds: {type: float, low: 0.1, high: 1}}}\n",
                 "{kind: sleep}"),
        "test.yaml:5:17: stages[0]: the pbt needs checkpoints, and trainer kind 'sleep' of stage 'pop' writes none "

@@ -22,6 +22,7 @@
 #include "store/store.h"
 #include "stage_fixture.h"
 #include "temp_dir.h"
+#include "workflow/checkpoint_snapshot.h"
 #include "workflow/pbt_policy.h"
 #include "workflow/pbt_stage.h"
 #include "workflow/stages.h"
@@ -556,15 +557,24 @@ TEST_CASE("pbt: the stage kind is registered, and its settings are checked") {
   CHECK(workflow::pbt_settings("p", {{"perturb", nlohmann::json::array({0.8})}}, {{"kind", "mlp"}, {"epochs", 4}}).error().code() == Errc::kConfig);
   CHECK(workflow::pbt_settings("p", nlohmann::json::object(), nlohmann::json::object()).error().code() == Errc::kConfig);
   // The step setting is the catalog's (config/trainer_kinds.h), not a literal: mlp's epochs, sleep's
-  // steps; a kind that counts no steps of its own (command) has none to train each interval to.
+  // steps, command's max_step (the step its program trains to: HPCTUNE_MAX_STEP); a kind with no
+  // step setting would be refused naming trainer.kind.
   CHECK(s->step_key == "epochs");
+  CHECK(s->checkpoint_directory.empty());  // the built-ins' checkpoint-stage*.bin files
   auto sleep = workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "sleep"}, {"steps", 9}});
   require_ok(sleep);
   CHECK(sleep->step_key == "steps");
   CHECK(sleep->steps == 9);
-  auto command = workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "command"}, {"command", "./t"}});
-  REQUIRE_FALSE(command.ok());
-  CHECK(command.error().message().find("trainer.kind") != std::string::npos);
+  auto command = workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "command"}, {"command", "./t"}, {"max_step", 6}});
+  require_ok(command);
+  CHECK(command->step_key == "max_step");
+  CHECK(command->steps == 6);
+  CHECK(command->checkpoint_directory == "checkpoint");  // the program's tree, snapshotted whole
+  // max_step 0 (no limit) gives no steps: the stage's steps must be given.
+  auto unbounded = workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "command"}, {"command", "./t"}});
+  REQUIRE_FALSE(unbounded.ok());
+  CHECK(unbounded.error().message().find("steps") != std::string::npos);
+  CHECK_FALSE(workflow::pbt_settings("p", nlohmann::json::object(), {{"kind", "no such kind"}}).ok());
 
   // A campaign's view with `epochs` in its space is refused; a good one builds a stage.
   config::CampaignConfig view;
@@ -634,4 +644,86 @@ TEST_CASE("pbt: never backwards: a bottom member does not exploit a snapshot old
   CHECK(v.note.contains("pbt_continue"));
   CHECK(v.params.at("epochs") == 6);
   CHECK(v.resume_from == h.dir(3) + "/pbt/001-step-4");
+}
+
+TEST_CASE("pbt: a program's checkpoint directory is snapshotted whole and read-only; links refused; a left .tmp redone") {
+  PbtSpec spec = pbt_spec();
+  spec.settings.step_key = "max_step";            // a command's (the catalog's step setting)
+  spec.settings.checkpoint_directory = "checkpoint";  // the catalog's checkpoints.directory
+  Harness h(spec);
+  h.start();
+  auto write_tree = [&](int64_t seq, const std::string& text) {
+    const std::string ck = h.dir(seq) + "/checkpoint";
+    fs::create_directories(ck + "/sub/deeper");
+    std::ofstream(ck + "/state.json") << text;
+    std::ofstream(ck + "/sub/deeper/w.bin", std::ios::binary) << std::string("\0\1\2", 3) + text;
+    return ck;
+  };
+  CHECK(h.report(0, 1, 0.5).kind == Verdict::Kind::kContinue);
+  const std::string ck = write_tree(0, "step 2 of member 0");
+  Verdict v = h.report(0, 2, 0.9);
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  CHECK(v.params.at("max_step") == 4);
+  const std::string dest = v.resume_from;
+
+  SUBCASE("copied whole, read-only; the member's own checkpoint emptied") {
+    // A copy cut short by a master killed mid-copy (read-only parts included): removed and redone.
+    fs::create_directories(dest + ".tmp/half");
+    std::ofstream(dest + ".tmp/half/junk") << "half";
+    fs::permissions(dest + ".tmp/half", fs::perms::owner_read | fs::perms::owner_exec);
+    h.pause(0);
+    CHECK_FALSE(fs::exists(dest + ".tmp"));
+    CHECK(read_file(dest + "/state.json") == "step 2 of member 0");
+    CHECK(read_file(dest + "/sub/deeper/w.bin") == std::string("\0\1\2step 2 of member 0", 21));
+    CHECK_FALSE(fs::exists(dest + "/half"));
+    auto mode = [](const std::string& p) { return fs::status(p).permissions() & fs::perms::all; };
+    CHECK(mode(dest) == (fs::perms::owner_read | fs::perms::owner_exec));
+    CHECK(mode(dest + "/sub/deeper") == (fs::perms::owner_read | fs::perms::owner_exec));
+    CHECK(mode(dest + "/state.json") == fs::perms::owner_read);
+    CHECK(mode(dest + "/sub/deeper/w.bin") == fs::perms::owner_read);
+    CHECK(fs::is_directory(ck));
+    CHECK(fs::is_empty(ck));
+    // Told again (a restarted master): the snapshot is kept as it was, the empty directory is fine.
+    require_ok(h.source->on_paused(h.view(0), 2));
+    CHECK(read_file(dest + "/state.json") == "step 2 of member 0");
+    require_ok(workflow::remove_snapshot_tree(h.run_dir));
+    CHECK_FALSE(fs::exists(h.run_dir));
+  }
+  SUBCASE("a link, or a FIFO, anywhere in the tree is refused, and nothing is snapshotted") {
+    const std::string outside = h.tmp.file("outside.bin");
+    std::ofstream(outside) << "someone else's file";
+    std::string planted = ck + "/sub/deeper/planted", why;
+    SUBCASE("a symbolic link to a file") {
+      fs::create_symlink(outside, planted);
+      why = "symbolic link";
+    }
+    SUBCASE("a symbolic link to a directory") {
+      fs::create_directory_symlink(h.tmp.path, planted);
+      why = "symbolic link";
+    }
+    SUBCASE("a FIFO") {
+      REQUIRE(::mkfifo(planted.c_str(), 0600) == 0);
+      why = "not a regular file";
+    }
+    auto s = h.source->on_paused(h.view(0), 2);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code() == Errc::kFailed);
+    INFO(s.error().message());
+    CHECK(s.error().message().find("pbt: trial " + std::to_string(h.members.at(0).id) + " at step 2: ") == 0);
+    CHECK(s.error().message().find(planted) != std::string::npos);
+    CHECK(s.error().message().find(why) != std::string::npos);
+    CHECK_FALSE(fs::exists(dest));
+    CHECK(fs::exists(ck + "/state.json"));  // the member's own checkpoint is left as it was
+    require_ok(workflow::remove_snapshot_tree(dest + ".tmp"));
+  }
+  SUBCASE("a program that saved nothing: a clear error naming the directory and who can") {
+    fs::remove_all(ck);
+    fs::create_directories(ck);
+    auto s = h.source->on_paused(h.view(0), 2);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code() == Errc::kFailed);
+    INFO(s.error().message());
+    CHECK(s.error().message().find("saved nothing in " + ck + " (HPCTUNE_CHECKPOINT_DIR)") != std::string::npos);
+    CHECK(s.error().message().find("mlp, cnn, command with trainer.provides: [checkpoints]") != std::string::npos);
+  }
 }

@@ -700,14 +700,17 @@ TEST_CASE("capabilities: every setting a kind's capabilities name is one of its 
     own_ranks += can.starts_own_ranks ? 1 : 0;
   }
   CHECK(trainer_capabilities("no such kind") == nullptr);
-  // The issue's table: mlp and cnn count epochs, sleep and function steps, command its reports'.
-  CHECK(steps == 4);
+  // The issue's table: mlp and cnn count epochs, sleep and function steps, command max_step (the
+  // step its program trains to; its steps are its reports').
+  CHECK(steps == 5);
   CHECK(predictions == 2);
   CHECK(checkpoints == 2);
   CHECK(own_ranks == 1);
   CHECK(std::string(trainer_capabilities("mlp")->step_setting) == "epochs");
   CHECK(std::string(trainer_capabilities("function")->step_setting) == "steps");
-  CHECK(trainer_capabilities("command")->step_setting == nullptr);
+  CHECK(std::string(trainer_capabilities("command")->step_setting) == "max_step");
+  CHECK(std::string(trainer_capabilities("command")->checkpoints.directory) == "checkpoint");
+  CHECK(trainer_capabilities("mlp")->checkpoints.directory == nullptr);
   CHECK(trainer_capabilities("command")->starts_own_ranks);
   // The command accepts what it declares, and [] (its default), through its own reader too.
   nlohmann::json settings = {{"command", "true"}, {"provides", {"predictions", "checkpoints"}}};

@@ -30,14 +30,21 @@ const std::vector<SettingDecl>& command_setting_specs() {
                "(for transfer and pbt); [] = neither. hpctune validate checks each stage's inputs against it.",
        .aliases = {"capabilities", "writes", "outputs"},
        .example = "[predictions, checkpoints]"},
+      {.key = "max_step", .type = T::kInt, .default_value = 0, .min = 0, .max = 1'000'000'000,
+       .help = "The step the program trains to, then saves its checkpoint and exits 0 (HPCTUNE_MAX_STEP, {max_step}; "
+               "0 = no limit). A pbt stage sets it for each interval.",
+       .aliases = {"max_steps"}},
   };
   return specs;
 }
 
-// The program counts its own steps (the `step` of its reports), starts its own ranks (mpirun,
-// torchrun, ... in its command), takes every parameter, and writes what `provides` declares.
+// The program counts its own steps (the `step` of its reports) and trains to max_step when it is
+// set, starts its own ranks (mpirun, torchrun, ... in its command), takes every parameter, and
+// writes what `provides` declares: its checkpoint in <trial_dir>/checkpoint (HPCTUNE_CHECKPOINT_DIR).
 TrainerCapabilities command_capabilities() {
   TrainerCapabilities can;
+  can.step_setting = "max_step";
+  can.checkpoints.directory = "checkpoint";
   can.provides_setting = "provides";
   can.starts_own_ranks = true;
   can.params = TrainerParams::kAny;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -422,6 +423,54 @@ std::string seconds_text(double s) {
   return j.dump() + " s";
 }
 
+// The checkpoint side of the program's contract (README, "Bring your own training script"):
+//   HPCTUNE_CHECKPOINT_DIR  <trial_dir>/checkpoint (the catalog's checkpoints.directory), made 0700
+//                           when absent and shared by the trial's attempts; opaque to hpctune.
+//   HPCTUNE_RESUME_FROM     the trial's own checkpoint directory when an earlier attempt left
+//                           something in it (this attempt runs again after its group was lost: the
+//                           trial's own last checkpoint wins, as the built-in trainers' crash-resume
+//                           does, see make_snapshot in workflow/pbt_stage.cpp); else ctx.resume_from
+//                           (a snapshot a pbt stage chose); else unset. It may thus equal
+//                           HPCTUNE_CHECKPOINT_DIR: the program loads before it saves, and saves
+//                           atomically (a temporary name, then os.replace).
+//   HPCTUNE_MAX_STEP        the setting max_step (the kind's step setting, that a pbt stage sets per
+//                           interval) when > 0; {max_step} in the command (0 = no limit).
+// The step setting is the stage's, not a hyperparameter: it is left out of HPCTUNE_PARAMS.
+Status checkpoint_env(const TrialContext& ctx, const std::string& trial_dir, nlohmann::json& params,
+                      nlohmann::json& values, std::map<std::string, std::string>& env) {
+  const TrainerCapabilities can = command_capabilities();
+  const std::string dir = trial_dir + "/" + can.checkpoints.directory;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return err(Errc::kIo, "command trainer: cannot create " + dir + ": " + strerror(errno));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+    return err(Errc::kIo, "command trainer: " + dir + " is not a directory of this user's (a link is not followed)");
+  bool left = false;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+        left = true;
+        break;
+      }
+    }
+    ::closedir(d);
+  } else {
+    return err(Errc::kIo, "command trainer: cannot list " + dir + ": " + strerror(errno));
+  }
+  env["HPCTUNE_CHECKPOINT_DIR"] = dir;
+  if (left) env["HPCTUNE_RESUME_FROM"] = dir;
+  else if (!ctx.resume_from.empty()) env["HPCTUNE_RESUME_FROM"] = ctx.resume_from;
+
+  const nlohmann::json settings = ctx.settings();
+  HPCTUNE_ASSIGN(const int64_t max_step,
+                 SettingsReader("command", settings, command_setting_specs()).integer(can.step_setting));
+  if (max_step > 0) env["HPCTUNE_MAX_STEP"] = std::to_string(max_step);
+  values[can.step_setting] = max_step;
+  if (!values.contains("checkpoint_dir")) values["checkpoint_dir"] = dir;
+  if (params.is_object()) params.erase(can.step_setting);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
@@ -460,15 +509,17 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
                                    {"attempt_dir", attempt_dir}, {"seed", ctx.seed},  {"ranks", ranks}};
   for (auto it = builtins.begin(); it != builtins.end(); ++it)
     if (!values.contains(it.key())) values[it.key()] = it.value();
+  nlohmann::json params = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
+  launch::SpawnOptions spawn;
+  HPCTUNE_TRY(checkpoint_env(ctx, trial_dir, params, values, spawn.env));
   HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
 
-  launch::SpawnOptions spawn;
   if (ranks > 1) {
     HPCTUNE_ASSIGN(spawn.argv, mpirun_prefix(ranks));
   }
   HPCTUNE_TRY(add_rank_environment(ranks, spawn));  // MASTER_ADDR, RANK, ... (rank_environment.h)
   spawn.argv.insert(spawn.argv.end(), {"/bin/sh", "-c", exec_prefixed(command)});
-  spawn.env["HPCTUNE_PARAMS"] = (ctx.params.is_object() ? ctx.params : nlohmann::json::object()).dump();
+  spawn.env["HPCTUNE_PARAMS"] = params.dump();
   spawn.env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);
   spawn.env["HPCTUNE_TRIAL_DIR"] = trial_dir;
   spawn.env["HPCTUNE_ATTEMPT"] = std::to_string(ctx.attempt);

@@ -17,7 +17,13 @@
 //   - Environment: the worker's, plus HPCTUNE_PARAMS (the parameters as a JSON object),
 //     HPCTUNE_TRIAL_ID, HPCTUNE_TRIAL_DIR, HPCTUNE_ATTEMPT, HPCTUNE_SEED, HPCTUNE_THREADS (ctx.threads,
 //     also OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS where the worker's environment
-//     does not set them), then `env` (which wins).
+//     does not set them), then `env` (which wins). The checkpoint side (checkpoint_env in
+//     command_trainer.cpp): HPCTUNE_CHECKPOINT_DIR (<trial dir>/checkpoint, kept across the trial's
+//     attempts), HPCTUNE_RESUME_FROM (that directory when an earlier attempt left something in it,
+//     else the snapshot a pbt stage chose, else unset) and HPCTUNE_MAX_STEP (the setting max_step,
+//     when > 0; a pbt stage sets it per interval; left out of HPCTUNE_PARAMS). {max_step} and
+//     {checkpoint_dir} are placeholders too. A program saves its checkpoint for a step before it
+//     reports that step: a pbt stage pauses the trial on the report (SIGTERM).
 //     The working directory is `workdir` ("" = the worker's).
 //   - A line `hpctune-report {json}` on standard output is a report: a JSON object whose "step"
 //     (an integer >= 0; absent = the previous step + 1) is the step and whose other members are the

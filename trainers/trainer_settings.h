@@ -65,6 +65,10 @@ struct TrainerOutput {
   // Predictions only: the task its prediction files serve (an ensemble stage's `task`:
   // "classification" for val_probs.npy..., "regression" for val_pred.npy...); nullptr: either.
   const char* task = nullptr;
+  // Checkpoints only: the subdirectory of the trial directory the kind's checkpoint is, a tree of
+  // any files the program likes that a stage copies whole (command: "checkpoint", the program's
+  // HPCTUNE_CHECKPOINT_DIR); nullptr: the checkpoint-stage*.bin files in the trial directory itself.
+  const char* directory = nullptr;
 };
 // Which names a space may give that are not settings of the kind.
 enum class TrainerParams {
@@ -77,7 +81,7 @@ struct TrainerCapabilities {
   // to a step sets (pbt). nullptr: its steps are the `step` of its own reports.
   const char* step_setting = nullptr;
   TrainerOutput predictions;   // val_probs.npy, test_probs.npy, ... in the trial directory
-  TrainerOutput checkpoints;   // checkpoint-stage*.bin in the trial directory
+  TrainerOutput checkpoints;   // checkpoint-stage*.bin in the trial directory, or its `directory`
   // A list setting in which the user declares which of "predictions" and "checkpoints" the kind
   // writes (the program of a command trainer); nullptr: the two above say it.
   const char* provides_setting = nullptr;

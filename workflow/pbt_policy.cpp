@@ -37,6 +37,7 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
   s.ready = in.at("ready").get<int64_t>();
   const std::string kind = trainer.is_object() ? trainer.value("kind", "") : "";
   s.step_key = config::trainer_step_setting(kind);
+  s.checkpoint_directory = config::trainer_checkpoint_directory(kind);
   if (s.step_key.empty())
     return bad_setting(stage, "trainer.kind", "'" + kind + "' has no setting that counts its steps to train to");
   // steps has no default of its own: the trainer's count of steps, or the schedule's end (below).

@@ -32,6 +32,10 @@ struct PbtSettings {
   // The trainer's setting that counts its steps (mlp's epochs), from the catalog of trainer kinds
   // (config/trainer_kinds.h): each attempt's params set it to the end of its interval.
   std::string step_key;
+  // Where the trainer's checkpoint is (the catalog's checkpoints.directory, config/trainer_kinds.h):
+  // "checkpoint" = the tree of <trial_dir>/checkpoint that a command's program writes, snapshotted
+  // whole (checkpoint_snapshot.h); "" = the built-ins' checkpoint-stage*.bin files in the trial dir.
+  std::string checkpoint_directory;
   // Whether `step` ends an interval (is judged).
   bool boundary(int64_t step) const;
 };

@@ -11,7 +11,9 @@
 #include <system_error>
 
 #include "common/rng.h"
+#include "config/trainer_kinds.h"
 #include "store/store.h"
+#include "workflow/checkpoint_snapshot.h"
 #include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
 
@@ -103,14 +105,52 @@ Status copy_open_file(int from, const std::string& shown, const std::string& to)
 // (a space of choices, a source one interval behind): its old weights would then win over the
 // source's. With none left, the next attempt starts from resume_from; it writes its own again as
 // it trains, for its own crash-resume.
-Status make_snapshot(const std::string& trial_dir, const std::string& dest, int64_t trial_id, int64_t step) {
+//
+// A trainer whose checkpoint is a directory of the program's own files (`subdir`, the catalog's
+// checkpoints.directory: a command's <trial_dir>/checkpoint) has the whole tree copied the same
+// way (checkpoint_snapshot.h: read-only, links and others' files refused), then emptied.
+Status make_tree_snapshot(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
+                          const std::string& what) {
+  const fs::path td(trial_dir);
+  const std::string shown = trial_dir + "/" + subdir;
+  auto dir = open_trial_dir(td.parent_path().string(), td.filename().string());
+  if (!dir.ok()) return err(Errc::kFailed, what + "its directory " + trial_dir + " is refused: " + dir.error().message());
+  auto opened = open_own_at(dir.value().get(), subdir, /*directory=*/true);
+  if (!opened.ok() && opened.error().code() != Errc::kNotFound)
+    return err(Errc::kFailed, what + "its checkpoint directory " + shown + " is refused: " + opened.error().message());
+  bool saved = false;
+  if (opened.ok()) {
+    HPCTUNE_ASSIGN(saved, directory_has_entries(opened.value().get(), shown));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dest, ec)) {
+    if (!saved) {
+      return err(Errc::kFailed, what + "its program saved nothing in " + shown +
+                                    " (HPCTUNE_CHECKPOINT_DIR) before it reported the step: a pbt stage needs a trainer "
+                                    "that saves checkpoints (" + config::checkpoint_writers() + ")");
+    }
+    if (auto st = copy_checkpoint_tree(opened.value().get(), shown, dest); !st.ok())
+      return err(st.error().code() == Errc::kInvalidArgument ? Errc::kFailed : Errc::kIo,
+                 what + "cannot snapshot its checkpoint into " + dest + ": " + st.error().message());
+  }
+  if (saved) {
+    if (auto st = clear_directory(opened.value().get(), shown); !st.ok())
+      return err(Errc::kIo, what + "cannot empty " + shown + " (kept in " + dest + "): " + st.error().message());
+  }
+  return {};
+}
+
+Status make_snapshot(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
+                     int64_t trial_id, int64_t step) {
   const std::string what = "pbt: trial " + std::to_string(trial_id) + " at step " + std::to_string(step) + ": ";
+  if (!subdir.empty()) return make_tree_snapshot(trial_dir, subdir, dest, what);
   HPCTUNE_ASSIGN(CheckpointFiles found, checkpoint_files(trial_dir, what));
   std::error_code ec;
   if (!fs::is_directory(dest, ec)) {
     if (found.files.empty()) {
       return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
-                                    ": a pbt stage needs a trainer that saves checkpoints (mlp, cnn)");
+                                    ": a pbt stage needs a trainer that saves checkpoints (" +
+                                    config::checkpoint_writers() + ")");
     }
     const std::string tmp = dest + ".tmp";
     fs::remove_all(tmp, ec);  // a copy cut short by a crash
@@ -330,7 +370,7 @@ Status PbtSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
     return err(Errc::kInternal, "pbt: trial " + std::to_string(trial.trial_id) + " paused at step " +
                                     std::to_string(step) + ", where the stage decided no pause");
   }
-  HPCTUNE_TRY(make_snapshot(m.trial_dir, d->snapshot, trial.trial_id, step));
+  HPCTUNE_TRY(make_snapshot(m.trial_dir, spec_.settings.checkpoint_directory, d->snapshot, trial.trial_id, step));
   d->paused = true;
   d->snapshot_made = true;
   return {};

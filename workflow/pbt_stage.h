@@ -16,7 +16,9 @@
 // member carries on and ends done.
 //
 // Snapshots: <trial_dir>/pbt/<nnn>-step-<k>/, a copy of the member's checkpoint-stage*.bin files
-// at boundary k, made by on_paused() once the paused attempt's trainer has returned (copied to a
+// at boundary k (for a trainer whose checkpoint is a directory of its program's files, the catalog's
+// checkpoints.directory, a command's <trial_dir>/checkpoint: that whole tree, read-only,
+// checkpoint_snapshot.h), made by on_paused() once the paused attempt's trainer has returned (copied to a
 // temporary directory, then renamed: a snapshot exists whole or not at all; made again after a
 // crash, never changed once made), then removed from the trial's directory: every attempt after a
 // pause starts from its resume_from, never from a checkpoint the trial left before (the trainer

@@ -6,6 +6,8 @@ learns its parameters from the environment and reports by printing lines on stan
     HPCTUNE_PARAMS     the trial's parameters, a JSON object
     HPCTUNE_TRIAL_ID   the trial's id
     HPCTUNE_TRIAL_DIR  a directory of its own (checkpoints, outputs; stdout.log and stderr.log)
+    HPCTUNE_CHECKPOINT_DIR, HPCTUNE_RESUME_FROM, HPCTUNE_MAX_STEP: see checkpoint_dir(),
+                       resume_from() and max_step()
 
     hpctune-report {"step": 3, "val_accuracy": 0.91}
 
@@ -19,7 +21,8 @@ import math
 import os
 import sys
 
-__all__ = ["params", "trial_id", "trial_dir", "rank", "report", "PREFIX"]
+__all__ = ["params", "trial_id", "trial_dir", "rank", "report", "PREFIX",
+           "checkpoint_dir", "resume_from", "max_step"]
 
 PREFIX = "hpctune-report"
 
@@ -39,6 +42,38 @@ def trial_id():
 def trial_dir():
     """The trial's own directory, or the current one when not run by hpctune."""
     return os.environ.get("HPCTUNE_TRIAL_DIR", "") or os.getcwd()
+
+
+# --- checkpoints (HPCTUNE_CHECKPOINT_DIR, HPCTUNE_RESUME_FROM, HPCTUNE_MAX_STEP) -------------------
+
+
+def checkpoint_dir():
+    """The directory where the program saves its checkpoint (any files it likes), created by hpctune
+    and kept across the trial's attempts; hpctune snapshots it whole (a pbt stage). Outside hpctune:
+    ./checkpoint, created. Save atomically: write a temporary name in it, then os.replace() it onto
+    the final name, so that a kill mid-save leaves the previous checkpoint whole. Save the
+    checkpoint of a step before you report() that step: a pbt stage stops the program on it."""
+    path = os.environ.get("HPCTUNE_CHECKPOINT_DIR", "")
+    if not path:
+        path = os.path.join(os.getcwd(), "checkpoint")
+        os.makedirs(path, exist_ok=True)
+    return path
+
+
+def resume_from():
+    """The checkpoint directory to load before training, or None to start afresh: the trial's own
+    checkpoint_dir() when an earlier attempt left one (the attempt runs again after its group was
+    lost; it may thus be checkpoint_dir() itself: load it before saving), or the snapshot a pbt
+    stage chose (another member's, after an exploit; read-only). Your own directory may hold only
+    the temporary file of a save cut short: start afresh when your checkpoint file is not there."""
+    return os.environ.get("HPCTUNE_RESUME_FROM", "") or None
+
+
+def max_step():
+    """The step to train to (an int), then save the checkpoint and exit 0; None for no limit. A pbt
+    stage sets it to the end of each interval (trainer.max_step in the config otherwise)."""
+    text = os.environ.get("HPCTUNE_MAX_STEP", "")
+    return int(text) if text else None
 
 
 def rank():

@@ -1,0 +1,181 @@
+// Snapshots of a program's checkpoint directory (checkpoint_snapshot.h).
+#include "workflow/checkpoint_snapshot.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+namespace hpctune::workflow {
+namespace {
+
+// The names in the open directory `dir_fd`, sorted, without . and ..; at most `room` of them.
+Result<std::vector<std::string>> names_in(int dir_fd, const std::string& shown, std::size_t room) {
+  const int listed = ::dup(dir_fd);
+  DIR* d = listed < 0 ? nullptr : ::fdopendir(listed);
+  if (d == nullptr) {
+    const int e = errno;
+    if (listed >= 0) ::close(listed);
+    return err(Errc::kIo, "cannot list " + shown + ": " + std::strerror(e));
+  }
+  ::rewinddir(d);  // the duplicate shares its offset with dir_fd
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    if (names.size() >= room) {
+      ::closedir(d);
+      return err(Errc::kInvalidArgument, shown + " holds more than " + std::to_string(kMaxCheckpointEntries) +
+                                             " files and directories in all");
+    }
+    names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Status copy_file(int from, const std::string& shown, int to_dir, const std::string& name, const std::string& to_shown) {
+  UniqueFd out(::openat(to_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out.valid()) return err(Errc::kIo, "cannot create " + to_shown + ": " + std::strerror(errno));
+  char buf[1 << 16];
+  off_t offset = 0;
+  while (true) {
+    const ssize_t n = ::pread(from, buf, sizeof buf, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return err(Errc::kIo, "cannot read " + shown + ": " + std::strerror(errno));
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out.get(), buf + done, static_cast<std::size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return err(Errc::kIo, "cannot write " + to_shown + ": " + std::strerror(errno));
+      done += w;
+    }
+    offset += n;
+  }
+  if (::fchmod(out.get(), 0400) != 0) return err(Errc::kIo, "cannot make " + to_shown + " read-only: " + std::strerror(errno));
+  if (::close(out.release()) != 0) return err(Errc::kIo, "cannot write " + to_shown + ": " + std::strerror(errno));
+  return {};
+}
+
+Status copy_dir(int from_dir, const std::string& shown, int to_dir, const std::string& to_shown, int depth,
+                std::size_t& entries) {
+  HPCTUNE_ASSIGN(std::vector<std::string> names, names_in(from_dir, shown, kMaxCheckpointEntries - entries));
+  for (const std::string& name : names) {
+    const std::string from_name = shown + "/" + name, to_name = to_shown + "/" + name;
+    if (++entries > kMaxCheckpointEntries)
+      return err(Errc::kInvalidArgument, "the checkpoint holds more than " + std::to_string(kMaxCheckpointEntries) +
+                                             " files and directories in all (at " + from_name + ")");
+    struct stat st {};
+    if (::fstatat(from_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return err(Errc::kIo, "cannot stat " + from_name + ": " + std::strerror(errno));
+    const bool directory = S_ISDIR(st.st_mode);
+    // Refuses a link, a FIFO, a device or another user's entry (checked again on the open file).
+    auto opened = open_own_at(from_dir, name, directory);
+    if (!opened.ok()) return err(Errc::kInvalidArgument, from_name + ": " + opened.error().message());
+    if (!directory) {
+      HPCTUNE_TRY(copy_file(opened.value().get(), from_name, to_dir, name, to_name));
+      continue;
+    }
+    if (depth >= kMaxCheckpointDepth)
+      return err(Errc::kInvalidArgument, from_name + " is more than " + std::to_string(kMaxCheckpointDepth) +
+                                             " directories deep in the checkpoint");
+    if (::mkdirat(to_dir, name.c_str(), 0700) != 0) return err(Errc::kIo, "cannot create " + to_name + ": " + std::strerror(errno));
+    UniqueFd sub(::openat(to_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!sub.valid()) return err(Errc::kIo, "cannot open " + to_name + ": " + std::strerror(errno));
+    HPCTUNE_TRY(copy_dir(opened.value().get(), from_name, sub.get(), to_name, depth + 1, entries));
+    if (::fchmod(sub.get(), 0500) != 0) return err(Errc::kIo, "cannot make " + to_name + " read-only: " + std::strerror(errno));
+  }
+  return {};
+}
+
+// Removes what the open directory holds; its subdirectories are made writable first (a snapshot's
+// are read-only). Links are removed, never followed.
+Status clear_at(int dir_fd, const std::string& shown, int depth, std::size_t& entries) {
+  HPCTUNE_ASSIGN(std::vector<std::string> names, names_in(dir_fd, shown, kMaxCheckpointEntries - entries));
+  for (const std::string& name : names) {
+    const std::string path = shown + "/" + name;
+    if (++entries > kMaxCheckpointEntries)
+      return err(Errc::kInvalidArgument, "more than " + std::to_string(kMaxCheckpointEntries) + " entries to remove (at " + path + ")");
+    struct stat st {};
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      return err(Errc::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (depth >= kMaxCheckpointDepth)
+        return err(Errc::kInvalidArgument, path + " is more than " + std::to_string(kMaxCheckpointDepth) + " directories deep");
+      UniqueFd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub.valid()) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
+      if ((st.st_mode & S_IWUSR) == 0 && ::fchmod(sub.get(), 0700) != 0)
+        return err(Errc::kIo, "cannot make " + path + " writable to remove it: " + std::strerror(errno));
+      HPCTUNE_TRY(clear_at(sub.get(), path, depth + 1, entries));
+      if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+    } else if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<bool> directory_has_entries(int dir_fd, const std::string& shown) {
+  HPCTUNE_ASSIGN(std::vector<std::string> names, names_in(dir_fd, shown, kMaxCheckpointEntries));
+  return !names.empty();
+}
+
+Status copy_checkpoint_tree(int from_dir, const std::string& shown, const std::string& dest) {
+  const std::string tmp = dest + ".tmp";
+  HPCTUNE_TRY(remove_snapshot_tree(tmp));  // a copy cut short by a crash
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(dest).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return err(Errc::kIo, "cannot create " + parent.string() + ": " + ec.message());
+  if (::mkdir(tmp.c_str(), 0700) != 0) return err(Errc::kIo, "cannot create " + tmp + ": " + std::strerror(errno));
+  UniqueFd top(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!top.valid()) return err(Errc::kIo, "cannot open " + tmp + ": " + std::strerror(errno));
+  std::size_t entries = 0;
+  HPCTUNE_TRY(copy_dir(from_dir, shown, top.get(), tmp, 0, entries));
+  if (::fchmod(top.get(), 0500) != 0) return err(Errc::kIo, "cannot make " + tmp + " read-only: " + std::strerror(errno));
+  // Same parent: renaming a read-only directory needs no write permission on it.
+  if (::rename(tmp.c_str(), dest.c_str()) != 0)
+    return err(Errc::kIo, "cannot rename " + tmp + " to " + dest + ": " + std::strerror(errno));
+  return {};
+}
+
+Status clear_directory(int dir_fd, const std::string& shown) {
+  std::size_t entries = 0;
+  return clear_at(dir_fd, shown, 0, entries);
+}
+
+Status remove_snapshot_tree(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return {};
+    return err(Errc::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+    return {};
+  }
+  {
+    UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid()) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
+    if ((st.st_mode & S_IWUSR) == 0 && ::fchmod(dir.get(), 0700) != 0)
+      return err(Errc::kIo, "cannot make " + path + " writable to remove it: " + std::strerror(errno));
+    HPCTUNE_TRY(clear_directory(dir.get(), path));
+  }
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+  return {};
+}
+
+}  // namespace hpctune::workflow

@@ -1,0 +1,44 @@
+// Snapshots of a checkpoint directory that a trainer's program wrote (a command trainer's
+// <trial_dir>/checkpoint, its HPCTUNE_CHECKPOINT_DIR; the catalog's checkpoints.directory): the
+// whole tree, whatever files the program likes, copied for a stage that later starts other attempts
+// from it (a pbt member's snapshot; a transfer stage's source).
+//
+// A snapshot exists whole or not at all: the tree is copied into `<dest>.tmp`, made read-only
+// (files 0400, directories 0500: an attempt resuming from it cannot change it for the next one),
+// then renamed to `dest`. A `<dest>.tmp` left by a master killed mid-copy is removed and the copy
+// made again. The source is walked with openat() one entry at a time: a symbolic link, a FIFO, a
+// device or another user's file or directory is refused naming it (never followed, never waited
+// on), and the walk is bounded (kMaxCheckpointDepth levels, kMaxCheckpointEntries entries).
+//
+// A snapshot's directories are read-only: `chmod -R u+w` before `rm -rf` of a campaign's trial
+// directories (remove_snapshot_tree does it).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/result.h"
+#include "common/safe_open.h"
+
+namespace hpctune::workflow {
+
+inline constexpr int kMaxCheckpointDepth = 16;            // directories below the checkpoint directory
+inline constexpr std::size_t kMaxCheckpointEntries = 100'000;  // files and directories in all
+
+// Whether the directory `dir_fd` holds anything (besides . and ..); an error when it cannot be listed.
+Result<bool> directory_has_entries(int dir_fd, const std::string& shown);
+
+// Copies the tree under the open directory `from_dir` (shown as `shown` in messages) into the new
+// snapshot `dest`, whole or not at all (see above). kInvalidArgument names an entry that is refused
+// (a link, a FIFO, another user's, too deep, too many); kIo a copy that failed. `dest` must not exist.
+Status copy_checkpoint_tree(int from_dir, const std::string& shown, const std::string& dest);
+
+// Removes everything inside the open directory `dir_fd` (not the directory itself), links as links
+// (never followed); bounded as the copy is.
+Status clear_directory(int dir_fd, const std::string& shown);
+
+// Removes `path` and everything under it, read-only directories of a snapshot included; a path
+// that does not exist is fine. A link is removed as a link, never followed.
+Status remove_snapshot_tree(const std::string& path);
+
+}  // namespace hpctune::workflow
