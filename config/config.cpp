@@ -919,9 +919,9 @@ std::string writers_of(std::string_view what) {
 
 // Why the trainer of stage `input` does not give a `consumer` stage the `what` it needs
 // (trainers::kProvidesPredictions or kProvidesCheckpoints), naming the key that says so; nullopt
-// when it does. A kind with a provides_setting (command) declares it there; a stage cannot read a
-// program's own predictions or checkpoints yet (that side of the contract is not built), so a
-// declaration is refused too, saying so.
+// when it does. A kind with a provides_setting (command) declares it there: an ensemble reads the
+// program's prediction files and a transfer its checkpoint directory; a pbt stage cannot use a
+// program's checkpoints yet, so a declaration is refused there, saying so.
 std::optional<std::string> trainer_lacks(const std::string& consumer, const std::string& input, const json& trainer,
                                          const char* what) {
   const std::string kind = trainer.value("kind", "");
@@ -936,6 +936,8 @@ std::optional<std::string> trainer_lacks(const std::string& consumer, const std:
     const json& list = trainer.contains(can->provides_setting) ? trainer[can->provides_setting] : none;
     for (const auto& v : list) declared = declared || v == what;
     if (!declared) return needs + of + " provides none (" + key + ")";
+    // An ensemble reads the program's prediction files, a transfer its checkpoint directory.
+    if (consumer != "pbt") return std::nullopt;
     return std::string(what) + " declared by " + of + " (" + key + "): not supported yet for stages of kind " +
            consumer + ", which read only those of " + writers_of(what);
   }

@@ -31,4 +31,30 @@ inline std::string trainer_predictions_switch(std::string_view kind) {
   return can != nullptr && can->predictions.switch_setting != nullptr ? can->predictions.switch_setting : "";
 }
 
+// For a transfer stage. The directory inside a trial's directory that is the kind's checkpoint as a
+// whole (command: "checkpoint"); "" when its checkpoints are checkpoint-stage*.bin files in the
+// trial directory itself, or for an unknown kind.
+inline std::string trainer_checkpoint_directory(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->checkpoints.directory != nullptr ? can->checkpoints.directory : "";
+}
+// The parameters by which a trial of the kind is given a source's checkpoint and the source trial's
+// id (TrainerCapabilities::init_setting, source_trial_setting); "" when it takes none.
+inline std::string trainer_init_setting(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->init_setting != nullptr ? can->init_setting : "";
+}
+inline std::string trainer_source_trial_setting(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->source_trial_setting != nullptr ? can->source_trial_setting : "";
+}
+// Whether the kind declares the setting `name` (mlp's classes); false for an unknown kind.
+inline bool trainer_declares(const std::string& kind, std::string_view name) {
+  auto specs = trainers::trainer_setting_specs(kind);
+  if (!specs.ok()) return false;
+  for (const auto& d : **specs)
+    if (d.key == name) return true;
+  return false;
+}
+
 }  // namespace hpctune::config
