@@ -304,7 +304,8 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
     CHECK(r.error().message() == "ensemble 'blend': member trial " + std::to_string(b) + " is refused: its " +
                                      "predictions do not line up with trial " + std::to_string(a) + "'s: " +
                                      "validation row 3: image (val_indices) 4, not 3; every member must hold out " +
-                                     "the same validation images (one trainer.data_seed) and predict the same test set");
+                                     "the same validation images (one trainer.data_seed; a program draws them from " +
+                                     "HPCTUNE_DATA_SEED) and predict the same test set");
   }
   SUBCASE("other labels: the member and the first row that differs are named") {
     Campaign c;
@@ -438,7 +439,8 @@ TEST_CASE("ensemble stage: inputs without predictions fail with the stage and th
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().code() == Errc::kFailed);
   CHECK(st.error().message() ==
-        "ensemble 'blend': none of the 3 done trials of stage 'tune' saved predictions (trainer.save_predictions)");
+        "ensemble 'blend': none of the 3 done trials of stage 'tune' saved predictions (trainer.save_predictions; a program writes them into its "
+          "HPCTUNE_TRIAL_DIR)");
   auto r = stage->finish(c.ctx());
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message() == st.error().message());
