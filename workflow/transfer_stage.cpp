@@ -166,6 +166,12 @@ Result<bool> has_checkpoint_directory(const std::string& run_dir, int64_t trial,
 Status checkpoint_key_usable(const std::string& path, bool directory) {
   const char* what = directory ? "does not exist or is not a regular file or a directory"
                                : "does not exist or is not a regular file";
+  if (directory) {
+    // A directory: each of its components resolved as the file's are, up to an entry inside it.
+    auto inside = resolve_without_planted_links(path + "/checkpoint-probe");
+    struct stat st {};
+    if (inside.ok() && ::fstat(inside->dir.get(), &st) == 0 && S_ISDIR(st.st_mode)) return {};
+  }
   auto at = resolve_without_planted_links(path);
   if (!at.ok()) return err(at.error().code(), "is refused: " + at.error().message());
   UniqueFd fd(::openat(at->dir.get(), at->name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
