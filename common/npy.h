@@ -1,11 +1,12 @@
 // NumPy .npy files (format 1.0 written; 1.0, 2.0 and 3.0 read): the trials' saved predictions
 // (val_probs.npy, test_probs.npy: float32 (rows, classes)) and row lists (val_indices.npy,
 // val_labels.npy, test_labels.npy: int64 (rows,)), written by the classifier trainers
-// (trainers/classifier_training.h) and read by the master's ensemble stage, which links no trainer
+// (trainers/classifier_training.h) or by a user's program (NumPy's defaults: float64, and int32 or
+// int64: read_npy_real, read_npy_int) and read by the master's ensemble stage, which links no trainer
 // code: hence header-only here, on the standard library alone.
 //
 // Reading is safe against hostile or damaged files, since a trial directory is written by another
-// process: the magic, the version, a bounded header length, the dtype ('<f4' or '<i8' exactly),
+// process: the magic, the version, a bounded header length, the dtype (exactly one the reader accepts),
 // fortran_order False, a 1-D or 2-D shape of plain decimal sizes, at most kNpyMaxElements
 // elements, and a file size of exactly the header plus rows * cols * itemsize. Every error is
 // kInvalidArgument (kNotFound when the file does not exist, kIo when it cannot be read) and names
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -130,10 +132,16 @@ inline bool pread_exact(int fd, void* into, size_t n, uint64_t offset) {
   return true;
 }
 
-// Reads the whole array of the open regular file `fd` (named `path` in messages) whose dtype is
-// `descr` and element size `itemsize`, checking everything listed at the top; `dims` gets the shape.
-inline Result<std::vector<char>> read_fd(int fd, const std::string& path, const char* descr, size_t itemsize,
-                                         std::vector<int64_t>& dims) {
+// An element type a reader accepts: its dtype ('<f4') and size in bytes.
+struct Dtype {
+  const char* descr;
+  size_t itemsize;
+};
+
+// Reads the whole array of the open regular file `fd` (named `path` in messages) whose dtype is one
+// of `accepted` (`which` gets its index), checking everything listed at the top; `dims` gets the shape.
+inline Result<std::vector<char>> read_fd_any(int fd, const std::string& path, std::initializer_list<Dtype> accepted,
+                                             size_t& which, std::vector<int64_t>& dims) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return err(Errc::kIo, "cannot read " + path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return err(Errc::kInvalidArgument, path + ": not a regular file");
@@ -164,8 +172,15 @@ inline Result<std::vector<char>> read_fd(int fd, const std::string& path, const 
   std::string header(static_cast<size_t>(header_len), '\0');
   if (!pread_exact(fd, header.data(), header.size(), prefix)) return bad("truncated header");
   const std::string found_descr = field(header, "descr");
-  if (found_descr != std::string("'") + descr + "'")
-    return bad("dtype " + (found_descr.empty() ? std::string("(none)") : found_descr) + ", expected '" + descr + "'");
+  which = accepted.size();
+  std::string expected;
+  for (const Dtype& d : accepted) {
+    if (found_descr == std::string("'") + d.descr + "'") which = static_cast<size_t>(&d - accepted.begin());
+    expected.append(expected.empty() ? "'" : " or '").append(d.descr).append("'");
+  }
+  if (which == accepted.size())
+    return bad("dtype " + (found_descr.empty() ? std::string("(none)") : found_descr) + ", expected " + expected);
+  const size_t itemsize = accepted.begin()[which].itemsize;
   if (field(header, "fortran_order") != "False") return bad("not in C order (fortran_order is not False)");
   if (!parse_shape(field(header, "shape"), dims) || dims.empty())
     return bad("shape " + field(header, "shape") + " is not a 1-D or 2-D array of sizes up to " +
@@ -183,6 +198,13 @@ inline Result<std::vector<char>> read_fd(int fd, const std::string& path, const 
   std::vector<char> bytes(static_cast<size_t>(data_bytes));
   if (data_bytes > 0 && !pread_exact(fd, bytes.data(), bytes.size(), prefix + header_len)) return bad("truncated data");
   return bytes;
+}
+
+// read_fd_any() of exactly one dtype `descr` of element size `itemsize`.
+inline Result<std::vector<char>> read_fd(int fd, const std::string& path, const char* descr, size_t itemsize,
+                                         std::vector<int64_t>& dims) {
+  size_t which = 0;
+  return read_fd_any(fd, path, {Dtype{descr, itemsize}}, which, dims);
 }
 
 // read_fd() of the file at `path`, opened without waiting on a FIFO.
@@ -255,6 +277,34 @@ inline Result<std::vector<int64_t>> read_npy_i64(int fd, const std::string& show
   HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read_fd(fd, shown, "<i8", sizeof(int64_t), dims));
   if (dims.size() != 1) return err(Errc::kInvalidArgument, shown + ": not a 1-D array");
   return npy_detail::as_values<int64_t>(bytes);
+}
+
+// The same for files a user's program wrote, with NumPy's defaults as well as the trainers' types:
+// float32 or float64 values as doubles (2-D; with `one_d_as_column` a 1-D array is one column), and
+// int64 or int32 lists.
+inline Result<std::vector<double>> read_npy_real(int fd, const std::string& shown, int64_t& rows, int64_t& cols,
+                                                 bool one_d_as_column = false) {
+  std::vector<int64_t> dims;
+  size_t which = 0;
+  HPCTUNE_ASSIGN(const std::vector<char> bytes,
+                 npy_detail::read_fd_any(fd, shown, {{"<f4", sizeof(float)}, {"<f8", sizeof(double)}}, which, dims));
+  if (dims.size() == 1 && one_d_as_column) dims.push_back(1);
+  if (dims.size() != 2) return err(Errc::kInvalidArgument, shown + ": not a 2-D array");
+  rows = dims[0], cols = dims[1];
+  if (which == 1) return npy_detail::as_values<double>(bytes);
+  const std::vector<float> f = npy_detail::as_values<float>(bytes);
+  return std::vector<double>(f.begin(), f.end());
+}
+
+inline Result<std::vector<int64_t>> read_npy_int(int fd, const std::string& shown) {
+  std::vector<int64_t> dims;
+  size_t which = 0;
+  HPCTUNE_ASSIGN(const std::vector<char> bytes,
+                 npy_detail::read_fd_any(fd, shown, {{"<i8", sizeof(int64_t)}, {"<i4", sizeof(int32_t)}}, which, dims));
+  if (dims.size() != 1) return err(Errc::kInvalidArgument, shown + ": not a 1-D array");
+  if (which == 0) return npy_detail::as_values<int64_t>(bytes);
+  const std::vector<int32_t> i = npy_detail::as_values<int32_t>(bytes);
+  return std::vector<int64_t>(i.begin(), i.end());
 }
 
 }  // namespace hpctune

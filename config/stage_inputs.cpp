@@ -26,10 +26,8 @@ std::string writers_of(std::string_view what) {
 
 // Why the trainer of stage `input` does not give a `consumer` stage the `what` it needs
 // (trainers::kProvidesPredictions or kProvidesCheckpoints), naming the key that says so; nullopt
-// when it does. A kind with a provides_setting (command) declares it there; a pbt stage reads a
-// program's checkpoints (its checkpoints.directory); the other stages cannot read a program's own
-// predictions or checkpoints yet (that side of the contract is not built), so a declaration is
-// refused for them too, saying so.
+// when it does. A kind with a provides_setting (command) declares it there: an ensemble reads the
+// program's prediction files, a transfer and a pbt stage its checkpoint directory.
 std::optional<std::string> trainer_lacks(const std::string& consumer, const std::string& input, const json& trainer,
                                          const char* what) {
   const std::string kind = trainer.value("kind", "");
@@ -44,8 +42,10 @@ std::optional<std::string> trainer_lacks(const std::string& consumer, const std:
     const json& list = trainer.contains(can->provides_setting) ? trainer[can->provides_setting] : none;
     for (const auto& v : list) declared = declared || v == what;
     if (!declared) return needs + of + " provides none (" + key + ")";
-    // A pbt stage snapshots the program's checkpoint directory (checkpoints.directory) whole.
-    if (consumer == "pbt" && std::string_view(what) == trainers::kProvidesCheckpoints && can->checkpoints.directory)
+    // An ensemble reads the program's prediction files, a transfer its checkpoint directory, and a
+    // pbt stage snapshots that directory (checkpoints.directory) whole.
+    if (consumer != "pbt" ||
+        (std::string_view(what) == trainers::kProvidesCheckpoints && can->checkpoints.directory != nullptr))
       return std::nullopt;
     return std::string(what) + " declared by " + of + " (" + key + "): not supported yet for stages of kind " +
            consumer + ", which read only those of " + writers_of(what);

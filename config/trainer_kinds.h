@@ -52,5 +52,23 @@ inline std::string checkpoint_writers() {
   }
   return out;
 }
+// The parameters by which a trial of the kind is given a source's checkpoint and the source trial's
+// id (TrainerCapabilities::init_setting, source_trial_setting); "" when it takes none.
+inline std::string trainer_init_setting(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->init_setting != nullptr ? can->init_setting : "";
+}
+inline std::string trainer_source_trial_setting(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->source_trial_setting != nullptr ? can->source_trial_setting : "";
+}
+// Whether the kind declares the setting `name` (mlp's classes); false for an unknown kind.
+inline bool trainer_declares(const std::string& kind, std::string_view name) {
+  auto specs = trainers::trainer_setting_specs(kind);
+  if (!specs.ok()) return false;
+  for (const auto& d : **specs)
+    if (d.key == name) return true;
+  return false;
+}
 
 }  // namespace hpctune::config

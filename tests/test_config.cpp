@@ -1055,8 +1055,8 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "test.yaml:6:34: stages[1].from: the transfer needs checkpoints, and stage 'tune' turns them off (its "
        "trainer.checkpoint is false)"},
       // A command trainer declares what its program writes (trainer.provides, the catalog's
-      // capabilities): nothing declared is refused naming that key; what it declares, a stage
-      // cannot read yet, and says so.
+      // capabilities): nothing declared is refused naming that key (what it declares an ensemble
+      // and a transfer read: "stages: a command trainer's declared outputs ..." below).
       {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n", "{kind: command, command: ./train}"),
        "test.yaml:6:35: stages[1].from: the ensemble needs predictions, and trainer kind 'command' of stage 'tune' "
        "provides none (trainer.provides)"},
@@ -1064,10 +1064,6 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
                 "{kind: command, command: ./train, provides: [predictions]}"),
        "test.yaml:6:34: stages[1].from: the transfer needs checkpoints, and trainer kind 'command' of stage 'tune' "
        "provides none (trainer.provides)"},
-      {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n",
-                "{kind: command, command: ./train, provides: [predictions]}"),
-       "test.yaml:6:35: stages[1].from: predictions declared by trainer kind 'command' of stage 'tune' "
-       "(trainer.provides): not supported yet for stages of kind ensemble, which read only those of mlp and cnn"},
       // A pbt stage over a command trainer needs its checkpoints declared (it snapshots them).
       {workflow("  - {name: pop, kind: pbt, population: 2, steps: 4, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
                 "{kind: command, command: ./train}"),
@@ -1116,6 +1112,27 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
     CAPTURE(c.text);
     CHECK(parse_error(c.text) == c.expected);
   }
+}
+
+TEST_CASE("stages: a command trainer's declared outputs: an ensemble reads its predictions, a transfer its checkpoints") {
+  const std::string search =
+      "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  const std::string trainer = "{kind: command, command: ./train, provides: [predictions, checkpoints]}";
+  const auto c = parse_ok(workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n" +
+                                       "  - {name: move, kind: transfer, from: tune, classes: [5, 6], freeze: 1}\n",
+                                   trainer));
+  REQUIRE(c.stages.size() == 3);
+  CHECK(c.stages[1].kind == "ensemble");
+  CHECK(c.stages[2].kind == "transfer");
+  // The data seed a program draws its validation split with: the campaign's seed unless given.
+  CHECK(parse_ok("seed: 41\n" + workflow(search, trainer)).trainer.at("data_seed") == 41);
+  CHECK(parse_ok("seed: 41\n" + workflow(search, "{kind: command, command: ./train, data_seed: 5}"))
+            .trainer.at("data_seed") == 5);
+  // Each needs only its own: predictions alone do not make a transfer's source.
+  CHECK(parse_error(workflow(search + "  - {name: move, kind: transfer, from: tune}\n",
+                             "{kind: command, command: ./train, provides: [predictions]}")) ==
+        "test.yaml:6:34: stages[1].from: the transfer needs checkpoints, and trainer kind 'command' of stage 'tune' "
+        "provides none (trainer.provides)");
 }
 
 TEST_CASE("objective.noisy: off by default, true reaches the search spec, a bad value is located") {

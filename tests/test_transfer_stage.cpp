@@ -513,6 +513,72 @@ TEST_CASE("transfer: no usable source is an error naming the stage and why") {
   }
 }
 
+TEST_CASE("transfer: from a command trainer's program, asked of its capabilities") {
+  // A command trainer's checkpoint is the directory <trial dir>/checkpoint its program filled; the
+  // target gets it (and the source's id) through the kind's own parameters, which its trainer turns
+  // into HPCTUNE_SOURCE_CHECKPOINT and HPCTUNE_SOURCE_TRIAL; classes and max_train_samples, not
+  // settings of the kind, are parameters of every trial.
+  Fixture f;
+  f.cfg.trainer = {{"kind", "command"}, {"command", "./train"}, {"provides", json::array({"checkpoints"})}};
+  fs::remove_all(f.elsewhere);  // seq 1's artifact: gone, not a source
+  const std::string source_dir = f.run_dir + "/" + std::to_string(f.ids[0]) + "/checkpoint";
+  touch(source_dir + "/model.pt");
+  fs::create_directories(f.run_dir + "/" + std::to_string(f.ids[3]) + "/checkpoint");  // empty: not a source
+  SUBCASE("sources, targets and twins") {
+    auto stage = f.make(f.stage({{"sources", 2}, {"classes", json::array({5, 6})}, {"max_train_samples", 300},
+                                 {"freeze", 1}, {"baseline", true}}));
+    CHECK_FALSE(stage->trainer().contains("classes"));
+    CHECK_FALSE(stage->trainer().contains("max_train_samples"));
+    require_ok(stage->begin(f.ctx()));
+    CHECK(stage->source()->state()["sources"] == json::array({f.ids[0]}));
+    auto t = ask(*stage, 2);
+    REQUIRE(t.size() == 2);
+    CHECK(t[0].meta["role"] == "target");
+    CHECK(t[0].params["hpctune_source_checkpoint"] == fs::absolute(source_dir).lexically_normal().string());
+    CHECK(t[0].params["hpctune_source_trial"] == f.ids[0]);
+    CHECK_FALSE(t[0].params.contains("init_from"));
+    CHECK(t[0].params["lr"] == json(0.01));  // the source's
+    for (const auto& s : t) {
+      CHECK(s.params["classes"] == json::array({5, 6}));
+      CHECK(s.params["max_train_samples"] == 300);
+    }
+    CHECK(t[0].params["freeze"] == 1);
+    CHECK(t[1].meta["role"] == "baseline");
+    CHECK_FALSE(t[1].params.contains("hpctune_source_checkpoint"));
+    CHECK_FALSE(t[1].params.contains("hpctune_source_trial"));
+    CHECK(t[1].params["freeze"] == 0);
+  }
+  SUBCASE("a checkpoint directory that is a link is refused, naming the trial") {
+    const std::string other = f.dir.file("other");
+    touch(other + "/model.pt");
+    fs::create_directories(f.run_dir + "/" + std::to_string(f.ids[2]));
+    fs::create_directory_symlink(other, f.run_dir + "/" + std::to_string(f.ids[2]) + "/checkpoint");
+    auto stage = f.make(f.stage({{"sources", 2}}));
+    auto begun = stage->begin(f.ctx());
+    REQUIRE_FALSE(begun.ok());
+    CHECK(begun.error().message().find("stage 'move': trial " + std::to_string(f.ids[2]) +
+                                       ": its checkpoint directory is refused") != std::string::npos);
+  }
+  SUBCASE("a checkpoint: directory is a source for a program") {
+    const std::string pretrained = f.dir.file("pretrained");
+    touch(pretrained + "/weights.bin");
+    auto stage = f.make(f.stage({{"checkpoint", pretrained}}));
+    require_ok(stage->begin(f.ctx()));
+    auto t = ask(*stage, 1);
+    REQUIRE(t.size() == 1);
+    CHECK(t[0].params["hpctune_source_checkpoint"] == pretrained);
+    CHECK_FALSE(t[0].params.contains("hpctune_source_trial"));
+  }
+  SUBCASE("a target kind that cannot start from a checkpoint is a config error") {
+    f.cfg.trainer = {{"kind", "sleep"}};
+    auto made = workflow::make_transfer_stage(f.stage({}), f.cfg);
+    REQUIRE_FALSE(made.ok());
+    CHECK(made.error().code() == Errc::kConfig);
+    CHECK(made.error().message() ==
+          "stage 'move': trainer kind 'sleep' cannot start a trial from a checkpoint (a transfer needs one that can)");
+  }
+}
+
 TEST_CASE("transfer: finish records the best target, its baseline twin and the gain") {
   Fixture f;
   auto stage = f.make(f.stage({{"sources", 1}, {"seeds", 2}, {"baseline", true}}));

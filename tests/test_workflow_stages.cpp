@@ -304,7 +304,8 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
     CHECK(r.error().message() == "ensemble 'blend': member trial " + std::to_string(b) + " is refused: its " +
                                      "predictions do not line up with trial " + std::to_string(a) + "'s: " +
                                      "validation row 3: image (val_indices) 4, not 3; every member must hold out " +
-                                     "the same validation images (one trainer.data_seed) and predict the same test set");
+                                     "the same validation images (one trainer.data_seed; a program draws them from " +
+                                     "HPCTUNE_DATA_SEED) and predict the same test set");
   }
   SUBCASE("other labels: the member and the first row that differs are named") {
     Campaign c;
@@ -363,6 +364,72 @@ std::vector<float> shifted(const std::vector<float>& y, const std::vector<float>
   return out;
 }
 }  // namespace
+
+// A program's prediction files (a command trainer's): in the trial directory, recorded as no
+// artifact, probabilities as float64 and labels as int32 (NumPy's defaults for such arrays), and no
+// val_indices.npy.
+void program_predictions(const std::string& run_dir, int64_t trial_id, const Member& m,
+                         std::vector<int32_t> val_labels = {0, 0, 0, 0}) {
+  const std::string d = run_dir + "/" + std::to_string(trial_id);
+  std::filesystem::create_directories(d);
+  for (const auto& [name, p0] : {std::pair<const char*, const std::vector<double>*>{"val_probs", &m.val0},
+                                 {"test_probs", &m.test0}}) {
+    std::vector<double> values;
+    for (double x : *p0) values.push_back(x), values.push_back(1 - x);
+    std::string shape = "(";  // appended: GCC 12 warns falsely on "..." + ... (-Wrestrict, PR 105329)
+    shape.append(std::to_string(p0->size())).append(", 2)");
+    require_ok(npy_detail::write(d + "/" + name + ".npy", "<f8", shape, values.data(), values.size() * sizeof(double)));
+  }
+  const std::vector<int32_t> test_labels = {0, 1, 0};
+  for (const auto& [name, labels] : {std::pair<const char*, const std::vector<int32_t>*>{"val_labels", &val_labels},
+                                     {"test_labels", &test_labels}}) {
+    std::string shape = "(";
+    shape.append(std::to_string(labels->size())).append(",)");
+    require_ok(npy_detail::write(d + "/" + name + ".npy", "<i4", shape, labels->data(), labels->size() * sizeof(int32_t)));
+  }
+}
+
+TEST_CASE("ensemble stage: a program's prediction files in its trial directory (no artifacts, NumPy's dtypes, no val_indices)") {
+  SUBCASE("blended as the trainers' are") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.6), cc = c.trial(c.tune, 2, 0.4);
+    program_predictions(c.run_dir, a, kA);
+    program_predictions(c.run_dir, b, kB);
+    program_predictions(c.run_dir, cc, kC);
+    auto stage = ensemble_stage({{"method", "greedy"}, {"max_size", 2}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    require_ok(r);
+    CHECK((*r)["candidates"] == 3);
+    CHECK((*r)["members"] == json::array({{{"trial", a}, {"weight", 0.5}}, {{"trial", b}, {"weight", 0.5}}}));
+  }
+  SUBCASE("labels that differ: the member and the row are named") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.6);
+    program_predictions(c.run_dir, a, kA);
+    program_predictions(c.run_dir, b, kB, {0, 0, 0, 1});
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message().find("member trial " + std::to_string(b) + " is refused: its predictions do not line " +
+                                   "up with trial " + std::to_string(a) + "'s: validation row 3: label 1, not 0;") !=
+          std::string::npos);
+  }
+  SUBCASE("a file that is a link planted in the trial directory is refused, naming it") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5);
+    program_predictions(c.run_dir, a, kA);
+    const std::string d = c.run_dir + "/" + std::to_string(a);
+    std::filesystem::rename(d + "/val_probs.npy", c.dir.file("elsewhere.npy"));
+    std::filesystem::create_symlink(c.dir.file("elsewhere.npy"), d + "/val_probs.npy");
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    auto begun = stage->begin(c.ctx());
+    REQUIRE_FALSE(begun.ok());
+    CHECK(begun.error().message().find("ensemble 'blend': trial " + std::to_string(a) + "'s " + d +
+                                       "/val_probs.npy is refused") != std::string::npos);
+  }
+}
 
 TEST_CASE("ensemble stage, task regression: greedy, top_k and weighted blend by MSE to the known answer") {
   Campaign c;
@@ -438,7 +505,8 @@ TEST_CASE("ensemble stage: inputs without predictions fail with the stage and th
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().code() == Errc::kFailed);
   CHECK(st.error().message() ==
-        "ensemble 'blend': none of the 3 done trials of stage 'tune' saved predictions (trainer.save_predictions)");
+        "ensemble 'blend': none of the 3 done trials of stage 'tune' saved predictions (trainer.save_predictions; a program writes them into its "
+          "HPCTUNE_TRIAL_DIR)");
   auto r = stage->finish(c.ctx());
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message() == st.error().message());

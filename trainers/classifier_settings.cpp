@@ -141,6 +141,7 @@ TrainerCapabilities classifier_capabilities() {
   can.step_setting = "epochs";
   can.predictions = {.written = true, .switch_setting = "save_predictions", .task = "classification"};
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
+  can.init_setting = "init_from";
   return can;
 }
 

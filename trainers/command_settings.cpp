@@ -34,6 +34,13 @@ const std::vector<SettingDecl>& command_setting_specs() {
        .help = "The step the program trains to, then saves its checkpoint and exits 0 (HPCTUNE_MAX_STEP, {max_step}; "
                "0 = no limit). A pbt stage sets it for each interval.",
        .aliases = {"max_steps"}},
+      // As the classifier kinds' data_seed: the campaign's seed unless given (CampaignConfig::set_seed).
+      {.key = "data_seed", .type = T::kInt, .default_value = 0, .min = 0,
+       .help = "Given to the program as HPCTUNE_DATA_SEED: the seed to draw the data split with (which rows "
+               "are held out for validation). The same for every trial of a campaign, so that row i of every "
+               "trial's val_probs.npy is the same example, as an ensemble stage requires; HPCTUNE_SEED, the "
+               "trial's own, is for initialisation and shuffling.", .aliases = {"split_seed", "data_split_seed"},
+       .default_note = "seed (the campaign's, --seed included)"},
   };
   return specs;
 }
@@ -49,6 +56,13 @@ TrainerCapabilities command_capabilities() {
   can.starts_own_ranks = true;
   can.params = TrainerParams::kAny;
   can.command_setting = "command";
+  // A checkpoint is the directory HPCTUNE_CHECKPOINT_DIR names, <trial dir>/checkpoint.
+  can.checkpoints.directory = "checkpoint";
+  // A transfer stage's target gets these two parameters; the trainer takes them out of the
+  // program's parameters (HPCTUNE_PARAMS, the placeholders) and exports them as
+  // HPCTUNE_SOURCE_CHECKPOINT and HPCTUNE_SOURCE_TRIAL (command_trainer.cpp: workflow_env).
+  can.init_setting = "hpctune_source_checkpoint";
+  can.source_trial_setting = "hpctune_source_trial";
   return can;
 }
 

@@ -471,6 +471,26 @@ Status checkpoint_env(const TrialContext& ctx, const std::string& trial_dir, nlo
   return Status::Ok();
 }
 
+// What a workflow gives the program beside its parameters: the campaign's data seed
+// (HPCTUNE_DATA_SEED, from trainer.data_seed: every trial draws the same validation split) and, for
+// a transfer stage's target, its source's checkpoint directory and trial id (HPCTUNE_SOURCE_CHECKPOINT,
+// HPCTUNE_SOURCE_TRIAL). Those two come as the parameters the kind's capabilities name
+// (command_settings.cpp) and are taken out of `params`: the program sees them only as variables.
+Result<std::map<std::string, std::string>> workflow_env(const nlohmann::json& trainer, nlohmann::json& params) {
+  std::map<std::string, std::string> env;
+  SettingsReader r("command", trainer, command_setting_specs());
+  HPCTUNE_ASSIGN(const nlohmann::json data_seed, r.value("data_seed"));
+  env["HPCTUNE_DATA_SEED"] = data_seed.dump();
+  const TrainerCapabilities can = command_capabilities();
+  for (const auto& [key, name] : {std::pair{can.init_setting, "HPCTUNE_SOURCE_CHECKPOINT"},
+                                  std::pair{can.source_trial_setting, "HPCTUNE_SOURCE_TRIAL"}}) {
+    if (key == nullptr || !params.contains(key)) continue;
+    env[name] = template_text(params[key]);
+    params.erase(key);
+  }
+  return env;
+}
+
 }  // namespace
 
 Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
@@ -503,13 +523,14 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   const std::string stdout_log = attempt_dir + "/stdout.log";
   const std::string stderr_log = attempt_dir + "/stderr.log";
 
+  nlohmann::json params = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
+  HPCTUNE_ASSIGN(const auto workflow_vars, workflow_env(ctx.trainer, params));
   // The template's values: the parameters, then the trial's own names where no parameter has them.
-  nlohmann::json values = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
+  nlohmann::json values = params;
   const nlohmann::json builtins = {{"trial_id", ctx.trial_id}, {"trial_dir", trial_dir}, {"attempt", ctx.attempt},
                                    {"attempt_dir", attempt_dir}, {"seed", ctx.seed},  {"ranks", ranks}};
   for (auto it = builtins.begin(); it != builtins.end(); ++it)
     if (!values.contains(it.key())) values[it.key()] = it.value();
-  nlohmann::json params = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
   launch::SpawnOptions spawn;
   HPCTUNE_TRY(checkpoint_env(ctx, trial_dir, params, values, spawn.env));
   HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
@@ -531,6 +552,7 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
   spawn.env["HPCTUNE_THREADS"] = std::to_string(threads);
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
     if (getenv(name) == nullptr) spawn.env[name] = std::to_string(threads);
+  for (const auto& [k, v] : workflow_vars) spawn.env[k] = v;
   for (const auto& [k, v] : s.env) spawn.env[k] = v;
   spawn.workdir = s.workdir;
   spawn.supervised = true;  // the whole tree dies with the trial, and with this worker

@@ -90,6 +90,12 @@ struct TrainerCapabilities {
   const char* params_hint = nullptr;  // how to name them in a message ("x1, x2, ...")
   // A string setting that is a command line with {placeholders} (trainers::render_command).
   const char* command_setting = nullptr;
+  // The parameter by which a transfer stage gives a trial its source's checkpoint (the classifier
+  // kinds' setting init_from; the command kind's reserved name, exported as HPCTUNE_SOURCE_CHECKPOINT),
+  // and the one that names the source trial (command: HPCTUNE_SOURCE_TRIAL); nullptr: none, and
+  // a kind without an init_setting cannot be a transfer stage's target.
+  const char* init_setting = nullptr;
+  const char* source_trial_setting = nullptr;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";

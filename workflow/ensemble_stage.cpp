@@ -27,10 +27,14 @@ namespace fs = std::filesystem;
 
 // The artifacts a member needs, as the classifier trainers record them (classification), or as a
 // program writes them for `task: regression` (predictions and targets, rows x outputs). The first
-// two are the validation and test predictions.
+// two are the validation and test predictions. A trial that recorded none of them (a `command`
+// trainer's program) has them as <kind>.npy in its trial directory.
 const std::vector<std::string> kClassificationKinds = {"val_probs", "test_probs", "val_indices", "val_labels",
                                                        "test_labels"};
 const std::vector<std::string> kRegressionKinds = {"val_pred", "test_pred", "val_targets", "test_targets"};
+// The one a member may lack (a program need not say which examples its validation rows are): the
+// rows are then compared by their labels alone, and by the images when every member lists them.
+constexpr const char* kOptionalKind = "val_indices";
 
 // A stable 64-bit hash of the stage's name (FNV-1a): the retrained seeds of two ensemble stages
 // of one campaign draw apart, and do not depend on the order the stage rows were created in.
@@ -81,7 +85,7 @@ struct Candidate {
 // One member's predictions, loaded and checked (regression: the targets instead of the lists).
 struct Loaded {
   ensemble::Probabilities val, test;
-  std::vector<int64_t> val_indices, val_labels, test_labels;
+  std::vector<int64_t> val_indices, val_labels, test_labels;  // val_indices: empty when not saved
   ensemble::Probabilities val_targets, test_targets;
 };
 
@@ -152,9 +156,13 @@ class EnsembleStage final : public scheduler::StageRuntime {
     if (in.usable.empty()) return no_members(in);
     std::vector<Loaded> loaded;
     loaded.reserve(in.usable.size());
+    const std::size_t optional = kind_index(kOptionalKind);
+    const bool all_indexed = std::all_of(in.usable.begin(), in.usable.end(), [&](const Candidate& c) {
+      return optional >= c.paths.size() || !c.paths[optional].empty();
+    });
     for (const Candidate& c : in.usable) {
       HPCTUNE_ASSIGN(Loaded l, load(ctx, c));
-      if (!loaded.empty()) HPCTUNE_TRY(lines_up(in.usable.front(), loaded.front(), c, l));
+      if (!loaded.empty()) HPCTUNE_TRY(lines_up(in.usable.front(), loaded.front(), c, l, all_indexed));
       loaded.push_back(std::move(l));
     }
     if (s_.regression) return finish_regression(ctx, in, loaded);
@@ -258,7 +266,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
     const std::string stages = (in.input_names.find(',') == std::string::npos ? "stage " : "stages ") + in.input_names;
     if (in.done.empty()) return failed(stages + " finished no trial (no done trials to blend)");
     return failed("none of the " + std::to_string(in.done.size()) + " done trials of " + stages +
-                  " saved predictions (trainer.save_predictions)");
+                  " saved predictions (trainer.save_predictions; a program writes them into its HPCTUNE_TRIAL_DIR)");
   }
 
   // The objective value a trial reported (its final metrics; the recorded objective otherwise).
@@ -274,7 +282,14 @@ class EnsembleStage final : public scheduler::StageRuntime {
     return objective_.maximize ? a > b : a < b;
   }
 
-  // The trial's predictions, from its latest attempt's artifacts; false when one is missing.
+  // The index of `kind` in kinds(); kinds().size() when it is not one of them.
+  std::size_t kind_index(const std::string& kind) const {
+    const std::vector<std::string>& kinds = this->kinds();
+    return static_cast<std::size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+  }
+
+  // The trial's predictions, from its latest attempt's artifacts, else (none recorded) the files
+  // its program left in its trial directory; false when one (but the optional val_indices) is missing.
   Result<bool> candidate_of(const scheduler::StageContext& ctx, const store::TrialRow& t, Candidate& c) const {
     HPCTUNE_ASSIGN(std::vector<store::ArtifactRow> artifacts, ctx.store->artifacts(t.id));
     c.trial = t.id;
@@ -282,20 +297,39 @@ class EnsembleStage final : public scheduler::StageRuntime {
     // The files of one attempt, the latest that recorded any: never an earlier attempt's
     // validation rows beside a later one's probabilities.
     const std::vector<std::string>& kinds = this->kinds();
-    auto kind_index = [&](const std::string& kind) {
-      return static_cast<std::size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
-    };
     int64_t latest = 0;
     for (const auto& a : artifacts)
       if (kind_index(a.kind) < kinds.size()) latest = std::max(latest, a.attempt);
     c.paths.assign(kinds.size(), "");
     for (const auto& a : artifacts)
       if (const std::size_t k = kind_index(a.kind); k < kinds.size() && a.attempt == latest) c.paths[k] = a.path;
+    if (latest == 0) HPCTUNE_TRY(files_in_trial_dir(ctx, t.id, c));
     for (std::size_t k = 0; k < kinds.size(); ++k) {
-      if (c.paths[k].empty()) return false;
+      if (c.paths[k].empty()) {
+        if (kinds[k] == kOptionalKind) continue;
+        return false;
+      }
       HPCTUNE_TRY(resolve(ctx, t.id, c.paths[k], kinds[k].c_str()));  // kept as recorded: load() opens it
     }
     return true;
+  }
+
+  // The <kind>.npy files in the trial's directory (a program's, HPCTUNE_TRIAL_DIR), each opened as
+  // load() will open it: absent ones stay "", and one that cannot be a member's file (a link, a
+  // FIFO, another user's file) is an error naming it.
+  Status files_in_trial_dir(const scheduler::StageContext& ctx, int64_t trial, Candidate& c) const {
+    if (ctx.run_dir.empty()) return {};
+    const std::vector<std::string>& kinds = this->kinds();
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      const std::string path = ctx.trial_dir(trial) + "/" + kinds[k] + ".npy";
+      auto fd = open_trial_file(ctx.run_dir, trial, path);
+      if (fd.ok()) {
+        c.paths[k] = path;
+      } else if (fd.error().code() != Errc::kNotFound) {
+        return failed("trial " + std::to_string(trial) + "'s " + path + " is refused: " + fd.error().message());
+      }
+    }
+    return {};
   }
 
   // An artifact's path, relative ones against the trial's directory. The path was sent by a trainer
@@ -402,7 +436,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
       for (std::size_t p = 0; p < 4; ++p) {
         HPCTUNE_ASSIGN(UniqueFd fd, open(p));
         int64_t rows = 0, cols = 0;
-        auto values = read_npy_f32(fd.get(), c.paths[p], rows, cols);
+        auto values = read_npy_real(fd.get(), c.paths[p], rows, cols, /*one_d_as_column=*/true);
         if (!values.ok()) return named(values.error());
         mats[p]->rows = static_cast<std::size_t>(rows);
         mats[p]->classes = static_cast<std::size_t>(cols);
@@ -422,7 +456,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
     for (std::size_t p = 0; p < 2; ++p) {
       HPCTUNE_ASSIGN(UniqueFd fd, open(p));
       int64_t rows = 0, cols = 0;
-      auto values = read_npy_f32(fd.get(), c.paths[p], rows, cols);
+      auto values = read_npy_real(fd.get(), c.paths[p], rows, cols);
       if (!values.ok()) return named(values.error());
       probs[p]->rows = static_cast<std::size_t>(rows);
       probs[p]->classes = static_cast<std::size_t>(cols);
@@ -430,13 +464,15 @@ class EnsembleStage final : public scheduler::StageRuntime {
     }
     std::vector<int64_t>* lists[3] = {&l.val_indices, &l.val_labels, &l.test_labels};
     for (std::size_t k = 0; k < 3; ++k) {
+      if (c.paths[2 + k].empty()) continue;  // the optional val_indices
       HPCTUNE_ASSIGN(UniqueFd fd, open(2 + k));
-      auto values = read_npy_i64(fd.get(), c.paths[2 + k]);
+      auto values = read_npy_int(fd.get(), c.paths[2 + k]);
       if (!values.ok()) return named(values.error());
       *lists[k] = std::move(values).value();
     }
     auto rows_of = [](const ensemble::Probabilities& p) { return static_cast<std::size_t>(p.rows); };
-    if (l.val_indices.size() != rows_of(l.val) || l.val_labels.size() != rows_of(l.val) ||
+    const bool indexed = !c.paths[kind_index(kOptionalKind)].empty();
+    if ((indexed && l.val_indices.size() != rows_of(l.val)) || l.val_labels.size() != rows_of(l.val) ||
         l.test_labels.size() != rows_of(l.test) || l.val.classes != l.test.classes)
       return failed("trial " + std::to_string(c.trial) + "'s predictions do not agree with themselves: val_probs " +
                     std::to_string(l.val.rows) + " x " + std::to_string(l.val.classes) + ", test_probs " +
@@ -446,9 +482,10 @@ class EnsembleStage final : public scheduler::StageRuntime {
     return l;
   }
 
-  // Members must predict the same rows: the same validation images, labels and classes. A member
-  // that does not is refused, naming it (its trial) and the first row (split and index) that differs.
-  Status lines_up(const Candidate& a, const Loaded& la, const Candidate& b, const Loaded& lb) const {
+  // Members must predict the same rows: the same validation images (when every member lists them:
+  // `indexed`), labels and classes. A member that does not is refused, naming it (its trial) and the
+  // first row (split and index) that differs.
+  Status lines_up(const Candidate& a, const Loaded& la, const Candidate& b, const Loaded& lb, bool indexed) const {
     std::string what;
     if (s_.regression) {
       if (la.val.classes != lb.val.classes)
@@ -460,14 +497,15 @@ class EnsembleStage final : public scheduler::StageRuntime {
     } else if (la.val.classes != lb.val.classes) {
       what = "its number of classes is " + std::to_string(lb.val.classes) + ", not " + std::to_string(la.val.classes);
     } else {
-      what = first_difference("validation row", "image (val_indices)", la.val_indices, lb.val_indices);
+      if (indexed) what = first_difference("validation row", "image (val_indices)", la.val_indices, lb.val_indices);
       if (what.empty()) what = first_difference("validation row", "label", la.val_labels, lb.val_labels);
       if (what.empty()) what = first_difference("test row", "label", la.test_labels, lb.test_labels);
     }
     if (what.empty()) return {};
     return failed("member trial " + std::to_string(b.trial) + " is refused: its predictions do not line up with " +
                   "trial " + std::to_string(a.trial) + "'s: " + what + "; every member must hold out the same " +
-                  "validation images (one trainer.data_seed) and predict the same test set");
+                  "validation images (one trainer.data_seed; a program draws them from HPCTUNE_DATA_SEED) and " +
+                  "predict the same test set");
   }
 
   // "" when `a` and `b` agree row by row; else the first row that differs, in words ("validation

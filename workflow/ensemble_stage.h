@@ -3,7 +3,9 @@
 //
 // begin() reads the done trials of its inputs and their prediction artifacts (the latest
 // attempt's val_probs, test_probs, val_indices, val_labels and test_labels, written by the mlp and
-// cnn trainers with trainer.save_predictions). Trials without them are skipped and counted; none
+// cnn trainers with trainer.save_predictions), or, for a trial that recorded none (a command
+// trainer's program), the <kind>.npy files in its trial directory; val_indices is optional
+// (probabilities float32 or float64, labels int32 or int64). Trials without them are skipped and counted; none
 // left is an error naming the stage. With `retrain: {top: k, seeds: n}` the stage also runs k * n
 // trials of its own: the parameters of the k best input trials (the campaign's first objective)
 // each under n new seeds (Suggestion meta "seed", derived from the campaign seed, the stage's name
@@ -11,7 +13,8 @@
 // runs no trials.
 //
 // finish() loads every member's predictions (the inputs' and the retrained trials'), checks that
-// their rows line up (the same val_indices and labels: the campaign-level validation split), runs
+// their rows line up (the same labels, and the same val_indices when every member saved them: the
+// campaign-level validation split), runs
 // the method on the validation rows (greedy: forward selection with replacement, max_size picks,
 // `bags` bags seeded from the campaign seed; top_k: the k best, equal weights; weighted: log loss
 // fitted on the simplex) and scores the blend on validation and test. Its result:
@@ -25,7 +28,7 @@
 // as float64 .npy files to <run_dir>/stage-<stage id>-ensemble/{val,test}_probs.npy, rows in the
 // members' order (val_indices.npy of any member says which training image a validation row is).
 // With `task: regression` the members' files are val_pred, test_pred, val_targets and test_targets
-// (float32, rows x outputs), every member's targets must equal the first's row by row, the methods
+// (float32 or float64, rows x outputs; a 1-D file is one output), every member's targets must equal the first's row by row, the methods
 // minimize validation mean squared error (ensemble.h), and the result is
 //   {"task": "regression", "method", "candidates", "skipped", "retrained", "members", "val_mse", "test_mse",
 //    "best_single": {"trial", "val_mse", "test_mse"}, "files": {"val_pred", "test_pred"}}

@@ -15,6 +15,7 @@
 
 #include "common/rng.h"
 #include "common/text.h"
+#include "config/trainer_kinds.h"
 #include "search/searcher.h"
 #include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
@@ -126,15 +127,58 @@ Result<bool> has_checkpoint_files(const std::string& run_dir, int64_t trial) {
   return found;
 }
 
-// Whether the stage's `checkpoint` file can be a source: reached without a link planted by
-// someone else (resolve_without_planted_links) and a regular file (opened without waiting).
-Status checkpoint_key_usable(const std::string& path) {
+// Whether trial `trial`'s directory under `run_dir` holds the checkpoint directory `name` (a
+// program's HPCTUNE_CHECKPOINT_DIR) with something in it. It is opened without following a link, as
+// the user's own directory (trial_files.h): one that is not is an error naming it.
+Result<bool> has_checkpoint_directory(const std::string& run_dir, int64_t trial, const std::string& name) {
+  auto dir = open_trial_dir(run_dir, trial);
+  if (!dir.ok()) {
+    if (dir.error().code() == Errc::kNotFound) return false;
+    return err(dir.error().code(), "its trial directory is refused: " + dir.error().message());
+  }
+  auto sub = open_own_at(dir->get(), name, /*directory=*/true);
+  if (!sub.ok()) {
+    if (sub.error().code() == Errc::kNotFound) return false;
+    return err(sub.error().code(), "its checkpoint directory is refused: " + sub.error().message());
+  }
+  const int listed = ::dup(sub->get());
+  if (listed < 0) return err(Errc::kIo, std::string("cannot list its checkpoint directory: ") + std::strerror(errno));
+  DIR* d = ::fdopendir(listed);
+  if (d == nullptr) {
+    ::close(listed);
+    return err(Errc::kIo, std::string("cannot list its checkpoint directory: ") + std::strerror(errno));
+  }
+  bool found = false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string entry = e->d_name;
+    if (entry != "." && entry != "..") {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+// Whether the stage's `checkpoint` can be a source: reached without a link planted by someone else
+// (resolve_without_planted_links) and a regular file (opened without waiting), or a directory where
+// the target's trainer takes a checkpoint directory (`directory`).
+Status checkpoint_key_usable(const std::string& path, bool directory) {
+  const char* what = directory ? "does not exist or is not a regular file or a directory"
+                               : "does not exist or is not a regular file";
+  if (directory) {
+    // A directory: each of its components resolved as the file's are, up to an entry inside it.
+    auto inside = resolve_without_planted_links(path + "/checkpoint-probe");
+    struct stat st {};
+    if (inside.ok() && ::fstat(inside->dir.get(), &st) == 0 && S_ISDIR(st.st_mode)) return {};
+  }
   auto at = resolve_without_planted_links(path);
   if (!at.ok()) return err(at.error().code(), "is refused: " + at.error().message());
   UniqueFd fd(::openat(at->dir.get(), at->name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) return err(Errc::kNotFound, "does not exist or is not a regular file");
+  if (!fd.valid()) return err(Errc::kNotFound, what);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return err(Errc::kInvalidArgument, "does not exist or is not a regular file");
+  if (::fstat(fd.get(), &st) != 0 || !(S_ISREG(st.st_mode) || (directory && S_ISDIR(st.st_mode))))
+    return err(Errc::kInvalidArgument, what);
   return {};
 }
 
@@ -147,9 +191,18 @@ std::string absolute(const std::string& path) {
 
 struct Source {
   int64_t trial_id = 0;  // 0: a checkpoint file
-  std::string init_from;
+  std::string init_from;  // the trial's directory, its checkpoint directory, or the file
   json params = json::object();
   double objective = 0;
+};
+
+// What the stage's trainer kinds take (config/trainer_kinds.h: their capabilities, never their names).
+struct TrainerUse {
+  std::string init_setting;          // the target's parameter naming the source's checkpoint
+  std::string source_trial_setting;  // the target's parameter naming the source trial; "" = none
+  json extra_params = json::object();  // classes, max_train_samples: parameters where not settings
+  std::map<std::string, std::string> checkpoint_directory;  // input stage -> its kind's checkpoint directory
+  bool checkpoint_may_be_directory = false;  // `checkpoint:` may name a directory (the target kind's checkpoint)
 };
 
 // One recorded or proposed trial of the stage.
@@ -161,10 +214,10 @@ struct Entry {
 class TransferStage final : public scheduler::StageRuntime, public scheduler::TrialSource {
  public:
   TransferStage(std::string name, TransferSettings settings, search::Objective objective, uint64_t seed,
-                json trainer, std::set<std::string> pinned, std::unique_ptr<search::Searcher> nested,
+                json trainer, TrainerUse use, std::set<std::string> pinned, std::unique_ptr<search::Searcher> nested,
                 std::set<std::string> nested_names, int64_t nested_max)
       : name_(std::move(name)), s_(std::move(settings)), objective_(std::move(objective)),
-        seed_(derive_seed(seed, name_key("transfer:" + name_))), trainer_(std::move(trainer)),
+        seed_(derive_seed(seed, name_key("transfer:" + name_))), trainer_(std::move(trainer)), use_(std::move(use)),
         pinned_(std::move(pinned)), nested_(std::move(nested)), nested_names_(std::move(nested_names)), nested_max_(nested_max) {}
 
   // --- StageRuntime ---------------------------------------------------------------------------
@@ -208,6 +261,7 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
   search::Objective objective_;
   uint64_t seed_;  // the stage's stream of seeds
   json trainer_;
+  TrainerUse use_;
   std::set<std::string> pinned_;  // the stage's own trainer keys: a source's params do not override them
   std::unique_ptr<search::Searcher> nested_;
   std::set<std::string> nested_names_;
@@ -229,7 +283,7 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
   if (!s_.checkpoint.empty()) {
     // The config's own file (the user's choice, perhaps a colleague's model): a link is followed
     // only where nobody else can have made it, and a FIFO is never waited on.
-    if (auto st = checkpoint_key_usable(s_.checkpoint); !st.ok()) {
+    if (auto st = checkpoint_key_usable(s_.checkpoint, use_.checkpoint_may_be_directory); !st.ok()) {
       return err(Errc::kFailed, "stage '" + name_ + "': no source: the checkpoint file '" + s_.checkpoint +
                                     "' " + st.error().message());
     }
@@ -239,11 +293,15 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
   }
   HPCTUNE_ASSIGN(auto stage_rows, ctx.store->stages(ctx.campaign_id));
   std::vector<std::string> from;
+  std::map<int64_t, std::string> checkpoint_directory;  // input stage id -> its trainer's, where it has one
   for (int64_t id : ctx.inputs) {
     std::string label("#");
     label += std::to_string(id);
     for (const auto& row : stage_rows) {
-      if (row.id == id) label = "'" + row.name + "'";
+      if (row.id != id) continue;
+      label = "'" + row.name + "'";
+      if (auto it = use_.checkpoint_directory.find(row.name); it != use_.checkpoint_directory.end())
+        checkpoint_directory[id] = it->second;
     }
     from.push_back(label);
   }
@@ -292,7 +350,13 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
       }
       break;
     }
-    if (dir.empty() && !ctx.run_dir.empty()) {
+    const auto own_directory = checkpoint_directory.find(row->stage_id);
+    if (dir.empty() && !ctx.run_dir.empty() && own_directory != checkpoint_directory.end()) {
+      // A program's checkpoint: the directory it was given (HPCTUNE_CHECKPOINT_DIR), not empty.
+      auto has = has_checkpoint_directory(ctx.run_dir, row->id, own_directory->second);
+      if (!has.ok()) return err(Errc::kFailed, trial_label + ": " + has.error().message());
+      if (*has) dir = (fs::path(ctx.trial_dir(row->id)) / own_directory->second).string();
+    } else if (dir.empty() && !ctx.run_dir.empty()) {
       auto has = has_checkpoint_files(ctx.run_dir, row->id);
       if (!has.ok()) return err(Errc::kFailed, trial_label + ": " + has.error().message());
       if (*has) dir = ctx.trial_dir(row->id);
@@ -308,7 +372,8 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
     return err(Errc::kFailed, "stage '" + name_ + "': no source: none of the " + std::to_string(done.size()) +
                                   " done trials of " + inputs +
                                   " has a checkpoint (no checkpoint artifact, no checkpoint-stage*.bin in its "
-                                  "trial directory; does its trainer save checkpoints?)");
+                                  "trial directory, nor a non-empty checkpoint directory where its trainer keeps "
+                                  "one; does its trainer save checkpoints?)");
   }
   if (!skipped.empty() && ctx.log) {
     ctx.log("stage '" + name_ + "': trials " + join(skipped, ", ") + " have no checkpoint and are not sources");
@@ -338,14 +403,17 @@ search::Suggestion TransferStage::make_target(const json& nested_params, json ne
   search::Suggestion s;
   s.seq = next_seq_++;
   s.params = src.params;
-  s.params.erase("init_from");
+  s.params.erase(use_.init_setting);
+  if (!use_.source_trial_setting.empty()) s.params.erase(use_.source_trial_setting);
   // The fine-tuning settings the stage states (trainer: {lr: ..., epochs: ...}) win over the
   // values the source was searched with; the rest (its architecture above all) it keeps.
   for (const std::string& key : pinned_) s.params.erase(key);
   if (nested_params.is_object()) {
     for (const auto& [key, value] : nested_params.items()) s.params[key] = value;
   }
-  s.params["init_from"] = src.init_from;
+  for (const auto& [key, value] : use_.extra_params.items()) s.params[key] = value;
+  s.params[use_.init_setting] = src.init_from;
+  if (!use_.source_trial_setting.empty() && src.trial_id > 0) s.params[use_.source_trial_setting] = src.trial_id;
   if (!nested_params.is_object() || !nested_params.contains("freeze")) s.params["freeze"] = s_.freeze;
   s.meta = nested_meta.is_object() ? std::move(nested_meta) : json::object();
   if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
@@ -373,7 +441,8 @@ search::Suggestion TransferStage::make_twin(int64_t target_seq) {
   search::Suggestion s;
   s.seq = next_seq_++;
   s.params = params_.at(target_seq);
-  s.params.erase("init_from");
+  s.params.erase(use_.init_setting);
+  if (!use_.source_trial_setting.empty()) s.params.erase(use_.source_trial_setting);
   s.params["freeze"] = 0;
   // The target's transfer refinements (LP-FT's head-only epochs, a smaller rate for the loaded
   // layers) would only hold a from-scratch network back: the twin trains every layer at the full
@@ -605,12 +674,31 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_transfer_stage(const confi
   HPCTUNE_ASSIGN(TransferSettings settings, read_settings(stage.name, stage.settings));
   const config::CampaignConfig& own = stage.own ? *stage.own : campaign;
   if (own.objectives.empty()) return err(Errc::kConfig, "stage '" + stage.name + "': the campaign has no objective");
-  // The trials' trainer: the stage's, with the target data's classes and labels.
+  // The trials' trainer: the stage's, with the target data's classes and labels; for a kind that
+  // does not declare those settings (a program's), they are parameters of every trial.
   nlohmann::json trainer = own.trainer.is_object() ? own.trainer : nlohmann::json::object();
-  if (!settings.classes.empty() || trainer.contains("classes")) trainer["classes"] = settings.classes;
+  const std::string kind = trainer.value("kind", "");
+  TrainerUse use;
+  use.init_setting = config::trainer_init_setting(kind);
+  if (use.init_setting.empty())
+    return err(Errc::kConfig, "stage '" + stage.name + "': trainer kind '" + kind +
+                                  "' cannot start a trial from a checkpoint (a transfer needs one that can)");
+  use.source_trial_setting = config::trainer_source_trial_setting(kind);
+  const bool as_settings = config::trainer_declares(kind, "classes");
+  nlohmann::json& data = as_settings ? trainer : use.extra_params;
+  if (!settings.classes.empty() || trainer.contains("classes")) data["classes"] = settings.classes;
   if (settings.max_train_samples > 0 || trainer.contains("max_train_samples")) {
-    trainer["max_train_samples"] = settings.max_train_samples;
+    data["max_train_samples"] = settings.max_train_samples;
   }
+  // Where each input stage's trials keep a checkpoint directory (their trainer kind's, else the
+  // campaign's); with `checkpoint:`, whether that may be a directory (the target kind's).
+  for (const std::string& from : stage.from) {
+    std::string from_kind = campaign.trainer.is_object() ? campaign.trainer.value("kind", "") : "";
+    for (const auto& st : campaign.stages)
+      if (st.name == from && st.own && st.own->trainer.is_object()) from_kind = st.own->trainer.value("kind", "");
+    if (auto d = config::trainer_checkpoint_directory(from_kind); !d.empty()) use.checkpoint_directory[from] = d;
+  }
+  use.checkpoint_may_be_directory = !config::trainer_checkpoint_directory(kind).empty();
   std::unique_ptr<search::Searcher> nested;
   std::set<std::string> names;
   int64_t nested_max = 0;
@@ -624,7 +712,8 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_transfer_stage(const confi
   }
   return std::unique_ptr<scheduler::StageRuntime>(new TransferStage(stage.name, std::move(settings),
                                                                     own.objectives.front(), campaign.seed,
-                                                                    std::move(trainer), stage.trainer_keys,
+                                                                    std::move(trainer), std::move(use),
+                                                                    stage.trainer_keys,
                                                                     std::move(nested),
                                                                     std::move(names), nested_max));
 }

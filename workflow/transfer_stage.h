@@ -3,16 +3,23 @@
 //
 // begin() picks the sources: the top `sources` done trials of the stages of `from` by the
 // campaign's first objective, each with checkpoint files in its trial directory (its artifacts of
-// kind "checkpoint", or checkpoint-stage*.bin in ctx.trial_dir(id)); or, with `checkpoint:`, that
-// one file. No usable source fails the stage (Errc::kFailed, naming it and why).
+// kind "checkpoint", or checkpoint-stage*.bin in ctx.trial_dir(id), or, where its trainer kind keeps
+// its checkpoint as a directory (TrainerOutput::directory: a command trainer's program), that
+// directory inside ctx.trial_dir(id) when not empty); or, with `checkpoint:`, that one file (or a
+// directory, for such a kind). No usable source fails the stage (Errc::kFailed, naming it and why).
 //
 // Its trials: without a nested search, `seeds` target trials per source; with one (the stage's own
 // `search` and `space`: fine-tuning settings such as lr, freeze, epochs), the nested searcher's
 // suggestions, assigned to the sources round-robin. A target's params are its source trial's params
 // (the architecture must equal the checkpoint's) overlaid by the nested search's, plus
 //   init_from  the source's trial directory (or the checkpoint file): every layer but the head is
-//              loaded, the head is new and sized to the target's classes;
-//   freeze     settings.freeze unless the nested search sets it.
+//              loaded, the head is new and sized to the target's classes (the parameter is the
+//              target kind's init_setting: a command trainer's program gets the source's checkpoint
+//              directory as HPCTUNE_SOURCE_CHECKPOINT, and its id, source_trial_setting, as
+//              HPCTUNE_SOURCE_TRIAL);
+//   freeze     settings.freeze unless the nested search sets it;
+//   classes, max_train_samples: for a kind that does not declare them as settings (a program),
+//              parameters of every trial of the stage, twins included.
 // Its meta: "role": "target", "source": the source's index (0-based, in begin()'s order), "seed":
 // derived from (campaign seed, stage name, target index), and "lineage": [{"trial": source id,
 // "relation": "transfer_source"}] (none for a checkpoint file); a nested suggestion's own meta

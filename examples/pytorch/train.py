@@ -60,35 +60,6 @@ DEFAULTS = {
 LAYERS = ("conv1", "conv2", "fc")  # in order, for `freeze`; the head is always trained
 CHECKPOINT = "model.pt"
 
-# --- BEGIN local fallbacks (issue 22; the lead deletes this block after merging) -------------------
-# This branch's hpctune_report.py lacks some of the contract's helpers: each missing one is added to
-# the module here, reading its environment variable directly, so that the code below calls hp.x()
-# as a user does.
-
-
-def _env_int(name):
-    text = os.environ.get(name, "")
-    return int(text) if text else None
-
-
-def _save_predictions(split, probs, labels):
-    for name, array in (("probs", np.asarray(probs, dtype=np.float32)), ("labels", np.asarray(labels, dtype=np.int64))):
-        path = os.path.join(hp.trial_dir(), "%s_%s.npy" % (split, name))
-        with open(path + ".tmp", "wb") as f:
-            np.save(f, array)
-        os.replace(path + ".tmp", path)
-
-
-for _name, _fallback in (
-        ("checkpoint_dir", lambda: os.environ.get("HPCTUNE_CHECKPOINT_DIR") or os.path.join(hp.trial_dir(), "checkpoint")),
-        ("resume_from", lambda: os.environ.get("HPCTUNE_RESUME_FROM") or None),
-        ("source_checkpoint", lambda: os.environ.get("HPCTUNE_SOURCE_CHECKPOINT") or None),
-        ("max_step", lambda: _env_int("HPCTUNE_MAX_STEP")),
-        ("data_seed", lambda: _env_int("HPCTUNE_DATA_SEED")),
-        ("save_predictions", _save_predictions)):
-    if not hasattr(hp, _name):
-        setattr(hp, _name, _fallback)
-# --- END local fallbacks ----------------------------------------------------------------------------
 
 # --- data ----------------------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ import os
 import sys
 
 __all__ = ["params", "trial_id", "trial_dir", "rank", "report", "PREFIX",
-           "checkpoint_dir", "resume_from", "max_step"]
+           "checkpoint_dir", "resume_from", "max_step",
+           "data_seed", "source_checkpoint", "source_trial", "save_predictions", "save_regression"]
 
 PREFIX = "hpctune-report"
 
@@ -77,8 +78,9 @@ def max_step():
 
 
 def rank():
-    """This process's MPI rank (0 without MPI), from the launcher's environment."""
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+    """This process's rank (0 with one): RANK, which hpctune gives every rank of a command trainer,
+    else the launcher's own (Open MPI, PMI, PMIx, SLURM) when the program was started otherwise."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
         text = os.environ.get(name, "")
         if text.isdigit():
             return int(text)
@@ -111,3 +113,76 @@ def report(step, **metrics):
         return
     sys.stdout.write(PREFIX + " " + json.dumps(line) + "\n")
     sys.stdout.flush()
+
+
+# --- workflows: an ensemble stage reads the program's predictions, a transfer stage gives it a source ---
+
+
+def data_seed():
+    """The campaign's data seed (an int; None when not run by hpctune): the same for every trial of a
+    campaign, so draw the validation split from it (and the trial's own randomness from HPCTUNE_SEED)."""
+    text = os.environ.get("HPCTUNE_DATA_SEED", "")
+    return int(text) if text else None
+
+
+def source_checkpoint():
+    """In a transfer stage's target trial, the source trial's checkpoint directory (read it, never
+    write it); None otherwise (a search trial, or a transfer stage's baseline twin)."""
+    return os.environ.get("HPCTUNE_SOURCE_CHECKPOINT", "") or None
+
+
+def source_trial():
+    """In a transfer stage's target trial, the source trial's id (an int); None otherwise."""
+    text = os.environ.get("HPCTUNE_SOURCE_TRIAL", "")
+    return int(text) if text else None
+
+
+def _save_arrays(arrays):
+    """Writes each (name, array) as <trial_dir>/<name>.npy, through a temporary file renamed onto it,
+    so that an ensemble stage never reads half a file."""
+    import numpy as np
+
+    directory = trial_dir()
+    for name, array in arrays:
+        path = os.path.join(directory, name + ".npy")
+        tmp = path + ".tmp-%d" % os.getpid()
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+
+
+def save_predictions(split, probs, labels):
+    """Saves a classifier's predictions for an ensemble stage: `split` is "val" or "test", `probs` the
+    class probabilities (rows x classes, each row summing to 1) and `labels` the true classes (rows),
+    as <trial_dir>/<split>_probs.npy (float32) and <split>_labels.npy (int64). Every trial must use
+    the same rows in the same order (draw the validation split from data_seed()). Needs numpy."""
+    import numpy as np
+
+    if split not in ("val", "test"):
+        raise ValueError("split must be 'val' or 'test', not %r" % (split,))
+    probs = np.asarray(probs, dtype=np.float32)
+    labels = np.asarray(labels).astype(np.int64).reshape(-1)
+    if probs.ndim != 2 or probs.shape[0] != labels.shape[0]:
+        raise ValueError("probs must be rows x classes and labels one per row; got %s and %s"
+                         % (probs.shape, labels.shape))
+    _save_arrays([(split + "_probs", probs), (split + "_labels", labels)])
+
+
+def save_regression(split, pred, targets):
+    """Saves a regression's predictions for an ensemble stage with `task: regression`: `split` is "val"
+    or "test", `pred` and `targets` rows x outputs (or one value per row), as <trial_dir>/<split>_pred.npy
+    and <split>_targets.npy (float64). Needs numpy."""
+    import numpy as np
+
+    if split not in ("val", "test"):
+        raise ValueError("split must be 'val' or 'test', not %r" % (split,))
+    pred = np.asarray(pred, dtype=np.float64)
+    targets = np.asarray(targets, dtype=np.float64)
+    if pred.ndim == 1:
+        pred = pred.reshape(-1, 1)
+    if targets.ndim == 1:
+        targets = targets.reshape(-1, 1)
+    if pred.ndim != 2 or pred.shape != targets.shape:
+        raise ValueError("pred and targets must have one shape, rows x outputs; got %s and %s"
+                         % (pred.shape, targets.shape))
+    _save_arrays([(split + "_pred", pred), (split + "_targets", targets)])
