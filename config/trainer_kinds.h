@@ -62,6 +62,14 @@ inline std::string trainer_source_trial_setting(std::string_view kind) {
   const auto* can = trainers::trainer_capabilities(kind);
   return can != nullptr && can->source_trial_setting != nullptr ? can->source_trial_setting : "";
 }
+// The settings a transfer's baseline twin resets, with their from-scratch values (an object; empty
+// for a kind without them).
+inline nlohmann::json trainer_twin_resets(std::string_view kind) {
+  nlohmann::json out = nlohmann::json::object();
+  if (const auto* can = trainers::trainer_capabilities(kind))
+    for (const auto& [key, value] : can->twin_resets) out[key] = value;
+  return out;
+}
 // Whether the kind declares the setting `name` (mlp's classes); false for an unknown kind.
 inline bool trainer_declares(const std::string& kind, std::string_view name) {
   auto specs = trainers::trainer_setting_specs(kind);

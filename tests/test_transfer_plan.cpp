@@ -22,29 +22,38 @@ TEST_CASE("sources: best objective first in its direction, ties to the lower tri
 }
 
 TEST_CASE("a target keeps the source's params, less the stage's own keys, under the nested search's") {
-  const StartSettings start{.init_setting = "init_from", .freeze_setting = "freeze",
+  const StartSettings start{.init_setting = "init_from", .source_trial_setting = "", .freeze_setting = "freeze",
                             .twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}}};
   const json source = {{"lr", 0.1}, {"hidden", {256, 128}}, {"epochs", 4}, {"init_from", "/old"}, {"dropout", 0.3}};
   SUBCASE("no nested search: the stage's freeze, the source's checkpoint") {
-    const json t = transfer::target_params(source, {"epochs"}, nullptr, "/runs/7", 1, start);
+    const json t = transfer::target_params(source, {"epochs"}, nullptr, nullptr, {"/runs/7", 7, 1}, start);
     CHECK(t == json{{"lr", 0.1}, {"hidden", {256, 128}}, {"init_from", "/runs/7"}, {"dropout", 0.3}, {"freeze", 1}});
   }
-  SUBCASE("the nested search's values win, its freeze too") {
-    const json t = transfer::target_params(source, {}, {{"lr", 0.01}, {"freeze", 2}}, "/runs/7", 1, start);
+  SUBCASE("the nested search's values win, its freeze too; the target data's params last") {
+    const json t = transfer::target_params(source, {}, {{"lr", 0.01}, {"freeze", 2}, {"classes", {1, 2}}},
+                                           {{"classes", {5, 6}}}, {"/runs/7", 7, 1}, start);
     CHECK(t["lr"] == 0.01);
     CHECK(t["freeze"] == 2);
     CHECK(t["epochs"] == 4);
     CHECK(t["init_from"] == "/runs/7");
+    CHECK(t["classes"] == json{5, 6});
   }
-  SUBCASE("a kind that freezes nothing gets no freeze key") {
-    const StartSettings plain{.init_setting = "source_checkpoint", .freeze_setting = "", .twin_resets = json::object()};
-    const json t = transfer::target_params({{"lr", 0.1}}, {}, nullptr, "/runs/7/checkpoint", 3, plain);
-    CHECK(t == json{{"lr", 0.1}, {"source_checkpoint", "/runs/7/checkpoint"}});
+  SUBCASE("a program's kind: the source trial by its own name, never taken over from the source's params") {
+    const StartSettings program{.init_setting = "src_ckpt", .source_trial_setting = "src_trial",
+                                .freeze_setting = "freeze", .twin_resets = json::object()};
+    const json from = {{"lr", 0.1}, {"src_ckpt", "/runs/2/checkpoint"}, {"src_trial", 2}};
+    json t = transfer::target_params(from, {}, nullptr, nullptr, {"/runs/7/checkpoint", 7, 0}, program);
+    CHECK(t == json{{"lr", 0.1}, {"src_ckpt", "/runs/7/checkpoint"}, {"src_trial", 7}, {"freeze", 0}});
+    // A checkpoint file the config names: no source trial.
+    t = transfer::target_params(from, {}, nullptr, nullptr, {"/models/a", 0, 0}, program);
+    CHECK_FALSE(t.contains("src_trial"));
+    const json twin = transfer::twin_params(t, json::object(), program);
+    CHECK(twin == json{{"lr", 0.1}, {"freeze", 0}});
   }
 }
 
 TEST_CASE("a twin: the target without its start, every layer trained, the refinements reset") {
-  const StartSettings start{.init_setting = "init_from", .freeze_setting = "freeze",
+  const StartSettings start{.init_setting = "init_from", .source_trial_setting = "", .freeze_setting = "freeze",
                             .twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}}};
   const json target = {{"lr", 0.05}, {"init_from", "/runs/7"}, {"freeze", 2}, {"head_epochs", 3}};
   SUBCASE("reset where the target has it") {

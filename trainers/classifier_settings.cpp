@@ -142,6 +142,7 @@ TrainerCapabilities classifier_capabilities() {
   can.predictions = {.written = true, .switch_setting = "save_predictions", .task = "classification"};
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
   can.init_setting = "init_from";
+  can.twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}};
   return can;
 }
 

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -96,6 +97,10 @@ struct TrainerCapabilities {
   // a kind without an init_setting cannot be a transfer stage's target.
   const char* init_setting = nullptr;
   const char* source_trial_setting = nullptr;
+  // Settings that refine a start from a checkpoint (the classifier kinds' head-only epochs, a
+  // smaller rate for the loaded layers), with the value a run from scratch has: a transfer stage's
+  // baseline twin sets each where its target has it (transfer/transfer_plan.h, twin_params).
+  std::vector<std::pair<std::string, nlohmann::json>> twin_resets;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";

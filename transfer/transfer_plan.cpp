@@ -16,26 +16,34 @@ std::vector<Candidate> rank_candidates(std::vector<Candidate> candidates, bool m
 }
 
 json target_params(const json& source_params, const std::set<std::string>& pinned, const json& nested,
-                   const std::string& checkpoint, int64_t freeze, const StartSettings& start) {
+                   const json& data, const Start& start, const StartSettings& how) {
   json out = source_params.is_object() ? source_params : json::object();
-  out.erase(start.init_setting);
-  // The fine-tuning settings the stage states win over the values the source was searched with.
+  out.erase(how.init_setting);
+  if (!how.source_trial_setting.empty()) out.erase(how.source_trial_setting);
+  // The fine-tuning settings the stage states win over the values the source was searched with;
+  // the rest (its architecture above all) it keeps.
   for (const std::string& key : pinned) out.erase(key);
-  if (nested.is_object()) {
-    for (const auto& [key, value] : nested.items()) out[key] = value;
+  for (const json* over : {&nested, &data}) {
+    if (!over->is_object()) continue;
+    for (const auto& [key, value] : over->items()) out[key] = value;
   }
-  out[start.init_setting] = checkpoint;
-  if (!start.freeze_setting.empty() && !(nested.is_object() && nested.contains(start.freeze_setting)))
-    out[start.freeze_setting] = freeze;
+  out[how.init_setting] = start.checkpoint;
+  if (!how.source_trial_setting.empty() && start.source_trial > 0) out[how.source_trial_setting] = start.source_trial;
+  if (!how.freeze_setting.empty() && !(nested.is_object() && nested.contains(how.freeze_setting)))
+    out[how.freeze_setting] = start.freeze;
   return out;
 }
 
-json twin_params(const json& target, const json& trainer, const StartSettings& start) {
+json twin_params(const json& target, const json& trainer, const StartSettings& how) {
   json out = target.is_object() ? target : json::object();
-  out.erase(start.init_setting);
-  if (!start.freeze_setting.empty()) out[start.freeze_setting] = 0;
-  if (start.twin_resets.is_object()) {
-    for (const auto& [key, plain] : start.twin_resets.items()) {
+  out.erase(how.init_setting);
+  if (!how.source_trial_setting.empty()) out.erase(how.source_trial_setting);
+  if (!how.freeze_setting.empty()) out[how.freeze_setting] = 0;
+  // The target's transfer refinements (LP-FT's head-only epochs, a smaller rate for the loaded
+  // layers) would only hold a from-scratch network back: the twin trains every layer at the full
+  // rate in every epoch, as a plain run from scratch does.
+  if (how.twin_resets.is_object()) {
+    for (const auto& [key, plain] : how.twin_resets.items()) {
       if (out.contains(key) || (trainer.is_object() && trainer.contains(key))) out[key] = plain;
     }
   }

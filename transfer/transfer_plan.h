@@ -39,22 +39,33 @@ std::vector<Candidate> rank_candidates(std::vector<Candidate> candidates, bool m
 
 // How a trainer kind starts from a checkpoint (its capabilities, trainers/trainer_settings.h).
 struct StartSettings {
-  std::string init_setting;    // names the checkpoint a trial starts from ("init_from")
-  std::string freeze_setting;  // how many leading layers stay fixed ("freeze"); "" = none
+  std::string init_setting;          // names the checkpoint a trial starts from ("init_from")
+  std::string source_trial_setting;  // names the source trial's id; "" = none
+  std::string freeze_setting = "freeze";  // how many leading layers stay fixed; "" = none
   // Settings a from-scratch twin sets to these values where the target has them (an object).
   nlohmann::json twin_resets = nlohmann::json::object();
 };
 
-// A target's params: the source's, less `pinned` and the start, overlaid by `nested` (the nested
-// search's values, or null), then init_setting = `checkpoint` and freeze_setting = `freeze` unless
-// `nested` has it.
-nlohmann::json target_params(const nlohmann::json& source_params, const std::set<std::string>& pinned,
-                             const nlohmann::json& nested, const std::string& checkpoint, int64_t freeze,
-                             const StartSettings& start);
+// Where one target starts.
+struct Start {
+  std::string checkpoint;    // the source's checkpoint (a file or a directory)
+  int64_t source_trial = 0;  // 0 = a checkpoint file the config names, no trial
+  int64_t freeze = 0;        // the stage's `freeze`
+};
 
-// Its baseline twin's params: the target's without init_setting, with freeze_setting 0, and each
-// twin_resets key at its value where the target's params or the stage's trainer settings have it.
-nlohmann::json twin_params(const nlohmann::json& target, const nlohmann::json& trainer, const StartSettings& start);
+// A target's params: the source's, less `pinned` and the start, overlaid by `nested` (the nested
+// search's values, or null) and then by `data` (the target data's params: classes and
+// max_train_samples where the kind takes them as params); then init_setting = the checkpoint,
+// source_trial_setting = the source trial (when both are given), and freeze_setting = `freeze`
+// unless `nested` has it.
+nlohmann::json target_params(const nlohmann::json& source_params, const std::set<std::string>& pinned,
+                             const nlohmann::json& nested, const nlohmann::json& data, const Start& start,
+                             const StartSettings& how);
+
+// Its baseline twin's params: the target's without the start (init_setting, source_trial_setting),
+// with freeze_setting 0, and each twin_resets key at its value where the target's params or the
+// stage's trainer settings have it.
+nlohmann::json twin_params(const nlohmann::json& target, const nlohmann::json& trainer, const StartSettings& how);
 
 // --- the comparison ------------------------------------------------------------------------------
 

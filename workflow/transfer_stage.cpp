@@ -17,6 +17,7 @@
 #include "common/text.h"
 #include "config/trainer_kinds.h"
 #include "search/searcher.h"
+#include "transfer/transfer_plan.h"
 #include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
 
@@ -200,6 +201,7 @@ struct Source {
 struct TrainerUse {
   std::string init_setting;          // the target's parameter naming the source's checkpoint
   std::string source_trial_setting;  // the target's parameter naming the source trial; "" = none
+  json twin_resets = json::object();  // what a baseline twin resets (transfer/transfer_plan.h)
   json extra_params = json::object();  // classes, max_train_samples: parameters where not settings
   std::map<std::string, std::string> checkpoint_directory;  // input stage -> its kind's checkpoint directory
   bool checkpoint_may_be_directory = false;  // `checkpoint:` may name a directory (the target kind's checkpoint)
@@ -253,6 +255,11 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
   int64_t targets_made() const { return static_cast<int64_t>(targets_.size()); }
   uint64_t target_seed(int64_t target) const { return derive_seed(seed_, static_cast<uint64_t>(target)); }
   json fine_tuning(const json& params) const;  // only the nested space's params
+  // How the stage's trainer kind starts a target from a checkpoint, and what its twin resets.
+  transfer::StartSettings start_settings() const {
+    return {.init_setting = use_.init_setting, .source_trial_setting = use_.source_trial_setting,
+            .freeze_setting = "freeze", .twin_resets = use_.twin_resets};
+  }
   search::Suggestion make_target(const json& nested_params, json nested_meta);
   search::Suggestion make_twin(int64_t target_seq);
 
@@ -310,21 +317,23 @@ Status TransferStage::begin(const scheduler::StageContext& ctx) {
   inputs += join(from, ", ");
 
   HPCTUNE_ASSIGN(auto rows, ctx.store->trials(ctx.campaign_id));
-  std::vector<std::pair<double, const store::TrialRow*>> done;
+  std::map<int64_t, const store::TrialRow*> row_of;
+  std::vector<transfer::Candidate> candidates;
   for (const auto& row : rows) {
     if (row.state != store::TrialState::kDone) continue;
     if (std::find(ctx.inputs.begin(), ctx.inputs.end(), row.stage_id) == ctx.inputs.end()) continue;
-    if (auto v = objective_of(row, objective_.metric)) done.push_back({*v, &row});
+    if (auto v = objective_of(row, objective_.metric)) {
+      candidates.push_back({row.id, *v});
+      row_of[row.id] = &row;
+    }
   }
-  if (done.empty()) {
+  if (candidates.empty()) {
     return err(Errc::kFailed, "stage '" + name_ + "': no source: " + inputs + " finished no trial with a '" +
                                   objective_.metric + "' value");
   }
-  const bool maximize = objective_.maximize;
-  std::stable_sort(done.begin(), done.end(), [maximize](const auto& a, const auto& b) {
-    if (a.first != b.first) return maximize ? a.first > b.first : a.first < b.first;
-    return a.second->id < b.second->id;
-  });
+  std::vector<std::pair<double, const store::TrialRow*>> done;
+  for (const transfer::Candidate& c : transfer::rank_candidates(std::move(candidates), objective_.maximize))
+    done.push_back({c.objective, row_of.at(c.trial)});
   std::vector<std::string> skipped;
   for (const auto& [value, row] : done) {
     if (static_cast<int64_t>(sources_.size()) >= s_.sources) break;
@@ -402,19 +411,10 @@ search::Suggestion TransferStage::make_target(const json& nested_params, json ne
   const Source& src = sources_[which];
   search::Suggestion s;
   s.seq = next_seq_++;
-  s.params = src.params;
-  s.params.erase(use_.init_setting);
-  if (!use_.source_trial_setting.empty()) s.params.erase(use_.source_trial_setting);
-  // The fine-tuning settings the stage states (trainer: {lr: ..., epochs: ...}) win over the
-  // values the source was searched with; the rest (its architecture above all) it keeps.
-  for (const std::string& key : pinned_) s.params.erase(key);
-  if (nested_params.is_object()) {
-    for (const auto& [key, value] : nested_params.items()) s.params[key] = value;
-  }
-  for (const auto& [key, value] : use_.extra_params.items()) s.params[key] = value;
-  s.params[use_.init_setting] = src.init_from;
-  if (!use_.source_trial_setting.empty() && src.trial_id > 0) s.params[use_.source_trial_setting] = src.trial_id;
-  if (!nested_params.is_object() || !nested_params.contains("freeze")) s.params["freeze"] = s_.freeze;
+  // The source's params under the stage's own keys, the nested search's and the target data's,
+  // with the start (transfer/transfer_plan.h).
+  s.params = transfer::target_params(src.params, pinned_, nested_params, use_.extra_params,
+                                     {src.init_from, src.trial_id, s_.freeze}, start_settings());
   s.meta = nested_meta.is_object() ? std::move(nested_meta) : json::object();
   if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
     // The nested searcher names parents by its seq (a target index); the scheduler by the stage's.
@@ -440,16 +440,7 @@ search::Suggestion TransferStage::make_twin(int64_t target_seq) {
   const Entry target = entries_.at(target_seq);
   search::Suggestion s;
   s.seq = next_seq_++;
-  s.params = params_.at(target_seq);
-  s.params.erase(use_.init_setting);
-  if (!use_.source_trial_setting.empty()) s.params.erase(use_.source_trial_setting);
-  s.params["freeze"] = 0;
-  // The target's transfer refinements (LP-FT's head-only epochs, a smaller rate for the loaded
-  // layers) would only hold a from-scratch network back: the twin trains every layer at the full
-  // rate in every epoch, as a plain run from scratch does.
-  for (const auto& [key, plain] : {std::pair<const char*, json>{"head_epochs", 0}, {"body_lr_scale", 1.0}}) {
-    if (s.params.contains(key) || (trainer_.is_object() && trainer_.contains(key))) s.params[key] = plain;
-  }
+  s.params = transfer::twin_params(params_.at(target_seq), trainer_, start_settings());
   s.meta = {{"role", "baseline"}, {"baseline_of", target_seq}, {"seed", target_seed(target.target)}};
   entries_[s.seq] = {true, target.target};
   params_[s.seq] = s.params;
@@ -620,8 +611,6 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
     d[compare] = metric_or_null(row->metrics, compare);
     return d;
   };
-  // How much a is better than b: a - b when the objective is maximized, b - a otherwise.
-  const auto gain_of = [maximize](double a, double b) { return maximize ? a - b : b - a; };
   const Done* best_target = best(targets);
   const Done* best_baseline = best(baselines);
   const store::TrialRow* twin = nullptr;
@@ -639,30 +628,25 @@ Result<json> TransferStage::finish(const scheduler::StageContext& ctx) {
                  {"gain", nullptr}};
   if (result["target"].is_object() && result["baseline"].is_object() && result["target"][compare].is_number() &&
       result["baseline"][compare].is_number()) {
-    result["gain"] = gain_of(result["target"][compare].get<double>(), result["baseline"][compare].get<double>());
+    result["gain"] = transfer::gain_of(result["target"][compare].get<double>(),
+                                       result["baseline"][compare].get<double>(), maximize);
   }
   // The stage as a whole: every target against its twin (same data, epochs and seed), averaged.
   // Choosing one pair by a small validation split (500 labels leave 50-100 images) is noisy; the
   // mean over the pairs is what says whether starting from the source helped.
-  int64_t pairs = 0, wins = 0;
-  double target_sum = 0, baseline_sum = 0;
+  std::vector<transfer::Pair> pairs;
   for (const Done& t : targets) {
     auto it = twin_of.find(t.row->seq);
     if (it == twin_of.end()) continue;
     const json a = metric_or_null(t.row->metrics, compare), b = metric_or_null(it->second->metrics, compare);
-    if (!a.is_number() || !b.is_number()) continue;
-    ++pairs;
-    target_sum += a.get<double>();
-    baseline_sum += b.get<double>();
-    wins += gain_of(a.get<double>(), b.get<double>()) > 0;
+    if (a.is_number() && b.is_number()) pairs.push_back({a.get<double>(), b.get<double>()});
   }
-  if (pairs > 0) {
-    const double n = static_cast<double>(pairs);
-    result["paired"] = {{"pairs", pairs},
-                        {"wins", wins},
-                        {"target_" + compare, target_sum / n},
-                        {"baseline_" + compare, baseline_sum / n},
-                        {"gain", gain_of(target_sum, baseline_sum) / n}};
+  if (auto paired = transfer::summarize_pairs(pairs, maximize)) {
+    result["paired"] = {{"pairs", paired->pairs},
+                        {"wins", paired->wins},
+                        {"target_" + compare, paired->target_mean},
+                        {"baseline_" + compare, paired->baseline_mean},
+                        {"gain", paired->gain}};
   }
   return result;
 }
@@ -684,6 +668,7 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_transfer_stage(const confi
     return err(Errc::kConfig, "stage '" + stage.name + "': trainer kind '" + kind +
                                   "' cannot start a trial from a checkpoint (a transfer needs one that can)");
   use.source_trial_setting = config::trainer_source_trial_setting(kind);
+  use.twin_resets = config::trainer_twin_resets(kind);
   const bool as_settings = config::trainer_declares(kind, "classes");
   nlohmann::json& data = as_settings ? trainer : use.extra_params;
   if (!settings.classes.empty() || trainer.contains("classes")) data["classes"] = settings.classes;
