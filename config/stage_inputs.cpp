@@ -26,10 +26,9 @@ std::string writers_of(std::string_view what) {
 
 // Why the trainer of stage `input` does not give a `consumer` stage the `what` it needs
 // (trainers::kProvidesPredictions or kProvidesCheckpoints), naming the key that says so; nullopt
-// when it does. A kind with a provides_setting (command) declares it there: an ensemble reads the
-// program's prediction files, a transfer and a pbt stage its checkpoint directory.
+// when it does (stage_inputs.h).
 std::optional<std::string> trainer_lacks(const std::string& consumer, const std::string& input, const json& trainer,
-                                         const char* what) {
+                                         const char* what, bool trains_to_step) {
   const std::string kind = trainer.value("kind", "");
   const auto* can = trainers::trainer_capabilities(kind);
   if (can == nullptr) return std::nullopt;  // the walker refused the kind
@@ -43,12 +42,11 @@ std::optional<std::string> trainer_lacks(const std::string& consumer, const std:
     for (const auto& v : list) declared = declared || v == what;
     if (!declared) return needs + of + " provides none (" + key + ")";
     // An ensemble reads the program's prediction files, a transfer its checkpoint directory, and a
-    // pbt stage snapshots that directory (checkpoints.directory) whole.
-    if (consumer != "pbt" ||
-        (std::string_view(what) == trainers::kProvidesCheckpoints && can->checkpoints.directory != nullptr))
-      return std::nullopt;
-    return std::string(what) + " declared by " + of + " (" + key + "): not supported yet for stages of kind " +
-           consumer + ", which read only those of " + writers_of(what);
+    // stage that trains to a step snapshots that directory whole (checkpoints.directory).
+    if (std::string_view(what) == trainers::kProvidesCheckpoints && can->checkpoints.directory == nullptr)
+      return std::string(what) + " declared by " + of + " (" + key + "), and the kind names no checkpoint directory "
+             "(trainers/trainer_settings.h: checkpoints.directory)";
+    return std::nullopt;
   }
   const trainers::TrainerOutput& out = std::string_view(what) == trainers::kProvidesPredictions ? can->predictions
                                                                                                : can->checkpoints;
@@ -56,7 +54,7 @@ std::optional<std::string> trainer_lacks(const std::string& consumer, const std:
   if (out.switch_setting != nullptr && trainer.contains(out.switch_setting) && trainer[out.switch_setting].is_boolean() &&
       !trainer[out.switch_setting].get<bool>())
     return needs + "stage '" + input + "' turns them off (its trainer." + out.switch_setting + " is false)";
-  if (consumer == "pbt" && can->step_setting == nullptr)
+  if (trains_to_step && can->step_setting == nullptr)
     return needs + "a step setting to train each interval to, and " + of + " has none";
   return std::nullopt;
 }

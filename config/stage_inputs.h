@@ -19,11 +19,11 @@ std::string writers_of(std::string_view what);
 
 // Why the trainer of stage `input` does not give a `consumer` stage the `what` it needs
 // (trainers::kProvidesPredictions or kProvidesCheckpoints), naming the key that says so; nullopt
-// when it does. A kind with a provides_setting (command) declares it there; a stage cannot read a
-// program's own predictions or checkpoints yet (that side of the contract is not built), so a
-// declaration is refused too, saying so.
+// when it does. A kind with a provides_setting (command) declares it there: an ensemble reads the
+// program's prediction files, a transfer and a pbt stage its checkpoint directory. A consumer that
+// trains its trials to a step (`trains_to_step`: a pbt stage) also needs the kind's step setting.
 std::optional<std::string> trainer_lacks(const std::string& consumer, const std::string& input, const nlohmann::json& trainer,
-                                         const char* what);
+                                         const char* what, bool trains_to_step);
 
 // Why the predictions of stage `input`'s trainer cannot serve the `task` a consumer stage asks for
 // (an ensemble's classification or regression), when the trainer kind declares the task its

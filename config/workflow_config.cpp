@@ -1,6 +1,7 @@
 // The workflow (workflow_config.h): parse_workflow and its parts: the stages' graph (names, `from`,
 // cycles), each stage's own view of the campaign, its settings read as the stage reads them
-// (workflow/stage_settings.h), finished for pbt and transfer, and what its inputs must provide.
+// (workflow/stage_settings.h), finished by what each kind declares there (never by its name), and
+// what its inputs must provide.
 #include "config/workflow_config.h"
 
 #include <algorithm>
@@ -143,11 +144,13 @@ Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::v
   return refuse_cycles(stages, index, places);
 }
 
-// A pbt stage's settings against its trainer (own: the stage's view): its step setting kept out
-// of the space, steps not given the trainer's, the schedule read as the stage reads it.
-Status finish_pbt_settings(StageConfig& st, const CampaignConfig& view, const YNode* item, const std::string& prefix,
-                           const WorkflowPlaces& places) {
+// The settings of a kind that trains its trials to a step (StageKind::steps_setting: pbt's steps)
+// against its trainer (own: the stage's view): the trainer's step setting kept out of the space,
+// the total not given the trainer's, the schedule (schedule_setting) read as the stage reads it.
+Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, const CampaignConfig& view,
+                            const YNode* item, const std::string& prefix, const WorkflowPlaces& places) {
   const Walker& walker = places.walker;
+  const std::string total = decl.steps_setting;
   const CampaignConfig* own = &view;
   auto fail = [&](Mark m, const std::string& path, const std::string& what) {
     return place_error(places.source, m, path, what);
@@ -158,26 +161,23 @@ Status finish_pbt_settings(StageConfig& st, const CampaignConfig& view, const YN
   const std::string step_key = can != nullptr && can->step_setting != nullptr ? can->step_setting : "";
   if (!step_key.empty() && own->space.find(step_key) != nullptr)
     return fail(walker.mark_of(prefix + "space"), prefix + "space." + step_key,
-                "pbt sets each interval's " + step_key + " itself; give the total as the stage's steps");
+                st.kind + " sets each interval's " + step_key + " itself; give the total as the stage's " + total);
   // Not given: the trainer's own count of steps; a kind without one is refused below (trainer_lacks).
-  if (st.settings["steps"].is_null() && !step_key.empty() && own->trainer.contains(step_key))
-    st.settings["steps"] = own->trainer[step_key];
-  const json& perturb = st.settings["perturb"];
-  if (perturb.size() != 2 || !perturb[0].is_number() || !perturb[1].is_number() || perturb[0].get<double>() <= 0 ||
-      perturb[1].get<double>() <= 0)
-    return fail(walker.mark_of(prefix + "perturb"), prefix + "perturb", "expected two positive factors, such as [0.8, 1.2]");
-  if (st.settings.contains("schedule") && !st.settings["schedule"].is_null()) {
+  if (st.settings[total].is_null() && !step_key.empty() && own->trainer.contains(step_key))
+    st.settings[total] = own->trainer[step_key];
+  const std::string schedule_key = decl.schedule_setting != nullptr ? decl.schedule_setting : "";
+  if (!schedule_key.empty() && st.settings.contains(schedule_key) && !st.settings[schedule_key].is_null()) {
     // Read as the stage reads it (config/pbt_schedule.h), each interval's params checked as a
     // space's parameters are: every trial would fail on what is wrong here.
-    const std::string at = prefix + "schedule";
-    const YEntry* given = find_entry(item, "schedule");
+    const std::string at = prefix + schedule_key;
+    const YEntry* given = find_entry(item, schedule_key);
     auto place = [&](const std::string& below) {
       return given != nullptr ? mark_below(given->value, given->key_mark, below) : walker.mark_of(at);
     };
-    PbtSchedule schedule = read_pbt_schedule(st.settings["schedule"], step_key);
+    PbtSchedule schedule = read_pbt_schedule(st.settings[schedule_key], step_key);
     if (!schedule.ok()) return fail(place(schedule.problem_at), at + schedule.problem_at, schedule.problem);
     const std::string kind = own->trainer.value("kind", "");
-    json& intervals = st.settings["schedule"];
+    json& intervals = st.settings[schedule_key];
     for (std::size_t k = 0; k < intervals.size(); ++k) {
       json& params = intervals[k]["params"];
       for (auto it = params.begin(); it != params.end(); ++it) {
@@ -196,34 +196,47 @@ Status finish_pbt_settings(StageConfig& st, const CampaignConfig& view, const YN
     // setting is refused below (trainer_lacks).
     if (!step_key.empty()) {
       const int64_t end = schedule.replay.back().at(step_key).get<int64_t>();
-      if (walker.given(prefix + "steps") && st.settings["steps"].get<int64_t>() != end)
-        return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
-                    std::to_string(st.settings["steps"].get<int64_t>()) + " is not the end of the schedule (step " +
-                        std::to_string(end) + "), which a replay trains to; leave steps out");
-      st.settings["steps"] = end;
+      if (walker.given(prefix + total) && st.settings[total].get<int64_t>() != end)
+        return fail(walker.mark_of(prefix + total), prefix + total,
+                    std::to_string(st.settings[total].get<int64_t>()) + " is not the end of the schedule (step " +
+                        std::to_string(end) + "), which a replay trains to; leave " + total + " out");
+      st.settings[total] = end;
     }
   }
   // Neither given nor the trainer's (a command's max_step, 0 = no limit, by default): the members
   // would have no step to end at, and the stage would refuse to start.
-  const json& steps = st.settings["steps"];
+  const json& steps = st.settings[total];
   if (!step_key.empty() && (!steps.is_number_integer() || steps.get<int64_t>() < 1))
-    return fail(walker.mark_of(prefix + "steps"), prefix + "steps",
+    return fail(walker.mark_of(prefix + total), prefix + total,
                 "the total steps of every member: give it, or trainer." + step_key + " (at least 1)");
   return Status::Ok();
 }
 
-// A transfer stage's settings: its classes checked, its checkpoint relative to the config's directory.
-Status finish_transfer_settings(StageConfig& st, const std::string& prefix, const WorkflowPlaces& places) {
+// The settings a kind declares by what they hold (workflow::StageKind): two positive factors
+// (factor_pair_setting), lists of class labels checked as trainer.classes is, paths taken relative
+// to the config file's directory.
+Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl, const std::string& prefix,
+                                const WorkflowPlaces& places) {
   const Walker& walker = places.walker;
   const std::string& source = places.source;
   auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
-  if (auto problem = classes_problem_at(st.settings.value("classes", json()), prefix + "classes"))
-    return fail(walker.mark_of(problem->first), problem->first, problem->second);
-  if (!st.settings.value("checkpoint", "").empty()) {
-    std::string path = st.settings["checkpoint"].get<std::string>();
+  if (const char* key = decl.factor_pair_setting) {
+    const json& pair = st.settings[key];
+    if (pair.size() != 2 || !pair[0].is_number() || !pair[1].is_number() || pair[0].get<double>() <= 0 ||
+        pair[1].get<double>() <= 0)
+      return fail(walker.mark_of(prefix + key), prefix + key, "expected two positive factors, such as [0.8, 1.2]");
+  }
+  for (const std::string& key : decl.class_list_settings) {
+    if (auto problem = classes_problem_at(st.settings.value(key, json()), prefix + key))
+      return fail(walker.mark_of(problem->first), problem->first, problem->second);
+  }
+  for (const std::string& key : decl.path_settings) {
+    if (!st.settings.contains(key) || !st.settings[key].is_string() || st.settings[key].get<std::string>().empty())
+      continue;
+    std::string path = st.settings[key].get<std::string>();
     const auto slash = source.rfind('/');
-    if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
-    st.settings["checkpoint"] = path;
+    if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+    st.settings[key] = path;
   }
   return Status::Ok();
 }
@@ -241,7 +254,7 @@ Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<
     const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
     if (const char* needs = kind.own_trainer_provides; needs != nullptr && st.own) {
       const std::string at = "stages[" + std::to_string(i) + "]";
-      if (auto lack = trainer_lacks(st.kind, st.name, st.own->trainer, needs))
+      if (auto lack = trainer_lacks(st.kind, st.name, st.own->trainer, needs, kind.steps_setting != nullptr))
         return fail(walker.mark_of(at + ".kind"), at, *lack);
     }
     const char* needs = kind.inputs_provide;
@@ -252,7 +265,8 @@ Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<
       if (!workflow::find_stage_kind(input.kind)->trains_inputs)
         return fail(walker.mark_of(at), at, "stage '" + f + "' is " + an(input.kind) + ": it trains no trials of its own");
       if (!input.own) continue;  // its view failed: `deferred` says why
-      if (auto lack = trainer_lacks(st.kind, f, input.own->trainer, needs)) return fail(walker.mark_of(at), at, *lack);
+      if (auto lack = trainer_lacks(st.kind, f, input.own->trainer, needs, /*trains_to_step=*/false))
+        return fail(walker.mark_of(at), at, *lack);
       if (auto wrong = task_mismatch(st, f, input.own->trainer, needs)) {
         const std::string task_at = "stages[" + std::to_string(i) + "].task";
         return fail(walker.mark_of(task_at), task_at, *wrong);
@@ -304,6 +318,16 @@ StageItemKeys item_keys(const YNode* item) {
     }
   }
   return keys;
+}
+
+// The kinds that always search with trials of their own, for a message: "a search or pbt stage".
+std::string searching_kinds() {
+  std::vector<std::string> names;
+  for (const auto& k : workflow::stage_kinds())
+    if (k.search == workflow::StageSearch::kRequired || k.search == workflow::StageSearch::kSpace) names.push_back(k.kind);
+  std::string out = an(names.empty() ? std::string("search") : names.front());
+  for (std::size_t i = 1; i < names.size(); ++i) out += (i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out + " stage";
 }
 
 // Whether the stage searches (st.own_search), and a search and space given as its kind requires.
@@ -519,15 +543,15 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     if (own == nullptr) continue;  // deferred: st.own stays empty; nothing below reads a view that failed
     st.trainer_keys = own_trainer_keys;
     HPCTUNE_TRY(read_stage_keys(st, items[i], prefix, places));
-    if (st.kind == "pbt") HPCTUNE_TRY(finish_pbt_settings(st, *own, item, prefix, places));
-    if (st.kind == "transfer") HPCTUNE_TRY(finish_transfer_settings(st, prefix, places));
+    HPCTUNE_TRY(finish_declared_settings(st, kind, prefix, places));
+    if (kind.steps_setting != nullptr) HPCTUNE_TRY(finish_step_settings(st, kind, *own, item, prefix, places));
     if (!main && st.own_search) main = i;
     st.own = std::move(own);
   }
   HPCTUNE_TRY(check_stage_needs(stages, index, places));
   if (deferred) return *deferred;
   if (!main)
-    return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: a search or pbt stage");
+    return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: " + searching_kinds());
   return workflow_campaign(std::move(stages), *main, yaml_text);
 }
 

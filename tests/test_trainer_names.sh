@@ -13,6 +13,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/trainers" "$tmp/scheduler" "$tmp/workflow" "$tmp/config"
 cp "$root/trainers/trainer_settings.cpp" "$tmp/trainers/"
+cp "$root/workflow/stage_settings.h" "$tmp/workflow/"
 # A comment or a longer string that contains a kind's name is no comparison.
 printf '// the mlp and "cnn" kinds\nconst char* a = "an mlp trainer";\n/* "command"\n "sleep" */\n' >"$tmp/workflow/ok.cpp"
 "$root/tools/check-trainer-names" "$tmp" >/dev/null || fail "a comment or a longer string was reported"
@@ -46,4 +47,20 @@ grep -q '^report/metric.cpp:2: names the metric "test_accuracy"' <<<"$out" || fa
 grep -q '^report/metric.cpp:2: names the metric "val_loss"' <<<"$out" || fail "no located message for val_loss: $out"
 grep -q 'ok2.cpp' <<<"$out" && fail "a metric in a comment or a longer string was reported: $out"
 [ "$(grep -c 'names the' <<<"$out")" -eq 2 ] || fail "expected exactly 2 places: $out"
-echo "test_trainer_names: 5 passed, 0 failed"
+# A stage kind named below workflow/ (config/, scheduler/, ...) is reported: the config asks what a
+# kind declares (workflow/stage_settings.h), so a new stage kind touches only workflow/ and report/;
+# workflow/ and report/ themselves may name their kinds.
+rm -f "$tmp/report/metric.cpp"
+printf 'if (st.kind == "pbt") finish_pbt(st);
+' >"$tmp/config/stage.cpp"
+printf 'const char* k = "transfer";
+' >"$tmp/workflow/own.cpp"
+printf 'if (stage.kind == "ensemble") return blend(r);
+' >"$tmp/report/summary.cpp"
+rc=0
+out=$("$root/tools/check-trainer-names" "$tmp") || rc=$?
+[ "$rc" -eq 1 ] || fail "a config/ file comparing st.kind == \"pbt\": exit $rc, expected 1: $out"
+grep -q '^config/stage.cpp:1: names the stage kind "pbt"' <<<"$out" || fail "no located message for a stage kind: $out"
+grep -q 'own.cpp\|summary.cpp' <<<"$out" && fail "workflow/ or report/ naming its stage kinds was reported: $out"
+[ "$(grep -c 'names the' <<<"$out")" -eq 1 ] || fail "expected exactly 1 place: $out"
+echo "test_trainer_names: 6 passed, 0 failed"

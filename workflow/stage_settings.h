@@ -56,6 +56,19 @@ struct StageKind {
   // Whether a stage that needs its inputs' trainers' output may take this one as an input (an
   // ensemble trains no trials that are its own results).
   bool trains_inputs = true;
+  // Keys the config finishes for the kind (config/workflow_config.cpp), named here so that it never
+  // asks a kind's name. A kind that trains its own trials to a step (pbt) names `steps_setting`,
+  // the total, which defaults to the value of its trainer's step setting (trainers/trainer_settings.h);
+  // the trainer must have one, and the space may not hold it (the stage sets it per interval).
+  // `schedule_setting`: a replayed schedule (config/pbt_schedule.h), whose end is the total.
+  // `factor_pair_setting`: two positive factors.
+  const char* steps_setting = nullptr;
+  const char* schedule_setting = nullptr;
+  const char* factor_pair_setting = nullptr;
+  // Settings holding a path, taken relative to the config file's directory (transfer's checkpoint),
+  // and settings holding a list of class labels, checked as trainer.classes is (transfer's classes).
+  std::vector<std::string> path_settings{};
+  std::vector<std::string> class_list_settings{};
 };
 
 inline std::vector<SettingDecl> ensemble_stage_settings() {
@@ -150,10 +163,12 @@ inline const std::vector<StageKind>& stage_kinds() {
        .trains_inputs = false},
       {.kind = "transfer", .help = "fine-tunes the best checkpoints of `from` on other data",
        .settings = transfer_stage_settings(), .search = StageSearch::kOptional, .needs_from = "starts from",
-       .needs_from_unless = "checkpoint", .inputs_provide = "checkpoints"},
+       .needs_from_unless = "checkpoint", .inputs_provide = "checkpoints", .path_settings = {"checkpoint"},
+       .class_list_settings = {"classes"}},
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
-       .own_trainer_provides = "checkpoints"},
+       .own_trainer_provides = "checkpoints", .steps_setting = "steps", .schedule_setting = "schedule",
+       .factor_pair_setting = "perturb"},
   };
   return kinds;
 }
