@@ -15,6 +15,30 @@
 #include <vector>
 
 namespace hpctune::workflow {
+
+Status copy_file_into(int from, const std::string& shown, int to_dir, const std::string& name, const std::string& to_shown) {
+  UniqueFd out(::openat(to_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out.valid()) return err(Errc::kIo, "cannot create " + to_shown + ": " + std::strerror(errno));
+  char buf[1 << 16];
+  off_t offset = 0;
+  while (true) {
+    const ssize_t n = ::pread(from, buf, sizeof buf, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return err(Errc::kIo, "cannot read " + shown + ": " + std::strerror(errno));
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out.get(), buf + done, static_cast<std::size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return err(Errc::kIo, "cannot write " + to_shown + ": " + std::strerror(errno));
+      done += w;
+    }
+    offset += n;
+  }
+  if (::fchmod(out.get(), 0400) != 0) return err(Errc::kIo, "cannot make " + to_shown + " read-only: " + std::strerror(errno));
+  if (::close(out.release()) != 0) return err(Errc::kIo, "cannot write " + to_shown + ": " + std::strerror(errno));
+  return {};
+}
+
 namespace {
 
 // The names in the open directory `dir_fd`, sorted, without . and ..; at most `room` of them.
@@ -42,29 +66,6 @@ Result<std::vector<std::string>> names_in(int dir_fd, const std::string& shown, 
   return names;
 }
 
-Status copy_file(int from, const std::string& shown, int to_dir, const std::string& name, const std::string& to_shown) {
-  UniqueFd out(::openat(to_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!out.valid()) return err(Errc::kIo, "cannot create " + to_shown + ": " + std::strerror(errno));
-  char buf[1 << 16];
-  off_t offset = 0;
-  while (true) {
-    const ssize_t n = ::pread(from, buf, sizeof buf, offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return err(Errc::kIo, "cannot read " + shown + ": " + std::strerror(errno));
-    if (n == 0) break;
-    for (ssize_t done = 0; done < n;) {
-      const ssize_t w = ::write(out.get(), buf + done, static_cast<std::size_t>(n - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return err(Errc::kIo, "cannot write " + to_shown + ": " + std::strerror(errno));
-      done += w;
-    }
-    offset += n;
-  }
-  if (::fchmod(out.get(), 0400) != 0) return err(Errc::kIo, "cannot make " + to_shown + " read-only: " + std::strerror(errno));
-  if (::close(out.release()) != 0) return err(Errc::kIo, "cannot write " + to_shown + ": " + std::strerror(errno));
-  return {};
-}
-
 Status copy_dir(int from_dir, const std::string& shown, int to_dir, const std::string& to_shown, int depth,
                 std::size_t& entries) {
   HPCTUNE_ASSIGN(std::vector<std::string> names, names_in(from_dir, shown, kMaxCheckpointEntries - entries));
@@ -81,7 +82,7 @@ Status copy_dir(int from_dir, const std::string& shown, int to_dir, const std::s
     auto opened = open_own_at(from_dir, name, directory);
     if (!opened.ok()) return err(Errc::kInvalidArgument, from_name + ": " + opened.error().message());
     if (!directory) {
-      HPCTUNE_TRY(copy_file(opened.value().get(), from_name, to_dir, name, to_name));
+      HPCTUNE_TRY(copy_file_into(opened.value().get(), from_name, to_dir, name, to_name));
       continue;
     }
     if (depth >= kMaxCheckpointDepth)

@@ -33,6 +33,11 @@ Result<bool> directory_has_entries(int dir_fd, const std::string& shown);
 // (a link, a FIFO, another user's, too deep, too many); kIo a copy that failed. `dest` must not exist.
 Status copy_checkpoint_tree(int from_dir, const std::string& shown, const std::string& dest);
 
+// Copies the open file `from` (read from its start; shown as `shown`) into the new file `name` of
+// the open directory `to_dir` (shown as `to_shown`), never through a link, and makes it read-only
+// (0400). kIo when it cannot.
+Status copy_file_into(int from, const std::string& shown, int to_dir, const std::string& name, const std::string& to_shown);
+
 // Removes everything inside the open directory `dir_fd` (not the directory itself), links as links
 // (never followed); bounded as the copy is.
 Status clear_directory(int dir_fd, const std::string& shown);

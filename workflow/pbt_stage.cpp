@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <dirent.h>
-#include <fstream>
+#include <fcntl.h>
 #include <filesystem>
 #include <set>
 #include <system_error>
@@ -76,25 +76,6 @@ Result<CheckpointFiles> checkpoint_files(const std::string& trial_dir, const std
   return out;
 }
 
-// Copies the open file `from` (read from its start) to the new file `to`.
-Status copy_open_file(int from, const std::string& shown, const std::string& to) {
-  std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  if (!out) return err(Errc::kIo, "cannot create " + to);
-  char buf[1 << 16];
-  off_t offset = 0;
-  while (true) {
-    const ssize_t n = ::pread(from, buf, sizeof buf, offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return err(Errc::kIo, "cannot read " + shown + ": " + std::strerror(errno));
-    if (n == 0) break;
-    out.write(buf, n);
-    offset += n;
-  }
-  out.flush();
-  if (!out) return err(Errc::kIo, "cannot write " + to);
-  return {};
-}
-
 // Moves the checkpoint of `trial_dir` into the snapshot `dest`, whole or not at all: copied into a
 // temporary directory, renamed at the end, and only then removed from the trial's directory. A
 // `dest` that exists was made before (by this master, or by one that died before recording the
@@ -157,9 +138,11 @@ Status make_snapshot(const std::string& trial_dir, const std::string& subdir, co
     ec.clear();
     fs::create_directories(tmp, ec);
     if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
+    const UniqueFd tmp_dir(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!tmp_dir.valid()) return err(Errc::kIo, what + "cannot open " + tmp + ": " + std::strerror(errno));
     for (const auto& [name, fd] : found.files) {
       const std::string shown = trial_dir + "/" + name;
-      if (auto st = copy_open_file(fd.get(), shown, tmp + "/" + name); !st.ok())
+      if (auto st = copy_file_into(fd.get(), shown, tmp_dir.get(), name, tmp + "/" + name); !st.ok())
         return err(Errc::kIo, what + "cannot copy " + shown + " into " + tmp + ": " + st.error().message());
     }
     fs::rename(tmp, dest, ec);
