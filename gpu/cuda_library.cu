@@ -226,6 +226,10 @@ int copy_to_host(HpctuneGpuContext* ctx, void* dst, const void* src, size_t byte
   return synchronize(ctx);
 }
 
+int fill_zero(HpctuneGpuContext* ctx, void* ptr, size_t bytes) {
+  return check_cuda(cudaMemsetAsync(ptr, 0, bytes, ctx->stream), "cudaMemsetAsync");
+}
+
 int set_tf32(HpctuneGpuContext* ctx, int32_t enabled) {
   return check_blas(cublasSetMathMode(ctx->blas, enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
                     "cublasSetMathMode");
@@ -294,6 +298,7 @@ const HpctuneGpuApi kApi = {
     release,
     copy_to_device,
     copy_to_host,
+    fill_zero,
     set_tf32,
     gemm,
     bias_activation_forward,

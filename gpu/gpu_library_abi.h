@@ -55,6 +55,7 @@ typedef struct HpctuneGpuApi {
   int (*release)(HpctuneGpuContext* ctx, void* d_ptr);
   int (*copy_to_device)(HpctuneGpuContext* ctx, void* d_dst, const void* src, size_t bytes);
   int (*copy_to_host)(HpctuneGpuContext* ctx, void* dst, const void* d_src, size_t bytes); /* waits */
+  int (*fill_zero)(HpctuneGpuContext* ctx, void* d_ptr, size_t bytes);
   /* 1: TF32 tensor cores for fp32 GEMMs; 0: strict fp32 (the default). */
   int (*set_tf32)(HpctuneGpuContext* ctx, int32_t enabled);
 

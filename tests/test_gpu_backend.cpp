@@ -16,6 +16,8 @@
 
 #include "common/rng.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/gpu_context.h"
+#include "gpu/gpu_mlp.h"
 #include "nn/layers.h"
 #include "nn/network.h"
 #include "nn/optimizer.h"
@@ -233,6 +235,57 @@ TEST_CASE("one MLP training step on the GPU equals nn::Network's forward, backwa
   // Biases do not decay; weight decay is 0 here, so one update over the whole vector is the same.
   ok(api().sgd_update(c.ctx, P.d, G.d, V.d, int64_t(p0.size()), 0.1f, 0.9f, 0.f, 0));
   check_close(P.to_host(), ref_params, 1e-5f, 1e-6f, "parameters after the step");
+}
+
+TEST_CASE("GpuMlp: three SGD steps of a 3-layer MLP equal nn::Network with nn::Optimizer (momentum, weight decay)") {
+  auto made_ctx = GpuContext::create(*g_library, 0);
+  REQUIRE_MESSAGE(made_ctx.ok(), (made_ctx.ok() ? std::string() : made_ctx.error().to_string()));
+  GpuContext ctx = std::move(made_ctx).value();
+  const std::vector<int64_t> sizes{20, 32, 16, 10};
+  const int64_t batch = 48;
+  std::vector<nn::LayerSpec> specs(2);
+  specs[0].kind = specs[1].kind = "dense";
+  specs[0].units = 32;
+  specs[1].units = 16;
+  auto made = nn::Network::create(nn::Shape{20, 1, 1}, specs, 10);
+  REQUIRE(made.ok());
+  nn::Network net = std::move(made).value();
+  Rng rng(7);
+  net.init(rng);
+  REQUIRE(net.num_params() == GpuMlp::num_params(sizes));
+  nn::OptimizerOptions o;
+  o.momentum = 0.9;
+  o.weight_decay = 1e-3;
+  nn::Optimizer opt(net.num_params(), o);
+  auto mlp = GpuMlp::create(ctx, sizes, batch, net.params(), GpuSgdOptions{0.9f, false, 1e-3f});
+  REQUIRE_MESSAGE(mlp.ok(), (mlp.ok() ? std::string() : mlp.error().to_string()));
+  nn::BatchStats cpu_stats;
+  for (int step = 0; step < 3; ++step) {
+    auto x = random_vector(batch * 20, rng);
+    std::vector<int32_t> labels(batch);
+    for (auto& l : labels) l = static_cast<int32_t>(rng.uniform() * 10.0) % 10;
+    Rng dropout(8);
+    cpu_stats += net.forward_backward(x.data(), labels.data(), batch, 1.0f / float(batch), dropout);
+    opt.step(net.params(), net.grads(), net.blocks(), 0.05f);
+    auto dx = ctx.upload(std::span<const float>(x));
+    auto dy = ctx.upload(std::span<const int32_t>(labels));
+    REQUIRE(dx.ok());
+    REQUIRE(dy.ok());
+    auto st = mlp->train_step(dx->as<float>(), dy->as<int32_t>(), batch, 0.05f);
+    REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().to_string()));
+    REQUIRE(ctx.synchronize().ok());
+  }
+  auto gpu_params = mlp->params();
+  REQUIRE(gpu_params.ok());
+  check_close(*gpu_params, std::vector<float>(net.params().begin(), net.params().end()), 1e-4f, 1e-6f,
+              "parameters after 3 steps");
+  auto stats = mlp->take_stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->count == 3 * batch);
+  CHECK(stats->correct == cpu_stats.correct);
+  CHECK(stats->loss_sum == doctest::Approx(cpu_stats.loss_sum).epsilon(1e-4));
+  // A batch larger than the one it was made for is refused, not overrun.
+  CHECK(mlp->train_step(nullptr, nullptr, batch + 1, 0.05f).error().code() == Errc::kInvalidArgument);
 }
 
 int main(int argc, char** argv) {
