@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -134,6 +135,21 @@ __global__ void sgd_kernel(float* p, const float* grad, float* v, int64_t count,
     float vi = momentum * v[i] + g;
     v[i] = vi;
     p[i] -= lr * (nesterov ? g + momentum * vi : vi);
+  }
+}
+
+__global__ void adam_kernel(float* p, const float* grad, float* m, float* v, int64_t count, float step_size,
+                            float sqrt_bc2, float b1, float b2, float eps, float wd, float shrink, int decoupled) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = grad[i];
+    float pi = p[i];
+    if (decoupled) pi *= shrink;
+    else g += wd * pi;
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (sqrtf(vi) / sqrt_bc2 + eps);
   }
 }
 
@@ -283,6 +299,19 @@ int sgd_update(HpctuneGpuContext* ctx, float* params, const float* grads, float*
   return check_launch("sgd_update");
 }
 
+int adam_update(HpctuneGpuContext* ctx, float* params, const float* grads, float* m, float* v, int64_t count, float lr,
+                float beta1, float beta2, float eps, float weight_decay, int32_t decoupled, int64_t step) {
+  if (count <= 0 || step < 1 || m == nullptr || v == nullptr) return bad_argument("adam_update: count, step or buffers");
+  // The bias corrections in double, then rounded to float, as nn::Optimizer does.
+  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  const float step_size = static_cast<float>(double(lr) / bc1);
+  const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  adam_kernel<<<blocks_for(count), kThreads, 0, ctx->stream>>>(params, grads, m, v, count, step_size, sqrt_bc2, beta1, beta2,
+                                                               eps, weight_decay, 1.0f - lr * weight_decay, decoupled);
+  return check_launch("adam_update");
+}
+
 const HpctuneGpuApi kApi = {
     HPCTUNE_GPU_ABI_VERSION,
     sizeof(HpctuneGpuApi),
@@ -306,6 +335,7 @@ const HpctuneGpuApi kApi = {
     bias_gradient,
     softmax_cross_entropy,
     sgd_update,
+    adam_update,
 };
 
 }  // namespace

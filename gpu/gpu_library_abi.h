@@ -81,6 +81,12 @@ typedef struct HpctuneGpuApi {
    * null and p -= lr * g. */
   int (*sgd_update)(HpctuneGpuContext* ctx, float* d_params, const float* d_grads, float* d_velocity, int64_t count,
                     float lr, float momentum, float weight_decay, int32_t nesterov);
+  /* Adam and AdamW as nn::Optimizer (PyTorch 1.13), step t >= 1 (counted by the caller, as
+   * nn::Optimizer counts it): Adam g = grad + wd * p; AdamW p *= 1 - lr * wd first, g = grad; then
+   * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+  int (*adam_update)(HpctuneGpuContext* ctx, float* d_params, const float* d_grads, float* d_m, float* d_v,
+                     int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     int32_t decoupled, int64_t step);
 } HpctuneGpuApi;
 
 typedef const HpctuneGpuApi* (*HpctuneGpuApiEntry)(void);

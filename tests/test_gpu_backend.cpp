@@ -107,6 +107,24 @@ TEST_CASE("gemm in row-major terms, every transpose, against a reference loop") 
       ok(api().gemm(c.ctx, ta, tb, m, n, k, 0.5f, da.d, db.d, 0.25f, dc.d));
       check_close(dc.to_host(), ref, 1e-5f, 1e-5f, "gemm");
     }
+  // TF32 tensor cores (10-bit mantissas in the products): the same GEMM within TF32's rounding, and
+  // back to strict fp32 after.
+  Rng rng2(11);
+  auto a = random_vector(m * k, rng2), b = random_vector(k * n, rng2);
+  std::vector<float> ref(m * n, 0.f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += double(a[i * k + p]) * double(b[p * n + j]);
+      ref[i * n + j] = float(s);
+    }
+  DeviceVector<float> da(c.ctx, a), db(c.ctx, b), dc(c.ctx, size_t(m * n));
+  ok(api().set_tf32(c.ctx, 1));
+  ok(api().gemm(c.ctx, 0, 0, m, n, k, 1.f, da.d, db.d, 0.f, dc.d));
+  check_close(dc.to_host(), ref, 1e-2f, 2e-2f, "gemm (tf32)");
+  ok(api().set_tf32(c.ctx, 0));
+  ok(api().gemm(c.ctx, 0, 0, m, n, k, 1.f, da.d, db.d, 0.f, dc.d));
+  check_close(dc.to_host(), ref, 1e-5f, 1e-5f, "gemm (fp32 again)");
 }
 
 TEST_CASE("bias + ReLU, ReLU backward and the bias gradient against nn/") {
@@ -182,6 +200,31 @@ TEST_CASE("SGD with momentum, weight decay and Nesterov as nn::Optimizer, over s
       CAPTURE(nesterov);
       check_close(d_params.to_host(), cpu_params, 1e-5f, 1e-6f, "params after 3 steps");
     }
+}
+
+TEST_CASE("Adam and AdamW as nn::Optimizer, over several steps") {
+  Context c;
+  for (auto kind : {nn::OptimizerKind::kAdam, nn::OptimizerKind::kAdamW}) {
+    Rng rng(9);
+    const size_t n = 3000;
+    auto params = random_vector(n, rng);
+    nn::OptimizerOptions o;
+    o.kind = kind;
+    o.weight_decay = 0.01;
+    nn::Optimizer cpu(n, o);
+    std::vector<nn::ParamBlock> blocks{{0, n, true, false, 1.0f}};
+    std::vector<float> cpu_params = params;
+    DeviceVector<float> d_params(c.ctx, params), d_m(c.ctx, n), d_v(c.ctx, n), d_grads(c.ctx, n);
+    for (int64_t step = 1; step <= 3; ++step) {
+      auto grads = random_vector(n, rng);
+      cpu.step(cpu_params, grads, blocks, 0.01f);
+      ok(api().copy_to_device(c.ctx, d_grads.d, grads.data(), n * sizeof(float)));
+      ok(api().adam_update(c.ctx, d_params.d, d_grads.d, d_m.d, d_v.d, int64_t(n), 0.01f, float(o.beta1), float(o.beta2),
+                           float(o.eps), float(o.weight_decay), kind == nn::OptimizerKind::kAdamW, step));
+    }
+    CAPTURE(nn::optimizer_kind_name(kind));
+    check_close(d_params.to_host(), cpu_params, 1e-5f, 1e-6f, "params after 3 steps");
+  }
 }
 
 TEST_CASE("one MLP training step on the GPU equals nn::Network's forward, backward and SGD step") {
