@@ -1,0 +1,98 @@
+/* The C interface between hpctune and its CUDA library (libhpctune_gpu_cuda.so, gpu/cuda_library.cu).
+ *
+ * The library exports one symbol, hpctune_gpu_api(), returning a table of functions. hpctune never
+ * links the library: gpu/gpu_backend.cpp dlopen()s it when a GPU backend is asked for and checks
+ * abi_version and struct_size before using the table, so a binary built without CUDA, or run on a
+ * machine without a driver, still starts. Plain C (no project header, no CUDA header), so both sides
+ * compile it.
+ *
+ * Conventions: every function returns 0 on success and a nonzero code otherwise (the CUDA or cuBLAS
+ * status, or -1 for a bad argument); last_error() then gives the message of this thread's latest
+ * failure. Pointers named d_* are device memory from alloc(); work is queued on the context's
+ * stream and synchronize() waits for it (and reports an asynchronous kernel fault). Matrices are
+ * row-major, as in nn/ (nn/layers.h): [rows, cols] with leading dimension cols.
+ */
+#ifndef HPCTUNE_GPU_LIBRARY_ABI_H
+#define HPCTUNE_GPU_LIBRARY_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HPCTUNE_GPU_ABI_VERSION 1u
+#define HPCTUNE_GPU_API_SYMBOL "hpctune_gpu_api"
+
+typedef struct HpctuneGpuDeviceProps {
+  char name[256];
+  uint64_t memory_bytes;
+  int32_t compute_major, compute_minor;
+  int32_t multiprocessors;
+  char pci_bus_id[32];
+} HpctuneGpuDeviceProps;
+
+typedef struct HpctuneGpuContext HpctuneGpuContext; /* a device, a stream and a cuBLAS handle */
+
+typedef struct HpctuneGpuApi {
+  uint32_t abi_version; /* HPCTUNE_GPU_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(HpctuneGpuApi) */
+
+  const char* (*last_error)(void);
+
+  /* The devices this process may use (after CUDA_VISIBLE_DEVICES). No driver or no device is a
+   * failure of device_count(): *count is 0 and last_error() says why (cudaGetDeviceCount's error). */
+  int (*device_count)(int32_t* count);
+  int (*driver_version)(int32_t* version);  /* cudaDriverGetVersion: 0 when no driver is installed */
+  int (*runtime_version)(int32_t* version); /* cudaRuntimeGetVersion, e.g. 13000 */
+  int (*device_properties)(int32_t device, HpctuneGpuDeviceProps* out);
+
+  int (*context_create)(int32_t device, HpctuneGpuContext** out);
+  void (*context_destroy)(HpctuneGpuContext* ctx);
+  int (*synchronize)(HpctuneGpuContext* ctx);
+  int (*alloc)(HpctuneGpuContext* ctx, size_t bytes, void** d_out);
+  int (*release)(HpctuneGpuContext* ctx, void* d_ptr);
+  int (*copy_to_device)(HpctuneGpuContext* ctx, void* d_dst, const void* src, size_t bytes);
+  int (*copy_to_host)(HpctuneGpuContext* ctx, void* dst, const void* d_src, size_t bytes); /* waits */
+  int (*fill_zero)(HpctuneGpuContext* ctx, void* d_ptr, size_t bytes);
+  /* 1: TF32 tensor cores for fp32 GEMMs; 0: strict fp32 (the default). */
+  int (*set_tf32)(HpctuneGpuContext* ctx, int32_t enabled);
+
+  /* C[m, n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [m, k] (A is [k, m] when
+   * transpose_a), op(B) is [k, n] (B is [n, k] when transpose_b). cuBLAS SGEMM. */
+  int (*gemm)(HpctuneGpuContext* ctx, int32_t transpose_a, int32_t transpose_b, int64_t m, int64_t n, int64_t k,
+              float alpha, const float* d_a, const float* d_b, float beta, float* d_c);
+  /* y[rows, cols] += bias[cols], then y = max(y, 0) when relu: one pass (the dense layer's epilogue). */
+  int (*bias_activation_forward)(HpctuneGpuContext* ctx, float* d_y, const float* d_bias, int64_t rows, int64_t cols,
+                                 int32_t relu);
+  /* dz = dy where y > 0, else 0 (ReLU's backward written in terms of its output y). */
+  int (*relu_backward)(HpctuneGpuContext* ctx, const float* d_y, const float* d_dy, float* d_dz, int64_t count);
+  /* db[cols] += sum over rows of dz[rows, cols]. */
+  int (*bias_gradient)(HpctuneGpuContext* ctx, const float* d_dz, float* d_db, int64_t rows, int64_t cols);
+  /* Softmax cross-entropy over logits[rows, classes], as nn::softmax_cross_entropy: d_dlogits =
+   * grad_scale * (softmax - onehot) (may be null), d_loss[0] += summed loss, d_correct[0] += count of
+   * rows whose largest logit is the label. Labels in [0, classes). */
+  int (*softmax_cross_entropy)(HpctuneGpuContext* ctx, const float* d_logits, const int32_t* d_labels, int64_t rows,
+                               int64_t classes, float grad_scale, float* d_dlogits, float* d_loss,
+                               int32_t* d_correct);
+  /* SGD as nn::Optimizer (PyTorch 1.13): g = grad + weight_decay * p; v = momentum * v + g (v starts
+   * at 0, so v_1 = g); p -= lr * (nesterov ? g + momentum * v : v). momentum 0: d_velocity may be
+   * null and p -= lr * g. */
+  int (*sgd_update)(HpctuneGpuContext* ctx, float* d_params, const float* d_grads, float* d_velocity, int64_t count,
+                    float lr, float momentum, float weight_decay, int32_t nesterov);
+  /* Adam and AdamW as nn::Optimizer (PyTorch 1.13), step t >= 1 (counted by the caller, as
+   * nn::Optimizer counts it): Adam g = grad + wd * p; AdamW p *= 1 - lr * wd first, g = grad; then
+   * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+  int (*adam_update)(HpctuneGpuContext* ctx, float* d_params, const float* d_grads, float* d_m, float* d_v,
+                     int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     int32_t decoupled, int64_t step);
+} HpctuneGpuApi;
+
+typedef const HpctuneGpuApi* (*HpctuneGpuApiEntry)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HPCTUNE_GPU_LIBRARY_ABI_H */

@@ -1,0 +1,112 @@
+// gpu/gpu_backend.h without a GPU: the CUDA library loads (when this build has one), reports no
+// device and why as a value; a missing, foreign or other-version library is a clear error. ctest
+// runs this with CUDA_VISIBLE_DEVICES=-1, so the answers are the same on a machine with a GPU.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "gpu/gpu_backend.h"
+
+using namespace hpctune;
+using namespace hpctune::gpu;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
+    if (value) setenv(name.c_str(), value, 1); else unsetenv(name.c_str());
+  }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("a missing GPU library is kNotFound naming the path") {
+  auto lib = GpuLibrary::open("/nonexistent/dir/libhpctune_gpu_cuda.so");
+  REQUIRE_FALSE(lib.ok());
+  CHECK(lib.error().code() == Errc::kNotFound);
+  CHECK(contains(lib.error().message(), "/nonexistent/dir/libhpctune_gpu_cuda.so"));
+}
+
+TEST_CASE("HPCTUNE_GPU_LIBRARY pointing nowhere is kNotFound naming it, even in a build without CUDA") {
+  ScopedEnv env("HPCTUNE_GPU_LIBRARY", "/nonexistent/libx.so");
+  CHECK(default_gpu_library_candidates() == std::vector<std::string>{"/nonexistent/libx.so"});
+  auto lib = GpuLibrary::open_default();
+  REQUIRE_FALSE(lib.ok());
+  CHECK(lib.error().code() == Errc::kNotFound);
+  CHECK(contains(lib.error().message(), "/nonexistent/libx.so"));
+}
+
+TEST_CASE("a file that is not a shared library is kUnavailable with dlopen's reason") {
+  auto path = std::filesystem::temp_directory_path() / ("hpctune_not_a_library_" + std::to_string(getpid()) + ".so");
+  { std::ofstream(path) << "not an ELF file\n"; }
+  auto lib = GpuLibrary::open(path.string());
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(lib.ok());
+  CHECK(lib.error().code() == Errc::kUnavailable);
+  CHECK(contains(lib.error().message(), "cannot be loaded"));
+}
+
+TEST_CASE("a library without hpctune_gpu_api is not taken for ours") {
+  auto lib = GpuLibrary::open(HPCTUNE_FAKE_GPU_LIBRARY_NOT_OURS);
+  REQUIRE_FALSE(lib.ok());
+  CHECK(lib.error().code() == Errc::kUnavailable);
+  CHECK(contains(lib.error().message(), "does not export hpctune_gpu_api()"));
+}
+
+TEST_CASE("a library of another ABI version is refused, naming both versions") {
+  auto lib = GpuLibrary::open(HPCTUNE_FAKE_GPU_LIBRARY_WRONG_ABI);
+  REQUIRE_FALSE(lib.ok());
+  CHECK(lib.error().code() == Errc::kUnavailable);
+  CHECK(contains(lib.error().message(), "ABI version " + std::to_string(HPCTUNE_GPU_ABI_VERSION + 100)));
+  CHECK(contains(lib.error().message(), "needs version " + std::to_string(HPCTUNE_GPU_ABI_VERSION)));
+}
+
+TEST_CASE("cuda_version_string") {
+  CHECK(cuda_version_string(13000) == "13.0");
+  CHECK(cuda_version_string(12080) == "12.8");
+  CHECK(cuda_version_string(0) == "none");
+}
+
+#ifdef HPCTUNE_TEST_HAVE_CUDA
+TEST_CASE("the CUDA library of this build loads and reports no device, and why, as a value") {
+  REQUIRE(built_with_cuda());
+  // Without CUDA_VISIBLE_DEVICES=-1 (ctest sets it) a machine with a GPU would list it.
+  REQUIRE(std::getenv("CUDA_VISIBLE_DEVICES") != nullptr);
+  REQUIRE(std::string(std::getenv("CUDA_VISIBLE_DEVICES")) == "-1");
+  auto lib = GpuLibrary::open_default();
+  REQUIRE_MESSAGE(lib.ok(), (lib.ok() ? std::string() : lib.error().to_string()));
+  CHECK(contains(lib->path(), "libhpctune_gpu_cuda.so"));
+  GpuInventory inv = lib->inventory();
+  CHECK(inv.devices.empty());
+  CHECK(contains(inv.no_device_reason, "no CUDA device: cudaGetDeviceCount: "));
+  CHECK(contains(inv.no_device_reason, "(code "));
+  CHECK(inv.runtime_version >= 13000);  // the toolkit this was built with
+  CHECK(inv.driver_version >= 0);       // 0 on a machine without a driver
+  // A second call answers the same (the failure leaves the library usable).
+  GpuInventory again = lib->inventory();
+  CHECK(again.devices.empty());
+  CHECK(again.no_device_reason == inv.no_device_reason);
+  // Nothing can be created on a device that is not there: an error code and a message, no crash.
+  HpctuneGpuContext* ctx = nullptr;
+  CHECK(lib->api().context_create(0, &ctx) != 0);
+  CHECK(ctx == nullptr);
+  CHECK_FALSE(lib->last_error().empty());
+}
+#else
+TEST_CASE("a build without CUDA says so when a GPU backend is asked for") {
+  REQUIRE_FALSE(built_with_cuda());
+  auto lib = GpuLibrary::open_default();
+  REQUIRE_FALSE(lib.ok());
+  CHECK(lib.error().code() == Errc::kUnavailable);
+  CHECK(contains(lib.error().message(), "built without CUDA"));
+}
+#endif
