@@ -445,6 +445,20 @@ class Builder {
     return Status::Ok();
   }
 
+  // resources.gpus_per_rank (every backend) and resources.slurm.gpus_per_task (srun's option as it
+  // is) say the same thing to SLURM: both given, they must agree.
+  Status check_slurm_gpus(const json& r, SlurmOptions& so) {
+    so.gpus_per_rank = r.contains("gpus_per_rank") ? r["gpus_per_rank"].get<int64_t>() : 0;
+    if (so.gpus_per_rank > 0 && so.gpus_per_task > 0 && so.gpus_per_rank != so.gpus_per_task) {
+      const std::string at = "resources.slurm.gpus_per_task";
+      return w_.fail(w_.mark_of(at), at,
+                     std::to_string(so.gpus_per_task) + " differs from resources.gpus_per_rank (" +
+                         std::to_string(so.gpus_per_rank) +
+                         "): both ask SLURM for each rank's GPUs; give one of them, or the same number");
+    }
+    return Status::Ok();
+  }
+
   Status check_resources(CampaignConfig& c) {
     const json& r = root_["resources"];
     Resources& out = c.resources;
@@ -471,6 +485,7 @@ class Builder {
     so.mpi = sl["mpi"].get<std::string>();
     so.gres = sl["gres"].get<std::string>();
     so.gpus_per_task = sl["gpus_per_task"].get<int64_t>();
+    HPCTUNE_TRY(check_slurm_gpus(r, so));
     so.cpus_per_task = sl["cpus_per_task"].get<int64_t>();
     so.master_partition = sl["master"]["partition"].get<std::string>();
     so.master_constraint = sl["master"]["constraint"].get<std::string>();
