@@ -87,17 +87,6 @@ std::string gres_with_gpus(const std::string& gres, int64_t gpus_per_node) {
   return (gres.empty() ? "" : gres + ",") + "gpu:" + std::to_string(gpus_per_node);
 }
 
-std::optional<int64_t> gres_gpu_count(std::string_view gres) {
-  for (auto entry : split(gres, ',')) {
-    if (!names_gpu(entry)) continue;
-    const auto parts = split(entry, ':');
-    if (parts.size() == 1) return 1;
-    if (!all_digits(parts.back())) return std::nullopt;
-    return to_int(parts.back());
-  }
-  return std::nullopt;
-}
-
 bool is_heterogeneous(const BatchScriptSpec& spec) {
   return !spec.master_partition.empty() || !spec.master_constraint.empty();
 }

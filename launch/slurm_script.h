@@ -57,10 +57,6 @@ std::optional<std::string> sbatch_value_problem(std::string_view value);
 // it is when one of its entries is gpu, gpu:N or gpu:TYPE:N).
 std::string gres_with_gpus(const std::string& gres, int64_t gpus_per_node);
 
-// The GPUs a gres list asks for on each node (gpu, gpu:N, gpu:TYPE:N: 1, N, N); nullopt when it
-// names no gpu or its count is not a plain number.
-std::optional<int64_t> gres_gpu_count(std::string_view gres);
-
 // Whole nodes one group of `ranks` ranks takes at `ranks_per_node` ranks a node.
 int64_t nodes_per_group(int64_t ranks, int64_t ranks_per_node);
 

@@ -1,6 +1,7 @@
 // GPUs on SLURM without a GPU or a cluster (the cluster's own case is in test_slurm):
 //   - resources.gpus_per_rank and resources.slurm.gpus_per_task given differently: refused at the
-//     second one's place; equal or alone: copied for the SLURM backend;
+//     second one's place; equal or alone: copied for the SLURM backend; a resources.slurm.gres
+//     naming fewer GPUs than a node's ranks ask for: refused at its place;
 //   - a group's job step asks for each rank's GPUs: --gpus-per-task=G with --gpu-bind=per_task:G
 //     where every task is a rank (launch srun), --gpu-bind=none where one task starts the ranks;
 //   - `hpctune slurm submit --dry-run` shows them, and asks for gpu:N on each node of the groups.
@@ -89,6 +90,32 @@ TEST_CASE("slurm gpus: gpus_per_rank and slurm.gpus_per_task must agree; either 
   auto none = config::parse_config(config_text(kSleep, ""), "c.yaml");
   REQUIRE(none.ok());
   CHECK(none->resources.slurm.gpus_per_rank == 0);
+}
+
+TEST_CASE("slurm gpus: a gres that names the node's GPUs must hold what a group's ranks on a node ask for") {
+  // 2 ranks a node x 2 GPUs = 4: gpu:2 and gpu:a100:3 are too few, at the gres's place.
+  for (const std::string gres : {"gpu:2", "nvme:1,gpu:a100:3", "gpu"}) {
+    auto few = config::parse_config(
+        config_text(kSleep, "  ranks: {data: 4}\n  gpus_per_rank: 2\n  slurm:\n    ranks_per_node: 2\n    gres: \"" +
+                                gres + "\"\n"), "c.yaml");
+    REQUIRE_FALSE(few.ok());
+    CHECK_MESSAGE(contains(few.error().message(), "c.yaml:14:5: resources.slurm.gres: '" + gres + "' gives a node"),
+                  few.error().message());
+    CHECK(contains(few.error().message(), "fewer than the 4"));
+  }
+  // Enough, a gres without gpu, or a count that is not a number: accepted.
+  for (const std::string gres : {"gpu:4", "gpu:h100:8", "nvme:1", "gpu:a100"}) {
+    auto ok = config::parse_config(
+        config_text(kSleep, "  ranks: {data: 4}\n  gpus_per_rank: 2\n  slurm:\n    ranks_per_node: 2\n    gres: \"" +
+                                gres + "\"\n"), "c.yaml");
+    CHECK_MESSAGE(ok.ok(), gres << ": " << (ok.ok() ? "" : ok.error().message()));
+  }
+  // The local backend does not read resources.slurm.
+  auto local = config::parse_config(
+      "name: gpus\nobjective: {metric: value, mode: max}\nsearch: {algorithm: random, max_trials: 2}\n"
+      "space:\n  value: {type: float, low: 0.0, high: 1.0}\ntrainer: " + kSleep + "\n"
+      "resources:\n  gpus_per_rank: 2\n  slurm: {gres: \"gpu:1\"}\n", "c.yaml");
+  CHECK(local.ok());
 }
 
 TEST_CASE("slurm gpus: a step asks for each rank's GPUs, bound per task where every task is a rank") {
