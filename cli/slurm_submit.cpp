@@ -14,7 +14,9 @@
 #include "cli/commands.h"
 #include "common/system.h"
 #include "config/config.h"
+#include "config/trainer_kinds.h"
 #include "launch/child_process.h"
+#include "launch/slurm_launcher.h"
 #include "launch/slurm_script.h"
 #include "store/store.h"
 
@@ -49,6 +51,35 @@ std::pair<int64_t, std::string> nodes_for(const config::CampaignConfig& cfg, boo
 }
 
 
+// The GPUs one node of the groups needs (the busiest part of the campaign: the top level, or a
+// stage with resources of its own): each rank's GPUs times the ranks of a group on one node.
+int64_t gpus_per_node(const config::CampaignConfig& cfg) {
+  int64_t most = 0;
+  auto consider = [&](const config::Resources& r) {
+    launch::SlurmStepOptions so;
+    so.gpus_per_rank = r.slurm.gpus_per_rank;
+    so.gpus_per_task = r.slurm.gpus_per_task;
+    const int64_t ranks_on_a_node = std::min(r.ranks_data * r.ranks_model, cfg.resources.slurm.ranks_per_node);
+    most = std::max(most, launch::slurm_gpus_per_rank(so) * ranks_on_a_node);
+  };
+  consider(cfg.resources);
+  for (const auto& stage : cfg.stages) {
+    if (stage.own) consider(stage.own->resources);
+  }
+  return most;
+}
+
+// The GPU options of the groups' steps, as the master will give them (launch/slurm_launcher.h).
+std::vector<std::string> step_gpu_options(const config::CampaignConfig& cfg) {
+  launch::LocalLauncherOptions o;
+  o.resources.ranks_data = cfg.resources.ranks_data;
+  o.resources.ranks_model = cfg.resources.ranks_model;
+  o.resources.trainer_starts_ranks = config::trainer_starts_ranks(cfg.trainer.value("kind", std::string()));
+  o.slurm.launch = cfg.resources.slurm.launch;
+  o.slurm.gpus_per_rank = cfg.resources.slurm.gpus_per_rank;
+  o.slurm.gpus_per_task = cfg.resources.slurm.gpus_per_task;
+  return launch::slurm_gpu_options(o);
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -122,6 +153,8 @@ Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
   spec.qos = args.qos.value_or(so.qos);
   spec.constraint = so.constraint;
   spec.gres = so.gres;
+  spec.gpus_per_node = gpus_per_node(cfg);
+  spec.step_gpu_options = step_gpu_options(cfg);
   spec.master_partition = so.master_partition;
   spec.master_constraint = so.master_constraint;
   spec.setup = so.setup;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -445,6 +446,39 @@ class Builder {
     return Status::Ok();
   }
 
+  // resources.gpus_per_rank (every backend) and resources.slurm.gpus_per_task (srun's option as it
+  // is) say the same thing to SLURM: both given, they must agree. With backend slurm, a
+  // resources.slurm.gres that names the GPUs of a node (gpu:N, gpu:TYPE:N) must hold what a
+  // group's ranks on one node ask for.
+  Status check_slurm_gpus(const json& r, const Resources& out, SlurmOptions& so) {
+    so.gpus_per_rank = r.contains("gpus_per_rank") ? r["gpus_per_rank"].get<int64_t>() : 0;
+    if (so.gpus_per_rank > 0 && so.gpus_per_task > 0 && so.gpus_per_rank != so.gpus_per_task) {
+      const std::string at = "resources.slurm.gpus_per_task";
+      return w_.fail(w_.mark_of(at), at,
+                     std::to_string(so.gpus_per_task) + " differs from resources.gpus_per_rank (" +
+                         std::to_string(so.gpus_per_rank) +
+                         "): both ask SLURM for each rank's GPUs; give one of them, or the same number");
+    }
+    const int64_t per_rank = so.gpus_per_rank > 0 ? so.gpus_per_rank : so.gpus_per_task;
+    if (out.backend != "slurm" || per_rank <= 0) return Status::Ok();
+    const int64_t ranks_on_a_node = std::min(out.ranks_data * out.ranks_model, so.ranks_per_node);
+    // The gpu entry of the gres list: gpu (1), gpu:N or gpu:TYPE:N.
+    std::istringstream entries(so.gres);
+    for (std::string entry; std::getline(entries, entry, ',');) {
+      if (entry != "gpu" && entry.rfind("gpu:", 0) != 0) continue;
+      const std::string count = entry == "gpu" ? "1" : entry.substr(entry.rfind(':') + 1);
+      if (count.empty() || count.size() > 9 || count.find_first_not_of("0123456789") != std::string::npos) break;
+      if (std::stoll(count) >= per_rank * ranks_on_a_node) break;
+      const std::string at = "resources.slurm.gres";
+      return w_.fail(w_.mark_of(at), at,
+                     "'" + so.gres + "' gives a node " + count + " GPU(s), fewer than the " +
+                         std::to_string(per_rank * ranks_on_a_node) + " that " + std::to_string(ranks_on_a_node) +
+                         " rank(s) of a group on one node (resources.slurm.ranks_per_node) ask for at " +
+                         std::to_string(per_rank) + " each");
+    }
+    return Status::Ok();
+  }
+
   Status check_resources(CampaignConfig& c) {
     const json& r = root_["resources"];
     Resources& out = c.resources;
@@ -476,6 +510,7 @@ class Builder {
     so.master_constraint = sl["master"]["constraint"].get<std::string>();
     so.signal_before_s = sl["signal_before"].get<double>();
     so.requeue = sl["requeue"].get<bool>();
+    HPCTUNE_TRY(check_slurm_gpus(r, out, so));
     so.setup.clear();
     for (std::size_t i = 0; i < sl["setup"].size(); ++i) {
       const json& line = sl["setup"][i];

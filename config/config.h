@@ -49,6 +49,9 @@ struct SlurmOptions {
   std::string mpi;              // srun --mpi=; "" the site's default
   std::string gres;
   int64_t gpus_per_task = 0;
+  // resources.gpus_per_rank, copied here for the SLURM backend: the steps ask for these GPUs per task
+  // (--gpus-per-task, --gpu-bind) and the batch script for them on each node (--gres=gpu:N).
+  int64_t gpus_per_rank = 0;
   int64_t cpus_per_task = 0;
   std::vector<std::string> setup;  // shell lines before the master and each step
   std::string master_partition, master_constraint;  // a heterogeneous job when either is set

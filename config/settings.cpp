@@ -251,6 +251,10 @@ std::vector<Setting> declarations() {
       {.path = "resources.threads", .type = Type::kInt,
        .help = "Compute threads per rank (0 = the machine's cores shared among the ranks).", .default_value = 0,
        .min = 0, .max = 1024, .aliases = {"num_threads", "omp_threads", "cpus"}},
+      {.path = "resources.gpus_per_rank", .type = Type::kInt,
+       .help = "GPUs for each rank of a trainer group (0 = none): the local backend hands them out in "
+               "CUDA_VISIBLE_DEVICES, SLURM allocates them (--gpus-per-task).",
+       .default_value = 0, .min = 0, .max = 1024},
       {.path = "resources.heartbeat_interval", .type = Type::kDuration,
        .help = "How often a trainer group tells the master it is alive.", .default_value = 1, .min = 0.01, .max = 3600,
        .aliases = {"heartbeat", "heartbeat_period"}},
@@ -309,7 +313,9 @@ std::vector<Setting> declarations() {
        .default_value = "", .aliases = {"mpi_type", "pmi"}},
       {.path = "resources.slurm.gres", .type = Type::kString, .help = "sbatch and srun --gres, e.g. gpu:4 (\"\" = none).",
        .default_value = ""},
-      {.path = "resources.slurm.gpus_per_task", .type = Type::kInt, .help = "srun --gpus-per-task (0 = none).",
+      {.path = "resources.slurm.gpus_per_task", .type = Type::kInt,
+       .help = "srun --gpus-per-task (0 = none); resources.gpus_per_rank says the same for every backend (both "
+               "given: the same number).",
        .default_value = 0, .min = 0, .max = 1024},
       {.path = "resources.slurm.cpus_per_task", .type = Type::kInt, .help = "srun --cpus-per-task (0 = SLURM's default).",
        .default_value = 0, .min = 0, .max = 65536},

@@ -82,7 +82,8 @@ struct SlurmStepOptions {
   std::string launch = "srun";      // srun: srun starts the ranks; mpirun: one process runs mpirun in the step
   std::string mpi;                  // srun --mpi= ("" the site's default)
   std::string gres;                 // srun --gres=
-  int64_t gpus_per_task = 0;        // srun --gpus-per-task= (0 = none)
+  int64_t gpus_per_task = 0;        // srun --gpus-per-task= (0 = none): resources.slurm.gpus_per_task
+  int64_t gpus_per_rank = 0;        // resources.gpus_per_rank (0 = none); both given, they are equal (validate)
   int64_t cpus_per_task = 0;        // srun --cpus-per-task= (0 = SLURM's default)
   std::vector<std::string> setup;   // shell lines run before each step's program
   // The groups' component of a heterogeneous job (`hpctune slurm submit` with a master node of

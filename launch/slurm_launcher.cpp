@@ -159,7 +159,7 @@ Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& 
   if (het_group >= 0) argv.push_back("--het-group=" + std::to_string(het_group));
   if (!so.mpi.empty()) argv.push_back("--mpi=" + so.mpi);
   if (!so.gres.empty()) argv.push_back("--gres=" + so.gres);
-  if (so.gpus_per_task > 0) argv.push_back("--gpus-per-task=" + std::to_string(so.gpus_per_task));
+  for (auto& o : slurm_gpu_options(opt)) argv.push_back(std::move(o));
   if (so.cpus_per_task > 0) argv.push_back("--cpus-per-task=" + std::to_string(so.cpus_per_task));
   if (!exclude.empty()) argv.push_back("--exclude=" + join(std::vector<std::string>(exclude.begin(), exclude.end()), ","));
   argv.insert(argv.end(), {"bash", "-c", step_script(opt), "hpctune-step"});
@@ -176,6 +176,17 @@ Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& 
   }
   for (auto& a : worker_command(opt, group, threads_per_rank(opt))) argv.push_back(std::move(a));
   return argv;
+}
+
+int64_t slurm_gpus_per_rank(const SlurmStepOptions& so) {
+  return so.gpus_per_rank > 0 ? so.gpus_per_rank : std::max<int64_t>(0, so.gpus_per_task);
+}
+
+std::vector<std::string> slurm_gpu_options(const LocalLauncherOptions& opt) {
+  const int64_t gpus = slurm_gpus_per_rank(opt.slurm);
+  if (gpus <= 0) return {};
+  const std::string n = std::to_string(gpus);
+  return {"--gpus-per-task=" + n, one_starter(opt) ? std::string("--gpu-bind=none") : "--gpu-bind=per_task:" + n};
 }
 
 std::map<std::string, std::string> slurm_step_environment(const LocalLauncherOptions& opt) {

@@ -3,7 +3,7 @@
 //
 // Group g is one job step, started as a child process of the master on the batch host:
 //     srun --jobid=J --job-name=hpctune-g<g> --nodes=k --ntasks=R --ntasks-per-node=P --exclusive
-//          --kill-on-bad-exit=1 [--mpi=..] [--gres=..] [--gpus-per-task=..] [--cpus-per-task=..]
+//          --kill-on-bad-exit=1 [--mpi=..] [--gres=..] [--gpus-per-task=G --gpu-bind=..] [--cpus-per-task=..]
 //          [--exclude=<failed nodes>] bash -c '<marker; setup lines; exec "$@">' hpctune-step <program>
 // with R = ranks data x model, P = resources.slurm.ranks_per_node and k = ceil(R / P). srun's exit
 // is the step's end; its output (the ranks' output, forwarded by SLURM) goes to the group's log.
@@ -46,6 +46,18 @@ namespace hpctune::launch {
 Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& options, int64_t group,
                                                     const std::set<std::string>& exclude);
 std::map<std::string, std::string> slurm_step_environment(const LocalLauncherOptions& options);
+
+// The GPUs of each rank (resources.gpus_per_rank, else resources.slurm.gpus_per_task; 0 = none).
+int64_t slurm_gpus_per_rank(const SlurmStepOptions& options);
+// The step's GPU options, empty without GPUs: --gpus-per-task=G and --gpu-bind. Where every task
+// runs a rank (launch srun), per_task:G: task i of a node gets that node's GPUs i*G .. i*G+G-1 of
+// the step in CUDA_VISIBLE_DEVICES, whatever the site's CPU binding (closest and single:N follow
+// the tasks' socket affinity, which needs task/affinity and gres.conf Cores; per_task is exact,
+// and is also what --gpus-per-task implies since SLURM 21.08, said here so that a site default
+// cannot change it). Where one task starts the ranks (launch mpirun, a trainer that runs its own
+// ranks), none: that task sees every GPU of the step on its node, and its ranks choose theirs by
+// their local rank.
+std::vector<std::string> slurm_gpu_options(const LocalLauncherOptions& options);
 
 // The allocation the launcher runs in: options.slurm.job_id, else $SLURM_JOB_ID; kConfig naming
 // `hpctune slurm submit` and salloc when there is none.

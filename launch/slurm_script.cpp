@@ -72,6 +72,21 @@ std::optional<std::string> sbatch_value_problem(std::string_view value) {
   return std::nullopt;
 }
 
+namespace {
+
+// The entries of a gres list that name gpu: "gpu", "gpu:4", "gpu:a100:4".
+bool names_gpu(std::string_view entry) { return entry == "gpu" || entry.rfind("gpu:", 0) == 0; }
+
+}  // namespace
+
+std::string gres_with_gpus(const std::string& gres, int64_t gpus_per_node) {
+  if (gpus_per_node <= 0) return gres;
+  for (auto entry : split(gres, ',')) {
+    if (names_gpu(entry)) return gres;
+  }
+  return (gres.empty() ? "" : gres + ",") + "gpu:" + std::to_string(gpus_per_node);
+}
+
 bool is_heterogeneous(const BatchScriptSpec& spec) {
   return !spec.master_partition.empty() || !spec.master_constraint.empty();
 }
@@ -159,6 +174,9 @@ Result<std::string> batch_script(const BatchScriptSpec& spec) {
   s += "# stops dispatching, records everything" +
        std::string(spec.requeue ? " and requeues the job; the requeued job resumes the campaign.\n"
                                 : "; `hpctune resume` continues the campaign later.\n");
+  if (!spec.step_gpu_options.empty()) {
+    s += "# Each trainer group's job step asks for its ranks' GPUs: srun " + join(spec.step_gpu_options, " ") + ".\n";
+  }
   directive(s, "job-name", job_name_of(spec.job_name));
   // The options of one component: the master's node first in a heterogeneous job.
   auto component = [&](int64_t nodes, const std::string& partition, const std::string& constraint, bool gres) {
@@ -168,7 +186,7 @@ Result<std::string> batch_script(const BatchScriptSpec& spec) {
     directive(s, "account", spec.account);
     directive(s, "qos", spec.qos);
     directive(s, "constraint", constraint);
-    if (gres) directive(s, "gres", spec.gres);
+    if (gres) directive(s, "gres", gres_with_gpus(spec.gres, spec.gpus_per_node));
   };
   auto job_wide = [&] {
     directive(s, "signal", "B:USR1@" + std::to_string(spec.signal_before_s));

@@ -21,6 +21,12 @@ struct BatchScriptSpec {
   int64_t nodes = 1;             // the whole allocation, the master's node of a heterogeneous job included
   std::string time;              // sbatch --time, as given (check_slurm_time)
   std::string partition, account, qos, constraint, gres;
+  // GPUs (resources.gpus_per_rank): what one node of the groups needs, asked for with the groups'
+  // nodes as --gres=gpu:N (added to `gres`, unless `gres` names gpu itself: the site's own form,
+  // such as gpu:a100:4, wins); and the GPU options of each group's step (slurm_gpu_options), said
+  // in a comment of the script. 0 and empty: none.
+  int64_t gpus_per_node = 0;
+  std::vector<std::string> step_gpu_options;
   // Either set: a heterogeneous job whose first component is the master's one node of this
   // partition / these features, the second the groups' nodes - 1.
   std::string master_partition, master_constraint;
@@ -46,6 +52,10 @@ Status check_slurm_time(std::string_view text);
 // nullopt when `value` can be an sbatch or srun option's value as it is (letters, digits and
 // _-.:,&|[]*=+/, the set resources.slurm.* is checked against); else what is wrong with it.
 std::optional<std::string> sbatch_value_problem(std::string_view value);
+
+// The --gres of the groups' nodes: `gres` with gpu:`gpus_per_node` added (none when 0; `gres` as
+// it is when one of its entries is gpu, gpu:N or gpu:TYPE:N).
+std::string gres_with_gpus(const std::string& gres, int64_t gpus_per_node);
 
 // Whole nodes one group of `ranks` ranks takes at `ranks_per_node` ranks a node.
 int64_t nodes_per_group(int64_t ranks, int64_t ranks_per_node);

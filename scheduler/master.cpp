@@ -825,6 +825,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.slurm.mpi = so.mpi;
   lopt.slurm.gres = so.gres;
   lopt.slurm.gpus_per_task = so.gpus_per_task;
+  lopt.slurm.gpus_per_rank = so.gpus_per_rank;
   lopt.slurm.cpus_per_task = so.cpus_per_task;
   lopt.slurm.setup = so.setup;
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));

@@ -8,6 +8,9 @@
 //     no trial lost or repeated;
 //   - a command trainer's 2 ranks on 2 nodes get RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ... and
 //     the PyTorch example trains with DDP over them.
+//   - GPUs (the cluster's nodes have 4 fake ones each, tools/slurm-cluster): 2 groups with
+//     gpus_per_rank 1 on one node run as steps that each get their own GPU, seen by the trials'
+//     program in CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS.
 #include <filesystem>
 #include <doctest/doctest.h>
 
@@ -359,4 +362,61 @@ TEST_CASE("slurm: a command trainer's 2 ranks on 2 nodes get RANK 0 and 1 of WOR
   const std::string w0 = read_file(ddp_dir + "weights-rank0.sha256"), w1 = read_file(ddp_dir + "weights-rank1.sha256");
   CHECK_MESSAGE(w0.size() == 65, read_file(ddp_dir + "attempt-1/stderr.log"));
   CHECK(w0 == w1);
+}
+
+TEST_CASE("slurm: gpus_per_rank 1: the steps of 2 groups on one node each get their own GPU, in CUDA_VISIBLE_DEVICES") {
+  // The nodes have 4 GPUs each (gres.conf, fake device files: tools/slurm-cluster). A job of one
+  // node with 2 of them; its 2 groups are steps on that node at the same time, each asking for 1
+  // GPU per task. Each trial's program writes what it sees, then waits (30 s at most) until two
+  // trials have: the first two trials run at the same time, one in each group.
+  Campaign c;
+  const std::string script = c.dir.write("gpus.sh",
+      "echo \"${CUDA_VISIBLE_DEVICES:--} ${SLURM_STEP_GPUS:--} ${SLURMD_NODENAME:--} ${SLURM_STEP_ID:--}\" > \"$1/gpus.txt\"\n"
+      "n=0\n"
+      "while [ \"$(ls \"$1\"/../*/gpus.txt | wc -l)\" -lt 2 ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done\n"
+      "echo 'hpctune-report {\"step\": 1, \"value\": 1}'\n");
+  c.config = c.dir.write("gpus.yaml",
+      "name: gpus\nseed: 5\nobjective: {metric: value, mode: max}\nsearch: {algorithm: random, max_trials: 4}\n"
+      "space:\n  x: {type: float, low: 0.0, high: 1.0}\n"
+      "trainer: {kind: command, command: \"/bin/sh " + script + " {trial_dir}\"}\n"
+      "resources:\n  backend: slurm\n  groups: 2\n  gpus_per_rank: 1\n  startup_timeout: 60\n");
+  c.db = c.dir.file("gpus.db");
+  const std::string job = c.dir.write("job.sh",
+      "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n#SBATCH --gres=gpu:2\n#SBATCH --time=5\n"
+      "#SBATCH --output=" + c.dir.file("job.out") + "\n"
+      "exec " HPCTUNE_BINARY " run " + c.config + " --db " + c.db + "\n");
+  const std::string out = sh("cd " + c.dir.path + " && sbatch " + job);
+  std::smatch m;
+  static const std::regex id("job (\\d+)");
+  REQUIRE_MESSAGE(std::regex_search(out, m, id), "sbatch said: " << out);
+  c.job = m[1].str();
+  REQUIRE_MESSAGE(wait_job(c.job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 60s), job_log(c));
+  CHECK_MESSAGE(job_state(c.job) == "COMPLETED", job_log(c));
+  check_each_trial_done_once(c.db, 4);
+  // Each group's device: the same in all its trials (one step), given by SLURM in both variables;
+  // the two groups' devices differ (on the same node).
+  std::map<int64_t, std::set<std::string>> devices;  // group -> what its trials saw
+  std::set<std::string> nodes;
+  for (const auto& t : read_trials(c.db)) {
+    std::istringstream seen(read_file(c.db + ".trials/" + std::to_string(t.id) + "/gpus.txt"));
+    std::string visible, step_gpus, node, step;
+    seen >> visible >> step_gpus >> node >> step;
+    CHECK_MESSAGE(std::regex_match(visible, std::regex("[0-3]")), "trial " << t.id << ": '" << visible << "'");
+    CHECK(step_gpus == visible);
+    devices[t.group_id].insert(visible);
+    nodes.insert(node);
+  }
+  REQUIRE(devices.size() == 2);
+  const auto& g0 = devices.begin()->second;
+  const auto& g1 = std::next(devices.begin())->second;
+  CHECK(g0.size() == 1);
+  CHECK(g1.size() == 1);
+  CHECK(*g0.begin() != *g1.begin());
+  CHECK(nodes.size() == 1);
+  MESSAGE("devices seen: group " << devices.begin()->first << " " << *g0.begin() << ", group " << std::next(devices.begin())->first << " " << *g1.begin() << " on " << *nodes.begin());
+  // Each group's srun asked for it.
+  for (int g : {0, 1}) {
+    const std::string log = read_file(c.db + ".trials/logs/group-" + std::to_string(g) + ".log");
+    CHECK_MESSAGE(log.find("--gpus-per-task=1 --gpu-bind=none") != std::string::npos, log);
+  }
 }

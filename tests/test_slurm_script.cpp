@@ -194,3 +194,44 @@ TEST_CASE("slurm script: nodes per group and in all") {
   CHECK(nodes_needed(16, 128, 1, true) == 2049);
   CHECK(nodes_needed(2, 4, 2, false) == 4);
 }
+
+TEST_CASE("slurm script: GPUs per rank ask for gpu:N on the groups' nodes and name the steps' GPU options") {
+  auto spec = small_spec();
+  spec.gpus_per_node = 4;
+  spec.step_gpu_options = {"--gpus-per-task=2", "--gpu-bind=per_task:2"};
+  auto script = batch_script(spec);
+  REQUIRE(script.ok());
+  CHECK(contains(*script, "# Each trainer group's job step asks for its ranks' GPUs: srun --gpus-per-task=2 "
+                          "--gpu-bind=per_task:2.\n#SBATCH --job-name=tiny\n"));
+  CHECK(contains(*script, "#SBATCH --partition=debug\n#SBATCH --gres=gpu:4\n#SBATCH --signal="));
+  // Another gres of the site's: the GPUs are added to it. One that names gpu itself wins.
+  spec.gres = "nvme:1";
+  CHECK(contains(*batch_script(spec), "#SBATCH --gres=nvme:1,gpu:4\n"));
+  spec.gres = "gpu:a100:4";
+  CHECK(contains(*batch_script(spec), "#SBATCH --gres=gpu:a100:4\n"));
+  CHECK_FALSE(contains(*batch_script(spec), "gpu:4\n"));
+  // A heterogeneous job: the GPUs with the groups' nodes only, none on the master's.
+  spec.gres = "";
+  spec.nodes = 5;
+  spec.master_partition = "service";
+  script = batch_script(spec);
+  REQUIRE(script.ok());
+  const auto het = script->find("#SBATCH hetjob\n");
+  REQUIRE(het != std::string::npos);
+  CHECK_FALSE(contains(script->substr(0, het), "--gres"));
+  CHECK(contains(script->substr(het), "#SBATCH --gres=gpu:4\n"));
+  // Without GPUs: no comment, no gres (the text of the first case above).
+  spec = small_spec();
+  CHECK_FALSE(contains(*batch_script(spec), "GPU"));
+  CHECK_FALSE(contains(*batch_script(spec), "gres"));
+}
+
+TEST_CASE("slurm script: the GPUs added to a gres list") {
+  CHECK(gres_with_gpus("", 0) == "");
+  CHECK(gres_with_gpus("nvme:1", 0) == "nvme:1");
+  CHECK(gres_with_gpus("", 8) == "gpu:8");
+  CHECK(gres_with_gpus("nvme:1", 2) == "nvme:1,gpu:2");
+  CHECK(gres_with_gpus("gpu", 2) == "gpu");
+  CHECK(gres_with_gpus("nvme:1,gpu:h100:4", 2) == "nvme:1,gpu:h100:4");
+  CHECK(gres_with_gpus("gpux:1", 2) == "gpux:1,gpu:2");  // not gpu
+}
