@@ -172,6 +172,20 @@ TEST_CASE("campaign: a SIGKILLed worker frees its device, and the group waiting 
   launch::ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("lost.log"));
   REQUIRE_MESSAGE(wait_until([&] { return std::filesystem::exists(dir.file("started-1-1")); }, std::chrono::seconds(30)),
                   read_file(dir.file("lost.log")));
+  // While it runs, `status` names the trial's device.
+  std::string live;
+  CHECK_MESSAGE(wait_until(
+                    [&] {
+                      live = run_cli(dir, {"status", db, "--format", "json"});
+                      return live.find("\"running_gpus\"") != std::string::npos;
+                    },
+                    std::chrono::seconds(10)),
+                live);
+  const auto running = nlohmann::json::parse(live, nullptr, false)["running_gpus"];
+  REQUIRE(running.size() == 1);
+  CHECK(running[0]["trial"] == 1);
+  CHECK(running[0]["devices"] == "0");
+  CHECK(run_cli(dir, {"status", db}).find("Running on GPUs:") != std::string::npos);
   const auto workers = workers_of(db);
   REQUIRE(workers.size() == 1);
   REQUIRE(::kill(workers[0], SIGKILL) == 0);
