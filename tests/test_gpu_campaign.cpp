@@ -346,3 +346,26 @@ TEST_CASE("campaign: gpus auto takes the devices nvidia-smi lists; with none, th
   CHECK(none.find("resources.gpus_per_rank: 1 GPU(s) per rank x 1 rank(s) = 1 GPUs per group, more than this node has "
                   "(resources.gpus: auto found none (nvidia-smi failed (exit code 9)))") != std::string::npos);
 }
+
+TEST_CASE("campaign: a built-in trainer's group of 2 ranks under mpirun: each worker rank narrows CUDA_VISIBLE_DEVICES to its own") {
+  if (find_in_path("mpirun").empty()) {
+    MESSAGE("skipped: no mpirun in PATH");
+    return;
+  }
+  TempDir dir;
+  const std::string cfg = dir.write(
+      "cnn.yaml",
+      "name: gpu-cnn-ranks\nseed: 11\nobjective: {metric: val_accuracy, mode: max}\n"
+      "search: {algorithm: random, max_trials: 1}\nspace:\n  lr: {type: float, low: 0.03, high: 0.1}\n"
+      "trainer:\n  kind: cnn\n  epochs: 1\n  batch_size: 64\n  max_train_samples: 256\n  max_test_samples: 100\n"
+      "  layers: [{kind: conv, filters: 2, kernel: 3}, {kind: maxpool, size: 2}, {kind: dense, units: 8}]\n"
+      "resources:\n  groups: 1\n  ranks: {data: 2}\n  gpus_per_rank: 1\n  gpus: [5, 7]\n  heartbeat_timeout: 30\n");
+  const std::string db = dir.file("cnn.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("cnn.log"), std::chrono::seconds(180));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("cnn.log")));
+  const std::string group_log = read_file(db + ".trials/logs/group-0.log");
+  CHECK_MESSAGE(group_log.find("local rank 0: CUDA_VISIBLE_DEVICES=5 (of the group's 5,7)") != std::string::npos, group_log);
+  CHECK_MESSAGE(group_log.find("local rank 1: CUDA_VISIBLE_DEVICES=7 (of the group's 5,7)") != std::string::npos, group_log);
+  CHECK(recorded_devices(db).at(1).at(1) == "5,7");
+  check_no_orphans(db);
+}
