@@ -66,7 +66,8 @@ class Launcher {
   virtual ~Launcher() = default;
   virtual std::string name() const = 0;
   // Starts group `group` (again, after an exit), handing it `credential` (protocol::kSecretEnv) in
-  // its environment only. Errors: the program cannot be started.
+  // its environment only. Errors: the program cannot be started; kConfig when its GPUs could never
+  // be had (more than the node has). A group waiting for its GPUs is kPending, not an error.
   virtual Status start(int64_t group, const std::string& credential) = 0;
   // The backend's view of `group`: kPending (asked for, not started yet), kStarting (started, alive)
   // or kExited (ended, or never started). Never kRunning: only the master knows a group said hello.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "common/device_list.h"
 #include "common/system.h"
@@ -99,6 +100,55 @@ class LocalLauncher final : public Launcher {
 
   std::vector<int> devices(int64_t group) const override { return gpus_.held(group); }
 
+  std::vector<GroupExit> poll_exits() override {
+    std::vector<GroupExit> exits = std::exchange(killed_waiting_, {});
+    for (auto it = children_.begin(); it != children_.end();) {
+      if (auto status = it->second.poll()) {
+        GroupExit e;
+        e.group = it->first;
+        e.how = status->describe();
+        e.success = status->success();
+        if (!opt_.log_dir.empty()) e.log_tail = tail_file(log_path(it->first), 20);
+        exits.push_back(std::move(e));
+        gpus_.release(it->first);
+        it = children_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    start_waiting(exits);
+    return exits;
+  }
+
+  void kill(int64_t group) override {
+    if (auto it = children_.find(group); it != children_.end()) it->second.signal(SIGKILL);
+    // A group still waiting for GPUs never started: it ends here, and its exit comes with the next poll.
+    if (waiting_.erase(group) > 0) {
+      GroupExit e;
+      e.group = group;
+      e.how = "killed while waiting for GPUs";
+      killed_waiting_.push_back(std::move(e));
+    }
+  }
+
+  void stop_all(std::chrono::milliseconds grace) override {
+    waiting_.clear();
+    for (const auto& [group, child] : children_) gpus_.release(group);
+    for (auto& [group, child] : children_) child.signal(SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    for (auto& [group, child] : children_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (!child.wait_for(std::max(left, std::chrono::milliseconds(0)))) child.terminate(std::chrono::milliseconds(0));
+    }
+    children_.clear();
+  }
+
+  // A local process starts at once: pending only while it waits for GPUs.
+  GroupState state(int64_t group) const override {
+    if (children_.count(group)) return GroupState::kStarting;
+    return waiting_.count(group) ? GroupState::kPending : GroupState::kExited;
+  }
+
  private:
   Status spawn_group(int64_t group, const std::string& credential, const std::vector<int>& devices) {
     SpawnOptions spawn;
@@ -151,57 +201,6 @@ class LocalLauncher final : public Launcher {
     }
   }
 
- public:
-  std::vector<GroupExit> poll_exits() override {
-    std::vector<GroupExit> exits = std::exchange(killed_waiting_, {});
-    for (auto it = children_.begin(); it != children_.end();) {
-      if (auto status = it->second.poll()) {
-        GroupExit e;
-        e.group = it->first;
-        e.how = status->describe();
-        e.success = status->success();
-        if (!opt_.log_dir.empty()) e.log_tail = tail_file(log_path(it->first), 20);
-        exits.push_back(std::move(e));
-        gpus_.release(it->first);
-        it = children_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    start_waiting(exits);
-    return exits;
-  }
-
-  void kill(int64_t group) override {
-    if (auto it = children_.find(group); it != children_.end()) it->second.signal(SIGKILL);
-    // A group still waiting for GPUs never started: it ends here, and its exit comes with the next poll.
-    if (waiting_.erase(group) > 0) {
-      GroupExit e;
-      e.group = group;
-      e.how = "killed while waiting for GPUs";
-      killed_waiting_.push_back(std::move(e));
-    }
-  }
-
-  void stop_all(std::chrono::milliseconds grace) override {
-    waiting_.clear();
-    for (const auto& [group, child] : children_) gpus_.release(group);
-    for (auto& [group, child] : children_) child.signal(SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    for (auto& [group, child] : children_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (!child.wait_for(std::max(left, std::chrono::milliseconds(0)))) child.terminate(std::chrono::milliseconds(0));
-    }
-    children_.clear();
-  }
-
-  // A local process starts at once: pending only while it waits for GPUs.
-  GroupState state(int64_t group) const override {
-    if (children_.count(group)) return GroupState::kStarting;
-    return waiting_.count(group) ? GroupState::kPending : GroupState::kExited;
-  }
-
- private:
   std::string log_path(int64_t group) const { return opt_.log_dir + "/group-" + std::to_string(group) + ".log"; }
 
   LocalLauncherOptions opt_;
