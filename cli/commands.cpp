@@ -660,11 +660,12 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   std::vector<std::vector<std::string>> arow;
   for (const auto& a : attempts) {
     const double s0 = a.value("started_at", 0.0), s1 = a.value("finished_at", 0.0);
+    const std::string gpus = a.value("devices", std::string());
     arow.push_back({std::to_string(a.value("attempt", int64_t{0})), std::to_string(a.value("group_id", int64_t{-1})),
-                    a.value("state", std::string()), report::time_text(s0), s1 > 0 && s0 > 0 ? report::format_number(std::round((s1 - s0) * 10) / 10) : "-",
+                    gpus.empty() ? "-" : gpus, a.value("state", std::string()), report::time_text(s0), s1 > 0 && s0 > 0 ? report::format_number(std::round((s1 - s0) * 10) / 10) : "-",
                     a.contains("error") && a["error"].is_string() ? report::first_line(a["error"].get<std::string>()) : ""});
   }
-  appendf(out, "\nAttempts:\n%s", report::format_table({"attempt", "group", "state", "started", "seconds", "error"}, arow).c_str());
+  appendf(out, "\nAttempts:\n%s", report::format_table({"attempt", "group", "GPUs", "state", "started", "seconds", "error"}, arow).c_str());
 
   std::vector<std::vector<std::string>> erow;
   for (const auto& e : events) {

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/device_list.h"
 #include "common/endpoint.h"
 #include "common/text.h"
 #include "config/config.h"
@@ -157,6 +158,14 @@ hpctune::Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** ar
   // through its own PR_SET_PDEATHSIG) leaves no rank behind.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1) return err(Errc::kCancelled, "mpirun is already gone");
+  // This rank's own GPUs of the group's (before MPI, which may initialise CUDA).
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
+    const std::string mine = narrow_visible_devices_to_rank(std::atoll(local));
+    if (!mine.empty()) {
+      std::fprintf(stderr, "worker %lld local rank %s: CUDA_VISIBLE_DEVICES=%s (of the group's %s)\n",
+                   static_cast<long long>(a.group), local, mine.c_str(), std::getenv(kGpusEnv));
+    }
+  }
   HPCTUNE_ASSIGN(auto mpi, collectives::MpiEnvironment::init(argc, argv, MPI_THREAD_SERIALIZED));
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -543,6 +543,7 @@ class Builder {
                          std::to_string(out.ranks_data * out.ranks_model) + " ranks per group, more than " +
                          std::to_string(kMaxRanksPerGroup));
     }
+    HPCTUNE_TRY(check_gpus(r, out));
     if (out.heartbeat_timeout_s <= out.heartbeat_interval_s) {
       const std::string interval = format_number(out.heartbeat_interval_s);
       const std::string timeout = format_number(out.heartbeat_timeout_s);
@@ -551,6 +552,45 @@ class Builder {
                        timeout + " s must be greater than heartbeat_interval (" + interval + " s)");
       return w_.fail(w_.mark_of("resources.heartbeat_interval"), "resources.heartbeat_interval",
                      interval + " s must be less than heartbeat_timeout (" + timeout + " s, the default)");
+    }
+    return Status::Ok();
+  }
+
+  // resources.gpus: auto or distinct ids; a group must fit on the node: gpus_per_rank x ranks GPUs
+  // at most as many as an explicit list names (the local backend; auto is checked when it starts).
+  Status check_gpus(const json& r, Resources& out) {
+    out.gpus_per_rank = r["gpus_per_rank"].get<int64_t>();
+    out.trials_per_gpu = r["trials_per_gpu"].get<int64_t>();
+    const json& gpus = r["gpus"];
+    out.gpus.reset();
+    if (gpus.is_string() && gpus.get<std::string>() == "auto") {
+      // detected when the campaign starts
+    } else if (gpus.is_array()) {
+      std::vector<int> ids;
+      for (std::size_t i = 0; i < gpus.size(); ++i) {
+        const std::string at = "resources.gpus[" + std::to_string(i) + "]";
+        const json& id = gpus[i];
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 65535)
+          return w_.fail(w_.mark_of(at), at, "a device id is an integer 0..65535, not " + quoted_value(id));
+        const int device = static_cast<int>(id.get<int64_t>());
+        if (std::find(ids.begin(), ids.end(), device) != ids.end())
+          return w_.fail(w_.mark_of(at), at, "device " + std::to_string(device) + " is listed twice");
+        if (ids.size() >= 1024) return w_.fail(w_.mark_of(at), "resources.gpus", "more than 1024 devices");
+        ids.push_back(device);
+      }
+      out.gpus = std::move(ids);
+    } else {
+      return w_.fail(w_.mark_of("resources.gpus"), "resources.gpus",
+                     "expected auto or a list of device ids such as [0, 1], got " + quoted_value(gpus));
+    }
+    const int64_t ranks = out.ranks_data * out.ranks_model;
+    const int64_t per_group = out.gpus_per_rank * ranks;
+    if (out.backend == "local" && out.gpus && per_group > static_cast<int64_t>(out.gpus->size())) {
+      const std::string at = w_.given("resources.gpus_per_rank") ? "resources.gpus_per_rank" : "resources.gpus";
+      return w_.fail(w_.mark_of(at), at,
+                     std::to_string(out.gpus_per_rank) + " GPU(s) per rank x " + std::to_string(ranks) + " rank(s) = " +
+                         std::to_string(per_group) + " GPUs per group, but resources.gpus lists " +
+                         std::to_string(out.gpus->size()) + " (a group's devices are distinct)");
     }
     return Status::Ok();
   }

@@ -72,6 +72,11 @@ struct Resources {
   std::string bind = "ipc://*";  // the master's address (common/endpoint.h: the forms; ipc://* is private)
   // auto | curve | none: whether the transport uses CURVE (common/endpoint.h: transport_uses_curve).
   std::string security = "auto";
+  // GPUs (launch/device_allocator.h): per rank; the node's device ids (nullopt: auto, detected when
+  // the campaign starts); groups per device.
+  int64_t gpus_per_rank = 0;
+  std::optional<std::vector<int>> gpus;
+  int64_t trials_per_gpu = 1;
   SlurmOptions slurm;
 };
 

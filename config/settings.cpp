@@ -252,9 +252,17 @@ std::vector<Setting> declarations() {
        .help = "Compute threads per rank (0 = the machine's cores shared among the ranks).", .default_value = 0,
        .min = 0, .max = 1024, .aliases = {"num_threads", "omp_threads", "cpus"}},
       {.path = "resources.gpus_per_rank", .type = Type::kInt,
-       .help = "GPUs for each rank of a trainer group (0 = none): the local backend hands them out in "
-               "CUDA_VISIBLE_DEVICES, SLURM allocates them (--gpus-per-task).",
-       .default_value = 0, .min = 0, .max = 1024},
+       .help = "GPUs each rank of a trainer group gets (0 = none: the groups run as if there were no GPU). The local "
+               "backend hands each rank its devices in CUDA_VISIBLE_DEVICES (the group's in HPCTUNE_GPUS) and starts a "
+               "group only once its gpus_per_rank x ranks devices are free; SLURM allocates them (--gpus-per-task).",
+       .default_value = 0, .min = 0, .max = 64, .aliases = {"gpus_per_task", "gpus_per_trial", "gpu", "gpus_per_worker"}},
+      {.path = "resources.gpus", .type = Type::kValue,
+       .help = "The node's GPUs that the groups share: auto (the indices `nvidia-smi --query-gpu=index` lists, none "
+               "when it is absent, fails or takes over 10 s) or a list of distinct device ids, e.g. [0, 1, 2, 3].",
+       .default_value = "auto", .aliases = {"devices", "gpu_ids", "cuda_visible_devices"}},
+      {.path = "resources.trials_per_gpu", .type = Type::kInt,
+       .help = "Trainer groups (so trials) that may share one GPU at once; a group waits for a device with room.",
+       .default_value = 1, .min = 1, .max = 1024, .aliases = {"groups_per_gpu", "gpu_sharing", "packing"}},
       {.path = "resources.heartbeat_interval", .type = Type::kDuration,
        .help = "How often a trainer group tells the master it is alive.", .default_value = 1, .min = 0.01, .max = 3600,
        .aliases = {"heartbeat", "heartbeat_period"}},

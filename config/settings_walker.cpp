@@ -350,6 +350,9 @@ Status Walker::value(const Setting& s, const YNode& node, const std::string& pat
     }
     return Status::Ok();
   }
+  // A list given to a key of any value (resources.gpus): its items' places, for the checks' messages.
+  if (s.type == Type::kValue && node.kind == YNode::Kind::kSeq)
+    for (std::size_t i = 0; i < node.items.size(); ++i) marks_[path + "[" + std::to_string(i) + "]"] = node.items[i].mark;
   if (s.type == Type::kStringMap && node.kind == YNode::Kind::kMap) {
     out = json::object();
     for (const auto& e : node.entries) {

@@ -456,7 +456,8 @@ ApiResponse timeline(const Snapshot& s, const QueryParams& params) {
                     {"group", a->group_id},
                     {"start", a->started_at},
                     {"end", open ? json() : json(a->finished_at > 0 ? a->finished_at : a->started_at)},
-                    {"state", a->state}});
+                    {"state", a->state},
+                    {"devices", a->devices}});
   }
   json out = {{"span", json::array({num(t0), num(t1)})},
               {"groups", std::move(groups)},

@@ -15,7 +15,8 @@
 //    through it: start, state, exits, kill, stop; it writes the backend's name() to the groups table.
 //
 // Group states (GroupState): a group the master asked for is kPending until the backend has started
-// it (a SLURM job step waits for its allocation; a local process starts at once), then kStarting;
+// it (a SLURM job step waits for its allocation; a local process starts at once, unless it waits
+// for free GPUs: resources.gpus_per_rank, launch/device_allocator.h), then kStarting;
 // the master (not the launcher) calls it kRunning once the group said hello, and kExited once
 // poll_exits() reported its end. Each group's start-up deadline (resources.startup_timeout) counts
 // from the moment it leaves kPending.
@@ -49,6 +50,12 @@ struct GroupResources {
   // The trainer starts its own ranks (the `command` trainer runs its program under mpirun): one
   // worker process, no mpirun around it.
   bool trainer_starts_ranks = false;
+  // GPUs (launch/device_allocator.h). Each rank gets gpus_per_rank of the node's `gpus` (resolved:
+  // resources.gpus: auto is detect_gpus()'s list), a device at most trials_per_gpu groups at once;
+  // 0: no GPUs, as before.
+  int64_t gpus_per_rank = 0;
+  std::vector<int> gpus;
+  int64_t trials_per_gpu = 1;
 };
 
 enum class GroupState { kPending, kStarting, kRunning, kExited };
@@ -59,7 +66,8 @@ class Launcher {
   virtual ~Launcher() = default;
   virtual std::string name() const = 0;
   // Starts group `group` (again, after an exit), handing it `credential` (protocol::kSecretEnv) in
-  // its environment only. Errors: the program cannot be started.
+  // its environment only. Errors: the program cannot be started; kConfig when its GPUs could never
+  // be had (more than the node has). A group waiting for its GPUs is kPending, not an error.
   virtual Status start(int64_t group, const std::string& credential) = 0;
   // The backend's view of `group`: kPending (asked for, not started yet), kStarting (started, alive)
   // or kExited (ended, or never started). Never kRunning: only the master knows a group said hello.
@@ -72,6 +80,9 @@ class Launcher {
   virtual void kill(int64_t group) = 0;
   // Stops every group: SIGTERM, up to `grace` to exit, then SIGKILL; reaps them all.
   virtual void stop_all(std::chrono::milliseconds grace) = 0;
+  // The GPUs `group` was given (the ids its CUDA_VISIBLE_DEVICES names, all ranks), for the store;
+  // empty when none, or when the backend does not assign them itself.
+  virtual std::vector<int> devices(int64_t /*group*/) const { return {}; }
 };
 
 // backend slurm: how a group's job step is shaped (config's resources.slurm, copied here because

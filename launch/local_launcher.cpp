@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <utility>
 
+#include "common/device_list.h"
 #include "common/system.h"
 #include "launch/child_process.h"
+#include "launch/device_allocator.h"
 #include "launch/launcher.h"
 #include "protocol/messages.h"
 
@@ -66,7 +69,10 @@ std::vector<std::string> worker_command(const LocalLauncherOptions& opt, int64_t
 namespace {
 class LocalLauncher final : public Launcher {
  public:
-  explicit LocalLauncher(LocalLauncherOptions options) : opt_(std::move(options)) {
+  explicit LocalLauncher(LocalLauncherOptions options)
+      : opt_(std::move(options)),
+        gpus_(opt_.resources.gpus, opt_.resources.trials_per_gpu,
+              opt_.resources.gpus_per_rank * opt_.resources.ranks_data * opt_.resources.ranks_model) {
     if (opt_.program.empty()) {
       auto self = self_program();
       opt_.program = self.ok() ? *self : "hpctune";  // else found in PATH
@@ -76,7 +82,75 @@ class LocalLauncher final : public Launcher {
 
   std::string name() const override { return "local"; }
 
+  // With GPUs: the group starts once its devices are free (until then it is pending, and
+  // poll_exits() starts it when an exit frees them); a group that could never get them is an error.
   Status start(int64_t group, const std::string& credential) override {
+    if (gpus_.per_group() == 0) return spawn_group(group, credential, {});
+    HPCTUNE_TRY(gpus_.satisfiable());
+    waiting_.erase(group);
+    auto devices = gpus_.acquire(group);
+    if (!devices) {
+      waiting_[group] = credential;
+      return {};
+    }
+    Status started = spawn_group(group, credential, *devices);
+    if (!started.ok()) gpus_.release(group);
+    return started;
+  }
+
+  std::vector<int> devices(int64_t group) const override { return gpus_.held(group); }
+
+  std::vector<GroupExit> poll_exits() override {
+    std::vector<GroupExit> exits = std::exchange(killed_waiting_, {});
+    for (auto it = children_.begin(); it != children_.end();) {
+      if (auto status = it->second.poll()) {
+        GroupExit e;
+        e.group = it->first;
+        e.how = status->describe();
+        e.success = status->success();
+        if (!opt_.log_dir.empty()) e.log_tail = tail_file(log_path(it->first), 20);
+        exits.push_back(std::move(e));
+        gpus_.release(it->first);
+        it = children_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    start_waiting(exits);
+    return exits;
+  }
+
+  void kill(int64_t group) override {
+    if (auto it = children_.find(group); it != children_.end()) it->second.signal(SIGKILL);
+    // A group still waiting for GPUs never started: it ends here, and its exit comes with the next poll.
+    if (waiting_.erase(group) > 0) {
+      GroupExit e;
+      e.group = group;
+      e.how = "killed while waiting for GPUs";
+      killed_waiting_.push_back(std::move(e));
+    }
+  }
+
+  void stop_all(std::chrono::milliseconds grace) override {
+    waiting_.clear();
+    for (const auto& [group, child] : children_) gpus_.release(group);
+    for (auto& [group, child] : children_) child.signal(SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    for (auto& [group, child] : children_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (!child.wait_for(std::max(left, std::chrono::milliseconds(0)))) child.terminate(std::chrono::milliseconds(0));
+    }
+    children_.clear();
+  }
+
+  // A local process starts at once: pending only while it waits for GPUs.
+  GroupState state(int64_t group) const override {
+    if (children_.count(group)) return GroupState::kStarting;
+    return waiting_.count(group) ? GroupState::kPending : GroupState::kExited;
+  }
+
+ private:
+  Status spawn_group(int64_t group, const std::string& credential, const std::vector<int>& devices) {
     SpawnOptions spawn;
     HPCTUNE_ASSIGN(spawn.argv, local_group_command(opt_, group));
     spawn.env = opt_.environment;
@@ -90,6 +164,12 @@ class LocalLauncher final : public Launcher {
         if (argv[i] == "--threads") spawn.env["OMP_NUM_THREADS"] = spawn.env["OPENBLAS_NUM_THREADS"] = argv[i + 1];
       }
     }
+    // The group's GPUs: all of them for one rank (or a trainer that starts its ranks, whose rank
+    // script gives each rank its slice), each worker rank narrows them to its own at start.
+    if (!devices.empty()) {
+      spawn.env[kGpusEnv] = spawn.env["CUDA_VISIBLE_DEVICES"] = format_device_list(devices);
+      spawn.env[kGpusPerRankEnv] = std::to_string(opt_.resources.gpus_per_rank);
+    }
     // In the environment, never on the command line, which every local user can read.
     if (!credential.empty()) spawn.env[protocol::kSecretEnv] = credential;
     if (!opt_.log_dir.empty()) {
@@ -101,48 +181,33 @@ class LocalLauncher final : public Launcher {
     return {};
   }
 
-  std::vector<GroupExit> poll_exits() override {
-    std::vector<GroupExit> exits;
-    for (auto it = children_.begin(); it != children_.end();) {
-      if (auto status = it->second.poll()) {
+  // Starts the waiting groups whose devices are free now, in group order; one that cannot be
+  // started is reported as an exit (the master restarts it or gives up, as for any exit).
+  void start_waiting(std::vector<GroupExit>& exits) {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      auto devices = gpus_.acquire(it->first);
+      if (!devices) {
+        ++it;
+        continue;
+      }
+      if (Status s = spawn_group(it->first, it->second, *devices); !s.ok()) {
+        gpus_.release(it->first);
         GroupExit e;
         e.group = it->first;
-        e.how = status->describe();
-        e.success = status->success();
-        if (!opt_.log_dir.empty()) e.log_tail = tail_file(log_path(it->first), 20);
+        e.how = "could not be started: " + s.error().message();
         exits.push_back(std::move(e));
-        it = children_.erase(it);
-      } else {
-        ++it;
       }
+      it = waiting_.erase(it);
     }
-    return exits;
   }
 
-  void kill(int64_t group) override {
-    if (auto it = children_.find(group); it != children_.end()) it->second.signal(SIGKILL);
-  }
-
-  void stop_all(std::chrono::milliseconds grace) override {
-    for (auto& [group, child] : children_) child.signal(SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    for (auto& [group, child] : children_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (!child.wait_for(std::max(left, std::chrono::milliseconds(0)))) child.terminate(std::chrono::milliseconds(0));
-    }
-    children_.clear();
-  }
-
-  // A local process starts at once: never pending.
-  GroupState state(int64_t group) const override {
-    return children_.count(group) ? GroupState::kStarting : GroupState::kExited;
-  }
-
- private:
   std::string log_path(int64_t group) const { return opt_.log_dir + "/group-" + std::to_string(group) + ".log"; }
 
   LocalLauncherOptions opt_;
   std::map<int64_t, ChildProcess> children_;
+  DeviceAllocator gpus_;
+  std::map<int64_t, std::string> waiting_;  // groups waiting for GPUs -> their launch credential
+  std::vector<GroupExit> killed_waiting_;   // reported by the next poll_exits()
 };
 
 }  // namespace

@@ -29,6 +29,28 @@ Result<int64_t> count_lost_attempts(store::Store& db, const std::vector<store::T
   return lost;
 }
 
+namespace {
+
+// CampaignStatus::gpus: the running trials' and the best trial's current attempt (one read each).
+Result<std::map<int64_t, std::string>> attempt_gpus(CampaignView& v) {
+  std::vector<const store::TrialRow*> wanted;
+  for (const auto& t : v.trials)
+    if (t.state == store::TrialState::kAssigned || t.state == store::TrialState::kRunning) wanted.push_back(&t);
+  const auto best = best_trial(v.main_trials, v.objectives.maximize);
+  if (best) wanted.push_back(&*best);
+  std::map<int64_t, std::string> out;
+  for (const auto* t : wanted) {
+    HPCTUNE_ASSIGN(auto attempts, v.store->attempts(t->id));
+    for (const auto& a : attempts) {
+      const std::string devices = a.value("devices", std::string());
+      if (a.value("attempt", int64_t{0}) == t->attempt && !devices.empty()) out[t->id] = devices;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   CampaignStatus st;
   st.campaign = v.campaign;
@@ -42,6 +64,7 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   st.maximize = v.objectives.maximize;
   if (v.front()) st.front = v.pareto;
   st.now = now;
+  HPCTUNE_ASSIGN(st.gpus, attempt_gpus(v));
   return st;
 }
 
@@ -116,10 +139,18 @@ nlohmann::json status_json(const CampaignStatus& st) {
   if (auto b = best_trial(st.main_trials, st.maximize)) {
     out["best"] = {{"trial", b->id},         {"metric", metric},     {"objective", *b->objective},
                    {"attempt", b->attempt},  {"params", b->params},  {"metrics", b->metrics}};
+    if (auto g = st.gpus.find(b->id); g != st.gpus.end()) out["best"]["devices"] = g->second;
   } else {
     out["best"] = nullptr;
   }
   if (st.front) out["pareto_front"] = *st.front;  // a set: ids in increasing order
+  nlohmann::json running = nlohmann::json::array();
+  for (const auto& t : st.trials) {
+    const bool live = t.state == store::TrialState::kAssigned || t.state == store::TrialState::kRunning;
+    if (auto g = st.gpus.find(t.id); live && g != st.gpus.end())
+      running.push_back({{"trial", t.id}, {"group", t.group_id}, {"devices", g->second}});
+  }
+  if (!running.empty()) out["running_gpus"] = std::move(running);
   return out;
 }
 
@@ -155,11 +186,20 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
   }
   rows.push_back({"total", std::to_string(total)});
   out += "\nTrials by state:\n" + format_table({"state", "trials"}, rows);
+  std::vector<std::vector<std::string>> on_gpus;
+  for (const auto& t : st.trials) {
+    const bool live = t.state == store::TrialState::kAssigned || t.state == store::TrialState::kRunning;
+    if (auto g = st.gpus.find(t.id); live && g != st.gpus.end())
+      on_gpus.push_back({std::to_string(t.id), std::to_string(t.group_id), g->second});
+  }
+  if (!on_gpus.empty()) out += "\nRunning on GPUs:\n" + format_table({"trial", "group", "GPUs"}, on_gpus);
   if (auto best = best_trial(v.main_trials, v.objectives.maximize)) {
     const auto& b = *best;
-    out += text("\nBest trial %lld (%s = %s, attempt %lld%s)\n", static_cast<long long>(b.id),
+    const auto g = st.gpus.find(b.id);
+    out += text("\nBest trial %lld (%s = %s, attempt %lld%s%s)\n", static_cast<long long>(b.id),
                 v.objectives.metric.c_str(), format_number(*b.objective).c_str(), static_cast<long long>(b.attempt),
-                v.main_stage.empty() ? "" : (", stage '" + v.main_stage + "'").c_str());
+                v.main_stage.empty() ? "" : (", stage '" + v.main_stage + "'").c_str(),
+                g == st.gpus.end() ? "" : (", GPUs " + g->second).c_str());
     std::vector<std::vector<std::string>> prow;
     for (auto it = b.params.begin(); it != b.params.end(); ++it) {
       prow.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});

@@ -31,6 +31,9 @@ struct CampaignStatus {
   bool maximize = true;                 // the first objective's direction
   std::optional<std::set<int64_t>> front;  // the recorded Pareto front with several objectives
   double now = 0;                          // for the elapsed time of a campaign still running
+  // The GPUs ("0,1") of the current attempt of each assigned or running trial and of the best
+  // trial, by trial id; only trials whose attempt had some.
+  std::map<int64_t, std::string> gpus;
 };
 
 // The status of the view's campaign at `now` (seconds since the epoch): reads the counts, stages
@@ -40,7 +43,8 @@ Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 // {campaign: {name, state, seed, algorithm, objectives, created_at, finished_at, elapsed_s,
 // max_trials}, stages: [...], trials: {total, by_state}, attempts_lost, best: {trial, metric,
 // objective, attempt, params, metrics} or null, and with several objectives pareto_front: [trial
-// ids]}. Times are null when unset.
+// ids]}. Times are null when unset. With GPUs: best.devices ("0,1") and running_gpus: [{trial,
+// group, devices}] for the trials running on GPUs now.
 // Each item of `stages`, in the order they were created:
 //   {id, name, kind (search | ensemble | transfer | pbt), state (pending | running | completed |
 //    failed | interrupted), created_at, started_at, finished_at,

@@ -13,10 +13,12 @@
 #include <set>
 
 #include "common/clock.h"
+#include "common/device_list.h"
 #include "common/endpoint.h"
 #include "common/limits.h"
 #include "common/system.h"
 #include "config/trainer_kinds.h"
+#include "launch/device_allocator.h"
 #include "launch/launcher.h"
 #include "launch/slurm_launcher.h"
 #include "protocol/messages.h"
@@ -313,6 +315,7 @@ Status Master::start_stages(Clock::time_point now) {
   sopt.secret = p_.secret;
   sopt.wall = p_.wall;
   sopt.backend = p_.launcher->name();
+  sopt.group_devices = [launcher = p_.launcher](int64_t group) { return launcher->devices(group); };
   sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, std::move(sources));
   sched_->set_log(p_.log);
   sched_->set_failpoint([this](const char* name) { failpoint_->point.pass(name); });
@@ -714,6 +717,45 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
 
 // --- the driver ------------------------------------------------------------------------------
 
+namespace {
+
+// resources.gpus_per_rank, gpus, trials_per_gpu into the launcher's options; gpus: auto resolved
+// here (nvidia-smi, with a deadline) for the local backend, which assigns the devices itself. A
+// group that could never get its GPUs fails the campaign now, before any group waits for them.
+Status place_gpus(const config::Resources& r, launch::GroupResources& out,
+                  const std::function<void(const std::string&)>& log) {
+  out.gpus_per_rank = r.gpus_per_rank;
+  out.trials_per_gpu = r.trials_per_gpu;
+  if (r.gpus_per_rank == 0 || r.backend != "local") return {};
+  std::string found = "resources.gpus lists " + std::to_string(r.gpus ? r.gpus->size() : 0);
+  if (r.gpus) {
+    out.gpus = *r.gpus;
+  } else {
+    std::string why;
+    out.gpus = launch::detect_gpus(std::chrono::seconds(10), &why);
+    found = "resources.gpus: auto found " + (out.gpus.empty() ? "none (" + why + ")" : format_device_list(out.gpus));
+    log(found);
+  }
+  const int64_t per_group = r.gpus_per_rank * r.ranks_data * r.ranks_model;
+  launch::DeviceAllocator devices(out.gpus, r.trials_per_gpu, per_group);
+  if (!devices.satisfiable().ok()) {
+    return err(Errc::kConfig, "resources.gpus_per_rank: " + std::to_string(r.gpus_per_rank) + " GPU(s) per rank x " +
+                                  std::to_string(r.ranks_data * r.ranks_model) + " rank(s) = " + std::to_string(per_group) +
+                                  " GPUs per group, more than this node has (" + found + ")");
+  }
+  // How many groups hold their GPUs at once: the others wait until one of them ends.
+  int64_t at_once = 0;
+  while (at_once < r.groups && devices.acquire(at_once)) ++at_once;
+  if (at_once < r.groups) {
+    log("resources.groups: " + std::to_string(r.groups) + " groups, of which " + std::to_string(at_once) +
+        " hold GPUs at once (" + std::to_string(out.gpus.size()) + " GPUs x trials_per_gpu " +
+        std::to_string(r.trials_per_gpu) + ", " + std::to_string(per_group) + " per group); the others wait for one to end");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<CampaignOutcome> run_master(const MasterOptions& options) {
   const bool resuming = !options.config.has_value();
   std::string db_path = options.db_path;
@@ -819,6 +861,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   // The workers' CURVE keys: in the environment of every group (never on a command line).
   for (auto& [name, value] : worker_env) lopt.environment[name] = std::move(value);
+  HPCTUNE_TRY(place_gpus(cfg.resources, lopt.resources, [&](const std::string& line) { log_line(options, line); }));
   const config::SlurmOptions& so = cfg.resources.slurm;
   lopt.slurm.ranks_per_node = so.ranks_per_node;
   lopt.slurm.launch = so.launch;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/clock.h"
+#include "common/device_list.h"
 #include "common/rng.h"
 #include "launch/attempt_fence.h"
 #include "search/pareto.h"
@@ -859,7 +860,8 @@ Status Scheduler::dispatch(Clock::time_point now) {
     idle_.erase({w->group, w->peer});
     w->assigned_at = now;
     w->acknowledged = false;
-    HPCTUNE_TRY(store_.mark_assigned(t.id, t.attempt, w->group, w->incarnation, tw));
+    const std::string devices = opt_.group_devices ? format_device_list(opt_.group_devices(w->group)) : "";
+    HPCTUNE_TRY(store_.mark_assigned(t.id, t.attempt, w->group, w->incarnation, tw, devices));
   }
   return {};
 }

@@ -87,6 +87,9 @@ struct SchedulerOptions {
   std::chrono::milliseconds heartbeat_timeout{10000};
   uint64_t master_incarnation = 0;
   std::string backend = "local";  // the launcher's name, written to the groups table
+  // The GPUs a group was given (launch::Launcher::devices), recorded with each attempt it runs;
+  // unset = none.
+  std::function<std::vector<int>(int64_t group)> group_devices;
   // The campaign secret (hex, from protocol::random_hex); "" = the scheduler draws one itself.
   std::string secret;
   // The searcher's state (and, with several objectives, the Pareto front) is saved into the open

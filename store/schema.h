@@ -263,6 +263,12 @@ inline constexpr const char* kMigration6 = R"sql(
 ALTER TABLE stages ADD COLUMN reason TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v7: attempts.devices: the GPUs the attempt's trainer group was given, as CUDA_VISIBLE_DEVICES
+// names them ("0,1"); '' = none (no GPUs, or recorded before v7).
+inline constexpr const char* kMigration7 = R"sql(
+ALTER TABLE attempts ADD COLUMN devices TEXT NOT NULL DEFAULT '';
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
@@ -271,10 +277,13 @@ inline constexpr Migration kMigrations[] = {
     {4, "trial and attempt states in lookup tables filled from code; paused; trials.resume_from", kMigration4},
     {5, "stages.result and stages.started_at", kMigration5},
     {6, "stages.reason: why a stage failed", kMigration6},
+    {7, "attempts.devices: the GPUs of each attempt", kMigration7},
 };
 
 // The first version whose states live in the lookup tables.
 inline constexpr int kStateTablesVersion = 4;
+// The first version that records each attempt's GPUs.
+inline constexpr int kDevicesVersion = 7;
 
 inline constexpr int kLatestVersion = static_cast<int>(std::size(kMigrations));
 

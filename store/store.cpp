@@ -148,6 +148,7 @@ enum Query : int {
   kTrialStateAttempt,
   kAssignTrial,
   kInsertAttempt,
+  kInsertAttemptV6,
   kRunTrial,
   kFinishTrial,
   kUpsertFinalAttempt,
@@ -174,6 +175,7 @@ enum Query : int {
   kSelectEvents,
   kCountByState,
   kSelectAttempts,
+  kSelectAttemptsV6,
   kSelectAttemptsV2,
   kSelectArtifacts,
   kSelectLineage,
@@ -184,6 +186,7 @@ enum Query : int {
   kSelectTrialsChanged,
   kSelectTrialsChangedV3,
   kSelectAttemptsChanged,
+  kSelectAttemptsChangedV6,
   kSelectAttemptsChangedV2,
   kSelectLineageChanged,
   kSelectLineageOfParent,
@@ -244,6 +247,9 @@ constexpr const char* kSql[kNumQueries] = {
     "UPDATE trials SET state = 'assigned', group_id = ?3, started_at = NULL "
     "WHERE id = ?1 AND attempt = ?2 AND (state = 'queued' OR state = 'paused')",
     /* kInsertAttempt */
+    "INSERT INTO attempts (trial_id, attempt, group_id, worker_incarnation, state, started_at, devices) "
+    "VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+    /* kInsertAttemptV6: a database opened without migrating it to v7 (OpenOptions::migrate_to) */
     "INSERT INTO attempts (trial_id, attempt, group_id, worker_incarnation, state, started_at) "
     "VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
     /* kRunTrial */
@@ -312,11 +318,14 @@ constexpr const char* kSql[kNumQueries] = {
     "(SELECT * FROM events WHERE campaign_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id",
     /* kCountByState */ "SELECT state, COUNT(*) FROM trials WHERE campaign_id = ?1 GROUP BY state",
     /* kSelectAttempts */
-    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, charged "
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, charged, devices "
+    "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
+    /* kSelectAttemptsV6: a v3..v6 database read without migrating it (no devices yet) */
+    "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, charged, '' "
     "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
     /* kSelectAttemptsV2: a v2 database read without migrating it; `charged` as migration 3 sets it */
     "SELECT trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error, "
-    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END "
+    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END, '' "
     "FROM attempts WHERE trial_id = ?1 ORDER BY attempt",
     /* kSelectArtifacts */
     "SELECT id, trial_id, attempt, kind, path, bytes, created_at FROM artifacts WHERE trial_id = ?1 ORDER BY id",
@@ -340,11 +349,14 @@ constexpr const char* kSql[kNumQueries] = {
     "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE campaign_id = ?1 AND "
     "(id > ?2 OR id IN (SELECT value FROM json_each(?3))) ORDER BY id",
     /* kSelectAttemptsChanged */
-    "SELECT trial_id, attempt, group_id, state, started_at, finished_at, charged FROM attempts "
+    "SELECT trial_id, attempt, group_id, state, started_at, finished_at, charged, devices FROM attempts "
+    "WHERE trial_id > ?1 OR trial_id IN (SELECT value FROM json_each(?2)) ORDER BY trial_id, attempt",
+    /* kSelectAttemptsChangedV6 */
+    "SELECT trial_id, attempt, group_id, state, started_at, finished_at, charged, '' FROM attempts "
     "WHERE trial_id > ?1 OR trial_id IN (SELECT value FROM json_each(?2)) ORDER BY trial_id, attempt",
     /* kSelectAttemptsChangedV2 */
     "SELECT trial_id, attempt, group_id, state, started_at, finished_at, "
-    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END "
+    "CASE WHEN state = 'interrupted' OR (state = 'lost' AND error = 'master restarted') THEN 0 ELSE 1 END, '' "
     "FROM attempts WHERE trial_id > ?1 OR trial_id IN (SELECT value FROM json_each(?2)) ORDER BY trial_id, attempt",
     /* kSelectLineageChanged */
     "SELECT child_trial_id, parent_trial_id, relation FROM lineage WHERE child_trial_id > ?1 OR "
@@ -1251,7 +1263,8 @@ Result<int64_t> Store::insert_trial(const TrialRow& row) {
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
 }
 
-Status Store::mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t) {
+Status Store::mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t,
+                            const std::string& devices) {
   return atomically([&]() -> Status {
     {
       HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kAssignTrial));
@@ -1267,9 +1280,11 @@ Status Store::mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id,
                                              std::to_string(attempt) + ": it is " + current.first + " at attempt " +
                                              std::to_string(current.second) + ", not queued or paused");
     }
-    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertAttempt));
+    const bool with_devices = version_ >= schema::kDevicesVersion;
+    HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(with_devices ? kInsertAttempt : kInsertAttemptV6));
     Bind b(s);
     b.i64(1, trial_id).i64(2, attempt).i64(3, group_id).u64(4, incarnation).f64(5, t);
+    if (with_devices) b.text(6, devices);
     int rc = b.step();
     if (rc != SQLITE_DONE) {
       return sql_error(rc, "cannot record attempt " + std::to_string(attempt) + " of trial " + std::to_string(trial_id));
@@ -1556,7 +1571,9 @@ Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id
 }
 
 Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttempts : kSelectAttemptsV2));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kDevicesVersion ? kSelectAttempts
+                                            : version_ >= 3                    ? kSelectAttemptsV6
+                                                                               : kSelectAttemptsV2));
   Bind b(s);
   b.i64(1, trial_id);
   return collect<nlohmann::json>(
@@ -1570,7 +1587,8 @@ Result<std::vector<nlohmann::json>> Store::attempts(int64_t trial_id) {
                                {"started_at", col_time(s, 5)},
                                {"finished_at", col_time(s, 6)},
                                {"error", col_text(s, 7)},
-                               {"charged", col_i64(s, 8) != 0}});
+                               {"charged", col_i64(s, 8) != 0},
+                               {"devices", col_text(s, 9)}});
       },
       "cannot read the attempts of trial " + std::to_string(trial_id));
 }
@@ -1664,7 +1682,9 @@ Result<std::vector<TrialRow>> Store::trials_changed(int64_t campaign_id, int64_t
 }
 
 Result<std::vector<AttemptRow>> Store::attempts_changed(int64_t after_id, const std::vector<int64_t>& ids) {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= 3 ? kSelectAttemptsChanged : kSelectAttemptsChangedV2));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kDevicesVersion ? kSelectAttemptsChanged
+                                            : version_ >= 3                    ? kSelectAttemptsChangedV6
+                                                                               : kSelectAttemptsChangedV2));
   Bind b(s);
   b.i64(1, after_id).text(2, ids_json(ids));
   return collect<AttemptRow>(
@@ -1678,6 +1698,7 @@ Result<std::vector<AttemptRow>> Store::attempts_changed(int64_t after_id, const 
         a.started_at = col_time(s, 4);
         a.finished_at = col_time(s, 5);
         a.charged = col_i64(s, 6) != 0;
+        a.devices = col_text(s, 7);
         return a;
       },
       "cannot read the changed attempts");

@@ -157,6 +157,7 @@ struct AttemptRow {
   std::string state;  // kAttemptStates
   double started_at = 0, finished_at = 0;
   bool charged = true;
+  std::string devices;  // the GPUs of the attempt's group ("0,1"); "" = none (schema v7)
 };
 
 struct GroupRow {
@@ -319,7 +320,9 @@ class Store {
   // queued (or paused) -> assigned for `attempt` on `group_id`, and inserts the attempt's row (state running,
   // started_at = t). The master calls this for a trial it has just picked, so a trial that is not
   // queued at `attempt` is a bug: kInvalidArgument naming the trial's actual state and attempt.
-  Status mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t);
+  // `devices`: the GPUs the group was given ("0,1"; "" = none), kept on the attempt's row.
+  Status mark_assigned(int64_t trial_id, int64_t attempt, int64_t group_id, uint64_t incarnation, double t,
+                       const std::string& devices = "");
   // assigned -> running (started_at = t). Ignored (Ok) when `attempt` is stale or the trial is not
   // assigned/running: a late "started" message must not resurrect a trial.
   Status mark_running(int64_t trial_id, int64_t attempt, double t);
@@ -384,7 +387,7 @@ class Store {
   // Every trial state name -> count, zeros included.
   Result<std::map<std::string, int64_t>> count_by_state(int64_t campaign_id);
   // {trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error,
-  // charged} per attempt, ordered by attempt.
+  // charged, devices ("0,1"; "" none)} per attempt, ordered by attempt.
   Result<std::vector<nlohmann::json>> attempts(int64_t trial_id);
   Result<std::vector<ArtifactRow>> artifacts(int64_t trial_id);
   Result<std::vector<LineageRow>> lineage(int64_t child_trial_id);

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "common/device_list.h"
 #include "common/system.h"
 
 namespace hpctune::trainers {
@@ -54,6 +56,20 @@ if [ "$RANK" = 0 ] && [ -n "${HPCTUNE_RANK0_HOST:-}" ] && [ "$(uname -n)" != "$H
   fail "rank 0 runs on $(uname -n), but MASTER_ADDR ($MASTER_ADDR) is on $HPCTUNE_RANK0_HOST, where mpirun runs"
 fi
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
+if [ -n "${HPCTUNE_GPUS:-}" ]; then
+  per=${HPCTUNE_GPUS_PER_RANK:-}
+  case $per in ''|*[!0-9]*|0) fail "HPCTUNE_GPUS_PER_RANK='$per' is not a number of GPUs" ;; esac
+  first=$((LOCAL_RANK * per)) i=0 mine=
+  set -f; IFS=,
+  for d in $HPCTUNE_GPUS; do
+    if [ "$i" -ge "$first" ] && [ "$i" -lt $((first + per)) ]; then mine=${mine:+$mine,}$d; fi
+    i=$((i + 1))
+  done
+  unset IFS; set +f
+  [ "$i" -ge $((first + per)) ] || fail "LOCAL_RANK $LOCAL_RANK has no $per GPU(s) of its own in HPCTUNE_GPUS=$HPCTUNE_GPUS"
+  CUDA_VISIBLE_DEVICES=$mine
+  export CUDA_VISIBLE_DEVICES
+fi
 exec "$@")sh";
 
 }  // namespace
@@ -107,6 +123,9 @@ Status add_rank_environment(int ranks, launch::SpawnOptions& spawn) {
   spawn.env["HPCTUNE_RANK0_HOST"] = host_name();
   for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "HPCTUNE_RANK0_HOST"})
     spawn.argv.insert(spawn.argv.end(), {"-x", name});
+  // The group's GPUs (common/device_list.h), for each rank to take its slice of.
+  for (const char* name : {kGpusEnv, kGpusPerRankEnv})
+    if (std::getenv(name) != nullptr || spawn.env.count(name)) spawn.argv.insert(spawn.argv.end(), {"-x", name});
   spawn.argv.insert(spawn.argv.end(), {"/bin/sh", "-c", std::string(kRankScript), "hpctune-rank"});
   return Status::Ok();
 }

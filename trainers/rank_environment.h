@@ -23,6 +23,8 @@
 //     it in vain. The script holds no text of the user's: the command stays its own `sh -c` word.
 //   - One rank: WORLD_SIZE=1, RANK=0, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1 and the same MASTER_ADDR and
 //     MASTER_PORT, so that a script that always calls init_process_group runs unchanged.
+//   - GPUs: where the group was given some (HPCTUNE_GPUS, HPCTUNE_GPUS_PER_RANK: common/device_list.h),
+//     each rank's CUDA_VISIBLE_DEVICES becomes its own slice of them, by LOCAL_RANK.
 // A name the user sets in `trainer.env` wins over the group's (MASTER_PORT pinned, say); the
 // per-rank names are always the launcher's.
 #pragma once

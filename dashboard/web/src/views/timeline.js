@@ -29,13 +29,14 @@ export default async function timeline(ctx) {
   if (!bars.length) return sec;
   const data = bars.map((b) => ({
     value: [row.get(b.group), b.start * 1000, (b.end ?? now) * 1000, b.trial, b.attempt, b.end === null || b.end === undefined ? 1 : 0],
-    itemStyle: {color: stateColor[b.state] || '#7f8c8d'}, state: b.state,
+    itemStyle: {color: stateColor[b.state] || '#7f8c8d'}, state: b.state, devices: b.devices || '',
   }));
   draw(chartEl, {
     grid: {left: 80, right: 30, top: 30, bottom: 60},
     tooltip: {trigger: 'item', formatter: tip((q) => {
       const [, s, e, trialId, attempt, running] = q.value;
-      return `trial #${trialId} attempt ${attempt}\ngroup ${groupIds[q.value[0]]} · ${q.data.state}\n${duration((e - s) / 1000)}${running ? ' (running)' : ''}`;
+      const gpus = q.data.devices ? ` · GPU ${q.data.devices}` : '';
+      return `trial #${trialId} attempt ${attempt}\ngroup ${groupIds[q.value[0]]}${gpus} · ${q.data.state}\n${duration((e - s) / 1000)}${running ? ' (running)' : ''}`;
     })},
     xAxis: {type: 'time', name: 'time', nameLocation: 'middle', nameGap: 28, scale: true,
             min: d.span ? d.span[0] * 1000 : undefined, max: d.span ? d.span[1] * 1000 : undefined},

@@ -47,6 +47,7 @@ export default async function trial(ctx) {
       {label: 'attempt', cell: (a) => String(a.attempt)},
       {label: 'state', cell: (a) => stateBadge(a.state), csv: (a) => a.state},
       {label: 'group', cell: (a) => String(a.group_id ?? '')},
+      {label: 'GPUs', cell: (a) => a.devices || '-'},
       {label: 'started', cell: (a) => when(a.started_at)},
       {label: 'finished', cell: (a) => when(a.finished_at)},
       {label: 'charged', cell: (a) => (a.charged ? 'yes' : 'no')},
