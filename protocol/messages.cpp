@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <limits>
@@ -195,6 +197,7 @@ void fields(M& m, F&& f) {
     f("ranks_data", m.ranks_data, Range{1, kMaxRanks});
     f("ranks_model", m.ranks_model, Range{1, kMaxRanks});
     f("trainers", m.trainers, kAny);
+    f("gpus", m.gpus, kAny);
   } else if constexpr (std::is_same_v<T, Welcome>) {
     f("version", m.version, kInt);
     f("master_incarnation", m.master_incarnation, kAny);
@@ -395,6 +398,18 @@ Result<Message> read_message(const json& j, const char* type) {
   if (!r.error().empty()) return err(Errc::kProtocol, r.error());
   if constexpr (std::is_same_v<T, Hello>) {
     if (m.secret.size() > kMaxSecretBytes) return err(Errc::kProtocol, "hello.secret: longer than 256 bytes");
+    if (m.gpus.size() > kMaxGpus)
+      return err(Errc::kProtocol, "hello.gpus: more than " + std::to_string(kMaxGpus) + " ids");
+    for (std::size_t i = 0; i < m.gpus.size(); ++i) {
+      const std::string& id = m.gpus[i];
+      const bool ok = !id.empty() && id.size() <= kMaxGpuIdBytes &&
+                      std::all_of(id.begin(), id.end(), [](unsigned char c) {
+                        return std::isalnum(c) || c == '_' || c == '.' || c == ':' || c == '-';
+                      });
+      if (!ok)
+        return err(Errc::kProtocol, "hello.gpus[" + std::to_string(i) + "]: not a GPU id (1 to " +
+                                        std::to_string(kMaxGpuIdBytes) + " letters, digits or _.:-)");
+    }
   }
   return Message(std::move(m));
 }

@@ -35,6 +35,7 @@
 // with another incarnation (see scheduler.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -52,7 +53,12 @@ namespace hpctune::protocol {
 
 // 2: hello carries `secret`; integer fields are range-checked.
 // 3: stop.reason is one of StopReason's names; assign carries resume_from.
-inline constexpr int kVersion = 3;
+// 4: hello carries `gpus`, the GPUs the worker's process was given.
+inline constexpr int kVersion = 4;
+// hello.gpus: at most this many ids, each at most kMaxGpuIdBytes of letters, digits and "_.:-"
+// (an index, or a GPU or MIG UUID).
+inline constexpr std::size_t kMaxGpus = 1024;
+inline constexpr std::size_t kMaxGpuIdBytes = 96;
 // Containers nested deeper than this are refused before anything is decoded (the decoder recurses).
 inline constexpr int kMaxDepth = 64;
 // The environment variable that carries a launched group's credential (see above).
@@ -75,6 +81,10 @@ struct Hello {
   int64_t ranks_data = 1;
   int64_t ranks_model = 1;
   std::vector<std::string> trainers;  // trainer kinds this worker can run
+  // The GPUs its process was given, as CUDA_VISIBLE_DEVICES names them (else SLURM_STEP_GPUS);
+  // empty: none. The master records them with each attempt the group runs where its launcher did
+  // not assign devices itself (SLURM's steps get theirs from SLURM).
+  std::vector<std::string> gpus;
 };
 
 struct Welcome {

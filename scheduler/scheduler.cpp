@@ -466,6 +466,7 @@ Status Scheduler::on_hello(const protocol::PeerId& peer, const protocol::Hello& 
   w.peer = peer;
   w.incarnation = m.incarnation;
   w.group = m.group;
+  for (const std::string& id : m.gpus) w.gpus += (w.gpus.empty() ? "" : ",") + id;
   w.last_seen = now;
   w.last_heartbeat_sent = now;
   workers_[peer] = w;
@@ -860,7 +861,9 @@ Status Scheduler::dispatch(Clock::time_point now) {
     idle_.erase({w->group, w->peer});
     w->assigned_at = now;
     w->acknowledged = false;
-    const std::string devices = opt_.group_devices ? format_device_list(opt_.group_devices(w->group)) : "";
+    // The devices the launcher gave the group (local), else those its worker was given (a SLURM step's).
+    std::string devices = opt_.group_devices ? format_device_list(opt_.group_devices(w->group)) : "";
+    if (devices.empty()) devices = w->gpus;
     HPCTUNE_TRY(store_.mark_assigned(t.id, t.attempt, w->group, w->incarnation, tw, devices));
   }
   return {};

@@ -226,6 +226,7 @@ class Scheduler {
     protocol::PeerId peer;
     uint64_t incarnation = 0;
     int64_t group = -1;
+    std::string gpus;  // the GPUs its hello named ("0,1"; "" = none)
     Clock::time_point last_seen;
     Clock::time_point last_heartbeat_sent;
     bool idle = false;     // sent ready (or finished a trial) and has nothing assigned

@@ -44,7 +44,8 @@ std::string msgpack(const nlohmann::json& j) {
 }  // namespace
 
 TEST_CASE("every message type round-trips") {
-  Hello h{kVersion, "c0ffee.beef", 0xFFFFFFFFFFFFFFF0ULL, 3, 4242, "node07", 2, 4, {"mlp", "sleep"}};
+  Hello h{kVersion, "c0ffee.beef", 0xFFFFFFFFFFFFFFF0ULL, 3, 4242, "node07", 2, 4, {"mlp", "sleep"},
+          {"0", "3", "GPU-8f0e1c2a-aa11-4b1c-9d3e-0123456789ab", "MIG-1:2"}};
   auto h2 = round_trip(h);
   CHECK(h2.version == kVersion);
   CHECK(h2.secret == "c0ffee.beef");
@@ -55,6 +56,7 @@ TEST_CASE("every message type round-trips") {
   CHECK(h2.ranks_data == 2);
   CHECK(h2.ranks_model == 4);
   CHECK(h2.trainers == std::vector<std::string>{"mlp", "sleep"});
+  CHECK(h2.gpus == h.gpus);
 
   auto w = round_trip(Welcome{kVersion, 99, 250, 1500});
   CHECK(w.master_incarnation == 99);
@@ -186,7 +188,7 @@ namespace {
 nlohmann::json hello_json() {
   return {{"t", "hello"}, {"version", kVersion}, {"secret", "s"}, {"incarnation", 1}, {"group", 0},
           {"pid", 10},    {"host", "h"},         {"ranks_data", 1}, {"ranks_model", 1},
-          {"trainers", nlohmann::json::array()}};
+          {"trainers", nlohmann::json::array()}, {"gpus", nlohmann::json::array()}};
 }
 
 std::string decode_error(const std::string& bytes) {
@@ -276,6 +278,27 @@ TEST_CASE("stop.reason is one of a fixed set; assign.resume_from is required") {
                               {"trial_dir", ""}})) == "assign.resume_from: missing");
 }
 
+TEST_CASE("hello.gpus: the ids a worker was given, bounded and checked; absent is refused") {
+  CHECK(decode(msgpack(hello_json())).ok());
+  auto with_gpus = [](nlohmann::json gpus) {
+    auto j = hello_json();
+    j["gpus"] = std::move(gpus);
+    return decode_error(msgpack(j));
+  };
+  CHECK(with_gpus({"0", "7", "GPU-8f0e1c2a", "MIG-1:2"}) == "<decoded>");
+  CHECK(with_gpus({"0", ""}) == "hello.gpus[1]: not a GPU id (1 to 96 letters, digits or _.:-)");
+  CHECK(with_gpus({"0;rm -rf ~"}).find("hello.gpus[0]: not a GPU id") == 0);
+  CHECK(with_gpus({std::string(97, 'a')}).find("hello.gpus[0]: not a GPU id") == 0);
+  CHECK(with_gpus({1, 2}).find("hello.gpus") == 0);
+  CHECK(with_gpus(nlohmann::json::array()) == "<decoded>");
+  nlohmann::json many = nlohmann::json::array();
+  for (int i = 0; i <= 1024; ++i) many.push_back(std::to_string(i));
+  CHECK(with_gpus(many) == "hello.gpus: more than 1024 ids");
+  auto j = hello_json();
+  j.erase("gpus");
+  CHECK(decode_error(msgpack(j)) == "hello.gpus: missing");
+}
+
 TEST_CASE("a hello of another version decodes to its version only") {
   auto j = nlohmann::json{{"t", "hello"}, {"version", 1}, {"incarnation", 7}};  // an old worker: no secret
   auto r = decode(msgpack(j));
@@ -324,7 +347,7 @@ TEST_CASE("the fuzz seed corpus holds the current encoding of every message") {
   Done d{17, 2, 5, true, {{"val_accuracy", 0.5}, {"loss", 1e-300}}, {{"val_probs", "/tmp/x/17/val.npy", 4096}, {"log", "/l"}}};
   const std::vector<std::pair<std::string, std::string>> seeds = {
       {"hello", encode(Hello{kVersion, std::string(32, 'a') + "." + std::string(32, 'b'), 0xFFFFFFFFFFFFFFF0ULL, 3,
-                             4242, "node07", 2, 4, {"mlp", "sleep", "command"}})},
+                             4242, "node07", 2, 4, {"mlp", "sleep", "command"}, {"0", "1"}})},
       {"welcome", encode(Welcome{kVersion, 99, 250, 1500})},
       {"ready", encode(Ready{})},
       {"assign", encode(a)},

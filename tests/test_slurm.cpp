@@ -405,6 +405,13 @@ TEST_CASE("slurm: gpus_per_rank 1: the steps of 2 groups on one node each get th
     CHECK(step_gpus == visible);
     devices[t.group_id].insert(visible);
     nodes.insert(node);
+    // The store records the device of each attempt: SLURM gave it, the worker's hello named it.
+    auto store = store::Store::open_readonly(c.db);
+    REQUIRE(store.ok());
+    auto attempts = (*store)->attempts(t.id);
+    REQUIRE(attempts.ok());
+    REQUIRE(!attempts->empty());
+    CHECK_MESSAGE(attempts->back().value("devices", std::string("?")) == visible, "trial " << t.id);
   }
   REQUIRE(devices.size() == 2);
   const auto& g0 = devices.begin()->second;

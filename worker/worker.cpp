@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <condition_variable>
@@ -212,6 +214,31 @@ class WorkerLoop {
     if (opt_.log) opt_.log(line);
   }
 
+  // The GPUs this process was given: CUDA_VISIBLE_DEVICES (the local backend's, or SLURM's in a
+  // step), else SLURM_STEP_GPUS; ids that protocol::Hello would refuse are left out, and said.
+  std::vector<std::string> visible_gpus() const {
+    const char* from = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (from == nullptr || *from == '\0') from = std::getenv("SLURM_STEP_GPUS");
+    std::vector<std::string> ids;
+    if (from == nullptr) return ids;
+    std::string item;
+    for (const char* c = from;; ++c) {
+      if (*c != ',' && *c != '\0') {
+        item += *c;
+        continue;
+      }
+      const bool ok = !item.empty() && item.size() <= protocol::kMaxGpuIdBytes &&
+                      std::all_of(item.begin(), item.end(), [](unsigned char x) {
+                        return std::isalnum(x) || x == '_' || x == '.' || x == ':' || x == '-';
+                      });
+      if (ok && ids.size() < protocol::kMaxGpus) ids.push_back(item);
+      else if (!item.empty()) log("worker: GPU id '" + item.substr(0, 64) + "' of the environment is not reported");
+      item.clear();
+      if (*c == '\0') break;
+    }
+    return ids;
+  }
+
   protocol::Hello hello() const {
     protocol::Hello h;
     h.secret = opt_.secret;
@@ -220,6 +247,7 @@ class WorkerLoop {
     h.pid = getpid();
     h.host = host_name();
     h.trainers = opt_.kinds;
+    h.gpus = visible_gpus();
     return h;
   }
 
