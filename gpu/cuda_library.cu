@@ -10,9 +10,14 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
+#ifdef HPCTUNE_GPU_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include "gpu/gpu_library_abi.h"
 
@@ -312,6 +317,141 @@ int adam_update(HpctuneGpuContext* ctx, float* params, const float* grads, float
   return check_launch("adam_update");
 }
 
+// ---- NCCL (non-blocking communicators; the caller polls and aborts, see the ABI header) --------
+
+#ifdef HPCTUNE_GPU_HAVE_NCCL
+static_assert(sizeof(ncclUniqueId) == HPCTUNE_NCCL_UNIQUE_ID_BYTES, "ncclUniqueId is not 128 bytes");
+
+}  // namespace
+struct HpctuneNcclComm {
+  ncclComm_t comm = nullptr;
+  int device = 0;
+};
+namespace {
+
+int check_nccl(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess || r == ncclInProgress) return 0;  // ncclInProgress: queued, comm_poll tells the rest
+  return fail(static_cast<int>(r), what, ncclGetErrorString(r));
+}
+
+int nccl_version(int32_t* version) {
+  int v = 0;
+  if (int rc = check_nccl(ncclGetVersion(&v), "ncclGetVersion")) return rc;
+  *version = v;
+  return 0;
+}
+
+int nccl_unique_id(uint8_t* out) {
+  if (out == nullptr) return bad_argument("nccl_unique_id: out");
+  ncclUniqueId id;
+  if (int rc = check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId")) return rc;
+  std::memcpy(out, id.internal, sizeof id.internal);
+  return 0;
+}
+
+int nccl_comm_init(HpctuneGpuContext* ctx, int32_t nranks, int32_t rank, const uint8_t* id_bytes,
+                   HpctuneNcclComm** out) {
+  if (out == nullptr) return bad_argument("nccl_comm_init: out");
+  *out = nullptr;
+  if (ctx == nullptr || id_bytes == nullptr || nranks < 1 || rank < 0 || rank >= nranks)
+    return bad_argument("nccl_comm_init: context, id, nranks or rank");
+  if (int rc = check_cuda(cudaSetDevice(ctx->device), "cudaSetDevice")) return rc;
+  ncclUniqueId id;
+  std::memcpy(id.internal, id_bytes, sizeof id.internal);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // init and collectives return at once; comm_poll says when they finish
+  auto* comm = new HpctuneNcclComm;
+  comm->device = ctx->device;
+  ncclResult_t r = ncclCommInitRankConfig(&comm->comm, nranks, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (comm->comm != nullptr) ncclCommAbort(comm->comm);
+    delete comm;
+    return check_nccl(r, "ncclCommInitRankConfig");
+  }
+  *out = comm;
+  return 0;
+}
+
+int allreduce_sum_f32(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, float* buf, int64_t count) {
+  if (comm == nullptr || ctx == nullptr || buf == nullptr || count <= 0)
+    return bad_argument("allreduce_sum_f32: communicator, context, buffer or count");
+  if (int rc = check_cuda(cudaSetDevice(ctx->device), "cudaSetDevice")) return rc;
+  return check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclFloat32, ncclSum, comm->comm, ctx->stream),
+                    "ncclAllReduce");
+}
+
+int comm_poll(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, int32_t* state) {
+  if (state == nullptr) return bad_argument("comm_poll: state");
+  *state = HPCTUNE_NCCL_ERROR;
+  if (comm == nullptr || ctx == nullptr) return bad_argument("comm_poll: communicator or context");
+  ncclResult_t async = ncclSuccess;
+  if (int rc = check_nccl(ncclCommGetAsyncError(comm->comm, &async), "ncclCommGetAsyncError")) return rc;
+  if (async == ncclInProgress) {
+    *state = HPCTUNE_NCCL_IN_PROGRESS;
+    return 0;
+  }
+  if (async != ncclSuccess) return fail(static_cast<int>(async), "NCCL communicator", ncclGetErrorString(async));
+  cudaError_t e = cudaStreamQuery(ctx->stream);
+  if (e == cudaErrorNotReady) {
+    *state = HPCTUNE_NCCL_IN_PROGRESS;
+    return 0;
+  }
+  if (int rc = check_cuda(e, "cudaStreamQuery")) return rc;
+  *state = HPCTUNE_NCCL_DONE;
+  return 0;
+}
+
+int comm_abort(HpctuneNcclComm* comm) {
+  if (comm == nullptr) return 0;
+  int rc = check_nccl(ncclCommAbort(comm->comm), "ncclCommAbort");
+  delete comm;
+  return rc;
+}
+
+int comm_destroy(HpctuneNcclComm* comm) {
+  if (comm == nullptr) return 0;
+  cudaSetDevice(comm->device);
+  // Finalize is non-blocking too: wait for it at most 10 s, then abort rather than hang.
+  ncclResult_t r = ncclCommFinalize(comm->comm);
+  ncclResult_t async = r;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (r == ncclInProgress || r == ncclSuccess) {
+    if (ncclCommGetAsyncError(comm->comm, &async) != ncclSuccess || async != ncclInProgress) break;
+    if (std::chrono::steady_clock::now() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if ((r != ncclSuccess && r != ncclInProgress) || async != ncclSuccess) {
+    int rc = fail(static_cast<int>(async == ncclInProgress ? ncclInProgress : async), "ncclCommFinalize",
+                  async == ncclInProgress ? "did not finish in 10 s; aborted" : ncclGetErrorString(async));
+    ncclCommAbort(comm->comm);
+    delete comm;
+    return rc;
+  }
+  int rc = check_nccl(ncclCommDestroy(comm->comm), "ncclCommDestroy");
+  delete comm;
+  return rc;
+}
+#else
+constexpr const char* kNoNccl = "hpctune's CUDA library was built without NCCL (no nccl.h/libnccl at build time)";
+int no_nccl(const char* what) { return fail(-1, what, kNoNccl); }
+int nccl_version(int32_t* version) {
+  if (version != nullptr) *version = 0;
+  return no_nccl("nccl_version");
+}
+int nccl_unique_id(uint8_t*) { return no_nccl("nccl_unique_id"); }
+int nccl_comm_init(HpctuneGpuContext*, int32_t, int32_t, const uint8_t*, HpctuneNcclComm** out) {
+  if (out != nullptr) *out = nullptr;
+  return no_nccl("nccl_comm_init");
+}
+int allreduce_sum_f32(HpctuneNcclComm*, HpctuneGpuContext*, float*, int64_t) { return no_nccl("allreduce_sum_f32"); }
+int comm_poll(HpctuneNcclComm*, HpctuneGpuContext*, int32_t* state) {
+  if (state != nullptr) *state = HPCTUNE_NCCL_ERROR;
+  return no_nccl("comm_poll");
+}
+int comm_abort(HpctuneNcclComm*) { return no_nccl("comm_abort"); }
+int comm_destroy(HpctuneNcclComm*) { return no_nccl("comm_destroy"); }
+#endif
+
 const HpctuneGpuApi kApi = {
     HPCTUNE_GPU_ABI_VERSION,
     sizeof(HpctuneGpuApi),
@@ -336,6 +476,13 @@ const HpctuneGpuApi kApi = {
     softmax_cross_entropy,
     sgd_update,
     adam_update,
+    nccl_version,
+    nccl_unique_id,
+    nccl_comm_init,
+    allreduce_sum_f32,
+    comm_poll,
+    comm_abort,
+    comm_destroy,
 };
 
 }  // namespace

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define HPCTUNE_GPU_ABI_VERSION 1u
+#define HPCTUNE_GPU_ABI_VERSION 2u /* 2: the NCCL entries */
 #define HPCTUNE_GPU_API_SYMBOL "hpctune_gpu_api"
 
 typedef struct HpctuneGpuDeviceProps {
@@ -34,6 +34,13 @@ typedef struct HpctuneGpuDeviceProps {
 } HpctuneGpuDeviceProps;
 
 typedef struct HpctuneGpuContext HpctuneGpuContext; /* a device, a stream and a cuBLAS handle */
+typedef struct HpctuneNcclComm HpctuneNcclComm;       /* an NCCL communicator (non-blocking mode) */
+
+#define HPCTUNE_NCCL_UNIQUE_ID_BYTES 128 /* sizeof(ncclUniqueId) */
+/* comm_poll's states. */
+#define HPCTUNE_NCCL_DONE 0
+#define HPCTUNE_NCCL_IN_PROGRESS 1
+#define HPCTUNE_NCCL_ERROR 2
 
 typedef struct HpctuneGpuApi {
   uint32_t abi_version; /* HPCTUNE_GPU_ABI_VERSION */
@@ -87,6 +94,29 @@ typedef struct HpctuneGpuApi {
   int (*adam_update)(HpctuneGpuContext* ctx, float* d_params, const float* d_grads, float* d_m, float* d_v,
                      int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                      int32_t decoupled, int64_t step);
+
+  /* ---- NCCL (ABI 2). A library built without NCCL has every entry, and each fails with
+   * "built without NCCL" (nccl_version: *version = 0). Nothing here blocks inside a collective: the
+   * communicator is created non-blocking (ncclConfig_t.blocking = 0), so comm_init and
+   * allreduce_sum_f32 return once queued, and the caller polls comm_poll() against its own deadline
+   * and calls comm_abort() on an error or when the deadline passes (a peer that never joins or died). */
+  int (*nccl_version)(int32_t* version); /* ncclGetVersion, e.g. 22809 for 2.28.9 */
+  /* ncclGetUniqueId: rank 0 makes it and sends the bytes to the other ranks (the control path). */
+  int (*nccl_unique_id)(uint8_t out[HPCTUNE_NCCL_UNIQUE_ID_BYTES]);
+  /* ncclCommInitRankConfig (non-blocking) on ctx's device; the communicator is ready when comm_poll
+   * says done. *out is null on failure. */
+  int (*nccl_comm_init)(HpctuneGpuContext* ctx, int32_t nranks, int32_t rank,
+                        const uint8_t id[HPCTUNE_NCCL_UNIQUE_ID_BYTES], HpctuneNcclComm** out);
+  /* In-place sum of d_buf[count] over the ranks, queued on ctx's stream. */
+  int (*allreduce_sum_f32)(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, float* d_buf, int64_t count);
+  /* Never waits: *state = HPCTUNE_NCCL_ERROR when ncclCommGetAsyncError reports an error or the
+   * stream faulted (rc nonzero, last_error says which), IN_PROGRESS while the communicator's init or
+   * the stream's work runs (ncclInProgress, cudaErrorNotReady), DONE otherwise. */
+  int (*comm_poll)(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, int32_t* state);
+  /* ncclCommAbort: stops the communicator's kernels and frees it (comm is gone after the call). */
+  int (*comm_abort)(HpctuneNcclComm* comm);
+  /* ncclCommFinalize + ncclCommDestroy of a communicator whose work is done; frees it. */
+  int (*comm_destroy)(HpctuneNcclComm* comm);
 } HpctuneGpuApi;
 
 typedef const HpctuneGpuApi* (*HpctuneGpuApiEntry)(void);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_backend.h"
+#include "gpu/nccl_allreduce.h"
 
 using namespace hpctune;
 using namespace hpctune::gpu;
@@ -70,6 +71,27 @@ TEST_CASE("a library of another ABI version is refused, naming both versions") {
   CHECK(contains(lib.error().message(), "needs version " + std::to_string(HPCTUNE_GPU_ABI_VERSION)));
 }
 
+TEST_CASE("the NCCL unique id travels as 256 hex digits, and malformed text is refused naming the place") {
+  NcclUniqueId id;
+  for (size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<uint8_t>(i * 37 + 5);
+  std::string hex = id.to_hex();
+  CHECK(hex.size() == 256);
+  CHECK(hex.substr(0, 6) == "052a4f");
+  auto back = NcclUniqueId::from_hex(hex);
+  REQUIRE(back.ok());
+  CHECK(back->bytes == id.bytes);
+  CHECK(NcclUniqueId::from_hex("ABCDEF" + hex.substr(6)).ok());  // either case
+  auto short_id = NcclUniqueId::from_hex(hex.substr(1));
+  REQUIRE_FALSE(short_id.ok());
+  CHECK(short_id.error().code() == Errc::kInvalidArgument);
+  CHECK(contains(short_id.error().message(), "255 characters, expected 256 hex digits"));
+  std::string bad = hex;
+  bad[9] = 'g';
+  auto not_hex = NcclUniqueId::from_hex(bad);
+  REQUIRE_FALSE(not_hex.ok());
+  CHECK(contains(not_hex.error().message(), "not a hex digit at character 10"));
+}
+
 TEST_CASE("cuda_version_string") {
   CHECK(cuda_version_string(13000) == "13.0");
   CHECK(cuda_version_string(12080) == "12.8");
@@ -100,6 +122,47 @@ TEST_CASE("the CUDA library of this build loads and reports no device, and why, 
   CHECK(lib->api().context_create(0, &ctx) != 0);
   CHECK(ctx == nullptr);
   CHECK_FALSE(lib->last_error().empty());
+}
+
+TEST_CASE("the CUDA library's NCCL entries answer without a GPU: errors as values, never a crash") {
+  REQUIRE(built_with_cuda());
+  auto lib = GpuLibrary::open_default();
+  REQUIRE_MESSAGE(lib.ok(), (lib.ok() ? std::string() : lib.error().to_string()));
+  const HpctuneGpuApi& api = lib->api();
+  REQUIRE(api.abi_version == 2u);
+  const bool every_entry = api.nccl_version != nullptr && api.nccl_unique_id != nullptr && api.nccl_comm_init != nullptr && api.allreduce_sum_f32 != nullptr && api.comm_poll != nullptr && api.comm_abort != nullptr && api.comm_destroy != nullptr;
+  REQUIRE(every_entry);
+  int32_t version = -1;
+  const bool with_nccl = api.nccl_version(&version) == 0;
+  MESSAGE("NCCL: " << (with_nccl ? "version " + std::to_string(version) : lib->last_error()));
+  if (with_nccl) {
+    CHECK(version >= 20000);  // 2.x
+  } else {
+    CHECK(version == 0);
+    CHECK(contains(lib->last_error(), "built without NCCL"));
+  }
+  // The unique id: made without a GPU where NCCL's bootstrap finds a network, a clean error otherwise.
+  auto id = NcclUniqueId::create(*lib);
+  if (id.ok()) {
+    CHECK(with_nccl);
+    auto back = NcclUniqueId::from_hex(id->to_hex());
+    REQUIRE(back.ok());
+    CHECK(back->bytes == id->bytes);
+  } else {
+    CHECK(id.error().code() == (with_nccl ? Errc::kFailed : Errc::kUnavailable));
+    CHECK_FALSE(id.error().message().empty());
+  }
+  // No context (there is no device to make one on), a rank outside the group: an error code and a
+  // message, and no communicator.
+  uint8_t raw_id[HPCTUNE_NCCL_UNIQUE_ID_BYTES] = {};
+  HpctuneNcclComm* comm = reinterpret_cast<HpctuneNcclComm*>(&raw_id);  // must be overwritten with null
+  CHECK(api.nccl_comm_init(nullptr, 1, 0, raw_id, &comm) != 0);
+  CHECK(comm == nullptr);
+  CHECK_FALSE(lib->last_error().empty());
+  int32_t state = HPCTUNE_NCCL_DONE;
+  CHECK(api.comm_poll(nullptr, nullptr, &state) != 0);
+  CHECK(state == HPCTUNE_NCCL_ERROR);
+  CHECK(api.allreduce_sum_f32(nullptr, nullptr, nullptr, 4) != 0);
 }
 #else
 TEST_CASE("a build without CUDA says so when a GPU backend is asked for") {
