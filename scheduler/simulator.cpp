@@ -22,8 +22,8 @@ Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::dur
 class SimGroup {
  public:
   SimGroup(protocol::InProcHub& hub, int64_t group, const std::string& credential, uint64_t incarnation,
-           const SimulateOptions& o, Clock::duration heartbeat)
-      : client_(hub.connect()), group_(group), o_(o), heartbeat_(heartbeat) {
+           const SimulateOptions& o, Clock::duration heartbeat, int64_t* in_flight)
+      : client_(hub.connect()), group_(group), o_(o), heartbeat_(heartbeat), in_flight_(in_flight) {
     protocol::Hello h;
     h.secret = credential;
     h.incarnation = incarnation;
@@ -31,6 +31,7 @@ class SimGroup {
     h.pid = 0;
     h.host = "simulated";
     sent_ = true;
+    ++*in_flight_;
     error_ = client_->send(protocol::encode(h));
   }
 
@@ -100,6 +101,7 @@ class SimGroup {
   Clock::time_point next_step_at() const { return started_ + per_step_ * (step_ + 1); }
   void send(const protocol::Message& m) {
     sent_ = true;
+    ++*in_flight_;
     if (error_.ok()) error_ = client_->send(protocol::encode(m));
   }
   // The trial's end: a done with its last step's metrics (the plan's final ones when it ran to the end).
@@ -122,6 +124,7 @@ class SimGroup {
   int64_t group_;
   const SimulateOptions& o_;
   Clock::duration heartbeat_;
+  int64_t* in_flight_;  // frames sent to the master, not yet received by it (InFlightServer)
   std::optional<Clock::time_point> last_hb_;  // set once welcomed
   std::optional<protocol::Assign> assign_;
   SimulatedTrial plan_;
@@ -130,6 +133,25 @@ class SimGroup {
   Clock::time_point started_{};
   bool silent_ = false, closed_ = false, sent_ = false;
   Status error_;
+};
+
+// The hub's server end, counting the frames the master takes: the master handles a bounded batch
+// per step, so the simulator steps it again soon while frames wait, as a busy master would.
+class InFlightServer final : public protocol::ServerTransport {
+ public:
+  InFlightServer(std::unique_ptr<protocol::ServerTransport> inner, int64_t* in_flight)
+      : inner_(std::move(inner)), in_flight_(in_flight) {}
+  std::string endpoint() const override { return inner_->endpoint(); }
+  Status send(const protocol::PeerId& peer, std::string_view bytes) override { return inner_->send(peer, bytes); }
+  Result<std::optional<protocol::Envelope>> recv(std::chrono::milliseconds timeout) override {
+    auto env = inner_->recv(timeout);
+    if (env.ok() && env->has_value()) --*in_flight_;
+    return env;
+  }
+
+ private:
+  std::unique_ptr<protocol::ServerTransport> inner_;
+  int64_t* in_flight_;
 };
 
 // The simulated backend: a launch becomes a group that says hello `startup_seconds` later.
@@ -204,10 +226,11 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
 
   Clock::time_point now = wall.at;
   protocol::InProcHub hub;
-  std::unique_ptr<protocol::ServerTransport> server = hub.server();
+  int64_t in_flight = 0;
+  InFlightServer server(hub.server(), &in_flight);
   SimLauncher launcher(&now, options.startup_seconds);
   MasterParts parts;
-  parts.transport = server.get();
+  parts.transport = &server;
   parts.store = db.get();
   parts.launcher = &launcher;
   parts.wall = wall;
@@ -228,15 +251,20 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
                                      " turns and " + std::to_string(options.max_simulated_seconds) + " simulated seconds");
     }
     ++out.turns;
+    const int64_t waiting = in_flight;
     HPCTUNE_ASSIGN(const bool finished, master.step(now));
     if (finished) break;
+    // A step that took none of the frames counted as waiting found none: they were a killed
+    // group's, dropped with its connection.
+    if (in_flight == waiting) in_flight = 0;
     // Groups whose start-up is over say hello; injected failures happen.
     for (auto it = launcher.pending.begin(); it != launcher.pending.end();) {
       if (it->second.first > now) {
         ++it;
         continue;
       }
-      launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, heartbeat);
+      launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, heartbeat,
+                                                              &in_flight);
       it = launcher.pending.erase(it);
     }
     for (auto it = silence.begin(); it != silence.end();) {
@@ -260,7 +288,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
     // frame before its tick, so it sees such a group as alive, as it would with every heartbeat;
     // a silent group is seen lost up to half a timeout later than a real master would.
     Clock::time_point next = now + wake;
-    if (sent) next = now + message;
+    if (sent || in_flight > 0) next = now + message;
     for (const auto& [g, group] : launcher.running) next = std::min(next, group->next_event());
     for (const auto& [g, p] : launcher.pending) next = std::min(next, p.first);
     for (const auto& [g, t] : silence) next = std::min(next, t);

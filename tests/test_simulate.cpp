@@ -174,6 +174,26 @@ TEST_CASE("a simulated group that goes silent is lost, killed and restarted, and
   CHECK(retried == 1);
 }
 
+TEST_CASE("more groups than the master takes frames per step: the backlog is stepped through, no group is lost") {
+  // 1,100 groups: their hellos, dones and heartbeats arrive together, more than the master's batch
+  // of 512 frames per step. The simulator steps the master again while frames wait, as a busy
+  // master would; before, they waited for its next wake and live groups were declared lost.
+  TempDir dir;
+  std::string text = function_config(1100, 1);
+  text.replace(text.find("tpe"), 3, "random");
+  text.replace(text.find("steps: 3"), 8, "steps: 1");
+  const std::string cfg = dir.write("wide.yaml", text);
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("wide.db"), "--nodes", "1100", "--step-seconds", "30",
+                                "--format", "json"},
+                               dir.file("wide.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("wide.log")));
+  const auto out = nlohmann::json::parse(read_file(dir.file("wide.log")));
+  CHECK(out["trials"]["done"] == 1100);
+  CHECK(out["lost_attempts"] == 0);
+  CHECK(out["group_launches"] == 1100);
+  CHECK(out["simulated_seconds"].get<double>() < 60.0);  // one round of 30 s, after a 1 s start-up
+}
+
 TEST_CASE("simulate refuses a trainer whose outcomes it cannot compute, and an existing database") {
   TempDir dir;
   const std::string cfg = dir.write(
