@@ -194,6 +194,43 @@ TEST_CASE("more groups than the master takes frames per step: the backlog is ste
   CHECK(out["simulated_seconds"].get<double>() < 60.0);  // one round of 30 s, after a 1 s start-up
 }
 
+TEST_CASE("early stopping on simulated time: asha's stops end trials at their rung and free the group") {
+  TempDir dir;
+  std::string text = function_config(30, 2);
+  text.replace(text.find("tpe"), 3, "random");
+  text.replace(text.find("steps: 3"), 8, "steps: 9");
+  text += "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n";
+  const std::string cfg = dir.write("asha.yaml", text);
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("asha.db"), "--step-seconds", "10", "--format", "json"},
+                               dir.file("asha.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("asha.log")));
+  const Recorded s = read_db(dir.file("asha.db"));
+  int pruned = 0, done = 0;
+  for (std::size_t i = 0; i < s.trials.size(); ++i) {
+    const auto& t = s.trials[i];
+    const int64_t last_step = s.metrics[i].empty() ? 0 : s.metrics[i].back().step;
+    const double seconds = t.finished_at - t.started_at;
+    INFO("trial " << t.seq << " last step " << last_step << " seconds " << seconds);
+    if (t.state == TrialState::kPruned) {
+      ++pruned;
+      CHECK((last_step == 1 || last_step == 3));  // a rung: 1, 3 (9 is the end)
+      CHECK(seconds >= 10.0 * last_step - 1e-6);
+      CHECK(seconds <= 10.0 * last_step + 1);
+    } else {
+      ++done;
+      CHECK(t.state == TrialState::kDone);
+      CHECK(last_step == 9);
+      CHECK(seconds >= 90.0 - 1e-6);
+      CHECK(seconds <= 91.0);
+    }
+  }
+  CHECK(pruned >= 10);
+  CHECK(done >= 1);
+  CHECK(pruned + done == 30);
+  const auto out = nlohmann::json::parse(read_file(dir.file("asha.log")));
+  CHECK(out["trials"]["pruned"] == pruned);
+}
+
 TEST_CASE("simulate refuses a trainer whose outcomes it cannot compute, and an existing database") {
   TempDir dir;
   const std::string cfg = dir.write(
