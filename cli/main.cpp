@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/simulate_command.h"
 #include "common/device_list.h"
 #include "common/endpoint.h"
 #include "common/text.h"
@@ -268,6 +269,24 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("--failpoint", resume_fp, "Test only")->group("");
   resume_cmd->add_option("--failpoint-hit", resume_fp_hit, "Test only")->group("");
 
+  hpctune::cli::SimulateArgs sim;
+  std::string sim_nodes_text, sim_seed_text, sim_step_text, sim_startup_text;
+  std::vector<std::string> sim_silence;
+  auto* sim_cmd = app.add_subcommand("simulate", "Run a campaign's real master on simulated time, with simulated trainer groups");
+  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` for now")
+      ->required()->check(CLI::ExistingFile);
+  auto* sim_db_opt = sim_cmd->add_option("--db", sim.db, "The new database the simulated campaign is recorded in (default <name>.sim.db)");
+  auto* sim_nodes_opt = sim_cmd->add_option("--nodes", sim_nodes_text, "Nodes, one trainer group each, 1..4096 (overrides resources.groups)")
+      ->type_name("INT");
+  auto* sim_seed_opt = sim_cmd->add_option("--seed", sim_seed_text, "Campaign seed (overrides `seed`)")->type_name("INT");
+  auto* sim_step_opt = sim_cmd->add_option("--step-seconds", sim_step_text,
+                                           "Simulated seconds per training step (default: the trainer's seconds_per_step)")
+      ->type_name("SECONDS");
+  auto* sim_startup_opt = sim_cmd->add_option("--startup-seconds", sim_startup_text, "Simulated seconds from a group's launch to its hello (default 1)")
+      ->type_name("SECONDS");
+  sim_cmd->add_option("--format", sim.format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  sim_cmd->add_option("--silence", sim_silence, "Test only: GROUP@SECONDS, the group goes silent then")->group("");
+
   std::string status_db, status_format = "table";
   auto* status_cmd = app.add_subcommand("status", "The campaign, its stages, its trials by state, and the best trial");
   status_cmd->add_option("db", status_db, "The campaign's database")->required();
@@ -414,6 +433,52 @@ int main(int argc, char** argv) {
       int rc = report(cmd_run(run, g_interrupts, interrupted), "run");
       if (rc == kExitInterrupted) return interrupted_exit_code();
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
+    }
+    if (*sim_cmd) {
+      if (*sim_db_opt) {
+        if (auto s = check_db_path("--db", sim.db); !s.ok()) return usage(s, "simulate");
+      }
+      if (*sim_nodes_opt) {
+        auto g = parse_integer<int64_t>("--nodes", sim_nodes_text, 1, 4096);
+        if (!g.ok()) return usage(std::move(g).error(), "simulate");
+        sim.nodes = *g;
+      }
+      if (*sim_seed_opt) {
+        auto v = parse_integer<uint64_t>("--seed", sim_seed_text, 0, std::numeric_limits<uint64_t>::max());
+        if (!v.ok()) return usage(std::move(v).error(), "simulate");
+        sim.seed = *v;
+      }
+      auto seconds_of = [](const char* flag, const std::string& text) -> hpctune::Result<double> {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !(v >= 0) || v > 365.0 * 86400) {
+          return hpctune::err(hpctune::Errc::kUsage, std::string(flag) + ": '" + text +
+                                                         "' is not a number of seconds in [0, 31536000]");
+        }
+        return v;
+      };
+      if (*sim_step_opt) {
+        auto v = seconds_of("--step-seconds", sim_step_text);
+        if (!v.ok()) return usage(std::move(v).error(), "simulate");
+        if (*v == 0) return usage(hpctune::err(hpctune::Errc::kUsage, "--step-seconds: must be > 0"), "simulate");
+        sim.step_seconds = *v;
+      }
+      if (*sim_startup_opt) {
+        auto v = seconds_of("--startup-seconds", sim_startup_text);
+        if (!v.ok()) return usage(std::move(v).error(), "simulate");
+        sim.startup_seconds = *v;
+      }
+      for (const std::string& item : sim_silence) {
+        const auto at = item.find('@');
+        auto g = parse_integer<int64_t>("--silence", item.substr(0, at), 0, 4095);
+        if (at == std::string::npos || !g.ok()) {
+          return usage(hpctune::err(hpctune::Errc::kUsage, "--silence: '" + item + "' is not GROUP@SECONDS"), "simulate");
+        }
+        auto v = seconds_of("--silence", item.substr(at + 1));
+        if (!v.ok()) return usage(std::move(v).error(), "simulate");
+        sim.silence.emplace_back(*g, *v);
+      }
+      return report(hpctune::cli::cmd_simulate(sim), "simulate");
     }
     if (*resume_cmd) {
       if (auto s = check_db_path("db", resume_db); !s.ok()) return usage(s, "resume");

@@ -89,29 +89,43 @@ Result<FunctionSettings> parse_function_settings(const nlohmann::json& json) {
   return s;
 }
 
-Result<TrialResult> FunctionTrainer::run(const TrialContext& ctx) {
-  HPCTUNE_ASSIGN(FunctionSettings s, parse_function_settings(ctx.settings()));
+Result<FunctionCurve> function_curve(const nlohmann::json& settings, uint64_t seed) {
+  HPCTUNE_ASSIGN(FunctionSettings s, parse_function_settings(settings));
   const search::TestFunction fn = search::make_test_function(s.name, static_cast<int>(s.dim)).value();
   const double final_value = fn(s.x);
   const double initial = s.steps > 1 ? initial_value(fn) : final_value;
-  Rng noise_rng(ctx.seed);
+  Rng noise_rng(seed);
+  FunctionCurve curve;
+  curve.seconds_per_step = s.seconds_per_step;
+  curve.optimum = fn.optimum;
+  curve.reports.reserve(static_cast<std::size_t>(s.steps));
+  for (int64_t step = 1; step <= s.steps; ++step) {
+    double value = search::learning_curve(final_value, initial, step, s.steps);
+    if (s.noise > 0.0) value += noise_rng.normal(0.0, s.noise);
+    curve.reports.push_back({{"value", value}});
+    curve.final_metrics = {{"value", value}, {"regret", value - fn.optimum}};
+  }
+  return curve;
+}
 
+Result<TrialResult> FunctionTrainer::run(const TrialContext& ctx) {
+  HPCTUNE_ASSIGN(FunctionCurve curve, function_curve(ctx.settings(), ctx.seed));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const auto per_step = std::chrono::duration<double>(s.seconds_per_step);
+  const auto per_step = std::chrono::duration<double>(curve.seconds_per_step);
   TrialResult result;
-  for (int64_t step = 1; step <= s.steps; ++step) {
+  const int64_t steps = static_cast<int64_t>(curve.reports.size());
+  for (int64_t step = 1; step <= steps; ++step) {
     // Absolute deadlines, so sleep overshoot does not accumulate over the steps.
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(per_step * static_cast<double>(step));
     if (wait_unless_stopped(ctx, deadline, std::chrono::milliseconds(kSliceMs))) {
       result.stopped = true;
       return result;
     }
-    double value = search::learning_curve(final_value, initial, step, s.steps);
-    if (s.noise > 0.0) value += noise_rng.normal(0.0, s.noise);
-    ctx.report(step, {{"value", value}});
+    const protocol::Metrics& m = curve.reports[static_cast<std::size_t>(step - 1)];
+    ctx.report(step, m);
     result.step = step;
-    result.metrics = {{"value", value}, {"regret", value - fn.optimum}};
+    result.metrics = {{"value", m.at("value")}, {"regret", m.at("value") - curve.optimum}};
   }
   return result;
 }

@@ -39,6 +39,17 @@ struct FunctionSettings {
 // function does not allow, a missing, non-numeric, extra (x7 for a 6-d function) or out-of-box xi.
 Result<FunctionSettings> parse_function_settings(const nlohmann::json& settings);
 
+// What run() reports, computed at once without waiting (run() and `hpctune simulate` share it):
+// the metrics of steps 1..steps for `settings` (the trainer's settings overlaid with the params)
+// and the trial's seed. Errors as parse_function_settings.
+struct FunctionCurve {
+  std::vector<protocol::Metrics> reports;  // reports[s - 1]: {value} at step s
+  protocol::Metrics final_metrics;         // {value, regret} of the last step
+  double seconds_per_step = 0.0;
+  double optimum = 0.0;                    // the function's minimum (regret = value - optimum)
+};
+Result<FunctionCurve> function_curve(const nlohmann::json& settings, uint64_t seed);
+
 class FunctionTrainer final : public Trainer {
  public:
   static constexpr int kSliceMs = 5;

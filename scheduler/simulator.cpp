@@ -1,0 +1,304 @@
+#include "scheduler/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "common/clock.h"
+#include "protocol/transport.h"
+#include "store/store.h"
+
+namespace hpctune::scheduler {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::duration>(Seconds(s)); }
+
+// One simulated trainer group: a worker's side of the protocol over the in-process hub.
+class SimGroup {
+ public:
+  SimGroup(protocol::InProcHub& hub, int64_t group, const std::string& credential, uint64_t incarnation,
+           const SimulateOptions& o, Clock::duration heartbeat, int64_t* in_flight)
+      : client_(hub.connect()), group_(group), o_(o), heartbeat_(heartbeat), in_flight_(in_flight) {
+    protocol::Hello h;
+    h.secret = credential;
+    h.incarnation = incarnation;
+    h.group = group;
+    h.pid = 0;
+    h.host = "simulated";
+    sent_ = true;
+    ++*in_flight_;
+    error_ = client_->send(protocol::encode(h));
+  }
+
+  // Reads what the master sent and answers at `now`. True when it sent anything.
+  Result<bool> receive(Clock::time_point now) {
+    sent_ = false;
+    while (!silent_) {
+      HPCTUNE_ASSIGN(auto frame, client_->recv(std::chrono::milliseconds(0)));
+      if (!frame) break;
+      HPCTUNE_ASSIGN(protocol::Message msg, protocol::decode(*frame));
+      if (std::holds_alternative<protocol::Welcome>(msg)) {
+        last_hb_ = now;
+        send(protocol::Ready{});
+      } else if (auto* a = std::get_if<protocol::Assign>(&msg)) {
+        SimulatedTrial plan = o_.model(*a);
+        if (!plan.error.empty()) {
+          send(protocol::Failed{a->trial_id, a->attempt, plan.error, ""});
+          continue;
+        }
+        assign_ = *a;
+        plan_ = std::move(plan);
+        step_ = 0;
+        per_step_ = seconds(o_.step_seconds > 0 ? o_.step_seconds : plan_.seconds_per_step);
+        started_ = now;
+        send(protocol::Report{a->trial_id, a->attempt, 0, {}});
+        if (plan_.reports.empty()) finish(false);
+      } else if (auto* st = std::get_if<protocol::Stop>(&msg)) {
+        if (assign_ && st->trial_id == assign_->trial_id) finish(true);
+      } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
+        closed_ = true;
+        break;
+      }
+    }
+    HPCTUNE_TRY(error_);
+    return sent_;
+  }
+
+  // Sends what is due at `now`: the steps reached, a heartbeat. True when it sent anything.
+  Result<bool> emit(Clock::time_point now) {
+    sent_ = false;
+    if (silent_ || closed_) return false;
+    while (assign_ && next_step_at() <= now) {
+      const protocol::Metrics& m = plan_.reports[static_cast<std::size_t>(step_)];
+      ++step_;
+      send(protocol::Report{assign_->trial_id, assign_->attempt, step_, m});
+      if (step_ == static_cast<int64_t>(plan_.reports.size())) finish(false);
+    }
+    if (last_hb_ && now - *last_hb_ >= heartbeat_) {
+      last_hb_ = now;
+      send(protocol::Heartbeat{assign_ ? assign_->trial_id : 0, assign_ ? assign_->attempt : 0});
+    }
+    HPCTUNE_TRY(error_);
+    return sent_;
+  }
+
+  // When it next has a step to report (time_point::max() when never).
+  Clock::time_point next_event() const {
+    if (silent_ || closed_) return Clock::time_point::max();
+    Clock::time_point t = Clock::time_point::max();
+    if (assign_) t = next_step_at();
+    return t;  // heartbeats are sent at the master's next wake (see simulate_campaign)
+  }
+
+  void go_silent() { silent_ = true; }
+
+ private:
+  Clock::time_point next_step_at() const { return started_ + per_step_ * (step_ + 1); }
+  void send(const protocol::Message& m) {
+    sent_ = true;
+    ++*in_flight_;
+    if (error_.ok()) error_ = client_->send(protocol::encode(m));
+  }
+  // The trial's end: a done with its last step's metrics (the plan's final ones when it ran to the end).
+  void finish(bool stopped) {
+    protocol::Done d;
+    d.trial_id = assign_->trial_id;
+    d.attempt = assign_->attempt;
+    d.step = step_;
+    d.stopped = stopped;
+    if (!stopped) {
+      d.metrics = plan_.final_metrics;
+    } else if (step_ > 0) {
+      d.metrics = plan_.reports[static_cast<std::size_t>(step_ - 1)];
+    }
+    send(d);
+    assign_.reset();
+  }
+
+  std::unique_ptr<protocol::ClientTransport> client_;
+  int64_t group_;
+  const SimulateOptions& o_;
+  Clock::duration heartbeat_;
+  int64_t* in_flight_;  // frames sent to the master, not yet received by it (InFlightServer)
+  std::optional<Clock::time_point> last_hb_;  // set once welcomed
+  std::optional<protocol::Assign> assign_;
+  SimulatedTrial plan_;
+  int64_t step_ = 0;
+  Clock::duration per_step_{};
+  Clock::time_point started_{};
+  bool silent_ = false, closed_ = false, sent_ = false;
+  Status error_;
+};
+
+// The hub's server end, counting the frames the master takes: the master handles a bounded batch
+// per step, so the simulator steps it again soon while frames wait, as a busy master would.
+class InFlightServer final : public protocol::ServerTransport {
+ public:
+  InFlightServer(std::unique_ptr<protocol::ServerTransport> inner, int64_t* in_flight)
+      : inner_(std::move(inner)), in_flight_(in_flight) {}
+  std::string endpoint() const override { return inner_->endpoint(); }
+  Status send(const protocol::PeerId& peer, std::string_view bytes) override { return inner_->send(peer, bytes); }
+  Result<std::optional<protocol::Envelope>> recv(std::chrono::milliseconds timeout) override {
+    auto env = inner_->recv(timeout);
+    if (env.ok() && env->has_value()) --*in_flight_;
+    return env;
+  }
+
+ private:
+  std::unique_ptr<protocol::ServerTransport> inner_;
+  int64_t* in_flight_;
+};
+
+// The simulated backend: a launch becomes a group that says hello `startup_seconds` later.
+class SimLauncher final : public launch::Launcher {
+ public:
+  explicit SimLauncher(const Clock::time_point* now, double startup) : now_(now), startup_(seconds(startup)) {}
+  std::string name() const override { return "simulated"; }
+  Status start(int64_t group, const std::string& credential) override {
+    ++launches;
+    pending[group] = {*now_ + startup_, credential};
+    running.erase(group);
+    alive[group] = true;
+    return {};
+  }
+  launch::GroupState state(int64_t group) const override {
+    auto it = alive.find(group);
+    return it != alive.end() && it->second ? launch::GroupState::kStarting : launch::GroupState::kExited;
+  }
+  std::vector<launch::GroupExit> poll_exits() override { return std::exchange(exits_, {}); }
+  void kill(int64_t group) override {
+    if (!alive[group]) return;
+    alive[group] = false;
+    pending.erase(group);
+    running.erase(group);
+    exits_.push_back({group, "killed by signal 9 (Killed)", false, "(simulated)"});
+  }
+  void stop_all(std::chrono::milliseconds) override {
+    for (auto& [g, a] : alive) a = false;
+    pending.clear();
+    running.clear();
+  }
+
+  std::map<int64_t, std::pair<Clock::time_point, std::string>> pending;  // hello time, credential
+  std::map<int64_t, std::unique_ptr<SimGroup>> running;
+  std::map<int64_t, bool> alive;
+  int64_t launches = 0;
+
+ private:
+  const Clock::time_point* now_;
+  Clock::duration startup_;
+  std::vector<launch::GroupExit> exits_;
+};
+
+}  // namespace
+
+Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
+  if (!options.model) return err(Errc::kInvalidArgument, "simulate: no trial model");
+  if (!options.master.config) return err(Errc::kUsage, "simulate: a config is required");
+  if (!(options.startup_seconds >= 0) || !(options.message_seconds > 0)) {
+    return err(Errc::kInvalidArgument, "simulate: startup_seconds must be >= 0 and message_seconds > 0");
+  }
+  const auto real_start = std::chrono::steady_clock::now();
+  std::string db_path = options.master.db_path;
+  if (db_path.empty()) return err(Errc::kUsage, "simulate: a database path is required");
+  store::OpenOptions open_options;
+  open_options.master_lock = true;
+  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path, open_options));
+  const WallClock wall{Clock::time_point{} + std::chrono::hours(1), unix_now()};
+  HPCTUNE_ASSIGN(PreparedCampaign campaign, prepare_campaign(options.master, *db, db_path, wall.unix_s));
+  if (campaign.resuming) return err(Errc::kUsage, "simulate: resuming a simulated campaign is not supported yet");
+  campaign.run_dir.clear();  // simulated trials keep no files
+  const int64_t cid = campaign.campaign_id;
+  HPCTUNE_TRY(db->add_event(cid, "campaign_simulated", 0, 0, -1,
+                            {{"step_seconds", options.step_seconds > 0 ? nlohmann::json(options.step_seconds)
+                                                                       : nlohmann::json("trial's own")},
+                             {"startup_seconds", options.startup_seconds},
+                             {"message_seconds", options.message_seconds},
+                             {"groups", campaign.cfg.resources.groups}},
+                            wall.unix_s));
+  const auto heartbeat = seconds(campaign.cfg.resources.heartbeat_interval_s);
+  const auto wake = std::max(heartbeat, seconds(campaign.cfg.resources.heartbeat_timeout_s / 2));
+
+  Clock::time_point now = wall.at;
+  protocol::InProcHub hub;
+  int64_t in_flight = 0;
+  InFlightServer server(hub.server(), &in_flight);
+  SimLauncher launcher(&now, options.startup_seconds);
+  MasterParts parts;
+  parts.transport = &server;
+  parts.store = db.get();
+  parts.launcher = &launcher;
+  parts.wall = wall;
+  parts.log = options.master.log;
+  parts.make_stage = options.master.make_stage;
+  Master master(std::move(campaign), std::move(parts));
+  HPCTUNE_TRY(master.start(now));
+
+  std::vector<std::pair<int64_t, Clock::time_point>> silence;
+  for (const auto& [g, s] : options.silence) silence.emplace_back(g, wall.at + seconds(s));
+  const auto message = seconds(options.message_seconds);
+  const Clock::time_point end_bound = wall.at + seconds(options.max_simulated_seconds);
+  uint64_t incarnation = 1;
+  SimulationOutcome out;
+  while (true) {
+    if (out.turns >= options.max_turns || now > end_bound) {
+      return err(Errc::kTimeout, "simulate: the campaign did not finish within " + std::to_string(options.max_turns) +
+                                     " turns and " + std::to_string(options.max_simulated_seconds) + " simulated seconds");
+    }
+    ++out.turns;
+    const int64_t waiting = in_flight;
+    HPCTUNE_ASSIGN(const bool finished, master.step(now));
+    if (finished) break;
+    // A step that took none of the frames counted as waiting found none: they were a killed
+    // group's, dropped with its connection.
+    if (in_flight == waiting) in_flight = 0;
+    // Groups whose start-up is over say hello; injected failures happen.
+    for (auto it = launcher.pending.begin(); it != launcher.pending.end();) {
+      if (it->second.first > now) {
+        ++it;
+        continue;
+      }
+      launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, heartbeat,
+                                                              &in_flight);
+      it = launcher.pending.erase(it);
+    }
+    for (auto it = silence.begin(); it != silence.end();) {
+      auto g = launcher.running.find(it->first);
+      if (it->second > now || g == launcher.running.end()) {
+        ++it;
+        continue;
+      }
+      g->second->go_silent();
+      it = silence.erase(it);
+    }
+    bool sent = false;
+    for (auto& [g, group] : launcher.running) {
+      HPCTUNE_ASSIGN(const bool a, group->receive(now));
+      HPCTUNE_ASSIGN(const bool b, group->emit(now));
+      sent = sent || a || b;
+    }
+    // The next event: a message in flight, a group's step, a hello, a silence; else the master's
+    // wake, at least every half heartbeat timeout (its own heartbeats, deadlines and group states).
+    // A live group's heartbeats are coalesced into one sent at each wake: the master handles every
+    // frame before its tick, so it sees such a group as alive, as it would with every heartbeat;
+    // a silent group is seen lost up to half a timeout later than a real master would.
+    Clock::time_point next = now + wake;
+    if (sent || in_flight > 0) next = now + message;
+    for (const auto& [g, group] : launcher.running) next = std::min(next, group->next_event());
+    for (const auto& [g, p] : launcher.pending) next = std::min(next, p.first);
+    for (const auto& [g, t] : silence) next = std::min(next, t);
+    now = std::max(next, now + message);
+  }
+  HPCTUNE_ASSIGN(out.campaign, master.stop(now));
+  out.simulated_s = Seconds(now - wall.at).count();
+  out.launches = launcher.launches;
+  out.wall_s = Seconds(std::chrono::steady_clock::now() - real_start).count();
+  return out;
+}
+
+}  // namespace hpctune::scheduler

@@ -1,0 +1,248 @@
+// `hpctune simulate` (scheduler/simulator.h, issue 24): the campaign's real master on simulated
+// time. Through the binary, against real `hpctune run`s of the same configs.
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "store/store.h"
+#include "tests/campaign_fixture.h"
+
+using namespace hpctune;
+using namespace hpctune::testing;
+using store::TrialState;
+
+namespace {
+
+struct Recorded {
+  store::CampaignRow campaign;
+  std::vector<store::TrialRow> trials;
+  std::vector<std::vector<store::MetricRow>> metrics;  // per trial
+  std::vector<store::EventRow> events;
+};
+
+Recorded read_db(const std::string& path) {
+  auto db = store::Store::open(path);
+  REQUIRE(db.ok());
+  Recorded r;
+  auto c = (*db)->load_campaign();
+  REQUIRE(c.ok());
+  REQUIRE(c->has_value());
+  r.campaign = **c;
+  auto t = (*db)->trials(r.campaign.id);
+  REQUIRE(t.ok());
+  r.trials = *t;
+  for (const auto& trial : r.trials) {
+    auto m = (*db)->metrics(trial.id);
+    REQUIRE(m.ok());
+    r.metrics.push_back(*m);
+  }
+  auto e = (*db)->events(r.campaign.id, 0);
+  REQUIRE(e.ok());
+  r.events = *e;
+  return r;
+}
+
+int64_t count_events(const Recorded& r, const std::string& kind) {
+  int64_t n = 0;
+  for (const auto& e : r.events) n += e.kind == kind;
+  return n;
+}
+
+// tpe over branin: each trial's suggestion depends on the results before it, so equal trials in
+// equal order mean equal results too.
+std::string function_config(int64_t trials, int64_t groups, const std::string& extra = "") {
+  return "name: simtest\nseed: 11\nobjective: {metric: value, mode: min}\n"
+         "search: {algorithm: tpe, max_trials: " + std::to_string(trials) + "}\n"
+         "space:\n  x1: {type: float, low: -5.0, high: 10.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+         "trainer: {kind: function, name: branin, steps: 3, noise: 0.5}\n"
+         "resources: {groups: " + std::to_string(groups) + extra + "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("simulate gives the same trials, in the same order, with the same results as a real run (1 group)") {
+  TempDir dir;
+  const std::string cfg = dir.write("f.yaml", function_config(14, 1));
+  const auto real = run_hpctune({"run", cfg, "--db", dir.file("real.db"), "--seed", "5"}, dir.file("real.log"));
+  REQUIRE_MESSAGE(real.success(), read_file(dir.file("real.log")));
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("sim.db"), "--seed", "5", "--step-seconds", "30"},
+                               dir.file("sim.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("sim.log")));
+  CHECK(read_file(dir.file("sim.log")).find("14 done") != std::string::npos);
+
+  const Recorded r = read_db(dir.file("real.db")), s = read_db(dir.file("sim.db"));
+  CHECK(s.campaign.state == "completed");
+  CHECK(s.campaign.seed == 5);
+  REQUIRE(r.trials.size() == 14);
+  REQUIRE(s.trials.size() == r.trials.size());
+  for (std::size_t i = 0; i < r.trials.size(); ++i) {
+    INFO("trial seq " << r.trials[i].seq);
+    CHECK(s.trials[i].seq == r.trials[i].seq);
+    CHECK(s.trials[i].params == r.trials[i].params);
+    CHECK(s.trials[i].state == TrialState::kDone);
+    CHECK(s.trials[i].state == r.trials[i].state);
+    REQUIRE(s.trials[i].objective.has_value());
+    REQUIRE(r.trials[i].objective.has_value());
+    CHECK(*s.trials[i].objective == *r.trials[i].objective);  // bit for bit: the same code
+    REQUIRE(s.metrics[i].size() == r.metrics[i].size());
+    for (std::size_t k = 0; k < r.metrics[i].size(); ++k) {
+      CHECK(s.metrics[i][k].step == r.metrics[i][k].step);
+      CHECK(s.metrics[i][k].name == r.metrics[i][k].name);
+      CHECK(s.metrics[i][k].value == r.metrics[i][k].value);
+    }
+  }
+  // Marked simulated; the real one is not. Its times are simulated: 3 steps of 30 s per trial, one group.
+  CHECK(count_events(s, "campaign_simulated") == 1);
+  CHECK(count_events(r, "campaign_simulated") == 0);
+  const double span = s.trials.back().finished_at - s.trials.front().started_at;
+  CHECK(span >= 14 * 90.0 - 1);
+  CHECK(span <= 14 * 90.0 + 10);
+  // `status` reads it as any campaign.
+  const auto status = run_hpctune({"status", dir.file("sim.db")}, dir.file("status.log"));
+  CHECK(status.success());
+  CHECK(read_file(dir.file("status.log")).find("completed") != std::string::npos);
+}
+
+TEST_CASE("simulated time advances only through the clock: 1,000 trials of 60 simulated seconds in seconds of wall time") {
+  TempDir dir;
+  // random search: tpe's own cost over 1,000 trials is not what is measured here.
+  std::string text = function_config(1000, 4, ", heartbeat_interval: 30s, heartbeat_timeout: 120s");
+  text.replace(text.find("tpe"), 3, "random");
+  const std::string cfg = dir.write("big.yaml", text);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("big.db"), "--step-seconds", "60", "--format", "json"},
+                               dir.file("big.log"));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("big.log")));
+  MESSAGE("1,000 simulated trials took " << wall << " s of wall time");
+  CHECK(wall < 10.0);
+  const auto out = nlohmann::json::parse(read_file(dir.file("big.log")));
+  CHECK(out["simulated"] == true);
+  CHECK(out["trials"]["done"] == 1000);
+  CHECK(out["nodes"] == 4);
+  // 1,000 trials x 3 steps x 60 s over 4 groups: 45,000 simulated seconds (12.5 h), and a little more.
+  const double simulated = out["simulated_seconds"].get<double>();
+  CHECK(simulated >= 45000.0);
+  CHECK(simulated <= 45000.0 + 1000);
+  const Recorded s = read_db(dir.file("big.db"));
+  REQUIRE(s.trials.size() == 1000);
+  double first = INFINITY, last = 0;
+  for (const auto& t : s.trials) {
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.finished_at - t.started_at >= 180.0 - 1e-6);
+    CHECK(t.finished_at - t.started_at <= 181.0);
+    first = std::min(first, t.started_at);
+    last = std::max(last, t.finished_at);
+  }
+  CHECK(last - first >= 45000.0);
+  CHECK(s.campaign.finished_at - s.campaign.created_at >= 45000.0);
+}
+
+TEST_CASE("a simulated group that goes silent is lost, killed and restarted, and its trial retried, as in a real run") {
+  TempDir dir;
+  const std::string cfg =
+      dir.write("lost.yaml", function_config(6, 2, ", heartbeat_interval: 1s, heartbeat_timeout: 5s"));
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("lost.db"), "--step-seconds", "10", "--silence", "1@15",
+                                "--format", "json"},
+                               dir.file("lost.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("lost.log")));
+  const auto out = nlohmann::json::parse(read_file(dir.file("lost.log")));
+  CHECK(out["trials"]["done"] == 6);
+  CHECK(out["lost_attempts"] == 1);
+  CHECK(out["group_launches"] == 3);  // two, and group 1 again
+  const Recorded s = read_db(dir.file("lost.db"));
+  CHECK(count_events(s, "group_lost") == 1);
+  CHECK(count_events(s, "group_restarted") == 1);
+  int retried = 0;
+  auto db = store::Store::open(dir.file("lost.db"));
+  REQUIRE(db.ok());
+  for (const auto& t : s.trials) {
+    CHECK(t.state == TrialState::kDone);
+    if (t.attempt == 1) continue;
+    ++retried;
+    CHECK(t.attempt == 2);
+    auto attempts = (*db)->attempts(t.id);
+    REQUIRE(attempts.ok());
+    REQUIRE(attempts->size() == 2);
+    CHECK((*attempts)[0]["state"] == "lost");
+    CHECK((*attempts)[1]["state"] == "done");
+  }
+  CHECK(retried == 1);
+}
+
+TEST_CASE("more groups than the master takes frames per step: the backlog is stepped through, no group is lost") {
+  // 1,100 groups: their hellos, dones and heartbeats arrive together, more than the master's batch
+  // of 512 frames per step. The simulator steps the master again while frames wait, as a busy
+  // master would; before, they waited for its next wake and live groups were declared lost.
+  TempDir dir;
+  std::string text = function_config(1100, 1);
+  text.replace(text.find("tpe"), 3, "random");
+  text.replace(text.find("steps: 3"), 8, "steps: 1");
+  const std::string cfg = dir.write("wide.yaml", text);
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("wide.db"), "--nodes", "1100", "--step-seconds", "30",
+                                "--format", "json"},
+                               dir.file("wide.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("wide.log")));
+  const auto out = nlohmann::json::parse(read_file(dir.file("wide.log")));
+  CHECK(out["trials"]["done"] == 1100);
+  CHECK(out["lost_attempts"] == 0);
+  CHECK(out["group_launches"] == 1100);
+  CHECK(out["simulated_seconds"].get<double>() < 60.0);  // one round of 30 s, after a 1 s start-up
+}
+
+TEST_CASE("early stopping on simulated time: asha's stops end trials at their rung and free the group") {
+  TempDir dir;
+  std::string text = function_config(30, 2);
+  text.replace(text.find("tpe"), 3, "random");
+  text.replace(text.find("steps: 3"), 8, "steps: 9");
+  text += "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n";
+  const std::string cfg = dir.write("asha.yaml", text);
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("asha.db"), "--step-seconds", "10", "--format", "json"},
+                               dir.file("asha.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("asha.log")));
+  const Recorded s = read_db(dir.file("asha.db"));
+  int pruned = 0, done = 0;
+  for (std::size_t i = 0; i < s.trials.size(); ++i) {
+    const auto& t = s.trials[i];
+    const int64_t last_step = s.metrics[i].empty() ? 0 : s.metrics[i].back().step;
+    const double seconds = t.finished_at - t.started_at;
+    INFO("trial " << t.seq << " last step " << last_step << " seconds " << seconds);
+    if (t.state == TrialState::kPruned) {
+      ++pruned;
+      CHECK((last_step == 1 || last_step == 3));  // a rung: 1, 3 (9 is the end)
+      CHECK(seconds >= 10.0 * last_step - 1e-6);
+      CHECK(seconds <= 10.0 * last_step + 1);
+    } else {
+      ++done;
+      CHECK(t.state == TrialState::kDone);
+      CHECK(last_step == 9);
+      CHECK(seconds >= 90.0 - 1e-6);
+      CHECK(seconds <= 91.0);
+    }
+  }
+  CHECK(pruned >= 10);
+  CHECK(done >= 1);
+  CHECK(pruned + done == 30);
+  const auto out = nlohmann::json::parse(read_file(dir.file("asha.log")));
+  CHECK(out["trials"]["pruned"] == pruned);
+}
+
+TEST_CASE("simulate refuses a trainer whose outcomes it cannot compute, and an existing database") {
+  TempDir dir;
+  const std::string cfg = dir.write(
+      "sleep.yaml", "name: s\nobjective: {metric: value, mode: min}\nsearch: {algorithm: random, max_trials: 2}\n"
+                    "space:\n  seconds: {type: float, low: 0.0, high: 0.1}\ntrainer: {kind: sleep}\n");
+  const auto refused = run_hpctune({"simulate", cfg, "--db", dir.file("s.db")}, dir.file("s.log"));
+  CHECK(refused.code == 2);
+  CHECK(read_file(dir.file("s.log")).find("trainer.kind 'sleep'") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.file("s.db")));
+  const std::string fcfg = dir.write("f.yaml", function_config(2, 1));
+  dir.write("taken.db", "");
+  const auto taken = run_hpctune({"simulate", fcfg, "--db", dir.file("taken.db")}, dir.file("t.log"));
+  CHECK(taken.code == 2);
+  CHECK(read_file(dir.file("t.log")).find("exists") != std::string::npos);
+}
