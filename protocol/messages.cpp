@@ -6,8 +6,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <limits>
@@ -401,12 +399,7 @@ Result<Message> read_message(const json& j, const char* type) {
     if (m.gpus.size() > kMaxGpus)
       return err(Errc::kProtocol, "hello.gpus: more than " + std::to_string(kMaxGpus) + " ids");
     for (std::size_t i = 0; i < m.gpus.size(); ++i) {
-      const std::string& id = m.gpus[i];
-      const bool ok = !id.empty() && id.size() <= kMaxGpuIdBytes &&
-                      std::all_of(id.begin(), id.end(), [](unsigned char c) {
-                        return std::isalnum(c) || c == '_' || c == '.' || c == ':' || c == '-';
-                      });
-      if (!ok)
+      if (!is_gpu_id(m.gpus[i]))
         return err(Errc::kProtocol, "hello.gpus[" + std::to_string(i) + "]: not a GPU id (1 to " +
                                         std::to_string(kMaxGpuIdBytes) + " letters, digits or _.:-)");
     }

@@ -59,6 +59,15 @@ inline constexpr int kVersion = 4;
 // (an index, or a GPU or MIG UUID).
 inline constexpr std::size_t kMaxGpus = 1024;
 inline constexpr std::size_t kMaxGpuIdBytes = 96;
+// Whether `id` is a GPU id hello.gpus may carry (1 to kMaxGpuIdBytes of letters, digits and "_.:-").
+inline bool is_gpu_id(std::string_view id) {
+  if (id.empty() || id.size() > kMaxGpuIdBytes) return false;
+  for (unsigned char c : id)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+          c == ':' || c == '-'))
+      return false;
+  return true;
+}
 // Containers nested deeper than this are refused before anything is decoded (the decoder recurses).
 inline constexpr int kMaxDepth = 64;
 // The environment variable that carries a launched group's credential (see above).

@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <condition_variable>
@@ -227,11 +225,7 @@ class WorkerLoop {
         item += *c;
         continue;
       }
-      const bool ok = !item.empty() && item.size() <= protocol::kMaxGpuIdBytes &&
-                      std::all_of(item.begin(), item.end(), [](unsigned char x) {
-                        return std::isalnum(x) || x == '_' || x == '.' || x == ':' || x == '-';
-                      });
-      if (ok && ids.size() < protocol::kMaxGpus) ids.push_back(item);
+      if (protocol::is_gpu_id(item) && ids.size() < protocol::kMaxGpus) ids.push_back(item);
       else if (!item.empty()) log("worker: GPU id '" + item.substr(0, 64) + "' of the environment is not reported");
       item.clear();
       if (*c == '\0') break;

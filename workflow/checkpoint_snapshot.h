@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 #include "common/safe_open.h"
@@ -24,6 +25,13 @@ namespace hpctune::workflow {
 
 inline constexpr int kMaxCheckpointDepth = 16;            // directories below the checkpoint directory
 inline constexpr std::size_t kMaxCheckpointEntries = 100'000;  // files and directories in all
+
+// Whether `name` is one of the built-in trainers' checkpoint files in a trial's directory
+// (checkpoint-stage<k>.bin, nn/checkpoint.h: one per model stage), the checkpoint of a kind
+// without a checkpoints.directory.
+inline bool is_checkpoint_file(std::string_view name) {
+  return name.starts_with("checkpoint-stage") && name.ends_with(".bin");
+}
 
 // Whether the directory `dir_fd` holds anything (besides . and ..); an error when it cannot be listed.
 Result<bool> directory_has_entries(int dir_fd, const std::string& shown);

@@ -34,10 +34,6 @@ std::string snapshot_dir(const std::string& trial_dir, int64_t ordinal, int64_t 
   return trial_dir + "/" + name;
 }
 
-bool is_checkpoint_file(const std::string& name) {
-  return name.starts_with("checkpoint-stage") && name.ends_with(".bin");
-}
-
 // The checkpoint files a trainer left in `trial_dir` (<run_dir>/<trial>), sorted, each opened
 // without following a link as the user's own regular file (trial_files.h): a link planted there,
 // a FIFO or another user's file is an error naming it, never copied into a snapshot that another

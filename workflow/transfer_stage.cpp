@@ -18,6 +18,7 @@
 #include "config/trainer_kinds.h"
 #include "search/searcher.h"
 #include "transfer/transfer_plan.h"
+#include "workflow/checkpoint_snapshot.h"
 #include "workflow/stage_settings.h"
 #include "workflow/trial_files.h"
 
@@ -90,9 +91,6 @@ json metric_or_null(const json& metrics, const std::string& name) {
   return it != metrics.end() && it->is_number() ? *it : json(nullptr);
 }
 
-bool is_checkpoint_name(const std::string& name) {
-  return name.rfind("checkpoint-stage", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".bin";
-}
 
 // Whether trial `trial`'s directory under `run_dir` holds a checkpoint-stage*.bin (nn/checkpoint.h's
 // names: one file per model stage). The directory and every such file are opened without following
@@ -115,7 +113,7 @@ Result<bool> has_checkpoint_files(const std::string& run_dir, int64_t trial) {
   std::string refused;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    if (!is_checkpoint_name(name)) continue;
+    if (!is_checkpoint_file(name)) continue;
     auto fd = open_own_at(dir->get(), name, /*directory=*/false);
     if (!fd.ok()) {
       refused = "its checkpoint " + name + " is refused: " + fd.error().message();
@@ -142,23 +140,7 @@ Result<bool> has_checkpoint_directory(const std::string& run_dir, int64_t trial,
     if (sub.error().code() == Errc::kNotFound) return false;
     return err(sub.error().code(), "its checkpoint directory is refused: " + sub.error().message());
   }
-  const int listed = ::dup(sub->get());
-  if (listed < 0) return err(Errc::kIo, std::string("cannot list its checkpoint directory: ") + std::strerror(errno));
-  DIR* d = ::fdopendir(listed);
-  if (d == nullptr) {
-    ::close(listed);
-    return err(Errc::kIo, std::string("cannot list its checkpoint directory: ") + std::strerror(errno));
-  }
-  bool found = false;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string entry = e->d_name;
-    if (entry != "." && entry != "..") {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
+  return directory_has_entries(sub->get(), "its checkpoint directory");
 }
 
 // Whether the stage's `checkpoint` can be a source: reached without a link planted by someone else
