@@ -9,10 +9,15 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <string>
 #include <span>
 #include <thread>
 #include <vector>
@@ -142,7 +147,96 @@ TEST_CASE("watchdog: 2 ranks on 2 GPUs, one never calls allreduce; the other's r
   CHECK(comm->allreduce(*buffer, 1024, Clock::now() + std::chrono::seconds(1)).error().code() == Errc::kFailed);
 }
 
+// A peer in another process, SIGKILLed: this rank's wait ends in an error (NCCL's, or the deadline's
+// kTimeout), its communicator aborted, within a bounded time. The peer is this binary run with
+// --peer=RANK:DEVICE:HEXID; it joins and then never reduces. With 2 GPUs it joins on GPU 1 and is
+// killed while this rank waits in the allreduce. With 1 GPU NCCL refuses two ranks on one GPU, so
+// the peer is killed before it joins, and this rank's join is what the watchdog ends.
+namespace {
+pid_t spawn_peer(int device, bool join, const NcclUniqueId& id) {
+  const std::string arg = std::string("--peer=") + (join ? "join" : "wait") + ":" + std::to_string(device) + ":" + id.to_hex();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/proc/self/exe", "test_gpu_nccl", arg.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+void kill_peer(pid_t pid) {
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+}
+}  // namespace
+
+TEST_CASE("watchdog: a peer process SIGKILLed; this rank's wait ends with an error, its communicator aborted") {
+  auto id = NcclUniqueId::create(*g_library);
+  REQUIRE(id.ok());
+  const bool two_gpus = g_devices >= 2;
+  const pid_t peer = spawn_peer(two_gpus ? 1 : 0, two_gpus, *id);
+  REQUIRE(peer > 0);
+  auto ctx = GpuContext::create(*g_library, 0);
+  REQUIRE(ctx.ok());
+  if (!two_gpus) {
+    // Killed before it joins: the join waits for a rank that is gone.
+    std::thread killer([peer] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      kill_peer(peer);
+    });
+    const auto start = Clock::now();
+    auto comm = NcclCommunicator::create(*ctx, 2, 0, *id, start + std::chrono::seconds(3));
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    killer.join();
+    REQUIRE_FALSE(comm.ok());
+    MESSAGE("1 GPU: the join after the peer was killed: " << comm.error().to_string() << " after " << waited << " s");
+    CHECK((comm.error().code() == Errc::kTimeout || comm.error().code() == Errc::kFailed));
+    CHECK(comm.error().message().find("aborted") != std::string::npos);
+    CHECK(waited < 15.0);
+    CHECK(ctx->synchronize().ok());
+    return;
+  }
+  auto comm = NcclCommunicator::create(*ctx, 2, 0, *id, Clock::now() + std::chrono::seconds(60));
+  REQUIRE_MESSAGE(comm.ok(), (comm.ok() ? std::string() : comm.error().to_string()));
+  std::vector<float> values = rank_values(0, 1 << 16);
+  auto buffer = ctx->upload(std::span<const float>(values));
+  REQUIRE(buffer.ok());
+  std::thread killer([peer] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill_peer(peer);
+  });
+  const auto start = Clock::now();
+  Status st = comm->allreduce(*buffer, 1 << 16, start + std::chrono::seconds(5));
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  killer.join();
+  REQUIRE_FALSE(st.ok());
+  MESSAGE("2 GPUs: the allreduce whose peer was killed: " << st.error().to_string() << " after " << waited << " s");
+  CHECK(comm->aborted());
+  CHECK(waited < 15.0);
+}
+
+// The peer of the case above: joins as rank 1 (or only waits), then sleeps until it is killed.
+int run_peer(const std::string& spec) {
+  const size_t a = spec.find(':'), b = spec.find(':', a + 1);
+  if (a == std::string::npos || b == std::string::npos) return 2;
+  const bool join = spec.substr(0, a) == "join";
+  const int device = std::atoi(spec.substr(a + 1, b - a - 1).c_str());
+  auto lib = GpuLibrary::open_default();
+  auto id = lib.ok() ? NcclUniqueId::from_hex(spec.substr(b + 1)) : Result<NcclUniqueId>(lib.error());
+  if (!id.ok()) return 3;
+  if (join) {
+    auto ctx = GpuContext::create(*lib, device);
+    if (!ctx.ok()) return 4;
+    auto comm = NcclCommunicator::create(*ctx, 2, 1, *id, Clock::now() + std::chrono::seconds(60));
+    std::fprintf(stderr, "peer: %s\n", comm.ok() ? "joined" : comm.error().to_string().c_str());
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(120));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]).rfind("--peer=", 0) == 0) return run_peer(std::string(argv[1]).substr(7));
   if (!built_with_cuda() && std::getenv("HPCTUNE_GPU_LIBRARY") == nullptr) {
     std::printf("SKIPPED: hpctune was built without CUDA (HPCTUNE_CUDA=OFF or no toolkit): no NCCL to test\n");
     return kSkipped;
