@@ -1070,3 +1070,29 @@ TEST_CASE("resume_from: PBT may move momentum to and from 0 (the velocity starts
   REQUIRE(run_mlp(back, data, ctx2).ok());
   CHECK(final_checkpoint(c_dir.path).optimizer.buffers.empty());
 }
+
+TEST_CASE("device: tf32/bf16 are GPU arithmetic; device: gpu without a usable GPU fails the trial saying why") {
+  auto s = small_settings();
+  s["precision"] = "tf32";
+  auto p = parse_mlp_settings(s);
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.error().message().find("precision") != std::string::npos);
+  CHECK(p.error().message().find("device: cpu") != std::string::npos);
+  s["device"] = "tpu";
+  CHECK_FALSE(parse_mlp_settings(s).ok());
+
+  // Here (no GPU: CI, or a CUDA build on a machine without a device) the trial fails, naming the
+  // reason; it never trains on the CPU instead. On a GPU machine it trains (test_gpu_trainer).
+  auto g = small_settings();
+  g["device"] = "gpu";
+  const auto data = synthetic(200, 40, 8, 4);
+  Recorder sink;
+  auto r = run_mlp(g, data, sink.context(g));
+  if (!r.ok()) {
+    MESSAGE("device: gpu here: " << r.error().to_string());
+    CHECK(r.error().message().find("device: gpu") != std::string::npos);
+    CHECK(sink.reports.empty());
+  } else {
+    CHECK(r->metrics.at("val_loss") > 0.0);
+  }
+}

@@ -60,6 +60,18 @@ std::vector<SettingDecl> classifier_common_setting_specs() {
       {.key = "max_test_samples", .type = T::kInt, .default_value = 0, .min = 0,
        .help = "Evaluate on at most the first this many test images (0 = all).",
        .aliases = {"test_samples", "max_eval_samples"}},
+      {.key = "device", .type = T::kString, .default_value = "cpu", .choices = {"cpu", "gpu"},
+       .help = "Where the trial trains: cpu (BLAS and oneDNN) or gpu (CUDA: cuBLAS, cuDNN; the first GPU the process "
+               "sees, so give groups GPUs with resources.gpus_per_rank). Same network, optimizer, checkpoints and "
+               "predictions: a trial moves between them at any epoch.",
+       .aliases = {"backend", "accelerator"}},
+      {.key = "precision", .type = T::kString, .default_value = "fp32", .choices = {"fp32", "tf32", "bf16"},
+       .help = "GPU arithmetic (device: gpu): fp32, tf32 (tensor cores for GEMMs and convolutions) or bf16 (bf16 "
+               "inputs, fp32 accumulation and fp32 master weights). The CPU trains in fp32 only.",
+       .aliases = {"dtype", "math"}},
+      {.key = "deterministic", .type = T::kBool, .default_value = false,
+       .help = "GPU (device: gpu): deterministic kernels only, so the same seed gives bit-identical weights (slower "
+               "convolutions). The CPU is deterministic for a fixed thread count anyway."},
       {.key = "optimizer", .type = T::kString, .default_value = "sgd", .choices = {"sgd", "adam", "adamw"},
        .help = "sgd (with momentum and nesterov), adam, or adamw (Adam with decoupled weight decay); PyTorch's "
                "definitions.",

@@ -16,6 +16,7 @@
 #include "nn/checkpoint.h"
 #include "nn/denormals.h"
 #include "nn/layers.h"  // dnnl_set_threads
+#include "trainers/classifier_gpu.h"
 #include "collectives/trainer_group.h"
 
 namespace hpctune::trainers {
@@ -35,6 +36,12 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   auto kind = nn::parse_optimizer_kind(optimizer);
   if (!kind.ok()) return r.bad("optimizer", r.raw("optimizer"), kind.error().message());
   s.optimizer.kind = *kind;
+  HPCTUNE_ASSIGN(const std::string device, r.string("device"));
+  s.gpu = device == "gpu";
+  HPCTUNE_ASSIGN(s.precision, r.string("precision"));
+  HPCTUNE_ASSIGN(s.deterministic, r.boolean("deterministic"));
+  if (!s.gpu && s.precision != "fp32")
+    return r.bad("precision", r.raw("precision"), "fp32 with device: cpu (tf32 and bf16 are GPU arithmetic)");
   HPCTUNE_ASSIGN(s.lr, r.number("lr"));
   HPCTUNE_ASSIGN(std::string schedule, r.string("lr_schedule"));
   s.lr_schedule = schedule == "constant" ? LrSchedule::kConstant : LrSchedule::kCosine;
@@ -137,6 +144,9 @@ uint64_t config_hash(const std::string& kind, const nn::Network& net, const Tria
   nlohmann::json settings = ctx.settings();
   settings.erase("checkpoint");
   settings.erase("save_predictions");
+  // Where it trains is not what it trains: a trial's checkpoint resumes on the other backend
+  // (classifier_gpu.h), the same run continued.
+  for (const char* key : {"device", "precision", "deterministic"}) settings.erase(key);
   std::string text = "kind=" + kind + "\nnet=" + net.describe() + "\nsettings=" + settings.dump() +
                      "\nseed=" + std::to_string(ctx.seed) + "\nlayout=" + std::to_string(l.data_size) + "x" +
                      std::to_string(l.model_size) + "\nstage=" + std::to_string(l.model_rank);
@@ -456,8 +466,32 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   }
   source = nn::Checkpoint();  // its memory is not needed any more
 
+  // device: gpu: the state loaded above goes to the device; from here the host's network and
+  // optimizer are the copy that checkpoints are written from (classifier_gpu.h).
+  std::unique_ptr<ClassifierGpu> gpu;
+  if (s.gpu) {
+    ClassifierGpuOptions gpu_options;
+    gpu_options.precision = s.precision;
+    gpu_options.deterministic = s.deterministic;
+    gpu_options.max_batch = std::max(batch, kEvalBatch);
+    gpu_options.specs = s.layers;
+    auto made = ClassifierGpu::create(net, optimizer, train_file, data.test, label_map, ctx.group, gpu_options);
+    // Every rank agrees, so that no rank waits in a collective for one whose GPU failed.
+    Status st = made.ok() ? Status::Ok() : Status(std::move(made).error());
+    HPCTUNE_TRY(agree(ctx.group, std::move(st), "setting up the GPU"));
+    gpu = std::move(made).value();
+    if (lay.leader()) std::fprintf(stderr, "%s: %s\n", who.c_str(), gpu->description().c_str());
+  }
+
   // The stage's layers with the model's manifest, so that other trials can load them by layer.
   auto save_checkpoint = [&](int64_t epoch) {
+    if (gpu) {
+      Status st = gpu->download(net, optimizer);
+      if (!st.ok()) {
+        warn(kind, ctx, "no checkpoint written: " + st.error().message());
+        return;
+      }
+    }
     nn::Checkpoint c = nn::checkpoint_of(net, engine->layer_range().first, engine->layer_range().second);
     c.run_hash = hash;
     c.epoch = epoch;
@@ -487,8 +521,13 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     nn::BatchStats total;
     for (int64_t start = 0; start < count; start += kEvalBatch) {
       const int64_t n = std::min(kEvalBatch, count - start);
-      gather(d, label_map, idx + start, n, x.data(), y.data());
       float* pb = probs != nullptr ? probs + start * classes : nullptr;
+      if (gpu) {
+        HPCTUNE_ASSIGN(nn::BatchStats b, gpu->evaluate(&d == &data.test, std::span<const int64_t>(idx + start, static_cast<size_t>(n)), pb));
+        total += b;
+        continue;
+      }
+      gather(d, label_map, idx + start, n, x.data(), y.data());
       HPCTUNE_ASSIGN(nn::BatchStats b, engine->evaluate(x.data(), y.data(), n, pb));
       total += b;
     }
@@ -516,6 +555,22 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         return stopped();
       }
       const int64_t n = std::min(batch, n_train - start);
+      if (gpu) {
+        // Nothing waits per step: the stats are read every kStopPollBatches minibatches and at the end.
+        HPCTUNE_TRY(gpu->train_batch(std::span<const int64_t>(order.data() + start, static_cast<size_t>(n)),
+                                     epoch <= s.head_epochs ? probe_blocks : tune_blocks,
+                                     static_cast<float>(plan.at(step++)), derive_seed(dropout_seed, static_cast<uint64_t>(epoch)),
+                                     static_cast<uint64_t>(batch_no) << 32));
+        if ((batch_no + 1) % kStopPollBatches == 0 || start + n >= n_train) {
+          HPCTUNE_ASSIGN(nn::BatchStats b, gpu->take_stats());
+          if (!std::isfinite(b.loss_sum)) {
+            return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
+                                          ", by batch " + std::to_string(batch_no + 1) + "); try a smaller 'lr'");
+          }
+          train_stats += b;
+        }
+        continue;
+      }
       gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
       HPCTUNE_ASSIGN(nn::BatchStats b, engine->train_batch(x.data(), y.data(), n, dropout_rng));
       if (!std::isfinite(b.loss_sum)) {

@@ -128,6 +128,9 @@ struct ClassifierSettings {
   int64_t max_train_samples = 0;  // 0 = the whole training file (before the validation split)
   int64_t max_test_samples = 0;   // 0 = the whole test file
   nn::OptimizerOptions optimizer{nn::OptimizerKind::kSgd, 0.9};
+  bool gpu = false;                 // device: gpu (classifier_gpu.h)
+  std::string precision = "fp32";   // fp32 | tf32 | bf16 (gpu only)
+  bool deterministic = false;       // gpu: deterministic kernels
   double lr = 0.05;
   LrSchedule lr_schedule = LrSchedule::kCosine;
   LrScaling lr_scaling = LrScaling::kNone;
