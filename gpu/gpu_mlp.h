@@ -17,6 +17,7 @@
 
 #include "common/result.h"
 #include "gpu/gpu_context.h"
+#include "gpu/gpu_network.h"  // GpuStepStats
 
 namespace hpctune::gpu {
 
@@ -24,12 +25,6 @@ struct GpuSgdOptions {
   float momentum = 0.0f;
   bool nesterov = false;
   float weight_decay = 0.0f;  // on the weights only, as nn::Optimizer's decaying blocks
-};
-
-struct GpuStepStats {
-  double loss_sum = 0.0;
-  int64_t correct = 0;
-  int64_t count = 0;
 };
 
 class GpuMlp {
