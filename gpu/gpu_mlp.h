@@ -8,7 +8,8 @@
 // gradient; then one SGD pass over the whole vector. Inputs and labels are device memory (the data
 // set lives on the device). Loss and correct count accumulate on the device until take_stats().
 //
-// Not yet: dropout, Adam/AdamW, bf16, and being the `mlp` trainer's backend (issue 23).
+// The trainers use GpuNetwork (gpu_network.h: every layer kind, dropout, Adam/AdamW, bf16); GpuMlp stays
+// for bench/gpu_mlp.cpp and as the smallest example of the table.
 #pragma once
 
 #include <cstdint>

@@ -417,7 +417,8 @@ TEST_CASE("GpuOptimizer: sgd (momentum, nesterov, wd), adam and adamw over mixed
     cases.push_back({"adamw wd", a});
   }
   for (const auto& c : cases) {
-    CAPTURE(c.name);
+    const std::string case_name = c.name;
+    CAPTURE(case_name);
     Rng rng(61);
     auto p0 = random_vector(n, rng);
     nn::Optimizer cpu(n, c.o);
@@ -487,7 +488,7 @@ struct Run {
   std::vector<float> params;
   std::vector<double> losses;
 };
-Run train(const Model& m, const GpuNetworkOptions& o, int steps, int64_t batch, bool same_batch) {
+Run train(const Model& m, const GpuNetworkOptions& o, int steps, int64_t batch, bool same_batch, float lr = 0.05f) {
   GpuContext ctx = make_context();
   std::vector<float> p0(m.net.params().begin(), m.net.params().end());
   auto net = GpuNetwork::create(ctx, m.layers, m.net.classes(), p0, o);
@@ -507,7 +508,7 @@ Run train(const Model& m, const GpuNetworkOptions& o, int steps, int64_t batch, 
     REQUIRE((dx.ok() && dy.ok()));
     auto st = net->forward_backward(dx->as<float>(), dy->as<int32_t>(), batch, 1.0f / float(batch), 9, uint64_t(s));
     REQUIRE_MESSAGE(st.ok(), text(st));
-    st = opt->step(net->d_params(), net->d_grads(), blocks, 0.05f);
+    st = opt->step(net->d_params(), net->d_grads(), blocks, lr);
     REQUIRE_MESSAGE(st.ok(), text(st));
     auto stats = net->take_stats();
     REQUIRE_MESSAGE(stats.ok(), text(stats));
@@ -524,19 +525,17 @@ Run train(const Model& m, const GpuNetworkOptions& o, int steps, int64_t batch, 
 TEST_CASE("deterministic mode: two runs of 5 CNN steps from the same parameters end bit-identical") {
   Model m = make_model(nn::Shape{1, 28, 28}, nn::default_cnn_layer_specs(0.25), 10, 71);
   GpuNetworkOptions o;
-  o.max_batch = 32;
+  o.max_batch = 16;
   o.deterministic = true;
-  Run a = train(m, o, 5, 32, false), b = train(m, o, 5, 32, false);
+  Run a = train(m, o, 5, 16, false, 0.01f), b = train(m, o, 5, 16, false, 0.01f);
   size_t differ = 0;
   for (size_t i = 0; i < a.params.size(); ++i) differ += std::memcmp(&a.params[i], &b.params[i], sizeof(float)) != 0;
   MESSAGE("losses " << a.losses.front() << " ... " << a.losses.back() << "; parameters differing: " << differ << " of "
                     << a.params.size());
   CHECK(differ == 0);
-  o.deterministic = false;  // not asserted: cuDNN may pick non-deterministic algorithms
-  Run c = train(m, o, 5, 32, false), d = train(m, o, 5, 32, false);
-  differ = 0;
-  for (size_t i = 0; i < c.params.size(); ++i) differ += std::memcmp(&c.params[i], &d.params[i], sizeof(float)) != 0;
-  MESSAGE("without deterministic mode, parameters differing between two runs: " << differ);
+  // The runs trained: the parameters moved.
+  std::vector<float> p0(m.net.params().begin(), m.net.params().end());
+  CHECK(a.params != p0);
 }
 
 TEST_CASE("tf32 and bf16: 5 MLP steps follow fp32 within a loose tolerance and the loss decreases; the CNN too") {
@@ -545,11 +544,12 @@ TEST_CASE("tf32 and bf16: 5 MLP steps follow fp32 within a loose tolerance and t
   o.max_batch = 64;
   Run fp32 = train(m, o, 5, 64, true);
   for (auto [precision, tol] : {std::pair{GpuPrecision::kTf32, 1e-2}, std::pair{GpuPrecision::kBf16, 2e-2}}) {
-    CAPTURE(gpu_precision_name(precision));
+    const std::string precision_name = gpu_precision_name(precision);
+    CAPTURE(precision_name);
     o.precision = precision;
     Run r = train(m, o, 5, 64, true);
     for (size_t s = 0; s < r.losses.size(); ++s) {
-      MESSAGE("step " << s << ": loss " << gpu_precision_name(precision) << " " << r.losses[s] << ", fp32 " << fp32.losses[s]);
+      MESSAGE("step " << s << ": loss " << precision_name << " " << r.losses[s] << ", fp32 " << fp32.losses[s]);
       CHECK(r.losses[s] == doctest::Approx(fp32.losses[s]).epsilon(tol));
     }
     CHECK(r.losses.back() < r.losses.front());
@@ -559,13 +559,14 @@ TEST_CASE("tf32 and bf16: 5 MLP steps follow fp32 within a loose tolerance and t
   Model cnn = make_model(nn::Shape{1, 28, 28}, nn::default_cnn_layer_specs(), 10, 82);
   GpuNetworkOptions co;
   co.max_batch = 16;
-  Run cnn32 = train(cnn, co, 3, 16, true);
+  Run cnn32 = train(cnn, co, 3, 16, true, 0.002f);
   for (auto precision : {GpuPrecision::kTf32, GpuPrecision::kBf16}) {
-    CAPTURE(gpu_precision_name(precision));
+    const std::string precision_name = gpu_precision_name(precision);
+    CAPTURE(precision_name);
     co.precision = precision;
-    Run r = train(cnn, co, 3, 16, true);
+    Run r = train(cnn, co, 3, 16, true, 0.002f);
     for (size_t s = 0; s < r.losses.size(); ++s) {
-      MESSAGE("CNN step " << s << ": loss " << gpu_precision_name(precision) << " " << r.losses[s] << ", fp32 " << cnn32.losses[s]);
+      MESSAGE("CNN step " << s << ": loss " << precision_name << " " << r.losses[s] << ", fp32 " << cnn32.losses[s]);
       CHECK(r.losses[s] == doctest::Approx(cnn32.losses[s]).epsilon(2e-2));
     }
   }
