@@ -611,15 +611,28 @@ bool bad_conv_shape(const HpctuneConvShape* s) {
 }
 
 
+// An algorithm a direction may run, with its math type and workspace.
+struct ConvAlgo {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t bytes = 0;
+};
+constexpr int kMaxCandidates = 8;
+
+// One direction (forward, backward data or backward filter): its descriptor and the candidates in
+// the heuristic's order; `current` is the first that ran (a call that cuDNN refuses, such as
+// CUDNN_STATUS_NOT_SUPPORTED, moves on to the next, as PyTorch does with the _v7 list).
+struct ConvDirection {
+  cudnnConvolutionDescriptor_t desc = nullptr;
+  ConvAlgo candidates[kMaxCandidates];
+  int count = 0, current = 0;
+};
+
 struct ConvPlan {
   HpctuneConvShape shape{};
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv_fwd = nullptr, conv_bwd_data = nullptr, conv_bwd_filter = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+  ConvDirection fwd, bwd_data, bwd_filter;
   ConvPlan* next = nullptr;
 };
 
@@ -627,9 +640,8 @@ void free_plan(ConvPlan* p) {
   if (p->x) cudnnDestroyTensorDescriptor(p->x);
   if (p->y) cudnnDestroyTensorDescriptor(p->y);
   if (p->w) cudnnDestroyFilterDescriptor(p->w);
-  if (p->conv_fwd) cudnnDestroyConvolutionDescriptor(p->conv_fwd);
-  if (p->conv_bwd_data) cudnnDestroyConvolutionDescriptor(p->conv_bwd_data);
-  if (p->conv_bwd_filter) cudnnDestroyConvolutionDescriptor(p->conv_bwd_filter);
+  for (ConvDirection* d : {&p->fwd, &p->bwd_data, &p->bwd_filter})
+    if (d->desc) cudnnDestroyConvolutionDescriptor(d->desc);
   delete p;
 }
 
@@ -684,19 +696,29 @@ int ensure_workspace(HpctuneGpuContext* ctx, size_t bytes) {
   return 0;
 }
 
-// The first usable result of a _v7 heuristic: succeeded, fits kMaxWorkspace, deterministic when
-// asked, and for strict fp32 an FMA-only kernel; null when none is (then the fixed fallbacks:
-// IMPLICIT_GEMM forward, BWD_DATA_ALGO_1 and BWD_FILTER_ALGO_1, deterministic FMA kernels).
-template <typename Perf>
-const Perf* pick(const Perf* perf, int count, bool deterministic, bool strict) {
-  for (int i = 0; i < count; ++i) {
+// The usable results of a _v7 heuristic, in its order: succeeded, fit kMaxWorkspace, deterministic
+// when asked, and for strict fp32 FMA-only kernels (DEFAULT_MATH may be TF32 on Ampere and later).
+// Then the fixed fallback (IMPLICIT_GEMM forward, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1: deterministic
+// FMA kernels for every shape) when not listed yet; its workspace is asked with `workspace`.
+template <typename Perf, typename Workspace>
+int collect(const Perf* perf, int count, const HpctuneConvShape* s, int fallback, ConvDirection* d, Workspace workspace) {
+  const bool deterministic = s->deterministic != 0, strict = s->math != 1;
+  bool has_fallback = false;
+  for (int i = 0; i < count && d->count < kMaxCandidates - 1; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
     if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
-    if (strict && p.mathType != CUDNN_FMA_MATH) continue;  // DEFAULT_MATH may be TF32 on Ampere and later
-    return &p;
+    if (strict && p.mathType != CUDNN_FMA_MATH) continue;
+    d->candidates[d->count++] = ConvAlgo{static_cast<int>(p.algo), p.mathType, p.memory};
+    has_fallback = has_fallback || (static_cast<int>(p.algo) == fallback && p.mathType == CUDNN_FMA_MATH);
   }
-  return nullptr;
+  if (!has_fallback) {
+    size_t bytes = 0;
+    if (int rc = check_dnn(cudnnSetConvolutionMathType(d->desc, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType")) return rc;
+    if (int rc = workspace(fallback, &bytes)) return rc;
+    d->candidates[d->count++] = ConvAlgo{fallback, CUDNN_FMA_MATH, bytes};
+  }
+  return 0;
 }
 
 int make_conv_desc(const HpctuneConvShape* s, cudnnConvolutionDescriptor_t* out) {
@@ -710,13 +732,6 @@ int make_conv_desc(const HpctuneConvShape* s, cudnnConvolutionDescriptor_t* out)
                    "cudnnSetConvolutionMathType");
 }
 
-// The math type of a chosen algorithm goes on its own descriptor (tf32: what the heuristic chose;
-// strict: stays CUDNN_FMA_MATH).
-int set_math(const HpctuneConvShape* s, cudnnConvolutionDescriptor_t d, cudnnMathType_t chosen) {
-  if (s->math != 1) return 0;
-  return check_dnn(cudnnSetConvolutionMathType(d, chosen), "cudnnSetConvolutionMathType");
-}
-
 int build_plan(HpctuneGpuContext* ctx, const HpctuneConvShape* s, ConvPlan* p) {
   const int n = static_cast<int>(s->n), c = static_cast<int>(s->c), h = static_cast<int>(s->h), w = static_cast<int>(s->w);
   const int k = static_cast<int>(s->filters), r = static_cast<int>(s->kernel);
@@ -727,58 +742,80 @@ int build_plan(HpctuneGpuContext* ctx, const HpctuneConvShape* s, ConvPlan* p) {
   if (rc == 0) rc = check_dnn(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, oh, ow), "cudnnSetTensor4dDescriptor (y)");
   if (rc == 0) rc = check_dnn(cudnnCreateFilterDescriptor(&p->w), "cudnnCreateFilterDescriptor");
   if (rc == 0) rc = check_dnn(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, k, c, r, r), "cudnnSetFilter4dDescriptor");
-  if (rc == 0) rc = make_conv_desc(s, &p->conv_fwd);
-  if (rc == 0) rc = make_conv_desc(s, &p->conv_bwd_data);
-  if (rc == 0) rc = make_conv_desc(s, &p->conv_bwd_filter);
+  if (rc == 0) rc = make_conv_desc(s, &p->fwd.desc);
+  if (rc == 0) rc = make_conv_desc(s, &p->bwd_data.desc);
+  if (rc == 0) rc = make_conv_desc(s, &p->bwd_filter.desc);
   if (rc != 0) return rc;
   int on, oc, ooh, oow;
-  if ((rc = check_dnn(cudnnGetConvolution2dForwardOutputDim(p->conv_fwd, p->x, p->w, &on, &oc, &ooh, &oow),
+  if ((rc = check_dnn(cudnnGetConvolution2dForwardOutputDim(p->fwd.desc, p->x, p->w, &on, &oc, &ooh, &oow),
                       "cudnnGetConvolution2dForwardOutputDim")))
     return rc;
   if (on != n || oc != k || ooh != oh || oow != ow) return bad_argument("conv: cuDNN's output shape differs from out_h/out_w");
-  const bool det = s->deterministic != 0, strict = s->math != 1;
   constexpr int kMax = 16;
   int got = 0;
   {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-    if ((rc = check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, p->x, p->w, p->conv_fwd, p->y, kMax, &got, perf),
+    if ((rc = check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, p->x, p->w, p->fwd.desc, p->y, kMax, &got, perf),
                         "cudnnGetConvolutionForwardAlgorithm_v7")))
       return rc;
-    const auto* best = pick(perf, got, det, strict);
-    p->fwd = best ? best->algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    if (best && (rc = set_math(s, p->conv_fwd, best->mathType))) return rc;
-    if ((rc = check_dnn(cudnnGetConvolutionForwardWorkspaceSize(ctx->dnn, p->x, p->w, p->conv_fwd, p->y, p->fwd, &p->fwd_bytes),
-                        "cudnnGetConvolutionForwardWorkspaceSize")))
+    if ((rc = collect(perf, got, s, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &p->fwd, [&](int algo, size_t* bytes) {
+          return check_dnn(cudnnGetConvolutionForwardWorkspaceSize(ctx->dnn, p->x, p->w, p->fwd.desc, p->y,
+                                                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes),
+                           "cudnnGetConvolutionForwardWorkspaceSize");
+        })))
       return rc;
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-    if ((rc = check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->dnn, p->w, p->y, p->conv_bwd_data, p->x, kMax, &got, perf),
+    if ((rc = check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->dnn, p->w, p->y, p->bwd_data.desc, p->x, kMax, &got, perf),
                         "cudnnGetConvolutionBackwardDataAlgorithm_v7")))
       return rc;
-    const auto* best = pick(perf, got, det, strict);
-    p->bwd_data = best ? best->algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    if (best && (rc = set_math(s, p->conv_bwd_data, best->mathType))) return rc;
-    if ((rc = check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx->dnn, p->w, p->y, p->conv_bwd_data, p->x,
-                                                                     p->bwd_data, &p->bwd_data_bytes),
-                        "cudnnGetConvolutionBackwardDataWorkspaceSize")))
+    if ((rc = collect(perf, got, s, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, &p->bwd_data, [&](int algo, size_t* bytes) {
+          return check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx->dnn, p->w, p->y, p->bwd_data.desc, p->x,
+                                                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes),
+                           "cudnnGetConvolutionBackwardDataWorkspaceSize");
+        })))
       return rc;
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-    if ((rc = check_dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->dnn, p->x, p->y, p->conv_bwd_filter, p->w, kMax,
+    if ((rc = check_dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->dnn, p->x, p->y, p->bwd_filter.desc, p->w, kMax,
                                                                       &got, perf),
                         "cudnnGetConvolutionBackwardFilterAlgorithm_v7")))
       return rc;
-    const auto* best = pick(perf, got, det, strict);
-    p->bwd_filter = best ? best->algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    if (best && (rc = set_math(s, p->conv_bwd_filter, best->mathType))) return rc;
-    if ((rc = check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx->dnn, p->x, p->y, p->conv_bwd_filter, p->w,
-                                                                       p->bwd_filter, &p->bwd_filter_bytes),
-                        "cudnnGetConvolutionBackwardFilterWorkspaceSize")))
+    if ((rc = collect(perf, got, s, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, &p->bwd_filter, [&](int algo, size_t* bytes) {
+          return check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx->dnn, p->x, p->y, p->bwd_filter.desc, p->w,
+                                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes),
+                           "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+        })))
       return rc;
   }
   return 0;
+}
+
+// Runs `call(algo, workspace, bytes)` with the direction's current candidate, moving on to the next
+// when cuDNN refuses one; the first refusal's error when none runs.
+template <typename Call>
+int run_direction(HpctuneGpuContext* ctx, const HpctuneConvShape* s, ConvDirection* d, const char* what, Call call) {
+  int first_rc = 0;
+  char first_error[sizeof g_last_error] = "";
+  for (int i = d->current; i < d->count; ++i) {
+    const ConvAlgo& a = d->candidates[i];
+    int rc = check_dnn(cudnnSetConvolutionMathType(d->desc, s->math == 1 ? a.math : CUDNN_FMA_MATH),
+                       "cudnnSetConvolutionMathType");
+    if (rc == 0) rc = ensure_workspace(ctx, a.bytes);
+    if (rc == 0) rc = check_dnn(call(a.algo, ctx->workspace, a.bytes), what);
+    if (rc == 0) {
+      d->current = i;
+      return 0;
+    }
+    if (first_rc == 0) {
+      first_rc = rc;
+      std::memcpy(first_error, g_last_error, sizeof first_error);
+    }
+  }
+  std::memcpy(g_last_error, first_error, sizeof first_error);
+  return first_rc != 0 ? first_rc : fail(-1, what, "no algorithm");
 }
 
 // The cached plan of a shape (made on first use; the oldest dropped beyond kMaxConvPlans).
@@ -821,33 +858,33 @@ int conv_forward(HpctuneGpuContext* ctx, const HpctuneConvShape* s, const float*
   if (x == nullptr || w == nullptr || y == nullptr) return bad_argument("conv_forward: pointers");
   ConvPlan* p = nullptr;
   if (int rc = conv_plan(ctx, s, &p)) return rc;
-  if (int rc = ensure_workspace(ctx, p->fwd_bytes)) return rc;
   const float one = 1.f, zero = 0.f;
-  return check_dnn(cudnnConvolutionForward(ctx->dnn, &one, p->x, x, p->w, w, p->conv_fwd, p->fwd, ctx->workspace,
-                                           p->fwd_bytes, &zero, p->y, y),
-                   "cudnnConvolutionForward");
+  return run_direction(ctx, s, &p->fwd, "cudnnConvolutionForward", [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionForward(ctx->dnn, &one, p->x, x, p->w, w, p->fwd.desc, static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                   ws, bytes, &zero, p->y, y);
+  });
 }
 
 int conv_backward_data(HpctuneGpuContext* ctx, const HpctuneConvShape* s, const float* dy, const float* w, float* dx) {
   if (dy == nullptr || w == nullptr || dx == nullptr) return bad_argument("conv_backward_data: pointers");
   ConvPlan* p = nullptr;
   if (int rc = conv_plan(ctx, s, &p)) return rc;
-  if (int rc = ensure_workspace(ctx, p->bwd_data_bytes)) return rc;
   const float one = 1.f, zero = 0.f;
-  return check_dnn(cudnnConvolutionBackwardData(ctx->dnn, &one, p->w, w, p->y, dy, p->conv_bwd_data, p->bwd_data,
-                                                ctx->workspace, p->bwd_data_bytes, &zero, p->x, dx),
-                   "cudnnConvolutionBackwardData");
+  return run_direction(ctx, s, &p->bwd_data, "cudnnConvolutionBackwardData", [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardData(ctx->dnn, &one, p->w, w, p->y, dy, p->bwd_data.desc,
+                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, bytes, &zero, p->x, dx);
+  });
 }
 
 int conv_backward_filter(HpctuneGpuContext* ctx, const HpctuneConvShape* s, const float* x, const float* dy, float* dw) {
   if (x == nullptr || dy == nullptr || dw == nullptr) return bad_argument("conv_backward_filter: pointers");
   ConvPlan* p = nullptr;
   if (int rc = conv_plan(ctx, s, &p)) return rc;
-  if (int rc = ensure_workspace(ctx, p->bwd_filter_bytes)) return rc;
   const float one = 1.f;
-  return check_dnn(cudnnConvolutionBackwardFilter(ctx->dnn, &one, p->x, x, p->y, dy, p->conv_bwd_filter, p->bwd_filter,
-                                                  ctx->workspace, p->bwd_filter_bytes, &one, p->w, dw),
-                   "cudnnConvolutionBackwardFilter");
+  return run_direction(ctx, s, &p->bwd_filter, "cudnnConvolutionBackwardFilter", [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardFilter(ctx->dnn, &one, p->x, x, p->y, dy, p->bwd_filter.desc,
+                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &one, p->w, dw);
+  });
 }
 
 #else  // no cuDNN
