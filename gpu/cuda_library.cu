@@ -689,6 +689,7 @@ int ensure_workspace(HpctuneGpuContext* ctx, size_t bytes) {
     ctx->workspace_bytes = 0;
   }
   if (int rc = check_cuda(cudaMallocAsync(&ctx->workspace, bytes, ctx->stream), "cudaMallocAsync (cuDNN workspace)")) {
+    cudaGetLastError();  // out of memory is not sticky: clear it, or the next launch check would report it
     ctx->workspace = nullptr;
     return rc;
   }
