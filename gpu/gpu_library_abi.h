@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define HPCTUNE_GPU_ABI_VERSION 2u /* 2: the NCCL entries */
+#define HPCTUNE_GPU_ABI_VERSION 3u /* 2: the NCCL entries; 3: the GPU network (conv, pooling, dropout, bf16, ...) */
 #define HPCTUNE_GPU_API_SYMBOL "hpctune_gpu_api"
 
 typedef struct HpctuneGpuDeviceProps {
@@ -41,6 +41,25 @@ typedef struct HpctuneNcclComm HpctuneNcclComm;       /* an NCCL communicator (n
 #define HPCTUNE_NCCL_DONE 0
 #define HPCTUNE_NCCL_IN_PROGRESS 1
 #define HPCTUNE_NCCL_ERROR 2
+
+/* Activations of bias_activation_nchw and activation_backward (nn/'s none|relu|tanh|sigmoid). */
+#define HPCTUNE_ACT_NONE 0
+#define HPCTUNE_ACT_RELU 1
+#define HPCTUNE_ACT_TANH 2
+#define HPCTUNE_ACT_SIGMOID 3
+
+/* One convolution for the cuDNN entries: x [n, c, h, w], w [filters, c, kernel, kernel] (OIHW),
+ * y [n, filters, out_h, out_w], all NCHW fp32; `pad` zeros on every side (cuDNN pads symmetrically),
+ * so out_h = (h + 2 pad - kernel) / stride + 1 (the entries check it). math: 0 strict fp32
+ * (CUDNN_FMA_MATH), 1 TF32 tensor cores (CUDNN_TENSOR_OP_MATH: fp32 data
+ * in TF32, never down-converted to fp16 as _ALLOW_CONVERSION would permit). deterministic: 1
+ * picks only algorithms cuDNN reports deterministic. No padding between the fields (88 bytes). */
+typedef struct HpctuneConvShape {
+  int64_t n, c, h, w;
+  int64_t filters, kernel, stride, pad;
+  int64_t out_h, out_w;
+  int32_t math, deterministic;
+} HpctuneConvShape;
 
 typedef struct HpctuneGpuApi {
   uint32_t abi_version; /* HPCTUNE_GPU_ABI_VERSION */
@@ -117,6 +136,60 @@ typedef struct HpctuneGpuApi {
   int (*comm_abort)(HpctuneNcclComm* comm);
   /* ncclCommFinalize + ncclCommDestroy of a communicator whose work is done; frees it. */
   int (*comm_destroy)(HpctuneNcclComm* comm);
+
+  /* ---- the GPU network (ABI 3): gpu/gpu_network.h. Sizes are checked (every count >= 1 and
+   * below 2^31 elements a call where a kernel indexes with int). ---- */
+  /* y[n, channels, spatial] += bias[channels] (bias may be null: no add), then the activation
+   * (HPCTUNE_ACT_*): the dense layer's epilogue (channels = units, spatial = 1) and the conv's. */
+  int (*bias_activation_nchw)(HpctuneGpuContext* ctx, float* d_y, const float* d_bias, int64_t n, int64_t channels,
+                              int64_t spatial, int32_t activation);
+  /* dz = dy * act'(z) written in terms of the output y, as nn::activation_backward (NONE copies dy).
+   * dz may alias dy. */
+  int (*activation_backward)(HpctuneGpuContext* ctx, const float* d_y, const float* d_dy, float* d_dz, int64_t count,
+                             int32_t activation);
+  /* db[channels] += sum over n and spatial of dz[n, channels, spatial]: one block per channel, a
+   * fixed summation order (deterministic, no atomics). */
+  int (*bias_gradient_nchw)(HpctuneGpuContext* ctx, const float* d_dz, float* d_db, int64_t n, int64_t channels,
+                            int64_t spatial);
+  /* cudnnGetVersion (e.g. 91400); a library built without cuDNN: *version = 0 and a failure saying so,
+   * as every conv entry. The context's cuDNN handle is made on the first conv call. */
+  int (*cudnn_version)(int64_t* version);
+  /* y = conv(x, w) (overwrites; no bias: bias_activation_nchw adds it). */
+  int (*conv_forward)(HpctuneGpuContext* ctx, const HpctuneConvShape* shape, const float* d_x, const float* d_w,
+                      float* d_y);
+  /* dx = conv_transpose(dy, w) (overwrites). */
+  int (*conv_backward_data)(HpctuneGpuContext* ctx, const HpctuneConvShape* shape, const float* d_dy, const float* d_w,
+                            float* d_dx);
+  /* dw += dL/dw from x and dy (ADDS into dw, as nn's gradients). */
+  int (*conv_backward_filter)(HpctuneGpuContext* ctx, const HpctuneConvShape* shape, const float* d_x,
+                              const float* d_dy, float* d_dw);
+  /* Max pooling over [n, c, h, w], size x size windows every stride, no padding: out (h - size) /
+   * stride + 1, as nn's maxpool. d_argmax [n, c, out_h, out_w] (may be null in inference) gets the
+   * index in its h x w plane of each window's first largest value. */
+  int (*maxpool_forward)(HpctuneGpuContext* ctx, const float* d_x, float* d_y, int32_t* d_argmax, int64_t n,
+                         int64_t c, int64_t h, int64_t w, int64_t size, int64_t stride);
+  /* dx (overwritten, [n, c, h, w]) = the sum of dy over the windows whose argmax is that element
+   * (a gather per input element: no atomics). */
+  int (*maxpool_backward)(HpctuneGpuContext* ctx, const float* d_dy, const int32_t* d_argmax, float* d_dx, int64_t n,
+                          int64_t c, int64_t h, int64_t w, int64_t size, int64_t stride);
+  /* Inverted dropout: element i is dropped when the high 32 bits of splitmix64(splitmix64(seed ^
+   * splitmix64(offset)) + i) are below rate * 2^32, else scaled by float(1 / (1 - rate)); rate in
+   * [0, 1). The backward recomputes the same mask from (seed, offset): dx = dy * mask. In place is fine. */
+  int (*dropout_forward)(HpctuneGpuContext* ctx, const float* d_x, float* d_y, int64_t count, double rate,
+                         uint64_t seed, uint64_t offset);
+  int (*dropout_backward)(HpctuneGpuContext* ctx, const float* d_dy, float* d_dx, int64_t count, double rate,
+                          uint64_t seed, uint64_t offset);
+  /* dst[i] = src[i] rounded to bf16 (round to nearest even); dst holds the bf16 bit patterns. */
+  int (*f32_to_bf16)(HpctuneGpuContext* ctx, const float* d_src, uint16_t* d_dst, int64_t count);
+  /* gemm's contract with bf16 A and B, fp32 C and fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F). */
+  int (*gemm_bf16)(HpctuneGpuContext* ctx, int32_t transpose_a, int32_t transpose_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const uint16_t* d_a, const uint16_t* d_b, float beta, float* d_c);
+  /* dst[r, :] = src[index[r], :] and dst_labels[r] = src_labels[index[r]] for r < count; an index
+   * outside [0, rows) gives a zero row and label -1 (the caller checks indices first). */
+  int (*gather_rows)(HpctuneGpuContext* ctx, const float* d_src, const int32_t* d_src_labels, int64_t rows,
+                     int64_t features, const int64_t* d_index, int64_t count, float* d_dst, int32_t* d_dst_labels);
+  /* probs[rows, classes] = softmax of each row of logits (nn::softmax_cross_entropy's probs). */
+  int (*softmax)(HpctuneGpuContext* ctx, const float* d_logits, int64_t rows, int64_t classes, float* d_probs);
 } HpctuneGpuApi;
 
 typedef const HpctuneGpuApi* (*HpctuneGpuApiEntry)(void);

@@ -8,7 +8,8 @@
 // gradient; then one SGD pass over the whole vector. Inputs and labels are device memory (the data
 // set lives on the device). Loss and correct count accumulate on the device until take_stats().
 //
-// Not yet: dropout, Adam/AdamW, bf16, and being the `mlp` trainer's backend (issue 23).
+// The trainers use GpuNetwork (gpu_network.h: every layer kind, dropout, Adam/AdamW, bf16); GpuMlp stays
+// for bench/gpu_mlp.cpp and as the smallest example of the table.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "common/result.h"
 #include "gpu/gpu_context.h"
+#include "gpu/gpu_network.h"  // GpuStepStats
 
 namespace hpctune::gpu {
 
@@ -24,12 +26,6 @@ struct GpuSgdOptions {
   float momentum = 0.0f;
   bool nesterov = false;
   float weight_decay = 0.0f;  // on the weights only, as nn::Optimizer's decaying blocks
-};
-
-struct GpuStepStats {
-  double loss_sum = 0.0;
-  int64_t correct = 0;
-  int64_t count = 0;
 };
 
 class GpuMlp {

@@ -12,16 +12,25 @@
 // Kernels: dense layers are cuBLAS GEMMs with one fused bias(+activation) pass; conv is cuDNN
 // (forward, backward data and backward filter; the bias and activation in the fused pass), maxpool
 // is an own kernel keeping the argmax; dropout an own kernel drawing from a counter-based generator
-// (Philox) keyed by (seed, offset), so masks depend only on the seed the loop passes (they differ
-// from the CPU's masks). Activations are NCHW, sample-major, as nn/.
+// (splitmix64 of a key from (seed, offset) plus the element's index: gpu_library_abi.h's
+// dropout_forward), so masks depend only on the seed and offset the loop passes (they differ from
+// the CPU's masks); dropout layer j of the network uses offset dropout_offset * 1024 + j. The mask
+// is recomputed in the backward pass, not stored. Activations are NCHW, sample-major, as nn/.
 //
 // Precision (GpuPrecision): fp32 (strict), tf32 (TF32 tensor cores for GEMMs and convolutions) and
-// bf16 (GEMM and convolution inputs rounded to bf16, fp32 accumulation; parameters, gradients and
-// optimizer state stay fp32: fp32 master weights). Deterministic mode picks deterministic cuDNN
-// algorithms and no atomics-based reductions, so two runs with the same seed end bit-identical.
+// bf16 (the dense layers' GEMM inputs rounded to bf16, fp32 accumulation; convolutions run in TF32
+// under bf16; parameters, gradients and optimizer state stay fp32: fp32 master weights).
+// Deterministic mode picks only algorithms cuDNN reports deterministic; the bias gradients and
+// max-pool backward never use atomics in either mode, so two runs with the same seed end
+// bit-identical (the loss sum in take_stats() is summed with atomics: its last bits may differ).
+//
+// Conv padding: cuDNN pads symmetrically, so a conv layer whose "same" padding nn/ splits unevenly
+// (stride > 1 and an odd total: one more row/column low-right) is refused by create() with
+// kUnavailable, as is pad_top != pad_left; the default CNN (stride 1, odd kernels) is symmetric.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,7 +97,8 @@ class GpuNetwork {
   // stats (take_stats()).
   Status forward_backward(const float* d_x, const int32_t* d_labels, int64_t batch, float grad_scale,
                           uint64_t dropout_seed, uint64_t dropout_offset, bool accumulate = false);
-  // Inference without dropout; d_probs [batch, classes] (device) is written when not null.
+  // Inference without dropout; d_probs [batch, classes] (device) is written when not null. Its loss
+  // and correct count add to the stats too.
   Status evaluate(const float* d_x, const int32_t* d_labels, int64_t batch, float* d_probs);
   // Loss sum, correct count and images since the last call (waits for the queued work).
   Result<GpuStepStats> take_stats();

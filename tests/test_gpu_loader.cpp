@@ -129,7 +129,7 @@ TEST_CASE("the CUDA library's NCCL entries answer without a GPU: errors as value
   auto lib = GpuLibrary::open_default();
   REQUIRE_MESSAGE(lib.ok(), (lib.ok() ? std::string() : lib.error().to_string()));
   const HpctuneGpuApi& api = lib->api();
-  REQUIRE(api.abi_version == 2u);
+  REQUIRE(api.abi_version == 3u);
   const bool every_entry = api.nccl_version != nullptr && api.nccl_unique_id != nullptr && api.nccl_comm_init != nullptr && api.allreduce_sum_f32 != nullptr && api.comm_poll != nullptr && api.comm_abort != nullptr && api.comm_destroy != nullptr;
   REQUIRE(every_entry);
   int32_t version = -1;
@@ -163,6 +163,26 @@ TEST_CASE("the CUDA library's NCCL entries answer without a GPU: errors as value
   CHECK(api.comm_poll(nullptr, nullptr, &state) != 0);
   CHECK(state == HPCTUNE_NCCL_ERROR);
   CHECK(api.allreduce_sum_f32(nullptr, nullptr, nullptr, 4) != 0);
+}
+
+TEST_CASE("the CUDA library's network entries (ABI 3) are there; cuDNN's version answers without a GPU") {
+  auto lib = GpuLibrary::open_default();
+  REQUIRE_MESSAGE(lib.ok(), (lib.ok() ? std::string() : lib.error().to_string()));
+  const HpctuneGpuApi& api = lib->api();
+  const bool every_entry = api.bias_activation_nchw && api.activation_backward && api.bias_gradient_nchw &&
+                           api.cudnn_version && api.conv_forward && api.conv_backward_data && api.conv_backward_filter &&
+                           api.maxpool_forward && api.maxpool_backward && api.dropout_forward && api.dropout_backward &&
+                           api.f32_to_bf16 && api.gemm_bf16 && api.gather_rows && api.softmax;
+  REQUIRE(every_entry);
+  int64_t version = -1;
+  const bool with_cudnn = api.cudnn_version(&version) == 0;
+  MESSAGE("cuDNN: " << (with_cudnn ? "version " + std::to_string(version) : lib->last_error()));
+  if (with_cudnn) {
+    CHECK(version >= 90000);  // 9.x: the legacy convolution API is still there
+  } else {
+    CHECK(version == 0);
+    CHECK(contains(lib->last_error(), "built without cuDNN"));
+  }
 }
 #else
 TEST_CASE("a build without CUDA says so when a GPU backend is asked for") {
