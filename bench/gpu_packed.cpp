@@ -4,6 +4,8 @@
 //
 //   bench_gpu_packed --models K --trials N [--data DIR] [--epochs 3] [--max-train 10000]
 //                    [--batch 128] [--precision fp32|tf32] [--seed 1] [--hidden 256]
+//   bench_gpu_packed --probe          the GPU, driver and runtime as JSON (exit 77 without a GPU)
+//   bench_gpu_packed --trials N --print-lrs   the trials' seeds and lrs as JSON (no GPU needed)
 //
 // Trial t (0 <= t < N) is the trial bench_gpu_train runs with --seed (seed + t) --lr L_t: the mlp
 // trainer's default network (784-hidden-10, ReLU), nn::Network's initialisation from its seed,
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist", precision = "fp32";
   int64_t models = 0, trials = 0, epochs = 3, max_train = 10000, batch = 128, hidden = 256;
   uint64_t seed = 1;
-  bool print_lrs = false;
+  bool print_lrs = false, probe = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto text = [&]() -> std::string {
@@ -78,26 +80,39 @@ int main(int argc, char** argv) {
       else if (a == "--precision") precision = text();
       else if (a == "--seed") seed = uint64_t(integer(0, INT64_MAX / 2));
       else if (a == "--hidden") hidden = integer(1, 65536);
-      else if (a == "--print-lrs") print_lrs = true;  // the trials' lrs as JSON, nothing else (no GPU needed)
+      else if (a == "--print-lrs") print_lrs = true;
+      else if (a == "--probe") probe = true;
       else return die("unknown argument " + a + " (see the comment at the top of bench/gpu_packed.cpp)", 2);
     } catch (const std::exception& e) {
       return die(e.what(), 2);
     }
   }
-  if (trials < 1) return die("--trials N is required", 2);
+  if (trials < 1 && !probe) return die("--trials N is required", 2);
   if (print_lrs) {
     nlohmann::json lrs = nlohmann::json::array();
     for (int64_t t = 0; t < trials; ++t) lrs.push_back({{"seed", seed + uint64_t(t)}, {"lr", trial_lr(seed + uint64_t(t))}});
     std::printf("%s\n", lrs.dump().c_str());
     return 0;
   }
-  if (models < 1) return die("--models K is required", 2);
+  if (models < 1 && !probe) return die("--models K is required", 2);
   if (precision != "fp32" && precision != "tf32") return die("--precision is fp32 or tf32 for packed models", 2);
 
   auto lib = GpuLibrary::open_default();
   if (!lib.ok()) return die(lib.error().to_string(), built_with_cuda() ? 1 : 77);
   GpuInventory inv = lib->inventory();
   if (inv.devices.empty()) return die(inv.no_device_reason, 77);
+  if (probe) {
+    const GpuDevice& d = inv.devices.front();
+    nlohmann::json out = {{"device", d.name},
+                          {"devices", inv.devices.size()},
+                          {"memory_gib", double(d.memory_bytes) / double(1 << 30)},
+                          {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)},
+                          {"driver", cuda_version_string(inv.driver_version)},
+                          {"runtime", cuda_version_string(inv.runtime_version)},
+                          {"library", inv.library_path}};
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
   auto loaded = trainers::load_idx_dataset(data_dir);
   if (!loaded.ok()) return die("data: " + loaded.error().to_string());
   const trainers::ImageClassificationData& data = **loaded;
