@@ -5,8 +5,11 @@
 // shared-batch evaluation against nn::Network; GpuPackedDataset's gather against the host; bad input
 // (k = 0, parameters or rates of the wrong count, a batch too large, indices outside the set).
 //
-// Needs a GPU. Without one it runs nothing and exits 77, which ctest shows as skipped
-// (SKIP_RETURN_CODE), printing why. A CUDA library that exists but does not load is a failure.
+// Needs a GPU (ctest test_gpu_packed). Without one it runs nothing and exits 77, which ctest shows
+// as skipped (SKIP_RETURN_CODE), printing why. A CUDA library that exists but does not load is a
+// failure. ctest test_gpu_packed_host runs the same cases on every machine against a host stand-in
+// of the CUDA library (HPCTUNE_GPU_LIBRARY=tests/gpu_host_library.cpp's module): that checks the
+// host side (offsets, strides, the calls' order and arguments), not the CUDA kernels.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -68,11 +71,11 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
     const double d = std::fabs(double(got[i]) - double(want[i]));
     worst = std::max(worst, d);
     if (!(d <= atol + rtol * std::fabs(want[i]))) {
-      FAIL_CHECK(what << "[" << i << "]: packed " << got[i] << ", separate " << want[i]);
+      FAIL_CHECK(std::string(what) << "[" << i << "]: packed " << got[i] << ", separate " << want[i]);
       return;
     }
   }
-  MESSAGE(what << ": largest difference " << worst << " over " << got.size() << " values");
+  MESSAGE(std::string(what) << ": largest difference " << worst << " over " << got.size() << " values");
 }
 
 const std::vector<int64_t> kSizes = {40, 32, 24, 6};
