@@ -27,6 +27,7 @@
 #include <nccl.h>
 #endif
 
+#include "gpu/cuda_packed.h"
 #include "gpu/gpu_library_abi.h"
 
 namespace {
@@ -1044,6 +1045,52 @@ int comm_abort(HpctuneNcclComm*) { return no_nccl("comm_abort"); }
 int comm_destroy(HpctuneNcclComm*) { return no_nccl("comm_destroy"); }
 #endif
 
+// ---- packed models (kernels in cuda_packed.cu) ---------------------------------------------------
+
+int packed_result(const hpctune_cuda_packed::PackedStatus& s) {
+  using K = hpctune_cuda_packed::PackedStatus;
+  switch (s.kind) {
+    case K::kOk: return 0;
+    case K::kBadArgument: return bad_argument(s.what);
+    case K::kCuda: return check_cuda(static_cast<cudaError_t>(s.code), s.what);
+    case K::kCublas: return check_blas(static_cast<cublasStatus_t>(s.code), s.what);
+  }
+  return fail(-1, s.what, "unknown status");
+}
+int gemm_strided_batched(HpctuneGpuContext* ctx, int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float* a, int64_t sa, const float* b, int64_t sb, float beta, float* c, int64_t sc,
+                         int64_t count) {
+  return packed_result(hpctune_cuda_packed::gemm_strided_batched(ctx->blas, ta, tb, m, n, k, alpha, a, sa, b, sb, beta,
+                                                                 c, sc, count));
+}
+int packed_bias_activation_forward(HpctuneGpuContext* ctx, float* y, const float* bias, int64_t bias_stride,
+                                   int64_t models, int64_t rows, int64_t cols, int32_t relu) {
+  return packed_result(
+      hpctune_cuda_packed::bias_activation_forward(ctx->stream, y, bias, bias_stride, models, rows, cols, relu));
+}
+int packed_bias_gradient(HpctuneGpuContext* ctx, const float* dz, float* db, int64_t db_stride, int64_t models,
+                         int64_t rows, int64_t cols) {
+  return packed_result(hpctune_cuda_packed::bias_gradient(ctx->stream, dz, db, db_stride, models, rows, cols));
+}
+int packed_softmax_cross_entropy(HpctuneGpuContext* ctx, const float* logits, const int32_t* labels,
+                                 int64_t labels_stride, int64_t models, int64_t rows, int64_t classes, float grad_scale,
+                                 float* dlogits, float* loss, int32_t* correct) {
+  return packed_result(hpctune_cuda_packed::softmax_cross_entropy(ctx->stream, logits, labels, labels_stride, models,
+                                                                  rows, classes, grad_scale, dlogits, loss, correct));
+}
+int packed_sgd_update(HpctuneGpuContext* ctx, float* params, const float* grads, float* velocity, int64_t model_stride,
+                      int64_t count, int64_t models, const float* lr, const float* momentum, const float* weight_decay,
+                      int32_t nesterov) {
+  return packed_result(hpctune_cuda_packed::sgd_update(ctx->stream, params, grads, velocity, model_stride, count,
+                                                       models, lr, momentum, weight_decay, nesterov));
+}
+int packed_gather(HpctuneGpuContext* ctx, const float* images, const int32_t* labels, int64_t set_rows,
+                  int64_t features, const int32_t* index, int64_t index_stride, int64_t models, int64_t rows, float* x,
+                  int32_t* y) {
+  return packed_result(hpctune_cuda_packed::gather(ctx->stream, images, labels, set_rows, features, index,
+                                                   index_stride, models, rows, x, y));
+}
+
 const HpctuneGpuApi kApi = {
     HPCTUNE_GPU_ABI_VERSION,
     sizeof(HpctuneGpuApi),
@@ -1090,6 +1137,13 @@ const HpctuneGpuApi kApi = {
     gemm_bf16,
     gather_rows,
     softmax,
+    // packed models
+    gemm_strided_batched,
+    packed_bias_activation_forward,
+    packed_bias_gradient,
+    packed_softmax_cross_entropy,
+    packed_sgd_update,
+    packed_gather,
 };
 
 }  // namespace

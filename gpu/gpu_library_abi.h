@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define HPCTUNE_GPU_ABI_VERSION 3u /* 2: the NCCL entries; 3: the GPU network (conv, pooling, dropout, bf16, ...) */
+#define HPCTUNE_GPU_ABI_VERSION 3u /* 2: the NCCL entries; 3: the GPU network (conv, pooling, dropout, bf16, ...) and packed models */
 #define HPCTUNE_GPU_API_SYMBOL "hpctune_gpu_api"
 
 typedef struct HpctuneGpuDeviceProps {
@@ -190,6 +190,41 @@ typedef struct HpctuneGpuApi {
                      int64_t features, const int64_t* d_index, int64_t count, float* d_dst, int32_t* d_dst_labels);
   /* probs[rows, classes] = softmax of each row of logits (nn::softmax_cross_entropy's probs). */
   int (*softmax)(HpctuneGpuContext* ctx, const float* d_logits, int64_t rows, int64_t classes, float* d_probs);
+
+  /* ---- Packed models (gpu/gpu_packed_mlp.h; kernels in gpu/cuda_packed.cu): `models` same-shape
+   * networks trained as one batched model. Each buffer holds the models one after another; model
+   * i's block starts at i * its stride (in elements). Sizes are bounded: models in [1, 4096], every
+   * other size in [1, 2^31). */
+  /* For i < batch_count: C_i = alpha * op(A_i) op(B_i) + beta * C_i, row-major as gemm(), with
+   * X_i = X + i * stride_x (a stride of 0 shares one matrix, e.g. one test batch for every model).
+   * cublasSgemmStridedBatched; TF32 when set_tf32 is on. */
+  int (*gemm_strided_batched)(HpctuneGpuContext* ctx, int32_t transpose_a, int32_t transpose_b, int64_t m, int64_t n,
+                              int64_t k, float alpha, const float* d_a, int64_t stride_a, const float* d_b,
+                              int64_t stride_b, float beta, float* d_c, int64_t stride_c, int64_t batch_count);
+  /* y[models, rows, cols] += model i's bias (d_bias + i * bias_stride, [cols]), then ReLU when relu. */
+  int (*packed_bias_activation_forward)(HpctuneGpuContext* ctx, float* d_y, const float* d_bias, int64_t bias_stride,
+                                        int64_t models, int64_t rows, int64_t cols, int32_t relu);
+  /* Model i's db (d_db + i * db_stride, [cols]) = sum over rows of dz[i, rows, cols] (overwrites). */
+  int (*packed_bias_gradient)(HpctuneGpuContext* ctx, const float* d_dz, float* d_db, int64_t db_stride, int64_t models,
+                              int64_t rows, int64_t cols);
+  /* softmax_cross_entropy() per model over logits[models, rows, classes], labels of model i at
+   * d_labels + i * labels_stride (0: shared); d_loss[i] += model i's summed loss, d_correct[i] += its
+   * correct count; d_dlogits [models, rows, classes] may be null. */
+  int (*packed_softmax_cross_entropy)(HpctuneGpuContext* ctx, const float* d_logits, const int32_t* d_labels,
+                                      int64_t labels_stride, int64_t models, int64_t rows, int64_t classes,
+                                      float grad_scale, float* d_dlogits, float* d_loss, int32_t* d_correct);
+  /* sgd_update() on `count` values of each model (params/grads/velocity of model i at + i *
+   * model_stride), with model i's d_lr[i], d_momentum[i] and d_weight_decay[i] (device arrays;
+   * d_weight_decay may be null: no decay). d_velocity is required (momentum 0 gives plain SGD). */
+  int (*packed_sgd_update)(HpctuneGpuContext* ctx, float* d_params, const float* d_grads, float* d_velocity,
+                           int64_t model_stride, int64_t count, int64_t models, const float* d_lr,
+                           const float* d_momentum, const float* d_weight_decay, int32_t nesterov);
+  /* For model i and r < rows: j = d_index[i * index_stride + r] (in [0, set_rows)); d_x[i, r, :] =
+   * d_images[j, :] ([set_rows, features]), d_y[i, r] = d_labels[j]. The caller checks the indices
+   * (GpuPackedDataset does when they are uploaded); a row whose index is out of range is left as it was. */
+  int (*packed_gather)(HpctuneGpuContext* ctx, const float* d_images, const int32_t* d_labels, int64_t set_rows,
+                       int64_t features, const int32_t* d_index, int64_t index_stride, int64_t models, int64_t rows,
+                       float* d_x, int32_t* d_y);
 } HpctuneGpuApi;
 
 typedef const HpctuneGpuApi* (*HpctuneGpuApiEntry)(void);
