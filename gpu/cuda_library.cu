@@ -45,6 +45,8 @@ struct HpctuneGpuContext {
   ConvPlan* plans = nullptr;    // a list, newest first, at most kMaxConvPlans
   void* workspace = nullptr;    // cuDNN's workspace, grown as needed
   size_t workspace_bytes = 0;
+  float* row_loss = nullptr;    // softmax_cross_entropy's per-row losses, summed in a fixed order
+  int64_t row_loss_rows = 0;
 };
 
 namespace {
@@ -122,7 +124,7 @@ __device__ float block_reduce(float v, float* shared, bool take_max) {
 
 // One block per row: max, sum of exp, loss = log(sum) + max - logit[label], gradient.
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t classes, float grad_scale,
-                                    float* dlogits, float* loss, int32_t* correct) {
+                                    float* dlogits, float* row_loss, int32_t* correct) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const float* z = logits + row * classes;
@@ -145,9 +147,19 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
       dlogits[row * classes + c] = grad_scale * (expf(z[c] - m) * inv - (c == label ? 1.f : 0.f));
   }
   if (threadIdx.x == 0) {
-    atomicAdd(loss, label_ok ? logf(s) + m - z[label] : NAN);
-    if (static_cast<int>(first) == label) atomicAdd(correct, 1);
+    row_loss[row] = label_ok ? logf(s) + m - z[label] : NAN;
+    if (static_cast<int>(first) == label) atomicAdd(correct, 1);  // integers: any order gives the same sum
   }
+}
+
+// *out += the sum of v[0..n) in a fixed order (one block, strided partial sums, then a fixed tree),
+// so the loss a run reports is the same bits every time (float atomics would add in any order).
+__global__ void sum_rows_kernel(const float* v, int64_t n, float* out) {
+  __shared__ float shared[32];
+  float s = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += v[i];
+  s = block_reduce(s, shared, false);
+  if (threadIdx.x == 0) *out += s;
 }
 
 __global__ void sgd_kernel(float* p, const float* grad, float* v, int64_t count, float lr, float momentum, float wd,
@@ -227,6 +239,7 @@ void context_destroy(HpctuneGpuContext* ctx) {
   cudaSetDevice(ctx->device);
   destroy_conv_plans(ctx);
   if (ctx->workspace != nullptr) cudaFreeAsync(ctx->workspace, ctx->stream);
+  if (ctx->row_loss != nullptr) cudaFreeAsync(ctx->row_loss, ctx->stream);
 #ifdef HPCTUNE_GPU_HAVE_CUDNN
   if (ctx->dnn != nullptr) cudnnDestroy(ctx->dnn);
 #endif
@@ -316,10 +329,23 @@ int bias_gradient(HpctuneGpuContext* ctx, const float* dz, float* db, int64_t ro
 int softmax_cross_entropy(HpctuneGpuContext* ctx, const float* logits, const int32_t* labels, int64_t rows,
                           int64_t classes, float grad_scale, float* dlogits, float* loss, int32_t* correct) {
   if (rows <= 0 || rows > INT32_MAX || classes <= 0) return bad_argument("softmax_cross_entropy: sizes");
+  if (rows > ctx->row_loss_rows) {
+    if (ctx->row_loss != nullptr) cudaFreeAsync(ctx->row_loss, ctx->stream);
+    ctx->row_loss = nullptr;
+    ctx->row_loss_rows = 0;
+    if (int rc = check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&ctx->row_loss), size_t(rows) * sizeof(float), ctx->stream),
+                            "cudaMallocAsync (per-row losses)")) {
+      cudaGetLastError();
+      return rc;
+    }
+    ctx->row_loss_rows = rows;
+  }
   const int threads = classes >= 256 ? 256 : 32 * static_cast<int>((classes + 31) / 32);
   softmax_xent_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx->stream>>>(logits, labels, classes, grad_scale,
-                                                                               dlogits, loss, correct);
-  return check_launch("softmax_cross_entropy");
+                                                                               dlogits, ctx->row_loss, correct);
+  if (int rc = check_launch("softmax_cross_entropy")) return rc;
+  sum_rows_kernel<<<1, 256, 0, ctx->stream>>>(ctx->row_loss, rows, loss);
+  return check_launch("softmax_cross_entropy (loss sum)");
 }
 
 int sgd_update(HpctuneGpuContext* ctx, float* params, const float* grads, float* velocity, int64_t count, float lr,
