@@ -373,6 +373,13 @@ const HpctuneGpuApi kApi = {
     .gemm_bf16 = gemm_bf16,
     .gather_rows = gather_rows,
     .softmax = softmax,
+    // The packed models' entries are tested against tests/gpu_host_library.cpp (test_gpu_packed_host).
+    .gemm_strided_batched = nullptr,
+    .packed_bias_activation_forward = nullptr,
+    .packed_bias_gradient = nullptr,
+    .packed_softmax_cross_entropy = nullptr,
+    .packed_sgd_update = nullptr,
+    .packed_gather = nullptr,
 };
 
 }  // namespace

@@ -37,12 +37,13 @@ struct Run {
 };
 
 Run run_kind(const std::string& kind, nlohmann::json settings, const ImageClassificationData& data,
-             const std::string& dir = "", uint64_t seed = 5) {
+             const std::string& dir = "", const std::string& resume_from = "", uint64_t seed = 5) {
   Run out;
   TrialContext ctx;
   ctx.trial_id = 1;
   ctx.seed = seed;
   ctx.trial_dir = dir;
+  ctx.resume_from = resume_from;
   ctx.trainer = settings;
   ctx.report = [&out](int64_t step, const protocol::Metrics& m) { out.reports.emplace_back(step, m); };
   Result<TrialResult> r = [&]() -> Result<TrialResult> {
@@ -110,22 +111,32 @@ TEST_CASE("cnn on the GPU (cuDNN) follows the CPU (oneDNN), fp32") {
 
 TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the reverse") {
   const auto data = synthetic(600, 200, 8, 4);
+  // 4 epochs on the CPU from scratch: where a run moved after epoch 2 should end.
+  const Run whole = run_kind("mlp", mlp_settings("cpu", 4), data);
   for (const auto& [first, second] : {std::pair{"gpu", "cpu"}, std::pair{"cpu", "gpu"}}) {
     CAPTURE(first);
-    TempDir dir;
-    const Run a = run_kind("mlp", mlp_settings(first, 2), data, dir.path);
-    REQUIRE(std::filesystem::exists(std::filesystem::path(dir.path) / "checkpoint-stage0.bin"));
-    // Epochs raised to 4: the same run continued (device is not part of the run's identity).
-    const Run b = run_kind("mlp", mlp_settings(second, 4), data, dir.path);
+    TempDir a_dir, b_dir;
+    const Run a = run_kind("mlp", mlp_settings(first, 2), data, a_dir.path);
+    REQUIRE(std::filesystem::exists(std::filesystem::path(a_dir.path) / "checkpoint-stage0.bin"));
+    // Continued from it on the other backend (resume_from: weights, optimizer state, counters).
+    const Run b = run_kind("mlp", mlp_settings(second, 4), data, b_dir.path, a_dir.path);
     REQUIRE(b.result.metrics.count("resumed_epoch") == 1);
     CHECK(b.result.metrics.at("resumed_epoch") == 2.0);
     REQUIRE(b.reports.size() == 2);  // epochs 3 and 4 only
     CHECK(b.reports.front().first == 3);
-    // Against 4 epochs on the CPU from scratch: the moved run ends where it would have.
-    const Run whole = run_kind("mlp", mlp_settings("cpu", 4), data);
     check_close(metric(b, "val_loss"), metric(whole, "val_loss"), 0.02, "val_loss after the move");
     check_close(metric(b, "train_loss"), metric(whole, "train_loss"), 0.02, "train_loss after the move");
+    // Without the state (a fresh start of 2 epochs on the second backend) it would be far off.
+    const Run fresh = run_kind("mlp", mlp_settings(second, 2), data);
+    CHECK(std::fabs(metric(fresh, "train_loss") - metric(whole, "train_loss")) >
+          std::fabs(metric(b, "train_loss") - metric(whole, "train_loss")));
   }
+  // A crash resume of the same run (same settings) on the other backend: its own checkpoint, not a restart.
+  TempDir dir;
+  run_kind("mlp", mlp_settings("gpu", 2), data, dir.path);
+  const Run again = run_kind("mlp", mlp_settings("cpu", 2), data, dir.path);
+  CHECK(again.result.metrics.count("resumed_epoch") == 1);
+  CHECK(again.reports.size() == 1);  // the last epoch's report, sent again; nothing trained
 }
 
 TEST_CASE("deterministic mode: two GPU runs of the default CNN's layers end bit-identical") {
