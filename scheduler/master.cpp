@@ -733,7 +733,9 @@ Status place_gpus(const config::Resources& r, launch::GroupResources& out,
   } else {
     std::string why;
     out.gpus = launch::detect_gpus(std::chrono::seconds(10), &why);
-    found = "resources.gpus: auto found " + (out.gpus.empty() ? "none (" + why + ")" : format_device_list(out.gpus));
+    found = "resources.gpus: auto found " + (out.gpus.empty() ? "none (" + why + ")"
+                                                               : std::to_string(out.gpus.size()) + " GPU(s): " +
+                                                                     format_device_list(out.gpus));
     log(found);
   }
   const int64_t per_group = r.gpus_per_rank * r.ranks_data * r.ranks_model;

@@ -333,7 +333,7 @@ TEST_CASE("campaign: gpus auto takes the devices nvidia-smi lists; with none, th
   auto status = run_with_path(dir.file("auto.db"), dir.file("auto.log"));
   const std::string log = read_file(dir.file("auto.log"));
   REQUIRE_MESSAGE(status.success(), log);
-  CHECK(log.find("resources.gpus: auto found 0,1") != std::string::npos);
+  CHECK(log.find("resources.gpus: auto found 2 GPU(s): 0,1") != std::string::npos);
   for (const auto& r : read_runs(dir.file("runs.txt"))) CHECK((r.visible == "0" || r.visible == "1"));
   for (const auto& [trial, attempts] : recorded_devices(dir.file("auto.db")))
     for (const auto& [attempt, devices] : attempts) CHECK((devices == "0" || devices == "1"));
