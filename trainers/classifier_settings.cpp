@@ -66,8 +66,9 @@ std::vector<SettingDecl> classifier_common_setting_specs() {
                "predictions: a trial moves between them at any epoch.",
        .aliases = {"backend", "accelerator"}},
       {.key = "precision", .type = T::kString, .default_value = "fp32", .choices = {"fp32", "tf32", "bf16"},
-       .help = "GPU arithmetic (device: gpu): fp32, tf32 (tensor cores for GEMMs and convolutions) or bf16 (bf16 "
-               "inputs, fp32 accumulation and fp32 master weights). The CPU trains in fp32 only.",
+       .help = "GPU arithmetic (device: gpu): fp32, tf32 (tensor cores for GEMMs and convolutions) or bf16 (dense "
+               "layers' GEMM inputs in bf16 with fp32 accumulation, convolutions in TF32; fp32 master weights). The CPU "
+               "trains in fp32 only.",
        .aliases = {"dtype", "math"}},
       {.key = "deterministic", .type = T::kBool, .default_value = false,
        .help = "GPU (device: gpu): deterministic kernels only, so the same seed gives bit-identical weights (slower "
