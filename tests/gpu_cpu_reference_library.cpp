@@ -1,6 +1,6 @@
 // A CPU stand-in for libhpctune_gpu_cuda.so: the whole table of gpu/gpu_library_abi.h computed with
 // plain loops on host memory ("device" pointers are malloc()ed), reporting one device named as what
-// it is. test_gpu_network runs against it (ctest: test_gpu_network_cpu_library) so that everything
+// it is. test_gpu_network, test_gpu_trainer and test_gpu_packed run against it (ctest: *_cpu_library) so that everything
 // above the table, GpuNetwork's layer walk, parameter offsets, ping-pong buffers, bf16 scratch,
 // GpuOptimizer's block walk and state, GpuDataset, and the test's own translation of nn::Network,
 // is checked against nn/ on every machine. It checks nothing of the CUDA kernels or cuDNN: those
@@ -326,6 +326,68 @@ int softmax(HpctuneGpuContext*, const float* logits, int64_t rows, int64_t class
   return 0;
 }
 
+// ---- packed models (gpu/gpu_packed_mlp.h): each model's block through the entries above ----
+bool models_ok(int64_t models) { return models >= 1 && models <= 4096; }
+int gemm_strided_batched(HpctuneGpuContext* ctx, int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float* a, int64_t sa, const float* b, int64_t sb, float beta, float* c, int64_t sc,
+                         int64_t count) {
+  if (m <= 0 || n <= 0 || k <= 0 || !models_ok(count) || sa < 0 || sb < 0 || sc < 1)
+    return fail("gemm_strided_batched: sizes, strides or pointers");
+  for (int64_t i = 0; i < count; ++i)
+    if (int rc = gemm(ctx, ta, tb, m, n, k, alpha, a + i * sa, b + i * sb, beta, c + i * sc)) return rc;
+  return 0;
+}
+int packed_bias_activation_forward(HpctuneGpuContext* ctx, float* y, const float* bias, int64_t bias_stride,
+                                   int64_t models, int64_t rows, int64_t cols, int32_t relu) {
+  if (!models_ok(models) || bias_stride < 0) return fail("packed_bias_activation_forward: sizes or pointers");
+  for (int64_t i = 0; i < models; ++i)
+    if (int rc = bias_activation_forward(ctx, y + i * rows * cols, bias + i * bias_stride, rows, cols, relu)) return rc;
+  return 0;
+}
+int packed_bias_gradient(HpctuneGpuContext* ctx, const float* dz, float* db, int64_t db_stride, int64_t models,
+                         int64_t rows, int64_t cols) {
+  if (!models_ok(models) || db_stride < cols) return fail("packed_bias_gradient: sizes or pointers");
+  for (int64_t i = 0; i < models; ++i) {
+    std::memset(db + i * db_stride, 0, size_t(cols) * sizeof(float));  // overwrites, as the ABI says
+    if (int rc = bias_gradient(ctx, dz + i * rows * cols, db + i * db_stride, rows, cols)) return rc;
+  }
+  return 0;
+}
+int packed_softmax_cross_entropy(HpctuneGpuContext* ctx, const float* logits, const int32_t* labels,
+                                 int64_t labels_stride, int64_t models, int64_t rows, int64_t classes, float grad_scale,
+                                 float* dlogits, float* loss, int32_t* correct) {
+  if (!models_ok(models) || rows <= 0 || classes <= 0 || labels_stride < 0)
+    return fail("packed_softmax_cross_entropy: sizes or pointers");
+  for (int64_t i = 0; i < models; ++i)
+    if (int rc = softmax_cross_entropy(ctx, logits + i * rows * classes, labels + i * labels_stride, rows, classes,
+                                       grad_scale, dlogits != nullptr ? dlogits + i * rows * classes : nullptr, loss + i,
+                                       correct + i))
+      return rc;
+  return 0;
+}
+int packed_sgd_update(HpctuneGpuContext* ctx, float* p, const float* g, float* v, int64_t stride, int64_t count,
+                      int64_t models, const float* lr, const float* momentum, const float* wd, int32_t nesterov) {
+  if (!models_ok(models) || count <= 0 || stride < count || v == nullptr || lr == nullptr || momentum == nullptr)
+    return fail("packed_sgd_update: sizes or pointers");
+  for (int64_t i = 0; i < models; ++i)
+    if (int rc = sgd_update(ctx, p + i * stride, g + i * stride, v + i * stride, count, lr[i], momentum[i],
+                            wd != nullptr ? wd[i] : 0.f, nesterov))
+      return rc;
+  return 0;
+}
+int packed_gather(HpctuneGpuContext*, const float* images, const int32_t* labels, int64_t set_rows, int64_t features,
+                  const int32_t* index, int64_t index_stride, int64_t models, int64_t rows, float* x, int32_t* y) {
+  if (!models_ok(models) || rows <= 0 || features <= 0 || index_stride < 0) return fail("packed_gather: sizes");
+  for (int64_t i = 0; i < models; ++i)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t j = index[i * index_stride + r];
+      if (j < 0 || j >= set_rows) continue;  // left as it was, as the ABI says
+      std::memcpy(x + (i * rows + r) * features, images + j * features, size_t(features) * sizeof(float));
+      y[i * rows + r] = labels[j];
+    }
+  return 0;
+}
+
 // Designated, so that entries added to the table elsewhere stay null here until implemented here too.
 const HpctuneGpuApi kApi = {
     .abi_version = HPCTUNE_GPU_ABI_VERSION,
@@ -373,13 +435,12 @@ const HpctuneGpuApi kApi = {
     .gemm_bf16 = gemm_bf16,
     .gather_rows = gather_rows,
     .softmax = softmax,
-    // The packed models' entries are tested against tests/gpu_host_library.cpp (test_gpu_packed_host).
-    .gemm_strided_batched = nullptr,
-    .packed_bias_activation_forward = nullptr,
-    .packed_bias_gradient = nullptr,
-    .packed_softmax_cross_entropy = nullptr,
-    .packed_sgd_update = nullptr,
-    .packed_gather = nullptr,
+    .gemm_strided_batched = gemm_strided_batched,
+    .packed_bias_activation_forward = packed_bias_activation_forward,
+    .packed_bias_gradient = packed_bias_gradient,
+    .packed_softmax_cross_entropy = packed_softmax_cross_entropy,
+    .packed_sgd_update = packed_sgd_update,
+    .packed_gather = packed_gather,
 };
 
 }  // namespace

@@ -7,8 +7,8 @@
 //
 // Needs a GPU (ctest test_gpu_packed). Without one it runs nothing and exits 77, which ctest shows
 // as skipped (SKIP_RETURN_CODE), printing why. A CUDA library that exists but does not load is a
-// failure. ctest test_gpu_packed_host runs the same cases on every machine against a host stand-in
-// of the CUDA library (HPCTUNE_GPU_LIBRARY=tests/gpu_host_library.cpp's module): that checks the
+// failure. ctest test_gpu_packed_cpu_library runs the same cases on every machine against the CPU stand-in
+// of the CUDA library (HPCTUNE_GPU_LIBRARY=tests/gpu_cpu_reference_library.cpp's module): that checks the
 // host side (offsets, strides, the calls' order and arguments), not the CUDA kernels.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
