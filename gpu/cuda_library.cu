@@ -28,6 +28,7 @@
 #endif
 
 #include "gpu/cuda_packed.h"
+#include "gpu/cuda_row_softmax.cuh"
 #include "gpu/gpu_library_abi.h"
 
 namespace {
@@ -99,28 +100,7 @@ __global__ void bias_gradient_kernel(const float* dz, float* db, int64_t rows, i
   }
 }
 
-__device__ float block_reduce(float v, float* shared, bool take_max) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    float other = __shfl_down_sync(0xffffffffu, v, offset);
-    v = take_max ? fmaxf(v, other) : v + other;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  if (warp == 0) {
-    v = lane < warps ? shared[lane] : (take_max ? -INFINITY : 0.f);
-    for (int offset = 16; offset > 0; offset /= 2) {
-      float other = __shfl_down_sync(0xffffffffu, v, offset);
-      v = take_max ? fmaxf(v, other) : v + other;
-    }
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  v = shared[0];
-  __syncthreads();
-  return v;
-}
+using hpctune_cuda::block_reduce;
 
 // One block per row: max, sum of exp, loss = log(sum) + max - logit[label], gradient.
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t classes, float grad_scale,
@@ -130,17 +110,8 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   const float* z = logits + row * classes;
   const int label = labels[row];
   const bool label_ok = label >= 0 && label < classes;  // a bad label: NaN loss, no one-hot term
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, z[c]);
-  m = block_reduce(m, shared, true);
-  float s = 0.f;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) s += expf(z[c] - m);
-  s = block_reduce(s, shared, false);
-  // The first column holding the maximum, as the CPU reference's argmax (ties go to the lower index).
-  float first = static_cast<float>(classes);
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    if (z[c] == m) first = fminf(first, static_cast<float>(c));
-  first = -block_reduce(-first, shared, true);
+  const hpctune_cuda::RowSoftmax st = hpctune_cuda::row_softmax(z, classes, shared);
+  const float m = st.max, s = st.sum;
   if (dlogits != nullptr) {
     const float inv = 1.f / s;
     for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
@@ -148,7 +119,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   }
   if (threadIdx.x == 0) {
     row_loss[row] = label_ok ? logf(s) + m - z[label] : NAN;
-    if (static_cast<int>(first) == label) atomicAdd(correct, 1);  // integers: any order gives the same sum
+    if (st.argmax == label) atomicAdd(correct, 1);  // integers: any order gives the same sum
   }
 }
 
@@ -497,12 +468,8 @@ __global__ void softmax_kernel(const float* logits, int64_t classes, float* prob
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const float* z = logits + row * classes;
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, z[c]);
-  m = block_reduce(m, shared, true);
-  float s = 0.f;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) s += expf(z[c] - m);
-  s = block_reduce(s, shared, false);
+  const hpctune_cuda::RowSoftmax st = hpctune_cuda::row_softmax(z, classes, shared);
+  const float m = st.max, s = st.sum;
   const float inv = 1.f / s;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) probs[row * classes + c] = expf(z[c] - m) * inv;
 }

@@ -6,6 +6,7 @@
 // packed model's elementwise results equal a GpuMlp's bit for bit; only the GEMMs may differ in
 // rounding, as cuBLAS picks its own algorithm for the batched call).
 #include "gpu/cuda_packed.h"
+#include "gpu/cuda_row_softmax.cuh"
 
 #include <cmath>
 
@@ -53,29 +54,6 @@ __global__ void bias_gradient_kernel(const float* dz, float* db, int64_t db_stri
   }
 }
 
-__device__ float block_reduce(float v, float* shared, bool take_max) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    float other = __shfl_down_sync(0xffffffffu, v, offset);
-    v = take_max ? fmaxf(v, other) : v + other;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  if (warp == 0) {
-    v = lane < warps ? shared[lane] : (take_max ? -INFINITY : 0.f);
-    for (int offset = 16; offset > 0; offset /= 2) {
-      float other = __shfl_down_sync(0xffffffffu, v, offset);
-      v = take_max ? fmaxf(v, other) : v + other;
-    }
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  v = shared[0];
-  __syncthreads();
-  return v;
-}
-
 // One block per (row, model): as softmax_xent_kernel, with the model's labels, loss and count.
 __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int64_t labels_stride, int64_t rows,
                                     int64_t classes, float grad_scale, float* dlogits, float* loss, int32_t* correct) {
@@ -85,16 +63,8 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   const int64_t at = (model * rows + row) * classes;
   const float* z = logits + at;
   const int label = labels[model * labels_stride + row];
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, z[c]);
-  m = block_reduce(m, shared, true);
-  float s = 0.f;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) s += expf(z[c] - m);
-  s = block_reduce(s, shared, false);
-  float first = static_cast<float>(classes);
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-    if (z[c] == m) first = fminf(first, static_cast<float>(c));
-  first = -block_reduce(-first, shared, true);
+  const hpctune_cuda::RowSoftmax st = hpctune_cuda::row_softmax(z, classes, shared);
+  const float m = st.max, s = st.sum;
   if (dlogits != nullptr) {
     const float inv = 1.f / s;
     for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
@@ -102,7 +72,7 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   }
   if (threadIdx.x == 0) {
     atomicAdd(loss + model, logf(s) + m - z[label]);
-    if (static_cast<int>(first) == label) atomicAdd(correct + model, 1);
+    if (st.argmax == label) atomicAdd(correct + model, 1);
   }
 }
 

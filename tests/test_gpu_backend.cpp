@@ -21,13 +21,13 @@
 #include "nn/layers.h"
 #include "nn/network.h"
 #include "nn/optimizer.h"
+#include "tests/gpu_test_main.h"
 
 using namespace hpctune;
 using namespace hpctune::gpu;
 
 namespace {
 
-constexpr int kSkipped = 77;
 std::optional<GpuLibrary> g_library;
 
 const HpctuneGpuApi& api() { return g_library->api(); }
@@ -332,27 +332,9 @@ TEST_CASE("GpuMlp: three SGD steps of a 3-layer MLP equal nn::Network with nn::O
 }
 
 int main(int argc, char** argv) {
-  if (!built_with_cuda() && std::getenv("HPCTUNE_GPU_LIBRARY") == nullptr) {
-    std::printf("SKIPPED: hpctune was built without CUDA (HPCTUNE_CUDA=OFF or no toolkit): no GPU code to test\n");
-    return kSkipped;
-  }
-  auto lib = GpuLibrary::open_default();
-  if (!lib.ok()) {
-    std::fprintf(stderr, "FAILED: the CUDA library of this build does not load: %s\n", lib.error().to_string().c_str());
-    return 1;
-  }
-  GpuInventory inv = lib->inventory();
-  if (inv.devices.empty()) {
-    std::printf("SKIPPED: %s (library %s, CUDA runtime %s, driver %s)\n", inv.no_device_reason.c_str(),
-                inv.library_path.c_str(), cuda_version_string(inv.runtime_version).c_str(),
-                cuda_version_string(inv.driver_version).c_str());
-    return kSkipped;
-  }
-  const GpuDevice& d = inv.devices.front();
-  std::printf("device 0: %s, %.1f GiB, sm_%d%d, driver %s, runtime %s\n", d.name.c_str(),
-              double(d.memory_bytes) / (1 << 30), d.compute_major, d.compute_minor,
-              cuda_version_string(inv.driver_version).c_str(), cuda_version_string(inv.runtime_version).c_str());
-  g_library = *lib;
+  hpctune::testing::GpuTestSetup gpu = hpctune::testing::open_gpu_for_tests();
+  if (gpu.exit_code >= 0) return gpu.exit_code;
+  g_library = *gpu.library;
   doctest::Context context(argc, argv);
   return context.run();
 }

@@ -25,6 +25,7 @@
 #include "gpu/gpu_backend.h"
 #include "gpu/gpu_context.h"
 #include "gpu/nccl_allreduce.h"
+#include "tests/gpu_test_main.h"
 
 using namespace hpctune;
 using namespace hpctune::gpu;
@@ -32,7 +33,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int kSkipped = 77;
 std::optional<GpuLibrary> g_library;
 int g_devices = 0;
 
@@ -237,28 +237,16 @@ int run_peer(const std::string& spec) {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]).rfind("--peer=", 0) == 0) return run_peer(std::string(argv[1]).substr(7));
-  if (!built_with_cuda() && std::getenv("HPCTUNE_GPU_LIBRARY") == nullptr) {
-    std::printf("SKIPPED: hpctune was built without CUDA (HPCTUNE_CUDA=OFF or no toolkit): no NCCL to test\n");
-    return kSkipped;
-  }
-  auto lib = GpuLibrary::open_default();
-  if (!lib.ok()) {
-    std::fprintf(stderr, "FAILED: the CUDA library of this build does not load: %s\n", lib.error().to_string().c_str());
-    return 1;
-  }
+  hpctune::testing::GpuTestSetup gpu = hpctune::testing::open_gpu_for_tests();
+  if (gpu.exit_code >= 0) return gpu.exit_code;
   int32_t version = 0;
-  if (lib->api().nccl_version(&version) != 0) {
-    std::printf("SKIPPED: %s\n", lib->last_error().c_str());
-    return kSkipped;
+  if (gpu.library->api().nccl_version(&version) != 0) {
+    std::printf("SKIPPED: %s\n", gpu.library->last_error().c_str());
+    return hpctune::testing::kGpuTestSkipped;
   }
-  GpuInventory inv = lib->inventory();
-  if (inv.devices.empty()) {
-    std::printf("SKIPPED: %s (library %s, NCCL %d)\n", inv.no_device_reason.c_str(), inv.library_path.c_str(), version);
-    return kSkipped;
-  }
-  g_devices = static_cast<int>(inv.devices.size());
-  std::printf("%d GPU(s), device 0: %s, NCCL %d\n", g_devices, inv.devices.front().name.c_str(), version);
-  g_library = *lib;
+  g_devices = static_cast<int>(gpu.inventory.devices.size());
+  std::printf("NCCL %d\n", version);
+  g_library = *gpu.library;
   doctest::Context context(argc, argv);
   return context.run();
 }

@@ -21,6 +21,7 @@
 #include "trainers/cnn_trainer.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/trainer.h"
+#include "tests/gpu_test_main.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
@@ -29,7 +30,6 @@ using hpctune::testing::TempDir;
 
 namespace {
 
-constexpr int kSkipped = 77;
 
 struct Run {
   TrialResult result;
@@ -164,22 +164,8 @@ TEST_CASE("tf32 and bf16 train the mlp close to fp32") {
 }
 
 int main(int argc, char** argv) {
-  using namespace hpctune::gpu;
-  if (!built_with_cuda() && std::getenv("HPCTUNE_GPU_LIBRARY") == nullptr) {
-    std::printf("SKIPPED: hpctune was built without CUDA (HPCTUNE_CUDA=OFF or no toolkit): no GPU code to test\n");
-    return kSkipped;
-  }
-  auto lib = GpuLibrary::open_default();
-  if (!lib.ok()) {
-    std::fprintf(stderr, "FAILED: the CUDA library of this build does not load: %s\n", lib.error().to_string().c_str());
-    return 1;
-  }
-  GpuInventory inv = lib->inventory();
-  if (inv.devices.empty()) {
-    std::printf("SKIPPED: %s\n", inv.no_device_reason.c_str());
-    return kSkipped;
-  }
-  std::printf("device 0: %s\n", inv.devices.front().name.c_str());
+  hpctune::testing::GpuTestSetup gpu = hpctune::testing::open_gpu_for_tests();
+  if (gpu.exit_code >= 0) return gpu.exit_code;
   doctest::Context context(argc, argv);
   return context.run();
 }
