@@ -627,7 +627,7 @@ int run(const Args& a) {
   scheduler::MasterOptions options;
   options.config = parsed.value();
   const auto wall = scheduler::WallClock::real();
-  auto prepared = scheduler::prepare_campaign(options, **db, db_path, wall.unix_s);
+  auto prepared = scheduler::prepare_campaign_in(options, **db, db_path, wall.unix_s);
   if (!prepared.ok()) return fail(prepared.error().to_string());
   const int64_t campaign_id = prepared->campaign_id;
   auto server = protocol::bind_zmq("tcp://127.0.0.1:*");

@@ -33,6 +33,7 @@
 #include "config/config.h"
 #include "launch/launcher.h"
 #include "protocol/transport.h"
+#include "scheduler/campaign_preparation.h"
 #include "scheduler/clock.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/stages.h"
@@ -93,22 +94,6 @@ struct CampaignOutcome {
 };
 
 Result<CampaignOutcome> run_master(const MasterOptions& options);
-
-// A campaign resolved against its store, ready for a Master: the effective config (a resumed one
-// read back from the store, with its seed, groups and budget), its id, and whether it resumes.
-struct PreparedCampaign {
-  config::CampaignConfig cfg;
-  int64_t campaign_id = 0;
-  bool resuming = false;
-  std::optional<WarmStart> warm;
-  std::string db_path;
-  std::string run_dir;  // "<db>.trials"; "" = trials keep no files (tests)
-};
-
-// Checks `options` against the store (a new campaign in an empty store, a resume of an unfinished
-// one or with a larger --max-trials) and records the campaign's (re)start at `t` (unix seconds).
-Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::Store& db, const std::string& db_path,
-                                          double t);
 
 // The parts a Master works with, owned by the caller.
 struct MasterParts {
@@ -212,10 +197,6 @@ class Master {
   struct FailPointState;
   std::unique_ptr<FailPointState> failpoint_;
 };
-
-// The store's row for a new campaign of this config, running from `created_at` (seconds since the
-// epoch): the config's text and its normalized JSON with the effective seed and group count.
-store::CampaignRow campaign_row(const config::CampaignConfig& cfg, double created_at);
 
 // The scheduler's options for the search stage `stage_id` of campaign `campaign_id`, from its
 // config: seed, objectives, budgets, trainer and heartbeats. What is not in the config
