@@ -117,6 +117,7 @@ struct SlurmStepOptions {
   std::string srun = "srun";        // the programs (tests put fakes here); found in PATH
   std::string scontrol = "scontrol";
   std::string scancel = "scancel";
+  std::string squeue = "squeue";
 };
 
 // requeue_job() of every backend: `options.requeue` and the master inside a SLURM job.

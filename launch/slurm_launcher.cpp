@@ -304,7 +304,7 @@ class SlurmLauncher final : public Launcher {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_time_check_) {
       next_time_check_ = now + std::chrono::seconds(60);
-      if (auto left = slurm_time_left(job_)) {
+      if (auto left = slurm_time_left(job_, opt_.slurm.squeue)) {
         stop_by_ = now + std::chrono::milliseconds(static_cast<int64_t>((*left - opt_.slurm.signal_before_s) * 1000));
       }
     }
