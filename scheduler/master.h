@@ -7,11 +7,13 @@
 //   and never reads the real clock: a test drives it on a manual clock with the in-process
 //   transport and a fake launcher (tests/test_scheduler.cpp).
 //
-//   run_master(), what `hpctune run` and `resume` call, is the thin driver: it opens the store
-//   (lock, campaign row: prepare_campaign), binds the ZeroMQ transport (with CURVE and the
-//   campaign's keys per resources.security), builds the launcher of
-//   resources.backend, and loops { wait for a frame up to the poll interval, step(wall clock now),
-//   Ctrl-C, progress } until the campaign is finished.
+//   run_master() (scheduler/run_master.cpp), what `hpctune run` and `resume` call, is the thin
+//   driver on the real clock: the campaign's preparation (scheduler/campaign_preparation.h, the
+//   simulator's too: store, lock, preflight, warm start, campaign row), the ZeroMQ transport (with
+//   CURVE and the campaign's keys per resources.security), the launcher of resources.backend
+//   (scheduler/launcher_options.h), and the loop { wait for a frame up to the poll interval,
+//   step(wall clock now), Ctrl-C, the allocation's end as the launcher tells it, progress } until
+//   the campaign is finished.
 //
 // Store writes are batched: one transaction per loop turn (all frames that are waiting, up to a
 // bound), so SQLite commits at most a few hundred times a second whatever the trial rate.

@@ -3,6 +3,7 @@
 // the simulator's too (scheduler/campaign_preparation.h); what a backend adds (an allocation, its
 // time limit, a requeue) the launcher says (launch/launcher.h).
 #include <filesystem>
+#include <map>
 
 #include "common/clock.h"
 #include "common/endpoint.h"
@@ -46,6 +47,47 @@ std::string master_bind(const MasterOptions& options, const config::Resources& r
   return bind;
 }
 
+// The transport's options and what the workers need to pass it. resources.security: CURVE with the
+// campaign's keys (created on the first run, reused on resume) everywhere but the private ipc
+// socket (the default, which only this user can reach), unless the config says none: then ZeroMQ
+// PLAIN with the campaign secret, so that a connection without it never becomes a peer
+// (common/endpoint.h, protocol/transport.h).
+struct MasterTransport {
+  protocol::TransportOptions options;
+  std::map<std::string, std::string> worker_env;  // every group's environment, never a command line
+};
+
+Result<MasterTransport> master_transport(const MasterOptions& options, const config::Resources& r,
+                                         const std::string& bind, const std::string& key_dir, const std::string& secret) {
+  MasterTransport out;
+  out.options = options.transport;
+  if (transport_uses_curve(r.security, bind)) {
+    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
+    HPCTUNE_ASSIGN(protocol::CampaignKeys keys, protocol::load_or_create_keys(key_dir));
+    protocol::use_curve_server(out.options, keys);
+    out.worker_env = protocol::worker_key_environment(keys);
+    log_line(options, "transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
+  } else if (!private_ipc_endpoint(bind)) {
+    out.options.security = protocol::TransportOptions::Security::kPlain;
+    out.options.plain_secret = secret;
+    out.worker_env[protocol::kPlainAuthEnv] = "1";
+    if (options.warn) options.warn(network_bind_warning(bind));
+  }
+  return out;
+}
+
+// One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
+// backend, each group's log): past the soft limit of open files (often 1024) new connections
+// would be refused. Raised to the hard limit; below what the groups need, said once.
+void warn_open_files(const MasterOptions& options, int64_t groups) {
+  const int64_t open_files = raise_open_files_limit();
+  if (const int64_t wanted = 2 * groups + 64; open_files >= 0 && open_files < wanted) {
+    log_line(options, "warning: the limit of open files is " + std::to_string(open_files) + ", below the " +
+                          std::to_string(wanted) + " that " + std::to_string(groups) +
+                          " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
+  }
+}
+
 }  // namespace
 
 Result<CampaignOutcome> run_master(const MasterOptions& options) {
@@ -64,34 +106,9 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // The campaign secret: only in this process's memory (a resumed master draws a new one; it
   // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
   HPCTUNE_ASSIGN(const std::string secret, protocol::random_hex(16));
-  // resources.security: CURVE with the campaign's keys (created on the first run, reused on resume)
-  // everywhere but the private ipc socket (the default, which only this user can reach), unless
-  // the config says none: then ZeroMQ PLAIN with the campaign secret, so that a connection without
-  // it never becomes a peer (common/endpoint.h, protocol/transport.h).
-  protocol::TransportOptions transport = options.transport;
-  std::map<std::string, std::string> worker_env;
-  if (transport_uses_curve(cfg.resources.security, bind)) {
-    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
-    HPCTUNE_ASSIGN(protocol::CampaignKeys keys, protocol::load_or_create_keys(key_dir));
-    protocol::use_curve_server(transport, keys);
-    worker_env = protocol::worker_key_environment(keys);
-    log_line(options, "transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
-  } else if (!private_ipc_endpoint(bind)) {
-    transport.security = protocol::TransportOptions::Security::kPlain;
-    transport.plain_secret = secret;
-    worker_env[protocol::kPlainAuthEnv] = "1";
-    if (options.warn) options.warn(network_bind_warning(bind));
-  }
-  // One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
-  // backend, each group's log): past the soft limit of open files (often 1024) new connections
-  // would be refused. Raised to the hard limit; below what the groups need, said once.
-  const int64_t open_files = raise_open_files_limit();
-  if (const int64_t wanted = 2 * cfg.resources.groups + 64; open_files >= 0 && open_files < wanted) {
-    log_line(options, "warning: the limit of open files is " + std::to_string(open_files) + ", below the " +
-                          std::to_string(wanted) + " that " + std::to_string(cfg.resources.groups) +
-                          " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
-  }
-  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport));
+  HPCTUNE_ASSIGN(MasterTransport transport, master_transport(options, cfg.resources, bind, key_dir, secret));
+  warn_open_files(options, cfg.resources.groups);
+  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport.options));
   HPCTUNE_TRY(make_trial_directories(campaign));
 
   HPCTUNE_ASSIGN(launch::LocalLauncherOptions lopt,
@@ -102,7 +119,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   // The workers' CURVE keys: in the environment of every group (never on a command line).
-  for (auto& [name, value] : worker_env) lopt.environment[name] = std::move(value);
+  for (auto& [name, value] : transport.worker_env) lopt.environment[name] = std::move(value);
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;
