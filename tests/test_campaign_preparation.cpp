@@ -107,4 +107,12 @@ TEST_CASE("run and simulate of the same warm-started config load the same trials
   // The searcher saw the same warm trials: the same suggestions, in the same order.
   REQUIRE(r.params.size() == 5);
   CHECK(s.params == r.params);
+
+  // `resume` prepares the same way: the stored config read back, its warm start loaded again.
+  const auto resumed = run_hpctune({"resume", dir.file("real.db"), "--max-trials", "7"}, dir.file("resume.log"));
+  REQUIRE_MESSAGE(resumed.success(), read_file(dir.file("resume.log")));
+  const Recorded again = read_db(dir.file("real.db"));
+  REQUIRE(again.warm_start_events.size() == 2);
+  CHECK(again.warm_start_events[1] == w);
+  CHECK(again.params.size() == 7);
 }
