@@ -66,6 +66,7 @@
 #include "protocol/messages.h"
 #include "protocol/transport.h"
 #include "scheduler/master.h"
+#include "scheduler/simulator.h"
 #include "store/store.h"
 #include "workflow/stages.h"
 
@@ -88,11 +89,12 @@ struct Args {
   double heartbeat_timeout = 10;
   double timeout = 600;  // the whole run's deadline
   std::string keep;      // keep the database in this directory
+  bool simulated = false;  // --simulated: the same campaign through scheduler::simulate_campaign
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "bench_scale: %s\nusage: bench_scale [--groups N] [--procs P] [--trials T] [--trial-seconds S] "
-               "[--heartbeat-interval S] [--heartbeat-timeout S] [--timeout S] [--keep DIR]\n", why.c_str());
+               "[--heartbeat-interval S] [--heartbeat-timeout S] [--timeout S] [--keep DIR] [--simulated]\n", why.c_str());
   std::exit(2);
 }
 
@@ -100,6 +102,10 @@ Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--simulated") {
+      a.simulated = true;
+      continue;
+    }
     if (i + 1 >= argc) usage(k + " needs a value");
     const std::string v = argv[++i];
     try {
@@ -620,16 +626,16 @@ int run(const Args& a) {
 
   auto parsed = config::parse_config(config_text(a), "scale.yaml");
   if (!parsed.ok()) return fail(parsed.error().to_string());
-  store::OpenOptions open_options;
-  open_options.master_lock = true;
-  auto db = store::Store::open(db_path, open_options);
-  if (!db.ok()) return fail(db.error().to_string());
+  // Prepared as `hpctune run` and `simulate` prepare theirs (scheduler/campaign_preparation.h); the
+  // bench's transport and launcher need no preflight.
   scheduler::MasterOptions options;
   options.config = parsed.value();
+  options.db_path = db_path;
   const auto wall = scheduler::WallClock::real();
-  auto prepared = scheduler::prepare_campaign(options, **db, db_path, wall.unix_s);
+  auto prepared = scheduler::prepare_campaign(options, wall.unix_s, nullptr);
   if (!prepared.ok()) return fail(prepared.error().to_string());
-  const int64_t campaign_id = prepared->campaign_id;
+  std::unique_ptr<store::Store> db = std::move(prepared->store);
+  const int64_t campaign_id = prepared->campaign.campaign_id;
   auto server = protocol::bind_zmq("tcp://127.0.0.1:*");
   if (!server.ok()) return fail(server.error().to_string());
 
@@ -639,7 +645,7 @@ int run(const Args& a) {
   std::vector<std::string> other_lines;
   scheduler::MasterParts parts;
   parts.transport = &timed;
-  parts.store = db->get();
+  parts.store = db.get();
   parts.launcher = &launcher;
   parts.wall = wall;
   parts.log = [&](const std::string& line) {
@@ -656,7 +662,7 @@ int run(const Args& a) {
   parts.secret = *secret;
   parts.master_incarnation = 1;
 
-  scheduler::Master master(std::move(prepared).value(), std::move(parts));
+  scheduler::Master master(std::move(prepared->campaign), std::move(parts));
   const auto t_start = Clock::now();
   if (auto s = master.start(t_start); !s.ok()) return fail(s.error().to_string());
   if (auto s = launcher.go((*server)->endpoint()); !s.ok()) return fail(s.error().to_string());
@@ -680,7 +686,7 @@ int run(const Args& a) {
   const double master_s = std::chrono::duration<double>(t_finished - t_start).count();
 
   // The store: every trial recorded once, done, first attempt; the span of the records.
-  auto trials = (*db)->trials(campaign_id);
+  auto trials = db->trials(campaign_id);
   if (!trials.ok()) return fail(trials.error().to_string());
   int64_t done = 0, retried = 0;
   double first_created = INFINITY, last_finished = 0;
@@ -692,7 +698,7 @@ int run(const Args& a) {
     first_created = std::min(first_created, t.created_at);
     last_finished = std::max(last_finished, t.finished_at);
   }
-  auto events = (*db)->events(campaign_id, 0);
+  auto events = db->events(campaign_id, 0);
   if (!events.ok()) return fail(events.error().to_string());
   int64_t lost_events = 0;
   for (const auto& e : *events) lost_events += e.kind == "group_lost";
@@ -826,7 +832,57 @@ int run(const Args& a) {
 
 }  // namespace
 
+// --simulated: the same campaign (config_text: groups, trials, trial seconds, heartbeats) through
+// scheduler::simulate_campaign, the master on simulated time with in-process groups: no socket, no
+// process, no timer. It measures none of what run() does (registration over TCP, assign latency,
+// heartbeats under load, the simulators' CPU): it is the master's own cost for the same campaign,
+// printed beside the real-socket figures (bench/results/scale.md), never instead of them.
+int run_simulated(const Args& a) {
+  auto parsed = config::parse_config(config_text(a), "scale.yaml");
+  if (!parsed.ok()) usage(parsed.error().to_string());
+  std::error_code ec;
+  const std::string dir = a.keep.empty() ? (std::filesystem::temp_directory_path() / ("hpctune-scale-sim-" + std::to_string(getpid()))).string()
+                                         : a.keep;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) usage("cannot create " + dir + ": " + ec.message());
+  scheduler::SimulateOptions o;
+  o.master.config = parsed.value();
+  o.master.db_path = dir + "/scale-sim.db";
+  std::filesystem::remove(o.master.db_path, ec);
+  o.master.make_stage = workflow::make_stage;
+  // As the forked groups do: a started report, then after --trial-seconds step 1 and done, whose
+  // metric is the trial's parameter.
+  o.model = [&a](const protocol::Assign& as) {
+    const double v = as.params.begin()->is_number() ? as.params.begin()->get<double>() : 0.0;
+    scheduler::SimulatedTrial t;
+    t.reports = {{{"value", v}}};
+    t.final_metrics = {{"value", v}};
+    t.seconds_per_step = a.trial_seconds;
+    return t;
+  };
+  o.startup_seconds = 0;
+  o.max_simulated_seconds = a.timeout * 1000;
+  auto out = scheduler::simulate_campaign(o);
+  json j = {{"simulated", true}, {"groups", a.groups}, {"trials", a.trials}, {"trial_seconds", a.trial_seconds}};
+  if (!out.ok()) {
+    j["error"] = out.error().to_string();
+    std::printf("%s\n", j.dump(2).c_str());
+    return 1;
+  }
+  const Progress& p = out->campaign.progress;
+  j["done"] = p.done;
+  j["wall_s"] = out->wall_s;
+  j["simulated_s"] = out->simulated_s;
+  j["master_turns"] = out->turns;
+  j["wall_us_per_trial"] = p.done > 0 ? out->wall_s * 1e6 / static_cast<double>(p.done) : NAN;
+  j["lost_attempts"] = out->campaign.counters.lost_attempts;
+  if (a.keep.empty()) std::filesystem::remove_all(dir, ec);
+  std::printf("%s\n", j.dump(2).c_str());
+  return p.done == a.trials && out->campaign.counters.lost_attempts == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
-  return run(parse_args(argc, argv));
+  const Args a = parse_args(argc, argv);
+  return a.simulated ? run_simulated(a) : run(a);
 }

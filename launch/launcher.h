@@ -83,7 +83,18 @@ class Launcher {
   // The GPUs `group` was given (the ids its CUDA_VISIBLE_DEVICES names, all ranks), for the store;
   // empty when none, or when the backend does not assign them itself.
   virtual std::vector<int> devices(int64_t /*group*/) const { return {}; }
+  // The allocation the groups run in, for backends that have one (slurm: the job's time limit).
+  // Why the master must stop dispatching now, its allocation ending soon (slurm: its time limit is
+  // less than resources.slurm.signal_before away; SLURM is asked at most once a minute, since a
+  // limit may be changed), as on the warning signal, in case that signal never comes; "" while
+  // there is time, or when the backend has no limit. The driver asks every turn; never blocks long.
+  virtual std::string allocation_ending() { return ""; }
+  // The job to requeue once a pre-empted campaign has stopped: with resources.slurm.requeue, the
+  // SLURM batch job the master runs in ($SLURM_JOB_ID; a local-backend campaign of `hpctune slurm
+  // submit` too); "" = none (the default: a backend outside SLURM, a simulated one).
+  virtual std::string requeue_job() const { return ""; }
 };
+
 
 // backend slurm: how a group's job step is shaped (config's resources.slurm, copied here because
 // launch/ may not include config/; launch/slurm_launcher.h uses it).
@@ -97,6 +108,8 @@ struct SlurmStepOptions {
   int64_t gpus_per_rank = 0;        // resources.gpus_per_rank (0 = none); both given, they are equal (validate)
   int64_t cpus_per_task = 0;        // srun --cpus-per-task= (0 = SLURM's default)
   std::vector<std::string> setup;   // shell lines run before each step's program
+  double signal_before_s = 120;     // the master stops this long before the job's time limit (allocation_ending)
+  bool requeue = true;              // a pre-empted campaign's job is requeued (requeue_job)
   // The groups' component of a heterogeneous job (`hpctune slurm submit` with a master node of
   // another type: component 0 is the master's node, 1 the groups'): srun --het-group=. -1: none
   // given, then 1 inside a heterogeneous job (SLURM_HET_SIZE set), else none.
@@ -104,7 +117,11 @@ struct SlurmStepOptions {
   std::string srun = "srun";        // the programs (tests put fakes here); found in PATH
   std::string scontrol = "scontrol";
   std::string scancel = "scancel";
+  std::string squeue = "squeue";
 };
+
+// requeue_job() of every backend: `options.requeue` and the master inside a SLURM job.
+std::string batch_job_to_requeue(const SlurmStepOptions& options);
 
 struct LocalLauncherOptions {
   std::string program;            // the hpctune binary (default: /proc/self/exe)
@@ -128,6 +145,12 @@ std::unique_ptr<Launcher> make_local_launcher(LocalLauncherOptions options);
 // group's resources). kConfig naming the known backends for any other name.
 Result<std::unique_ptr<Launcher>> make_launcher(const std::string& backend, LocalLauncherOptions options);
 std::vector<std::string> launcher_names();
+// What `backend` needs before a campaign creates anything: slurm an allocation to run in
+// (slurm_allocation's kConfig naming `hpctune slurm submit` and salloc); local nothing.
+Status check_backend(const std::string& backend);
+// The master's address for `backend` when the config keeps the default `bind` (a private socket):
+// slurm the batch host's own (slurm_default_bind), the compute nodes must reach it; else `bind`.
+std::string backend_default_bind(const std::string& backend, const std::string& bind);
 
 // The command line the local launcher runs for group `group` (argv[0] is the program). For tests
 // and `ps`. kConfig for a bad layout (ranks < 1); kUnavailable when a multi-rank group needs

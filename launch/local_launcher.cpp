@@ -81,6 +81,7 @@ class LocalLauncher final : public Launcher {
   ~LocalLauncher() override { stop_all(std::chrono::milliseconds(2000)); }
 
   std::string name() const override { return "local"; }
+  std::string requeue_job() const override { return batch_job_to_requeue(opt_.slurm); }
 
   // With GPUs: the group starts once its devices are free (until then it is pending, and
   // poll_exits() starts it when an exit frees them); a group that could never get them is an error.

@@ -48,4 +48,15 @@ Result<std::unique_ptr<Launcher>> make_launcher(const std::string& backend, Loca
   return err(Errc::kConfig, "resources.backend: unknown launch backend '" + backend + "' (known: " + known + ")");
 }
 
+Status check_backend(const std::string& backend) {
+  if (backend == "slurm") {
+    if (auto job = slurm_allocation({}); !job.ok()) return std::move(job).error();
+  }
+  return {};
+}
+
+std::string backend_default_bind(const std::string& backend, const std::string& bind) {
+  return backend == "slurm" ? slurm_default_bind() : bind;
+}
+
 }  // namespace hpctune::launch

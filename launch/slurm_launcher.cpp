@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -273,6 +274,11 @@ std::optional<double> slurm_time_left(const std::string& job_id, const std::stri
   return parse_slurm_duration(*out);
 }
 
+std::string batch_job_to_requeue(const SlurmStepOptions& options) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return options.requeue && job && *job ? job : "";
+}
+
 Status slurm_requeue(const std::string& job_id, const std::string& scontrol) {
   auto out = run_capture({scontrol, "requeue", job_id}, std::chrono::milliseconds(30000));
   if (!out.ok()) return std::move(out).error().with_context("while requeueing SLURM job " + job_id);
@@ -293,6 +299,20 @@ class SlurmLauncher final : public Launcher {
   ~SlurmLauncher() override { stop_all(std::chrono::milliseconds(2000)); }
 
   std::string name() const override { return "slurm"; }
+
+  std::string allocation_ending() override {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_time_check_) {
+      next_time_check_ = now + std::chrono::seconds(60);
+      if (auto left = slurm_time_left(job_, opt_.slurm.squeue)) {
+        stop_by_ = now + std::chrono::milliseconds(static_cast<int64_t>((*left - opt_.slurm.signal_before_s) * 1000));
+      }
+    }
+    if (stop_by_ && now >= *stop_by_) return "the allocation's time limit is less than resources.slurm.signal_before away";
+    return "";
+  }
+
+  std::string requeue_job() const override { return batch_job_to_requeue(opt_.slurm); }
 
   Status start(int64_t group, const std::string& credential) override {
     SpawnOptions spawn;
@@ -483,6 +503,9 @@ class SlurmLauncher final : public Launcher {
 
   LocalLauncherOptions opt_;
   std::string job_;
+  // allocation_ending(): when the master must stop, as SLURM last said; its next question.
+  std::optional<std::chrono::steady_clock::time_point> stop_by_;
+  std::chrono::steady_clock::time_point next_time_check_{};
   std::map<int64_t, Step> steps_;
   std::set<std::string> excluded_;
 };

@@ -1,36 +1,22 @@
 #include "scheduler/master.h"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
-#include <filesystem>
-#include <random>
 #include <set>
 
 #include "common/clock.h"
-#include "common/device_list.h"
-#include "common/endpoint.h"
-#include "common/limits.h"
 #include "common/system.h"
-#include "config/trainer_kinds.h"
-#include "launch/device_allocator.h"
 #include "launch/launcher.h"
-#include "launch/slurm_launcher.h"
 #include "protocol/messages.h"
 #include "store/store.h"
-#include "protocol/curve_keys.h"
 #include "protocol/transport.h"
-
 
 namespace hpctune::scheduler {
 namespace {
-
-namespace fs = std::filesystem;
 
 class FailPoint {
  public:
@@ -45,49 +31,12 @@ class FailPoint {
   int64_t left_;
 };
 
-// Creates `path` with exactly `mode` (whatever the umask) if it does not exist; an existing
-// directory keeps the modes its owner gave it, but must be the user's own and not a link: a
-// <db>.trials planted in a shared folder would receive the trials' files (issue 21, finding 3).
-Status make_dir(const std::string& path, unsigned mode) {
-  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) != 0) {
-    struct stat st {};
-    if (errno == EEXIST && ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid()) return {};
-    if (errno == EEXIST) {
-      return err(Errc::kInvalidArgument, path + " exists and is not a directory of this user's own (a symbolic link, "
-                                                "a file or another user's directory): not used; remove it");
-    }
-    return err(Errc::kIo, "cannot create " + path + ": " + std::strerror(errno));
-  }
-  if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
-    return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(errno));
-  }
-  return {};
-}
-
-void log_line(const MasterOptions& options, const std::string& line) {
-  if (options.log) options.log(line);
-}
-
 Status in_context(Status s, const std::string& line) {
   if (s.ok()) return s;
   return std::move(s).error().with_context(line);
 }
 
 }  // namespace
-
-store::CampaignRow campaign_row(const config::CampaignConfig& cfg, double created_at) {
-  store::CampaignRow row;
-  row.name = cfg.name;
-  row.config_text = cfg.text;
-  row.config_source = cfg.source;
-  row.config_json = cfg.normalized;
-  row.config_json["seed"] = cfg.seed;
-  row.config_json["resources"]["groups"] = cfg.resources.groups;
-  row.seed = cfg.seed;
-  row.state = "running";
-  row.created_at = created_at;
-  return row;
-}
 
 SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t campaign_id, int64_t stage_id) {
   SchedulerOptions sopt;
@@ -103,99 +52,6 @@ SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t ca
   sopt.heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_interval_s * 1000));
   sopt.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.heartbeat_timeout_s * 1000));
   return sopt;
-}
-
-Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::Store& db, const std::string& db_path,
-                                          double t0) {
-  const bool resuming = !options.config.has_value();
-  HPCTUNE_ASSIGN(auto existing, db.load_campaign());
-  PreparedCampaign out;
-  out.resuming = resuming;
-  out.db_path = db_path;
-  config::CampaignConfig& cfg = out.cfg;
-  int64_t& campaign_id = out.campaign_id;
-  auto log = [&](const std::string& line) {
-    if (options.log) options.log(line);
-  };
-  if (resuming) {
-    if (!existing) return err(Errc::kNotFound, db_path + " holds no campaign to resume");
-    auto parsed = config::parse_config(existing->config_text, existing->config_source);
-    if (!parsed.ok()) return std::move(parsed).error().with_context("while re-reading the config stored in " + db_path);
-    cfg = std::move(parsed).value();
-    cfg.set_seed(existing->seed);
-    const auto& cj = existing->config_json;
-    if (cj.contains("resources") && cj["resources"].contains("groups")) {
-      cfg.resources.groups = cj["resources"]["groups"].get<int64_t>();
-    }
-    // A budget extended by an earlier `resume --max-trials` (the config text keeps the first one).
-    if (cj.contains("search") && cj["search"].is_object() && cj["search"].contains("max_trials") &&
-        cj["search"]["max_trials"].is_number_integer()) {
-      cfg.max_trials = cj["search"]["max_trials"].get<int64_t>();
-    }
-    campaign_id = existing->id;
-    HPCTUNE_ASSIGN(auto so_far, db.trials(campaign_id));
-    const auto recorded = static_cast<int64_t>(so_far.size());
-    if (options.max_trials && !cfg.stages.empty()) {
-      return err(Errc::kUsage, "--max-trials: campaign '" + existing->name +
-                                   "' is a workflow of stages, each with its own budget; --max-trials extends a "
-                                   "campaign of one search");
-    }
-    if (options.max_trials) {
-      if (*options.max_trials <= recorded) {
-        return err(Errc::kUsage, "--max-trials " + std::to_string(*options.max_trials) + ": campaign '" +
-                                     existing->name + "' already has " + std::to_string(recorded) +
-                                     " trials; give a larger budget (at least " + std::to_string(recorded + 1) + ")");
-      }
-    } else if (existing->state == "completed") {
-      return err(Errc::kInvalidArgument, "campaign '" + existing->name + "' in " + db_path + " is already completed (" +
-                                             std::to_string(recorded) + " trials); extend it with `hpctune resume " +
-                                             db_path + " --max-trials N` (N > " + std::to_string(recorded) + ")");
-    }
-  } else {
-    if (existing && existing->state == "completed") {
-      return err(Errc::kInvalidArgument, db_path + " already holds the completed campaign '" + existing->name +
-                                             "'; run more trials with `hpctune resume " + db_path +
-                                             " --max-trials N`, or choose another --db");
-    }
-    if (existing) {
-      return err(Errc::kInvalidArgument, db_path + " already holds campaign '" + existing->name +
-                                             "'; continue it with `hpctune resume " + db_path +
-                                             "` or choose another --db");
-    }
-    cfg = *options.config;
-    if (options.seed) cfg.set_seed(*options.seed);
-  }
-  if (options.groups) cfg.resources.groups = *options.groups;
-
-  if (!resuming) {
-    HPCTUNE_ASSIGN(campaign_id, db.create_campaign(campaign_row(cfg, t0)));
-    HPCTUNE_TRY(db.add_event(campaign_id, "campaign_started", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
-  }
-  HPCTUNE_TRY(db.set_campaign_master(campaign_id, host_name(), getpid()));
-  if (resuming) {
-    HPCTUNE_TRY(db.set_campaign_state(campaign_id, "running", 0));
-    HPCTUNE_TRY(db.add_event(campaign_id, "campaign_resumed", 0, 0, -1, {{"groups", cfg.resources.groups}}, t0));
-    if (options.max_trials && *options.max_trials != cfg.max_trials) {
-      // Kept in the store, so that a later plain `resume` runs to the new budget too.
-      nlohmann::json cj = existing->config_json;
-      if (!cj.contains("search") || !cj["search"].is_object()) cj["search"] = nlohmann::json::object();
-      cj["search"]["max_trials"] = *options.max_trials;
-      HPCTUNE_TRY(db.set_campaign_config_json(campaign_id, cj));
-      HPCTUNE_TRY(db.add_event(campaign_id, "budget_changed", 0, 0, -1,
-                               {{"max_trials", *options.max_trials}, {"was", cfg.max_trials}}, t0));
-      log("budget: " + std::to_string(cfg.max_trials) + " -> " + std::to_string(*options.max_trials) + " trials");
-      cfg.max_trials = *options.max_trials;
-      // The one search stage runs again, to the new budget (a completed stage is otherwise never run again).
-      HPCTUNE_ASSIGN(auto stages, db.stages(campaign_id));
-      for (const auto& st : stages) HPCTUNE_TRY(db.set_stage_state(st.id, "interrupted", 0));
-    }
-    if (!cfg.warm_start.empty()) {
-      // The searcher is rebuilt from the same warm-start trials, as in the first run (if the other
-      // store has not changed since).
-      HPCTUNE_ASSIGN(out.warm, load_warm_start(cfg.warm_start, cfg.space, cfg.objectives, db_path));
-    }
-  }
-  return out;
 }
 
 // --- Master ----------------------------------------------------------------------------------
@@ -712,245 +568,6 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   out.progress = sched_->progress();
   out.counters = sched_->counters();
   out.elapsed_s = std::chrono::duration<double>(now - start_).count();
-  return out;
-}
-
-// --- the driver ------------------------------------------------------------------------------
-
-namespace {
-
-// resources.gpus_per_rank, gpus, trials_per_gpu into the launcher's options; gpus: auto resolved
-// here (nvidia-smi, with a deadline) for the local backend, which assigns the devices itself. A
-// group that could never get its GPUs fails the campaign now, before any group waits for them.
-Status place_gpus(const config::Resources& r, launch::GroupResources& out,
-                  const std::function<void(const std::string&)>& log) {
-  out.gpus_per_rank = r.gpus_per_rank;
-  out.trials_per_gpu = r.trials_per_gpu;
-  if (r.gpus_per_rank == 0 || r.backend != "local") return {};
-  std::string found = "resources.gpus lists " + std::to_string(r.gpus ? r.gpus->size() : 0);
-  if (r.gpus) {
-    out.gpus = *r.gpus;
-  } else {
-    std::string why;
-    out.gpus = launch::detect_gpus(std::chrono::seconds(10), &why);
-    found = "resources.gpus: auto found " + (out.gpus.empty() ? "none (" + why + ")"
-                                                               : std::to_string(out.gpus.size()) + " GPU(s): " +
-                                                                     format_device_list(out.gpus));
-    log(found);
-  }
-  const int64_t per_group = r.gpus_per_rank * r.ranks_data * r.ranks_model;
-  launch::DeviceAllocator devices(out.gpus, r.trials_per_gpu, per_group);
-  if (!devices.satisfiable().ok()) {
-    return err(Errc::kConfig, "resources.gpus_per_rank: " + std::to_string(r.gpus_per_rank) + " GPU(s) per rank x " +
-                                  std::to_string(r.ranks_data * r.ranks_model) + " rank(s) = " + std::to_string(per_group) +
-                                  " GPUs per group, more than this node has (" + found + ")");
-  }
-  // How many groups hold their GPUs at once: the others wait until one of them ends.
-  int64_t at_once = 0;
-  while (at_once < r.groups && devices.acquire(at_once)) ++at_once;
-  if (at_once < r.groups) {
-    log("resources.groups: " + std::to_string(r.groups) + " groups, of which " + std::to_string(at_once) +
-        " hold GPUs at once (" + std::to_string(out.gpus.size()) + " GPUs x trials_per_gpu " +
-        std::to_string(r.trials_per_gpu) + ", " + std::to_string(per_group) + " per group); the others wait for one to end");
-  }
-  return {};
-}
-
-}  // namespace
-
-Result<CampaignOutcome> run_master(const MasterOptions& options) {
-  const bool resuming = !options.config.has_value();
-  std::string db_path = options.db_path;
-  if (db_path.empty() && options.config) db_path = options.config->storage;
-
-  if (resuming && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
-  // A key directory others can read is refused before the store is opened, so nothing is recorded.
-  const std::string key_dir = protocol::key_dir_for(db_path);
-  HPCTUNE_TRY(protocol::check_key_dir(key_dir));
-  // A new campaign that needs CURVE checks libzmq first too (a resumed one once its config is read).
-  if (!resuming && transport_uses_curve(options.config->resources.security,
-                                        options.bind.value_or(options.config->resources.bind))) {
-    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
-  }
-  // Backend slurm outside an allocation: said before anything is created (a resume, whose config
-  // is in the store, checks once it has read it).
-  if (!resuming && options.config->resources.backend == "slurm") {
-    if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
-  }
-  // A new campaign checks its warm-start store before creating anything; a resumed one once its
-  // config has been read back (prepare_campaign).
-  std::optional<WarmStart> warm;
-  if (!resuming && !options.config->warm_start.empty()) {
-    HPCTUNE_ASSIGN(warm, load_warm_start(options.config->warm_start, options.config->space,
-                                         options.config->objectives, db_path));
-  }
-  // A new campaign creates its files with the modes of its storage_access; a resumed one's
-  // database exists (its directories are created below, once its config has been read back).
-  store::OpenOptions open_options;
-  open_options.master_lock = true;
-  if (!resuming) {
-    HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(options.config->storage_access));
-    open_options.file_mode = modes.file;
-  }
-  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path, open_options));
-  const WallClock wall = WallClock::real();
-  HPCTUNE_ASSIGN(PreparedCampaign campaign, prepare_campaign(options, *db, db_path, wall.unix_s));
-  if (!resuming) campaign.warm = std::move(warm);
-  const config::CampaignConfig& cfg = campaign.cfg;
-
-  if (resuming && cfg.resources.backend == "slurm") {
-    if (auto job = launch::slurm_allocation({}); !job.ok()) return std::move(job).error();
-  }
-
-  // Backend slurm: the compute nodes must reach the master, so the default private socket
-  // becomes the batch host's own (slurm_default_bind); a port chosen at bind time either way.
-  std::string bind = options.bind.value_or(cfg.resources.bind);
-  // (tcp://127.0.0.1:* was the default before issue 21: a campaign recorded with it resumes the same.)
-  if (!options.bind && cfg.resources.backend == "slurm" &&
-      (bind == config::Resources{}.bind || bind == "tcp://127.0.0.1:*")) {
-    bind = launch::slurm_default_bind();
-  }
-  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
-  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
-  HPCTUNE_ASSIGN(const std::string secret, protocol::random_hex(16));
-  // resources.security: CURVE with the campaign's keys (created on the first run, reused on resume)
-  // everywhere but the private ipc socket (the default, which only this user can reach), unless
-  // the config says none: then ZeroMQ PLAIN with the campaign secret, so that a connection without
-  // it never becomes a peer (common/endpoint.h, protocol/transport.h).
-  protocol::TransportOptions transport = options.transport;
-  std::map<std::string, std::string> worker_env;
-  if (transport_uses_curve(cfg.resources.security, bind)) {
-    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
-    HPCTUNE_ASSIGN(protocol::CampaignKeys keys, protocol::load_or_create_keys(key_dir));
-    protocol::use_curve_server(transport, keys);
-    worker_env = protocol::worker_key_environment(keys);
-    if (options.log) options.log("transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
-  } else if (!private_ipc_endpoint(bind)) {
-    transport.security = protocol::TransportOptions::Security::kPlain;
-    transport.plain_secret = secret;
-    worker_env[protocol::kPlainAuthEnv] = "1";
-    if (options.warn) options.warn(network_bind_warning(bind));
-  }
-  // One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
-  // backend, each group's log): past the soft limit of open files (often 1024) new connections
-  // would be refused. Raised to the hard limit; below what the groups need, said once.
-  const int64_t open_files = raise_open_files_limit();
-  if (const int64_t wanted = 2 * cfg.resources.groups + 64; open_files >= 0 && open_files < wanted) {
-    log_line(options, "warning: the limit of open files is " + std::to_string(open_files) + ", below the " +
-                          std::to_string(wanted) + " that " + std::to_string(cfg.resources.groups) +
-                          " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
-  }
-  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport));
-
-  // The trial directory holds the groups' logs, the trials' parameters, checkpoints and output:
-  // with storage_access owner (the default) it is 0700, so nothing below it is reachable by other
-  // users whatever modes the trainers give their files.
-  const std::string run_dir = db_path + ".trials";
-  HPCTUNE_ASSIGN(store::AccessModes modes, store::access_modes(cfg.storage_access));
-  HPCTUNE_TRY(make_dir(run_dir, modes.dir));
-  HPCTUNE_TRY(make_dir(run_dir + "/logs", modes.dir));
-  campaign.run_dir = fs::absolute(run_dir).string();
-
-  launch::LocalLauncherOptions lopt;
-  lopt.program = options.worker_program;
-  lopt.master_endpoint = server->endpoint();
-  lopt.log_dir = run_dir + "/logs";
-  lopt.resources.ranks_data = cfg.resources.ranks_data;
-  lopt.resources.ranks_model = cfg.resources.ranks_model;
-  lopt.resources.threads = cfg.resources.threads;
-  lopt.resources.trainer_starts_ranks = config::trainer_starts_ranks(cfg.trainer.value("kind", std::string()));
-  // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
-  lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
-  // The workers' CURVE keys: in the environment of every group (never on a command line).
-  for (auto& [name, value] : worker_env) lopt.environment[name] = std::move(value);
-  HPCTUNE_TRY(place_gpus(cfg.resources, lopt.resources, [&](const std::string& line) { log_line(options, line); }));
-  const config::SlurmOptions& so = cfg.resources.slurm;
-  lopt.slurm.ranks_per_node = so.ranks_per_node;
-  lopt.slurm.launch = so.launch;
-  lopt.slurm.mpi = so.mpi;
-  lopt.slurm.gres = so.gres;
-  lopt.slurm.gpus_per_task = so.gpus_per_task;
-  lopt.slurm.gpus_per_rank = so.gpus_per_rank;
-  lopt.slurm.cpus_per_task = so.cpus_per_task;
-  lopt.slurm.setup = so.setup;
-  HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
-
-  MasterParts parts;
-  parts.transport = server.get();
-  parts.store = db.get();
-  parts.launcher = launcher.get();
-  parts.wall = wall;
-  parts.log_dir = lopt.log_dir;
-  parts.log = options.log;
-  parts.failpoint = options.failpoint;
-  parts.failpoint_hit = options.failpoint_hit;
-  parts.make_stage = options.make_stage;
-  parts.master_incarnation = make_incarnation();
-  parts.secret = secret;
-
-  // What the loop below needs of the config: `campaign` (and `cfg` with it) moves into the master.
-  const bool slurm_backend = cfg.resources.backend == "slurm";
-  const config::SlurmOptions slurm = cfg.resources.slurm;
-  Master master(std::move(campaign), std::move(parts));
-  const auto start = Clock::now();
-  HPCTUNE_TRY(master.start(start));
-  auto last_progress = Clock::time_point{};
-  bool preempted = false;
-  // Backend slurm: the allocation's time limit, as SLURM says now (asked again every minute: a
-  // limit may be changed). The master stops as on SIGUSR1 resources.slurm.signal_before ahead of
-  // it, in case the warning signal never comes (`hpctune run` inside salloc, a script without
-  // --signal).
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const bool watch_time = slurm_backend && job && *job;
-  std::optional<Clock::time_point> stop_by;
-  auto next_time_check = Clock::now();
-  // Connections the transport refused at the handshake: one line per 10 s at most, with the count.
-  int64_t refused_logged = 0;
-  auto next_refused_line = Clock::now();
-  while (true) {
-    if (Clock::now() >= next_refused_line) {
-      next_refused_line = Clock::now() + std::chrono::seconds(10);
-      if (const int64_t refused = server->refused_connections(); refused > refused_logged) {
-        log_line(options, "refused " + std::to_string(refused - refused_logged) +
-                              " connection(s) that did not authenticate (" + std::to_string(refused) + " so far)");
-        refused_logged = refused;
-      }
-    }
-    if (watch_time && Clock::now() >= next_time_check) {
-      next_time_check = Clock::now() + std::chrono::seconds(60);
-      if (auto left = launch::slurm_time_left(job)) {
-        stop_by = Clock::now() + std::chrono::milliseconds(
-                                     static_cast<int64_t>((*left - slurm.signal_before_s) * 1000));
-      }
-    }
-    const bool out_of_time = stop_by && Clock::now() >= *stop_by;
-    if (((options.preempt && options.preempt->load() > 0) || out_of_time) && !master.interrupted()) {
-      preempted = true;
-      if (options.log) {
-        options.log(out_of_time ? "the allocation's time limit is less than resources.slurm.signal_before away"
-                                : "SIGUSR1: the allocation ends soon (pre-emption or its time limit)");
-      }
-      HPCTUNE_TRY(master.interrupt(Clock::now()));
-    }
-    if (options.interrupt && options.interrupt->load() > 0 && !master.interrupted()) {
-      HPCTUNE_TRY(master.interrupt(Clock::now()));
-    }
-    if (master.scheduler().finished()) break;
-    HPCTUNE_TRY(in_context(master.wait(master.poll_interval()), "while waiting for workers"));
-    const auto now = Clock::now();
-    HPCTUNE_ASSIGN(bool finished, master.step(now));
-    if (options.progress && now - last_progress >= std::chrono::milliseconds(100)) {
-      last_progress = now;
-      options.progress(master.progress(), std::chrono::duration<double>(now - start).count());
-    }
-    if (finished) break;
-  }
-  HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
-  if (options.progress) options.progress(out.progress, out.elapsed_s);
-  out.preempted = preempted && out.interrupted;
-  if (out.preempted && slurm.requeue) {
-    if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) out.requeue_job = job;
-  }
   return out;
 }
 

@@ -7,11 +7,13 @@
 //   and never reads the real clock: a test drives it on a manual clock with the in-process
 //   transport and a fake launcher (tests/test_scheduler.cpp).
 //
-//   run_master(), what `hpctune run` and `resume` call, is the thin driver: it opens the store
-//   (lock, campaign row: prepare_campaign), binds the ZeroMQ transport (with CURVE and the
-//   campaign's keys per resources.security), builds the launcher of
-//   resources.backend, and loops { wait for a frame up to the poll interval, step(wall clock now),
-//   Ctrl-C, progress } until the campaign is finished.
+//   run_master() (scheduler/run_master.cpp), what `hpctune run` and `resume` call, is the thin
+//   driver on the real clock: the campaign's preparation (scheduler/campaign_preparation.h, the
+//   simulator's too: store, lock, preflight, warm start, campaign row), the ZeroMQ transport (with
+//   CURVE and the campaign's keys per resources.security), the launcher of resources.backend
+//   (scheduler/launcher_options.h), and the loop { wait for a frame up to the poll interval,
+//   step(wall clock now), Ctrl-C, the allocation's end as the launcher tells it, progress } until
+//   the campaign is finished.
 //
 // Store writes are batched: one transaction per loop turn (all frames that are waiting, up to a
 // bound), so SQLite commits at most a few hundred times a second whatever the trial rate.
@@ -33,6 +35,7 @@
 #include "config/config.h"
 #include "launch/launcher.h"
 #include "protocol/transport.h"
+#include "scheduler/campaign_preparation.h"
 #include "scheduler/clock.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/stages.h"
@@ -93,22 +96,6 @@ struct CampaignOutcome {
 };
 
 Result<CampaignOutcome> run_master(const MasterOptions& options);
-
-// A campaign resolved against its store, ready for a Master: the effective config (a resumed one
-// read back from the store, with its seed, groups and budget), its id, and whether it resumes.
-struct PreparedCampaign {
-  config::CampaignConfig cfg;
-  int64_t campaign_id = 0;
-  bool resuming = false;
-  std::optional<WarmStart> warm;
-  std::string db_path;
-  std::string run_dir;  // "<db>.trials"; "" = trials keep no files (tests)
-};
-
-// Checks `options` against the store (a new campaign in an empty store, a resume of an unfinished
-// one or with a larger --max-trials) and records the campaign's (re)start at `t` (unix seconds).
-Result<PreparedCampaign> prepare_campaign(const MasterOptions& options, store::Store& db, const std::string& db_path,
-                                          double t);
 
 // The parts a Master works with, owned by the caller.
 struct MasterParts {
@@ -212,10 +199,6 @@ class Master {
   struct FailPointState;
   std::unique_ptr<FailPointState> failpoint_;
 };
-
-// The store's row for a new campaign of this config, running from `created_at` (seconds since the
-// epoch): the config's text and its normalized JSON with the effective seed and group count.
-store::CampaignRow campaign_row(const config::CampaignConfig& cfg, double created_at);
 
 // The scheduler's options for the search stage `stage_id` of campaign `campaign_id`, from its
 // config: seed, objectives, budgets, trainer and heartbeats. What is not in the config

@@ -204,13 +204,12 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
     return err(Errc::kInvalidArgument, "simulate: startup_seconds must be >= 0 and message_seconds > 0");
   }
   const auto real_start = std::chrono::steady_clock::now();
-  std::string db_path = options.master.db_path;
-  if (db_path.empty()) return err(Errc::kUsage, "simulate: a database path is required");
-  store::OpenOptions open_options;
-  open_options.master_lock = true;
-  HPCTUNE_ASSIGN(std::unique_ptr<store::Store> db, store::Store::open(db_path, open_options));
+  if (options.master.db_path.empty()) return err(Errc::kUsage, "simulate: a database path is required");
   const WallClock wall{Clock::time_point{} + std::chrono::hours(1), unix_now()};
-  HPCTUNE_ASSIGN(PreparedCampaign campaign, prepare_campaign(options.master, *db, db_path, wall.unix_s));
+  // The same preparation as `run` (campaign_preparation.h), with no transport or backend to check.
+  HPCTUNE_ASSIGN(CampaignInStore prepared, prepare_campaign(options.master, wall.unix_s, nullptr));
+  std::unique_ptr<store::Store> db = std::move(prepared.store);
+  PreparedCampaign campaign = std::move(prepared.campaign);
   if (campaign.resuming) return err(Errc::kUsage, "simulate: resuming a simulated campaign is not supported yet");
   campaign.run_dir.clear();  // simulated trials keep no files
   const int64_t cid = campaign.campaign_id;

@@ -816,7 +816,7 @@ struct ManualMaster {
     server = hub.server();
     scheduler::MasterOptions options;
     options.config = manual_config(trials, groups);
-    auto prepared = scheduler::prepare_campaign(options, *db, ":memory:", wall.unix_s);
+    auto prepared = scheduler::prepare_campaign_in(options, *db, ":memory:", wall.unix_s);
     REQUIRE(prepared.ok());
     campaign_id = prepared->campaign_id;
     scheduler::MasterParts parts;
@@ -1222,7 +1222,7 @@ TEST_CASE("an algorithm that fails: logged, recorded as an event, the campaign f
   scheduler::MasterOptions options;
   options.config = cfg;
   const scheduler::WallClock wall{Clock::time_point{} + std::chrono::hours(1), 2'000'000.0};
-  auto prepared = scheduler::prepare_campaign(options, *db, ":memory:", wall.unix_s);
+  auto prepared = scheduler::prepare_campaign_in(options, *db, ":memory:", wall.unix_s);
   REQUIRE(prepared.ok());
   const int64_t campaign_id = prepared->campaign_id;
   FakeLauncher launcher;

@@ -1,0 +1,74 @@
+#include "scheduler/launcher_options.h"
+
+#include "common/device_list.h"
+#include "config/trainer_kinds.h"
+#include "launch/device_allocator.h"
+
+namespace hpctune::scheduler {
+namespace {
+
+// resources.gpus_per_rank, gpus, trials_per_gpu into the launcher's options.
+Status place_gpus(const config::Resources& r, launch::GroupResources& out,
+                  const std::function<void(const std::string&)>& log) {
+  out.gpus_per_rank = r.gpus_per_rank;
+  out.trials_per_gpu = r.trials_per_gpu;
+  if (r.gpus_per_rank == 0 || r.backend != "local") return {};
+  std::string found = "resources.gpus lists " + std::to_string(r.gpus ? r.gpus->size() : 0);
+  if (r.gpus) {
+    out.gpus = *r.gpus;
+  } else {
+    std::string why;
+    out.gpus = launch::detect_gpus(std::chrono::seconds(10), &why);
+    found = "resources.gpus: auto found " + (out.gpus.empty() ? "none (" + why + ")"
+                                                               : std::to_string(out.gpus.size()) + " GPU(s): " +
+                                                                     format_device_list(out.gpus));
+    log(found);
+  }
+  const int64_t per_group = r.gpus_per_rank * r.ranks_data * r.ranks_model;
+  launch::DeviceAllocator devices(out.gpus, r.trials_per_gpu, per_group);
+  if (!devices.satisfiable().ok()) {
+    return err(Errc::kConfig, "resources.gpus_per_rank: " + std::to_string(r.gpus_per_rank) + " GPU(s) per rank x " +
+                                  std::to_string(r.ranks_data * r.ranks_model) + " rank(s) = " + std::to_string(per_group) +
+                                  " GPUs per group, more than this node has (" + found + ")");
+  }
+  // How many groups hold their GPUs at once: the others wait until one of them ends.
+  int64_t at_once = 0;
+  while (at_once < r.groups && devices.acquire(at_once)) ++at_once;
+  if (at_once < r.groups) {
+    log("resources.groups: " + std::to_string(r.groups) + " groups, of which " + std::to_string(at_once) +
+        " hold GPUs at once (" + std::to_string(out.gpus.size()) + " GPUs x trials_per_gpu " +
+        std::to_string(r.trials_per_gpu) + ", " + std::to_string(per_group) + " per group); the others wait for one to end");
+  }
+  return {};
+}
+
+launch::SlurmStepOptions slurm_step_options(const config::SlurmOptions& so) {
+  launch::SlurmStepOptions out;
+  out.ranks_per_node = so.ranks_per_node;
+  out.launch = so.launch;
+  out.mpi = so.mpi;
+  out.gres = so.gres;
+  out.gpus_per_task = so.gpus_per_task;
+  out.gpus_per_rank = so.gpus_per_rank;
+  out.cpus_per_task = so.cpus_per_task;
+  out.setup = so.setup;
+  out.signal_before_s = so.signal_before_s;
+  out.requeue = so.requeue;
+  return out;
+}
+
+}  // namespace
+
+Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConfig& cfg,
+                                                      const std::function<void(const std::string&)>& log) {
+  launch::LocalLauncherOptions lopt;
+  lopt.resources.ranks_data = cfg.resources.ranks_data;
+  lopt.resources.ranks_model = cfg.resources.ranks_model;
+  lopt.resources.threads = cfg.resources.threads;
+  lopt.resources.trainer_starts_ranks = config::trainer_starts_ranks(cfg.trainer.value("kind", std::string()));
+  HPCTUNE_TRY(place_gpus(cfg.resources, lopt.resources, log));
+  lopt.slurm = slurm_step_options(cfg.resources.slurm);
+  return lopt;
+}
+
+}  // namespace hpctune::scheduler

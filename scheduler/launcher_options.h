@@ -1,0 +1,23 @@
+// The launcher's options from a campaign's config: launch/ may not read config/ (tools/layers.txt),
+// so resources.* is turned into launch::LocalLauncherOptions here, for every backend at once (the
+// group's ranks, threads and GPUs; backend slurm's step options, its time-limit margin and
+// requeue). What only the driver knows (the program, the master's endpoint, the log directory, the
+// workers' environment) it adds itself (run_master).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/result.h"
+#include "config/config.h"
+#include "launch/launcher.h"
+
+namespace hpctune::scheduler {
+
+// resources.gpus: auto is resolved here (nvidia-smi, with a deadline) for the local backend, which
+// assigns the devices itself, and said through `log`. A group that could never get its GPUs is a
+// kConfig error now, before any group waits for them.
+Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConfig& cfg,
+                                                      const std::function<void(const std::string&)>& log);
+
+}  // namespace hpctune::scheduler

@@ -1,0 +1,184 @@
+// run_master (scheduler/master.h): the driver of `hpctune run` and `resume`, the Master on the real
+// clock, the ZeroMQ transport and the launcher of resources.backend. The campaign's preparation is
+// the simulator's too (scheduler/campaign_preparation.h); what a backend adds (an allocation, its
+// time limit, a requeue) the launcher says (launch/launcher.h).
+#include <filesystem>
+#include <map>
+
+#include "common/clock.h"
+#include "common/endpoint.h"
+#include "common/limits.h"
+#include "protocol/curve_keys.h"
+#include "protocol/transport.h"
+#include "scheduler/launcher_options.h"
+#include "scheduler/master.h"
+
+namespace hpctune::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+
+void log_line(const MasterOptions& options, const std::string& line) {
+  if (options.log) options.log(line);
+}
+
+Status in_context(Status s, const std::string& line) {
+  if (s.ok()) return s;
+  return std::move(s).error().with_context(line);
+}
+
+// The real transport's and the backend's checks, before the campaign records anything: CURVE
+// where the address needs it, an allocation for a backend that runs in one.
+Status preflight(const MasterOptions& options, const config::CampaignConfig& cfg) {
+  if (transport_uses_curve(cfg.resources.security, options.bind.value_or(cfg.resources.bind))) {
+    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
+  }
+  return launch::check_backend(cfg.resources.backend);
+}
+
+// --bind, else resources.bind; the default private socket becomes the backend's (slurm: the batch
+// host's own address, which the compute nodes reach). A port is chosen at bind time either way.
+std::string master_bind(const MasterOptions& options, const config::Resources& r) {
+  std::string bind = options.bind.value_or(r.bind);
+  // (tcp://127.0.0.1:* was the default before issue 21: a campaign recorded with it resumes the same.)
+  if (!options.bind && (bind == config::Resources{}.bind || bind == "tcp://127.0.0.1:*")) {
+    bind = launch::backend_default_bind(r.backend, bind);
+  }
+  return bind;
+}
+
+// The transport's options and what the workers need to pass it. resources.security: CURVE with the
+// campaign's keys (created on the first run, reused on resume) everywhere but the private ipc
+// socket (the default, which only this user can reach), unless the config says none: then ZeroMQ
+// PLAIN with the campaign secret, so that a connection without it never becomes a peer
+// (common/endpoint.h, protocol/transport.h).
+struct MasterTransport {
+  protocol::TransportOptions options;
+  std::map<std::string, std::string> worker_env;  // every group's environment, never a command line
+};
+
+Result<MasterTransport> master_transport(const MasterOptions& options, const config::Resources& r,
+                                         const std::string& bind, const std::string& key_dir, const std::string& secret) {
+  MasterTransport out;
+  out.options = options.transport;
+  if (transport_uses_curve(r.security, bind)) {
+    HPCTUNE_TRY(in_context(protocol::check_libzmq_for_curve(), "resources.security: the master's transport needs CURVE"));
+    HPCTUNE_ASSIGN(protocol::CampaignKeys keys, protocol::load_or_create_keys(key_dir));
+    protocol::use_curve_server(out.options, keys);
+    out.worker_env = protocol::worker_key_environment(keys);
+    log_line(options, "transport: CURVE encryption, only the campaign's workers admitted (keys in " + key_dir + ")");
+  } else if (!private_ipc_endpoint(bind)) {
+    out.options.security = protocol::TransportOptions::Security::kPlain;
+    out.options.plain_secret = secret;
+    out.worker_env[protocol::kPlainAuthEnv] = "1";
+    if (options.warn) options.warn(network_bind_warning(bind));
+  }
+  return out;
+}
+
+// One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
+// backend, each group's log): past the soft limit of open files (often 1024) new connections
+// would be refused. Raised to the hard limit; below what the groups need, said once.
+void warn_open_files(const MasterOptions& options, int64_t groups) {
+  const int64_t open_files = raise_open_files_limit();
+  if (const int64_t wanted = 2 * groups + 64; open_files >= 0 && open_files < wanted) {
+    log_line(options, "warning: the limit of open files is " + std::to_string(open_files) + ", below the " +
+                          std::to_string(wanted) + " that " + std::to_string(groups) +
+                          " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
+  }
+}
+
+}  // namespace
+
+Result<CampaignOutcome> run_master(const MasterOptions& options) {
+  const std::string db_path = campaign_db_path(options);
+  if (!options.config && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  // A key directory others can read is refused before the store is opened, so nothing is recorded.
+  const std::string key_dir = protocol::key_dir_for(db_path);
+  HPCTUNE_TRY(protocol::check_key_dir(key_dir));
+  const WallClock wall = WallClock::real();
+  HPCTUNE_ASSIGN(CampaignInStore prepared,
+                 prepare_campaign(options, wall.unix_s, [&](const config::CampaignConfig& c) { return preflight(options, c); }));
+  PreparedCampaign& campaign = prepared.campaign;
+  const config::CampaignConfig& cfg = campaign.cfg;
+
+  const std::string bind = master_bind(options, cfg.resources);
+  // The campaign secret: only in this process's memory (a resumed master draws a new one; it
+  // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
+  HPCTUNE_ASSIGN(const std::string secret, protocol::random_hex(16));
+  HPCTUNE_ASSIGN(MasterTransport transport, master_transport(options, cfg.resources, bind, key_dir, secret));
+  warn_open_files(options, cfg.resources.groups);
+  HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport.options));
+  HPCTUNE_TRY(make_trial_directories(campaign));
+
+  HPCTUNE_ASSIGN(launch::LocalLauncherOptions lopt,
+                 launcher_options(cfg, [&](const std::string& line) { log_line(options, line); }));
+  lopt.program = options.worker_program;
+  lopt.master_endpoint = server->endpoint();
+  lopt.log_dir = db_path + ".trials/logs";
+  // Names the campaign in `ps` output, so a user (and the orphan tests) can tell whose worker it is.
+  lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
+  // The workers' CURVE keys: in the environment of every group (never on a command line).
+  for (auto& [name, value] : transport.worker_env) lopt.environment[name] = std::move(value);
+  HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
+
+  MasterParts parts;
+  parts.transport = server.get();
+  parts.store = prepared.store.get();
+  parts.launcher = launcher.get();
+  parts.wall = wall;
+  parts.log_dir = lopt.log_dir;
+  parts.log = options.log;
+  parts.failpoint = options.failpoint;
+  parts.failpoint_hit = options.failpoint_hit;
+  parts.make_stage = options.make_stage;
+  parts.master_incarnation = make_incarnation();
+  parts.secret = secret;
+
+  Master master(std::move(campaign), std::move(parts));
+  const auto start = Clock::now();
+  HPCTUNE_TRY(master.start(start));
+  auto last_progress = Clock::time_point{};
+  bool preempted = false;
+  // Connections the transport refused at the handshake: one line per 10 s at most, with the count.
+  int64_t refused_logged = 0;
+  auto next_refused_line = Clock::now();
+  while (true) {
+    if (Clock::now() >= next_refused_line) {
+      next_refused_line = Clock::now() + std::chrono::seconds(10);
+      if (const int64_t refused = server->refused_connections(); refused > refused_logged) {
+        log_line(options, "refused " + std::to_string(refused - refused_logged) +
+                              " connection(s) that did not authenticate (" + std::to_string(refused) + " so far)");
+        refused_logged = refused;
+      }
+    }
+    // The allocation ends soon: SIGUSR1 (SLURM's warning before pre-emption or the time limit),
+    // or the launcher sees its time limit near, in case the signal never comes (`hpctune run`
+    // inside salloc, a script without --signal). As Ctrl-C, and the outcome may name a requeue.
+    const std::string ending = launcher->allocation_ending();
+    if (((options.preempt && options.preempt->load() > 0) || !ending.empty()) && !master.interrupted()) {
+      preempted = true;
+      log_line(options, !ending.empty() ? ending : "SIGUSR1: the allocation ends soon (pre-emption or its time limit)");
+      HPCTUNE_TRY(master.interrupt(Clock::now()));
+    }
+    if (options.interrupt && options.interrupt->load() > 0 && !master.interrupted()) {
+      HPCTUNE_TRY(master.interrupt(Clock::now()));
+    }
+    if (master.scheduler().finished()) break;
+    HPCTUNE_TRY(in_context(master.wait(master.poll_interval()), "while waiting for workers"));
+    const auto now = Clock::now();
+    HPCTUNE_ASSIGN(bool finished, master.step(now));
+    if (options.progress && now - last_progress >= std::chrono::milliseconds(100)) {
+      last_progress = now;
+      options.progress(master.progress(), std::chrono::duration<double>(now - start).count());
+    }
+    if (finished) break;
+  }
+  HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
+  if (options.progress) options.progress(out.progress, out.elapsed_s);
+  out.preempted = preempted && out.interrupted;
+  if (out.preempted) out.requeue_job = launcher->requeue_job();
+  return out;
+}
+
+}  // namespace hpctune::scheduler
