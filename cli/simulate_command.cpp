@@ -146,9 +146,12 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   if (work.ok() && work->has_network) {
     r.global_batch = batch_per_rank > 0 ? static_cast<int64_t>(batch_per_rank) * split.data : work->batch_size;
   }
-  // A population search: its generations are the trials (to the target) over the population.
+  // A population search: its generations are the trials (to the target) over the population (of all islands).
   if (cfg.search_settings.contains("population") && cfg.search_settings["population"].is_number_integer()) {
-    const int64_t pop = std::max<int64_t>(1, cfg.search_settings["population"].get<int64_t>());
+    int64_t pop = std::max<int64_t>(1, cfg.search_settings["population"].get<int64_t>());
+    if (cfg.search_settings.contains("islands") && cfg.search_settings["islands"].is_number_integer()) {
+      pop *= std::max<int64_t>(1, cfg.search_settings["islands"].get<int64_t>());  // a generation of every island
+    }
     const int64_t runs = r.out.runs_to_target.value_or(r.out.finished_trials);
     r.generations = (runs + pop - 1) / pop;
   }
