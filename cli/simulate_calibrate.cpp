@@ -170,21 +170,21 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn) -> Status {
     const auto t0 = std::chrono::steady_clock::now();
     HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn));
-    std::printf("  %-8s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
+    std::printf("  %-10s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
                 static_cast<long long>(d), static_cast<long long>(m), r.epoch_s.size(), num(mean(r.epoch_s)).c_str(),
                 num(r.startup_s).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::fflush(stdout);
     runs.push_back(std::move(r));
     return Status::Ok();
   };
-  HPCTUNE_TRY(run("mlp", 1, 1, false));
-  HPCTUNE_TRY(run("cnn", 1, 1, true));
+  HPCTUNE_TRY(run("dense", 1, 1, false));
+  HPCTUNE_TRY(run("conv", 1, 1, true));
   if (found_mpirun.empty()) {
     std::printf("  mpirun is not on PATH: the 2-rank data- and model-parallel runs are skipped; the network and the\n"
                 "  stage hand-off keep the values of the file written before (or the defaults)\n");
   } else {
-    HPCTUNE_TRY(run("mlp-dp2", 2, 1, false));
-    HPCTUNE_TRY(run("mlp-mp2", 1, 2, false));
+    HPCTUNE_TRY(run("dense-dp2", 2, 1, false));
+    HPCTUNE_TRY(run("dense-mp2", 1, 2, false));
   }
   config::MachineModel m;
   if (auto before = config::load_machine_file(out_path); before.ok()) m = *before;
