@@ -89,12 +89,13 @@ struct SimReport {
   std::optional<int64_t> generations;
 };
 
-// The trial model priced by the cost model: the function trainer's outcomes, each step costing what
-// the trial's work costs on data x model ranks of the machine. `batch_per_rank` > 0 (a plan): the
-// minibatch is that many images per data rank, as Cray keeps it.
-scheduler::TrialModel priced_model(const config::MachineModel& machine, Split split, double batch_per_rank) {
-  return [machine, split, batch_per_rank](const protocol::Assign& a) {
-    scheduler::SimulatedTrial t = function_trial(a);
+// The trial model priced by the cost model: `outcomes`' metrics (the function trainer's), each step
+// costing what the trial's work costs on data x model ranks of the machine. `batch_per_rank` > 0 (a
+// plan): the minibatch is that many images per data rank, as Cray keeps it.
+scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config::MachineModel& machine, Split split,
+                                   double batch_per_rank) {
+  return [outcomes = std::move(outcomes), machine, split, batch_per_rank](const protocol::Assign& a) {
+    scheduler::SimulatedTrial t = outcomes(a);
     if (!t.error.empty()) return t;
     nlohmann::json trainer = a.trainer.is_object() ? a.trainer : nlohmann::json::object();
     for (auto it = a.params.begin(); it != a.params.end(); ++it) trainer[it.key()] = it.value();
@@ -129,7 +130,7 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.master.groups = split.groups;
   o.master.seed = args.seed;
   o.master.make_stage = workflow::make_stage;
-  o.model = priced_model(machine, split, batch_per_rank);
+  o.model = priced_model(function_trial, machine, split, batch_per_rank);
   o.step_seconds = args.step_seconds;
   o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : scheduler::startup_seconds(machine, split.data * split.model);
   o.silence = args.silence;

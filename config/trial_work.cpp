@@ -40,6 +40,10 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
       HPCTUNE_ASSIGN(const int64_t p, r.integer("parameters"));
       w.parameter_bytes = 4.0 * static_cast<double>(p);
     }
+    if (declares(*decls, "batches_per_step")) {
+      HPCTUNE_ASSIGN(const int64_t b, r.integer("batches_per_step"));
+      w.steps_per_report = static_cast<double>(b);
+    }
     if (declares(*decls, "layers")) {
       HPCTUNE_ASSIGN(const nlohmann::json l, r.value("layers"));
       if (l.is_number_integer()) w.layers = std::max<int64_t>(1, l.get<int64_t>());

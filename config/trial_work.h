@@ -3,7 +3,8 @@
 // (trainers/trainer_settings.h), never by the kind's name:
 //   - a kind that declares `seconds_per_step` (the function trainer) costs that many seconds of one
 //     rank per reported step; its optional `parameters` are the bytes its allreduce moves (4 each)
-//     and `layers` the most pipeline stages it splits into;
+//     `layers` the most pipeline stages it splits into and `batches_per_step` the optimizer steps
+//     (allreduces, pipeline flushes) of a report;
 //   - a kind that declares `hidden` (a dense stack) or a list `layers` (conv/maxpool/dense) is a
 //     network on 28 x 28 x 1 images with 10 classes (MNIST, Fashion-MNIST): its training FLOPs per
 //     image (3 x the forward pass's multiply-adds x 2), parameters, layers with weights (+1 for the

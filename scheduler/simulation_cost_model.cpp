@@ -1,5 +1,6 @@
 #include "scheduler/simulation_cost_model.h"
 
+#include <algorithm>
 #include <string>
 
 namespace hpctune::scheduler {
@@ -34,7 +35,8 @@ Result<StepCost> step_cost(const config::MachineModel& machine, const config::Tr
     c.compute_s = work.images_per_step * work.flops_per_image / rate / ranks;
     steps = work.steps_per_report;
   } else {
-    c.compute_s = work.seconds_per_step / ranks;
+    steps = std::max(1.0, work.steps_per_report);
+    c.compute_s = work.seconds_per_step / ranks / steps;  // per optimizer step
   }
   if (model > 1) {
     c.bubble_s = c.compute_s * static_cast<double>(model - 1) / static_cast<double>(micro) +

@@ -6,7 +6,7 @@
 //   compute   images_per_step x flops_per_image / rate / (data x model): the data ranks share the
 //             minibatch, the model ranks the layers (rate: the machine's cnn rate for a network with
 //             convolutions, else its mlp rate). A kind without a network: seconds_per_step / (data
-//             x model) per report.
+//             x model) per report, over its steps_per_report optimizer steps.
 //   bubble    GPipe's idle stages: compute x (model - 1) / micro_batches, so that the bubble is
 //             (model - 1) / (micro_batches + model - 1) of compute + bubble; plus a stage hand-off
 //             of each micro-batch to the next stage, (micro_batches + model - 1) x stage_handoff_s

@@ -114,6 +114,15 @@ TEST_CASE("cost model: start-up per launch, a checkpoint per report, a seconds-p
   REQUIRE(fs.ok());
   CHECK(fs->compute_s == doctest::Approx(7.5));
   CHECK(fs->allreduce_s == doctest::Approx(2 * 7.0 / 8 * 4e7 / 1e9 + 14 * 1e-5));
+  f.steps_per_report = 10;  // batches_per_step: 10 allreduces and pipeline flushes a report, the same compute
+  auto f10 = step_cost(m, f, 8, 1);
+  REQUIRE(f10.ok());
+  CHECK(f10->compute_s == doctest::Approx(7.5));
+  CHECK(f10->allreduce_s == doctest::Approx(10 * (2 * 7.0 / 8 * 4e7 / 1e9 + 14 * 1e-5)));
+  auto f10mp = step_cost(m, f, 1, 4);
+  REQUIRE(f10mp.ok());
+  CHECK(f10mp->compute_s == doctest::Approx(15));
+  CHECK(f10mp->bubble_s == doctest::Approx(15 * 3.0 / 8 + 10 * 11 * 1e-3));  // 8 micro-batches (2 x 4 stages)
 }
 
 TEST_CASE("trial work: the default mlp and cnn from their declared settings, the function trainer's own numbers") {
@@ -137,12 +146,13 @@ TEST_CASE("trial work: the default mlp and cnn from their declared settings, the
   CHECK(cnn->flops_per_image == doctest::Approx(6.0 * 13883904));  // cray-xc30.yaml's comments
   CHECK(cnn->parameter_bytes == doctest::Approx(4.0 * 3274634));
   CHECK(cnn->layers == 4);
-  auto fn = config::trial_work({{"kind", "function"}, {"seconds_per_step", 30}, {"parameters", 1000}, {"layers", 6}, {"x1", 0.5}});
+  auto fn = config::trial_work({{"kind", "function"}, {"seconds_per_step", 30}, {"parameters", 1000}, {"layers", 6}, {"batches_per_step", 20}, {"x1", 0.5}});
   REQUIRE(fn.ok());
   CHECK(!fn->has_network);
   CHECK(fn->seconds_per_step == 30);
   CHECK(fn->parameter_bytes == 4000);
   CHECK(fn->layers == 6);
+  CHECK(fn->steps_per_report == 20);
   CHECK(!config::trial_work({{"kind", "nonesuch"}}).ok());
   CHECK(!config::trial_work({{"kind", "mlp"}, {"batch_size", -3}}).ok());
 }

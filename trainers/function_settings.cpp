@@ -30,6 +30,9 @@ const std::vector<SettingDecl>& function_setting_specs() {
       {.key = "layers", .type = T::kInt, .default_value = 1, .min = 1, .max = 1000,
        .help = "Layers of the network it imitates: the most model-parallel stages hpctune simulate splits it into "
                "(the trainer ignores it).", .aliases = {"num_layers", "depth"}},
+      {.key = "batches_per_step", .type = T::kInt, .default_value = 1, .min = 1, .max = 1e9,
+       .help = "Optimizer steps (minibatches) in one report of the network it imitates: hpctune simulate's cost "
+               "model allreduces and pipelines each (the trainer ignores it).", .aliases = {"minibatches_per_step"}},
   };
   return specs;
 }
