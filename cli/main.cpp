@@ -292,6 +292,8 @@ int main(int argc, char** argv) {
       ->type_name("VALUE");
   sim_cmd->add_option("--baseline", sim.baseline, "A config whose simulated time to target the speed-up is over")->check(CLI::ExistingFile);
   sim_cmd->add_flag("--plan", sim.plan, "Rank the splits of --nodes into groups x data x model by predicted time");
+  sim_cmd->add_flag("--count-decision-time", sim.count_decision_time,
+                    "Add the master's measured decision time (its step() calls) to the simulated clock, as Syne Tune does");
   sim_cmd->add_flag("--calibrate", sim.calibrate, "Fit the machine file from small real campaigns on this machine");
   sim_cmd->add_option("--machine-out", sim.machine_out, "Where --calibrate writes (default configs/machines/this-machine.yaml)");
   sim_cmd->add_option("--silence", sim_silence, "Test only: GROUP@SECONDS, the group goes silent then")->group("");

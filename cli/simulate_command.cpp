@@ -135,6 +135,7 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : scheduler::startup_seconds(machine, split.data * split.model);
   o.silence = args.silence;
   o.ranks_per_group = split.data * split.model;
+  o.count_decision_time = args.count_decision_time;
   if (args.target) {
     const search::Objective& obj = cfg.objectives.at(0);
     o.target = scheduler::SimulationTarget{obj.metric, *args.target, obj.maximize};

@@ -24,6 +24,7 @@ struct SimulateArgs {
   std::optional<double> target;   // on the config's (first) objective, in its mode
   std::string baseline;           // a config whose time to target is the speed-up's denominator
   bool plan = false;              // rank the splits of --nodes into groups x data x model
+  bool count_decision_time = false;  // the master's measured step() time moves the simulated clock (Syne Tune)
   bool calibrate = false;         // fit this machine's file from small real campaigns
   std::string machine_out;        // --calibrate's output; "" = configs/machines/this-machine.yaml
   std::vector<std::pair<int64_t, double>> silence;  // test only: group G goes silent at simulated second S

@@ -134,6 +134,14 @@ TEST_CASE("simulate --format json: the contract's fields, consistent; the speed-
   CHECK(j["cost"]["decision_s"].get<double>() > 0);
   REQUIRE(j["speedup"].is_number());
   CHECK(j["speedup"].get<double>() > 1);  // 8 nodes against the baseline's 1
+  // The master's decision time, measured, moves the clock only with --count-decision-time.
+  const auto counted = run_json({"simulate", cfg, "--nodes", "8", "--machine", m, "--target", "5", "--count-decision-time", "--format",
+                                 "json", "--db", dir.file("counted.db")},
+                                dir.file("counted.log"));
+  CHECK(counted["trials"]["done"] == j["trials"]["done"]);
+  CHECK(counted["simulated_seconds"].get<double>() > j["simulated_seconds"].get<double>());
+  CHECK(counted["simulated_seconds"].get<double>() <=
+        j["simulated_seconds"].get<double>() + counted["cost"]["decision_s"].get<double>() + 1);
   // --target on a minimised objective: a target nothing reaches gives nulls, not a number.
   const auto none = run_json({"simulate", cfg, "--nodes", "8", "--machine", m, "--target", "-100", "--format", "json", "--db",
                               dir.file("none.db")},
