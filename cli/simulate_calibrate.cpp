@@ -5,7 +5,8 @@
 // cnn on 1 rank. From their stores: each epoch's epoch_seconds and the time from the campaign's
 // start to the first epoch's start (start-up). Then, with the cost model's own formulas
 // (scheduler/simulation_cost_model.h):
-//   mlp_gflops, cnn_gflops  least squares of epoch seconds = FLOPs of the epoch / rate (1 rank)
+//   mlp_gflops, image_overhead_us  least squares of epoch seconds = images x overhead + FLOPs / rate
+//                           over two dense widths (1 rank); cnn_gflops from the conv run, that overhead kept
 //   intra bandwidth         what the 2-rank DP epochs leave after half the compute, per allreduce,
 //                           = 2 (p-1)/p x bytes / bandwidth + 2 (p-1) x latency (latency fixed at
 //                           kAssumedLatencyUs: one gradient size cannot separate the two)
@@ -45,7 +46,7 @@ struct Measured {
   config::TrialWork work;
 };
 
-std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn) {
+std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width) {
   std::string t = "name: calibrate-" + tag + "\nseed: 7\nobjective: {metric: val_accuracy, mode: max}\n"
                   "search: {algorithm: random, max_trials: 1}\nspace:\n  lr: {type: float, low: 0.05, high: 0.1}\n"
                   "trainer:\n";
@@ -53,7 +54,7 @@ std::string calib_config(const std::string& tag, int64_t data, int64_t model, bo
     t += "  kind: cnn\n  layers: [{kind: conv, filters: 8, kernel: 3}, {kind: maxpool, size: 2}, {kind: dense, units: 32}]\n"
          "  epochs: 3\n  max_train_samples: 3000\n";
   } else {
-    t += "  kind: mlp\n  hidden: 256\n  layers: 2\n  epochs: 4\n  max_train_samples: 12000\n";
+    t += "  kind: mlp\n  hidden: " + std::to_string(width) + "\n  layers: 2\n  epochs: 4\n  max_train_samples: 12000\n";
   }
   t += "  batch_size: 64\n  max_test_samples: 200\n  checkpoint: false\n"
        "resources:\n  groups: 1\n  ranks: {data: " + std::to_string(data) + ", model: " + std::to_string(model) +
@@ -75,10 +76,10 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("hpctune");
 }
 
-Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn) {
+Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width) {
   Measured m{tag, data, model, cnn, {}, 0, {}};
   const std::string cfg = dir + "/" + tag + ".yaml", db = dir + "/" + tag + ".db", log = dir + "/" + tag + ".log";
-  const std::string text = calib_config(tag, data, model, cnn);
+  const std::string text = calib_config(tag, data, model, cnn, width);
   HPCTUNE_TRY(write_file(cfg, text));
   launch::SpawnOptions o;
   o.argv = {self_exe(), "run", cfg, "--db", db};
@@ -167,9 +168,9 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   std::printf("calibrating on this machine (temporary campaigns in %s)\n", dir.c_str());
   std::fflush(stdout);
   std::vector<Measured> runs;
-  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn) -> Status {
+  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256) -> Status {
     const auto t0 = std::chrono::steady_clock::now();
-    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn));
+    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width));
     std::printf("  %-10s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
                 static_cast<long long>(d), static_cast<long long>(m), r.epoch_s.size(), num(mean(r.epoch_s)).c_str(),
                 num(r.startup_s).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -179,6 +180,7 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   };
   HPCTUNE_TRY(run("dense", 1, 1, false));
   HPCTUNE_TRY(run("conv", 1, 1, true));
+  HPCTUNE_TRY(run("dense-64", 1, 1, false, 64));
   if (found_mpirun.empty()) {
     std::printf("  mpirun is not on PATH: the 2-rank data- and model-parallel runs are skipped; the network and the\n"
                 "  stage hand-off keep the values of the file written before (or the defaults)\n");
@@ -194,27 +196,59 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   std::string notes = "Fitted by `hpctune simulate --calibrate` on this machine (" + std::to_string(m.ranks_per_node) +
                       " cores), from one-trial `hpctune run`s of Fashion-MNIST:\n";
   std::printf("fitted (residual: measured - model, per epoch or launch):\n");
-  // Compute rates: epoch seconds = FLOPs / rate, least squares through the origin (slope 1/rate).
-  auto fit_rate = [&](const Measured& r, double* rate, const char* key) {
-    const double flops = r.work.flops_per_image * r.work.images_per_step * r.work.steps_per_report;
-    double sxy = 0, sxx = 0;
-    for (double t : r.epoch_s) {
-      sxy += flops * t;
-      sxx += flops * flops;
-    }
-    *rate = sxy > 0 ? sxx / sxy : *rate;
-    std::string res;
-    for (double t : r.epoch_s) res += (res.empty() ? "" : ", ") + num(t - flops / *rate, 3);
-    std::printf("  compute.%-24s %10s GFLOP/s   residuals %s s\n", key, num(*rate / 1e9).c_str(), res.c_str());
-    notes += "  compute." + std::string(key) + " = " + num(*rate / 1e9) + ": " + r.tag + " on 1 rank, " +
-             num(flops / 1e9) + " GFLOP an epoch in " + num(mean(r.epoch_s)) + " s (least squares over " +
-             std::to_string(r.epoch_s.size()) + " epochs; residuals " + res + " s)\n";
+  // Compute: epoch seconds = images x image_overhead + FLOPs / rate. The two dense widths (1 rank)
+  // fit both by least squares; the conv run then fits its rate with that overhead.
+  auto epoch_work = [](const Measured& r, double* images, double* flops) {
+    *images = r.work.images_per_step * r.work.steps_per_report;
+    *flops = r.work.flops_per_image * *images;
   };
-  fit_rate(runs[0], &m.mlp_flops_per_s, "mlp_gflops");
-  fit_rate(runs[1], &m.cnn_flops_per_s, "cnn_gflops");
-  if (runs.size() == 4) {
-    const Measured& dp = runs[2];
-    const double compute = dp.work.flops_per_image * dp.work.images_per_step * dp.work.steps_per_report / m.mlp_flops_per_s / 2;
+  auto residuals = [&](const Measured& r) {
+    double n = 0, f = 0;
+    epoch_work(r, &n, &f);
+    const double rate = r.work.convolutional ? m.cnn_flops_per_s : m.mlp_flops_per_s;
+    std::string res;
+    for (double t : r.epoch_s) res += (res.empty() ? "" : ", ") + num(t - (n * m.image_overhead_s + f / rate), 3);
+    return res;
+  };
+  {
+    double snn = 0, snf = 0, sff = 0, snt = 0, sft = 0;
+    for (const Measured* r : {&runs[0], &runs[2]}) {
+      double n = 0, f = 0;
+      epoch_work(*r, &n, &f);
+      for (double t : r->epoch_s) snn += n * n, snf += n * f, sff += f * f, snt += n * t, sft += f * t;
+    }
+    const double det = snn * sff - snf * snf;
+    double c0 = det > 0 ? (snt * sff - sft * snf) / det : 0;
+    double k = det > 0 ? (snn * sft - snf * snt) / det : 0;
+    if (c0 < 0 || k <= 0) {  // no overhead to see: the rate alone, through the origin
+      c0 = 0;
+      k = sff > 0 ? sft / sff : 0;
+    }
+    if (k > 0) m.mlp_flops_per_s = 1 / k;
+    m.image_overhead_s = c0;
+    const std::string res = residuals(runs[0]) + "; " + residuals(runs[2]);
+    std::printf("  compute.mlp_gflops                %8s GFLOP/s   image_overhead_us %s; residuals %s s\n",
+                num(m.mlp_flops_per_s / 1e9).c_str(), num(c0 * 1e6).c_str(), res.c_str());
+    notes += "  compute.mlp_gflops = " + num(m.mlp_flops_per_s / 1e9) + ", image_overhead_us = " + num(c0 * 1e6) +
+             ": least squares of epoch seconds = images x overhead + FLOPs / rate over the 1-rank dense runs of width 256 (" +
+             num(mean(runs[0].epoch_s)) + " s an epoch) and 64 (" + num(mean(runs[2].epoch_s)) + " s); residuals " + res + " s\n";
+  }
+  {
+    const Measured& r = runs[1];
+    double n = 0, f = 0, sft = 0, sff = 0;
+    epoch_work(r, &n, &f);
+    for (double t : r.epoch_s) sft += f * (t - n * m.image_overhead_s), sff += f * f;
+    if (sft > 0) m.cnn_flops_per_s = sff / sft;
+    const std::string res = residuals(r);
+    std::printf("  compute.cnn_gflops                %8s GFLOP/s   residuals %s s\n", num(m.cnn_flops_per_s / 1e9).c_str(), res.c_str());
+    notes += "  compute.cnn_gflops = " + num(m.cnn_flops_per_s / 1e9) + ": the 1-rank conv run (" + num(mean(r.epoch_s)) +
+             " s an epoch) less the images' overhead; residuals " + res + " s\n";
+  }
+  if (runs.size() == 5) {
+    const Measured& dp = runs[3];
+    double dp_images = 0, dp_flops = 0;
+    epoch_work(dp, &dp_images, &dp_flops);
+    const double compute = (dp_flops / m.mlp_flops_per_s + dp_images * m.image_overhead_s) / 2;
     const double per_allreduce = (mean(dp.epoch_s) - compute) / dp.work.steps_per_report;
     m.intra_latency_s = kAssumedLatencyUs * 1e-6;
     const double transfer = per_allreduce - 2 * m.intra_latency_s;
@@ -229,8 +263,10 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
     notes += "  network.intra_node: 2-rank DP epochs of " + num(mean(dp.epoch_s)) + " s less half the 1-rank compute (" +
              num(compute) + " s) over " + num(dp.work.steps_per_report) + " allreduces of " + num(dp.work.parameter_bytes / 1e6) +
              " MB; latency_us " + num(kAssumedLatencyUs) + " assumed (one gradient size cannot separate it); residuals " + res + " s\n";
-    const Measured& mp = runs[3];
-    const double mp_compute = mp.work.flops_per_image * mp.work.images_per_step * mp.work.steps_per_report / m.mlp_flops_per_s / 2;
+    const Measured& mp = runs[4];
+    double mp_images = 0, mp_flops = 0;
+    epoch_work(mp, &mp_images, &mp_flops);
+    const double mp_compute = (mp_flops / m.mlp_flops_per_s + mp_images * m.image_overhead_s) / 2;
     const double micro = static_cast<double>(mp.work.micro_batches > 0 ? mp.work.micro_batches : 4);
     const double left = mean(mp.epoch_s) - mp_compute * (1 + 1 / micro);
     m.stage_handoff_s = std::max(0.0, left / (mp.work.steps_per_report * (micro + 1)));

@@ -34,6 +34,7 @@ const std::vector<MachineKey>& machine_keys() {
       {"ranks_per_node", nullptr, &MachineModel::ranks_per_node, 1, 1, 4096, true, "ranks"},
       {"compute.mlp_gflops", &MachineModel::mlp_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
       {"compute.cnn_gflops", &MachineModel::cnn_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
+      {"compute.image_overhead_us", &MachineModel::image_overhead_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
       {"network.intra_node.bandwidth_gb_s", &MachineModel::intra_bandwidth_bytes_per_s, nullptr, 1e9, 0, 1e6, false, "GB/s"},
       {"network.intra_node.latency_us", &MachineModel::intra_latency_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
       {"network.inter_node.bandwidth_gb_s", &MachineModel::inter_bandwidth_bytes_per_s, nullptr, 1e9, 0, 1e6, false, "GB/s"},
@@ -189,7 +190,8 @@ std::string machine_file_text(const MachineModel& m, const std::string& comments
   t += "name: " + m.name + "\n";
   t += "calibrated_nodes: " + std::to_string(m.calibrated_nodes) + "\n";
   t += "ranks_per_node: " + std::to_string(m.ranks_per_node) + "\n";
-  t += "compute:\n  mlp_gflops: " + num(m.mlp_flops_per_s / 1e9) + "\n  cnn_gflops: " + num(m.cnn_flops_per_s / 1e9) + "\n";
+  t += "compute:\n  mlp_gflops: " + num(m.mlp_flops_per_s / 1e9) + "\n  cnn_gflops: " + num(m.cnn_flops_per_s / 1e9) +
+       "\n  image_overhead_us: " + num(m.image_overhead_s * 1e6) + "\n";
   t += "network:\n  intra_node: {bandwidth_gb_s: " + num(m.intra_bandwidth_bytes_per_s / 1e9) +
        ", latency_us: " + num(m.intra_latency_s * 1e6) + "}\n";
   t += "  inter_node: {bandwidth_gb_s: " + num(m.inter_bandwidth_bytes_per_s / 1e9) +

@@ -11,6 +11,7 @@
 //   compute:
 //     mlp_gflops: 9.5            # a rank's training rate (forward + backward) on dense networks
 //     cnn_gflops: 4.1            # ... on networks with convolutions
+//     image_overhead_us: 3       # a rank's cost per trained image beyond its FLOPs (data, eval, small GEMMs)
 //   network:
 //     intra_node: {bandwidth_gb_s: 3.0, latency_us: 20}
 //     inter_node: {bandwidth_gb_s: 1.0, latency_us: 5}
@@ -32,6 +33,7 @@ struct MachineModel {
   int64_t ranks_per_node = 1;
   double mlp_flops_per_s = 1e10;
   double cnn_flops_per_s = 1e10;
+  double image_overhead_s = 0;
   double intra_bandwidth_bytes_per_s = 1e9, intra_latency_s = 1e-5;
   double inter_bandwidth_bytes_per_s = 1e9, inter_latency_s = 1e-5;
   double stage_handoff_s = 0;

@@ -32,7 +32,7 @@ Result<StepCost> step_cost(const config::MachineModel& machine, const config::Tr
   double steps = 1;
   if (work.has_network) {
     const double rate = work.convolutional ? machine.cnn_flops_per_s : machine.mlp_flops_per_s;
-    c.compute_s = work.images_per_step * work.flops_per_image / rate / ranks;
+    c.compute_s = work.images_per_step * (work.flops_per_image / rate + machine.image_overhead_s) / ranks;
     steps = work.steps_per_report;
   } else {
     steps = std::max(1.0, work.steps_per_report);

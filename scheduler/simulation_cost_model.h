@@ -3,7 +3,7 @@
 // from the trial's work (config/trial_work.h). Pure: no sockets, files or SQLite.
 //
 // Per optimizer step (a minibatch of images_per_step images):
-//   compute   images_per_step x flops_per_image / rate / (data x model): the data ranks share the
+//   compute   images_per_step x (flops_per_image / rate + image_overhead_s) / (data x model): the data ranks share the
 //             minibatch, the model ranks the layers (rate: the machine's cnn rate for a network with
 //             convolutions, else its mlp rate). A kind without a network: seconds_per_step / (data
 //             x model) per report, over its steps_per_report optimizer steps.

@@ -29,7 +29,7 @@ std::string few_trials_config(int64_t trials, const std::string& search = "rando
 // A machine whose network moves `gb_s` GB/s with `latency_us`, between nodes and inside them.
 std::string machine(const std::string& name, double gb_s, double latency_us, int64_t calibrated = 1) {
   return "name: " + name + "\ncalibrated_nodes: " + std::to_string(calibrated) +
-         "\nranks_per_node: 1\ncompute: {mlp_gflops: 10, cnn_gflops: 10}\n"
+         "\nranks_per_node: 1\ncompute: {mlp_gflops: 10, cnn_gflops: 10, image_overhead_us: 0}\n"
          "network:\n  intra_node: {bandwidth_gb_s: " + std::to_string(gb_s) + ", latency_us: " + std::to_string(latency_us) +
          "}\n  inter_node: {bandwidth_gb_s: " + std::to_string(gb_s) + ", latency_us: " + std::to_string(latency_us) +
          "}\n  stage_handoff_us: 1000\nstartup: {seconds: 2, per_rank_seconds: 0}\ndisk: {bandwidth_mb_s: 100}\n";

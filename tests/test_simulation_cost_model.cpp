@@ -106,6 +106,9 @@ TEST_CASE("cost model: start-up per launch, a checkpoint per report, a seconds-p
   CHECK(c->checkpoint_s == doctest::Approx(0.5));  // 50 MB / 100 MB/s
   w.convolutional = true;
   CHECK(step_cost(m, w, 1, 1)->compute_s == doctest::Approx(2.0));  // the cnn rate, half the mlp's
+  auto overhead = m;
+  overhead.image_overhead_s = 1e-4;  // + 10 steps x 100 images x 100 us, over 2 ranks
+  CHECK(step_cost(overhead, w, 2, 1)->compute_s == doctest::Approx((2.0 + 0.1) / 2));
   config::TrialWork f;
   f.seconds_per_step = 60;
   f.parameter_bytes = 4e7;
@@ -159,7 +162,7 @@ TEST_CASE("trial work: the default mlp and cnn from their declared settings, the
 
 TEST_CASE("machine file: parsed with units; a bad key or value is refused at file:line:column with its key path") {
   const std::string good =
-      "name: lab\ncalibrated_nodes: 2\nranks_per_node: 4\ncompute: {mlp_gflops: 12.5, cnn_gflops: 3}\n"
+      "name: lab\ncalibrated_nodes: 2\nranks_per_node: 4\ncompute: {mlp_gflops: 12.5, cnn_gflops: 3, image_overhead_us: 7}\n"
       "network:\n  intra_node: {bandwidth_gb_s: 5, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 1.25, latency_us: 8}\n"
       "  stage_handoff_us: 100\nstartup: {seconds: 1.5, per_rank_seconds: 0.25}\ndisk: {bandwidth_mb_s: 400}\n";
   auto m = config::parse_machine_file(good, "lab.yaml");
@@ -170,6 +173,7 @@ TEST_CASE("machine file: parsed with units; a bad key or value is refused at fil
   CHECK(m->inter_bandwidth_bytes_per_s == doctest::Approx(1.25e9));
   CHECK(m->inter_latency_s == doctest::Approx(8e-6));
   CHECK(m->stage_handoff_s == doctest::Approx(1e-4));
+  CHECK(m->image_overhead_s == doctest::Approx(7e-6));
   CHECK(m->disk_bytes_per_s == doctest::Approx(4e8));
   // Written back and read again: the same numbers.
   auto again = config::parse_machine_file(config::machine_file_text(*m, "fitted by a test\n"), "again.yaml");
