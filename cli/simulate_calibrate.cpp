@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -311,7 +313,16 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   HPCTUNE_TRY(config::parse_machine_file(text, out_path));  // what simulate will read
   std::error_code ec;
   if (auto parent = std::filesystem::path(out_path).parent_path(); !parent.empty()) std::filesystem::create_directories(parent, ec);
-  HPCTUNE_TRY(write_file(out_path, text));
+  // A new file renamed into place: a link at out_path is replaced, never followed.
+  const std::string fresh = out_path + ".new-" + std::to_string(::getpid());
+  const int fd = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return err(Errc::kIo, "--calibrate: cannot create " + fresh + ": " + std::strerror(errno));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const bool closed = ::close(fd) == 0;
+  if (!written || !closed || std::rename(fresh.c_str(), out_path.c_str()) != 0) {
+    std::filesystem::remove(fresh, ec);
+    return err(Errc::kIo, "--calibrate: cannot write " + out_path);
+  }
   std::printf("wrote %s\n", out_path.c_str());
   return Status::Ok();
 }
