@@ -8,6 +8,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
@@ -273,8 +274,8 @@ int main(int argc, char** argv) {
   std::string sim_nodes_text, sim_seed_text, sim_step_text, sim_startup_text;
   std::vector<std::string> sim_silence;
   auto* sim_cmd = app.add_subcommand("simulate", "Run a campaign's real master on simulated time, with simulated trainer groups");
-  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` for now")
-      ->required()->check(CLI::ExistingFile);
+  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` for now (not with --calibrate)")
+      ->check(CLI::ExistingFile);
   auto* sim_db_opt = sim_cmd->add_option("--db", sim.db, "The new database the simulated campaign is recorded in (default <name>.sim.db)");
   auto* sim_nodes_opt = sim_cmd->add_option("--nodes", sim_nodes_text, "Nodes, one trainer group each, 1..4096 (overrides resources.groups)")
       ->type_name("INT");
@@ -285,6 +286,16 @@ int main(int argc, char** argv) {
   auto* sim_startup_opt = sim_cmd->add_option("--startup-seconds", sim_startup_text, "Simulated seconds from a group's launch to its hello (default 1)")
       ->type_name("SECONDS");
   sim_cmd->add_option("--format", sim.format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  std::string sim_target_text;
+  sim_cmd->add_option("--machine", sim.machine, "The machine file of the cost model (default configs/machines/this-machine.yaml)");
+  auto* sim_target_opt = sim_cmd->add_option("--target", sim_target_text, "Target value of the objective metric (time and runs to it)")
+      ->type_name("VALUE");
+  sim_cmd->add_option("--baseline", sim.baseline, "A config whose simulated time to target the speed-up is over")->check(CLI::ExistingFile);
+  sim_cmd->add_flag("--plan", sim.plan, "Rank the splits of --nodes into groups x data x model by predicted time");
+  sim_cmd->add_flag("--count-decision-time", sim.count_decision_time,
+                    "Add the master's measured decision time (its step() calls) to the simulated clock, as Syne Tune does");
+  sim_cmd->add_flag("--calibrate", sim.calibrate, "Fit the machine file from small real campaigns on this machine");
+  sim_cmd->add_option("--machine-out", sim.machine_out, "Where --calibrate writes (default configs/machines/this-machine.yaml)");
   sim_cmd->add_option("--silence", sim_silence, "Test only: GROUP@SECONDS, the group goes silent then")->group("");
 
   std::string status_db, status_format = "table";
@@ -467,6 +478,17 @@ int main(int argc, char** argv) {
         auto v = seconds_of("--startup-seconds", sim_startup_text);
         if (!v.ok()) return usage(std::move(v).error(), "simulate");
         sim.startup_seconds = *v;
+      }
+      if (sim.config.empty() && !sim.calibrate) {
+        return usage(hpctune::err(hpctune::Errc::kUsage, "simulate: a CONFIG is required (except with --calibrate)"), "simulate");
+      }
+      if (*sim_target_opt) {
+        char* end = nullptr;
+        const double v = std::strtod(sim_target_text.c_str(), &end);
+        if (sim_target_text.empty() || end != sim_target_text.c_str() + sim_target_text.size() || !std::isfinite(v)) {
+          return usage(hpctune::err(hpctune::Errc::kUsage, "--target: '" + sim_target_text + "' is not a number"), "simulate");
+        }
+        sim.target = v;
       }
       for (const std::string& item : sim_silence) {
         const auto at = item.find('@');

@@ -22,8 +22,8 @@ Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::dur
 class SimGroup {
  public:
   SimGroup(protocol::InProcHub& hub, int64_t group, const std::string& credential, uint64_t incarnation,
-           const SimulateOptions& o, Clock::duration heartbeat, int64_t* in_flight)
-      : client_(hub.connect()), group_(group), o_(o), heartbeat_(heartbeat), in_flight_(in_flight) {
+           const SimulateOptions& o, Clock::duration heartbeat, int64_t* in_flight, SimulationOutcome* out, Clock::time_point t0)
+      : client_(hub.connect()), group_(group), o_(o), heartbeat_(heartbeat), in_flight_(in_flight), out_(out), t0_(t0) {
     protocol::Hello h;
     h.secret = credential;
     h.incarnation = incarnation;
@@ -76,6 +76,7 @@ class SimGroup {
     while (assign_ && next_step_at() <= now) {
       const protocol::Metrics& m = plan_.reports[static_cast<std::size_t>(step_)];
       ++step_;
+      account(m, next_step_at());
       send(protocol::Report{assign_->trial_id, assign_->attempt, step_, m});
       if (step_ == static_cast<int64_t>(plan_.reports.size())) finish(false);
     }
@@ -99,6 +100,26 @@ class SimGroup {
 
  private:
   Clock::time_point next_step_at() const { return started_ + per_step_ * (step_ + 1); }
+  // A step run at `at` (its end): its cost by part, the nodes it kept busy, the target.
+  void account(const protocol::Metrics& m, Clock::time_point at) {
+    const double s = Seconds(per_step_).count();
+    if (o_.step_seconds > 0) {
+      out_->cost.compute_s += s;
+    } else {
+      out_->cost.compute_s += plan_.step_cost.compute_s;
+      out_->cost.bubble_s += plan_.step_cost.bubble_s;
+      out_->cost.allreduce_s += plan_.step_cost.allreduce_s;
+      out_->cost.checkpoint_s += plan_.step_cost.checkpoint_s;
+    }
+    out_->busy_node_seconds += s * static_cast<double>(o_.ranks_per_group);
+    if (o_.target && !out_->target_reached_s) {
+      auto it = m.find(o_.target->metric);
+      if (it != m.end() && (o_.target->maximize ? it->second >= o_.target->value : it->second <= o_.target->value)) {
+        out_->target_reached_s = Seconds(at - t0_).count();
+        out_->runs_to_target = out_->finished_trials + 1;
+      }
+    }
+  }
   void send(const protocol::Message& m) {
     sent_ = true;
     ++*in_flight_;
@@ -116,6 +137,7 @@ class SimGroup {
     } else if (step_ > 0) {
       d.metrics = plan_.reports[static_cast<std::size_t>(step_ - 1)];
     }
+    ++out_->finished_trials;
     send(d);
     assign_.reset();
   }
@@ -125,6 +147,8 @@ class SimGroup {
   const SimulateOptions& o_;
   Clock::duration heartbeat_;
   int64_t* in_flight_;  // frames sent to the master, not yet received by it (InFlightServer)
+  SimulationOutcome* out_;
+  Clock::time_point t0_;
   std::optional<Clock::time_point> last_hb_;  // set once welcomed
   std::optional<protocol::Assign> assign_;
   SimulatedTrial plan_;
@@ -251,7 +275,12 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
     }
     ++out.turns;
     const int64_t waiting = in_flight;
-    HPCTUNE_ASSIGN(const bool finished, master.step(now));
+    const auto decision_start = std::chrono::steady_clock::now();
+    auto stepped = master.step(now);
+    const double decision = Seconds(std::chrono::steady_clock::now() - decision_start).count();
+    out.decision_s += decision;
+    if (options.count_decision_time) now += seconds(decision);
+    HPCTUNE_ASSIGN(const bool finished, std::move(stepped));
     if (finished) break;
     // A step that took none of the frames counted as waiting found none: they were a killed
     // group's, dropped with its connection.
@@ -263,7 +292,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
         continue;
       }
       launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, heartbeat,
-                                                              &in_flight);
+                                                              &in_flight, &out, wall.at);
       it = launcher.pending.erase(it);
     }
     for (auto it = silence.begin(); it != silence.end();) {
@@ -296,6 +325,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   HPCTUNE_ASSIGN(out.campaign, master.stop(now));
   out.simulated_s = Seconds(now - wall.at).count();
   out.launches = launcher.launches;
+  out.startup_s = options.startup_seconds * static_cast<double>(out.launches);
   out.wall_s = Seconds(std::chrono::steady_clock::now() - real_start).count();
   return out;
 }

@@ -12,10 +12,12 @@
 // every event and woken at least every half heartbeat timeout; a live group's heartbeats are
 // coalesced into one per wake (so a silent group is found lost up to half a timeout late).
 //
-// Cost model (for now): a group starts `startup_seconds` after the master launches it; every step
-// of every trial costs `step_seconds` (or, unset, the trial's own seconds_per_step); each message
-// takes `message_seconds` to arrive. Not modelled yet: data/model-parallel cost (ranks are ignored:
-// one group is one node), allreduce, pipeline bubbles, checkpoints, the master's decision time.
+// Cost: a group starts `startup_seconds` after the master launches it; every step of every trial
+// costs `step_seconds` (or, unset, the trial's own seconds_per_step, which the caller prices with
+// the cost model of scheduler/simulation_cost_model.h and breaks down in its step_cost); each
+// message takes `message_seconds` to arrive. The master's own decision time (the real time of its
+// step() calls) is measured, as Syne Tune counts its scheduler's time, and added to the simulated
+// clock when `count_decision_time` is set.
 //
 // The simulated campaign is an ordinary one in an ordinary store (status, trials, export read it),
 // marked by a `campaign_simulated` event whose details name the cost model. Timestamps start at the
@@ -24,12 +26,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/result.h"
 #include "protocol/messages.h"
+#include "scheduler/simulation_cost_model.h"
 #include "scheduler/master.h"
 
 namespace hpctune::scheduler {
@@ -40,7 +44,15 @@ struct SimulatedTrial {
   std::vector<protocol::Metrics> reports;
   protocol::Metrics final_metrics;
   double seconds_per_step = 0;
+  StepCost step_cost;  // seconds_per_step by part (what the report's cost breakdown sums)
   std::string error;
+};
+
+// A target on a reported metric: reached when a report's `metric` is >= value (maximize) or <=.
+struct SimulationTarget {
+  std::string metric;
+  double value = 0;
+  bool maximize = true;
 };
 using TrialModel = std::function<SimulatedTrial(const protocol::Assign&)>;
 
@@ -50,6 +62,9 @@ struct SimulateOptions {
   double step_seconds = -1;     // > 0: every step costs this; else the trial's own seconds_per_step
   double startup_seconds = 1;   // from a launch to the group's hello
   double message_seconds = 0.001;
+  int64_t ranks_per_group = 1;       // nodes a group holds (data x model, one rank per node): utilization
+  bool count_decision_time = false;  // add the master's measured step() time to the simulated clock
+  std::optional<SimulationTarget> target;
   // Bounds: the simulation fails with kTimeout past either.
   double max_simulated_seconds = 10.0 * 365 * 86400;
   int64_t max_turns = 200'000'000;
@@ -64,6 +79,14 @@ struct SimulationOutcome {
   double wall_s = 0;       // real seconds the simulation took
   int64_t turns = 0;       // master steps
   int64_t launches = 0;    // group launches (restarts included)
+  // Summed over every step the groups ran (by part), every launch, every master step.
+  StepCost cost;
+  double startup_s = 0, decision_s = 0;
+  double busy_node_seconds = 0;  // steps run x their cost x ranks_per_group
+  int64_t finished_trials = 0;   // dones sent (stopped ones included)
+  // The target's first report: its simulated second and the trials finished up to it (itself counted).
+  std::optional<double> target_reached_s;
+  std::optional<int64_t> runs_to_target;
 };
 
 Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options);

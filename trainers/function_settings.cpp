@@ -23,6 +23,16 @@ const std::vector<SettingDecl>& function_setting_specs() {
        .help = "Number of reports of the value.", .aliases = {"epochs", "reports", "iterations"}},
       {.key = "seconds_per_step", .type = T::kDuration, .default_value = 0.0, .min = 0, .max = 86400,
        .help = "Time to sleep before each report, to imitate training.", .aliases = {"seconds", "sleep", "delay"}},
+      // Read only by hpctune simulate's cost model (config/trial_work.h); the trainer ignores them.
+      {.key = "parameters", .type = T::kInt, .default_value = 0, .min = 0, .max = 1e12,
+       .help = "Parameters of the network it imitates: hpctune simulate's cost model allreduces 4 bytes of each "
+               "per step across data-parallel ranks (the trainer ignores it).", .aliases = {"num_parameters", "params_count"}},
+      {.key = "layers", .type = T::kInt, .default_value = 1, .min = 1, .max = 1000,
+       .help = "Layers of the network it imitates: the most model-parallel stages hpctune simulate splits it into "
+               "(the trainer ignores it).", .aliases = {"num_layers", "depth"}},
+      {.key = "batches_per_step", .type = T::kInt, .default_value = 1, .min = 1, .max = 1e9,
+       .help = "Optimizer steps (minibatches) in one report of the network it imitates: hpctune simulate's cost "
+               "model allreduces and pipelines each (the trainer ignores it).", .aliases = {"minibatches_per_step"}},
   };
   return specs;
 }

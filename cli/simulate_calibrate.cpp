@@ -1,0 +1,330 @@
+// `hpctune simulate --calibrate`: fits this machine's file (configs/machines/this-machine.yaml) from
+// small real campaigns, each `hpctune run` of one trial of the built-in mlp on Fashion-MNIST (a
+// child process: the real path, master, launcher, ranks), on 1 rank, 2 data-parallel ranks and 2
+// model-parallel ranks (the last two under mpirun, skipped when it is absent), and one of a small
+// cnn on 1 rank. From their stores: each epoch's epoch_seconds and the time from the campaign's
+// start to the first epoch's start (start-up). Then, with the cost model's own formulas
+// (scheduler/simulation_cost_model.h):
+//   mlp_gflops, image_overhead_us  least squares of epoch seconds = images x overhead + FLOPs / rate
+//                           over two dense widths (1 rank); cnn_gflops from the conv run, that overhead kept
+//   intra bandwidth         what the 2-rank DP epochs leave after half the compute, per allreduce,
+//                           = 2 (p-1)/p x bytes / bandwidth + 2 (p-1) x latency (latency fixed at
+//                           kAssumedLatencyUs: one gradient size cannot separate the two)
+//   stage_handoff_us        what the 2-stage MP epochs leave after compute and bubble, per hand-off
+//   startup                 least squares of start-up = seconds + per_rank_seconds x (ranks - 1)
+//   disk                    a 32 MB file written and fsync'd
+// Inter-node figures are copied from intra-node ones (one node: nothing between nodes to measure).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cli/simulate_command.h"
+#include "config/machine_file.h"
+#include "config/trial_work.h"
+#include "launch/child_process.h"
+#include "scheduler/simulation_cost_model.h"
+#include "store/store.h"
+
+namespace hpctune::cli {
+namespace {
+
+constexpr double kAssumedLatencyUs = 30;
+
+struct Measured {
+  std::string tag;
+  int64_t data = 1, model = 1;
+  bool cnn = false;
+  std::vector<double> epoch_s;
+  double startup_s = 0;
+  config::TrialWork work;
+};
+
+std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width) {
+  std::string t = "name: calibrate-" + tag + "\nseed: 7\nobjective: {metric: val_accuracy, mode: max}\n"
+                  "search: {algorithm: random, max_trials: 1}\nspace:\n  lr: {type: float, low: 0.05, high: 0.1}\n"
+                  "trainer:\n";
+  if (cnn) {
+    t += "  kind: cnn\n  layers: [{kind: conv, filters: 8, kernel: 3}, {kind: maxpool, size: 2}, {kind: dense, units: 32}]\n"
+         "  epochs: 3\n  max_train_samples: 3000\n";
+  } else {
+    t += "  kind: mlp\n  hidden: " + std::to_string(width) + "\n  layers: 2\n  epochs: 4\n  max_train_samples: 12000\n";
+  }
+  t += "  batch_size: 64\n  max_test_samples: 200\n  checkpoint: false\n"
+       "resources:\n  groups: 1\n  ranks: {data: " + std::to_string(data) + ", model: " + std::to_string(model) +
+       "}\n  threads: 1\n  heartbeat_interval: 0.5\n  heartbeat_timeout: 60\n";
+  return t;
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return err(Errc::kIo, "cannot write " + path);
+  return Status::Ok();
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("hpctune");
+}
+
+Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width) {
+  Measured m{tag, data, model, cnn, {}, 0, {}};
+  const std::string cfg = dir + "/" + tag + ".yaml", db = dir + "/" + tag + ".db", log = dir + "/" + tag + ".log";
+  const std::string text = calib_config(tag, data, model, cnn, width);
+  HPCTUNE_TRY(write_file(cfg, text));
+  launch::SpawnOptions o;
+  o.argv = {self_exe(), "run", cfg, "--db", db};
+  o.stdout_path = log;
+  o.stderr_path = "=stdout";
+  HPCTUNE_ASSIGN(launch::ChildProcess child, launch::ChildProcess::spawn(o));
+  auto status = child.wait_for(std::chrono::seconds(180));
+  if (!status || !status->success()) {
+    return err(Errc::kInternal, "--calibrate: the " + tag + " campaign " + (status ? "failed" : "took over 180 s") + "; its log: " + log);
+  }
+  HPCTUNE_ASSIGN(auto store, store::Store::open(db));
+  HPCTUNE_ASSIGN(auto campaign, store->load_campaign());
+  if (!campaign) return err(Errc::kInternal, "--calibrate: " + db + " holds no campaign");
+  HPCTUNE_ASSIGN(auto trials, store->trials(campaign->id));
+  if (trials.size() != 1) return err(Errc::kInternal, "--calibrate: " + db + " does not hold one trial");
+  HPCTUNE_ASSIGN(auto metrics, store->metrics(trials[0].id));
+  double first_report = 0;
+  for (const auto& r : metrics) {
+    if (r.name != "epoch_seconds") continue;
+    m.epoch_s.push_back(r.value);
+    if (r.step == 1) first_report = r.t;
+  }
+  if (m.epoch_s.empty() || first_report == 0) return err(Errc::kInternal, "--calibrate: " + db + " has no epoch_seconds");
+  m.startup_s = std::max(0.0, first_report - m.epoch_s[0] - campaign->created_at);
+  nlohmann::json trainer = campaign->config_json.value("trainer", nlohmann::json::object());
+  for (auto it = trials[0].params.begin(); it != trials[0].params.end(); ++it) trainer[it.key()] = it.value();
+  HPCTUNE_ASSIGN(m.work, config::trial_work(trainer));
+  return m;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+std::string num(double v, int digits = 4) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", digits, v);
+  return b;
+}
+
+double disk_bytes_per_s(const std::string& dir) {
+  const std::string path = dir + "/disk.bin";
+  std::vector<char> block(1 << 20, 'x');
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return 0;
+  bool ok = true;
+  for (int i = 0; i < 32 && ok; ++i) ok = ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
+  ok = ok && ::fsync(fd) == 0;
+  ::close(fd);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::filesystem::remove(path);
+  return ok && s > 0 ? 32.0 * (1 << 20) / s : 0;
+}
+
+}  // namespace
+
+Status cmd_simulate_calibrate(const SimulateArgs& args) {
+  const std::string out_path = args.machine_out.empty() ? "configs/machines/this-machine.yaml" : args.machine_out;
+  std::string templ = (std::filesystem::temp_directory_path() / "hpctune-calibrate-XXXXXX").string();
+  if (::mkdtemp(templ.data()) == nullptr) return err(Errc::kIo, "--calibrate: cannot create a temporary directory");
+  const std::string dir = templ;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  std::string found_mpirun;
+  if (const char* path = std::getenv("PATH")) {
+    std::string p = path;
+    for (std::size_t at = 0; at <= p.size();) {
+      const auto colon = p.find(':', at);
+      const std::string d = p.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+      if (!d.empty() && ::access((d + "/mpirun").c_str(), X_OK) == 0) {
+        found_mpirun = d + "/mpirun";
+        break;
+      }
+      if (colon == std::string::npos) break;
+      at = colon + 1;
+    }
+  }
+  std::printf("calibrating on this machine (temporary campaigns in %s)\n", dir.c_str());
+  std::fflush(stdout);
+  std::vector<Measured> runs;
+  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256) -> Status {
+    const auto t0 = std::chrono::steady_clock::now();
+    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width));
+    std::printf("  %-10s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
+                static_cast<long long>(d), static_cast<long long>(m), r.epoch_s.size(), num(mean(r.epoch_s)).c_str(),
+                num(r.startup_s).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::fflush(stdout);
+    runs.push_back(std::move(r));
+    return Status::Ok();
+  };
+  HPCTUNE_TRY(run("dense", 1, 1, false));
+  HPCTUNE_TRY(run("conv", 1, 1, true));
+  HPCTUNE_TRY(run("dense-64", 1, 1, false, 64));
+  if (found_mpirun.empty()) {
+    std::printf("  mpirun is not on PATH: the 2-rank data- and model-parallel runs are skipped; the network and the\n"
+                "  stage hand-off keep the values of the file written before (or the defaults)\n");
+  } else {
+    HPCTUNE_TRY(run("dense-dp2", 2, 1, false));
+    HPCTUNE_TRY(run("dense-mp2", 1, 2, false));
+  }
+  config::MachineModel m;
+  if (auto before = config::load_machine_file(out_path); before.ok()) m = *before;
+  m.name = "this-machine";
+  m.calibrated_nodes = 1;
+  m.ranks_per_node = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  std::string notes = "Fitted by `hpctune simulate --calibrate` on this machine (" + std::to_string(m.ranks_per_node) +
+                      " cores), from one-trial `hpctune run`s of Fashion-MNIST:\n";
+  std::printf("fitted (residual: measured - model, per epoch or launch):\n");
+  // Compute: epoch seconds = images x image_overhead + FLOPs / rate. The two dense widths (1 rank)
+  // fit both by least squares; the conv run then fits its rate with that overhead.
+  auto epoch_work = [](const Measured& r, double* images, double* flops) {
+    *images = r.work.images_per_step * r.work.steps_per_report;
+    *flops = r.work.flops_per_image * *images;
+  };
+  auto residuals = [&](const Measured& r) {
+    double n = 0, f = 0;
+    epoch_work(r, &n, &f);
+    const double rate = r.work.convolutional ? m.cnn_flops_per_s : m.mlp_flops_per_s;
+    std::string res;
+    for (double t : r.epoch_s) res += (res.empty() ? "" : ", ") + num(t - (n * m.image_overhead_s + f / rate), 3);
+    return res;
+  };
+  {
+    double snn = 0, snf = 0, sff = 0, snt = 0, sft = 0;
+    for (const Measured* r : {&runs[0], &runs[2]}) {
+      double n = 0, f = 0;
+      epoch_work(*r, &n, &f);
+      for (double t : r->epoch_s) snn += n * n, snf += n * f, sff += f * f, snt += n * t, sft += f * t;
+    }
+    const double det = snn * sff - snf * snf;
+    double c0 = det > 0 ? (snt * sff - sft * snf) / det : 0;
+    double k = det > 0 ? (snn * sft - snf * snt) / det : 0;
+    if (c0 < 0 || k <= 0) {  // no overhead to see: the rate alone, through the origin
+      c0 = 0;
+      k = sff > 0 ? sft / sff : 0;
+    }
+    if (k > 0) m.mlp_flops_per_s = 1 / k;
+    m.image_overhead_s = c0;
+    const std::string res = residuals(runs[0]) + "; " + residuals(runs[2]);
+    std::printf("  compute.mlp_gflops                %8s GFLOP/s   image_overhead_us %s; residuals %s s\n",
+                num(m.mlp_flops_per_s / 1e9).c_str(), num(c0 * 1e6).c_str(), res.c_str());
+    notes += "  compute.mlp_gflops = " + num(m.mlp_flops_per_s / 1e9) + ", image_overhead_us = " + num(c0 * 1e6) +
+             ": least squares of epoch seconds = images x overhead + FLOPs / rate over the 1-rank dense runs of width 256 (" +
+             num(mean(runs[0].epoch_s)) + " s an epoch) and 64 (" + num(mean(runs[2].epoch_s)) + " s); residuals " + res + " s\n";
+  }
+  {
+    const Measured& r = runs[1];
+    double n = 0, f = 0, sft = 0, sff = 0;
+    epoch_work(r, &n, &f);
+    for (double t : r.epoch_s) sft += f * (t - n * m.image_overhead_s), sff += f * f;
+    if (sft > 0) m.cnn_flops_per_s = sff / sft;
+    const std::string res = residuals(r);
+    std::printf("  compute.cnn_gflops                %8s GFLOP/s   residuals %s s\n", num(m.cnn_flops_per_s / 1e9).c_str(), res.c_str());
+    notes += "  compute.cnn_gflops = " + num(m.cnn_flops_per_s / 1e9) + ": the 1-rank conv run (" + num(mean(r.epoch_s)) +
+             " s an epoch) less the images' overhead; residuals " + res + " s\n";
+  }
+  if (runs.size() == 5) {
+    const Measured& dp = runs[3];
+    double dp_images = 0, dp_flops = 0;
+    epoch_work(dp, &dp_images, &dp_flops);
+    const double compute = (dp_flops / m.mlp_flops_per_s + dp_images * m.image_overhead_s) / 2;
+    const double per_allreduce = (mean(dp.epoch_s) - compute) / dp.work.steps_per_report;
+    m.intra_latency_s = kAssumedLatencyUs * 1e-6;
+    const double transfer = per_allreduce - 2 * m.intra_latency_s;
+    if (transfer > 0) m.intra_bandwidth_bytes_per_s = dp.work.parameter_bytes / transfer;  // 2 (p-1)/p = 1 for p = 2
+    std::string res;
+    for (double t : dp.epoch_s) {
+      auto c = scheduler::step_cost(m, dp.work, 2, 1);
+      res += (res.empty() ? "" : ", ") + num(t - (c.ok() ? c->total() : 0), 3);
+    }
+    std::printf("  network.intra_node.bandwidth_gb_s %8s GB/s      residuals %s s%s\n", num(m.intra_bandwidth_bytes_per_s / 1e9).c_str(),
+                res.c_str(), transfer > 0 ? "" : " (DP left nothing for its allreduce: kept)");
+    notes += "  network.intra_node: 2-rank DP epochs of " + num(mean(dp.epoch_s)) + " s less half the 1-rank compute (" +
+             num(compute) + " s) over " + num(dp.work.steps_per_report) + " allreduces of " + num(dp.work.parameter_bytes / 1e6) +
+             " MB; latency_us " + num(kAssumedLatencyUs) + " assumed (one gradient size cannot separate it); residuals " + res + " s\n";
+    const Measured& mp = runs[4];
+    double mp_images = 0, mp_flops = 0;
+    epoch_work(mp, &mp_images, &mp_flops);
+    const double mp_compute = (mp_flops / m.mlp_flops_per_s + mp_images * m.image_overhead_s) / 2;
+    const double micro = static_cast<double>(mp.work.micro_batches > 0 ? mp.work.micro_batches : 4);
+    const double left = mean(mp.epoch_s) - mp_compute * (1 + 1 / micro);
+    m.stage_handoff_s = std::max(0.0, left / (mp.work.steps_per_report * (micro + 1)));
+    res.clear();
+    for (double t : mp.epoch_s) {
+      auto c = scheduler::step_cost(m, mp.work, 1, 2);
+      res += (res.empty() ? "" : ", ") + num(t - (c.ok() ? c->total() : 0), 3);
+    }
+    std::printf("  network.stage_handoff_us          %8s us        residuals %s s\n", num(m.stage_handoff_s * 1e6).c_str(), res.c_str());
+    notes += "  network.stage_handoff_us = " + num(m.stage_handoff_s * 1e6) + ": 2-stage MP epochs of " + num(mean(mp.epoch_s)) +
+             " s less compute and bubble (" + num(mp_compute * (1 + 1 / micro)) + " s) over " +
+             num(mp.work.steps_per_report * (micro + 1)) + " hand-offs; residuals " + res + " s\n";
+    m.inter_bandwidth_bytes_per_s = m.intra_bandwidth_bytes_per_s;
+    m.inter_latency_s = m.intra_latency_s;
+    notes += "  network.inter_node: copied from intra_node (one node: nothing between nodes to measure)\n";
+  } else {
+    notes += "  network: not measured (no mpirun); the values before were kept\n";
+  }
+  // Start-up: seconds + per_rank_seconds x (ranks - 1), least squares over the runs.
+  {
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& r : runs) {
+      const double x = static_cast<double>(r.data * r.model - 1), y = r.startup_s;
+      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    const double det = n * sxx - sx * sx;
+    const double slope = det > 0 ? (n * sxy - sx * sy) / det : 0;
+    m.startup_per_rank_s = std::max(0.0, slope);
+    m.startup_s = std::max(0.0, (sy - m.startup_per_rank_s * sx) / n);
+    std::string res;
+    for (const auto& r : runs) res += (res.empty() ? "" : ", ") + num(r.startup_s - scheduler::startup_seconds(m, r.data * r.model), 3);
+    std::printf("  startup.seconds                   %8s s         per_rank_seconds %s s; residuals %s s\n", num(m.startup_s).c_str(),
+                num(m.startup_per_rank_s).c_str(), res.c_str());
+    notes += "  startup: least squares over the runs' campaign start to first epoch; residuals " + res + " s\n";
+  }
+  if (const double d = disk_bytes_per_s(dir); d > 0) {
+    m.disk_bytes_per_s = d;
+    std::printf("  disk.bandwidth_mb_s               %8s MB/s\n", num(d / 1e6).c_str());
+    notes += "  disk: 32 MB written and fsync'd in " + dir.substr(0, dir.rfind('/')) + "\n";
+  }
+  const std::string text = config::machine_file_text(m, notes);
+  HPCTUNE_TRY(config::parse_machine_file(text, out_path));  // what simulate will read
+  std::error_code ec;
+  if (auto parent = std::filesystem::path(out_path).parent_path(); !parent.empty()) std::filesystem::create_directories(parent, ec);
+  // A new file renamed into place: a link at out_path is replaced, never followed.
+  const std::string fresh = out_path + ".new-" + std::to_string(::getpid());
+  const int fd = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return err(Errc::kIo, "--calibrate: cannot create " + fresh + ": " + std::strerror(errno));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const bool closed = ::close(fd) == 0;
+  if (!written || !closed || std::rename(fresh.c_str(), out_path.c_str()) != 0) {
+    std::filesystem::remove(fresh, ec);
+    return err(Errc::kIo, "--calibrate: cannot write " + out_path);
+  }
+  std::printf("wrote %s\n", out_path.c_str());
+  return Status::Ok();
+}
+
+}  // namespace hpctune::cli

@@ -1,0 +1,55 @@
+// The machine file of `hpctune simulate` (configs/machines/*.yaml): the parameters of the cost
+// model of a trial (scheduler/simulation_cost_model.h) for one kind of machine. YAML, read through
+// the config's own tree (config/yaml_tree.h), so that a bad key or value is reported as
+//     <file>:<line>:<column>: <key.path>: <what is wrong>
+// with a "did you mean" for a misspelt key. Every key is required except `name` (default: the
+// file's stem) and `notes`; every number must be finite and in its range.
+//
+//   name: this-machine
+//   calibrated_nodes: 1          # nodes the figures were measured on; beyond: extrapolated
+//   ranks_per_node: 2            # ranks that share a node (and its intra-node network)
+//   compute:
+//     mlp_gflops: 9.5            # a rank's training rate (forward + backward) on dense networks
+//     cnn_gflops: 4.1            # ... on networks with convolutions
+//     image_overhead_us: 3       # a rank's cost per trained image beyond its FLOPs (data, eval, small GEMMs)
+//   network:
+//     intra_node: {bandwidth_gb_s: 3.0, latency_us: 20}
+//     inter_node: {bandwidth_gb_s: 1.0, latency_us: 5}
+//     stage_handoff_us: 200      # a pipeline stage hands a micro-batch to the next
+//   startup: {seconds: 1.0, per_rank_seconds: 0.2}   # a group's launch to its hello
+//   disk: {bandwidth_mb_s: 400}  # checkpoint writes
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+
+namespace hpctune::config {
+
+struct MachineModel {
+  std::string name;
+  int64_t calibrated_nodes = 1;
+  int64_t ranks_per_node = 1;
+  double mlp_flops_per_s = 1e10;
+  double cnn_flops_per_s = 1e10;
+  double image_overhead_s = 0;
+  double intra_bandwidth_bytes_per_s = 1e9, intra_latency_s = 1e-5;
+  double inter_bandwidth_bytes_per_s = 1e9, inter_latency_s = 1e-5;
+  double stage_handoff_s = 0;
+  double startup_s = 1, startup_per_rank_s = 0;
+  double disk_bytes_per_s = 1e8;
+};
+
+// The largest machine file read (a machine file is a few hundred bytes).
+inline constexpr std::size_t kMaxMachineFileBytes = 1u << 20;
+
+// Parses a machine file's text; `source` names it in messages. kConfig with file:line:column.
+Result<MachineModel> parse_machine_file(const std::string& text, const std::string& source);
+// Reads and parses a file (kNotFound when missing; kConfig when not a readable regular file).
+Result<MachineModel> load_machine_file(const std::string& path);
+// The machine file's text for `m` (what --calibrate writes), with `comments` (lines without '#')
+// before it.
+std::string machine_file_text(const MachineModel& m, const std::string& comments);
+
+}  // namespace hpctune::config

@@ -1,0 +1,57 @@
+#include "scheduler/simulation_cost_model.h"
+
+#include <algorithm>
+#include <string>
+
+namespace hpctune::scheduler {
+
+double ring_allreduce_seconds(double bytes, int64_t ranks, double bandwidth_bytes_per_s, double latency_s) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double p = static_cast<double>(ranks);
+  return 2 * (p - 1) / p * bytes / bandwidth_bytes_per_s + 2 * (p - 1) * latency_s;
+}
+
+double bubble_fraction(int64_t model, int64_t micro_batches) {
+  if (model <= 1) return 0;
+  const int64_t m = micro_batches > 0 ? micro_batches : 2 * model;
+  return static_cast<double>(model - 1) / static_cast<double>(m + model - 1);
+}
+
+Result<StepCost> step_cost(const config::MachineModel& machine, const config::TrialWork& work, int64_t data, int64_t model) {
+  if (data < 1 || model < 1) return err(Errc::kInvalidArgument, "cost model: data and model ranks must be >= 1");
+  if (model > work.layers) {
+    return err(Errc::kInvalidArgument, "cost model: " + std::to_string(model) + " model-parallel stages for a network of " +
+                                           std::to_string(work.layers) + " layers");
+  }
+  const double ranks = static_cast<double>(data * model);
+  const int64_t micro = work.micro_batches > 0 ? work.micro_batches : 2 * model;
+  const bool inside = data * model <= machine.ranks_per_node;
+  const double bw = inside ? machine.intra_bandwidth_bytes_per_s : machine.inter_bandwidth_bytes_per_s;
+  const double lat = inside ? machine.intra_latency_s : machine.inter_latency_s;
+  StepCost c;
+  double steps = 1;
+  if (work.has_network) {
+    const double rate = work.convolutional ? machine.cnn_flops_per_s : machine.mlp_flops_per_s;
+    c.compute_s = work.images_per_step * (work.flops_per_image / rate + machine.image_overhead_s) / ranks;
+    steps = work.steps_per_report;
+  } else {
+    steps = std::max(1.0, work.steps_per_report);
+    c.compute_s = work.seconds_per_step / ranks / steps;  // per optimizer step
+  }
+  if (model > 1) {
+    c.bubble_s = c.compute_s * static_cast<double>(model - 1) / static_cast<double>(micro) +
+                 static_cast<double>(micro + model - 1) * machine.stage_handoff_s;
+  }
+  c.allreduce_s = ring_allreduce_seconds(work.parameter_bytes / static_cast<double>(model), data, bw, lat);
+  c.compute_s *= steps;
+  c.bubble_s *= steps;
+  c.allreduce_s *= steps;
+  c.checkpoint_s = work.checkpoint_bytes > 0 ? work.checkpoint_bytes / machine.disk_bytes_per_s : 0;
+  return c;
+}
+
+double startup_seconds(const config::MachineModel& machine, int64_t ranks) {
+  return machine.startup_s + machine.startup_per_rank_s * static_cast<double>(ranks > 1 ? ranks - 1 : 0);
+}
+
+}  // namespace hpctune::scheduler

@@ -1,0 +1,50 @@
+// The cost model of a simulated trial (`hpctune simulate`, issue 24): what one reported step of a
+// trial costs on a trainer group of `data x model` ranks of a machine (config/machine_file.h),
+// from the trial's work (config/trial_work.h). Pure: no sockets, files or SQLite.
+//
+// Per optimizer step (a minibatch of images_per_step images):
+//   compute   images_per_step x (flops_per_image / rate + image_overhead_s) / (data x model): the data ranks share the
+//             minibatch, the model ranks the layers (rate: the machine's cnn rate for a network with
+//             convolutions, else its mlp rate). A kind without a network: seconds_per_step / (data
+//             x model) per report, over its steps_per_report optimizer steps.
+//   bubble    GPipe's idle stages: compute x (model - 1) / micro_batches, so that the bubble is
+//             (model - 1) / (micro_batches + model - 1) of compute + bubble; plus a stage hand-off
+//             of each micro-batch to the next stage, (micro_batches + model - 1) x stage_handoff_s
+//             (micro_batches 0: 2 x model, as the trainers do).
+//   allreduce the gradients of a stage (parameter_bytes / model) summed across the data ranks by
+//             the bandwidth-optimal bound of a ring, 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1)
+//             x latency; inside a node while the group's ranks fit ranks_per_node, else between
+//             nodes.
+// Per report (an epoch): steps_per_report optimizer steps, and a checkpoint of checkpoint_bytes at
+// the disk's bandwidth. Per launch of a group: startup_s + startup_per_rank_s x (ranks - 1).
+// The master's own decision time is not a parameter: the simulator measures it (simulator.h).
+#pragma once
+
+#include <cstdint>
+
+#include "common/result.h"
+#include "config/machine_file.h"
+#include "config/trial_work.h"
+
+namespace hpctune::scheduler {
+
+// The seconds one reported step costs, by part.
+struct StepCost {
+  double compute_s = 0, bubble_s = 0, allreduce_s = 0, checkpoint_s = 0;
+  double total() const { return compute_s + bubble_s + allreduce_s + checkpoint_s; }
+};
+
+// 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1) x latency; 0 for p <= 1 or no bytes.
+double ring_allreduce_seconds(double bytes, int64_t ranks, double bandwidth_bytes_per_s, double latency_s);
+
+// (model - 1) / (micro_batches + model - 1): the share of a GPipe step its stages sit idle.
+double bubble_fraction(int64_t model, int64_t micro_batches);
+
+// The cost of one reported step of `work` on data x model ranks. kInvalidArgument for ranks < 1
+// or model beyond the network's layers.
+Result<StepCost> step_cost(const config::MachineModel& machine, const config::TrialWork& work, int64_t data, int64_t model);
+
+// From a group's launch to its hello.
+double startup_seconds(const config::MachineModel& machine, int64_t ranks);
+
+}  // namespace hpctune::scheduler

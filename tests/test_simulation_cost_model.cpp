@@ -1,0 +1,232 @@
+// The simulator's cost model (scheduler/simulation_cost_model.h), the machine file
+// (config/machine_file.h) and a trial's work (config/trial_work.h), against hand-computed values.
+#include <cmath>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "config/machine_file.h"
+#include "config/trial_work.h"
+#include "scheduler/simulation_cost_model.h"
+
+using namespace hpctune;
+using scheduler::step_cost;
+
+namespace {
+
+// Round numbers: 1 GFLOP/s, 1 GB/s between nodes (10 us), 10 GB/s inside (1 us), 4 ranks a node.
+config::MachineModel round_machine() {
+  config::MachineModel m;
+  m.name = "round";
+  m.ranks_per_node = 4;
+  m.mlp_flops_per_s = 1e9;
+  m.cnn_flops_per_s = 5e8;
+  m.intra_bandwidth_bytes_per_s = 1e10;
+  m.intra_latency_s = 1e-6;
+  m.inter_bandwidth_bytes_per_s = 1e9;
+  m.inter_latency_s = 1e-5;
+  m.stage_handoff_s = 1e-3;
+  m.startup_s = 2;
+  m.startup_per_rank_s = 0.5;
+  m.disk_bytes_per_s = 1e8;
+  return m;
+}
+
+// 100 images a step of 1 MFLOP each, 10 steps a report, 4 MB of gradients, 8 layers.
+config::TrialWork round_work() {
+  config::TrialWork w;
+  w.has_network = true;
+  w.flops_per_image = 1e6;
+  w.images_per_step = 100;
+  w.steps_per_report = 10;
+  w.parameter_bytes = 4e6;
+  w.layers = 8;
+  w.micro_batches = 4;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: one rank computes, data-parallel ranks halve it and add the ring allreduce") {
+  const auto m = round_machine();
+  const auto w = round_work();
+  auto one = step_cost(m, w, 1, 1);
+  REQUIRE(one.ok());
+  CHECK(one->compute_s == doctest::Approx(1.0));  // 10 steps x 100 images x 1e6 FLOP / 1e9
+  CHECK(one->allreduce_s == 0);
+  CHECK(one->bubble_s == 0);
+  CHECK(one->checkpoint_s == 0);
+  auto two = step_cost(m, w, 2, 1);
+  REQUIRE(two.ok());
+  CHECK(two->compute_s == doctest::Approx(0.5));
+  // Inside a node (2 <= 4 ranks): 2 (p-1)/p x 4 MB / 10 GB/s + 2 (p-1) x 1 us = 400 us + 2 us, x 10 steps.
+  CHECK(two->allreduce_s == doctest::Approx(10 * (4e6 / 1e10 + 2e-6)));
+  // 8 ranks leave the node: 2 x 7/8 x 4 MB / 1 GB/s + 14 x 10 us, x 10 steps.
+  auto eight = step_cost(m, w, 8, 1);
+  REQUIRE(eight.ok());
+  CHECK(eight->compute_s == doctest::Approx(0.125));
+  CHECK(eight->allreduce_s == doctest::Approx(10 * (2 * 7.0 / 8 * 4e6 / 1e9 + 14 * 1e-5)));
+  CHECK(scheduler::ring_allreduce_seconds(4e6, 1, 1e9, 1e-5) == 0);
+}
+
+TEST_CASE("cost model: model-parallel stages split compute and add GPipe's bubble and hand-offs") {
+  const auto m = round_machine();
+  const auto w = round_work();
+  auto mp = step_cost(m, w, 1, 4);
+  REQUIRE(mp.ok());
+  CHECK(mp->compute_s == doctest::Approx(0.25));
+  // compute x (4-1)/4 micro-batches + (4 + 4 - 1) hand-offs of 1 ms, per step, x 10 steps.
+  CHECK(mp->bubble_s == doctest::Approx(0.25 * 3.0 / 4 + 10 * 7 * 1e-3));
+  CHECK(scheduler::bubble_fraction(4, 4) == doctest::Approx(3.0 / 7));
+  CHECK(scheduler::bubble_fraction(4, 0) == doctest::Approx(3.0 / 11));  // 0: 2 x the stages
+  CHECK(scheduler::bubble_fraction(1, 8) == 0);
+  // Without hand-offs the bubble is (model-1)/(micro+model-1) of compute + bubble.
+  auto no_handoff = m;
+  no_handoff.stage_handoff_s = 0;
+  auto b = step_cost(no_handoff, w, 1, 4);
+  REQUIRE(b.ok());
+  CHECK(b->bubble_s / (b->compute_s + b->bubble_s) == doctest::Approx(3.0 / 7));
+  // 2 x 2: each stage's half of the gradients is allreduced by its 2 data ranks.
+  auto both = step_cost(m, w, 2, 2);
+  REQUIRE(both.ok());
+  CHECK(both->allreduce_s == doctest::Approx(10 * (2e6 / 1e10 + 2e-6)));
+  // More stages than layers: refused.
+  CHECK(!step_cost(m, w, 1, 16).ok());
+  CHECK(!step_cost(m, w, 0, 1).ok());
+}
+
+TEST_CASE("cost model: start-up per launch, a checkpoint per report, a seconds-per-step kind") {
+  const auto m = round_machine();
+  CHECK(scheduler::startup_seconds(m, 1) == doctest::Approx(2));
+  CHECK(scheduler::startup_seconds(m, 8) == doctest::Approx(2 + 7 * 0.5));
+  auto w = round_work();
+  w.checkpoint_bytes = 5e7;
+  auto c = step_cost(m, w, 1, 1);
+  REQUIRE(c.ok());
+  CHECK(c->checkpoint_s == doctest::Approx(0.5));  // 50 MB / 100 MB/s
+  w.convolutional = true;
+  CHECK(step_cost(m, w, 1, 1)->compute_s == doctest::Approx(2.0));  // the cnn rate, half the mlp's
+  auto overhead = m;
+  overhead.image_overhead_s = 1e-4;  // + 10 steps x 100 images x 100 us, over 2 ranks
+  CHECK(step_cost(overhead, w, 2, 1)->compute_s == doctest::Approx((2.0 + 0.1) / 2));
+  config::TrialWork f;
+  f.seconds_per_step = 60;
+  f.parameter_bytes = 4e7;
+  f.layers = 4;
+  auto fs = step_cost(m, f, 8, 1);
+  REQUIRE(fs.ok());
+  CHECK(fs->compute_s == doctest::Approx(7.5));
+  CHECK(fs->allreduce_s == doctest::Approx(2 * 7.0 / 8 * 4e7 / 1e9 + 14 * 1e-5));
+  f.steps_per_report = 10;  // batches_per_step: 10 allreduces and pipeline flushes a report, the same compute
+  auto f10 = step_cost(m, f, 8, 1);
+  REQUIRE(f10.ok());
+  CHECK(f10->compute_s == doctest::Approx(7.5));
+  CHECK(f10->allreduce_s == doctest::Approx(10 * (2 * 7.0 / 8 * 4e7 / 1e9 + 14 * 1e-5)));
+  auto f10mp = step_cost(m, f, 1, 4);
+  REQUIRE(f10mp.ok());
+  CHECK(f10mp->compute_s == doctest::Approx(15));
+  CHECK(f10mp->bubble_s == doctest::Approx(15 * 3.0 / 8 + 10 * 11 * 1e-3));  // 8 micro-batches (2 x 4 stages)
+}
+
+TEST_CASE("trial work: the default mlp and cnn from their declared settings, the function trainer's own numbers") {
+  auto mlp = config::trial_work({{"kind", "mlp"}, {"batch_size", 100}, {"max_train_samples", 10000}, {"checkpoint", false}});
+  REQUIRE(mlp.ok());
+  CHECK(mlp->has_network);
+  CHECK(!mlp->convolutional);
+  CHECK(mlp->flops_per_image == doctest::Approx(6.0 * (784 * 256 + 256 * 10)));
+  CHECK(mlp->parameter_bytes == doctest::Approx(4.0 * (784 * 256 + 256 + 256 * 10 + 10)));
+  CHECK(mlp->steps_per_report == 90);  // 10,000 x 0.9 / 100
+  CHECK(mlp->layers == 2);
+  CHECK(mlp->checkpoint_bytes == 0);
+  auto wide = config::trial_work({{"kind", "mlp"}, {"hidden", 64}, {"layers", 3}});
+  REQUIRE(wide.ok());
+  CHECK(wide->layers == 4);
+  CHECK(wide->flops_per_image == doctest::Approx(6.0 * (784 * 64 + 64 * 64 * 2 + 64 * 10)));
+  CHECK(wide->checkpoint_bytes == doctest::Approx(2 * wide->parameter_bytes));  // sgd: weights + momentum
+  auto cnn = config::trial_work({{"kind", "cnn"}});
+  REQUIRE(cnn.ok());
+  CHECK(cnn->convolutional);
+  CHECK(cnn->flops_per_image == doctest::Approx(6.0 * 13883904));  // cray-xc30.yaml's comments
+  CHECK(cnn->parameter_bytes == doctest::Approx(4.0 * 3274634));
+  CHECK(cnn->layers == 4);
+  auto fn = config::trial_work({{"kind", "function"}, {"seconds_per_step", 30}, {"parameters", 1000}, {"layers", 6}, {"batches_per_step", 20}, {"x1", 0.5}});
+  REQUIRE(fn.ok());
+  CHECK(!fn->has_network);
+  CHECK(fn->seconds_per_step == 30);
+  CHECK(fn->parameter_bytes == 4000);
+  CHECK(fn->layers == 6);
+  CHECK(fn->steps_per_report == 20);
+  CHECK(!config::trial_work({{"kind", "nonesuch"}}).ok());
+  CHECK(!config::trial_work({{"kind", "mlp"}, {"batch_size", -3}}).ok());
+}
+
+TEST_CASE("machine file: parsed with units; a bad key or value is refused at file:line:column with its key path") {
+  const std::string good =
+      "name: lab\ncalibrated_nodes: 2\nranks_per_node: 4\ncompute: {mlp_gflops: 12.5, cnn_gflops: 3, image_overhead_us: 7}\n"
+      "network:\n  intra_node: {bandwidth_gb_s: 5, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 1.25, latency_us: 8}\n"
+      "  stage_handoff_us: 100\nstartup: {seconds: 1.5, per_rank_seconds: 0.25}\ndisk: {bandwidth_mb_s: 400}\n";
+  auto m = config::parse_machine_file(good, "lab.yaml");
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  CHECK(m->name == "lab");
+  CHECK(m->calibrated_nodes == 2);
+  CHECK(m->mlp_flops_per_s == doctest::Approx(12.5e9));
+  CHECK(m->inter_bandwidth_bytes_per_s == doctest::Approx(1.25e9));
+  CHECK(m->inter_latency_s == doctest::Approx(8e-6));
+  CHECK(m->stage_handoff_s == doctest::Approx(1e-4));
+  CHECK(m->image_overhead_s == doctest::Approx(7e-6));
+  CHECK(m->disk_bytes_per_s == doctest::Approx(4e8));
+  // Written back and read again: the same numbers.
+  auto again = config::parse_machine_file(config::machine_file_text(*m, "fitted by a test\n"), "again.yaml");
+  REQUIRE_MESSAGE(again.ok(), again.error().to_string());
+  CHECK(again->cnn_flops_per_s == doctest::Approx(3e9));
+  CHECK(again->startup_per_rank_s == doctest::Approx(0.25));
+
+  auto misspelt = good;
+  misspelt.replace(misspelt.find("latency_us: 8"), 13, "latncy_us: 8");
+  auto bad_key = config::parse_machine_file(misspelt, "lab.yaml");
+  REQUIRE(!bad_key.ok());
+  CHECK(bad_key.error().code() == Errc::kConfig);
+  CHECK(bad_key.error().message() ==
+        "lab.yaml:7:38: network.inter_node.latncy_us: unknown key, did you mean 'latency_us'?");
+  auto negative = good;
+  negative.replace(negative.find("bandwidth_mb_s: 400"), 19, "bandwidth_mb_s: -4");
+  auto bad_value = config::parse_machine_file(negative, "lab.yaml");
+  REQUIRE(!bad_value.ok());
+  CHECK(bad_value.error().message().rfind("lab.yaml:10:8: disk.bandwidth_mb_s: -4 is out of range", 0) == 0);
+  auto text = good;
+  text.replace(text.find("mlp_gflops: 12.5"), 16, "mlp_gflops: fast");
+  auto not_number = config::parse_machine_file(text, "lab.yaml");
+  REQUIRE(!not_number.ok());
+  CHECK(not_number.error().message() == "lab.yaml:4:11: compute.mlp_gflops: must be a number of GFLOP/s, not 'fast'");
+  auto missing = good;
+  missing.erase(missing.find("  stage_handoff_us: 100\n"), 24);
+  auto lacks = config::parse_machine_file(missing, "lab.yaml");
+  REQUIRE(!lacks.ok());
+  CHECK(lacks.error().message().find("network.stage_handoff_us: is required") != std::string::npos);
+  auto whole = good;
+  whole.replace(whole.find("calibrated_nodes: 2"), 19, "calibrated_nodes: 2.5");
+  CHECK(!config::parse_machine_file(whole, "lab.yaml").ok());
+}
+
+TEST_CASE("the checked-in machine files load; cray-xc30.yaml gives back Cray's three single-model times within 1%") {
+  auto here = config::load_machine_file(std::string(HPCTUNE_SOURCE_DIR) + "/configs/machines/this-machine.yaml");
+  REQUIRE_MESSAGE(here.ok(), here.error().to_string());
+  auto cray = config::load_machine_file(std::string(HPCTUNE_SOURCE_DIR) + "/configs/machines/cray-xc30.yaml");
+  REQUIRE_MESSAGE(cray.ok(), cray.error().to_string());
+  CHECK(cray->name == "cray-xc30");
+  CHECK(cray->calibrated_nodes == 4);
+  // The fit's workload (the file's comments): the default cnn, 10 epochs of 54,000 images, 100 per rank.
+  auto work = config::trial_work({{"kind", "cnn"}, {"batch_size", 100}, {"checkpoint", false}});
+  REQUIRE(work.ok());
+  auto seconds = [&](int64_t data, int64_t model) {
+    auto w = *work;
+    w.images_per_step = 100.0 * static_cast<double>(data);  // Cray keeps the batch per rank
+    w.steps_per_report = std::ceil(54000 / w.images_per_step);
+    auto c = step_cost(*cray, w, data, model);
+    REQUIRE(c.ok());
+    return 10 * c->total();
+  };
+  CHECK(seconds(1, 1) == doctest::Approx(1090).epsilon(0.01));
+  CHECK(seconds(1, 4) == doctest::Approx(718).epsilon(0.01));
+  CHECK(seconds(4, 1) == doctest::Approx(310).epsilon(0.01));
+}
