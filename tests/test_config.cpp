@@ -416,7 +416,7 @@ TEST_CASE("bad configs: one located, one-line message each") {
        "4:3: space.lerning_rate: not a setting of trainer 'mlp'; did you mean 'lr'?"},
       {"function_parameter_not_x.yaml",
        "5:3: space.y2: not a setting of trainer 'function' (its settings: name, dim, noise, steps, "
-       "seconds_per_step, x1, x2, ...)"},
+       "seconds_per_step, parameters, layers, batches_per_step, x1, x2, ...)"},
       {"function_dimension_not_allowed.yaml", "8:41: trainer.dim: branin is defined in 2 dimensions only"},
       {"function_parameter_missing.yaml",
        "3:1: space: 'x3' is missing: levy takes x1..x3 (search or fix each of them)"},
