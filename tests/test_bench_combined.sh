@@ -64,4 +64,34 @@ for k in a:
     assert wa["wall_seconds"] == wb["wall_seconds"] and wa["trials"] == wb["trials"], k
     assert wb.get("reused") is True, k
 PY
+
+# The simulated path, without waiting for an hpctune whose simulate prices the mlp trainer: a stand-in
+# binary answers `simulate` with the JSON contract of issue 24 (wall time 3 s, 2 s of compute), so
+# the validation table gets a numeric median and the cost breakdown of the configs off by > 10%.
+mkdir -p "$tmp/fake"
+cat >"$tmp/fake/hpctune" <<'SH'
+#!/usr/bin/env bash
+[ "$1" = simulate ] || exit 9
+[ "$2" = --help ] && { echo "  --machine FILE  --target VALUE"; exit 0; }
+nodes=0; while [ $# -gt 0 ]; do [ "$1" = --nodes ] && nodes=$2; shift; done
+printf '{"nodes": %s, "groups": 1, "data": 1, "model": 1, "global_batch": 64, "trials": {"done": 3}, "simulated_seconds": 3.0, "wall_seconds": 0.01, "target": null, "time_to_target_seconds": 2.5, "runs_to_target": 3, "generations": 1, "node_utilization": 0.9, "speedup": null, "machine": "fake", "extrapolated": %s, "cost": {"compute_s": 2.0, "allreduce_s": 0.0, "bubble_s": 0.0, "startup_s": 0.5, "checkpoint_s": 0.0, "decision_s": 0.1}}\n' "$nodes" "$([ "$nodes" -gt 4 ] && echo true || echo false)"
+SH
+chmod +x "$tmp/fake/hpctune"
+"$root/bench/combined" --quick --build "$tmp/fake" --out "$tmp/sim" --keep "$tmp/keep" --reuse >"$tmp/log3" 2>&1 ||
+  { cat "$tmp/log3" >&2; fail "bench/combined --reuse with a simulate that answers exited non-zero"; }
+/usr/bin/python3 - "$tmp/sim/combined.json" "$tmp/sim/combined.md" <<'PY' || fail "the simulated rows or the median are wrong"
+import json, statistics, sys
+res = json.load(open(sys.argv[1])); md = open(sys.argv[2]).read()
+v = res["validation"]
+assert v["produced"] and res["simulate"] == "ok", v
+errs = [abs(3.0 - r["real_s"]) / r["real_s"] for r in v["rows"]]
+assert abs(v["median_error"] - statistics.median(errs)) < 1e-3, (v["median_error"], errs)
+assert f"median error: **{100 * v['median_error']:.1f}%**" in md
+off = [r for r in v["rows"] if r["error"] > 0.10]
+assert all(r["breakdown"]["startup"]["simulated_s"] == 0.5 and r["worst_part"] for r in off), off
+if off:
+    assert "(most off)" in md
+assert "| 8 | genetic | 1 | 3 | 2.5 | 3.0 | *sim* (extrapolated) |" in md, md
+assert "| HPO+DP+MP | 3 | 16 x 16 x 8 | 64 | 2.5 | 1.00x | *sim* (extrapolated), 7 hidden layers |" in md, md
+PY
 echo "test_bench_combined: passed"
