@@ -144,9 +144,23 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// An algorithm name may carry settings, for trying them out: "bayesian@acquisition=ucb@ucb_kappa=3"
+// (each value JSON where it parses as JSON, a string otherwise).
 search::SearchSpec spec_for(const std::string& algo, const search::Space& space, uint64_t seed, int64_t max_trials) {
   search::SearchSpec spec;
-  spec.algorithm = algo;
+  const auto at = algo.find('@');
+  spec.algorithm = algo.substr(0, at);
+  for (std::size_t start = at; start != std::string::npos && start < algo.size();) {
+    const std::size_t next = algo.find('@', start + 1);
+    const std::string item = algo.substr(start + 1, next == std::string::npos ? std::string::npos : next - start - 1);
+    const std::size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      const std::string value = item.substr(eq + 1);
+      json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
+      spec.settings[item.substr(0, eq)] = v.is_discarded() ? json(value) : v;
+    }
+    start = next;
+  }
   spec.space = space;
   spec.objectives = {{"value", false}};
   spec.seed = seed;

@@ -116,7 +116,7 @@ def make_evaluator(d):
         f = FUNCTIONS[d["function"]]
         names = [p["name"] for p in d["space"]]
         return lambda params: f([params[n] for n in names])
-    if kind == "ordinal":
+    if kind == "ordinal" or (kind == "categorical" and "function" in d):  # a grid, its levels ordered or not
         f, points, as_int = FUNCTIONS[d["function"]], d["points"], d["as_int"]
         return lambda params: f([points[i][params[f"x{i + 1}"]] if as_int else params[f"x{i + 1}"]
                                  for i in range(len(points))])

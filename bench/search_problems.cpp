@@ -120,14 +120,16 @@ struct GridSpec {
   const char* id;
   const char* function;
   int dim;
-  bool as_int;              // integer level indices, or ordered choices of the points
+  bool as_int;              // integer level indices, or choices of the points
   std::vector<int> levels;  // per dimension
+  bool ordered = true;      // choices only: ordered, or unordered (categorical: no order to use)
 };
 
 const std::vector<GridSpec>& grid_specs() {
   static const std::vector<GridSpec> specs = {
       {"branin-int16", "branin", 2, true, {16, 16}},
       {"hartmann6-int6", "hartmann6", 6, true, {6, 6, 6, 6, 6, 6}},
+      {"hartmann6-cat6", "hartmann6", 6, false, {6, 6, 6, 6, 6, 6}, /*ordered=*/false},
       {"rosenbrock4-int10", "rosenbrock", 4, true, {10, 10, 10, 10}},
       {"levy8-ord", "levy", 8, false, {2, 4, 6, 8, 10, 3, 5, 7}},
       {"ackley5-ord", "ackley", 5, false, {5, 9, 3, 7, 10}},
@@ -149,12 +151,12 @@ Result<Problem> ordinal(const GridSpec& g) {
       specs.push_back(int_param(name, 0, levels - 1));
     } else {
       std::vector<json> values(points[i].begin(), points[i].end());
-      specs.push_back(choice_param(name, values, /*ordered=*/true));
+      specs.push_back(choice_param(name, values, g.ordered));
     }
   }
   Problem p;
   p.id = g.id;
-  p.kind = "ordinal";
+  p.kind = g.ordered ? "ordinal" : "categorical";
   p.dim = g.dim;
   HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
   const bool as_int = g.as_int;
@@ -186,6 +188,8 @@ Result<Problem> ordinal(const GridSpec& g) {
   std::size_t size = 1;
   for (int l : g.levels) size *= static_cast<std::size_t>(l);
   p.definition = {{"function", fn.name}, {"as_int", as_int}, {"points", points}, {"argmin", at}, {"points_in_space", size}};
+  if (!g.ordered)
+    p.definition["what"] = "the test function at the levels of a grid, each level an unordered choice (no order to use)";
   return p;
 }
 

@@ -8,7 +8,8 @@
 //                the points (`levy8-ord`: 2 to 10 levels per dimension); optimum by enumeration
 //   categorical  a NAS-like cell (`nas-cell`): 6 edges of 5 operations, per-edge effects plus
 //                pairwise interactions drawn once from a fixed seed; optimum by enumeration of the
-//                5^6 = 15,625 cells
+//                5^6 = 15,625 cells; and a grid's levels as unordered choices (`hartmann6-cat6`:
+//                the points of hartmann6-int6, each dimension a categorical choice of its 6 points)
 //   mixed        conditional spaces of floats, ints and choices (`mixed-optim`: an optimizer choice
 //                with its own parameters under it), a sum of quadratic terms with a known minimum
 //   table        the tabulated Fashion-MNIST MLP (bench/data/fashion_mlp_table.csv, made by

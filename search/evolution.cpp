@@ -14,6 +14,8 @@ namespace hpctune::search {
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Mutations of one parent tried for a child not issued yet.
+constexpr int kMutationTries = 32;
 }
 
 std::vector<SettingDecl> evolution_settings() {
@@ -77,11 +79,20 @@ class Evolution final : public SearcherBase {
       for (std::size_t k = 0; k < s; ++k) std::swap(idx[k], idx[k + rng.below(idx.size() - k)]);
       std::vector<std::size_t> sample(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(s));
       const DataPoint* parent = pick_best(pop, sample, rng);
-      std::vector<double> u = parent->u;
-      enc_.repair(u, rng);
       const double rate = rate_ >= 0 ? rate_ : 1.0 / static_cast<double>(std::max<std::size_t>(1, enc_.dims()));
-      enc_.mutate(u, rate, sigma_, rng, /*at_least_one=*/true);
-      out.push_back(issue(enc_.decode(u), {{"source", "mutation"}, {"parents", nlohmann::json::array({parent->seq})}}));
+      // A child already issued is drawn again from the same parent (the next mutation the algorithm
+      // itself would make), up to kMutationTries times, before SearcherBase::issue moves it: on a
+      // small discrete space, mutations of a good parent collide often, and a fresh mutation of it
+      // is worth more than a point next to the repeat.
+      Params child;
+      for (int attempt = 0; attempt < kMutationTries; ++attempt) {
+        std::vector<double> u = parent->u;
+        enc_.repair(u, rng);
+        enc_.mutate(u, rate, sigma_, rng, /*at_least_one=*/true);
+        child = enc_.decode(u);
+        if (!issued(child)) break;
+      }
+      out.push_back(issue(std::move(child), {{"source", "mutation"}, {"parents", nlohmann::json::array({parent->seq})}}));
     }
     return out;
   }

@@ -1,0 +1,136 @@
+// Hartmann-6 on a 6-level grid with 60 trials (issue 25, acceptance 3), the problems
+// hartmann6-int6 and hartmann6-cat6 of bench_search rebuilt here: each dimension's 6 points evenly
+// spaced over [0, 1], as an int 0..5 (ordered levels) or as an unordered choice of the points.
+// Seeds 1000..1006 as the issue's 7 seeds, a sequential ask(1)/tell loop as bench_search's, so
+// the medians are bench/results/search-hartmann-grid.md's.
+//
+// Checked: no algorithm repeats a configuration (60 distinct of 46,656), and evolution's redraw of
+// a repeated child (another mutation of the same parent) keeps its gain on both grids. NOT checked,
+// because not reached: auto's targets (<= 0.02 ordered, <= 0.67 unordered); the medians of every
+// algorithm are printed so that the gap is visible in the log.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "search/searcher.h"
+#include "search/test_functions.h"
+
+using namespace hpctune;
+using namespace hpctune::search;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kLevels = 6, kDim = 6, kBudget = 60, kSeeds = 7;
+constexpr uint64_t kFirstSeed = 1000;
+
+std::string name(int i) {
+  std::string n = "x";
+  n += std::to_string(i + 1);
+  return n;
+}
+
+struct Grid {
+  Space space;
+  bool ordered;
+  TestFunction fn;
+  double optimum = INFINITY;
+
+  double point(int k) const { return static_cast<double>(k) / (kLevels - 1); }  // Hartmann-6's box is [0, 1]^6
+  double operator()(const Params& p) const {
+    std::vector<double> x(kDim);
+    for (int i = 0; i < kDim; ++i) {
+      const json& v = p.at(name(i));
+      x[static_cast<std::size_t>(i)] = ordered ? point(v.get<int>()) : v.get<double>();
+    }
+    return fn(x);
+  }
+};
+
+Grid make_grid(bool ordered) {
+  Grid g{Space{}, ordered, make_test_function("hartmann6", kDim).value()};
+  std::vector<ParamSpec> specs;
+  for (int i = 0; i < kDim; ++i) {
+    ParamSpec p;
+    p.name = name(i);
+    if (ordered) {
+      p.type = ParamType::kInt;
+      p.low = 0;
+      p.high = kLevels - 1;
+      p.step = 1;
+    } else {
+      p.type = ParamType::kChoice;
+      for (int k = 0; k < kLevels; ++k) p.choices.push_back(g.point(k));
+      p.ordered = false;
+    }
+    specs.push_back(p);
+  }
+  g.space = Space::create(specs).value();
+  std::vector<double> x(kDim);
+  for (int code = 0; code < 46656; ++code) {
+    int c = code;
+    for (int i = 0; i < kDim; ++i, c /= kLevels) x[static_cast<std::size_t>(i)] = g.point(c % kLevels);
+    g.optimum = std::min(g.optimum, g.fn(x));
+  }
+  return g;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The median regret over the seeds; every run's configurations are checked distinct.
+double median_regret(const std::string& algo, const Grid& g) {
+  std::vector<double> regrets;
+  for (uint64_t seed = kFirstSeed; seed < kFirstSeed + kSeeds; ++seed) {
+    SearchSpec spec;
+    spec.algorithm = algo;
+    spec.space = g.space;
+    spec.objectives = {{"value", false}};
+    spec.seed = seed;
+    spec.max_trials = kBudget;
+    auto s = make_searcher(spec);
+    REQUIRE(s.ok());
+    std::set<std::string> seen;
+    double best = INFINITY;
+    for (int t = 0; t < kBudget; ++t) {
+      auto sug = (*s)->ask(1);
+      REQUIRE(sug.ok());
+      REQUIRE(sug->size() == 1);
+      const auto& x = (*sug)[0];
+      CHECK_MESSAGE(seen.insert(g.space.config_key(x.params)).second, algo << " repeated " << x.params.dump());
+      const double v = g(x.params);
+      best = std::min(best, v);
+      (*s)->tell({x.seq, x.params, Outcome::kCompleted, {v}, 1});
+    }
+    regrets.push_back(best - g.optimum);
+  }
+  return median(regrets);
+}
+
+}  // namespace
+
+TEST_CASE("Hartmann-6 on a 6-level grid, 60 trials, 7 seeds: no repeats; evolution's medians with its redraw") {
+  for (const bool ordered : {true, false}) {
+    const Grid g = make_grid(ordered);
+    CAPTURE(ordered);
+    CHECK(g.optimum == doctest::Approx(-2.94892).epsilon(1e-5));  // bench/results/search.md's hartmann6-int6
+    std::string table;
+    for (const std::string algo : {"auto", "bayesian", "tpe", "genetic", "evolution", "rl", "random", "cmaes"}) {
+      const double m = median_regret(algo, g);
+      table += "  ";
+      table += algo;
+      table += " ";
+      table += std::to_string(m);
+      table += "\n";
+      // Before the redraw: 0.779 ordered, 1.126 unordered (seen failing with it off).
+      if (algo == "evolution") CHECK(m <= (ordered ? 0.63 : 0.97));
+    }
+    MESSAGE(std::string(ordered ? "ordered" : "unordered") << " levels, median regret:\n" << table);
+  }
+}
