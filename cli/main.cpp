@@ -285,6 +285,11 @@ int main(int argc, char** argv) {
   auto* sim_startup_opt = sim_cmd->add_option("--startup-seconds", sim_startup_text, "Simulated seconds from a group's launch to its hello (default 1)")
       ->type_name("SECONDS");
   sim_cmd->add_option("--format", sim.format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  sim_cmd->add_option("--outcomes", sim.outcomes,
+                      "Where trial outcomes come from: function (the function trainer's, default), replay:DB (the curves "
+                      "a recorded campaign's trials reported, the nearest one's for a new configuration) or surrogate:DB "
+                      "(a nearest-neighbour model fitted over DB's trials)")
+      ->type_name("SOURCE");
   sim_cmd->add_option("--silence", sim_silence, "Test only: GROUP@SECONDS, the group goes silent then")->group("");
 
   std::string status_db, status_format = "table";

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "scheduler/simulated_outcomes.h"
 #include "scheduler/simulator.h"
 #include "trainers/function_trainer.h"
 #include "trainers/trainer_settings.h"
@@ -60,10 +61,11 @@ Status cmd_simulate(const SimulateArgs& args) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
   const std::string kind = cfg.trainer.value("kind", std::string());
   const trainers::TrainerCapabilities* can = trainers::trainer_capabilities(kind);
-  if (!can || can->params != trainers::TrainerParams::kTestFunctionArgs) {
+  const bool computed = args.outcomes.empty() || args.outcomes == "function";
+  if (computed && (!can || can->params != trainers::TrainerParams::kTestFunctionArgs)) {
     return err(Errc::kUsage, args.config + ": trainer.kind '" + kind +
                                  "': hpctune simulate computes only a test-function trainer's outcomes for now "
-                                 "(trainer kind `function`); replaying a recorded campaign is not there yet");
+                                 "(trainer kind `function`); --outcomes replay:DB or surrogate:DB takes them from a recorded campaign");
   }
   scheduler::SimulateOptions o;
   o.master.db_path = args.db.empty() ? cfg.name + ".sim.db" : args.db;
@@ -74,7 +76,11 @@ Status cmd_simulate(const SimulateArgs& args) {
   o.master.groups = args.nodes;
   o.master.seed = args.seed;
   o.master.make_stage = workflow::make_stage;
-  o.model = function_trial;
+  HPCTUNE_ASSIGN(scheduler::OutcomeSource source,
+                 scheduler::outcome_source(args.outcomes, o.master.config->space, o.master.config->objectives.front().metric,
+                                           function_trial));
+  o.model = std::move(source.model);
+  o.outcomes = std::move(source.detail);
   o.step_seconds = args.step_seconds;
   o.startup_seconds = args.startup_seconds;
   o.silence = args.silence;
