@@ -61,7 +61,7 @@ Status cmd_simulate(const SimulateArgs& args) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
   const std::string kind = cfg.trainer.value("kind", std::string());
   const trainers::TrainerCapabilities* can = trainers::trainer_capabilities(kind);
-  const bool computed = args.outcomes.empty() || args.outcomes == "function";
+  const bool computed = args.outcomes.empty() || args.outcomes == scheduler::kComputedOutcomes;
   if (computed && (!can || can->params != trainers::TrainerParams::kTestFunctionArgs)) {
     return err(Errc::kUsage, args.config + ": trainer.kind '" + kind +
                                  "': hpctune simulate computes only a test-function trainer's outcomes for now "

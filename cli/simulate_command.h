@@ -20,7 +20,7 @@ struct SimulateArgs {
   double step_seconds = -1;       // > 0: the cost of every step; else the trainer's seconds_per_step
   double startup_seconds = 1;     // from a group's launch to its hello
   std::string format = "table";   // table | json
-  std::string outcomes = "function";  // function | replay:DB | surrogate:DB (scheduler/simulated_outcomes.h)
+  std::string outcomes;  // "" or function | replay:DB | surrogate:DB (scheduler/simulated_outcomes.h)
   std::vector<std::pair<int64_t, double>> silence;  // test only: group G goes silent at simulated second S
 };
 

@@ -231,9 +231,9 @@ TrialModel surrogate_model(std::shared_ptr<const RecordedCampaign> recorded, sea
 Result<OutcomeSource> outcome_source(const std::string& spec, const search::Space& space, const std::string& objective,
                                      TrialModel function_model) {
   OutcomeSource out;
-  if (spec.empty() || spec == "function") {
+  if (spec.empty() || spec == kComputedOutcomes) {
     out.model = std::move(function_model);
-    out.detail = {{"outcomes", "function"}};
+    out.detail = {{"outcomes", kComputedOutcomes}};
     return out;
   }
   const auto colon = spec.find(':');

@@ -66,6 +66,11 @@ double config_distance(const search::Space& space, const nlohmann::json& a, cons
 TrialModel replay_model(std::shared_ptr<const RecordedCampaign> recorded, search::Space space);
 TrialModel surrogate_model(std::shared_ptr<const RecordedCampaign> recorded, search::Space space, int64_t k = 5);
 
+// `--outcomes`' name for the outcomes the config's trainer computes itself (a test-function
+// trainer's curve): the name a user types, not a comparison of the config's trainer kind (that is
+// the CLI's, through trainers::trainer_capabilities).
+inline constexpr const char* kComputedOutcomes = "function";
+
 // `--outcomes` as given ("function", "replay:DB", "surrogate:DB"): the model, with `function` the
 // caller's (the master's side never links the trainers), and a text for the campaign_simulated event.
 struct OutcomeSource {

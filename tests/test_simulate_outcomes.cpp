@@ -244,6 +244,36 @@ TEST_CASE("--outcomes refuses a file that is not a campaign, a planted bad field
   refused({"--outcomes", "replay:" + plant("none", "UPDATE trials SET state = 'failed'")}, "has no done trial");
 }
 
+TEST_CASE("status and trials mark a simulated campaign, with its machine and outcomes; a real one is not marked") {
+  TempDir dir;
+  const std::string rec = record(dir, "real", 6, 0.0);
+  const auto sim = run_hpctune({"simulate", dir.file("real.yaml"), "--db", dir.file("sim.db"), "--outcomes", "replay:" + rec},
+                               dir.file("sim.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("sim.log")));
+  const std::string mark = "simulated (machine fixed step cost, outcomes replay of " + rec + ")";
+  REQUIRE(run_hpctune({"status", dir.file("sim.db")}, dir.file("status.log")).success());
+  CHECK_MESSAGE(read_file(dir.file("status.log")).find("mark       " + mark + "\n") != std::string::npos,
+                read_file(dir.file("status.log")));
+  REQUIRE(run_hpctune({"status", dir.file("sim.db"), "--format", "json"}, dir.file("status.json")).success());
+  const auto js = nlohmann::json::parse(read_file(dir.file("status.json")));
+  CHECK(js["campaign"]["simulated"]["mark"] == mark);
+  CHECK(js["campaign"]["simulated"]["detail"]["outcomes"]["outcomes"] == "replay");
+  REQUIRE(run_hpctune({"trials", dir.file("sim.db")}, dir.file("trials.log")).success());
+  CHECK(read_file(dir.file("trials.log")).rfind(mark + "\ntrial", 0) == 0);
+  // The function trainer's outcomes.
+  REQUIRE(run_hpctune({"simulate", dir.file("real.yaml"), "--db", dir.file("f.db")}, dir.file("f.log")).success());
+  REQUIRE(run_hpctune({"status", dir.file("f.db")}, dir.file("fstatus.log")).success());
+  CHECK(read_file(dir.file("fstatus.log")).find("mark       simulated (machine fixed step cost, outcomes function trainer)\n") !=
+        std::string::npos);
+  // The recorded campaign ran for real: no mark anywhere.
+  REQUIRE(run_hpctune({"status", rec}, dir.file("rstatus.log")).success());
+  CHECK(read_file(dir.file("rstatus.log")).find("simulated") == std::string::npos);
+  REQUIRE(run_hpctune({"status", rec, "--format", "json"}, dir.file("rstatus.json")).success());
+  CHECK(nlohmann::json::parse(read_file(dir.file("rstatus.json")))["campaign"]["simulated"].is_null());
+  REQUIRE(run_hpctune({"trials", rec}, dir.file("rtrials.log")).success());
+  CHECK(read_file(dir.file("rtrials.log")).rfind("trial", 0) == 0);
+}
+
 TEST_CASE("a 2,048-node simulation of 20,000 trials finishes within a minute") {
   TempDir dir;
   const std::string cfg = dir.write(
