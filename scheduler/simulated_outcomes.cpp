@@ -51,18 +51,91 @@ Status check_params(const std::string& path, int64_t trial, const nlohmann::json
 
 double weight_of(double d) { return 1.0 / std::max(d, 1e-9); }
 
-// The recorded trials by distance to `params`, nearest first (ties: the lower id), the first `k`.
-std::vector<std::pair<double, const RecordedTrial*>> nearest(const RecordedCampaign& rc, const search::Space& space,
-                                                             const nlohmann::json& params, std::size_t k) {
-  std::vector<std::pair<double, const RecordedTrial*>> all;
-  all.reserve(rc.trials.size());
-  for (const auto& t : rc.trials) all.emplace_back(config_distance(space, params, t.params), &t);
-  k = std::min(k, all.size());
-  auto less = [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : a.second->id < b.second->id; };
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), less);
-  all.resize(k);
-  return all;
-}
+// The recorded configurations as numbers, so that a nearest-neighbour search over 20,000 of them
+// for each of 20,000 assigns costs seconds, not minutes: per parameter of the space, a numeric
+// value's unit coordinate (Space::to_unit) or any other value's number in a dictionary of the
+// values seen (equal values, equal numbers); parameters outside the space kept as JSON. The
+// distance is config_distance's, term for term.
+class PointIndex {
+ public:
+  PointIndex(const RecordedCampaign& rc, search::Space space) : space_(std::move(space)) {
+    points_.reserve(rc.trials.size());
+    for (const auto& t : rc.trials) points_.push_back(encode(t.params));
+  }
+
+  // The recorded trials nearest to `params`, nearest first (ties: the lower id), the first `k`.
+  std::vector<std::pair<double, const RecordedTrial*>> nearest(const RecordedCampaign& rc, const nlohmann::json& params,
+                                                               std::size_t k) {
+    const Point q = encode(params);
+    std::vector<std::pair<double, const RecordedTrial*>> all;
+    all.reserve(rc.trials.size());
+    for (std::size_t i = 0; i < rc.trials.size(); ++i) all.emplace_back(distance(q, points_[i]), &rc.trials[i]);
+    k = std::min(k, all.size());
+    auto less = [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : a.second->id < b.second->id; };
+    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), less);
+    all.resize(k);
+    return all;
+  }
+
+ private:
+  struct Point {
+    std::vector<double> x;       // per space parameter
+    std::vector<uint8_t> kind;   // 0 absent, 1 unit coordinate, 2 a value's number in the dictionary
+    nlohmann::json extra;        // parameters outside the space (null when none)
+  };
+
+  Point encode(const nlohmann::json& params) {
+    const auto& specs = space_.params();
+    Point p;
+    p.x.assign(specs.size(), 0.0);
+    p.kind.assign(specs.size(), 0);
+    if (!params.is_object()) return p;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      auto it = params.find(specs[i].name);
+      if (it == params.end()) continue;
+      const bool numeric = specs[i].type == search::ParamType::kFloat || specs[i].type == search::ParamType::kInt;
+      if (numeric && it->is_number()) {
+        p.x[i] = search::Space::to_unit(specs[i], *it);
+        p.kind[i] = 1;
+      } else {
+        auto [v, added] = values_.emplace(it->dump(), static_cast<double>(values_.size()));
+        (void)added;
+        p.x[i] = v->second;
+        p.kind[i] = 2;
+      }
+    }
+    for (auto it = params.begin(); it != params.end(); ++it) {
+      if (!space_.find(it.key())) p.extra[it.key()] = it.value();
+    }
+    return p;
+  }
+
+  double distance(const Point& a, const Point& b) const {
+    double sum = 0;
+    for (std::size_t i = 0; i < a.x.size(); ++i) {
+      if (a.kind[i] == 0 && b.kind[i] == 0) continue;
+      if (a.kind[i] == 0 || b.kind[i] == 0 || a.kind[i] != b.kind[i]) {
+        sum += 1.0;
+      } else if (a.kind[i] == 1) {
+        const double d = std::fabs(a.x[i] - b.x[i]);
+        sum += d * d;
+      } else {
+        sum += a.x[i] == b.x[i] ? 0.0 : 1.0;
+      }
+    }
+    if (!a.extra.is_null() || !b.extra.is_null()) {
+      const search::Space none;
+      const double d = config_distance(none, a.extra.is_null() ? nlohmann::json::object() : a.extra,
+                                       b.extra.is_null() ? nlohmann::json::object() : b.extra);
+      sum += d * d;
+    }
+    return std::sqrt(sum);
+  }
+
+  search::Space space_;
+  std::vector<Point> points_;
+  std::unordered_map<std::string, double> values_;
+};
 
 void mark(SimulatedTrial& t, int64_t from, double distance) {
   t.final_metrics["simulated_from_trial"] = static_cast<double>(from);
@@ -158,13 +231,14 @@ TrialModel replay_model(std::shared_ptr<const RecordedCampaign> recorded, search
   // Exact matches first, through a map keyed by the params' JSON text (keys sorted: same text, same config).
   auto exact = std::make_shared<std::unordered_map<std::string, const RecordedTrial*>>();
   for (const auto& t : recorded->trials) exact->emplace(t.params.dump(), &t);
-  return [recorded, space = std::move(space), exact](const protocol::Assign& a) {
+  auto index = std::make_shared<PointIndex>(*recorded, std::move(space));
+  return [recorded, index, exact](const protocol::Assign& a) {
     const RecordedTrial* from = nullptr;
     double distance = 0;
     if (auto it = exact->find(a.params.dump()); it != exact->end()) {
       from = it->second;
     } else {
-      auto n = nearest(*recorded, space, a.params, 1);
+      auto n = index->nearest(*recorded, a.params, 1);
       from = n.front().second;
       distance = n.front().first;
     }
@@ -179,8 +253,9 @@ TrialModel replay_model(std::shared_ptr<const RecordedCampaign> recorded, search
 
 TrialModel surrogate_model(std::shared_ptr<const RecordedCampaign> recorded, search::Space space, int64_t k) {
   const std::size_t kk = static_cast<std::size_t>(std::max<int64_t>(1, k));
-  return [recorded, space = std::move(space), kk](const protocol::Assign& a) {
-    const auto n = nearest(*recorded, space, a.params, kk);
+  auto index = std::make_shared<PointIndex>(*recorded, std::move(space));
+  return [recorded, index, kk](const protocol::Assign& a) {
+    const auto n = index->nearest(*recorded, a.params, kk);
     const RecordedTrial& first = *n.front().second;
     SimulatedTrial t;
     // The weighted mean of `name` over the neighbours that have it, each read by `value_of`.
