@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
   std::string sim_nodes_text, sim_seed_text, sim_step_text, sim_startup_text;
   std::vector<std::string> sim_silence;
   auto* sim_cmd = app.add_subcommand("simulate", "Run a campaign's real master on simulated time, with simulated trainer groups");
-  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` for now")
+  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` unless --outcomes replays or models a recorded campaign")
       ->required()->check(CLI::ExistingFile);
   auto* sim_db_opt = sim_cmd->add_option("--db", sim.db, "The new database the simulated campaign is recorded in (default <name>.sim.db)");
   auto* sim_nodes_opt = sim_cmd->add_option("--nodes", sim_nodes_text, "Nodes, one trainer group each, 1..4096 (overrides resources.groups)")
