@@ -443,7 +443,10 @@ Status cmd_trials(const std::string& db, int64_t top, const std::string& format)
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
   auto ranked = report::rank_trials(v.trials, v.objectives.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
-  if (format == "table") return write_stdout(report::trials_table(ranked, v.objectives.columns(), v.front()));
+  if (format == "table") {
+    const std::string mark = report::simulated_mark(v.simulated);  // "" for a campaign that ran for real
+    return write_stdout((mark.empty() ? "" : mark + "\n") + report::trials_table(ranked, v.objectives.columns(), v.front()));
+  }
   if (format == "csv") {
     HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
     return write_stdout(report::trials_csv(ranked, {v.front(), &stages}));

@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   std::string sim_nodes_text, sim_seed_text, sim_step_text, sim_startup_text;
   std::vector<std::string> sim_silence;
   auto* sim_cmd = app.add_subcommand("simulate", "Run a campaign's real master on simulated time, with simulated trainer groups");
-  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` for now (not with --calibrate)")
+  sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` unless --outcomes replays or models a recorded campaign (not with --calibrate)")
       ->check(CLI::ExistingFile);
   auto* sim_db_opt = sim_cmd->add_option("--db", sim.db, "The new database the simulated campaign is recorded in (default <name>.sim.db)");
   auto* sim_nodes_opt = sim_cmd->add_option("--nodes", sim_nodes_text, "Nodes, one trainer group each, 1..4096 (overrides resources.groups)")
@@ -296,6 +296,11 @@ int main(int argc, char** argv) {
                     "Add the master's measured decision time (its step() calls) to the simulated clock, as Syne Tune does");
   sim_cmd->add_flag("--calibrate", sim.calibrate, "Fit the machine file from small real campaigns on this machine");
   sim_cmd->add_option("--machine-out", sim.machine_out, "Where --calibrate writes (default configs/machines/this-machine.yaml)");
+  sim_cmd->add_option("--outcomes", sim.outcomes,
+                      "Where trial outcomes come from: function (the function trainer's, default), replay:DB (the curves "
+                      "a recorded campaign's trials reported, the nearest one's for a new configuration) or surrogate:DB "
+                      "(a nearest-neighbour model fitted over DB's trials)")
+      ->type_name("SOURCE");
   sim_cmd->add_option("--silence", sim_silence, "Test only: GROUP@SECONDS, the group goes silent then")->group("");
 
   std::string status_db, status_format = "table";

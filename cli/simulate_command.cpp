@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "config/machine_file.h"
 #include "config/trial_work.h"
+#include "scheduler/simulated_outcomes.h"
 #include "scheduler/simulation_cost_model.h"
 #include "scheduler/simulator.h"
 #include "trainers/function_trainer.h"
@@ -121,7 +122,8 @@ scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config:
 }
 
 Result<SimReport> simulate_split(const SimulateArgs& args, const config::CampaignConfig& cfg, const config::MachineModel& machine,
-                                 Split split, const std::string& db, double batch_per_rank) {
+                                 const scheduler::OutcomeSource& source, Split split, const std::string& db,
+                                 double batch_per_rank) {
   scheduler::SimulateOptions o;
   o.master.db_path = db;
   o.master.config = cfg;
@@ -130,7 +132,9 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.master.groups = split.groups;
   o.master.seed = args.seed;
   o.master.make_stage = workflow::make_stage;
-  o.model = priced_model(function_trial, machine, split, batch_per_rank);
+  o.model = priced_model(source.model, machine, split, batch_per_rank);
+  o.outcomes = source.detail;
+  o.machine = args.step_seconds > 0 ? std::string() : machine.name;  // --step-seconds: a fixed cost, no machine
   o.step_seconds = args.step_seconds;
   o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : scheduler::startup_seconds(machine, split.data * split.model);
   o.silence = args.silence;
@@ -266,7 +270,8 @@ struct ScratchDir {
   }
 };
 
-Status run_plan(const SimulateArgs& args, const config::CampaignConfig& cfg, const config::MachineModel& machine, int64_t nodes) {
+Status run_plan(const SimulateArgs& args, const config::CampaignConfig& cfg, const config::MachineModel& machine,
+                const scheduler::OutcomeSource& source, int64_t nodes) {
   auto work = config::trial_work(cfg.trainer);
   if (!work.ok()) return err(Errc::kUsage, args.config + ": --plan: " + work.error().message());
   const int64_t own_data = cfg.resources.ranks_data, own_model = cfg.resources.ranks_model;
@@ -283,7 +288,7 @@ Status run_plan(const SimulateArgs& args, const config::CampaignConfig& cfg, con
       if (static_cast<double>(data) > batch_limit || nodes % (data * model) != 0) continue;
       Split split{nodes / (data * model), data, model};
       const std::string db = scratch.path + "/plan" + std::to_string(index++) + ".db";
-      HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, split, db, batch_per_rank));
+      HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, source, split, db, batch_per_rank));
       plans.push_back(std::move(r));
     }
   }
@@ -336,15 +341,19 @@ Status cmd_simulate(const SimulateArgs& args) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
   const std::string kind = cfg.trainer.value("kind", std::string());
   const trainers::TrainerCapabilities* can = trainers::trainer_capabilities(kind);
-  if (!can || can->params != trainers::TrainerParams::kTestFunctionArgs) {
+  const bool computed = args.outcomes.empty() || args.outcomes == scheduler::kComputedOutcomes;
+  if (computed && (!can || can->params != trainers::TrainerParams::kTestFunctionArgs)) {
     return err(Errc::kUsage, args.config + ": trainer.kind '" + kind +
                                  "': hpctune simulate computes only a test-function trainer's outcomes for now "
-                                 "(trainer kind `function`); replaying a recorded campaign is not there yet");
+                                 "(trainer kind `function`); --outcomes replay:DB or surrogate:DB takes them from a recorded campaign");
   }
   HPCTUNE_ASSIGN(const config::MachineModel machine, load_machine(args.machine));
   const int64_t ranks = cfg.resources.ranks_data * cfg.resources.ranks_model;
   const int64_t nodes = args.nodes.value_or(cfg.resources.groups * ranks);
-  if (args.plan) return run_plan(args, cfg, machine, nodes);
+  // Where outcomes come from, read once for every split a plan simulates.
+  HPCTUNE_ASSIGN(const scheduler::OutcomeSource source,
+                 scheduler::outcome_source(args.outcomes, cfg.space, cfg.objectives.front().metric, function_trial));
+  if (args.plan) return run_plan(args, cfg, machine, source, nodes);
   if (nodes % ranks != 0) {
     return err(Errc::kUsage, "--nodes: " + std::to_string(nodes) + " nodes do not split into groups of " + std::to_string(ranks) +
                                  " ranks (resources.ranks data " + std::to_string(cfg.resources.ranks_data) + " x model " +
@@ -359,20 +368,24 @@ Status cmd_simulate(const SimulateArgs& args) {
     HPCTUNE_ASSIGN(auto base_cfg, config::load_config(args.baseline));
     const std::string base_kind = base_cfg.trainer.value("kind", std::string());
     const trainers::TrainerCapabilities* base_can = trainers::trainer_capabilities(base_kind);
-    if (!base_can || base_can->params != trainers::TrainerParams::kTestFunctionArgs) {
-      return err(Errc::kUsage, "--baseline: " + args.baseline + ": trainer.kind '" + base_kind + "' cannot be simulated (only `function`)");
+    if (computed && (!base_can || base_can->params != trainers::TrainerParams::kTestFunctionArgs)) {
+      return err(Errc::kUsage, "--baseline: " + args.baseline + ": trainer.kind '" + base_kind +
+                                   "' cannot be simulated without --outcomes (computed outcomes are the `function` trainer's)");
     }
+    HPCTUNE_ASSIGN(const scheduler::OutcomeSource base_source,
+                   scheduler::outcome_source(args.outcomes, base_cfg.space, base_cfg.objectives.front().metric, function_trial));
     ScratchDir scratch;
     if (scratch.path.empty()) return err(Errc::kIo, "--baseline: cannot create a temporary directory");
     const Split base{base_cfg.resources.groups, base_cfg.resources.ranks_data, base_cfg.resources.ranks_model};
     SimulateArgs base_args = args;
     base_args.silence.clear();
-    HPCTUNE_ASSIGN(SimReport b, simulate_split(base_args, base_cfg, machine, base, scratch.path + "/baseline.db", 0));
+    HPCTUNE_ASSIGN(SimReport b, simulate_split(base_args, base_cfg, machine, base_source, base, scratch.path + "/baseline.db", 0));
     baseline_s = ranking_seconds(b, args.target.has_value());
   }
   const Split split{nodes / ranks, cfg.resources.ranks_data, cfg.resources.ranks_model};
-  HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, split, db, 0));
-  const nlohmann::json j = report_json(r, args, cfg, machine, baseline_s);
+  HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, source, split, db, 0));
+  nlohmann::json j = report_json(r, args, cfg, machine, baseline_s);
+  j["outcomes"] = source.detail;
   if (args.format == "json") return print(j.dump(2) + "\n");
   return print(report_table(j, r, machine.calibrated_nodes));
 }

@@ -27,6 +27,7 @@ struct SimulateArgs {
   bool count_decision_time = false;  // the master's measured step() time moves the simulated clock (Syne Tune)
   bool calibrate = false;         // fit this machine's file from small real campaigns
   std::string machine_out;        // --calibrate's output; "" = configs/machines/this-machine.yaml
+  std::string outcomes;  // "" or function | replay:DB | surrogate:DB (scheduler/simulated_outcomes.h)
   std::vector<std::pair<int64_t, double>> silence;  // test only: group G goes silent at simulated second S
 };
 

@@ -184,6 +184,7 @@ json campaign_summary(size_t index, CampaignSource& source) {
   const auto* best = best_of(s.main_trials(), s.objectives.maximize);
   out["best"] = best ? json{{"trial", best->id}, {"objective", num(*best->objective)}} : json();
   out["version"] = s.version;
+  out["simulated"] = s.simulated.is_null() ? json() : json(report::simulated_mark(s.simulated));
   json stages = json::array();
   for (const auto& st : s.stages) stages.push_back({{"name", st.name}, {"kind", st.kind}, {"state", st.state}});
   out["stages"] = std::move(stages);

@@ -111,6 +111,7 @@ const nlohmann::json& Snapshot::status_json() const {
     }
     if (best) st.main_trials.push_back(*best);
     st.main_stage = main_stage;
+    st.simulated = simulated;
     st.objectives = objectives.columns();
     st.maximize = objectives.maximize;
     if (front()) st.front = pareto;
@@ -195,6 +196,8 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
   next->campaign = std::move(*campaign);
   HPCTUNE_ASSIGN(next->stages, db.stages(next->campaign.id));
   HPCTUNE_ASSIGN(next->groups, db.groups(next->campaign.id));
+  HPCTUNE_ASSIGN(auto simulated, db.first_event(next->campaign.id, "campaign_simulated"));
+  if (simulated) next->simulated = simulated->detail.is_object() ? simulated->detail : nlohmann::json::object();
   HPCTUNE_ASSIGN(auto trials, db.trials_changed(next->campaign.id, after, open_ids));
   HPCTUNE_ASSIGN(auto attempts, db.attempts_changed(after, open_ids));
   HPCTUNE_ASSIGN(auto lineage, db.lineage_changed(after, open_ids));

@@ -42,9 +42,10 @@ class InProcServer final : public ServerTransport {
 
   Result<std::optional<Envelope>> recv(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(s_->mu);
-    if (!s_->server_cv.wait_for(lock, timeout, [&] { return !s_->server_inbox.empty(); })) {
-      return std::optional<Envelope>();
-    }
+    // A zero timeout is a poll: no wait, so no futex call (the simulator polls millions of times).
+    const bool ready = timeout.count() <= 0 ? !s_->server_inbox.empty()
+                                            : s_->server_cv.wait_for(lock, timeout, [&] { return !s_->server_inbox.empty(); });
+    if (!ready) return std::optional<Envelope>();
     Envelope e = std::move(s_->server_inbox.front());
     s_->server_inbox.pop_front();
     return std::optional<Envelope>(std::move(e));
@@ -74,7 +75,7 @@ class InProcClient final : public ClientTransport {
   Result<std::optional<std::string>> recv(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(s_->mu);
     auto client = me_;
-    client->cv.wait_for(lock, timeout, [&] { return !client->inbox.empty() || client->woken; });
+    if (timeout.count() > 0) client->cv.wait_for(lock, timeout, [&] { return !client->inbox.empty() || client->woken; });
     client->woken = false;
     if (client->inbox.empty()) return std::optional<std::string>();
     std::string bytes = std::move(client->inbox.front());

@@ -15,6 +15,8 @@ Result<CampaignView> open_campaign(const std::string& db) {
   HPCTUNE_ASSIGN(v.trials, v.store->trials(v.campaign.id));
   v.objectives = objectives_of(v.campaign.config_json);
   v.pareto = recorded_pareto_front(v.campaign);
+  HPCTUNE_ASSIGN(auto simulated, v.store->first_event(v.campaign.id, "campaign_simulated"));
+  if (simulated) v.simulated = simulated->detail.is_object() ? simulated->detail : nlohmann::json::object();
   v.main_trials = v.trials;
   const auto& cj = v.campaign.config_json;
   if (cj.is_object() && cj.contains("stages") && cj["stages"].is_array()) {

@@ -45,6 +45,9 @@ struct CampaignView {
   std::string main_stage;  // its name; "" without stages
   Objectives objectives;
   std::set<int64_t> pareto;  // the recorded front (several objectives only)
+  // What `hpctune simulate` recorded in its campaign_simulated event (the cost model, where outcomes
+  // came from); null for a campaign that ran for real. report/status.h: simulated_mark.
+  nlohmann::json simulated;
   // The front for the tables' `pareto` column: null with a single objective.
   const std::set<int64_t>* front() const { return objectives.several() ? &pareto : nullptr; }
 };

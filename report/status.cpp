@@ -60,6 +60,7 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   st.trials = v.trials;
   st.main_trials = v.main_trials;
   st.main_stage = v.main_stage;
+  st.simulated = v.simulated;
   st.objectives = v.objectives.columns();
   st.maximize = v.objectives.maximize;
   if (v.front()) st.front = v.pareto;
@@ -108,6 +109,8 @@ nlohmann::json status_json(const CampaignStatus& st) {
                              {"max_trials", config_value(cj, "search", "max_trials")}};
   const std::vector<std::string> failures = stage_failures(st.stages);
   campaign["reason"] = failures.empty() ? nlohmann::json(nullptr) : nlohmann::json(failures);
+  campaign["simulated"] = st.simulated.is_null() ? nlohmann::json(nullptr)
+                                                 : nlohmann::json{{"mark", simulated_mark(st.simulated)}, {"detail", st.simulated}};
   nlohmann::json stages = nlohmann::json::array();
   const auto stage_counts = trials_by_stage(st.stages, st.trials);
   for (size_t i = 0; i < st.stages.size(); ++i) {
@@ -167,10 +170,26 @@ std::string text(const char* format, Args... args) {
 
 }  // namespace
 
+std::string simulated_mark(const nlohmann::json& detail) {
+  if (detail.is_null()) return "";
+  auto text_of = [](const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  std::string machine = text_of(detail, "machine");
+  if (machine.empty()) machine = "fixed step cost";
+  const nlohmann::json none;
+  const nlohmann::json& o = detail.is_object() && detail.contains("outcomes") ? detail["outcomes"] : none;
+  const std::string kind = text_of(o, "outcomes"), from = text_of(o, "from");
+  std::string outcomes = "function trainer";
+  if ((kind == "replay" || kind == "surrogate") && !from.empty()) outcomes = kind + " of " + from;
+  return "simulated (machine " + machine + ", outcomes " + outcomes + ")";
+}
+
 std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t width) {
   const auto& c = v.campaign;
   std::string out = text("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(),
                          c.state.c_str(), v.db_path.c_str(), static_cast<unsigned long long>(c.seed));
+  if (!v.simulated.is_null()) out += "mark       " + simulated_mark(v.simulated) + "\n";
   // Why it failed, one line per failed stage (the reason recorded with the stage's state).
   for (const std::string& why : stage_failures(st.stages)) out += "reason     " + why + "\n";
   if (auto elapsed = campaign_elapsed(c, st.now)) out += "elapsed    " + format_duration(*elapsed) + "\n";

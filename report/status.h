@@ -34,6 +34,7 @@ struct CampaignStatus {
   // The GPUs ("0,1") of the current attempt of each assigned or running trial and of the best
   // trial, by trial id; only trials whose attempt had some.
   std::map<int64_t, std::string> gpus;
+  nlohmann::json simulated;  // CampaignView::simulated: null unless `hpctune simulate` recorded it
 };
 
 // The status of the view's campaign at `now` (seconds since the epoch): reads the counts, stages
@@ -41,7 +42,8 @@ struct CampaignStatus {
 Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 
 // {campaign: {name, state, seed, algorithm, objectives, created_at, finished_at, elapsed_s,
-// max_trials}, stages: [...], trials: {total, by_state}, attempts_lost, best: {trial, metric,
+// max_trials, simulated: null, or {mark (simulated_mark), detail (the campaign_simulated event's)}},
+// stages: [...], trials: {total, by_state}, attempts_lost, best: {trial, metric,
 // objective, attempt, params, metrics} or null, and with several objectives pareto_front: [trial
 // ids]}. Times are null when unset. With GPUs: best.devices ("0,1") and running_gpus: [{trial,
 // group, devices}] for the trials running on GPUs now.
@@ -70,6 +72,12 @@ nlohmann::json status_json(const CampaignStatus& status);
 // (report/stages.h: show_stages; cut to `width` columns, 0 = no limit), the trials by state, the
 // best trial with its parameters and metrics, and the Pareto front with several objectives.
 std::string status_text(const CampaignView& view, const CampaignStatus& status, size_t width);
+
+// The mark of a campaign `hpctune simulate` recorded, from its campaign_simulated event's detail
+// (CampaignView::simulated): "simulated (machine M, outcomes O)", M the machine file when the
+// event names one (else "fixed step cost"), O "function trainer", "replay of DB" or "surrogate of
+// DB". "" for null (a real campaign). Fields of the wrong type are left out, never trusted.
+std::string simulated_mark(const nlohmann::json& detail);
 
 // Why the campaign's stages failed: "stage 'NAME' (KIND): REASON" per failed stage, in order
 // (status's "reason" lines and campaign.reason in its JSON).

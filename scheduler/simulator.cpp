@@ -242,7 +242,9 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
                                                                        : nlohmann::json("trial's own")},
                              {"startup_seconds", options.startup_seconds},
                              {"message_seconds", options.message_seconds},
-                             {"groups", campaign.cfg.resources.groups}},
+                             {"groups", campaign.cfg.resources.groups},
+                             {"outcomes", options.outcomes},
+                             {"machine", options.machine.empty() ? nlohmann::json() : nlohmann::json(options.machine)}},
                             wall.unix_s));
   const auto heartbeat = seconds(campaign.cfg.resources.heartbeat_interval_s);
   const auto wake = std::max(heartbeat, seconds(campaign.cfg.resources.heartbeat_timeout_s / 2));

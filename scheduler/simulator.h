@@ -59,6 +59,9 @@ using TrialModel = std::function<SimulatedTrial(const protocol::Assign&)>;
 struct SimulateOptions {
   MasterOptions master;         // config, db_path, groups (--nodes), seed, make_stage, log
   TrialModel model;             // required
+  // Where the model's outcomes come from, for the campaign_simulated event (scheduler/simulated_outcomes.h).
+  nlohmann::json outcomes = nlohmann::json::object();
+  std::string machine;          // the cost model's machine file (its name), for the same event; "" = none
   double step_seconds = -1;     // > 0: every step costs this; else the trial's own seconds_per_step
   double startup_seconds = 1;   // from a launch to the group's hello
   double message_seconds = 0.001;

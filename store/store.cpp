@@ -192,6 +192,7 @@ enum Query : int {
   kSelectLineageOfParent,
   kSelectTrialEvents,
   kSelectMetricsOf,
+  kSelectFirstEventOfKind,
   kNumQueries,
 };
 
@@ -369,6 +370,9 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSelectMetricsOf */
     "SELECT trial_id, attempt, step, name, value, t FROM metrics WHERE trial_id IN (SELECT value FROM json_each(?1)) "
     "ORDER BY trial_id, attempt, step, name",
+    /* kSelectFirstEventOfKind */
+    "SELECT id, campaign_id, t, kind, trial_id, attempt, group_id, detail FROM "
+    "(SELECT * FROM events WHERE campaign_id = ?1 ORDER BY id LIMIT 64) WHERE kind = ?2 ORDER BY id LIMIT 1",
 };
 
 #undef HPCTUNE_TRIAL_COLUMNS
@@ -1729,6 +1733,15 @@ Result<std::vector<EventRow>> Store::trial_events(int64_t trial_id) {
   return collect<EventRow>(
       b, read_event,
       "cannot read the events of trial " + std::to_string(trial_id));
+}
+
+Result<std::optional<EventRow>> Store::first_event(int64_t campaign_id, const std::string& kind) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectFirstEventOfKind));
+  Bind b(s);
+  b.i64(1, campaign_id).text(2, kind);
+  HPCTUNE_ASSIGN(std::vector<EventRow> rows, collect<EventRow>(b, read_event, "cannot read the events of kind " + kind));
+  if (rows.empty()) return std::optional<EventRow>();
+  return std::optional<EventRow>(std::move(rows.front()));
 }
 
 Result<std::vector<MetricRow>> Store::metrics_of(const std::vector<int64_t>& trial_ids) {

@@ -410,6 +410,9 @@ class Store {
   Result<std::vector<LineageRow>> lineage_children(int64_t parent_trial_id);
   // The events of one trial, oldest first (through the index on events.trial_id).
   Result<std::vector<EventRow>> trial_events(int64_t trial_id);
+  // The first event of `kind` among the campaign's first 64 (those its preparation writes, such as
+  // campaign_simulated): a bounded read, whatever the campaign's size. nullopt when none.
+  Result<std::optional<EventRow>> first_event(int64_t campaign_id, const std::string& kind);
   // The reports of the listed trials, ordered by trial, attempt, step, name.
   Result<std::vector<MetricRow>> metrics_of(const std::vector<int64_t>& trial_ids);
 

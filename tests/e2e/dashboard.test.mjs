@@ -251,6 +251,17 @@ space:
 trainer: {kind: command, command: "python3 ${xssScript}"}
 resources: {groups: 2}
 ` },
+  // Recorded by `hpctune simulate`, not `run`: the app marks it as simulated.
+  { key: 'simulated', command: 'simulate', config: `name: e2e-simulated
+seed: 6
+objective: {metric: value, mode: min}
+search: {algorithm: random, max_trials: 10}
+space:
+  x1: {type: float, low: -5, high: 10}
+  x2: {type: float, low: 0, high: 15}
+trainer: {kind: function, name: branin, steps: 4}
+resources: {groups: 2}
+` },
 ];
 const INDEX = Object.fromEntries(FIXTURES.map((f, i) => [f.key, i]));
 
@@ -272,7 +283,7 @@ async function makeFixtures() {
     const config = path.join(tmp, `${f.key}.yaml`);
     fs.writeFileSync(config, f.config);
     f.db = path.join(tmp, `${f.key}.db`);
-    const r = await runHpctune(['run', config, '--db', f.db], { cwd: tmp }, 90000);
+    const r = await runHpctune([f.command ?? 'run', config, '--db', f.db], { cwd: tmp }, 90000);
     assert.equal(r.code, 0, `campaign ${f.key} failed:\n${r.output}`);
   };
   const queue = [...FIXTURES];
@@ -481,6 +492,25 @@ test('overview', { timeout: 30000 }, async () => {
     }
   }
   noProblems('overview');
+});
+
+test('a simulated campaign is marked: a badge in the header, a line in the overview', { timeout: 30000 }, async () => {
+  const { campaigns } = await api('api/campaigns');
+  const mark = campaigns[INDEX.simulated].simulated;
+  assert.match(mark ?? '', /^simulated \(machine .+, outcomes function trainer\)$/);
+  assert.equal(campaigns[INDEX.genetic].simulated, null, 'a campaign that ran for real has no mark');
+  const o = await api(`api/campaigns/${INDEX.simulated}/overview`);
+  assert.equal(o.simulated, mark);
+  await view(`/c/${INDEX.simulated}`, 'overview');
+  await page.waitForSelector('#simulated-badge', { timeout: 10000 });
+  assert.equal((await page.locator('#simulated-badge').textContent()).trim(), 'simulated');
+  assert.equal(await page.locator('#simulated-badge').getAttribute('title'), mark);
+  assert.equal(await figure('simulated'), mark);
+  await shoot('overview-simulated');
+  await view(`/c/${INDEX.genetic}`, 'overview');
+  assert.equal(await page.locator('#simulated-badge').count(), 0, 'no badge on a real campaign');
+  assert.equal(await page.locator('[data-figure="simulated"]').count(), 0);
+  noProblems('simulated');
 });
 
 test('history', { timeout: 30000 }, async () => {

@@ -83,6 +83,9 @@ function renderNav(route) {
   if (route.i !== undefined) {
     const name = campaignNames.get(route.i);
     items.push(h('span', {class: 'nav-campaign', title: 'campaign'}, name !== undefined ? name : `campaign ${route.i}`));
+    // A campaign `hpctune simulate` recorded says so beside its name.
+    const mark = campaignSimulated.get(route.i);
+    if (mark) items.push(h('span', {id: 'simulated-badge', class: 'badge-simulated', title: mark}, 'simulated'));
     for (const [key, v] of Object.entries(campaignViews)) {
       const active = route.name === key || (key === 'trials' && route.name === 'trial');
       items.push(h('a', {href: `#/c/${route.i}${key === 'overview' ? '' : `/${key}`}`, class: active ? 'active' : undefined,
@@ -96,8 +99,12 @@ function renderNav(route) {
 
 // The names of the served campaigns (nav), filled by the campaigns list and /api/changes.
 const campaignNames = new Map();
+const campaignSimulated = new Map();  // index -> the 'simulated' mark, or null for a real campaign
 export function rememberCampaigns(list) {
-  for (const c of list) campaignNames.set(c.index, c.name);
+  for (const c of list) {
+    campaignNames.set(c.index, c.name);
+    if (c.simulated !== undefined) campaignSimulated.set(c.index, c.simulated);
+  }
 }
 
 // The views that draw no chart: they open without ECharts.

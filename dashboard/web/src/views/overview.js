@@ -30,6 +30,7 @@ export default async function overview(ctx) {
     h('div', {class: 'stats'},
       stat('name', figure('name', null, o.name ?? '')),
       stat('state', h('span', {class: `state state-${o.state}`, dataset: {figure: 'state'}}, o.state ?? '')),
+      ...(o.simulated ? [stat('simulated', h('span', {dataset: {figure: 'simulated'}}, o.simulated))] : []),
       stat('algorithm', o.algorithm ?? '—'),
       stat('objective', (o.objectives || []).map((x) => `${x.metric} (${x.mode})`).join(', ') || '—'),
       stat('trials', figure('trials-total', o.trials ? o.trials.total : null)),
