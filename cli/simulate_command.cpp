@@ -115,6 +115,11 @@ scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config:
       t.error = cost.error().to_string();
       return t;
     }
+    // More ranks than the machine has cores (virtual nodes on one machine): they share them.
+    const double slowdown = config::sharing_slowdown(machine, split.nodes());
+    cost->compute_s *= slowdown;
+    cost->bubble_s *= slowdown;
+    cost->allreduce_s *= slowdown;
     t.step_cost = *cost;
     t.seconds_per_step = std::max(cost->total(), 1e-6);
     return t;

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,7 @@ const std::vector<MachineKey>& machine_keys() {
   static const std::vector<MachineKey> keys = {
       {"calibrated_nodes", nullptr, &MachineModel::calibrated_nodes, 1, 1, 1 << 20, true, "nodes"},
       {"ranks_per_node", nullptr, &MachineModel::ranks_per_node, 1, 1, 4096, true, "ranks"},
+      {"nodes", nullptr, &MachineModel::nodes, 1, 0, 1 << 20, true, "nodes"},
       {"compute.mlp_gflops", &MachineModel::mlp_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
       {"compute.cnn_gflops", &MachineModel::cnn_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
       {"compute.image_overhead_us", &MachineModel::image_overhead_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
@@ -141,7 +143,7 @@ Result<MachineModel> parse_machine_file(const std::string& text, const std::stri
   for (const auto& k : machine_keys()) {
     bool found = false;
     for (const auto& s : seen) found = found || s == k.path;
-    if (found) continue;
+    if (found || std::string(k.path) == "nodes") continue;  // nodes is optional (0: unbounded)
     // Missing: reported where its section is (or the file's start).
     std::string parent = k.path;
     Mark mark{};
@@ -190,6 +192,7 @@ std::string machine_file_text(const MachineModel& m, const std::string& comments
   t += "name: " + m.name + "\n";
   t += "calibrated_nodes: " + std::to_string(m.calibrated_nodes) + "\n";
   t += "ranks_per_node: " + std::to_string(m.ranks_per_node) + "\n";
+  if (m.nodes > 0) t += "nodes: " + std::to_string(m.nodes) + "\n";
   t += "compute:\n  mlp_gflops: " + num(m.mlp_flops_per_s / 1e9) + "\n  cnn_gflops: " + num(m.cnn_flops_per_s / 1e9) +
        "\n  image_overhead_us: " + num(m.image_overhead_s * 1e6) + "\n";
   t += "network:\n  intra_node: {bandwidth_gb_s: " + num(m.intra_bandwidth_bytes_per_s / 1e9) +
@@ -200,6 +203,12 @@ std::string machine_file_text(const MachineModel& m, const std::string& comments
   t += "startup: {seconds: " + num(m.startup_s) + ", per_rank_seconds: " + num(m.startup_per_rank_s) + "}\n";
   t += "disk: {bandwidth_mb_s: " + num(m.disk_bytes_per_s / 1e6) + "}\n";
   return t;
+}
+
+double sharing_slowdown(const MachineModel& m, int64_t ranks) {
+  if (m.nodes <= 0 || ranks <= 0) return 1.0;
+  const double slots = static_cast<double>(m.nodes) * static_cast<double>(std::max<int64_t>(1, m.ranks_per_node));
+  return std::max(1.0, static_cast<double>(ranks) / slots);
 }
 
 }  // namespace hpctune::config

@@ -3,11 +3,14 @@
 // the config's own tree (config/yaml_tree.h), so that a bad key or value is reported as
 //     <file>:<line>:<column>: <key.path>: <what is wrong>
 // with a "did you mean" for a misspelt key. Every key is required except `name` (default: the
-// file's stem) and `notes`; every number must be finite and in its range.
+// file's stem), `notes` and `nodes`; every number must be finite and in its range.
 //
 //   name: this-machine
 //   calibrated_nodes: 1          # nodes the figures were measured on; beyond: extrapolated
 //   ranks_per_node: 2            # ranks that share a node (and its intra-node network)
+//   nodes: 1                     # optional: the machine's nodes; a simulation of more ranks than
+//                                #   nodes x ranks_per_node shares their cores (compute, bubble and
+//                                #   allreduce slow by the ratio); absent or 0: as many as asked
 //   compute:
 //     mlp_gflops: 9.5            # a rank's training rate (forward + backward) on dense networks
 //     cnn_gflops: 4.1            # ... on networks with convolutions
@@ -31,6 +34,7 @@ struct MachineModel {
   std::string name;
   int64_t calibrated_nodes = 1;
   int64_t ranks_per_node = 1;
+  int64_t nodes = 0;  // 0: unbounded (every simulated node its own)
   double mlp_flops_per_s = 1e10;
   double cnn_flops_per_s = 1e10;
   double image_overhead_s = 0;
@@ -51,5 +55,8 @@ Result<MachineModel> load_machine_file(const std::string& path);
 // The machine file's text for `m` (what --calibrate writes), with `comments` (lines without '#')
 // before it.
 std::string machine_file_text(const MachineModel& m, const std::string& comments);
+// How much slower a rank runs when `ranks` run at once on the machine: ranks / (nodes x
+// ranks_per_node) when that exceeds 1 (a machine of `nodes` nodes shares their cores), else 1.
+double sharing_slowdown(const MachineModel& m, int64_t ranks);
 
 }  // namespace hpctune::config

@@ -8,7 +8,7 @@
 namespace hpctune::config {
 namespace {
 
-constexpr double kImageSide = 28, kChannels = 1, kClasses = 10, kDatasetImages = 60000;
+constexpr double kImageSide = 28, kChannels = 1, kClasses = 10, kDatasetImages = 60000, kTestImages = 10000;
 
 bool declares(const std::vector<SettingDecl>& decls, const char* key) {
   return std::any_of(decls.begin(), decls.end(), [&](const SettingDecl& d) { return d.key == key; });
@@ -119,6 +119,12 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
   HPCTUNE_ASSIGN(const double val, r.number("val_fraction"));
   const double images = (cap > 0 ? std::min<double>(static_cast<double>(cap), kDatasetImages) : kDatasetImages) * (1 - val);
   w.steps_per_report = std::ceil(images / w.images_per_step);
+  // Evaluation: the validation images every epoch, and the test images once, spread over the epochs.
+  HPCTUNE_ASSIGN(const int64_t test_cap, r.integer("max_test_samples"));
+  HPCTUNE_ASSIGN(const int64_t epochs, r.integer("epochs"));
+  const double pool = cap > 0 ? std::min<double>(static_cast<double>(cap), kDatasetImages) : kDatasetImages;
+  const double test = test_cap > 0 ? std::min<double>(static_cast<double>(test_cap), kTestImages) : kTestImages;
+  w.eval_images_per_report = pool * val + test / static_cast<double>(std::max<int64_t>(1, epochs));
   HPCTUNE_ASSIGN(const bool ckpt, r.boolean("checkpoint"));
   const std::string optimizer = declares(*decls, "optimizer") ? r.raw("optimizer").get<std::string>() : "sgd";
   w.checkpoint_bytes = ckpt ? w.parameter_bytes * (optimizer == "sgd" ? 2 : 3) : 0;  // weights + optimizer state

@@ -9,7 +9,9 @@
 //     network on 28 x 28 x 1 images with 10 classes (MNIST, Fashion-MNIST): its training FLOPs per
 //     image (3 x the forward pass's multiply-adds x 2), parameters, layers with weights (+1 for the
 //     output), batch_size, the images of an epoch ((max_train_samples or 60,000) x (1 -
-//     val_fraction)), one report per epoch, a checkpoint per epoch when `checkpoint` is on.
+//     val_fraction)), one report per epoch, a checkpoint per epoch when `checkpoint` is on, and per
+//     epoch the evaluation of the validation images plus an epoch's share of the final test
+//     evaluation ((max_test_samples or 10,000) / epochs), a forward pass each (a third of training).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ struct TrialWork {
   double flops_per_image = 0;      // training: forward + backward
   double images_per_step = 1;      // per optimizer step (the global minibatch, batch_size)
   double steps_per_report = 1;     // optimizer steps per reported step (an epoch's batches)
+  double eval_images_per_report = 0;  // images evaluated (forward only) per reported step
   double parameter_bytes = 0;      // what a data-parallel allreduce sums per optimizer step
   double checkpoint_bytes = 0;     // written after each report (0: no checkpoint)
   int64_t layers = 1;              // the most pipeline stages the network splits into

@@ -15,8 +15,9 @@
 //             the bandwidth-optimal bound of a ring, 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1)
 //             x latency; inside a node while the group's ranks fit ranks_per_node, else between
 //             nodes.
-// Per report (an epoch): steps_per_report optimizer steps, and a checkpoint of checkpoint_bytes at
-// the disk's bandwidth. Per launch of a group: startup_s + startup_per_rank_s x (ranks - 1).
+// Per report (an epoch): steps_per_report optimizer steps, the evaluation of eval_images_per_report
+// images (forward only: a third of training's FLOPs per image, split across the ranks; counted in
+// compute), and a checkpoint of checkpoint_bytes at the disk's bandwidth. Per launch of a group: startup_s + startup_per_rank_s x (ranks - 1).
 // The master's own decision time is not a parameter: the simulator measures it (simulator.h).
 #pragma once
 

@@ -208,6 +208,27 @@ TEST_CASE("machine file: parsed with units; a bad key or value is refused at fil
   CHECK(!config::parse_machine_file(whole, "lab.yaml").ok());
 }
 
+TEST_CASE("machine file: nodes is optional; more ranks than its nodes' cores share them") {
+  const std::string base =
+      "name: lab\ncalibrated_nodes: 1\nranks_per_node: 2\ncompute: {mlp_gflops: 10, cnn_gflops: 3, image_overhead_us: 0}\n"
+      "network:\n  intra_node: {bandwidth_gb_s: 5, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 1, latency_us: 8}\n"
+      "  stage_handoff_us: 100\nstartup: {seconds: 1, per_rank_seconds: 0}\ndisk: {bandwidth_mb_s: 400}\n";
+  auto unbounded = config::parse_machine_file(base, "lab.yaml");
+  REQUIRE_MESSAGE(unbounded.ok(), unbounded.error().to_string());
+  CHECK(unbounded->nodes == 0);
+  CHECK(config::sharing_slowdown(*unbounded, 2048) == 1.0);  // every simulated node its own
+  auto one = config::parse_machine_file(base + "nodes: 1\n", "lab.yaml");
+  REQUIRE_MESSAGE(one.ok(), one.error().to_string());
+  CHECK(config::sharing_slowdown(*one, 1) == 1.0);
+  CHECK(config::sharing_slowdown(*one, 2) == 1.0);  // 2 ranks on 2 cores
+  CHECK(config::sharing_slowdown(*one, 4) == 2.0);  // 4 virtual nodes on 2 cores: each at half speed
+  CHECK(config::sharing_slowdown(*one, 16) == 8.0);
+  auto back = config::parse_machine_file(config::machine_file_text(*one, "x\n"), "back.yaml");
+  REQUIRE(back.ok());
+  CHECK(back->nodes == 1);
+  CHECK_FALSE(config::parse_machine_file(base + "nodes: -1\n", "lab.yaml").ok());
+}
+
 TEST_CASE("the checked-in machine files load; cray-xc30.yaml gives back Cray's three single-model times within 1%") {
   auto here = config::load_machine_file(std::string(HPCTUNE_SOURCE_DIR) + "/configs/machines/this-machine.yaml");
   REQUIRE_MESSAGE(here.ok(), here.error().to_string());
@@ -222,6 +243,7 @@ TEST_CASE("the checked-in machine files load; cray-xc30.yaml gives back Cray's t
     auto w = *work;
     w.images_per_step = 100.0 * static_cast<double>(data);  // Cray keeps the batch per rank
     w.steps_per_report = std::ceil(54000 / w.images_per_step);
+    w.eval_images_per_report = 0;  // Cray's times are of training: the fit counts no evaluation
     auto c = step_cost(*cray, w, data, model);
     REQUIRE(c.ok());
     return 10 * c->total();
