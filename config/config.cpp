@@ -124,31 +124,8 @@ void CampaignConfig::set_seed(uint64_t campaign_seed) {
 }
 
 Result<CampaignConfig> load_config(const std::string& path) {
-  // Every way a config file cannot be used is the user's to fix (exit 2, like any config error):
-  // a directory, a device such as /dev/zero (endless; read in full it exhausts memory), a FIFO, a
-  // file without read permission, a file far larger than any config.
-  auto refuse = [&](const std::string& why) { return err(Errc::kConfig, "cannot read config '" + path + "': " + why); };
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    const int e = errno;
-    if (e == ENOENT) return err(Errc::kNotFound, "cannot read config '" + path + "': " + std::strerror(e));
-    return refuse(std::strerror(e));
-  }
-  if (S_ISDIR(st.st_mode)) return refuse("it is a directory");
-  if (!S_ISREG(st.st_mode)) return refuse("not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes)
-    return refuse("it is " + std::to_string(st.st_size) + " bytes; a config may have at most " +
-                  std::to_string(kMaxConfigBytes));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return refuse(std::strerror(errno));
-  // Read in chunks and bounded, even if the file grows between stat and read.
-  std::string text;
-  char chunk[65536];
-  while (text.size() <= kMaxConfigBytes && in.read(chunk, sizeof chunk).gcount() > 0)
-    text.append(chunk, static_cast<std::size_t>(in.gcount()));
-  if (in.bad()) return err(Errc::kIo, "cannot read config '" + path + "': read failed");
-  if (text.size() > kMaxConfigBytes)
-    return refuse("it has more than " + std::to_string(kMaxConfigBytes) + " bytes, the most a config may have");
+  // Every way a config file cannot be used is the user's to fix (exit 2, like any config error).
+  HPCTUNE_ASSIGN(const std::string text, read_yaml_file(path, "config", kMaxConfigBytes));
   return parse_config(text, path);
 }
 

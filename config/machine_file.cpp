@@ -155,22 +155,7 @@ Result<MachineModel> parse_machine_file(const std::string& text, const std::stri
 }
 
 Result<MachineModel> load_machine_file(const std::string& path) {
-  auto refuse = [&](const std::string& why) { return err(Errc::kConfig, "cannot read machine file '" + path + "': " + why); };
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    const int e = errno;
-    if (e == ENOENT) return err(Errc::kNotFound, "cannot read machine file '" + path + "': " + std::strerror(e));
-    return refuse(std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) return refuse("not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > kMaxMachineFileBytes) return refuse("larger than 1 MiB");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return refuse(std::strerror(errno));
-  std::string text;
-  char chunk[65536];
-  while (text.size() <= kMaxMachineFileBytes && in.read(chunk, sizeof chunk).gcount() > 0)
-    text.append(chunk, static_cast<std::size_t>(in.gcount()));
-  if (in.bad() || text.size() > kMaxMachineFileBytes) return refuse("read failed or larger than 1 MiB");
+  HPCTUNE_ASSIGN(const std::string text, read_yaml_file(path, "machine file", kMaxMachineFileBytes));
   return parse_machine_file(text, path);
 }
 

@@ -8,7 +8,12 @@
 #include <yaml-cpp/mark.h>
 #include <yaml-cpp/parser.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -516,6 +521,31 @@ Mark mark_below(const YNode& node, Mark node_mark, const std::string& at) {
     }
   }
   return mark;
+}
+
+Result<std::string> read_yaml_file(const std::string& path, const std::string& what, std::size_t max_bytes) {
+  auto refuse = [&](const std::string& why) { return err(Errc::kConfig, "cannot read " + what + " '" + path + "': " + why); };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    if (e == ENOENT) return err(Errc::kNotFound, "cannot read " + what + " '" + path + "': " + std::strerror(e));
+    return refuse(std::strerror(e));
+  }
+  if (S_ISDIR(st.st_mode)) return refuse("it is a directory");
+  if (!S_ISREG(st.st_mode)) return refuse("not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return refuse("it is " + std::to_string(st.st_size) + " bytes; a " + what + " may have at most " + std::to_string(max_bytes));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return refuse(std::strerror(errno));
+  // Read in chunks and bounded, even if the file grows between stat and read.
+  std::string text;
+  char chunk[65536];
+  while (text.size() <= max_bytes && in.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  if (in.bad()) return err(Errc::kIo, "cannot read " + what + " '" + path + "': read failed");
+  if (text.size() > max_bytes)
+    return refuse("it has more than " + std::to_string(max_bytes) + " bytes, the most a " + what + " may have");
+  return text;
 }
 
 }  // namespace hpctune::config

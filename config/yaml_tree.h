@@ -50,6 +50,13 @@ const char* kind_text(const YNode& n);
 // (`source` names the file).
 Result<YNode> read_tree(const std::string& text, const std::string& source);
 
+// The text of a YAML file the user names (a config, a machine file), `what` naming it in messages
+// ("config", "machine file"): kNotFound when it does not exist; kConfig (the user's to fix) for a
+// directory, a device or FIFO (endless, or blocking), a file without read permission, or one of
+// more than `max_bytes` (checked before and while reading, in case it grows); kIo when a read
+// fails.
+Result<std::string> read_yaml_file(const std::string& path, const std::string& what, std::size_t max_bytes);
+
 // The tree as JSON: plain scalars resolved by the YAML 1.2 core schema, quoted ones strings.
 nlohmann::json to_json(const YNode& n);
 
