@@ -10,6 +10,7 @@
 #include "search/auto_search.h"
 #include "search/searcher.h"
 #include "param_specs.h"
+#include "tests/search_ask_tell.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
@@ -394,25 +395,8 @@ SearchSpec small_spec(const std::string& algo, const Space& space, int64_t budge
   return spec;
 }
 
-// Asks in batches of `batch` until the budget is spent or the searcher is exhausted; a batch is told
-// only after the next one was asked, so that up to 2 x batch trials are pending at once.
 std::vector<Suggestion> run_budget(Searcher& s, std::size_t batch, int64_t budget) {
-  std::vector<Suggestion> all, running;
-  auto tell_all = [&] {
-    for (const auto& x : running) s.tell({x.seq, x.params, Outcome::kCompleted, {small_objective(x.params)}, 1});
-    running.clear();
-  };
-  for (int round = 0; round < 4 * budget && static_cast<int64_t>(all.size()) < budget; ++round) {
-    const auto want = std::min<std::size_t>(batch, static_cast<std::size_t>(budget) - all.size());
-    auto sug = s.ask(want);
-    REQUIRE_MESSAGE(sug.ok(), sug.error().to_string());
-    if (sug->empty() && running.empty() && s.exhausted()) break;
-    tell_all();
-    running = *sug;
-    all.insert(all.end(), sug->begin(), sug->end());
-  }
-  tell_all();
-  return all;
+  return hpctune::testing::ask_tell_budget(s, batch, budget, small_objective);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "search/auto_search.h"
 #include "search/searcher.h"
 #include "param_specs.h"
+#include "tests/search_ask_tell.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
@@ -57,23 +58,8 @@ SearchSpec spec_for(const std::string& algo, const Space& space, int64_t budget,
   return spec;
 }
 
-// Asks `batch` at a time, telling a batch after the next was asked (up to 2 x batch pending).
 std::vector<Suggestion> run(Searcher& s, std::size_t batch, int64_t budget) {
-  std::vector<Suggestion> all, running;
-  auto tell_all = [&] {
-    for (const auto& x : running) s.tell({x.seq, x.params, Outcome::kCompleted, {peaked(x.params)}, 1});
-    running.clear();
-  };
-  for (int round = 0; round < 4 * budget && static_cast<int64_t>(all.size()) < budget; ++round) {
-    auto sug = s.ask(std::min<std::size_t>(batch, static_cast<std::size_t>(budget) - all.size()));
-    REQUIRE_MESSAGE(sug.ok(), sug.error().to_string());
-    if (sug->empty() && running.empty()) break;
-    tell_all();
-    running = *sug;
-    all.insert(all.end(), sug->begin(), sug->end());
-  }
-  tell_all();
-  return all;
+  return hpctune::testing::ask_tell_budget(s, batch, budget, peaked);
 }
 
 }  // namespace
