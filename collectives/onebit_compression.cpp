@@ -63,6 +63,9 @@ Result<OneBitPacket> OneBitCompressor::compress(std::span<const float> gradient)
       return err(Errc::kInvalidArgument,
                  "1-bit compression: gradient value " + std::to_string(i) + " is not finite");
     work_[i] = gradient[i] + residual_[i];
+    if (!std::isfinite(work_[i]))
+      return err(Errc::kInvalidArgument, "1-bit compression: gradient value " + std::to_string(i) +
+                                             " plus its residual overflows fp32");
   }
   const size_t chunk = options_.chunk_size;
   const size_t chunks = chunk_count(n, chunk);

@@ -69,7 +69,8 @@ class OneBitCompressor {
   static Result<OneBitCompressor> create(size_t values, OneBitOptions options = {});
 
   // Quantizes gradient + residual and stores the new residual. kInvalidArgument if the gradient's
-  // size is not values() or a value is not finite (the residual is then unchanged).
+  // size is not values() or a value, or a value plus its residual, is not finite (the residual
+  // is then unchanged).
   Result<OneBitPacket> compress(std::span<const float> gradient);
 
   size_t values() const noexcept { return residual_.size(); }

@@ -67,6 +67,14 @@ TEST_CASE("bad sizes are refused when creating a compressor and compressing") {
   std::vector<float> nan_grad(10, 1.0f);
   nan_grad[3] = std::nanf("");
   CHECK(compressor.compress(nan_grad).error().code() == Errc::kInvalidArgument);
+  // A value that overflows fp32 once its residual is added: refused, the residual unchanged.
+  constexpr float kMax = std::numeric_limits<float>::max();
+  auto pair = make_compressor(2, 2);
+  REQUIRE(pair.compress(std::vector<float>{kMax, 0.0f}).ok());  // both sent as max/2
+  const std::vector<float> before(pair.residual().begin(), pair.residual().end());
+  CHECK(before == std::vector<float>{kMax / 2, -kMax / 2});
+  CHECK(pair.compress(std::vector<float>{kMax, -kMax}).error().code() == Errc::kInvalidArgument);
+  CHECK(std::equal(before.begin(), before.end(), pair.residual().begin()));
   std::vector<float> out(11);
   auto packet = compressor.compress(std::vector<float>(10, 1.0f));
   REQUIRE(packet.ok());
