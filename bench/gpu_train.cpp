@@ -36,6 +36,7 @@
 #include "nn/layers.h"  // default_cnn_layer_specs
 #include "nn/network.h"
 #include "trainers/idx_dataset.h"
+#include "trainers/classifier_gpu.h"
 
 using namespace hpctune;
 using namespace hpctune::gpu;
@@ -47,51 +48,6 @@ int die(const std::string& why, int code = 1) {
   return code;
 }
 
-GpuActivation activation_of(const std::string& name) {
-  if (name == "relu") return GpuActivation::kRelu;
-  if (name == "tanh") return GpuActivation::kTanh;
-  if (name == "sigmoid") return GpuActivation::kSigmoid;
-  return GpuActivation::kNone;
-}
-
-// nn::Network's layers as GpuLayerDesc: shapes from the network, kernel/stride/padding from the
-// specs (layer i < specs.size() is specs[i]; the last layer is the dense output, no activation).
-Result<std::vector<GpuLayerDesc>> describe_layers(const nn::Network& net, const std::vector<nn::LayerSpec>& specs) {
-  std::vector<GpuLayerDesc> out;
-  for (size_t i = 0; i < net.num_layers(); ++i) {
-    const nn::Layer& layer = net.layer(i);
-    GpuLayerDesc d;
-    const nn::Shape in = layer.input_shape(), o = layer.output_shape();
-    d.in_c = in.c, d.in_h = in.h, d.in_w = in.w;
-    d.out_c = o.c, d.out_h = o.h, d.out_w = o.w;
-    const std::string kind = layer.kind();
-    const nn::LayerSpec* s = i < specs.size() ? &specs[i] : nullptr;
-    if (kind == "dense") {
-      d.kind = GpuLayerDesc::Kind::kDense;
-      d.activation = s != nullptr ? activation_of(s->activation) : GpuActivation::kNone;
-    } else if (kind == "conv" && s != nullptr) {
-      d.kind = GpuLayerDesc::Kind::kConv;
-      d.activation = activation_of(s->activation);
-      d.kernel = s->kernel;
-      d.stride = s->stride == 0 ? 1 : s->stride;
-      if (s->padding == "same") {  // the padding split evenly, any odd extra low-right (nn/)
-        d.pad_top = std::max<int64_t>(0, (o.h - 1) * d.stride + d.kernel - in.h) / 2;
-        d.pad_left = std::max<int64_t>(0, (o.w - 1) * d.stride + d.kernel - in.w) / 2;
-      }
-    } else if (kind == "maxpool" && s != nullptr) {
-      d.kind = GpuLayerDesc::Kind::kMaxpool;
-      d.kernel = s->size;
-      d.stride = s->stride == 0 ? s->size : s->stride;
-    } else if (kind == "dropout" && s != nullptr) {
-      d.kind = GpuLayerDesc::Kind::kDropout;
-      d.rate = s->rate;
-    } else {
-      return err(Errc::kInvalidArgument, "layer " + std::to_string(i) + " (" + layer.describe() + ") has no GPU form");
-    }
-    out.push_back(d);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -157,7 +113,7 @@ int main(int argc, char** argv) {
   if (!net.ok()) return die(net.error().to_string());
   Rng rng(seed);
   net->init(rng);
-  auto layers = describe_layers(*net, specs);
+  auto layers = trainers::gpu_layers_of(*net, specs);
   if (!layers.ok()) return die(layers.error().to_string());
 
   auto made_ctx = GpuContext::create(*lib, 0);

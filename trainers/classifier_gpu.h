@@ -31,9 +31,16 @@
 #include "nn/network.h"
 #include "nn/optimizer.h"
 #include "collectives/trainer_group.h"
+#include "gpu/gpu_network.h"
 #include "trainers/idx_dataset.h"
 
 namespace hpctune::trainers {
+
+// The network's layers as the GPU network takes them: shapes from `net`, kernel, stride, padding,
+// activation and rate from the specs it was built from (layer i < specs.size() is specs[i]; the last
+// is the dense output layer). kInvalidArgument for a layer with no GPU kernel or a parameter count
+// that differs from the CPU's.
+Result<std::vector<gpu::GpuLayerDesc>> gpu_layers_of(const nn::Network& net, const std::vector<nn::LayerSpec>& specs);
 
 struct ClassifierGpuOptions {
   std::string precision = "fp32";  // fp32 | tf32 | bf16
