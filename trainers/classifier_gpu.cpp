@@ -209,8 +209,13 @@ Result<nn::BatchStats> ClassifierGpu::take_stats() {
 Result<nn::BatchStats> ClassifierGpu::evaluate(bool test, std::span<const int64_t> rows, float* probs) {
   Impl& m = *impl_;
   gpu::GpuDataset& d = test ? *m.test : *m.train;
-  // The loop takes the training stats before it evaluates; what is left is not this evaluation's.
-  if (auto left = m.net->take_stats(); !left.ok()) return std::move(left).error();
+  // The loop takes the training stats before it evaluates (the last minibatch of an epoch reads
+  // them); any left here would be lost, so they are an error, not mixed into this evaluation's.
+  HPCTUNE_ASSIGN(const gpu::GpuStepStats left, m.net->take_stats());
+  if (left.count != 0) {
+    return err(Errc::kInternal, "device: gpu: " + std::to_string(left.count) +
+                                    " training images' stats were not taken before an evaluation");
+  }
   HPCTUNE_TRY(d.gather(rows));
   const int64_t n = static_cast<int64_t>(rows.size());
   HPCTUNE_TRY(m.net->evaluate(d.batch_x(), d.batch_labels(), n, probs != nullptr ? m.probs.as<float>() : nullptr));
