@@ -5,8 +5,12 @@
 // cnn on 1 rank. From their stores: each epoch's epoch_seconds and the time from the campaign's
 // start to the first epoch's start (start-up). Then, with the cost model's own formulas
 // (scheduler/simulation_cost_model.h):
-//   mlp_gflops, image_overhead_us  least squares of epoch seconds = images x overhead + FLOPs / rate
-//                           over two dense widths (1 rank); cnn_gflops from the conv run, that overhead kept
+//   mlp_gflops, image_overhead_us, update_ns_per_param  least squares of epoch seconds = images x
+//                           overhead + FLOPs / rate + optimizer steps x parameters x update, over
+//                           three dense runs on 1 rank (widths 256 and 64 at batch 64, width 256 at
+//                           batch 16: the batch separates the per-step update from the per-image
+//                           work); an epoch's images and FLOPs count its evaluation (forward only);
+//                           cnn_gflops from the conv run, the other two kept
 //   intra bandwidth         what the 2-rank DP epochs leave after half the compute, per allreduce,
 //                           = 2 (p-1)/p x bytes / bandwidth + 2 (p-1) x latency (latency fixed at
 //                           kAssumedLatencyUs: one gradient size cannot separate the two)
@@ -26,6 +30,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <Eigen/Dense>
 
 #include "cli/simulate_command.h"
 #include "config/machine_file.h"
@@ -48,7 +54,7 @@ struct Measured {
   config::TrialWork work;
 };
 
-std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width) {
+std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width, int64_t batch) {
   std::string t = "name: calibrate-" + tag + "\nseed: 7\nobjective: {metric: val_accuracy, mode: max}\n"
                   "search: {algorithm: random, max_trials: 1}\nspace:\n  lr: {type: float, low: 0.05, high: 0.1}\n"
                   "trainer:\n";
@@ -58,7 +64,7 @@ std::string calib_config(const std::string& tag, int64_t data, int64_t model, bo
   } else {
     t += "  kind: mlp\n  hidden: " + std::to_string(width) + "\n  layers: 2\n  epochs: 4\n  max_train_samples: 12000\n";
   }
-  t += "  batch_size: 64\n  max_test_samples: 200\n  checkpoint: false\n"
+  t += "  batch_size: " + std::to_string(batch) + "\n  max_test_samples: 200\n  checkpoint: false\n"
        "resources:\n  groups: 1\n  ranks: {data: " + std::to_string(data) + ", model: " + std::to_string(model) +
        "}\n  threads: 1\n  heartbeat_interval: 0.5\n  heartbeat_timeout: 60\n";
   return t;
@@ -78,10 +84,11 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("hpctune");
 }
 
-Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width) {
+Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width,
+                         int64_t batch) {
   Measured m{tag, data, model, cnn, {}, 0, {}};
   const std::string cfg = dir + "/" + tag + ".yaml", db = dir + "/" + tag + ".db", log = dir + "/" + tag + ".log";
-  const std::string text = calib_config(tag, data, model, cnn, width);
+  const std::string text = calib_config(tag, data, model, cnn, width, batch);
   HPCTUNE_TRY(write_file(cfg, text));
   launch::SpawnOptions o;
   o.argv = {self_exe(), "run", cfg, "--db", db};
@@ -170,9 +177,9 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   std::printf("calibrating on this machine (temporary campaigns in %s)\n", dir.c_str());
   std::fflush(stdout);
   std::vector<Measured> runs;
-  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256) -> Status {
+  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256, int64_t batch = 64) -> Status {
     const auto t0 = std::chrono::steady_clock::now();
-    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width));
+    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width, batch));
     std::printf("  %-10s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
                 static_cast<long long>(d), static_cast<long long>(m), r.epoch_s.size(), num(mean(r.epoch_s)).c_str(),
                 num(r.startup_s).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -183,6 +190,7 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   HPCTUNE_TRY(run("dense", 1, 1, false));
   HPCTUNE_TRY(run("conv", 1, 1, true));
   HPCTUNE_TRY(run("dense-64", 1, 1, false, 64));
+  HPCTUNE_TRY(run("dense-b16", 1, 1, false, 256, 16));
   if (found_mpirun.empty()) {
     std::printf("  mpirun is not on PATH: the 2-rank data- and model-parallel runs are skipped; the network and the\n"
                 "  stage hand-off keep the values of the file written before (or the defaults)\n");
@@ -198,59 +206,79 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   std::string notes = "Fitted by `hpctune simulate --calibrate` on this machine (" + std::to_string(m.ranks_per_node) +
                       " cores), from one-trial `hpctune run`s of Fashion-MNIST:\n";
   std::printf("fitted (residual: measured - model, per epoch or launch):\n");
-  // Compute: epoch seconds = images x image_overhead + FLOPs / rate. The two dense widths (1 rank)
-  // fit both by least squares; the conv run then fits its rate with that overhead.
-  auto epoch_work = [](const Measured& r, double* images, double* flops) {
-    *images = r.work.images_per_step * r.work.steps_per_report;
-    *flops = r.work.flops_per_image * *images;
+  // Compute: epoch seconds = images x overhead + FLOPs / rate + steps x parameters x update, where
+  // an epoch's images and FLOPs count its evaluation (forward only: a third of training's FLOPs).
+  auto epoch_work = [](const Measured& r, double* images, double* flops, double* updates) {
+    const double trained = r.work.images_per_step * r.work.steps_per_report;
+    *images = trained + r.work.eval_images_per_report;
+    *flops = r.work.flops_per_image * (trained + r.work.eval_images_per_report / 3);
+    *updates = r.work.steps_per_report * r.work.parameter_bytes / 4;
+  };
+  auto by_tag = [&](const std::string& tag) -> const Measured* {
+    for (const auto& r : runs)
+      if (r.tag == tag) return &r;
+    return nullptr;
   };
   auto residuals = [&](const Measured& r) {
-    double n = 0, f = 0;
-    epoch_work(r, &n, &f);
-    const double rate = r.work.convolutional ? m.cnn_flops_per_s : m.mlp_flops_per_s;
+    auto c = scheduler::step_cost(m, r.work, r.data, r.model);
     std::string res;
-    for (double t : r.epoch_s) res += (res.empty() ? "" : ", ") + num(t - (n * m.image_overhead_s + f / rate), 3);
+    for (double t : r.epoch_s) res += (res.empty() ? "" : ", ") + num(t - (c.ok() ? c->total() : 0), 3);
     return res;
   };
   {
-    double snn = 0, snf = 0, sff = 0, snt = 0, sft = 0;
-    for (const Measured* r : {&runs[0], &runs[2]}) {
-      double n = 0, f = 0;
-      epoch_work(*r, &n, &f);
-      for (double t : r->epoch_s) snn += n * n, snf += n * f, sff += f * f, snt += n * t, sft += f * t;
-    }
-    const double det = snn * sff - snf * snf;
-    double c0 = det > 0 ? (snt * sff - sft * snf) / det : 0;
-    double k = det > 0 ? (snn * sft - snf * snt) / det : 0;
-    if (c0 < 0 || k <= 0) {  // no overhead to see: the rate alone, through the origin
-      c0 = 0;
-      k = sff > 0 ? sft / sff : 0;
-    }
-    if (k > 0) m.mlp_flops_per_s = 1 / k;
-    m.image_overhead_s = c0;
-    const std::string res = residuals(runs[0]) + "; " + residuals(runs[2]);
-    std::printf("  compute.mlp_gflops                %8s GFLOP/s   image_overhead_us %s; residuals %s s\n",
-                num(m.mlp_flops_per_s / 1e9).c_str(), num(c0 * 1e6).c_str(), res.c_str());
-    notes += "  compute.mlp_gflops = " + num(m.mlp_flops_per_s / 1e9) + ", image_overhead_us = " + num(c0 * 1e6) +
-             ": least squares of epoch seconds = images x overhead + FLOPs / rate over the 1-rank dense runs of width 256 (" +
-             num(mean(runs[0].epoch_s)) + " s an epoch) and 64 (" + num(mean(runs[2].epoch_s)) + " s); residuals " + res + " s\n";
+    const std::vector<const Measured*> dense = {by_tag("dense"), by_tag("dense-64"), by_tag("dense-b16")};
+    // Least squares over every epoch of the three runs; a coefficient that comes out negative (noise
+    // where the effect is small) is dropped and the rest fitted again.
+    auto fit = [&](bool with_overhead, bool with_update) -> Eigen::Vector3d {
+      Eigen::MatrixXd a(0, 3);
+      Eigen::VectorXd y(0);
+      for (const Measured* r : dense) {
+        double n = 0, f = 0, u = 0;
+        epoch_work(*r, &n, &f, &u);
+        for (double t : r->epoch_s) {
+          a.conservativeResize(a.rows() + 1, 3);
+          y.conservativeResize(y.size() + 1);
+          a.row(a.rows() - 1) << (with_overhead ? n : 0.0), f, (with_update ? u : 0.0);
+          y(y.size() - 1) = t;
+        }
+      }
+      Eigen::Vector3d x = (a.transpose() * a + 1e-30 * Eigen::Matrix3d::Identity()).ldlt().solve(a.transpose() * y);
+      if (!with_overhead) x(0) = 0;
+      if (!with_update) x(2) = 0;
+      return x;
+    };
+    Eigen::Vector3d x = fit(true, true);
+    if (x(0) < 0) x = fit(false, true);
+    if (x(2) < 0) x = fit(x(0) > 0, false);
+    if (x(0) < 0) x = fit(false, false);
+    if (x(1) > 0) m.mlp_flops_per_s = 1 / x(1);
+    m.image_overhead_s = std::max(0.0, x(0));
+    m.update_s_per_param = std::max(0.0, x(2));
+    const std::string res = residuals(*dense[0]) + "; " + residuals(*dense[1]) + "; " + residuals(*dense[2]);
+    std::printf("  compute.mlp_gflops                %8s GFLOP/s   image_overhead_us %s, update_ns_per_param %s; residuals %s s\n",
+                num(m.mlp_flops_per_s / 1e9).c_str(), num(m.image_overhead_s * 1e6).c_str(),
+                num(m.update_s_per_param * 1e9).c_str(), res.c_str());
+    notes += "  compute.mlp_gflops = " + num(m.mlp_flops_per_s / 1e9) + ", image_overhead_us = " + num(m.image_overhead_s * 1e6) +
+             ", update_ns_per_param = " + num(m.update_s_per_param * 1e9) +
+             ": least squares of epoch seconds = images x overhead + FLOPs / rate + steps x parameters x update over the 1-rank "
+             "dense runs of width 256 (" + num(mean(dense[0]->epoch_s)) + " s an epoch), 64 (" + num(mean(dense[1]->epoch_s)) +
+             " s) and 256 at batch 16 (" + num(mean(dense[2]->epoch_s)) + " s); residuals " + res + " s\n";
   }
   {
-    const Measured& r = runs[1];
-    double n = 0, f = 0, sft = 0, sff = 0;
-    epoch_work(r, &n, &f);
-    for (double t : r.epoch_s) sft += f * (t - n * m.image_overhead_s), sff += f * f;
+    const Measured& r = *by_tag("conv");
+    double n = 0, f = 0, u = 0, sft = 0, sff = 0;
+    epoch_work(r, &n, &f, &u);
+    for (double t : r.epoch_s) sft += f * (t - n * m.image_overhead_s - u * m.update_s_per_param), sff += f * f;
     if (sft > 0) m.cnn_flops_per_s = sff / sft;
     const std::string res = residuals(r);
     std::printf("  compute.cnn_gflops                %8s GFLOP/s   residuals %s s\n", num(m.cnn_flops_per_s / 1e9).c_str(), res.c_str());
     notes += "  compute.cnn_gflops = " + num(m.cnn_flops_per_s / 1e9) + ": the 1-rank conv run (" + num(mean(r.epoch_s)) +
-             " s an epoch) less the images' overhead; residuals " + res + " s\n";
+             " s an epoch) less the images' overhead and the updates; residuals " + res + " s\n";
   }
-  if (runs.size() == 5) {
-    const Measured& dp = runs[3];
-    double dp_images = 0, dp_flops = 0;
-    epoch_work(dp, &dp_images, &dp_flops);
-    const double compute = (dp_flops / m.mlp_flops_per_s + dp_images * m.image_overhead_s) / 2;
+  if (by_tag("dense-dp2") != nullptr && by_tag("dense-mp2") != nullptr) {
+    const Measured& dp = *by_tag("dense-dp2");
+    auto dp_cost = scheduler::step_cost(m, dp.work, 2, 1);
+    const double compute = dp_cost.ok() ? dp_cost->compute_s : 0;
     const double per_allreduce = (mean(dp.epoch_s) - compute) / dp.work.steps_per_report;
     m.intra_latency_s = kAssumedLatencyUs * 1e-6;
     const double transfer = per_allreduce - 2 * m.intra_latency_s;
@@ -265,12 +293,12 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
     notes += "  network.intra_node: 2-rank DP epochs of " + num(mean(dp.epoch_s)) + " s less half the 1-rank compute (" +
              num(compute) + " s) over " + num(dp.work.steps_per_report) + " allreduces of " + num(dp.work.parameter_bytes / 1e6) +
              " MB; latency_us " + num(kAssumedLatencyUs) + " assumed (one gradient size cannot separate it); residuals " + res + " s\n";
-    const Measured& mp = runs[4];
-    double mp_images = 0, mp_flops = 0;
-    epoch_work(mp, &mp_images, &mp_flops);
-    const double mp_compute = (mp_flops / m.mlp_flops_per_s + mp_images * m.image_overhead_s) / 2;
+    const Measured& mp = *by_tag("dense-mp2");
+    m.stage_handoff_s = 0;  // compute and bubble alone, then what is left per hand-off
+    auto mp_cost = scheduler::step_cost(m, mp.work, 1, 2);
+    const double mp_compute = mp_cost.ok() ? mp_cost->compute_s : 0;
     const double micro = static_cast<double>(mp.work.micro_batches > 0 ? mp.work.micro_batches : 4);
-    const double left = mean(mp.epoch_s) - mp_compute * (1 + 1 / micro);
+    const double left = mean(mp.epoch_s) - (mp_cost.ok() ? mp_cost->compute_s + mp_cost->bubble_s : 0);
     m.stage_handoff_s = std::max(0.0, left / (mp.work.steps_per_report * (micro + 1)));
     res.clear();
     for (double t : mp.epoch_s) {

@@ -37,6 +37,7 @@ const std::vector<MachineKey>& machine_keys() {
       {"compute.mlp_gflops", &MachineModel::mlp_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
       {"compute.cnn_gflops", &MachineModel::cnn_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
       {"compute.image_overhead_us", &MachineModel::image_overhead_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
+      {"compute.update_ns_per_param", &MachineModel::update_s_per_param, nullptr, 1e-9, 0, 1e9, true, "nanoseconds"},
       {"network.intra_node.bandwidth_gb_s", &MachineModel::intra_bandwidth_bytes_per_s, nullptr, 1e9, 0, 1e6, false, "GB/s"},
       {"network.intra_node.latency_us", &MachineModel::intra_latency_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
       {"network.inter_node.bandwidth_gb_s", &MachineModel::inter_bandwidth_bytes_per_s, nullptr, 1e9, 0, 1e6, false, "GB/s"},
@@ -143,7 +144,8 @@ Result<MachineModel> parse_machine_file(const std::string& text, const std::stri
   for (const auto& k : machine_keys()) {
     bool found = false;
     for (const auto& s : seen) found = found || s == k.path;
-    if (found || std::string(k.path) == "nodes") continue;  // nodes is optional (0: unbounded)
+    // Optional: nodes (0: unbounded) and the update cost (0: not priced).
+    if (found || std::string(k.path) == "nodes" || std::string(k.path) == "compute.update_ns_per_param") continue;
     // Missing: reported where its section is (or the file's start).
     std::string parent = k.path;
     Mark mark{};
@@ -179,7 +181,8 @@ std::string machine_file_text(const MachineModel& m, const std::string& comments
   t += "ranks_per_node: " + std::to_string(m.ranks_per_node) + "\n";
   if (m.nodes > 0) t += "nodes: " + std::to_string(m.nodes) + "\n";
   t += "compute:\n  mlp_gflops: " + num(m.mlp_flops_per_s / 1e9) + "\n  cnn_gflops: " + num(m.cnn_flops_per_s / 1e9) +
-       "\n  image_overhead_us: " + num(m.image_overhead_s * 1e6) + "\n";
+       "\n  image_overhead_us: " + num(m.image_overhead_s * 1e6) + "\n" +
+       (m.update_s_per_param > 0 ? "  update_ns_per_param: " + num(m.update_s_per_param * 1e9) + "\n" : std::string());
   t += "network:\n  intra_node: {bandwidth_gb_s: " + num(m.intra_bandwidth_bytes_per_s / 1e9) +
        ", latency_us: " + num(m.intra_latency_s * 1e6) + "}\n";
   t += "  inter_node: {bandwidth_gb_s: " + num(m.inter_bandwidth_bytes_per_s / 1e9) +

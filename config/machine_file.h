@@ -3,7 +3,7 @@
 // the config's own tree (config/yaml_tree.h), so that a bad key or value is reported as
 //     <file>:<line>:<column>: <key.path>: <what is wrong>
 // with a "did you mean" for a misspelt key. Every key is required except `name` (default: the
-// file's stem), `notes` and `nodes`; every number must be finite and in its range.
+// file's stem), `notes`, `nodes` and `compute.update_ns_per_param` (0); every number must be finite and in its range.
 //
 //   name: this-machine
 //   calibrated_nodes: 1          # nodes the figures were measured on; beyond: extrapolated
@@ -15,6 +15,8 @@
 //     mlp_gflops: 9.5            # a rank's training rate (forward + backward) on dense networks
 //     cnn_gflops: 4.1            # ... on networks with convolutions
 //     image_overhead_us: 3       # a rank's cost per trained image beyond its FLOPs (data, eval, small GEMMs)
+//     update_ns_per_param: 1.5   # optional: the optimizer's update of one parameter, once per
+//                                #   optimizer step (memory-bound; what small batches pay most)
 //   network:
 //     intra_node: {bandwidth_gb_s: 3.0, latency_us: 20}
 //     inter_node: {bandwidth_gb_s: 1.0, latency_us: 5}
@@ -38,6 +40,7 @@ struct MachineModel {
   double mlp_flops_per_s = 1e10;
   double cnn_flops_per_s = 1e10;
   double image_overhead_s = 0;
+  double update_s_per_param = 0;  // per optimizer step, on each rank's share of the parameters
   double intra_bandwidth_bytes_per_s = 1e9, intra_latency_s = 1e-5;
   double inter_bandwidth_bytes_per_s = 1e9, inter_latency_s = 1e-5;
   double stage_handoff_s = 0;

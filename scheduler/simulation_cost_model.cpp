@@ -33,6 +33,8 @@ Result<StepCost> step_cost(const config::MachineModel& machine, const config::Tr
   if (work.has_network) {
     const double rate = work.convolutional ? machine.cnn_flops_per_s : machine.mlp_flops_per_s;
     c.compute_s = work.images_per_step * (work.flops_per_image / rate + machine.image_overhead_s) / ranks;
+    // The optimizer's update: every data replica updates its stage's parameters, in parallel.
+    c.compute_s += work.parameter_bytes / 4 / static_cast<double>(model) * machine.update_s_per_param;
     steps = work.steps_per_report;
   } else {
     steps = std::max(1.0, work.steps_per_report);

@@ -5,7 +5,9 @@
 // Per optimizer step (a minibatch of images_per_step images):
 //   compute   images_per_step x (flops_per_image / rate + image_overhead_s) / (data x model): the data ranks share the
 //             minibatch, the model ranks the layers (rate: the machine's cnn rate for a network with
-//             convolutions, else its mlp rate). A kind without a network: seconds_per_step / (data
+//             convolutions, else its mlp rate); plus the optimizer's update of the stage's
+//             parameters (parameters / model x update_ns_per_param; each data replica updates its
+//             own copy at the same time). A kind without a network: seconds_per_step / (data
 //             x model) per report, over its steps_per_report optimizer steps.
 //   bubble    GPipe's idle stages: compute x (model - 1) / micro_batches, so that the bubble is
 //             (model - 1) / (micro_batches + model - 1) of compute + bubble; plus a stage hand-off

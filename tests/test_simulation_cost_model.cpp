@@ -69,6 +69,37 @@ TEST_CASE("cost model: one rank computes, data-parallel ranks halve it and add t
   CHECK(scheduler::ring_allreduce_seconds(4e6, 1, 1e9, 1e-5) == 0);
 }
 
+TEST_CASE("cost model: the optimizer's update per step, on each stage's parameters; evaluation forward only") {
+  auto m = round_machine();
+  auto w = round_work();
+  m.update_s_per_param = 2e-9;  // 2 ns a parameter
+  const double params = w.parameter_bytes / 4;
+  auto one = step_cost(m, w, 1, 1);
+  REQUIRE(one.ok());
+  CHECK(one->compute_s == doctest::Approx(1.0 + 10 * params * 2e-9));  // every step updates every parameter
+  auto dp = step_cost(m, w, 4, 1);
+  REQUIRE(dp.ok());
+  CHECK(dp->compute_s == doctest::Approx(0.25 + 10 * params * 2e-9));  // each replica its own copy, at once
+  auto mp = step_cost(m, w, 1, 2);
+  REQUIRE(mp.ok());
+  CHECK(mp->compute_s == doctest::Approx(0.5 + 10 * params / 2 * 2e-9));  // a stage updates its half
+  m.update_s_per_param = 0;
+  w.eval_images_per_report = 300;  // a third of training's FLOPs each
+  auto eval = step_cost(m, w, 1, 1);
+  REQUIRE(eval.ok());
+  CHECK(eval->compute_s == doctest::Approx(1.0 + 300 * 1e6 / 3 / 1e9));
+  const std::string text = "name: u\ncalibrated_nodes: 1\nranks_per_node: 1\n"
+                           "compute: {mlp_gflops: 1, cnn_gflops: 1, image_overhead_us: 0, update_ns_per_param: 1.5}\n"
+                           "network:\n  intra_node: {bandwidth_gb_s: 1, latency_us: 1}\n  inter_node: {bandwidth_gb_s: 1, latency_us: 1}\n"
+                           "  stage_handoff_us: 1\nstartup: {seconds: 1, per_rank_seconds: 0}\ndisk: {bandwidth_mb_s: 1}\n";
+  auto parsed = config::parse_machine_file(text, "u.yaml");
+  REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+  CHECK(parsed->update_s_per_param == doctest::Approx(1.5e-9));
+  auto back = config::parse_machine_file(config::machine_file_text(*parsed, "x\n"), "back.yaml");
+  REQUIRE(back.ok());
+  CHECK(back->update_s_per_param == doctest::Approx(1.5e-9));
+}
+
 TEST_CASE("cost model: model-parallel stages split compute and add GPipe's bubble and hand-offs") {
   const auto m = round_machine();
   const auto w = round_work();
