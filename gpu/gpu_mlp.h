@@ -9,7 +9,8 @@
 // set lives on the device). Loss and correct count accumulate on the device until take_stats().
 //
 // The trainers use GpuNetwork (gpu_network.h: every layer kind, dropout, Adam/AdamW, bf16); GpuMlp stays
-// for bench/gpu_mlp.cpp and as the smallest example of the table.
+// as the reference the packed models are tested against (test_gpu_packed) and as the smallest
+// example of the table.
 #pragma once
 
 #include <cstdint>
