@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/rng.h"
@@ -59,33 +60,25 @@ int main(int argc, char** argv) {
   int64_t models = 0, trials = 0, epochs = 3, max_train = 10000, batch = 128, hidden = 256;
   uint64_t seed = 1;
   bool print_lrs = false, probe = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto text = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    auto integer = [&](int64_t lo, int64_t hi) -> int64_t {
-      int64_t v = std::stoll(text());
-      if (v < lo || v > hi) throw std::runtime_error(a + " out of [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      return v;
-    };
-    try {
-      if (a == "--models") models = integer(1, GpuPackedMlp::kMaxModels);
-      else if (a == "--trials") trials = integer(1, 100000);
-      else if (a == "--data") data_dir = text();
-      else if (a == "--epochs") epochs = integer(1, 1000);
-      else if (a == "--max-train") max_train = integer(1, 100000000);
-      else if (a == "--batch") batch = integer(1, 65536);
-      else if (a == "--precision") precision = text();
-      else if (a == "--seed") seed = uint64_t(integer(0, INT64_MAX / 2));
-      else if (a == "--hidden") hidden = integer(1, 65536);
-      else if (a == "--print-lrs") print_lrs = true;
-      else if (a == "--probe") probe = true;
-      else return die("unknown argument " + a + " (see the comment at the top of bench/gpu_packed.cpp)", 2);
-    } catch (const std::exception& e) {
-      return die(e.what(), 2);
-    }
+  CLI::App app{"bench_gpu_packed: short mlp trials trained k at a time as one fused batched model"};
+  app.add_option("--models", models, "K: trials per round, trained as one model")
+      ->check(CLI::Range(int64_t{1}, int64_t{GpuPackedMlp::kMaxModels}));
+  app.add_option("--trials", trials, "N: trials in all")->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  app.add_option("--data", data_dir, "the Fashion-MNIST directory");
+  app.add_option("--epochs", epochs, "epochs of a trial")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  app.add_option("--max-train", max_train, "the first N training images")->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  app.add_option("--batch", batch, "minibatch")->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  app.add_option("--precision", precision, "fp32 or tf32");
+  app.add_option("--seed", seed, "trial t's seed is seed + t")->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX / 2}));
+  app.add_option("--hidden", hidden, "hidden units")->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  app.add_flag("--print-lrs", print_lrs, "print the trials' seeds and lrs as JSON (no GPU needed)");
+  app.add_flag("--probe", probe, "print the GPU, driver and runtime as JSON");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return die(e.what(), 2);
   }
   if (trials < 1 && !probe) return die("--trials N is required", 2);
   if (print_lrs) {

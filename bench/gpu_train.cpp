@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/rng.h"
@@ -56,37 +57,23 @@ int main(int argc, char** argv) {
   int64_t epochs = -1, batch = 128, max_train = 0;
   double lr = -1, momentum = 0.9, target = 0.90;
   uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto text = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    auto integer = [&](int64_t lo, int64_t hi) -> int64_t {
-      int64_t v = std::stoll(text());
-      if (v < lo || v > hi) throw std::runtime_error(a + " out of [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      return v;
-    };
-    auto real = [&](double lo, double hi) -> double {
-      double v = std::stod(text());
-      if (!(v >= lo && v <= hi)) throw std::runtime_error(a + " out of [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      return v;
-    };
-    try {
-      if (a == "--model") model = text();
-      else if (a == "--data") data_dir = text();
-      else if (a == "--epochs") epochs = integer(1, 1000);
-      else if (a == "--batch") batch = integer(1, 65536);
-      else if (a == "--precision") precision_name = text();
-      else if (a == "--lr") lr = real(1e-8, 10);
-      else if (a == "--momentum") momentum = real(0, 0.999);
-      else if (a == "--seed") seed = uint64_t(integer(0, INT64_MAX));
-      else if (a == "--max-train") max_train = integer(1, 100000000);
-      else if (a == "--target") target = real(0, 1);
-      else return die("unknown argument " + a + " (see the comment at the top of bench/gpu_train.cpp)", 2);
-    } catch (const std::exception& e) {
-      return die(e.what(), 2);
-    }
+  CLI::App app{"bench_gpu_train: one training run of a built-in classifier on Fashion-MNIST on one GPU"};
+  app.add_option("--model", model, "mlp or cnn")->required()->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--data", data_dir, "the Fashion-MNIST directory");
+  app.add_option("--epochs", epochs, "epochs (default: cnn 15, mlp 30)")->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  app.add_option("--batch", batch, "minibatch")->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  app.add_option("--precision", precision_name, "fp32, tf32 or bf16");
+  app.add_option("--lr", lr, "learning rate (default: cnn 0.01, mlp 0.05)")->check(CLI::Range(1e-8, 10.0));
+  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+  app.add_option("--seed", seed, "seed of the initialisation and the data order");
+  app.add_option("--max-train", max_train, "the first N training images")->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  app.add_option("--target", target, "test accuracy to time")->check(CLI::Range(0.0, 1.0));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return die(e.what(), 2);
   }
   if (model != "mlp" && model != "cnn") return die("--model mlp or --model cnn is required", 2);
   auto precision = parse_gpu_precision(precision_name);
