@@ -7,15 +7,20 @@
 // (scheduler/simulation_cost_model.h):
 //   mlp_gflops, image_overhead_us, update_ns_per_param  least squares of epoch seconds = images x
 //                           overhead + FLOPs / rate + optimizer steps x parameters x update, over
-//                           three dense runs on 1 rank (widths 256 and 64 at batch 64, width 256 at
+//                           four dense runs on 1 rank (widths 256 and 64 at batch 64, width 256 at
 //                           batch 16: the batch separates the per-step update from the per-image
-//                           work); an epoch's images and FLOPs count its evaluation (forward only);
+//                           work; width 512 at batch 32, as wide as the networks searched); an
+//                           epoch's images and FLOPs count its evaluation (forward only);
 //                           cnn_gflops from the conv run, the other two kept
 //   intra bandwidth         what the 2-rank DP epochs leave after half the compute, per allreduce,
 //                           = 2 (p-1)/p x bytes / bandwidth + 2 (p-1) x latency (latency fixed at
 //                           kAssumedLatencyUs: one gradient size cannot separate the two)
 //   stage_handoff_us        what the 2-stage MP epochs leave after compute and bubble, per hand-off
-//   startup                 least squares of start-up = seconds + per_rank_seconds x (ranks - 1)
+//   startup.trial_seconds   a trial's seconds beyond its epochs (the median over the 3 later trials
+//                           of the width-64 run: the first also loads the data)
+//   startup                 seconds: the 1-rank runs' hello (the group's registration);
+//                           parallel_seconds: the 2-rank (mpirun) runs' hello less that;
+//                           load_seconds: hello to the first epoch, less a trial's setup
 //   disk                    a 32 MB file written and fsync'd
 // Inter-node figures are copied from intra-node ones (one node: nothing between nodes to measure).
 #include <fcntl.h>
@@ -50,13 +55,16 @@ struct Measured {
   int64_t data = 1, model = 1;
   bool cnn = false;
   std::vector<double> epoch_s;
-  double startup_s = 0;
+  double startup_s = 0;          // the campaign's start to the first epoch's
+  double hello_s = -1;           // the campaign's start to the group's hello (-1: not recorded)
+  std::vector<double> setup_s;  // trials after the first: their seconds beyond their epochs
   config::TrialWork work;
 };
 
-std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width, int64_t batch) {
+std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width, int64_t batch,
+                         int64_t trials) {
   std::string t = "name: calibrate-" + tag + "\nseed: 7\nobjective: {metric: val_accuracy, mode: max}\n"
-                  "search: {algorithm: random, max_trials: 1}\nspace:\n  lr: {type: float, low: 0.05, high: 0.1}\n"
+                  "search: {algorithm: random, max_trials: " + std::to_string(trials) + "}\nspace:\n  lr: {type: float, low: 0.05, high: 0.1}\n"
                   "trainer:\n";
   if (cnn) {
     t += "  kind: cnn\n  layers: [{kind: conv, filters: 8, kernel: 3}, {kind: maxpool, size: 2}, {kind: dense, units: 32}]\n"
@@ -85,10 +93,10 @@ std::string self_exe() {
 }
 
 Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width,
-                         int64_t batch) {
-  Measured m{tag, data, model, cnn, {}, 0, {}};
+                         int64_t batch, int64_t trial_count) {
+  Measured m{tag, data, model, cnn, {}, 0, -1, {}, {}};
   const std::string cfg = dir + "/" + tag + ".yaml", db = dir + "/" + tag + ".db", log = dir + "/" + tag + ".log";
-  const std::string text = calib_config(tag, data, model, cnn, width, batch);
+  const std::string text = calib_config(tag, data, model, cnn, width, batch, trial_count);
   HPCTUNE_TRY(write_file(cfg, text));
   launch::SpawnOptions o;
   o.argv = {self_exe(), "run", cfg, "--db", db};
@@ -103,7 +111,19 @@ Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t
   HPCTUNE_ASSIGN(auto campaign, store->load_campaign());
   if (!campaign) return err(Errc::kInternal, "--calibrate: " + db + " holds no campaign");
   HPCTUNE_ASSIGN(auto trials, store->trials(campaign->id));
-  if (trials.size() != 1) return err(Errc::kInternal, "--calibrate: " + db + " does not hold one trial");
+  if (trials.size() != static_cast<std::size_t>(trial_count)) {
+    return err(Errc::kInternal, "--calibrate: " + db + " does not hold " + std::to_string(trial_count) + " trial(s)");
+  }
+  // The trials after the first (whose start also loads the data): what a trial costs beyond its epochs.
+  for (std::size_t i = 1; i < trials.size(); ++i) {
+    HPCTUNE_ASSIGN(auto later, store->metrics(trials[i].id));
+    double epochs = 0;
+    for (const auto& r : later)
+      if (r.name == "epoch_seconds") epochs += r.value;
+    if (trials[i].finished_at > 0 && trials[i].started_at > 0) {
+      m.setup_s.push_back(std::max(0.0, trials[i].finished_at - trials[i].started_at - epochs));
+    }
+  }
   HPCTUNE_ASSIGN(auto metrics, store->metrics(trials[0].id));
   double first_report = 0;
   for (const auto& r : metrics) {
@@ -113,6 +133,8 @@ Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t
   }
   if (m.epoch_s.empty() || first_report == 0) return err(Errc::kInternal, "--calibrate: " + db + " has no epoch_seconds");
   m.startup_s = std::max(0.0, first_report - m.epoch_s[0] - campaign->created_at);
+  HPCTUNE_ASSIGN(auto groups, store->groups(campaign->id));
+  if (groups.size() == 1 && groups[0].started_at >= campaign->created_at) m.hello_s = groups[0].started_at - campaign->created_at;
   nlohmann::json trainer = campaign->config_json.value("trainer", nlohmann::json::object());
   for (auto it = trials[0].params.begin(); it != trials[0].params.end(); ++it) trainer[it.key()] = it.value();
   HPCTUNE_ASSIGN(m.work, config::trial_work(trainer));
@@ -177,9 +199,10 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   std::printf("calibrating on this machine (temporary campaigns in %s)\n", dir.c_str());
   std::fflush(stdout);
   std::vector<Measured> runs;
-  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256, int64_t batch = 64) -> Status {
+  auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256, int64_t batch = 64,
+                 int64_t trials = 1) -> Status {
     const auto t0 = std::chrono::steady_clock::now();
-    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width, batch));
+    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width, batch, trials));
     std::printf("  %-10s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
                 static_cast<long long>(d), static_cast<long long>(m), r.epoch_s.size(), num(mean(r.epoch_s)).c_str(),
                 num(r.startup_s).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -189,8 +212,9 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   };
   HPCTUNE_TRY(run("dense", 1, 1, false));
   HPCTUNE_TRY(run("conv", 1, 1, true));
-  HPCTUNE_TRY(run("dense-64", 1, 1, false, 64));
+  HPCTUNE_TRY(run("dense-64", 1, 1, false, 64, 64, 4));  // 3 trials after the first: a trial's setup
   HPCTUNE_TRY(run("dense-b16", 1, 1, false, 256, 16));
+  HPCTUNE_TRY(run("dense-512", 1, 1, false, 512, 32));
   if (found_mpirun.empty()) {
     std::printf("  mpirun is not on PATH: the 2-rank data- and model-parallel runs are skipped; the network and the\n"
                 "  stage hand-off keep the values of the file written before (or the defaults)\n");
@@ -226,7 +250,7 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
     return res;
   };
   {
-    const std::vector<const Measured*> dense = {by_tag("dense"), by_tag("dense-64"), by_tag("dense-b16")};
+    const std::vector<const Measured*> dense = {by_tag("dense"), by_tag("dense-64"), by_tag("dense-b16"), by_tag("dense-512")};
     // Least squares over every epoch of the three runs; a coefficient that comes out negative (noise
     // where the effect is small) is dropped and the rest fitted again.
     auto fit = [&](bool with_overhead, bool with_update) -> Eigen::Vector3d {
@@ -254,7 +278,7 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
     if (x(1) > 0) m.mlp_flops_per_s = 1 / x(1);
     m.image_overhead_s = std::max(0.0, x(0));
     m.update_s_per_param = std::max(0.0, x(2));
-    const std::string res = residuals(*dense[0]) + "; " + residuals(*dense[1]) + "; " + residuals(*dense[2]);
+    const std::string res = residuals(*dense[0]) + "; " + residuals(*dense[1]) + "; " + residuals(*dense[2]) + "; " + residuals(*dense[3]);
     std::printf("  compute.mlp_gflops                %8s GFLOP/s   image_overhead_us %s, update_ns_per_param %s; residuals %s s\n",
                 num(m.mlp_flops_per_s / 1e9).c_str(), num(m.image_overhead_s * 1e6).c_str(),
                 num(m.update_s_per_param * 1e9).c_str(), res.c_str());
@@ -262,7 +286,8 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
              ", update_ns_per_param = " + num(m.update_s_per_param * 1e9) +
              ": least squares of epoch seconds = images x overhead + FLOPs / rate + steps x parameters x update over the 1-rank "
              "dense runs of width 256 (" + num(mean(dense[0]->epoch_s)) + " s an epoch), 64 (" + num(mean(dense[1]->epoch_s)) +
-             " s) and 256 at batch 16 (" + num(mean(dense[2]->epoch_s)) + " s); residuals " + res + " s\n";
+             " s), 256 at batch 16 (" + num(mean(dense[2]->epoch_s)) + " s) and 512 at batch 32 (" + num(mean(dense[3]->epoch_s)) +
+             " s); residuals " + res + " s\n";
   }
   {
     const Measured& r = *by_tag("conv");
@@ -296,7 +321,6 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
     const Measured& mp = *by_tag("dense-mp2");
     m.stage_handoff_s = 0;  // compute and bubble alone, then what is left per hand-off
     auto mp_cost = scheduler::step_cost(m, mp.work, 1, 2);
-    const double mp_compute = mp_cost.ok() ? mp_cost->compute_s : 0;
     const double micro = static_cast<double>(mp.work.micro_batches > 0 ? mp.work.micro_batches : 4);
     const double left = mean(mp.epoch_s) - (mp_cost.ok() ? mp_cost->compute_s + mp_cost->bubble_s : 0);
     m.stage_handoff_s = std::max(0.0, left / (mp.work.steps_per_report * (micro + 1)));
@@ -307,7 +331,7 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
     }
     std::printf("  network.stage_handoff_us          %8s us        residuals %s s\n", num(m.stage_handoff_s * 1e6).c_str(), res.c_str());
     notes += "  network.stage_handoff_us = " + num(m.stage_handoff_s * 1e6) + ": 2-stage MP epochs of " + num(mean(mp.epoch_s)) +
-             " s less compute and bubble (" + num(mp_compute * (1 + 1 / micro)) + " s) over " +
+             " s less compute and bubble (" + num(mean(mp.epoch_s) - left) + " s) over " +
              num(mp.work.steps_per_report * (micro + 1)) + " hand-offs; residuals " + res + " s\n";
     m.inter_bandwidth_bytes_per_s = m.intra_bandwidth_bytes_per_s;
     m.inter_latency_s = m.intra_latency_s;
@@ -315,22 +339,49 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   } else {
     notes += "  network: not measured (no mpirun); the values before were kept\n";
   }
-  // Start-up: seconds + per_rank_seconds x (ranks - 1), least squares over the runs.
+  // A trial's setup: the median over the later trials of the multi-trial run.
   {
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    std::vector<double> setups = by_tag("dense-64")->setup_s;
+    std::sort(setups.begin(), setups.end());
+    m.trial_setup_s = setups.empty() ? 0 : setups[setups.size() / 2];
+    std::string all;
+    for (double v : setups) all += (all.empty() ? "" : ", ") + num(v, 3);
+    std::printf("  startup.trial_seconds             %8s s         the median of %s s\n", num(m.trial_setup_s).c_str(), all.c_str());
+    notes += "  startup.trial_seconds = " + num(m.trial_setup_s) + ": the median of the dense-64 run's trials after the first, their " +
+             "seconds beyond their epochs (" + all + " s)\n";
+  }
+  // Start-up, from each run's hello (the group's registration) and first epoch: a group of one rank
+  // (a process of this machine) says hello after `seconds`; one of more ranks (mpirun) after
+  // parallel_seconds more (per_rank_seconds: 2 ranks cannot separate it from parallel_seconds, so
+  // 0); then each rank reads the data (load_seconds, the time from the hello to the first epoch
+  // less a trial's setup; with a core per rank, as in these runs).
+  {
+    std::vector<double> one, many, load;
     for (const auto& r : runs) {
-      const double x = static_cast<double>(r.data * r.model - 1), y = r.startup_s;
-      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+      if (r.hello_s < 0) continue;
+      (r.data * r.model == 1 ? one : many).push_back(r.hello_s);
+      load.push_back(std::max(0.0, r.startup_s - r.hello_s - m.trial_setup_s));
     }
-    const double det = n * sxx - sx * sx;
-    const double slope = det > 0 ? (n * sxy - sx * sy) / det : 0;
-    m.startup_per_rank_s = std::max(0.0, slope);
-    m.startup_s = std::max(0.0, (sy - m.startup_per_rank_s * sx) / n);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    if (!one.empty()) {
+      m.startup_s = median(one);
+      m.startup_parallel_s = many.empty() ? m.startup_parallel_s : std::max(0.0, median(many) - m.startup_s);
+      m.startup_per_rank_s = 0;
+      m.load_s = median(load);
+    }
     std::string res;
-    for (const auto& r : runs) res += (res.empty() ? "" : ", ") + num(r.startup_s - scheduler::startup_seconds(m, r.data * r.model), 3);
-    std::printf("  startup.seconds                   %8s s         per_rank_seconds %s s; residuals %s s\n", num(m.startup_s).c_str(),
-                num(m.startup_per_rank_s).c_str(), res.c_str());
-    notes += "  startup: least squares over the runs' campaign start to first epoch; residuals " + res + " s\n";
+    for (const auto& r : runs) {
+      const double model = scheduler::startup_seconds(m, r.data * r.model) + m.load_s + m.trial_setup_s;
+      res += (res.empty() ? "" : ", ") + num(r.startup_s - model, 3);
+    }
+    std::printf("  startup.seconds                   %8s s         parallel_seconds %s s, load_seconds %s s; residuals %s s\n",
+                num(m.startup_s).c_str(), num(m.startup_parallel_s).c_str(), num(m.load_s).c_str(), res.c_str());
+    notes += "  startup: seconds = the median hello of the 1-rank runs, parallel_seconds = the 2-rank runs' less that, "
+             "per_rank_seconds 0 (2 ranks cannot separate it), load_seconds = the median of hello to first epoch less a "
+             "trial's setup; residuals of the first epoch's start " + res + " s\n";
   }
   if (const double d = disk_bytes_per_s(dir); d > 0) {
     m.disk_bytes_per_s = d;

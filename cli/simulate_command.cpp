@@ -115,13 +115,11 @@ scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config:
       t.error = cost.error().to_string();
       return t;
     }
-    // More ranks than the machine has cores (virtual nodes on one machine): they share them.
-    const double slowdown = config::sharing_slowdown(machine, split.nodes());
-    cost->compute_s *= slowdown;
-    cost->bubble_s *= slowdown;
-    cost->allreduce_s *= slowdown;
+    // On ranks of their own: the simulator slows a step by the sharing of the machine's cores
+    // (rank_slots) at its start.
     t.step_cost = *cost;
     t.seconds_per_step = std::max(cost->total(), 1e-6);
+    t.setup_seconds = machine.trial_setup_s;
     return t;
   };
 }
@@ -142,8 +140,10 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.machine = args.step_seconds > 0 ? std::string() : machine.name;  // --step-seconds: a fixed cost, no machine
   o.step_seconds = args.step_seconds;
   o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : scheduler::startup_seconds(machine, split.data * split.model);
+  o.load_seconds = args.step_seconds > 0 ? 0 : machine.load_s;
   o.silence = args.silence;
   o.ranks_per_group = split.data * split.model;
+  o.rank_slots = config::rank_slots(machine);
   o.count_decision_time = args.count_decision_time;
   if (args.target) {
     const search::Objective& obj = cfg.objectives.at(0);
@@ -217,6 +217,7 @@ nlohmann::json report_json(const SimReport& r, const SimulateArgs& args, const c
             {"allreduce_s", r.out.cost.allreduce_s},
             {"bubble_s", r.out.cost.bubble_s},
             {"startup_s", r.out.startup_s},
+            {"trial_setup_s", r.out.setup_s},
             {"checkpoint_s", r.out.cost.checkpoint_s},
             {"decision_s", r.out.decision_s}}},
           {"master_turns", r.out.turns},
@@ -253,7 +254,7 @@ std::string report_table(const nlohmann::json& j, const SimReport& r, int64_t ca
   const auto& c = j["cost"];
   t += "  cost (s)           compute " + fixed(c["compute_s"].get<double>(), 1) + ", allreduce " + fixed(c["allreduce_s"].get<double>(), 1) +
        ", bubble " + fixed(c["bubble_s"].get<double>(), 1) + ", start-up " + fixed(c["startup_s"].get<double>(), 1) +
-       ", checkpoint " + fixed(c["checkpoint_s"].get<double>(), 1) + ", master " + fixed(c["decision_s"].get<double>(), 3) + "\n";
+       ", trial setup " + fixed(c["trial_setup_s"].get<double>(), 1) + ", checkpoint " + fixed(c["checkpoint_s"].get<double>(), 1) + ", master " + fixed(c["decision_s"].get<double>(), 3) + "\n";
   t += "  wall time          " + fixed(r.out.wall_s, 2) + " s\n";
   if (r.out.campaign.counters.lost_attempts > 0) {
     t += "  lost attempts      " + std::to_string(r.out.campaign.counters.lost_attempts) + "\n";

@@ -45,6 +45,9 @@ const std::vector<MachineKey>& machine_keys() {
       {"network.stage_handoff_us", &MachineModel::stage_handoff_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
       {"startup.seconds", &MachineModel::startup_s, nullptr, 1, 0, 86400, true, "seconds"},
       {"startup.per_rank_seconds", &MachineModel::startup_per_rank_s, nullptr, 1, 0, 86400, true, "seconds"},
+      {"startup.parallel_seconds", &MachineModel::startup_parallel_s, nullptr, 1, 0, 86400, true, "seconds"},
+      {"startup.load_seconds", &MachineModel::load_s, nullptr, 1, 0, 86400, true, "seconds"},
+      {"startup.trial_seconds", &MachineModel::trial_setup_s, nullptr, 1, 0, 86400, true, "seconds"},
       {"disk.bandwidth_mb_s", &MachineModel::disk_bytes_per_s, nullptr, 1e6, 0, 1e9, false, "MB/s"},
   };
   return keys;
@@ -144,8 +147,13 @@ Result<MachineModel> parse_machine_file(const std::string& text, const std::stri
   for (const auto& k : machine_keys()) {
     bool found = false;
     for (const auto& s : seen) found = found || s == k.path;
-    // Optional: nodes (0: unbounded) and the update cost (0: not priced).
-    if (found || std::string(k.path) == "nodes" || std::string(k.path) == "compute.update_ns_per_param") continue;
+    // Optional: nodes (0: unbounded), the update cost, a parallel launcher's start, the data's
+    // load and a trial's setup (0: not priced).
+    const std::string path = k.path;
+    if (found || path == "nodes" || path == "compute.update_ns_per_param" || path == "startup.parallel_seconds" ||
+        path == "startup.load_seconds" || path == "startup.trial_seconds") {
+      continue;
+    }
     // Missing: reported where its section is (or the file's start).
     std::string parent = k.path;
     Mark mark{};
@@ -188,15 +196,20 @@ std::string machine_file_text(const MachineModel& m, const std::string& comments
   t += "  inter_node: {bandwidth_gb_s: " + num(m.inter_bandwidth_bytes_per_s / 1e9) +
        ", latency_us: " + num(m.inter_latency_s * 1e6) + "}\n";
   t += "  stage_handoff_us: " + num(m.stage_handoff_s * 1e6) + "\n";
-  t += "startup: {seconds: " + num(m.startup_s) + ", per_rank_seconds: " + num(m.startup_per_rank_s) + "}\n";
+  t += "startup: {seconds: " + num(m.startup_s) + ", per_rank_seconds: " + num(m.startup_per_rank_s) +
+       (m.startup_parallel_s > 0 ? ", parallel_seconds: " + num(m.startup_parallel_s) : std::string()) +
+       (m.load_s > 0 ? ", load_seconds: " + num(m.load_s) : std::string()) +
+       (m.trial_setup_s > 0 ? ", trial_seconds: " + num(m.trial_setup_s) : std::string()) + "}\n";
   t += "disk: {bandwidth_mb_s: " + num(m.disk_bytes_per_s / 1e6) + "}\n";
   return t;
 }
 
+int64_t rank_slots(const MachineModel& m) { return m.nodes <= 0 ? 0 : m.nodes * std::max<int64_t>(1, m.ranks_per_node); }
+
 double sharing_slowdown(const MachineModel& m, int64_t ranks) {
-  if (m.nodes <= 0 || ranks <= 0) return 1.0;
-  const double slots = static_cast<double>(m.nodes) * static_cast<double>(std::max<int64_t>(1, m.ranks_per_node));
-  return std::max(1.0, static_cast<double>(ranks) / slots);
+  const int64_t slots = rank_slots(m);
+  if (slots <= 0 || ranks <= 0) return 1.0;
+  return std::max(1.0, static_cast<double>(ranks) / static_cast<double>(slots));
 }
 
 }  // namespace hpctune::config

@@ -3,14 +3,15 @@
 // the config's own tree (config/yaml_tree.h), so that a bad key or value is reported as
 //     <file>:<line>:<column>: <key.path>: <what is wrong>
 // with a "did you mean" for a misspelt key. Every key is required except `name` (default: the
-// file's stem), `notes`, `nodes` and `compute.update_ns_per_param` (0); every number must be finite and in its range.
+// file's stem), `notes`, `nodes`, `compute.update_ns_per_param` and `startup.parallel_seconds`,
+// `load_seconds` and `trial_seconds` (0); every number must be finite and in its range.
 //
 //   name: this-machine
 //   calibrated_nodes: 1          # nodes the figures were measured on; beyond: extrapolated
 //   ranks_per_node: 2            # ranks that share a node (and its intra-node network)
-//   nodes: 1                     # optional: the machine's nodes; a simulation of more ranks than
-//                                #   nodes x ranks_per_node shares their cores (compute, bubble and
-//                                #   allreduce slow by the ratio); absent or 0: as many as asked
+//   nodes: 1                     # optional: the machine's nodes; when more ranks are busy at once
+//                                #   than nodes x ranks_per_node, they share the cores (each step
+//                                #   slows by the ratio); absent or 0: as many nodes as asked
 //   compute:
 //     mlp_gflops: 9.5            # a rank's training rate (forward + backward) on dense networks
 //     cnn_gflops: 4.1            # ... on networks with convolutions
@@ -21,7 +22,13 @@
 //     intra_node: {bandwidth_gb_s: 3.0, latency_us: 20}
 //     inter_node: {bandwidth_gb_s: 1.0, latency_us: 5}
 //     stage_handoff_us: 200      # a pipeline stage hands a micro-batch to the next
-//   startup: {seconds: 1.0, per_rank_seconds: 0.2}   # a group's launch to its hello
+//   startup: {seconds: 1.0, per_rank_seconds: 0.2,   # a group's launch to its hello (one rank; each
+//                                                    #   rank beyond the first)
+//             parallel_seconds: 0.3,                 # optional: once for a group of more than one rank
+//                                                    #   (mpirun's or srun's own start)
+//             load_seconds: 0.3,                     # optional: each rank's one-time work before its
+//                                                    #   first trial (reading the data), on its core
+//             trial_seconds: 0.01}                   # optional: a trial's setup beyond its steps
 //   disk: {bandwidth_mb_s: 400}  # checkpoint writes
 #pragma once
 
@@ -45,6 +52,9 @@ struct MachineModel {
   double inter_bandwidth_bytes_per_s = 1e9, inter_latency_s = 1e-5;
   double stage_handoff_s = 0;
   double startup_s = 1, startup_per_rank_s = 0;
+  double startup_parallel_s = 0;  // once for a group of more than one rank
+  double load_s = 0;              // each rank's work before its first trial (on its core: shared)
+  double trial_setup_s = 0;       // a trial's own setup (network, last evaluation), before its first step
   double disk_bytes_per_s = 1e8;
 };
 
@@ -58,8 +68,10 @@ Result<MachineModel> load_machine_file(const std::string& path);
 // The machine file's text for `m` (what --calibrate writes), with `comments` (lines without '#')
 // before it.
 std::string machine_file_text(const MachineModel& m, const std::string& comments);
-// How much slower a rank runs when `ranks` run at once on the machine: ranks / (nodes x
-// ranks_per_node) when that exceeds 1 (a machine of `nodes` nodes shares their cores), else 1.
+// The ranks that run at full speed at once: nodes x ranks_per_node; 0 when `nodes` is unset (unbounded).
+int64_t rank_slots(const MachineModel& m);
+// How much slower a rank runs when `ranks` run at once on the machine: ranks / rank_slots when
+// that exceeds 1 (a machine of `nodes` nodes shares their cores), else 1.
 double sharing_slowdown(const MachineModel& m, int64_t ranks);
 
 }  // namespace hpctune::config

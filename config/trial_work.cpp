@@ -14,10 +14,12 @@ bool declares(const std::vector<SettingDecl>& decls, const char* key) {
   return std::any_of(decls.begin(), decls.end(), [&](const SettingDecl& d) { return d.key == key; });
 }
 
-// Forward multiply-adds and parameters of a dense layer in -> out.
-void dense(double in, double out, double& macs, double& params) {
+// Forward multiply-adds and parameters of a dense layer in -> out; its stage-balancing cost
+// (multiply-adds, its output and its activation's) appended to `costs`.
+void dense(double in, double out, double& macs, double& params, std::vector<double>& costs) {
   macs += in * out;
   params += in * out + out;
+  costs.push_back(in * out + 2 * out);
 }
 
 }  // namespace
@@ -72,7 +74,7 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
     }
     double in = h * wd * c;
     for (double u : widths) {
-      dense(in, u, macs, params);
+      dense(in, u, macs, params, w.layer_costs);
       in = u;
       ++weighted;
     }
@@ -90,6 +92,7 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
         const double ow = same ? std::ceil(wd / s) : std::floor((wd - k) / s) + 1;
         macs += k * k * c * f * oh * ow;
         params += k * k * c * f + f;
+        w.layer_costs.push_back(k * k * c * f * oh * ow + 2 * f * oh * ow);
         h = std::max(1.0, oh);
         wd = std::max(1.0, ow);
         c = f;
@@ -99,16 +102,17 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
         const double z = std::max(1.0, layer.value("size", 2.0)), s = std::max(1.0, layer.value("stride", z));
         h = std::max(1.0, std::floor((h - z) / s) + 1);
         wd = std::max(1.0, std::floor((wd - z) / s) + 1);
+        if (!w.layer_costs.empty()) w.layer_costs.back() += c * h * wd;  // the stage of the layer before
       } else if (lk == "dense") {
         const double u = layer.value("units", 1.0);
-        dense(h * wd * c, u, macs, params);
+        dense(h * wd * c, u, macs, params, w.layer_costs);
         h = wd = 1;
         c = u;
         ++weighted;
       }
     }
   }
-  dense(h * wd * c, kClasses, macs, params);
+  dense(h * wd * c, kClasses, macs, params, w.layer_costs);
   ++weighted;
   w.flops_per_image = 3 * 2 * macs;  // forward 2 FLOPs per multiply-add; backward twice the forward
   w.parameter_bytes = 4 * params;

@@ -14,6 +14,8 @@
 //     evaluation ((max_test_samples or 10,000) / epochs), a forward pass each (a third of training).
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 #include <string>
 
@@ -34,6 +36,10 @@ struct TrialWork {
   double parameter_bytes = 0;      // what a data-parallel allreduce sums per optimizer step
   double checkpoint_bytes = 0;     // written after each report (0: no checkpoint)
   int64_t layers = 1;              // the most pipeline stages the network splits into
+  // Per layer with weights, in order: its forward multiply-adds plus its output elements per image,
+  // the measure the trainers balance pipeline stages by (trainers/pipeline_partition.h); empty
+  // for a kind without a network.
+  std::vector<double> layer_costs;
   int64_t micro_batches = 0;       // pipeline micro-batches per minibatch (0: 2 x the stages)
   int64_t batch_size = 1;          // batch_size (1 for a kind without one)
 };

@@ -162,6 +162,12 @@ Result<RecordedCampaign> load_recorded_campaign(const std::string& path, const s
   int64_t values = 0;
   bool has_objective = false;
   for (const auto& row : rows) {
+    if (row.state == store::TrialState::kFailed && row.params.is_object()) {
+      HPCTUNE_TRY(check_params(path, row.id, row.params));
+      constexpr std::size_t kMaxFailureBytes = 2048;
+      rc.failures.emplace(row.params.dump(), row.error.substr(0, kMaxFailureBytes));
+      continue;
+    }
     if (row.state != store::TrialState::kDone) continue;
     RecordedTrial t;
     t.id = row.id;
@@ -194,6 +200,7 @@ Result<RecordedCampaign> load_recorded_campaign(const std::string& path, const s
     rc.trials.push_back(std::move(t));
   }
   if (rc.trials.empty()) return err(Errc::kInvalidArgument, path + ": campaign '" + rc.name + "' has no done trial to replay");
+  for (const auto& t : rc.trials) rc.failures.erase(t.params.dump());  // one of them finished: replay that
   if (!has_objective) {
     return err(Errc::kInvalidArgument, path + ": no done trial of campaign '" + rc.name + "' records the metric '" +
                                            objective + "' (the config's objective)");
@@ -235,8 +242,13 @@ TrialModel replay_model(std::shared_ptr<const RecordedCampaign> recorded, search
   return [recorded, index, exact](const protocol::Assign& a) {
     const RecordedTrial* from = nullptr;
     double distance = 0;
-    if (auto it = exact->find(a.params.dump()); it != exact->end()) {
+    const std::string key = a.params.dump();
+    if (auto it = exact->find(key); it != exact->end()) {
       from = it->second;
+    } else if (auto f = recorded->failures.find(key); f != recorded->failures.end()) {
+      SimulatedTrial failed;
+      failed.error = "replayed failure of the recorded trial: " + f->second;
+      return failed;
     } else {
       auto n = index->nearest(*recorded, a.params, 1);
       from = n.front().second;

@@ -18,7 +18,9 @@
 // for a configuration the database has), and for the surrogate `simulated_neighbours` (k). So
 // `hpctune trial` and `status` show them.
 //
-// Only the recorded campaign's done trials are sources (a pruned one's curve ends early). Nothing
+// Only the recorded campaign's done trials are sources (a pruned one's curve ends early). A
+// configuration whose recorded trial failed (training diverged, say) fails again in replay, at once
+// and with the recorded message, so that the search sees what it saw; an unseen one near it does not. Nothing
 // read is trusted: sizes are bounded, types and numbers checked; a database that is not a campaign,
 // has no done trial, or no done trial with the config's objective metric is refused, naming it.
 #pragma once
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
@@ -47,6 +50,9 @@ struct RecordedCampaign {
   std::string path;
   std::string name;
   std::vector<RecordedTrial> trials;  // done trials only, by id
+  // Configurations whose trial failed (and none of the same configuration finished), by the
+  // params' JSON text: the failure's message (bounded), replayed for the same configuration.
+  std::unordered_map<std::string, std::string> failures;
 };
 
 // Bounds on what is read.

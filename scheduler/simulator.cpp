@@ -23,7 +23,13 @@ class SimGroup {
  public:
   SimGroup(protocol::InProcHub& hub, int64_t group, const std::string& credential, uint64_t incarnation,
            const SimulateOptions& o, Clock::duration heartbeat, int64_t* in_flight, SimulationOutcome* out, Clock::time_point t0)
-      : client_(hub.connect()), group_(group), o_(o), heartbeat_(heartbeat), in_flight_(in_flight), out_(out), t0_(t0) {
+      : client_(hub.connect()),
+        group_(group),
+        o_(o),
+        heartbeat_(heartbeat),
+        in_flight_(in_flight),
+        out_(out),
+        t0_(t0) {
     protocol::Hello h;
     h.secret = credential;
     h.incarnation = incarnation;
@@ -54,8 +60,12 @@ class SimGroup {
         assign_ = *a;
         plan_ = std::move(plan);
         step_ = 0;
-        per_step_ = seconds(o_.step_seconds > 0 ? o_.step_seconds : plan_.seconds_per_step);
-        started_ = now;
+        // Its setup first (none with a fixed step_seconds), then its steps; at the sharing of now
+        // until the simulator rebases it (`share`) when the busy ranks change, this one included.
+        const double setup = plan_.setup_seconds + (loaded_ ? 0 : o_.load_seconds);
+        loaded_ = true;
+        in_setup_ = o_.step_seconds <= 0 && setup > 0;
+        begin_phase(now, in_setup_ ? setup : step_seconds());
         send(protocol::Report{a->trial_id, a->attempt, 0, {}});
         if (plan_.reports.empty()) finish(false);
       } else if (auto* st = std::get_if<protocol::Stop>(&msg)) {
@@ -74,11 +84,22 @@ class SimGroup {
     sent_ = false;
     if (silent_ || closed_) return false;
     while (assign_ && next_step_at() <= now) {
+      const Clock::time_point at = next_step_at();
+      if (in_setup_) {
+        out_->setup_s += Seconds(at - phase_began_).count();
+        in_setup_ = false;
+        begin_phase(at, step_seconds());
+        continue;
+      }
       const protocol::Metrics& m = plan_.reports[static_cast<std::size_t>(step_)];
       ++step_;
-      account(m, next_step_at());
+      account(m, at);
       send(protocol::Report{assign_->trial_id, assign_->attempt, step_, m});
-      if (step_ == static_cast<int64_t>(plan_.reports.size())) finish(false);
+      if (step_ == static_cast<int64_t>(plan_.reports.size())) {
+        finish(false);
+      } else {
+        begin_phase(at, step_seconds());
+      }
     }
     if (last_hb_ && now - *last_hb_ >= heartbeat_) {
       last_hb_ = now;
@@ -98,18 +119,44 @@ class SimGroup {
 
   void go_silent() { silent_ = true; }
 
+  // The ranks it keeps busy: all of them while it runs a trial (a silent one too: it hangs), none
+  // while it waits for one.
+  int64_t busy_ranks() const { return assign_ ? o_.ranks_per_group : 0; }
+
+  // From `now` on its ranks run `slowdown` times slower (processor sharing: what is left of the
+  // running setup or step is what it had left at its pace so far).
+  void share(Clock::time_point now, double slowdown) {
+    if (assign_ && o_.step_seconds <= 0) {
+      left_ = std::max(0.0, left_ - Seconds(now - phase_at_).count() / slowdown_);
+      phase_at_ = now;
+    }
+    slowdown_ = slowdown;
+  }
+
  private:
-  Clock::time_point next_step_at() const { return started_ + per_step_ * (step_ + 1); }
+  // A step's seconds on ranks of their own.
+  double step_seconds() const { return o_.step_seconds > 0 ? o_.step_seconds : plan_.seconds_per_step; }
+  void begin_phase(Clock::time_point at, double dedicated_seconds) {
+    phase_began_ = phase_at_ = at;
+    left_ = dedicated_seconds;
+  }
+  // When the running phase ends at the present pace.
+  Clock::time_point next_step_at() const {
+    const double pace = o_.step_seconds > 0 ? 1 : slowdown_;
+    return phase_at_ + seconds(left_ * pace);
+  }
   // A step run at `at` (its end): its cost by part, the nodes it kept busy, the target.
   void account(const protocol::Metrics& m, Clock::time_point at) {
-    const double s = Seconds(per_step_).count();
+    const double s = Seconds(at - phase_began_).count();
     if (o_.step_seconds > 0) {
       out_->cost.compute_s += s;
     } else {
-      out_->cost.compute_s += plan_.step_cost.compute_s;
-      out_->cost.bubble_s += plan_.step_cost.bubble_s;
-      out_->cost.allreduce_s += plan_.step_cost.allreduce_s;
-      out_->cost.checkpoint_s += plan_.step_cost.checkpoint_s;
+      // The parts in the proportions of the cost model, stretched to the step's shared time.
+      const double stretch = plan_.seconds_per_step > 0 ? s / plan_.seconds_per_step : 1;
+      out_->cost.compute_s += plan_.step_cost.compute_s * stretch;
+      out_->cost.bubble_s += plan_.step_cost.bubble_s * stretch;
+      out_->cost.allreduce_s += plan_.step_cost.allreduce_s * stretch;
+      out_->cost.checkpoint_s += plan_.step_cost.checkpoint_s * stretch;
     }
     out_->busy_node_seconds += s * static_cast<double>(o_.ranks_per_group);
     if (o_.target && !out_->target_reached_s) {
@@ -153,8 +200,12 @@ class SimGroup {
   std::optional<protocol::Assign> assign_;
   SimulatedTrial plan_;
   int64_t step_ = 0;
-  Clock::duration per_step_{};
-  Clock::time_point started_{};
+  bool in_setup_ = false;            // the running phase is the trial's setup, else a step
+  bool loaded_ = false;              // its first trial has begun (the data is read)
+  Clock::time_point phase_began_{};  // when the running phase began
+  Clock::time_point phase_at_{};     // when left_ was last brought up to date
+  double left_ = 0;                  // its seconds left on ranks of their own
+  double slowdown_ = 1;              // the sharing of the machine's cores since phase_at_
   bool silent_ = false, closed_ = false, sent_ = false;
   Status error_;
 };
@@ -224,8 +275,8 @@ class SimLauncher final : public launch::Launcher {
 Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   if (!options.model) return err(Errc::kInvalidArgument, "simulate: no trial model");
   if (!options.master.config) return err(Errc::kUsage, "simulate: a config is required");
-  if (!(options.startup_seconds >= 0) || !(options.message_seconds > 0)) {
-    return err(Errc::kInvalidArgument, "simulate: startup_seconds must be >= 0 and message_seconds > 0");
+  if (!(options.startup_seconds >= 0) || !(options.load_seconds >= 0) || !(options.message_seconds > 0)) {
+    return err(Errc::kInvalidArgument, "simulate: startup_seconds and load_seconds must be >= 0 and message_seconds > 0");
   }
   const auto real_start = std::chrono::steady_clock::now();
   if (options.master.db_path.empty()) return err(Errc::kUsage, "simulate: a database path is required");
@@ -241,6 +292,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
                             {{"step_seconds", options.step_seconds > 0 ? nlohmann::json(options.step_seconds)
                                                                        : nlohmann::json("trial's own")},
                              {"startup_seconds", options.startup_seconds},
+                             {"load_seconds", options.load_seconds},
                              {"message_seconds", options.message_seconds},
                              {"groups", campaign.cfg.resources.groups},
                              {"outcomes", options.outcomes},
@@ -251,7 +303,8 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
 
   Clock::time_point now = wall.at;
   protocol::InProcHub hub;
-  int64_t in_flight = 0;
+  int64_t in_flight = 0, busy_ranks = 0;
+  double slowdown = 1;
   InFlightServer server(hub.server(), &in_flight);
   SimLauncher launcher(&now, options.startup_seconds);
   MasterParts parts;
@@ -295,6 +348,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
       }
       launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, heartbeat,
                                                               &in_flight, &out, wall.at);
+      launcher.running[it->first]->share(now, slowdown);  // its first phase at the present pace
       it = launcher.pending.erase(it);
     }
     for (auto it = silence.begin(); it != silence.end();) {
@@ -311,6 +365,16 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
       HPCTUNE_ASSIGN(const bool a, group->receive(now));
       HPCTUNE_ASSIGN(const bool b, group->emit(now));
       sent = sent || a || b;
+    }
+    // The ranks busy now share the machine's cores (rank_slots): every running phase goes on at
+    // the new pace from now.
+    int64_t busy = 0;
+    for (const auto& [g, group] : launcher.running) busy += group->busy_ranks();
+    if (busy != busy_ranks) {
+      busy_ranks = busy;
+      slowdown = options.rank_slots > 0 && busy > options.rank_slots
+                     ? static_cast<double>(busy) / static_cast<double>(options.rank_slots) : 1.0;
+      for (auto& [g, group] : launcher.running) group->share(now, slowdown);
     }
     // The next event: a message in flight, a group's step, a hello, a silence; else the master's
     // wake, at least every half heartbeat timeout (its own heartbeats, deadlines and group states).

@@ -12,10 +12,16 @@
 // every event and woken at least every half heartbeat timeout; a live group's heartbeats are
 // coalesced into one per wake (so a silent group is found lost up to half a timeout late).
 //
-// Cost: a group starts `startup_seconds` after the master launches it; every step of every trial
-// costs `step_seconds` (or, unset, the trial's own seconds_per_step, which the caller prices with
-// the cost model of scheduler/simulation_cost_model.h and breaks down in its step_cost); each
-// message takes `message_seconds` to arrive. The master's own decision time (the real time of its
+// Cost: a group starts `startup_seconds` after the master launches it; its first trial first spends
+// `load_seconds` (the ranks' one-time reading of the data), and every trial its setup_seconds
+// (building the network, the last evaluation: what a trial costs beyond its steps),
+// then every step costs `step_seconds` (or, unset, the trial's own seconds_per_step, which the
+// caller prices with the cost model of scheduler/simulation_cost_model.h and breaks down in its
+// step_cost); each message takes `message_seconds` to arrive. Those are seconds on ranks of their
+// own. With `rank_slots` set (a machine of fewer cores than the ranks asked), the ranks busy at a
+// step's start share the slots: the step (or setup) takes busy / rank_slots times longer when
+// that exceeds 1. Busy = the ranks of every group running a trial (an MPI rank waiting for its
+// peers spins, so a running group's ranks count whole); a group waiting for work uses none. The master's own decision time (the real time of its
 // step() calls) is measured, as Syne Tune counts its scheduler's time, and added to the simulated
 // clock when `count_decision_time` is set.
 //
@@ -44,6 +50,7 @@ struct SimulatedTrial {
   std::vector<protocol::Metrics> reports;
   protocol::Metrics final_metrics;
   double seconds_per_step = 0;
+  double setup_seconds = 0;  // before its first step (not with step_seconds)
   StepCost step_cost;  // seconds_per_step by part (what the report's cost breakdown sums)
   std::string error;
 };
@@ -64,8 +71,10 @@ struct SimulateOptions {
   std::string machine;          // the cost model's machine file (its name), for the same event; "" = none
   double step_seconds = -1;     // > 0: every step costs this; else the trial's own seconds_per_step
   double startup_seconds = 1;   // from a launch to the group's hello
+  double load_seconds = 0;      // before the first trial of each launch, on the group's cores
   double message_seconds = 0.001;
   int64_t ranks_per_group = 1;       // nodes a group holds (data x model, one rank per node): utilization
+  int64_t rank_slots = 0;            // > 0: ranks that run at full speed at once (see Cost above)
   bool count_decision_time = false;  // add the master's measured step() time to the simulated clock
   std::optional<SimulationTarget> target;
   // Bounds: the simulation fails with kTimeout past either.
@@ -84,7 +93,7 @@ struct SimulationOutcome {
   int64_t launches = 0;    // group launches (restarts included)
   // Summed over every step the groups ran (by part), every launch, every master step.
   StepCost cost;
-  double startup_s = 0, decision_s = 0;
+  double startup_s = 0, decision_s = 0, setup_s = 0;
   double busy_node_seconds = 0;  // steps run x their cost x ranks_per_group
   int64_t finished_trials = 0;   // dones sent (stopped ones included)
   // The target's first report: its simulated second and the trials finished up to it (itself counted).

@@ -142,6 +142,41 @@ TEST_CASE("simulated time advances only through the clock: 1,000 trials of 60 si
   CHECK(s.campaign.finished_at - s.campaign.created_at >= 45000.0);
 }
 
+TEST_CASE("a machine of fewer cores than ranks: the busy ranks share them, step by step, and idle groups use none") {
+  TempDir dir;
+  // 2 cores (nodes 1 x ranks_per_node 2); 4 groups of 1 rank; 5 trials of 3 steps of 1 s each.
+  const std::string machine = dir.write(
+      "two-cores.yaml",
+      "name: two-cores\ncalibrated_nodes: 1\nranks_per_node: 2\nnodes: 1\n"
+      "compute: {mlp_gflops: 10, cnn_gflops: 3, image_overhead_us: 0}\n"
+      "network:\n  intra_node: {bandwidth_gb_s: 5, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 1, latency_us: 8}\n"
+      "  stage_handoff_us: 100\nstartup: {seconds: 1, per_rank_seconds: 0, trial_seconds: 0.5}\ndisk: {bandwidth_mb_s: 400}\n");
+  std::string text = function_config(5, 4, ", heartbeat_interval: 30s, heartbeat_timeout: 120s");
+  text.replace(text.find("tpe"), 3, "random");
+  text.replace(text.find("noise: 0.5"), 10, "noise: 0.5, seconds_per_step: 1");
+  const std::string cfg = dir.write("share.yaml", text);
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("share.db"), "--machine", machine, "--format", "json"},
+                               dir.file("share.log"));
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("share.log")));
+  const auto out = nlohmann::json::parse(read_file(dir.file("share.log")));
+  CHECK(out["cost"]["trial_setup_s"].get<double>() == doctest::Approx(4 * 0.5 * 2 + 0.5).epsilon(0.01));
+  const Recorded s = read_db(dir.file("share.db"));
+  REQUIRE(s.trials.size() == 5);
+  // The first four run at once on 2 cores: each at half speed, (0.5 s setup + 3 steps) x 2 = 7 s.
+  // The fifth runs alone: at full speed, 3.5 s. A static slowdown (4 ranks / 2 cores) would make it 7 s.
+  for (int i = 0; i < 4; ++i) {
+    CHECK(s.trials[static_cast<std::size_t>(i)].finished_at - s.trials[static_cast<std::size_t>(i)].started_at ==
+          doctest::Approx(7.0).epsilon(0.01));
+  }
+  CHECK(s.trials[4].finished_at - s.trials[4].started_at == doctest::Approx(3.5).epsilon(0.01));
+  // Without `nodes` (every simulated node its own): no sharing, 3.5 s each.
+  std::string unbounded = read_file(machine);
+  unbounded.replace(unbounded.find("\nnodes: 1\n"), 9, "");  // not calibrated_nodes
+  const std::string own = dir.write("own-nodes.yaml", unbounded);
+  REQUIRE(run_hpctune({"simulate", cfg, "--db", dir.file("own.db"), "--machine", own}, dir.file("own.log")).success());
+  for (const auto& t : read_db(dir.file("own.db")).trials) CHECK(t.finished_at - t.started_at == doctest::Approx(3.5).epsilon(0.01));
+}
+
 TEST_CASE("a simulated group that goes silent is lost, killed and restarted, and its trial retried, as in a real run") {
   TempDir dir;
   const std::string cfg =

@@ -118,6 +118,32 @@ TEST_CASE("replay: the recorded configurations give exactly the recorded curves;
     CHECK(ev["outcomes"]["recorded_trials"] == 24);
   }
 
+  SUBCASE("a configuration whose recorded trial failed fails again, with the recorded message; the rest as recorded") {
+    const std::string copy = dir.file("failed.db");
+    std::filesystem::copy_file(rec, copy);
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(copy.c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw, "UPDATE trials SET state = 'failed', error = 'training diverged in epoch 1' WHERE id = 5",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(raw);
+    const auto sim = run_hpctune({"simulate", dir.file("rec.yaml"), "--db", dir.file("f.db"), "--outcomes", "replay:" + copy},
+                                 dir.file("f.log"));
+    REQUIRE_MESSAGE(sim.success(), read_file(dir.file("f.log")));
+    const auto simulated = trials_of(dir.file("f.db"));
+    REQUIRE(simulated.size() == recorded.size());
+    for (std::size_t i = 0; i < simulated.size(); ++i) {
+      REQUIRE(simulated[i].params == recorded[i].params);
+      if (recorded[i].id == 5) {
+        CHECK(simulated[i].state == TrialState::kFailed);
+        CHECK(simulated[i].error.find("replayed failure of the recorded trial: training diverged in epoch 1") != std::string::npos);
+      } else {
+        CHECK(simulated[i].state == TrialState::kDone);
+      }
+    }
+    // Without the recorded failure (the original database) the same configuration is done.
+    CHECK(simulated.size() == 24);
+  }
+
   SUBCASE("new configurations (another seed): the nearest recorded trial's curve, its id and distance in the metrics") {
     const auto sim = run_hpctune({"simulate", dir.file("rec.yaml"), "--db", dir.file("new.db"), "--seed", "99", "--outcomes",
                                   "replay:" + rec},
