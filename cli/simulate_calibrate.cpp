@@ -231,11 +231,11 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
                       " cores), from one-trial `hpctune run`s of Fashion-MNIST:\n";
   std::printf("fitted (residual: measured - model, per epoch or launch):\n");
   // Compute: epoch seconds = images x overhead + FLOPs / rate + steps x parameters x update, where
-  // an epoch's images and FLOPs count its evaluation (forward only: a third of training's FLOPs).
+  // an epoch's images and FLOPs count its evaluation (forward only).
   auto epoch_work = [](const Measured& r, double* images, double* flops, double* updates) {
     const double trained = r.work.images_per_step * r.work.steps_per_report;
     *images = trained + r.work.eval_images_per_report;
-    *flops = r.work.flops_per_image * (trained + r.work.eval_images_per_report / 3);
+    *flops = r.work.flops_per_image * trained + r.work.forward_flops_per_image * r.work.eval_images_per_report;
     *updates = r.work.steps_per_report * r.work.parameter_bytes / 4;
   };
   auto by_tag = [&](const std::string& tag) -> const Measured* {

@@ -59,6 +59,11 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
   w.has_network = true;
   double macs = 0, params = 0;
   int64_t weighted = 0;
+  // The first layer with weights: its multiply-adds (no input gradient in its backward).
+  double first_macs = -1;
+  auto note_first = [&] {
+    if (first_macs < 0) first_macs = macs;
+  };
   double h = kImageSide, wd = kImageSide, c = kChannels;
   if (dense_stack) {
     HPCTUNE_ASSIGN(const nlohmann::json hidden, r.value("hidden"));
@@ -75,6 +80,7 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
     double in = h * wd * c;
     for (double u : widths) {
       dense(in, u, macs, params, w.layer_costs);
+      note_first();
       in = u;
       ++weighted;
     }
@@ -92,6 +98,7 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
         const double ow = same ? std::ceil(wd / s) : std::floor((wd - k) / s) + 1;
         macs += k * k * c * f * oh * ow;
         params += k * k * c * f + f;
+        note_first();
         w.layer_costs.push_back(k * k * c * f * oh * ow + 2 * f * oh * ow);
         h = std::max(1.0, oh);
         wd = std::max(1.0, ow);
@@ -106,6 +113,7 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
       } else if (lk == "dense") {
         const double u = layer.value("units", 1.0);
         dense(h * wd * c, u, macs, params, w.layer_costs);
+        note_first();
         h = wd = 1;
         c = u;
         ++weighted;
@@ -113,8 +121,13 @@ Result<TrialWork> trial_work(const nlohmann::json& trainer) {
     }
   }
   dense(h * wd * c, kClasses, macs, params, w.layer_costs);
+  note_first();
   ++weighted;
-  w.flops_per_image = 3 * 2 * macs;  // forward 2 FLOPs per multiply-add; backward twice the forward
+  // Forward: 2 FLOPs per multiply-add. Backward: the weights' gradient as much again, and the input's
+  // gradient as much again for every layer but the first (the trainers compute no gradient of the
+  // images: nn/layers_dense.cpp and layers_conv.cpp skip dx for the first layer).
+  w.forward_flops_per_image = 2 * macs;
+  w.flops_per_image = 3 * 2 * macs - 2 * first_macs;
   w.parameter_bytes = 4 * params;
   w.layers = weighted;
   HPCTUNE_ASSIGN(w.batch_size, r.integer("batch_size"));

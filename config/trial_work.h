@@ -29,7 +29,8 @@ struct TrialWork {
   bool has_network = false;        // false: seconds_per_step says the compute
   bool convolutional = false;      // costed at the machine's cnn rate, else its mlp rate
   double seconds_per_step = 0;     // !has_network: one rank's seconds per reported step
-  double flops_per_image = 0;      // training: forward + backward
+  double flops_per_image = 0;      // training: forward + backward (no input gradient for the first layer)
+  double forward_flops_per_image = 0;  // evaluation: forward only
   double images_per_step = 1;      // per optimizer step (the global minibatch, batch_size)
   double steps_per_report = 1;     // optimizer steps per reported step (an epoch's batches)
   double eval_images_per_report = 0;  // images evaluated (forward only) per reported step

@@ -81,9 +81,9 @@ Result<StepCost> step_cost(const config::MachineModel& machine, const config::Tr
   c.allreduce_s = ring_allreduce_seconds(work.parameter_bytes / static_cast<double>(model), data, bw, lat);
   c.compute_s *= steps;
   if (work.has_network && work.eval_images_per_report > 0) {
-    // Evaluation, forward only (a third of training's FLOPs), split across the ranks as training.
+    // Evaluation, forward only, split across the ranks as training.
     const double rate = work.convolutional ? machine.cnn_flops_per_s : machine.mlp_flops_per_s;
-    c.compute_s += work.eval_images_per_report * (work.flops_per_image / 3 / rate + machine.image_overhead_s) * per_rank;
+    c.compute_s += work.eval_images_per_report * (work.forward_flops_per_image / rate + machine.image_overhead_s) * per_rank;
   }
   c.bubble_s *= steps;
   c.allreduce_s *= steps;

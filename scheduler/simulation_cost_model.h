@@ -23,7 +23,7 @@
 //             x latency; inside a node while the group's ranks fit ranks_per_node, else between
 //             nodes.
 // Per report (an epoch): steps_per_report optimizer steps, the evaluation of eval_images_per_report
-// images (forward only: a third of training's FLOPs per image, split across the ranks; counted in
+// images (forward only: forward_flops_per_image, split across the ranks; counted in
 // compute), and a checkpoint of checkpoint_bytes at the disk's bandwidth. Per launch of a group: startup_s, and for more than one rank
 // parallel_seconds + per_rank_seconds x (ranks - 1), to its hello (the simulator adds the ranks' load
 // and each trial's setup as work on their cores).

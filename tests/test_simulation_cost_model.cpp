@@ -38,6 +38,7 @@ config::TrialWork round_work() {
   config::TrialWork w;
   w.has_network = true;
   w.flops_per_image = 1e6;
+  w.forward_flops_per_image = 1e6 / 3;
   w.images_per_step = 100;
   w.steps_per_report = 10;
   w.parameter_bytes = 4e6;
@@ -85,7 +86,8 @@ TEST_CASE("cost model: the optimizer's update per step, on each stage's paramete
   REQUIRE(mp.ok());
   CHECK(mp->compute_s == doctest::Approx(0.5 + 10 * params / 2 * 2e-9));  // a stage updates its half
   m.update_s_per_param = 0;
-  w.eval_images_per_report = 300;  // a third of training's FLOPs each
+  w.eval_images_per_report = 300;  // forward only: its own FLOPs each
+  w.forward_flops_per_image = 1e6 / 3;
   auto eval = step_cost(m, w, 1, 1);
   REQUIRE(eval.ok());
   CHECK(eval->compute_s == doctest::Approx(1.0 + 300 * 1e6 / 3 / 1e9));
@@ -198,7 +200,10 @@ TEST_CASE("trial work: the default mlp and cnn from their declared settings, the
   REQUIRE(mlp.ok());
   CHECK(mlp->has_network);
   CHECK(!mlp->convolutional);
-  CHECK(mlp->flops_per_image == doctest::Approx(6.0 * (784 * 256 + 256 * 10)));
+  // 6 FLOPs a multiply-add (forward, weights' and input's gradients), 4 for the first layer (no
+  // gradient of the images).
+  CHECK(mlp->flops_per_image == doctest::Approx(6.0 * (784 * 256 + 256 * 10) - 2.0 * 784 * 256));
+  CHECK(mlp->forward_flops_per_image == doctest::Approx(2.0 * (784 * 256 + 256 * 10)));
   CHECK(mlp->parameter_bytes == doctest::Approx(4.0 * (784 * 256 + 256 + 256 * 10 + 10)));
   CHECK(mlp->steps_per_report == 90);  // 10,000 x 0.9 / 100
   CHECK(mlp->layers == 2);
@@ -206,12 +211,12 @@ TEST_CASE("trial work: the default mlp and cnn from their declared settings, the
   auto wide = config::trial_work({{"kind", "mlp"}, {"hidden", 64}, {"layers", 3}});
   REQUIRE(wide.ok());
   CHECK(wide->layers == 4);
-  CHECK(wide->flops_per_image == doctest::Approx(6.0 * (784 * 64 + 64 * 64 * 2 + 64 * 10)));
+  CHECK(wide->flops_per_image == doctest::Approx(6.0 * (784 * 64 + 64 * 64 * 2 + 64 * 10) - 2.0 * 784 * 64));
   CHECK(wide->checkpoint_bytes == doctest::Approx(2 * wide->parameter_bytes));  // sgd: weights + momentum
   auto cnn = config::trial_work({{"kind", "cnn"}});
   REQUIRE(cnn.ok());
   CHECK(cnn->convolutional);
-  CHECK(cnn->flops_per_image == doctest::Approx(6.0 * 13883904));  // cray-xc30.yaml's comments
+  CHECK(cnn->flops_per_image == doctest::Approx(6.0 * 13883904 - 2.0 * 627200));  // cray-xc30.yaml's comments
   CHECK(cnn->parameter_bytes == doctest::Approx(4.0 * 3274634));
   CHECK(cnn->layers == 4);
   auto fn = config::trial_work({{"kind", "function"}, {"seconds_per_step", 30}, {"parameters", 1000}, {"layers", 6}, {"batches_per_step", 20}, {"x1", 0.5}});
