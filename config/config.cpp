@@ -54,7 +54,8 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
   if (algorithm == "auto") {  // what auto runs, with that algorithm's defaults
     auto picked = search::auto_choice(c.search_spec());
     if (!picked.ok()) return std::nullopt;
-    algorithm = picked->algorithm;
+    // A portfolio starts with its first member's design (search/portfolio.h).
+    algorithm = picked->algorithm == "portfolio" ? picked->members.front() : picked->algorithm;
     settings = json::object();
   }
   const char* key = algorithm == "tpe" ? "n_startup" : algorithm == "bayesian" ? "n_initial" : nullptr;

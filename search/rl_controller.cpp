@@ -21,7 +21,7 @@ std::vector<SettingDecl> rl_settings() {
       {"optimizer", SettingType::kString, "adam", -kInf, kInf, {"adam", "sgd"}, "how the logits are updated"},
       {"baseline_decay", SettingType::kFloat, 0.9, 0.0, 0.999999, {}, "decay of the moving-average reward baseline"},
       {"entropy", SettingType::kFloat, 0.03, 0.0, 100.0, {}, "weight of the entropy bonus (exploration)"},
-      {"batch", SettingType::kInt, 4, 1, 1000000, {}, "finished trials per policy update (taken in seq order)"},
+      {"batch", SettingType::kInt, 2, 1, 1000000, {}, "finished trials per policy update (taken in seq order)"},
       {"bins", SettingType::kInt, 10, 2, 10000, {}, "levels of a float parameter, and of an int with more values than this"},
       {"reward", SettingType::kString, "rank", -kInf, kInf, {"rank", "standardize"},
        "reward normalization: mid-rank among the rewards so far scaled to [0, 1], or (r - mean) / std"},
@@ -35,7 +35,7 @@ struct Options {
   bool adam = true;
   double decay = 0.9;
   double entropy = 0.03;
-  int64_t batch = 4;
+  int64_t batch = 2;
   int64_t bins = 10;
   bool rank = true;
 };

@@ -95,6 +95,12 @@ class Searcher {
   // Rebuilds the state after a restart from the recorded suggestions, in seq order.
   virtual void restore(const std::vector<Record>& history) = 0;
 
+  // A suggestion that another searcher of the same campaign made (a member of auto's portfolio,
+  // search/portfolio.h): recorded as issued and running, so that this searcher never suggests it
+  // again, models it as pending, and numbers its own next suggestion after it. Its outcome comes
+  // through tell() as usual. Default: ignored (algorithms that are never a portfolio member).
+  virtual void adopt(const Suggestion& suggestion) { (void)suggestion; }
+
   // Algorithm state worth recording (generation numbers, Pareto front); JSON, may be empty.
   virtual nlohmann::json state() const { return nlohmann::json::object(); }
 

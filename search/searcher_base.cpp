@@ -217,6 +217,13 @@ void SearcherBase::tell(const Observation& observation) {
   on_tell(observations_.back());
 }
 
+void SearcherBase::adopt(const Suggestion& suggestion) {
+  if (told_.count(suggestion.seq) || pending_.count(suggestion.seq)) return;
+  remember(suggestion.params);
+  pending_[suggestion.seq] = suggestion.params;
+  next_seq_ = std::max(next_seq_, suggestion.seq + 1);
+}
+
 void SearcherBase::restore(const std::vector<Record>& history) {
   std::vector<const Record*> ordered;
   for (const auto& r : history) ordered.push_back(&r);

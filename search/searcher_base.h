@@ -34,6 +34,9 @@ class SearcherBase : public Searcher {
   // Ignores a second tell of the same seq and a tell with malformed values (treated as failed).
   void tell(const Observation& observation) final;
   void restore(const std::vector<Record>& history) override;
+  // Records another searcher's suggestion as issued and pending (Searcher::adopt); a seq already
+  // known is ignored.
+  void adopt(const Suggestion& suggestion) override;
   nlohmann::json state() const override;
   // True when the space is finite, not noisy, and every point was issued. An algorithm with an end
   // of its own (grid, genetic's generations) overrides this; make_searcher's wrapper ORs the two.

@@ -37,6 +37,7 @@ class FiniteSpaceGuard final : public Searcher {
   void tell(const Observation& observation) override { inner_->tell(observation); }
   bool exhausted() const override { return inner_->exhausted() || (base_ && base_->space_exhausted()); }
   void restore(const std::vector<Record>& history) override { inner_->restore(history); }
+  void adopt(const Suggestion& suggestion) override { inner_->adopt(suggestion); }
   nlohmann::json state() const override { return inner_->state(); }
   std::vector<std::string> notes() const override { return inner_->notes(); }
 

@@ -130,11 +130,29 @@ TEST_CASE("auto: its choice for each class of space and budget") {
   std::vector<ParamSpec> conditional = {choice("opt", {"sgd", "adam"}, false), flt("lr", 1e-4, 1e-1, true),
                                         when(choice("momentum", {0.0, 0.5, 0.9}, true), "opt", {"sgd"}),
                                         when(flt("beta2", 0.9, 0.999), "opt", {"adam"}), integer("layers", 1, 4)};
+  // Mixed, unconditional: mostly numbers (bayesian) or mostly unordered choices (the portfolio).
+  std::vector<ParamSpec> mixed_numeric = {flt("lr", 1e-4, 1e-1, true), integer("layers", 1, 6),
+                                          choice("width", {32, 64, 128}, true), choice("act", {"relu", "tanh"}, false)};
+  std::vector<ParamSpec> mixed_categorical = {choice("op1", {"conv", "pool", "skip"}, false),
+                                              choice("op2", {"conv", "pool", "skip"}, false),
+                                              choice("op3", {"conv", "pool", "skip"}, false), flt("lr", 1e-4, 1e-1, true)};
+  // Conditional with most searched parameters unordered choices (a NAS-like cell under a switch).
+  std::vector<ParamSpec> conditional_categorical = {choice("cell", {"a", "b"}, false),
+                                                    when(choice("op_a", {"conv", "pool", "skip"}, false), "cell", {"a"}),
+                                                    when(choice("op_b", {"conv", "pool", "skip"}, false), "cell", {"b"}),
+                                                    integer("depth", 1, 4)};
   const std::vector<Case> cases = {
       {"continuous, 100 trials", continuous, 100, "bayesian"},
+      {"continuous, 10 trials", continuous, 10, "bayesian"},
       {"ordinal grid 6^6, 60 trials", ordinal, 60, "bayesian"},
-      {"categorical grid 6^6, 60 trials", categorical, 60, "bayesian"},
+      {"ordinal grid 6^6, 10 trials", ordinal, 10, "bayesian"},
+      {"categorical grid 6^6, 60 trials", categorical, 60, "portfolio"},
+      {"categorical grid 6^6, 10 trials", categorical, 10, "portfolio"},
+      {"mixed, mostly numbers, 100 trials", mixed_numeric, 100, "bayesian"},
+      {"mixed, mostly unordered choices, 100 trials", mixed_categorical, 100, "portfolio"},
       {"conditional, 100 trials", conditional, 100, "bayesian"},
+      {"conditional, mostly unordered choices, 100 trials", conditional_categorical, 100, "portfolio"},
+      {"mixed, mostly unordered choices, 5000 trials", mixed_categorical, 5000, "tpe"},
       {"continuous, 5000 trials", continuous, 5000, "tpe"},
       {"ordinal grid, 5000 trials", ordinal, 5000, "tpe"},
       {"categorical grid, 5000 trials", categorical, 5000, "tpe"},
@@ -156,6 +174,7 @@ TEST_CASE("auto: its choice for each class of space and budget") {
     auto made = make_searcher(spec);
     REQUIRE(made.ok());
     CHECK((*made)->notes().at(0) == "auto: runs " + picked->algorithm + " for " + picked->reason);
+    if (picked->algorithm == "portfolio") CHECK(picked->members == std::vector<std::string>{"bayesian", "tpe"});
     CHECK((*made)->ask(1).value().size() == 1);
   }
 }
