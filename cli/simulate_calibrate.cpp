@@ -21,7 +21,8 @@
 //   startup                 seconds: the 1-rank runs' hello (the group's registration);
 //                           parallel_seconds: the 2-rank (mpirun) runs' hello less that;
 //                           load_seconds: hello to the first epoch, less a trial's setup
-//   disk                    a 32 MB file written and fsync'd
+//   disk                    the trainers' checkpoints: a width-512 run's second trial, its seconds
+//                           beyond its epochs less a trial's setup, over its 4 checkpoints
 // Inter-node figures are copied from intra-node ones (one node: nothing between nodes to measure).
 #include <fcntl.h>
 #include <unistd.h>
@@ -62,7 +63,7 @@ struct Measured {
 };
 
 std::string calib_config(const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width, int64_t batch,
-                         int64_t trials) {
+                         int64_t trials, bool checkpoint) {
   std::string t = "name: calibrate-" + tag + "\nseed: 7\nobjective: {metric: val_accuracy, mode: max}\n"
                   "search: {algorithm: random, max_trials: " + std::to_string(trials) + "}\nspace:\n  lr: {type: float, low: 0.05, high: 0.1}\n"
                   "trainer:\n";
@@ -72,7 +73,7 @@ std::string calib_config(const std::string& tag, int64_t data, int64_t model, bo
   } else {
     t += "  kind: mlp\n  hidden: " + std::to_string(width) + "\n  layers: 2\n  epochs: 4\n  max_train_samples: 12000\n";
   }
-  t += "  batch_size: " + std::to_string(batch) + "\n  max_test_samples: 200\n  checkpoint: false\n"
+  t += "  batch_size: " + std::to_string(batch) + "\n  max_test_samples: 200\n  checkpoint: " + (checkpoint ? "true" : "false") + "\n"
        "resources:\n  groups: 1\n  ranks: {data: " + std::to_string(data) + ", model: " + std::to_string(model) +
        "}\n  threads: 1\n  heartbeat_interval: 0.5\n  heartbeat_timeout: 60\n";
   return t;
@@ -93,10 +94,10 @@ std::string self_exe() {
 }
 
 Result<Measured> run_one(const std::string& dir, const std::string& tag, int64_t data, int64_t model, bool cnn, int64_t width,
-                         int64_t batch, int64_t trial_count) {
+                         int64_t batch, int64_t trial_count, bool checkpoint) {
   Measured m{tag, data, model, cnn, {}, 0, -1, {}, {}};
   const std::string cfg = dir + "/" + tag + ".yaml", db = dir + "/" + tag + ".db", log = dir + "/" + tag + ".log";
-  const std::string text = calib_config(tag, data, model, cnn, width, batch, trial_count);
+  const std::string text = calib_config(tag, data, model, cnn, width, batch, trial_count, checkpoint);
   HPCTUNE_TRY(write_file(cfg, text));
   launch::SpawnOptions o;
   o.argv = {self_exe(), "run", cfg, "--db", db};
@@ -200,9 +201,9 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   std::fflush(stdout);
   std::vector<Measured> runs;
   auto run = [&](const std::string& tag, int64_t d, int64_t m, bool cnn, int64_t width = 256, int64_t batch = 64,
-                 int64_t trials = 1) -> Status {
+                 int64_t trials = 1, bool checkpoint = false) -> Status {
     const auto t0 = std::chrono::steady_clock::now();
-    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width, batch, trials));
+    HPCTUNE_ASSIGN(Measured r, run_one(dir, tag, d, m, cnn, width, batch, trials, checkpoint));
     std::printf("  %-10s %lld x %lld ranks: %zu epochs of %s s (mean), start-up %s s, %.1f s in all\n", tag.c_str(),
                 static_cast<long long>(d), static_cast<long long>(m), r.epoch_s.size(), num(mean(r.epoch_s)).c_str(),
                 num(r.startup_s).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -215,6 +216,7 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
   HPCTUNE_TRY(run("dense-64", 1, 1, false, 64, 64, 4));  // 3 trials after the first: a trial's setup
   HPCTUNE_TRY(run("dense-b16", 1, 1, false, 256, 16));
   HPCTUNE_TRY(run("dense-512", 1, 1, false, 512, 32));
+  HPCTUNE_TRY(run("checkpoint", 1, 1, false, 512, 64, 2, true));  // its second trial: 4 checkpoints beyond the setup
   if (found_mpirun.empty()) {
     std::printf("  mpirun is not on PATH: the 2-rank data- and model-parallel runs are skipped; the network and the\n"
                 "  stage hand-off keep the values of the file written before (or the defaults)\n");
@@ -383,10 +385,26 @@ Status cmd_simulate_calibrate(const SimulateArgs& args) {
              "per_rank_seconds 0 (2 ranks cannot separate it), load_seconds = the median of hello to first epoch less a "
              "trial's setup; residuals of the first epoch's start " + res + " s\n";
   }
-  if (const double d = disk_bytes_per_s(dir); d > 0) {
-    m.disk_bytes_per_s = d;
-    std::printf("  disk.bandwidth_mb_s               %8s MB/s\n", num(d / 1e6).c_str());
-    notes += "  disk: 32 MB written and fsync'd in " + dir.substr(0, dir.rfind('/')) + "\n";
+  // Checkpoints: what the trainers' own checkpoint costs (serialising, writing, fsync, rename), from
+  // the checkpointing run's second trial: its seconds beyond its epochs, less a trial's setup, over
+  // its 4 checkpoints. Else (nothing left, the noise larger than the writes) a raw write of 32 MB.
+  {
+    const Measured& c = *by_tag("checkpoint");
+    const double beyond = c.setup_s.empty() ? 0 : c.setup_s.front();
+    const double each = (beyond - m.trial_setup_s) / static_cast<double>(std::max<std::size_t>(1, c.epoch_s.size()));
+    if (each > 0 && c.work.checkpoint_bytes > 0) {
+      m.disk_bytes_per_s = c.work.checkpoint_bytes / each;
+      std::printf("  disk.bandwidth_mb_s               %8s MB/s     a checkpoint of %s MB in %s s\n", num(m.disk_bytes_per_s / 1e6).c_str(),
+                  num(c.work.checkpoint_bytes / 1e6).c_str(), num(each, 3).c_str());
+      notes += "  disk: the trainers' checkpoints, " + num(c.work.checkpoint_bytes / 1e6) + " MB each in " + num(each, 3) +
+               " s (a width-512 run's second trial, " + num(beyond, 3) + " s beyond its epochs, less a trial's setup, over " +
+               std::to_string(c.epoch_s.size()) + " checkpoints)\n";
+    } else if (const double d = disk_bytes_per_s(dir); d > 0) {
+      m.disk_bytes_per_s = d;
+      std::printf("  disk.bandwidth_mb_s               %8s MB/s     (a raw write: the checkpoints left nothing to measure)\n",
+                  num(d / 1e6).c_str());
+      notes += "  disk: 32 MB written and fsync'd in " + dir.substr(0, dir.rfind('/')) + " (the checkpoints left nothing to measure)\n";
+    }
   }
   const std::string text = config::machine_file_text(m, notes);
   HPCTUNE_TRY(config::parse_machine_file(text, out_path));  // what simulate will read
