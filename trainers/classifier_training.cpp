@@ -9,6 +9,8 @@
 #include <limits>
 #include <numbers>
 #include <numeric>
+#include <fstream>
+#include <thread>
 
 #include "common/npy.h"
 #include "common/rng.h"
@@ -17,6 +19,7 @@
 #include "nn/denormals.h"
 #include "nn/layers.h"  // dnnl_set_threads
 #include "trainers/classifier_gpu.h"
+#include "trainers/replica_exchange.h"
 #include "collectives/trainer_group.h"
 
 namespace hpctune::trainers {
@@ -75,6 +78,10 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
     return r.bad("head_epochs", r.raw("head_epochs"), "at most 'epochs' (" + std::to_string(s.epochs) + ")");
   }
   HPCTUNE_ASSIGN(s.body_lr_scale, r.number("body_lr_scale"));
+  HPCTUNE_TRY(parse_data_parallel(r, s.parallel));
+  if (s.gpu && s.parallel.exchanges()) {
+    return r.bad("sync", r.raw("sync"), "allreduce without gradient_compression with device: gpu");
+  }
   return Status::Ok();
 }
 
@@ -223,6 +230,27 @@ nn::OptimizerState fit_optimizer_state(nn::OptimizerState st, const nn::Optimize
   return st;
 }
 
+// The sync_* metrics of a data-parallel run (classifier_training.h, step 4).
+void add_sync_metrics(protocol::Metrics& m, const ReplicaExchange* exchange, int data_size, size_t params) {
+  const double d = static_cast<double>(data_size);
+  m["sync_bytes_per_step"] = exchange ? exchange->bytes_per_step()
+                                      : 2.0 * (d - 1.0) / d * 4.0 * static_cast<double>(params);
+  m["sync_staleness_max"] = exchange ? static_cast<double>(exchange->staleness_max()) : 0.0;
+  m["sync_staleness_mean"] = exchange ? exchange->staleness_mean() : 0.0;
+  m["sync_replica_fraction_min"] = 1.0;
+}
+
+// sync_clocks_replica<r>.csv (classifier_training.h, step 4); a failed write is a warning.
+void write_clock_log(const std::filesystem::path& path, const std::vector<ClockEvent>& events,
+                     const std::function<void(const std::string&)>& warn_about) {
+  std::ofstream out(path, std::ios::trunc);
+  for (const ClockEvent& e : events) {
+    out << (e.applied < 0 ? "publish," : "begin,") << e.clock << ',' << e.applied << ',' << e.t_ns << '\n';
+  }
+  out.close();
+  if (!out) warn_about("could not write " + path.string());
+}
+
 }  // namespace
 
 Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSettings& s,
@@ -309,6 +337,21 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   }
   EngineOptions engine_options;
   engine_options.micro_batches = s.micro_batches;
+  // trainer.sync (data_parallel.h): the replica exchange instead of the allreduce.
+  const bool exchanging = s.parallel.exchanges() && lay.data_size > 1;
+  if (exchanging && lay.model_size > 1) {
+    return err(Errc::kInvalidArgument, who + ": setting 'sync' = " + std::string(sync_mode_name(s.parallel.sync)) +
+                                           " with gradient_compression: " +
+                                           (s.parallel.compression == GradientCompression::kOneBit ? "1bit" : "none") +
+                                           " needs model: 1 (pipeline stages exchange gradients by allreduce only)");
+  }
+  engine_options.local_gradients = exchanging;
+  if (s.parallel.debug_slowdown > 1.0 && lay.data_rank == s.parallel.debug_slowdown_rank) {
+    const double extra = s.parallel.debug_slowdown - 1.0;
+    engine_options.after_compute = [extra](double seconds) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds * extra));
+    };
+  }
   HPCTUNE_ASSIGN(std::unique_ptr<GradientEngine> engine, make_gradient_engine(net, ctx.group, engine_options));
   nn::Optimizer optimizer(engine->params().size(), s.optimizer);
   // The optimizer's view of this rank's blocks: while probing (epochs 1..head_epochs) only the
@@ -539,8 +582,29 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   // of an interval) sees the step it has to decide on.
   if (start_epoch > 0 && start_epoch == s.epochs && !last.empty() && lay.leader()) ctx.report(start_epoch, last);
 
+  std::unique_ptr<ReplicaExchange> exchange;
+  if (exchanging) {
+    ReplicaExchangeOptions xo;
+    xo.staleness = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
+    xo.onebit = s.parallel.compression == GradientCompression::kOneBit;
+    HPCTUNE_ASSIGN(exchange, ReplicaExchange::create(*ctx.group, engine->params().size(), xo));
+    HPCTUNE_TRY(exchange->start_at(step));
+  }
+  int64_t current_epoch = 0;
+  // A complete clock of the exchange: the optimizer step the allreduce path takes at that step.
+  const ReplicaExchange::Apply apply = [&](int64_t clock, std::span<const float> sum) {
+    optimizer.step(engine->params(), sum, current_epoch <= s.head_epochs ? probe_blocks : tune_blocks,
+                   static_cast<float>(plan.at(clock)));
+  };
+  auto diverged = [&](const nn::BatchStats& b, int64_t epoch, int64_t batch_no) -> Status {
+    if (std::isfinite(b.loss_sum)) return Status::Ok();
+    return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
+                                  ", batch " + std::to_string(batch_no + 1) + "); try a smaller 'lr'");
+  };
+
   std::vector<int64_t> order;
   for (int64_t epoch = start_epoch + 1; epoch <= s.epochs; ++epoch) {
+    current_epoch = epoch;
     if (ctx.stop_requested()) return stopped();
     const auto epoch_start = Clock::now();
     order = base_train;
@@ -571,6 +635,14 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         }
         continue;
       }
+      if (exchange) {
+        HPCTUNE_TRY(exchange->begin_step(step, apply));
+        gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
+        HPCTUNE_ASSIGN(const nn::BatchStats own, engine->train_batch(x.data(), y.data(), n, dropout_rng));
+        HPCTUNE_TRY(exchange->publish(step++, engine->grads(), own, apply));
+        HPCTUNE_TRY(diverged(exchange->take_applied_stats(train_stats), epoch, batch_no));
+        continue;
+      }
       gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
       HPCTUNE_ASSIGN(nn::BatchStats b, engine->train_batch(x.data(), y.data(), n, dropout_rng));
       if (!std::isfinite(b.loss_sum)) {
@@ -580,6 +652,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       optimizer.step(engine->params(), engine->grads(), epoch <= s.head_epochs ? probe_blocks : tune_blocks,
                      static_cast<float>(plan.at(step++)));
       train_stats += b;
+    }
+    if (exchange) {
+      // Every replica's clocks of the epoch applied: the same weights everywhere from here.
+      HPCTUNE_TRY(exchange->drain(step, apply));
+      HPCTUNE_TRY(diverged(exchange->take_applied_stats(train_stats), epoch, batch_no - 1));
     }
     const double epoch_train_seconds = seconds_since(epoch_start);
     train_seconds += epoch_train_seconds;
@@ -621,6 +698,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
                     {"train_seconds", train_seconds},
                     {"images_per_second", train_seconds > 0 ? static_cast<double>(images_trained) / train_seconds : 0.0}};
   if (start_epoch > 0) result.metrics["resumed_epoch"] = static_cast<double>(start_epoch);
+  if (lay.data_size > 1) add_sync_metrics(result.metrics, exchange.get(), lay.data_size, engine->params().size());
+  if (exchange && s.parallel.sync == SyncMode::kSsp && !ctx.trial_dir.empty()) {
+    write_clock_log(std::filesystem::path(ctx.trial_dir) / ("sync_clocks_replica" + std::to_string(lay.data_rank) + ".csv"),
+                    exchange->events(), [&](const std::string& what) { warn(kind, ctx, what); });
+  }
   result.step = s.epochs;
 
   if (lay.leader()) {
