@@ -195,7 +195,7 @@ TEST_CASE("1bit gradients with error feedback train like uncompressed ones on 1/
     auto b = train(g.get(), settings, data, "");
     REQUIRE_MESSAGE(b.ok(), b.error().message());
     CHECK(b->metrics.at("test_accuracy") > a->metrics.at("test_accuracy") - 0.1);
-    CHECK(b->metrics.at("val_loss") < a->metrics.at("val_loss") * 1.5);
+    CHECK(b->metrics.at("val_loss") < a->metrics.at("val_loss") + 0.05);
     const double ratio = b->metrics.at("sync_bytes_per_step") / a->metrics.at("sync_bytes_per_step");
     CAPTURE(ratio);
     CHECK(ratio <= 1.0 / 25);
@@ -203,9 +203,9 @@ TEST_CASE("1bit gradients with error feedback train like uncompressed ones on 1/
   }
 }
 
-TEST_CASE("settings: a mode not built and a compression with hogwild are refused by name") {
+TEST_CASE("settings: a mode not built and backup replicas without it are refused by name") {
   for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"sync", "downpour"}, {"sync", "hogwild"}, {"min_replica_fraction", 0.75}, {"sync", "bogus"}}) {
+           {"sync", "downpour"}, {"min_replica_fraction", 0.75}, {"sync", "bogus"}}) {
     nlohmann::json s = kBase;
     s[key] = value;
     auto parsed = parse_mlp_settings(s);

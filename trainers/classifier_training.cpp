@@ -19,6 +19,7 @@
 #include "nn/denormals.h"
 #include "nn/layers.h"  // dnnl_set_threads
 #include "trainers/classifier_gpu.h"
+#include "trainers/hogwild.h"
 #include "trainers/replica_exchange.h"
 #include "collectives/trainer_group.h"
 
@@ -79,7 +80,7 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   }
   HPCTUNE_ASSIGN(s.body_lr_scale, r.number("body_lr_scale"));
   HPCTUNE_TRY(parse_data_parallel(r, s.parallel));
-  if (s.gpu && s.parallel.exchanges()) {
+  if (s.gpu && (s.parallel.exchanges() || s.parallel.sync == SyncMode::kHogwild)) {
     return r.bad("sync", r.raw("sync"), "allreduce without gradient_compression with device: gpu");
   }
   return Status::Ok();
@@ -346,6 +347,12 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
                                            " needs model: 1 (pipeline stages exchange gradients by allreduce only)");
   }
   engine_options.local_gradients = exchanging;
+  const bool hogwild = s.parallel.sync == SyncMode::kHogwild;
+  if (hogwild && lay.size > 1) {
+    return err(Errc::kInvalidArgument, who + ": setting 'sync' = hogwild trains with the threads of one rank "
+                                           "(resources.threads); this group has " + std::to_string(lay.size) +
+                                           " ranks: use sync: allreduce or ssp across ranks");
+  }
   if (s.parallel.debug_slowdown > 1.0 && lay.data_rank == s.parallel.debug_slowdown_rank) {
     const double extra = s.parallel.debug_slowdown - 1.0;
     engine_options.after_compute = [extra](double seconds) {
@@ -590,6 +597,20 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     HPCTUNE_ASSIGN(exchange, ReplicaExchange::create(*ctx.group, engine->params().size(), xo));
     HPCTUNE_TRY(exchange->start_at(step));
   }
+  // sync: hogwild (hogwild.h): the threads beyond this one, each with its network and buffers.
+  std::unique_ptr<HogwildWorkers> hog;
+  std::vector<std::vector<float>> hog_x;
+  std::vector<std::vector<int32_t>> hog_y;
+  if (hogwild) {
+    auto make_network = [&]() -> Result<nn::Network> {
+      HPCTUNE_ASSIGN(nn::Network copy, nn::Network::create(nn::Shape{1, train_file.rows, train_file.cols}, s.layers, classes));
+      if (s.freeze > 0) HPCTUNE_TRY(copy.freeze(static_cast<size_t>(s.freeze)));
+      return copy;
+    };
+    HPCTUNE_ASSIGN(hog, HogwildWorkers::create(std::max(1, ctx.threads), engine->params().size(), s.optimizer, make_network));
+    hog_x.assign(static_cast<size_t>(hog->threads()), std::vector<float>(static_cast<size_t>(batch) * features));
+    hog_y.assign(static_cast<size_t>(hog->threads()), std::vector<int32_t>(static_cast<size_t>(batch)));
+  }
   int64_t current_epoch = 0;
   // A complete clock of the exchange: the optimizer step the allreduce path takes at that step.
   const ReplicaExchange::Apply apply = [&](int64_t clock, std::span<const float> sum) {
@@ -613,7 +634,31 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     dropout_rng.reseed(derive_seed(dropout_seed, static_cast<uint64_t>(epoch)));
     nn::BatchStats train_stats;
     int64_t batch_no = 0;
-    for (int64_t start = 0; start < n_train; start += batch, ++batch_no) {
+    if (hog) {
+      auto train_one = [&](int t, int64_t i, nn::Network& mine, Rng& rng) {
+        const int64_t start = i * batch, n = std::min(batch, n_train - start);
+        float* bx = hog_x[static_cast<size_t>(t)].data();
+        int32_t* by = hog_y[static_cast<size_t>(t)].data();
+        gather(train_file, label_map, order.data() + start, n, bx, by);
+        return mine.forward_backward(bx, by, n, 1.0f / static_cast<float>(n), rng);
+      };
+      const HogwildEpochResult r = hog->run(
+          net, optimizer, epoch <= s.head_epochs ? probe_blocks : tune_blocks, batches_per_epoch, step,
+          [&](int64_t k) { return static_cast<float>(plan.at(k)); }, derive_seed(dropout_seed, static_cast<uint64_t>(epoch)),
+          dropout_rng, train_one, ctx.stop_requested, kStopPollBatches);
+      step += r.batches_done;
+      train_stats = r.stats;
+      batch_no = batches_per_epoch;
+      if (r.diverged) {
+        return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
+                                      "); try a smaller 'lr'");
+      }
+      if (r.stopped) {
+        train_seconds += seconds_since(epoch_start);
+        return stopped();
+      }
+    }
+    for (int64_t start = 0; !hog && start < n_train; start += batch, ++batch_no) {
       if (batch_no % kStopPollBatches == 0 && batch_no > 0 && ctx.stop_requested()) {
         train_seconds += seconds_since(epoch_start);
         return stopped();

@@ -11,7 +11,9 @@
 //                     weights, computed gradients are at most `staleness` steps stale, and
 //                     staleness 0 is the allreduce path bit for bit (replica_exchange.h).
 //   sync: downpour    parameter servers (DistBelief): not built yet; refused with a message.
-//   sync: hogwild     lock-free threads of one rank: not built yet; refused with a message.
+//   sync: hogwild     resources.threads threads of ONE rank take minibatches from a shared
+//                     counter and update shared weights without locks (hogwild.h); a group of
+//                     more than one rank is refused. One thread is the plain loop bit for bit.
 //
 // debug_slowdown / debug_slowdown_rank: a benchmark aid (bench/async): the named data replica
 // sleeps (factor - 1) x its compute time after every minibatch, a straggler on demand.

@@ -22,8 +22,8 @@ std::vector<SettingDecl> data_parallel_setting_specs() {
        .choices = {"allreduce", "downpour", "ssp", "hogwild"},
        .help = "How data replicas combine gradients: allreduce (every step waits for every replica; deterministic), "
                "ssp (stale-synchronous: a replica runs at most `staleness` steps ahead of the slowest; not "
-               "deterministic), downpour (parameter servers; not built yet) or hogwild (lock-free threads; not "
-               "built yet).",
+               "deterministic), downpour (parameter servers; not built yet) or hogwild (resources.threads threads "
+               "of one rank updating shared weights without locks; not deterministic above 1 thread).",
        .aliases = {"sync_mode", "synchronization", "parallel_mode"}},
       {.key = "staleness", .type = T::kInt, .default_value = 2, .min = 0, .max = 64,
        .help = "sync: ssp: how many steps a replica may run ahead of the slowest (0 = allreduce, bit for bit).",
@@ -71,8 +71,8 @@ Status parse_data_parallel(const SettingsReader& r, DataParallelSettings& s) {
   HPCTUNE_ASSIGN(s.debug_slowdown, r.number("debug_slowdown"));
   HPCTUNE_ASSIGN(s.debug_slowdown_rank, r.integer("debug_slowdown_rank"));
 
-  if (s.sync == SyncMode::kDownpour || s.sync == SyncMode::kHogwild) {
-    return r.bad("sync", r.raw("sync"), "allreduce or ssp (" + sync + " is not built yet)");
+  if (s.sync == SyncMode::kDownpour) {
+    return r.bad("sync", r.raw("sync"), "allreduce, ssp or hogwild (" + sync + " is not built yet)");
   }
   if (s.compression == GradientCompression::kOneBit && s.sync == SyncMode::kHogwild) {
     return r.bad("gradient_compression", r.raw("gradient_compression"),
