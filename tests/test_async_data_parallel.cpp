@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <tuple>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -203,9 +204,42 @@ TEST_CASE("1bit gradients with error feedback train like uncompressed ones on 1/
   }
 }
 
-TEST_CASE("settings: a mode not built and backup replicas without it are refused by name") {
+TEST_CASE("downpour: replicas that serve the shards train with sgd and adagrad shards, 1bit pushes too") {
+  const auto data = synthetic(600, 100, 8, 4, 7);
+  auto g = replicas(2);
+  nlohmann::json plain = kBase;
+  plain["epochs"] = 3;
+  auto a = train(g.get(), plain, data, "");
+  REQUIRE_MESSAGE(a.ok(), a.error().message());
+  for (const auto& [optimizer, lr, compression] : std::vector<std::tuple<std::string, double, std::string>>{
+           {"sgd", 0.05, "none"}, {"adagrad", 0.01, "none"}, {"sgd", 0.05, "1bit"}}) {
+    CAPTURE(optimizer);
+    CAPTURE(compression);
+    nlohmann::json dp = plain;
+    dp["sync"] = "downpour";
+    dp["shard_optimizer"] = optimizer;
+    dp["lr"] = lr;
+    dp["gradient_compression"] = compression;
+    dp["fetch_interval"] = 2;
+    const std::string dir = shared_temp_dir(*g);
+    auto b = train(g.get(), dp, data, dir);
+    REQUIRE_MESSAGE(b.ok(), b.error().message());
+    if (g->leader()) {
+      CHECK(b->metrics.at("test_accuracy") > a->metrics.at("test_accuracy") - 0.15);
+      CHECK(b->metrics.at("sync_replica_fraction_min") == 1.0);
+      CHECK(b->metrics.at("sync_replicas_dropped") == 0.0);
+      CHECK(b->metrics.at("sync_staleness_max") >= 1.0);  // the other replica's pushes land between fetches
+      CHECK(std::filesystem::exists(nn::checkpoint_path(dir, 0)));
+      if (compression == "1bit") CHECK(b->metrics.at("sync_bytes_per_step") < a->metrics.at("sync_bytes_per_step") / 10);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g->leader()) std::filesystem::remove_all(dir);
+  }
+}
+
+TEST_CASE("settings: backup replicas (not built) and unknown modes are refused by name") {
   for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"sync", "downpour"}, {"min_replica_fraction", 0.75}, {"sync", "bogus"}}) {
+           {"min_replica_fraction", 0.75}, {"sync", "bogus"}}) {
     nlohmann::json s = kBase;
     s[key] = value;
     auto parsed = parse_mlp_settings(s);

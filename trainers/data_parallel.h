@@ -10,7 +10,9 @@
 //                     summed gradients of each step in step order, so replicas keep the same
 //                     weights, computed gradients are at most `staleness` steps stale, and
 //                     staleness 0 is the allreduce path bit for bit (replica_exchange.h).
-//   sync: downpour    parameter servers (DistBelief): not built yet; refused with a message.
+//   sync: downpour    parameter-server shards (DistBelief) on the replicas' ranks or their own;
+//                     replicas fetch and push asynchronously (downpour.h); a replica that dies
+//                     leaves the others training.
 //   sync: hogwild     resources.threads threads of ONE rank take minibatches from a shared
 //                     counter and update shared weights without locks (hogwild.h); a group of
 //                     more than one rank is refused. One thread is the plain loop bit for bit.
@@ -50,7 +52,9 @@ struct DataParallelSettings {
   int64_t debug_slowdown_rank = 1;
 
   // Whether gradients go through replica_exchange.h instead of the group's allreduce.
-  bool exchanges() const noexcept { return sync == SyncMode::kSsp || compression == GradientCompression::kOneBit; }
+  bool exchanges() const noexcept {
+    return sync == SyncMode::kSsp || (sync == SyncMode::kAllreduce && compression == GradientCompression::kOneBit);
+  }
 };
 
 // The declarations of the settings above (appended to the classifier loop's).

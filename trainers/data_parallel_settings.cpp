@@ -22,14 +22,16 @@ std::vector<SettingDecl> data_parallel_setting_specs() {
        .choices = {"allreduce", "downpour", "ssp", "hogwild"},
        .help = "How data replicas combine gradients: allreduce (every step waits for every replica; deterministic), "
                "ssp (stale-synchronous: a replica runs at most `staleness` steps ahead of the slowest; not "
-               "deterministic), downpour (parameter servers; not built yet) or hogwild (resources.threads threads "
+               "deterministic), downpour (parameter-server shards; replicas fetch and push "
+               "asynchronously; not deterministic) or hogwild (resources.threads threads "
                "of one rank updating shared weights without locks; not deterministic above 1 thread).",
        .aliases = {"sync_mode", "synchronization", "parallel_mode"}},
       {.key = "staleness", .type = T::kInt, .default_value = 2, .min = 0, .max = 64,
        .help = "sync: ssp: how many steps a replica may run ahead of the slowest (0 = allreduce, bit for bit).",
        .aliases = {"staleness_bound", "max_staleness", "ssp_staleness"}},
       {.key = "ps_shards", .type = T::kInt, .default_value = 0, .min = 0, .max = 1024,
-       .help = "sync: downpour: parameter-server shards (0 = one per replica)."},
+       .help = "sync: downpour: parameter-server shards (0 = one per data rank with ps_placement: replicas, 1 with "
+               "own_ranks)."},
       {.key = "ps_placement", .type = T::kString, .default_value = "replicas", .choices = {"replicas", "own_ranks"},
        .help = "sync: downpour: the shards on the replicas' ranks or on ranks of their own."},
       {.key = "push_interval", .type = T::kInt, .default_value = 1, .min = 1, .max = 10000,
@@ -39,12 +41,12 @@ std::vector<SettingDecl> data_parallel_setting_specs() {
       {.key = "shard_optimizer", .type = T::kString, .default_value = "adagrad", .choices = {"sgd", "adagrad"},
        .help = "sync: downpour: the update each parameter-server shard applies to pushed gradients."},
       {.key = "min_replica_fraction", .type = T::kFloat, .default_value = 1.0, .min = 0, .max = 1,
-       .help = "Backup replicas: a step completes when this fraction of the replicas has reported (1 = all; "
-               "below 1 needs sync: downpour).", .min_exclusive = true, .aliases = {"backup_fraction"}},
+       .help = "Backup replicas: a step completes when this fraction of the replicas has reported. Only 1 (all) "
+               "is built yet.", .min_exclusive = true, .aliases = {"backup_fraction"}},
       {.key = "gradient_compression", .type = T::kString, .default_value = "none", .choices = {"none", "1bit"},
        .help = "none, or 1bit: gradients travel as one sign bit per value plus two means per 2048 values, with "
                "the quantization error carried to the next step (error feedback; CNTK's 1-bit SGD); about 1/31 "
-               "of the bytes. With sync: allreduce or ssp.", .aliases = {"compression", "grad_compression"}},
+               "of the bytes. For allreduce and ssp gradients and downpour pushes.", .aliases = {"compression", "grad_compression"}},
       {.key = "debug_slowdown", .type = T::kFloat, .default_value = 1.0, .min = 1, .max = 100,
        .help = "Benchmark aid: data replica debug_slowdown_rank sleeps (factor - 1) x its compute time after "
                "every minibatch, a straggler on demand (1 = off)."},
@@ -71,16 +73,13 @@ Status parse_data_parallel(const SettingsReader& r, DataParallelSettings& s) {
   HPCTUNE_ASSIGN(s.debug_slowdown, r.number("debug_slowdown"));
   HPCTUNE_ASSIGN(s.debug_slowdown_rank, r.integer("debug_slowdown_rank"));
 
-  if (s.sync == SyncMode::kDownpour) {
-    return r.bad("sync", r.raw("sync"), "allreduce, ssp or hogwild (" + sync + " is not built yet)");
-  }
   if (s.compression == GradientCompression::kOneBit && s.sync == SyncMode::kHogwild) {
     return r.bad("gradient_compression", r.raw("gradient_compression"),
                  "none with sync: hogwild (its threads share memory; nothing travels)");
   }
-  if (s.min_replica_fraction < 1.0 && s.sync != SyncMode::kDownpour) {
+  if (s.min_replica_fraction < 1.0) {
     return r.bad("min_replica_fraction", r.raw("min_replica_fraction"),
-                 "1 with sync: " + sync + " (backup replicas need sync: downpour)");
+                 "1 (backup replicas are not built yet; sync: downpour and ssp do not wait for stragglers)");
   }
   // The other modes' settings are ignored rather than refused, so that a search over `sync` can
   // fix them for the trials of the mode that reads them.
