@@ -642,6 +642,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     ReplicaExchangeOptions xo;
     xo.staleness = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
     xo.onebit = s.parallel.compression == GradientCompression::kOneBit;
+    xo.compressed_allreduce = xo.onebit && s.parallel.sync == SyncMode::kAllreduce;
     HPCTUNE_ASSIGN(exchange, ReplicaExchange::create(*ctx.group, engine->params().size(), xo));
     HPCTUNE_TRY(exchange->start_at(step));
   }

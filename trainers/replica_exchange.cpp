@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 namespace hpctune::trainers {
@@ -41,7 +42,22 @@ Result<std::unique_ptr<ReplicaExchange>> ReplicaExchange::create(collectives::Tr
   if (options.staleness < 0 || options.staleness > 64) return err(Errc::kInvalidArgument, "replica exchange: staleness 0..64");
   if (params == 0 || params > collectives::kOneBitMaxValues) return err(Errc::kInvalidArgument, "replica exchange: parameter count");
   std::unique_ptr<ReplicaExchange> x(new ReplicaExchange(group, params, options));
-  if (options.onebit) {
+  if (options.compressed_allreduce && (!options.onebit || options.staleness != 0 ||
+                                       params < static_cast<size_t>(group.data_size()))) {
+    return err(Errc::kInvalidArgument, "replica exchange: the compressed allreduce needs onebit, staleness 0 and a "
+                                       "parameter per replica");
+  }
+  if (options.compressed_allreduce) {
+    for (int j = 0; j < group.data_size(); ++j) {
+      HPCTUNE_ASSIGN(collectives::OneBitCompressor c,
+                     collectives::OneBitCompressor::create(x->slice_begin(j + 1) - x->slice_begin(j)));
+      x->slice_compressors_.push_back(std::move(c));
+    }
+    const int self = group.data_rank();
+    HPCTUNE_ASSIGN(collectives::OneBitCompressor c,
+                   collectives::OneBitCompressor::create(x->slice_begin(self + 1) - x->slice_begin(self)));
+    x->owner_compressor_.emplace(std::move(c));
+  } else if (options.onebit) {
     HPCTUNE_ASSIGN(collectives::OneBitCompressor c, collectives::OneBitCompressor::create(params));
     x->compressor_.emplace(std::move(c));
   }
@@ -173,9 +189,123 @@ Status ReplicaExchange::begin_step(int64_t clock, const Apply& apply) {
   return Status::Ok();
 }
 
+size_t ReplicaExchange::slice_begin(int j) const noexcept {
+  return params_ * static_cast<size_t>(j) / static_cast<size_t>(group_.data_size());
+}
+
+Status ReplicaExchange::collect(int tag, int64_t clock,
+                                const std::function<Status(int, std::span<const uint8_t>, const nn::BatchStats&)>& take) {
+  const int D = group_.data_size();
+  std::vector<bool> have(static_cast<size_t>(D), false);
+  have[static_cast<size_t>(group_.data_rank())] = true;
+  int missing = D - 1;
+  const auto deadline = std::chrono::steady_clock::now() + group_.timeout();
+  for (unsigned spins = 1; missing > 0; ++spins) {
+    HPCTUNE_ASSIGN(auto message, group_.receive_from_replicas(tag));
+    if (message) {
+      const std::vector<uint8_t>& b = message->bytes;
+      const size_t from = static_cast<size_t>(message->from);
+      if (b.size() < kHeaderBytes || get<uint32_t>(b.data()) != kMagic || get<int64_t>(b.data() + 8) != clock ||
+          from >= have.size() || have[from]) {
+        return err(Errc::kProtocol, "replica exchange: an unexpected compressed-allreduce message from replica " +
+                                        std::to_string(message->from));
+      }
+      nn::BatchStats st;
+      st.loss_sum = get<double>(b.data() + 16);
+      st.correct = static_cast<int64_t>(get<double>(b.data() + 24));
+      st.count = static_cast<int64_t>(get<double>(b.data() + 32));
+      HPCTUNE_TRY(take(message->from, std::span<const uint8_t>(b.data() + kHeaderBytes, b.size() - kHeaderBytes), st));
+      have[from] = true;
+      --missing;
+      continue;
+    }
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline) {
+      return err(Errc::kTimeout, "replica exchange: compressed allreduce of clock " + std::to_string(clock) + ": " +
+                                     std::to_string(missing) + " replica(s) sent nothing within " +
+                                     std::to_string(group_.timeout().count()) + " ms");
+    }
+    if (spins % 128 == 0) std::this_thread::yield();
+  }
+  return Status::Ok();
+}
+
+Status ReplicaExchange::publish_compressed_allreduce(int64_t clock, std::span<const float> grads,
+                                                     const nn::BatchStats& stats, const Apply& apply) {
+  constexpr int kScatterTag = 72, kGatherTag = 73;
+  const int D = group_.data_size(), self = group_.data_rank();
+  auto header = [&](const nn::BatchStats& st) {
+    std::vector<uint8_t> m;
+    put<uint32_t>(m, kMagic);
+    put<uint32_t>(m, 1u);
+    put<int64_t>(m, clock);
+    put<double>(m, st.loss_sum);
+    put<double>(m, static_cast<double>(st.correct));
+    put<double>(m, static_cast<double>(st.count));
+    return m;
+  };
+  // Phase 1: slice j of this gradient to its owner j.
+  for (int j = 0; j < D; ++j) {
+    if (j == self) continue;
+    const std::span<const float> slice = grads.subspan(slice_begin(j), slice_begin(j + 1) - slice_begin(j));
+    HPCTUNE_ASSIGN(const collectives::OneBitPacket packet, slice_compressors_[static_cast<size_t>(j)].compress(slice));
+    std::vector<uint8_t> m = header(stats);
+    const std::vector<uint8_t> body = collectives::serialize(packet);
+    m.insert(m.end(), body.begin(), body.end());
+    bytes_posted_ += static_cast<int64_t>(m.size());
+    HPCTUNE_TRY(group_.post_to_replica(j, kScatterTag, std::move(m)));
+  }
+  const size_t b0 = slice_begin(self), n = slice_begin(self + 1) - b0;
+  std::vector<std::vector<float>> parts(static_cast<size_t>(D));
+  std::vector<nn::BatchStats> all_stats(static_cast<size_t>(D));
+  parts[static_cast<size_t>(self)].assign(grads.begin() + static_cast<long>(b0), grads.begin() + static_cast<long>(b0 + n));
+  all_stats[static_cast<size_t>(self)] = stats;
+  HPCTUNE_TRY(collect(kScatterTag, clock, [&](int from, std::span<const uint8_t> body, const nn::BatchStats& st) -> Status {
+    HPCTUNE_ASSIGN(const collectives::OneBitPacket packet, collectives::deserialize(body, n));
+    parts[static_cast<size_t>(from)].resize(n);
+    all_stats[static_cast<size_t>(from)] = st;
+    return collectives::decompress(packet, parts[static_cast<size_t>(from)]);
+  }));
+  // This slice's sum, in rank order, compressed once more and sent to every replica.
+  std::vector<float> slice_sum(parts[0]);
+  for (int r = 1; r < D; ++r) {
+    const std::vector<float>& p = parts[static_cast<size_t>(r)];
+    for (size_t i = 0; i < n; ++i) slice_sum[i] += p[i];
+  }
+  HPCTUNE_ASSIGN(const collectives::OneBitPacket sum_packet, owner_compressor_->compress(slice_sum));
+  HPCTUNE_TRY(collectives::decompress(sum_packet, std::span<float>(sum_.data() + b0, n)));
+  {
+    const std::vector<uint8_t> body = collectives::serialize(sum_packet);
+    for (int r = 0; r < D; ++r) {
+      if (r == self) continue;
+      std::vector<uint8_t> m = header(stats);
+      m.insert(m.end(), body.begin(), body.end());
+      bytes_posted_ += static_cast<int64_t>(m.size());
+      HPCTUNE_TRY(group_.post_to_replica(r, kGatherTag, std::move(m)));
+    }
+  }
+  // Phase 2: every other slice's compressed sum from its owner.
+  HPCTUNE_TRY(collect(kGatherTag, clock, [&](int from, std::span<const uint8_t> body, const nn::BatchStats&) -> Status {
+    const size_t f0 = slice_begin(from), fn = slice_begin(from + 1) - f0;
+    HPCTUNE_ASSIGN(const collectives::OneBitPacket packet, collectives::deserialize(body, fn));
+    return collectives::decompress(packet, std::span<float>(sum_.data() + f0, fn));
+  }));
+  nn::BatchStats total;
+  double loss = all_stats[0].loss_sum;
+  for (int r = 1; r < D; ++r) loss += all_stats[static_cast<size_t>(r)].loss_sum;
+  for (const auto& st : all_stats) total.correct += st.correct, total.count += st.count;
+  total.loss_sum = loss;
+  applied_stats_.push_back(total);
+  ++published_;
+  events_.push_back({clock, -1, now_ns()});
+  apply(clock, sum_);
+  ++next_apply_;
+  return Status::Ok();
+}
+
 Status ReplicaExchange::publish(int64_t clock, std::span<const float> grads, const nn::BatchStats& stats,
                                 const Apply& apply) {
   if (clock != last_begun_ || grads.size() != params_) return err(Errc::kInternal, "replica exchange: publish out of order");
+  if (options_.compressed_allreduce) return publish_compressed_allreduce(clock, grads, stats, apply);
   std::vector<uint8_t> message;
   std::vector<float> own(params_);
   put<uint32_t>(message, kMagic);
