@@ -234,6 +234,14 @@ nn::OptimizerState fit_optimizer_state(nn::OptimizerState st, const nn::Optimize
   return st;
 }
 
+// What tags the replica messages of this run (replica_exchange.h, downpour.h): the run hash, the
+// trial, its attempt and where it started, so that a later trial on the same group never reads an
+// earlier one's leftovers.
+uint64_t run_id_of(uint64_t run_hash, const TrialContext& ctx, int64_t start_epoch) {
+  return nn::fnv1a64(std::to_string(run_hash) + "/" + std::to_string(ctx.trial_id) + "/" + std::to_string(ctx.attempt) +
+                     "/" + std::to_string(start_epoch));
+}
+
 // The sync_* metrics of a data-parallel run (classifier_training.h, step 4).
 void add_sync_metrics(protocol::Metrics& m, const ReplicaExchange* exchange, int data_size, size_t params) {
   const double d = static_cast<double>(data_size);
@@ -643,6 +651,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     xo.staleness = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
     xo.onebit = s.parallel.compression == GradientCompression::kOneBit;
     xo.compressed_allreduce = xo.onebit && s.parallel.sync == SyncMode::kAllreduce;
+    xo.run_id = run_id_of(hash, ctx, start_epoch);
     HPCTUNE_ASSIGN(exchange, ReplicaExchange::create(*ctx.group, engine->params().size(), xo));
     HPCTUNE_TRY(exchange->start_at(step));
   }
@@ -669,6 +678,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     o.fetch_interval = s.parallel.fetch_interval;
     o.adagrad = s.parallel.shard_optimizer == ShardOptimizer::kAdagrad;
     o.onebit = s.parallel.compression == GradientCompression::kOneBit;
+    o.run_id = run_id_of(hash, ctx, start_epoch);
     HPCTUNE_ASSIGN(dp, Downpour::create(*ctx.group, engine->params(), o));
     if (!dp->replica()) {
       // A rank that only serves its shard: until every replica is done or dropped.

@@ -22,10 +22,17 @@ void put(std::vector<uint8_t>& out, T v) {
   std::memcpy(out.data() + at, &v, sizeof v);
 }
 
+void pause(unsigned spins) {
+  // Spin (MPI progress), giving the core away only now and then (replica_exchange.cpp says why).
+  if (spins % 128 == 0) std::this_thread::yield();
+}
+
+}  // namespace
+
 // Reads PODs from a received message, refusing to read past its end.
-class Reader {
+class DownpourReader {
  public:
-  explicit Reader(const std::vector<uint8_t>& b) : b_(b) {}
+  explicit DownpourReader(const std::vector<uint8_t>& b) : b_(b) {}
   template <typename T>
   Result<T> get() {
     if (at_ + sizeof(T) > b_.size()) return err(Errc::kProtocol, "downpour: a truncated message");
@@ -40,13 +47,6 @@ class Reader {
   const std::vector<uint8_t>& b_;
   size_t at_ = 0;
 };
-
-void pause(unsigned spins) {
-  // Spin (MPI progress), giving the core away only now and then (replica_exchange.cpp says why).
-  if (spins % 128 == 0) std::this_thread::yield();
-}
-
-}  // namespace
 
 struct Downpour::Shard {
   int index = 0;
@@ -114,11 +114,28 @@ int Downpour::shard_rank(int shard) const noexcept {
   return options_.own_ranks ? group_.data_size() - shards_ + shard : shard;
 }
 
+std::vector<uint8_t> Downpour::start_message() const {
+  std::vector<uint8_t> m;
+  put<uint32_t>(m, kMagic);
+  put<uint64_t>(m, options_.run_id);
+  return m;
+}
+
+// Reads a message's magic and run id: false for another run's message (dropped unread).
+Result<bool> Downpour::ours(DownpourReader& in, int from) const {
+  HPCTUNE_ASSIGN(const uint32_t magic, in.get<uint32_t>());
+  HPCTUNE_ASSIGN(const uint64_t run, in.get<uint64_t>());
+  if (magic != kMagic) return err(Errc::kProtocol, "downpour: a malformed message from data rank " + std::to_string(from));
+  return run == options_.run_id;
+}
+
 Status Downpour::apply_push(int from, const std::vector<uint8_t>& bytes) {
   Shard& sh = *shard_;
   const size_t n = sh.end - sh.begin;
-  Reader in(bytes);
-  HPCTUNE_ASSIGN(const uint32_t magic, in.get<uint32_t>());
+  DownpourReader in(bytes);
+  HPCTUNE_ASSIGN(const bool mine, ours(in, from));
+  if (!mine) return Status::Ok();  // an earlier trial's leftover
+  const uint32_t magic = kMagic;
   HPCTUNE_ASSIGN(const uint32_t shard, in.get<uint32_t>());
   HPCTUNE_ASSIGN(const int64_t clock, in.get<int64_t>());
   HPCTUNE_ASSIGN(const float lr, in.get<float>());
@@ -162,7 +179,13 @@ Status Downpour::handle_shard_messages() {
   const size_t n = sh.end - sh.begin;
   auto heard = [&](int from) -> Status {
     if (from < 0 || from >= replicas_) return err(Errc::kProtocol, "downpour: a message from data rank " + std::to_string(from) + ", not a replica");
-    sh.last_heard[static_cast<size_t>(from)] = Clock::now();
+    const size_t r = static_cast<size_t>(from);
+    sh.last_heard[r] = Clock::now();
+    if (sh.dropped[r]) {  // slow, not dead: it counts again
+      sh.dropped[r] = false;
+      events_.push_back("downpour: shard " + std::to_string(sh.index) + " hears replica " + std::to_string(from) +
+                        " again; it is no longer dropped");
+    }
     return Status::Ok();
   };
   for (;;) {
@@ -174,10 +197,12 @@ Status Downpour::handle_shard_messages() {
   for (;;) {
     HPCTUNE_ASSIGN(auto fetch, group_.receive_from_replicas(kFetchTag));
     if (!fetch) break;
+    DownpourReader request(fetch->bytes);
+    HPCTUNE_ASSIGN(const bool mine, ours(request, fetch->from));
+    if (!mine) continue;
     HPCTUNE_TRY(heard(fetch->from));
     sh.others_since_fetch[static_cast<size_t>(fetch->from)] = 0;
-    std::vector<uint8_t> reply;
-    put<uint32_t>(reply, kMagic);
+    std::vector<uint8_t> reply = start_message();
     put<uint32_t>(reply, static_cast<uint32_t>(sh.index));
     put<int64_t>(reply, sh.updates);
     const auto* p = reinterpret_cast<const uint8_t*>(sh.weights.data());
@@ -187,6 +212,9 @@ Status Downpour::handle_shard_messages() {
   for (;;) {
     HPCTUNE_ASSIGN(auto done, group_.receive_from_replicas(kDoneTag));
     if (!done) break;
+    DownpourReader request(done->bytes);
+    HPCTUNE_ASSIGN(const bool mine, ours(request, done->from));
+    if (!mine) continue;
     HPCTUNE_TRY(heard(done->from));
     sh.done[static_cast<size_t>(done->from)] = true;
   }
@@ -206,6 +234,9 @@ Status Downpour::handle_shard_messages() {
 
 bool Downpour::shard_finished() const noexcept {
   if (!shard_) return true;
+  // The leader (replica 0) must be done: without it the trial is lost anyway, and a leader only
+  // slow for a while (validating, checkpointing on a busy machine) must find its shards serving.
+  if (!shard_->done[0]) return false;
   for (size_t r = 0; r < shard_->done.size(); ++r)
     if (!shard_->done[r] && !shard_->dropped[r]) return false;
   return true;
@@ -225,8 +256,7 @@ Status Downpour::fetch(std::span<float> params) {
       --missing;
       continue;
     }
-    std::vector<uint8_t> request;
-    put<uint32_t>(request, kMagic);
+    std::vector<uint8_t> request = start_message();
     put<uint32_t>(request, static_cast<uint32_t>(s));
     bytes_posted_ += static_cast<int64_t>(request.size());
     HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kFetchTag, std::move(request)));
@@ -236,8 +266,10 @@ Status Downpour::fetch(std::span<float> params) {
     HPCTUNE_TRY(handle_shard_messages());
     HPCTUNE_ASSIGN(auto reply, group_.receive_from_replicas(kParamsTag));
     if (reply) {
-      Reader in(reply->bytes);
-      HPCTUNE_ASSIGN(const uint32_t magic, in.get<uint32_t>());
+      DownpourReader in(reply->bytes);
+      HPCTUNE_ASSIGN(const bool mine, ours(in, reply->from));
+      if (!mine) continue;
+      const uint32_t magic = kMagic;
       HPCTUNE_ASSIGN(const uint32_t s, in.get<uint32_t>());
       HPCTUNE_ASSIGN(const int64_t updates, in.get<int64_t>());
       (void)updates;
@@ -269,8 +301,7 @@ Status Downpour::push(int64_t clock, std::span<const float> grads, float lr) {
   pending_steps_ = 0;
   for (int s = 0; s < shards_; ++s) {
     const size_t b = slice_begin(s), e = slice_end(s);
-    std::vector<uint8_t> message;
-    put<uint32_t>(message, kMagic);
+    std::vector<uint8_t> message = start_message();
     put<uint32_t>(message, static_cast<uint32_t>(s));
     put<int64_t>(message, clock);
     put<float>(message, lr);
@@ -297,8 +328,7 @@ Status Downpour::push(int64_t clock, std::span<const float> grads, float lr) {
 
 Status Downpour::send_summary() {
   Shard& sh = *shard_;
-  std::vector<uint8_t> m;
-  put<uint32_t>(m, kMagic);
+  std::vector<uint8_t> m = start_message();
   put<uint32_t>(m, static_cast<uint32_t>(sh.index));
   put<int64_t>(m, sh.updates);
   put<int64_t>(m, sh.stale_max);
@@ -315,8 +345,10 @@ Status Downpour::send_summary() {
 }
 
 Status Downpour::absorb_summary(int from, const std::vector<uint8_t>& bytes) {
-  Reader in(bytes);
-  HPCTUNE_ASSIGN(const uint32_t magic, in.get<uint32_t>());
+  DownpourReader in(bytes);
+  HPCTUNE_ASSIGN(const bool mine, ours(in, from));
+  if (!mine) return Status::Ok();
+  const uint32_t magic = kMagic;
   HPCTUNE_ASSIGN(const uint32_t shard, in.get<uint32_t>());
   HPCTUNE_ASSIGN(const int64_t updates, in.get<int64_t>());
   HPCTUNE_ASSIGN(const int64_t stale_max, in.get<int64_t>());
@@ -353,7 +385,7 @@ Status Downpour::finish() {
         shard_->done[static_cast<size_t>(group_.data_rank())] = true;
         continue;
       }
-      HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kDoneTag, {}));
+      HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kDoneTag, start_message()));
     }
   }
   const bool leader = group_.data_rank() == 0;

@@ -17,8 +17,9 @@
 // With gradient_compression: 1bit each slice travels as a 1-bit packet (its own error feedback).
 //
 // A replica that dies: no replica waits for another, so the others go on. A shard counts a
-// replica that sent nothing for the group's timeout (and has not said it is done) as dropped, and
-// ends when every replica is done or dropped; it then sends the leader (replica 0) a summary: its
+// replica that sent nothing for the group's timeout (and has not said it is done) as dropped (and
+// counts it again if it speaks again), and ends when the leader is done and every other replica is
+// done or dropped; it then sends the leader (replica 0) a summary: its
 // updates, the staleness it saw (a push's staleness: the updates from other replicas the shard
 // applied since that replica's last fetch of it), each replica's pushes and whether it was
 // dropped. The leader waits for every shard's summary in finish(). Open MPI ends the whole job
@@ -48,6 +49,7 @@ struct DownpourOptions {
   int64_t fetch_interval = 1;
   bool adagrad = true;
   bool onebit = false;
+  uint64_t run_id = 0;  // tags every message; another run's leftovers are dropped unread
 };
 
 struct DownpourSummary {
@@ -57,6 +59,8 @@ struct DownpourSummary {
   std::vector<int64_t> pushes;  // by replica
   std::vector<bool> dropped;    // by replica
 };
+
+class DownpourReader;  // reads a received message (downpour.cpp)
 
 class Downpour {
  public:
@@ -89,6 +93,8 @@ class Downpour {
  private:
   explicit Downpour(collectives::TrainerGroup& group);
   struct Shard;
+  std::vector<uint8_t> start_message() const;
+  Result<bool> ours(DownpourReader& in, int from) const;
   size_t slice_begin(int shard) const noexcept;
   size_t slice_end(int shard) const noexcept;
   int shard_rank(int shard) const noexcept;

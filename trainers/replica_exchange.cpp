@@ -12,7 +12,9 @@ namespace {
 
 constexpr int kGradientTag = 71;
 constexpr uint32_t kMagic = 0x58455248;  // "HREX"
-constexpr size_t kHeaderBytes = 4 + 4 + 8 + 3 * 8;
+// magic, onebit, clock, the 3 stats, the run id (ReplicaExchangeOptions::run_id); then the body.
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + 3 * 8 + 8;
+constexpr size_t kRunOffset = 40;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -103,6 +105,9 @@ Status ReplicaExchange::receive_available() {
     HPCTUNE_ASSIGN(auto message, group_.receive_from_replicas(kGradientTag));
     if (!message) return Status::Ok();
     const std::vector<uint8_t>& b = message->bytes;
+    if (b.size() >= kHeaderBytes && get<uint32_t>(b.data()) == kMagic && get<uint64_t>(b.data() + kRunOffset) != options_.run_id) {
+      continue;  // left over from an earlier trial on this group (one stopped mid-epoch): not ours
+    }
     if (b.size() < kHeaderBytes || get<uint32_t>(b.data()) != kMagic) {
       return err(Errc::kProtocol, "replica exchange: a malformed message from replica " + std::to_string(message->from));
     }
@@ -205,6 +210,10 @@ Status ReplicaExchange::collect(int tag, int64_t clock,
     if (message) {
       const std::vector<uint8_t>& b = message->bytes;
       const size_t from = static_cast<size_t>(message->from);
+      if (b.size() >= kHeaderBytes && get<uint32_t>(b.data()) == kMagic &&
+          get<uint64_t>(b.data() + kRunOffset) != options_.run_id) {
+        continue;  // left over from an earlier trial on this group
+      }
       if (b.size() < kHeaderBytes || get<uint32_t>(b.data()) != kMagic || get<int64_t>(b.data() + 8) != clock ||
           from >= have.size() || have[from]) {
         return err(Errc::kProtocol, "replica exchange: an unexpected compressed-allreduce message from replica " +
@@ -241,6 +250,7 @@ Status ReplicaExchange::publish_compressed_allreduce(int64_t clock, std::span<co
     put<double>(m, st.loss_sum);
     put<double>(m, static_cast<double>(st.correct));
     put<double>(m, static_cast<double>(st.count));
+    put<uint64_t>(m, options_.run_id);
     return m;
   };
   // Phase 1: slice j of this gradient to its owner j.
@@ -314,6 +324,7 @@ Status ReplicaExchange::publish(int64_t clock, std::span<const float> grads, con
   put<double>(message, stats.loss_sum);
   put<double>(message, static_cast<double>(stats.correct));
   put<double>(message, static_cast<double>(stats.count));
+  put<uint64_t>(message, options_.run_id);
   if (compressor_) {
     HPCTUNE_ASSIGN(const collectives::OneBitPacket packet, compressor_->compress(grads));
     HPCTUNE_TRY(collectives::decompress(packet, own));  // the sender sums what the others receive

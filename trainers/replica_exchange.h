@@ -54,6 +54,9 @@ struct ReplicaExchangeOptions {
   // every replica, which all decompress the same packets: 2 (D - 1) / D x 1/32 of the fp32 bytes
   // per replica, as the ring allreduce's 2 (D - 1) / D, where the all-to-all is (D - 1) / 32.
   bool compressed_allreduce = false;
+  // Tags every message: a message of another run (left in the queues by an earlier trial on the
+  // same group, stopped mid-epoch) is dropped unread.
+  uint64_t run_id = 0;
 };
 
 // One clock-start as recorded by begin_step, and one publish: the evidence that no replica ran
