@@ -20,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -64,6 +66,30 @@ class TrainerGroup {
   // directions. Each has the group's deadline.
   virtual Status send_to_model_rank(int model_rank, std::span<const float> data, int tag) = 0;
   virtual Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) = 0;
+
+  // Asynchronous messages between the data replicas of this model rank, for the data-parallel
+  // modes that do not move in lockstep (trainer.sync: ssp; 1-bit compressed gradients; see
+  // trainers/replica_exchange.h). Not collectives: post_to_replica() queues a copy of `bytes` for
+  // replica `data_rank` and returns at once (later calls move it on); receive_from_replicas()
+  // returns one message that has arrived with `tag` from any replica, or nothing, without waiting.
+  // Two messages from one replica with one tag arrive in the order posted. Callers wait with their
+  // own deadline (timeout()). Messages are at most kMaxReplicaMessageBytes (kInvalidArgument,
+  // kProtocol for a longer one received). kUnavailable where the group has no such channel.
+  static constexpr size_t kMaxReplicaMessageBytes = size_t{1} << 30;
+  struct ReplicaMessage {
+    int from = 0;  // the sender's data rank
+    std::vector<uint8_t> bytes;
+  };
+  virtual Status post_to_replica(int data_rank, int tag, std::vector<uint8_t> bytes) {
+    (void)data_rank, (void)tag, (void)bytes;
+    return err(Errc::kUnavailable, "this trainer group has no asynchronous messages between replicas");
+  }
+  virtual Result<std::optional<ReplicaMessage>> receive_from_replicas(int tag) {
+    (void)tag;
+    return err(Errc::kUnavailable, "this trainer group has no asynchronous messages between replicas");
+  }
+  // The bound on one wait of the group (its calls, and the waits of callers of the two above).
+  virtual std::chrono::milliseconds timeout() const noexcept { return std::chrono::minutes(5); }
 
   // When the group call now running on this rank began; empty when none is. Safe to read from
   // another thread (the group worker's watchdog, which ends a rank whose call runs too long).

@@ -64,6 +64,7 @@ Result<std::unique_ptr<MpiTrainerGroup>> MpiTrainerGroup::create(MPI_Comm world,
   HPCTUNE_ASSIGN(group->control_, Communicator::duplicate(world));
   HPCTUNE_ASSIGN(group->pipeline_, Communicator::split(world, data_rank, model_rank));
   HPCTUNE_ASSIGN(group->replicas_, Communicator::split(world, model_rank, data_rank));
+  HPCTUNE_ASSIGN(group->messages_, Communicator::duplicate(group->replicas_.handle()));
   if (options.data > 1) {
     AllreduceOptions ao;
     ao.algorithm = options.algorithm;
@@ -74,7 +75,18 @@ Result<std::unique_ptr<MpiTrainerGroup>> MpiTrainerGroup::create(MPI_Comm world,
   return group;
 }
 
-MpiTrainerGroup::~MpiTrainerGroup() = default;
+MpiTrainerGroup::~MpiTrainerGroup() {
+  // A send still pending (a replica that stopped receiving) is cancelled; MPI may still read its
+  // buffer until the cancel completes, so the buffers stay allocated until the process ends.
+  (void)progress_posted();
+  if (posted_.empty()) return;
+  auto* kept = new std::vector<Posted>(std::move(posted_));  // intentionally never freed
+  for (Posted& p : *kept) {
+    if (p.request == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&p.request);
+    MPI_Request_free(&p.request);
+  }
+}
 
 std::optional<Clock::time_point> MpiTrainerGroup::collective_started() const noexcept {
   const int64_t ns = started_ns_.load();
@@ -207,6 +219,72 @@ Status MpiTrainerGroup::recv_from_model_rank(int model_rank, std::span<float> da
                         "MPI_Irecv");
   if (s.ok()) s = poll(request, "receive from the next/previous pipeline stage", /*receive=*/true);
   return scope.done(std::move(s));
+}
+
+}  // namespace hpctune::collectives
+
+namespace hpctune::collectives {
+
+Status MpiTrainerGroup::progress_posted() {
+  for (size_t i = 0; i < posted_.size();) {
+    int done = 0;
+    HPCTUNE_TRY(mpi_status(MPI_Test(&posted_[i].request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
+    if (done) {
+      posted_[i] = std::move(posted_.back());
+      posted_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return Status::Ok();
+}
+
+Status MpiTrainerGroup::post_to_replica(int data_rank, int tag, std::vector<uint8_t> bytes) {
+  HPCTUNE_TRY(check_usable());
+  if (data_rank < 0 || data_rank >= options_.data || data_rank == this->data_rank() ||
+      bytes.size() > kMaxReplicaMessageBytes) {
+    return err(Errc::kInvalidArgument, "post to replica " + std::to_string(data_rank) + " (" +
+                                           std::to_string(bytes.size()) + " bytes)");
+  }
+  Posted p;
+  p.bytes = std::move(bytes);
+  Status s = mpi_status(MPI_Isend(p.bytes.data(), static_cast<int>(p.bytes.size()), MPI_BYTE, data_rank, tag,
+                                  messages_.handle(), &p.request),
+                        "MPI_Isend to replica " + std::to_string(data_rank));
+  if (!s.ok()) {
+    broken_.store(true);
+    return s;
+  }
+  posted_.push_back(std::move(p));
+  s = progress_posted();
+  if (!s.ok()) broken_.store(true);
+  return s;
+}
+
+Result<std::optional<TrainerGroup::ReplicaMessage>> MpiTrainerGroup::receive_from_replicas(int tag) {
+  HPCTUNE_TRY(check_usable());
+  auto fail = [this](Status s) -> Status {
+    if (!s.ok()) broken_.store(true);
+    return s;
+  };
+  HPCTUNE_TRY(fail(progress_posted()));
+  int flag = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
+  MPI_Status status;
+  HPCTUNE_TRY(fail(mpi_status(MPI_Improbe(MPI_ANY_SOURCE, tag, messages_.handle(), &flag, &message, &status),
+                              "MPI_Improbe")));
+  if (!flag) return std::optional<ReplicaMessage>();
+  int count = 0;
+  HPCTUNE_TRY(fail(mpi_status(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count")));
+  ReplicaMessage m;
+  m.from = status.MPI_SOURCE;
+  if (count < 0 || static_cast<size_t>(count) > kMaxReplicaMessageBytes) {
+    return fail(err(Errc::kProtocol, "a message of " + std::to_string(count) + " bytes from replica " +
+                                         std::to_string(m.from))).error();
+  }
+  m.bytes.resize(static_cast<size_t>(count));
+  HPCTUNE_TRY(fail(mpi_status(MPI_Mrecv(m.bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv")));
+  return std::optional<ReplicaMessage>(std::move(m));
 }
 
 }  // namespace hpctune::collectives

@@ -6,6 +6,10 @@
 //             point-to-point traffic of the pipeline
 //   replicas  the ranks with this model_rank (color model_rank), ranked by data_rank: an Allreducer
 //             with the trial's `allreduce` algorithm averages each stage's gradients over them
+//   messages  a duplicate of `replicas`: post_to_replica() / receive_from_replicas() (MPI_Isend of
+//             bytes, MPI_Improbe + MPI_Mrecv), so their tags never meet the allreduce's traffic.
+//             Sends still pending when the group ends are cancelled and their buffers kept until
+//             the process exits (MPI may still read them).
 //
 // Deadlines: every call polls non-blocking MPI operations (MPI_Iallreduce, MPI_Ibcast, MPI_Isend,
 // MPI_Irecv) against options.timeout, except sum_gradients with the `mpi` algorithm, which
@@ -64,6 +68,9 @@ class MpiTrainerGroup final : public TrainerGroup {
   Status broadcast_bytes(std::vector<uint8_t>& bytes) override;
   Status send_to_model_rank(int model_rank, std::span<const float> data, int tag) override;
   Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) override;
+  Status post_to_replica(int data_rank, int tag, std::vector<uint8_t> bytes) override;
+  Result<std::optional<ReplicaMessage>> receive_from_replicas(int tag) override;
+  std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
 
   // When the call now running began (nullopt when none); safe from any thread.
   std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept override;
@@ -76,10 +83,16 @@ class MpiTrainerGroup final : public TrainerGroup {
   class Scope;  // marks a call as running and the group broken when it fails
   Status check_usable() const;
   Status poll(MPI_Request& request, const char* what, bool receive = false);
+  Status progress_posted();  // drops the posted messages whose sends completed
 
   MpiGroupOptions options_;
   int rank_ = 0;
-  Communicator control_, pipeline_, replicas_;
+  Communicator control_, pipeline_, replicas_, messages_;
+  struct Posted {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Posted> posted_;  // sends of post_to_replica() not yet complete
   std::unique_ptr<Allreducer> allreducer_;  // null when data == 1
   std::atomic<int64_t> started_ns_{0};      // steady_clock ns since epoch; 0: no call running
   std::atomic<bool> broken_{false};

@@ -1,6 +1,7 @@
 // The settings of the classifier training loop (classifier_training.h), declared once for the mlp
 // and cnn kinds, which add their layers (mlp_settings.cpp, cnn_settings.cpp).
 #include "trainers/trainer_settings.h"
+#include "trainers/data_parallel.h"
 
 #include <unordered_set>
 
@@ -15,7 +16,15 @@ std::optional<ClassesProblem> classes_problem(const std::vector<int64_t>& classe
   return std::nullopt;
 }
 
+std::vector<SettingDecl> classifier_loop_setting_specs();
+
 std::vector<SettingDecl> classifier_common_setting_specs() {
+  std::vector<SettingDecl> specs = classifier_loop_setting_specs();
+  for (SettingDecl& d : data_parallel_setting_specs()) specs.push_back(std::move(d));  // trainer.sync & co.
+  return specs;
+}
+
+std::vector<SettingDecl> classifier_loop_setting_specs() {
   using T = SettingType;
   return {
       {.key = "data", .type = T::kString, .default_value = kDefaultDataDir,

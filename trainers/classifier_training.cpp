@@ -9,6 +9,10 @@
 #include <limits>
 #include <numbers>
 #include <numeric>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include "common/npy.h"
 #include "common/rng.h"
@@ -17,6 +21,9 @@
 #include "nn/denormals.h"
 #include "nn/layers.h"  // dnnl_set_threads
 #include "trainers/classifier_gpu.h"
+#include "trainers/downpour.h"
+#include "trainers/hogwild.h"
+#include "trainers/replica_exchange.h"
 #include "collectives/trainer_group.h"
 
 namespace hpctune::trainers {
@@ -75,6 +82,10 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
     return r.bad("head_epochs", r.raw("head_epochs"), "at most 'epochs' (" + std::to_string(s.epochs) + ")");
   }
   HPCTUNE_ASSIGN(s.body_lr_scale, r.number("body_lr_scale"));
+  HPCTUNE_TRY(parse_data_parallel(r, s.parallel));
+  if (s.gpu && (s.parallel.exchanges() || s.parallel.sync == SyncMode::kHogwild)) {
+    return r.bad("sync", r.raw("sync"), "allreduce without gradient_compression with device: gpu");
+  }
   return Status::Ok();
 }
 
@@ -223,6 +234,71 @@ nn::OptimizerState fit_optimizer_state(nn::OptimizerState st, const nn::Optimize
   return st;
 }
 
+// What tags the replica messages of this run (replica_exchange.h, downpour.h): the run hash, the
+// trial, its attempt and where it started, so that a later trial on the same group never reads an
+// earlier one's leftovers.
+uint64_t run_id_of(uint64_t run_hash, const TrialContext& ctx, int64_t start_epoch) {
+  return nn::fnv1a64(std::to_string(run_hash) + "/" + std::to_string(ctx.trial_id) + "/" + std::to_string(ctx.attempt) +
+                     "/" + std::to_string(start_epoch));
+}
+
+// The sync_* metrics of a data-parallel run (classifier_training.h, step 4).
+void add_sync_metrics(protocol::Metrics& m, const ReplicaExchange* exchange, int data_size, size_t params) {
+  const double d = static_cast<double>(data_size);
+  m["sync_bytes_per_step"] = exchange ? exchange->bytes_per_step()
+                                      : 2.0 * (d - 1.0) / d * 4.0 * static_cast<double>(params);
+  m["sync_staleness_max"] = exchange ? static_cast<double>(exchange->staleness_max()) : 0.0;
+  m["sync_staleness_mean"] = exchange ? exchange->staleness_mean() : 0.0;
+  m["sync_replica_fraction_min"] = 1.0;
+}
+
+// The sync_* metrics of a downpour run, from the shards' summaries (the leader's, after finish()),
+// plus sync_replicas_dropped.
+void add_downpour_metrics(protocol::Metrics& m, const Downpour& dp, int64_t batches_per_epoch, int64_t epochs,
+                          int64_t push_interval) {
+  const DownpourSummary& sum = dp.summary();
+  m["sync_bytes_per_step"] = dp.bytes_per_step();
+  m["sync_staleness_max"] = static_cast<double>(sum.staleness_max);
+  m["sync_staleness_mean"] = sum.staleness_mean;
+  double lowest = 1.0, dropped = 0.0;
+  const int64_t R = dp.replicas();
+  for (int64_t r = 0; r < R && static_cast<size_t>(r) < sum.pushes.size(); ++r) {
+    // Replica r's minibatches: r, r + R, ... of every epoch; a push every push_interval of them.
+    const int64_t steps = epochs * ((batches_per_epoch - r + R - 1) / R);
+    const int64_t expected = std::max<int64_t>(1, steps / push_interval);
+    const double fraction = std::min(1.0, static_cast<double>(sum.pushes[static_cast<size_t>(r)]) / static_cast<double>(expected));
+    lowest = std::min(lowest, fraction);
+    if (r < 16) m["sync_replica" + std::to_string(r) + "_fraction"] = fraction;
+    dropped += sum.dropped[static_cast<size_t>(r)] ? 1.0 : 0.0;
+  }
+  m["sync_replica_fraction_min"] = lowest;
+  m["sync_replicas_dropped"] = dropped;
+}
+
+// Test hook (tests/test_downpour_kill.cpp): HPCTUNE_TEST_KILL_REPLICA="<data rank>:<step>" makes
+// that replica kill itself (SIGKILL) before its minibatch <step>: a replica dying mid-trial.
+void test_kill_replica(int data_rank, int64_t local_step) {
+  static const char* spec = std::getenv("HPCTUNE_TEST_KILL_REPLICA");
+  if (spec == nullptr || *spec == '\0') return;
+  const std::string text(spec);
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return;
+  if (std::atoi(text.substr(0, colon).c_str()) == data_rank && std::atoll(text.c_str() + colon + 1) == local_step) {
+    std::raise(SIGKILL);
+  }
+}
+
+// sync_clocks_replica<r>.csv (classifier_training.h, step 4); a failed write is a warning.
+void write_clock_log(const std::filesystem::path& path, const std::vector<ClockEvent>& events,
+                     const std::function<void(const std::string&)>& warn_about) {
+  std::ofstream out(path, std::ios::trunc);
+  for (const ClockEvent& e : events) {
+    out << (e.applied < 0 ? "publish," : "begin,") << e.clock << ',' << e.applied << ',' << e.t_ns << '\n';
+  }
+  out.close();
+  if (!out) warn_about("could not write " + path.string());
+}
+
 }  // namespace
 
 Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSettings& s,
@@ -309,7 +385,33 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   }
   EngineOptions engine_options;
   engine_options.micro_batches = s.micro_batches;
+  // trainer.sync (data_parallel.h): the replica exchange instead of the allreduce.
+  const bool exchanging = s.parallel.exchanges() && lay.data_size > 1;
+  if (exchanging && lay.model_size > 1) {
+    return err(Errc::kInvalidArgument, who + ": setting 'sync' = " + std::string(sync_mode_name(s.parallel.sync)) +
+                                           " with gradient_compression: " +
+                                           (s.parallel.compression == GradientCompression::kOneBit ? "1bit" : "none") +
+                                           " needs model: 1 (pipeline stages exchange gradients by allreduce only)");
+  }
+  engine_options.local_gradients = exchanging;
+  const bool downpour = s.parallel.sync == SyncMode::kDownpour && lay.data_size > 1;
+  if (downpour && lay.model_size > 1) {
+    return err(Errc::kInvalidArgument, who + ": setting 'sync' = downpour needs model: 1 (replicas of whole models)");
+  }
+  const bool hogwild = s.parallel.sync == SyncMode::kHogwild;
+  if (hogwild && lay.size > 1) {
+    return err(Errc::kInvalidArgument, who + ": setting 'sync' = hogwild trains with the threads of one rank "
+                                           "(resources.threads); this group has " + std::to_string(lay.size) +
+                                           " ranks: use sync: allreduce or ssp across ranks");
+  }
+  if (s.parallel.debug_slowdown > 1.0 && lay.data_rank == s.parallel.debug_slowdown_rank) {
+    const double extra = s.parallel.debug_slowdown - 1.0;
+    engine_options.after_compute = [extra](double seconds) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds * extra));
+    };
+  }
   HPCTUNE_ASSIGN(std::unique_ptr<GradientEngine> engine, make_gradient_engine(net, ctx.group, engine_options));
+  std::unique_ptr<Downpour> dp;  // sync: downpour, made once the starting weights are loaded
   nn::Optimizer optimizer(engine->params().size(), s.optimizer);
   // The optimizer's view of this rank's blocks: while probing (epochs 1..head_epochs) only the
   // output layer's train; afterwards the others at lr * body_lr_scale. The output layer's blocks
@@ -528,6 +630,10 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         continue;
       }
       gather(d, label_map, idx + start, n, x.data(), y.data());
+      if (dp) {  // the leader alone, on the weights it fetched last
+        total += net.evaluate(x.data(), y.data(), n, pb);
+        continue;
+      }
       HPCTUNE_ASSIGN(nn::BatchStats b, engine->evaluate(x.data(), y.data(), n, pb));
       total += b;
     }
@@ -539,9 +645,68 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   // of an interval) sees the step it has to decide on.
   if (start_epoch > 0 && start_epoch == s.epochs && !last.empty() && lay.leader()) ctx.report(start_epoch, last);
 
+  std::unique_ptr<ReplicaExchange> exchange;
+  if (exchanging) {
+    ReplicaExchangeOptions xo;
+    xo.staleness = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
+    xo.onebit = s.parallel.compression == GradientCompression::kOneBit;
+    xo.compressed_allreduce = xo.onebit && s.parallel.sync == SyncMode::kAllreduce;
+    xo.run_id = run_id_of(hash, ctx, start_epoch);
+    HPCTUNE_ASSIGN(exchange, ReplicaExchange::create(*ctx.group, engine->params().size(), xo));
+    HPCTUNE_TRY(exchange->start_at(step));
+  }
+  // sync: hogwild (hogwild.h): the threads beyond this one, each with its network and buffers.
+  std::unique_ptr<HogwildWorkers> hog;
+  std::vector<std::vector<float>> hog_x;
+  std::vector<std::vector<int32_t>> hog_y;
+  if (hogwild) {
+    auto make_network = [&]() -> Result<nn::Network> {
+      HPCTUNE_ASSIGN(nn::Network copy, nn::Network::create(nn::Shape{1, train_file.rows, train_file.cols}, s.layers, classes));
+      if (s.freeze > 0) HPCTUNE_TRY(copy.freeze(static_cast<size_t>(s.freeze)));
+      return copy;
+    };
+    HPCTUNE_ASSIGN(hog, HogwildWorkers::create(std::max(1, ctx.threads), engine->params().size(), s.optimizer, make_network));
+    hog_x.assign(static_cast<size_t>(hog->threads()), std::vector<float>(static_cast<size_t>(batch) * features));
+    hog_y.assign(static_cast<size_t>(hog->threads()), std::vector<int32_t>(static_cast<size_t>(batch)));
+  }
+  // sync: downpour (downpour.h): from here no collective of the group runs (a replica may die).
+  if (downpour) {
+    DownpourOptions o;
+    o.shards = static_cast<int>(s.parallel.ps_shards);
+    o.own_ranks = s.parallel.ps_on_own_ranks;
+    o.push_interval = s.parallel.push_interval;
+    o.fetch_interval = s.parallel.fetch_interval;
+    o.adagrad = s.parallel.shard_optimizer == ShardOptimizer::kAdagrad;
+    o.onebit = s.parallel.compression == GradientCompression::kOneBit;
+    o.run_id = run_id_of(hash, ctx, start_epoch);
+    HPCTUNE_ASSIGN(dp, Downpour::create(*ctx.group, engine->params(), o));
+    if (!dp->replica()) {
+      // A rank that only serves its shard: until every replica is done or dropped.
+      Status served = dp->finish();
+      for (const std::string& e : dp->take_events()) warn(kind, ctx, e);
+      HPCTUNE_TRY(std::move(served));
+      result.step = s.epochs;
+      return result;
+    }
+  }
+  int64_t current_epoch = 0;
+  // A complete clock of the exchange: the optimizer step the allreduce path takes at that step.
+  const ReplicaExchange::Apply apply = [&](int64_t clock, std::span<const float> sum) {
+    optimizer.step(engine->params(), sum, current_epoch <= s.head_epochs ? probe_blocks : tune_blocks,
+                   static_cast<float>(plan.at(clock)));
+  };
+  auto diverged = [&](const nn::BatchStats& b, int64_t epoch, int64_t batch_no) -> Status {
+    if (std::isfinite(b.loss_sum)) return Status::Ok();
+    return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
+                                  ", batch " + std::to_string(batch_no + 1) + "); try a smaller 'lr'");
+  };
+
   std::vector<int64_t> order;
+  int64_t downpour_steps = 0;  // this replica's minibatches so far
   for (int64_t epoch = start_epoch + 1; epoch <= s.epochs; ++epoch) {
-    if (ctx.stop_requested()) return stopped();
+    current_epoch = epoch;
+    // Downpour polls no stop request (a collective a dead replica would never join).
+    if (!dp && ctx.stop_requested()) return stopped();
     const auto epoch_start = Clock::now();
     order = base_train;
     shuffle_rng.reseed(derive_seed(shuffle_seed, static_cast<uint64_t>(epoch)));
@@ -549,7 +714,64 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     dropout_rng.reseed(derive_seed(dropout_seed, static_cast<uint64_t>(epoch)));
     nn::BatchStats train_stats;
     int64_t batch_no = 0;
-    for (int64_t start = 0; start < n_train; start += batch, ++batch_no) {
+    if (hog) {
+      auto train_one = [&](int t, int64_t i, nn::Network& mine, Rng& rng) {
+        const int64_t start = i * batch, n = std::min(batch, n_train - start);
+        float* bx = hog_x[static_cast<size_t>(t)].data();
+        int32_t* by = hog_y[static_cast<size_t>(t)].data();
+        gather(train_file, label_map, order.data() + start, n, bx, by);
+        return mine.forward_backward(bx, by, n, 1.0f / static_cast<float>(n), rng);
+      };
+      const HogwildEpochResult r = hog->run(
+          net, optimizer, epoch <= s.head_epochs ? probe_blocks : tune_blocks, batches_per_epoch, step,
+          [&](int64_t k) { return static_cast<float>(plan.at(k)); }, derive_seed(dropout_seed, static_cast<uint64_t>(epoch)),
+          dropout_rng, train_one, ctx.stop_requested, kStopPollBatches);
+      step += r.batches_done;
+      train_stats = r.stats;
+      batch_no = batches_per_epoch;
+      if (r.diverged) {
+        return err(Errc::kFailed, who + ": training diverged (loss is not finite in epoch " + std::to_string(epoch) +
+                                      "); try a smaller 'lr'");
+      }
+      if (r.stopped) {
+        train_seconds += seconds_since(epoch_start);
+        return stopped();
+      }
+    }
+    if (dp) {
+      // Replica i of R: minibatches i, i + R, ... of the epoch's order, each a whole step.
+      const int64_t R = dp->replicas(), first_step = step;
+      for (int64_t i = dp->replica_index(); i < batches_per_epoch; i += R, ++downpour_steps) {
+        if (dp->due_fetch(downpour_steps)) HPCTUNE_TRY(dp->fetch(net.params()));
+        test_kill_replica(lay.data_rank, downpour_steps);
+        const int64_t start = i * batch, n = std::min(batch, n_train - start);
+        const auto t0 = Clock::now();
+        gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
+        const nn::BatchStats b = net.forward_backward(x.data(), y.data(), n, 1.0f / static_cast<float>(n), dropout_rng);
+        if (engine_options.after_compute) {
+          // The straggler of debug_slowdown, whose shard keeps answering while it is slow.
+          const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                                 seconds_since(t0) * (s.parallel.debug_slowdown - 1.0)));
+          while (Clock::now() < until) {
+            HPCTUNE_TRY(dp->serve());
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+        }
+        HPCTUNE_TRY(diverged(b, epoch, i));
+        HPCTUNE_TRY(dp->push(first_step + i, net.grads(), static_cast<float>(plan.at(first_step + i))));
+        train_stats += b;
+      }
+      step = first_step + batches_per_epoch;
+      batch_no = batches_per_epoch;
+      for (const std::string& e : dp->take_events()) warn(kind, ctx, e);
+      if (!lay.leader()) {  // only the leader validates, reports and writes checkpoints
+        train_seconds += seconds_since(epoch_start);
+        images_trained += n_train;
+        continue;
+      }
+      HPCTUNE_TRY(dp->fetch(net.params()));  // the shards' weights now
+    }
+    for (int64_t start = 0; !hog && !dp && start < n_train; start += batch, ++batch_no) {
       if (batch_no % kStopPollBatches == 0 && batch_no > 0 && ctx.stop_requested()) {
         train_seconds += seconds_since(epoch_start);
         return stopped();
@@ -571,6 +793,14 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         }
         continue;
       }
+      if (exchange) {
+        HPCTUNE_TRY(exchange->begin_step(step, apply));
+        gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
+        HPCTUNE_ASSIGN(const nn::BatchStats own, engine->train_batch(x.data(), y.data(), n, dropout_rng));
+        HPCTUNE_TRY(exchange->publish(step++, engine->grads(), own, apply));
+        HPCTUNE_TRY(diverged(exchange->take_applied_stats(train_stats), epoch, batch_no));
+        continue;
+      }
       gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
       HPCTUNE_ASSIGN(nn::BatchStats b, engine->train_batch(x.data(), y.data(), n, dropout_rng));
       if (!std::isfinite(b.loss_sum)) {
@@ -580,6 +810,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       optimizer.step(engine->params(), engine->grads(), epoch <= s.head_epochs ? probe_blocks : tune_blocks,
                      static_cast<float>(plan.at(step++)));
       train_stats += b;
+    }
+    if (exchange) {
+      // Every replica's clocks of the epoch applied: the same weights everywhere from here.
+      HPCTUNE_TRY(exchange->drain(step, apply));
+      HPCTUNE_TRY(diverged(exchange->take_applied_stats(train_stats), epoch, batch_no - 1));
     }
     const double epoch_train_seconds = seconds_since(epoch_start);
     train_seconds += epoch_train_seconds;
@@ -600,7 +835,16 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
 
     if (checkpointing && lay.data_rank == 0) save_checkpoint(epoch);
   }
-  if (ctx.stop_requested()) return stopped();
+  if (dp) {
+    HPCTUNE_TRY(dp->finish());
+    for (const std::string& e : dp->take_events()) warn(kind, ctx, e);
+    if (!lay.leader()) {
+      result.step = s.epochs;
+      return result;
+    }
+  } else if (ctx.stop_requested()) {
+    return stopped();
+  }
 
   const bool predictions = s.save_predictions && !ctx.trial_dir.empty();
   std::vector<float> val_probs, test_probs;
@@ -621,6 +865,21 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
                     {"train_seconds", train_seconds},
                     {"images_per_second", train_seconds > 0 ? static_cast<double>(images_trained) / train_seconds : 0.0}};
   if (start_epoch > 0) result.metrics["resumed_epoch"] = static_cast<double>(start_epoch);
+  if (dp) {
+    add_downpour_metrics(result.metrics, *dp, batches_per_epoch, s.epochs - start_epoch, s.parallel.push_interval);
+    for (size_t r = 0; r < dp->summary().dropped.size(); ++r) {
+      if (dp->summary().dropped[r]) {
+        warn(kind, ctx, "downpour: replica " + std::to_string(r) + " stopped answering and was dropped after " +
+                            std::to_string(dp->summary().pushes[r]) + " pushes; the trial finished with the others");
+      }
+    }
+  } else if (lay.data_size > 1) {
+    add_sync_metrics(result.metrics, exchange.get(), lay.data_size, engine->params().size());
+  }
+  if (exchange && s.parallel.sync == SyncMode::kSsp && !ctx.trial_dir.empty()) {
+    write_clock_log(std::filesystem::path(ctx.trial_dir) / ("sync_clocks_replica" + std::to_string(lay.data_rank) + ".csv"),
+                    exchange->events(), [&](const std::string& what) { warn(kind, ctx, what); });
+  }
   result.step = s.epochs;
 
   if (lay.leader()) {

@@ -56,12 +56,25 @@
 //      rates). Both work on the optimizer's block list only, so every layout runs them unchanged.
 //      After each epoch: validation, report {val_loss, val_accuracy, train_loss, train_accuracy,
 //      epoch_seconds} at step = epoch (the leader), then the checkpoint (data rank 0 of each stage).
+//      Data replicas combine gradients as trainer.sync says (data_parallel.h): the group's
+//      allreduce, or with sync: ssp or gradient_compression: 1bit the replica exchange
+//      (replica_exchange.h), which ends every epoch with every replica's clocks applied, so the
+//      validation, reports and checkpoints above are the same collectives on the same weights.
 //   4. Return {val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds,
 //      images_per_second} (plus resumed_epoch when it started from a checkpoint, the trial's own or
 //      resume_from's) at step = epochs; with save_predictions and a trial_dir the leader writes
 //      val_probs.npy, test_probs.npy, val_indices.npy, val_labels.npy and test_labels.npy (below)
 //      and returns them (artifact kinds val_probs, test_probs, val_indices, val_labels,
-//      test_labels), and the checkpoints (kind checkpoint), as artifacts.
+//      test_labels), and the checkpoints (kind checkpoint), as artifacts. With 2 or more data
+//      replicas also sync_bytes_per_step (what this replica sends per step: the ring allreduce's
+//      2 (D - 1) / D x 4 bytes a parameter, or the exchange's bytes as posted),
+//      sync_staleness_max and sync_staleness_mean (the steps of other replicas' gradients a
+//      gradient was computed without; 0 for allreduce) and sync_replica_fraction_min (the smallest
+//      fraction of steps a replica contributed a gradient to; 1 unless replicas are dropped).
+//      With sync: ssp and a trial_dir, every replica writes sync_clocks_replica<r>.csv: a line
+//      "begin,<clock>,<clocks applied>,<ns>" when it starts a clock and "publish,<clock>,-1,<ns>"
+//      when its gradient leaves (steady clock), the record that no replica ran more than
+//      `staleness` ahead.
 //
 // Stops: ctx.stop_requested() is polled at every epoch start, every kStopPollBatches minibatches
 // and before the test evaluation, the same points on every rank (it is a collective in a group).
@@ -107,6 +120,7 @@
 #include <string>
 #include <vector>
 
+#include "trainers/data_parallel.h"
 #include "trainers/gradient_engine.h"
 #include "trainers/idx_dataset.h"
 #include "nn/network.h"
@@ -147,6 +161,7 @@ struct ClassifierSettings {
   int64_t head_epochs = 0;       // epochs 1..head_epochs train only the output layer (LP-FT)
   double body_lr_scale = 1.0;    // the rate of every layer but the output layer: lr * this
   std::vector<nn::LayerSpec> layers;  // hidden layers; the output layer is added by Network::create
+  DataParallelSettings parallel;      // trainer.sync and the settings beside it (data_parallel.h)
 };
 
 // Reads the settings of the classifier loop (declared in classifier_settings.cpp);

@@ -4,6 +4,7 @@
 #include "trainers/gradient_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 
@@ -55,8 +56,10 @@ std::pair<int64_t, int64_t> part_rows(int64_t count, int64_t parts, int64_t inde
 
 class GroupEngine final : public GradientEngine {
  public:
-  GroupEngine(nn::Network& network, collectives::TrainerGroup& group, size_t first, size_t last, int64_t micro_batches)
-      : net_(network), group_(group), first_(first), last_(last), micro_batches_(micro_batches) {
+  GroupEngine(nn::Network& network, collectives::TrainerGroup& group, size_t first, size_t last, int64_t micro_batches,
+              bool local_gradients, std::function<void(double)> after_compute)
+      : net_(network), group_(group), first_(first), last_(last), micro_batches_(micro_batches),
+        local_gradients_(local_gradients), after_compute_(std::move(after_compute)) {
     std::tie(offset_, count_) = net_.param_range(first_, last_);
     for (const nn::ParamBlock& b : net_.blocks()) {
       if (b.offset >= offset_ && b.offset + b.size <= offset_ + count_) {
@@ -81,6 +84,7 @@ class GroupEngine final : public GradientEngine {
     // The loop seeds dropout_rng per rank (classifier_training.h), so masks differ across ranks.
     Rng& rng = dropout_rng;
     const float scale = 1.0f / static_cast<float>(global_batch);
+    const auto t0 = std::chrono::steady_clock::now();
     net_.zero_grads();
     nn::BatchStats stats;
     if (group_.model_size() == 1) {
@@ -88,6 +92,8 @@ class GroupEngine final : public GradientEngine {
     } else {
       HPCTUNE_ASSIGN(stats, pipeline(x + b0 * in_size_, labels + b0, n, scale, &rng, /*train=*/true, nullptr));
     }
+    if (after_compute_) after_compute_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (local_gradients_) return stats;
     if (D > 1) HPCTUNE_TRY(group_.sum_gradients(grads()));
     return sum_stats(stats);
   }
@@ -198,6 +204,8 @@ class GroupEngine final : public GradientEngine {
   collectives::TrainerGroup& group_;
   size_t first_, last_;
   int64_t micro_batches_;
+  bool local_gradients_;
+  std::function<void(double)> after_compute_;
   size_t offset_ = 0, count_ = 0;
   int64_t in_size_ = 0, out_size_ = 0;
   std::vector<nn::ParamBlock> blocks_;
@@ -216,13 +224,17 @@ Result<std::unique_ptr<GradientEngine>> make_gradient_engine(nn::Network& networ
   HPCTUNE_ASSIGN(auto bounds, pipeline_stage_bounds(network, group->model_size()));
   const size_t s = static_cast<size_t>(group->model_rank());
   const int64_t micro = options.micro_batches > 0 ? options.micro_batches : 2 * group->model_size();
-  if (group->data_size() > 1 && group->model_size() == 1) {
+  if (options.local_gradients && (group->model_size() != 1 || group->data_size() < 2)) {
+    return err(Errc::kInvalidArgument, "local gradients need 2 or more data replicas and no pipeline");
+  }
+  if (group->data_size() > 1 && group->model_size() == 1 && !options.local_gradients) {
     // Gradients computed straight into memory the allreduce reads (the node's shared memory with
     // `hierarchical`), so that summing them copies nothing in or out.
     HPCTUNE_ASSIGN(collectives::TrainerGroup::GradientBuffer buffer, group->gradient_buffer(network.num_params()));
     if (!buffer.data.empty()) network.use_gradient_storage(buffer.data, std::move(buffer.owner));
   }
-  return std::unique_ptr<GradientEngine>(std::make_unique<GroupEngine>(network, *group, bounds[s], bounds[s + 1], micro));
+  return std::unique_ptr<GradientEngine>(std::make_unique<GroupEngine>(network, *group, bounds[s], bounds[s + 1], micro,
+                                                                                options.local_gradients, options.after_compute));
 }
 
 }  // namespace hpctune::trainers

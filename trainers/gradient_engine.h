@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -76,6 +77,12 @@ class LocalEngine final : public GradientEngine {
 
 struct EngineOptions {
   int64_t micro_batches = 0;  // pipeline micro-batches per global batch; 0 = 2 * model ranks
+  // Data parallel: train_batch() leaves this replica's own shard gradient in grads() and returns
+  // its own stats, with no collective; the caller combines them (replica_exchange.h).
+  bool local_gradients = false;
+  // Called on every rank after its share of a minibatch is computed, before any collective, with
+  // the seconds it took (the debug_slowdown benchmark aid, data_parallel.h); may be empty.
+  std::function<void(double compute_seconds)> after_compute;
 };
 
 // LocalEngine when `group` is null or has one rank; otherwise the data-parallel / pipeline engine
