@@ -632,7 +632,7 @@ Problem make_noisy(Problem base, const std::string& id, uint64_t noise_seed, dou
 // --- the generated suite ------------------------------------------------------------------------
 
 constexpr uint64_t kSuiteSeed = 2511;  // issue 25's suite
-constexpr int kOrdinal = 12, kCategorical = 10, kConditional = 8, kNoisy = 8;
+constexpr int kOrdinal = 14, kCategorical = 12, kConditional = 10, kNoisy = 10;
 
 std::string numbered(const char* prefix, int n) {
   char id[32];
@@ -640,11 +640,11 @@ std::string numbered(const char* prefix, int n) {
   return id;
 }
 
-// Budgets: (20, 50) with probability 0.45, (50, 100) 0.4, (100, 200) 0.15; a finite space smaller
+// Budgets: (20, 50) with probability 0.4, (50, 100) 0.4, (100, 200) 0.2; a finite space smaller
 // than twice the larger budget takes the next smaller pair.
 std::vector<int> draw_budgets(Rng& rng, double points) {
   const double u = rng.uniform();
-  int pick = u < 0.45 ? 0 : u < 0.85 ? 1 : 2;
+  int pick = u < 0.4 ? 0 : u < 0.8 ? 1 : 2;
   static const std::vector<std::vector<int>> pairs = {{20, 50}, {50, 100}, {100, 200}};
   while (pick > 0 && points < 2.0 * pairs[static_cast<std::size_t>(pick)][1]) --pick;
   return pairs[static_cast<std::size_t>(pick)];
@@ -776,28 +776,29 @@ struct SuiteEntry {
 const std::vector<SuiteEntry>& suite() {
   static const std::vector<SuiteEntry> entries = [] {
     std::vector<SuiteEntry> out;
-    uint64_t serial = 0;
+    // Problem n of class c: derive_seed(kSuiteSeed, 1000 c + n), so that a class can grow without
+    // changing the problems already in it or in another class.
     for (int n = 1; n <= kOrdinal; ++n) {
-      const uint64_t seed = derive_seed(kSuiteSeed, ++serial);
+      const uint64_t seed = derive_seed(kSuiteSeed, 1000 + static_cast<uint64_t>(n));
       out.push_back({numbered("ord", n), [id = numbered("ord", n), seed](const std::string&) {
                        return ordinal(draw_grid(id, seed, true));
                      }});
     }
     for (int n = 1; n <= kCategorical; ++n) {  // two in three a NAS-like cell, one a grid of unordered levels
-      const uint64_t seed = derive_seed(kSuiteSeed, ++serial);
+      const uint64_t seed = derive_seed(kSuiteSeed, 2000 + static_cast<uint64_t>(n));
       out.push_back({numbered("cat", n), [id = numbered("cat", n), seed, n](const std::string&) -> Result<Problem> {
                        if (n % 3 == 0) return ordinal(draw_grid(id, seed, false));
                        return nas_cell(draw_cell(id, seed));
                      }});
     }
     for (int n = 1; n <= kConditional; ++n) {
-      const uint64_t seed = derive_seed(kSuiteSeed, ++serial);
+      const uint64_t seed = derive_seed(kSuiteSeed, 3000 + static_cast<uint64_t>(n));
       out.push_back({numbered("cond", n), [id = numbered("cond", n), seed](const std::string&) {
                        return draw_conditional(id, seed);
                      }});
     }
     for (int n = 1; n <= kNoisy; ++n) {  // alternately an ordinal grid and a cell
-      const uint64_t seed = derive_seed(kSuiteSeed, ++serial);
+      const uint64_t seed = derive_seed(kSuiteSeed, 4000 + static_cast<uint64_t>(n));
       out.push_back({numbered("noisy", n), [id = numbered("noisy", n), seed, n](const std::string&) -> Result<Problem> {
                        Rng rng(derive_seed(seed, 2));
                        const double relative_sd = rng.uniform(0.1, 0.5);
