@@ -9,9 +9,12 @@
 // of this loop.)
 //
 // Quality: for each (problem, algorithm, seed) one sequential run of max(budgets) trials (ask(1),
-// evaluate, tell); the regret (best value so far - the optimum) is read after each budget from
-// the same run. That equals separate runs per budget because no algorithm benchmarked here reads
-// max_trials (only random search with init: lhs does, and it uses the default uniform).
+// evaluate, tell), the budgets the problem's own (Problem::budgets) unless --budgets gives them;
+// the regret (the noise-free value of the incumbent, the best value so far, - the optimum) is read
+// after each budget from the same run. That equals separate runs per budget because no algorithm
+// benchmarked here reads max_trials (only random search with init: lhs does, and it uses the
+// default uniform). --batch N asks N suggestions at a time and tells their results after all N
+// were evaluated (N free trainer groups): how well an algorithm spreads a batch.
 //
 // Latency: a searcher is restored with n observations of uniform random points (restore() replays
 // them as a finished history, as after a restart), then `repeats` times: time ask(1), evaluate,
@@ -31,7 +34,7 @@
 // its distinct configurations after each budget (a repeat is a wasted trial).
 //
 //   bench_search [--out FILE] [--problems branin,hartmann6,levy10,...] [--algorithms a,b,...|all]
-//                [--seeds N] [--first-seed S] [--budgets 50,100] [--threads N]
+//                [--seeds N] [--first-seed S] [--budgets 50,100] [--threads N] [--batch N]
 //                [--no-quality] [--no-latency] [--repeats N] [--fashion-table CSV]
 //   bench_search --dump-problems FILE [--problems ...] [--fashion-table CSV]
 //   bench_search --list-algorithms | --list-problems
@@ -74,8 +77,9 @@ struct Args {
   bool list_algorithms = false, list_problems = false;
   int seeds = 10;
   uint64_t first_seed = 1000;
-  std::vector<int> budgets = {50, 100};
+  std::vector<int> budgets;  // empty: each problem's own (Problem::budgets)
   unsigned threads = 2;
+  int batch = 1;  // --batch N: ask N suggestions before telling their results (N free trainer groups)
   bool quality = true, latency = true;
   int repeats = 11;
 };
@@ -114,6 +118,7 @@ bool parse_args(int argc, char** argv, Args& a) {
     else if (flag == "--first-seed") a.first_seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (flag == "--threads") a.threads = static_cast<unsigned>(std::max(1, std::atoi(v.c_str())));
     else if (flag == "--repeats") a.repeats = std::max(1, std::atoi(v.c_str()));
+    else if (flag == "--batch") a.batch = std::atoi(v.c_str());
     else if (flag == "--budgets") {
       a.budgets.clear();
       for (const auto& b : split(v)) a.budgets.push_back(std::atoi(b.c_str()));
@@ -123,8 +128,8 @@ bool parse_args(int argc, char** argv, Args& a) {
       return false;
     }
   }
-  if (a.seeds < 1 || a.budgets.empty() || a.budgets.front() < 1) {
-    std::fprintf(stderr, "bench_search: --seeds and --budgets must be positive\n");
+  if (a.seeds < 1 || (!a.budgets.empty() && a.budgets.front() < 1) || a.batch < 1 || a.batch > 1024) {
+    std::fprintf(stderr, "bench_search: --seeds and --budgets must be positive, --batch in 1..1024\n");
     return false;
   }
   return true;
@@ -182,48 +187,62 @@ json not_applicable(const QualityJob& job, const std::string& reason) {
               {"na", reason}};
 }
 
-json quality_run(const QualityJob& job, const bench::Problem& problem, const std::vector<int>& budgets) {
+// One run of `budgets.back()` trials, asking `batch` suggestions at a time (fewer for the last
+// batch) and telling their results after all of them were evaluated, as `batch` free trainer
+// groups would. The regret after b trials is the noise-free value of the incumbent (the best value
+// seen; for a noisy problem, the point with the best noisy value) less the optimum.
+json quality_run(const QualityJob& job, const bench::Problem& problem, const std::vector<int>& budgets, int batch) {
   const int total = budgets.back();
   auto made = search::make_searcher(spec_for(job.algorithm, problem.space, job.seed, total));
   if (!made.ok()) return not_applicable(job, made.error().message());
   auto searcher = std::move(made).value();
   json regret = json::object(), distinct = json::object();
   std::set<std::string> seen;
-  double best = INFINITY;
+  double best = INFINITY, best_truth = INFINITY;
   double ask_seconds = 0;
   int exhausted_at = 0;  // the trial after which the searcher said it was exhausted
   const auto t0 = Clock::now();
   std::size_t next_budget = 0;
   auto record_budgets = [&](int t) {
     while (next_budget < budgets.size() && budgets[next_budget] <= t) {
-      regret[std::to_string(budgets[next_budget])] = best - problem.optimum;
+      regret[std::to_string(budgets[next_budget])] = best_truth - problem.optimum;
       distinct[std::to_string(budgets[next_budget++])] = seen.size();
     }
   };
-  for (int t = 1; t <= total; ++t) {
+  int t = 0;
+  while (t < total) {
+    const auto want = static_cast<std::size_t>(std::min(batch, total - t));
     const auto a0 = Clock::now();
-    auto asked = searcher->ask(1);
+    auto asked = searcher->ask(want);
     ask_seconds += std::chrono::duration<double>(Clock::now() - a0).count();
     if (!asked.ok()) return not_applicable(job, asked.error().message());
     auto sug = std::move(asked).value();
     if (sug.empty() && searcher->exhausted()) {
-      exhausted_at = t - 1;
+      exhausted_at = t;
       record_budgets(total);
       break;
     }
-    if (sug.size() != 1) return not_applicable(job, "no suggestion at trial " + std::to_string(t) + " of a sequential run");
-    if (auto ok = problem.space.contains(sug[0].params); !ok.ok())
-      return not_applicable(job, "suggested a point outside the space: " + ok.error().message());
-    const double v = problem.eval(sug[0].params);
-    best = std::min(best, v);
-    seen.insert(sug[0].params.dump());
-    searcher->tell({sug[0].seq, sug[0].params, search::Outcome::kCompleted, {v}, 1});
-    record_budgets(t);
+    if (sug.empty() || sug.size() > want)
+      return not_applicable(job, std::to_string(sug.size()) + " suggestions for " + std::to_string(want) + " free groups at trial " +
+                                     std::to_string(t + 1) + " with nothing pending");
+    std::vector<double> values;
+    for (const auto& s : sug) {
+      if (auto ok = problem.space.contains(s.params); !ok.ok())
+        return not_applicable(job, "suggested a point outside the space: " + ok.error().message());
+      const double v = problem.eval(s.params);
+      values.push_back(v);
+      if (v < best) best = v, best_truth = problem.truth ? problem.truth(s.params) : v;
+      seen.insert(s.params.dump());
+      record_budgets(++t);
+    }
+    for (std::size_t k = 0; k < sug.size(); ++k)
+      searcher->tell({sug[k].seq, sug[k].params, search::Outcome::kCompleted, {values[k]}, 1});
   }
   json out = {{"source", "hpctune"},
               {"problem", job.problem},
               {"algorithm", job.algorithm},
               {"seed", job.seed},
+              {"batch", batch},
               {"regret", regret},
               {"distinct", distinct},
               {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
@@ -238,25 +257,28 @@ json run_quality(const Args& a, const Problems& problems) {
     for (const auto& algo : a.algorithms)
       for (int s = 0; s < a.seeds; ++s) jobs.push_back({p, algo, a.first_seed + static_cast<uint64_t>(s), json()});
   // The slow ones (bayesian) first, so the threads finish together.
-  std::stable_sort(jobs.begin(), jobs.end(), [](const auto& x, const auto& y) { return (x.algorithm == "bayesian") > (y.algorithm == "bayesian"); });
+  std::stable_sort(jobs.begin(), jobs.end(), [](const auto& x, const auto& y) { auto slow = [](const std::string& algo) { return algo == "bayesian" || algo == "auto"; };
+    return slow(x.algorithm) > slow(y.algorithm); });
   std::atomic<std::size_t> next{0};
   std::mutex io;
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < a.threads; ++t)
     pool.emplace_back([&] {
       for (std::size_t i = next++; i < jobs.size(); i = next++) {
-        json r = quality_run(jobs[i], problems.at(jobs[i].problem), a.budgets);
+        const auto& problem = problems.at(jobs[i].problem);
+        const std::vector<int>& budgets = a.budgets.empty() ? problem.budgets : a.budgets;
+        json r = quality_run(jobs[i], problem, budgets, a.batch);
         std::lock_guard lock(io);
         jobs[i].result = std::move(r);
         const json& res = jobs[i].result;
+        const std::string last = std::to_string(budgets.back());
         if (res.contains("na"))
           std::fprintf(stderr, "  %-18s %-10s seed %llu: n/a (%s)\n", jobs[i].problem.c_str(), jobs[i].algorithm.c_str(),
                        static_cast<unsigned long long>(jobs[i].seed), res["na"].get<std::string>().c_str());
         else
-          std::fprintf(stderr, "  %-18s %-10s seed %llu: regret@%d %.4g, %d distinct (%.2f s)\n", jobs[i].problem.c_str(),
-                       jobs[i].algorithm.c_str(), static_cast<unsigned long long>(jobs[i].seed), a.budgets.back(),
-                       res["regret"][std::to_string(a.budgets.back())].get<double>(),
-                       res["distinct"][std::to_string(a.budgets.back())].get<int>(), res["seconds"].get<double>());
+          std::fprintf(stderr, "  %-18s %-10s seed %llu: regret@%s %.4g, %d distinct (%.2f s)\n", jobs[i].problem.c_str(),
+                       jobs[i].algorithm.c_str(), static_cast<unsigned long long>(jobs[i].seed), last.c_str(),
+                       res["regret"][last].get<double>(), res["distinct"][last].get<int>(), res["seconds"].get<double>());
       }
     });
   for (auto& t : pool) t.join();
@@ -381,10 +403,11 @@ int main(int argc, char** argv) {
     return write_json(a.dump_problems, defs) ? 0 : 1;
   }
   json report = {{"budgets", a.budgets}, {"seeds", a.seeds}, {"first_seed", a.first_seed}, {"threads", a.threads},
-                 {"algorithms", a.algorithms}};
+                 {"algorithms", a.algorithms}, {"batch", a.batch}};
   json defs = json::object();
   for (const auto& [id, p] : problems) {
-    json d = {{"kind", p.kind}, {"dim", p.dim}, {"optimum", p.optimum}};
+    json d = {{"kind", p.kind}, {"dim", p.dim}, {"optimum", p.optimum}, {"budgets", a.budgets.empty() ? p.budgets : a.budgets},
+              {"part", p.part}};
     if (p.definition.contains("points_in_space")) d["points_in_space"] = p.definition["points_in_space"];
     if (p.definition.contains("function")) d["function"] = p.definition["function"];
     defs[id] = d;

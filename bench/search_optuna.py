@@ -87,8 +87,56 @@ def ackley(x):
     return -20 * math.exp(-0.2 * math.sqrt(sq / d)) - math.exp(cs / d) + 20 + math.e
 
 
-# name -> the function (the names of search/test_functions.cpp)
-FUNCTIONS = {"branin": branin, "hartmann6": hartmann6, "rosenbrock": rosenbrock, "levy": levy, "ackley": ackley}
+_H3_A = [[3, 10, 30], [0.1, 10, 35], [3, 10, 30], [0.1, 10, 35]]
+_H3_P = [[0.3689, 0.1170, 0.2673], [0.4699, 0.4387, 0.7470], [0.1091, 0.8732, 0.5547], [0.0381, 0.5743, 0.8828]]
+
+
+def hartmann3(x):
+    out = 0.0
+    for i in range(4):
+        e = 0.0
+        for j in range(3):
+            e += _H3_A[i][j] * (x[j] - _H3_P[i][j]) * (x[j] - _H3_P[i][j])
+        out -= _H_ALPHA[i] * math.exp(-e)
+    return out
+
+
+# name -> the function (the names of search/test_functions.cpp, and bench/search_problems.cpp's hartmann3)
+FUNCTIONS = {"branin": branin, "hartmann3": hartmann3, "hartmann6": hartmann6, "rosenbrock": rosenbrock, "levy": levy,
+             "ackley": ackley}
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    """(new state, output) as common/rng.h's splitmix64."""
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def noise_z(seed, index):
+    """bench/search_problems.cpp's noise_z: (u1 + u2 + u3 + u4 - 2) * sqrt(3)."""
+    state = seed ^ ((index * 0x9E3779B97F4A7C15) & MASK64)
+    total = 0.0
+    for _ in range(4):
+        state, z = splitmix64(state)
+        total += float(z >> 11) * 2.0 ** -53
+    return (total - 2.0) * math.sqrt(3.0)
+
+
+def space_levels(space):
+    """Each parameter's values in order: an int's low..high by step, a choice's values."""
+    return [list(range(int(p["low"]), int(p["high"]) + 1, int(p["step"]))) if p["type"] == "int" else p["choices"]
+            for p in space]
+
+
+def table_rows(path):
+    """The rows of a table CSV, without its '# made by' lines."""
+    with open(path) as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
 def parse_cell(text):
@@ -109,9 +157,25 @@ def value_key(v):
     return v if isinstance(v, str) else json.dumps(v)
 
 
+def make_truth(d):
+    """The noise-free objective of problem definition d (the same as make_evaluator's unless noisy)."""
+    return make_evaluator(d["base"]) if d["kind"] == "noisy" else make_evaluator(d)
+
+
 def make_evaluator(d):
-    """The objective of problem definition d: params (a dict) -> value."""
+    """The objective of problem definition d: params (a dict) -> value (with its noise, for a noisy one)."""
     kind = d["kind"]
+    if kind == "noisy":
+        truth, names, levels = make_evaluator(d["base"]), [p["name"] for p in d["space"]], space_levels(d["space"])
+        seed, sd = d["noise"]["seed"], d["noise"]["sd"]
+
+        def noisy(params):
+            index, radix = 0, 1
+            for name, values in zip(names, levels):
+                index += values.index(params[name]) * radix
+                radix *= len(values)
+            return truth(params) + sd * noise_z(seed, index)
+        return noisy
     if kind == "continuous":
         f = FUNCTIONS[d["function"]]
         names = [p["name"] for p in d["space"]]
@@ -149,23 +213,23 @@ def make_evaluator(d):
             return v
         return mixed
     if kind == "table":
-        names = d["params"]
+        names, fixed = d["params"], d.get("fixed", {})
         error = {}
-        with open(d["path"]) as f:
-            rows = csv.DictReader(f)
-            for row in rows:
+        for row in table_rows(d["path"]):
+            if all(parse_cell(row[k]) == v for k, v in fixed.items()):
                 error[tuple(json.dumps(parse_cell(row[n])) for n in names)] = 1.0 - float(row["val_accuracy_mean"])
         return lambda params: error[tuple(json.dumps(params[n]) for n in names)]
     raise ValueError(f"unknown problem kind {kind}")
 
 
 def check_problem(pid, d, f):
-    """Stops unless f gives bench_search's values at its check points and its optimum's point."""
-    points = [(c["params"], c["value"]) for c in d["checks"]]
+    """Stops unless f gives bench_search's values at its check points and the noise-free objective its
+    optimum at the optimum's point."""
+    points = [(c["params"], c["value"], f) for c in d["checks"]]
     if "argmin" in d:
-        points.append((d["argmin"], d["optimum"]))
-    for params, want in points:
-        got = f(params)
+        points.append((d["argmin"], d["optimum"], make_truth(d)))
+    for params, want, fn in points:
+        got = fn(params)
         if abs(got - want) > 1e-9 * max(1.0, abs(want)):
             sys.exit(f"search_optuna.py: {pid}: value {got!r} at {params}, bench_search has {want!r}")
 
@@ -213,20 +277,26 @@ def init_worker(definitions):
 def quality_run(job):
     pid, algorithm, seed, budgets = job
     d = DEFINITIONS[pid]
-    f = make_evaluator(d)
+    budgets = budgets or d["budgets"]
+    f, truth = make_evaluator(d), make_truth(d)
     space = d["space"]
-    configs = []
+    configs, truths = [], []
 
     def objective(trial):
         params = suggest_all(trial, space)
         configs.append(json.dumps(params, sort_keys=True))
+        truths.append(truth(params))
         return f(params)
 
     t0 = time.monotonic()
     study = optuna.create_study(direction="minimize", sampler=make_sampler(algorithm, seed))
     study.optimize(objective, n_trials=max(budgets))
     values = [t.value for t in study.trials]
-    regret = {str(b): min(values[:b]) - d["optimum"] for b in budgets}
+
+    def incumbent_truth(b):  # the noise-free value of the first best value seen (bench_search's rule)
+        best = min(range(b), key=lambda k: (values[k], k))
+        return truths[best]
+    regret = {str(b): incumbent_truth(b) - d["optimum"] for b in budgets}
     distinct = {str(b): len(set(configs[:b])) for b in budgets}
     return {"source": "optuna", "problem": pid, "algorithm": algorithm, "seed": seed, "regret": regret,
             "distinct": distinct, "seconds": time.monotonic() - t0}
@@ -265,7 +335,7 @@ def main():
     ap.add_argument("--algorithms", default="optuna-tpe,optuna-tpe-mv,optuna-cmaes,optuna-random")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=1000)
-    ap.add_argument("--budgets", default="50,100")
+    ap.add_argument("--budgets", default="", help="default: each problem's own (its definition's budgets)")
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--no-quality", action="store_true")
@@ -273,7 +343,7 @@ def main():
     a = ap.parse_args()
     if optuna is None:
         sys.exit("search_optuna.py: Optuna is not installed (Debian's python3-optuna: tools/setup-deps --bench)")
-    budgets = sorted(int(b) for b in a.budgets.split(","))
+    budgets = sorted(int(b) for b in a.budgets.split(",") if b)
     with open(a.definitions) as f:
         definitions = json.load(f)
     problems = [p for p in a.problems.split(",") if p] or list(definitions)
@@ -290,8 +360,9 @@ def main():
         with multiprocessing.Pool(a.processes, initializer=init_worker, initargs=(definitions,)) as pool:
             runs = []
             for r in pool.imap_unordered(quality_run, jobs):
-                print(f"  {r['problem']:<18} {r['algorithm']:<14} seed {r['seed']}: regret@{budgets[-1]} "
-                      f"{r['regret'][str(budgets[-1])]:.4g}, {r['distinct'][str(budgets[-1])]} distinct "
+                last = list(r["regret"])[-1]
+                print(f"  {r['problem']:<18} {r['algorithm']:<14} seed {r['seed']}: regret@{last} "
+                      f"{r['regret'][last]:.4g}, {r['distinct'][last]} distinct "
                       f"({r['seconds']:.2f} s)", file=sys.stderr, flush=True)
                 runs.append(r)
         report["quality"] = runs

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "common/rng.h"
@@ -29,6 +31,34 @@ Result<search::TestFunction> test_function(const std::string& id) {
   const std::string name = id.substr(0, cut);
   const int dim = cut < id.size() && name != "hartmann" ? std::atoi(id.c_str() + cut) : 0;
   return search::make_test_function(name == "hartmann" ? "hartmann6" : name, dim);
+}
+
+// Hartmann-3 over [0, 1]^3 (the generated grids use it; search/test_functions.h has no 3-d one).
+double hartmann3(const std::vector<double>& x) {
+  static constexpr double kAlpha[4] = {1.0, 1.2, 3.0, 3.2};
+  static constexpr double kA[4][3] = {{3, 10, 30}, {0.1, 10, 35}, {3, 10, 30}, {0.1, 10, 35}};
+  static constexpr double kP[4][3] = {
+      {0.3689, 0.1170, 0.2673}, {0.4699, 0.4387, 0.7470}, {0.1091, 0.8732, 0.5547}, {0.0381, 0.5743, 0.8828}};
+  double out = 0;
+  for (int i = 0; i < 4; ++i) {
+    double e = 0;
+    for (int j = 0; j < 3; ++j) e += kA[i][j] * (x[static_cast<std::size_t>(j)] - kP[i][j]) * (x[static_cast<std::size_t>(j)] - kP[i][j]);
+    out -= kAlpha[i] * std::exp(-e);
+  }
+  return out;
+}
+
+// search/test_functions.h's functions, and hartmann3.
+Result<search::TestFunction> bench_function(const std::string& name, int dim) {
+  if (name != "hartmann3") return search::make_test_function(name, dim);
+  search::TestFunction fn;
+  fn.name = name;
+  fn.dim = 3;
+  fn.low.assign(3, 0.0);
+  fn.high.assign(3, 1.0);
+  fn.optimum = -3.86278;
+  fn.f = &hartmann3;
+  return fn;
 }
 
 // "x3": built by appending (GCC 12 warns falsely on "x" + std::to_string(...) when inlined).
@@ -117,12 +147,15 @@ Result<Problem> continuous(const std::string& id) {
 // --- ordinal: a test function on a grid -------------------------------------------------------
 
 struct GridSpec {
-  const char* id;
-  const char* function;
+  std::string id;
+  std::string function;
   int dim;
   bool as_int;              // integer level indices, or choices of the points
   std::vector<int> levels;  // per dimension
   bool ordered = true;      // choices only: ordered, or unordered (categorical: no order to use)
+  // Generated grids: level k of dimension i at low + (high - low) * (k + shift[i]) / levels[i]
+  // (inside the box, offset by a shift in (0, 1)); empty: evenly spaced with both ends included.
+  std::vector<double> shift = {};
 };
 
 const std::vector<GridSpec>& grid_specs() {
@@ -138,14 +171,16 @@ const std::vector<GridSpec>& grid_specs() {
 }
 
 Result<Problem> ordinal(const GridSpec& g) {
-  HPCTUNE_ASSIGN(const search::TestFunction fn, search::make_test_function(g.function, g.dim));
+  HPCTUNE_ASSIGN(const search::TestFunction fn, bench_function(g.function, g.dim));
   // points[i][k]: the k-th level of dimension i, evenly spaced over the box, both ends included.
   std::vector<std::vector<double>> points(static_cast<std::size_t>(g.dim));
   std::vector<ParamSpec> specs;
   for (std::size_t i = 0; i < points.size(); ++i) {
     const int levels = g.levels[i];
     for (int k = 0; k < levels; ++k)
-      points[i].push_back(fn.low[i] + (fn.high[i] - fn.low[i]) * static_cast<double>(k) / static_cast<double>(levels - 1));
+      points[i].push_back(g.shift.empty()
+                              ? fn.low[i] + (fn.high[i] - fn.low[i]) * static_cast<double>(k) / static_cast<double>(levels - 1)
+                              : fn.low[i] + (fn.high[i] - fn.low[i]) * (static_cast<double>(k) + g.shift[i]) / static_cast<double>(levels));
     const std::string name = indexed("x", i + 1);
     if (g.as_int) {
       specs.push_back(int_param(name, 0, levels - 1));
@@ -190,16 +225,28 @@ Result<Problem> ordinal(const GridSpec& g) {
   p.definition = {{"function", fn.name}, {"as_int", as_int}, {"points", points}, {"argmin", at}, {"points_in_space", size}};
   if (!g.ordered)
     p.definition["what"] = "the test function at the levels of a grid, each level an unordered choice (no order to use)";
+  if (!g.shift.empty()) {  // a generated grid: say which
+    std::string levels;
+    for (int l : g.levels) levels += (levels.empty() ? "" : "x") + std::to_string(l);
+    p.definition["what"] = fn.name + " (d = " + std::to_string(g.dim) + ") on a shifted grid of " + levels + " levels, " +
+                           (g.as_int ? "as integer level indices" : g.ordered ? "as ordered choices" : "as unordered choices");
+  }
   return p;
 }
 
 // --- categorical: a NAS-like cell --------------------------------------------------------------
 
 struct CellSpec {
-  const char* id;
+  std::string id;
   uint64_t seed;
   double interaction;  // the scale of the pairwise effects against the per-edge ones
+  int edges = 6;
+  int n_ops = 5;       // the first n_ops of kOps
+  double shared = 0;   // the scale of an effect per operation shared by every edge (generated cells)
 };
+
+const std::vector<std::string> kOps = {"none", "skip", "conv1x1", "conv3x3", "avgpool3x3", "maxpool3x3",
+                                       "conv5x5", "sepconv3x3", "dilconv3x3"};
 
 const std::vector<CellSpec>& cell_specs() {
   static const std::vector<CellSpec> specs = {{"nas-cell", 1, 0.5}, {"nas-cell2", 2, 1.0}};
@@ -207,19 +254,26 @@ const std::vector<CellSpec>& cell_specs() {
 }
 
 Result<Problem> nas_cell(const CellSpec& c) {
-  constexpr int kEdges = 6;
-  const std::vector<std::string> ops = {"none", "skip", "conv1x1", "conv3x3", "avgpool3x3"};
+  const int edges = c.edges;
+  const std::vector<std::string> ops(kOps.begin(), kOps.begin() + c.n_ops);
   const int n_ops = static_cast<int>(ops.size());
   // value = sum_i unary[i][op_i] + sum_{i<j} pair[i][j][op_i][op_j], each effect uniform in
   // [-1, 1] (the pairs' times `interaction`), drawn in this order from Rng(seed).
   Rng rng(c.seed);
-  std::vector<std::vector<double>> unary(kEdges, std::vector<double>(static_cast<std::size_t>(n_ops)));
+  std::vector<std::vector<double>> unary(edges, std::vector<double>(static_cast<std::size_t>(n_ops)));
   for (auto& row : unary)
     for (auto& v : row) v = rng.uniform(-1, 1);
+  if (c.shared > 0) {  // an operation good on one edge tends to be good on every edge
+    Rng shared_rng(derive_seed(c.seed, 77));
+    std::vector<double> shared(static_cast<std::size_t>(n_ops));
+    for (auto& v : shared) v = c.shared * shared_rng.uniform(-1, 1);
+    for (auto& row : unary)
+      for (std::size_t o = 0; o < row.size(); ++o) row[o] += shared[o];
+  }
   json pairs = json::array();  // [{"i": i, "j": j, "table": [[...]]}] for the definition
   std::vector<std::vector<double>> pair_tables;  // index (i, j) in the order of `pairs`
-  for (int i = 0; i < kEdges; ++i)
-    for (int j = i + 1; j < kEdges; ++j) {
+  for (int i = 0; i < edges; ++i)
+    for (int j = i + 1; j < edges; ++j) {
       std::vector<double> t(static_cast<std::size_t>(n_ops * n_ops));
       for (auto& v : t) v = c.interaction * rng.uniform(-1, 1);
       std::vector<std::vector<double>> rows;
@@ -227,27 +281,27 @@ Result<Problem> nas_cell(const CellSpec& c) {
       pairs.push_back({{"i", i}, {"j", j}, {"table", rows}});
       pair_tables.push_back(std::move(t));
     }
-  auto value_of = [unary, pair_tables, n_ops](const std::vector<int>& k) {
+  auto value_of = [unary, pair_tables, n_ops, edges](const std::vector<int>& k) {
     double v = 0;
-    for (int i = 0; i < kEdges; ++i) v += unary[static_cast<std::size_t>(i)][static_cast<std::size_t>(k[static_cast<std::size_t>(i)])];
+    for (int i = 0; i < edges; ++i) v += unary[static_cast<std::size_t>(i)][static_cast<std::size_t>(k[static_cast<std::size_t>(i)])];
     std::size_t pi = 0;
-    for (int i = 0; i < kEdges; ++i)
-      for (int j = i + 1; j < kEdges; ++j)
+    for (int i = 0; i < edges; ++i)
+      for (int j = i + 1; j < edges; ++j)
         v += pair_tables[pi++][static_cast<std::size_t>(k[static_cast<std::size_t>(i)] * n_ops + k[static_cast<std::size_t>(j)])];
     return v;
   };
   std::vector<ParamSpec> specs;
-  for (int i = 0; i < kEdges; ++i) specs.push_back(choice_param(indexed("e", static_cast<std::size_t>(i + 1)), std::vector<json>(ops.begin(), ops.end()), false));
+  for (int i = 0; i < edges; ++i) specs.push_back(choice_param(indexed("e", static_cast<std::size_t>(i + 1)), std::vector<json>(ops.begin(), ops.end()), false));
   Problem p;
   p.id = c.id;
   p.kind = "categorical";
-  p.dim = kEdges;
+  p.dim = edges;
   HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
   std::vector<std::string> names;
-  for (int i = 0; i < kEdges; ++i) names.push_back(indexed("e", static_cast<std::size_t>(i + 1)));
-  p.eval = [value_of, ops, names](const Params& params) {
-    std::vector<int> k(kEdges);
-    for (int i = 0; i < kEdges; ++i) {
+  for (int i = 0; i < edges; ++i) names.push_back(indexed("e", static_cast<std::size_t>(i + 1)));
+  p.eval = [value_of, ops, names, edges](const Params& params) {
+    std::vector<int> k(edges);
+    for (int i = 0; i < edges; ++i) {
       const auto& op = params.at(names[static_cast<std::size_t>(i)]).get_ref<const std::string&>();
       k[static_cast<std::size_t>(i)] = static_cast<int>(std::find(ops.begin(), ops.end(), op) - ops.begin());
     }
@@ -255,15 +309,21 @@ Result<Problem> nas_cell(const CellSpec& c) {
   };
   double best = INFINITY;
   std::vector<int> argmin;
-  for_each_point(std::vector<int>(kEdges, n_ops), [&](const std::vector<int>& k) {
+  for_each_point(std::vector<int>(edges, n_ops), [&](const std::vector<int>& k) {
     const double v = value_of(k);
     if (v < best) best = v, argmin = k;
   });
   p.optimum = best;
   Params at = json::object();
-  for (int i = 0; i < kEdges; ++i) at[indexed("e", static_cast<std::size_t>(i + 1))] = ops[static_cast<std::size_t>(argmin[static_cast<std::size_t>(i)])];
+  for (int i = 0; i < edges; ++i) at[indexed("e", static_cast<std::size_t>(i + 1))] = ops[static_cast<std::size_t>(argmin[static_cast<std::size_t>(i)])];
+  std::size_t size = 1;
+  for (int i = 0; i < edges; ++i) size *= static_cast<std::size_t>(n_ops);
   p.definition = {{"ops", ops}, {"unary", unary}, {"pairs", pairs}, {"seed", c.seed}, {"interaction", c.interaction},
-                  {"argmin", at}, {"points_in_space", 15625}};
+                  {"argmin", at}, {"points_in_space", size}};
+  if (c.shared > 0 || edges != 6 || n_ops != 5)
+    p.definition["what"] = "a NAS-like cell: " + std::to_string(edges) + " edges of " + std::to_string(n_ops) +
+                           " operations, per-operation + per-edge effects + pairwise interactions (x" +
+                           std::to_string(static_cast<int>(c.interaction * 100 + 0.5)) + "%)";
   return p;
 }
 
@@ -307,6 +367,18 @@ json mixed_json(const MixedModel& m) {
   json terms = json::array();
   for (const auto& t : m.terms) terms.push_back({{"param", t.param}, {"transform", t.transform}, {"center", t.center}, {"weight", t.weight}});
   return {{"branch", m.branch}, {"offset", m.offset}, {"terms", terms}, {"choice_terms", m.choice_terms}};
+}
+
+Result<Problem> mixed_problem(const std::string& id, std::vector<ParamSpec> specs, const MixedModel& m, int dim) {
+  Problem p;
+  p.id = id;
+  p.kind = "mixed";
+  p.dim = dim;
+  HPCTUNE_ASSIGN(p.space, search::Space::create(std::move(specs)));
+  p.eval = [m](const Params& params) { return mixed_value(m, params); };
+  p.optimum = m.optimum;
+  p.definition = {{"model", mixed_json(m)}};
+  return p;
 }
 
 Result<Problem> mixed(const std::string& id) {
@@ -356,20 +428,10 @@ Result<Problem> mixed(const std::string& id) {
   } else {
     return err(Errc::kInvalidArgument, "unknown mixed problem " + id);
   }
-  Problem p;
-  p.id = id;
-  p.kind = "mixed";
-  p.dim = dim;
-  HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
-  p.eval = [m](const Params& params) { return mixed_value(m, params); };
-  p.optimum = m.optimum;
-  p.definition = {{"model", mixed_json(m)}};
-  return p;
+  return mixed_problem(id, std::move(specs), m, dim);
 }
 
-// --- the tabulated Fashion-MNIST MLP ------------------------------------------------------------
-
-const std::vector<std::string> kTableParams = {"hidden", "layers", "activation", "lr", "batch_size", "dropout"};
+// --- tables of real trainings -----------------------------------------------------------------
 
 // A CSV cell as JSON: an integer, a number, or else text (the same rule as search_optuna.py's).
 json parse_cell(const std::string& s) {
@@ -391,68 +453,366 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return out;
 }
 
-std::string table_key(const Params& params) {
+// A table of trainings: the columns before val_accuracy_mean are its parameters; `fixed` keeps
+// only the rows with that parameter at that value (a slice: the parameter leaves the space).
+struct TableSpec {
+  std::string id, file;  // file: under the directory of the fashion table
+  std::string fixed_param = {};
+  json fixed_value = {};
+  std::vector<int> budgets = {};  // empty: drawn by the suite's rule
+};
+
+const std::vector<TableSpec>& table_specs() {
+  static const std::vector<TableSpec> specs = {
+      {"fashion-mlp", "fashion_mlp_table.csv", "", json(), {50, 100}},
+      {"table-mlp", "search_mlp_table.csv"},
+      {"table-mlp-sgd", "search_mlp_table.csv", "optimizer", "sgd"},
+      {"table-mlp-adam", "search_mlp_table.csv", "optimizer", "adam"},
+      {"table-cnn", "search_cnn_table.csv"},
+      {"table-cnn-constant", "search_cnn_table.csv", "lr_schedule", "constant"},
+      {"table-cnn-cosine", "search_cnn_table.csv", "lr_schedule", "cosine"},
+      {"fashion-mlp-relu", "fashion_mlp_table.csv", "activation", "relu"},
+      {"fashion-mlp-tanh", "fashion_mlp_table.csv", "activation", "tanh"},
+      {"fashion-mlp-sigmoid", "fashion_mlp_table.csv", "activation", "sigmoid"},
+  };
+  return specs;
+}
+
+std::string table_key(const std::vector<std::string>& names, const Params& params) {
   std::string key;
-  for (const auto& name : kTableParams) key += params.at(name).dump() + "|";
+  for (const auto& name : names) key += params.at(name).dump() + "|";
   return key;
 }
 
-Result<Problem> fashion_table(const std::string& path) {
+Result<Problem> table_problem(const TableSpec& t, const std::string& path) {
   std::ifstream f(path);
-  if (!f) return err(Errc::kInvalidArgument, "fashion-mlp: cannot read the table " + path + " (bench/make-fashion-table makes it)");
+  if (!f) return err(Errc::kInvalidArgument, t.id + ": cannot read the table " + path + " (bench/make-fashion-table or bench/make-search-tables makes it)");
   std::string line;
-  std::getline(f, line);
-  const auto header = split_csv_line(line);
-  std::vector<std::size_t> col;
-  for (const auto& name : kTableParams) {
-    const auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) return err(Errc::kInvalidArgument, path + ": no column " + name);
-    col.push_back(static_cast<std::size_t>(it - header.begin()));
+  int line_no = 0;
+  while (std::getline(f, line)) {  // '#' lines: how the table was made
+    ++line_no;
+    if (line.empty() || line[0] != '#') break;
   }
+  const auto header = split_csv_line(line);
   const auto mean_it = std::find(header.begin(), header.end(), "val_accuracy_mean");
-  if (mean_it == header.end()) return err(Errc::kInvalidArgument, path + ": no column val_accuracy_mean");
+  if (mean_it == header.end()) return err(Errc::kInvalidArgument, path + ":" + std::to_string(line_no) + ": no column val_accuracy_mean");
   const auto mean_col = static_cast<std::size_t>(mean_it - header.begin());
+  std::vector<std::string> names;  // the space's parameters: the columns before the mean, less the fixed one
+  std::vector<std::size_t> col;
+  std::size_t fixed_col = header.size();
+  for (std::size_t i = 0; i < mean_col; ++i) {
+    if (header[i] == t.fixed_param) {
+      fixed_col = i;
+      continue;
+    }
+    names.push_back(header[i]);
+    col.push_back(i);
+  }
+  if (!t.fixed_param.empty() && fixed_col == header.size())
+    return err(Errc::kInvalidArgument, path + ": no column " + t.fixed_param + " (" + t.id + " slices it)");
   std::map<std::string, double> error;  // configuration key -> 1 - mean validation accuracy
-  std::vector<std::vector<json>> levels(kTableParams.size());
+  std::vector<std::vector<json>> levels(names.size());
   double best = INFINITY;
   Params argmin;
-  int line_no = 1;
   while (std::getline(f, line)) {
     ++line_no;
-    if (line.empty()) continue;
+    if (line.empty() || line[0] == '#') continue;
     const auto cells = split_csv_line(line);
     if (cells.size() != header.size()) return err(Errc::kInvalidArgument, path + ":" + std::to_string(line_no) + ": wrong number of cells");
+    if (fixed_col < header.size() && parse_cell(cells[fixed_col]) != t.fixed_value) continue;
     Params params = json::object();
-    for (std::size_t i = 0; i < kTableParams.size(); ++i) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
       json v = parse_cell(cells[col[i]]);
       if (std::find(levels[i].begin(), levels[i].end(), v) == levels[i].end()) levels[i].push_back(v);
-      params[kTableParams[i]] = std::move(v);
+      params[names[i]] = std::move(v);
     }
     const double e = 1.0 - std::strtod(cells[mean_col].c_str(), nullptr);
-    error[table_key(params)] = e;
+    error[table_key(names, params)] = e;
     if (e < best) best = e, argmin = params;
   }
+  if (error.empty()) return err(Errc::kInvalidArgument, path + ": no rows" + (t.fixed_param.empty() ? "" : " with " + t.fixed_param + " = " + t.fixed_value.dump()));
   std::vector<ParamSpec> specs;
   std::size_t size = 1;
-  for (std::size_t i = 0; i < kTableParams.size(); ++i) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
     auto& v = levels[i];
     const bool numeric = v.front().is_number();
     if (numeric) std::sort(v.begin(), v.end(), [](const json& a, const json& b) { return a.get<double>() < b.get<double>(); });
-    specs.push_back(choice_param(kTableParams[i], v, numeric));
+    specs.push_back(choice_param(names[i], v, numeric));
     size *= v.size();
   }
   if (size != error.size())
     return err(Errc::kInvalidArgument, path + ": " + std::to_string(error.size()) + " configurations, not the full grid of " + std::to_string(size));
   Problem p;
-  p.id = "fashion-mlp";
+  p.id = t.id;
   p.kind = "table";
-  p.dim = static_cast<int>(kTableParams.size());
+  p.dim = static_cast<int>(names.size());
   HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
-  p.eval = [error](const Params& params) { return error.at(table_key(params)); };
+  p.eval = [error, names](const Params& params) { return error.at(table_key(names, params)); };
   p.optimum = best;
-  p.definition = {{"path", path}, {"params", kTableParams}, {"objective", "1 - val_accuracy_mean"}, {"argmin", argmin},
+  p.budgets = t.budgets;
+  const std::string file = path.substr(path.find_last_of('/') + 1);
+  p.definition = {{"path", path}, {"params", names}, {"objective", "1 - val_accuracy_mean"}, {"argmin", argmin},
                   {"points_in_space", size}};
+  if (!t.fixed_param.empty()) p.definition["fixed"] = {{t.fixed_param, t.fixed_value}};
+  const std::string trainer = file.find("cnn") != std::string::npos ? "cnn" : "mlp";
+  p.definition["what"] = "hpctune's " + trainer + " on Fashion-MNIST (bench/data/" + file + "): mean validation error" +
+                         (t.fixed_param.empty() ? "" : ", the rows with " + t.fixed_param + " = " + value_key(t.fixed_value));
   return p;
+}
+
+// --- noisy: a grid or cell whose points carry a fixed noise --------------------------------------
+//
+// value(x) = truth(x) + sd * z(x), z(x) = (u1 + u2 + u3 + u4 - 2) * sqrt(3) (mean 0, variance 1),
+// u_j the j-th draw of splitmix64 from state noise_seed ^ (index(x) * 0x9E3779B97F4A7C15), as
+// (z >> 11) * 2^-53; index(x) the point's mixed-radix number over the space's levels (an int's
+// values low..high, a choice's values), the first parameter fastest. search_optuna.py does the same.
+
+std::vector<std::vector<json>> space_levels(const search::Space& space) {
+  std::vector<std::vector<json>> out;
+  for (const auto& s : space.params()) {
+    std::vector<json> v;
+    if (s.type == ParamType::kInt)
+      for (auto k = static_cast<int64_t>(s.low); k <= static_cast<int64_t>(s.high); k += s.step) v.emplace_back(k);
+    else
+      v = s.choices;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+double noise_z(uint64_t noise_seed, uint64_t index) {
+  uint64_t state = noise_seed ^ (index * 0x9E3779B97F4A7C15ULL);
+  double sum = 0;
+  for (int j = 0; j < 4; ++j) sum += static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+  return (sum - 2.0) * std::sqrt(3.0);
+}
+
+Problem make_noisy(Problem base, const std::string& id, uint64_t noise_seed, double relative_sd) {
+  // sd: relative_sd x the spread of the good values: the range of the best 10% of 2,000 random
+  // points (where the search decides; rosenbrock's huge values elsewhere do not count).
+  Rng rng(derive_seed(noise_seed, 1));
+  std::vector<double> probe(2000);
+  for (auto& v : probe) v = base.eval(base.space.sample(rng));
+  std::sort(probe.begin(), probe.end());
+  const double sd = relative_sd * (probe[200] - probe[0]);
+  std::vector<std::string> names;
+  for (const auto& s : base.space.params()) names.push_back(s.name);
+  const auto levels = space_levels(base.space);
+  auto truth = base.eval;
+  Problem p;
+  p.id = id;
+  p.kind = "noisy";
+  p.dim = base.dim;
+  p.space = base.space;
+  p.truth = truth;
+  p.eval = [truth, names, levels, noise_seed, sd](const Params& params) {
+    uint64_t index = 0, radix = 1;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const json& v = params.at(names[i]);
+      const auto at = static_cast<uint64_t>(std::find(levels[i].begin(), levels[i].end(), v) - levels[i].begin());
+      index += at * radix;
+      radix *= levels[i].size();
+    }
+    return truth(params) + sd * noise_z(noise_seed, index);
+  };
+  p.optimum = base.optimum;
+  base.definition["id"] = base.id;
+  base.definition["kind"] = base.kind;
+  base.definition["space"] = space_json(base.space);
+  p.definition = {{"base", base.definition}, {"noise", {{"seed", noise_seed}, {"sd", sd}, {"relative_sd", relative_sd}}},
+                  {"points_in_space", base.definition.value("points_in_space", json())}};
+  if (base.definition.contains("argmin")) p.definition["argmin"] = base.definition["argmin"];
+  char what[200];
+  std::snprintf(what, sizeof what, "%s; each point's value + a fixed noise of sd %.3g (%.0f%% of the range of the best 10%% of random points)",
+                base.definition.value("what", base.kind).c_str(), sd, relative_sd * 100);
+  p.definition["what"] = what;
+  return p;
+}
+
+// --- the generated suite ------------------------------------------------------------------------
+
+constexpr uint64_t kSuiteSeed = 2511;  // issue 25's suite
+constexpr int kOrdinal = 14, kCategorical = 12, kConditional = 10, kNoisy = 10;
+
+std::string numbered(const char* prefix, int n) {
+  char id[32];
+  std::snprintf(id, sizeof id, "%s-%02d", prefix, n);
+  return id;
+}
+
+// Budgets: (20, 50) with probability 0.4, (50, 100) 0.4, (100, 200) 0.2; a finite space smaller
+// than twice the larger budget takes the next smaller pair.
+std::vector<int> draw_budgets(Rng& rng, double points) {
+  const double u = rng.uniform();
+  int pick = u < 0.4 ? 0 : u < 0.8 ? 1 : 2;
+  static const std::vector<std::vector<int>> pairs = {{20, 50}, {50, 100}, {100, 200}};
+  while (pick > 0 && points < 2.0 * pairs[static_cast<std::size_t>(pick)][1]) --pick;
+  return pairs[static_cast<std::size_t>(pick)];
+}
+
+// ord-NN: a test function on a grid of 3-10 levels per dimension (at most 10^6 points), shifted
+// inside the box; levels as integer indices or as ordered choices of the points.
+GridSpec draw_grid(const std::string& id, uint64_t seed, bool ordered) {
+  Rng rng(seed);
+  static const std::vector<std::pair<std::string, std::pair<int, int>>> functions = {
+      {"branin", {2, 2}}, {"hartmann3", {3, 3}}, {"hartmann6", {6, 6}},
+      {"rosenbrock", {2, 6}}, {"levy", {2, 8}}, {"ackley", {2, 8}}};
+  const auto& [name, dims] = functions[rng.below(functions.size())];
+  const int dim = static_cast<int>(rng.integer(dims.first, dims.second));
+  GridSpec g{id, name, dim, false, {}, ordered, {}};
+  for (int i = 0; i < dim; ++i) g.levels.push_back(static_cast<int>(rng.integer(3, 10)));
+  for (int i = 0; i < dim; ++i) g.shift.push_back(rng.uniform(0.1, 0.9));
+  g.as_int = ordered && rng.uniform() < 0.5;
+  auto size = [&] {
+    double n = 1;
+    for (int l : g.levels) n *= l;
+    return n;
+  };
+  while (size() > 1e6) --*std::max_element(g.levels.begin(), g.levels.end());
+  while (size() < 100 && *std::min_element(g.levels.begin(), g.levels.end()) < 10)
+    ++*std::min_element(g.levels.begin(), g.levels.end());
+  return g;
+}
+
+CellSpec draw_cell(const std::string& id, uint64_t seed) {
+  Rng rng(seed);
+  CellSpec c{id, derive_seed(seed, 1), rng.uniform(0.2, 1.5), static_cast<int>(rng.integer(3, 8)),
+             static_cast<int>(rng.integer(3, 8)), rng.uniform(0.3, 1.2)};
+  while (std::pow(c.n_ops, c.edges) > 4e5) c.edges > 4 ? --c.edges : --c.n_ops;
+  while (std::pow(c.n_ops, c.edges) < 256) ++c.edges;
+  return c;
+}
+
+// cond-NN: a branch choice of 2-4 values, each with 1-3 parameters of its own (a float, a
+// log-scaled float, an int or an ordered choice of powers of 2) and a quadratic term in each
+// (its center drawn inside the range), plus 1-3 shared parameters and maybe an unordered choice
+// with an effect per value; the branch's offset: one at 0, the others 0.02-0.3. Optimum 0.
+Result<Problem> draw_conditional(const std::string& id, uint64_t seed) {
+  Rng rng(seed);
+  MixedModel m;
+  m.branch = "branch";
+  m.optimum = 0;
+  std::vector<ParamSpec> specs;
+  const int branches = static_cast<int>(rng.integer(2, 4));
+  std::vector<json> values;
+  for (int b = 0; b < branches; ++b) values.emplace_back(indexed("b", static_cast<std::size_t>(b + 1)));
+  specs.push_back(choice_param("branch", values, false));
+  const auto best_branch = rng.below(static_cast<uint64_t>(branches));
+  for (int b = 0; b < branches; ++b)
+    m.offset[values[static_cast<std::size_t>(b)].get<std::string>()] = static_cast<uint64_t>(b) == best_branch ? 0.0 : rng.uniform(0.02, 0.3);
+  auto add_param = [&](const std::string& name, std::optional<json> under) {
+    ParamSpec p;
+    Term t{name, "", 0, 0};
+    switch (rng.below(4)) {
+      case 0:
+        p = float_param(name, 0, 1);
+        t.center = rng.uniform(0.1, 0.9);
+        t.weight = rng.uniform(0.5, 3);
+        break;
+      case 1: {
+        const double lo = rng.uniform(-5, -1), width = rng.uniform(2, 4);
+        p = float_param(name, std::pow(10.0, lo), std::pow(10.0, lo + width), true);
+        t.transform = "log10";
+        t.center = lo + width * rng.uniform(0.15, 0.85);
+        t.weight = rng.uniform(0.05, 0.3);
+        break;
+      }
+      case 2: {
+        const int high = static_cast<int>(rng.integer(4, 16));
+        p = int_param(name, 1, high);
+        t.center = static_cast<double>(rng.integer(1, high));
+        t.weight = 0.3 / ((high - 1.0) * (high - 1.0)) * rng.uniform(0.5, 2);
+        break;
+      }
+      default: {
+        const int first = static_cast<int>(rng.integer(2, 5)), n = static_cast<int>(rng.integer(3, 8));
+        std::vector<json> v;
+        for (int k = 0; k < n; ++k) v.emplace_back(int64_t{1} << (first + k));
+        p = choice_param(name, v, true);
+        t.transform = "log2";
+        t.center = static_cast<double>(first + static_cast<int>(rng.below(static_cast<uint64_t>(n))));
+        t.weight = rng.uniform(0.01, 0.06);
+      }
+    }
+    if (under) p = when(p, "branch", {*under});
+    specs.push_back(std::move(p));
+    m.terms.push_back(t);
+  };
+  int most = 0;
+  for (int b = 0; b < branches; ++b) {
+    const int own = static_cast<int>(rng.integer(1, 3));
+    most = std::max(most, own);
+    for (int k = 0; k < own; ++k)
+      add_param(indexed((values[static_cast<std::size_t>(b)].get<std::string>() + "_p").c_str(), static_cast<std::size_t>(k + 1)),
+                values[static_cast<std::size_t>(b)]);
+  }
+  const int shared = static_cast<int>(rng.integer(1, 3));
+  for (int k = 0; k < shared; ++k) add_param(indexed("s", static_cast<std::size_t>(k + 1)), std::nullopt);
+  int dim = 1 + most + shared;
+  if (rng.uniform() < 0.6) {
+    const int n = static_cast<int>(rng.integer(3, 5));
+    std::vector<json> v;
+    std::map<std::string, double> effect;
+    const auto best = rng.below(static_cast<uint64_t>(n));
+    for (int k = 0; k < n; ++k) {
+      v.emplace_back(indexed("c", static_cast<std::size_t>(k + 1)));
+      effect[v.back().get<std::string>()] = static_cast<uint64_t>(k) == best ? 0.0 : rng.uniform(0.01, 0.2);
+    }
+    specs.push_back(choice_param("act", v, false));
+    m.choice_terms["act"] = effect;
+    ++dim;
+  }
+  HPCTUNE_ASSIGN(Problem p, mixed_problem(id, std::move(specs), m, dim));
+  p.definition["what"] = "a conditional space: a branch of " + std::to_string(branches) + " values with " +
+                         "their own parameters, " + std::to_string(shared) + " shared (a sum of quadratic terms, minimum 0)";
+  return p;
+}
+
+struct SuiteEntry {
+  std::string id;
+  std::function<Result<Problem>(const std::string& table_dir)> make;
+};
+
+const std::vector<SuiteEntry>& suite() {
+  static const std::vector<SuiteEntry> entries = [] {
+    std::vector<SuiteEntry> out;
+    // Problem n of class c: derive_seed(kSuiteSeed, 1000 c + n), so that a class can grow without
+    // changing the problems already in it or in another class.
+    for (int n = 1; n <= kOrdinal; ++n) {
+      const uint64_t seed = derive_seed(kSuiteSeed, 1000 + static_cast<uint64_t>(n));
+      out.push_back({numbered("ord", n), [id = numbered("ord", n), seed](const std::string&) {
+                       return ordinal(draw_grid(id, seed, true));
+                     }});
+    }
+    for (int n = 1; n <= kCategorical; ++n) {  // two in three a NAS-like cell, one a grid of unordered levels
+      const uint64_t seed = derive_seed(kSuiteSeed, 2000 + static_cast<uint64_t>(n));
+      out.push_back({numbered("cat", n), [id = numbered("cat", n), seed, n](const std::string&) -> Result<Problem> {
+                       if (n % 3 == 0) return ordinal(draw_grid(id, seed, false));
+                       return nas_cell(draw_cell(id, seed));
+                     }});
+    }
+    for (int n = 1; n <= kConditional; ++n) {
+      const uint64_t seed = derive_seed(kSuiteSeed, 3000 + static_cast<uint64_t>(n));
+      out.push_back({numbered("cond", n), [id = numbered("cond", n), seed](const std::string&) {
+                       return draw_conditional(id, seed);
+                     }});
+    }
+    for (int n = 1; n <= kNoisy; ++n) {  // alternately an ordinal grid and a cell
+      const uint64_t seed = derive_seed(kSuiteSeed, 4000 + static_cast<uint64_t>(n));
+      out.push_back({numbered("noisy", n), [id = numbered("noisy", n), seed, n](const std::string&) -> Result<Problem> {
+                       Rng rng(derive_seed(seed, 2));
+                       const double relative_sd = rng.uniform(0.1, 0.5);
+                       auto base = n % 2 ? ordinal(draw_grid(id + "-base", seed, true)) : nas_cell(draw_cell(id + "-base", seed));
+                       if (!base.ok()) return base;
+                       return make_noisy(std::move(base).value(), id, derive_seed(seed, 3), relative_sd);
+                     }});
+    }
+    for (const auto& t : table_specs()) {
+      out.push_back({t.id, [t](const std::string& dir) { return table_problem(t, dir + "/" + t.file); }});
+    }
+    return out;
+  }();
+  return entries;
 }
 
 }  // namespace
@@ -478,12 +838,37 @@ json space_json(const search::Space& space) {
   return out;
 }
 
-std::vector<std::string> problem_ids() {
-  std::vector<std::string> ids = {"branin", "hartmann6", "levy10", "rosenbrock4", "ackley4"};
-  for (const auto& g : grid_specs()) ids.emplace_back(g.id);
-  for (const auto& c : cell_specs()) ids.emplace_back(c.id);
-  ids.insert(ids.end(), {"mixed-optim", "mixed-arch", "fashion-mlp"});
+namespace {
+
+// The first benchmark's problems (auto's choices were made on them): always in the tuning part.
+const std::vector<std::string>& first_ids() {
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> out = {"branin", "hartmann6", "levy10", "rosenbrock4", "ackley4"};
+    for (const auto& g : grid_specs()) out.emplace_back(g.id);
+    for (const auto& c : cell_specs()) out.emplace_back(c.id);
+    out.insert(out.end(), {"mixed-optim", "mixed-arch"});
+    return out;
+  }();
   return ids;
+}
+
+uint64_t fnv1a64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+std::vector<std::string> problem_ids() {
+  std::vector<std::string> ids = first_ids();
+  for (const auto& e : suite()) ids.push_back(e.id);  // fashion-mlp first among the tables
+  return ids;
+}
+
+std::string problem_part(const std::string& id) {
+  if (id == "fashion-mlp" || std::find(first_ids().begin(), first_ids().end(), id) != first_ids().end()) return "tuning";
+  return fnv1a64(id) % 3 == 0 ? "held-out" : "tuning";
 }
 
 Result<Problem> make_problem(const std::string& id, const std::string& fashion_table_path) {
@@ -493,13 +878,28 @@ Result<Problem> make_problem(const std::string& id, const std::string& fashion_t
     if (id == g.id) made = ordinal(g), found = true;
   for (const auto& c : cell_specs())
     if (id == c.id) made = nas_cell(c), found = true;
-  if (!found && id.rfind("mixed-", 0) == 0) made = mixed(id), found = true;
-  if (!found && id == "fashion-mlp") made = fashion_table(fashion_table_path), found = true;
+  if (!found && (id == "mixed-optim" || id == "mixed-arch")) made = mixed(id), found = true;
+  const std::string table_dir = fashion_table_path.substr(0, fashion_table_path.find_last_of('/') + 1);
+  for (const auto& e : suite())
+    if (!found && id == e.id) {
+      made = id == "fashion-mlp" ? table_problem(table_specs().front(), fashion_table_path)
+                                 : e.make(table_dir.empty() ? "." : table_dir.substr(0, table_dir.size() - 1));
+      found = true;
+    }
   if (!found) made = continuous(id);
   if (!made.ok()) return made;
   Problem p = std::move(made).value();
+  p.part = problem_part(p.id);
+  if (p.budgets.empty()) {
+    const bool first = std::find(first_ids().begin(), first_ids().end(), p.id) != first_ids().end();
+    Rng rng(derive_seed(kSuiteSeed ^ fnv1a64(p.id), 4));
+    const json& points = p.definition.contains("points_in_space") ? p.definition["points_in_space"] : json();
+    p.budgets = first ? std::vector<int>{50, 100} : draw_budgets(rng, points.is_number() ? points.get<double>() : INFINITY);
+  }
   p.definition["id"] = p.id;
   add_checks(p);
+  p.definition["budgets"] = p.budgets;
+  p.definition["part"] = p.part;
   return p;
 }
 

@@ -13,7 +13,20 @@
 //   mixed        conditional spaces of floats, ints and choices (`mixed-optim`: an optimizer choice
 //                with its own parameters under it), a sum of quadratic terms with a known minimum
 //   table        the tabulated Fashion-MNIST MLP (bench/data/fashion_mlp_table.csv, made by
-//                bench/make-fashion-table): the mean validation error of the configuration, a lookup
+//                bench/make-fashion-table): the mean validation error of the configuration, a lookup;
+//                the MLP and CNN tables of bench/make-search-tables (table-mlp, table-cnn) and slices
+//                of all three at one level of one setting (table-mlp-adam: the rows with adam)
+//   noisy        a generated grid or cell whose every point's value carries a fixed Gaussian-like
+//                noise (noisy-NN); the regret is the noise-free value of the incumbent (the point
+//                with the best noisy value) against the noise-free optimum
+//
+// The generated suite (drawn from a seed, not hand-picked): ord-NN (test functions on shifted
+// grids of 3-10 levels per dimension, as ints or ordered choices), cat-NN (NAS-like cells of k edges
+// x m operations with shared and per-edge effects and pairwise interactions, and grids of unordered
+// levels), cond-NN (conditional spaces: a branch choice with its own parameters under each value,
+// shared parameters), noisy-NN, each drawn from derive_seed(kSuiteSeed, problem); every problem has
+// its budgets (1-2 of 20, 50, 100, 200) and its part: the 15 problems of the first benchmark are
+// `tuning` (auto was chosen on them), every other is `held-out` when fnv1a64(id) % 3 == 0.
 //
 // The definitions carry every table (the NAS model's effects, the grids' points) and `checks`: a
 // few points with their values, which search_optuna.py verifies before it runs.
@@ -32,16 +45,23 @@ namespace hpctune::bench {
 
 struct Problem {
   std::string id;
-  std::string kind;  // continuous, ordinal, categorical, mixed, table
+  std::string kind;  // continuous, ordinal, categorical, mixed, table, noisy
   int dim = 0;       // parameters (the most active at once for a conditional space)
   search::Space space;
-  std::function<double(const search::Params&)> eval;
-  double optimum = 0;
+  std::function<double(const search::Params&)> eval;   // what the searcher sees
+  std::function<double(const search::Params&)> truth;  // noise-free value (noisy only; else empty = eval)
+  double optimum = 0;                                  // of truth (of eval when no truth)
+  std::vector<int> budgets;                            // the trial budgets it is run at
+  std::string part;                                    // "tuning" or "held-out"
   nlohmann::json definition;  // for search_optuna.py: kind, space, the tables, checks
 };
 
 // Every problem id bench_search knows, in the order of the report.
 std::vector<std::string> problem_ids();
+
+// The part a problem belongs to: "tuning" for the first benchmark's 15 problems, else "held-out"
+// when fnv1a64(id) % 3 == 0 and "tuning" otherwise.
+std::string problem_part(const std::string& id);
 // The problem named by id; `fashion_table` is the path of the tabulated benchmark's CSV.
 // kInvalidArgument for an unknown id, or a table that cannot be read.
 Result<Problem> make_problem(const std::string& id, const std::string& fashion_table);
