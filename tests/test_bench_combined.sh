@@ -21,7 +21,7 @@ for h in '## Table 1: one model' '## Table 2: genetic HPO, runs to the threshold
          '| run | virtual nodes | time to epochs (s) | time to threshold (s) |' \
          '| nodes | search | generations | runs to threshold |' \
          '| configuration | runs | nodes | global batch | time to threshold (s) | speed-up |' \
-         '| config | nodes | real (s) | simulated (s) | error |'; do
+         '| config | where | nodes | real (s) | its runs (s) |'; do
   grep -qF -- "$h" "$md" || fail "combined.md lacks '$h'"
 done
 [ "$(grep -c 'Reproduce: `bench/combined --quick`' "$md")" -ge 4 ] || fail "a table does not name its command"
@@ -73,8 +73,17 @@ cat >"$tmp/fake/hpctune" <<'SH'
 #!/usr/bin/env bash
 [ "$1" = simulate ] || exit 9
 [ "$2" = --help ] && { echo "  --machine FILE  --target VALUE"; exit 0; }
-nodes=0; while [ $# -gt 0 ]; do [ "$1" = --nodes ] && nodes=$2; shift; done
-printf '{"nodes": %s, "groups": 1, "data": 1, "model": 1, "global_batch": 64, "trials": {"done": 3}, "simulated_seconds": 3.0, "wall_seconds": 0.01, "target": null, "time_to_target_seconds": 2.5, "runs_to_target": 3, "generations": 1, "node_utilization": 0.9, "speedup": null, "machine": "fake", "extrapolated": %s, "cost": {"compute_s": 2.0, "allreduce_s": 0.0, "bubble_s": 0.0, "startup_s": 0.5, "checkpoint_s": 0.0, "decision_s": 0.1}}\n' "$nodes" "$([ "$nodes" -gt 4 ] && echo true || echo false)"
+nodes=0; db=""; while [ $# -gt 0 ]; do [ "$1" = --nodes ] && nodes=$2; [ "$1" = --db ] && db=$2; shift; done
+# Its store: a campaign of 3.0 s with one trial of 2.0 s whose params no real run has.
+/usr/bin/python3 -c '
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("CREATE TABLE campaigns (created_at REAL, finished_at REAL)")
+c.execute("INSERT INTO campaigns VALUES (100.0, 103.0)")
+c.execute("CREATE TABLE trials (id INTEGER PRIMARY KEY, params TEXT, started_at REAL, finished_at REAL, state TEXT)")
+c.execute("INSERT INTO trials (params, started_at, finished_at, state) VALUES (?, 100.5, 102.5, ?)", ("{\"fake\": 1}", "done"))
+c.commit()' "$db"
+printf '{"nodes": %s, "groups": 1, "data": 1, "model": 1, "global_batch": 64, "trials": {"done": 3}, "simulated_seconds": 3.0, "wall_seconds": 0.01, "target": null, "time_to_target_seconds": 2.5, "runs_to_target": 3, "generations": 1, "node_utilization": 0.9, "speedup": null, "machine": "fake", "extrapolated": %s, "db": "%s", "cost": {"compute_s": 2.0, "allreduce_s": 0.0, "bubble_s": 0.0, "startup_s": 0.5, "checkpoint_s": 0.0, "decision_s": 0.1}}\n' "$nodes" "$([ "$nodes" -gt 4 ] && echo true || echo false)" "$db"
 SH
 chmod +x "$tmp/fake/hpctune"
 "$root/bench/combined" --quick --build "$tmp/fake" --out "$tmp/sim" --keep "$tmp/keep" --reuse >"$tmp/log3" 2>&1 ||
@@ -88,7 +97,13 @@ errs = [abs(3.0 - r["real_s"]) / r["real_s"] for r in v["rows"]]
 assert abs(v["median_error"] - statistics.median(errs)) < 1e-3, (v["median_error"], errs)
 assert f"median error: **{100 * v['median_error']:.1f}%**" in md
 off = [r for r in v["rows"] if r["error"] > 0.10]
-assert all(r["breakdown"]["startup"]["simulated_s"] == 0.5 and r["worst_part"] for r in off), off
+# The parts from the two stores: the fake's one trial of 2.0 s, its 3.0 s campaign, no configuration in common.
+for r in off:
+    b = r["breakdown"]
+    assert b["trials (summed)"]["simulated_s"] == 2.0 and r["worst_part"], r
+    groups = int(r["nodes"].split("x")[0])
+    assert abs(b["outside the trials, per group"]["simulated_s"] - (3.0 - 2.0 / groups)) < 1e-6, r
+    assert b["matched"]["configurations"] == 0 and b["matched"]["of"] == 1, r
 if off:
     assert "(most off)" in md
 assert "| 8 | genetic | 1 | 3 | 2.5 | 3.0 | *sim* (extrapolated) |" in md, md
