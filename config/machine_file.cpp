@@ -206,10 +206,11 @@ std::string machine_file_text(const MachineModel& m, const std::string& comments
 
 int64_t rank_slots(const MachineModel& m) { return m.nodes <= 0 ? 0 : m.nodes * std::max<int64_t>(1, m.ranks_per_node); }
 
-double sharing_slowdown(const MachineModel& m, int64_t ranks) {
-  const int64_t slots = rank_slots(m);
+double sharing_slowdown(int64_t slots, int64_t ranks) {
   if (slots <= 0 || ranks <= 0) return 1.0;
   return std::max(1.0, static_cast<double>(ranks) / static_cast<double>(slots));
 }
+
+double sharing_slowdown(const MachineModel& m, int64_t ranks) { return sharing_slowdown(rank_slots(m), ranks); }
 
 }  // namespace hpctune::config

@@ -73,5 +73,8 @@ int64_t rank_slots(const MachineModel& m);
 // How much slower a rank runs when `ranks` run at once on the machine: ranks / rank_slots when
 // that exceeds 1 (a machine of `nodes` nodes shares their cores), else 1.
 double sharing_slowdown(const MachineModel& m, int64_t ranks);
+// The same for `slots` ranks at full speed (0: unbounded): what the simulator applies to the ranks
+// busy at each moment (scheduler/simulator.h).
+double sharing_slowdown(int64_t slots, int64_t ranks);
 
 }  // namespace hpctune::config

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/clock.h"
+#include "config/machine_file.h"
 #include "protocol/transport.h"
 #include "store/store.h"
 
@@ -372,8 +373,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
     for (const auto& [g, group] : launcher.running) busy += group->busy_ranks();
     if (busy != busy_ranks) {
       busy_ranks = busy;
-      slowdown = options.rank_slots > 0 && busy > options.rank_slots
-                     ? static_cast<double>(busy) / static_cast<double>(options.rank_slots) : 1.0;
+      slowdown = config::sharing_slowdown(options.rank_slots, busy);
       for (auto& [g, group] : launcher.running) group->share(now, slowdown);
     }
     // The next event: a message in flight, a group's step, a hello, a silence; else the master's
