@@ -7,6 +7,7 @@
 
 #include "search/encoding.h"
 #include "search/gaussian_process.h"
+#include "search/random_forest.h"
 #include "search/initial_design.h"
 #include "search/model_data.h"
 #include "search/searcher_base.h"
@@ -28,6 +29,8 @@ double step_int_level(const ParamSpec& p, double u, Rng& rng) {
 
 std::vector<SettingDecl> bayesian_settings() {
   return {
+      {"surrogate", SettingType::kString, "gp", -kInf, kInf, {"gp", "forest"},
+       "the model: a Gaussian process or a random forest (SMAC's: bootstrap trees, variance across them)"},
       {"n_initial", SettingType::kInt, nullptr, 1, 100000, {}, "initial design size (default clamp(2 * d, 5, 20), at most half of max_trials)"},
       {"init", SettingType::kString, "sobol", -kInf, kInf, {"uniform", "sobol", "lhs"}, "initial design"},
       {"start_at_centre", SettingType::kBool, true, -kInf, kInf, {},
@@ -76,6 +79,7 @@ struct BoConfig {
   int64_t escape_after;
   double escape_radius;
   bool start_at_centre;
+  bool forest;
 };
 
 class Bayesian final : public SearcherBase {
@@ -149,7 +153,7 @@ class Bayesian final : public SearcherBase {
       if (region.active) meta["escape_from"] = region.head_seq;  // the trial whose basin it descends
       out.push_back(issue(std::move(params), std::move(meta)));
     }
-    if (model_ready) gp_.truncate(real_n);
+    if (model_ready && !cfg_.forest) gp_.truncate(real_n);
     return out;
   }
 
@@ -292,6 +296,16 @@ class Bayesian final : public SearcherBase {
     const Eigen::VectorXd y = transform(raw);
     model_y_ = y;
     const std::size_t n = rows.size();
+    if (cfg_.forest) {
+      forest_X_.resize(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(enc_.feature_dims()));
+      for (std::size_t r = 0; r < n; ++r) forest_X_.row(static_cast<Eigen::Index>(r)) = features_of(data_[rows[r]].u).transpose();
+      forest_y_ = y;
+      Rng rng = rng_for(seq, 0xF0E);
+      forest_.fit(forest_X_, forest_y_, rng);
+      gp_rows_ = n;
+      for (const auto& [pseq, params] : pending()) add_fantasy(enc_.encode(params));
+      return n;
+    }
     const bool refit = !fitted_ || n < 30 || n >= n_at_fit_ + static_cast<std::size_t>(cfg_.refit_every);
     if (refit || n < gp_rows_) {
       Eigen::MatrixXd X(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(enc_.feature_dims()));
@@ -321,11 +335,26 @@ class Bayesian final : public SearcherBase {
     double y = liar_;
     if (cfg_.kriging_believer) {
       Eigen::VectorXd mean, var;
-      gp_.predict(f.transpose(), mean, var);
+      model_predict(f.transpose(), mean, var);
       y = mean(0);
     }
-    gp_.append(f, y);
+    if (cfg_.forest) {
+      // Refit with the fantasy: a forest has no cheap update, and batches are small.
+      forest_X_.conservativeResize(forest_X_.rows() + 1, Eigen::NoChange);
+      forest_X_.row(forest_X_.rows() - 1) = f.transpose();
+      forest_y_.conservativeResize(forest_y_.size() + 1);
+      forest_y_(forest_y_.size() - 1) = y;
+      Rng rng = rng_for(static_cast<int64_t>(forest_X_.rows()), 0xF0F);
+      forest_.fit(forest_X_, forest_y_, rng);
+    } else {
+      gp_.append(f, y);
+    }
     y_best_ = std::min(y_best_, y);
+  }
+
+  void model_predict(const Eigen::MatrixXd& F, Eigen::VectorXd& mean, Eigen::VectorXd& var) const {
+    if (cfg_.forest) forest_.predict(F, mean, var);
+    else gp_.predict(F, mean, var);
   }
 
   // Where an escaping suggestion must stay: the ball around another basin's best point (escape_after).
@@ -414,7 +443,7 @@ class Bayesian final : public SearcherBase {
         m, static_cast<Eigen::Index>(enc_.feature_dims()));
     for (Eigen::Index i = 0; i < m; ++i) enc_.features(cands[static_cast<std::size_t>(i)], F.row(i).data());
     Eigen::VectorXd mean, var;
-    gp_.predict(F, mean, var);
+    model_predict(F, mean, var);
     out.assign(mean.data(), mean.data() + mean.size());
   }
 
@@ -473,7 +502,7 @@ class Bayesian final : public SearcherBase {
         m, static_cast<Eigen::Index>(enc_.feature_dims()));
     for (Eigen::Index i = 0; i < m; ++i) enc_.features(cands[static_cast<std::size_t>(i)], F.row(i).data());
     Eigen::VectorXd mean, var;
-    gp_.predict(F, mean, var);
+    model_predict(F, mean, var);
     out.resize(cands.size());
     for (Eigen::Index i = 0; i < m; ++i) {
       const double sd = std::sqrt(var(i));
@@ -524,7 +553,7 @@ class Bayesian final : public SearcherBase {
   std::vector<double> optimize_acquisition(Rng& rng, const Region& region) {
     const std::size_t d = enc_.dims();
     // Fewer candidates as n grows: each costs O(n^2).
-    const double n = static_cast<double>(gp_.size());
+    const double n = static_cast<double>(cfg_.forest ? forest_.size() : gp_.size());
     const double budget = std::clamp(1e8 / std::max(1.0, n * n), 400.0, 2500.0);
     const auto n_random = static_cast<std::size_t>(std::min<double>(static_cast<double>(cfg_.acq_samples), 0.4 * budget));
     std::vector<std::vector<double>> cands;
@@ -607,6 +636,9 @@ class Bayesian final : public SearcherBase {
   std::vector<DataPoint> data_;
   int64_t warm_usable_ = 0;
   GaussianProcess gp_;
+  RandomForest forest_;  // surrogate: forest (refitted on every batch)
+  Eigen::MatrixXd forest_X_;
+  Eigen::VectorXd forest_y_;
   std::size_t gp_rows_ = 0;
   std::size_t n_at_fit_ = 0;
   int64_t model_failures_ = 0;  // asks whose model could not be built (their suggestions came from the design)
@@ -668,6 +700,7 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   cfg.escape_after = s["escape_after"].is_null() ? default_escape_after(spec.space) : s["escape_after"].get<int64_t>();
   cfg.escape_radius = s["escape_radius"].get<double>();
   cfg.start_at_centre = s["start_at_centre"].get<bool>();
+  cfg.forest = s["surrogate"] == "forest";
   return std::unique_ptr<Searcher>(std::make_unique<Bayesian>(spec, cfg));
 }
 

@@ -8,8 +8,8 @@
 // a repeated child (another mutation of the same parent) keeps its gain on both grids; on the
 // ordered grid, auto's median regret over 100 seeds is <= 0.02 (the issue's target; seeds
 // 1000..1099) thanks to bayesian's escapes to other basins (escape_after). NOT checked, because
-// not reached: <= 0.67 unordered; the medians of every algorithm are printed so that the gap is
-// visible in the log.
+// not reached on these 7 seeds; the medians of every algorithm are printed so that the gap is
+// visible in the log. On unordered levels auto's median over 100 seeds is <= 0.67 too (forest+tpe).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -157,4 +157,15 @@ TEST_CASE("Hartmann-6, ordered 6-level grid, 100 seeds: auto's median regret <= 
   CHECK(median(with) <= 0.02);            // 0.003; without escapes 0.285
   CHECK(reached(with) >= reached(without) + 8);  // 55 against 41
   CHECK(median(without) > 0.2);           // the test's premise: the grid is hard without them
+}
+
+// Unordered levels: auto runs its portfolio of forest (a random-forest surrogate) and tpe. The
+// earlier portfolio of the Gaussian process and tpe had 0.752 over these seeds (0.791 over 0..99).
+TEST_CASE("Hartmann-6, unordered 6-level grid, 100 seeds: auto's median regret <= 0.67") {
+  const Grid g = make_grid(false);
+  for (const uint64_t first : {uint64_t{1000}, uint64_t{0}}) {
+    const auto r = regrets("auto", g, first, 100);
+    MESSAGE("seeds " << first << "..: auto's median " << median(r));
+    CHECK(median(r) <= 0.67);  // 0.638 and 0.646; the GP+tpe portfolio 0.752 and 0.791, tpe 0.638 and 0.741
+  }
 }
