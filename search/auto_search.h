@@ -11,12 +11,13 @@
 //   - budget above `gp_max_trials` (default 2000)          -> tpe: the GP's ask grows with the
 //     observations (about 57 ms at n = 1000, d = 10) and its fit is O(n^3); TPE's stays ~2 ms
 //   - one objective, at least half of the searched parameters unordered choices (NAS-like cells,
-//     categorical grids; conditional or not)                 -> portfolio of bayesian and tpe
-//     (search/portfolio.h): on such spaces neither is better everywhere (20 seeds, 30/60/100
-//     trials: the GP wins nas-cell, tpe hartmann6-cat6 and nas-cell2 at 60); the two sharing the
-//     trials were the best of the three in 10 of those 18 cases (the GP alone in 8, tpe in 5) and
-//     the worst in 2; on six categorical problems not used to choose (grids of unordered levels,
-//     random cells): best in 11 of 18 (the GP 9, tpe 8), against the GP better 7, worse 3
+//     categorical grids; conditional or not)                 -> portfolio of forest and tpe
+//     (search/portfolio.h; forest: bayesian with `surrogate: forest`, SMAC's random forest, whose
+//     splits are "this value or not" and need no distance between unordered values). Hartmann-6
+//     on a 6-level unordered grid, 60 trials, median over 100 seeds (0..99 / 1000..1099):
+//     forest+tpe 0.646 / 0.638, the earlier bayesian+tpe portfolio 0.791 / 0.752, tpe 0.741,
+//     the GP 1.05; on the held-out categorical cases at 20 seeds better in 5 of 12, within their
+//     spread in the rest (bench/results/search-hartmann-grid.md)
 //   - otherwise (continuous, ordinal grids, mixed mostly numbers, several objectives) -> bayesian
 // The budget only matters against gp_max_trials: a small budget (10 trials) picks as a large one,
 // since the GP's and the portfolio's start-up designs shrink to half the budget.
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "search/portfolio.h"
 #include "search/searcher.h"
 #include "search/settings.h"
 
@@ -36,12 +38,15 @@ namespace hpctune::search {
 struct AutoChoice {
   std::string algorithm;  // a registered algorithm, or "portfolio" (search/portfolio.h) of `members`
   std::string reason;  // a clause for the user: "a budget of 5000 trials, above gp_max_trials 2000"
-  std::vector<std::string> members = {};  // "portfolio": the member algorithms, the design's first
+  std::vector<std::string> members = {};  // "portfolio": the members' names (portfolio_member), the design's first
 };
 
 std::vector<SettingDecl> auto_settings();
 // What auto runs for this spec (its settings already resolved or empty: the defaults then).
 Result<AutoChoice> auto_choice(const SearchSpec& spec);
 Result<std::unique_ptr<Searcher>> make_auto(const SearchSpec& spec);
+// A portfolio member of auto's by name: "forest" is bayesian with surrogate: forest, any other
+// name the registered algorithm of that name with its defaults.
+PortfolioMember portfolio_member(const std::string& name);
 
 }  // namespace hpctune::search

@@ -46,6 +46,24 @@
 //   max_fit_points    int     100      hyperparameters are fitted on at most this many points
 //   acq_samples       int     1000     random candidates per suggestion
 //   acq_local_starts  int     5        local searches per suggestion
+//   start_at_centre   bool    true     the design's first point is the middle of every numeric
+//                                      and ordered parameter's range (log-scaled ones at the
+//                                      geometric middle); unordered choices as the design drew
+//                                      them. Ackley, Rosenbrock and Levy grids at 20 trials: the
+//                                      regret of CMA-ES, which starts there, instead of random's
+//   escape_after      int     derived  6 where more than half the searched parameters are
+//                                      numbers or ordered levels, else 0 (off). Once this many
+//                                      trials in a row found no better loss, every other
+//                                      suggestion descends another basin of the model: the
+//                                      observed points are grouped by where a descent of the
+//                                      GP's mean, one level at a time, ends; the best point of
+//                                      the best other basin is the centre of a ball in which
+//                                      expected improvement over that point is maximised, until
+//                                      escape_after suggestions in the ball have not bettered
+//                                      it; then the next basin. Suggestions carry
+//                                      meta.escape_from (the centre's trial)
+//   escape_radius     float   0.15     the ball's radius, in unit coordinates times
+//                                      sqrt(searched parameters)
 #pragma once
 
 #include <memory>
@@ -61,5 +79,8 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec);
 // The default n_initial: clamp(2 * d, 5, 20), d the searched (not fixed) parameters, at most half
 // the budget (when one is given).
 int64_t default_n_initial(const Space& space, int64_t budget = 0);
+// The default escape_after: 6 where more than half the searched parameters are numbers or
+// ordered levels, else 0.
+int64_t default_escape_after(const Space& space);
 
 }  // namespace hpctune::search

@@ -26,7 +26,7 @@ class Portfolio final : public Searcher {
       if (got.empty()) break;  // a finished finite space (every member shares the issued points)
       Suggestion s = std::move(got.front());
       if (!s.meta.is_object()) s.meta = nlohmann::json::object();
-      s.meta["member"] = opt_.members[who];
+      s.meta["member"] = opt_.members[who].name;
       s.meta["turn"] = turn;
       for (std::size_t m = 0; m < members_.size(); ++m)
         if (m != who) members_[m]->adopt(s);
@@ -65,22 +65,23 @@ class Portfolio final : public Searcher {
     if (!s.is_object()) s = nlohmann::json::object();
     nlohmann::json members = nlohmann::json::array();
     for (std::size_t m = 0; m < members_.size(); ++m) {
-      members.push_back({{"algorithm", opt_.members[m]},
+      members.push_back({{"member", opt_.members[m].name},
+                         {"algorithm", opt_.members[m].algorithm},
                          {"suggestions", made_[m]},
                          {"best_loss", std::isfinite(best_[m]) ? nlohmann::json(best_[m]) : nlohmann::json()}});
     }
     s["algorithm"] = "portfolio";
     s["members"] = std::move(members);
-    if (const auto lead = leader()) s["leader"] = opt_.members[*lead];
+    if (const auto lead = leader()) s["leader"] = opt_.members[*lead].name;
     return s;
   }
 
   std::vector<std::string> notes() const override {
     std::string names;
     for (std::size_t m = 0; m < opt_.members.size(); ++m)
-      names += (m == 0 ? "" : m + 1 == opt_.members.size() ? " and " : ", ") + opt_.members[m];
+      names += (m == 0 ? "" : m + 1 == opt_.members.size() ? " and " : ", ") + opt_.members[m].name;
     std::vector<std::string> out{
-        "portfolio of " + names + ", sharing every trial: " + opt_.members.front() + "'s start-up design of " +
+        "portfolio of " + names + ", sharing every trial: " + opt_.members.front().name + "'s start-up design of " +
         std::to_string(opt_.design) + " trials, then turns until each made " + std::to_string(opt_.warmup) +
         ", then the one whose suggestions reached the best value makes 2 of every 3"};
     for (auto& line : members_.front()->notes()) out.push_back(std::move(line));
@@ -122,7 +123,7 @@ class Portfolio final : public Searcher {
     if (s.meta.is_object()) {
       const std::string member = s.meta.value("member", std::string());
       for (std::size_t m = 0; m < opt_.members.size(); ++m)
-        if (opt_.members[m] == member) who = m;
+        if (opt_.members[m].name == member) who = m;
       design = s.meta.value("turn", std::string("design")) == "design";
     }
     by_seq_[s.seq] = design ? -1 : static_cast<int64_t>(who);
@@ -155,10 +156,10 @@ Result<std::unique_ptr<Searcher>> make_portfolio(const SearchSpec& spec, const P
   if (options.members.empty()) return err(Errc::kConfig, "portfolio: no member algorithm");
   if (spec.objectives.size() > 1) return err(Errc::kConfig, "portfolio: one objective only (it ranks members by it)");
   std::vector<std::unique_ptr<Searcher>> members;
-  for (const auto& name : options.members) {
+  for (const auto& m : options.members) {
     SearchSpec member = spec;
-    member.algorithm = name;
-    member.settings = nlohmann::json::object();  // each member's defaults
+    member.algorithm = m.algorithm;
+    member.settings = m.settings;
     HPCTUNE_ASSIGN(auto made, make_searcher(member));
     members.push_back(std::move(made));
   }

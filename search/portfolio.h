@@ -1,6 +1,7 @@
 // portfolio: several searchers on one campaign that share every suggestion and every observation;
 // each new suggestion comes from one member, chosen by how well that member's own suggestions did.
-// `auto` runs one (bayesian and tpe) on spaces mostly of unordered choices (auto_search.h says why).
+// `auto` runs one (bayesian with a random-forest surrogate, and tpe) on spaces mostly of unordered
+// choices (auto_search.h says why).
 //
 // Schedule (a function of the history only, so it is the same after a restart):
 //   1. the first member's start-up design (`design` suggestions, bayesian's n_initial);
@@ -18,12 +19,20 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "search/searcher.h"
 
 namespace hpctune::search {
 
+struct PortfolioMember {
+  std::string name;       // how suggestions' meta, the state and the notes call it
+  std::string algorithm;  // a registered algorithm
+  nlohmann::json settings = nlohmann::json::object();  // its settings; empty: its defaults
+};
+
 struct PortfolioOptions {
-  std::vector<std::string> members;  // algorithm names, each run with its default settings
+  std::vector<PortfolioMember> members;
   int64_t design = 0;                // suggestions of the first member before the turns start
   int64_t warmup = 4;                // suggestions of each member before a leader is chosen
 };

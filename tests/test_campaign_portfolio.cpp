@@ -1,6 +1,6 @@
 // auto's portfolio in a real campaign (issue 25): `hpctune run` with worker processes, the
 // `function` trainer on Hartmann-6 over a 6-level grid of unordered choices (hartmann6-cat6 of
-// bench_search) and no search.algorithm. auto picks the portfolio of bayesian and tpe; with 4
+// bench_search) and no search.algorithm. auto picks the portfolio of forest and tpe; with 4
 // groups the master asks for several suggestions at once. Checked from the SQLite store: every
 // trial distinct, each made by a member (its meta), the design first, both members used, the
 // recorded search state naming the portfolio and its leader; and the log's note.
@@ -35,7 +35,7 @@ std::string cat6_campaign(int budget, int groups) {
 
 }  // namespace
 
-TEST_CASE("a campaign without search.algorithm on a categorical grid runs auto's bayesian+tpe portfolio") {
+TEST_CASE("a campaign without search.algorithm on a categorical grid runs auto's forest+tpe portfolio") {
   TempDir dir;
   const std::string db = dir.file("c.db");
   const std::string cfg = dir.write("c.yaml", cat6_campaign(30, 4));
@@ -53,14 +53,14 @@ TEST_CASE("a campaign without search.algorithm on a categorical grid runs auto's
     CHECK_MESSAGE(configs.insert(t.params.dump()).second, "repeated: " << t.params.dump());
     REQUIRE(t.meta.contains("member"));
     const std::string member = t.meta["member"], turn = t.meta["turn"];
-    CHECK((member == "bayesian" || member == "tpe"));
+    CHECK((member == "forest" || member == "tpe"));
     ++by_member[member];
     ++by_turn[turn];
-    if (t.seq < 12) CHECK((turn == "design" && member == "bayesian"));  // 2 x 6 parameters
+    if (t.seq < 12) CHECK((turn == "design" && member == "forest"));  // 2 x 6 parameters
   }
   CHECK(by_turn["design"] == 12);
   CHECK(by_member["tpe"] >= 4);
-  CHECK(by_member["bayesian"] >= 16);
+  CHECK(by_member["forest"] >= 16);
 
   auto s = store::Store::open_readonly(db);
   REQUIRE(s.ok());

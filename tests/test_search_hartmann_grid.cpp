@@ -5,9 +5,11 @@
 // the medians are bench/results/search-hartmann-grid.md's.
 //
 // Checked: no algorithm repeats a configuration (60 distinct of 46,656), and evolution's redraw of
-// a repeated child (another mutation of the same parent) keeps its gain on both grids. NOT checked,
-// because not reached: auto's targets (<= 0.02 ordered, <= 0.67 unordered); the medians of every
-// algorithm are printed so that the gap is visible in the log.
+// a repeated child (another mutation of the same parent) keeps its gain on both grids; on the
+// ordered grid, auto's median regret over 100 seeds is <= 0.02 (the issue's target; seeds
+// 1000..1099) thanks to bayesian's escapes to other basins (escape_after). NOT checked, because
+// not reached on these 7 seeds; the medians of every algorithm are printed so that the gap is
+// visible in the log. On unordered levels auto's median over 100 seeds is <= 0.67 too (forest+tpe).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -84,12 +86,14 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// The median regret over the seeds; every run's configurations are checked distinct.
-double median_regret(const std::string& algo, const Grid& g) {
+// Every seed's regret; every run's configurations are checked distinct.
+std::vector<double> regrets(const std::string& algo, const Grid& g, uint64_t first_seed, int seeds,
+                            const json& settings = json::object()) {
   std::vector<double> regrets;
-  for (uint64_t seed = kFirstSeed; seed < kFirstSeed + kSeeds; ++seed) {
+  for (uint64_t seed = first_seed; seed < first_seed + static_cast<uint64_t>(seeds); ++seed) {
     SearchSpec spec;
     spec.algorithm = algo;
+    spec.settings = settings;
     spec.space = g.space;
     spec.objectives = {{"value", false}};
     spec.seed = seed;
@@ -110,8 +114,10 @@ double median_regret(const std::string& algo, const Grid& g) {
     }
     regrets.push_back(best - g.optimum);
   }
-  return median(regrets);
+  return regrets;
 }
+
+double median_regret(const std::string& algo, const Grid& g) { return median(regrets(algo, g, kFirstSeed, kSeeds)); }
 
 }  // namespace
 
@@ -132,5 +138,34 @@ TEST_CASE("Hartmann-6 on a 6-level grid, 60 trials, 7 seeds: no repeats; evoluti
       if (algo == "evolution") CHECK(m <= (ordered ? 0.63 : 0.97));
     }
     MESSAGE(std::string(ordered ? "ordered" : "unordered") << " levels, median regret:\n" << table);
+  }
+}
+
+// The grid has two local minima under one-level moves: the optimum and a point at regret 0.285
+// (the grid point of the continuous optimum's basin). Without escapes the Gaussian process
+// descends the basin its design hits best and then spends what is left on the corners; with them,
+// every other suggestion after 6 trials without a better loss descends another basin of its model.
+TEST_CASE("Hartmann-6, ordered 6-level grid, 100 seeds: auto's median regret <= 0.02; escapes reach the optimum more often") {
+  const Grid g = make_grid(true);
+  constexpr uint64_t kFirst = 1000;
+  constexpr int kMany = 100;
+  const auto with = regrets("auto", g, kFirst, kMany);
+  const auto without = regrets("bayesian", g, kFirst, kMany, {{"escape_after", 0}});
+  auto reached = [](const std::vector<double>& r) { return std::count_if(r.begin(), r.end(), [](double x) { return x <= 0.02; }); };
+  MESSAGE("auto: median " << median(with) << ", within 0.02 in " << reached(with) << " of " << kMany << "; bayesian without escapes: median "
+                          << median(without) << ", within 0.02 in " << reached(without));
+  CHECK(median(with) <= 0.02);            // 0.003; without escapes 0.285
+  CHECK(reached(with) >= reached(without) + 8);  // 55 against 41
+  CHECK(median(without) > 0.2);           // the test's premise: the grid is hard without them
+}
+
+// Unordered levels: auto runs its portfolio of forest (a random-forest surrogate) and tpe. The
+// earlier portfolio of the Gaussian process and tpe had 0.752 over these seeds (0.791 over 0..99).
+TEST_CASE("Hartmann-6, unordered 6-level grid, 100 seeds: auto's median regret <= 0.67") {
+  const Grid g = make_grid(false);
+  for (const uint64_t first : {uint64_t{1000}, uint64_t{0}}) {
+    const auto r = regrets("auto", g, first, 100);
+    MESSAGE("seeds " << first << "..: auto's median " << median(r));
+    CHECK(median(r) <= 0.67);  // 0.638 and 0.646; the GP+tpe portfolio 0.752 and 0.791, tpe 0.638 and 0.741
   }
 }

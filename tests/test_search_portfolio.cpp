@@ -1,4 +1,4 @@
-// auto's portfolio (search/portfolio.h): bayesian and tpe sharing every trial on a space mostly of
+// auto's portfolio (search/portfolio.h): forest (bayesian with a random-forest surrogate) and tpe sharing every trial on a space mostly of
 // unordered choices. Checked: the schedule (design, turns, then the leader 2 of 3), no repeat
 // across members (each adopts the other's suggestions), the same suggestions after a restart
 // (restore() reads each suggestion's member back from its meta), and a batch that asks both.
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "search/auto_search.h"
 #include "search/portfolio.h"
 #include "search/searcher.h"
 #include "param_specs.h"
@@ -48,12 +49,12 @@ SearchSpec spec(uint64_t seed, int64_t budget) {
 
 }  // namespace
 
-TEST_CASE("auto runs the bayesian+tpe portfolio on a space of unordered choices: the schedule") {
+TEST_CASE("auto runs the forest+tpe portfolio on a space of unordered choices: the schedule") {
   auto made = make_searcher(spec(5, 60));
   REQUIRE(made.ok());
   Searcher& s = **made;
   CHECK(s.state()["auto"]["algorithm"] == "portfolio");
-  CHECK(s.notes().at(1).find("portfolio of bayesian and tpe") == 0);
+  CHECK(s.notes().at(1).find("portfolio of forest and tpe") == 0);
   const auto all = hpctune::testing::ask_tell_budget(s, 1, 60, score);
   REQUIRE(all.size() == 60);
   std::map<std::string, int> turns;
@@ -62,8 +63,8 @@ TEST_CASE("auto runs the bayesian+tpe portfolio on a space of unordered choices:
     CAPTURE(i);
     const std::string turn = m.at("turn"), member = m.at("member");
     ++turns[turn];
-    if (i < 8) CHECK((turn == "design" && member == "bayesian"));  // default_n_initial: 2 * 4 parameters
-    else if (i < 16) CHECK((turn == "warmup" && member == (i % 2 == 0 ? "bayesian" : "tpe")));
+    if (i < 8) CHECK((turn == "design" && member == "forest"));  // default_n_initial: 2 * 4 parameters
+    else if (i < 16) CHECK((turn == "warmup" && member == (i % 2 == 0 ? "forest" : "tpe")));
   }
   CHECK(turns["design"] == 8);
   CHECK(turns["warmup"] == 8);
@@ -134,7 +135,7 @@ TEST_CASE("portfolio: refuses several objectives and an empty member list") {
   SearchSpec s = spec(1, 50);
   CHECK_FALSE(make_portfolio(s, PortfolioOptions{}).ok());
   s.objectives = {{"a", true}, {"b", false}};
-  CHECK_FALSE(make_portfolio(s, PortfolioOptions{{"bayesian", "tpe"}, 8, 4}).ok());
+  CHECK_FALSE(make_portfolio(s, PortfolioOptions{{portfolio_member("bayesian"), portfolio_member("tpe")}, 8, 4}).ok());
   // auto itself does not pick the portfolio for several objectives.
   s.algorithm = "auto";
   auto made = make_searcher(s);

@@ -174,7 +174,7 @@ TEST_CASE("auto: its choice for each class of space and budget") {
     auto made = make_searcher(spec);
     REQUIRE(made.ok());
     CHECK((*made)->notes().at(0) == "auto: runs " + picked->algorithm + " for " + picked->reason);
-    if (picked->algorithm == "portfolio") CHECK(picked->members == std::vector<std::string>{"bayesian", "tpe"});
+    if (picked->algorithm == "portfolio") CHECK(picked->members == std::vector<std::string>{"forest", "tpe"});
     CHECK((*made)->ask(1).value().size() == 1);
   }
 }
