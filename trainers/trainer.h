@@ -71,8 +71,8 @@ struct TrialResult {
   std::vector<protocol::Artifact> artifacts;
   // Events of the attempt for the store (a data replica that died and was dropped), and how the
   // data replicas combined gradients (trainer.sync; "" for trainers without it): done's fields.
-  std::vector<protocol::TrialEvent> events;
-  std::string sync_mode;
+  std::vector<protocol::TrialEvent> events = {};
+  std::string sync_mode = "";
   // A rank of the group is gone (it died, and the trial finished on the others): the group must
   // not run another trial. The group worker ends the group once this result is sent; the launcher
   // starts it again (worker/group_worker.h).
