@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 
+#include "dashboard/api.h"
 #include "tests/campaign_fixture.h"
 
 using namespace hpctune;
@@ -125,6 +126,15 @@ TEST_CASE("downpour in a campaign: a replica SIGKILLed mid-trial, the trial fini
   CHECK(shown.find("sync mode") != std::string::npos);
   CHECK(shown.find("downpour") != std::string::npos);
   CHECK(shown.find("replica_dropped") != std::string::npos);
+  // The dashboard's trial page reads the same: the mode and the event.
+  dashboard::Api api({db}, std::chrono::milliseconds(0));
+  REQUIRE(api.load().ok());
+  auto page = api.get("/api/campaigns/0/trials/" + std::to_string(hit.id), {});
+  REQUIRE(page.status == 200);
+  CHECK(page.body.value("sync_mode", "") == "downpour");
+  bool listed = false;
+  for (const auto& e : page.body["events"]) listed = listed || e.value("kind", "") == "replica_dropped";
+  CHECK(listed);
   check_no_orphans(db);
 }
 
