@@ -235,6 +235,9 @@ Status ReplicaExchange::wait_applied(int64_t target, const Apply& apply, const c
 
 Result<bool> ReplicaExchange::begin_step(int64_t clock, const Apply& apply) {
   if (clock != last_begun_ + 1) return err(Errc::kInternal, "replica exchange: clocks out of order");
+  // With backup replicas the leader seldom waits, so it looks for silent replicas at every step
+  // too: a dead one must be dropped (and the others told) even when nobody waits for it.
+  if (options_.coordinated && group_.data_rank() == 0) drop_silent();
   HPCTUNE_TRY(wait_applied(clock - options_.staleness, apply, "waiting for the slowest replica"));
   if (options_.coordinated && group_.data_rank() != 0 && next_apply_ > clock) {
     last_begun_ = clock;  // applied without this replica: a straggler skips to the others' clock
@@ -551,6 +554,12 @@ void ReplicaExchange::apply_coordinated(const Apply& apply) {
 
 void ReplicaExchange::drop_silent() {
   const auto now = std::chrono::steady_clock::now();
+  // The leader was away itself (validating, writing a checkpoint): the others' silence since then
+  // proves nothing; they count from now.
+  if (last_check_ != std::chrono::steady_clock::time_point{} && now - last_check_ > group_.timeout() / 2) {
+    std::fill(last_heard_.begin(), last_heard_.end(), now);
+  }
+  last_check_ = now;
   auto it = pending_.find(next_apply_);
   for (size_t r = 1; r < dropped_.size(); ++r) {
     if (dropped_[r] || (it != pending_.end() && it->second.have[r])) continue;

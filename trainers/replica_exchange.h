@@ -186,6 +186,7 @@ class ReplicaExchange {
   std::map<int64_t, CommitNote> notes_;     // recent commits' notes (the last staleness + 1024 clocks)
   std::vector<bool> dropped_;               // the leader's view
   std::vector<std::chrono::steady_clock::time_point> last_heard_;  // the leader's, by replica
+  std::chrono::steady_clock::time_point last_check_{};            // the leader's last drop_silent()
   std::vector<int64_t> included_;           // the leader's count, by replica
   uint64_t known_dropped_ = 0;              // the last commit's dropped set, as received
   int64_t late_ = 0, applied_count_ = 0;
