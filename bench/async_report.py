@@ -34,6 +34,8 @@ def mode_name(params):
         sync += " s=%d" % params.get("staleness", 0)
     if params.get("gradient_compression", "none") == "1bit":
         sync += " +1bit"
+    if params.get("min_replica_fraction", 1) < 1:
+        sync += " f=%g" % params["min_replica_fraction"]  # backup replicas
     return sync
 
 

@@ -609,6 +609,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
       {v.objectives.metric, t.objective ? report::format_number(*t.objective) : "-"}};
   if (v.front()) info.push_back({"pareto", v.pareto.count(t.id) ? "yes" : "no"});
   if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});
+  if (!d.sync_mode.empty()) info.push_back({"sync mode", d.sync_mode});
   std::string error = t.error;
   while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
   if (!error.empty() && error.find('\n') == std::string::npos) info.push_back({"error", error});

@@ -88,6 +88,12 @@ class TrainerGroup {
     (void)tag;
     return err(Errc::kUnavailable, "this trainer group has no asynchronous messages between replicas");
   }
+  // Marks the group broken from this rank (MpiTrainerGroup::broken()): a peer it cannot go on
+  // without is gone (a parameter-server shard that never answers, trainers/downpour.h). The group
+  // worker then ends the group instead of reporting the trial's error, and the master queues the
+  // attempt again (it resumes from the trial's last checkpoint).
+  virtual void abandon() noexcept {}
+
   // The bound on one wait of the group (its calls, and the waits of callers of the two above).
   virtual std::chrono::milliseconds timeout() const noexcept { return std::chrono::minutes(5); }
 

@@ -283,7 +283,21 @@ Result<std::optional<TrainerGroup::ReplicaMessage>> MpiTrainerGroup::receive_fro
                                          std::to_string(m.from))).error();
   }
   m.bytes.resize(static_cast<size_t>(count));
-  HPCTUNE_TRY(fail(mpi_status(MPI_Mrecv(m.bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv")));
+  // Polled against the group's timeout, not MPI_Mrecv: a large message arrives in fragments that
+  // its sender pushes, and a sender that dies half-way would leave a blocking receive waiting
+  // forever. A receive that times out cannot be cancelled (it is matched): its buffer is kept
+  // until the process ends, as MPI may still write it, and the group is broken.
+  MPI_Request request = MPI_REQUEST_NULL;
+  HPCTUNE_TRY(fail(mpi_status(MPI_Imrecv(m.bytes.data(), count, MPI_BYTE, &message, &request), "MPI_Imrecv")));
+  Status received;
+  {
+    Scope scope(*this);
+    received = scope.done(poll(request, "a message from a data replica"));
+  }
+  if (!received.ok()) {
+    unfinished_receives_.push_back(std::move(m.bytes));
+    return received.error();
+  }
   return std::optional<ReplicaMessage>(std::move(m));
 }
 

@@ -74,8 +74,9 @@ class MpiTrainerGroup final : public TrainerGroup {
 
   // When the call now running began (nullopt when none); safe from any thread.
   std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept override;
-  // A call failed: the group must be torn down.
+  // A call failed, or abandon() was called: the group must be torn down.
   bool broken() const noexcept { return broken_.load(); }
+  void abandon() noexcept override { broken_.store(true); }
   const MpiGroupOptions& options() const noexcept { return options_; }
 
  private:
@@ -93,6 +94,7 @@ class MpiTrainerGroup final : public TrainerGroup {
     std::vector<uint8_t> bytes;
   };
   std::vector<Posted> posted_;  // sends of post_to_replica() not yet complete
+  std::vector<std::vector<uint8_t>> unfinished_receives_;  // buffers of receives that timed out
   std::unique_ptr<Allreducer> allreducer_;  // null when data == 1
   std::atomic<int64_t> started_ns_{0};      // steady_clock ns since epoch; 0: no call running
   std::atomic<bool> broken_{false};

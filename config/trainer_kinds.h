@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "search/space.h"
 #include "trainers/trainer_settings.h"
 
 namespace hpctune::config {
@@ -70,6 +71,30 @@ inline nlohmann::json trainer_twin_resets(std::string_view kind) {
     for (const auto& [key, value] : can->twin_resets) out[key] = value;
   return out;
 }
+// Whether a trial of the kind with these fixed settings and this space can survive the loss of one of
+// its group's ranks (TrainerCapabilities::rank_loss_setting fixed at, or searched over, one of its
+// rank_loss_values; a searched value that is not a choice counts too).
+inline bool trainer_survives_rank_loss(std::string_view kind, const nlohmann::json& trainer, const search::Space& space) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->rank_loss_setting == nullptr) return false;
+  const std::string key = can->rank_loss_setting;
+  auto survives = [&](const nlohmann::json& v) {
+    if (!v.is_string()) return false;
+    for (const auto& ok : can->rank_loss_values)
+      if (v.get<std::string>() == ok) return true;
+    return false;
+  };
+  if (const search::ParamSpec* p = space.find(key)) {
+    if (p->type == search::ParamType::kChoice) {
+      for (const auto& c : p->choices)
+        if (survives(c)) return true;
+      return false;
+    }
+    return p->type == search::ParamType::kFixed ? survives(p->value) : true;
+  }
+  return trainer.is_object() && trainer.contains(key) && survives(trainer[key]);
+}
+
 // Whether the kind declares the setting `name` (mlp's classes); false for an unknown kind.
 inline bool trainer_declares(const std::string& kind, std::string_view name) {
   auto specs = trainers::trainer_setting_specs(kind);

@@ -426,6 +426,7 @@ ApiResponse trial(const Snapshot& s, CampaignSource& source, const std::string& 
     HPCTUNE_ASSIGN(d.attempts, db.attempts(d.trial.id));
     HPCTUNE_ASSIGN(d.artifacts, db.artifacts(d.trial.id));
     HPCTUNE_ASSIGN(d.events, db.trial_events(d.trial.id));
+    HPCTUNE_ASSIGN(d.sync_mode, db.sync_mode(d.trial.id));
     HPCTUNE_ASSIGN(children, db.lineage_children(d.trial.id));
     return Status::Ok();
   });

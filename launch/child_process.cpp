@@ -510,6 +510,7 @@ std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks
   if (flags.shared_memory_btl) argv.insert(argv.end(), {"--mca", "btl", "self,vader"});
   if (flags.oversubscribe) argv.emplace_back("--oversubscribe");
   if (flags.tag_output) argv.emplace_back("--tag-output");
+  if (flags.enable_recovery) argv.emplace_back("--enable-recovery");
   if (geteuid() == 0) argv.emplace_back("--allow-run-as-root");
   return argv;
 }

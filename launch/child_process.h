@@ -121,7 +121,11 @@ struct MpirunFlags {
   bool shared_memory_btl = false;  // --mca btl self,vader: one host, no network transports
   bool oversubscribe = false;      // allow more ranks than cores
   bool tag_output = false;         // "[job,rank]<stdout>:" before each chunk (to tell rank 0's reports)
+  bool enable_recovery = false;    // --enable-recovery: a rank that dies does not end the others
 };
+// The environment variable set (to "1") for the ranks of a group that mpirun runs with
+// --enable-recovery: the group worker then ends the whole job itself (worker/group_worker.h).
+inline constexpr const char* kGroupRecoveryEnv = "HPCTUNE_GROUP_RECOVERY";
 // `mpirun` is the program found (a path); --bind-to none always (the groups share the cores and
 // size their own threads), --allow-run-as-root when this process is root (containers).
 std::vector<std::string> mpirun_command(const std::string& mpirun, int64_t ranks, const MpirunFlags& flags);

@@ -50,6 +50,11 @@ struct GroupResources {
   // The trainer starts its own ranks (the `command` trainer runs its program under mpirun): one
   // worker process, no mpirun around it.
   bool trainer_starts_ranks = false;
+  // mpirun --enable-recovery for a multi-rank group (and kGroupRecoveryEnv for its ranks): a rank
+  // that dies leaves the others running, so that a trial whose data replicas survive the loss of
+  // one (trainer.sync: downpour, ssp) finishes on the rest. Set by the master when the campaign can
+  // run such a trial (config::trainer_survives_rank_loss); otherwise a dead rank ends the job.
+  bool rank_recovery = false;
   // GPUs (launch/device_allocator.h). Each rank gets gpus_per_rank of the node's `gpus` (resolved:
   // resources.gpus: auto is detect_gpus()'s list), a device at most trials_per_gpu groups at once;
   // 0: no GPUs, as before.

@@ -45,7 +45,8 @@ Result<std::vector<std::string>> local_group_command(const LocalLauncherOptions&
       return err(Errc::kUnavailable, "resources.ranks asks for " + std::to_string(ranks) + " ranks per group, but '" +
                                          mpirun + "' was not found (multi-rank groups need Open MPI)");
     }
-    argv = mpirun_command(found, ranks, {.shared_memory_btl = true, .oversubscribe = ranks > cores});
+    argv = mpirun_command(found, ranks, {.shared_memory_btl = true, .oversubscribe = ranks > cores,
+                                         .enable_recovery = r.rank_recovery});
   }
   for (auto& a : worker_command(opt, group, threads)) argv.push_back(std::move(a));
   return argv;
@@ -158,6 +159,7 @@ class LocalLauncher final : public Launcher {
     // Open MPI's single-copy mechanism (CMA) needs ptrace rights that containers often deny.
     if (opt_.resources.ranks_data * opt_.resources.ranks_model > 1 && !opt_.resources.trainer_starts_ranks) {
       spawn.env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none";
+      if (opt_.resources.rank_recovery) spawn.env[kGroupRecoveryEnv] = "1";
       // Library thread pools (OpenMP for oneDNN, OpenBLAS) sized for the whole machine in every rank
       // would oversubscribe the cores before the trainer sets its own thread count.
       const auto& argv = spawn.argv;

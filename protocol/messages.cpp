@@ -38,6 +38,9 @@ inline constexpr Range kInt{INT_MIN, INT_MAX};
 inline constexpr Range kTrialId{1, kMaxId};
 inline constexpr Range kAttempt{1, kMaxAttempt};
 inline constexpr Range kStep{0, kMaxId};
+// A field that may be absent on the wire (and is left out when empty): no range of its own.
+inline constexpr Range kOptional{1, 0};
+inline bool optional_field(Range r) { return r.lo > r.hi; }
 
 // --- the shape check ---------------------------------------------------------------------------
 
@@ -227,6 +230,9 @@ void fields(M& m, F&& f) {
     f("stopped", m.stopped, kAny);
     f("metrics", m.metrics, kAny);
     f("artifacts", m.artifacts, kAny);
+    f("events", m.events, kOptional);
+    f("sync_mode", m.sync_mode, kOptional);
+    f("group_ends", m.group_ends, kOptional);
   } else if constexpr (std::is_same_v<T, Failed>) {
     f("trial_id", m.trial_id, kTrialId);
     f("attempt", m.attempt, kAttempt);
@@ -257,7 +263,12 @@ json artifacts_json(const std::vector<Artifact>& artifacts) {
 struct Writer {
   json& out;
   template <class T>
-  void operator()(const char* key, const T& v, Range) {
+  void operator()(const char* key, const T& v, Range range) {
+    if constexpr (requires { v.empty(); }) {
+      if (optional_field(range) && v.empty()) return;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (optional_field(range) && !v) return;
+    }
     if constexpr (std::is_same_v<T, std::string>) {
       out[key] = sanitize_utf8(v);
     } else if constexpr (std::is_same_v<T, Metrics>) {
@@ -270,6 +281,10 @@ struct Writer {
       out[key] = std::move(a);
     } else if constexpr (std::is_same_v<T, std::vector<Artifact>>) {
       out[key] = artifacts_json(v);
+    } else if constexpr (std::is_same_v<T, std::vector<TrialEvent>>) {
+      json a = json::array();
+      for (const auto& e : v) a.push_back({{"kind", sanitize_utf8(e.kind)}, {"detail", e.detail.is_object() ? e.detail : json::object()}});
+      out[key] = std::move(a);
     } else if constexpr (std::is_same_v<T, StopReason>) {
       out[key] = to_string(v);
     } else {
@@ -289,7 +304,10 @@ class Reader {
   void operator()(const char* key, T& out, Range range) {
     if (!error_.empty()) return;
     auto it = obj_.find(key);
-    if (it == obj_.end()) return fail(key, "missing");
+    if (it == obj_.end()) {
+      if (optional_field(range)) return;
+      return fail(key, "missing");
+    }
     read(key, *it, out, range);
   }
 
@@ -378,6 +396,23 @@ class Reader {
         }
         out.push_back(std::move(a));
       }
+    } else if constexpr (std::is_same_v<T, std::vector<TrialEvent>>) {
+      if (!v.is_array()) return wrong_type(key, v);
+      if (v.size() > kMaxTrialEvents) return fail(key, "more than " + std::to_string(kMaxTrialEvents) + " events");
+      out.clear();
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string at = key + "[" + std::to_string(i) + "]";
+        if (!v[i].is_object()) return fail(at, "not an object");
+        TrialEvent e;
+        Reader r(v[i], at.c_str());
+        r("kind", e.kind, kAny);
+        r("detail", e.detail, kAny);
+        if (!r.error().empty()) {
+          if (error_.empty()) error_ = std::string(type_) + "." + r.error();
+          return;
+        }
+        out.push_back(std::move(e));
+      }
     } else {
       static_assert(sizeof(T) == 0, "unsupported field type");
     }
@@ -388,12 +423,29 @@ class Reader {
   std::string error_;
 };
 
+// A short name of a-z, 0-9 and _ (a trial event's kind, done.sync_mode).
+bool is_short_name(std::string_view s, std::size_t max_bytes) {
+  if (s.size() > max_bytes) return false;
+  for (unsigned char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
 template <class T>
 Result<Message> read_message(const json& j, const char* type) {
   T m;
   Reader r(j, type);
   fields(m, r);
   if (!r.error().empty()) return err(Errc::kProtocol, r.error());
+  if constexpr (std::is_same_v<T, Done>) {
+    if (!is_short_name(m.sync_mode, 32)) return err(Errc::kProtocol, "done.sync_mode: not 0 to 32 of a-z, 0-9 and _");
+    for (std::size_t i = 0; i < m.events.size(); ++i) {
+      if (m.events[i].kind.empty() || !is_short_name(m.events[i].kind, kMaxTrialEventKindBytes)) {
+        return err(Errc::kProtocol, "done.events[" + std::to_string(i) + "].kind: not 1 to " +
+                                        std::to_string(kMaxTrialEventKindBytes) + " of a-z, 0-9 and _");
+      }
+    }
+  }
   if constexpr (std::is_same_v<T, Hello>) {
     if (m.secret.size() > kMaxSecretBytes) return err(Errc::kProtocol, "hello.secret: longer than 256 bytes");
     if (m.gpus.size() > kMaxGpus)

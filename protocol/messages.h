@@ -150,6 +150,16 @@ struct Artifact {
   int64_t bytes = -1;  // the file's size when the trial ended; -1 = unknown (optional on the wire)
 };
 
+// Something that happened inside a trial that the store keeps as an event of the attempt (a data
+// replica that died and was dropped, say): `kind` is 1 to kMaxTrialEventKindBytes of a-z, 0-9 and
+// _; `detail` a JSON object. At most kMaxTrialEvents per done.
+struct TrialEvent {
+  std::string kind;
+  nlohmann::json detail = nlohmann::json::object();
+};
+inline constexpr std::size_t kMaxTrialEvents = 32;
+inline constexpr std::size_t kMaxTrialEventKindBytes = 48;
+
 struct Done {
   int64_t trial_id = 0;
   int64_t attempt = 0;
@@ -157,6 +167,14 @@ struct Done {
   bool stopped = false;  // true when the trial ended early because of a stop message
   Metrics metrics;
   std::vector<Artifact> artifacts;
+  // Optional on the wire (absent when empty; older workers never send them):
+  std::vector<TrialEvent> events = {};
+  // How the trial's data replicas combined their gradients (trainer.sync: allreduce, ssp, downpour,
+  // hogwild); "" when the trainer has no such setting. At most 32 bytes of a-z, 0-9 and _.
+  std::string sync_mode = "";
+  // The group ends after sending this (it lost a rank during the trial; its launcher starts it
+  // again): the master assigns it nothing more.
+  bool group_ends = false;
 };
 
 struct Failed {

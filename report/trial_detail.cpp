@@ -32,6 +32,7 @@ Result<TrialDetail> load_trial(CampaignView& v, int64_t trial_id) {
   HPCTUNE_ASSIGN(d.artifacts, v.store->artifacts(d.trial.id));
   // Through the index on events.trial_id: a campaign of many trials has many more events.
   HPCTUNE_ASSIGN(d.events, v.store->trial_events(d.trial.id));
+  HPCTUNE_ASSIGN(d.sync_mode, v.store->sync_mode(d.trial.id));
   d.logs = trial_logs(v.db_path, d.trial.id, d.artifacts);
   return d;
 }
@@ -40,6 +41,7 @@ nlohmann::json trial_detail_json(const TrialDetail& d, const CampaignView& v, in
   nlohmann::json j = trials_json({d.trial}, v.front())[0];
   j["metrics_by_step"] = metrics_by_step_json(d.metrics);
   j["attempts"] = d.attempts;
+  if (!d.sync_mode.empty()) j["sync_mode"] = d.sync_mode;
   j["events"] = nlohmann::json::array();
   for (const auto& e : d.events) j["events"].push_back(event_json(e));
   j["artifacts"] = nlohmann::json::array();

@@ -22,6 +22,7 @@ struct TrialDetail {
   std::vector<nlohmann::json> attempts;     // Store::attempts: {attempt, group_id, state, started_at, ...}
   std::vector<store::ArtifactRow> artifacts;
   std::vector<store::EventRow> events;      // this trial's, in time order
+  std::string sync_mode;                    // Store::sync_mode ("" = none recorded)
   std::vector<std::string> logs;            // trial_logs()
 };
 

@@ -59,6 +59,16 @@ launch::SlurmStepOptions slurm_step_options(const config::SlurmOptions& so) {
 
 }  // namespace
 
+bool campaign_survives_rank_loss(const config::CampaignConfig& cfg) {
+  auto one = [](const config::CampaignConfig& c) {
+    return config::trainer_survives_rank_loss(c.trainer.value("kind", std::string()), c.trainer, c.space);
+  };
+  if (one(cfg)) return true;
+  for (const auto& stage : cfg.stages)
+    if (stage.own && one(*stage.own)) return true;
+  return false;
+}
+
 Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConfig& cfg,
                                                       const std::function<void(const std::string&)>& log) {
   launch::LocalLauncherOptions lopt;
@@ -66,6 +76,7 @@ Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConf
   lopt.resources.ranks_model = cfg.resources.ranks_model;
   lopt.resources.threads = cfg.resources.threads;
   lopt.resources.trainer_starts_ranks = config::trainer_starts_ranks(cfg.trainer.value("kind", std::string()));
+  lopt.resources.rank_recovery = campaign_survives_rank_loss(cfg);
   HPCTUNE_TRY(place_gpus(cfg.resources, lopt.resources, log));
   lopt.slurm = slurm_step_options(cfg.resources.slurm);
   return lopt;

@@ -20,4 +20,9 @@ namespace hpctune::scheduler {
 Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConfig& cfg,
                                                       const std::function<void(const std::string&)>& log);
 
+// Whether any trial of the campaign (of any stage) can go on when a rank of its group dies
+// (config::trainer_survives_rank_loss: sync downpour or ssp, fixed or searched): its MPI groups
+// then run under mpirun --enable-recovery (GroupResources::rank_recovery).
+bool campaign_survives_rank_loss(const config::CampaignConfig& cfg);
+
 }  // namespace hpctune::scheduler

@@ -597,6 +597,17 @@ void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const pro
   source_of(t).tell(obs);
 }
 
+// What the attempt says happened inside it (done.events: a data replica that died and was
+// dropped) as events of the attempt, and its done.sync_mode on the trial.
+Status Scheduler::record_trial_events(const Worker& w, const Trial& t, const protocol::Done& m, double tw) {
+  for (const protocol::TrialEvent& e : m.events) {
+    HPCTUNE_TRY(store_.add_event(opt_.campaign_id, e.kind, t.id, t.attempt, w.group, e.detail, tw));
+    log("trial " + std::to_string(t.id) + " attempt " + std::to_string(t.attempt) + ": " + e.kind + " " + e.detail.dump());
+  }
+  if (!m.sync_mode.empty()) HPCTUNE_TRY(store_.set_sync_mode(t.id, m.sync_mode));
+  return Status::Ok();
+}
+
 Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
@@ -621,6 +632,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   for (const auto& a : m.artifacts) {
     HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, a.bytes, tw));
   }
+  HPCTUNE_TRY(record_trial_events(w, *t, m, tw));
   HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, state, metrics_json(metrics), objective,
                                                    std::max(m.step, t->last_step), error, tw));
   if (applied) {
@@ -646,7 +658,13 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   }
   trials_.erase(t->id);
   w.trial_id = 0;
-  mark_idle(w);
+  if (m.group_ends) {
+    // It lost a rank and ends now: its exit, and the launcher's restart, follow.
+    log("group " + std::to_string(w.group) + " ends after trial " + std::to_string(m.trial_id) +
+        " (it lost a rank): nothing more is assigned to it");
+  } else {
+    mark_idle(w);
+  }
   return dispatch(now);
 }
 
@@ -656,6 +674,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
   const double tw = wall(now);
   const Verdict pause = *t.pause;
   for (const auto& a : m.artifacts) HPCTUNE_TRY(store_.add_artifact(t.id, t.attempt, a.kind, a.path, a.bytes, tw));
+  HPCTUNE_TRY(record_trial_events(w, t, m, tw));
   if (!m.metrics.empty()) HPCTUNE_TRY(store_.add_metrics(t.id, t.attempt, std::max(m.step, t.last_step), m.metrics, tw));
   const nlohmann::json params = pause.params.is_object() ? pause.params : t.params;
   HPCTUNE_ASSIGN(bool applied, store_.pause_trial(t.id, t.attempt, params, pause.resume_from,

@@ -255,6 +255,7 @@ class Scheduler {
   Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
   Status on_report(Worker& w, const protocol::Report& m, Clock::time_point now);
   Status on_done(Worker& w, const protocol::Done& m, Clock::time_point now);
+  Status record_trial_events(const Worker& w, const Trial& t, const protocol::Done& m, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

@@ -269,6 +269,12 @@ inline constexpr const char* kMigration7 = R"sql(
 ALTER TABLE attempts ADD COLUMN devices TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v8: trials.sync_mode: how the trial's data replicas combined gradients (trainer.sync), as its
+// worker reported it with the result; '' for trainers without it and trials recorded before v8.
+inline constexpr const char* kMigration8 = R"sql(
+ALTER TABLE trials ADD COLUMN sync_mode TEXT NOT NULL DEFAULT '';
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
@@ -278,12 +284,15 @@ inline constexpr Migration kMigrations[] = {
     {5, "stages.result and stages.started_at", kMigration5},
     {6, "stages.reason: why a stage failed", kMigration6},
     {7, "attempts.devices: the GPUs of each attempt", kMigration7},
+    {8, "trials.sync_mode: how the data replicas combined gradients", kMigration8},
 };
 
 // The first version whose states live in the lookup tables.
 inline constexpr int kStateTablesVersion = 4;
 // The first version that records each attempt's GPUs.
 inline constexpr int kDevicesVersion = 7;
+// The first version that records each trial's sync mode.
+inline constexpr int kSyncModeVersion = 8;
 
 inline constexpr int kLatestVersion = static_cast<int>(std::size(kMigrations));
 

@@ -193,6 +193,8 @@ enum Query : int {
   kSelectTrialEvents,
   kSelectMetricsOf,
   kSelectFirstEventOfKind,
+  kSetSyncMode,
+  kSelectSyncMode,
   kNumQueries,
 };
 
@@ -373,6 +375,10 @@ constexpr const char* kSql[kNumQueries] = {
     /* kSelectFirstEventOfKind */
     "SELECT id, campaign_id, t, kind, trial_id, attempt, group_id, detail FROM "
     "(SELECT * FROM events WHERE campaign_id = ?1 ORDER BY id LIMIT 64) WHERE kind = ?2 ORDER BY id LIMIT 1",
+    /* kSetSyncMode */
+    "UPDATE trials SET sync_mode = ?2 WHERE id = ?1",
+    /* kSelectSyncMode */
+    "SELECT sync_mode FROM trials WHERE id = ?1",
 };
 
 #undef HPCTUNE_TRIAL_COLUMNS
@@ -1749,6 +1755,27 @@ Result<std::vector<MetricRow>> Store::metrics_of(const std::vector<int64_t>& tri
   Bind b(s);
   b.text(1, ids_json(trial_ids));
   return collect<MetricRow>(b, read_metric, "cannot read the metrics of " + std::to_string(trial_ids.size()) + " trials");
+}
+
+Status Store::set_sync_mode(int64_t trial_id, const std::string& mode) {
+  if (version_ < schema::kSyncModeVersion) return Status::Ok();  // a read-only look at an older database
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetSyncMode));
+  Bind b(s);
+  b.i64(1, trial_id).text(2, mode);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record the sync mode of trial " + std::to_string(trial_id));
+  return Status::Ok();
+}
+
+Result<std::string> Store::sync_mode(int64_t trial_id) {
+  if (version_ < schema::kSyncModeVersion) return std::string();
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectSyncMode));
+  Bind b(s);
+  b.i64(1, trial_id);
+  int rc = b.step();
+  if (rc == SQLITE_DONE) return std::string();
+  if (rc != SQLITE_ROW) return sql_error(rc, "cannot read the sync mode of trial " + std::to_string(trial_id));
+  return col_text(s, 0);
 }
 
 }  // namespace hpctune::store

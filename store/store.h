@@ -410,6 +410,11 @@ class Store {
   Result<std::vector<LineageRow>> lineage_children(int64_t parent_trial_id);
   // The events of one trial, oldest first (through the index on events.trial_id).
   Result<std::vector<EventRow>> trial_events(int64_t trial_id);
+  // How the trial's data replicas combined gradients (done.sync_mode: allreduce, ssp, downpour,
+  // hogwild), recorded with its result; "" when its trainer has none, before it finished, or in a
+  // database older than schema v8 (set_sync_mode then records nothing).
+  Status set_sync_mode(int64_t trial_id, const std::string& mode);
+  Result<std::string> sync_mode(int64_t trial_id);
   // The first event of `kind` among the campaign's first 64 (those its preparation writes, such as
   // campaign_simulated): a bounded read, whatever the campaign's size. nullopt when none.
   Result<std::optional<EventRow>> first_event(int64_t campaign_id, const std::string& kind);

@@ -271,9 +271,9 @@ TEST_CASE("downpour: replicas that serve the shards train with sgd and adagrad s
   }
 }
 
-TEST_CASE("settings: backup replicas (not built) and unknown modes are refused by name") {
+TEST_CASE("settings: unknown modes and a fraction of replicas out of (0, 1] are refused by name") {
   for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"min_replica_fraction", 0.75}, {"sync", "bogus"}}) {
+           {"min_replica_fraction", 1.5}, {"sync", "bogus"}}) {
     nlohmann::json s = kBase;
     s[key] = value;
     auto parsed = parse_mlp_settings(s);

@@ -278,6 +278,37 @@ TEST_CASE("stop.reason is one of a fixed set; assign.resume_from is required") {
                               {"trial_dir", ""}})) == "assign.resume_from: missing");
 }
 
+TEST_CASE("done.events, done.sync_mode and done.group_ends: optional, round-trip, checked") {
+  Done d{4, 1, 2, false, {{"v", 1.0}}, {}};
+  d.events = {{"replica_dropped", {{"replica", 1}, {"sync", "ssp"}}}};
+  d.sync_mode = "ssp";
+  d.group_ends = true;
+  const Done back = round_trip(d);
+  CHECK(back.group_ends);
+  REQUIRE(back.events.size() == 1);
+  CHECK(back.events[0].kind == "replica_dropped");
+  CHECK(back.events[0].detail == nlohmann::json{{"replica", 1}, {"sync", "ssp"}});
+  CHECK(back.sync_mode == "ssp");
+  // Absent (an older worker's done, or nothing to say): empty; empty ones are not sent.
+  const nlohmann::json base = {{"t", "done"}, {"trial_id", 4}, {"attempt", 1}, {"step", 2}, {"stopped", false},
+                               {"metrics", {{"v", 1.0}}}, {"artifacts", nlohmann::json::array()}};
+  CHECK(decode_error(msgpack(base)) == "<decoded>");
+  CHECK(encode(Done{4, 1, 2, false, {{"v", 1.0}}, {}}) == encode(Message(std::get<Done>(*decode(msgpack(base))))));
+  auto with = [&](const char* key, nlohmann::json v) {
+    nlohmann::json j = base;
+    j[key] = std::move(v);
+    return decode_error(msgpack(j));
+  };
+  CHECK(with("sync_mode", "Downpour!").find("done.sync_mode: not 0 to 32") == 0);
+  CHECK(with("events", {{{"kind", "a b"}, {"detail", nlohmann::json::object()}}}).find("done.events[0].kind") == 0);
+  CHECK(with("events", {{{"kind", "x"}}}).find("done.events[0].detail: missing") == 0);
+  CHECK(with("events", nlohmann::json::array({nlohmann::json{{"kind", "x"}, {"detail", nlohmann::json::object()}}})) ==
+        "<decoded>");
+  nlohmann::json many = nlohmann::json::array();
+  for (int i = 0; i < 33; ++i) many.push_back({{"kind", "x"}, {"detail", nlohmann::json::object()}});
+  CHECK(with("events", many).find("done.events: more than 32 events") == 0);
+}
+
 TEST_CASE("hello.gpus: the ids a worker was given, bounded and checked; absent is refused") {
   CHECK(decode(msgpack(hello_json())).ok());
   auto with_gpus = [](nlohmann::json gpus) {

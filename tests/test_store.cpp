@@ -146,7 +146,7 @@ TEST_CASE("open creates a WAL database at the latest schema and holds one campai
   const std::string path = dir.file("c.db");
   auto store = open_ok(path);
   CHECK(fs::exists(path));
-  CHECK(Store::latest_version() == 7);
+  CHECK(Store::latest_version() == 8);
   CHECK(store->schema_version() == Store::latest_version());
   CHECK(store->journal_mode() == "wal");
   CHECK(store->path() == path);
@@ -1362,4 +1362,28 @@ TEST_CASE("incremental reads for a reader that keeps a snapshot: data_version, c
   require_ok(v2);
   CHECK(*v2 != *v1);
   CHECK(*db.data_version() == *v2);
+}
+
+TEST_CASE("trials.sync_mode (v8): recorded with the result, read back; a v7 database reads ''") {
+  TempDir dir;
+  const std::string path = dir.file("sync.db");
+  {
+    auto store = open_ok(path);
+    const int64_t c = make_campaign(*store);
+    const int64_t id = *store->insert_trial(make_trial(c, 0));
+    CHECK(*store->sync_mode(id) == "");
+    require_ok(store->set_sync_mode(id, "downpour"));
+    CHECK(*store->sync_mode(id) == "downpour");
+    auto r = Store::open_readonly(path);
+    require_ok(r);
+    CHECK(*(*r)->sync_mode(id) == "downpour");
+  }
+  // An older database: nothing to read, and nothing recorded until it is migrated.
+  const std::string old_path = dir.file("v7.db");
+  auto old = Store::open(old_path, {.migrate_to = 7});
+  require_ok(old);
+  const int64_t c = make_campaign(**old);
+  const int64_t id = *(*old)->insert_trial(make_trial(c, 0));
+  require_ok((*old)->set_sync_mode(id, "ssp"));
+  CHECK(*(*old)->sync_mode(id) == "");
 }

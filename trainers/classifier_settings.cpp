@@ -165,6 +165,8 @@ TrainerCapabilities classifier_capabilities() {
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
   can.init_setting = "init_from";
   can.twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}};
+  can.rank_loss_setting = "sync";
+  can.rank_loss_values = {"downpour", "ssp"};
   return can;
 }
 

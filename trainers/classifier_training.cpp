@@ -1,5 +1,8 @@
 #include "trainers/classifier_training.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -275,17 +278,49 @@ void add_downpour_metrics(protocol::Metrics& m, const Downpour& dp, int64_t batc
   m["sync_replicas_dropped"] = dropped;
 }
 
-// Test hook (tests/test_downpour_kill.cpp): HPCTUNE_TEST_KILL_REPLICA="<data rank>:<step>" makes
-// that replica kill itself (SIGKILL) before its minibatch <step>: a replica dying mid-trial.
-void test_kill_replica(int data_rank, int64_t local_step) {
+// The leader's view of a coordinated exchange (replica_exchange.h): each replica's fraction of the
+// steps it contributed to, the late gradients dropped, the replicas dropped (an event each; the
+// group then lost a rank).
+void add_coordinated_metrics(TrialResult& result, const ReplicaExchange& x, SyncMode sync, const TrialContext& ctx) {
+  protocol::Metrics& m = result.metrics;
+  const double clocks = static_cast<double>(std::max<int64_t>(1, x.clocks_applied()));
+  double lowest = 1.0;
+  for (size_t r = 0; r < x.included().size(); ++r) {
+    const double fraction = static_cast<double>(x.included()[r]) / clocks;
+    lowest = std::min(lowest, fraction);
+    if (r < 16) m["sync_replica" + std::to_string(r) + "_fraction"] = fraction;
+  }
+  m["sync_replica_fraction_min"] = lowest;
+  m["sync_late_packets"] = static_cast<double>(x.late_packets());
+  const std::vector<int> dropped = x.dropped_now();
+  m["sync_replicas_dropped"] = static_cast<double>(dropped.size());
+  for (int r : dropped) {
+    result.events.push_back({"replica_dropped", {{"sync", sync_mode_name(sync)}, {"replica", r},
+                                                 {"steps", x.included()[static_cast<size_t>(r)]},
+                                                 {"silent_ms", ctx.group != nullptr ? ctx.group->timeout().count() : 0}}});
+    result.group_degraded = true;
+  }
+}
+
+// Test aid (tests/test_downpour_kill.cpp, tests/test_replica_loss_campaign.cpp):
+// HPCTUNE_TEST_KILL_REPLICA="<data rank>:<step>" makes that data replica of a multi-rank group kill
+// itself (SIGKILL) before its minibatch <step> (downpour: its own minibatches counted over the
+// trial; the other modes: the loop's step counter): a replica dying mid-trial. With
+// HPCTUNE_TEST_KILL_ONCE_FILE set it happens only where that file can still be created (once per
+// campaign, so that the attempt queued again runs normally).
+void test_kill_replica(int data_rank, int64_t step) {
   static const char* spec = std::getenv("HPCTUNE_TEST_KILL_REPLICA");
   if (spec == nullptr || *spec == '\0') return;
   const std::string text(spec);
   const size_t colon = text.find(':');
   if (colon == std::string::npos) return;
-  if (std::atoi(text.substr(0, colon).c_str()) == data_rank && std::atoll(text.c_str() + colon + 1) == local_step) {
-    std::raise(SIGKILL);
+  if (std::atoi(text.substr(0, colon).c_str()) != data_rank || std::atoll(text.c_str() + colon + 1) != step) return;
+  if (const char* once = std::getenv("HPCTUNE_TEST_KILL_ONCE_FILE"); once != nullptr && *once != '\0') {
+    const int fd = ::open(once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return;  // killed once already
+    ::close(fd);
   }
+  std::raise(SIGKILL);
 }
 
 // sync_clocks_replica<r>.csv (classifier_training.h, step 4); a failed write is a warning.
@@ -619,6 +654,27 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
     result.metrics["train_seconds"] = train_seconds;
     return result;
   };
+  // Coordinated exchange (replica_exchange.h): once a commit says the group lost a replica, no
+  // collective of the group runs any more: the leader evaluates alone (the replicas hold the same
+  // weights after each epoch's drain), and stop requests come with the commits. Every replica
+  // reads the same commit, so they switch together.
+  std::unique_ptr<ReplicaExchange> exchange;
+  bool alone = false;
+  const int64_t note_lag = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
+  auto group_lost_at = [&](int64_t clock) -> std::optional<CommitNote> {
+    if (!exchange || !exchange->coordinated()) return std::nullopt;
+    auto note = exchange->commit_note(clock);
+    if (!note || note->dropped == 0) return std::nullopt;
+    return note;
+  };
+  // The stop poll, at a point every replica reaches having applied `clock`.
+  auto stop_now = [&](int64_t clock) -> bool {
+    if (auto note = group_lost_at(clock)) {
+      alone = true;
+      return note->stop;
+    }
+    return ctx.stop_requested();
+  };
   auto evaluate_rows = [&](const Dataset& d, const int64_t* idx, int64_t count, float* probs) -> Result<nn::BatchStats> {
     nn::BatchStats total;
     for (int64_t start = 0; start < count; start += kEvalBatch) {
@@ -630,7 +686,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         continue;
       }
       gather(d, label_map, idx + start, n, x.data(), y.data());
-      if (dp) {  // the leader alone, on the weights it fetched last
+      if (dp || alone) {  // the leader alone, on the weights it fetched last (downpour) or holds
         total += net.evaluate(x.data(), y.data(), n, pb);
         continue;
       }
@@ -645,12 +701,14 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   // of an interval) sees the step it has to decide on.
   if (start_epoch > 0 && start_epoch == s.epochs && !last.empty() && lay.leader()) ctx.report(start_epoch, last);
 
-  std::unique_ptr<ReplicaExchange> exchange;
   if (exchanging) {
     ReplicaExchangeOptions xo;
     xo.staleness = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
     xo.onebit = s.parallel.compression == GradientCompression::kOneBit;
-    xo.compressed_allreduce = xo.onebit && s.parallel.sync == SyncMode::kAllreduce;
+    xo.coordinated = s.parallel.coordinated();
+    xo.min_fraction = s.parallel.min_replica_fraction;
+    xo.compressed_allreduce = xo.onebit && s.parallel.sync == SyncMode::kAllreduce && !xo.coordinated;
+    xo.leader_stop = ctx.leader_stop_requested;
     xo.run_id = run_id_of(hash, ctx, start_epoch);
     HPCTUNE_ASSIGN(exchange, ReplicaExchange::create(*ctx.group, engine->params().size(), xo));
     HPCTUNE_TRY(exchange->start_at(step));
@@ -706,7 +764,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   for (int64_t epoch = start_epoch + 1; epoch <= s.epochs; ++epoch) {
     current_epoch = epoch;
     // Downpour polls no stop request (a collective a dead replica would never join).
-    if (!dp && ctx.stop_requested()) return stopped();
+    if (!dp && stop_now(step - 1)) return stopped();
     const auto epoch_start = Clock::now();
     order = base_train;
     shuffle_rng.reseed(derive_seed(shuffle_seed, static_cast<uint64_t>(epoch)));
@@ -772,7 +830,7 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       HPCTUNE_TRY(dp->fetch(net.params()));  // the shards' weights now
     }
     for (int64_t start = 0; !hog && !dp && start < n_train; start += batch, ++batch_no) {
-      if (batch_no % kStopPollBatches == 0 && batch_no > 0 && ctx.stop_requested()) {
+      if (batch_no % kStopPollBatches == 0 && batch_no > 0 && stop_now(step - note_lag - 2)) {
         train_seconds += seconds_since(epoch_start);
         return stopped();
       }
@@ -793,8 +851,14 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
         }
         continue;
       }
+      if (lay.data_size > 1) test_kill_replica(lay.data_rank, step);
       if (exchange) {
-        HPCTUNE_TRY(exchange->begin_step(step, apply));
+        HPCTUNE_ASSIGN(const bool compute, exchange->begin_step(step, apply));
+        if (!compute) {  // applied without this replica (coordinated): a straggler catches up
+          ++step;
+          HPCTUNE_TRY(diverged(exchange->take_applied_stats(train_stats), epoch, batch_no));
+          continue;
+        }
         gather(train_file, label_map, order.data() + start, n, x.data(), y.data());
         HPCTUNE_ASSIGN(const nn::BatchStats own, engine->train_batch(x.data(), y.data(), n, dropout_rng));
         HPCTUNE_TRY(exchange->publish(step++, engine->grads(), own, apply));
@@ -815,6 +879,13 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       // Every replica's clocks of the epoch applied: the same weights everywhere from here.
       HPCTUNE_TRY(exchange->drain(step, apply));
       HPCTUNE_TRY(diverged(exchange->take_applied_stats(train_stats), epoch, batch_no - 1));
+      for (const std::string& e : exchange->take_events()) warn(kind, ctx, e);
+      if (group_lost_at(step - 1)) alone = true;  // every replica holds commit step - 1 now
+      if (alone && !lay.leader()) {  // only the leader validates, reports and writes checkpoints
+        train_seconds += seconds_since(epoch_start);
+        images_trained += n_train;
+        continue;
+      }
     }
     const double epoch_train_seconds = seconds_since(epoch_start);
     train_seconds += epoch_train_seconds;
@@ -842,8 +913,11 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
       result.step = s.epochs;
       return result;
     }
-  } else if (ctx.stop_requested()) {
+  } else if (stop_now(step - 1)) {
     return stopped();
+  } else if (alone && !lay.leader()) {
+    result.step = s.epochs;
+    return result;
   }
 
   const bool predictions = s.save_predictions && !ctx.trial_dir.empty();
@@ -865,18 +939,25 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
                     {"train_seconds", train_seconds},
                     {"images_per_second", train_seconds > 0 ? static_cast<double>(images_trained) / train_seconds : 0.0}};
   if (start_epoch > 0) result.metrics["resumed_epoch"] = static_cast<double>(start_epoch);
+  if (lay.data_size > 1 || hogwild) result.sync_mode = sync_mode_name(s.parallel.sync);
   if (dp) {
     add_downpour_metrics(result.metrics, *dp, batches_per_epoch, s.epochs - start_epoch, s.parallel.push_interval);
     for (size_t r = 0; r < dp->summary().dropped.size(); ++r) {
       if (dp->summary().dropped[r]) {
         warn(kind, ctx, "downpour: replica " + std::to_string(r) + " stopped answering and was dropped after " +
                             std::to_string(dp->summary().pushes[r]) + " pushes; the trial finished with the others");
+        result.events.push_back({"replica_dropped",
+                                 {{"sync", "downpour"}, {"replica", r}, {"pushes", dp->summary().pushes[r]},
+                                  {"silent_ms", ctx.group->timeout().count()}}});
+        // The dead replica's rank is gone from the MPI job: no later trial can use this group.
+        result.group_degraded = true;
       }
     }
   } else if (lay.data_size > 1) {
     add_sync_metrics(result.metrics, exchange.get(), lay.data_size, engine->params().size());
+    if (exchange && exchange->coordinated()) add_coordinated_metrics(result, *exchange, s.parallel.sync, ctx);
   }
-  if (exchange && s.parallel.sync == SyncMode::kSsp && !ctx.trial_dir.empty()) {
+  if (exchange && exchange->coordinated() && !ctx.trial_dir.empty()) {
     write_clock_log(std::filesystem::path(ctx.trial_dir) / ("sync_clocks_replica" + std::to_string(lay.data_rank) + ".csv"),
                     exchange->events(), [&](const std::string& what) { warn(kind, ctx, what); });
   }

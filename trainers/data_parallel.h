@@ -9,7 +9,12 @@
 //                     replica has finished only step c - 1 - staleness; every replica applies the
 //                     summed gradients of each step in step order, so replicas keep the same
 //                     weights, computed gradients are at most `staleness` steps stale, and
-//                     staleness 0 is the allreduce path bit for bit (replica_exchange.h).
+//                     staleness 0 is the allreduce path bit for bit (replica_exchange.h). The
+//                     leader (data rank 0) decides each step; a replica silent for the group's
+//                     timeout is dropped and the trial goes on with the others.
+//   min_replica_fraction < 1 (ssp, allreduce): backup replicas: a step completes when
+//                     ceil(f x D) replicas (the leader among them) have reported; late gradients
+//                     are dropped and counted (sync_late_packets); not deterministic.
 //   sync: downpour    parameter-server shards (DistBelief) on the replicas' ranks or their own;
 //                     replicas fetch and push asynchronously (downpour.h); a replica that dies
 //                     leaves the others training.
@@ -53,8 +58,12 @@ struct DataParallelSettings {
 
   // Whether gradients go through replica_exchange.h instead of the group's allreduce.
   bool exchanges() const noexcept {
-    return sync == SyncMode::kSsp || (sync == SyncMode::kAllreduce && compression == GradientCompression::kOneBit);
+    return sync == SyncMode::kSsp ||
+           (sync == SyncMode::kAllreduce && (compression == GradientCompression::kOneBit || min_replica_fraction < 1.0));
   }
+  // Whether the exchange's leader decides each step (replica_exchange.h, coordinated): ssp (a dead
+  // replica is dropped) and backup replicas.
+  bool coordinated() const noexcept { return sync == SyncMode::kSsp || (exchanges() && min_replica_fraction < 1.0); }
 };
 
 // The declarations of the settings above (appended to the classifier loop's).

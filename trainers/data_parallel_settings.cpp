@@ -41,8 +41,10 @@ std::vector<SettingDecl> data_parallel_setting_specs() {
       {.key = "shard_optimizer", .type = T::kString, .default_value = "adagrad", .choices = {"sgd", "adagrad"},
        .help = "sync: downpour: the update each parameter-server shard applies to pushed gradients."},
       {.key = "min_replica_fraction", .type = T::kFloat, .default_value = 1.0, .min = 0, .max = 1,
-       .help = "Backup replicas: a step completes when this fraction of the replicas has reported. Only 1 (all) "
-               "is built yet.", .min_exclusive = true, .aliases = {"backup_fraction"}},
+       .help = "Backup replicas (sync: allreduce or ssp): a step completes when ceil(fraction x replicas) of the "
+               "replicas, data rank 0 among them, have reported; later gradients of that step are dropped and "
+               "counted (sync_late_packets), so stragglers do not set the pace. 1 = all (deterministic); below 1 "
+               "not deterministic.", .min_exclusive = true, .aliases = {"backup_fraction"}},
       {.key = "gradient_compression", .type = T::kString, .default_value = "none", .choices = {"none", "1bit"},
        .help = "none, or 1bit: gradients travel as one sign bit per value plus two means per 2048 values, with "
                "the quantization error carried to the next step (error feedback; CNTK's 1-bit SGD); about 1/31 "
@@ -77,10 +79,9 @@ Status parse_data_parallel(const SettingsReader& r, DataParallelSettings& s) {
     return r.bad("gradient_compression", r.raw("gradient_compression"),
                  "none with sync: hogwild (its threads share memory; nothing travels)");
   }
-  if (s.min_replica_fraction < 1.0) {
-    return r.bad("min_replica_fraction", r.raw("min_replica_fraction"),
-                 "1 (backup replicas are not built yet; sync: downpour and ssp do not wait for stragglers)");
-  }
+  // min_replica_fraction below 1 means nothing to downpour (its replicas never wait for each other)
+  // nor hogwild (one rank): ignored there, as below.
+  if (s.sync == SyncMode::kDownpour || s.sync == SyncMode::kHogwild) s.min_replica_fraction = 1.0;
   // The other modes' settings are ignored rather than refused, so that a search over `sync` can
   // fix them for the trials of the mode that reads them.
   return Status::Ok();

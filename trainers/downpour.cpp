@@ -285,6 +285,7 @@ Status Downpour::fetch(std::span<float> params) {
       std::string which;
       for (int s = 0; s < shards_; ++s)
         if (!have[static_cast<size_t>(s)]) which += (which.empty() ? "" : ", ") + std::to_string(s);
+      group_.abandon();  // the group ends and the attempt runs again, from the last checkpoint
       return err(Errc::kTimeout, "downpour: parameter-server shard(s) " + which + " did not answer a fetch within " +
                                      std::to_string(group_.timeout().count()) + " ms (a dead shard fails the attempt)");
     }
@@ -409,6 +410,7 @@ Status Downpour::finish() {
     if (own_done && (!leader || summaries == shards_)) return Status::Ok();
     if (own_done && deadline == Clock::time_point::max()) deadline = Clock::now() + 2 * group_.timeout();
     if (spins % 64 == 0 && Clock::now() >= deadline) {
+      group_.abandon();
       return err(Errc::kTimeout, "downpour: " + std::to_string(shards_ - summaries) +
                                      " parameter-server shard(s) sent no summary (a dead shard fails the attempt)");
     }

@@ -23,8 +23,15 @@
 // updates, the staleness it saw (a push's staleness: the updates from other replicas the shard
 // applied since that replica's last fetch of it), each replica's pushes and whether it was
 // dropped. The leader waits for every shard's summary in finish(). Open MPI ends the whole job
-// when a rank dies unless mpirun runs with --enable-recovery (tests/test_downpour_kill.cpp does);
-// without it a dead replica ends the group as any failure does, and the trial is queued again.
+// when a rank dies unless mpirun runs with --enable-recovery, which the launcher passes when the
+// campaign can run a downpour or ssp trial (launch/launcher.h, GroupResources::rank_recovery); the
+// trial then finishes on the others, its result names the dropped replicas (a replica_dropped event
+// each) and says the group lost a rank (TrialResult::group_degraded): the group worker ends the
+// group after sending it, and the launcher starts it again.
+//
+// A shard that dies: a fetch (or the leader's wait for the summaries) that gets no answer within
+// the group's timeout abandons the group (TrainerGroup::abandon): the group ends without a result,
+// and the master queues the attempt again, which resumes from the trial's last checkpoint.
 //
 // Not deterministic. Single-threaded: everything runs on the training thread.
 #pragma once

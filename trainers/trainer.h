@@ -51,6 +51,10 @@ struct TrialContext {
 
   std::function<void(int64_t step, const protocol::Metrics& metrics)> report = [](int64_t, const protocol::Metrics&) {};
   std::function<bool()> stop_requested = [] { return false; };
+  // In a group: the leader's own stop flag, without a collective (false on the other ranks), for a
+  // trainer that hands it to the other ranks itself once a collective could no longer complete (a
+  // rank died: trainers/replica_exchange.h). Without a group: unused.
+  std::function<bool()> leader_stop_requested = [] { return false; };
 
   // trainer settings overlaid with params.
   nlohmann::json settings() const {
@@ -65,6 +69,14 @@ struct TrialResult {
   bool stopped = false;   // ended early on a stop request
   protocol::Metrics metrics;
   std::vector<protocol::Artifact> artifacts;
+  // Events of the attempt for the store (a data replica that died and was dropped), and how the
+  // data replicas combined gradients (trainer.sync; "" for trainers without it): done's fields.
+  std::vector<protocol::TrialEvent> events = {};
+  std::string sync_mode = "";
+  // A rank of the group is gone (it died, and the trial finished on the others): the group must
+  // not run another trial. The group worker ends the group once this result is sent; the launcher
+  // starts it again (worker/group_worker.h).
+  bool group_degraded = false;
 };
 
 class Trainer {

@@ -101,6 +101,12 @@ struct TrainerCapabilities {
   // smaller rate for the loaded layers), with the value a run from scratch has: a transfer stage's
   // baseline twin sets each where its target has it (transfer/transfer_plan.h, twin_params).
   std::vector<std::pair<std::string, nlohmann::json>> twin_resets;
+  // A string setting with values under which a trial survives the loss of one of its group's ranks
+  // (the classifier kinds' sync: downpour and ssp go on with the other data replicas): a campaign
+  // that can run such a trial starts its MPI groups with mpirun --enable-recovery
+  // (launch/launcher.h, GroupResources::rank_recovery). nullptr: none.
+  const char* rank_loss_setting = nullptr;
+  std::vector<std::string> rank_loss_values;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";

@@ -17,6 +17,13 @@
 // kills every rank, the launcher reports the group's exit, and the master requeues the trial.
 // A broken group never reports a trial as failed: the failure is the group's, not the trial's.
 //
+// Under mpirun --enable-recovery (HPCTUNE_GROUP_RECOVERY=1, launch/launcher.h rank_recovery: the
+// campaign can run downpour or ssp trials, which survive a rank's death) mpirun ends nothing by
+// itself, so a rank that ends the group SIGTERMs mpirun, its parent, which ends the others. A
+// trial that finished without one of its ranks (TrialResult::group_degraded) is sent to the
+// master (done.group_ends: it assigns the group nothing more); then the leader ends the group the
+// same way, and the launcher starts it again.
+//
 // Trainers that start their own ranks (`command`): run_single_process_worker() runs one process
 // whose trials see ctx.ranks = ranks_data * ranks_model and no group.
 #pragma once

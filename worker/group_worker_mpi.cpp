@@ -1,9 +1,13 @@
 // The ranks of a multi-rank trainer group over MPI: leader, followers, watchdog (group_worker.h).
 #include "worker/group_worker.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -26,11 +30,20 @@ void log_line(const WorkerOptions& worker, const std::string& line) {
   }
 }
 
-// Ends this rank at once: the group is unusable, and mpirun takes the other ranks down with it.
+// Whether mpirun runs this group with --enable-recovery (launch::kGroupRecoveryEnv, "1"): a rank
+// that dies, or exits, then does not end the others.
+bool rank_recovery() {
+  const char* v = std::getenv("HPCTUNE_GROUP_RECOVERY");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// Ends this rank at once: the group is unusable. mpirun takes the other ranks down with it; under
+// --enable-recovery it would not, so this rank asks mpirun (its parent) to end the job first.
 [[noreturn]] void end_group(const WorkerOptions& worker, const std::string& why) {
   log_line(worker, "ending the trainer group: " + why);
   std::fflush(stdout);
   std::fflush(stderr);
+  if (rank_recovery() && getppid() != 1) ::kill(getppid(), SIGTERM);
   _exit(kGroupBrokenExitCode);
 }
 
@@ -155,6 +168,7 @@ Result<trainers::TrialResult> run_in_group(trainers::Trainer& trainer, const tra
   c.group = &group;
   c.ranks = group.size();
   auto leader_stop = ctx.stop_requested;
+  if (group.leader()) c.leader_stop_requested = leader_stop;
   c.stop_requested = [&group, leader_stop] {
     auto flag = group.broadcast_flag(leader_stop());
     return !flag.ok() || *flag;  // a failed broadcast stops the trainer; the group is then broken
@@ -178,8 +192,10 @@ Result<trainers::TrialResult> run_in_group(trainers::Trainer& trainer, const tra
 // The leader's wrapper around each trainer.
 class LeaderTrainer final : public trainers::Trainer {
  public:
-  LeaderTrainer(std::unique_ptr<trainers::Trainer> inner, const GroupWorkerOptions& options, MPI_Comm control, Watchdog& watchdog)
-      : inner_(std::move(inner)), options_(options), control_(control), watchdog_(watchdog) {}
+  LeaderTrainer(std::unique_ptr<trainers::Trainer> inner, const GroupWorkerOptions& options, MPI_Comm control,
+                Watchdog& watchdog, std::atomic<int>& leave, std::atomic<bool>& degraded)
+      : inner_(std::move(inner)), options_(options), control_(control), watchdog_(watchdog), leave_(leave),
+        degraded_(degraded) {}
   std::string kind() const override { return inner_->kind(); }
 
   Result<trainers::TrialResult> run(const trainers::TrialContext& ctx) override {
@@ -191,7 +207,16 @@ class LeaderTrainer final : public trainers::Trainer {
     HPCTUNE_ASSIGN(collectives::MpiGroupOptions g, group_options(ctx, options_));  // every rank sees the same error
     auto group = make_group(g, watchdog_);
     if (!group.ok()) end_group(options_.worker, "cannot build the trial's group: " + group.error().to_string());
-    return run_in_group(*inner_, ctx, **group, watchdog_, options_.worker);
+    auto result = run_in_group(*inner_, ctx, **group, watchdog_, options_.worker);
+    if (result.ok() && result->group_degraded) {
+      // A rank died and the trial finished on the others: its result goes to the master, then the
+      // worker loop ends (the leave flag is its `terminate`) and run_leader ends the group.
+      log_line(options_.worker, "trial " + std::to_string(ctx.trial_id) +
+                                    ": a rank of the group is gone; the group ends once the result is sent");
+      degraded_.store(true);
+      leave_.store(2);
+    }
+    return result;
   }
 
  private:
@@ -199,20 +224,46 @@ class LeaderTrainer final : public trainers::Trainer {
   const GroupWorkerOptions& options_;
   MPI_Comm control_;
   Watchdog& watchdog_;
+  std::atomic<int>& leave_;
+  std::atomic<bool>& degraded_;
 };
 
 Status run_leader(const GroupWorkerOptions& options, MPI_Comm control, Watchdog& watchdog) {
   if (!options.connect) return err(Errc::kInvalidArgument, "no way to connect to the master");
   WorkerOptions worker = options.worker;
   const MakeTrainer make = options.worker.make;
-  worker.make = [&options, make, control, &watchdog](const std::string& kind) -> Result<std::unique_ptr<trainers::Trainer>> {
+  // The loop's `terminate`: the process's (SIGTERM), mirrored, or 2 once a trial left the group
+  // without one of its ranks (LeaderTrainer): the loop then sends that result and ends.
+  std::atomic<int> leave{0};
+  std::atomic<bool> mirroring{true};
+  std::thread mirror([&] {
+    while (mirroring.load()) {
+      if (options.worker.terminate && options.worker.terminate->load() > 0 && leave.load() == 0) leave.store(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::atomic<bool> degraded{false};
+  worker.terminate = &leave;
+  worker.make = [&options, make, control, &watchdog, &leave, &degraded](const std::string& kind) -> Result<std::unique_ptr<trainers::Trainer>> {
     HPCTUNE_ASSIGN(auto inner, make(kind));
-    return std::unique_ptr<trainers::Trainer>(std::make_unique<LeaderTrainer>(std::move(inner), options, control, watchdog));
+    return std::unique_ptr<trainers::Trainer>(
+        std::make_unique<LeaderTrainer>(std::move(inner), options, control, watchdog, leave, degraded));
   };
   Status status = [&]() -> Status {
     HPCTUNE_ASSIGN(auto transport, options.connect());
-    return run_worker(*transport, worker);
+    Status s = run_worker(*transport, worker);
+    // The loop handed the result to the socket, which drops what it has not sent when it closes
+    // (linger 0): give it a moment on the way out of a group that lost a rank.
+    if (degraded.load()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return s;
   }();
+  mirroring.store(false);
+  mirror.join();
+  if (degraded.load()) {
+    // No broadcast reaches every rank now: mpirun (under --enable-recovery) ends the job.
+    end_group(options.worker, "a rank of the group died during the last trial (its result was sent); the "
+                              "launcher starts the group again");
+  }
   // Whatever ended the loop, the followers end too.
   std::string shutdown = nlohmann::json{{"type", "shutdown"}}.dump();
   watchdog.own_call(true);

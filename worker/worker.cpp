@@ -127,6 +127,9 @@ class RunningTrial {
           done.stopped = result->stopped;
           done.metrics = result->metrics;
           done.artifacts = result->artifacts;
+          done.events = result->events;
+          done.sync_mode = result->sync_mode;
+          done.group_ends = result->group_degraded;
           // Sizes are read here, where the files are: the master may not see this file system.
           for (auto& artifact : done.artifacts) {
             std::error_code ec;

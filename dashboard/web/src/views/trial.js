@@ -28,6 +28,7 @@ export default async function trial(ctx) {
       stat('stage', t.stage ?? '—'),
       stat('generation', t.generation === undefined ? '—' : String(t.generation)),
       stat('group', t.group === undefined || t.group === null ? '—' : String(t.group)),
+      ...(t.sync_mode ? [stat('sync mode', figure('sync-mode', t.sync_mode, t.sync_mode))] : []),
       stat('duration', duration(t.seconds)),
       stat('started', when(t.started_at)),
       stat('finished', when(t.finished_at))),
