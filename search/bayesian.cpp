@@ -443,7 +443,8 @@ class Bayesian final : public SearcherBase {
         m, static_cast<Eigen::Index>(enc_.feature_dims()));
     for (Eigen::Index i = 0; i < m; ++i) enc_.features(cands[static_cast<std::size_t>(i)], F.row(i).data());
     Eigen::VectorXd mean, var;
-    model_predict(F, mean, var);
+    if (cfg_.forest) forest_.predict(F, mean, var);
+    else gp_.predict_mean(F, mean);
     out.assign(mean.data(), mean.data() + mean.size());
   }
 
@@ -466,16 +467,24 @@ class Bayesian final : public SearcherBase {
     for (std::size_t i = 0; i < enc_.dims(); ++i) searched += enc_.spec(i).type == ParamType::kFixed ? 0 : 1;
     const double radius2 = cfg_.escape_radius * cfg_.escape_radius * static_cast<double>(searched);
     Rng rng = rng_for(seq, 0xBA5);
-    std::vector<std::vector<double>> label(data_.size());
+    // Only the best kLabelled points get a basin (each descent costs up to 64 x 2d predictions):
+    // the heads of the basins worth descending are among them, and an ask at 1,000 observations
+    // stays near its cost without escapes.
+    constexpr std::size_t kLabelled = 64;
+    std::vector<std::size_t> by_loss;
     for (std::size_t j = 0; j < data_.size(); ++j)
-      if (!data_[j].losses.empty()) label[j] = basin_of(data_[j].u, rng);
+      if (!data_[j].losses.empty()) by_loss.push_back(j);
+    std::stable_sort(by_loss.begin(), by_loss.end(), [&](std::size_t a, std::size_t b) { return batch_raw_[a] < batch_raw_[b]; });
+    if (by_loss.size() > kLabelled) by_loss.resize(kLabelled);
+    std::vector<std::vector<double>> label(data_.size());
+    for (std::size_t j : by_loss) label[j] = basin_of(data_[j].u, rng);
     // Other basins' best points, best first.
     std::vector<std::size_t> heads;
     for (std::size_t j = 0; j < data_.size(); ++j) {
-      if (data_[j].losses.empty() || label[j] == label[best]) continue;
+      if (label[j].empty() || label[j] == label[best]) continue;
       bool better_in_basin = false;
       for (std::size_t k = 0; k < data_.size() && !better_in_basin; ++k)
-        better_in_basin = k != j && !data_[k].losses.empty() && label[k] == label[j] &&
+        better_in_basin = k != j && !label[k].empty() && label[k] == label[j] &&
                           (batch_raw_[k] < batch_raw_[j] || (batch_raw_[k] == batch_raw_[j] && k < j));
       if (!better_in_basin) heads.push_back(j);
     }

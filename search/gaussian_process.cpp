@@ -289,6 +289,15 @@ void GaussianProcess::predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd& mean, 
   var = (s2 - Ks.colwise().squaredNorm().transpose().array()).cwiseMax(1e-12 * s2).matrix();
 }
 
+void GaussianProcess::predict_mean(const Eigen::MatrixXd& Xs, Eigen::VectorXd& mean) const {
+  const auto n = static_cast<Eigen::Index>(n_);
+  if (n == 0) {
+    mean = Eigen::VectorXd::Zero(Xs.rows());
+    return;
+  }
+  mean = cross_kernel(X_.topRows(n), warp_inputs(Xs, hyper_)).transpose() * alpha_;
+}
+
 double GaussianProcess::log_marginal_likelihood() const {
   const auto n = static_cast<Eigen::Index>(n_);
   double out = -0.5 * y_.head(n).dot(alpha_) - 0.5 * static_cast<double>(n) * std::log(2.0 * std::numbers::pi);
