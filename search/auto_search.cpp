@@ -12,12 +12,16 @@ std::vector<SettingDecl> auto_settings() {
   return {
       {"gp_max_trials", SettingType::kInt, 2000, 1, 1e9, {},
        "above this budget auto runs tpe instead of the Gaussian process, whose cost grows with the trials"},
+      {"forest_below_trials", SettingType::kInt, 100, 0, 1e9, {},
+       "on spaces mostly of unordered choices, below this budget auto's portfolio pairs tpe with a random forest, from "
+       "it on with the Gaussian process"},
   };
 }
 
 Result<AutoChoice> auto_choice(const SearchSpec& spec) {
   HPCTUNE_ASSIGN(auto s, resolve_settings("auto", auto_settings(), spec.settings));
   const int64_t gp_max = s["gp_max_trials"].get<int64_t>();
+  const int64_t forest_below = s["forest_below_trials"].get<int64_t>();
   int64_t searched = 0, floats = 0, ordinal = 0, categorical = 0, conditional = 0;
   for (const auto& p : spec.space.params()) {
     if (p.type == ParamType::kFixed) continue;
@@ -37,13 +41,20 @@ Result<AutoChoice> auto_choice(const SearchSpec& spec) {
                                  ", where the Gaussian process would slow every ask"};
   }
   if (spec.objectives.size() <= 1 && 2 * categorical >= searched) {
+    // Below 100 trials a random forest (splits "this value or not") beats the GP's overlap kernel on
+    // such spaces; from 100 on the GP, with data enough for its pairwise structure, is better.
+    const bool small = spec.max_trials > 0 && spec.max_trials < forest_below;
     return AutoChoice{"portfolio",
                       space + ", at least half of them unordered choices; a budget of " +
-                          std::to_string(spec.max_trials) +
-                          " trials (on such spaces a random forest's splits need no distance between values; with "
-                          "tpe sharing the trials it had the best median on Hartmann-6 over an unordered grid, "
-                          "bench/results/search-hartmann-grid.md)",
-                      {"forest", "tpe"}};
+                          std::to_string(spec.max_trials) + " trials" +
+                          (small ? " (below " + std::to_string(forest_below) +
+                                       ": a random forest's splits need no distance between values; with tpe sharing "
+                                       "the trials it had the best median on such spaces up to 60 trials, "
+                                       "bench/results/search-hartmann-grid.md)"
+                                 : " (from " + std::to_string(forest_below) +
+                                       " on, the Gaussian process with tpe: the better portfolio at 100 and 200 trials "
+                                       "on the NAS-like cells of bench/results/search.md)"),
+                      {small ? "forest" : "bayesian", "tpe"}};
   }
   return AutoChoice{"bayesian", space + "; a budget of " + std::to_string(spec.max_trials) +
                                     " trials (the Gaussian process had the best median regret on most of "

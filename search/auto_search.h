@@ -11,18 +11,21 @@
 //   - budget above `gp_max_trials` (default 2000)          -> tpe: the GP's ask grows with the
 //     observations (about 57 ms at n = 1000, d = 10) and its fit is O(n^3); TPE's stays ~2 ms
 //   - one objective, at least half of the searched parameters unordered choices (NAS-like cells,
-//     categorical grids; conditional or not)                 -> portfolio of forest and tpe
-//     (search/portfolio.h; forest: bayesian with `surrogate: forest`, SMAC's random forest, whose
-//     splits are "this value or not" and need no distance between unordered values). Hartmann-6
-//     on a 6-level unordered grid, 60 trials, median over 100 seeds (0..99 / 1000..1099):
-//     forest+tpe 0.646 / 0.638, the earlier bayesian+tpe portfolio 0.791 / 0.752, tpe 0.741,
-//     the GP 1.05; on the held-out categorical cases at 20 seeds better in 5 of 12, within their
-//     spread in the rest (bench/results/search-hartmann-grid.md)
+//     categorical grids; conditional or not)                 -> a portfolio (search/portfolio.h)
+//     of tpe and, below 100 trials, forest (bayesian with `surrogate: forest`, SMAC's random
+//     forest, whose splits are "this value or not" and need no distance between unordered
+//     values), from 100 trials on the Gaussian process. Hartmann-6 on a 6-level unordered grid,
+//     60 trials, median over 100 seeds (0..99 / 1000..1099): forest+tpe 0.646 / 0.638, GP+tpe
+//     0.791 / 0.752, tpe 0.741 / 0.638, the GP 1.05; at 100-200 trials the GP+tpe portfolio was
+//     the better one on the NAS-like cells (cat-08 at 200: 0.472 on every seed against 0.618;
+//     nas-cell and nas-cell2 at 100: 0 against 0.19 and 0.85; cat-01 at 100: 1.39 against 2.33)
+//     (bench/results/search.md, search-hartmann-grid.md)
 //   - otherwise (continuous, ordinal grids, mixed mostly numbers, several objectives) -> bayesian
-// The budget only matters against gp_max_trials: a small budget (10 trials) picks as a large one,
-// since the GP's and the portfolio's start-up designs shrink to half the budget.
+// The budget matters against gp_max_trials and forest_below_trials (100; no budget counts as a
+// large one); otherwise a small budget (10 trials) picks as a large one, since the GP's and the
+// portfolio's start-up designs shrink to half the budget.
 // The pick depends only on the space, the budget and the objectives, so it is the same after a
-// resume. Settings: gp_max_trials.
+// resume. Settings: gp_max_trials, forest_below_trials.
 #pragma once
 
 #include <memory>

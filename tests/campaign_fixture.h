@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,13 +26,15 @@ namespace hpctune::testing {
 
 using namespace std::chrono_literals;
 
-// Runs `hpctune args...`, output to `log`; returns the handle.
-inline launch::ChildProcess start_hpctune(const std::vector<std::string>& args, const std::string& log) {
+// Runs `hpctune args...`, output to `log`, with `env` added to its environment; returns the handle.
+inline launch::ChildProcess start_hpctune(const std::vector<std::string>& args, const std::string& log,
+                                          std::map<std::string, std::string> env = {}) {
   launch::SpawnOptions o;
   o.argv = {HPCTUNE_BINARY};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.stdout_path = log;
   o.stderr_path = "=stdout";
+  o.env = std::move(env);
   auto child = launch::ChildProcess::spawn(o);
   REQUIRE(child.ok());
   return std::move(child).value();

@@ -30,19 +30,6 @@ std::string cnn_config(const std::string& name, int data, int model, int max_tri
          "}\n  heartbeat_interval: 0.5\n  heartbeat_timeout: 30\n";
 }
 
-ChildProcess start_with_env(const std::vector<std::string>& args, const std::string& log,
-                            std::map<std::string, std::string> env) {
-  SpawnOptions o;
-  o.argv = {HPCTUNE_BINARY};
-  o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.stdout_path = log;
-  o.stderr_path = "=stdout";
-  o.env = std::move(env);
-  auto child = ChildProcess::spawn(o);
-  REQUIRE(child.ok());
-  return std::move(child).value();
-}
-
 }  // namespace
 
 TEST_CASE("a 2 x 2 group trains a cnn trial through the master") {
@@ -50,7 +37,7 @@ TEST_CASE("a 2 x 2 group trains a cnn trial through the master") {
   const std::string cfg = dir.write("c.yaml", cnn_config("grid2x2", 2, 2, 1, 1, 1000));
   const std::string db = dir.file("c.db");
   // No thread settings here: the launcher gives each of the 4 ranks max(1, cores / 4) threads.
-  ChildProcess p = start_with_env({"run", cfg, "--db", db}, dir.file("log"), {});
+  ChildProcess p = start_hpctune({"run", cfg, "--db", db}, dir.file("log"), {});
   auto status = p.wait_for(240s);
   REQUIRE_MESSAGE(status.has_value(), tail_file(dir.file("log"), 40));
   CHECK_MESSAGE(status->success(), tail_file(dir.file("log"), 40));
@@ -73,7 +60,7 @@ TEST_CASE("a hung rank: the watchdog ends the group and the trial runs again") {
   const std::string cfg = dir.write("c.yaml", cnn_config("hung", 2, 1, 1, 1, 600));
   const std::string db = dir.file("c.db");
   const std::string hang = dir.file("hang-once");
-  ChildProcess p = start_with_env({"run", cfg, "--db", db}, dir.file("log"),
+  ChildProcess p = start_hpctune({"run", cfg, "--db", db}, dir.file("log"),
                                   {{"OMP_NUM_THREADS", "1"},
                                    {"HPCTUNE_TEST_HANG_FILE", hang},
                                    {"HPCTUNE_TEST_HANG_RANK", "1"},
@@ -102,7 +89,7 @@ TEST_CASE("a SIGKILLed master leaves no rank of a group behind") {
   TempDir dir;
   const std::string cfg = dir.write("c.yaml", cnn_config("orphans", 2, 1, 1, 50, 2000));
   const std::string db = dir.file("c.db");
-  ChildProcess p = start_with_env({"run", cfg, "--db", db}, dir.file("log"), {{"OMP_NUM_THREADS", "1"}});
+  ChildProcess p = start_hpctune({"run", cfg, "--db", db}, dir.file("log"), {{"OMP_NUM_THREADS", "1"}});
   // mpirun and its two ranks carry the campaign on their command lines; wait for a running trial.
   const bool running = wait_until(
       [&] {

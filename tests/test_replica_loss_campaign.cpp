@@ -39,24 +39,11 @@ std::string config(const std::string& name, int ranks, int max_trials, const std
          "  heartbeat_interval: 0.5\n  heartbeat_timeout: 60\n";
 }
 
-ChildProcess start_with_env(const std::vector<std::string>& args, const std::string& log,
-                            std::map<std::string, std::string> env) {
-  SpawnOptions o;
-  o.argv = {HPCTUNE_BINARY};
-  o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.stdout_path = log;
-  o.stderr_path = "=stdout";
-  o.env = std::move(env);
-  auto child = ChildProcess::spawn(o);
-  REQUIRE(child.ok());
-  return std::move(child).value();
-}
-
 // Runs the campaign with replica `kill` (data rank:step) SIGKILLed once, the group's timeout
 // `timeout_s`; returns its log.
 std::string run_with_kill(TempDir& dir, const std::string& cfg, const std::string& db, const std::string& kill,
                           int timeout_s) {
-  ChildProcess p = start_with_env({"run", cfg, "--db", db}, dir.file("log"),
+  ChildProcess p = start_hpctune({"run", cfg, "--db", db}, dir.file("log"),
                                   {{"OMP_NUM_THREADS", "1"},
                                    {"HPCTUNE_TEST_KILL_REPLICA", kill},
                                    {"HPCTUNE_TEST_KILL_ONCE_FILE", dir.file("killed-once")},
