@@ -230,6 +230,15 @@ class Bayesian final : public SearcherBase {
     return f;
   }
 
+  // The model's inputs of several candidates, a row each.
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> features_of(
+      const std::vector<std::vector<double>>& cands) const {
+    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> F(
+        static_cast<Eigen::Index>(cands.size()), static_cast<Eigen::Index>(enc_.feature_dims()));
+    for (std::size_t i = 0; i < cands.size(); ++i) enc_.features(cands[i], F.row(static_cast<Eigen::Index>(i)).data());
+    return F;
+  }
+
   // Scalar losses of the data for this batch (multi-objective: a random scalarization).
   std::vector<double> raw_targets(int64_t seq) const {
     std::vector<double> y;
@@ -438,10 +447,7 @@ class Bayesian final : public SearcherBase {
   }
 
   void score_mean(const std::vector<std::vector<double>>& cands, std::vector<double>& out) const {
-    const auto m = static_cast<Eigen::Index>(cands.size());
-    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> F(
-        m, static_cast<Eigen::Index>(enc_.feature_dims()));
-    for (Eigen::Index i = 0; i < m; ++i) enc_.features(cands[static_cast<std::size_t>(i)], F.row(i).data());
+    const auto F = features_of(cands);
     Eigen::VectorXd mean, var;
     if (cfg_.forest) forest_.predict(F, mean, var);
     else gp_.predict_mean(F, mean);
@@ -507,9 +513,7 @@ class Bayesian final : public SearcherBase {
   // Acquisition values (larger is better) of candidates.
   void score(const std::vector<std::vector<double>>& cands, std::vector<double>& out, const Region& region) const {
     const auto m = static_cast<Eigen::Index>(cands.size());
-    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> F(
-        m, static_cast<Eigen::Index>(enc_.feature_dims()));
-    for (Eigen::Index i = 0; i < m; ++i) enc_.features(cands[static_cast<std::size_t>(i)], F.row(i).data());
+    const auto F = features_of(cands);
     Eigen::VectorXd mean, var;
     model_predict(F, mean, var);
     out.resize(cands.size());
