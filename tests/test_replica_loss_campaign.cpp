@@ -132,8 +132,11 @@ TEST_CASE("ssp in a campaign: a replica SIGKILLed mid-trial is dropped and the o
   // message of it is half sent: a sender that dies mid-message leaves the receiver's wait for the
   // rest to time out, and the attempt is queued again). The leader drops it after the group's
   // timeout of silence, and the two others train on, without another collective of the group.
+  // Momentum 0: stale gradients act as momentum of their own, and with sgd's 0.9 this tiny 2-epoch
+  // model ends anywhere between 0.18 and 0.55 test accuracy at staleness 1-4, with or without a
+  // drop (0.745 at staleness 0); with momentum 0 it ends at 0.68-0.71 (README, "ssp and momentum").
   const std::string cfg = dir.write("c.yaml", config("ssp-kill", 3, 1, "  staleness: {type: choice, values: [2]}\n",
-                                                    "  sync: ssp\n"));
+                                                    "  sync: ssp\n  momentum: 0\n"));
   const std::string db = dir.file("c.db");
   (void)run_with_kill(dir, cfg, db, "1:23", 8);
   auto trials = read_trials(db);
@@ -148,12 +151,9 @@ TEST_CASE("ssp in a campaign: a replica SIGKILLed mid-trial is dropped and the o
   CHECK(t.metrics.value("sync_replica2_fraction", 0.0) == 1.0);
   // Replica 1 made steps 0..22 of 2 x 23.
   CHECK(t.metrics.value("sync_replica1_fraction", 1.0) == doctest::Approx(23.0 / 46));
-  // KNOWN DEFECT (closing note of 2026-11-28, not fixed): after the drop the two survivors' model is
-  // sometimes not trained any more: test_accuracy 0.08 and 0.275 in 2 of 4 runs (chance 0.1), above
-  // 0.3 in the others; downpour's survivors (above) are fine. Reported, not asserted, until fixed:
-  // the trial finishing with the rest (everything above) is what this case checks.
-  WARN_MESSAGE(t.metrics.value("test_accuracy", 0.0) > 0.2,
-               "ssp after a dropped replica: test_accuracy " << t.metrics.value("test_accuracy", 0.0) << " (known defect)");
+  // The survivors' model is trained: 0.665-0.69 in 6 runs, the same as without a drop (0.68-0.705);
+  // an update lost or applied twice around the drop would show here (chance is 0.1).
+  CHECK(t.metrics.value("test_accuracy", 0.0) > 0.55);
   int dropped = 0;
   for (const auto& e : read_events(db)) {
     if (e.kind != "replica_dropped") continue;

@@ -27,7 +27,9 @@ std::vector<SettingDecl> data_parallel_setting_specs() {
                "of one rank updating shared weights without locks; not deterministic above 1 thread).",
        .aliases = {"sync_mode", "synchronization", "parallel_mode"}},
       {.key = "staleness", .type = T::kInt, .default_value = 2, .min = 0, .max = 64,
-       .help = "sync: ssp: how many steps a replica may run ahead of the slowest (0 = allreduce, bit for bit).",
+       .help = "sync: ssp: how many steps a replica may run ahead of the slowest (0 = allreduce, bit for bit). "
+               "Stale gradients act as momentum of their own: with sgd's momentum 0.9 and staleness >= 1 "
+               "training degrades or stalls; lower `momentum` (0-0.5) or search it with the mode (README).",
        .aliases = {"staleness_bound", "max_staleness", "ssp_staleness"}},
       {.key = "ps_shards", .type = T::kInt, .default_value = 0, .min = 0, .max = 1024,
        .help = "sync: downpour: parameter-server shards (0 = one per data rank with ps_placement: replicas, 1 with "
