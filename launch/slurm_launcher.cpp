@@ -172,8 +172,10 @@ Result<std::vector<std::string>> slurm_step_command(const LocalLauncherOptions& 
       return err(Errc::kUnavailable, "resources.slurm.launch mpirun: '" + mpirun +
                                          "' was not found (groups of several ranks need Open MPI's mpirun)");
     }
-    // Over the nodes SLURM gave the step: no shared-memory-only transports, slots from SLURM.
-    for (auto& a : mpirun_command(found, ranks, {})) argv.push_back(std::move(a));
+    // Over the nodes SLURM gave the step: no shared-memory-only transports, slots from SLURM. A
+    // campaign whose trials survive a rank's loss runs the ranks under --enable-recovery, as the
+    // local backend does (launcher.h, rank_recovery; the ranks learn it from kGroupRecoveryEnv).
+    for (auto& a : mpirun_command(found, ranks, {.enable_recovery = r.rank_recovery})) argv.push_back(std::move(a));
   }
   for (auto& a : worker_command(opt, group, threads_per_rank(opt))) argv.push_back(std::move(a));
   return argv;
@@ -196,6 +198,9 @@ std::map<std::string, std::string> slurm_step_environment(const LocalLauncherOpt
   if (ranks > 1 && !opt.resources.trainer_starts_ranks) {
     // As the local backend: containers often deny the ptrace rights Open MPI's single copy needs.
     env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none";
+    // Only mpirun can keep the others running when a rank dies: srun's step ends with its first
+    // task that fails (--kill-on-bad-exit=1), and the attempt runs again.
+    if (opt.resources.rank_recovery && one_starter(opt)) env[kGroupRecoveryEnv] = "1";
   }
   if (const int64_t t = threads_per_rank(opt); t > 0) env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = std::to_string(t);
   return env;

@@ -341,6 +341,29 @@ TEST_CASE("slurm: launch mpirun runs mpirun from task 0 over the step's nodes") 
   CHECK(step_program(*one).front() == "/opt/hpctune");
 }
 
+TEST_CASE("slurm: a campaign whose trials survive a rank's loss runs mpirun with --enable-recovery") {
+  // launch: mpirun: the ranks under --enable-recovery, told so through HPCTUNE_GROUP_RECOVERY.
+  auto o = slurm_options(3, 1, "mpirun");
+  o.resources.rank_recovery = true;
+  auto argv = slurm_step_command(o, 0, {});
+  REQUIRE(argv.ok());
+  CHECK(has(step_program(*argv), "--enable-recovery"));
+  CHECK(has(*argv, "--kill-on-bad-exit=1"));  // the step: only task 0 runs a program (mpirun)
+  CHECK(slurm_step_environment(o).at(kGroupRecoveryEnv) == "1");
+  // Without rank_recovery neither.
+  auto plain = slurm_step_command(slurm_options(3, 1, "mpirun"), 0, {});
+  REQUIRE(plain.ok());
+  CHECK(!has(step_program(*plain), "--enable-recovery"));
+  CHECK(slurm_step_environment(slurm_options(3, 1, "mpirun")).count(kGroupRecoveryEnv) == 0);
+  // launch: srun: the ranks are the step's tasks, and the step ends with the first that fails.
+  auto direct = slurm_options(3, 1, "srun");
+  direct.resources.rank_recovery = true;
+  auto srun_argv = slurm_step_command(direct, 0, {});
+  REQUIRE(srun_argv.ok());
+  CHECK(!has(*srun_argv, "--enable-recovery"));
+  CHECK(slurm_step_environment(direct).count(kGroupRecoveryEnv) == 0);
+}
+
 TEST_CASE("slurm: the time left to a job, as squeue writes it, in seconds") {
   CHECK(parse_slurm_duration("1:59") == 119.0);
   CHECK(parse_slurm_duration("2:03:04\n") == 2 * 3600 + 3 * 60 + 4.0);

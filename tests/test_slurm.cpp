@@ -293,6 +293,47 @@ TEST_CASE("slurm: a node that fails under a step: its trial is queued again and 
   CHECK(log.substr(restarted, log.find('\n', restarted) - restarted).find("--exclude=" + node + " ") != std::string::npos);
 }
 
+TEST_CASE("slurm: a downpour replica SIGKILLed mid-trial: the trial finishes on the others (mpirun --enable-recovery)") {
+  // Issue 26 on the SLURM backend: 3 data ranks on 3 nodes (launch: mpirun), ranks 0 and 1 the
+  // replicas, rank 2 the one shard; replica 1 SIGKILLs itself before its 4th minibatch of trial 1
+  // (the trainer's test aid, once per campaign). The campaign can run downpour, so mpirun runs the
+  // ranks with --enable-recovery: the leader drops the silent replica after the group's timeout
+  // (8 s here), the trial finishes, the group (one rank short) ends and a new step runs trial 2.
+  Campaign c;
+  c.config = c.dir.write("dp.yaml",
+      "name: dp\nseed: 4\nobjective: {metric: val_accuracy, mode: max}\n"
+      "search: {algorithm: grid, max_trials: 2}\n"
+      "space:\n  lr: {type: choice, values: [0.1, 0.15]}\n"
+      "trainer:\n  kind: mlp\n  hidden: [32]\n  batch_size: 32\n  epochs: 2\n  max_train_samples: 800\n"
+      "  max_test_samples: 200\n  sync: downpour\n  ps_placement: own_ranks\n  ps_shards: 1\n  shard_optimizer: sgd\n"
+      "resources:\n  backend: slurm\n  groups: 1\n  ranks: {data: 3}\n  threads: 1\n  startup_timeout: 60\n"
+      "  slurm: {ranks_per_node: 1, launch: mpirun}\n");
+  c.db = c.dir.file("dp.db");
+  sbatch(c, "export HPCTUNE_TEST_KILL_REPLICA=1:3 HPCTUNE_TEST_KILL_ONCE_FILE=" + c.dir.file("killed-once") +
+                " HPCTUNE_COLLECTIVE_TIMEOUT_S=8 OMP_NUM_THREADS=1\n");
+  REQUIRE_MESSAGE(wait_job(c.job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 150s), job_log(c));
+  CHECK_MESSAGE(job_state(c.job) == "COMPLETED", job_log(c));
+  CHECK(std::filesystem::exists(c.dir.file("killed-once")));  // the replica was killed
+  CHECK(campaign_state(c.db) == "completed");
+  check_each_trial_done_once(c.db, 2);
+  auto trials = read_trials(c.db);
+  REQUIRE(trials.size() == 2);
+  for (const auto& t : trials) {
+    CAPTURE(t.id);
+    CHECK(t.attempt == 1);  // the kill cost no attempt
+    CHECK(t.metrics.value("test_accuracy", 0.0) > 0.2);  // trained (chance 0.1)
+  }
+  CHECK(trials[0].metrics.value("sync_replicas_dropped", -1.0) == 1.0);
+  CHECK(trials[1].metrics.value("sync_replicas_dropped", -1.0) == 0.0);
+  CHECK(count_events(c.db, "replica_dropped") == 1);
+  // The group that lost a rank ran trial 2 in a step of its own.
+  const std::string log = read_file(c.db + ".trials/logs/group-0.log");
+  CHECK(log.find("--enable-recovery") != std::string::npos);
+  int steps = 0;
+  for (size_t at = log.find("hpctune: step "); at != std::string::npos; at = log.find("hpctune: step ", at + 1)) ++steps;
+  CHECK_MESSAGE(steps == 2, log);
+}
+
 TEST_CASE("slurm: without a warning signal, the master stops signal_before ahead of the job's time limit") {
   // A 1-minute job with no --signal and signal_before 50 s: the master stops by itself ~10 s in,
   // records the running trials as interrupted (none failed) and ends before SLURM's time limit.
