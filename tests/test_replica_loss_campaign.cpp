@@ -224,5 +224,14 @@ TEST_CASE("allreduce in a campaign that runs groups with --enable-recovery: a de
   CHECK(attempts["ssp"] == 1);
   CHECK(count_events(db, "group_restarted") >= 1);
   CHECK(seconds < 120);  // no wait past the group's timeout (8 s) beyond the restart
+  // The ssp trial (staleness 2, sgd's default momentum 0.9) warns that the two momenta overshoot;
+  // the allreduce trial does not.
+  const std::string group_log = read_file(db + ".trials/logs/group-0.log");
+  auto warnings = [&](const std::string& text) {
+    int n = 0;
+    for (size_t at = group_log.find(text); at != std::string::npos; at = group_log.find(text, at + 1)) ++n;
+    return n;
+  };
+  CHECK(warnings("warning: ssp with staleness 2 and momentum 0.9: stale gradients add momentum of their own") == 1);
   check_no_orphans(db);
 }

@@ -19,6 +19,7 @@
 
 #include "common/npy.h"
 #include "common/rng.h"
+#include "common/text.h"
 #include "nn/blas.h"
 #include "nn/checkpoint.h"
 #include "nn/denormals.h"
@@ -701,6 +702,14 @@ Result<TrialResult> train_classifier(const std::string& kind, const ClassifierSe
   // of an interval) sees the step it has to decide on.
   if (start_epoch > 0 && start_epoch == s.epochs && !last.empty() && lay.leader()) ctx.report(start_epoch, last);
 
+  if (exchanging && lay.leader() && s.parallel.sync == SyncMode::kSsp && s.parallel.staleness > 0 &&
+      s.optimizer.kind == nn::OptimizerKind::kSgd && s.optimizer.momentum >= 0.8) {
+    // Measured (README, "ssp and momentum"): the two momenta together overshoot.
+    warn(kind, ctx, "ssp with staleness " + std::to_string(s.parallel.staleness) + " and momentum " +
+                        format_number(s.optimizer.momentum) +
+                        ": stale gradients add momentum of their own, and training may degrade or stall; a momentum "
+                        "of 0-0.5 trains as allreduce does (README, \"ssp and momentum\")");
+  }
   if (exchanging) {
     ReplicaExchangeOptions xo;
     xo.staleness = s.parallel.sync == SyncMode::kSsp ? s.parallel.staleness : 0;
