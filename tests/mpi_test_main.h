@@ -7,9 +7,16 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <stdlib.h>
+
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "collectives/collectives.h"
+#include "collectives/trainer_group.h"
 
 namespace hpctune::testing {
 
@@ -23,6 +30,19 @@ inline int world_size() {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
+}
+
+// A directory made by the group's leader, named `prefix`-XXXXXX, the same path on every rank (the
+// ranks of these tests share one machine).
+inline std::string shared_temp_dir(collectives::TrainerGroup& g, const std::string& prefix) {
+  std::vector<uint8_t> bytes;
+  if (g.leader()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    bytes.assign(tmpl.begin(), tmpl.end());
+  }
+  REQUIRE(g.broadcast_bytes(bytes).ok());
+  return std::string(bytes.begin(), bytes.end());
 }
 
 inline int mpi_test_main(int argc, char** argv, const char* name) {

@@ -28,23 +28,13 @@
 #include "trainers/mlp_trainer.h"
 
 using namespace hpctune;
+using hpctune::testing::shared_temp_dir;
 using namespace hpctune::trainers;
 using namespace hpctune::collectives;
 
 namespace {
 
 using hpctune::testing::synthetic;
-
-std::string shared_temp_dir(TrainerGroup& g) {
-  std::vector<uint8_t> bytes;
-  if (g.leader()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-async-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    bytes.assign(tmpl.begin(), tmpl.end());
-  }
-  REQUIRE(g.broadcast_bytes(bytes).ok());
-  return std::string(bytes.begin(), bytes.end());
-}
 
 std::unique_ptr<TrainerGroup> replicas(int data_ranks) {
   MpiGroupOptions go;
@@ -111,7 +101,7 @@ TEST_CASE("ssp with staleness 0 equals allreduce bit for bit (weights, optimizer
     nlohmann::json ssp = sync;
     ssp["sync"] = "ssp";
     ssp["staleness"] = 0;
-    const std::string a = shared_temp_dir(*g), b = shared_temp_dir(*g);
+    const std::string a = shared_temp_dir(*g, "hpctune-async"), b = shared_temp_dir(*g, "hpctune-async");
     auto ra = train(g.get(), sync, data, a);
     REQUIRE_MESSAGE(ra.ok(), ra.error().message());
     auto rb = train(g.get(), ssp, data, b);
@@ -143,7 +133,7 @@ TEST_CASE("ssp: with replica 1 three times slower, no replica runs more than sta
   ssp["debug_slowdown"] = 3.0;
   ssp["debug_slowdown_rank"] = 1;
   ssp["hidden"] = {256, 256};  // enough compute per step for the slowdown to show
-  const std::string dir = shared_temp_dir(*g);
+  const std::string dir = shared_temp_dir(*g, "hpctune-async");
   auto r = train(g.get(), ssp, data, dir);
   REQUIRE_MESSAGE(r.ok(), r.error().message());
   CHECK(r->metrics.at("sync_staleness_max") <= kStaleness);
@@ -255,7 +245,7 @@ TEST_CASE("downpour: replicas that serve the shards train with sgd and adagrad s
     dp["lr"] = lr;
     dp["gradient_compression"] = compression;
     dp["fetch_interval"] = 2;
-    const std::string dir = shared_temp_dir(*g);
+    const std::string dir = shared_temp_dir(*g, "hpctune-async");
     auto b = train(g.get(), dp, data, dir);
     REQUIRE_MESSAGE(b.ok(), b.error().message());
     if (g->leader()) {

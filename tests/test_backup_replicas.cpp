@@ -30,21 +30,11 @@
 #include "trainers/mlp_trainer.h"
 
 using namespace hpctune;
+using hpctune::testing::shared_temp_dir;
 using namespace hpctune::trainers;
 using namespace hpctune::collectives;
 
 namespace {
-
-std::string shared_temp_dir(TrainerGroup& g) {
-  std::vector<uint8_t> bytes;
-  if (g.leader()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-backup-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    bytes.assign(tmpl.begin(), tmpl.end());
-  }
-  REQUIRE(g.broadcast_bytes(bytes).ok());
-  return std::string(bytes.begin(), bytes.end());
-}
 
 Result<TrialResult> train(TrainerGroup* g, const nlohmann::json& settings, const ImageClassificationData& data,
                           const std::string& dir, int64_t trial_id) {
@@ -103,7 +93,7 @@ TEST_CASE("backup replicas: at fraction 0.5 a replica 3x slower does not set the
   nlohmann::json all = base;  // every replica counts: the allreduce waits for the straggler
   nlohmann::json backup = base;
   backup["min_replica_fraction"] = 0.5;
-  const std::string dir = shared_temp_dir(g);
+  const std::string dir = shared_temp_dir(g, "hpctune-backup");
   auto slow = train(&g, all, data, "", 1);
   REQUIRE_MESSAGE(slow.ok(), slow.error().message());
   auto fast = train(&g, backup, data, dir, 2);

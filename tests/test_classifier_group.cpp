@@ -27,6 +27,7 @@
 #include "trainers/mlp_trainer.h"
 
 using namespace hpctune;
+using hpctune::testing::shared_temp_dir;
 using namespace hpctune::trainers;
 using namespace hpctune::nn;
 using namespace hpctune::collectives;
@@ -35,18 +36,6 @@ namespace {
 
 using hpctune::testing::synthetic;
 using hpctune::testing::world_rank;
-
-// A directory made by rank 0, the same path on every rank (one machine).
-std::string shared_temp_dir(TrainerGroup& g) {
-  std::vector<uint8_t> bytes;
-  if (g.leader()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "hpctune-clfgroup-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    bytes.assign(tmpl.begin(), tmpl.end());
-  }
-  REQUIRE(g.broadcast_bytes(bytes).ok());
-  return std::string(bytes.begin(), bytes.end());
-}
 
 // The 2 ranks as a group of `data_ranks` x `model_ranks`.
 std::unique_ptr<TrainerGroup> group_of(int data_ranks, int model_ranks) {
@@ -105,7 +94,7 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
     CAPTURE(model_ranks);
     auto created = group_of(data_ranks, model_ranks);
     TrainerGroup& g = *created;
-    const std::string full_dir = shared_temp_dir(g), split_dir = shared_temp_dir(g);
+    const std::string full_dir = shared_temp_dir(g, "hpctune-clfgroup"), split_dir = shared_temp_dir(g, "hpctune-clfgroup");
 
     Run full = run(&g, settings, data, full_dir, 1, false);
     REQUIRE_MESSAGE(full.result.ok(), full.result.error().message());
@@ -220,7 +209,7 @@ TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout")
   const nlohmann::json source = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
                                  {"epochs", 2}, {"lr_schedule", "constant"}, {"classes", {0, 1, 2}}};
   auto world = group_of(2, 1);
-  const std::string src_dir = shared_temp_dir(*world), one_dir = shared_temp_dir(*world);
+  const std::string src_dir = shared_temp_dir(*world, "hpctune-clfgroup"), one_dir = shared_temp_dir(*world, "hpctune-clfgroup");
   if (world->leader()) REQUIRE(run(nullptr, source, data, src_dir, 1, false).result.ok());
   MPI_Barrier(MPI_COMM_WORLD);
   auto pbt = source;
@@ -248,7 +237,7 @@ TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout")
       REQUIRE(many.reports.size() == 1);
       CHECK(many.reports[0].first == 3);
     }
-    const std::string dir = shared_temp_dir(g);
+    const std::string dir = shared_temp_dir(g, "hpctune-clfgroup");
     Run tuned = run(&g, transfer, data, dir, 1, false);
     REQUIRE_MESSAGE(tuned.result.ok(), tuned.result.error().message());
     MPI_Barrier(MPI_COMM_WORLD);
