@@ -20,6 +20,7 @@
 #include "common/settings.h"
 #include "search/grid_search.h"
 #include "search/test_functions.h"
+#include "config/trainer_kinds.h"
 #include "trainers/trainer_settings.h"
 
 namespace hpctune::config {
@@ -184,6 +185,7 @@ class Builder {
     const json& s = root_["search"];
     c.algorithm = s["algorithm"].get<std::string>();
     c.max_trials = s["max_trials"].get<int64_t>();
+    c.max_steps = s["max_steps"].get<int64_t>();
     c.max_time_s = s["max_time"].get<double>();
     c.max_attempts = s["max_attempts"].get<int64_t>();
     c.max_failures = s["max_failures"].get<int64_t>();
@@ -263,10 +265,43 @@ class Builder {
                          (w_.given("early_stopping.max_t") ? ")" : ", the trainer's last step)"));
     }
     c.early_stopping_settings = settings;
+    if (settings.value("mode", std::string()) == "pause") HPCTUNE_TRY(check_pause(settings));
     if (c.early_stopping != "none" && c.objectives.size() > 1)
       return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",
                      c.early_stopping + " judges one objective, but " + std::to_string(c.objectives.size()) +
                          " are given");
+    return Status::Ok();
+  }
+
+  // early_stopping.mode pause: each attempt trains to the trial's next rung through the trainer's
+  // step setting, and a paused trial resumes from its checkpoint (workflow/promotion_source.h).
+  Status check_pause(const json& settings) {
+    const json& t = root_["trainer"];
+    const std::string kind = t.value("kind", "");
+    const auto* can = trainers::trainer_capabilities(kind);
+    if (can == nullptr) return Status::Ok();  // the walker refused the kind
+    const std::string at = "early_stopping.mode";
+    if (can->step_setting == nullptr)
+      return w_.fail(w_.mark_of(at), at,
+                     "pause trains each trial to its next rung through the trainer's step setting, and trainer kind '" +
+                         kind + "' has none (use mode: stop)");
+    if (root_.contains("space") && root_["space"].is_object() && root_["space"].contains(can->step_setting))
+      return w_.fail(w_.mark_of("space." + std::string(can->step_setting)), "space." + std::string(can->step_setting),
+                     "under early_stopping.mode pause the stopper sets each attempt's " +
+                         std::string(can->step_setting) + " itself (its rungs, up to max_t)");
+    if (settings.value("max_t", int64_t{0}) < 1)
+      return w_.fail(w_.mark_of(at), at,
+                     "pause needs early_stopping.max_t, the steps of a full training (or trainer." +
+                         std::string(can->step_setting) + ")");
+    bool checkpoints = can->checkpoints.written;
+    std::string lacks = "trainer kind '" + kind + "' writes none (" + checkpoint_writers() + " do)";
+    if (can->provides_setting != nullptr) {
+      checkpoints = false;
+      for (const auto& v : t.value(can->provides_setting, json::array())) checkpoints = checkpoints || v == "checkpoints";
+      lacks = "its program declares none: add checkpoints to trainer." + std::string(can->provides_setting);
+    }
+    if (!checkpoints)
+      return w_.fail(w_.mark_of(at), at, "pause resumes a paused trial from its checkpoint, and " + lacks);
     return Status::Ok();
   }
 

@@ -156,6 +156,12 @@ std::vector<Setting> declarations() {
       {.path = "search.max_trials", .type = Type::kInt, .help = "Number of trials to run: the campaign's budget.",
        .min = 1, .required = true, .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},
        .example = "20"},
+      {.path = "search.max_steps", .type = Type::kInt,
+       .help = "Budget in training steps: the sum of the steps every trial trained (each (trial, step) counted once); "
+               "no trial starts or resumes once it is spent (0 = none). Under early_stopping.mode pause the search "
+               "continues its most promising paused trials when it has nothing new to propose, until it is spent "
+               "(0 there: every trial's full training).", .default_value = 0, .min = 0,
+       .aliases = {"step_budget", "max_epochs", "budget_steps"}},
       {.path = "search.max_time", .type = Type::kDuration,
        .help = "Wall-clock budget: no trial starts after it (0 = unlimited).", .default_value = 0, .min = 0,
        .max = 365 * kDay, .aliases = {"timeout", "time_limit", "time_budget", "max_duration"}},

@@ -110,9 +110,12 @@ Status Scheduler::close_stage(std::size_t index, Clock::time_point now) {
     if (of_stage(id)) waiting.push_back(id);
   for (int64_t id : paused_)
     if (of_stage(id)) waiting.push_back(id);
+  for (int64_t id : held_)
+    if (of_stage(id)) waiting.push_back(id);
   if (waiting.empty()) return {};
   std::erase_if(queue_, of_stage);
   std::erase_if(paused_, of_stage);
+  std::erase_if(held_, of_stage);
   for (int64_t id : waiting) {
     HPCTUNE_TRY(store_.mark_waiting_interrupted(id, trials_[id].attempt));
     ++interrupted_count_;
@@ -333,8 +336,12 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.resume_from = row.resume_from;
       trial.stage = k;
       trial.seed = meta_seed(row.meta);
+      trial.last_step = row.step;
+      const bool held = state == TrialState::kPaused && stage.source && stage.source->holds_paused();
+      if (held) trial.state = TrialState::kPaused;
       trials_[row.id] = std::move(trial);
-      queue_.push_back(row.id);
+      if (held) held_.push_back(row.id);
+      else queue_.push_back(row.id);
     }
     history[k].push_back(std::move(rec));
   }
@@ -342,7 +349,14 @@ Status Scheduler::restore(Clock::time_point now) {
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     if (stages_[k].source) stages_[k].source->restore(history[k]);
   }
-  HPCTUNE_TRY(replay_reports(final_trials));
+  // A source that holds paused trials resumes them from their checkpoints: what they reported
+  // before stays part of their history (a pausing stopper's rungs).
+  std::map<int64_t, FinalTrial> unfinished;
+  for (const auto& [id, t] : trials_) {
+    const TrialSource* src = stages_[t.stage].source;
+    if (src != nullptr && src->holds_paused() && src->replays_reports()) unfinished[id] = {t.stage, t.seq, 0};
+  }
+  HPCTUNE_TRY(replay_reports(final_trials, unfinished));
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
   return {};
@@ -824,6 +838,81 @@ void Scheduler::mark_idle(Worker& w) {
   idle_.emplace(w.group, w.peer);
 }
 
+bool Scheduler::stage_busy(std::size_t stage) const {
+  for (const auto& [id, t] : trials_) {
+    if (t.stage != stage) continue;
+    if (std::find(held_.begin(), held_.end(), id) == held_.end()) return true;
+  }
+  return false;
+}
+
+void Scheduler::take_resumptions(std::size_t n) {
+  while (queue_.size() < n && !held_.empty()) {
+    bool taken = false;
+    for (std::size_t k = 0; k < stages_.size() && !taken; ++k) {
+      Stage& st = stages_[k];
+      if (st.source == nullptr || st.closed || !st.active) continue;
+      std::vector<int64_t> seqs;
+      for (int64_t id : held_) {
+        const Trial& t = trials_.at(id);
+        if (t.stage == k) seqs.push_back(t.seq);
+      }
+      if (seqs.empty()) continue;
+      const std::optional<int64_t> seq = st.source->resume_next(seqs);
+      if (!seq) continue;
+      auto it = std::find_if(held_.begin(), held_.end(), [&](int64_t id) {
+        const Trial& t = trials_.at(id);
+        return t.stage == k && t.seq == *seq;
+      });
+      if (it == held_.end()) continue;  // a seq it was not offered: ignored
+      queue_.push_back(*it);
+      held_.erase(it);
+      taken = true;
+    }
+    if (!taken) return;
+  }
+}
+
+Status Scheduler::settle_held(Clock::time_point now) {
+  std::vector<int64_t> ending;
+  for (int64_t id : held_) {
+    const Trial& t = trials_.at(id);
+    const Stage& st = stages_[t.stage];
+    const bool makes_more = !st.exhausted && st.created < st.max_trials && gave_up_.empty() && !out_of_time(now);
+    if (!makes_more && !stage_busy(t.stage)) ending.push_back(id);
+  }
+  if (ending.empty()) return {};
+  const double tw = wall(now);
+  for (int64_t id : ending) {
+    Trial& t = trials_.at(id);
+    if (t.last_metrics.empty()) {
+      // Restored after a restart: its last report is in the store.
+      HPCTUNE_ASSIGN(auto rows, store_.metrics(id));
+      std::pair<int64_t, int64_t> latest{0, 0};  // (attempt, step)
+      for (const auto& r : rows) latest = std::max(latest, {r.attempt, r.step});
+      t.last_step = latest.second;
+      for (const auto& r : rows)
+        if (std::pair{r.attempt, r.step} == latest) t.last_metrics[r.name] = r.value;
+    }
+    const auto objective = objective_of(t.last_metrics);
+    HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t.id, t.attempt, TrialState::kPruned, metrics_json(t.last_metrics),
+                                                     objective, t.last_step, "", tw));
+    std::erase(held_, id);
+    if (applied) {
+      HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "held_trial_ended", t.id, t.attempt, -1,
+                                   {{"step", t.last_step}, {"reason", "its stage resumes no held trial and makes no new one"}},
+                                   tw));
+      log("trial " + std::to_string(t.id) + " ends pruned at step " + std::to_string(t.last_step) +
+          ": paused, and its stage will not resume it");
+      ++pruned_;
+      tell_searcher(t, search::Outcome::kPruned, t.last_metrics, t.last_step);
+      HPCTUNE_TRY(after_finish(now));
+    }
+    trials_.erase(id);
+  }
+  return {};
+}
+
 Status Scheduler::dispatch(Clock::time_point now) {
   if (interrupted_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
   // The idle workers in the order of their groups.
@@ -838,7 +927,14 @@ Status Scheduler::dispatch(Clock::time_point now) {
     ++it;
   }
   if (idle.empty()) return {};
+  // Retries first (the queue), then held trials their sources resume, then new trials.
+  if (queue_.size() < idle.size()) take_resumptions(idle.size());
   if (queue_.size() < idle.size()) HPCTUNE_TRY(ask_more(idle.size() - queue_.size(), now));
+  if (queue_.size() < idle.size() && !held_.empty()) {
+    // A free group, and nothing to run: held trials no source will resume end now.
+    HPCTUNE_TRY(settle_held(now));
+    if (fatal_) return {};
+  }
   const double tw = wall(now);
   for (Worker* w : idle) {
     if (queue_.empty()) break;
@@ -958,10 +1054,18 @@ Status Scheduler::tick(Clock::time_point now) {
       send(w, protocol::Heartbeat{});
     }
   }
-  // Trials paused at an earlier turn (committed since) are queued again, ahead of new ones.
+  // Trials paused at an earlier turn (committed since) are queued again, ahead of new ones, or held
+  // for their source to resume (resume_next).
   for (auto it = paused_.rbegin(); it != paused_.rend(); ++it) {
     auto t = trials_.find(*it);
-    if (t != trials_.end() && t->second.state == TrialState::kPaused) queue_.push_front(*it);
+    if (t == trials_.end() || t->second.state != TrialState::kPaused) continue;
+    if (source_of(t->second).holds_paused()) continue;
+    queue_.push_front(*it);
+  }
+  for (int64_t id : paused_) {
+    auto t = trials_.find(id);
+    if (t != trials_.end() && t->second.state == TrialState::kPaused && source_of(t->second).holds_paused())
+      held_.push_back(id);
   }
   paused_.clear();
   for (const auto& peer : silent) {
@@ -1005,7 +1109,7 @@ void Scheduler::send(Worker& w, const protocol::Message& m) {
 
 bool Scheduler::finished() const {
   if (interrupted_) return true;
-  const bool in_flight = trials_.size() > queue_.size() + paused_.size();
+  const bool in_flight = trials_.size() > queue_.size() + paused_.size() + held_.size();
   // Queued trials are left for a resume.
   if (out_of_time(last_now_) || !gave_up_.empty()) return !in_flight;
   if (!trials_.empty()) return false;
@@ -1023,7 +1127,7 @@ Progress Scheduler::progress() const {
   p.failed = failed_;
   p.interrupted = interrupted_count_;
   p.queued = static_cast<int64_t>(queue_.size());
-  p.paused = static_cast<int64_t>(paused_.size());
+  p.paused = static_cast<int64_t>(paused_.size() + held_.size());
   p.running = static_cast<int64_t>(trials_.size()) - p.queued - p.paused;
   p.created = created_;
   p.max_trials = 0;
@@ -1094,12 +1198,13 @@ Status Scheduler::after_finish(Clock::time_point now) {
 // would. As on the live path, a trial's reports after a stop decision are not shown to the stopper.
 // Not replayed exactly: the on_finish() that an earlier lost attempt of a finished trial caused
 // (it matters to the median rule only, and only between the loss and the trial's end).
-Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_trials) {
+Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_trials,
+                                 const std::map<int64_t, FinalTrial>& unfinished) {
   auto replays = [this](std::size_t k) { return stages_[k].source && stages_[k].source->replays_reports(); };
   // Without early stopping there is nothing to rebuild (and nothing to tell the user).
   bool any = false;
   for (const Stage& st : stages_) any = any || (st.source && st.source->replays_reports());
-  if (opt_.objectives.empty() || final_trials.empty() || !any) return {};
+  if (opt_.objectives.empty() || (final_trials.empty() && unfinished.empty()) || !any) return {};
   HPCTUNE_ASSIGN(auto reports, store_.campaign_metrics(opt_.campaign_id, opt_.objectives[0].metric));
   struct Event {
     double t;
@@ -1111,10 +1216,12 @@ Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_tria
   std::vector<Event> events;
   events.reserve(reports.size() + final_trials.size());
   for (const auto& r : reports) {
-    auto it = final_trials.find(r.trial_id);
-    if (it == final_trials.end() || !std::isfinite(r.value)) continue;
-    if (!replays(it->second.stage)) continue;
-    events.push_back({r.t, 0, r.trial_id, it->second.seq, r.attempt, r.step, r.value, it->second.stage});
+    const FinalTrial* info = nullptr;
+    if (auto it = final_trials.find(r.trial_id); it != final_trials.end()) info = &it->second;
+    else if (auto u = unfinished.find(r.trial_id); u != unfinished.end()) info = &u->second;
+    if (info == nullptr || !std::isfinite(r.value)) continue;
+    if (!replays(info->stage)) continue;
+    events.push_back({r.t, 0, r.trial_id, info->seq, r.attempt, r.step, r.value, info->stage});
   }
   for (const auto& [id, info] : final_trials) {
     if (replays(info.stage)) {
@@ -1142,7 +1249,8 @@ Status Scheduler::replay_reports(const std::map<int64_t, FinalTrial>& final_tria
   }
   if (replayed == 0) return {};
   log("early stopping: replayed " + std::to_string(replayed) + " recorded reports of " +
-      std::to_string(final_trials.size()) + " finished trials");
+      std::to_string(final_trials.size()) + " finished trials" +
+      (unfinished.empty() ? std::string() : " and " + std::to_string(unfinished.size()) + " waiting ones"));
   return store_.add_event(opt_.campaign_id, "stopper_replayed", 0, 0, -1,
                           {{"reports", replayed}, {"trials", final_trials.size()}, {"stop_decisions", stops}},
                           wall(start_));

@@ -14,7 +14,10 @@
 //     |                   |                    |--done after pause--> paused as attempt+1, with the
 //     +---- next tick ----|--------------------+   source's new parameters and checkpoint; queued
 //                         |                    |   again (at the front) at the next tick, so the
-//                         |                    |   pause is committed before any group takes it
+//                         |                    |   pause is committed before any group takes it;
+//                         |                    |   or, for a source that holds_paused(), held until
+//                         |                    |   its resume_next() names it for a free group
+//                         |                    |   (held trials it never names end pruned)
 //                         |                    |--failed--> failed            (the trainer's error)
 //                         +--------------------+--group lost--> queued as attempt+1
 //                                                  (failed once max_attempts attempts were lost)
@@ -287,7 +290,8 @@ class Scheduler {
     int64_t seq;
     double finished_at;
   };
-  Status replay_reports(const std::map<int64_t, FinalTrial>& final_trials);
+  Status replay_reports(const std::map<int64_t, FinalTrial>& final_trials,
+                        const std::map<int64_t, FinalTrial>& unfinished);
   void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
   Status after_finish(Clock::time_point now);
   void note_failure(int64_t trial_id, const std::string& reason);
@@ -313,7 +317,13 @@ class Scheduler {
   std::vector<int64_t> silent_groups_;
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;
-  std::vector<int64_t> paused_;  // paused at this turn: queued again (at the front) at the next tick
+  std::vector<int64_t> paused_;  // paused at this turn: queued again (at the front) or held at the next tick
+  std::vector<int64_t> held_;    // paused trials whose source resumes them (resume_next), in pause order
+  // Moves held trials that their sources name (resume_next) into the queue until it holds `n`.
+  void take_resumptions(std::size_t n);
+  // Ends, pruned, the held trials of every stage that will run none of them (see holds_paused()).
+  Status settle_held(Clock::time_point now);
+  bool stage_busy(std::size_t stage) const;  // a trial of it queued, paused this turn or in flight
   std::optional<Error> fatal_;
   int64_t created_ = 0;              // suggestions turned into trials, every stage
   int64_t done_ = 0, pruned_ = 0, failed_ = 0, interrupted_count_ = 0;

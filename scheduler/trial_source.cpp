@@ -3,6 +3,9 @@
 
 namespace hpctune::scheduler {
 
-Result<std::vector<search::Suggestion>> SearchSource::ask(std::size_t n) { return searcher_.ask(n); }
+Result<std::vector<search::Suggestion>> SearchSource::ask(std::size_t n) {
+  if (steps_spent()) return std::vector<search::Suggestion>{};
+  return searcher_.ask(n);
+}
 
 }  // namespace hpctune::scheduler

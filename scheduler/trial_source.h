@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,19 @@ class TrialSource {
   virtual Verdict on_report(const TrialView& trial, int64_t step, double value) = 0;
   // An attempt of trial `seq` ended without a result (lost, paused): it will report from step 1 again.
   virtual void on_attempt_end(int64_t seq) = 0;
+  // Whether this source decides when its paused trials run again. true: a paused trial is held
+  // aside (once its pause is committed) until resume_next() names it; a stage whose held trials no
+  // call names while none of its trials is queued or running, and which makes no new ones, ends
+  // them pruned with their last report. false: a paused trial is queued again at the next tick,
+  // ahead of new ones.
+  virtual bool holds_paused() const { return false; }
+  // A group is free: which held trial (a seq of `held`, in the order they paused) runs on it now,
+  // or nullopt for none now (the group then gets a new trial from ask(), if there is one). The
+  // trial named is dispatched at once: the source counts it as running from here.
+  virtual std::optional<int64_t> resume_next(const std::vector<int64_t>& held) {
+    (void)held;
+    return std::nullopt;
+  }
   // The attempt of `trial` ended on this source's pause at `step`, recorded in the store in the
   // same transaction: its trainer has returned, so the files in trial.trial_dir are the ones of
   // that step (PBT copies them into the snapshot its pause named). An error ends the campaign.
@@ -115,10 +130,15 @@ class SearchSource final : public TrialSource {
   SearchSource(search::Searcher& searcher, search::EarlyStopper& stopper) : searcher_(searcher), stopper_(stopper) {}
   std::string kind() const override { return "search"; }
   Result<std::vector<search::Suggestion>> ask(std::size_t n) override;
-  bool exhausted() const override { return searcher_.exhausted(); }
+  bool exhausted() const override { return searcher_.exhausted() || steps_spent(); }
   Verdict on_report(const TrialView& trial, int64_t step, double value) override {
+    note_step(trial.seq, step);
     return stopper_.on_report(trial.seq, step, value) == search::Decision::kStop ? Verdict::stop() : Verdict::carry_on();
   }
+  // search.max_steps: no new trial once the trials' reported steps add up to it (each trial counts
+  // its highest step); 0 = none.
+  void set_max_steps(int64_t max_steps) { max_steps_ = max_steps; }
+  bool steps_spent() const { return max_steps_ > 0 && steps_ >= max_steps_; }
   void on_attempt_end(int64_t seq) override { stopper_.on_finish(seq); }
   void tell(const search::Observation& observation) override {
     searcher_.tell(observation);
@@ -127,13 +147,20 @@ class SearchSource final : public TrialSource {
   void restore(const std::vector<search::Record>& history) override { searcher_.restore(history); }
   bool replays_reports() const override { return stopper_.name() != "none"; }
   bool replay_report(int64_t seq, int64_t step, double value) override {
+    note_step(seq, step);
     return stopper_.on_report(seq, step, value) == search::Decision::kStop;
   }
   nlohmann::json state() const override { return searcher_.state(); }
 
  private:
+  void note_step(int64_t seq, int64_t step) {
+    int64_t& reached = reached_[seq];
+    if (step > reached) steps_ += step - reached, reached = step;
+  }
   search::Searcher& searcher_;
   search::EarlyStopper& stopper_;
+  int64_t max_steps_ = 0, steps_ = 0;
+  std::map<int64_t, int64_t> reached_;  // seq -> its highest reported step
 };
 
 }  // namespace hpctune::scheduler

@@ -13,6 +13,12 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+SettingDecl mode_setting() {
+  return {"mode", SettingType::kString, "stop", -kInf, kInf, {"stop", "pause"},
+          "stop: a trial below the top of a rung ends (pruned); pause: it waits at the rung with its checkpoint and "
+          "continues from it when promoted, so nothing is trained twice (needs a trainer that saves checkpoints)"};
+}
+
 std::vector<SettingDecl> asha_settings() {
   return {
       {"grace_period", SettingType::kInt, 1, 1, kInf, {}, "the first rung, in steps (minimum resource r)"},
@@ -20,6 +26,7 @@ std::vector<SettingDecl> asha_settings() {
        "eta: rungs are eta times apart and the top 1/eta of a rung continues"},
       {"max_t", SettingType::kInt, 0, 0, kInf, {}, "the last step a trial reaches; rungs at or past it are not judged, nor any report at or past it (0: none; the config defaults it to the trainer's steps or epochs)"},
       {"min_early_stopping_rate", SettingType::kInt, 0, 0, 64, {}, "s: the first rung is at r * eta^s"},
+      mode_setting(),
   };
 }
 
@@ -28,6 +35,7 @@ std::vector<SettingDecl> hyperband_settings() {
       {"grace_period", SettingType::kInt, 1, 1, kInf, {}, "the smallest first rung, in steps (minimum resource r)"},
       {"reduction_factor", SettingType::kFloat, 3.0, 1.01, 1000, {}, "eta, as in asha"},
       {"max_t", SettingType::kInt, 81, 1, kInf, {}, "the maximum resource R: brackets s = 0..floor(log_eta(R / r)); the config defaults it to the trainer's steps or epochs"},
+      mode_setting(),
   };
 }
 
@@ -79,6 +87,31 @@ class Rungs {
     }
   }
 
+  // The rungs below max_t (max_t 0: none is listed).
+  std::vector<int64_t> milestones() const {
+    std::vector<int64_t> out;
+    for (std::size_t k = 0; max_t_ > 0; ++k) {
+      const int64_t m = milestone(k);
+      if (m >= max_t_) break;
+      if (out.empty() || m > out.back()) out.push_back(m);
+    }
+    return out;
+  }
+
+  std::optional<EarlyStopper::Standing> standing(int64_t seq, bool maximize) const {
+    auto next = next_rung_.find(seq);
+    if (next == next_rung_.end() || next->second == 0) return std::nullopt;
+    const std::size_t k = next->second - 1;
+    const auto& rung = recorded_[k];
+    double loss = kInf;
+    for (const auto& [other, l] : rung)
+      if (other == seq) loss = l;
+    std::size_t better = 0;
+    for (const auto& [other, l] : rung) better += l < loss ? 1 : 0;
+    const auto keep = std::max<std::size_t>(1, static_cast<std::size_t>(std::floor(static_cast<double>(rung.size()) / eta_)));
+    return EarlyStopper::Standing{milestone(k), maximize ? -loss : loss, better + 1 <= keep};
+  }
+
   nlohmann::json state(bool maximize) const {
     nlohmann::json rungs = nlohmann::json::array();
     for (std::size_t k = 0; k < recorded_.size(); ++k) {
@@ -100,6 +133,7 @@ class Asha final : public EarlyStopper {
  public:
   Asha(const nlohmann::json& s, bool maximize)
       : maximize_(maximize),
+        pauses_(s["mode"] == "pause"),
         rungs_(static_cast<double>(s["grace_period"].get<int64_t>()), s["reduction_factor"].get<double>(),
                s["max_t"].get<int64_t>(), s["min_early_stopping_rate"].get<int64_t>()) {}
   std::string name() const override { return "asha"; }
@@ -107,15 +141,20 @@ class Asha final : public EarlyStopper {
     return rungs_.report(seq, step, loss_of(value, maximize_));
   }
   nlohmann::json state() const override { return {{"rungs", rungs_.state(maximize_)}}; }
+  bool pauses() const override { return pauses_; }
+  std::vector<int64_t> milestones(int64_t) const override { return rungs_.milestones(); }
+  std::optional<Standing> standing(int64_t seq) const override { return rungs_.standing(seq, maximize_); }
 
  private:
   bool maximize_;
+  bool pauses_ = false;
   Rungs rungs_;
 };
 
 class Hyperband final : public EarlyStopper {
  public:
-  Hyperband(const nlohmann::json& s, bool maximize, uint64_t seed) : maximize_(maximize), seed_(seed) {
+  Hyperband(const nlohmann::json& s, bool maximize, uint64_t seed)
+      : maximize_(maximize), pauses_(s["mode"] == "pause"), seed_(seed) {
     const double r = static_cast<double>(s["grace_period"].get<int64_t>());
     const double eta = s["reduction_factor"].get<double>();
     const auto max_t = s["max_t"].get<int64_t>();
@@ -144,6 +183,11 @@ class Hyperband final : public EarlyStopper {
   Decision on_report(int64_t seq, int64_t step, double value) override {
     return brackets_[bracket_of(seq)].report(seq, step, loss_of(value, maximize_));
   }
+  bool pauses() const override { return pauses_; }
+  std::vector<int64_t> milestones(int64_t seq) const override { return brackets_[bracket_of(seq)].milestones(); }
+  std::optional<Standing> standing(int64_t seq) const override {
+    return brackets_[bracket_of(seq)].standing(seq, maximize_);
+  }
   nlohmann::json state() const override {
     nlohmann::json b = nlohmann::json::array();
     for (std::size_t i = 0; i < brackets_.size(); ++i)
@@ -153,6 +197,7 @@ class Hyperband final : public EarlyStopper {
 
  private:
   bool maximize_;
+  bool pauses_ = false;
   uint64_t seed_;
   std::vector<Rungs> brackets_;
   std::vector<double> weights_;

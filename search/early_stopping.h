@@ -19,6 +19,8 @@
 //              s = 0..floor(log_eta(max_t / grace_period)) of ASHA with min_early_stopping_rate s;
 //              each trial joins one bracket, drawn with Hyperband's weights
 //              n_s = ceil((s_max + 1) / (s_max - s + 1) * eta^(s_max - s)).
+//   asha and hyperband also take `mode`: stop (a trial below the top of a rung ends, pruned) or pause
+//   (it waits at the rung with its checkpoint, and continues from there when promoted: standing()).
 //   median     grace_period  int 1   no stop before this step
 //              min_samples   int 3   how many finished trials must have reported by this step
 //              Stops a trial whose best value so far is worse than the median, over finished
@@ -28,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,26 @@ class EarlyStopper {
   // `value` is the raw objective at `step` (1-based epochs or steps).
   virtual Decision on_report(int64_t seq, int64_t step, double value) = 0;
   virtual void on_finish(int64_t seq) { (void)seq; }
+  // Pause mode (`mode: pause`): a trial below the top of a rung waits there instead of ending.
+  virtual bool pauses() const { return false; }
+  // The steps where trial `seq` is judged (its bracket's rungs below max_t), ascending; empty for a
+  // stopper without rungs.
+  virtual std::vector<int64_t> milestones(int64_t seq) const {
+    (void)seq;
+    return {};
+  }
+  // Where a trial stands: the last rung it reached, its value there, and whether it is now in the
+  // top max(1, floor(n / eta)) of the n trials that reached that rung (ASHA's promotion rule: more
+  // arrivals at a rung promote more of it). nullopt before its first rung.
+  struct Standing {
+    int64_t rung = 0;   // its step
+    double value = 0;   // raw
+    bool in_top = false;
+  };
+  virtual std::optional<Standing> standing(int64_t seq) const {
+    (void)seq;
+    return std::nullopt;
+  }
   // What the stopper has recorded (rungs and their values, brackets), for the dashboard.
   virtual nlohmann::json state() const { return nlohmann::json::object(); }
 };

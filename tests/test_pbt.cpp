@@ -632,8 +632,10 @@ TEST_CASE("pbt: a schedule is replayed: every member trains through its interval
   CHECK(bad.error().message().find("schedule") != std::string::npos);
 }
 
-TEST_CASE("pbt: never backwards: a bottom member does not exploit a snapshot older than its own step") {
-  Harness h(pbt_spec());
+TEST_CASE("pbt: older_snapshots false: a bottom member does not exploit a snapshot older than its own step") {
+  PbtSpec spec = pbt_spec();
+  spec.settings.older_snapshots = false;
+  Harness h(spec);
   first_round(h);  // every member paused at step 2; member 0 the best
   // Member 3 reaches step 4 first and is the worst: the only top snapshot is member 0's at step 2.
   // Going back to it would train steps 3-4 again, and a member could do so forever.
@@ -726,4 +728,55 @@ TEST_CASE("pbt: a program's checkpoint directory is snapshotted whole and read-o
     CHECK(s.error().message().find("saved nothing in " + ck + " (HPCTUNE_CHECKPOINT_DIR)") != std::string::npos);
     CHECK(s.error().message().find("mlp, cnn, command with trainer.provides: [checkpoints]") != std::string::npos);
   }
+}
+
+TEST_CASE("pbt: a bottom member exploits a better member's older snapshot: its step goes back, exact bytes") {
+  Harness h(pbt_spec());
+  const std::string bytes0 = first_round(h);  // every member paused at step 2; member 0 the best (0.9)
+  // Member 3 reaches step 4 first and is the worst there (0.05 < member 0's 0.9 at step 2): it
+  // takes member 0's step-2 snapshot, goes back to step 2 and trains to step 4 again.
+  h.write_checkpoint(3);
+  Verdict v = h.report(3, 4, 0.05);
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  REQUIRE(v.note.contains("pbt_exploit"));
+  CHECK(v.note.at("pbt_exploit").at("source_step") == 2);
+  CHECK(v.note.at("pbt_exploit").at("step") == 4);
+  CHECK(v.params.at("epochs") == 4);  // from step 2, one interval
+  CHECK(v.resume_from == h.dir(0) + "/pbt/000-step-2");
+  CHECK(read_file(v.resume_from + "/checkpoint-stage0.bin") == bytes0);
+  CHECK(v.lineage_parent == h.members.at(0).id);
+  h.pause(3);
+  // Member 3's next interval starts at step 2 again: it counts as the least advanced.
+  CHECK(h.source->resume_next({3}) == std::optional<int64_t>(3));
+}
+
+TEST_CASE("pbt: in step: the least advanced paused member runs first, none more than max_lead intervals ahead") {
+  Harness h(pbt_spec());
+  first_round(h);  // all four paused at step 2 (their next intervals start there)
+  // Every member is at step 2: the lowest seq first.
+  CHECK(h.source->resume_next({2, 0, 1}) == std::optional<int64_t>(0));
+  // Member 0 trains to 4 and pauses: it is one interval ahead of members 1-3 and must wait.
+  h.write_checkpoint(0);
+  REQUIRE(h.report(0, 4, 0.95).kind == Verdict::Kind::kPause);
+  h.pause(0);
+  CHECK(h.source->resume_next({0}) == std::nullopt);
+  CHECK(h.source->resume_next({0, 1}) == std::optional<int64_t>(1));
+  // With no limit it may run ahead.
+  PbtSpec unlimited = pbt_spec();
+  unlimited.settings.max_lead = 0;
+  Harness u(unlimited);
+  first_round(u);
+  u.write_checkpoint(0);
+  REQUIRE(u.report(0, 4, 0.95).kind == Verdict::Kind::kPause);
+  u.pause(0);
+  CHECK(u.source->resume_next({0}) == std::optional<int64_t>(0));
+}
+
+TEST_CASE("pbt: new members run before paused ones") {
+  Harness h(pbt_spec());
+  auto first = h.source->ask(2);
+  require_ok(first);
+  REQUIRE(first->size() == 2);
+  // Two of four members asked: the held ones wait for the other two to be asked.
+  CHECK(h.source->resume_next({0, 1}) == std::nullopt);
 }

@@ -7,6 +7,8 @@
 // values gives.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -670,4 +672,114 @@ TEST_CASE("pbt: an exploit trains the source's exact snapshot with the explored 
     ++checked;
   }
   CHECK(checked >= 1);
+}
+
+TEST_CASE("pbt: 6 members on 2 groups stay in step: none is more than one interval ahead of the slowest") {
+  TempDir dir;
+  const std::string cfg = dir.write(
+      "p.yaml",
+      "name: pbt6\nseed: 11\nobjective: {metric: val_accuracy, mode: max}\n"
+      "trainer: {kind: mlp, epochs: 6, max_train_samples: 600, max_test_samples: 300, hidden: 16, "
+      "lr_schedule: constant}\n"
+      "resources: {groups: 2}\n"
+      "stages:\n"
+      "  - {name: pop, kind: pbt, population: 6, ready: 2, steps: 6, quantile: 0.34, space: {lr: {type: float, "
+      "low: 0.001, high: 0.5, log: true}, momentum: {type: float, low: 0.0, high: 0.99}}}\n");
+  const std::string db = dir.file("p.db");
+  run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+  check_no_orphans(db);
+  const Snapshot s = read_db(db);
+  check_pbt_run(s, 6, 6);
+  // Every report of the objective in the order recorded; each member's step is its latest report's
+  // (0 before its first). After every report no member is more than `ready` steps ahead of the
+  // slowest: the old scheduling ran members 0-1 through all 6 steps before members 2-5 started.
+  struct Report {
+    double t;
+    int64_t trial, step;
+  };
+  std::vector<Report> reports;
+  std::map<int64_t, int64_t> step_of;
+  for (const auto& t : s.trials_of(s.stage("pop").id)) {
+    step_of[t.id] = 0;
+    for (const auto& m : s.metrics.at(t.id))
+      if (m.name == "val_accuracy") reports.push_back({m.t, t.id, m.step});
+  }
+  REQUIRE(step_of.size() == 6);
+  std::sort(reports.begin(), reports.end(), [](const Report& a, const Report& b) { return a.t < b.t; });
+  int64_t widest = 0;
+  for (const Report& r : reports) {
+    step_of[r.trial] = r.step;
+    int64_t lo = 1 << 30, hi = 0;
+    for (const auto& [id, step] : step_of) lo = std::min(lo, step), hi = std::max(hi, step);
+    widest = std::max(widest, hi - lo);
+  }
+  CHECK(widest <= 2);
+  // Exploits happened (quantile 0.34 of 6: the bottom 2 against the top 2).
+  CHECK(!s.events_of("pbt_exploit").empty());
+}
+
+// Early stopping that pauses (workflow/promotion_source.h): a 3 x 3 grid of mlp trials under ASHA
+// (rungs 1 and 3 of max_t 9) with a budget of 60 steps, less than the 81 of training all 9 fully.
+std::string pause_config(int64_t max_steps) {
+  return "name: pause\nseed: 4\nobjective: {metric: val_accuracy, mode: max}\n"
+         "search: {algorithm: grid, max_trials: 9, max_steps: " +
+         std::to_string(max_steps) +
+         "}\n"
+         "space:\n  lr: {type: choice, values: [0.003, 0.03, 0.3]}\n  hidden: {type: choice, values: [8, 16, 32]}\n"
+         "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9, mode: pause}\n"
+         "trainer: {kind: mlp, epochs: 9, max_train_samples: 600, max_test_samples: 300, lr_schedule: constant}\n"
+         "resources: {groups: 2}\n";
+}
+
+TEST_CASE("early stopping (pause): promoted trials resume from their rung's checkpoint; the budget is spent") {
+  TempDir dir;
+  const std::string cfg = dir.write("p.yaml", pause_config(60));
+  const std::string db = dir.file("p.db");
+  run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+  check_no_orphans(db);
+  const Snapshot s = read_db(db);
+  // Every step of every trial was trained once: the reports (trial, attempt, step) are as many as
+  // the distinct (trial, step) pairs, and together they are the steps consumed.
+  std::set<std::pair<int64_t, int64_t>> distinct;
+  int64_t rows = 0, done = 0;
+  for (const auto& t : s.trials) {
+    CAPTURE(t.id);
+    CHECK((t.state == TrialState::kDone || t.state == TrialState::kPruned));
+    done += t.state == TrialState::kDone;
+    for (const auto& m : s.metrics.at(t.id)) {
+      if (m.name != "val_accuracy") continue;
+      ++rows;
+      distinct.insert({t.id, m.step});
+    }
+  }
+  CHECK(rows == static_cast<int64_t>(distinct.size()));
+  // The grid (9 trials) is smaller than the budget asks for: paused trials are continued until the
+  // 60 steps are spent (the attempts in flight then end at their rungs: at most 2 x 6 more).
+  CHECK(static_cast<int64_t>(distinct.size()) >= 54);
+  CHECK(static_cast<int64_t>(distinct.size()) <= 72);
+  CHECK(done >= 1);
+  // Each pause kept its rung's checkpoint, read-only, and the next attempt started from it, at the
+  // step after the rung.
+  int resumed = 0;
+  for (const auto& e : s.events_of("trial_paused")) {
+    CAPTURE(e.detail.dump());
+    const int64_t step = e.detail.at("step").get<int64_t>();
+    const std::string from = e.detail.at("resume_from").get<std::string>();
+    CHECK(from == trial_dir_of(db, e.trial_id) + "/rungs/step-" + std::to_string(step));
+    const std::string file = nn::checkpoint_path(from, 0);
+    auto ck = nn::read_checkpoint(file);
+    REQUIRE(ck.ok());
+    CHECK(ck->epoch == step);
+    struct stat st {};
+    REQUIRE(::stat(file.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0222) == 0);
+    std::optional<int64_t> first;
+    for (const auto& m : s.metrics.at(e.trial_id))
+      if (m.attempt == e.attempt + 1 && m.name == "val_accuracy" && (!first || m.step < *first)) first = m.step;
+    if (first) {
+      CHECK(*first == step + 1);
+      ++resumed;
+    }
+  }
+  CHECK(resumed >= 3);
 }

@@ -14,6 +14,9 @@
 #include <system_error>
 #include <vector>
 
+#include "config/trainer_kinds.h"
+#include "workflow/trial_files.h"
+
 namespace hpctune::workflow {
 
 Status copy_file_into(int from, const std::string& shown, int to_dir, const std::string& name, const std::string& to_shown) {
@@ -178,5 +181,129 @@ Status remove_snapshot_tree(const std::string& path) {
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
   return {};
 }
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The checkpoint files a trainer left in `trial_dir` (<run_dir>/<trial>), sorted, each opened
+// without following a link as the user's own regular file (trial_files.h): a link planted there,
+// a FIFO or another user's file is an error naming it, never copied into a snapshot that another
+// member then trains from.
+struct CheckpointFiles {
+  UniqueFd dir;
+  std::vector<std::pair<std::string, UniqueFd>> files;  // by name
+};
+
+Result<CheckpointFiles> checkpoint_files(const std::string& trial_dir, const std::string& what) {
+  const fs::path td(trial_dir);
+  CheckpointFiles out;
+  {
+    auto dir = open_trial_dir(td.parent_path().string(), td.filename().string());
+    if (!dir.ok()) return err(Errc::kFailed, what + "its directory " + trial_dir + " is refused: " + dir.error().message());
+    out.dir = std::move(dir).value();
+  }
+  const int listed = ::dup(out.dir.get());
+  DIR* d = listed < 0 ? nullptr : ::fdopendir(listed);
+  if (d == nullptr) {
+    if (listed >= 0) ::close(listed);
+    return err(Errc::kIo, what + "cannot list its directory " + trial_dir + ": " + std::strerror(errno));
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (is_checkpoint_file(e->d_name)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    auto fd = open_own_at(out.dir.get(), name, /*directory=*/false);
+    if (!fd.ok()) {
+      return err(Errc::kFailed, what + "its checkpoint " + trial_dir + "/" + name + " is refused: " + fd.error().message());
+    }
+    out.files.emplace_back(name, std::move(fd).value());
+  }
+  return out;
+}
+
+// Moves the checkpoint of `trial_dir` into the snapshot `dest`, whole or not at all: copied into a
+// temporary directory, renamed at the end, and only then removed from the trial's directory. A
+// `dest` that exists was made before (by this master, or by one that died before recording the
+// pause) from the same files, and is kept as it is.
+//
+// Why the trial's own files go: the trainer prefers a trial's own checkpoint of the same run over
+// resume_from (its crash-resume), and an exploited member's new params may equal the ones it had
+// (a space of choices, a source one interval behind): its old weights would then win over the
+// source's. With none left, the next attempt starts from resume_from; it writes its own again as
+// it trains, for its own crash-resume.
+//
+// A trainer whose checkpoint is a directory of the program's own files (`subdir`, the catalog's
+// checkpoints.directory: a command's <trial_dir>/checkpoint) has the whole tree copied the same
+// way (checkpoint_snapshot.h: read-only, links and others' files refused), then emptied.
+Status make_tree_snapshot(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
+                          const std::string& what) {
+  const fs::path td(trial_dir);
+  const std::string shown = trial_dir + "/" + subdir;
+  auto dir = open_trial_dir(td.parent_path().string(), td.filename().string());
+  if (!dir.ok()) return err(Errc::kFailed, what + "its directory " + trial_dir + " is refused: " + dir.error().message());
+  auto opened = open_own_at(dir.value().get(), subdir, /*directory=*/true);
+  if (!opened.ok() && opened.error().code() != Errc::kNotFound)
+    return err(Errc::kFailed, what + "its checkpoint directory " + shown + " is refused: " + opened.error().message());
+  bool saved = false;
+  if (opened.ok()) {
+    HPCTUNE_ASSIGN(saved, directory_has_entries(opened.value().get(), shown));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dest, ec)) {
+    if (!saved) {
+      return err(Errc::kFailed, what + "its program saved nothing in " + shown +
+                                    " (HPCTUNE_CHECKPOINT_DIR) before it reported the step: this stage needs a trainer "
+                                    "that saves checkpoints (" + config::checkpoint_writers() + ")");
+    }
+    if (auto st = copy_checkpoint_tree(opened.value().get(), shown, dest); !st.ok())
+      return err(st.error().code() == Errc::kInvalidArgument ? Errc::kFailed : Errc::kIo,
+                 what + "cannot snapshot its checkpoint into " + dest + ": " + st.error().message());
+  }
+  if (saved) {
+    if (auto st = clear_directory(opened.value().get(), shown); !st.ok())
+      return err(Errc::kIo, what + "cannot empty " + shown + " (kept in " + dest + "): " + st.error().message());
+  }
+  return {};
+}
+
+}  // namespace
+
+Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
+                                 const std::string& what) {
+  if (!subdir.empty()) return make_tree_snapshot(trial_dir, subdir, dest, what);
+  HPCTUNE_ASSIGN(CheckpointFiles found, checkpoint_files(trial_dir, what));
+  std::error_code ec;
+  if (!fs::is_directory(dest, ec)) {
+    if (found.files.empty()) {
+      return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
+                                    ": this stage needs a trainer that saves checkpoints (" +
+                                    config::checkpoint_writers() + ")");
+    }
+    const std::string tmp = dest + ".tmp";
+    fs::remove_all(tmp, ec);  // a copy cut short by a crash
+    ec.clear();
+    fs::create_directories(tmp, ec);
+    if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
+    const UniqueFd tmp_dir(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!tmp_dir.valid()) return err(Errc::kIo, what + "cannot open " + tmp + ": " + std::strerror(errno));
+    for (const auto& [name, fd] : found.files) {
+      const std::string shown = trial_dir + "/" + name;
+      if (auto st = copy_file_into(fd.get(), shown, tmp_dir.get(), name, tmp + "/" + name); !st.ok())
+        return err(Errc::kIo, what + "cannot copy " + shown + " into " + tmp + ": " + st.error().message());
+    }
+    fs::rename(tmp, dest, ec);
+    if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
+  }
+  for (const auto& [name, fd] : found.files) {
+    if (::unlinkat(found.dir.get(), name.c_str(), 0) != 0 && errno != ENOENT)
+      return err(Errc::kIo, what + "cannot remove " + trial_dir + "/" + name + " (kept in " + dest + "): " +
+                                std::strerror(errno));
+  }
+  return {};
+}
+
 
 }  // namespace hpctune::workflow

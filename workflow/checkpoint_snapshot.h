@@ -50,6 +50,16 @@ Status copy_file_into(int from, const std::string& shown, int to_dir, const std:
 // (never followed); bounded as the copy is.
 Status clear_directory(int dir_fd, const std::string& shown);
 
+// Moves the checkpoint a trainer left in `trial_dir` (<run_dir>/<trial>) into the new snapshot `dest`,
+// whole or not at all, then removes it from the trial's directory (the next attempt starts from
+// its resume_from, never from a checkpoint the trial left before). `subdir` is the catalog's
+// checkpoints.directory (a command's "checkpoint": that tree is copied, checkpoint_snapshot.h
+// rules), "" for the built-ins' checkpoint-stage*.bin files. A `dest` that exists was made before
+// from the same files and is kept. Messages start with `what` ("pbt: trial 3 at step 4: ");
+// kFailed when there is no checkpoint or an entry is refused, kIo when a copy fails.
+Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
+                                 const std::string& what);
+
 // Removes `path` and everything under it, read-only directories of a snapshot included; a path
 // that does not exist is fine. A link is removed as a link, never followed.
 Status remove_snapshot_tree(const std::string& path);

@@ -49,6 +49,8 @@ Result<PbtSettings> pbt_settings(const std::string& stage, const nlohmann::json&
     return bad_setting(stage, "steps", "must be given (the trainer sets no " + s.step_key + ") and at least 1");
   s.quantile = in.at("quantile").get<double>();
   s.resample_probability = in.at("resample_probability").get<double>();
+  s.max_lead = in.at("max_lead").get<int64_t>();
+  s.older_snapshots = in.at("older_snapshots").get<bool>();
   if (in.contains("schedule") && !in.at("schedule").is_null()) {
     // The reader `hpctune validate` uses too (config/pbt_schedule.h).
     config::PbtSchedule schedule = config::read_pbt_schedule(in.at("schedule"), s.step_key);

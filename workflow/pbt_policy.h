@@ -25,6 +25,12 @@ struct PbtSettings {
   double quantile = 0.25;   // the bottom quantile exploits the top one
   double resample_probability = 0.25;
   double perturb_low = 0.8, perturb_high = 1.2;  // the two factors of a perturbation
+  // A member starts its next interval only while it is less than max_lead intervals ahead of the
+  // slowest member (0 = no limit); the least advanced paused member runs first (PbtSource::resume_next).
+  int64_t max_lead = 1;
+  // Whether an exploit may take a top member's snapshot older than the target's step (the target's
+  // step goes back to the snapshot's); false: never backwards.
+  bool older_snapshots = true;
   // `schedule`: a replay. Every member trains through these intervals, each interval's params (with
   // the step setting, mlp's "epochs", its end, replay_schedule()) in turn, continuing from its own
   // weights: no exploit, no explore. Empty = PBT. With a schedule, `steps` is its end.

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <system_error>
 
@@ -32,124 +33,6 @@ std::string snapshot_dir(const std::string& trial_dir, int64_t ordinal, int64_t 
   char name[64];
   std::snprintf(name, sizeof name, "pbt/%03lld-step-%lld", static_cast<long long>(ordinal), static_cast<long long>(step));
   return trial_dir + "/" + name;
-}
-
-// The checkpoint files a trainer left in `trial_dir` (<run_dir>/<trial>), sorted, each opened
-// without following a link as the user's own regular file (trial_files.h): a link planted there,
-// a FIFO or another user's file is an error naming it, never copied into a snapshot that another
-// member then trains from.
-struct CheckpointFiles {
-  UniqueFd dir;
-  std::vector<std::pair<std::string, UniqueFd>> files;  // by name
-};
-
-Result<CheckpointFiles> checkpoint_files(const std::string& trial_dir, const std::string& what) {
-  const fs::path td(trial_dir);
-  CheckpointFiles out;
-  {
-    auto dir = open_trial_dir(td.parent_path().string(), td.filename().string());
-    if (!dir.ok()) return err(Errc::kFailed, what + "its directory " + trial_dir + " is refused: " + dir.error().message());
-    out.dir = std::move(dir).value();
-  }
-  const int listed = ::dup(out.dir.get());
-  DIR* d = listed < 0 ? nullptr : ::fdopendir(listed);
-  if (d == nullptr) {
-    if (listed >= 0) ::close(listed);
-    return err(Errc::kIo, what + "cannot list its directory " + trial_dir + ": " + std::strerror(errno));
-  }
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d))
-    if (is_checkpoint_file(e->d_name)) names.emplace_back(e->d_name);
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    auto fd = open_own_at(out.dir.get(), name, /*directory=*/false);
-    if (!fd.ok()) {
-      return err(Errc::kFailed, what + "its checkpoint " + trial_dir + "/" + name + " is refused: " + fd.error().message());
-    }
-    out.files.emplace_back(name, std::move(fd).value());
-  }
-  return out;
-}
-
-// Moves the checkpoint of `trial_dir` into the snapshot `dest`, whole or not at all: copied into a
-// temporary directory, renamed at the end, and only then removed from the trial's directory. A
-// `dest` that exists was made before (by this master, or by one that died before recording the
-// pause) from the same files, and is kept as it is.
-//
-// Why the trial's own files go: the trainer prefers a trial's own checkpoint of the same run over
-// resume_from (its crash-resume), and an exploited member's new params may equal the ones it had
-// (a space of choices, a source one interval behind): its old weights would then win over the
-// source's. With none left, the next attempt starts from resume_from; it writes its own again as
-// it trains, for its own crash-resume.
-//
-// A trainer whose checkpoint is a directory of the program's own files (`subdir`, the catalog's
-// checkpoints.directory: a command's <trial_dir>/checkpoint) has the whole tree copied the same
-// way (checkpoint_snapshot.h: read-only, links and others' files refused), then emptied.
-Status make_tree_snapshot(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
-                          const std::string& what) {
-  const fs::path td(trial_dir);
-  const std::string shown = trial_dir + "/" + subdir;
-  auto dir = open_trial_dir(td.parent_path().string(), td.filename().string());
-  if (!dir.ok()) return err(Errc::kFailed, what + "its directory " + trial_dir + " is refused: " + dir.error().message());
-  auto opened = open_own_at(dir.value().get(), subdir, /*directory=*/true);
-  if (!opened.ok() && opened.error().code() != Errc::kNotFound)
-    return err(Errc::kFailed, what + "its checkpoint directory " + shown + " is refused: " + opened.error().message());
-  bool saved = false;
-  if (opened.ok()) {
-    HPCTUNE_ASSIGN(saved, directory_has_entries(opened.value().get(), shown));
-  }
-  std::error_code ec;
-  if (!fs::is_directory(dest, ec)) {
-    if (!saved) {
-      return err(Errc::kFailed, what + "its program saved nothing in " + shown +
-                                    " (HPCTUNE_CHECKPOINT_DIR) before it reported the step: a pbt stage needs a trainer "
-                                    "that saves checkpoints (" + config::checkpoint_writers() + ")");
-    }
-    if (auto st = copy_checkpoint_tree(opened.value().get(), shown, dest); !st.ok())
-      return err(st.error().code() == Errc::kInvalidArgument ? Errc::kFailed : Errc::kIo,
-                 what + "cannot snapshot its checkpoint into " + dest + ": " + st.error().message());
-  }
-  if (saved) {
-    if (auto st = clear_directory(opened.value().get(), shown); !st.ok())
-      return err(Errc::kIo, what + "cannot empty " + shown + " (kept in " + dest + "): " + st.error().message());
-  }
-  return {};
-}
-
-Status make_snapshot(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
-                     int64_t trial_id, int64_t step) {
-  const std::string what = "pbt: trial " + std::to_string(trial_id) + " at step " + std::to_string(step) + ": ";
-  if (!subdir.empty()) return make_tree_snapshot(trial_dir, subdir, dest, what);
-  HPCTUNE_ASSIGN(CheckpointFiles found, checkpoint_files(trial_dir, what));
-  std::error_code ec;
-  if (!fs::is_directory(dest, ec)) {
-    if (found.files.empty()) {
-      return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
-                                    ": a pbt stage needs a trainer that saves checkpoints (" +
-                                    config::checkpoint_writers() + ")");
-    }
-    const std::string tmp = dest + ".tmp";
-    fs::remove_all(tmp, ec);  // a copy cut short by a crash
-    ec.clear();
-    fs::create_directories(tmp, ec);
-    if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
-    const UniqueFd tmp_dir(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!tmp_dir.valid()) return err(Errc::kIo, what + "cannot open " + tmp + ": " + std::strerror(errno));
-    for (const auto& [name, fd] : found.files) {
-      const std::string shown = trial_dir + "/" + name;
-      if (auto st = copy_file_into(fd.get(), shown, tmp_dir.get(), name, tmp + "/" + name); !st.ok())
-        return err(Errc::kIo, what + "cannot copy " + shown + " into " + tmp + ": " + st.error().message());
-    }
-    fs::rename(tmp, dest, ec);
-    if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
-  }
-  for (const auto& [name, fd] : found.files) {
-    if (::unlinkat(found.dir.get(), name.c_str(), 0) != 0 && errno != ENOENT)
-      return err(Errc::kIo, what + "cannot remove " + trial_dir + "/" + name + " (kept in " + dest + "): " +
-                                std::strerror(errno));
-  }
-  return {};
 }
 
 // The params without the trainer's step setting (the stage's, not a hyperparameter).
@@ -258,13 +141,13 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
   const auto pos = std::find(ranked.begin(), ranked.end(), &m) - ranked.begin();
   std::vector<std::pair<const Member*, const Decision*>> sources;
   if (q > 0 && pos >= n - q) {
-    // Never backwards: a snapshot older than this member's step (a source whose latest boundary
-    // is not snapshotted yet, or one that is behind) would send it back to train steps again, and
-    // a member at the bottom could exploit such a snapshot over and over without ever ending.
-    // Every attempt thus ends at least `ready` steps further than the one before.
+    // Members are compared at their latest reports; a better member's snapshot may be older than
+    // this member's step (it then trains those steps again from better weights: in step, a source
+    // is at most max_lead intervals behind, and the slowest always advance, so every member ends).
+    // With older_snapshots off, never backwards: each attempt ends `ready` steps further on.
     for (int64_t i = 0; i < q; ++i) {
       const Decision* snap = latest_snapshot(*ranked[i]);
-      if (snap != nullptr && snap->step >= step) sources.emplace_back(ranked[i], snap);
+      if (snap != nullptr && (s.older_snapshots || snap->step >= step)) sources.emplace_back(ranked[i], snap);
     }
   }
 
@@ -318,6 +201,29 @@ scheduler::Verdict PbtSource::decide(Member& m, const scheduler::TrialView& tria
   return v;
 }
 
+std::optional<int64_t> PbtSource::resume_next(const std::vector<int64_t>& held) {
+  // Members not asked yet are at step 0, the least advanced: they go first (ask()).
+  if (next_seq_ < spec_.settings.population) return std::nullopt;
+  int64_t slowest = std::numeric_limits<int64_t>::max();
+  for (const auto& [seq, m] : members_)
+    if (!m.final) slowest = std::min(slowest, progress(m));
+  std::optional<int64_t> best;
+  int64_t best_progress = 0;
+  for (int64_t seq : held) {
+    const Member* m = find_member(seq);
+    if (m == nullptr || m->final) continue;
+    const int64_t p = progress(*m);
+    if (!best || p < best_progress || (p == best_progress && seq < *best)) {
+      best = seq;
+      best_progress = p;
+    }
+  }
+  // In step: its next interval ends at most max_lead intervals past the slowest's weights.
+  const int64_t lead = spec_.settings.max_lead;
+  if (best && lead > 0 && best_progress > slowest + (lead - 1) * spec_.settings.ready) return std::nullopt;
+  return best;
+}
+
 // A decision as its event records it: what is shown, and what a restarted master rebuilds it from.
 nlohmann::json PbtSource::decision_event(const Decision& d, const Member& m) const {
   nlohmann::json j = {{"target", m.trial_id}, {"step", d.step},          {"ordinal", d.ordinal},
@@ -349,7 +255,8 @@ Status PbtSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
     return err(Errc::kInternal, "pbt: trial " + std::to_string(trial.trial_id) + " paused at step " +
                                     std::to_string(step) + ", where the stage decided no pause");
   }
-  HPCTUNE_TRY(make_snapshot(m.trial_dir, spec_.settings.checkpoint_directory, d->snapshot, trial.trial_id, step));
+  const std::string what = "pbt: trial " + std::to_string(trial.trial_id) + " at step " + std::to_string(step) + ": ";
+  HPCTUNE_TRY(snapshot_trial_checkpoint(m.trial_dir, spec_.settings.checkpoint_directory, d->snapshot, what));
   d->paused = true;
   d->snapshot_made = true;
   return {};

@@ -10,10 +10,13 @@
 // of every member. In the bottom quantile, with a member of the top quantile that has a snapshot,
 // it EXPLOITS one of them (a seeded choice): that member's latest snapshot, the weights AND the
 // params they were trained with, as one thing (never the source's current params), then EXPLORES
-// (pbt_policy.h: explore). Otherwise it continues with its own params from its own snapshot. Either
-// way the verdict is a pause: the trial resumes, on any free group, with the new params (epochs =
-// the next boundary from the step its weights are at) from the chosen snapshot. At `steps` the
-// member carries on and ends done.
+// (pbt_policy.h: explore). The snapshot may be older than the target's own step (its step then
+// goes back to the snapshot's), unless settings.older_snapshots is false. Otherwise it continues
+// with its own params from its own snapshot. Either way the verdict is a pause: the trial resumes
+// with the new params (epochs = the next boundary from the step its weights are at) from the
+// chosen snapshot, when resume_next() names it for a free group: the population stays in step
+// (Jaderberg et al. 2017) when it outnumbers the groups. At `steps` the member carries on and ends
+// done.
 //
 // Snapshots: <trial_dir>/pbt/<nnn>-step-<k>/, a copy of the member's checkpoint-stage*.bin files
 // at boundary k (for a trainer whose checkpoint is a directory of its program's files, the catalog's
@@ -79,6 +82,10 @@ class PbtSource final : public scheduler::TrialSource {
   bool exhausted() const override { return next_seq_ >= spec_.settings.population; }
   scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override;
   void on_attempt_end(int64_t seq) override { (void)seq; }
+  // Paused members wait here: the least advanced runs first, and none starts an interval while it
+  // is settings.max_lead intervals ahead of the slowest (new members, at step 0, come first).
+  bool holds_paused() const override { return true; }
+  std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override;
   Status on_paused(const scheduler::TrialView& trial, int64_t step) override;
   void tell(const search::Observation& observation) override;
   void restore(const std::vector<search::Record>& history) override;
@@ -128,6 +135,9 @@ class PbtSource final : public scheduler::TrialSource {
   bool better(double a, double b) const;
   // The latest made snapshot of a member, or nullptr.
   const Decision* latest_snapshot(const Member& m) const;
+  // The step member m's weights are at (the start of its next or current interval); 0 before its
+  // first decision.
+  static int64_t progress(const Member& m) { return m.decisions.empty() ? 0 : m.decisions.back().from_step; }
   scheduler::Verdict decide(Member& m, const scheduler::TrialView& trial, int64_t step, double value);
   static scheduler::Verdict verdict_of(const Decision& d, int64_t lineage_parent);
   nlohmann::json decision_event(const Decision& d, const Member& m) const;

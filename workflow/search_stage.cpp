@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/trainer_kinds.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "store/store.h"
+#include "workflow/promotion_source.h"
 
 namespace hpctune::workflow {
 namespace {
@@ -19,34 +21,41 @@ bool reaches(const config::StopWhen& w, const nlohmann::json& metrics) {
   return std::isfinite(v) && (w.maximize ? v >= w.reaches : v <= w.reaches);
 }
 
-// The searcher as a source, and search.stop_when: no trial is asked for once one reached it.
+// The searcher as a source (stopping or pausing: promotion_source.h), and search.stop_when: no
+// trial is asked for once one reached it.
 class StopWhenSource final : public scheduler::TrialSource {
  public:
-  StopWhenSource(search::Searcher& searcher, search::EarlyStopper& stopper, std::optional<config::StopWhen> stop_when)
-      : inner_(searcher, stopper), stop_when_(std::move(stop_when)) {}
+  StopWhenSource(std::unique_ptr<scheduler::TrialSource> inner, std::optional<config::StopWhen> stop_when)
+      : inner_(std::move(inner)), stop_when_(std::move(stop_when)) {}
   std::string kind() const override { return "search"; }
   Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
     if (reached_) return std::vector<search::Suggestion>{};
-    return inner_.ask(n);
+    return inner_->ask(n);
   }
-  bool exhausted() const override { return reached_ || inner_.exhausted(); }
+  bool exhausted() const override { return reached_ || inner_->exhausted(); }
   scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override {
-    return inner_.on_report(trial, step, value);
+    return inner_->on_report(trial, step, value);
   }
-  void on_attempt_end(int64_t seq) override { inner_.on_attempt_end(seq); }
+  void on_attempt_end(int64_t seq) override { inner_->on_attempt_end(seq); }
+  Status on_paused(const scheduler::TrialView& trial, int64_t step) override { return inner_->on_paused(trial, step); }
+  bool holds_paused() const override { return inner_->holds_paused(); }
+  std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override {
+    // Once reached, nothing paused goes on: the held trials end pruned.
+    return reached_ ? std::nullopt : inner_->resume_next(held);
+  }
   void on_result(int64_t seq, const nlohmann::json& metrics) override {
     if (stop_when_ && reaches(*stop_when_, metrics)) reached_ = true;
-    inner_.on_result(seq, metrics);
+    inner_->on_result(seq, metrics);
   }
-  void tell(const search::Observation& observation) override { inner_.tell(observation); }
-  void restore(const std::vector<search::Record>& history) override { inner_.restore(history); }
-  bool replays_reports() const override { return inner_.replays_reports(); }
-  bool replay_report(int64_t seq, int64_t step, double value) override { return inner_.replay_report(seq, step, value); }
-  nlohmann::json state() const override { return inner_.state(); }
+  void tell(const search::Observation& observation) override { inner_->tell(observation); }
+  void restore(const std::vector<search::Record>& history) override { inner_->restore(history); }
+  bool replays_reports() const override { return inner_->replays_reports(); }
+  bool replay_report(int64_t seq, int64_t step, double value) override { return inner_->replay_report(seq, step, value); }
+  nlohmann::json state() const override { return inner_->state(); }
   void set_reached() { reached_ = true; }
 
  private:
-  scheduler::SearchSource inner_;
+  std::unique_ptr<scheduler::TrialSource> inner_;
   std::optional<config::StopWhen> stop_when_;
   bool reached_ = false;
 };
@@ -55,8 +64,13 @@ class SearchStage final : public scheduler::StageRuntime {
  public:
   SearchStage(std::unique_ptr<search::Searcher> searcher, std::unique_ptr<search::EarlyStopper> stopper,
               const config::CampaignConfig& cfg)
-      : searcher_(std::move(searcher)), stopper_(std::move(stopper)), source_(*searcher_, *stopper_, cfg.stop_when),
-        max_trials_(cfg.max_trials), trainer_(cfg.trainer), stop_when_(cfg.stop_when) {}
+      : searcher_(std::move(searcher)),
+        stopper_(std::move(stopper)),
+        source_(inner_source(*searcher_, *stopper_, cfg), cfg.stop_when),
+        max_trials_(cfg.max_trials),
+        trainer_(cfg.trainer),
+        stop_when_(cfg.stop_when),
+        pauses_(stopper_->pauses()) {}
   scheduler::TrialSource* source() override { return &source_; }
   int64_t max_trials() const override { return max_trials_; }
   nlohmann::json trainer() const override { return trainer_; }
@@ -65,6 +79,9 @@ class SearchStage final : public scheduler::StageRuntime {
   // printed at every start and resume, recorded once as a search_notes event.
   // After a restart: a threshold already reached stays reached.
   Status begin(const scheduler::StageContext& ctx) override {
+    if (pauses_ && ctx.run_dir.empty())
+      return err(Errc::kInvalidArgument, "early_stopping.mode pause keeps each paused trial's checkpoint in its "
+                                         "directory, and this campaign keeps none");
     const std::vector<std::string> notes = searcher_->notes();
     if (ctx.log)
       for (const auto& line : notes) ctx.log("search: " + line);
@@ -84,6 +101,24 @@ class SearchStage final : public scheduler::StageRuntime {
   }
 
  private:
+  static std::unique_ptr<scheduler::TrialSource> inner_source(search::Searcher& searcher, search::EarlyStopper& stopper,
+                                                              const config::CampaignConfig& cfg) {
+    if (!stopper.pauses()) {
+      auto source = std::make_unique<scheduler::SearchSource>(searcher, stopper);
+      source->set_max_steps(cfg.max_steps);
+      return source;
+    }
+    const std::string kind = cfg.trainer.value("kind", "");
+    PromotionOptions o;
+    o.step_key = config::trainer_step_setting(kind);
+    o.checkpoint_directory = config::trainer_checkpoint_directory(kind);
+    o.max_t = cfg.early_stopping_settings.value("max_t", int64_t{0});
+    o.max_trials = cfg.max_trials;
+    o.max_steps = cfg.max_steps;
+    o.maximize = cfg.objectives.empty() || cfg.objectives.front().maximize;
+    return std::make_unique<PromotionSource>(searcher, stopper, std::move(o));
+  }
+
   // "Runs to threshold" from the store: the first done trial (by finish time) that reached it, the
   // stage's trials finished by then, the generations they span and the seconds since the stage
   // started. Read from the store, so a restart changes nothing.
@@ -128,6 +163,7 @@ class SearchStage final : public scheduler::StageRuntime {
   int64_t max_trials_;
   nlohmann::json trainer_;
   std::optional<config::StopWhen> stop_when_;
+  bool pauses_ = false;
 };
 
 }  // namespace

@@ -151,6 +151,12 @@ inline std::vector<SettingDecl> pbt_stage_settings() {
        .help = "pbt: the chance that explore draws a value afresh from the space rather than perturbing it."},
       {.key = "perturb", .type = T::kValueList, .default_value = nlohmann::json::array({0.8, 1.2}),
        .help = "pbt: the two factors explore multiplies a value by (then clipped to the space)."},
+      {.key = "max_lead", .type = T::kInt, .default_value = 1, .min = 0, .max = 1000000,
+       .help = "pbt: how many intervals a member may be ahead of the slowest (0 = no limit); with more members "
+               "than groups, the paused member with the least progress runs first."},
+      {.key = "older_snapshots", .type = T::kBool, .default_value = true,
+       .help = "pbt: whether a bottom member may exploit a top member's snapshot older than its own step (its step "
+               "goes back to the snapshot's); false: only snapshots at or past its step."},
   };
 }
 

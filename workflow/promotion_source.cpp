@@ -1,0 +1,144 @@
+// Early stopping that pauses (promotion_source.h).
+#include "workflow/promotion_source.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "workflow/checkpoint_snapshot.h"
+
+namespace hpctune::workflow {
+
+std::string rung_snapshot_dir(const std::string& trial_dir, int64_t step) {
+  return trial_dir + "/rungs/step-" + std::to_string(step);
+}
+
+PromotionSource::PromotionSource(search::Searcher& searcher, search::EarlyStopper& stopper, PromotionOptions options)
+    : searcher_(searcher), stopper_(stopper), opt_(std::move(options)) {}
+
+int64_t PromotionSource::steps_consumed() const {
+  int64_t n = 0;
+  for (const auto& [seq, e] : entries_) n += e.reached;
+  return n;
+}
+
+int64_t PromotionSource::step_budget() const {
+  return opt_.max_steps > 0 ? opt_.max_steps : opt_.max_trials * opt_.max_t;
+}
+
+int64_t PromotionSource::next_stop(int64_t seq, int64_t step) const {
+  for (int64_t m : stopper_.milestones(seq))
+    if (m > step && m < opt_.max_t) return m;
+  return opt_.max_t;
+}
+
+search::Params PromotionSource::without_step(search::Params p) const {
+  if (p.is_object()) p.erase(opt_.step_key);
+  return p;
+}
+
+Result<std::vector<search::Suggestion>> PromotionSource::ask(std::size_t n) {
+  if (budget_spent()) return std::vector<search::Suggestion>{};
+  HPCTUNE_ASSIGN(std::vector<search::Suggestion> out, searcher_.ask(n));
+  for (search::Suggestion& s : out) {
+    // The first attempt trains to the trial's first rung.
+    s.params[opt_.step_key] = next_stop(s.seq, 0);
+    entries_[s.seq];
+    issued_ = std::max(issued_, s.seq + 1);
+  }
+  return out;
+}
+
+void PromotionSource::note_report(int64_t seq, int64_t step, double value) {
+  Entry& e = entries_[seq];
+  e.reached = std::max(e.reached, step);
+  (void)stopper_.on_report(seq, step, value);  // records the rung; promotion is asked in resume_next
+}
+
+scheduler::Verdict PromotionSource::on_report(const scheduler::TrialView& trial, int64_t step, double value) {
+  note_report(trial.seq, step, value);
+  if (trial.params == nullptr || !trial.params->is_object() || trial.trial_dir.empty()) return scheduler::Verdict::carry_on();
+  const auto target = trial.params->find(opt_.step_key);
+  if (target == trial.params->end() || !target->is_number_integer()) return scheduler::Verdict::carry_on();
+  // The attempt ends at its rung by itself: below max_t it pauses there, whatever the rung says
+  // (resume_next decides when it goes on).
+  if (step < target->get<int64_t>() || step >= opt_.max_t) return scheduler::Verdict::carry_on();
+  search::Params next = *trial.params;
+  next[opt_.step_key] = next_stop(trial.seq, step);
+  scheduler::Verdict v = scheduler::Verdict::pause(std::move(next), rung_snapshot_dir(trial.trial_dir, step));
+  const auto standing = stopper_.standing(trial.seq);
+  v.note = {{"rung_paused",
+             {{"step", step}, {"value", value}, {"in_top", standing && standing->in_top},
+              {"next_step", next_stop(trial.seq, step)}, {"checkpoint", v.resume_from}}}};
+  return v;
+}
+
+Status PromotionSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
+  const std::string what = "trial " + std::to_string(trial.trial_id) + " paused at step " + std::to_string(step) + ": ";
+  return snapshot_trial_checkpoint(trial.trial_dir, opt_.checkpoint_directory, rung_snapshot_dir(trial.trial_dir, step),
+                                   what);
+}
+
+std::optional<int64_t> PromotionSource::resume_next(const std::vector<int64_t>& held) {
+  if (budget_spent()) return std::nullopt;
+  struct Candidate {
+    int64_t seq = 0, rung = 0;
+    double value = 0;
+    bool in_top = false;
+  };
+  std::vector<Candidate> candidates;
+  for (int64_t seq : held) {
+    const auto standing = stopper_.standing(seq);
+    if (standing) candidates.push_back({seq, standing->rung, standing->value, standing->in_top});
+  }
+  // The highest rung first, then the best value, then the lower seq.
+  auto ahead = [&](const Candidate& a, const Candidate& b) {
+    if (a.rung != b.rung) return a.rung > b.rung;
+    const double la = opt_.maximize ? -a.value : a.value, lb = opt_.maximize ? -b.value : b.value;
+    if (!(std::isnan(la) && std::isnan(lb)) && la != lb) return std::isnan(lb) || la < lb;
+    return a.seq < b.seq;
+  };
+  std::optional<Candidate> best;
+  for (const Candidate& c : candidates)
+    if (c.in_top && (!best || ahead(c, *best))) best = c;
+  if (!best && nothing_new()) {
+    // Nothing new to try: the most promising waiting trial goes on rather than leave budget unused.
+    for (const Candidate& c : candidates)
+      if (!best || ahead(c, *best)) best = c;
+  }
+  if (!best) return std::nullopt;
+  return best->seq;
+}
+
+void PromotionSource::tell(const search::Observation& observation) {
+  entries_[observation.seq].final = true;
+  search::Observation obs = observation;
+  obs.params = without_step(obs.params);
+  searcher_.tell(obs);
+  stopper_.on_finish(observation.seq);
+}
+
+void PromotionSource::restore(const std::vector<search::Record>& history) {
+  std::vector<search::Record> stripped = history;
+  for (search::Record& r : stripped) {
+    issued_ = std::max(issued_, r.suggestion.seq + 1);
+    entries_[r.suggestion.seq].final = r.observation.has_value();
+    r.suggestion.params = without_step(r.suggestion.params);
+    if (r.observation) r.observation->params = without_step(r.observation->params);
+  }
+  searcher_.restore(stripped);
+}
+
+bool PromotionSource::replay_report(int64_t seq, int64_t step, double value) {
+  note_report(seq, step, value);
+  return false;
+}
+
+nlohmann::json PromotionSource::state() const {
+  nlohmann::json s = searcher_.state();
+  if (!s.is_object()) s = nlohmann::json::object();
+  s["steps_consumed"] = steps_consumed();
+  s["step_budget"] = step_budget();
+  return s;
+}
+
+}  // namespace hpctune::workflow
