@@ -207,6 +207,28 @@ TEST_CASE("a pruned trial counts only up to its last step; a running one that re
   CHECK(same.counts == three.counts);
 }
 
+TEST_CASE("several objectives: only final values are modelled (the reports carry the primary objective)") {
+  SearchSpec s = spec("bayesian", true);
+  s.objectives = {{"acc", true}, {"latency", false}};
+  const Encoder enc(s.space);
+  std::vector<DataPoint> told;
+  ReportLog reports;
+  for (int64_t k = 0; k < 7; ++k) {
+    reports[k][1] = 0.5;
+    const bool pruned = k == 6;
+    told.push_back(make_data_point(enc, Observation{k, at(0.1 * static_cast<double>(k)), pruned ? Outcome::kPruned : Outcome::kCompleted,
+                                                    {0.5, 2.0}, pruned ? 1 : kMaxStep},
+                                   s.objectives));
+  }
+  const LevelData top = fidelity_model_data(s, enc, told, {}, reports);
+  CHECK(top.level == kMaxStep);
+  CHECK(top.counts == std::vector<std::pair<int64_t, int64_t>>{{kMaxStep, 6}});
+  REQUIRE(top.points.size() == 6);
+  for (const auto& p : top.points) CHECK(p.losses == std::vector<double>{-0.5, 2.0});
+  told.erase(told.begin());
+  CHECK(fidelity_model_data(s, enc, told, {}, reports).level == 0);  // 5 final values: not enough
+}
+
 TEST_CASE("bayesian under early stopping: suggestions go to the final optimum, not to the partial values") {
   for (uint64_t seed : {1u, 2u, 3u}) {
     CAPTURE(seed);
