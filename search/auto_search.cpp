@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "search/bayesian.h"
+#include "search/model_data.h"
 #include "search/portfolio.h"
 
 namespace hpctune::search {
@@ -65,11 +66,13 @@ namespace {
 
 class AutoSearch final : public Searcher {
  public:
-  AutoSearch(AutoChoice choice, std::unique_ptr<Searcher> inner) : choice_(std::move(choice)), inner_(std::move(inner)) {}
+  AutoSearch(AutoChoice choice, std::unique_ptr<Searcher> inner, std::string fidelity_note)
+      : choice_(std::move(choice)), inner_(std::move(inner)), fidelity_note_(std::move(fidelity_note)) {}
 
   std::string name() const override { return "auto"; }
   Result<std::vector<Suggestion>> ask(std::size_t n) override { return inner_->ask(n); }
   void tell(const Observation& observation) override { inner_->tell(observation); }
+  void tell_report(int64_t seq, int64_t step, double value) override { inner_->tell_report(seq, step, value); }
   bool exhausted() const override { return inner_->exhausted(); }
   void restore(const std::vector<Record>& history) override { inner_->restore(history); }
   void adopt(const Suggestion& suggestion) override { inner_->adopt(suggestion); }
@@ -82,6 +85,7 @@ class AutoSearch final : public Searcher {
   }
   std::vector<std::string> notes() const override {
     std::vector<std::string> out{"auto: runs " + choice_.algorithm + " for " + choice_.reason};
+    if (!fidelity_note_.empty()) out.push_back(fidelity_note_);
     for (auto& line : inner_->notes()) out.push_back(std::move(line));
     return out;
   }
@@ -89,7 +93,20 @@ class AutoSearch final : public Searcher {
  private:
   AutoChoice choice_;
   std::unique_ptr<Searcher> inner_;
+  std::string fidelity_note_;  // under early stopping: how the picked algorithm models the partial values
 };
+
+// auto's line under early stopping (issue 34): which of the two ways of keeping partial values apart
+// from final ones it chose. Models per level, as BOHB, rather than the step as an input of the model:
+// every picked algorithm (the GP, the forest, tpe) can, and a level's values are one problem for the
+// output transforms and TPE's split, where values of all steps together mix two scales.
+std::string auto_fidelity_note(const SearchSpec& spec, const AutoChoice& choice) {
+  if (spec.fidelity.max_step <= 0 || choice.algorithm == "random") return {};
+  const std::string n = std::to_string(fidelity_min_points(spec.space));
+  return "auto: under early stopping, " + choice.algorithm +
+         " models per rung (the values at the highest rung, or the final step, with at least " + n +
+         " values), as BOHB; partial values of pruned trials never stand for final ones";
+}
 
 }  // namespace
 
@@ -105,13 +122,15 @@ Result<std::unique_ptr<Searcher>> make_auto(const SearchSpec& spec) {
     for (const auto& name : choice.members) options.members.push_back(portfolio_member(name));
     options.design = default_n_initial(spec.space, spec.max_trials);
     HPCTUNE_ASSIGN(auto searcher, make_portfolio(spec, options));
-    return std::unique_ptr<Searcher>(std::make_unique<AutoSearch>(std::move(choice), std::move(searcher)));
+    std::string note = auto_fidelity_note(spec, choice);
+    return std::unique_ptr<Searcher>(std::make_unique<AutoSearch>(std::move(choice), std::move(searcher), std::move(note)));
   }
   SearchSpec inner = spec;
   inner.algorithm = choice.algorithm;
   inner.settings = nlohmann::json::object();  // the picked algorithm's defaults
   HPCTUNE_ASSIGN(auto searcher, make_searcher(inner));
-  return std::unique_ptr<Searcher>(std::make_unique<AutoSearch>(std::move(choice), std::move(searcher)));
+  std::string note = auto_fidelity_note(spec, choice);
+  return std::unique_ptr<Searcher>(std::make_unique<AutoSearch>(std::move(choice), std::move(searcher), std::move(note)));
 }
 
 }  // namespace hpctune::search

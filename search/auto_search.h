@@ -24,6 +24,8 @@
 // The budget matters against gp_max_trials and forest_below_trials (100; no budget counts as a
 // large one); otherwise a small budget (10 trials) picks as a large one, since the GP's and the
 // portfolio's start-up designs shrink to half the budget.
+// Under early stopping (SearchSpec::fidelity) every pick but random models per rung (model_data.h),
+// and notes() says so.
 // The pick depends only on the space, the budget and the objectives, so it is the same after a
 // resume. Settings: gp_max_trials, forest_below_trials.
 #pragma once

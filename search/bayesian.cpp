@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "search/encoding.h"
@@ -120,6 +121,8 @@ class Bayesian final : public SearcherBase {
     std::vector<Suggestion> out;
     bool model_ready = false, model_failed = false;
     std::size_t real_n = 0;
+    // Under early stopping, the level this ask models: until one has enough values, the design goes on.
+    if (multi_fidelity()) fit_ = fidelity_model_data(spec(), enc_, data_, pending(), reports());
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
       const int64_t design_len = std::max<int64_t>(0, cfg_.n_initial - warm_usable_);
@@ -150,6 +153,7 @@ class Bayesian final : public SearcherBase {
       Params params = enc_.decode(u);
       add_fantasy(u);
       nlohmann::json meta = {{"source", "model"}};
+      if (multi_fidelity()) meta["level"] = fit_.level;  // the step whose values the model was fitted on
       if (region.active) meta["escape_from"] = region.head_seq;  // the trial whose basin it descends
       out.push_back(issue(std::move(params), std::move(meta)));
     }
@@ -173,10 +177,12 @@ class Bayesian final : public SearcherBase {
     else
       line += "; model from trial " + std::to_string(design + 1);
     out.push_back(std::move(line));
+    if (multi_fidelity()) out.push_back(fidelity_note(spec(), cfg_.forest ? "random forest" : "Gaussian process"));
   }
 
   void add_state(nlohmann::json& s) const override {
     s["observations_in_model"] = gp_rows_;
+    if (multi_fidelity()) s["fidelity"] = fidelity_state(fit_);
     if (model_failures_ > 0) {
       s["model_failures"] = model_failures_;
       s["model_error"] = model_error_;  // the latest
@@ -218,9 +224,15 @@ class Bayesian final : public SearcherBase {
     return enc_.decode(u);
   }
 
+  // The points the model is fitted on: every finished trial (and warm-start one), or under early
+  // stopping those with a value at this ask's level (fit_, model_data.h); and the trials it
+  // models as running.
+  const std::vector<DataPoint>& model_data() const { return multi_fidelity() ? fit_.points : data_; }
+  const std::map<int64_t, Params>& model_pending() const { return multi_fidelity() ? fit_.pending : pending(); }
+
   int64_t usable() const {
     int64_t k = 0;
-    for (const auto& p : data_) k += p.losses.empty() ? 0 : 1;
+    for (const auto& p : model_data()) k += p.losses.empty() ? 0 : 1;
     return k;
   }
 
@@ -243,10 +255,10 @@ class Bayesian final : public SearcherBase {
   std::vector<double> raw_targets(int64_t seq) const {
     std::vector<double> y;
     if (num_objectives() == 1) {
-      for (const auto& p : data_) y.push_back(p.losses.empty() ? std::nan("") : p.losses[0]);
+      for (const auto& p : model_data()) y.push_back(p.losses.empty() ? std::nan("") : p.losses[0]);
     } else {
       Rng rng = rng_for(seq, 0x5CA1);
-      y = scalarize(data_, random_simplex_weights(num_objectives(), rng));
+      y = scalarize(model_data(), random_simplex_weights(num_objectives(), rng));
     }
     double worst = -kInf;
     for (double v : y)
@@ -292,12 +304,13 @@ class Bayesian final : public SearcherBase {
     return out;
   }
 
-  // Brings the GP up to date with data_ (refit or incremental), then adds the pending trials as
-  // fantasies. Returns the number of real points, or why the GP cannot take the data (its kernel
+  // Brings the GP up to date with model_data() (refit or incremental), then adds the pending trials
+  // as fantasies. Returns the number of real points, or why the GP cannot take the data (its kernel
   // matrix cannot be factorised): the model is then rebuilt from scratch on the next ask.
   Result<std::size_t> build_model(int64_t seq) {
-    // Every point takes part (failed ones at the worst loss), so rows of the GP are data_ in order.
-    std::vector<std::size_t> rows(data_.size());
+    // Every point takes part (failed ones at the worst loss), so rows of the GP are model_data() in order.
+    const std::vector<DataPoint>& data = model_data();
+    std::vector<std::size_t> rows(data.size());
     std::iota(rows.begin(), rows.end(), 0);
     batch_raw_ = raw_targets(seq);
     std::vector<double> raw;
@@ -307,18 +320,21 @@ class Bayesian final : public SearcherBase {
     const std::size_t n = rows.size();
     if (cfg_.forest) {
       forest_X_.resize(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(enc_.feature_dims()));
-      for (std::size_t r = 0; r < n; ++r) forest_X_.row(static_cast<Eigen::Index>(r)) = features_of(data_[rows[r]].u).transpose();
+      for (std::size_t r = 0; r < n; ++r) forest_X_.row(static_cast<Eigen::Index>(r)) = features_of(data[rows[r]].u).transpose();
       forest_y_ = y;
       Rng rng = rng_for(seq, 0xF0E);
       forest_.fit(forest_X_, forest_y_, rng);
       gp_rows_ = n;
-      for (const auto& [pseq, params] : pending()) add_fantasy(enc_.encode(params));
+      for (const auto& [pseq, params] : model_pending()) add_fantasy(enc_.encode(params));
       return n;
     }
-    const bool refit = !fitted_ || n < 30 || n >= n_at_fit_ + static_cast<std::size_t>(cfg_.refit_every);
-    if (refit || n < gp_rows_) {
+    // Under early stopping a new level is a new problem (refit), and the rows of one level are not
+    // the last ask's plus new ones (a running trial that reached it is told later): set anew.
+    const bool refit = !fitted_ || n < 30 || n >= n_at_fit_ + static_cast<std::size_t>(cfg_.refit_every) ||
+                       fit_.level != level_at_fit_;
+    if (refit || n < gp_rows_ || multi_fidelity()) {
       Eigen::MatrixXd X(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(enc_.feature_dims()));
-      for (std::size_t r = 0; r < n; ++r) X.row(static_cast<Eigen::Index>(r)) = features_of(data_[rows[r]].u).transpose();
+      for (std::size_t r = 0; r < n; ++r) X.row(static_cast<Eigen::Index>(r)) = features_of(data[rows[r]].u).transpose();
       if (auto set = gp_.set_data(X, y); !set.ok()) {
         fitted_ = false;
         gp_rows_ = 0;
@@ -329,13 +345,14 @@ class Bayesian final : public SearcherBase {
         gp_.fit(rng, n < 60 ? cfg_.fit_restarts : std::min(cfg_.fit_restarts, 1), cfg_.max_fit_points);
         fitted_ = true;
         n_at_fit_ = n;
+        level_at_fit_ = fit_.level;
       }
     } else {
-      for (std::size_t r = gp_rows_; r < n; ++r) gp_.append(features_of(data_[rows[r]].u), y(static_cast<Eigen::Index>(r)));
+      for (std::size_t r = gp_rows_; r < n; ++r) gp_.append(features_of(data[rows[r]].u), y(static_cast<Eigen::Index>(r)));
       gp_.set_targets(y);
     }
     gp_rows_ = n;
-    for (const auto& [pseq, params] : pending()) add_fantasy(enc_.encode(params));
+    for (const auto& [pseq, params] : model_pending()) add_fantasy(enc_.encode(params));
     return n;
   }
 
@@ -462,12 +479,13 @@ class Bayesian final : public SearcherBase {
   // knows least (the corners of the space).
   Region escape_region(int64_t seq) const {
     Region r;
-    if (cfg_.escape_after <= 0 || seq % 2 != 0 || model_y_.size() != static_cast<Eigen::Index>(data_.size())) return r;
-    std::size_t best = data_.size();
-    for (std::size_t j = 0; j < data_.size(); ++j)
-      if (!data_[j].losses.empty() && (best == data_.size() || batch_raw_[j] < batch_raw_[best])) best = j;
-    if (best == data_.size()) return r;
-    const auto stall = static_cast<int64_t>(data_.size() - 1 - best);
+    const std::vector<DataPoint>& data = model_data();
+    if (cfg_.escape_after <= 0 || seq % 2 != 0 || model_y_.size() != static_cast<Eigen::Index>(data.size())) return r;
+    std::size_t best = data.size();
+    for (std::size_t j = 0; j < data.size(); ++j)
+      if (!data[j].losses.empty() && (best == data.size() || batch_raw_[j] < batch_raw_[best])) best = j;
+    if (best == data.size()) return r;
+    const auto stall = static_cast<int64_t>(data.size() - 1 - best);
     if (stall < cfg_.escape_after) return r;
     int64_t searched = 0;
     for (std::size_t i = 0; i < enc_.dims(); ++i) searched += enc_.spec(i).type == ParamType::kFixed ? 0 : 1;
@@ -478,18 +496,18 @@ class Bayesian final : public SearcherBase {
     // stays near its cost without escapes.
     constexpr std::size_t kLabelled = 64;
     std::vector<std::size_t> by_loss;
-    for (std::size_t j = 0; j < data_.size(); ++j)
-      if (!data_[j].losses.empty()) by_loss.push_back(j);
+    for (std::size_t j = 0; j < data.size(); ++j)
+      if (!data[j].losses.empty()) by_loss.push_back(j);
     std::stable_sort(by_loss.begin(), by_loss.end(), [&](std::size_t a, std::size_t b) { return batch_raw_[a] < batch_raw_[b]; });
     if (by_loss.size() > kLabelled) by_loss.resize(kLabelled);
-    std::vector<std::vector<double>> label(data_.size());
-    for (std::size_t j : by_loss) label[j] = basin_of(data_[j].u, rng);
+    std::vector<std::vector<double>> label(data.size());
+    for (std::size_t j : by_loss) label[j] = basin_of(data[j].u, rng);
     // Other basins' best points, best first.
     std::vector<std::size_t> heads;
-    for (std::size_t j = 0; j < data_.size(); ++j) {
+    for (std::size_t j = 0; j < data.size(); ++j) {
       if (label[j].empty() || label[j] == label[best]) continue;
       bool better_in_basin = false;
-      for (std::size_t k = 0; k < data_.size() && !better_in_basin; ++k)
+      for (std::size_t k = 0; k < data.size() && !better_in_basin; ++k)
         better_in_basin = k != j && !label[k].empty() && label[k] == label[j] &&
                           (batch_raw_[k] < batch_raw_[j] || (batch_raw_[k] == batch_raw_[j] && k < j));
       if (!better_in_basin) heads.push_back(j);
@@ -497,14 +515,14 @@ class Bayesian final : public SearcherBase {
     std::stable_sort(heads.begin(), heads.end(), [&](std::size_t a, std::size_t b) { return batch_raw_[a] < batch_raw_[b]; });
     for (std::size_t h : heads) {
       int64_t tried_near = 0;  // points told after the head, near it
-      for (std::size_t k = h + 1; k < data_.size(); ++k)
-        tried_near += distance2(data_[k].u, data_[h].u, enc_) < radius2 ? 1 : 0;
+      for (std::size_t k = h + 1; k < data.size(); ++k)
+        tried_near += distance2(data[k].u, data[h].u, enc_) < radius2 ? 1 : 0;
       if (tried_near >= cfg_.escape_after) continue;
       r.active = true;
-      r.center = data_[h].u;
+      r.center = data[h].u;
       r.radius2 = radius2;
       r.y_ref = model_y_(static_cast<Eigen::Index>(h));
-      r.head_seq = data_[h].seq;
+      r.head_seq = data[h].seq;
       return r;
     }
     return r;
@@ -577,15 +595,16 @@ class Bayesian final : public SearcherBase {
       cands.push_back(std::move(u));
     }
     // Perturbations of the best observations.
-    std::vector<std::size_t> order(data_.size());
+    const std::vector<DataPoint>& data = model_data();
+    std::vector<std::size_t> order(data.size());
     std::iota(order.begin(), order.end(), 0);
     const std::vector<double>& y0 = batch_raw_;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return y0[a] < y0[b]; });
     for (std::size_t k = 0, taken = 0; k < order.size() && taken < 5; ++k) {
-      if (data_[order[k]].losses.empty() || region.excludes(data_[order[k]].u, enc_)) continue;
+      if (data[order[k]].losses.empty() || region.excludes(data[order[k]].u, enc_)) continue;
       ++taken;
       for (int j = 0; j < 10; ++j) {
-        std::vector<double> u = data_[order[k]].u;
+        std::vector<double> u = data[order[k]].u;
         perturb(u, 0.02 + 0.08 * rng.uniform(), rng);
         cands.push_back(std::move(u));
       }
@@ -660,8 +679,10 @@ class Bayesian final : public SearcherBase {
   double y_best_ = 0;
   double liar_ = 0;
   double power_lambda_ = 1.0;  // output_transform power: the latest fitted lambda
-  std::vector<double> batch_raw_;  // this batch's scalar losses of data_, before the transform
-  Eigen::VectorXd model_y_;        // and after it: the GP's targets for data_
+  std::vector<double> batch_raw_;  // this batch's scalar losses of model_data(), before the transform
+  Eigen::VectorXd model_y_;        // and after it: the GP's targets for model_data()
+  LevelData fit_;                  // under early stopping: the level modelled (this ask's)
+  int64_t level_at_fit_ = 0;       // the level of the latest hyperparameter fit
 };
 
 }  // namespace

@@ -13,7 +13,12 @@
 // spreads out. Between hyperparameter refits, new points extend the Cholesky factor in O(n^2).
 //
 // Targets: each observation's loss (the objective, negated when maximized); failed trials take the
-// worst loss seen; pruned trials their last value. With several objectives, every batch draws
+// worst loss seen; pruned trials their last value. Under early stopping (SearchSpec::fidelity) the
+// model is fitted on the values at one level instead (model_data.h: the highest rung, or the final
+// step, with at least max(d + 1, 6) values, as BOHB): a pruned trial's partial value never stands for
+// a final one, and a running or paused trial is a fantasy until it reaches the level; the design
+// goes on until a level has the values. state()["fidelity"] and each suggestion's meta.level say
+// which level the model was fitted on. With several objectives, every batch draws
 // random simplex weights from its seq and models their augmented Chebyshev scalarization
 // (ParEGO). Warm-start trials are observations from the start and shorten the initial design.
 //

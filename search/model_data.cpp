@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "search/gaussian_process.h"
 #include "search/pareto.h"
@@ -147,6 +148,156 @@ std::vector<double> copula_transform(const std::vector<double>& y) {
     i = j + 1;
   }
   return out;
+}
+
+int64_t fidelity_min_points(const Space& space) {
+  int64_t d = 0;
+  for (const auto& p : space.params()) d += p.type == ParamType::kFixed ? 0 : 1;
+  return std::max<int64_t>(d + 1, 6);
+}
+
+std::vector<int64_t> fidelity_levels(const Fidelity& fidelity, std::size_t objectives) {
+  std::vector<int64_t> out;
+  if (fidelity.max_step <= 0) return out;
+  if (objectives <= 1)
+    for (const int64_t r : fidelity.rungs)
+      if (r > 0 && r < fidelity.max_step) out.push_back(r);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  out.push_back(fidelity.max_step);
+  return out;
+}
+
+LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, const std::vector<DataPoint>& told,
+                              const std::map<int64_t, Params>& pending, const ReportLog& reports) {
+  LevelData out;
+  out.needed = fidelity_min_points(spec.space);
+  const std::size_t m = std::max<std::size_t>(1, spec.objectives.size());
+  const std::vector<int64_t> levels = fidelity_levels(spec.fidelity, m);
+  if (levels.empty()) return out;
+  const std::size_t top = levels.size() - 1;
+  const bool maximize = spec.objectives.empty() || spec.objectives.front().maximize;
+
+  // A trial's losses at every level (empty: no value there), from its reports below max_step (up to
+  // `last` when last > 0) and, for a partial or final observation, its own value.
+  using Values = std::vector<std::vector<double>>;
+  auto values_of = [&](int64_t seq, const std::map<int64_t, double>* extra, int64_t last) {
+    Values v(levels.size());
+    std::map<int64_t, double> steps;  // step -> loss, the primary objective
+    if (m == 1 && seq >= 0) {
+      if (auto it = reports.find(seq); it != reports.end())
+        for (const auto& [step, value] : it->second)
+          if (step < spec.fidelity.max_step && (last <= 0 || step <= last) && std::isfinite(value))
+            steps[step] = maximize ? -value : value;
+    }
+    if (extra)
+      for (const auto& [step, loss] : *extra)
+        if (step < spec.fidelity.max_step) steps[step] = loss;  // the observation comes last: it wins
+    // Each rung takes the first value in [rung, next level): map order is step order.
+    for (const auto& [step, loss] : steps) {
+      const auto k = static_cast<std::size_t>(std::upper_bound(levels.begin(), levels.begin() + static_cast<std::ptrdiff_t>(top), step) -
+                                              levels.begin());
+      if (k == 0) continue;  // below the first rung
+      if (v[k - 1].empty()) v[k - 1] = {loss};
+    }
+    return v;
+  };
+
+  struct Row {
+    const DataPoint* told = nullptr;  // a finished trial (or a warm-start one)
+    int64_t seq = -1;
+    const Params* params = nullptr;   // a running trial
+    Values values;
+  };
+  std::vector<Row> rows;
+  for (const auto& p : told) {
+    Row r;
+    r.told = &p;
+    r.seq = p.seq;
+    const bool failed = p.losses.empty();
+    const bool final = !failed && p.outcome == Outcome::kCompleted && (p.step <= 0 || p.step >= spec.fidelity.max_step);
+    std::map<int64_t, double> own;
+    // A partial value (pruned, or a completed trial short of max_step) belongs to its step only;
+    // with several objectives it has no level (the top one needs the final values).
+    if (!failed && !final && m == 1 && p.step > 0) own[p.step] = p.losses[0];
+    // A pruned or partial trial never counts above its last step; a failed one's step may be unknown.
+    r.values = values_of(p.seq, &own, !final && p.step > 0 ? p.step : 0);
+    if (final) r.values[top] = p.losses;
+    rows.push_back(std::move(r));
+  }
+  for (const auto& [seq, params] : pending) {
+    Row r;
+    r.seq = seq;
+    r.params = &params;
+    r.values = values_of(seq, nullptr, 0);
+    rows.push_back(std::move(r));
+  }
+
+  // The highest level with enough values.
+  std::optional<std::size_t> chosen;
+  for (std::size_t k = 0; k < levels.size(); ++k) {
+    int64_t n = 0;
+    for (const auto& r : rows) n += r.values[k].empty() ? 0 : 1;
+    out.counts.emplace_back(levels[k], n);
+    if (n >= out.needed) chosen = k;
+  }
+  if (!chosen) return out;
+  const std::size_t k = *chosen;
+  out.level = levels[k];
+  for (const auto& r : rows) {
+    if (r.told) {
+      if (!r.values[k].empty()) {
+        DataPoint p = *r.told;
+        p.losses = r.values[k];
+        p.outcome = Outcome::kCompleted;
+        p.step = out.level;
+        out.points.push_back(std::move(p));
+      } else if (r.told->losses.empty()) {
+        out.points.push_back(*r.told);  // failed, without a value here
+      }
+    } else if (!r.values[k].empty()) {
+      DataPoint p;
+      p.seq = r.seq;
+      p.u = encoder.encode(*r.params);
+      p.losses = r.values[k];
+      p.outcome = Outcome::kCompleted;
+      p.step = out.level;
+      out.points.push_back(std::move(p));
+    } else {
+      out.pending.emplace(r.seq, *r.params);
+    }
+  }
+  return out;
+}
+
+nlohmann::json fidelity_state(const LevelData& data) {
+  nlohmann::json levels = nlohmann::json::array();
+  for (const auto& [step, n] : data.counts) levels.push_back({{"step", step}, {"values", n}});
+  int64_t values = 0;
+  for (const auto& p : data.points) values += p.losses.empty() ? 0 : 1;
+  return {{"level", data.level},
+          {"needed", data.needed},
+          {"observations", values},
+          {"pending", data.pending.size()},
+          {"levels", std::move(levels)}};
+}
+
+std::string fidelity_note(const SearchSpec& spec, const std::string& model) {
+  const std::vector<int64_t> levels = fidelity_levels(spec.fidelity, std::max<std::size_t>(1, spec.objectives.size()));
+  std::string rungs;
+  for (std::size_t k = 0; k + 1 < levels.size(); ++k) rungs += (k ? ", " : "") + std::to_string(levels[k]);
+  const std::string n = std::to_string(fidelity_min_points(spec.space));
+  std::string line = "multi-fidelity: under early stopping (full training at step " + std::to_string(spec.fidelity.max_step) +
+                     (rungs.empty() ? "" : ", rungs at " + rungs) + ") the " + model + " is fitted on the values at one level";
+  if (levels.size() == 1) {
+    line += spec.objectives.size() > 1 ? ", the final values (the reports carry the primary objective only)"
+                                       : ", the final values (no rungs)";
+    line += ", once " + n + " trials have one";
+  } else {
+    line += ", the highest of the rungs and the final step with at least " + n + " values (as BOHB)";
+  }
+  return line + "; a pruned trial counts only at the rungs it reached, and a running or paused one is pending "
+                "until it reaches the level; until then the start-up design goes on";
 }
 
 }  // namespace hpctune::search

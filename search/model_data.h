@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/rng.h"
@@ -43,5 +46,60 @@ double fit_yeo_johnson_lambda(const std::vector<double>& y);
 // Copula transform: the normal quantile of each value's mid-rank (rank + 0.5) / n; ties share the
 // mean of their ranks. Keeps only the order of the values.
 std::vector<double> copula_transform(const std::vector<double>& y);
+
+// --- Multi-fidelity (SearchSpec::fidelity, under early stopping) ---------------------------------
+//
+// A pruned trial's value is its value at the step where it stopped: a slow starter stopped at
+// step 3 of 27 would look bad forever if a model took it for a final value. bayesian, tpe (and
+// auto through them) therefore fit their model on the values at one fidelity level, as BOHB
+// (Falkner et al. 2018) does per budget:
+//   - the levels are the rungs (0 < r < max_step) and max_step, the top one; with several
+//     objectives only the top one (the reports carry the primary objective only);
+//   - a trial's value at the top level is its final value (is_final()); at a rung r, its first
+//     report at a step in [r, the next level) (the value the stopper judged it on; with reports at
+//     the rungs' steps, the value at step r). A partial Observation (pruned, or 0 < step <
+//     max_step) is one more report at its step, and no report above that step counts;
+//   - the model's level is the highest one with at least fidelity_min_points() values;
+//   - at that level, a trial that is not finished (running or paused, reported or not) and has not
+//     reached it is pending (a fantasy, or constant liar), one that reached it an observation; a
+//     finished trial without a value there is left out, except a failed one, which takes part as
+//     failed (each algorithm's usual treatment: the worst loss, or left out) where it has no value.
+
+// Each trial's intermediate values of its primary objective, raw: seq -> step -> value.
+using ReportLog = std::map<int64_t, std::map<int64_t, double>>;
+
+// The data of the level a model is fitted on.
+struct LevelData {
+  int64_t level = 0;    // the step whose values are modelled (max_step: final values); 0: no level has
+                        // `needed` values yet (the algorithm keeps to its start-up design)
+  int64_t needed = 0;   // fidelity_min_points()
+  std::vector<DataPoint> points;       // at `level` (step = level): the finished trials in the order of
+                                       // `told`, then the running ones that reached it, by seq
+  std::map<int64_t, Params> pending;   // not finished, not at `level` yet
+  std::vector<std::pair<int64_t, int64_t>> counts;  // every level and how many values it has, ascending
+};
+
+// The values a level needs before a model is fitted on it: max(d + 1, 6), d the searched (not
+// fixed) parameters. d + 1 is BOHB's N_min (a model needs more points than dimensions); 6 keeps a
+// one- or two-parameter model from being fitted on two or three points of a low rung.
+int64_t fidelity_min_points(const Space& space);
+
+// The levels of a fidelity (rungs inside (0, max_step), ascending, distinct; then max_step); empty
+// without one. `objectives` > 1: max_step only.
+std::vector<int64_t> fidelity_levels(const Fidelity& fidelity, std::size_t objectives);
+
+// The data at the model's level. `told`: the warm-start points and the finished trials as data
+// points (make_data_point), in the order the algorithm keeps them; `pending`: the suggestions asked
+// and not finished (SearcherBase::pending()); `reports`: tell_report()'s values. A pure function of
+// its arguments: the order of tell_report() and restore() calls does not matter.
+LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, const std::vector<DataPoint>& told,
+                              const std::map<int64_t, Params>& pending, const ReportLog& reports);
+
+// state()["fidelity"]: {"level", "needed", "observations", "pending", "levels": [{"step", "values"}]}.
+nlohmann::json fidelity_state(const LevelData& data);
+
+// The notes() line of a model under early stopping: what it is fitted on. `model`: "Gaussian
+// process", "Parzen estimators", ...
+std::string fidelity_note(const SearchSpec& spec, const std::string& model);
 
 }  // namespace hpctune::search

@@ -41,6 +41,10 @@ class Portfolio final : public Searcher {
     score(observation);
   }
 
+  void tell_report(int64_t seq, int64_t step, double value) override {
+    for (auto& m : members_) m->tell_report(seq, step, value);
+  }
+
   bool exhausted() const override {
     return std::any_of(members_.begin(), members_.end(), [](const auto& m) { return m->exhausted(); });
   }
@@ -132,7 +136,8 @@ class Portfolio final : public Searcher {
   }
 
   void score(const Observation& obs) {
-    if (obs.outcome != Outcome::kCompleted || obs.values.empty() || !std::isfinite(obs.values[0])) return;
+    // A pruned trial's value (or one short of max_step) is no final value to rank members by.
+    if (!is_final(obs, spec_.fidelity) || obs.values.empty() || !std::isfinite(obs.values[0])) return;
     const auto it = by_seq_.find(obs.seq);
     if (it == by_seq_.end() || it->second < 0) return;
     const bool maximize = spec_.objectives.empty() || spec_.objectives.front().maximize;

@@ -12,6 +12,11 @@
 // Determinism: all randomness comes from an Rng seeded from SearchSpec::seed. The same spec and
 // the same sequence of ask/tell calls give the same suggestions.
 //
+// Early stopping (SearchSpec::fidelity): a trial's intermediate values come through tell_report();
+// a pruned trial's Observation carries its value at its last step, which is not a final value. The
+// model-based searchers (bayesian, tpe, auto) then model one fidelity level at a time (model_data.h:
+// fidelity_model_data); the others ignore the fidelity.
+//
 // Restart: after a crash the scheduler rebuilds a fresh searcher and calls restore() with every
 // recorded suggestion in seq order (finished ones with their outcome). Random search then
 // continues exactly where the uninterrupted run would be.
@@ -60,6 +65,20 @@ struct Record {
   std::optional<Observation> observation;
 };
 
+// The fidelity of a campaign under early stopping (SearchSpec::fidelity); max_step 0 = none (every value is final).
+struct Fidelity {
+  int64_t max_step = 0;          // the step of a full training (a trial that reaches it is final)
+  std::vector<int64_t> rungs;    // the steps where the stopper judges, ascending, all < max_step (may be empty)
+};
+
+// True when `obs` carries a final value under `fidelity`: always without early stopping; with it, a
+// completed trial that reached max_step (step 0: not said, taken as final). A pruned trial's value,
+// or any value at 0 < step < max_step, belongs to that step only.
+inline bool is_final(const Observation& obs, const Fidelity& fidelity) {
+  if (fidelity.max_step <= 0) return obs.outcome == Outcome::kCompleted;
+  return obs.outcome == Outcome::kCompleted && (obs.step <= 0 || obs.step >= fidelity.max_step);
+}
+
 struct SearchSpec {
   std::string algorithm = "random";
   nlohmann::json settings = nlohmann::json::object();  // algorithm-specific keys, already validated
@@ -71,6 +90,8 @@ struct SearchSpec {
   // objective.noisy: the same configuration may give another value, so a repeat is worth running;
   // off (the default), no configuration is suggested twice (SearcherBase::issue).
   bool noisy = false;
+  // Under early stopping: which values are final and where the stopper's rungs are (Fidelity).
+  Fidelity fidelity;
 };
 
 class Searcher {
@@ -88,6 +109,10 @@ class Searcher {
 
   // Records the outcome of a suggestion. Any order; each seq at most once.
   virtual void tell(const Observation& observation) = 0;
+
+  // An intermediate value of a running or paused trial: its primary objective's raw value at `step` (every report,
+  // in order; the same seq and step may come again after a retry: the later one wins). Default: ignored.
+  virtual void tell_report(int64_t seq, int64_t step, double value) { (void)seq, (void)step, (void)value; }
 
   // True when ask() will never return anything again.
   virtual bool exhausted() const { return false; }

@@ -217,6 +217,11 @@ void SearcherBase::tell(const Observation& observation) {
   on_tell(observations_.back());
 }
 
+void SearcherBase::tell_report(int64_t seq, int64_t step, double value) {
+  // Kept whatever the order of restore() and the replayed reports: models read them at ask time.
+  if (multi_fidelity()) reports_[seq][step] = value;
+}
+
 void SearcherBase::adopt(const Suggestion& suggestion) {
   if (told_.count(suggestion.seq) || pending_.count(suggestion.seq)) return;
   remember(suggestion.params);
@@ -253,7 +258,7 @@ nlohmann::json SearcherBase::state() const {
   } else {
     const Observation* best = nullptr;
     for (const auto& o : observations_) {
-      if (o.outcome != Outcome::kCompleted || o.values.empty()) continue;
+      if (!is_final(o, spec_.fidelity) || o.values.empty()) continue;
       const double v = spec_.objectives[0].maximize ? -o.values[0] : o.values[0];
       if (!best || v < (spec_.objectives[0].maximize ? -best->values[0] : best->values[0])) best = &o;
     }

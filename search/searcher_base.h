@@ -38,6 +38,9 @@ class SearcherBase : public Searcher {
   // known is ignored.
   void adopt(const Suggestion& suggestion) override;
   nlohmann::json state() const override;
+  // Under early stopping (SearchSpec::fidelity), keeps the value per seq and step (a later one of the
+  // same step wins) for the models of one fidelity level (model_data.h); without one, ignores it.
+  void tell_report(int64_t seq, int64_t step, double value) override;
   // True when the space is finite, not noisy, and every point was issued. An algorithm with an end
   // of its own (grid, genetic's generations) overrides this; make_searcher's wrapper ORs the two.
   bool exhausted() const override { return space_exhausted(); }
@@ -78,6 +81,9 @@ class SearcherBase : public Searcher {
   int64_t next_seq() const noexcept { return next_seq_; }
   const std::map<int64_t, Params>& pending() const noexcept { return pending_; }
   const std::vector<Observation>& observations() const noexcept { return observations_; }
+  // tell_report()'s values: seq -> step -> raw value of the primary objective (under early stopping only).
+  const std::map<int64_t, std::map<int64_t, double>>& reports() const noexcept { return reports_; }
+  bool multi_fidelity() const noexcept { return spec_.fidelity.max_step > 0; }
   // Per-seq RNG: suggestion k of an algorithm draws from rng_for(k, salt).
   Rng rng_for(int64_t seq, uint64_t salt = 0) const noexcept;
 
@@ -93,6 +99,7 @@ class SearcherBase : public Searcher {
   std::map<int64_t, Params> pending_;
   std::set<int64_t> told_;
   std::vector<Observation> observations_;
+  std::map<int64_t, std::map<int64_t, double>> reports_;
 };
 
 }  // namespace hpctune::search

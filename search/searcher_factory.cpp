@@ -35,6 +35,7 @@ class FiniteSpaceGuard final : public Searcher {
     return inner_->ask(n);
   }
   void tell(const Observation& observation) override { inner_->tell(observation); }
+  void tell_report(int64_t seq, int64_t step, double value) override { inner_->tell_report(seq, step, value); }
   bool exhausted() const override { return inner_->exhausted() || (base_ && base_->space_exhausted()); }
   void restore(const std::vector<Record>& history) override { inner_->restore(history); }
   void adopt(const Suggestion& suggestion) override { inner_->adopt(suggestion); }

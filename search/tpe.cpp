@@ -176,7 +176,9 @@ class Tpe final : public SearcherBase {
     std::vector<Suggestion> out;
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
-      if (finished_usable() < cfg_.n_startup || finished_usable() < 2) {
+      // Under early stopping the model also waits for a level with enough values (model_data.h).
+      if (finished_usable() < cfg_.n_startup || finished_usable() < 2 ||
+          (multi_fidelity() && level_data().level == 0)) {
         out.push_back(issue(design_.point(seq), {{"source", "startup"}}));
         continue;
       }
@@ -186,7 +188,14 @@ class Tpe final : public SearcherBase {
     return out;
   }
 
-  void add_notes(std::vector<std::string>& out) const override { out.push_back(startup_note()); }
+  void add_notes(std::vector<std::string>& out) const override {
+    out.push_back(startup_note());
+    if (multi_fidelity()) out.push_back(fidelity_note(spec(), "Parzen estimators' split"));
+  }
+
+  void add_state(nlohmann::json& s) const override {
+    if (multi_fidelity()) s["fidelity"] = fidelity_state(level_data());
+  }
 
  private:
   void on_tell(const Observation& obs) override { data_.push_back(make_data_point(enc_, obs, objectives())); }
@@ -233,12 +242,21 @@ class Tpe final : public SearcherBase {
     return k;
   }
 
-  // Splits the data (plus running trials, as the worst) into below/above, each in seq order.
+  // Under early stopping, the values at one level and the trials pending there (model_data.h),
+  // from the current history: a pure function of it, so it is rebuilt on every use.
+  LevelData level_data() const { return fidelity_model_data(spec(), enc_, data_, pending(), reports()); }
+
+  // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
+  // early stopping, the data at the level modelled; its running trials those that have not reached it.
   void split(std::vector<std::vector<double>>& below, std::vector<std::vector<double>>& above) const {
+    LevelData level;
+    if (multi_fidelity()) level = level_data();
+    const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
+    const std::map<int64_t, Params>& running = multi_fidelity() ? level.pending : pending();
     std::vector<const DataPoint*> usable;
-    for (const auto& p : data_)
+    for (const auto& p : data)
       if (!p.losses.empty()) usable.push_back(&p);
-    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? pending().size() : 0);
+    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running.size() : 0);
     const auto n_below = std::min<std::size_t>(
         std::min<std::size_t>(static_cast<std::size_t>(std::ceil(cfg_.gamma * static_cast<double>(n_total))),
                               static_cast<std::size_t>(cfg_.gamma_max)),
@@ -274,7 +292,7 @@ class Tpe final : public SearcherBase {
     std::stable_sort(by_seq.begin(), by_seq.end(), [&](std::size_t a, std::size_t b) { return usable[a]->seq < usable[b]->seq; });
     for (std::size_t i : by_seq) (is_below[i] ? below : above).push_back(usable[i]->u);
     if (cfg_.constant_liar)
-      for (const auto& [seq, params] : pending()) above.push_back(enc_.encode(params));
+      for (const auto& [seq, params] : running) above.push_back(enc_.encode(params));
   }
 
   // --- discrete parameters: levels and their intervals in unit space --------------------------

@@ -4,6 +4,9 @@
 // The finished trials are split into "below" (the best gamma(n) = min(ceil(0.1 n), 25)) and
 // "above" (the rest); completed trials rank before pruned ones (pruned: deeper step first, then
 // value), failed ones are left out, and running trials join "above" as the worst (constant liar).
+// Under early stopping (SearchSpec::fidelity) the split is of the values at one level instead
+// (model_data.h: the highest rung, or the final step, with at least max(d + 1, 6) values, as BOHB),
+// the trials that have not reached it running (constant liar); startup lasts until a level has them.
 // Each side becomes a Parzen estimator over the unit space (log parameters in log space):
 //   - floats: truncated Gaussians at the observations, plus a prior kernel N(0.5, 1) of weight
 //     prior_weight; univariate bandwidths from the distance to the neighbours clipped to
