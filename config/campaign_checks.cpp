@@ -265,6 +265,7 @@ class Builder {
                          (w_.given("early_stopping.max_t") ? ")" : ", the trainer's last step)"));
     }
     c.early_stopping_settings = settings;
+    c.full_step = trainer_last_step().value_or(0);
     if (settings.value("mode", std::string()) == "pause") HPCTUNE_TRY(check_pause(settings));
     if (c.early_stopping != "none" && c.objectives.size() > 1)
       return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",

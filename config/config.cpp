@@ -36,6 +36,8 @@ search::SearchSpec CampaignConfig::search_spec() const {
   spec.seed = seed;
   spec.max_trials = max_trials;
   spec.noisy = noisy;
+  // Under early stopping the model knows which values are partial (search/searcher.h: Fidelity).
+  spec.fidelity = search::stopper_fidelity(stopper_spec(), full_step);
   return spec;
 }
 

@@ -126,6 +126,7 @@ struct CampaignConfig {
   std::string algorithm;
   int64_t max_trials = 0;
   int64_t max_steps = 0;  // search.max_steps, 0: none
+  int64_t full_step = 0;  // a full training's last step (the trainer's step setting), 0: unknown
   double max_time_s = 0;  // 0: unlimited
   int64_t max_attempts = 3;
   int64_t max_failures = 5;  // 0: never stop on failures

@@ -133,6 +133,7 @@ class SearchSource final : public TrialSource {
   bool exhausted() const override { return searcher_.exhausted() || steps_spent(); }
   Verdict on_report(const TrialView& trial, int64_t step, double value) override {
     note_step(trial.seq, step);
+    searcher_.tell_report(trial.seq, step, value);
     return stopper_.on_report(trial.seq, step, value) == search::Decision::kStop ? Verdict::stop() : Verdict::carry_on();
   }
   // search.max_steps: no new trial once the trials' reported steps add up to it (each trial counts
@@ -148,6 +149,7 @@ class SearchSource final : public TrialSource {
   bool replays_reports() const override { return stopper_.name() != "none"; }
   bool replay_report(int64_t seq, int64_t step, double value) override {
     note_step(seq, step);
+    searcher_.tell_report(seq, step, value);
     return stopper_.on_report(seq, step, value) == search::Decision::kStop;
   }
   nlohmann::json state() const override { return searcher_.state(); }

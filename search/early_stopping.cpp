@@ -143,6 +143,7 @@ class Asha final : public EarlyStopper {
   nlohmann::json state() const override { return {{"rungs", rungs_.state(maximize_)}}; }
   bool pauses() const override { return pauses_; }
   std::vector<int64_t> milestones(int64_t) const override { return rungs_.milestones(); }
+  std::vector<int64_t> all_milestones() const override { return rungs_.milestones(); }
   std::optional<Standing> standing(int64_t seq) const override { return rungs_.standing(seq, maximize_); }
 
  private:
@@ -185,6 +186,14 @@ class Hyperband final : public EarlyStopper {
   }
   bool pauses() const override { return pauses_; }
   std::vector<int64_t> milestones(int64_t seq) const override { return brackets_[bracket_of(seq)].milestones(); }
+  std::vector<int64_t> all_milestones() const override {
+    std::vector<int64_t> all;
+    for (const Rungs& b : brackets_)
+      for (int64_t m : b.milestones()) all.push_back(m);
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    return all;
+  }
   std::optional<Standing> standing(int64_t seq) const override {
     return brackets_[bracket_of(seq)].standing(seq, maximize_);
   }
@@ -292,6 +301,22 @@ Result<std::unique_ptr<EarlyStopper>> make_stopper(const StopperSpec& spec) {
   } else if (spec.kind == "median") out = std::make_unique<MedianStopper>(s, spec.maximize);
   else return unknown_stopper(spec.kind);
   return out;
+}
+
+Fidelity stopper_fidelity(const StopperSpec& spec, int64_t full_step) {
+  Fidelity f;
+  if (spec.kind == "none") return f;
+  auto made = make_stopper(spec);
+  if (!made.ok()) return f;
+  const auto& settings = spec.settings;
+  const int64_t max_t = settings.is_object() && settings.contains("max_t") && settings["max_t"].is_number_integer()
+                            ? settings["max_t"].get<int64_t>()
+                            : 0;
+  f.max_step = max_t > 0 ? max_t : full_step;
+  if (f.max_step <= 0) return Fidelity{};
+  for (int64_t m : made.value()->all_milestones())
+    if (m < f.max_step) f.rungs.push_back(m);
+  return f;
 }
 
 }  // namespace hpctune::search

@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "search/searcher.h"
 #include "search/settings.h"
 
 namespace hpctune::search {
@@ -65,6 +66,8 @@ class EarlyStopper {
     (void)seq;
     return {};
   }
+  // Every trial's rungs together (hyperband: every bracket's), ascending.
+  virtual std::vector<int64_t> all_milestones() const { return {}; }
   // Where a trial stands: the last rung it reached, its value there, and whether it is now in the
   // top max(1, floor(n / eta)) of the n trials that reached that rung (ASHA's promotion rule: more
   // arrivals at a rung promote more of it). nullopt before its first rung.
@@ -86,5 +89,10 @@ std::vector<std::string> stopper_names();
 Result<std::vector<SettingDecl>> stopper_settings(const std::string& kind);
 // kind "none" gives a stopper that never stops.
 Result<std::unique_ptr<EarlyStopper>> make_stopper(const StopperSpec& spec);
+
+// The fidelity a stopper judges at, for the searcher's model (SearchSpec::fidelity): max_t and
+// every bracket's rungs below it (asha, hyperband); for the others `full_step` (a full training's
+// last step, the trainer's; 0 when unknown) and no rungs. max_step 0 (none) without early stopping.
+Fidelity stopper_fidelity(const StopperSpec& spec, int64_t full_step);
 
 }  // namespace hpctune::search

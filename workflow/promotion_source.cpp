@@ -51,6 +51,7 @@ Result<std::vector<search::Suggestion>> PromotionSource::ask(std::size_t n) {
 void PromotionSource::note_report(int64_t seq, int64_t step, double value) {
   Entry& e = entries_[seq];
   e.reached = std::max(e.reached, step);
+  searcher_.tell_report(seq, step, value);  // a partial value (search/searcher.h: Fidelity)
   (void)stopper_.on_report(seq, step, value);  // records the rung; promotion is asked in resume_next
 }
 
