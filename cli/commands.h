@@ -89,9 +89,12 @@ struct DashboardArgs {
   std::vector<std::string> databases;
   std::string host = "127.0.0.1";
   int64_t port = 8080;
-  std::string token;                // "" = generated and printed
+  std::string token;                // "" = generated and printed (shown in `ps`: a warning)
+  std::string token_file;           // the token from this 0600 file instead
   bool allow_other_owners = false;  // serve databases other users own
 };
+// The environment variable `hpctune dashboard` reads its token from (taken out of the environment).
+inline constexpr const char* kDashboardTokenEnv = "HPCTUNE_DASHBOARD_TOKEN";
 Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrupt);
 
 // `transport`: kCurve with the keys the launcher put in the environment (worker::take_worker_curve_keys).

@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/simulate_command.h"
+#include "common/bounded_json.h"
 #include "common/device_list.h"
 #include "common/endpoint.h"
 #include "common/text.h"
@@ -292,6 +293,11 @@ int main(int argc, char** argv) {
       ->type_name("VALUE");
   sim_cmd->add_option("--baseline", sim.baseline, "A config whose simulated time to target the speed-up is over")->check(CLI::ExistingFile);
   sim_cmd->add_flag("--plan", sim.plan, "Rank the splits of --nodes into groups x data x model by predicted time");
+  std::string sim_max_trials_text;
+  sim_cmd->add_option("--max-trials", sim_max_trials_text,
+                      "Simulate a campaign of at most this many trials (default 100000; more is refused: time and "
+                      "memory grow with the trials)")
+      ->type_name("INT");
   sim_cmd->add_flag("--count-decision-time", sim.count_decision_time,
                     "Add the master's measured decision time (its step() calls) to the simulated clock, as Syne Tune does");
   sim_cmd->add_flag("--calibrate", sim.calibrate, "Fit the machine file from small real campaigns on this machine");
@@ -383,8 +389,10 @@ int main(int argc, char** argv) {
   dash_cmd->add_option("--port", dash_port_text, "The port, 0..65535 (default 8080; 0 = a free one, printed)")
       ->type_name("INT");
   dash_cmd->add_option("--token", dash.token,
-                       "The token every request must carry (default: generated and printed; 16 to 256 letters, "
-                       "digits, . _ ~ -)");
+                       "The token every request must carry (default: HPCTUNE_DASHBOARD_TOKEN, else generated and "
+                       "printed; 16 to 256 letters, digits, . _ ~ -). Every user sees it in `ps`: prefer --token-file");
+  dash_cmd->add_option("--token-file", dash.token_file,
+                       "Read the token from this file (its first line; the file must be yours and mode 0600)");
   dash_cmd->add_flag("--allow-other-owners", dash.allow_other_owners,
                      "Serve databases that another user owns (refused by default: their owner decides what is shown)");
 
@@ -505,7 +513,14 @@ int main(int argc, char** argv) {
         if (!v.ok()) return usage(std::move(v).error(), "simulate");
         sim.silence.emplace_back(*g, *v);
       }
-      return report(hpctune::cli::cmd_simulate(sim), "simulate");
+      if (!sim_max_trials_text.empty()) {
+        auto n = parse_integer<int64_t>("--max-trials", sim_max_trials_text, 1, std::numeric_limits<int64_t>::max());
+        if (!n.ok()) return usage(std::move(n).error(), "simulate");
+        sim.max_trials = *n;
+      }
+      sim.interrupt = &g_interrupts;
+      const int rc = report(hpctune::cli::cmd_simulate(sim), "simulate");
+      return rc == kExitInterrupted ? interrupted_exit_code() : rc;
     }
     if (*resume_cmd) {
       if (auto s = check_db_path("db", resume_db); !s.ok()) return usage(s, "resume");
@@ -537,6 +552,9 @@ int main(int argc, char** argv) {
       if (rc == kExitInterrupted) return interrupted_exit_code();
       return rc == kExitOk && interrupted ? interrupted_exit_code() : rc;
     }
+    // The read-only commands below read what a database holds within a memory budget
+    // (common/bounded_json.h): a crafted store is refused with its place, never an abort.
+    hpctune::JsonReadBudget read_budget(hpctune::kJsonReadBudgetBytes);
     if (*status_cmd) return report(cmd_status(status_db, status_format), "status");
     if (*schedule_cmd) return report(cmd_schedule(schedule_db, schedule_stage, schedule_format), "schedule");
     if (*trials_cmd) {
@@ -605,6 +623,9 @@ int main(int argc, char** argv) {
       return report(cmd_worker(master, worker_group, worker_threads, worker_secret, group_args.transport, g_interrupts),
                     "worker");
     }
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "hpctune: error: out of memory (nothing recorded was changed)\n");
+    return kExitFailure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctune: internal error: %s\n", e.what());
     return kExitFailure;

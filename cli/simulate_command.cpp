@@ -135,6 +135,7 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.master.groups = split.groups;
   o.master.seed = args.seed;
   o.master.make_stage = workflow::make_stage;
+  o.interrupt = args.interrupt;
   o.model = priced_model(source.model, machine, split, batch_per_rank);
   o.outcomes = source.detail;
   o.machine = args.step_seconds > 0 ? std::string() : machine.name;  // --step-seconds: a fixed cost, no machine
@@ -345,6 +346,13 @@ Status cmd_simulate(const SimulateArgs& args) {
     return err(Errc::kUsage, "--step-seconds: must be a number of seconds in (0, 31536000]");
   }
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
+  int64_t trials = cfg.stages.empty() ? cfg.max_trials : 0;
+  for (const auto& st : cfg.stages) trials += st.own ? st.own->max_trials : 0;
+  if (trials > args.max_trials)
+    return err(Errc::kUsage, args.config + ": the campaign asks for " + std::to_string(trials) +
+                                 " trials, more than --max-trials " + std::to_string(args.max_trials) +
+                                 " (a simulation's time and memory grow with its trials: a million took 415 s and "
+                                 "1.43 GB here); give --max-trials " + std::to_string(trials) + " to simulate it all the same");
   const std::string kind = cfg.trainer.value("kind", std::string());
   const trainers::TrainerCapabilities* can = trainers::trainer_capabilities(kind);
   const bool computed = args.outcomes.empty() || args.outcomes == scheduler::kComputedOutcomes;

@@ -12,6 +12,8 @@
 
 namespace hpctune::cli {
 
+inline constexpr int64_t kDefaultSimulatedTrialLimit = 100'000;
+
 struct SimulateArgs {
   std::string config;
   std::string db;                 // "" = "<campaign name>.sim.db" in the current directory
@@ -29,6 +31,10 @@ struct SimulateArgs {
   std::string machine_out;        // --calibrate's output; "" = configs/machines/this-machine.yaml
   std::string outcomes;  // "" or function | replay:DB | surrogate:DB (scheduler/simulated_outcomes.h)
   std::vector<std::pair<int64_t, double>> silence;  // test only: group G goes silent at simulated second S
+  // A campaign of more trials (every stage's together) is refused: its time and memory grow with
+  // them (a million trials: 415 s and 1.43 GB).
+  int64_t max_trials = kDefaultSimulatedTrialLimit;
+  const std::atomic<int>* interrupt = nullptr;  // Ctrl-C or SIGTERM: stop, keep what was simulated
 };
 
 // kUsage for a trainer whose outcomes cannot be simulated yet (only a test-function trainer's can),

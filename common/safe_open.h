@@ -118,6 +118,32 @@ inline bool links_trusted_in(const struct stat& dir) {
   return (dir.st_mode & (S_IWGRP | S_IWOTH)) == 0 && (dir.st_uid == ::geteuid() || dir.st_uid == 0);
 }
 
+// Why nobody but this user (and root) could have put an entry at `dir` or anywhere on its way from
+// "/", or "" when nobody could: every directory from "/" to `dir` (followed by lstat, a symbolic
+// link on the way is a reason) belongs to this user or root, and none is writable by group or
+// others unless it has the sticky bit (as /tmp), where others cannot rename or remove what is ours.
+// A Unix socket in such a directory of our own is ours: nobody can have swapped it.
+inline std::string unsafe_directory_chain(const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') return "'" + dir + "' is not an absolute path";
+  std::string at;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t next = dir.find('/', pos + 1);
+    at = next == std::string::npos ? dir : dir.substr(0, next);
+    if (at.empty()) at = "/";
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) return "cannot stat " + at + ": " + std::strerror(errno);
+    if (S_ISLNK(st.st_mode)) return at + " is a symbolic link";
+    if (!S_ISDIR(st.st_mode)) return at + " is not a directory";
+    if (st.st_uid != ::geteuid() && st.st_uid != 0)
+      return at + " belongs to another user (uid " + std::to_string(st.st_uid) + ")";
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+      return at + " is writable by others without the sticky bit: another user can replace what is in it";
+    if (next == std::string::npos || next + 1 >= dir.size()) return "";
+    pos = next;
+  }
+}
+
 // A path resolved for writing: the directory that holds its last component (open) and that name,
 // which is not a symbolic link when it exists.
 struct ResolvedPath {

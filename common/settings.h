@@ -40,6 +40,7 @@ enum class SettingType {
   kIntList,    // an integer or a list of integers (possibly empty), each within the bounds
   kValueList,  // a non-empty list of any values (checked by the code that reads it); [] only as the default
   kStringMap,  // a map of names to strings (numbers and booleans are taken as their text)
+  kCommandLine,  // a command line: a non-empty string, or a non-empty list of strings (an argv)
 };
 
 inline const char* setting_type_name(SettingType type) noexcept {
@@ -52,6 +53,7 @@ inline const char* setting_type_name(SettingType type) noexcept {
     case SettingType::kIntList: return "int list";
     case SettingType::kValueList: return "value list";
     case SettingType::kStringMap: return "string map";
+    case SettingType::kCommandLine: return "command line";
   }
   return "unknown";
 }
@@ -176,6 +178,17 @@ inline Result<nlohmann::json> check_setting(const SettingDecl& d, const nlohmann
       if (!v.is_array() || (v.empty() && !(d.default_value.is_array() && d.default_value.empty())))
         return bad("a non-empty list");
       return v;
+    case SettingType::kCommandLine: {
+      const char* what = "a command line: a string, or a non-empty list of strings (run without a shell)";
+      if (v.is_string()) {
+        if (v.get_ref<const std::string&>().empty()) return bad(what);
+        return v;
+      }
+      if (!v.is_array() || v.empty()) return bad(what);
+      for (const auto& item : v)
+        if (!item.is_string()) return bad(what);
+      return v;
+    }
     case SettingType::kStringMap:
       if (!v.is_object()) return bad("a map of names to strings");
       for (auto it = v.begin(); it != v.end(); ++it) {

@@ -1,24 +1,22 @@
 // Where the `{name}` placeholders of a command template may stand, judged as /bin/sh reads it.
 //
-// The command trainer substitutes each value single-quoted for /bin/sh ('it'\''s). That is safe
-// only where the shell reads the word once, as an argument. Refused, because the value would be
-// read again or would end what holds it:
-//   - inside '...', "...", `...`, $(...) or ${...}, or right after `\` or `$`;
-//   - inside a comment (a value holding a line break ends it) or a here-document (its end word or
-//     a $(...) in the value would act), or in a here-document's end word;
-//   - in the program word (the value would choose what runs; the built-in names such as
-//     {trial_dir} may stand there);
-//   - in an argument of a command that runs its arguments as code: eval, `.`, source, trap, alias,
-//     ssh, rsh, su, runuser, watch (every argument); a shell or interpreter (sh, bash, zsh, ...,
-//     python, perl, ruby, node, awk, ...) in an option or in its code: the -c/-e text, or the
-//     script when there is none (an option's argument is fine: awk -v x={v}); after the code a
-//     placeholder is an argument of the script (sh -c 'prog "$1"' sh {v}). Found behind wrappers
-//     too (env, exec, nice, timeout, xargs, sudo, srun, mpirun, find, ...); a program named by an
-//     expansion ($PY) is judged as an interpreter;
-//   - anywhere after $'...' or a ' inside "${...}" (shells read these differently).
-// A value piped into an interpreter (`echo {v} | sh`) is data the lexer cannot follow: that stays
-// the template author's responsibility. Both the config check (`hpctune validate`) and the trainer
-// use this, so an old campaign resumed without validation is refused too.
+// By allowing, not forbidding (issue 35, R1: a list of forbidden forms lost to 28 more). A
+// placeholder of a parameter (the built-in names, {trial_dir} ..., hold hpctune's own values) may
+// stand only as a plain argument, outside quotes, of a literal program that is known not to run its
+// arguments as code:
+//   - an interpreter (python, perl, ruby, node, Rscript, julia, lua, php, awk, ...) after its script
+//     (or awk's code), with no code option (-c, -e, -m, --eval, ...) anywhere before it; a shell
+//     after its script file, or as `sh -c 'CODE' NAME {v}` with -c alone;
+//   - a program named by its path (./train, /opt/app/bin/train): the user's own;
+//   - echo, printf, test, [, true, false, which print or compare their arguments; what they print
+//     into a pipe may only go to filters that never run it (cat, tee, grep, head, sort, ...).
+// Refused, with the place and the list form to use instead: any other program (a bare name the
+// check does not know: aprun, conda, sed, ...), a wrapper (env, nice, timeout, srun, mpirun, find,
+// xargs, sudo, ...), eval, source, ssh and the like, a program named by an expansion ($PY), the
+// value as the program, an assignment before the program (BASH_ENV=, PERL5OPT=, PATH=), a
+// redirection's target, and inside quotes, backticks, $(...), ${...}, $((...)), a comment, a
+// here-document or its end word, or after $'...'. The list form (trainer.command as a list) runs
+// without any shell: each placeholder is one argument, whatever it holds.
 //
 // Header-only: hpctune_config (config/) and hpctune_trainers (trainers/) both need it and share
 // only hpctune_common.
@@ -93,6 +91,19 @@ inline Reader reader_of(std::string_view p) {
   return {};
 }
 
+// Programs that print their arguments and never run them (a value they print into a pipe is data
+// for the next command, judged there).
+inline bool is_printer(std::string_view p) {
+  static const std::string_view kPrinters[] = {"echo", "printf", "test", "[", "true", "false"};
+  return std::find(std::begin(kPrinters), std::end(kPrinters), p) != std::end(kPrinters);
+}
+// Filters that may read a value from a pipe: they never run what they read.
+inline bool is_pipe_filter(std::string_view p) {
+  static const std::string_view kFilters[] = {"cat", "tee", "grep", "egrep", "fgrep", "head", "tail", "sort", "uniq",
+                                              "wc", "cut", "tr", "rev", "nl", "fold", "fmt", "column", "less", "more"};
+  return std::find(std::begin(kFilters), std::end(kFilters), p) != std::end(kFilters) || is_printer(p);
+}
+
 // One word of a simple command, as the shell will see it once quotes are removed.
 struct Word {
   std::string text;                      // quote-removed; '$' stands for any expansion, '\x01' for a placeholder
@@ -116,6 +127,7 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
     bool in_word = false;
     bool redirect_next = false;
     int parens = 0;
+    std::size_t piped_in = std::string_view::npos;  // a placeholder whose value this command may read
   };
   struct Heredoc {
     std::string end;
@@ -171,14 +183,88 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
              " " + why + std::string(fix);
     found = std::move(p);
   };
-  const std::string_view kReadAgain =
-      ": the value would be read again as code there and could run commands. Pass it where it stays an argument "
-      "(sh -c 'prog \"$1\"' sh {v}, or python3 script.py {v}), or read the parameters from $HPCTUNE_PARAMS";
+  const std::string_view kList =
+      ". Write the command as a list (command: [python3, train.py, --lr, \"{lr}\"]): hpctune runs it without a "
+      "shell, each placeholder one argument; or read the values from $HPCTUNE_PARAMS";
 
-  // Judges one simple command once its words are known.
-  auto judge = [&](std::vector<Word> words) {
+  // An interpreter or shell (reader_of): options without any code option (their arguments literal),
+  // then the script (or awk's code) as a literal word; parameters only after it, as the script's
+  // arguments. A shell also takes `-c CODE NAME` with -c alone and CODE and NAME literal.
+  auto judge_interpreter = [&](const std::vector<Word>& words, std::size_t k, const std::string& program,
+                               const Reader& r, std::size_t first) {
+    auto has_user = [](const Word& w) { return !w.placeholders.empty() && !w.builtin_only; };
+    const bool shell = r.plus_options;
+    const std::string code_first = ", before its script: only a script's arguments may hold values";
+    bool options_done = false;
+    for (std::size_t m = k + 1; m < words.size(); ++m) {
+      const Word& w = words[m];
+      const std::string& t = w.text;
+      if (has_user(w)) {
+        refuse(w.placeholders.front(), "is in an option of " + program + code_first, kList);
+        return;
+      }
+      if (shell && t == "-c" && !options_done) {
+        // sh -c 'CODE' NAME args: the code and $0 literal, the values only in "$1" ...
+        if (m + 2 < words.size() && !has_user(words[m + 1]) && !has_user(words[m + 2]) && !words[m + 1].text.empty() &&
+            words[m + 1].text[0] != '-' && words[m + 2].text[0] != '-')
+          return;
+        refuse(first, "follows " + program + " -c without a literal code word and a name before it (sh -c 'CODE' NAME {v})",
+               kList);
+        return;
+      }
+      const bool option = !options_done && t.size() > 1 && (t[0] == '-' || (t[0] == '+' && shell));
+      if (!option) {
+        if (!options_done && t == "--") {
+          options_done = true;
+          continue;
+        }
+        return;  // the script (or awk's code): every later word is an argument of it
+      }
+      if (t.rfind("--", 0) == 0) {
+        const auto eq = t.find('=');
+        const std::string name = t.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+        if (std::find(r.code_long.begin(), r.code_long.end(), name) != r.code_long.end()) {
+          refuse(first, "is in a command where " + program + " runs code given with --" + name, kList);
+          return;
+        }
+        if (eq == std::string::npos && std::find(r.arg_long.begin(), r.arg_long.end(), name) != r.arg_long.end()) ++m;
+        continue;
+      }
+      for (std::size_t c = 1; c < t.size(); ++c) {
+        if (r.code_short.find(t[c]) != std::string_view::npos) {
+          refuse(first, "is in a command where " + program + " runs code given with -" + std::string(1, t[c]), kList);
+          return;
+        }
+        if (r.arg_short.find(t[c]) != std::string_view::npos) {
+          if (c + 1 == t.size()) ++m;  // the option's argument is the next word
+          break;
+        }
+      }
+    }
+  };
+
+  // Judges one simple command once its words are known: a placeholder (of a parameter; the
+  // built-in names hold hpctune's own values) is allowed only as a plain argument of a literal
+  // program that is known not to run its arguments as code (the allowlist below); anything else is
+  // refused, pointing to the list form, which runs without a shell. `piped_in`: the offset of a
+  // placeholder whose value may arrive on this command's standard input (an earlier command of the
+  // pipeline printed it), npos when none. Returns the offset of a placeholder this command's output
+  // may carry on into a pipe (npos when none).
+  auto judge = [&](std::vector<Word> words, std::size_t piped_in) -> std::size_t {
+    constexpr std::size_t npos = std::string_view::npos;
+    auto user_placeholder = [](const Word& w) -> std::size_t {
+      return w.placeholders.empty() || w.builtin_only ? npos : w.placeholders.front();
+    };
+    for (const Word& w : words) {
+      if (w.redirect && user_placeholder(w) != npos) {
+        refuse(user_placeholder(w), "is the target of a redirection (< or >)", kList);
+        return npos;
+      }
+    }
     words.erase(std::remove_if(words.begin(), words.end(), [](const Word& w) { return w.redirect; }), words.end());
-    std::size_t k = 0;
+    std::size_t first = npos;  // the command's first parameter placeholder
+    for (const Word& w : words)
+      if (first == npos) first = user_placeholder(w);
     auto assignment = [](const Word& w) {
       const auto eq = w.text.find('=');
       if (eq == std::string::npos || eq == 0 || std::isdigit(static_cast<unsigned char>(w.text[0]))) return false;
@@ -189,100 +275,67 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
       static const std::string_view kKeywords[] = {"if", "then", "else", "elif", "while", "until", "do", "!", "{", "}"};
       return std::find(std::begin(kKeywords), std::end(kKeywords), t) != std::end(kKeywords);
     };
-    while (k < words.size() && (assignment(words[k]) || keyword(words[k].text))) ++k;
-    if (k >= words.size()) return;
+    std::size_t k = 0;
+    bool assigns = false;
+    while (k < words.size() && (assignment(words[k]) || keyword(words[k].text))) assigns = assigns || assignment(words[k]), ++k;
     auto program_of = [](const Word& w) -> std::string {
       const auto slash = w.text.find_last_of('/');
       std::string base = slash == std::string::npos ? w.text : w.text.substr(slash + 1);
-      if (base.find('$') != std::string::npos || base.find('\x01') != std::string::npos) return "$";  // unknown
+      if (w.expansion || base.find('$') != std::string::npos || base.find('\x01') != std::string::npos) return "$";
       return base;
     };
-    // The program word.
-    if (!words[k].placeholders.empty() && !words[k].builtin_only) {
-      refuse(words[k].placeholders.front(), "is the program word: the value would choose the command that runs",
-             ". Name the program in the template and pass the value as an argument");
-      return;
+    const std::string program = k < words.size() ? program_of(words[k]) : std::string();
+    // A value printed into this command's standard input: only filters that never run it may read it.
+    if (piped_in != npos && k < words.size() && !is_pipe_filter(program)) {
+      refuse(piped_in, "is printed into a pipe to " + (program == "$" ? std::string("a program named by an expansion") : program) +
+                           ", which may run what it reads",
+             kList);
+      return npos;
     }
-    std::string program = program_of(words[k]);
-    // Behind wrappers (env, exec, timeout, xargs, ...): the first later word naming a code reader.
-    if (is_wrapper(program)) {
-      std::size_t next = words.size();
-      // Only `command` and `builtin` run a shell builtin (eval, ., source, trap, alias); `find .` is a folder.
-      const bool builtins = program == "command" || program == "builtin";
-      auto shell_builtin = [](const std::string& p) { return p == "eval" || p == "." || p == "source" || p == "trap" || p == "alias"; };
-      for (std::size_t m = k + 1; m < words.size() && next == words.size(); ++m) {
-        const std::string p = program_of(words[m]);
-        if (words[m].placeholders.empty() && !words[m].expansion && reader_of(p).kind != Reader::Kind::kNone &&
-            (builtins || !shell_builtin(p)))
-          next = m;
-      }
-      if (next == words.size()) return;
-      k = next;
-      program = program_of(words[k]);
+    if (first == npos) return piped_in != npos && is_pipe_filter(program) ? piped_in : npos;
+    if (assigns) {
+      refuse(first, "is in a command with an assignment before its program (VAR=value prog): variables such as "
+                    "BASH_ENV, PERL5OPT or PATH change what runs", kList);
+      return npos;
     }
-    Reader r = program == "$" ? Reader{Reader::Kind::kCode, "ceE", "", {"eval", "command"}, {}} : reader_of(program);
-    const std::string shown = program == "$" ? "the program named by an expansion" : program;
-    if (r.kind == Reader::Kind::kNone) return;
-    if (r.kind == Reader::Kind::kAll) {
-      for (std::size_t m = k + 1; m < words.size(); ++m) {
-        if (!words[m].placeholders.empty()) {
-          refuse(words[m].placeholders.front(), "is an argument of " + shown + ", which reads its arguments as shell code",
-                 kReadAgain);
-          return;
-        }
-      }
-      return;
+    if (k >= words.size()) return npos;
+    if (user_placeholder(words[k]) != npos) {
+      refuse(user_placeholder(words[k]), "is the program word: the value would choose the command that runs", kList);
+      return npos;
     }
-    // A shell or interpreter: options, then the code (after a code option, else the first operand).
-    bool code_next = false, arg_next = false, options_done = false;
-    for (std::size_t m = k + 1; m < words.size(); ++m) {
-      const Word& w = words[m];
-      const std::string& t = w.text;
-      if (arg_next) {
-        arg_next = false;
-        continue;
-      }
-      const bool option = !options_done && !code_next && t.size() > 1 && (t[0] == '-' || (t[0] == '+' && r.plus_options));
-      if (code_next || !option) {
-        if (!code_next && !options_done && t == "--") {
-          options_done = true;
-          continue;
-        }
-        if (!w.placeholders.empty())
-          refuse(w.placeholders.front(), "is part of the code that " + shown + " runs", kReadAgain);
-        return;  // after the code, every word is an argument of the script
-      }
-      if (!w.placeholders.empty()) {
-        refuse(w.placeholders.front(), "is in an option of " + shown + " (before its code; it could be the code)", kReadAgain);
-        return;
-      }
-      if (t.rfind("--", 0) == 0) {
-        const auto eq = t.find('=');
-        const std::string name = t.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-        if (std::find(r.code_long.begin(), r.code_long.end(), name) != r.code_long.end()) {
-          if (eq == std::string::npos) code_next = true;
-          else return;  // --eval=CODE: literal code, no placeholder in it
-        } else if (eq == std::string::npos && std::find(r.arg_long.begin(), r.arg_long.end(), name) != r.arg_long.end()) {
-          arg_next = true;
-        }
-        continue;
-      }
-      for (std::size_t c = 1; c < t.size(); ++c) {
-        if (r.code_short.find(t[c]) != std::string_view::npos) {
-          if (c + 1 == t.size()) code_next = true;
-          else return;  // -cCODE, literal
-          break;
-        }
-        if (r.arg_short.find(t[c]) != std::string_view::npos) {
-          if (c + 1 == t.size()) arg_next = true;
-          if (t[c] == 'f' && program.find("awk") != std::string::npos) return;  // awk -f FILE: the code is a file
-          break;
-        }
-      }
+    if (program == "$") {
+      refuse(first, "is an argument of a program named by an expansion ($X): what runs cannot be judged", kList);
+      return npos;
     }
+    const Reader r = reader_of(program);
+    if (is_wrapper(program) || r.kind == Reader::Kind::kAll) {
+      refuse(first, "is an argument of " + program + ", which runs other commands or code", kList);
+      return npos;
+    }
+    if (r.kind == Reader::Kind::kCode) {
+      judge_interpreter(words, k, program, r, first);
+      return npos;
+    }
+    if (is_printer(program)) return first;  // it prints the value: a pipe after it carries it
+    if (words[k].text.find('/') != std::string::npos) return npos;  // a program of yours, by its path
+    refuse(first, "is an argument of '" + program + "', which hpctune does not know not to run its arguments as code",
+           kList);
+    return npos;
   };
 
   auto level = [&]() -> Level& { return levels.back(); };
+  // The index of the second ')' closing the arithmetic $(( at `i` (nested parentheses counted), or npos.
+  auto arithmetic_end = [&](std::size_t i) -> std::size_t {
+    int depth = 0;
+    for (std::size_t k = i + 3; k < tmpl.size(); ++k) {
+      if (tmpl[k] == '(') ++depth;
+      else if (tmpl[k] == ')') {
+        if (depth > 0) --depth;
+        else if (k + 1 < tmpl.size() && tmpl[k + 1] == ')') return k + 1;
+      }
+    }
+    return std::string_view::npos;
+  };
   auto end_word = [&]() {
     Level& l = level();
     if (!l.in_word) return;
@@ -292,10 +345,13 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
     l.cur = Word{};
     l.in_word = false;
   };
-  auto end_command = [&]() {
+  // `pipe`: the command is followed by a single `|` (its output is the next one's input).
+  auto end_command = [&](bool pipe = false) {
     end_word();
-    judge(std::move(level().words));
-    level().words.clear();
+    Level& l = level();
+    const std::size_t carried = judge(std::move(l.words), l.piped_in);
+    l.words.clear();
+    l.piped_in = pipe ? carried : std::string_view::npos;
   };
   auto add_char = [&](char c) {
     level().cur.text += c;
@@ -405,6 +461,10 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
           stack.pop_back();
         } else if (c == '`') {
           stack.push_back(Ctx::kBacktick), add_expansion();
+        } else if (c == '$' && tmpl.substr(i, 3) == "$((") {
+          add_expansion();  // arithmetic in quotes: no placeholder can be in it (inside quotes)
+          const std::size_t close = arithmetic_end(i);
+          i = close == std::string_view::npos ? tmpl.size() : close;
         } else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '(') {
           add_expansion();
           stack.push_back(Ctx::kSubst), levels.emplace_back(), ++i;
@@ -449,6 +509,19 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
         } else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '\'') {
           if (!ansi_quote) ansi_quote = i;
           add_expansion();
+        } else if (c == '$' && tmpl.substr(i, 3) == "$((") {
+          // Arithmetic: read to its "))" (<< in it is a shift, not a here-document); a value inside
+          // would be evaluated.
+          add_expansion();
+          if (const std::size_t close = arithmetic_end(i); close == std::string_view::npos) {
+            i = tmpl.size();
+          } else {
+            if (const std::size_t k = first_placeholder(i + 3, close); k != std::string_view::npos) {
+              refuse(k, "is inside $((...))", ": the shell would evaluate the value there. Pass it as an argument");
+              return found;
+            }
+            i = close + 1;
+          }
         } else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '(') {
           add_expansion();
           stack.push_back(Ctx::kSubst), levels.emplace_back(), ++i;
@@ -508,7 +581,8 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
         } else if (blank(c)) {
           end_word();
         } else if (c == '\n' || c == ';' || c == '&' || c == '|') {
-          end_command();
+          const bool pipe = c == '|' && (i + 1 >= tmpl.size() || tmpl[i + 1] != '|') && (i == 0 || tmpl[i - 1] != '|');
+          end_command(pipe);
           if (c == '\n' && !pending.empty()) i = read_heredocs(i + 1) - 1;
         } else if (c == '(') {
           end_command();

@@ -105,4 +105,62 @@ inline std::string shell_quote(std::string_view text) {
   return out + "'";
 }
 
+// --- UTF-8 ---------------------------------------------------------------------------------------
+
+// Whether `s` is valid UTF-8 (no overlong forms, surrogates or values past U+10FFFF).
+inline bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // the sequence runs past the end
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// Text the sender cannot vouch for (a program's stderr): every byte that is not part of a valid
+// UTF-8 sequence becomes U+FFFD, so that the receiver (and the store's JSON) can take it.
+inline std::string sanitize_utf8(const std::string& s) {
+  if (valid_utf8(s)) return s;
+  std::string out;
+  out.reserve(s.size() + 16);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (c >= 0x80 && (i + n > s.size() || !valid_utf8(std::string_view(s).substr(i, n)))) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    out.append(s, i, n);
+    i += n;
+  }
+  return out;
+}
+
 }  // namespace hpctune

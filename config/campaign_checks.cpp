@@ -351,7 +351,13 @@ class Builder {
     if (const char* key = can->command_setting; key != nullptr && t.contains(key) && t[key].is_string()) {
       if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
         return w_.fail(w_.mark_of(std::string("trainer.") + key), std::string("trainer.") + key, *unsafe);
-      HPCTUNE_TRY(check_command_placeholders(c, key));
+      HPCTUNE_TRY(check_command_placeholders(t[key].get<std::string>(), std::string("trainer.") + key));
+    } else if (key != nullptr && t.contains(key) && t[key].is_array()) {
+      // The list form runs without a shell: each item is one argument, whatever a value holds; only
+      // the names are checked.
+      for (std::size_t i = 0; i < t[key].size(); ++i)
+        HPCTUNE_TRY(check_command_placeholders(t[key][i].get<std::string>(),
+                                               std::string("trainer.") + key + "[" + std::to_string(i) + "]"));
     }
     if (can->provides_setting != nullptr) HPCTUNE_TRY(check_provides(c, can->provides_setting));
     return check_assign_size(c);
@@ -410,9 +416,9 @@ class Builder {
   // Every `{name}` of the command must name a parameter or one of the values the command trainer
   // provides; otherwise every trial fails with the same message. The grammar is that of
   // trainers::render_command (this library does not link the trainers).
-  Status check_command_placeholders(const CampaignConfig& c, const char* key) {
-    const std::string path = std::string("trainer.") + key;
-    const std::string& cmd = c.trainer[key].get_ref<const std::string&>();
+  // Every {name} of `cmd` (the command, or one item of its list form at `path`) names a parameter of
+  // the space or a built-in name.
+  Status check_command_placeholders(const std::string& cmd, const std::string& path) {
     const auto& kBuiltins = kTemplateBuiltins;
     auto name_char = [](char ch) {
       return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.' || ch == '-';

@@ -426,6 +426,7 @@ Setting imported(const SettingDecl& d, std::string path, Scope scope, bool make_
     case SettingType::kIntList: s.type = Type::kIntList; break;
     case SettingType::kValueList: s.type = Type::kValueList; break;
     case SettingType::kStringMap: s.type = Type::kStringMap; break;
+    case SettingType::kCommandLine: s.type = Type::kCommandLine; break;
   }
   s.help = make_sentence ? sentence(d.help) : d.help;
   s.default_value = d.default_value;
@@ -671,6 +672,7 @@ const char* type_name(Type type) noexcept {
     case Type::kEnum: return "enum";
     case Type::kIntList: return "int list";
     case Type::kStringMap: return "string map";
+    case Type::kCommandLine: return "command line";
     case Type::kValue: return "value";
     case Type::kValueList: return "value list";
     case Type::kCondition: return "condition";
@@ -733,6 +735,7 @@ std::string describe_type(const Setting& s) {
     case Type::kIntList:
       return "integer or list of integers" + (bounds.empty() ? "" : ", each " + bounds);
     case Type::kStringMap: return "map of strings";
+    case Type::kCommandLine: return "a string, or a list of strings";
     case Type::kValue: return "any value";
     case Type::kValueList: return "list of values";
     case Type::kCondition: return "{parameter: value or [values]}";
@@ -820,6 +823,13 @@ Result<json> check_value(const Setting& s, const json& v) {
       return v;
     }
     case Type::kValue: return v;
+    case Type::kCommandLine: {
+      const bool list = v.is_array() && !v.empty() &&
+                        std::all_of(v.begin(), v.end(), [](const json& item) { return item.is_string(); });
+      if (!(v.is_string() && !v.get_ref<const std::string&>().empty()) && !list)
+        return problem("expected a command line: a string, or a non-empty list of strings, got " + shown(v));
+      return v;
+    }
     case Type::kValueList:
       if (!v.is_array()) return problem("expected a list of values, got " + shown(v));
       // Empty only where the setting's default is the empty list (resources.slurm.setup: no lines);

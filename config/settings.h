@@ -61,6 +61,7 @@ enum class Type {
   kStringMap,   // map string -> string (scalars are taken as their text)
   kValue,       // any YAML value, converted to JSON
   kValueList,   // a non-empty list of any values
+  kCommandLine, // a command line: a string, or a non-empty list of strings (each item's text)
   kCondition,   // {parent: value} or {parent: [values]}
 };
 const char* type_name(Type type) noexcept;

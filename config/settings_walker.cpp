@@ -350,6 +350,20 @@ Status Walker::value(const Setting& s, const YNode& node, const std::string& pat
     }
     return Status::Ok();
   }
+  // A command as a list: each item its text (an argv: `2` is the argument "2"), each with its place.
+  if (s.type == Type::kCommandLine && node.kind == YNode::Kind::kSeq) {
+    out = json::array();
+    for (std::size_t i = 0; i < node.items.size(); ++i) {
+      const YNode& item = node.items[i];
+      const std::string item_path = path + "[" + std::to_string(i) + "]";
+      marks_[item_path] = item.mark;
+      if (item.kind != YNode::Kind::kScalar)
+        return fail(item.mark, item_path, std::string("expected a string (one argument), got ") + kind_text(item));
+      out.push_back(item.text);
+    }
+    if (out.empty()) return fail(node.mark, path, "the list is empty; give the program and its arguments");
+    return Status::Ok();
+  }
   // A list given to a key of any value (resources.gpus): its items' places, for the checks' messages.
   if (s.type == Type::kValue && node.kind == YNode::Kind::kSeq)
     for (std::size_t i = 0; i < node.items.size(); ++i) marks_[path + "[" + std::to_string(i) + "]"] = node.items[i].mark;

@@ -2,7 +2,12 @@
 // (snapshot.h), and build the JSON the CLI's views build. The chart routes are in charts.cpp.
 #include "dashboard/api.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cctype>
 #include <charconv>
 #include <filesystem>
@@ -571,6 +576,43 @@ Result<std::vector<std::string>> expand_databases(const std::vector<std::string>
     out.insert(out.end(), found.begin(), found.end());
   }
   if (out.empty()) return err(Errc::kUsage, "no database given");
+  return out;
+}
+
+Result<ServedDatabases> databases_to_serve(const std::vector<std::string>& args, bool allow_other_owners) {
+  namespace fs = std::filesystem;
+  ServedDatabases out;
+  for (const auto& arg : args) {
+    std::error_code ec;
+    const bool directory = fs::is_directory(arg, ec);
+    HPCTUNE_ASSIGN(std::vector<std::string> found, expand_databases({arg}));
+    if (!directory) {
+      out.databases.insert(out.databases.end(), found.begin(), found.end());
+      continue;
+    }
+    for (const std::string& db : found) {
+      struct stat st {};
+      if (::stat(db.c_str(), &st) != 0) {
+        out.skipped.emplace_back(db, std::string("cannot stat: ") + std::strerror(errno));
+        continue;
+      }
+      if (!allow_other_owners && st.st_uid != ::geteuid()) {
+        out.skipped.emplace_back(db, "owned by user " + std::to_string(st.st_uid) + " (--allow-other-owners serves it)");
+        continue;
+      }
+      Api probe({db});
+      if (auto loaded = probe.load(); !loaded.ok()) {
+        out.skipped.emplace_back(db, loaded.error().message());
+        continue;
+      }
+      out.databases.push_back(db);
+    }
+  }
+  if (out.databases.empty()) {
+    std::string why;
+    for (const auto& [db, reason] : out.skipped) why += "\n  " + db + ": " + reason;
+    return err(Errc::kUsage, "no database to serve" + (why.empty() ? std::string() : ":" + why));
+  }
   return out;
 }
 

@@ -95,4 +95,14 @@ ApiResponse handle_get(const std::vector<std::string>& databases, const std::str
 // name). kUsage when it does not exist or the directory holds none.
 Result<std::vector<std::string>> expand_databases(const std::vector<std::string>& args);
 
+// What `hpctune dashboard DB|DIR...` serves: the files named as they are (the server refuses one it
+// cannot read), and of each directory's *.db those it can read; a database in a directory that
+// another user owns (unless allow_other_owners), that is empty or holds no campaign is skipped
+// with the reason. kUsage when nothing is left to serve.
+struct ServedDatabases {
+  std::vector<std::string> databases;
+  std::vector<std::pair<std::string, std::string>> skipped;  // (path, why)
+};
+Result<ServedDatabases> databases_to_serve(const std::vector<std::string>& args, bool allow_other_owners);
+
 }  // namespace hpctune::dashboard

@@ -14,6 +14,8 @@
 // whole request (its timeout restarts at every byte), is the watchdog below.
 #include "dashboard/server.h"
 
+#include "common/bounded_json.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -560,7 +562,12 @@ struct Server::Loop {
         }
         return write_asset(full, res, full.path);
       }
+      // What a request reads back from a database is bounded in memory (common/bounded_json.h).
+      JsonReadBudget budget(kJsonReadBudgetBytes);
       write_json(full, res, server->api_->get(full.path, full.params));
+    } catch (const std::bad_alloc&) {
+      res = Response{};
+      write_json(req, res, api_error(503, "out of memory answering this request; the server goes on"));
     } catch (const std::exception& e) {
       // An edge: a request never takes the server down.
       res = Response{};

@@ -39,6 +39,8 @@
 #include "protocol/messages.h"
 #include "protocol/transport.h"
 
+#include "common/safe_open.h"
+
 namespace hpctune::protocol {
 namespace {
 
@@ -201,18 +203,7 @@ class PrivateIpcDir {
 
   // Makes the directory; the endpoint to bind inside it.
   Result<std::string> make() {
-    std::string base = "/tmp";
-    // $TMPDIR when it is an absolute directory short enough for the socket path (Unix sockets
-    // take kMaxIpcPathBytes); else /tmp.
-    if (const char* t = std::getenv("TMPDIR"); t && t[0] == '/') {
-      std::string tmp = t;
-      while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
-      struct stat st {};
-      if (tmp.size() + std::strlen(kName) + std::strlen(kSocket) <= kMaxIpcPathBytes && ::stat(tmp.c_str(), &st) == 0 &&
-          S_ISDIR(st.st_mode)) {
-        base = tmp == "/" ? "" : tmp;
-      }
-    }
+    HPCTUNE_ASSIGN(std::string base, choose_base());
     remove_stale(base.empty() ? "/" : base);
     std::string templ = base + kName;
     if (::mkdtemp(templ.data()) == nullptr) {
@@ -229,6 +220,28 @@ class PrivateIpcDir {
   }
 
  private:
+  // $TMPDIR, else $XDG_RUNTIME_DIR, else /tmp: the first that is an absolute directory short enough
+  // for the socket's path (Unix sockets take kMaxIpcPathBytes) where nobody else can replace our
+  // directory (common/safe_open.h: unsafe_directory_chain; a TMPDIR others can write without the
+  // sticky bit would let them swap it for theirs, and a restarted worker would join that). "" = "/".
+  static Result<std::string> choose_base() {
+    std::string refused;
+    for (const char* var : {"TMPDIR", "XDG_RUNTIME_DIR", ""}) {
+      std::string dir = var[0] ? (std::getenv(var) ? std::getenv(var) : "") : "/tmp";
+      if (dir.empty() || dir[0] != '/') continue;
+      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+      struct stat st {};
+      if (dir.size() + std::strlen(kName) + std::strlen(kSocket) > kMaxIpcPathBytes || ::stat(dir.c_str(), &st) != 0 ||
+          !S_ISDIR(st.st_mode))
+        continue;
+      const std::string why = unsafe_directory_chain(dir);
+      if (why.empty()) return dir == "/" ? std::string() : dir;
+      refused += (refused.empty() ? "" : "; ") + std::string(var[0] ? std::string("$") + var + " " : "") + dir + ": " + why;
+    }
+    return err(Errc::kIo, "no directory where the master's socket would be private to this user (" + refused +
+                              "); set TMPDIR to a directory of your own (mode 0700)");
+  }
+
   static constexpr const char* kName = "/hpctune-XXXXXX";
   static constexpr const char* kSocket = "/master";
   static constexpr std::size_t kMaxScanned = 100000;  // entries of `base` looked at, at most
@@ -455,7 +468,30 @@ class ZmqClient final : public ClientTransport {
   }
 
  private:
+  // On a Unix socket the worker checks whose it is before it connects: one in a directory another
+  // user could have put there, or another user's socket, is never joined (issue 35, R2: a worker
+  // restarted after a crash joined an impostor's socket and ran its command as the campaign's owner).
+  Status check_ipc_peer() const {
+    if (endpoint_.rfind("ipc://", 0) != 0) return {};
+    const std::string path = endpoint_.substr(6);
+    const auto slash = path.rfind('/');
+    if (path.empty() || path[0] != '/' || slash == std::string::npos)
+      return err(Errc::kInvalidArgument, "the master's socket " + path + " is not an absolute path");
+    const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+    if (const std::string why = unsafe_directory_chain(dir); !why.empty())
+      return err(Errc::kInvalidArgument, "refusing the master's socket " + path + ": " + why);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) return err(Errc::kInvalidArgument, "refusing " + path + ": not a socket");
+      if (st.st_uid != ::geteuid())
+        return err(Errc::kInvalidArgument, "refusing the master's socket " + path + ": it belongs to another user (uid " +
+                                               std::to_string(st.st_uid) + ")");
+    }
+    return {};
+  }
+
   Status open() {
+    HPCTUNE_TRY(check_ipc_peer());
     try {
       socket_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
       socket_.set(zmq::sockopt::linger, static_cast<int>(options_.linger.count()));

@@ -329,6 +329,10 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
       return err(Errc::kTimeout, "simulate: the campaign did not finish within " + std::to_string(options.max_turns) +
                                      " turns and " + std::to_string(options.max_simulated_seconds) + " simulated seconds");
     }
+    if (options.interrupt != nullptr && options.interrupt->load() > 0) {
+      return err(Errc::kCancelled, "simulate: interrupted after " + std::to_string(out.finished_trials) +
+                                       " simulated trials; what was simulated is in " + options.master.db_path);
+    }
     ++out.turns;
     const int64_t waiting = in_flight;
     const auto decision_start = std::chrono::steady_clock::now();

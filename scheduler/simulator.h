@@ -30,6 +30,8 @@
 // real time of the call and run on simulated time.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -80,6 +82,8 @@ struct SimulateOptions {
   // Bounds: the simulation fails with kTimeout past either.
   double max_simulated_seconds = 10.0 * 365 * 86400;
   int64_t max_turns = 200'000'000;
+  // > 0: stop at the next turn (Ctrl-C, SIGTERM): kCancelled, with what was simulated recorded.
+  const std::atomic<int>* interrupt = nullptr;
   // Failure injection (tests, what-if): group `first` goes silent (no heartbeat, no result) at
   // simulated second `second` after the start; its next launch behaves normally again.
   std::vector<std::pair<int64_t, double>> silence;

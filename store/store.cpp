@@ -31,6 +31,7 @@
 
 #include "common/bounded_json.h"
 #include "common/system.h"
+#include "common/text.h"
 #include "store/schema.h"
 
 namespace hpctune::store {
@@ -431,10 +432,12 @@ int64_t col_i64(sqlite3_stmt* s, int i) { return sqlite3_column_int64(s, i); }
 double col_time(sqlite3_stmt* s, int i) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? 0.0 : sqlite3_column_double(s, i);
 }
+// Text columns: bytes that are not UTF-8 (a damaged or crafted file) become U+FFFD, so that every
+// reader, JSON output included, can print them.
 std::string col_text(sqlite3_stmt* s, int i) {
   const unsigned char* p = sqlite3_column_text(s, i);
   if (p == nullptr) return {};
-  return std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, i)));
+  return sanitize_utf8(std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, i))));
 }
 std::optional<double> col_opt_f64(sqlite3_stmt* s, int i) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
@@ -1553,7 +1556,13 @@ Result<EventRow> read_event(sqlite3_stmt* s) {
   e.trial_id = col_i64_or(s, 4, 0);
   e.attempt = col_i64_or(s, 5, 0);
   e.group_id = col_i64_or(s, 6, -1);
-  HPCTUNE_ASSIGN(e.detail, col_json(s, 7, "events.detail"));
+  {
+    auto detail = col_json(s, 7, "events.detail");
+    if (!detail.ok())
+      return std::move(detail).error().with_context("while reading event " + std::to_string(e.id) +
+                                                    (e.trial_id > 0 ? " of trial " + std::to_string(e.trial_id) : ""));
+    e.detail = std::move(detail).value();
+  }
   return e;
 }
 

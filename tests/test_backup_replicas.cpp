@@ -1,9 +1,9 @@
 // Issue 26, backup replicas (trainer.min_replica_fraction < 1, trainers/replica_exchange.h,
-// coordinated): with one replica three times slower (the debug_slowdown aid) and a fraction of 0.5,
+// coordinated): with one replica ten times slower (the debug_slowdown aid) and a fraction of 0.5,
 // a step completes once ceil(0.5 x D) replicas, the leader among them, have reported, so the fast
-// replicas are not held back: from the recorded clocks, the leader never waits for a step, it
-// trains several times faster than when every replica counts, the straggler's late gradients are
-// dropped and counted, and the model still learns. Not deterministic (which gradients make a step
+// replicas are not held back: from the recorded clocks, the leader never waits for a step, the
+// straggler's late gradients are dropped and counted, and the model still learns (how much faster
+// it trains is bench/run-async's figure, not a check: a busy machine moves it). Not deterministic (which gradients make a step
 // depends on timing): the checks are bounds. Run on 2 ranks by ctest (measured on 2 cores: 0.17-0.22 s
 // against 0.04-0.06 s). On 3 or 4 ranks (tests/mpirun-test 4 build/tests/test_backup_replicas) it
 // needs a core per rank: oversubscribed on 2 cores the fast replicas share the cores with each
@@ -89,7 +89,7 @@ TEST_CASE("backup replicas: at fraction 0.5 a replica 3x slower does not set the
   // sending its gradient, as in the models backup replicas are for.
   nlohmann::json base = {{"kind", "mlp"}, {"hidden", {128}}, {"lr", 0.2}, {"batch_size", 1000},
                          {"epochs", 3}, {"optimizer", "sgd"}, {"momentum", 0.9}, {"checkpoint", false},
-                         {"debug_slowdown", 3.0}, {"debug_slowdown_rank", D - 1}};
+                         {"debug_slowdown", 10.0}, {"debug_slowdown_rank", D - 1}};
   nlohmann::json all = base;  // every replica counts: the allreduce waits for the straggler
   nlohmann::json backup = base;
   backup["min_replica_fraction"] = 0.5;
@@ -100,8 +100,10 @@ TEST_CASE("backup replicas: at fraction 0.5 a replica 3x slower does not set the
   REQUIRE_MESSAGE(fast.ok(), fast.error().message());
   if (g.leader()) {
     const double a = slow->metrics.at("train_seconds"), b = fast->metrics.at("train_seconds");
+    // How much faster is a measurement, and a busy machine moves it (issue 35): bench/run-async
+    // measures it (bench/results/async.md, the backup-replica rows). The checks below hold under
+    // load: with the straggler 10x slower its gradients are late whatever else runs.
     MESSAGE("train seconds, every replica: " << a << ", fraction 0.5: " << b);
-    CHECK(b < 0.7 * a);
     CHECK(fast->metrics.at("val_accuracy") > 0.5);
     CHECK(fast->metrics.at("sync_replica0_fraction") == 1.0);  // the leader is in every step
     const double straggler = fast->metrics.at("sync_replica" + std::to_string(D - 1) + "_fraction");

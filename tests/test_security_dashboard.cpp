@@ -173,10 +173,10 @@ struct DashboardProcess {
   int port = 0;
   std::string token, output;
 
-  explicit DashboardProcess(std::vector<std::string> args) {
+  explicit DashboardProcess(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
     args.insert(args.begin(), "dashboard");
-    child = std::make_unique<launch::ChildProcess>(testing::start_hpctune(args, dir.file("dash.log")));
-    const std::regex url(R"(open in a browser: http://[^ ]*:(\d+)/(\?token=([A-Za-z0-9._~-]+))?\n)");
+    child = std::make_unique<launch::ChildProcess>(testing::start_hpctune(args, dir.file("dash.log"), std::move(env)));
+    const std::regex url(R"(open in a browser: http://[^ ]*:(\d+)/(\?token=([A-Za-z0-9._~-]+))?[^\n]*\n)");
     REQUIRE_MESSAGE(testing::wait_until(
                         [&] {
                           output = testing::read_file(dir.file("dash.log"));
@@ -577,4 +577,80 @@ TEST_CASE("a served database another user owns is refused unless --allow-other-o
   CHECK_MESSAGE(log.find("--allow-other-owners") != std::string::npos, log);
   DashboardProcess d({db, "--port", "0", "--allow-other-owners"});
   CHECK(http_get("127.0.0.1", d.port, "/api/campaigns", d.auth()).status == 200);
+}
+
+namespace {
+
+// Whether `needle` is in the command line (and, for `pid`, the environment) of any process here.
+bool shown_in_proc(const std::string& needle, pid_t pid) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (testing::read_file(e.path().string() + "/cmdline").find(needle) != std::string::npos) return true;
+  }
+  return testing::read_file("/proc/" + std::to_string(pid) + "/environ").find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a token given by file or environment never shows in /proc/*/cmdline or the dashboard's environment") {
+  TempDir dir;
+  const std::string secret = "tokenfromfile-0123456789abcdef";
+  const std::string file = dir.write("token", secret + "\n");
+  ::chmod(file.c_str(), 0600);
+  {
+    DashboardProcess d({fixture_db(), "--port", "0", "--token-file", file});
+    CHECK(d.output.find(secret) == std::string::npos);  // not echoed
+    CHECK(d.output.find("your --token-file") != std::string::npos);
+    CHECK_FALSE(shown_in_proc(secret, d.child->pid()));
+    CHECK(http_get("127.0.0.1", d.port, "/api/campaigns", {"Authorization: Bearer " + secret}).status == 200);
+    CHECK(http_get("127.0.0.1", d.port, "/api/campaigns").status == 401);
+  }
+  const std::string from_env = "tokenfromenvironment-abcdef012";
+  {
+    DashboardProcess d({fixture_db(), "--port", "0"}, {{"HPCTUNE_DASHBOARD_TOKEN", from_env}});
+    CHECK(d.output.find("your HPCTUNE_DASHBOARD_TOKEN") != std::string::npos);
+    CHECK_FALSE(shown_in_proc(from_env, d.child->pid()));
+    CHECK(http_get("127.0.0.1", d.port, "/api/campaigns", {"Authorization: Bearer " + from_env}).status == 200);
+  }
+  // --token still works, with a warning that says what to use instead.
+  {
+    DashboardProcess d({fixture_db(), "--port", "0", "--token", "tokenonthecommandline"});
+    CHECK(d.output.find("warning: --token shows the token") != std::string::npos);
+    CHECK(d.output.find("--token-file") != std::string::npos);
+  }
+  // A file others may read, a link, an empty one: refused with the reason (exit 2).
+  const std::string loose = dir.write("loose", secret + "\n");
+  ::chmod(loose.c_str(), 0644);
+  const std::string empty = dir.write("empty", "\n");
+  ::chmod(empty.c_str(), 0600);
+  const std::string link = dir.file("link");
+  std::filesystem::create_symlink(file, link);
+  for (const auto& [path, why] : std::vector<std::pair<std::string, std::string>>{
+           {loose, "chmod 600"}, {empty, "holds no secret"}, {link, "symbolic link"}, {dir.file("none"), "cannot open"}}) {
+    CAPTURE(path);
+    auto st = testing::run_hpctune({"dashboard", fixture_db(), "--port", "0", "--token-file", path}, dir.file("bad.log"), 10s);
+    CHECK(st.code == 2);
+    const std::string log = testing::read_file(dir.file("bad.log"));
+    CHECK_MESSAGE(log.find(why) != std::string::npos, log);
+    CHECK(log.find(secret) == std::string::npos);
+  }
+}
+
+TEST_CASE("dashboard DIR serves the databases it can read and names the ones it skipped") {
+  TempDir dir;
+  std::filesystem::copy_file(fixture_db(), dir.file("good.db"));
+  dir.write("empty.db", "");
+  dir.write("foreign.db", "this is not SQLite at all, just text\n");
+  DashboardProcess d({dir.path, "--port", "0"});
+  CHECK(d.output.find("skipped  " + dir.file("empty.db")) != std::string::npos);
+  CHECK(d.output.find("skipped  " + dir.file("foreign.db")) != std::string::npos);
+  Reply r = http_get("127.0.0.1", d.port, "/api/campaigns", d.auth());
+  REQUIRE(r.status == 200);
+  const auto list = nlohmann::json::parse(r.body);
+  CHECK(list["campaigns"].size() == 1);
+  // Named on the command line, a database it cannot read is still an error.
+  auto st = testing::run_hpctune({"dashboard", dir.file("empty.db"), "--port", "0"}, dir.file("bad.log"), 10s);
+  CHECK(st.code != 0);
+  CHECK_FALSE(st.signaled);
 }

@@ -363,3 +363,47 @@ TEST_CASE("worker --threads -1 is a short usage error") {
   CHECK(r.status.code == 2);
   CHECK_MESSAGE(r.out.size() < 200, r.out);
 }
+
+// --- issue 35, R4 and R8: a store of huge JSON values; text that is not UTF-8 ------------------
+
+TEST_CASE("four 60 MB JSON arrays: status, trials, export and trial refuse naming the trial and column, never abort") {
+  TempDir dir;
+  const std::string db = dir.file("big.db");
+  {
+    const std::string cfg = dir.write("big.yaml", sleep_config("big", 4, 0.01, 1, 1));
+    auto r = hpctune_cmd(dir, {"run", cfg, "--db", db});
+    REQUIRE_MESSAGE(r.status.success(), r.out);
+  }
+  // Each value within the per-value limit (64 MiB): 30 million ones, 60 MB of text.
+  sql(db, "UPDATE trials SET metrics = '[' || substr(replace(hex(zeroblob(30000000)), '00', '1,'), 1, 59999999) || ']'");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", db}, {"trials", db, "--format", "json"}, {"export", db, "--format", "json"},
+        {"trial", db, "2"}}) {
+    CAPTURE(args[0]);
+    auto r = hpctune_cmd(dir, args, 120s);
+    CHECK_FALSE(r.status.signaled);
+    CHECK((r.status.code == 1 || r.status.code == 2));
+    CHECK_MESSAGE(contains(r.out, "while reading trial "), r.out.substr(0, 2000));
+    CHECK(contains(r.out, "trials.metrics"));
+    CHECK_FALSE(contains(r.out, "internal error"));
+  }
+}
+
+TEST_CASE("text that is not UTF-8 in a crafted store is printed as U+FFFD by every JSON output") {
+  TempDir dir;
+  const std::string db = finished_campaign(dir, "bytes");
+  const int64_t id = read_trials(db).front().id;
+  sql(db, "UPDATE trials SET state = 'failed', error = CAST(X'6261642062797465733a20FFFE2E' AS TEXT) WHERE id = " +
+              std::to_string(id));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", db, "--format", "json"}, {"trials", db, "--format", "json"},
+        {"export", db, "--format", "json"}, {"trial", db, std::to_string(id), "--format", "json"}, {"trials", db}}) {
+    CAPTURE(args[0]);
+    auto r = hpctune_cmd(dir, args);
+    CHECK_MESSAGE(r.status.code == 0, r.out);
+    CHECK_FALSE(contains(r.out, "internal error"));
+  }
+  auto r = hpctune_cmd(dir, {"trial", db, std::to_string(id), "--format", "json"});
+  CHECK_MESSAGE((contains(r.out, "bad bytes: \xEF\xBF\xBD\xEF\xBF\xBD.") || contains(r.out, "bad bytes: \\ufffd\\ufffd.")),
+                r.out);
+}

@@ -41,16 +41,16 @@ const Bypass kBypasses[] = {
     {"cat <<EOF\n{v}\nEOF", 2, 1, "inside a here-document"},
     {"cat <<'EOF' > /dev/null\nit's {v}\nEOF", 2, 6, "inside a here-document"},
     {"eval echo {v}", 1, 11, "is an argument of eval"},
-    {"sh -c {v}", 1, 7, "part of the code that sh runs"},
-    {"bash -c {v}", 1, 9, "part of the code that bash runs"},
-    {"env A=1 sh -ec {v}", 1, 16, "part of the code that sh runs"},
-    {"exec sh -c {v}", 1, 12, "part of the code that sh runs"},
+    {"sh -c {v}", 1, 7, "follows sh -c without a literal code word"},
+    {"bash -c {v}", 1, 9, "follows bash -c without a literal code word"},
+    {"env A=1 sh -ec {v}", 1, 16, "is an argument of env"},
+    {"exec sh -c {v}", 1, 12, "is an argument of exec"},
     {"echo > /dev/null; source {v}", 1, 26, "is an argument of source"},
     {". {v}", 1, 3, "is an argument of ."},
-    {"xargs sh -c {v} < /dev/null", 1, 13, "part of the code that sh runs"},
+    {"xargs sh -c {v} < /dev/null", 1, 13, "is an argument of xargs"},
     {"su -c {v}", 1, 7, "is an argument of su"},
     {"ssh localhost {v}", 1, 15, "is an argument of ssh"},
-    {"python3 -c {v}", 1, 12, "part of the code that python3 runs"},
+    {"python3 -c {v}", 1, 12, "runs code given with -c"},
     {"{v} --version", 1, 1, "is the program word"},
     {"echo \"\\{v}\"", 1, 8, "inside double quotes"},  // the backslash hid the placeholder from the old check
 };
@@ -148,7 +148,8 @@ TEST_CASE("legitimate templates: comments and here-documents without placeholder
       {"cat <<EOF > /dev/null\nhello it's\nEOF\nprintf '%s' --x={v} > " + out, "--x="},
       {"printf '%s' {v} > " + out + " # it's", ""},
       {"sh -c 'printf \"%s\" \"$1\"' sh {v} > " + out, ""},
-      {"env A=1 printf '%s' {v} > " + out, ""},
+      {"printf '%s' {v} | cat > " + out, ""},
+      {"printf '%s' --lr={v} | tee " + out + " > /dev/null", "--lr="},
   };
   int n = 0;
   for (const auto& l : legit) {
@@ -191,4 +192,38 @@ TEST_CASE("campaign: hpctune validate and run refuse each bypass with file:line:
   CHECK(read_file(dir.file("run.log")).find(cfg + ":8:3: trainer.command: the placeholder {v} at line 2, column 7") !=
         std::string::npos);
   CHECK_FALSE(std::filesystem::exists(marker));
+}
+
+// Issue 35, R1: 28 templates that passed the old check and ran a hostile value as code under dash,
+// and the piped forms that were a known limit. Each is refused now (the string form allows a
+// placeholder only as a plain argument of a program known not to run its arguments), with the list
+// form in the message.
+TEST_CASE("R1: the 28 templates of the second attack and the piped forms are refused, pointing to the list form") {
+  const char* const kForms[] = {
+      "env -S 'sh -c' {v}", "sh -ce {v}", "sh -ec 'true' {v} x", "sh -c -- {v}", "perl -e1 -e {v}", "node -e 1 -e {v}",
+      "python3 -m timeit {v}", "BASH_ENV={v} sh x.sh", "PERL5OPT={v} perl x.pl", "PATH={v} python3 t.py",
+      "BASH_ENV=/tmp/x sh t.sh {v}", "f() { eval \"$1\"; }; f {v}", "alias a=eval; a {v}", "SH=sh; nice $SH -c {v}",
+      "env {v}", "timeout 5 {v}", "find . -exec {v} ;", "sh < {v}", "aprun python3 t.py {v}", "ibrun {v}",
+      "conda run python {v}", "sed s/x/y/e {v}", "nice -n 5 python3 -c {v}", "xargs {v}", "exec {v}",
+      "command eval {v}", "$PY -c {v}", "env python3 -c {v}",
+      // piped into an interpreter: the value is data the next command may run
+      "echo {v} | sh", "printf '%s' {v} | python3", "echo {v} | cat | bash", "echo {v} > /dev/null; echo x | sh; echo {v} | sh",
+      // arithmetic: $((1<<2)) is a shift, not a here-document; a value inside is evaluated
+      "echo $((1<<{v}))",
+  };
+  for (const char* form : kForms) {
+    CAPTURE(form);
+    auto p = template_problem(form);
+    REQUIRE(p.has_value());
+    CHECK(p->what.find("{v}") != std::string::npos);
+  }
+  // The ones reached by the allowlist (not by a quote or a comment) say to use the list form.
+  CHECK(template_problem("aprun python3 t.py {v}")->what.find("command as a list") != std::string::npos);
+  // Forms that stay allowed: a script's arguments, a program of yours by its path, printing.
+  for (const char* ok : {"python3 train.py --lr {v}", "/usr/bin/python3 -u train.py --lr={v}", "./train --lr {v}",
+                         "Rscript fit.R {v}", "bash script.sh {v}", "sh -c 'prog \"$1\"' sh {v}",
+                         "echo $((1<<2)) {v}", "python3 t.py {v} | tee log", "cd {trial_dir} && python3 t.py {v}"}) {
+    CAPTURE(ok);
+    CHECK_FALSE(template_problem(ok).has_value());
+  }
 }

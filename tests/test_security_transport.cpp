@@ -16,7 +16,10 @@
 #include <regex>
 #include <string>
 
+#include <sys/wait.h>
+
 #include "common/endpoint.h"
+#include "common/safe_open.h"
 #include "protocol/transport.h"
 #include "tests/campaign_fixture.h"
 
@@ -266,4 +269,58 @@ TEST_CASE("transport: a killed master's ipc directory is removed by the next one
   ::close(live_fd);
   std::filesystem::remove_all(live);
   std::filesystem::remove_all(young);
+}
+
+// Issue 35, R2: a folder others can write without the sticky bit (a careless TMPDIR), where
+// `nobody` made its own directory and socket under the name a worker is told to join. The worker
+// refuses it before connecting; the impostor never sees a connection.
+TEST_CASE("R2: a worker never joins a socket another user could have put in its place") {
+  REQUIRE_MESSAGE(::geteuid() == 0, "the impostor runs as user nobody: run this test as root");
+  TempDir dir;
+  ::chmod(dir.path.c_str(), 0755);
+  const std::string shared = dir.file("shared");
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 0777) == 0);  // writable by all, no sticky bit
+  CHECK(unsafe_directory_chain(shared).find("without the sticky bit") != std::string::npos);
+  CHECK(unsafe_directory_chain(dir.path).empty());
+  const std::string evil = shared + "/hpctune-ABCDEF";
+  const std::string sock = evil + "/master";
+  int ready[2], seen[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(seen) == 0);
+  const pid_t impostor = ::fork();
+  REQUIRE(impostor >= 0);
+  if (impostor == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    ::mkdir(evil.c_str(), 0755);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sock.c_str());
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 8) != 0) ::_exit(3);
+    (void)!::write(ready[1], "r", 1);
+    timeval tv{8, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const int c = ::accept(fd, nullptr, nullptr);
+    (void)!::write(seen[1], c >= 0 ? "c" : "n", 1);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(seen[1]);
+  char byte = 0;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  auto worker = start_hpctune({"worker", "--master", "ipc://" + sock, "--group", "0"}, dir.file("worker.log"),
+                              {{"HPCTUNE_SECRET", "00112233445566778899aabbccddeeff.00112233445566778899aabbccddeeff"}});
+  auto st = worker.wait_for(20s);
+  REQUIRE(st.has_value());
+  CHECK(st->code != 0);
+  const std::string log = read_file(dir.file("worker.log"));
+  CHECK_MESSAGE(contains(log, "refusing the master's socket " + sock), log);
+  byte = 0;
+  REQUIRE(::read(seen[0], &byte, 1) == 1);
+  CHECK(byte == 'n');  // no connection reached the impostor
+  int status = 0;
+  ::waitpid(impostor, &status, 0);
+  ::close(ready[0]);
+  ::close(seen[0]);
 }

@@ -1,6 +1,10 @@
 // `hpctune simulate` (scheduler/simulator.h, issue 24): the campaign's real master on simulated
 // time. Through the binary, against real `hpctune run`s of the same configs.
+#include <signal.h>
+
 #include <chrono>
+#include <filesystem>
+#include <thread>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -280,4 +284,33 @@ TEST_CASE("simulate refuses a trainer whose outcomes it cannot compute, and an e
   const auto taken = run_hpctune({"simulate", fcfg, "--db", dir.file("taken.db")}, dir.file("t.log"));
   CHECK(taken.code == 2);
   CHECK(read_file(dir.file("t.log")).find("exists") != std::string::npos);
+}
+
+TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more trials than --max-trials") {
+  TempDir dir;
+  // Random search: the master's turns are cheap, and 90,000 trials take far longer than the signal.
+  const std::string cfg = dir.write(
+      "big.yaml", "name: big\nseed: 1\nobjective: {metric: value, mode: min}\nsearch: {algorithm: random, max_trials: 90000}\n"
+                  "space:\n  x1: {type: float, low: -5.0, high: 10.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+                  "trainer: {kind: function, name: branin, steps: 3}\nresources: {groups: 64}\n");
+  for (const int sig : {SIGTERM, SIGINT}) {
+    CAPTURE(sig);
+    const std::string db = dir.file("big-" + std::to_string(sig) + ".db");
+    auto child = start_hpctune({"simulate", cfg, "--db", db}, dir.file("big.log"));
+    REQUIRE(wait_until([&] { return std::filesystem::exists(db); }, std::chrono::seconds(30)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    child.signal(sig);
+    auto st = child.wait_for(std::chrono::seconds(30));
+    REQUIRE(st.has_value());
+    CHECK(st->code == (sig == SIGTERM ? 143 : 130));
+    CHECK_MESSAGE(read_file(dir.file("big.log")).find("interrupted after") != std::string::npos, read_file(dir.file("big.log")));
+  }
+  const std::string huge = dir.write(
+      "huge.yaml", "name: huge\nobjective: {metric: value, mode: min}\nsearch: {algorithm: random, max_trials: 1000000}\n"
+                   "space:\n  x1: {type: float, low: -5.0, high: 10.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+                   "trainer: {kind: function, name: branin, steps: 3}\n");
+  const auto refused = run_hpctune({"simulate", huge, "--db", dir.file("huge.db")}, dir.file("huge.log"));
+  CHECK(refused.code == 2);
+  CHECK_MESSAGE(read_file(dir.file("huge.log")).find("--max-trials 1000000") != std::string::npos, read_file(dir.file("huge.log")));
+  CHECK(!std::filesystem::exists(dir.file("huge.db")));
 }
