@@ -316,6 +316,10 @@ class Builder {
       if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
         return w_.fail(w_.mark_of(std::string("trainer.") + key), std::string("trainer.") + key, *unsafe);
       HPCTUNE_TRY(check_command_placeholders(c, key));
+      if (const char* p = can->persistent_setting; p != nullptr && t.contains(p) && t[p].is_boolean() && t[p].get<bool>()) {
+        if (auto per_trial = per_trial_placeholder(t[key].get<std::string>()))
+          return w_.fail(w_.mark_of(std::string("trainer.") + key), std::string("trainer.") + key, *per_trial);
+      }
     }
     if (can->provides_setting != nullptr) HPCTUNE_TRY(check_provides(c, can->provides_setting));
     return check_assign_size(c);
