@@ -1018,8 +1018,8 @@ Result<TrialResult> finish(const TrialContext& ctx, const TrialPlan& plan, std::
   t.out_log.close();  // the artifacts' sizes are read from the files
   t.err_log.close();
   const launch::ExitStatus status = exited ? *p.status : launch::ExitStatus{};
-  if (exited || p.killed) slot.reset();  // a persistent program that ended its trial stays
   if (p.control) p.control->end_trial();
+  if (exited || p.killed) slot.reset();  // a persistent program that ended its trial stays (p is gone)
 
   std::string tail;
   for (const auto& line : t.stderr_tail) tail += line + "\n";
