@@ -22,6 +22,7 @@
 
 #include "common/shell_template.h"
 #include "launch/attempt_fence.h"
+#include "launch/child_process.h"
 #include "tests/temp_dir.h"
 #include "trainers/command_trainer.h"
 
@@ -92,6 +93,10 @@ for trial in hp.trials():
         start, x = st["step"], st["x"]
     if os.environ.get("KILL_ONCE") and hp.trial_id() == 2 and not os.path.exists(os.environ["KILL_ONCE"]):
         open(os.environ["KILL_ONCE"], "w").close()
+        os.kill(os.getpid(), 9)
+    if os.environ.get("KILL_ALWAYS") and hp.trial_id() == 2:
+        sys.stderr.write("dying in trial 2\n")
+        sys.stderr.flush()
         os.kill(os.getpid(), 9)
     rng = random.Random(int(os.environ["HPCTUNE_SEED"]) * 1000 + start)
     for step in range(start + 1, (hp.max_step() or 5) + 1):
@@ -167,7 +172,7 @@ while True:
   auto latencies = [&](int runs, bool with_fd) {
     std::vector<double> ms;
     for (int i = 0; i < runs; ++i) {
-      const std::string trial_dir = dir.file("t" + std::to_string(with_fd) + "-" + std::to_string(i));
+      const std::string trial_dir = dir.file(std::string(with_fd ? "fd-" : "slice-").append(std::to_string(i)));
       Recorded rec;
       auto ctx = context({{"command", "/usr/bin/python3 " + dir.file("trap.py")}, {"grace", 10}}, i + 1, 1,
                          json::object(), trial_dir, rec);
@@ -259,6 +264,27 @@ TEST_CASE("persistent: a program SIGKILLed mid-trial is replaced and the attempt
   CHECK(slurp(dir.path + "/trial-2/attempt-1/stdout.log").find("a fresh one runs the attempt again") != std::string::npos);
 }
 
+TEST_CASE("persistent: a program that dies twice in an attempt fails it with its exit and standard error") {
+  TempDir dir;
+  json trainer = loop_trainer(dir, true);
+  trainer["env"]["KILL_ALWAYS"] = "1";
+  auto programs = std::make_shared<CommandPrograms>();
+  for (int64_t id : {1, 2, 3}) {
+    Recorded rec;
+    auto ctx = context(trainer, id, 1, {{"x", 1.0}, {"lr", 0.1}}, dir.file(std::string("t").append(std::to_string(id))), rec);
+    auto r = CommandTrainer(programs).run(ctx);
+    if (id != 2) {
+      CHECK_MESSAGE(r.ok(), r.error().to_string());
+      continue;
+    }
+    REQUIRE(!r.ok());
+    CHECK(r.error().code() == Errc::kFailed);
+    CHECK(r.error().message().find("killed by signal 9") != std::string::npos);
+    CHECK(r.error().message().find("dying in trial 2") != std::string::npos);
+  }
+  CHECK(pids_in(dir.file("pids")).size() == 4);  // 1, 2 twice, then 3 by a fresh program
+}
+
 TEST_CASE("persistent: a program without the loop still works, a fresh process per trial") {
   TempDir dir;
   write(dir.file("once.py"), R"(
@@ -274,7 +300,7 @@ hp.report(1, value=hp.params()["x"] * 2)
                   {"env", {{"PYTHONPATH", kPythonPath}, {"PIDS", dir.file("pids")}}}};
   for (int i = 1; i <= 3; ++i) {
     Recorded rec;
-    auto ctx = context(trainer, i, 1, {{"x", i}}, dir.file("t" + std::to_string(i)), rec);
+    auto ctx = context(trainer, i, 1, {{"x", i}}, dir.file(std::string("t").append(std::to_string(i))), rec);
     auto r = CommandTrainer(programs).run(ctx);
     REQUIRE_MESSAGE(r.ok(), r.error().to_string());
     CHECK(r->metrics.at("value") == 2.0 * i);
@@ -316,7 +342,7 @@ for trial in hp.trials():
                   {"env", {{"PYTHONPATH", kPythonPath}, {"PIDS", dir.file("pids")}}}};
   auto stopped_run = [&](int64_t id, const json& params) {
     Recorded rec;
-    auto ctx = context(trainer, id, 1, params, dir.file("t" + std::to_string(id)), rec);
+    auto ctx = context(trainer, id, 1, params, dir.file(std::string("t").append(std::to_string(id))), rec);
     std::atomic<int> reports{0};
     std::atomic<bool> stop{false};
     ctx.report = [&](int64_t, const protocol::Metrics&) { ++reports; };
@@ -352,6 +378,32 @@ for trial in hp.trials():
   pids = pids_in(dir.file("pids"));
   REQUIRE(pids.size() == 4);
   CHECK(pids[3] != pids[2]);
+}
+
+TEST_CASE("persistent: hpctune validate accepts persistent: true and refuses a per-trial placeholder with it") {
+  TempDir dir;
+  auto validate = [&](const std::string& command, bool persistent) {
+    const std::string cfg = dir.file("c.yaml");
+    write(cfg, "name: p\nobjective: {metric: loss, mode: min}\nsearch: {algorithm: random, max_trials: 2}\n"
+               "space:\n  lr: {type: float, low: 0.1, high: 1.0}\n"
+               "trainer:\n  kind: command\n  command: \"" + command + "\"\n  persistent: " +
+                   (persistent ? "true" : "false") + "\n");
+    launch::SpawnOptions o;
+    o.argv = {HPCTUNE_BINARY, "validate", cfg};
+    o.stdout_path = dir.file("validate.log");
+    o.stderr_path = "=stdout";
+    auto child = launch::ChildProcess::spawn(o);
+    REQUIRE(child.ok());
+    auto status = child->wait_for(std::chrono::seconds(60));
+    REQUIRE(status.has_value());
+    return std::make_pair(status->success(), slurp(dir.file("validate.log")));
+  };
+  CHECK(validate("python3 train.py --world {ranks}", true).first);
+  CHECK(validate("python3 train.py --lr {lr}", false).first);
+  const auto [ok, log] = validate("python3 train.py --lr {lr}", true);
+  CHECK(!ok);
+  CHECK(log.find("trainer.command") != std::string::npos);
+  CHECK(log.find("hp.params()") != std::string::npos);
 }
 
 TEST_CASE("persistent: the command may hold only {ranks}") {
