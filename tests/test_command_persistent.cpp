@@ -285,6 +285,39 @@ TEST_CASE("persistent: a program that dies twice in an attempt fails it with its
   CHECK(pids_in(dir.file("pids")).size() == 4);  // 1, 2 twice, then 3 by a fresh program
 }
 
+TEST_CASE("persistent: 2 ranks under mpirun, one job serves 3 trials, every rank in every trial") {
+  if (!trainers::mpirun_prefix(2).ok()) return;  // a build or machine without mpirun
+  TempDir dir;
+  write(dir.file("ranks.py"), R"(
+import os
+import hpctune_report as hp
+for trial in hp.trials():
+    with open(os.environ["PIDS"] + "." + os.environ["RANK"], "a") as f:
+        f.write("%d\n" % os.getpid())
+    hp.report(1, value=hp.params()["x"] * 10 + hp.trial_id())
+)");
+  auto programs = std::make_shared<CommandPrograms>();
+  json trainer = {{"command", "/usr/bin/python3 " + dir.file("ranks.py")},
+                  {"persistent", true},
+                  {"env", {{"PYTHONPATH", kPythonPath}, {"PIDS", dir.file("pids")}}}};
+  for (int i = 1; i <= 3; ++i) {
+    Recorded rec;
+    auto ctx = context(trainer, i, 1, {{"x", i}}, dir.file(std::string("t").append(std::to_string(i))), rec);
+    ctx.ranks = 2;
+    auto r = CommandTrainer(programs).run(ctx);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    CHECK(r->metrics.at("value") == 11.0 * i);
+  }
+  for (const char* rank : {".0", ".1"}) {
+    const auto pids = pids_in(dir.file("pids") + rank);
+    CAPTURE(rank);
+    CAPTURE(slurp(dir.file("t1/attempt-1/stdout.log")));
+    CAPTURE(slurp(dir.file("t1/attempt-1/stderr.log")));
+    CHECK(pids.size() == 3);
+    CHECK(std::set<long>(pids.begin(), pids.end()).size() == 1);
+  }
+}
+
 TEST_CASE("persistent: a program without the loop still works, a fresh process per trial") {
   TempDir dir;
   write(dir.file("once.py"), R"(

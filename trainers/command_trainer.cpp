@@ -538,12 +538,15 @@ class ControlChannel {
   }
 
   Status open() {
-    std::string tmpl = (fs::temp_directory_path() / "hpctune-control-XXXXXX").string();
+    sockaddr_un addr{};
+    // A socket's path has at most 107 bytes: a long TMPDIR (a cluster's job directory) falls back to /tmp.
+    fs::path base = fs::temp_directory_path();
+    if (base.string().size() + 32 >= sizeof addr.sun_path) base = "/tmp";
+    std::string tmpl = (base / "hpctune-control-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr)  // mode 0700
       return err(Errc::kIo, std::string("command trainer: cannot create a control directory: ") + strerror(errno));
     dir_ = tmpl;
     path_ = dir_ + "/control";
-    sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path_.size() >= sizeof addr.sun_path)
       return err(Errc::kIo, "command trainer: the control socket's path is too long: " + path_);
@@ -820,7 +823,8 @@ struct Session {
   int64_t last_step = 0;
   bool stopping = false;  // asked to stop (SIGTERM, or the control channel)
   bool timed_out = false;
-  bool ended = false;     // a persistent program's end line for this trial
+  bool ended = false;     // a persistent program's end line for this trial, from every rank
+  std::set<int> ended_ranks;
   Clock::time_point start{}, kill_at{}, end_at{};
   std::deque<std::string> stderr_tail;
   std::size_t ignored_reports = 0;
@@ -840,12 +844,18 @@ bool ends_trial(std::string_view line, const TrialContext& ctx) {
 void read_output(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms::Program& p, Session& t, bool out) {
   char buffer[65536];
   Pipe& pipe = out ? p.out_pipe : p.err_pipe;
-  auto handle_line = [&](std::string_view text) {
+  auto handle_line = [&](int rank, std::string_view text) {
+    // Every rank ends the trial (the helper prints the line on each): the next trial is sent once
+    // all have, so that a rank never misses one.
     if (plan.s.persistent && ends_trial(text, ctx)) {
-      t.ended = true;
-      t.end_at = Clock::now();
+      t.ended_ranks.insert(rank);
+      if (static_cast<int>(t.ended_ranks.size()) >= plan.ranks) {
+        t.ended = true;
+        t.end_at = Clock::now();
+      }
       return;
     }
+    if (rank != 0) return;  // only rank 0's lines can be reports
     auto report = parse_report_line(text);
     if (!report) return;
     if (!report->ok()) {
@@ -862,7 +872,7 @@ void read_output(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms
   auto on_stdout = [&](std::string_view line, bool partial, bool ends_line) {
     t.out_log << line << (ends_line ? "\n" : "");
     if (partial) return;
-    if (plan.ranks == 1) return handle_line(line);
+    if (plan.ranks == 1) return handle_line(0, line);
     // mpirun tags each chunk a rank writes, not each line: a rank that writes a line in pieces
     // (Python's print() under PYTHONUNBUFFERED) is cut by other ranks' chunks, as in
     // "[1,1]<stdout>:text[1,0]<stdout>:whole line" followed later by "[1,1]<stdout>:". So the line
@@ -884,7 +894,7 @@ void read_output(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms
       if (i + 1 < pieces.size()) continue;  // cut by another rank's chunk: the rest comes later
       const std::string whole = std::move(pending);
       pending.clear();
-      if (pieces[i].rank == 0) handle_line(whole);
+      handle_line(pieces[i].rank, whole);
     }
   };
   auto on_stderr = [&](std::string_view line, bool partial, bool ends_line) {

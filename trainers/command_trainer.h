@@ -54,8 +54,8 @@
 //     (tools/python/hpctune_report.py, hp.trials()) connects and sends {"token", "rank"}; a
 //     connection without the token, or from another user (SO_PEERCRED), is closed. Each trial is a
 //     line {"trial", "attempt", "env", "unset"} on every connection (the trial's HPCTUNE_*
-//     variables); the program ends it with a line `hpctune-trial-end {"trial", "attempt"}` on
-//     standard output after its reports. A stop is a line {"stop", "attempt"} and SIGUSR1 to each
+//     variables); each rank ends it with a line `hpctune-trial-end {"trial", "attempt"}` on
+//     standard output after its reports, and the next trial is sent once every rank has. A stop is a line {"stop", "attempt"} and SIGUSR1 to each
 //     connected process (its handler only sets a flag); past `grace` the program is killed. A
 //     program that never connected is stopped with SIGTERM and ends its trial by exiting, as
 //     without persistent. A program killed by a signal during a trial (not by hpctune) is replaced

@@ -260,10 +260,10 @@ def trials():
                 raise
             _current = None
             sys.stderr.flush()
-            if rank() == 0:
-                end = {"trial": trial.id, "attempt": trial.attempt, "status": "stopped" if trial._stopped else "done"}
-                sys.stdout.write(END_PREFIX + " " + json.dumps(end) + "\n")
-                sys.stdout.flush()
+            # On every rank: hpctune sends the next trial once all ranks have ended this one.
+            end = {"trial": trial.id, "attempt": trial.attempt, "status": "stopped" if trial._stopped else "done"}
+            sys.stdout.write(END_PREFIX + " " + json.dumps(end) + "\n")
+            sys.stdout.flush()
     finally:
         _channel.sock.close()
         _channel = None
