@@ -1,8 +1,9 @@
 // The command trainer's prompt stop (TrialContext::stop_fd) and its persistent programs
 // (trainer.persistent, issue 34): one process serves several trials and a member's intervals with
 // the results of fresh processes, a program killed mid-trial is replaced and its attempt runs
-// again, a program without the loop still works, a stop ends a trial and keeps the program, and
-// the template may hold only {ranks}.
+// again (a second death fails it), a program without the loop still works, a stop ends a trial and
+// keeps the program (one ignoring it is killed after grace), 2 ranks under mpirun, the template may
+// hold only {ranks} (trainer and `hpctune validate`), and an ASHA campaign through `hpctune run`.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -23,10 +24,13 @@
 #include "common/shell_template.h"
 #include "launch/attempt_fence.h"
 #include "launch/child_process.h"
+#include "tests/campaign_fixture.h"
 #include "tests/temp_dir.h"
 #include "trainers/command_trainer.h"
 
 using namespace hpctune;
+using hpctune::testing::read_trials;
+using hpctune::testing::run_hpctune;
 using hpctune::testing::TempDir;
 using trainers::CommandPrograms;
 using trainers::CommandTrainer;
@@ -242,9 +246,14 @@ TEST_CASE("persistent: one process serves 3 trials and a member's 2 intervals, b
   CHECK(log.find("\"trial\": 1,") == std::string::npos);
   CHECK(log.find("served by the running program") != std::string::npos);
   CHECK(slurp(kept_dir.path + "/trial-4/attempt-2/stdout.log").find("\"step\": 6") != std::string::npos);
-  // No trial's fence file is left to reach the program later.
-  for (const char* t : {"/trial-1/", "/trial-2/", "/trial-3/", "/trial-4/"})
+  // No trial's fence file is left to reach the program later: fencing a finished trial (as the
+  // master does when it loses an attempt) leaves the program alone.
+  for (const char* t : {"/trial-1/", "/trial-2/", "/trial-3/", "/trial-4/"}) {
     CHECK(!std::filesystem::exists(kept_dir.path + t + launch::kAttemptFenceFile));
+    CHECK(launch::fence_attempt(kept_dir.path + t + launch::kAttemptFenceFile, std::chrono::seconds(1)).ok());
+  }
+  CHECK(::kill(static_cast<pid_t>(kept_pids[0]), 0) == 0);
+  CHECK(programs->pid() == kept_pids[0]);
 }
 
 TEST_CASE("persistent: a program SIGKILLed mid-trial is replaced and the attempt runs again") {
@@ -450,4 +459,54 @@ TEST_CASE("persistent: the command may hold only {ranks}") {
   CHECK(good->persistent);
   CHECK(!trainers::parse_command_settings({{"command", "python3 train.py"}})->persistent);
   CHECK(trainers::parse_command_settings({{"command", "python3 train.py --lr {lr}"}}).ok());
+}
+
+TEST_CASE("campaign: hpctune run with persistent: ASHA prunes trials of one process per group, which go on serving") {
+  TempDir dir;
+  write(dir.file("epochs.py"), R"(
+import math, os, time
+import hpctune_report as hp
+for trial in hp.trials():
+    with open(os.environ["PIDS"], "a") as f:
+        f.write("%d\n" % os.getpid())
+    lr = hp.params()["lr"]
+    ceiling = 1.0 - abs(math.log10(lr) + 1.0) / 4.0
+    for epoch in range(1, 10):
+        time.sleep(0.03)
+        print("epoch %d done" % epoch, flush=True)
+        if not hp.report(epoch, val_accuracy=ceiling * (1.0 - 0.5 ** epoch)):
+            break
+)");
+  const std::string cfg = dir.file("asha.yaml");
+  write(cfg, "name: p-asha\nseed: 11\nobjective: {metric: val_accuracy, mode: max}\n"
+             "search: {algorithm: random, max_trials: 10}\n"
+             "space:\n  lr: {type: float, low: 0.001, high: 1.0, log: true}\n"
+             "trainer:\n  kind: command\n  command: \"/usr/bin/python3 " + dir.file("epochs.py") + "\"\n"
+             "  persistent: true\n  env: {PYTHONPATH: \"" + kPythonPath + "\", PIDS: \"" + dir.file("pids") + "\"}\n"
+             "resources: {groups: 2, threads: 1}\n"
+             "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n");
+  const std::string db = dir.file("asha.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("asha.log"), std::chrono::seconds(120));
+  REQUIRE_MESSAGE(status.success(), slurp(dir.file("asha.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 10);
+  int pruned = 0, done = 0;
+  for (const auto& t : trials) {
+    CAPTURE(t.id);
+    CAPTURE(t.error);
+    REQUIRE((t.state == store::TrialState::kPruned || t.state == store::TrialState::kDone));
+    if (t.state == store::TrialState::kPruned) {
+      ++pruned;
+    } else {
+      ++done;
+      CHECK(t.step == 9);
+    }
+    CHECK(slurp(db + ".trials/" + std::to_string(t.id) + "/attempt-1/stdout.log").find("epoch 1 done") != std::string::npos);
+  }
+  CHECK(pruned >= 1);
+  CHECK(done >= 1);
+  const auto pids = pids_in(dir.file("pids"));
+  CHECK(pids.size() == 10);
+  CHECK(std::set<long>(pids.begin(), pids.end()).size() <= 2);  // a pruned trial's program serves on
+  hpctune::testing::check_no_orphans(db);
 }
