@@ -37,6 +37,36 @@ namespace hpctune {
 inline constexpr const char* kTemplateBuiltins[] = {"trial_id", "trial_dir", "attempt", "attempt_dir", "seed",
                                                    "ranks",    "max_step",  "checkpoint_dir"};
 
+// The names a persistent program's command may use (trainer.persistent): its values stay fixed for
+// the program's life; the trial's own come through the helper (hp.params(), HPCTUNE_PARAMS).
+inline constexpr const char* kProgramPlaceholders[] = {"ranks"};
+
+// The first placeholder of `tmpl` that a persistent program's command may not hold, as a message;
+// nullopt when there is none. Malformed placeholders are left to the other checks.
+inline std::optional<std::string> per_trial_placeholder(std::string_view tmpl) {
+  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-'; };
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] != '{') continue;
+    if (i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
+      ++i;
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < tmpl.size() && name_char(tmpl[end])) ++end;
+    if (end >= tmpl.size() || tmpl[end] != '}') continue;
+    const std::string_view name = tmpl.substr(i + 1, end - i - 1);
+    bool fixed = false;
+    for (const char* p : kProgramPlaceholders) fixed = fixed || name == p;
+    if (!fixed)
+      return "'{" + std::string(name) + "}' changes from trial to trial, and a persistent program (persistent: true) "
+             "is started once for many trials: its command may hold only {ranks}; read the trial's values in the "
+             "program with hp.params() (tools/python/hpctune_report.py) or from HPCTUNE_PARAMS and the other "
+             "HPCTUNE_ variables";
+    i = end;
+  }
+  return std::nullopt;
+}
+
 // A placeholder in a place the check refuses.
 struct TemplateProblem {
   std::size_t offset = 0;  // of the placeholder's '{' in the template (0-based)

@@ -352,12 +352,15 @@ class Builder {
       if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
         return w_.fail(w_.mark_of(std::string("trainer.") + key), std::string("trainer.") + key, *unsafe);
       HPCTUNE_TRY(check_command_placeholders(t[key].get<std::string>(), std::string("trainer.") + key));
+      HPCTUNE_TRY(check_persistent_placeholders(*can, t[key].get<std::string>(), std::string("trainer.") + key));
     } else if (key != nullptr && t.contains(key) && t[key].is_array()) {
       // The list form runs without a shell: each item is one argument, whatever a value holds; only
       // the names are checked.
-      for (std::size_t i = 0; i < t[key].size(); ++i)
-        HPCTUNE_TRY(check_command_placeholders(t[key][i].get<std::string>(),
-                                               std::string("trainer.") + key + "[" + std::to_string(i) + "]"));
+      for (std::size_t i = 0; i < t[key].size(); ++i) {
+        const std::string at = std::string("trainer.") + key + "[" + std::to_string(i) + "]";
+        HPCTUNE_TRY(check_command_placeholders(t[key][i].get<std::string>(), at));
+        HPCTUNE_TRY(check_persistent_placeholders(*can, t[key][i].get<std::string>(), at));
+      }
     }
     if (can->provides_setting != nullptr) HPCTUNE_TRY(check_provides(c, can->provides_setting));
     return check_assign_size(c);
@@ -416,6 +419,16 @@ class Builder {
   // Every `{name}` of the command must name a parameter or one of the values the command trainer
   // provides; otherwise every trial fails with the same message. The grammar is that of
   // trainers::render_command (this library does not link the trainers).
+  // A persistent program is started once for many trials: its command may hold no per-trial value.
+  Status check_persistent_placeholders(const trainers::TrainerCapabilities& can, const std::string& cmd,
+                                       const std::string& path) {
+    const json& t = root_["trainer"];
+    const char* p = can.persistent_setting;
+    if (p == nullptr || !t.contains(p) || !t[p].is_boolean() || !t[p].get<bool>()) return Status::Ok();
+    if (auto per_trial = per_trial_placeholder(cmd)) return w_.fail(w_.mark_of(path), path, *per_trial);
+    return Status::Ok();
+  }
+
   // Every {name} of `cmd` (the command, or one item of its list form at `path`) names a parameter of
   // the space or a built-in name.
   Status check_command_placeholders(const std::string& cmd, const std::string& path) {

@@ -245,6 +245,19 @@ Result<AttemptFence> AttemptFence::enter(const std::string& path, std::chrono::m
   return f;
 }
 
+Result<AttemptFence> AttemptFence::enter_shared(const std::string& path, std::chrono::milliseconds limit,
+                                                const std::string& token, pid_t pgid) {
+  const std::optional<Record> old = read_record(path);
+  if (!(old && old->token == token)) HPCTUNE_TRY(fence_attempt(path, limit));
+  AttemptFence f;
+  f.token_ = token;
+  f.path_ = path;
+  HPCTUNE_TRY(f.started(pgid));
+  return f;
+}
+
+std::string AttemptFence::new_token() { return random_token(); }
+
 Status AttemptFence::started(pid_t pgid) {
   if (path_.empty()) return {};
   ProcStat ps;

@@ -52,6 +52,17 @@ class AttemptFence {
   // (the new attempt must not start); kIo when the file cannot be written.
   static Result<AttemptFence> enter(const std::string& path, std::chrono::milliseconds limit);
 
+  // For a program that serves several attempts, of several trials (the command trainer's persistent
+  // programs), started once with its own token (new_token()) in its environment: fences what `path`
+  // records unless it is this program (the same token), then records `token` and the group `pgid`.
+  // release() (the attempt ended, the program lives on to serve another trial) removes the file, so
+  // that a finished trial's fence never reaches the program later; a worker that dies mid-attempt
+  // leaves it for the next attempt (or the master) to fence the program with.
+  static Result<AttemptFence> enter_shared(const std::string& path, std::chrono::milliseconds limit,
+                                           const std::string& token, pid_t pgid);
+  // A fresh random token.
+  static std::string new_token();
+
   // The token the program's environment must carry (kEnvironmentName=token()).
   const std::string& token() const noexcept { return token_; }
   // Records the program's process group (its leader `pgid`, with the leader's start time).

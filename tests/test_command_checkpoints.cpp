@@ -4,6 +4,7 @@
 // attempt, the bytes it loaded and the params it trained with (<trial_dir>/loads.jsonl):
 //   - a PBT stage over it completes, with exploits, and after every decision the member's next
 //     attempt loaded exactly the bytes of the snapshot chosen and trained with the decision's params;
+//     the same with trainer.persistent, every interval served by one process per group;
 //   - an attempt run again after its worker was killed starts from the trial's own last checkpoint;
 //   - SIGKILL of the master in the middle of an interval, then `resume`: every member done,
 //     decisions kept and not repeated, the interrupted interval continued from its checkpoint.
@@ -38,13 +39,14 @@ const std::string kSource = HPCTUNE_SOURCE_DIR;
 const std::string kProgram = "/usr/bin/python3 " + kSource + "/tests/scripts/ckpt_train.py";
 const std::string kPythonPath = kSource + "/tools/python";
 
-std::string pbt_config(int seed, double sleep) {
+std::string pbt_config(int seed, double sleep, bool persistent = false) {
   std::ostringstream sleep_text;
   sleep_text << sleep;
   return "name: cpbt\nseed: " + std::to_string(seed) +
          "\nobjective: {metric: score, mode: max}\n"
          "trainer:\n  kind: command\n  command: \"" + kProgram + " --sleep " + sleep_text.str() + "\"\n"
-         "  env: {PYTHONPATH: \"" + kPythonPath + "\"}\n  provides: [checkpoints]\n"
+         "  env: {PYTHONPATH: \"" + kPythonPath + "\"}\n  provides: [checkpoints]\n" +
+         (persistent ? "  persistent: true\n" : "") +
          "resources: {groups: 2, threads: 1}\n"
          "stages:\n"
          "  - {name: pop, kind: pbt, population: 4, ready: 2, steps: 6, quantile: 0.5, "
@@ -274,6 +276,30 @@ TEST_CASE("command pbt: a program's checkpoint tree through a PBT stage; every e
       else CHECK(l.at("resume_from").get<std::string>().find("/pbt/") != std::string::npos);
     }
   }
+  remove_run(db);
+}
+
+TEST_CASE("command pbt, persistent: one process per group serves every member's intervals, with the same checks") {
+  TempDir dir;
+  const std::string cfg = dir.write("p.yaml", pbt_config(5, 0.0, /*persistent=*/true));
+  const std::string db = dir.file("p.db");
+  auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"), std::chrono::seconds(120));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  check_no_orphans(db);
+  const Db d = read_db(db);
+  check_pbt_run(db, d, /*expect_exploit=*/true);
+  std::set<int64_t> pids;
+  std::size_t attempts = 0;
+  for (const auto& t : d.trials) {
+    for (const auto& l : loads_of(db, t.id)) {
+      pids.insert(l.at("pid").get<int64_t>());
+      ++attempts;
+    }
+    CHECK(!fs::exists(trial_dir_of(db, t.id) + "/" + launch::kAttemptFenceFile));  // none left to reach a program
+  }
+  MESSAGE(attempts << " intervals run by " << pids.size() << " processes");
+  CHECK(attempts >= 12);          // 4 members x 3 intervals
+  CHECK(pids.size() <= 2);        // one program per group (2 groups)
   remove_run(db);
 }
 

@@ -227,3 +227,51 @@ TEST_CASE("R1: the 28 templates of the second attack and the piped forms are ref
     CHECK_FALSE(template_problem(ok).has_value());
   }
 }
+
+TEST_CASE("R1: the list form runs without a shell: every hostile value is one inert argument") {
+  TempDir dir;
+  const std::string out = dir.file("arg");
+  const std::string marker = dir.file("pwned");
+  // The program gets the value as its $1 and writes it; no shell ever reads the value.
+  for (const auto& v : payloads(marker)) {
+    CAPTURE(v);
+    std::filesystem::remove(out);
+    trainers::TrialContext ctx = context("", v, dir.file("trial"));
+    ctx.trainer["command"] = json::array({"/bin/sh", "-c", "printf '%s' \"$1\" > \"$2\"", "sh", "{v}", out});
+    auto r = trainers::CommandTrainer().run(ctx);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    CHECK_FALSE(std::filesystem::exists(marker));
+    CHECK(read_file(out) == v);
+  }
+  // A value inside an item stays inside that one argument: --v=<value>.
+  trainers::TrialContext ctx = context("", "a b; touch " + marker, dir.file("trial2"));
+  ctx.trainer["command"] = json::array({"/bin/sh", "-c", "printf '%s' \"$1\" > \"$2\"", "sh", "--v={v}", out});
+  auto r = trainers::CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(read_file(out) == "--v=a b; touch " + marker);
+  CHECK_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_CASE("R1: hpctune validate takes the list form and names a bad item by its index") {
+  TempDir dir;
+  auto validate = [&](const std::string& command, const std::string& name) {
+    const std::string cfg = dir.write(name + ".yaml",
+                                      "name: t\nobjective: {metric: v, mode: max}\nsearch: {max_trials: 1}\n"
+                                      "space:\n  lr: {type: float, low: 0.1, high: 0.2}\n"
+                                      "trainer:\n  kind: command\n  command: " + command + "\n");
+    auto st = run_hpctune({"validate", cfg}, dir.file(name + ".log"), std::chrono::seconds(30));
+    return std::pair{st.code, read_file(dir.file(name + ".log"))};
+  };
+  auto [ok, ok_log] = validate("[python3, train.py, --lr, \"{lr}\", --epochs, 2]", "ok");
+  CHECK_MESSAGE(ok == 0, ok_log);
+  auto [unknown, unknown_log] = validate("[python3, train.py, \"{lrr}\"]", "unknown");
+  CHECK(unknown == 2);
+  CHECK_MESSAGE(unknown_log.find("trainer.command[2]: '{lrr}' names no parameter of the space; did you mean '{lr}'?") !=
+                    std::string::npos,
+                unknown_log);
+  auto [empty, empty_log] = validate("[]", "empty");
+  CHECK(empty == 2);
+  auto [nested, nested_log] = validate("[python3, [a, b]]", "nested");
+  CHECK(nested == 2);
+  CHECK_MESSAGE(nested_log.find("trainer.command[1]") != std::string::npos, nested_log);
+}

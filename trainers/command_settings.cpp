@@ -8,7 +8,9 @@ const std::vector<SettingDecl>& command_setting_specs() {
   using T = SettingType;
   // Not const: tests change a declaration through mutable_setting_specs_for_testing().
   static std::vector<SettingDecl> specs = {
-      {.key = "command", .type = T::kString, .help = "The command line run for each trial.",
+      {.key = "command", .type = T::kCommandLine,
+       .help = "The command run for each trial: a list [program, arg, \"{name}\", ...] runs it without a shell, each "
+               "item one argument; a string runs under /bin/sh, its placeholders checked by allowing (README).",
        .aliases = {"cmd", "run", "exec", "program"},
        .required = true,
        .example = "python3 train.py"},
@@ -34,6 +36,11 @@ const std::vector<SettingDecl>& command_setting_specs() {
        .help = "The step the program trains to, then saves its checkpoint and exits 0 (HPCTUNE_MAX_STEP, {max_step}; "
                "0 = no limit). A pbt stage sets it for each interval.",
        .aliases = {"max_steps"}},
+      {.key = "persistent", .type = T::kBool, .default_value = false,
+       .help = "One program process serves the trials of a group in turn (Python and its imports start once): "
+               "the program loops over hp.trials() (tools/python/hpctune_report.py). The command may then hold "
+               "only {ranks}; the program reads the rest from hp.params() or HPCTUNE_PARAMS.",
+       .aliases = {"reuse", "keep_alive", "reuse_process"}},
       // As the classifier kinds' data_seed: the campaign's seed unless given (CampaignConfig::set_seed).
       {.key = "data_seed", .type = T::kInt, .default_value = 0, .min = 0,
        .help = "Given to the program as HPCTUNE_DATA_SEED: the seed to draw the data split with (which rows "
@@ -56,6 +63,7 @@ TrainerCapabilities command_capabilities() {
   can.starts_own_ranks = true;
   can.params = TrainerParams::kAny;
   can.command_setting = "command";
+  can.persistent_setting = "persistent";
   // A checkpoint is the directory HPCTUNE_CHECKPOINT_DIR names, <trial dir>/checkpoint.
   can.checkpoints.directory = "checkpoint";
   // A transfer stage's target gets these two parameters; the trainer takes them out of the

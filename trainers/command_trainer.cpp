@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -42,16 +46,31 @@ Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
   HPCTUNE_TRY(r.check_known());
   CommandSettings s;
   if (!r.has("command")) return err(Errc::kInvalidArgument, "command trainer: setting 'command' is required");
-  HPCTUNE_ASSIGN(s.command, r.string("command"));
-  if (s.command.find_first_not_of(" \t\n") == std::string::npos)
-    return r.bad("command", r.raw("command"), "a non-empty command line");
-  // Also checked by `hpctune validate`; here too, for a campaign whose config was never checked.
-  if (auto unsafe = unsafe_placeholder(s.command))
-    return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *unsafe);
+  HPCTUNE_ASSIGN(const nlohmann::json command, r.value("command"));
+  if (command.is_array()) {
+    // The list form: run as it is, without a shell; a value in an item is that item's text.
+    for (const auto& item : command) s.argv.push_back(item.get<std::string>());
+    s.command = command.dump();
+  } else {
+    s.command = command.get<std::string>();
+    if (s.command.find_first_not_of(" \t\n") == std::string::npos)
+      return r.bad("command", r.raw("command"), "a non-empty command line");
+    // Also checked by `hpctune validate`; here too, for a campaign whose config was never checked.
+    if (auto unsafe = unsafe_placeholder(s.command))
+      return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *unsafe);
+  }
   HPCTUNE_ASSIGN(s.timeout, r.number("timeout"));
   HPCTUNE_ASSIGN(s.workdir, r.string("workdir"));
   HPCTUNE_ASSIGN(s.grace, r.number("grace"));
   HPCTUNE_ASSIGN(s.log_limit, r.integer("log_limit"));
+  HPCTUNE_ASSIGN(s.persistent, r.boolean("persistent"));
+  if (s.persistent) {
+    std::vector<std::string> parts = s.argv;
+    if (parts.empty()) parts.push_back(s.command);
+    for (const auto& part : parts)
+      if (auto per_trial = per_trial_placeholder(part))
+        return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *per_trial);
+  }
   // The names were checked by r.value (check_setting: string_map_name_problem, as `validate` does).
   HPCTUNE_ASSIGN(const nlohmann::json env, r.value("env"));
   for (auto it = env.begin(); it != env.end(); ++it) {
@@ -88,7 +107,9 @@ std::string known_names(const nlohmann::json& values) {
 
 }  // namespace
 
-Result<std::string> render_command(std::string_view tmpl, const nlohmann::json& values) {
+namespace {
+
+Result<std::string> render_template(std::string_view tmpl, const nlohmann::json& values, bool quote) {
   std::string out;
   for (std::size_t i = 0; i < tmpl.size(); ++i) {
     const char c = tmpl[i];
@@ -119,10 +140,20 @@ Result<std::string> render_command(std::string_view tmpl, const nlohmann::json& 
                                              "}', which is not a parameter of this trial (known: " + known_names(values) +
                                              ")");
     }
-    out += shell_quote(template_text(*it));
+    out += quote ? shell_quote(template_text(*it)) : template_text(*it);
     i = end;
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::string> render_command(std::string_view tmpl, const nlohmann::json& values) {
+  return render_template(tmpl, values, /*quote=*/true);
+}
+
+Result<std::string> render_argument(std::string_view tmpl, const nlohmann::json& values) {
+  return render_template(tmpl, values, /*quote=*/false);
 }
 
 std::string exec_prefixed(const std::string& command) {
@@ -493,118 +524,387 @@ Result<std::map<std::string, std::string>> workflow_env(const nlohmann::json& tr
 
 }  // namespace
 
-Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
-  HPCTUNE_ASSIGN(CommandSettings s, parse_command_settings(ctx.trainer));
-  const int ranks = std::max(1, ctx.ranks);
+// --- persistent programs: the control channel ------------------------------------------------------
 
-  // The trial directory: the master's, or a scratch one that goes away with the trial.
-  ScratchDir scratch;
-  std::string trial_dir = ctx.trial_dir;
-  if (trial_dir.empty()) {
+namespace {
+
+// The per-trial variables: a persistent program gets them in each trial's message (and unsets the
+// ones a trial does not give).
+constexpr const char* kTrialVariables[] = {
+    "HPCTUNE_PARAMS",         "HPCTUNE_TRIAL_ID",         "HPCTUNE_TRIAL_DIR",    "HPCTUNE_ATTEMPT",
+    "HPCTUNE_ATTEMPT_DIR",    "HPCTUNE_SEED",             "HPCTUNE_CHECKPOINT_DIR", "HPCTUNE_RESUME_FROM",
+    "HPCTUNE_MAX_STEP",       "HPCTUNE_DATA_SEED",        "HPCTUNE_SOURCE_CHECKPOINT", "HPCTUNE_SOURCE_TRIAL"};
+
+// Equal texts, in a time that does not depend on where they differ (the token).
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// The Unix socket a persistent program's ranks connect to, in a fresh directory of mode 0700 (no
+// other user can reach the socket in it), and the token each connection must present first. A
+// connection from another uid (SO_PEERCRED) is closed too. Every message is one JSON line.
+class ControlChannel {
+ public:
+  ControlChannel() = default;
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+  ~ControlChannel() {
+    for (auto& c : conns_) ::close(c.fd);
+    if (listen_ >= 0) ::close(listen_);
+    if (!dir_.empty()) {
+      ::unlink(path_.c_str());
+      ::rmdir(dir_.c_str());
+    }
+  }
+
+  Status open() {
+    sockaddr_un addr{};
+    // A socket's path has at most 107 bytes: a long TMPDIR (a cluster's job directory) falls back to /tmp.
+    fs::path base = fs::temp_directory_path();
+    if (base.string().size() + 32 >= sizeof addr.sun_path) base = "/tmp";
+    std::string tmpl = (base / "hpctune-control-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr)  // mode 0700
+      return err(Errc::kIo, std::string("command trainer: cannot create a control directory: ") + strerror(errno));
+    dir_ = tmpl;
+    path_ = dir_ + "/control";
+    addr.sun_family = AF_UNIX;
+    if (path_.size() >= sizeof addr.sun_path)
+      return err(Errc::kIo, "command trainer: the control socket's path is too long: " + path_);
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_, 64) != 0)
+      return err(Errc::kIo, "command trainer: control socket " + path_ + ": " + strerror(errno));
+    token_ = launch::AttemptFence::new_token();
+    return Status::Ok();
+  }
+  const std::string& path() const { return path_; }
+  const std::string& token() const { return token_; }
+  bool connected() const {
+    return std::any_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.authed; });
+  }
+
+  // The descriptors to poll: the listening socket, then each connection.
+  void add_fds(std::vector<pollfd>& fds) const {
+    fds.push_back({listen_, POLLIN, 0});
+    for (const auto& c : conns_) fds.push_back({c.fd, POLLIN, 0});
+  }
+  // Acts on the poll's answer for the descriptors add_fds() added from `at` on.
+  void service(const std::vector<pollfd>& fds, std::size_t at) {
+    for (std::size_t i = 0; i < conns_.size() && at + 1 + i < fds.size(); ++i)
+      if (fds[at + 1 + i].revents != 0) read_from(conns_[i]);
+    std::erase_if(conns_, [](const Conn& c) { return c.fd < 0; });
+    if (fds[at].revents != 0) accept_all();
+  }
+
+  // The trial now served: sent to every connection now, and to each one that authenticates later.
+  void begin_trial(std::string line) {
+    trial_ = std::move(line);
+    stop_.clear();
+    for (auto& c : conns_)
+      if (c.authed) send(c, trial_);
+  }
+  void end_trial() {
+    trial_.clear();
+    stop_.clear();
+  }
+  // Tells every rank to stop the trial: the line, then SIGUSR1 (the helper's handler sets a flag,
+  // so that a program busy in its epoch learns it at once).
+  void stop(std::string line) {
+    stop_ = std::move(line);
+    for (auto& c : conns_)
+      if (c.authed) {
+        send(c, stop_);
+        if (c.pid > 0) ::kill(c.pid, SIGUSR1);
+      }
+  }
+
+ private:
+  struct Conn {
+    int fd = -1;
+    pid_t pid = 0;
+    bool authed = false;
+    std::string in;
+  };
+
+  void accept_all() {
+    for (;;) {
+      const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) return;
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) {
+        ::close(fd);
+        continue;
+      }
+      conns_.push_back({fd, cred.pid, false, {}});
+    }
+  }
+  void read_from(Conn& c) {
+    char buf[4096];
+    const ssize_t n = ::read(c.fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) return drop(c);
+    if (c.authed) return;  // the helper sends nothing after its hello
+    c.in.append(buf, static_cast<std::size_t>(n));
+    const auto nl = c.in.find('\n');
+    if (nl == std::string::npos) {
+      if (c.in.size() > 4096) drop(c);
+      return;
+    }
+    const nlohmann::json hello = nlohmann::json::parse(c.in.substr(0, nl), nullptr, false);
+    if (!hello.is_object() || !hello.contains("token") || !hello["token"].is_string() ||
+        !same_secret(hello["token"].get<std::string>(), token_))
+      return drop(c);
+    c.authed = true;
+    c.in.clear();
+    if (!trial_.empty()) send(c, trial_);
+    if (!stop_.empty()) {
+      send(c, stop_);
+      if (c.pid > 0) ::kill(c.pid, SIGUSR1);
+    }
+  }
+  void send(Conn& c, const std::string& line) {
+    const std::string text = line + "\n";
+    std::size_t done = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (c.fd >= 0 && done < text.size()) {
+      const ssize_t n = ::send(c.fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+      if (n > 0) {
+        done += static_cast<std::size_t>(n);
+      } else if (n < 0 && (errno == EINTR || errno == EAGAIN) && Clock::now() < deadline) {
+        pollfd p{c.fd, POLLOUT, 0};
+        (void)::poll(&p, 1, 10);
+      } else {
+        drop(c);  // a helper that reads nothing for 2 s is not one
+      }
+    }
+  }
+  void drop(Conn& c) {
+    if (c.fd >= 0) ::close(c.fd);
+    c.fd = -1;
+    c.authed = false;
+  }
+
+  std::string dir_, path_, token_;
+  int listen_ = -1;
+  std::vector<Conn> conns_;
+  std::string trial_, stop_;  // the current trial's line and its stop line ("" = none)
+};
+
+}  // namespace
+
+// --- running -------------------------------------------------------------------------------------
+
+// A running program: one trial's (without persistent) or the group's (persistent).
+struct CommandPrograms::Program {
+  std::string key;  // what it was started with; persistent: reused while a trial's is the same
+  launch::ChildProcess child;
+  Pipe out_pipe, err_pipe;
+  LineSplitter out_lines, err_lines;
+  std::map<int, std::string> rank_pieces;  // under mpirun: each rank's line read so far
+  std::optional<launch::ExitStatus> status;
+  Clock::time_point exited_at{};
+  bool killed = false;                      // SIGKILL sent
+  std::unique_ptr<ControlChannel> control;  // persistent only
+  std::string fence_token;                  // persistent: its HPCTUNE_ATTEMPT_FENCE, for every trial's fence
+
+  // Ended (reaped) and its output read to the end.
+  bool drained() const { return out_pipe.read < 0 && err_pipe.read < 0; }
+};
+
+CommandPrograms::CommandPrograms() = default;
+CommandPrograms::~CommandPrograms() = default;
+
+int CommandPrograms::pid() {
+  std::lock_guard lock(mu);
+  return live && !live->status ? static_cast<int>(live->child.pid()) : 0;
+}
+
+namespace {
+
+// One trial's plan: its directories and variables, the program's command and environment.
+struct TrialPlan {
+  CommandSettings s;
+  int ranks = 1;
+  std::unique_ptr<ScratchDir> scratch;  // the trial directory when the master gave none
+  std::string trial_dir, attempt_dir, stdout_log, stderr_log;
+  std::map<std::string, std::string> trial_env;  // the per-trial variables (kTrialVariables)
+  launch::SpawnOptions spawn;                    // without the trial's variables
+  std::string key;                               // what a persistent program must have been started with
+};
+
+Status make_trial_dirs(const TrialContext& ctx, TrialPlan& plan) {
+  plan.trial_dir = ctx.trial_dir;
+  if (plan.trial_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / ("hpctune-trial-" + std::to_string(ctx.trial_id) + "-XXXXXX")).string();
     if (mkdtemp(tmpl.data()) == nullptr)
       return err(Errc::kIo, "command trainer: cannot create a trial directory: " + std::string(strerror(errno)));
-    trial_dir = scratch.path = tmpl;
+    plan.scratch = std::make_unique<ScratchDir>();
+    plan.trial_dir = plan.scratch->path = tmpl;
   } else {
     std::error_code ec;
-    fs::create_directories(trial_dir, ec);
-    if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + trial_dir + ": " + ec.message());
+    fs::create_directories(plan.trial_dir, ec);
+    if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + plan.trial_dir + ": " + ec.message());
   }
-  trial_dir = fs::absolute(trial_dir).string();
+  plan.trial_dir = fs::absolute(plan.trial_dir).string();
   // Each attempt logs in a directory of its own: nothing of an earlier attempt (killed, but maybe
   // not yet gone) mixes into the retry's logs. The trial directory is shared on purpose: it holds
   // the checkpoints a retry resumes from.
-  const std::string attempt_dir = trial_dir + "/attempt-" + std::to_string(ctx.attempt);
-  {
-    std::error_code ec;
-    fs::create_directories(attempt_dir, ec);
-    if (ec) return err(Errc::kIo, "command trainer: cannot create " + attempt_dir + ": " + ec.message());
-  }
-  const std::string stdout_log = attempt_dir + "/stdout.log";
-  const std::string stderr_log = attempt_dir + "/stderr.log";
+  plan.attempt_dir = plan.trial_dir + "/attempt-" + std::to_string(ctx.attempt);
+  std::error_code ec;
+  fs::create_directories(plan.attempt_dir, ec);
+  if (ec) return err(Errc::kIo, "command trainer: cannot create " + plan.attempt_dir + ": " + ec.message());
+  plan.stdout_log = plan.attempt_dir + "/stdout.log";
+  plan.stderr_log = plan.attempt_dir + "/stderr.log";
+  return Status::Ok();
+}
 
+Result<TrialPlan> plan_trial(const TrialContext& ctx, const CommandSettings& s) {
+  TrialPlan plan;
+  plan.s = s;
+  plan.ranks = std::max(1, ctx.ranks);
+  HPCTUNE_TRY(make_trial_dirs(ctx, plan));
   nlohmann::json params = ctx.params.is_object() ? ctx.params : nlohmann::json::object();
   HPCTUNE_ASSIGN(const auto workflow_vars, workflow_env(ctx.trainer, params));
   // The template's values: the parameters, then the trial's own names where no parameter has them.
   nlohmann::json values = params;
-  const nlohmann::json builtins = {{"trial_id", ctx.trial_id}, {"trial_dir", trial_dir}, {"attempt", ctx.attempt},
-                                   {"attempt_dir", attempt_dir}, {"seed", ctx.seed},  {"ranks", ranks}};
+  const nlohmann::json builtins = {{"trial_id", ctx.trial_id}, {"trial_dir", plan.trial_dir}, {"attempt", ctx.attempt},
+                                   {"attempt_dir", plan.attempt_dir}, {"seed", ctx.seed}, {"ranks", plan.ranks}};
   for (auto it = builtins.begin(); it != builtins.end(); ++it)
     if (!values.contains(it.key())) values[it.key()] = it.value();
-  launch::SpawnOptions spawn;
-  HPCTUNE_TRY(checkpoint_env(ctx, trial_dir, params, values, spawn.env));
-  HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
-
-  if (ranks > 1) {
-    HPCTUNE_ASSIGN(spawn.argv, mpirun_prefix(ranks));
+  auto& env = plan.trial_env;
+  HPCTUNE_TRY(checkpoint_env(ctx, plan.trial_dir, params, values, env));
+  // A persistent program's command holds only {ranks} (parse_command_settings checked it).
+  if (s.persistent) values = nlohmann::json{{"ranks", plan.ranks}};
+  // The string form runs under /bin/sh (a simple command exec'd); the list form as it is.
+  std::vector<std::string> program;
+  if (s.argv.empty()) {
+    HPCTUNE_ASSIGN(std::string command, render_command(s.command, values));
+    program = {"/bin/sh", "-c", exec_prefixed(command)};
+  } else {
+    for (const auto& item : s.argv) {
+      HPCTUNE_ASSIGN(std::string arg, render_argument(item, values));
+      program.push_back(std::move(arg));
+    }
   }
-  HPCTUNE_TRY(add_rank_environment(ranks, spawn));  // MASTER_ADDR, RANK, ... (rank_environment.h)
-  spawn.argv.insert(spawn.argv.end(), {"/bin/sh", "-c", exec_prefixed(command)});
-  spawn.env["HPCTUNE_PARAMS"] = params.dump();
-  spawn.env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);
-  spawn.env["HPCTUNE_TRIAL_DIR"] = trial_dir;
-  spawn.env["HPCTUNE_ATTEMPT"] = std::to_string(ctx.attempt);
-  spawn.env["HPCTUNE_ATTEMPT_DIR"] = attempt_dir;
-  spawn.env["HPCTUNE_SEED"] = std::to_string(ctx.seed);
+  env["HPCTUNE_PARAMS"] = params.dump();
+  env["HPCTUNE_TRIAL_ID"] = std::to_string(ctx.trial_id);
+  env["HPCTUNE_TRIAL_DIR"] = plan.trial_dir;
+  env["HPCTUNE_ATTEMPT"] = std::to_string(ctx.attempt);
+  env["HPCTUNE_ATTEMPT_DIR"] = plan.attempt_dir;
+  env["HPCTUNE_SEED"] = std::to_string(ctx.seed);
+  for (const auto& [k, v] : workflow_vars) env[k] = v;
+
+  launch::SpawnOptions& spawn = plan.spawn;
+  if (plan.ranks > 1) {
+    HPCTUNE_ASSIGN(spawn.argv, mpirun_prefix(plan.ranks));
+  }
+  HPCTUNE_TRY(add_rank_environment(plan.ranks, spawn));  // MASTER_ADDR, RANK, ... (rank_environment.h)
+  spawn.argv.insert(spawn.argv.end(), program.begin(), program.end());
   // The group's thread budget, unless the user's environment already decides: a BLAS or PyTorch
   // program otherwise takes every core, and groups side by side oversubscribe the machine.
   const int threads = std::max(1, ctx.threads);
   spawn.env["HPCTUNE_THREADS"] = std::to_string(threads);
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
     if (getenv(name) == nullptr) spawn.env[name] = std::to_string(threads);
-  for (const auto& [k, v] : workflow_vars) spawn.env[k] = v;
   for (const auto& [k, v] : s.env) spawn.env[k] = v;
   spawn.workdir = s.workdir;
   spawn.supervised = true;  // the whole tree dies with the trial, and with this worker
-  // Nothing of an earlier attempt of this trial runs beside this one, even when that attempt's
-  // worker and supervisor died together (launch/attempt_fence.h).
-  if (!ctx.trial_dir.empty()) spawn.fence = trial_dir + "/" + launch::kAttemptFenceFile;
   if (!s.workdir.empty() && !fs::is_directory(s.workdir))
     return err(Errc::kNotFound, "command trainer: workdir '" + s.workdir + "' is not a directory");
+  plan.key = nlohmann::json{{"command", program}, {"workdir", s.workdir}, {"env", s.env}, {"ranks", plan.ranks},
+                            {"threads", threads}}.dump();
+  return plan;
+}
 
+// Starts the program for `plan`, with the trial's variables (a persistent program's first trial).
+Result<std::unique_ptr<CommandPrograms::Program>> start_program(const TrialContext& ctx, const TrialPlan& plan) {
+  auto p = std::make_unique<CommandPrograms::Program>();
+  p->key = plan.key;
+  launch::SpawnOptions spawn = plan.spawn;
+  for (const auto& [k, v] : plan.trial_env) spawn.env.emplace(k, v);  // `env` settings win
+  if (plan.s.persistent) {
+    p->control = std::make_unique<ControlChannel>();
+    HPCTUNE_TRY(p->control->open());
+    spawn.env["HPCTUNE_CONTROL"] = p->control->path();
+    spawn.env["HPCTUNE_CONTROL_TOKEN"] = p->control->token();
+    // Its own fence token: each trial's fence file records it while that trial runs (run_trial).
+    p->fence_token = launch::AttemptFence::new_token();
+    spawn.env[launch::AttemptFence::kEnvironmentName] = p->fence_token;
+  } else if (!ctx.trial_dir.empty()) {
+    // Nothing of an earlier attempt of this trial runs beside this one, even when that attempt's
+    // worker and supervisor died together (launch/attempt_fence.h).
+    spawn.fence = plan.trial_dir + "/" + launch::kAttemptFenceFile;
+  }
+  HPCTUNE_TRY(p->out_pipe.open());
+  HPCTUNE_TRY(p->err_pipe.open());
+  spawn.stdout_fd = p->out_pipe.write;
+  spawn.stderr_fd = p->err_pipe.write;
+  HPCTUNE_ASSIGN(p->child, launch::ChildProcess::spawn(spawn));
+  p->out_pipe.close_write();
+  p->err_pipe.close_write();
+  return p;
+}
+
+// One run of a trial's attempt on a program: what it reported and how it ended.
+struct Session {
   LogFile out_log, err_log;
-  if (!out_log.open(stdout_log, s.log_limit) || !err_log.open(stderr_log, s.log_limit))
-    return err(Errc::kIo, "command trainer: cannot write the logs in " + trial_dir + ": " + strerror(errno));
-  out_log << "hpctune: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": " << spawn.argv.back() << "\n";
-
-  Pipe out_pipe, err_pipe;
-  HPCTUNE_TRY(out_pipe.open());
-  HPCTUNE_TRY(err_pipe.open());
-  spawn.stdout_fd = out_pipe.write;
-  spawn.stderr_fd = err_pipe.write;
-  const auto start = Clock::now();
-  HPCTUNE_ASSIGN(launch::ChildProcess child, launch::ChildProcess::spawn(spawn));
-  out_pipe.close_write();
-  err_pipe.close_write();
-
   TrialResult result;
   int64_t last_step = 0;
-  bool stopping = false;   // SIGTERM sent
+  bool stopping = false;  // asked to stop (SIGTERM, or the control channel)
   bool timed_out = false;
-  bool killed = false;     // SIGKILL sent
-  Clock::time_point kill_at{}, exited_at{};
+  bool ended = false;     // a persistent program's end line for this trial, from every rank
+  std::set<int> ended_ranks;
+  Clock::time_point start{}, kill_at{}, end_at{};
   std::deque<std::string> stderr_tail;
   std::size_t ignored_reports = 0;
+};
 
-  std::map<int, std::string> rank_pieces;  // under mpirun: each rank's line read so far
-  auto handle_line = [&](std::string_view text) {
+// A persistent program's end line for this trial (one of an earlier trial is ignored).
+bool ends_trial(std::string_view line, const TrialContext& ctx) {
+  if (line.substr(0, kTrialEndPrefix.size()) != kTrialEndPrefix) return false;
+  const std::string_view rest = line.substr(kTrialEndPrefix.size());
+  if (rest.empty() || (rest[0] != ' ' && rest[0] != '\t')) return false;
+  const nlohmann::json j = nlohmann::json::parse(rest, nullptr, false);
+  return j.is_object() && j.value("trial", int64_t{-1}) == ctx.trial_id &&
+         j.value("attempt", ctx.attempt) == ctx.attempt;
+}
+
+// Reads what the program wrote on `fd` (stdout when out) into the session's logs and reports.
+void read_output(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms::Program& p, Session& t, bool out) {
+  char buffer[65536];
+  Pipe& pipe = out ? p.out_pipe : p.err_pipe;
+  auto handle_line = [&](int rank, std::string_view text) {
+    // Every rank ends the trial (the helper prints the line on each): the next trial is sent once
+    // all have, so that a rank never misses one.
+    if (plan.s.persistent && ends_trial(text, ctx)) {
+      t.ended_ranks.insert(rank);
+      if (static_cast<int>(t.ended_ranks.size()) >= plan.ranks) {
+        t.ended = true;
+        t.end_at = Clock::now();
+      }
+      return;
+    }
+    if (rank != 0) return;  // only rank 0's lines can be reports
     auto report = parse_report_line(text);
     if (!report) return;
     if (!report->ok()) {
-      ++ignored_reports;
-      out_log << "hpctune: warning: ignored the report line above: " << report->error().message() << "\n";
+      ++t.ignored_reports;
+      t.out_log << "hpctune: warning: ignored the report line above: " << report->error().message() << "\n";
       return;
     }
-    const int64_t step = report->value().step.value_or(last_step + 1);
-    last_step = step;
-    result.step = step;
-    result.metrics = report->value().metrics;
-    if (!stopping) ctx.report(step, result.metrics);
+    const int64_t step = report->value().step.value_or(t.last_step + 1);
+    t.last_step = step;
+    t.result.step = step;
+    t.result.metrics = report->value().metrics;
+    if (!t.stopping) ctx.report(step, t.result.metrics);
   };
   auto on_stdout = [&](std::string_view line, bool partial, bool ends_line) {
-    out_log << line << (ends_line ? "\n" : "");
+    t.out_log << line << (ends_line ? "\n" : "");
     if (partial) return;
-    if (ranks == 1) return handle_line(line);
+    if (plan.ranks == 1) return handle_line(0, line);
     // mpirun tags each chunk a rank writes, not each line: a rank that writes a line in pieces
     // (Python's print() under PYTHONUNBUFFERED) is cut by other ranks' chunks, as in
     // "[1,1]<stdout>:text[1,0]<stdout>:whole line" followed later by "[1,1]<stdout>:". So the line
@@ -612,125 +912,243 @@ Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
     // piece ends its rank's line. Only rank 0's lines can be reports; untagged text is mpirun's own.
     std::vector<Tagged> pieces;
     for (std::size_t at = line.find('['); at != std::string_view::npos; at = line.find('[', at + 1)) {
-      const Tagged t = untag(line.substr(at));
-      if (t.rank < 0) continue;
+      const Tagged tag = untag(line.substr(at));
+      if (tag.rank < 0) continue;
       if (!pieces.empty()) {  // the previous piece ends where this tag starts
         const char* begin = pieces.back().text.data();
         pieces.back().text = std::string_view(begin, static_cast<std::size_t>(line.data() + at - begin));
       }
-      pieces.push_back(t);
+      pieces.push_back(tag);
     }
     for (std::size_t i = 0; i < pieces.size(); ++i) {
-      std::string& pending = rank_pieces[pieces[i].rank];
+      std::string& pending = p.rank_pieces[pieces[i].rank];
       pending.append(pieces[i].text);
       if (i + 1 < pieces.size()) continue;  // cut by another rank's chunk: the rest comes later
       const std::string whole = std::move(pending);
       pending.clear();
-      if (pieces[i].rank == 0) handle_line(whole);
+      handle_line(pieces[i].rank, whole);
     }
   };
   auto on_stderr = [&](std::string_view line, bool partial, bool ends_line) {
-    err_log << line << (ends_line ? "\n" : "");
+    t.err_log << line << (ends_line ? "\n" : "");
     if (partial) return;
-    stderr_tail.emplace_back(line);
-    if (stderr_tail.size() > kStderrTailLines) stderr_tail.pop_front();
+    t.stderr_tail.emplace_back(line);
+    if (t.stderr_tail.size() > CommandTrainer::kStderrTailLines) t.stderr_tail.pop_front();
   };
+  const ssize_t got = ::read(pipe.read, buffer, sizeof buffer);
+  if (got > 0) {
+    if (out) p.out_lines.feed(buffer, static_cast<std::size_t>(got), on_stdout);
+    else p.err_lines.feed(buffer, static_cast<std::size_t>(got), on_stderr);
+  } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+    if (out) p.out_lines.finish(on_stdout);
+    else p.err_lines.finish(on_stderr);
+    pipe.close_read();
+  }
+}
 
-  LineSplitter out_lines, err_lines;
-  std::optional<launch::ExitStatus> status;
-  char buffer[65536];
-  auto begin_termination = [&](Clock::time_point now) {
-    stopping = true;
-    child.signal(SIGTERM);
-    child.signal(SIGCONT);  // a stopped program cannot act on SIGTERM
-    kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.grace));
-  };
-  auto kill_everything = [&] {
-    // mpirun puts each rank in its own process group: reach them through the process tree.
-    for (pid_t p : descendants(child.pid())) ::kill(p, SIGKILL);
-    child.signal(SIGKILL);
-    killed = true;
-  };
+// What is already in the program's standard error (a persistent program that ended its trial:
+// what it wrote before its end line belongs to the trial).
+void drain_stderr(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms::Program& p, Session& t) {
+  for (int i = 0; i < 64 && p.err_pipe.read >= 0; ++i) {
+    pollfd fd{p.err_pipe.read, POLLIN, 0};
+    if (::poll(&fd, 1, 0) <= 0) return;
+    read_output(ctx, plan, p, t, /*out=*/false);
+  }
+}
 
+void kill_program(CommandPrograms::Program& p) {
+  // mpirun puts each rank in its own process group: reach them through the process tree.
+  for (pid_t d : descendants(p.child.pid())) ::kill(d, SIGKILL);
+  p.child.signal(SIGKILL);
+  p.killed = true;
+}
+
+// Asks the program to end the trial: through the control channel when it has connected (a
+// persistent program's helper), else SIGTERM.
+void begin_termination(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms::Program& p, Session& t,
+                       Clock::time_point now) {
+  t.stopping = true;
+  if (p.control && p.control->connected()) {
+    p.control->stop(nlohmann::json{{"stop", ctx.trial_id}, {"attempt", ctx.attempt}}.dump());
+  } else {
+    p.child.signal(SIGTERM);
+    p.child.signal(SIGCONT);  // a stopped program cannot act on SIGTERM
+  }
+  t.kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(plan.s.grace));
+}
+
+// The output loop: relays the program's lines until it ends the trial (its end line) or ends
+// itself and its output is read; honours the stop, the timeout and the grace period.
+Status pump(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms::Program& p, Session& t) {
+  const CommandSettings& s = plan.s;
+  std::vector<pollfd> fds;
   for (;;) {
-    // The program's end wakes the poll too (the supervisor's status pipe): no slice is waited out.
-    pollfd fds[3] = {{out_pipe.read, POLLIN, 0}, {err_pipe.read, POLLIN, 0}, {child.wait_fd(), POLLIN, 0}};
-    const int n = ::poll(fds, 3, kSliceMs);
+    // The program's end wakes the poll too (the supervisor's status pipe), and so does a stop
+    // (ctx.stop_fd): no slice is waited out.
+    fds.assign({{p.out_pipe.read, POLLIN, 0},
+                {p.err_pipe.read, POLLIN, 0},
+                {p.child.wait_fd(), POLLIN, 0},
+                {t.stopping ? -1 : ctx.stop_fd, POLLIN, 0}});
+    if (p.control) p.control->add_fds(fds);
+    const int n = ::poll(fds.data(), fds.size(), CommandTrainer::kSliceMs);
     if (n < 0 && errno != EINTR) {
-      kill_everything();
+      kill_program(p);
       return err(Errc::kIo, std::string("command trainer: poll: ") + strerror(errno));
     }
     for (int i = 0; i < 2 && n > 0; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      const ssize_t got = ::read(fds[i].fd, buffer, sizeof buffer);
-      if (got > 0) {
-        if (i == 0) out_lines.feed(buffer, static_cast<std::size_t>(got), on_stdout);
-        else err_lines.feed(buffer, static_cast<std::size_t>(got), on_stderr);
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        if (i == 0) {
-          out_lines.finish(on_stdout);
-          out_pipe.close_read();
-        } else {
-          err_lines.finish(on_stderr);
-          err_pipe.close_read();
-        }
-      }
+      read_output(ctx, plan, p, t, /*out=*/i == 0);
     }
+    if (p.control && n > 0) p.control->service(fds, 4);
     const auto now = Clock::now();
-    if (!status) {
-      status = child.poll();  // reaping also kills whatever the program left in its process group
-      if (status) exited_at = now;
+    if (t.ended) {
+      drain_stderr(ctx, plan, p, t);
+      return Status::Ok();
     }
-    if (status) {
+    if (!p.status) {
+      p.status = p.child.poll();  // reaping also kills whatever the program left in its process group
+      if (p.status) p.exited_at = now;
+    }
+    if (p.status) {
       // Done once the pipes are drained; a descendant outside the group that holds them open
       // gets 2 s before the rest of its output is given up.
-      if ((out_pipe.read < 0 && err_pipe.read < 0) || now - exited_at > std::chrono::seconds(2)) break;
+      if (p.drained() || now - p.exited_at > std::chrono::seconds(2)) {
+        t.end_at = p.exited_at;
+        return Status::Ok();
+      }
       continue;
     }
-    if (!stopping) {
+    if (!t.stopping) {
       if (ctx.stop_requested()) {
-        begin_termination(now);
-      } else if (s.timeout > 0 && now - start >= std::chrono::duration<double>(s.timeout)) {
-        timed_out = true;
-        out_log << "hpctune: trial exceeded its timeout of " << seconds_text(s.timeout) << "; terminating\n";
-        begin_termination(now);
+        begin_termination(ctx, plan, p, t, now);
+      } else if (s.timeout > 0 && now - t.start >= std::chrono::duration<double>(s.timeout)) {
+        t.timed_out = true;
+        t.out_log << "hpctune: trial exceeded its timeout of " << seconds_text(s.timeout) << "; terminating\n";
+        begin_termination(ctx, plan, p, t, now);
       }
-    } else if (!killed && now >= kill_at) {
-      out_log << "hpctune: still running " << seconds_text(s.grace) << " after SIGTERM; sending SIGKILL\n";
-      kill_everything();
-    } else if (killed && now - kill_at > std::chrono::seconds(30)) {
+    } else if (!p.killed && now >= t.kill_at) {
+      t.out_log << "hpctune: still running " << seconds_text(s.grace) << " after "
+                << (p.control && p.control->connected() ? "the stop" : "SIGTERM") << "; sending SIGKILL\n";
+      kill_program(p);
+    } else if (p.killed && now - t.kill_at > std::chrono::seconds(30)) {
       return err(Errc::kInternal, "command trainer: the program survived SIGKILL for 30 s (pid " +
-                                      std::to_string(child.pid()) + ")");
+                                      std::to_string(p.child.pid()) + ")");
     }
   }
-  const double seconds = std::chrono::duration<double>(exited_at - start).count();
-  out_log << "hpctune: " << status->describe() << " after " << seconds << " s";
-  if (ignored_reports > 0) out_log << "; " << ignored_reports << " malformed report line(s) ignored";
-  out_log << "\n";
-  out_log.close();  // the artifacts' sizes are read from the files
-  err_log.close();
+}
+
+// The trial's result from the session; `again` is set (and the result is to be dropped) when a
+// persistent program died by a signal hpctune did not send, on the attempt's first run.
+Result<TrialResult> finish(const TrialContext& ctx, const TrialPlan& plan, std::unique_ptr<CommandPrograms::Program>& slot,
+                           Session& t, int run, bool& again) {
+  const CommandSettings& s = plan.s;
+  CommandPrograms::Program& p = *slot;
+  const double seconds = std::chrono::duration<double>(t.end_at - t.start).count();
+  const bool exited = !t.ended && p.status.has_value();
+  if (t.ended) t.out_log << "hpctune: trial ended after " << seconds << " s; the program (pid " << p.child.pid()
+                         << ") stays for the next trial";
+  else t.out_log << "hpctune: " << p.status->describe() << " after " << seconds << " s";
+  if (t.ignored_reports > 0) t.out_log << "; " << t.ignored_reports << " malformed report line(s) ignored";
+  t.out_log << "\n";
+  const bool died = s.persistent && exited && p.status->signaled && !p.killed && !t.stopping;
+  if (died && run == 1) {
+    t.out_log << "hpctune: the program died during the trial; a fresh one runs the attempt again\n";
+    again = true;
+    slot.reset();
+    return t.result;
+  }
+  t.out_log.close();  // the artifacts' sizes are read from the files
+  t.err_log.close();
+  const launch::ExitStatus status = exited ? *p.status : launch::ExitStatus{};
+  if (p.control) p.control->end_trial();
+  if (exited || p.killed) slot.reset();  // a persistent program that ended its trial stays (p is gone)
 
   std::string tail;
-  for (const auto& line : stderr_tail) tail += line + "\n";
+  for (const auto& line : t.stderr_tail) tail += line + "\n";
   auto with_tail = [&](std::string message) {
     if (!tail.empty()) message += "; last lines of standard error:\n" + tail;
     return message;
   };
-  if (timed_out)
+  if (t.timed_out)
     return err(Errc::kTimeout, with_tail("command trainer: the trial exceeded its timeout of " +
                                          seconds_text(s.timeout) + " (trainer.timeout) and was killed"));
+  TrialResult result = std::move(t.result);
   // A stopped trial that never reported keeps empty metrics: the master then keeps what it has.
-  if (!result.metrics.empty() || !stopping) result.metrics["train_seconds"] = seconds;
+  if (!result.metrics.empty() || !t.stopping) result.metrics["train_seconds"] = seconds;
   if (!ctx.trial_dir.empty()) {
-    result.artifacts.push_back({"log", stdout_log});
-    result.artifacts.push_back({"log", stderr_log});
+    result.artifacts.push_back({"log", plan.stdout_log});
+    result.artifacts.push_back({"log", plan.stderr_log});
   }
-  if (stopping) {
+  if (t.stopping) {
     result.stopped = true;
     return result;
   }
-  if (!status->success()) return err(Errc::kFailed, with_tail("command failed: " + status->describe()));
+  if (!status.success()) return err(Errc::kFailed, with_tail("command failed: " + status.describe()));
   return result;
+}
+
+// The trial's message to a persistent program: its variables, and the per-trial ones it lacks.
+std::string trial_message(const TrialContext& ctx, const TrialPlan& plan) {
+  nlohmann::json unset = nlohmann::json::array();
+  for (const char* name : kTrialVariables)
+    if (!plan.trial_env.count(name)) unset.push_back(name);
+  return nlohmann::json{{"trial", ctx.trial_id}, {"attempt", ctx.attempt}, {"env", plan.trial_env}, {"unset", unset}}
+      .dump();
+}
+
+// One run of the trial's attempt on the program in `slot` (started here when there is none, or
+// when a persistent one was started otherwise or has ended).
+Result<TrialResult> run_trial(const TrialContext& ctx, const CommandSettings& s,
+                              std::unique_ptr<CommandPrograms::Program>& slot, int run, bool& again) {
+  HPCTUNE_ASSIGN(TrialPlan plan, plan_trial(ctx, s));
+  Session t;
+  if (!t.out_log.open(plan.stdout_log, s.log_limit) || !t.err_log.open(plan.stderr_log, s.log_limit))
+    return err(Errc::kIo, "command trainer: cannot write the logs in " + plan.trial_dir + ": " + strerror(errno));
+  t.out_log << "hpctune: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": "
+            << (plan.s.argv.empty() ? plan.spawn.argv.back() : plan.s.command) << "\n";
+  if (slot && !slot->status) {
+    slot->status = slot->child.poll();  // it may have ended between trials
+  }
+  if (slot && (slot->status || slot->key != plan.key)) slot.reset();
+  const std::string fence_path = ctx.trial_dir.empty() ? "" : plan.trial_dir + "/" + launch::kAttemptFenceFile;
+  if (!slot && s.persistent && !fence_path.empty()) HPCTUNE_TRY(launch::fence_attempt(fence_path, std::chrono::seconds(10)));
+  if (slot) {
+    t.out_log << "hpctune: served by the running program (pid " << slot->child.pid() << ")\n";
+  } else {
+    HPCTUNE_ASSIGN(slot, start_program(ctx, plan));
+  }
+  // A persistent program's trial is fenced for as long as this trial runs, and no longer.
+  launch::AttemptFence fence;
+  if (s.persistent && !fence_path.empty()) {
+    HPCTUNE_ASSIGN(fence, launch::AttemptFence::enter_shared(fence_path, std::chrono::seconds(10), slot->fence_token,
+                                                             slot->child.pid()));
+  }
+  if (slot->control) slot->control->begin_trial(trial_message(ctx, plan));
+  t.start = Clock::now();
+  if (Status st = pump(ctx, plan, *slot, t); !st.ok()) {
+    slot.reset();
+    return st.error();
+  }
+  return finish(ctx, plan, slot, t, run, again);
+}
+
+}  // namespace
+
+Result<TrialResult> CommandTrainer::run(const TrialContext& ctx) {
+  HPCTUNE_ASSIGN(CommandSettings s, parse_command_settings(ctx.trainer));
+  std::unique_ptr<CommandPrograms::Program> own;  // without persistent: this trial's program
+  std::unique_lock<std::mutex> lock;
+  std::unique_ptr<CommandPrograms::Program>* slot = &own;
+  if (s.persistent) {
+    if (!programs_) programs_ = std::make_shared<CommandPrograms>();
+    lock = std::unique_lock(programs_->mu);
+    slot = &programs_->live;
+  }
+  for (int run = 1;; ++run) {
+    bool again = false;
+    auto result = run_trial(ctx, s, *slot, run, again);
+    if (!again) return result;
+  }
 }
 
 }  // namespace hpctune::trainers

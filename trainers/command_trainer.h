@@ -46,12 +46,31 @@
 //     WORLD_SIZE, RANK, LOCAL_RANK and LOCAL_WORLD_SIZE (rank_environment.h): under mpirun a
 //     fixed sh script runs first in each rank (mpirun ... /bin/sh -c <script> hpctune-rank
 //     /bin/sh -c <command>).
+//   - trainer.persistent: one program serves the group's successive trials (per worker process:
+//     CommandPrograms, kept in TrainerServices), so that its start (Python, `import torch`) is paid
+//     once. The template then holds only values fixed for the program's life ({ranks}). The
+//     program is started with the first trial's environment, plus HPCTUNE_CONTROL (a Unix socket
+//     in a fresh 0700 directory of this user's) and HPCTUNE_CONTROL_TOKEN; each rank's helper
+//     (tools/python/hpctune_report.py, hp.trials()) connects and sends {"token", "rank"}; a
+//     connection without the token, or from another user (SO_PEERCRED), is closed. Each trial is a
+//     line {"trial", "attempt", "env", "unset"} on every connection (the trial's HPCTUNE_*
+//     variables); each rank ends it with a line `hpctune-trial-end {"trial", "attempt"}` on
+//     standard output after its reports, and the next trial is sent once every rank has. A stop is a line {"stop", "attempt"} and SIGUSR1 to each
+//     connected process (its handler only sets a flag); past `grace` the program is killed. A
+//     program that never connected is stopped with SIGTERM and ends its trial by exiting, as
+//     without persistent. A program killed by a signal during a trial (not by hpctune) is replaced
+//     and the attempt runs again, once. Each trial's lines go to its attempt's logs. A trial's
+//     attempt fence (launch/attempt_fence.h) records the program while the trial runs and is
+//     removed when it ends, so that no finished trial's fence reaches the program later.
 // Output pipes are read with poll() in slices of at most kSliceMs, so stop requests, the timeout
-// and the grace period are all honoured without blocking on the program.
+// and the grace period are all honoured without blocking on the program; ctx.stop_fd, when set,
+// wakes the poll at once on a stop.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,12 +84,14 @@ namespace hpctune::trainers {
 inline constexpr int64_t kDefaultLogLimit = 10'000'000;  // 10 MB per log
 
 struct CommandSettings {
-  std::string command;                     // the template
+  std::string command;                     // the template (the list form: its items as JSON, for messages)
+  std::vector<std::string> argv;           // the list form: each item one argument, no shell; empty: a string
   double timeout = 0.0;                    // seconds, 0 = none
   std::string workdir;                     // "" = the worker's
   std::map<std::string, std::string> env;  // added to the environment, last
   double grace = 5.0;                      // seconds between SIGTERM and SIGKILL
   int64_t log_limit = kDefaultLogLimit;    // bytes kept of each log (head and tail halves), 0 = all
+  bool persistent = false;                 // one program serves the trials (see the top of this file)
 };
 
 // The fixed settings are declared in command_settings.cpp.
@@ -85,6 +106,8 @@ std::string template_text(const nlohmann::json& value);
 // Substitutes every `{name}` of `tmpl` from `values` (an object), each value shell-quoted.
 // kInvalidArgument naming an unknown name (and listing the known ones) or a malformed placeholder.
 Result<std::string> render_command(std::string_view tmpl, const nlohmann::json& values);
+// The same for one item of the list form: every value as its text, unquoted (no shell reads it).
+Result<std::string> render_argument(std::string_view tmpl, const nlohmann::json& values);
 // `exec ` + command for a simple command (see the header comment); the command otherwise.
 std::string exec_prefixed(const std::string& command);
 
@@ -94,6 +117,8 @@ struct ReportLine {
   protocol::Metrics metrics;
 };
 inline constexpr std::string_view kReportPrefix = "hpctune-report";
+// A persistent program's line that ends a trial (after its reports): `hpctune-trial-end {json}`.
+inline constexpr std::string_view kTrialEndPrefix = "hpctune-trial-end";
 // nullopt when `line` is not a report line (does not start with kReportPrefix followed by a blank
 // or the end); kInvalidArgument saying what is wrong with a malformed one.
 std::optional<Result<ReportLine>> parse_report_line(std::string_view line);
@@ -101,14 +126,36 @@ std::optional<Result<ReportLine>> parse_report_line(std::string_view line);
 // The mpirun argv prefix for `ranks` ranks; kUnavailable when this build or machine has no mpirun.
 Result<std::vector<std::string>> mpirun_prefix(int ranks);
 
+// The persistent program of one worker process (trainer.persistent), shared by the trainers it
+// makes (TrainerServices::commands). One trial at a time uses it (mu). Its destructor ends the
+// program (ChildProcess kills its tree).
+class CommandPrograms {
+ public:
+  struct Program;  // command_trainer.cpp
+  CommandPrograms();
+  ~CommandPrograms();
+  CommandPrograms(const CommandPrograms&) = delete;
+  CommandPrograms& operator=(const CommandPrograms&) = delete;
+  // The live program's pid, 0 when none (for tests).
+  int pid();
+
+  std::mutex mu;
+  std::unique_ptr<Program> live;
+};
+
 class CommandTrainer final : public Trainer {
  public:
+  // `programs`: where a persistent program lives between trials; null = this trainer's own.
+  explicit CommandTrainer(std::shared_ptr<CommandPrograms> programs = nullptr) : programs_(std::move(programs)) {}
   static constexpr int kSliceMs = 20;
   static constexpr std::size_t kStderrTailLines = 20;
   static constexpr std::size_t kMaxLineBytes = 1 << 20;  // longer lines are logged, never parsed
 
   std::string kind() const override { return "command"; }
   Result<TrialResult> run(const TrialContext& ctx) override;
+
+ private:
+  std::shared_ptr<CommandPrograms> programs_;
 };
 
 }  // namespace hpctune::trainers

@@ -51,6 +51,11 @@ struct TrialContext {
 
   std::function<void(int64_t step, const protocol::Metrics& metrics)> report = [](int64_t, const protocol::Metrics&) {};
   std::function<bool()> stop_requested = [] { return false; };
+  // A descriptor that becomes readable when a stop is requested (the worker's eventfd for the
+  // trial; never read nor closed by the trainer), so that a trainer waiting in poll() acts on a
+  // stop at once instead of at its next slice; -1 = none (a context built by hand): poll
+  // stop_requested() as before.
+  int stop_fd = -1;
   // In a group: the leader's own stop flag, without a collective (false on the other ranks), for a
   // trainer that hands it to the other ranks itself once a collective could no longer complete (a
   // rank died: trainers/replica_exchange.h). Without a group: unused.
@@ -99,12 +104,15 @@ inline bool wait_unless_stopped(const TrialContext& ctx, std::chrono::steady_clo
   }
 }
 
-class DatasetCache;  // trainers/idx_dataset.h
+class DatasetCache;     // trainers/idx_dataset.h
+class CommandPrograms;  // trainers/command_trainer.h
 
 // What a worker process shares between the trials it runs, handed to every trainer it makes.
 // Everything is optional: a null member means each trial fends for itself.
 struct TrainerServices {
   std::shared_ptr<DatasetCache> datasets;  // decoded datasets, kept across trials
+  // The `command` kind's persistent program (trainer.persistent), kept across trials.
+  std::shared_ptr<CommandPrograms> commands;
 };
 
 // Builds the trainer for a kind (trainer_factory.h has the built-in kinds'; tests bring their own).

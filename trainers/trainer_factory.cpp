@@ -25,7 +25,7 @@ struct KindEntry {
 
 const KindEntry kKinds[] = {
     {"cnn", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<CnnTrainer>(s.datasets); }},
-    {"command", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<CommandTrainer>(); }},
+    {"command", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<CommandTrainer>(s.commands); }},
     {"function", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<FunctionTrainer>(); }},
     {"mlp", [](const TrainerServices& s) -> std::unique_ptr<Trainer> { return std::make_unique<MlpTrainer>(s.datasets); }},
     {"sleep", [](const TrainerServices&) -> std::unique_ptr<Trainer> { return std::make_unique<SleepTrainer>(); }},
@@ -56,7 +56,7 @@ Result<std::unique_ptr<Trainer>> make_trainer(const std::string& kind, const Tra
 }
 
 MakeTrainer trainer_factory() {
-  TrainerServices services{std::make_shared<DatasetCache>()};
+  TrainerServices services{std::make_shared<DatasetCache>(), std::make_shared<CommandPrograms>()};
   return [services](const std::string& kind) { return make_trainer(kind, services); };
 }
 

@@ -91,6 +91,9 @@ struct TrainerCapabilities {
   const char* params_hint = nullptr;  // how to name them in a message ("x1, x2, ...")
   // A string setting that is a command line with {placeholders} (trainers::render_command).
   const char* command_setting = nullptr;
+  // A bool setting that makes the command's program serve every trial of its group: the command
+  // setting may then hold only the placeholders fixed for the program's life (kProgramPlaceholders).
+  const char* persistent_setting = nullptr;
   // The parameter by which a transfer stage gives a trial its source's checkpoint (the classifier
   // kinds' setting init_from; the command kind's reserved name, exported as HPCTUNE_SOURCE_CHECKPOINT),
   // and the one that names the source trial (command: HPCTUNE_SOURCE_TRIAL); nullptr: none, and

@@ -2,6 +2,7 @@
 
 #include "common/system.h"
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -39,6 +40,7 @@ class RunningTrial {
   ~RunningTrial() {
     request_stop();
     if (thread_.joinable()) thread_.join();
+    if (stop_fd_ >= 0) ::close(stop_fd_);
   }
 
   int64_t trial_id() const { return assign_.trial_id; }
@@ -49,6 +51,11 @@ class RunningTrial {
       stop_.store(true);
     }
     room_.notify_all();
+    // Wakes a trainer waiting in poll() on ctx.stop_fd (the command trainer) at once.
+    if (stop_fd_ >= 0) {
+      const uint64_t one = 1;
+      (void)!::write(stop_fd_, &one, sizeof one);
+    }
   }
   bool finished() const { return finished_.load(); }
   // The thread function has returned: a join returns at once. Later than finished(): a trainer's
@@ -105,6 +112,7 @@ class RunningTrial {
         push(protocol::Report{assign_.trial_id, assign_.attempt, step, metrics});
       };
       ctx.stop_requested = [this] { return stop_.load(std::memory_order_relaxed); };
+      ctx.stop_fd = stop_fd_;
       if (!ctx.trial_dir.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(ctx.trial_dir, ec);
@@ -152,6 +160,9 @@ class RunningTrial {
   protocol::Assign assign_;
   protocol::ClientTransport& transport_;
   std::atomic<bool> stop_{false};
+  // Readable once request_stop() ran (TrialContext::stop_fd); -1 when eventfd failed (the trainer
+  // then polls stop_requested()). Made before the thread starts, closed after it is joined.
+  int stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   std::atomic<bool> finished_{false};
   std::atomic<bool> exited_{false};
   std::mutex mu_;

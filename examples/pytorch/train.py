@@ -16,6 +16,9 @@ on PYTHONPATH through the config's `trainer.env`):
 - in a transfer stage it loads hp.source_checkpoint()'s weights: a new head when the classes
   differ, the first `freeze` layers frozen;
 - at the end it writes its validation and test predictions with hp.save_predictions();
+- it loops over hp.trials(): run once per process as usual, or, with `trainer.persistent: true`,
+  one process (Python and `import torch` paid once, the dataset read once) trains trial after
+  trial; it leaves its epoch loop when hp.report() returns False (the trial was asked to stop);
 - with WORLD_SIZE > 1 (hpctune runs it under mpirun with MASTER_ADDR, MASTER_PORT, RANK, ...)
   it trains with DistributedDataParallel (gloo, CPU) and a DistributedSampler; only rank 0
   evaluates, reports and saves, and every rank writes the sha256 of its final weights into
@@ -78,8 +81,18 @@ def read_idx(directory, stem):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
+_SPLITS = {}  # a persistent program reads each split once
+
+
 def load_split(directory, prefix, classes, limit):
     """Images (N x 1 x 28 x 28 floats in [0, 1]) and labels (0..len(classes)-1) of `classes`."""
+    key = (directory, prefix, tuple(classes), limit)
+    if key not in _SPLITS:
+        _SPLITS[key] = _load_split(directory, prefix, classes, limit)
+    return _SPLITS[key]
+
+
+def _load_split(directory, prefix, classes, limit):
     images = read_idx(directory, prefix + "-images-idx3-ubyte")
     labels = read_idx(directory, prefix + "-labels-idx1-ubyte")
     keep = np.isin(labels, classes)
@@ -148,15 +161,32 @@ def set_hyperparameters(optimizer, p):
                      weight_decay=float(p["weight_decay"]))
 
 
+def stop_requested(world):
+    """Whether the trial was asked to stop, the same answer on every rank (DDP ranks leave together)."""
+    stop = hp.should_stop()
+    if world > 1:
+        flag = torch.tensor([1 if stop else 0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        stop = bool(flag.item())
+    return stop
+
+
 def main():
+    torch.set_num_threads(int(os.environ.get("HPCTUNE_THREADS", "1")))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        dist.init_process_group("gloo", init_method="env://")  # MASTER_ADDR, MASTER_PORT from hpctune
+    for _ in hp.trials():  # once, or once per trial in a persistent program
+        train_trial(world)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def train_trial(world):
     started = time.time()
     p = dict(DEFAULTS)
     p.update(hp.params())
-    torch.set_num_threads(int(os.environ.get("HPCTUNE_THREADS", "1")))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        dist.init_process_group("gloo", init_method="env://")  # MASTER_ADDR, MASTER_PORT from hpctune
     seed = int(os.environ.get("HPCTUNE_SEED", "0")) % 2**31  # hpctune's per-trial seed (64 bits); torch's generators take less
     torch.manual_seed(seed)
 
@@ -235,6 +265,8 @@ def main():
                       test_loss=test_loss)
             print("epoch %d: val_accuracy %.4f test_accuracy %.4f (%.1f s)" % (epoch, val_accuracy, test_accuracy,
                                                                               time.time() - started), flush=True)
+        if stop_requested(world):
+            break
 
     if rank == 0:
         if predictions is None:  # resumed at its last step: nothing trained here
@@ -245,7 +277,6 @@ def main():
         with open(os.path.join(hp.trial_dir(), "weights-rank%d.sha256" % rank), "w") as f:
             f.write(weights_digest(net) + "\n")
         dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

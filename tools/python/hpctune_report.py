@@ -11,6 +11,17 @@ learns its parameters from the environment and reports by printing lines on stan
 
     hpctune-report {"step": 3, "val_accuracy": 0.91}
 
+A program that serves many trials in one process (trainer: {persistent: true}, so that Python and
+its imports start once) loops over them; the same program works without persistent, and outside
+hpctune, where the loop runs once:
+
+    for trial in hp.trials():
+        p = hp.params()                    # every accessor answers for the current trial
+        for epoch in range(...):
+            ...
+            if not hp.report(epoch, val_accuracy=acc):
+                break                      # asked to stop (trial.stopped, hp.should_stop())
+
 Use it by copying this file next to your script, or with PYTHONPATH=<hpctune>/tools/python
 (trainer: {env: {PYTHONPATH: ...}}). The protocol is described in hpctune's README.md
 ("Bring your own training script").
@@ -19,9 +30,13 @@ Use it by copying this file next to your script, or with PYTHONPATH=<hpctune>/to
 import json
 import math
 import os
+import select
+import signal
+import socket
 import sys
+import threading
 
-__all__ = ["params", "trial_id", "trial_dir", "rank", "report", "PREFIX",
+__all__ = ["params", "trial_id", "trial_dir", "rank", "report", "PREFIX", "trials", "should_stop", "Trial",
            "checkpoint_dir", "resume_from", "max_step",
            "data_seed", "source_checkpoint", "source_trial", "save_predictions", "save_regression"]
 
@@ -89,12 +104,14 @@ def rank():
 
 def report(step, **metrics):
     """Reports the metrics reached at `step` (an int >= 0). Only rank 0 prints; the others return.
+    Returns False once the trial was asked to stop (a persistent program: leave the epoch loop and
+    go on to the next iteration of trials()), True otherwise.
 
     Metrics must be numbers. JSON has no NaN or infinity, so a non-finite value (a diverged loss)
     is left out with a warning on standard error, and a report left without metrics is not sent.
     """
     if rank() != 0:
-        return
+        return not should_stop()
     step = int(step)
     if step < 0:
         raise ValueError("step must be >= 0")
@@ -109,10 +126,154 @@ def report(step, **metrics):
             sys.stderr.write("hpctune_report: metric %r = %r left out of step %d (not finite)\n" % (name, value, step))
             continue
         line[name] = value
-    if len(line) == 1:
+    if len(line) > 1:
+        sys.stdout.write(PREFIX + " " + json.dumps(line) + "\n")
+        sys.stdout.flush()
+    return not should_stop()
+
+
+# --- trials: one per process, or many in a persistent program ---------------------------------------
+
+END_PREFIX = "hpctune-trial-end"
+
+
+class Trial(object):
+    """The trial being run (trials() yields it): its id, its attempt, and whether it was asked to stop."""
+
+    def __init__(self, trial_id, attempt):
+        self.id = trial_id
+        self.attempt = attempt
+        self._stopped = False
+
+    @property
+    def stopped(self):
+        """True once hpctune asked this trial to stop (leave the epoch loop)."""
+        if not self._stopped and _channel is not None and _current is self:
+            _channel.poll()
+        return self._stopped
+
+
+_current = None  # the Trial trials() yielded last, while its iteration runs
+_channel = None  # the persistent program's control connection
+
+
+class _Channel(object):
+    """The connection to hpctune (HPCTUNE_CONTROL, a Unix socket, with HPCTUNE_CONTROL_TOKEN): a JSON
+    line per message; a trial {"trial", "attempt", "env", "unset"} or a stop {"stop", "attempt"}."""
+
+    def __init__(self, path, token):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sock.sendall((json.dumps({"token": token, "rank": rank()}) + "\n").encode())
+        self.buf = b""
+        self.woken = False
+        self.handler = False
+        if threading.current_thread() is threading.main_thread():
+            # SIGUSR1 comes with every stop: the handler only sets a flag, read by should_stop().
+            signal.signal(signal.SIGUSR1, self._wake)
+            self.handler = True
+
+    def _wake(self, signum, frame):
+        self.woken = True
+
+    def _messages(self, block):
+        """The whole lines received (waiting for one when `block`); None when hpctune is gone."""
+        while b"\n" not in self.buf:
+            if not block and not select.select([self.sock], [], [], 0)[0]:
+                return []
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.buf += data
+        lines, _, self.buf = self.buf.rpartition(b"\n")
+        return [json.loads(line) for line in lines.split(b"\n") if line.strip()]
+
+    def _apply_stop(self, message):
+        t = _current
+        if t is not None and message.get("stop") == t.id and message.get("attempt", t.attempt) == t.attempt:
+            t._stopped = True
+
+    def poll(self):
+        """Reads the stops that came (without waiting) when a signal said so, or always without a handler."""
+        if self.handler and not self.woken:
+            return
+        self.woken = False
+        for message in self._messages(False) or []:
+            if "stop" in message:
+                self._apply_stop(message)
+
+    def next_trial(self):
+        """Waits for the next trial's message; None when hpctune closed the connection."""
+        while True:
+            messages = self._messages(True)
+            if messages is None:
+                return None
+            trial = None
+            for message in messages:
+                if "trial" in message:
+                    trial = message
+                elif trial is not None and "stop" in message and message.get("stop") == trial["trial"]:
+                    trial["stopped"] = True
+            if trial is not None:
+                return trial
+
+
+def _env_int(name):
+    text = os.environ.get(name, "")
+    return int(text) if text else None
+
+
+def trials():
+    """Yields each trial this program is to run, a Trial. Run by hpctune without persistent (or not
+    by hpctune at all): once, from the environment. With trainer.persistent: once per trial hpctune
+    hands this process; every accessor (params(), trial_id(), checkpoint_dir(), ...) and os.environ
+    then answer for the current one. Leave your epoch loop when report() returns False (the trial
+    was asked to stop); the next iteration tells hpctune that the trial ended. Breaking out of the
+    loop ends the trial when the program exits."""
+    global _current, _channel
+    path = os.environ.get("HPCTUNE_CONTROL", "")
+    if not path:
+        _current = Trial(trial_id(), _env_int("HPCTUNE_ATTEMPT"))
+        try:
+            yield _current
+        finally:
+            _current = None
         return
-    sys.stdout.write(PREFIX + " " + json.dumps(line) + "\n")
-    sys.stdout.flush()
+    _channel = _Channel(path, os.environ.get("HPCTUNE_CONTROL_TOKEN", ""))
+    try:
+        while True:
+            message = _channel.next_trial()
+            if message is None:
+                return
+            os.environ.update(message.get("env", {}))
+            for name in message.get("unset", []):
+                os.environ.pop(name, None)
+            trial = Trial(message["trial"], message.get("attempt"))
+            trial._stopped = bool(message.get("stopped"))
+            _current = trial
+            try:
+                yield trial
+            except GeneratorExit:
+                # The loop was left (break, an exception): no end line; the trial ends when the
+                # program exits, with its exit code.
+                _current = None
+                raise
+            _current = None
+            sys.stderr.flush()
+            # On every rank: hpctune sends the next trial once all ranks have ended this one.
+            end = {"trial": trial.id, "attempt": trial.attempt, "status": "stopped" if trial._stopped else "done"}
+            sys.stdout.write(END_PREFIX + " " + json.dumps(end) + "\n")
+            sys.stdout.flush()
+    finally:
+        _channel.sock.close()
+        _channel = None
+
+
+def should_stop():
+    """True once the current trial was asked to stop (a persistent program; without persistent, a
+    stop is SIGTERM, which ends the program as before)."""
+    t = _current
+    return t is not None and t.stopped
 
 
 # --- workflows: an ensemble stage reads the program's predictions, a transfer stage gives it a source ---
