@@ -26,8 +26,7 @@ Result<std::pair<std::string, std::string>> dashboard_token(const DashboardArgs&
   if (!args.token.empty()) {
     std::fprintf(stderr,
                  "hpctune dashboard: warning: --token shows the token to every user of this machine (ps, "
-                 "/proc/PID/cmdline); give it with --token-file FILE (mode 0600) or %s instead
-",
+                 "/proc/PID/cmdline); give it with --token-file FILE (mode 0600) or %s instead\n",
                  kDashboardTokenEnv);
     return std::pair{args.token, std::string("your --token")};
   }
@@ -72,11 +71,11 @@ Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrup
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
-  Status served = server->serve();
+  Status result = server->serve();
   done.store(true);
   watcher.join();
   if (interrupt.load() != 0) return {};  // stopping on Ctrl-C is how a dashboard ends
-  return served;
+  return result;
 }
 
 }  // namespace hpctune::cli

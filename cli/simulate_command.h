@@ -2,6 +2,8 @@
 // (scheduler/simulator.h), with the `function` trainer's outcomes computed without a process.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <optional>
 #include <string>

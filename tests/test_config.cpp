@@ -346,7 +346,8 @@ objective: {metric: loss}
 search: {max_trials: 2}
 trainer:
   kind: command
-)") == "test.yaml:4:1: trainer.command: missing required key (the command line run for each trial)");
+)") == "test.yaml:4:1: trainer.command: missing required key (the command line run for each trial; as a list "
+            "[program, arg, \"{name}\"] it runs without a shell, each item one argument)");
 }
 
 // Each fixture, the location and the exact message after "<path>:". One line each.

@@ -693,7 +693,7 @@ TEST_CASE("capabilities: every setting a kind's capabilities name is one of its 
     if (can.command_setting != nullptr) {
       const SettingDecl* d = declared(k, can.command_setting);
       REQUIRE(d != nullptr);
-      CHECK(d->type == SettingType::kString);
+      CHECK(d->type == SettingType::kCommandLine);  // a string, or the list form
     }
     predictions += can.predictions.written ? 1 : 0;
     checkpoints += can.checkpoints.written ? 1 : 0;

@@ -9,8 +9,8 @@ const std::vector<SettingDecl>& command_setting_specs() {
   // Not const: tests change a declaration through mutable_setting_specs_for_testing().
   static std::vector<SettingDecl> specs = {
       {.key = "command", .type = T::kCommandLine,
-       .help = "The command run for each trial: a list [program, arg, \"{name}\", ...] runs it without a shell, each "
-               "item one argument; a string runs under /bin/sh, its placeholders checked by allowing (README).",
+       .help = "The command line run for each trial; as a list [program, arg, \"{name}\"] it runs without a shell, "
+               "each item one argument.",
        .aliases = {"cmd", "run", "exec", "program"},
        .required = true,
        .example = "python3 train.py"},
