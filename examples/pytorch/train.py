@@ -244,6 +244,7 @@ def train_trial(world):
 
     predictions = None  # the last epoch's (val, test) probabilities, rank 0's
     while epoch < last:
+        epoch_started = time.time()
         if sampler is not None:
             sampler.set_epoch(epoch)
             loader = DataLoader(train, batch_size=int(p["batch_size"]), sampler=sampler)
@@ -261,8 +262,10 @@ def train_trial(world):
             predictions = (val_probs, test_probs)
             save_checkpoint(hp.checkpoint_dir(), {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
                                                "step": epoch, "classes": classes, "params": p})
+            # epoch_seconds: the epoch's own work (training, evaluation, checkpoint); what an attempt
+            # takes beyond its epochs is the program's start-up (bench/run-pbt-pytorch measures it).
             hp.report(epoch, val_accuracy=val_accuracy, val_loss=val_loss, test_accuracy=test_accuracy,
-                      test_loss=test_loss)
+                      test_loss=test_loss, epoch_seconds=time.time() - epoch_started)
             print("epoch %d: val_accuracy %.4f test_accuracy %.4f (%.1f s)" % (epoch, val_accuracy, test_accuracy,
                                                                               time.time() - started), flush=True)
         if stop_requested(world):
