@@ -451,9 +451,16 @@ json run_one(const Table& table, const Setup& su, uint64_t seed, const std::stri
               {"pruned", p.pruned},
               {"sim_seconds", sim},
               {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()}};
-  if (promotion_source) out["steps_consumed_by_source"] = promotion_source->steps_consumed();
   const auto& c = sched.counters();
   out["dropped_frames"] = c.malformed + c.unregistered + c.out_of_order + c.stale_results + c.unauthenticated;
+  // The harness's own checks: every frame was one the scheduler expected, and under pause nothing was
+  // trained twice (the source counts distinct (trial, step) pairs reported; the groups, epochs trained).
+  if (out["dropped_frames"].get<int64_t>() != 0) die("the scheduler dropped frames of the fake groups: " + out.dump());
+  if (promotion_source) {
+    out["steps_consumed_by_source"] = promotion_source->steps_consumed();
+    if (promotion_source->steps_consumed() != consumed)
+      die("pause mode trained some steps twice (or skipped some): " + out.dump());
+  }
   (void)workflow::remove_snapshot_tree(work);
   return out;
 }
