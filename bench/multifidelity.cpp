@@ -17,7 +17,8 @@
 // epoch the incumbent is the configuration with the best val_accuracy reported so far (at any
 // epoch); regret = (the table's best val_accuracy at max_t) - (the incumbent's val_accuracy at
 // max_t). The run ends once the largest budget is consumed (or the campaign is finished); regret
-// is recorded at every multiple of max_t up to it.
+// is recorded at every multiple of max_t up to it. regret_last_at_x is the same with each
+// configuration counted at the highest epoch reported for it (its latest value), not its best one.
 //
 //   bench_multifidelity --table bench/data/curves_mlp.csv --method asha --mode pause --searcher random
 //                       --seeds 1-10 --budget 50 [--groups 4] [--out runs.jsonl]
@@ -323,6 +324,10 @@ json run_one(const Table& table, const Setup& su, uint64_t seed, const std::stri
   double incumbent_val = -1;
   const Row* incumbent = nullptr;
   std::vector<double> regret_at;  // regret when consumed reached k * max_t, k = 1..budget_x
+  // The second definition (regret_last_at_x): each configuration counts with its value at the highest
+  // epoch reported for it, so a spike at an early epoch is forgotten once it trains further.
+  std::vector<std::pair<int64_t, double>> latest(table.rows.size(), {0, -1.0});  // by row: (epoch, value)
+  std::vector<double> regret_last_at;
   int64_t trials_started = 0, resumes = 0, stop_messages = 0;
 
   // Reads every frame a group was sent; answers assigns and stops. True when it sent something.
@@ -410,7 +415,15 @@ json run_one(const Table& table, const Setup& su, uint64_t seed, const std::stri
     }
     const double v = g.row->val[static_cast<std::size_t>(g.step - 1)];
     if (v > incumbent_val) incumbent_val = v, incumbent = g.row;
-    if (consumed % max_t == 0) regret_at.push_back(table.best_final - incumbent->val.back());
+    auto& last = latest[static_cast<std::size_t>(g.row - table.rows.data())];
+    if (g.step >= last.first) last = {g.step, v};
+    if (consumed % max_t == 0) {
+      regret_at.push_back(table.best_final - incumbent->val.back());
+      std::size_t arg = 0;
+      for (std::size_t i = 1; i < latest.size(); ++i)
+        if (latest[i].second > latest[arg].second) arg = i;
+      regret_last_at.push_back(table.best_final - table.rows[arg].val.back());
+    }
     send(g, protocol::Report{g.trial_id, g.attempt, g.step, {{"val_accuracy", v}}});
     pump();
     serve(g);  // a stop for this report ends the attempt here
@@ -429,8 +442,10 @@ json run_one(const Table& table, const Setup& su, uint64_t seed, const std::stri
     settle();
   }
   // A campaign that finished before the budget (a space exhausted): its incumbent stays.
-  while (static_cast<int64_t>(regret_at.size()) < su.budget_x)
+  while (static_cast<int64_t>(regret_at.size()) < su.budget_x) {
     regret_at.push_back(incumbent ? table.best_final - incumbent->val.back() : table.best_final);
+    regret_last_at.push_back(regret_last_at.empty() ? regret_at.back() : regret_last_at.back());
+  }
 
   const auto p = sched.progress();
   json out = {{"table", table.name},
@@ -444,6 +459,7 @@ json run_one(const Table& table, const Setup& su, uint64_t seed, const std::stri
               {"consumed_epochs", consumed},
               {"finished_early", consumed < budget_epochs},
               {"regret_at_x", regret_at},
+              {"regret_last_at_x", regret_last_at},
               {"trials", trials_started},
               {"resumes", resumes},
               {"stop_messages", stop_messages},
