@@ -13,7 +13,8 @@ Methods (Optuna 3.1, Debian's python3-optuna, each seeded with the run's seed, d
                   of the table, no repeats) each trained i epochs; the incumbent is the best at i epochs.
                   Sequential (the order does not matter); the incumbent's own full training is not counted.
 
-Every parameter is suggest_categorical over the table's values (unordered, as bench_multifidelity's
+The study's name is fixed per (method, seed), so that a run repeats exactly (HyperbandPruner's brackets
+hash it). Every parameter is suggest_categorical over the table's values (unordered, as bench_multifidelity's
 space: every column a choice). The Optuna methods run as bench_multifidelity's fake groups do: G groups
 (default 4) on a simulated clock, each epoch of a configuration taking its `epoch_seconds` from the
 table; a free group asks the study for a trial (study.ask, define-by-run), and after every epoch the
@@ -120,7 +121,10 @@ def run_optuna(table, method, seed, budget_x, groups):
         sampler, pruner = optuna.samplers.RandomSampler(seed=seed), optuna.pruners.MedianPruner()
     else:
         sys.exit(f"multifidelity_optuna: unknown method {method}")
-    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
+    # A fixed study name: HyperbandPruner puts a trial in a bracket by a hash of the study's name and the
+    # trial's number, and the default name is a random one (the run would not repeat).
+    study = optuna.create_study(study_name=f"replay-{method}-{seed}", direction="maximize", sampler=sampler,
+                                pruner=pruner)
     at = Anytime(table, budget_x)
     t0 = time.monotonic()
     sim, trials, pruned, done, repeats = 0.0, 0, 0, 0, 0
