@@ -14,10 +14,10 @@
 
 namespace hpctune {
 
-// Whether `text` nests arrays and objects deeper than `max_depth` (brackets inside strings do not
-// count). One pass without recursion, so it is safe on any input.
-inline bool json_deeper_than(std::string_view text, int max_depth) {
-  int depth = 0;
+// Calls f(c) for every character of `text` outside its strings (brackets, separators, scalars). One
+// pass without recursion, so it is safe on any input; f returns false to stop early.
+template <typename F>
+inline void for_each_structural_char(std::string_view text, F&& f) {
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
@@ -26,13 +26,23 @@ inline bool json_deeper_than(std::string_view text, int max_depth) {
       else if (c == '"') in_string = false;
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
+    } else if (!f(c)) {
+      return;
     }
   }
-  return false;
+}
+
+// Whether `text` nests arrays and objects deeper than `max_depth` (brackets inside strings do not
+// count).
+inline bool json_deeper_than(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool deeper = false;
+  for_each_structural_char(text, [&](char c) {
+    if (c == '[' || c == '{') deeper = ++depth > max_depth;
+    else if (c == ']' || c == '}') --depth;
+    return !deeper;
+  });
+  return deeper;
 }
 
 // The memory that JSON read back from a database may take in all, per command (`hpctune status`,
@@ -68,18 +78,10 @@ inline constexpr int64_t kJsonReadBudgetBytes = int64_t{1} << 30;  // 1 GiB per 
 // much again in its container) per separator, bracket or scalar, plus the text itself (strings).
 inline int64_t json_memory(std::string_view text) {
   int64_t values = 1;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == ',' || c == ':' || c == '[' || c == '{') {
-      ++values;
-    }
-  }
+  for_each_structural_char(text, [&](char c) {
+    if (c == ',' || c == ':' || c == '[' || c == '{') ++values;
+    return true;
+  });
   return values * 32 + static_cast<int64_t>(text.size());
 }
 
