@@ -8,9 +8,10 @@
 //   - downpour: a parameter-server shard that dies fails the attempt, which runs again from the
 //     checkpoint of the last epoch.
 // The kill is the trainer's test aid HPCTUNE_TEST_KILL_REPLICA (trainers/classifier_training.cpp),
-// once per campaign (HPCTUNE_TEST_KILL_ONCE_FILE). Tiny MLPs on 800 images and a short group timeout
-// (HPCTUNE_COLLECTIVE_TIMEOUT_S, 8 s: long enough that no live replica of a tiny model is taken for
-// dead on 2 loaded cores, and the time a campaign spends noticing the dead one).
+// once per campaign (HPCTUNE_TEST_KILL_ONCE_FILE). Tiny MLPs on 800 images and a group timeout
+// (HPCTUNE_COLLECTIVE_TIMEOUT_S) of kSurvivorTimeoutS where the trial must survive the loss: on 2
+// cores beside a busy loop (issue 35: the suite must hold under load) 8 s once took a live, starved
+// rank for dead and ended the group; 8 s where the group ends anyway (allreduce).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -25,6 +26,8 @@ using namespace hpctune::launch;
 using namespace hpctune::testing;
 
 namespace {
+
+constexpr int kSurvivorTimeoutS = 20;
 
 // A grid campaign of tiny MLP trials on one group of `ranks` data ranks; `space` and `trainer` are
 // YAML lines added to those sections.
@@ -78,7 +81,7 @@ TEST_CASE("downpour in a campaign: a replica SIGKILLed mid-trial, the trial fini
   const std::string cfg = dir.write("c.yaml", config("dp-kill", 3, 2, "  lr: {type: choice, values: [0.1, 0.15]}\n",
                                                     "  sync: downpour\n  ps_placement: own_ranks\n  ps_shards: 1\n"));
   const std::string db = dir.file("c.db");
-  const std::string log = run_with_kill(dir, cfg, db, "1:3", 8);
+  const std::string log = run_with_kill(dir, cfg, db, "1:3", kSurvivorTimeoutS);
   auto trials = read_trials(db);
   REQUIRE(trials.size() == 2);
   for (const auto& t : trials) {
@@ -138,7 +141,7 @@ TEST_CASE("ssp in a campaign: a replica SIGKILLed mid-trial is dropped and the o
   const std::string cfg = dir.write("c.yaml", config("ssp-kill", 3, 1, "  staleness: {type: choice, values: [2]}\n",
                                                     "  sync: ssp\n  momentum: 0\n"));
   const std::string db = dir.file("c.db");
-  (void)run_with_kill(dir, cfg, db, "1:23", 8);
+  (void)run_with_kill(dir, cfg, db, "1:23", kSurvivorTimeoutS);
   auto trials = read_trials(db);
   REQUIRE(trials.size() == 1);
   const auto& t = trials[0];
@@ -175,7 +178,7 @@ TEST_CASE("downpour in a campaign: a dead parameter-server shard fails the attem
   const std::string cfg = dir.write("c.yaml", config("shard-kill", 2, 1, "  lr: {type: choice, values: [0.1]}\n",
                                                     "  sync: downpour\n  ps_placement: replicas\n", 3));
   const std::string db = dir.file("c.db");
-  (void)run_with_kill(dir, cfg, db, "1:25", 8);
+  (void)run_with_kill(dir, cfg, db, "1:25", kSurvivorTimeoutS);
   auto trials = read_trials(db);
   REQUIRE(trials.size() == 1);
   const auto& t = trials[0];
