@@ -93,14 +93,15 @@ TEST_CASE("a killed portfolio campaign resumes with the same suggestions as with
 
   const std::string db = dir.file("killed.db");
   std::size_t finished_at_kill = 0;
-  // About one commit per trial with one group; the count depends on timing, so walk a few.
-  for (int hit : {18, 22, 17, 19, 16, 21, 15}) {
+  // About one commit per trial with one group; how many depends on timing (a busy machine batches
+  // more per commit: issue 35, the suite must hold under load), so walk them until one lands.
+  for (int hit = 4; hit <= 60; ++hit) {
     std::filesystem::remove(db);
     std::filesystem::remove_all(db + ".trials");
     auto killed = run_hpctune({"run", cfg, "--db", db, "--failpoint", "after-commit", "--failpoint-hit",
                                std::to_string(hit)},
                               dir.file("killed.log"));
-    if (!killed.signaled) continue;  // it finished before that many commits
+    if (!killed.signaled) break;  // it finished before that many commits: so would every later count
     check_no_orphans(db);
     std::size_t finished = 0;
     for (const auto& t : read_trials(db)) finished += store::is_final(t.state);
@@ -108,6 +109,7 @@ TEST_CASE("a killed portfolio campaign resumes with the same suggestions as with
       finished_at_kill = finished;
       break;
     }
+    if (finished >= 22) break;  // past the middle already: a later count lands later still
   }
   REQUIRE_MESSAGE(finished_at_kill > 0, "no fail-point hit count landed in the middle of the campaign");
   MESSAGE("killed after " << finished_at_kill << " finished trials");
