@@ -11,12 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/endpoint.h"
 #include "common/result.h"
 
 namespace hpctune {
@@ -142,6 +144,28 @@ inline std::string unsafe_directory_chain(const std::string& dir) {
     if (next == std::string::npos || next + 1 >= dir.size()) return "";
     pos = next;
   }
+}
+
+// Where to make a private directory for a Unix socket: $TMPDIR, else $XDG_RUNTIME_DIR, else /tmp, the
+// first that is an absolute directory with room for `room` more bytes of path (a socket's path takes
+// at most 107) and where nobody else can replace what we make (unsafe_directory_chain: a TMPDIR
+// others can write without the sticky bit would let them swap it for theirs). "" stands for "/".
+// kIo naming each refused candidate and why, when none will do; `what` names the socket.
+inline Result<std::string> private_socket_base(std::size_t room, const std::string& what) {
+  std::string refused;
+  for (const char* var : {"TMPDIR", "XDG_RUNTIME_DIR", ""}) {
+    const char* value = var[0] ? std::getenv(var) : "/tmp";
+    std::string dir = value ? value : "";
+    if (dir.empty() || dir[0] != '/') continue;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    struct stat st {};
+    if (dir.size() + room > kMaxIpcPathBytes || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    const std::string why = unsafe_directory_chain(dir);
+    if (why.empty()) return dir == "/" ? std::string() : dir;
+    refused += (refused.empty() ? "" : "; ") + (var[0] ? std::string("$") + var + " " : std::string()) + dir + ": " + why;
+  }
+  return err(Errc::kIo, "no directory where " + what + " would be private to this user (" + refused +
+                            "); set TMPDIR to a directory of your own (mode 0700)");
 }
 
 // A path resolved for writing: the directory that holds its last component (open) and that name,

@@ -203,7 +203,8 @@ class PrivateIpcDir {
 
   // Makes the directory; the endpoint to bind inside it.
   Result<std::string> make() {
-    HPCTUNE_ASSIGN(std::string base, choose_base());
+    HPCTUNE_ASSIGN(std::string base,
+                   private_socket_base(std::strlen(kName) + std::strlen(kSocket), "the master's socket"));
     remove_stale(base.empty() ? "/" : base);
     std::string templ = base + kName;
     if (::mkdtemp(templ.data()) == nullptr) {
@@ -220,28 +221,6 @@ class PrivateIpcDir {
   }
 
  private:
-  // $TMPDIR, else $XDG_RUNTIME_DIR, else /tmp: the first that is an absolute directory short enough
-  // for the socket's path (Unix sockets take kMaxIpcPathBytes) where nobody else can replace our
-  // directory (common/safe_open.h: unsafe_directory_chain; a TMPDIR others can write without the
-  // sticky bit would let them swap it for theirs, and a restarted worker would join that). "" = "/".
-  static Result<std::string> choose_base() {
-    std::string refused;
-    for (const char* var : {"TMPDIR", "XDG_RUNTIME_DIR", ""}) {
-      std::string dir = var[0] ? (std::getenv(var) ? std::getenv(var) : "") : "/tmp";
-      if (dir.empty() || dir[0] != '/') continue;
-      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-      struct stat st {};
-      if (dir.size() + std::strlen(kName) + std::strlen(kSocket) > kMaxIpcPathBytes || ::stat(dir.c_str(), &st) != 0 ||
-          !S_ISDIR(st.st_mode))
-        continue;
-      const std::string why = unsafe_directory_chain(dir);
-      if (why.empty()) return dir == "/" ? std::string() : dir;
-      refused += (refused.empty() ? "" : "; ") + std::string(var[0] ? std::string("$") + var + " " : "") + dir + ": " + why;
-    }
-    return err(Errc::kIo, "no directory where the master's socket would be private to this user (" + refused +
-                              "); set TMPDIR to a directory of your own (mode 0700)");
-  }
-
   static constexpr const char* kName = "/hpctune-XXXXXX";
   static constexpr const char* kSocket = "/master";
   static constexpr std::size_t kMaxScanned = 100000;  // entries of `base` looked at, at most

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "common/safe_open.h"
 #include "common/shell_template.h"
 #include "common/system.h"
 #include "common/text.h"
@@ -561,10 +562,9 @@ class ControlChannel {
 
   Status open() {
     sockaddr_un addr{};
-    // A socket's path has at most 107 bytes: a long TMPDIR (a cluster's job directory) falls back to /tmp.
-    fs::path base = fs::temp_directory_path();
-    if (base.string().size() + 32 >= sizeof addr.sun_path) base = "/tmp";
-    std::string tmpl = (base / "hpctune-control-XXXXXX").string();
+    // As the master's socket (common/safe_open.h): where nobody else could swap the directory for theirs.
+    HPCTUNE_ASSIGN(const std::string base, private_socket_base(32, "a persistent program's control socket"));
+    std::string tmpl = base + "/hpctune-control-XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr)  // mode 0700
       return err(Errc::kIo, std::string("command trainer: cannot create a control directory: ") + strerror(errno));
     dir_ = tmpl;
