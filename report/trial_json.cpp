@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "config/trainer_kinds.h"
 #include "report/campaign.h"
-#include "trainers/internal_params.h"
 
 namespace hpctune::report {
 
@@ -19,7 +19,7 @@ ShownParams shown_params(const nlohmann::json& params) {
   ShownParams out;
   if (!params.is_object()) return out;
   for (auto it = params.begin(); it != params.end(); ++it) {
-    const trainers::InternalParam* internal = trainers::find_internal_param(it.key());
+    const trainers::InternalParam* internal = config::internal_param(it.key());
     if (internal == nullptr) {
       out.params[it.key()] = it.value();
       continue;

@@ -8,7 +8,8 @@
 // stage, and a search that pauses trials at rungs, set the command kind's step setting per interval
 // (workflow/pbt_stage.cpp, workflow/promotion_source.cpp). The capabilities of each kind
 // (command_settings.cpp, classifier_settings.cpp) name them through the constants below, and a test
-// (test_report: "every capability's internal key is declared") keeps the two lists together.
+// (test_report: "the keys hpctune adds to params: ...") keeps the two lists together. report/ reads
+// the list through config/trainer_kinds.h (internal_param), as it reads the kinds' capabilities.
 #pragma once
 
 #include <string_view>
