@@ -185,7 +185,8 @@ void print_summary(const std::string& db, int64_t top) {
   }
   if (!ranked.empty() && ranked.front().objective) {
     std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), obj.metric.c_str(),
-                report::format_number(*ranked.front().objective).c_str(), ranked.front().params.dump().c_str());
+                report::format_number(*ranked.front().objective).c_str(),
+                report::shown_params(ranked.front().params).params.dump().c_str());
   }
   // A workflow: what each stage made of it.
   if (auto stages = v.store->stages(v.campaign.id); stages.ok() && report::show_stages(*stages)) {
@@ -439,20 +440,43 @@ Status cmd_schedule(const std::string& db, const std::string& stage, const std::
   return write_stdout(out);
 }
 
-Status cmd_trials(const std::string& db, int64_t top, const std::string& format) {
+namespace {
+
+// The trials of stage `name` ("" = every trial). An unknown name is an error that lists the stages.
+Result<std::vector<store::TrialRow>> trials_of_stage(const std::vector<store::TrialRow>& trials,
+                                                     const std::vector<store::StageRow>& stages, const std::string& name) {
+  if (name.empty()) return trials;
+  if (std::none_of(stages.begin(), stages.end(), [&](const store::StageRow& s) { return s.name == name; })) {
+    std::string names;
+    for (const auto& s : stages) names += (names.empty() ? "" : ", ") + s.name;
+    return err(Errc::kUsage, "--stage: the campaign has no stage '" + name + "' (its stages: " +
+                                 (names.empty() ? std::string("none") : names) + ")");
+  }
+  std::vector<store::TrialRow> out;
+  for (const auto& t : trials) {
+    if (report::stage_name(t, stages) == name) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+Status cmd_trials(const std::string& db, int64_t top, const std::string& format, const std::string& stage) {
+  if (format != "table" && format != "csv" && format != "json") {
+    return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
+  }
   HPCTUNE_ASSIGN(report::CampaignView v, report::open_campaign(db));
-  auto ranked = report::rank_trials(v.trials, v.objectives.maximize);
+  HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+  HPCTUNE_ASSIGN(const auto of_stage, trials_of_stage(v.trials, stages, stage));
+  auto ranked = report::rank_trials(of_stage, v.objectives.maximize);
   if (top > 0 && static_cast<int64_t>(ranked.size()) > top) ranked.resize(top);
   if (format == "table") {
     const std::string mark = report::simulated_mark(v.simulated);  // "" for a campaign that ran for real
-    return write_stdout((mark.empty() ? "" : mark + "\n") + report::trials_table(ranked, v.objectives.columns(), v.front()));
+    return write_stdout((mark.empty() ? "" : mark + "\n") +
+                        report::trials_table(ranked, v.objectives.columns(), v.front(), &stages));
   }
-  if (format == "csv") {
-    HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
-    return write_stdout(report::trials_csv(ranked, {v.front(), &stages}));
-  }
-  if (format == "json") return write_stdout(report::trials_json(ranked, v.front()).dump(2) + "\n");
-  return err(Errc::kUsage, "--format: '" + format + "' is not one of table, csv, json");
+  if (format == "csv") return write_stdout(report::trials_csv(ranked, {v.front(), &stages}));
+  return write_stdout(report::trials_json(ranked, v.front(), &stages).dump(2) + "\n");
 }
 
 namespace {
@@ -599,6 +623,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   std::string out;
   appendf(out, "trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), v.campaign.name.c_str(), db.c_str());
   std::vector<std::vector<std::string>> info = {
+      {"stage", d.stage.empty() ? "-" : d.stage},
       {"state", store::to_string(t.state)},
       {"attempt", std::to_string(t.attempt)},
       {"group", t.group_id >= 0 ? std::to_string(t.group_id) : "-"},
@@ -617,11 +642,24 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   for (const auto& row : info) appendf(out, "%-12s %s\n", row[0].c_str(), row[1].c_str());
   if (error.find('\n') != std::string::npos) appendf(out, "\nError:\n%s\n", error.c_str());
 
-  std::vector<std::vector<std::string>> prow;
-  for (auto p = t.params.begin(); p != t.params.end(); ++p) {
-    prow.push_back({p.key(), p->is_string() ? p->get<std::string>() : p->dump()});
+  // The searched values, then what hpctune added to them (trainers/internal_params.h): where the
+  // trial started from, and how far its stage let it train.
+  const report::ShownParams shown = report::shown_params(t.params);
+  auto rows_of = [](const nlohmann::json& object) {
+    std::vector<std::vector<std::string>> rows;
+    for (auto p = object.begin(); p != object.end(); ++p) {
+      rows.push_back({p.key(), p->is_string() ? p->get<std::string>() : p->dump()});
+    }
+    return rows;
+  };
+  appendf(out, "\nParameters:\n%s", report::format_table({"parameter", "value"}, rows_of(shown.params)).c_str());
+  auto lineage = rows_of(shown.lineage);
+  for (const auto& l : d.parents) lineage.push_back({l.relation, "trial " + std::to_string(l.parent_trial_id)});
+  if (!lineage.empty()) appendf(out, "\nLineage:\n%s", report::format_table({"lineage", "value"}, lineage).c_str());
+  if (!shown.run_settings.empty()) {
+    appendf(out, "\nRun settings:\n%s",
+            report::format_table({"setting", "value"}, rows_of(shown.run_settings)).c_str());
   }
-  appendf(out, "\nParameters:\n%s", report::format_table({"parameter", "value"}, prow).c_str());
 
   // Metrics by step: one row per (attempt, step), one column per metric; long curves keep their
   // first and last rows.

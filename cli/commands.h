@@ -57,7 +57,9 @@ Status cmd_status(const std::string& db, const std::string& format);
 // 2) for a missing database or no such stage, kUnavailable (exit 1) while the stage has not
 // completed.
 Status cmd_schedule(const std::string& db, const std::string& stage, const std::string& format);
-Status cmd_trials(const std::string& db, int64_t top, const std::string& format);
+// The trials, best first (the best `top`; 0 = all) as a table, CSV or JSON, each with its stage; only
+// those of stage `stage` when it is not "" (an unknown stage: kUsage naming the campaign's stages).
+Status cmd_trials(const std::string& db, int64_t top, const std::string& format, const std::string& stage = "");
 // One trial: parameters, metrics by step, attempts, events, artifacts and the last `log_lines`
 // lines of each of its logs; format "table" or "json".
 Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& format, int64_t log_lines);

@@ -326,17 +326,22 @@ int main(int argc, char** argv) {
                            "the schedule, each interval trained from the weights the one before ended with)")
       ->check(CLI::IsMember({"table", "json", "yaml"}));
 
-  std::string trials_db, trials_format = "table", top_text;
-  auto* trials_cmd = app.add_subcommand("trials", "List trials, best first");
+  std::string trials_db, trials_format = "table", top_text, trials_stage;
+  auto* trials_cmd = app.add_subcommand(
+      "trials", "List trials, best first: stage, state, objective, searched parameters, the trial each started from");
   trials_cmd->add_option("db", trials_db, "The campaign's database")->required();
   auto* top_opt = trials_cmd->add_option("--top", top_text, "Only the best K trials (K >= 1; default: all)")
       ->type_name("INT");
-  trials_cmd->add_option("--format", trials_format, "table, csv or json")
+  trials_cmd->add_option("--format", trials_format,
+                         "table, csv or json (csv and json add each trial's lineage and run settings)")
       ->check(CLI::IsMember({"table", "csv", "json"}));
+  trials_cmd->add_option("--stage", trials_stage, "Only the trials of this workflow stage (its name)")
+      ->type_name("NAME");
 
   std::string trial_db, trial_id_text, trial_format = "table", trial_lines_text = "20";
   auto* trial_cmd = app.add_subcommand(
-      "trial", "One trial: parameters, metrics by step, attempts, events, artifacts and the tail of its logs");
+      "trial", "One trial: its stage, parameters, lineage and run settings, metrics by step, attempts, events, "
+               "artifacts and the tail of its logs");
   trial_cmd->add_option("db", trial_db, "The campaign's database")->required();
   trial_cmd->add_option("id", trial_id_text, "The trial's id (the `trial` column of `hpctune trials`)")
       ->required()->type_name("INT");
@@ -345,7 +350,8 @@ int main(int argc, char** argv) {
       ->type_name("INT");
 
   std::string export_db, export_format, export_output;
-  auto* export_cmd = app.add_subcommand("export", "Export every trial with its parameters, metrics and events");
+  auto* export_cmd = app.add_subcommand(
+      "export", "Export every trial with its stage, parameters, lineage, run settings, metrics and events");
   export_cmd->add_option("db", export_db, "The campaign's database")->required();
   export_cmd->add_option("--format", export_format, "csv or json (default: from the -o file's extension)")
       ->check(CLI::IsMember({"csv", "json"}));
@@ -564,7 +570,7 @@ int main(int argc, char** argv) {
         if (!k.ok()) return usage(std::move(k).error(), "trials");
         top = *k;
       }
-      return report(cmd_trials(trials_db, top, trials_format), "trials");
+      return report(cmd_trials(trials_db, top, trials_format, trials_stage), "trials");
     }
     if (*trial_cmd) {
       auto id = parse_integer<int64_t>("id", trial_id_text, 1, std::numeric_limits<int64_t>::max());

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "search/space.h"
+#include "trainers/internal_params.h"
 #include "trainers/trainer_settings.h"
 
 namespace hpctune::config {
@@ -94,6 +95,11 @@ inline bool trainer_survives_rank_loss(std::string_view kind, const nlohmann::js
   }
   return trainer.is_object() && trainer.contains(key) && survives(trainer[key]);
 }
+
+// The declaration of a key hpctune adds to a trial's params beside the searched values (a transfer
+// target's source, the step a stage trains to: trainers/internal_params.h), for the views that
+// show it as lineage or a run setting; nullptr for a searched or user-given parameter.
+inline const trainers::InternalParam* internal_param(std::string_view key) { return trainers::find_internal_param(key); }
 
 // Whether the kind declares the setting `name` (mlp's classes); false for an unknown kind.
 inline bool trainer_declares(const std::string& kind, std::string_view name) {

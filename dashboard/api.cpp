@@ -396,7 +396,10 @@ ApiResponse trials(const Snapshot& s, const QueryParams& params) {
   const int64_t last = std::min(first + *limit, total);
   json page = json::array();
   for (int64_t i = first; i < last; ++i) page.push_back(trial_json(s, *rows[static_cast<size_t>(i)]));
+  json stage_names = json::array();  // what the stage filter offers
+  for (const auto& st : s.stages) stage_names.push_back(st.name);
   return {200, {{"total", total},
+                {"stages", std::move(stage_names)},
                 {"offset", *offset},
                 {"limit", *limit},
                 {"sort", key},
@@ -462,7 +465,9 @@ ApiResponse trial(const Snapshot& s, CampaignSource& source, const std::string& 
       kids.push_back({{"trial", t->id}, {"relation", "parent"}});
     }
   }
-  j["lineage"] = {{"parents", std::move(parents)}, {"children", std::move(kids)}};
+  // Beside trials_json's lineage from the params (source_trial, source_checkpoint).
+  j["lineage"]["parents"] = std::move(parents);
+  j["lineage"]["children"] = std::move(kids);
   return {200, std::move(j)};
 }
 

@@ -105,9 +105,14 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
   out["eta_s"] = eta;
   out["trials"] = {{"total", all.size()}, {"by_state", counts_by_state(all)}};
   const auto* best = best_of(main, s.objectives.maximize);
-  out["best"] = best ? json{{"trial", best->id}, {"objective", num(*best->objective)}, {"params", best->params},
-                            {"metrics", best->metrics}}
-                     : json();
+  if (best) {
+    report::ShownParams shown = report::shown_params(best->params);  // the searched values apart
+    out["best"] = {{"trial", best->id},         {"objective", num(*best->objective)},
+                   {"params", shown.params},    {"lineage", shown.lineage},
+                   {"run_settings", shown.run_settings}, {"metrics", best->metrics}};
+  } else {
+    out["best"] = json();
+  }
   json stages = json::array();
   for (const auto& st : s.stages) stages.push_back(stage_json(s, st));
   out["stages"] = std::move(stages);

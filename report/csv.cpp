@@ -43,12 +43,23 @@ void guard_part(std::string_view part, std::string& out) {
 }
 
 std::string stage_of(const store::TrialRow& t, const std::vector<store::StageRow>* stages) {
-  if (stages == nullptr || stages->empty()) return "";
-  const int64_t id = t.stage_id == 0 ? stages->front().id : t.stage_id;  // 0: the campaign's first stage
-  for (const auto& s : *stages) {
-    if (s.id == id) return s.name;
+  return stages == nullptr ? "" : stage_name(t, *stages);
+}
+
+// The keys of `part` of every trial's shown params, in order of appearance.
+std::vector<std::string> keys_of(const std::vector<ShownParams>& shown, nlohmann::json ShownParams::*part) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& p : shown) {
+    for (auto it = (p.*part).begin(); it != (p.*part).end(); ++it) {
+      if (seen.insert(it.key()).second) out.push_back(it.key());
+    }
   }
-  return "";
+  return out;
+}
+
+std::string value_of(const nlohmann::json& object, const std::string& key) {
+  return object.contains(key) ? csv_value(object[key]) : "";
 }
 
 std::string time_cell(double t) { return t > 0 ? csv_number(t) : std::string(); }
@@ -92,14 +103,15 @@ std::string csv_value(const nlohmann::json& v) {
 }
 
 std::string trials_csv(const std::vector<const store::TrialRow*>& trials, const TrialsCsvOptions& options) {
-  std::vector<std::string> params, metrics;
-  std::set<std::string> seen_p, seen_m;
+  std::vector<ShownParams> shown;
+  shown.reserve(trials.size());
+  for (const auto* t : trials) shown.push_back(shown_params(t->params));
+  const auto params = keys_of(shown, &ShownParams::params);
+  const auto lineage = keys_of(shown, &ShownParams::lineage);
+  const auto run_settings = keys_of(shown, &ShownParams::run_settings);
+  std::vector<std::string> metrics;
+  std::set<std::string> seen_m;
   for (const auto* t : trials) {
-    if (t->params.is_object()) {
-      for (auto it = t->params.begin(); it != t->params.end(); ++it) {
-        if (seen_p.insert(it.key()).second) params.push_back(it.key());
-      }
-    }
     if (t->metrics.is_object()) {
       for (auto it = t->metrics.begin(); it != t->metrics.end(); ++it) {
         if (seen_m.insert(it.key()).second) metrics.push_back(it.key());
@@ -110,18 +122,21 @@ std::string trials_csv(const std::vector<const store::TrialRow*>& trials, const 
   out << "trial,seq,stage,generation,state,attempt,group,created_at,started_at,finished_at,seconds,objective,step";
   if (options.pareto) out << ",pareto";
   for (const auto& p : params) out << "," << csv_field("params." + p);
+  for (const auto& l : lineage) out << "," << csv_field("lineage." + l);
+  for (const auto& r : run_settings) out << "," << csv_field("run_settings." + r);
   for (const auto& m : metrics) out << "," << csv_field("metrics." + m);
   out << ",error\n";
-  for (const auto* t : trials) {
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const store::TrialRow* t = trials[i];
     const double seconds = trial_seconds(*t);
     out << t->id << "," << t->seq << "," << csv_field(stage_of(*t, options.stages)) << "," << t->generation << ","
         << store::to_string(t->state) << "," << t->attempt << "," << t->group_id << "," << time_cell(t->created_at) << ","
         << time_cell(t->started_at) << "," << time_cell(t->finished_at) << "," << (seconds > 0 ? csv_number(seconds) : "")
         << "," << (t->objective ? csv_number(*t->objective) : "") << "," << t->step;
     if (options.pareto) out << "," << (options.pareto->count(t->id) ? 1 : 0);
-    for (const auto& p : params) {
-      out << "," << (t->params.is_object() && t->params.contains(p) ? csv_value(t->params[p]) : "");
-    }
+    for (const auto& p : params) out << "," << value_of(shown[i].params, p);
+    for (const auto& l : lineage) out << "," << value_of(shown[i].lineage, l);
+    for (const auto& r : run_settings) out << "," << value_of(shown[i].run_settings, r);
     for (const auto& m : metrics) {
       out << "," << (t->metrics.is_object() && t->metrics.contains(m) ? csv_value(t->metrics[m]) : "");
     }

@@ -33,8 +33,10 @@ struct TrialsCsvOptions {
 };
 
 // One row per trial, in the given order. Columns: trial, seq, stage, generation, state, attempt,
-// group, created_at, started_at, finished_at, seconds, objective, step, [pareto], params.<name>...,
-// metrics.<name>... (in the order first seen), error. Times every digit, empty while unset.
+// group, created_at, started_at, finished_at, seconds, objective, step, [pareto], params.<name>...
+// (the searched values), lineage.<name>... and run_settings.<name>... (the keys hpctune adds:
+// trial_json.h, shown_params), metrics.<name>... (in the order first seen), error. Times every
+// digit, empty while unset.
 std::string trials_csv(const std::vector<const store::TrialRow*>& trials, const TrialsCsvOptions& options = {});
 std::string trials_csv(const std::vector<store::TrialRow>& trials, const TrialsCsvOptions& options = {});
 

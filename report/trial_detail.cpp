@@ -33,12 +33,19 @@ Result<TrialDetail> load_trial(CampaignView& v, int64_t trial_id) {
   // Through the index on events.trial_id: a campaign of many trials has many more events.
   HPCTUNE_ASSIGN(d.events, v.store->trial_events(d.trial.id));
   HPCTUNE_ASSIGN(d.sync_mode, v.store->sync_mode(d.trial.id));
+  HPCTUNE_ASSIGN(d.parents, v.store->lineage(d.trial.id));
+  HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+  d.stage = stage_name(d.trial, stages);
   d.logs = trial_logs(v.db_path, d.trial.id, d.artifacts);
   return d;
 }
 
 nlohmann::json trial_detail_json(const TrialDetail& d, const CampaignView& v, int64_t log_lines) {
   nlohmann::json j = trials_json({d.trial}, v.front())[0];
+  j["stage"] = d.stage;
+  nlohmann::json parents = nlohmann::json::array();
+  for (const auto& l : d.parents) parents.push_back({{"trial", l.parent_trial_id}, {"relation", l.relation}});
+  j["lineage"]["parents"] = std::move(parents);
   j["metrics_by_step"] = metrics_by_step_json(d.metrics);
   j["attempts"] = d.attempts;
   if (!d.sync_mode.empty()) j["sync_mode"] = d.sync_mode;

@@ -23,6 +23,8 @@ struct TrialDetail {
   std::vector<store::ArtifactRow> artifacts;
   std::vector<store::EventRow> events;      // this trial's, in time order
   std::string sync_mode;                    // Store::sync_mode ("" = none recorded)
+  std::vector<store::LineageRow> parents;   // Store::lineage: the trials it came from, with the relation
+  std::string stage;                        // its stage's name ("" without stages)
   std::vector<std::string> logs;            // trial_logs()
 };
 
@@ -30,8 +32,10 @@ struct TrialDetail {
 // range when it has no such trial.
 Result<TrialDetail> load_trial(CampaignView& view, int64_t trial_id);
 
-// `hpctune trial --format json`: trials_json's object plus metrics_by_step, attempts, events,
-// artifacts and logs [{path, tail}] with the last `log_lines` lines of each.
+// `hpctune trial --format json`: trials_json's object (params, lineage and run_settings apart)
+// plus stage, lineage.parents [{trial, relation}] (transfer_source, retrain_of, pbt_exploit,
+// parent), metrics_by_step, attempts, events, artifacts and logs [{path, tail}] with the last
+// `log_lines` lines of each.
 nlohmann::json trial_detail_json(const TrialDetail& detail, const CampaignView& view, int64_t log_lines);
 
 // The trial's logs: the log artifacts it recorded, and the files a command trainer writes in its

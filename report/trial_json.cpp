@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "config/trainer_kinds.h"
 #include "report/campaign.h"
 
 namespace hpctune::report {
@@ -14,11 +15,38 @@ double trial_seconds(const store::TrialRow& t) {
   return (t.finished_at > 0 && t.started_at > 0) ? t.finished_at - t.started_at : 0.0;
 }
 
-nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto) {
+ShownParams shown_params(const nlohmann::json& params) {
+  ShownParams out;
+  if (!params.is_object()) return out;
+  for (auto it = params.begin(); it != params.end(); ++it) {
+    const trainers::InternalParam* internal = config::internal_param(it.key());
+    if (internal == nullptr) {
+      out.params[it.key()] = it.value();
+      continue;
+    }
+    auto& into = internal->role == trainers::InternalParamRole::kLineage ? out.lineage : out.run_settings;
+    into[std::string(internal->name)] = it.value();
+  }
+  return out;
+}
+
+std::string stage_name(const store::TrialRow& t, const std::vector<store::StageRow>& stages) {
+  if (stages.empty()) return "";
+  const int64_t id = t.stage_id == 0 ? stages.front().id : t.stage_id;  // 0: the campaign's first stage
+  for (const auto& s : stages) {
+    if (s.id == id) return s.name;
+  }
+  return "";
+}
+
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto,
+                           const std::vector<store::StageRow>* stages) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& t : trials) {
+    ShownParams shown = shown_params(t.params);
     nlohmann::json j = {{"trial", t.id},          {"seq", t.seq},          {"state", store::to_string(t.state)},
-                        {"attempt", t.attempt},   {"group", t.group_id},   {"params", t.params},
+                        {"attempt", t.attempt},   {"group", t.group_id},   {"params", std::move(shown.params)},
+                        {"lineage", std::move(shown.lineage)}, {"run_settings", std::move(shown.run_settings)},
                         {"metrics", t.metrics},   {"step", t.step},        {"created_at", t.created_at},
                         {"started_at", time_or_null(t.started_at)}, {"finished_at", time_or_null(t.finished_at)},
                         {"generation", t.generation}};
@@ -27,6 +55,7 @@ nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std
     if (!t.error.empty()) j["error"] = t.error;
     if (t.parent_trial_id) j["parent_trial"] = *t.parent_trial_id;
     if (pareto) j["pareto"] = pareto->count(t.id) > 0;
+    if (stages) j["stage"] = stage_name(t, *stages);
     out.push_back(std::move(j));
   }
   return out;
@@ -55,7 +84,8 @@ nlohmann::json metrics_by_step_json(const std::vector<store::MetricRow>& rows) {
 
 Result<nlohmann::json> export_json(CampaignView& v) {
   // Everything a trial recorded: its metrics at every step and its events, besides the summary.
-  nlohmann::json trials = trials_json(v.trials, v.front());
+  HPCTUNE_ASSIGN(const auto stages, v.store->stages(v.campaign.id));
+  nlohmann::json trials = trials_json(v.trials, v.front(), &stages);
   HPCTUNE_ASSIGN(auto events, v.store->events(v.campaign.id, 0));
   std::map<int64_t, nlohmann::json> events_of;
   nlohmann::json campaign_events = nlohmann::json::array();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,10 +21,27 @@ nlohmann::json time_or_null(double t);
 // Seconds from the start of the trial's current attempt to its end; 0 while either is unset.
 double trial_seconds(const store::TrialRow& trial);
 
-// One object per trial: trial, seq, state, attempt, group, params, metrics, step, created_at,
-// started_at, finished_at, generation, seconds, objective, and error / parent_trial when set.
-// With a front, a "pareto" member (true or false).
-nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr);
+// A trial's params as the views show them: the searched (and user-given) values apart from the
+// keys hpctune itself adds (trainers/internal_params.h), its lineage (source_trial,
+// source_checkpoint) and its run settings (max_step). Three objects, each possibly empty; what the
+// trainer received is the three together.
+struct ShownParams {
+  nlohmann::json params = nlohmann::json::object();
+  nlohmann::json lineage = nlohmann::json::object();
+  nlohmann::json run_settings = nlohmann::json::object();
+};
+ShownParams shown_params(const nlohmann::json& params);
+
+// The name of the stage a trial belongs to ("" without stages; a trial of stage 0 is the first
+// stage's).
+std::string stage_name(const store::TrialRow& trial, const std::vector<store::StageRow>& stages);
+
+// One object per trial: trial, seq, state, attempt, group, params (the searched values), lineage
+// and run_settings (shown_params), metrics, step, created_at, started_at, finished_at, generation,
+// seconds, objective, and error / parent_trial when set. With a front, a "pareto" member (true or
+// false); with the stages, a "stage" member (its name).
+nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std::set<int64_t>* pareto = nullptr,
+                           const std::vector<store::StageRow>* stages = nullptr);
 
 // {t, kind, detail} and trial / attempt / group when the event has them.
 nlohmann::json event_json(const store::EventRow& event);
@@ -33,7 +51,7 @@ nlohmann::json event_json(const store::EventRow& event);
 nlohmann::json metrics_by_step_json(const std::vector<store::MetricRow>& rows);
 
 // Everything the campaign recorded, for `export --format json`: {campaign: {name, state, seed,
-// config, created_at, finished_at}, trials: [trials_json + metrics_by_step + events], events:
+// config, created_at, finished_at}, trials: [trials_json with stage + metrics_by_step + events], events:
 // [the campaign's own], and pareto_front with several objectives}.
 Result<nlohmann::json> export_json(CampaignView& view);
 

@@ -5,7 +5,8 @@
 // extended with `resume --max-trials`; `hpctune trial`; every objective in the tables; SIGTERM
 // exits 143; `export` infers its format; `validate` counts only searched parameters; (issue 10)
 // `status --format json` of finished, running, interrupted and multi-objective campaigns, and
-// `--bind` / resources.bind; (issue 11) `schedule` and the Stages table of `status`. Campaigns run through the `hpctune` binary with small shell-script
+// `--bind` / resources.bind; (issue 11) `schedule` and the Stages table of `status`; (issue 36)
+// each trial's stage (`trials --stage`), lineage and run settings in `trials`, `trial` and `export`. Campaigns run through the `hpctune` binary with small shell-script
 // trainers.
 #include <doctest/doctest.h>
 
@@ -28,6 +29,7 @@
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "tests/campaign_fixture.h"
+#include "tests/lineage_campaign.h"
 #include "workflow/stages.h"
 
 using namespace hpctune;
@@ -314,6 +316,110 @@ TEST_CASE("hpctune trial shows a trial's parameters, curve, attempts and log tai
   CHECK(code == 2);
   CHECK(contains(out, "give --format csv or json"));
   CHECK_FALSE(std::filesystem::exists(dir.file("all.txt")));
+}
+
+// --- issue 36, items 1 and 3: stages and lineage in every view ---------------------------------------
+
+namespace {
+
+// The lines of `text` from the one that is `title` to the next empty line ("" when none is).
+std::string text_section(const std::string& text, const std::string& title) {
+  const size_t at = text.find("\n" + title + "\n");
+  if (at == std::string::npos) return "";
+  const size_t end = text.find("\n\n", at + 1);
+  return text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+}
+
+}  // namespace
+
+TEST_CASE("trials, trial and export: each trial's stage, --stage, and lineage and run settings apart from parameters") {
+  TempDir dir;
+  const std::string db = dir.file("lineage.db");
+  const auto ids = write_lineage_campaign(db);
+  int code = 0;
+
+  // The table: a stage column; the searched values only, the source trial under `from`.
+  std::string out = run_log(dir, {"trials", db}, "trials.txt", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const std::string header = out.substr(0, out.find('\n'));
+  for (const char* column : {"trial", "stage", "lr", "momentum", "from"}) {
+    CHECK_MESSAGE(contains(header, column), column << " missing from\n" << out);
+  }
+  for (const char* hidden : {"hpctune_source", "max_step", ids.checkpoint.c_str()}) {
+    CHECK_MESSAGE(!contains(out, hidden), hidden << " shown in\n" << out);
+  }
+  for (const char* stage : {" tune ", " move ", " pop "}) CHECK_MESSAGE(contains(out, stage), stage << "\n" << out);
+
+  // --stage: only that stage's trials, in every format.
+  out = run_log(dir, {"trials", db, "--stage", "move"}, "move.txt", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK(contains(out, " move "));
+  CHECK(!contains(out, " tune "));
+  CHECK(!contains(out, " pop "));
+  json list = json::parse(run_log(dir, {"trials", db, "--stage", "pop", "--format", "json"}, "pop.json", &code));
+  REQUIRE(code == 0);
+  REQUIRE(list.size() == 1);
+  CHECK(list[0]["trial"] == ids.member);
+  CHECK(list[0]["stage"] == "pop");
+  CHECK(list[0]["params"] == json{{"lr", 0.05}, {"momentum", 0.9}});
+  CHECK(list[0]["run_settings"] == json{{"max_step", 4}});
+  out = run_log(dir, {"trials", db, "--stage", "tune", "--format", "csv"}, "tune.csv", &code);
+  REQUIRE(code == 0);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 3);  // the header and two trials
+  CHECK(contains(out, ",tune,"));
+  // An unknown stage: exit 2, naming the stages there are.
+  out = run_log(dir, {"trials", db, "--stage", "nope"}, "nope.txt", &code);
+  CHECK(code == 2);
+  CHECK_MESSAGE(contains(out, "no stage 'nope' (its stages: tune, move, pop)"), out);
+  out = run_log(dir, {"trials", "--help"}, "help.txt", &code);
+  CHECK(code == 0);
+  CHECK_MESSAGE(contains(out, "--stage"), out);
+
+  // trial: the parameters, then the lineage and the run settings, each in its own section.
+  out = run_log(dir, {"trial", db, std::to_string(ids.target)}, "target.txt", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const std::string params = text_section(out, "Parameters:");
+  CHECK_MESSAGE(contains(params, "lr"), out);
+  CHECK_MESSAGE(!contains(params, "hpctune_source"), out);
+  CHECK_MESSAGE(!contains(params, "source_checkpoint"), out);
+  const std::string lineage = text_section(out, "Lineage:");
+  CHECK_MESSAGE(contains(lineage, "source_checkpoint"), out);
+  CHECK_MESSAGE(contains(lineage, ids.checkpoint), out);
+  CHECK_MESSAGE(contains(lineage, "source_trial"), out);
+  CHECK_MESSAGE(contains(lineage, "transfer_source"), out);
+  CHECK_MESSAGE(contains(out, "stage        move"), out);
+  out = run_log(dir, {"trial", db, std::to_string(ids.member)}, "member.txt", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(!contains(text_section(out, "Parameters:"), "max_step"), out);
+  CHECK_MESSAGE(contains(text_section(out, "Run settings:"), "max_step"), out);
+  CHECK_MESSAGE(contains(text_section(out, "Lineage:"), "pbt_exploit"), out);
+  const json member = json::parse(run_log(dir, {"trial", db, std::to_string(ids.member), "--format", "json"}, "m.json", &code));
+  REQUIRE(code == 0);
+  CHECK(member["stage"] == "pop");
+  CHECK(!member["params"].contains("max_step"));
+  CHECK(member["run_settings"]["max_step"] == 4);
+  CHECK(member["lineage"]["parents"] == json::array({{{"trial", ids.tune_a}, {"relation", "pbt_exploit"}}}));
+
+  // export: JSON and CSV carry each trial's stage, and its lineage apart from its parameters.
+  out = run_log(dir, {"export", db, "--format", "json"}, "export.json", &code);
+  REQUIRE(code == 0);
+  const json doc = json::parse(out);
+  REQUIRE(doc["trials"].size() == 4);
+  std::map<int64_t, json> by_id;
+  for (const auto& t : doc["trials"]) by_id[t["trial"].get<int64_t>()] = t;
+  CHECK(by_id[ids.tune_a]["stage"] == "tune");
+  CHECK(by_id[ids.target]["stage"] == "move");
+  CHECK(by_id[ids.member]["stage"] == "pop");
+  CHECK(by_id[ids.target]["params"] == json{{"lr", 0.2}});
+  CHECK(by_id[ids.target]["lineage"] == json{{"source_checkpoint", ids.checkpoint}, {"source_trial", ids.tune_b}});
+  out = run_log(dir, {"export", db, "--format", "csv"}, "export.csv", &code);
+  REQUIRE(code == 0);
+  const std::string csv_header = out.substr(0, out.find('\n'));
+  CHECK_MESSAGE(contains(csv_header, ",stage,"), csv_header);
+  CHECK_MESSAGE(contains(csv_header, ",lineage.source_checkpoint,lineage.source_trial,run_settings.max_step,"), csv_header);
+  CHECK_MESSAGE(!contains(csv_header, "hpctune_source"), csv_header);
+  CHECK_MESSAGE(!contains(csv_header, "params.max_step"), csv_header);
+  CHECK_MESSAGE(contains(out, "," + ids.checkpoint + ","), out);
 }
 
 // --- item 29: several objectives -------------------------------------------------------------------

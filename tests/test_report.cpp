@@ -1,7 +1,8 @@
 // The report library (report/): the views of a campaign that the CLI prints and the dashboard will
 // serve, on a small campaign written straight into a store (no binary, no master): the read-only
 // entry point, the objective, ranking, status, trial JSON, one trial's detail, the progress line,
-// readers on several threads at once, and (issue 11) the stages in status and a pbt schedule.
+// readers on several threads at once, (issue 11) the stages in status and a pbt schedule, and
+// (issue 36) each trial's stage, lineage and run settings apart from its searched parameters.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -29,7 +30,10 @@
 #include "report/trial_detail.h"
 #include "report/trial_json.h"
 #include "store/store.h"
+#include "tests/lineage_campaign.h"
 #include "tests/temp_dir.h"
+#include "trainers/internal_params.h"
+#include "trainers/trainer_settings.h"
 
 using namespace hpctune;
 using hpctune::testing::TempDir;
@@ -867,4 +871,184 @@ TEST_CASE("plots: parameter importance over trial rows finds the parameter that 
   CHECK(r.importances[0].second > 0.9);
   CHECK(r.importances[1].second < 0.05);
   CHECK(r.importances[2].second < 0.05);
+}
+
+// --- issue 36: stages and lineage in every view ------------------------------------------------------
+
+namespace {
+
+// The cells of a CSV line without quoted commas (what these tests write).
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = line.find(',', at);
+    out.push_back(line.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+std::vector<std::string> csv_lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    out.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the keys hpctune adds to params: lineage and run settings, declared once for every trainer kind") {
+  const auto shown = report::shown_params({{"lr", 0.1},
+                                           {"hpctune_source_checkpoint", "/abs/ckpt"},
+                                           {"hpctune_source_trial", 7},
+                                           {"max_step", 12},
+                                           {"layers", 3}});
+  CHECK(shown.params == json{{"lr", 0.1}, {"layers", 3}});
+  CHECK(shown.lineage == json{{"source_checkpoint", "/abs/ckpt"}, {"source_trial", 7}});
+  CHECK(shown.run_settings == json{{"max_step", 12}});
+  // The classifier kinds' start (a transfer target's init_from) is lineage too.
+  CHECK(report::shown_params({{"init_from", "/abs/ckpt.bin"}, {"hidden", 32}}).lineage ==
+        json{{"source_checkpoint", "/abs/ckpt.bin"}});
+  CHECK(report::shown_params(json()).params == json::object());
+  // Every key a kind's capabilities put in a trial's params is in the one list: the views would
+  // otherwise show it as a searched parameter.
+  int declared = 0;
+  for (const auto& k : trainers::trainer_catalog()) {
+    for (const char* key : {k.can.init_setting, k.can.source_trial_setting}) {
+      if (key == nullptr) continue;
+      const auto* internal = trainers::find_internal_param(key);
+      REQUIRE_MESSAGE(internal != nullptr, k.kind << ": " << key << " is missing from trainers/internal_params.h");
+      CHECK(internal->role == trainers::InternalParamRole::kLineage);
+      ++declared;
+    }
+  }
+  CHECK(declared >= 3);  // command's two, the classifier kinds' init_from
+  // The step a stage sets for a program that counts its own steps is a run setting, never a
+  // hyperparameter (the trainer takes it out of HPCTUNE_PARAMS).
+  int own_steps = 0;
+  for (const auto& k : trainers::trainer_catalog()) {
+    if (k.can.params != trainers::TrainerParams::kAny || k.can.step_setting == nullptr) continue;
+    const auto* internal = trainers::find_internal_param(k.can.step_setting);
+    REQUIRE(internal != nullptr);
+    CHECK(internal->role == trainers::InternalParamRole::kRunSetting);
+    ++own_steps;
+  }
+  CHECK(own_steps == 1);
+}
+
+TEST_CASE("stages in the views: the stage column, lineage and run settings apart from the parameters") {
+  TempDir dir;
+  const std::string db = dir.file("lineage.db");
+  const auto ids = testing::write_lineage_campaign(db);
+  auto v = report::open_campaign(db);
+  REQUIRE(v.ok());
+  auto stages = v->store->stages(v->campaign.id);
+  REQUIRE(stages.ok());
+  REQUIRE(stages->size() == 3);
+  CHECK(report::stage_name(v->trials[2], *stages) == "move");
+
+  SUBCASE("the table: a stage column, the searched parameters, the trial it started from") {
+    const std::string table = report::trials_table(v->trials, v->objectives.columns(), v->front(), &*stages);
+    const std::string header = line_starting(table, "trial");
+    CHECK(contains(header, " stage "));
+    CHECK(contains(header, " lr "));
+    CHECK(contains(header, " momentum "));
+    CHECK(contains(header, " from "));
+    for (const char* hidden : {"hpctune_source", "max_step", "source_checkpoint", "/data/runs"}) {
+      CHECK_MESSAGE(!contains(table, hidden), hidden << " in\n" << table);
+    }
+    // The target's row: trial, stage, state, attempt, objective, lr, (momentum: none), from, seconds.
+    std::vector<std::string> cells;
+    for (const auto& line : csv_lines(table)) {
+      std::vector<std::string> words;
+      for (size_t at = 0; at < line.size();) {
+        const size_t start = line.find_first_not_of(' ', at);
+        if (start == std::string::npos) break;
+        const size_t end = std::min(line.find(' ', start), line.size());
+        words.push_back(line.substr(start, end - start));
+        at = end;
+      }
+      if (!words.empty() && words[0] == std::to_string(ids.target)) cells = words;
+    }
+    REQUIRE_MESSAGE(cells.size() == 8, table);
+    CHECK(cells[1] == "move");
+    CHECK(cells[6] == std::to_string(ids.tune_b));
+    // A campaign of one stage keeps the table as it was: no stage column.
+    std::vector<store::StageRow> one = {stages->front()};
+    CHECK(!contains(line_starting(report::trials_table(v->trials, v->objectives.columns(), v->front(), &one), "trial"),
+                    " stage "));
+  }
+
+  SUBCASE("CSV: the stage, params.* the searched values, lineage.* and run_settings.* apart") {
+    const auto lines = csv_lines(report::trials_csv(v->trials, {v->front(), &*stages}));
+    REQUIRE(lines.size() == 5);
+    const auto header = csv_cells(lines[0]);
+    auto column = [&](const std::string& name) {
+      const auto it = std::find(header.begin(), header.end(), name);
+      return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+    };
+    for (const char* name : {"stage", "params.lr", "params.momentum", "lineage.source_trial", "lineage.source_checkpoint",
+                             "run_settings.max_step"}) {
+      CHECK_MESSAGE(column(name) >= 0, name << " in " << lines[0]);
+    }
+    for (const char* name : {"params.hpctune_source_checkpoint", "params.hpctune_source_trial", "params.max_step"}) {
+      CHECK_MESSAGE(column(name) < 0, name << " in " << lines[0]);
+    }
+    std::map<int64_t, std::vector<std::string>> rows;
+    for (size_t i = 1; i < lines.size(); ++i) {
+      auto cells = csv_cells(lines[i]);
+      REQUIRE(cells.size() == header.size());
+      rows[std::stoll(cells[0])] = cells;
+    }
+    CHECK(rows[ids.tune_a][column("stage")] == "tune");
+    CHECK(rows[ids.target][column("stage")] == "move");
+    CHECK(rows[ids.member][column("stage")] == "pop");
+    CHECK(rows[ids.target][column("lineage.source_trial")] == std::to_string(ids.tune_b));
+    CHECK(rows[ids.target][column("lineage.source_checkpoint")] == ids.checkpoint);
+    CHECK(rows[ids.member][column("run_settings.max_step")] == "4");
+    CHECK(rows[ids.member][column("lineage.source_trial")] == "");
+  }
+
+  SUBCASE("JSON: each trial's stage, params, lineage and run_settings; the export and one trial's detail") {
+    const json list = report::trials_json(v->trials, v->front(), &*stages);
+    REQUIRE(list.size() == 4);
+    std::map<int64_t, json> by_id;
+    for (const auto& j : list) by_id[j["trial"].get<int64_t>()] = j;
+    CHECK(by_id[ids.tune_a]["stage"] == "tune");
+    CHECK(by_id[ids.target]["stage"] == "move");
+    CHECK(by_id[ids.target]["params"] == json{{"lr", 0.2}});
+    CHECK(by_id[ids.target]["lineage"] == json{{"source_checkpoint", ids.checkpoint}, {"source_trial", ids.tune_b}});
+    CHECK(by_id[ids.target]["run_settings"] == json::object());
+    CHECK(by_id[ids.member]["params"] == json{{"lr", 0.05}, {"momentum", 0.9}});
+    CHECK(by_id[ids.member]["run_settings"] == json{{"max_step", 4}});
+
+    auto doc = report::export_json(*v);
+    REQUIRE(doc.ok());
+    for (const auto& t : (*doc)["trials"]) {
+      const int64_t id = t["trial"].get<int64_t>();
+      CHECK(t["stage"] == by_id[id]["stage"]);
+      CHECK(t["params"] == by_id[id]["params"]);
+      CHECK(t["lineage"] == by_id[id]["lineage"]);
+      CHECK(t["run_settings"] == by_id[id]["run_settings"]);
+    }
+
+    auto member = report::load_trial(*v, ids.member);
+    REQUIRE(member.ok());
+    const json m = report::trial_detail_json(*member, *v, 0);
+    CHECK(m["stage"] == "pop");
+    CHECK(!m["params"].contains("max_step"));
+    CHECK(m["run_settings"]["max_step"] == 4);
+    CHECK(m["lineage"]["parents"] == json::array({{{"trial", ids.tune_a}, {"relation", "pbt_exploit"}}}));
+    auto target = report::load_trial(*v, ids.target);
+    REQUIRE(target.ok());
+    const json t = report::trial_detail_json(*target, *v, 0);
+    CHECK(t["stage"] == "move");
+    CHECK(t["lineage"]["source_trial"] == ids.tune_b);
+    CHECK(t["lineage"]["parents"] == json::array({{{"trial", ids.tune_b}, {"relation", "transfer_source"}}}));
+  }
 }

@@ -1,6 +1,7 @@
 // The settings of the classifier training loop (classifier_training.h), declared once for the mlp
 // and cnn kinds, which add their layers (mlp_settings.cpp, cnn_settings.cpp).
 #include "trainers/trainer_settings.h"
+#include "trainers/internal_params.h"
 #include "trainers/data_parallel.h"
 
 #include <unordered_set>
@@ -123,7 +124,7 @@ std::vector<SettingDecl> classifier_loop_setting_specs() {
                "(classes: [5, 6, 7, 8, 9] with max_train_samples: 500 is 500 images of classes 5-9, validation "
                "included), max_test_samples to the filtered test file. A class the data lacks fails the trial.",
        .aliases = {"class_subset", "target_classes", "subset_classes"}},
-      {.key = "init_from", .type = T::kString, .default_value = "",
+      {.key = kInitFromParam, .type = T::kString, .default_value = "",
        .help = "Transfer learning: a checkpoint file (an export) or a trial directory (its checkpoint-stage*.bin) "
                "whose weights start every layer but the output layer, which is new and sized to this trial's "
                "classes; the architecture must otherwise be the source's. The optimizer starts fresh. \"\" for a "
@@ -163,7 +164,7 @@ TrainerCapabilities classifier_capabilities() {
   can.step_setting = "epochs";
   can.predictions = {.written = true, .switch_setting = "save_predictions", .task = "classification"};
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
-  can.init_setting = "init_from";
+  can.init_setting = kInitFromParam;
   can.twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}};
   can.rank_loss_setting = "sync";
   can.rank_loss_values = {"downpour", "ssp"};

@@ -1,5 +1,6 @@
 // The settings of the `command` trainer kind (command_trainer.h). The space's parameters are not
 // settings of it: the command gets every one of them.
+#include "trainers/internal_params.h"
 #include "trainers/trainer_settings.h"
 
 namespace hpctune::trainers {
@@ -32,7 +33,7 @@ const std::vector<SettingDecl>& command_setting_specs() {
                "(for transfer and pbt); [] = neither. hpctune validate checks each stage's inputs against it.",
        .aliases = {"capabilities", "writes", "outputs"},
        .example = "[predictions, checkpoints]"},
-      {.key = "max_step", .type = T::kInt, .default_value = 0, .min = 0, .max = 1'000'000'000,
+      {.key = kMaxStepParam, .type = T::kInt, .default_value = 0, .min = 0, .max = 1'000'000'000,
        .help = "The step the program trains to, then saves its checkpoint and exits 0 (HPCTUNE_MAX_STEP, {max_step}; "
                "0 = no limit). A pbt stage sets it for each interval.",
        .aliases = {"max_steps"}},
@@ -57,7 +58,7 @@ const std::vector<SettingDecl>& command_setting_specs() {
 // writes what `provides` declares: its checkpoint in <trial_dir>/checkpoint (HPCTUNE_CHECKPOINT_DIR).
 TrainerCapabilities command_capabilities() {
   TrainerCapabilities can;
-  can.step_setting = "max_step";
+  can.step_setting = kMaxStepParam;
   can.checkpoints.directory = "checkpoint";
   can.provides_setting = "provides";
   can.starts_own_ranks = true;
@@ -69,8 +70,8 @@ TrainerCapabilities command_capabilities() {
   // A transfer stage's target gets these two parameters; the trainer takes them out of the
   // program's parameters (HPCTUNE_PARAMS, the placeholders) and exports them as
   // HPCTUNE_SOURCE_CHECKPOINT and HPCTUNE_SOURCE_TRIAL (command_trainer.cpp: workflow_env).
-  can.init_setting = "hpctune_source_checkpoint";
-  can.source_trial_setting = "hpctune_source_trial";
+  can.init_setting = kSourceCheckpointParam;
+  can.source_trial_setting = kSourceTrialParam;
   return can;
 }
 

@@ -8,7 +8,9 @@
 // each view shows (its `data-figure` numbers and its ECharts options, read through
 // echarts.getInstanceByDom) is compared with the API fetched from node. A slower campaign run with
 // `hpctune run --dashboard` checks that the overview updates while it runs. Any console error,
-// page error, dialog or request to another origin fails the test. Screenshots of each view go to
+// page error, dialog or request to another origin fails the test (issue 36: the overview's best
+// trial as tables, the colour scale's labels, the trial table's stage filter and a transfer
+// target's lineage apart from its parameters). Screenshots of each view go to
 // <build>/e2e/screenshots/NAME.png.
 //
 // Run by ctest as test_dashboard_e2e (tests/CMakeLists.txt), or by hand:
@@ -486,6 +488,21 @@ test('overview', { timeout: 30000 }, async () => {
             'budget-fraction');
     }
     assert.equal(await page.locator('progress#budget').count(), 1, 'the budget progress bar');
+    // The best trial's parameters and metrics as tables, as the trial view shows them (not JSON).
+    const cells = async (id) => page.locator(`table#${id} tbody tr`).evaluateAll(
+      (rs) => rs.map((r) => [...r.children].map((c) => c.textContent.trim())));
+    const params = await cells('best-params');
+    assert.deepEqual(params.map((r) => r[0]).sort(), Object.keys(o.best.params).sort(), `${key}: a row per parameter`);
+    for (const [name, shown] of params) {
+      const v = o.best.params[name];
+      if (typeof v === 'number') close(number(shown), v, `${key}: best parameter ${name}`);
+      else assert.equal(shown, String(v), `${key}: best parameter ${name}`);
+    }
+    const metrics = await cells('best-metrics');
+    assert.deepEqual(metrics.map((r) => r[0]).sort(), Object.keys(o.best.metrics).sort(), `${key}: a row per metric`);
+    for (const [name, shown] of metrics) close(number(shown), o.best.metrics[name], `${key}: best metric ${name}`);
+    const bestText = await page.locator('#view-overview div.two').textContent();
+    assert.ok(!bestText.includes('{"'), `${key}: no JSON in the best trial's tables`);
     if (o.stages.length) {
       const table = await page.locator('#view-overview table#stages-table').textContent();
       for (const s of o.stages) assert.ok(table.includes(s.name), `stage ${s.name} in the stages table`);
@@ -588,6 +605,17 @@ test('parameters: parallel coordinates, slices, contour', { timeout: 30000 }, as
   for (const q of p.params) assert.ok(names.includes(q.name), `an axis for ${q.name}`);
   const lines = series(parallel, 'parallel').reduce((a, s) => a + s.data.length, 0);
   assert.equal(lines, p.shown, 'one line per point the API shows');
+  // The colour scale's ends: the objective's maximum (text[0], the high end) and minimum, each
+  // formatted, and handles with enough decimals to tell them apart (not "1" and "1").
+  const objs = p.points.map((q) => q.objective).filter((x) => typeof x === 'number');
+  const lo = Math.min(...objs), hi = Math.max(...objs);
+  const scale = parallel.visualMap[0];
+  assert.equal(scale.text.length, 2);
+  close(number(scale.text[0]), hi, 'the colour scale\'s high end');
+  close(number(scale.text[1]), lo, 'the colour scale\'s low end');
+  assert.match(scale.text[0], p.mode === 'max' ? /best/ : /worst/);
+  assert.match(scale.text[1], p.mode === 'max' ? /worst/ : /best/);
+  assert.notEqual(lo.toFixed(scale.precision), hi.toFixed(scale.precision), `handle labels at precision ${scale.precision}`);
   const slice = await chart('slice');
   assert.equal(slice.grid.length, p.params.length, 'one slice grid per parameter');
   await chart('contour');
@@ -704,6 +732,50 @@ test('trials table and trial page', { timeout: 40000 }, async () => {
     assert.equal(await page.locator(`a[data-trial-link="${parent}"]`).count() >= 1, true, `a link to parent #${parent}`);
   }
   noProblems('trials');
+});
+
+test('trials of a workflow: the stage filter, the trial each started from, lineage apart from parameters', { timeout: 40000 }, async () => {
+  const i = INDEX.workflow;
+  const all = await api(`api/campaigns/${i}/trials`);
+  assert.deepEqual(all.stages, ['tune', 'blend', 'move']);
+  await view(`/c/${i}/trials`, 'trials');
+  const offered = await page.locator('select#trials-stage option').evaluateAll((os) => os.map((o) => o.value));
+  assert.deepEqual(offered, ['', ...all.stages], 'any stage, then each stage');
+  const ids = async () => page.locator('table#trials-table tr[data-trial]').evaluateAll((rs) => rs.map((r) => Number(r.dataset.trial)));
+  const stageCells = async () => page.locator('table#trials-table tbody tr').evaluateAll(
+    (rs) => rs.map((r) => r.children[2].textContent.trim()));
+  const filtered = page.waitForResponse((r) => /\/trials\?.*stage=move/.test(r.url()), { timeout: 10000 });
+  await page.selectOption('select#trials-stage', 'move');
+  const url = new URL((await filtered).url());
+  await page.waitForSelector('#view-trials[data-ready="1"]');
+  const move = await api(`${url.pathname.slice(1)}${url.search}`);
+  assert.ok(move.trials.length > 0 && move.total < all.total, 'a stage is a part of the trials');
+  await until(async () => JSON.stringify(await ids()) === JSON.stringify(move.trials.map((x) => x.trial)), 5000,
+              'the rows of stage move, as the API gives them');
+  await figureNumber('trials-total', move.total);
+  assert.ok((await stageCells()).every((c) => c === 'move'), 'every row of stage move');
+  // A transfer target: its source in the `from` column, its checkpoint apart from its parameters.
+  const target = move.trials.find((t) => t.lineage && t.lineage.source_trial !== undefined) ??
+                 move.trials.find((t) => t.parent_trial);
+  assert.ok(target, 'a transfer target');
+  assert.ok(target.lineage.source_checkpoint, 'its source checkpoint, as lineage');
+  for (const t of move.trials) {
+    for (const k of Object.keys(t.params)) assert.ok(!/init_from|hpctune_source|max_step/.test(k), `${k} among the parameters`);
+  }
+  const from = target.lineage.source_trial ?? target.parent_trial;
+  assert.equal(await page.locator(`tr[data-trial="${target.trial}"] a[data-trial-link="${from}"]`).count(), 1, 'a link to its source');
+  await shoot('trials-stage');
+  await view(`/c/${i}/trials/${target.trial}`, 'trial');
+  await shoot('trial-target');
+  const lineage = await page.locator('table#trial-lineage').textContent();
+  assert.ok(lineage.includes('source_checkpoint') && lineage.includes(target.lineage.source_checkpoint), 'the checkpoint as lineage');
+  const params = await page.locator('table#trial-params').textContent();
+  assert.ok(!params.includes(target.lineage.source_checkpoint), 'the checkpoint is not a parameter');
+  // Back to every stage.
+  await view(`/c/${i}/trials`, 'trials');
+  await page.selectOption('select#trials-stage', '');
+  await until(async () => Number(await figure('trials-total')) === all.total, 5000, 'every trial again');
+  noProblems('trials-stage');
 });
 
 test('timeline', { timeout: 30000 }, async () => {

@@ -1,6 +1,8 @@
 // #/c/i — a campaign at a glance: counts by state, the progress bar against the budget, the best
-// trial, elapsed and ETA, and the stages with their state.
+// trial (its parameters and metrics as tables, as the trial view shows them), elapsed and ETA, and
+// the stages with their state.
 import {h, fmt, duration, figure, stat, table, section, stateBadge, when, note} from '../dom.js';
+import {valuesTable, metricsTable} from './trial.js';
 
 export function stagesTable(i, stages) {
   const columns = [
@@ -45,11 +47,15 @@ export default async function overview(ctx) {
     h('h2', {}, 'Trials by state'),
     h('div', {class: 'stats'}, counts.length ? counts : note('No trials yet.')),
     h('h2', {}, 'Best so far'),
-    best ? h('div', {class: 'stats'},
-             stat('objective', figure('best-objective', best.objective)),
-             stat('trial', h('a', {href: `#/c/${ctx.i}/trials/${best.trial}`, dataset: {trialLink: String(best.trial)}}, '#', figure('best-trial', best.trial))),
-             stat('parameters', h('code', {class: 'wrap'}, JSON.stringify(best.params ?? {}))),
-             stat('metrics', h('code', {class: 'wrap'}, JSON.stringify(best.metrics ?? {}))))
+    best ? [h('div', {class: 'stats'},
+              stat('objective', figure('best-objective', best.objective)),
+              stat('trial', h('a', {href: `#/c/${ctx.i}/trials/${best.trial}`, dataset: {trialLink: String(best.trial)}}, '#', figure('best-trial', best.trial)))),
+            // As the trial view shows them: the searched values, its run settings and lineage, its metrics.
+            h('div', {class: 'two'},
+              h('div', {}, h('h3', {}, 'Parameters'), valuesTable('best-params', 'parameter', best.params),
+                Object.keys(best.run_settings || {}).length ? [h('h3', {}, 'Run settings'), valuesTable('best-run-settings', 'setting', best.run_settings)] : null,
+                Object.keys(best.lineage || {}).length ? [h('h3', {}, 'Started from'), valuesTable('best-lineage', 'lineage', best.lineage)] : null),
+              h('div', {}, h('h3', {}, 'Metrics'), metricsTable('best-metrics', best.metrics)))]
          : h('p', {}, 'No finished trial yet. ', figure('best-objective', null), ' ', figure('best-trial', null)),
     h('h2', {}, 'Stages'),
     stagesTable(ctx.i, o.stages),

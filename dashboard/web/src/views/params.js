@@ -50,10 +50,17 @@ export default async function params(ctx) {
   const objs = pts.map((q) => q.objective).filter((x) => typeof x === 'number');
   const lo = objs.length ? Math.min(...objs) : 0, hi = objs.length ? Math.max(...objs) : 1;
   const better = d.mode === 'max' ? 1 : -1;
-  // The visual map runs from worst (light) to best (dark), whatever the mode.
+  // The visual map runs from worst (light) to best (dark), whatever the mode. Its ends are labelled
+  // with the objective's maximum and minimum (text[0] is the high end), and its handles with
+  // enough decimals to tell them apart (ECharts rounds to 0 decimals by default: 0.71 and 0.93 both
+  // read "1").
+  const span = Math.abs(hi - lo) || Math.abs(hi) || 1;
+  const precision = Math.min(10, Math.max(0, 2 - Math.floor(Math.log10(span))));
   const visual = (dim) => ({type: 'continuous', min: lo, max: hi, dimension: dim, inverse: d.mode !== 'max', calculable: true,
                             inRange: {color: ['#d7e3f7', '#7aa3e5', '#2f5fb8', '#b23a4e']}, right: 0, top: 'center',
-                            text: [d.mode === 'max' ? 'best' : 'worst', d.mode === 'max' ? 'worst' : 'best'], itemHeight: 120});
+                            precision, formatter: (x) => fmt(x),
+                            text: [`${fmt(hi)} (${d.mode === 'max' ? 'best' : 'worst'})`, `${fmt(lo)} (${d.mode === 'max' ? 'worst' : 'best'})`],
+                            itemHeight: 120});
   const chartParallel = chartDiv('parallel', 'tall');
   const chartSlice = chartDiv('slice');
   const chartContour = chartDiv('contour', 'tall');

@@ -1,7 +1,24 @@
-// #/c/i/trials/ID — one trial: its figures, reports curve, parameters, metrics, attempts, error
-// text, log tails, artifacts (checkpoints among them), events, and lineage links.
+// #/c/i/trials/ID — one trial: its figures, reports curve, parameters (the searched values), run
+// settings and lineage (links, and the source trial and checkpoint hpctune gave it), metrics,
+// attempts, error text, log tails, artifacts (checkpoints among them) and events.
 import {h, fmt, figure, section, note, table, stateBadge, when, duration, stat} from '../dom.js';
 import {chartDiv, draw, tip, zoomXY} from '../charts.js';
+
+// An object's entries as a two-column table (name, value): the trial's parameters, metrics, lineage
+// and run settings, and the overview's best trial.
+const kv = (obj) => Object.entries(obj || {}).map(([k, v]) => ({k, v}));
+const shown = (v) => (typeof v === 'number' ? fmt(v) : typeof v === 'string' ? v : JSON.stringify(v));
+export function valuesTable(id, label, obj) {
+  return table(id, [{label, cell: (r) => r.k}, {label: 'value', cell: (r) => shown(r.v), class: 'wrap'}], kv(obj));
+}
+export function metricsTable(id, obj) {
+  return table(id, [{label: 'metric', cell: (r) => r.k}, {label: 'value', cell: (r) => fmt(r.v)}], kv(obj));
+}
+// What hpctune added to the trial's params (source_trial, source_checkpoint), without the links.
+export function lineageValues(lineage) {
+  const {parents, children, ...rest} = lineage || {};
+  return rest;
+}
 
 function lineageLinks(i, list) {
   if (!list || !list.length) return '—';
@@ -18,7 +35,8 @@ export default async function trial(ctx) {
   const metricNames = [...new Set(byStep.flatMap((r) => Object.keys(r.metrics || {})))];
   const lineage = t.lineage || {parents: t.parent_trial ? [{trial: t.parent_trial, relation: 'parent'}] : [], children: []};
   const chartEl = chartDiv('trial-curve');
-  const kv = (obj) => Object.entries(obj || {}).map(([k, v]) => ({k, v}));
+  const sources = lineageValues(t.lineage);
+  const settings = t.run_settings || {};
   const sec = section('trial', `Trial #${t.trial}`,
     h('div', {class: 'stats'},
       stat('trial', figure('trial', t.trial)),
@@ -34,13 +52,13 @@ export default async function trial(ctx) {
       stat('finished', when(t.finished_at))),
     h('h2', {}, 'Lineage'),
     h('p', {class: 'lineage'}, 'parents: ', lineageLinks(ctx.i, lineage.parents), h('br'), 'children: ', lineageLinks(ctx.i, lineage.children)),
+    Object.keys(sources).length ? valuesTable('trial-lineage', 'started from', sources) : null,
     h('h2', {}, 'Reports'),
     byStep.length ? chartEl : note('No intermediate reports.'),
     h('div', {class: 'two'},
-      h('div', {}, h('h2', {}, 'Parameters'),
-        table('trial-params', [{label: 'parameter', cell: (r) => r.k}, {label: 'value', cell: (r) => (typeof r.v === 'number' ? fmt(r.v) : JSON.stringify(r.v))}], kv(t.params))),
-      h('div', {}, h('h2', {}, 'Metrics'),
-        table('trial-metrics', [{label: 'metric', cell: (r) => r.k}, {label: 'value', cell: (r) => fmt(r.v)}], kv(t.metrics)))),
+      h('div', {}, h('h2', {}, 'Parameters'), valuesTable('trial-params', 'parameter', t.params),
+        Object.keys(settings).length ? [h('h2', {}, 'Run settings'), valuesTable('trial-run-settings', 'setting', settings)] : null),
+      h('div', {}, h('h2', {}, 'Metrics'), metricsTable('trial-metrics', t.metrics))),
     h('h2', {}, 'Error'),
     errors.length ? h('pre', {id: 'trial-error', class: 'error-text'}, errors.join('\n\n')) : h('pre', {id: 'trial-error', class: 'empty'}, ''),
     h('h2', {}, 'Attempts'),
