@@ -61,8 +61,12 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
   const auto& c = s.campaign;
   const auto all = s.all_trials();
   const auto main = s.main_trials();
+  // A campaign recorded running whose master is gone shows as interrupted (report/status.h).
+  const report::MasterLiveness master = report::master_liveness(c, s.db_path, now);
   json out = {{"name", c.name},
-              {"state", c.state},
+              {"state", master.gone ? std::string("interrupted") : c.state},
+              {"state_text", master.text},
+              {"master", report::master_json(c, master)},
               {"algorithm", nullptr},
               {"objectives", objectives_json(s)},
               {"created_at", report::time_or_null(c.created_at)},

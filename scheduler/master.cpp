@@ -429,6 +429,12 @@ Result<bool> Master::step(Clock::time_point now) {
   if ((last_tick_ == now || sched_->finished()) && !sched_->interrupted() && !sched_->fatal()) {
     if (auto s = advance_stages(now); !s.ok()) return fail(std::move(s).error(), now);
   }
+  // The heartbeat `status` tells a live master from a dead one by (with the master lock).
+  if (!last_heartbeat_ || now - *last_heartbeat_ >= std::chrono::duration<double>(store::kMasterHeartbeatEvery_s)) {
+    last_heartbeat_ = now;
+    if (auto s = db.set_campaign_heartbeat(c_.campaign_id, p_.wall.unix_at(now)); !s.ok())
+      return fail(std::move(s).error(), now);
+  }
   if (auto s = db.commit(); !s.ok()) return fail(std::move(s).error(), now);
   failpoint_->point.pass("after-commit");
   // The trial source failed in this turn: recorded (event, log) and committed; the campaign fails.

@@ -194,6 +194,7 @@ class Master {
   std::optional<protocol::Envelope> pending_;  // a frame wait() received
   std::chrono::milliseconds poll_interval_{50};
   Clock::time_point start_{}, last_tick_{};
+  std::optional<Clock::time_point> last_heartbeat_;  // store::kMasterHeartbeatEvery_s apart
   bool any_registered_ = false;
   bool failed_ = false;
   struct FailPointState;

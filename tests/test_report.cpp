@@ -868,3 +868,50 @@ TEST_CASE("plots: parameter importance over trial rows finds the parameter that 
   CHECK(r.importances[1].second < 0.05);
   CHECK(r.importances[2].second < 0.05);
 }
+
+// Issue 36, item 2: a campaign the store records running, and whether its master still runs.
+TEST_CASE("judge_master: the lock free and the heartbeat stale, or the process gone, mean the master is gone") {
+  store::CampaignRow c;
+  c.state = "running";
+  c.heartbeat_at = 1000;
+  // A fresh heartbeat, the lock free, the process not known gone (another host): running.
+  auto m = report::judge_master(c, false, false, 1010, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "running");
+  CHECK(m.heartbeat_age_s == doctest::Approx(10));
+  CHECK(m.resume.empty());
+  // The lock free and the heartbeat older than the threshold: gone, with the resume named.
+  m = report::judge_master(c, false, false, 1000 + store::kMasterHeartbeatStale_s + 155, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: last heartbeat 3m 5s ago; resume with: hpctune resume x.db)");
+  CHECK(m.resume == "hpctune resume x.db");
+  const json j = report::master_json(c, m);
+  CHECK(j["alive"] == false);
+  CHECK(j["resume"] == "hpctune resume x.db");
+  CHECK(j["heartbeat_at"] == 1000.0);
+  // A stale heartbeat but the lock held: still running, with a note.
+  m = report::judge_master(c, true, false, 1000 + store::kMasterHeartbeatStale_s + 15, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "running (no heartbeat for 45s; the master still holds its lock)");
+  CHECK(report::master_json(c, m)["alive"] == true);
+  // A fresh heartbeat, but its process on this host is gone and the lock free: gone at once.
+  m = report::judge_master(c, false, true, 1005, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: last heartbeat 5s ago; resume with: hpctune resume x.db)");
+  // The lock held wins over a pid that looks gone (a master on a host of the same name).
+  CHECK_FALSE(report::judge_master(c, true, true, 1005, "x.db").gone);
+  // No heartbeat recorded (a database from before heartbeats): only a gone process says gone.
+  c.heartbeat_at = 0;
+  CHECK_FALSE(report::judge_master(c, false, false, 5000, "x.db").gone);
+  m = report::judge_master(c, false, true, 5000, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: no heartbeat recorded; resume with: hpctune resume x.db)");
+  CHECK(report::master_json(c, m)["heartbeat_age_s"].is_null());
+  // A campaign that ended is shown as recorded.
+  c.state = "completed";
+  c.heartbeat_at = 1;
+  m = report::judge_master(c, false, true, 5000, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "completed");
+  CHECK(report::master_json(c, m)["alive"].is_null());
+}
