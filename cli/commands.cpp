@@ -324,7 +324,9 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
     return finish_stdout();
   }
   if (!o.gave_up.empty()) {
+    // The stages it failed: the one that was running, and those that depend on a failed one.
     return err(Errc::kFailed, "campaign '" + o.name + "' stopped: " + o.gave_up + first_failure(o.db_path) +
+                                  (o.failed_stages.empty() ? "" : "\n" + o.failed_stages) +
                                   "\nfix the trainer or the config; `hpctune trials " + o.db_path +
                                   " --format json` shows every error");
   }
