@@ -685,6 +685,35 @@ TEST_CASE("validate: --print-reference takes no CONFIG; fixed values are not cou
   out = run_log(dir, {"validate", cfg}, "v.log", &code);
   REQUIRE_MESSAGE(code == 0, out);
   CHECK_MESSAGE(contains(out, "1 searched parameter(s) and 1 fixed"), out);
+  CHECK_MESSAGE(contains(out, "up to 2 trials, trainer sleep"), out);
+  CHECK_MESSAGE(!contains(out, "stage"), out);  // a campaign without stages: no stage list
+}
+
+// Issue 36, item 5: validate names every stage with the trials it runs, as each stage kind counts
+// them (a search's budget, an ensemble's retrains, a transfer's targets and baselines), and the
+// campaign's total is their sum, not the first stage's budget.
+TEST_CASE("validate summarises every stage with its trial count, retrains and transfer trials included") {
+  TempDir dir;
+  std::string y = "name: multi\nseed: 1\nobjective: {metric: val_accuracy, mode: max}\n"
+                  "trainer: {kind: mlp, epochs: 1, classes: [0, 1, 2, 3, 4], max_train_samples: 400}\n"
+                  "resources: {groups: 2}\nstages:\n"
+                  "  - name: tune\n    kind: search\n    search: {algorithm: random, max_trials: 24}\n"
+                  "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n"
+                  "  - {name: blend, kind: ensemble, from: tune, method: greedy, retrain: {top: 2, seeds: 3}}\n"
+                  "  - {name: plain, kind: ensemble, from: tune, method: top_k}\n"
+                  "  - name: move\n    kind: transfer\n    from: tune\n    classes: [5, 6, 7, 8, 9]\n"
+                  "    sources: 2\n    seeds: 3\n    baseline: true\n";
+  const std::string cfg = dir.write("multi.yaml", y);
+  int code = 0;
+  const std::string out = run_log(dir, {"validate", cfg}, "v.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  // 24 + 2 x 3 retrains + 0 + 2 sources x 3 seeds x 2 (target and baseline) = 42.
+  CHECK_MESSAGE(contains(out, "up to 42 trials in all"), out);
+  CHECK_MESSAGE(contains(out, "  4 stages:\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'tune' (search): up to 24 trials\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'blend' (ensemble from tune): up to 6 trials\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'plain' (ensemble from tune): no trials of its own\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'move' (transfer from tune): up to 12 trials\n"), out);
 }
 
 // --- issue 11: `hpctune schedule` and the Stages table of `status` -------------------------------------
