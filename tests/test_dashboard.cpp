@@ -794,11 +794,21 @@ TEST_CASE("stages: ensemble members, transfer pairs and the pbt tree; stage filt
   CHECK(blend["view"]["best_single"]["trial"] == blend["view"]["members"][0]["trial"]);
   const json& transfer = s["stages"][2];
   REQUIRE(transfer["view"]["pairs"].size() == 2);
+  // One figure, named, as `status` shows it (issue 36, item 8): the stage's compare_metric, the
+  // trials' test accuracy, not their validation objective.
+  CHECK(transfer["view"]["metric"] == "test_accuracy");
+  CHECK(transfer["view"]["label"] == "test accuracy");
+  double sum = 0;
   for (const auto& p : transfer["view"]["pairs"]) {
     CHECK(p["baseline"].get<int64_t>() == p["target"].get<int64_t>() + 1);
-    CHECK(p["target_value"].is_number());
+    REQUIRE(p["target_value"].is_number());
+    const auto [ct, trial] = api_get(api, "/api/campaigns/0/trials/" + std::to_string(p["target"].get<int64_t>()));
+    REQUIRE(ct == 200);
+    CHECK(p["target_value"].get<double>() == doctest::Approx(trial["metrics"]["test_accuracy"].get<double>()));
+    CHECK(p["target_value"].get<double>() != doctest::Approx(trial["objective"].get<double>()));
+    sum += p["target_value"].get<double>();
   }
-  CHECK(transfer["view"]["mean_target"].is_number());
+  CHECK(transfer["view"]["mean_target"].get<double>() == doctest::Approx(sum / 2));
   const json& pbt = s["stages"][3];
   REQUIRE(pbt["view"]["tree"].size() == 8);
   int exploits = 0;
