@@ -325,7 +325,9 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
     return finish_stdout();
   }
   if (!o.gave_up.empty()) {
+    // The stages it failed: the one that was running, and those that depend on a failed one.
     return err(Errc::kFailed, "campaign '" + o.name + "' stopped: " + o.gave_up + first_failure(o.db_path) +
+                                  (o.failed_stages.empty() ? "" : "\n" + o.failed_stages) +
                                   "\nfix the trainer or the config; `hpctune trials " + o.db_path +
                                   " --format json` shows every error");
   }
@@ -730,6 +732,36 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   return write_stdout(report::terminal_safe(out));
 }
 
+namespace {
+
+// validate's summary of every stage: each built as `run` builds it (workflow::make_stage), which
+// says how many trials it runs (StageRuntime::max_trials: a search's budget, an ensemble's
+// retrains, a transfer's targets and baselines, a pbt population). Errors are the config's.
+struct StageBudget {
+  std::string name, kind;
+  std::vector<std::string> from;
+  int64_t trials = 0;
+};
+
+Result<std::vector<StageBudget>> stage_budgets(const config::CampaignConfig& cfg) {
+  std::vector<StageBudget> out;
+  for (const scheduler::StagePlan& plan : scheduler::stage_plan(cfg)) {
+    HPCTUNE_ASSIGN(auto stage, workflow::make_stage(plan, cfg, std::nullopt));
+    out.push_back({plan.name, plan.kind, plan.from, stage->max_trials()});
+  }
+  return out;
+}
+
+std::string stage_budget_line(const StageBudget& b) {
+  std::string from;
+  for (const auto& f : b.from) from += (from.empty() ? " from " : ", ") + f;
+  const std::string trials = b.trials > 0 ? "up to " + std::to_string(b.trials) + (b.trials == 1 ? " trial" : " trials")
+                                          : std::string("no trials of its own");
+  return "    stage '" + b.name + "' (" + b.kind + from + "): " + trials + "\n";
+}
+
+}  // namespace
+
 Status cmd_validate(const std::string& path, bool print_json) {
   HPCTUNE_ASSIGN(auto cfg, config::load_config(path));
   warn_if_network_bind("validate", cfg.resources);
@@ -743,11 +775,20 @@ Status cmd_validate(const std::string& path, bool print_json) {
   // Fixed values are part of every trial but are not searched.
   size_t searched = 0, fixed = 0;
   for (const auto& spec : cfg.space.params()) ++(spec.type == search::ParamType::kFixed ? fixed : searched);
+  // Every stage's trials, as `run` will run them: the campaign's budget is their sum.
+  HPCTUNE_ASSIGN(const std::vector<StageBudget> budgets, stage_budgets(cfg));
+  int64_t total = 0;
+  for (const StageBudget& b : budgets) total += b.trials;
   std::printf("%s: ok\n", path.c_str());
-  std::printf("  campaign '%s', %zu searched parameter(s)%s, algorithm %s, up to %lld trials, trainer %s, %lld group(s)\n",
+  std::printf("  campaign '%s', %zu searched parameter(s)%s, algorithm %s, up to %lld trials%s, trainer %s, %lld group(s)\n",
               cfg.name.c_str(), searched, fixed ? (" and " + std::to_string(fixed) + " fixed").c_str() : "",
-              cfg.algorithm.c_str(), static_cast<long long>(cfg.max_trials),
+              cfg.algorithm.c_str(), static_cast<long long>(total), cfg.stages.empty() ? "" : " in all",
               cfg.trainer.value("kind", std::string("?")).c_str(), static_cast<long long>(cfg.resources.groups));
+  if (!cfg.stages.empty()) {
+    std::string lines = "  " + std::to_string(budgets.size()) + (budgets.size() == 1 ? " stage:\n" : " stages:\n");
+    for (const StageBudget& b : budgets) lines += stage_budget_line(b);
+    std::fputs(lines.c_str(), stdout);
+  }
   return {};
 }
 

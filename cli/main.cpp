@@ -310,7 +310,9 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--silence", sim_silence, "Test only: GROUP@SECONDS, the group goes silent then")->group("");
 
   std::string status_db, status_format = "table";
-  auto* status_cmd = app.add_subcommand("status", "The campaign, its stages, its trials by state, and the best trial");
+  auto* status_cmd = app.add_subcommand(
+      "status", "The campaign, its stages, its trials by state, and the best trial; a campaign whose master is gone "
+                "(killed: its lock free, its heartbeat old) is shown interrupted, with the `hpctune resume` to run");
   status_cmd->add_option("db", status_db, "The campaign's database")->required();
   status_cmd->add_option("--format", status_format, "table or json")->check(CLI::IsMember({"table", "json"}));
 
@@ -359,7 +361,8 @@ int main(int argc, char** argv) {
 
   std::string validate_config;
   bool validate_json = false, print_reference = false;
-  auto* validate_cmd = app.add_subcommand("validate", "Parse and check a config without running it");
+  auto* validate_cmd = app.add_subcommand(
+      "validate", "Parse and check a config without running it; summarise every stage with the trials it will run");
   validate_cmd->add_option("config", validate_config, "The sweep config (YAML)");
   validate_cmd->add_flag("--json", validate_json, "Print the config with every default filled in, as JSON");
   validate_cmd->add_flag("--print-reference", print_reference,

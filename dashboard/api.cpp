@@ -178,7 +178,11 @@ json campaign_summary(size_t index, CampaignSource& source) {
   const auto& c = s.campaign;
   const auto elapsed = report::campaign_elapsed(c, unix_now());
   out["name"] = c.name;
-  out["state"] = c.state;
+  // A campaign recorded running whose master is gone shows as interrupted (report/status.h).
+  const report::MasterLiveness master = report::master_liveness(c, source.path(), unix_now());
+  out["state"] = master.gone ? std::string("interrupted") : c.state;
+  out["state_text"] = master.text;
+  out["master"] = report::master_json(c, master);
   out["algorithm"] = config_value(c.config_json, "search", "algorithm");
   out["objectives"] = objectives_json(s);
   out["created_at"] = report::time_or_null(c.created_at);
@@ -201,7 +205,13 @@ json campaign_summary(size_t index, CampaignSource& source) {
 ApiResponse status(const Snapshot& s) {
   json out = s.status_json();
   const auto elapsed = report::campaign_elapsed(s.campaign, unix_now());
-  if (out.contains("campaign") && out["campaign"].is_object()) out["campaign"]["elapsed_s"] = opt_num(elapsed);
+  if (out.contains("campaign") && out["campaign"].is_object()) {
+    out["campaign"]["elapsed_s"] = opt_num(elapsed);
+    // The master's liveness as of now: the snapshot does not change when a master dies.
+    const report::MasterLiveness master = report::master_liveness(s.campaign, s.db_path, unix_now());
+    out["campaign"]["state"] = master.gone ? std::string("interrupted") : s.campaign.state;
+    out["campaign"]["master"] = report::master_json(s.campaign, master);
+  }
   return {200, std::move(out)};
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/clock.h"
@@ -61,8 +62,12 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
   const auto& c = s.campaign;
   const auto all = s.all_trials();
   const auto main = s.main_trials();
+  // A campaign recorded running whose master is gone shows as interrupted (report/status.h).
+  const report::MasterLiveness master = report::master_liveness(c, s.db_path, now);
   json out = {{"name", c.name},
-              {"state", c.state},
+              {"state", master.gone ? std::string("interrupted") : c.state},
+              {"state_text", master.text},
+              {"master", report::master_json(c, master)},
               {"algorithm", nullptr},
               {"objectives", objectives_json(s)},
               {"created_at", report::time_or_null(c.created_at)},
@@ -511,6 +516,14 @@ ApiResponse stages(const Snapshot& s, const QueryParams& params) {
           baseline_of[t->meta["baseline_of"].get<int64_t>()] = t;
         }
       }
+      // One figure, named, as `status` shows it: the stage's compare_metric (by default the
+      // objective's held-out figure, test_accuracy), not the validation objective.
+      const std::string metric = report::transfer_metric(st, s.objectives.metric);
+      auto value_of = [&](const store::TrialRow* t) -> std::optional<double> {
+        if (!t || !t->metrics.is_object() || !t->metrics.contains(metric) || !t->metrics[metric].is_number()) return {};
+        const double v = t->metrics[metric].get<double>();
+        return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+      };
       json pairs = json::array();
       double sum_t = 0, sum_b = 0;
       int64_t n_t = 0, n_b = 0;
@@ -518,14 +531,16 @@ ApiResponse stages(const Snapshot& s, const QueryParams& params) {
         if (!t->meta.is_object() || t->meta.value("role", "") != "target") continue;
         auto it = baseline_of.find(t->seq);
         const store::TrialRow* b = it == baseline_of.end() ? nullptr : it->second;
+        const auto tv = value_of(t), bv = value_of(b);
         json pair = {{"target", t->id}, {"baseline", b ? json(b->id) : json()},
-                     {"target_value", t->objective ? num(*t->objective) : json()},
-                     {"baseline_value", b && b->objective ? num(*b->objective) : json()}};
-        if (t->objective && std::isfinite(*t->objective)) sum_t += *t->objective, ++n_t;
-        if (b && b->objective && std::isfinite(*b->objective)) sum_b += *b->objective, ++n_b;
+                     {"target_value", tv ? num(*tv) : json()}, {"baseline_value", bv ? num(*bv) : json()}};
+        if (tv) sum_t += *tv, ++n_t;
+        if (bv) sum_b += *bv, ++n_b;
         pairs.push_back(std::move(pair));
       }
-      view = {{"pairs", std::move(pairs)},
+      view = {{"metric", metric},
+              {"label", report::metric_label(metric)},
+              {"pairs", std::move(pairs)},
               {"mean_target", n_t ? num(sum_t / static_cast<double>(n_t)) : json()},
               {"mean_baseline", n_b ? num(sum_b / static_cast<double>(n_b)) : json()}};
     } else if (st.kind == "pbt") {

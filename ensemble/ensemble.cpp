@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -287,6 +288,39 @@ Result<std::vector<double>> fit_weights(const std::vector<Probabilities>& member
       grad[i] = 2 * g;
     }
   });
+}
+
+std::size_t lowest_loss(const std::vector<double>& losses, const std::vector<double>& tie_break) {
+  if (losses.empty()) return 0;
+  double low = std::numeric_limits<double>::quiet_NaN();
+  for (double l : losses)
+    if (!std::isnan(l) && (std::isnan(low) || l < low)) low = l;
+  if (std::isnan(low)) return 0;
+  const double tolerance = 1e-12 * std::max(1.0, std::abs(low));
+  std::size_t best = losses.size();
+  for (std::size_t m = 0; m < losses.size(); ++m) {
+    if (std::isnan(losses[m]) || losses[m] > low + tolerance) continue;
+    if (best == losses.size()) {
+      best = m;
+      continue;
+    }
+    const double a = m < tie_break.size() ? tie_break[m] : std::numeric_limits<double>::quiet_NaN();
+    const double b = best < tie_break.size() ? tie_break[best] : std::numeric_limits<double>::quiet_NaN();
+    if (!std::isnan(a) && (std::isnan(b) || a > b)) best = m;
+  }
+  return best;
+}
+
+std::size_t best_member(const std::vector<Probabilities>& members, const std::vector<int>& labels) {
+  std::vector<double> losses;
+  for (const Probabilities& m : members) losses.push_back(log_loss(m, labels));
+  return lowest_loss(losses);
+}
+
+std::size_t best_member(const std::vector<Probabilities>& members, const Probabilities& targets) {
+  std::vector<double> losses;
+  for (const Probabilities& m : members) losses.push_back(mean_squared_error(m, targets));
+  return lowest_loss(losses);
 }
 
 }  // namespace hpctune::ensemble

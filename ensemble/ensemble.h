@@ -43,6 +43,15 @@ double log_loss(const Probabilities& p, const std::vector<int>& labels);
 // The fraction of rows whose most probable class is the label (ties: the lowest class).
 double accuracy(const Probabilities& p, const std::vector<int>& labels);
 
+// The best single member by the loss every method minimises, on the rows given (the validation
+// rows): the lowest log loss. Not by accuracy, which saturates and ties, and so can pick a member
+// the blend beats only in appearance. Ties as lowest_loss's without a tie-break; 0 for no members.
+std::size_t best_member(const std::vector<Probabilities>& members, const std::vector<int>& labels);
+// The index of the lowest of `losses` (NaN: worst). Losses within 1e-12 (relative) of it tie; a
+// tie goes to the higher `tie_break` (e.g. each member's objective, higher is better; NaN worst;
+// empty = none), then to the lower index. 0 for none.
+std::size_t lowest_loss(const std::vector<double>& losses, const std::vector<double>& tie_break = {});
+
 // sum_m weights[m] * members[m]. kInvalidArgument on shapes or weights that are not a distribution.
 Result<Probabilities> blend(const std::vector<Probabilities>& members, const std::vector<double>& weights);
 
@@ -63,6 +72,8 @@ Result<std::vector<double>> fit_weights(const std::vector<Probabilities>& member
 Status check_members(const std::vector<Probabilities>& members, const Probabilities& targets);
 // The mean over rows and outputs of (prediction - target)^2.
 double mean_squared_error(const Probabilities& predictions, const Probabilities& targets);
+// The best single member by the lowest mean squared error (ties: the lower index); 0 for none.
+std::size_t best_member(const std::vector<Probabilities>& members, const Probabilities& targets);
 Result<std::vector<double>> greedy_selection(const std::vector<Probabilities>& members, const Probabilities& targets,
                                              const GreedyOptions& options);
 Result<std::vector<double>> top_k(const std::vector<Probabilities>& members, const Probabilities& targets, int k);

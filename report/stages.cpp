@@ -75,33 +75,49 @@ std::string search_summary(const json& r) {
   return out;
 }
 
-std::string ensemble_summary(const json& r) {
-  const json& members = member(r, "members");
-  const size_t n = members.is_array() ? members.size() : 0;
-  const json& method = member(r, "method");
-  const json& single = member(r, "best_single");
-  std::string out = (method.is_string() ? method.get<std::string>() : "?") + ", " + std::to_string(n) +
-                    (n == 1 ? " member" : " members") + ": ";
-  if (member(r, "task") == "regression") {
-    out += "test MSE " + num(member(r, "test_mse")) + " (best single " + num(member(single, "test_mse")) + ", " +
-           trial_ref(member(single, "trial")) + ")";
-  } else {
-    out += "test acc " + num(member(r, "test_accuracy")) + " (best single " + num(member(single, "test_accuracy")) +
-           ", " + trial_ref(member(single, "trial")) + "), log loss " + num(member(r, "test_log_loss")) + " (" +
-           num(member(single, "test_log_loss")) + ")";
-  }
-  const json& skipped = member(r, "skipped");
-  if (skipped.is_number_integer() && skipped.get<int64_t>() > 0) {
-    out += "; " + counted(skipped, "trial") + " without predictions skipped";
-  }
-  return out;
-}
-
 // A metric's name as the summaries write it: "test_accuracy" as "test accuracy"; "?" without one.
 std::string metric_label(const json& name) {
   if (!name.is_string() || name.get<std::string>().empty()) return "?";
   std::string out = name.get<std::string>();
   std::replace(out.begin(), out.end(), '_', ' ');
+  return out;
+}
+
+// The blend beside its best single member: the member with the lowest validation loss, the loss
+// the blend minimises (chosen_by: val_log_loss or val_mse), with its objective value beside the
+// blend's. A result recorded before chosen_by (an older database) chose the member by the objective.
+std::string ensemble_summary(const json& r) {
+  const json& members = member(r, "members");
+  const size_t n = members.is_array() ? members.size() : 0;
+  const json& method = member(r, "method");
+  const json& single = member(r, "best_single");
+  const json& chosen_by = member(single, "chosen_by");
+  std::string out = (method.is_string() ? method.get<std::string>() : "?") + ", " + std::to_string(n) +
+                    (n == 1 ? " member" : " members") + " vs best single " + trial_ref(member(single, "trial")) + " (" +
+                    (chosen_by == "val_mse"       ? std::string("lowest val MSE")
+                     : chosen_by.is_string() ? "lowest " + metric_label(chosen_by)
+                                             : std::string("best by the objective")) +
+                    "): ";
+  // "<label> <blend> vs <member>" for each figure, the blend's first.
+  auto versus = [&](const char* key, const std::string& label) {
+    return label + " " + num(member(r, key)) + " vs " + num(member(single, key));
+  };
+  const bool regression = member(r, "task") == "regression";
+  out += regression ? versus("val_mse", "val MSE") : versus("val_log_loss", "val log loss");
+  // The objective's value beside the loss, unless the objective is that loss.
+  const json& objective = member(single, "objective");
+  const json& metric = member(objective, "metric");
+  if (metric.is_string() && metric != chosen_by) {
+    const json& blend_value = member(member(r, "objective"), "value");
+    out += ", " + metric_label(metric) + " " + (blend_value.is_number() ? num(blend_value) : std::string("-")) + " vs " +
+           num(member(objective, "value"));
+  }
+  out += "; " + (regression ? versus("test_mse", "test MSE")
+                            : versus("test_accuracy", "test acc") + ", " + versus("test_log_loss", "test log loss"));
+  const json& skipped = member(r, "skipped");
+  if (skipped.is_number_integer() && skipped.get<int64_t>() > 0) {
+    out += "; " + counted(skipped, "trial") + " without predictions skipped";
+  }
   return out;
 }
 
@@ -274,6 +290,18 @@ std::string stage_summary(const store::StageRow& stage) {
   if (stage.kind == "pbt") return pbt_summary(r);
   return r.dump();
 }
+
+std::string transfer_metric(const store::StageRow& stage, const std::string& objective_metric) {
+  const json metric = compared_metric(stage.result);
+  if (metric.is_string() && !metric.get<std::string>().empty()) return metric.get<std::string>();
+  const json& setting = member(stage.config_json, "compare_metric");
+  if (setting.is_string() && !setting.get<std::string>().empty()) return setting.get<std::string>();
+  const std::string val = "val_";
+  if (objective_metric.rfind(val, 0) == 0) return "test_" + objective_metric.substr(val.size());
+  return objective_metric;
+}
+
+std::string metric_label(const std::string& metric) { return metric_label(json(metric)); }
 
 bool show_stages(const std::vector<store::StageRow>& stages) {
   if (stages.size() > 1) return true;

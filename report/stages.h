@@ -30,11 +30,23 @@ std::vector<std::map<std::string, int64_t>> trials_by_stage(const std::vector<st
 // One line about what the stage computed, by kind ("" when its result is empty):
 //   search    reached val_accuracy >= 0.9 at trial #23 after 23 trials, 3 generations, 4:12
 //             (only with search.stop_when; "... not reached after ...")
-//   ensemble  greedy, 5 members: test acc 0.8912 (best single 0.8801, #14), log loss 0.3100 (0.3500)
+//   ensemble  greedy, 5 members vs best single #14 (lowest val log loss): val log loss 0.3100 vs 0.3500,
+//             val accuracy 0.8912 vs 0.8801; test acc 0.8912 vs 0.8801, test log loss 0.3100 vs 0.3500
+//             (the blend's figure first; the member with the lowest validation loss, the loss the
+//             blend minimises, and the objective's value beside it; regression: val MSE, test MSE)
 //   transfer  test acc 0.8410 vs baseline 0.7702 (+0.0708), source #14
 //   pbt       8 members, 12 exploits: best #3 0.8850 (test 0.8801)
 // A kind it does not know: the result as compact JSON.
 std::string stage_summary(const store::StageRow& stage);
+
+// The figure a transfer stage compares its targets and baselines by, the one its summary shows
+// (and the dashboard's transfer view with it): its result's compare_metric (an older result: the
+// keys it recorded); before it completes, its compare_metric setting, by default the objective's
+// metric with val_ as test_ (workflow/stage_settings.h: held_out_metric). "" when none is known.
+std::string transfer_metric(const store::StageRow& stage, const std::string& objective_metric);
+
+// A metric's name as the summaries write it: "test_accuracy" as "test accuracy"; "?" for "".
+std::string metric_label(const std::string& metric);
 
 // Whether `status` shows the Stages table: with more than one stage, or a stage with a result. A
 // single search stage with nothing to show keeps the status text of a campaign without stages.

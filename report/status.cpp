@@ -1,7 +1,14 @@
 // The state of a campaign at a glance (status.h).
 #include "report/status.h"
 
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+
+#include "common/system.h"
 
 #include "report/campaign.h"
 #include "report/format.h"
@@ -15,6 +22,65 @@ namespace hpctune::report {
 std::optional<double> campaign_elapsed(const store::CampaignRow& campaign, double now) {
   if (campaign.created_at <= 0) return std::nullopt;
   return (campaign.finished_at > 0 ? campaign.finished_at : now) - campaign.created_at;
+}
+
+namespace {
+
+// An age as people say it: "45s", "3m 2s", "2h 5m".
+std::string age_text(double seconds) {
+  const auto s = static_cast<long long>(std::llround(std::max(0.0, seconds)));
+  if (s < 60) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
+  return std::to_string(s / 3600) + "h " + std::to_string((s / 60) % 60) + "m";
+}
+
+}  // namespace
+
+MasterLiveness judge_master(const store::CampaignRow& c, bool lock_held, bool process_gone, double now,
+                            const std::string& db_path) {
+  MasterLiveness m;
+  m.text = c.state;
+  if (c.heartbeat_at > 0) m.heartbeat_age_s = std::max(0.0, now - c.heartbeat_at);
+  if (c.state != "running") return m;
+  // Without a heartbeat (a database recorded before there were any) its age is unknown: only a
+  // master process known to be gone says so.
+  const bool stale = m.heartbeat_age_s > store::kMasterHeartbeatStale_s;
+  const std::string last =
+      m.heartbeat_age_s < 0 ? std::string("no heartbeat recorded") : "last heartbeat " + age_text(m.heartbeat_age_s) + " ago";
+  if (!lock_held && (stale || process_gone)) {
+    m.gone = true;
+    m.resume = "hpctune resume " + db_path;
+    m.text = "interrupted (the master is gone: " + last + "; resume with: " + m.resume + ")";
+  } else if (stale && lock_held) {
+    m.text = "running (no heartbeat for " + age_text(m.heartbeat_age_s) + "; the master still holds its lock)";
+  }
+  return m;
+}
+
+MasterLiveness master_liveness(const store::CampaignRow& c, const std::string& db_path, double now) {
+  if (c.state != "running") return judge_master(c, false, false, now, db_path);
+  bool process_gone = false;
+  if (c.master_pid > 0 && c.master_host == host_name()) {
+    process_gone = ::kill(static_cast<pid_t>(c.master_pid), 0) != 0 && errno == ESRCH;
+  }
+  const bool stale = c.heartbeat_at > 0 && now - c.heartbeat_at > store::kMasterHeartbeatStale_s;
+  // The lock is probed only when the master may be gone: a probe in the instant a master starts
+  // would refuse it (store::master_lock_held).
+  if (!stale && !process_gone) return judge_master(c, true, false, now, db_path);
+  // A failed probe counts as held: a file system without flock must not make a live master "gone".
+  auto held = store::master_lock_held(db_path);
+  const bool lock_held = !held.ok() || *held;
+  return judge_master(c, lock_held, process_gone, now, db_path);
+}
+
+nlohmann::json master_json(const store::CampaignRow& c, const MasterLiveness& m) {
+  return {{"alive", c.state == "running" ? nlohmann::json(!m.gone) : nlohmann::json(nullptr)},
+          {"heartbeat_at", time_or_null(c.heartbeat_at)},
+          {"heartbeat_age_s", c.state == "running" && m.heartbeat_age_s >= 0 ? nlohmann::json(m.heartbeat_age_s)
+                                                                              : nlohmann::json(nullptr)},
+          {"host", c.master_host},
+          {"pid", c.master_pid},
+          {"resume", m.resume.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.resume)}};
 }
 
 Result<int64_t> count_lost_attempts(store::Store& db, const std::vector<store::TrialRow>& trials) {
@@ -65,6 +131,7 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   st.maximize = v.objectives.maximize;
   if (v.front()) st.front = v.pareto;
   st.now = now;
+  st.master = master_liveness(v.campaign, v.db_path, now);
   HPCTUNE_ASSIGN(st.gpus, attempt_gpus(v));
   return st;
 }
@@ -99,7 +166,9 @@ nlohmann::json status_json(const CampaignStatus& st) {
     }
   }
   nlohmann::json campaign = {{"name", c.name},
-                             {"state", c.state},
+                             {"state", st.master.gone ? std::string("interrupted") : c.state},
+                             {"recorded_state", c.state},
+                             {"master", master_json(c, st.master)},
                              {"seed", c.seed},
                              {"algorithm", config_value(cj, "search", "algorithm")},
                              {"objectives", std::move(objectives)},
@@ -187,8 +256,9 @@ std::string simulated_mark(const nlohmann::json& detail) {
 
 std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t width) {
   const auto& c = v.campaign;
+  const std::string state = st.master.text.empty() ? c.state : st.master.text;
   std::string out = text("campaign   %s\nstate      %s\ndatabase   %s\nseed       %llu\n", c.name.c_str(),
-                         c.state.c_str(), v.db_path.c_str(), static_cast<unsigned long long>(c.seed));
+                         state.c_str(), v.db_path.c_str(), static_cast<unsigned long long>(c.seed));
   if (!v.simulated.is_null()) out += "mark       " + simulated_mark(v.simulated) + "\n";
   // Why it failed, one line per failed stage (the reason recorded with the stage's state).
   for (const std::string& why : stage_failures(st.stages)) out += "reason     " + why + "\n";

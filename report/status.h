@@ -19,6 +19,40 @@ namespace hpctune::report {
 
 struct CampaignView;
 
+// Whether the master of a campaign recorded `running` still runs. A master killed outright
+// (SIGKILL, a lost node) leaves its campaign `running` in the store; readers never write, so they
+// judge it from the master lock (Store::master_lock_held: the kernel drops it with the process) and
+// the heartbeat the master writes every store::kMasterHeartbeatEvery_s.
+struct MasterLiveness {
+  // The master is gone: its lock is free, and its heartbeat is older than
+  // store::kMasterHeartbeatStale_s or it ran on this host and its process no longer exists (a
+  // campaign without a heartbeat, recorded before there were any, is judged by the process only). The views then show the campaign interrupted, with the command that resumes it.
+  bool gone = false;
+  double heartbeat_age_s = -1;  // seconds since the last heartbeat; < 0 = none recorded
+  std::string resume;           // "hpctune resume DB" when gone, "" otherwise
+  // The state as the views show it: the recorded state, or "interrupted (the master is gone: last
+  // heartbeat 3m 2s ago; resume with: hpctune resume DB)"; "running (no heartbeat for 45s; the
+  // master still holds its lock)" for a master that holds its lock but has stopped writing.
+  std::string text;
+};
+
+// The judgement from the facts (pure, for tests): `lock_held` the master lock's probe (ignored
+// unless the campaign is recorded running), `process_gone` whether the recorded master process is
+// known to be gone (it ran on this host and no such pid exists), `now` unix seconds.
+MasterLiveness judge_master(const store::CampaignRow& campaign, bool lock_held, bool process_gone, double now,
+                            const std::string& db_path);
+
+// Reads the facts for judge_master, for a campaign recorded running: whether the recorded master
+// process is gone (only when it ran on this host), and, only when that or a stale heartbeat says
+// the master may be gone, the master lock (store::master_lock_held). Never writes. A probe that
+// fails (no flock on this file system) counts as held: never a false "gone".
+MasterLiveness master_liveness(const store::CampaignRow& campaign, const std::string& db_path, double now);
+
+// {alive, heartbeat_at, heartbeat_age_s, host, pid, resume} for status's and the dashboard's JSON
+// (alive and heartbeat_age_s null unless the campaign is recorded running, heartbeat_at null when
+// none was recorded; resume null unless gone).
+nlohmann::json master_json(const store::CampaignRow& campaign, const MasterLiveness& master);
+
 struct CampaignStatus {
   store::CampaignRow campaign;
   std::vector<store::StageRow> stages;
@@ -35,6 +69,7 @@ struct CampaignStatus {
   // trial, by trial id; only trials whose attempt had some.
   std::map<int64_t, std::string> gpus;
   nlohmann::json simulated;  // CampaignView::simulated: null unless `hpctune simulate` recorded it
+  MasterLiveness master;     // master_liveness at `now`; the recorded state when not running
 };
 
 // The status of the view's campaign at `now` (seconds since the epoch): reads the counts, stages
@@ -42,7 +77,10 @@ struct CampaignStatus {
 Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 
 // {campaign: {name, state, seed, algorithm, objectives, created_at, finished_at, elapsed_s,
-// max_trials, simulated: null, or {mark (simulated_mark), detail (the campaign_simulated event's)}},
+// max_trials, simulated: null, or {mark (simulated_mark), detail (the campaign_simulated event's)},
+// recorded_state (the store's), master (master_json)}, ...: state is "interrupted" where the
+// store says running but the master is gone (MasterLiveness), and master.resume then names the
+// command that continues it.
 // stages: [...], trials: {total, by_state}, attempts_lost, best: {trial, metric,
 // objective, attempt, params, metrics} or null, and with several objectives pareto_front: [trial
 // ids]}. Times are null when unset. With GPUs: best.devices ("0,1") and running_gpus: [{trial,

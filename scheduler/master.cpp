@@ -268,12 +268,8 @@ Status Master::advance_stages(Clock::time_point now) {
     }
     for (std::size_t k = 0; k < stages_.size(); ++k) {
       if (stages_[k].state != "pending") continue;
-      std::string failed_input;
-      for (std::size_t i : stages_[k].inputs) {
-        if (stages_[i].state == "failed" && failed_input.empty()) failed_input = stages_[i].name;
-      }
-      if (!failed_input.empty()) {
-        HPCTUNE_TRY(fail_stage(k, "its input stage '" + failed_input + "' failed", now));
+      if (const std::string why = failed_input_reason(k); !why.empty()) {
+        HPCTUNE_TRY(fail_stage(k, why, now));
       } else if (inputs_complete(stages_[k])) {
         HPCTUNE_TRY(begin_stage(k, now, /*before_scheduler=*/false));
       } else {
@@ -281,6 +277,14 @@ Status Master::advance_stages(Clock::time_point now) {
       }
       changed = true;
     }
+  }
+  return {};
+}
+
+std::string Master::failed_input_reason(std::size_t k) const {
+  for (std::size_t i : stages_[k].inputs) {
+    const HeldStage& in = stages_[i];
+    if (in.state == "failed") return "stage '" + in.name + "' it depends on failed" + (in.reason.empty() ? "" : ": " + in.reason);
   }
   return {};
 }
@@ -429,6 +433,12 @@ Result<bool> Master::step(Clock::time_point now) {
   if ((last_tick_ == now || sched_->finished()) && !sched_->interrupted() && !sched_->fatal()) {
     if (auto s = advance_stages(now); !s.ok()) return fail(std::move(s).error(), now);
   }
+  // The heartbeat `status` tells a live master from a dead one by (with the master lock).
+  if (!last_heartbeat_ || now - *last_heartbeat_ >= std::chrono::duration<double>(store::kMasterHeartbeatEvery_s)) {
+    last_heartbeat_ = now;
+    if (auto s = db.set_campaign_heartbeat(c_.campaign_id, p_.wall.unix_at(now)); !s.ok())
+      return fail(std::move(s).error(), now);
+  }
   if (auto s = db.commit(); !s.ok()) return fail(std::move(s).error(), now);
   failpoint_->point.pass("after-commit");
   // The trial source failed in this turn: recorded (event, log) and committed; the campaign fails.
@@ -530,20 +540,41 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   // The algorithm's own record (generations, Pareto front, best) for status and the dashboard.
   HPCTUNE_TRY(sched_->save_search_state(now));
   // Stopped by search.max_failures, or a stage failed: recorded failed (a resume may try again).
-  const std::string stage_failures = failed_stages();
   const bool gave_up = !sched_->gave_up().empty();
+  const bool stopped = gave_up && !sched_->interrupted();
+  HPCTUNE_TRY(db.begin());
+  // Every stage that ran ends with the campaign (`status` reads each stage's state from the store);
+  // a completed or failed one keeps its result or reason. Stopped by search.max_failures, a running
+  // stage fails with that reason, and so does every pending stage that depends on a failed one
+  // (it can never run); another pending one stays pending for a resume.
+  for (HeldStage& st : stages_) {
+    if (st.state == "running") {
+      if (stopped) {
+        HPCTUNE_TRY(db.set_stage_state(st.id, "failed", t1, sched_->gave_up()));
+        st.state = "failed";
+        st.reason = sched_->gave_up();
+      } else {
+        const bool failures = gave_up || !failed_stages().empty();
+        HPCTUNE_TRY(db.set_stage_state(st.id, sched_->interrupted() ? "interrupted" : failures ? "failed" : "completed", t1, ""));
+      }
+    }
+  }
+  // Until nothing changes: a stage two steps downstream fails once its input has.
+  for (bool changed = stopped; changed;) {
+    changed = false;
+    for (std::size_t k = 0; k < stages_.size(); ++k) {
+      if (stages_[k].state != "pending") continue;
+      if (const std::string why = failed_input_reason(k); !why.empty()) {
+        HPCTUNE_TRY(fail_stage(k, why, now));
+        changed = true;
+      }
+    }
+  }
+  const std::string stage_failures = failed_stages();
   const char* final_state = sched_->interrupted()              ? "interrupted"
                             : gave_up || !stage_failures.empty() ? "failed"
                                                                  : "completed";
-  HPCTUNE_TRY(db.begin());
   HPCTUNE_TRY(db.set_campaign_state(c_.campaign_id, final_state, t1));
-  // Every stage that ran ends with the campaign (`status` reads each stage's state from the store);
-  // a completed or failed one keeps its result or reason, a pending one stays pending for a resume.
-  for (const HeldStage& st : stages_) {
-    if (st.state == "running") {
-      HPCTUNE_TRY(db.set_stage_state(st.id, final_state, t1, gave_up && !sched_->interrupted() ? sched_->gave_up() : ""));
-    }
-  }
   nlohmann::json detail = {{"seconds", t1 - t0}};
   if (gave_up) {
     detail["reason"] = sched_->gave_up();

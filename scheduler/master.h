@@ -126,7 +126,9 @@ class Master {
   // below); any other error is fatal as in step(): the campaign is recorded failed.
   //
   // Stage failures: a stage fails when it cannot be built or begun, when finish() fails, when it
-  // ran trials and none of them succeeded (every one failed), or when a stage of its `from` failed.
+  // ran trials and none of them succeeded (every one failed), or when a stage of its `from` failed
+  // (reason "stage 'x' it depends on failed: <x's reason>"; at stop() too, when search.max_failures
+  // stopped the campaign: the running stage fails with that reason, and so do its dependents).
   // Its state and reason are written by one statement, with a stage_failed event, in the turn's
   // transaction; its queued trials are recorded interrupted (Scheduler::close_stage). The other
   // stages run to their end; the campaign then ends failed, with each stage's reason in `status`.
@@ -183,6 +185,8 @@ class Master {
   StageContext stage_context(std::size_t k, Clock::time_point now) const;
   Status begin_stage(std::size_t k, Clock::time_point now, bool before_scheduler);
   Status fail_stage(std::size_t k, const std::string& reason, Clock::time_point now);
+  // "stage 'x' it depends on failed: <its reason>" for the first failed stage of k's `from`; "" if none.
+  std::string failed_input_reason(std::size_t k) const;
   // "" when some trial of stage k succeeded (or it ran none); else why it failed.
   Result<std::string> no_trial_succeeded(std::size_t k) const;
   std::string failed_stages() const;  // see CampaignOutcome::failed_stages
@@ -194,6 +198,7 @@ class Master {
   std::optional<protocol::Envelope> pending_;  // a frame wait() received
   std::chrono::milliseconds poll_interval_{50};
   Clock::time_point start_{}, last_tick_{};
+  std::optional<Clock::time_point> last_heartbeat_;  // store::kMasterHeartbeatEvery_s apart
   bool any_registered_ = false;
   bool failed_ = false;
   struct FailPointState;

@@ -275,6 +275,13 @@ inline constexpr const char* kMigration8 = R"sql(
 ALTER TABLE trials ADD COLUMN sync_mode TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v9: campaigns.heartbeat_at: the unix time the running master last wrote (Store::
+// set_campaign_heartbeat, every few seconds), so that `status` can tell a master that is gone from
+// one that runs; NULL = none written (a campaign recorded before v9, or a master that never ran a turn).
+inline constexpr const char* kMigration9 = R"sql(
+ALTER TABLE campaigns ADD COLUMN heartbeat_at REAL;
+)sql";
+
 inline constexpr Migration kMigrations[] = {
     {1, "core tables: campaigns, trials, attempts, metrics, events", kMigration1},
     {2, "workflow tables: stages, lineage, artifacts, groups; trials.stage_id/parent_trial_id/generation",
@@ -285,6 +292,7 @@ inline constexpr Migration kMigrations[] = {
     {6, "stages.reason: why a stage failed", kMigration6},
     {7, "attempts.devices: the GPUs of each attempt", kMigration7},
     {8, "trials.sync_mode: how the data replicas combined gradients", kMigration8},
+    {9, "campaigns.heartbeat_at: the running master's heartbeat", kMigration9},
 };
 
 // The first version whose states live in the lookup tables.
@@ -293,6 +301,8 @@ inline constexpr int kStateTablesVersion = 4;
 inline constexpr int kDevicesVersion = 7;
 // The first version that records each trial's sync mode.
 inline constexpr int kSyncModeVersion = 8;
+// The first version that records the master's heartbeat.
+inline constexpr int kHeartbeatVersion = 9;
 
 inline constexpr int kLatestVersion = static_cast<int>(std::size(kMigrations));
 

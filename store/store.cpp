@@ -134,6 +134,8 @@ enum Query : int {
   kFirstCampaign,
   kInsertCampaign,
   kLoadCampaign,
+  kLoadCampaignV8,
+  kSetCampaignHeartbeat,
   kSetCampaignState,
   kSetSearchState,
   kSetCampaignMaster,
@@ -206,6 +208,7 @@ enum Query : int {
 #define HPCTUNE_CAMPAIGN_COLUMNS                                                                    \
   "id, name, config_text, config_source, config_json, seed, state, created_at, finished_at, "       \
   "search_state, master_host, master_pid"
+#define HPCTUNE_CAMPAIGN_COLUMNS_V9 HPCTUNE_CAMPAIGN_COLUMNS ", heartbeat_at"
 
 // Indexed by Query. Parameters are numbered so that each method's binding reads like its SQL.
 // Hot statements spell out `state <> 'a' AND state <> 'b'` instead of `state NOT IN ('a', 'b')`:
@@ -221,7 +224,9 @@ constexpr const char* kSql[kNumQueries] = {
     /* kInsertCampaign */
     "INSERT INTO campaigns (name, config_text, config_source, config_json, seed, state, created_at, "
     "finished_at, search_state, master_host, master_pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    /* kLoadCampaign */ "SELECT " HPCTUNE_CAMPAIGN_COLUMNS " FROM campaigns ORDER BY id LIMIT 1",
+    /* kLoadCampaign */ "SELECT " HPCTUNE_CAMPAIGN_COLUMNS_V9 " FROM campaigns ORDER BY id LIMIT 1",
+    /* kLoadCampaignV8 */ "SELECT " HPCTUNE_CAMPAIGN_COLUMNS " FROM campaigns ORDER BY id LIMIT 1",
+    /* kSetCampaignHeartbeat */ "UPDATE campaigns SET heartbeat_at = ?2 WHERE id = ?1",
     /* kSetCampaignState */ "UPDATE campaigns SET state = ?2, finished_at = ?3 WHERE id = ?1",
     /* kSetSearchState */ "UPDATE campaigns SET search_state = ?2 WHERE id = ?1",
     /* kSetCampaignMaster */ "UPDATE campaigns SET master_host = ?2, master_pid = ?3 WHERE id = ?1",
@@ -522,6 +527,7 @@ Result<CampaignRow> read_campaign(sqlite3_stmt* s) {
   HPCTUNE_ASSIGN(r.search_state, col_json(s, 9, "campaigns.search_state"));
   r.master_host = col_text(s, 10);
   r.master_pid = col_i64(s, 11);
+  if (sqlite3_column_count(s) > 12) r.heartbeat_at = col_time(s, 12);  // schema v9
   return r;
 }
 
@@ -1049,6 +1055,22 @@ Status Store::lock_database(unsigned file_mode) {
   return Status::Ok();
 }
 
+Result<bool> master_lock_held(const std::string& path) {
+  if (!is_file_path(path)) return false;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;  // no file, no master
+  // A descriptor of our own (parked, never closed: closing one would drop SQLite's POSIX locks).
+  HPCTUNE_ASSIGN(int fd, database_fd(path, 0600));
+  if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
+    park_lock_fd(fd);  // drops the shared lock at once
+    return false;
+  }
+  const int e = errno;
+  park_lock_fd(fd);
+  if (e == EWOULDBLOCK) return true;
+  return err(Errc::kIo, "cannot probe the master lock of " + path + ": " + std::strerror(e));
+}
+
 std::string Store::lock_holder() const {
   // The holder writes "pid host" right after locking: an empty file means we caught it in between.
   // A pid on this host that no longer exists was left by a master killed before it cleared the file.
@@ -1140,7 +1162,7 @@ Result<int64_t> Store::create_campaign(const CampaignRow& row) {
 }
 
 Result<std::optional<CampaignRow>> Store::load_campaign() {
-  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kLoadCampaign));
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kHeartbeatVersion ? kLoadCampaign : kLoadCampaignV8));
   Bind b(s);
   int rc = b.step();
   if (rc == SQLITE_DONE) return std::optional<CampaignRow>();
@@ -1182,6 +1204,16 @@ Status Store::set_campaign_master(int64_t id, const std::string& host, int64_t p
   b.i64(1, id).text(2, host).i64(3, pid);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot record the master of campaign " + std::to_string(id));
+  return expect_one_row(db_.get(), "campaign", id);
+}
+
+Status Store::set_campaign_heartbeat(int64_t id, double t) {
+  if (version_ < schema::kHeartbeatVersion) return Status::Ok();
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSetCampaignHeartbeat));
+  Bind b(s);
+  b.i64(1, id).time(2, t);
+  int rc = b.step();
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot record the heartbeat of campaign " + std::to_string(id));
   return expect_one_row(db_.get(), "campaign", id);
 }
 

@@ -91,6 +91,9 @@ struct CampaignRow {
   nlohmann::json search_state;  // null unless the searcher keeps a checkpoint
   std::string master_host;
   int64_t master_pid = 0;
+  // The unix time the running master last wrote its heartbeat (Store::set_campaign_heartbeat);
+  // 0 = never (a campaign recorded before schema v9, or a master that died before its first turn).
+  double heartbeat_at = 0;
 };
 
 struct StageRow {
@@ -170,6 +173,20 @@ struct GroupRow {
   int64_t restarts = 0;
   double started_at = 0, updated_at = 0;
 };
+
+// The running master writes its heartbeat (Store::set_campaign_heartbeat) this often; a reader
+// takes a master for gone when the master lock is free and its heartbeat is older than
+// kMasterHeartbeatStale_s (report/status.h: master_liveness).
+inline constexpr double kMasterHeartbeatEvery_s = 5;
+inline constexpr double kMasterHeartbeatStale_s = 30;
+
+// Whether some process holds the master lock (Store::acquire_master_lock) of the database at
+// `path` now: a probe for readers (`status`, the dashboard) that never writes nor creates a file.
+// It takes a shared flock on a descriptor of its own without waiting and drops it at once; a
+// master starting in that very instant is refused as "starting" (so readers call it only when the
+// heartbeat already says the master may be gone). False for ":memory:" and a missing file; kIo
+// when the file cannot be opened or its file system has no flock.
+Result<bool> master_lock_held(const std::string& path);
 
 struct OpenOptions {
   // Test hook: migrate only up to this version (-1 = latest). A store opened below the latest
@@ -295,6 +312,9 @@ class Store {
   Status set_search_state(int64_t id, const nlohmann::json& state);
   // Records which master process runs the campaign now (on start and on resume).
   Status set_campaign_master(int64_t id, const std::string& host, int64_t pid);
+  // The master's heartbeat (CampaignRow::heartbeat_at): written by the running master every
+  // kMasterHeartbeatEvery_s inside its turn's transaction. A no-op below schema v9.
+  Status set_campaign_heartbeat(int64_t id, double t);
   // Replaces the campaign's normalized config (config_json): what a resume changed and must keep,
   // such as a budget extended with `resume --max-trials`.
   Status set_campaign_config_json(int64_t id, const nlohmann::json& config_json);

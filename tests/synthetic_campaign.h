@@ -147,6 +147,8 @@ inline Status make_synthetic_campaign(const std::string& path, int64_t trials, i
     }
     if (!running) {
       nlohmann::json metrics = {{"val_accuracy", objective}, {"loss", 1 - objective}};
+      // A transfer stage's trials report their held-out figure too: what the stage compares by.
+      if (meta.contains("role")) metrics["test_accuracy"] = objective - 0.02;
       std::optional<double> obj = objective;
       std::string error;
       if (outcome == TrialState::kFailed) {
@@ -216,7 +218,7 @@ inline Status make_synthetic_campaign(const std::string& path, int64_t trials, i
                               TrialState::kDone)
                       );
     }
-    HPCTUNE_TRY(db->complete_stage(transfer, {{"targets", 2}, {"baselines", 2}}, now + 2));
+    HPCTUNE_TRY(db->complete_stage(transfer, {{"targets", 2}, {"baselines", 2}, {"compare_metric", "test_accuracy"}}, now + 2));
     // PBT: four members, then four that exploit them.
     HPCTUNE_ASSIGN(const int64_t pbt, db->create_stage(cid, "pbt", "pbt", nlohmann::json::object(), now));
     std::vector<int64_t> members_ids;

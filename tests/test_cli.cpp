@@ -583,7 +583,7 @@ TEST_CASE("status --format json: a finished campaign's counts, stage and best tr
   CHECK_FALSE(contains(out, "\"campaign\""));  // no JSON on a usage error
 }
 
-TEST_CASE("status --format json: a campaign whose master died is running; after resume, its lost attempts") {
+TEST_CASE("status --format json: a campaign whose master died is interrupted; after resume, its lost attempts") {
   TempDir dir;
   const std::string cfg = dir.write("c.yaml", sleep_config("status-live", 4, 0.5, 1, 2));
   const std::string db = dir.file("l.db");
@@ -594,7 +594,11 @@ TEST_CASE("status --format json: a campaign whose master died is running; after 
                             "killed.log", &code);
   REQUIRE_MESSAGE(code == -SIGKILL, out);
   const json st = status_json_of(dir, db, "running.json");
-  CHECK(st["campaign"]["state"] == "running");
+  // The store still says running; status tells that its master is gone (issue 36, item 2).
+  CHECK(st["campaign"]["state"] == "interrupted");
+  CHECK(st["campaign"]["recorded_state"] == "running");
+  CHECK(st["campaign"]["master"]["alive"] == false);
+  CHECK(st["campaign"]["master"]["resume"] == "hpctune resume " + db);
   CHECK(st["campaign"]["finished_at"].is_null());
   CHECK(st["campaign"]["elapsed_s"].get<double>() > 0);
   REQUIRE(st["stages"].size() == 1);
@@ -619,6 +623,52 @@ TEST_CASE("status --format json: a campaign whose master died is running; after 
   CHECK(done["attempts_lost"].get<int64_t>() == store_lost_attempts(db));
   CHECK(done["attempts_lost"].get<int64_t>() >= in_flight);
   if (in_flight > 0) CHECK(done["attempts_lost"].get<int64_t>() > 0);
+}
+
+// Issue 36, item 2: a master SIGKILLed leaves its campaign `running` in the store; `status` tells
+// it from a live one by the master lock (free once the process is gone) and the heartbeat, says
+// interrupted and names the resume, in text and JSON, and never writes to the store.
+TEST_CASE("status of a SIGKILLed master says interrupted and names resume; a live one says running") {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("gone", 4, 5.0, 5, 1));
+  const std::string db = dir.file("gone.db");
+  ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE(wait_for_running_trial(db, std::chrono::seconds(20)));
+  int code = 0;
+  std::string text = run_log(dir, {"status", db}, "live.log", &code);
+  REQUIRE_MESSAGE(code == 0, text);
+  CHECK_MESSAGE(contains(text, "state      running\n"), text);
+  json st = json::parse(run_log(dir, {"status", db, "--format", "json"}, "live.json", &code));
+  REQUIRE(code == 0);
+  CHECK(st["campaign"]["state"] == "running");
+  CHECK(st["campaign"]["recorded_state"] == "running");
+  CHECK(st["campaign"]["master"]["alive"] == true);
+  CHECK(st["campaign"]["master"]["pid"] == run.pid());
+  CHECK(st["campaign"]["master"]["heartbeat_at"].is_number());  // written with the master's first turn
+  CHECK(st["campaign"]["master"]["resume"].is_null());
+
+  REQUIRE(kill(run.pid(), SIGKILL) == 0);
+  auto killed = run.wait_for(std::chrono::seconds(30));
+  REQUIRE(killed.has_value());
+  CHECK(killed->signaled);
+  text = run_log(dir, {"status", db}, "gone.log", &code);
+  REQUIRE_MESSAGE(code == 0, text);
+  CHECK_MESSAGE(contains(text, "state      interrupted (the master is gone: last heartbeat "), text);
+  CHECK_MESSAGE(contains(text, " ago; resume with: hpctune resume " + db + ")\n"), text);
+  st = json::parse(run_log(dir, {"status", db, "--format", "json"}, "gone.json", &code));
+  REQUIRE(code == 0);
+  CHECK(st["campaign"]["state"] == "interrupted");
+  CHECK(st["campaign"]["recorded_state"] == "running");
+  CHECK(st["campaign"]["master"]["alive"] == false);
+  CHECK(st["campaign"]["master"]["heartbeat_age_s"].get<double>() >= 0);
+  CHECK(st["campaign"]["master"]["resume"] == "hpctune resume " + db);
+  // status never writes: the store still records the campaign running, for `resume` to pick up.
+  auto ro = store::Store::open_readonly(db);
+  REQUIRE(ro.ok());
+  auto c = (*ro)->load_campaign();
+  REQUIRE((c.ok() && *c));
+  CHECK((*c)->state == "running");
+  check_no_orphans(db);
 }
 
 // --- item 30: rough edges ----------------------------------------------------------------------------
@@ -741,6 +791,35 @@ TEST_CASE("validate: --print-reference takes no CONFIG; fixed values are not cou
   out = run_log(dir, {"validate", cfg}, "v.log", &code);
   REQUIRE_MESSAGE(code == 0, out);
   CHECK_MESSAGE(contains(out, "1 searched parameter(s) and 1 fixed"), out);
+  CHECK_MESSAGE(contains(out, "up to 2 trials, trainer sleep"), out);
+  CHECK_MESSAGE(!contains(out, "stage"), out);  // a campaign without stages: no stage list
+}
+
+// Issue 36, item 5: validate names every stage with the trials it runs, as each stage kind counts
+// them (a search's budget, an ensemble's retrains, a transfer's targets and baselines), and the
+// campaign's total is their sum, not the first stage's budget.
+TEST_CASE("validate summarises every stage with its trial count, retrains and transfer trials included") {
+  TempDir dir;
+  std::string y = "name: multi\nseed: 1\nobjective: {metric: val_accuracy, mode: max}\n"
+                  "trainer: {kind: mlp, epochs: 1, classes: [0, 1, 2, 3, 4], max_train_samples: 400}\n"
+                  "resources: {groups: 2}\nstages:\n"
+                  "  - name: tune\n    kind: search\n    search: {algorithm: random, max_trials: 24}\n"
+                  "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n"
+                  "  - {name: blend, kind: ensemble, from: tune, method: greedy, retrain: {top: 2, seeds: 3}}\n"
+                  "  - {name: plain, kind: ensemble, from: tune, method: top_k}\n"
+                  "  - name: move\n    kind: transfer\n    from: tune\n    classes: [5, 6, 7, 8, 9]\n"
+                  "    sources: 2\n    seeds: 3\n    baseline: true\n";
+  const std::string cfg = dir.write("multi.yaml", y);
+  int code = 0;
+  const std::string out = run_log(dir, {"validate", cfg}, "v.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  // 24 + 2 x 3 retrains + 0 + 2 sources x 3 seeds x 2 (target and baseline) = 42.
+  CHECK_MESSAGE(contains(out, "up to 42 trials in all"), out);
+  CHECK_MESSAGE(contains(out, "  4 stages:\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'tune' (search): up to 24 trials\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'blend' (ensemble from tune): up to 6 trials\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'plain' (ensemble from tune): no trials of its own\n"), out);
+  CHECK_MESSAGE(contains(out, "    stage 'move' (transfer from tune): up to 12 trials\n"), out);
 }
 
 // --- issue 11: `hpctune schedule` and the Stages table of `status` -------------------------------------

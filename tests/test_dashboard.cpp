@@ -794,11 +794,21 @@ TEST_CASE("stages: ensemble members, transfer pairs and the pbt tree; stage filt
   CHECK(blend["view"]["best_single"]["trial"] == blend["view"]["members"][0]["trial"]);
   const json& transfer = s["stages"][2];
   REQUIRE(transfer["view"]["pairs"].size() == 2);
+  // One figure, named, as `status` shows it (issue 36, item 8): the stage's compare_metric, the
+  // trials' test accuracy, not their validation objective.
+  CHECK(transfer["view"]["metric"] == "test_accuracy");
+  CHECK(transfer["view"]["label"] == "test accuracy");
+  double sum = 0;
   for (const auto& p : transfer["view"]["pairs"]) {
     CHECK(p["baseline"].get<int64_t>() == p["target"].get<int64_t>() + 1);
-    CHECK(p["target_value"].is_number());
+    REQUIRE(p["target_value"].is_number());
+    const auto [ct, trial] = api_get(api, "/api/campaigns/0/trials/" + std::to_string(p["target"].get<int64_t>()));
+    REQUIRE(ct == 200);
+    CHECK(p["target_value"].get<double>() == doctest::Approx(trial["metrics"]["test_accuracy"].get<double>()));
+    CHECK(p["target_value"].get<double>() != doctest::Approx(trial["objective"].get<double>()));
+    sum += p["target_value"].get<double>();
   }
-  CHECK(transfer["view"]["mean_target"].is_number());
+  CHECK(transfer["view"]["mean_target"].get<double>() == doctest::Approx(sum / 2));
   const json& pbt = s["stages"][3];
   REQUIRE(pbt["view"]["tree"].size() == 8);
   int exploits = 0;
@@ -1126,4 +1136,59 @@ TEST_CASE("a trial's log tails stay inside the trial directories: no recorded pa
   REQUIRE(c2 == 200);
   REQUIRE(two["logs"].size() == 1);
   CHECK(two["logs"][0]["tail"] == "inside-line");
+}
+
+// Issue 36, item 2: the store says running, but the master is gone (its lock free, its heartbeat
+// old): the campaign list, the overview and the status say interrupted and name the resume; a
+// master that holds its lock is running, with a note when its heartbeat is old.
+TEST_CASE("a campaign whose master is gone is interrupted in the list, the overview and the status, with the resume") {
+  TempDir dir;
+  testing::SyntheticOptions o;
+  o.running = 2;
+  const std::string db = dir.file("gone.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 20, 3, 9, o).ok());
+  int64_t cid = 0;
+  {
+    auto w = store::Store::open(db);
+    REQUIRE(w.ok());
+    auto c = (*w)->load_campaign();
+    REQUIRE((c.ok() && *c));
+    cid = (*c)->id;
+    REQUIRE((*w)->set_campaign_heartbeat(cid, unix_now() - 120).ok());
+  }
+  dashboard::Api api({db}, std::chrono::milliseconds(0));
+  auto [c1, list] = api_get(api, "/api/campaigns");
+  REQUIRE(c1 == 200);
+  const json& summary = list["campaigns"][0];
+  CHECK(summary["state"] == "interrupted");
+  CHECK(summary["master"]["alive"] == false);
+  CHECK(summary["master"]["resume"] == "hpctune resume " + db);
+  CHECK_MESSAGE(summary["state_text"].get<std::string>().rfind("interrupted (the master is gone: last heartbeat 2m ", 0) == 0,
+                summary.dump());
+  auto [c2, overview] = api_get(api, "/api/campaigns/0/overview");
+  REQUIRE(c2 == 200);
+  CHECK(overview["state"] == "interrupted");
+  CHECK(overview["master"]["resume"] == "hpctune resume " + db);
+  auto [c3, status] = api_get(api, "/api/campaigns/0/status");
+  REQUIRE(c3 == 200);
+  CHECK(status["campaign"]["state"] == "interrupted");
+  CHECK(status["campaign"]["recorded_state"] == "running");
+  CHECK(status["campaign"]["master"]["alive"] == false);
+
+  // A master that holds the lock: running, whatever the heartbeat's age (a note when it is old).
+  auto master = store::Store::open(db, {.master_lock = true});
+  REQUIRE(master.ok());
+  auto [c4, held] = api_get(api, "/api/campaigns");
+  REQUIRE(c4 == 200);
+  CHECK(held["campaigns"][0]["state"] == "running");
+  CHECK(held["campaigns"][0]["master"]["alive"] == true);
+  CHECK(held["campaigns"][0]["master"]["resume"].is_null());
+  const std::string note = held["campaigns"][0]["state_text"];
+  CHECK_MESSAGE(note.rfind("running (no heartbeat for 2m ", 0) == 0, note);
+  CHECK_MESSAGE(note.find("s; the master still holds its lock)") != std::string::npos, note);
+  REQUIRE((*master)->set_campaign_heartbeat(cid, unix_now()).ok());
+  auto [c5, fresh] = api_get(api, "/api/campaigns/0/overview");
+  REQUIRE(c5 == 200);
+  CHECK(fresh["state"] == "running");
+  CHECK(fresh["state_text"] == "running");
 }

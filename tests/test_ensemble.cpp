@@ -38,6 +38,26 @@ TEST_CASE("log loss and accuracy of single members") {
   CHECK(accuracy(kMembers[1], kLabels) == 0.5);
 }
 
+// Issue 36, item 8: the best single member by the loss the blend minimises, not by accuracy.
+TEST_CASE("best member: the lowest log loss (MSE for regression), ties by the tie-break, then the lower index") {
+  CHECK(best_member(kMembers, kLabels) == 1);  // B: 0.5776, below A's 0.6547 and C's 0.6931
+  // D is right on 3 rows of 4 (accuracy 0.75) but sure and wrong on the last; E right on 2 (0.5)
+  // and never sure: E has the lower log loss (0.7136 against 1.2303).
+  const std::vector<Probabilities> de = {member({0.9, 0.9, 0.9, 0.01}), member({0.6, 0.6, 0.4, 0.4})};
+  CHECK(accuracy(de[0], kLabels) > accuracy(de[1], kLabels));
+  CHECK(best_member(de, kLabels) == 1);
+  // Regression: the lowest mean squared error.
+  const Probabilities targets{2, 1, {1.0, 2.0}};
+  CHECK(best_member({Probabilities{2, 1, {1.5, 2.5}}, Probabilities{2, 1, {1.1, 2.1}}, Probabilities{2, 1, {0, 0}}},
+                    targets) == 1);
+  // Ties (within 1e-12) go to the higher tie-break, then the lower index; NaN losses never win.
+  CHECK(lowest_loss({0.5, 0.5, 0.7}) == 0);
+  CHECK(lowest_loss({0.5, 0.5 + 1e-15, 0.7}, {0.1, 0.9, 1.0}) == 1);
+  CHECK(lowest_loss({0.5, 0.5, 0.4}, {0.1, 0.9, 0.0}) == 2);
+  CHECK(lowest_loss({std::nan(""), 0.9}) == 1);
+  CHECK(lowest_loss({}) == 0);
+}
+
 TEST_CASE("greedy selection picks B first (lowest loss), then A (the member that complements it best)") {
   // After B, adding A gives 0.4904, B again 0.5776, C 0.6060: the answer is A and B, half each.
   auto w = greedy_selection(kMembers, kLabels, {.max_size = 2});

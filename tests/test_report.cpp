@@ -494,8 +494,18 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
 
   // One summary per kind, with the recorded numbers.
   CHECK(report::stage_summary(st->stages[0]) == "reached val_accuracy >= 0.9 at trial #2 after 3 trials, 2 generations, 4:12");
+  // Recorded before the best single member was chosen by validation loss (an older database).
   CHECK(report::stage_summary(st->stages[1]) ==
-        "greedy, 2 members: test acc 0.8912 (best single 0.8801, #2), log loss 0.3100 (0.3500)");
+        "greedy, 2 members vs best single #2 (best by the objective): val log loss 0.2900 vs 0.3300; "
+        "test acc 0.8912 vs 0.8801, test log loss 0.3100 vs 0.3500");
+  // Issue 36, item 8: the member with the lowest validation log loss, its objective beside the blend's.
+  store::StageRow by_loss = st->stages[1];
+  by_loss.result["best_single"]["chosen_by"] = "val_log_loss";
+  by_loss.result["best_single"]["objective"] = {{"metric", "val_accuracy"}, {"value", 0.91}};
+  by_loss.result["objective"] = {{"metric", "val_accuracy"}, {"value", 0.905}};
+  CHECK(report::stage_summary(by_loss) ==
+        "greedy, 2 members vs best single #2 (lowest val log loss): val log loss 0.2900 vs 0.3300, "
+        "val accuracy 0.9050 vs 0.9100; test acc 0.8912 vs 0.8801, test log loss 0.3100 vs 0.3500");
   CHECK(report::stage_summary(st->stages[2]) == "test accuracy 0.8410 vs baseline 0.7702 (+0.0708), source #2");
   // With pairs recorded, the stage as a whole: the mean of the targets against that of their twins.
   store::StageRow paired = st->stages[2];
@@ -508,7 +518,7 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
   CHECK_MESSAGE(contains(text, "\nStages:\nstage  kind      state      trials  result\n"), text);
   const std::string tune_line = line_starting(text, "tune ");
   CHECK_MESSAGE(contains(tune_line, "search    completed  3/3     reached val_accuracy >= 0.9 at trial #2"), text);
-  CHECK_MESSAGE(contains(line_starting(text, "blend "), "ensemble  completed  -       greedy, 2 members: test acc 0.8912"), text);
+  CHECK_MESSAGE(contains(line_starting(text, "blend "), "ensemble  completed  -       greedy, 2 members vs best single #2"), text);
   CHECK_MESSAGE(contains(line_starting(text, "move "), "2/2     test accuracy 0.8410 vs baseline 0.7702 (+0.0708), source #2"), text);
   CHECK(text.find("Stages:") < text.find("Trials by state:"));
 
@@ -556,10 +566,19 @@ TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empt
   CHECK(report::stage_summary(s) == "mean test accuracy 0.9100 vs baseline 0.9000 (+0.0100, better in 2 of 3 pairs)");
   s.kind = "ensemble";
   s.result = {{"method", "top_k"}, {"members", json::array({{{"trial", 1}}})}};
-  CHECK(report::stage_summary(s) == "top_k, 1 member: test acc ? (best single ?, #?), log loss ? (?)");
+  CHECK(report::stage_summary(s) == "top_k, 1 member vs best single #? (best by the objective): val log loss ? vs ?; "
+                                    "test acc ? vs ?, test log loss ? vs ?");
   s.result = {{"task", "regression"}, {"method", "weighted"}, {"members", json::array({{{"trial", 1}}, {{"trial", 2}}})},
               {"test_mse", 0.0012}, {"best_single", {{"trial", 2}, {"test_mse", 0.1867}}}};
-  CHECK(report::stage_summary(s) == "weighted, 2 members: test MSE 0.0012 (best single 0.1867, #2)");
+  CHECK(report::stage_summary(s) ==
+        "weighted, 2 members vs best single #2 (best by the objective): val MSE ? vs ?; test MSE 0.0012 vs 0.1867");
+  s.result["best_single"]["chosen_by"] = "val_mse";
+  s.result["best_single"]["val_mse"] = 0.2;
+  s.result["val_mse"] = 0.001;
+  s.result["best_single"]["objective"] = {{"metric", "score"}, {"value", 0.6}};
+  s.result["objective"] = {{"metric", "score"}, {"value", nullptr}};
+  CHECK(report::stage_summary(s) == "weighted, 2 members vs best single #2 (lowest val MSE): val MSE 0.0010 vs 0.2000, "
+                                    "score - vs 0.6000; test MSE 0.0012 vs 0.1867");
   // Whether status shows the table: several stages, or one with a result.
   store::StageRow plain;
   plain.kind = "search";
@@ -1051,4 +1070,51 @@ TEST_CASE("stages in the views: the stage column, lineage and run settings apart
     CHECK(t["lineage"]["source_trial"] == ids.tune_b);
     CHECK(t["lineage"]["parents"] == json::array({{{"trial", ids.tune_b}, {"relation", "transfer_source"}}}));
   }
+}
+
+// Issue 36, item 2: a campaign the store records running, and whether its master still runs.
+TEST_CASE("judge_master: the lock free and the heartbeat stale, or the process gone, mean the master is gone") {
+  store::CampaignRow c;
+  c.state = "running";
+  c.heartbeat_at = 1000;
+  // A fresh heartbeat, the lock free, the process not known gone (another host): running.
+  auto m = report::judge_master(c, false, false, 1010, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "running");
+  CHECK(m.heartbeat_age_s == doctest::Approx(10));
+  CHECK(m.resume.empty());
+  // The lock free and the heartbeat older than the threshold: gone, with the resume named.
+  m = report::judge_master(c, false, false, 1000 + store::kMasterHeartbeatStale_s + 155, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: last heartbeat 3m 5s ago; resume with: hpctune resume x.db)");
+  CHECK(m.resume == "hpctune resume x.db");
+  const json j = report::master_json(c, m);
+  CHECK(j["alive"] == false);
+  CHECK(j["resume"] == "hpctune resume x.db");
+  CHECK(j["heartbeat_at"] == 1000.0);
+  // A stale heartbeat but the lock held: still running, with a note.
+  m = report::judge_master(c, true, false, 1000 + store::kMasterHeartbeatStale_s + 15, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "running (no heartbeat for 45s; the master still holds its lock)");
+  CHECK(report::master_json(c, m)["alive"] == true);
+  // A fresh heartbeat, but its process on this host is gone and the lock free: gone at once.
+  m = report::judge_master(c, false, true, 1005, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: last heartbeat 5s ago; resume with: hpctune resume x.db)");
+  // The lock held wins over a pid that looks gone (a master on a host of the same name).
+  CHECK_FALSE(report::judge_master(c, true, true, 1005, "x.db").gone);
+  // No heartbeat recorded (a database from before heartbeats): only a gone process says gone.
+  c.heartbeat_at = 0;
+  CHECK_FALSE(report::judge_master(c, false, false, 5000, "x.db").gone);
+  m = report::judge_master(c, false, true, 5000, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: no heartbeat recorded; resume with: hpctune resume x.db)");
+  CHECK(report::master_json(c, m)["heartbeat_age_s"].is_null());
+  // A campaign that ended is shown as recorded.
+  c.state = "completed";
+  c.heartbeat_at = 1;
+  m = report::judge_master(c, false, true, 5000, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "completed");
+  CHECK(report::master_json(c, m)["alive"].is_null());
 }

@@ -119,7 +119,9 @@ void check_status_reason(const TempDir& dir, const std::string& db) {
   CHECK_MESSAGE(st.success(), out);
   CHECK_MESSAGE(out.find("state      failed") != std::string::npos, out);
   CHECK_MESSAGE(out.find("reason     stage 'bad' (search): none of its 2 trials succeeded") != std::string::npos, out);
-  CHECK_MESSAGE(out.find("reason     stage 'blend' (ensemble): its input stage 'bad' failed") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("reason     stage 'blend' (ensemble): stage 'bad' it depends on failed: none of its 2 trials "
+                         "succeeded") != std::string::npos,
+                out);
 }
 
 }  // namespace
@@ -194,6 +196,53 @@ TEST_CASE("a transfer stage whose every trial failed is failed, and run exits no
   (void)run_hpctune({"status", db}, log);
   CHECK_MESSAGE(read_file(log).find("reason     stage 'move' (transfer): none of its") != std::string::npos,
                 read_file(log));
+}
+
+// Issue 36, item 4: search.max_failures stops the campaign while the failing search runs; the
+// stages that depend on it can never run, so they end failed with the reason, not pending.
+TEST_CASE("search.max_failures stops a search stage: the stages that depend on it are failed with the reason") {
+  TempDir dir;
+  std::string y = "name: stop\nseed: 5\nobjective: {metric: val_accuracy, mode: max}\n";
+  y += kTrainer;
+  y += "resources: {groups: 2}\nstages:\n";
+  // 8 trials budgeted, every one fails: the default search.max_failures (5) stops the campaign first.
+  y += "  - name: bad\n    kind: search\n    search: {algorithm: random, max_trials: 8}\n";
+  y += "    space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}\n";
+  y += "    trainer: {data: " + damaged_data(dir) + ", classes: [0, 1, 2, 3, 4]}\n";
+  y += "  - {name: blend, kind: ensemble, from: bad, method: greedy}\n";
+  y += "  - name: move\n    kind: transfer\n    from: [bad]\n    classes: [5, 6, 7, 8, 9]\n    max_train_samples: 300\n";
+  const std::string cfg = dir.write("c.yaml", y);
+  const std::string db = dir.file("c.db");
+  const std::string run_log = dir.file("run.log");
+  const auto run = run_hpctune({"run", cfg, "--db", db}, run_log, std::chrono::seconds(240));
+  const std::string out = read_file(run_log);
+  CHECK_MESSAGE(!run.success(), out);
+  const std::string why = "trials failed before any succeeded (search.max_failures = 5)";
+  CHECK_MESSAGE(out.find("stopped: ") != std::string::npos, out);
+  // The campaign's end names every failed stage, the dependents with the stage they depend on.
+  CHECK_MESSAGE(out.find("stage 'blend' (ensemble) failed: stage 'bad' it depends on failed: ") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("stage 'move' (transfer) failed: stage 'bad' it depends on failed: ") != std::string::npos, out);
+  check_no_orphans(db);
+  const Snapshot s = read_db(db);
+  CHECK(s.campaign.state == "failed");
+  for (const auto& t : s.trials) {
+    INFO("trial " << t.id << " is " << store::to_string(t.state));
+    CHECK((t.state != TrialState::kRunning && t.state != TrialState::kAssigned));
+  }
+  CHECK(s.stage("bad").state == "failed");
+  CHECK(s.stage("bad").reason.find(why) != std::string::npos);
+  for (const char* name : {"blend", "move"}) {
+    INFO("stage " << name);
+    CHECK(s.stage(name).state == "failed");
+    CHECK(s.stage(name).reason.rfind("stage 'bad' it depends on failed: ", 0) == 0);
+    CHECK(s.stage(name).reason.find(why) != std::string::npos);
+    CHECK(s.trials_of(name).empty());
+  }
+  const std::string log = dir.file("status.log");
+  (void)run_hpctune({"status", db}, log);
+  const std::string st = read_file(log);
+  CHECK_MESSAGE(st.find("state      failed") != std::string::npos, st);
+  CHECK_MESSAGE(st.find("reason     stage 'move' (transfer): stage 'bad' it depends on failed: ") != std::string::npos, st);
 }
 
 TEST_CASE("damaged prediction files: the ensemble fails alone with its reason after resume; the others complete") {

@@ -146,7 +146,7 @@ TEST_CASE("open creates a WAL database at the latest schema and holds one campai
   const std::string path = dir.file("c.db");
   auto store = open_ok(path);
   CHECK(fs::exists(path));
-  CHECK(Store::latest_version() == 8);
+  CHECK(Store::latest_version() == 9);
   CHECK(store->schema_version() == Store::latest_version());
   CHECK(store->journal_mode() == "wal");
   CHECK(store->path() == path);

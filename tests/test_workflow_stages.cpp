@@ -186,6 +186,42 @@ double log_loss0(const std::vector<double>& probs, const std::vector<int64_t>& l
 
 }  // namespace
 
+// Issue 36, item 8: D has the better validation accuracy (0.75 against 0.5) and reports it as its
+// objective, but E has the lower validation log loss (0.7136 against D's 1.2303: D is sure and wrong
+// on row 3), the loss the blend minimises; on the test rows E is the better member too. The best
+// single member is E, with its loss and its objective reported beside the blend's.
+TEST_CASE("ensemble stage: the best single member is the lowest validation log loss, not the best objective") {
+  const Member kD{{0.9, 0.9, 0.9, 0.01}, {0.9, 0.9, 0.01}};
+  const Member kE{{0.6, 0.6, 0.4, 0.4}, {0.6, 0.4, 0.6}};
+  Campaign c;
+  const int64_t d = c.trial(c.tune, 0, 0.75), e = c.trial(c.tune, 1, 0.5);
+  c.predictions(d, kD);
+  c.predictions(e, kE);
+  auto stage = ensemble_stage({{"method", "greedy"}, {"max_size", 2}, {"bags", 0}, {"k", 5}, {"retrain", nullptr}});
+  auto ctx = c.ctx();
+  require_ok(stage->begin(ctx));
+  auto result = stage->finish(ctx);
+  require_ok(result);
+  const json& r = *result;
+  CAPTURE(r.dump());
+  const json& single = r["best_single"];
+  CHECK(single["trial"] == e);
+  CHECK(single["chosen_by"] == "val_log_loss");
+  CHECK(single["val_accuracy"] == 0.5);
+  CHECK(single["val_log_loss"].get<double>() ==
+        doctest::Approx(-(2 * std::log(0.6) + 2 * std::log(0.4)) / 4).epsilon(1e-6));
+  CHECK(single["objective"] == json{{"metric", "val_accuracy"}, {"value", 0.5}});
+  // The blend's objective, beside the member's: the blend is scored by val_accuracy.
+  CHECK(r["objective"]["metric"] == "val_accuracy");
+  CHECK(r["objective"]["value"] == r["val_accuracy"]);
+  // D, which the objective would have chosen, is worse by the loss on validation and on test.
+  const double d_val = -(3 * std::log(0.9) + std::log(0.01)) / 4;
+  CHECK(single["val_log_loss"].get<double>() < d_val);
+  CHECK(single["test_log_loss"].get<double>() ==
+        doctest::Approx(log_loss0(average({{&kE, 1.0}}, true), kTestLabels)).epsilon(1e-6));
+  CHECK(single["test_log_loss"].get<double>() < log_loss0(average({{&kD, 1.0}}, true), kTestLabels));
+}
+
 TEST_CASE("ensemble stage, greedy: the known members and weights, and the written blend is their weighted average") {
   Campaign c;
   const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.5), cc = c.trial(c.tune, 2, 0.4);
@@ -353,8 +389,9 @@ TEST_CASE("ensemble stage: members whose rows do not line up, and artifacts outs
 
 // Regression: targets y; A errs by +e and B by -e (equal and opposite), C by +2 everywhere. Any
 // blend of A and B half each is exactly y: greedy, top_k (2) and weighted all reach MSE ~0 with
-// weights 0.5 / 0.5. The trials report val_accuracy 0.5, 0.6, 0.4: the best single member is B,
-// whose MSEs are the mean of e^2: 0.390625 on validation, 0.18667 on test.
+// weights 0.5 / 0.5. A and B tie on validation MSE (the loss the blend minimises); the trials report
+// val_accuracy 0.5, 0.6, 0.4, which breaks the tie: the best single member is B, whose MSEs are the
+// mean of e^2: 0.390625 on validation, 0.18667 on test.
 namespace {
 const std::vector<float> kValY = {1, 2, 3, 4}, kTestY = {5, 6, 7};
 const std::vector<float> kValE = {0.5f, -0.5f, 0.25f, 1}, kTestE = {0.2f, 0.4f, -0.6f};
@@ -619,7 +656,6 @@ TEST_CASE("ensemble stage, retrain: the top k configurations under n new seeds, 
     }
   }
   CHECK(retrained == 2);
-  // The best single member by val_accuracy: a retrained one (0.9); of the two, r1 (B) has the
-  // lower validation log loss.
+  // The best single member by validation log loss: r1 (B's predictions) has the lowest.
   CHECK((*every)["best_single"]["trial"] == r1);
 }

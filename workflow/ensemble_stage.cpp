@@ -189,10 +189,14 @@ class EnsembleStage final : public scheduler::StageRuntime {
                              {"retrained", in.retrained}};
     result["members"] = members_json(in.usable, *weights);
     result.update(scores(*val_blend, val_labels, *test_blend, test_labels));
-    const std::size_t best = best_single(in.usable, val, val_labels);
-    nlohmann::json single = {{"trial", in.usable[best].trial}};
+    std::vector<double> losses;
+    for (const auto& v : val) losses.push_back(ensemble::log_loss(v, val_labels));
+    const std::size_t best = best_single(in.usable, losses);
+    nlohmann::json single = {{"trial", in.usable[best].trial}, {"chosen_by", "val_log_loss"}};
     single.update(scores(val[best], val_labels, test[best], test_labels));
+    single["objective"] = objective_json(in.usable[best].objective);
     result["best_single"] = std::move(single);
+    result["objective"] = objective_json(blend_objective(result));
     if (!ctx.run_dir.empty()) {
       HPCTUNE_ASSIGN(nlohmann::json files, write_blend(ctx, *val_blend, *test_blend));
       result["files"] = std::move(files);
@@ -231,13 +235,16 @@ class EnsembleStage final : public scheduler::StageRuntime {
     result["members"] = members_json(in.usable, *weights);
     result["val_mse"] = ensemble::mean_squared_error(*val_blend, val_targets);
     result["test_mse"] = ensemble::mean_squared_error(*test_blend, test_targets);
-    // The best member by the objective its trial reported; ties (or none) by the lower validation MSE.
+    // The best member by the loss the blend minimises, validation MSE; ties by its objective.
     std::vector<double> losses;
     for (const auto& v : val) losses.push_back(ensemble::mean_squared_error(v, val_targets));
     const std::size_t best = best_single(in.usable, losses);
     result["best_single"] = {{"trial", in.usable[best].trial},
+                             {"chosen_by", "val_mse"},
                              {"val_mse", losses[best]},
-                             {"test_mse", ensemble::mean_squared_error(test[best], test_targets)}};
+                             {"test_mse", ensemble::mean_squared_error(test[best], test_targets)},
+                             {"objective", objective_json(in.usable[best].objective)}};
+    result["objective"] = objective_json(blend_objective(result));
     if (!ctx.run_dir.empty()) {
       HPCTUNE_ASSIGN(nlohmann::json files, write_blend(ctx, *val_blend, *test_blend));
       result["files"] = std::move(files);
@@ -559,25 +566,26 @@ class EnsembleStage final : public scheduler::StageRuntime {
             {"test_log_loss", ensemble::log_loss(test, test_labels)}};
   }
 
-  // The candidate best by the objective its trial reported; ties (or none reported) by the lower
-  // validation log loss, then the lower trial id (the order of `usable`).
-  std::size_t best_single(const std::vector<Candidate>& usable, const std::vector<ensemble::Probabilities>& val,
-                          const std::vector<int>& labels) const {
-    std::vector<double> losses;
-    for (const auto& v : val) losses.push_back(ensemble::log_loss(v, labels));
-    return best_single(usable, losses);
-  }
-  // The same, given each candidate's validation loss.
+  // The candidate best by the loss the blend minimises on validation (`losses`: log loss, or MSE
+  // for regression: ensemble::lowest_loss); ties by the objective its trial reported, then the
+  // lower trial id (the order of `usable`). Not by the objective first: validation accuracy
+  // saturates and ties, and the member it picks can be one the blend beats only in appearance.
   std::size_t best_single(const std::vector<Candidate>& usable, const std::vector<double>& losses) const {
-    std::size_t best = 0;
-    double best_loss = losses[0];
-    for (std::size_t m = 1; m < usable.size(); ++m) {
-      const double loss = losses[m];
-      const double a = usable[m].objective, b = usable[best].objective;
-      const bool tie = (std::isnan(a) && std::isnan(b)) || a == b;
-      if (better(a, b) || (tie && loss < best_loss)) best = m, best_loss = loss;
-    }
-    return best;
+    std::vector<double> tie_break;
+    for (const Candidate& c : usable) tie_break.push_back(objective_.maximize ? c.objective : -c.objective);
+    return ensemble::lowest_loss(losses, tie_break);
+  }
+
+  // {metric, value}: the first objective's metric and a value of it (null when unknown or not finite).
+  nlohmann::json objective_json(double value) const {
+    return {{"metric", objective_.metric}, {"value", std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr)}};
+  }
+  // The blend's value of the objective's metric, when the blend has one (a figure it was scored by:
+  // val_accuracy, val_log_loss, val_mse); NaN otherwise.
+  double blend_objective(const nlohmann::json& result) const {
+    if (result.contains(objective_.metric) && result[objective_.metric].is_number())
+      return result[objective_.metric].get<double>();
+    return std::numeric_limits<double>::quiet_NaN();
   }
 
   // The blend's probabilities (regression: predictions) as float64 .npy files (exactly the values scored).

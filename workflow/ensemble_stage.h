@@ -21,17 +21,24 @@
 //   {"method", "candidates": n, "skipped": n, "retrained": n,
 //    "members": [{"trial", "weight", "retrain_of"?}, ...]   weight > 0, descending,
 //    "val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss",
-//    "best_single": {"trial", "val_accuracy", "val_log_loss", "test_accuracy", "test_log_loss"},
+//    "best_single": {"trial", "chosen_by": "val_log_loss", "val_accuracy", "val_log_loss", "test_accuracy",
+//                    "test_log_loss", "objective": {"metric", "value"}},
+//    "objective": {"metric", "value"},                        the blend's (value null unless scored by it)
 //    "files": {"val_probs", "test_probs"}}                    absent when trials keep no files
-// The best single member is the candidate best by the first objective as its trial reported it
-// (ties, or no such metric: the lower validation log loss). The blend's probabilities are written
+// The best single member is the candidate with the lowest validation log loss, the loss the blend
+// minimises (ties: the better first objective as its trial reported it, then the lower trial id);
+// not the best by the objective, which (validation accuracy) saturates and ties. Its objective
+// value is reported beside its losses, and the blend's beside it when the blend has the metric
+// (val_accuracy, val_log_loss). The blend's probabilities are written
 // as float64 .npy files to <run_dir>/stage-<stage id>-ensemble/{val,test}_probs.npy, rows in the
 // members' order (val_indices.npy of any member says which training image a validation row is).
 // With `task: regression` the members' files are val_pred, test_pred, val_targets and test_targets
 // (float32 or float64, rows x outputs; a 1-D file is one output), every member's targets must equal the first's row by row, the methods
 // minimize validation mean squared error (ensemble.h), and the result is
 //   {"task": "regression", "method", "candidates", "skipped", "retrained", "members", "val_mse", "test_mse",
-//    "best_single": {"trial", "val_mse", "test_mse"}, "files": {"val_pred", "test_pred"}}
+//    "best_single": {"trial", "chosen_by": "val_mse", "val_mse", "test_mse", "objective": {"metric", "value"}},
+//    "objective": {"metric", "value"}, "files": {"val_pred", "test_pred"}}
+// (the best single member by the lowest validation MSE)
 // (the blend's predictions, float64, in the same directory). A member whose labels (or targets,
 // or validation images) differ from the first member's is refused, naming its trial and the first
 // row (split and index) that differs.

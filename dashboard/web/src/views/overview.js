@@ -40,6 +40,8 @@ export default async function overview(ctx) {
       stat('ETA', figure('eta', o.eta_s, duration(o.eta_s))),
       stat('created', when(o.created_at)),
     ),
+    // The store says running but the master is gone (killed): the state as `hpctune status` says it.
+    ...(o.master && o.master.resume ? [h('p', {class: 'note', dataset: {figure: 'master-gone'}}, o.state_text ?? '')] : []),
     h('h2', {}, 'Progress'),
     h('div', {class: 'progress-row'}, progress,
       h('span', {}, `${budget.finished ?? 0} finished of `, budget.max_trials === null || budget.max_trials === undefined ? 'no budget' : String(budget.max_trials),

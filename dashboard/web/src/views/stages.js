@@ -32,7 +32,11 @@ export default async function stages(ctx) {
       parts.push(h('h2', {}, `Ensemble: ${s.name}`),
                  h('p', {}, 'ensemble: ', metricLine(v.ensemble) || '—', h('br'),
                    'best single: ', v.best_single && v.best_single.trial ? trialLink(ctx.i, v.best_single.trial) : '—', ' ',
-                   metricLine(v.best_single)),
+                   // The member with the lowest validation loss (the loss the blend minimises), its objective beside.
+                   v.best_single && v.best_single.chosen_by ? `(lowest ${v.best_single.chosen_by}) ` : '',
+                   metricLine(v.best_single),
+                   v.best_single && v.best_single.objective && v.best_single.objective.metric
+                     ? ` · objective ${v.best_single.objective.metric} ${fmt(v.best_single.objective.value)}` : ''),
                  el,
                  table('ensemble-members', [
                    {label: 'trial', cell: (m) => trialLink(ctx.i, m.trial), csv: (m) => String(m.trial)},
@@ -48,26 +52,27 @@ export default async function stages(ctx) {
         series: [
           {name: 'weight', type: 'bar', data: [...v.members.map((m) => m.weight), null]},
           {name: 'objective', type: 'scatter', yAxisIndex: 1, symbolSize: 10,
-           data: [...v.members.map((m) => m.objective), v.best_single ? (v.best_single.objective ?? null) : null]},
+           data: [...v.members.map((m) => m.objective), v.best_single && v.best_single.objective ? (v.best_single.objective.value ?? null) : null]},
         ],
       }));
     } else if (s.kind === 'transfer' && v.pairs) {
       const el = chartDiv('transfer');
       parts.push(h('h2', {}, `Transfer: ${s.name}`),
-                 h('p', {}, `mean target ${fmt(v.mean_target)} · mean baseline ${fmt(v.mean_baseline)}`),
+                 // One figure, named as `hpctune status` names it (the stage's compare_metric).
+                 h('p', {}, `mean target ${v.label ?? 'value'} ${fmt(v.mean_target)} · mean baseline ${v.label ?? 'value'} ${fmt(v.mean_baseline)}`),
                  el,
                  table('transfer-pairs', [
                    {label: 'target', cell: (p) => trialLink(ctx.i, p.target), csv: (p) => String(p.target)},
                    {label: 'baseline', cell: (p) => trialLink(ctx.i, p.baseline), csv: (p) => String(p.baseline)},
-                   {label: 'target value', cell: (p) => fmt(p.target_value)},
-                   {label: 'baseline value', cell: (p) => fmt(p.baseline_value)},
+                   {label: `target ${v.label ?? 'value'}`, cell: (p) => fmt(p.target_value)},
+                   {label: `baseline ${v.label ?? 'value'}`, cell: (p) => fmt(p.baseline_value)},
                  ], v.pairs));
       draws.push(() => draw(el, {
         grid: {left: 70, right: 30, top: 40, bottom: 50},
         legend: {top: 4, left: 10},
         tooltip: {trigger: 'item', formatter: tip((q) => `${q.name}\n${q.seriesName}: ${fmt(q.value)}`)},
         xAxis: {type: 'category', data: v.pairs.map((p) => `#${p.target} vs #${p.baseline}`)},
-        yAxis: {type: 'value', scale: true},
+        yAxis: {type: 'value', scale: true, name: v.label ?? ''},
         series: [{name: 'target', type: 'bar', data: v.pairs.map((p) => p.target_value)},
                  {name: 'baseline', type: 'bar', data: v.pairs.map((p) => p.baseline_value)}],
       }));
