@@ -109,6 +109,11 @@ struct StageConfig {
   // The trainer keys the stage sets itself (its `trainer:` over the top-level one). A transfer
   // stage's win over the searched values of the trial it starts from: they are its fine-tuning.
   std::set<std::string> trainer_keys;
+  // The program's own keys the stage's `trainer:` gives (a stage kind with trainer_program_keys
+  // over a trainer kind that takes any parameter: a command's lr, epochs), apart from the kind's
+  // settings: parameters of every trial of the stage, over those of the trial it starts from
+  // (their keys are in trainer_keys too). An object, empty when none.
+  nlohmann::json trainer_params = nlohmann::json::object();
 };
 
 struct CampaignConfig {

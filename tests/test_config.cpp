@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "config/settings.h"
 #include "search/searcher.h"
+#include "trainers/trainer_settings.h"
 
 using hpctune::Errc;
 using nlohmann::json;
@@ -993,6 +994,42 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
   }
   CHECK(c.normalized["stages"].size() == 4);
   CHECK(c.normalized["stages"][1]["from"] == json::array({"tune"}));
+}
+
+TEST_CASE("a transfer stage's trainer: takes a program's own keys (issue 36, item 7); its settings stay settings") {
+  const std::string command = "{kind: command, command: \"python3 train.py\", provides: [checkpoints]}";
+  const std::string tune = "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.1, high: 0.5}}}\n";
+  const auto c = parse_ok(workflow(tune + "  - name: move\n    kind: transfer\n    from: tune\n"
+                                          "    trainer: {lr: 0.01, epochs: 2, layers: [64, 32], timeout: 5m, max_step: 7}\n",
+                                   command));
+  const auto& move = c.stages[1];
+  CHECK(move.trainer_params == json{{"lr", 0.01}, {"epochs", 2}, {"layers", json::array({64, 32})}});
+  // Its settings are the trainer's; every key it gives is pinned over the source's.
+  CHECK(move.own->trainer["timeout"] == 300.0);
+  CHECK(move.own->trainer["max_step"] == 7);
+  CHECK(!move.own->trainer.contains("lr"));
+  CHECK(move.trainer_keys == std::set<std::string>{"lr", "epochs", "layers", "timeout", "max_step"});
+  CHECK(c.stages[0].trainer_params.empty());
+  // validate --json shows them in the stage's trainer.
+  CHECK(c.normalized["stages"][1]["trainer"]["lr"] == 0.01);
+  CHECK(c.normalized["stages"][1]["trainer"]["epochs"] == 2);
+  // Only a transfer's: a search stage's trainer keys are the kind's settings, as at the top level.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {x: {type: float, low: 0, "
+                             "high: 1}}, trainer: {lr: 0.01}}\n",
+                             command))
+            .find("test.yaml:5:") == 0);
+  // An alias of a setting is no program key: the walker says which setting was meant.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, trainer: {max_steps: 7}}\n", command))
+            .find("stages[1].trainer.max_steps: unknown key; did you mean 'max_step'?") != std::string::npos);
+  // A kind that takes only its settings (mlp) still refuses an unknown key.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, trainer: {lrr: 0.01}}\n"))
+            .find("stages[1].trainer.lrr") != std::string::npos);
+  // The names by which hpctune gives a target its source are not the program's to set.
+  const hpctune::trainers::TrainerCapabilities can = hpctune::trainers::command_capabilities();
+  const std::string e = parse_error(workflow(tune + "  - name: move\n    kind: transfer\n    from: tune\n    trainer: {" +
+                                                 std::string(can.init_setting) + ": /tmp/x}\n",
+                                             command));
+  CHECK_MESSAGE(e.find("test.yaml:9:15: stages[1].trainer." + std::string(can.init_setting) + ": hpctune's own") == 0, e);
 }
 
 TEST_CASE("pbt over a command trainer: accepted with provides: [checkpoints]; its steps are trainer.max_step") {
