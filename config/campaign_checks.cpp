@@ -366,6 +366,32 @@ class Builder {
     return check_assign_size(c);
   }
 
+  // resources.ranks.model against what a trial of the trainer kind can be split into
+  // (TrainerCapabilities::model_stages): each pipeline stage needs a layer of its network. The
+  // trainer's fixed settings, with the space's fixed values over them; a space that searches one of
+  // the settings the count reads leaves it to the trainer, trial by trial.
+  Status check_model_split(const CampaignConfig& c) {
+    const int64_t model = c.resources.ranks_model;
+    if (model <= 1) return Status::Ok();
+    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+    if (can == nullptr || can->model_stages.count == nullptr) return Status::Ok();
+    json settings = c.trainer;
+    for (const auto& p : c.space.params()) {
+      const auto& reads = can->model_stages.reads;
+      if (std::find(reads.begin(), reads.end(), p.name) == reads.end()) continue;
+      if (p.type != search::ParamType::kFixed) return Status::Ok();
+      settings[p.name] = p.value;
+    }
+    const int64_t most = can->model_stages.count(settings);
+    if (most <= 0 || model <= most) return Status::Ok();
+    const std::string at = "resources.ranks.model";
+    return w_.fail(w_.mark_of(at), at,
+                   std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
+                       c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
+                       ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
+                       std::to_string(most) + ", or a larger network)");
+  }
+
   // The kind's provides setting: a list of "predictions" and "checkpoints", each once.
   Status check_provides(const CampaignConfig& c, const char* key) {
     const std::string path = std::string("trainer.") + key;
@@ -794,6 +820,7 @@ Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   HPCTUNE_TRY(b.check_early_stopping(c));
   HPCTUNE_TRY(b.check_trainer(c));
   HPCTUNE_TRY(b.check_resources(c));
+  HPCTUNE_TRY(b.check_model_split(c));
   return Status::Ok();
 }
 

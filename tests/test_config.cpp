@@ -1032,6 +1032,35 @@ TEST_CASE("a transfer stage's trainer: takes a program's own keys (issue 36, ite
   CHECK_MESSAGE(e.find("test.yaml:9:15: stages[1].trainer." + std::string(can.init_setting) + ": hpctune's own") == 0, e);
 }
 
+TEST_CASE("resources.ranks.model: more stages than the trainer's network has layers is refused (issue 36, item 10)") {
+  const std::string fn = "name: m\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 2}\n"
+                         "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
+  const std::string e = parse_error(fn + "trainer: {kind: function, name: branin}\nresources: {ranks: {data: 2, model: 8}}\n");
+  CHECK_MESSAGE(e.find("test.yaml:6:") == 0, e);
+  CHECK_MESSAGE(e.find(": resources.ranks.model: 8 model-parallel stages, but a trial of trainer kind 'function' can be "
+                       "split into at most 1: each stage needs one of the layers of the network it imitates "
+                       "(trainer.layers); every trial would fail (give at most 1, or a larger network)") != std::string::npos,
+                e);
+  CHECK(parse_ok(fn + "trainer: {kind: function, name: branin, layers: 8}\nresources: {ranks: {data: 2, model: 8}}\n")
+            .resources.ranks_model == 8);
+  // A fixed value in the space counts; a searched one is left to the trainer, trial by trial.
+  CHECK(parse_error(fn.substr(0, fn.size() - 2) + ", layers: 3}\ntrainer: {kind: function}\n"
+                    "resources: {ranks: {model: 4}}\n")
+            .find("at most 3") != std::string::npos);
+  parse_ok(fn.substr(0, fn.size() - 2) + ", layers: {type: int, low: 1, high: 2}}\ntrainer: {kind: function}\n"
+           "resources: {ranks: {model: 4}}\n");
+  // mlp: a dense layer per hidden width (two with dropout) and the output layer.
+  const std::string mlp = "name: m\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                          "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(mlp + "trainer: {kind: mlp, hidden: [64, 32]}\nresources: {ranks: {model: 4}}\n")
+            .find("'mlp' can be split into at most 3") != std::string::npos);
+  parse_ok(mlp + "trainer: {kind: mlp, hidden: [64, 32]}\nresources: {ranks: {model: 3}}\n");
+  parse_ok(mlp + "trainer: {kind: mlp, hidden: [64, 32], dropout: 0.1}\nresources: {ranks: {model: 5}}\n");
+  // A program splits itself: no limit known.
+  parse_ok("name: m\nobjective: {metric: loss}\nsearch: {max_trials: 2}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n"
+           "trainer: {kind: command, command: \"python3 train.py\"}\nresources: {ranks: {model: 64}}\n");
+}
+
 TEST_CASE("pbt over a command trainer: accepted with provides: [checkpoints]; its steps are trainer.max_step") {
   const auto c = parse_ok(workflow(
       "  - {name: pop, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n",
