@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -21,7 +22,10 @@
 #include "search/grid_search.h"
 #include "search/test_functions.h"
 #include "config/trainer_kinds.h"
+#include "config/yaml_tree.h"
+#include "search/searcher.h"
 #include "trainers/trainer_settings.h"
+#include "workflow/stage_settings.h"
 
 namespace hpctune::config {
 
@@ -805,6 +809,68 @@ class Builder {
 };
 
 }  // namespace
+
+namespace {
+
+// "0.5%", "25%": a share of the groups.
+std::string percent(int64_t part, int64_t whole) {
+  const double share = 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  char text[32];
+  std::snprintf(text, sizeof text, share < 10 ? "%.1f%%" : "%.0f%%", share);
+  return text;
+}
+
+// The warning for one search whose generations hold `g.trials` trials (its population setting at
+// `path`), or "" when they fill `groups`.
+std::string idle_groups(const search::GenerationSize& g, int64_t groups, const std::string& path, const YNode* tree,
+                        const std::string& source) {
+  if (g.trials <= 0 || g.trials >= groups) return "";
+  const int64_t unit = std::max<int64_t>(1, g.per_unit);
+  const int64_t population = g.trials / unit;
+  std::string where;
+  if (tree != nullptr) {
+    const Mark m = mark_below(*tree, Mark{}, "." + path);
+    where = source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
+  }
+  return where + path + ": " + g.population_setting + " " + std::to_string(population) +
+         (unit > 1 ? " on " + std::to_string(unit) + " islands" : std::string()) + " keeps " + std::to_string(g.trials) +
+         " of " + std::to_string(groups) + " groups busy (" + percent(g.trials, groups) + "); " + g.population_setting +
+         ": " + std::to_string((groups + unit - 1) / unit) + " would fill them";
+}
+
+}  // namespace
+
+std::vector<std::string> idle_group_warnings(const CampaignConfig& c, int64_t groups) {
+  std::vector<std::string> out;
+  if (groups <= 1) return out;
+  // The places: the config's text read again (a campaign parsed from text without a file has it too).
+  auto tree = read_tree(c.text, c.source);
+  const YNode* root = tree.ok() ? &*tree : nullptr;
+  auto add = [&](const std::optional<search::GenerationSize>& g, const std::string& prefix) {
+    if (!g) return;
+    std::string text = idle_groups(*g, groups, prefix + g->population_setting, root, c.source);
+    if (!text.empty()) out.push_back(std::move(text));
+  };
+  if (c.stages.empty()) {
+    add(search::generation_size(c.algorithm, c.search_settings), "search.settings.");
+    return out;
+  }
+  for (std::size_t i = 0; i < c.stages.size(); ++i) {
+    const StageConfig& st = c.stages[i];
+    if (!st.own || !st.own_search) continue;
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const workflow::StageKind* kind = workflow::find_stage_kind(st.kind);
+    if (kind != nullptr && kind->trials_setting != nullptr) {
+      // A stage that runs its whole population at once, and waits for it at each interval.
+      const json& n = st.settings.contains(kind->trials_setting) ? st.settings[kind->trials_setting] : json();
+      if (!n.is_number_integer()) continue;
+      add(search::GenerationSize{kind->trials_setting, n.get<int64_t>(), 1}, prefix);
+    } else {
+      add(search::generation_size(st.own->algorithm, st.own->search_settings), prefix + "search.settings.");
+    }
+  }
+  return out;
+}
 
 Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   Builder b(walker, root);

@@ -203,6 +203,14 @@ struct ModelStartup {
 };
 std::optional<ModelStartup> model_startup(const CampaignConfig& config);
 
+// What `validate` and `run` warn of before a campaign starts: each generation-based search that
+// keeps only some of `groups` trainer groups busy (a searching stage whose algorithm runs a
+// generation at a time, search::generation_size, or a stage kind that runs its population at once,
+// workflow::StageKind::trials_setting: pbt), where its population is smaller than `groups`:
+// "file:line:col: search.settings.population: population 10 keeps 10 of 2048 groups busy (0.5%);
+// population: 2048 would fill them".
+std::vector<std::string> idle_group_warnings(const CampaignConfig& config, int64_t groups);
+
 // Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
 // file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the
 // path; everything else is as parse_config.

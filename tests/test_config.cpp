@@ -1032,6 +1032,52 @@ TEST_CASE("a transfer stage's trainer: takes a program's own keys (issue 36, ite
   CHECK_MESSAGE(e.find("test.yaml:9:15: stages[1].trainer." + std::string(can.init_setting) + ": hpctune's own") == 0, e);
 }
 
+TEST_CASE("idle_group_warnings: a generation-based search that keeps few groups busy, with its place (issue 36, item 10)") {
+  // One line per warning, so that a failure prints them.
+  auto warnings = [](const config::CampaignConfig& c, int64_t groups) {
+    std::string out;
+    for (const auto& w : config::idle_group_warnings(c, groups)) out += w + "\n";
+    return out;
+  };
+  auto lines = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& w : v) out += w + "\n";
+    return out;
+  };
+  const std::string head = "name: g\nobjective: {metric: value, mode: min}\ntrainer: {kind: function, name: branin}\n"
+                           "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
+  // The issue's campaign: genetic's population of 10 on 2048 groups.
+  const auto genetic = parse_ok(head + "search:\n  algorithm: genetic\n  max_trials: 20000\n  settings: {population: 10}\n");
+  CHECK(warnings(genetic, 2048) ==
+        lines({"test.yaml:8:14: search.settings.population: population 10 keeps 10 of 2048 groups "
+                                 "busy (0.5%); population: 2048 would fill them"}));
+  CHECK(config::idle_group_warnings(genetic, 10).empty());  // filled
+  CHECK(config::idle_group_warnings(genetic, 1).empty());
+  // Islands: each adds a population; the default population (10), placed at search.settings.
+  const auto islands = parse_ok(head + "search: {algorithm: genetic, max_trials: 200, settings: {islands: 4}}\n");
+  CHECK(warnings(islands, 100) ==
+        lines({"test.yaml:5:47: search.settings.population: population 10 on 4 islands keeps 40 of 100 "
+                                 "groups busy (40%); population: 25 would fill them"}));
+  // Algorithms that keep every free group busy say nothing: random, and evolution's asynchronous
+  // tournaments.
+  for (const char* algorithm : {"random", "evolution", "tpe"}) {
+    CAPTURE(algorithm);
+    const auto c = parse_ok(head + "search: {algorithm: " + algorithm + ", max_trials: 200}\n");
+    CHECK(config::idle_group_warnings(c, 2048).empty());
+  }
+  // A workflow: the pbt stage's population, and a genetic search stage's, each at its place.
+  const auto w = parse_ok(workflow(
+      "  - {name: tune, kind: search, search: {algorithm: genetic, max_trials: 64, settings: {population: 8}},"
+      " space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}}\n"
+      "  - {name: pop, kind: pbt, population: 4, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
+  CHECK(warnings(w, 16) ==
+        lines({"test.yaml:5:88: stages[0].search.settings.population: population 8 keeps 8 of 16 "
+                                 "groups busy (50%); population: 16 would fill them",
+                                 "test.yaml:6:28: stages[1].population: population 4 keeps 4 of 16 groups busy (25%); "
+                                 "population: 16 would fill them"}));
+  CHECK(config::idle_group_warnings(w, 4).size() == 0);
+}
+
 TEST_CASE("resources.ranks.model: more stages than the trainer's network has layers is refused (issue 36, item 10)") {
   const std::string fn = "name: m\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 2}\n"
                          "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
