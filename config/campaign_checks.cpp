@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -21,7 +22,10 @@
 #include "search/grid_search.h"
 #include "search/test_functions.h"
 #include "config/trainer_kinds.h"
+#include "config/yaml_tree.h"
+#include "search/searcher.h"
 #include "trainers/trainer_settings.h"
+#include "workflow/stage_settings.h"
 
 namespace hpctune::config {
 
@@ -364,6 +368,32 @@ class Builder {
     }
     if (can->provides_setting != nullptr) HPCTUNE_TRY(check_provides(c, can->provides_setting));
     return check_assign_size(c);
+  }
+
+  // resources.ranks.model against what a trial of the trainer kind can be split into
+  // (TrainerCapabilities::model_stages): each pipeline stage needs a layer of its network. The
+  // trainer's fixed settings, with the space's fixed values over them; a space that searches one of
+  // the settings the count reads leaves it to the trainer, trial by trial.
+  Status check_model_split(const CampaignConfig& c) {
+    const int64_t model = c.resources.ranks_model;
+    if (model <= 1) return Status::Ok();
+    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+    if (can == nullptr || can->model_stages.count == nullptr) return Status::Ok();
+    json settings = c.trainer;
+    for (const auto& p : c.space.params()) {
+      const auto& reads = can->model_stages.reads;
+      if (std::find(reads.begin(), reads.end(), p.name) == reads.end()) continue;
+      if (p.type != search::ParamType::kFixed) return Status::Ok();
+      settings[p.name] = p.value;
+    }
+    const int64_t most = can->model_stages.count(settings);
+    if (most <= 0 || model <= most) return Status::Ok();
+    const std::string at = "resources.ranks.model";
+    return w_.fail(w_.mark_of(at), at,
+                   std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
+                       c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
+                       ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
+                       std::to_string(most) + ", or a larger network)");
   }
 
   // The kind's provides setting: a list of "predictions" and "checkpoints", each once.
@@ -780,6 +810,68 @@ class Builder {
 
 }  // namespace
 
+namespace {
+
+// "0.5%", "25%": a share of the groups.
+std::string percent(int64_t part, int64_t whole) {
+  const double share = 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  char text[32];
+  std::snprintf(text, sizeof text, share < 10 ? "%.1f%%" : "%.0f%%", share);
+  return text;
+}
+
+// The warning for one search whose generations hold `g.trials` trials (its population setting at
+// `path`), or "" when they fill `groups`.
+std::string idle_groups(const search::GenerationSize& g, int64_t groups, const std::string& path, const YNode* tree,
+                        const std::string& source) {
+  if (g.trials <= 0 || g.trials >= groups) return "";
+  const int64_t unit = std::max<int64_t>(1, g.per_unit);
+  const int64_t population = g.trials / unit;
+  std::string where;
+  if (tree != nullptr) {
+    const Mark m = mark_below(*tree, Mark{}, "." + path);
+    where = source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
+  }
+  return where + path + ": " + g.population_setting + " " + std::to_string(population) +
+         (unit > 1 ? " on " + std::to_string(unit) + " islands" : std::string()) + " keeps " + std::to_string(g.trials) +
+         " of " + std::to_string(groups) + " groups busy (" + percent(g.trials, groups) + "); " + g.population_setting +
+         ": " + std::to_string((groups + unit - 1) / unit) + " would fill them";
+}
+
+}  // namespace
+
+std::vector<std::string> idle_group_warnings(const CampaignConfig& c, int64_t groups) {
+  std::vector<std::string> out;
+  if (groups <= 1) return out;
+  // The places: the config's text read again (a campaign parsed from text without a file has it too).
+  auto tree = read_tree(c.text, c.source);
+  const YNode* root = tree.ok() ? &*tree : nullptr;
+  auto add = [&](const std::optional<search::GenerationSize>& g, const std::string& prefix) {
+    if (!g) return;
+    std::string text = idle_groups(*g, groups, prefix + g->population_setting, root, c.source);
+    if (!text.empty()) out.push_back(std::move(text));
+  };
+  if (c.stages.empty()) {
+    add(search::generation_size(c.algorithm, c.search_settings), "search.settings.");
+    return out;
+  }
+  for (std::size_t i = 0; i < c.stages.size(); ++i) {
+    const StageConfig& st = c.stages[i];
+    if (!st.own || !st.own_search) continue;
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const workflow::StageKind* kind = workflow::find_stage_kind(st.kind);
+    if (kind != nullptr && kind->trials_setting != nullptr) {
+      // A stage that runs its whole population at once, and waits for it at each interval.
+      const json& n = st.settings.contains(kind->trials_setting) ? st.settings[kind->trials_setting] : json();
+      if (!n.is_number_integer()) continue;
+      add(search::GenerationSize{kind->trials_setting, n.get<int64_t>(), 1}, prefix);
+    } else {
+      add(search::generation_size(st.own->algorithm, st.own->search_settings), prefix + "search.settings.");
+    }
+  }
+  return out;
+}
+
 Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   Builder b(walker, root);
   HPCTUNE_TRY(b.check_name());
@@ -794,6 +886,7 @@ Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   HPCTUNE_TRY(b.check_early_stopping(c));
   HPCTUNE_TRY(b.check_trainer(c));
   HPCTUNE_TRY(b.check_resources(c));
+  HPCTUNE_TRY(b.check_model_split(c));
   return Status::Ok();
 }
 

@@ -109,6 +109,11 @@ struct StageConfig {
   // The trainer keys the stage sets itself (its `trainer:` over the top-level one). A transfer
   // stage's win over the searched values of the trial it starts from: they are its fine-tuning.
   std::set<std::string> trainer_keys;
+  // The program's own keys the stage's `trainer:` gives (a stage kind with trainer_program_keys
+  // over a trainer kind that takes any parameter: a command's lr, epochs), apart from the kind's
+  // settings: parameters of every trial of the stage, over those of the trial it starts from
+  // (their keys are in trainer_keys too). An object, empty when none.
+  nlohmann::json trainer_params = nlohmann::json::object();
 };
 
 struct CampaignConfig {
@@ -197,6 +202,14 @@ struct ModelStartup {
   std::string text;
 };
 std::optional<ModelStartup> model_startup(const CampaignConfig& config);
+
+// What `validate` and `run` warn of before a campaign starts: each generation-based search that
+// keeps only some of `groups` trainer groups busy (a searching stage whose algorithm runs a
+// generation at a time, search::generation_size, or a stage kind that runs its population at once,
+// workflow::StageKind::trials_setting: pbt), where its population is smaller than `groups`:
+// "file:line:col: search.settings.population: population 10 keeps 10 of 2048 groups busy (0.5%);
+// population: 2048 would fill them".
+std::vector<std::string> idle_group_warnings(const CampaignConfig& config, int64_t groups);
 
 // Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
 // file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the

@@ -346,6 +346,53 @@ Status check_stage_search(StageConfig& st, const workflow::StageKind& kind, cons
   return Status::Ok();
 }
 
+// The program's own keys of a stage's `trainer:` (a stage kind with trainer_program_keys over a
+// trainer kind that takes any parameter, the stage's or else the top level's): the keys that are
+// neither `kind` nor a setting of the kind nor an alias of one, as JSON in `program`, and the item
+// without them in `rest` (its view is walked with the kind's settings only). False when the stage
+// gives none. The parameters by which hpctune gives a target its source (the kind's init_setting,
+// source_trial_setting) are refused.
+Result<bool> split_program_keys(const YNode& tree, const YNode* item, const std::string& prefix,
+                                const std::string& source, json& program, YNode& rest) {
+  const YEntry* own = find_entry(item, "trainer");
+  if (own == nullptr || own->value.kind != YNode::Kind::kMap) return false;
+  const YEntry* kind_entry = find_entry(&own->value, "kind");
+  if (const YEntry* top = find_entry(&tree, "trainer"); kind_entry == nullptr && top != nullptr)
+    kind_entry = find_entry(&top->value, "kind");
+  if (kind_entry == nullptr || kind_entry->value.kind != YNode::Kind::kScalar) return false;
+  const std::string kind = kind_entry->value.text;
+  const auto* can = trainers::trainer_capabilities(kind);
+  auto specs = trainers::trainer_setting_specs(kind);
+  if (can == nullptr || can->params != trainers::TrainerParams::kAny || !specs.ok()) return false;
+  // An alias stays with the settings too: the walker then says which setting was meant.
+  auto declared = [&](const std::string& key) {
+    if (key == "kind") return true;
+    for (const auto& d : **specs) {
+      if (d.key == key) return true;
+      for (const auto& alias : d.aliases)
+        if (alias == key) return true;
+    }
+    return false;
+  };
+  rest = *item;
+  YEntry& trainer = *std::find_if(rest.entries.begin(), rest.entries.end(), [](const YEntry& e) { return e.key == "trainer"; });
+  std::vector<YEntry> kept;
+  for (auto& e : trainer.value.entries) {
+    if (declared(e.key)) {
+      kept.push_back(std::move(e));
+      continue;
+    }
+    for (const char* reserved : {can->init_setting, can->source_trial_setting})
+      if (reserved != nullptr && e.key == reserved)
+        return place_error(source, e.key_mark, prefix + "trainer." + e.key,
+                           "hpctune's own: a transfer gives each target its source through it (a variable, not a "
+                           "parameter); leave it out");
+    program[e.key] = to_json(e.value);
+  }
+  trainer.value.entries = std::move(kept);
+  return !program.empty();
+}
+
 // The stage's search, space, early_stopping and trainer keys laid over the top level's in `view`
 // (a trainer of the same kind is merged key by key; of another kind, it stands alone); the keys
 // of the stage's own trainer in `own_trainer_keys`.
@@ -493,6 +540,7 @@ CampaignConfig workflow_campaign(std::vector<StageConfig> stages, std::size_t ma
         n["early_stopping"] = own["early_stopping"];
     }
     n["trainer"] = own["trainer"];
+    for (const auto& [key, value] : st.trainer_params.items()) n["trainer"][key] = value;
     normalized.push_back(std::move(n));
   }
   c.normalized["stages"] = std::move(normalized);
@@ -538,10 +586,19 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     // A stage that reads its inputs' trainers' output reports what they lack before its own view's complaint.
     const bool defers = kind.inputs_provide != nullptr;
     std::set<std::string> own_trainer_keys;
+    // A transfer's `trainer: {lr: ..., epochs: ...}` over a program: its own keys, apart.
+    json program = json::object();
+    YNode without_program;
+    if (kind.trainer_program_keys) {
+      HPCTUNE_ASSIGN(const bool split, split_program_keys(tree, item, prefix, source, program, without_program));
+      if (split) item = &without_program;
+    }
     HPCTUNE_ASSIGN(std::shared_ptr<const CampaignConfig> own,
                    views.view_of(item, item_mark, prefix, keys, trials, defers, own_trainer_keys, deferred));
     if (own == nullptr) continue;  // deferred: st.own stays empty; nothing below reads a view that failed
+    for (const auto& [key, value] : program.items()) own_trainer_keys.insert(key);
     st.trainer_keys = own_trainer_keys;
+    st.trainer_params = std::move(program);
     HPCTUNE_TRY(read_stage_keys(st, items[i], prefix, places));
     HPCTUNE_TRY(finish_declared_settings(st, kind, prefix, places));
     if (kind.steps_setting != nullptr) HPCTUNE_TRY(finish_step_settings(st, kind, *own, item, prefix, places));

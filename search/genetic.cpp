@@ -37,6 +37,18 @@ std::vector<SettingDecl> genetic_settings() {
   };
 }
 
+std::optional<GenerationSize> genetic_generation_size(const nlohmann::json& settings) {
+  auto integer = [&](const char* key, int64_t fallback) {
+    return settings.is_object() && settings.contains(key) && settings[key].is_number_integer() ? settings[key].get<int64_t>()
+                                                                                                : fallback;
+  };
+  GenerationSize g;
+  g.population_setting = "population";
+  g.per_unit = std::max<int64_t>(1, integer("islands", 1));
+  g.trials = std::max<int64_t>(1, integer("population", 10)) * g.per_unit;
+  return g;
+}
+
 namespace {
 
 struct GaConfig {

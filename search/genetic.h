@@ -55,5 +55,7 @@ namespace hpctune::search {
 
 std::vector<SettingDecl> genetic_settings();
 Result<std::unique_ptr<Searcher>> make_genetic(const SearchSpec& spec);
+// Generation-based: a generation is `population` members on each of `islands` islands.
+std::optional<GenerationSize> genetic_generation_size(const nlohmann::json& settings);
 
 }  // namespace hpctune::search

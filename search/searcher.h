@@ -143,6 +143,20 @@ std::vector<std::string> searcher_names();
 // kConfig listing the valid names for an unknown algorithm.
 Result<std::vector<SettingDecl>> searcher_settings(const std::string& algorithm);
 
+// How a generation-based algorithm sizes its generations: one that breeds the next generation only
+// once (most of) the last has finished, and so runs at most a generation's trials at once, leaving
+// any other trainer group idle. `trials`: the trials of one generation with these settings
+// (defaults filled in; genetic: population x islands); `per_unit`: the trials each unit of
+// `population_setting` adds (genetic: islands). Declared beside the algorithm (genetic.h).
+struct GenerationSize {
+  std::string population_setting;
+  int64_t trials = 0;
+  int64_t per_unit = 1;
+};
+// The generation size of `algorithm` with `settings`; nullopt for an algorithm that keeps every
+// free group busy (random, tpe, evolution's asynchronous tournaments, ...) or an unknown one.
+std::optional<GenerationSize> generation_size(const std::string& algorithm, const nlohmann::json& settings);
+
 // Builds the searcher named by spec.algorithm; kConfig error listing the valid names otherwise.
 Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec);
 

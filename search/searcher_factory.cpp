@@ -51,6 +51,8 @@ struct Entry {
   const char* name;
   std::vector<SettingDecl> (*settings)();
   Result<std::unique_ptr<Searcher>> (*make)(const SearchSpec&);
+  // Generation-based algorithms only (GenerationSize, searcher.h); nullptr for the others.
+  std::optional<GenerationSize> (*generations)(const nlohmann::json&) = nullptr;
 };
 
 const std::vector<Entry>& registry() {
@@ -59,7 +61,7 @@ const std::vector<Entry>& registry() {
       {"grid", &grid_search_settings, &make_grid_search},
       {"bayesian", &bayesian_settings, &make_bayesian},
       {"tpe", &tpe_settings, &make_tpe},
-      {"genetic", &genetic_settings, &make_genetic},
+      {"genetic", &genetic_settings, &make_genetic, &genetic_generation_size},
       {"evolution", &evolution_settings, &make_evolution},
       {"cmaes", &cmaes_settings, &make_cmaes},
       {"rl", &rl_settings, &make_rl},
@@ -92,6 +94,12 @@ Result<std::vector<SettingDecl>> searcher_settings(const std::string& algorithm)
   const Entry* e = lookup(algorithm);
   if (!e) return unknown(algorithm);
   return e->settings();
+}
+
+std::optional<GenerationSize> generation_size(const std::string& algorithm, const nlohmann::json& settings) {
+  const Entry* e = lookup(algorithm);
+  if (e == nullptr || e->generations == nullptr) return std::nullopt;
+  return e->generations(settings);
 }
 
 Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec) {

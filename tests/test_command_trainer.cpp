@@ -451,6 +451,45 @@ TEST_CASE("ranks > 1: the program runs under mpirun and only rank 0's reports co
   CHECK(log.find("\"rank\": 1}") != std::string::npos);  // rank 1's report was logged, not counted
 }
 
+TEST_CASE("hp.seed() and hp.data_seed(): 64-bit seeds folded below 2**32, the same on every rank, one per trial") {
+  // 2 ranks under mpirun where this build has MPI, else one.
+  const int ranks = trainers::mpirun_prefix(2).ok() ? 2 : 1;
+  // The stated mix (tools/python/hpctune_report.py, fold_seed): the xor of the two 32-bit halves.
+  auto fold = [](uint64_t s) { return (s ^ (s >> 32)) & 0xFFFFFFFFull; };
+  const uint64_t data_seed = 0x7FEDCBA987654321ull;  // trainer.data_seed, at most INT64_MAX
+  // Each run: the seeds every rank wrote, checked equal across ranks, and what rank 0 reported.
+  auto run = [&](uint64_t seed) {
+    TempDir dir;
+    Recorded rec;
+    auto ctx = context({{"command", kPython + " " + kScripts + "/seeds.py"},
+                        {"data_seed", static_cast<int64_t>(data_seed)},
+                        {"env", {{"PYTHONPATH", kPythonPath}}}},
+                       json::object(), dir.path, rec);
+    ctx.seed = seed;
+    ctx.ranks = ranks;
+    auto r = CommandTrainer().run(ctx);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string() << "\n" << read_file(dir.file("attempt-2/stderr.log")));
+    REQUIRE(rec.size() == 1);
+    const auto& m = rec.reports[0].second;
+    CHECK(m.at("accepted") == 1.0);  // numpy's RandomState took both; seed * 1000 + epoch fits 63 bits
+    const std::string rank0 = read_file(dir.file("seeds-rank-0.txt"));
+    for (int k = 1; k < ranks; ++k) CHECK(read_file(dir.file("seeds-rank-" + std::to_string(k) + ".txt")) == rank0);
+    CHECK(rank0 == std::to_string(static_cast<uint64_t>(m.at("seed"))) + " " +
+                       std::to_string(static_cast<uint64_t>(m.at("data_seed"))) + "\n");
+    return std::pair<uint64_t, uint64_t>{static_cast<uint64_t>(m.at("seed")), static_cast<uint64_t>(m.at("data_seed"))};
+  };
+  const uint64_t a = 0xFEDCBA9876543210ull, b = 0xFEDCBA9876543211ull;  // above INT64_MAX: HPCTUNE_SEED is unsigned
+  const auto first = run(a);
+  CHECK(first.first < (uint64_t{1} << 32));
+  CHECK(first.second < (uint64_t{1} << 32));
+  CHECK(first.first == fold(a));
+  CHECK(first.second == fold(data_seed));
+  CHECK(run(a) == first);  // deterministic
+  const auto other = run(b);
+  CHECK(other.first != first.first);    // another trial's seed, another folded seed
+  CHECK(other.second == first.second);  // the campaign's data seed, the same for every trial
+}
+
 TEST_CASE("the program's whole tree ends with the trial, descendants that left its process group included") {
   TempDir dir;
   Recorded rec;

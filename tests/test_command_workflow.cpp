@@ -330,3 +330,50 @@ TEST_CASE("command workflow: validate refuses an ensemble or a transfer over a p
     CHECK_MESSAGE(out.find(c.expected) != std::string::npos, out);
   }
 }
+
+TEST_CASE("command workflow: a transfer stage's trainer: {lr: 0.01, epochs: 2} reaches the program in HPCTUNE_PARAMS") {
+  // The program's own keys in a transfer stage's trainer: (not settings of the command kind) are
+  // parameters of its trials, over the source's searched lr; timeout, a setting, stays one.
+  TempDir dir;
+  const std::string cfg = dir.write(
+      "t.yaml", "name: ft\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n" + command_trainer("classify") +
+                    "resources: {groups: 2}\n"
+                    "stages:\n"
+                    "  - name: tune\n"
+                    "    kind: search\n"
+                    "    search: {algorithm: random, max_trials: 2}\n"
+                    "    space: {lr: {type: float, low: 0.1, high: 0.5, log: true}}\n"
+                    "  - name: move\n"
+                    "    kind: transfer\n"
+                    "    from: tune\n"
+                    "    sources: 1\n"
+                    "    classes: [5, 6, 7, 8, 9]\n"
+                    "    trainer: {lr: 0.01, epochs: 2, steps: 3, timeout: 5m}\n");
+  const std::string db = dir.file("t.db");
+  {
+    const auto status = run_hpctune({"validate", cfg}, dir.file("validate.log"));
+    CHECK_MESSAGE(status.success(), read_file(dir.file("validate.log")));
+  }
+  const auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const Run r = read_run(db);
+  for (const auto& t : r.trials_of("tune")) {
+    CAPTURE(t.id);
+    const json params = seen_by(db, t.id).at("params");
+    CHECK(params.at("lr").get<double>() >= 0.1);  // the search's own, untouched
+    CHECK(!params.contains("epochs"));
+  }
+  const auto moved = r.trials_of("move");
+  REQUIRE(moved.size() == 1);
+  const store::TrialRow& target = moved.front();
+  CHECK(target.state == store::TrialState::kDone);
+  const json params = seen_by(db, target.id).at("params");
+  CAPTURE(params.dump());
+  CHECK(params.at("lr") == 0.01);  // the stage's, over the source's searched lr
+  CHECK(params.at("epochs") == 2);
+  CHECK(params.at("steps") == 3);
+  CHECK(params.at("classes") == json::array({5, 6, 7, 8, 9}));
+  CHECK(!params.contains("timeout"));  // a setting of the command kind, not a parameter
+  CHECK(target.step == 3);             // the program trained the stage's steps
+  CHECK(target.params.at("lr") == 0.01);  // as recorded
+}

@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "config/settings.h"
 #include "search/searcher.h"
+#include "trainers/trainer_settings.h"
 
 using hpctune::Errc;
 using nlohmann::json;
@@ -993,6 +994,117 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
   }
   CHECK(c.normalized["stages"].size() == 4);
   CHECK(c.normalized["stages"][1]["from"] == json::array({"tune"}));
+}
+
+TEST_CASE("a transfer stage's trainer: takes a program's own keys (issue 36, item 7); its settings stay settings") {
+  const std::string command = "{kind: command, command: \"python3 train.py\", provides: [checkpoints]}";
+  const std::string tune = "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.1, high: 0.5}}}\n";
+  const auto c = parse_ok(workflow(tune + "  - name: move\n    kind: transfer\n    from: tune\n"
+                                          "    trainer: {lr: 0.01, epochs: 2, layers: [64, 32], timeout: 5m, max_step: 7}\n",
+                                   command));
+  const auto& move = c.stages[1];
+  CHECK(move.trainer_params == json{{"lr", 0.01}, {"epochs", 2}, {"layers", json::array({64, 32})}});
+  // Its settings are the trainer's; every key it gives is pinned over the source's.
+  CHECK(move.own->trainer["timeout"] == 300.0);
+  CHECK(move.own->trainer["max_step"] == 7);
+  CHECK(!move.own->trainer.contains("lr"));
+  CHECK(move.trainer_keys == std::set<std::string>{"lr", "epochs", "layers", "timeout", "max_step"});
+  CHECK(c.stages[0].trainer_params.empty());
+  // validate --json shows them in the stage's trainer.
+  CHECK(c.normalized["stages"][1]["trainer"]["lr"] == 0.01);
+  CHECK(c.normalized["stages"][1]["trainer"]["epochs"] == 2);
+  // Only a transfer's: a search stage's trainer keys are the kind's settings, as at the top level.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {x: {type: float, low: 0, "
+                             "high: 1}}, trainer: {lr: 0.01}}\n",
+                             command))
+            .find("test.yaml:5:") == 0);
+  // An alias of a setting is no program key: the walker says which setting was meant.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, trainer: {max_steps: 7}}\n", command))
+            .find("stages[1].trainer.max_steps: unknown key; did you mean 'max_step'?") != std::string::npos);
+  // A kind that takes only its settings (mlp) still refuses an unknown key.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, trainer: {lrr: 0.01}}\n"))
+            .find("stages[1].trainer.lrr") != std::string::npos);
+  // The names by which hpctune gives a target its source are not the program's to set.
+  const hpctune::trainers::TrainerCapabilities can = hpctune::trainers::command_capabilities();
+  const std::string e = parse_error(workflow(tune + "  - name: move\n    kind: transfer\n    from: tune\n    trainer: {" +
+                                                 std::string(can.init_setting) + ": /tmp/x}\n",
+                                             command));
+  CHECK_MESSAGE(e.find("test.yaml:9:15: stages[1].trainer." + std::string(can.init_setting) + ": hpctune's own") == 0, e);
+}
+
+TEST_CASE("idle_group_warnings: a generation-based search that keeps few groups busy, with its place (issue 36, item 10)") {
+  // One line per warning, so that a failure prints them.
+  auto warnings = [](const config::CampaignConfig& c, int64_t groups) {
+    std::string out;
+    for (const auto& w : config::idle_group_warnings(c, groups)) out += w + "\n";
+    return out;
+  };
+  auto lines = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& w : v) out += w + "\n";
+    return out;
+  };
+  const std::string head = "name: g\nobjective: {metric: value, mode: min}\ntrainer: {kind: function, name: branin}\n"
+                           "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
+  // The issue's campaign: genetic's population of 10 on 2048 groups.
+  const auto genetic = parse_ok(head + "search:\n  algorithm: genetic\n  max_trials: 20000\n  settings: {population: 10}\n");
+  CHECK(warnings(genetic, 2048) ==
+        lines({"test.yaml:8:14: search.settings.population: population 10 keeps 10 of 2048 groups "
+                                 "busy (0.5%); population: 2048 would fill them"}));
+  CHECK(config::idle_group_warnings(genetic, 10).empty());  // filled
+  CHECK(config::idle_group_warnings(genetic, 1).empty());
+  // Islands: each adds a population; the default population (10), placed at search.settings.
+  const auto islands = parse_ok(head + "search: {algorithm: genetic, max_trials: 200, settings: {islands: 4}}\n");
+  CHECK(warnings(islands, 100) ==
+        lines({"test.yaml:5:47: search.settings.population: population 10 on 4 islands keeps 40 of 100 "
+                                 "groups busy (40%); population: 25 would fill them"}));
+  // Algorithms that keep every free group busy say nothing: random, and evolution's asynchronous
+  // tournaments.
+  for (const char* algorithm : {"random", "evolution", "tpe"}) {
+    CAPTURE(algorithm);
+    const auto c = parse_ok(head + "search: {algorithm: " + algorithm + ", max_trials: 200}\n");
+    CHECK(config::idle_group_warnings(c, 2048).empty());
+  }
+  // A workflow: the pbt stage's population, and a genetic search stage's, each at its place.
+  const auto w = parse_ok(workflow(
+      "  - {name: tune, kind: search, search: {algorithm: genetic, max_trials: 64, settings: {population: 8}},"
+      " space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}}\n"
+      "  - {name: pop, kind: pbt, population: 4, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
+  CHECK(warnings(w, 16) ==
+        lines({"test.yaml:5:88: stages[0].search.settings.population: population 8 keeps 8 of 16 "
+                                 "groups busy (50%); population: 16 would fill them",
+                                 "test.yaml:6:28: stages[1].population: population 4 keeps 4 of 16 groups busy (25%); "
+                                 "population: 16 would fill them"}));
+  CHECK(config::idle_group_warnings(w, 4).size() == 0);
+}
+
+TEST_CASE("resources.ranks.model: more stages than the trainer's network has layers is refused (issue 36, item 10)") {
+  const std::string fn = "name: m\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 2}\n"
+                         "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
+  const std::string e = parse_error(fn + "trainer: {kind: function, name: branin}\nresources: {ranks: {data: 2, model: 8}}\n");
+  CHECK_MESSAGE(e.find("test.yaml:6:") == 0, e);
+  CHECK_MESSAGE(e.find(": resources.ranks.model: 8 model-parallel stages, but a trial of trainer kind 'function' can be "
+                       "split into at most 1: each stage needs one of the layers of the network it imitates "
+                       "(trainer.layers); every trial would fail (give at most 1, or a larger network)") != std::string::npos,
+                e);
+  CHECK(parse_ok(fn + "trainer: {kind: function, name: branin, layers: 8}\nresources: {ranks: {data: 2, model: 8}}\n")
+            .resources.ranks_model == 8);
+  // A fixed value in the space counts; a searched one is left to the trainer, trial by trial.
+  CHECK(parse_error(fn.substr(0, fn.size() - 2) + ", layers: 3}\ntrainer: {kind: function}\n"
+                    "resources: {ranks: {model: 4}}\n")
+            .find("at most 3") != std::string::npos);
+  parse_ok(fn.substr(0, fn.size() - 2) + ", layers: {type: int, low: 1, high: 2}}\ntrainer: {kind: function}\n"
+           "resources: {ranks: {model: 4}}\n");
+  // mlp: a dense layer per hidden width (two with dropout) and the output layer.
+  const std::string mlp = "name: m\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                          "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(mlp + "trainer: {kind: mlp, hidden: [64, 32]}\nresources: {ranks: {model: 4}}\n")
+            .find("'mlp' can be split into at most 3") != std::string::npos);
+  parse_ok(mlp + "trainer: {kind: mlp, hidden: [64, 32]}\nresources: {ranks: {model: 3}}\n");
+  parse_ok(mlp + "trainer: {kind: mlp, hidden: [64, 32], dropout: 0.1}\nresources: {ranks: {model: 5}}\n");
+  // A program splits itself: no limit known.
+  parse_ok("name: m\nobjective: {metric: loss}\nsearch: {max_trials: 2}\nspace: {lr: {type: float, low: 0.1, high: 1}}\n"
+           "trainer: {kind: command, command: \"python3 train.py\"}\nresources: {ranks: {model: 64}}\n");
 }
 
 TEST_CASE("pbt over a command trainer: accepted with provides: [checkpoints]; its steps are trainer.max_step") {

@@ -312,3 +312,59 @@ TEST_CASE("validate: classes, trainer.env names and an ensemble's inputs are che
   CHECK(contains(blend, "the ensemble needs predictions, and trainer kind 'function' of stage 's' writes none"));
   CHECK(!contains(blend, "'x1' is missing"));
 }
+
+TEST_CASE("validate: a model-parallel split the trainer cannot make is refused at resources.ranks.model (issue 36, item 10)") {
+  TempDir dir;
+  // The issue's campaign: a function trainer imitating a network of 1 layer, split into 8 stages.
+  const std::string head = "name: split\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 4}\n"
+                           "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
+  const std::string one_layer = refused_at(dir, "one-layer",
+                                           head + "trainer: {kind: function, name: branin}\n"
+                                                  "resources:\n  groups: 2\n  ranks: {data: 1, model: 8}\n",
+                                           8, 20, "resources.ranks.model");
+  CHECK(contains(one_layer, "8 model-parallel stages, but a trial of trainer kind 'function' can be split into at most 1"));
+  CHECK(contains(one_layer, "trainer.layers"));
+  // `run` refuses it the same way, before anything starts.
+  const std::string cfg = dir.write("run.yaml", head + "trainer: {kind: function, name: branin, layers: 4}\n"
+                                                       "resources:\n  groups: 2\n  ranks: {data: 1, model: 8}\n");
+  Run run = run_measured({"run", cfg, "--db", dir.file("run.db")}, dir.file("run.log"), 60s);
+  CHECK(run.code == 2);
+  CHECK(contains(run.output, cfg + ":8:20: resources.ranks.model: 8 model-parallel stages"));
+  CHECK(contains(run.output, "at most 4"));
+  CHECK(!std::filesystem::exists(dir.file("run.db")));
+  // A network deep enough is accepted; so is a space that searches its depth (the trainer checks each trial).
+  CHECK(validate(dir, "eight-layers", head + "trainer: {kind: function, name: branin, layers: 8}\n"
+                                             "resources:\n  ranks: {data: 1, model: 8}\n").code == 0);
+  CHECK(validate(dir, "searched", "name: split\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 4}\n"
+                                  "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}, "
+                                  "layers: {type: int, low: 1, high: 16}}\n"
+                                  "trainer: {kind: function, name: branin}\nresources:\n  ranks: {data: 1, model: 8}\n")
+            .code == 0);
+}
+
+TEST_CASE("validate and run warn when a generation-based search keeps few groups busy (issue 36, item 10)") {
+  TempDir dir;
+  const std::string text = "name: idle\nobjective: {metric: value, mode: min}\n"
+                           "search:\n  algorithm: genetic\n  max_trials: 4\n  settings: {population: 2}\n"
+                           "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n"
+                           "trainer: {kind: function, name: branin}\nresources: {groups: 8}\n";
+  const std::string cfg = dir.write("idle.yaml", text);
+  const std::string warning = cfg + ":6:14: search.settings.population: population 2 keeps 2 of 8 groups busy (25%); "
+                                    "population: 8 would fill them";
+  const Run v = validate(dir, "idle", text);
+  CHECK(v.code == 0);  // a warning, not an error
+  CHECK_MESSAGE(contains(v.output, "hpctune validate: warning: " + warning), v.output);
+  // run, with --groups over the config's: the share of the groups it will have.
+  Run r = run_measured({"run", cfg, "--db", dir.file("idle.db"), "--groups", "4"}, dir.file("run.log"), 120s);
+  CHECK_MESSAGE(r.code == 0, r.output);
+  CHECK_MESSAGE(contains(r.output, "hpctune run: warning: " + cfg +
+                                       ":6:14: search.settings.population: population 2 keeps 2 of 4 groups busy (50%); "
+                                       "population: 4 would fill them"),
+                r.output);
+  // A population that fills the groups: no warning.
+  std::string full = text;
+  full.replace(full.find("population: 2"), 13, "population: 8");
+  const Run quiet = validate(dir, "full", full);
+  CHECK(quiet.code == 0);
+  CHECK_MESSAGE(!contains(quiet.output, "groups busy"), quiet.output);
+}

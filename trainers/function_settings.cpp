@@ -44,6 +44,13 @@ TrainerCapabilities function_capabilities() {
   can.step_setting = "steps";
   can.params = TrainerParams::kTestFunctionArgs;
   can.params_hint = "x1, x2, ...";
+  // hpctune simulate splits the network it imitates into at most `layers` pipeline stages.
+  can.model_stages.count = [](const nlohmann::json& settings) -> int64_t {
+    const auto it = settings.find("layers");
+    return it != settings.end() && it->is_number_integer() ? it->get<int64_t>() : 1;
+  };
+  can.model_stages.what = "the layers of the network it imitates (trainer.layers)";
+  can.model_stages.reads = {"layers"};
   return can;
 }
 

@@ -47,6 +47,24 @@ const std::vector<SettingDecl>& mlp_setting_specs() {
   return specs;
 }
 
-TrainerCapabilities mlp_capabilities() { return classifier_capabilities(); }
+// Its network (mlp_trainer.cpp): a dense layer per hidden width, each followed by a dropout layer
+// when dropout > 0, and the output layer; a pipeline stage needs one of them.
+TrainerCapabilities mlp_capabilities() {
+  TrainerCapabilities can = classifier_capabilities();
+  can.model_stages.count = [](const nlohmann::json& settings) -> int64_t {
+    const nlohmann::json& hidden = settings.contains("hidden") ? settings["hidden"] : nlohmann::json();
+    int64_t widths = 0;
+    if (hidden.is_array()) widths = static_cast<int64_t>(hidden.size());
+    else if (hidden.is_number_integer())
+      widths = settings.contains("layers") && settings["layers"].is_number_integer() ? settings["layers"].get<int64_t>() : 1;
+    else return 0;
+    const bool dropout = settings.contains("dropout") && settings["dropout"].is_number() && settings["dropout"].get<double>() > 0;
+    return widths * (dropout ? 2 : 1) + 1;
+  };
+  can.model_stages.what = "the layers of its network: a dense layer per hidden width (and its dropout layer when "
+                          "dropout > 0), and the output layer";
+  can.model_stages.reads = {"hidden", "layers", "dropout"};
+  return can;
+}
 
 }  // namespace hpctune::trainers

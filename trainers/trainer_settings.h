@@ -110,6 +110,18 @@ struct TrainerCapabilities {
   // (launch/launcher.h, GroupResources::rank_recovery). nullptr: none.
   const char* rank_loss_setting = nullptr;
   std::vector<std::string> rank_loss_values;
+  // The most model-parallel (pipeline) stages a trial can be split into (resources.ranks.model):
+  // each stage needs a layer of its network. `count` of its settings (an object, defaults filled
+  // in; 0 = unknown), what it counts for a message (`what`: "the layers of the network it imitates,
+  // trainer.layers"), and the settings it reads (`reads`): when the space searches one of them, the
+  // trainer checks each trial instead (`hpctune validate` checks a fixed value). count nullptr:
+  // no limit the kind knows (a program splits itself).
+  struct ModelStages {
+    int64_t (*count)(const nlohmann::json& settings) = nullptr;
+    const char* what = nullptr;
+    std::vector<std::string> reads;
+  };
+  ModelStages model_stages;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";

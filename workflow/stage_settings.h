@@ -69,6 +69,11 @@ struct StageKind {
   // and settings holding a list of class labels, checked as trainer.classes is (transfer's classes).
   std::vector<std::string> path_settings{};
   std::vector<std::string> class_list_settings{};
+  // The stage's `trainer:` may give a program's own keys (the trainer kind takes any parameter,
+  // trainers::TrainerParams::kAny): the keys that are not the kind's settings are parameters of
+  // every trial the stage runs, over what the trial starts from (transfer's fine-tuning lr, epochs;
+  // config::StageConfig::trainer_params).
+  bool trainer_program_keys = false;
 };
 
 inline std::vector<SettingDecl> ensemble_stage_settings() {
@@ -170,7 +175,7 @@ inline const std::vector<StageKind>& stage_kinds() {
       {.kind = "transfer", .help = "fine-tunes the best checkpoints of `from` on other data",
        .settings = transfer_stage_settings(), .search = StageSearch::kOptional, .needs_from = "starts from",
        .needs_from_unless = "checkpoint", .inputs_provide = "checkpoints", .path_settings = {"checkpoint"},
-       .class_list_settings = {"classes"}},
+       .class_list_settings = {"classes"}, .trainer_program_keys = true},
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
        .own_trainer_provides = "checkpoints", .steps_setting = "steps", .schedule_setting = "schedule",

@@ -185,6 +185,9 @@ struct TrainerUse {
   std::string source_trial_setting;  // the target's parameter naming the source trial; "" = none
   json twin_resets = json::object();  // what a baseline twin resets (transfer/transfer_plan.h)
   json extra_params = json::object();  // classes, max_train_samples: parameters where not settings
+  // The program's own keys of the stage's `trainer:` (config::StageConfig::trainer_params: a command's
+  // lr, epochs): over the source's params, under the nested search's values.
+  json program_params = json::object();
   std::map<std::string, std::string> checkpoint_directory;  // input stage -> its kind's checkpoint directory
   bool checkpoint_may_be_directory = false;  // `checkpoint:` may name a directory (the target kind's checkpoint)
 };
@@ -395,7 +398,10 @@ search::Suggestion TransferStage::make_target(const json& nested_params, json ne
   s.seq = next_seq_++;
   // The source's params under the stage's own keys, the nested search's and the target data's,
   // with the start (transfer/transfer_plan.h).
-  s.params = transfer::target_params(src.params, pinned_, nested_params, use_.extra_params,
+  json fine = use_.program_params;
+  if (nested_params.is_object())
+    for (const auto& [key, value] : nested_params.items()) fine[key] = value;
+  s.params = transfer::target_params(src.params, pinned_, fine, use_.extra_params,
                                      {src.init_from, src.trial_id, s_.freeze}, start_settings());
   s.meta = nested_meta.is_object() ? std::move(nested_meta) : json::object();
   if (s.meta.contains("parents") && s.meta["parents"].is_array()) {
@@ -651,6 +657,7 @@ Result<std::unique_ptr<scheduler::StageRuntime>> make_transfer_stage(const confi
                                   "' cannot start a trial from a checkpoint (a transfer needs one that can)");
   use.source_trial_setting = config::trainer_source_trial_setting(kind);
   use.twin_resets = config::trainer_twin_resets(kind);
+  use.program_params = stage.trainer_params;
   const bool as_settings = config::trainer_declares(kind, "classes");
   nlohmann::json& data = as_settings ? trainer : use.extra_params;
   if (!settings.classes.empty() || trainer.contains("classes")) data["classes"] = settings.classes;

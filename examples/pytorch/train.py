@@ -187,7 +187,7 @@ def train_trial(world):
     p = dict(DEFAULTS)
     p.update(hp.params())
     rank = int(os.environ.get("RANK", "0"))
-    seed = int(os.environ.get("HPCTUNE_SEED", "0")) % 2**31  # hpctune's per-trial seed (64 bits); torch's generators take less
+    seed = hp.seed() or 0  # hpctune's per-trial seed, below 2**32 (None outside hpctune)
     torch.manual_seed(seed)
 
     # The data: `max_train_samples` images of `classes`, split into train and validation by the

@@ -8,6 +8,7 @@ learns its parameters from the environment and reports by printing lines on stan
     HPCTUNE_TRIAL_DIR  a directory of its own (checkpoints, outputs; stdout.log and stderr.log)
     HPCTUNE_CHECKPOINT_DIR, HPCTUNE_RESUME_FROM, HPCTUNE_MAX_STEP: see checkpoint_dir(),
                        resume_from() and max_step()
+    HPCTUNE_SEED, HPCTUNE_DATA_SEED: 64-bit; seed() and data_seed() give them below 2**32
 
     hpctune-report {"step": 3, "val_accuracy": 0.91}
 
@@ -38,7 +39,7 @@ import threading
 
 __all__ = ["params", "trial_id", "trial_dir", "rank", "report", "PREFIX", "trials", "should_stop", "Trial",
            "checkpoint_dir", "resume_from", "max_step",
-           "data_seed", "source_checkpoint", "source_trial", "save_predictions", "save_regression"]
+           "seed", "data_seed", "fold_seed", "source_checkpoint", "source_trial", "save_predictions", "save_regression"]
 
 PREFIX = "hpctune-report"
 
@@ -279,11 +280,28 @@ def should_stop():
 # --- workflows: an ensemble stage reads the program's predictions, a transfer stage gives it a source ---
 
 
+def fold_seed(value):
+    """A seed of any size as one below 2**32 that every library takes (numpy.random.RandomState,
+    random.seed, torch.manual_seed, and seed * 1000 + epoch in a torch.Generator): the xor of its
+    low and high 32 bits (of its 64-bit two's complement), so a value below 2**32 is itself and
+    the high half of a 64-bit one still counts. Not a hash: hpctune's seeds are already mixed."""
+    value = int(value) & 0xFFFFFFFFFFFFFFFF
+    return (value ^ (value >> 32)) & 0xFFFFFFFF
+
+
+def seed():
+    """The trial's own seed, below 2**32 (fold_seed of HPCTUNE_SEED, which is 64-bit), for
+    initialisation and shuffling; None when not run by hpctune. Every rank of a trial gets the same."""
+    text = os.environ.get("HPCTUNE_SEED", "")
+    return fold_seed(text) if text else None
+
+
 def data_seed():
-    """The campaign's data seed (an int; None when not run by hpctune): the same for every trial of a
-    campaign, so draw the validation split from it (and the trial's own randomness from HPCTUNE_SEED)."""
+    """The campaign's data seed, below 2**32 (fold_seed of HPCTUNE_DATA_SEED, which is 64-bit);
+    None when not run by hpctune. The same for every trial of a campaign, so draw the validation
+    split from it (and the trial's own randomness from seed())."""
     text = os.environ.get("HPCTUNE_DATA_SEED", "")
-    return int(text) if text else None
+    return fold_seed(text) if text else None
 
 
 def source_checkpoint():
