@@ -1,4 +1,4 @@
-// `hpctune simulate` (scheduler/simulator.h, issue 24): the campaign's real master on simulated
+// `hpctune simulate` (simulate/simulator.h, issue 24): the campaign's real master on simulated
 // time. Through the binary, against real `hpctune run`s of the same configs.
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include "scheduler/simulator.h"
+#include "simulate/simulator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,8 +12,16 @@
 #include "protocol/transport.h"
 #include "store/store.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 namespace {
+
+using scheduler::CampaignInStore;
+using scheduler::Clock;
+using scheduler::WallClock;
+using scheduler::Master;
+using scheduler::MasterParts;
+using scheduler::PreparedCampaign;
+using scheduler::prepare_campaign;
 
 using Seconds = std::chrono::duration<double>;
 
@@ -400,4 +408,4 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   return out;
 }
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate

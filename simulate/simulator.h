@@ -16,7 +16,7 @@
 // `load_seconds` (the ranks' one-time reading of the data), and every trial its setup_seconds
 // (building the network, the last evaluation: what a trial costs beyond its steps),
 // then every step costs `step_seconds` (or, unset, the trial's own seconds_per_step, which the
-// caller prices with the cost model of scheduler/simulation_cost_model.h and breaks down in its
+// caller prices with the cost model of simulate/cost_model.h and breaks down in its
 // step_cost); each message takes `message_seconds` to arrive. Those are seconds on ranks of their
 // own. With `rank_slots` set (a machine of fewer cores than the ranks asked), the ranks busy at a
 // step's start share the slots: the step (or setup) takes busy / rank_slots times longer when
@@ -41,10 +41,10 @@
 
 #include "common/result.h"
 #include "protocol/messages.h"
-#include "scheduler/simulation_cost_model.h"
+#include "simulate/cost_model.h"
 #include "scheduler/master.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 
 // A simulated trial: the metrics of steps 1..n, the done's metrics, its own time per step; or an
 // error (the group answers the assign with a failure naming it).
@@ -66,9 +66,9 @@ struct SimulationTarget {
 using TrialModel = std::function<SimulatedTrial(const protocol::Assign&)>;
 
 struct SimulateOptions {
-  MasterOptions master;         // config, db_path, groups (--nodes), seed, make_stage, log
+  scheduler::MasterOptions master;         // config, db_path, groups (--nodes), seed, make_stage, log
   TrialModel model;             // required
-  // Where the model's outcomes come from, for the campaign_simulated event (scheduler/simulated_outcomes.h).
+  // Where the model's outcomes come from, for the campaign_simulated event (simulate/outcomes.h).
   nlohmann::json outcomes = nlohmann::json::object();
   std::string machine;          // the cost model's machine file (its name), for the same event; "" = none
   double step_seconds = -1;     // > 0: every step costs this; else the trial's own seconds_per_step
@@ -90,7 +90,7 @@ struct SimulateOptions {
 };
 
 struct SimulationOutcome {
-  CampaignOutcome campaign;
+  scheduler::CampaignOutcome campaign;
   double simulated_s = 0;  // from start to the campaign's end, simulated
   double wall_s = 0;       // real seconds the simulation took
   int64_t turns = 0;       // master steps
@@ -107,4 +107,4 @@ struct SimulationOutcome {
 
 Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options);
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate
