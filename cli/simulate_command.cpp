@@ -13,6 +13,8 @@
 #include "config/config.h"
 #include "config/machine_file.h"
 #include "config/trial_work.h"
+#include "report/campaign.h"
+#include "report/ranking.h"
 #include "simulate/simulate.h"
 #include "trainers/function_trainer.h"
 #include "trainers/trainer_settings.h"
@@ -262,6 +264,31 @@ std::string report_table(const nlohmann::json& j, const SimReport& r, int64_t ca
   return t;
 }
 
+// The exit of a simulated campaign, as `run`'s (cli/commands.cpp): a failure (exit 1, with why)
+// when search.max_failures stopped it, when no trial succeeded, or when a stage failed.
+Status campaign_verdict(const SimReport& r) {
+  const scheduler::CampaignOutcome& o = r.out.campaign;
+  std::string first;
+  if (auto view = report::open_campaign(r.db); view.ok()) {
+    if (auto f = report::first_failure(view->trials)) {
+      std::string error = f->error;
+      while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+      first = "\nthe first failure, trial " + std::to_string(f->id) + ": " + error;
+    }
+  }
+  const std::string see = "\n`hpctune trials " + r.db + " --format json` shows every error";
+  if (!o.gave_up.empty()) return err(Errc::kFailed, "simulated campaign '" + o.name + "' stopped: " + o.gave_up + first + see);
+  if (o.progress.done + o.progress.pruned == 0) {
+    return err(Errc::kFailed, "no trial succeeded in simulated campaign '" + o.name + "' (" + std::to_string(o.progress.failed) +
+                                  " failed)" + first + see);
+  }
+  if (!o.failed_stages.empty()) {
+    return err(Errc::kFailed, "simulated campaign '" + o.name + "' failed: " + o.failed_stages + "\n`hpctune status " + r.db +
+                                  "` shows every stage");
+  }
+  return {};
+}
+
 // A temporary directory for the databases of a plan's or a baseline's simulations, removed after.
 struct ScratchDir {
   std::string path;
@@ -398,8 +425,8 @@ Status cmd_simulate(const SimulateArgs& args) {
   HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, source, split, db, 0));
   nlohmann::json j = report_json(r, args, cfg, machine, baseline_s);
   j["outcomes"] = source.detail;
-  if (args.format == "json") return print(j.dump(2) + "\n");
-  return print(report_table(j, r, machine.calibrated_nodes));
+  HPCTUNE_TRY(print(args.format == "json" ? j.dump(2) + "\n" : report_table(j, r, machine.calibrated_nodes)));
+  return campaign_verdict(r);
 }
 
 }  // namespace hpctune::cli

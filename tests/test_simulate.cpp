@@ -286,6 +286,54 @@ TEST_CASE("simulate refuses a trainer whose outcomes it cannot compute, and an e
   CHECK(read_file(dir.file("t.log")).find("exists") != std::string::npos);
 }
 
+// Every trial fails (x1 lies outside branin's box, which only the trainer checks); 4 trials, fewer
+// than search.max_failures' default 5.
+std::string failing_config(const std::string& extra_search) {
+  return "name: f\nseed: 1\nobjective: {metric: value, mode: min}\n"
+         "search: {algorithm: random, max_trials: 4" + extra_search + "}\n"
+         "space:\n  x1: {type: float, low: 20.0, high: 30.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+         "trainer: {kind: function, name: branin, steps: 3}\nresources: {groups: 2}\n";
+}
+
+TEST_CASE("a simulated campaign whose trials all fail exits as `run` does, non-zero, and says why") {
+  TempDir dir;
+  const std::string cfg = dir.write("f.yaml", failing_config(""));
+  const auto run = run_hpctune({"run", cfg, "--db", dir.file("run.db")}, dir.file("run.log"));
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("sim.db")}, dir.file("sim.log"));
+  CHECK(run.code == 1);
+  CHECK(sim.code == run.code);
+  const std::string log = read_file(dir.file("sim.log"));
+  CHECK(log.find("0 done, 0 pruned, 4 failed") != std::string::npos);  // the report is printed first
+  CHECK(log.find("no trial succeeded in simulated campaign 'f' (4 failed)") != std::string::npos);
+  CHECK(log.find("is outside branin's box") != std::string::npos);  // the first failure, named
+  CHECK(log.find("hpctune trials " + dir.file("sim.db")) != std::string::npos);
+  const Recorded r = read_db(dir.file("sim.db"));  // recorded all the same
+  CHECK(r.trials.size() == 4);
+  for (const auto& t : r.trials) CHECK(t.state == TrialState::kFailed);
+
+  // --format json: the JSON on standard output, the exit and the reason as in table form.
+  const auto json = run_hpctune({"simulate", cfg, "--db", dir.file("json.db"), "--format", "json"}, dir.file("json.log"));
+  CHECK(json.code == 1);
+  const std::string jlog = read_file(dir.file("json.log"));
+  const auto brace = jlog.find('{');
+  REQUIRE(brace != std::string::npos);
+  const auto end = jlog.find("\n}\n", brace);
+  REQUIRE(end != std::string::npos);
+  const auto j = nlohmann::json::parse(jlog.substr(brace, end + 2 - brace));
+  CHECK(j["trials"]["failed"] == 4);
+  CHECK(jlog.find("no trial succeeded", end) != std::string::npos);
+
+  // search.max_failures stops the search: exit 1, saying it stopped.
+  const std::string capped = dir.write("c.yaml", failing_config(", max_failures: 2"));
+  const auto stopped = run_hpctune({"simulate", capped, "--db", dir.file("c.db")}, dir.file("c.log"));
+  CHECK(stopped.code == 1);
+  CHECK(read_file(dir.file("c.log")).find("simulated campaign 'f' stopped:") != std::string::npos);
+
+  // A campaign with a trial done exits 0.
+  const std::string fine = dir.write("ok.yaml", function_config(2, 1));
+  CHECK(run_hpctune({"simulate", fine, "--db", dir.file("ok.db")}, dir.file("ok.log")).code == 0);
+}
+
 TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more trials than --max-trials") {
   TempDir dir;
   // Random search: the master's turns are cheap, and 90,000 trials take far longer than the signal.
