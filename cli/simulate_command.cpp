@@ -223,6 +223,7 @@ nlohmann::json report_json(const SimReport& r, const SimulateArgs& args, const c
             {"decision_s", r.out.decision_s}}},
           {"master_turns", r.out.turns},
           {"group_launches", r.out.launches},
+          {"frames", {{"to_master", r.out.frames_to_master}, {"to_groups", r.out.frames_to_groups}}},
           {"lost_attempts", r.out.campaign.counters.lost_attempts},
           {"failed_stages", r.out.campaign.failed_stages}};
 }
