@@ -173,6 +173,7 @@ Status Master::start_stages(Clock::time_point now) {
   sopt.backend = p_.launcher->name();
   sopt.group_devices = [launcher = p_.launcher](int64_t group) { return launcher->devices(group); };
   sopt.vouched_liveness = p_.vouched_liveness;
+  sopt.search_state_every = p_.search_state_every;
   sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, std::move(sources));
   sched_->set_log(p_.log);
   sched_->set_failpoint([this](const char* name) { failpoint_->point.pass(name); });
