@@ -484,13 +484,19 @@ Status Master::follow_groups(Clock::time_point now) {
   // scheduler lost since): a running group is alive and not late, so a tick costs what the
   // unsettled ones cost, not what every group does (issue 36: 2,048 groups, 10 of them busy).
   const auto startup = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.startup_timeout_s * 1000));
-  for (int64_t g : sched_->take_lost_groups()) unsettled_.insert(g);
+  for (int64_t g : sched_->take_lost_groups())
+    if (groups_.contains(g)) unsettled_.insert(g);
   const bool some_running = groups_.size() > unsettled_.size();
   bool alive = some_running, all_late = !some_running;
   std::vector<int64_t> late;
   for (auto it = unsettled_.begin(); it != unsettled_.end();) {
     const int64_t id = *it;
-    Group& g = groups_.at(id);
+    auto found = groups_.find(id);
+    if (found == groups_.end()) {  // not one of this master's groups
+      it = unsettled_.erase(it);
+      continue;
+    }
+    Group& g = found->second;
     if (g.state == launch::GroupState::kPending && p_.launcher->state(id) == launch::GroupState::kStarting) {
       g.state = launch::GroupState::kStarting;
       g.deadline = now + startup;
