@@ -1,4 +1,4 @@
-// The simulator's cost model (simulate/cost_model.h), the machine file
+// The simulator's cost model (simulate/cost_model.h) and the calibration's fit (simulate/calibration.h), the machine file
 // (config/machine_file.h) and a trial's work (config/trial_work.h), against hand-computed values.
 #include <cmath>
 #include <string>
@@ -8,6 +8,7 @@
 
 #include "config/machine_file.h"
 #include "config/trial_work.h"
+#include "simulate/calibration.h"
 #include "simulate/cost_model.h"
 
 using namespace hpctune;
@@ -345,4 +346,55 @@ TEST_CASE("the checked-in machine files load; cray-xc30.yaml gives back Cray's t
   CHECK(seconds(1, 1) == doctest::Approx(1090).epsilon(0.01));
   CHECK(seconds(1, 4) == doctest::Approx(718).epsilon(0.01));
   CHECK(seconds(4, 1) == doctest::Approx(310).epsilon(0.01));
+}
+
+// simulate/calibration.h: the fit recovers a machine from epochs its own cost model priced.
+TEST_CASE("the calibration's fit recovers the compute rates, overhead and update cost the epochs were priced with") {
+  config::MachineModel truth;
+  truth.mlp_flops_per_s = 3.2e10;
+  truth.cnn_flops_per_s = 7e9;
+  truth.image_overhead_s = 2e-6;
+  truth.update_s_per_param = 5e-10;
+  truth.trial_setup_s = 0.25;
+  std::vector<simulate::CalibrationRun> runs;
+  for (const auto& c : simulate::calibration_campaigns(false)) {
+    nlohmann::json trainer = {{"kind", c.cnn ? "cnn" : "mlp"}, {"batch_size", c.batch}, {"max_train_samples", c.cnn ? 3000 : 12000},
+                              {"max_test_samples", 200}, {"epochs", c.cnn ? 3 : 4}};
+    if (c.cnn) {
+      trainer["layers"] = nlohmann::json::parse(
+          R"([{"kind": "conv", "filters": 8, "kernel": 3}, {"kind": "maxpool", "size": 2}, {"kind": "dense", "units": 32}])");
+    } else {
+      trainer["hidden"] = c.width;
+      trainer["layers"] = 2;
+    }
+    auto work = config::trial_work(trainer);
+    REQUIRE_MESSAGE(work.ok(), c.tag);
+    simulate::CalibrationRun r;
+    r.campaign = c;
+    r.work = *work;
+    r.work.checkpoint_bytes = 0;
+    auto cost = step_cost(truth, r.work, 1, 1);
+    REQUIRE(cost.ok());
+    r.epoch_s.assign(4, cost->total());
+    r.startup_s = 1.5;
+    r.hello_s = 0.5;
+    r.setup_s = {truth.trial_setup_s, truth.trial_setup_s, truth.trial_setup_s};
+    runs.push_back(r);
+  }
+  auto fit = simulate::fit_machine(runs, config::MachineModel{}, 2, "/nonexistent");
+  REQUIRE(fit.ok());
+  CHECK(fit->machine.mlp_flops_per_s == doctest::Approx(truth.mlp_flops_per_s).epsilon(0.01));
+  CHECK(fit->machine.image_overhead_s == doctest::Approx(truth.image_overhead_s).epsilon(0.01));
+  CHECK(fit->machine.update_s_per_param == doctest::Approx(truth.update_s_per_param).epsilon(0.01));
+  CHECK(fit->machine.cnn_flops_per_s == doctest::Approx(truth.cnn_flops_per_s).epsilon(0.01));
+  CHECK(fit->machine.trial_setup_s == doctest::Approx(truth.trial_setup_s));
+  CHECK(fit->machine.ranks_per_node == 2);
+  CHECK(fit->machine.name == "this-machine");
+  REQUIRE(!fit->lines.empty());
+  CHECK(fit->lines.front().find("fitted") == 0);
+  // A campaign missing: refused, named.
+  runs.erase(runs.begin() + 1);
+  auto missing = simulate::fit_machine(runs, config::MachineModel{}, 2, "/nonexistent");
+  REQUIRE(!missing.ok());
+  CHECK(missing.error().message().find("conv") != std::string::npos);
 }
