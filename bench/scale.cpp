@@ -5,7 +5,11 @@
 // TransportOptions), the real search stage (workflow::make_stage) and the driver loop of
 // run_master() (wait up to the poll interval, step, until finished). Only the launcher is the
 // bench's: it hands each group's launch credential to simulator processes instead of starting
-// `hpctune worker`.
+// `hpctune worker`. These groups and this launcher are not simulate/'s (simulate/simulator.h): those
+// live in the master's process on a simulated clock, over the in-process hub; these are other
+// processes on real time over real sockets, which is what this bench measures (the master under a
+// real load of frames, heartbeats and CPU contention). --simulated runs the same campaign through
+// simulate/ instead (simulate::simulate_campaign).
 //
 // The groups are simulated in --procs forked processes (forked before the master creates anything,
 // so they share none of its state), --groups / --procs groups each. Every group has its own DEALER
@@ -66,7 +70,7 @@
 #include "protocol/messages.h"
 #include "protocol/transport.h"
 #include "scheduler/master.h"
-#include "scheduler/simulator.h"
+#include "simulate/simulate.h"
 #include "store/store.h"
 #include "workflow/stages.h"
 
@@ -89,7 +93,7 @@ struct Args {
   double heartbeat_timeout = 10;
   double timeout = 600;  // the whole run's deadline
   std::string keep;      // keep the database in this directory
-  bool simulated = false;  // --simulated: the same campaign through scheduler::simulate_campaign
+  bool simulated = false;  // --simulated: the same campaign through simulate::simulate_campaign
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -833,7 +837,7 @@ int run(const Args& a) {
 }  // namespace
 
 // --simulated: the same campaign (config_text: groups, trials, trial seconds, heartbeats) through
-// scheduler::simulate_campaign, the master on simulated time with in-process groups: no socket, no
+// simulate::simulate_campaign, the master on simulated time with in-process groups: no socket, no
 // process, no timer. It measures none of what run() does (registration over TCP, assign latency,
 // heartbeats under load, the simulators' CPU): it is the master's own cost for the same campaign,
 // printed beside the real-socket figures (bench/results/scale.md), never instead of them.
@@ -845,7 +849,7 @@ int run_simulated(const Args& a) {
                                          : a.keep;
   std::filesystem::create_directories(dir, ec);
   if (ec) usage("cannot create " + dir + ": " + ec.message());
-  scheduler::SimulateOptions o;
+  simulate::SimulateOptions o;
   o.master.config = parsed.value();
   o.master.db_path = dir + "/scale-sim.db";
   std::filesystem::remove(o.master.db_path, ec);
@@ -854,7 +858,7 @@ int run_simulated(const Args& a) {
   // metric is the trial's parameter.
   o.model = [&a](const protocol::Assign& as) {
     const double v = as.params.begin()->is_number() ? as.params.begin()->get<double>() : 0.0;
-    scheduler::SimulatedTrial t;
+    simulate::SimulatedTrial t;
     t.reports = {{{"value", v}}};
     t.final_metrics = {{"value", v}};
     t.seconds_per_step = a.trial_seconds;
@@ -862,7 +866,7 @@ int run_simulated(const Args& a) {
   };
   o.startup_seconds = 0;
   o.max_simulated_seconds = a.timeout * 1000;
-  auto out = scheduler::simulate_campaign(o);
+  auto out = simulate::simulate_campaign(o);
   json j = {{"simulated", true}, {"groups", a.groups}, {"trials", a.trials}, {"trial_seconds", a.trial_seconds}};
   if (!out.ok()) {
     j["error"] = out.error().to_string();

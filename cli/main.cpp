@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   hpctune::cli::SimulateArgs sim;
   std::string sim_nodes_text, sim_seed_text, sim_step_text, sim_startup_text;
   std::vector<std::string> sim_silence;
-  auto* sim_cmd = app.add_subcommand("simulate", "Run a campaign's real master on simulated time, with simulated trainer groups");
+  auto* sim_cmd = app.add_subcommand("simulate", "Run a campaign's real master on simulated time, with simulated trainer groups; exits 1 as `run` does when the simulated campaign failed (no trial succeeded, search.max_failures, a failed stage)");
   sim_cmd->add_option("config", sim.config, "The sweep config (YAML); its trainer must be `function` unless --outcomes replays or models a recorded campaign (not with --calibrate)")
       ->check(CLI::ExistingFile);
   auto* sim_db_opt = sim_cmd->add_option("--db", sim.db, "The new database the simulated campaign is recorded in (default <name>.sim.db)");

@@ -13,9 +13,9 @@
 #include "config/config.h"
 #include "config/machine_file.h"
 #include "config/trial_work.h"
-#include "scheduler/simulated_outcomes.h"
-#include "scheduler/simulation_cost_model.h"
-#include "scheduler/simulator.h"
+#include "report/campaign.h"
+#include "report/ranking.h"
+#include "simulate/simulate.h"
 #include "trainers/function_trainer.h"
 #include "trainers/trainer_settings.h"
 #include "workflow/stages.h"
@@ -25,11 +25,11 @@ namespace {
 
 // The simulated trainer: what the `function` trainer would report for this assign (its own code,
 // trainers::function_curve), or the error it would fail with.
-scheduler::SimulatedTrial function_trial(const protocol::Assign& a) {
+simulate::SimulatedTrial function_trial(const protocol::Assign& a) {
   nlohmann::json settings = a.trainer.is_object() ? a.trainer : nlohmann::json::object();
   for (auto it = a.params.begin(); it != a.params.end(); ++it) settings[it.key()] = it.value();
   settings.erase("kind");
-  scheduler::SimulatedTrial t;
+  simulate::SimulatedTrial t;
   auto curve = trainers::function_curve(settings, a.seed);
   if (!curve.ok()) {
     t.error = curve.error().to_string();
@@ -84,7 +84,7 @@ struct Split {
 // What one simulation reports (the JSON contract of `hpctune simulate --format json`).
 struct SimReport {
   Split split;
-  scheduler::SimulationOutcome out;
+  simulate::SimulationOutcome out;
   std::string db;
   std::optional<int64_t> global_batch;
   std::optional<int64_t> generations;
@@ -93,10 +93,10 @@ struct SimReport {
 // The trial model priced by the cost model: `outcomes`' metrics (the function trainer's), each step
 // costing what the trial's work costs on data x model ranks of the machine. `batch_per_rank` > 0 (a
 // plan): the minibatch is that many images per data rank, as Cray keeps it.
-scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config::MachineModel& machine, Split split,
+simulate::TrialModel priced_model(simulate::TrialModel outcomes, const config::MachineModel& machine, Split split,
                                    double batch_per_rank) {
   return [outcomes = std::move(outcomes), machine, split, batch_per_rank](const protocol::Assign& a) {
-    scheduler::SimulatedTrial t = outcomes(a);
+    simulate::SimulatedTrial t = outcomes(a);
     if (!t.error.empty()) return t;
     nlohmann::json trainer = a.trainer.is_object() ? a.trainer : nlohmann::json::object();
     for (auto it = a.params.begin(); it != a.params.end(); ++it) trainer[it.key()] = it.value();
@@ -110,7 +110,7 @@ scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config:
       t.error = work.error().to_string();
       return t;
     }
-    auto cost = scheduler::step_cost(machine, *work, split.data, split.model);
+    auto cost = simulate::step_cost(machine, *work, split.data, split.model);
     if (!cost.ok()) {
       t.error = cost.error().to_string();
       return t;
@@ -125,9 +125,9 @@ scheduler::TrialModel priced_model(scheduler::TrialModel outcomes, const config:
 }
 
 Result<SimReport> simulate_split(const SimulateArgs& args, const config::CampaignConfig& cfg, const config::MachineModel& machine,
-                                 const scheduler::OutcomeSource& source, Split split, const std::string& db,
+                                 const simulate::OutcomeSource& source, Split split, const std::string& db,
                                  double batch_per_rank) {
-  scheduler::SimulateOptions o;
+  simulate::SimulateOptions o;
   o.master.db_path = db;
   o.master.config = cfg;
   o.master.config->resources.ranks_data = split.data;
@@ -140,7 +140,7 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.outcomes = source.detail;
   o.machine = args.step_seconds > 0 ? std::string() : machine.name;  // --step-seconds: a fixed cost, no machine
   o.step_seconds = args.step_seconds;
-  o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : scheduler::startup_seconds(machine, split.data * split.model);
+  o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : simulate::startup_seconds(machine, split.data * split.model);
   o.load_seconds = args.step_seconds > 0 ? 0 : machine.load_s;
   o.silence = args.silence;
   o.ranks_per_group = split.data * split.model;
@@ -148,12 +148,12 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.count_decision_time = args.count_decision_time;
   if (args.target) {
     const search::Objective& obj = cfg.objectives.at(0);
-    o.target = scheduler::SimulationTarget{obj.metric, *args.target, obj.maximize};
+    o.target = simulate::SimulationTarget{obj.metric, *args.target, obj.maximize};
   }
   SimReport r;
   r.split = split;
   r.db = db;
-  HPCTUNE_ASSIGN(r.out, scheduler::simulate_campaign(o));
+  HPCTUNE_ASSIGN(r.out, simulate::simulate_campaign(o));
   auto work = config::trial_work(cfg.trainer);
   if (work.ok() && work->has_network) {
     r.global_batch = batch_per_rank > 0 ? static_cast<int64_t>(batch_per_rank) * split.data : work->batch_size;
@@ -223,6 +223,7 @@ nlohmann::json report_json(const SimReport& r, const SimulateArgs& args, const c
             {"decision_s", r.out.decision_s}}},
           {"master_turns", r.out.turns},
           {"group_launches", r.out.launches},
+          {"frames", {{"to_master", r.out.frames_to_master}, {"to_groups", r.out.frames_to_groups}}},
           {"lost_attempts", r.out.campaign.counters.lost_attempts},
           {"failed_stages", r.out.campaign.failed_stages}};
 }
@@ -264,6 +265,31 @@ std::string report_table(const nlohmann::json& j, const SimReport& r, int64_t ca
   return t;
 }
 
+// The exit of a simulated campaign, as `run`'s (cli/commands.cpp): a failure (exit 1, with why)
+// when search.max_failures stopped it, when no trial succeeded, or when a stage failed.
+Status campaign_verdict(const SimReport& r) {
+  const scheduler::CampaignOutcome& o = r.out.campaign;
+  std::string first;
+  if (auto view = report::open_campaign(r.db); view.ok()) {
+    if (auto f = report::first_failure(view->trials)) {
+      std::string error = f->error;
+      while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
+      first = "\nthe first failure, trial " + std::to_string(f->id) + ": " + error;
+    }
+  }
+  const std::string see = "\n`hpctune trials " + r.db + " --format json` shows every error";
+  if (!o.gave_up.empty()) return err(Errc::kFailed, "simulated campaign '" + o.name + "' stopped: " + o.gave_up + first + see);
+  if (o.progress.done + o.progress.pruned == 0) {
+    return err(Errc::kFailed, "no trial succeeded in simulated campaign '" + o.name + "' (" + std::to_string(o.progress.failed) +
+                                  " failed)" + first + see);
+  }
+  if (!o.failed_stages.empty()) {
+    return err(Errc::kFailed, "simulated campaign '" + o.name + "' failed: " + o.failed_stages + "\n`hpctune status " + r.db +
+                                  "` shows every stage");
+  }
+  return {};
+}
+
 // A temporary directory for the databases of a plan's or a baseline's simulations, removed after.
 struct ScratchDir {
   std::string path;
@@ -278,7 +304,7 @@ struct ScratchDir {
 };
 
 Status run_plan(const SimulateArgs& args, const config::CampaignConfig& cfg, const config::MachineModel& machine,
-                const scheduler::OutcomeSource& source, int64_t nodes) {
+                const simulate::OutcomeSource& source, int64_t nodes) {
   auto work = config::trial_work(cfg.trainer);
   if (!work.ok()) return err(Errc::kUsage, args.config + ": --plan: " + work.error().message());
   const int64_t own_data = cfg.resources.ranks_data, own_model = cfg.resources.ranks_model;
@@ -355,7 +381,7 @@ Status cmd_simulate(const SimulateArgs& args) {
                                  "1.43 GB here); give --max-trials " + std::to_string(trials) + " to simulate it all the same");
   const std::string kind = cfg.trainer.value("kind", std::string());
   const trainers::TrainerCapabilities* can = trainers::trainer_capabilities(kind);
-  const bool computed = args.outcomes.empty() || args.outcomes == scheduler::kComputedOutcomes;
+  const bool computed = args.outcomes.empty() || args.outcomes == simulate::kComputedOutcomes;
   if (computed && (!can || can->params != trainers::TrainerParams::kTestFunctionArgs)) {
     return err(Errc::kUsage, args.config + ": trainer.kind '" + kind +
                                  "': hpctune simulate computes only a test-function trainer's outcomes for now "
@@ -365,8 +391,8 @@ Status cmd_simulate(const SimulateArgs& args) {
   const int64_t ranks = cfg.resources.ranks_data * cfg.resources.ranks_model;
   const int64_t nodes = args.nodes.value_or(cfg.resources.groups * ranks);
   // Where outcomes come from, read once for every split a plan simulates.
-  HPCTUNE_ASSIGN(const scheduler::OutcomeSource source,
-                 scheduler::outcome_source(args.outcomes, cfg.space, cfg.objectives.front().metric, function_trial));
+  HPCTUNE_ASSIGN(const simulate::OutcomeSource source,
+                 simulate::outcome_source(args.outcomes, cfg.space, cfg.objectives.front().metric, function_trial));
   if (args.plan) return run_plan(args, cfg, machine, source, nodes);
   if (nodes % ranks != 0) {
     return err(Errc::kUsage, "--nodes: " + std::to_string(nodes) + " nodes do not split into groups of " + std::to_string(ranks) +
@@ -386,8 +412,8 @@ Status cmd_simulate(const SimulateArgs& args) {
       return err(Errc::kUsage, "--baseline: " + args.baseline + ": trainer.kind '" + base_kind +
                                    "' cannot be simulated without --outcomes (computed outcomes are the `function` trainer's)");
     }
-    HPCTUNE_ASSIGN(const scheduler::OutcomeSource base_source,
-                   scheduler::outcome_source(args.outcomes, base_cfg.space, base_cfg.objectives.front().metric, function_trial));
+    HPCTUNE_ASSIGN(const simulate::OutcomeSource base_source,
+                   simulate::outcome_source(args.outcomes, base_cfg.space, base_cfg.objectives.front().metric, function_trial));
     ScratchDir scratch;
     if (scratch.path.empty()) return err(Errc::kIo, "--baseline: cannot create a temporary directory");
     const Split base{base_cfg.resources.groups, base_cfg.resources.ranks_data, base_cfg.resources.ranks_model};
@@ -400,8 +426,8 @@ Status cmd_simulate(const SimulateArgs& args) {
   HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, source, split, db, 0));
   nlohmann::json j = report_json(r, args, cfg, machine, baseline_s);
   j["outcomes"] = source.detail;
-  if (args.format == "json") return print(j.dump(2) + "\n");
-  return print(report_table(j, r, machine.calibrated_nodes));
+  HPCTUNE_TRY(print(args.format == "json" ? j.dump(2) + "\n" : report_table(j, r, machine.calibrated_nodes)));
+  return campaign_verdict(r);
 }
 
 }  // namespace hpctune::cli

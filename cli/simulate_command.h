@@ -1,5 +1,5 @@
 // `hpctune simulate CONFIG`: the campaign run by its real master on simulated time
-// (scheduler/simulator.h), with the `function` trainer's outcomes computed without a process.
+// (simulate/simulator.h), with the `function` trainer's outcomes computed without a process.
 #pragma once
 
 #include <atomic>
@@ -31,7 +31,7 @@ struct SimulateArgs {
   bool count_decision_time = false;  // the master's measured step() time moves the simulated clock (Syne Tune)
   bool calibrate = false;         // fit this machine's file from small real campaigns
   std::string machine_out;        // --calibrate's output; "" = configs/machines/this-machine.yaml
-  std::string outcomes;  // "" or function | replay:DB | surrogate:DB (scheduler/simulated_outcomes.h)
+  std::string outcomes;  // "" or function | replay:DB | surrogate:DB (simulate/outcomes.h)
   std::vector<std::pair<int64_t, double>> silence;  // test only: group G goes silent at simulated second S
   // A campaign of more trials (every stage's together) is refused: its time and memory grow with
   // them (a million trials: 415 s and 1.43 GB).

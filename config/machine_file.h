@@ -1,5 +1,5 @@
 // The machine file of `hpctune simulate` (configs/machines/*.yaml): the parameters of the cost
-// model of a trial (scheduler/simulation_cost_model.h) for one kind of machine. YAML, read through
+// model of a trial (simulate/cost_model.h) for one kind of machine. YAML, read through
 // the config's own tree (config/yaml_tree.h), so that a bad key or value is reported as
 //     <file>:<line>:<column>: <key.path>: <what is wrong>
 // with a "did you mean" for a misspelt key. Every key is required except `name` (default: the
@@ -74,7 +74,7 @@ int64_t rank_slots(const MachineModel& m);
 // that exceeds 1 (a machine of `nodes` nodes shares their cores), else 1.
 double sharing_slowdown(const MachineModel& m, int64_t ranks);
 // The same for `slots` ranks at full speed (0: unbounded): what the simulator applies to the ranks
-// busy at each moment (scheduler/simulator.h).
+// busy at each moment (simulate/simulator.h).
 double sharing_slowdown(int64_t slots, int64_t ranks);
 
 }  // namespace hpctune::config

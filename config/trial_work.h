@@ -1,4 +1,4 @@
-// The work of one trial, as the simulator's cost model (scheduler/simulation_cost_model.h) needs
+// The work of one trial, as the simulator's cost model (simulate/cost_model.h) needs
 // it, read from a trial's trainer settings through what its kind declares
 // (trainers/trainer_settings.h), never by the kind's name:
 //   - a kind that declares `seconds_per_step` (the function trainer) costs that many seconds of one

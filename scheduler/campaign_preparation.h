@@ -1,6 +1,6 @@
 // Campaign preparation: what `hpctune run`, `resume` and `simulate` do before their Master starts,
 // one function for the three (they differ only in their clock, transport and launcher: run_master
-// in scheduler/master.h, simulate_campaign in scheduler/simulator.h).
+// in scheduler/master.h, simulate_campaign in simulate/simulator.h).
 //
 // prepare_campaign(), in order, stopping at the first refusal:
 //   1. `resume` of a database that does not exist: kNotFound.

@@ -172,6 +172,8 @@ Status Master::start_stages(Clock::time_point now) {
   sopt.wall = p_.wall;
   sopt.backend = p_.launcher->name();
   sopt.group_devices = [launcher = p_.launcher](int64_t group) { return launcher->devices(group); };
+  sopt.vouched_liveness = p_.vouched_liveness;
+  sopt.search_state_every = p_.search_state_every;
   sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, std::move(sources));
   sched_->set_log(p_.log);
   sched_->set_failpoint([this](const char* name) { failpoint_->point.pass(name); });
@@ -341,6 +343,7 @@ Status Master::launch(int64_t group, Clock::time_point now) {
   HPCTUNE_TRY(p_.launcher->start(group, credential));
   Group& g = groups_[group];
   g.state = launch::GroupState::kPending;
+  unsettled_.insert(group);
   g.died_before_hello = false;
   g.deadline = Clock::time_point::max();
   // A backend that starts it at once (local) begins its start-up deadline now.
@@ -460,6 +463,7 @@ Status Master::follow_groups(Clock::time_point now) {
     Group& grp = groups_[e.group];
     const bool registered = sched_->group_ever_registered(e.group);
     grp.state = launch::GroupState::kExited;
+    unsettled_.insert(e.group);
     log("group " + std::to_string(e.group) + " exited: " + e.how);
     HPCTUNE_TRY(sched_->on_group_exit(e.group, "process " + e.how, now));
     HPCTUNE_TRY(in_context(db.add_event(c_.campaign_id, "group_exited", 0, 0, e.group, {{"how", e.how}}, tw),
@@ -486,10 +490,23 @@ Status Master::follow_groups(Clock::time_point now) {
   // States: pending -> starting (the backend started it: its start-up deadline begins) -> running
   // (it said hello). A group still starting past its deadline is killed (its exit then takes the
   // restart path above); when no group has ever connected, the campaign fails instead.
+  // Only the unsettled groups can change state (not running, or running with a worker the
+  // scheduler lost since): a running group is alive and not late, so a tick costs what the
+  // unsettled ones cost, not what every group does (issue 36: 2,048 groups, 10 of them busy).
   const auto startup = std::chrono::milliseconds(static_cast<int64_t>(cfg.resources.startup_timeout_s * 1000));
-  bool alive = false, all_late = true;
+  for (int64_t g : sched_->take_lost_groups())
+    if (groups_.contains(g)) unsettled_.insert(g);
+  const bool some_running = groups_.size() > unsettled_.size();
+  bool alive = some_running, all_late = !some_running;
   std::vector<int64_t> late;
-  for (auto& [id, g] : groups_) {
+  for (auto it = unsettled_.begin(); it != unsettled_.end();) {
+    const int64_t id = *it;
+    auto found = groups_.find(id);
+    if (found == groups_.end()) {  // not one of this master's groups
+      it = unsettled_.erase(it);
+      continue;
+    }
+    Group& g = found->second;
     if (g.state == launch::GroupState::kPending && p_.launcher->state(id) == launch::GroupState::kStarting) {
       g.state = launch::GroupState::kStarting;
       g.deadline = now + startup;
@@ -509,6 +526,7 @@ Status Master::follow_groups(Clock::time_point now) {
       all_late = false;
     }
     if (g.state == launch::GroupState::kStarting && now > g.deadline) late.push_back(id);
+    it = g.state == launch::GroupState::kRunning && sched_->group_registered(id) ? unsettled_.erase(it) : std::next(it);
   }
   if (!alive && !sched_->finished()) {
     HPCTUNE_TRY(db.commit());

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/result.h"
@@ -111,6 +112,12 @@ struct MasterParts {
   uint64_t master_incarnation = 0;
   // Builds each stage of the plan (workflow::make_stage; tests inject their own). Required.
   MakeStage make_stage;
+  // The driver vouches for the groups' liveness (SchedulerOptions::vouched_liveness; the simulator).
+  bool vouched_liveness = false;
+  // SchedulerOptions::search_state_every: 0 = the searcher's state only at the end (the simulator:
+  // a simulated campaign is not resumed, and a genetic search of 20,000 trials in generations of 10
+  // wrote its growing state 2,000 times, most of the simulation's time).
+  int64_t search_state_every = 10;
 };
 
 class Master {
@@ -154,6 +161,8 @@ class Master {
   // The stages' rows, in the plan's order.
   std::vector<int64_t> stage_ids() const;
   launch::GroupState group_state(int64_t group) const;
+  // With MasterParts::vouched_liveness: group `group` went silent at `since` (Scheduler::note_silent).
+  void note_silent(int64_t group, Clock::time_point since) { sched_->note_silent(group, since); }
   // How often step() ticks (heartbeats, group states and deadlines): the driver waits no longer.
   std::chrono::milliseconds poll_interval() const { return poll_interval_; }
 
@@ -195,6 +204,8 @@ class Master {
   std::vector<HeldStage> stages_;  // one per TrialSource, in the plan's order
   std::unique_ptr<Scheduler> sched_;
   std::map<int64_t, Group> groups_;
+  // The groups follow_groups() looks at: all but the running ones whose worker is registered.
+  std::set<int64_t> unsettled_;
   std::optional<protocol::Envelope> pending_;  // a frame wait() received
   std::chrono::milliseconds poll_interval_{50};
   Clock::time_point start_{}, last_tick_{};

@@ -915,29 +915,20 @@ Status Scheduler::settle_held(Clock::time_point now) {
 
 Status Scheduler::dispatch(Clock::time_point now) {
   if (interrupted_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
-  // The idle workers in the order of their groups.
-  std::vector<Worker*> idle;
-  for (auto it = idle_.begin(); it != idle_.end();) {
-    auto w = workers_.find(it->second);
-    if (w == workers_.end() || !w->second.idle || w->second.trial_id != 0 || w->second.group != it->first) {
-      it = idle_.erase(it);
-      continue;
-    }
-    idle.push_back(&w->second);
-    ++it;
-  }
-  if (idle.empty()) return {};
+  // The idle workers, in the order of their groups (idle_ is exact: counted, not scanned).
+  const std::size_t idle = idle_.size();
+  if (idle == 0) return {};
   // Retries first (the queue), then held trials their sources resume, then new trials.
-  if (queue_.size() < idle.size()) take_resumptions(idle.size());
-  if (queue_.size() < idle.size()) HPCTUNE_TRY(ask_more(idle.size() - queue_.size(), now));
-  if (queue_.size() < idle.size() && !held_.empty()) {
+  if (queue_.size() < idle) take_resumptions(idle);
+  if (queue_.size() < idle) HPCTUNE_TRY(ask_more(idle - queue_.size(), now));
+  if (queue_.size() < idle && !held_.empty()) {
     // A free group, and nothing to run: held trials no source will resume end now.
     HPCTUNE_TRY(settle_held(now));
     if (fatal_) return {};
   }
   const double tw = wall(now);
-  for (Worker* w : idle) {
-    if (queue_.empty()) break;
+  while (!idle_.empty() && !queue_.empty()) {
+    Worker* w = &workers_.at(idle_.begin()->second);
     const int64_t id = queue_.front();
     queue_.pop_front();
     Trial& t = trials_.at(id);
@@ -989,6 +980,9 @@ Status Scheduler::lose_worker(const protocol::PeerId& peer, const std::string& w
   if (it == workers_.end()) return {};
   Worker w = it->second;
   workers_.erase(it);
+  idle_.erase({w.group, peer});
+  said_silent_.erase(peer);
+  if (w.group >= 0) lost_groups_.push_back(w.group);
   lost_peers_[peer] = true;
   if (auto g = group_peer_.find(w.group); g != group_peer_.end() && g->second == peer) group_peer_.erase(g);
   const double tw = wall(now);
@@ -1044,14 +1038,22 @@ Status Scheduler::tick(Clock::time_point now) {
   last_now_ = std::max(last_now_, now);
   flush_noise(now, false);
   std::vector<protocol::PeerId> silent;
-  for (auto& [peer, w] : workers_) {
-    if (now - w.last_seen > opt_.heartbeat_timeout) {
-      silent.push_back(peer);
-      continue;
+  if (opt_.vouched_liveness) {
+    // Only the groups the driver said silent, by their last frame or the silence's start.
+    for (const auto& [peer, since] : said_silent_) {
+      auto w = workers_.find(peer);
+      if (w != workers_.end() && now - std::max(w->second.last_seen, since) > opt_.heartbeat_timeout) silent.push_back(peer);
     }
-    if (now - w.last_heartbeat_sent >= opt_.heartbeat_interval) {
-      w.last_heartbeat_sent = now;
-      send(w, protocol::Heartbeat{});
+  } else {
+    for (auto& [peer, w] : workers_) {
+      if (now - w.last_seen > opt_.heartbeat_timeout) {
+        silent.push_back(peer);
+        continue;
+      }
+      if (now - w.last_heartbeat_sent >= opt_.heartbeat_interval) {
+        w.last_heartbeat_sent = now;
+        send(w, protocol::Heartbeat{});
+      }
     }
   }
   // Trials paused at an earlier turn (committed since) are queued again, ahead of new ones, or held
@@ -1074,6 +1076,11 @@ Status Scheduler::tick(Clock::time_point now) {
     HPCTUNE_TRY(lose_worker(peer, "silent for " + std::to_string(silent_ms.count()) + " ms", now));
   }
   return dispatch(now);
+}
+
+void Scheduler::note_silent(int64_t group, Clock::time_point since) {
+  auto g = group_peer_.find(group);
+  if (g != group_peer_.end()) said_silent_[g->second] = since;
 }
 
 Status Scheduler::interrupt(Clock::time_point now) {

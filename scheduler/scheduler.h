@@ -88,6 +88,11 @@ struct SchedulerOptions {
   std::size_t best_stage = 0;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
+  // The driver vouches for its groups' liveness (the simulator, simulate/simulator.h: a simulated
+  // group is alive until it says the group went silent, note_silent()): no heartbeat is sent to a
+  // group, none is awaited, and tick() looks only at the groups said silent, so its cost does not
+  // grow with the groups. Such a group is lost once silent past heartbeat_timeout, as a real one.
+  bool vouched_liveness = false;
   uint64_t master_incarnation = 0;
   std::string backend = "local";  // the launcher's name, written to the groups table
   // The GPUs a group was given (launch::Launcher::devices), recorded with each attempt it runs;
@@ -155,6 +160,9 @@ class Scheduler {
 
   // Heartbeats out, silent groups declared lost, new trials dispatched.
   Status tick(Clock::time_point now);
+  // With vouched_liveness: group `group` has been silent since `since` (its last frame, or the
+  // heartbeat it would have sent then); tick() loses it once silent past heartbeat_timeout.
+  void note_silent(int64_t group, Clock::time_point since);
 
   // A fresh credential for the next launch of group `group`, to hand to that process only (in
   // protocol::kSecretEnv); the credential of the group's earlier launch stops being accepted for new
@@ -203,6 +211,9 @@ class Scheduler {
   // Groups declared lost for their silence since the last call: the launcher kills them, so that
   // a stopped or hung group cannot run its attempt on beside the retry.
   std::vector<int64_t> take_silent_groups() { return std::exchange(silent_groups_, {}); }
+  // The groups whose worker was lost since the last call (silent, exited, confused), for the
+  // master's bookkeeping of group states: only they can leave its running state (Master::follow_groups).
+  std::vector<int64_t> take_lost_groups() { return std::exchange(lost_groups_, {}); }
 
   const Counters& counters() const { return counters_; }
   Progress progress() const;
@@ -306,15 +317,17 @@ class Scheduler {
   FailPointFn failpoint_;
 
   std::unordered_map<protocol::PeerId, Worker> workers_;
-  // The workers that became idle, by group (dispatch's order), so that dispatch does not scan every
-  // worker after every result: with 2048 groups that scan was a fifth of the master's time
-  // (bench/scale). Entries are checked against workers_ when read (a worker lost or assigned since
-  // is dropped then); mark_idle() adds one.
+  // The idle workers, by group (dispatch's order), so that dispatch does not scan every worker
+  // after every result: with 2048 groups that scan was a fifth of the master's time (bench/scale).
+  // Exact: mark_idle() adds a worker, dispatch and lose_worker take it out, so that dispatch counts
+  // them without a scan and walks only those it assigns to (issue 36: 2038 idle groups of 2048).
   std::set<std::pair<int64_t, protocol::PeerId>> idle_;
   void mark_idle(Worker& w);
   std::map<int64_t, protocol::PeerId> group_peer_;
   std::map<int64_t, bool> ever_registered_;
   std::vector<int64_t> silent_groups_;
+  std::vector<int64_t> lost_groups_;
+  std::map<protocol::PeerId, Clock::time_point> said_silent_;  // vouched_liveness: note_silent()'s
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;
   std::vector<int64_t> paused_;  // paused at this turn: queued again (at the front) or held at the next tick

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_master_links: the master's side links no neural-network, BLAS, oneDNN or MPI library. The
 # programs built from the master's libraries alone (the scheduler's, the store's, the config's and
-# the protocol's tests) must not need libopenblas, libdnnl, libmpi or libgomp; the hpctune binary,
+# the protocol's tests, and simulate/'s cost model test) must not need libopenblas, libdnnl, libmpi or libgomp; the hpctune binary,
 # which also holds the trainers, does (so the check can see them).
 # And the readers link no master: a program built from report/ alone (test_report) or from the
 # dashboard alone (dashboard_link_probe) has no scheduler, launcher, protocol, workflow or ZeroMQ on
@@ -17,13 +17,13 @@ heavy='libopenblas|libblas|libdnnl|libmpi|libgomp'
 needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 
 needed "$binary" | grep -qE "$heavy" || fail "$binary needs none of $heavy: the check cannot see them"
-for t in test_scheduler test_store test_config test_protocol test_group_launch; do
+for t in test_scheduler test_store test_config test_protocol test_group_launch test_simulation_cost_model; do
   [ -x "$tests/$t" ] || fail "$tests/$t is missing"
   if found=$(needed "$tests/$t" | grep -E "$heavy"); then
     fail "$t (master's side) needs $(echo $found | tr '\n' ' ')"
   fi
 done
-echo "test_master_links: 5 programs of the master's side link no BLAS, oneDNN or MPI"
+echo "test_master_links: 6 programs of the master's side (the simulator's included) link no BLAS, oneDNN or MPI"
 
 # The libraries on the link line of tests/NAME, one a line.
 link_line() {

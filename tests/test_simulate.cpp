@@ -1,4 +1,4 @@
-// `hpctune simulate` (scheduler/simulator.h, issue 24): the campaign's real master on simulated
+// `hpctune simulate` (simulate/simulator.h, issue 24): the campaign's real master on simulated
 // time. Through the binary, against real `hpctune run`s of the same configs.
 #include <signal.h>
 
@@ -109,6 +109,55 @@ TEST_CASE("simulate gives the same trials, in the same order, with the same resu
   const auto status = run_hpctune({"status", dir.file("sim.db")}, dir.file("status.log"));
   CHECK(status.success());
   CHECK(read_file(dir.file("status.log")).find("completed") != std::string::npos);
+}
+
+TEST_CASE("idle groups change nothing: a genetic search of population 4 on 8 and on 256 groups, trial for trial and turn for turn") {
+  // Each generation's 4 members run at once on groups 0-3 either way: the same trials, results,
+  // groups and simulated times. And the same master turns: the groups left idle send nothing and
+  // are sent nothing (no heartbeats travel in a simulation), so they cost no event (issue 36: 20,000
+  // trials of a population of 10 on 2,048 groups took 507 s, heartbeats of idle groups included).
+  TempDir dir;
+  const std::string text = "name: idle\nseed: 4\nobjective: {metric: value, mode: min}\n"
+                           "search: {algorithm: genetic, max_trials: 40, settings: {population: 4}}\n"
+                           "space:\n  x1: {type: float, low: -5.0, high: 10.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+                           "trainer: {kind: function, name: branin, steps: 3, seconds_per_step: 30, noise: 0.5}\n"
+                           "resources: {groups: 8}\n";
+  const std::string cfg = dir.write("idle.yaml", text);
+  nlohmann::json out[2];
+  Recorded rec[2];
+  const char* nodes[2] = {"8", "256"};
+  for (int k = 0; k < 2; ++k) {
+    const std::string db = dir.file(std::string("idle") + nodes[k] + ".db"), log = dir.file(std::string("idle") + nodes[k] + ".log");
+    const auto sim = run_hpctune({"simulate", cfg, "--nodes", nodes[k], "--db", db, "--format", "json"}, log);
+    REQUIRE_MESSAGE(sim.success(), read_file(log));
+    out[k] = nlohmann::json::parse(read_file(log));
+    rec[k] = read_db(db);
+  }
+  CHECK(out[1]["nodes"] == 256);
+  CHECK(out[0]["trials"]["done"] == 40);
+  CHECK(out[1]["trials"] == out[0]["trials"]);
+  CHECK(out[1]["master_turns"] == out[0]["master_turns"]);
+  CHECK(out[1]["simulated_seconds"] == out[0]["simulated_seconds"]);
+  // The frames: 248 more groups say hello and ready, and are welcomed and shut down; nothing else.
+  REQUIRE(out[0].contains("frames"));
+  CHECK(out[1]["frames"]["to_master"].get<int64_t>() - out[0]["frames"]["to_master"].get<int64_t>() == 2 * 248);
+  CHECK(out[1]["frames"]["to_groups"].get<int64_t>() - out[0]["frames"]["to_groups"].get<int64_t>() == 2 * 248);
+  REQUIRE(rec[0].trials.size() == 40);
+  REQUIRE(rec[1].trials.size() == rec[0].trials.size());
+  for (std::size_t i = 0; i < rec[0].trials.size(); ++i) {
+    const auto &a = rec[0].trials[i], &b = rec[1].trials[i];
+    INFO("trial seq " << a.seq);
+    CHECK(b.seq == a.seq);
+    CHECK(b.params == a.params);
+    CHECK(b.state == a.state);
+    CHECK(b.objective == a.objective);  // bit for bit
+    CHECK(b.group_id == a.group_id);
+    CHECK(a.group_id < 4);
+    CHECK(b.started_at - rec[1].campaign.created_at == doctest::Approx(a.started_at - rec[0].campaign.created_at).epsilon(1e-9));
+    CHECK(b.finished_at - rec[1].campaign.created_at == doctest::Approx(a.finished_at - rec[0].campaign.created_at).epsilon(1e-9));
+    REQUIRE(rec[1].metrics[i].size() == rec[0].metrics[i].size());
+    for (std::size_t m = 0; m < rec[0].metrics[i].size(); ++m) CHECK(rec[1].metrics[i][m].value == rec[0].metrics[i][m].value);
+  }
 }
 
 TEST_CASE("simulated time advances only through the clock: 1,000 trials of 60 simulated seconds in seconds of wall time") {
@@ -284,6 +333,54 @@ TEST_CASE("simulate refuses a trainer whose outcomes it cannot compute, and an e
   const auto taken = run_hpctune({"simulate", fcfg, "--db", dir.file("taken.db")}, dir.file("t.log"));
   CHECK(taken.code == 2);
   CHECK(read_file(dir.file("t.log")).find("exists") != std::string::npos);
+}
+
+// Every trial fails (x1 lies outside branin's box, which only the trainer checks); 4 trials, fewer
+// than search.max_failures' default 5.
+std::string failing_config(const std::string& extra_search) {
+  return "name: f\nseed: 1\nobjective: {metric: value, mode: min}\n"
+         "search: {algorithm: random, max_trials: 4" + extra_search + "}\n"
+         "space:\n  x1: {type: float, low: 20.0, high: 30.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+         "trainer: {kind: function, name: branin, steps: 3}\nresources: {groups: 2}\n";
+}
+
+TEST_CASE("a simulated campaign whose trials all fail exits as `run` does, non-zero, and says why") {
+  TempDir dir;
+  const std::string cfg = dir.write("f.yaml", failing_config(""));
+  const auto run = run_hpctune({"run", cfg, "--db", dir.file("run.db")}, dir.file("run.log"));
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("sim.db")}, dir.file("sim.log"));
+  CHECK(run.code == 1);
+  CHECK(sim.code == run.code);
+  const std::string log = read_file(dir.file("sim.log"));
+  CHECK(log.find("0 done, 0 pruned, 4 failed") != std::string::npos);  // the report is printed first
+  CHECK(log.find("no trial succeeded in simulated campaign 'f' (4 failed)") != std::string::npos);
+  CHECK(log.find("is outside branin's box") != std::string::npos);  // the first failure, named
+  CHECK(log.find("hpctune trials " + dir.file("sim.db")) != std::string::npos);
+  const Recorded r = read_db(dir.file("sim.db"));  // recorded all the same
+  CHECK(r.trials.size() == 4);
+  for (const auto& t : r.trials) CHECK(t.state == TrialState::kFailed);
+
+  // --format json: the JSON on standard output, the exit and the reason as in table form.
+  const auto json = run_hpctune({"simulate", cfg, "--db", dir.file("json.db"), "--format", "json"}, dir.file("json.log"));
+  CHECK(json.code == 1);
+  const std::string jlog = read_file(dir.file("json.log"));
+  const auto brace = jlog.find('{');
+  REQUIRE(brace != std::string::npos);
+  const auto end = jlog.find("\n}\n", brace);
+  REQUIRE(end != std::string::npos);
+  const auto j = nlohmann::json::parse(jlog.substr(brace, end + 2 - brace));
+  CHECK(j["trials"]["failed"] == 4);
+  CHECK(jlog.find("no trial succeeded", end) != std::string::npos);
+
+  // search.max_failures stops the search: exit 1, saying it stopped.
+  const std::string capped = dir.write("c.yaml", failing_config(", max_failures: 2"));
+  const auto stopped = run_hpctune({"simulate", capped, "--db", dir.file("c.db")}, dir.file("c.log"));
+  CHECK(stopped.code == 1);
+  CHECK(read_file(dir.file("c.log")).find("simulated campaign 'f' stopped:") != std::string::npos);
+
+  // A campaign with a trial done exits 0.
+  const std::string fine = dir.write("ok.yaml", function_config(2, 1));
+  CHECK(run_hpctune({"simulate", fine, "--db", dir.file("ok.db")}, dir.file("ok.log")).code == 0);
 }
 
 TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more trials than --max-trials") {

@@ -1,4 +1,4 @@
-// The simulator's cost model (scheduler/simulation_cost_model.h), the machine file
+// The simulator's cost model (simulate/cost_model.h) and the calibration's fit (simulate/calibration.h), the machine file
 // (config/machine_file.h) and a trial's work (config/trial_work.h), against hand-computed values.
 #include <cmath>
 #include <string>
@@ -8,10 +8,11 @@
 
 #include "config/machine_file.h"
 #include "config/trial_work.h"
-#include "scheduler/simulation_cost_model.h"
+#include "simulate/calibration.h"
+#include "simulate/cost_model.h"
 
 using namespace hpctune;
-using scheduler::step_cost;
+using simulate::step_cost;
 
 namespace {
 
@@ -68,7 +69,7 @@ TEST_CASE("cost model: one rank computes, data-parallel ranks halve it and add t
   REQUIRE(eight.ok());
   CHECK(eight->compute_s == doctest::Approx(0.125));
   CHECK(eight->allreduce_s == doctest::Approx(10 * (2 * 7.0 / 8 * 4e6 / 1e9 + 14 * 1e-5)));
-  CHECK(scheduler::ring_allreduce_seconds(4e6, 1, 1e9, 1e-5) == 0);
+  CHECK(simulate::ring_allreduce_seconds(4e6, 1, 1e9, 1e-5) == 0);
 }
 
 TEST_CASE("cost model: the optimizer's update per step, on each stage's parameters; evaluation forward only") {
@@ -111,9 +112,9 @@ TEST_CASE("cost model: model-parallel stages split compute and add GPipe's bubbl
   CHECK(mp->compute_s == doctest::Approx(0.25));
   // compute x (4-1)/4 micro-batches + (4 + 4 - 1) hand-offs of 1 ms, per step, x 10 steps.
   CHECK(mp->bubble_s == doctest::Approx(0.25 * 3.0 / 4 + 10 * 7 * 1e-3));
-  CHECK(scheduler::bubble_fraction(4, 4) == doctest::Approx(3.0 / 7));
-  CHECK(scheduler::bubble_fraction(4, 0) == doctest::Approx(3.0 / 11));  // 0: 2 x the stages
-  CHECK(scheduler::bubble_fraction(1, 8) == 0);
+  CHECK(simulate::bubble_fraction(4, 4) == doctest::Approx(3.0 / 7));
+  CHECK(simulate::bubble_fraction(4, 0) == doctest::Approx(3.0 / 11));  // 0: 2 x the stages
+  CHECK(simulate::bubble_fraction(1, 8) == 0);
   // Without hand-offs the bubble is (model-1)/(micro+model-1) of compute + bubble.
   auto no_handoff = m;
   no_handoff.stage_handoff_s = 0;
@@ -131,19 +132,19 @@ TEST_CASE("cost model: model-parallel stages split compute and add GPipe's bubbl
 
 TEST_CASE("cost model: an unbalanced pipeline goes at its largest stage's pace, split as the trainers split it") {
   // The largest stage's share: contiguous stages minimising the largest (exact).
-  CHECK(scheduler::largest_stage_share({3, 1}, 2) == doctest::Approx(0.75));
-  CHECK(scheduler::largest_stage_share({1, 1, 1, 1}, 2) == doctest::Approx(0.5));
-  CHECK(scheduler::largest_stage_share({1, 2, 3, 4}, 2) == doctest::Approx(0.6));  // [1 2 3] [4]: 6 of 10
-  CHECK(scheduler::largest_stage_share({5, 1, 1, 1}, 4) == doctest::Approx(5.0 / 8));
-  CHECK(scheduler::largest_stage_share({5, 1, 1, 1}, 1) == 1);
-  CHECK(scheduler::largest_stage_share({}, 4) == doctest::Approx(0.25));  // unknown layers: balanced
+  CHECK(simulate::largest_stage_share({3, 1}, 2) == doctest::Approx(0.75));
+  CHECK(simulate::largest_stage_share({1, 1, 1, 1}, 2) == doctest::Approx(0.5));
+  CHECK(simulate::largest_stage_share({1, 2, 3, 4}, 2) == doctest::Approx(0.6));  // [1 2 3] [4]: 6 of 10
+  CHECK(simulate::largest_stage_share({5, 1, 1, 1}, 4) == doctest::Approx(5.0 / 8));
+  CHECK(simulate::largest_stage_share({5, 1, 1, 1}, 1) == 1);
+  CHECK(simulate::largest_stage_share({}, 4) == doctest::Approx(0.25));  // unknown layers: balanced
   // 784-512-256-128-10 (the single-model table's MLP): its first layer is most of the work.
   auto w = config::trial_work(nlohmann::json{{"kind", "mlp"}, {"hidden", {512, 256, 128}}});
   REQUIRE(w.ok());
   REQUIRE(w->layer_costs.size() == 4);
   CHECK(w->layer_costs[0] == doctest::Approx(784.0 * 512 + 2 * 512));
   // 2 stages: the first layer alone (402,432 of 568,340), 0.71 of the work, not 0.5.
-  CHECK(scheduler::largest_stage_share(w->layer_costs, 2) == doctest::Approx(402432.0 / 568340.0));
+  CHECK(simulate::largest_stage_share(w->layer_costs, 2) == doctest::Approx(402432.0 / 568340.0));
   // The step: the largest stage's compute, and GPipe's schedule over it, (micro - 1) x the largest
   // stage's time a micro-batch + every stage's once: a bubble of (1 - share) / (share x micro).
   auto m = round_machine();
@@ -164,8 +165,8 @@ TEST_CASE("cost model: an unbalanced pipeline goes at its largest stage's pace, 
 
 TEST_CASE("cost model: start-up per launch, a checkpoint per report, a seconds-per-step kind") {
   const auto m = round_machine();
-  CHECK(scheduler::startup_seconds(m, 1) == doctest::Approx(2));
-  CHECK(scheduler::startup_seconds(m, 8) == doctest::Approx(2 + 7 * 0.5));
+  CHECK(simulate::startup_seconds(m, 1) == doctest::Approx(2));
+  CHECK(simulate::startup_seconds(m, 8) == doctest::Approx(2 + 7 * 0.5));
   auto w = round_work();
   w.checkpoint_bytes = 5e7;
   auto c = step_cost(m, w, 1, 1);
@@ -331,7 +332,7 @@ TEST_CASE("the checked-in machine files load; cray-xc30.yaml gives back Cray's t
   // Cray's model parallelism gained 1.5x on 4 nodes, which needs stages near balance: hpctune's
   // default cnn splits into 4 at best 0.72 : 0.28 (its second conv is most of the work), so the fit
   // takes Cray's network as balanced (layers unknown: 1 / model each).
-  CHECK(scheduler::largest_stage_share(work->layer_costs, 4) == doctest::Approx(0.7203).epsilon(0.001));
+  CHECK(simulate::largest_stage_share(work->layer_costs, 4) == doctest::Approx(0.7203).epsilon(0.001));
   auto seconds = [&](int64_t data, int64_t model) {
     auto w = *work;
     w.layer_costs.clear();
@@ -345,4 +346,55 @@ TEST_CASE("the checked-in machine files load; cray-xc30.yaml gives back Cray's t
   CHECK(seconds(1, 1) == doctest::Approx(1090).epsilon(0.01));
   CHECK(seconds(1, 4) == doctest::Approx(718).epsilon(0.01));
   CHECK(seconds(4, 1) == doctest::Approx(310).epsilon(0.01));
+}
+
+// simulate/calibration.h: the fit recovers a machine from epochs its own cost model priced.
+TEST_CASE("the calibration's fit recovers the compute rates, overhead and update cost the epochs were priced with") {
+  config::MachineModel truth;
+  truth.mlp_flops_per_s = 3.2e10;
+  truth.cnn_flops_per_s = 7e9;
+  truth.image_overhead_s = 2e-6;
+  truth.update_s_per_param = 5e-10;
+  truth.trial_setup_s = 0.25;
+  std::vector<simulate::CalibrationRun> runs;
+  for (const auto& c : simulate::calibration_campaigns(false)) {
+    nlohmann::json trainer = {{"kind", c.cnn ? "cnn" : "mlp"}, {"batch_size", c.batch}, {"max_train_samples", c.cnn ? 3000 : 12000},
+                              {"max_test_samples", 200}, {"epochs", c.cnn ? 3 : 4}};
+    if (c.cnn) {
+      trainer["layers"] = nlohmann::json::parse(
+          R"([{"kind": "conv", "filters": 8, "kernel": 3}, {"kind": "maxpool", "size": 2}, {"kind": "dense", "units": 32}])");
+    } else {
+      trainer["hidden"] = c.width;
+      trainer["layers"] = 2;
+    }
+    auto work = config::trial_work(trainer);
+    REQUIRE_MESSAGE(work.ok(), c.tag);
+    simulate::CalibrationRun r;
+    r.campaign = c;
+    r.work = *work;
+    r.work.checkpoint_bytes = 0;
+    auto cost = step_cost(truth, r.work, 1, 1);
+    REQUIRE(cost.ok());
+    r.epoch_s.assign(4, cost->total());
+    r.startup_s = 1.5;
+    r.hello_s = 0.5;
+    r.setup_s = {truth.trial_setup_s, truth.trial_setup_s, truth.trial_setup_s};
+    runs.push_back(r);
+  }
+  auto fit = simulate::fit_machine(runs, config::MachineModel{}, 2, "/nonexistent");
+  REQUIRE(fit.ok());
+  CHECK(fit->machine.mlp_flops_per_s == doctest::Approx(truth.mlp_flops_per_s).epsilon(0.01));
+  CHECK(fit->machine.image_overhead_s == doctest::Approx(truth.image_overhead_s).epsilon(0.01));
+  CHECK(fit->machine.update_s_per_param == doctest::Approx(truth.update_s_per_param).epsilon(0.01));
+  CHECK(fit->machine.cnn_flops_per_s == doctest::Approx(truth.cnn_flops_per_s).epsilon(0.01));
+  CHECK(fit->machine.trial_setup_s == doctest::Approx(truth.trial_setup_s));
+  CHECK(fit->machine.ranks_per_node == 2);
+  CHECK(fit->machine.name == "this-machine");
+  REQUIRE(!fit->lines.empty());
+  CHECK(fit->lines.front().find("fitted") == 0);
+  // A campaign missing: refused, named.
+  runs.erase(runs.begin() + 1);
+  auto missing = simulate::fit_machine(runs, config::MachineModel{}, 2, "/nonexistent");
+  REQUIRE(!missing.ok());
+  CHECK(missing.error().message().find("conv") != std::string::npos);
 }

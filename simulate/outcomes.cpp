@@ -1,4 +1,4 @@
-#include "scheduler/simulated_outcomes.h"
+#include "simulate/outcomes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "store/store.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 namespace {
 
 constexpr std::size_t kMaxMetricNames = 1000;  // per step / per final metrics
@@ -343,4 +343,4 @@ Result<OutcomeSource> outcome_source(const std::string& spec, const search::Spac
   return out;
 }
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate

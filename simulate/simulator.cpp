@@ -1,4 +1,4 @@
-#include "scheduler/simulator.h"
+#include "simulate/simulator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,14 +6,23 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "common/clock.h"
 #include "config/machine_file.h"
 #include "protocol/transport.h"
 #include "store/store.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 namespace {
+
+using scheduler::CampaignInStore;
+using scheduler::Clock;
+using scheduler::WallClock;
+using scheduler::Master;
+using scheduler::MasterParts;
+using scheduler::PreparedCampaign;
+using scheduler::prepare_campaign;
 
 using Seconds = std::chrono::duration<double>;
 
@@ -23,11 +32,12 @@ Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::dur
 class SimGroup {
  public:
   SimGroup(protocol::InProcHub& hub, int64_t group, const std::string& credential, uint64_t incarnation,
-           const SimulateOptions& o, Clock::duration heartbeat, int64_t* in_flight, SimulationOutcome* out, Clock::time_point t0)
+           const SimulateOptions& o, const double* slowdown, int64_t* in_flight, SimulationOutcome* out, Clock::time_point t0)
       : client_(hub.connect()),
         group_(group),
         o_(o),
-        heartbeat_(heartbeat),
+        global_slowdown_(slowdown),
+        slowdown_(*slowdown),
         in_flight_(in_flight),
         out_(out),
         t0_(t0) {
@@ -50,7 +60,6 @@ class SimGroup {
       if (!frame) break;
       HPCTUNE_ASSIGN(protocol::Message msg, protocol::decode(*frame));
       if (std::holds_alternative<protocol::Welcome>(msg)) {
-        last_hb_ = now;
         send(protocol::Ready{});
       } else if (auto* a = std::get_if<protocol::Assign>(&msg)) {
         SimulatedTrial plan = o_.model(*a);
@@ -61,6 +70,8 @@ class SimGroup {
         assign_ = *a;
         plan_ = std::move(plan);
         step_ = 0;
+        // The pace of the present sharing (an idle group is not rebased when it changes).
+        slowdown_ = *global_slowdown_;
         // Its setup first (none with a fixed step_seconds), then its steps; at the sharing of now
         // until the simulator rebases it (`share`) when the busy ranks change, this one included.
         const double setup = plan_.setup_seconds + (loaded_ ? 0 : o_.load_seconds);
@@ -80,7 +91,7 @@ class SimGroup {
     return sent_;
   }
 
-  // Sends what is due at `now`: the steps reached, a heartbeat. True when it sent anything.
+  // Sends what is due at `now`: the steps reached. True when it sent anything.
   Result<bool> emit(Clock::time_point now) {
     sent_ = false;
     if (silent_ || closed_) return false;
@@ -102,10 +113,6 @@ class SimGroup {
         begin_phase(at, step_seconds());
       }
     }
-    if (last_hb_ && now - *last_hb_ >= heartbeat_) {
-      last_hb_ = now;
-      send(protocol::Heartbeat{assign_ ? assign_->trial_id : 0, assign_ ? assign_->attempt : 0});
-    }
     HPCTUNE_TRY(error_);
     return sent_;
   }
@@ -115,7 +122,7 @@ class SimGroup {
     if (silent_ || closed_) return Clock::time_point::max();
     Clock::time_point t = Clock::time_point::max();
     if (assign_) t = next_step_at();
-    return t;  // heartbeats are sent at the master's next wake (see simulate_campaign)
+    return t;  // no heartbeats: the simulator vouches for its groups (see simulate_campaign)
   }
 
   void go_silent() { silent_ = true; }
@@ -193,11 +200,11 @@ class SimGroup {
   std::unique_ptr<protocol::ClientTransport> client_;
   int64_t group_;
   const SimulateOptions& o_;
-  Clock::duration heartbeat_;
+  const double* global_slowdown_;  // the simulator's present sharing of the cores
+  double slowdown_ = 1;            // the sharing of the machine's cores since phase_at_
   int64_t* in_flight_;  // frames sent to the master, not yet received by it (InFlightServer)
   SimulationOutcome* out_;
   Clock::time_point t0_;
-  std::optional<Clock::time_point> last_hb_;  // set once welcomed
   std::optional<protocol::Assign> assign_;
   SimulatedTrial plan_;
   int64_t step_ = 0;
@@ -206,31 +213,51 @@ class SimGroup {
   Clock::time_point phase_began_{};  // when the running phase began
   Clock::time_point phase_at_{};     // when left_ was last brought up to date
   double left_ = 0;                  // its seconds left on ranks of their own
-  double slowdown_ = 1;              // the sharing of the machine's cores since phase_at_
   bool silent_ = false, closed_ = false, sent_ = false;
   Status error_;
 };
 
 // The hub's server end, counting the frames the master takes: the master handles a bounded batch
-// per step, so the simulator steps it again soon while frames wait, as a busy master would.
+// per step, so the simulator steps it again soon while frames wait, as a busy master would. It also
+// notes which groups the master sent frames to (by the peer each group said hello from), so that
+// only those read their connections in the turn.
 class InFlightServer final : public protocol::ServerTransport {
  public:
-  InFlightServer(std::unique_ptr<protocol::ServerTransport> inner, int64_t* in_flight)
-      : inner_(std::move(inner)), in_flight_(in_flight) {}
+  InFlightServer(std::unique_ptr<protocol::ServerTransport> inner, int64_t* in_flight, std::set<int64_t>* addressed)
+      : inner_(std::move(inner)), in_flight_(in_flight), addressed_(addressed) {}
+  int64_t sent = 0, received = 0;  // frames to the groups, from them
   std::string endpoint() const override { return inner_->endpoint(); }
-  Status send(const protocol::PeerId& peer, std::string_view bytes) override { return inner_->send(peer, bytes); }
+  Status send(const protocol::PeerId& peer, std::string_view bytes) override {
+    if (auto g = group_of_.find(peer); g != group_of_.end()) addressed_->insert(g->second);
+    ++sent;
+    return inner_->send(peer, bytes);
+  }
   Result<std::optional<protocol::Envelope>> recv(std::chrono::milliseconds timeout) override {
     auto env = inner_->recv(timeout);
-    if (env.ok() && env->has_value()) --*in_flight_;
+    if (env.ok() && env->has_value()) {
+      --*in_flight_;
+      ++received;
+      // A group's first frame is its hello: the peer it speaks from from now on.
+      if (!group_of_.contains((*env)->peer)) {
+        auto msg = protocol::decode((*env)->bytes);
+        if (msg.ok()) {
+          if (auto* h = std::get_if<protocol::Hello>(&msg.value())) group_of_[(*env)->peer] = h->group;
+        }
+      }
+    }
     return env;
   }
 
  private:
   std::unique_ptr<protocol::ServerTransport> inner_;
   int64_t* in_flight_;
+  std::set<int64_t>* addressed_;
+  std::map<protocol::PeerId, int64_t> group_of_;
 };
 
-// The simulated backend: a launch becomes a group that says hello `startup_seconds` later.
+// The simulated backend: a launch becomes a group that says hello `startup_seconds` later. It keeps
+// the groups' events in time order (`timeline`: each running group's next step) and the groups
+// that run a trial (`busy`), so that a turn touches only the groups with something to do.
 class SimLauncher final : public launch::Launcher {
  public:
   explicit SimLauncher(const Clock::time_point* now, double startup) : now_(now), startup_(seconds(startup)) {}
@@ -238,7 +265,7 @@ class SimLauncher final : public launch::Launcher {
   Status start(int64_t group, const std::string& credential) override {
     ++launches;
     pending[group] = {*now_ + startup_, credential};
-    running.erase(group);
+    forget(group);
     alive[group] = true;
     return {};
   }
@@ -251,21 +278,64 @@ class SimLauncher final : public launch::Launcher {
     if (!alive[group]) return;
     alive[group] = false;
     pending.erase(group);
-    running.erase(group);
+    forget(group);
     exits_.push_back({group, "killed by signal 9 (Killed)", false, "(simulated)"});
   }
   void stop_all(std::chrono::milliseconds) override {
     for (auto& [g, a] : alive) a = false;
     pending.clear();
     running.clear();
+    timeline.clear();
+    next_at.clear();
+    busy.clear();
+  }
+
+  // After group g acted or was rebased: its place in the timeline and among the busy.
+  void update(int64_t g) {
+    auto it = running.find(g);
+    if (it == running.end()) return;
+    const Clock::time_point t = it->second->next_event();
+    auto at = next_at.find(g);
+    if (at != next_at.end()) {
+      if (at->second == t) {
+        // unchanged
+      } else {
+        timeline.erase({at->second, g});
+        if (t == Clock::time_point::max()) {
+          next_at.erase(at);
+        } else {
+          at->second = t;
+          timeline.insert({t, g});
+        }
+      }
+    } else if (t != Clock::time_point::max()) {
+      next_at[g] = t;
+      timeline.insert({t, g});
+    }
+    if (it->second->busy_ranks() > 0) {
+      busy.insert(g);
+    } else {
+      busy.erase(g);
+    }
   }
 
   std::map<int64_t, std::pair<Clock::time_point, std::string>> pending;  // hello time, credential
   std::map<int64_t, std::unique_ptr<SimGroup>> running;
   std::map<int64_t, bool> alive;
+  std::set<std::pair<Clock::time_point, int64_t>> timeline;  // (next step, group) of the running
+  std::map<int64_t, Clock::time_point> next_at;              // each group's place in the timeline
+  std::set<int64_t> busy;                                    // running a trial (busy_ranks() > 0)
   int64_t launches = 0;
 
  private:
+  void forget(int64_t group) {
+    running.erase(group);
+    if (auto at = next_at.find(group); at != next_at.end()) {
+      timeline.erase({at->second, group});
+      next_at.erase(at);
+    }
+    busy.erase(group);
+  }
   const Clock::time_point* now_;
   Clock::duration startup_;
   std::vector<launch::GroupExit> exits_;
@@ -299,14 +369,15 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
                              {"outcomes", options.outcomes},
                              {"machine", options.machine.empty() ? nlohmann::json() : nlohmann::json(options.machine)}},
                             wall.unix_s));
-  const auto heartbeat = seconds(campaign.cfg.resources.heartbeat_interval_s);
-  const auto wake = std::max(heartbeat, seconds(campaign.cfg.resources.heartbeat_timeout_s / 2));
+  const auto wake = std::max(seconds(campaign.cfg.resources.heartbeat_interval_s),
+                             seconds(campaign.cfg.resources.heartbeat_timeout_s / 2));
 
   Clock::time_point now = wall.at;
   protocol::InProcHub hub;
   int64_t in_flight = 0, busy_ranks = 0;
   double slowdown = 1;
-  InFlightServer server(hub.server(), &in_flight);
+  std::set<int64_t> addressed;  // the groups the master sent frames to since they last read
+  InFlightServer server(hub.server(), &in_flight, &addressed);
   SimLauncher launcher(&now, options.startup_seconds);
   MasterParts parts;
   parts.transport = &server;
@@ -315,6 +386,8 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   parts.wall = wall;
   parts.log = options.master.log;
   parts.make_stage = options.master.make_stage;
+  parts.vouched_liveness = true;  // a simulated group is alive until it goes silent (note_silent)
+  parts.search_state_every = 0;   // not resumed: the searcher's state is written once, at the end
   Master master(std::move(campaign), std::move(parts));
   HPCTUNE_TRY(master.start(now));
 
@@ -351,9 +424,10 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
         ++it;
         continue;
       }
-      launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, heartbeat,
+      launcher.running[it->first] = std::make_unique<SimGroup>(hub, it->first, it->second.second, incarnation++, options, &slowdown,
                                                               &in_flight, &out, wall.at);
       launcher.running[it->first]->share(now, slowdown);  // its first phase at the present pace
+      launcher.update(it->first);
       it = launcher.pending.erase(it);
     }
     for (auto it = silence.begin(); it != silence.end();) {
@@ -363,31 +437,41 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
         continue;
       }
       g->second->go_silent();
+      master.note_silent(it->first, now);
+      launcher.update(it->first);
       it = silence.erase(it);
     }
+    // The groups with something to do, in the order of their groups: those the master sent frames
+    // to and those with a step due. The others would neither read nor send anything: a turn costs
+    // what the active groups cost, not what every group does (issue 36).
+    std::set<int64_t> active = std::exchange(addressed, {});
+    for (auto e = launcher.timeline.begin(); e != launcher.timeline.end() && e->first <= now; ++e) active.insert(e->second);
     bool sent = false;
-    for (auto& [g, group] : launcher.running) {
-      HPCTUNE_ASSIGN(const bool a, group->receive(now));
-      HPCTUNE_ASSIGN(const bool b, group->emit(now));
+    for (int64_t g : active) {
+      auto group = launcher.running.find(g);
+      if (group == launcher.running.end()) continue;
+      HPCTUNE_ASSIGN(const bool a, group->second->receive(now));
+      HPCTUNE_ASSIGN(const bool b, group->second->emit(now));
       sent = sent || a || b;
+      launcher.update(g);
     }
     // The ranks busy now share the machine's cores (rank_slots): every running phase goes on at
-    // the new pace from now.
-    int64_t busy = 0;
-    for (const auto& [g, group] : launcher.running) busy += group->busy_ranks();
+    // the new pace from now (a group waiting for work takes the pace when it is given a trial).
+    const int64_t busy = static_cast<int64_t>(launcher.busy.size()) * options.ranks_per_group;
     if (busy != busy_ranks) {
       busy_ranks = busy;
       slowdown = config::sharing_slowdown(options.rank_slots, busy);
-      for (auto& [g, group] : launcher.running) group->share(now, slowdown);
+      for (int64_t g : launcher.busy) launcher.running.at(g)->share(now, slowdown);
+      for (int64_t g : launcher.busy) launcher.update(g);
     }
     // The next event: a message in flight, a group's step, a hello, a silence; else the master's
-    // wake, at least every half heartbeat timeout (its own heartbeats, deadlines and group states).
-    // A live group's heartbeats are coalesced into one sent at each wake: the master handles every
-    // frame before its tick, so it sees such a group as alive, as it would with every heartbeat;
-    // a silent group is seen lost up to half a timeout later than a real master would.
+    // wake, at least every half heartbeat timeout (its deadlines and group states). No heartbeats
+    // travel: the master takes a simulated group for alive until the simulator says it went
+    // silent (MasterParts::vouched_liveness), and loses it once silent past the heartbeat timeout,
+    // seen at a wake: up to half a timeout later than a real master would.
     Clock::time_point next = now + wake;
     if (sent || in_flight > 0) next = now + message;
-    for (const auto& [g, group] : launcher.running) next = std::min(next, group->next_event());
+    if (!launcher.timeline.empty()) next = std::min(next, launcher.timeline.begin()->first);
     for (const auto& [g, p] : launcher.pending) next = std::min(next, p.first);
     for (const auto& [g, t] : silence) next = std::min(next, t);
     now = std::max(next, now + message);
@@ -395,9 +479,11 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   HPCTUNE_ASSIGN(out.campaign, master.stop(now));
   out.simulated_s = Seconds(now - wall.at).count();
   out.launches = launcher.launches;
+  out.frames_to_master = server.received;
+  out.frames_to_groups = server.sent;
   out.startup_s = options.startup_seconds * static_cast<double>(out.launches);
   out.wall_s = Seconds(std::chrono::steady_clock::now() - real_start).count();
   return out;
 }
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate

@@ -1,11 +1,11 @@
-#include "scheduler/simulation_cost_model.h"
+#include "simulate/cost_model.h"
 
 #include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 
 double ring_allreduce_seconds(double bytes, int64_t ranks, double bandwidth_bytes_per_s, double latency_s) {
   if (ranks <= 1 || bytes <= 0) return 0;
@@ -96,4 +96,4 @@ double startup_seconds(const config::MachineModel& machine, int64_t ranks) {
   return machine.startup_s + machine.startup_parallel_s + machine.startup_per_rank_s * static_cast<double>(ranks - 1);
 }
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate

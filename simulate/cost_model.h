@@ -37,7 +37,7 @@
 #include "config/machine_file.h"
 #include "config/trial_work.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 
 // The seconds one reported step costs, by part.
 struct StepCost {
@@ -63,4 +63,4 @@ Result<StepCost> step_cost(const config::MachineModel& machine, const config::Tr
 // From a group's launch to its hello.
 double startup_seconds(const config::MachineModel& machine, int64_t ranks);
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate

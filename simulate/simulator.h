@@ -9,14 +9,18 @@
 // never links trainers). A group runs it as a worker would: a "started" report at once, then one
 // report per step, every seconds_per_step simulated seconds, a done with the last step's
 // metrics; a stop ends it at once with the metrics of its last report. The master is stepped at
-// every event and woken at least every half heartbeat timeout; a live group's heartbeats are
-// coalesced into one per wake (so a silent group is found lost up to half a timeout late).
+// every event and woken at least every half heartbeat timeout. No heartbeats travel: the simulator
+// vouches for its groups (MasterParts::vouched_liveness), and a group made silent is found lost
+// once silent past the heartbeat timeout, at a wake (up to half a timeout late). A turn touches
+// only the groups the master sent frames to and those with a step due (a timeline of the groups'
+// next steps), and the master looks only at the groups that are not running, so the cost of an
+// event does not grow with the groups left idle (issue 36: a population of 10 on 2,048 groups).
 //
 // Cost: a group starts `startup_seconds` after the master launches it; its first trial first spends
 // `load_seconds` (the ranks' one-time reading of the data), and every trial its setup_seconds
 // (building the network, the last evaluation: what a trial costs beyond its steps),
 // then every step costs `step_seconds` (or, unset, the trial's own seconds_per_step, which the
-// caller prices with the cost model of scheduler/simulation_cost_model.h and breaks down in its
+// caller prices with the cost model of simulate/cost_model.h and breaks down in its
 // step_cost); each message takes `message_seconds` to arrive. Those are seconds on ranks of their
 // own. With `rank_slots` set (a machine of fewer cores than the ranks asked), the ranks busy at a
 // step's start share the slots: the step (or setup) takes busy / rank_slots times longer when
@@ -41,10 +45,10 @@
 
 #include "common/result.h"
 #include "protocol/messages.h"
-#include "scheduler/simulation_cost_model.h"
+#include "simulate/cost_model.h"
 #include "scheduler/master.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 
 // A simulated trial: the metrics of steps 1..n, the done's metrics, its own time per step; or an
 // error (the group answers the assign with a failure naming it).
@@ -66,9 +70,9 @@ struct SimulationTarget {
 using TrialModel = std::function<SimulatedTrial(const protocol::Assign&)>;
 
 struct SimulateOptions {
-  MasterOptions master;         // config, db_path, groups (--nodes), seed, make_stage, log
+  scheduler::MasterOptions master;         // config, db_path, groups (--nodes), seed, make_stage, log
   TrialModel model;             // required
-  // Where the model's outcomes come from, for the campaign_simulated event (scheduler/simulated_outcomes.h).
+  // Where the model's outcomes come from, for the campaign_simulated event (simulate/outcomes.h).
   nlohmann::json outcomes = nlohmann::json::object();
   std::string machine;          // the cost model's machine file (its name), for the same event; "" = none
   double step_seconds = -1;     // > 0: every step costs this; else the trial's own seconds_per_step
@@ -90,11 +94,13 @@ struct SimulateOptions {
 };
 
 struct SimulationOutcome {
-  CampaignOutcome campaign;
+  scheduler::CampaignOutcome campaign;
   double simulated_s = 0;  // from start to the campaign's end, simulated
   double wall_s = 0;       // real seconds the simulation took
   int64_t turns = 0;       // master steps
   int64_t launches = 0;    // group launches (restarts included)
+  // Frames the master took from the groups and sent to them (no heartbeats: see simulate_campaign).
+  int64_t frames_to_master = 0, frames_to_groups = 0;
   // Summed over every step the groups ran (by part), every launch, every master step.
   StepCost cost;
   double startup_s = 0, decision_s = 0, setup_s = 0;
@@ -107,4 +113,4 @@ struct SimulationOutcome {
 
 Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options);
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate

@@ -33,10 +33,10 @@
 
 #include "common/result.h"
 #include "protocol/messages.h"
-#include "scheduler/simulator.h"
+#include "simulate/simulator.h"
 #include "search/space.h"
 
-namespace hpctune::scheduler {
+namespace hpctune::simulate {
 
 struct RecordedTrial {
   int64_t id = 0;
@@ -86,4 +86,4 @@ struct OutcomeSource {
 Result<OutcomeSource> outcome_source(const std::string& spec, const search::Space& space, const std::string& objective,
                                      TrialModel function_model);
 
-}  // namespace hpctune::scheduler
+}  // namespace hpctune::simulate
