@@ -362,7 +362,7 @@ int main(int argc, char** argv) {
   std::string validate_config;
   bool validate_json = false, print_reference = false;
   auto* validate_cmd = app.add_subcommand(
-      "validate", "Parse and check a config without running it; summarise every stage with the trials it will run");
+      "validate", "Parse and check a config without running it: each stage and its trials, splits the trainer cannot make, idle groups");
   validate_cmd->add_option("config", validate_config, "The sweep config (YAML)");
   validate_cmd->add_flag("--json", validate_json, "Print the config with every default filled in, as JSON");
   validate_cmd->add_flag("--print-reference", print_reference,
