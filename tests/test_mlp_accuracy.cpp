@@ -84,8 +84,9 @@ TEST_CASE("mlp trainer: 784-256-10 reaches 0.85 test accuracy on Fashion-MNIST i
   CHECK(r->metrics.at("val_accuracy") >= 0.85);
   CHECK(reports[2].second.at("train_loss") < reports[0].second.at("train_loss"));
   CHECK(cache->loads() == 1);
-  // Generous: about 0.3 s on an idle core; the bound only catches a pathological regression.
-  CHECK(load_seconds < 3.0);
+  // About 0.3 s on an idle core, 3.2 s once beside a load of 10: the bound only catches a
+  // pathological regression (a speed is measured in bench/, not here).
+  CHECK(load_seconds < 30.0);
 }
 
 // Integration: the default CNN (conv 5x5 32, pool, conv 5x5 64, pool, dense 1024) learns a small
