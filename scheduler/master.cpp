@@ -565,6 +565,7 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
   // a completed or failed one keeps its result or reason. Stopped by search.max_failures, a running
   // stage fails with that reason, and so does every pending stage that depends on a failed one
   // (it can never run); another pending one stays pending for a resume.
+  const bool failures = gave_up || !failed_stages().empty();
   for (HeldStage& st : stages_) {
     if (st.state == "running") {
       if (stopped) {
@@ -572,7 +573,6 @@ Result<CampaignOutcome> Master::stop(Clock::time_point now) {
         st.state = "failed";
         st.reason = sched_->gave_up();
       } else {
-        const bool failures = gave_up || !failed_stages().empty();
         HPCTUNE_TRY(db.set_stage_state(st.id, sched_->interrupted() ? "interrupted" : failures ? "failed" : "completed", t1, ""));
       }
     }

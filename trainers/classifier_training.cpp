@@ -99,7 +99,7 @@ LrPlan make_lr_plan(const ClassifierSettings& s, int64_t batches_per_epoch) noex
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = ClassifierRun::Clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void shuffle(std::vector<int64_t>& v, Rng& rng) {
