@@ -185,8 +185,12 @@ TEST_CASE("downpour in a campaign: a dead parameter-server shard fails the attem
   CHECK(t.state == store::TrialState::kDone);
   CHECK(t.attempt == 2);
   REQUIRE(t.metrics.is_object());
-  const double resumed = t.metrics.value("resumed_epoch", 0.0);  // from the checkpoint of epoch 1 or 2
-  CHECK((resumed == 1.0 || resumed == 2.0));
+  // From the checkpoint of epoch 1 or 2; or of epoch 3 when a busy machine let replica 0 finish its
+  // epochs before replica 1 reached the minibatch it dies at (downpour's replicas do not wait for each
+  // other: seen once in a clean-clone run beside other work): its shard then dies under finish().
+  const double resumed = t.metrics.value("resumed_epoch", 0.0);
+  const bool leader_done = resumed == 3.0;
+  CHECK((resumed == 1.0 || resumed == 2.0 || leader_done));
   // The resumed attempt reported the epochs after its checkpoint only.
   auto s = store::Store::open_readonly(db);
   REQUIRE(s.ok());
@@ -195,14 +199,15 @@ TEST_CASE("downpour in a campaign: a dead parameter-server shard fails the attem
   int64_t first_step_of_2 = 99;
   for (const auto& m : *metrics)
     if (m.attempt == 2) first_step_of_2 = std::min(first_step_of_2, m.step);
-  CHECK(first_step_of_2 == static_cast<int64_t>(resumed) + 1);
+  // (After every epoch, the resumed attempt sends the last epoch's report again.)
+  CHECK(first_step_of_2 == static_cast<int64_t>(resumed) + (leader_done ? 0 : 1));
   // Learned (10 classes, chance 0.1); asynchronous, so no fixed figure: 0.275 in one CI run, above 0.3 in the others.
   CHECK(t.metrics.value("test_accuracy", 0.0) > 0.2);
   CHECK(sync_mode_of(db, t.id) == "downpour");
   CHECK(count_events(db, "group_restarted") >= 1);
   CHECK(count_events(db, "replica_dropped") == 0);
   const std::string group_log = read_file(dir.file("c.db.trials/logs/group-0.log"));
-  CHECK(group_log.find("did not answer a fetch") != std::string::npos);
+  if (!leader_done) CHECK(group_log.find("did not answer a fetch") != std::string::npos);
   check_no_orphans(db);
 }
 
