@@ -105,6 +105,13 @@ Status GpuPackedMlp::set_learning_rates(std::span<const float> lrs) {
   return lr_.write(lrs.data(), lrs.size_bytes());
 }
 
+Status GpuPackedMlp::set_velocity(std::span<const float> velocity) {
+  if (velocity.size() != per_model_ * size_t(models_))
+    return bad("GpuPackedMlp: " + std::to_string(velocity.size()) + " momentum values for " +
+               std::to_string(models_) + " models of " + std::to_string(per_model_) + " parameters");
+  return velocity_.write(velocity.data(), velocity.size_bytes());
+}
+
 // Every layer's output for all models; x_stride 0 shares one input batch between the models.
 Status GpuPackedMlp::forward(const float* d_x, int64_t x_stride, int64_t batch) {
   const auto& api = ctx_->api();

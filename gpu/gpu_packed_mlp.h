@@ -70,6 +70,11 @@ class GpuPackedMlp {
 
   Result<std::vector<float>> params() const { return params_.read<float>(); }  // all models
   Result<std::vector<float>> grads() const { return grads_.read<float>(); }
+  // The SGD momentum buffers of every model (zero after create()), laid out as params(); a trial
+  // that continues in another pack brings its own (trainers/packed_engine.h). set_velocity():
+  // kInvalidArgument for another length.
+  Result<std::vector<float>> velocity() const { return velocity_.read<float>(); }
+  Status set_velocity(std::span<const float> velocity);
 
  private:
   GpuPackedMlp() = default;

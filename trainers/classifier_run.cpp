@@ -12,6 +12,7 @@
 
 #include "collectives/trainer_group.h"
 #include "nn/checkpoint.h"
+#include "trainers/packed_engine.h"
 
 namespace hpctune::trainers {
 
@@ -66,8 +67,10 @@ void ClassifierRun::warn(const std::string& what) const {
 }
 
 void ClassifierRun::note(const std::string& what) const {
-  std::cerr << "hpctune " << kind << " trainer: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": " << what
-            << std::endl;
+  // One write: the trials of a packed worker's slots note on their own threads.
+  std::cerr << ("hpctune " + kind + " trainer: trial " + std::to_string(ctx.trial_id) + " attempt " +
+                std::to_string(ctx.attempt) + ": " + what + "\n")
+            << std::flush;
 }
 
 // The failed ranks fail with their own error, the others naming the cause, so that no rank goes
@@ -176,6 +179,12 @@ Result<std::unique_ptr<EpochRunner>> choose_epoch_runner(const ClassifierSetting
                                              " needs model: 1 (pipeline stages exchange gradients by allreduce only)");
     }
     return make_exchange_runner();
+  }
+  // In a worker with packing slots (packed_engine.h), a GPU trial trains in the pack when it fits,
+  // and says why not otherwise.
+  if (s.gpu && PackEngine::instance().slots() > 1) {
+    const std::string kind = who.substr(0, who.find(' '));  // who: "<kind> trainer"
+    return make_packed_runner(pack_refusal(kind, s, lay.size));
   }
   return s.gpu ? make_gpu_runner() : make_allreduce_runner();
 }
