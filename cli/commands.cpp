@@ -30,6 +30,7 @@
 #include "workflow/pbt_policy.h"
 #include "workflow/stages.h"
 #include "store/store.h"
+#include "trainers/packed_engine.h"
 #include "protocol/transport.h"
 #include "report/campaign.h"
 #include "report/csv.h"
@@ -796,9 +797,46 @@ Status cmd_validate(const std::string& path, bool print_json) {
   return {};
 }
 
+namespace {
+
+// A packed group's slots: slot i is group `group` + i with the i-th credential.
+Status run_packed_worker(const std::string& master, const worker::WorkerOptions& base, int64_t slots,
+                         const std::string& secret, const protocol::TransportOptions& transport_options) {
+  std::vector<std::string> secrets;
+  for (size_t from = 0;;) {
+    const size_t comma = secret.find(',', from);
+    secrets.push_back(secret.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  secrets.resize(static_cast<size_t>(slots));  // a slot without one says hello without it (and is ignored)
+  trainers::PackEngine::instance().set_slots(slots);
+  std::vector<std::unique_ptr<protocol::ClientTransport>> owned;
+  std::vector<protocol::ClientTransport*> transports;
+  std::vector<worker::WorkerOptions> options;
+  for (int64_t i = 0; i < slots; ++i) {
+    protocol::TransportOptions to = transport_options;
+    if (to.security == protocol::TransportOptions::Security::kPlain) to.plain_password = secrets[static_cast<size_t>(i)];
+    HPCTUNE_ASSIGN(auto transport, protocol::connect_zmq(master, to));
+    transports.push_back(transport.get());
+    owned.push_back(std::move(transport));
+    worker::WorkerOptions o = base;
+    o.group = base.group + i;
+    o.secret = secrets[static_cast<size_t>(i)];
+    o.log = [g = o.group, slots](const std::string& line) {
+      std::fprintf(stderr, "%s  worker %lld (slot of a packed group of %lld): %s\n", timestamp().c_str(),
+                   static_cast<long long>(g), static_cast<long long>(slots), report::terminal_safe(line).c_str());
+    };
+    options.push_back(std::move(o));
+  }
+  return worker::run_worker_slots(transports, std::move(options));
+}
+
+}  // namespace
+
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
-                  const protocol::TransportOptions& transport_options, const std::atomic<int>& terminate) {
-  HPCTUNE_ASSIGN(auto transport, protocol::connect_zmq(master, transport_options));
+                  const protocol::TransportOptions& transport_options, const std::atomic<int>& terminate,
+                  int64_t slots) {
   worker::WorkerOptions options;
   options.group = group;
   options.threads = threads;
@@ -810,6 +848,8 @@ Status cmd_worker(const std::string& master, int64_t group, int threads, const s
     std::fprintf(stderr, "%s  worker %lld: %s\n", timestamp().c_str(), static_cast<long long>(group),
                  report::terminal_safe(line).c_str());
   };
+  if (slots > 1) return run_packed_worker(master, options, slots, secret, transport_options);
+  HPCTUNE_ASSIGN(auto transport, protocol::connect_zmq(master, transport_options));
   return worker::run_worker(*transport, options);
 }
 

@@ -100,7 +100,10 @@ inline constexpr const char* kDashboardTokenEnv = "HPCTUNE_DASHBOARD_TOKEN";
 Status cmd_dashboard(const DashboardArgs& args, const std::atomic<int>& interrupt);
 
 // `transport`: kCurve with the keys the launcher put in the environment (worker::take_worker_curve_keys).
+// `slots` > 1: a packed group (launch/launcher.h): groups [group, group + slots) in this process, a
+// master connection per slot, the credentials in `secret` a comma between them, and the process's
+// pack engine on (trainers/packed_engine.h).
 Status cmd_worker(const std::string& master, int64_t group, int threads, const std::string& secret,
-                  const protocol::TransportOptions& transport, const std::atomic<int>& terminate);
+                  const protocol::TransportOptions& transport, const std::atomic<int>& terminate, int64_t slots = 1);
 
 }  // namespace hpctune::cli

@@ -416,6 +416,11 @@ int main(int argc, char** argv) {
   // The bounds of resources.threads: CLI::NonNegativeNumber printed DBL_MAX's 309 digits.
   worker_cmd->add_option("--threads", worker_threads, "Compute threads per rank, 0..1024 (0 = automatic)")
       ->check(CLI::Range(0, 1024));
+  int64_t worker_slots = 1;
+  worker_cmd->add_option("--slots", worker_slots,
+                         "A packed group: groups --group .. --group + slots - 1 in this process, their mlp trials on "
+                         "its GPU as one fused model (resources.pack; 1..1024)")
+      ->check(CLI::Range(1, 1024));
   GroupWorkerArgs group_args;
   worker_cmd->add_option("--ranks-data", group_args.ranks_data, "Data-parallel replicas of the group (under mpirun)")
       ->check(CLI::Range(1, 4096));
@@ -629,7 +634,8 @@ int main(int argc, char** argv) {
         group_args.secret = worker_secret;
         return report(run_group_worker(group_args, &argc, &argv), "worker");
       }
-      return report(cmd_worker(master, worker_group, worker_threads, worker_secret, group_args.transport, g_interrupts),
+      return report(cmd_worker(master, worker_group, worker_threads, worker_secret, group_args.transport, g_interrupts,
+                               worker_slots),
                     "worker");
     }
   } catch (const std::bad_alloc&) {

@@ -269,6 +269,12 @@ std::vector<Setting> declarations() {
       {.path = "resources.trials_per_gpu", .type = Type::kInt,
        .help = "Trainer groups (so trials) that may share one GPU at once; a group waits for a device with room.",
        .default_value = 1, .min = 1, .max = 1024, .aliases = {"groups_per_gpu", "gpu_sharing", "packing"}},
+      // Read by scheduler/launcher_options.cpp (pack_slots_of).
+      {.path = "resources.pack", .type = Type::kEnum,
+       .help = "auto: with trials_per_gpu k > 1, the local backend, one-rank groups with GPUs and a trainer with "
+               "device: gpu, k groups share one worker process that trains their mlp trials' epochs as one fused "
+               "model on its GPU (trials that do not fit train alone, the log says why); off: one process per group.",
+       .default_value = "auto", .choices = {"auto", "off"}, .aliases = {"packed", "packed_trials", "fuse_trials"}},
       {.path = "resources.heartbeat_interval", .type = Type::kDuration,
        .help = "How often a trainer group tells the master it is alive.", .default_value = 1, .min = 0.01, .max = 3600,
        .aliases = {"heartbeat", "heartbeat_period"}},

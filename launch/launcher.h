@@ -61,6 +61,14 @@ struct GroupResources {
   int64_t gpus_per_rank = 0;
   std::vector<int> gpus;
   int64_t trials_per_gpu = 1;
+  // Packed groups (resources.pack, trainers/packed_engine.h; the local backend): pack_slots > 1
+  // starts groups [p k, p k + k) (k = pack_slots, the last pack cut at `groups`) as ONE worker
+  // process with a slot per group (`--slots`, the groups' credentials in protocol::kSecretEnv, a
+  // comma between them). Each slot is its group to the master; the pack's process starts once every
+  // group of it has been started (they always exit together: one process), holds its GPUs alone,
+  // and its exit, or a kill of any of its groups, is every one of its groups' exit.
+  int64_t pack_slots = 0;
+  int64_t groups = 0;
 };
 
 enum class GroupState { kPending, kStarting, kRunning, kExited };

@@ -31,6 +31,7 @@ Status place_gpus(const config::Resources& r, launch::GroupResources& out,
                                   std::to_string(r.ranks_data * r.ranks_model) + " rank(s) = " + std::to_string(per_group) +
                                   " GPUs per group, more than this node has (" + found + ")");
   }
+  if (out.pack_slots > 1) return {};  // a pack (k groups) holds its GPUs alone: the packs wait for them in turn
   // How many groups hold their GPUs at once: the others wait until one of them ends.
   int64_t at_once = 0;
   while (at_once < r.groups && devices.acquire(at_once)) ++at_once;
@@ -40,6 +41,33 @@ Status place_gpus(const config::Resources& r, launch::GroupResources& out,
         std::to_string(r.trials_per_gpu) + ", " + std::to_string(per_group) + " per group); the others wait for one to end");
   }
   return {};
+}
+
+// resources.pack: auto: packed groups of trials_per_gpu slots (launch/launcher.h, pack_slots) when
+// the campaign's trainer can pack and trains on one GPU per one-rank group on the local backend;
+// 0 (a process per group) otherwise, saying why when trials_per_gpu asked for sharing.
+int64_t pack_slots_of(const config::CampaignConfig& cfg, const std::function<void(const std::string&)>& log) {
+  const config::Resources& r = cfg.resources;
+  // Declared in config/settings.cpp (an enum: auto | off), read only here, from the normalized config.
+  const nlohmann::json::json_pointer at("/resources/pack");
+  const std::string pack = cfg.normalized.contains(at) ? cfg.normalized.at(at).get<std::string>() : "auto";
+  if (pack == "off" || r.trials_per_gpu < 2) return 0;
+  // The trainer's `device` setting is the built-in classifier kinds'; a kind whose trials do not fit
+  // the packed model trains them alone in their slots, its log saying why (trainers/packed_engine.h).
+  std::string why;
+  if (cfg.trainer.value("device", std::string("cpu")) != "gpu") why = "the trainer has no device: gpu";
+  else if (r.gpus_per_rank == 0) why = "resources.gpus_per_rank is 0";
+  else if (r.ranks_data * r.ranks_model > 1) why = "a group has several ranks";
+  else if (r.backend != "local") why = "backend " + r.backend + " (packed groups are the local backend's)";
+  if (!why.empty()) {
+    log("resources.pack: auto: groups are not packed (" + why + "); trials_per_gpu " + std::to_string(r.trials_per_gpu) +
+        " groups share a GPU as separate processes");
+    return 0;
+  }
+  log("resources.pack: auto: groups run " + std::to_string(r.trials_per_gpu) +
+      " to a worker process holding its GPU; their trials train each epoch as one fused model where they fit it "
+      "(each trial's log says whether, or why not)");
+  return r.trials_per_gpu;
 }
 
 launch::SlurmStepOptions slurm_step_options(const config::SlurmOptions& so) {
@@ -77,6 +105,8 @@ Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConf
   lopt.resources.threads = cfg.resources.threads;
   lopt.resources.trainer_starts_ranks = config::trainer_starts_ranks(cfg.trainer.value("kind", std::string()));
   lopt.resources.rank_recovery = campaign_survives_rank_loss(cfg);
+  lopt.resources.groups = cfg.resources.groups;
+  lopt.resources.pack_slots = pack_slots_of(cfg, log);
   HPCTUNE_TRY(place_gpus(cfg.resources, lopt.resources, log));
   lopt.slurm = slurm_step_options(cfg.resources.slurm);
   return lopt;

@@ -218,6 +218,49 @@ TEST_CASE("local launcher: a group waits for a free GPU, starts when a group exi
   CHECK(launcher->state(1) == launch::GroupState::kExited);
 }
 
+TEST_CASE("local launcher: packed groups (pack_slots) start k to a process once all k are started, and exit together") {
+  TempDir dir;
+  // The "worker" writes its devices, credentials and arguments, then sleeps.
+  const std::string program = executable(
+      dir, "fake-worker",
+      "#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES|$HPCTUNE_SECRET|$*\" > \"" + dir.path + "/group-$5.env\"\nexec sleep 60\n");
+  launch::LocalLauncherOptions o;
+  o.program = program;
+  o.master_endpoint = "ipc:///nowhere";
+  o.resources.gpus_per_rank = 1;
+  o.resources.gpus = {0};
+  o.resources.trials_per_gpu = 2;
+  o.resources.pack_slots = 2;
+  o.resources.groups = 3;  // packs {0, 1} and {2}
+  auto launcher = launch::make_local_launcher(o);
+  REQUIRE(launcher->start(0, "a").ok());
+  CHECK(launcher->state(0) == launch::GroupState::kPending);  // waits for group 1, its pack's other group
+  REQUIRE(launcher->start(1, "b").ok());
+  CHECK(launcher->state(0) == launch::GroupState::kStarting);
+  CHECK(launcher->state(1) == launch::GroupState::kStarting);
+  CHECK(launcher->devices(1) == std::vector<int>{0});
+  REQUIRE(launcher->start(2, "c").ok());
+  CHECK(launcher->state(2) == launch::GroupState::kPending);  // the pack holds GPU 0 alone
+  REQUIRE(wait_for([&] { return !slurp(dir.file("group-0.env")).empty(); }));
+  CHECK(slurp(dir.file("group-0.env")) == "0|a,b|worker --master ipc:///nowhere --group 0 --slots 2\n");
+  CHECK_FALSE(std::filesystem::exists(dir.file("group-1.env")));  // one process for both
+
+  // Killing group 1 kills the pack: both its groups exit, and pack {2} gets the GPU, with one slot.
+  launcher->kill(1);
+  std::vector<launch::GroupExit> exits;
+  REQUIRE(wait_for([&] {
+    for (auto& e : launcher->poll_exits()) exits.push_back(e);
+    return exits.size() >= 2;
+  }));
+  REQUIRE(exits.size() == 2);
+  CHECK(exits[0].group == 0);
+  CHECK(exits[1].group == 1);
+  CHECK(launcher->state(2) == launch::GroupState::kStarting);
+  REQUIRE(wait_for([&] { return !slurp(dir.file("group-2.env")).empty(); }));
+  CHECK(slurp(dir.file("group-2.env")) == "0|c|worker --master ipc:///nowhere --group 2 --slots 1\n");
+  launcher->stop_all(std::chrono::milliseconds(500));
+}
+
 TEST_CASE("local launcher: a group that could never get its GPUs is an error, not a wait; without GPUs nothing changes") {
   TempDir dir;
   const std::string program =

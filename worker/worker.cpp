@@ -523,4 +523,31 @@ Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& opt
   return loop.run();
 }
 
+Status run_worker_slots(const std::vector<protocol::ClientTransport*>& transports, std::vector<WorkerOptions> options) {
+  if (transports.size() != options.size() || options.empty()) {
+    return err(Errc::kInvalidArgument, "run_worker_slots: one transport and one set of options per slot");
+  }
+  const std::atomic<int>* outer = options.front().terminate;
+  std::atomic<int> end{0};
+  std::atomic<size_t> running{options.size()};
+  std::vector<Status> results(options.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < options.size(); ++i) {
+    options[i].terminate = &end;
+    threads.emplace_back([&, i] {
+      results[i] = run_worker(*transports[i], options[i]);
+      end.store(1);  // one slot's end is the pack's
+      running.fetch_sub(1);
+    });
+  }
+  while (running.load() > 0) {
+    if (outer != nullptr && outer->load() > 0) end.store(1);
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : results)
+    if (!r.ok()) return r;
+  return {};
+}
+
 }  // namespace hpctune::worker

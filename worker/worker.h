@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "protocol/transport.h"
@@ -77,5 +78,11 @@ Result<protocol::TransportOptions> take_worker_transport(const std::string& cred
 // Runs until the master says shutdown (Ok), `terminate` is set (Ok), or no master was reachable for
 // give_up (kTimeout).
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options);
+
+// A packed group (launch/launcher.h, pack_slots): one run_worker() loop per slot, each on its own
+// thread with its own transport and options (its own group, credential and hello), in one process.
+// options[0].terminate (shared by all) ends them all; when one loop ends, the others are asked to
+// end too (the pack lives and dies as one process). The first error, else Ok.
+Status run_worker_slots(const std::vector<protocol::ClientTransport*>& transports, std::vector<WorkerOptions> options);
 
 }  // namespace hpctune::worker
