@@ -30,6 +30,8 @@
 #include "workflow/pbt_policy.h"
 #include "workflow/stages.h"
 #include "store/store.h"
+#include "trainers/command_trainer.h"
+#include "trainers/idx_dataset.h"
 #include "trainers/packed_engine.h"
 #include "protocol/transport.h"
 #include "report/campaign.h"
@@ -811,6 +813,9 @@ Status run_packed_worker(const std::string& master, const worker::WorkerOptions&
   }
   secrets.resize(static_cast<size_t>(slots));  // a slot without one says hello without it (and is ignored)
   trainers::PackEngine::instance().set_slots(slots);
+  // The slots share the decoded datasets (the pack's members must read one data set), not a
+  // command trainer's persistent program (one trial at a time uses one).
+  const auto datasets = std::make_shared<trainers::DatasetCache>();
   std::vector<std::unique_ptr<protocol::ClientTransport>> owned;
   std::vector<protocol::ClientTransport*> transports;
   std::vector<worker::WorkerOptions> options;
@@ -823,6 +828,8 @@ Status run_packed_worker(const std::string& master, const worker::WorkerOptions&
     worker::WorkerOptions o = base;
     o.group = base.group + i;
     o.secret = secrets[static_cast<size_t>(i)];
+    o.make = [services = trainers::TrainerServices{datasets, std::make_shared<trainers::CommandPrograms>()}](
+                 const std::string& kind) { return trainers::make_trainer(kind, services); };
     o.log = [g = o.group, slots](const std::string& line) {
       std::fprintf(stderr, "%s  worker %lld (slot of a packed group of %lld): %s\n", timestamp().c_str(),
                    static_cast<long long>(g), static_cast<long long>(slots), report::terminal_safe(line).c_str());
