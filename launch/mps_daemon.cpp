@@ -69,10 +69,12 @@ Result<std::unique_ptr<MpsDaemon>> MpsDaemon::start(const Options& options) {
   Status started = run_with_deadline({options.control, "-d"}, d->env_, d->dir_ + "/log/hpctune-start.out",
                                      /*own_group=*/false, options.deadline, options.control + " -d");
   if (!started.ok()) {
-    // It may have started a daemon before it failed: asked to quit, best effort.
+    // It may have started a daemon before it failed: asked to quit. When quit fails too, the
+    // directory is kept (it is what reaches such a daemon) and the message says so.
     d->running_ = true;
-    (void)d->stop();
-    return started.error();
+    Status quit = d->stop();
+    if (quit.ok()) return started.error();
+    return err(Errc::kFailed, started.error().message() + "; then " + quit.error().message());
   }
   d->running_ = true;
   return d;

@@ -37,7 +37,8 @@ class MpsDaemon {
   };
 
   // Errors: kIo when no private directory can be made (or what was made is not private), kFailed
-  // when `-d` fails or outlives the deadline (its output in the message); nothing is left behind.
+  // when `-d` fails or outlives the deadline (its output in the message). Quit is then sent; the
+  // directory is removed, unless quit failed too (the message names it and how to stop a daemon).
   static Result<std::unique_ptr<MpsDaemon>> start(const Options& options);
   ~MpsDaemon();
   MpsDaemon(const MpsDaemon&) = delete;

@@ -199,6 +199,22 @@ TEST_CASE("mps daemon: -d that fails or hangs is an error within the deadline, q
     CHECK(e.path().filename().string().rfind("hpctune-mps-", 0) != 0);
 }
 
+TEST_CASE("mps daemon: -d and then quit both fail: the error says both, and the directory is kept, named") {
+  TempDir dir;
+  const std::string record = dir.file("record.txt");
+  const std::string control = write_stand_in(dir, dir.file("bin"), record, "  exit 3\n", "exit 4\n");
+  auto started = launch::MpsDaemon::start(options(control, dir.path));
+  REQUIRE_FALSE(started.ok());
+  const std::string message = started.error().message();
+  CHECK(message.find(control + " -d: exit code 3; then echo quit | " + control + ": exit code 4") != std::string::npos);
+  std::string kept;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path))
+    if (e.path().filename().string().rfind("hpctune-mps-", 0) == 0) kept = e.path().string();
+  REQUIRE_FALSE(kept.empty());
+  CHECK(message.find("CUDA_MPS_PIPE_DIRECTORY=" + kept + "/pipe") != std::string::npos);
+  CHECK(message.find("then remove " + kept) != std::string::npos);
+}
+
 TEST_CASE("mps daemon: quit that hangs past the deadline is an error naming how to stop it; its directory is kept") {
   TempDir dir;
   const std::string record = dir.file("record.txt");
