@@ -646,6 +646,12 @@ class Builder {
   Status check_gpus(const json& r, Resources& out) {
     out.gpus_per_rank = r["gpus_per_rank"].get<int64_t>();
     out.trials_per_gpu = r["trials_per_gpu"].get<int64_t>();
+    out.mps = r["mps"].get<std::string>();
+    if (out.mps == "on" && out.backend != "local") {
+      return w_.fail(w_.mark_of("resources.mps"), "resources.mps",
+                     "on starts the MPS daemon for the local backend only; with backend " + out.backend +
+                         " start it on each node yourself (README: MPS)");
+    }
     const json& gpus = r["gpus"];
     out.gpus.reset();
     if (gpus.is_string() && gpus.get<std::string>() == "auto") {

@@ -77,6 +77,9 @@ struct Resources {
   int64_t gpus_per_rank = 0;
   std::optional<std::vector<int>> gpus;
   int64_t trials_per_gpu = 1;
+  // auto | on | off: a private MPS control daemon for groups that share a GPU (resources.mps;
+  // scheduler/launcher_options.h: mps_control decides, launch/mps_daemon.h runs it).
+  std::string mps = "auto";
   SlurmOptions slurm;
 };
 

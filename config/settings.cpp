@@ -275,6 +275,15 @@ std::vector<Setting> declarations() {
                "device: gpu, k groups share one worker process that trains their mlp trials' epochs as one fused "
                "model on its GPU (trials that do not fit train alone, the log says why); off: one process per group.",
        .default_value = "auto", .choices = {"auto", "off"}, .aliases = {"packed", "packed_trials", "fuse_trials"}},
+      {.path = "resources.mps", .type = Type::kEnum,
+       .help = "NVIDIA MPS for the groups that share a GPU (the local backend): auto starts a private MPS control "
+               "daemon (nvidia-cuda-mps-control -d, found in PATH) before the first group when trials_per_gpu > 1 "
+               "and the groups get GPUs (not when they are packed: resources.pack), with its pipe and log directories in a fresh directory of this user's "
+               "(0700), passes CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY to every group (and so to the "
+               "programs they run), and sends it quit when the campaign ends (also when it fails or is stopped); "
+               "without the program it warns and runs without MPS. on: always (with the local backend), an error "
+               "without the program. off: never. Not started with backend slurm (README: MPS).",
+       .default_value = "auto", .choices = {"auto", "on", "off"}, .aliases = {"cuda_mps", "multi_process_service"}},
       {.path = "resources.heartbeat_interval", .type = Type::kDuration,
        .help = "How often a trainer group tells the master it is alive.", .default_value = 1, .min = 0.01, .max = 3600,
        .aliases = {"heartbeat", "heartbeat_period"}},

@@ -1,8 +1,10 @@
 #include "scheduler/launcher_options.h"
 
 #include "common/device_list.h"
+#include "common/system.h"
 #include "config/trainer_kinds.h"
 #include "launch/device_allocator.h"
+#include "launch/mps_daemon.h"
 
 namespace hpctune::scheduler {
 namespace {
@@ -95,6 +97,31 @@ bool campaign_survives_rank_loss(const config::CampaignConfig& cfg) {
   for (const auto& stage : cfg.stages)
     if (stage.own && one(*stage.own)) return true;
   return false;
+}
+
+Result<std::string> mps_control(const config::Resources& r, const launch::GroupResources& placed,
+                                const std::function<void(const std::string&)>& log) {
+  if (r.mps == "off" || r.backend != "local") return std::string();
+  const bool shared = placed.gpus_per_rank > 0 && !placed.gpus.empty() && placed.trials_per_gpu > 1;
+  if (r.mps == "auto" && !shared) return std::string();
+  if (r.mps == "auto" && placed.pack_slots > 1) {  // one process per GPU: nothing for MPS to share
+    log("resources.mps: auto: no MPS daemon: packed groups (resources.pack) run one process per GPU");
+    return std::string();
+  }
+  const std::string found = find_in_path(launch::kMpsControlProgram);
+  if (found.empty()) {
+    if (r.mps == "on") {
+      return err(Errc::kUnavailable, std::string("resources.mps: on, but ") + launch::kMpsControlProgram +
+                                         " was not found in PATH (it comes with the NVIDIA driver); set "
+                                         "resources.mps: off to run without MPS");
+    }
+    log(std::string("warning: resources.mps: auto: ") + launch::kMpsControlProgram + " was not found in PATH: the " +
+        std::to_string(placed.trials_per_gpu) + " groups per GPU (trials_per_gpu) time-slice it without MPS");
+    return std::string();
+  }
+  log("resources.mps: " + r.mps + ": starting a private MPS control daemon (" + found + " -d)" +
+      (shared ? " for the " + std::to_string(placed.trials_per_gpu) + " groups per GPU (trials_per_gpu)" : ""));
+  return found;
 }
 
 Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConfig& cfg,

@@ -20,6 +20,14 @@ namespace hpctune::scheduler {
 Result<launch::LocalLauncherOptions> launcher_options(const config::CampaignConfig& cfg,
                                                       const std::function<void(const std::string&)>& log);
 
+// resources.mps: the MPS control program (a path) to start before the groups (launch/mps_daemon.h),
+// "" for none. `placed` is launcher_options()'s resources (the GPUs resolved). auto: when the local
+// backend's groups share a GPU (trials_per_gpu > 1 and GPUs given to the groups), and the program is
+// in PATH (else a warning through `log`, and none); on: always with the local backend, kUnavailable
+// when the program is missing; off: never. Why it starts (or not) is said through `log`.
+Result<std::string> mps_control(const config::Resources& r, const launch::GroupResources& placed,
+                                const std::function<void(const std::string&)>& log);
+
 // Whether any trial of the campaign (of any stage) can go on when a rank of its group dies
 // (config::trainer_survives_rank_loss: sync downpour or ssp, fixed or searched): its MPI groups
 // then run under mpirun --enable-recovery (GroupResources::rank_recovery).

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/endpoint.h"
 #include "common/limits.h"
+#include "launch/mps_daemon.h"
 #include "protocol/curve_keys.h"
 #include "protocol/transport.h"
 #include "scheduler/launcher_options.h"
@@ -88,6 +89,31 @@ void warn_open_files(const MasterOptions& options, int64_t groups) {
   }
 }
 
+// resources.mps (scheduler/launcher_options.h: mps_control): the private MPS control daemon, started
+// before the first group, its two variables in every group's environment; nullptr when none.
+// Stopped by run_master at the end, and by its destructor on every other way out (a failure, an
+// error). auto: a daemon that will not start is a warning (the groups run without it); on: an error.
+Result<std::unique_ptr<launch::MpsDaemon>> start_mps(const MasterOptions& options, const config::Resources& r,
+                                                     launch::LocalLauncherOptions& lopt) {
+  auto log = [&](const std::string& line) { log_line(options, line); };
+  HPCTUNE_ASSIGN(const std::string control, mps_control(r, lopt.resources, log));
+  if (control.empty()) return std::unique_ptr<launch::MpsDaemon>();
+  launch::MpsDaemon::Options mps_options;
+  mps_options.control = control;
+  auto mps = launch::MpsDaemon::start(mps_options);
+  if (!mps.ok()) {
+    if (r.mps == "on") return std::move(mps).error().with_context("resources.mps: on: starting the MPS daemon");
+    log("warning: resources.mps: auto: the MPS daemon did not start (" + mps.error().message() +
+        "): the groups share their GPUs without MPS");
+    return std::unique_ptr<launch::MpsDaemon>();
+  }
+  for (const auto& [name, value] : (*mps)->environment()) lopt.environment[name] = value;
+  log("MPS: control daemon started; " + std::string(launch::kMpsPipeEnv) + "=" +
+      (*mps)->environment().at(launch::kMpsPipeEnv) + ", " + launch::kMpsLogEnv + "=" +
+      (*mps)->environment().at(launch::kMpsLogEnv));
+  return std::move(mps).value();
+}
+
 }  // namespace
 
 Result<CampaignOutcome> run_master(const MasterOptions& options) {
@@ -120,6 +146,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   lopt.extra_args = {"--campaign", fs::absolute(db_path).string()};
   // The workers' CURVE keys: in the environment of every group (never on a command line).
   for (auto& [name, value] : transport.worker_env) lopt.environment[name] = std::move(value);
+  // Declared before the launcher: destroyed after it (its groups stopped) on every way out.
+  HPCTUNE_ASSIGN(std::unique_ptr<launch::MpsDaemon> mps, start_mps(options, cfg.resources, lopt));
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;
@@ -175,6 +203,14 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
     if (finished) break;
   }
   HPCTUNE_ASSIGN(CampaignOutcome out, master.stop(Clock::now()));
+  // The groups have stopped (Master::stop): the MPS daemon now, saying so when it would not quit.
+  if (mps) {
+    if (Status quit = mps->stop(); !quit.ok()) {
+      log_line(options, "warning: MPS: " + quit.error().message());
+    } else {
+      log_line(options, "MPS: control daemon stopped");
+    }
+  }
   if (options.progress) options.progress(out.progress, out.elapsed_s);
   out.preempted = preempted && out.interrupted;
   if (out.preempted) out.requeue_job = launcher->requeue_job();

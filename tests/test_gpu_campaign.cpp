@@ -4,7 +4,9 @@
 // the store recording it, `trial` and `status` showing it); trials_per_gpu 2 with 3 groups on one
 // device (never 3 trials on it at once); a SIGKILLed worker (its device freed, its retry given one);
 // 2 ranks of a group, each with its own device; `validate` refusing what cannot fit; an older
-// database shown with no devices.
+// database shown with no devices; resources.mps under a stand-in nvidia-cuda-mps-control (the
+// daemon up before any trial, its variables in every trial, quit at the end, after a failure and
+// Ctrl-C; none with trials_per_gpu 1 or mps off; on without the program an error, auto a warning).
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -367,5 +369,213 @@ TEST_CASE("campaign: a built-in trainer's group of 2 ranks under mpirun: each wo
   CHECK_MESSAGE(group_log.find("local rank 0: CUDA_VISIBLE_DEVICES=5 (of the group's 5,7)") != std::string::npos, group_log);
   CHECK_MESSAGE(group_log.find("local rank 1: CUDA_VISIBLE_DEVICES=7 (of the group's 5,7)") != std::string::npos, group_log);
   CHECK(recorded_devices(db).at(1).at(1) == "5,7");
+  check_no_orphans(db);
+}
+
+// --- resources.mps: a private MPS control daemon, under a stand-in nvidia-cuda-mps-control -------
+
+namespace {
+
+// The stand-in in <dir>/bin, appending to <dir>/mps.txt one line per call:
+//   -d:   "start T <pipe> <log> <pipe mode:uid:type> <log mode:uid:type>", and a sleeping "daemon"
+//         (its own session, as the real one's) whose pid goes to <dir>/daemon.pid
+//   else: "<its stdin's first line> T <pipe> <log>", killing the daemon on quit.
+void write_mps_stand_in(TempDir& dir) {
+  std::filesystem::create_directories(dir.file("bin"));
+  const std::string record = dir.file("mps.txt"), pid = dir.file("daemon.pid");
+  const std::string path = dir.write(
+      "bin/nvidia-cuda-mps-control",
+      "#!/bin/sh\nt=$(date +%s.%N)\nif [ \"$1\" = -d ]; then\n"
+      "  echo \"start $t $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY "
+      "$(stat -c %a:%u:%F \"$CUDA_MPS_PIPE_DIRECTORY\" | tr ' ' _) $(stat -c %a:%u:%F \"$CUDA_MPS_LOG_DIRECTORY\" | tr ' ' _)\""
+      " >> \"" + record + "\"\n"
+      "  setsid sleep 120 </dev/null >/dev/null 2>&1 &\n  echo $! > \"" + pid + "\"\n  exit 0\nfi\n"
+      "read cmd\necho \"$cmd $t $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY\" >> \"" + record + "\"\n"
+      "[ \"$cmd\" = quit ] && kill \"$(cat \"" + pid + "\")\"\nexit 0\n");
+  ::chmod(path.c_str(), 0700);
+}
+
+// One run of the MPS program: "trial t0 t1 <CUDA_MPS_PIPE_DIRECTORY> <CUDA_MPS_LOG_DIRECTORY>" ("-": unset).
+std::string write_mps_program(TempDir& dir, const std::string& hold) {
+  return dir.write("mps-program.sh",
+                   "#!/bin/sh\nt0=$(date +%s.%N)\ntouch \"" + dir.path + "/started-$HPCTUNE_TRIAL_ID-$HPCTUNE_ATTEMPT\"\n"
+                   "sleep " + hold + "\nt1=$(date +%s.%N)\n"
+                   "echo \"$HPCTUNE_TRIAL_ID $t0 $t1 ${CUDA_MPS_PIPE_DIRECTORY:--} ${CUDA_MPS_LOG_DIRECTORY:--}\" >> \"" +
+                       dir.file("mps-runs.txt") + "\"\n"
+                   "echo \"hpctune-report {\\\"val_accuracy\\\": 0.5}\"\n");
+}
+
+std::vector<std::vector<std::string>> words_per_line(const std::string& path) {
+  std::vector<std::vector<std::string>> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (!w.empty()) out.push_back(std::move(w));
+  }
+  return out;
+}
+
+// PATH with the stand-in first (`stand_in`), else only the tools the program needs (no real
+// nvidia-cuda-mps-control of a GPU machine can be found through it).
+std::map<std::string, std::string> mps_path(TempDir& dir, bool stand_in) {
+  if (stand_in) return {{"PATH", dir.file("bin") + ":/usr/local/bin:/usr/bin:/bin"}};
+  std::filesystem::create_directories(dir.file("tools"));
+  for (const char* tool : {"sh", "date", "sleep", "touch"}) {
+    std::error_code ec;
+    std::filesystem::create_symlink(find_in_path(tool), dir.file(std::string("tools/") + tool), ec);
+  }
+  return {{"PATH", dir.file("tools")}};
+}
+
+launch::ExitStatus run_with(const std::vector<std::string>& args, const std::string& log,
+                            std::map<std::string, std::string> env) {
+  launch::ChildProcess child = start_hpctune(args, log, std::move(env));
+  auto status = child.wait_for(std::chrono::seconds(90));
+  REQUIRE_MESSAGE(status.has_value(), "hpctune did not finish in time; log:\n" << launch::tail_file(log, 40));
+  return *status;
+}
+
+bool process_gone(const std::string& pid_file) {
+  const std::string text = read_file(pid_file);
+  if (text.empty()) return true;
+  const pid_t pid = static_cast<pid_t>(std::stol(text));
+  return wait_until([&] { return ::kill(pid, 0) != 0; }, std::chrono::seconds(10));
+}
+
+}  // namespace
+
+TEST_CASE("campaign: trials_per_gpu 2 starts a private MPS daemon before any group; every trial sees it; quit at the end") {
+  TempDir dir;
+  write_mps_stand_in(dir);
+  const std::string program = write_mps_program(dir, "0.3");
+  const std::string cfg = dir.write(
+      "mps.yaml", "name: gpu-mps\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n"
+                  "search: {algorithm: random, max_trials: 4}\nspace:\n  lr: {type: float, low: 0.001, high: 1.0}\n"
+                  "trainer:\n  kind: command\n  command: \"sh " + program + "\"\n"
+                  "resources:\n  threads: 1\n  groups: 2\n  gpus_per_rank: 1\n  gpus: [0]\n  trials_per_gpu: 2\n");
+  const std::string db = dir.file("mps.db");
+  auto status = run_with({"run", cfg, "--db", db}, dir.file("mps.log"), mps_path(dir, true));
+  const std::string log = read_file(dir.file("mps.log"));
+  REQUIRE_MESSAGE(status.success(), log);
+  CHECK(log.find("resources.mps: auto: starting a private MPS control daemon (" + dir.file("bin") +
+                 "/nvidia-cuda-mps-control -d) for the 2 groups per GPU") != std::string::npos);
+  CHECK(log.find("MPS: control daemon stopped") != std::string::npos);
+
+  const auto calls = words_per_line(dir.file("mps.txt"));
+  REQUIRE_MESSAGE(calls.size() == 2, read_file(dir.file("mps.txt")));
+  REQUIRE(calls[0].size() == 6);
+  REQUIRE(calls[1].size() == 4);
+  CHECK(calls[0][0] == "start");
+  CHECK(calls[1][0] == "quit");
+  const std::string pipe = calls[0][2], logs = calls[0][3];
+  const std::string mine = "700:" + std::to_string(::geteuid()) + ":directory";
+  CHECK(calls[0][4] == mine);  // private: 0700, this user's, a directory (not a link)
+  CHECK(calls[0][5] == mine);
+  CHECK(calls[1][2] == pipe);  // quit reaches the same daemon
+  CHECK(calls[1][3] == logs);
+  const double started = std::stod(calls[0][1]), quit = std::stod(calls[1][1]);
+
+  const auto runs = words_per_line(dir.file("mps-runs.txt"));
+  REQUIRE(runs.size() == 4);
+  for (const auto& r : runs) {
+    REQUIRE(r.size() == 5);
+    CAPTURE(r[0]);
+    CHECK(r[3] == pipe);  // every trial's program sees both variables
+    CHECK(r[4] == logs);
+    CHECK(std::stod(r[1]) > started);  // the daemon was up before any group ran a trial
+    CHECK(std::stod(r[2]) < quit);     // and asked to quit after the last
+  }
+  CHECK(process_gone(dir.file("daemon.pid")));
+  CHECK_FALSE(std::filesystem::exists(pipe));  // its directory is removed with it
+  CHECK_FALSE(std::filesystem::exists(logs));
+  check_no_orphans(db);
+}
+
+TEST_CASE("campaign: no MPS daemon with trials_per_gpu 1 or mps off; on without the program stops the run; auto warns") {
+  TempDir dir;
+  write_mps_stand_in(dir);
+  const std::string program = write_mps_program(dir, "0.1");
+  auto config = [&](const std::string& name, const std::string& resources) {
+    return dir.write(name + ".yaml", "name: " + name + "\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n"
+                                     "search: {algorithm: random, max_trials: 2}\nspace:\n  lr: {type: float, low: 0.001, high: 1.0}\n"
+                                     "trainer:\n  kind: command\n  command: \"sh " + program + "\"\n"
+                                     "resources:\n  threads: 1\n  groups: 2\n  gpus_per_rank: 1\n" + resources);
+  };
+  std::string db, log;
+  auto run = [&](const std::string& name, const std::string& resources, bool stand_in) {
+    db = dir.file(name + ".db");
+    auto status = run_with({"run", config(name, resources), "--db", db}, dir.file(name + ".log"), mps_path(dir, stand_in));
+    log = read_file(dir.file(name + ".log"));
+    return status;
+  };
+  auto unset_in_every_run = [&] {
+    for (const auto& r : words_per_line(dir.file("mps-runs.txt"))) CHECK((r.size() == 5 && r[3] == "-" && r[4] == "-"));
+  };
+  SUBCASE("trials_per_gpu 1: nobody shares a device") {
+    auto status = run("alone", "  gpus: [0, 1]\n  trials_per_gpu: 1\n", true);
+    REQUIRE_MESSAGE(status.success(), log);
+    CHECK(words_per_line(dir.file("mps-runs.txt")).size() == 2);
+  }
+  SUBCASE("mps: off") {
+    auto status = run("off", "  gpus: [0]\n  trials_per_gpu: 2\n  mps: off\n", true);
+    REQUIRE_MESSAGE(status.success(), log);
+    CHECK(words_per_line(dir.file("mps-runs.txt")).size() == 2);
+  }
+  SUBCASE("auto without the program: a warning, and the groups run without it") {
+    auto status = run("missing", "  gpus: [0]\n  trials_per_gpu: 2\n", false);
+    REQUIRE_MESSAGE(status.success(), log);
+    CHECK(log.find("warning: resources.mps: auto: nvidia-cuda-mps-control was not found in PATH") != std::string::npos);
+    CHECK(words_per_line(dir.file("mps-runs.txt")).size() == 2);
+  }
+  SUBCASE("on without the program: the run stops before any group, naming it") {
+    auto status = run("on", "  gpus: [0]\n  trials_per_gpu: 2\n  mps: on\n", false);
+    CHECK_FALSE(status.success());
+    CHECK(log.find("resources.mps: on, but nvidia-cuda-mps-control was not found in PATH") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.file("mps-runs.txt")));
+  }
+  CHECK(log.find("MPS: control daemon") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("mps.txt")));  // the stand-in never ran
+  unset_in_every_run();
+}
+
+TEST_CASE("campaign: quit reaches the MPS daemon also when the campaign fails or is interrupted") {
+  TempDir dir;
+  write_mps_stand_in(dir);
+  const std::string program = write_mps_program(dir, "60");
+  const std::string cfg = dir.write(
+      "fail.yaml", "name: gpu-mps-fail\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n"
+                   "search: {algorithm: random, max_trials: 4}\nspace:\n  lr: {type: float, low: 0.001, high: 1.0}\n"
+                   "trainer:\n  kind: command\n  command: \"sh " + program + "\"\n"
+                   "resources:\n  threads: 1\n  groups: 2\n  gpus_per_rank: 1\n  gpus: [0]\n  trials_per_gpu: 2\n"
+                   "  max_group_restarts: 0\n");
+  const std::string db = dir.file("fail.db");
+  launch::ChildProcess run = start_hpctune({"run", cfg, "--db", db}, dir.file("fail.log"), mps_path(dir, true));
+  REQUIRE_MESSAGE(wait_until([&] { return std::filesystem::exists(dir.file("started-1-1")) &&
+                                          std::filesystem::exists(dir.file("started-2-1")); },
+                             std::chrono::seconds(30)),
+                  read_file(dir.file("fail.log")));
+  SUBCASE("every group lost, no restarts left: the campaign fails") {
+    const auto workers = workers_of(db);
+    REQUIRE(workers.size() == 2);
+    for (pid_t w : workers) REQUIRE(::kill(w, SIGKILL) == 0);
+    auto status = run.wait_for(std::chrono::seconds(60));
+    REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("fail.log")));
+    CHECK_MESSAGE(!status->success(), read_file(dir.file("fail.log")));
+  }
+  SUBCASE("Ctrl-C") {
+    run.signal(SIGINT);
+    auto status = run.wait_for(std::chrono::seconds(60));
+    REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("fail.log")));
+  }
+  const auto calls = words_per_line(dir.file("mps.txt"));
+  REQUIRE_MESSAGE(calls.size() == 2, read_file(dir.file("fail.log")));
+  CHECK(calls[0][0] == "start");
+  CHECK(calls[1][0] == "quit");
+  CHECK(calls[1][2] == calls[0][2]);
+  CHECK(process_gone(dir.file("daemon.pid")));
+  CHECK_FALSE(std::filesystem::exists(calls[0][2]));
   check_no_orphans(db);
 }
