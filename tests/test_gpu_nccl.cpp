@@ -55,10 +55,12 @@ Result<std::vector<float>> run_rank(int device, int nranks, int rank, const Nccl
 
 void check_sum(const std::vector<float>& got, int nranks, size_t count) {
   REQUIRE(got.size() == count);
+  std::vector<std::vector<float>> values;
+  for (int r = 0; r < nranks; ++r) values.push_back(rank_values(r, count));
   size_t bad = 0;
   for (size_t i = 0; i < count; ++i) {
     double want = 0;
-    for (int r = 0; r < nranks; ++r) want += rank_values(r, count)[i];
+    for (int r = 0; r < nranks; ++r) want += values[size_t(r)][i];
     if (std::fabs(got[i] - want) > 1e-5 * (1 + std::fabs(want))) ++bad;
   }
   CHECK(bad == 0);
