@@ -1,5 +1,5 @@
 // The CPU stand-in's NCCL entries (gpu_library_abi.h), for real across processes and threads, so
-// that the NCCL paths above the table (gpu/nccl_allreduce.h, the GPU trainers' groups) and their
+// that the NCCL paths above the table (gpu/nccl_communicator.h, the GPU trainers' groups) and their
 // watchdog run end to end on every machine. It is not NCCL's algorithm, only its contract:
 //
 //   unique id   16 random bytes (the communicator's key), then the path of a private directory

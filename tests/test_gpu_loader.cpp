@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_backend.h"
-#include "gpu/nccl_allreduce.h"
+#include "gpu/nccl_communicator.h"
 
 using namespace hpctune;
 using namespace hpctune::gpu;
