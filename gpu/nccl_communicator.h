@@ -1,7 +1,8 @@
 // NCCL for the trainer groups on GPUs: the allreduce of a data-parallel group and the send/receive
-// of a pipeline's stages, with the watchdog contract of issue 23: nothing blocks inside a collective. The communicator is non-blocking; every wait polls the library's
-// comm_poll (ncclCommGetAsyncError + cudaStreamQuery) against a deadline, and on an error or when
-// the deadline passes the communicator is aborted (ncclCommAbort) and the call returns an Error
+// of a pipeline's stages, with the watchdog contract of issue 23: nothing blocks inside a
+// collective. The communicator is non-blocking; every wait polls the library's comm_poll
+// (ncclCommGetAsyncError + cudaStreamQuery) against a deadline, and on an error or when the
+// deadline passes the communicator is aborted (ncclCommAbort) and the call returns an Error
 // (kFailed or kTimeout), so the attempt fails cleanly and the scheduler queues it again.
 //
 // The unique id travels over the existing control path, not a file: the group's rank 0 calls

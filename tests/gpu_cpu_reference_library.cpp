@@ -62,7 +62,9 @@ std::string pci_bus_id_of(int physical) {
 
 int device_count(int32_t* count) {
   *count = int32_t(visible_devices().size());
-  if (*count == 0) return cpu_reference::fail_with("cudaGetDeviceCount: no CUDA-capable device is detected (CPU stand-in: CUDA_VISIBLE_DEVICES names none of its devices)");
+  if (*count == 0)
+    return cpu_reference::fail_with("cudaGetDeviceCount: no CUDA-capable device is detected (CPU stand-in: "
+                                    "CUDA_VISIBLE_DEVICES names none of its devices)");
   return 0;
 }
 int driver_version(int32_t* v) { return *v = 13000, 0; }

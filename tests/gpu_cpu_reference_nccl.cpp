@@ -167,7 +167,8 @@ std::string connect_to(HpctuneNcclComm& c, int r) {
     }
     const int why = errno;
     ::close(fd);
-    if (why != ENOENT && why != ECONNREFUSED && why != EAGAIN) return "connect to rank " + std::to_string(r) + ": " + std::strerror(why);
+    if (why != ENOENT && why != ECONNREFUSED && why != EAGAIN)
+      return "connect to rank " + std::to_string(r) + ": " + std::strerror(why);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // not listening yet
   }
   return "cancelled (comm_abort) while waiting for rank " + std::to_string(r) + " to join";
@@ -403,12 +404,13 @@ int nccl_group_end() {
 }
 
 int send_f32(HpctuneNcclComm* c, HpctuneGpuContext* ctx, const float* buf, int64_t count, int32_t peer) {
-  return post(c, ctx, {peer, true, reinterpret_cast<char*>(const_cast<float*>(buf)), size_t(count > 0 ? count : 0) * sizeof(float)},
-              "send_f32");
+  const size_t bytes = size_t(count > 0 ? count : 0) * sizeof(float);
+  return post(c, ctx, {peer, true, reinterpret_cast<char*>(const_cast<float*>(buf)), bytes}, "send_f32");
 }
 
 int recv_f32(HpctuneNcclComm* c, HpctuneGpuContext* ctx, float* buf, int64_t count, int32_t peer) {
-  return post(c, ctx, {peer, false, reinterpret_cast<char*>(buf), size_t(count > 0 ? count : 0) * sizeof(float)}, "recv_f32");
+  const size_t bytes = size_t(count > 0 ? count : 0) * sizeof(float);
+  return post(c, ctx, {peer, false, reinterpret_cast<char*>(buf), bytes}, "recv_f32");
 }
 
 }  // namespace cpu_reference

@@ -37,16 +37,18 @@ constexpr size_t kBusIdBytes = 36, kBytesPerDouble = 6, kSlots = kBusIdBytes / k
 Result<RankDevices> gather_rank_devices(collectives::TrainerGroup& group, const std::string& bus_id, bool nccl) {
   const size_t n = static_cast<size_t>(group.size()), me = static_cast<size_t>(group.rank());
   std::vector<double> v(n * kSlots, 0.0);
-  for (size_t i = 0; i < std::min(bus_id.size(), kBusIdBytes); ++i)
-    v[me * kSlots + i / kBytesPerDouble] += static_cast<double>(static_cast<uint64_t>(static_cast<unsigned char>(bus_id[i]))
-                                                                << (8 * (i % kBytesPerDouble)));
+  for (size_t i = 0; i < std::min(bus_id.size(), kBusIdBytes); ++i) {
+    const uint64_t byte = static_cast<unsigned char>(bus_id[i]);
+    v[me * kSlots + i / kBytesPerDouble] += static_cast<double>(byte << (8 * (i % kBytesPerDouble)));
+  }
   v[me * kSlots + kSlots - 1] = nccl ? 1.0 : 0.0;
   HPCTUNE_TRY(group.sum(v));
   RankDevices out;
   for (size_t r = 0; r < n; ++r) {
     std::string id;
     for (size_t i = 0; i < kBusIdBytes; ++i) {
-      const auto c = static_cast<char>((static_cast<uint64_t>(v[r * kSlots + i / kBytesPerDouble]) >> (8 * (i % kBytesPerDouble))) & 0xff);
+      const auto word = static_cast<uint64_t>(v[r * kSlots + i / kBytesPerDouble]);
+      const auto c = static_cast<char>((word >> (8 * (i % kBytesPerDouble))) & 0xff);
       if (c == '\0') break;
       id.push_back(c);
     }
@@ -56,9 +58,6 @@ Result<RankDevices> gather_rank_devices(collectives::TrainerGroup& group, const 
   return out;
 }
 
-}  // namespace
-
-namespace {
 // How a data-parallel group's replicas sum their gradients (classifier_gpu.h): NCCL on the devices
 // when every rank has its own GPU and NCCL, else host-staged; `why` says which and why. Collective:
 // every rank makes the same group calls. An NCCL join that fails on any rank leaves every rank
@@ -111,7 +110,8 @@ Result<GradientSum> choose_gradient_sum(const gpu::GpuLibrary& library, const gp
                        " rank(s)" + (comm.ok() ? "" : " (here: " + comm.error().message() + ")"));
   GradientSum out;
   out.nccl.emplace(std::move(comm).value());
-  out.why = std::to_string(D) + " data-parallel replicas sum their gradients with NCCL on the devices (each rank has its own GPU)";
+  out.why = std::to_string(D) +
+            " data-parallel replicas sum their gradients with NCCL on the devices (each rank has its own GPU)";
   return out;
 }
 }  // namespace
@@ -168,7 +168,6 @@ Result<std::vector<gpu::GpuLayerDesc>> gpu_layers_of(const nn::Network& net, con
 
 struct ClassifierGpu::Impl {
   gpu::GpuContext ctx;
-  std::optional<gpu::NcclCommunicator> nccl;  // the gradient allreduce (before ctx in destruction)
   std::optional<gpu::GpuNetwork> net;
   std::optional<gpu::GpuOptimizer> optimizer;
   std::optional<gpu::GpuDataset> train, test;
@@ -179,6 +178,8 @@ struct ClassifierGpu::Impl {
   std::vector<float> host_grads;  // host-staged allreduce
   std::optional<gpu::GpuLibrary> library;
   std::string pci_bus_id;
+  // The gradient allreduce; declared last, so destroyed first (before the memory it sums, and ctx).
+  std::optional<gpu::NcclCommunicator> nccl;
   explicit Impl(gpu::GpuContext c) : ctx(std::move(c)) {}
 };
 
