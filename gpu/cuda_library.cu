@@ -1017,6 +1017,22 @@ int comm_destroy(HpctuneNcclComm* comm) {
   delete comm;
   return rc;
 }
+
+// Point to point (ABI 4): ncclGroupStart/End are this thread's, as in NCCL.
+int nccl_group_start() { return check_nccl(ncclGroupStart(), "ncclGroupStart"); }
+int nccl_group_end() { return check_nccl(ncclGroupEnd(), "ncclGroupEnd"); }
+int send_f32(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, const float* buf, int64_t count, int32_t peer) {
+  if (comm == nullptr || ctx == nullptr || buf == nullptr || count <= 0 || peer < 0)
+    return bad_argument("send_f32: communicator, context, buffer, count or peer");
+  if (int rc = check_cuda(cudaSetDevice(ctx->device), "cudaSetDevice")) return rc;
+  return check_nccl(ncclSend(buf, static_cast<size_t>(count), ncclFloat32, peer, comm->comm, ctx->stream), "ncclSend");
+}
+int recv_f32(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, float* buf, int64_t count, int32_t peer) {
+  if (comm == nullptr || ctx == nullptr || buf == nullptr || count <= 0 || peer < 0)
+    return bad_argument("recv_f32: communicator, context, buffer, count or peer");
+  if (int rc = check_cuda(cudaSetDevice(ctx->device), "cudaSetDevice")) return rc;
+  return check_nccl(ncclRecv(buf, static_cast<size_t>(count), ncclFloat32, peer, comm->comm, ctx->stream), "ncclRecv");
+}
 #else
 constexpr const char* kNoNccl = "hpctune's CUDA library was built without NCCL (no nccl.h/libnccl at build time)";
 int no_nccl(const char* what) { return fail(-1, what, kNoNccl); }
@@ -1036,6 +1052,10 @@ int comm_poll(HpctuneNcclComm*, HpctuneGpuContext*, int32_t* state) {
 }
 int comm_abort(HpctuneNcclComm*) { return no_nccl("comm_abort"); }
 int comm_destroy(HpctuneNcclComm*) { return no_nccl("comm_destroy"); }
+int nccl_group_start() { return no_nccl("nccl_group_start"); }
+int nccl_group_end() { return no_nccl("nccl_group_end"); }
+int send_f32(HpctuneNcclComm*, HpctuneGpuContext*, const float*, int64_t, int32_t) { return no_nccl("send_f32"); }
+int recv_f32(HpctuneNcclComm*, HpctuneGpuContext*, float*, int64_t, int32_t) { return no_nccl("recv_f32"); }
 #endif
 
 // ---- packed models (kernels in cuda_packed.cu) ---------------------------------------------------
@@ -1137,6 +1157,11 @@ const HpctuneGpuApi kApi = {
     packed_softmax_cross_entropy,
     packed_sgd_update,
     packed_gather,
+    // NCCL point to point (ABI 4)
+    nccl_group_start,
+    nccl_group_end,
+    send_f32,
+    recv_f32,
 };
 
 }  // namespace

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define HPCTUNE_GPU_ABI_VERSION 3u /* 2: the NCCL entries; 3: the GPU network (conv, pooling, dropout, bf16, ...) and packed models */
+#define HPCTUNE_GPU_ABI_VERSION 4u /* 2: the NCCL entries; 3: the GPU network (conv, pooling, dropout, bf16, ...) and packed models; 4: NCCL send/receive */
 #define HPCTUNE_GPU_API_SYMBOL "hpctune_gpu_api"
 
 typedef struct HpctuneGpuDeviceProps {
@@ -225,6 +225,18 @@ typedef struct HpctuneGpuApi {
   int (*packed_gather)(HpctuneGpuContext* ctx, const float* d_images, const int32_t* d_labels, int64_t set_rows,
                        int64_t features, const int32_t* d_index, int64_t index_stride, int64_t models, int64_t rows,
                        float* d_x, int32_t* d_y);
+
+  /* ---- NCCL point to point (ABI 4), for pipelines: ncclSend / ncclRecv of fp32 on a communicator
+   * of comm_init, queued on ctx's stream; comm_poll says when they are done, and the watchdog
+   * contract above holds (the caller polls against its deadline, aborts on an error or at it). A
+   * send to `peer` meets that peer's receive from this rank of the same count, in the order posted.
+   * Between nccl_group_start() and nccl_group_end() (this thread's, nestable: ncclGroupStart/End)
+   * the calls are queued and start together at the outermost group_end, so a rank may send to and
+   * receive from its neighbours at once without deadlock. Built without NCCL: each fails saying so. */
+  int (*nccl_group_start)(void);
+  int (*nccl_group_end)(void);
+  int (*send_f32)(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, const float* d_buf, int64_t count, int32_t peer);
+  int (*recv_f32)(HpctuneNcclComm* comm, HpctuneGpuContext* ctx, float* d_buf, int64_t count, int32_t peer);
 } HpctuneGpuApi;
 
 typedef const HpctuneGpuApi* (*HpctuneGpuApiEntry)(void);

@@ -7,46 +7,86 @@
 // need a GPU (test_gpu_network without HPCTUNE_GPU_LIBRARY).
 //
 // Each entry follows the contract written at its declaration in gpu_library_abi.h, including the
-// dropout hash, so the test's exact checks (masks, scaling) hold here as on the GPU.
+// dropout hash, so the test's exact checks (masks, scaling) hold here as on the GPU. The NCCL
+// entries are real, across processes and threads (gpu_cpu_reference_nccl.cpp).
+//
+// Devices: $HPCTUNE_CPU_REFERENCE_DEVICES stand-in devices (default 1, at most 16), numbered 0..n-1,
+// each with its own PCI bus id "0000:0N:00.0"; CUDA_VISIBLE_DEVICES selects and renumbers them as
+// CUDA does (the list up to its first id that is not a device; set but empty: none), so the ranks
+// of a group that the launcher gives different devices see different bus ids, and ranks given one
+// device see the same.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <string>
 #include <vector>
 
-#include "gpu/gpu_library_abi.h"
-
-struct HpctuneGpuContext {
-  int tf32 = 0;
-};
+#include "tests/gpu_cpu_reference_library.h"
 
 namespace {
 
-thread_local char g_error[256] = "";
+thread_local char g_error[512] = "";
 int fail(const char* what) {
   std::snprintf(g_error, sizeof g_error, "%s: invalid argument (CPU reference library)", what);
   return -1;
 }
 const char* last_error() { return g_error; }
 
-int device_count(int32_t* count) { return *count = 1, 0; }
+// The stand-in devices this process sees, as their numbers before CUDA_VISIBLE_DEVICES.
+std::vector<int> visible_devices() {
+  const char* n = std::getenv("HPCTUNE_CPU_REFERENCE_DEVICES");
+  const int total = n != nullptr && *n != '\0' ? std::clamp(std::atoi(n), 1, 16) : 1;
+  std::vector<int> out;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr) {
+    for (int d = 0; d < total; ++d) out.push_back(d);
+    return out;
+  }
+  for (const char* p = visible; *p != '\0';) {
+    char* end = nullptr;
+    const long d = std::strtol(p, &end, 10);
+    if (end == p || d < 0 || d >= total || std::find(out.begin(), out.end(), int(d)) != out.end()) break;
+    out.push_back(int(d));
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0') break;
+  }
+  return out;
+}
+std::string pci_bus_id_of(int physical) {
+  char id[32];
+  std::snprintf(id, sizeof id, "0000:%02X:00.0", physical + 1);
+  return id;
+}
+
+int device_count(int32_t* count) {
+  *count = int32_t(visible_devices().size());
+  if (*count == 0)
+    return cpu_reference::fail_with("cudaGetDeviceCount: no CUDA-capable device is detected (CPU stand-in: "
+                                    "CUDA_VISIBLE_DEVICES names none of its devices)");
+  return 0;
+}
 int driver_version(int32_t* v) { return *v = 13000, 0; }
 int runtime_version(int32_t* v) { return *v = 13000, 0; }
 int device_properties(int32_t device, HpctuneGpuDeviceProps* out) {
-  if (device != 0) return fail("device_properties");
+  const std::vector<int> devices = visible_devices();
+  if (device < 0 || size_t(device) >= devices.size()) return fail("device_properties");
   std::memset(out, 0, sizeof *out);
   std::snprintf(out->name, sizeof out->name, "CPU reference library (tests/gpu_cpu_reference_library.cpp, not a GPU)");
   out->memory_bytes = uint64_t(1) << 30;
   out->compute_major = 9;
   out->multiprocessors = 1;
-  std::snprintf(out->pci_bus_id, sizeof out->pci_bus_id, "none");
+  std::snprintf(out->pci_bus_id, sizeof out->pci_bus_id, "%s", pci_bus_id_of(devices[size_t(device)]).c_str());
   return 0;
 }
 int context_create(int32_t device, HpctuneGpuContext** out) {
   *out = nullptr;
-  if (device != 0) return fail("context_create");
+  const std::vector<int> devices = visible_devices();
+  if (device < 0 || size_t(device) >= devices.size()) return fail("context_create");
   *out = new HpctuneGpuContext;
+  (*out)->device = device;
+  (*out)->pci_bus_id = pci_bus_id_of(devices[size_t(device)]);
   return 0;
 }
 void context_destroy(HpctuneGpuContext* ctx) { delete ctx; }
@@ -158,16 +198,6 @@ int adam_update(HpctuneGpuContext*, float* p, const float* grad, float* m, float
   }
   return 0;
 }
-int nccl_version(int32_t* v) { return *v = 0, fail("nccl_version (no NCCL in the CPU reference library)"); }
-int nccl_unique_id(uint8_t*) { return fail("nccl_unique_id"); }
-int nccl_comm_init(HpctuneGpuContext*, int32_t, int32_t, const uint8_t*, HpctuneNcclComm** out) {
-  return *out = nullptr, fail("nccl_comm_init");
-}
-int allreduce_sum_f32(HpctuneNcclComm*, HpctuneGpuContext*, float*, int64_t) { return fail("allreduce_sum_f32"); }
-int comm_poll(HpctuneNcclComm*, HpctuneGpuContext*, int32_t* state) { return *state = HPCTUNE_NCCL_ERROR, fail("comm_poll"); }
-int comm_abort(HpctuneNcclComm*) { return fail("comm_abort"); }
-int comm_destroy(HpctuneNcclComm*) { return fail("comm_destroy"); }
-
 // ---- ABI 3 ----
 int bias_activation_nchw(HpctuneGpuContext*, float* y, const float* bias, int64_t n, int64_t ch, int64_t sp, int32_t act) {
   if (n <= 0 || ch <= 0 || sp <= 0 || act < 0 || act > 3) return fail("bias_activation_nchw");
@@ -413,13 +443,13 @@ const HpctuneGpuApi kApi = {
     .softmax_cross_entropy = softmax_cross_entropy,
     .sgd_update = sgd_update,
     .adam_update = adam_update,
-    .nccl_version = nccl_version,
-    .nccl_unique_id = nccl_unique_id,
-    .nccl_comm_init = nccl_comm_init,
-    .allreduce_sum_f32 = allreduce_sum_f32,
-    .comm_poll = comm_poll,
-    .comm_abort = comm_abort,
-    .comm_destroy = comm_destroy,
+    .nccl_version = cpu_reference::nccl_version,
+    .nccl_unique_id = cpu_reference::nccl_unique_id,
+    .nccl_comm_init = cpu_reference::nccl_comm_init,
+    .allreduce_sum_f32 = cpu_reference::allreduce_sum_f32,
+    .comm_poll = cpu_reference::comm_poll,
+    .comm_abort = cpu_reference::comm_abort,
+    .comm_destroy = cpu_reference::comm_destroy,
     .bias_activation_nchw = bias_activation_nchw,
     .activation_backward = activation_backward,
     .bias_gradient_nchw = bias_gradient_nchw,
@@ -441,8 +471,17 @@ const HpctuneGpuApi kApi = {
     .packed_softmax_cross_entropy = packed_softmax_cross_entropy,
     .packed_sgd_update = packed_sgd_update,
     .packed_gather = packed_gather,
+    .nccl_group_start = cpu_reference::nccl_group_start,
+    .nccl_group_end = cpu_reference::nccl_group_end,
+    .send_f32 = cpu_reference::send_f32,
+    .recv_f32 = cpu_reference::recv_f32,
 };
 
 }  // namespace
+
+int cpu_reference::fail_with(const std::string& message) {
+  std::snprintf(g_error, sizeof g_error, "%s", message.c_str());
+  return -1;
+}
 
 extern "C" __attribute__((visibility("default"))) const HpctuneGpuApi* hpctune_gpu_api(void) { return &kApi; }

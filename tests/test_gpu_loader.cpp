@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_backend.h"
-#include "gpu/nccl_allreduce.h"
+#include "gpu/nccl_communicator.h"
 
 using namespace hpctune;
 using namespace hpctune::gpu;
@@ -129,8 +129,9 @@ TEST_CASE("the CUDA library's NCCL entries answer without a GPU: errors as value
   auto lib = GpuLibrary::open_default();
   REQUIRE_MESSAGE(lib.ok(), (lib.ok() ? std::string() : lib.error().to_string()));
   const HpctuneGpuApi& api = lib->api();
-  REQUIRE(api.abi_version == 3u);
-  const bool every_entry = api.nccl_version != nullptr && api.nccl_unique_id != nullptr && api.nccl_comm_init != nullptr && api.allreduce_sum_f32 != nullptr && api.comm_poll != nullptr && api.comm_abort != nullptr && api.comm_destroy != nullptr;
+  REQUIRE(api.abi_version == 4u);
+  const bool every_entry = api.nccl_version != nullptr && api.nccl_unique_id != nullptr && api.nccl_comm_init != nullptr && api.allreduce_sum_f32 != nullptr && api.comm_poll != nullptr && api.comm_abort != nullptr && api.comm_destroy != nullptr &&
+                           api.nccl_group_start != nullptr && api.nccl_group_end != nullptr && api.send_f32 != nullptr && api.recv_f32 != nullptr;
   REQUIRE(every_entry);
   int32_t version = -1;
   const bool with_nccl = api.nccl_version(&version) == 0;
@@ -163,6 +164,10 @@ TEST_CASE("the CUDA library's NCCL entries answer without a GPU: errors as value
   CHECK(api.comm_poll(nullptr, nullptr, &state) != 0);
   CHECK(state == HPCTUNE_NCCL_ERROR);
   CHECK(api.allreduce_sum_f32(nullptr, nullptr, nullptr, 4) != 0);
+  // Point to point (ABI 4): no communicator is an error code and a message, never a crash.
+  CHECK(api.send_f32(nullptr, nullptr, nullptr, 4, 1) != 0);
+  CHECK(api.recv_f32(nullptr, nullptr, nullptr, 4, 1) != 0);
+  CHECK_FALSE(lib->last_error().empty());
 }
 
 TEST_CASE("the CUDA library's network entries (ABI 3) are there; cuDNN's version answers without a GPU") {

@@ -1,8 +1,10 @@
 // NCCL through the CUDA library on a GPU (issue 23, acceptance 2: "NCCL allreduce equals the
-// reference; the watchdog aborts a collective whose peer is gone"): gpu/nccl_allreduce.h's
+// reference; the watchdog aborts a collective whose peer is gone"): gpu/nccl_communicator.h's
 // NcclCommunicator against a CPU sum with 1 rank (and 2 ranks on 2 threads with 2 GPUs), and the
 // watchdog: a peer that never joins, and (2 GPUs) a peer that joins but never calls allreduce; the
-// waiting rank returns kTimeout at its deadline, its communicator aborted.
+// waiting rank returns kTimeout at its deadline, its communicator aborted. Send/receive (ABI 4) on
+// 2 GPUs, and two ranks on one GPU refused. test_gpu_nccl_cpu_library runs every case against the
+// CPU stand-in's NCCL (tests/gpu_cpu_reference_nccl.cpp) with 2 stand-in devices.
 //
 // Needs a GPU (and NCCL in the library). Without one it runs nothing and exits 77, which ctest shows as
 // skipped (SKIP_RETURN_CODE), printing why. Cases that need 2 GPUs say so and pass nothing off on 1.
@@ -24,7 +26,7 @@
 
 #include "gpu/gpu_backend.h"
 #include "gpu/gpu_context.h"
-#include "gpu/nccl_allreduce.h"
+#include "gpu/nccl_communicator.h"
 #include "tests/gpu_test_main.h"
 
 using namespace hpctune;
@@ -55,10 +57,12 @@ Result<std::vector<float>> run_rank(int device, int nranks, int rank, const Nccl
 
 void check_sum(const std::vector<float>& got, int nranks, size_t count) {
   REQUIRE(got.size() == count);
+  std::vector<std::vector<float>> values;
+  for (int r = 0; r < nranks; ++r) values.push_back(rank_values(r, count));
   size_t bad = 0;
   for (size_t i = 0; i < count; ++i) {
     double want = 0;
-    for (int r = 0; r < nranks; ++r) want += rank_values(r, count)[i];
+    for (int r = 0; r < nranks; ++r) want += values[size_t(r)][i];
     if (std::fabs(got[i] - want) > 1e-5 * (1 + std::fabs(want))) ++bad;
   }
   CHECK(bad == 0);
@@ -92,6 +96,80 @@ TEST_CASE("a 2-rank NCCL allreduce on 2 GPUs, one thread per rank, equals the CP
   REQUIRE_MESSAGE(other->ok(), (other->ok() ? std::string() : other->error().to_string()));
   check_sum(*mine, 2, 1 << 20);
   check_sum(**other, 2, 1 << 20);
+}
+
+// Point to point (ABI 4): each rank sends its values to the other and receives the other's in one
+// group, twice (the second with another count), as a pipeline's stages swap activations and gradients.
+namespace {
+Result<std::vector<float>> swap_with_peer(int device, int rank, const NcclUniqueId& id, size_t count) {
+  HPCTUNE_ASSIGN(GpuContext ctx, GpuContext::create(*g_library, device));
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  HPCTUNE_ASSIGN(NcclCommunicator comm, NcclCommunicator::create(ctx, 2, rank, id, deadline));
+  std::vector<float> values = rank_values(rank, count);
+  HPCTUNE_ASSIGN(DeviceBuffer mine, ctx.upload(std::span<const float>(values)));
+  HPCTUNE_ASSIGN(DeviceBuffer theirs, ctx.allocate(count * sizeof(float)));
+  const int peer = 1 - rank;
+  for (size_t n : {count / 3, count}) {
+    const NcclCommunicator::PeerTransfer t[2] = {{peer, true, mine.as<float>(), n}, {peer, false, theirs.as<float>(), n}};
+    HPCTUNE_TRY(comm.exchange(t, deadline));
+  }
+  return theirs.read<float>();
+}
+}  // namespace
+
+TEST_CASE("send/receive on 2 GPUs: each rank gets the other's buffer, both ways in one group") {
+  if (g_devices < 2) {
+    MESSAGE("not run: needs 2 GPUs, this machine has " << g_devices);
+    return;
+  }
+  auto id = NcclUniqueId::create(*g_library);
+  REQUIRE(id.ok());
+  const size_t count = 300007;
+  std::optional<Result<std::vector<float>>> other;
+  std::thread peer([&] { other.emplace(swap_with_peer(1, 1, *id, count)); });
+  auto mine = swap_with_peer(0, 0, *id, count);
+  peer.join();
+  REQUIRE_MESSAGE(mine.ok(), (mine.ok() ? std::string() : mine.error().to_string()));
+  REQUIRE_MESSAGE(other->ok(), (other->ok() ? std::string() : other->error().to_string()));
+  CHECK(*mine == rank_values(1, count));
+  CHECK(**other == rank_values(0, count));
+}
+
+TEST_CASE("send/receive: a peer that is not in the communicator is kInvalidArgument, nothing posted") {
+  auto id = NcclUniqueId::create(*g_library);
+  REQUIRE(id.ok());
+  auto ctx = GpuContext::create(*g_library, 0);
+  REQUIRE(ctx.ok());
+  auto comm = NcclCommunicator::create(*ctx, 1, 0, *id, Clock::now() + std::chrono::seconds(30));
+  REQUIRE(comm.ok());
+  auto buffer = ctx->allocate(64 * sizeof(float));
+  REQUIRE(buffer.ok());
+  const NcclCommunicator::PeerTransfer self[1] = {{0, true, buffer->as<float>(), 64}};
+  Status st = comm->exchange(self, Clock::now() + std::chrono::seconds(5));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code() == Errc::kInvalidArgument);
+  CHECK_FALSE(comm->aborted());
+}
+
+TEST_CASE("two ranks on one GPU: the join fails (NCCL refuses a GPU twice in a communicator), both aborted") {
+  auto id = NcclUniqueId::create(*g_library);
+  REQUIRE(id.ok());
+  std::optional<Status> second;
+  std::thread peer([&] {
+    auto ctx = GpuContext::create(*g_library, 0);
+    if (!ctx.ok()) return second.emplace(ctx.error()), void();
+    auto comm = NcclCommunicator::create(*ctx, 2, 1, *id, Clock::now() + std::chrono::seconds(5));
+    second.emplace(comm.ok() ? Status::Ok() : Status(comm.error()));
+  });
+  auto ctx = GpuContext::create(*g_library, 0);
+  REQUIRE(ctx.ok());
+  auto comm = NcclCommunicator::create(*ctx, 2, 0, *id, Clock::now() + std::chrono::seconds(5));
+  peer.join();
+  REQUIRE_FALSE(comm.ok());
+  MESSAGE("rank 0: " << comm.error().to_string());
+  CHECK((comm.error().code() == Errc::kFailed || comm.error().code() == Errc::kTimeout));
+  REQUIRE(second.has_value());
+  CHECK_FALSE(second->ok());
 }
 
 TEST_CASE("watchdog: a peer that never joins; init returns kTimeout at its deadline, aborted") {

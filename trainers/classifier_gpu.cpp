@@ -9,6 +9,7 @@
 #include "gpu/gpu_backend.h"
 #include "gpu/gpu_context.h"
 #include "gpu/gpu_network.h"
+#include "gpu/nccl_communicator.h"
 #include "nn/layers.h"
 
 namespace hpctune::trainers {
@@ -26,6 +27,93 @@ Result<gpu::GpuActivation> gpu_activation(const std::string& name) {
   return gpu::GpuActivation::kNone;
 }
 
+// Every rank's PCI bus id on every rank, through the group's sum (each rank fills its own slots;
+// 6 bytes a double, exact), and whether each rank's library has NCCL. Collective.
+struct RankDevices {
+  std::vector<std::string> bus_ids;
+  std::vector<bool> nccl;
+};
+constexpr size_t kBusIdBytes = 36, kBytesPerDouble = 6, kSlots = kBusIdBytes / kBytesPerDouble + 1;
+Result<RankDevices> gather_rank_devices(collectives::TrainerGroup& group, const std::string& bus_id, bool nccl) {
+  const size_t n = static_cast<size_t>(group.size()), me = static_cast<size_t>(group.rank());
+  std::vector<double> v(n * kSlots, 0.0);
+  for (size_t i = 0; i < std::min(bus_id.size(), kBusIdBytes); ++i) {
+    const uint64_t byte = static_cast<unsigned char>(bus_id[i]);
+    v[me * kSlots + i / kBytesPerDouble] += static_cast<double>(byte << (8 * (i % kBytesPerDouble)));
+  }
+  v[me * kSlots + kSlots - 1] = nccl ? 1.0 : 0.0;
+  HPCTUNE_TRY(group.sum(v));
+  RankDevices out;
+  for (size_t r = 0; r < n; ++r) {
+    std::string id;
+    for (size_t i = 0; i < kBusIdBytes; ++i) {
+      const auto word = static_cast<uint64_t>(v[r * kSlots + i / kBytesPerDouble]);
+      const auto c = static_cast<char>((word >> (8 * (i % kBytesPerDouble))) & 0xff);
+      if (c == '\0') break;
+      id.push_back(c);
+    }
+    out.bus_ids.push_back(std::move(id));
+    out.nccl.push_back(v[r * kSlots + kSlots - 1] != 0.0);
+  }
+  return out;
+}
+
+// How a data-parallel group's replicas sum their gradients (classifier_gpu.h): NCCL on the devices
+// when every rank has its own GPU and NCCL, else host-staged; `why` says which and why. Collective:
+// every rank makes the same group calls. An NCCL join that fails on any rank leaves every rank
+// host-staged (a peer that is gone fails the group's next call instead).
+struct GradientSum {
+  std::optional<gpu::NcclCommunicator> nccl;
+  std::string why;
+};
+Result<GradientSum> choose_gradient_sum(const gpu::GpuLibrary& library, const gpu::GpuContext& ctx,
+                                        collectives::TrainerGroup& group, const std::string& bus_id) {
+  const int D = group.data_size();
+  auto host_staged = [D](const std::string& reason) {
+    return GradientSum{std::nullopt, std::to_string(D) +
+                                         " data-parallel replicas sum their gradients host-staged (the group's "
+                                         "collectives, not NCCL): " + reason};
+  };
+  int32_t version = 0;
+  const bool nccl_here = library.api().nccl_version(&version) == 0;
+  const std::string no_nccl_why = nccl_here ? "" : library.last_error();
+  HPCTUNE_ASSIGN(RankDevices devices, gather_rank_devices(group, bus_id, nccl_here));
+  for (int r = 0; r < D; ++r)
+    if (!devices.nccl[static_cast<size_t>(r)])
+      return host_staged("rank " + std::to_string(r) + "'s CUDA library has no NCCL" +
+                         (no_nccl_why.empty() ? "" : " (here: " + no_nccl_why + ")"));
+  for (int a = 0; a < D; ++a)
+    for (int b = a + 1; b < D; ++b)
+      if (devices.bus_ids[static_cast<size_t>(a)] == devices.bus_ids[static_cast<size_t>(b)])
+        return host_staged("ranks " + std::to_string(a) + " and " + std::to_string(b) + " share a GPU (PCI bus id " +
+                           devices.bus_ids[static_cast<size_t>(a)] +
+                           "), which NCCL refuses; resources.gpus_per_rank gives each rank its own");
+  // Rank 0 makes the unique id and sends it over the group's control path.
+  std::vector<uint8_t> id_bytes;
+  std::string id_why;
+  if (group.leader()) {
+    auto id = gpu::NcclUniqueId::create(library);
+    if (id.ok()) id_bytes.assign(id->bytes.begin(), id->bytes.end());
+    else id_why = id.error().message();
+  }
+  HPCTUNE_TRY(group.broadcast_bytes(id_bytes));
+  if (id_bytes.size() != HPCTUNE_NCCL_UNIQUE_ID_BYTES)
+    return host_staged("rank 0 could not make an NCCL unique id" + (id_why.empty() ? "" : " (" + id_why + ")"));
+  gpu::NcclUniqueId id;
+  std::copy(id_bytes.begin(), id_bytes.end(), id.bytes.begin());
+  auto comm = gpu::NcclCommunicator::create(ctx, D, group.data_rank(), id,
+                                            gpu::NcclCommunicator::Clock::now() + group.timeout());
+  double failed[1] = {comm.ok() ? 0.0 : 1.0};
+  HPCTUNE_TRY(group.sum(failed));
+  if (failed[0] != 0.0)
+    return host_staged("the NCCL communicator could not be made on " + std::to_string(static_cast<int>(failed[0])) +
+                       " rank(s)" + (comm.ok() ? "" : " (here: " + comm.error().message() + ")"));
+  GradientSum out;
+  out.nccl.emplace(std::move(comm).value());
+  out.why = std::to_string(D) +
+            " data-parallel replicas sum their gradients with NCCL on the devices (each rank has its own GPU)";
+  return out;
+}
 }  // namespace
 
 // The network's layers are its specs' in order, then the output layer (Network::create()).
@@ -88,6 +176,10 @@ struct ClassifierGpu::Impl {
   int64_t classes = 0;
   std::string description;
   std::vector<float> host_grads;  // host-staged allreduce
+  std::optional<gpu::GpuLibrary> library;
+  std::string pci_bus_id;
+  // The gradient allreduce; declared last, so destroyed first (before the memory it sums, and ctx).
+  std::optional<gpu::NcclCommunicator> nccl;
   explicit Impl(gpu::GpuContext c) : ctx(std::move(c)) {}
 };
 
@@ -151,13 +243,22 @@ Result<std::unique_ptr<ClassifierGpu>> ClassifierGpu::create(const nn::Network& 
   impl->description = "training on GPU " + dev.name + " (" + dev.pci_bus_id + ", driver " +
                       gpu::cuda_version_string(inventory.driver_version) + "), " + options.precision +
                       (options.deterministic ? ", deterministic" : "") + ", data set on the device";
-  if (group != nullptr && group->data_size() > 1) {
-    impl->description += "; " + std::to_string(group->data_size()) +
-                         " data-parallel replicas sum their gradients host-staged (the group's collectives, not NCCL)";
-    impl->host_grads.resize(net.num_params());
-  }
+  impl->library.emplace(*library);
+  impl->pci_bus_id = dev.pci_bus_id;
   return std::unique_ptr<ClassifierGpu>(new ClassifierGpu(std::move(impl)));
 }
+
+Status ClassifierGpu::join_group() {
+  Impl& m = *impl_;
+  if (m.group == nullptr || m.group->data_size() <= 1 || m.nccl || !m.host_grads.empty()) return Status::Ok();
+  HPCTUNE_ASSIGN(GradientSum sum, choose_gradient_sum(*m.library, m.ctx, *m.group, m.pci_bus_id));
+  m.description += "; " + sum.why;
+  m.nccl = std::move(sum.nccl);
+  if (!m.nccl) m.host_grads.resize(m.net->num_params());
+  return Status::Ok();
+}
+
+bool ClassifierGpu::nccl() const noexcept { return impl_->nccl.has_value(); }
 
 Status ClassifierGpu::train_batch(std::span<const int64_t> rows, const std::vector<nn::ParamBlock>& blocks, float lr,
                                   uint64_t dropout_seed, uint64_t dropout_offset) {
@@ -179,7 +280,17 @@ Status ClassifierGpu::train_batch(std::span<const int64_t> rows, const std::vect
     HPCTUNE_TRY(m.ctx.check(m.ctx.api().fill_zero(m.ctx.raw(), m.net->d_grads(), m.net->num_params() * sizeof(float)),
                             "zero gradients"));
   }
-  if (D > 1) {
+  if (D > 1 && m.nccl) {
+    // A peer lost inside the allreduce: the communicator is aborted at the group's deadline and the
+    // group abandoned, so the worker ends it and the master queues the attempt again.
+    Status summed = m.nccl->allreduce(m.net->d_grads(), m.net->num_params(),
+                                      gpu::NcclCommunicator::Clock::now() + m.group->timeout());
+    if (!summed.ok()) {
+      m.group->abandon();
+      return std::move(summed).error().with_context("device: gpu: the gradient allreduce (NCCL)");
+    }
+  } else if (D > 1) {
+    if (m.host_grads.empty()) return err(Errc::kInternal, "device: gpu: a group's step before join_group()");
     HPCTUNE_TRY(m.ctx.check(m.ctx.api().copy_to_host(m.ctx.raw(), m.host_grads.data(), m.net->d_grads(),
                                                      m.host_grads.size() * sizeof(float)),
                             "gradients to the host"));

@@ -11,10 +11,16 @@
 // its own, resources.gpus_per_rank). No usable GPU fails the trial (kUnavailable) with the reason
 // (no driver, no device, hpctune built without CUDA); it never falls back to the CPU silently.
 //
-// Groups: data-parallel groups (data x 1) train each replica's shard on its GPU and sum the
-// gradients host-staged through the group's collectives (TrainerGroup::sum_gradients: MPI or
-// shared memory), which also works where several ranks share one GPU (NCCL refuses that); the
-// trial's log says so. Pipelines (model > 1) on GPUs are refused with a clear error.
+// Groups: data-parallel groups (data x 1) train each replica's shard on its GPU. join_group()
+// chooses once how the replicas sum their gradients: with NCCL on the devices (gpu/
+// nccl_communicator.h) when every rank has its own GPU (the ranks' PCI bus ids, exchanged through
+// the group's collectives, all differ) and NCCL; rank 0 makes the unique id and broadcasts it
+// (TrainerGroup::broadcast_bytes), every rank joins by the group's deadline. Otherwise (ranks that
+// share a GPU, which NCCL refuses; a library without NCCL; a join that failed) host-staged through
+// the group's collectives (TrainerGroup::sum_gradients: MPI or shared memory). description() says
+// which and why. An NCCL allreduce that does not finish by the group's deadline (a peer lost) aborts
+// the communicator, abandons the group and fails the step, so the attempt is queued again.
+// Pipelines (model > 1) on GPUs are refused with a clear error.
 //
 // Per step nothing is synchronised: the loss and the correct count accumulate on the device and
 // take_stats() reads them (the loop does so every kStopPollBatches minibatches and at the epoch's
@@ -62,6 +68,11 @@ class ClassifierGpu {
 
   // One line for the trial's log: the device, the precision, how a group sums its gradients.
   const std::string& description() const noexcept;
+  // In a data-parallel group: chooses NCCL or host-staged sums (above) and adds why to description().
+  // Collective: every rank calls it once, after create() succeeded on every rank.
+  Status join_group();
+  // Whether the gradients are summed with NCCL.
+  bool nccl() const noexcept;
 
   // One minibatch of the training file (rows, the global batch, every rank the same), then the
   // optimizer step over `blocks` at `lr`. Dropout masks from (dropout_seed, dropout_offset).

@@ -1,7 +1,8 @@
 // The epoch runner on a GPU (device: gpu, classifier_gpu.h): the state loaded on the host goes to
 // the device at the start; the host's network and optimizer are then the copy that checkpoints are
 // written from. Nothing waits per step: the stats are read every kStopPollBatches minibatches and
-// at the end of the epoch. In a group the replicas' gradients are summed host-staged.
+// at the end of the epoch. In a group the replicas' gradients are summed with NCCL where every rank
+// has its own GPU, else host-staged (ClassifierGpu::join_group; the leader logs which and why).
 #include <cmath>
 #include <cstdio>
 
@@ -26,6 +27,7 @@ class GpuRunner final : public EpochRunner {
     Status st = made.ok() ? Status::Ok() : Status(std::move(made).error());
     HPCTUNE_TRY(run.agree(std::move(st), "setting up the GPU"));
     gpu_ = std::move(made).value();
+    HPCTUNE_TRY(gpu_->join_group());
     if (run.lay.leader()) std::fprintf(stderr, "%s: %s\n", run.who.c_str(), gpu_->description().c_str());
     return Status::Ok();
   }

@@ -1,19 +1,21 @@
-// NCCL allreduce for a data-parallel group on GPUs, with the watchdog contract of issue 23: nothing
-// blocks inside a collective. The communicator is non-blocking; every wait polls the library's
-// comm_poll (ncclCommGetAsyncError + cudaStreamQuery) against a deadline, and on an error or when
-// the deadline passes the communicator is aborted (ncclCommAbort) and the call returns an Error
+// NCCL for the trainer groups on GPUs: the allreduce of a data-parallel group and the send/receive
+// of a pipeline's stages, with the watchdog contract of issue 23: nothing blocks inside a
+// collective. The communicator is non-blocking; every wait polls the library's comm_poll
+// (ncclCommGetAsyncError + cudaStreamQuery) against a deadline, and on an error or when the
+// deadline passes the communicator is aborted (ncclCommAbort) and the call returns an Error
 // (kFailed or kTimeout), so the attempt fails cleanly and the scheduler queues it again.
 //
 // The unique id travels over the existing control path, not a file: the group's rank 0 calls
 // NcclUniqueId::create() and sends to_hex() (256 hex digits) through the master or MPI; the other
-// ranks parse it with from_hex(). (Not wired in yet: collectives/ and the trainers still use the
-// host allreduce; this is where a GPU group's rank would build its NcclCommunicator.)
+// ranks parse it with from_hex(); a trainer group sends the bytes with TrainerGroup::broadcast_bytes
+// (trainers/classifier_gpu.cpp).
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -51,15 +53,34 @@ class NcclCommunicator {
   // CUDA error (kFailed) or at the deadline (kTimeout) aborts the communicator, which is then unusable
   // (aborted() is true and every later call is kFailed).
   Status allreduce(const DeviceBuffer& buffer, size_t count, Clock::time_point deadline);
+  // The same on `count` floats of device memory at d_data (a network's gradients).
+  Status allreduce(float* d_data, size_t count, Clock::time_point deadline);
+
+  // Point to point (a pipeline's activations and gradients): every transfer, sends to and receives
+  // from peers of this communicator, started together (one NCCL group) and waited for as allreduce
+  // is, with its watchdog. A send meets the peer's receive from this rank of the same count, in
+  // the order posted.
+  struct PeerTransfer {
+    int peer = 0;
+    bool send = false;
+    float* d_data = nullptr;
+    size_t count = 0;
+  };
+  Status exchange(std::span<const PeerTransfer> transfers, Clock::time_point deadline);
+
+  int rank() const noexcept { return rank_; }
+  int nranks() const noexcept { return nranks_; }
   bool aborted() const noexcept { return comm_ == nullptr; }
 
  private:
-  NcclCommunicator(const GpuContext* context, HpctuneNcclComm* comm) : context_(context), comm_(comm) {}
+  NcclCommunicator(const GpuContext* context, HpctuneNcclComm* comm, int nranks, int rank)
+      : context_(context), comm_(comm), nranks_(nranks), rank_(rank) {}
   // Polls comm_poll until done; aborts and returns the error otherwise.
   Status wait(Clock::time_point deadline, const std::string& what);
   void abort() noexcept;
   const GpuContext* context_ = nullptr;  // not owned
   HpctuneNcclComm* comm_ = nullptr;
+  int nranks_ = 1, rank_ = 0;
 };
 
 }  // namespace hpctune::gpu

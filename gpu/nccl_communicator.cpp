@@ -1,5 +1,5 @@
-// NcclUniqueId and NcclCommunicator (nccl_allreduce.h).
-#include "gpu/nccl_allreduce.h"
+// NcclUniqueId and NcclCommunicator (nccl_communicator.h).
+#include "gpu/nccl_communicator.h"
 
 #include <thread>
 #include <utility>
@@ -68,20 +68,21 @@ Result<NcclCommunicator> NcclCommunicator::create(const GpuContext& context, int
     std::string why = failed.error().message();
     return err(why.find("built without NCCL") != std::string::npos ? Errc::kUnavailable : Errc::kFailed, why);
   }
-  NcclCommunicator out(&context, comm);
+  NcclCommunicator out(&context, comm, nranks, rank);
   HPCTUNE_TRY(out.wait(deadline, "NCCL communicator init (rank " + std::to_string(rank) + " of " +
                                      std::to_string(nranks) + ")"));
   return out;
 }
 
 NcclCommunicator::NcclCommunicator(NcclCommunicator&& other) noexcept
-    : context_(other.context_), comm_(std::exchange(other.comm_, nullptr)) {}
+    : context_(other.context_), comm_(std::exchange(other.comm_, nullptr)), nranks_(other.nranks_), rank_(other.rank_) {}
 
 NcclCommunicator& NcclCommunicator::operator=(NcclCommunicator&& other) noexcept {
   if (this != &other) {
     abort();
     context_ = other.context_;
     comm_ = std::exchange(other.comm_, nullptr);
+    nranks_ = other.nranks_, rank_ = other.rank_;
   }
   return *this;
 }
@@ -100,17 +101,52 @@ void NcclCommunicator::abort() noexcept {
 }
 
 Status NcclCommunicator::allreduce(const DeviceBuffer& buffer, size_t count, Clock::time_point deadline) {
-  if (comm_ == nullptr) return err(Errc::kFailed, "NCCL allreduce: the communicator was aborted by an earlier failure");
   if (count == 0 || count > buffer.bytes() / sizeof(float))
     return err(Errc::kInvalidArgument, "NCCL allreduce: " + std::to_string(count) + " floats in a buffer of " +
                                            std::to_string(buffer.bytes()) + " bytes");
-  if (context_->api().allreduce_sum_f32(comm_, context_->raw(), buffer.as<float>(), static_cast<int64_t>(count)) !=
-      0) {
+  return allreduce(buffer.as<float>(), count, deadline);
+}
+
+Status NcclCommunicator::allreduce(float* d_data, size_t count, Clock::time_point deadline) {
+  if (comm_ == nullptr) return err(Errc::kFailed, "NCCL allreduce: the communicator was aborted by an earlier failure");
+  if (count == 0 || d_data == nullptr) return err(Errc::kInvalidArgument, "NCCL allreduce: no buffer or 0 floats");
+  if (context_->api().allreduce_sum_f32(comm_, context_->raw(), d_data, static_cast<int64_t>(count)) != 0) {
     Status failed = context_->check(-1, "NCCL allreduce");
     abort();
     return failed;
   }
   return wait(deadline, "NCCL allreduce of " + std::to_string(count) + " floats");
+}
+
+Status NcclCommunicator::exchange(std::span<const PeerTransfer> transfers, Clock::time_point deadline) {
+  if (comm_ == nullptr) return err(Errc::kFailed, "NCCL send/receive: the communicator was aborted by an earlier failure");
+  std::string what = "NCCL send/receive (rank " + std::to_string(rank_) + ":";
+  for (const PeerTransfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= nranks_ || t.peer == rank_ || t.count == 0 || t.d_data == nullptr)
+      return err(Errc::kInvalidArgument, "NCCL send/receive: peer " + std::to_string(t.peer) + " of " +
+                                             std::to_string(nranks_) + " ranks (this is " + std::to_string(rank_) +
+                                             "), " + std::to_string(t.count) + " floats");
+    what += std::string(t.send ? " send " : " receive ") + std::to_string(t.count) + (t.send ? " to " : " from ") +
+            std::to_string(t.peer);
+  }
+  what += ")";
+  if (transfers.empty()) return Status::Ok();
+  const HpctuneGpuApi& api = context_->api();
+  int rc = api.nccl_group_start();
+  for (size_t i = 0; rc == 0 && i < transfers.size(); ++i) {
+    const PeerTransfer& t = transfers[i];
+    rc = t.send ? api.send_f32(comm_, context_->raw(), t.d_data, static_cast<int64_t>(t.count), t.peer)
+                : api.recv_f32(comm_, context_->raw(), t.d_data, static_cast<int64_t>(t.count), t.peer);
+  }
+  Status posted = context_->check(rc, what.c_str());
+  // The group is closed even when a post failed (NCCL's rule), then the communicator aborted.
+  const int end_rc = api.nccl_group_end();
+  if (posted.ok()) posted = context_->check(end_rc, what.c_str());
+  if (!posted.ok()) {
+    abort();
+    return posted;
+  }
+  return wait(deadline, what);
 }
 
 Status NcclCommunicator::wait(Clock::time_point deadline, const std::string& what) {
