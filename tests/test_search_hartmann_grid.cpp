@@ -117,6 +117,11 @@ std::vector<double> regrets(const std::string& algo, const Grid& g, uint64_t fir
   return regrets;
 }
 
+// The seeds whose best point is the grid's optimum itself (regret 0 up to rounding).
+std::ptrdiff_t exact(const std::vector<double>& r) {
+  return std::count_if(r.begin(), r.end(), [](double x) { return x < 1e-9; });
+}
+
 double median_regret(const std::string& algo, const Grid& g) { return median(regrets(algo, g, kFirstSeed, kSeeds)); }
 
 }  // namespace
@@ -152,8 +157,12 @@ TEST_CASE("Hartmann-6, ordered 6-level grid, 100 seeds: auto's median regret <= 
   const auto with = regrets("auto", g, kFirst, kMany);
   const auto without = regrets("bayesian", g, kFirst, kMany, {{"escape_after", 0}});
   auto reached = [](const std::vector<double>& r) { return std::count_if(r.begin(), r.end(), [](double x) { return x <= 0.02; }); };
-  MESSAGE("auto: median " << median(with) << ", within 0.02 in " << reached(with) << " of " << kMany << "; bayesian without escapes: median "
-                          << median(without) << ", within 0.02 in " << reached(without));
+  MESSAGE("auto: median " << median(with) << ", within 0.02 in " << reached(with) << ", the optimum itself in " << exact(with) << " of "
+                          << kMany << "; bayesian without escapes: median " << median(without) << ", within 0.02 in "
+                          << reached(without) << ", the optimum in " << exact(without));
+  // Issue 38, item 3: the share of seeds whose best point IS the grid's optimum. 48 with escapes
+  // and no polish (polish_last 0), 56 with the polish of the last third (bench/results/search-hartmann-grid.md).
+  CHECK(exact(with) >= 53);
   CHECK(median(with) <= 0.02);            // 0.003; without escapes 0.285
   CHECK(reached(with) >= reached(without) + 8);  // 55 against 41
   CHECK(median(without) > 0.2);           // the test's premise: the grid is hard without them
