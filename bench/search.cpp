@@ -11,8 +11,10 @@
 // Quality: for each (problem, algorithm, seed) and each budget one sequential run of that many
 // trials (ask(1), evaluate, tell), the budgets the problem's own (Problem::budgets) unless --budgets
 // gives them; the regret (the noise-free value of the incumbent, the best value so far, - the
-// optimum) is read at its end. A run per budget, because algorithms read max_trials (bayesian's
-// polish of its last third on grids, auto's pick, the start-up designs). --batch N asks N suggestions at a time and tells their results after all N
+// optimum; for a real table the incumbent is the configuration with the best drawn seed's value,
+// its regret measured on its mean over the seeds) is read at its end. A run per budget, because
+// algorithms read max_trials (bayesian's polish of its last third on grids, auto's pick, the
+// start-up designs). --batch N asks N suggestions at a time and tells their results after all N
 // were evaluated (N free trainer groups): how well an algorithm spreads a batch.
 //
 // Latency: a searcher is restored with n observations of uniform random points (restore() replays
@@ -208,6 +210,9 @@ json quality_run(const QualityJob& job, const bench::Problem& problem, const std
       distinct[std::to_string(budgets[next_budget++])] = seen.size();
     }
   };
+  // A real table's evaluation is one seed's value, drawn from this run's own generator (the same for
+  // every algorithm at this seed, whatever the others do).
+  Rng noise(derive_seed(job.seed, 38));
   int t = 0;
   while (t < total) {
     const auto want = static_cast<std::size_t>(std::min(batch, total - t));
@@ -228,7 +233,7 @@ json quality_run(const QualityJob& job, const bench::Problem& problem, const std
     for (const auto& s : sug) {
       if (auto ok = problem.space.contains(s.params); !ok.ok())
         return not_applicable(job, "suggested a point outside the space: " + ok.error().message());
-      const double v = problem.eval(s.params);
+      const double v = problem.draw ? problem.draw(s.params, noise) : problem.eval(s.params);
       values.push_back(v);
       if (v < best) best = v, best_truth = problem.truth ? problem.truth(s.params) : v;
       seen.insert(s.params.dump());
