@@ -10,6 +10,9 @@
 // 1000..1099) thanks to bayesian's escapes to other basins (escape_after). NOT checked, because
 // not reached on these 7 seeds; the medians of every algorithm are printed so that the gap is
 // visible in the log. On unordered levels auto's median over 100 seeds is <= 0.67 too (forest+tpe).
+// Issue 38, item 3: on the ordered grid the seeds whose best point is the optimum itself, >= 53 of
+// 100 with bayesian's polish of the last third (56; 48 without it). The issue's targets (90 ordered,
+// 50 unordered) are not reached: the unordered grid's share is 13 (9 before), printed, not checked.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -174,7 +177,7 @@ TEST_CASE("Hartmann-6, unordered 6-level grid, 100 seeds: auto's median regret <
   const Grid g = make_grid(false);
   for (const uint64_t first : {uint64_t{1000}, uint64_t{0}}) {
     const auto r = regrets("auto", g, first, 100);
-    MESSAGE("seeds " << first << "..: auto's median " << median(r));
-    CHECK(median(r) <= 0.67);  // 0.638 and 0.646; the GP+tpe portfolio 0.752 and 0.791, tpe 0.638 and 0.741
+    MESSAGE("seeds " << first << "..: auto's median " << median(r) << ", the optimum itself in " << exact(r) << " of 100");
+    CHECK(median(r) <= 0.67);  // 0.653 and 0.638 with the polish (0.638 and 0.646 before it); the GP+tpe portfolio 0.752 and 0.791, tpe 0.638 and 0.741
   }
 }
