@@ -8,12 +8,13 @@
 // sequential campaign through the scheduler and the `function` trainer gives exactly the values
 // of this loop.)
 //
-// Quality: for each (problem, algorithm, seed) one sequential run of max(budgets) trials (ask(1),
-// evaluate, tell), the budgets the problem's own (Problem::budgets) unless --budgets gives them;
-// the regret (the noise-free value of the incumbent, the best value so far, - the optimum) is read
-// after each budget from the same run. That equals separate runs per budget because no algorithm
-// benchmarked here reads max_trials (only random search with init: lhs does, and it uses the
-// default uniform). --batch N asks N suggestions at a time and tells their results after all N
+// Quality: for each (problem, algorithm, seed) and each budget one sequential run of that many
+// trials (ask(1), evaluate, tell), the budgets the problem's own (Problem::budgets) unless --budgets
+// gives them; the regret (the noise-free value of the incumbent, the best value so far, - the
+// optimum; for a real table the incumbent is the configuration with the best drawn seed's value,
+// its regret measured on its mean over the seeds) is read at its end. A run per budget, because
+// algorithms read max_trials (bayesian's polish of its last third on grids, auto's pick, the
+// start-up designs). --batch N asks N suggestions at a time and tells their results after all N
 // were evaluated (N free trainer groups): how well an algorithm spreads a batch.
 //
 // Latency: a searcher is restored with n observations of uniform random points (restore() replays
@@ -209,6 +210,9 @@ json quality_run(const QualityJob& job, const bench::Problem& problem, const std
       distinct[std::to_string(budgets[next_budget++])] = seen.size();
     }
   };
+  // A real table's evaluation is one seed's value, drawn from this run's own generator (the same for
+  // every algorithm at this seed, whatever the others do).
+  Rng noise(derive_seed(job.seed, 38));
   int t = 0;
   while (t < total) {
     const auto want = static_cast<std::size_t>(std::min(batch, total - t));
@@ -229,7 +233,7 @@ json quality_run(const QualityJob& job, const bench::Problem& problem, const std
     for (const auto& s : sug) {
       if (auto ok = problem.space.contains(s.params); !ok.ok())
         return not_applicable(job, "suggested a point outside the space: " + ok.error().message());
-      const double v = problem.eval(s.params);
+      const double v = problem.draw ? problem.draw(s.params, noise) : problem.eval(s.params);
       values.push_back(v);
       if (v < best) best = v, best_truth = problem.truth ? problem.truth(s.params) : v;
       seen.insert(s.params.dump());
@@ -251,6 +255,25 @@ json quality_run(const QualityJob& job, const bench::Problem& problem, const std
   return out;
 }
 
+// One run per budget, each searcher told that budget as max_trials: bayesian's polish (its last
+// third on grids), auto's pick and the start-up designs read it, so the regret after 50 trials of
+// a 100-trial run is not a 50-trial campaign's. The runs' regrets and counts merged into one result.
+json quality_runs(const QualityJob& job, const bench::Problem& problem, const std::vector<int>& budgets, int batch) {
+  json out;
+  for (const int b : budgets) {
+    json r = quality_run(job, problem, {b}, batch);
+    if (r.contains("na") || out.is_null()) {
+      if (r.contains("na")) return r;
+      out = std::move(r);
+      continue;
+    }
+    for (const char* key : {"regret", "distinct"}) out[key].update(r[key]);
+    for (const char* key : {"seconds", "ask_seconds"}) out[key] = out[key].get<double>() + r[key].get<double>();
+    if (r.contains("exhausted_at")) out["exhausted_at"] = r["exhausted_at"];
+  }
+  return out;
+}
+
 json run_quality(const Args& a, const Problems& problems) {
   std::vector<QualityJob> jobs;
   for (const auto& p : a.problems)
@@ -267,7 +290,7 @@ json run_quality(const Args& a, const Problems& problems) {
       for (std::size_t i = next++; i < jobs.size(); i = next++) {
         const auto& problem = problems.at(jobs[i].problem);
         const std::vector<int>& budgets = a.budgets.empty() ? problem.budgets : a.budgets;
-        json r = quality_run(jobs[i], problem, budgets, a.batch);
+        json r = quality_runs(jobs[i], problem, budgets, a.batch);
         std::lock_guard lock(io);
         jobs[i].result = std::move(r);
         const json& res = jobs[i].result;

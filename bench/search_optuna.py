@@ -12,7 +12,9 @@ The problems come from `bench_search --dump-problems FILE` (--definitions FILE h
 space (floats, ints, choices, conditions), its known optimum and what its value is made of: the
 test function's name (the formulas of search/test_functions.cpp are written again below) and for
 a discretised one its grid's points; the NAS cell's effect tables; the mixed model's terms; the
-tabulated benchmark's CSV. Nothing random is redrawn here. Before running, every problem's value
+tabulated benchmark's CSV; a real table's CSV (each evaluation one seed's value, drawn uniformly per
+evaluation from the run's random.Random, as bench_search draws from its own Rng; the regret is the
+incumbent's mean over the seeds). Nothing random is redrawn here. Before running, every problem's value
 is checked against the points with values that bench_search wrote (`checks`) and its optimum's
 point: a mismatch stops the script.
 
@@ -157,6 +159,33 @@ def value_key(v):
     return v if isinstance(v, str) else json.dumps(v)
 
 
+def real_key(names, params):
+    """A configuration's key in a real table: its active parameters' values (as JSON), in the space's order."""
+    return tuple((n, json.dumps(params[n])) for n in names if n in params)
+
+
+def real_table(d):
+    """A real table's (mean validation error, each seed's validation error) by configuration key; an empty cell
+    is an inactive (conditional) parameter."""
+    mean, seeds = {}, {}
+    for row in table_rows(d["path"]):
+        params = {n: parse_cell(row[n]) for n in d["params"] if row[n] != ""}
+        key = real_key(d["params"], params)
+        mean[key] = 1.0 - float(row["val_score_mean"] if "val_score_mean" in row else row["val_accuracy_mean"])
+        seeds[key] = [1.0 - float(row[c]) for c in row if c.startswith(("val_score_seed", "val_accuracy_seed"))]
+    return mean, seeds
+
+
+def make_draw(d, rng):
+    """A real table's evaluation as the searcher sees it: one seed's validation error, the seed drawn uniformly
+    with rng per evaluation (bench_search draws with its own generator: the same distribution, not the same
+    draws). Other problems: make_evaluator's value."""
+    if d["kind"] != "real-table":
+        return make_evaluator(d)
+    _, seeds = real_table(d)
+    return lambda params: rng.choice(seeds[real_key(d["params"], params)])
+
+
 def make_truth(d):
     """The noise-free objective of problem definition d (the same as make_evaluator's unless noisy)."""
     return make_evaluator(d["base"]) if d["kind"] == "noisy" else make_evaluator(d)
@@ -212,6 +241,9 @@ def make_evaluator(d):
                     v += table[value_key(params[name])]
             return v
         return mixed
+    if kind == "real-table":
+        mean, _ = real_table(d)
+        return lambda params: mean[real_key(d["params"], params)]
     if kind == "table":
         names, fixed = d["params"], d.get("fixed", {})
         error = {}
@@ -278,7 +310,7 @@ def quality_run(job):
     pid, algorithm, seed, budgets = job
     d = DEFINITIONS[pid]
     budgets = budgets or d["budgets"]
-    f, truth = make_evaluator(d), make_truth(d)
+    f, truth = make_draw(d, random.Random(seed * 1000 + 38)), make_truth(d)
     space = d["space"]
     configs, truths = [], []
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -560,6 +561,173 @@ Result<Problem> table_problem(const TableSpec& t, const std::string& path) {
   return p;
 }
 
+// --- real tables (issue 38): scikit-learn models and cnn cells, 3 seeds each --------------------
+
+// The ids of the real tables, fixed (with the held-out rule applied to them) before any search ran on
+// them; each is bench/data/real-tables/<id>.csv.
+const std::vector<std::string>& real_ids() {
+  static const std::vector<std::string> ids = {
+      "real-svm-digits",    "real-svm-breast",  "real-svm-fashion",   "real-rf-digits",      "real-rf-wine",
+      "real-et-breast",     "real-et-fashion",  "real-gb-breast",     "real-gb-diabetes",    "real-logreg-breast",
+      "real-logreg-wine",   "real-logreg-fashion", "real-knn-digits", "real-knn-wine",       "real-knn-fashion",
+      "real-mlp-digits",    "real-mlp-breast",  "real-mlp-fashion",   "real-mlpreg-diabetes", "real-cnn-cell4",
+      "real-cnn-cell3h"};
+  return ids;
+}
+
+// A configuration's key in a real table: its active parameters, in the space's order.
+std::string real_key(const std::vector<std::string>& names, const Params& params) {
+  std::string key;
+  for (const auto& name : names)
+    if (params.contains(name)) key += name + "=" + params.at(name).dump() + "|";
+  return key;
+}
+
+// Every configuration of a space of choices (conditional ones only where their condition holds).
+std::vector<Params> all_configurations(const std::vector<ParamSpec>& specs) {
+  std::vector<Params> out = {json::object()};
+  for (const auto& s : specs) {
+    std::vector<Params> next;
+    for (const auto& c : out) {
+      if (s.when && (!c.contains(s.when->parent) ||
+                     std::find(s.when->values.begin(), s.when->values.end(), c.at(s.when->parent)) == s.when->values.end())) {
+        next.push_back(c);
+        continue;
+      }
+      for (const auto& v : s.choices) {
+        Params d = c;
+        d[s.name] = v;
+        next.push_back(std::move(d));
+      }
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// The table's parameters from its `# space: [...]` line: {name, values, ordered, when: {parent, values}}.
+Result<std::vector<ParamSpec>> real_table_specs(const std::string& path, int line_no, const std::string& text) {
+  const json space = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (space.is_discarded() || !space.is_array() || space.empty())
+    return err(Errc::kInvalidArgument, path + ":" + std::to_string(line_no) + ": `# space:` is not a JSON list of parameters");
+  std::vector<ParamSpec> specs;
+  for (const auto& p : space) {
+    if (!p.is_object() || !p.contains("name") || !p.contains("values") || !p["values"].is_array() || p["values"].empty())
+      return err(Errc::kInvalidArgument, path + ":" + std::to_string(line_no) + ": a parameter of `# space:` without name or values: " + p.dump());
+    ParamSpec s = choice_param(p["name"].get<std::string>(), p["values"].get<std::vector<json>>(), p.value("ordered", false));
+    if (p.contains("when"))
+      s = when(s, p["when"].at("parent").get<std::string>(), p["when"].at("values").get<std::vector<json>>());
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+struct RealRows {
+  std::map<std::string, std::vector<double>> seeds;  // key -> each seed's validation error
+  std::map<std::string, double> mean;                // key -> the mean validation error (the truth)
+};
+
+// The rows of a real table: each a full configuration of `specs` (its cells canonical level values,
+// empty where a conditional parameter is inactive), its mean and per-seed validation scores.
+Result<RealRows> read_real_rows(const std::string& path, std::ifstream& f, int& line_no, const std::vector<ParamSpec>& specs,
+                                const std::vector<std::string>& header) {
+  auto column = [&](const std::string& name) { return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin()); };
+  std::vector<std::size_t> param_col, seed_col;
+  std::vector<std::string> names;
+  for (const auto& s : specs) {
+    names.push_back(s.name);
+    param_col.push_back(column(s.name));
+    if (param_col.back() == header.size()) return err(Errc::kInvalidArgument, path + ": no column " + s.name + " (a parameter of `# space:`)");
+  }
+  const std::size_t mean_col = column("val_score_mean") < header.size() ? column("val_score_mean") : column("val_accuracy_mean");
+  for (std::size_t i = 0; i < header.size(); ++i)
+    if (header[i].rfind("val_score_seed", 0) == 0 || header[i].rfind("val_accuracy_seed", 0) == 0) seed_col.push_back(i);
+  if (mean_col == header.size() || seed_col.empty())
+    return err(Errc::kInvalidArgument, path + ": no column val_score_mean (or val_accuracy_mean) or no val_score_seed<N> columns");
+  RealRows rows;
+  std::string line;
+  while (std::getline(f, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string at = path + ":" + std::to_string(line_no);
+    auto cells = split_csv_line(line);
+    cells.resize(header.size());  // a trailing empty cell
+    Params params = json::object();
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const std::string& text = cells[param_col[i]];
+      if (text.empty()) continue;
+      const json v = parse_cell(text);
+      const auto& levels = specs[i].choices;
+      const auto level = std::find(levels.begin(), levels.end(), v);
+      if (level == levels.end()) return err(Errc::kInvalidArgument, at + ": " + names[i] + " = " + text + " is not one of its levels");
+      params[names[i]] = *level;
+    }
+    const std::string key = real_key(names, params);
+    if (rows.mean.count(key)) return err(Errc::kInvalidArgument, at + ": a second row of the configuration " + key);
+    rows.mean[key] = 1.0 - std::strtod(cells[mean_col].c_str(), nullptr);
+    for (std::size_t c : seed_col) rows.seeds[key].push_back(1.0 - std::strtod(cells[c].c_str(), nullptr));
+  }
+  return rows;
+}
+
+Result<Problem> real_table_problem(const std::string& id, const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return err(Errc::kInvalidArgument, id + ": cannot read the table " + path + " (bench/make-search-tables --tables real makes it)");
+  std::string line, made_by, space_text;
+  int line_no = 0, space_line = 0;
+  while (std::getline(f, line)) {
+    ++line_no;
+    if (line.rfind("# space: ", 0) == 0) space_text = line.substr(9), space_line = line_no;
+    else if (line.rfind("# made by ", 0) == 0) made_by = line.substr(2);
+    if (line.empty() || line[0] != '#') break;
+  }
+  if (space_text.empty()) return err(Errc::kInvalidArgument, path + ": no `# space:` line before the header");
+  HPCTUNE_ASSIGN(const std::vector<ParamSpec> specs, real_table_specs(path, space_line, space_text));
+  HPCTUNE_ASSIGN(RealRows rows, read_real_rows(path, f, line_no, specs, split_csv_line(line)));
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  // The table must be the full grid: every configuration of the space once, nothing else.
+  const auto configs = all_configurations(specs);
+  int dim = 0;
+  for (const auto& c : configs) {
+    if (!rows.mean.count(real_key(names, c))) return err(Errc::kInvalidArgument, path + ": no row of the configuration " + c.dump());
+    dim = std::max(dim, static_cast<int>(c.size()));
+  }
+  if (rows.mean.size() != configs.size())
+    return err(Errc::kInvalidArgument, path + ": " + std::to_string(rows.mean.size()) + " rows, the grid has " + std::to_string(configs.size()) +
+                                           " configurations (a row with an inactive parameter set, or one missing?)");
+  Problem p;
+  p.id = id;
+  p.kind = "real-table";
+  p.dim = dim;
+  HPCTUNE_ASSIGN(p.space, search::Space::create(specs));
+  double best = INFINITY;
+  Params argmin;
+  for (const auto& c : configs)
+    if (const double v = rows.mean.at(real_key(names, c)); v < best) best = v, argmin = c;
+  auto mean = std::make_shared<const std::map<std::string, double>>(std::move(rows.mean));
+  auto seeds = std::make_shared<const std::map<std::string, std::vector<double>>>(std::move(rows.seeds));
+  p.eval = [mean, names](const Params& params) { return mean->at(real_key(names, params)); };
+  p.truth = p.eval;
+  p.draw = [seeds, names](const Params& params, Rng& rng) {
+    const auto& values = seeds->at(real_key(names, params));
+    return values[rng.below(values.size())];
+  };
+  p.optimum = best;
+  const std::size_t n_seeds = seeds->begin()->second.size();
+  p.definition = {{"path", path}, {"params", names}, {"objective", "1 - val_score_mean; each evaluation 1 - one seed's val_score"},
+                  {"argmin", argmin}, {"points_in_space", configs.size()}, {"seeds", n_seeds}, {"made_by", made_by}};
+  const std::string file = path.substr(path.find_last_of('/') + 1);
+  // What the table is: the `# made by` line's description (scikit-learn) or its grid (the cnn cells).
+  std::string what = made_by.substr(std::min(made_by.size(), made_by.find(": ", made_by.find(" at commit ")) + 2));
+  if (const auto grid = what.find("; grid "); grid != std::string::npos) what = what.substr(0, grid);
+  else if (const auto open = made_by.find(" ("); open != std::string::npos)
+    what = "hpctune's cnn, a cell " + made_by.substr(open + 1, made_by.find(") at commit") - open);
+  p.definition["what"] = what + " (bench/data/real-tables/" + file + ", " + std::to_string(n_seeds) +
+                         " seeds; each evaluation one seed's validation error)";
+  return p;
+}
+
 // --- noisy: a grid or cell whose points carry a fixed noise --------------------------------------
 //
 // value(x) = truth(x) + sd * z(x), z(x) = (u1 + u2 + u3 + u4 - 2) * sqrt(3) (mean 0, variance 1),
@@ -810,6 +978,8 @@ const std::vector<SuiteEntry>& suite() {
     for (const auto& t : table_specs()) {
       out.push_back({t.id, [t](const std::string& dir) { return table_problem(t, dir + "/" + t.file); }});
     }
+    for (const auto& id : real_ids())
+      out.push_back({id, [id](const std::string& dir) { return real_table_problem(id, dir + "/real-tables/" + id + ".csv"); }});
     return out;
   }();
   return entries;
@@ -866,8 +1036,15 @@ std::vector<std::string> problem_ids() {
   return ids;
 }
 
+std::vector<std::string> real_table_ids() { return real_ids(); }
+
 std::string problem_part(const std::string& id) {
   if (id == "fashion-mlp" || std::find(first_ids().begin(), first_ids().end(), id) != first_ids().end()) return "tuning";
+  const auto& real = real_ids();
+  if (std::find(real.begin(), real.end(), id) != real.end()) {  // every third by FNV-1a-64: a third exactly
+    const auto below = std::count_if(real.begin(), real.end(), [&](const std::string& other) { return fnv1a64(other) < fnv1a64(id); });
+    return below % 3 == 0 ? "held-out" : "tuning";
+  }
   return fnv1a64(id) % 3 == 0 ? "held-out" : "tuning";
 }
 

@@ -19,6 +19,15 @@
 //   noisy        a generated grid or cell whose every point's value carries a fixed Gaussian-like
 //                noise (noisy-NN); the regret is the noise-free value of the incumbent (the point
 //                with the best noisy value) against the noise-free optimum
+//   real-table   issue 38's tables of real trainings (bench/data/real-tables/<id>.csv, made by
+//                bench/make-search-tables): scikit-learn models on the data sets it ships and on
+//                Fashion-MNIST subsets, and cells of hpctune's cnn; each a full grid whose parameters
+//                are typed by the table's `# space:` line (ordered choices, unordered ones, conditional
+//                ones: empty cells where inactive), every configuration trained with 3 seeds. Noisy as
+//                real training: each evaluation is one seed's validation error, the seed drawn
+//                uniformly by Problem::draw from the run's Rng; the regret is measured on the
+//                noise-free mean over the seeds (truth), of the incumbent (the configuration with the
+//                best value seen, noisy) against the best mean of the table
 //
 // The generated suite (drawn from a seed, not hand-picked): ord-NN (test functions on shifted
 // grids of 3-10 levels per dimension, as ints or ordered choices), cat-NN (NAS-like cells of k edges
@@ -26,7 +35,9 @@
 // levels), cond-NN (conditional spaces: a branch choice with its own parameters under each value,
 // shared parameters), noisy-NN, each drawn from derive_seed(kSuiteSeed, problem); every problem has
 // its budgets (1-2 of 20, 50, 100, 200) and its part: the 15 problems of the first benchmark are
-// `tuning` (auto was chosen on them), every other is `held-out` when fnv1a64(id) % 3 == 0.
+// `tuning` (auto was chosen on them), every other is `held-out` when fnv1a64(id) % 3 == 0. The
+// real tables (real-*) have their own rule, fixed with their ids before any search ran on them:
+// sorted by fnv1a64(id), every third (rank 0, 3, 6, ...) is held out, a third of them exactly.
 //
 // The definitions carry every table (the NAS model's effects, the grids' points) and `checks`: a
 // few points with their values, which search_optuna.py verifies before it runs.
@@ -39,17 +50,21 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "common/rng.h"
 #include "search/space.h"
 
 namespace hpctune::bench {
 
 struct Problem {
   std::string id;
-  std::string kind;  // continuous, ordinal, categorical, mixed, table, noisy
+  std::string kind;  // continuous, ordinal, categorical, mixed, table, noisy, real-table
   int dim = 0;       // parameters (the most active at once for a conditional space)
   search::Space space;
-  std::function<double(const search::Params&)> eval;   // what the searcher sees
-  std::function<double(const search::Params&)> truth;  // noise-free value (noisy only; else empty = eval)
+  std::function<double(const search::Params&)> eval;   // what the searcher sees, unless draw is set
+  std::function<double(const search::Params&)> truth;  // noise-free value (noisy, real-table; else empty = eval)
+  // real-table: one evaluation as the searcher sees it, one seed's value drawn with the run's rng
+  // (eval is then the mean, = truth). Empty for the others.
+  std::function<double(const search::Params&, Rng&)> draw;
   double optimum = 0;                                  // of truth (of eval when no truth)
   std::vector<int> budgets;                            // the trial budgets it is run at
   std::string part;                                    // "tuning" or "held-out"
@@ -59,9 +74,13 @@ struct Problem {
 // Every problem id bench_search knows, in the order of the report.
 std::vector<std::string> problem_ids();
 
-// The part a problem belongs to: "tuning" for the first benchmark's 15 problems, else "held-out"
-// when fnv1a64(id) % 3 == 0 and "tuning" otherwise.
+// The part a problem belongs to: "tuning" for the first benchmark's 15 problems; a real table is
+// "held-out" when its rank among the real tables by fnv1a64(id) is 0 mod 3; any other problem is
+// "held-out" when fnv1a64(id) % 3 == 0; "tuning" otherwise.
 std::string problem_part(const std::string& id);
+// The ids of the real tables (kind real-table), a part of problem_ids().
+std::vector<std::string> real_table_ids();
+
 // The problem named by id; `fashion_table` is the path of the tabulated benchmark's CSV.
 // kInvalidArgument for an unknown id, or a table that cannot be read.
 Result<Problem> make_problem(const std::string& id, const std::string& fashion_table);

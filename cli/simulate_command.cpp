@@ -15,6 +15,7 @@
 #include "config/trial_work.h"
 #include "report/campaign.h"
 #include "report/ranking.h"
+#include "search/algorithms.h"
 #include "simulate/simulate.h"
 #include "trainers/function_trainer.h"
 #include "trainers/trainer_settings.h"
@@ -159,13 +160,9 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
     r.global_batch = batch_per_rank > 0 ? static_cast<int64_t>(batch_per_rank) * split.data : work->batch_size;
   }
   // A population search: its generations are the trials (to the target) over the population (of all islands).
-  if (cfg.search_settings.contains("population") && cfg.search_settings["population"].is_number_integer()) {
-    int64_t pop = std::max<int64_t>(1, cfg.search_settings["population"].get<int64_t>());
-    if (cfg.search_settings.contains("islands") && cfg.search_settings["islands"].is_number_integer()) {
-      pop *= std::max<int64_t>(1, cfg.search_settings["islands"].get<int64_t>());  // a generation of every island
-    }
+  if (const auto pop = search::population_trials(cfg.algorithm, cfg.search_settings)) {
     const int64_t runs = r.out.runs_to_target.value_or(r.out.finished_trials);
-    r.generations = (runs + pop - 1) / pop;
+    r.generations = (runs + *pop - 1) / *pop;
   }
   return r;
 }

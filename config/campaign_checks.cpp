@@ -19,6 +19,7 @@
 #include "common/limits.h"
 #include "common/shell_template.h"
 #include "common/settings.h"
+#include "search/algorithms.h"
 #include "search/grid_search.h"
 #include "search/test_functions.h"
 #include "config/trainer_kinds.h"
@@ -125,13 +126,14 @@ class Builder {
   Status check_space(CampaignConfig& c) {
     json& space = root_["space"];
     const std::string kind = root_["trainer"]["kind"].get<std::string>();
-    const std::string algorithm = root_["search"]["algorithm"].get<std::string>();
+    const search::AlgorithmTraits* traits = search::algorithm_traits(root_["search"]["algorithm"].get<std::string>());
+    const bool enumerates = traits != nullptr && traits->enumerates;
     std::vector<search::ParamSpec> specs;
     for (const auto& name : w_.space_order()) {
       json& p = space[name];
       const std::string path = "space." + name;
       HPCTUNE_TRY(check_param(name, p, space));
-      if (algorithm == "grid" && p["type"] == "float" && !p.contains("resolution"))
+      if (enumerates && p["type"] == "float" && !p.contains("resolution"))
         return w_.fail(w_.mark_of(path), path,
                        "the grid search needs 'resolution' (the number of grid points) on a float parameter");
       HPCTUNE_TRY(check_against_trainer(name, p, kind));
@@ -147,7 +149,7 @@ class Builder {
       return w_.fail(w_.mark_of("space"), "space", message);
     }
     c.space = std::move(created).value();
-    if (algorithm == "grid") HPCTUNE_TRY(check_grid_size(c));
+    if (enumerates) HPCTUNE_TRY(check_grid_size(c));
     return Status::Ok();
   }
 
@@ -195,12 +197,11 @@ class Builder {
     c.max_failures = s["max_failures"].get<int64_t>();
     c.warm_start = s["warm_start"].get<std::string>();
     c.search_settings = s["settings"];
-    if (c.algorithm == "cmaes" && c.objectives.size() > 1)  // what make_cmaes refuses, reported with its place
+    const search::AlgorithmTraits* traits = search::algorithm_traits(c.algorithm);
+    if (traits != nullptr && !traits->multi_objective && c.objectives.size() > 1)  // what its factory refuses, located
       return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
-                     "cmaes optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
-    if (c.algorithm == "rl" && c.objectives.size() > 1)  // a REINFORCE reward is one number
-      return w_.fail(w_.mark_of("search.algorithm"), "search.algorithm",
-                     "rl optimizes one objective, but " + std::to_string(c.objectives.size()) + " are given");
+                     c.algorithm + " optimizes one objective, but " +
+                         std::to_string(c.objectives.size()) + " are given");
     if (s.contains("stop_when") && s["stop_when"].is_object()) {
       const json& w = s["stop_when"];
       StopWhen stop;
@@ -236,14 +237,15 @@ class Builder {
     if (!given) c.init = init->default_value.get<std::string>();
     c.search_settings["init"] = c.init;
     root_["search"]["init"] = c.init;
-    if (c.algorithm == "evolution") {
-      const int64_t p = c.search_settings["population"].get<int64_t>();
-      const int64_t k = c.search_settings["sample_size"].get<int64_t>();
-      if (k > p) {
-        const std::string at = w_.given("search.settings.sample_size") ? "search.settings.sample_size"
-                                                                       : "search.settings.population";
-        return w_.fail(w_.mark_of(at), at,
-                       "sample_size (" + std::to_string(k) + ") must be at most population (" + std::to_string(p) + ")");
+    if (traits != nullptr && traits->check_settings != nullptr) {
+      if (auto problem = traits->check_settings(c.search_settings)) {
+        std::string at = "search.settings." + problem->keys.back();
+        for (const auto& key : problem->keys)
+          if (w_.given("search.settings." + key)) {
+            at = "search.settings." + key;
+            break;
+          }
+        return w_.fail(w_.mark_of(at), at, problem->message);
       }
     }
     return Status::Ok();

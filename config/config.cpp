@@ -19,9 +19,7 @@
 #include "config/settings_walker.h"
 #include "config/workflow_config.h"
 #include "config/yaml_tree.h"
-#include "search/auto_search.h"
-#include "search/bayesian.h"
-#include "search/initial_design.h"
+#include "search/algorithms.h"
 
 namespace hpctune::config {
 
@@ -51,32 +49,18 @@ search::StopperSpec CampaignConfig::stopper_spec() const {
 }
 
 std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
-  std::string algorithm = c.algorithm;
-  json settings = c.search_settings;
-  if (algorithm == "auto") {  // what auto runs, with that algorithm's defaults
-    auto picked = search::auto_choice(c.search_spec());
-    if (!picked.ok()) return std::nullopt;
-    // A portfolio starts with its first member's design (search/portfolio.h).
-    algorithm = picked->algorithm == "portfolio" ? picked->members.front() : picked->algorithm;
-    settings = json::object();
-  }
-  const char* key = algorithm == "tpe" ? "n_startup" : algorithm == "bayesian" ? "n_initial" : nullptr;
-  if (key == nullptr) return std::nullopt;
+  const auto info = search::model_startup_of(c.search_spec());  // auto resolved to what it runs
+  if (!info) return std::nullopt;
   ModelStartup out;
-  const json& given = settings.contains(key) ? settings[key] : json();
-  int64_t searched = 0;
-  for (const auto& p : c.space.params()) searched += p.type == search::ParamType::kFixed ? 0 : 1;
-  out.random_trials = given.is_number_integer() ? given.get<int64_t>()
-                      : algorithm == "tpe"      ? search::startup_trials(c.max_trials, searched)
-                                                : search::default_n_initial(c.space, c.max_trials);
+  out.random_trials = info->random_trials;
   out.model_used = out.random_trials < c.max_trials;
   const std::string n = std::to_string(out.random_trials), budget = std::to_string(c.max_trials);
   if (out.model_used)
-    out.text = algorithm + ": the first " + n + " of " + budget + " trials are random start-up; the model suggests from trial " +
-               std::to_string(out.random_trials + 1) + " on";
+    out.text = info->algorithm + ": the first " + n + " of " + budget +
+               " trials are random start-up; the model suggests from trial " + std::to_string(out.random_trials + 1) + " on";
   else
-    out.text = algorithm + ": " + n + " random start-up trials of " + budget +
-               "; the model is never used (lower search.settings." + key + " or raise search.max_trials)";
+    out.text = info->algorithm + ": " + n + " random start-up trials of " + budget +
+               "; the model is never used (lower search.settings." + info->setting + " or raise search.max_trials)";
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "launch/backends.h"
 #include "search/early_stopping.h"
+#include "search/algorithms.h"
 #include "search/searcher.h"
 #include "trainers/trainer_settings.h"
 #include "workflow/stage_settings.h"
@@ -21,6 +22,14 @@ namespace hpctune::config {
 namespace {
 
 using nlohmann::json;
+
+// search.algorithm's values: the default first, then the others in the registry's order.
+std::vector<std::string> algorithm_choices() {
+  std::vector<std::string> out{search::default_algorithm()};
+  for (const auto& name : search::searcher_names())
+    if (name != out.front()) out.push_back(name);
+  return out;
+}
 
 // --- the declarations ----------------------------------------------------------------------------
 //
@@ -150,8 +159,8 @@ std::vector<Setting> declarations() {
                "(continuous and ordinal spaces, one objective) or a REINFORCE controller (rl, Zoph & Le's "
                "architecture search); auto (the default) picks one from the space and the budget and says which "
                "and why at the start.",
-       .default_value = "auto",
-       .choices = {"auto", "random", "grid", "genetic", "evolution", "bayesian", "tpe", "cmaes", "rl"},
+       .default_value = search::default_algorithm(),
+       .choices = algorithm_choices(),
        .aliases = {"method", "strategy", "sampler", "type", "kind"}},
       {.path = "search.max_trials", .type = Type::kInt, .help = "Number of trials to run: the campaign's budget.",
        .min = 1, .required = true, .aliases = {"trials", "n_trials", "num_trials", "budget", "max_evals"},

@@ -170,14 +170,8 @@ ApiResponse generations(const Snapshot& s, const QueryParams& params) {
   }
   // Only searches that breed generations (or a pbt stage) have them; elsewhere every trial is in
   // generation 0 and one box would say nothing.
-  const auto& cj = s.campaign.config_json;
-  std::string algorithm;
-  if (cj.is_object() && cj.contains("search") && cj["search"].is_object() && cj["search"].contains("algorithm") &&
-      cj["search"]["algorithm"].is_string()) {
-    algorithm = cj["search"]["algorithm"].get<std::string>();
-  }
   const store::StageRow* stage = sel->stage.empty() ? nullptr : s.stage(sel->stage);
-  const bool breeds = algorithm == "genetic" || algorithm == "evolution" || (stage && stage->kind == "pbt");
+  const bool breeds = report::search_breeds(s.campaign.config_json) || (stage && stage->kind == "pbt");
   json list = json::array();
   const bool only_zero = by_gen.empty() || (by_gen.size() == 1 && by_gen.begin()->first == 0);
   if (!(only_zero && !breeds)) {

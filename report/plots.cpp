@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "search/algorithms.h"
 #include "search/pareto.h"
 
 namespace hpctune::report {
@@ -214,6 +215,15 @@ std::optional<PlotParam> plot_param(const std::string& name, const nlohmann::jso
 }
 
 }  // namespace
+
+bool search_breeds(const nlohmann::json& config_json) {
+  const auto& cj = config_json;
+  if (!cj.is_object() || !cj.contains("search") || !cj["search"].is_object() || !cj["search"].contains("algorithm") ||
+      !cj["search"]["algorithm"].is_string())
+    return false;
+  const auto* traits = search::algorithm_traits(cj["search"]["algorithm"].get<std::string>());
+  return traits != nullptr && traits->breeds;
+}
 
 std::vector<PlotParam> space_params(const nlohmann::json& config_json, const std::string& stage) {
   const nlohmann::json* space = nullptr;

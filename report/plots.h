@@ -76,6 +76,9 @@ struct PlotParam {
 // space's order; the `space` of stage `stage` when that stage has one of its own. Entries it cannot
 // read are skipped.
 std::vector<PlotParam> space_params(const nlohmann::json& config_json, const std::string& stage = "");
+// Whether a stored config's search.algorithm breeds children of earlier trials, so that its trials'
+// generation numbers say something (search::AlgorithmTraits::breeds); false for an unknown one.
+bool search_breeds(const nlohmann::json& config_json);
 
 // PED-ANOVA over the trials that finished with an objective (search::ped_anova): each parameter on
 // its unit interval, categories by index.

@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <functional>
 
+#include "search/algorithms.h"
 #include "search/auto_search.h"
 #include "search/bayesian.h"
 #include "search/cmaes.h"
 #include "search/evolution.h"
 #include "search/genetic.h"
+#include "search/initial_design.h"
 #include "search/grid_search.h"
 #include "search/random_search.h"
 #include "search/rl_controller.h"
@@ -51,21 +53,51 @@ struct Entry {
   const char* name;
   std::vector<SettingDecl> (*settings)();
   Result<std::unique_ptr<Searcher>> (*make)(const SearchSpec&);
+  AlgorithmTraits traits;
   // Generation-based algorithms only (GenerationSize, searcher.h); nullptr for the others.
   std::optional<GenerationSize> (*generations)(const nlohmann::json&) = nullptr;
 };
 
+int64_t tpe_default_startup(const Space& space, int64_t max_trials) {
+  int64_t searched = 0;
+  for (const auto& p : space.params()) searched += p.type == ParamType::kFixed ? 0 : 1;
+  return startup_trials(max_trials, searched);
+}
+int64_t bayesian_default_startup(const Space& space, int64_t max_trials) { return default_n_initial(space, max_trials); }
+
+std::optional<SettingsProblem> evolution_check(const nlohmann::json& s) {
+  const int64_t p = s["population"].get<int64_t>(), k = s["sample_size"].get<int64_t>();
+  if (k <= p) return std::nullopt;
+  return SettingsProblem{{"sample_size", "population"},
+                         "sample_size (" + std::to_string(k) + ") must be at most population (" + std::to_string(p) + ")"};
+}
+
+AlgorithmTraits model(const char* help, const char* startup, int64_t (*default_startup)(const Space&, int64_t)) {
+  return {.help = help, .model_based = true, .startup_setting = startup, .default_startup = default_startup};
+}
+
+// What each algorithm is (search/algorithms.h), beside its settings and its factory; in the order
+// the config lists them after the default (config/settings.cpp: search.algorithm's choices).
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
-      {"random", &random_search_settings, &make_random_search},
-      {"grid", &grid_search_settings, &make_grid_search},
-      {"bayesian", &bayesian_settings, &make_bayesian},
-      {"tpe", &tpe_settings, &make_tpe},
-      {"genetic", &genetic_settings, &make_genetic, &genetic_generation_size},
-      {"evolution", &evolution_settings, &make_evolution},
-      {"cmaes", &cmaes_settings, &make_cmaes},
-      {"rl", &rl_settings, &make_rl},
-      {"auto", &auto_settings, &make_auto},
+      {"random", &random_search_settings, &make_random_search, {.help = "uniform random sampling"}},
+      {"grid", &grid_search_settings, &make_grid_search, {.help = "every point of a grid", .enumerates = true}},
+      {"genetic", &genetic_settings, &make_genetic,
+       {.help = "a genetic algorithm (generations of islands)", .breeds = true, .population_setting = "population"},
+       &genetic_generation_size},
+      {"evolution", &evolution_settings, &make_evolution,
+       {.help = "aging (regularized) evolution",
+        .breeds = true,
+        .population_setting = "population",
+        .check_settings = &evolution_check}},
+      {"bayesian", &bayesian_settings, &make_bayesian,
+       model("Gaussian-process Bayesian optimisation", "n_initial", &bayesian_default_startup)},
+      {"tpe", &tpe_settings, &make_tpe, model("a tree-structured Parzen estimator", "n_startup", &tpe_default_startup)},
+      {"cmaes", &cmaes_settings, &make_cmaes,
+       {.help = "CMA-ES (adapts one Gaussian to the ranking of one objective)", .multi_objective = false}},
+      {"rl", &rl_settings, &make_rl,
+       {.help = "a REINFORCE controller (its reward is one number)", .multi_objective = false}},
+      {"auto", &auto_settings, &make_auto, {.help = "picks one of the others", .picks_another = true}},
   };
   return entries;
 }
@@ -100,6 +132,50 @@ std::optional<GenerationSize> generation_size(const std::string& algorithm, cons
   const Entry* e = lookup(algorithm);
   if (e == nullptr || e->generations == nullptr) return std::nullopt;
   return e->generations(settings);
+}
+
+const AlgorithmTraits* algorithm_traits(const std::string& algorithm) {
+  const Entry* e = lookup(algorithm);
+  return e ? &e->traits : nullptr;
+}
+
+std::string default_algorithm() { return "auto"; }
+
+std::optional<ModelStartupInfo> model_startup_of(const SearchSpec& spec) {
+  std::string name = spec.algorithm, algorithm = spec.algorithm;
+  nlohmann::json settings = spec.settings.is_object() ? spec.settings : nlohmann::json::object();
+  const AlgorithmTraits* traits = algorithm_traits(algorithm);
+  if (traits && traits->picks_another) {  // what auto runs, with that algorithm's defaults
+    auto picked = auto_choice(spec);
+    if (!picked.ok()) return std::nullopt;
+    name = algorithm = picked->algorithm;
+    settings = nlohmann::json::object();
+    if (!picked->members.empty()) {  // a portfolio starts with its first member's design (portfolio.h)
+      const PortfolioMember first = portfolio_member(picked->members.front());
+      name = first.name;
+      algorithm = first.algorithm;
+    }
+    traits = algorithm_traits(algorithm);
+  }
+  if (traits == nullptr || !traits->model_based) return std::nullopt;
+  ModelStartupInfo out{name, traits->startup_setting, 0};
+  const nlohmann::json given = settings.contains(out.setting) ? settings[out.setting] : nlohmann::json();
+  out.random_trials = given.is_number_integer() ? given.get<int64_t>() : traits->default_startup(spec.space, spec.max_trials);
+  return out;
+}
+
+std::optional<int64_t> population_trials(const std::string& algorithm, const nlohmann::json& settings) {
+  if (auto g = generation_size(algorithm, settings)) return g->trials;
+  const AlgorithmTraits* traits = algorithm_traits(algorithm);
+  if (traits == nullptr || *traits->population_setting == 0) return std::nullopt;
+  const char* key = traits->population_setting;
+  if (settings.is_object() && settings.contains(key) && settings[key].is_number_integer())
+    return std::max<int64_t>(1, settings[key].get<int64_t>());
+  auto decls = searcher_settings(algorithm);
+  if (decls.ok())
+    for (const auto& d : *decls)
+      if (d.key == key && d.default_value.is_number_integer()) return d.default_value.get<int64_t>();
+  return std::nullopt;
 }
 
 Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "search/algorithms.h"
 #include "search/auto_search.h"
 #include "search/searcher.h"
 #include "param_specs.h"
@@ -578,4 +579,70 @@ TEST_CASE("bayesian: the first design point is the middle of every numeric and o
   std::set<std::string> optimizers;
   for (uint64_t seed = 1; seed <= 12; ++seed) optimizers.insert(make(spec_for("bayesian", seed))->ask(1).value().at(0).params["optimizer"].get<std::string>());
   CHECK(optimizers.size() >= 2);
+}
+
+// Issue 38, item 4: what each algorithm declares (search/algorithms.h) is what it does: the config,
+// the dashboard and simulate ask these instead of comparing names (tests/test_algorithm_names.sh).
+TEST_CASE("every algorithm declares what it is, and the declarations hold") {
+  CHECK(algorithm_traits("no-such-algorithm") == nullptr);
+  CHECK(algorithm_traits(default_algorithm()) != nullptr);
+  CHECK(algorithm_traits(default_algorithm())->picks_another);
+  int model_based = 0, breeding = 0, single = 0, enumerating = 0;
+  for (const auto& algo : searcher_names()) {
+    CAPTURE(algo);
+    const AlgorithmTraits* t = algorithm_traits(algo);
+    REQUIRE(t != nullptr);
+    CHECK_FALSE(t->help.empty());
+    const auto decls = searcher_settings(algo).value();
+    auto declared = [&](const std::string& key) {
+      return std::any_of(decls.begin(), decls.end(), [&](const SettingDecl& d) { return d.key == key; });
+    };
+    if (t->model_based) {  // its start-up setting is one of its settings, and the default is what it runs
+      ++model_based;
+      REQUIRE(t->startup_setting != nullptr);
+      CHECK(declared(t->startup_setting));
+      SearchSpec spec = spec_for(algo, 1);
+      spec.max_trials = 40;
+      spec.settings = json::object();
+      const auto info = model_startup_of(spec);
+      REQUIRE(info);
+      CHECK(info->random_trials == t->default_startup(spec.space, 40));
+      spec.settings = {{t->startup_setting, 7}};
+      CHECK(model_startup_of(spec)->random_trials == 7);
+      auto s = make(spec);
+      const auto first = s->ask(7).value();
+      for (const auto& x : first) CHECK(x.meta.value("source", "") != "model");
+    } else if (!t->picks_another) {
+      CHECK_FALSE(model_startup_of(spec_for(algo, 1)));
+    }
+    if (*t->population_setting != 0) CHECK(declared(t->population_setting));
+    CHECK(population_trials(algo, json::object()).has_value() == (*t->population_setting != 0));
+    breeding += t->breeds ? 1 : 0;
+    enumerating += t->enumerates ? 1 : 0;
+    if (!t->multi_objective) {  // its factory refuses two objectives
+      ++single;
+      SearchSpec spec = spec_for(algo, 1);
+      spec.objectives = {{"a", false}, {"b", false}};
+      CHECK_FALSE(make_searcher(spec).ok());
+    }
+  }
+  CHECK(model_based == 2);  // bayesian, tpe
+  CHECK(breeding == 2);     // genetic, evolution
+  CHECK(single == 2);       // cmaes, rl
+  CHECK(enumerating == 1);  // grid
+  // auto resolves to what it picks: bayesian on this mixed space (mostly numbers).
+  SearchSpec spec = spec_for("auto", 1);
+  spec.max_trials = 40;
+  const auto info = model_startup_of(spec);
+  REQUIRE(info);
+  CHECK(info->algorithm == auto_choice(spec)->algorithm);
+  CHECK(info->setting == algorithm_traits(info->algorithm)->startup_setting);
+  // A generation-based algorithm's population is its generation (of every island).
+  CHECK(population_trials("genetic", {{"population", 6}, {"islands", 3}}) == 18);
+  CHECK(population_trials("evolution", {{"population", 9}}) == 9);
+  // evolution refuses a tournament larger than its population, naming both settings.
+  const auto problem = algorithm_traits("evolution")->check_settings({{"population", 3}, {"sample_size", 5}});
+  REQUIRE(problem);
+  CHECK(problem->keys == std::vector<std::string>{"sample_size", "population"});
+  CHECK_FALSE(algorithm_traits("evolution")->check_settings({{"population", 5}, {"sample_size", 5}}));
 }

@@ -10,6 +10,9 @@
 // 1000..1099) thanks to bayesian's escapes to other basins (escape_after). NOT checked, because
 // not reached on these 7 seeds; the medians of every algorithm are printed so that the gap is
 // visible in the log. On unordered levels auto's median over 100 seeds is <= 0.67 too (forest+tpe).
+// Issue 38, item 3: on the ordered grid the seeds whose best point is the optimum itself, >= 53 of
+// 100 with bayesian's polish of the last third (56; 48 without it). The issue's targets (90 ordered,
+// 50 unordered) are not reached: the unordered grid's share is 13 (9 before), printed, not checked.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -117,6 +120,11 @@ std::vector<double> regrets(const std::string& algo, const Grid& g, uint64_t fir
   return regrets;
 }
 
+// The seeds whose best point is the grid's optimum itself (regret 0 up to rounding).
+std::ptrdiff_t exact(const std::vector<double>& r) {
+  return std::count_if(r.begin(), r.end(), [](double x) { return x < 1e-9; });
+}
+
 double median_regret(const std::string& algo, const Grid& g) { return median(regrets(algo, g, kFirstSeed, kSeeds)); }
 
 }  // namespace
@@ -152,8 +160,12 @@ TEST_CASE("Hartmann-6, ordered 6-level grid, 100 seeds: auto's median regret <= 
   const auto with = regrets("auto", g, kFirst, kMany);
   const auto without = regrets("bayesian", g, kFirst, kMany, {{"escape_after", 0}});
   auto reached = [](const std::vector<double>& r) { return std::count_if(r.begin(), r.end(), [](double x) { return x <= 0.02; }); };
-  MESSAGE("auto: median " << median(with) << ", within 0.02 in " << reached(with) << " of " << kMany << "; bayesian without escapes: median "
-                          << median(without) << ", within 0.02 in " << reached(without));
+  MESSAGE("auto: median " << median(with) << ", within 0.02 in " << reached(with) << ", the optimum itself in " << exact(with) << " of "
+                          << kMany << "; bayesian without escapes: median " << median(without) << ", within 0.02 in "
+                          << reached(without) << ", the optimum in " << exact(without));
+  // Issue 38, item 3: the share of seeds whose best point IS the grid's optimum. 48 with escapes
+  // and no polish (polish_last 0), 56 with the polish of the last third (bench/results/search-hartmann-grid.md).
+  CHECK(exact(with) >= 53);
   CHECK(median(with) <= 0.02);            // 0.003; without escapes 0.285
   CHECK(reached(with) >= reached(without) + 8);  // 55 against 41
   CHECK(median(without) > 0.2);           // the test's premise: the grid is hard without them
@@ -165,7 +177,7 @@ TEST_CASE("Hartmann-6, unordered 6-level grid, 100 seeds: auto's median regret <
   const Grid g = make_grid(false);
   for (const uint64_t first : {uint64_t{1000}, uint64_t{0}}) {
     const auto r = regrets("auto", g, first, 100);
-    MESSAGE("seeds " << first << "..: auto's median " << median(r));
-    CHECK(median(r) <= 0.67);  // 0.638 and 0.646; the GP+tpe portfolio 0.752 and 0.791, tpe 0.638 and 0.741
+    MESSAGE("seeds " << first << "..: auto's median " << median(r) << ", the optimum itself in " << exact(r) << " of 100");
+    CHECK(median(r) <= 0.67);  // 0.653 and 0.638 with the polish (0.638 and 0.646 before it); the GP+tpe portfolio 0.752 and 0.791, tpe 0.638 and 0.741
   }
 }
