@@ -210,8 +210,8 @@ json quality_run(const QualityJob& job, const bench::Problem& problem, const std
       distinct[std::to_string(budgets[next_budget++])] = seen.size();
     }
   };
-  // A real table's evaluation is one seed's value, drawn from this run's own generator (the same for
-  // every algorithm at this seed, whatever the others do).
+  // A real table's evaluation is one seed's value, drawn from this run's own generator (seeded by the
+  // run's seed, so a run is reproducible, independent of the other runs).
   Rng noise(derive_seed(job.seed, 38));
   int t = 0;
   while (t < total) {
