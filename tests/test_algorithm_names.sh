@@ -27,6 +27,16 @@ grep -q '^config/bad.h:1: names the search algorithm "tpe"' <<<"$out" || fail "n
 grep -q '"cmaes"' <<<"$out" && fail "an algorithm in a comment was reported: $out"
 [ "$(grep -c 'names the search algorithm' <<<"$out")" -eq 2 ] || fail "expected exactly 2 places: $out"
 
+# "auto" is also other settings' value: reported where the line speaks of the algorithm only.
+rm -f "$tmp/dashboard/bad.cpp" "$tmp/config/bad.h"
+printf 'bool p(const Resources& r) { return r.mps == "auto"; }\nbool q(const Config& c) { return c.algorithm == "auto"; }\n' >"$tmp/config/auto.cpp"
+rc=0
+out=$("$root/tools/check-algorithm-names" "$tmp") || rc=$?
+[ "$rc" -eq 1 ] && grep -q '^config/auto.cpp:2: names the search algorithm "auto"' <<<"$out" ||
+  fail "c.algorithm == \"auto\" was not reported: $out"
+grep -q '^config/auto.cpp:1:' <<<"$out" && fail "another setting's value \"auto\" was reported: $out"
+rm -f "$tmp/config/auto.cpp"
+
 # The names are read from the registry: an algorithm added there is checked too.
 rm -f "$tmp/dashboard/bad.cpp" "$tmp/config/bad.h"
 sed -i 's|{"rl", &rl_settings,|{"hyperband_bo", \&hb_settings, \&make_hb, {}},\n      {"rl", \&rl_settings,|' "$tmp/search/searcher_factory.cpp"
@@ -40,4 +50,4 @@ rm -f "$tmp/search/searcher_factory.cpp"
 rc=0
 "$root/tools/check-algorithm-names" "$tmp" >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || fail "a missing registry: exit $rc, expected 2"
-echo "test_algorithm_names: 5 passed, 0 failed"
+echo "test_algorithm_names: 6 passed, 0 failed"
