@@ -280,8 +280,8 @@ std::vector<Setting> declarations() {
        .default_value = 1, .min = 1, .max = 1024, .aliases = {"groups_per_gpu", "gpu_sharing", "packing"}},
       // Read by scheduler/launcher_options.cpp (pack_slots_of).
       {.path = "resources.pack", .type = Type::kEnum,
-       .help = "auto: with trials_per_gpu k > 1, the local backend, one-rank groups with GPUs and a trainer with "
-               "device: gpu, k groups share one worker process that trains their mlp trials' epochs as one fused "
+       .help = "auto: with trials_per_gpu k > 1, the local backend, one-rank groups with GPUs and a trainer kind "
+               "that packs (mlp with device: gpu), k groups share one worker process that trains their mlp trials' epochs as one fused "
                "model on its GPU (trials that do not fit train alone, the log says why); off: one process per group.",
        .default_value = "auto", .choices = {"auto", "off"}, .aliases = {"packed", "packed_trials", "fuse_trials"}},
       {.path = "resources.mps", .type = Type::kEnum,

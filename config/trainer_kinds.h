@@ -12,6 +12,14 @@
 
 namespace hpctune::config {
 
+// "" when trials of the kind with these trainer settings can train packed, k to a GPU
+// (TrainerCapabilities::packs); else why not.
+inline std::string trainer_packs(std::string_view kind, const nlohmann::json& settings) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->packs == nullptr) return "trainer kind " + std::string(kind) + " does not train packed";
+  return can->packs(settings);
+}
+
 // Whether the kind's trainer starts its own ranks (a command runs mpirun or torchrun itself), so
 // that a launcher starts one process per group; false for an unknown kind.
 inline bool trainer_starts_ranks(std::string_view kind) {

@@ -54,13 +54,12 @@ int64_t pack_slots_of(const config::CampaignConfig& cfg, const std::function<voi
   const nlohmann::json::json_pointer at("/resources/pack");
   const std::string pack = cfg.normalized.contains(at) ? cfg.normalized.at(at).get<std::string>() : "auto";
   if (pack == "off" || r.trials_per_gpu < 2) return 0;
-  // The trainer's `device` setting is the built-in classifier kinds'; a kind whose trials do not fit
-  // the packed model trains them alone in their slots, its log saying why (trainers/packed_engine.h).
-  std::string why;
-  if (cfg.trainer.value("device", std::string("cpu")) != "gpu") why = "the trainer has no device: gpu";
-  else if (r.gpus_per_rank == 0) why = "resources.gpus_per_rank is 0";
-  else if (r.ranks_data * r.ranks_model > 1) why = "a group has several ranks";
-  else if (r.backend != "local") why = "backend " + r.backend + " (packed groups are the local backend's)";
+  // The kind says whether its trials can pack (TrainerCapabilities::packs); a trial whose own
+  // settings do not fit the packed model trains alone in its slot, its log saying why.
+  std::string why = config::trainer_packs(cfg.trainer.value("kind", std::string()), cfg.trainer);
+  if (why.empty() && r.gpus_per_rank == 0) why = "resources.gpus_per_rank is 0";
+  if (why.empty() && r.ranks_data * r.ranks_model > 1) why = "a group has several ranks";
+  if (why.empty() && r.backend != "local") why = "backend " + r.backend + " (packed groups are the local backend's)";
   if (!why.empty()) {
     log("resources.pack: auto: groups are not packed (" + why + "); trials_per_gpu " + std::to_string(r.trials_per_gpu) +
         " groups share a GPU as separate processes");

@@ -308,3 +308,44 @@ TEST_CASE("config: resources.mps is auto, on or off (auto by default); a bad val
   CHECK(slurm.error().message().find("slurm.yaml:8:") != std::string::npos);
   CHECK(slurm.error().message().find("local backend only") != std::string::npos);
 }
+
+// resources.pack: the master asks the trainer kind whether its trials pack
+// (TrainerCapabilities::packs), never its name; packed groups need no MPS daemon.
+TEST_CASE("launcher_options: packed groups where the kind packs (mlp on a GPU), else a process per group, saying why") {
+  auto options = [](const std::string& trainer, const std::string& resources, std::vector<std::string>& said) {
+    const std::string yaml = "name: p\nobjective: {metric: val_accuracy}\nsearch: {algorithm: random, max_trials: 4}\n"
+                             "space: {lr: {type: float, low: 0.01, high: 0.1}}\ntrainer: " + trainer +
+                             "\nresources: {groups: 4, gpus_per_rank: 1, gpus: [0], trials_per_gpu: 4" + resources + "}\n";
+    auto cfg = config::parse_config(yaml, "p.yaml");
+    REQUIRE_MESSAGE(cfg.ok(), cfg.error().to_string());
+    auto o = scheduler::launcher_options(*cfg, [&](const std::string& line) { said.push_back(line); });
+    REQUIRE_MESSAGE(o.ok(), o.error().to_string());
+    return *o;
+  };
+  auto mentions = [](const std::vector<std::string>& said, const std::string& what) {
+    for (const auto& line : said)
+      if (line.find(what) != std::string::npos) return true;
+    return false;
+  };
+  std::vector<std::string> said;
+  const auto packed = options("{kind: mlp, device: gpu}", "", said);
+  CHECK(packed.resources.pack_slots == 4);
+  CHECK(mentions(said, "groups run 4 to a worker process"));
+  {
+    ScopedPath path("/nonexistent");  // auto would only warn without the program; packed, it does not look
+    said.clear();
+    const config::Resources mps_auto;
+    CHECK(scheduler::mps_control(mps_auto, packed.resources, [&](const std::string& line) { said.push_back(line); })
+              .value()
+              .empty());
+    CHECK(mentions(said, "no MPS daemon: packed groups"));
+  }
+  said.clear();
+  CHECK(options("{kind: mlp, device: cpu}", "", said).resources.pack_slots == 0);
+  CHECK(mentions(said, "not packed (its trials train on the CPU"));
+  said.clear();
+  CHECK(options("{kind: cnn, device: gpu}", "", said).resources.pack_slots == 0);  // the packed model is the mlp's
+  CHECK(mentions(said, "not packed (trainer kind cnn does not train packed)"));
+  said.clear();
+  CHECK(options("{kind: mlp, device: gpu}", ", pack: off", said).resources.pack_slots == 0);
+}

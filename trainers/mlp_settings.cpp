@@ -64,6 +64,12 @@ TrainerCapabilities mlp_capabilities() {
   can.model_stages.what = "the layers of its network: a dense layer per hidden width (and its dropout layer when "
                           "dropout > 0), and the output layer";
   can.model_stages.reads = {"hidden", "layers", "dropout"};
+  // The packed model (gpu/gpu_packed_mlp.h) is this kind's network on a GPU; each trial is checked
+  // again when it starts (pack_refusal: optimizer, dropout, ...) and trains alone if it does not fit.
+  can.packs = [](const nlohmann::json& settings) -> std::string {
+    const bool gpu = settings.contains("device") && settings["device"].is_string() && settings["device"] == "gpu";
+    return gpu ? "" : "its trials train on the CPU (trainer.device is not gpu)";
+  };
   return can;
 }
 

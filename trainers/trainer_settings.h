@@ -122,6 +122,10 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   ModelStages model_stages;
+  // Whether trials of these settings (an object, defaults filled in) can train packed, k to a GPU
+  // as one fused model (resources.pack, trainers/packed_engine.h): "" when they can, else why not
+  // (for the master's log). nullptr: the kind never packs.
+  std::string (*packs)(const nlohmann::json& settings) = nullptr;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";
