@@ -149,23 +149,35 @@ TEST_CASE("ssp in a campaign: a replica SIGKILLed mid-trial is dropped and the o
   CHECK(t.attempt == 1);
   CHECK(sync_mode_of(db, t.id) == "ssp");
   REQUIRE(t.metrics.is_object());
-  CHECK(t.metrics.value("sync_replicas_dropped", -1.0) == 1.0);
+  // Replica 1 is dropped. On a starved machine (a clean-clone test run beside a build: load 10+)
+  // replica 2, alive, can also be silent for the timeout while it waits for the staleness bound: it
+  // is dropped too, by design, and counts again if heard before the end (ReplicaExchange::store,
+  // "slow, not dead"); its fraction then falls short of 1 but stays above the dead one's (0.565
+  // once). Reported, not failed; the dead replica's drop and the survivors' model stay checked.
+  const double dropped_metric = t.metrics.value("sync_replicas_dropped", -1.0);
+  CHECK(dropped_metric >= 1.0);
   CHECK(t.metrics.value("sync_replica0_fraction", 0.0) == 1.0);
-  CHECK(t.metrics.value("sync_replica2_fraction", 0.0) == 1.0);
+  const double fraction2 = t.metrics.value("sync_replica2_fraction", 0.0);
+  if (dropped_metric == 1.0) CHECK(fraction2 == 1.0);
+  else MESSAGE("the live replica 2 was dropped too for a while (silent for the timeout on a busy machine): fraction " << fraction2);
   // Replica 1 made steps 0..22 of 2 x 23.
   CHECK(t.metrics.value("sync_replica1_fraction", 1.0) == doctest::Approx(23.0 / 46));
+  CHECK(fraction2 > 23.0 / 46);
   // The survivors' model is trained: 0.665-0.69 in 6 runs, the same as without a drop (0.68-0.705);
   // an update lost or applied twice around the drop would show here (chance is 0.1).
   CHECK(t.metrics.value("test_accuracy", 0.0) > 0.55);
-  int dropped = 0;
+  int dropped = 0, dead_dropped = 0;
   for (const auto& e : read_events(db)) {
     if (e.kind != "replica_dropped") continue;
     ++dropped;
     CHECK(e.trial_id == t.id);
-    CHECK(e.detail.value("replica", -1) == 1);
+    const int replica = e.detail.value("replica", -1);
+    CHECK((replica == 1 || (replica == 2 && dropped_metric > 1.0)));  // replica 2 only as above
+    dead_dropped += replica == 1 ? 1 : 0;
     CHECK(e.detail.value("sync", "") == "ssp");
   }
-  CHECK(dropped == 1);
+  CHECK(dead_dropped == 1);
+  CHECK(dropped == static_cast<int>(dropped_metric));
   check_no_orphans(db);
 }
 
