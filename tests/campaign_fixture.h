@@ -61,11 +61,18 @@ inline std::vector<pid_t> processes_mentioning(const std::string& needle) {
   while (dirent* e = readdir(proc)) {
     const pid_t pid = static_cast<pid_t>(atoi(e->d_name));
     if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream cmd("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
-    std::string line((std::istreambuf_iterator<char>(cmd)), {});
-    if (line.find(needle) == std::string::npos) continue;
-    std::ifstream st("/proc/" + std::string(e->d_name) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(st)), {});
+    // A process that exits while its files are read makes the read fail with ESRCH, which
+    // libstdc++'s filebuf throws (std::ios_base::failure): it is gone, so it is not listed.
+    std::string line, stat;
+    try {
+      std::ifstream cmd("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+      line.assign(std::istreambuf_iterator<char>(cmd), {});
+      if (line.find(needle) == std::string::npos) continue;
+      std::ifstream st("/proc/" + std::string(e->d_name) + "/stat");
+      stat.assign(std::istreambuf_iterator<char>(st), {});
+    } catch (const std::ios_base::failure&) {
+      continue;
+    }
     auto close = stat.rfind(')');
     if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') continue;
     out.push_back(pid);
