@@ -219,7 +219,9 @@ TEST_CASE("downpour in a campaign: a dead parameter-server shard fails the attem
   CHECK(count_events(db, "group_restarted") >= 1);
   CHECK(count_events(db, "replica_dropped") == 0);
   const std::string group_log = read_file(dir.file("c.db.trials/logs/group-0.log"));
-  if (!leader_done) CHECK(group_log.find("did not answer a fetch") != std::string::npos);
+  // The leader notices the dead shard at its next fetch, or, when it was already past its last
+  // minibatch (a busy machine; seen once in CI), in finish() waiting for the shards' summaries.
+  if (!leader_done) CHECK(group_log.find("(a dead shard fails the attempt)") != std::string::npos);
   check_no_orphans(db);
 }
 
