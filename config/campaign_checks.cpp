@@ -649,6 +649,7 @@ class Builder {
     out.gpus_per_rank = r["gpus_per_rank"].get<int64_t>();
     out.trials_per_gpu = r["trials_per_gpu"].get<int64_t>();
     out.mps = r["mps"].get<std::string>();
+    out.pack = r["pack"].get<std::string>();
     if (out.mps == "on" && out.backend != "local") {
       return w_.fail(w_.mark_of("resources.mps"), "resources.mps",
                      "on starts the MPS daemon for the local backend only; with backend " + out.backend +

@@ -80,6 +80,9 @@ struct Resources {
   // auto | on | off: a private MPS control daemon for groups that share a GPU (resources.mps;
   // scheduler/launcher_options.h: mps_control decides, launch/mps_daemon.h runs it).
   std::string mps = "auto";
+  // auto | off: trials_per_gpu groups to one worker process that trains their trials as one fused
+  // model where the trainer packs (resources.pack; scheduler/launcher_options.h: pack_slots_of).
+  std::string pack = "auto";
   SlurmOptions slurm;
 };
 

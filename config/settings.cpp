@@ -278,7 +278,7 @@ std::vector<Setting> declarations() {
       {.path = "resources.trials_per_gpu", .type = Type::kInt,
        .help = "Trainer groups (so trials) that may share one GPU at once; a group waits for a device with room.",
        .default_value = 1, .min = 1, .max = 1024, .aliases = {"groups_per_gpu", "gpu_sharing", "packing"}},
-      // Read by scheduler/launcher_options.cpp (pack_slots_of).
+      // Read by config/campaign_checks.cpp into Resources::pack (scheduler/launcher_options.cpp: pack_slots_of).
       {.path = "resources.pack", .type = Type::kEnum,
        .help = "auto: with trials_per_gpu k > 1, the local backend, one-rank groups with GPUs and a trainer kind "
                "that packs (mlp with device: gpu), k groups share one worker process that trains their mlp trials' epochs as one fused "

@@ -50,10 +50,7 @@ Status place_gpus(const config::Resources& r, launch::GroupResources& out,
 // 0 (a process per group) otherwise, saying why when trials_per_gpu asked for sharing.
 int64_t pack_slots_of(const config::CampaignConfig& cfg, const std::function<void(const std::string&)>& log) {
   const config::Resources& r = cfg.resources;
-  // Declared in config/settings.cpp (an enum: auto | off), read only here, from the normalized config.
-  const nlohmann::json::json_pointer at("/resources/pack");
-  const std::string pack = cfg.normalized.contains(at) ? cfg.normalized.at(at).get<std::string>() : "auto";
-  if (pack == "off" || r.trials_per_gpu < 2) return 0;
+  if (r.pack == "off" || r.trials_per_gpu < 2) return 0;
   // The kind says whether its trials can pack (TrainerCapabilities::packs); a trial whose own
   // settings do not fit the packed model trains alone in its slot, its log saying why.
   std::string why = config::trainer_packs(cfg.trainer.value("kind", std::string()), cfg.trainer);
