@@ -20,6 +20,7 @@
 #include "collectives/collectives.h"
 #include "collectives/trainer_group_mpi.h"
 #include "nn/checkpoint.h"
+#include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
 #include "trainers/mlp_trainer.h"
 
@@ -71,17 +72,4 @@ TEST_CASE("downpour: a replica killed mid-trial leaves the trial finishing with 
   CHECK(g.rank() != 1);  // the killed rank never gets here
 }
 
-int main(int argc, char** argv) {
-  auto environment = MpiEnvironment::init(&argc, &argv);
-  if (!environment.ok()) {
-    std::fprintf(stderr, "test_downpour_kill: %s\n", environment.error().to_string().c_str());
-    return 1;
-  }
-  doctest::Context context(argc, argv);
-  context.setOption("no-colors", true);
-  const int failed = context.run();
-  // No MPI_Finalize: with a dead rank in the job it can wait for it forever (seen: 1 run in 3).
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(failed);
-}
+int main(int argc, char** argv) { hpctune::testing::mpi_kill_test_main(argc, argv, "test_downpour_kill"); }

@@ -23,6 +23,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/trainer_group_mpi.h"
+#include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
 #include "trainers/mlp_trainer.h"
 
@@ -81,17 +82,4 @@ TEST_CASE("a peer killed inside the NCCL gradient allreduce: the other rank fail
   CHECK(seconds < 20.0 + 15.0);                // by the group's deadline, not later
 }
 
-int main(int argc, char** argv) {
-  auto environment = MpiEnvironment::init(&argc, &argv);
-  if (!environment.ok()) {
-    std::fprintf(stderr, "test_gpu_group_nccl_kill: %s\n", environment.error().to_string().c_str());
-    return 1;
-  }
-  doctest::Context context(argc, argv);
-  context.setOption("no-colors", true);
-  const int failed = context.run();
-  // No MPI_Finalize: with a dead rank in the job it can wait for it forever.
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(failed);
-}
+int main(int argc, char** argv) { hpctune::testing::mpi_kill_test_main(argc, argv, "test_gpu_group_nccl_kill"); }
