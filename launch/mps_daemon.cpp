@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <utility>
 
 #include "common/safe_open.h"
@@ -17,7 +19,20 @@ namespace {
 // Room after the base for the directory, "/pipe/" and the sockets the daemon makes there
 // (control, control_privileged, the server's): a Unix socket's path takes at most 107 bytes.
 constexpr std::size_t kSocketRoom = 64;
-constexpr const char* kName = "/hpctune-mps-XXXXXX";
+constexpr const char* kPrefix = "hpctune-mps-";
+constexpr std::size_t kTagChars = 12;  // hex digits of the campaign's tag
+constexpr std::size_t kNameRoom = 1 + std::char_traits<char>::length(kPrefix) + kTagChars + 1 + 6;  // "/" prefix tag "-" XXXXXX
+
+// A stable tag of the campaign's identity: the first 12 hex digits of its FNV-1a-64 (the same in
+// every build, so that a master of a newer hpctune still finds an older one's daemon).
+std::string campaign_tag(const std::string& campaign) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : campaign) h = (h ^ c) * 1099511628211ull;
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < kTagChars; ++i) out += hex[(h >> (60 - 4 * i)) & 0xF];
+  return out;
+}
 
 // The checks the master's private socket directory passes (protocol/transport_zmq.cpp): a
 // directory, not a symbolic link, this user's, no access for group or others.
@@ -85,9 +100,11 @@ MpsDaemon::~MpsDaemon() { (void)stop(); }
 Status MpsDaemon::make_directories() {
   std::string base = opt_.base;
   if (base.empty()) {
-    HPCTUNE_ASSIGN(base, private_socket_base(kSocketRoom + std::strlen(kName), "the MPS daemon's pipe directory"));
+    HPCTUNE_ASSIGN(base, private_socket_base(kSocketRoom + kNameRoom, "the MPS daemon's pipe directory"));
   }
-  std::string templ = base + kName;
+  const std::string prefix = opt_.campaign.empty() ? kPrefix : kPrefix + campaign_tag(opt_.campaign) + "-";
+  if (!opt_.campaign.empty()) stop_leftovers(base, prefix);
+  std::string templ = base + "/" + prefix + "XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) {
     return err(Errc::kIo, "cannot make a private directory for the MPS daemon (" + templ + "): " + std::strerror(errno));
   }
@@ -121,6 +138,33 @@ Status MpsDaemon::stop() {
   }
   remove_directories();
   return Status::Ok();
+}
+
+void MpsDaemon::stop_leftovers(const std::string& base, const std::string& prefix) const {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string dir = entry.path().string();
+    // Only a directory of this user's that nobody else can reach: never one planted by another user.
+    if (!check_private(dir).ok() || !check_private(dir + "/pipe").ok() || !check_private(dir + "/log").ok()) {
+      if (opt_.log) opt_.log("MPS: left alone " + dir + " (not a private directory of this user's)");
+      continue;
+    }
+    const std::map<std::string, std::string> env = {{kMpsPipeEnv, dir + "/pipe"}, {kMpsLogEnv, dir + "/log"}};
+    Status quit = run_with_deadline({"/bin/sh", "-c", "echo quit | \"$0\"", opt_.control}, env, dir + "/log/hpctune-quit.out",
+                                    /*own_group=*/true, opt_.deadline, "echo quit | " + opt_.control);
+    struct stat st {};
+    const bool socket = ::lstat((dir + "/pipe/control").c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+    if (!quit.ok() && socket) {
+      if (opt_.log) opt_.log("warning: MPS: a daemon an earlier master of this campaign left in " + dir + " did not quit (" +
+                             quit.error().message() + "); its directory is kept");
+      continue;
+    }
+    std::filesystem::remove_all(dir, ec);
+    if (opt_.log) opt_.log(quit.ok() ? "MPS: stopped the daemon an earlier master of this campaign left (" + dir + ")"
+                                     : "MPS: removed " + dir + ", left by an earlier master of this campaign (no daemon there)");
+  }
 }
 
 void MpsDaemon::remove_directories() noexcept {

@@ -9,12 +9,16 @@
 // every program a group runs), which makes their CUDA clients go through this daemon's server.
 // stop() (also the destructor's, on every path that leaves the driver: the end, a failure, Ctrl-C)
 // runs `echo quit | <control>` with the same variables, within a deadline, then removes the
-// directory. A master that is SIGKILLed (or a second Ctrl-C) leaves the daemon running: the log
-// line of start() names its directory, and `echo quit | CUDA_MPS_PIPE_DIRECTORY=<dir>/pipe
-// nvidia-cuda-mps-control` stops it.
+// directory. A master that is SIGKILLed (or a second Ctrl-C) leaves the daemon running; with
+// Options::campaign set, the directory's name carries a tag of the campaign
+// (hpctune-mps-<tag>-XXXXXX), and the next start() for the same campaign (`hpctune resume`) first
+// sends quit to every daemon such a master left (its directory passing the same checks), then
+// removes that directory. By hand: `echo quit | CUDA_MPS_PIPE_DIRECTORY=<dir>/pipe
+// nvidia-cuda-mps-control`.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +38,10 @@ class MpsDaemon {
     // How long `-d` and `quit` may each take before they are killed and called failed.
     std::chrono::milliseconds deadline{std::chrono::seconds(10)};
     std::string base;  // where the private directory is made; "" = private_socket_base()
+    // The campaign's identity (its database's absolute path; one master at a time holds it): tags
+    // the directory so that a later master of the campaign finds daemons an earlier one left.
+    std::string campaign;
+    std::function<void(const std::string&)> log;  // what start() did about such daemons
   };
 
   // Errors: kIo when no private directory can be made (or what was made is not private), kFailed
@@ -55,6 +63,9 @@ class MpsDaemon {
  private:
   explicit MpsDaemon(Options options) : opt_(std::move(options)) {}
   Status make_directories();
+  // Sends quit to the daemons of directories named `prefix`XXXXXX in `base` (left by earlier masters
+  // of this campaign) and removes each directory whose daemon quit or that holds no daemon's socket.
+  void stop_leftovers(const std::string& base, const std::string& prefix) const;
   void remove_directories() noexcept;
 
   Options opt_;

@@ -100,6 +100,8 @@ Result<std::unique_ptr<launch::MpsDaemon>> start_mps(const MasterOptions& option
   if (control.empty()) return std::unique_ptr<launch::MpsDaemon>();
   launch::MpsDaemon::Options mps_options;
   mps_options.control = control;
+  mps_options.campaign = fs::absolute(campaign_db_path(options)).string();
+  mps_options.log = log;
   auto mps = launch::MpsDaemon::start(mps_options);
   if (!mps.ok()) {
     if (r.mps == "on") return std::move(mps).error().with_context("resources.mps: on: starting the MPS daemon");

@@ -233,6 +233,63 @@ TEST_CASE("mps daemon: quit that hangs past the deadline is an error naming how 
   std::filesystem::remove_all(where);
 }
 
+TEST_CASE("mps daemon: the next master of a campaign stops the daemon a killed master left; other campaigns' and planted directories are left alone") {
+  TempDir dir;
+  const std::string record = dir.file("record.txt");
+  const std::string control = write_stand_in(dir, dir.file("bin"), record);
+  auto for_campaign = [&](const std::string& campaign) {
+    auto o = options(control, dir.path);
+    o.campaign = campaign;
+    return o;
+  };
+  // Two masters killed: their MpsDaemon never stops (released, as a SIGKILL leaves it).
+  auto a = launch::MpsDaemon::start(for_campaign("/x/a.db"));
+  auto b = launch::MpsDaemon::start(for_campaign("/x/b.db"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const std::string a_dir = (*a)->directory(), b_dir = (*b)->directory();
+  CHECK(a_dir != b_dir);
+  CHECK(a_dir.substr(0, a_dir.size() - 6) != b_dir.substr(0, b_dir.size() - 6));  // tagged by campaign
+  const pid_t a_daemon = std::stoi(slurp(a_dir + "/pipe/daemon.pid"));
+  const pid_t b_daemon = std::stoi(slurp(b_dir + "/pipe/daemon.pid"));
+  (void)a->release();
+  (void)b->release();
+  // Another user's look-alike of campaign a's directory (open to others): never touched.
+  const std::string planted = a_dir.substr(0, a_dir.size() - 6) + "zzzzzz";
+  std::filesystem::create_directories(planted + "/pipe");
+  std::filesystem::create_directories(planted + "/log");
+  ::chmod(planted.c_str(), 0755);
+
+  std::vector<std::string> said;
+  auto o = for_campaign("/x/a.db");
+  o.log = [&](const std::string& line) { said.push_back(line); };
+  auto resumed = launch::MpsDaemon::start(o);
+  REQUIRE_MESSAGE(resumed.ok(), resumed.error().to_string());
+  CHECK(gone_within_deadline(a_daemon));  // quit through its own pipe directory
+  CHECK_FALSE(std::filesystem::exists(a_dir));
+  CHECK(alive(b_daemon));  // another campaign's
+  CHECK(std::filesystem::exists(b_dir));
+  CHECK(std::filesystem::exists(planted));
+  bool stopped = false, left = false;
+  for (const auto& line : said) {
+    stopped |= line.find("stopped the daemon an earlier master of this campaign left (" + a_dir + ")") != std::string::npos;
+    left |= line.find("left alone " + planted) != std::string::npos;
+  }
+  CHECK(stopped);
+  CHECK(left);
+  bool quit_a = false;
+  for (const auto& w : record_lines(record)) quit_a |= w.size() == 3 && w[0] == "quit" && w[1] == a_dir + "/pipe";
+  CHECK(quit_a);
+  CHECK((*resumed)->stop().ok());
+  // Campaign b's master comes back too: its daemon is stopped now.
+  auto b2 = launch::MpsDaemon::start(for_campaign("/x/b.db"));
+  REQUIRE(b2.ok());
+  CHECK(gone_within_deadline(b_daemon));
+  CHECK_FALSE(std::filesystem::exists(b_dir));
+  CHECK((*b2)->stop().ok());
+  ::chmod(planted.c_str(), 0700);
+}
+
 TEST_CASE("mps_control: auto only when groups share a GPU; off never; on without the program an error, auto a warning") {
   TempDir dir;
   const std::string bin = dir.file("bin");
