@@ -189,7 +189,7 @@ void print_summary(const std::string& db, int64_t top) {
   if (!ranked.empty() && ranked.front().objective) {
     std::printf("\nbest trial %lld: %s = %s  %s\n", static_cast<long long>(ranked.front().id), obj.metric.c_str(),
                 report::format_number(*ranked.front().objective).c_str(),
-                report::shown_params(ranked.front().params).params.dump().c_str());
+                report::shown_params(ranked.front().params, ranked.front().meta).params.dump().c_str());
   }
   // A workflow: what each stage made of it.
   if (auto stages = v.store->stages(v.campaign.id); stages.ok() && report::show_stages(*stages)) {
@@ -651,7 +651,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 
   // The searched values, then what hpctune added to them (trainers/internal_params.h): where the
   // trial started from, and how far its stage let it train.
-  const report::ShownParams shown = report::shown_params(t.params);
+  const report::ShownParams shown = report::shown_params(t.params, t.meta);
   auto rows_of = [](const nlohmann::json& object) {
     std::vector<std::vector<std::string>> rows;
     for (auto p = object.begin(); p != object.end(); ++p) {

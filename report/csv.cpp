@@ -105,7 +105,7 @@ std::string csv_value(const nlohmann::json& v) {
 std::string trials_csv(const std::vector<const store::TrialRow*>& trials, const TrialsCsvOptions& options) {
   std::vector<ShownParams> shown;
   shown.reserve(trials.size());
-  for (const auto* t : trials) shown.push_back(shown_params(t->params));
+  for (const auto* t : trials) shown.push_back(shown_params(t->params, t->meta));
   const auto params = keys_of(shown, &ShownParams::params);
   const auto lineage = keys_of(shown, &ShownParams::lineage);
   const auto run_settings = keys_of(shown, &ShownParams::run_settings);

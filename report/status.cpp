@@ -210,7 +210,7 @@ nlohmann::json status_json(const CampaignStatus& st) {
   const std::string metric = st.objectives.empty() ? "objective" : st.objectives.front();
   if (auto b = best_trial(st.main_trials, st.maximize)) {
     out["best"] = {{"trial", b->id},         {"metric", metric},     {"objective", *b->objective},
-                   {"attempt", b->attempt},  {"params", shown_params(b->params).params},  {"metrics", b->metrics}};
+                   {"attempt", b->attempt},  {"params", shown_params(b->params, b->meta).params},  {"metrics", b->metrics}};
     if (auto g = st.gpus.find(b->id); g != st.gpus.end()) out["best"]["devices"] = g->second;
   } else {
     out["best"] = nullptr;
@@ -290,7 +290,7 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
                 v.main_stage.empty() ? "" : (", stage '" + v.main_stage + "'").c_str(),
                 g == st.gpus.end() ? "" : (", GPUs " + g->second).c_str());
     std::vector<std::vector<std::string>> prow;
-    const nlohmann::json searched = shown_params(b.params).params;  // not the keys hpctune adds
+    const nlohmann::json searched = shown_params(b.params, b.meta).params;  // not the keys hpctune adds
     for (auto it = searched.begin(); it != searched.end(); ++it) {
       prow.push_back({it.key(), it->is_string() ? it->get<std::string>() : it->dump()});
     }

@@ -36,7 +36,7 @@ std::vector<std::string> param_names(const std::vector<ShownParams>& shown) {
 std::vector<ShownParams> shown_of(const std::vector<store::TrialRow>& trials) {
   std::vector<ShownParams> out;
   out.reserve(trials.size());
-  for (const auto& t : trials) out.push_back(shown_params(t.params));
+  for (const auto& t : trials) out.push_back(shown_params(t.params, t.meta));
   return out;
 }
 

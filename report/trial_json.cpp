@@ -15,10 +15,17 @@ double trial_seconds(const store::TrialRow& t) {
   return (t.finished_at > 0 && t.started_at > 0) ? t.finished_at - t.started_at : 0.0;
 }
 
-ShownParams shown_params(const nlohmann::json& params) {
+ShownParams shown_params(const nlohmann::json& params, const nlohmann::json& meta) {
   ShownParams out;
   if (!params.is_object()) return out;
+  // Never trusted beyond its type: a meta that names no string names nothing.
+  const auto step = meta.is_object() ? meta.find(trainers::kStageStepMeta) : meta.end();
+  const std::string stage_step = meta.is_object() && step != meta.end() && step->is_string() ? step->get<std::string>() : "";
   for (auto it = params.begin(); it != params.end(); ++it) {
+    if (!stage_step.empty() && it.key() == stage_step) {
+      out.run_settings[trainers::kMaxStepParam] = it.value();
+      continue;
+    }
     const trainers::InternalParam* internal = config::internal_param(it.key());
     if (internal == nullptr) {
       out.params[it.key()] = it.value();
@@ -43,7 +50,7 @@ nlohmann::json trials_json(const std::vector<store::TrialRow>& trials, const std
                            const std::vector<store::StageRow>* stages) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& t : trials) {
-    ShownParams shown = shown_params(t.params);
+    ShownParams shown = shown_params(t.params, t.meta);
     nlohmann::json j = {{"trial", t.id},          {"seq", t.seq},          {"state", store::to_string(t.state)},
                         {"attempt", t.attempt},   {"group", t.group_id},   {"params", std::move(shown.params)},
                         {"lineage", std::move(shown.lineage)}, {"run_settings", std::move(shown.run_settings)},

@@ -23,14 +23,15 @@ double trial_seconds(const store::TrialRow& trial);
 
 // A trial's params as the views show them: the searched (and user-given) values apart from the
 // keys hpctune itself adds (trainers/internal_params.h), its lineage (source_trial,
-// source_checkpoint) and its run settings (max_step). Three objects, each possibly empty; what the
-// trainer received is the three together.
+// source_checkpoint) and its run settings (max_step; also the kind's own step setting, epochs or
+// steps, where the trial's meta says a stage set it: trainers/internal_params.h, kStageStepMeta).
+// Three objects, each possibly empty; what the trainer received is the three together.
 struct ShownParams {
   nlohmann::json params = nlohmann::json::object();
   nlohmann::json lineage = nlohmann::json::object();
   nlohmann::json run_settings = nlohmann::json::object();
 };
-ShownParams shown_params(const nlohmann::json& params);
+ShownParams shown_params(const nlohmann::json& params, const nlohmann::json& meta = nlohmann::json::object());
 
 // The name of the stage a trial belongs to ("" without stages; a trial of stage 0 is the first
 // stage's).

@@ -104,6 +104,8 @@ struct Harness {
     require_ok(asked);
     REQUIRE(asked->size() == static_cast<std::size_t>(spec.settings.population));
     for (const search::Suggestion& s : *asked) {
+      // The step the stage sets is named in the meta: the views show it as a run setting.
+      CHECK(s.meta.value("stage_step_setting", "") == spec.settings.step_key);
       store::TrialRow row;
       row.campaign_id = campaign;
       row.stage_id = stage;

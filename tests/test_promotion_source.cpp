@@ -50,6 +50,8 @@ struct Rig {
     REQUIRE(got->size() == 1);
     params[got->front().seq] = got->front().params;
     CHECK(got->front().params.at("epochs") == 1);
+    // The views show the step this stage set as a run setting, not as a searched parameter.
+    CHECK(got->front().meta.value("stage_step_setting", "") == "epochs");
     return got->front().seq;
   }
 

@@ -934,6 +934,15 @@ TEST_CASE("the keys hpctune adds to params: lineage and run settings, declared o
   CHECK(report::shown_params({{"init_from", "/abs/ckpt.bin"}, {"hidden", 32}}).lineage ==
         json{{"source_checkpoint", "/abs/ckpt.bin"}});
   CHECK(report::shown_params(json()).params == json::object());
+  // A kind's own step setting (the mlp's epochs) that a pbt stage or a pausing search set: its
+  // trial's meta names it, and it is the run setting max_step; searched, it stays a parameter.
+  const json pbt_params = {{"lr", 0.1}, {"epochs", 4}};
+  const auto pbt = report::shown_params(pbt_params, {{"stage_step_setting", "epochs"}, {"source", "initial"}});
+  CHECK(pbt.params == json{{"lr", 0.1}});
+  CHECK(pbt.run_settings == json{{"max_step", 4}});
+  CHECK(report::shown_params(pbt_params, {{"source", "initial"}}).params == pbt_params);
+  CHECK(report::shown_params(pbt_params, {{"stage_step_setting", 7}}).params == pbt_params);  // not a name: ignored
+  CHECK(report::shown_params(pbt_params, json::array()).params == pbt_params);
   // Every key a kind's capabilities put in a trial's params is in the one list: the views would
   // otherwise show it as a searched parameter.
   int declared = 0;

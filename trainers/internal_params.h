@@ -43,6 +43,12 @@ inline constexpr InternalParam kInternalParams[] = {
     {kMaxStepParam, InternalParamRole::kRunSetting, "max_step"},
 };
 
+// A trial meta key: the name of the params key through which a stage set the step the trial trains to
+// (the kind's step setting: epochs, steps, max_step; a pbt stage and a search that pauses trials at
+// rungs set it). The views show that key as the run setting max_step, whatever the kind calls it,
+// and never as a parameter: the stage chose its value, the search did not.
+inline constexpr const char* kStageStepMeta = "stage_step_setting";
+
 // The declaration of `key`, or nullptr when it is a searched (or user-given) parameter.
 inline const InternalParam* find_internal_param(std::string_view key) {
   for (const InternalParam& p : kInternalParams)

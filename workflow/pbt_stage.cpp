@@ -84,6 +84,7 @@ Result<std::vector<search::Suggestion>> PbtSource::ask(std::size_t n) {
     search::Suggestion s;
     s.seq = next_seq_;
     s.params = initial_params(next_seq_);
+    s.meta[trainers::kStageStepMeta] = spec_.settings.step_key;  // the views show it as the run setting max_step
     member(next_seq_);
     out.push_back(std::move(s));
     ++next_seq_;

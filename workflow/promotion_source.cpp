@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/trainer_kinds.h"
 #include "workflow/checkpoint_snapshot.h"
 
 namespace hpctune::workflow {
@@ -42,6 +43,7 @@ Result<std::vector<search::Suggestion>> PromotionSource::ask(std::size_t n) {
   for (search::Suggestion& s : out) {
     // The first attempt trains to the trial's first rung.
     s.params[opt_.step_key] = next_stop(s.seq, 0);
+    s.meta[trainers::kStageStepMeta] = opt_.step_key;  // the views show it as the run setting max_step
     entries_[s.seq];
     issued_ = std::max(issued_, s.seq + 1);
   }
