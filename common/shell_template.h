@@ -143,85 +143,165 @@ struct Word {
   bool redirect = false;                 // the target of < or >
 };
 
-}  // namespace shell_template_detail
+// Where the scanner stands: the template's own commands, a quoting, or an expansion inside them.
+enum class Ctx { kTop, kSingle, kDouble, kBacktick, kSubst, kParam };
 
-// nullopt when every placeholder of `tmpl` stands where /bin/sh reads its value once, as an
-// argument; otherwise the first one that does not, with how to fix it. Malformed placeholders are
-// not judged here (the renderer names them).
-inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
-  using namespace shell_template_detail;
-  enum class Ctx { kTop, kSingle, kDouble, kBacktick, kSubst, kParam };
-  struct Level {  // a command list: the template itself, or one $( ... ) inside it
-    std::vector<Word> words;
-    Word cur;
-    bool in_word = false;
-    bool redirect_next = false;
-    int parens = 0;
-    std::size_t piped_in = std::string_view::npos;  // a placeholder whose value this command may read
-  };
-  struct Heredoc {
-    std::string end;
-    bool strip_tabs = false;
-  };
-  std::vector<Ctx> stack = {Ctx::kTop};
-  std::vector<Level> levels(1);
-  std::vector<Heredoc> pending;            // here-documents whose bodies start at the next line
-  std::optional<std::size_t> ansi_quote;   // where a $'...' or a ' inside "${...}" was seen
-  std::optional<TemplateProblem> found;
-  const std::string_view kFix =
-      ": its value would be read by the shell again there and could run commands. Write it outside "
-      "quotes (values are single-quoted for the shell automatically), e.g. --name={v} rather than "
-      "\"--name={v}\", or read the parameters from $HPCTUNE_PARAMS";
+// A command list: the template itself, or one $( ... ) inside it.
+struct Level {
+  std::vector<Word> words;
+  Word cur;
+  bool in_word = false;
+  bool redirect_next = false;
+  int parens = 0;
+  std::size_t piped_in = std::string_view::npos;  // a placeholder whose value this command may read
+};
 
-  auto place = [&](std::size_t at) {
+// A here-document whose body starts at the next line.
+struct Heredoc {
+  std::string end;
+  bool strip_tabs = false;
+};
+
+// How to fix a placeholder in quotes or after a backslash or '$'.
+inline constexpr std::string_view kFix =
+    ": its value would be read by the shell again there and could run commands. Write it outside "
+    "quotes (values are single-quoted for the shell automatically), e.g. --name={v} rather than "
+    "\"--name={v}\", or read the parameters from $HPCTUNE_PARAMS";
+// How to fix a placeholder in a command the check refuses: the list form.
+inline constexpr std::string_view kList =
+    ". Write the command as a list (command: [python3, train.py, --lr, \"{lr}\"]): hpctune runs it without a "
+    "shell, each placeholder one argument; or read the values from $HPCTUNE_PARAMS";
+
+// The offset of the first placeholder in `w` that is not a built-in name, or npos.
+inline std::size_t user_placeholder(const Word& w) {
+  return w.placeholders.empty() || w.builtin_only ? std::string_view::npos : w.placeholders.front();
+}
+// NAME=value before a command's program.
+inline bool assignment(const Word& w) {
+  const auto eq = w.text.find('=');
+  if (eq == std::string::npos || eq == 0 || std::isdigit(static_cast<unsigned char>(w.text[0]))) return false;
+  return std::all_of(w.text.begin(), w.text.begin() + static_cast<std::ptrdiff_t>(eq),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; });
+}
+// A reserved word that may stand before a command's program.
+inline bool keyword(const std::string& t) {
+  static const std::string_view kKeywords[] = {"if", "then", "else", "elif", "while", "until", "do", "!", "{", "}"};
+  return std::find(std::begin(kKeywords), std::end(kKeywords), t) != std::end(kKeywords);
+}
+// The program a command word names (its base name), or "$" when an expansion or a placeholder names it.
+inline std::string program_of(const Word& w) {
+  const auto slash = w.text.find_last_of('/');
+  std::string base = slash == std::string::npos ? w.text : w.text.substr(slash + 1);
+  if (w.expansion || base.find('$') != std::string::npos || base.find('\x01') != std::string::npos) return "$";
+  return base;
+}
+
+// Reads a command template once, left to right, the way /bin/sh does (template_problem runs it): a
+// stack of contexts (quotes, backticks, $(...), ${...}), one Level of words per command list (the
+// template, each $(...)), the here-documents whose bodies start at the next line, and the first
+// placeholder refused. One method per context or construct; a Scanner runs once.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view tmpl) : tmpl_(tmpl) {}
+
+  std::optional<TemplateProblem> run() {
+    for (std::size_t i = 0; i < tmpl_.size() && !found_; ++i) step(i);
+    if (found_) return found_;
+    finish();
+    return found_;
+  }
+
+ private:
+  static constexpr std::size_t npos = std::string_view::npos;
+
+  std::string_view tmpl_;
+  std::vector<Ctx> stack_ = {Ctx::kTop};
+  std::vector<Level> levels_ = std::vector<Level>(1);
+  std::vector<Heredoc> pending_;           // here-documents whose bodies start at the next line
+  std::optional<std::size_t> ansi_quote_;  // where a $'...' or a ' inside "${...}" was seen
+  std::optional<TemplateProblem> found_;
+
+  // --- The template's text ---
+
+  TemplateProblem place(std::size_t at) const {
     TemplateProblem p;
     p.offset = at;
     for (std::size_t k = 0; k < at; ++k) {
-      if (tmpl[k] == '\n') ++p.line, p.column = 1;
+      if (tmpl_[k] == '\n') ++p.line, p.column = 1;
       else ++p.column;
     }
     return p;
-  };
-  auto placeholder_end = [&](std::size_t i) -> std::size_t {  // index of its '}', or npos if `i` starts none
-    if (tmpl[i] != '{' || (i + 1 < tmpl.size() && tmpl[i + 1] == '{')) return std::string_view::npos;
+  }
+  // The index of the placeholder's '}', or npos if `i` starts none.
+  std::size_t placeholder_end(std::size_t i) const {
+    if (tmpl_[i] != '{' || (i + 1 < tmpl_.size() && tmpl_[i + 1] == '{')) return npos;
     std::size_t end = i + 1;
-    while (end < tmpl.size() && name_char(tmpl[end])) ++end;
-    if (end == i + 1 || end >= tmpl.size() || tmpl[end] != '}') return std::string_view::npos;
+    while (end < tmpl_.size() && name_char(tmpl_[end])) ++end;
+    if (end == i + 1 || end >= tmpl_.size() || tmpl_[end] != '}') return npos;
     return end;
-  };
+  }
   // The first placeholder in [from, to) (a doubled "{{" is a literal brace), or npos.
-  auto first_placeholder = [&](std::size_t from, std::size_t to) -> std::size_t {
+  std::size_t first_placeholder(std::size_t from, std::size_t to) const {
     for (std::size_t k = from; k < to; ++k) {
-      if (tmpl[k] == '{' && k + 1 < to && tmpl[k + 1] == '{') {
+      if (tmpl_[k] == '{' && k + 1 < to && tmpl_[k + 1] == '{') {
         ++k;
         continue;
       }
-      if (placeholder_end(k) != std::string_view::npos) return k;
+      if (placeholder_end(k) != npos) return k;
     }
-    return std::string_view::npos;
-  };
-  auto refuse = [&](std::size_t at, const std::string& why, std::string_view fix) {
-    if (found) return;
+    return npos;
+  }
+  // The index of the second ')' closing the arithmetic $(( at `i` (nested parentheses counted), or npos.
+  std::size_t arithmetic_end(std::size_t i) const {
+    int depth = 0;
+    for (std::size_t k = i + 3; k < tmpl_.size(); ++k) {
+      if (tmpl_[k] == '(') ++depth;
+      else if (tmpl_[k] == ')') {
+        if (depth > 0) --depth;
+        else if (k + 1 < tmpl_.size() && tmpl_[k + 1] == ')') return k + 1;
+      }
+    }
+    return npos;
+  }
+  // A word starts here: after a blank, a line break, an operator, or at the start.
+  bool word_start(std::size_t i) const {
+    return i == 0 || std::string_view(" \t\n;&|()<>").find(tmpl_[i - 1]) != std::string_view::npos;
+  }
+  // The innermost quoting that matters, as a message's words ("" at the top).
+  std::string where() const {
+    for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
+      if (*it == Ctx::kSingle) return "inside single quotes";
+      if (*it == Ctx::kDouble) return "inside double quotes";
+      if (*it == Ctx::kBacktick) return "inside backticks";
+      if (*it == Ctx::kSubst) return "inside $(...)";
+      if (*it == Ctx::kParam) return "inside ${...}";
+    }
+    return "";
+  }
+  bool in_double() const { return std::find(stack_.begin(), stack_.end(), Ctx::kDouble) != stack_.end(); }
+
+  // Records the placeholder at `at` as the problem, unless one is already found.
+  void refuse(std::size_t at, const std::string& why, std::string_view fix) {
+    if (found_) return;
     const std::size_t end = placeholder_end(at);
     TemplateProblem p = place(at);
-    const std::string name(tmpl.substr(at, end == std::string_view::npos ? 1 : end - at + 1));
-    const std::size_t last = tmpl.find_last_not_of('\n');  // a block scalar's final line break is not a line
-    const bool one_line = last == std::string_view::npos || tmpl.substr(0, last).find('\n') == std::string_view::npos;
+    const std::string name(tmpl_.substr(at, end == npos ? 1 : end - at + 1));
+    const std::size_t last = tmpl_.find_last_not_of('\n');  // a block scalar's final line break is not a line
+    const bool one_line = last == npos || tmpl_.substr(0, last).find('\n') == npos;
     p.what = "the placeholder " + name +
              (one_line ? " at character " + std::to_string(at + 1)
                        : " at line " + std::to_string(p.line) + ", column " + std::to_string(p.column) + " of the command") +
              " " + why + std::string(fix);
-    found = std::move(p);
-  };
-  const std::string_view kList =
-      ". Write the command as a list (command: [python3, train.py, --lr, \"{lr}\"]): hpctune runs it without a "
-      "shell, each placeholder one argument; or read the values from $HPCTUNE_PARAMS";
+    found_ = std::move(p);
+  }
+
+  // --- Judging a simple command ---
 
   // An interpreter or shell (reader_of): options without any code option (their arguments literal),
   // then the script (or awk's code) as a literal word; parameters only after it, as the script's
   // arguments. A shell also takes `-c CODE NAME` with -c alone and CODE and NAME literal.
-  auto judge_interpreter = [&](const std::vector<Word>& words, std::size_t k, const std::string& program,
-                               const Reader& r, std::size_t first) {
+  void judge_interpreter(const std::vector<Word>& words, std::size_t k, const std::string& program, const Reader& r,
+                         std::size_t first) {
     auto has_user = [](const Word& w) { return !w.placeholders.empty() && !w.builtin_only; };
     const bool shell = r.plus_options;
     const std::string code_first = ", before its script: only a script's arguments may hold values";
@@ -271,7 +351,7 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
         }
       }
     }
-  };
+  }
 
   // Judges one simple command once its words are known: a placeholder (of a parameter; the
   // built-in names hold hpctune's own values) is allowed only as a plain argument of a literal
@@ -280,11 +360,7 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
   // placeholder whose value may arrive on this command's standard input (an earlier command of the
   // pipeline printed it), npos when none. Returns the offset of a placeholder this command's output
   // may carry on into a pipe (npos when none).
-  auto judge = [&](std::vector<Word> words, std::size_t piped_in) -> std::size_t {
-    constexpr std::size_t npos = std::string_view::npos;
-    auto user_placeholder = [](const Word& w) -> std::size_t {
-      return w.placeholders.empty() || w.builtin_only ? npos : w.placeholders.front();
-    };
+  std::size_t judge(std::vector<Word> words, std::size_t piped_in) {
     for (const Word& w : words) {
       if (w.redirect && user_placeholder(w) != npos) {
         refuse(user_placeholder(w), "is the target of a redirection (< or >)", kList);
@@ -295,25 +371,9 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
     std::size_t first = npos;  // the command's first parameter placeholder
     for (const Word& w : words)
       if (first == npos) first = user_placeholder(w);
-    auto assignment = [](const Word& w) {
-      const auto eq = w.text.find('=');
-      if (eq == std::string::npos || eq == 0 || std::isdigit(static_cast<unsigned char>(w.text[0]))) return false;
-      return std::all_of(w.text.begin(), w.text.begin() + static_cast<std::ptrdiff_t>(eq),
-                         [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; });
-    };
-    auto keyword = [](const std::string& t) {
-      static const std::string_view kKeywords[] = {"if", "then", "else", "elif", "while", "until", "do", "!", "{", "}"};
-      return std::find(std::begin(kKeywords), std::end(kKeywords), t) != std::end(kKeywords);
-    };
     std::size_t k = 0;
     bool assigns = false;
     while (k < words.size() && (assignment(words[k]) || keyword(words[k].text))) assigns = assigns || assignment(words[k]), ++k;
-    auto program_of = [](const Word& w) -> std::string {
-      const auto slash = w.text.find_last_of('/');
-      std::string base = slash == std::string::npos ? w.text : w.text.substr(slash + 1);
-      if (w.expansion || base.find('$') != std::string::npos || base.find('\x01') != std::string::npos) return "$";
-      return base;
-    };
     const std::string program = k < words.size() ? program_of(words[k]) : std::string();
     // A value printed into this command's standard input: only filters that never run it may read it.
     if (piped_in != npos && k < words.size() && !is_pipe_filter(program)) {
@@ -351,22 +411,12 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
     refuse(first, "is an argument of '" + program + "', which hpctune does not know not to run its arguments as code",
            kList);
     return npos;
-  };
+  }
 
-  auto level = [&]() -> Level& { return levels.back(); };
-  // The index of the second ')' closing the arithmetic $(( at `i` (nested parentheses counted), or npos.
-  auto arithmetic_end = [&](std::size_t i) -> std::size_t {
-    int depth = 0;
-    for (std::size_t k = i + 3; k < tmpl.size(); ++k) {
-      if (tmpl[k] == '(') ++depth;
-      else if (tmpl[k] == ')') {
-        if (depth > 0) --depth;
-        else if (k + 1 < tmpl.size() && tmpl[k + 1] == ')') return k + 1;
-      }
-    }
-    return std::string_view::npos;
-  };
-  auto end_word = [&]() {
+  // --- Building words and commands ---
+
+  Level& level() { return levels_.back(); }
+  void end_word() {
     Level& l = level();
     if (!l.in_word) return;
     l.cur.redirect = l.redirect_next;
@@ -374,47 +424,267 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
     l.words.push_back(std::move(l.cur));
     l.cur = Word{};
     l.in_word = false;
-  };
+  }
   // `pipe`: the command is followed by a single `|` (its output is the next one's input).
-  auto end_command = [&](bool pipe = false) {
+  void end_command(bool pipe = false) {
     end_word();
     Level& l = level();
     const std::size_t carried = judge(std::move(l.words), l.piped_in);
     l.words.clear();
-    l.piped_in = pipe ? carried : std::string_view::npos;
-  };
-  auto add_char = [&](char c) {
+    l.piped_in = pipe ? carried : npos;
+  }
+  void add_char(char c) {
     level().cur.text += c;
     level().in_word = true;
-  };
-  auto add_expansion = [&]() {
+  }
+  void add_expansion() {
     level().cur.text += '$';
     level().cur.expansion = true;
     level().in_word = true;
-  };
-  auto where = [&]() -> std::string {  // the innermost quoting that matters
-    for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
-      if (*it == Ctx::kSingle) return "inside single quotes";
-      if (*it == Ctx::kDouble) return "inside double quotes";
-      if (*it == Ctx::kBacktick) return "inside backticks";
-      if (*it == Ctx::kSubst) return "inside $(...)";
-      if (*it == Ctx::kParam) return "inside ${...}";
+  }
+  // The end of the template ends every command still open; unread here-documents are empty.
+  void finish() {
+    while (levels_.size() > 1) {
+      end_command();
+      levels_.pop_back();
     }
-    return "";
-  };
-  auto in_double = [&]() { return std::find(stack.begin(), stack.end(), Ctx::kDouble) != stack.end(); };
-  // A word starts here: after a blank, a line break, an operator, or at the start.
-  auto word_start = [&](std::size_t i) {
-    return i == 0 || std::string_view(" \t\n;&|()<>").find(tmpl[i - 1]) != std::string_view::npos;
-  };
+    end_command();
+  }
+
+  // --- One character (or construct) at `i`, by context; `i` is left on its last character ---
+
+  void step(std::size_t& i) {
+    const Ctx ctx = stack_.back();
+    if (tmpl_[i] == '{' || tmpl_[i] == '}') {
+      brace(i, ctx);
+      return;
+    }
+    switch (ctx) {
+      case Ctx::kSingle:
+        if (tmpl_[i] == '\'') stack_.pop_back();
+        else add_char(tmpl_[i]);
+        break;
+      case Ctx::kDouble: double_quoted(i); break;
+      case Ctx::kBacktick: backticked(i); break;
+      case Ctx::kParam: parameter(i); break;
+      case Ctx::kTop:
+      case Ctx::kSubst: command(i, ctx); break;
+    }
+  }
+
+  // A '{' or '}' in any context: a literal brace ({{, }}), the end of a ${...}, or a placeholder.
+  void brace(std::size_t& i, Ctx ctx) {
+    const char c = tmpl_[i];
+    if (i + 1 < tmpl_.size() && tmpl_[i + 1] == c) {  // {{ and }}: a literal brace
+      if (c == '}' && ctx == Ctx::kParam) stack_.pop_back();
+      else if (ctx != Ctx::kBacktick && ctx != Ctx::kParam) add_char(c);
+      ++i;
+      return;
+    }
+    if (c == '}') {
+      if (ctx == Ctx::kParam) stack_.pop_back();
+      else if (ctx != Ctx::kBacktick) add_char(c);
+      return;
+    }
+    const std::size_t end = placeholder_end(i);
+    if (end == npos) return;  // malformed: the renderer says so
+    placeholder(i, end);
+  }
+
+  // The placeholder {name} at [i, end]: refused unless it stands plainly in a word of a command,
+  // which then holds it (judged with its command).
+  void placeholder(std::size_t& i, std::size_t end) {
+    const std::string in = where();
+    if (!in.empty()) return refuse(i, "is " + in, kFix);
+    const char before = i > 0 ? tmpl_[i - 1] : ' ';
+    if (before == '\\') return refuse(i, "follows a backslash", kFix);
+    if (before == '$') return refuse(i, "follows a '$'", kFix);
+    if (ansi_quote_) {
+      const bool dollar = tmpl_[*ansi_quote_] == '$';
+      return refuse(i, std::string("follows ") + (dollar ? "$'...'" : "a ' inside \"${...}\"") + " at character " +
+                           std::to_string(*ansi_quote_ + 1),
+                    ", which shells read differently, so where its value lands cannot be judged. Write that text "
+                    "another way");
+    }
+    Level& l = level();
+    l.cur.placeholders.push_back(i);
+    if (!builtin_name(tmpl_.substr(i + 1, end - i - 1))) l.cur.builtin_only = false;
+    l.cur.text += '\x01';
+    l.in_word = true;
+    i = end;
+  }
+
+  // Inside "...".
+  void double_quoted(std::size_t& i) {
+    const char c = tmpl_[i];
+    if (c == '\\') {
+      if (i + 1 < tmpl_.size() && tmpl_[i + 1] != '{') add_char(tmpl_[++i]);
+    } else if (c == '"') {
+      stack_.pop_back();
+    } else if (c == '`') {
+      stack_.push_back(Ctx::kBacktick), add_expansion();
+    } else if (c == '$' && tmpl_.substr(i, 3) == "$((") {
+      add_expansion();  // arithmetic in quotes: no placeholder can be in it (inside quotes)
+      const std::size_t close = arithmetic_end(i);
+      i = close == npos ? tmpl_.size() : close;
+    } else if (c == '$' && i + 1 < tmpl_.size() && tmpl_[i + 1] == '(') {
+      add_expansion();
+      stack_.push_back(Ctx::kSubst), levels_.emplace_back(), ++i;
+    } else if (c == '$' && i + 2 < tmpl_.size() && tmpl_[i + 1] == '{' && tmpl_[i + 2] == '{') {
+      stack_.push_back(Ctx::kParam), add_expansion(), i += 2;
+    } else if (c == '$') {
+      add_expansion();
+    } else {
+      add_char(c);
+    }
+  }
+
+  // Inside `...`: skipped to its end (a placeholder in it is refused by brace()).
+  void backticked(std::size_t& i) {
+    const char c = tmpl_[i];
+    if (c == '\\' && i + 1 < tmpl_.size() && tmpl_[i + 1] != '{') ++i;
+    else if (c == '`') stack_.pop_back();
+  }
+
+  // Inside ${...}: its quotes nest; in "...", sh and bash differ on single quotes.
+  void parameter(std::size_t& i) {
+    const char c = tmpl_[i];
+    if (c == '\\') {
+      if (i + 1 < tmpl_.size() && tmpl_[i + 1] != '{') ++i;
+    }
+    else if (c == '\'' && in_double() && !ansi_quote_) ansi_quote_ = i;
+    else if (c == '\'' && !in_double()) stack_.push_back(Ctx::kSingle);
+    else if (c == '"') stack_.push_back(Ctx::kDouble);
+    else if (c == '`') stack_.push_back(Ctx::kBacktick);
+    else if (c == '$' && i + 1 < tmpl_.size() && tmpl_[i + 1] == '(') stack_.push_back(Ctx::kSubst), levels_.emplace_back(), ++i;
+    else if (c == '$' && i + 2 < tmpl_.size() && tmpl_[i + 1] == '{' && tmpl_[i + 2] == '{') stack_.push_back(Ctx::kParam), i += 2;
+  }
+
+  // In the commands of the template or of a $(...) (`ctx`): words, operators, quotes, expansions.
+  void command(std::size_t& i, Ctx ctx) {
+    const char c = tmpl_[i];
+    Level& l = level();
+    if (c == '\\') {
+      // An escaped placeholder brace is judged above; a line continuation joins the word.
+      if (i + 1 < tmpl_.size() && tmpl_[i + 1] != '{') {
+        if (tmpl_[i + 1] != '\n') add_char(tmpl_[i + 1]);
+        ++i;
+      }
+    } else if (c == '\'') {
+      stack_.push_back(Ctx::kSingle), l.in_word = true;
+    } else if (c == '"') {
+      stack_.push_back(Ctx::kDouble), l.in_word = true;
+    } else if (c == '`') {
+      stack_.push_back(Ctx::kBacktick), add_expansion();
+    } else if (c == '$') {
+      dollar(i);
+    } else if (c == '#' && !l.in_word && word_start(i)) {
+      comment(i);
+    } else if (c == '<' && i + 1 < tmpl_.size() && tmpl_[i + 1] == '<' && (i + 2 >= tmpl_.size() || tmpl_[i + 2] != '<')) {
+      heredoc(i);
+    } else if (c == '<' || c == '>') {
+      redirection(i);
+    } else if (blank(c)) {
+      end_word();
+    } else if (c == '\n' || c == ';' || c == '&' || c == '|') {
+      const bool pipe = c == '|' && (i + 1 >= tmpl_.size() || tmpl_[i + 1] != '|') && (i == 0 || tmpl_[i - 1] != '|');
+      end_command(pipe);
+      if (c == '\n' && !pending_.empty()) i = read_heredocs(i + 1) - 1;
+    } else if (c == '(') {
+      end_command();
+      if (ctx == Ctx::kSubst) ++l.parens;
+    } else if (c == ')') {
+      end_command();
+      if (ctx == Ctx::kSubst) {
+        if (l.parens == 0) {
+          levels_.pop_back();
+          stack_.pop_back();
+        } else {
+          --l.parens;
+        }
+      }
+    } else {
+      add_char(c);
+    }
+  }
+
+  // A '$' in a command: $'...', $((...)), $(...), ${...} or a plain expansion.
+  void dollar(std::size_t& i) {
+    if (i + 1 < tmpl_.size() && tmpl_[i + 1] == '\'') {
+      if (!ansi_quote_) ansi_quote_ = i;
+      add_expansion();
+    } else if (tmpl_.substr(i, 3) == "$((") {
+      // Arithmetic: read to its "))" (<< in it is a shift, not a here-document); a value inside
+      // would be evaluated.
+      add_expansion();
+      if (const std::size_t close = arithmetic_end(i); close == npos) {
+        i = tmpl_.size();
+      } else {
+        if (const std::size_t k = first_placeholder(i + 3, close); k != npos)
+          return refuse(k, "is inside $((...))", ": the shell would evaluate the value there. Pass it as an argument");
+        i = close + 1;
+      }
+    } else if (i + 1 < tmpl_.size() && tmpl_[i + 1] == '(') {
+      add_expansion();
+      stack_.push_back(Ctx::kSubst), levels_.emplace_back(), ++i;
+    } else if (i + 2 < tmpl_.size() && tmpl_[i + 1] == '{' && tmpl_[i + 2] == '{') {
+      stack_.push_back(Ctx::kParam), add_expansion(), i += 2;
+    } else {
+      add_expansion();
+    }
+  }
+
+  // A comment, to the end of the line: quotes in it are plain text. `i` is left before the line
+  // break, which ends the command.
+  void comment(std::size_t& i) {
+    std::size_t eol = tmpl_.find('\n', i);
+    if (eol == npos) eol = tmpl_.size();
+    if (const std::size_t k = first_placeholder(i + 1, eol); k != npos)
+      return refuse(k, "is inside a comment",
+                    ": a value holding a line break would end the comment and run the rest as commands. Remove "
+                    "the placeholder from the comment");
+    i = eol - 1;
+  }
+
+  // A here-document: <<END or <<-END, the end word possibly quoted; its body is read at the next
+  // line break (read_heredocs).
+  void heredoc(std::size_t& i) {
+    end_word();
+    std::size_t k = i + 2;
+    Heredoc h;
+    if (k < tmpl_.size() && tmpl_[k] == '-') h.strip_tabs = true, ++k;
+    while (k < tmpl_.size() && blank(tmpl_[k])) ++k;
+    for (; k < tmpl_.size() && std::string_view(" \t\n;&|<>()").find(tmpl_[k]) == std::string_view::npos; ++k) {
+      const char d = tmpl_[k];
+      if (d == '{' || d == '}') {
+        if (placeholder_end(k) != npos)
+          return refuse(k, "is a here-document's end word",
+                        ": the value would decide where the document ends. Write the end word in the template");
+        if (k + 1 < tmpl_.size() && tmpl_[k + 1] == d) ++k;
+        h.end += d;
+      } else if (d == '\'' || d == '"') {
+        const std::size_t close = tmpl_.find(d, k + 1);
+        if (close == npos) break;
+        h.end += std::string(tmpl_.substr(k + 1, close - k - 1));
+        k = close;
+      } else if (d == '\\') {
+        if (k + 1 < tmpl_.size()) h.end += tmpl_[++k];
+      } else {
+        h.end += d;
+      }
+    }
+    pending_.push_back(std::move(h));
+    i = k - 1;
+  }
+
   // Reads the bodies of the pending here-documents from `i` (the start of a line); returns where
   // the next line after them starts.
-  auto read_heredocs = [&](std::size_t i) {
-    for (const Heredoc& h : pending) {
-      while (i < tmpl.size()) {
-        std::size_t eol = tmpl.find('\n', i);
-        if (eol == std::string_view::npos) eol = tmpl.size();
-        std::string_view line = tmpl.substr(i, eol - i);
+  std::size_t read_heredocs(std::size_t i) {
+    for (const Heredoc& h : pending_) {
+      while (i < tmpl_.size()) {
+        std::size_t eol = tmpl_.find('\n', i);
+        if (eol == npos) eol = tmpl_.size();
+        std::string_view line = tmpl_.substr(i, eol - i);
         if (h.strip_tabs) while (!line.empty() && line.front() == '\t') line.remove_prefix(1);
         // Literal braces in the end word are doubled in the template.
         std::string shown;
@@ -423,225 +693,43 @@ inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
           if ((line[k] == '{' || line[k] == '}') && k + 1 < line.size() && line[k + 1] == line[k]) ++k;
         }
         if (shown == h.end) {
-          i = eol + (eol < tmpl.size() ? 1 : 0);
+          i = eol + (eol < tmpl_.size() ? 1 : 0);
           break;
         }
-        if (const std::size_t k = first_placeholder(i, eol); k != std::string_view::npos) {
+        if (const std::size_t k = first_placeholder(i, eol); k != npos) {
           refuse(k, "is inside a here-document",
                  ": the shell expands $(...) there, and a value holding the end word would end it early and run "
                  "the rest as commands. Pass the value as an argument, or read it from $HPCTUNE_PARAMS");
-          return tmpl.size();
+          return tmpl_.size();
         }
-        i = eol + (eol < tmpl.size() ? 1 : 0);
-        if (eol == tmpl.size()) break;
+        i = eol + (eol < tmpl_.size() ? 1 : 0);
+        if (eol == tmpl_.size()) break;
       }
     }
-    pending.clear();
+    pending_.clear();
     return i;
-  };
+  }
 
-  for (std::size_t i = 0; i < tmpl.size() && !found; ++i) {
-    const char c = tmpl[i];
-    const Ctx ctx = stack.back();
-    if (c == '{' || c == '}') {
-      if (i + 1 < tmpl.size() && tmpl[i + 1] == c) {  // {{ and }}: a literal brace
-        if (c == '}' && ctx == Ctx::kParam) stack.pop_back();
-        else if (ctx != Ctx::kBacktick && ctx != Ctx::kParam) add_char(c);
-        ++i;
-        continue;
-      }
-      if (c == '}') {
-        if (ctx == Ctx::kParam) stack.pop_back();
-        else if (ctx != Ctx::kBacktick) add_char(c);
-        continue;
-      }
-      const std::size_t end = placeholder_end(i);
-      if (end == std::string_view::npos) continue;  // malformed: the renderer says so
-      const std::string_view name = tmpl.substr(i + 1, end - i - 1);
-      const std::string in = where();
-      if (!in.empty()) return refuse(i, "is " + in, kFix), found;
-      const char before = i > 0 ? tmpl[i - 1] : ' ';
-      if (before == '\\') return refuse(i, "follows a backslash", kFix), found;
-      if (before == '$') return refuse(i, "follows a '$'", kFix), found;
-      if (ansi_quote) {
-        const bool dollar = tmpl[*ansi_quote] == '$';
-        refuse(i, std::string("follows ") + (dollar ? "$'...'" : "a ' inside \"${...}\"") + " at character " +
-                      std::to_string(*ansi_quote + 1),
-               ", which shells read differently, so where its value lands cannot be judged. Write that text "
-               "another way");
-        return found;
-      }
-      Level& l = level();
-      l.cur.placeholders.push_back(i);
-      if (!builtin_name(name)) l.cur.builtin_only = false;
-      l.cur.text += '\x01';
-      l.in_word = true;
-      i = end;
-      continue;
-    }
-    switch (ctx) {
-      case Ctx::kSingle:
-        if (c == '\'') stack.pop_back();
-        else add_char(c);
-        break;
-      case Ctx::kDouble:
-        if (c == '\\') {
-          if (i + 1 < tmpl.size() && tmpl[i + 1] != '{') add_char(tmpl[++i]);
-        } else if (c == '"') {
-          stack.pop_back();
-        } else if (c == '`') {
-          stack.push_back(Ctx::kBacktick), add_expansion();
-        } else if (c == '$' && tmpl.substr(i, 3) == "$((") {
-          add_expansion();  // arithmetic in quotes: no placeholder can be in it (inside quotes)
-          const std::size_t close = arithmetic_end(i);
-          i = close == std::string_view::npos ? tmpl.size() : close;
-        } else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '(') {
-          add_expansion();
-          stack.push_back(Ctx::kSubst), levels.emplace_back(), ++i;
-        } else if (c == '$' && i + 2 < tmpl.size() && tmpl[i + 1] == '{' && tmpl[i + 2] == '{') {
-          stack.push_back(Ctx::kParam), add_expansion(), i += 2;
-        } else if (c == '$') {
-          add_expansion();
-        } else {
-          add_char(c);
-        }
-        break;
-      case Ctx::kBacktick:
-        if (c == '\\' && i + 1 < tmpl.size() && tmpl[i + 1] != '{') ++i;
-        else if (c == '`') stack.pop_back();
-        break;
-      case Ctx::kParam:  // ${...}: its quotes nest; in "...", sh and bash differ on single quotes
-        if (c == '\\') {
-          if (i + 1 < tmpl.size() && tmpl[i + 1] != '{') ++i;
-        }
-        else if (c == '\'' && in_double() && !ansi_quote) ansi_quote = i;
-        else if (c == '\'' && !in_double()) stack.push_back(Ctx::kSingle);
-        else if (c == '"') stack.push_back(Ctx::kDouble);
-        else if (c == '`') stack.push_back(Ctx::kBacktick);
-        else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '(') stack.push_back(Ctx::kSubst), levels.emplace_back(), ++i;
-        else if (c == '$' && i + 2 < tmpl.size() && tmpl[i + 1] == '{' && tmpl[i + 2] == '{') stack.push_back(Ctx::kParam), i += 2;
-        break;
-      case Ctx::kTop:
-      case Ctx::kSubst: {
-        Level& l = level();
-        if (c == '\\') {
-          // An escaped placeholder brace is judged above; a line continuation joins the word.
-          if (i + 1 < tmpl.size() && tmpl[i + 1] != '{') {
-            if (tmpl[i + 1] != '\n') add_char(tmpl[i + 1]);
-            ++i;
-          }
-        } else if (c == '\'') {
-          stack.push_back(Ctx::kSingle), l.in_word = true;
-        } else if (c == '"') {
-          stack.push_back(Ctx::kDouble), l.in_word = true;
-        } else if (c == '`') {
-          stack.push_back(Ctx::kBacktick), add_expansion();
-        } else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '\'') {
-          if (!ansi_quote) ansi_quote = i;
-          add_expansion();
-        } else if (c == '$' && tmpl.substr(i, 3) == "$((") {
-          // Arithmetic: read to its "))" (<< in it is a shift, not a here-document); a value inside
-          // would be evaluated.
-          add_expansion();
-          if (const std::size_t close = arithmetic_end(i); close == std::string_view::npos) {
-            i = tmpl.size();
-          } else {
-            if (const std::size_t k = first_placeholder(i + 3, close); k != std::string_view::npos) {
-              refuse(k, "is inside $((...))", ": the shell would evaluate the value there. Pass it as an argument");
-              return found;
-            }
-            i = close + 1;
-          }
-        } else if (c == '$' && i + 1 < tmpl.size() && tmpl[i + 1] == '(') {
-          add_expansion();
-          stack.push_back(Ctx::kSubst), levels.emplace_back(), ++i;
-        } else if (c == '$' && i + 2 < tmpl.size() && tmpl[i + 1] == '{' && tmpl[i + 2] == '{') {
-          stack.push_back(Ctx::kParam), add_expansion(), i += 2;
-        } else if (c == '$') {
-          add_expansion();
-        } else if (c == '#' && !l.in_word && word_start(i)) {
-          // A comment, to the end of the line: quotes in it are plain text.
-          std::size_t eol = tmpl.find('\n', i);
-          if (eol == std::string_view::npos) eol = tmpl.size();
-          if (const std::size_t k = first_placeholder(i + 1, eol); k != std::string_view::npos) {
-            refuse(k, "is inside a comment",
-                   ": a value holding a line break would end the comment and run the rest as commands. Remove "
-                   "the placeholder from the comment");
-            return found;
-          }
-          i = eol - 1;  // the line break itself ends the command below
-        } else if (c == '<' && i + 1 < tmpl.size() && tmpl[i + 1] == '<' && (i + 2 >= tmpl.size() || tmpl[i + 2] != '<')) {
-          // A here-document: <<END or <<-END, the end word possibly quoted.
-          end_word();
-          std::size_t k = i + 2;
-          Heredoc h;
-          if (k < tmpl.size() && tmpl[k] == '-') h.strip_tabs = true, ++k;
-          while (k < tmpl.size() && blank(tmpl[k])) ++k;
-          for (; k < tmpl.size() && std::string_view(" \t\n;&|<>()").find(tmpl[k]) == std::string_view::npos; ++k) {
-            const char d = tmpl[k];
-            if (d == '{' || d == '}') {
-              if (placeholder_end(k) != std::string_view::npos) {
-                refuse(k, "is a here-document's end word",
-                       ": the value would decide where the document ends. Write the end word in the template");
-                return found;
-              }
-              if (k + 1 < tmpl.size() && tmpl[k + 1] == d) ++k;
-              h.end += d;
-            } else if (d == '\'' || d == '"') {
-              const std::size_t close = tmpl.find(d, k + 1);
-              if (close == std::string_view::npos) break;
-              h.end += std::string(tmpl.substr(k + 1, close - k - 1));
-              k = close;
-            } else if (d == '\\') {
-              if (k + 1 < tmpl.size()) h.end += tmpl[++k];
-            } else {
-              h.end += d;
-            }
-          }
-          pending.push_back(std::move(h));
-          i = k - 1;
-        } else if (c == '<' || c == '>') {
-          // An io number (2>) is not a word of the command; the next word is the redirection's target.
-          if (l.in_word && !l.cur.text.empty() &&
-              std::all_of(l.cur.text.begin(), l.cur.text.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); }))
-            l.cur = Word{}, l.in_word = false;
-          end_word();
-          while (i + 1 < tmpl.size() && std::string_view("<>&|").find(tmpl[i + 1]) != std::string_view::npos) ++i;
-          l.redirect_next = true;
-        } else if (blank(c)) {
-          end_word();
-        } else if (c == '\n' || c == ';' || c == '&' || c == '|') {
-          const bool pipe = c == '|' && (i + 1 >= tmpl.size() || tmpl[i + 1] != '|') && (i == 0 || tmpl[i - 1] != '|');
-          end_command(pipe);
-          if (c == '\n' && !pending.empty()) i = read_heredocs(i + 1) - 1;
-        } else if (c == '(') {
-          end_command();
-          if (ctx == Ctx::kSubst) ++l.parens;
-        } else if (c == ')') {
-          end_command();
-          if (ctx == Ctx::kSubst) {
-            if (l.parens == 0) {
-              levels.pop_back();
-              stack.pop_back();
-            } else {
-              --l.parens;
-            }
-          }
-        } else {
-          add_char(c);
-        }
-        break;
-      }
-    }
+  // A redirection operator (<, >, >>, 2>&1, ...): an io number before it (2>) is not a word of the
+  // command; the next word is the redirection's target.
+  void redirection(std::size_t& i) {
+    Level& l = level();
+    if (l.in_word && !l.cur.text.empty() &&
+        std::all_of(l.cur.text.begin(), l.cur.text.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); }))
+      l.cur = Word{}, l.in_word = false;
+    end_word();
+    while (i + 1 < tmpl_.size() && std::string_view("<>&|").find(tmpl_[i + 1]) != std::string_view::npos) ++i;
+    l.redirect_next = true;
   }
-  if (found) return found;
-  // The end of the template ends every command still open; unread here-documents are empty.
-  while (levels.size() > 1) {
-    end_command();
-    levels.pop_back();
-  }
-  end_command();
-  return found;
+};
+
+}  // namespace shell_template_detail
+
+// nullopt when every placeholder of `tmpl` stands where /bin/sh reads its value once, as an
+// argument; otherwise the first one that does not, with how to fix it. Malformed placeholders are
+// not judged here (the renderer names them).
+inline std::optional<TemplateProblem> template_problem(std::string_view tmpl) {
+  return shell_template_detail::Scanner(tmpl).run();
 }
 
 // The message of template_problem(tmpl), or nullopt.
