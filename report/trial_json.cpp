@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "config/trainer_kinds.h"
 #include "report/campaign.h"
@@ -21,9 +22,19 @@ ShownParams shown_params(const nlohmann::json& params, const nlohmann::json& met
   // Never trusted beyond its type: a meta that names no string names nothing.
   const auto step = meta.is_object() ? meta.find(trainers::kStageStepMeta) : meta.end();
   const std::string stage_step = meta.is_object() && step != meta.end() && step->is_string() ? step->get<std::string>() : "";
+  std::set<std::string> stage_set;  // the keys a stage set from its settings (strings only)
+  if (const auto set = meta.is_object() ? meta.find(trainers::kStageSettingsMeta) : meta.end();
+      meta.is_object() && set != meta.end() && set->is_array()) {
+    for (const auto& key : *set)
+      if (key.is_string()) stage_set.insert(key.get<std::string>());
+  }
   for (auto it = params.begin(); it != params.end(); ++it) {
     if (!stage_step.empty() && it.key() == stage_step) {
       out.run_settings[trainers::kMaxStepParam] = it.value();
+      continue;
+    }
+    if (stage_set.count(it.key()) > 0 && config::internal_param(it.key()) == nullptr) {
+      out.run_settings[it.key()] = it.value();
       continue;
     }
     const trainers::InternalParam* internal = config::internal_param(it.key());

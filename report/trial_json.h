@@ -24,7 +24,8 @@ double trial_seconds(const store::TrialRow& trial);
 // A trial's params as the views show them: the searched (and user-given) values apart from the
 // keys hpctune itself adds (trainers/internal_params.h), its lineage (source_trial,
 // source_checkpoint) and its run settings (max_step; also the kind's own step setting, epochs or
-// steps, where the trial's meta says a stage set it: trainers/internal_params.h, kStageStepMeta).
+// steps, where the trial's meta says a stage set it: trainers/internal_params.h, kStageStepMeta; and
+// the keys a stage set from its own settings, such as a transfer target's freeze: kStageSettingsMeta).
 // Three objects, each possibly empty; what the trainer received is the three together.
 struct ShownParams {
   nlohmann::json params = nlohmann::json::object();

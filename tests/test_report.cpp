@@ -943,6 +943,14 @@ TEST_CASE("the keys hpctune adds to params: lineage and run settings, declared o
   CHECK(report::shown_params(pbt_params, {{"source", "initial"}}).params == pbt_params);
   CHECK(report::shown_params(pbt_params, {{"stage_step_setting", 7}}).params == pbt_params);  // not a name: ignored
   CHECK(report::shown_params(pbt_params, json::array()).params == pbt_params);
+  // The keys a stage set from its settings (a transfer target's freeze) are run settings under their
+  // own names; a lineage key listed there keeps its role; names that are not strings are ignored.
+  const json target = {{"lr", 0.1}, {"freeze", 2}, {"init_from", "/c.bin"}, {"classes", 5}};
+  const auto shown_target = report::shown_params(target, {{"stage_settings", {"freeze", "init_from", 3}}});
+  CHECK(shown_target.params == json{{"lr", 0.1}, {"classes", 5}});
+  CHECK(shown_target.run_settings == json{{"freeze", 2}});
+  CHECK(shown_target.lineage == json{{"source_checkpoint", "/c.bin"}});
+  CHECK(report::shown_params(target, {{"stage_settings", "freeze"}}).params.contains("freeze"));  // not a list
   // Every key a kind's capabilities put in a trial's params is in the one list: the views would
   // otherwise show it as a searched parameter.
   int declared = 0;

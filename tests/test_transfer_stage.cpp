@@ -261,6 +261,10 @@ TEST_CASE("transfer: baseline twins share the seed and the params, without init_
     CHECK(target.meta["role"] == "target");
     CHECK(lineage_of(target) == f.ids[1]);
     CHECK(target.params["freeze"] == 2);
+    // freeze is the stage's setting, not a searched value: the views show it as a run setting
+    // (classes and max_train_samples are the mlp's settings here, not parameters).
+    CHECK(target.meta["stage_settings"] == json::array({"freeze"}));
+    CHECK(twin.meta["stage_settings"] == json::array({"freeze"}));
     CHECK(twin.meta["role"] == "baseline");
     CHECK(twin.meta["baseline_of"] == target.seq);
     CHECK(twin.meta["seed"] == target.meta["seed"]);

@@ -48,6 +48,11 @@ inline constexpr InternalParam kInternalParams[] = {
 // rungs set it). The views show that key as the run setting max_step, whatever the kind calls it,
 // and never as a parameter: the stage chose its value, the search did not.
 inline constexpr const char* kStageStepMeta = "stage_step_setting";
+// A trial meta key: the params keys a stage set from its own settings rather than searched (a
+// transfer stage's freeze, its `trainer:` keys for a program, the target data's classes and
+// max_train_samples where they are parameters). The views show them as run settings under their
+// own names.
+inline constexpr const char* kStageSettingsMeta = "stage_settings";
 
 // The declaration of `key`, or nullptr when it is a searched (or user-given) parameter.
 inline const InternalParam* find_internal_param(std::string_view key) {

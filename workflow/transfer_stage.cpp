@@ -245,6 +245,20 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
     return {.init_setting = use_.init_setting, .source_trial_setting = use_.source_trial_setting,
             .freeze_setting = "freeze", .twin_resets = use_.twin_resets};
   }
+  // The keys of a target's `params` that the stage set from its own settings, not searched: freeze,
+  // the program's keys of its `trainer:` and the target data's, unless the nested search chose them.
+  json stage_set_keys(const json& params, const json& nested_params) const {
+    json keys = json::array();
+    auto add = [&](const std::string& key) {
+      const bool searched = nested_params.is_object() && nested_params.contains(key);
+      if (!searched && params.contains(key) && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    };
+    add(start_settings().freeze_setting);
+    for (const json* from : {&use_.program_params, &use_.extra_params})
+      if (from->is_object())
+        for (const auto& [key, value] : from->items()) add(key);
+    return keys;
+  }
   search::Suggestion make_target(const json& nested_params, json nested_meta);
   search::Suggestion make_twin(int64_t target_seq);
 
@@ -414,6 +428,7 @@ search::Suggestion TransferStage::make_target(const json& nested_params, json ne
     }
     s.meta["parents"] = parents;
   }
+  s.meta[trainers::kStageSettingsMeta] = stage_set_keys(s.params, nested_params);  // shown as run settings
   s.meta["role"] = "target";
   s.meta["source"] = which;
   s.meta["seed"] = target_seed(index);
@@ -430,6 +445,12 @@ search::Suggestion TransferStage::make_twin(int64_t target_seq) {
   s.seq = next_seq_++;
   s.params = transfer::twin_params(params_.at(target_seq), trainer_, start_settings());
   s.meta = {{"role", "baseline"}, {"baseline_of", target_seq}, {"seed", target_seed(target.target)}};
+  // Its target's stage settings, and what the twin resets (transfer/transfer_plan.h: twin_params).
+  json set = stage_set_keys(s.params, fine_tuning(params_.at(target_seq)));
+  if (use_.twin_resets.is_object())
+    for (const auto& [key, value] : use_.twin_resets.items())
+      if (s.params.contains(key) && std::find(set.begin(), set.end(), key) == set.end()) set.push_back(key);
+  s.meta[trainers::kStageSettingsMeta] = std::move(set);
   entries_[s.seq] = {true, target.target};
   params_[s.seq] = s.params;
   return s;
