@@ -73,6 +73,18 @@ Status run_with_deadline(const std::vector<std::string>& argv, const std::map<st
   return Status::Ok();
 }
 
+// The two variables that reach the daemon of the private directory `dir`.
+std::map<std::string, std::string> environment_of(const std::string& dir) {
+  return {{kMpsPipeEnv, dir + "/pipe"}, {kMpsLogEnv, dir + "/log"}};
+}
+
+// `echo quit | <control>` (the control program reads its commands from stdin) to the daemon of `dir`,
+// in its own process group, within `deadline`; its output in dir/log/hpctune-quit.out.
+Status send_quit(const std::string& control, const std::string& dir, std::chrono::milliseconds deadline) {
+  return run_with_deadline({"/bin/sh", "-c", "echo quit | \"$0\"", control}, environment_of(dir),
+                           dir + "/log/hpctune-quit.out", /*own_group=*/true, deadline, "echo quit | " + control);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<MpsDaemon>> MpsDaemon::start(const Options& options) {
@@ -116,7 +128,7 @@ Status MpsDaemon::make_directories() {
       return err(Errc::kIo, "cannot make the MPS daemon's directory " + path + ": " + std::strerror(errno));
     HPCTUNE_TRY(check_private(path));
   }
-  env_ = {{kMpsPipeEnv, dir_ + "/pipe"}, {kMpsLogEnv, dir_ + "/log"}};
+  env_ = environment_of(dir_);
   return Status::Ok();
 }
 
@@ -126,10 +138,7 @@ Status MpsDaemon::stop() {
     return Status::Ok();
   }
   running_ = false;
-  // `echo quit | nvidia-cuda-mps-control`: the control program reads its commands from stdin.
-  Status quit = run_with_deadline({"/bin/sh", "-c", "echo quit | \"$0\"", opt_.control}, env_,
-                                  dir_ + "/log/hpctune-quit.out", /*own_group=*/true, opt_.deadline,
-                                  "echo quit | " + opt_.control);
+  Status quit = send_quit(opt_.control, dir_, opt_.deadline);
   if (!quit.ok()) {
     // Its pipe directory is what reaches it: kept, so that it can still be stopped by hand.
     const std::string dir = std::exchange(dir_, "");
@@ -151,9 +160,7 @@ void MpsDaemon::stop_leftovers(const std::string& base, const std::string& prefi
       if (opt_.log) opt_.log("MPS: left alone " + dir + " (not a private directory of this user's)");
       continue;
     }
-    const std::map<std::string, std::string> env = {{kMpsPipeEnv, dir + "/pipe"}, {kMpsLogEnv, dir + "/log"}};
-    Status quit = run_with_deadline({"/bin/sh", "-c", "echo quit | \"$0\"", opt_.control}, env, dir + "/log/hpctune-quit.out",
-                                    /*own_group=*/true, opt_.deadline, "echo quit | " + opt_.control);
+    Status quit = send_quit(opt_.control, dir, opt_.deadline);
     struct stat st {};
     const bool socket = ::lstat((dir + "/pipe/control").c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
     if (!quit.ok() && socket) {

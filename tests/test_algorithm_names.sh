@@ -38,7 +38,6 @@ grep -q '^config/auto.cpp:1:' <<<"$out" && fail "another setting's value \"auto\
 rm -f "$tmp/config/auto.cpp"
 
 # The names are read from the registry: an algorithm added there is checked too.
-rm -f "$tmp/dashboard/bad.cpp" "$tmp/config/bad.h"
 sed -i 's|{"rl", &rl_settings,|{"hyperband_bo", \&hb_settings, \&make_hb, {}},\n      {"rl", \&rl_settings,|' "$tmp/search/searcher_factory.cpp"
 printf 'bool g(const std::string& a) { return a != "hyperband_bo"; }\n' >"$tmp/config/new.cpp"
 rc=0
