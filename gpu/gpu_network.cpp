@@ -174,23 +174,41 @@ struct GpuNetwork::Impl {
     return check(api().set_tf32(raw(), options.precision == GpuPrecision::kFp32 ? 0 : 1), "set cuBLAS math mode");
   }
 
-  Status forward(const float* x, int64_t batch, bool train, uint64_t seed, uint64_t offset) {
-    const float* P = params.as<const float>();
+  // A dropout layer that passes its input on (not training, or rate 0): it has no buffer.
+  static bool identity(const Layer& L, bool train) {
+    return L.d.kind == GpuLayerDesc::Kind::kDropout && (!train || L.d.rate <= 0.0);
+  }
+  // ys for rows from row0 of input x, as a forward pass sets them (also for a pipeline stage's
+  // backward pass of an earlier micro-batch).
+  void point_outputs(const float* x, int64_t row0, bool train) {
     ys.assign(layers.size(), nullptr);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const float* in = l == 0 ? x : ys[l - 1];
+      ys[l] = identity(layers[l], train) ? in : layers[l].out.as<float>() + row0 * out_size(layers[l].d);
+    }
+  }
+
+  // Rows [row0, row0 + batch) of the layers' buffers (row0 is 0 but in a pipeline stage's
+  // micro-batches).
+  Status forward(const float* x, int64_t row0, int64_t batch, bool train, uint64_t seed, uint64_t offset) {
+    const float* P = params.as<const float>();
+    point_outputs(x, row0, train);
     const bool bf16 = options.precision == GpuPrecision::kBf16;
     for (size_t l = 0; l < layers.size(); ++l) {
       Layer& L = layers[l];
       const GpuLayerDesc& d = L.d;
       const float* in = l == 0 ? x : ys[l - 1];
-      float* y = L.out.as<float>();
+      float* y = const_cast<float*>(ys[l]);
+      uint16_t* x16 = bf16 && d.kind == GpuLayerDesc::Kind::kDense ? L.x_bf16.as<uint16_t>() + row0 * in_size(d) : nullptr;
+      int32_t* argmax = d.kind == GpuLayerDesc::Kind::kMaxpool ? L.argmax.as<int32_t>() + row0 * out_size(d) : nullptr;
       switch (d.kind) {
         case GpuLayerDesc::Kind::kDense: {
           const int64_t ni = in_size(d), no = d.out_c;
           const float* W = P + L.offset;
           if (bf16) {
-            HPCTUNE_TRY(check(api().f32_to_bf16(raw(), in, L.x_bf16.as<uint16_t>(), batch * ni), "bf16 (dense input)"));
+            HPCTUNE_TRY(check(api().f32_to_bf16(raw(), in, x16, batch * ni), "bf16 (dense input)"));
             HPCTUNE_TRY(check(api().f32_to_bf16(raw(), W, L.w_bf16.as<uint16_t>(), ni * no), "bf16 (dense weights)"));
-            HPCTUNE_TRY(check(api().gemm_bf16(raw(), 0, 0, batch, no, ni, 1.f, L.x_bf16.as<const uint16_t>(),
+            HPCTUNE_TRY(check(api().gemm_bf16(raw(), 0, 0, batch, no, ni, 1.f, x16,
                                               L.w_bf16.as<const uint16_t>(), 0.f, y),
                               "gemm bf16 (dense forward)"));
           } else {
@@ -198,7 +216,6 @@ struct GpuNetwork::Impl {
           }
           HPCTUNE_TRY(check(api().bias_activation_nchw(raw(), y, W + ni * no, batch, no, 1, act_code(d.activation)),
                             "bias + activation (dense)"));
-          ys[l] = y;
           break;
         }
         case GpuLayerDesc::Kind::kConv: {
@@ -208,32 +225,30 @@ struct GpuNetwork::Impl {
           HPCTUNE_TRY(check(api().bias_activation_nchw(raw(), y, W + d.out_c * d.in_c * d.kernel * d.kernel, batch,
                                                        d.out_c, d.out_h * d.out_w, act_code(d.activation)),
                             "bias + activation (conv)"));
-          ys[l] = y;
           break;
         }
         case GpuLayerDesc::Kind::kMaxpool:
-          HPCTUNE_TRY(check(api().maxpool_forward(raw(), in, y, train ? L.argmax.as<int32_t>() : nullptr, batch, d.in_c,
-                                                  d.in_h, d.in_w, d.kernel, d.stride),
+          HPCTUNE_TRY(check(api().maxpool_forward(raw(), in, y, train ? argmax : nullptr, batch, d.in_c, d.in_h, d.in_w,
+                                                  d.kernel, d.stride),
                             "maxpool forward"));
-          ys[l] = y;
           break;
         case GpuLayerDesc::Kind::kDropout:
-          if (!train || d.rate <= 0.0) {
-            ys[l] = in;  // identity
-            break;
-          }
+          if (identity(L, train)) break;  // ys[l] is its input
           HPCTUNE_TRY(check(api().dropout_forward(raw(), in, y, batch * in_size(d), d.rate, seed,
                                                   offset * kMaxLayers + uint64_t(L.dropout_index)),
                             "dropout forward"));
-          ys[l] = y;
           break;
       }
     }
     return Status::Ok();
   }
 
-  // From dlogits in delta_a: every layer's gradients added into grads.
-  Status backward(const float* x, int64_t batch, uint64_t seed, uint64_t offset) {
+  // From the output's gradient in delta_a (the loss's, or a later stage's): every layer's gradients
+  // added into grads, for rows from row0 (a pipeline stage's micro-batch; ys as its forward set
+  // them). With input_gradient (a pipeline stage after the first) the gradient of the input too,
+  // which it returns (device memory, delta_a or delta_b); nullptr otherwise.
+  Result<const float*> backward(const float* x, int64_t row0, int64_t batch, uint64_t seed, uint64_t offset,
+                                bool input_gradient) {
     const float* P = params.as<const float>();
     float* G = grads.as<float>();
     float* dy = delta_a.as<float>();
@@ -254,13 +269,14 @@ struct GpuNetwork::Impl {
           if (bf16) {
             uint16_t* dz16 = dz_bf16.as<uint16_t>();
             HPCTUNE_TRY(check(api().f32_to_bf16(raw(), dy, dz16, batch * no), "bf16 (dense dz)"));
-            HPCTUNE_TRY(check(api().gemm_bf16(raw(), 1, 0, ni, no, batch, 1.f, L.x_bf16.as<const uint16_t>(), dz16, 1.f, gW),
+            HPCTUNE_TRY(check(api().gemm_bf16(raw(), 1, 0, ni, no, batch, 1.f, L.x_bf16.as<const uint16_t>() + row0 * ni, dz16,
+                                              1.f, gW),
                               "gemm bf16 (dense weight gradient)"));
           } else {
             HPCTUNE_TRY(check(api().gemm(raw(), 1, 0, ni, no, batch, 1.f, in, dy, 1.f, gW), "gemm (dense weight gradient)"));
           }
           HPCTUNE_TRY(check(api().bias_gradient(raw(), dy, gW + ni * no, batch, no), "bias gradient (dense)"));
-          if (l == 0) break;
+          if (l == 0 && !input_gradient) break;
           if (bf16) {
             HPCTUNE_TRY(check(api().gemm_bf16(raw(), 0, 1, batch, ni, no, 1.f, dz_bf16.as<const uint16_t>(),
                                               L.w_bf16.as<const uint16_t>(), 0.f, other),
@@ -282,29 +298,31 @@ struct GpuNetwork::Impl {
           HPCTUNE_TRY(check(api().conv_backward_filter(raw(), &s, in, dy, gW), "conv backward filter (cuDNN)"));
           HPCTUNE_TRY(check(api().bias_gradient_nchw(raw(), dy, gW + wsize, batch, d.out_c, d.out_h * d.out_w),
                             "bias gradient (conv)"));
-          if (l == 0) break;
+          if (l == 0 && !input_gradient) break;
           HPCTUNE_TRY(check(api().conv_backward_data(raw(), &s, dy, W, other), "conv backward data (cuDNN)"));
           std::swap(dy, other);
           break;
         }
         case GpuLayerDesc::Kind::kMaxpool:
-          if (l == 0) break;
-          HPCTUNE_TRY(check(api().maxpool_backward(raw(), dy, L.argmax.as<const int32_t>(), other, batch, d.in_c, d.in_h,
+          if (l == 0 && !input_gradient) break;
+          HPCTUNE_TRY(check(api().maxpool_backward(raw(), dy, L.argmax.as<const int32_t>() + row0 * out_size(d), other, batch,
+                                                   d.in_c, d.in_h,
                                                    d.in_w, d.kernel, d.stride),
                             "maxpool backward"));
           std::swap(dy, other);
           break;
         case GpuLayerDesc::Kind::kDropout:
-          if (l == 0 || d.rate <= 0.0) break;
+          if ((l == 0 && !input_gradient) || d.rate <= 0.0) break;
           HPCTUNE_TRY(check(api().dropout_backward(raw(), dy, dy, batch * in_size(d), d.rate, seed,
                                                    offset * kMaxLayers + uint64_t(L.dropout_index)),
                             "dropout backward"));
           break;
       }
     }
-    return Status::Ok();
+    return input_gradient ? dy : nullptr;
   }
 
+  Status check_rows(int64_t row0, int64_t n, const char* what) const;
   Status check_batch(int64_t batch, const char* what) const {
     if (batch < 1 || batch > options.max_batch)
       return err(Errc::kInvalidArgument, std::string("GpuNetwork::") + what + ": batch " + std::to_string(batch) +
@@ -322,7 +340,8 @@ Result<GpuNetwork> GpuNetwork::create(const GpuContext& ctx, std::vector<GpuLaye
                                       std::span<const float> params, const GpuNetworkOptions& options) {
   if (layers.empty() || layers.size() > kMaxLayers)
     return err(Errc::kInvalidArgument, "GpuNetwork: " + std::to_string(layers.size()) + " layers, out of [1, 1024]");
-  if (classes < 1 || classes > kMaxDim) return err(Errc::kInvalidArgument, "GpuNetwork: classes out of [1, 2^24]");
+  if (options.last_stage && (classes < 1 || classes > kMaxDim))
+    return err(Errc::kInvalidArgument, "GpuNetwork: classes out of [1, 2^24]");
   if (options.max_batch < 1 || options.max_batch > kMaxBatch)
     return err(Errc::kInvalidArgument, "GpuNetwork: max_batch " + std::to_string(options.max_batch) + " out of [1, 2^20]");
   size_t total = 0;
@@ -345,7 +364,7 @@ Result<GpuNetwork> GpuNetwork::create(const GpuContext& ctx, std::vector<GpuLaye
     any_conv = any_conv || d.kind == GpuLayerDesc::Kind::kConv;
     total += d.num_params();
   }
-  if (out_size(layers.back()) != classes)
+  if (options.last_stage && out_size(layers.back()) != classes)
     return err(Errc::kInvalidArgument, "GpuNetwork: the last layer has " + std::to_string(out_size(layers.back())) +
                                            " outputs, not the " + std::to_string(classes) + " classes");
   if (params.size() != total)
@@ -365,7 +384,7 @@ Result<GpuNetwork> GpuNetwork::create(const GpuContext& ctx, std::vector<GpuLaye
   impl->options = options;
   impl->num_params = total;
   const int64_t mb = options.max_batch;
-  int64_t widest = classes, widest_dense_out = 1, dropouts = 0;
+  int64_t widest = options.last_stage ? classes : 1, widest_dense_out = 1, dropouts = 0;
   size_t offset = 0;
   for (auto& d : layers) {
     Impl::Layer L;
@@ -425,11 +444,11 @@ Status GpuNetwork::forward_backward(const float* d_x, const int32_t* d_labels, i
     return err(Errc::kInvalidArgument, "GpuNetwork::forward_backward: null input or labels");
   HPCTUNE_TRY(m.set_math());
   if (!accumulate) HPCTUNE_TRY(m.grads.fill_zero());
-  HPCTUNE_TRY(m.forward(d_x, batch, true, dropout_seed, dropout_offset));
+  HPCTUNE_TRY(m.forward(d_x, 0, batch, true, dropout_seed, dropout_offset));
   HPCTUNE_TRY(m.check(m.api().softmax_cross_entropy(m.raw(), m.ys.back(), d_labels, batch, m.classes, grad_scale,
                                                     m.delta_a.as<float>(), m.loss.as<float>(), m.correct.as<int32_t>()),
                       "softmax cross-entropy"));
-  HPCTUNE_TRY(m.backward(d_x, batch, dropout_seed, dropout_offset));
+  HPCTUNE_TRY(m.backward(d_x, 0, batch, dropout_seed, dropout_offset, false));
   m.images += batch;
   return Status::Ok();
 }
@@ -439,7 +458,7 @@ Status GpuNetwork::evaluate(const float* d_x, const int32_t* d_labels, int64_t b
   HPCTUNE_TRY(m.check_batch(batch, "evaluate"));
   if (d_x == nullptr || d_labels == nullptr) return err(Errc::kInvalidArgument, "GpuNetwork::evaluate: null input or labels");
   HPCTUNE_TRY(m.set_math());
-  HPCTUNE_TRY(m.forward(d_x, batch, false, 0, 0));
+  HPCTUNE_TRY(m.forward(d_x, 0, batch, false, 0, 0));
   HPCTUNE_TRY(m.check(m.api().softmax_cross_entropy(m.raw(), m.ys.back(), d_labels, batch, m.classes, 0.f, nullptr,
                                                     m.loss.as<float>(), m.correct.as<int32_t>()),
                       "softmax cross-entropy (evaluate)"));
@@ -459,6 +478,63 @@ Result<GpuStepStats> GpuNetwork::take_stats() {
   m.images = 0;
   return s;
 }
+
+// ---- Pipeline stages ---------------------------------------------------------------------------
+
+Status GpuNetwork::Impl::check_rows(int64_t row0, int64_t n, const char* what) const {
+  if (row0 < 0 || n < 1 || row0 + n > options.max_batch)
+    return err(Errc::kInvalidArgument, std::string("GpuNetwork::") + what + ": rows [" + std::to_string(row0) + ", " +
+                                           std::to_string(row0 + n) + ") out of [0, max_batch " +
+                                           std::to_string(options.max_batch) + ")");
+  return Status::Ok();
+}
+
+Result<const float*> GpuNetwork::stage_forward(const float* d_in, int64_t row0, int64_t n, bool train,
+                                               uint64_t dropout_seed, uint64_t dropout_offset) {
+  Impl& m = *impl_;
+  HPCTUNE_TRY(m.check_rows(row0, n, "stage_forward"));
+  if (d_in == nullptr) return err(Errc::kInvalidArgument, "GpuNetwork::stage_forward: null input");
+  HPCTUNE_TRY(m.set_math());
+  HPCTUNE_TRY(m.forward(d_in, row0, n, train, dropout_seed, dropout_offset));
+  return m.ys.back();
+}
+
+Status GpuNetwork::stage_loss(const int32_t* d_labels, int64_t row0, int64_t n, bool train, float grad_scale,
+                              float* d_probs) {
+  Impl& m = *impl_;
+  if (!m.options.last_stage) return err(Errc::kInvalidArgument, "GpuNetwork::stage_loss: not the last stage");
+  HPCTUNE_TRY(m.check_rows(row0, n, "stage_loss"));
+  if (d_labels == nullptr) return err(Errc::kInvalidArgument, "GpuNetwork::stage_loss: null labels");
+  // The logits of these rows: the last layer's buffer (an identity dropout last passes its input on).
+  m.point_outputs(nullptr, row0, train);
+  const float* logits = m.ys.back();
+  if (logits == nullptr) return err(Errc::kInvalidArgument, "GpuNetwork::stage_loss: the stage ends in an identity layer");
+  HPCTUNE_TRY(m.check(m.api().softmax_cross_entropy(m.raw(), logits, d_labels, n, m.classes, train ? grad_scale : 0.f,
+                                                    train ? m.delta_a.as<float>() : nullptr, m.loss.as<float>(),
+                                                    m.correct.as<int32_t>()),
+                      "softmax cross-entropy (stage)"));
+  if (d_probs != nullptr)
+    HPCTUNE_TRY(m.check(m.api().softmax(m.raw(), logits, n, m.classes, d_probs), "softmax (stage probabilities)"));
+  m.images += n;
+  return Status::Ok();
+}
+
+float* GpuNetwork::stage_delta() const noexcept { return impl_->delta_a.as<float>(); }
+
+Result<const float*> GpuNetwork::stage_backward(const float* d_in, int64_t row0, int64_t n, uint64_t dropout_seed,
+                                                uint64_t dropout_offset) {
+  Impl& m = *impl_;
+  HPCTUNE_TRY(m.check_rows(row0, n, "stage_backward"));
+  if (d_in == nullptr) return err(Errc::kInvalidArgument, "GpuNetwork::stage_backward: null input");
+  HPCTUNE_TRY(m.set_math());
+  m.point_outputs(d_in, row0, true);
+  return m.backward(d_in, row0, n, dropout_seed, dropout_offset, !m.options.first_stage);
+}
+
+Status GpuNetwork::zero_grads() { return impl_->grads.fill_zero(); }
+
+int64_t GpuNetwork::input_size() const noexcept { return in_size(impl_->layers.front().d); }
+int64_t GpuNetwork::output_size() const noexcept { return out_size(impl_->layers.back().d); }
 
 // ---- GpuOptimizer -------------------------------------------------------------------------------
 

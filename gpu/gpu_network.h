@@ -64,6 +64,10 @@ struct GpuNetworkOptions {
   GpuPrecision precision = GpuPrecision::kFp32;
   bool deterministic = false;
   int64_t max_batch = 128;  // the largest batch forward_backward() and evaluate() take
+  // A pipeline stage (trainers/: a network's layers [first, last) on one model rank of a group):
+  // a stage after the first computes the gradient of its input (the previous stage's activation);
+  // only the last stage's output is the logits (its classes), and a stage before it takes 0 classes.
+  bool first_stage = true, last_stage = true;
 };
 
 struct GpuStepStats {
@@ -102,6 +106,31 @@ class GpuNetwork {
   Status evaluate(const float* d_x, const int32_t* d_labels, int64_t batch, float* d_probs);
   // Loss sum, correct count and images since the last call (waits for the queued work).
   Result<GpuStepStats> take_stats();
+
+  // Pipeline stages (GPipe: every micro-batch forward, then every one backward in reverse order).
+  // A micro-batch is rows [row0, row0 + n) of the stage's buffers (row0 + n <= max_batch), so that
+  // the micro-batches of a minibatch keep their activations until their backward pass. Dropout
+  // masks from (seed, offset) as forward_backward's: give each micro-batch its own offset.
+  //
+  // The stage's output for d_in [n, input_size()] (device memory, kept until the backward pass):
+  // rows of device memory [n, output_size()], valid until the next forward of the same rows.
+  Result<const float*> stage_forward(const float* d_in, int64_t row0, int64_t n, bool train, uint64_t dropout_seed,
+                                     uint64_t dropout_offset);
+  // The last stage, after stage_forward() of these rows: their loss and correct count into the
+  // stats; with `train`, the loss's gradient times grad_scale into stage_delta(); the
+  // probabilities into d_probs [n, classes] (device) when not null.
+  Status stage_loss(const int32_t* d_labels, int64_t row0, int64_t n, bool train, float grad_scale, float* d_probs);
+  // Device memory for the gradient of the stage's output, [n, output_size()]: a stage before the
+  // last receives its next stage's input gradient here before stage_backward().
+  float* stage_delta() const noexcept;
+  // The backward pass of rows [row0, row0 + n) from stage_delta(), d_in the input their forward
+  // took: the parameters' gradients added into d_grads(). Returns the gradient of the input
+  // [n, input_size()] (device memory, valid until the next call), nullptr on the first stage.
+  Result<const float*> stage_backward(const float* d_in, int64_t row0, int64_t n, uint64_t dropout_seed,
+                                      uint64_t dropout_offset);
+  Status zero_grads();
+  int64_t input_size() const noexcept;
+  int64_t output_size() const noexcept;
 
  private:
   struct Impl;

@@ -290,6 +290,139 @@ TEST_CASE("a small CNN: conv valid tanh, overlapping maxpool 3 stride 2, conv sa
   compare_with_cpu(m, 16, 42);
 }
 
+namespace {
+
+// Device memory to the host and back, as a host-staged pipeline moves activations and gradients.
+std::vector<float> to_host(const GpuContext& ctx, const float* d, size_t n) {
+  std::vector<float> out(n);
+  REQUIRE(ctx.api().copy_to_host(ctx.raw(), out.data(), d, n * sizeof(float)) == 0);
+  return out;
+}
+void to_device(const GpuContext& ctx, float* d, const std::vector<float>& host) {
+  REQUIRE(ctx.api().copy_to_device(ctx.raw(), d, host.data(), host.size() * sizeof(float)) == 0);
+}
+
+struct PipelineRun {
+  std::vector<float> grads;  // the stages' gradients in order: the whole network's
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  std::vector<float> probs;  // evaluation
+};
+
+// The network of m cut at `bounds` (layer indices, first 0, last the layer count) into stages on
+// one context, GPipe over `micro` micro-batches: every micro-batch forward through the stages, then
+// every one backward in reverse order; then an evaluation, forward only. What moves between stages
+// goes through the host.
+PipelineRun run_stages(const Model& m, const std::vector<size_t>& bounds, const Batch& b, int64_t batch, int64_t micro) {
+  GpuContext ctx = make_context();
+  const size_t S = bounds.size() - 1;
+  const int64_t classes = m.net.classes();
+  std::vector<GpuNetwork> stages;
+  std::vector<DeviceBuffer> inputs(S);  // what enters stage s > 0: [batch, its input]
+  for (size_t s = 0; s < S; ++s) {
+    const auto [offset, count] = m.net.param_range(bounds[s], bounds[s + 1]);
+    std::vector<GpuLayerDesc> layers(m.layers.begin() + long(bounds[s]), m.layers.begin() + long(bounds[s + 1]));
+    GpuNetworkOptions o;
+    o.max_batch = batch;
+    o.first_stage = s == 0;
+    o.last_stage = s == S - 1;
+    auto made = GpuNetwork::create(ctx, layers, o.last_stage ? classes : 0,
+                                   std::span<const float>(m.net.params().subspan(offset, count)), o);
+    REQUIRE_MESSAGE(made.ok(), text(made));
+    stages.push_back(std::move(made).value());
+    if (s > 0) {
+      auto buf = ctx.allocate(size_t(batch * stages[s].input_size()) * sizeof(float));
+      REQUIRE(buf.ok());
+      inputs[s] = std::move(buf).value();
+    }
+  }
+  auto dx = ctx.upload(std::span<const float>(b.x));
+  auto dy = ctx.upload(std::span<const int32_t>(b.y));
+  REQUIRE(dx.ok());
+  REQUIRE(dy.ok());
+  auto input_of = [&](size_t s, int64_t p0) -> const float* {
+    return s == 0 ? dx->as<float>() + p0 * stages[0].input_size() : inputs[s].as<float>() + p0 * stages[s].input_size();
+  };
+  auto rows = [&](int64_t k) { return std::pair<int64_t, int64_t>{batch * k / micro, batch * (k + 1) / micro}; };
+  auto forward_all = [&](bool train) {
+    for (int64_t k = 0; k < micro; ++k) {
+      const auto [p0, p1] = rows(k);
+      for (size_t s = 0; s < S; ++s) {
+        auto out = stages[s].stage_forward(input_of(s, p0), p0, p1 - p0, train, 7, uint64_t(k));
+        REQUIRE_MESSAGE(out.ok(), text(out));
+        if (s + 1 < S) {
+          const size_t n = size_t((p1 - p0) * stages[s].output_size());
+          to_device(ctx, inputs[s + 1].as<float>() + p0 * stages[s + 1].input_size(), to_host(ctx, *out, n));
+        }
+      }
+    }
+  };
+  for (auto& st : stages) REQUIRE(st.zero_grads().ok());
+  forward_all(true);
+  for (int64_t k = micro - 1; k >= 0; --k) {
+    const auto [p0, p1] = rows(k);
+    std::vector<float> delta;  // the input gradient of stage s + 1
+    for (size_t s = S; s-- > 0;) {
+      if (s == S - 1) {
+        auto st = stages[s].stage_loss(dy->as<int32_t>() + p0, p0, p1 - p0, true, 1.0f / float(batch), nullptr);
+        REQUIRE_MESSAGE(st.ok(), text(st));
+      } else {
+        to_device(ctx, stages[s].stage_delta(), delta);
+      }
+      auto din = stages[s].stage_backward(input_of(s, p0), p0, p1 - p0, 7, uint64_t(k));
+      REQUIRE_MESSAGE(din.ok(), text(din));
+      CHECK((*din == nullptr) == (s == 0));
+      if (s > 0) delta = to_host(ctx, *din, size_t((p1 - p0) * stages[s].input_size()));
+    }
+  }
+  PipelineRun out;
+  for (size_t s = 0; s < S; ++s) {
+    auto g = stages[s].grads();
+    REQUIRE(g.ok());
+    out.grads.insert(out.grads.end(), g->begin(), g->end());
+    auto stats = stages[s].take_stats();
+    REQUIRE(stats.ok());
+    if (s + 1 < S) CHECK(stats->count == 0);  // only the last stage sees labels
+    out.loss_sum += stats->loss_sum, out.correct += stats->correct, out.count += stats->count;
+  }
+  forward_all(false);
+  auto dprobs = ctx.allocate(size_t(batch * classes) * sizeof(float));
+  REQUIRE(dprobs.ok());
+  for (int64_t k = 0; k < micro; ++k) {
+    const auto [p0, p1] = rows(k);
+    auto st = stages[S - 1].stage_loss(dy->as<int32_t>() + p0, p0, p1 - p0, false, 0.f, dprobs->as<float>() + p0 * classes);
+    REQUIRE_MESSAGE(st.ok(), text(st));
+  }
+  out.probs = to_host(ctx, dprobs->as<float>(), size_t(batch * classes));
+  (void)stages[S - 1].take_stats();
+  // What a stage refuses: a loss before the last stage, rows past max_batch.
+  if (S > 1) CHECK(stages[0].stage_loss(dy->as<int32_t>(), 0, 1, true, 1.f, nullptr).error().code() == Errc::kInvalidArgument);
+  CHECK(stages[0].stage_forward(dx->as<float>(), batch - 1, 2, true, 7, 0).error().code() == Errc::kInvalidArgument);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline stages: a CNN cut into 2 and 3 stages, GPipe over 3 micro-batches, equals nn::Network (loss, every gradient, probabilities)") {
+  Model m = make_model({1, 8, 8}, {conv(4, 3, "same", "relu"), maxpool(2, 2), dense(16, "tanh")}, 10, 21);
+  const int64_t batch = 12, classes = 10;
+  Batch b = random_batch(batch, 64, classes, 5);
+  Rng no_dropout(1);
+  nn::BatchStats ref = m.net.forward_backward(b.x.data(), b.y.data(), batch, 1.0f / float(batch), no_dropout);
+  std::vector<float> ref_grads(m.net.grads().begin(), m.net.grads().end());
+  std::vector<float> ref_probs(size_t(batch * classes));
+  (void)m.net.evaluate(b.x.data(), b.y.data(), batch, ref_probs.data());
+  for (const std::vector<size_t>& bounds : {std::vector<size_t>{0, 2, 4}, std::vector<size_t>{0, 1, 3, 4}}) {
+    CAPTURE(bounds.size() - 1);
+    const PipelineRun run = run_stages(m, bounds, b, batch, 3);
+    CHECK(run.count == batch);
+    CHECK(run.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-4));
+    CHECK(run.correct == ref.correct);
+    check_gradients_by_layer(m, run.grads, ref_grads, 1e-3);
+    check_scaled(run.probs, ref_probs, 1e-4, "probabilities through the stages", 1e-6);
+  }
+}
+
 TEST_CASE("dropout: fraction kept ~ 1 - rate, kept values scaled exactly, same seed same mask, backward = mask") {
   GpuContext ctx = make_context();
   const auto& api = ctx.api();
