@@ -10,6 +10,7 @@
 #include "gpu/gpu_context.h"
 #include "gpu/gpu_network.h"
 #include "gpu/nccl_communicator.h"
+#include "trainers/classifier_gpu_device.h"
 #include "nn/layers.h"
 
 namespace hpctune::trainers {
@@ -27,41 +28,8 @@ Result<gpu::GpuActivation> gpu_activation(const std::string& name) {
   return gpu::GpuActivation::kNone;
 }
 
-// Every rank's PCI bus id on every rank, through the group's sum (each rank fills its own slots;
-// 6 bytes a double, exact), and whether each rank's library has NCCL. Collective.
-struct RankDevices {
-  std::vector<std::string> bus_ids;
-  std::vector<bool> nccl;
-};
-constexpr size_t kBusIdBytes = 36, kBytesPerDouble = 6, kSlots = kBusIdBytes / kBytesPerDouble + 1;
-Result<RankDevices> gather_rank_devices(collectives::TrainerGroup& group, const std::string& bus_id, bool nccl) {
-  const size_t n = static_cast<size_t>(group.size()), me = static_cast<size_t>(group.rank());
-  std::vector<double> v(n * kSlots, 0.0);
-  for (size_t i = 0; i < std::min(bus_id.size(), kBusIdBytes); ++i) {
-    const uint64_t byte = static_cast<unsigned char>(bus_id[i]);
-    v[me * kSlots + i / kBytesPerDouble] += static_cast<double>(byte << (8 * (i % kBytesPerDouble)));
-  }
-  v[me * kSlots + kSlots - 1] = nccl ? 1.0 : 0.0;
-  HPCTUNE_TRY(group.sum(v));
-  RankDevices out;
-  for (size_t r = 0; r < n; ++r) {
-    std::string id;
-    for (size_t i = 0; i < kBusIdBytes; ++i) {
-      const auto word = static_cast<uint64_t>(v[r * kSlots + i / kBytesPerDouble]);
-      const auto c = static_cast<char>((word >> (8 * (i % kBytesPerDouble))) & 0xff);
-      if (c == '\0') break;
-      id.push_back(c);
-    }
-    out.bus_ids.push_back(std::move(id));
-    out.nccl.push_back(v[r * kSlots + kSlots - 1] != 0.0);
-  }
-  return out;
-}
-
 // How a data-parallel group's replicas sum their gradients (classifier_gpu.h): NCCL on the devices
-// when every rank has its own GPU and NCCL, else host-staged; `why` says which and why. Collective:
-// every rank makes the same group calls. An NCCL join that fails on any rank leaves every rank
-// host-staged (a peer that is gone fails the group's next call instead).
+// when every rank has its own GPU and NCCL, else host-staged; `why` says which and why. Collective.
 struct GradientSum {
   std::optional<gpu::NcclCommunicator> nccl;
   std::string why;
@@ -69,50 +37,15 @@ struct GradientSum {
 Result<GradientSum> choose_gradient_sum(const gpu::GpuLibrary& library, const gpu::GpuContext& ctx,
                                         collectives::TrainerGroup& group, const std::string& bus_id) {
   const int D = group.data_size();
-  auto host_staged = [D](const std::string& reason) {
+  HPCTUNE_ASSIGN(NcclJoin join, join_nccl(library, ctx, group, bus_id));
+  if (!join.comm) {
     return GradientSum{std::nullopt, std::to_string(D) +
                                          " data-parallel replicas sum their gradients host-staged (the group's "
-                                         "collectives, not NCCL): " + reason};
-  };
-  int32_t version = 0;
-  const bool nccl_here = library.api().nccl_version(&version) == 0;
-  const std::string no_nccl_why = nccl_here ? "" : library.last_error();
-  HPCTUNE_ASSIGN(RankDevices devices, gather_rank_devices(group, bus_id, nccl_here));
-  for (int r = 0; r < D; ++r)
-    if (!devices.nccl[static_cast<size_t>(r)])
-      return host_staged("rank " + std::to_string(r) + "'s CUDA library has no NCCL" +
-                         (no_nccl_why.empty() ? "" : " (here: " + no_nccl_why + ")"));
-  for (int a = 0; a < D; ++a)
-    for (int b = a + 1; b < D; ++b)
-      if (devices.bus_ids[static_cast<size_t>(a)] == devices.bus_ids[static_cast<size_t>(b)])
-        return host_staged("ranks " + std::to_string(a) + " and " + std::to_string(b) + " share a GPU (PCI bus id " +
-                           devices.bus_ids[static_cast<size_t>(a)] +
-                           "), which NCCL refuses; resources.gpus_per_rank gives each rank its own");
-  // Rank 0 makes the unique id and sends it over the group's control path.
-  std::vector<uint8_t> id_bytes;
-  std::string id_why;
-  if (group.leader()) {
-    auto id = gpu::NcclUniqueId::create(library);
-    if (id.ok()) id_bytes.assign(id->bytes.begin(), id->bytes.end());
-    else id_why = id.error().message();
+                                         "collectives, not NCCL): " + join.why_not};
   }
-  HPCTUNE_TRY(group.broadcast_bytes(id_bytes));
-  if (id_bytes.size() != HPCTUNE_NCCL_UNIQUE_ID_BYTES)
-    return host_staged("rank 0 could not make an NCCL unique id" + (id_why.empty() ? "" : " (" + id_why + ")"));
-  gpu::NcclUniqueId id;
-  std::copy(id_bytes.begin(), id_bytes.end(), id.bytes.begin());
-  auto comm = gpu::NcclCommunicator::create(ctx, D, group.data_rank(), id,
-                                            gpu::NcclCommunicator::Clock::now() + group.timeout());
-  double failed[1] = {comm.ok() ? 0.0 : 1.0};
-  HPCTUNE_TRY(group.sum(failed));
-  if (failed[0] != 0.0)
-    return host_staged("the NCCL communicator could not be made on " + std::to_string(static_cast<int>(failed[0])) +
-                       " rank(s)" + (comm.ok() ? "" : " (here: " + comm.error().message() + ")"));
-  GradientSum out;
-  out.nccl.emplace(std::move(comm).value());
-  out.why = std::to_string(D) +
-            " data-parallel replicas sum their gradients with NCCL on the devices (each rank has its own GPU)";
-  return out;
+  return GradientSum{std::move(join.comm),
+                     std::to_string(D) + " data-parallel replicas sum their gradients with NCCL on the devices (each rank "
+                                         "has its own GPU)"};
 }
 }  // namespace
 
@@ -197,11 +130,8 @@ Result<std::unique_ptr<ClassifierGpu>> ClassifierGpu::create(const nn::Network& 
                                            std::to_string(group->model_size()) + " model ranks");
   }
   HPCTUNE_ASSIGN(gpu::GpuPrecision precision, gpu::parse_gpu_precision(options.precision));
-  auto library = gpu::GpuLibrary::open_default();
-  if (!library.ok()) return std::move(library).error().with_context("device: gpu");
-  const gpu::GpuInventory inventory = library->inventory();
-  if (inventory.devices.empty()) return err(Errc::kUnavailable, "device: gpu, but no GPU is usable here: " + inventory.no_device_reason);
-  auto ctx = gpu::GpuContext::create(*library, 0);
+  HPCTUNE_ASSIGN(RankGpu rank_gpu, open_rank_gpu());
+  auto ctx = gpu::GpuContext::create(rank_gpu.library, 0);
   if (!ctx.ok()) return std::move(ctx).error().with_context("device: gpu");
   auto impl = std::make_unique<Impl>(std::move(ctx).value());
   impl->group = group;
@@ -216,35 +146,19 @@ Result<std::unique_ptr<ClassifierGpu>> ClassifierGpu::create(const nn::Network& 
   if (!gnet.ok()) return std::move(gnet).error().with_context("device: gpu: the network");
   impl->net.emplace(std::move(gnet).value());
 
-  const nn::OptimizerOptions& o = optimizer.options();
-  gpu::GpuOptimizerOptions go;
-  go.kind = o.kind == nn::OptimizerKind::kSgd    ? gpu::GpuOptimizerOptions::Kind::kSgd
-            : o.kind == nn::OptimizerKind::kAdam ? gpu::GpuOptimizerOptions::Kind::kAdam
-                                                 : gpu::GpuOptimizerOptions::Kind::kAdamW;
-  go.momentum = o.momentum, go.nesterov = o.nesterov, go.beta1 = o.beta1, go.beta2 = o.beta2, go.eps = o.eps;
-  go.weight_decay = o.weight_decay;
-  HPCTUNE_ASSIGN(gpu::GpuOptimizer gopt, gpu::GpuOptimizer::create(impl->ctx, net.num_params(), go));
-  const nn::OptimizerState state = optimizer.state();
-  HPCTUNE_TRY(gopt.set_state(state.steps, state.buffers));
+  HPCTUNE_ASSIGN(gpu::GpuOptimizer gopt, upload_optimizer(impl->ctx, optimizer, net.num_params()));
   impl->optimizer.emplace(std::move(gopt));
 
-  auto upload = [&](const Dataset& d) -> Result<gpu::GpuDataset> {
-    std::vector<int32_t> labels(d.labels.size());
-    for (size_t i = 0; i < labels.size(); ++i) labels[i] = std::max(label_map[static_cast<size_t>(d.labels[i])], 0);
-    return gpu::GpuDataset::create(impl->ctx, d.images, labels, d.features(), options.max_batch);
-  };
-  HPCTUNE_ASSIGN(gpu::GpuDataset train_set, upload(train));
-  HPCTUNE_ASSIGN(gpu::GpuDataset test_set, upload(test));
+  HPCTUNE_ASSIGN(gpu::GpuDataset train_set, upload_dataset(impl->ctx, train, label_map, options.max_batch));
+  HPCTUNE_ASSIGN(gpu::GpuDataset test_set, upload_dataset(impl->ctx, test, label_map, options.max_batch));
   impl->train.emplace(std::move(train_set));
   impl->test.emplace(std::move(test_set));
   HPCTUNE_ASSIGN(impl->probs, impl->ctx.allocate(static_cast<size_t>(options.max_batch * net.classes()) * sizeof(float)));
 
-  const gpu::GpuDevice& dev = inventory.devices.front();
-  impl->description = "training on GPU " + dev.name + " (" + dev.pci_bus_id + ", driver " +
-                      gpu::cuda_version_string(inventory.driver_version) + "), " + options.precision +
-                      (options.deterministic ? ", deterministic" : "") + ", data set on the device";
-  impl->library.emplace(*library);
-  impl->pci_bus_id = dev.pci_bus_id;
+  impl->description = "training on " + describe_rank_gpu(rank_gpu, options.precision, options.deterministic) +
+                      ", data set on the device";
+  impl->pci_bus_id = rank_gpu.device.pci_bus_id;
+  impl->library.emplace(std::move(rank_gpu.library));
   return std::unique_ptr<ClassifierGpu>(new ClassifierGpu(std::move(impl)));
 }
 

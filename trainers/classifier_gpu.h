@@ -20,7 +20,8 @@
 // the group's collectives (TrainerGroup::sum_gradients: MPI or shared memory). description() says
 // which and why. An NCCL allreduce that does not finish by the group's deadline (a peer lost) aborts
 // the communicator, abandons the group and fails the step, so the attempt is queued again.
-// Pipelines (model > 1) on GPUs are refused with a clear error.
+// A pipeline (model > 1) trains one stage per rank instead (classifier_gpu_pipeline.h); create()
+// refuses a group with model ranks.
 //
 // Per step nothing is synchronised: the loss and the correct count accumulate on the device and
 // take_stats() reads them (the loop does so every kStopPollBatches minibatches and at the epoch's

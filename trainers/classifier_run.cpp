@@ -186,7 +186,8 @@ Result<std::unique_ptr<EpochRunner>> choose_epoch_runner(const ClassifierSetting
     const std::string kind = who.substr(0, who.find(' '));  // who: "<kind> trainer"
     return make_packed_runner(pack_refusal(kind, s, lay.size));
   }
-  return s.gpu ? make_gpu_runner() : make_allreduce_runner();
+  if (s.gpu) return lay.model_size > 1 ? make_gpu_pipeline_runner() : make_gpu_runner();
+  return make_allreduce_runner();
 }
 
 // The run hash, the trial, its attempt and where it started: a later trial on the same group

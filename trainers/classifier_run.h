@@ -1,8 +1,9 @@
 // One classifier trial while it trains (classifier_training.h): the state every part of the loop
 // shares, and the epoch runners, one per way of combining gradients, chosen once from the settings
 // (as gloo picks an algorithm): the group's allreduce on the CPU (allreduce), the same on a GPU
-// (gpu), the replica exchange of ssp, 1-bit compression and backup replicas (exchange), the
-// parameter-server shards (downpour) and the threads of one rank (hogwild). Each owns its
+// (gpu), a pipeline stage on a GPU (gpu with model > 1), the replica exchange of ssp, 1-bit
+// compression and backup replicas (exchange), the parameter-server shards (downpour) and the
+// threads of one rank (hogwild). Each owns its
 // minibatch loop, its divergence check and stop points, and the sync metrics it adds.
 // Internal to trainers/: the parts live in classifier_start.cpp (the starting state),
 // epoch_runner_<mode>.cpp, classifier_outputs.cpp and classifier_training.cpp (the driver).
@@ -154,6 +155,7 @@ Result<std::unique_ptr<EpochRunner>> choose_epoch_runner(const ClassifierSetting
 
 std::unique_ptr<EpochRunner> make_allreduce_runner();
 std::unique_ptr<EpochRunner> make_gpu_runner();
+std::unique_ptr<EpochRunner> make_gpu_pipeline_runner();
 std::unique_ptr<EpochRunner> make_exchange_runner();
 std::unique_ptr<EpochRunner> make_downpour_runner();
 std::unique_ptr<EpochRunner> make_hogwild_runner();

@@ -1,18 +1,45 @@
-// The epoch runner on a GPU (device: gpu, classifier_gpu.h): the state loaded on the host goes to
-// the device at the start; the host's network and optimizer are then the copy that checkpoints are
-// written from. Nothing waits per step: the stats are read every kStopPollBatches minibatches and
-// at the end of the epoch. In a group the replicas' gradients are summed with NCCL where every rank
-// has its own GPU, else host-staged (ClassifierGpu::join_group; the leader logs which and why).
+// The epoch runners on a GPU (device: gpu): the whole network on each rank (classifier_gpu.h; a
+// data-parallel group's replicas sum their gradients with NCCL where every rank has its own GPU,
+// else host-staged) or one pipeline stage on each rank (model > 1, classifier_gpu_pipeline.h; the
+// stages pass activations and gradients with NCCL send/receive or host-staged). The backend says
+// which and why, and the leader logs it. The state loaded on the host goes to the device at the
+// start; the host's network and optimizer are then the copy that checkpoints are written from.
+// Nothing waits per step: the stats are read every kStopPollBatches minibatches and at the end of
+// the epoch.
 #include <cmath>
 #include <cstdio>
 
 #include "trainers/classifier_gpu.h"
+#include "trainers/classifier_gpu_pipeline.h"
 #include "trainers/classifier_run.h"
 
 namespace hpctune::trainers {
 
 namespace {
 
+// The whole network on this rank's GPU (one rank, or a data-parallel group).
+struct WholeNetwork {
+  using Backend = ClassifierGpu;
+  static Result<std::unique_ptr<Backend>> make(ClassifierRun& run, const ClassifierGpuOptions& options) {
+    return ClassifierGpu::create(run.net, *run.optimizer, run.data.train, run.data.test, run.split.label_map,
+                                 run.ctx.group, options);
+  }
+  static Status to_host(Backend& gpu, ClassifierRun& run) { return gpu.download(run.net, *run.optimizer); }
+};
+
+// This model rank's stage of the layers (the engine's layer_range(), as the checkpoints hold them).
+struct PipelineStage {
+  using Backend = ClassifierGpuPipeline;
+  static Result<std::unique_ptr<Backend>> make(ClassifierRun& run, const ClassifierGpuOptions& options) {
+    const int64_t micro = run.engine_options.micro_batches > 0 ? run.engine_options.micro_batches : 2 * run.lay.model_size;
+    return ClassifierGpuPipeline::create(run.net, run.engine->layer_range(), run.engine->params(), *run.optimizer,
+                                         run.data.train, run.data.test, run.split.label_map, *run.ctx.group, options,
+                                         micro);
+  }
+  static Status to_host(Backend& gpu, ClassifierRun& run) { return gpu.download(run.engine->params(), *run.optimizer); }
+};
+
+template <class Layout>
 class GpuRunner final : public EpochRunner {
  public:
   Status start(ClassifierRun& run) override {
@@ -21,8 +48,7 @@ class GpuRunner final : public EpochRunner {
     options.deterministic = run.s.deterministic;
     options.max_batch = std::max(run.batch, kEvalBatch);
     options.specs = run.s.layers;
-    auto made = ClassifierGpu::create(run.net, *run.optimizer, run.data.train, run.data.test, run.split.label_map,
-                                      run.ctx.group, options);
+    auto made = Layout::make(run, options);
     // Every rank agrees, so that no rank waits in a collective for one whose GPU failed.
     Status st = made.ok() ? Status::Ok() : Status(std::move(made).error());
     HPCTUNE_TRY(run.agree(std::move(st), "setting up the GPU"));
@@ -63,14 +89,15 @@ class GpuRunner final : public EpochRunner {
     return total;
   }
 
-  Status to_host(ClassifierRun& run) override { return gpu_->download(run.net, *run.optimizer); }
+  Status to_host(ClassifierRun& run) override { return Layout::to_host(*gpu_, run); }
 
  private:
-  std::unique_ptr<ClassifierGpu> gpu_;
+  std::unique_ptr<typename Layout::Backend> gpu_;
 };
 
 }  // namespace
 
-std::unique_ptr<EpochRunner> make_gpu_runner() { return std::make_unique<GpuRunner>(); }
+std::unique_ptr<EpochRunner> make_gpu_runner() { return std::make_unique<GpuRunner<WholeNetwork>>(); }
+std::unique_ptr<EpochRunner> make_gpu_pipeline_runner() { return std::make_unique<GpuRunner<PipelineStage>>(); }
 
 }  // namespace hpctune::trainers
