@@ -1,5 +1,6 @@
 // Multi-rank trainer groups through the whole system: `hpctune run` with resources.ranks starts
 // each group under mpirun, the ranks train one trial together, the leader's result is recorded; a
+// pipeline on GPUs (the CPU stand-in of the CUDA library) trains a stage per rank's own device; a
 // hung rank ends the group through the watchdog and the trial runs again; a SIGKILLed master leaves
 // no rank behind.
 #include <doctest/doctest.h>
@@ -52,6 +53,34 @@ TEST_CASE("a 2 x 2 group trains a cnn trial through the master") {
   const std::string trial_dir = db + ".trials/" + std::to_string(trials[0].id);
   CHECK(std::filesystem::exists(trial_dir + "/checkpoint-stage0.bin"));
   CHECK(std::filesystem::exists(trial_dir + "/checkpoint-stage1.bin"));
+  check_no_orphans(db);
+}
+
+TEST_CASE("a 1 x 2 group on two GPUs trains a cnn trial as a pipeline, one stage on each rank's own device") {
+  TempDir dir;
+  std::string config = cnn_config("gpupipe", 1, 2, 1, 1, 600);
+  config.replace(config.find("  kind: cnn\n"), 12, "  kind: cnn\n  device: gpu\n");
+  config += "  gpus: [0, 1]\n  gpus_per_rank: 1\n";
+  const std::string cfg = dir.write("c.yaml", config);
+  const std::string db = dir.file("c.db");
+  // The CPU stand-in of the CUDA library with two devices (its NCCL over Unix sockets).
+  ChildProcess p = start_hpctune({"run", cfg, "--db", db}, dir.file("log"),
+                                 {{"OMP_NUM_THREADS", "1"}, {"HPCTUNE_GPU_LIBRARY", HPCTUNE_GPU_CPU_LIBRARY},
+                                  {"HPCTUNE_CPU_REFERENCE_DEVICES", "2"}});
+  auto status = p.wait_for(240s);
+  REQUIRE_MESSAGE(status.has_value(), tail_file(dir.file("log"), 40));
+  CHECK_MESSAGE(status->success(), tail_file(dir.file("log"), 40));
+  auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK(trials[0].state == store::TrialState::kDone);
+  CHECK(trials[0].metrics.value("val_accuracy", 0.0) > 0.3);  // 10 classes: chance is 0.1
+  const std::string trial_dir = db + ".trials/" + std::to_string(trials[0].id);
+  CHECK(std::filesystem::exists(trial_dir + "/checkpoint-stage0.bin"));
+  CHECK(std::filesystem::exists(trial_dir + "/checkpoint-stage1.bin"));
+  // The group's log names the leader's stage and how the stages pass activations.
+  const std::string logs = read_file(db + ".trials/logs/group-0.log");
+  CHECK_MESSAGE(logs.find("training stage 0 of 2") != std::string::npos, logs);
+  CHECK_MESSAGE(logs.find("the 2 stages pass activations and gradients with NCCL send/receive") != std::string::npos, logs);
   check_no_orphans(db);
 }
 
