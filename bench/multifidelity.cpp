@@ -181,6 +181,10 @@ search::Space table_space(const Table& t) {
 }
 
 // ---- one replay -------------------------------------------------------------------------------
+//
+// run_one (at the end of this section) reads top to bottom: a Replay builds the master side (the
+// store, searcher, stopper and source, the scheduler on the manual clock), connects the fake groups,
+// trains epoch by epoch until the budget is consumed, then its result() says what happened.
 
 struct Setup {
   std::string searcher = "random";  // random | auto | tpe | ...
@@ -215,268 +219,367 @@ int64_t checkpoint_step(const std::string& dir) {
   return step;
 }
 
-json run_one(const Table& table, const Setup& su, uint64_t seed, const std::string& work_root) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  const int64_t max_t = table.max_t;
-  const int64_t budget_epochs = su.budget_x * max_t;
-  const bool early = su.stopper != "none";
-  // No early stopping: a user who knows the budget asks for budget / max_t trials; with early
-  // stopping the number of trials is not known beforehand, so every configuration may be asked.
-  const int64_t max_trials = early ? static_cast<int64_t>(table.rows.size()) : su.budget_x;
+// The anytime record: epochs consumed, the incumbent, and the regret at every multiple of max_t.
+struct AnytimeRecord {
+  explicit AnytimeRecord(const Table& t) : table(t), latest(t.rows.size(), {0, -1.0}) {}
 
-  const std::string work = work_root + "/run-" + std::to_string(seed);
-  (void)workflow::remove_snapshot_tree(work);
-  std::filesystem::create_directories(work);
-
-  auto db = need(store::Store::open(":memory:"), "store");
-  store::CampaignRow crow;
-  crow.name = "multifidelity";
-  crow.seed = seed;
-  crow.created_at = 1;
-  const int64_t campaign_id = need(db->create_campaign(crow), "campaign");
-
-  search::SearchSpec spec;
-  spec.algorithm = su.searcher;
-  spec.space = table_space(table);
-  spec.objectives = {{"val_accuracy", true}};
-  spec.seed = seed;
-  spec.max_trials = max_trials;
-  auto searcher = need(search::make_searcher(spec), "searcher " + su.searcher);
-  search::StopperSpec sspec;
-  sspec.kind = su.stopper;
-  if (early)
-    sspec.settings = {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", max_t}, {"mode", su.mode}};
-  sspec.maximize = true;
-  sspec.seed = seed;
-  auto stopper = need(search::make_stopper(sspec), "stopper " + su.stopper);
-
-  // As workflow/search_stage.cpp builds the stage's source.
-  std::unique_ptr<scheduler::TrialSource> source;
-  scheduler::SearchSource* search_source = nullptr;
-  workflow::PromotionSource* promotion_source = nullptr;
-  if (!stopper->pauses()) {
-    auto s = std::make_unique<scheduler::SearchSource>(*searcher, *stopper);
-    s->set_max_steps(budget_epochs);
-    search_source = s.get();
-    source = std::move(s);
-  } else {
-    workflow::PromotionOptions o;
-    o.step_key = "epochs";
-    o.checkpoint_directory = "";  // the built-ins' checkpoint-stage*.bin
-    o.max_t = max_t;
-    o.max_trials = max_trials;
-    o.max_steps = budget_epochs;
-    o.maximize = true;
-    auto s = std::make_unique<workflow::PromotionSource>(*searcher, *stopper, o);
-    promotion_source = s.get();
-    source = std::move(s);
-  }
-  (void)search_source;
-
-  protocol::InProcHub hub;
-  auto server = hub.server();
-  const Clock::time_point t0{};  // the manual clock: t0 + simulated seconds
-  double sim = 0;
-  auto now = [&] { return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sim)); };
-
-  scheduler::SchedulerOptions opt;
-  opt.campaign_id = campaign_id;
-  opt.seed = seed;
-  opt.objectives = {{"val_accuracy", true}};
-  opt.max_trials = max_trials;
-  opt.max_attempts = 3;
-  opt.max_failures = 0;
-  opt.trainer = {{"kind", "mlp"}, {"epochs", max_t}};
-  opt.trials_dir = work + "/trials";
-  opt.heartbeat_interval = std::chrono::hours(24 * 365);
-  opt.heartbeat_timeout = std::chrono::hours(24 * 365 * 10);
-  opt.search_state_every = 0;
-  opt.wall = scheduler::WallClock{t0, 1.7e9};
-  scheduler::Scheduler sched(opt, *server, *db, *source);
-  sched.set_log([](const std::string&) {});
-  need(sched.restore(now()), "restore");
-
-  auto pump = [&] {
-    for (int round = 0; round < 1000000; ++round) {
-      auto env = need(server->recv(std::chrono::milliseconds(0)), "recv");
-      if (!env) break;
-      need(sched.handle(env->peer, env->bytes, now()), "handle");
-    }
-    need(sched.tick(now()), "tick");
-  };
-
-  std::vector<FakeGroup> groups(static_cast<std::size_t>(su.groups));
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    FakeGroup& g = groups[i];
-    g.group = static_cast<int64_t>(i);
-    g.client = hub.connect();
-    protocol::Hello h;
-    h.secret = need(sched.launch_credential(g.group), "credential");
-    h.incarnation = 1000 + i;
-    h.group = g.group;
-    h.trainers = {"mlp"};
-    send(g, h);
-  }
-  pump();
-
-  // The anytime record.
+  const Table& table;
   int64_t consumed = 0;
   double incumbent_val = -1;
   const Row* incumbent = nullptr;
   std::vector<double> regret_at;  // regret when consumed reached k * max_t, k = 1..budget_x
   // The second definition (regret_last_at_x): each configuration counts with its value at the highest
   // epoch reported for it, so a spike at an early epoch is forgotten once it trains further.
-  std::vector<std::pair<int64_t, double>> latest(table.rows.size(), {0, -1.0});  // by row: (epoch, value)
+  std::vector<std::pair<int64_t, double>> latest;  // by row: (epoch, value)
   std::vector<double> regret_last_at;
-  int64_t trials_started = 0, resumes = 0, stop_messages = 0;
 
-  // Reads every frame a group was sent; answers assigns and stops. True when it sent something.
-  auto serve = [&](FakeGroup& g) {
-    bool sent = false;
-    for (;;) {
-      auto frame = need(g.client->recv(std::chrono::milliseconds(0)), "client recv");
-      if (!frame) break;
-      auto msg = need(protocol::decode(*frame), "decode");
-      if (std::holds_alternative<protocol::Welcome>(msg)) {
-        send(g, protocol::Ready{});
-        sent = true;
-      } else if (auto* a = std::get_if<protocol::Assign>(&msg)) {
-        if (g.busy) die("an assign to a busy group");
-        g.busy = true;
-        g.trial_id = a->trial_id;
-        g.attempt = a->attempt;
-        g.row = &table.lookup(a->params);
-        g.trial_dir = a->trial_dir;
-        std::filesystem::create_directories(g.trial_dir);
-        g.step = a->resume_from.empty() ? 0 : checkpoint_step(a->resume_from);
-        if (!a->resume_from.empty()) ++resumes;
-        else ++trials_started;
-        g.target = a->params.contains("epochs") ? a->params.at("epochs").get<int64_t>() : max_t;
-        if (g.target <= g.step) die("an assign with nothing to train: " + a->params.dump());
-        g.next_at = sim + g.row->epoch_seconds;
-        send(g, protocol::Report{g.trial_id, g.attempt, 0, {}});  // started
-        sent = true;
-      } else if (auto* s = std::get_if<protocol::Stop>(&msg)) {
-        if (g.busy && s->trial_id == g.trial_id && s->attempt == g.attempt) {
-          protocol::Done d;
-          d.trial_id = g.trial_id;
-          d.attempt = g.attempt;
-          d.step = g.step;
-          d.stopped = true;
-          d.metrics = {{"val_accuracy", g.row->val[static_cast<std::size_t>(g.step - 1)]}};
-          send(g, d);
-          g.busy = false;
-          ++stop_messages;
-          sent = true;
-        }
-      } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
-        g.ended = true;
-      }
-    }
-    return sent;
-  };
-  auto settle = [&] {
-    for (int round = 0; round < 100000; ++round) {
-      bool sent = false;
-      for (FakeGroup& g : groups) sent = serve(g) || sent;
-      pump();
-      if (!sent) {
-        // One more look: the pump may have sent frames.
-        bool more = false;
-        for (FakeGroup& g : groups) more = serve(g) || more;
-        if (!more) return;
-        pump();
-      }
-    }
-    die("the master and the groups never settle");
-  };
-  settle();
-
-  while (consumed < budget_epochs && !sched.finished()) {
-    FakeGroup* next = nullptr;
-    for (FakeGroup& g : groups)
-      if (g.busy && (!next || g.next_at < next->next_at)) next = &g;
-    if (!next) {
-      // Nothing running: the master may still start something at a later tick.
-      sim += 1;
-      settle();
-      bool any = false;
-      for (FakeGroup& g : groups) any = any || g.busy;
-      if (!any) break;
-      continue;
-    }
-    FakeGroup& g = *next;
-    sim = g.next_at;
-    g.step += 1;
+  // One epoch trained by some group: `row` reached `step` with val_accuracy `v`.
+  void epoch_trained(const Row& row, int64_t step, double v) {
     ++consumed;
-    {
-      std::ofstream ck(g.trial_dir + "/checkpoint-stage0.bin", std::ios::trunc);
-      ck << g.step << "\n";
-    }
-    const double v = g.row->val[static_cast<std::size_t>(g.step - 1)];
-    if (v > incumbent_val) incumbent_val = v, incumbent = g.row;
-    auto& last = latest[static_cast<std::size_t>(g.row - table.rows.data())];
-    if (g.step >= last.first) last = {g.step, v};
-    if (consumed % max_t == 0) {
+    if (v > incumbent_val) incumbent_val = v, incumbent = &row;
+    auto& last = latest[static_cast<std::size_t>(&row - table.rows.data())];
+    if (step >= last.first) last = {step, v};
+    if (consumed % table.max_t == 0) {
       regret_at.push_back(table.best_final - incumbent->val.back());
       std::size_t arg = 0;
       for (std::size_t i = 1; i < latest.size(); ++i)
         if (latest[i].second > latest[arg].second) arg = i;
       regret_last_at.push_back(table.best_final - table.rows[arg].val.back());
     }
-    send(g, protocol::Report{g.trial_id, g.attempt, g.step, {{"val_accuracy", v}}});
-    pump();
-    serve(g);  // a stop for this report ends the attempt here
-    if (g.busy && g.step >= g.target) {
-      protocol::Done d;
-      d.trial_id = g.trial_id;
-      d.attempt = g.attempt;
-      d.step = g.step;
-      d.stopped = false;
-      d.metrics = {{"val_accuracy", v}};
-      send(g, d);
-      g.busy = false;
-    } else if (g.busy) {
-      g.next_at = sim + g.row->epoch_seconds;
-    }
-    settle();
-  }
-  // A campaign that finished before the budget (a space exhausted): its incumbent stays.
-  while (static_cast<int64_t>(regret_at.size()) < su.budget_x) {
-    regret_at.push_back(incumbent ? table.best_final - incumbent->val.back() : table.best_final);
-    regret_last_at.push_back(regret_last_at.empty() ? regret_at.back() : regret_last_at.back());
   }
 
-  const auto p = sched.progress();
-  json out = {{"table", table.name},
-              {"searcher", su.searcher},
-              {"stopper", su.stopper},
-              {"mode", early ? su.mode : "none"},
-              {"seed", seed},
-              {"groups", su.groups},
-              {"max_t", max_t},
-              {"budget_epochs", budget_epochs},
-              {"consumed_epochs", consumed},
-              {"finished_early", consumed < budget_epochs},
-              {"regret_at_x", regret_at},
-              {"regret_last_at_x", regret_last_at},
-              {"trials", trials_started},
-              {"resumes", resumes},
-              {"stop_messages", stop_messages},
+  // A campaign that finished before the budget (a space exhausted): its incumbent stays.
+  void pad_to(int64_t budget_x) {
+    while (static_cast<int64_t>(regret_at.size()) < budget_x) {
+      regret_at.push_back(incumbent ? table.best_final - incumbent->val.back() : table.best_final);
+      regret_last_at.push_back(regret_last_at.empty() ? regret_at.back() : regret_last_at.back());
+    }
+  }
+};
+
+// The searcher and the stopper of the stage, as the setup names them.
+std::unique_ptr<search::Searcher> make_table_searcher(const Table& table, const Setup& su, uint64_t seed,
+                                                      int64_t max_trials) {
+  search::SearchSpec spec;
+  spec.algorithm = su.searcher;
+  spec.space = table_space(table);
+  spec.objectives = {{"val_accuracy", true}};
+  spec.seed = seed;
+  spec.max_trials = max_trials;
+  return need(search::make_searcher(spec), "searcher " + su.searcher);
+}
+
+std::unique_ptr<search::EarlyStopper> make_table_stopper(const Setup& su, uint64_t seed, int64_t max_t) {
+  search::StopperSpec sspec;
+  sspec.kind = su.stopper;
+  if (su.stopper != "none")
+    sspec.settings = {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", max_t}, {"mode", su.mode}};
+  sspec.maximize = true;
+  sspec.seed = seed;
+  return need(search::make_stopper(sspec), "stopper " + su.stopper);
+}
+
+// The one replay of (table, setup, seed): the real master over the in-process hub on a manual clock
+// (sim: simulated seconds since t0), and the fake groups answering it from the table.
+class Replay {
+ public:
+  Replay(const Table& table, const Setup& su, uint64_t seed, const std::string& work);
+  void connect_groups();  // every group says hello with its launch credential
+  void run();             // trains until the largest budget is consumed (or the campaign finished)
+  json result(std::chrono::steady_clock::time_point wall_start) const;
+
+ private:
+  static constexpr Clock::time_point kT0{};  // the manual clock: t0 + simulated seconds
+  Clock::time_point now() const {
+    return kT0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sim_));
+  }
+  void make_source();
+  scheduler::SchedulerOptions scheduler_options(const std::string& work) const;
+  void pump();
+  bool serve(FakeGroup& g);
+  void start_attempt(FakeGroup& g, const protocol::Assign& a);
+  void end_attempt(FakeGroup& g, bool stopped);
+  void settle();
+  FakeGroup* next_epoch_end();
+  void train_epoch(FakeGroup& g);
+
+  const Table& table_;
+  const Setup& su_;
+  const uint64_t seed_;
+  const int64_t max_t_;
+  const int64_t budget_epochs_;
+  const bool early_;
+  const int64_t max_trials_;
+
+  std::unique_ptr<store::Store> db_;
+  int64_t campaign_id_ = 0;
+  std::unique_ptr<search::Searcher> searcher_;
+  std::unique_ptr<search::EarlyStopper> stopper_;
+  std::unique_ptr<scheduler::TrialSource> source_;
+  workflow::PromotionSource* promotion_source_ = nullptr;
+  protocol::InProcHub hub_;
+  std::unique_ptr<protocol::ServerTransport> server_;
+  double sim_ = 0;
+  std::unique_ptr<scheduler::Scheduler> sched_;
+  std::vector<FakeGroup> groups_;
+
+  AnytimeRecord record_;
+  int64_t trials_started_ = 0, resumes_ = 0, stop_messages_ = 0;
+};
+
+Replay::Replay(const Table& table, const Setup& su, uint64_t seed, const std::string& work)
+    : table_(table),
+      su_(su),
+      seed_(seed),
+      max_t_(table.max_t),
+      budget_epochs_(su.budget_x * table.max_t),
+      early_(su.stopper != "none"),
+      // No early stopping: a user who knows the budget asks for budget / max_t trials; with early
+      // stopping the number of trials is not known beforehand, so every configuration may be asked.
+      max_trials_(early_ ? static_cast<int64_t>(table.rows.size()) : su.budget_x),
+      record_(table) {
+  db_ = need(store::Store::open(":memory:"), "store");
+  store::CampaignRow crow;
+  crow.name = "multifidelity";
+  crow.seed = seed;
+  crow.created_at = 1;
+  campaign_id_ = need(db_->create_campaign(crow), "campaign");
+  searcher_ = make_table_searcher(table, su, seed, max_trials_);
+  stopper_ = make_table_stopper(su, seed, max_t_);
+  make_source();
+  server_ = hub_.server();
+  sched_ = std::make_unique<scheduler::Scheduler>(scheduler_options(work), *server_, *db_, *source_);
+  sched_->set_log([](const std::string&) {});
+  need(sched_->restore(now()), "restore");
+}
+
+// As workflow/search_stage.cpp builds the stage's source.
+void Replay::make_source() {
+  if (!stopper_->pauses()) {
+    auto s = std::make_unique<scheduler::SearchSource>(*searcher_, *stopper_);
+    s->set_max_steps(budget_epochs_);
+    source_ = std::move(s);
+  } else {
+    workflow::PromotionOptions o;
+    o.step_key = "epochs";
+    o.checkpoint_directory = "";  // the built-ins' checkpoint-stage*.bin
+    o.max_t = max_t_;
+    o.max_trials = max_trials_;
+    o.max_steps = budget_epochs_;
+    o.maximize = true;
+    auto s = std::make_unique<workflow::PromotionSource>(*searcher_, *stopper_, o);
+    promotion_source_ = s.get();
+    source_ = std::move(s);
+  }
+}
+
+scheduler::SchedulerOptions Replay::scheduler_options(const std::string& work) const {
+  scheduler::SchedulerOptions opt;
+  opt.campaign_id = campaign_id_;
+  opt.seed = seed_;
+  opt.objectives = {{"val_accuracy", true}};
+  opt.max_trials = max_trials_;
+  opt.max_attempts = 3;
+  opt.max_failures = 0;
+  opt.trainer = {{"kind", "mlp"}, {"epochs", max_t_}};
+  opt.trials_dir = work + "/trials";
+  opt.heartbeat_interval = std::chrono::hours(24 * 365);
+  opt.heartbeat_timeout = std::chrono::hours(24 * 365 * 10);
+  opt.search_state_every = 0;
+  opt.wall = scheduler::WallClock{kT0, 1.7e9};
+  return opt;
+}
+
+// The master's turn: every frame the groups sent, then a tick.
+void Replay::pump() {
+  for (int round = 0; round < 1000000; ++round) {
+    auto env = need(server_->recv(std::chrono::milliseconds(0)), "recv");
+    if (!env) break;
+    need(sched_->handle(env->peer, env->bytes, now()), "handle");
+  }
+  need(sched_->tick(now()), "tick");
+}
+
+void Replay::connect_groups() {
+  groups_.resize(static_cast<std::size_t>(su_.groups));
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    FakeGroup& g = groups_[i];
+    g.group = static_cast<int64_t>(i);
+    g.client = hub_.connect();
+    protocol::Hello h;
+    h.secret = need(sched_->launch_credential(g.group), "credential");
+    h.incarnation = 1000 + i;
+    h.group = g.group;
+    h.trainers = {"mlp"};
+    send(g, h);
+  }
+  pump();
+}
+
+// Reads every frame a group was sent; answers assigns and stops. True when it sent something.
+bool Replay::serve(FakeGroup& g) {
+  bool sent = false;
+  for (;;) {
+    auto frame = need(g.client->recv(std::chrono::milliseconds(0)), "client recv");
+    if (!frame) break;
+    auto msg = need(protocol::decode(*frame), "decode");
+    if (std::holds_alternative<protocol::Welcome>(msg)) {
+      send(g, protocol::Ready{});
+      sent = true;
+    } else if (auto* a = std::get_if<protocol::Assign>(&msg)) {
+      start_attempt(g, *a);
+      sent = true;
+    } else if (auto* s = std::get_if<protocol::Stop>(&msg)) {
+      if (g.busy && s->trial_id == g.trial_id && s->attempt == g.attempt) {
+        end_attempt(g, true);
+        ++stop_messages_;
+        sent = true;
+      }
+    } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
+      g.ended = true;
+    }
+  }
+  return sent;
+}
+
+// An assign: the group resumes from `resume_from`'s checkpoint (or starts at 0) and reports started.
+void Replay::start_attempt(FakeGroup& g, const protocol::Assign& a) {
+  if (g.busy) die("an assign to a busy group");
+  g.busy = true;
+  g.trial_id = a.trial_id;
+  g.attempt = a.attempt;
+  g.row = &table_.lookup(a.params);
+  g.trial_dir = a.trial_dir;
+  std::filesystem::create_directories(g.trial_dir);
+  g.step = a.resume_from.empty() ? 0 : checkpoint_step(a.resume_from);
+  if (!a.resume_from.empty()) ++resumes_;
+  else ++trials_started_;
+  g.target = a.params.contains("epochs") ? a.params.at("epochs").get<int64_t>() : max_t_;
+  if (g.target <= g.step) die("an assign with nothing to train: " + a.params.dump());
+  g.next_at = sim_ + g.row->epoch_seconds;
+  send(g, protocol::Report{g.trial_id, g.attempt, 0, {}});  // started
+}
+
+// The attempt's done, at the last epoch trained: stopped by the master, or its target reached.
+void Replay::end_attempt(FakeGroup& g, bool stopped) {
+  protocol::Done d;
+  d.trial_id = g.trial_id;
+  d.attempt = g.attempt;
+  d.step = g.step;
+  d.stopped = stopped;
+  d.metrics = {{"val_accuracy", g.row->val[static_cast<std::size_t>(g.step - 1)]}};
+  send(g, d);
+  g.busy = false;
+}
+
+// The groups and the master answer each other until neither has anything more to say.
+void Replay::settle() {
+  for (int round = 0; round < 100000; ++round) {
+    bool sent = false;
+    for (FakeGroup& g : groups_) sent = serve(g) || sent;
+    pump();
+    if (!sent) {
+      // One more look: the pump may have sent frames.
+      bool more = false;
+      for (FakeGroup& g : groups_) more = serve(g) || more;
+      if (!more) return;
+      pump();
+    }
+  }
+  die("the master and the groups never settle");
+}
+
+// The busy group whose current epoch ends first (null when none is busy).
+FakeGroup* Replay::next_epoch_end() {
+  FakeGroup* next = nullptr;
+  for (FakeGroup& g : groups_)
+    if (g.busy && (!next || g.next_at < next->next_at)) next = &g;
+  return next;
+}
+
+// The group's epoch ends now: its checkpoint, the record, its report, then its done or next epoch.
+void Replay::train_epoch(FakeGroup& g) {
+  sim_ = g.next_at;
+  g.step += 1;
+  {
+    std::ofstream ck(g.trial_dir + "/checkpoint-stage0.bin", std::ios::trunc);
+    ck << g.step << "\n";
+  }
+  const double v = g.row->val[static_cast<std::size_t>(g.step - 1)];
+  record_.epoch_trained(*g.row, g.step, v);
+  send(g, protocol::Report{g.trial_id, g.attempt, g.step, {{"val_accuracy", v}}});
+  pump();
+  serve(g);  // a stop for this report ends the attempt here
+  if (g.busy && g.step >= g.target) {
+    end_attempt(g, false);
+  } else if (g.busy) {
+    g.next_at = sim_ + g.row->epoch_seconds;
+  }
+}
+
+void Replay::run() {
+  settle();
+  while (record_.consumed < budget_epochs_ && !sched_->finished()) {
+    FakeGroup* next = next_epoch_end();
+    if (!next) {
+      // Nothing running: the master may still start something at a later tick.
+      sim_ += 1;
+      settle();
+      bool any = false;
+      for (FakeGroup& g : groups_) any = any || g.busy;
+      if (!any) break;
+      continue;
+    }
+    train_epoch(*next);
+    settle();
+  }
+  record_.pad_to(su_.budget_x);
+}
+
+// The run's JSON line, after the harness's own checks (it dies when one fails).
+json Replay::result(std::chrono::steady_clock::time_point wall_start) const {
+  const auto p = sched_->progress();
+  json out = {{"table", table_.name},
+              {"searcher", su_.searcher},
+              {"stopper", su_.stopper},
+              {"mode", early_ ? su_.mode : "none"},
+              {"seed", seed_},
+              {"groups", su_.groups},
+              {"max_t", max_t_},
+              {"budget_epochs", budget_epochs_},
+              {"consumed_epochs", record_.consumed},
+              {"finished_early", record_.consumed < budget_epochs_},
+              {"regret_at_x", record_.regret_at},
+              {"regret_last_at_x", record_.regret_last_at},
+              {"trials", trials_started_},
+              {"resumes", resumes_},
+              {"stop_messages", stop_messages_},
               {"done", p.done},
               {"pruned", p.pruned},
-              {"sim_seconds", sim},
+              {"sim_seconds", sim_},
               {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()}};
-  const auto& c = sched.counters();
+  const auto& c = sched_->counters();
   out["dropped_frames"] = c.malformed + c.unregistered + c.out_of_order + c.stale_results + c.unauthenticated;
   // The harness's own checks: every frame was one the scheduler expected, and under pause nothing was
   // trained twice (the source counts distinct (trial, step) pairs reported; the groups, epochs trained).
   if (out["dropped_frames"].get<int64_t>() != 0) die("the scheduler dropped frames of the fake groups: " + out.dump());
-  if (promotion_source) {
-    out["steps_consumed_by_source"] = promotion_source->steps_consumed();
-    if (promotion_source->steps_consumed() != consumed)
+  if (promotion_source_) {
+    out["steps_consumed_by_source"] = promotion_source_->steps_consumed();
+    if (promotion_source_->steps_consumed() != record_.consumed)
       die("pause mode trained some steps twice (or skipped some): " + out.dump());
   }
+  return out;
+}
+
+json run_one(const Table& table, const Setup& su, uint64_t seed, const std::string& work_root) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const std::string work = work_root + "/run-" + std::to_string(seed);
+  (void)workflow::remove_snapshot_tree(work);
+  std::filesystem::create_directories(work);
+  Replay replay(table, su, seed, work);
+  replay.connect_groups();
+  replay.run();
+  const json out = replay.result(wall_start);
   (void)workflow::remove_snapshot_tree(work);
   return out;
 }

@@ -584,17 +584,25 @@ double seconds(const rusage& u) {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-int run(const Args& a) {
-  // File descriptors: the master holds one TCP connection per group (plus ZeroMQ's own), and so do
-  // the simulators between them. Raised to the hard limit, as run_master() does.
-  const auto fds = raise_open_files_limit();
+// --- one run ---------------------------------------------------------------------------------------
+//
+// run (at the end of this section) reads top to bottom: the simulator processes are forked first, a
+// BenchMaster prepares the campaign and drives it as run_master() does, then the store's records and
+// the simulators' measurements are tallied into the JSON object, with the problems found.
+
+// The run's directory: --keep's, or a new one in the temporary directory named `prefix` + pid.
+std::string make_work_dir(const Args& a, const std::string& prefix) {
   std::error_code ec;
-  const std::string dir = a.keep.empty() ? (std::filesystem::temp_directory_path() / ("hpctune-scale-" + std::to_string(getpid()))).string()
+  const std::string dir = a.keep.empty() ? (std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()))).string()
                                          : a.keep;
   std::filesystem::create_directories(dir, ec);
   if (ec) usage("cannot create " + dir + ": " + ec.message());
+  return dir;
+}
 
-  // The simulators first, before the master opens a socket or a file.
+// The simulators, forked before the master opens a socket or a file: group g is in process g % procs,
+// each process's control pipe is its SimProc's control_fd.
+std::vector<SimProc> fork_simulators(const Args& a, const std::string& dir) {
   std::vector<SimProc> procs(static_cast<std::size_t>(a.procs));
   for (int64_t g = 0; g < a.groups; ++g) procs[static_cast<std::size_t>(g % a.procs)].groups.push_back(g);
   for (std::size_t p = 0; p < procs.size(); ++p) {
@@ -612,47 +620,53 @@ int run(const Args& a) {
     procs[p].pid = pid;
     procs[p].control_fd = fds_[1];
   }
+  return procs;
+}
 
-  json out = {{"groups", a.groups}, {"procs", a.procs}, {"trials", a.trials}, {"trial_seconds", a.trial_seconds},
-              {"heartbeat_interval_s", a.heartbeat_interval}, {"heartbeat_timeout_s", a.heartbeat_timeout},
-              {"open_files_limit", fds}};
-  std::vector<std::string> problems;
-  const std::string db_path = dir + "/scale.db";
-  std::filesystem::remove(db_path, ec);
-  auto fail = [&](const std::string& why) {
-    for (SimProc& p : procs) {
-      if (!p.exited) ::kill(p.pid, SIGKILL);
-    }
-    out["error"] = why;
-    std::printf("%s\n", out.dump(2).c_str());
-    return 1;
-  };
+// The product's master with the bench's transport (timed) and launcher (the simulators), and what
+// its run measured of itself: its log, its turns, its wall and CPU time, its counters.
+class BenchMaster {
+ public:
+  explicit BenchMaster(std::vector<SimProc>& procs) : launcher(procs) {}
+  // Prepares the campaign in a new store at db_path and binds the ZeroMQ ROUTER.
+  Status prepare(const Args& a, const std::string& db_path);
+  // Starts the master, hands the simulators their endpoint, and steps until the campaign finished.
+  Status run(const Args& a);
 
-  auto parsed = config::parse_config(config_text(a), "scale.yaml");
-  if (!parsed.ok()) return fail(parsed.error().to_string());
+  std::unique_ptr<store::Store> db;
+  int64_t campaign_id = 0;
+  std::unique_ptr<protocol::ServerTransport> server;
+  std::unique_ptr<TimedTransport> timed;
+  SimLauncher launcher;
+  int64_t lines = 0, registered_lines = 0;
+  std::vector<std::string> other_lines;  // the first 50 log lines other than registrations
+  std::unique_ptr<scheduler::Master> master;
+  std::vector<int64_t> step_ns;  // each step()'s duration: a long one holds up every group's frames
+  double wall_s = 0;             // start -> finished
+  rusage usage_self{};           // the master process's (the simulators are other processes)
+  scheduler::Counters counters;
+};
+
+Status BenchMaster::prepare(const Args& a, const std::string& db_path) {
+  HPCTUNE_ASSIGN(auto parsed, config::parse_config(config_text(a), "scale.yaml"));
   // Prepared as `hpctune run` and `simulate` prepare theirs (scheduler/campaign_preparation.h); the
   // bench's transport and launcher need no preflight.
   scheduler::MasterOptions options;
-  options.config = parsed.value();
+  options.config = parsed;
   options.db_path = db_path;
   const auto wall = scheduler::WallClock::real();
-  auto prepared = scheduler::prepare_campaign(options, wall.unix_s, nullptr);
-  if (!prepared.ok()) return fail(prepared.error().to_string());
-  std::unique_ptr<store::Store> db = std::move(prepared->store);
-  const int64_t campaign_id = prepared->campaign.campaign_id;
-  auto server = protocol::bind_zmq("tcp://127.0.0.1:*");
-  if (!server.ok()) return fail(server.error().to_string());
+  HPCTUNE_ASSIGN(auto prepared, scheduler::prepare_campaign(options, wall.unix_s, nullptr));
+  db = std::move(prepared.store);
+  campaign_id = prepared.campaign.campaign_id;
+  HPCTUNE_ASSIGN(server, protocol::bind_zmq("tcp://127.0.0.1:*"));
 
-  TimedTransport timed(**server);
-  SimLauncher launcher(procs);
-  int64_t lines = 0, registered_lines = 0;
-  std::vector<std::string> other_lines;
+  timed = std::make_unique<TimedTransport>(*server);
   scheduler::MasterParts parts;
-  parts.transport = &timed;
+  parts.transport = timed.get();
   parts.store = db.get();
   parts.launcher = &launcher;
   parts.wall = wall;
-  parts.log = [&](const std::string& line) {
+  parts.log = [this](const std::string& line) {
     ++lines;
     if (line.find(" registered (pid ") != std::string::npos) {
       ++registered_lines;
@@ -661,59 +675,74 @@ int run(const Args& a) {
     }
   };
   parts.make_stage = workflow::make_stage;
-  auto secret = protocol::random_hex(16);
-  if (!secret.ok()) return fail(secret.error().to_string());
-  parts.secret = *secret;
+  HPCTUNE_ASSIGN(parts.secret, protocol::random_hex(16));
   parts.master_incarnation = 1;
+  master = std::make_unique<scheduler::Master>(std::move(prepared.campaign), std::move(parts));
+  return {};
+}
 
-  scheduler::Master master(std::move(prepared->campaign), std::move(parts));
+// run_master()'s loop: wait up to the poll interval, step, until finished (or --timeout).
+Status BenchMaster::run(const Args& a) {
   const auto t_start = Clock::now();
-  if (auto s = master.start(t_start); !s.ok()) return fail(s.error().to_string());
-  if (auto s = launcher.go((*server)->endpoint()); !s.ok()) return fail(s.error().to_string());
+  HPCTUNE_TRY(master->start(t_start));
+  HPCTUNE_TRY(launcher.go(server->endpoint()));
   const auto deadline = t_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout));
-  std::vector<int64_t> step_ns;  // each step()'s duration: a long one holds up every group's frames
-  // run_master()'s loop.
-  while (!master.scheduler().finished()) {
-    if (Clock::now() > deadline) return fail("the campaign did not finish within --timeout");
-    if (auto s = master.wait(master.poll_interval()); !s.ok()) return fail(s.error().to_string());
+  while (!master->scheduler().finished()) {
+    if (Clock::now() > deadline) return err(Errc::kTimeout, "the campaign did not finish within --timeout");
+    HPCTUNE_TRY(master->wait(master->poll_interval()));
     const int64_t step_start = now_ns();
-    auto finished = master.step(Clock::now());
+    auto finished = master->step(Clock::now());
     step_ns.push_back(now_ns() - step_start);
-    if (!finished.ok()) return fail(finished.error().to_string());
+    if (!finished.ok()) return std::move(finished).error();
     if (*finished) break;
   }
   const auto t_finished = Clock::now();
-  auto outcome = master.stop(Clock::now());
-  if (!outcome.ok()) return fail(outcome.error().to_string());
-  rusage usage_self{};
+  HPCTUNE_ASSIGN(auto outcome, master->stop(Clock::now()));
+  counters = outcome.counters;
   getrusage(RUSAGE_SELF, &usage_self);
-  const double master_s = std::chrono::duration<double>(t_finished - t_start).count();
+  wall_s = std::chrono::duration<double>(t_finished - t_start).count();
+  return {};
+}
 
-  // The store: every trial recorded once, done, first attempt; the span of the records.
-  auto trials = db->trials(campaign_id);
-  if (!trials.ok()) return fail(trials.error().to_string());
-  int64_t done = 0, retried = 0;
+// The store's side: every trial recorded once, done, first attempt; the span of the records; the
+// group_lost events (every group is alive, so any is a false heartbeat loss).
+struct StoreTally {
+  int64_t recorded = 0, done = 0, retried = 0, lost_events = 0;
   double first_created = INFINITY, last_finished = 0;
-  std::map<int64_t, int> ids;
-  for (const auto& t : *trials) {
-    ++ids[t.id];
-    done += t.state == store::TrialState::kDone;
-    retried += t.attempt != 1;
-    first_created = std::min(first_created, t.created_at);
-    last_finished = std::max(last_finished, t.finished_at);
-  }
-  auto events = db->events(campaign_id, 0);
-  if (!events.ok()) return fail(events.error().to_string());
-  int64_t lost_events = 0;
-  for (const auto& e : *events) lost_events += e.kind == "group_lost";
+  std::map<int64_t, int> ids;  // trial id -> rows
+};
 
-  // The simulators' measurements.
+Result<StoreTally> tally_store(store::Store& db, int64_t campaign_id) {
+  HPCTUNE_ASSIGN(const auto trials, db.trials(campaign_id));
+  StoreTally s;
+  s.recorded = static_cast<int64_t>(trials.size());
+  for (const auto& t : trials) {
+    ++s.ids[t.id];
+    s.done += t.state == store::TrialState::kDone;
+    s.retried += t.attempt != 1;
+    s.first_created = std::min(s.first_created, t.created_at);
+    s.last_finished = std::max(s.last_finished, t.finished_at);
+  }
+  HPCTUNE_ASSIGN(const auto events, db.events(campaign_id, 0));
+  for (const auto& e : events) s.lost_events += e.kind == "group_lost";
+  return s;
+}
+
+// The simulators' measurements (their result files, write_results), all groups together.
+struct GroupLife {
+  int64_t welcome, shutdown;
+  std::vector<std::pair<int64_t, int64_t>> busy;
+};
+struct SimTally {
   std::vector<int64_t> latencies, late;
   int64_t first_hello = INT64_MAX, last_welcome = 0, welcomed = 0, last_assign = 0, sim_dones = 0;
   int64_t hb_sent = 0, hb_received = 0, shut = 0;
-  double busy_alive = 0, alive = 0;
-  struct Life { int64_t welcome, shutdown; std::vector<std::pair<int64_t, int64_t>> busy; };
-  std::vector<Life> lives;
+  std::vector<GroupLife> lives;
+};
+
+// A simulator that left no readable results is a problem; the others are tallied.
+SimTally read_simulator_results(const std::vector<SimProc>& procs, std::vector<std::string>& problems) {
+  SimTally s;
   for (const SimProc& p : procs) {
     std::ifstream f(p.result_path);
     if (!f) {
@@ -726,109 +755,165 @@ int run(const Args& a) {
       continue;
     }
     for (const json& g : groups) {
-      first_hello = std::min(first_hello, g["hello_ns"].get<int64_t>());
-      const int64_t w = g["welcome_ns"].get<int64_t>(), s = g["shutdown_ns"].get<int64_t>();
+      s.first_hello = std::min(s.first_hello, g["hello_ns"].get<int64_t>());
+      const int64_t w = g["welcome_ns"].get<int64_t>(), sd = g["shutdown_ns"].get<int64_t>();
       if (w > 0) {
-        ++welcomed;
-        last_welcome = std::max(last_welcome, w);
+        ++s.welcomed;
+        s.last_welcome = std::max(s.last_welcome, w);
       }
-      shut += s > 0;
-      for (const json& l : g["latencies_ns"]) latencies.push_back(l.get<int64_t>());
-      for (const json& l : g["late_ns"]) late.push_back(l.get<int64_t>());
-      Life life{w, s, {}};
+      s.shut += sd > 0;
+      for (const json& l : g["latencies_ns"]) s.latencies.push_back(l.get<int64_t>());
+      for (const json& l : g["late_ns"]) s.late.push_back(l.get<int64_t>());
+      GroupLife life{w, sd, {}};
       for (const json& b : g["busy"]) {
         life.busy.emplace_back(b[0].get<int64_t>(), b[1].get<int64_t>());
-        last_assign = std::max(last_assign, b[0].get<int64_t>());
+        s.last_assign = std::max(s.last_assign, b[0].get<int64_t>());
       }
-      lives.push_back(std::move(life));
-      sim_dones += g["dones"].get<int64_t>();
-      hb_sent += g["heartbeats_sent"].get<int64_t>();
-      hb_received += g["heartbeats_received"].get<int64_t>();
+      s.lives.push_back(std::move(life));
+      s.sim_dones += g["dones"].get<int64_t>();
+      s.hb_sent += g["heartbeats_sent"].get<int64_t>();
+      s.hb_received += g["heartbeats_received"].get<int64_t>();
     }
   }
-  // Utilization: busy over alive (welcome -> shutdown), and over the time work remained (welcome ->
-  // the last assign of the campaign, busy time clipped to it).
-  // The idle time over life, by where it falls: before the first assign (registration to ready to
-  // assign), between trials (the assign latencies), after the last trial (no work left: the last
-  // round's groups still running, then the shutdown).
-  double busy_work = 0, alive_work = 0, idle_first = 0, idle_between = 0, idle_last = 0;
-  for (const Life& l : lives) {
+  return s;
+}
+
+// Utilization: busy over alive (welcome -> shutdown), and over the time work remained (welcome ->
+// the last assign of the campaign, busy time clipped to it).
+// The idle time over life, by where it falls: before the first assign (registration to ready to
+// assign), between trials (the assign latencies), after the last trial (no work left: the last
+// round's groups still running, then the shutdown). All in nanoseconds.
+struct Utilization {
+  double busy_alive = 0, alive = 0, busy_work = 0, alive_work = 0, idle_first = 0, idle_between = 0, idle_last = 0;
+};
+
+Utilization utilization_of(const SimTally& s) {
+  Utilization u;
+  for (const GroupLife& l : s.lives) {
     if (l.welcome == 0) continue;
     const int64_t end = l.shutdown > 0 ? l.shutdown : l.welcome;
-    alive += static_cast<double>(end - l.welcome);
+    u.alive += static_cast<double>(end - l.welcome);
     if (!l.busy.empty()) {
-      idle_first += static_cast<double>(l.busy.front().first - l.welcome);
-      idle_last += static_cast<double>(std::max<int64_t>(0, end - l.busy.back().second));
-      for (std::size_t k = 1; k < l.busy.size(); ++k) idle_between += static_cast<double>(l.busy[k].first - l.busy[k - 1].second);
+      u.idle_first += static_cast<double>(l.busy.front().first - l.welcome);
+      u.idle_last += static_cast<double>(std::max<int64_t>(0, end - l.busy.back().second));
+      for (std::size_t k = 1; k < l.busy.size(); ++k) u.idle_between += static_cast<double>(l.busy[k].first - l.busy[k - 1].second);
     } else {
-      idle_last += static_cast<double>(end - l.welcome);
+      u.idle_last += static_cast<double>(end - l.welcome);
     }
-    alive_work += static_cast<double>(std::max<int64_t>(0, last_assign - l.welcome));
+    u.alive_work += static_cast<double>(std::max<int64_t>(0, s.last_assign - l.welcome));
     for (const auto& [b0, b1] : l.busy) {
-      busy_alive += static_cast<double>(b1 - b0);
-      busy_work += static_cast<double>(std::max<int64_t>(0, std::min(b1, last_assign) - std::max(b0, l.welcome)));
+      u.busy_alive += static_cast<double>(b1 - b0);
+      u.busy_work += static_cast<double>(std::max<int64_t>(0, std::min(b1, s.last_assign) - std::max(b0, l.welcome)));
     }
   }
-  std::filesystem::remove_all(a.keep.empty() ? dir : "", ec);
+  return u;
+}
 
-  const scheduler::Counters& c = outcome->counters;
-  const double span = last_finished - first_created;
-  out["master"] = {{"wall_s", master_s}, {"cpu_s", seconds(usage_self)},
-                   {"cpu_fraction", seconds(usage_self) / std::max(master_s, 1e-9)},
-                   {"peak_rss_mib", static_cast<double>(usage_self.ru_maxrss) / 1024.0}, {"log_lines", lines}};
-  out["registration_s"] = welcomed > 0 ? static_cast<double>(last_welcome - first_hello) / 1e9 : NAN;
-  out["registered"] = welcomed;
-  out["registered_log_lines"] = registered_lines;
-  out["results_per_s"] = span > 0 ? static_cast<double>(done) / span : NAN;
+// The figures of the run into `out` (the keys bench/run-scale reads).
+void add_figures(json& out, const BenchMaster& m, const StoreTally& st, const SimTally& s, const Utilization& u) {
+  const scheduler::Counters& c = m.counters;
+  const double span = st.last_finished - st.first_created;
+  out["master"] = {{"wall_s", m.wall_s}, {"cpu_s", seconds(m.usage_self)},
+                   {"cpu_fraction", seconds(m.usage_self) / std::max(m.wall_s, 1e-9)},
+                   {"peak_rss_mib", static_cast<double>(m.usage_self.ru_maxrss) / 1024.0}, {"log_lines", m.lines}};
+  out["registration_s"] = s.welcomed > 0 ? static_cast<double>(s.last_welcome - s.first_hello) / 1e9 : NAN;
+  out["registered"] = s.welcomed;
+  out["registered_log_lines"] = m.registered_lines;
+  out["results_per_s"] = span > 0 ? static_cast<double>(st.done) / span : NAN;
   out["record_span_s"] = span;
-  out["assign_latency_ms"] = {{"count", latencies.size()}, {"p50", percentile(latencies, 0.5)},
-                              {"p90", percentile(latencies, 0.9)}, {"p99", percentile(latencies, 0.99)},
-                              {"max", percentile(latencies, 1.0)}};
-  out["master_assign_latency_ms"] = {{"count", timed.assign_ns.size()}, {"p50", percentile(timed.assign_ns, 0.5)},
-                                     {"p99", percentile(timed.assign_ns, 0.99)}, {"max", percentile(timed.assign_ns, 1.0)}};
+  out["assign_latency_ms"] = {{"count", s.latencies.size()}, {"p50", percentile(s.latencies, 0.5)},
+                              {"p90", percentile(s.latencies, 0.9)}, {"p99", percentile(s.latencies, 0.99)},
+                              {"max", percentile(s.latencies, 1.0)}};
+  const std::vector<int64_t>& assign_ns = m.timed->assign_ns;
+  out["master_assign_latency_ms"] = {{"count", assign_ns.size()}, {"p50", percentile(assign_ns, 0.5)},
+                                     {"p99", percentile(assign_ns, 0.99)}, {"max", percentile(assign_ns, 1.0)}};
   int64_t long_steps = 0;
-  for (int64_t d : step_ns) long_steps += d > 10'000'000;
-  out["master_step_ms"] = {{"count", step_ns.size()}, {"p50", percentile(step_ns, 0.5)}, {"p99", percentile(step_ns, 0.99)},
-                           {"max", percentile(step_ns, 1.0)}, {"over_10ms", long_steps}};
-  out["simulator_lateness_ms"] = {{"p50", percentile(late, 0.5)}, {"p99", percentile(late, 0.99)},
-                                  {"max", percentile(late, 1.0)}};
-  out["utilization"] = {{"while_work_remained", alive_work > 0 ? busy_work / alive_work : NAN},
-                        {"over_life", alive > 0 ? busy_alive / alive : NAN},
-                        {"idle_share_before_first_trial", alive > 0 ? idle_first / alive : NAN},
-                        {"idle_share_between_trials", alive > 0 ? idle_between / alive : NAN},
-                        {"idle_share_after_last_trial", alive > 0 ? idle_last / alive : NAN},
+  for (int64_t d : m.step_ns) long_steps += d > 10'000'000;
+  out["master_step_ms"] = {{"count", m.step_ns.size()}, {"p50", percentile(m.step_ns, 0.5)}, {"p99", percentile(m.step_ns, 0.99)},
+                           {"max", percentile(m.step_ns, 1.0)}, {"over_10ms", long_steps}};
+  out["simulator_lateness_ms"] = {{"p50", percentile(s.late, 0.5)}, {"p99", percentile(s.late, 0.99)},
+                                  {"max", percentile(s.late, 1.0)}};
+  out["utilization"] = {{"while_work_remained", u.alive_work > 0 ? u.busy_work / u.alive_work : NAN},
+                        {"over_life", u.alive > 0 ? u.busy_alive / u.alive : NAN},
+                        {"idle_share_before_first_trial", u.alive > 0 ? u.idle_first / u.alive : NAN},
+                        {"idle_share_between_trials", u.alive > 0 ? u.idle_between / u.alive : NAN},
+                        {"idle_share_after_last_trial", u.alive > 0 ? u.idle_last / u.alive : NAN},
                         {"ideal_over_life_note", "the last round leaves groups idle: over_life is at most trials / "
                                                  "(groups * ceil(trials / groups)) even with no overhead"}};
-  out["trials_recorded"] = static_cast<int64_t>(trials->size());
-  out["trials_done"] = done;
-  out["trials_retried"] = retried;
-  out["simulator_dones"] = sim_dones;
-  out["heartbeats"] = {{"sent_by_groups", hb_sent}, {"sent_by_master", hb_received}};
-  out["false_heartbeat_losses"] = {{"group_lost_events", lost_events}, {"kills", launcher.kills},
-                                   {"relaunches", launcher.relaunches}};
+  out["trials_recorded"] = st.recorded;
+  out["trials_done"] = st.done;
+  out["trials_retried"] = st.retried;
+  out["simulator_dones"] = s.sim_dones;
+  out["heartbeats"] = {{"sent_by_groups", s.hb_sent}, {"sent_by_master", s.hb_received}};
+  out["false_heartbeat_losses"] = {{"group_lost_events", st.lost_events}, {"kills", m.launcher.kills},
+                                   {"relaunches", m.launcher.relaunches}};
   out["counters"] = {{"malformed", c.malformed}, {"unregistered", c.unregistered}, {"out_of_order", c.out_of_order},
                      {"stale_results", c.stale_results}, {"unauthenticated", c.unauthenticated},
                      {"identity_refused", c.identity_refused}, {"send_failures", c.send_failures},
                      {"lost_attempts", c.lost_attempts}};
-  if (!other_lines.empty()) out["log"] = other_lines;
+  if (!m.other_lines.empty()) out["log"] = m.other_lines;
+}
 
-  if (done != a.trials || static_cast<int64_t>(trials->size()) != a.trials) {
-    problems.push_back(std::to_string(done) + " of " + std::to_string(trials->size()) + " trials done, expected " +
+// bench_scale's checks: each trial recorded exactly once and done at its first attempt, every group
+// registered and shut down, no heartbeat loss, the scheduler's counters zero.
+void add_problems(std::vector<std::string>& problems, const Args& a, const BenchMaster& m, const StoreTally& st,
+                  const SimTally& s) {
+  const scheduler::Counters& c = m.counters;
+  if (st.done != a.trials || st.recorded != a.trials) {
+    problems.push_back(std::to_string(st.done) + " of " + std::to_string(st.recorded) + " trials done, expected " +
                        std::to_string(a.trials));
   }
-  for (const auto& [id, n] : ids) {
+  for (const auto& [id, n] : st.ids) {
     if (n != 1) problems.push_back("trial " + std::to_string(id) + " recorded " + std::to_string(n) + " times");
   }
-  if (retried != 0) problems.push_back(std::to_string(retried) + " trials needed another attempt");
-  if (sim_dones != a.trials) problems.push_back("the groups finished " + std::to_string(sim_dones) + " trials, expected " + std::to_string(a.trials));
-  if (welcomed != a.groups) problems.push_back(std::to_string(welcomed) + " of " + std::to_string(a.groups) + " groups registered");
-  if (shut != welcomed) problems.push_back(std::to_string(shut) + " of " + std::to_string(welcomed) + " registered groups got their shutdown");
-  if (lost_events != 0 || launcher.kills != 0) problems.push_back("heartbeat losses: " + std::to_string(lost_events) + " group_lost events, " + std::to_string(launcher.kills) + " kills");
+  if (st.retried != 0) problems.push_back(std::to_string(st.retried) + " trials needed another attempt");
+  if (s.sim_dones != a.trials) problems.push_back("the groups finished " + std::to_string(s.sim_dones) + " trials, expected " + std::to_string(a.trials));
+  if (s.welcomed != a.groups) problems.push_back(std::to_string(s.welcomed) + " of " + std::to_string(a.groups) + " groups registered");
+  if (s.shut != s.welcomed) problems.push_back(std::to_string(s.shut) + " of " + std::to_string(s.welcomed) + " registered groups got their shutdown");
+  if (st.lost_events != 0 || m.launcher.kills != 0) problems.push_back("heartbeat losses: " + std::to_string(st.lost_events) + " group_lost events, " + std::to_string(m.launcher.kills) + " kills");
   if (c.malformed + c.unregistered + c.out_of_order + c.stale_results + c.unauthenticated + c.identity_refused +
           c.send_failures + c.lost_attempts != 0) {
     problems.push_back("the scheduler's counters are not all zero");
   }
-  if (launcher.killed_at_stop) problems.push_back("a simulator did not end on its shutdowns");
+  if (m.launcher.killed_at_stop) problems.push_back("a simulator did not end on its shutdowns");
+}
+
+// A run that could not go on: the simulators killed, `out` printed with the error; exit 1.
+int fail(std::vector<SimProc>& procs, json& out, const std::string& why) {
+  for (SimProc& p : procs) {
+    if (!p.exited) ::kill(p.pid, SIGKILL);
+  }
+  out["error"] = why;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 1;
+}
+
+int run(const Args& a) {
+  // File descriptors: the master holds one TCP connection per group (plus ZeroMQ's own), and so do
+  // the simulators between them. Raised to the hard limit, as run_master() does.
+  const auto fds = raise_open_files_limit();
+  const std::string dir = make_work_dir(a, "hpctune-scale-");
+  std::vector<SimProc> procs = fork_simulators(a, dir);
+
+  json out = {{"groups", a.groups}, {"procs", a.procs}, {"trials", a.trials}, {"trial_seconds", a.trial_seconds},
+              {"heartbeat_interval_s", a.heartbeat_interval}, {"heartbeat_timeout_s", a.heartbeat_timeout},
+              {"open_files_limit", fds}};
+  const std::string db_path = dir + "/scale.db";
+  std::error_code ec;
+  std::filesystem::remove(db_path, ec);
+  BenchMaster m(procs);
+  if (auto s = m.prepare(a, db_path); !s.ok()) return fail(procs, out, s.error().to_string());
+  if (auto s = m.run(a); !s.ok()) return fail(procs, out, s.error().to_string());
+
+  auto st = tally_store(*m.db, m.campaign_id);
+  if (!st.ok()) return fail(procs, out, st.error().to_string());
+  std::vector<std::string> problems;
+  const SimTally sims = read_simulator_results(procs, problems);
+  const Utilization u = utilization_of(sims);
+  std::filesystem::remove_all(a.keep.empty() ? dir : "", ec);
+
+  add_figures(out, m, *st, sims, u);
+  add_problems(problems, a, m, *st, sims);
   out["problems"] = problems;
   std::printf("%s\n", out.dump(2).c_str());
   return problems.empty() ? 0 : 1;
@@ -845,10 +930,7 @@ int run_simulated(const Args& a) {
   auto parsed = config::parse_config(config_text(a), "scale.yaml");
   if (!parsed.ok()) usage(parsed.error().to_string());
   std::error_code ec;
-  const std::string dir = a.keep.empty() ? (std::filesystem::temp_directory_path() / ("hpctune-scale-sim-" + std::to_string(getpid()))).string()
-                                         : a.keep;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) usage("cannot create " + dir + ": " + ec.message());
+  const std::string dir = make_work_dir(a, "hpctune-scale-sim-");
   simulate::SimulateOptions o;
   o.master.config = parsed.value();
   o.master.db_path = dir + "/scale-sim.db";
