@@ -19,6 +19,7 @@
 #include <string>
 
 #include "collectives/trainer_group_mpi.h"
+#include "tests/capture_stderr.h"
 #include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
 #include "trainers/mlp_trainer.h"
@@ -34,27 +35,6 @@ struct Run {
   std::string log;  // what the trainer wrote to stderr
 };
 
-// stderr into a file while `body` runs, then its text.
-template <class Body>
-std::string capture_stderr(Body body) {
-  char path[] = "/tmp/hpctune-gpu-group-log-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  const int saved = dup(2);
-  dup2(fd, 2);
-  body();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  std::fputs(text.str().c_str(), stderr);  // still in the test's output
-  return text.str();
-}
 
 // A data 2 x model 1 group trains the mlp on the GPU this rank sees as CUDA_VISIBLE_DEVICES.
 Run train_on(const std::string& visible_devices) {
@@ -79,7 +59,7 @@ Run train_on(const std::string& visible_devices) {
   Run out;
   auto s = parse_mlp_settings(settings);
   REQUIRE_MESSAGE(s.ok(), s.error().message());
-  out.log = capture_stderr([&] { out.result = train_mlp(*s, data, ctx); });
+  out.log = hpctune::testing::capture_stderr([&] { out.result = train_mlp(*s, data, ctx); });
   unsetenv("CUDA_VISIBLE_DEVICES");
   return out;
 }

@@ -23,6 +23,7 @@
 
 #include "collectives/trainer_group_mpi.h"
 #include "nn/checkpoint.h"
+#include "tests/capture_stderr.h"
 #include "tests/mpi_test_main.h"
 #include "tests/synthetic_images.h"
 #include "trainers/mlp_trainer.h"
@@ -40,27 +41,6 @@ struct Run {
   int reports = 0;
 };
 
-// stderr into a file while `body` runs, then its text.
-template <class Body>
-std::string capture_stderr(Body body) {
-  char path[] = "/tmp/hpctune-gpu-pipeline-log-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  const int saved = dup(2);
-  dup2(fd, 2);
-  body();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  unlink(path);
-  std::fputs(text.str().c_str(), stderr);  // still in the test's output
-  return text.str();
-}
 
 std::unique_ptr<TrainerGroup> pipeline_group() {
   MpiGroupOptions go;
@@ -108,7 +88,7 @@ Run train(TrainerGroup* group, const std::string& visible_devices, const nlohman
   };
   auto parsed = parse_mlp_settings(ctx.trainer);
   REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());
-  out.log = capture_stderr([&] { out.result = train_mlp(*parsed, data(), ctx); });
+  out.log = hpctune::testing::capture_stderr([&] { out.result = train_mlp(*parsed, data(), ctx); });
   unsetenv("CUDA_VISIBLE_DEVICES");
   return out;
 }
