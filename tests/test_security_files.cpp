@@ -465,3 +465,31 @@ TEST_CASE("campaigns.config_json of another shape: every reader names the key, n
           "3 completed");
   }
 }
+
+TEST_CASE("resume: the groups and budget campaigns.config_json keeps are checked against their bounds") {
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "bounds");
+  struct Case {
+    const char* set;
+    const char* expect;
+  };
+  const Case cases[] = {
+      // Before: accepted unchecked: resume would start 100000 trainer groups (a process each).
+      {"json_set(config_json, '$.resources.groups', 100000)", "resources.groups: 100000 is above the maximum 4096"},
+      // Before: "0 trainer group(s)", then the error "every trainer group has exited and none may be restarted".
+      {"json_set(config_json, '$.resources.groups', 0)", "resources.groups: 0 is below the minimum 1"},
+      {"json_set(config_json, '$.resources.groups', -1)", "resources.groups: -1 is below the minimum 1"},
+      {"json_set(config_json, '$.search.max_trials', -5)", "search.max_trials: -5 is below the minimum 1"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.set);
+    const std::string db = dir.file("bounds-" + std::to_string(&c - cases) + ".db");
+    fs::copy_file(good, db);
+    sql(db, std::string("UPDATE campaigns SET config_json = ") + c.set);
+    auto r = hpctune_cmd(dir, {"resume", db, "--max-trials", "5"});
+    CHECK_FALSE(r.status.signaled);
+    CHECK(r.status.code == 1);
+    CHECK_MESSAGE(contains(r.out, std::string("column campaigns.config_json at ") + c.expect), r.out);
+    CHECK(sql_text(db, "SELECT count(*) || ' ' || (SELECT state FROM campaigns) FROM trials") == "3 completed");
+  }
+}
