@@ -479,6 +479,25 @@ MetricRow read_metric(sqlite3_stmt* s) {
   return m;
 }
 
+// A trial's meta as the stages and the dashboard read it back: a transfer trial's `role`
+// (target | baseline) and its `lineage` entries' `relation` are text. The key and what is wrong
+// when a crafted or damaged file has another type there.
+std::optional<std::string> trial_meta_problem(const nlohmann::json& meta) {
+  if (!meta.is_object()) return std::nullopt;  // readers check that themselves
+  if (meta.contains("role") && !meta["role"].is_string()) {
+    return std::string("role: expected a string, got ") + meta["role"].type_name();
+  }
+  if (!meta.contains("lineage") || !meta["lineage"].is_array()) return std::nullopt;
+  const auto& lineage = meta["lineage"];
+  for (size_t i = 0; i < lineage.size(); ++i) {
+    const auto& l = lineage[i];
+    if (l.is_object() && l.contains("relation") && !l["relation"].is_string()) {
+      return "lineage[" + std::to_string(i) + "].relation: expected a string, got " + l["relation"].type_name();
+    }
+  }
+  return std::nullopt;
+}
+
 Result<TrialRow> read_trial(sqlite3_stmt* s) {
   TrialRow r;
   r.id = col_i64(s, 0);
@@ -492,6 +511,10 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   auto meta = col_json(s, 5, "trials.meta");
   if (!meta.ok()) return std::move(meta).error().with_context(where());
   r.meta = std::move(meta).value();
+  if (auto bad = trial_meta_problem(r.meta)) {
+    return err(Errc::kIo, "column trials.meta at " + *bad + " (the file was edited, damaged or crafted)")
+        .with_context(where());
+  }
   std::string state = col_text(s, 6);
   auto parsed = trial_state_from_string(state);
   if (!parsed) return err(Errc::kIo, "unknown trial state '" + state + "'").with_context(where());

@@ -493,3 +493,36 @@ TEST_CASE("resume: the groups and budget campaigns.config_json keeps are checked
     CHECK(sql_text(db, "SELECT count(*) || ' ' || (SELECT state FROM campaigns) FROM trials") == "3 completed");
   }
 }
+
+TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "meta");
+  const std::pair<const char*, const char*> cases[] = {
+      // Before: the dashboard's stages route of a transfer stage answered 500 "internal error: type must be string".
+      {"json_object('role', 5)", "column trials.meta at role: expected a string, got number"},
+      // Before: resuming an ensemble or transfer stage ended in "internal error" reading the relation.
+      {"json_object('lineage', json_array(json_object('relation', 5, 'trial', 1)))",
+       "column trials.meta at lineage[0].relation: expected a string, got number"},
+  };
+  int n = 0;
+  for (const auto& [set, expect] : cases) {
+    CAPTURE(set);
+    const std::string db = dir.file("meta-" + std::to_string(++n) + ".db");
+    fs::copy_file(good, db);
+    sql(db, "UPDATE stages SET kind = 'transfer'");
+    sql(db, std::string("UPDATE trials SET meta = ") + set + " WHERE id = 2");
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"status", db}, {"trials", db, "--format", "json"}, {"trial", db, "1"}}) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args);
+      CHECK(r.status.code == 1);
+      CHECK_MESSAGE(contains(r.out, expect), r.out);
+      CHECK(contains(r.out, "while reading trial 2"));
+      CHECK_FALSE(contains(r.out, "internal error"));
+    }
+    dashboard::Api api({db});
+    auto loaded = api.load();
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(contains(loaded.error().to_string(), expect));
+  }
+}
