@@ -89,6 +89,13 @@ class Builder {
 
   Status check_name() {
     const auto& name = root_["name"].get_ref<const std::string&>();
+    // A file name is at most 255 bytes (NAME_MAX); the campaign's files add a suffix to the name
+    // (<name>.db, <name>.sim.db, and -wal, -journal, .trials, .keys beside them).
+    constexpr size_t kMaxName = 200;
+    if (name.size() > kMaxName)
+      return w_.fail(w_.mark_of("name"), "name",
+                     std::to_string(name.size()) + " characters is too long: at most " + std::to_string(kMaxName) +
+                         " (it names files)");
     for (unsigned char c : name)
       if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-'))
         return w_.fail(w_.mark_of("name"), "name",

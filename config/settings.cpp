@@ -66,7 +66,7 @@ std::vector<Setting> declarations() {
       // --- campaign ---
       {.path = "name", .type = Type::kString,
        .help = "Name of the campaign: it names the default store file and appears in every report. Letters, digits, "
-               "'.', '_' and '-'.", .required = true, .aliases = {"campaign", "study", "experiment"},
+               "'.', '_' and '-', at most 200 of them.", .required = true, .aliases = {"campaign", "study", "experiment"},
        .example = "fashion-mlp"},
       {.path = "storage", .type = Type::kString,
        .help = "SQLite database file that records the campaign (its trials, reports and results); a relative path is "

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/system.h"
+#include "config/settings.h"
 #include "scheduler/master.h"
 
 namespace hpctune::scheduler {
@@ -34,6 +35,26 @@ Status make_dir(const std::string& path, unsigned mode) {
   return {};
 }
 
+// An integer setting that campaigns.config_json keeps for resume (the groups of the first run, a
+// budget extended by `resume --max-trials`), checked against its declaration as the config's own
+// value is: the database file may have been edited or crafted (resources.groups: 100000 would
+// start that many trainer groups). The store has checked its type.
+Result<std::optional<int64_t>> stored_setting(const nlohmann::json& cj, const char* section, const char* key,
+                                              const std::string& db_path) {
+  if (!cj.is_object() || !cj.contains(section) || !cj[section].is_object() || !cj[section].contains(key)) {
+    return std::optional<int64_t>();
+  }
+  const std::string path = std::string(section) + "." + key;
+  const auto decls = config::find_settings(path);
+  if (decls.empty()) return err(Errc::kInternal, "no declaration of " + path);
+  auto checked = config::check_value(*decls.front(), cj[section][key]);
+  if (!checked.ok()) {
+    return err(Errc::kIo, db_path + ": column campaigns.config_json at " + path + ": " + checked.error().message() +
+                              " (the file was edited, damaged or crafted)");
+  }
+  return std::optional<int64_t>(checked.value().get<int64_t>());
+}
+
 // Step 4: the campaign resolved against the store, nothing written yet.
 struct Resolved {
   PreparedCampaign campaign;
@@ -56,14 +77,11 @@ Result<Resolved> resolve_campaign(const MasterOptions& options, store::Store& db
     cfg = std::move(parsed).value();
     cfg.set_seed(existing->seed);
     const auto& cj = existing->config_json;
-    if (cj.contains("resources") && cj["resources"].contains("groups")) {
-      cfg.resources.groups = cj["resources"]["groups"].get<int64_t>();
-    }
+    HPCTUNE_ASSIGN(auto groups, stored_setting(cj, "resources", "groups", db_path));
+    if (groups) cfg.resources.groups = *groups;
     // A budget extended by an earlier `resume --max-trials` (the config text keeps the first one).
-    if (cj.contains("search") && cj["search"].is_object() && cj["search"].contains("max_trials") &&
-        cj["search"]["max_trials"].is_number_integer()) {
-      cfg.max_trials = cj["search"]["max_trials"].get<int64_t>();
-    }
+    HPCTUNE_ASSIGN(auto max_trials, stored_setting(cj, "search", "max_trials", db_path));
+    if (max_trials) cfg.max_trials = *max_trials;
     out.campaign_id = existing->id;
     HPCTUNE_ASSIGN(auto so_far, db.trials(out.campaign_id));
     const auto recorded = static_cast<int64_t>(so_far.size());

@@ -63,8 +63,15 @@ class Rungs {
  public:
   Rungs(double r, double eta, int64_t max_t, int64_t s) : r_(r), eta_(eta), max_t_(max_t), s_(s) {}
 
+  // The step of rung k, or kNoRung for a rung past 2^63 steps, which no trial reaches: there
+  // llround's result is unspecified (INT64_MIN here), which no max_t ever reached either, so a
+  // max_t near INT64_MAX made milestones() and report() loop for ever, report() growing its rungs
+  // without a bound.
+  static constexpr int64_t kNoRung = std::numeric_limits<int64_t>::max();
   int64_t milestone(std::size_t k) const {
-    return static_cast<int64_t>(std::llround(r_ * std::pow(eta_, static_cast<double>(s_) + static_cast<double>(k))));
+    const double m = r_ * std::pow(eta_, static_cast<double>(s_) + static_cast<double>(k));
+    if (!(m < 9.2e18)) return kNoRung;
+    return static_cast<int64_t>(std::llround(m));
   }
 
   // Judges the trial at every rung it has newly passed; kStop at the first rung it is not in the top of.
@@ -75,7 +82,7 @@ class Rungs {
     std::size_t& next = next_rung_[seq];
     while (true) {
       const int64_t m = milestone(next);
-      if (step < m || (max_t_ > 0 && m >= max_t_)) return Decision::kContinue;
+      if (m == kNoRung || step < m || (max_t_ > 0 && m >= max_t_)) return Decision::kContinue;
       if (recorded_.size() <= next) recorded_.resize(next + 1);
       auto& rung = recorded_[next];
       rung.emplace_back(seq, loss);

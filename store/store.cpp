@@ -479,6 +479,25 @@ MetricRow read_metric(sqlite3_stmt* s) {
   return m;
 }
 
+// A trial's meta as the stages and the dashboard read it back: a transfer trial's `role`
+// (target | baseline) and its `lineage` entries' `relation` are text. The key and what is wrong
+// when a crafted or damaged file has another type there.
+std::optional<std::string> trial_meta_problem(const nlohmann::json& meta) {
+  if (!meta.is_object()) return std::nullopt;  // readers check that themselves
+  if (meta.contains("role") && !meta["role"].is_string()) {
+    return std::string("role: expected a string, got ") + meta["role"].type_name();
+  }
+  if (!meta.contains("lineage") || !meta["lineage"].is_array()) return std::nullopt;
+  const auto& lineage = meta["lineage"];
+  for (size_t i = 0; i < lineage.size(); ++i) {
+    const auto& l = lineage[i];
+    if (l.is_object() && l.contains("relation") && !l["relation"].is_string()) {
+      return "lineage[" + std::to_string(i) + "].relation: expected a string, got " + l["relation"].type_name();
+    }
+  }
+  return std::nullopt;
+}
+
 Result<TrialRow> read_trial(sqlite3_stmt* s) {
   TrialRow r;
   r.id = col_i64(s, 0);
@@ -492,6 +511,10 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   auto meta = col_json(s, 5, "trials.meta");
   if (!meta.ok()) return std::move(meta).error().with_context(where());
   r.meta = std::move(meta).value();
+  if (auto bad = trial_meta_problem(r.meta)) {
+    return err(Errc::kIo, "column trials.meta at " + *bad + " (the file was edited, damaged or crafted)")
+        .with_context(where());
+  }
   std::string state = col_text(s, 6);
   auto parsed = trial_state_from_string(state);
   if (!parsed) return err(Errc::kIo, "unknown trial state '" + state + "'").with_context(where());
@@ -513,6 +536,87 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   return r;
 }
 
+// campaigns.config_json is the normalized config hpctune wrote: a map whose keys have the types
+// the config table gave them. Readers (status, trials, export, trial, the dashboard, resume) take
+// those types for granted, so a crafted or damaged file with another type at one of the keys they
+// read is refused here, naming the key, instead of reaching a reader as an internal error.
+class ConfigJsonShape {
+ public:
+  Status check(const nlohmann::json& cj) {
+    if (!cj.is_object()) return bad("", "a map of settings", cj);
+    HPCTUNE_TRY(objective(cj, "objective"));
+    if (cj.contains("objectives")) {
+      const auto& list = cj["objectives"];
+      if (!list.is_array()) return bad("objectives", "a list", list);
+      for (size_t i = 0; i < list.size(); ++i) HPCTUNE_TRY(objective(list, i, "objectives"));
+    }
+    HPCTUNE_TRY(section(cj, "search", {{"algorithm", kString}, {"max_trials", kInteger}}));
+    HPCTUNE_TRY(section(cj, "resources", {{"groups", kInteger}, {"bind", kString}}));
+    HPCTUNE_TRY(section(cj, "trainer", {{"kind", kString}}));
+    HPCTUNE_TRY(space(cj, ""));
+    if (!cj.contains("stages")) return Status::Ok();
+    const auto& stages = cj["stages"];
+    if (!stages.is_array()) return bad("stages", "a list", stages);
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const std::string at = "stages[" + std::to_string(i) + "]";
+      const auto& st = stages[i];
+      if (!st.is_object()) return bad(at, "a map", st);
+      if (st.contains("name") && !st["name"].is_string()) return bad(at + ".name", "a string", st["name"]);
+      HPCTUNE_TRY(section(st, "search", {{"algorithm", kString}, {"max_trials", kInteger}}, at + "."));
+      HPCTUNE_TRY(space(st, at + "."));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  enum Kind { kString, kInteger, kBoolean };
+  static bool is(const nlohmann::json& v, Kind k) {
+    return k == kString ? v.is_string() : k == kInteger ? v.is_number_integer() : v.is_boolean();
+  }
+  static const char* name_of(Kind k) { return k == kString ? "a string" : k == kInteger ? "an integer" : "true or false"; }
+
+  static Status bad(const std::string& path, const char* expected, const nlohmann::json& got) {
+    return err(Errc::kIo, "column campaigns.config_json" + (path.empty() ? std::string() : " at " + path) +
+                              ": expected " + expected + ", got " + std::string(got.type_name()) +
+                              " (the file was edited, damaged or crafted)");
+  }
+  // `keys` of the map at `parent[key]`, when it is there.
+  static Status section(const nlohmann::json& parent, const char* key, std::initializer_list<std::pair<const char*, Kind>> keys,
+                        const std::string& prefix = "") {
+    if (!parent.contains(key)) return Status::Ok();
+    const auto& s = parent[key];
+    if (!s.is_object()) return bad(prefix + key, "a map", s);
+    for (const auto& [k, kind] : keys) {
+      if (s.contains(k) && !is(s[k], kind)) return bad(prefix + key + "." + k, name_of(kind), s[k]);
+    }
+    return Status::Ok();
+  }
+  static Status objective(const nlohmann::json& parent, const char* key) {
+    return section(parent, key, {{"metric", kString}, {"mode", kString}});
+  }
+  static Status objective(const nlohmann::json& list, size_t i, const char* key) {
+    const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) return bad(at, "a map", list[i]);
+    for (const char* k : {"metric", "mode"}) {
+      if (list[i].contains(k) && !list[i][k].is_string()) return bad(at + "." + k, "a string", list[i][k]);
+    }
+    return Status::Ok();
+  }
+  // A space: each parameter a plain value (fixed) or a spec whose type and log flag readers use.
+  static Status space(const nlohmann::json& parent, const std::string& prefix) {
+    if (!parent.contains("space")) return Status::Ok();
+    const auto& sp = parent["space"];
+    if (!sp.is_object()) return bad(prefix + "space", "a map", sp);
+    for (auto it = sp.begin(); it != sp.end(); ++it) {
+      if (!it->is_object()) continue;
+      const std::string at = prefix + "space." + it.key();
+      if (it->contains("type") && !(*it)["type"].is_string()) return bad(at + ".type", "a string", (*it)["type"]);
+      if (it->contains("log") && !(*it)["log"].is_boolean()) return bad(at + ".log", "true or false", (*it)["log"]);
+    }
+    return Status::Ok();
+  }
+};
+
 Result<CampaignRow> read_campaign(sqlite3_stmt* s) {
   CampaignRow r;
   r.id = col_i64(s, 0);
@@ -520,6 +624,7 @@ Result<CampaignRow> read_campaign(sqlite3_stmt* s) {
   r.config_text = col_text(s, 2);
   r.config_source = col_text(s, 3);
   HPCTUNE_ASSIGN(r.config_json, col_json(s, 4, "campaigns.config_json"));
+  HPCTUNE_TRY(ConfigJsonShape().check(r.config_json));
   r.seed = std::bit_cast<uint64_t>(col_i64(s, 5));
   r.state = col_text(s, 6);
   r.created_at = col_time(s, 7);

@@ -511,6 +511,12 @@ TEST_CASE("more errors: flow-map duplicates, names, empty lists, defaults of the
         "test.yaml:2:24: objective.metric: duplicate key (first given at line 2)");
   CHECK(parse_error("name: my campaign\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==
         "test.yaml:1:1: name: 'my campaign' may contain only letters, digits, '.', '_' and '-' (it names files)");
+  // Before: a name of 300 characters passed, and `simulate` (its <name>.sim.db) ended in "internal error:
+  // filesystem error: status: File name too long".
+  const std::string rest = "\nobjective: {metric: a}\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n";
+  CHECK(parse_error("name: " + std::string(300, 'n') + rest) ==
+        "test.yaml:1:1: name: 300 characters is too long: at most 200 (it names files)");
+  CHECK(parse_ok("name: " + std::string(200, 'n') + rest).name == std::string(200, 'n'));
   CHECK(parse_error("name: d\nobjectives: []\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==
         "test.yaml:2:1: objectives: the list is empty; give at least one item");
   CHECK(parse_error("name: d\nsearch: {max_trials: 1}\ntrainer: {kind: sleep}\n") ==

@@ -486,6 +486,54 @@ TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a bo
   CHECK(workflow::schedule_to_json(h.source->schedule_of(3)) == workflow::schedule_to_json(fresh->schedule_of(3)));
 }
 
+TEST_CASE("pbt: a restart refuses a crafted decision event (a path or value of another type); a null value is NaN") {
+  // Before: the restart converted these with get<>(), and `hpctune resume` ended in "internal error:
+  // type must be string, but is number".
+  struct Case {
+    const char* kind;
+    const char* key;
+    nlohmann::json value;
+    const char* expect;  // "" = accepted
+  };
+  const Case cases[] = {
+      {"pbt_continue", "snapshot", 5, "a snapshot or resume_from that is not a path"},
+      {"pbt_continue", "resume_from", nlohmann::json::array({1}), "a snapshot or resume_from that is not a path"},
+      {"pbt_continue", "value", "x", "a value that is not a number"},
+      {"pbt_exploit", "source_value", "x", "a source_value or target_value that is not a number"},
+      {"pbt_exploit", "target_value", nlohmann::json::object(), "a source_value or target_value that is not a number"},
+      {"trial_paused", "step", "x", "a step that is not an integer"},
+      {"pbt_exploit", "target_value", nullptr, ""},  // a diverged member's NaN, as JSON records it
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.kind);
+    CAPTURE(c.key);
+    Harness h(pbt_spec());
+    first_round(h);
+    second_round_exploit(h);
+    // The recorded event of that kind, again with one field replaced (the decision after the last).
+    auto events = h.store->events(h.campaign, 0);
+    require_ok(events);
+    std::optional<store::EventRow> last;
+    for (const auto& e : *events)
+      if (e.kind == c.kind) last = e;
+    REQUIRE(last);
+    nlohmann::json detail = last->detail;
+    if (detail.contains("ordinal")) detail["ordinal"] = detail["ordinal"].get<int64_t>() + 1;
+    detail[c.key] = c.value;
+    require_ok(h.store->add_event(h.campaign, c.kind, last->trial_id, last->attempt, 0, detail, 1));
+    auto fresh = std::make_unique<PbtSource>(h.spec);
+    const Status begun = fresh->begin(h.context(true));
+    if (std::string(c.expect).empty()) {
+      CHECK_MESSAGE(begun.ok(), begun.error().to_string());
+      continue;
+    }
+    REQUIRE_FALSE(begun.ok());
+    CHECK(begun.error().code() == Errc::kInvalidArgument);
+    CHECK_MESSAGE(begun.error().message().find(std::string("has ") + c.expect) != std::string::npos,
+                  begun.error().message());
+  }
+}
+
 TEST_CASE("pbt: the best member's schedule follows its exploits back; it replays interval by interval") {
   Harness h(pbt_spec());
   first_round(h);

@@ -1,6 +1,10 @@
 // Early stoppers: ASHA's rung arithmetic on a scripted stream, Hyperband brackets, median rule.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <limits>
+#include <vector>
+
 #include "search/early_stopping.h"
 
 using namespace hpctune;
@@ -74,6 +78,31 @@ TEST_CASE("ASHA and Hyperband never stop a trial at or past max_t, even one that
   CHECK(asha->on_report(3, 12, 0.0) == Decision::kContinue);
   auto hyperband = make("hyperband", {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", 9}});
   for (int64_t seq = 0; seq < 20; ++seq) CHECK(hyperband->on_report(seq, 9, seq == 0 ? 1.0 : 0.0) == Decision::kContinue);
+}
+
+TEST_CASE("ASHA and Hyperband with a max_t near 2^63: a finite list of rungs, reports judged, no endless loop") {
+  // Before: a rung past 2^63 steps overflowed llround to INT64_MIN, which no max_t reaches, so
+  // `hpctune validate` and `run` of early_stopping {kind: hyperband, max_t: 9223372036854775807}
+  // looped for ever (milestones()), and report() grew its rungs without a bound.
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  for (const char* kind : {"asha", "hyperband"}) {
+    CAPTURE(kind);
+    for (double eta : {1.01, 3.0, 1000.0}) {
+      CAPTURE(eta);
+      auto stopper = make(kind, {{"grace_period", 1}, {"reduction_factor", eta}, {"max_t", huge}});
+      const std::vector<int64_t> rungs = stopper->milestones(0);
+      REQUIRE_FALSE(rungs.empty());
+      CHECK(rungs.front() >= 1);  // 1 in ASHA; a bracket's first rung in Hyperband
+      CHECK(rungs.back() < huge);
+      CHECK(std::is_sorted(rungs.begin(), rungs.end()));
+      CHECK(stopper->on_report(0, huge - 1, 0.5) == Decision::kContinue);  // alone in every rung it passed
+      if (std::string(kind) == "asha") CHECK(stopper->on_report(1, huge - 1, 0.1) == Decision::kStop);  // below trial 0
+    }
+  }
+  // ASHA without a max_t (0: none): a report at the largest step passes every rung below 2^63.
+  auto asha = make("asha", {{"grace_period", 1}, {"reduction_factor", 3}, {"max_t", 0}});
+  CHECK(asha->on_report(0, huge, 0.5) == Decision::kContinue);
+  CHECK(asha->state()["rungs"].size() == 40);  // 3^0 .. 3^39 (3^40 > 2^63)
 }
 
 TEST_CASE("ASHA with min_early_stopping_rate shifts its rungs; NaN counts as worst") {

@@ -92,6 +92,21 @@ void sql(const std::string& db, const std::string& statement) {
   REQUIRE_MESSAGE(rc == SQLITE_OK, text);
 }
 
+// The first column of the first row of `query`, as text.
+std::string sql_text(const std::string& db, const std::string& query) {
+  sqlite3* h = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &h) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(h, query.c_str(), -1, &s, nullptr) == SQLITE_OK);
+  std::string out;
+  if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0) != nullptr) {
+    out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(h);
+  return out;
+}
+
 }  // namespace
 
 // --- finding 3: a planted <db>.trials --------------------------------------------------------
@@ -406,4 +421,108 @@ TEST_CASE("text that is not UTF-8 in a crafted store is printed as U+FFFD by eve
   auto r = hpctune_cmd(dir, {"trial", db, std::to_string(id), "--format", "json"});
   CHECK_MESSAGE((contains(r.out, "bad bytes: \xEF\xBF\xBD\xEF\xBF\xBD.") || contains(r.out, "bad bytes: \\ufffd\\ufffd.")),
                 r.out);
+}
+
+// --- audit: campaigns.config_json of the wrong shape (the keys readers take a type for) ---------
+
+TEST_CASE("campaigns.config_json of another shape: every reader names the key, none reports an internal error") {
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "shape");
+  struct Case {
+    const char* set;     // the crafted config_json, as SQL
+    const char* expect;  // what the error names
+  };
+  const Case cases[] = {
+      // Before: every command "internal error: type must be string, but is number"; the dashboard did not start.
+      {"json_set(config_json, '$.objectives[0].metric', 5)", "config_json at objectives[0].metric: expected a string"},
+      // Before: the dashboard's params and importance routes answered 500 "internal error".
+      {"json_set(config_json, '$.space.value.log', 'yes')", "config_json at space.value.log: expected true or false"},
+      // Before: `resume` stopped with "internal error: cannot use operator[] with a string argument with number".
+      {"'7'", "column campaigns.config_json: expected a map of settings, got number"},
+      {"json_set(config_json, '$.stages', json('[{\"name\": 5, \"search\": {}}]'))", "config_json at stages[0].name"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.set);
+    const std::string db = dir.file("shape-" + std::to_string(&c - cases) + ".db");
+    fs::copy_file(good, db);
+    sql(db, std::string("UPDATE campaigns SET config_json = ") + c.set);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"status", db}, {"status", db, "--format", "json"}, {"trials", db},
+          {"export", db, "--format", "csv"}, {"trial", db, "1"}, {"resume", db, "--max-trials", "5"}}) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args);
+      CHECK_FALSE(r.status.signaled);
+      CHECK(r.status.code == 1);
+      CHECK_MESSAGE(contains(r.out, c.expect), r.out);
+      CHECK_FALSE(contains(r.out, "internal error"));
+    }
+    dashboard::Api api({db});
+    auto loaded = api.load();
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(contains(loaded.error().to_string(), c.expect));
+    // Nothing recorded was lost or changed: the trials are all there, the campaign still completed.
+    CHECK(sql_text(db, "SELECT count(*) || ' ' || (SELECT state FROM campaigns) FROM trials WHERE state = 'done'") ==
+          "3 completed");
+  }
+}
+
+TEST_CASE("resume: the groups and budget campaigns.config_json keeps are checked against their bounds") {
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "bounds");
+  struct Case {
+    const char* set;
+    const char* expect;
+  };
+  const Case cases[] = {
+      // Before: accepted unchecked: resume would start 100000 trainer groups (a process each).
+      {"json_set(config_json, '$.resources.groups', 100000)", "resources.groups: 100000 is above the maximum 4096"},
+      // Before: "0 trainer group(s)", then the error "every trainer group has exited and none may be restarted".
+      {"json_set(config_json, '$.resources.groups', 0)", "resources.groups: 0 is below the minimum 1"},
+      {"json_set(config_json, '$.resources.groups', -1)", "resources.groups: -1 is below the minimum 1"},
+      {"json_set(config_json, '$.search.max_trials', -5)", "search.max_trials: -5 is below the minimum 1"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.set);
+    const std::string db = dir.file("bounds-" + std::to_string(&c - cases) + ".db");
+    fs::copy_file(good, db);
+    sql(db, std::string("UPDATE campaigns SET config_json = ") + c.set);
+    auto r = hpctune_cmd(dir, {"resume", db, "--max-trials", "5"});
+    CHECK_FALSE(r.status.signaled);
+    CHECK(r.status.code == 1);
+    CHECK_MESSAGE(contains(r.out, std::string("column campaigns.config_json at ") + c.expect), r.out);
+    CHECK(sql_text(db, "SELECT count(*) || ' ' || (SELECT state FROM campaigns) FROM trials") == "3 completed");
+  }
+}
+
+TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "meta");
+  const std::pair<const char*, const char*> cases[] = {
+      // Before: the dashboard's stages route of a transfer stage answered 500 "internal error: type must be string".
+      {"json_object('role', 5)", "column trials.meta at role: expected a string, got number"},
+      // Before: resuming an ensemble or transfer stage ended in "internal error" reading the relation.
+      {"json_object('lineage', json_array(json_object('relation', 5, 'trial', 1)))",
+       "column trials.meta at lineage[0].relation: expected a string, got number"},
+  };
+  int n = 0;
+  for (const auto& [set, expect] : cases) {
+    CAPTURE(set);
+    const std::string db = dir.file("meta-" + std::to_string(++n) + ".db");
+    fs::copy_file(good, db);
+    sql(db, "UPDATE stages SET kind = 'transfer'");
+    sql(db, std::string("UPDATE trials SET meta = ") + set + " WHERE id = 2");
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"status", db}, {"trials", db, "--format", "json"}, {"trial", db, "1"}}) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args);
+      CHECK(r.status.code == 1);
+      CHECK_MESSAGE(contains(r.out, expect), r.out);
+      CHECK(contains(r.out, "while reading trial 2"));
+      CHECK_FALSE(contains(r.out, "internal error"));
+    }
+    dashboard::Api api({db});
+    auto loaded = api.load();
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(contains(loaded.error().to_string(), expect));
+  }
 }

@@ -303,6 +303,17 @@ Status PbtSource::load_decision(const std::string& kind, const nlohmann::json& d
   if (!ordinal || !step || !attempt || !detail.contains("params") || !detail.contains("trained_params") ||
       !detail.contains("snapshot") || !detail.contains("resume_from"))
     return bad("lacks ordinal, step, attempt, params, trained_params, snapshot or resume_from");
+  // The database may have been edited or crafted: a path that is not text, a value that is not a
+  // number, is refused here rather than converted (which would throw).
+  if (!detail.at("snapshot").is_string() || !detail.at("resume_from").is_string())
+    return bad("has a snapshot or resume_from that is not a path");
+  // A value: a number, or null (how JSON records a NaN, a diverged member's).
+  auto value_of = [&](const char* key) -> std::optional<double> {
+    const auto& v = detail.at(key);
+    if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
+    return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+  };
+  if (detail.contains("value") && !value_of("value")) return bad("has a value that is not a number");
   // A decision applied again to a re-run attempt is recorded once more: the first one holds.
   if (*ordinal < static_cast<int64_t>(m.decisions.size())) return {};
   if (*ordinal > static_cast<int64_t>(m.decisions.size()))
@@ -321,6 +332,8 @@ Status PbtSource::load_decision(const std::string& kind, const nlohmann::json& d
     if (!source || !source_ordinal || !source_step || !detail.contains("target_value") ||
         !detail.contains("source_value"))
       return bad("lacks its source, source_ordinal, source_step, source_value or target_value");
+    const auto source_value = value_of("source_value"), target_value = value_of("target_value");
+    if (!source_value || !target_value) return bad("has a source_value or target_value that is not a number");
     auto src = seq_of_trial.find(*source);
     if (src == seq_of_trial.end()) return bad("names a source trial outside the stage");
     d.exploit = true;
@@ -328,10 +341,10 @@ Status PbtSource::load_decision(const std::string& kind, const nlohmann::json& d
     d.source_ordinal = *source_ordinal;
     d.source_step = *source_step;
     d.from_step = *source_step;
-    d.source_value = detail.at("source_value").get<double>();
-    d.value = detail.at("target_value").get<double>();
+    d.source_value = *source_value;
+    d.value = *target_value;
   } else {
-    d.value = detail.value("value", 0.0);
+    d.value = detail.contains("value") ? *value_of("value") : 0.0;
   }
   m.decisions.push_back(std::move(d));
   return {};
@@ -365,6 +378,10 @@ Status PbtSource::begin(const scheduler::StageContext& ctx) {
     } else if (e.kind == "trial_paused") {
       auto seq = seq_of_trial.find(e.trial_id);
       if (seq == seq_of_trial.end() || !e.detail.is_object() || !e.detail.contains("step")) continue;
+      if (!e.detail.at("step").is_number_integer()) {
+        return err(Errc::kInvalidArgument, "pbt: a recorded trial_paused event has a step that is not an integer: " +
+                                               e.detail.dump());
+      }
       const int64_t step = e.detail.at("step").get<int64_t>();
       for (Decision& d : member(seq->second).decisions) {
         if (!d.paused && d.step == step) {
