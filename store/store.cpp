@@ -520,6 +520,15 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   if (!parsed) return err(Errc::kIo, "unknown trial state '" + state + "'").with_context(where());
   r.state = *parsed;
   r.attempt = col_i64(s, 7);
+  // A trial is attempted at most search.max_attempts (100) times, plus a new attempt per pause of a
+  // pausing search or PBT interval: far below this. A crafted count near 2^63 would overflow where
+  // the next attempt is numbered.
+  constexpr int64_t kMaxAttempt = int64_t(1) << 40;
+  if (r.attempt < 0 || r.attempt > kMaxAttempt) {
+    return err(Errc::kIo, "column trials.attempt: " + std::to_string(r.attempt) + " is out of 0.." +
+                              std::to_string(kMaxAttempt) + " (the file was edited, damaged or crafted)")
+        .with_context(where());
+  }
   r.group_id = col_i64(s, 8);
   r.created_at = col_time(s, 9);
   r.started_at = col_time(s, 10);

@@ -494,6 +494,31 @@ TEST_CASE("resume: the groups and budget campaigns.config_json keeps are checked
   }
 }
 
+TEST_CASE("trials.attempt out of its range (a count near 2^63): every reader and resume name the column") {
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "attempt");
+  int n = 0;
+  for (const char* value : {"9223372036854775807", "1099511627777"}) {  // 2^63 - 1, 2^40 + 1
+    CAPTURE(value);
+    const std::string db = dir.file("attempt-" + std::to_string(++n) + ".db");
+    fs::copy_file(good, db);
+    // Before: resume numbered the next attempt by overflowing (undefined behaviour), then failed with
+    // "cannot assign trial 2 attempt -9223372036854775808".
+    sql(db, std::string("UPDATE trials SET state = 'queued', attempt = ") + value + " WHERE id = 2");
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"status", db}, {"trials", db, "--format", "json"}, {"resume", db, "--max-trials", "5"}}) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args);
+      CHECK_FALSE(r.status.signaled);
+      CHECK(r.status.code == 1);
+      CHECK_MESSAGE(contains(r.out, std::string("column trials.attempt: ") + value + " is out of 0.."), r.out);
+      CHECK(contains(r.out, "while reading trial 2"));
+      CHECK_FALSE(contains(r.out, "internal error"));
+    }
+    CHECK(sql_text(db, "SELECT attempt FROM trials WHERE id = 2") == value);  // nothing recorded changed
+  }
+}
+
 TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {
   TempDir dir;
   const std::string good = finished_campaign(dir, "meta");
