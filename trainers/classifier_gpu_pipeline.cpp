@@ -9,16 +9,9 @@
 #include "gpu/gpu_network.h"
 #include "gpu/nccl_communicator.h"
 #include "trainers/classifier_gpu_device.h"
+#include "trainers/pipeline_partition.h"
 
 namespace hpctune::trainers {
-namespace {
-
-// Rows [begin, end) of part `index` of `count` rows cut into `parts` balanced parts (as the CPU engine).
-std::pair<int64_t, int64_t> part_rows(int64_t count, int64_t parts, int64_t index) {
-  return {count * index / parts, count * (index + 1) / parts};
-}
-
-}  // namespace
 
 struct ClassifierGpuPipeline::Impl {
   gpu::GpuContext ctx;

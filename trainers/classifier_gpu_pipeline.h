@@ -48,20 +48,16 @@ class ClassifierGpuPipeline {
                                                                const ClassifierGpuOptions& options, int64_t micro_batches);
   ~ClassifierGpuPipeline();
 
+  // As ClassifierGpu's (classifier_gpu.h), for this stage: join_group() chooses NCCL or host-staged
+  // transfers between the stages; train_batch() steps over `blocks` relative to the stage's
+  // parameters; take_stats() and evaluate() are collectives over the group (the last stages' stats,
+  // probs on every rank that passes it).
   const std::string& description() const noexcept;
-  // Chooses NCCL or host-staged transfers (above) and adds why to description(). Collective: every
-  // rank calls it once, after create() succeeded on every rank.
   Status join_group();
   bool nccl() const noexcept;
-
-  // One minibatch of the training file (rows: the global batch, the same on every rank), then this
-  // stage's optimizer step over `blocks` (relative to the stage's parameters) at `lr`.
   Status train_batch(std::span<const int64_t> rows, const std::vector<nn::ParamBlock>& blocks, float lr,
                      uint64_t dropout_seed, uint64_t dropout_offset);
-  // The training stats since the last call, summed over the group (a collective).
   Result<nn::BatchStats> take_stats();
-  // Inference on rows of the training file (`test` false) or the test file; the stats summed over
-  // the group, and probs [rows, classes] on every rank that passes it (a collective).
   Result<nn::BatchStats> evaluate(bool test, std::span<const int64_t> rows, float* probs);
   // The device's parameters into stage_params, its optimizer state into `optimizer`.
   Status download(std::span<float> stage_params, nn::Optimizer& optimizer);

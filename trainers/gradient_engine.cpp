@@ -47,12 +47,11 @@ Result<std::vector<size_t>> pipeline_stage_bounds(const nn::Network& network, in
   return bounds;
 }
 
-namespace {
-
-// Rows [begin, end) of part `index` of `count` rows cut into `parts` balanced parts.
 std::pair<int64_t, int64_t> part_rows(int64_t count, int64_t parts, int64_t index) {
   return {count * index / parts, count * (index + 1) / parts};
 }
+
+namespace {
 
 class GroupEngine final : public GradientEngine {
  public:
