@@ -590,15 +590,26 @@ double seconds(const rusage& u) {
 // BenchMaster prepares the campaign and drives it as run_master() does, then the store's records and
 // the simulators' measurements are tallied into the JSON object, with the problems found.
 
-// The run's directory: --keep's, or a new one in the temporary directory named `prefix` + pid.
-std::string make_work_dir(const Args& a, const std::string& prefix) {
-  std::error_code ec;
-  const std::string dir = a.keep.empty() ? (std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()))).string()
-                                         : a.keep;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) usage("cannot create " + dir + ": " + ec.message());
-  return dir;
-}
+// The run's directory: --keep's, or a new one in the temporary directory named `prefix` + pid,
+// removed when the run ends, whether it passed or failed (a forked simulator never returns here).
+struct WorkDir {
+  std::string path;
+  bool keep = false;
+  WorkDir(const Args& a, const std::string& prefix)
+      : path(a.keep.empty() ? (std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()))).string()
+                            : a.keep),
+        keep(!a.keep.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec) usage("cannot create " + path + ": " + ec.message());
+  }
+  WorkDir(const WorkDir&) = delete;
+  WorkDir& operator=(const WorkDir&) = delete;
+  ~WorkDir() {
+    std::error_code ec;
+    if (!keep) std::filesystem::remove_all(path, ec);
+  }
+};
 
 // The simulators, forked before the master opens a socket or a file: group g is in process g % procs,
 // each process's control pipe is its SimProc's control_fd.
@@ -892,7 +903,8 @@ int run(const Args& a) {
   // File descriptors: the master holds one TCP connection per group (plus ZeroMQ's own), and so do
   // the simulators between them. Raised to the hard limit, as run_master() does.
   const auto fds = raise_open_files_limit();
-  const std::string dir = make_work_dir(a, "hpctune-scale-");
+  const WorkDir work(a, "hpctune-scale-");
+  const std::string& dir = work.path;
   std::vector<SimProc> procs = fork_simulators(a, dir);
 
   json out = {{"groups", a.groups}, {"procs", a.procs}, {"trials", a.trials}, {"trial_seconds", a.trial_seconds},
@@ -910,7 +922,6 @@ int run(const Args& a) {
   std::vector<std::string> problems;
   const SimTally sims = read_simulator_results(procs, problems);
   const Utilization u = utilization_of(sims);
-  std::filesystem::remove_all(a.keep.empty() ? dir : "", ec);
 
   add_figures(out, m, *st, sims, u);
   add_problems(problems, a, m, *st, sims);
@@ -930,7 +941,8 @@ int run_simulated(const Args& a) {
   auto parsed = config::parse_config(config_text(a), "scale.yaml");
   if (!parsed.ok()) usage(parsed.error().to_string());
   std::error_code ec;
-  const std::string dir = make_work_dir(a, "hpctune-scale-sim-");
+  const WorkDir work(a, "hpctune-scale-sim-");
+  const std::string& dir = work.path;
   simulate::SimulateOptions o;
   o.master.config = parsed.value();
   o.master.db_path = dir + "/scale-sim.db";
@@ -962,7 +974,6 @@ int run_simulated(const Args& a) {
   j["master_turns"] = out->turns;
   j["wall_us_per_trial"] = p.done > 0 ? out->wall_s * 1e6 / static_cast<double>(p.done) : NAN;
   j["lost_attempts"] = out->campaign.counters.lost_attempts;
-  if (a.keep.empty()) std::filesystem::remove_all(dir, ec);
   std::printf("%s\n", j.dump(2).c_str());
   return p.done == a.trials && out->campaign.counters.lost_attempts == 0 ? 0 : 1;
 }
