@@ -76,7 +76,8 @@ Result<int64_t> int_param(const QueryParams& params, const std::string& name, in
 }
 
 std::optional<ApiResponse> unknown_param(const QueryParams& params, std::initializer_list<const char*> allowed) {
-  for (const auto& [name, value] : params) {
+  for (const auto& param : params) {
+    const std::string& name = param.first;  // a named variable: clang 14 cannot capture a structured binding
     if (name == "token") continue;
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return name == a; })) {
       std::vector<std::string> names(allowed.begin(), allowed.end());
