@@ -811,7 +811,16 @@ Status run_packed_worker(const std::string& master, const worker::WorkerOptions&
     if (comma == std::string::npos) break;
     from = comma + 1;
   }
-  secrets.resize(static_cast<size_t>(slots));  // a slot without one says hello without it (and is ignored)
+  // One per slot, else the master would ignore the slots without one (run_worker refuses them).
+  for (size_t i = 0; i < static_cast<size_t>(slots); ++i) {
+    if (i >= secrets.size() || secrets[i].empty()) {
+      return err(Errc::kConfig, std::string("no launch credential for slot ") + std::to_string(i) + " (group " +
+                                    std::to_string(base.group + static_cast<int64_t>(i)) + ") of --slots " +
+                                    std::to_string(slots) + ": the environment variable " + protocol::kSecretEnv +
+                                    " has one per slot, comma-separated, when the master's launcher starts the pack");
+    }
+  }
+  secrets.resize(static_cast<size_t>(slots));
   trainers::PackEngine::instance().set_slots(slots);
   // The slots share the decoded datasets (the pack's members must read one data set), not a
   // command trainer's persistent program (one trial at a time uses one).

@@ -379,6 +379,28 @@ TEST_CASE("worker --threads -1 is a short usage error") {
   CHECK_MESSAGE(r.out.size() < 200, r.out);
 }
 
+TEST_CASE("a worker started by hand without HPCTUNE_SECRET exits 2 at once naming the variable") {
+  // Before, it said hello without a credential (which the master ignores) and retried until its
+  // give-up deadline (10 minutes); the 30 s limit below fails on that.
+  TempDir dir;
+  REQUIRE(std::getenv("HPCTUNE_SECRET") == nullptr);
+  auto w = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "0"}, dir.file("w.log"));
+  auto st = w.wait_for(30s);
+  REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("w.log")));
+  std::string out = read_file(dir.file("w.log"));
+  CHECK_MESSAGE(st->code == 2, out);
+  CHECK_MESSAGE(contains(out, "no launch credential: the environment variable HPCTUNE_SECRET is not set"), out);
+  CHECK_MESSAGE(!contains(out, "no answer from the master"), out);
+  // A packed worker (--slots 2) given one credential: the slot without one is named.
+  auto p = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "4", "--slots", "2"},
+                         dir.file("p.log"), {{"HPCTUNE_SECRET", std::string(32, 'a') + "." + std::string(32, 'b')}});
+  st = p.wait_for(30s);
+  REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("p.log")));
+  out = read_file(dir.file("p.log"));
+  CHECK_MESSAGE(st->code == 2, out);
+  CHECK_MESSAGE(contains(out, "no launch credential for slot 1 (group 5) of --slots 2"), out);
+}
+
 // --- issue 35, R4 and R8: a store of huge JSON values; text that is not UTF-8 ------------------
 
 TEST_CASE("four 60 MB JSON arrays: status, trials, export and trial refuse naming the trial and column, never abort") {
