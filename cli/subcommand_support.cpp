@@ -38,6 +38,14 @@ void on_preempt(int) { g_preempt.store(1); }
 
 bool Subcommand::chosen() const { return static_cast<bool>(*command_); }
 
+CLI::Validator not_empty(const std::string& instead) {
+  return CLI::Validator(
+      [instead](std::string& value) {
+        return value.empty() ? "the value is empty (leave the option out to " + instead + ")" : std::string();
+      },
+      "");
+}
+
 Result<int64_t> dashboard_port(const std::string& text) {
   if (text.empty()) return int64_t{8080};
   return parse_integer<int64_t>("--dashboard-port", text, 0, 65535);

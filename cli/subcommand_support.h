@@ -10,7 +10,16 @@
 
 #include "common/result.h"
 
+namespace CLI {
+class Validator;
+}
+
 namespace hpctune::cli {
+
+// For an option whose value "" would read as "not given" (its default: a generated token, standard
+// output, this program, ...): an explicitly empty value is refused, a usage error (exit 2) naming
+// the option, with `instead` (what leaving the option out does). `cmd.add_option(...)->check(not_empty("..."))`.
+CLI::Validator not_empty(const std::string& instead);
 
 // A count or seed given on the command line: decimal digits only (no sign, exponent, hex or
 // spaces), within [min, max]. CLI11's own conversion takes "-1", "2^64" or "1e23" for an unsigned

@@ -40,7 +40,8 @@ class SlurmSubmitCommand final : public Subcommand {
     account_opt_ = cmd.add_option("--account", account_, "sbatch --account (overrides resources.slurm.account)");
     qos_opt_ = cmd.add_option("--qos", qos_, "sbatch --qos (overrides resources.slurm.qos)");
     db_opt_ = cmd.add_option("--db", args_.db, "The SQLite database (default: the config's `storage`)");
-    cmd.add_option("--program", args_.program, "The hpctune the job runs (default: this program's path)");
+    cmd.add_option("--program", args_.program, "The hpctune the job runs (default: this program's path)")
+        ->check(not_empty("run this program"));
     cmd.add_flag("--dry-run", args_.dry_run, "Print the script; write and submit nothing");
   }
 
@@ -88,9 +89,11 @@ class DashboardCommand final : public Subcommand {
     cmd.add_option("--port", port_text_, "The port, 0..65535 (default 8080; 0 = a free one, printed)")->type_name("INT");
     cmd.add_option("--token", args_.token,
                    "The token every request must carry (default: HPCTUNE_DASHBOARD_TOKEN, else generated and "
-                   "printed; 16 to 256 letters, digits, . _ ~ -). Every user sees it in `ps`: prefer --token-file");
+                   "printed; 16 to 256 letters, digits, . _ ~ -). Every user sees it in `ps`: prefer --token-file")
+        ->check(not_empty("have a token generated"));
     cmd.add_option("--token-file", args_.token_file,
-                   "Read the token from this file (its first line; the file must be yours and mode 0600)");
+                   "Read the token from this file (its first line; the file must be yours and mode 0600)")
+        ->check(not_empty("have a token generated"));
     cmd.add_flag("--allow-other-owners", args_.allow_other_owners,
                  "Serve databases that another user owns (refused by default: their owner decides what is shown)");
   }
@@ -208,6 +211,7 @@ class WorkerCommand final : public Subcommand {
   }
 
   int run() override {
+    if (master_.empty()) return report(err(Errc::kUsage, "--master: the address is empty (e.g. tcp://10.0.0.1:5555)"), "worker");
     if (!launch_.transport.ok()) return report(std::move(launch_.transport).error(), "worker");
     group_args_.transport = *launch_.transport;
     if (group_args_.ranks_data * group_args_.ranks_model > 1) {

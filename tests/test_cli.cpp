@@ -138,6 +138,42 @@ TEST_CASE("bad numbers and database paths are refused with exit 2 and a clear me
   CHECK(code == 0);
 }
 
+TEST_CASE("an explicitly empty value never means the option's default: exit 2 naming the option") {
+  // Before, each of these ran as if the option had been left out: a generated dashboard token, port
+  // 8080, every stage, standard output, this program, the default machine file or outcomes.
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("empties", 1, 0.01, 1, 1));
+  int code = 0;
+  REQUIRE(run_log(dir, {"run", cfg, "--db", dir.file("ok.db")}, "ok.log", &code).find("best trial") != std::string::npos);
+  REQUIRE(code == 0);
+  const std::string db = dir.file("ok.db");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--token", {"dashboard", db, "--port", "0", "--token", ""}},
+      {"--token-file", {"dashboard", db, "--port", "0", "--token-file", ""}},
+      {"--dashboard-port", {"run", cfg, "--db", dir.file("new.db"), "--dashboard-port", ""}},
+      {"--dashboard-port", {"resume", db, "--dashboard-port", ""}},
+      {"--stage", {"trials", db, "--stage", ""}},
+      {"--stage", {"schedule", db, "--stage", ""}},
+      {"--output", {"export", db, "--format", "json", "-o", ""}},
+      {"--program", {"slurm", "submit", cfg, "--nodes", "1", "--time", "10", "--db", dir.file("s.db"), "--dry-run",
+                     "--program", ""}},
+      {"--machine", {"simulate", cfg, "--db", dir.file("sim.db"), "--machine", ""}},
+      {"--machine-out", {"simulate", cfg, "--db", dir.file("sim.db"), "--machine-out", ""}},
+      {"--outcomes", {"simulate", cfg, "--db", dir.file("sim.db"), "--outcomes", ""}},
+      {"--master", {"worker", "--master", ""}},
+  };
+  for (const auto& [option, args] : cases) {
+    CAPTURE(option);
+    CAPTURE(args.front());
+    const std::string out = run_log(dir, args, "empty.log", &code);
+    CHECK_MESSAGE(code == 2, out);
+    CHECK_MESSAGE(contains(out, option + ": "), out);
+    CHECK_MESSAGE(contains(out, "empty"), out);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("new.db")));
+  CHECK_FALSE(std::filesystem::exists(dir.file("sim.db")));
+}
+
 // --- item 22: campaigns without a success ------------------------------------------------------------
 
 TEST_CASE("a campaign whose trials all fail exits 1, names the first failure and stops after max_failures") {
