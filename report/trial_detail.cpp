@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/safe_open.h"
+#include "common/text.h"
 #include "report/campaign.h"
 #include "report/trial_json.h"
 
@@ -57,7 +58,11 @@ nlohmann::json trial_detail_json(const TrialDetail& d, const CampaignView& v, in
                               {"created_at", a.created_at}});
   }
   j["logs"] = nlohmann::json::array();
-  for (const auto& path : d.logs) j["logs"].push_back({{"path", path}, {"tail", tail_lines(v.db_path, path, log_lines)}});
+  // A log holds whatever the trainer wrote: NUL and control bytes go out JSON-escaped (\u0000),
+  // bytes that are not UTF-8 as U+FFFD (nlohmann::json's dump throws on them).
+  for (const auto& path : d.logs) {
+    j["logs"].push_back({{"path", sanitize_utf8(path)}, {"tail", sanitize_utf8(tail_lines(v.db_path, path, log_lines))}});
+  }
   return j;
 }
 

@@ -368,6 +368,36 @@ std::string text_section(const std::string& text, const std::string& title) {
 
 }  // namespace
 
+TEST_CASE("hpctune trial: a log with NUL, control and non-UTF-8 bytes is shown whole, escaped; its JSON parses") {
+  // Before, the text tail stopped at the first NUL byte (the lines after it were lost) and
+  // `--format json` failed with "internal error: ... invalid UTF-8 byte".
+  TempDir dir;
+  const std::string script = dir.write("junk.sh",
+                                       "printf 'before\\n'\n"
+                                       "printf 'nul:\\000:after nul \\033[2J esc \\377\\376 bad\\n'\n"
+                                       "printf 'last line\\n'\n"
+                                       "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": 0.5}\"\n");
+  const std::string cfg = dir.write("c.yaml", script_config("junk", script, 1));
+  const std::string db = dir.file("t.db");
+  int code = 0;
+  std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  out = run_log(dir, {"trial", db, "1"}, "trial.txt", &code);
+  CHECK_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "before\nnul:\\x00:after nul \\x1b[2J esc \\xff\\xfe bad\nlast line\n"), out);
+  CHECK(out.find('\0') == std::string::npos);
+  CHECK(out.find('\x1b') == std::string::npos);
+  out = run_log(dir, {"trial", db, "1", "--format", "json"}, "trial.json", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const json j = json::parse(out);
+  bool seen = false;
+  for (const auto& l : j["logs"]) {
+    seen = seen || contains(l["tail"].get<std::string>(),
+                            std::string("nul:") + '\0' + ":after nul \x1b[2J esc \xEF\xBF\xBD\xEF\xBF\xBD bad\nlast line");
+  }
+  CHECK_MESSAGE(seen, out);
+}
+
 TEST_CASE("trials, trial and export: each trial's stage, --stage, and lineage and run settings apart from parameters") {
   TempDir dir;
   const std::string db = dir.file("lineage.db");
