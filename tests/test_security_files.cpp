@@ -541,6 +541,40 @@ TEST_CASE("trials.attempt out of its range (a count near 2^63): every reader and
   }
 }
 
+TEST_CASE("a database without a column of its schema: every command exits 1 naming it; the dashboard too") {
+  // Before: `status` and `trials` ran, `trial` failed with SQLite's "no such column: sync_mode", the
+  // dashboard started and its trial route answered 500 with that message.
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "loose");
+  const std::string db = dir.file("dropped.db");
+  fs::copy_file(good, db);
+  sql(db, "ALTER TABLE trials DROP COLUMN sync_mode");
+  const std::string expect = "lacks column trials.sync_mode of its schema version";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", db}, {"trials", db}, {"trial", db, "1"}, {"export", db, "--format", "csv"},
+        {"resume", db, "--max-trials", "5"}}) {
+    CAPTURE(args[0]);
+    auto r = hpctune_cmd(dir, args);
+    CHECK_MESSAGE(r.status.code == 1, r.out);
+    CHECK_MESSAGE(contains(r.out, expect), r.out);
+    CHECK_FALSE(contains(r.out, "no such column"));
+  }
+  auto r = hpctune_cmd(dir, {"dashboard", db, "--port", "0"}, 30s);
+  CHECK(r.status.code == 1);
+  CHECK_MESSAGE(contains(r.out, expect), r.out);
+  // A column dropped while the dashboard serves the file: the trial route says the same.
+  const std::string live = dir.file("live.db");
+  fs::copy_file(good, live);
+  dashboard::Api api({live});
+  REQUIRE(api.load().ok());
+  CHECK(api.get("/api/campaigns/0/trials/1", {}).status == 200);
+  sql(live, "ALTER TABLE trials DROP COLUMN sync_mode");
+  auto answer = api.get("/api/campaigns/0/trials/2", {});
+  CHECK(answer.status == 500);
+  CHECK_MESSAGE(contains(answer.body.dump(), expect), answer.body.dump());
+  CHECK_FALSE(contains(answer.body.dump(), "no such column"));
+}
+
 TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {
   TempDir dir;
   const std::string good = finished_campaign(dir, "meta");
