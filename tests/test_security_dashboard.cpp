@@ -321,6 +321,9 @@ TEST_CASE("nobody cannot read a served campaign without the token, on loopback t
     CHECK(status_as_nobody(base + path) == "401");
   }
   CHECK(status_as_nobody(base + "/api/campaigns/0/trials?token=" + d.token.substr(1)) == "401");
+  // A repeated ?token= counts only when every one is the token (before, the first one decided).
+  CHECK(status_as_nobody(base + "/api/campaigns/0/trials?token=" + d.token + "&token=x") == "401");
+  CHECK(status_as_nobody(base + "/api/campaigns/0/trials?token=" + d.token + "&token=" + d.token) == "200");
   // The URL as printed opens the app (303 to / with the cookie), and the token reads the API.
   CHECK(http_get("127.0.0.1", d.port, "/?token=" + d.token).status == 303);
   CHECK(http_get("127.0.0.1", d.port, "/api/campaigns/0/trials", d.auth()).status == 200);
