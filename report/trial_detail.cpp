@@ -108,6 +108,8 @@ std::string under_trials(const std::string& db, const std::string& path) {
 }  // namespace
 
 Result<UniqueFd> open_trial_file(const std::string& db, const std::string& path) {
+  // A recorded path with a NUL would name one file and open another (the system call stops there).
+  if (path.find('\0') != std::string::npos) return err(Errc::kInvalidArgument, "a path with a NUL byte names no file");
   const std::string relative = under_trials(db, path);
   if (relative.empty()) return err(Errc::kInvalidArgument, path + " is not under " + db + ".trials");
   HPCTUNE_ASSIGN(UniqueFd root, open_trials_root(db));

@@ -166,6 +166,16 @@ TEST_CASE("a <db>.trials link planted by another user is not followed by `hpctun
   auto own = report::trial_logs(db0, id, {});
   REQUIRE(own.size() == 1);
   CHECK(report::tail_lines(db0, own[0], 1) == "line two");
+  // A recorded path with a NUL byte: not the file before the NUL (before, it was opened and listed
+  // under the longer name).
+  std::vector<store::ArtifactRow> cut(1);
+  cut[0].kind = "log";
+  cut[0].path = own[0] + std::string("\0.bak", 5);
+  CHECK_FALSE(report::open_trial_file(db0, cut[0].path).ok());
+  CHECK(report::tail_lines(db0, cut[0].path, 1).empty());
+  auto listed = report::trial_logs(db0, id, cut);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0] == own[0]);
   auto r = hpctune_cmd(dir, {"trial", db0, std::to_string(id)});
   CHECK(contains(r.out, "line two"));
   CHECK_FALSE(contains(r.out, secret));
