@@ -387,6 +387,34 @@ TEST_CASE("worker --threads -1 is a short usage error") {
   r = hpctune_cmd(dir, {"worker", "--master", "tcp://127.0.0.1:1", "--collective-timeout", "-1"});
   CHECK(r.status.code == 2);
   CHECK_MESSAGE(r.out.size() < 200, r.out);
+  // Before, CLI11 took "-2", "0x10" and " 5" as groups and clamped 2^64 to 2^63-1 (the next slot of
+  // a pack then overflowed), and NaN passed the timeout's range check; each then said hello (or
+  // waited) until the give-up deadline: 20 s here fails on that.
+  const std::string credential = std::string(32, 'a') + "." + std::string(32, 'b');
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--group", "-2"}, {"--group", "0x10"}, {"--group", " 5"},
+        {"--group", "99999999999999999999"}, {"--group", "2147483647", "--slots", "2"},
+        {"--group", "0", "--collective-timeout", "nan"}}) {
+    CAPTURE(extra[1]);
+    std::vector<std::string> args = {"worker", "--master", "tcp://127.0.0.1:1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto w = start_hpctune(args, dir.file("group.log"), {{"HPCTUNE_SECRET", credential + "," + credential}});
+    auto st = w.wait_for(20s);
+    REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("group.log")));
+    const std::string out = read_file(dir.file("group.log"));
+    CHECK_MESSAGE(st->code == 2, out);
+    const std::string named = extra.back() == "nan" ? "--collective-timeout: " : "--group: ";
+    CHECK_MESSAGE(contains(out, named), out);
+  }
+  // The environment's timeout is checked as the flag is ("nan" was NaN, "abc" 0).
+  auto w = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "0", "--ranks-data", "2",
+                          "--trainer-starts-ranks"},
+                         dir.file("env.log"), {{"HPCTUNE_SECRET", credential}, {"HPCTUNE_COLLECTIVE_TIMEOUT_S", "nan"}});
+  auto st = w.wait_for(20s);
+  REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("env.log")));
+  CHECK(st->code == 2);
+  CHECK_MESSAGE(contains(read_file(dir.file("env.log")), "HPCTUNE_COLLECTIVE_TIMEOUT_S: 'nan' is not a number"),
+                read_file(dir.file("env.log")));
 }
 
 TEST_CASE("a worker started by hand without HPCTUNE_SECRET exits 2 at once naming the variable") {
