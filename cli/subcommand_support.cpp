@@ -56,6 +56,35 @@ Status check_bind(const std::string& address) {
   return Status::Ok();
 }
 
+Status check_master_address(const std::string& address) {
+  const std::string forms = "expected tcp://HOST:PORT (PORT 1..65535) or ipc://PATH";
+  if (address.empty()) return err(Errc::kUsage, "--master: the address is empty; " + forms);
+  for (char c : address) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return err(Errc::kUsage, "--master: '" + address + "' holds a control character; " + forms);
+    }
+  }
+  if (address.rfind("ipc://", 0) == 0) {
+    if (address.size() == 6 || address == "ipc://*") {
+      return err(Errc::kUsage, "--master: '" + address + "' names no socket; " + forms);
+    }
+    return {};
+  }
+  if (address.rfind("tcp://", 0) != 0) {
+    return err(Errc::kUsage, "--master: '" + address + "' is not a tcp:// or ipc:// address; " + forms);
+  }
+  const std::string rest = address.substr(6);
+  const size_t colon = rest.rfind(':');
+  const std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : rest.substr(colon + 1);
+  if (host.empty() || host == "*") return err(Errc::kUsage, "--master: '" + address + "' names no host; " + forms);
+  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+    return err(Errc::kUsage, "--master: port '" + port + "' of '" + address + "' is not 1..65535; " + forms);
+  }
+  return {};
+}
+
 Status check_db_path(const std::string& option, const std::string& path) {
   if (path.empty()) return err(Errc::kUsage, option + ": the database path is empty");
   if (path == ":memory:" || path.rfind("file:", 0) == 0 || path.find("://") != std::string::npos) {

@@ -44,6 +44,11 @@ Result<int64_t> dashboard_port(const std::string& text);
 // --bind: an address the master can listen on (common/endpoint.h), else a usage error.
 Status check_bind(const std::string& address);
 
+// worker --master: an address a worker can connect to, tcp://HOST:PORT (PORT 1..65535; no * for the
+// host or port, which only a bind takes) or ipc://PATH, else a usage error. The host is left to the
+// resolver (the master hands over what its socket reports, IPv6 zones included).
+Status check_master_address(const std::string& address);
+
 // A database path for `run` and `resume`: a file. ":memory:" would run the whole campaign and
 // throw it away, and SQLite URIs ("file:...?mode=...") would bypass the lock next to the file.
 Status check_db_path(const std::string& option, const std::string& path);

@@ -220,7 +220,7 @@ class WorkerCommand final : public Subcommand {
   }
 
   int run() override {
-    if (master_.empty()) return report(err(Errc::kUsage, "--master: the address is empty (e.g. tcp://10.0.0.1:5555)"), "worker");
+    if (Status s = check_master_address(master_); !s.ok()) return report(s, "worker");
     if (*group_opt_) {
       // The range a hello carries (protocol/messages.cpp), the pack's last slot included: CLI11 read
       // "-2", "0x10" and " 5" as groups, and clamped 2^64 to 2^63-1 (whose next slot overflowed).

@@ -406,6 +406,20 @@ TEST_CASE("worker --threads -1 is a short usage error") {
     const std::string named = extra.back() == "nan" ? "--collective-timeout: " : "--group: ";
     CHECK_MESSAGE(contains(out, named), out);
   }
+  // An address no worker can connect to: before, "garbage" and "tcp://127.0.0.1:*" exited 1 with
+  // ZeroMQ's "Invalid argument", and port 0 or 99999, no host or inproc:// waited 10 minutes.
+  for (const std::string master : {"garbage", "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://:5555", "tcp://*:5555",
+                                   "tcp://127.0.0.1:*", "tcp://127.0.0.1", "inproc://x", "ipc://*", "tcp://h:5\x1b[2J"}) {
+    CAPTURE(master);
+    auto w = start_hpctune({"worker", "--master", master, "--group", "0"}, dir.file("master.log"),
+                           {{"HPCTUNE_SECRET", credential}});
+    auto st = w.wait_for(20s);
+    REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("master.log")));
+    const std::string out = read_file(dir.file("master.log"));
+    CHECK_MESSAGE(st->code == 2, out);
+    CHECK_MESSAGE(contains(out, "--master: "), out);
+    CHECK_MESSAGE(contains(out, "expected tcp://HOST:PORT (PORT 1..65535) or ipc://PATH"), out);
+  }
   // The environment's timeout is checked as the flag is ("nan" was NaN, "abc" 0).
   auto w = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "0", "--ranks-data", "2",
                           "--trainer-starts-ranks"},
