@@ -180,7 +180,8 @@ class SimulateCommand final : public Subcommand {
     cmd.add_option("--max-trials", max_trials_text_,
                    "Simulate a campaign of at most this many trials (default 100000; more is refused: time and "
                    "memory grow with the trials)")
-        ->type_name("INT");
+        ->type_name("INT")
+        ->check(not_empty("allow 100000"));
     cmd.add_flag("--count-decision-time", args_.count_decision_time,
                  "Add the master's measured decision time (its step() calls) to the simulated clock, as Syne Tune does");
     cmd.add_flag("--calibrate", args_.calibrate, "Fit the machine file from small real campaigns on this machine");

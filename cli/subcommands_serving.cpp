@@ -88,7 +88,9 @@ class DashboardCommand final : public Subcommand {
     cmd.add_option("db", args_.databases, "Campaign databases, or directories (each *.db in them)")->required();
     cmd.add_option("--host", args_.host,
                    "The address to listen on (default 127.0.0.1; 0.0.0.0 or :: = every address of this machine)");
-    cmd.add_option("--port", port_text_, "The port, 0..65535 (default 8080; 0 = a free one, printed)")->type_name("INT");
+    cmd.add_option("--port", port_text_, "The port, 0..65535 (default 8080; 0 = a free one, printed)")
+        ->type_name("INT")
+        ->check(not_empty("serve on port 8080"));
     cmd.add_option("--token", args_.token,
                    "The token every request must carry (default: HPCTUNE_DASHBOARD_TOKEN, else generated and "
                    "printed; 16 to 256 letters, digits, . _ ~ -). Every user sees it in `ps`: prefer --token-file")

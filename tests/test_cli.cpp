@@ -140,7 +140,8 @@ TEST_CASE("bad numbers and database paths are refused with exit 2 and a clear me
 
 TEST_CASE("an explicitly empty value never means the option's default: exit 2 naming the option") {
   // Before, each of these ran as if the option had been left out: a generated dashboard token, port
-  // 8080, every stage, standard output, this program, the default machine file or outcomes.
+  // 8080 (run's --dashboard-port, dashboard's --port), every stage, standard output, this program, the
+  // default machine file, outcomes or trial cap.
   TempDir dir;
   const std::string cfg = dir.write("c.yaml", sleep_config("empties", 1, 0.01, 1, 1));
   int code = 0;
@@ -150,6 +151,8 @@ TEST_CASE("an explicitly empty value never means the option's default: exit 2 na
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"--token", {"dashboard", db, "--port", "0", "--token", ""}},
       {"--token-file", {"dashboard", db, "--port", "0", "--token-file", ""}},
+      {"--port", {"dashboard", db, "--port", ""}},
+      {"--max-trials", {"simulate", cfg, "--db", dir.file("sim.db"), "--max-trials", ""}},
       {"--dashboard-port", {"run", cfg, "--db", dir.file("new.db"), "--dashboard-port", ""}},
       {"--dashboard-port", {"resume", db, "--dashboard-port", ""}},
       {"--stage", {"trials", db, "--stage", ""}},
