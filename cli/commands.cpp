@@ -626,9 +626,9 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   const auto& logs = d.logs;
 
   // Everything shown may come from the trainer (its error, log tails, metric names): collected,
-  // then printed with terminal control characters escaped.
-  std::string out;
-  appendf(out, "trial %lld of campaign '%s' (%s)\n", static_cast<long long>(t.id), v.campaign.name.c_str(), db.c_str());
+  // then printed with terminal control characters escaped. Such text is appended as it is, never
+  // through a %s, which would stop at its first NUL byte.
+  std::string out = "trial " + std::to_string(t.id) + " of campaign '" + v.campaign.name + "' (" + db + ")\n";
   std::vector<std::vector<std::string>> info = {
       {"stage", d.stage.empty() ? "-" : d.stage},
       {"state", store::to_string(t.state)},
@@ -646,8 +646,8 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   while (!error.empty() && (error.back() == '\n' || error.back() == ' ')) error.pop_back();
   if (!error.empty() && error.find('\n') == std::string::npos) info.push_back({"error", error});
   out += "\n";
-  for (const auto& row : info) appendf(out, "%-12s %s\n", row[0].c_str(), row[1].c_str());
-  if (error.find('\n') != std::string::npos) appendf(out, "\nError:\n%s\n", error.c_str());
+  for (const auto& row : info) out += row[0] + std::string(row[0].size() < 12 ? 12 - row[0].size() : 0, ' ') + " " + row[1] + "\n";
+  if (error.find('\n') != std::string::npos) out += "\nError:\n" + error + "\n";
 
   // The searched values, then what hpctune added to them (trainers/internal_params.h): where the
   // trial started from, and how far its stage let it train.
@@ -731,8 +731,8 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
 
   for (const auto& path : logs) {
     const std::string tail = report::tail_lines(db, path, log_lines);
-    appendf(out, "\n--- %s (last %lld lines) ---\n%s%s", path.c_str(), static_cast<long long>(log_lines), tail.c_str(),
-                tail.empty() ? "(empty)\n" : "\n");
+    out += "\n--- " + path + " (last " + std::to_string(log_lines) + " lines) ---\n" + tail +
+           (tail.empty() ? "(empty)\n" : "\n");
   }
   return write_stdout(report::terminal_safe(out));
 }
@@ -811,7 +811,16 @@ Status run_packed_worker(const std::string& master, const worker::WorkerOptions&
     if (comma == std::string::npos) break;
     from = comma + 1;
   }
-  secrets.resize(static_cast<size_t>(slots));  // a slot without one says hello without it (and is ignored)
+  // One per slot, else the master would ignore the slots without one (run_worker refuses them).
+  for (size_t i = 0; i < static_cast<size_t>(slots); ++i) {
+    if (i >= secrets.size() || secrets[i].empty()) {
+      return err(Errc::kConfig, std::string("no launch credential for slot ") + std::to_string(i) + " (group " +
+                                    std::to_string(base.group + static_cast<int64_t>(i)) + ") of --slots " +
+                                    std::to_string(slots) + ": the environment variable " + protocol::kSecretEnv +
+                                    " has one per slot, comma-separated, when the master's launcher starts the pack");
+    }
+  }
+  secrets.resize(static_cast<size_t>(slots));
   trainers::PackEngine::instance().set_slots(slots);
   // The slots share the decoded datasets (the pack's members must read one data set), not a
   // command trainer's persistent program (one trial at a time uses one).

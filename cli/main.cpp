@@ -6,9 +6,11 @@
 // checks after parsing; main parses and runs the one chosen.
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <new>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "common/bounded_json.h"
 #include "common/text.h"
 #include "launch/backends.h"
+#include "report/format.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "worker/worker.h"
@@ -74,7 +77,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
+    // CLI11's messages quote the value given ("--format: <value> not in {table,json}"): shown with
+    // its control characters escaped, as every other error is (an ESC would reach the terminal).
+    std::ostringstream message;
+    const int code = app.exit(e, std::cout, message);
+    std::fputs(hpctune::report::terminal_safe(message.str()).c_str(), stderr);
     return code == 0 ? kExitOk : kExitUsage;
   }
 
@@ -92,7 +99,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hpctune: error: out of memory (nothing recorded was changed)\n");
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "hpctune: internal error: %s\n", e.what());
+    std::fprintf(stderr, "hpctune: internal error: %s\n", hpctune::report::terminal_safe(e.what()).c_str());
     return kExitFailure;
   }
   return kExitUsage;

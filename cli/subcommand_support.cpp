@@ -38,6 +38,14 @@ void on_preempt(int) { g_preempt.store(1); }
 
 bool Subcommand::chosen() const { return static_cast<bool>(*command_); }
 
+CLI::Validator not_empty(const std::string& instead) {
+  return CLI::Validator(
+      [instead](std::string& value) {
+        return value.empty() ? "the value is empty (leave the option out to " + instead + ")" : std::string();
+      },
+      "");
+}
+
 Result<int64_t> dashboard_port(const std::string& text) {
   if (text.empty()) return int64_t{8080};
   return parse_integer<int64_t>("--dashboard-port", text, 0, 65535);
@@ -46,6 +54,35 @@ Result<int64_t> dashboard_port(const std::string& text) {
 Status check_bind(const std::string& address) {
   if (auto problem = endpoint_problem(address)) return err(Errc::kUsage, "--bind: " + *problem);
   return Status::Ok();
+}
+
+Status check_master_address(const std::string& address) {
+  const std::string forms = "expected tcp://HOST:PORT (PORT 1..65535) or ipc://PATH";
+  if (address.empty()) return err(Errc::kUsage, "--master: the address is empty; " + forms);
+  for (char c : address) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return err(Errc::kUsage, "--master: '" + address + "' holds a control character; " + forms);
+    }
+  }
+  if (address.rfind("ipc://", 0) == 0) {
+    if (address.size() == 6 || address == "ipc://*") {
+      return err(Errc::kUsage, "--master: '" + address + "' names no socket; " + forms);
+    }
+    return {};
+  }
+  if (address.rfind("tcp://", 0) != 0) {
+    return err(Errc::kUsage, "--master: '" + address + "' is not a tcp:// or ipc:// address; " + forms);
+  }
+  const std::string rest = address.substr(6);
+  const size_t colon = rest.rfind(':');
+  const std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : rest.substr(colon + 1);
+  if (host.empty() || host == "*") return err(Errc::kUsage, "--master: '" + address + "' names no host; " + forms);
+  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+    return err(Errc::kUsage, "--master: port '" + port + "' of '" + address + "' is not 1..65535; " + forms);
+  }
+  return {};
 }
 
 Status check_db_path(const std::string& option, const std::string& path) {

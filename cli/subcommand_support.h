@@ -10,7 +10,16 @@
 
 #include "common/result.h"
 
+namespace CLI {
+class Validator;
+}
+
 namespace hpctune::cli {
+
+// For an option whose value "" would read as "not given" (its default: a generated token, standard
+// output, this program, ...): an explicitly empty value is refused, a usage error (exit 2) naming
+// the option, with `instead` (what leaving the option out does). `cmd.add_option(...)->check(not_empty("..."))`.
+CLI::Validator not_empty(const std::string& instead);
 
 // A count or seed given on the command line: decimal digits only (no sign, exponent, hex or
 // spaces), within [min, max]. CLI11's own conversion takes "-1", "2^64" or "1e23" for an unsigned
@@ -34,6 +43,11 @@ Result<int64_t> dashboard_port(const std::string& text);
 
 // --bind: an address the master can listen on (common/endpoint.h), else a usage error.
 Status check_bind(const std::string& address);
+
+// worker --master: an address a worker can connect to, tcp://HOST:PORT (PORT 1..65535; no * for the
+// host or port, which only a bind takes) or ipc://PATH, else a usage error. The host is left to the
+// resolver (the master hands over what its socket reports, IPv6 zones included).
+Status check_master_address(const std::string& address);
 
 // A database path for `run` and `resume`: a file. ":memory:" would run the whole campaign and
 // throw it away, and SQLite URIs ("file:...?mode=...") would bypass the lock next to the file.

@@ -44,7 +44,9 @@ class RunCommand final : public Subcommand {
     seed_opt_ = cmd.add_option("--seed", seed_text_, "Campaign seed, 0..2^64-1 (overrides `seed`)")->type_name("INT");
     bind_opt_ = cmd.add_option("--bind", bind_, kBindHelp)->type_name("ADDRESS");
     cmd.add_flag("--dashboard", dashboard_, kDashboardHelp);
-    dashboard_port_opt_ = cmd.add_option("--dashboard-port", dashboard_port_, kDashboardPortHelp)->type_name("PORT");
+    dashboard_port_opt_ = cmd.add_option("--dashboard-port", dashboard_port_, kDashboardPortHelp)
+                              ->type_name("PORT")
+                              ->check(not_empty("serve on port 8080"));
     cmd.add_option("--failpoint", args_.failpoint, "Test only: SIGKILL the master at a named point")->group("");
     cmd.add_option("--failpoint-hit", args_.failpoint_hit, "Test only: on the n-th pass")->group("");
   }
@@ -99,7 +101,9 @@ class ResumeCommand final : public Subcommand {
             ->type_name("INT");
     bind_opt_ = cmd.add_option("--bind", bind_, kBindHelp)->type_name("ADDRESS");
     cmd.add_flag("--dashboard", dashboard_, kDashboardHelp);
-    dashboard_port_opt_ = cmd.add_option("--dashboard-port", dashboard_port_, kDashboardPortHelp)->type_name("PORT");
+    dashboard_port_opt_ = cmd.add_option("--dashboard-port", dashboard_port_, kDashboardPortHelp)
+                              ->type_name("PORT")
+                              ->check(not_empty("serve on port 8080"));
     cmd.add_option("--failpoint", args_.failpoint, "Test only")->group("");
     cmd.add_option("--failpoint-hit", args_.failpoint_hit, "Test only")->group("");
   }
@@ -166,7 +170,8 @@ class SimulateCommand final : public Subcommand {
                        ->type_name("SECONDS");
     cmd.add_option("--format", args_.format, "table or json")->check(CLI::IsMember({"table", "json"}));
     cmd.add_option("--machine", args_.machine,
-                   "The machine file of the cost model (default configs/machines/this-machine.yaml)");
+                   "The machine file of the cost model (default configs/machines/this-machine.yaml)")
+        ->check(not_empty("use configs/machines/this-machine.yaml"));
     target_opt_ = cmd.add_option("--target", target_text_, "Target value of the objective metric (time and runs to it)")
                       ->type_name("VALUE");
     cmd.add_option("--baseline", args_.baseline, "A config whose simulated time to target the speed-up is over")
@@ -175,17 +180,20 @@ class SimulateCommand final : public Subcommand {
     cmd.add_option("--max-trials", max_trials_text_,
                    "Simulate a campaign of at most this many trials (default 100000; more is refused: time and "
                    "memory grow with the trials)")
-        ->type_name("INT");
+        ->type_name("INT")
+        ->check(not_empty("allow 100000"));
     cmd.add_flag("--count-decision-time", args_.count_decision_time,
                  "Add the master's measured decision time (its step() calls) to the simulated clock, as Syne Tune does");
     cmd.add_flag("--calibrate", args_.calibrate, "Fit the machine file from small real campaigns on this machine");
     cmd.add_option("--machine-out", args_.machine_out,
-                   "Where --calibrate writes (default configs/machines/this-machine.yaml)");
+                   "Where --calibrate writes (default configs/machines/this-machine.yaml)")
+        ->check(not_empty("write configs/machines/this-machine.yaml"));
     cmd.add_option("--outcomes", args_.outcomes,
                    "Where trial outcomes come from: function (the function trainer's, default), replay:DB (the curves "
                    "a recorded campaign's trials reported, the nearest one's for a new configuration) or surrogate:DB "
                    "(a nearest-neighbour model fitted over DB's trials)")
-        ->type_name("SOURCE");
+        ->type_name("SOURCE")
+        ->check(not_empty("take them from the function trainer"));
     cmd.add_option("--silence", silence_, "Test only: GROUP@SECONDS, the group goes silent then")->group("");
   }
 

@@ -41,7 +41,8 @@ class ScheduleCommand final : public Subcommand {
     command().add_option("db", db_, "The campaign's database")->required();
     command()
         .add_option("--stage", stage_, "The pbt stage (default: the campaign's only pbt stage)")
-        ->type_name("NAME");
+        ->type_name("NAME")
+        ->check(not_empty("take the campaign's only pbt stage"));
     command()
         .add_option("--format", format_,
                     "table (for reading), json (for scripts) or yaml (a YAML list of intervals, "
@@ -67,7 +68,10 @@ class TrialsCommand final : public Subcommand {
     command()
         .add_option("--format", format_, "table, csv or json (csv and json add each trial's lineage and run settings)")
         ->check(CLI::IsMember({"table", "csv", "json"}));
-    command().add_option("--stage", stage_, "Only the trials of this workflow stage (its name)")->type_name("NAME");
+    command()
+        .add_option("--stage", stage_, "Only the trials of this workflow stage (its name)")
+        ->type_name("NAME")
+        ->check(not_empty("list the trials of every stage"));
   }
 
   int run() override {
@@ -122,7 +126,9 @@ class ExportCommand final : public Subcommand {
     command()
         .add_option("--format", format_, "csv or json (default: from the -o file's extension)")
         ->check(CLI::IsMember({"csv", "json"}));
-    command().add_option("-o,--output", output_, "Write to this file instead of standard output");
+    command()
+        .add_option("-o,--output", output_, "Write to this file instead of standard output")
+        ->check(not_empty("write to standard output"));
   }
 
   int run() override { return report(cmd_export(db_, format_, output_), "export"); }

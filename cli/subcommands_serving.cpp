@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -40,7 +42,8 @@ class SlurmSubmitCommand final : public Subcommand {
     account_opt_ = cmd.add_option("--account", account_, "sbatch --account (overrides resources.slurm.account)");
     qos_opt_ = cmd.add_option("--qos", qos_, "sbatch --qos (overrides resources.slurm.qos)");
     db_opt_ = cmd.add_option("--db", args_.db, "The SQLite database (default: the config's `storage`)");
-    cmd.add_option("--program", args_.program, "The hpctune the job runs (default: this program's path)");
+    cmd.add_option("--program", args_.program, "The hpctune the job runs (default: this program's path)")
+        ->check(not_empty("run this program"));
     cmd.add_flag("--dry-run", args_.dry_run, "Print the script; write and submit nothing");
   }
 
@@ -85,12 +88,16 @@ class DashboardCommand final : public Subcommand {
     cmd.add_option("db", args_.databases, "Campaign databases, or directories (each *.db in them)")->required();
     cmd.add_option("--host", args_.host,
                    "The address to listen on (default 127.0.0.1; 0.0.0.0 or :: = every address of this machine)");
-    cmd.add_option("--port", port_text_, "The port, 0..65535 (default 8080; 0 = a free one, printed)")->type_name("INT");
+    cmd.add_option("--port", port_text_, "The port, 0..65535 (default 8080; 0 = a free one, printed)")
+        ->type_name("INT")
+        ->check(not_empty("serve on port 8080"));
     cmd.add_option("--token", args_.token,
                    "The token every request must carry (default: HPCTUNE_DASHBOARD_TOKEN, else generated and "
-                   "printed; 16 to 256 letters, digits, . _ ~ -). Every user sees it in `ps`: prefer --token-file");
+                   "printed; 16 to 256 letters, digits, . _ ~ -). Every user sees it in `ps`: prefer --token-file")
+        ->check(not_empty("have a token generated"));
     cmd.add_option("--token-file", args_.token_file,
-                   "Read the token from this file (its first line; the file must be yours and mode 0600)");
+                   "Read the token from this file (its first line; the file must be yours and mode 0600)")
+        ->check(not_empty("have a token generated"));
     cmd.add_flag("--allow-other-owners", args_.allow_other_owners,
                  "Serve databases that another user owns (refused by default: their owner decides what is shown)");
   }
@@ -136,7 +143,13 @@ Status run_group_worker(const GroupWorkerArgs& a, int* argc, char*** argv) {
   double limit_s = a.collective_timeout_s;
   if (limit_s <= 0) {
     const char* env = std::getenv("HPCTUNE_COLLECTIVE_TIMEOUT_S");
-    limit_s = env && *env ? std::atof(env) : 300.0;
+    if (env && *env) {
+      auto seconds = parse_seconds("HPCTUNE_COLLECTIVE_TIMEOUT_S", env);  // "abc" and "nan" were 0 and NaN
+      if (!seconds.ok()) return std::move(seconds).error();
+      limit_s = *seconds;
+    } else {
+      limit_s = 300.0;
+    }
   }
   if (limit_s <= 0) return err(Errc::kConfig, "the collective timeout must be > 0 s");
   o.collective_limit = std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
@@ -187,7 +200,8 @@ class WorkerCommand final : public Subcommand {
         launch_(std::move(launch)) {
     CLI::App& cmd = command();
     cmd.add_option("--master", master_, "The master's address, e.g. tcp://10.0.0.1:5555")->required();
-    cmd.add_option("--group", group_, "The group index the launcher gave this worker");
+    group_opt_ = cmd.add_option("--group", group_text_, "The group index the launcher gave this worker (0..2147483647)")
+                     ->type_name("INT");
     cmd.add_option("--campaign", campaign_, "The campaign database (shown in `ps`; informational)");
     // The bounds of resources.threads: CLI::NonNegativeNumber printed DBL_MAX's 309 digits.
     cmd.add_option("--threads", threads_, "Compute threads per rank, 0..1024 (0 = automatic)")
@@ -208,6 +222,17 @@ class WorkerCommand final : public Subcommand {
   }
 
   int run() override {
+    if (Status s = check_master_address(master_); !s.ok()) return report(s, "worker");
+    if (*group_opt_) {
+      // The range a hello carries (protocol/messages.cpp), the pack's last slot included: CLI11 read
+      // "-2", "0x10" and " 5" as groups, and clamped 2^64 to 2^63-1 (whose next slot overflowed).
+      auto g = parse_integer<int64_t>("--group", group_text_, 0, int64_t{INT32_MAX} - (slots_ - 1));
+      if (!g.ok()) return report(std::move(g).error(), "worker");
+      group_ = *g;
+    }
+    if (std::isnan(group_args_.collective_timeout_s)) {
+      return report(err(Errc::kUsage, "--collective-timeout: 'nan' is not a number of seconds (0..1e9)"), "worker");
+    }
     if (!launch_.transport.ok()) return report(std::move(launch_.transport).error(), "worker");
     group_args_.transport = *launch_.transport;
     if (group_args_.ranks_data * group_args_.ranks_model > 1) {
@@ -224,6 +249,8 @@ class WorkerCommand final : public Subcommand {
  private:
   WorkerLaunch launch_;
   std::string master_, campaign_;
+  std::string group_text_;
+  CLI::Option* group_opt_;
   int64_t group_ = -1;
   int threads_ = 0;
   int64_t slots_ = 1;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <cctype>
 #include <charconv>
@@ -23,6 +24,7 @@
 #include "dashboard/snapshot.h"
 #include "report/campaign.h"
 #include "report/csv.h"
+#include "report/format.h"
 #include "report/plots.h"
 #include "report/stages.h"
 #include "report/status.h"
@@ -50,6 +52,9 @@ std::optional<int64_t> parse_int(const std::string& text, int64_t min, int64_t m
       text.find_first_not_of("0123456789", digits_from) != std::string::npos) {
     return std::nullopt;
   }
+  // One spelling per number: "00", "007" and "-0" are not 0 and 7 (a route's campaign "00" would
+  // otherwise be campaign 0 under a second name).
+  if (text[digits_from] == '0' && (text.size() > digits_from + 1 || digits_from == 1)) return std::nullopt;
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size() || v < min || v > max) return std::nullopt;
@@ -73,6 +78,23 @@ Result<int64_t> int_param(const QueryParams& params, const std::string& name, in
                                            std::to_string(max));
   }
   return *v;
+}
+
+std::optional<ApiResponse> control_byte_param(const QueryParams& params) {
+  for (const auto& [name, value] : params) {
+    for (const std::string* text : {&name, &value}) {
+      const auto at = std::find_if(text->begin(), text->end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      });
+      if (at == text->end()) continue;
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(*at));
+      return api_error(400, report::terminal_safe(name, true) + ": the " + (text == &name ? "name" : "value") +
+                                " holds a control byte (" + hex + " at offset " + std::to_string(at - text->begin()) +
+                                "); no parameter takes one");
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiResponse> unknown_param(const QueryParams& params, std::initializer_list<const char*> allowed) {
@@ -502,6 +524,7 @@ Status Api::load() {
 
 ApiResponse Api::get(const std::string& path, const QueryParams& params) {
   if (path.empty() || path[0] != '/') return api_error(404, "not found");
+  if (auto bad = control_byte_param(params)) return *bad;
   const auto parts = split(path.substr(1), '/');
   for (const auto& p : parts) {
     // Nothing is served by file name, but a path that tries to climb is never a route.

@@ -20,13 +20,18 @@ namespace hpctune::dashboard::detail {
 
 std::vector<std::string> split(const std::string& text, char sep);
 
-// A decimal integer in [min, max] (digits only, an optional leading '-' when min < 0), else nullopt.
+// A decimal integer in [min, max] (digits only, an optional leading '-' when min < 0, no leading
+// zero and no "-0"), else nullopt.
 std::optional<int64_t> parse_int(const std::string& text, int64_t min, int64_t max);
 
 // The one value of parameter `name` (nullopt when absent); an error naming it when given twice.
 Result<std::optional<std::string>> single_param(const QueryParams& params, const std::string& name);
 Result<int64_t> int_param(const QueryParams& params, const std::string& name, int64_t fallback, int64_t min,
                           int64_t max);
+
+// A 400 naming the first parameter whose name or value holds a control byte (U+0000..U+001F, DEL):
+// no parameter takes one, and a NUL would cut the value short wherever it is read as a C string.
+std::optional<ApiResponse> control_byte_param(const QueryParams& params);
 
 // A 400 for the first parameter not in `allowed` ("token" is always allowed: the server checked it).
 std::optional<ApiResponse> unknown_param(const QueryParams& params, std::initializer_list<const char*> allowed);

@@ -305,7 +305,12 @@ bool carries_token(const Request& req, const std::string& token, const std::stri
   if (auth.size() > scheme.size() && lower(auth.substr(0, scheme.size())) == scheme) {
     return secrets_equal(auth.substr(scheme.size()), token);
   }
-  if (req.has_param("token")) return secrets_equal(req.param("token"), token);
+  // Every ?token= given must be the token: "?token=T&token=x" is not read as its first one.
+  if (auto [first, last] = req.params.equal_range("token"); first != last) {
+    bool all = true;
+    for (auto it = first; it != last; ++it) all = secrets_equal(it->second, token) && all;  // each compared whole
+    return all;
+  }
   bool any = false;
   for (const auto& value : cookie_values(req, cookie)) any = secrets_equal(value, token) || any;  // each compared whole
   return any;

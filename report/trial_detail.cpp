@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/safe_open.h"
+#include "common/text.h"
 #include "report/campaign.h"
 #include "report/trial_json.h"
 
@@ -57,7 +58,11 @@ nlohmann::json trial_detail_json(const TrialDetail& d, const CampaignView& v, in
                               {"created_at", a.created_at}});
   }
   j["logs"] = nlohmann::json::array();
-  for (const auto& path : d.logs) j["logs"].push_back({{"path", path}, {"tail", tail_lines(v.db_path, path, log_lines)}});
+  // A log holds whatever the trainer wrote: NUL and control bytes go out JSON-escaped (\u0000),
+  // bytes that are not UTF-8 as U+FFFD (nlohmann::json's dump throws on them).
+  for (const auto& path : d.logs) {
+    j["logs"].push_back({{"path", sanitize_utf8(path)}, {"tail", sanitize_utf8(tail_lines(v.db_path, path, log_lines))}});
+  }
   return j;
 }
 
@@ -103,6 +108,8 @@ std::string under_trials(const std::string& db, const std::string& path) {
 }  // namespace
 
 Result<UniqueFd> open_trial_file(const std::string& db, const std::string& path) {
+  // A recorded path with a NUL would name one file and open another (the system call stops there).
+  if (path.find('\0') != std::string::npos) return err(Errc::kInvalidArgument, "a path with a NUL byte names no file");
   const std::string relative = under_trials(db, path);
   if (relative.empty()) return err(Errc::kInvalidArgument, path + " is not under " + db + ".trials");
   HPCTUNE_ASSIGN(UniqueFd root, open_trials_root(db));

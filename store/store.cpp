@@ -764,6 +764,92 @@ std::string uri_path(const std::string& path) {
   return out;
 }
 
+// --- the columns a database of each schema version has --------------------------------------------
+
+using TableColumns = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// The column names of `table` in `db`, in order; none when there is no such table.
+Result<std::vector<std::string>> column_names(sqlite3* db, const std::string& table) {
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info(?1) ORDER BY cid", -1, &raw, nullptr);
+  Statement stmt(raw);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_text(raw, 1, table.c_str(), -1, SQLITE_TRANSIENT);
+  std::vector<std::string> names;
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    rc = sqlite3_step(raw);
+    if (rc == SQLITE_ROW) names.push_back(col_text(raw, 0));
+  }
+  if (rc != SQLITE_DONE) {
+    return err(Errc::kIo, "cannot read the columns of table " + table + ": " + sqlite3_errstr(rc));
+  }
+  return names;
+}
+
+// Every table of schema version `version` with its columns, as the migrations of schema.h create
+// them: made once per version in an in-memory database, so that this list is never a second,
+// hand-kept copy of the schema.
+Result<TableColumns> schema_columns(int version) {
+  static std::mutex mu;
+  static std::map<int, TableColumns> made;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = made.find(version); it != made.end()) return it->second;
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(":memory:", &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  Connection conn(raw);
+  if (rc != SQLITE_OK) return err(Errc::kIo, std::string("cannot open an in-memory database: ") + sqlite3_errstr(rc));
+  for (const schema::Migration& m : schema::kMigrations) {
+    if (m.version > version) break;
+    char* msg = nullptr;
+    if (sqlite3_exec(raw, m.sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+      const std::string why = msg ? msg : "?";
+      sqlite3_free(msg);
+      return err(Errc::kInternal, "schema migration " + std::to_string(m.version) + " fails on an empty database: " + why);
+    }
+  }
+  std::vector<std::string> tables;
+  {
+    sqlite3_stmt* s = nullptr;
+    int src = sqlite3_prepare_v2(raw, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                                      "ORDER BY name", -1, &s, nullptr);
+    Statement stmt(s);
+    while (src == SQLITE_OK || src == SQLITE_ROW) {
+      src = sqlite3_step(s);
+      if (src == SQLITE_ROW) tables.push_back(col_text(s, 0));
+    }
+    if (src != SQLITE_DONE) return err(Errc::kInternal, std::string("cannot list the schema's tables: ") + sqlite3_errstr(src));
+  }
+  TableColumns columns;
+  for (const std::string& table : tables) {
+    HPCTUNE_ASSIGN(std::vector<std::string> names, column_names(raw, table));
+    columns.emplace_back(table, std::move(names));
+  }
+  made[version] = columns;
+  return columns;
+}
+
+// Every table and column of the database's schema version is there: a file edited by hand (a
+// dropped column, a table rebuilt without one) would otherwise fail later, in some query, with
+// SQLite's own message. kIo naming what is missing.
+Status check_columns(sqlite3* db, int version, const std::string& path) {
+  HPCTUNE_ASSIGN(TableColumns expected, schema_columns(version));
+  std::string missing;
+  for (const auto& [table, columns] : expected) {
+    HPCTUNE_ASSIGN(std::vector<std::string> have, column_names(db, table));
+    if (have.empty()) {
+      missing += (missing.empty() ? "" : ", ") + std::string("table ") + table;
+      continue;
+    }
+    for (const std::string& column : columns) {
+      if (std::find(have.begin(), have.end(), column) == have.end()) {
+        missing += (missing.empty() ? "" : ", ") + std::string("column ") + table + "." + column;
+      }
+    }
+  }
+  if (missing.empty()) return Status::Ok();
+  return err(Errc::kIo, "database " + path + " lacks " + missing + " of its schema version " + std::to_string(version) +
+                            " (the file was edited, damaged or crafted); refusing to use it");
+}
+
 }  // namespace
 
 Result<AccessModes> access_modes(std::string_view storage_access) {
@@ -808,7 +894,12 @@ Error Store::sql_error(int rc, const std::string& what) const {
   else if (primary == SQLITE_CONSTRAINT) code = Errc::kInvalidArgument;
   // sqlite3_errmsg describes the last failed call on this connection, which is the one that
   // returned rc as long as callers build the error right away (they do).
-  const char* text = db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+  const std::string text = db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+  // "no such column" after open (the file was changed under a reader that keeps it open, as the
+  // dashboard does): said as open() says it, naming what is missing, not in SQLite's words.
+  if (primary == SQLITE_ERROR && db_ && version_ > 0) {
+    if (Status columns = check_columns(db_.get(), version_, path_); !columns.ok()) return std::move(columns).error();
+  }
   return err(code, what + ": " + text + " (database " + path_ + ")");
 }
 
@@ -1033,6 +1124,8 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   sqlite3_busy_timeout(raw, options.busy_timeout_ms);
   store->db_ = std::move(conn);
   HPCTUNE_TRY(store->check_identity());
+  // The migrations from here on assume the columns of the version the file says it has.
+  if (store->version_ > 0) HPCTUNE_TRY(check_columns(store->db_.get(), store->version_, path));
 
   // foreign_keys cannot change inside a transaction: off while migrating (a migration may rebuild a
   // table, schema.h), on after it (migrate() checks every reference before it commits).
@@ -1116,6 +1209,7 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
                                        "); open it once with a writer (hpctune resume) to migrate it (database " +
                                        path + ")");
   }
+  HPCTUNE_TRY(check_columns(store->db_.get(), store->version_, path));
   return store;
 }
 

@@ -138,6 +138,45 @@ TEST_CASE("bad numbers and database paths are refused with exit 2 and a clear me
   CHECK(code == 0);
 }
 
+TEST_CASE("an explicitly empty value never means the option's default: exit 2 naming the option") {
+  // Before, each of these ran as if the option had been left out: a generated dashboard token, port
+  // 8080 (run's --dashboard-port, dashboard's --port), every stage, standard output, this program, the
+  // default machine file, outcomes or trial cap.
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("empties", 1, 0.01, 1, 1));
+  int code = 0;
+  REQUIRE(run_log(dir, {"run", cfg, "--db", dir.file("ok.db")}, "ok.log", &code).find("best trial") != std::string::npos);
+  REQUIRE(code == 0);
+  const std::string db = dir.file("ok.db");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--token", {"dashboard", db, "--port", "0", "--token", ""}},
+      {"--token-file", {"dashboard", db, "--port", "0", "--token-file", ""}},
+      {"--port", {"dashboard", db, "--port", ""}},
+      {"--max-trials", {"simulate", cfg, "--db", dir.file("sim.db"), "--max-trials", ""}},
+      {"--dashboard-port", {"run", cfg, "--db", dir.file("new.db"), "--dashboard-port", ""}},
+      {"--dashboard-port", {"resume", db, "--dashboard-port", ""}},
+      {"--stage", {"trials", db, "--stage", ""}},
+      {"--stage", {"schedule", db, "--stage", ""}},
+      {"--output", {"export", db, "--format", "json", "-o", ""}},
+      {"--program", {"slurm", "submit", cfg, "--nodes", "1", "--time", "10", "--db", dir.file("s.db"), "--dry-run",
+                     "--program", ""}},
+      {"--machine", {"simulate", cfg, "--db", dir.file("sim.db"), "--machine", ""}},
+      {"--machine-out", {"simulate", cfg, "--db", dir.file("sim.db"), "--machine-out", ""}},
+      {"--outcomes", {"simulate", cfg, "--db", dir.file("sim.db"), "--outcomes", ""}},
+      {"--master", {"worker", "--master", ""}},
+  };
+  for (const auto& [option, args] : cases) {
+    CAPTURE(option);
+    CAPTURE(args.front());
+    const std::string out = run_log(dir, args, "empty.log", &code);
+    CHECK_MESSAGE(code == 2, out);
+    CHECK_MESSAGE(contains(out, option + ": "), out);
+    CHECK_MESSAGE(contains(out, "empty"), out);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("new.db")));
+  CHECK_FALSE(std::filesystem::exists(dir.file("sim.db")));
+}
+
 // --- item 22: campaigns without a success ------------------------------------------------------------
 
 TEST_CASE("a campaign whose trials all fail exits 1, names the first failure and stops after max_failures") {
@@ -331,6 +370,36 @@ std::string text_section(const std::string& text, const std::string& title) {
 }
 
 }  // namespace
+
+TEST_CASE("hpctune trial: a log with NUL, control and non-UTF-8 bytes is shown whole, escaped; its JSON parses") {
+  // Before, the text tail stopped at the first NUL byte (the lines after it were lost) and
+  // `--format json` failed with "internal error: ... invalid UTF-8 byte".
+  TempDir dir;
+  const std::string script = dir.write("junk.sh",
+                                       "printf 'before\\n'\n"
+                                       "printf 'nul:\\000:after nul \\033[2J esc \\377\\376 bad\\n'\n"
+                                       "printf 'last line\\n'\n"
+                                       "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": 0.5}\"\n");
+  const std::string cfg = dir.write("c.yaml", script_config("junk", script, 1));
+  const std::string db = dir.file("t.db");
+  int code = 0;
+  std::string out = run_log(dir, {"run", cfg, "--db", db}, "run.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  out = run_log(dir, {"trial", db, "1"}, "trial.txt", &code);
+  CHECK_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "before\nnul:\\x00:after nul \\x1b[2J esc \\xff\\xfe bad\nlast line\n"), out);
+  CHECK(out.find('\0') == std::string::npos);
+  CHECK(out.find('\x1b') == std::string::npos);
+  out = run_log(dir, {"trial", db, "1", "--format", "json"}, "trial.json", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  const json j = json::parse(out);
+  bool seen = false;
+  for (const auto& l : j["logs"]) {
+    seen = seen || contains(l["tail"].get<std::string>(),
+                            std::string("nul:") + '\0' + ":after nul \x1b[2J esc \xEF\xBF\xBD\xEF\xBF\xBD bad\nlast line");
+  }
+  CHECK_MESSAGE(seen, out);
+}
 
 TEST_CASE("trials, trial and export: each trial's stage, --stage, and lineage and run settings apart from parameters") {
   TempDir dir;

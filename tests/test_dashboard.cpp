@@ -178,6 +178,10 @@ TEST_CASE("bad parameters are a 400 naming the parameter") {
       {"/api/campaigns/0/trials?sort=color", "sort"},        {"/api/campaigns/0/trials?order=up", "order"},
       {"/api/campaigns/0/trials?state=finished", "state"},   {"/api/campaigns/0/trials?limit=1&limit=2", "limit"},
       {"/api/campaigns/0/trials?colour=red", "colour"},      {"/api/campaigns/0/trials/1?lines=-3", "lines"},
+      // A NUL or another control byte in any parameter (before: sort=params.<NUL>x was taken, 200).
+      {"/api/campaigns/0/trials?sort=params.%00x", "sort"},  {"/api/campaigns/0/trials?q=a%01", "q"},
+      {"/api/campaigns/0/trials?q=%7f", "q"},                 {"/api/campaigns/0/trials/1?lines=1%0a", "lines"},
+      {"/api/campaigns/0/trials?limit=007", "limit"},
   };
   for (const auto& [path, param] : cases) {
     CAPTURE(path);
@@ -193,7 +197,12 @@ TEST_CASE("unknown paths, paths with '..' and other methods are refused") {
   // ("/" is the web app now: test_dashboard_web.)
   for (std::string path : {"/api", "/api/campaign", "/api/campaigns/1/status", "/api/campaigns/x/status",
                            "/api/campaigns/0/nothing", "/api/campaigns/0/status/more",
-                           "/api/campaigns/0/../0/status", "/api/campaigns/0/trials/%2e%2e", "/../etc/passwd"}) {
+                           "/api/campaigns/0/../0/status", "/api/campaigns/0/trials/%2e%2e", "/../etc/passwd",
+                           // One spelling per campaign and trial (before, "00" and "01" were 0 and 1).
+                           "/api/campaigns/00/status", "/api/campaigns/+0/status", "/api/campaigns/%200/status",
+                           "/api/campaigns/-0/status", "/api/campaigns/0%20/status", "/api/campaigns/0/trials/01",
+                           "/api/campaigns/0/trials/+1", "/api/campaigns/0/trials/-1",
+                           "/api/campaigns/0/trials/9223372036854775808", "/api/campaigns/18446744073709551616/status"}) {
     CAPTURE(path);
     auto [code, body] = get(c, path);
     CHECK(code == 404);
@@ -1059,6 +1068,21 @@ TEST_CASE("the new routes' bad parameters are a 400 naming the parameter") {
     CHECK(body["error"].get<std::string>().rfind(params.begin()->first + ":", 0) == 0);
   }
   CHECK(api_get(api, "/api/changes", {{"since", "-2"}}).first == 400);
+  // A control byte in a parameter's name or value, on any route: a 400 naming the parameter.
+  for (const std::string route : {"status", "overview", "trials", "history", "generations", "params", "importance", "curves",
+                            "pareto", "timeline", "stages", "trials/1"}) {
+    CAPTURE(route);
+    auto [code, body] = api_get(api, "/api/campaigns/0/" + route, {{"sort", std::string("params.\0x", 9)}});
+    CHECK(code == 400);
+    CHECK_MESSAGE(body["error"].get<std::string>().rfind("sort: the value holds a control byte (\\x00 at offset 7)", 0) == 0,
+                  body.dump());
+    std::tie(code, body) = api_get(api, "/api/campaigns/0/" + route, {{std::string("x\x1by"), "1"}});
+    CHECK(code == 400);
+    CHECK_MESSAGE(body["error"].get<std::string>().rfind("x\\x1by: the name holds a control byte", 0) == 0, body.dump());
+  }
+  CHECK(api_get(api, "/api/changes", {{"since", std::string("1\0", 2)}}).first == 400);
+  CHECK(api_get(api, "/api/campaigns/00/overview").first == 404);
+  CHECK(api_get(api, "/api/campaigns/0/trials/001").first == 404);
   CHECK(api_get(api, "/api/campaigns/0/importance/x").first == 404);
   CHECK(api_get(api, "/api/campaigns/3/overview").first == 404);
 }

@@ -321,6 +321,9 @@ TEST_CASE("nobody cannot read a served campaign without the token, on loopback t
     CHECK(status_as_nobody(base + path) == "401");
   }
   CHECK(status_as_nobody(base + "/api/campaigns/0/trials?token=" + d.token.substr(1)) == "401");
+  // A repeated ?token= counts only when every one is the token (before, the first one decided).
+  CHECK(status_as_nobody(base + "/api/campaigns/0/trials?token=" + d.token + "&token=x") == "401");
+  CHECK(status_as_nobody(base + "/api/campaigns/0/trials?token=" + d.token + "&token=" + d.token) == "200");
   // The URL as printed opens the app (303 to / with the cookie), and the token reads the API.
   CHECK(http_get("127.0.0.1", d.port, "/?token=" + d.token).status == 303);
   CHECK(http_get("127.0.0.1", d.port, "/api/campaigns/0/trials", d.auth()).status == 200);
@@ -612,6 +615,23 @@ TEST_CASE("a token given by file or environment never shows in /proc/*/cmdline o
     CHECK(d.output.find("your HPCTUNE_DASHBOARD_TOKEN") != std::string::npos);
     CHECK_FALSE(shown_in_proc(from_env, d.child->pid()));
     CHECK(http_get("127.0.0.1", d.port, "/api/campaigns", {"Authorization: Bearer " + from_env}).status == 200);
+  }
+  // Set but empty, as --token "" and --token-file "": refused (before, a token was generated).
+  {
+    auto st = testing::start_hpctune({"dashboard", fixture_db(), "--port", "0"}, dir.file("empty-env.log"),
+                                     {{"HPCTUNE_DASHBOARD_TOKEN", ""}});
+    auto done = st.wait_for(10s);
+    REQUIRE_MESSAGE(done.has_value(), testing::read_file(dir.file("empty-env.log")));
+    const std::string log = testing::read_file(dir.file("empty-env.log"));
+    CHECK_MESSAGE(done->code == 2, log);
+    CHECK_MESSAGE(log.find("HPCTUNE_DASHBOARD_TOKEN is set but empty") != std::string::npos, log);
+    for (const char* flag : {"--token", "--token-file"}) {
+      CAPTURE(flag);
+      auto r = testing::run_hpctune({"dashboard", fixture_db(), "--port", "0", flag, ""}, dir.file("empty.log"), 10s);
+      const std::string out = testing::read_file(dir.file("empty.log"));
+      CHECK_MESSAGE(r.code == 2, out);
+      CHECK_MESSAGE(out.find(std::string(flag) + ": the value is empty") != std::string::npos, out);
+    }
   }
   // --token still works, with a warning that says what to use instead.
   {

@@ -166,6 +166,16 @@ TEST_CASE("a <db>.trials link planted by another user is not followed by `hpctun
   auto own = report::trial_logs(db0, id, {});
   REQUIRE(own.size() == 1);
   CHECK(report::tail_lines(db0, own[0], 1) == "line two");
+  // A recorded path with a NUL byte: not the file before the NUL (before, it was opened and listed
+  // under the longer name).
+  std::vector<store::ArtifactRow> cut(1);
+  cut[0].kind = "log";
+  cut[0].path = own[0] + std::string("\0.bak", 5);
+  CHECK_FALSE(report::open_trial_file(db0, cut[0].path).ok());
+  CHECK(report::tail_lines(db0, cut[0].path, 1).empty());
+  auto listed = report::trial_logs(db0, id, cut);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0] == own[0]);
   auto r = hpctune_cmd(dir, {"trial", db0, std::to_string(id)});
   CHECK(contains(r.out, "line two"));
   CHECK_FALSE(contains(r.out, secret));
@@ -377,6 +387,70 @@ TEST_CASE("worker --threads -1 is a short usage error") {
   r = hpctune_cmd(dir, {"worker", "--master", "tcp://127.0.0.1:1", "--collective-timeout", "-1"});
   CHECK(r.status.code == 2);
   CHECK_MESSAGE(r.out.size() < 200, r.out);
+  // Before, CLI11 took "-2", "0x10" and " 5" as groups and clamped 2^64 to 2^63-1 (the next slot of
+  // a pack then overflowed), and NaN passed the timeout's range check; each then said hello (or
+  // waited) until the give-up deadline: 20 s here fails on that.
+  const std::string credential = std::string(32, 'a') + "." + std::string(32, 'b');
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--group", "-2"}, {"--group", "0x10"}, {"--group", " 5"},
+        {"--group", "99999999999999999999"}, {"--group", "2147483647", "--slots", "2"},
+        {"--group", "0", "--collective-timeout", "nan"}}) {
+    CAPTURE(extra[1]);
+    std::vector<std::string> args = {"worker", "--master", "tcp://127.0.0.1:1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto w = start_hpctune(args, dir.file("group.log"), {{"HPCTUNE_SECRET", credential + "," + credential}});
+    auto st = w.wait_for(20s);
+    REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("group.log")));
+    const std::string out = read_file(dir.file("group.log"));
+    CHECK_MESSAGE(st->code == 2, out);
+    const std::string named = extra.back() == "nan" ? "--collective-timeout: " : "--group: ";
+    CHECK_MESSAGE(contains(out, named), out);
+  }
+  // An address no worker can connect to: before, "garbage" and "tcp://127.0.0.1:*" exited 1 with
+  // ZeroMQ's "Invalid argument", and port 0 or 99999, no host or inproc:// waited 10 minutes.
+  for (const std::string master : {"garbage", "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://:5555", "tcp://*:5555",
+                                   "tcp://127.0.0.1:*", "tcp://127.0.0.1", "inproc://x", "ipc://*", "tcp://h:5\x1b[2J"}) {
+    CAPTURE(master);
+    auto w = start_hpctune({"worker", "--master", master, "--group", "0"}, dir.file("master.log"),
+                           {{"HPCTUNE_SECRET", credential}});
+    auto st = w.wait_for(20s);
+    REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("master.log")));
+    const std::string out = read_file(dir.file("master.log"));
+    CHECK_MESSAGE(st->code == 2, out);
+    CHECK_MESSAGE(contains(out, "--master: "), out);
+    CHECK_MESSAGE(contains(out, "expected tcp://HOST:PORT (PORT 1..65535) or ipc://PATH"), out);
+  }
+  // The environment's timeout is checked as the flag is ("nan" was NaN, "abc" 0).
+  auto w = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "0", "--ranks-data", "2",
+                          "--trainer-starts-ranks"},
+                         dir.file("env.log"), {{"HPCTUNE_SECRET", credential}, {"HPCTUNE_COLLECTIVE_TIMEOUT_S", "nan"}});
+  auto st = w.wait_for(20s);
+  REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("env.log")));
+  CHECK(st->code == 2);
+  CHECK_MESSAGE(contains(read_file(dir.file("env.log")), "HPCTUNE_COLLECTIVE_TIMEOUT_S: 'nan' is not a number"),
+                read_file(dir.file("env.log")));
+}
+
+TEST_CASE("a worker started by hand without HPCTUNE_SECRET exits 2 at once naming the variable") {
+  // Before, it said hello without a credential (which the master ignores) and retried until its
+  // give-up deadline (10 minutes); the 30 s limit below fails on that.
+  TempDir dir;
+  REQUIRE(std::getenv("HPCTUNE_SECRET") == nullptr);
+  auto w = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "0"}, dir.file("w.log"));
+  auto st = w.wait_for(30s);
+  REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("w.log")));
+  std::string out = read_file(dir.file("w.log"));
+  CHECK_MESSAGE(st->code == 2, out);
+  CHECK_MESSAGE(contains(out, "no launch credential: the environment variable HPCTUNE_SECRET is not set"), out);
+  CHECK_MESSAGE(!contains(out, "no answer from the master"), out);
+  // A packed worker (--slots 2) given one credential: the slot without one is named.
+  auto p = start_hpctune({"worker", "--master", "tcp://127.0.0.1:1", "--group", "4", "--slots", "2"},
+                         dir.file("p.log"), {{"HPCTUNE_SECRET", std::string(32, 'a') + "." + std::string(32, 'b')}});
+  st = p.wait_for(30s);
+  REQUIRE_MESSAGE(st.has_value(), read_file(dir.file("p.log")));
+  out = read_file(dir.file("p.log"));
+  CHECK_MESSAGE(st->code == 2, out);
+  CHECK_MESSAGE(contains(out, "no launch credential for slot 1 (group 5) of --slots 2"), out);
 }
 
 // --- issue 35, R4 and R8: a store of huge JSON values; text that is not UTF-8 ------------------
@@ -517,6 +591,40 @@ TEST_CASE("trials.attempt out of its range (a count near 2^63): every reader and
     }
     CHECK(sql_text(db, "SELECT attempt FROM trials WHERE id = 2") == value);  // nothing recorded changed
   }
+}
+
+TEST_CASE("a database without a column of its schema: every command exits 1 naming it; the dashboard too") {
+  // Before: `status` and `trials` ran, `trial` failed with SQLite's "no such column: sync_mode", the
+  // dashboard started and its trial route answered 500 with that message.
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "loose");
+  const std::string db = dir.file("dropped.db");
+  fs::copy_file(good, db);
+  sql(db, "ALTER TABLE trials DROP COLUMN sync_mode");
+  const std::string expect = "lacks column trials.sync_mode of its schema version";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", db}, {"trials", db}, {"trial", db, "1"}, {"export", db, "--format", "csv"},
+        {"resume", db, "--max-trials", "5"}}) {
+    CAPTURE(args[0]);
+    auto r = hpctune_cmd(dir, args);
+    CHECK_MESSAGE(r.status.code == 1, r.out);
+    CHECK_MESSAGE(contains(r.out, expect), r.out);
+    CHECK_FALSE(contains(r.out, "no such column"));
+  }
+  auto r = hpctune_cmd(dir, {"dashboard", db, "--port", "0"}, 30s);
+  CHECK(r.status.code == 1);
+  CHECK_MESSAGE(contains(r.out, expect), r.out);
+  // A column dropped while the dashboard serves the file: the trial route says the same.
+  const std::string live = dir.file("live.db");
+  fs::copy_file(good, live);
+  dashboard::Api api({live});
+  REQUIRE(api.load().ok());
+  CHECK(api.get("/api/campaigns/0/trials/1", {}).status == 200);
+  sql(live, "ALTER TABLE trials DROP COLUMN sync_mode");
+  auto answer = api.get("/api/campaigns/0/trials/2", {});
+  CHECK(answer.status == 500);
+  CHECK_MESSAGE(contains(answer.body.dump(), expect), answer.body.dump());
+  CHECK_FALSE(contains(answer.body.dump(), "no such column"));
 }
 
 TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {

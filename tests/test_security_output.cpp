@@ -221,3 +221,21 @@ TEST_CASE("a trainer's terminal escapes: run, status and trial print no raw ESC"
     if (t.id == failed) CHECK(trial_out.find("\\x1b[32mall ok\\x1b[0m\\rX") != std::string::npos);
   }
 }
+
+TEST_CASE("a usage error quoting the value given prints no raw ESC (CLI11's messages are escaped too)") {
+  // Before, `status DB --format $'\e[2J...'` had CLI11 print "--format: <ESC>[2J... not in {table,json}"
+  // as it was: the value's escapes reached the terminal (exit 2 all the same).
+  TempDir dir;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"status", dir.file("x.db"), "--format", "\x1b[2J\x1b[Hall ok"},
+        {"export", dir.file("x.db"), "--format", "csv\x07\x1b]0;title\x07"}, {"trials", dir.file("x.db"), "--nope\x1b[2J"}}) {
+    CAPTURE(args[0]);
+    auto st = run_hpctune(args, dir.file("usage.log"));
+    const std::string out = read_file(dir.file("usage.log"));
+    CHECK_MESSAGE(st.code == 2, out);
+    CHECK_MESSAGE(out.find('\x1b') == std::string::npos, out);
+    CHECK_MESSAGE(out.find('\x07') == std::string::npos, out);
+    const bool shown = out.find("\\x1b[2J") != std::string::npos || out.find("\\x1b]0;title") != std::string::npos;
+    CHECK_MESSAGE(shown, out);  // escaped, not dropped
+  }
+}

@@ -748,6 +748,42 @@ TEST_CASE("a database with a newer schema is refused") {
   CHECK(ro.error().code() == Errc::kUnavailable);
 }
 
+TEST_CASE("a database without a column or table of its schema version is refused on open, naming them") {
+  // Before, such a file opened, and the first query of the missing column failed with SQLite's
+  // "no such column: sync_mode" (the dashboard answered 500 with it).
+  TempDir dir;
+  const std::string path = dir.file("loose.db");
+  {
+    auto s = open_ok(path);
+    make_campaign(*s);
+  }
+  raw_exec(path, "ALTER TABLE trials DROP COLUMN sync_mode");
+  for (bool read_only : {false, true}) {
+    CAPTURE(read_only);
+    auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kIo);
+    CHECK_MESSAGE(r.error().message().find("database " + path + " lacks column trials.sync_mode of its schema version " +
+                                           std::to_string(Store::latest_version())) != std::string::npos,
+                  r.error().message());
+  }
+  raw_exec(path, "DROP TABLE lineage; ALTER TABLE campaigns DROP COLUMN heartbeat_at");
+  auto r = Store::open_readonly(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK_MESSAGE(r.error().message().find("lacks column campaigns.heartbeat_at, table lineage, column trials.sync_mode") !=
+                    std::string::npos,
+                r.error().message());
+  // An older version is checked against its own columns: a v7 database has no sync_mode to miss.
+  const std::string old = dir.file("v7.db");
+  { open_ok(old, {.migrate_to = 7}); }
+  auto v7 = Store::open_readonly(old);
+  CHECK_MESSAGE(v7.ok(), (v7.ok() ? "" : v7.error().to_string()));
+  raw_exec(old, "ALTER TABLE attempts DROP COLUMN devices");
+  v7 = Store::open_readonly(old);
+  REQUIRE_FALSE(v7.ok());
+  CHECK(v7.error().message().find("lacks column attempts.devices of its schema version 7") != std::string::npos);
+}
+
 TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
   TempDir dir;
   const std::string text = dir.file("notes.txt");

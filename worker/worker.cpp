@@ -184,11 +184,6 @@ class WorkerLoop {
   }
 
   Status run() {
-    if (opt_.secret.empty()) {
-      // Started by hand, or by something other than the master's launcher: it will be ignored.
-      log(std::string("no launch credential (") + protocol::kSecretEnv +
-          ") in the environment: the master ignores a hello without one");
-    }
     Clock::time_point last_contact = Clock::now();
     milliseconds backoff = opt_.reconnect_initial;
     while (!terminating()) {
@@ -519,6 +514,13 @@ Result<protocol::TransportOptions> take_worker_transport(const std::string& cred
 
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options) {
   if (!options.make) return err(Errc::kInvalidArgument, "the worker has no trainer factory (WorkerOptions::make)");
+  if (options.secret.empty()) {
+    // Started by hand, or by something other than the master's launcher: the master ignores a
+    // hello without a credential, so waiting for its welcome until give_up would be waiting for nothing.
+    return err(Errc::kConfig, std::string("no launch credential: the environment variable ") + protocol::kSecretEnv +
+                                  " is not set (the master's launcher sets it for each worker it starts, "
+                                  "'<campaign secret>.<launch token>'; the master ignores a worker without it)");
+  }
   WorkerLoop loop(transport, options);
   return loop.run();
 }

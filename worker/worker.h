@@ -76,7 +76,7 @@ Result<protocol::TransportOptions> take_worker_curve_keys();
 Result<protocol::TransportOptions> take_worker_transport(const std::string& credential);
 
 // Runs until the master says shutdown (Ok), `terminate` is set (Ok), or no master was reachable for
-// give_up (kTimeout).
+// give_up (kTimeout). kConfig at once when options.secret is empty (the master would ignore it).
 Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options);
 
 // A packed group (launch/launcher.h, pack_slots): one run_worker() loop per slot, each on its own
