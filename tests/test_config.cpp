@@ -676,6 +676,73 @@ TEST_CASE("YAML scalars follow the 1.2 core schema") {
   CHECK(config::format_number(100000) == "100000");
 }
 
+TEST_CASE("YAML tags: a core-schema tag that fits its value is read, any other is refused at its place") {
+  // Fits: read as the tag says.
+  const auto c = parse_ok(R"(name: !!str 10
+objective: {metric: !!str val_accuracy}
+search: !!map
+  max_trials: !!int 4
+space:
+  activation: {type: choice, values: !!seq [relu, tanh]}
+trainer: {kind: mlp, lr: !!float 1, nesterov: !!bool true, epochs: !<tag:yaml.org,2002:int> 2}
+)");
+  CHECK(c.name == "10");
+  CHECK(c.max_trials == 4);
+  CHECK(c.trainer.at("lr").is_number_float());
+  CHECK(c.trainer.at("lr") == 1.0);
+  CHECK(c.trainer.at("nesterov") == true);
+  CHECK(c.trainer.at("epochs") == 2);
+  // Refused: a tag that is not the core schema's, or one that does not fit the value.
+  const std::string head = "name: t\nobjective: {metric: v}\n";
+  struct Case {
+    std::string text;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"search: {max_trials: !custom 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!custom' is not read by hpctune; remove it (a tag may only "
+       "restate the value's type: !!str, !!int, !!float, !!bool, !!null, !!seq or !!map)"},
+      {"search: {max_trials: !!binary 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!binary' is not read by hpctune"},
+      {"search: {max_trials: !!timestamp 2001-12-14}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!timestamp' is not read by hpctune"},
+      {"search: {max_trials: ! 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!' is not read by hpctune"},
+      {"search: {max_trials: !!int 4.5}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!int' does not fit the value '4.5'; remove the tag or fix "
+       "the value"},
+      {"search: {max_trials: !!int \"four\"}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!int' does not fit the value 'four'"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep, seconds: !!bool 1}\n",
+       "test.yaml:4:33: trainer.seconds: the YAML tag '!!bool' does not fit the value '1'"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep, seconds: !!float 0x10}\n",
+       "test.yaml:4:33: trainer.seconds: the YAML tag '!!float' does not fit the value '0x10'"},
+      {"search: {max_trials: 4}\ntrainer: {kind: !!null sleep}\n",
+       "test.yaml:4:17: trainer.kind: the YAML tag '!!null' does not fit the value 'sleep'"},
+      {"search: !custom\n  max_trials: 4\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:9: search: the YAML tag '!custom' is not read by hpctune"},
+      {"search: !!seq {max_trials: 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:9: search: the YAML tag '!!seq' does not fit a map; remove the tag"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep}\nspace:\n  a: {type: choice, values: !!set [1, 2]}\n",
+       "test.yaml:6:29: space.a.values: the YAML tag '!!set' is not read by hpctune"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep}\nspace:\n  a: {type: choice, values: !!map [1, 2]}\n",
+       "test.yaml:6:29: space.a.values: the YAML tag '!!map' does not fit a list; remove the tag"},
+      {"search: {!custom max_trials: 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:10: search.max_trials: the YAML tag '!custom' is not read by hpctune"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep, seconds: &s !custom 1}\n",
+       "test.yaml:4:33: trainer.seconds: the YAML tag '!custom' is not read by hpctune"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.text);
+    const std::string message = parse_error(head + k.text);
+    CHECK(message.find(k.expected) == 0);
+    if (message.find(k.expected) != 0) MESSAGE(message);
+  }
+  // A tagged quoted string that is never closed is caught like an untagged one.
+  CHECK(parse_error(head + "search: {max_trials: 4}\ntrainer: {kind: sleep}\nstorage: !!str \"x.db\n") ==
+        "test.yaml:5:10: storage: YAML syntax error: the quoted string is never closed (a \" is missing)");
+}
+
 TEST_CASE("the settings table is consistent") {
   std::set<std::string> paths;
   for (const auto& s : config::settings()) {
