@@ -86,8 +86,8 @@ Status refuse_cycles(const std::vector<StageConfig>& stages, const std::map<std:
 
 // The stages' graph: names valid and unique (index: each name's stage), each `from` a list of
 // other stages (an ensemble, and a transfer without a checkpoint of its own, needs one), no cycle.
-Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::vector<StageConfig>& stages,
-                         std::map<std::string, std::size_t>& index) {
+Status check_stage_graph(const json& items, const YNode& list, Mark list_mark, const WorkflowPlaces& places,
+                         std::vector<StageConfig>& stages, std::map<std::string, std::size_t>& index) {
   const Walker& walker = places.walker;
   auto fail = [&](Mark m, const std::string& path, const std::string& what) {
     return place_error(places.source, m, path, what);
@@ -113,11 +113,16 @@ Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::v
       const json& from = items[i]["from"];
       const json list_of = from.is_array() ? from : json::array({from});
       std::set<std::string> listed;
-      for (const auto& f : list_of) {
+      for (std::size_t k = 0; k < list_of.size(); ++k) {
+        const json& f = list_of[k];
+        // A name in a list is named at its item.
+        const std::string item_at = from.is_array() ? at + "[" + std::to_string(k) + "]" : at;
+        const Mark item_mark =
+            from.is_array() ? mark_below(list, list_mark, item_at.substr(std::string("stages").size())) : walker.mark_of(at);
         if (!f.is_string())
-          return fail(walker.mark_of(at), at, "expected a stage name or a list of them, got " + f.dump());
+          return fail(item_mark, item_at, "expected a stage name or a list of them, got " + f.dump());
         const std::string name = f.get<std::string>();
-        if (name == st.name) return fail(walker.mark_of(at), at, "a stage cannot consume itself");
+        if (name == st.name) return fail(item_mark, item_at, "a stage cannot consume itself");
         if (!index.count(name)) {
           std::string hint;
           std::vector<Candidate> candidates;
@@ -127,10 +132,12 @@ Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::v
             names.push_back(other.name);
           }
           if (auto near = did_you_mean(name, candidates)) hint = "; did you mean '" + *near + "'?";
-          return fail(walker.mark_of(at), at,
+          return fail(item_mark, item_at,
                       "unknown stage '" + name + "' (the stages are " + join(names, ", ") + ")" + hint);
         }
-        if (listed.insert(name).second) st.from.push_back(name);
+        // Twice is a slip (another stage meant?), not a weight: the stage consumes each input once.
+        if (!listed.insert(name).second) return fail(item_mark, item_at, "'" + name + "' is listed twice");
+        st.from.push_back(name);
       }
     }
     const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
@@ -565,7 +572,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
 
   std::vector<StageConfig> stages(items.size());
   std::map<std::string, std::size_t> index;
-  HPCTUNE_TRY(check_stage_graph(items, places, stages, index));
+  HPCTUNE_TRY(check_stage_graph(items, list, stages_entry->key_mark, places, stages, index));
 
   // Each stage's own view of the campaign, then its own keys.
   StageViews views(tree, source);

@@ -1227,6 +1227,19 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "test.yaml:7:31: stages[2].from: the stages form a cycle: a -> b -> a (each would wait for the other)"},
       {workflow(search + "  - {name: a, kind: ensemble, from: a}\n"),
        "test.yaml:6:31: stages[1].from: a stage cannot consume itself"},
+      // A source named twice in a list, at the repeat (it would be consumed once: a slip).
+      {workflow(search + "  - {name: blend, kind: ensemble, from: [tune, tune]}\n"),
+       "test.yaml:6:48: stages[1].from[1]: 'tune' is listed twice"},
+      {workflow(search + "  - {name: t2, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.1, high: 0.2}}}\n"
+                         "  - {name: move, kind: transfer,\n     from: [tune, t2,\n            tune]}\n"),
+       "test.yaml:9:13: stages[2].from[2]: 'tune' is listed twice"},
+      {workflow(search + "  - {name: pop, kind: pbt, from: [tune, tune], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:6:41: stages[1].from[1]: 'tune' is listed twice"},
+      // In a list, an unknown name or the stage itself is named at its item.
+      {workflow(search + "  - {name: blend, kind: ensemble, from: [tune, tuen]}\n"),
+       "test.yaml:6:48: stages[1].from[1]: unknown stage 'tuen' (the stages are tune, blend); did you mean 'tune'?"},
+      {workflow(search + "  - {name: blend, kind: ensemble, from: [tune, blend]}\n"),
+       "test.yaml:6:48: stages[1].from[1]: a stage cannot consume itself"},
       // An ensemble over a stage whose trainer saves no predictions.
       {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n", "{kind: mlp, save_predictions: false}"),
        "test.yaml:6:35: stages[1].from: the ensemble needs predictions, and stage 'tune' turns them off (its "
