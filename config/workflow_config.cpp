@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -229,9 +230,9 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
   auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
   if (const char* key = decl.factor_pair_setting) {
     const json& pair = st.settings[key];
-    if (pair.size() != 2 || !pair[0].is_number() || !pair[1].is_number() || pair[0].get<double>() <= 0 ||
-        pair[1].get<double>() <= 0)
-      return fail(walker.mark_of(prefix + key), prefix + key, "expected two positive factors, such as [0.8, 1.2]");
+    auto factor = [](const json& f) { return f.is_number() && std::isfinite(f.get<double>()) && f.get<double>() > 0; };
+    if (pair.size() != 2 || !factor(pair[0]) || !factor(pair[1]))
+      return fail(walker.mark_of(prefix + key), prefix + key, "expected two positive finite factors, such as [0.8, 1.2]");
   }
   for (const std::string& key : decl.class_list_settings) {
     if (auto problem = classes_problem_at(st.settings.value(key, json()), prefix + key))

@@ -1303,6 +1303,14 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "other)"},
       {"name: wf\nobjective: {metric: val_accuracy}\ntrainer: {kind: mlp}\nsearch: {max_trials: 3}\nstages:\n" + search,
        "test.yaml:4:1: search: with stages, each stage has its own search (move it into the stages that use it)"},
+      // pbt's perturb: two positive finite factors (NaN and infinity were refused only by the stage,
+      // without a place).
+      {workflow("  - {name: pop, kind: pbt, perturb: [.nan, 1.2], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
+      {workflow("  - {name: pop, kind: pbt, perturb: [0.8, .inf], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
+      {workflow("  - {name: pop, kind: pbt, perturb: [0.8], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
       {workflow("  - {name: pop, kind: pbt, space: {epochs: {type: int, low: 1, high: 3}}}\n"),
        "test.yaml:5:28: stages[0].space.epochs: pbt sets each interval's epochs itself; give the total as the stage's "
        "steps"},
