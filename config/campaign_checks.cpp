@@ -70,7 +70,13 @@ const Setting* trainer_setting_of(const std::string& kind, const std::string& na
 // A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
 // ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
 std::optional<std::pair<std::string, std::string>> classes_problem_at(const json& classes, const std::string& path) {
-  if (!classes.is_array()) return std::nullopt;  // a single integer is one class: the trainer's own message
+  // A lone label is a list of one, as the trainers read it: named by the key itself.
+  if (classes.is_number_integer()) {
+    auto problem = trainers::classes_problem({classes.get<int64_t>()});
+    if (!problem) return std::nullopt;
+    return std::make_pair(path, "must be " + problem->must_be);
+  }
+  if (!classes.is_array()) return std::nullopt;  // the table refused it already
   std::vector<int64_t> labels;
   for (const auto& c : classes) {
     if (!c.is_number_integer()) return std::nullopt;  // the table refused it already

@@ -30,7 +30,8 @@ Status build_campaign(Walker& walker, nlohmann::json& root, CampaignConfig& c);
 const Setting* trainer_setting_of(const std::string& kind, const std::string& name, std::string* what);
 
 // A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
-// ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
+// ones, as the classifier trainers take them (trainers::classes_problem; a lone label is a list of
+// one). `path` names the list.
 std::optional<std::pair<std::string, std::string>> classes_problem_at(const nlohmann::json& classes, const std::string& path);
 
 }  // namespace hpctune::config

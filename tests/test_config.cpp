@@ -1321,6 +1321,26 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
   }
 }
 
+TEST_CASE("classes: trainer.classes and a transfer's classes are [] or two distinct labels, a lone label included") {
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  // A lone label (not a list) is a list of one: before, validate took it and every trial failed
+  // with "setting 'classes' = 3: must be [] for every class, or at least 2 classes".
+  CHECK(parse_error(head + "trainer: {kind: mlp, classes: 3}\n") ==
+        "test.yaml:4:22: trainer.classes: must be [] for every class, or at least 2 classes");
+  CHECK(parse_error(head + "trainer: {kind: cnn, classes: [3]}\n") ==
+        "test.yaml:4:32: trainer.classes[0]: must be [] for every class, or at least 2 classes");
+  CHECK(parse_error(head + "trainer: {kind: mlp, classes: [3, 4, 3]}\n") ==
+        "test.yaml:4:38: trainer.classes[2]: must be distinct classes (3 is listed twice)");
+  CHECK(parse_ok(head + "trainer: {kind: mlp, classes: [3, 4]}\n").trainer["classes"] == json::array({3, 4}));
+  CHECK(parse_ok(head + "trainer: {kind: mlp, classes: []}\n").trainer["classes"] == json::array());
+  const std::string search =
+      "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  CHECK(parse_error(workflow(search + "  - {name: move, kind: transfer, from: tune, classes: 3}\n")) ==
+        "test.yaml:6:46: stages[1].classes: must be [] for every class, or at least 2 classes");
+  CHECK(parse_error(workflow(search + "  - {name: move, kind: transfer, from: tune, classes: [5, 5]}\n")) ==
+        "test.yaml:6:59: stages[1].classes[1]: must be distinct classes (5 is listed twice)");
+}
+
 TEST_CASE("stages: a command trainer's declared outputs: an ensemble reads its predictions, a transfer its checkpoints") {
   const std::string search =
       "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
