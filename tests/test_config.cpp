@@ -464,6 +464,10 @@ TEST_CASE("bad configs: one located, one-line message each") {
        "4:26: trainer.command: '{lrr}' names no parameter of the space; did you mean '{lr}'?"},
       {"evolution_sample_size_above_population.yaml",
        "6:29: search.settings.sample_size: sample_size (5) must be at most population (3)"},
+      // Before, validate took it and run launched its groups to end with "no trial succeeded (0 failed)".
+      {"genetic_elitism_not_below_population.yaml",
+       "6:29: search.settings.elitism: elitism (4) must be below population (4): the elite would fill every "
+       "generation"},
       {"grid_int_too_many_values.yaml",
        "6:3: space.p: 9000000000000001 grid values on their own, more than max_trials (4); raise "
        "step or give a resolution"},
