@@ -249,6 +249,35 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
   return Status::Ok();
 }
 
+// Each stage's trainer against its kind's rules between settings (setting_rules_problem): a
+// setting the stage's own space searches, or that the trials of its `from` may carry over (their
+// searched keys that the stage's own trainer does not set), is left to the trainer, trial by trial.
+Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
+                                 const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageConfig& st = stages[i];
+    if (!st.own) continue;
+    std::set<std::string> unknown;
+    for (const auto& f : st.from) {
+      const StageConfig& source = stages[index.at(f)];
+      if (!source.own) continue;
+      for (const auto& p : source.own->space.params())
+        if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
+    }
+    auto problem = setting_rules_problem(*st.own, unknown);
+    if (!problem) continue;
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const std::string at = problem->in_space             ? prefix + "space." + problem->key
+                           : st.trainer_keys.count(problem->key) ? prefix + "trainer." + problem->key
+                                                                 : "trainer." + problem->key;
+    // A stage's keys below its item (the walker marks its sections, not their keys).
+    const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
+                                                 : places.walker.mark_of(at);
+    return place_error(places.source, mark, at, problem->what);
+  }
+  return Status::Ok();
+}
+
 // What the inputs must provide: an ensemble their predictions, a transfer their checkpoints, and a
 // pbt stage's own trainer checkpoints, as the catalog declares them (trainers/trainer_settings.h).
 Status check_stage_needs(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
@@ -615,6 +644,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
   }
   HPCTUNE_TRY(check_stage_needs(stages, index, places));
   if (deferred) return *deferred;
+  HPCTUNE_TRY(check_stage_setting_rules(stages, index, list, stages_entry->key_mark, places));
   if (!main)
     return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: " + searching_kinds());
   return workflow_campaign(std::move(stages), *main, yaml_text);

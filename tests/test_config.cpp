@@ -1345,6 +1345,49 @@ TEST_CASE("classes: trainer.classes and a transfer's classes are [] or two disti
         "test.yaml:6:59: stages[1].classes[1]: must be distinct classes (5 is listed twice)");
 }
 
+TEST_CASE("trainer settings the trainer refuses together are refused by validate, unless the space searches one") {
+  // Each passes its declaration; before, validate took them and every trial of run failed with the
+  // trainer's "setting 'precision' = "bf16": must be fp32 with device: cpu ...".
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, precision: bf16}\n") ==
+        "test.yaml:4:22: trainer.precision: \"bf16\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
+        "every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: cnn, device: cpu, precision: tf32}\n") ==
+        "test.yaml:4:35: trainer.precision: \"tf32\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
+        "every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: mlp, epochs: 2, head_epochs: 5}\n") ==
+        "test.yaml:4:33: trainer.head_epochs: 5 must be at most 'epochs' (2); every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: mlp, data: ''}\n") ==
+        "test.yaml:4:22: trainer.data: \"\" must be a directory; every trial would fail");
+  CHECK(parse_error("name: t\nobjective: {metric: value}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep, metric: ''}\n") ==
+        "test.yaml:4:24: trainer.metric: \"\" must be a non-empty name; every trial would fail");
+  // A fixed value in the space counts as given.
+  CHECK(parse_error(head + "space: {head_epochs: 4}\ntrainer: {kind: mlp, epochs: 2}\n").find(
+            "trainer.head_epochs: 4 must be at most 'epochs' (2)") != std::string::npos);
+  // Fine together, or left to each trial when the space searches one of them.
+  CHECK(parse_ok(head + "trainer: {kind: mlp, device: gpu, precision: bf16}\n").trainer["precision"] == "bf16");
+  CHECK(parse_ok(head + "trainer: {kind: mlp, epochs: 2, head_epochs: 2}\n").trainer["head_epochs"] == 2);
+  parse_ok(head + "space: {epochs: {type: int, low: 1, high: 8}}\ntrainer: {kind: mlp, head_epochs: 5}\n");
+  // In a stage, named by the stage's path.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, "
+                             "low: 0.01, high: 0.3}}}\n  - {name: move, kind: transfer, from: tune, classes: [5, 6], "
+                             "trainer: {head_epochs: 3}}\n")) ==
+        "test.yaml:6:73: stages[1].trainer.head_epochs: 3 must be at most 'epochs' (2); every trial would fail");
+  // A transfer's trials carry over what their source searched: epochs searched by `tune` is each
+  // target's own, so head_epochs is left to the trainer, unless the stage sets epochs itself.
+  const std::string searched_epochs =
+      "  - {name: tune, kind: search, search: {max_trials: 4}, space: {epochs: {type: int, low: 4, high: 8}}}\n";
+  parse_ok(workflow(searched_epochs + "  - {name: move, kind: transfer, from: tune, classes: [5, 6], "
+                                      "trainer: {head_epochs: 3}}\n"));
+  CHECK(parse_error(workflow(searched_epochs + "  - {name: move, kind: transfer, from: tune, classes: [5, 6], "
+                                               "trainer: {head_epochs: 3, epochs: 1}}\n")) ==
+        "test.yaml:6:73: stages[1].trainer.head_epochs: 3 must be at most 'epochs' (1); every trial would fail");
+  // The top level's trainer, named as written.
+  CHECK(parse_error(workflow(searched_epochs, "{kind: mlp, precision: bf16}")) ==
+        "test.yaml:3:22: trainer.precision: \"bf16\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
+        "every trial would fail");
+}
+
 TEST_CASE("stages: a command trainer's declared outputs: an ensemble reads its predictions, a transfer its checkpoints") {
   const std::string search =
       "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
