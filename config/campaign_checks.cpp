@@ -70,7 +70,13 @@ const Setting* trainer_setting_of(const std::string& kind, const std::string& na
 // A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
 // ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
 std::optional<std::pair<std::string, std::string>> classes_problem_at(const json& classes, const std::string& path) {
-  if (!classes.is_array()) return std::nullopt;  // a single integer is one class: the trainer's own message
+  // A lone label is a list of one, as the trainers read it: named by the key itself.
+  if (classes.is_number_integer()) {
+    auto problem = trainers::classes_problem({classes.get<int64_t>()});
+    if (!problem) return std::nullopt;
+    return std::make_pair(path, "must be " + problem->must_be);
+  }
+  if (!classes.is_array()) return std::nullopt;  // the table refused it already
   std::vector<int64_t> labels;
   for (const auto& c : classes) {
     if (!c.is_number_integer()) return std::nullopt;  // the table refused it already
@@ -79,6 +85,22 @@ std::optional<std::pair<std::string, std::string>> classes_problem_at(const json
   auto problem = trainers::classes_problem(labels);
   if (!problem) return std::nullopt;
   return std::make_pair(path + "[" + std::to_string(problem->index) + "]", "must be " + problem->must_be);
+}
+
+std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->setting_rules.problem == nullptr) return std::nullopt;
+  json settings = json::object();
+  for (const auto& key : can->setting_rules.reads) {
+    const search::ParamSpec* p = c.space.find(key);
+    if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) continue;
+    if (p != nullptr) settings[key] = p->value;
+    else if (c.trainer.contains(key)) settings[key] = c.trainer[key];
+  }
+  auto problem = can->setting_rules.problem(settings);
+  if (!problem) return std::nullopt;
+  return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
+                            settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
 }
 
 namespace {
@@ -403,6 +425,16 @@ class Builder {
                        c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
                        ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
                        std::to_string(most) + ", or a larger network)");
+  }
+
+  // The trainer's rules between settings (setting_rules_problem); a stage's view leaves them to
+  // parse_workflow, which knows what the trials of the stage's `from` carry over.
+  Status check_setting_rules(const CampaignConfig& c) {
+    if (w_.walks_stage_view()) return Status::Ok();
+    auto problem = setting_rules_problem(c, {});
+    if (!problem) return Status::Ok();
+    const std::string at = "trainer." + problem->key;
+    return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
   }
 
   // The kind's provides setting: a list of "predictions" and "checkpoints", each once.
@@ -903,6 +935,7 @@ Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   HPCTUNE_TRY(b.check_trainer(c));
   HPCTUNE_TRY(b.check_resources(c));
   HPCTUNE_TRY(b.check_model_split(c));
+  HPCTUNE_TRY(b.check_setting_rules(c));
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -30,7 +31,21 @@ Status build_campaign(Walker& walker, nlohmann::json& root, CampaignConfig& c);
 const Setting* trainer_setting_of(const std::string& kind, const std::string& name, std::string* what);
 
 // A list of class labels (trainer.classes, a transfer stage's classes): [] or at least two distinct
-// ones, as the classifier trainers take them (trainers::classes_problem). `path` names the list.
+// ones, as the classifier trainers take them (trainers::classes_problem; a lone label is a list of
+// one). `path` names the list.
 std::optional<std::pair<std::string, std::string>> classes_problem_at(const nlohmann::json& classes, const std::string& path);
+
+// The trainer kind's rules between settings that each pass their declaration
+// (trainers::TrainerCapabilities::setting_rules: precision with device, head_epochs against
+// epochs, ...) over `c`'s trainer settings (defaults filled in) with its space's fixed values,
+// leaving out what the space searches and the keys in `unknown` (a stage's: what the trials of its
+// `from` carry over). The setting that breaks one, whether the space fixes it, and what to say;
+// nullopt when none. Without this every trial of run fails with the trainer's same message.
+struct SettingRuleProblem {
+  std::string key;
+  bool in_space = false;
+  std::string what;
+};
+std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
 
 }  // namespace hpctune::config

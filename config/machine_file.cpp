@@ -18,37 +18,45 @@
 namespace hpctune::config {
 namespace {
 
-// One number of the file: its key path, where it goes (times `scale`), and its range.
+// One number of the file: its key path, where it goes (times `scale`), and its range [min, max]
+// in the file's unit, stated in the message that refuses a value outside it. The ranges span
+// every real machine and refuse what would price a step at infinity or past the simulator's clock
+// (a rate of 0 or 1e-300, a latency of hours, an update of a second per parameter).
 struct MachineKey {
   const char* path;
   double MachineModel::*number = nullptr;
   int64_t MachineModel::*integer = nullptr;
   double scale = 1;
-  double min = 0, max = 1e18;  // min exclusive for numbers (> 0) unless min_inclusive
-  bool min_inclusive = false;
+  double min = 0, max = 0;
   const char* unit = "";
 };
 
 const std::vector<MachineKey>& machine_keys() {
+  using M = MachineModel;
   static const std::vector<MachineKey> keys = {
-      {"calibrated_nodes", nullptr, &MachineModel::calibrated_nodes, 1, 1, 1 << 20, true, "nodes"},
-      {"ranks_per_node", nullptr, &MachineModel::ranks_per_node, 1, 1, 4096, true, "ranks"},
-      {"nodes", nullptr, &MachineModel::nodes, 1, 0, 1 << 20, true, "nodes"},
-      {"compute.mlp_gflops", &MachineModel::mlp_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
-      {"compute.cnn_gflops", &MachineModel::cnn_flops_per_s, nullptr, 1e9, 0, 1e9, false, "GFLOP/s"},
-      {"compute.image_overhead_us", &MachineModel::image_overhead_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
-      {"compute.update_ns_per_param", &MachineModel::update_s_per_param, nullptr, 1e-9, 0, 1e9, true, "nanoseconds"},
-      {"network.intra_node.bandwidth_gb_s", &MachineModel::intra_bandwidth_bytes_per_s, nullptr, 1e9, 0, 1e6, false, "GB/s"},
-      {"network.intra_node.latency_us", &MachineModel::intra_latency_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
-      {"network.inter_node.bandwidth_gb_s", &MachineModel::inter_bandwidth_bytes_per_s, nullptr, 1e9, 0, 1e6, false, "GB/s"},
-      {"network.inter_node.latency_us", &MachineModel::inter_latency_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
-      {"network.stage_handoff_us", &MachineModel::stage_handoff_s, nullptr, 1e-6, 0, 1e9, true, "microseconds"},
-      {"startup.seconds", &MachineModel::startup_s, nullptr, 1, 0, 86400, true, "seconds"},
-      {"startup.per_rank_seconds", &MachineModel::startup_per_rank_s, nullptr, 1, 0, 86400, true, "seconds"},
-      {"startup.parallel_seconds", &MachineModel::startup_parallel_s, nullptr, 1, 0, 86400, true, "seconds"},
-      {"startup.load_seconds", &MachineModel::load_s, nullptr, 1, 0, 86400, true, "seconds"},
-      {"startup.trial_seconds", &MachineModel::trial_setup_s, nullptr, 1, 0, 86400, true, "seconds"},
-      {"disk.bandwidth_mb_s", &MachineModel::disk_bytes_per_s, nullptr, 1e6, 0, 1e9, false, "MB/s"},
+      {"calibrated_nodes", nullptr, &M::calibrated_nodes, 1, 1, 1 << 20, "nodes"},
+      {"ranks_per_node", nullptr, &M::ranks_per_node, 1, 1, 4096, "ranks"},
+      {"nodes", nullptr, &M::nodes, 1, 0, 1 << 20, "nodes"},
+      // 1 MFLOP/s (a 1980s workstation) to 1 EFLOP/s a rank.
+      {"compute.mlp_gflops", &M::mlp_flops_per_s, nullptr, 1e9, 1e-3, 1e9, "GFLOP/s"},
+      {"compute.cnn_gflops", &M::cnn_flops_per_s, nullptr, 1e9, 1e-3, 1e9, "GFLOP/s"},
+      // Up to a second an image, a millisecond a parameter: beyond, not a cost of training.
+      {"compute.image_overhead_us", &M::image_overhead_s, nullptr, 1e-6, 0, 1e6, "microseconds"},
+      {"compute.update_ns_per_param", &M::update_s_per_param, nullptr, 1e-9, 0, 1e6, "nanoseconds"},
+      // 1 MB/s to 1 PB/s; a latency or a hand-off of up to a second.
+      {"network.intra_node.bandwidth_gb_s", &M::intra_bandwidth_bytes_per_s, nullptr, 1e9, 1e-3, 1e6, "GB/s"},
+      {"network.intra_node.latency_us", &M::intra_latency_s, nullptr, 1e-6, 0, 1e6, "microseconds"},
+      {"network.inter_node.bandwidth_gb_s", &M::inter_bandwidth_bytes_per_s, nullptr, 1e9, 1e-3, 1e6, "GB/s"},
+      {"network.inter_node.latency_us", &M::inter_latency_s, nullptr, 1e-6, 0, 1e6, "microseconds"},
+      {"network.stage_handoff_us", &M::stage_handoff_s, nullptr, 1e-6, 0, 1e6, "microseconds"},
+      // Up to a day.
+      {"startup.seconds", &M::startup_s, nullptr, 1, 0, 86400, "seconds"},
+      {"startup.per_rank_seconds", &M::startup_per_rank_s, nullptr, 1, 0, 86400, "seconds"},
+      {"startup.parallel_seconds", &M::startup_parallel_s, nullptr, 1, 0, 86400, "seconds"},
+      {"startup.load_seconds", &M::load_s, nullptr, 1, 0, 86400, "seconds"},
+      {"startup.trial_seconds", &M::trial_setup_s, nullptr, 1, 0, 86400, "seconds"},
+      // 10 KB/s to 1 PB/s.
+      {"disk.bandwidth_mb_s", &M::disk_bytes_per_s, nullptr, 1e6, 1e-2, 1e9, "MB/s"},
   };
   return keys;
 }
@@ -120,10 +128,9 @@ Status walk(const YNode& map, Mark map_mark, const std::string& prefix, const st
                                               (e.value.kind == YNode::Kind::kScalar ? "'" + e.value.text + "'" : kind_text(e.value)));
     }
     const double x = v.get<double>();
-    const bool below = k->min_inclusive ? x < k->min : x <= k->min;
-    if (!std::isfinite(x) || below || x > k->max) {
+    if (!std::isfinite(x) || x < k->min || x > k->max) {
       char range[96];
-      std::snprintf(range, sizeof range, "%s %g and at most %g", k->min_inclusive ? "at least" : "above", k->min, k->max);
+      std::snprintf(range, sizeof range, "at least %g and at most %g", k->min, k->max);
       return at(source, e.key_mark, path, e.value.text + " is out of range: must be " + range + " " + k->unit);
     }
     if (k->integer != nullptr) {

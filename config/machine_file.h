@@ -4,7 +4,8 @@
 //     <file>:<line>:<column>: <key.path>: <what is wrong>
 // with a "did you mean" for a misspelt key. Every key is required except `name` (default: the
 // file's stem), `notes`, `nodes`, `compute.update_ns_per_param` and `startup.parallel_seconds`,
-// `load_seconds` and `trial_seconds` (0); every number must be finite and in its range.
+// `load_seconds` and `trial_seconds` (0); every number must be finite and in its range
+// (declared with the keys in machine_file.cpp, and stated in the message that refuses a value).
 //
 //   name: this-machine
 //   calibrated_nodes: 1          # nodes the figures were measured on; beyond: extrapolated

@@ -40,6 +40,8 @@ class Walker {
   // The mark of the key at `path`, or of the closest enclosing key that was given.
   Mark mark_of(std::string path) const;
   bool given(const std::string& path) const { return marks_.count(path) != 0; }
+  // Whether it walks a stage's view (its paths are renamed), not a whole campaign.
+  bool walks_stage_view() const { return static_cast<bool>(rename_); }
   // The value at `path` as written in the file (a plain scalar), else `otherwise`.
   std::string text_of(const std::string& path, std::string otherwise) const;
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,8 +87,8 @@ Status refuse_cycles(const std::vector<StageConfig>& stages, const std::map<std:
 
 // The stages' graph: names valid and unique (index: each name's stage), each `from` a list of
 // other stages (an ensemble, and a transfer without a checkpoint of its own, needs one), no cycle.
-Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::vector<StageConfig>& stages,
-                         std::map<std::string, std::size_t>& index) {
+Status check_stage_graph(const json& items, const YNode& list, Mark list_mark, const WorkflowPlaces& places,
+                         std::vector<StageConfig>& stages, std::map<std::string, std::size_t>& index) {
   const Walker& walker = places.walker;
   auto fail = [&](Mark m, const std::string& path, const std::string& what) {
     return place_error(places.source, m, path, what);
@@ -113,11 +114,16 @@ Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::v
       const json& from = items[i]["from"];
       const json list_of = from.is_array() ? from : json::array({from});
       std::set<std::string> listed;
-      for (const auto& f : list_of) {
+      for (std::size_t k = 0; k < list_of.size(); ++k) {
+        const json& f = list_of[k];
+        // A name in a list is named at its item.
+        const std::string item_at = from.is_array() ? at + "[" + std::to_string(k) + "]" : at;
+        const Mark item_mark =
+            from.is_array() ? mark_below(list, list_mark, item_at.substr(std::string("stages").size())) : walker.mark_of(at);
         if (!f.is_string())
-          return fail(walker.mark_of(at), at, "expected a stage name or a list of them, got " + f.dump());
+          return fail(item_mark, item_at, "expected a stage name or a list of them, got " + f.dump());
         const std::string name = f.get<std::string>();
-        if (name == st.name) return fail(walker.mark_of(at), at, "a stage cannot consume itself");
+        if (name == st.name) return fail(item_mark, item_at, "a stage cannot consume itself");
         if (!index.count(name)) {
           std::string hint;
           std::vector<Candidate> candidates;
@@ -127,10 +133,12 @@ Status check_stage_graph(const json& items, const WorkflowPlaces& places, std::v
             names.push_back(other.name);
           }
           if (auto near = did_you_mean(name, candidates)) hint = "; did you mean '" + *near + "'?";
-          return fail(walker.mark_of(at), at,
+          return fail(item_mark, item_at,
                       "unknown stage '" + name + "' (the stages are " + join(names, ", ") + ")" + hint);
         }
-        if (listed.insert(name).second) st.from.push_back(name);
+        // Twice is a slip (another stage meant?), not a weight: the stage consumes each input once.
+        if (!listed.insert(name).second) return fail(item_mark, item_at, "'" + name + "' is listed twice");
+        st.from.push_back(name);
       }
     }
     const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);  // the walker took only these
@@ -222,9 +230,9 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
   auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
   if (const char* key = decl.factor_pair_setting) {
     const json& pair = st.settings[key];
-    if (pair.size() != 2 || !pair[0].is_number() || !pair[1].is_number() || pair[0].get<double>() <= 0 ||
-        pair[1].get<double>() <= 0)
-      return fail(walker.mark_of(prefix + key), prefix + key, "expected two positive factors, such as [0.8, 1.2]");
+    auto factor = [](const json& f) { return f.is_number() && std::isfinite(f.get<double>()) && f.get<double>() > 0; };
+    if (pair.size() != 2 || !factor(pair[0]) || !factor(pair[1]))
+      return fail(walker.mark_of(prefix + key), prefix + key, "expected two positive finite factors, such as [0.8, 1.2]");
   }
   for (const std::string& key : decl.class_list_settings) {
     if (auto problem = classes_problem_at(st.settings.value(key, json()), prefix + key))
@@ -237,6 +245,35 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
     const auto slash = source.rfind('/');
     if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
     st.settings[key] = path;
+  }
+  return Status::Ok();
+}
+
+// Each stage's trainer against its kind's rules between settings (setting_rules_problem): a
+// setting the stage's own space searches, or that the trials of its `from` may carry over (their
+// searched keys that the stage's own trainer does not set), is left to the trainer, trial by trial.
+Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
+                                 const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageConfig& st = stages[i];
+    if (!st.own) continue;
+    std::set<std::string> unknown;
+    for (const auto& f : st.from) {
+      const StageConfig& source = stages[index.at(f)];
+      if (!source.own) continue;
+      for (const auto& p : source.own->space.params())
+        if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
+    }
+    auto problem = setting_rules_problem(*st.own, unknown);
+    if (!problem) continue;
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    const std::string at = problem->in_space             ? prefix + "space." + problem->key
+                           : st.trainer_keys.count(problem->key) ? prefix + "trainer." + problem->key
+                                                                 : "trainer." + problem->key;
+    // A stage's keys below its item (the walker marks its sections, not their keys).
+    const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
+                                                 : places.walker.mark_of(at);
+    return place_error(places.source, mark, at, problem->what);
   }
   return Status::Ok();
 }
@@ -565,7 +602,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
 
   std::vector<StageConfig> stages(items.size());
   std::map<std::string, std::size_t> index;
-  HPCTUNE_TRY(check_stage_graph(items, places, stages, index));
+  HPCTUNE_TRY(check_stage_graph(items, list, stages_entry->key_mark, places, stages, index));
 
   // Each stage's own view of the campaign, then its own keys.
   StageViews views(tree, source);
@@ -607,6 +644,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
   }
   HPCTUNE_TRY(check_stage_needs(stages, index, places));
   if (deferred) return *deferred;
+  HPCTUNE_TRY(check_stage_setting_rules(stages, index, list, stages_entry->key_mark, places));
   if (!main)
     return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: " + searching_kinds());
   return workflow_campaign(std::move(stages), *main, yaml_text);

@@ -142,20 +142,26 @@ class TreeBuilder final : public YAML::EventHandler {
     n.kind = YNode::Kind::kScalar;
     n.mark = to_mark(mark);
     n.text = value;
-    n.quoted = tag == "!" || tag == "tag:yaml.org,2002:str";
-    if (tag == "!") check_closed_quote(mark, n);
+    const Written written = properties_at(mark);
+    check_closed_quote(written.content, n);
     check_text(n);
+    // yaml-cpp's tag of an untagged scalar: "?" when plain, "!" when quoted or a block (| >); an
+    // explicit '!' reads the same as quoting and is told apart by the text.
+    if (tag == "!" && !written.tag) n.quoted = true;
+    else if (tag != "?") apply_scalar_tag(tag, n);
     finish(std::move(n), anchor);
   }
 
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
+    check_collection_tag(tag, "tag:yaml.org,2002:seq", mark);
     open(YNode::Kind::kSeq, mark, anchor);
   }
   void OnSequenceEnd() override { close(); }
 
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
+    check_collection_tag(tag, "tag:yaml.org,2002:map", mark);
     open(YNode::Kind::kMap, mark, anchor);
   }
   void OnMapEnd() override {
@@ -319,13 +325,94 @@ class TreeBuilder final : public YAML::EventHandler {
             "the text is not valid UTF-8 (byte " + std::to_string(*bad + 1) + " of the value); save the file as UTF-8"});
   }
 
+  // What is written where a node starts (yaml-cpp marks a node at its first property): whether a
+  // tag is among its properties (&anchor !tag), and the offset of its content after them.
+  struct Written {
+    bool tag = false;
+    std::size_t content = std::string::npos;
+  };
+  Written properties_at(const YAML::Mark& mark) const {
+    Written w;
+    if (mark.pos < 0) return w;
+    std::size_t i = static_cast<std::size_t>(mark.pos);
+    while (i < text_.size() && (text_[i] == '&' || text_[i] == '!')) {
+      w.tag = w.tag || text_[i] == '!';
+      while (i < text_.size() && std::string_view(" \t\r\n").find(text_[i]) == std::string_view::npos) ++i;
+      while (i < text_.size() && std::string_view(" \t\r\n").find(text_[i]) != std::string_view::npos) ++i;
+    }
+    w.content = i;
+    return w;
+  }
+
+  // A YAML tag is read only when it is one of the core schema's and agrees with the value: !!str
+  // on any scalar, !!int on an integer, !!float on a number (4 is 4.0), !!bool on true or false,
+  // !!null on null, ~ or nothing; the node then reads as the tag says. Any other (!custom, !!binary,
+  // !!timestamp, '!', a tag that disagrees) is refused where it is written: hpctune has no use
+  // for it, and ignoring it would read the value as something the file does not say.
+  void apply_scalar_tag(const std::string& tag, YNode& n) {
+    const std::string core = "tag:yaml.org,2002:";
+    const std::string name = tag.compare(0, core.size(), core) == 0 ? tag.substr(core.size()) : "";
+    const json v = resolve_plain_scalar(n.text);
+    bool agrees = false;
+    if (name == "str") {
+      n.quoted = true;
+      return;
+    } else if (name == "int") {
+      agrees = v.is_number_integer();
+    } else if (name == "float") {
+      agrees = v.is_number();
+      // A decimal integer is a float's text too: read as one.
+      if (v.is_number_integer() && n.text.find_first_not_of("+-0123456789") == std::string::npos) n.text += ".0";
+      else agrees = v.is_number_float();
+    } else if (name == "bool") {
+      agrees = v.is_boolean();
+    } else if (name == "null") {
+      agrees = v.is_null();
+      if (agrees) n.kind = YNode::Kind::kNull;
+    } else {
+      note({n.mark, tagged_path(n.text), unread_tag(tag)});
+    }
+    n.quoted = false;
+    if (!agrees)
+      note({n.mark, tagged_path(n.text),
+            "the YAML tag " + tag_text(tag) + " does not fit the value '" + n.text + "'; remove the tag or fix the value"});
+  }
+
+  void check_collection_tag(const std::string& tag, const std::string& fits, const YAML::Mark& mark) {
+    if (tag == "?" || tag == fits) return;
+    const std::string core = "tag:yaml.org,2002:";
+    if (tag == core + "seq" || tag == core + "map")
+      note({to_mark(mark), tagged_path(),
+            "the YAML tag " + tag_text(tag) + " does not fit a " + (fits == core + "seq" ? "list" : "map") + "; remove the tag"});
+    note({to_mark(mark), tagged_path(), unread_tag(tag)});
+  }
+
+  // The key path of a tagged node about to be finished: a key's own path when it is a key.
+  std::string tagged_path(const std::string& key = "") const {
+    std::string path = current_path();
+    if (!stack_.empty() && stack_.back().node.kind == YNode::Kind::kMap && !stack_.back().have_key && !key.empty())
+      path += (path.empty() ? "" : ".") + key;
+    return path;
+  }
+
+  static std::string tag_text(const std::string& tag) {
+    const std::string core = "tag:yaml.org,2002:";
+    if (tag.compare(0, core.size(), core) == 0) return "'!!" + tag.substr(core.size()) + "'";
+    return "'" + tag + "'";
+  }
+  static std::string unread_tag(const std::string& tag) {
+    return "the YAML tag " + tag_text(tag) +
+           " is not read by hpctune; remove it (a tag may only restate the value's type: !!str, !!int, !!float, "
+           "!!bool, !!null, !!seq or !!map)";
+  }
+
   // yaml-cpp 0.7 takes a quoted scalar that is never closed up to the end of the file, swallowing
-  // every key after it. Catch that here: the opening quote is at mark.pos.
-  void check_closed_quote(const YAML::Mark& mark, const YNode& n) {
-    if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
-    const char q = text_[static_cast<std::size_t>(mark.pos)];
+  // every key after it. Catch that here: the opening quote, if any, is at `pos`.
+  void check_closed_quote(std::size_t pos, const YNode& n) {
+    if (pos >= text_.size()) return;
+    const char q = text_[pos];
     if (q != '"' && q != '\'') return;
-    for (std::size_t i = static_cast<std::size_t>(mark.pos) + 1; i < text_.size(); ++i) {
+    for (std::size_t i = pos + 1; i < text_.size(); ++i) {
       if (q == '"' && text_[i] == '\\') {
         ++i;
         continue;

@@ -5,7 +5,8 @@
 // yaml-cpp's YAML::Node keeps duplicate keys silently (lookups see the first, iteration both) and
 // does not say whether a scalar was quoted, so the tree is built from the parser's events instead:
 // every key keeps its line and column, a duplicate is caught where it occurs, and "10" stays a
-// string while 10 is a number.
+// string while 10 is a number. A YAML tag is read only where it restates the core schema's type of
+// its value (!!str, !!int, !!float, !!bool, !!null, !!seq, !!map); any other is refused at its place.
 #pragma once
 
 #include <cstddef>

@@ -72,6 +72,15 @@ std::optional<SettingsProblem> evolution_check(const nlohmann::json& s) {
                          "sample_size (" + std::to_string(k) + ") must be at most population (" + std::to_string(p) + ")"};
 }
 
+// genetic: the elite carried unchanged must leave room for a child in each generation (make_genetic
+// refuses it too; here validate says it where the settings are).
+std::optional<SettingsProblem> genetic_check(const nlohmann::json& s) {
+  const int64_t p = s["population"].get<int64_t>(), e = s["elitism"].get<int64_t>();
+  if (e < p) return std::nullopt;
+  return SettingsProblem{{"elitism", "population"}, "elitism (" + std::to_string(e) + ") must be below population (" +
+                                                        std::to_string(p) + "): the elite would fill every generation"};
+}
+
 AlgorithmTraits model(const char* help, const char* startup, int64_t (*default_startup)(const Space&, int64_t)) {
   return {.help = help, .model_based = true, .startup_setting = startup, .default_startup = default_startup};
 }
@@ -83,7 +92,10 @@ const std::vector<Entry>& registry() {
       {"random", &random_search_settings, &make_random_search, {.help = "uniform random sampling"}},
       {"grid", &grid_search_settings, &make_grid_search, {.help = "every point of a grid", .enumerates = true}},
       {"genetic", &genetic_settings, &make_genetic,
-       {.help = "a genetic algorithm (generations of islands)", .breeds = true, .population_setting = "population"},
+       {.help = "a genetic algorithm (generations of islands)",
+        .breeds = true,
+        .population_setting = "population",
+        .check_settings = &genetic_check},
        &genetic_generation_size},
       {"evolution", &evolution_settings, &make_evolution,
        {.help = "aging (regularized) evolution",

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "common/clock.h"
 #include "config/machine_file.h"
@@ -26,7 +28,32 @@ using scheduler::prepare_campaign;
 
 using Seconds = std::chrono::duration<double>;
 
-Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::duration>(Seconds(s)); }
+// Simulated seconds on the clock, saturated at +-kClockLimitSeconds (about 31.7 years, past the
+// simulation's bound of max_simulated_seconds; the clock's nanoseconds end at 292 years): a cost
+// beyond (a slowed step of years) ends the simulation at its bound instead of wrapping the clock
+// round to the past, which made a campaign end "done" at second 1 with negative costs, or spin.
+constexpr double kClockLimitSeconds = 1e9;
+Clock::duration seconds(double s) {
+  if (!(s < kClockLimitSeconds)) s = kClockLimitSeconds;  // NaN too
+  if (s < -kClockLimitSeconds) s = -kClockLimitSeconds;
+  return std::chrono::duration_cast<Clock::duration>(Seconds(s));
+}
+
+// Why a trial planned to run past the simulation's bound cannot run (its steps, setup and the
+// machine's sharing at the least, 1): "" when it fits.
+std::string beyond_bound(const SimulatedTrial& plan, const SimulateOptions& o) {
+  const double step = o.step_seconds > 0 ? o.step_seconds : plan.seconds_per_step;
+  const double steps = static_cast<double>(plan.reports.size());
+  const double total = steps * step + (o.step_seconds > 0 ? 0 : plan.setup_seconds);
+  if (total <= o.max_simulated_seconds) return "";
+  char what[320];
+  std::snprintf(what, sizeof what,
+                "simulate: this trial would run for %.6g simulated seconds (%.0f steps of %.6g s, setup %.6g s), more than "
+                "the simulation's bound of %.6g s (%.3g years); check the machine file's rates and the trainer's size",
+                total, steps, step, o.step_seconds > 0 ? 0.0 : plan.setup_seconds, o.max_simulated_seconds,
+                o.max_simulated_seconds / (365.0 * 86400));
+  return what;
+}
 
 // One simulated trainer group: a worker's side of the protocol over the in-process hub.
 class SimGroup {
@@ -63,6 +90,7 @@ class SimGroup {
         send(protocol::Ready{});
       } else if (auto* a = std::get_if<protocol::Assign>(&msg)) {
         SimulatedTrial plan = o_.model(*a);
+        if (plan.error.empty()) plan.error = beyond_bound(plan, o_);
         if (!plan.error.empty()) {
           send(protocol::Failed{a->trial_id, a->attempt, plan.error, ""});
           continue;

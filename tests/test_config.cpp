@@ -464,6 +464,10 @@ TEST_CASE("bad configs: one located, one-line message each") {
        "4:26: trainer.command: '{lrr}' names no parameter of the space; did you mean '{lr}'?"},
       {"evolution_sample_size_above_population.yaml",
        "6:29: search.settings.sample_size: sample_size (5) must be at most population (3)"},
+      // Before, validate took it and run launched its groups to end with "no trial succeeded (0 failed)".
+      {"genetic_elitism_not_below_population.yaml",
+       "6:29: search.settings.elitism: elitism (4) must be below population (4): the elite would fill every "
+       "generation"},
       {"grid_int_too_many_values.yaml",
        "6:3: space.p: 9000000000000001 grid values on their own, more than max_trials (4); raise "
        "step or give a resolution"},
@@ -674,6 +678,73 @@ TEST_CASE("YAML scalars follow the 1.2 core schema") {
   CHECK(config::format_number(0.05) == "0.05");
   CHECK(config::format_number(1e-6) == "1e-06");
   CHECK(config::format_number(100000) == "100000");
+}
+
+TEST_CASE("YAML tags: a core-schema tag that fits its value is read, any other is refused at its place") {
+  // Fits: read as the tag says.
+  const auto c = parse_ok(R"(name: !!str 10
+objective: {metric: !!str val_accuracy}
+search: !!map
+  max_trials: !!int 4
+space:
+  activation: {type: choice, values: !!seq [relu, tanh]}
+trainer: {kind: mlp, lr: !!float 1, nesterov: !!bool true, epochs: !<tag:yaml.org,2002:int> 2}
+)");
+  CHECK(c.name == "10");
+  CHECK(c.max_trials == 4);
+  CHECK(c.trainer.at("lr").is_number_float());
+  CHECK(c.trainer.at("lr") == 1.0);
+  CHECK(c.trainer.at("nesterov") == true);
+  CHECK(c.trainer.at("epochs") == 2);
+  // Refused: a tag that is not the core schema's, or one that does not fit the value.
+  const std::string head = "name: t\nobjective: {metric: v}\n";
+  struct Case {
+    std::string text;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"search: {max_trials: !custom 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!custom' is not read by hpctune; remove it (a tag may only "
+       "restate the value's type: !!str, !!int, !!float, !!bool, !!null, !!seq or !!map)"},
+      {"search: {max_trials: !!binary 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!binary' is not read by hpctune"},
+      {"search: {max_trials: !!timestamp 2001-12-14}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!timestamp' is not read by hpctune"},
+      {"search: {max_trials: ! 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!' is not read by hpctune"},
+      {"search: {max_trials: !!int 4.5}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!int' does not fit the value '4.5'; remove the tag or fix "
+       "the value"},
+      {"search: {max_trials: !!int \"four\"}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:22: search.max_trials: the YAML tag '!!int' does not fit the value 'four'"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep, seconds: !!bool 1}\n",
+       "test.yaml:4:33: trainer.seconds: the YAML tag '!!bool' does not fit the value '1'"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep, seconds: !!float 0x10}\n",
+       "test.yaml:4:33: trainer.seconds: the YAML tag '!!float' does not fit the value '0x10'"},
+      {"search: {max_trials: 4}\ntrainer: {kind: !!null sleep}\n",
+       "test.yaml:4:17: trainer.kind: the YAML tag '!!null' does not fit the value 'sleep'"},
+      {"search: !custom\n  max_trials: 4\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:9: search: the YAML tag '!custom' is not read by hpctune"},
+      {"search: !!seq {max_trials: 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:9: search: the YAML tag '!!seq' does not fit a map; remove the tag"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep}\nspace:\n  a: {type: choice, values: !!set [1, 2]}\n",
+       "test.yaml:6:29: space.a.values: the YAML tag '!!set' is not read by hpctune"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep}\nspace:\n  a: {type: choice, values: !!map [1, 2]}\n",
+       "test.yaml:6:29: space.a.values: the YAML tag '!!map' does not fit a list; remove the tag"},
+      {"search: {!custom max_trials: 4}\ntrainer: {kind: sleep}\n",
+       "test.yaml:3:10: search.max_trials: the YAML tag '!custom' is not read by hpctune"},
+      {"search: {max_trials: 4}\ntrainer: {kind: sleep, seconds: &s !custom 1}\n",
+       "test.yaml:4:33: trainer.seconds: the YAML tag '!custom' is not read by hpctune"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.text);
+    const std::string message = parse_error(head + k.text);
+    CHECK(message.find(k.expected) == 0);
+    if (message.find(k.expected) != 0) MESSAGE(message);
+  }
+  // A tagged quoted string that is never closed is caught like an untagged one.
+  CHECK(parse_error(head + "search: {max_trials: 4}\ntrainer: {kind: sleep}\nstorage: !!str \"x.db\n") ==
+        "test.yaml:5:10: storage: YAML syntax error: the quoted string is never closed (a \" is missing)");
 }
 
 TEST_CASE("the settings table is consistent") {
@@ -1160,6 +1231,19 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "test.yaml:7:31: stages[2].from: the stages form a cycle: a -> b -> a (each would wait for the other)"},
       {workflow(search + "  - {name: a, kind: ensemble, from: a}\n"),
        "test.yaml:6:31: stages[1].from: a stage cannot consume itself"},
+      // A source named twice in a list, at the repeat (it would be consumed once: a slip).
+      {workflow(search + "  - {name: blend, kind: ensemble, from: [tune, tune]}\n"),
+       "test.yaml:6:48: stages[1].from[1]: 'tune' is listed twice"},
+      {workflow(search + "  - {name: t2, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.1, high: 0.2}}}\n"
+                         "  - {name: move, kind: transfer,\n     from: [tune, t2,\n            tune]}\n"),
+       "test.yaml:9:13: stages[2].from[2]: 'tune' is listed twice"},
+      {workflow(search + "  - {name: pop, kind: pbt, from: [tune, tune], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:6:41: stages[1].from[1]: 'tune' is listed twice"},
+      // In a list, an unknown name or the stage itself is named at its item.
+      {workflow(search + "  - {name: blend, kind: ensemble, from: [tune, tuen]}\n"),
+       "test.yaml:6:48: stages[1].from[1]: unknown stage 'tuen' (the stages are tune, blend); did you mean 'tune'?"},
+      {workflow(search + "  - {name: blend, kind: ensemble, from: [tune, blend]}\n"),
+       "test.yaml:6:48: stages[1].from[1]: a stage cannot consume itself"},
       // An ensemble over a stage whose trainer saves no predictions.
       {workflow(search + "  - {name: blend, kind: ensemble, from: tune}\n", "{kind: mlp, save_predictions: false}"),
        "test.yaml:6:35: stages[1].from: the ensemble needs predictions, and stage 'tune' turns them off (its "
@@ -1223,6 +1307,14 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "other)"},
       {"name: wf\nobjective: {metric: val_accuracy}\ntrainer: {kind: mlp}\nsearch: {max_trials: 3}\nstages:\n" + search,
        "test.yaml:4:1: search: with stages, each stage has its own search (move it into the stages that use it)"},
+      // pbt's perturb: two positive finite factors (NaN and infinity were refused only by the stage,
+      // without a place).
+      {workflow("  - {name: pop, kind: pbt, perturb: [.nan, 1.2], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
+      {workflow("  - {name: pop, kind: pbt, perturb: [0.8, .inf], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
+      {workflow("  - {name: pop, kind: pbt, perturb: [0.8], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
+       "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
       {workflow("  - {name: pop, kind: pbt, space: {epochs: {type: int, low: 1, high: 3}}}\n"),
        "test.yaml:5:28: stages[0].space.epochs: pbt sets each interval's epochs itself; give the total as the stage's "
        "steps"},
@@ -1231,6 +1323,69 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
     CAPTURE(c.text);
     CHECK(parse_error(c.text) == c.expected);
   }
+}
+
+TEST_CASE("classes: trainer.classes and a transfer's classes are [] or two distinct labels, a lone label included") {
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  // A lone label (not a list) is a list of one: before, validate took it and every trial failed
+  // with "setting 'classes' = 3: must be [] for every class, or at least 2 classes".
+  CHECK(parse_error(head + "trainer: {kind: mlp, classes: 3}\n") ==
+        "test.yaml:4:22: trainer.classes: must be [] for every class, or at least 2 classes");
+  CHECK(parse_error(head + "trainer: {kind: cnn, classes: [3]}\n") ==
+        "test.yaml:4:32: trainer.classes[0]: must be [] for every class, or at least 2 classes");
+  CHECK(parse_error(head + "trainer: {kind: mlp, classes: [3, 4, 3]}\n") ==
+        "test.yaml:4:38: trainer.classes[2]: must be distinct classes (3 is listed twice)");
+  CHECK(parse_ok(head + "trainer: {kind: mlp, classes: [3, 4]}\n").trainer["classes"] == json::array({3, 4}));
+  CHECK(parse_ok(head + "trainer: {kind: mlp, classes: []}\n").trainer["classes"] == json::array());
+  const std::string search =
+      "  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  CHECK(parse_error(workflow(search + "  - {name: move, kind: transfer, from: tune, classes: 3}\n")) ==
+        "test.yaml:6:46: stages[1].classes: must be [] for every class, or at least 2 classes");
+  CHECK(parse_error(workflow(search + "  - {name: move, kind: transfer, from: tune, classes: [5, 5]}\n")) ==
+        "test.yaml:6:59: stages[1].classes[1]: must be distinct classes (5 is listed twice)");
+}
+
+TEST_CASE("trainer settings the trainer refuses together are refused by validate, unless the space searches one") {
+  // Each passes its declaration; before, validate took them and every trial of run failed with the
+  // trainer's "setting 'precision' = "bf16": must be fp32 with device: cpu ...".
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, precision: bf16}\n") ==
+        "test.yaml:4:22: trainer.precision: \"bf16\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
+        "every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: cnn, device: cpu, precision: tf32}\n") ==
+        "test.yaml:4:35: trainer.precision: \"tf32\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
+        "every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: mlp, epochs: 2, head_epochs: 5}\n") ==
+        "test.yaml:4:33: trainer.head_epochs: 5 must be at most 'epochs' (2); every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: mlp, data: ''}\n") ==
+        "test.yaml:4:22: trainer.data: \"\" must be a directory; every trial would fail");
+  CHECK(parse_error("name: t\nobjective: {metric: value}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep, metric: ''}\n") ==
+        "test.yaml:4:24: trainer.metric: \"\" must be a non-empty name; every trial would fail");
+  // A fixed value in the space counts as given.
+  CHECK(parse_error(head + "space: {head_epochs: 4}\ntrainer: {kind: mlp, epochs: 2}\n").find(
+            "trainer.head_epochs: 4 must be at most 'epochs' (2)") != std::string::npos);
+  // Fine together, or left to each trial when the space searches one of them.
+  CHECK(parse_ok(head + "trainer: {kind: mlp, device: gpu, precision: bf16}\n").trainer["precision"] == "bf16");
+  CHECK(parse_ok(head + "trainer: {kind: mlp, epochs: 2, head_epochs: 2}\n").trainer["head_epochs"] == 2);
+  parse_ok(head + "space: {epochs: {type: int, low: 1, high: 8}}\ntrainer: {kind: mlp, head_epochs: 5}\n");
+  // In a stage, named by the stage's path.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 4}, space: {lr: {type: float, "
+                             "low: 0.01, high: 0.3}}}\n  - {name: move, kind: transfer, from: tune, classes: [5, 6], "
+                             "trainer: {head_epochs: 3}}\n")) ==
+        "test.yaml:6:73: stages[1].trainer.head_epochs: 3 must be at most 'epochs' (2); every trial would fail");
+  // A transfer's trials carry over what their source searched: epochs searched by `tune` is each
+  // target's own, so head_epochs is left to the trainer, unless the stage sets epochs itself.
+  const std::string searched_epochs =
+      "  - {name: tune, kind: search, search: {max_trials: 4}, space: {epochs: {type: int, low: 4, high: 8}}}\n";
+  parse_ok(workflow(searched_epochs + "  - {name: move, kind: transfer, from: tune, classes: [5, 6], "
+                                      "trainer: {head_epochs: 3}}\n"));
+  CHECK(parse_error(workflow(searched_epochs + "  - {name: move, kind: transfer, from: tune, classes: [5, 6], "
+                                               "trainer: {head_epochs: 3, epochs: 1}}\n")) ==
+        "test.yaml:6:73: stages[1].trainer.head_epochs: 3 must be at most 'epochs' (1); every trial would fail");
+  // The top level's trainer, named as written.
+  CHECK(parse_error(workflow(searched_epochs, "{kind: mlp, precision: bf16}")) ==
+        "test.yaml:3:22: trainer.precision: \"bf16\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
+        "every trial would fail");
 }
 
 TEST_CASE("stages: a command trainer's declared outputs: an ensemble reads its predictions, a transfer its checkpoints") {

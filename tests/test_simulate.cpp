@@ -383,6 +383,35 @@ TEST_CASE("a simulated campaign whose trials all fail exits as `run` does, non-z
   CHECK(run_hpctune({"simulate", fine, "--db", dir.file("ok.db")}, dir.file("ok.log")).code == 0);
 }
 
+TEST_CASE("a trial priced past the simulation's bound fails saying so; the clock never wraps") {
+  TempDir dir;
+  // 1 MB/s between ranks (the slowest a machine file takes) and 4 TB of gradients, allreduced a
+  // billion times a step: 4e15 simulated seconds a step. Before, the clock wrapped: the campaign
+  // "finished" after 1 simulated second, every trial done, its allreduce -55340232221 s.
+  const std::string machine = dir.write(
+      "slow-net.yaml",
+      "name: slow-net\ncalibrated_nodes: 1\nranks_per_node: 1\n"
+      "compute: {mlp_gflops: 10, cnn_gflops: 3, image_overhead_us: 0}\n"
+      "network:\n  intra_node: {bandwidth_gb_s: 0.001, latency_us: 2}\n  inter_node: {bandwidth_gb_s: 0.001, latency_us: 8}\n"
+      "  stage_handoff_us: 100\nstartup: {seconds: 1, per_rank_seconds: 0}\ndisk: {bandwidth_mb_s: 400}\n");
+  std::string text = function_config(2, 1, ", ranks: {data: 2}");
+  text.replace(text.find("noise: 0.5"), 10, "noise: 0.5, parameters: 1000000000000, batches_per_step: 1000000000");
+  const std::string cfg = dir.write("huge.yaml", text);
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("huge.db"), "--machine", machine, "--format", "json"},
+                               dir.file("huge.log"), 60s);
+  const std::string log = read_file(dir.file("huge.log"));
+  CAPTURE(log);
+  CHECK(sim.code == 1);
+  CHECK(log.find("no trial succeeded") != std::string::npos);
+  CHECK(log.find("more than the simulation's bound of 3.1536e+08 s (10 years)") != std::string::npos);
+  const Recorded r = read_db(dir.file("huge.db"));
+  REQUIRE(r.trials.size() == 2);
+  for (const auto& t : r.trials) {
+    CHECK(t.state == TrialState::kFailed);
+    CHECK(t.error.find("3 steps of 4e+15 s") != std::string::npos);
+  }
+}
+
 TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more trials than --max-trials") {
   TempDir dir;
   // Random search: the master's turns are cheap, and 90,000 trials take far longer than the signal.

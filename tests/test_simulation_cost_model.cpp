@@ -1,7 +1,9 @@
 // The simulator's cost model (simulate/cost_model.h) and the calibration's fit (simulate/calibration.h), the machine file
 // (config/machine_file.h) and a trial's work (config/trial_work.h), against hand-computed values.
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -277,6 +279,94 @@ TEST_CASE("machine file: parsed with units; a bad key or value is refused at fil
   auto whole = good;
   whole.replace(whole.find("calibrated_nodes: 2"), 19, "calibrated_nodes: 2.5");
   CHECK(!config::parse_machine_file(whole, "lab.yaml").ok());
+}
+
+TEST_CASE("machine file: every number has a range; an absurd one is refused at its line:column with its key path") {
+  // Every numeric key of the file, one a line (sections on lines of their own), with a good value.
+  struct Key {
+    const char* path;
+    const char* good;
+    bool rate;  // a rate: 0 and a vanishing one (1e-300) would price a step at infinity or overflow
+  };
+  const Key keys[] = {
+      {"calibrated_nodes", "1", false},
+      {"ranks_per_node", "2", false},
+      {"nodes", "4", false},
+      {"compute.mlp_gflops", "10", true},
+      {"compute.cnn_gflops", "3", true},
+      {"compute.image_overhead_us", "2", false},
+      {"compute.update_ns_per_param", "1.5", false},
+      {"network.intra_node.bandwidth_gb_s", "5", true},
+      {"network.intra_node.latency_us", "2", false},
+      {"network.inter_node.bandwidth_gb_s", "1", true},
+      {"network.inter_node.latency_us", "8", false},
+      {"network.stage_handoff_us", "100", false},
+      {"startup.seconds", "1", false},
+      {"startup.per_rank_seconds", "0.2", false},
+      {"startup.parallel_seconds", "0.3", false},
+      {"startup.load_seconds", "0.3", false},
+      {"startup.trial_seconds", "0.01", false},
+      {"disk.bandwidth_mb_s", "400", true},
+  };
+  // The file with `path` set to `value`; `line` and `column` say where its key is.
+  auto file = [&](const std::string& path, const std::string& value, int& line, int& column) {
+    std::string text = "name: lab\n";
+    std::string open;  // the sections open on the lines above ("network.intra_node")
+    int n = 1;
+    for (const Key& k : keys) {
+      const std::string p = k.path;
+      const auto last = p.rfind('.');
+      const std::string section = last == std::string::npos ? "" : p.substr(0, last);
+      if (section != open) {
+        // Open each level of `section` that the previous key did not.
+        std::size_t from = 0;
+        int depth = 0;
+        while (from < section.size()) {
+          const auto dot = section.find('.', from);
+          const std::string upto = section.substr(0, dot == std::string::npos ? section.size() : dot);
+          const std::string name = section.substr(from, upto.size() - from);
+          if (open.compare(0, upto.size(), upto) != 0 || (open.size() > upto.size() && open[upto.size()] != '.')) {
+            text += std::string(2 * depth, ' ') + name + ":\n";
+            ++n;
+          }
+          ++depth;
+          from = upto.size() + 1;
+        }
+        open = section;
+      }
+      const int depth = static_cast<int>(std::count(p.begin(), p.end(), '.'));
+      text += std::string(2 * depth, ' ') + p.substr(last == std::string::npos ? 0 : last + 1) + ": " +
+              (p == path ? value : std::string(k.good)) + "\n";
+      ++n;
+      if (p == path) line = n, column = 2 * depth + 1;
+    }
+    return text;
+  };
+  int line = 0, column = 0;
+  const std::string good = file("", "", line, column);
+  auto parsed = config::parse_machine_file(good, "lab.yaml");
+  REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string() << "\n" << good);
+  CHECK(parsed->update_s_per_param == doctest::Approx(1.5e-9));
+  CHECK(parsed->disk_bytes_per_s == doctest::Approx(4e8));
+  for (const Key& k : keys) {
+    std::vector<std::string> absurd = {"-1", "1e300", ".nan", ".inf", "-.inf"};
+    if (k.rate) absurd.insert(absurd.end(), {"0", "1e-300", "1e-9"});
+    for (const auto& v : absurd) {
+      const std::string text = file(k.path, v, line, column);
+      CAPTURE(text);
+      auto bad = config::parse_machine_file(text, "lab.yaml");
+      REQUIRE_FALSE(bad.ok());
+      CHECK(bad.error().code() == Errc::kConfig);
+      const std::string expected = "lab.yaml:" + std::to_string(line) + ":" + std::to_string(column) + ": " + k.path +
+                                   ": " + v + " is out of range: must be at least ";
+      CHECK(bad.error().message().rfind(expected, 0) == 0);
+    }
+  }
+  // The range is stated: a vanishing compute rate names its bounds and unit.
+  auto slow = config::parse_machine_file(file("compute.mlp_gflops", "1e-300", line, column), "lab.yaml");
+  REQUIRE_FALSE(slow.ok());
+  CHECK(slow.error().message() ==
+        "lab.yaml:6:3: compute.mlp_gflops: 1e-300 is out of range: must be at least 0.001 and at most 1e+09 GFLOP/s");
 }
 
 TEST_CASE("machine file: nodes is optional; more ranks than its nodes' cores share them") {

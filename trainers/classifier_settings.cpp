@@ -157,6 +157,27 @@ std::vector<SettingDecl> classifier_loop_setting_specs() {
   };
 }
 
+namespace {
+
+// The rules between the classifier loop's settings (TrainerCapabilities::setting_rules), in the order
+// the trainer reads them (classifier_training.cpp: parse_classifier_common).
+std::optional<std::pair<std::string, std::string>> classifier_rules_problem(const nlohmann::json& s) {
+  auto text = [&](const char* key) -> const std::string* {
+    return s.contains(key) && s[key].is_string() ? &s[key].get_ref<const std::string&>() : nullptr;
+  };
+  if (const std::string* data = text("data"); data != nullptr && data->empty()) return {{"data", "a directory"}};
+  const std::string* device = text("device");
+  const std::string* precision = text("precision");
+  if (device != nullptr && precision != nullptr && *device != "gpu" && *precision != "fp32")
+    return {{"precision", "fp32 with device: cpu (tf32 and bf16 are GPU arithmetic)"}};
+  if (s.contains("head_epochs") && s.contains("epochs") && s["head_epochs"].is_number() && s["epochs"].is_number() &&
+      s["head_epochs"].get<double>() > s["epochs"].get<double>())
+    return {{"head_epochs", "at most 'epochs' (" + format_number(s["epochs"].get<double>()) + ")"}};
+  return std::nullopt;
+}
+
+}  // namespace
+
 // What the classifier loop does for mlp and cnn (trainer_settings.h): it trains `epochs` epochs and
 // writes predictions and checkpoints unless their settings turn them off.
 TrainerCapabilities classifier_capabilities() {
@@ -168,6 +189,7 @@ TrainerCapabilities classifier_capabilities() {
   can.twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}};
   can.rank_loss_setting = "sync";
   can.rank_loss_values = {"downpour", "ssp"};
+  can.setting_rules = {&classifier_rules_problem, {"data", "device", "precision", "epochs", "head_epochs"}};
   return can;
 }
 

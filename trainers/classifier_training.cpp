@@ -15,10 +15,10 @@
 namespace hpctune::trainers {
 
 // Types, bounds and choices are checked by the reader against the declarations
-// (classifier_settings.cpp); what is left here is what a declaration cannot say.
+// (classifier_settings.cpp), and the rules between settings by the kind's setting_rules there;
+// what is left here is what neither can say.
 Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   HPCTUNE_ASSIGN(s.data, r.string("data"));
-  if (s.data.empty()) return r.bad("data", r.raw("data"), "a directory");
   HPCTUNE_ASSIGN(s.standardize, r.boolean("standardize"));
   HPCTUNE_ASSIGN(s.val_fraction, r.number("val_fraction"));
   HPCTUNE_ASSIGN(const nlohmann::json data_seed, r.value("data_seed"));
@@ -33,8 +33,6 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   s.gpu = device == "gpu";
   HPCTUNE_ASSIGN(s.precision, r.string("precision"));
   HPCTUNE_ASSIGN(s.deterministic, r.boolean("deterministic"));
-  if (!s.gpu && s.precision != "fp32")
-    return r.bad("precision", r.raw("precision"), "fp32 with device: cpu (tf32 and bf16 are GPU arithmetic)");
   HPCTUNE_ASSIGN(s.lr, r.number("lr"));
   HPCTUNE_ASSIGN(std::string schedule, r.string("lr_schedule"));
   s.lr_schedule = schedule == "constant" ? LrSchedule::kConstant : LrSchedule::kCosine;
@@ -64,9 +62,12 @@ Status parse_classifier_common(const SettingsReader& r, ClassifierSettings& s) {
   HPCTUNE_ASSIGN(s.init_from, r.string("init_from"));
   HPCTUNE_ASSIGN(s.freeze, r.integer("freeze"));
   HPCTUNE_ASSIGN(s.head_epochs, r.integer("head_epochs"));
-  if (s.head_epochs > s.epochs) {
-    return r.bad("head_epochs", r.raw("head_epochs"), "at most 'epochs' (" + std::to_string(s.epochs) + ")");
-  }
+  // What no declaration says alone (data, precision with device, head_epochs against epochs): the
+  // rules `hpctune validate` asks too (TrainerCapabilities::setting_rules).
+  const auto rules = classifier_capabilities().setting_rules;
+  nlohmann::json read = nlohmann::json::object();
+  for (const auto& key : rules.reads) read[key] = r.raw(key.c_str());
+  if (auto problem = rules.problem(read)) return r.bad(problem->first.c_str(), r.raw(problem->first.c_str()), problem->second);
   HPCTUNE_ASSIGN(s.body_lr_scale, r.number("body_lr_scale"));
   HPCTUNE_TRY(parse_data_parallel(r, s.parallel));
   if (s.gpu && (s.parallel.exchanges() || s.parallel.sync != SyncMode::kAllreduce)) {

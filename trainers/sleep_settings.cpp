@@ -21,10 +21,17 @@ const std::vector<SettingDecl>& sleep_setting_specs() {
   return specs;
 }
 
-// It reports `steps` times and writes neither predictions nor checkpoints.
+// It reports `steps` times and writes neither predictions nor checkpoints. Its metric is a name
+// (setting_rules: the trainer and `hpctune validate` both ask).
 TrainerCapabilities sleep_capabilities() {
   TrainerCapabilities can;
   can.step_setting = "steps";
+  can.setting_rules.problem = [](const nlohmann::json& s) -> std::optional<std::pair<std::string, std::string>> {
+    if (s.contains("metric") && s["metric"].is_string() && s["metric"].get_ref<const std::string&>().empty())
+      return std::make_pair(std::string("metric"), std::string("a non-empty name"));
+    return std::nullopt;
+  };
+  can.setting_rules.reads = {"metric"};
   return can;
 }
 

@@ -12,7 +12,8 @@ Result<SleepSettings> parse_sleep_settings(const nlohmann::json& json) {
   HPCTUNE_ASSIGN(s.seconds, r.number("seconds"));
   HPCTUNE_ASSIGN(s.steps, r.integer("steps"));
   HPCTUNE_ASSIGN(s.metric, r.string("metric"));
-  if (s.metric.empty()) return r.bad("metric", r.raw("metric"), "a non-empty name");
+  if (auto problem = sleep_capabilities().setting_rules.problem({{"metric", s.metric}}))
+    return r.bad(problem->first.c_str(), r.raw(problem->first.c_str()), problem->second);
   HPCTUNE_ASSIGN(s.value, r.number("value"));
   return s;
 }

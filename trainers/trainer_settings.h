@@ -126,6 +126,18 @@ struct TrainerCapabilities {
   // as one fused model (resources.pack, trainers/packed_engine.h): "" when they can, else why not
   // (for the master's log). nullptr: the kind never packs.
   std::string (*packs)(const nlohmann::json& settings) = nullptr;
+  // What the kind refuses between settings that each pass their declaration (the classifier kinds:
+  // a precision other than fp32 on device cpu, head_epochs beyond epochs, an empty data): `problem`
+  // of its settings (an object, defaults filled in) is the first such setting and what it must be
+  // ("fp32 with device: cpu (...)"), nullopt when none; a rule over a setting the object lacks is
+  // not judged. `reads`: the settings the rules read; `hpctune validate` leaves out those the space
+  // searches (the trainer then checks each trial) and takes a fixed value of the space. The trainer
+  // asks the same function. problem nullptr: no such rule.
+  struct SettingRules {
+    std::optional<std::pair<std::string, std::string>> (*problem)(const nlohmann::json& settings) = nullptr;
+    std::vector<std::string> reads;
+  };
+  SettingRules setting_rules;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";

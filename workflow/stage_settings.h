@@ -61,7 +61,7 @@ struct StageKind {
   // the total, which defaults to the value of its trainer's step setting (trainers/trainer_settings.h);
   // the trainer must have one, and the space may not hold it (the stage sets it per interval).
   // `schedule_setting`: a replayed schedule (config/pbt_schedule.h), whose end is the total.
-  // `factor_pair_setting`: two positive factors.
+  // `factor_pair_setting`: two positive finite factors.
   const char* steps_setting = nullptr;
   const char* schedule_setting = nullptr;
   const char* factor_pair_setting = nullptr;
