@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 
 #include "common/system.h"
 
@@ -60,8 +62,11 @@ MasterLiveness judge_master(const store::CampaignRow& c, bool lock_held, bool pr
 MasterLiveness master_liveness(const store::CampaignRow& c, const std::string& db_path, double now) {
   if (c.state != "running") return judge_master(c, false, false, now, db_path);
   bool process_gone = false;
+  // A pid is 1..2^22 on Linux: a recorded 2^32 - 1 would be kill(-1, 0) (every process: "alive")
+  // once cast to pid_t, and 2^32 kill(0, 0) (our own group). Such a pid names no process.
   if (c.master_pid > 0 && c.master_host == host_name()) {
-    process_gone = ::kill(static_cast<pid_t>(c.master_pid), 0) != 0 && errno == ESRCH;
+    process_gone = c.master_pid > std::numeric_limits<int32_t>::max() ||
+                   (::kill(static_cast<pid_t>(c.master_pid), 0) != 0 && errno == ESRCH);
   }
   const bool stale = c.heartbeat_at > 0 && now - c.heartbeat_at > store::kMasterHeartbeatStale_s;
   // The lock is probed only when the master may be gone: a probe in the instant a master starts

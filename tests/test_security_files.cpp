@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
+#include "common/system.h"
 #include "dashboard/api.h"
 #include "report/campaign.h"
 #include "report/trial_detail.h"
@@ -590,6 +591,26 @@ TEST_CASE("trials.attempt out of its range (a count near 2^63): every reader and
       CHECK_FALSE(contains(r.out, "internal error"));
     }
     CHECK(sql_text(db, "SELECT attempt FROM trials WHERE id = 2") == value);  // nothing recorded changed
+  }
+}
+
+TEST_CASE("campaigns.master_pid past a pid's range names no process: a running campaign without heartbeat is interrupted") {
+  // Before, 4294967295 became kill(-1, 0) (some process answers: "alive") and 4294967296 kill(0, 0)
+  // (our own group), so status showed the dead master's campaign as running.
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "pid");
+  int n = 0;
+  for (const std::string pid : {"4294967295", "4294967296", "9223372036854775807"}) {
+    CAPTURE(pid);
+    const std::string db = dir.file("pid-" + std::to_string(++n) + ".db");
+    fs::copy_file(good, db);
+    sql(db, std::string("UPDATE campaigns SET state = 'running', finished_at = NULL, heartbeat_at = NULL, master_host = '") +
+                host_name() + "', master_pid = " + pid);
+    auto r = hpctune_cmd(dir, {"status", db, "--format", "json"});
+    REQUIRE_MESSAGE(r.status.code == 0, r.out);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK_MESSAGE(j["campaign"]["state"] == "interrupted", r.out);
+    CHECK(j["campaign"]["master"]["alive"] == false);
   }
 }
 
