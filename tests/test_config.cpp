@@ -1361,6 +1361,15 @@ TEST_CASE("trainer settings the trainer refuses together are refused by validate
         "test.yaml:4:22: trainer.data: \"\" must be a directory; every trial would fail");
   CHECK(parse_error("name: t\nobjective: {metric: value}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep, metric: ''}\n") ==
         "test.yaml:4:24: trainer.metric: \"\" must be a non-empty name; every trial would fail");
+  // A command line that runs nothing: before, "cannot execute ' ': not found" for every trial.
+  const std::string command = "name: t\nobjective: {metric: v}\nsearch: {max_trials: 2}\ntrainer: {kind: command, command: ";
+  CHECK(parse_error(command + "'   '}\n") ==
+        "test.yaml:4:26: trainer.command: \"   \" must be a non-empty command line; every trial would fail");
+  CHECK(parse_error(command + "['', a]}\n") ==
+        "test.yaml:4:26: trainer.command: [\"\",\"a\"] must be a list whose first item names the program to run; "
+        "every trial would fail");
+  CHECK(parse_error(command + "[' ']}\n").find("trainer.command: [\" \"] must be a list whose first") != std::string::npos);
+  CHECK(parse_ok(command + "[./train, '']}\n").trainer["command"] == json::array({"./train", ""}));
   // A fixed value in the space counts as given.
   CHECK(parse_error(head + "space: {head_epochs: 4}\ntrainer: {kind: mlp, epochs: 2}\n").find(
             "trainer.head_epochs: 4 must be at most 'epochs' (2)") != std::string::npos);
