@@ -1315,6 +1315,20 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
       {workflow("  - {name: pop, kind: pbt, perturb: [0.8], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
        "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
+      // pbt resumes a member from another's checkpoint: a setting that shapes the network it holds
+      // cannot be explored (before, each member whose explore changed it failed: "checkpoint of
+      // another model: layer 0 'dense 32 relu': expected [784x32, 32], found 'dense 8 relu'").
+      {workflow("  - {name: pop, kind: pbt, space: {hidden: {type: choice, values: [8, 32]}}}\n"),
+       "test.yaml:5:36: stages[0].space.hidden: a pbt stage resumes its members from each other's checkpoints, and "
+       "hidden shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
+      {workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, dropout: {type: float, "
+                "low: 0.0, high: 0.5}}}\n"),
+       "test.yaml:5:77: stages[0].space.dropout: a pbt stage resumes its members from each other's checkpoints, and "
+       "dropout shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
+      {workflow("  - {name: pop, kind: pbt, space: {activation: {type: choice, values: [relu, tanh]}}}\n",
+                "{kind: mlp, epochs: 2, hidden: 16}"),
+       "test.yaml:5:36: stages[0].space.activation: a pbt stage resumes its members from each other's checkpoints, and "
+       "activation shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
       {workflow("  - {name: pop, kind: pbt, space: {epochs: {type: int, low: 1, high: 3}}}\n"),
        "test.yaml:5:28: stages[0].space.epochs: pbt sets each interval's epochs itself; give the total as the stage's "
        "steps"},

@@ -138,6 +138,10 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   SettingRules setting_rules;
+  // The settings its network's shape is built from (a checkpoint holds that network: a trial resumed
+  // from another's must have the same values): `hpctune validate` refuses them in the space of a
+  // stage whose trials resume each other (pbt). Empty: the kind knows none (a program's own).
+  std::vector<std::string> network_settings;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";
