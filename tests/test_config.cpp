@@ -1325,6 +1325,9 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
                 "low: 0.0, high: 0.5}}}\n"),
        "test.yaml:5:77: stages[0].space.dropout: a pbt stage resumes its members from each other's checkpoints, and "
        "dropout shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
+      {workflow("  - {name: pop, kind: pbt, space: {dropout: {type: choice, values: [0.2, 0, 0.3]}}}\n"),
+       "test.yaml:5:36: stages[0].space.dropout: a pbt stage resumes its members from each other's checkpoints, and "
+       "dropout shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
       {workflow("  - {name: pop, kind: pbt, space: {activation: {type: choice, values: [relu, tanh]}}}\n",
                 "{kind: mlp, epochs: 2, hidden: 16}"),
        "test.yaml:5:36: stages[0].space.activation: a pbt stage resumes its members from each other's checkpoints, and "
@@ -1409,6 +1412,20 @@ TEST_CASE("trainer settings the trainer refuses together are refused by validate
   CHECK(parse_error(workflow(searched_epochs, "{kind: mlp, precision: bf16}")) ==
         "test.yaml:3:22: trainer.precision: \"bf16\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
         "every trial would fail");
+}
+
+TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {
+  // A dropout above 0 is a layer of its own whatever its rate: exploring 0.1..0.5 resumes fine.
+  const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, "
+                                   "dropout: {type: float, low: 0.1, high: 0.5}, momentum: {type: float, low: 0.5, "
+                                   "high: 0.95}}}\n"));
+  REQUIRE(c.stages.size() == 1);
+  CHECK(c.stages[0].own->space.find("dropout") != nullptr);
+  // Fixed in the space: one value for every member.
+  parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, hidden: [32]}}\n"));
+  // A search stage varies the network freely (no trial resumes another's).
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 3}, space: {hidden: {type: choice, "
+                    "values: [8, 32]}, dropout: {type: float, low: 0, high: 0.5}}}\n"));
 }
 
 TEST_CASE("stages: a command trainer's declared outputs: an ensemble reads its predictions, a transfer its checkpoints") {
