@@ -249,7 +249,18 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
   return Status::Ok();
 }
 
-// Each stage's trainer against its kind's rules between settings (setting_rules_problem): a
+// Whether a searched parameter can be 0 in one trial and not in another.
+bool takes_zero_and_more(const search::ParamSpec& p) {
+  if (p.type == search::ParamType::kChoice) {
+    bool zero = false, other = false;
+    for (const auto& v : p.choices) (v.is_number() && v.get<double>() == 0 ? zero : other) = true;
+    return zero && other;
+  }
+  return p.low <= 0 && p.high > 0;
+}
+
+// Each stage's trainer against its kind's rules between settings (setting_rules_problem), and the
+// space of a stage whose trials resume each other against what shapes the network: a
 // setting the stage's own space searches, or that the trials of its `from` may carry over (their
 // searched keys that the stage's own trainer does not set), is left to the trainer, trial by trial.
 Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
@@ -263,6 +274,22 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       if (!source.own) continue;
       for (const auto& p : source.own->space.params())
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
+    }
+    // A stage whose trials resume each other's checkpoints cannot vary what shapes their network.
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+    const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));
+    if (kind.trials_resume_each_other && can != nullptr) {
+      for (const auto& p : st.own->space.params()) {
+        const auto& shapes = can->network_settings;
+        const auto shape = std::find_if(shapes.begin(), shapes.end(), [&](const auto& n) { return n.key == p.name; });
+        if (p.type == search::ParamType::kFixed || shape == shapes.end()) continue;
+        if (shape->zero_or_not && !takes_zero_and_more(p)) continue;
+        const std::string at = "stages[" + std::to_string(i) + "].space." + p.name;
+        return place_error(places.source, mark_below(list, list_mark, at.substr(std::string("stages").size())), at,
+                           an(st.kind) + " stage resumes its members from each other's checkpoints, and " + p.name +
+                               " shapes the network a checkpoint of trainer kind '" +
+                               st.own->trainer.value("kind", std::string()) + "' holds: fix it in trainer: instead");
+      }
     }
     auto problem = setting_rules_problem(*st.own, unknown);
     if (!problem) continue;

@@ -1315,6 +1315,23 @@ TEST_CASE("stages: bad graphs and stages are config errors with their place") {
        "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
       {workflow("  - {name: pop, kind: pbt, perturb: [0.8], space: {lr: {type: float, low: 0.01, high: 0.3}}}\n"),
        "test.yaml:5:28: stages[0].perturb: expected two positive finite factors, such as [0.8, 1.2]"},
+      // pbt resumes a member from another's checkpoint: a setting that shapes the network it holds
+      // cannot be explored (before, each member whose explore changed it failed: "checkpoint of
+      // another model: layer 0 'dense 32 relu': expected [784x32, 32], found 'dense 8 relu'").
+      {workflow("  - {name: pop, kind: pbt, space: {hidden: {type: choice, values: [8, 32]}}}\n"),
+       "test.yaml:5:36: stages[0].space.hidden: a pbt stage resumes its members from each other's checkpoints, and "
+       "hidden shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
+      {workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, dropout: {type: float, "
+                "low: 0.0, high: 0.5}}}\n"),
+       "test.yaml:5:77: stages[0].space.dropout: a pbt stage resumes its members from each other's checkpoints, and "
+       "dropout shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
+      {workflow("  - {name: pop, kind: pbt, space: {dropout: {type: choice, values: [0.2, 0, 0.3]}}}\n"),
+       "test.yaml:5:36: stages[0].space.dropout: a pbt stage resumes its members from each other's checkpoints, and "
+       "dropout shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
+      {workflow("  - {name: pop, kind: pbt, space: {activation: {type: choice, values: [relu, tanh]}}}\n",
+                "{kind: mlp, epochs: 2, hidden: 16}"),
+       "test.yaml:5:36: stages[0].space.activation: a pbt stage resumes its members from each other's checkpoints, and "
+       "activation shapes the network a checkpoint of trainer kind 'mlp' holds: fix it in trainer: instead"},
       {workflow("  - {name: pop, kind: pbt, space: {epochs: {type: int, low: 1, high: 3}}}\n"),
        "test.yaml:5:28: stages[0].space.epochs: pbt sets each interval's epochs itself; give the total as the stage's "
        "steps"},
@@ -1361,6 +1378,15 @@ TEST_CASE("trainer settings the trainer refuses together are refused by validate
         "test.yaml:4:22: trainer.data: \"\" must be a directory; every trial would fail");
   CHECK(parse_error("name: t\nobjective: {metric: value}\nsearch: {max_trials: 2}\ntrainer: {kind: sleep, metric: ''}\n") ==
         "test.yaml:4:24: trainer.metric: \"\" must be a non-empty name; every trial would fail");
+  // A command line that runs nothing: before, "cannot execute ' ': not found" for every trial.
+  const std::string command = "name: t\nobjective: {metric: v}\nsearch: {max_trials: 2}\ntrainer: {kind: command, command: ";
+  CHECK(parse_error(command + "'   '}\n") ==
+        "test.yaml:4:26: trainer.command: \"   \" must be a non-empty command line; every trial would fail");
+  CHECK(parse_error(command + "['', a]}\n") ==
+        "test.yaml:4:26: trainer.command: [\"\",\"a\"] must be a list whose first item names the program to run; "
+        "every trial would fail");
+  CHECK(parse_error(command + "[' ']}\n").find("trainer.command: [\" \"] must be a list whose first") != std::string::npos);
+  CHECK(parse_ok(command + "[./train, '']}\n").trainer["command"] == json::array({"./train", ""}));
   // A fixed value in the space counts as given.
   CHECK(parse_error(head + "space: {head_epochs: 4}\ntrainer: {kind: mlp, epochs: 2}\n").find(
             "trainer.head_epochs: 4 must be at most 'epochs' (2)") != std::string::npos);
@@ -1386,6 +1412,20 @@ TEST_CASE("trainer settings the trainer refuses together are refused by validate
   CHECK(parse_error(workflow(searched_epochs, "{kind: mlp, precision: bf16}")) ==
         "test.yaml:3:22: trainer.precision: \"bf16\" must be fp32 with device: cpu (tf32 and bf16 are GPU arithmetic); "
         "every trial would fail");
+}
+
+TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {
+  // A dropout above 0 is a layer of its own whatever its rate: exploring 0.1..0.5 resumes fine.
+  const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, "
+                                   "dropout: {type: float, low: 0.1, high: 0.5}, momentum: {type: float, low: 0.5, "
+                                   "high: 0.95}}}\n"));
+  REQUIRE(c.stages.size() == 1);
+  CHECK(c.stages[0].own->space.find("dropout") != nullptr);
+  // Fixed in the space: one value for every member.
+  parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, hidden: [32]}}\n"));
+  // A search stage varies the network freely (no trial resumes another's).
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 3}, space: {hidden: {type: choice, "
+                    "values: [8, 32]}, dropout: {type: float, low: 0, high: 0.5}}}\n"));
 }
 
 TEST_CASE("stages: a command trainer's declared outputs: an ensemble reads its predictions, a transfer its checkpoints") {

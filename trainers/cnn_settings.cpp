@@ -51,6 +51,12 @@ const std::vector<SettingDecl>& cnn_setting_specs() {
   return specs;
 }
 
-TrainerCapabilities cnn_capabilities() { return classifier_capabilities(); }
+TrainerCapabilities cnn_capabilities() {
+  TrainerCapabilities can = classifier_capabilities();
+  // A checkpoint's layers: the list, and the blocks that fill it in.
+  can.network_settings = {{"layers"}, {"blocks"}};
+  for (const char* block : kCnnBlocks) can.network_settings.push_back({block});
+  return can;
+}
 
 }  // namespace hpctune::trainers

@@ -72,6 +72,20 @@ TrainerCapabilities command_capabilities() {
   // HPCTUNE_SOURCE_CHECKPOINT and HPCTUNE_SOURCE_TRIAL (command_trainer.cpp: workflow_env).
   can.init_setting = kSourceCheckpointParam;
   can.source_trial_setting = kSourceTrialParam;
+  // A command line that names something to run: a string with more than blanks, a list whose first
+  // item (the program) is more than blanks (command_trainer.cpp and `hpctune validate` ask this).
+  can.setting_rules.problem = [](const nlohmann::json& s) -> std::optional<std::pair<std::string, std::string>> {
+    if (!s.contains("command")) return std::nullopt;
+    const nlohmann::json& c = s["command"];
+    auto blank = [](const nlohmann::json& v) {
+      return v.is_string() && v.get_ref<const std::string&>().find_first_not_of(" \t\n") == std::string::npos;
+    };
+    if (blank(c)) return std::make_pair(std::string("command"), std::string("a non-empty command line"));
+    if (c.is_array() && !c.empty() && blank(c[0]))
+      return std::make_pair(std::string("command"), std::string("a list whose first item names the program to run"));
+    return std::nullopt;
+  };
+  can.setting_rules.reads = {"command"};
   return can;
 }
 

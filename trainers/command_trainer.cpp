@@ -48,14 +48,14 @@ Result<CommandSettings> parse_command_settings(const nlohmann::json& trainer) {
   CommandSettings s;
   if (!r.has("command")) return err(Errc::kInvalidArgument, "command trainer: setting 'command' is required");
   HPCTUNE_ASSIGN(const nlohmann::json command, r.value("command"));
+  if (auto problem = command_capabilities().setting_rules.problem({{"command", command}}))
+    return r.bad(problem->first.c_str(), r.raw(problem->first.c_str()), problem->second);
   if (command.is_array()) {
     // The list form: run as it is, without a shell; a value in an item is that item's text.
     for (const auto& item : command) s.argv.push_back(item.get<std::string>());
     s.command = command.dump();
   } else {
     s.command = command.get<std::string>();
-    if (s.command.find_first_not_of(" \t\n") == std::string::npos)
-      return r.bad("command", r.raw("command"), "a non-empty command line");
     // Also checked by `hpctune validate`; here too, for a campaign whose config was never checked.
     if (auto unsafe = unsafe_placeholder(s.command))
       return err(Errc::kInvalidArgument, "command trainer: setting 'command': " + *unsafe);

@@ -51,6 +51,9 @@ const std::vector<SettingDecl>& mlp_setting_specs() {
 // when dropout > 0, and the output layer; a pipeline stage needs one of them.
 TrainerCapabilities mlp_capabilities() {
   TrainerCapabilities can = classifier_capabilities();
+  // A checkpoint's layers: their widths and count, activation (in each dense layer) and dropout
+  // (a layer of its own when above 0).
+  can.network_settings = {{"hidden"}, {"layers"}, {"activation"}, {"dropout", true}};
   can.model_stages.count = [](const nlohmann::json& settings) -> int64_t {
     const nlohmann::json& hidden = settings.contains("hidden") ? settings["hidden"] : nlohmann::json();
     int64_t widths = 0;

@@ -138,6 +138,15 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   SettingRules setting_rules;
+  // The settings its network's shape is built from (a checkpoint holds that network: a trial resumed
+  // from another's must have the same value, or with `zero_or_not`, be 0 where it is 0: dropout is a
+  // layer of its own only above 0): `hpctune validate` refuses a space that can vary them in a stage
+  // whose trials resume each other (pbt). Empty: the kind knows none (a program's own).
+  struct NetworkSetting {
+    std::string key;
+    bool zero_or_not = false;
+  };
+  std::vector<NetworkSetting> network_settings;
 };
 // The values of a provides_setting.
 inline constexpr const char* kProvidesPredictions = "predictions";

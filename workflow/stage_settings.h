@@ -53,6 +53,9 @@ struct StageKind {
   // catalog's words, trainers/trainer_settings.h: "predictions", "checkpoints"); nullptr: nothing.
   const char* inputs_provide = nullptr;
   const char* own_trainer_provides = nullptr;
+  // Its trials resume from each other's checkpoints (pbt's exploit): its space may not search a
+  // setting that shapes the network a checkpoint holds (TrainerCapabilities::network_settings).
+  bool trials_resume_each_other = false;
   // Whether a stage that needs its inputs' trainers' output may take this one as an input (an
   // ensemble trains no trials that are its own results).
   bool trains_inputs = true;
@@ -178,8 +181,8 @@ inline const std::vector<StageKind>& stage_kinds() {
        .class_list_settings = {"classes"}, .trainer_program_keys = true},
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
-       .own_trainer_provides = "checkpoints", .steps_setting = "steps", .schedule_setting = "schedule",
-       .factor_pair_setting = "perturb"},
+       .own_trainer_provides = "checkpoints", .trials_resume_each_other = true, .steps_setting = "steps",
+       .schedule_setting = "schedule", .factor_pair_setting = "perturb"},
   };
   return kinds;
 }
