@@ -19,6 +19,32 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A new database's trial directory must not hold an earlier campaign's trials: an earlier campaign
+// at the same path whose database was removed without its `<db>.trials` left their checkpoints,
+// outputs and pbt snapshots there, and trial 1 of the new campaign would resume from trial 1's
+// checkpoint of the old one. Nothing is created when it is refused. An empty directory, or one
+// holding only an empty `logs` (a start that failed before any trial), is fine.
+Status check_no_earlier_trials(const std::string& db_path) {
+  const std::string run_dir = db_path + ".trials";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(run_dir, ec))) return {};
+  std::string first;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const bool empty_logs = entry.path().filename() == "logs" && entry.is_directory(ec) && fs::is_empty(entry.path(), ec);
+    if (!empty_logs) {
+      first = entry.path().filename().string();
+      break;
+    }
+  }
+  if (ec) return err(Errc::kIo, "cannot read " + run_dir + ": " + ec.message());
+  // A master that created the database meanwhile (racing for it) made these: refused as such later.
+  if (first.empty() || fs::exists(db_path)) return {};
+  return err(Errc::kInvalidArgument,
+             run_dir + " holds an earlier campaign's files ('" + first + "', ...) but " + db_path +
+                 " does not exist: a new campaign would read them as its own trials' checkpoints and outputs. "
+                 "Remove the directory (rm -r '" + run_dir + "'), or choose another --db");
+}
+
 void log_line(const MasterOptions& options, const std::string& line) {
   if (options.log) options.log(line);
 }
@@ -121,6 +147,7 @@ Result<std::unique_ptr<launch::MpsDaemon>> start_mps(const MasterOptions& option
 Result<CampaignOutcome> run_master(const MasterOptions& options) {
   const std::string db_path = campaign_db_path(options);
   if (!options.config && !fs::exists(db_path)) return err(Errc::kNotFound, "no campaign database at " + db_path);
+  if (options.config && !fs::exists(db_path)) HPCTUNE_TRY(check_no_earlier_trials(db_path));
   // A key directory others can read is refused before the store is opened, so nothing is recorded.
   const std::string key_dir = protocol::key_dir_for(db_path);
   HPCTUNE_TRY(protocol::check_key_dir(key_dir));

@@ -369,3 +369,30 @@ TEST_CASE("masters racing for one new database: every loser gets the clear refus
   }
   CHECK(losers == 60);
 }
+
+TEST_CASE("a new database beside an earlier campaign's trial directory is refused, creating nothing") {
+  // Before, `rm c.db; hpctune run c.yaml --db c.db` reused c.db.trials/: trial 1 of the new campaign
+  // found trial 1's checkpoint (or a pbt member its snapshot) of the old one and resumed from it.
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", sleep_config("earlier", 2, 0.05, 1, 1));
+  const std::string db = dir.file("c.db");
+  auto first = run_hpctune({"run", cfg, "--db", db}, dir.file("first.log"));
+  REQUIRE_MESSAGE(first.success(), read_file(dir.file("first.log")));
+  REQUIRE(std::filesystem::exists(db + ".trials/logs"));
+  for (const char* suffix : {"", "-wal", "-shm", "-master.lock"}) std::filesystem::remove(db + suffix);
+
+  auto again = run_hpctune({"run", cfg, "--db", db}, dir.file("again.log"));
+  const std::string log = read_file(dir.file("again.log"));
+  CHECK(again.code == 2);
+  CHECK_MESSAGE(log.find(db + ".trials holds an earlier campaign's files") != std::string::npos, log);
+  CHECK_MESSAGE(log.find("rm -r '" + db + ".trials'") != std::string::npos, log);
+  CHECK_FALSE(std::filesystem::exists(db));  // nothing created
+  CHECK(std::filesystem::exists(db + ".trials/logs"));  // nothing of the old campaign removed
+
+  // An empty trial directory, or one with only an empty logs/ (a start that failed early), is fine.
+  std::filesystem::remove_all(db + ".trials");
+  std::filesystem::create_directories(db + ".trials/logs");
+  auto fresh = run_hpctune({"run", cfg, "--db", db}, dir.file("fresh.log"));
+  CHECK_MESSAGE(fresh.success(), read_file(dir.file("fresh.log")));
+  CHECK(read_trials(db).size() == 2);
+}
