@@ -157,6 +157,8 @@ TEST_CASE("a GPU pipeline stopped after epoch 1 and resumed from its stages' che
   REQUIRE_MESSAGE(mine.ok(), mine.error().to_string());
   CHECK(std::filesystem::exists(nn::checkpoint_path(full_dir, 1)));
   CHECK_FALSE(std::filesystem::exists(nn::checkpoint_path(full_dir, 2)));
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has read its checkpoint: the directories go
+  if (group->leader()) std::filesystem::remove_all(full_dir), std::filesystem::remove_all(split_dir);
 }
 
 int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_gpu_group_pipeline"); }
