@@ -412,7 +412,10 @@ Status Walker::leaf(const Setting& s, const YNode& node, const std::string& path
     if (node.kind == YNode::Kind::kScalar && node.quoted && (is_numeric_type(s.type) || s.type == Type::kBool ||
                                                              s.type == Type::kIntList)) {
       const json plain = resolve_plain_scalar(node.text);
-      if (!plain.is_string() && !plain.is_null()) what += " (it is quoted, so it is a string; remove the quotes)";
+      if (!plain.is_string() && !plain.is_null()) {
+        what += node.str_tag ? " (it is tagged !!str, so it is a string; remove the tag)"
+                             : " (it is quoted, so it is a string; remove the quotes)";
+      }
     }
     return fail(mark, path, what);
   }

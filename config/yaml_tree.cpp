@@ -356,6 +356,7 @@ class TreeBuilder final : public YAML::EventHandler {
     bool agrees = false;
     if (name == "str") {
       n.quoted = true;
+      n.str_tag = true;
       return;
     } else if (name == "int") {
       agrees = v.is_number_integer();

@@ -33,6 +33,7 @@ struct YNode {
   Mark mark;
   std::string text;     // kScalar
   bool quoted = false;  // quoted, block (| >) or !!str: always a string
+  bool str_tag = false; // tagged !!str (quoted is then set too)
   std::vector<YNode> items;
   std::vector<YEntry> entries;
   std::size_t size = 1;  // nodes in this subtree, itself included (keys count as one each)

@@ -742,6 +742,13 @@ trainer: {kind: mlp, lr: !!float 1, nesterov: !!bool true, epochs: !<tag:yaml.or
     CHECK(message.find(k.expected) == 0);
     if (message.find(k.expected) != 0) MESSAGE(message);
   }
+  // A number tagged !!str is a string, and the message says why (not "it is quoted").
+  const std::string tagged = parse_error(head + "search: {max_trials: !!str 4}\ntrainer: {kind: sleep}\n");
+  CHECK_MESSAGE(tagged.find("test.yaml:3:10: search.max_trials: expected an integer") == 0, tagged);
+  CHECK_MESSAGE(tagged.find("(it is tagged !!str, so it is a string; remove the tag)") != std::string::npos, tagged);
+  CHECK_MESSAGE(parse_error(head + "search: {max_trials: \"4\"}\ntrainer: {kind: sleep}\n")
+                        .find("(it is quoted, so it is a string; remove the quotes)") != std::string::npos,
+                parse_error(head + "search: {max_trials: \"4\"}\ntrainer: {kind: sleep}\n"));
   // A tagged quoted string that is never closed is caught like an untagged one.
   CHECK(parse_error(head + "search: {max_trials: 4}\ntrainer: {kind: sleep}\nstorage: !!str \"x.db\n") ==
         "test.yaml:5:10: storage: YAML syntax error: the quoted string is never closed (a \" is missing)");
