@@ -96,6 +96,9 @@ class Launcher {
   // The GPUs `group` was given (the ids its CUDA_VISIBLE_DEVICES names, all ranks), for the store;
   // empty when none, or when the backend does not assign them itself.
   virtual std::vector<int> devices(int64_t /*group*/) const { return {}; }
+  // The groups that run in one process with `group`, itself included, ascending: they exit
+  // together (a pack's slots, GroupResources::pack_slots). {group} where each group is its own.
+  virtual std::vector<int64_t> process_groups(int64_t group) const { return {group}; }
   // The allocation the groups run in, for backends that have one (slurm: the job's time limit).
   // Why the master must stop dispatching now, its allocation ending soon (slurm: its time limit is
   // less than resources.slurm.signal_before away; SLURM is asked at most once a minute, since a

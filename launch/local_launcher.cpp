@@ -114,6 +114,11 @@ class LocalLauncher final : public Launcher {
   }
 
   std::vector<int> devices(int64_t group) const override { return gpus_.held(leader(group)); }
+  std::vector<int64_t> process_groups(int64_t group) const override {
+    std::vector<int64_t> groups;
+    for (int64_t g = leader(group); g < pack_end(leader(group)); ++g) groups.push_back(g);
+    return groups;
+  }
 
   std::vector<GroupExit> poll_exits() override {
     std::vector<GroupExit> exits = std::exchange(killed_waiting_, {});

@@ -172,6 +172,9 @@ Status Master::start_stages(Clock::time_point now) {
   sopt.wall = p_.wall;
   sopt.backend = p_.launcher->name();
   sopt.group_devices = [launcher = p_.launcher](int64_t group) { return launcher->devices(group); };
+  // Packed groups (the first process holds the most groups): packed dispatch (scheduler.h).
+  if (p_.launcher->process_groups(0).size() > 1)
+    sopt.process_groups = [launcher = p_.launcher](int64_t group) { return launcher->process_groups(group); };
   sopt.vouched_liveness = p_.vouched_liveness;
   sopt.search_state_every = p_.search_state_every;
   sched_ = std::make_unique<Scheduler>(sopt, *p_.transport, db, std::move(sources));

@@ -927,10 +927,19 @@ Status Scheduler::dispatch(Clock::time_point now) {
     if (fatal_) return {};
   }
   const double tw = wall(now);
+  std::map<int64_t, int64_t> reserved;  // packed dispatch: processes left to drain for a cohort
   while (!idle_.empty() && !queue_.empty()) {
-    Worker* w = &workers_.at(idle_.begin()->second);
-    const int64_t id = queue_.front();
-    queue_.pop_front();
+    Worker* w = nullptr;
+    int64_t id = 0;
+    if (opt_.process_groups) {
+      auto next = next_packed_assignment(reserved);
+      if (!next) break;
+      std::tie(w, id) = *next;
+    } else {
+      w = &workers_.at(idle_.begin()->second);
+      id = queue_.front();
+      queue_.pop_front();
+    }
     Trial& t = trials_.at(id);
     protocol::Assign a;
     a.trial_id = t.id;
@@ -975,6 +984,84 @@ Status Scheduler::dispatch(Clock::time_point now) {
   return {};
 }
 
+Scheduler::ProcessLoad Scheduler::process_load(int64_t group) const {
+  ProcessLoad load{group, 0, 0};
+  for (int64_t g : opt_.process_groups(group)) {
+    load.first_group = std::min(load.first_group, g);
+    auto peer = group_peer_.find(g);
+    if (peer == group_peer_.end()) continue;
+    auto w = workers_.find(peer->second);
+    if (w == workers_.end() || w->second.trial_id == 0) continue;
+    ++load.busy;
+    if (auto t = trials_.find(w->second.trial_id); t != trials_.end()) load.cohort = t->second.cohort;
+  }
+  return load;
+}
+
+std::optional<std::pair<Scheduler::Worker*, int64_t>> Scheduler::next_packed_assignment(
+    std::map<int64_t, int64_t>& reserved) {
+  for (auto q = queue_.begin(); q != queue_.end(); ++q) {
+    const int64_t cohort = trials_.at(*q).cohort;
+    // The first idle worker whose process is empty or runs this cohort, and is not left to drain
+    // for another; for a cohort trial that finds none, the process with the fewest trials drains.
+    std::optional<std::pair<int64_t, protocol::PeerId>> fit;
+    std::optional<ProcessLoad> lightest;
+    for (const auto& slot : idle_) {
+      const ProcessLoad load = process_load(slot.first);
+      auto r = reserved.find(load.first_group);
+      if (r != reserved.end() && r->second != cohort) continue;
+      if (load.busy == 0 || load.cohort == cohort) {
+        fit = slot;
+        break;
+      }
+      if (!lightest || load.busy < lightest->busy) lightest = load;
+    }
+    if (fit) {
+      const int64_t id = *q;
+      queue_.erase(q);
+      Worker* w = &workers_.at(fit->second);
+      return std::make_pair(w, id);
+    }
+    if (cohort != 0 && lightest) reserved.emplace(lightest->first_group, cohort);
+  }
+  return std::nullopt;
+}
+
+Status Scheduler::lose_process(int64_t group, const std::string& why, Clock::time_point now) {
+  note_process_loss(group);
+  // Every group of it at once, before any dispatch could give a dying group a trial.
+  for (int64_t g : opt_.process_groups(group)) {
+    auto peer = group_peer_.find(g);
+    if (peer == group_peer_.end()) continue;
+    HPCTUNE_TRY(lose_worker(peer->second, g == group ? why : "its process lost with group " + std::to_string(group) + " (" + why + ")", now));
+  }
+  return {};
+}
+
+void Scheduler::note_process_loss(int64_t group) {
+  std::vector<int64_t> lost;  // its trials not yet noted lost with this process
+  for (int64_t g : opt_.process_groups(group)) {
+    auto peer = group_peer_.find(g);
+    if (peer == group_peer_.end()) continue;
+    auto w = workers_.find(peer->second);
+    if (w == workers_.end() || w->second.trial_id == 0 || uncharged_losses_.count(w->second.trial_id) > 0) continue;
+    if (trials_.count(w->second.trial_id) > 0) lost.push_back(w->second.trial_id);
+  }
+  if (lost.size() < 2) return;  // alone in its process: its loss is charged to it
+  std::sort(lost.begin(), lost.end());
+  const std::size_t half = (lost.size() + 1) / 2;
+  const int64_t first = ++last_cohort_, second = ++last_cohort_;
+  std::string ids;
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    trials_.at(lost[i]).cohort = i < half ? first : second;
+    uncharged_losses_.insert(lost[i]);
+    ids += (i == 0 ? "" : ", ") + std::to_string(lost[i]);
+  }
+  log("the process of group " + std::to_string(group) + " is lost with " + std::to_string(lost.size()) +
+      " trials (" + ids + "): no attempt is charged; they run again in two halves, each without other trials "
+      "beside it, until a trial lost alone in its process is found");
+}
+
 Status Scheduler::lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now) {
   auto it = workers_.find(peer);
   if (it == workers_.end()) return {};
@@ -1005,8 +1092,10 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
   if (const std::string dir = trial_dir(trial_id); !dir.empty()) {
     (void)launch::fence_attempt(dir + "/" + launch::kAttemptFenceFile, std::chrono::milliseconds(0));
   }
+  // Lost with other trials of its process (note_process_loss): not its fault alone, not charged.
+  const bool charged = uncharged_losses_.erase(trial_id) == 0;
   HPCTUNE_ASSIGN(TrialState state, store_.requeue_trial(t->second.id, t->second.attempt, "lost", why,
-                                                        opt_.max_attempts, tw));
+                                                        opt_.max_attempts, tw, charged));
   source_of(t->second).on_attempt_end(t->second.seq);
   t->second.pause.reset();
   if (state == TrialState::kFailed) {
@@ -1028,6 +1117,10 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
 
 Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::time_point now) {
   last_now_ = std::max(last_now_, now);
+  if (opt_.process_groups) {
+    HPCTUNE_TRY(lose_process(group, why, now));
+    return dispatch(now);
+  }
   auto g = group_peer_.find(group);
   if (g == group_peer_.end()) return {};
   HPCTUNE_TRY(lose_worker(g->second, why, now));
@@ -1071,9 +1164,14 @@ Status Scheduler::tick(Clock::time_point now) {
   }
   paused_.clear();
   for (const auto& peer : silent) {
-    const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[peer].last_seen);
-    if (workers_[peer].group >= 0) silent_groups_.push_back(workers_[peer].group);
-    HPCTUNE_TRY(lose_worker(peer, "silent for " + std::to_string(silent_ms.count()) + " ms", now));
+    auto w = workers_.find(peer);
+    if (w == workers_.end()) continue;  // lost with its process already (lose_process)
+    const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - w->second.last_seen);
+    const std::string why = "silent for " + std::to_string(silent_ms.count()) + " ms";
+    const int64_t group = w->second.group;
+    if (group >= 0) silent_groups_.push_back(group);
+    // The launcher kills a silent group's whole process (Master::follow_groups).
+    HPCTUNE_TRY(opt_.process_groups && group >= 0 ? lose_process(group, why, now) : lose_worker(peer, why, now));
   }
   return dispatch(now);
 }

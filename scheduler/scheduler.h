@@ -28,6 +28,15 @@
 // (trial_id, attempt): a result for an attempt that is no longer current is recorded as an event
 // and otherwise ignored, so each result applies exactly once.
 //
+// A process lost with several trials (packed groups: options.process_groups). The slots of one
+// process die together, so when one of them exits or goes silent, no one of its trials can be
+// blamed: none of the lost attempts is charged against max_attempts, and the trials run again as
+// two cohorts (halves, by trial id), each in a process with no trial of another cohort beside it
+// (a process that runs cohort-0 trials takes only those; a queued cohort trial that finds no such
+// process waits while the one with the fewest trials drains). A trial that brought its process
+// down is found in log2(k) losses: a process lost with one trial charges it, and that trial keeps
+// running alone. So a poison trial cannot use up its pack-mates' attempts.
+//
 // Authentication (protocol/messages.h, kSecretEnv): every launch of a group gets a credential from
 // launch_credential() ("<campaign secret>.<launch token>"), which the launcher hands to that
 // process only. A hello is refused (counted; logged rate-limited; no store write, no answer) when
@@ -98,6 +107,10 @@ struct SchedulerOptions {
   // The GPUs a group was given (launch::Launcher::devices), recorded with each attempt it runs;
   // unset = none.
   std::function<std::vector<int>(int64_t group)> group_devices;
+  // The groups that run in one process with `group`, itself included (launch::Launcher::
+  // process_groups: a pack's slots), and so are lost together. Set: packed dispatch (below, "A
+  // process lost with several trials"); unset: each group is its own process.
+  std::function<std::vector<int64_t>(int64_t group)> process_groups;
   // The campaign secret (hex, from protocol::random_hex); "" = the scheduler draws one itself.
   std::string secret;
   // The searcher's state (and, with several objectives, the Pareto front) is saved into the open
@@ -264,6 +277,9 @@ class Scheduler {
     std::optional<Verdict> pause;  // a pause was asked for this attempt
     std::string resume_from;       // the checkpoint the next attempt starts from
     std::optional<uint64_t> seed;  // the suggestion's meta "seed"; else derived from stage and seq
+    // Packed dispatch: the trials it may share a process with, those of its cohort; 0 = any of
+    // cohort 0. A trial lost with others in one process gets a new cohort (note_process_loss).
+    int64_t cohort = 0;
   };
 
   Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
@@ -279,6 +295,21 @@ class Scheduler {
   void flush_noise(Clock::time_point now, bool all);
 
   Status dispatch(Clock::time_point now);
+  // Packed dispatch (opt_.process_groups): the next queued trial and the idle worker it may run on,
+  // taken off the queue and idle_; nullopt when none fits. `reserved`: processes left to drain
+  // for a cohort in this dispatch (their first group -> the cohort).
+  std::optional<std::pair<Worker*, int64_t>> next_packed_assignment(std::map<int64_t, int64_t>& reserved);
+  struct ProcessLoad {
+    int64_t first_group = 0;
+    int64_t busy = 0;    // its groups running a trial
+    int64_t cohort = 0;  // theirs (one cohort per process)
+  };
+  ProcessLoad process_load(int64_t group) const;
+  // A process that ran several trials is lost (its exit, or one of its groups silent): none of
+  // them is charged, and they run again in two cohorts without other trials beside them.
+  void note_process_loss(int64_t group);
+  // Packed dispatch: group `group` is lost, and so is every group of its process (note_process_loss).
+  Status lose_process(int64_t group, const std::string& why, Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
   Status ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now);
   Status lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now);
@@ -327,6 +358,10 @@ class Scheduler {
   std::map<int64_t, bool> ever_registered_;
   std::vector<int64_t> silent_groups_;
   std::vector<int64_t> lost_groups_;
+  // Packed dispatch: the trials of a process lost with others, not charged when their attempt is
+  // lost (lose_attempt), and the last cohort given out.
+  std::set<int64_t> uncharged_losses_;
+  int64_t last_cohort_ = 0;
   std::map<protocol::PeerId, Clock::time_point> said_silent_;  // vouched_liveness: note_silent()'s
   std::map<int64_t, Trial> trials_;  // live (non-final) trials by id
   std::deque<int64_t> queue_;

@@ -220,6 +220,16 @@ TEST_CASE("local launcher: a group waits for a free GPU, starts when a group exi
   CHECK(launcher->state(1) == launch::GroupState::kExited);
 }
 
+namespace {
+// A launcher without packs: each group its own process.
+std::vector<int64_t> plain_groups(int64_t group) {
+  launch::LocalLauncherOptions o;
+  o.program = "/bin/true";
+  o.master_endpoint = "ipc:///nowhere";
+  return launch::make_local_launcher(o)->process_groups(group);
+}
+}  // namespace
+
 TEST_CASE("local launcher: packed groups (pack_slots) start k to a process once all k are started, and exit together") {
   TempDir dir;
   // The "worker" writes its devices, credentials and arguments, then sleeps.
@@ -241,6 +251,10 @@ TEST_CASE("local launcher: packed groups (pack_slots) start k to a process once 
   CHECK(launcher->state(0) == launch::GroupState::kStarting);
   CHECK(launcher->state(1) == launch::GroupState::kStarting);
   CHECK(launcher->devices(1) == std::vector<int>{0});
+  // What dies together, for the master's packed dispatch (scheduler.h).
+  CHECK(launcher->process_groups(1) == std::vector<int64_t>{0, 1});
+  CHECK(launcher->process_groups(2) == std::vector<int64_t>{2});
+  CHECK(plain_groups(2) == std::vector<int64_t>{2});
   REQUIRE(launcher->start(2, "c").ok());
   CHECK(launcher->state(2) == launch::GroupState::kPending);  // the pack holds GPU 0 alone
   REQUIRE(wait_for([&] { return !slurp(dir.file("group-0.env")).empty(); }));

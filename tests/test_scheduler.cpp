@@ -94,7 +94,8 @@ std::unique_ptr<search::Searcher> random_searcher(uint64_t seed, int64_t max_tri
 }
 
 struct Harness {
-  explicit Harness(int64_t max_trials, int64_t max_attempts = 3, std::chrono::milliseconds hb_timeout = 400ms) {
+  explicit Harness(int64_t max_trials, int64_t max_attempts = 3, std::chrono::milliseconds hb_timeout = 400ms,
+                   const std::function<void(scheduler::SchedulerOptions&)>& tweak = {}) {
     auto s = store::Store::open(":memory:");
     REQUIRE(s.ok());
     db = std::move(s).value();
@@ -119,6 +120,7 @@ struct Harness {
     opt.trainer = {{"kind", "quadratic"}};
     opt.heartbeat_interval = 50ms;
     opt.heartbeat_timeout = hb_timeout;
+    if (tweak) tweak(opt);
     sched = std::make_unique<scheduler::Scheduler>(opt, *server, *db, *searcher, *stopper);
     REQUIRE(sched->restore(Clock::now()).ok());
   }
@@ -470,6 +472,113 @@ TEST_CASE("a trial is failed after max_attempts lost attempts") {
   REQUIRE(trials.size() == 1);
   CHECK(trials[0].state == TrialState::kFailed);
   CHECK(h.sched->progress().failed == 1);
+}
+
+TEST_CASE("a trial that brings down its packed process is found and failed; its pack-mates are not charged") {
+  // Groups 0..3 are the slots of one process (a pack). Whenever it runs the poison trial, the
+  // process dies, and all four groups exit. Before: every lost attempt was charged, so the first
+  // two losses failed all four trials.
+  constexpr int64_t kSlots = 4;
+  Harness h(/*max_trials=*/6, /*max_attempts=*/2, 10s, [](scheduler::SchedulerOptions& o) {
+    o.process_groups = [](int64_t) { return std::vector<int64_t>{0, 1, 2, 3}; };
+  });
+  int64_t poison = 0;
+  std::vector<std::vector<int64_t>> crashed_with;  // the trials that ran in each lost process
+  for (int process = 0; process < 12 && !h.sched->finished(); ++process) {
+    std::vector<std::unique_ptr<FakeWorker>> slots;
+    for (int64_t g = 0; g < kSlots; ++g) {
+      slots.push_back(std::make_unique<FakeWorker>(h.hub));
+      protocol::Hello hi = hello(g, h);
+      hi.incarnation = 100 * (process + 1) + g;
+      slots.back()->send(hi);
+      REQUIRE(slots.back()->expect<protocol::Welcome>(1s, h));
+      slots.back()->send(protocol::Ready{});
+    }
+    std::map<int64_t, protocol::Assign> running;  // slot -> its attempt
+    bool lost = false;
+    while (!lost && !h.sched->finished()) {
+      h.pump(150ms, [] { return false; });
+      for (int64_t g = 0; g < kSlots; ++g) {
+        for (;;) {
+          auto frame = slots[g]->client->recv(0ms);
+          REQUIRE(frame.ok());
+          if (!*frame) break;
+          auto msg = protocol::decode(**frame);
+          REQUIRE(msg.ok());
+          if (auto* a = std::get_if<protocol::Assign>(&*msg)) running[g] = *a;
+        }
+      }
+      if (running.empty()) break;
+      if (poison == 0) poison = running.begin()->second.trial_id;  // the first trial of slot 0
+      std::vector<int64_t> ids;
+      for (const auto& [g, a] : running) ids.push_back(a.trial_id);
+      if (std::find(ids.begin(), ids.end(), poison) != ids.end()) {
+        crashed_with.push_back(ids);
+        for (int64_t g = 0; g < kSlots; ++g) REQUIRE(h.sched->on_group_exit(g, "process killed by signal 11", Clock::now()).ok());
+        lost = true;
+        break;
+      }
+      for (const auto& [g, a] : running) slots[g]->send(protocol::Done{a.trial_id, a.attempt, 1, false, {{"score", 0.5}}, {}});
+      running.clear();
+    }
+  }
+  h.pump(500ms);
+  REQUIRE(h.sched->finished());
+  // Lost with 4, then with its half (2), then alone twice: charged only those two, and failed.
+  REQUIRE(crashed_with.size() == 4);
+  CHECK(crashed_with[0].size() == 4);
+  CHECK(crashed_with[1].size() == 2);
+  CHECK(crashed_with[2] == std::vector<int64_t>{poison});
+  CHECK(crashed_with[3] == std::vector<int64_t>{poison});
+  int64_t done = 0;
+  for (const auto& t : h.trials()) {
+    auto attempts = h.db->attempts(t.id);
+    REQUIRE(attempts.ok());
+    int64_t charged = 0;
+    for (const auto& a : *attempts) charged += a.value("state", "") == "lost" && a.value("charged", true) ? 1 : 0;
+    if (t.id == poison) {
+      CHECK(t.state == TrialState::kFailed);
+      CHECK(charged == 2);
+    } else {
+      CHECK(t.state == TrialState::kDone);
+      CHECK(charged == 0);
+      ++done;
+    }
+  }
+  CHECK(done == 5);
+}
+
+TEST_CASE("a silent slot of a packed process loses its mates' trials with it, none charged, and nothing goes to a dying slot") {
+  Harness h(/*max_trials=*/2, /*max_attempts=*/1, 300ms, [](scheduler::SchedulerOptions& o) {
+    o.process_groups = [](int64_t) { return std::vector<int64_t>{0, 1}; };
+  });
+  FakeWorker hung(h.hub), alive(h.hub);
+  hung.send(hello(0, h));
+  REQUIRE(hung.expect<protocol::Welcome>(1s, h));
+  hung.send(protocol::Ready{});
+  auto a0 = hung.expect<protocol::Assign>(1s, h);
+  REQUIRE(a0);
+  alive.send(hello(1, h));
+  REQUIRE(alive.expect<protocol::Welcome>(1s, h));
+  alive.send(protocol::Ready{});
+  auto a1 = alive.expect<protocol::Assign>(1s, h);
+  REQUIRE(a1);
+  // Group 0 goes silent; group 1 keeps beating until its process is declared lost with group 0.
+  const auto until = Clock::now() + 2s;
+  while (Clock::now() < until && h.sched->group_registered(0)) {
+    alive.send(protocol::Heartbeat{a1->trial_id, a1->attempt});
+    h.pump(50ms, [] { return false; });
+  }
+  CHECK_FALSE(h.sched->group_registered(0));
+  CHECK_FALSE(h.sched->group_registered(1));
+  CHECK(h.sched->take_silent_groups() == std::vector<int64_t>{0});  // the launcher kills the process
+  CHECK_FALSE(alive.expect<protocol::Assign>(200ms, h));  // its slot dies with it: no retry there
+  // With max_attempts 1, a charged loss would have failed them: both are queued again instead.
+  for (const auto& t : h.trials()) {
+    CHECK(t.state == TrialState::kQueued);
+    CHECK(t.attempt == 2);
+  }
+  CHECK(h.sched->progress().failed == 0);
 }
 
 TEST_CASE("bad frames are counted and dropped while a good worker is served") {
