@@ -452,6 +452,18 @@ Result<bool> Master::step(Clock::time_point now) {
   return sched_->finished();
 }
 
+std::optional<Clock::time_point> Master::next_deadline() const {
+  std::optional<Clock::time_point> next = sched_ ? sched_->next_deadline() : std::nullopt;
+  for (int64_t g : unsettled_) {  // only they can change state (follow_groups)
+    auto grp = groups_.find(g);
+    if (grp == groups_.end() || grp->second.state != launch::GroupState::kStarting) continue;
+    if (grp->second.deadline == Clock::time_point::max()) continue;
+    const Clock::time_point late = grp->second.deadline + std::chrono::milliseconds(1);  // killed once past it
+    next = next ? std::min(*next, late) : late;
+  }
+  return next;
+}
+
 // Group exits and restarts, each group's state and start-up deadline. Errors end the campaign.
 Status Master::follow_groups(Clock::time_point now) {
   const config::CampaignConfig& cfg = c_.cfg;

@@ -165,6 +165,10 @@ class Master {
   void note_silent(int64_t group, Clock::time_point since) { sched_->note_silent(group, since); }
   // How often step() ticks (heartbeats, group states and deadlines): the driver waits no longer.
   std::chrono::milliseconds poll_interval() const { return poll_interval_; }
+  // With MasterParts::vouched_liveness: the earliest moment a step would act without a frame
+  // (search.max_time, a silent group's heartbeat timeout, a group's start-up deadline); nullopt
+  // when none. A driver whose steps took no frame may step next then, not every poll_interval.
+  std::optional<Clock::time_point> next_deadline() const;
 
  private:
   struct Group {

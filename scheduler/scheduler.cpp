@@ -1176,6 +1176,18 @@ Status Scheduler::tick(Clock::time_point now) {
   return dispatch(now);
 }
 
+std::optional<Clock::time_point> Scheduler::next_deadline() const {
+  std::optional<Clock::time_point> next;
+  auto take = [&](Clock::time_point t) { next = next ? std::min(*next, t) : t; };
+  if (opt_.max_time_s > 0 && !out_of_time(last_now_))
+    take(start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.max_time_s)));
+  for (const auto& [peer, since] : said_silent_) {  // lost once silent for longer than the timeout
+    auto w = workers_.find(peer);
+    if (w != workers_.end()) take(std::max(w->second.last_seen, since) + opt_.heartbeat_timeout + std::chrono::milliseconds(1));
+  }
+  return next;
+}
+
 void Scheduler::note_silent(int64_t group, Clock::time_point since) {
   auto g = group_peer_.find(group);
   if (g != group_peer_.end()) said_silent_[g->second] = since;

@@ -176,6 +176,9 @@ class Scheduler {
   // With vouched_liveness: group `group` has been silent since `since` (its last frame, or the
   // heartbeat it would have sent then); tick() loses it once silent past heartbeat_timeout.
   void note_silent(int64_t group, Clock::time_point since);
+  // The earliest moment tick() would act without a frame, with vouched_liveness: search.max_time,
+  // a group said silent reaching heartbeat_timeout; nullopt when none (Master::next_deadline).
+  std::optional<Clock::time_point> next_deadline() const;
 
   // A fresh credential for the next launch of group `group`, to hand to that process only (in
   // protocol::kSecretEnv); the credential of the group's earlier launch stops being accepted for new

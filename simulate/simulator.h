@@ -9,9 +9,11 @@
 // never links trainers). A group runs it as a worker would: a "started" report at once, then one
 // report per step, every seconds_per_step simulated seconds, a done with the last step's
 // metrics; a stop ends it at once with the metrics of its last report. The master is stepped at
-// every event and woken at least every half heartbeat timeout. No heartbeats travel: the simulator
-// vouches for its groups (MasterParts::vouched_liveness), and a group made silent is found lost
-// once silent past the heartbeat timeout, at a wake (up to half a timeout late). A turn touches
+// every event and woken every half heartbeat timeout while frames move; after two turns without a
+// frame, the clock goes straight to the next event or the master's own deadline
+// (Master::next_deadline), so a step of a simulated year costs a few turns, not millions. No
+// heartbeats travel: the simulator vouches for its groups (MasterParts::vouched_liveness), and a
+// group made silent is found lost at its deadline, once silent past the heartbeat timeout. A turn touches
 // only the groups the master sent frames to and those with a step due (a timeline of the groups'
 // next steps), and the master looks only at the groups that are not running, so the cost of an
 // event does not grow with the groups left idle (issue 36: a population of 10 on 2,048 groups).

@@ -412,6 +412,46 @@ TEST_CASE("a trial priced past the simulation's bound fails saying so; the clock
   }
 }
 
+TEST_CASE("steps of a year take master turns per event, not per wake: the clock jumps over quiet time") {
+  TempDir dir;
+  // 4 trials of 3 steps of 3e7 s (under a year each) on 2 groups: 1.8e8 simulated seconds. Before,
+  // the master woke every half heartbeat timeout (5 s) between events: 3.6e7 turns, minutes of wall
+  // time. Now two quiet turns and the clock goes to the next event or deadline.
+  const std::string cfg = dir.write("year.yaml", function_config(4, 2));
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("year.db"), "--step-seconds", "3e7", "--format", "json"},
+                               dir.file("year.log"), 60s);
+  const std::string log = read_file(dir.file("year.log"));
+  REQUIRE_MESSAGE(sim.success(), log);
+  const auto out = nlohmann::json::parse(log);
+  CHECK(out["trials"]["done"] == 4);
+  CHECK(out["simulated_seconds"].get<double>() >= 1.8e8);
+  CHECK(out["simulated_seconds"].get<double>() <= 1.8e8 + 100);
+  CHECK(out["master_turns"].get<int64_t>() < 1000);
+  const Recorded r = read_db(dir.file("year.db"));
+  for (const auto& t : r.trials) CHECK(t.finished_at - t.started_at == doctest::Approx(9e7).epsilon(1e-6));
+}
+
+TEST_CASE("a silent group's timeout is seen at its deadline, not at the next wake, when the clock jumps") {
+  TempDir dir;
+  // Steps of 1,000 s, heartbeat timeout 10 s: group 1 goes silent at second 50 and is lost just
+  // past 60 (a silence of more than the timeout). Before, at the wake after that: second 65.
+  const std::string cfg = dir.write("silent.yaml", function_config(2, 2, ", heartbeat_interval: 1s, heartbeat_timeout: 10s"));
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("silent.db"), "--step-seconds", "1000", "--silence",
+                                "1@50", "--format", "json"},
+                               dir.file("silent.log"), 60s);
+  REQUIRE_MESSAGE(sim.success(), read_file(dir.file("silent.log")));
+  const Recorded r = read_db(dir.file("silent.db"));
+  int lost = 0;
+  for (const auto& e : r.events) {
+    if (e.kind != "group_lost") continue;
+    ++lost;
+    CHECK(e.group_id == 1);
+    CHECK(e.t - r.campaign.created_at > 60.0);
+    CHECK(e.t - r.campaign.created_at < 60.5);
+  }
+  CHECK(lost == 1);
+}
+
 TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more trials than --max-trials") {
   TempDir dir;
   // Random search: the master's turns are cheap, and 90,000 trials take far longer than the signal.
