@@ -143,6 +143,11 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
   o.step_seconds = args.step_seconds;
   o.startup_seconds = args.startup_seconds >= 0 ? args.startup_seconds : simulate::startup_seconds(machine, split.data * split.model);
   o.load_seconds = args.step_seconds > 0 ? 0 : machine.load_s;
+  for (const auto& [g, at] : args.silence) {  // before anything is recorded
+    if (g >= split.groups)
+      return err(Errc::kUsage, "--silence: group " + std::to_string(g) + " is not one of the campaign's " +
+                                   std::to_string(split.groups) + " groups (0.." + std::to_string(split.groups - 1) + ")");
+  }
   o.silence = args.silence;
   o.ranks_per_group = split.data * split.model;
   o.rank_slots = config::rank_slots(machine);

@@ -450,6 +450,12 @@ TEST_CASE("a silent group's timeout is seen at its deadline, not at the next wak
     CHECK(e.t - r.campaign.created_at < 60.5);
   }
   CHECK(lost == 1);
+  // A group the campaign does not have: refused before anything is recorded (before, ignored).
+  const auto none = run_hpctune({"simulate", cfg, "--db", dir.file("none.db"), "--silence", "2@50"}, dir.file("none.log"));
+  CHECK(none.code == 2);
+  CHECK(read_file(dir.file("none.log")).find("--silence: group 2 is not one of the campaign's 2 groups (0..1)") !=
+        std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("none.db")));
 }
 
 TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more trials than --max-trials") {
