@@ -648,6 +648,25 @@ TEST_CASE("a database without a column of its schema: every command exits 1 nami
   CHECK_FALSE(contains(answer.body.dump(), "no such column"));
 }
 
+TEST_CASE("a database with a view in place of a table: every command exits 1 naming it; the dashboard too") {
+  // Before, the schema check compared column names only: a view of the same columns passed it, and
+  // `status`, `export` and the dashboard showed the view's rows (`resume` failed later in SQLite).
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "viewed");
+  const std::string db = dir.file("crafted.db");
+  fs::copy_file(good, db);
+  sql(db, "ALTER TABLE metrics RENAME TO metric_rows; CREATE VIEW metrics AS SELECT * FROM metric_rows");
+  const std::string expect = "differs from its schema version " + std::to_string(store::Store::latest_version()) +
+                             ": metrics is a view, not a table";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"status", db}, {"export", db, "--format", "csv"},
+                                               {"resume", db, "--max-trials", "5"}, {"dashboard", db, "--port", "0"}}) {
+    CAPTURE(args[0]);
+    auto r = hpctune_cmd(dir, args, 30s);
+    CHECK_MESSAGE(r.status.code == 1, r.out);
+    CHECK_MESSAGE(contains(r.out, expect), r.out);
+  }
+}
+
 TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {
   TempDir dir;
   const std::string good = finished_campaign(dir, "meta");

@@ -784,6 +784,49 @@ TEST_CASE("a database without a column or table of its schema version is refused
   CHECK(v7.error().message().find("lacks column attempts.devices of its schema version 7") != std::string::npos);
 }
 
+TEST_CASE("a database with a view for a table, a column of another type or a trigger of its own is refused on open") {
+  // Before, only the column names were compared: each of these files opened, and fed its own rows
+  // (a view), text where numbers are read (a column declared TEXT), or rewrote what was stored (a trigger).
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  const std::string version = std::to_string(Store::latest_version());
+  struct Craft {
+    const char* name;
+    const char* sql;
+    std::string expect;
+  };
+  const Craft crafts[] = {
+      {"view", "ALTER TABLE lineage RENAME TO lineage_rows; CREATE VIEW lineage AS SELECT * FROM lineage_rows",
+       "differs from its schema version " + version + ": lineage is a view, not a table"},
+      {"type", "ALTER TABLE trials DROP COLUMN objective; ALTER TABLE trials ADD COLUMN objective TEXT",
+       "differs from its schema version " + version + ": column trials.objective is declared 'TEXT', not 'REAL'"},
+      {"trigger", "CREATE TRIGGER keep AFTER UPDATE ON trials BEGIN UPDATE trials SET objective = 1e308; END",
+       "differs from its schema version " + version + ": it has trigger keep, which the schema has not"},
+      {"both", "ALTER TABLE trials DROP COLUMN sync_mode; ALTER TABLE trials DROP COLUMN objective; "
+               "ALTER TABLE trials ADD COLUMN objective blob",
+       "lacks column trials.sync_mode of its schema version " + version +
+           "; and differs from it: column trials.objective is declared 'BLOB', not 'REAL'"},
+  };
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file(std::string(c.name) + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message().find("database " + path + " " + c.expect) != std::string::npos, r.error().message());
+      CHECK(r.error().message().find("refusing to use it") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
   TempDir dir;
   const std::string text = dir.file("notes.txt");
