@@ -454,6 +454,38 @@ TEST_CASE("a worker started by hand without HPCTUNE_SECRET exits 2 at once namin
   CHECK_MESSAGE(contains(out, "no launch credential for slot 1 (group 5) of --slots 2"), out);
 }
 
+TEST_CASE("a worker given a malformed HPCTUNE_SECRET exits 2 at once naming the variable and its form") {
+  // Before, a non-empty credential of any form was sent in hello (which the master ignores) and the
+  // worker retried until its give-up deadline (10 minutes); the 30 s limit below fails on that.
+  TempDir dir;
+  const std::string a32(32, 'a'), b32(32, 'b');
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--group", "0"}, "x"},
+      {{"--group", "0"}, a32 + b32},                   // no dot
+      {{"--group", "0"}, a32 + "." + std::string(31, 'b')},
+      {{"--group", "0"}, std::string(32, 'A') + "." + b32},  // the master writes lower-case hex
+      {{"--group", "0"}, a32 + "." + std::string(31, 'b') + "g"},
+      {{"--group", "0"}, a32 + "." + b32 + "," + a32 + "." + b32},  // a pack's list, for one slot
+      {{"--group", "4", "--slots", "2"}, a32 + "." + b32 + ",secret-2"},
+  };
+  int n = 0;
+  for (const auto& [flags, secret] : cases) {
+    CAPTURE(secret);
+    const std::string log = dir.file("w" + std::to_string(++n) + ".log");
+    std::vector<std::string> args = {"worker", "--master", "tcp://127.0.0.1:1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto w = start_hpctune(args, log, {{"HPCTUNE_SECRET", secret}});
+    auto st = w.wait_for(30s);
+    REQUIRE_MESSAGE(st.has_value(), read_file(log));
+    const std::string out = read_file(log);
+    CHECK_MESSAGE(st->code == 2, out);
+    CHECK_MESSAGE(contains(out, "malformed launch credential: the environment variable HPCTUNE_SECRET"), out);
+    CHECK_MESSAGE(contains(out, "'<campaign secret>.<launch token>', 32 lower-case hex digits each"), out);
+    CHECK_MESSAGE(!contains(out, "no answer from the master"), out);
+    if (secret.size() >= 32) CHECK_MESSAGE(!contains(out, secret), out);  // a secret, even a wrong one, is not printed
+  }
+}
+
 // --- issue 35, R4 and R8: a store of huge JSON values; text that is not UTF-8 ------------------
 
 TEST_CASE("four 60 MB JSON arrays: status, trials, export and trial refuse naming the trial and column, never abort") {
