@@ -469,8 +469,30 @@ Result<nlohmann::json> col_json(sqlite3_stmt* s, int i, const char* what) {
   return parse_bounded_json(text, std::string("column ") + what);
 }
 
+// The numeric columns `cols` (index, table.column) of the current row hold numbers or NULL. SQLite
+// keeps text that does not read as a number as text even in a REAL or INTEGER column, and
+// sqlite3_column_double reads it as 0: a crafted objective 'abc' or 'nan' became the best trial.
+// hpctune never writes such text (NaN is stored as NULL). Called before any other read of the row
+// (reading a column may convert it). The text itself is not repeated: it may hold terminal controls.
+Status numeric_columns(sqlite3_stmt* s, std::initializer_list<std::pair<int, const char*>> cols) {
+  for (const auto& [i, name] : cols) {
+    const int type = sqlite3_column_type(s, i);
+    if (type == SQLITE_TEXT || type == SQLITE_BLOB) {
+      return err(Errc::kIo, std::string("column ") + name + " holds " + (type == SQLITE_TEXT ? "text" : "a blob") +
+                                " where a number belongs (the file was edited, damaged or crafted)");
+    }
+  }
+  return Status::Ok();
+}
+
 // A metrics row: trial_id, attempt, step, name, value (NULL reads as NaN), t.
-MetricRow read_metric(sqlite3_stmt* s) {
+Result<MetricRow> read_metric(sqlite3_stmt* s) {
+  if (Status numbers = numeric_columns(s, {{0, "metrics.trial_id"}, {1, "metrics.attempt"}, {2, "metrics.step"},
+                                           {4, "metrics.value"}, {5, "metrics.t"}});
+      !numbers.ok()) {
+    return std::move(numbers).error().with_context("while reading the metrics of trial " +
+                                                   std::to_string(sqlite3_column_int64(s, 0)));
+  }
   MetricRow m;
   m.trial_id = col_i64(s, 0);
   m.attempt = col_i64(s, 1);
@@ -501,6 +523,14 @@ std::optional<std::string> trial_meta_problem(const nlohmann::json& meta) {
 }
 
 Result<TrialRow> read_trial(sqlite3_stmt* s) {
+  if (Status numbers = numeric_columns(s, {{0, "trials.id"}, {1, "trials.campaign_id"}, {2, "trials.stage_id"},
+                                           {3, "trials.seq"}, {7, "trials.attempt"}, {8, "trials.group_id"},
+                                           {9, "trials.created_at"}, {10, "trials.started_at"},
+                                           {11, "trials.finished_at"}, {12, "trials.step"}, {14, "trials.objective"},
+                                           {16, "trials.parent_trial_id"}, {17, "trials.generation"}});
+      !numbers.ok()) {
+    return std::move(numbers).error().with_context("while reading trial " + std::to_string(sqlite3_column_int64(s, 0)));
+  }
   TrialRow r;
   r.id = col_i64(s, 0);
   r.campaign_id = col_i64(s, 1);

@@ -680,6 +680,35 @@ TEST_CASE("a database without a column of its schema: every command exits 1 nami
   CHECK_FALSE(contains(answer.body.dump(), "no such column"));
 }
 
+TEST_CASE("an objective or a metric stored as text: every command exits 1 naming the column and the trial") {
+  // Before, SQLite read the text as 0: `status` and `resume` named trial 2 the best (value = 0).
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "texty");
+  for (const auto& [name, change] : {std::pair<std::string, std::string>{"objective", "UPDATE trials SET objective = 'nan' WHERE id = 2"},
+                                     {"metric", "UPDATE metrics SET value = 'abc' WHERE trial_id = 2"}}) {
+    CAPTURE(name);
+    const std::string db = dir.file(name + ".db");
+    fs::copy_file(good, db);
+    sql(db, change);
+    const std::string expect = name == "objective" ? "column trials.objective holds text where a number belongs"
+                                                   : "column metrics.value holds text where a number belongs";
+    std::vector<std::vector<std::string>> commands = {{"trial", db, "2"}, {"export", db, "--format", "json"}};
+    if (name == "objective") {
+      commands.push_back({"status", db});
+      commands.push_back({"trials", db});
+      commands.push_back({"resume", db, "--max-trials", "6"});
+    }
+    for (const auto& args : commands) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args);
+      CHECK_MESSAGE(r.status.code == 1, r.out);
+      CHECK_MESSAGE(contains(r.out, expect), r.out);
+      CHECK_MESSAGE(contains(r.out, name == "objective" ? "while reading trial 2" : "while reading the metrics of trial 2"),
+                    r.out);
+    }
+  }
+}
+
 TEST_CASE("a database with a view in place of a table: every command exits 1 naming it; the dashboard too") {
   // Before, the schema check compared column names only: a view of the same columns passed it, and
   // `status`, `export` and the dashboard showed the view's rows (`resume` failed later in SQLite).

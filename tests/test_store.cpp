@@ -827,6 +827,69 @@ TEST_CASE("a database with a view for a table, a column of another type or a tri
   }
 }
 
+TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused naming the column, never read as 0") {
+  // Before, sqlite3_column_double read a crafted objective 'abc' or 'nan' (SQLite keeps text that is
+  // not a number as text, even in a REAL column) as 0: `status` and `resume` named it the best trial.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  int64_t id = 0;
+  {
+    auto s = open_ok(good);
+    const int64_t c = make_campaign(*s);
+    auto t = s->insert_trial(make_trial(c, 0));
+    require_ok(t);
+    id = *t;
+    require_ok(s->add_metrics(id, 1, 1, {{"loss", 0.9}}, 1013.0));
+  }
+  struct Craft {
+    const char* sql;
+    const char* column;
+    const char* kind;
+    bool metrics;
+  };
+  for (const Craft& c : {Craft{"UPDATE trials SET objective = 'nan'", "trials.objective", "text", false},
+                         Craft{"UPDATE trials SET objective = 'abc'", "trials.objective", "text", false},
+                         Craft{"UPDATE trials SET finished_at = x'00'", "trials.finished_at", "a blob", false},
+                         Craft{"UPDATE trials SET seq = 'one'", "trials.seq", "text", false},
+                         Craft{"UPDATE metrics SET value = 'nan'", "metrics.value", "text", true},
+                         Craft{"UPDATE metrics SET step = 'x'", "metrics.step", "text", true}}) {
+    CAPTURE(c.sql);
+    const std::string path = dir.file("crafted.db");
+    std::filesystem::remove(path);
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    auto s = Store::open_readonly(path);
+    REQUIRE(s.ok());
+    const std::string expect = std::string("column ") + c.column + " holds " + c.kind + " where a number belongs";
+    auto check = [&](const hpctune::Error& e) {
+      CHECK(e.code() == Errc::kIo);
+      CHECK_MESSAGE(e.message().find(expect) != std::string::npos, e.message());
+      CHECK_MESSAGE(e.to_string().find(c.metrics ? "while reading the metrics of trial " : "while reading trial ") !=
+                        std::string::npos,
+                    e.to_string());
+    };
+    if (c.metrics) {
+      auto m = (*s)->metrics(id);
+      REQUIRE_FALSE(m.ok());
+      check(m.error());
+    } else {
+      auto trials = (*s)->trials(1);
+      REQUIRE_FALSE(trials.ok());
+      check(trials.error());
+    }
+  }
+  // A number stored as text that SQLite converts (a REAL column's affinity) is a number.
+  const std::string path = dir.file("converted.db");
+  std::filesystem::copy_file(good, path);
+  raw_exec(path, "UPDATE trials SET objective = '0.25'");
+  auto s = Store::open_readonly(path);
+  REQUIRE(s.ok());
+  auto trials = (*s)->trials(1);
+  REQUIRE(trials.ok());
+  REQUIRE(trials->size() == 1);
+  CHECK(trials->front().objective == 0.25);
+}
+
 TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
   TempDir dir;
   const std::string text = dir.file("notes.txt");
