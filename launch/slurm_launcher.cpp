@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/safe_open.h"
 #include "common/system.h"
 #include "common/text.h"
 #include "launch/child_process.h"
@@ -346,6 +347,9 @@ class SlurmLauncher final : public Launcher {
     if (!opt_.log_dir.empty()) {
       spawn.stdout_path = log_path(group);
       spawn.stderr_path = "=stdout";
+      // A link or a FIFO planted at the log's name is refused (as by the local launcher).
+      if (auto log = open_own_for_writing(spawn.stdout_path, /*truncate=*/false); !log.ok())
+        return std::move(log).error().with_context("the log of group " + std::to_string(group));
       std::error_code ec;
       const auto size = std::filesystem::file_size(spawn.stdout_path, ec);
       step.log_offset = ec ? 0 : static_cast<std::size_t>(size);

@@ -199,6 +199,53 @@ TEST_CASE("a campaign does not write its trials through a <db>.trials link anoth
   CHECK(fs::is_empty(drop));
 }
 
+TEST_CASE("resume: links and FIFOs planted in the trial directories are neither written through nor waited on") {
+  // A campaign unpacked from someone else's archive and resumed. Before, the command trainer
+  // appended its output to the file a planted stdout.log linked to, and a FIFO stderr.log (or a
+  // FIFO group log) hung the worker (the master) for good; a trial directory that was a link
+  // received the trial's files.
+  TempDir dir;
+  const std::string script = dir.write("t.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"loss\\\": $1}\"\necho out\n");
+  const std::string cfg = dir.write("c.yaml", "name: planted\nseed: 1\nobjective: {metric: loss, mode: min}\n"
+                                              "search: {algorithm: random, max_trials: 2}\n"
+                                              "space: {x: {type: float, low: 0.1, high: 0.9}}\n"
+                                              "trainer: {kind: command, command: \"/bin/sh " + script + " {x}\"}\n"
+                                              "resources: {groups: 1}\n");
+  const std::string db = dir.file("c.db");
+  auto r = hpctune_cmd(dir, {"run", cfg, "--db", db});
+  REQUIRE_MESSAGE(r.status.success(), r.out);
+  const std::string trials = db + ".trials";
+  const std::string victim = dir.write("victim.txt", "victim\n");
+  const std::string elsewhere = dir.file("elsewhere");
+  fs::create_directories(elsewhere);
+  fs::create_directories(trials + "/3/attempt-1");
+  fs::create_symlink(victim, trials + "/3/attempt-1/stdout.log");
+  fs::create_directories(trials + "/4/attempt-1");
+  REQUIRE(::mkfifo((trials + "/4/attempt-1/stderr.log").c_str(), 0600) == 0);
+  fs::create_directory_symlink(elsewhere, trials + "/5");
+  r = hpctune_cmd(dir, {"resume", db, "--max-trials", "5"}, 60s);
+  CHECK_MESSAGE(r.status.code == 0, r.out);  // the campaign completes: two trials done before
+  CHECK_MESSAGE(contains(r.out, "trial 3 failed: " + trials + "/3/attempt-1/stdout.log is a symbolic link: not written through"),
+                r.out);
+  CHECK_MESSAGE(contains(r.out, "trial 4 failed: " + trials + "/4/attempt-1/stderr.log is a FIFO: not written to"), r.out);
+  CHECK_MESSAGE(contains(r.out, "trial 5 failed: trainer threw: " + trials + "/5 is a symbolic link: not followed"), r.out);
+  CHECK(read_file(victim) == "victim\n");
+  CHECK(fs::is_empty(elsewhere));
+  // The group's log: a FIFO or a link there is refused at the group's start, exit 2.
+  for (const bool fifo : {true, false}) {
+    CAPTURE(fifo);
+    const std::string log = trials + "/logs/group-0.log";
+    fs::remove(log);
+    if (fifo) REQUIRE(::mkfifo(log.c_str(), 0600) == 0);
+    else fs::create_symlink(victim, log);
+    r = hpctune_cmd(dir, {"resume", db, "--max-trials", "6"}, 60s);
+    CHECK_MESSAGE(r.status.code == 2, r.out);
+    CHECK_MESSAGE(contains(r.out, log + (fifo ? " is a FIFO: not written to" : " is a symbolic link: not written through")),
+                  r.out);
+    CHECK(read_file(victim) == "victim\n");
+  }
+}
+
 // --- finding 6: JSON nested too deep in the store ---------------------------------------------
 
 TEST_CASE("JSON nested 300,000 deep in a trial: status, trials, export, trial and the dashboard say so, no crash") {
@@ -471,7 +518,9 @@ TEST_CASE("a worker given a malformed HPCTUNE_SECRET exits 2 at once naming the 
   int n = 0;
   for (const auto& [flags, secret] : cases) {
     CAPTURE(secret);
-    const std::string log = dir.file("w" + std::to_string(++n) + ".log");
+    std::string name = "w";  // appended, not "w" + ...: GCC 12 warns falsely (-Wrestrict, PR 105329)
+    name.append(std::to_string(++n)).append(".log");
+    const std::string log = dir.file(name);
     std::vector<std::string> args = {"worker", "--master", "tcp://127.0.0.1:1"};
     args.insert(args.end(), flags.begin(), flags.end());
     auto w = start_hpctune(args, log, {{"HPCTUNE_SECRET", secret}});

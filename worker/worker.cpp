@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/safe_open.h"
 #include "protocol/curve_keys.h"
 
 namespace hpctune::worker {
@@ -118,6 +119,9 @@ class RunningTrial {
         std::error_code ec;
         std::filesystem::create_directories(ctx.trial_dir, ec);
         if (ec) throw std::runtime_error("cannot create trial directory " + ctx.trial_dir + ": " + ec.message());
+        // A link planted there (a campaign unpacked from someone else's archive) would take the
+        // trial's files elsewhere.
+        if (Status own = check_own_directory(ctx.trial_dir); !own.ok()) throw std::runtime_error(own.error().message());
       }
       const std::string kind = ctx.trainer.value("kind", std::string());
       auto trainer = options.make(kind);
