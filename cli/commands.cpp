@@ -335,9 +335,13 @@ Status run_and_report(const char* command, scheduler::MasterOptions& options, co
                                   " --format json` shows every error");
   }
   if (p.done + p.pruned == 0) {
-    return err(Errc::kFailed, "no trial succeeded in campaign '" + o.name + "' (" + std::to_string(p.failed) +
+    // The stages that failed first, each with why: one that could not start ran no trial, and its
+    // reason is nowhere else in the message.
+    const std::string stages = o.failed_stages.empty() ? "" : "campaign '" + o.name + "' failed: " + o.failed_stages + "\n";
+    return err(Errc::kFailed, stages + "no trial succeeded in campaign '" + o.name + "' (" + std::to_string(p.failed) +
                                   " failed)" + first_failure(o.db_path) + "\n`hpctune trials " + o.db_path +
-                                  " --format json` shows every error");
+                                  " --format json` shows every error" +
+                                  (stages.empty() ? "" : "; `hpctune status " + o.db_path + "` shows every stage"));
   }
   if (!o.failed_stages.empty()) {
     return err(Errc::kFailed, "campaign '" + o.name + "' failed: " + o.failed_stages + "\n`hpctune status " +

@@ -282,8 +282,11 @@ Status campaign_verdict(const SimReport& r) {
   const std::string see = "\n`hpctune trials " + r.db + " --format json` shows every error";
   if (!o.gave_up.empty()) return err(Errc::kFailed, "simulated campaign '" + o.name + "' stopped: " + o.gave_up + first + see);
   if (o.progress.done + o.progress.pruned == 0) {
-    return err(Errc::kFailed, "no trial succeeded in simulated campaign '" + o.name + "' (" + std::to_string(o.progress.failed) +
-                                  " failed)" + first + see);
+    // The stages that failed first, each with why (as `run` says them).
+    const std::string stages =
+        o.failed_stages.empty() ? "" : "simulated campaign '" + o.name + "' failed: " + o.failed_stages + "\n";
+    return err(Errc::kFailed, stages + "no trial succeeded in simulated campaign '" + o.name + "' (" +
+                                  std::to_string(o.progress.failed) + " failed)" + first + see);
   }
   if (!o.failed_stages.empty()) {
     return err(Errc::kFailed, "simulated campaign '" + o.name + "' failed: " + o.failed_stages + "\n`hpctune status " + r.db +

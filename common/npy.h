@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/safe_open.h"
 
 namespace hpctune {
 
@@ -56,17 +57,21 @@ inline Status write(const std::string& path, const char* descr, const std::strin
   header.push_back('\n');
   const std::string tmp = path + ".tmp";
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return err(Errc::kIo, "cannot create " + tmp);
-    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-    out.write(magic, 8);
+    // A link or a FIFO planted at the temporary name is refused (common/safe_open.h): before, the
+    // link's target was emptied and written, and a FIFO hung here.
+    HPCTUNE_ASSIGN(UniqueFd fd, open_own_for_writing(tmp, /*truncate=*/true));
     const uint16_t len = static_cast<uint16_t>(header.size());
-    const unsigned char len_le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
-    out.write(reinterpret_cast<const char*>(len_le), 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    if (bytes > 0) out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-    out.flush();
-    if (!out) return err(Errc::kIo, "cannot write " + tmp);
+    std::string head = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+    head += header;
+    for (const auto& [from, size] : {std::pair{static_cast<const char*>(head.data()), head.size()},
+                                     std::pair{static_cast<const char*>(data), bytes}}) {
+      for (size_t done = 0; done < size;) {
+        const ssize_t n = ::write(fd.get(), from + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return err(Errc::kIo, "cannot write " + tmp + ": " + std::strerror(errno));
+        done += static_cast<size_t>(n);
+      }
+    }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -113,6 +113,48 @@ inline Result<UniqueFd> open_own_file_under(int dir_fd, std::string_view relativ
   return open_own_at(at, parts.back(), /*directory=*/false);
 }
 
+// Opens `path` to write it, created with `mode` when missing (`truncate`: emptied, else appended
+// to), without following a symbolic link at its last component and without waiting on a FIFO: what
+// is there must be a regular file of the user's own (checked before it is emptied). For the files
+// hpctune writes into a trial's directory, which may have come with a campaign unpacked from
+// someone else's archive and resumed: a stdout.log linked to ~/.bashrc was appended to, a FIFO
+// stderr.log hung the worker for good.
+inline Result<UniqueFd> open_own_for_writing(const std::string& path, bool truncate, mode_t mode = 0644) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (truncate ? 0 : O_APPEND);
+  UniqueFd fd(::open(path.c_str(), flags, mode));
+  if (!fd.valid()) {
+    const int e = errno;
+    if (e == ELOOP) return err(Errc::kInvalidArgument, path + " is a symbolic link: not written through");
+    if (e == ENXIO) return err(Errc::kInvalidArgument, path + " is a FIFO: not written to");
+    return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(e));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return err(Errc::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return err(Errc::kInvalidArgument, path + " is not a regular file: not written to");
+  if (st.st_uid != ::geteuid()) {
+    return err(Errc::kInvalidArgument, path + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
+                                           std::to_string(::geteuid()) + "): not written to");
+  }
+  if (truncate && ::ftruncate(fd.get(), 0) != 0) return err(Errc::kIo, "cannot empty " + path + ": " + std::strerror(errno));
+  const int now = ::fcntl(fd.get(), F_GETFL);
+  if (now >= 0) (void)::fcntl(fd.get(), F_SETFL, now & ~O_NONBLOCK);
+  return fd;
+}
+
+// Whether what is at `dir` (made by the caller) is a directory of the user's own and not a
+// symbolic link: one planted where a trial's directory goes would take its files elsewhere.
+inline Status check_own_directory(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return err(Errc::kIo, "cannot stat " + dir + ": " + std::strerror(errno));
+  if (S_ISLNK(st.st_mode)) return err(Errc::kInvalidArgument, dir + " is a symbolic link: not followed");
+  if (!S_ISDIR(st.st_mode)) return err(Errc::kInvalidArgument, dir + " is not a directory");
+  if (st.st_uid != ::geteuid()) {
+    return err(Errc::kInvalidArgument, dir + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
+                                           std::to_string(::geteuid()) + ")");
+  }
+  return Status::Ok();
+}
+
 // Whether a symbolic link in a directory with these attributes may be followed: only where nobody
 // but the directory's owner can create entries (not writable by group or others) and that owner is
 // this user or root. A link in /tmp or in a group-shared folder may be someone else's.

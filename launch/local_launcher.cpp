@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/device_list.h"
+#include "common/safe_open.h"
 #include "common/system.h"
 #include "launch/child_process.h"
 #include "launch/device_allocator.h"
@@ -228,6 +229,10 @@ class LocalLauncher final : public Launcher {
     if (!opt_.log_dir.empty()) {
       spawn.stdout_path = log_path(lead);
       spawn.stderr_path = "=stdout";
+      // A link or a FIFO planted at the log's name (a campaign unpacked from someone else's
+      // archive) is refused: before, the link's target was appended to, and a FIFO hung the master.
+      if (auto log = open_own_for_writing(spawn.stdout_path, /*truncate=*/false); !log.ok())
+        return std::move(log).error().with_context("the log of group " + std::to_string(lead));
     }
     HPCTUNE_ASSIGN(ChildProcess child, ChildProcess::spawn(spawn));
     children_[lead] = std::move(child);

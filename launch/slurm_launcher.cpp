@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/safe_open.h"
 #include "common/system.h"
 #include "common/text.h"
 #include "launch/child_process.h"
@@ -249,22 +250,35 @@ std::string slurm_default_bind() {
   return "tcp://" + address + ":*";
 }
 
+namespace {
+// One field of squeue's %L: at most 9 digits (a billion days is past any time limit; a longer field
+// is not a time, and std::stod threw on one of 400 digits).
+std::optional<double> slurm_duration_field(const std::string& s) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) v = v * 10 + (c - '0');
+  return static_cast<double>(v);
+}
+}  // namespace
+
 std::optional<double> parse_slurm_duration(const std::string& text) {
   std::string t = text;
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
   if (t.empty() || t.find_first_not_of("0123456789-:") != std::string::npos) return std::nullopt;
   double days = 0;
   if (const auto dash = t.find('-'); dash != std::string::npos) {
-    if (dash == 0) return std::nullopt;
-    days = std::stod(t.substr(0, dash));
+    const auto d = slurm_duration_field(t.substr(0, dash));
+    if (!d) return std::nullopt;
+    days = *d;
     t = t.substr(dash + 1);
   }
   std::vector<double> parts;
   std::istringstream in(t);
   std::string part;
   while (std::getline(in, part, ':')) {
-    if (part.empty() || part.find('-') != std::string::npos) return std::nullopt;
-    parts.push_back(std::stod(part));
+    const auto p = slurm_duration_field(part);
+    if (!p) return std::nullopt;
+    parts.push_back(*p);
   }
   if (parts.empty() || parts.size() > 3) return std::nullopt;
   double seconds = 0;
@@ -310,7 +324,10 @@ class SlurmLauncher final : public Launcher {
     if (now >= next_time_check_) {
       next_time_check_ = now + std::chrono::seconds(60);
       if (auto left = slurm_time_left(job_, opt_.slurm.squeue)) {
-        stop_by_ = now + std::chrono::milliseconds(static_cast<int64_t>((*left - opt_.slurm.signal_before_s) * 1000));
+        // At most a century ahead: the steady clock's nanoseconds overflow past 292 years.
+        constexpr double kFarMs = 100.0 * 365 * 86400 * 1000;
+        const double ms = std::min((*left - opt_.slurm.signal_before_s) * 1000, kFarMs);
+        stop_by_ = now + std::chrono::milliseconds(static_cast<int64_t>(ms));
       }
     }
     if (stop_by_ && now >= *stop_by_) return "the allocation's time limit is less than resources.slurm.signal_before away";
@@ -330,6 +347,9 @@ class SlurmLauncher final : public Launcher {
     if (!opt_.log_dir.empty()) {
       spawn.stdout_path = log_path(group);
       spawn.stderr_path = "=stdout";
+      // A link or a FIFO planted at the log's name is refused (as by the local launcher).
+      if (auto log = open_own_for_writing(spawn.stdout_path, /*truncate=*/false); !log.ok())
+        return std::move(log).error().with_context("the log of group " + std::to_string(group));
       std::error_code ec;
       const auto size = std::filesystem::file_size(spawn.stdout_path, ec);
       step.log_offset = ec ? 0 : static_cast<std::size_t>(size);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/safe_open.h"
 #include "common/text.h"
 
 namespace hpctune::nn {
@@ -281,8 +282,11 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   std::memcpy(w.out.data() + 32, &sum, sizeof sum);
 
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("create", tmp);
+  // A link or a FIFO planted at the temporary name (a trial directory unpacked from someone else's
+  // archive) is refused: before, the link's target was emptied and written, and a FIFO hung here.
+  auto opened = open_own_for_writing(tmp, /*truncate=*/true);
+  if (!opened.ok()) return std::move(opened).error().with_context("checkpoint " + path + " not written");
+  const int fd = opened->release();
   size_t done = 0;
   while (done < w.out.size()) {
     const ssize_t n = ::write(fd, w.out.data() + done, w.out.size() - done);

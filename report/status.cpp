@@ -36,6 +36,13 @@ std::string age_text(double seconds) {
   return std::to_string(s / 3600) + "h " + std::to_string((s / 60) % 60) + "m";
 }
 
+// Whether the heartbeat says the master may be gone: older than the stale window, or further
+// ahead of this clock than that window (clock skew between hosts is seconds: no live master wrote
+// such a heartbeat; a crafted 1e300 kept a campaign "running" forever).
+bool heartbeat_stale(const store::CampaignRow& c, double now) {
+  return c.heartbeat_at > 0 && std::abs(now - c.heartbeat_at) > store::kMasterHeartbeatStale_s;
+}
+
 }  // namespace
 
 MasterLiveness judge_master(const store::CampaignRow& c, bool lock_held, bool process_gone, double now,
@@ -46,15 +53,18 @@ MasterLiveness judge_master(const store::CampaignRow& c, bool lock_held, bool pr
   if (c.state != "running") return m;
   // Without a heartbeat (a database recorded before there were any) its age is unknown: only a
   // master process known to be gone says so.
-  const bool stale = m.heartbeat_age_s > store::kMasterHeartbeatStale_s;
-  const std::string last =
-      m.heartbeat_age_s < 0 ? std::string("no heartbeat recorded") : "last heartbeat " + age_text(m.heartbeat_age_s) + " ago";
+  const bool stale = heartbeat_stale(c, now);
+  const bool ahead = stale && c.heartbeat_at > now;
+  const std::string last = m.heartbeat_age_s < 0 ? std::string("no heartbeat recorded")
+                           : ahead               ? "its heartbeat is recorded in the future"
+                                                 : "last heartbeat " + age_text(m.heartbeat_age_s) + " ago";
   if (!lock_held && (stale || process_gone)) {
     m.gone = true;
     m.resume = "hpctune resume " + db_path;
     m.text = "interrupted (the master is gone: " + last + "; resume with: " + m.resume + ")";
   } else if (stale && lock_held) {
-    m.text = "running (no heartbeat for " + age_text(m.heartbeat_age_s) + "; the master still holds its lock)";
+    m.text = ahead ? "running (" + last + "; the master still holds its lock)"
+                   : "running (no heartbeat for " + age_text(m.heartbeat_age_s) + "; the master still holds its lock)";
   }
   return m;
 }
@@ -68,7 +78,7 @@ MasterLiveness master_liveness(const store::CampaignRow& c, const std::string& d
     process_gone = c.master_pid > std::numeric_limits<int32_t>::max() ||
                    (::kill(static_cast<pid_t>(c.master_pid), 0) != 0 && errno == ESRCH);
   }
-  const bool stale = c.heartbeat_at > 0 && now - c.heartbeat_at > store::kMasterHeartbeatStale_s;
+  const bool stale = heartbeat_stale(c, now);
   // The lock is probed only when the master may be gone: a probe in the instant a master starts
   // would refuse it (store::master_lock_held).
   if (!stale && !process_gone) return judge_master(c, true, false, now, db_path);

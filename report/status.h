@@ -25,7 +25,7 @@ struct CampaignView;
 // the heartbeat the master writes every store::kMasterHeartbeatEvery_s.
 struct MasterLiveness {
   // The master is gone: its lock is free, and its heartbeat is older than
-  // store::kMasterHeartbeatStale_s or it ran on this host and its process no longer exists (a
+  // store::kMasterHeartbeatStale_s (or that far in the future: no live master wrote it) or it ran on this host and its process no longer exists (a
   // campaign without a heartbeat, recorded before there were any, is judged by the process only). The views then show the campaign interrupted, with the command that resumes it.
   bool gone = false;
   double heartbeat_age_s = -1;  // seconds since the last heartbeat; < 0 = none recorded

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include <fcntl.h>
@@ -467,8 +469,30 @@ Result<nlohmann::json> col_json(sqlite3_stmt* s, int i, const char* what) {
   return parse_bounded_json(text, std::string("column ") + what);
 }
 
+// The numeric columns `cols` (index, table.column) of the current row hold numbers or NULL. SQLite
+// keeps text that does not read as a number as text even in a REAL or INTEGER column, and
+// sqlite3_column_double reads it as 0: a crafted objective 'abc' or 'nan' became the best trial.
+// hpctune never writes such text (NaN is stored as NULL). Called before any other read of the row
+// (reading a column may convert it). The text itself is not repeated: it may hold terminal controls.
+Status numeric_columns(sqlite3_stmt* s, std::initializer_list<std::pair<int, const char*>> cols) {
+  for (const auto& [i, name] : cols) {
+    const int type = sqlite3_column_type(s, i);
+    if (type == SQLITE_TEXT || type == SQLITE_BLOB) {
+      return err(Errc::kIo, std::string("column ") + name + " holds " + (type == SQLITE_TEXT ? "text" : "a blob") +
+                                " where a number belongs (the file was edited, damaged or crafted)");
+    }
+  }
+  return Status::Ok();
+}
+
 // A metrics row: trial_id, attempt, step, name, value (NULL reads as NaN), t.
-MetricRow read_metric(sqlite3_stmt* s) {
+Result<MetricRow> read_metric(sqlite3_stmt* s) {
+  if (Status numbers = numeric_columns(s, {{0, "metrics.trial_id"}, {1, "metrics.attempt"}, {2, "metrics.step"},
+                                           {4, "metrics.value"}, {5, "metrics.t"}});
+      !numbers.ok()) {
+    return std::move(numbers).error().with_context("while reading the metrics of trial " +
+                                                   std::to_string(sqlite3_column_int64(s, 0)));
+  }
   MetricRow m;
   m.trial_id = col_i64(s, 0);
   m.attempt = col_i64(s, 1);
@@ -499,6 +523,14 @@ std::optional<std::string> trial_meta_problem(const nlohmann::json& meta) {
 }
 
 Result<TrialRow> read_trial(sqlite3_stmt* s) {
+  if (Status numbers = numeric_columns(s, {{0, "trials.id"}, {1, "trials.campaign_id"}, {2, "trials.stage_id"},
+                                           {3, "trials.seq"}, {7, "trials.attempt"}, {8, "trials.group_id"},
+                                           {9, "trials.created_at"}, {10, "trials.started_at"},
+                                           {11, "trials.finished_at"}, {12, "trials.step"}, {14, "trials.objective"},
+                                           {16, "trials.parent_trial_id"}, {17, "trials.generation"}});
+      !numbers.ok()) {
+    return std::move(numbers).error().with_context("while reading trial " + std::to_string(sqlite3_column_int64(s, 0)));
+  }
   TrialRow r;
   r.id = col_i64(s, 0);
   r.campaign_id = col_i64(s, 1);
@@ -764,33 +796,66 @@ std::string uri_path(const std::string& path) {
   return out;
 }
 
-// --- the columns a database of each schema version has --------------------------------------------
+// --- the schema a database of each schema version has ---------------------------------------------
 
-using TableColumns = std::vector<std::pair<std::string, std::vector<std::string>>>;
+// A column as pragma_table_info gives it: its name and declared type.
+struct Column {
+  std::string name, type;
+};
+// A table of the schema: its kind as pragma_table_list says it (table, view, virtual, shadow) and
+// its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns here.
+struct SchemaTables {
+  std::vector<std::pair<std::string, std::vector<Column>>> tables;
+  std::set<std::string> others;
+};
 
-// The column names of `table` in `db`, in order; none when there is no such table.
-Result<std::vector<std::string>> column_names(sqlite3* db, const std::string& table) {
+// The text of each row of `sql` (?1 bound to `arg` when given), `ncols` columns each.
+Result<std::vector<std::vector<std::string>>> text_rows(sqlite3* db, const char* sql, const std::string* arg, int ncols) {
   sqlite3_stmt* raw = nullptr;
-  int rc = sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info(?1) ORDER BY cid", -1, &raw, nullptr);
+  int rc = sqlite3_prepare_v2(db, sql, -1, &raw, nullptr);
   Statement stmt(raw);
-  if (rc == SQLITE_OK) rc = sqlite3_bind_text(raw, 1, table.c_str(), -1, SQLITE_TRANSIENT);
-  std::vector<std::string> names;
+  if (rc == SQLITE_OK && arg) rc = sqlite3_bind_text(raw, 1, arg->c_str(), -1, SQLITE_TRANSIENT);
+  std::vector<std::vector<std::string>> rows;
   while (rc == SQLITE_OK || rc == SQLITE_ROW) {
     rc = sqlite3_step(raw);
-    if (rc == SQLITE_ROW) names.push_back(col_text(raw, 0));
+    if (rc != SQLITE_ROW) continue;
+    std::vector<std::string> row;
+    for (int i = 0; i < ncols; ++i) row.push_back(col_text(raw, i));
+    rows.push_back(std::move(row));
   }
-  if (rc != SQLITE_DONE) {
-    return err(Errc::kIo, "cannot read the columns of table " + table + ": " + sqlite3_errstr(rc));
-  }
-  return names;
+  if (rc != SQLITE_DONE) return err(Errc::kIo, std::string("cannot read the database's schema: ") + sqlite3_errstr(rc));
+  return rows;
+}
+
+// The columns of `table` in `db`, in order; none when there is no such table.
+Result<std::vector<Column>> table_columns(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT name, type FROM pragma_table_info(?1) ORDER BY cid", &table, 2));
+  std::vector<Column> out;
+  for (auto& r : rows) out.push_back({std::move(r[0]), std::move(r[1])});
+  return out;
+}
+
+// What `name` is in the main schema: "table", "view", "virtual" or "shadow"; "" when nothing.
+Result<std::string> table_kind(sqlite3* db, const std::string& name) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT type FROM pragma_table_list(?1) WHERE schema = 'main'", &name, 1));
+  return rows.empty() ? std::string() : rows.front().front();
+}
+
+// The views and triggers of `db`, as "view NAME" and "trigger NAME".
+Result<std::set<std::string>> views_and_triggers(sqlite3* db) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT type, name FROM sqlite_schema WHERE type IN ('view', 'trigger')",
+                                      nullptr, 2));
+  std::set<std::string> out;
+  for (const auto& r : rows) out.insert(r[0] + " " + r[1]);
+  return out;
 }
 
 // Every table of schema version `version` with its columns, as the migrations of schema.h create
 // them: made once per version in an in-memory database, so that this list is never a second,
 // hand-kept copy of the schema.
-Result<TableColumns> schema_columns(int version) {
+Result<SchemaTables> schema_tables(int version) {
   static std::mutex mu;
-  static std::map<int, TableColumns> made;
+  static std::map<int, SchemaTables> made;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = made.find(version); it != made.end()) return it->second;
   sqlite3* raw = nullptr;
@@ -806,48 +871,66 @@ Result<TableColumns> schema_columns(int version) {
       return err(Errc::kInternal, "schema migration " + std::to_string(m.version) + " fails on an empty database: " + why);
     }
   }
-  std::vector<std::string> tables;
-  {
-    sqlite3_stmt* s = nullptr;
-    int src = sqlite3_prepare_v2(raw, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                                      "ORDER BY name", -1, &s, nullptr);
-    Statement stmt(s);
-    while (src == SQLITE_OK || src == SQLITE_ROW) {
-      src = sqlite3_step(s);
-      if (src == SQLITE_ROW) tables.push_back(col_text(s, 0));
-    }
-    if (src != SQLITE_DONE) return err(Errc::kInternal, std::string("cannot list the schema's tables: ") + sqlite3_errstr(src));
+  auto names = text_rows(raw, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+                         nullptr, 1);
+  if (!names.ok()) return err(Errc::kInternal, "cannot list the schema's tables: " + names.error().message());
+  SchemaTables schema;
+  for (const auto& row : *names) {
+    HPCTUNE_ASSIGN(std::vector<Column> columns, table_columns(raw, row.front()));
+    schema.tables.emplace_back(row.front(), std::move(columns));
   }
-  TableColumns columns;
-  for (const std::string& table : tables) {
-    HPCTUNE_ASSIGN(std::vector<std::string> names, column_names(raw, table));
-    columns.emplace_back(table, std::move(names));
-  }
-  made[version] = columns;
-  return columns;
+  HPCTUNE_ASSIGN(schema.others, views_and_triggers(raw));
+  made[version] = schema;
+  return schema;
 }
 
-// Every table and column of the database's schema version is there: a file edited by hand (a
-// dropped column, a table rebuilt without one) would otherwise fail later, in some query, with
-// SQLite's own message. kIo naming what is missing.
-Status check_columns(sqlite3* db, int version, const std::string& path) {
-  HPCTUNE_ASSIGN(TableColumns expected, schema_columns(version));
-  std::string missing;
-  for (const auto& [table, columns] : expected) {
-    HPCTUNE_ASSIGN(std::vector<std::string> have, column_names(db, table));
-    if (have.empty()) {
-      missing += (missing.empty() ? "" : ", ") + std::string("table ") + table;
+bool same_type(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::toupper(static_cast<unsigned char>(x)) == std::toupper(static_cast<unsigned char>(y));
+         });
+}
+
+// The database's schema is that of its version: every table and column is there, each table a
+// table (not a view), each column of its declared type, and no view or trigger the migrations do
+// not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
+// fail later, in some query, with SQLite's own message; a crafted one (a view in place of a table,
+// a column of another type, a trigger that rewrites what is stored) would feed its own rows.
+// kIo naming what is missing or different.
+Status check_schema(sqlite3* db, int version, const std::string& path) {
+  HPCTUNE_ASSIGN(SchemaTables expected, schema_tables(version));
+  std::string missing, differs;
+  auto add = [](std::string& list, const std::string& what) { list += (list.empty() ? "" : ", ") + what; };
+  for (const auto& [table, columns] : expected.tables) {
+    HPCTUNE_ASSIGN(std::string kind, table_kind(db, table));
+    if (kind.empty()) {
+      add(missing, "table " + table);
       continue;
     }
-    for (const std::string& column : columns) {
-      if (std::find(have.begin(), have.end(), column) == have.end()) {
-        missing += (missing.empty() ? "" : ", ") + std::string("column ") + table + "." + column;
+    if (kind != "table") {
+      add(differs, table + " is a " + kind + ", not a table");
+      continue;
+    }
+    HPCTUNE_ASSIGN(std::vector<Column> have, table_columns(db, table));
+    for (const Column& column : columns) {
+      const auto it = std::find_if(have.begin(), have.end(), [&](const Column& c) { return c.name == column.name; });
+      if (it == have.end()) {
+        add(missing, "column " + table + "." + column.name);
+      } else if (!same_type(it->type, column.type)) {
+        add(differs, "column " + table + "." + column.name + " is declared '" + it->type + "', not '" + column.type + "'");
       }
     }
   }
-  if (missing.empty()) return Status::Ok();
-  return err(Errc::kIo, "database " + path + " lacks " + missing + " of its schema version " + std::to_string(version) +
-                            " (the file was edited, damaged or crafted); refusing to use it");
+  HPCTUNE_ASSIGN(std::set<std::string> others, views_and_triggers(db));
+  for (const std::string& other : others) {
+    if (!expected.others.count(other)) add(differs, "it has " + other + ", which the schema has not");
+  }
+  if (missing.empty() && differs.empty()) return Status::Ok();
+  const std::string of = " of its schema version " + std::to_string(version);
+  std::string text = "database " + path;
+  if (!missing.empty()) text += " lacks " + missing + of;
+  if (!differs.empty()) text += (missing.empty() ? " differs from its schema version " + std::to_string(version) + ": "
+                                                 : "; and differs from it: ") + differs;
+  return err(Errc::kIo, text + " (the file was edited, damaged or crafted); refusing to use it");
 }
 
 }  // namespace
@@ -898,7 +981,7 @@ Error Store::sql_error(int rc, const std::string& what) const {
   // "no such column" after open (the file was changed under a reader that keeps it open, as the
   // dashboard does): said as open() says it, naming what is missing, not in SQLite's words.
   if (primary == SQLITE_ERROR && db_ && version_ > 0) {
-    if (Status columns = check_columns(db_.get(), version_, path_); !columns.ok()) return std::move(columns).error();
+    if (Status columns = check_schema(db_.get(), version_, path_); !columns.ok()) return std::move(columns).error();
   }
   return err(code, what + ": " + text + " (database " + path_ + ")");
 }
@@ -1125,7 +1208,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   store->db_ = std::move(conn);
   HPCTUNE_TRY(store->check_identity());
   // The migrations from here on assume the columns of the version the file says it has.
-  if (store->version_ > 0) HPCTUNE_TRY(check_columns(store->db_.get(), store->version_, path));
+  if (store->version_ > 0) HPCTUNE_TRY(check_schema(store->db_.get(), store->version_, path));
 
   // foreign_keys cannot change inside a transaction: off while migrating (a migration may rebuild a
   // table, schema.h), on after it (migrate() checks every reference before it commits).
@@ -1209,7 +1292,7 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
                                        "); open it once with a writer (hpctune resume) to migrate it (database " +
                                        path + ")");
   }
-  HPCTUNE_TRY(check_columns(store->db_.get(), store->version_, path));
+  HPCTUNE_TRY(check_schema(store->db_.get(), store->version_, path));
   return store;
 }
 

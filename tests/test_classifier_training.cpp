@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 
@@ -184,6 +185,38 @@ void spit(const std::string& path, const std::vector<uint8_t>& bytes) {
                                                                  static_cast<std::streamsize>(bytes.size()));
 }
 }  // namespace
+
+TEST_CASE("checkpoint and .npy writers: a link or a FIFO planted at the temporary name is refused, nothing written through") {
+  // A trial directory unpacked from someone else's archive: before, <path>.tmp linked to a file of
+  // the user's was emptied and overwritten (then the link renamed away), and a FIFO there hung.
+  TempDir dir;
+  const std::string victim = dir.file("victim.txt");
+  std::ofstream(victim) << "victim\n";
+  auto unchanged = [&] {
+    std::ifstream in(victim);
+    return std::string(std::istreambuf_iterator<char>(in), {}) == "victim\n";
+  };
+  const std::vector<float> probs(6, 0.5f);
+  for (const bool fifo : {false, true}) {
+    CAPTURE(fifo);
+    const std::string ckpt = dir.file(fifo ? "f.bin" : "l.bin"), npy = dir.file(fifo ? "f.npy" : "l.npy");
+    for (const std::string& tmp : {ckpt + ".tmp", npy + ".tmp"}) {
+      if (fifo) REQUIRE(::mkfifo(tmp.c_str(), 0600) == 0);
+      else std::filesystem::create_symlink(victim, tmp);
+    }
+    const std::string says = fifo ? " is a FIFO: not written to" : " is a symbolic link: not written through";
+    const Status c = write_checkpoint(ckpt, sample_checkpoint(1.0f));
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.error().code() == Errc::kInvalidArgument);
+    CHECK_MESSAGE(c.error().message().find(ckpt + ".tmp" + says) != std::string::npos, c.error().message());
+    const Status n = write_npy_f32(npy, probs.data(), 2, 3);
+    REQUIRE_FALSE(n.ok());
+    CHECK_MESSAGE(n.error().message().find(npy + ".tmp" + says) != std::string::npos, n.error().message());
+    CHECK_FALSE(std::filesystem::exists(ckpt));
+    CHECK_FALSE(std::filesystem::exists(npy));
+    CHECK(unchanged());
+  }
+}
 
 TEST_CASE("checkpoint: round trip, and every kind of damage is detected") {
   TempDir dir;

@@ -179,6 +179,41 @@ TEST_CASE("an explicitly empty value never means the option's default: exit 2 na
 
 // --- item 22: campaigns without a success ------------------------------------------------------------
 
+TEST_CASE("a workflow without a success: run's and resume's error name each failed stage and why, first") {
+  // Before, the error said only "no trial succeeded in campaign 'wf-fail' (2 failed)" and the first
+  // failure: the transfer stage that could not start (its checkpoint file is missing) was named
+  // nowhere but in the log, as it happened.
+  TempDir dir;
+  const std::string fail = dir.write("fail.sh", "exit 3\n");
+  const std::string missing = dir.file("missing.bin");
+  std::string y = "name: wf-fail\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n";
+  y += "trainer: {kind: command, command: \"/bin/sh " + fail + "\", provides: [checkpoints]}\n";
+  y += "resources: {groups: 1, threads: 1}\nstages:\n";
+  y += "  - name: bad\n    kind: search\n    search: {algorithm: random, max_trials: 2}\n";
+  y += "    space: {x: {type: float, low: 0.1, high: 0.9}}\n";
+  y += "  - {name: move, kind: transfer, checkpoint: " + missing + ", classes: [5, 6, 7, 8, 9]}\n";
+  const std::string cfg = dir.write("wf.yaml", y);
+  const std::string db = dir.file("wf.db");
+  int code = 0;
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"run", cfg, "--db", db}, {"resume", db}}) {
+    CAPTURE(args.front());
+    const std::string out = run_log(dir, args, args.front() + ".log", &code);
+    CHECK_MESSAGE(code == 1, out);
+    const auto at = out.find("hpctune " + args.front() + ": error: ");
+    REQUIRE_MESSAGE(at != std::string::npos, out);
+    const std::string error = out.substr(at);
+    const auto bad = error.find("campaign 'wf-fail' failed: stage 'bad' (search) failed: none of its 2 trials succeeded");
+    const auto move = error.find("stage 'move' (transfer) failed: could not start: stage 'move': no source: the checkpoint file '" +
+                                 missing + "' does not exist");
+    const auto none = error.find("no trial succeeded in campaign 'wf-fail' (2 failed)");
+    CHECK_MESSAGE(bad != std::string::npos, error);
+    CHECK_MESSAGE(move != std::string::npos, error);
+    CHECK_MESSAGE(none != std::string::npos, error);
+    CHECK_MESSAGE((bad < none && move < none), error);
+    CHECK_MESSAGE(contains(error, "`hpctune status " + db + "` shows every stage"), error);
+  }
+}
+
 TEST_CASE("a campaign whose trials all fail exits 1, names the first failure and stops after max_failures") {
   TempDir dir;
   const std::string fail = dir.write("fail.sh", "echo 'the data went missing' >&2\nexit 3\n");

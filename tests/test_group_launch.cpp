@@ -376,6 +376,19 @@ TEST_CASE("slurm: the time left to a job, as squeue writes it, in seconds") {
   CHECK(!parse_slurm_duration("-5:00"));
 }
 
+TEST_CASE("slurm: a time-left field too long to be a time is no time, not an exception") {
+  // std::stod threw out_of_range on these (uncaught: the master ended).
+  const std::string digits400(400, '9');
+  CHECK(!parse_slurm_duration(digits400));
+  CHECK(!parse_slurm_duration("1-" + digits400));
+  CHECK(!parse_slurm_duration(digits400 + "-00:00:01"));
+  CHECK(!parse_slurm_duration("1:" + digits400 + ":00"));
+  CHECK(!parse_slurm_duration("1234567890"));  // ten digits
+  // Nine digits in each field is still a time.
+  CHECK(parse_slurm_duration("999999999-0:0:1") == 999999999.0 * 86400 + 1);
+  CHECK(parse_slurm_duration("999999999") == 999999999.0 * 60);
+}
+
 TEST_CASE("slurm: bad layouts and a missing mpirun are errors") {
   CHECK(slurm_step_command(slurm_options(0, 1, "srun"), 0, {}).error().code() == Errc::kConfig);
   CHECK(slurm_step_command(slurm_options(2, 0, "srun"), 0, {}).error().code() == Errc::kConfig);

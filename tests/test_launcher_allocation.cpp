@@ -60,6 +60,10 @@ TEST_CASE("slurm: the launcher says the allocation ends once its time limit is l
   // No limit (UNLIMITED) or no answer: never.
   CHECK(slurm_launcher(fake_squeue(dir, "sqU", "UNLIMITED"), 50)->allocation_ending().empty());
   CHECK(slurm_launcher(dir.file("no-such-squeue"), 50)->allocation_ending().empty());
+  // A field too long to be a time is no answer (std::stod threw on it), and a limit a billion days
+  // away is far, not past (its nanoseconds overflowed the steady clock).
+  CHECK(slurm_launcher(fake_squeue(dir, "sq400", std::string(400, '9')), 50)->allocation_ending().empty());
+  CHECK(slurm_launcher(fake_squeue(dir, "sqFar", "999999999-23:59:59"), 50)->allocation_ending().empty());
   // The local backend has no allocation.
   auto local = launch::make_launcher("local", launch::LocalLauncherOptions{});
   REQUIRE(local.ok());

@@ -1120,6 +1120,17 @@ TEST_CASE("judge_master: the lock free and the heartbeat stale, or the process g
   CHECK(m.text == "interrupted (the master is gone: last heartbeat 5s ago; resume with: hpctune resume x.db)");
   // The lock held wins over a pid that looks gone (a master on a host of the same name).
   CHECK_FALSE(report::judge_master(c, true, true, 1005, "x.db").gone);
+  // A heartbeat further ahead than the stale window (a crafted 1e300) is no live master's: with the
+  // lock free, gone (before: "running" forever, alive); seconds ahead (clock skew) is fresh.
+  c.heartbeat_at = 1e300;
+  m = report::judge_master(c, false, false, 5000, "x.db");
+  CHECK(m.gone);
+  CHECK(m.text == "interrupted (the master is gone: its heartbeat is recorded in the future; resume with: hpctune resume x.db)");
+  m = report::judge_master(c, true, false, 5000, "x.db");
+  CHECK_FALSE(m.gone);
+  CHECK(m.text == "running (its heartbeat is recorded in the future; the master still holds its lock)");
+  c.heartbeat_at = 5005;
+  CHECK_FALSE(report::judge_master(c, false, false, 5000, "x.db").gone);
   // No heartbeat recorded (a database from before heartbeats): only a gone process says gone.
   c.heartbeat_at = 0;
   CHECK_FALSE(report::judge_master(c, false, false, 5000, "x.db").gone);

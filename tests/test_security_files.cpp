@@ -199,6 +199,53 @@ TEST_CASE("a campaign does not write its trials through a <db>.trials link anoth
   CHECK(fs::is_empty(drop));
 }
 
+TEST_CASE("resume: links and FIFOs planted in the trial directories are neither written through nor waited on") {
+  // A campaign unpacked from someone else's archive and resumed. Before, the command trainer
+  // appended its output to the file a planted stdout.log linked to, and a FIFO stderr.log (or a
+  // FIFO group log) hung the worker (the master) for good; a trial directory that was a link
+  // received the trial's files.
+  TempDir dir;
+  const std::string script = dir.write("t.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"loss\\\": $1}\"\necho out\n");
+  const std::string cfg = dir.write("c.yaml", "name: planted\nseed: 1\nobjective: {metric: loss, mode: min}\n"
+                                              "search: {algorithm: random, max_trials: 2}\n"
+                                              "space: {x: {type: float, low: 0.1, high: 0.9}}\n"
+                                              "trainer: {kind: command, command: \"/bin/sh " + script + " {x}\"}\n"
+                                              "resources: {groups: 1}\n");
+  const std::string db = dir.file("c.db");
+  auto r = hpctune_cmd(dir, {"run", cfg, "--db", db});
+  REQUIRE_MESSAGE(r.status.success(), r.out);
+  const std::string trials = db + ".trials";
+  const std::string victim = dir.write("victim.txt", "victim\n");
+  const std::string elsewhere = dir.file("elsewhere");
+  fs::create_directories(elsewhere);
+  fs::create_directories(trials + "/3/attempt-1");
+  fs::create_symlink(victim, trials + "/3/attempt-1/stdout.log");
+  fs::create_directories(trials + "/4/attempt-1");
+  REQUIRE(::mkfifo((trials + "/4/attempt-1/stderr.log").c_str(), 0600) == 0);
+  fs::create_directory_symlink(elsewhere, trials + "/5");
+  r = hpctune_cmd(dir, {"resume", db, "--max-trials", "5"}, 60s);
+  CHECK_MESSAGE(r.status.code == 0, r.out);  // the campaign completes: two trials done before
+  CHECK_MESSAGE(contains(r.out, "trial 3 failed: " + trials + "/3/attempt-1/stdout.log is a symbolic link: not written through"),
+                r.out);
+  CHECK_MESSAGE(contains(r.out, "trial 4 failed: " + trials + "/4/attempt-1/stderr.log is a FIFO: not written to"), r.out);
+  CHECK_MESSAGE(contains(r.out, "trial 5 failed: trainer threw: " + trials + "/5 is a symbolic link: not followed"), r.out);
+  CHECK(read_file(victim) == "victim\n");
+  CHECK(fs::is_empty(elsewhere));
+  // The group's log: a FIFO or a link there is refused at the group's start, exit 2.
+  for (const bool fifo : {true, false}) {
+    CAPTURE(fifo);
+    const std::string log = trials + "/logs/group-0.log";
+    fs::remove(log);
+    if (fifo) REQUIRE(::mkfifo(log.c_str(), 0600) == 0);
+    else fs::create_symlink(victim, log);
+    r = hpctune_cmd(dir, {"resume", db, "--max-trials", "6"}, 60s);
+    CHECK_MESSAGE(r.status.code == 2, r.out);
+    CHECK_MESSAGE(contains(r.out, log + (fifo ? " is a FIFO: not written to" : " is a symbolic link: not written through")),
+                  r.out);
+    CHECK(read_file(victim) == "victim\n");
+  }
+}
+
 // --- finding 6: JSON nested too deep in the store ---------------------------------------------
 
 TEST_CASE("JSON nested 300,000 deep in a trial: status, trials, export, trial and the dashboard say so, no crash") {
@@ -454,6 +501,40 @@ TEST_CASE("a worker started by hand without HPCTUNE_SECRET exits 2 at once namin
   CHECK_MESSAGE(contains(out, "no launch credential for slot 1 (group 5) of --slots 2"), out);
 }
 
+TEST_CASE("a worker given a malformed HPCTUNE_SECRET exits 2 at once naming the variable and its form") {
+  // Before, a non-empty credential of any form was sent in hello (which the master ignores) and the
+  // worker retried until its give-up deadline (10 minutes); the 30 s limit below fails on that.
+  TempDir dir;
+  const std::string a32(32, 'a'), b32(32, 'b');
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--group", "0"}, "x"},
+      {{"--group", "0"}, a32 + b32},                   // no dot
+      {{"--group", "0"}, a32 + "." + std::string(31, 'b')},
+      {{"--group", "0"}, std::string(32, 'A') + "." + b32},  // the master writes lower-case hex
+      {{"--group", "0"}, a32 + "." + std::string(31, 'b') + "g"},
+      {{"--group", "0"}, a32 + "." + b32 + "," + a32 + "." + b32},  // a pack's list, for one slot
+      {{"--group", "4", "--slots", "2"}, a32 + "." + b32 + ",secret-2"},
+  };
+  int n = 0;
+  for (const auto& [flags, secret] : cases) {
+    CAPTURE(secret);
+    std::string name = "w";  // appended, not "w" + ...: GCC 12 warns falsely (-Wrestrict, PR 105329)
+    name.append(std::to_string(++n)).append(".log");
+    const std::string log = dir.file(name);
+    std::vector<std::string> args = {"worker", "--master", "tcp://127.0.0.1:1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto w = start_hpctune(args, log, {{"HPCTUNE_SECRET", secret}});
+    auto st = w.wait_for(30s);
+    REQUIRE_MESSAGE(st.has_value(), read_file(log));
+    const std::string out = read_file(log);
+    CHECK_MESSAGE(st->code == 2, out);
+    CHECK_MESSAGE(contains(out, "malformed launch credential: the environment variable HPCTUNE_SECRET"), out);
+    CHECK_MESSAGE(contains(out, "'<campaign secret>.<launch token>', 32 lower-case hex digits each"), out);
+    CHECK_MESSAGE(!contains(out, "no answer from the master"), out);
+    if (secret.size() >= 32) CHECK_MESSAGE(!contains(out, secret), out);  // a secret, even a wrong one, is not printed
+  }
+}
+
 // --- issue 35, R4 and R8: a store of huge JSON values; text that is not UTF-8 ------------------
 
 TEST_CASE("four 60 MB JSON arrays: status, trials, export and trial refuse naming the trial and column, never abort") {
@@ -646,6 +727,54 @@ TEST_CASE("a database without a column of its schema: every command exits 1 nami
   CHECK(answer.status == 500);
   CHECK_MESSAGE(contains(answer.body.dump(), expect), answer.body.dump());
   CHECK_FALSE(contains(answer.body.dump(), "no such column"));
+}
+
+TEST_CASE("an objective or a metric stored as text: every command exits 1 naming the column and the trial") {
+  // Before, SQLite read the text as 0: `status` and `resume` named trial 2 the best (value = 0).
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "texty");
+  for (const auto& [name, change] : {std::pair<std::string, std::string>{"objective", "UPDATE trials SET objective = 'nan' WHERE id = 2"},
+                                     {"metric", "UPDATE metrics SET value = 'abc' WHERE trial_id = 2"}}) {
+    CAPTURE(name);
+    const std::string db = dir.file(name + ".db");
+    fs::copy_file(good, db);
+    sql(db, change);
+    const std::string expect = name == "objective" ? "column trials.objective holds text where a number belongs"
+                                                   : "column metrics.value holds text where a number belongs";
+    std::vector<std::vector<std::string>> commands = {{"trial", db, "2"}, {"export", db, "--format", "json"}};
+    if (name == "objective") {
+      commands.push_back({"status", db});
+      commands.push_back({"trials", db});
+      commands.push_back({"resume", db, "--max-trials", "6"});
+    }
+    for (const auto& args : commands) {
+      CAPTURE(args[0]);
+      auto r = hpctune_cmd(dir, args);
+      CHECK_MESSAGE(r.status.code == 1, r.out);
+      CHECK_MESSAGE(contains(r.out, expect), r.out);
+      CHECK_MESSAGE(contains(r.out, name == "objective" ? "while reading trial 2" : "while reading the metrics of trial 2"),
+                    r.out);
+    }
+  }
+}
+
+TEST_CASE("a database with a view in place of a table: every command exits 1 naming it; the dashboard too") {
+  // Before, the schema check compared column names only: a view of the same columns passed it, and
+  // `status`, `export` and the dashboard showed the view's rows (`resume` failed later in SQLite).
+  TempDir dir;
+  const std::string good = finished_campaign(dir, "viewed");
+  const std::string db = dir.file("crafted.db");
+  fs::copy_file(good, db);
+  sql(db, "ALTER TABLE metrics RENAME TO metric_rows; CREATE VIEW metrics AS SELECT * FROM metric_rows");
+  const std::string expect = "differs from its schema version " + std::to_string(store::Store::latest_version()) +
+                             ": metrics is a view, not a table";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"status", db}, {"export", db, "--format", "csv"},
+                                               {"resume", db, "--max-trials", "5"}, {"dashboard", db, "--port", "0"}}) {
+    CAPTURE(args[0]);
+    auto r = hpctune_cmd(dir, args, 30s);
+    CHECK_MESSAGE(r.status.code == 1, r.out);
+    CHECK_MESSAGE(contains(r.out, expect), r.out);
+  }
 }
 
 TEST_CASE("trials.meta with a role or lineage relation that is not text: an error naming the trial and key") {

@@ -354,6 +354,9 @@ TEST_CASE("a simulated campaign whose trials all fail exits as `run` does, non-z
   const std::string log = read_file(dir.file("sim.log"));
   CHECK(log.find("0 done, 0 pruned, 4 failed") != std::string::npos);  // the report is printed first
   CHECK(log.find("no trial succeeded in simulated campaign 'f' (4 failed)") != std::string::npos);
+  // The failed stage is named, with why, before (its error said only "no trial succeeded").
+  const auto stage = log.find("simulated campaign 'f' failed: stage 'search' (search) failed: none of its 4 trials succeeded");
+  CHECK_MESSAGE(stage < log.find("no trial succeeded in simulated campaign"), log);
   CHECK(log.find("is outside branin's box") != std::string::npos);  // the first failure, named
   CHECK(log.find("hpctune trials " + dir.file("sim.db")) != std::string::npos);
   const Recorded r = read_db(dir.file("sim.db"));  // recorded all the same

@@ -784,6 +784,112 @@ TEST_CASE("a database without a column or table of its schema version is refused
   CHECK(v7.error().message().find("lacks column attempts.devices of its schema version 7") != std::string::npos);
 }
 
+TEST_CASE("a database with a view for a table, a column of another type or a trigger of its own is refused on open") {
+  // Before, only the column names were compared: each of these files opened, and fed its own rows
+  // (a view), text where numbers are read (a column declared TEXT), or rewrote what was stored (a trigger).
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  const std::string version = std::to_string(Store::latest_version());
+  struct Craft {
+    const char* name;
+    const char* sql;
+    std::string expect;
+  };
+  const Craft crafts[] = {
+      {"view", "ALTER TABLE lineage RENAME TO lineage_rows; CREATE VIEW lineage AS SELECT * FROM lineage_rows",
+       "differs from its schema version " + version + ": lineage is a view, not a table"},
+      {"type", "ALTER TABLE trials DROP COLUMN objective; ALTER TABLE trials ADD COLUMN objective TEXT",
+       "differs from its schema version " + version + ": column trials.objective is declared 'TEXT', not 'REAL'"},
+      {"trigger", "CREATE TRIGGER keep AFTER UPDATE ON trials BEGIN UPDATE trials SET objective = 1e308; END",
+       "differs from its schema version " + version + ": it has trigger keep, which the schema has not"},
+      {"both", "ALTER TABLE trials DROP COLUMN sync_mode; ALTER TABLE trials DROP COLUMN objective; "
+               "ALTER TABLE trials ADD COLUMN objective blob",
+       "lacks column trials.sync_mode of its schema version " + version +
+           "; and differs from it: column trials.objective is declared 'BLOB', not 'REAL'"},
+  };
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file(std::string(c.name) + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message().find("database " + path + " " + c.expect) != std::string::npos, r.error().message());
+      CHECK(r.error().message().find("refusing to use it") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused naming the column, never read as 0") {
+  // Before, sqlite3_column_double read a crafted objective 'abc' or 'nan' (SQLite keeps text that is
+  // not a number as text, even in a REAL column) as 0: `status` and `resume` named it the best trial.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  int64_t id = 0;
+  {
+    auto s = open_ok(good);
+    const int64_t c = make_campaign(*s);
+    auto t = s->insert_trial(make_trial(c, 0));
+    require_ok(t);
+    id = *t;
+    require_ok(s->add_metrics(id, 1, 1, {{"loss", 0.9}}, 1013.0));
+  }
+  struct Craft {
+    const char* sql;
+    const char* column;
+    const char* kind;
+    bool metrics;
+  };
+  for (const Craft& c : {Craft{"UPDATE trials SET objective = 'nan'", "trials.objective", "text", false},
+                         Craft{"UPDATE trials SET objective = 'abc'", "trials.objective", "text", false},
+                         Craft{"UPDATE trials SET finished_at = x'00'", "trials.finished_at", "a blob", false},
+                         Craft{"UPDATE trials SET seq = 'one'", "trials.seq", "text", false},
+                         Craft{"UPDATE metrics SET value = 'nan'", "metrics.value", "text", true},
+                         Craft{"UPDATE metrics SET step = 'x'", "metrics.step", "text", true}}) {
+    CAPTURE(c.sql);
+    const std::string path = dir.file("crafted.db");
+    std::filesystem::remove(path);
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    auto s = Store::open_readonly(path);
+    REQUIRE(s.ok());
+    const std::string expect = std::string("column ") + c.column + " holds " + c.kind + " where a number belongs";
+    auto check = [&](const hpctune::Error& e) {
+      CHECK(e.code() == Errc::kIo);
+      CHECK_MESSAGE(e.message().find(expect) != std::string::npos, e.message());
+      CHECK_MESSAGE(e.to_string().find(c.metrics ? "while reading the metrics of trial " : "while reading trial ") !=
+                        std::string::npos,
+                    e.to_string());
+    };
+    if (c.metrics) {
+      auto m = (*s)->metrics(id);
+      REQUIRE_FALSE(m.ok());
+      check(m.error());
+    } else {
+      auto trials = (*s)->trials(1);
+      REQUIRE_FALSE(trials.ok());
+      check(trials.error());
+    }
+  }
+  // A number stored as text that SQLite converts (a REAL column's affinity) is a number.
+  const std::string path = dir.file("converted.db");
+  std::filesystem::copy_file(good, path);
+  raw_exec(path, "UPDATE trials SET objective = '0.25'");
+  auto s = Store::open_readonly(path);
+  REQUIRE(s.ok());
+  auto trials = (*s)->trials(1);
+  REQUIRE(trials.ok());
+  REQUIRE(trials->size() == 1);
+  CHECK(trials->front().objective == 0.25);
+}
+
 TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
   TempDir dir;
   const std::string text = dir.file("notes.txt");

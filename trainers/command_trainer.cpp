@@ -258,10 +258,12 @@ class LogFile {
   LogFile(const LogFile&) = delete;
   LogFile& operator=(const LogFile&) = delete;
   ~LogFile() { close(); }
-  bool open(const std::string& path, int64_t limit) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // A link or a FIFO planted at `path` is refused (common/safe_open.h), naming it.
+  Status open(const std::string& path, int64_t limit) {
+    HPCTUNE_ASSIGN(UniqueFd fd, open_own_for_writing(path, /*truncate=*/false));
+    fd_ = fd.release();
     limit_ = limit;
-    return fd_ >= 0;
+    return Status::Ok();
   }
   LogFile& operator<<(std::string_view text) {
     pending_ += text;
@@ -747,6 +749,10 @@ Status make_trial_dirs(const TrialContext& ctx, TrialPlan& plan) {
     std::error_code ec;
     fs::create_directories(plan.trial_dir, ec);
     if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + plan.trial_dir + ": " + ec.message());
+    // A link planted there (a campaign unpacked from someone else's archive) would take the
+    // trial's files elsewhere.
+    if (Status own = check_own_directory(plan.trial_dir); !own.ok())
+      return std::move(own).error().with_context("command trainer: the trial directory");
   }
   plan.trial_dir = fs::absolute(plan.trial_dir).string();
   // Each attempt logs in a directory of its own: nothing of an earlier attempt (killed, but maybe
@@ -756,6 +762,8 @@ Status make_trial_dirs(const TrialContext& ctx, TrialPlan& plan) {
   std::error_code ec;
   fs::create_directories(plan.attempt_dir, ec);
   if (ec) return err(Errc::kIo, "command trainer: cannot create " + plan.attempt_dir + ": " + ec.message());
+  if (Status own = check_own_directory(plan.attempt_dir); !own.ok())
+    return std::move(own).error().with_context("command trainer: the attempt's directory");
   plan.stdout_log = plan.attempt_dir + "/stdout.log";
   plan.stderr_log = plan.attempt_dir + "/stderr.log";
   return Status::Ok();
@@ -1102,8 +1110,10 @@ Result<TrialResult> run_trial(const TrialContext& ctx, const CommandSettings& s,
                               std::unique_ptr<CommandPrograms::Program>& slot, int run, bool& again) {
   HPCTUNE_ASSIGN(TrialPlan plan, plan_trial(ctx, s));
   Session t;
-  if (!t.out_log.open(plan.stdout_log, s.log_limit) || !t.err_log.open(plan.stderr_log, s.log_limit))
-    return err(Errc::kIo, "command trainer: cannot write the logs in " + plan.trial_dir + ": " + strerror(errno));
+  for (auto [log, path] : {std::pair{&t.out_log, &plan.stdout_log}, std::pair{&t.err_log, &plan.stderr_log}}) {
+    if (Status opened = log->open(*path, s.log_limit); !opened.ok())
+      return std::move(opened).error().with_context("command trainer: while opening the logs in " + plan.attempt_dir);
+  }
   t.out_log << "hpctune: trial " << ctx.trial_id << " attempt " << ctx.attempt << ": "
             << (plan.s.argv.empty() ? plan.spawn.argv.back() : plan.s.command) << "\n";
   if (slot && !slot->status) {

@@ -5,11 +5,14 @@
 // same collectives on the same weights as the allreduce's. Coordinated: once a commit says the
 // group lost a replica, no collective of the group runs any more: the leader evaluates alone (the
 // replicas hold the same weights after each drain), and stop requests come with the commits.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "collectives/trainer_group.h"
+#include "common/safe_open.h"
 #include "common/text.h"
 #include "trainers/classifier_run.h"
 #include "trainers/replica_exchange.h"
@@ -140,12 +143,20 @@ class ExchangeRunner final : public EpochRunner {
   void write_clock_log(ClassifierRun& run) const {
     const std::filesystem::path path =
         std::filesystem::path(run.ctx.trial_dir) / ("sync_clocks_replica" + std::to_string(run.lay.data_rank) + ".csv");
-    std::ofstream out(path, std::ios::trunc);
+    std::string text;
     for (const ClockEvent& e : exchange_->events()) {
-      out << (e.applied < 0 ? "publish," : "begin,") << e.clock << ',' << e.applied << ',' << e.t_ns << '\n';
+      text += std::string(e.applied < 0 ? "publish," : "begin,") + std::to_string(e.clock) + ',' +
+              std::to_string(e.applied) + ',' + std::to_string(e.t_ns) + '\n';
     }
-    out.close();
-    if (!out) run.warn("could not write " + path.string());
+    // A link or a FIFO planted at the name is refused (common/safe_open.h), with the warning.
+    auto fd = open_own_for_writing(path.string(), /*truncate=*/true);
+    if (!fd.ok()) return run.warn("could not write " + path.string() + ": " + fd.error().message());
+    for (std::size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd->get(), text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return run.warn("could not write " + path.string());
+      done += static_cast<std::size_t>(n);
+    }
   }
 
   std::unique_ptr<ReplicaExchange> exchange_;

@@ -14,9 +14,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/safe_open.h"
 #include "protocol/curve_keys.h"
 
 namespace hpctune::worker {
@@ -117,6 +119,9 @@ class RunningTrial {
         std::error_code ec;
         std::filesystem::create_directories(ctx.trial_dir, ec);
         if (ec) throw std::runtime_error("cannot create trial directory " + ctx.trial_dir + ": " + ec.message());
+        // A link planted there (a campaign unpacked from someone else's archive) would take the
+        // trial's files elsewhere.
+        if (Status own = check_own_directory(ctx.trial_dir); !own.ok()) throw std::runtime_error(own.error().message());
       }
       const std::string kind = ctx.trainer.value("kind", std::string());
       auto trainer = options.make(kind);
@@ -512,15 +517,43 @@ Result<protocol::TransportOptions> take_worker_transport(const std::string& cred
   return options;
 }
 
-Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options) {
-  if (!options.make) return err(Errc::kInvalidArgument, "the worker has no trainer factory (WorkerOptions::make)");
+namespace {
+
+// The form of the credential the master's launcher hands a worker (protocol/messages.h, kSecretEnv;
+// Scheduler::launch_credential): "<campaign secret>.<launch token>", each random_hex(16).
+bool credential_well_formed(std::string_view c) {
+  constexpr std::size_t kHexDigits = 32;
+  if (c.size() != 2 * kHexDigits + 1 || c[kHexDigits] != '.') return false;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    if (i != kHexDigits && !((c[i] >= '0' && c[i] <= '9') || (c[i] >= 'a' && c[i] <= 'f'))) return false;
+  }
+  return true;
+}
+
+// Started by hand, or by something other than the master's launcher: the master ignores a hello
+// without a credential of its own, so waiting for its welcome until give_up would be waiting for
+// nothing. The credential itself is never printed.
+Status check_credential(const WorkerOptions& options) {
   if (options.secret.empty()) {
-    // Started by hand, or by something other than the master's launcher: the master ignores a
-    // hello without a credential, so waiting for its welcome until give_up would be waiting for nothing.
     return err(Errc::kConfig, std::string("no launch credential: the environment variable ") + protocol::kSecretEnv +
                                   " is not set (the master's launcher sets it for each worker it starts, "
                                   "'<campaign secret>.<launch token>'; the master ignores a worker without it)");
   }
+  if (!credential_well_formed(options.secret)) {
+    return err(Errc::kConfig, std::string("malformed launch credential: the environment variable ") +
+                                  protocol::kSecretEnv + " holds " + std::to_string(options.secret.size()) +
+                                  " characters for group " + std::to_string(options.group) +
+                                  " that are not '<campaign secret>.<launch token>', 32 lower-case hex digits each, "
+                                  "as the master's launcher sets it (the master ignores a worker without it)");
+  }
+  return {};
+}
+
+}  // namespace
+
+Status run_worker(protocol::ClientTransport& transport, const WorkerOptions& options) {
+  if (!options.make) return err(Errc::kInvalidArgument, "the worker has no trainer factory (WorkerOptions::make)");
+  HPCTUNE_TRY(check_credential(options));
   WorkerLoop loop(transport, options);
   return loop.run();
 }
@@ -529,6 +562,8 @@ Status run_worker_slots(const std::vector<protocol::ClientTransport*>& transport
   if (transports.size() != options.size() || options.empty()) {
     return err(Errc::kInvalidArgument, "run_worker_slots: one transport and one set of options per slot");
   }
+  // Every slot's credential before any slot says hello.
+  for (const WorkerOptions& o : options) HPCTUNE_TRY(check_credential(o));
   const std::atomic<int>* outer = options.front().terminate;
   std::atomic<int> end{0};
   std::atomic<size_t> running{options.size()};
