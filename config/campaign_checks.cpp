@@ -382,6 +382,14 @@ class Builder {
     }
     const auto* can = trainers::trainer_capabilities(t["kind"].get<std::string>());
     if (can == nullptr) return Status::Ok();  // the walker refused the kind
+    if (can->value_problem != nullptr) {  // a value's inner form (the cnn's layer lists)
+      for (auto it = t.begin(); it != t.end(); ++it) {
+        if (auto problem = can->value_problem(it.key(), it.value())) {
+          const std::string at = "trainer." + it.key() + problem->first;
+          return w_.fail(w_.mark_of(at), at, problem->second);
+        }
+      }
+    }
     if (can->params == trainers::TrainerParams::kTestFunctionArgs) HPCTUNE_TRY(check_function_trainer(c));
     if (const char* key = can->command_setting; key != nullptr && t.contains(key) && t[key].is_string()) {
       if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
@@ -796,9 +804,15 @@ class Builder {
     if (setting == nullptr) return w_.fail(w_.mark_of(path), path, not_found);
     const std::string type = p["type"].get<std::string>();
     const std::string of = " (trainer." + name + ")";
+    const auto* can = trainers::trainer_capabilities(kind);
     auto check = [&](const json& v, const std::string& at) -> Result<json> {
       auto checked = check_value(*setting, v);
       if (!checked.ok()) return w_.fail(w_.mark_of(at), at, checked.error().message() + of);
+      // The value's inner form (the cnn's layer lists), for each value the space can give.
+      if (can != nullptr && can->value_problem != nullptr) {
+        if (auto problem = can->value_problem(name, *checked))
+          return w_.fail(w_.mark_of(at + problem->first), at + problem->first, problem->second + of);
+      }
       return checked;
     };
     if (type == "float" || type == "int") {

@@ -501,7 +501,7 @@ Rename stage_rename(const std::string& prefix, const std::set<std::string>& own_
       if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
     }
     if (path.rfind("trainer.", 0) == 0) {
-      const std::string key = path.substr(8, path.find('.', 8) - 8);
+      const std::string key = path.substr(8, path.find_first_of(".[", 8) - 8);  // trainer.classes[0]: classes
       if (own_trainer_keys.count(key)) return prefix + path;
     }
     return path;

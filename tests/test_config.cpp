@@ -1464,3 +1464,44 @@ TEST_CASE("objective.noisy: off by default, true reaches the search spec, a bad 
   CHECK(parse_error("name: c\nobjective:\n  metric: loss\n  noisy: maybe\n" + rest) ==
         "test.yaml:4:3: objective.noisy: expected true or false, got 'maybe'");
 }
+
+TEST_CASE("cnn layers: a malformed layer or block entry is refused at its place, in the trainer and in a space") {
+  // Each passes the declaration (a list of values); before, validate took them and every trial of
+  // run failed with the trainer's "layers: 'foo' is neither a layer map nor a block".
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  const std::string forms = "{kind: conv, filters, kernel, stride, padding, activation} | {kind: maxpool, size, stride} | "
+                            "{kind: dense, units, activation} | {kind: dropout, rate}";
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [foo]}\n") ==
+        "test.yaml:4:31: trainer.layers[0]: 'foo' is neither a layer map nor a block; a layer is " + forms +
+            ", a block one of block1, block2, block3, block4, head (a setting that holds a list of layers)");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: conv, filters: 4}]}\n") ==
+        "test.yaml:4:31: trainer.layers[0].kernel: missing (required for kind conv); a layer is {kind: conv, filters, "
+        "kernel, stride, padding, activation}");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [block1, {kind: dense, units: 8}, block1]}\n") ==
+        "test.yaml:4:64: trainer.layers[2]: the block 'block1' is placed twice");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [block1], block1: [{kind: maxpool, size: 2}, block2]}\n") ==
+        "test.yaml:4:75: trainer.block1[1]: must be a mapping with a kind, got \"block2\"; a layer is " + forms);
+  // Every value a space can give: each choice, and a fixed value.
+  CHECK(parse_error(head +
+                    "space: {layers: {type: choice, values: [[{kind: dense, units: 8}], [{kind: dense, units: 8, act: "
+                    "relu}]]}}\ntrainer: {kind: cnn}\n") ==
+        "test.yaml:4:68: space.layers.values[1][0].act: unknown field for kind dense (known: activation, kind, units); "
+        "a layer is {kind: dense, units, activation} (trainer.layers)");
+  CHECK(parse_error(head + "space: {head: {type: choice, values: [[{kind: dense, units: 8}], [{kind: dropout}]]}}\n"
+                           "trainer: {kind: cnn, layers: [head]}\n") ==
+        "test.yaml:4:66: space.head.values[1][0].rate: missing (required for kind dropout); a layer is {kind: dropout, "
+        "rate} (trainer.head)");
+  CHECK(parse_error(head + "space: {layers: {type: fixed, value: [3]}}\ntrainer: {kind: cnn}\n").find(
+            "test.yaml:4:39: space.layers.value[0]: must be a mapping with a kind, got 3; a layer is") == 0);
+  // A stage's own trainer, named under the stage.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, trainer: {layers: [{kind: dense, "
+                             "units: 0}]}}\n",
+                             "{kind: cnn, epochs: 1}")) ==
+        "test.yaml:5:76: stages[0].trainer.layers[0].units: must be >= 1, got 0; a layer is {kind: dense, units, "
+        "activation}");
+  // Layer maps and placed blocks, blocks absent or searched: fine.
+  parse_ok(head + "trainer: {kind: cnn, layers: [block1, {kind: conv, filters: 4, kernel: 3}, {kind: maxpool, size: 2}, "
+                  "{kind: dense, units: 8, activation: tanh}, {kind: dropout, rate: 0.5}, head]}\n");
+  parse_ok(head + "space: {layers: {type: choice, values: [[{kind: dense, units: 8}], [block1]]}}\ntrainer: {kind: cnn}\n");
+  parse_ok(read_file(source_path("configs/fashion_nas.yaml")));
+}

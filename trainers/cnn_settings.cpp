@@ -2,7 +2,12 @@
 // learning rate, its layers, and the named blocks a searched architecture fills in.
 #include "trainers/trainer_settings.h"
 
+#include <algorithm>
+#include <iterator>
+#include <set>
 #include <string>
+
+#include "trainers/layer_spec.h"
 
 namespace hpctune::trainers {
 
@@ -51,11 +56,49 @@ const std::vector<SettingDecl>& cnn_setting_specs() {
   return specs;
 }
 
+namespace {
+
+bool is_cnn_block(const std::string& name) {
+  return std::any_of(std::begin(kCnnBlocks), std::end(kCnnBlocks), [&](const char* b) { return name == b; });
+}
+
+// `layers` and the blocks (TrainerCapabilities::value_problem): lists whose entries are layer maps
+// (layer_spec.h), or in `layers` also the name of a block, each once.
+std::optional<std::pair<std::string, std::string>> cnn_value_problem(std::string_view key, const nlohmann::json& value) {
+  const bool blocks_too = key == "layers";
+  if (!blocks_too && !is_cnn_block(std::string(key))) return std::nullopt;
+  if (!value.is_array()) return std::nullopt;  // the declaration (a list) refuses it
+  const std::string block_names = "block1, block2, block3, block4, head";
+  std::set<std::string> placed;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    const nlohmann::json& entry = value[i];
+    if (entry.is_string() && blocks_too) {
+      const std::string name = entry.get<std::string>();
+      if (!is_cnn_block(name))
+        return {{at, "'" + name + "' is neither a layer map nor a block; a layer is " + kLayerSpecForms +
+                         ", a block one of " + block_names + " (a setting that holds a list of layers)"}};
+      if (!placed.insert(name).second) return {{at, "the block '" + name + "' is placed twice"}};
+      continue;
+    }
+    LayerSpec spec;
+    if (auto p = read_layer_spec(entry, spec)) {
+      std::string what = p->what + "; a layer is " + p->form;
+      if (p->field.empty() && blocks_too) what += ", or a block (" + block_names + ")";
+      return {{at + (p->field.empty() ? "" : "." + p->field), what}};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 TrainerCapabilities cnn_capabilities() {
   TrainerCapabilities can = classifier_capabilities();
   // A checkpoint's layers: the list, and the blocks that fill it in.
   can.network_settings = {{"layers"}, {"blocks"}};
   for (const char* block : kCnnBlocks) can.network_settings.push_back({block});
+  can.value_problem = &cnn_value_problem;
   return can;
 }
 

@@ -138,6 +138,14 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   SettingRules setting_rules;
+  // What one setting's value must be beyond its declaration's type (the cnn's layer lists: each entry
+  // a layer map as trainers/layer_spec.h reads it, or a block's name): `problem` of a value of setting
+  // `key` is where in it (a suffix of the setting's path: "[0]", "[2].kernel") and what that must be
+  // ("'foo' is neither a layer map nor a block; a layer is ..."); nullopt when it is fine or when `key`
+  // has no such form. `hpctune validate` asks it of the trainer's value and of every value a space can
+  // give the setting; the trainer refuses the same. nullptr: no setting has one.
+  std::optional<std::pair<std::string, std::string>> (*value_problem)(std::string_view key,
+                                                                     const nlohmann::json& value) = nullptr;
   // The settings its network's shape is built from (a checkpoint holds that network: a trial resumed
   // from another's must have the same value, or with `zero_or_not`, be 0 where it is 0: dropout is a
   // layer of its own only above 0): `hpctune validate` refuses a space that can vary them in a stage
