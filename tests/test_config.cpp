@@ -1505,3 +1505,58 @@ TEST_CASE("cnn layers: a malformed layer or block entry is refused at its place,
   parse_ok(head + "space: {layers: {type: choice, values: [[{kind: dense, units: 8}], [block1]]}}\ntrainer: {kind: cnn}\n");
   parse_ok(read_file(source_path("configs/fashion_nas.yaml")));
 }
+
+TEST_CASE("transfer: a stage whose trials cannot load their source's checkpoint is refused at its place") {
+  // Each passed validate; before, every transfer trial failed with "checkpoint of another model"
+  // (or "setting 'freeze' = 2: the network has only 1 layers before its output layer") and the stage
+  // ended failed.
+  const std::string tune =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  auto move = [](const std::string& keys) { return "  - {name: move, kind: transfer, from: tune, " + keys + "}\n"; };
+  // Another trainer kind.
+  CHECK(parse_error(workflow(tune + move("trainer: {kind: cnn}"))) ==
+        "test.yaml:6:56: stages[1].trainer.kind: stage 'tune' trains trainer kind 'mlp', whose checkpoints the trials "
+        "of a transfer start from: trainer kind 'cnn' cannot load them; every trial would fail (leave trainer.kind out)");
+  // Another value of a setting that shapes the network, given by the stage.
+  CHECK(parse_error(workflow(tune + move("trainer: {hidden: [64]}"))) ==
+        "test.yaml:6:56: stages[1].trainer.hidden: [64] builds another network than the [256] of stage 'tune' "
+        "(trainer.hidden), whose checkpoints the trials of a transfer start from; every trial would fail (leave hidden "
+        "out of the stage: its trials take their source's)");
+  CHECK(parse_error(workflow(tune + move("trainer: {activation: tanh}"))).find(
+            "test.yaml:6:56: stages[1].trainer.activation: 'tanh' builds another network than the 'relu' of stage "
+            "'tune'") == 0);
+  CHECK(parse_error(workflow(tune + move("trainer: {dropout: 0.3}"))).find(
+            "stages[1].trainer.dropout: 0.3 builds another network than the 0 of stage 'tune'") != std::string::npos);
+  // The source's own value, which the stage does not repeat: its trials would build the top level's.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                             "0.01, high: 0.3}}, trainer: {hidden: [24]}}\n" +
+                             move("freeze: 1"))) ==
+        "test.yaml:6:34: stages[1].from: stage 'tune' trains hidden [24] (its trainer.hidden), and this stage's trials "
+        "would build [256] (trainer.hidden): another network than the checkpoints they start from; every trial would "
+        "fail (give the stage trainer: {hidden: [24]})");
+  // A value none of the source's searched networks has; one it has, and leaving it to the source, are fine.
+  const std::string searched =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {hidden: {type: choice, values: [[32], [32, "
+      "32]]}, dropout: {type: float, low: 0.1, high: 0.5}}}\n";
+  CHECK(parse_error(workflow(searched + move("trainer: {hidden: [16]}"))).find(
+            "test.yaml:6:56: stages[1].trainer.hidden: [16] builds none of the networks stage 'tune' searches (its "
+            "space.hidden)") == 0);
+  parse_ok(workflow(searched + move("trainer: {hidden: [32, 32], dropout: 0.3}")));
+  parse_ok(workflow(searched + move("trainer: {lr: 0.01}")));
+  // freeze: at most the layers before the output layer of the largest network the trials can have.
+  CHECK(parse_error(workflow(tune + move("freeze: 2"))) ==
+        "test.yaml:6:46: stages[1].freeze: 2 layers frozen, but the network of the stage's trials has 1 before its "
+        "output layer (the layers of its network: a dense layer per hidden width (and its dropout layer when dropout "
+        "> 0), and the output layer); every trial would fail (give at most 1)");
+  parse_ok(workflow(tune + move("freeze: 1")));
+  CHECK(parse_error(workflow(searched + move("freeze: 5"))).find(
+            "stages[1].freeze: 5 layers frozen, but the network of the stage's trials has at most 4 before its output "
+            "layer") != std::string::npos);  // [32, 32] with dropout: 2 dense and 2 dropout layers
+  parse_ok(workflow(searched + move("freeze: 4")));
+  // From a checkpoint file, the stage's own network counts.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, freeze: 2}\n"))
+            .find("stages[1].freeze: 2 layers frozen") != std::string::npos);
+  parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, trainer: {hidden: [8, 8]}, "
+                           "freeze: 2}\n"));
+  parse_ok(read_file(source_path("configs/fashion_workflow.yaml")));
+}

@@ -186,6 +186,7 @@ TrainerCapabilities classifier_capabilities() {
   can.predictions = {.written = true, .switch_setting = "save_predictions", .task = "classification"};
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
   can.init_setting = kInitFromParam;
+  can.freeze_setting = "freeze";
   can.twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}};
   can.rank_loss_setting = "sync";
   can.rank_loss_values = {"downpour", "ssp"};

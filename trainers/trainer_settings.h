@@ -122,6 +122,10 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   ModelStages model_stages;
+  // An int setting that keeps the first N layers of the network fixed (the classifier kinds' freeze;
+  // a transfer stage's `freeze` sets it in each trial): at most the layers before the output layer,
+  // model_stages.count less one. nullptr: none.
+  const char* freeze_setting = nullptr;
   // Whether trials of these settings (an object, defaults filled in) can train packed, k to a GPU
   // as one fused model (resources.pack, trainers/packed_engine.h): "" when they can, else why not
   // (for the master's log). nullptr: the kind never packs.
