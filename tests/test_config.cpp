@@ -1560,3 +1560,25 @@ TEST_CASE("transfer: a stage whose trials cannot load their source's checkpoint 
                            "freeze: 2}\n"));
   parse_ok(read_file(source_path("configs/fashion_workflow.yaml")));
 }
+
+TEST_CASE("resources.ranks.model: a cnn split into more stages than its layers is refused, blocks counted") {
+  // Before, the cnn declared no count: validate took it and every trial failed with "a pipeline of 4
+  // model ranks cannot split a network of 2 layers".
+  const std::string head = "name: m\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}]}\nresources: {ranks: {model: 4}}\n") ==
+        "test.yaml:6:21: resources.ranks.model: 4 model-parallel stages, but a trial of trainer kind 'cnn' can be split "
+        "into at most 2: each stage needs one of the layers of its network: each entry of layers (the layers of a "
+        "block where it is placed), and the output layer; every trial would fail (give at most 2, or a larger network)");
+  // The default network: 5 layers and the output layer.
+  CHECK(parse_error(head + "trainer: {kind: cnn}\nresources: {ranks: {model: 7}}\n").find("at most 6") != std::string::npos);
+  CHECK(parse_ok(head + "trainer: {kind: cnn}\nresources: {ranks: {model: 6}}\n").resources.ranks_model == 6);
+  // A block's layers count where it is placed, up to `blocks`; a searched block is left to each trial.
+  const std::string blocks = "trainer: {kind: cnn, layers: [block1, block2], blocks: 1, block1: [{kind: dense, units: 8}, "
+                             "{kind: dense, units: 8}], block2: [{kind: dense, units: 8}]}\n";
+  CHECK(parse_error(head + blocks + "resources: {ranks: {model: 4}}\n").find("at most 3") != std::string::npos);
+  parse_ok(head + blocks + "resources: {ranks: {model: 3}}\n");
+  parse_ok("name: m\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+           "space: {block1: {type: choice, values: [[{kind: dense, units: 8}]]}}\n"
+           "trainer: {kind: cnn, layers: [block1]}\nresources: {ranks: {model: 2}}\n");
+}

@@ -91,6 +91,28 @@ std::optional<std::pair<std::string, std::string>> cnn_value_problem(std::string
   return std::nullopt;
 }
 
+// The layers of its network (TrainerCapabilities::model_stages): each layer map of `layers`, the
+// layers of each block it places (none for a block that is absent or beyond `blocks`), and the
+// output layer; 0 when `layers` is not a list of those.
+int64_t cnn_layer_count(const nlohmann::json& settings) {
+  if (!settings.is_object() || !settings.contains("layers") || !settings["layers"].is_array()) return 0;
+  const nlohmann::json& blocks = settings.contains("blocks") ? settings["blocks"] : nlohmann::json();
+  int64_t count = 1;  // the output layer
+  for (const auto& entry : settings["layers"]) {
+    if (entry.is_object()) {
+      ++count;
+      continue;
+    }
+    if (!entry.is_string() || !is_cnn_block(entry.get<std::string>())) return 0;
+    const std::string name = entry.get<std::string>();
+    if (!settings.contains(name) || settings[name].is_null()) continue;  // absent: no layers there
+    if (name != "head" && blocks.is_number() && name[5] - '0' > blocks.get<double>()) continue;  // beyond `blocks`
+    if (!settings[name].is_array()) return 0;
+    count += static_cast<int64_t>(settings[name].size());
+  }
+  return count;
+}
+
 }  // namespace
 
 TrainerCapabilities cnn_capabilities() {
@@ -99,6 +121,11 @@ TrainerCapabilities cnn_capabilities() {
   can.network_settings = {{"layers"}, {"blocks"}};
   for (const char* block : kCnnBlocks) can.network_settings.push_back({block});
   can.value_problem = &cnn_value_problem;
+  can.model_stages.count = &cnn_layer_count;
+  can.model_stages.what = "the layers of its network: each entry of layers (the layers of a block where it is placed), "
+                          "and the output layer";
+  can.model_stages.reads = {"layers", "blocks"};
+  for (const char* block : kCnnBlocks) can.model_stages.reads.push_back(block);
   return can;
 }
 
