@@ -435,6 +435,35 @@ class Builder {
                        std::to_string(most) + ", or a larger network)");
   }
 
+  // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
+  // output layer of its network (model_stages.count less one), the space's fixed values over the
+  // trainer's; a space that searches the freeze or a setting the count reads leaves it to each trial,
+  // and a stage's view to parse_workflow (a transfer sets its trials' freeze from its own).
+  Status check_freeze(const CampaignConfig& c) {
+    if (w_.walks_stage_view()) return Status::Ok();
+    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+    if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return Status::Ok();
+    const std::string key = can->freeze_setting;
+    const search::ParamSpec* given = c.space.find(key);
+    if (given != nullptr && given->type != search::ParamType::kFixed) return Status::Ok();
+    const json freeze = given != nullptr ? given->value : c.trainer.value(key, json());
+    if (!freeze.is_number_integer() || freeze.get<int64_t>() <= 0) return Status::Ok();
+    json settings = c.trainer;
+    for (const auto& read : can->model_stages.reads) {
+      const search::ParamSpec* p = c.space.find(read);
+      if (p == nullptr) continue;
+      if (p->type != search::ParamType::kFixed) return Status::Ok();
+      settings[read] = p->value;
+    }
+    const int64_t count = can->model_stages.count(settings);
+    if (count <= 0 || freeze.get<int64_t>() < count) return Status::Ok();
+    const std::string at = given != nullptr ? "space." + key : "trainer." + key;
+    return w_.fail(w_.mark_of(at), at,
+                   std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
+                       std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +
+                       "); every trial would fail (give at most " + std::to_string(count - 1) + ")");
+  }
+
   // The trainer's rules between settings (setting_rules_problem); a stage's view leaves them to
   // parse_workflow, which knows what the trials of the stage's `from` carry over.
   Status check_setting_rules(const CampaignConfig& c) {
@@ -949,6 +978,7 @@ Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   HPCTUNE_TRY(b.check_trainer(c));
   HPCTUNE_TRY(b.check_resources(c));
   HPCTUNE_TRY(b.check_model_split(c));
+  HPCTUNE_TRY(b.check_freeze(c));
   HPCTUNE_TRY(b.check_setting_rules(c));
   return Status::Ok();
 }

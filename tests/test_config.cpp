@@ -1582,3 +1582,24 @@ TEST_CASE("resources.ranks.model: a cnn split into more stages than its layers i
            "space: {block1: {type: choice, values: [[{kind: dense, units: 8}]]}}\n"
            "trainer: {kind: cnn, layers: [block1]}\nresources: {ranks: {model: 2}}\n");
 }
+
+TEST_CASE("trainer.freeze beyond the layers before the output layer is refused, unless the space searches the network") {
+  // Before, validate took it and every trial failed with "setting 'freeze' = 3: the network has only 1
+  // layers before its output layer".
+  const std::string head = "name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [16], freeze: 3}\n") ==
+        "test.yaml:5:36: trainer.freeze: 3 layers frozen, but the network has 1 before its output layer (the layers of "
+        "its network: a dense layer per hidden width (and its dropout layer when dropout > 0), and the output layer); "
+        "every trial would fail (give at most 1)");
+  parse_ok(head + "trainer: {kind: mlp, hidden: [16], freeze: 1}\n");
+  parse_ok(head + "trainer: {kind: mlp, hidden: [16], dropout: 0.5, freeze: 2}\n");  // dense, dropout
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}], freeze: 2}\n")
+            .find("trainer.freeze: 2 layers frozen, but the network has 1 before its output layer") != std::string::npos);
+  // A fixed value in the space counts; a searched network is left to each trial.
+  CHECK(parse_error("name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                    "space: {freeze: 2, lr: {type: float, low: 0.01, high: 0.1}}\ntrainer: {kind: mlp, hidden: [16]}\n")
+            .find("space.freeze: 2 layers frozen") != std::string::npos);
+  parse_ok("name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+           "space: {hidden: {type: choice, values: [[16], [16, 16, 16]]}}\ntrainer: {kind: mlp, freeze: 2}\n");
+}
