@@ -1603,3 +1603,23 @@ TEST_CASE("trainer.freeze beyond the layers before the output layer is refused, 
   parse_ok("name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
            "space: {hidden: {type: choice, values: [[16], [16, 16, 16]]}}\ntrainer: {kind: mlp, freeze: 2}\n");
 }
+
+TEST_CASE("cnn layers: a conv or maxpool after a dense layer, which no data can build, is refused at its entry") {
+  // Before, validate took them and every trial failed building the network ("layers[1].kind: conv after
+  // a dense layer (dense outputs have no spatial extent)").
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}, {kind: conv, filters: 4, kernel: 3}]}\n") ==
+        "test.yaml:4:56: trainer.layers[1].kind: a conv right after a dense layer (a dense layer before it leaves 1x1 "
+        "images; put conv and maxpool layers first)");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}, {kind: dropout, rate: 0.5}, "
+                           "{kind: maxpool, size: 2}]}\n")
+            .find("trainer.layers[2].size: window 2 is larger than the 1x1 input") != std::string::npos);
+  CHECK(parse_error(head + "space: {head: {type: choice, values: [[{kind: dense, units: 8}, {kind: dropout, rate: 0.5}, "
+                           "{kind: conv, filters: 4, kernel: 3}]]}}\ntrainer: {kind: cnn, layers: [head]}\n")
+            .find("space.head.values[0][2].kernel: kernel 3 is larger than the 1x1 input") != std::string::npos);
+  // A 1x1 conv there builds; a block placed after a dense layer is the block's own.
+  parse_ok(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}, {kind: dropout, rate: 0.5}, {kind: conv, "
+                  "filters: 4, kernel: 1}]}\n");
+  parse_ok(head + "trainer: {kind: cnn, layers: [{kind: conv, filters: 4, kernel: 3}, {kind: maxpool, size: 2}, "
+                  "{kind: dense, units: 8}, block1, {kind: dense, units: 4}]}\n");
+}

@@ -70,6 +70,9 @@ std::optional<std::pair<std::string, std::string>> cnn_value_problem(std::string
   if (!value.is_array()) return std::nullopt;  // the declaration (a list) refuses it
   const std::string block_names = "block1, block2, block3, block4, head";
   std::set<std::string> placed;
+  // After a dense layer the images are 1x1 (through dropout layers too), whatever the data: a conv
+  // right after it, a larger kernel or a pooling window there cannot be built (nn/network.cpp).
+  bool after_dense = false, flat = false;
   for (std::size_t i = 0; i < value.size(); ++i) {
     const std::string at = "[" + std::to_string(i) + "]";
     const nlohmann::json& entry = value[i];
@@ -79,6 +82,7 @@ std::optional<std::pair<std::string, std::string>> cnn_value_problem(std::string
         return {{at, "'" + name + "' is neither a layer map nor a block; a layer is " + kLayerSpecForms +
                          ", a block one of " + block_names + " (a setting that holds a list of layers)"}};
       if (!placed.insert(name).second) return {{at, "the block '" + name + "' is placed twice"}};
+      after_dense = flat = false;  // what the block holds is its own
       continue;
     }
     LayerSpec spec;
@@ -87,6 +91,14 @@ std::optional<std::pair<std::string, std::string>> cnn_value_problem(std::string
       if (p->field.empty() && blocks_too) what += ", or a block (" + block_names + ")";
       return {{at + (p->field.empty() ? "" : "." + p->field), what}};
     }
+    const std::string flat_input = " (a dense layer before it leaves 1x1 images; put conv and maxpool layers first)";
+    if (spec.kind == "conv" && after_dense) return {{at + ".kind", "a conv right after a dense layer" + flat_input}};
+    if (spec.kind == "conv" && flat && spec.kernel > 1)
+      return {{at + ".kernel", "kernel " + std::to_string(spec.kernel) + " is larger than the 1x1 input" + flat_input}};
+    if (spec.kind == "maxpool" && flat)
+      return {{at + ".size", "window " + std::to_string(spec.size) + " is larger than the 1x1 input" + flat_input}};
+    after_dense = spec.kind == "dense";
+    flat = flat || after_dense;
   }
   return std::nullopt;
 }
