@@ -103,6 +103,22 @@ std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c,
                             settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
 }
 
+std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->layout_rules.problem == nullptr) return std::nullopt;
+  json settings = json::object();
+  for (const auto& key : can->layout_rules.reads) {
+    const search::ParamSpec* p = c.space.find(key);
+    if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) continue;
+    if (p != nullptr) settings[key] = p->value;
+    else if (c.trainer.contains(key)) settings[key] = c.trainer[key];
+  }
+  auto problem = can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model);
+  if (!problem) return std::nullopt;
+  return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
+                            settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
+}
+
 namespace {
 
 class Builder {
@@ -469,6 +485,7 @@ class Builder {
   Status check_setting_rules(const CampaignConfig& c) {
     if (w_.walks_stage_view()) return Status::Ok();
     auto problem = setting_rules_problem(c, {});
+    if (!problem) problem = layout_rules_problem(c, {});
     if (!problem) return Status::Ok();
     const std::string at = "trainer." + problem->key;
     return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);

@@ -292,6 +292,7 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       }
     }
     auto problem = setting_rules_problem(*st.own, unknown);
+    if (!problem) problem = layout_rules_problem(*st.own, unknown);
     if (!problem) continue;
     const std::string prefix = "stages[" + std::to_string(i) + "].";
     const std::string at = problem->in_space             ? prefix + "space." + problem->key

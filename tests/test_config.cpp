@@ -1623,3 +1623,41 @@ TEST_CASE("cnn layers: a conv or maxpool after a dense layer, which no data can 
   parse_ok(head + "trainer: {kind: cnn, layers: [{kind: conv, filters: 4, kernel: 3}, {kind: maxpool, size: 2}, "
                   "{kind: dense, units: 8}, block1, {kind: dense, units: 4}]}\n");
 }
+
+TEST_CASE("classifier sync against device: gpu and against the group's ranks is refused, unless the space searches it") {
+  // Before, validate took each and every trial failed with the trainer's "setting 'sync' = ...".
+  const std::string head = "name: s\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, device: gpu, sync: ssp}\n") ==
+        "test.yaml:5:35: trainer.sync: \"ssp\" must be allreduce with device: gpu (the GPU trains by a plain allreduce "
+        "only); every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: cnn, device: gpu, gradient_compression: 1bit}\n")
+            .find("trainer.gradient_compression: \"1bit\" must be none with device: gpu") != std::string::npos);
+  CHECK(parse_error(head + "trainer: {kind: mlp, device: gpu, min_replica_fraction: 0.5}\n")
+            .find("trainer.min_replica_fraction: 0.5 must be 1 with device: gpu") != std::string::npos);
+  // hogwild on one rank; downpour and the exchanges with one model stage.
+  CHECK(parse_error(head + "trainer: {kind: mlp, sync: hogwild}\nresources: {ranks: {data: 2}}\n") ==
+        "test.yaml:5:22: trainer.sync: \"hogwild\" must be allreduce or ssp in a group of 2 ranks (resources.ranks): "
+        "hogwild trains with the threads of one rank; every trial would fail");
+  const std::string pipeline = "resources: {ranks: {data: 2, model: 2}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [8, 8], sync: downpour}\n" + pipeline)
+            .find("trainer.sync: \"downpour\" must be allreduce with 2 model stages (resources.ranks.model)") !=
+        std::string::npos);
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [8, 8], sync: ssp}\n" + pipeline).find("trainer.sync: \"ssp\"") !=
+        std::string::npos);
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [8, 8], gradient_compression: 1bit}\n" + pipeline)
+            .find("trainer.gradient_compression: \"1bit\" must be none with 2 model stages") != std::string::npos);
+  // In a workflow stage too.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, "
+                             "high: 0.3}}, trainer: {sync: hogwild}}\n") +
+                    "resources: {ranks: {data: 2}}\n")
+            .find("stages[0].trainer.sync: \"hogwild\" must be allreduce or ssp in a group of 2 ranks") != std::string::npos);
+  // What trains: each on its own, or a searched sync (left to each trial).
+  parse_ok(head + "trainer: {kind: mlp, sync: hogwild}\n");
+  parse_ok(head + "trainer: {kind: mlp, sync: downpour}\nresources: {ranks: {data: 2}}\n");
+  parse_ok(head + "trainer: {kind: mlp, hidden: [8, 8]}\n" + pipeline);
+  parse_ok(head + "trainer: {kind: mlp, device: gpu}\n");
+  parse_ok("name: s\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+           "space: {sync: {type: choice, values: [allreduce, hogwild]}}\ntrainer: {kind: mlp}\n"
+           "resources: {ranks: {data: 2}}\n");
+}

@@ -142,6 +142,18 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   SettingRules setting_rules;
+  // What the kind refuses between its settings and its group's layout (resources.ranks: `data`
+  // replicas, `model` pipeline stages; the classifier kinds' sync: hogwild on one rank only,
+  // downpour and the exchanges with one model stage): `problem` of its settings (as setting_rules',
+  // the same `reads`-only object) and the layout is the setting and what it must be; nullopt when
+  // none. `hpctune validate` asks it as it asks setting_rules; the trainer refuses the same when it
+  // picks its epoch runner. problem nullptr: no such rule.
+  struct LayoutRules {
+    std::optional<std::pair<std::string, std::string>> (*problem)(const nlohmann::json& settings, int64_t data,
+                                                                  int64_t model) = nullptr;
+    std::vector<std::string> reads;
+  };
+  LayoutRules layout_rules;
   // What one setting's value must be beyond its declaration's type (the cnn's layer lists: each entry
   // a layer map as trainers/layer_spec.h reads it, or a block's name): `problem` of a value of setting
   // `key` is where in it (a suffix of the setting's path: "[0]", "[2].kernel") and what that must be
