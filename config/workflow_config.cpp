@@ -275,6 +275,9 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       for (const auto& p : source.own->space.params())
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
     }
+    // A stage setting of a trainer setting's name is what its trials get (transfer's max_train_samples):
+    // not the view's value.
+    for (const auto& [key, value] : st.settings.items()) unknown.insert(key);
     // A stage whose trials resume each other's checkpoints cannot vary what shapes their network.
     const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
     const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));

@@ -1661,3 +1661,30 @@ TEST_CASE("classifier sync against device: gpu and against the group's ranks is 
            "space: {sync: {type: choice, values: [allreduce, hogwild]}}\ntrainer: {kind: mlp}\n"
            "resources: {ranks: {data: 2}}\n");
 }
+
+TEST_CASE("trainer.max_train_samples: 1 leaves nothing to train on and is refused") {
+  // Before, validate took it and every trial failed with "setting 'val_fraction' = 0.100000 leaves no
+  // training images out of 1".
+  const std::string head = "name: s\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, max_train_samples: 1}\n") ==
+        "test.yaml:5:22: trainer.max_train_samples: 1 must be 0 (every image) or at least 2 (one is held out for "
+        "validation); every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: cnn, val_fraction: 0.5, max_train_samples: 1}\n")
+            .find("trainer.max_train_samples: 1 must be 0") != std::string::npos);
+  parse_ok(head + "trainer: {kind: mlp, max_train_samples: 2, val_fraction: 0.5}\n");
+  parse_ok(head + "trainer: {kind: mlp, max_train_samples: 0}\n");
+}
+
+TEST_CASE("a transfer's own max_train_samples, not the top level's, is what its trials train on") {
+  // The stage's own value reaches its trials: the top level's 1 (refused where a stage trains with it)
+  // is not judged for the transfer.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                             "0.01, high: 0.3}}}\n",
+                             "{kind: mlp, epochs: 2, max_train_samples: 1}"))
+            .find("trainer.max_train_samples: 1 must be 0") != std::string::npos);
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: "
+                    "0.3}}, trainer: {max_train_samples: 500}}\n"
+                    "  - {name: move, kind: transfer, from: tune, max_train_samples: 300}\n",
+                    "{kind: mlp, epochs: 2, max_train_samples: 1}"));
+}

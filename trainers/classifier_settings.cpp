@@ -173,6 +173,10 @@ std::optional<std::pair<std::string, std::string>> classifier_rules_problem(cons
   if (s.contains("head_epochs") && s.contains("epochs") && s["head_epochs"].is_number() && s["epochs"].is_number() &&
       s["head_epochs"].get<double>() > s["epochs"].get<double>())
     return {{"head_epochs", "at most 'epochs' (" + format_number(s["epochs"].get<double>()) + ")"}};
+  // One image: held out for validation, none left to train on (classifier_data.cpp).
+  if (s.contains("max_train_samples") && s["max_train_samples"].is_number_integer() &&
+      s["max_train_samples"].get<int64_t>() == 1)
+    return {{"max_train_samples", "0 (every image) or at least 2 (one is held out for validation)"}};
   // The GPU backends train by a plain allreduce (classifier_training.cpp: parse_classifier_common).
   if (device != nullptr && *device == "gpu") {
     const std::string gpu = " with device: gpu (the GPU trains by a plain allreduce only)";
@@ -225,8 +229,8 @@ TrainerCapabilities classifier_capabilities() {
   can.rank_loss_setting = "sync";
   can.rank_loss_values = {"downpour", "ssp"};
   can.setting_rules = {&classifier_rules_problem,
-                       {"data", "device", "precision", "epochs", "head_epochs", "sync", "gradient_compression",
-                        "min_replica_fraction"}};
+                       {"data", "device", "precision", "epochs", "head_epochs", "max_train_samples", "sync",
+                        "gradient_compression", "min_replica_fraction"}};
   can.layout_rules = {&classifier_layout_problem, {"sync", "gradient_compression", "min_replica_fraction"}};
   return can;
 }
