@@ -103,6 +103,22 @@ std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c,
                             settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
 }
 
+std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->layout_rules.problem == nullptr) return std::nullopt;
+  json settings = json::object();
+  for (const auto& key : can->layout_rules.reads) {
+    const search::ParamSpec* p = c.space.find(key);
+    if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) continue;
+    if (p != nullptr) settings[key] = p->value;
+    else if (c.trainer.contains(key)) settings[key] = c.trainer[key];
+  }
+  auto problem = can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model);
+  if (!problem) return std::nullopt;
+  return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
+                            settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
+}
+
 namespace {
 
 class Builder {
@@ -382,6 +398,14 @@ class Builder {
     }
     const auto* can = trainers::trainer_capabilities(t["kind"].get<std::string>());
     if (can == nullptr) return Status::Ok();  // the walker refused the kind
+    if (can->value_problem != nullptr) {  // a value's inner form (the cnn's layer lists)
+      for (auto it = t.begin(); it != t.end(); ++it) {
+        if (auto problem = can->value_problem(it.key(), it.value())) {
+          const std::string at = "trainer." + it.key() + problem->first;
+          return w_.fail(w_.mark_of(at), at, problem->second);
+        }
+      }
+    }
     if (can->params == trainers::TrainerParams::kTestFunctionArgs) HPCTUNE_TRY(check_function_trainer(c));
     if (const char* key = can->command_setting; key != nullptr && t.contains(key) && t[key].is_string()) {
       if (auto unsafe = unsafe_placeholder(t[key].get<std::string>()))
@@ -427,11 +451,41 @@ class Builder {
                        std::to_string(most) + ", or a larger network)");
   }
 
+  // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
+  // output layer of its network (model_stages.count less one), the space's fixed values over the
+  // trainer's; a space that searches the freeze or a setting the count reads leaves it to each trial,
+  // and a stage's view to parse_workflow (a transfer sets its trials' freeze from its own).
+  Status check_freeze(const CampaignConfig& c) {
+    if (w_.walks_stage_view()) return Status::Ok();
+    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+    if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return Status::Ok();
+    const std::string key = can->freeze_setting;
+    const search::ParamSpec* given = c.space.find(key);
+    if (given != nullptr && given->type != search::ParamType::kFixed) return Status::Ok();
+    const json freeze = given != nullptr ? given->value : c.trainer.value(key, json());
+    if (!freeze.is_number_integer() || freeze.get<int64_t>() <= 0) return Status::Ok();
+    json settings = c.trainer;
+    for (const auto& read : can->model_stages.reads) {
+      const search::ParamSpec* p = c.space.find(read);
+      if (p == nullptr) continue;
+      if (p->type != search::ParamType::kFixed) return Status::Ok();
+      settings[read] = p->value;
+    }
+    const int64_t count = can->model_stages.count(settings);
+    if (count <= 0 || freeze.get<int64_t>() < count) return Status::Ok();
+    const std::string at = given != nullptr ? "space." + key : "trainer." + key;
+    return w_.fail(w_.mark_of(at), at,
+                   std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
+                       std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +
+                       "); every trial would fail (give at most " + std::to_string(count - 1) + ")");
+  }
+
   // The trainer's rules between settings (setting_rules_problem); a stage's view leaves them to
   // parse_workflow, which knows what the trials of the stage's `from` carry over.
   Status check_setting_rules(const CampaignConfig& c) {
     if (w_.walks_stage_view()) return Status::Ok();
     auto problem = setting_rules_problem(c, {});
+    if (!problem) problem = layout_rules_problem(c, {});
     if (!problem) return Status::Ok();
     const std::string at = "trainer." + problem->key;
     return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
@@ -796,9 +850,15 @@ class Builder {
     if (setting == nullptr) return w_.fail(w_.mark_of(path), path, not_found);
     const std::string type = p["type"].get<std::string>();
     const std::string of = " (trainer." + name + ")";
+    const auto* can = trainers::trainer_capabilities(kind);
     auto check = [&](const json& v, const std::string& at) -> Result<json> {
       auto checked = check_value(*setting, v);
       if (!checked.ok()) return w_.fail(w_.mark_of(at), at, checked.error().message() + of);
+      // The value's inner form (the cnn's layer lists), for each value the space can give.
+      if (can != nullptr && can->value_problem != nullptr) {
+        if (auto problem = can->value_problem(name, *checked))
+          return w_.fail(w_.mark_of(at + problem->first), at + problem->first, problem->second + of);
+      }
       return checked;
     };
     if (type == "float" || type == "int") {
@@ -935,6 +995,7 @@ Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   HPCTUNE_TRY(b.check_trainer(c));
   HPCTUNE_TRY(b.check_resources(c));
   HPCTUNE_TRY(b.check_model_split(c));
+  HPCTUNE_TRY(b.check_freeze(c));
   HPCTUNE_TRY(b.check_setting_rules(c));
   return Status::Ok();
 }

@@ -47,5 +47,8 @@ struct SettingRuleProblem {
   std::string what;
 };
 std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
+// The same for the kind's rules between its settings and the group's layout (TrainerCapabilities::
+// layout_rules, with resources.ranks).
+std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
 
 }  // namespace hpctune::config

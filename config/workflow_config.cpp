@@ -275,6 +275,9 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       for (const auto& p : source.own->space.params())
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
     }
+    // A stage setting of a trainer setting's name is what its trials get (transfer's max_train_samples):
+    // not the view's value.
+    for (const auto& [key, value] : st.settings.items()) unknown.insert(key);
     // A stage whose trials resume each other's checkpoints cannot vary what shapes their network.
     const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
     const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));
@@ -292,6 +295,7 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       }
     }
     auto problem = setting_rules_problem(*st.own, unknown);
+    if (!problem) problem = layout_rules_problem(*st.own, unknown);
     if (!problem) continue;
     const std::string prefix = "stages[" + std::to_string(i) + "].";
     const std::string at = problem->in_space             ? prefix + "space." + problem->key
@@ -301,6 +305,211 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
                                                  : places.walker.mark_of(at);
     return place_error(places.source, mark, at, problem->what);
+  }
+  return Status::Ok();
+}
+
+// ---- a transfer's trials against the network of the checkpoints they start from ------------------
+
+// The values a stage's trials may have for one trainer setting: a choice's, a fixed value, or the
+// ends of a range (the counts of layers below grow with each); `out` empty when unknown.
+void values_of(const search::ParamSpec& p, std::vector<json>& out) {
+  switch (p.type) {
+    case search::ParamType::kChoice: out.insert(out.end(), p.choices.begin(), p.choices.end()); break;
+    case search::ParamType::kFixed: out.push_back(p.value); break;
+    case search::ParamType::kInt:
+      out.push_back(static_cast<int64_t>(p.low));
+      out.push_back(static_cast<int64_t>(p.high));
+      break;
+    case search::ParamType::kFloat:
+      out.push_back(p.low);
+      out.push_back(p.high);
+      break;
+  }
+}
+
+// Whether two values of a network setting build the same layers; values of different types (a
+// repeated width and a list of widths) are not judged (true).
+bool same_shape(const json& a, const json& b, bool zero_or_not) {
+  if (a.is_number() && b.is_number()) {
+    if (zero_or_not) return (a.get<double>() == 0) == (b.get<double>() == 0);
+    return a.get<double>() == b.get<double>();
+  }
+  if (a.type() != b.type()) return true;
+  return a == b;
+}
+
+// Whether a searched parameter can give a value of the same shape as `v` (values of another type
+// are not judged: true).
+bool can_give(const search::ParamSpec& p, const json& v, bool zero_or_not) {
+  if (p.type == search::ParamType::kChoice)
+    return std::any_of(p.choices.begin(), p.choices.end(), [&](const json& c) { return same_shape(c, v, zero_or_not); });
+  if (!v.is_number()) return true;
+  const double x = v.get<double>();
+  if (zero_or_not) return x == 0 ? p.low <= 0 : p.high > 0;
+  return x >= p.low && x <= p.high && (p.type != search::ParamType::kInt || x == std::floor(x));
+}
+
+// "[32]", "0.2": a value in a message.
+std::string shown(const json& v) { return v.is_string() ? "'" + v.get<std::string>() + "'" : to_yaml_flow(v); }
+
+// Where stage `source` got the value of trainer setting `key` its trials were built with.
+std::string origin_of(const StageConfig& source, const std::string& key) {
+  if (source.own->space.find(key) != nullptr) return "its space." + key;
+  return source.trainer_keys.count(key) ? "its trainer." + key : "trainer." + key;
+}
+
+// The stage at `i`, whose trials start from the checkpoints of the trials of `source` (a stage that
+// trains its own): the same trainer kind, and each network setting (TrainerCapabilities::
+// network_settings) of the same value, where the stage's trials do not take it from their source
+// (a setting `source` searches or fixes in its space, that this stage does not set).
+Status check_source_network(const StageConfig& st, std::size_t i, const StageConfig& source, const YNode& list,
+                            Mark list_mark, const WorkflowPlaces& places) {
+  const std::string prefix = "stages[" + std::to_string(i) + "].";
+  auto place = [&](const std::string& key) {
+    return mark_below(list, list_mark, "[" + std::to_string(i) + "]." + key);
+  };
+  const std::string kind = st.own->trainer.value("kind", std::string());
+  const std::string source_kind = source.own->trainer.value("kind", std::string());
+  const std::string starts = ", whose checkpoints the trials of " + an(st.kind) + " start from";
+  if (kind != source_kind) {
+    const std::string at = st.trainer_keys.count("kind") ? "trainer.kind" : "from";
+    return place_error(places.source, place(at), prefix + at,
+                       "stage '" + source.name + "' trains trainer kind '" + source_kind + "'" + starts +
+                           ": trainer kind '" + kind + "' cannot load them; every trial would fail" +
+                           (at == "from" ? " (start from a stage of kind '" + kind + "')" : " (leave trainer.kind out)"));
+  }
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr) return Status::Ok();
+  for (const auto& n : can->network_settings) {
+    const search::ParamSpec* own = st.own->space.find(n.key);
+    if (own != nullptr && own->type != search::ParamType::kFixed) continue;  // its own search: trial by trial
+    const bool given = own != nullptr || st.trainer_keys.count(n.key);
+    const search::ParamSpec* theirs = source.own->space.find(n.key);
+    if (theirs != nullptr && !given) continue;  // each trial takes its source trial's value
+    const json& none = json();
+    const json& value = own != nullptr ? own->value : st.own->trainer.contains(n.key) ? st.own->trainer[n.key] : none;
+    const std::string at = own != nullptr ? "space." + n.key : "trainer." + n.key;
+    const std::string fix = " (leave " + n.key + " out of the stage: its trials take their source's)";
+    if (theirs != nullptr && theirs->type != search::ParamType::kFixed) {
+      if (value.is_null() || can_give(*theirs, value, n.zero_or_not)) continue;
+      return place_error(places.source, place(at), prefix + at,
+                         shown(value) + " builds none of the networks stage '" + source.name + "' searches (" +
+                             origin_of(source, n.key) + ")" + starts + "; every trial would fail" + fix);
+    }
+    const json& theirs_value = theirs != nullptr ? theirs->value
+                               : source.own->trainer.contains(n.key) ? source.own->trainer[n.key] : none;
+    if (value.is_null() || theirs_value.is_null() || same_shape(value, theirs_value, n.zero_or_not)) continue;
+    if (given)
+      return place_error(places.source, place(at), prefix + at,
+                         shown(value) + " builds another network than the " + shown(theirs_value) + " of stage '" +
+                             source.name + "' (" + origin_of(source, n.key) + ")" + starts +
+                             "; every trial would fail" + fix);
+    return place_error(places.source, place("from"), prefix + "from",
+                       "stage '" + source.name + "' trains " + n.key + " " + shown(theirs_value) + " (" +
+                           origin_of(source, n.key) + "), and this stage's trials would build " + shown(value) +
+                           " (trainer." + n.key + "): another network than the checkpoints they start from; every "
+                           "trial would fail (give the stage trainer: {" + n.key + ": " + shown(theirs_value) + "})");
+  }
+  return Status::Ok();
+}
+
+// The stage's freeze (StageKind::freeze_setting) against the layers before the output layer of the
+// largest network its trials can build (TrainerCapabilities::model_stages.count less one): the
+// settings the count reads are the stage's own (its space's, its trainer's) or, where the stage does
+// not set them, its sources' (the values their spaces give, which each trial takes). Sources whose
+// networks are not known here (`known` false: a chain of transfers) leave it to each trial.
+Status check_stage_freeze(const StageConfig& st, std::size_t i, const workflow::StageKind& kind,
+                          const std::vector<const StageConfig*>& sources, bool known, const YNode& list, Mark list_mark,
+                          const WorkflowPlaces& places) {
+  if (kind.freeze_setting == nullptr || !known) return Status::Ok();
+  const json& given = st.settings.value(kind.freeze_setting, json());
+  if (!given.is_number_integer() || given.get<int64_t>() <= 0) return Status::Ok();
+  const int64_t freeze = given.get<int64_t>();
+  const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));
+  if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return Status::Ok();
+  if (st.own->space.find(can->freeze_setting) != nullptr) return Status::Ok();  // its nested search sets it
+  std::vector<std::pair<std::string, std::vector<json>>> reads;
+  std::size_t combinations = 1;
+  for (const auto& key : can->model_stages.reads) {
+    std::vector<json> values;
+    const json own = st.own->trainer.contains(key) ? st.own->trainer[key] : json();
+    if (const search::ParamSpec* p = st.own->space.find(key)) {
+      values_of(*p, values);
+    } else if (st.trainer_keys.count(key)) {
+      values.push_back(own);
+    } else {
+      for (const StageConfig* s : sources) {
+        if (const search::ParamSpec* p = s->own->space.find(key)) values_of(*p, values);
+        else values.push_back(own);
+      }
+      if (sources.empty()) values.push_back(own);
+    }
+    combinations *= values.size();
+    if (combinations == 0 || combinations > 4096) return Status::Ok();
+    reads.emplace_back(key, std::move(values));
+  }
+  // The largest count over every combination of those values.
+  int64_t most = 0;
+  std::vector<std::size_t> at(reads.size(), 0);
+  for (std::size_t n = 0; n < combinations; ++n) {
+    json settings = st.own->trainer;
+    for (std::size_t r = 0; r < reads.size(); ++r) {
+      const json& v = reads[r].second[at[r]];
+      if (v.is_null()) settings.erase(reads[r].first);
+      else settings[reads[r].first] = v;
+    }
+    const int64_t count = can->model_stages.count(settings);
+    if (count <= 0) return Status::Ok();  // a network the count does not know
+    most = std::max(most, count);
+    for (std::size_t r = 0; r < reads.size() && ++at[r] == reads[r].second.size(); ++r) at[r] = 0;
+  }
+  const int64_t before_output = most - 1;
+  if (freeze <= before_output) return Status::Ok();
+  const std::string key = kind.freeze_setting;
+  return place_error(places.source, mark_below(list, list_mark, "[" + std::to_string(i) + "]." + key),
+                     "stages[" + std::to_string(i) + "]." + key,
+                     std::to_string(freeze) + " layers frozen, but the network of the stage's trials has " +
+                         (combinations > 1 ? "at most " : "") + std::to_string(before_output) +
+                         " before its output layer (" + can->model_stages.what + "); every trial would fail (give at most " +
+                         std::to_string(before_output) + ")");
+}
+
+// Each stage whose trials start from its inputs' checkpoints (StageKind::inputs_provide: a transfer)
+// against the networks those hold: check_source_network for each input that trains its own trials
+// (an input that itself starts from checkpoints: its kind only), then check_stage_freeze. With a
+// checkpoint file of its own (needs_from_unless), no input is compared (what the file holds is not
+// known here), and the freeze is judged on the stage's own network.
+Status check_start_networks(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
+                            const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
+  auto starts_from_checkpoints = [](const workflow::StageKind& k) {
+    return k.inputs_provide != nullptr && std::string_view(k.inputs_provide) == trainers::kProvidesCheckpoints;
+  };
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageConfig& st = stages[i];
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+    if (!st.own || !starts_from_checkpoints(kind)) continue;
+    const json& file = kind.needs_from_unless != nullptr ? st.settings.value(kind.needs_from_unless, json()) : json();
+    const bool from_file = file.is_string() && !file.get<std::string>().empty();
+    std::vector<const StageConfig*> sources;
+    bool known = true;  // from a file: the trials' network is the stage's own
+    for (const auto& f : from_file ? std::vector<std::string>() : st.from) {
+      const StageConfig& source = stages[index.at(f)];
+      const workflow::StageKind& source_kind = *workflow::find_stage_kind(source.kind);
+      if (!source.own || !source_kind.trains_inputs) {
+        known = false;
+        continue;
+      }
+      if (starts_from_checkpoints(source_kind)) {
+        known = false;  // its trials' networks are its own sources': only its kind is judged here
+        if (source.own->trainer.value("kind", std::string()) != st.own->trainer.value("kind", std::string()))
+          HPCTUNE_TRY(check_source_network(st, i, source, list, list_mark, places));
+        continue;
+      }
+      HPCTUNE_TRY(check_source_network(st, i, source, list, list_mark, places));
+      sources.push_back(&source);
+    }
+    HPCTUNE_TRY(check_stage_freeze(st, i, kind, sources, known, list, list_mark, places));
   }
   return Status::Ok();
 }
@@ -501,7 +710,7 @@ Rename stage_rename(const std::string& prefix, const std::set<std::string>& own_
       if (path == k || path.rfind(k + ".", 0) == 0) return prefix + path;
     }
     if (path.rfind("trainer.", 0) == 0) {
-      const std::string key = path.substr(8, path.find('.', 8) - 8);
+      const std::string key = path.substr(8, path.find_first_of(".[", 8) - 8);  // trainer.classes[0]: classes
       if (own_trainer_keys.count(key)) return prefix + path;
     }
     return path;
@@ -672,6 +881,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
   HPCTUNE_TRY(check_stage_needs(stages, index, places));
   if (deferred) return *deferred;
   HPCTUNE_TRY(check_stage_setting_rules(stages, index, list, stages_entry->key_mark, places));
+  HPCTUNE_TRY(check_start_networks(stages, index, list, stages_entry->key_mark, places));
   if (!main)
     return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: " + searching_kinds());
   return workflow_campaign(std::move(stages), *main, yaml_text);

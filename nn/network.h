@@ -43,6 +43,7 @@
 
 #include "common/result.h"
 #include "common/rng.h"
+#include "trainers/layer_spec.h"
 
 namespace hpctune::nn {
 
@@ -79,28 +80,11 @@ struct BatchStats {
   double accuracy() const noexcept { return count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0; }
 };
 
-// One layer of a network as the config describes it. Kinds and their fields:
-//   dense    units (>= 1), activation (none|relu|tanh|sigmoid, default relu)
-//   conv     filters (>= 1), kernel (odd, >= 1), stride (default 1), padding (same|valid, default
-//            same), activation (default relu)                        -- oneDNN convolution
-//   maxpool  size (>= 2), stride (default = size)                    -- oneDNN pooling
-//   dropout  rate in [0, 1)                                          -- inverted dropout
-// The output layer (dense, `classes` units, no activation) is appended by Network::create().
-struct LayerSpec {
-  std::string kind;
-  int64_t units = 0;
-  std::string activation = "relu";
-  int64_t filters = 0;
-  int64_t kernel = 0;
-  int64_t stride = 0;  // 0: the kind's default
-  std::string padding = "same";
-  int64_t size = 0;
-  double rate = 0.0;
-};
-
-// Parses a config list of layers ([{kind: conv, filters: 32, kernel: 5}, {kind: maxpool, size: 2},
-// ...]); kInvalidArgument naming the item index and field ("layers[2].kernel: ...").
-Result<std::vector<LayerSpec>> parse_layer_specs(const nlohmann::json& list);
+// One layer of a network as the config describes it, and the parser of a config's list of them
+// ("layers[2].kernel: ..."): the trainer catalog's (trainers/layer_spec.h), which `hpctune validate`
+// asks too.
+using trainers::LayerSpec;
+using trainers::parse_layer_specs;
 
 // Per-call scratch of one layer (dropout mask, pooling workspace); created by the layer.
 struct LayerState {

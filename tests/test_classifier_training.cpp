@@ -650,7 +650,7 @@ TEST_CASE("cnn trainer: named blocks in layers, filled in by searched settings (
   fails({{"layers", {"block1", "block1"}}, {"block1", conv3}}, "placed twice");
   fails({{"block1", conv3}}, "block1 is set but layers does not place it");  // the default layers name no block
   fails({{"layers", {"block1"}}, {"block1", nlohmann::json::array({{{"kind", "conv"}, {"filters", 0}, {"kernel", 3}}})}},
-        "'layers'");
+        "setting 'block1': block1[0].filters: must be >= 1");
   fails({{"layers", {"block1"}}, {"block1", 3}}, "block1");
 }
 

@@ -1464,3 +1464,227 @@ TEST_CASE("objective.noisy: off by default, true reaches the search spec, a bad 
   CHECK(parse_error("name: c\nobjective:\n  metric: loss\n  noisy: maybe\n" + rest) ==
         "test.yaml:4:3: objective.noisy: expected true or false, got 'maybe'");
 }
+
+TEST_CASE("cnn layers: a malformed layer or block entry is refused at its place, in the trainer and in a space") {
+  // Each passes the declaration (a list of values); before, validate took them and every trial of
+  // run failed with the trainer's "layers: 'foo' is neither a layer map nor a block".
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  const std::string forms = "{kind: conv, filters, kernel, stride, padding, activation} | {kind: maxpool, size, stride} | "
+                            "{kind: dense, units, activation} | {kind: dropout, rate}";
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [foo]}\n") ==
+        "test.yaml:4:31: trainer.layers[0]: 'foo' is neither a layer map nor a block; a layer is " + forms +
+            ", a block one of block1, block2, block3, block4, head (a setting that holds a list of layers)");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: conv, filters: 4}]}\n") ==
+        "test.yaml:4:31: trainer.layers[0].kernel: missing (required for kind conv); a layer is {kind: conv, filters, "
+        "kernel, stride, padding, activation}");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [block1, {kind: dense, units: 8}, block1]}\n") ==
+        "test.yaml:4:64: trainer.layers[2]: the block 'block1' is placed twice");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [block1], block1: [{kind: maxpool, size: 2}, block2]}\n") ==
+        "test.yaml:4:75: trainer.block1[1]: must be a mapping with a kind, got \"block2\"; a layer is " + forms);
+  // Every value a space can give: each choice, and a fixed value.
+  CHECK(parse_error(head +
+                    "space: {layers: {type: choice, values: [[{kind: dense, units: 8}], [{kind: dense, units: 8, act: "
+                    "relu}]]}}\ntrainer: {kind: cnn}\n") ==
+        "test.yaml:4:68: space.layers.values[1][0].act: unknown field for kind dense (known: activation, kind, units); "
+        "a layer is {kind: dense, units, activation} (trainer.layers)");
+  CHECK(parse_error(head + "space: {head: {type: choice, values: [[{kind: dense, units: 8}], [{kind: dropout}]]}}\n"
+                           "trainer: {kind: cnn, layers: [head]}\n") ==
+        "test.yaml:4:66: space.head.values[1][0].rate: missing (required for kind dropout); a layer is {kind: dropout, "
+        "rate} (trainer.head)");
+  CHECK(parse_error(head + "space: {layers: {type: fixed, value: [3]}}\ntrainer: {kind: cnn}\n").find(
+            "test.yaml:4:39: space.layers.value[0]: must be a mapping with a kind, got 3; a layer is") == 0);
+  // A stage's own trainer, named under the stage.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, trainer: {layers: [{kind: dense, "
+                             "units: 0}]}}\n",
+                             "{kind: cnn, epochs: 1}")) ==
+        "test.yaml:5:76: stages[0].trainer.layers[0].units: must be >= 1, got 0; a layer is {kind: dense, units, "
+        "activation}");
+  // Layer maps and placed blocks, blocks absent or searched: fine.
+  parse_ok(head + "trainer: {kind: cnn, layers: [block1, {kind: conv, filters: 4, kernel: 3}, {kind: maxpool, size: 2}, "
+                  "{kind: dense, units: 8, activation: tanh}, {kind: dropout, rate: 0.5}, head]}\n");
+  parse_ok(head + "space: {layers: {type: choice, values: [[{kind: dense, units: 8}], [block1]]}}\ntrainer: {kind: cnn}\n");
+  parse_ok(read_file(source_path("configs/fashion_nas.yaml")));
+}
+
+TEST_CASE("transfer: a stage whose trials cannot load their source's checkpoint is refused at its place") {
+  // Each passed validate; before, every transfer trial failed with "checkpoint of another model"
+  // (or "setting 'freeze' = 2: the network has only 1 layers before its output layer") and the stage
+  // ended failed.
+  const std::string tune =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  auto move = [](const std::string& keys) { return "  - {name: move, kind: transfer, from: tune, " + keys + "}\n"; };
+  // Another trainer kind.
+  CHECK(parse_error(workflow(tune + move("trainer: {kind: cnn}"))) ==
+        "test.yaml:6:56: stages[1].trainer.kind: stage 'tune' trains trainer kind 'mlp', whose checkpoints the trials "
+        "of a transfer start from: trainer kind 'cnn' cannot load them; every trial would fail (leave trainer.kind out)");
+  // Another value of a setting that shapes the network, given by the stage.
+  CHECK(parse_error(workflow(tune + move("trainer: {hidden: [64]}"))) ==
+        "test.yaml:6:56: stages[1].trainer.hidden: [64] builds another network than the [256] of stage 'tune' "
+        "(trainer.hidden), whose checkpoints the trials of a transfer start from; every trial would fail (leave hidden "
+        "out of the stage: its trials take their source's)");
+  CHECK(parse_error(workflow(tune + move("trainer: {activation: tanh}"))).find(
+            "test.yaml:6:56: stages[1].trainer.activation: 'tanh' builds another network than the 'relu' of stage "
+            "'tune'") == 0);
+  CHECK(parse_error(workflow(tune + move("trainer: {dropout: 0.3}"))).find(
+            "stages[1].trainer.dropout: 0.3 builds another network than the 0 of stage 'tune'") != std::string::npos);
+  // The source's own value, which the stage does not repeat: its trials would build the top level's.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                             "0.01, high: 0.3}}, trainer: {hidden: [24]}}\n" +
+                             move("freeze: 1"))) ==
+        "test.yaml:6:34: stages[1].from: stage 'tune' trains hidden [24] (its trainer.hidden), and this stage's trials "
+        "would build [256] (trainer.hidden): another network than the checkpoints they start from; every trial would "
+        "fail (give the stage trainer: {hidden: [24]})");
+  // A value none of the source's searched networks has; one it has, and leaving it to the source, are fine.
+  const std::string searched =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {hidden: {type: choice, values: [[32], [32, "
+      "32]]}, dropout: {type: float, low: 0.1, high: 0.5}}}\n";
+  CHECK(parse_error(workflow(searched + move("trainer: {hidden: [16]}"))).find(
+            "test.yaml:6:56: stages[1].trainer.hidden: [16] builds none of the networks stage 'tune' searches (its "
+            "space.hidden)") == 0);
+  parse_ok(workflow(searched + move("trainer: {hidden: [32, 32], dropout: 0.3}")));
+  parse_ok(workflow(searched + move("trainer: {lr: 0.01}")));
+  // freeze: at most the layers before the output layer of the largest network the trials can have.
+  CHECK(parse_error(workflow(tune + move("freeze: 2"))) ==
+        "test.yaml:6:46: stages[1].freeze: 2 layers frozen, but the network of the stage's trials has 1 before its "
+        "output layer (the layers of its network: a dense layer per hidden width (and its dropout layer when dropout "
+        "> 0), and the output layer); every trial would fail (give at most 1)");
+  parse_ok(workflow(tune + move("freeze: 1")));
+  CHECK(parse_error(workflow(searched + move("freeze: 5"))).find(
+            "stages[1].freeze: 5 layers frozen, but the network of the stage's trials has at most 4 before its output "
+            "layer") != std::string::npos);  // [32, 32] with dropout: 2 dense and 2 dropout layers
+  parse_ok(workflow(searched + move("freeze: 4")));
+  // From a checkpoint file, the stage's own network counts.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, freeze: 2}\n"))
+            .find("stages[1].freeze: 2 layers frozen") != std::string::npos);
+  parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, trainer: {hidden: [8, 8]}, "
+                           "freeze: 2}\n"));
+  parse_ok(read_file(source_path("configs/fashion_workflow.yaml")));
+}
+
+TEST_CASE("resources.ranks.model: a cnn split into more stages than its layers is refused, blocks counted") {
+  // Before, the cnn declared no count: validate took it and every trial failed with "a pipeline of 4
+  // model ranks cannot split a network of 2 layers".
+  const std::string head = "name: m\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}]}\nresources: {ranks: {model: 4}}\n") ==
+        "test.yaml:6:21: resources.ranks.model: 4 model-parallel stages, but a trial of trainer kind 'cnn' can be split "
+        "into at most 2: each stage needs one of the layers of its network: each entry of layers (the layers of a "
+        "block where it is placed), and the output layer; every trial would fail (give at most 2, or a larger network)");
+  // The default network: 5 layers and the output layer.
+  CHECK(parse_error(head + "trainer: {kind: cnn}\nresources: {ranks: {model: 7}}\n").find("at most 6") != std::string::npos);
+  CHECK(parse_ok(head + "trainer: {kind: cnn}\nresources: {ranks: {model: 6}}\n").resources.ranks_model == 6);
+  // A block's layers count where it is placed, up to `blocks`; a searched block is left to each trial.
+  const std::string blocks = "trainer: {kind: cnn, layers: [block1, block2], blocks: 1, block1: [{kind: dense, units: 8}, "
+                             "{kind: dense, units: 8}], block2: [{kind: dense, units: 8}]}\n";
+  CHECK(parse_error(head + blocks + "resources: {ranks: {model: 4}}\n").find("at most 3") != std::string::npos);
+  parse_ok(head + blocks + "resources: {ranks: {model: 3}}\n");
+  parse_ok("name: m\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+           "space: {block1: {type: choice, values: [[{kind: dense, units: 8}]]}}\n"
+           "trainer: {kind: cnn, layers: [block1]}\nresources: {ranks: {model: 2}}\n");
+}
+
+TEST_CASE("trainer.freeze beyond the layers before the output layer is refused, unless the space searches the network") {
+  // Before, validate took it and every trial failed with "setting 'freeze' = 3: the network has only 1
+  // layers before its output layer".
+  const std::string head = "name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [16], freeze: 3}\n") ==
+        "test.yaml:5:36: trainer.freeze: 3 layers frozen, but the network has 1 before its output layer (the layers of "
+        "its network: a dense layer per hidden width (and its dropout layer when dropout > 0), and the output layer); "
+        "every trial would fail (give at most 1)");
+  parse_ok(head + "trainer: {kind: mlp, hidden: [16], freeze: 1}\n");
+  parse_ok(head + "trainer: {kind: mlp, hidden: [16], dropout: 0.5, freeze: 2}\n");  // dense, dropout
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}], freeze: 2}\n")
+            .find("trainer.freeze: 2 layers frozen, but the network has 1 before its output layer") != std::string::npos);
+  // A fixed value in the space counts; a searched network is left to each trial.
+  CHECK(parse_error("name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                    "space: {freeze: 2, lr: {type: float, low: 0.01, high: 0.1}}\ntrainer: {kind: mlp, hidden: [16]}\n")
+            .find("space.freeze: 2 layers frozen") != std::string::npos);
+  parse_ok("name: f\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+           "space: {hidden: {type: choice, values: [[16], [16, 16, 16]]}}\ntrainer: {kind: mlp, freeze: 2}\n");
+}
+
+TEST_CASE("cnn layers: a conv or maxpool after a dense layer, which no data can build, is refused at its entry") {
+  // Before, validate took them and every trial failed building the network ("layers[1].kind: conv after
+  // a dense layer (dense outputs have no spatial extent)").
+  const std::string head = "name: t\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 2}\n";
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}, {kind: conv, filters: 4, kernel: 3}]}\n") ==
+        "test.yaml:4:56: trainer.layers[1].kind: a conv right after a dense layer (a dense layer before it leaves 1x1 "
+        "images; put conv and maxpool layers first)");
+  CHECK(parse_error(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}, {kind: dropout, rate: 0.5}, "
+                           "{kind: maxpool, size: 2}]}\n")
+            .find("trainer.layers[2].size: window 2 is larger than the 1x1 input") != std::string::npos);
+  CHECK(parse_error(head + "space: {head: {type: choice, values: [[{kind: dense, units: 8}, {kind: dropout, rate: 0.5}, "
+                           "{kind: conv, filters: 4, kernel: 3}]]}}\ntrainer: {kind: cnn, layers: [head]}\n")
+            .find("space.head.values[0][2].kernel: kernel 3 is larger than the 1x1 input") != std::string::npos);
+  // A 1x1 conv there builds; a block placed after a dense layer is the block's own.
+  parse_ok(head + "trainer: {kind: cnn, layers: [{kind: dense, units: 8}, {kind: dropout, rate: 0.5}, {kind: conv, "
+                  "filters: 4, kernel: 1}]}\n");
+  parse_ok(head + "trainer: {kind: cnn, layers: [{kind: conv, filters: 4, kernel: 3}, {kind: maxpool, size: 2}, "
+                  "{kind: dense, units: 8}, block1, {kind: dense, units: 4}]}\n");
+}
+
+TEST_CASE("classifier sync against device: gpu and against the group's ranks is refused, unless the space searches it") {
+  // Before, validate took each and every trial failed with the trainer's "setting 'sync' = ...".
+  const std::string head = "name: s\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, device: gpu, sync: ssp}\n") ==
+        "test.yaml:5:35: trainer.sync: \"ssp\" must be allreduce with device: gpu (the GPU trains by a plain allreduce "
+        "only); every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: cnn, device: gpu, gradient_compression: 1bit}\n")
+            .find("trainer.gradient_compression: \"1bit\" must be none with device: gpu") != std::string::npos);
+  CHECK(parse_error(head + "trainer: {kind: mlp, device: gpu, min_replica_fraction: 0.5}\n")
+            .find("trainer.min_replica_fraction: 0.5 must be 1 with device: gpu") != std::string::npos);
+  // hogwild on one rank; downpour and the exchanges with one model stage.
+  CHECK(parse_error(head + "trainer: {kind: mlp, sync: hogwild}\nresources: {ranks: {data: 2}}\n") ==
+        "test.yaml:5:22: trainer.sync: \"hogwild\" must be allreduce or ssp in a group of 2 ranks (resources.ranks): "
+        "hogwild trains with the threads of one rank; every trial would fail");
+  const std::string pipeline = "resources: {ranks: {data: 2, model: 2}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [8, 8], sync: downpour}\n" + pipeline)
+            .find("trainer.sync: \"downpour\" must be allreduce with 2 model stages (resources.ranks.model)") !=
+        std::string::npos);
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [8, 8], sync: ssp}\n" + pipeline).find("trainer.sync: \"ssp\"") !=
+        std::string::npos);
+  CHECK(parse_error(head + "trainer: {kind: mlp, hidden: [8, 8], gradient_compression: 1bit}\n" + pipeline)
+            .find("trainer.gradient_compression: \"1bit\" must be none with 2 model stages") != std::string::npos);
+  // In a workflow stage too.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, "
+                             "high: 0.3}}, trainer: {sync: hogwild}}\n") +
+                    "resources: {ranks: {data: 2}}\n")
+            .find("stages[0].trainer.sync: \"hogwild\" must be allreduce or ssp in a group of 2 ranks") != std::string::npos);
+  // What trains: each on its own, or a searched sync (left to each trial).
+  parse_ok(head + "trainer: {kind: mlp, sync: hogwild}\n");
+  parse_ok(head + "trainer: {kind: mlp, sync: downpour}\nresources: {ranks: {data: 2}}\n");
+  parse_ok(head + "trainer: {kind: mlp, hidden: [8, 8]}\n" + pipeline);
+  parse_ok(head + "trainer: {kind: mlp, device: gpu}\n");
+  parse_ok("name: s\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+           "space: {sync: {type: choice, values: [allreduce, hogwild]}}\ntrainer: {kind: mlp}\n"
+           "resources: {ranks: {data: 2}}\n");
+}
+
+TEST_CASE("trainer.max_train_samples: 1 leaves nothing to train on and is refused") {
+  // Before, validate took it and every trial failed with "setting 'val_fraction' = 0.100000 leaves no
+  // training images out of 1".
+  const std::string head = "name: s\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "trainer: {kind: mlp, max_train_samples: 1}\n") ==
+        "test.yaml:5:22: trainer.max_train_samples: 1 must be 0 (every image) or at least 2 (one is held out for "
+        "validation); every trial would fail");
+  CHECK(parse_error(head + "trainer: {kind: cnn, val_fraction: 0.5, max_train_samples: 1}\n")
+            .find("trainer.max_train_samples: 1 must be 0") != std::string::npos);
+  parse_ok(head + "trainer: {kind: mlp, max_train_samples: 2, val_fraction: 0.5}\n");
+  parse_ok(head + "trainer: {kind: mlp, max_train_samples: 0}\n");
+}
+
+TEST_CASE("a transfer's own max_train_samples, not the top level's, is what its trials train on") {
+  // The stage's own value reaches its trials: the top level's 1 (refused where a stage trains with it)
+  // is not judged for the transfer.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                             "0.01, high: 0.3}}}\n",
+                             "{kind: mlp, epochs: 2, max_train_samples: 1}"))
+            .find("trainer.max_train_samples: 1 must be 0") != std::string::npos);
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: "
+                    "0.3}}, trainer: {max_train_samples: 500}}\n"
+                    "  - {name: move, kind: transfer, from: tune, max_train_samples: 300}\n",
+                    "{kind: mlp, epochs: 2, max_train_samples: 1}"));
+}

@@ -30,10 +30,18 @@ const SettingDecl& declared(const std::string& kind, const std::string& key) {
 // A workflow whose second stage (line 9) is of `kind` and sets `key` (line 12, or 12-13 for a key
 // of a section) to `value`.
 std::string workflow_with(const std::string& kind, const std::string& key, int64_t value) {
+  // A transfer's freeze is at most the layers before the output layer (validate judges it against
+  // the network): 5,000 dense layers, each with its dropout layer, can take the bound, 10,000.
+  std::string trainer = "{kind: mlp, epochs: 2}";
+  if (kind == "transfer" && key == "freeze") {
+    trainer = "{kind: mlp, epochs: 2, dropout: 0.5, hidden: [1";
+    for (int i = 1; i < 5000; ++i) trainer += ", 1";
+    trainer += "]}";
+  }
   std::string text =
       "name: wf\n"
       "objective: {metric: val_accuracy, mode: max}\n"
-      "trainer: {kind: mlp, epochs: 2}\n"
+      "trainer: " + trainer + "\n"
       "stages:\n"
       "  - name: tune\n"
       "    kind: search\n"

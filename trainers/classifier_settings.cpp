@@ -173,6 +173,44 @@ std::optional<std::pair<std::string, std::string>> classifier_rules_problem(cons
   if (s.contains("head_epochs") && s.contains("epochs") && s["head_epochs"].is_number() && s["epochs"].is_number() &&
       s["head_epochs"].get<double>() > s["epochs"].get<double>())
     return {{"head_epochs", "at most 'epochs' (" + format_number(s["epochs"].get<double>()) + ")"}};
+  // One image: held out for validation, none left to train on (classifier_data.cpp).
+  if (s.contains("max_train_samples") && s["max_train_samples"].is_number_integer() &&
+      s["max_train_samples"].get<int64_t>() == 1)
+    return {{"max_train_samples", "0 (every image) or at least 2 (one is held out for validation)"}};
+  // The GPU backends train by a plain allreduce (classifier_training.cpp: parse_classifier_common).
+  if (device != nullptr && *device == "gpu") {
+    const std::string gpu = " with device: gpu (the GPU trains by a plain allreduce only)";
+    if (const std::string* sync = text("sync"); sync != nullptr && *sync != "allreduce") return {{"sync", "allreduce" + gpu}};
+    if (const std::string* c = text("gradient_compression"); c != nullptr && *c != "none")
+      return {{"gradient_compression", "none" + gpu}};
+    if (s.contains("min_replica_fraction") && s["min_replica_fraction"].is_number() &&
+        s["min_replica_fraction"].get<double>() < 1.0)
+      return {{"min_replica_fraction", "1" + gpu}};
+  }
+  return std::nullopt;
+}
+
+// The rules between the classifier loop's sync and its group's layout (TrainerCapabilities::
+// layout_rules), as classifier_run.cpp (choose_epoch_runner) refuses them.
+std::optional<std::pair<std::string, std::string>> classifier_layout_problem(const nlohmann::json& s, int64_t data,
+                                                                             int64_t model) {
+  auto text = [&](const char* key) -> std::string {
+    return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : std::string();
+  };
+  const std::string sync = text("sync");
+  if (sync == "hogwild" && data * model > 1)
+    return {{"sync", "allreduce or ssp in a group of " + std::to_string(data * model) +
+                         " ranks (resources.ranks): hogwild trains with the threads of one rank"}};
+  if (data <= 1 || model <= 1) return std::nullopt;
+  const std::string pipeline = " with " + std::to_string(model) +
+                               " model stages (resources.ranks.model): pipeline stages exchange gradients by allreduce only";
+  if (sync == "downpour") return {{"sync", "allreduce" + pipeline + " (downpour keeps replicas of whole models)"}};
+  if (sync == "ssp") return {{"sync", "allreduce" + pipeline}};
+  if (sync != "allreduce") return std::nullopt;
+  if (text("gradient_compression") == "1bit") return {{"gradient_compression", "none" + pipeline}};
+  if (s.contains("min_replica_fraction") && s["min_replica_fraction"].is_number() &&
+      s["min_replica_fraction"].get<double>() < 1.0)
+    return {{"min_replica_fraction", "1" + pipeline}};
   return std::nullopt;
 }
 
@@ -186,10 +224,14 @@ TrainerCapabilities classifier_capabilities() {
   can.predictions = {.written = true, .switch_setting = "save_predictions", .task = "classification"};
   can.checkpoints = {.written = true, .switch_setting = "checkpoint"};
   can.init_setting = kInitFromParam;
+  can.freeze_setting = "freeze";
   can.twin_resets = {{"head_epochs", 0}, {"body_lr_scale", 1.0}};
   can.rank_loss_setting = "sync";
   can.rank_loss_values = {"downpour", "ssp"};
-  can.setting_rules = {&classifier_rules_problem, {"data", "device", "precision", "epochs", "head_epochs"}};
+  can.setting_rules = {&classifier_rules_problem,
+                       {"data", "device", "precision", "epochs", "head_epochs", "max_train_samples", "sync",
+                        "gradient_compression", "min_replica_fraction"}};
+  can.layout_rules = {&classifier_layout_problem, {"sync", "gradient_compression", "min_replica_fraction"}};
   return can;
 }
 

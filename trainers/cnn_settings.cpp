@@ -2,7 +2,12 @@
 // learning rate, its layers, and the named blocks a searched architecture fills in.
 #include "trainers/trainer_settings.h"
 
+#include <algorithm>
+#include <iterator>
+#include <set>
 #include <string>
+
+#include "trainers/layer_spec.h"
 
 namespace hpctune::trainers {
 
@@ -51,11 +56,88 @@ const std::vector<SettingDecl>& cnn_setting_specs() {
   return specs;
 }
 
+namespace {
+
+bool is_cnn_block(const std::string& name) {
+  return std::any_of(std::begin(kCnnBlocks), std::end(kCnnBlocks), [&](const char* b) { return name == b; });
+}
+
+// `layers` and the blocks (TrainerCapabilities::value_problem): lists whose entries are layer maps
+// (layer_spec.h), or in `layers` also the name of a block, each once.
+std::optional<std::pair<std::string, std::string>> cnn_value_problem(std::string_view key, const nlohmann::json& value) {
+  const bool blocks_too = key == "layers";
+  if (!blocks_too && !is_cnn_block(std::string(key))) return std::nullopt;
+  if (!value.is_array()) return std::nullopt;  // the declaration (a list) refuses it
+  const std::string block_names = "block1, block2, block3, block4, head";
+  std::set<std::string> placed;
+  // After a dense layer the images are 1x1 (through dropout layers too), whatever the data: a conv
+  // right after it, a larger kernel or a pooling window there cannot be built (nn/network.cpp).
+  bool after_dense = false, flat = false;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    const nlohmann::json& entry = value[i];
+    if (entry.is_string() && blocks_too) {
+      const std::string name = entry.get<std::string>();
+      if (!is_cnn_block(name))
+        return {{at, "'" + name + "' is neither a layer map nor a block; a layer is " + kLayerSpecForms +
+                         ", a block one of " + block_names + " (a setting that holds a list of layers)"}};
+      if (!placed.insert(name).second) return {{at, "the block '" + name + "' is placed twice"}};
+      after_dense = flat = false;  // what the block holds is its own
+      continue;
+    }
+    LayerSpec spec;
+    if (auto p = read_layer_spec(entry, spec)) {
+      std::string what = p->what + "; a layer is " + p->form;
+      if (p->field.empty() && blocks_too) what += ", or a block (" + block_names + ")";
+      return {{at + (p->field.empty() ? "" : "." + p->field), what}};
+    }
+    const std::string flat_input = " (a dense layer before it leaves 1x1 images; put conv and maxpool layers first)";
+    if (spec.kind == "conv" && after_dense) return {{at + ".kind", "a conv right after a dense layer" + flat_input}};
+    if (spec.kind == "conv" && flat && spec.kernel > 1)
+      return {{at + ".kernel", "kernel " + std::to_string(spec.kernel) + " is larger than the 1x1 input" + flat_input}};
+    if (spec.kind == "maxpool" && flat)
+      return {{at + ".size", "window " + std::to_string(spec.size) + " is larger than the 1x1 input" + flat_input}};
+    after_dense = spec.kind == "dense";
+    flat = flat || after_dense;
+  }
+  return std::nullopt;
+}
+
+// The layers of its network (TrainerCapabilities::model_stages): each layer map of `layers`, the
+// layers of each block it places (none for a block that is absent or beyond `blocks`), and the
+// output layer; 0 when `layers` is not a list of those.
+int64_t cnn_layer_count(const nlohmann::json& settings) {
+  if (!settings.is_object() || !settings.contains("layers") || !settings["layers"].is_array()) return 0;
+  const nlohmann::json& blocks = settings.contains("blocks") ? settings["blocks"] : nlohmann::json();
+  int64_t count = 1;  // the output layer
+  for (const auto& entry : settings["layers"]) {
+    if (entry.is_object()) {
+      ++count;
+      continue;
+    }
+    if (!entry.is_string() || !is_cnn_block(entry.get<std::string>())) return 0;
+    const std::string name = entry.get<std::string>();
+    if (!settings.contains(name) || settings[name].is_null()) continue;  // absent: no layers there
+    if (name != "head" && blocks.is_number() && name[5] - '0' > blocks.get<double>()) continue;  // beyond `blocks`
+    if (!settings[name].is_array()) return 0;
+    count += static_cast<int64_t>(settings[name].size());
+  }
+  return count;
+}
+
+}  // namespace
+
 TrainerCapabilities cnn_capabilities() {
   TrainerCapabilities can = classifier_capabilities();
   // A checkpoint's layers: the list, and the blocks that fill it in.
   can.network_settings = {{"layers"}, {"blocks"}};
   for (const char* block : kCnnBlocks) can.network_settings.push_back({block});
+  can.value_problem = &cnn_value_problem;
+  can.model_stages.count = &cnn_layer_count;
+  can.model_stages.what = "the layers of its network: each entry of layers (the layers of a block where it is placed), "
+                          "and the output layer";
+  can.model_stages.reads = {"layers", "blocks"};
+  for (const char* block : kCnnBlocks) can.model_stages.reads.push_back(block);
   return can;
 }
 

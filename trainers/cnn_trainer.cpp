@@ -58,6 +58,16 @@ Result<CnnSettings> parse_cnn_settings(const nlohmann::json& json) {
   for (const char* b : kCnnBlocks)
     if (r.has(b)) HPCTUNE_TRY(r.value(b));  // a non-empty list (its layers are checked below)
   if (r.has("blocks")) HPCTUNE_TRY(r.value("blocks"));  // 0..4
+  // Each list's entries, as `hpctune validate` checks them (cnn_settings.cpp: value_problem).
+  const auto value_problem = cnn_capabilities().value_problem;
+  if (auto problem = value_problem("layers", given))
+    return err(Errc::kInvalidArgument, "cnn trainer: setting 'layers': layers" + problem->first + ": " + problem->second);
+  for (const char* b : kCnnBlocks) {
+    if (!r.has(b)) continue;
+    if (auto problem = value_problem(b, json[b]))
+      return err(Errc::kInvalidArgument,
+                 std::string("cnn trainer: setting '") + b + "': " + b + problem->first + ": " + problem->second);
+  }
   HPCTUNE_ASSIGN(const nlohmann::json layers, expand_cnn_blocks(given, json));
   auto specs = nn::parse_layer_specs(layers);
   if (!specs.ok()) return r.bad("layers", layers, "valid layers (" + specs.error().message() + ")");

@@ -1,6 +1,7 @@
 // The `cnn` trainer: a convolutional classifier on an IDX image-classification dataset, trained by
 // the shared classifier loop (classifier_training.h), with the layers from the `layers` setting
-// (parse_layer_specs, network.h). The default is the Fashion-MNIST benchmark CNN: conv 5x5 32,
+// (parse_layer_specs, layer_spec.h: the parser `hpctune validate` asks too, through the kind's
+// value_problem). The default is the Fashion-MNIST benchmark CNN: conv 5x5 32,
 // max-pool 2, conv 5x5 64, max-pool 2, dense 1024, then the output layer. Entries of `layers` may
 // name blocks (block1..block4, head) that other settings (searched parameters) fill in.
 #pragma once

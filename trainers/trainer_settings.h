@@ -122,6 +122,10 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   ModelStages model_stages;
+  // An int setting that keeps the first N layers of the network fixed (the classifier kinds' freeze;
+  // a transfer stage's `freeze` sets it in each trial): at most the layers before the output layer,
+  // model_stages.count less one. nullptr: none.
+  const char* freeze_setting = nullptr;
   // Whether trials of these settings (an object, defaults filled in) can train packed, k to a GPU
   // as one fused model (resources.pack, trainers/packed_engine.h): "" when they can, else why not
   // (for the master's log). nullptr: the kind never packs.
@@ -138,6 +142,26 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   SettingRules setting_rules;
+  // What the kind refuses between its settings and its group's layout (resources.ranks: `data`
+  // replicas, `model` pipeline stages; the classifier kinds' sync: hogwild on one rank only,
+  // downpour and the exchanges with one model stage): `problem` of its settings (as setting_rules',
+  // the same `reads`-only object) and the layout is the setting and what it must be; nullopt when
+  // none. `hpctune validate` asks it as it asks setting_rules; the trainer refuses the same when it
+  // picks its epoch runner. problem nullptr: no such rule.
+  struct LayoutRules {
+    std::optional<std::pair<std::string, std::string>> (*problem)(const nlohmann::json& settings, int64_t data,
+                                                                  int64_t model) = nullptr;
+    std::vector<std::string> reads;
+  };
+  LayoutRules layout_rules;
+  // What one setting's value must be beyond its declaration's type (the cnn's layer lists: each entry
+  // a layer map as trainers/layer_spec.h reads it, or a block's name): `problem` of a value of setting
+  // `key` is where in it (a suffix of the setting's path: "[0]", "[2].kernel") and what that must be
+  // ("'foo' is neither a layer map nor a block; a layer is ..."); nullopt when it is fine or when `key`
+  // has no such form. `hpctune validate` asks it of the trainer's value and of every value a space can
+  // give the setting; the trainer refuses the same. nullptr: no setting has one.
+  std::optional<std::pair<std::string, std::string>> (*value_problem)(std::string_view key,
+                                                                     const nlohmann::json& value) = nullptr;
   // The settings its network's shape is built from (a checkpoint holds that network: a trial resumed
   // from another's must have the same value, or with `zero_or_not`, be 0 where it is 0: dropout is a
   // layer of its own only above 0): `hpctune validate` refuses a space that can vary them in a stage

@@ -49,6 +49,9 @@ struct StageKind {
   // `from` is required: what the stage does with its inputs' trials ("blends"); nullptr: optional.
   const char* needs_from = nullptr;
   const char* needs_from_unless = nullptr;  // ... unless this string setting is given (a checkpoint)
+  // An int setting that each trial takes as its trainer's freeze setting (TrainerCapabilities::
+  // freeze_setting), unless the stage's nested search sets that (transfer's freeze); nullptr: none.
+  const char* freeze_setting = nullptr;
   // What the trainers of its inputs must provide, and what its own trainer must (the trainers'
   // catalog's words, trainers/trainer_settings.h: "predictions", "checkpoints"); nullptr: nothing.
   const char* inputs_provide = nullptr;
@@ -177,7 +180,7 @@ inline const std::vector<StageKind>& stage_kinds() {
        .trains_inputs = false},
       {.kind = "transfer", .help = "fine-tunes the best checkpoints of `from` on other data",
        .settings = transfer_stage_settings(), .search = StageSearch::kOptional, .needs_from = "starts from",
-       .needs_from_unless = "checkpoint", .inputs_provide = "checkpoints", .path_settings = {"checkpoint"},
+       .needs_from_unless = "checkpoint", .freeze_setting = "freeze", .inputs_provide = "checkpoints", .path_settings = {"checkpoint"},
        .class_list_settings = {"classes"}, .trainer_program_keys = true},
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
