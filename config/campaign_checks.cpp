@@ -87,36 +87,43 @@ std::optional<std::pair<std::string, std::string>> classes_problem_at(const json
   return std::make_pair(path + "[" + std::to_string(problem->index) + "]", "must be " + problem->must_be);
 }
 
-std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
-  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
-  if (can == nullptr || can->setting_rules.problem == nullptr) return std::nullopt;
+namespace {
+
+// The fixed values of `reads` (the space's fixed value, else the trainer's), leaving out those the
+// space searches and those in `unknown`: what the trainer's rules can judge before any trial.
+json fixed_settings(const CampaignConfig& c, const std::vector<std::string>& reads, const std::set<std::string>& unknown) {
   json settings = json::object();
-  for (const auto& key : can->setting_rules.reads) {
+  for (const auto& key : reads) {
     const search::ParamSpec* p = c.space.find(key);
     if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) continue;
     if (p != nullptr) settings[key] = p->value;
     else if (c.trainer.contains(key)) settings[key] = c.trainer[key];
   }
-  auto problem = can->setting_rules.problem(settings);
+  return settings;
+}
+
+std::optional<SettingRuleProblem> rule_problem(const CampaignConfig& c, const json& settings,
+                                               const std::optional<std::pair<std::string, std::string>>& problem) {
   if (!problem) return std::nullopt;
   return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
-                            settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
+                            settings.value(problem->first, json()).dump() + " must be " + problem->second +
+                                "; every trial would fail"};
+}
+
+}  // namespace
+
+std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->setting_rules.problem == nullptr) return std::nullopt;
+  const json settings = fixed_settings(c, can->setting_rules.reads, unknown);
+  return rule_problem(c, settings, can->setting_rules.problem(settings));
 }
 
 std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
   const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
   if (can == nullptr || can->layout_rules.problem == nullptr) return std::nullopt;
-  json settings = json::object();
-  for (const auto& key : can->layout_rules.reads) {
-    const search::ParamSpec* p = c.space.find(key);
-    if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) continue;
-    if (p != nullptr) settings[key] = p->value;
-    else if (c.trainer.contains(key)) settings[key] = c.trainer[key];
-  }
-  auto problem = can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model);
-  if (!problem) return std::nullopt;
-  return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
-                            settings[problem->first].dump() + " must be " + problem->second + "; every trial would fail"};
+  const json settings = fixed_settings(c, can->layout_rules.reads, unknown);
+  return rule_problem(c, settings, can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model));
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include "collectives/trainer_group.h"
 #include "nn/checkpoint.h"
 #include "trainers/packed_engine.h"
+#include "trainers/trainer_settings.h"
 
 namespace hpctune::trainers {
 
@@ -157,29 +158,20 @@ void EpochRunner::add_metrics(ClassifierRun& run, TrialResult& result) {
 Result<std::unique_ptr<EpochRunner>> choose_epoch_runner(const ClassifierSettings& s, const RankLayout& lay,
                                                          const std::string& who) {
   const DataParallelSettings& p = s.parallel;
-  if (p.sync == SyncMode::kHogwild) {
-    if (lay.size > 1) {
-      return err(Errc::kInvalidArgument, who + ": setting 'sync' = hogwild trains with the threads of one rank "
-                                             "(resources.threads); this group has " + std::to_string(lay.size) +
-                                             " ranks: use sync: allreduce or ssp across ranks");
-    }
-    return make_hogwild_runner();
+  // What the sync cannot do on this layout: the rules `hpctune validate` asks too
+  // (TrainerCapabilities::layout_rules), so that the two never drift apart.
+  const nlohmann::json read = {
+      {"sync", sync_mode_name(p.sync)},
+      {"gradient_compression", p.compression == GradientCompression::kOneBit ? "1bit" : "none"},
+      {"min_replica_fraction", p.min_replica_fraction}};
+  if (auto problem = classifier_capabilities().layout_rules.problem(read, lay.data_size, lay.model_size)) {
+    return err(Errc::kInvalidArgument, who + ": setting '" + problem->first + "' = " +
+                                           read.value(problem->first, nlohmann::json()).dump() + " must be " +
+                                           problem->second);
   }
-  if (lay.data_size > 1 && p.sync == SyncMode::kDownpour) {
-    if (lay.model_size > 1) {
-      return err(Errc::kInvalidArgument, who + ": setting 'sync' = downpour needs model: 1 (replicas of whole models)");
-    }
-    return make_downpour_runner();
-  }
-  if (lay.data_size > 1 && p.exchanges()) {
-    if (lay.model_size > 1) {
-      return err(Errc::kInvalidArgument, who + ": setting 'sync' = " + std::string(sync_mode_name(p.sync)) +
-                                             " with gradient_compression: " +
-                                             (p.compression == GradientCompression::kOneBit ? "1bit" : "none") +
-                                             " needs model: 1 (pipeline stages exchange gradients by allreduce only)");
-    }
-    return make_exchange_runner();
-  }
+  if (p.sync == SyncMode::kHogwild) return make_hogwild_runner();
+  if (lay.data_size > 1 && p.sync == SyncMode::kDownpour) return make_downpour_runner();
+  if (lay.data_size > 1 && p.exchanges()) return make_exchange_runner();
   // In a worker with packing slots (packed_engine.h), a GPU trial trains in the pack when it fits,
   // and says why not otherwise.
   if (s.gpu && PackEngine::instance().slots() > 1) {
