@@ -984,16 +984,27 @@ Status Scheduler::dispatch(Clock::time_point now) {
   return {};
 }
 
-Scheduler::ProcessLoad Scheduler::process_load(int64_t group) const {
-  ProcessLoad load{group, 0, 0};
-  for (int64_t g : opt_.process_groups(group)) {
-    load.first_group = std::min(load.first_group, g);
+std::vector<int64_t> Scheduler::process_groups(int64_t group) const {
+  return opt_.process_groups ? opt_.process_groups(group) : std::vector<int64_t>{group};
+}
+
+std::vector<int64_t> Scheduler::process_trials(int64_t group) const {
+  std::vector<int64_t> ids;
+  for (int64_t g : process_groups(group)) {
     auto peer = group_peer_.find(g);
     if (peer == group_peer_.end()) continue;
     auto w = workers_.find(peer->second);
-    if (w == workers_.end() || w->second.trial_id == 0) continue;
+    if (w != workers_.end() && w->second.trial_id != 0) ids.push_back(w->second.trial_id);
+  }
+  return ids;
+}
+
+Scheduler::ProcessLoad Scheduler::process_load(int64_t group) const {
+  ProcessLoad load{group, 0, 0};
+  for (int64_t g : process_groups(group)) load.first_group = std::min(load.first_group, g);
+  for (int64_t id : process_trials(group)) {
     ++load.busy;
-    if (auto t = trials_.find(w->second.trial_id); t != trials_.end()) load.cohort = t->second.cohort;
+    if (auto t = trials_.find(id); t != trials_.end()) load.cohort = t->second.cohort;
   }
   return load;
 }
@@ -1030,7 +1041,7 @@ std::optional<std::pair<Scheduler::Worker*, int64_t>> Scheduler::next_packed_ass
 Status Scheduler::lose_process(int64_t group, const std::string& why, Clock::time_point now) {
   note_process_loss(group);
   // Every group of it at once, before any dispatch could give a dying group a trial.
-  for (int64_t g : opt_.process_groups(group)) {
+  for (int64_t g : process_groups(group)) {
     auto peer = group_peer_.find(g);
     if (peer == group_peer_.end()) continue;
     HPCTUNE_TRY(lose_worker(peer->second, g == group ? why : "its process lost with group " + std::to_string(group) + " (" + why + ")", now));
@@ -1040,12 +1051,8 @@ Status Scheduler::lose_process(int64_t group, const std::string& why, Clock::tim
 
 void Scheduler::note_process_loss(int64_t group) {
   std::vector<int64_t> lost;  // its trials not yet noted lost with this process
-  for (int64_t g : opt_.process_groups(group)) {
-    auto peer = group_peer_.find(g);
-    if (peer == group_peer_.end()) continue;
-    auto w = workers_.find(peer->second);
-    if (w == workers_.end() || w->second.trial_id == 0 || uncharged_losses_.count(w->second.trial_id) > 0) continue;
-    if (trials_.count(w->second.trial_id) > 0) lost.push_back(w->second.trial_id);
+  for (int64_t id : process_trials(group)) {
+    if (uncharged_losses_.count(id) == 0 && trials_.count(id) > 0) lost.push_back(id);
   }
   if (lost.size() < 2) return;  // alone in its process: its loss is charged to it
   std::sort(lost.begin(), lost.end());
@@ -1117,13 +1124,7 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
 
 Status Scheduler::on_group_exit(int64_t group, const std::string& why, Clock::time_point now) {
   last_now_ = std::max(last_now_, now);
-  if (opt_.process_groups) {
-    HPCTUNE_TRY(lose_process(group, why, now));
-    return dispatch(now);
-  }
-  auto g = group_peer_.find(group);
-  if (g == group_peer_.end()) return {};
-  HPCTUNE_TRY(lose_worker(g->second, why, now));
+  HPCTUNE_TRY(lose_process(group, why, now));
   return dispatch(now);
 }
 
@@ -1171,7 +1172,7 @@ Status Scheduler::tick(Clock::time_point now) {
     const int64_t group = w->second.group;
     if (group >= 0) silent_groups_.push_back(group);
     // The launcher kills a silent group's whole process (Master::follow_groups).
-    HPCTUNE_TRY(opt_.process_groups && group >= 0 ? lose_process(group, why, now) : lose_worker(peer, why, now));
+    HPCTUNE_TRY(group >= 0 ? lose_process(group, why, now) : lose_worker(peer, why, now));
   }
   return dispatch(now);
 }

@@ -308,10 +308,13 @@ class Scheduler {
     int64_t cohort = 0;  // theirs (one cohort per process)
   };
   ProcessLoad process_load(int64_t group) const;
+  // The groups of `group`'s process ({group} without options.process_groups) and the trials they run.
+  std::vector<int64_t> process_groups(int64_t group) const;
+  std::vector<int64_t> process_trials(int64_t group) const;
   // A process that ran several trials is lost (its exit, or one of its groups silent): none of
   // them is charged, and they run again in two cohorts without other trials beside them.
   void note_process_loss(int64_t group);
-  // Packed dispatch: group `group` is lost, and so is every group of its process (note_process_loss).
+  // Group `group` is lost, and so is every other group of its process (note_process_loss).
   Status lose_process(int64_t group, const std::string& why, Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);
   Status ask_stage(Stage& stage, std::size_t stage_index, std::size_t n, Clock::time_point now);
