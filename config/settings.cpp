@@ -61,9 +61,9 @@ const char* const kStagesExample =
 // -Wextra's missing-field-initializers would flag every entry.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-std::vector<Setting> declarations() {
+// The campaign: name, storage, storage_access, seed.
+std::vector<Setting> campaign_declarations() {
   return {
-      // --- campaign ---
       {.path = "name", .type = Type::kString,
        .help = "Name of the campaign: it names the default store file and appears in every report. Letters, digits, "
                "'.', '_' and '-', at most 200 of them.", .required = true, .aliases = {"campaign", "study", "experiment"},
@@ -83,8 +83,12 @@ std::vector<Setting> declarations() {
       {.path = "seed", .type = Type::kInt,
        .help = "Seed of every random choice (the search, the trials' seeds, data shuffling): the same config and "
                "seed give the same trials.", .default_value = 0, .min = 0, .aliases = {"random_seed", "rng_seed"}},
+  };
+}
 
-      // --- objective(s) ---
+// objective and objectives.
+std::vector<Setting> objective_declarations() {
+  return {
       {.path = "objective", .type = Type::kSection,
        .help = "The metric to optimise. Give either objective or objectives."},
       {.path = "objective.metric", .type = Type::kString,
@@ -113,8 +117,12 @@ std::vector<Setting> declarations() {
       {.path = "objectives[].noisy", .type = Type::kBool,
        .help = "The metric varies between runs of the same configuration (any noisy objective allows repeats).",
        .default_value = false, .aliases = {"stochastic"}},
+  };
+}
 
-      // --- space ---
+// space: the keys of a parameter's spec.
+std::vector<Setting> space_declarations() {
+  return {
       {.path = "space", .type = Type::kSpace,
        .help = "The search space: parameter name -> spec. A plain value (or a list) fixes the parameter; a map with "
                "`type` is searched. Parameters are settings of the trainer and override its fixed settings of the "
@@ -149,8 +157,12 @@ std::vector<Setting> declarations() {
       {.path = "space.*.when", .type = Type::kCondition,
        .help = "Search the parameter only while another one has one of some values: {parent: value} or {parent: "
                "[values]}; otherwise it is left out of the trial.", .aliases = {"condition", "if", "depends_on"}},
+  };
+}
 
-      // --- search ---
+// search (its algorithm's settings are imported by build_table()).
+std::vector<Setting> search_declarations() {
+  return {
       {.path = "search", .type = Type::kSection, .help = "How to search and for how long.",
        .default_value = json::object(), .aliases = {"searcher", "tuner", "optimizer"}},
       {.path = "search.algorithm", .type = Type::kEnum,
@@ -214,8 +226,12 @@ std::vector<Setting> declarations() {
                "algorithms commented out).", .default_value = json::object(),
        .aliases = {"options", "params", "config"},
        .open = true},
+  };
+}
 
-      // --- early stopping ---
+// early_stopping (its kind's settings are imported by build_table()).
+std::vector<Setting> early_stopping_declarations() {
+  return {
       {.path = "early_stopping", .type = Type::kSection,
        .help = "Stop unpromising trials early, judged on the objective in their intermediate reports (needs a single "
                "objective).", .default_value = json::object(),
@@ -225,8 +241,12 @@ std::vector<Setting> declarations() {
                "The other keys depend on it.", .default_value = "none",
        .choices = {"none", "asha", "hyperband", "median"},
        .aliases = {"type", "algorithm", "rule"}},
+  };
+}
 
-      // --- trainer ---
+// trainer (its kinds' settings are imported by build_table()).
+std::vector<Setting> trainer_declarations() {
+  return {
       {.path = "trainer", .type = Type::kSection,
        .help = "What each trial runs: `kind` picks the trainer and the other keys are its fixed settings (a space "
                "parameter of the same name overrides one).", .default_value = json::object(),
@@ -238,9 +258,12 @@ std::vector<Setting> declarations() {
        .required = true,
        .aliases = {"type", "name"},
        .example = "mlp"},
+  };
+}
 
-
-      // --- resources ---
+// resources, resources.ranks and resources.slurm.
+std::vector<Setting> resources_declarations() {
+  return {
       {.path = "resources", .type = Type::kSection, .help = "Where and how the trials run.",
        .default_value = json::object(), .aliases = {"resource", "cluster", "compute"}},
       {.path = "resources.backend",
@@ -375,8 +398,12 @@ std::vector<Setting> declarations() {
       {.path = "resources.slurm.requeue", .type = Type::kBool,
        .help = "On the warning signal, requeue the job (scontrol requeue): the requeued job resumes the campaign.",
        .default_value = true, .aliases = {"resubmit"}},
+  };
+}
 
-      // --- stages (the workflow: scheduler/stages.h, workflow/) ---
+// stages (the workflow: scheduler/stages.h, workflow/).
+std::vector<Setting> stages_declarations() {
+  return {
       {.path = "stages", .type = Type::kList,
        .help = "A workflow of stages instead of one search: each stage has a name, a kind and the stages it "
                "consumes (from); objective, trainer and resources above are every stage's defaults, and a stage may "
@@ -419,6 +446,18 @@ std::vector<Setting> declarations() {
                "trains through its intervals in turn (population: how many seeds).",
        .scope = {"stages[].kind", {"pbt"}}},
   };
+}
+
+// The table's own declarations, section by section in reference order.
+std::vector<Setting> declarations() {
+  std::vector<Setting> out;
+  for (auto* section : {&campaign_declarations, &objective_declarations, &space_declarations, &search_declarations,
+                        &early_stopping_declarations, &trainer_declarations, &resources_declarations,
+                        &stages_declarations}) {
+    std::vector<Setting> part = section();
+    out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return out;
 }
 #pragma GCC diagnostic pop
 
