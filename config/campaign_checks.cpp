@@ -89,14 +89,16 @@ std::optional<std::pair<std::string, std::string>> classes_problem_at(const json
 
 namespace {
 
-// The fixed values of `reads` (the space's fixed value, else the trainer's), leaving out those the
-// space searches and those in `unknown`: what the trainer's rules can judge before any trial.
-json fixed_settings(const CampaignConfig& c, const std::vector<std::string>& reads, const std::set<std::string>& unknown) {
+// The fixed values of `reads` (the space's fixed value, else `given`'s, else the trainer's), leaving out
+// those the space searches and those in `unknown`: what the trainer's rules can judge before any trial.
+json fixed_settings(const CampaignConfig& c, const std::vector<std::string>& reads, const std::set<std::string>& unknown,
+                    const json& given) {
   json settings = json::object();
   for (const auto& key : reads) {
     const search::ParamSpec* p = c.space.find(key);
     if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) continue;
     if (p != nullptr) settings[key] = p->value;
+    else if (given.contains(key)) settings[key] = given[key];
     else if (c.trainer.contains(key)) settings[key] = c.trainer[key];
   }
   return settings;
@@ -112,18 +114,44 @@ std::optional<SettingRuleProblem> rule_problem(const CampaignConfig& c, const js
 
 }  // namespace
 
-std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                        const json& given) {
   const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
   if (can == nullptr || can->setting_rules.problem == nullptr) return std::nullopt;
-  const json settings = fixed_settings(c, can->setting_rules.reads, unknown);
+  const json settings = fixed_settings(c, can->setting_rules.reads, unknown, given);
   return rule_problem(c, settings, can->setting_rules.problem(settings));
 }
 
-std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                       const json& given) {
   const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
   if (can == nullptr || can->layout_rules.problem == nullptr) return std::nullopt;
-  const json settings = fixed_settings(c, can->layout_rules.reads, unknown);
+  const json settings = fixed_settings(c, can->layout_rules.reads, unknown, given);
   return rule_problem(c, settings, can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model));
+}
+
+std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return std::nullopt;
+  const std::string key = can->freeze_setting;
+  const search::ParamSpec* given = c.space.find(key);
+  if (unknown.count(key) || (given != nullptr && given->type != search::ParamType::kFixed)) return std::nullopt;
+  const json freeze = given != nullptr ? given->value : c.trainer.value(key, json());
+  if (!freeze.is_number_integer() || freeze.get<int64_t>() <= 0) return std::nullopt;
+  json settings = c.trainer;
+  for (const auto& read : can->model_stages.reads) {
+    if (unknown.count(read)) return std::nullopt;
+    const search::ParamSpec* p = c.space.find(read);
+    if (p == nullptr) continue;
+    if (p->type != search::ParamType::kFixed) return std::nullopt;
+    settings[read] = p->value;
+  }
+  const int64_t count = can->model_stages.count(settings);
+  if (count <= 0 || freeze.get<int64_t>() < count) return std::nullopt;
+  return SettingRuleProblem{key, given != nullptr,
+                            std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
+                                std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +
+                                "); every trial would fail (give at most " + std::to_string(count - 1) + ")"};
 }
 
 namespace {
@@ -458,33 +486,14 @@ class Builder {
                        std::to_string(most) + ", or a larger network)");
   }
 
-  // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
-  // output layer of its network (model_stages.count less one), the space's fixed values over the
-  // trainer's; a space that searches the freeze or a setting the count reads leaves it to each trial,
-  // and a stage's view to parse_workflow (a transfer sets its trials' freeze from its own).
+  // The trainer's freeze setting against its network (freeze_problem); a stage's view leaves it to
+  // parse_workflow (a transfer sets its trials' freeze from its own).
   Status check_freeze(const CampaignConfig& c) {
     if (w_.walks_stage_view()) return Status::Ok();
-    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
-    if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return Status::Ok();
-    const std::string key = can->freeze_setting;
-    const search::ParamSpec* given = c.space.find(key);
-    if (given != nullptr && given->type != search::ParamType::kFixed) return Status::Ok();
-    const json freeze = given != nullptr ? given->value : c.trainer.value(key, json());
-    if (!freeze.is_number_integer() || freeze.get<int64_t>() <= 0) return Status::Ok();
-    json settings = c.trainer;
-    for (const auto& read : can->model_stages.reads) {
-      const search::ParamSpec* p = c.space.find(read);
-      if (p == nullptr) continue;
-      if (p->type != search::ParamType::kFixed) return Status::Ok();
-      settings[read] = p->value;
-    }
-    const int64_t count = can->model_stages.count(settings);
-    if (count <= 0 || freeze.get<int64_t>() < count) return Status::Ok();
-    const std::string at = given != nullptr ? "space." + key : "trainer." + key;
-    return w_.fail(w_.mark_of(at), at,
-                   std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
-                       std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +
-                       "); every trial would fail (give at most " + std::to_string(count - 1) + ")");
+    auto problem = freeze_problem(c, {});
+    if (!problem) return Status::Ok();
+    const std::string at = (problem->in_space ? "space." : "trainer.") + problem->key;
+    return w_.fail(w_.mark_of(at), at, problem->what);
   }
 
   // The trainer's rules between settings (setting_rules_problem); a stage's view leaves them to

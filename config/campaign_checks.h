@@ -39,16 +39,25 @@ std::optional<std::pair<std::string, std::string>> classes_problem_at(const nloh
 // (trainers::TrainerCapabilities::setting_rules: precision with device, head_epochs against
 // epochs, ...) over `c`'s trainer settings (defaults filled in) with its space's fixed values,
 // leaving out what the space searches and the keys in `unknown` (a stage's: what the trials of its
-// `from` carry over). The setting that breaks one, whether the space fixes it, and what to say;
-// nullopt when none. Without this every trial of run fails with the trainer's same message.
+// `from` carry over), with the values of `given` over the trainer's (a stage's settings that its trials
+// take as trainer settings, workflow::StageKind::trial_settings; the space's fixed values win over
+// them). The setting that breaks one, whether the space fixes it, and what to say; nullopt when none.
+// Without this every trial of run fails with the trainer's same message.
 struct SettingRuleProblem {
   std::string key;
   bool in_space = false;
   std::string what;
 };
-std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
+std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                        const nlohmann::json& given = nlohmann::json::object());
 // The same for the kind's rules between its settings and the group's layout (TrainerCapabilities::
 // layout_rules, with resources.ranks).
-std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
+std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                       const nlohmann::json& given = nlohmann::json::object());
+// The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
+// output layer of its network (model_stages.count less one), the space's fixed values over the
+// trainer's; a space that searches the freeze or a setting the count reads, or one of them in
+// `unknown`, leaves it to each trial. The problem is at the freeze setting.
+std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
 
 }  // namespace hpctune::config

@@ -19,6 +19,7 @@
 #include "config/pbt_schedule.h"
 #include "config/settings.h"
 #include "config/stage_inputs.h"
+#include "config/trainer_kinds.h"
 #include "trainers/trainer_settings.h"
 #include "workflow/stage_settings.h"
 
@@ -259,15 +260,58 @@ bool takes_zero_and_more(const search::ParamSpec& p) {
   return p.low <= 0 && p.high > 0;
 }
 
-// Each stage's trainer against its kind's rules between settings (setting_rules_problem), and the
-// space of a stage whose trials resume each other against what shapes the network: a
-// setting the stage's own space searches, or that the trials of its `from` may carry over (their
-// searched keys that the stage's own trainer does not set), is left to the trainer, trial by trial.
+// A stage whose trials resume each other's checkpoints (StageKind::trials_resume_each_other) against a
+// space that varies what shapes their network (TrainerCapabilities::network_settings).
+Status refuse_searched_network(const StageConfig& st, std::size_t i, const YNode& list, Mark list_mark,
+                               const WorkflowPlaces& places) {
+  const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+  const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));
+  if (!kind.trials_resume_each_other || can == nullptr) return Status::Ok();
+  for (const auto& p : st.own->space.params()) {
+    const auto& shapes = can->network_settings;
+    const auto shape = std::find_if(shapes.begin(), shapes.end(), [&](const auto& n) { return n.key == p.name; });
+    if (p.type == search::ParamType::kFixed || shape == shapes.end()) continue;
+    if (shape->zero_or_not && !takes_zero_and_more(p)) continue;
+    const std::string at = "stages[" + std::to_string(i) + "].space." + p.name;
+    return place_error(places.source, mark_below(list, list_mark, at.substr(std::string("stages").size())), at,
+                       an(st.kind) + " stage resumes its members from each other's checkpoints, and " + p.name +
+                           " shapes the network a checkpoint of trainer kind '" +
+                           st.own->trainer.value("kind", std::string()) + "' holds: fix it in trainer: instead");
+  }
+  return Status::Ok();
+}
+
+// A problem of the trainer of the stage at `i` (setting_rules_problem, freeze_problem) at the key that
+// gives the value: the stage's space, its own setting that its trials take (`given`), its trainer:,
+// else the top level's trainer.
+Error stage_trainer_error(const StageConfig& st, std::size_t i, const SettingRuleProblem& problem, const json& given,
+                          const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
+  const std::string prefix = "stages[" + std::to_string(i) + "].";
+  const std::string at = problem.in_space                    ? prefix + "space." + problem.key
+                         : given.contains(problem.key)       ? prefix + problem.key
+                         : st.trainer_keys.count(problem.key) ? prefix + "trainer." + problem.key
+                                                              : "trainer." + problem.key;
+  // A stage's keys below its item (the walker marks its sections, not their keys).
+  const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
+                                               : places.walker.mark_of(at);
+  return place_error(places.source, mark, at, problem.what);
+}
+
+// Each stage's trainer against its kind's rules between settings (setting_rules_problem) and, where
+// its trials train with its trainer's freeze (a kind without a freeze of its own that trains trials:
+// not a transfer, which sets its trials' freeze from its own, check_stage_freeze, nor an ensemble,
+// whose retrained members run under their input's trainer), against the network the freeze is of
+// (freeze_problem); first the space of a stage whose trials resume each other against what shapes
+// the network. A setting the stage's own space searches, or that the trials of its `from` may carry
+// over (their searched keys that the stage's own trainer does not set), is left to the trainer, trial
+// by trial; the stage's settings that its trials take as trainer settings (StageKind::trial_settings)
+// are judged as theirs.
 Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
                                  const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const StageConfig& st = stages[i];
     if (!st.own) continue;
+    HPCTUNE_TRY(refuse_searched_network(st, i, list, list_mark, places));
     std::set<std::string> unknown;
     for (const auto& f : st.from) {
       const StageConfig& source = stages[index.at(f)];
@@ -275,36 +319,20 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       for (const auto& p : source.own->space.params())
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
     }
-    // A stage setting of a trainer setting's name is what its trials get (transfer's max_train_samples):
-    // not the view's value.
-    for (const auto& [key, value] : st.settings.items()) unknown.insert(key);
-    // A stage whose trials resume each other's checkpoints cannot vary what shapes their network.
     const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
-    const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));
-    if (kind.trials_resume_each_other && can != nullptr) {
-      for (const auto& p : st.own->space.params()) {
-        const auto& shapes = can->network_settings;
-        const auto shape = std::find_if(shapes.begin(), shapes.end(), [&](const auto& n) { return n.key == p.name; });
-        if (p.type == search::ParamType::kFixed || shape == shapes.end()) continue;
-        if (shape->zero_or_not && !takes_zero_and_more(p)) continue;
-        const std::string at = "stages[" + std::to_string(i) + "].space." + p.name;
-        return place_error(places.source, mark_below(list, list_mark, at.substr(std::string("stages").size())), at,
-                           an(st.kind) + " stage resumes its members from each other's checkpoints, and " + p.name +
-                               " shapes the network a checkpoint of trainer kind '" +
-                               st.own->trainer.value("kind", std::string()) + "' holds: fix it in trainer: instead");
-      }
+    const std::string trainer_kind = st.own->trainer.value("kind", std::string());
+    json given = json::object();
+    for (const auto& [key, value] : st.settings.items()) {
+      const auto& takes = kind.trial_settings;
+      if (std::find(takes.begin(), takes.end(), key) != takes.end() && trainer_declares(trainer_kind, key))
+        given[key] = value;
+      else
+        unknown.insert(key);  // another stage key of a trainer setting's name is not the trials' value
     }
-    auto problem = setting_rules_problem(*st.own, unknown);
-    if (!problem) problem = layout_rules_problem(*st.own, unknown);
-    if (!problem) continue;
-    const std::string prefix = "stages[" + std::to_string(i) + "].";
-    const std::string at = problem->in_space             ? prefix + "space." + problem->key
-                           : st.trainer_keys.count(problem->key) ? prefix + "trainer." + problem->key
-                                                                 : "trainer." + problem->key;
-    // A stage's keys below its item (the walker marks its sections, not their keys).
-    const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
-                                                 : places.walker.mark_of(at);
-    return place_error(places.source, mark, at, problem->what);
+    auto problem = setting_rules_problem(*st.own, unknown, given);
+    if (!problem) problem = layout_rules_problem(*st.own, unknown, given);
+    if (!problem && kind.freeze_setting == nullptr && kind.trains_inputs) problem = freeze_problem(*st.own, unknown);
+    if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
   }
   return Status::Ok();
 }
@@ -423,12 +451,16 @@ Status check_stage_freeze(const StageConfig& st, std::size_t i, const workflow::
                           const std::vector<const StageConfig*>& sources, bool known, const YNode& list, Mark list_mark,
                           const WorkflowPlaces& places) {
   if (kind.freeze_setting == nullptr || !known) return Status::Ok();
-  const json& given = st.settings.value(kind.freeze_setting, json());
-  if (!given.is_number_integer() || given.get<int64_t>() <= 0) return Status::Ok();
-  const int64_t freeze = given.get<int64_t>();
   const auto* can = trainers::trainer_capabilities(st.own->trainer.value("kind", std::string()));
   if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return Status::Ok();
-  if (st.own->space.find(can->freeze_setting) != nullptr) return Status::Ok();  // its nested search sets it
+  // Its nested search's value wins over the stage's (transfer/transfer_plan.h): searched, it is left to
+  // each trial; fixed, it is the one judged.
+  const search::ParamSpec* nested = st.own->space.find(can->freeze_setting);
+  if (nested != nullptr && nested->type != search::ParamType::kFixed) return Status::Ok();
+  const std::string key = nested != nullptr ? "space." + std::string(can->freeze_setting) : kind.freeze_setting;
+  const json& given = nested != nullptr ? nested->value : st.settings.value(kind.freeze_setting, json());
+  if (!given.is_number_integer() || given.get<int64_t>() <= 0) return Status::Ok();
+  const int64_t freeze = given.get<int64_t>();
   std::vector<std::pair<std::string, std::vector<json>>> reads;
   std::size_t combinations = 1;
   for (const auto& key : can->model_stages.reads) {
@@ -466,7 +498,6 @@ Status check_stage_freeze(const StageConfig& st, std::size_t i, const workflow::
   }
   const int64_t before_output = most - 1;
   if (freeze <= before_output) return Status::Ok();
-  const std::string key = kind.freeze_setting;
   return place_error(places.source, mark_below(list, list_mark, "[" + std::to_string(i) + "]." + key),
                      "stages[" + std::to_string(i) + "]." + key,
                      std::to_string(freeze) + " layers frozen, but the network of the stage's trials has " +

@@ -1604,6 +1604,44 @@ TEST_CASE("trainer.freeze beyond the layers before the output layer is refused, 
            "space: {hidden: {type: choice, values: [[16], [16, 16, 16]]}}\ntrainer: {kind: mlp, freeze: 2}\n");
 }
 
+TEST_CASE("a workflow stage's trainer.freeze beyond the layers before the output layer is refused at its key") {
+  // Before, validate took each (a stage's view skipped the freeze check) and every trial of the stage failed
+  // with "setting 'freeze' = 3: the network has only 1 layers before its output layer".
+  const std::string lr = "space: {lr: {type: float, low: 0.01, high: 0.3}}";
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, " + lr +
+                             ", trainer: {hidden: [16], freeze: 3}}\n")) ==
+        "test.yaml:5:131: stages[0].trainer.freeze: 3 layers frozen, but the network has 1 before its output layer "
+        "(the layers of its network: a dense layer per hidden width (and its dropout layer when dropout > 0), and the "
+        "output layer); every trial would fail (give at most 1)");
+  // The top level's trainer, which the stage's trials train with.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, " + lr + "}\n",
+                             "{kind: mlp, hidden: [16], freeze: 2}"))
+            .find("test.yaml:3:36: trainer.freeze: 2 layers frozen, but the network has 1") == 0);
+  // The stage's space, fixed; and a pbt stage's trainer.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {freeze: 4, lr: {type: float, "
+                             "low: 0.01, high: 0.3}}}\n"))
+            .find("stages[0].space.freeze: 4 layers frozen, but the network has 1") != std::string::npos);
+  CHECK(parse_error(workflow("  - {name: evolve, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: "
+                             "0.3}}, trainer: {freeze: 2}}\n"))
+            .find("stages[0].trainer.freeze: 2 layers frozen") != std::string::npos);
+  // A transfer's nested search fixing the freeze its trials take.
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, " + lr + "}\n"
+                             "  - {name: move, kind: transfer, from: tune, search: {max_trials: 2}, space: {freeze: 3, "
+                             "lr: {type: float, low: 0.01, high: 0.1}}}\n"))
+            .find("stages[1].space.freeze: 3 layers frozen, but the network of the stage's trials has 1 before its "
+                  "output layer") != std::string::npos);
+  // What trains: within the network, a network the space searches, and a transfer's trainer.freeze (its
+  // trials take the stage's freeze instead).
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, " + lr + ", trainer: {freeze: 1}}\n"));
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {hidden: {type: choice, values: "
+                    "[[16], [16, 16, 16]]}}, trainer: {freeze: 2}}\n"));
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, " + lr + "}\n"
+                    "  - {name: move, kind: transfer, from: tune, freeze: 1, trainer: {freeze: 3}}\n"));
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, " + lr + "}\n"
+                    "  - {name: move, kind: transfer, from: tune, search: {max_trials: 2}, space: {freeze: 1, "
+                    "lr: {type: float, low: 0.01, high: 0.1}}}\n"));
+}
+
 TEST_CASE("cnn layers: a conv or maxpool after a dense layer, which no data can build, is refused at its entry") {
   // Before, validate took them and every trial failed building the network ("layers[1].kind: conv after
   // a dense layer (dense outputs have no spatial extent)").
@@ -1687,4 +1725,28 @@ TEST_CASE("a transfer's own max_train_samples, not the top level's, is what its 
                     "0.3}}, trainer: {max_train_samples: 500}}\n"
                     "  - {name: move, kind: transfer, from: tune, max_train_samples: 300}\n",
                     "{kind: mlp, epochs: 2, max_train_samples: 1}"));
+}
+
+TEST_CASE("a transfer stage's own max_train_samples: 1 is refused at the stage's key") {
+  // Before, validate took it (the stage's keys were left out of the trainer's rules) and every transfer
+  // trial failed with "setting 'val_fraction' = 0.100000 leaves no training images out of 1".
+  const std::string tune =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, max_train_samples: 1}\n")) ==
+        "test.yaml:6:46: stages[1].max_train_samples: 1 must be 0 (every image) or at least 2 (one is held out for "
+        "validation); every trial would fail");
+  // From a checkpoint file too.
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, max_train_samples: 1}\n"))
+            .find("stages[1].max_train_samples: 1 must be 0") != std::string::npos);
+  parse_ok(workflow(tune + "  - {name: move, kind: transfer, from: tune, max_train_samples: 2}\n"));
+  // The nested search's value wins over the stage's: fixed there, it is what the trials get; searched, or
+  // searched by the source (whose trials carry it over), it is left to each trial.
+  parse_ok(workflow(tune + "  - {name: move, kind: transfer, from: tune, max_train_samples: 1, search: {max_trials: 2}, "
+                           "space: {max_train_samples: 100, lr: {type: float, low: 0.01, high: 0.1}}}\n"));
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, search: {max_trials: 2}, space: "
+                                    "{max_train_samples: 1, lr: {type: float, low: 0.01, high: 0.1}}}\n"))
+            .find("stages[1].space.max_train_samples: 1 must be 0") != std::string::npos);
+  parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {max_train_samples: {type: int, low: "
+                    "100, high: 200}}}\n"
+                    "  - {name: move, kind: transfer, from: tune, max_train_samples: 1}\n"));
 }

@@ -75,6 +75,11 @@ struct StageKind {
   // and settings holding a list of class labels, checked as trainer.classes is (transfer's classes).
   std::vector<std::string> path_settings{};
   std::vector<std::string> class_list_settings{};
+  // Settings whose value each of its trials takes as its trainer's setting of the same name, where the
+  // trainer kind declares one (transfer's classes and max_train_samples: transfer_stage.cpp), over the
+  // trainer's value and under its nested search's: `hpctune validate` judges the trainer's rules
+  // (trainers::TrainerCapabilities::setting_rules) with them.
+  std::vector<std::string> trial_settings{};
   // The stage's `trainer:` may give a program's own keys (the trainer kind takes any parameter,
   // trainers::TrainerParams::kAny): the keys that are not the kind's settings are parameters of
   // every trial the stage runs, over what the trial starts from (transfer's fine-tuning lr, epochs;
@@ -181,7 +186,8 @@ inline const std::vector<StageKind>& stage_kinds() {
       {.kind = "transfer", .help = "fine-tunes the best checkpoints of `from` on other data",
        .settings = transfer_stage_settings(), .search = StageSearch::kOptional, .needs_from = "starts from",
        .needs_from_unless = "checkpoint", .freeze_setting = "freeze", .inputs_provide = "checkpoints", .path_settings = {"checkpoint"},
-       .class_list_settings = {"classes"}, .trainer_program_keys = true},
+       .class_list_settings = {"classes"}, .trial_settings = {"classes", "max_train_samples"},
+       .trainer_program_keys = true},
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
        .own_trainer_provides = "checkpoints", .trials_resume_each_other = true, .steps_setting = "steps",
