@@ -1642,6 +1642,22 @@ TEST_CASE("a workflow stage's trainer.freeze beyond the layers before the output
                     "lr: {type: float, low: 0.01, high: 0.1}}}\n"));
 }
 
+TEST_CASE("a stage's trainer or space key written as an alias is refused, so no network check misses it") {
+  // The settings' aliases serve "did you mean" only: a stage's key is a declared name or refused, and the
+  // transfer-against-source checks compare declared names (st.trainer_keys, the space's names).
+  const std::string tune =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n";
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, trainer: {hidden_size: [64]}}\n")) ==
+        "test.yaml:6:56: stages[1].trainer.hidden_size: unknown key; did you mean 'hidden'?");
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, from: tune, search: {max_trials: 2}, space: "
+                                    "{hidden_size: {type: choice, values: [[64]]}}}\n"))
+            .find("stages[1].space.hidden_size: not a setting of trainer 'mlp'; did you mean 'hidden'?") !=
+        std::string::npos);
+  CHECK(parse_error(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                             "0.01, high: 0.3}}, trainer: {width: [16]}}\n"))
+            .find("stages[0].trainer.width: unknown key; did you mean 'hidden'?") != std::string::npos);
+}
+
 TEST_CASE("cnn layers: a conv or maxpool after a dense layer, which no data can build, is refused at its entry") {
   // Before, validate took them and every trial failed building the network ("layers[1].kind: conv after
   // a dense layer (dense outputs have no spatial extent)").
