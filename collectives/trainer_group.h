@@ -88,6 +88,18 @@ class TrainerGroup {
     (void)tag;
     return err(Errc::kUnavailable, "this trainer group has no asynchronous messages between replicas");
   }
+  // Moves on the messages of post_to_replica() still being sent, without waiting: true when every
+  // one of `tag` has gone (its receiver has it whole).
+  virtual Result<bool> posts_delivered(int tag) {
+    (void)tag;
+    return true;
+  }
+  // How many messages receive_from_replicas() gave up half-received: their sender stopped in the
+  // middle of one (it died) and nothing more came within the group's timeout. The modes report it.
+  virtual int64_t replica_messages_given_up() const noexcept { return 0; }
+  // Gives up every message still arriving, counted as above: the exchange is over, so what has
+  // not arrived whole by now comes from a sender that died half-way through it.
+  virtual void give_up_arriving() noexcept {}
   // Marks the group broken from this rank (MpiTrainerGroup::broken()): a peer it cannot go on
   // without is gone (a parameter-server shard that never answers, trainers/downpour.h). The group
   // worker then ends the group instead of reporting the trial's error, and the master queues the
@@ -101,5 +113,15 @@ class TrainerGroup {
   // another thread (the group worker's watchdog, which ends a rank whose call runs too long).
   virtual std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept { return {}; }
 };
+
+// Adds a line for the log to `lines` when `group` gave up more half-received replica messages
+// than `seen` (then updated): the modes that exchange such messages report each loss.
+inline void note_given_up_messages(const TrainerGroup& group, int64_t& seen, std::vector<std::string>& lines) {
+  const int64_t now = group.replica_messages_given_up();
+  if (now <= seen) return;
+  lines.push_back("gave up " + std::to_string(now - seen) + " message(s) from a data replica that stopped half-way " +
+                  "through sending (silent for " + std::to_string(group.timeout().count()) + " ms); they are lost");
+  seen = now;
+}
 
 }  // namespace hpctune::collectives

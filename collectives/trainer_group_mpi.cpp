@@ -1,6 +1,7 @@
 // MpiTrainerGroup (trainer_group_mpi.h).
 #include "collectives/trainer_group_mpi.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -78,7 +79,12 @@ Result<std::unique_ptr<MpiTrainerGroup>> MpiTrainerGroup::create(MPI_Comm world,
 MpiTrainerGroup::~MpiTrainerGroup() {
   // A send still pending (a replica that stopped receiving) is cancelled; MPI may still read its
   // buffer until the cancel completes, so the buffers stay allocated until the process ends.
+  // Receives still arriving, and those given up, may be written until then too.
   (void)progress_posted();
+  give_up_arriving();
+  if (!unfinished_receives_.empty()) {
+    (void)new std::vector<std::vector<uint8_t>>(std::move(unfinished_receives_));  // intentionally never freed
+  }
   if (posted_.empty()) return;
   auto* kept = new std::vector<Posted>(std::move(posted_));  // intentionally never freed
   for (Posted& p : *kept) {
@@ -247,6 +253,7 @@ Status MpiTrainerGroup::post_to_replica(int data_rank, int tag, std::vector<uint
                                            std::to_string(bytes.size()) + " bytes)");
   }
   Posted p;
+  p.tag = tag;
   p.bytes = std::move(bytes);
   Status s = mpi_status(MPI_Isend(p.bytes.data(), static_cast<int>(p.bytes.size()), MPI_BYTE, data_rank, tag,
                                   messages_.handle(), &p.request),
@@ -268,37 +275,86 @@ Result<std::optional<TrainerGroup::ReplicaMessage>> MpiTrainerGroup::receive_fro
     return s;
   };
   HPCTUNE_TRY(fail(progress_posted()));
-  int flag = 0;
-  MPI_Message message = MPI_MESSAGE_NULL;
-  MPI_Status status;
-  HPCTUNE_TRY(fail(mpi_status(MPI_Improbe(MPI_ANY_SOURCE, tag, messages_.handle(), &flag, &message, &status),
-                              "MPI_Improbe")));
-  if (!flag) return std::optional<ReplicaMessage>();
-  int count = 0;
-  HPCTUNE_TRY(fail(mpi_status(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count")));
-  ReplicaMessage m;
-  m.from = status.MPI_SOURCE;
-  if (count < 0 || static_cast<size_t>(count) > kMaxReplicaMessageBytes) {
-    return fail(err(Errc::kProtocol, "a message of " + std::to_string(count) + " bytes from replica " +
-                                         std::to_string(m.from))).error();
+  HPCTUNE_TRY(fail(match_arriving(tag)));
+  auto taken = take_arrived(tag);
+  if (!taken.ok()) return fail(taken.error()).error();
+  return taken;
+}
+
+Result<bool> MpiTrainerGroup::posts_delivered(int tag) {
+  HPCTUNE_TRY(check_usable());
+  Status s = progress_posted();
+  if (!s.ok()) {
+    broken_.store(true);
+    return s.error();
   }
-  m.bytes.resize(static_cast<size_t>(count));
-  // Polled against the group's timeout, not MPI_Mrecv: a large message arrives in fragments that
-  // its sender pushes, and a sender that dies half-way would leave a blocking receive waiting
-  // forever. A receive that times out cannot be cancelled (it is matched): its buffer is kept
-  // until the process ends, as MPI may still write it, and the group is broken.
-  MPI_Request request = MPI_REQUEST_NULL;
-  HPCTUNE_TRY(fail(mpi_status(MPI_Imrecv(m.bytes.data(), count, MPI_BYTE, &message, &request), "MPI_Imrecv")));
-  Status received;
-  {
-    Scope scope(*this);
-    received = scope.done(poll(request, "a message from a data replica"));
+  return std::none_of(posted_.begin(), posted_.end(), [tag](const Posted& p) { return p.tag == tag; });
+}
+
+// A matched receive cannot really be cancelled: MPI may still write its buffer, which is kept.
+void MpiTrainerGroup::give_up(Arriving& a) noexcept {
+  MPI_Cancel(&a.request);
+  MPI_Request_free(&a.request);
+  unfinished_receives_.push_back(std::move(a.bytes));
+}
+
+void MpiTrainerGroup::give_up_arriving() noexcept {
+  for (Arriving& a : arriving_) give_up(a);
+  arriving_.clear();
+}
+
+// Posts a receive (MPI_Imrecv) for each message of `tag` that has come in (at most 64 a call).
+// Polled, not MPI_Mrecv: a large message arrives in fragments that its sender pushes.
+Status MpiTrainerGroup::match_arriving(int tag) {
+  for (int n = 0; n < 64; ++n) {
+    int flag = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    HPCTUNE_TRY(mpi_status(MPI_Improbe(MPI_ANY_SOURCE, tag, messages_.handle(), &flag, &message, &status), "MPI_Improbe"));
+    if (!flag) return Status::Ok();
+    int count = 0;
+    HPCTUNE_TRY(mpi_status(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count"));
+    if (count < 0 || static_cast<size_t>(count) > kMaxReplicaMessageBytes) {
+      return err(Errc::kProtocol, "a message of " + std::to_string(count) + " bytes from replica " +
+                                      std::to_string(status.MPI_SOURCE));
+    }
+    Arriving a;
+    a.tag = tag;
+    a.from = status.MPI_SOURCE;
+    a.bytes.resize(static_cast<size_t>(count));
+    a.since = Clock::now();
+    HPCTUNE_TRY(mpi_status(MPI_Imrecv(a.bytes.data(), count, MPI_BYTE, &message, &a.request), "MPI_Imrecv"));
+    arriving_.push_back(std::move(a));
   }
-  if (!received.ok()) {
-    unfinished_receives_.push_back(std::move(m.bytes));
-    return received.error();
+  return Status::Ok();
+}
+
+// The first message of `tag` that has arrived whole. Every message still arriving is moved on; a
+// sender's later message (of any tag) waits while an earlier one of it is still arriving, as with a
+// blocking receive (a downpour replica's last push is applied before its "done"). One still arriving
+// after the group's timeout came from a sender that died half-way through it: it is given up.
+Result<std::optional<TrainerGroup::ReplicaMessage>> MpiTrainerGroup::take_arrived(int tag) {
+  std::vector<int> waiting;  // senders with an earlier message still arriving
+  const auto now = Clock::now();
+  for (size_t i = 0; i < arriving_.size();) {
+    Arriving& a = arriving_[i];
+    int done = 0;
+    HPCTUNE_TRY(mpi_status(MPI_Test(&a.request, &done, MPI_STATUS_IGNORE), "MPI_Test of a message from a data replica"));
+    const bool behind = std::find(waiting.begin(), waiting.end(), a.from) != waiting.end();
+    if (done && a.tag == tag && !behind) {
+      ReplicaMessage m{a.from, std::move(a.bytes)};
+      arriving_.erase(arriving_.begin() + static_cast<long>(i));
+      return std::optional<ReplicaMessage>(std::move(m));
+    }
+    if (!done && now - a.since > options_.timeout) {
+      give_up(a);
+      arriving_.erase(arriving_.begin() + static_cast<long>(i));
+      continue;
+    }
+    if (!done) waiting.push_back(a.from);
+    ++i;
   }
-  return std::optional<ReplicaMessage>(std::move(m));
+  return std::optional<ReplicaMessage>();
 }
 
 }  // namespace hpctune::collectives

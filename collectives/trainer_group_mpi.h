@@ -7,9 +7,13 @@
 //   replicas  the ranks with this model_rank (color model_rank), ranked by data_rank: an Allreducer
 //             with the trial's `allreduce` algorithm averages each stage's gradients over them
 //   messages  a duplicate of `replicas`: post_to_replica() / receive_from_replicas() (MPI_Isend of
-//             bytes, MPI_Improbe + MPI_Mrecv), so their tags never meet the allreduce's traffic.
-//             Sends still pending when the group ends are cancelled and their buffers kept until
-//             the process exits (MPI may still read them).
+//             bytes, MPI_Improbe + MPI_Imrecv), so their tags never meet the allreduce's traffic.
+//             Neither waits: a matched message still arriving is kept and completed by later
+//             calls, so a sender that dies half-way through a message holds no one up. Such a
+//             receive cannot be cancelled (it is matched): past the group's timeout it is given up,
+//             the message lost (the modes' own silence rules then drop its sender), and the group
+//             goes on. Sends still pending when the group ends are cancelled, and every buffer MPI
+//             may still touch is kept until the process exits.
 //
 // Deadlines: every call polls non-blocking MPI operations (MPI_Iallreduce, MPI_Ibcast, MPI_Isend,
 // MPI_Irecv) against options.timeout, except sum_gradients with the `mpi` algorithm, which
@@ -70,7 +74,12 @@ class MpiTrainerGroup final : public TrainerGroup {
   Status recv_from_model_rank(int model_rank, std::span<float> data, int tag) override;
   Status post_to_replica(int data_rank, int tag, std::vector<uint8_t> bytes) override;
   Result<std::optional<ReplicaMessage>> receive_from_replicas(int tag) override;
+  Result<bool> posts_delivered(int tag) override;
   std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
+  int64_t replica_messages_given_up() const noexcept override {
+    return static_cast<int64_t>(unfinished_receives_.size());
+  }
+  void give_up_arriving() noexcept override;
 
   // When the call now running began (nullopt when none); safe from any thread.
   std::optional<std::chrono::steady_clock::time_point> collective_started() const noexcept override;
@@ -85,16 +94,29 @@ class MpiTrainerGroup final : public TrainerGroup {
   Status check_usable() const;
   Status poll(MPI_Request& request, const char* what, bool receive = false);
   Status progress_posted();  // drops the posted messages whose sends completed
+  Status match_arriving(int tag);  // starts receiving every message of `tag` that has come in
+  Result<std::optional<ReplicaMessage>> take_arrived(int tag);  // the first complete one, in order
+  struct Arriving;
+  void give_up(Arriving& a) noexcept;
 
   MpiGroupOptions options_;
   int rank_ = 0;
   Communicator control_, pipeline_, replicas_, messages_;
   struct Posted {
     MPI_Request request = MPI_REQUEST_NULL;
+    int tag = 0;
     std::vector<uint8_t> bytes;
   };
   std::vector<Posted> posted_;  // sends of post_to_replica() not yet complete
-  std::vector<std::vector<uint8_t>> unfinished_receives_;  // buffers of receives that timed out
+  struct Arriving {  // a matched message of receive_from_replicas() not yet complete
+    int tag = 0;
+    int from = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<uint8_t> bytes;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Arriving> arriving_;
+  std::vector<std::vector<uint8_t>> unfinished_receives_;  // buffers of receives given up
   std::unique_ptr<Allreducer> allreducer_;  // null when data == 1
   std::atomic<int64_t> started_ns_{0};      // steady_clock ns since epoch; 0: no call running
   std::atomic<bool> broken_{false};

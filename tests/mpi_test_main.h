@@ -48,6 +48,19 @@ inline std::string shared_temp_dir(collectives::TrainerGroup& g, const std::stri
   return std::string(bytes.begin(), bytes.end());
 }
 
+// Leaves this rank's failure count where tests/mpirun-test reads it (HPCTUNE_TEST_RESULT_DIR,
+// rank-<world rank>): under --enable-recovery mpirun's exit status says nothing of how the ranks
+// ended (a rank that failed its checks, or was killed, still leaves it 0).
+inline void leave_rank_result(int failed) {
+  const char* dir = std::getenv("HPCTUNE_TEST_RESULT_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  const std::string path = std::string(dir) + "/rank-" + std::to_string(world_rank());
+  if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%d\n", failed);
+    std::fclose(f);
+  }
+}
+
 inline int mpi_test_main(int argc, char** argv, const char* name) {
   auto environment = collectives::MpiEnvironment::init(&argc, &argv);
   if (!environment.ok()) {
@@ -63,6 +76,7 @@ inline int mpi_test_main(int argc, char** argv, const char* name) {
   if (context.shouldExit()) return failed;
   // Every rank exits with the same code, so mpirun reports the failure whichever rank saw it.
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  leave_rank_result(failed);
   return failed;
 }
 
@@ -78,6 +92,7 @@ inline int mpi_test_main(int argc, char** argv, const char* name) {
   doctest::Context context(argc, argv);
   context.setOption("no-colors", true);
   const int failed = context.run();
+  leave_rank_result(failed);
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(failed);

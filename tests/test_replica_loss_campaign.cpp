@@ -99,8 +99,17 @@ TEST_CASE("downpour in a campaign: a replica SIGKILLed mid-trial, the trial fini
   const auto& hit = trials[0];
   CHECK(hit.metrics.value("sync_replicas_dropped", -1.0) == 1.0);
   CHECK(hit.metrics.value("sync_replica0_fraction", 0.0) == 1.0);
-  // Replica 1 pushed 3 of its minibatches (of 2 epochs x 11 of the 23) before it died.
-  CHECK(hit.metrics.value("sync_replica1_fraction", 1.0) == doctest::Approx(3.0 / 22));
+  // Replica 1 pushed 3 of its minibatches (of 2 epochs x 11 of the 23) before it died. On a busy
+  // machine the shard may answer its fetch while its third push is still arriving; it then dies
+  // half-way through that push, which the shard gives up after the timeout and says so.
+  const double fraction1 = hit.metrics.value("sync_replica1_fraction", 1.0);
+  const std::string group_log = read_file(db + ".trials/logs/group-0.log");
+  if (fraction1 == doctest::Approx(2.0 / 22)) {
+    CHECK_MESSAGE(group_log.find("gave up 1 message(s) from a data replica that stopped half-way") != std::string::npos,
+                  tail_file(db + ".trials/logs/group-0.log", 60));
+  } else {
+    CHECK(fraction1 == doctest::Approx(3.0 / 22));
+  }
   CHECK(trials[1].metrics.value("sync_replicas_dropped", -1.0) == 0.0);
   bool dropped = false;
   for (const auto& e : read_events(db)) {
@@ -224,7 +233,10 @@ TEST_CASE("downpour in a campaign: a dead parameter-server shard fails the attem
   const std::string group_log = read_file(dir.file("c.db.trials/logs/group-0.log"));
   // The leader notices the dead shard at its next fetch, or, when it was already past its last
   // minibatch (a busy machine; seen once in CI), in finish() waiting for the shards' summaries.
-  if (!leader_done) CHECK(group_log.find("(a dead shard fails the attempt)") != std::string::npos);
+  if (!leader_done)
+    CHECK_MESSAGE(group_log.find("(a dead shard fails the attempt)") != std::string::npos,
+                  "resumed from epoch " << resumed << "\nmaster:\n" << tail_file(dir.file("log"), 30) << "\ngroup:\n"
+                                        << tail_file(db + ".trials/logs/group-0.log", 80));
   check_no_orphans(db);
 }
 

@@ -261,9 +261,13 @@ Status Downpour::fetch(std::span<float> params) {
     bytes_posted_ += static_cast<int64_t>(request.size());
     HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kFetchTag, std::move(request)));
   }
+  // Until the replies came and this replica's own pushes have gone whole: a push is never left
+  // half-sent behind a fetch (a replica that dies after its fetch has delivered its pushes).
   const auto deadline = Clock::now() + group_.timeout();
-  for (unsigned spins = 1; missing > 0; ++spins) {
+  bool delivered = false;
+  for (unsigned spins = 1; missing > 0 || !delivered; ++spins) {
     HPCTUNE_TRY(handle_shard_messages());
+    HPCTUNE_ASSIGN(delivered, group_.posts_delivered(kPushTag));
     HPCTUNE_ASSIGN(auto reply, group_.receive_from_replicas(kParamsTag));
     if (reply) {
       DownpourReader in(reply->bytes);
@@ -285,6 +289,7 @@ Status Downpour::fetch(std::span<float> params) {
       std::string which;
       for (int s = 0; s < shards_; ++s)
         if (!have[static_cast<size_t>(s)]) which += (which.empty() ? "" : ", ") + std::to_string(s);
+      if (which.empty()) which = "holding this replica's pushes";
       group_.abandon();  // the group ends and the attempt runs again, from the last checkpoint
       return err(Errc::kTimeout, "downpour: parameter-server shard(s) " + which + " did not answer a fetch within " +
                                      std::to_string(group_.timeout().count()) + " ms (a dead shard fails the attempt)");
@@ -407,7 +412,10 @@ Status Downpour::finish() {
       summaries = static_cast<int>(std::count(summaries_seen_.begin(), summaries_seen_.end(), true));
     }
     const bool own_done = !shard_ || shard_->summary_sent;
-    if (own_done && (!leader || summaries == shards_)) return Status::Ok();
+    if (own_done && (!leader || summaries == shards_)) {
+      group_.give_up_arriving();  // from a replica that died half-way through a message
+      return Status::Ok();
+    }
     if (own_done && deadline == Clock::time_point::max()) deadline = Clock::now() + 2 * group_.timeout();
     if (spins % 64 == 0 && Clock::now() >= deadline) {
       group_.abandon();
@@ -419,6 +427,7 @@ Status Downpour::finish() {
 }
 
 std::vector<std::string> Downpour::take_events() {
+  collectives::note_given_up_messages(group_, given_up_seen_, events_);
   std::vector<std::string> out;
   out.swap(events_);
   return out;

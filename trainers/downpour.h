@@ -127,6 +127,7 @@ class Downpour {
   int64_t stale_count_ = 0;
   std::vector<float> scratch_;
   std::vector<std::string> events_;
+  int64_t given_up_seen_ = 0;  // the group's half-received messages already reported
 };
 
 }  // namespace hpctune::trainers

@@ -86,6 +86,9 @@ class ExchangeRunner final : public EpochRunner {
   }
 
   Result<EpochEnd> finish(ClassifierRun& run) override {
+    // Every live replica's clocks are applied: a message still arriving is a dead sender's.
+    run.ctx.group->give_up_arriving();
+    for (const std::string& e : exchange_->take_events()) run.warn(e);
     if (stop_now(run, run.step - 1)) return EpochEnd::kStopped;
     return alone_ && !run.lay.leader() ? EpochEnd::kSkip : EpochEnd::kEvaluate;
   }

@@ -585,6 +585,7 @@ std::vector<int> ReplicaExchange::dropped_now() const {
 }
 
 std::vector<std::string> ReplicaExchange::take_events() {
+  collectives::note_given_up_messages(group_, given_up_seen_, log_);
   std::vector<std::string> out;
   out.swap(log_);
   return out;

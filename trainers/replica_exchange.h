@@ -191,6 +191,7 @@ class ReplicaExchange {
   uint64_t known_dropped_ = 0;              // the last commit's dropped set, as received
   int64_t late_ = 0, applied_count_ = 0;
   std::vector<std::string> log_;
+  int64_t given_up_seen_ = 0;  // the group's half-received messages already reported
 };
 
 }  // namespace hpctune::trainers
