@@ -577,6 +577,57 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   return r;
 }
 
+// Text read from the database for a message, quoted: as it is when printable, else only that it
+// is not (a crafted value may hold terminal controls).
+std::string shown_text(const std::string& text) {
+  const bool printable = std::all_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u != 0x7f;
+  });
+  return printable ? "'" + text + "'" : "(text with control characters)";
+}
+
+// trials.resume_from names the checkpoint (a snapshot, workflow/pbt_stage.h) the next attempt of
+// a paused trial starts from, which the master wrote under the campaign's trial directory
+// `trials_dir` (<db>.trials, absolute). A crafted database could point it at any file of the user,
+// which the trial's trainer would read, or copy into its own directory. What is wrong with `path`
+// ("" when nothing): a `..` component, a place outside `trials_dir` (spelled as it is, or through
+// the user's own links to it), or a symbolic link below it, which is never followed.
+std::string resume_from_problem(const std::string& trials_dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path given(path);
+  for (const auto& part : given) {
+    if (part == "..") return "has a '..' component";
+  }
+  std::error_code ec;
+  const fs::path full = fs::absolute(given, ec).lexically_normal();
+  if (ec) return "cannot be made absolute: " + ec.message();
+  const fs::path root = fs::path(trials_dir).lexically_normal();
+  std::error_code root_ec;
+  const fs::path real_root = fs::canonical(root, root_ec);  // none when the directory is gone
+  // The first prefix of `full` that is the trial directory, as spelled or as the same directory
+  // (a campaign resumed through another spelling of its path); the rest must be below it.
+  fs::path prefix, rest;
+  bool inside = false;
+  for (const auto& part : full) {
+    if (inside) {
+      rest /= part;
+      continue;
+    }
+    prefix /= part;
+    inside = prefix == root || (!root_ec && fs::canonical(prefix, ec) == real_root && !ec);
+  }
+  if (!inside || rest.empty()) return "is outside the campaign's trial directory " + trials_dir;
+  fs::path at = root;
+  for (const auto& part : rest) {
+    at /= part;
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) break;  // not there (any more): the trainer says so
+    if (S_ISLNK(st.st_mode)) return "goes through a symbolic link below the campaign's trial directory " + trials_dir;
+  }
+  return "";
+}
+
 // campaigns.config_json is the normalized config hpctune wrote: a map whose keys have the types
 // the config table gave them. Readers (status, trials, export, trial, the dashboard, resume) take
 // those types for granted, so a crafted or damaged file with another type at one of the keys they
@@ -1839,11 +1890,25 @@ Status Store::upsert_group(int64_t campaign_id, int64_t group_id, const std::str
 // ---------------------------------------------------------------------------------------------
 // Reads
 
+Result<TrialRow> Store::read_checked_trial(sqlite3_stmt* s) const {
+  HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
+  if (row.resume_from.empty() || !is_file_path(path_)) return row;  // in memory: no trial directory
+  std::error_code ec;
+  const std::string trials_dir = std::filesystem::absolute(path_, ec).lexically_normal().string() + ".trials";
+  if (const std::string problem = resume_from_problem(trials_dir, row.resume_from); !problem.empty()) {
+    return err(Errc::kIo, "column trials.resume_from: " + shown_text(row.resume_from) + " " + problem +
+                              " (the file was edited, damaged or crafted)")
+        .with_context("while reading trial " + std::to_string(row.id));
+  }
+  return row;
+}
+
 Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kStateTablesVersion ? kSelectTrials : kSelectTrialsV3));
   Bind b(s);
   b.i64(1, campaign_id);
-  return collect<TrialRow>(b, read_trial, "cannot read the trials of campaign " + std::to_string(campaign_id));
+  return collect<TrialRow>(b, [this](sqlite3_stmt* st) { return read_checked_trial(st); },
+                           "cannot read the trials of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
@@ -1853,7 +1918,7 @@ Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
   int rc = b.step();
   if (rc == SQLITE_DONE) return std::optional<TrialRow>();
   if (rc != SQLITE_ROW) return sql_error(rc, "cannot read trial " + std::to_string(trial_id));
-  HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
+  HPCTUNE_ASSIGN(TrialRow row, read_checked_trial(s));
   return std::optional<TrialRow>(std::move(row));
 }
 
@@ -2020,7 +2085,8 @@ Result<std::vector<TrialRow>> Store::trials_changed(int64_t campaign_id, int64_t
                                                                                     : kSelectTrialsChangedV3));
   Bind b(s);
   b.i64(1, campaign_id).i64(2, after_id).text(3, ids_json(ids));
-  return collect<TrialRow>(b, read_trial, "cannot read the changed trials of campaign " + std::to_string(campaign_id));
+  return collect<TrialRow>(b, [this](sqlite3_stmt* st) { return read_checked_trial(st); },
+                           "cannot read the changed trials of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::vector<AttemptRow>> Store::attempts_changed(int64_t after_id, const std::vector<int64_t>& ids) {

@@ -82,7 +82,7 @@ struct Harness {
     stage = made.add_stage("pbt", "pbt", 0);
     store = std::move(made.db);
     campaign = made.campaign;
-    run_dir = tmp.file("run");
+    run_dir = tmp.file("c.db") + ".trials";  // as the master names it: <db>.trials
     fs::create_directories(run_dir);
     source = std::make_unique<PbtSource>(spec);
     require_ok(source->begin(context(false)));

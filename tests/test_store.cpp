@@ -890,6 +890,62 @@ TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused 
   CHECK(trials->front().objective == 0.25);
 }
 
+TEST_CASE("trials.resume_from outside the campaign's trial directory, with '..' or through a link is refused") {
+  // Before, any path a crafted database held was handed to the paused trial's next attempt, whose
+  // trainer read it (or a pbt stage copied it into the trial's directory): any file of the user.
+  TempDir dir, outside;
+  const std::string path = dir.file("campaign.db");
+  const std::string trials = path + ".trials";
+  int64_t id = 0;
+  {
+    auto s = open_ok(path);
+    auto t = s->insert_trial(make_trial(make_campaign(*s), 0));
+    require_ok(t);
+    id = *t;
+  }
+  fs::create_directories(trials + "/1/pbt-0001-step-4");
+  fs::create_directories(outside.path + "/secret");
+  fs::create_symlink(outside.path, trials + "/2");
+  const std::string tail = " (the file was edited, damaged or crafted)";
+  auto read_back = [&](const std::string& resume_from) {
+    raw_exec(path, "UPDATE trials SET resume_from = '" + resume_from + "'");
+    auto s = Store::open_readonly(path);
+    REQUIRE(s.ok());
+    return (*s)->trials(1);
+  };
+  auto refused = [&](const std::string& resume_from, const std::string& why) {
+    CAPTURE(resume_from);
+    auto r = read_back(resume_from);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kIo);
+    CHECK(r.error().to_string().find("while reading trial " + std::to_string(id)) != std::string::npos);
+    CHECK_MESSAGE(r.error().message() == "column trials.resume_from: '" + resume_from + "' " + why + tail,
+                  r.error().message());
+  };
+  refused(outside.path + "/secret", "is outside the campaign's trial directory " + trials);
+  refused("/etc/passwd", "is outside the campaign's trial directory " + trials);
+  refused(trials, "is outside the campaign's trial directory " + trials);
+  refused(trials + "/1/../../" + "campaign.db", "has a '..' component");
+  refused(trials + "/1/..", "has a '..' component");
+  refused(trials + "/2/secret", "goes through a symbolic link below the campaign's trial directory " + trials);
+  // What the master writes reads back: a snapshot under the trial directory, made or not yet.
+  for (const std::string& ok : {trials + "/1/pbt-0001-step-4", trials + "/3/pbt-0002-step-8", std::string()}) {
+    CAPTURE(ok);
+    auto r = read_back(ok);
+    REQUIRE(r.ok());
+    CHECK(r->front().resume_from == ok);
+  }
+  // The same directory through another spelling of its path (the user's own link to it).
+  fs::create_directory_symlink(dir.path, outside.path + "/alias");
+  CHECK(read_back(outside.path + "/alias/campaign.db.trials/1/pbt-0001-step-4").ok());
+  // A writer reads it the same way (resume), and a single trial too.
+  raw_exec(path, "UPDATE trials SET resume_from = '" + outside.path + "/secret'");
+  auto s = Store::open(path);
+  REQUIRE(s.ok());
+  CHECK_FALSE((*s)->trials(1).ok());
+  CHECK_FALSE((*s)->trial(id).ok());
+}
+
 TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
   TempDir dir;
   const std::string text = dir.file("notes.txt");
@@ -1370,15 +1426,16 @@ TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and refer
 
   // Pause: the running attempt closes as paused (uncharged); the trial waits as attempt 2 with its
   // new parameters and checkpoint, and is assigned from there.
-  auto paused = store->pause_trial(id1, 1, {{"x", 0.25}}, "/ck/1", "paused at step 1", 20);
+  const std::string checkpoint = path + ".trials/1/ck-1";  // under the campaign's trial directory
+  auto paused = store->pause_trial(id1, 1, {{"x", 0.25}}, checkpoint, "paused at step 1", 20);
   require_ok(paused);
   CHECK(*paused);
-  CHECK(*store->pause_trial(id1, 1, {{"x", 0.5}}, "/ck/2", "again", 21) == false);  // stale
+  CHECK(*store->pause_trial(id1, 1, {{"x", 0.5}}, path + ".trials/1/ck-2", "again", 21) == false);  // stale
   auto t = store->trial(id1);
   CHECK((*t)->state == TrialState::kPaused);
   CHECK((*t)->attempt == 2);
   CHECK((*t)->params == nlohmann::json{{"x", 0.25}});
-  CHECK((*t)->resume_from == "/ck/1");
+  CHECK((*t)->resume_from == checkpoint);
   CHECK(store->count_by_state(c)->at("paused") == 1);
   auto attempts = store->attempts(id1);
   REQUIRE(attempts->size() == 1);
