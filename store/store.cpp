@@ -849,9 +849,11 @@ std::string uri_path(const std::string& path) {
 
 // --- the schema a database of each schema version has ---------------------------------------------
 
-// A column as pragma_table_info gives it: its name and declared type.
+// A column as pragma_table_info gives it: its name, declared type and place in the primary key
+// (0 = none, else 1-based).
 struct Column {
   std::string name, type;
+  int pk = 0;
 };
 // A table of the schema: its kind as pragma_table_list says it (table, view, virtual, shadow) and
 // its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns here.
@@ -880,9 +882,9 @@ Result<std::vector<std::vector<std::string>>> text_rows(sqlite3* db, const char*
 
 // The columns of `table` in `db`, in order; none when there is no such table.
 Result<std::vector<Column>> table_columns(sqlite3* db, const std::string& table) {
-  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT name, type FROM pragma_table_info(?1) ORDER BY cid", &table, 2));
+  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT name, type, pk FROM pragma_table_info(?1) ORDER BY cid", &table, 3));
   std::vector<Column> out;
-  for (auto& r : rows) out.push_back({std::move(r[0]), std::move(r[1])});
+  for (auto& r : rows) out.push_back({std::move(r[0]), std::move(r[1]), std::atoi(r[2].c_str())});
   return out;
 }
 
@@ -982,6 +984,75 @@ Status check_schema(sqlite3* db, int version, const std::string& path) {
   if (!differs.empty()) text += (missing.empty() ? " differs from its schema version " + std::to_string(version) + ": "
                                                  : "; and differs from it: ") + differs;
   return err(Errc::kIo, text + " (the file was edited, damaged or crafted); refusing to use it");
+}
+
+// SQL text of an identifier, quoted.
+std::string quoted(const std::string& name) {
+  std::string out = "\"";
+  for (char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// "id 3", "trial_id 1, attempt 2, step 3, name 'loss'": the row at `s` by its key columns
+// (columns [0, key_count) of the statement, named `key`).
+std::string row_key(sqlite3_stmt* s, const std::vector<std::string>& key) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const int col = static_cast<int>(i);
+    const int type = sqlite3_column_type(s, col);
+    std::string value = type == SQLITE_INTEGER ? std::to_string(sqlite3_column_int64(s, col))
+                        : type == SQLITE_NULL  ? std::string("NULL")
+                        : type == SQLITE_TEXT  ? shown_text(col_text(s, col))
+                                               : std::string("(not a number or text)");
+    parts.push_back(key[i] + " " + value);
+  }
+  return join(parts, ", ");
+}
+
+// Every INTEGER and REAL column of every table of schema version `version` (schema_tables(): as
+// the migrations create them) holds numbers or NULL in every row: SQLite keeps text that does not
+// read as a number as text even there, and sqlite3_column_int64 reads it as 0 (a crafted
+// campaigns.seed 'abc' resumed with seed 0). One scan per table, at open; the row readers check
+// the columns they read again (numeric_columns), for a file changed under a reader that keeps it
+// open. kIo naming the table, the column and the row by its key; the text itself is not repeated.
+Status check_numeric_cells(sqlite3* db, int version, const std::string& path) {
+  HPCTUNE_ASSIGN(SchemaTables schema, schema_tables(version));
+  for (const auto& [table, columns] : schema.tables) {
+    std::vector<const Column*> keyed;
+    std::vector<std::string> key, numeric;
+    for (const Column& c : columns) {
+      if (c.pk > 0) keyed.push_back(&c);
+      if (same_type(c.type, "INTEGER") || same_type(c.type, "REAL")) numeric.push_back(c.name);
+    }
+    if (numeric.empty()) continue;
+    std::sort(keyed.begin(), keyed.end(), [](const Column* a, const Column* b) { return a->pk < b->pk; });
+    for (const Column* c : keyed) key.push_back(c->name);
+    if (key.empty()) key.push_back("rowid");
+    std::vector<std::string> selected, tests;
+    for (const std::string& k : key) selected.push_back(quoted(k));
+    for (const std::string& n : numeric) {
+      selected.push_back(quoted(n));
+      tests.push_back("typeof(" + quoted(n) + ") IN ('text', 'blob')");
+    }
+    const std::string sql = "SELECT " + join(selected, ", ") + " FROM " + quoted(table) + " WHERE " +
+                            join(tests, " OR ") + " LIMIT 1";
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr);
+    Statement stmt(raw);
+    if (rc == SQLITE_OK) rc = sqlite3_step(raw);
+    if (rc == SQLITE_DONE) continue;
+    if (rc != SQLITE_ROW) {
+      return err(Errc::kIo, "cannot read table " + table + " of database " + path + ": " + sqlite3_errmsg(db));
+    }
+    for (size_t i = 0; i < numeric.size(); ++i) {
+      const int type = sqlite3_column_type(raw, static_cast<int>(key.size() + i));
+      if (type != SQLITE_TEXT && type != SQLITE_BLOB) continue;
+      return err(Errc::kIo, "database " + path + ": column " + table + "." + numeric[i] + " of the row with " +
+                                row_key(raw, key) + " holds " + (type == SQLITE_TEXT ? "text" : "a blob") +
+                                " where a number belongs (the file was edited, damaged or crafted); refusing to use it");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -1282,6 +1353,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   }
   HPCTUNE_TRY(store->migrate(target));
   HPCTUNE_TRY(store->exec("PRAGMA foreign_keys = ON", "cannot enable foreign keys"));
+  HPCTUNE_TRY(check_numeric_cells(store->db_.get(), store->version_, path));
   // A state named in code since the last open needs only its row in the lookup table.
   if (store->version_ >= schema::kStateTablesVersion) HPCTUNE_TRY(store->fill_state_tables());
   return store;
@@ -1344,6 +1416,7 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
                                        path + ")");
   }
   HPCTUNE_TRY(check_schema(store->db_.get(), store->version_, path));
+  HPCTUNE_TRY(check_numeric_cells(store->db_.get(), store->version_, path));
   return store;
 }
 
