@@ -11,6 +11,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cctype>
 #include <cerrno>
@@ -849,17 +850,21 @@ std::string uri_path(const std::string& path) {
 
 // --- the schema a database of each schema version has ---------------------------------------------
 
-// A column as pragma_table_info gives it: its name, declared type and place in the primary key
-// (0 = none, else 1-based).
+// A column as pragma_table_info gives it: its name, declared type, NOT NULL, default (its SQL
+// text; "" for none) and place in the primary key (0 = none, else 1-based).
 struct Column {
   std::string name, type;
+  bool not_null = false;
+  std::string default_sql;
   int pk = 0;
 };
 // A table of the schema: its kind as pragma_table_list says it (table, view, virtual, shadow) and
-// its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns here.
+// its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns
+// here; and each table's foreign keys (foreign_keys()).
 struct SchemaTables {
   std::vector<std::pair<std::string, std::vector<Column>>> tables;
   std::set<std::string> others;
+  std::map<std::string, std::set<std::string>> foreign_keys;
 };
 
 // The text of each row of `sql` (?1 bound to `arg` when given), `ncols` columns each.
@@ -882,9 +887,40 @@ Result<std::vector<std::vector<std::string>>> text_rows(sqlite3* db, const char*
 
 // The columns of `table` in `db`, in order; none when there is no such table.
 Result<std::vector<Column>> table_columns(sqlite3* db, const std::string& table) {
-  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT name, type, pk FROM pragma_table_info(?1) ORDER BY cid", &table, 3));
+  HPCTUNE_ASSIGN(auto rows, text_rows(db,
+                                      "SELECT name, type, \"notnull\", IFNULL(dflt_value, ''), pk "
+                                      "FROM pragma_table_info(?1) ORDER BY cid",
+                                      &table, 5));
   std::vector<Column> out;
-  for (auto& r : rows) out.push_back({std::move(r[0]), std::move(r[1]), std::atoi(r[2].c_str())});
+  for (auto& r : rows) {
+    out.push_back({std::move(r[0]), std::move(r[1]), r[2] == "1", std::move(r[3]), std::atoi(r[4].c_str())});
+  }
+  return out;
+}
+
+// The foreign keys of `table` in `db`, one text each: "campaign_id -> campaigns(id)", with its
+// ON UPDATE / ON DELETE actions when they are not NO ACTION (a key of several columns is one text).
+Result<std::set<std::string>> foreign_keys(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db,
+                                      "SELECT id, \"from\", \"table\", IFNULL(\"to\", ''), on_update, on_delete "
+                                      "FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
+                                      &table, 6));
+  std::map<std::string, std::array<std::string, 5>> keys;  // by id: from, table, to, on update, on delete
+  for (const auto& r : rows) {
+    auto& k = keys[r[0]];
+    k[0] += (k[0].empty() ? "" : ", ") + r[1];
+    k[1] = r[2];
+    k[2] += (k[2].empty() ? "" : ", ") + r[3];
+    k[3] = r[4];
+    k[4] = r[5];
+  }
+  std::set<std::string> out;
+  for (const auto& [id, k] : keys) {
+    std::string text = k[0] + " -> " + k[1] + "(" + k[2] + ")";
+    if (k[3] != "NO ACTION") text += " ON UPDATE " + k[3];
+    if (k[4] != "NO ACTION") text += " ON DELETE " + k[4];
+    out.insert(std::move(text));
+  }
   return out;
 }
 
@@ -931,6 +967,7 @@ Result<SchemaTables> schema_tables(int version) {
   for (const auto& row : *names) {
     HPCTUNE_ASSIGN(std::vector<Column> columns, table_columns(raw, row.front()));
     schema.tables.emplace_back(row.front(), std::move(columns));
+    HPCTUNE_ASSIGN(schema.foreign_keys[row.front()], foreign_keys(raw, row.front()));
   }
   HPCTUNE_ASSIGN(schema.others, views_and_triggers(raw));
   made[version] = schema;
@@ -943,9 +980,32 @@ bool same_type(std::string_view a, std::string_view b) {
          });
 }
 
+// How the column `have` of `table` differs from the schema's `want` of the same name: its declared
+// type, NOT NULL, default and place in the primary key. Text from the file is shown as shown_text().
+std::vector<std::string> column_differences(const std::string& table, const Column& want, const Column& have) {
+  const std::string column = "column " + table + "." + want.name;
+  std::vector<std::string> out;
+  if (!same_type(have.type, want.type)) {
+    out.push_back(column + " is declared '" + have.type + "', not '" + want.type + "'");
+  }
+  if (have.not_null != want.not_null) {
+    out.push_back(column + (want.not_null ? " lacks its NOT NULL" : " is NOT NULL, which the schema's is not"));
+  }
+  if (have.default_sql != want.default_sql) {
+    auto shown = [](const std::string& sql) { return sql.empty() ? std::string("none") : shown_text(sql); };
+    out.push_back(column + " has the default " + shown(have.default_sql) + ", not " + shown(want.default_sql));
+  }
+  if (have.pk != want.pk) {
+    auto place = [](int pk) { return pk == 0 ? std::string("not in the primary key") : "primary key column " + std::to_string(pk); };
+    out.push_back(column + " is " + place(have.pk) + ", not " + place(want.pk));
+  }
+  return out;
+}
+
 // The database's schema is that of its version: every table and column is there, each table a
-// table (not a view), each column of its declared type, and no view or trigger the migrations do
-// not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
+// table (not a view), each column of its declared type, NOT NULL, default and place in the
+// primary key, each table with the foreign keys of the schema and no others, and no view or
+// trigger the migrations do not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
 // fail later, in some query, with SQLite's own message; a crafted one (a view in place of a table,
 // a column of another type, a trigger that rewrites what is stored) would feed its own rows.
 // kIo naming what is missing or different.
@@ -968,9 +1028,17 @@ Status check_schema(sqlite3* db, int version, const std::string& path) {
       const auto it = std::find_if(have.begin(), have.end(), [&](const Column& c) { return c.name == column.name; });
       if (it == have.end()) {
         add(missing, "column " + table + "." + column.name);
-      } else if (!same_type(it->type, column.type)) {
-        add(differs, "column " + table + "." + column.name + " is declared '" + it->type + "', not '" + column.type + "'");
+        continue;
       }
+      for (const std::string& d : column_differences(table, column, *it)) add(differs, d);
+    }
+    HPCTUNE_ASSIGN(std::set<std::string> keys, foreign_keys(db, table));
+    const std::set<std::string>& want = expected.foreign_keys[table];
+    for (const std::string& k : want) {
+      if (!keys.count(k)) add(differs, "table " + table + " lacks the foreign key " + k);
+    }
+    for (const std::string& k : keys) {
+      if (!want.count(k)) add(differs, "table " + table + " has the foreign key " + shown_text(k) + ", which the schema has not");
     }
   }
   HPCTUNE_ASSIGN(std::set<std::string> others, views_and_triggers(db));

@@ -827,6 +827,63 @@ TEST_CASE("a database with a view for a table, a column of another type or a tri
   }
 }
 
+TEST_CASE("a database whose tables lost a NOT NULL, a default, a primary key or a foreign key is refused on open") {
+  // Before, the schema check compared the columns' names and types only: a trials table rebuilt
+  // without NOT NULL (or without its reference to campaigns) opened, and its NULLs read as 0.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  const std::string version = std::to_string(Store::latest_version());
+  struct Craft {
+    std::string name, table, from, to, expect;
+  };
+  const Craft crafts[] = {
+      {"not null", "trials", "seq             INTEGER NOT NULL,", "seq             INTEGER,",
+       "column trials.seq lacks its NOT NULL"},
+      {"extra not null", "trials", "objective       REAL,", "objective       REAL NOT NULL,",
+       "column trials.objective is NOT NULL, which the schema's is not"},
+      {"default", "trials", "attempt         INTEGER NOT NULL DEFAULT 1", "attempt         INTEGER NOT NULL DEFAULT 5",
+       "column trials.attempt has the default '5', not '1'"},
+      {"no default", "trials", "group_id        INTEGER NOT NULL DEFAULT -1,", "group_id        INTEGER NOT NULL,",
+       "column trials.group_id has the default none, not '-1'"},
+      {"primary key", "metrics", "PRIMARY KEY (trial_id, attempt, step, name)", "PRIMARY KEY (trial_id, attempt, name, step)",
+       "column metrics.step is primary key column 4, not primary key column 3, column metrics.name is primary key "
+       "column 3, not primary key column 4"},
+      {"foreign key", "trials", "campaign_id     INTEGER NOT NULL REFERENCES campaigns(id),",
+       "campaign_id     INTEGER NOT NULL,", "table trials lacks the foreign key campaign_id -> campaigns(id)"},
+      {"other foreign key", "lineage", "parent_trial_id INTEGER NOT NULL,",
+       "parent_trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,",
+       "table lineage has the foreign key 'parent_trial_id -> trials(id) ON DELETE CASCADE', which the schema has not"},
+  };
+  int n = 0;
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file("crafted-" + std::to_string(++n) + ".db");
+    std::filesystem::copy_file(good, path);
+    // As a hand-rebuilt table would be; the rows stay as they are.
+    raw_exec(path, "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, '" + c.from + "', '" + c.to +
+                       "') WHERE name = '" + c.table + "'; PRAGMA writable_schema = OFF");
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message() == "database " + path + " differs from its schema version " + version + ": " +
+                                               c.expect + " (the file was edited, damaged or crafted); refusing to use it",
+                    r.error().message());
+    }
+  }
+  // Migrated databases have the schema a new one has: a v1 database opened by this build.
+  const std::string v1 = dir.file("v1.db");
+  { open_ok(v1, {.migrate_to = 1}); }
+  { open_ok(v1); }
+  auto reread = Store::open_readonly(v1);
+  CHECK_MESSAGE(reread.ok(), (reread.ok() ? "" : reread.error().to_string()));
+}
+
 TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused naming the column, never read as 0") {
   // Before, sqlite3_column_double read a crafted objective 'abc' or 'nan' (SQLite keeps text that is
   // not a number as text, even in a REAL column) as 0: `status` and `resume` named it the best trial.
