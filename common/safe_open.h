@@ -155,6 +155,38 @@ inline Status check_own_directory(const std::string& dir) {
   return Status::Ok();
 }
 
+// Creates the directory `dir` where there is none with the permissions of the directory it is made
+// in: the owner's all, the parent's read and search bits for group and others, never their write;
+// set exactly, whatever the umask. Missing parents are made the same way. What is at `dir` must
+// then be a directory of the user's own (check_own_directory; one that was there keeps its mode).
+// A trial's directory below <db>.trials, which the master makes with the modes of storage_access
+// (scheduler/campaign_preparation.h), and an attempt's below that, thus follow the setting: 0700
+// for owner (the default), 0750 for group, 0755 for all.
+inline Status make_directory_like_parent(const std::string& dir) {
+  std::string path = dir;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::size_t slash = path.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat up {};
+  if (::stat(parent.c_str(), &up) != 0) {
+    if (errno != ENOENT || parent == "." || parent == "/") {
+      return err(Errc::kIo, "cannot stat " + parent + ": " + std::strerror(errno));
+    }
+    HPCTUNE_TRY(make_directory_like_parent(parent));
+    if (::stat(parent.c_str(), &up) != 0) return err(Errc::kIo, "cannot stat " + parent + ": " + std::strerror(errno));
+  }
+  const mode_t mode = (up.st_mode & 0755) | 0700;
+  if (::mkdir(path.c_str(), mode) != 0) {
+    if (errno == EEXIST) return check_own_directory(path);
+    return err(Errc::kIo, "cannot create " + path + ": " + std::strerror(errno));
+  }
+  UniqueFd made(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!made.valid() || ::fchmod(made.get(), mode) != 0) {
+    return err(Errc::kIo, "cannot set the permissions of " + path + ": " + std::strerror(errno));
+  }
+  return check_own_directory(path);
+}
+
 // Whether a symbolic link in a directory with these attributes may be followed: only where nobody
 // but the directory's owner can create entries (not writable by group or others) and that owner is
 // this user or root. A link in /tmp or in a group-shared folder may be someone else's.

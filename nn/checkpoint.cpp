@@ -329,21 +329,30 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
   return out;
 }
 
+namespace {
+// Reads exactly `n` bytes at `offset` into `out`; fewer when the file ends first.
+Result<size_t> read_at(int fd, uint8_t* out, size_t n, size_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, out + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return io_error("read", path);
+    if (got == 0) break;  // shorter than it was: the caller's checks say so
+    done += static_cast<size_t>(got);
+  }
+  return done;
+}
+}  // namespace
+
 Result<Checkpoint> read_checkpoint(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return io_error("stat", path);
   if (!S_ISREG(st.st_mode)) return malformed(path, "not a regular file");
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error("read", path);
-    if (n == 0) break;  // shorter than it was: the checks below say so
-    done += static_cast<size_t>(n);
-  }
-  bytes.resize(done);
-  if (bytes.size() < kHeaderBytes) return malformed(path, "shorter than its header");
+  // The header first: the file's size is checked against what it says before anything of that
+  // size is allocated (a sparse file of many gigabytes planted as a trial's checkpoint costs no disk).
+  std::vector<uint8_t> bytes(kHeaderBytes);
+  HPCTUNE_ASSIGN(const size_t head, read_at(fd, bytes.data(), kHeaderBytes, 0, path));
+  if (head < kHeaderBytes) return malformed(path, "shorter than its header");
   if (std::memcmp(bytes.data(), kMagic, 8) != 0) return malformed(path, "not a checkpoint (bad magic)");
   Reader h(bytes.data() + 8, kHeaderBytes - 8);
   uint32_t version = 0, pad = 0, sum = 0, pad2 = 0;
@@ -353,9 +362,20 @@ Result<Checkpoint> read_checkpoint(int fd, const std::string& path) {
     return malformed(path, "format version " + std::to_string(version) + ", this build reads " +
                                std::to_string(kCheckpointVersion) + " and 1");
   }
-  if (payload != bytes.size() - kHeaderBytes) {
-    return malformed(path, "truncated or padded (" + std::to_string(bytes.size() - kHeaderBytes) +
-                               " payload bytes, header says " + std::to_string(payload) + ")");
+  const uint64_t on_disk = static_cast<uint64_t>(st.st_size) - kHeaderBytes;
+  if (payload != on_disk) {
+    return malformed(path, "truncated or padded (" + std::to_string(on_disk) + " payload bytes, header says " +
+                               std::to_string(payload) + ")");
+  }
+  if (payload > kMaxCheckpointPayloadBytes) {
+    return malformed(path, "its header says " + std::to_string(payload) + " payload bytes, more than the " +
+                               std::to_string(kMaxCheckpointPayloadBytes) + " a checkpoint may hold");
+  }
+  bytes.resize(kHeaderBytes + payload);
+  HPCTUNE_ASSIGN(const size_t body, read_at(fd, bytes.data() + kHeaderBytes, payload, kHeaderBytes, path));
+  if (body != payload) {
+    return malformed(path, "truncated or padded (" + std::to_string(body) + " payload bytes, header says " +
+                               std::to_string(payload) + ")");
   }
   if (crc(bytes, kHeaderBytes) != sum) return malformed(path, "checksum mismatch");
 

@@ -50,6 +50,11 @@
 namespace hpctune::nn {
 
 inline constexpr uint32_t kCheckpointVersion = 2;
+// The most payload bytes read_checkpoint() reads (and allocates): 16 GiB, four billion parameters
+// with their optimizer state, far beyond the models the built-in trainers train on CPUs. A larger
+// header, or a file larger or smaller than its header says, is refused before anything of its size
+// is allocated.
+inline constexpr uint64_t kMaxCheckpointPayloadBytes = uint64_t{1} << 34;
 
 // One layer of a model as a manifest records it.
 struct LayerEntry {
@@ -102,9 +107,10 @@ std::string checkpoint_path(const std::string& trial_dir, int model_rank);
 Status write_checkpoint(const std::string& path, const Checkpoint& c);
 
 // Reads `path`: kNotFound when there is no file; kIo when it cannot be read; kInvalidArgument when
-// it is not a whole, intact checkpoint of a known version (bad magic or version, truncated,
-// checksum mismatch, malformed payload or manifest, a model hash that is not its manifest's). The
-// caller compares run_hash (to resume) or the manifest (to load, below) itself.
+// it is not a whole, intact checkpoint of a known version (bad magic or version, truncated or
+// padded, a payload over kMaxCheckpointPayloadBytes, checksum mismatch, malformed payload or
+// manifest, a model hash that is not its manifest's). The caller compares run_hash (to resume) or
+// the manifest (to load, below) itself.
 Result<Checkpoint> read_checkpoint(const std::string& path);
 // The same from a file already open (`fd`, read from offset 0 with pread, not closed), named `path`
 // in messages; what is not a regular file is kInvalidArgument.

@@ -11,6 +11,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cctype>
 #include <cerrno>
@@ -577,6 +578,57 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   return r;
 }
 
+// Text read from the database for a message, quoted: as it is when printable, else only that it
+// is not (a crafted value may hold terminal controls).
+std::string shown_text(const std::string& text) {
+  const bool printable = std::all_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u != 0x7f;
+  });
+  return printable ? "'" + text + "'" : "(text with control characters)";
+}
+
+// trials.resume_from names the checkpoint (a snapshot, workflow/pbt_stage.h) the next attempt of
+// a paused trial starts from, which the master wrote under the campaign's trial directory
+// `trials_dir` (<db>.trials, absolute). A crafted database could point it at any file of the user,
+// which the trial's trainer would read, or copy into its own directory. What is wrong with `path`
+// ("" when nothing): a `..` component, a place outside `trials_dir` (spelled as it is, or through
+// the user's own links to it), or a symbolic link below it, which is never followed.
+std::string resume_from_problem(const std::string& trials_dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path given(path);
+  for (const auto& part : given) {
+    if (part == "..") return "has a '..' component";
+  }
+  std::error_code ec;
+  const fs::path full = fs::absolute(given, ec).lexically_normal();
+  if (ec) return "cannot be made absolute: " + ec.message();
+  const fs::path root = fs::path(trials_dir).lexically_normal();
+  std::error_code root_ec;
+  const fs::path real_root = fs::canonical(root, root_ec);  // none when the directory is gone
+  // The first prefix of `full` that is the trial directory, as spelled or as the same directory
+  // (a campaign resumed through another spelling of its path); the rest must be below it.
+  fs::path prefix, rest;
+  bool inside = false;
+  for (const auto& part : full) {
+    if (inside) {
+      rest /= part;
+      continue;
+    }
+    prefix /= part;
+    inside = prefix == root || (!root_ec && fs::canonical(prefix, ec) == real_root && !ec);
+  }
+  if (!inside || rest.empty()) return "is outside the campaign's trial directory " + trials_dir;
+  fs::path at = root;
+  for (const auto& part : rest) {
+    at /= part;
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) break;  // not there (any more): the trainer says so
+    if (S_ISLNK(st.st_mode)) return "goes through a symbolic link below the campaign's trial directory " + trials_dir;
+  }
+  return "";
+}
+
 // campaigns.config_json is the normalized config hpctune wrote: a map whose keys have the types
 // the config table gave them. Readers (status, trials, export, trial, the dashboard, resume) take
 // those types for granted, so a crafted or damaged file with another type at one of the keys they
@@ -798,15 +850,21 @@ std::string uri_path(const std::string& path) {
 
 // --- the schema a database of each schema version has ---------------------------------------------
 
-// A column as pragma_table_info gives it: its name and declared type.
+// A column as pragma_table_info gives it: its name, declared type, NOT NULL, default (its SQL
+// text; "" for none) and place in the primary key (0 = none, else 1-based).
 struct Column {
   std::string name, type;
+  bool not_null = false;
+  std::string default_sql;
+  int pk = 0;
 };
 // A table of the schema: its kind as pragma_table_list says it (table, view, virtual, shadow) and
-// its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns here.
+// its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns
+// here; and each table's foreign keys (foreign_keys()).
 struct SchemaTables {
   std::vector<std::pair<std::string, std::vector<Column>>> tables;
   std::set<std::string> others;
+  std::map<std::string, std::set<std::string>> foreign_keys;
 };
 
 // The text of each row of `sql` (?1 bound to `arg` when given), `ncols` columns each.
@@ -829,9 +887,40 @@ Result<std::vector<std::vector<std::string>>> text_rows(sqlite3* db, const char*
 
 // The columns of `table` in `db`, in order; none when there is no such table.
 Result<std::vector<Column>> table_columns(sqlite3* db, const std::string& table) {
-  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT name, type FROM pragma_table_info(?1) ORDER BY cid", &table, 2));
+  HPCTUNE_ASSIGN(auto rows, text_rows(db,
+                                      "SELECT name, type, \"notnull\", IFNULL(dflt_value, ''), pk "
+                                      "FROM pragma_table_info(?1) ORDER BY cid",
+                                      &table, 5));
   std::vector<Column> out;
-  for (auto& r : rows) out.push_back({std::move(r[0]), std::move(r[1])});
+  for (auto& r : rows) {
+    out.push_back({std::move(r[0]), std::move(r[1]), r[2] == "1", std::move(r[3]), std::atoi(r[4].c_str())});
+  }
+  return out;
+}
+
+// The foreign keys of `table` in `db`, one text each: "campaign_id -> campaigns(id)", with its
+// ON UPDATE / ON DELETE actions when they are not NO ACTION (a key of several columns is one text).
+Result<std::set<std::string>> foreign_keys(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db,
+                                      "SELECT id, \"from\", \"table\", IFNULL(\"to\", ''), on_update, on_delete "
+                                      "FROM pragma_foreign_key_list(?1) ORDER BY id, seq",
+                                      &table, 6));
+  std::map<std::string, std::array<std::string, 5>> keys;  // by id: from, table, to, on update, on delete
+  for (const auto& r : rows) {
+    auto& k = keys[r[0]];
+    k[0] += (k[0].empty() ? "" : ", ") + r[1];
+    k[1] = r[2];
+    k[2] += (k[2].empty() ? "" : ", ") + r[3];
+    k[3] = r[4];
+    k[4] = r[5];
+  }
+  std::set<std::string> out;
+  for (const auto& [id, k] : keys) {
+    std::string text = k[0] + " -> " + k[1] + "(" + k[2] + ")";
+    if (k[3] != "NO ACTION") text += " ON UPDATE " + k[3];
+    if (k[4] != "NO ACTION") text += " ON DELETE " + k[4];
+    out.insert(std::move(text));
+  }
   return out;
 }
 
@@ -878,6 +967,7 @@ Result<SchemaTables> schema_tables(int version) {
   for (const auto& row : *names) {
     HPCTUNE_ASSIGN(std::vector<Column> columns, table_columns(raw, row.front()));
     schema.tables.emplace_back(row.front(), std::move(columns));
+    HPCTUNE_ASSIGN(schema.foreign_keys[row.front()], foreign_keys(raw, row.front()));
   }
   HPCTUNE_ASSIGN(schema.others, views_and_triggers(raw));
   made[version] = schema;
@@ -890,9 +980,32 @@ bool same_type(std::string_view a, std::string_view b) {
          });
 }
 
+// How the column `have` of `table` differs from the schema's `want` of the same name: its declared
+// type, NOT NULL, default and place in the primary key. Text from the file is shown as shown_text().
+std::vector<std::string> column_differences(const std::string& table, const Column& want, const Column& have) {
+  const std::string column = "column " + table + "." + want.name;
+  std::vector<std::string> out;
+  if (!same_type(have.type, want.type)) {
+    out.push_back(column + " is declared '" + have.type + "', not '" + want.type + "'");
+  }
+  if (have.not_null != want.not_null) {
+    out.push_back(column + (want.not_null ? " lacks its NOT NULL" : " is NOT NULL, which the schema's is not"));
+  }
+  if (have.default_sql != want.default_sql) {
+    auto shown = [](const std::string& sql) { return sql.empty() ? std::string("none") : shown_text(sql); };
+    out.push_back(column + " has the default " + shown(have.default_sql) + ", not " + shown(want.default_sql));
+  }
+  if (have.pk != want.pk) {
+    auto place = [](int pk) { return pk == 0 ? std::string("not in the primary key") : "primary key column " + std::to_string(pk); };
+    out.push_back(column + " is " + place(have.pk) + ", not " + place(want.pk));
+  }
+  return out;
+}
+
 // The database's schema is that of its version: every table and column is there, each table a
-// table (not a view), each column of its declared type, and no view or trigger the migrations do
-// not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
+// table (not a view), each column of its declared type, NOT NULL, default and place in the
+// primary key, each table with the foreign keys of the schema and no others, and no view or
+// trigger the migrations do not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
 // fail later, in some query, with SQLite's own message; a crafted one (a view in place of a table,
 // a column of another type, a trigger that rewrites what is stored) would feed its own rows.
 // kIo naming what is missing or different.
@@ -915,9 +1028,17 @@ Status check_schema(sqlite3* db, int version, const std::string& path) {
       const auto it = std::find_if(have.begin(), have.end(), [&](const Column& c) { return c.name == column.name; });
       if (it == have.end()) {
         add(missing, "column " + table + "." + column.name);
-      } else if (!same_type(it->type, column.type)) {
-        add(differs, "column " + table + "." + column.name + " is declared '" + it->type + "', not '" + column.type + "'");
+        continue;
       }
+      for (const std::string& d : column_differences(table, column, *it)) add(differs, d);
+    }
+    HPCTUNE_ASSIGN(std::set<std::string> keys, foreign_keys(db, table));
+    const std::set<std::string>& want = expected.foreign_keys[table];
+    for (const std::string& k : want) {
+      if (!keys.count(k)) add(differs, "table " + table + " lacks the foreign key " + k);
+    }
+    for (const std::string& k : keys) {
+      if (!want.count(k)) add(differs, "table " + table + " has the foreign key " + shown_text(k) + ", which the schema has not");
     }
   }
   HPCTUNE_ASSIGN(std::set<std::string> others, views_and_triggers(db));
@@ -931,6 +1052,75 @@ Status check_schema(sqlite3* db, int version, const std::string& path) {
   if (!differs.empty()) text += (missing.empty() ? " differs from its schema version " + std::to_string(version) + ": "
                                                  : "; and differs from it: ") + differs;
   return err(Errc::kIo, text + " (the file was edited, damaged or crafted); refusing to use it");
+}
+
+// SQL text of an identifier, quoted.
+std::string quoted(const std::string& name) {
+  std::string out = "\"";
+  for (char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// "id 3", "trial_id 1, attempt 2, step 3, name 'loss'": the row at `s` by its key columns
+// (columns [0, key_count) of the statement, named `key`).
+std::string row_key(sqlite3_stmt* s, const std::vector<std::string>& key) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const int col = static_cast<int>(i);
+    const int type = sqlite3_column_type(s, col);
+    std::string value = type == SQLITE_INTEGER ? std::to_string(sqlite3_column_int64(s, col))
+                        : type == SQLITE_NULL  ? std::string("NULL")
+                        : type == SQLITE_TEXT  ? shown_text(col_text(s, col))
+                                               : std::string("(not a number or text)");
+    parts.push_back(key[i] + " " + value);
+  }
+  return join(parts, ", ");
+}
+
+// Every INTEGER and REAL column of every table of schema version `version` (schema_tables(): as
+// the migrations create them) holds numbers or NULL in every row: SQLite keeps text that does not
+// read as a number as text even there, and sqlite3_column_int64 reads it as 0 (a crafted
+// campaigns.seed 'abc' resumed with seed 0). One scan per table, at open; the row readers check
+// the columns they read again (numeric_columns), for a file changed under a reader that keeps it
+// open. kIo naming the table, the column and the row by its key; the text itself is not repeated.
+Status check_numeric_cells(sqlite3* db, int version, const std::string& path) {
+  HPCTUNE_ASSIGN(SchemaTables schema, schema_tables(version));
+  for (const auto& [table, columns] : schema.tables) {
+    std::vector<const Column*> keyed;
+    std::vector<std::string> key, numeric;
+    for (const Column& c : columns) {
+      if (c.pk > 0) keyed.push_back(&c);
+      if (same_type(c.type, "INTEGER") || same_type(c.type, "REAL")) numeric.push_back(c.name);
+    }
+    if (numeric.empty()) continue;
+    std::sort(keyed.begin(), keyed.end(), [](const Column* a, const Column* b) { return a->pk < b->pk; });
+    for (const Column* c : keyed) key.push_back(c->name);
+    if (key.empty()) key.push_back("rowid");
+    std::vector<std::string> selected, tests;
+    for (const std::string& k : key) selected.push_back(quoted(k));
+    for (const std::string& n : numeric) {
+      selected.push_back(quoted(n));
+      tests.push_back("typeof(" + quoted(n) + ") IN ('text', 'blob')");
+    }
+    const std::string sql = "SELECT " + join(selected, ", ") + " FROM " + quoted(table) + " WHERE " +
+                            join(tests, " OR ") + " LIMIT 1";
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr);
+    Statement stmt(raw);
+    if (rc == SQLITE_OK) rc = sqlite3_step(raw);
+    if (rc == SQLITE_DONE) continue;
+    if (rc != SQLITE_ROW) {
+      return err(Errc::kIo, "cannot read table " + table + " of database " + path + ": " + sqlite3_errmsg(db));
+    }
+    for (size_t i = 0; i < numeric.size(); ++i) {
+      const int type = sqlite3_column_type(raw, static_cast<int>(key.size() + i));
+      if (type != SQLITE_TEXT && type != SQLITE_BLOB) continue;
+      return err(Errc::kIo, "database " + path + ": column " + table + "." + numeric[i] + " of the row with " +
+                                row_key(raw, key) + " holds " + (type == SQLITE_TEXT ? "text" : "a blob") +
+                                " where a number belongs (the file was edited, damaged or crafted); refusing to use it");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -1231,6 +1421,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, OpenOptions 
   }
   HPCTUNE_TRY(store->migrate(target));
   HPCTUNE_TRY(store->exec("PRAGMA foreign_keys = ON", "cannot enable foreign keys"));
+  HPCTUNE_TRY(check_numeric_cells(store->db_.get(), store->version_, path));
   // A state named in code since the last open needs only its row in the lookup table.
   if (store->version_ >= schema::kStateTablesVersion) HPCTUNE_TRY(store->fill_state_tables());
   return store;
@@ -1293,6 +1484,7 @@ Result<std::unique_ptr<Store>> Store::open_readonly(const std::string& path, Ope
                                        path + ")");
   }
   HPCTUNE_TRY(check_schema(store->db_.get(), store->version_, path));
+  HPCTUNE_TRY(check_numeric_cells(store->db_.get(), store->version_, path));
   return store;
 }
 
@@ -1839,11 +2031,25 @@ Status Store::upsert_group(int64_t campaign_id, int64_t group_id, const std::str
 // ---------------------------------------------------------------------------------------------
 // Reads
 
+Result<TrialRow> Store::read_checked_trial(sqlite3_stmt* s) const {
+  HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
+  if (row.resume_from.empty() || !is_file_path(path_)) return row;  // in memory: no trial directory
+  std::error_code ec;
+  const std::string trials_dir = std::filesystem::absolute(path_, ec).lexically_normal().string() + ".trials";
+  if (const std::string problem = resume_from_problem(trials_dir, row.resume_from); !problem.empty()) {
+    return err(Errc::kIo, "column trials.resume_from: " + shown_text(row.resume_from) + " " + problem +
+                              " (the file was edited, damaged or crafted)")
+        .with_context("while reading trial " + std::to_string(row.id));
+  }
+  return row;
+}
+
 Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(version_ >= schema::kStateTablesVersion ? kSelectTrials : kSelectTrialsV3));
   Bind b(s);
   b.i64(1, campaign_id);
-  return collect<TrialRow>(b, read_trial, "cannot read the trials of campaign " + std::to_string(campaign_id));
+  return collect<TrialRow>(b, [this](sqlite3_stmt* st) { return read_checked_trial(st); },
+                           "cannot read the trials of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
@@ -1853,7 +2059,7 @@ Result<std::optional<TrialRow>> Store::trial(int64_t trial_id) {
   int rc = b.step();
   if (rc == SQLITE_DONE) return std::optional<TrialRow>();
   if (rc != SQLITE_ROW) return sql_error(rc, "cannot read trial " + std::to_string(trial_id));
-  HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
+  HPCTUNE_ASSIGN(TrialRow row, read_checked_trial(s));
   return std::optional<TrialRow>(std::move(row));
 }
 
@@ -2020,7 +2226,8 @@ Result<std::vector<TrialRow>> Store::trials_changed(int64_t campaign_id, int64_t
                                                                                     : kSelectTrialsChangedV3));
   Bind b(s);
   b.i64(1, campaign_id).i64(2, after_id).text(3, ids_json(ids));
-  return collect<TrialRow>(b, read_trial, "cannot read the changed trials of campaign " + std::to_string(campaign_id));
+  return collect<TrialRow>(b, [this](sqlite3_stmt* st) { return read_checked_trial(st); },
+                           "cannot read the changed trials of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::vector<AttemptRow>> Store::attempts_changed(int64_t after_id, const std::vector<int64_t>& ids) {

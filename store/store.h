@@ -454,6 +454,9 @@ class Store {
   template <typename Row, typename Binder, typename Read>
   Result<std::vector<Row>> collect(Binder& b, Read read, const std::string& what) const;
   Status check_open() const;
+  // read_trial() of the row at `s`, and its resume_from inside the campaign's trial directory
+  // (<path>.trials: under it, no '..', no symbolic link below it); kIo naming the column and trial.
+  Result<TrialRow> read_checked_trial(sqlite3_stmt* s) const;
   Status check_identity();
   Status lock_database(unsigned file_mode);  // the flock of acquire_master_lock
   std::string lock_holder() const;           // the refusal message's description of the holder

@@ -6,7 +6,9 @@
 // test_classifier_training.cpp.)
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -509,4 +511,75 @@ TEST_CASE("checkpoint: a trial's stage file that is a symbolic link or a FIFO is
     std::filesystem::copy_file(outside.file("model.bin"), stage0);
     CHECK(read_trial_checkpoint(trial.path).ok());
   }
+}
+
+namespace {
+
+// Caps this process's address space at what it uses now plus `headroom` while alive: an
+// allocation of a planted file's size fails (std::bad_alloc) instead of taking the machine's memory.
+class AddressSpaceCap {
+ public:
+  explicit AddressSpaceCap(size_t headroom) {
+    REQUIRE(::getrlimit(RLIMIT_AS, &old_) == 0);
+    std::ifstream statm("/proc/self/statm");
+    size_t pages = 0;
+    statm >> pages;
+    REQUIRE(pages > 0);
+    rlimit cap = old_;
+    cap.rlim_cur = pages * static_cast<size_t>(::sysconf(_SC_PAGESIZE)) + headroom;
+    if (old_.rlim_max != RLIM_INFINITY) cap.rlim_cur = std::min<rlim_t>(cap.rlim_cur, old_.rlim_max);
+    REQUIRE(::setrlimit(RLIMIT_AS, &cap) == 0);
+  }
+  ~AddressSpaceCap() { ::setrlimit(RLIMIT_AS, &old_); }
+  AddressSpaceCap(const AddressSpaceCap&) = delete;
+  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
+
+ private:
+  rlimit old_{};
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint: a huge sparse file is refused by its header's size, before anything of its size is allocated") {
+  // A sparse file of tens of gigabytes costs no disk; planted as a trial's checkpoint, reading it
+  // whole used to allocate its size first.
+  Network net = make_net(Shape{1, 4, 4}, {dense(8)}, 3, 1);
+  TempDir dir;
+  const std::string path = dir.file("checkpoint-stage0.bin");
+  REQUIRE(write_checkpoint(path, checkpoint_of(net, 0, net.num_layers())).ok());
+  const auto real_size = std::filesystem::file_size(path);
+  constexpr uint64_t kHuge = uint64_t{64} << 30;  // 64 GiB
+  SUBCASE("a valid checkpoint grown to 64 GiB: larger than its header says") {
+    std::filesystem::resize_file(path, kHuge);
+    AddressSpaceCap cap(size_t{1} << 30);
+    auto r = read_checkpoint(path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK(r.error().message() == "checkpoint " + path + " is unusable: truncated or padded (" +
+                                     std::to_string(kHuge - 40) + " payload bytes, header says " +
+                                     std::to_string(real_size - 40) + ")");
+  }
+  SUBCASE("a header that says 64 GiB, in a file of that size: over the cap") {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t payload = kHuge - 40;
+    f.seekp(24);
+    f.write(reinterpret_cast<const char*>(&payload), sizeof payload);
+    f.close();
+    std::filesystem::resize_file(path, kHuge);
+    AddressSpaceCap cap(size_t{1} << 30);
+    auto r = read_checkpoint(path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "checkpoint " + path + " is unusable: its header says " + std::to_string(payload) +
+                                     " payload bytes, more than the " + std::to_string(kMaxCheckpointPayloadBytes) +
+                                     " a checkpoint may hold");
+  }
+  SUBCASE("a file shorter than its header says") {
+    std::filesystem::resize_file(path, real_size - 1);
+    auto r = read_checkpoint(path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "checkpoint " + path + " is unusable: truncated or padded (" +
+                                     std::to_string(real_size - 41) + " payload bytes, header says " +
+                                     std::to_string(real_size - 40) + ")");
+  }
+  SUBCASE("the file as written is read") { CHECK(read_checkpoint(path).ok()); }
 }

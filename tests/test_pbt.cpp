@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -82,7 +83,7 @@ struct Harness {
     stage = made.add_stage("pbt", "pbt", 0);
     store = std::move(made.db);
     campaign = made.campaign;
-    run_dir = tmp.file("run");
+    run_dir = tmp.file("c.db") + ".trials";  // as the master names it: <db>.trials
     fs::create_directories(run_dir);
     source = std::make_unique<PbtSource>(spec);
     require_ok(source->begin(context(false)));
@@ -502,6 +503,11 @@ TEST_CASE("pbt: a restart refuses a crafted decision event (a path or value of a
       {"pbt_exploit", "source_value", "x", "a source_value or target_value that is not a number"},
       {"pbt_exploit", "target_value", nlohmann::json::object(), "a source_value or target_value that is not a number"},
       {"trial_paused", "step", "x", "a step that is not an integer"},
+      // Paths other than the decision's own snapshot (before, the master copied the member's
+      // checkpoint to any snapshot path, and its next attempt started from any resume_from).
+      {"pbt_continue", "snapshot", "/tmp/elsewhere", "a snapshot or resume_from other than the decision's own ("},
+      {"pbt_continue", "resume_from", "/etc/passwd", "a snapshot or resume_from other than the decision's own ("},
+      {"pbt_exploit", "resume_from", "/etc/passwd", "a snapshot or resume_from other than the decision's own ("},
       {"pbt_exploit", "target_value", nullptr, ""},  // a diverged member's NaN, as JSON records it
   };
   for (const Case& c : cases) {
@@ -518,7 +524,22 @@ TEST_CASE("pbt: a restart refuses a crafted decision event (a path or value of a
       if (e.kind == c.kind) last = e;
     REQUIRE(last);
     nlohmann::json detail = last->detail;
-    if (detail.contains("ordinal")) detail["ordinal"] = detail["ordinal"].get<int64_t>() + 1;
+    if (detail.contains("ordinal")) {
+      // The next decision names its own snapshot (pbt/<ordinal>-step-<step>), and starts from it
+      // unless it exploits another member's.
+      const int64_t ordinal = detail["ordinal"].get<int64_t>();
+      auto tag = [](int64_t o) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "/pbt/%03lld-", static_cast<long long>(o));
+        return std::string(buf);
+      };
+      const std::string old_snapshot = detail["snapshot"].get<std::string>();
+      std::string snapshot = old_snapshot;
+      snapshot.replace(snapshot.rfind(tag(ordinal)), tag(ordinal).size(), tag(ordinal + 1));
+      if (detail["resume_from"] == old_snapshot) detail["resume_from"] = snapshot;
+      detail["snapshot"] = snapshot;
+      detail["ordinal"] = ordinal + 1;
+    }
     detail[c.key] = c.value;
     require_ok(h.store->add_event(h.campaign, c.kind, last->trial_id, last->attempt, 0, detail, 1));
     auto fresh = std::make_unique<PbtSource>(h.spec);

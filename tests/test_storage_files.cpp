@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <functional>
+#include <tuple>
 
 #include "tests/campaign_fixture.h"
 
@@ -114,6 +115,35 @@ TEST_CASE("the database and the trial directory are owner-only by default; stora
   }
   CHECK(mode_of(group) == 0640);
   CHECK(mode_of(group + ".trials") == 0750);
+}
+
+TEST_CASE("trial and attempt directories follow storage_access whatever the umask") {
+  // Before, the workers and the command trainer made them with the umask's mode: 0777 under umask
+  // 0, so that only <db>.trials (0700) kept other users out, and `storage_access: group` gave the
+  // group no more than the umask did.
+  TempDir dir;
+  const std::string script = dir.write("t.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"value\\\": $1}\"\n");
+  auto cfg = [&](const std::string& name, const std::string& access_line) {
+    return dir.write(name + ".yaml", "name: " + name + "\nseed: 1\n" + access_line +
+                                         "objective: {metric: value, mode: max}\n"
+                                         "search: {algorithm: random, max_trials: 1}\n"
+                                         "space: {x: {type: float, low: 0.1, high: 0.9}}\n"
+                                         "trainer: {kind: command, command: \"/bin/sh " + script + " {x}\"}\n"
+                                         "resources: {groups: 1}\n");
+  };
+  const mode_t old = ::umask(0);
+  for (const auto& [name, access_line, want] :
+       {std::tuple<std::string, std::string, unsigned>{"owner", "", 0700}, {"group", "storage_access: group\n", 0750},
+        {"all", "storage_access: all\n", 0755}}) {
+    CAPTURE(name);
+    const std::string db = dir.file(name + ".db");
+    auto r = run_hpctune({"run", cfg(name, access_line), "--db", db}, dir.file(name + ".log"));
+    REQUIRE_MESSAGE(r.success(), read_file(dir.file(name + ".log")));
+    CHECK(mode_of(db + ".trials") == want);
+    CHECK(mode_of(db + ".trials/1") == want);
+    CHECK(mode_of(db + ".trials/1/attempt-1") == want);
+  }
+  ::umask(old);
 }
 
 TEST_CASE("status, trials and export on a full disk exit 1 with a message") {

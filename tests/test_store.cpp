@@ -827,6 +827,63 @@ TEST_CASE("a database with a view for a table, a column of another type or a tri
   }
 }
 
+TEST_CASE("a database whose tables lost a NOT NULL, a default, a primary key or a foreign key is refused on open") {
+  // Before, the schema check compared the columns' names and types only: a trials table rebuilt
+  // without NOT NULL (or without its reference to campaigns) opened, and its NULLs read as 0.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  const std::string version = std::to_string(Store::latest_version());
+  struct Craft {
+    std::string name, table, from, to, expect;
+  };
+  const Craft crafts[] = {
+      {"not null", "trials", "seq             INTEGER NOT NULL,", "seq             INTEGER,",
+       "column trials.seq lacks its NOT NULL"},
+      {"extra not null", "trials", "objective       REAL,", "objective       REAL NOT NULL,",
+       "column trials.objective is NOT NULL, which the schema's is not"},
+      {"default", "trials", "attempt         INTEGER NOT NULL DEFAULT 1", "attempt         INTEGER NOT NULL DEFAULT 5",
+       "column trials.attempt has the default '5', not '1'"},
+      {"no default", "trials", "group_id        INTEGER NOT NULL DEFAULT -1,", "group_id        INTEGER NOT NULL,",
+       "column trials.group_id has the default none, not '-1'"},
+      {"primary key", "metrics", "PRIMARY KEY (trial_id, attempt, step, name)", "PRIMARY KEY (trial_id, attempt, name, step)",
+       "column metrics.step is primary key column 4, not primary key column 3, column metrics.name is primary key "
+       "column 3, not primary key column 4"},
+      {"foreign key", "trials", "campaign_id     INTEGER NOT NULL REFERENCES campaigns(id),",
+       "campaign_id     INTEGER NOT NULL,", "table trials lacks the foreign key campaign_id -> campaigns(id)"},
+      {"other foreign key", "lineage", "parent_trial_id INTEGER NOT NULL,",
+       "parent_trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,",
+       "table lineage has the foreign key 'parent_trial_id -> trials(id) ON DELETE CASCADE', which the schema has not"},
+  };
+  int n = 0;
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file("crafted-" + std::to_string(++n) + ".db");
+    std::filesystem::copy_file(good, path);
+    // As a hand-rebuilt table would be; the rows stay as they are.
+    raw_exec(path, "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, '" + c.from + "', '" + c.to +
+                       "') WHERE name = '" + c.table + "'; PRAGMA writable_schema = OFF");
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message() == "database " + path + " differs from its schema version " + version + ": " +
+                                               c.expect + " (the file was edited, damaged or crafted); refusing to use it",
+                    r.error().message());
+    }
+  }
+  // Migrated databases have the schema a new one has: a v1 database opened by this build.
+  const std::string v1 = dir.file("v1.db");
+  { open_ok(v1, {.migrate_to = 1}); }
+  { open_ok(v1); }
+  auto reread = Store::open_readonly(v1);
+  CHECK_MESSAGE(reread.ok(), (reread.ok() ? "" : reread.error().to_string()));
+}
+
 TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused naming the column, never read as 0") {
   // Before, sqlite3_column_double read a crafted objective 'abc' or 'nan' (SQLite keeps text that is
   // not a number as text, even in a REAL column) as 0: `status` and `resume` named it the best trial.
@@ -847,6 +904,7 @@ TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused 
     const char* kind;
     bool metrics;
   };
+  int n = 0;
   for (const Craft& c : {Craft{"UPDATE trials SET objective = 'nan'", "trials.objective", "text", false},
                          Craft{"UPDATE trials SET objective = 'abc'", "trials.objective", "text", false},
                          Craft{"UPDATE trials SET finished_at = x'00'", "trials.finished_at", "a blob", false},
@@ -854,12 +912,14 @@ TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused 
                          Craft{"UPDATE metrics SET value = 'nan'", "metrics.value", "text", true},
                          Craft{"UPDATE metrics SET step = 'x'", "metrics.step", "text", true}}) {
     CAPTURE(c.sql);
-    const std::string path = dir.file("crafted.db");
-    std::filesystem::remove(path);
+    // A file of its own each: the reader leaves its -wal behind.
+    const std::string path = dir.file("crafted-" + std::to_string(++n) + ".db");
     std::filesystem::copy_file(good, path);
-    raw_exec(path, c.sql);
+    // Changed under a reader that keeps the file open (the dashboard): open refuses it before
+    // (the next test case), the row readers after.
     auto s = Store::open_readonly(path);
-    REQUIRE(s.ok());
+    REQUIRE_MESSAGE(s.ok(), s.error().to_string());
+    raw_exec(path, c.sql);
     const std::string expect = std::string("column ") + c.column + " holds " + c.kind + " where a number belongs";
     auto check = [&](const hpctune::Error& e) {
       CHECK(e.code() == Errc::kIo);
@@ -888,6 +948,115 @@ TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused 
   REQUIRE(trials.ok());
   REQUIRE(trials->size() == 1);
   CHECK(trials->front().objective == 0.25);
+}
+
+TEST_CASE("trials.resume_from outside the campaign's trial directory, with '..' or through a link is refused") {
+  // Before, any path a crafted database held was handed to the paused trial's next attempt, whose
+  // trainer read it (or a pbt stage copied it into the trial's directory): any file of the user.
+  TempDir dir, outside;
+  const std::string path = dir.file("campaign.db");
+  const std::string trials = path + ".trials";
+  int64_t id = 0;
+  {
+    auto s = open_ok(path);
+    auto t = s->insert_trial(make_trial(make_campaign(*s), 0));
+    require_ok(t);
+    id = *t;
+  }
+  fs::create_directories(trials + "/1/pbt-0001-step-4");
+  fs::create_directories(outside.path + "/secret");
+  fs::create_symlink(outside.path, trials + "/2");
+  const std::string tail = " (the file was edited, damaged or crafted)";
+  auto read_back = [&](const std::string& resume_from) {
+    raw_exec(path, "UPDATE trials SET resume_from = '" + resume_from + "'");
+    auto s = Store::open_readonly(path);
+    REQUIRE(s.ok());
+    return (*s)->trials(1);
+  };
+  auto refused = [&](const std::string& resume_from, const std::string& why) {
+    CAPTURE(resume_from);
+    auto r = read_back(resume_from);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kIo);
+    CHECK(r.error().to_string().find("while reading trial " + std::to_string(id)) != std::string::npos);
+    CHECK_MESSAGE(r.error().message() == "column trials.resume_from: '" + resume_from + "' " + why + tail,
+                  r.error().message());
+  };
+  refused(outside.path + "/secret", "is outside the campaign's trial directory " + trials);
+  refused("/etc/passwd", "is outside the campaign's trial directory " + trials);
+  refused(trials, "is outside the campaign's trial directory " + trials);
+  refused(trials + "/1/../../" + "campaign.db", "has a '..' component");
+  refused(trials + "/1/..", "has a '..' component");
+  refused(trials + "/2/secret", "goes through a symbolic link below the campaign's trial directory " + trials);
+  // What the master writes reads back: a snapshot under the trial directory, made or not yet.
+  for (const std::string& ok : {trials + "/1/pbt-0001-step-4", trials + "/3/pbt-0002-step-8", std::string()}) {
+    CAPTURE(ok);
+    auto r = read_back(ok);
+    REQUIRE(r.ok());
+    CHECK(r->front().resume_from == ok);
+  }
+  // The same directory through another spelling of its path (the user's own link to it).
+  fs::create_directory_symlink(dir.path, outside.path + "/alias");
+  CHECK(read_back(outside.path + "/alias/campaign.db.trials/1/pbt-0001-step-4").ok());
+  // A writer reads it the same way (resume), and a single trial too.
+  raw_exec(path, "UPDATE trials SET resume_from = '" + outside.path + "/secret'");
+  auto s = Store::open(path);
+  REQUIRE(s.ok());
+  CHECK_FALSE((*s)->trials(1).ok());
+  CHECK_FALSE((*s)->trial(id).ok());
+}
+
+TEST_CASE("text or a blob in any numeric column of any table is refused on open, naming the table, column and row") {
+  // Before, only the columns the trial and metric readers check were: campaigns.seed 'abc' resumed
+  // the campaign with seed 0, and a crafted events.attempt or groups.restarts read as 0.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    const int64_t c = make_campaign(*s);
+    auto t = s->insert_trial(make_trial(c, 0));
+    require_ok(t);
+    require_ok(s->add_metrics(*t, 1, 1, {{"loss", 0.9}}, 1013.0));
+    require_ok(s->upsert_group(c, 0, "local", 1, 1, "running", 0, 0, 1001.0));
+  }
+  struct Craft {
+    std::string sql, expect;
+  };
+  const Craft crafts[] = {
+      {"UPDATE campaigns SET seed = 'abc'", "column campaigns.seed of the row with id 1 holds text"},
+      {"UPDATE campaigns SET heartbeat_at = x'01'", "column campaigns.heartbeat_at of the row with id 1 holds a blob"},
+      {"UPDATE trials SET objective = 'nan'", "column trials.objective of the row with id 1 holds text"},
+      {"UPDATE metrics SET t = 'soon'",
+       "column metrics.t of the row with trial_id 1, attempt 1, step 1, name 'loss' holds text"},
+      {"UPDATE \"groups\" SET restarts = 'many'", "column groups.restarts of the row with campaign_id 1, group_id 0 holds text"},
+  };
+  int n = 0;
+  for (const Craft& c : crafts) {
+    CAPTURE(c.sql);
+    const std::string path = dir.file("crafted-" + std::to_string(++n) + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message() == "database " + path + ": " + c.expect +
+                                               " where a number belongs (the file was edited, damaged or crafted); "
+                                               "refusing to use it",
+                    r.error().message());
+    }
+  }
+  // Numbers as text that the column's affinity converts, and NULL where allowed, are numbers.
+  const std::string path = dir.file("converted.db");
+  std::filesystem::copy_file(good, path);
+  raw_exec(path, "UPDATE campaigns SET seed = '7', heartbeat_at = NULL; UPDATE trials SET objective = '0.5'");
+  auto s = Store::open(path);
+  REQUIRE(s.ok());
+  auto campaign = (*s)->load_campaign();
+  REQUIRE(campaign.ok());
+  REQUIRE(campaign->has_value());
+  CHECK((*campaign)->seed == 7);
 }
 
 TEST_CASE("a file that is not an hpctune database is refused untouched, naming the path") {
@@ -1370,15 +1539,16 @@ TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and refer
 
   // Pause: the running attempt closes as paused (uncharged); the trial waits as attempt 2 with its
   // new parameters and checkpoint, and is assigned from there.
-  auto paused = store->pause_trial(id1, 1, {{"x", 0.25}}, "/ck/1", "paused at step 1", 20);
+  const std::string checkpoint = path + ".trials/1/ck-1";  // under the campaign's trial directory
+  auto paused = store->pause_trial(id1, 1, {{"x", 0.25}}, checkpoint, "paused at step 1", 20);
   require_ok(paused);
   CHECK(*paused);
-  CHECK(*store->pause_trial(id1, 1, {{"x", 0.5}}, "/ck/2", "again", 21) == false);  // stale
+  CHECK(*store->pause_trial(id1, 1, {{"x", 0.5}}, path + ".trials/1/ck-2", "again", 21) == false);  // stale
   auto t = store->trial(id1);
   CHECK((*t)->state == TrialState::kPaused);
   CHECK((*t)->attempt == 2);
   CHECK((*t)->params == nlohmann::json{{"x", 0.25}});
-  CHECK((*t)->resume_from == "/ck/1");
+  CHECK((*t)->resume_from == checkpoint);
   CHECK(store->count_by_state(c)->at("paused") == 1);
   auto attempts = store->attempts(id1);
   REQUIRE(attempts->size() == 1);

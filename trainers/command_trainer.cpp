@@ -746,24 +746,18 @@ Status make_trial_dirs(const TrialContext& ctx, TrialPlan& plan) {
     plan.scratch = std::make_unique<ScratchDir>();
     plan.trial_dir = plan.scratch->path = tmpl;
   } else {
-    std::error_code ec;
-    fs::create_directories(plan.trial_dir, ec);
-    if (ec) return err(Errc::kIo, "command trainer: cannot create trial directory " + plan.trial_dir + ": " + ec.message());
-    // A link planted there (a campaign unpacked from someone else's archive) would take the
-    // trial's files elsewhere.
-    if (Status own = check_own_directory(plan.trial_dir); !own.ok())
-      return std::move(own).error().with_context("command trainer: the trial directory");
+    // With the mode of <db>.trials (storage_access). A link planted there (a campaign unpacked
+    // from someone else's archive) would take the trial's files elsewhere: refused.
+    if (Status made = make_directory_like_parent(plan.trial_dir); !made.ok())
+      return std::move(made).error().with_context("command trainer: the trial directory");
   }
   plan.trial_dir = fs::absolute(plan.trial_dir).string();
   // Each attempt logs in a directory of its own: nothing of an earlier attempt (killed, but maybe
   // not yet gone) mixes into the retry's logs. The trial directory is shared on purpose: it holds
   // the checkpoints a retry resumes from.
   plan.attempt_dir = plan.trial_dir + "/attempt-" + std::to_string(ctx.attempt);
-  std::error_code ec;
-  fs::create_directories(plan.attempt_dir, ec);
-  if (ec) return err(Errc::kIo, "command trainer: cannot create " + plan.attempt_dir + ": " + ec.message());
-  if (Status own = check_own_directory(plan.attempt_dir); !own.ok())
-    return std::move(own).error().with_context("command trainer: the attempt's directory");
+  if (Status made = make_directory_like_parent(plan.attempt_dir); !made.ok())
+    return std::move(made).error().with_context("command trainer: the attempt's directory");
   plan.stdout_log = plan.attempt_dir + "/stdout.log";
   plan.stderr_log = plan.attempt_dir + "/stderr.log";
   return Status::Ok();

@@ -116,12 +116,11 @@ class RunningTrial {
       ctx.stop_requested = [this] { return stop_.load(std::memory_order_relaxed); };
       ctx.stop_fd = stop_fd_;
       if (!ctx.trial_dir.empty()) {
-        std::error_code ec;
-        std::filesystem::create_directories(ctx.trial_dir, ec);
-        if (ec) throw std::runtime_error("cannot create trial directory " + ctx.trial_dir + ": " + ec.message());
-        // A link planted there (a campaign unpacked from someone else's archive) would take the
-        // trial's files elsewhere.
-        if (Status own = check_own_directory(ctx.trial_dir); !own.ok()) throw std::runtime_error(own.error().message());
+        // With the mode of <db>.trials (storage_access). A link planted there (a campaign unpacked
+        // from someone else's archive) would take the trial's files elsewhere: refused.
+        if (Status made = make_directory_like_parent(ctx.trial_dir); !made.ok()) {
+          throw std::runtime_error(made.error().message());
+        }
       }
       const std::string kind = ctx.trainer.value("kind", std::string());
       auto trainer = options.make(kind);

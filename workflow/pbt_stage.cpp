@@ -346,6 +346,14 @@ Status PbtSource::load_decision(const std::string& kind, const nlohmann::json& d
   } else {
     d.value = detail.contains("value") ? *value_of("value") : 0.0;
   }
+  // The snapshot a decision makes and the one it starts from are named by the decisions
+  // (snapshot_dir): any other path (an edited or crafted database) would have the master copy a
+  // checkpoint there, or the member's next attempt start from any file of the user.
+  const std::string own = snapshot_dir(m.trial_dir, d.ordinal, d.step);
+  const std::string from =
+      d.exploit ? snapshot_dir(member(d.source_seq).trial_dir, d.source_ordinal, d.source_step) : own;
+  if (d.snapshot != own || d.resume_from != from)
+    return bad("has a snapshot or resume_from other than the decision's own (" + own + ", from " + from + ")");
   m.decisions.push_back(std::move(d));
   return {};
 }
