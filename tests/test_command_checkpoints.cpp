@@ -427,3 +427,27 @@ TEST_CASE("command pbt: SIGKILL of the master in the middle of an interval, then
     if (m.attempt == victim_attempt + 1 && m.name == "score") CHECK(m.step >= retry->at("start_step").get<int64_t>());
   remove_run(db);
 }
+
+TEST_CASE("a checkpoint snapshot and its missing parents get the trial directories' mode whatever the umask") {
+  // Before, they were made with std::filesystem::create_directories: 0777 under umask 0, so with
+  // storage_access: all (<db>.trials 0755) any local user could plant a checkpoint in a PBT
+  // snapshot that the next member then loads.
+  TempDir dir;
+  const std::string trials = dir.file("c.db.trials");
+  REQUIRE(::mkdir(trials.c_str(), 0755) == 0);
+  REQUIRE(::chmod(trials.c_str(), 0755) == 0);
+  const std::string trial = trials + "/3";
+  REQUIRE(::mkdir(trial.c_str(), 0755) == 0);
+  dir.write("c.db.trials/3/checkpoint-stage0.bin", "weights");
+  const mode_t old = ::umask(0);
+  const Status made = workflow::snapshot_trial_checkpoint(trial, "", trials + "/pbt/snapshots/3-step-2", "pbt: ");
+  ::umask(old);
+  REQUIRE_MESSAGE(made.ok(), made.error().message());
+  for (const std::string& d : {trials + "/pbt", trials + "/pbt/snapshots", trials + "/pbt/snapshots/3-step-2"}) {
+    CAPTURE(d);
+    struct stat st {};
+    REQUIRE(::stat(d.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0755);
+  }
+  CHECK(read_file(trials + "/pbt/snapshots/3-step-2/checkpoint-stage0.bin") == "weights");
+}

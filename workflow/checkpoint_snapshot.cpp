@@ -140,10 +140,9 @@ Result<bool> directory_has_entries(int dir_fd, const std::string& shown) {
 Status copy_checkpoint_tree(int from_dir, const std::string& shown, const std::string& dest) {
   const std::string tmp = dest + ".tmp";
   HPCTUNE_TRY(remove_snapshot_tree(tmp));  // a copy cut short by a crash
-  std::error_code ec;
+  // Made like the trial directories (the modes of storage_access), never as the umask says.
   const std::filesystem::path parent = std::filesystem::path(dest).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) return err(Errc::kIo, "cannot create " + parent.string() + ": " + ec.message());
+  if (!parent.empty()) HPCTUNE_TRY(make_directory_like_parent(parent.string()));
   if (::mkdir(tmp.c_str(), 0700) != 0) return err(Errc::kIo, "cannot create " + tmp + ": " + std::strerror(errno));
   UniqueFd top(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!top.valid()) return err(Errc::kIo, "cannot open " + tmp + ": " + std::strerror(errno));
@@ -285,8 +284,10 @@ Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string
     const std::string tmp = dest + ".tmp";
     fs::remove_all(tmp, ec);  // a copy cut short by a crash
     ec.clear();
-    fs::create_directories(tmp, ec);
-    if (ec) return err(Errc::kIo, what + "cannot create " + tmp + ": " + ec.message());
+    // Like the trial directories (the modes of storage_access), never as the umask says: a snapshot
+    // that others could write into would hand the next trial their checkpoint.
+    if (Status made = make_directory_like_parent(tmp); !made.ok())
+      return err(Errc::kIo, what + "cannot create " + tmp + ": " + made.error().message());
     const UniqueFd tmp_dir(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!tmp_dir.valid()) return err(Errc::kIo, what + "cannot open " + tmp + ": " + std::strerror(errno));
     for (const auto& [name, fd] : found.files) {

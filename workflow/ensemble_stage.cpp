@@ -14,6 +14,7 @@
 
 #include "common/npy.h"
 #include "common/rng.h"
+#include "common/safe_open.h"
 #include "common/text.h"
 #include "config/trainer_kinds.h"
 #include "ensemble/ensemble.h"
@@ -592,9 +593,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
   Result<nlohmann::json> write_blend(const scheduler::StageContext& ctx, const ensemble::Probabilities& val,
                                      const ensemble::Probabilities& test) const {
     const std::string dir = ensemble_output_dir(ctx.run_dir, ctx.stage_id);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return failed("cannot create " + dir + ": " + ec.message());
+    if (Status made = make_directory_like_parent(dir); !made.ok()) return failed("cannot create " + dir + ": " + made.error().message());
     nlohmann::json files = nlohmann::json::object();
     const char* val_name = s_.regression ? "val_pred" : "val_probs";
     const char* test_name = s_.regression ? "test_pred" : "test_probs";
