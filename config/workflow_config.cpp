@@ -153,6 +153,20 @@ Status check_stage_graph(const json& items, const YNode& list, Mark list_mark, c
   return refuse_cycles(stages, index, places);
 }
 
+// One interval of a pbt schedule against the trainer's rules (a freeze beyond the network, settings
+// that cannot go together, a layout), with its params over the stage's trainer as the member that
+// replays it gets them; `fail(key, what)` for a problem at one of the interval's own params.
+template <typename Fail>
+Status check_interval_rules(const CampaignConfig& own, const json& params, const Fail& fail) {
+  CampaignConfig with = own;
+  for (auto it = params.begin(); it != params.end(); ++it) with.trainer[it.key()] = it.value();
+  auto problem = setting_rules_problem(with, {}, params);
+  if (!problem) problem = layout_rules_problem(with, {}, params);
+  if (!problem) problem = freeze_problem(with, {});
+  if (!problem || problem->in_space || !params.contains(problem->key)) return Status::Ok();
+  return fail(problem->key, problem->what);
+}
+
 // The settings of a kind that trains its trials to a step (StageKind::steps_setting: pbt's steps)
 // against its trainer (own: the stage's view): the trainer's step setting kept out of the space,
 // the total not given the trainer's, the schedule (schedule_setting) read as the stage reads it.
@@ -200,6 +214,10 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
           return fail(place(below), at + below, checked.error().message() + " (trainer." + it.key() + ")");
         it.value() = std::move(checked).value();
       }
+      HPCTUNE_TRY(check_interval_rules(*own, params, [&](const std::string& key, const std::string& what) {
+        const std::string below = "[" + std::to_string(k) + "].params." + key;
+        return fail(place(below), at + below, what + " (in this interval of the replay)");
+      }));
     }
     // With a schedule, the stage trains to its end (workflow/pbt_policy.h). A kind without a step
     // setting is refused below (trainer_lacks).

@@ -248,6 +248,15 @@ TEST_CASE("validate: a pbt schedule is checked as the stage reads it, with its p
              "stages[0].schedule[0].params.lr");
   refused_at(dir, "epochs", pbt_schedule("      - {from_step: 0, to_step: 2, params: {epochs: 3}}\n"), 9, 45,
              "stages[0].schedule[0].params.epochs");
+  // The trainer's rules, with the interval's params as the member that replays it gets them: a freeze
+  // beyond the one layer before the output layer of hidden: [32] (before, every member failed).
+  const std::string frozen = refused_at(
+      dir, "freeze", pbt_schedule("      - {from_step: 0, to_step: 2, params: {freeze: 5}}\n",
+                                  "{kind: mlp, epochs: 4, hidden: [32]}"),
+      9, 45, "stages[0].schedule[0].params.freeze");
+  CHECK(contains(frozen, "in this interval of the replay"));
+  CHECK(validate(dir, "freeze-ok", pbt_schedule("      - {from_step: 0, to_step: 2, params: {freeze: 1}}\n",
+                                                "{kind: mlp, epochs: 4, hidden: [32]}")).code == 0);
   refused_at(dir, "not-a-list", pbt_schedule("      {from_step: 0}\n"), 8, 5, "stages[0].schedule");
   refused_at(dir, "steps", pbt_schedule("      - {from_step: 0, to_step: 2, params: {lr: 0.1}}\n    steps: 4\n"), 10,
              5, "stages[0].steps");
