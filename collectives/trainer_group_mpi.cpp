@@ -293,14 +293,27 @@ Result<bool> MpiTrainerGroup::posts_delivered(int tag) {
 
 // A matched receive cannot really be cancelled: MPI may still write its buffer, which is kept.
 void MpiTrainerGroup::give_up(Arriving& a) noexcept {
-  MPI_Cancel(&a.request);
-  MPI_Request_free(&a.request);
+  if (a.request != MPI_REQUEST_NULL) {
+    MPI_Cancel(&a.request);
+    MPI_Request_free(&a.request);
+  }
   unfinished_receives_.push_back(std::move(a.bytes));
 }
 
+// Only what is still arriving: a message that came whole stays for a later receive (whose reader
+// drops another run's leftovers), and MPI_Cancel on its completed request would be an error.
 void MpiTrainerGroup::give_up_arriving() noexcept {
-  for (Arriving& a : arriving_) give_up(a);
-  arriving_.clear();
+  for (size_t i = 0; i < arriving_.size();) {
+    Arriving& a = arriving_[i];
+    int done = 0;
+    if (a.request != MPI_REQUEST_NULL) (void)MPI_Test(&a.request, &done, MPI_STATUS_IGNORE);
+    if (a.request == MPI_REQUEST_NULL) {  // arrived whole
+      ++i;
+      continue;
+    }
+    give_up(a);
+    arriving_.erase(arriving_.begin() + static_cast<long>(i));
+  }
 }
 
 // Posts a receive (MPI_Imrecv) for each message of `tag` that has come in (at most 64 a call).
