@@ -267,7 +267,9 @@ Status Downpour::fetch(std::span<float> params) {
   bool delivered = false;
   for (unsigned spins = 1; missing > 0 || !delivered; ++spins) {
     HPCTUNE_TRY(handle_shard_messages());
-    HPCTUNE_ASSIGN(delivered, group_.posts_delivered(kPushTag));
+    if (missing == 0) {  // the pushes, once the replies are in
+      HPCTUNE_ASSIGN(delivered, group_.posts_delivered(kPushTag));
+    }
     HPCTUNE_ASSIGN(auto reply, group_.receive_from_replicas(kParamsTag));
     if (reply) {
       DownpourReader in(reply->bytes);
