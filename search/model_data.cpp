@@ -168,6 +168,57 @@ std::vector<int64_t> fidelity_levels(const Fidelity& fidelity, std::size_t objec
   return out;
 }
 
+namespace {
+
+// Every trial's values at the rungs, in one flat table (a row per trial, a column per rung), built
+// without a container per trial: this runs on every ask, over every trial of the campaign.
+class RungValues {
+ public:
+  RungValues(const std::vector<int64_t>& levels, const Fidelity& fidelity, bool maximize, std::size_t rows)
+      : levels_(levels), rungs_(levels.size() - 1), max_step_(fidelity.max_step), maximize_(maximize),
+        value_(rows * rungs_, 0.0), has_(rows * rungs_, 0) {}
+
+  // Row `row`: each rung takes the first value at a step in [rung, next level), from `reports`
+  // (raw values, below max_step, up to `last` when last > 0, finite ones) and `own` (a partial
+  // observation's loss at its step, which wins over a report of the same step).
+  void fill(std::size_t row, const std::map<int64_t, double>* reports, int64_t last, std::optional<std::pair<int64_t, double>> own) {
+    if (own && own->first >= max_step_) own.reset();
+    auto take = [&](int64_t step, double loss) {
+      const auto k = static_cast<std::size_t>(std::upper_bound(levels_.begin(), levels_.begin() + static_cast<std::ptrdiff_t>(rungs_), step) -
+                                              levels_.begin());
+      if (k == 0) return;  // below the first rung
+      const std::size_t at = row * rungs_ + k - 1;
+      if (!has_[at]) has_[at] = 1, value_[at] = loss;
+    };
+    if (reports) {
+      for (const auto& [step, value] : *reports) {
+        if (step >= max_step_ || (last > 0 && step > last)) break;  // map order is step order
+        if (own && own->first <= step) {
+          take(own->first, own->second);
+          const bool same = own->first == step;
+          own.reset();
+          if (same) continue;
+        }
+        if (std::isfinite(value)) take(step, maximize_ ? -value : value);
+      }
+    }
+    if (own) take(own->first, own->second);
+  }
+
+  bool has(std::size_t row, std::size_t k) const { return has_[row * rungs_ + k] != 0; }
+  double value(std::size_t row, std::size_t k) const { return value_[row * rungs_ + k]; }
+
+ private:
+  const std::vector<int64_t>& levels_;
+  std::size_t rungs_;
+  int64_t max_step_;
+  bool maximize_;
+  std::vector<double> value_;
+  std::vector<char> has_;
+};
+
+}  // namespace
+
 LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, const std::vector<DataPoint>& told,
                               const std::map<int64_t, Params>& pending, const ReportLog& reports) {
   LevelData out;
@@ -178,94 +229,63 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
   const std::size_t top = levels.size() - 1;
   const bool maximize = spec.objectives.empty() || spec.objectives.front().maximize;
 
-  // A trial's losses at every level (empty: no value there), from its reports below max_step (up to
-  // `last` when last > 0) and, for a partial or final observation, its own value.
-  using Values = std::vector<std::vector<double>>;
-  auto values_of = [&](int64_t seq, const std::map<int64_t, double>* extra, int64_t last) {
-    Values v(levels.size());
-    std::map<int64_t, double> steps;  // step -> loss, the primary objective
-    if (m == 1 && seq >= 0) {
-      if (auto it = reports.find(seq); it != reports.end())
-        for (const auto& [step, value] : it->second)
-          if (step < spec.fidelity.max_step && (last <= 0 || step <= last) && std::isfinite(value))
-            steps[step] = maximize ? -value : value;
-    }
-    if (extra)
-      for (const auto& [step, loss] : *extra)
-        if (step < spec.fidelity.max_step) steps[step] = loss;  // the observation comes last: it wins
-    // Each rung takes the first value in [rung, next level): map order is step order.
-    for (const auto& [step, loss] : steps) {
-      const auto k = static_cast<std::size_t>(std::upper_bound(levels.begin(), levels.begin() + static_cast<std::ptrdiff_t>(top), step) -
-                                              levels.begin());
-      if (k == 0) continue;  // below the first rung
-      if (v[k - 1].empty()) v[k - 1] = {loss};
-    }
-    return v;
+  // Rows: the told trials in their order, then the pending ones by seq. The top level holds only
+  // final values (a told trial's own losses); the rungs come from reports (the primary objective).
+  const std::size_t rows = told.size() + pending.size();
+  RungValues rung(levels, spec.fidelity, maximize, rows);
+  std::vector<char> final(told.size(), 0);
+  auto reports_of = [&](int64_t seq) -> const std::map<int64_t, double>* {
+    if (m != 1 || seq < 0) return nullptr;
+    auto it = reports.find(seq);
+    return it == reports.end() ? nullptr : &it->second;
   };
-
-  struct Row {
-    const DataPoint* told = nullptr;  // a finished trial (or a warm-start one)
-    int64_t seq = -1;
-    const Params* params = nullptr;   // a running trial
-    Values values;
-  };
-  std::vector<Row> rows;
-  for (const auto& p : told) {
-    Row r;
-    r.told = &p;
-    r.seq = p.seq;
+  for (std::size_t i = 0; i < told.size(); ++i) {
+    const DataPoint& p = told[i];
     const bool failed = p.losses.empty();
-    const bool final = !failed && p.outcome == Outcome::kCompleted && (p.step <= 0 || p.step >= spec.fidelity.max_step);
-    std::map<int64_t, double> own;
+    final[i] = !failed && p.outcome == Outcome::kCompleted && (p.step <= 0 || p.step >= spec.fidelity.max_step);
     // A partial value (pruned, or a completed trial short of max_step) belongs to its step only;
-    // with several objectives it has no level (the top one needs the final values).
-    if (!failed && !final && m == 1 && p.step > 0) own[p.step] = p.losses[0];
-    // A pruned or partial trial never counts above its last step; a failed one's step may be unknown.
-    r.values = values_of(p.seq, &own, !final && p.step > 0 ? p.step : 0);
-    if (final) r.values[top] = p.losses;
-    rows.push_back(std::move(r));
+    // with several objectives it has no level (the top one needs the final values). A pruned or
+    // partial trial never counts above its last step; a failed one's step may be unknown.
+    std::optional<std::pair<int64_t, double>> own;
+    if (!failed && !final[i] && m == 1 && p.step > 0) own.emplace(p.step, p.losses[0]);
+    rung.fill(i, reports_of(p.seq), !final[i] && p.step > 0 ? p.step : 0, own);
   }
-  for (const auto& [seq, params] : pending) {
-    Row r;
-    r.seq = seq;
-    r.params = &params;
-    r.values = values_of(seq, nullptr, 0);
-    rows.push_back(std::move(r));
-  }
+  std::size_t row = told.size();
+  for (const auto& [seq, params] : pending) rung.fill(row++, reports_of(seq), 0, std::nullopt);
 
+  auto has = [&](std::size_t r, std::size_t k) { return k == top ? r < told.size() && final[r] : rung.has(r, k); };
   // The highest level with enough values.
   std::optional<std::size_t> chosen;
   for (std::size_t k = 0; k < levels.size(); ++k) {
     int64_t n = 0;
-    for (const auto& r : rows) n += r.values[k].empty() ? 0 : 1;
+    for (std::size_t r = 0; r < rows; ++r) n += has(r, k) ? 1 : 0;
     out.counts.emplace_back(levels[k], n);
     if (n >= out.needed) chosen = k;
   }
   if (!chosen) return out;
   const std::size_t k = *chosen;
   out.level = levels[k];
-  for (const auto& r : rows) {
-    if (r.told) {
-      if (!r.values[k].empty()) {
-        DataPoint p = *r.told;
-        p.losses = r.values[k];
-        p.outcome = Outcome::kCompleted;
-        p.step = out.level;
-        out.points.push_back(std::move(p));
-      } else if (r.told->losses.empty()) {
-        out.points.push_back(*r.told);  // failed, without a value here
-      }
-    } else if (!r.values[k].empty()) {
-      DataPoint p;
-      p.seq = r.seq;
-      p.u = encoder.encode(*r.params);
-      p.losses = r.values[k];
-      p.outcome = Outcome::kCompleted;
-      p.step = out.level;
-      out.points.push_back(std::move(p));
-    } else {
-      out.pending.emplace(r.seq, *r.params);
+  auto at_level = [&](DataPoint p, std::size_t r) {
+    if (k != top) p.losses = {rung.value(r, k)};
+    p.outcome = Outcome::kCompleted;
+    p.step = out.level;
+    return p;
+  };
+  for (std::size_t r = 0; r < told.size(); ++r) {
+    if (has(r, k)) out.points.push_back(at_level(told[r], r));
+    else if (told[r].losses.empty()) out.points.push_back(told[r]);  // failed, without a value here
+  }
+  row = told.size();
+  for (const auto& [seq, params] : pending) {
+    const std::size_t r = row++;
+    if (!has(r, k)) {
+      out.pending.emplace_hint(out.pending.end(), seq, params);
+      continue;
     }
+    DataPoint p;
+    p.seq = seq;
+    p.u = encoder.encode(params);
+    out.points.push_back(at_level(std::move(p), r));
   }
   return out;
 }

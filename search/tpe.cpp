@@ -177,13 +177,15 @@ class Tpe final : public SearcherBase {
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
       // Under early stopping the model also waits for a level with enough values (model_data.h).
-      if (finished_usable() < cfg_.n_startup || finished_usable() < 2 ||
-          (multi_fidelity() && level_data().level == 0)) {
+      const int64_t usable = finished_usable();
+      LevelData level;
+      if (usable >= cfg_.n_startup && usable >= 2 && multi_fidelity()) level = level_data();
+      if (usable < cfg_.n_startup || usable < 2 || (multi_fidelity() && level.level == 0)) {
         out.push_back(issue(design_.point(seq), {{"source", "startup"}}));
         continue;
       }
       Rng rng = rng_for(seq, 0x7E);
-      out.push_back(issue(enc_.decode(suggest(rng)), {{"source", "model"}}));
+      out.push_back(issue(enc_.decode(suggest(rng, level)), {{"source", "model"}}));
     }
     return out;
   }
@@ -247,10 +249,9 @@ class Tpe final : public SearcherBase {
   LevelData level_data() const { return fidelity_model_data(spec(), enc_, data_, pending(), reports()); }
 
   // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
-  // early stopping, the data at the level modelled; its running trials those that have not reached it.
-  void split(std::vector<std::vector<double>>& below, std::vector<std::vector<double>>& above) const {
-    LevelData level;
-    if (multi_fidelity()) level = level_data();
+  // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
+  // trials those that have not reached it.
+  void split(const LevelData& level, std::vector<std::vector<double>>& below, std::vector<std::vector<double>>& above) const {
     const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
     const std::map<int64_t, Params>& running = multi_fidelity() ? level.pending : pending();
     std::vector<const DataPoint*> usable;
@@ -292,7 +293,7 @@ class Tpe final : public SearcherBase {
     std::stable_sort(by_seq.begin(), by_seq.end(), [&](std::size_t a, std::size_t b) { return usable[a]->seq < usable[b]->seq; });
     for (std::size_t i : by_seq) (is_below[i] ? below : above).push_back(usable[i]->u);
     if (cfg_.constant_liar)
-      for (const auto& [seq, params] : running) above.push_back(enc_.encode(params));
+      for (const auto& [seq, params] : running) above.push_back(encoded_pending(seq, params));
   }
 
   // --- discrete parameters: levels and their intervals in unit space --------------------------
@@ -530,17 +531,28 @@ class Tpe final : public SearcherBase {
       if (std::isnan(x)) x = -1;
     return u;
   }
-  // The configurations already evaluated or running.
-  std::set<std::vector<double>> seen() const {
-    std::set<std::vector<double>> out;
-    for (const auto& p : data_) out.insert(key(p.u));
-    for (const auto& [seq, params] : pending()) out.insert(key(enc_.encode(params)));
-    return out;
+  // A running trial's coordinates, encoded once (a campaign on thousands of groups has thousands
+  // running, and each ask reads them all).
+  const std::vector<double>& encoded_pending(int64_t seq, const Params& params) const {
+    auto it = pending_u_.find(seq);
+    if (it == pending_u_.end()) it = pending_u_.emplace(seq, enc_.encode(params)).first;
+    return it->second;
+  }
+  // True when the configuration of key `k` was evaluated or is running. The keys of the evaluated
+  // ones are kept as data_ grows; those of the running ones are read from their encodings.
+  bool seen(const std::vector<double>& k) const {
+    for (; told_keyed_ < data_.size(); ++told_keyed_) told_keys_.insert(key(data_[told_keyed_].u));
+    if (told_keys_.count(k)) return true;
+    for (auto it = pending_u_.begin(); it != pending_u_.end();)
+      it = pending().count(it->first) ? std::next(it) : pending_u_.erase(it);  // told since
+    for (const auto& [seq, params] : pending())
+      if (key(encoded_pending(seq, params)) == k) return true;
+    return false;
   }
 
-  std::vector<double> suggest(Rng& rng) const {
+  std::vector<double> suggest(Rng& rng, const LevelData& level) const {
     std::vector<std::vector<double>> below, above;
-    split(below, above);
+    split(level, below, above);
     Models models;
     for (const auto& grp : groups_) {
       models.l.push_back(build(grp, below));
@@ -567,8 +579,7 @@ class Tpe final : public SearcherBase {
     }
     fill_fixed(u);
     enc_.repair(u, rng);
-    const std::set<std::vector<double>> done = seen();
-    if (!done.count(key(u))) return u;
+    if (!seen(key(u))) return u;
     // Evaluated or running already (the usual end of a small discrete space, where the best of
     // each group is the same every time): whole configurations drawn from l, ranked by their
     // summed log l - log g, and the best one not seen yet. All seen: the first choice stands.
@@ -594,7 +605,7 @@ class Tpe final : public SearcherBase {
     }
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.score > b.score; });
     for (auto& c : cands)
-      if (!done.count(key(c.u))) return std::move(c.u);
+      if (!seen(key(c.u))) return std::move(c.u);
     return u;
   }
 
@@ -607,6 +618,11 @@ class Tpe final : public SearcherBase {
   Encoder enc_;
   InitialDesign design_;
   std::vector<DataPoint> data_;
+  // Caches of what data_ and pending() say, for seen() and split(): the keys of data_[0, told_keyed_),
+  // and the encodings of running trials by seq.
+  mutable std::set<std::vector<double>> told_keys_;
+  mutable std::size_t told_keyed_ = 0;
+  mutable std::map<int64_t, std::vector<double>> pending_u_;
   std::vector<Kind> kind_;      // per parameter
   std::vector<Group> groups_;   // parents first
 };
