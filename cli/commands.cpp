@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/console.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -65,14 +66,6 @@ int exit_code_for(const Error& error) {
 
 namespace {
 
-bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
-
-int terminal_width() {
-  winsize ws{};
-  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  return 120;
-}
-
 // The columns of the terminal standard output goes to; 0 when it is not one (a pipe or a file:
 // no line is cut).
 size_t stdout_width() {
@@ -80,58 +73,6 @@ size_t stdout_width() {
   if (isatty(STDOUT_FILENO) == 1 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
   return 0;
 }
-
-std::string timestamp() {
-  std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S", std::localtime(&now));
-  return buf;
-}
-
-// The live progress line on a terminal, plain log lines elsewhere.
-class Console {
- public:
-  Console() : tty_(stderr_is_tty()) {}
-
-  void log(const std::string& line) {
-    clear();
-    // A line may carry a trainer's error or stderr: no terminal control of it reaches the screen.
-    std::fprintf(stderr, "%s  %s\n", timestamp().c_str(), report::terminal_safe(line).c_str());
-    redraw();
-  }
-
-  void progress(const hpctune::Progress& p, double elapsed) {
-    if (tty_) {
-      // One column short of the width: a line that fills the last column wraps on some terminals.
-      last_ = report::progress_line(p, elapsed, std::max(terminal_width() - 1, 1));
-      std::fprintf(stderr, "\r\033[2K%s", last_.c_str());
-      std::fflush(stderr);
-      return;
-    }
-    const int64_t finished = p.done + p.pruned + p.failed;
-    if (finished != last_finished_) {
-      last_finished_ = finished;
-      std::fprintf(stderr, "%s  %s\n", timestamp().c_str(), report::progress_line(p, elapsed, 0).c_str());
-    }
-  }
-
-  void finish() {
-    if (tty_ && !last_.empty()) std::fprintf(stderr, "\n");
-    last_.clear();
-  }
-
- private:
-  void clear() {
-    if (tty_ && !last_.empty()) std::fprintf(stderr, "\r\033[2K");
-  }
-  void redraw() {
-    if (tty_ && !last_.empty()) std::fprintf(stderr, "%s", last_.c_str());
-    std::fflush(stderr);
-  }
-  bool tty_;
-  std::string last_;
-  int64_t last_finished_ = -1;
-};
 
 // printf onto the end of `out`.
 template <typename... Args>

@@ -1,4 +1,5 @@
 #include "cli/simulate_command.h"
+#include "cli/console.h"
 
 #include <cerrno>
 #include <cmath>
@@ -156,10 +157,19 @@ Result<SimReport> simulate_split(const SimulateArgs& args, const config::Campaig
     const search::Objective& obj = cfg.objectives.at(0);
     o.target = simulate::SimulationTarget{obj.metric, *args.target, obj.maximize};
   }
+  // Trials finished so far: redrawn on a terminal; elsewhere a line every 10 s of wall time, but
+  // for --format json, whose reader is a program (and may read both streams as one).
+  Console console;
+  const bool lines = args.format != "json";
+  o.master.progress = [&console, lines](const Progress& p, double wall_s) {
+    if (lines || console.on_terminal()) console.progress(p, wall_s, 10.0);
+  };
   SimReport r;
   r.split = split;
   r.db = db;
-  HPCTUNE_ASSIGN(r.out, simulate::simulate_campaign(o));
+  auto simulated = simulate::simulate_campaign(o);
+  console.finish();
+  HPCTUNE_ASSIGN(r.out, std::move(simulated));
   auto work = config::trial_work(cfg.trainer);
   if (work.ok() && work->has_network) {
     r.global_batch = batch_per_rank > 0 ? static_cast<int64_t>(batch_per_rank) * split.data : work->batch_size;

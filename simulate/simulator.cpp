@@ -426,7 +426,19 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   uint64_t incarnation = 1;
   SimulationOutcome out;
   int64_t quiet_turns = 0;  // turns in a row without a frame either way
+  // The campaign's progress, at most ten times a second of wall time (a simulation of thousands of
+  // groups runs for minutes): MasterOptions::progress, with the wall seconds so far.
+  const auto wall_start = std::chrono::steady_clock::now();
+  auto last_progress = wall_start - std::chrono::seconds(1);  // the first turn draws it
+  auto report_progress = [&](bool force) {
+    if (!options.master.progress) return;
+    const auto t = std::chrono::steady_clock::now();
+    if (!force && t - last_progress < std::chrono::milliseconds(100)) return;
+    last_progress = t;
+    options.master.progress(master.progress(), Seconds(t - wall_start).count());
+  };
   while (true) {
+    report_progress(false);
     if (out.turns >= options.max_turns || now > end_bound) {
       return err(Errc::kTimeout, "simulate: the campaign did not finish within " + std::to_string(options.max_turns) +
                                      " turns and " + std::to_string(options.max_simulated_seconds) + " simulated seconds");
@@ -513,6 +525,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
     for (const auto& [g, t] : silence) next = std::min(next, t);
     now = std::max(next, now + message);
   }
+  report_progress(true);
   HPCTUNE_ASSIGN(out.campaign, master.stop(now));
   out.simulated_s = Seconds(now - wall.at).count();
   out.launches = launcher.launches;

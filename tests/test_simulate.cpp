@@ -489,3 +489,31 @@ TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more t
   CHECK_MESSAGE(read_file(dir.file("huge.log")).find("--max-trials 1000000") != std::string::npos, read_file(dir.file("huge.log")));
   CHECK(!std::filesystem::exists(dir.file("huge.db")));
 }
+
+TEST_CASE("simulate draws its progress on a terminal, and prints none into --format json or a short log") {
+  TempDir dir;
+  const std::string cfg = dir.write("p.yaml", function_config(200, 16));
+  // On a terminal (script(1) gives the command one): the live line, redrawn in place, ending at
+  // the whole budget.
+  const std::string command = std::string(HPCTUNE_BINARY) + " simulate " + cfg + " --db " + dir.file("tty.db") + " --step-seconds 30";
+  launch::SpawnOptions o;
+  o.argv = {"script", "-qfec", command, "/dev/null"};
+  o.stdout_path = dir.file("tty.log");
+  o.stderr_path = "=stdout";
+  auto child = launch::ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  auto st = child->wait_for(std::chrono::seconds(120));
+  REQUIRE(st.has_value());
+  const std::string tty = read_file(dir.file("tty.log"));
+  REQUIRE_MESSAGE(st->success(), tty);
+  CHECK_MESSAGE(tty.find("\r\033[2K[  0/200]") != std::string::npos, tty);
+  CHECK_MESSAGE(tty.find("\r\033[2K[200/200]") != std::string::npos, tty);
+  CHECK_MESSAGE(tty.find("done 200") != std::string::npos, tty);
+  CHECK(tty.find("simulated campaign 'simtest'") != std::string::npos);
+  // Not a terminal: the JSON alone (a line every 10 s of wall time only on long runs, never into json).
+  const auto sim = run_hpctune({"simulate", cfg, "--db", dir.file("json.db"), "--step-seconds", "30", "--format", "json"},
+                               dir.file("json.log"));
+  REQUIRE(sim.success());
+  const auto out = nlohmann::json::parse(read_file(dir.file("json.log")));
+  CHECK(out["trials"]["done"] == 200);
+}
