@@ -58,6 +58,16 @@ Result<NcclUniqueId> NcclUniqueId::from_hex(std::string_view hex) {
 
 Result<NcclCommunicator> NcclCommunicator::create(const GpuContext& context, int nranks, int rank,
                                                   const NcclUniqueId& id, Clock::time_point deadline) {
+  HPCTUNE_ASSIGN(NcclCommunicator out, start(context, nranks, rank, id));
+  HPCTUNE_TRY(out.wait_ready(deadline));
+  return out;
+}
+
+Status NcclCommunicator::wait_ready(Clock::time_point deadline) {
+  return wait(deadline, "NCCL communicator init (rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + ")");
+}
+
+Result<NcclCommunicator> NcclCommunicator::start(const GpuContext& context, int nranks, int rank, const NcclUniqueId& id) {
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return err(Errc::kInvalidArgument,
                "NCCL communicator: rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " ranks");
@@ -68,10 +78,7 @@ Result<NcclCommunicator> NcclCommunicator::create(const GpuContext& context, int
     std::string why = failed.error().message();
     return err(why.find("built without NCCL") != std::string::npos ? Errc::kUnavailable : Errc::kFailed, why);
   }
-  NcclCommunicator out(&context, comm, nranks, rank);
-  HPCTUNE_TRY(out.wait(deadline, "NCCL communicator init (rank " + std::to_string(rank) + " of " +
-                                     std::to_string(nranks) + ")"));
-  return out;
+  return NcclCommunicator(&context, comm, nranks, rank);
 }
 
 NcclCommunicator::NcclCommunicator(NcclCommunicator&& other) noexcept

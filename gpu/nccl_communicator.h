@@ -41,8 +41,14 @@ class NcclCommunicator {
 
   // Joins the group (nranks, rank) of `id` on the context's device and waits, polling, until every
   // rank has joined or `deadline` passes (then aborts: kTimeout). The context must outlive it.
+  // create() is start() and then wait_ready().
   static Result<NcclCommunicator> create(const GpuContext& context, int nranks, int rank, const NcclUniqueId& id,
                                          Clock::time_point deadline);
+  // Starts joining and returns at once (the join is non-blocking): a rank whose start failed can tell
+  // the others over another path before they wait for it, and they abort() instead of waiting.
+  static Result<NcclCommunicator> start(const GpuContext& context, int nranks, int rank, const NcclUniqueId& id);
+  // Waits for a started join, as create() does.
+  Status wait_ready(Clock::time_point deadline);
   NcclCommunicator(NcclCommunicator&& other) noexcept;
   NcclCommunicator& operator=(NcclCommunicator&& other) noexcept;
   NcclCommunicator(const NcclCommunicator&) = delete;

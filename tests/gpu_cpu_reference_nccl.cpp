@@ -343,6 +343,10 @@ int nccl_comm_init(HpctuneGpuContext* ctx, int32_t nranks, int32_t rank, const u
   *out = nullptr;
   if (ctx == nullptr || id == nullptr || nranks < 1 || rank < 0 || rank >= nranks)
     return fail_with("nccl_comm_init: context, id, nranks or rank (CPU stand-in)");
+  // Failure injection (tests): this rank's join fails at once, as a real one does on a bad id,
+  // a mismatched NCCL or an unreachable network.
+  if (const char* f = std::getenv("HPCTUNE_CPU_REFERENCE_NCCL_FAIL_RANK"); f != nullptr && std::atoi(f) == rank)
+    return fail_with("nccl_comm_init: rank " + std::to_string(rank) + " cannot join (HPCTUNE_CPU_REFERENCE_NCCL_FAIL_RANK, CPU stand-in)");
   const char* dir = reinterpret_cast<const char*>(id + kKeyBytes);
   if (dir[0] != '/' || ::strnlen(dir, HPCTUNE_NCCL_UNIQUE_ID_BYTES - kKeyBytes) == HPCTUNE_NCCL_UNIQUE_ID_BYTES - kKeyBytes)
     return fail_with("nccl_comm_init: not a unique id of the CPU stand-in (no directory in it)");

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -37,11 +38,11 @@ struct Run {
 
 
 // A data 2 x model 1 group trains the mlp on the GPU this rank sees as CUDA_VISIBLE_DEVICES.
-Run train_on(const std::string& visible_devices) {
+Run train_on(const std::string& visible_devices, std::chrono::seconds timeout = std::chrono::seconds(60)) {
   setenv("CUDA_VISIBLE_DEVICES", visible_devices.c_str(), 1);
   MpiGroupOptions go;
   go.data = 2;
-  go.timeout = std::chrono::seconds(60);
+  go.timeout = timeout;
   auto group = MpiTrainerGroup::create(MPI_COMM_WORLD, go);
   REQUIRE(group.ok());
   const auto data = hpctune::testing::synthetic(300, 60, 8, 4, 11);
@@ -89,6 +90,25 @@ TEST_CASE("data 2 on two GPUs sums with NCCL, ranks sharing a GPU host-staged; b
     CHECK(a == doctest::Approx(b).epsilon(1e-6));
   }
   CHECK(nccl.result->metrics.at("test_accuracy") > 0.4);  // it trained (4 classes)
+}
+
+TEST_CASE("a rank whose NCCL join fails at once: both fall back to host-staged sums now, not at the group's deadline") {
+  const int rank = hpctune::testing::world_rank();
+  setenv("HPCTUNE_CPU_REFERENCE_NCCL_FAIL_RANK", "1", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  Run run = train_on(std::to_string(rank), std::chrono::seconds(240));  // each rank its own GPU
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsetenv("HPCTUNE_CPU_REFERENCE_NCCL_FAIL_RANK");
+  REQUIRE_MESSAGE(run.result.ok(), run.result.error().to_string());
+  if (rank == 0) {
+    CHECK_MESSAGE(contains(run.log, "sum their gradients host-staged"), run.log);
+    CHECK_MESSAGE(contains(run.log, "the NCCL communicator could not be started on 1 rank(s)"), run.log);
+  }
+  // Rank 0's join waited for rank 1 until the group's deadline (240 s) before; now the trial takes
+  // seconds. A loaded machine stays far below the bound.
+  MESSAGE("the trial took " << seconds << " s");
+  CHECK(seconds < 120.0);
+  CHECK(run.result->metrics.at("test_accuracy") > 0.4);
 }
 
 int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_gpu_group_nccl"); }

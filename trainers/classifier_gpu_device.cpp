@@ -108,12 +108,20 @@ Result<NcclJoin> join_nccl(const gpu::GpuLibrary& library, const gpu::GpuContext
     return without("rank 0 could not make an NCCL unique id" + (id_why.empty() ? "" : " (" + id_why + ")"));
   gpu::NcclUniqueId id;
   std::copy(id_bytes.begin(), id_bytes.end(), id.bytes.begin());
-  auto comm = gpu::NcclCommunicator::create(ctx, n, group.rank(), id, gpu::NcclCommunicator::Clock::now() + group.timeout());
-  double failed[1] = {comm.ok() ? 0.0 : 1.0};
+  // The join is non-blocking: a rank whose join failed at once says so over the control path before
+  // anyone waits, so the others abort theirs now instead of waiting for it until the deadline.
+  auto comm = gpu::NcclCommunicator::start(ctx, n, group.rank(), id);
+  double unstarted[1] = {comm.ok() ? 0.0 : 1.0};
+  HPCTUNE_TRY(group.sum(unstarted));
+  if (unstarted[0] != 0.0)
+    return without("the NCCL communicator could not be started on " + std::to_string(static_cast<int>(unstarted[0])) +
+                   " rank(s)" + (comm.ok() ? "" : " (here: " + comm.error().message() + ")"));  // ours aborts as it goes
+  const Status ready = comm->wait_ready(gpu::NcclCommunicator::Clock::now() + group.timeout());
+  double failed[1] = {ready.ok() ? 0.0 : 1.0};
   HPCTUNE_TRY(group.sum(failed));
   if (failed[0] != 0.0)
     return without("the NCCL communicator could not be made on " + std::to_string(static_cast<int>(failed[0])) +
-                   " rank(s)" + (comm.ok() ? "" : " (here: " + comm.error().message() + ")"));
+                   " rank(s)" + (ready.ok() ? "" : " (here: " + ready.error().message() + ")"));
   NcclJoin out;
   out.comm.emplace(std::move(comm).value());
   return out;
