@@ -82,11 +82,14 @@ double phi_cdf(double z) { return 0.5 * std::erfc(-z / std::numbers::sqrt2); }
 struct Numeric1D {
   std::vector<double> mu, sigma;
   std::vector<double> log_mass;  // log of each kernel's mass in [0, 1]
+  std::vector<double> log_sigma;  // log(sigma), once per kernel rather than per density
   std::vector<std::vector<double>> level_log_prob;  // discrete, few levels: [level][kernel]
 
   void finish() {
     log_mass.resize(mu.size());
+    log_sigma.resize(mu.size());
     for (std::size_t k = 0; k < mu.size(); ++k) {
+      log_sigma[k] = std::log(sigma[k]);
       // Far from both ends the truncation removes less than 1e-15 of the mass.
       const bool inside = mu[k] > 8 * sigma[k] && 1 - mu[k] > 8 * sigma[k];
       const double mass = inside ? 1.0 : phi_cdf((1 - mu[k]) / sigma[k]) - phi_cdf(-mu[k] / sigma[k]);
@@ -96,7 +99,7 @@ struct Numeric1D {
   // Kernel k's log density at x (a continuous parameter).
   double kernel_log_pdf(std::size_t k, double x) const {
     const double z = (x - mu[k]) / sigma[k];
-    return -0.5 * z * z - std::log(sigma[k]) - kLogSqrt2Pi - log_mass[k];
+    return -0.5 * z * z - log_sigma[k] - kLogSqrt2Pi - log_mass[k];
   }
   // Kernel k's log probability of [a, b] (a level of a discrete parameter), as Optuna's discrete
   // truncated normal: the mass of the level's interval over the mass of [0, 1].
@@ -108,7 +111,7 @@ struct Numeric1D {
     if (mass > 1e-280) return std::log(mass) - log_mass[k];
     // Deep in a tail: the density at the nearer end times the width bounds it well enough.
     const double z = za > 0 ? za : -zb;
-    return -0.5 * z * z - std::log(sigma[k]) - kLogSqrt2Pi + std::log(std::max(b - a, 1e-300)) - log_mass[k];
+    return -0.5 * z * z - log_sigma[k] - kLogSqrt2Pi + std::log(std::max(b - a, 1e-300)) - log_mass[k];
   }
   double sample_kernel(std::size_t k, Rng& rng) const {
     for (int i = 0; i < 64; ++i) {
