@@ -109,7 +109,7 @@ std::optional<SettingRuleProblem> rule_problem(const CampaignConfig& c, const js
   if (!problem) return std::nullopt;
   return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
                             settings.value(problem->first, json()).dump() + " must be " + problem->second +
-                                "; every trial would fail"};
+                                "; every trial would fail", ""};
 }
 
 }  // namespace
@@ -128,6 +128,22 @@ std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, 
   if (can == nullptr || can->layout_rules.problem == nullptr) return std::nullopt;
   const json settings = fixed_settings(c, can->layout_rules.reads, unknown, given);
   return rule_problem(c, settings, can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model));
+}
+
+std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                     const json& given) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->data_rules.problem == nullptr) return std::nullopt;
+  const json settings = fixed_settings(c, can->data_rules.reads, unknown, given);
+  std::vector<std::string> open;
+  for (const auto& key : can->data_rules.reads) {
+    const search::ParamSpec* p = c.space.find(key);
+    if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) open.push_back(key);
+  }
+  auto problem = can->data_rules.problem(settings, open);
+  if (!problem) return std::nullopt;
+  return SettingRuleProblem{problem->key, c.space.find(problem->key) != nullptr,
+                            problem->what + "; every trial would fail", problem->below};
 }
 
 std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
@@ -151,7 +167,7 @@ std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const 
   return SettingRuleProblem{key, given != nullptr,
                             std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
                                 std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +
-                                "); every trial would fail (give at most " + std::to_string(count - 1) + ")"};
+                                "); every trial would fail (give at most " + std::to_string(count - 1) + ")", ""};
 }
 
 namespace {
@@ -496,14 +512,16 @@ class Builder {
     return w_.fail(w_.mark_of(at), at, problem->what);
   }
 
-  // The trainer's rules between settings (setting_rules_problem); a stage's view leaves them to
+  // The trainer's rules between settings (setting_rules_problem), with its layout and against its data;
+  // a stage's view leaves them to
   // parse_workflow, which knows what the trials of the stage's `from` carry over.
   Status check_setting_rules(const CampaignConfig& c) {
     if (w_.walks_stage_view()) return Status::Ok();
     auto problem = setting_rules_problem(c, {});
     if (!problem) problem = layout_rules_problem(c, {});
+    if (!problem) problem = data_rules_problem(c, {});
     if (!problem) return Status::Ok();
-    const std::string at = "trainer." + problem->key;
+    const std::string at = "trainer." + problem->key + problem->below;
     return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
   }
 

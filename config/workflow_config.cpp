@@ -305,10 +305,11 @@ Status refuse_searched_network(const StageConfig& st, std::size_t i, const YNode
 Error stage_trainer_error(const StageConfig& st, std::size_t i, const SettingRuleProblem& problem, const json& given,
                           const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
   const std::string prefix = "stages[" + std::to_string(i) + "].";
-  const std::string at = problem.in_space                    ? prefix + "space." + problem.key
-                         : given.contains(problem.key)       ? prefix + problem.key
-                         : st.trainer_keys.count(problem.key) ? prefix + "trainer." + problem.key
-                                                              : "trainer." + problem.key;
+  const std::string at = (problem.in_space                    ? prefix + "space." + problem.key
+                          : given.contains(problem.key)       ? prefix + problem.key
+                          : st.trainer_keys.count(problem.key) ? prefix + "trainer." + problem.key
+                                                               : "trainer." + problem.key) +
+                         (problem.in_space ? std::string() : problem.below);
   // A stage's keys below its item (the walker marks its sections, not their keys).
   const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
                                                : places.walker.mark_of(at);
@@ -350,6 +351,7 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     auto problem = setting_rules_problem(*st.own, unknown, given);
     if (!problem) problem = layout_rules_problem(*st.own, unknown, given);
     if (!problem && kind.freeze_setting == nullptr && kind.trains_inputs) problem = freeze_problem(*st.own, unknown);
+    if (!problem) problem = data_rules_problem(*st.own, unknown, given);
     if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
   }
   return Status::Ok();
