@@ -146,6 +146,27 @@ std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, co
                             problem->what + "; every trial would fail", problem->below};
 }
 
+std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const int64_t model = c.resources.ranks_model;
+  if (model <= 1) return std::nullopt;
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->model_stages.count == nullptr) return std::nullopt;
+  json settings = c.trainer;
+  for (const auto& read : can->model_stages.reads) {
+    if (unknown.count(read)) return std::nullopt;
+    const search::ParamSpec* p = c.space.find(read);
+    if (p == nullptr) continue;
+    if (p->type != search::ParamType::kFixed) return std::nullopt;
+    settings[read] = p->value;
+  }
+  const int64_t most = can->model_stages.count(settings);
+  if (most <= 0 || model <= most) return std::nullopt;
+  return std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
+         c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
+         ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
+         std::to_string(most) + ", or a larger network)";
+}
+
 std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
   const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
   if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return std::nullopt;
@@ -476,30 +497,14 @@ class Builder {
     return check_assign_size(c);
   }
 
-  // resources.ranks.model against what a trial of the trainer kind can be split into
-  // (TrainerCapabilities::model_stages): each pipeline stage needs a layer of its network. The
-  // trainer's fixed settings, with the space's fixed values over them; a space that searches one of
-  // the settings the count reads leaves it to the trainer, trial by trial.
+  // resources.ranks.model against what a trial of the trainer can be split into (model_split_problem);
+  // a stage's view leaves it to parse_workflow, which knows whether the stage runs its view's trainer.
   Status check_model_split(const CampaignConfig& c) {
-    const int64_t model = c.resources.ranks_model;
-    if (model <= 1) return Status::Ok();
-    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
-    if (can == nullptr || can->model_stages.count == nullptr) return Status::Ok();
-    json settings = c.trainer;
-    for (const auto& p : c.space.params()) {
-      const auto& reads = can->model_stages.reads;
-      if (std::find(reads.begin(), reads.end(), p.name) == reads.end()) continue;
-      if (p.type != search::ParamType::kFixed) return Status::Ok();
-      settings[p.name] = p.value;
-    }
-    const int64_t most = can->model_stages.count(settings);
-    if (most <= 0 || model <= most) return Status::Ok();
+    if (w_.walks_stage_view()) return Status::Ok();
+    auto problem = model_split_problem(c, {});
+    if (!problem) return Status::Ok();
     const std::string at = "resources.ranks.model";
-    return w_.fail(w_.mark_of(at), at,
-                   std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
-                       c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
-                       ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
-                       std::to_string(most) + ", or a larger network)");
+    return w_.fail(w_.mark_of(at), at, *problem);
   }
 
   // The trainer's freeze setting against its network (freeze_problem); a stage's view leaves it to

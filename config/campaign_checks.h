@@ -62,6 +62,11 @@ std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, 
 // nothing that depends on it is judged.
 std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
                                                      const nlohmann::json& given = nlohmann::json::object());
+// resources.ranks.model against what a trial of `c`'s trainer kind can be split into
+// (TrainerCapabilities::model_stages: each pipeline stage needs a layer of its network), the space's
+// fixed values over the trainer's settings; a space that searches a setting the count reads, or one
+// of them in `unknown`, leaves it to each trial. What to say at resources.ranks.model; nullopt when fine.
+std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
 // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
 // output layer of its network (model_stages.count less one), the space's fixed values over the
 // trainer's; a space that searches the freeze or a setting the count reads, or one of them in

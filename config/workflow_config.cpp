@@ -316,20 +316,24 @@ Error stage_trainer_error(const StageConfig& st, std::size_t i, const SettingRul
   return place_error(places.source, mark, at, problem.what);
 }
 
-// Each stage's trainer against its kind's rules between settings (setting_rules_problem) and, where
-// its trials train with its trainer's freeze (a kind without a freeze of its own that trains trials:
-// not a transfer, which sets its trials' freeze from its own, check_stage_freeze, nor an ensemble,
-// whose retrained members run under their input's trainer), against the network the freeze is of
-// (freeze_problem); first the space of a stage whose trials resume each other against what shapes
-// the network. A setting the stage's own space searches, or that the trials of its `from` may carry
-// over (their searched keys that the stage's own trainer does not set), is left to the trainer, trial
-// by trial; the stage's settings that its trials take as trainer settings (StageKind::trial_settings)
-// are judged as theirs.
+// The trainer of each stage that runs its own (StageKind::runs_own_trainer: not an ensemble, whose
+// retrained members run under their first input's trainer, judged at that stage) against its kind's
+// rules between settings (setting_rules_problem), with the layout, and, where its trials train with
+// its trainer's freeze (a kind without a freeze of its own: not a transfer, which sets its trials'
+// freeze from its own, check_stage_freeze), against the network the freeze is of (freeze_problem);
+// against the data its settings name (data_rules_problem) and the model-parallel split
+// (model_split_problem); first the space of a stage whose trials resume each other against what
+// shapes the network. A setting the stage's own space searches, or that the trials of its `from` may
+// carry over (their searched keys that the stage's own trainer does not set), is left to the trainer,
+// trial by trial; the stage's settings that its trials take as trainer settings
+// (StageKind::trial_settings) are judged as theirs.
 Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
                                  const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const StageConfig& st = stages[i];
-    if (!st.own) continue;
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+    // An ensemble's view: its retrained members run under its first input's trainer, judged there.
+    if (!st.own || !kind.runs_own_trainer) continue;
     HPCTUNE_TRY(refuse_searched_network(st, i, list, list_mark, places));
     std::set<std::string> unknown;
     for (const auto& f : st.from) {
@@ -338,7 +342,6 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       for (const auto& p : source.own->space.params())
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
     }
-    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
     const std::string trainer_kind = st.own->trainer.value("kind", std::string());
     json given = json::object();
     for (const auto& [key, value] : st.settings.items()) {
@@ -350,9 +353,11 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     }
     auto problem = setting_rules_problem(*st.own, unknown, given);
     if (!problem) problem = layout_rules_problem(*st.own, unknown, given);
-    if (!problem && kind.freeze_setting == nullptr && kind.trains_inputs) problem = freeze_problem(*st.own, unknown);
+    if (!problem && kind.freeze_setting == nullptr) problem = freeze_problem(*st.own, unknown);
     if (!problem) problem = data_rules_problem(*st.own, unknown, given);
     if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
+    if (auto split = model_split_problem(*st.own, unknown))
+      return place_error(places.source, places.walker.mark_of("resources.ranks.model"), "resources.ranks.model", *split);
   }
   return Status::Ok();
 }

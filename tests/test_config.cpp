@@ -1421,6 +1421,38 @@ TEST_CASE("trainer settings the trainer refuses together are refused by validate
         "every trial would fail");
 }
 
+TEST_CASE("an ensemble's view is not judged by a trainer it never runs: its retrained members run under its input's") {
+  // The top level's trainer holds bf16 and the search stage runs it on a GPU; the ensemble's retrained
+  // members run under that stage's trainer (ensemble_stage.cpp). Before, the ensemble's own view (the
+  // top level's trainer, on the CPU) was judged and the config refused at trainer.precision.
+  const std::string tune = "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                           "0.01, high: 0.1}}, trainer: {device: gpu}}\n";
+  const std::string blend = "  - {name: blend, kind: ensemble, from: tune, retrain: {top: 1, seeds: 1}}\n";
+  const std::string bf16 = "{kind: mlp, epochs: 2, precision: bf16}";
+  const auto c = parse_ok(workflow(tune + blend, bf16));
+  CHECK(c.stages.at(0).own->trainer["device"] == "gpu");
+  // A stage that does run the top level's trainer on the CPU is refused, at the top level's key.
+  CHECK(parse_error(workflow(tune + blend + "  - {name: cpu, kind: search, search: {max_trials: 2}, space: {lr: {type: "
+                                            "float, low: 0.01, high: 0.1}}}\n",
+                             bf16))
+            .find("test.yaml:3:33: trainer.precision: \"bf16\" must be fp32 with device: cpu") == 0);
+
+  // The same for the model-parallel split: 3 stages fit the search stage's network (3 hidden layers and
+  // the output layer), not the top level's, which only the ensemble's view had. Before, refused at
+  // resources.ranks.model.
+  const std::string split = "name: wf\nobjective: {metric: val_accuracy, mode: max}\n"
+                            "trainer: {kind: mlp, epochs: 2, hidden: [16]}\nresources: {ranks: {data: 1, model: 3}}\n"
+                            "stages:\n";
+  const std::string deep = "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, "
+                           "high: 0.1}}, trainer: {hidden: [16, 16, 16]}}\n";
+  parse_ok(split + deep + "  - {name: blend, kind: ensemble, from: tune}\n");
+  // A search stage that runs the top level's network is refused, at resources.ranks.model.
+  CHECK(parse_error(split + deep + "  - {name: flat, kind: search, search: {max_trials: 2}, space: {lr: {type: float, "
+                                   "low: 0.01, high: 0.1}}}\n")
+            .find("test.yaml:4:30: resources.ranks.model: 3 model-parallel stages, but a trial of trainer kind 'mlp' can "
+                  "be split into at most 2") == 0);
+}
+
 TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {
   // A dropout above 0 is a layer of its own whatever its rate: exploring 0.1..0.5 resumes fine.
   const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, "
