@@ -167,6 +167,19 @@ Status check_interval_rules(const CampaignConfig& own, const json& params, const
   return fail(problem->key, problem->what);
 }
 
+// A member trains with the trainer's step setting at the end of each interval, the last at the
+// stage's total: a step beyond the setting's declaration (the classifiers' epochs: at most 1000) fails
+// every member when it gets there. What to say; nullopt when the declaration takes `step`.
+std::optional<std::string> step_beyond_trainer(const std::string& kind, const std::string& step_key, const json& step) {
+  std::string not_found;
+  const Setting* setting = step_key.empty() ? nullptr : trainer_setting_of(kind, step_key, &not_found);
+  if (setting == nullptr || !step.is_number_integer()) return std::nullopt;
+  auto checked = check_value(*setting, step);
+  if (checked.ok()) return std::nullopt;
+  return checked.error().message() + " (trainer." + step_key +
+         ", which a member trains with up to this step); every member would fail there";
+}
+
 // The settings of a kind that trains its trials to a step (StageKind::steps_setting: pbt's steps)
 // against its trainer (own: the stage's view): the trainer's step setting kept out of the space,
 // the total not given the trainer's, the schedule (schedule_setting) read as the stage reads it.
@@ -214,6 +227,8 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
           return fail(place(below), at + below, checked.error().message() + " (trainer." + it.key() + ")");
         it.value() = std::move(checked).value();
       }
+      if (auto beyond = step_beyond_trainer(kind, step_key, intervals[k]["to_step"]))
+        return fail(place("[" + std::to_string(k) + "].to_step"), at + "[" + std::to_string(k) + "].to_step", *beyond);
       HPCTUNE_TRY(check_interval_rules(*own, params, [&](const std::string& key, const std::string& what) {
         const std::string below = "[" + std::to_string(k) + "].params." + key;
         return fail(place(below), at + below, what + " (in this interval of the replay)");
@@ -236,6 +251,8 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
   if (!step_key.empty() && (!steps.is_number_integer() || steps.get<int64_t>() < 1))
     return fail(walker.mark_of(prefix + total), prefix + total,
                 "the total steps of every member: give it, or trainer." + step_key + " (at least 1)");
+  if (auto beyond = step_beyond_trainer(own->trainer.value("kind", ""), step_key, steps))
+    return fail(walker.mark_of(prefix + total), prefix + total, *beyond);
   return Status::Ok();
 }
 
