@@ -134,6 +134,12 @@ TEST_CASE("validate: classes the data has no image of are refused at their place
   const std::string data = idx_dir(dir, "d", 6, {0, 1, 3, 3, 0});  // classes 0..3, none of class 2
   const std::string trainer = "trainer: {kind: mlp, data: " + data + ", classes: ";
   CHECK(accepted(kHead + trainer + "[3, 0]}\n"));
+  // The data set changes: it is read again (validate keeps a shape only while its files are the same).
+  const std::string changed = idx_dir(dir, "changed", 6, {0, 1, 3});
+  CHECK(accepted(kHead + "trainer: {kind: mlp, data: " + changed + ", classes: [3, 0]}\n"));
+  idx_dir(dir, "changed", 6, {0, 1, 1, 0});
+  CHECK(has(error_of(kHead + "trainer: {kind: mlp, data: " + changed + ", classes: [3, 0]}\n"),
+            "trainer.classes[0]: class 3 is not in the data"));
   const std::string beyond = error_of(kHead + trainer + "[0, 4]}\n");
   CHECK(starts(beyond, "test.yaml:4:"));
   CHECK(has(beyond, ": trainer.classes[1]: class 4 is not in the data: the training file of '" + data +

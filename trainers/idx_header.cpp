@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <system_error>
 #include <utility>
 
@@ -136,13 +138,23 @@ std::string idx_file(const std::string& dir, const std::string& base) {
   return gz;  // reported as missing
 }
 
-Result<IdxSetShape> read_idx_set_shape(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return err(Errc::kNotFound, "dataset directory '" + dir + "' does not exist");
-  const std::string train_images = idx_file(dir, "train-images-idx3-ubyte");
-  const std::string train_labels = idx_file(dir, "train-labels-idx1-ubyte");
-  const std::string test_images = idx_file(dir, "t10k-images-idx3-ubyte");
-  const std::string test_labels = idx_file(dir, "t10k-labels-idx1-ubyte");
+namespace {
+
+// What identifies the four files as read: each one's path, size and modification time.
+std::string files_stamp(const std::vector<std::string>& paths) {
+  std::string stamp;
+  for (const auto& path : paths) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    const auto time = std::filesystem::last_write_time(path, ec);
+    stamp += path + '\0' + std::to_string(ec ? 0 : size) + '\0' +
+             std::to_string(ec ? 0 : time.time_since_epoch().count()) + '\0';
+  }
+  return stamp;
+}
+
+Result<IdxSetShape> read_shape(const std::string& train_images, const std::string& train_labels,
+                               const std::string& test_images, const std::string& test_labels) {
   HPCTUNE_ASSIGN(const Images train, read_images_header(train_images));
   HPCTUNE_ASSIGN(const Images test, read_images_header(test_images));
   std::array<int64_t, 256> train_per_label{}, test_per_label{};
@@ -163,6 +175,31 @@ Result<IdxSetShape> read_idx_set_shape(const std::string& dir) {
     if (train_per_label[static_cast<size_t>(label)] > 0 || test_per_label[static_cast<size_t>(label)] > 0)
       shape.classes = label + 1;
   shape.train_per_class.assign(train_per_label.begin(), train_per_label.begin() + shape.classes);
+  return shape;
+}
+
+}  // namespace
+
+Result<IdxSetShape> read_idx_set_shape(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return err(Errc::kNotFound, "dataset directory '" + dir + "' does not exist");
+  const std::vector<std::string> files = {
+      idx_file(dir, "train-images-idx3-ubyte"), idx_file(dir, "train-labels-idx1-ubyte"),
+      idx_file(dir, "t10k-images-idx3-ubyte"), idx_file(dir, "t10k-labels-idx1-ubyte")};
+  // `validate` asks once per stage that trains on the directory (thousands, in a large workflow): a
+  // shape read is kept while its files are the same (stamp), at most kKept directories.
+  constexpr std::size_t kKept = 64;
+  static std::mutex mutex;
+  static std::map<std::string, std::pair<std::string, Result<IdxSetShape>>> kept;
+  const std::string stamp = files_stamp(files);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = kept.find(dir); it != kept.end() && it->second.first == stamp) return it->second.second;
+  }
+  Result<IdxSetShape> shape = read_shape(files[0], files[1], files[2], files[3]);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (kept.size() >= kKept) kept.clear();
+  kept.insert_or_assign(dir, std::make_pair(stamp, shape));
   return shape;
 }
 

@@ -33,7 +33,8 @@ struct IdxSetShape {
 // kNotFound when `dir` is not a directory or a file is missing; kInvalidArgument for a file that is
 // not what the format says (bad magic, zero or absurd dimensions, labels short of what the header
 // declares, image and label counts that differ, training and test images of different sizes); kIo
-// when a file cannot be read. Every message names the file.
+// when a file cannot be read. Every message names the file. A directory read before is not read
+// again while its four files keep their sizes and modification times (validate asks once per stage).
 Result<IdxSetShape> read_idx_set_shape(const std::string& dir);
 
 }  // namespace hpctune::trainers
