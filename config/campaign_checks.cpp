@@ -167,6 +167,32 @@ std::optional<std::string> model_split_problem(const CampaignConfig& c, const st
          std::to_string(most) + ", or a larger network)";
 }
 
+std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
+                                                                            const std::string& stage) {
+  const std::string kind = c.trainer.value("kind", std::string());
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->metrics.always.empty()) return std::nullopt;
+  const auto& always = can->metrics.always;
+  const auto& sometimes = can->metrics.sometimes;
+  for (std::size_t i = 0; i < c.objectives.size(); ++i) {
+    const std::string& metric = c.objectives[i].metric;
+    if (std::find(always.begin(), always.end(), metric) != always.end()) continue;
+    if (std::any_of(sometimes.begin(), sometimes.end(), [&](const std::string& s) { return metric.rfind(s, 0) == 0; }))
+      continue;
+    std::vector<Candidate> candidates;
+    std::vector<std::string> names = always;
+    for (const auto& name : always) candidates.push_back({name, name});
+    for (const auto& name : sometimes) names.push_back(name.back() == '_' ? name + "*" : name);
+    std::string what = "'" + metric + "' is not a metric that trainer kind '" + kind + "'" +
+                       (stage.empty() ? "" : " of stage '" + stage + "'") + " reports";
+    if (auto near = did_you_mean(metric, candidates)) what += "; did you mean '" + *near + "'?";
+    what += " (it reports " + join(names, ", ") + "; every trial would fail)";
+    return std::make_pair(single ? std::string("objective.metric") : "objectives[" + std::to_string(i) + "].metric",
+                          what);
+  }
+  return std::nullopt;
+}
+
 std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
   const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
   if (can == nullptr || can->freeze_setting == nullptr || can->model_stages.count == nullptr) return std::nullopt;
@@ -517,17 +543,21 @@ class Builder {
     return w_.fail(w_.mark_of(at), at, problem->what);
   }
 
-  // The trainer's rules between settings (setting_rules_problem), with its layout and against its data;
-  // a stage's view leaves them to
+  // The trainer's rules between settings (setting_rules_problem), with its layout and against its data,
+  // and the objectives' metrics against those it reports; a stage's view leaves them to
   // parse_workflow, which knows what the trials of the stage's `from` carry over.
   Status check_setting_rules(const CampaignConfig& c) {
     if (w_.walks_stage_view()) return Status::Ok();
     auto problem = setting_rules_problem(c, {});
     if (!problem) problem = layout_rules_problem(c, {});
     if (!problem) problem = data_rules_problem(c, {});
-    if (!problem) return Status::Ok();
-    const std::string at = "trainer." + problem->key + problem->below;
-    return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
+    if (problem) {
+      const std::string at = "trainer." + problem->key + problem->below;
+      return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
+    }
+    if (auto metric = objective_metric_problem(c, !w_.given("objectives")))
+      return w_.fail(w_.mark_of(metric->first), metric->first, metric->second);
+    return Status::Ok();
   }
 
   // The kind's provides setting: a list of "predictions" and "checkpoints", each once.

@@ -67,6 +67,12 @@ std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, co
 // fixed values over the trainer's settings; a space that searches a setting the count reads, or one
 // of them in `unknown`, leaves it to each trial. What to say at resources.ranks.model; nullopt when fine.
 std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
+// The objectives' metrics against those a trial of `c`'s trainer kind reports at its end
+// (TrainerCapabilities::metrics): the first that it never reports, as its path ("objective.metric",
+// "objectives[1].metric": `single` says which form the config has) and what to say, naming `stage`
+// when not ""; nullopt when each is reported or the kind's metrics are not known.
+std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
+                                                                            const std::string& stage = "");
 // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
 // output layer of its network (model_stages.count less one), the space's fixed values over the
 // trainer's; a space that searches the freeze or a setting the count reads, or one of them in

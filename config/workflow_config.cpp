@@ -339,7 +339,7 @@ Error stage_trainer_error(const StageConfig& st, std::size_t i, const SettingRul
 // its trainer's freeze (a kind without a freeze of its own: not a transfer, which sets its trials'
 // freeze from its own, check_stage_freeze), against the network the freeze is of (freeze_problem);
 // against the data its settings name (data_rules_problem) and the model-parallel split
-// (model_split_problem); first the space of a stage whose trials resume each other against what
+// (model_split_problem); the objectives' metrics against those it reports (objective_metric_problem); first the space of a stage whose trials resume each other against what
 // shapes the network. A setting the stage's own space searches, or that the trials of its `from` may
 // carry over (their searched keys that the stage's own trainer does not set), is left to the trainer,
 // trial by trial; the stage's settings that its trials take as trainer settings
@@ -375,6 +375,8 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
     if (auto split = model_split_problem(*st.own, unknown))
       return place_error(places.source, places.walker.mark_of("resources.ranks.model"), "resources.ranks.model", *split);
+    if (auto metric = objective_metric_problem(*st.own, !places.walker.given("objectives"), st.name))
+      return place_error(places.source, places.walker.mark_of(metric->first), metric->first, metric->second);
   }
   return Status::Ok();
 }

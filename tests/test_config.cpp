@@ -880,7 +880,7 @@ trainer: {kind: mlp}
 }
 
 TEST_CASE("early stopping: max_t defaults to the trainer's last step or epoch (issue 9, item 23)") {
-  const std::string head = "name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\n";
+  const std::string head = "name: d\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 4}\n";
   auto c = parse_ok(head + "trainer: {kind: mlp, epochs: 7}\nearly_stopping: asha\n");
   CHECK(c.early_stopping_settings["max_t"] == 7);
   CHECK(c.normalized["early_stopping"]["max_t"] == 7);
@@ -1451,6 +1451,35 @@ TEST_CASE("an ensemble's view is not judged by a trainer it never runs: its retr
                                    "low: 0.01, high: 0.1}}}\n")
             .find("test.yaml:4:30: resources.ranks.model: 3 model-parallel stages, but a trial of trainer kind 'mlp' can "
                   "be split into at most 2") == 0);
+}
+
+TEST_CASE("an objective metric the trainer never reports is refused at its place, with what it reports") {
+  // Before, validate took it and every trial failed at its end with "the trial reported no
+  // 'val_acuracy' metric (it reported: ...)".
+  const std::string search = "search: {max_trials: 2}\nspace: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error("name: t\nobjective: {metric: val_acuracy, mode: max}\n" + search + "trainer: {kind: mlp}\n") ==
+        "test.yaml:2:13: objective.metric: 'val_acuracy' is not a metric that trainer kind 'mlp' reports; did you mean "
+        "'val_accuracy'? (it reports val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds, "
+        "images_per_second, resumed_epoch, sync_*; every trial would fail)");
+  CHECK(parse_error("name: t\nobjectives:\n  - {metric: val_accuracy, mode: max}\n  - {metric: seconds, mode: min}\n" +
+                    search + "trainer: {kind: cnn}\n")
+            .find(": objectives[1].metric: 'seconds' is not a metric that trainer kind 'cnn' reports") != std::string::npos);
+  const std::string fn = "search: {max_trials: 2}\nspace: {x1: {type: float, low: -5, high: 10}, x2: 1}\n"
+                         "trainer: {kind: function, name: branin}\n";
+  CHECK(parse_error("name: t\nobjective: {metric: loss, mode: min}\n" + fn)
+            .find("objective.metric: 'loss' is not a metric that trainer kind 'function' reports") != std::string::npos);
+  // What the kind reports, always or under some settings (sync_* with data-parallel replicas), and
+  // any metric of a program.
+  parse_ok("name: t\nobjective: {metric: regret, mode: min}\n" + fn);
+  parse_ok("name: t\nobjective: {metric: test_accuracy, mode: max}\n" + search + "trainer: {kind: mlp}\n");
+  parse_ok("name: t\nobjective: {metric: sync_staleness_max, mode: min}\n" + search + "trainer: {kind: mlp}\n");
+  parse_ok("name: t\nobjective: {metric: anything, mode: min}\n" + search + "trainer: {kind: command, command: 'true'}\n");
+  // In a workflow, each stage's trainer, named.
+  CHECK(parse_error("name: t\nobjective: {metric: value, mode: min}\ntrainer: {kind: command, command: 'true'}\n"
+                    "stages:\n  - {name: tune, kind: search, " + std::string("search: {max_trials: 2}, space: {lr: {type: "
+                    "float, low: 0.01, high: 0.1}}, trainer: {kind: mlp}}\n"))
+            .find("test.yaml:2:13: objective.metric: 'value' is not a metric that trainer kind 'mlp' of stage 'tune' "
+                  "reports") == 0);
 }
 
 TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {

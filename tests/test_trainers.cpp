@@ -729,7 +729,9 @@ TEST_CASE("settings: the trainer accepts the settings the config produces") {
     const std::string required = kind == "command" ? ", command: 'true'" : "";
     // The function trainer takes exactly its x1..xd (branin: 2) from the space.
     const std::string space = kind == "function" ? "space: {x1: 0, x2: 1}\n" : "";
-    const std::string text = "name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\n" + space +
+    // An objective the kind reports (the classifiers' val_accuracy, the function's value).
+    const std::string metric = kind == "function" ? "value" : "val_accuracy";
+    const std::string text = "name: t\nobjective: {metric: " + metric + "}\nsearch: {max_trials: 1}\n" + space +
                              "trainer: {kind: " + kind + required + "}\n";
     auto parsed = config::parse_config(text, "sync.yaml");
     REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());

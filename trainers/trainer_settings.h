@@ -177,6 +177,16 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   DataRules data_rules;
+  // The metrics a finished trial of the kind reports (its last report, which the objective is read
+  // from: a trial without the objective's metric fails): `always` every trial, `sometimes` the names,
+  // or the prefixes of the names, that it reports under some settings (the classifier kinds' sync_*
+  // with data-parallel replicas). `hpctune validate` refuses an objective metric that is neither.
+  // Both empty: the kind's metrics are not known before it runs (a command's program's own).
+  struct ReportedMetrics {
+    std::vector<std::string> always;
+    std::vector<std::string> sometimes;
+  };
+  ReportedMetrics metrics;
   // What one setting's value must be beyond its declaration's type (the cnn's layer lists: each entry
   // a layer map as trainers/layer_spec.h reads it, or a block's name): `problem` of a value of setting
   // `key` is where in it (a suffix of the setting's path: "[0]", "[2].kernel") and what that must be
