@@ -360,6 +360,12 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
     }
     const std::string trainer_kind = st.own->trainer.value("kind", std::string());
+    // A stage whose trials start from its inputs' checkpoints (transfer) gives each its own through
+    // the trainer's init setting.
+    const auto* can = trainers::trainer_capabilities(trainer_kind);
+    if (kind.inputs_provide != nullptr && std::string_view(kind.inputs_provide) == trainers::kProvidesCheckpoints &&
+        can != nullptr && can->init_setting != nullptr)
+      unknown.insert(can->init_setting);
     json given = json::object();
     for (const auto& [key, value] : st.settings.items()) {
       const auto& takes = kind.trial_settings;

@@ -192,3 +192,29 @@ TEST_CASE("validate: a cnn whose layers shrink the data's images below a kernel 
   CHECK(has(error_of(kHead + "space:\n  layers: {type: fixed, value: [{kind: conv, filters: 2, kernel: 9}]}\n" + cnn),
             "trainer.layers[0].kernel: kernel 9 is larger than the 8x8 image"));
 }
+
+TEST_CASE("validate: an init_from that names no checkpoint is refused at trainer.init_from, unless a transfer sets it") {
+  // Before, validate took it and every trial failed when it loaded "no such checkpoint file or directory".
+  TempDir dir;
+  const std::string data = idx_dir(dir, "d", 6, {0, 1, 0, 1});
+  const std::string trainer = "trainer: {kind: mlp, data: " + data + ", init_from: ";
+  const std::string missing = error_of(kHead + trainer + dir.file("none.bin") + "}\n");
+  CHECK(has(missing, ": trainer.init_from: '" + dir.file("none.bin") + "': no such checkpoint file or directory; every "
+                     "trial would fail"));
+  std::filesystem::create_directories(dir.file("trial"));
+  CHECK(has(error_of(kHead + trainer + dir.file("trial") + "}\n"),
+            "trainer.init_from: the directory '" + dir.file("trial") + "' holds no checkpoint-stage0.bin"));
+  // A file, or a trial directory with its checkpoint: what the trainer reads is its own to judge.
+  dir.write("trial/checkpoint-stage0.bin", "weights");
+  CHECK(accepted(kHead + trainer + dir.file("trial") + "}\n"));
+  CHECK(accepted(kHead + trainer + dir.file("trial/checkpoint-stage0.bin") + "}\n"));
+  // A transfer gives each of its trials its source's checkpoint through init_from.
+  const std::string workflow = "name: w\nobjective: {metric: val_accuracy}\ntrainer: {kind: cnn, data: " + data +
+                               ", layers: [{kind: dense, units: 4}]}\nstages:\n"
+                               "  - {name: s, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                               "0.01, high: 0.1}}}\n";
+  CHECK(accepted(workflow + "  - {name: t, kind: transfer, from: s, trainer: {init_from: " + dir.file("none.bin") + "}}\n"));
+  CHECK(has(error_of(workflow + "  - {name: u, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                                "0.01, high: 0.1}}, trainer: {init_from: " + dir.file("none.bin") + "}}\n"),
+            "stages[1].trainer.init_from: '" + dir.file("none.bin") + "': no such checkpoint file or directory"));
+}

@@ -6,6 +6,8 @@
 #include "trainers/idx_header.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <unordered_set>
 
 namespace hpctune::trainers {
@@ -243,10 +245,26 @@ std::optional<DataProblem> missing_class(const nlohmann::json& classes, const st
   return std::nullopt;
 }
 
+// init_from (classifier_start.cpp: read_source_checkpoint): a checkpoint file, or a directory holding
+// checkpoint-stage*.bin (the first is checkpoint-stage0.bin), that exists where validate runs.
+std::optional<DataProblem> missing_checkpoint(const nlohmann::json& s, const std::vector<std::string>& open) {
+  if (is_open(open, kInitFromParam) || !s.contains(kInitFromParam) || !s[kInitFromParam].is_string()) return std::nullopt;
+  const std::string path = s[kInitFromParam].get<std::string>();
+  if (path.empty()) return std::nullopt;
+  std::error_code ec;
+  const bool dir = std::filesystem::is_directory(path, ec);
+  if (dir && !std::filesystem::exists(path + "/checkpoint-stage0.bin", ec))
+    return DataProblem{kInitFromParam, "", "the directory '" + path + "' holds no checkpoint-stage0.bin (a trial's checkpoint)"};
+  if (!dir && !std::filesystem::is_regular_file(path, ec))
+    return DataProblem{kInitFromParam, "", "'" + path + "': no such checkpoint file or directory"};
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<DataProblem> classifier_data_problem(const nlohmann::json& s, const std::vector<std::string>& open,
                                                    IdxSetShape* shape_out) {
+  if (auto problem = missing_checkpoint(s, open)) return problem;
   if (is_open(open, "data") || !s.contains("data") || !s["data"].is_string()) return std::nullopt;
   const std::string dir = s["data"].get<std::string>();
   if (dir.empty()) return std::nullopt;  // the setting rules refuse it
@@ -287,7 +305,7 @@ TrainerCapabilities classifier_capabilities() {
   can.data_rules = {[](const nlohmann::json& s, const std::vector<std::string>& open) {
                       return classifier_data_problem(s, open, nullptr);
                     },
-                    {"data", "classes"}};
+                    {"data", "classes", kInitFromParam}};
   return can;
 }
 

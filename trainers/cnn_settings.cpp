@@ -8,6 +8,7 @@
 #include <string>
 
 #include "trainers/idx_header.h"
+#include "trainers/internal_params.h"
 #include "trainers/layer_spec.h"
 
 namespace hpctune::trainers {
@@ -202,7 +203,7 @@ TrainerCapabilities cnn_capabilities() {
                           "and the output layer";
   can.model_stages.reads = {"layers", "blocks"};
   for (const char* block : kCnnBlocks) can.model_stages.reads.push_back(block);
-  can.data_rules = {&cnn_data_problem, {"data", "classes", "layers", "blocks"}};
+  can.data_rules = {&cnn_data_problem, {"data", "classes", kInitFromParam, "layers", "blocks"}};
   for (const char* block : kCnnBlocks) can.data_rules.reads.push_back(block);
   return can;
 }
