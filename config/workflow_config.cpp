@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -258,7 +259,7 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
 
 // The settings a kind declares by what they hold (workflow::StageKind): two positive factors
 // (factor_pair_setting), lists of class labels checked as trainer.classes is, paths taken relative
-// to the config file's directory.
+// to the config file's directory, which must be there.
 Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl, const std::string& prefix,
                                 const WorkflowPlaces& places) {
   const Walker& walker = places.walker;
@@ -281,6 +282,14 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
     const auto slash = source.rfind('/');
     if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
     st.settings[key] = path;
+    // The stage opens it when it starts (transfer_stage.cpp: checkpoint_key_usable), after the stages
+    // before it ran: a path that is not there fails it then. What is there (a file, or a directory
+    // where the trainer's checkpoint is one; no planted link, no FIFO) stays the stage's to judge.
+    std::error_code ec;
+    if (std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::not_found)
+      return fail(walker.mark_of(prefix + key), prefix + key,
+                  "'" + path + "' does not exist (a relative path is taken from the config file's directory); the "
+                  "stage would fail when it starts");
   }
   return Status::Ok();
 }

@@ -1482,6 +1482,19 @@ TEST_CASE("an objective metric the trainer never reports is refused at its place
                   "reports") == 0);
 }
 
+TEST_CASE("a transfer's checkpoint that does not exist is refused at stages[i].checkpoint") {
+  // Before, validate took it, the stages before the transfer ran, and the transfer failed when it
+  // started: "no source: the checkpoint file '...' does not exist or is not a regular file".
+  const std::string tune =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: 0.1}}}\n";
+  const std::string missing = source_path("no-such-checkpoint.bin");
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + missing + "}\n")) ==
+        "test.yaml:6:34: stages[1].checkpoint: '" + missing + "' does not exist (a relative path is taken from the config "
+        "file's directory); the stage would fail when it starts");
+  const auto c = parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + source_path("README.md") + "}\n"));
+  CHECK(c.stages.at(1).settings["checkpoint"] == source_path("README.md"));
+}
+
 TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {
   // A dropout above 0 is a layer of its own whatever its rate: exploring 0.1..0.5 resumes fine.
   const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, "
@@ -1614,10 +1627,11 @@ TEST_CASE("transfer: a stage whose trials cannot load their source's checkpoint 
             "stages[1].freeze: 5 layers frozen, but the network of the stage's trials has at most 4 before its output "
             "layer") != std::string::npos);  // [32, 32] with dropout: 2 dense and 2 dropout layers
   parse_ok(workflow(searched + move("freeze: 4")));
-  // From a checkpoint file, the stage's own network counts.
-  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, freeze: 2}\n"))
+  // From a checkpoint file (one that exists: validate refuses a missing one), the stage's own network counts.
+  const std::string file = source_path("README.md");
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + file + ", freeze: 2}\n"))
             .find("stages[1].freeze: 2 layers frozen") != std::string::npos);
-  parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, trainer: {hidden: [8, 8]}, "
+  parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + file + ", trainer: {hidden: [8, 8]}, "
                            "freeze: 2}\n"));
   parse_ok(read_file(source_path("configs/fashion_workflow.yaml")));
 }
@@ -1813,7 +1827,8 @@ TEST_CASE("a transfer stage's own max_train_samples: 1 is refused at the stage's
         "test.yaml:6:46: stages[1].max_train_samples: 1 must be 0 (every image) or at least 2 (one is held out for "
         "validation); every trial would fail");
   // From a checkpoint file too.
-  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, max_train_samples: 1}\n"))
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + source_path("README.md") +
+                             ", max_train_samples: 1}\n"))
             .find("stages[1].max_train_samples: 1 must be 0") != std::string::npos);
   parse_ok(workflow(tune + "  - {name: move, kind: transfer, from: tune, max_train_samples: 2}\n"));
   // The nested search's value wins over the stage's: fixed there, it is what the trials get; searched, or

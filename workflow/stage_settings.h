@@ -76,7 +76,8 @@ struct StageKind {
   const char* steps_setting = nullptr;
   const char* schedule_setting = nullptr;
   const char* factor_pair_setting = nullptr;
-  // Settings holding a path, taken relative to the config file's directory (transfer's checkpoint),
+  // Settings holding a path, taken relative to the config file's directory, of what the stage reads
+  // when it starts, which `hpctune validate` requires to exist (transfer's checkpoint),
   // and settings holding a list of class labels, checked as trainer.classes is (transfer's classes).
   std::vector<std::string> path_settings{};
   std::vector<std::string> class_list_settings{};
