@@ -2,6 +2,7 @@
 // the mlp trainer runs on is tested in test_network.cpp, its optimizers in test_classifier_training.cpp.)
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <atomic>
@@ -170,6 +171,13 @@ TEST_CASE("idx: malformed files are rejected with the file named") {
   TempDir dir;
   const std::vector<uint8_t> pixels(4 * 2 * 2, 9);
   const auto good = idx_images_bytes(4, 2, 2, pixels);
+
+  SUBCASE("a FIFO is refused, not waited on") {
+    REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+    auto r = read_idx_images(dir.file("fifo"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "'" + dir.file("fifo") + "': is not a regular file");
+  }
 
   SUBCASE("bad magic") {
     auto bytes = good;

@@ -5,6 +5,7 @@
 // The data sets are small IDX directories written here (plain and gzipped files).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -123,6 +124,13 @@ TEST_CASE("validate: a classifier's data that is not an IDX directory is refused
   write_bytes(one + "/t10k-labels-idx1-ubyte", labels_bytes({0, 0}), false);
   CHECK(has(error_of(kHead + "trainer: {kind: mlp, data: " + one + "}\n"),
             "trainer.data: the labels of '" + one + "' are all 0: a classifier needs at least 2 classes"));
+
+  // A FIFO where a file should be is refused, not waited on.
+  const std::string fifo = idx_dir(dir, "fifo", 6, {0, 1});
+  std::filesystem::remove(fifo + "/t10k-images-idx3-ubyte");
+  REQUIRE(::mkfifo((fifo + "/t10k-images-idx3-ubyte").c_str(), 0600) == 0);
+  CHECK(has(error_of(kHead + "trainer: {kind: mlp, data: " + fifo + "}\n"),
+            "'" + fifo + "/t10k-images-idx3-ubyte': is not a regular file"));
 
   // A space that searches the data leaves it to each trial.
   CHECK(accepted(kHead + "space: {data: {type: choice, values: [" + good + ", " + dir.file("nowhere") +

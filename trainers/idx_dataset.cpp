@@ -53,6 +53,8 @@ Result<GzFile> open_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, "'" + path + "': no such file");
   if (std::filesystem::is_directory(path, ec)) return err(Errc::kIo, "'" + path + "': is a directory");
+  // A FIFO or a device would block the open or never end (idx_header.cpp refuses the same).
+  if (!std::filesystem::is_regular_file(path, ec)) return err(Errc::kIo, "'" + path + "': is not a regular file");
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {

@@ -42,6 +42,8 @@ Result<Gz> open_gz(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, "'" + path + "': no such file");
   if (std::filesystem::is_directory(path, ec)) return err(Errc::kIo, "'" + path + "': is a directory");
+  // A FIFO or a device would block the open or never end (validate must not wait on it).
+  if (!std::filesystem::is_regular_file(path, ec)) return err(Errc::kIo, "'" + path + "': is not a regular file");
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr)
