@@ -109,7 +109,7 @@ std::optional<SettingRuleProblem> rule_problem(const CampaignConfig& c, const js
   if (!problem) return std::nullopt;
   return SettingRuleProblem{problem->first, c.space.find(problem->first) != nullptr,
                             settings.value(problem->first, json()).dump() + " must be " + problem->second +
-                                "; every trial would fail"};
+                                "; every trial would fail", ""};
 }
 
 }  // namespace
@@ -128,6 +128,69 @@ std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, 
   if (can == nullptr || can->layout_rules.problem == nullptr) return std::nullopt;
   const json settings = fixed_settings(c, can->layout_rules.reads, unknown, given);
   return rule_problem(c, settings, can->layout_rules.problem(settings, c.resources.ranks_data, c.resources.ranks_model));
+}
+
+std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                     const json& given) {
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->data_rules.problem == nullptr) return std::nullopt;
+  const json settings = fixed_settings(c, can->data_rules.reads, unknown, given);
+  std::vector<std::string> open;
+  for (const auto& key : can->data_rules.reads) {
+    const search::ParamSpec* p = c.space.find(key);
+    if (unknown.count(key) || (p != nullptr && p->type != search::ParamType::kFixed)) open.push_back(key);
+  }
+  auto problem = can->data_rules.problem(settings, open);
+  if (!problem) return std::nullopt;
+  return SettingRuleProblem{problem->key, c.space.find(problem->key) != nullptr,
+                            problem->what + "; every trial would fail", problem->below};
+}
+
+std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const int64_t model = c.resources.ranks_model;
+  if (model <= 1) return std::nullopt;
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->model_stages.count == nullptr) return std::nullopt;
+  json settings = c.trainer;
+  for (const auto& read : can->model_stages.reads) {
+    if (unknown.count(read)) return std::nullopt;
+    const search::ParamSpec* p = c.space.find(read);
+    if (p == nullptr) continue;
+    if (p->type != search::ParamType::kFixed) return std::nullopt;
+    settings[read] = p->value;
+  }
+  const int64_t most = can->model_stages.count(settings);
+  if (most <= 0 || model <= most) return std::nullopt;
+  return std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
+         c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
+         ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
+         std::to_string(most) + ", or a larger network)";
+}
+
+std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
+                                                                            const std::string& stage) {
+  const std::string kind = c.trainer.value("kind", std::string());
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->metrics.always.empty()) return std::nullopt;
+  const auto& always = can->metrics.always;
+  const auto& sometimes = can->metrics.sometimes;
+  for (std::size_t i = 0; i < c.objectives.size(); ++i) {
+    const std::string& metric = c.objectives[i].metric;
+    if (std::find(always.begin(), always.end(), metric) != always.end()) continue;
+    if (std::any_of(sometimes.begin(), sometimes.end(), [&](const std::string& s) { return metric.rfind(s, 0) == 0; }))
+      continue;
+    std::vector<Candidate> candidates;
+    std::vector<std::string> names = always;
+    for (const auto& name : always) candidates.push_back({name, name});
+    for (const auto& name : sometimes) names.push_back(name.back() == '_' ? name + "*" : name);
+    std::string what = "'" + metric + "' is not a metric that trainer kind '" + kind + "'" +
+                       (stage.empty() ? "" : " of stage '" + stage + "'") + " reports";
+    if (auto near = did_you_mean(metric, candidates)) what += "; did you mean '" + *near + "'?";
+    what += " (it reports " + join(names, ", ") + "; every trial would fail)";
+    return std::make_pair(single ? std::string("objective.metric") : "objectives[" + std::to_string(i) + "].metric",
+                          what);
+  }
+  return std::nullopt;
 }
 
 std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
@@ -151,7 +214,7 @@ std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const 
   return SettingRuleProblem{key, given != nullptr,
                             std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
                                 std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +
-                                "); every trial would fail (give at most " + std::to_string(count - 1) + ")"};
+                                "); every trial would fail (give at most " + std::to_string(count - 1) + ")", ""};
 }
 
 namespace {
@@ -460,30 +523,14 @@ class Builder {
     return check_assign_size(c);
   }
 
-  // resources.ranks.model against what a trial of the trainer kind can be split into
-  // (TrainerCapabilities::model_stages): each pipeline stage needs a layer of its network. The
-  // trainer's fixed settings, with the space's fixed values over them; a space that searches one of
-  // the settings the count reads leaves it to the trainer, trial by trial.
+  // resources.ranks.model against what a trial of the trainer can be split into (model_split_problem);
+  // a stage's view leaves it to parse_workflow, which knows whether the stage runs its view's trainer.
   Status check_model_split(const CampaignConfig& c) {
-    const int64_t model = c.resources.ranks_model;
-    if (model <= 1) return Status::Ok();
-    const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
-    if (can == nullptr || can->model_stages.count == nullptr) return Status::Ok();
-    json settings = c.trainer;
-    for (const auto& p : c.space.params()) {
-      const auto& reads = can->model_stages.reads;
-      if (std::find(reads.begin(), reads.end(), p.name) == reads.end()) continue;
-      if (p.type != search::ParamType::kFixed) return Status::Ok();
-      settings[p.name] = p.value;
-    }
-    const int64_t most = can->model_stages.count(settings);
-    if (most <= 0 || model <= most) return Status::Ok();
+    if (w_.walks_stage_view()) return Status::Ok();
+    auto problem = model_split_problem(c, {});
+    if (!problem) return Status::Ok();
     const std::string at = "resources.ranks.model";
-    return w_.fail(w_.mark_of(at), at,
-                   std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
-                       c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
-                       ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
-                       std::to_string(most) + ", or a larger network)");
+    return w_.fail(w_.mark_of(at), at, *problem);
   }
 
   // The trainer's freeze setting against its network (freeze_problem); a stage's view leaves it to
@@ -496,15 +543,21 @@ class Builder {
     return w_.fail(w_.mark_of(at), at, problem->what);
   }
 
-  // The trainer's rules between settings (setting_rules_problem); a stage's view leaves them to
+  // The trainer's rules between settings (setting_rules_problem), with its layout and against its data,
+  // and the objectives' metrics against those it reports; a stage's view leaves them to
   // parse_workflow, which knows what the trials of the stage's `from` carry over.
   Status check_setting_rules(const CampaignConfig& c) {
     if (w_.walks_stage_view()) return Status::Ok();
     auto problem = setting_rules_problem(c, {});
     if (!problem) problem = layout_rules_problem(c, {});
-    if (!problem) return Status::Ok();
-    const std::string at = "trainer." + problem->key;
-    return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
+    if (!problem) problem = data_rules_problem(c, {});
+    if (problem) {
+      const std::string at = "trainer." + problem->key + problem->below;
+      return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
+    }
+    if (auto metric = objective_metric_problem(c, !w_.given("objectives")))
+      return w_.fail(w_.mark_of(metric->first), metric->first, metric->second);
+    return Status::Ok();
   }
 
   // The kind's provides setting: a list of "predictions" and "checkpoints", each once.

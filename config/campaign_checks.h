@@ -47,6 +47,7 @@ struct SettingRuleProblem {
   std::string key;
   bool in_space = false;
   std::string what;
+  std::string below;  // the place in the setting's value ("[2].kernel"); "" for the value as a whole
 };
 std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
                                                         const nlohmann::json& given = nlohmann::json::object());
@@ -54,6 +55,24 @@ std::optional<SettingRuleProblem> setting_rules_problem(const CampaignConfig& c,
 // layout_rules, with resources.ranks).
 std::optional<SettingRuleProblem> layout_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
                                                        const nlohmann::json& given = nlohmann::json::object());
+// The same for the kind's rules against the data its settings name (TrainerCapabilities::data_rules:
+// a classifier's `data` read where validate runs, relative to the current directory as the trainer
+// reads it; its `classes` against the data's labels; a cnn's layers against its images), with `below`
+// the place in the setting's value. A setting that the space searches or that is in `unknown` is open:
+// nothing that depends on it is judged.
+std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, const std::set<std::string>& unknown,
+                                                     const nlohmann::json& given = nlohmann::json::object());
+// resources.ranks.model against what a trial of `c`'s trainer kind can be split into
+// (TrainerCapabilities::model_stages: each pipeline stage needs a layer of its network), the space's
+// fixed values over the trainer's settings; a space that searches a setting the count reads, or one
+// of them in `unknown`, leaves it to each trial. What to say at resources.ranks.model; nullopt when fine.
+std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
+// The objectives' metrics against those a trial of `c`'s trainer kind reports at its end
+// (TrainerCapabilities::metrics): the first that it never reports, as its path ("objective.metric",
+// "objectives[1].metric": `single` says which form the config has) and what to say, naming `stage`
+// when not ""; nullopt when each is reported or the kind's metrics are not known.
+std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
+                                                                            const std::string& stage = "");
 // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
 // output layer of its network (model_stages.count less one), the space's fixed values over the
 // trainer's; a space that searches the freeze or a setting the count reads, or one of them in

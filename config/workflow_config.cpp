@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -167,6 +168,19 @@ Status check_interval_rules(const CampaignConfig& own, const json& params, const
   return fail(problem->key, problem->what);
 }
 
+// A member trains with the trainer's step setting at the end of each interval, the last at the
+// stage's total: a step beyond the setting's declaration (the classifiers' epochs: at most 1000) fails
+// every member when it gets there. What to say; nullopt when the declaration takes `step`.
+std::optional<std::string> step_beyond_trainer(const std::string& kind, const std::string& step_key, const json& step) {
+  std::string not_found;
+  const Setting* setting = step_key.empty() ? nullptr : trainer_setting_of(kind, step_key, &not_found);
+  if (setting == nullptr || !step.is_number_integer()) return std::nullopt;
+  auto checked = check_value(*setting, step);
+  if (checked.ok()) return std::nullopt;
+  return checked.error().message() + " (trainer." + step_key +
+         ", which a member trains with up to this step); every member would fail there";
+}
+
 // The settings of a kind that trains its trials to a step (StageKind::steps_setting: pbt's steps)
 // against its trainer (own: the stage's view): the trainer's step setting kept out of the space,
 // the total not given the trainer's, the schedule (schedule_setting) read as the stage reads it.
@@ -214,6 +228,8 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
           return fail(place(below), at + below, checked.error().message() + " (trainer." + it.key() + ")");
         it.value() = std::move(checked).value();
       }
+      if (auto beyond = step_beyond_trainer(kind, step_key, intervals[k]["to_step"]))
+        return fail(place("[" + std::to_string(k) + "].to_step"), at + "[" + std::to_string(k) + "].to_step", *beyond);
       HPCTUNE_TRY(check_interval_rules(*own, params, [&](const std::string& key, const std::string& what) {
         const std::string below = "[" + std::to_string(k) + "].params." + key;
         return fail(place(below), at + below, what + " (in this interval of the replay)");
@@ -236,12 +252,14 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
   if (!step_key.empty() && (!steps.is_number_integer() || steps.get<int64_t>() < 1))
     return fail(walker.mark_of(prefix + total), prefix + total,
                 "the total steps of every member: give it, or trainer." + step_key + " (at least 1)");
+  if (auto beyond = step_beyond_trainer(own->trainer.value("kind", ""), step_key, steps))
+    return fail(walker.mark_of(prefix + total), prefix + total, *beyond);
   return Status::Ok();
 }
 
 // The settings a kind declares by what they hold (workflow::StageKind): two positive factors
 // (factor_pair_setting), lists of class labels checked as trainer.classes is, paths taken relative
-// to the config file's directory.
+// to the config file's directory, which must be there.
 Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl, const std::string& prefix,
                                 const WorkflowPlaces& places) {
   const Walker& walker = places.walker;
@@ -264,6 +282,14 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
     const auto slash = source.rfind('/');
     if (path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
     st.settings[key] = path;
+    // The stage opens it when it starts (transfer_stage.cpp: checkpoint_key_usable), after the stages
+    // before it ran: a path that is not there fails it then. What is there (a file, or a directory
+    // where the trainer's checkpoint is one; no planted link, no FIFO) stays the stage's to judge.
+    std::error_code ec;
+    if (std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::not_found)
+      return fail(walker.mark_of(prefix + key), prefix + key,
+                  "'" + path + "' does not exist (a relative path is taken from the config file's directory); the "
+                  "stage would fail when it starts");
   }
   return Status::Ok();
 }
@@ -305,30 +331,35 @@ Status refuse_searched_network(const StageConfig& st, std::size_t i, const YNode
 Error stage_trainer_error(const StageConfig& st, std::size_t i, const SettingRuleProblem& problem, const json& given,
                           const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
   const std::string prefix = "stages[" + std::to_string(i) + "].";
-  const std::string at = problem.in_space                    ? prefix + "space." + problem.key
-                         : given.contains(problem.key)       ? prefix + problem.key
-                         : st.trainer_keys.count(problem.key) ? prefix + "trainer." + problem.key
-                                                              : "trainer." + problem.key;
+  const std::string at = (problem.in_space                    ? prefix + "space." + problem.key
+                          : given.contains(problem.key)       ? prefix + problem.key
+                          : st.trainer_keys.count(problem.key) ? prefix + "trainer." + problem.key
+                                                               : "trainer." + problem.key) +
+                         (problem.in_space ? std::string() : problem.below);
   // A stage's keys below its item (the walker marks its sections, not their keys).
   const Mark mark = at.rfind("stages", 0) == 0 ? mark_below(list, list_mark, at.substr(std::string("stages").size()))
                                                : places.walker.mark_of(at);
   return place_error(places.source, mark, at, problem.what);
 }
 
-// Each stage's trainer against its kind's rules between settings (setting_rules_problem) and, where
-// its trials train with its trainer's freeze (a kind without a freeze of its own that trains trials:
-// not a transfer, which sets its trials' freeze from its own, check_stage_freeze, nor an ensemble,
-// whose retrained members run under their input's trainer), against the network the freeze is of
-// (freeze_problem); first the space of a stage whose trials resume each other against what shapes
-// the network. A setting the stage's own space searches, or that the trials of its `from` may carry
-// over (their searched keys that the stage's own trainer does not set), is left to the trainer, trial
-// by trial; the stage's settings that its trials take as trainer settings (StageKind::trial_settings)
-// are judged as theirs.
+// The trainer of each stage that runs its own (StageKind::runs_own_trainer: not an ensemble, whose
+// retrained members run under their first input's trainer, judged at that stage) against its kind's
+// rules between settings (setting_rules_problem), with the layout, and, where its trials train with
+// its trainer's freeze (a kind without a freeze of its own: not a transfer, which sets its trials'
+// freeze from its own, check_stage_freeze), against the network the freeze is of (freeze_problem);
+// against the data its settings name (data_rules_problem) and the model-parallel split
+// (model_split_problem); the objectives' metrics against those it reports (objective_metric_problem); first the space of a stage whose trials resume each other against what
+// shapes the network. A setting the stage's own space searches, or that the trials of its `from` may
+// carry over (their searched keys that the stage's own trainer does not set), is left to the trainer,
+// trial by trial; the stage's settings that its trials take as trainer settings
+// (StageKind::trial_settings) are judged as theirs.
 Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const std::map<std::string, std::size_t>& index,
                                  const YNode& list, Mark list_mark, const WorkflowPlaces& places) {
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const StageConfig& st = stages[i];
-    if (!st.own) continue;
+    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
+    // An ensemble's view: its retrained members run under its first input's trainer, judged there.
+    if (!st.own || !kind.runs_own_trainer) continue;
     HPCTUNE_TRY(refuse_searched_network(st, i, list, list_mark, places));
     std::set<std::string> unknown;
     for (const auto& f : st.from) {
@@ -337,8 +368,13 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
       for (const auto& p : source.own->space.params())
         if (p.type != search::ParamType::kFixed && !st.trainer_keys.count(p.name)) unknown.insert(p.name);
     }
-    const workflow::StageKind& kind = *workflow::find_stage_kind(st.kind);
     const std::string trainer_kind = st.own->trainer.value("kind", std::string());
+    // A stage whose trials start from its inputs' checkpoints (transfer) gives each its own through
+    // the trainer's init setting.
+    const auto* can = trainers::trainer_capabilities(trainer_kind);
+    if (kind.inputs_provide != nullptr && std::string_view(kind.inputs_provide) == trainers::kProvidesCheckpoints &&
+        can != nullptr && can->init_setting != nullptr)
+      unknown.insert(can->init_setting);
     json given = json::object();
     for (const auto& [key, value] : st.settings.items()) {
       const auto& takes = kind.trial_settings;
@@ -349,8 +385,13 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     }
     auto problem = setting_rules_problem(*st.own, unknown, given);
     if (!problem) problem = layout_rules_problem(*st.own, unknown, given);
-    if (!problem && kind.freeze_setting == nullptr && kind.trains_inputs) problem = freeze_problem(*st.own, unknown);
+    if (!problem && kind.freeze_setting == nullptr) problem = freeze_problem(*st.own, unknown);
+    if (!problem) problem = data_rules_problem(*st.own, unknown, given);
     if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
+    if (auto split = model_split_problem(*st.own, unknown))
+      return place_error(places.source, places.walker.mark_of("resources.ranks.model"), "resources.ranks.model", *split);
+    if (auto metric = objective_metric_problem(*st.own, !places.walker.given("objectives"), st.name))
+      return place_error(places.source, places.walker.mark_of(metric->first), metric->first, metric->second);
   }
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -181,11 +182,13 @@ TEST_CASE("an explicitly empty value never means the option's default: exit 2 na
 
 TEST_CASE("a workflow without a success: run's and resume's error name each failed stage and why, first") {
   // Before, the error said only "no trial succeeded in campaign 'wf-fail' (2 failed)" and the first
-  // failure: the transfer stage that could not start (its checkpoint file is missing) was named
-  // nowhere but in the log, as it happened.
+  // failure: the transfer stage that could not start (its checkpoint file is a FIFO, which the stage
+  // never waits on; validate asks only whether the path exists) was named nowhere but in the log, as
+  // it happened.
   TempDir dir;
   const std::string fail = dir.write("fail.sh", "exit 3\n");
-  const std::string missing = dir.file("missing.bin");
+  const std::string missing = dir.file("fifo.bin");
+  REQUIRE(::mkfifo(missing.c_str(), 0600) == 0);
   std::string y = "name: wf-fail\nseed: 3\nobjective: {metric: val_accuracy, mode: max}\n";
   y += "trainer: {kind: command, command: \"/bin/sh " + fail + "\", provides: [checkpoints]}\n";
   y += "resources: {groups: 1, threads: 1}\nstages:\n";

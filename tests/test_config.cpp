@@ -880,7 +880,7 @@ trainer: {kind: mlp}
 }
 
 TEST_CASE("early stopping: max_t defaults to the trainer's last step or epoch (issue 9, item 23)") {
-  const std::string head = "name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\n";
+  const std::string head = "name: d\nobjective: {metric: val_accuracy}\nsearch: {max_trials: 4}\n";
   auto c = parse_ok(head + "trainer: {kind: mlp, epochs: 7}\nearly_stopping: asha\n");
   CHECK(c.early_stopping_settings["max_t"] == 7);
   CHECK(c.normalized["early_stopping"]["max_t"] == 7);
@@ -1421,6 +1421,80 @@ TEST_CASE("trainer settings the trainer refuses together are refused by validate
         "every trial would fail");
 }
 
+TEST_CASE("an ensemble's view is not judged by a trainer it never runs: its retrained members run under its input's") {
+  // The top level's trainer holds bf16 and the search stage runs it on a GPU; the ensemble's retrained
+  // members run under that stage's trainer (ensemble_stage.cpp). Before, the ensemble's own view (the
+  // top level's trainer, on the CPU) was judged and the config refused at trainer.precision.
+  const std::string tune = "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: "
+                           "0.01, high: 0.1}}, trainer: {device: gpu}}\n";
+  const std::string blend = "  - {name: blend, kind: ensemble, from: tune, retrain: {top: 1, seeds: 1}}\n";
+  const std::string bf16 = "{kind: mlp, epochs: 2, precision: bf16}";
+  const auto c = parse_ok(workflow(tune + blend, bf16));
+  CHECK(c.stages.at(0).own->trainer["device"] == "gpu");
+  // A stage that does run the top level's trainer on the CPU is refused, at the top level's key.
+  CHECK(parse_error(workflow(tune + blend + "  - {name: cpu, kind: search, search: {max_trials: 2}, space: {lr: {type: "
+                                            "float, low: 0.01, high: 0.1}}}\n",
+                             bf16))
+            .find("test.yaml:3:33: trainer.precision: \"bf16\" must be fp32 with device: cpu") == 0);
+
+  // The same for the model-parallel split: 3 stages fit the search stage's network (3 hidden layers and
+  // the output layer), not the top level's, which only the ensemble's view had. Before, refused at
+  // resources.ranks.model.
+  const std::string split = "name: wf\nobjective: {metric: val_accuracy, mode: max}\n"
+                            "trainer: {kind: mlp, epochs: 2, hidden: [16]}\nresources: {ranks: {data: 1, model: 3}}\n"
+                            "stages:\n";
+  const std::string deep = "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, "
+                           "high: 0.1}}, trainer: {hidden: [16, 16, 16]}}\n";
+  parse_ok(split + deep + "  - {name: blend, kind: ensemble, from: tune}\n");
+  // A search stage that runs the top level's network is refused, at resources.ranks.model.
+  CHECK(parse_error(split + deep + "  - {name: flat, kind: search, search: {max_trials: 2}, space: {lr: {type: float, "
+                                   "low: 0.01, high: 0.1}}}\n")
+            .find("test.yaml:4:30: resources.ranks.model: 3 model-parallel stages, but a trial of trainer kind 'mlp' can "
+                  "be split into at most 2") == 0);
+}
+
+TEST_CASE("an objective metric the trainer never reports is refused at its place, with what it reports") {
+  // Before, validate took it and every trial failed at its end with "the trial reported no
+  // 'val_acuracy' metric (it reported: ...)".
+  const std::string search = "search: {max_trials: 2}\nspace: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error("name: t\nobjective: {metric: val_acuracy, mode: max}\n" + search + "trainer: {kind: mlp}\n") ==
+        "test.yaml:2:13: objective.metric: 'val_acuracy' is not a metric that trainer kind 'mlp' reports; did you mean "
+        "'val_accuracy'? (it reports val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds, "
+        "images_per_second, resumed_epoch, sync_*; every trial would fail)");
+  CHECK(parse_error("name: t\nobjectives:\n  - {metric: val_accuracy, mode: max}\n  - {metric: seconds, mode: min}\n" +
+                    search + "trainer: {kind: cnn}\n")
+            .find(": objectives[1].metric: 'seconds' is not a metric that trainer kind 'cnn' reports") != std::string::npos);
+  const std::string fn = "search: {max_trials: 2}\nspace: {x1: {type: float, low: -5, high: 10}, x2: 1}\n"
+                         "trainer: {kind: function, name: branin}\n";
+  CHECK(parse_error("name: t\nobjective: {metric: loss, mode: min}\n" + fn)
+            .find("objective.metric: 'loss' is not a metric that trainer kind 'function' reports") != std::string::npos);
+  // What the kind reports, always or under some settings (sync_* with data-parallel replicas), and
+  // any metric of a program.
+  parse_ok("name: t\nobjective: {metric: regret, mode: min}\n" + fn);
+  parse_ok("name: t\nobjective: {metric: test_accuracy, mode: max}\n" + search + "trainer: {kind: mlp}\n");
+  parse_ok("name: t\nobjective: {metric: sync_staleness_max, mode: min}\n" + search + "trainer: {kind: mlp}\n");
+  parse_ok("name: t\nobjective: {metric: anything, mode: min}\n" + search + "trainer: {kind: command, command: 'true'}\n");
+  // In a workflow, each stage's trainer, named.
+  CHECK(parse_error("name: t\nobjective: {metric: value, mode: min}\ntrainer: {kind: command, command: 'true'}\n"
+                    "stages:\n  - {name: tune, kind: search, " + std::string("search: {max_trials: 2}, space: {lr: {type: "
+                    "float, low: 0.01, high: 0.1}}, trainer: {kind: mlp}}\n"))
+            .find("test.yaml:2:13: objective.metric: 'value' is not a metric that trainer kind 'mlp' of stage 'tune' "
+                  "reports") == 0);
+}
+
+TEST_CASE("a transfer's checkpoint that does not exist is refused at stages[i].checkpoint") {
+  // Before, validate took it, the stages before the transfer ran, and the transfer failed when it
+  // started: "no source: the checkpoint file '...' does not exist or is not a regular file".
+  const std::string tune =
+      "  - {name: tune, kind: search, search: {max_trials: 2}, space: {lr: {type: float, low: 0.01, high: 0.1}}}\n";
+  const std::string missing = source_path("no-such-checkpoint.bin");
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + missing + "}\n")) ==
+        "test.yaml:6:34: stages[1].checkpoint: '" + missing + "' does not exist (a relative path is taken from the config "
+        "file's directory); the stage would fail when it starts");
+  const auto c = parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + source_path("README.md") + "}\n"));
+  CHECK(c.stages.at(1).settings["checkpoint"] == source_path("README.md"));
+}
+
 TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {
   // A dropout above 0 is a layer of its own whatever its rate: exploring 0.1..0.5 resumes fine.
   const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, "
@@ -1553,10 +1627,11 @@ TEST_CASE("transfer: a stage whose trials cannot load their source's checkpoint 
             "stages[1].freeze: 5 layers frozen, but the network of the stage's trials has at most 4 before its output "
             "layer") != std::string::npos);  // [32, 32] with dropout: 2 dense and 2 dropout layers
   parse_ok(workflow(searched + move("freeze: 4")));
-  // From a checkpoint file, the stage's own network counts.
-  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, freeze: 2}\n"))
+  // From a checkpoint file (one that exists: validate refuses a missing one), the stage's own network counts.
+  const std::string file = source_path("README.md");
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + file + ", freeze: 2}\n"))
             .find("stages[1].freeze: 2 layers frozen") != std::string::npos);
-  parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, trainer: {hidden: [8, 8]}, "
+  parse_ok(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + file + ", trainer: {hidden: [8, 8]}, "
                            "freeze: 2}\n"));
   parse_ok(read_file(source_path("configs/fashion_workflow.yaml")));
 }
@@ -1752,7 +1827,8 @@ TEST_CASE("a transfer stage's own max_train_samples: 1 is refused at the stage's
         "test.yaml:6:46: stages[1].max_train_samples: 1 must be 0 (every image) or at least 2 (one is held out for "
         "validation); every trial would fail");
   // From a checkpoint file too.
-  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: /tmp/x.bin, max_train_samples: 1}\n"))
+  CHECK(parse_error(workflow(tune + "  - {name: move, kind: transfer, checkpoint: " + source_path("README.md") +
+                             ", max_train_samples: 1}\n"))
             .find("stages[1].max_train_samples: 1 must be 0") != std::string::npos);
   parse_ok(workflow(tune + "  - {name: move, kind: transfer, from: tune, max_train_samples: 2}\n"));
   // The nested search's value wins over the stage's: fixed there, it is what the trials get; searched, or

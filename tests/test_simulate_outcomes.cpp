@@ -238,9 +238,12 @@ TEST_CASE("--outcomes refuses a file that is not a campaign, a planted bad field
   refused({"--outcomes", "replay:"}, "is not one of function, replay:DB, surrogate:DB");
 
   const std::string rec = record(dir, "rec", 4, 0.0);
-  // The config's objective is not recorded.
+  // The config's objective is not recorded. (A program's: the function trainer reports value and
+  // regret only, and validate refuses another objective over it.)
   std::string other_text = branin_config("o", 4, 0.0);
   other_text.replace(other_text.find("metric: value"), 13, "metric: loss");
+  const auto trainer_at = other_text.find("trainer: ");
+  other_text.replace(trainer_at, other_text.find('\n', trainer_at) - trainer_at, "trainer: {kind: command, command: 'true'}");
   const std::string other = dir.write("other.yaml", other_text);
   {
     const auto r = run_hpctune({"simulate", other, "--db", dir.file("o.db"), "--outcomes", "surrogate:" + rec}, dir.file("o.log"));

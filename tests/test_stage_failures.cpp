@@ -21,14 +21,19 @@ namespace {
 const char* const kTrainer =
     "trainer: {kind: mlp, epochs: 1, max_train_samples: 400, max_test_samples: 200, hidden: 16}\n";
 
-// A data directory with the four files the classifier reads, each of them garbage: every trial
-// that reads it fails when it loads its data.
+// A data directory with the four files the classifier reads, whose image files end after their
+// headers: `hpctune validate`, which reads the headers and labels only, takes it, and every trial
+// that reads it fails when it loads its images. Labels 0..9, one image each.
 std::string damaged_data(const TempDir& dir) {
   const std::string d = dir.file("damaged-data");
   std::filesystem::create_directories(d);
-  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                        "t10k-labels-idx1-ubyte.gz"}) {
-    dir.write(std::string("damaged-data/") + f, "this is not an IDX file\n");
+  const std::string count("\0\0\0\x0a", 4);
+  const std::string images = std::string("\0\0\x08\x03", 4) + count + std::string("\0\0\0\x1c\0\0\0\x1c", 8);
+  std::string labels = std::string("\0\0\x08\x01", 4) + count;
+  for (char label = 0; label < 10; ++label) labels += label;
+  for (const char* prefix : {"train", "t10k"}) {
+    dir.write(std::string("damaged-data/") + prefix + "-images-idx3-ubyte.gz", images);
+    dir.write(std::string("damaged-data/") + prefix + "-labels-idx1-ubyte.gz", labels);
   }
   return d;
 }

@@ -33,6 +33,9 @@ std::string workflow_with(const std::string& kind, const std::string& key, int64
   // A transfer's freeze is at most the layers before the output layer (validate judges it against
   // the network): 5,000 dense layers, each with its dropout layer, can take the bound, 10,000.
   std::string trainer = "{kind: mlp, epochs: 2}";
+  // A pbt member trains with the trainer's step setting up to `steps`: mlp's epochs take at most
+  // 1,000, a program's max_step the stage's bound.
+  if (kind == "pbt" && key == "steps") trainer = "{kind: command, command: [./train], provides: [checkpoints]}";
   if (kind == "transfer" && key == "freeze") {
     trainer = "{kind: mlp, epochs: 2, dropout: 0.5, hidden: [1";
     for (int i = 1; i < 5000; ++i) trainer += ", 1";

@@ -2,6 +2,7 @@
 // the mlp trainer runs on is tested in test_network.cpp, its optimizers in test_classifier_training.cpp.)
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <atomic>
@@ -170,6 +171,13 @@ TEST_CASE("idx: malformed files are rejected with the file named") {
   TempDir dir;
   const std::vector<uint8_t> pixels(4 * 2 * 2, 9);
   const auto good = idx_images_bytes(4, 2, 2, pixels);
+
+  SUBCASE("a FIFO is refused, not waited on") {
+    REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+    auto r = read_idx_images(dir.file("fifo"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "'" + dir.file("fifo") + "': is not a regular file");
+  }
 
   SUBCASE("bad magic") {
     auto bytes = good;
@@ -729,7 +737,9 @@ TEST_CASE("settings: the trainer accepts the settings the config produces") {
     const std::string required = kind == "command" ? ", command: 'true'" : "";
     // The function trainer takes exactly its x1..xd (branin: 2) from the space.
     const std::string space = kind == "function" ? "space: {x1: 0, x2: 1}\n" : "";
-    const std::string text = "name: t\nobjective: {metric: m}\nsearch: {max_trials: 1}\n" + space +
+    // An objective the kind reports (the classifiers' val_accuracy, the function's value).
+    const std::string metric = kind == "function" ? "value" : "val_accuracy";
+    const std::string text = "name: t\nobjective: {metric: " + metric + "}\nsearch: {max_trials: 1}\n" + space +
                              "trainer: {kind: " + kind + required + "}\n";
     auto parsed = config::parse_config(text, "sync.yaml");
     REQUIRE_MESSAGE(parsed.ok(), parsed.error().message());

@@ -262,6 +262,28 @@ TEST_CASE("validate: a pbt schedule is checked as the stage reads it, with its p
              5, "stages[0].steps");
 }
 
+TEST_CASE("validate: a pbt stage that trains past what the trainer's step setting takes is refused at the step") {
+  // A member trains with trainer.epochs at each interval's end; mlp's epochs is at most 1000. Before,
+  // both passed validate and every member failed on reaching step 1000 ("setting 'epochs' = 1002: must
+  // be at most 1000").
+  TempDir dir;
+  const std::string schedule = refused_at(
+      dir, "schedule", pbt_schedule("      - {from_step: 0, to_step: 2, params: {lr: 0.1}}\n"
+                                    "      - {from_step: 2, to_step: 2000, params: {lr: 0.05}}\n"),
+      10, 24, "stages[0].schedule[1].to_step");
+  CHECK(contains(schedule, "2000 is above the maximum 1000 (trainer.epochs, which a member trains with up to this step)"));
+  const std::string steps = refused_at(
+      dir, "steps",
+      "name: p\nobjective: {metric: val_accuracy, mode: max}\ntrainer: {kind: mlp, epochs: 4}\nstages:\n"
+      "  - {name: p, kind: pbt, population: 2, steps: 4000, space: {lr: {type: float, low: 0.01, high: 0.1}}}\n",
+      5, 41, "stages[0].steps");
+  CHECK(contains(steps, "4000 is above the maximum 1000 (trainer.epochs"));
+  CHECK(validate(dir, "thousand", "name: p\nobjective: {metric: val_accuracy, mode: max}\ntrainer: {kind: mlp, epochs: 4}\n"
+                                  "stages:\n  - {name: p, kind: pbt, population: 2, steps: 1000, space: {lr: {type: "
+                                  "float, low: 0.01, high: 0.1}}}\n")
+            .code == 0);
+}
+
 TEST_CASE("validate: an ensemble's task is classification or regression, a bad one refused at its place") {
   TempDir dir;
   const std::string head = std::string(kTop);

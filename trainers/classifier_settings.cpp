@@ -3,7 +3,11 @@
 #include "trainers/trainer_settings.h"
 #include "trainers/internal_params.h"
 #include "trainers/data_parallel.h"
+#include "trainers/idx_header.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <unordered_set>
 
 namespace hpctune::trainers {
@@ -216,6 +220,68 @@ std::optional<std::pair<std::string, std::string>> classifier_layout_problem(con
 
 }  // namespace
 
+namespace {
+
+bool is_open(const std::vector<std::string>& open, const char* key) {
+  return std::find(open.begin(), open.end(), key) != open.end();
+}
+
+// A class of `classes` (the list, or a lone label: "" below) that the data lacks, as
+// classifier_data.cpp (map_classes) refuses it.
+std::optional<DataProblem> missing_class(const nlohmann::json& classes, const std::string& dir, const IdxSetShape& shape) {
+  const bool lone = classes.is_number_integer();
+  const nlohmann::json list = lone ? nlohmann::json::array({classes}) : classes;
+  if (!list.is_array()) return std::nullopt;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_number_integer()) return std::nullopt;  // the declaration refuses it
+    const int64_t c = list[i].get<int64_t>();
+    const bool labelled = c >= 0 && c < shape.classes;
+    if (labelled && shape.train_per_class[static_cast<std::size_t>(c)] > 0) continue;
+    return DataProblem{"classes", lone ? "" : "[" + std::to_string(i) + "]",
+                       "class " + std::to_string(c) + " is not in the data: the training file of '" + dir +
+                           "' has classes 0.." + std::to_string(shape.classes - 1) +
+                           (labelled ? ", but no image of class " + std::to_string(c) : std::string())};
+  }
+  return std::nullopt;
+}
+
+// init_from (classifier_start.cpp: read_source_checkpoint): a checkpoint file, or a directory holding
+// checkpoint-stage*.bin (the first is checkpoint-stage0.bin), that exists where validate runs.
+std::optional<DataProblem> missing_checkpoint(const nlohmann::json& s, const std::vector<std::string>& open) {
+  if (is_open(open, kInitFromParam) || !s.contains(kInitFromParam) || !s[kInitFromParam].is_string()) return std::nullopt;
+  const std::string path = s[kInitFromParam].get<std::string>();
+  if (path.empty()) return std::nullopt;
+  std::error_code ec;
+  const bool dir = std::filesystem::is_directory(path, ec);
+  if (dir && !std::filesystem::exists(path + "/checkpoint-stage0.bin", ec))
+    return DataProblem{kInitFromParam, "", "the directory '" + path + "' holds no checkpoint-stage0.bin (a trial's checkpoint)"};
+  if (!dir && !std::filesystem::is_regular_file(path, ec))
+    return DataProblem{kInitFromParam, "", "'" + path + "': no such checkpoint file or directory"};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<DataProblem> classifier_data_problem(const nlohmann::json& s, const std::vector<std::string>& open,
+                                                   IdxSetShape* shape_out) {
+  if (auto problem = missing_checkpoint(s, open)) return problem;
+  if (is_open(open, "data") || !s.contains("data") || !s["data"].is_string()) return std::nullopt;
+  const std::string dir = s["data"].get<std::string>();
+  if (dir.empty()) return std::nullopt;  // the setting rules refuse it
+  auto shape = read_idx_set_shape(dir);
+  if (!shape.ok())
+    return DataProblem{"data", "", shape.error().message() + " (the IDX data set of every trial: " +
+                                       "{train,t10k}-{images-idx3,labels-idx1}-ubyte, gzipped or not)"};
+  if (shape_out != nullptr) *shape_out = *shape;
+  if (shape->classes == 0) return std::nullopt;  // too many labels to count here: the trainer judges them
+  const nlohmann::json& classes = s.contains("classes") ? s["classes"] : nlohmann::json();
+  const bool every_class = classes.is_array() && classes.empty();
+  if (every_class && shape->classes < 2)
+    return DataProblem{"data", "", "the labels of '" + dir + "' are all 0: a classifier needs at least 2 classes"};
+  if (is_open(open, "classes")) return std::nullopt;
+  return missing_class(classes, dir, *shape);
+}
+
 // What the classifier loop does for mlp and cnn (trainer_settings.h): it trains `epochs` epochs and
 // writes predictions and checkpoints unless their settings turn them off.
 TrainerCapabilities classifier_capabilities() {
@@ -232,6 +298,14 @@ TrainerCapabilities classifier_capabilities() {
                        {"data", "device", "precision", "epochs", "head_epochs", "max_train_samples", "sync",
                         "gradient_compression", "min_replica_fraction"}};
   can.layout_rules = {&classifier_layout_problem, {"sync", "gradient_compression", "min_replica_fraction"}};
+  // classifier_outputs.cpp (finish), classifier_run.cpp and the epoch runners (add_metrics: sync_*).
+  can.metrics = {{"val_loss", "val_accuracy", "train_loss", "test_loss", "test_accuracy", "train_seconds",
+                  "images_per_second"},
+                 {"resumed_epoch", "sync_"}};
+  can.data_rules = {[](const nlohmann::json& s, const std::vector<std::string>& open) {
+                      return classifier_data_problem(s, open, nullptr);
+                    },
+                    {"data", "classes", kInitFromParam}};
   return can;
 }
 

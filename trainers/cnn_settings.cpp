@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include "trainers/idx_header.h"
+#include "trainers/internal_params.h"
 #include "trainers/layer_spec.h"
 
 namespace hpctune::trainers {
@@ -125,6 +127,69 @@ int64_t cnn_layer_count(const nlohmann::json& settings) {
   return count;
 }
 
+// The layer maps of the network in order, each with the setting that gives it and its place there
+// ("layers", "[2]"; "block1", "[0]"): `layers` with each block it places filled in (none for a block
+// that is absent or beyond `blocks`). False when one of them is open (searched), or not a list.
+struct PlacedLayer {
+  std::string key, below;
+  const nlohmann::json* map = nullptr;
+};
+bool placed_layers(const nlohmann::json& s, const std::vector<std::string>& open, std::vector<PlacedLayer>& out) {
+  auto is_open = [&](const std::string& key) { return std::find(open.begin(), open.end(), key) != open.end(); };
+  if (is_open("layers") || is_open("blocks") || !s.contains("layers") || !s["layers"].is_array()) return false;
+  const nlohmann::json& blocks = s.contains("blocks") ? s["blocks"] : nlohmann::json();
+  const nlohmann::json& layers = s["layers"];
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].is_object()) {
+      out.push_back({"layers", "[" + std::to_string(i) + "]", &layers[i]});
+      continue;
+    }
+    if (!layers[i].is_string() || !is_cnn_block(layers[i].get<std::string>())) return false;
+    const std::string name = layers[i].get<std::string>();
+    if (is_open(name)) return false;
+    if (!s.contains(name) || s[name].is_null()) continue;  // absent: no layers there
+    if (name != "head" && blocks.is_number() && name[5] - '0' > blocks.get<double>()) continue;  // beyond `blocks`
+    if (!s[name].is_array()) return false;
+    for (std::size_t j = 0; j < s[name].size(); ++j) out.push_back({name, "[" + std::to_string(j) + "]", &s[name][j]});
+  }
+  return true;
+}
+
+// The cnn's data rule (TrainerCapabilities::data_rules): the classifier loop's, then its layers on the
+// data's images, as nn/network.cpp (Network::create) builds them: a conv's kernel and a pooling window
+// no larger than the image they get, which each conv (by its stride) and pooling layer shrinks.
+std::optional<DataProblem> cnn_data_problem(const nlohmann::json& s, const std::vector<std::string>& open) {
+  IdxSetShape shape;
+  if (auto problem = classifier_data_problem(s, open, &shape)) return problem;
+  std::vector<PlacedLayer> layers;
+  if (shape.rows == 0 || !placed_layers(s, open, layers)) return std::nullopt;
+  int64_t h = shape.rows, w = shape.cols;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    LayerSpec spec;
+    if (read_layer_spec(*layers[i].map, spec)) return std::nullopt;  // value_problem refuses it
+    const std::string input = " than the " + std::to_string(h) + "x" + std::to_string(w) + " image it gets (the " +
+                              std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " images of '" +
+                              s["data"].get<std::string>() + "'" + (i == 0 ? ")" : " after the layers before it)");
+    if (spec.kind == "conv") {
+      if (spec.kernel > h || spec.kernel > w)
+        return DataProblem{layers[i].key, layers[i].below + ".kernel", "kernel " + std::to_string(spec.kernel) + " is larger" + input};
+      const int64_t stride = spec.stride == 0 ? 1 : spec.stride;
+      const bool same = spec.padding == "same";  // nn/layers_conv.cpp: conv_output_size
+      h = same ? (h + stride - 1) / stride : (h - spec.kernel) / stride + 1;
+      w = same ? (w + stride - 1) / stride : (w - spec.kernel) / stride + 1;
+    } else if (spec.kind == "maxpool") {
+      if (spec.size > h || spec.size > w)
+        return DataProblem{layers[i].key, layers[i].below + ".size", "window " + std::to_string(spec.size) + " is larger" + input};
+      const int64_t stride = spec.stride == 0 ? spec.size : spec.stride;
+      h = (h - spec.size) / stride + 1;
+      w = (w - spec.size) / stride + 1;
+    } else if (spec.kind == "dense") {
+      h = w = 1;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 TrainerCapabilities cnn_capabilities() {
@@ -138,6 +203,8 @@ TrainerCapabilities cnn_capabilities() {
                           "and the output layer";
   can.model_stages.reads = {"layers", "blocks"};
   for (const char* block : kCnnBlocks) can.model_stages.reads.push_back(block);
+  can.data_rules = {&cnn_data_problem, {"data", "classes", kInitFromParam, "layers", "blocks"}};
+  for (const char* block : kCnnBlocks) can.data_rules.reads.push_back(block);
   return can;
 }
 

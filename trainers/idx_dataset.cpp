@@ -1,4 +1,5 @@
 #include "trainers/idx_dataset.h"
+#include "trainers/idx_header.h"
 
 #include <zlib.h>
 
@@ -52,6 +53,8 @@ Result<GzFile> open_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, "'" + path + "': no such file");
   if (std::filesystem::is_directory(path, ec)) return err(Errc::kIo, "'" + path + "': is a directory");
+  // A FIFO or a device would block the open or never end (idx_header.cpp refuses the same).
+  if (!std::filesystem::is_regular_file(path, ec)) return err(Errc::kIo, "'" + path + "': is not a regular file");
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
@@ -119,14 +122,6 @@ Result<std::vector<uint64_t>> read_header(const std::string& path, gzFile f, int
     }
   }
   return dims;
-}
-
-std::string pick_file(const std::string& dir, const std::string& base) {
-  const std::string gz = dir + "/" + base + ".gz";
-  std::error_code ec;
-  if (std::filesystem::exists(gz, ec)) return gz;
-  if (std::filesystem::exists(dir + "/" + base, ec)) return dir + "/" + base;
-  return gz;  // open_file reports it as missing
 }
 
 }  // namespace
@@ -266,10 +261,10 @@ Result<std::shared_ptr<const ImageClassificationData>> load_idx_dataset(const st
   if (!std::filesystem::is_directory(dir, ec)) {
     return err(Errc::kNotFound, "dataset directory '" + dir + "' does not exist");
   }
-  const std::string train_images = pick_file(dir, "train-images-idx3-ubyte");
-  const std::string train_labels = pick_file(dir, "train-labels-idx1-ubyte");
-  const std::string test_images = pick_file(dir, "t10k-images-idx3-ubyte");
-  const std::string test_labels = pick_file(dir, "t10k-labels-idx1-ubyte");
+  const std::string train_images = idx_file(dir, "train-images-idx3-ubyte");
+  const std::string train_labels = idx_file(dir, "train-labels-idx1-ubyte");
+  const std::string test_images = idx_file(dir, "t10k-images-idx3-ubyte");
+  const std::string test_labels = idx_file(dir, "t10k-labels-idx1-ubyte");
 
   // Inflating the training images dominates (~47 MB); the other files decode on a second thread.
   Result<FloatImages> test_img = err(Errc::kInternal, "not read");

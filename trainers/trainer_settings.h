@@ -10,8 +10,9 @@
 //   - the trainer reads ctx.settings() through a SettingsReader: unknown keys (with a "did you
 //     mean"), types, bounds and choices are checked against the same declaration, and absent keys
 //     get its default.
-// The declarations are compiled into hpctune_trainer_api, a small library with no BLAS, oneDNN,
-// MPI or zlib, so that the master's config layer links them without the trainers' code.
+// The declarations are compiled into hpctune_trainer_api, a small library with no BLAS, oneDNN or
+// MPI (zlib only, to read a data set's headers: idx_header.h), so that the master's config layer
+// links them without the trainers' code.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +57,15 @@ std::optional<ClassesProblem> classes_problem(const std::vector<int64_t>& classe
 
 // The dataset of the classifier kinds when `data` is not given.
 inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
+
+// What is wrong with a trainer's settings against the data they name (TrainerCapabilities::data_rules):
+// the setting (`key`), the place in its value (`below`: "[2]", "[3].kernel"; "" for the value as a
+// whole) and what is wrong there.
+struct DataProblem {
+  std::string key;
+  std::string below;
+  std::string what;
+};
 
 // What a trainer kind can give a workflow, declared beside its settings (<kind>_settings.cpp).
 // config/, scheduler/, workflow/ and report/ ask this; none of them compares a kind's name
@@ -154,6 +164,29 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   LayoutRules layout_rules;
+  // What the kind refuses of its settings against the data they name, judged where `hpctune validate`
+  // runs (the classifier kinds: `data` an IDX directory, read through trainers/idx_header.h: its
+  // headers and labels, not its images; `classes` labels it holds; the cnn's layers no larger than its
+  // images where they get them): `problem` of its settings (the fixed values of `reads`, defaults filled
+  // in) with `open`, the settings of `reads` that a trial may have otherwise (the space searches them, a
+  // stage's trials carry them over): nothing that depends on one is judged. The trainer refuses the
+  // same when it loads its data and builds its network. nullptr: the kind names no data a setting gives
+  // (a command's program reads what it likes).
+  struct DataRules {
+    std::optional<DataProblem> (*problem)(const nlohmann::json& settings, const std::vector<std::string>& open) = nullptr;
+    std::vector<std::string> reads;
+  };
+  DataRules data_rules;
+  // The metrics a finished trial of the kind reports (its last report, which the objective is read
+  // from: a trial without the objective's metric fails): `always` every trial, `sometimes` the names,
+  // or the prefixes of the names, that it reports under some settings (the classifier kinds' sync_*
+  // with data-parallel replicas). `hpctune validate` refuses an objective metric that is neither.
+  // Both empty: the kind's metrics are not known before it runs (a command's program's own).
+  struct ReportedMetrics {
+    std::vector<std::string> always;
+    std::vector<std::string> sometimes;
+  };
+  ReportedMetrics metrics;
   // What one setting's value must be beyond its declaration's type (the cnn's layer lists: each entry
   // a layer map as trainers/layer_spec.h reads it, or a block's name): `problem` of a value of setting
   // `key` is where in it (a suffix of the setting's path: "[0]", "[2].kernel") and what that must be
@@ -184,6 +217,11 @@ TrainerCapabilities function_capabilities();
 TrainerCapabilities command_capabilities();
 // Those of the classifier loop, that mlp and cnn both have.
 TrainerCapabilities classifier_capabilities();
+// The classifier loop's data rule (data_rules: `data` and `classes`), with the shape of the data it read
+// in `*shape` when it read it (the cnn's rule goes on with its layers).
+struct IdxSetShape;
+std::optional<DataProblem> classifier_data_problem(const nlohmann::json& settings, const std::vector<std::string>& open,
+                                                   IdxSetShape* shape);
 
 struct TrainerKindDecl {
   std::string kind;

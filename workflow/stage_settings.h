@@ -62,6 +62,11 @@ struct StageKind {
   // Whether a stage that needs its inputs' trainers' output may take this one as an input (an
   // ensemble trains no trials that are its own results).
   bool trains_inputs = true;
+  // Whether its trials run under its own view's trainer (the top level's, with its own `trainer:`
+  // over it). false: what it runs runs under its inputs' trainers (an ensemble's retrained members
+  // under the trainer of its first input stage, ensemble_stage.cpp), which `hpctune validate` judges
+  // at their own stages; its view's trainer is never run, and no rule of it is judged there.
+  bool runs_own_trainer = true;
   // Keys the config finishes for the kind (config/workflow_config.cpp), named here so that it never
   // asks a kind's name. A kind that trains its own trials to a step (pbt) names `steps_setting`,
   // the total, which defaults to the value of its trainer's step setting (trainers/trainer_settings.h);
@@ -71,7 +76,8 @@ struct StageKind {
   const char* steps_setting = nullptr;
   const char* schedule_setting = nullptr;
   const char* factor_pair_setting = nullptr;
-  // Settings holding a path, taken relative to the config file's directory (transfer's checkpoint),
+  // Settings holding a path, taken relative to the config file's directory, of what the stage reads
+  // when it starts, which `hpctune validate` requires to exist (transfer's checkpoint),
   // and settings holding a list of class labels, checked as trainer.classes is (transfer's classes).
   std::vector<std::string> path_settings{};
   std::vector<std::string> class_list_settings{};
@@ -182,7 +188,7 @@ inline const std::vector<StageKind>& stage_kinds() {
       {.kind = "search", .help = "a search of its own", .settings = {}, .search = StageSearch::kRequired},
       {.kind = "ensemble", .help = "blends the predictions of the trials of `from`",
        .settings = ensemble_stage_settings(), .needs_from = "blends", .inputs_provide = "predictions",
-       .trains_inputs = false},
+       .trains_inputs = false, .runs_own_trainer = false},
       {.kind = "transfer", .help = "fine-tunes the best checkpoints of `from` on other data",
        .settings = transfer_stage_settings(), .search = StageSearch::kOptional, .needs_from = "starts from",
        .needs_from_unless = "checkpoint", .freeze_setting = "freeze", .inputs_provide = "checkpoints", .path_settings = {"checkpoint"},
