@@ -386,7 +386,7 @@ Status cmd_simulate(const SimulateArgs& args) {
   if (args.step_seconds != -1 && !(args.step_seconds > 0 && args.step_seconds <= 86400 * 365.0)) {
     return err(Errc::kUsage, "--step-seconds: must be a number of seconds in (0, 31536000]");
   }
-  HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
+  HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config, {.local_files = false}));
   int64_t trials = cfg.stages.empty() ? cfg.max_trials : 0;
   for (const auto& st : cfg.stages) trials += st.own ? st.own->max_trials : 0;
   if (trials > args.max_trials)
@@ -420,7 +420,7 @@ Status cmd_simulate(const SimulateArgs& args) {
   }
   std::optional<double> baseline_s;
   if (!args.baseline.empty()) {
-    HPCTUNE_ASSIGN(auto base_cfg, config::load_config(args.baseline));
+    HPCTUNE_ASSIGN(auto base_cfg, config::load_config(args.baseline, {.local_files = false}));
     const std::string base_kind = base_cfg.trainer.value("kind", std::string());
     const trainers::TrainerCapabilities* base_can = trainers::trainer_capabilities(base_kind);
     if (computed && (!base_can || base_can->params != trainers::TrainerParams::kTestFunctionArgs)) {

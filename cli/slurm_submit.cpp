@@ -141,7 +141,9 @@ Status check_existing_db(const std::string& db_path) {
 }  // namespace
 
 Status cmd_slurm_submit(const SlurmSubmitArgs& args) {
-  HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
+  // Submitted from a login node: its trials read their files on the allocation's nodes (the job's
+  // own `run` judges them there).
+  HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config, {.local_files = false}));
   const config::SlurmOptions& so = cfg.resources.slurm;
 
   launch::BatchScriptSpec spec;

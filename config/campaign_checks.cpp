@@ -146,6 +146,10 @@ std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, co
                             problem->what + "; every trial would fail", problem->below};
 }
 
+bool judges_local_files(const Walker& walker, const CampaignConfig& c) {
+  return walker.reads_local_files() && c.resources.backend == "local";
+}
+
 std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
   const int64_t model = c.resources.ranks_model;
   if (model <= 1) return std::nullopt;
@@ -550,7 +554,7 @@ class Builder {
     if (w_.walks_stage_view()) return Status::Ok();
     auto problem = setting_rules_problem(c, {});
     if (!problem) problem = layout_rules_problem(c, {});
-    if (!problem) problem = data_rules_problem(c, {});
+    if (!problem && judges_local_files(w_, c)) problem = data_rules_problem(c, {});
     if (problem) {
       const std::string at = "trainer." + problem->key + problem->below;
       return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);

@@ -67,6 +67,9 @@ std::optional<SettingRuleProblem> data_rules_problem(const CampaignConfig& c, co
 // fixed values over the trainer's settings; a space that searches a setting the count reads, or one
 // of them in `unknown`, leaves it to each trial. What to say at resources.ranks.model; nullopt when fine.
 std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown);
+// Whether the files `c`'s trials read may be judged here: the walk reads local files
+// (ParseOptions::local_files) and the trials run on this machine (resources.backend local).
+bool judges_local_files(const Walker& walker, const CampaignConfig& c);
 // The objectives' metrics against those a trial of `c`'s trainer kind reports at its end
 // (TrainerCapabilities::metrics): the first that it never reports, as its path ("objective.metric",
 // "objectives[1].metric": `single` says which form the config has) and what to say, naming `stage`

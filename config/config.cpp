@@ -66,8 +66,9 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& c) {
 
 // One campaign (or one stage's view of it) from its tree.
 Result<CampaignConfig> parse_tree(const YNode& tree, const std::string& yaml_text, const std::string& source_name,
-                                  Rename rename) {
+                                  Rename rename, const ParseOptions& options) {
   Walker walker(source_name, std::move(rename));
+  walker.set_reads_local_files(options.local_files);
   json root;
   HPCTUNE_TRY(walker.section(&tree, "", "", Mark{}, root, nullptr));
 
@@ -81,10 +82,11 @@ Result<CampaignConfig> parse_tree(const YNode& tree, const std::string& yaml_tex
 }
 
 
-Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name) {
+Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name,
+                                    const ParseOptions& options) {
   HPCTUNE_ASSIGN(YNode tree, read_tree(yaml_text, source_name));
-  if (find_entry(&tree, "stages") != nullptr) return parse_workflow(tree, yaml_text, source_name);
-  return parse_tree(tree, yaml_text, source_name, nullptr);
+  if (find_entry(&tree, "stages") != nullptr) return parse_workflow(tree, yaml_text, source_name, options);
+  return parse_tree(tree, yaml_text, source_name, nullptr, options);
 }
 
 void CampaignConfig::set_seed(uint64_t campaign_seed) {
@@ -110,10 +112,10 @@ void CampaignConfig::set_seed(uint64_t campaign_seed) {
   if (normalized.contains("trainer") && normalized["trainer"].is_object()) normalized["trainer"]["data_seed"] = campaign_seed;
 }
 
-Result<CampaignConfig> load_config(const std::string& path) {
+Result<CampaignConfig> load_config(const std::string& path, const ParseOptions& options) {
   // Every way a config file cannot be used is the user's to fix (exit 2, like any config error).
   HPCTUNE_ASSIGN(const std::string text, read_yaml_file(path, "config", kMaxConfigBytes));
-  return parse_config(text, path);
+  return parse_config(text, path, options);
 }
 
 }  // namespace hpctune::config

@@ -217,13 +217,23 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& config);
 // population: 2048 would fill them".
 std::vector<std::string> idle_group_warnings(const CampaignConfig& config, int64_t groups);
 
+// How a config is checked beyond its own text.
+struct ParseOptions {
+  // The files its trials will read (a trainer's data set, init_from, a transfer stage's checkpoint)
+  // are judged by what is on this machine: for `validate` and `run`, whose trials read them here.
+  // Off for a config read where its trials will not run (`slurm` submits from a login node;
+  // `simulate` reads none), and never applied to a campaign whose backend is not local.
+  bool local_files = true;
+};
+
 // Reads and parses a config file. A missing file is kNotFound; one that is not a readable regular
 // file of at most kMaxConfigBytes (a directory, /dev/zero, no permission) is kConfig, with the
 // path; everything else is as parse_config.
-Result<CampaignConfig> load_config(const std::string& path);
+Result<CampaignConfig> load_config(const std::string& path, const ParseOptions& options = {});
 
 // Parses YAML text; `source_name` names it in messages ("<source_name>:line:col: ...").
-Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name);
+Result<CampaignConfig> parse_config(const std::string& yaml_text, const std::string& source_name,
+                                    const ParseOptions& options = {});
 
 // configs/reference.yaml: every key with its help, type and default, rendered from the settings
 // table; itself a valid config. `hpctune validate --print-reference` prints it.

@@ -42,6 +42,10 @@ class Walker {
   bool given(const std::string& path) const { return marks_.count(path) != 0; }
   // Whether it walks a stage's view (its paths are renamed), not a whole campaign.
   bool walks_stage_view() const { return static_cast<bool>(rename_); }
+  // Whether the checks may judge the files a trial will read (data sets, checkpoints) by what is
+  // on this machine (ParseOptions::local_files).
+  bool reads_local_files() const { return local_files_; }
+  void set_reads_local_files(bool local) { local_files_ = local; }
   // The value at `path` as written in the file (a plain scalar), else `otherwise`.
   std::string text_of(const std::string& path, std::string otherwise) const;
 
@@ -80,6 +84,7 @@ class Walker {
   std::string source_;
   std::vector<Frame> frames_;
   std::function<std::string(const std::string&)> rename_;
+  bool local_files_ = true;
   std::map<std::string, Mark> marks_;
   std::map<std::string, std::string> texts_;
   std::vector<std::string> space_order_;

@@ -259,9 +259,9 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
 
 // The settings a kind declares by what they hold (workflow::StageKind): two positive factors
 // (factor_pair_setting), lists of class labels checked as trainer.classes is, paths taken relative
-// to the config file's directory, which must be there.
+// to the config file's directory, which must be there where the stage runs (judges_local_files: `view`).
 Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl, const std::string& prefix,
-                                const WorkflowPlaces& places) {
+                                const WorkflowPlaces& places, const CampaignConfig& view) {
   const Walker& walker = places.walker;
   const std::string& source = places.source;
   auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
@@ -285,6 +285,8 @@ Status finish_declared_settings(StageConfig& st, const workflow::StageKind& decl
     // The stage opens it when it starts (transfer_stage.cpp: checkpoint_key_usable), after the stages
     // before it ran: a path that is not there fails it then. What is there (a file, or a directory
     // where the trainer's checkpoint is one; no planted link, no FIFO) stays the stage's to judge.
+    // Judged only where the stage will run (ParseOptions::local_files, a local backend).
+    if (!judges_local_files(walker, view)) continue;
     std::error_code ec;
     if (std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::not_found)
       return fail(walker.mark_of(prefix + key), prefix + key,
@@ -386,7 +388,7 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     auto problem = setting_rules_problem(*st.own, unknown, given);
     if (!problem) problem = layout_rules_problem(*st.own, unknown, given);
     if (!problem && kind.freeze_setting == nullptr) problem = freeze_problem(*st.own, unknown);
-    if (!problem) problem = data_rules_problem(*st.own, unknown, given);
+    if (!problem && judges_local_files(places.walker, *st.own)) problem = data_rules_problem(*st.own, unknown, given);
     if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
     if (auto split = model_split_problem(*st.own, unknown))
       return place_error(places.source, places.walker.mark_of("resources.ranks.model"), "resources.ranks.model", *split);
@@ -913,11 +915,13 @@ CampaignConfig workflow_campaign(std::vector<StageConfig> stages, std::size_t ma
 
 }  // namespace
 
-Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source) {
+Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source,
+                                      const ParseOptions& options) {
   auto fail = [&](Mark m, const std::string& path, const std::string& what) { return place_error(source, m, path, what); };
   HPCTUNE_TRY(refuse_top_sections(tree, source));
   const YEntry* stages_entry = find_entry(&tree, "stages");
   Walker walker(source);
+  walker.set_reads_local_files(options.local_files);
   const WorkflowPlaces places{source, walker};
   json root;
   HPCTUNE_TRY(walk_top_level(tree, *stages_entry, walker, root));
@@ -963,7 +967,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
     st.trainer_keys = own_trainer_keys;
     st.trainer_params = std::move(program);
     HPCTUNE_TRY(read_stage_keys(st, items[i], prefix, places));
-    HPCTUNE_TRY(finish_declared_settings(st, kind, prefix, places));
+    HPCTUNE_TRY(finish_declared_settings(st, kind, prefix, places, *own));
     if (kind.steps_setting != nullptr) HPCTUNE_TRY(finish_step_settings(st, kind, *own, item, prefix, places));
     if (!main && st.own_search) main = i;
     st.own = std::move(own);

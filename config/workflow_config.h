@@ -21,11 +21,12 @@ namespace hpctune::config {
 // stage's; stages that set none of those keys (a one-line ensemble) share one view; the views
 // that are parsed may together hold at most kMaxStageViewNodes nodes (the top level repeated in
 // each stage with keys of its own); the config's text is kept by the campaign, not by each view.
-Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source);
+Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml_text, const std::string& source,
+                                      const ParseOptions& options = {});
 
 // One campaign (or one stage's view of it) from its tree: walked, checked across keys, seeded
 // (config.cpp). `rename` names a stage's keys as written; nullptr for a single search.
 Result<CampaignConfig> parse_tree(const YNode& tree, const std::string& yaml_text, const std::string& source_name,
-                                  Rename rename);
+                                  Rename rename, const ParseOptions& options = {});
 
 }  // namespace hpctune::config

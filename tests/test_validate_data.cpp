@@ -226,3 +226,22 @@ TEST_CASE("validate: an init_from that names no checkpoint is refused at trainer
                                 "0.01, high: 0.1}}, trainer: {init_from: " + dir.file("none.bin") + "}}\n"),
             "stages[1].trainer.init_from: '" + dir.file("none.bin") + "': no such checkpoint file or directory"));
 }
+
+TEST_CASE("the files a trial reads are judged only where its trials run: not for a SLURM backend, slurm submit or simulate") {
+  TempDir dir;
+  const std::string missing = dir.file("nowhere");
+  const std::string local = kHead + "trainer: {kind: mlp, data: " + missing + ", init_from: " + dir.file("none.bin") + "}\n";
+  CHECK(has(error_of(local), "trainer.init_from"));
+  // Trials on the allocation's nodes (the scratch file system a login node may not mount).
+  CHECK(accepted(local + "resources: {backend: slurm}\n"));
+  // `hpctune slurm` and `simulate` read the config where no trial runs (ParseOptions::local_files).
+  auto elsewhere = config::parse_config(local, "test.yaml", {.local_files = false});
+  CHECK_MESSAGE(elsewhere.ok(), elsewhere.error().message());
+  const std::string workflow = "name: t\nobjective: {metric: val_accuracy}\ntrainer: {kind: mlp, data: " + missing +
+                               "}\nstages:\n  - {name: s, kind: search, search: {max_trials: 2}}\n"
+                               "  - {name: m, kind: transfer, from: s, classes: [0, 1], checkpoint: " + dir.file("gone.bin") + "}\n";
+  CHECK(has(error_of(workflow), "stages[1].checkpoint: '" + dir.file("gone.bin") + "' does not exist"));
+  auto workflow_elsewhere = config::parse_config(workflow, "test.yaml", {.local_files = false});
+  CHECK_MESSAGE(workflow_elsewhere.ok(), workflow_elsewhere.error().message());
+  CHECK(accepted(workflow + "resources: {backend: slurm}\n"));
+}
