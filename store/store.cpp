@@ -68,6 +68,41 @@ bool is_final(TrialState state) noexcept {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Paths under the trial directory
+
+std::string path_to_record(const std::string& trials_dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (trials_dir.empty() || path.empty() || !fs::path(path).is_absolute()) return path;
+  const std::string root = fs::path(trials_dir).lexically_normal().string() + "/";
+  const std::string full = fs::path(path).lexically_normal().string();
+  if (full.size() <= root.size() || full.compare(0, root.size(), root) != 0) return path;
+  return full.substr(root.size());
+}
+
+std::string recorded_path_at(const std::string& trials_dir, const std::string& recorded) {
+  namespace fs = std::filesystem;
+  if (trials_dir.empty() || recorded.empty()) return recorded;
+  const fs::path root = fs::path(trials_dir).lexically_normal();
+  const fs::path given(recorded);
+  if (!given.is_absolute()) return (root / given).string();
+  // An absolute path of an older version: below the last "<name of trials_dir>/<trial number>" on
+  // its way, the same below trials_dir (still checked by the caller).
+  const std::string name = root.filename().string();
+  std::vector<std::string> parts;
+  for (const auto& part : given) parts.push_back(part.string());
+  for (size_t i = parts.size(); i-- > 1;) {
+    const std::string& id = parts[i];
+    const bool trial = !id.empty() && id.size() <= 18 &&
+                       std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!trial || parts[i - 1] != name) continue;
+    fs::path at = root;
+    for (size_t k = i; k < parts.size(); ++k) at /= parts[k];
+    return at.string();
+  }
+  return recorded;
+}
+
+// ---------------------------------------------------------------------------------------------
 // RAII handles
 
 Statement& Statement::operator=(Statement&& other) noexcept {
@@ -1909,7 +1944,7 @@ Result<bool> Store::pause_trial(int64_t trial_id, int64_t attempt, const nlohman
     {
       HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kPauseTrial));
       Bind b(s);
-      b.i64(1, trial_id).i64(2, attempt).json(3, params).text(4, resume_from);
+      b.i64(1, trial_id).i64(2, attempt).json(3, params).text(4, path_to_record(trials_dir(), resume_from));
       int rc = b.step();
       if (rc != SQLITE_DONE) return sql_error(rc, "cannot pause trial " + std::to_string(trial_id));
     }
@@ -2033,15 +2068,23 @@ Status Store::upsert_group(int64_t campaign_id, int64_t group_id, const std::str
 
 Result<TrialRow> Store::read_checked_trial(sqlite3_stmt* s) const {
   HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
-  if (row.resume_from.empty() || !is_file_path(path_)) return row;  // in memory: no trial directory
-  std::error_code ec;
-  const std::string trials_dir = std::filesystem::absolute(path_, ec).lexically_normal().string() + ".trials";
-  if (const std::string problem = resume_from_problem(trials_dir, row.resume_from); !problem.empty()) {
+  const std::string dir = trials_dir();
+  if (row.resume_from.empty() || dir.empty()) return row;  // in memory: no trial directory
+  const std::string at = recorded_path_at(dir, row.resume_from);
+  if (const std::string problem = resume_from_problem(dir, at); !problem.empty()) {
     return err(Errc::kIo, "column trials.resume_from: " + shown_text(row.resume_from) + " " + problem +
                               " (the file was edited, damaged or crafted)")
         .with_context("while reading trial " + std::to_string(row.id));
   }
+  row.resume_from = at;
   return row;
+}
+
+std::string Store::trials_dir() const {
+  if (!is_file_path(path_)) return "";
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(path_, ec).lexically_normal().string();
+  return ec ? std::string() : dir + ".trials";
 }
 
 Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {

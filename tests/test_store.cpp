@@ -1006,6 +1006,71 @@ TEST_CASE("trials.resume_from outside the campaign's trial directory, with '..' 
   CHECK_FALSE((*s)->trial(id).ok());
 }
 
+TEST_CASE("trials.resume_from is recorded relative to <db>.trials; an absolute one from before a move maps to the new place") {
+  // Before: recorded absolute, so a campaign moved whole (database and <db>.trials) could not be
+  // resumed: every paused trial's checkpoint was "outside the campaign's trial directory".
+  TempDir dir, outside;
+  const std::string path = dir.file("campaign.db");
+  int64_t id = 0;
+  {
+    auto s = open_ok(path);
+    auto t = s->insert_trial(make_trial(make_campaign(*s), 0));
+    require_ok(t);
+    id = *t;
+    require_ok(s->mark_assigned(id, 1, 0, 0, 10));
+    auto paused = s->pause_trial(id, 1, {{"x", 1}}, path + ".trials/1/pbt/000-step-2", "paused at step 2", 11);
+    require_ok(paused);
+    CHECK(*paused);
+    CHECK((*s->trial(id))->resume_from == path + ".trials/1/pbt/000-step-2");
+  }
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT resume_from FROM trials", -1, &st, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    CHECK(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "1/pbt/000-step-2");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  // mv campaign.db campaign.db.trials moved/
+  fs::create_directory(dir.file("moved"));
+  const std::string moved = dir.file("moved/campaign.db"), trials = moved + ".trials";
+  fs::rename(path, moved);
+  fs::create_directories(trials + "/1/pbt/000-step-2");
+  auto read_back = [&](const std::string& resume_from) {
+    raw_exec(moved, "UPDATE trials SET resume_from = '" + resume_from + "'");
+    auto s = Store::open_readonly(moved);
+    REQUIRE(s.ok());
+    return (*s)->trials(1);
+  };
+  for (const std::string& recorded : {std::string("1/pbt/000-step-2"),
+                                      // as older versions recorded it, before the move
+                                      path + ".trials/1/pbt/000-step-2"}) {
+    CAPTURE(recorded);
+    auto r = read_back(recorded);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    CHECK(r->front().resume_from == trials + "/1/pbt/000-step-2");
+  }
+  // Every confinement check still holds, on the path where it is now.
+  fs::create_directories(outside.path + "/secret");
+  fs::create_symlink(outside.path, trials + "/2");
+  const std::pair<std::string, std::string> refused[] = {
+      {dir.file("other.trials/1/pbt/000-step-2"), "is outside the campaign's trial directory " + trials},
+      {"1/../../campaign.db", "has a '..' component"},
+      {path + ".trials/1/../../campaign.db", "has a '..' component"},
+      {"2/secret", "goes through a symbolic link below the campaign's trial directory " + trials},
+      {path + ".trials/2/secret", "goes through a symbolic link below the campaign's trial directory " + trials},
+  };
+  for (const auto& [recorded, why] : refused) {
+    CAPTURE(recorded);
+    auto r = read_back(recorded);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "column trials.resume_from: '" + recorded + "' " + why +
+                                     " (the file was edited, damaged or crafted)");
+  }
+}
+
 TEST_CASE("text or a blob in any numeric column of any table is refused on open, naming the table, column and row") {
   // Before, only the columns the trial and metric readers check were: campaigns.seed 'abc' resumed
   // the campaign with seed 0, and a crafted events.attempt or groups.restarts read as 0.
