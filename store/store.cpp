@@ -34,6 +34,7 @@
 
 #include "common/bounded_json.h"
 #include "common/system.h"
+#include "common/terminal_safe.h"
 #include "common/text.h"
 #include "store/schema.h"
 
@@ -613,15 +614,9 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   return r;
 }
 
-// Text read from the database for a message, quoted: as it is when printable, else only that it
-// is not (a crafted value may hold terminal controls).
-std::string shown_text(const std::string& text) {
-  const bool printable = std::all_of(text.begin(), text.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u != 0x7f;
-  });
-  return printable ? "'" + text + "'" : "(text with control characters)";
-}
+// Text read from the database for a message, quoted, its control characters escaped (a crafted
+// value may hold terminal controls; terminal_safe, as `hpctune trial` shows a trainer's logs).
+std::string shown_text(const std::string& text) { return "'" + terminal_safe(text, /*one_line=*/true) + "'"; }
 
 // trials.resume_from names the checkpoint (a snapshot, workflow/pbt_stage.h) the next attempt of
 // a paused trial starts from, which the master wrote under the campaign's trial directory
@@ -970,7 +965,7 @@ Result<std::set<std::string>> views_and_triggers(sqlite3* db) {
   HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT type, name FROM sqlite_schema WHERE type IN ('view', 'trigger')",
                                       nullptr, 2));
   std::set<std::string> out;
-  for (const auto& r : rows) out.insert(r[0] + " " + r[1]);
+  for (const auto& r : rows) out.insert(r[0] + " " + terminal_safe(r[1], /*one_line=*/true));
   return out;
 }
 
@@ -1021,7 +1016,7 @@ std::vector<std::string> column_differences(const std::string& table, const Colu
   const std::string column = "column " + table + "." + want.name;
   std::vector<std::string> out;
   if (!same_type(have.type, want.type)) {
-    out.push_back(column + " is declared '" + have.type + "', not '" + want.type + "'");
+    out.push_back(column + " is declared " + shown_text(have.type) + ", not '" + want.type + "'");
   }
   if (have.not_null != want.not_null) {
     out.push_back(column + (want.not_null ? " lacks its NOT NULL" : " is NOT NULL, which the schema's is not"));

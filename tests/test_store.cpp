@@ -884,6 +884,37 @@ TEST_CASE("a database whose tables lost a NOT NULL, a default, a primary key or 
   CHECK_MESSAGE(reread.ok(), (reread.ok() ? "" : reread.error().to_string()));
 }
 
+TEST_CASE("text from the file in the schema check's messages is escaped: a declared type, a trigger's name") {
+  // Before, the declared type (PRAGMA table_info) and the names of views and triggers were printed
+  // as the file held them: a type "REAL\x1b[2J" cleared the terminal of whoever opened the file.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  struct Craft {
+    std::string name, sql, expect;
+  };
+  const Craft crafts[] = {
+      {"type", "ALTER TABLE trials DROP COLUMN objective; ALTER TABLE trials ADD COLUMN objective \"REAL\x1b[2J\"",
+       "column trials.objective is declared 'REAL\\x1b[2J', not 'REAL'"},
+      {"trigger", "CREATE TRIGGER \"k\x1b[2J\" AFTER UPDATE ON trials BEGIN SELECT 1; END",
+       "it has trigger k\\x1b[2J, which the schema has not"},
+  };
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file(c.name + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    auto r = Store::open_readonly(path);
+    REQUIRE_FALSE(r.ok());
+    const std::string text = r.error().to_string();
+    CHECK(text.find('\x1b') == std::string::npos);
+    CHECK_MESSAGE(text.find(c.expect) != std::string::npos, text);
+  }
+}
+
 TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused naming the column, never read as 0") {
   // Before, sqlite3_column_double read a crafted objective 'abc' or 'nan' (SQLite keeps text that is
   // not a number as text, even in a REAL column) as 0: `status` and `resume` named it the best trial.
