@@ -891,10 +891,14 @@ struct Column {
 // A table of the schema: its kind as pragma_table_list says it (table, view, virtual, shadow) and
 // its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns
 // here; and each table's foreign keys (foreign_keys()).
+// Each table's indexes and CHECK constraints are kept by a normalised text (normalized_sql), each
+// with the text a message shows.
+using Constraints = std::map<std::string, std::string>;
 struct SchemaTables {
   std::vector<std::pair<std::string, std::vector<Column>>> tables;
   std::set<std::string> others;
   std::map<std::string, std::set<std::string>> foreign_keys;
+  std::map<std::string, Constraints> indexes, checks;
 };
 
 // The text of each row of `sql` (?1 bound to `arg` when given), `ncols` columns each.
@@ -954,6 +958,136 @@ Result<std::set<std::string>> foreign_keys(sqlite3* db, const std::string& table
   return out;
 }
 
+// Whether a and b are the same text, letters in any case.
+bool same_type(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::toupper(static_cast<unsigned char>(x)) == std::toupper(static_cast<unsigned char>(y));
+         });
+}
+
+// The end of the quoted text ('...', "...", `...` or [...]) that starts at `sql[i]`: the index after it.
+size_t end_of_quoted(std::string_view sql, size_t i) {
+  const char close = sql[i] == '[' ? ']' : sql[i];
+  for (size_t k = i + 1; k < sql.size(); ++k) {
+    if (sql[k] != close) continue;
+    if (close != ']' && k + 1 < sql.size() && sql[k + 1] == close) {
+      ++k;  // a doubled quote stands for itself
+      continue;
+    }
+    return k + 1;
+  }
+  return sql.size();
+}
+bool is_quote(char c) { return c == '\'' || c == '"' || c == '`' || c == '['; }
+bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
+
+// SQL text as a comparison key: outside quotes, letters upper case, runs of blanks one space, and
+// no space next to anything but a word ("check(  attempt>=1 )" and "CHECK (attempt >= 1)" agree).
+std::string normalized_sql(std::string_view sql) {
+  std::string out;
+  bool blank = false;
+  for (size_t i = 0; i < sql.size();) {
+    const char c = sql[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      blank = true;
+      ++i;
+      continue;
+    }
+    if (blank && !out.empty() && is_word_char(out.back()) && (is_word_char(c) || is_quote(c))) out += ' ';
+    blank = false;
+    if (is_quote(c)) {
+      const size_t end = end_of_quoted(sql, i);
+      out.append(sql.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    ++i;
+  }
+  return out;
+}
+
+// SQL text as a message shows it: runs of blanks one space, escaped (shown_text).
+std::string shown_sql(std::string_view sql) {
+  std::string out;
+  for (char c : sql) {
+    const bool blank = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (!blank) out += c;
+    else if (!out.empty() && out.back() != ' ') out += ' ';
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// The CHECK constraints in the SQL that created `table` (sqlite_schema): the expression of each
+// CHECK keyword outside quotes, its parentheses balanced.
+Result<Constraints> check_constraints(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT IFNULL(sql, '') FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                                      &table, 1));
+  Constraints out;
+  const std::string sql = rows.empty() ? std::string() : rows.front().front();
+  for (size_t i = 0; i < sql.size();) {
+    if (is_quote(sql[i])) {
+      i = end_of_quoted(sql, i);
+      continue;
+    }
+    const bool word = (i == 0 || !is_word_char(sql[i - 1])) && i + 5 <= sql.size() &&
+                      same_type(std::string_view(sql).substr(i, 5), "CHECK") &&
+                      (i + 5 == sql.size() || !is_word_char(sql[i + 5]));
+    if (!word) {
+      ++i;
+      continue;
+    }
+    size_t open = i + 5;
+    while (open < sql.size() && std::isspace(static_cast<unsigned char>(sql[open]))) ++open;
+    if (open >= sql.size() || sql[open] != '(') {
+      i = open;
+      continue;
+    }
+    size_t k = open + 1;
+    for (int depth = 1; k < sql.size() && depth > 0;) {
+      if (is_quote(sql[k])) {
+        k = end_of_quoted(sql, k);
+        continue;
+      }
+      depth += sql[k] == '(' ? 1 : sql[k] == ')' ? -1 : 0;
+      ++k;
+    }
+    const std::string_view expr = std::string_view(sql).substr(open, k - open);  // with its parentheses
+    out.emplace(normalized_sql(expr), "CHECK " + terminal_safe(shown_sql(expr), /*one_line=*/true));
+    i = k;
+  }
+  return out;
+}
+
+// The indexes of `table`: each made by CREATE INDEX by its SQL; each that a UNIQUE constraint made
+// by its name and columns (PRAGMA index_list, index_xinfo). The primary key's is left to the
+// columns' comparison (their place in it).
+Result<Constraints> table_indexes(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto list, text_rows(db,
+                                      "SELECT l.name, l.\"unique\", l.origin, IFNULL(m.sql, '') FROM pragma_index_list(?1) l "
+                                      "LEFT JOIN sqlite_schema m ON m.type = 'index' AND m.name = l.name ORDER BY l.name",
+                                      &table, 4));
+  Constraints out;
+  for (const auto& r : list) {
+    if (r[2] == "pk") continue;
+    if (!r[3].empty()) {
+      out.emplace(normalized_sql(r[3]), "index " + shown_text(shown_sql(r[3])));
+      continue;
+    }
+    HPCTUNE_ASSIGN(auto columns, text_rows(db,
+                                           "SELECT IFNULL(name, '(an expression)') FROM pragma_index_xinfo(?1) "
+                                           "WHERE key = 1 ORDER BY seqno",
+                                           &r[0], 1));
+    std::vector<std::string> names;
+    for (const auto& c : columns) names.push_back(c.front());
+    const std::string text = "index " + terminal_safe(r[0], true) + " (" + (r[1] == "1" ? "UNIQUE" : "") + " (" +
+                             terminal_safe(join(names, ", "), true) + "))";
+    out.emplace(text, text);
+  }
+  return out;
+}
+
 // What `name` is in the main schema: "table", "view", "virtual" or "shadow"; "" when nothing.
 Result<std::string> table_kind(sqlite3* db, const std::string& name) {
   HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT type FROM pragma_table_list(?1) WHERE schema = 'main'", &name, 1));
@@ -998,16 +1132,12 @@ Result<SchemaTables> schema_tables(int version) {
     HPCTUNE_ASSIGN(std::vector<Column> columns, table_columns(raw, row.front()));
     schema.tables.emplace_back(row.front(), std::move(columns));
     HPCTUNE_ASSIGN(schema.foreign_keys[row.front()], foreign_keys(raw, row.front()));
+    HPCTUNE_ASSIGN(schema.indexes[row.front()], table_indexes(raw, row.front()));
+    HPCTUNE_ASSIGN(schema.checks[row.front()], check_constraints(raw, row.front()));
   }
   HPCTUNE_ASSIGN(schema.others, views_and_triggers(raw));
   made[version] = schema;
   return schema;
-}
-
-bool same_type(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::toupper(static_cast<unsigned char>(x)) == std::toupper(static_cast<unsigned char>(y));
-         });
 }
 
 // How the column `have` of `table` differs from the schema's `want` of the same name: its declared
@@ -1032,10 +1162,25 @@ std::vector<std::string> column_differences(const std::string& table, const Colu
   return out;
 }
 
+// How the indexes or CHECK constraints `have` of `table` differ from the schema's `want`: those
+// it lacks, then those the schema has not (as shown, escaped: text from the file).
+std::vector<std::string> constraint_differences(const std::string& table, const Constraints& want,
+                                                const Constraints& have) {
+  std::vector<std::string> out;
+  for (const auto& [key, shown] : want) {
+    if (!have.count(key)) out.push_back("table " + table + " lacks the " + shown);
+  }
+  for (const auto& [key, shown] : have) {
+    if (!want.count(key)) out.push_back("table " + table + " has the " + shown + ", which the schema has not");
+  }
+  return out;
+}
+
 // The database's schema is that of its version: every table and column is there, each table a
 // table (not a view), each column of its declared type, NOT NULL, default and place in the
-// primary key, each table with the foreign keys of the schema and no others, and no view or
-// trigger the migrations do not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
+// primary key, each table with the foreign keys, indexes and CHECK constraints of the schema and
+// no others, and no view or trigger the migrations do not create. (A file without the UNIQUE index
+// of trials (campaign, stage, seq) would take a suggestion twice.) Text from the file is escaped. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
 // fail later, in some query, with SQLite's own message; a crafted one (a view in place of a table,
 // a column of another type, a trigger that rewrites what is stored) would feed its own rows.
 // kIo naming what is missing or different.
@@ -1070,6 +1215,10 @@ Status check_schema(sqlite3* db, int version, const std::string& path) {
     for (const std::string& k : keys) {
       if (!want.count(k)) add(differs, "table " + table + " has the foreign key " + shown_text(k) + ", which the schema has not");
     }
+    HPCTUNE_ASSIGN(const Constraints indexes, table_indexes(db, table));
+    HPCTUNE_ASSIGN(const Constraints checks, check_constraints(db, table));
+    for (const std::string& d : constraint_differences(table, expected.indexes[table], indexes)) add(differs, d);
+    for (const std::string& d : constraint_differences(table, expected.checks[table], checks)) add(differs, d);
   }
   HPCTUNE_ASSIGN(std::set<std::string> others, views_and_triggers(db));
   for (const std::string& other : others) {

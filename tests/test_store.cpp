@@ -884,6 +884,66 @@ TEST_CASE("a database whose tables lost a NOT NULL, a default, a primary key or 
   CHECK_MESSAGE(reread.ok(), (reread.ok() ? "" : reread.error().to_string()));
 }
 
+TEST_CASE("a database that dropped or changed an index or a CHECK constraint is refused on open, naming the table") {
+  // Before, the schema check ignored indexes and CHECK constraints: a file without the UNIQUE index
+  // that keeps one trial per (stage, seq), or with attempt >= 0 allowed, opened as a good one.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  const std::string unique_seq =
+      "'CREATE UNIQUE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), seq)'";
+  struct Craft {
+    std::string name, sql, expect;
+  };
+  const Craft crafts[] = {
+      {"dropped unique index", "DROP INDEX trials_stage_seq", "table trials lacks the index " + unique_seq},
+      {"index no longer unique",
+       "DROP INDEX trials_stage_seq; CREATE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), seq)",
+       "table trials lacks the index " + unique_seq +
+           ", table trials has the index 'CREATE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), "
+           "seq)', which the schema has not"},
+      {"index of other columns", "DROP INDEX events_campaign; CREATE INDEX events_campaign ON events (campaign_id)",
+       "table events lacks the index 'CREATE INDEX events_campaign ON events (campaign_id, id)', table events has the "
+       "index 'CREATE INDEX events_campaign ON events (campaign_id)', which the schema has not"},
+      {"an index of its own", "CREATE UNIQUE INDEX mine ON metrics (trial_id)",
+       "table metrics has the index 'CREATE UNIQUE INDEX mine ON metrics (trial_id)', which the schema has not"},
+      {"check altered",
+       "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt >= 1)', "
+       "'CHECK (attempt >= 0)') WHERE name = 'trials'; PRAGMA writable_schema = OFF",
+       "table trials lacks the CHECK (attempt >= 1), table trials has the CHECK (attempt >= 0), which the schema has not"},
+      {"check dropped",
+       "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (charged = 0 OR charged = 1)', "
+       "'') WHERE name = 'attempts'; PRAGMA writable_schema = OFF",
+       "table attempts lacks the CHECK (charged = 0 OR charged = 1)"},
+  };
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file(c.name + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message().find(": " + c.expect + " (the file was edited, damaged or crafted)") !=
+                        std::string::npos,
+                    r.error().message());
+    }
+  }
+  // The same constraints spelled with other spaces and case (a table rebuilt by hand) are the same.
+  const std::string spaced = dir.file("spaced.db");
+  std::filesystem::copy_file(good, spaced);
+  raw_exec(spaced,
+           "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt >= 1)', "
+           "'check(  attempt>=1 )') WHERE name = 'trials'; PRAGMA writable_schema = OFF");
+  auto r = Store::open_readonly(spaced);
+  CHECK_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+}
+
 TEST_CASE("text from the file in the schema check's messages is escaped: a declared type, a trigger's name") {
   // Before, the declared type (PRAGMA table_info) and the names of views and triggers were printed
   // as the file held them: a type "REAL\x1b[2J" cleared the terminal of whoever opened the file.
@@ -901,6 +961,9 @@ TEST_CASE("text from the file in the schema check's messages is escaped: a decla
        "column trials.objective is declared 'REAL\\x1b[2J', not 'REAL'"},
       {"trigger", "CREATE TRIGGER \"k\x1b[2J\" AFTER UPDATE ON trials BEGIN SELECT 1; END",
        "it has trigger k\\x1b[2J, which the schema has not"},
+      {"check", "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt >= 1)', "
+                "'CHECK (attempt <> ''\x1b[2J'')') WHERE name = 'trials'; PRAGMA writable_schema = OFF",
+       "table trials has the CHECK (attempt <> '\\x1b[2J'), which the schema has not"},
   };
   for (const Craft& c : crafts) {
     CAPTURE(c.name);
