@@ -564,7 +564,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
         log("trial " + std::to_string(t->id) + " paused at step " + std::to_string(m.step));
         HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "pause_requested", t->id, t->attempt, w.group,
                                      {{"step", m.step}, {"value", *value}, {"params", verdict.params},
-                                      {"resume_from", verdict.resume_from}},
+                                      {"resume_from", store::path_to_record(opt_.trials_dir, verdict.resume_from)}},
                                      tw));
         // What the source decided with it (PBT's exploit and explore), an event per key.
         if (verdict.note.is_object()) {

@@ -2176,7 +2176,7 @@ Status Store::add_artifact(int64_t trial_id, int64_t attempt, const std::string&
                            int64_t bytes, double t) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertArtifact));
   Bind b(s);
-  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, path).i64(5, bytes).f64(6, t);
+  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, path_to_record(trials_dir(), path)).i64(5, bytes).f64(6, t);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot record " + kind + " artifact " + path);
   return Status::Ok();
@@ -2332,15 +2332,16 @@ Result<std::vector<ArtifactRow>> Store::artifacts(int64_t trial_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectArtifacts));
   Bind b(s);
   b.i64(1, trial_id);
+  const std::string dir = trials_dir();
   return collect<ArtifactRow>(
       b,
-      [](sqlite3_stmt* s) -> Result<ArtifactRow> {
+      [&dir](sqlite3_stmt* s) -> Result<ArtifactRow> {
         ArtifactRow a;
         a.id = col_i64(s, 0);
         a.trial_id = col_i64(s, 1);
         a.attempt = col_i64(s, 2);
         a.kind = col_text(s, 3);
-        a.path = col_text(s, 4);
+        a.path = recorded_path_at(dir, col_text(s, 4));  // its readers check where it is (workflow/trial_files.h)
         a.bytes = col_i64(s, 5);
         a.created_at = col_time(s, 6);
         return a;

@@ -81,9 +81,10 @@ bool is_final(TrialState state) noexcept;
 // ---------------------------------------------------------------------------------------------
 // Paths under a campaign's trial directory (`trials_dir`, <db>.trials, absolute)
 //
-// The checkpoints a paused trial resumes from (trials.resume_from) and the snapshots the trial
-// sources name in their events (pbt's snapshot, resume_from and checkpoint; trial_paused's
-// resume_from; a promotion's checkpoint) are recorded relative to the trial directory
+// The checkpoints a paused trial resumes from (trials.resume_from), the files of the artifacts
+// table (predictions, checkpoints, logs) and the snapshots the trial sources name in their events
+// (pbt's snapshot, resume_from and checkpoint; trial_paused's resume_from; a promotion's
+// checkpoint) are recorded relative to the trial directory
 // ("3/pbt/001-step-4"), so that a campaign moved whole (`mv camp/ /project/camp/`: the database
 // with its <db>.trials) resumes. Older versions recorded them absolute; such a path is read as
 // before, except that one below an earlier place of the trial directory maps to the same place

@@ -480,6 +480,42 @@ TEST_CASE("workflow: SIGKILL at a stage boundary (result written, not committed)
   }
 }
 
+TEST_CASE("workflow: a campaign moved while stopped at a stage boundary resumes: the next stages read the artifacts") {
+  // Before: the artifacts (the trials' predictions and checkpoints, which the ensemble and transfer
+  // stages read) were recorded with absolute paths; moved, they were outside the trial directories
+  // and the ensemble stage refused every member.
+  TempDir dir;
+  const std::string cfg = dir.write("w.yaml", workflow_config(4, "", 1, true));
+  const std::string db = dir.file("w.db");
+  run_killed({"run", cfg, "--db", db, "--failpoint", "stage-completed", "--failpoint-hit", "1"}, dir.file("killed.log"),
+             db);
+  const Snapshot before = read_db(db);
+  REQUIRE(before.stage("tune").state == "running");
+  const std::string moved = dir.file("moved");
+  std::filesystem::create_directory(moved);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("w.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
+  }
+  const Snapshot after = resume_completes(moved + "/w.db", dir.file("resume.log"));
+  check_all_done_no_twins(after);
+  check_final_trials_kept(before, after);
+  CHECK(after.stage("blend").result.at("test_accuracy").is_number());
+  CHECK(after.stage("move").result.is_object());
+  {
+    auto st = store::Store::open_readonly(moved + "/w.db");
+    REQUIRE(st.ok());
+    for (const auto& t : after.trials) {
+      auto artifacts = (*st)->artifacts(t.id);
+      REQUIRE(artifacts.ok());
+      for (const auto& a : *artifacts) {
+        CAPTURE(a.path);
+        CHECK(a.path.find(dir.path + "/w.db.trials") == std::string::npos);
+      }
+    }
+  }
+}
+
 TEST_CASE("workflow: SIGKILL in the middle of the ensemble's retraining, then resume") {
   TempDir dir;
   // 3 search trials (no threshold), then 4 retrained members: results 4..7 are the retrain trials;
@@ -607,7 +643,9 @@ TEST_CASE("pbt: a campaign moved to another directory while stopped resumes to c
     REQUIRE(raw.ok());
     int paths = 0;
     for (const auto& e : *raw) {
-      if (e.kind != "pbt_continue" && e.kind != "pbt_exploit" && e.kind != "trial_paused") continue;
+      if (e.kind != "pbt_continue" && e.kind != "pbt_exploit" && e.kind != "trial_paused" &&
+          e.kind != "pause_requested")
+        continue;
       CAPTURE(e.detail.dump());
       const std::string from = e.detail.at("resume_from").get<std::string>();
       CHECK(from.rfind("/", 0) != 0);
