@@ -1007,7 +1007,7 @@ std::string normalized_sql(std::string_view sql) {
   return out;
 }
 
-// SQL text as a message shows it: runs of blanks one space, escaped (shown_text).
+// SQL text as a message shows it: runs of blanks one space (the caller escapes it).
 std::string shown_sql(std::string_view sql) {
   std::string out;
   for (char c : sql) {
@@ -1179,11 +1179,12 @@ std::vector<std::string> constraint_differences(const std::string& table, const 
 // The database's schema is that of its version: every table and column is there, each table a
 // table (not a view), each column of its declared type, NOT NULL, default and place in the
 // primary key, each table with the foreign keys, indexes and CHECK constraints of the schema and
-// no others, and no view or trigger the migrations do not create. (A file without the UNIQUE index
-// of trials (campaign, stage, seq) would take a suggestion twice.) Text from the file is escaped. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
-// fail later, in some query, with SQLite's own message; a crafted one (a view in place of a table,
-// a column of another type, a trigger that rewrites what is stored) would feed its own rows.
-// kIo naming what is missing or different.
+// no others, and no view or trigger the migrations do not create. A file edited by hand (a dropped
+// column, a table rebuilt without one) would otherwise fail later, in some query, with SQLite's own
+// message; a crafted one (a view in place of a table, a column of another type, a trigger that
+// rewrites what is stored) would feed its own rows, and one without the UNIQUE index of trials
+// (campaign, stage, seq) would take a suggestion twice. kIo naming what is missing or different;
+// text from the file is escaped.
 Status check_schema(sqlite3* db, int version, const std::string& path) {
   HPCTUNE_ASSIGN(SchemaTables expected, schema_tables(version));
   std::string missing, differs;
@@ -2176,7 +2177,10 @@ Status Store::add_artifact(int64_t trial_id, int64_t attempt, const std::string&
                            int64_t bytes, double t) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertArtifact));
   Bind b(s);
-  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, path_to_record(trials_dir(), path)).i64(5, bytes).f64(6, t);
+  // Below the trial's directory: relative to it (a moved campaign reads it where it is now).
+  const std::string dir = trials_dir();
+  const std::string recorded = dir.empty() ? path : path_to_record(dir + "/" + std::to_string(trial_id), path);
+  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, recorded).i64(5, bytes).f64(6, t);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot record " + kind + " artifact " + path);
   return Status::Ok();
@@ -2341,7 +2345,13 @@ Result<std::vector<ArtifactRow>> Store::artifacts(int64_t trial_id) {
         a.trial_id = col_i64(s, 1);
         a.attempt = col_i64(s, 2);
         a.kind = col_text(s, 3);
-        a.path = recorded_path_at(dir, col_text(s, 4));  // its readers check where it is (workflow/trial_files.h)
+        // Absolute, where it is now: a relative path is relative to the trial's directory (as
+        // workflow/trial_files.h reads one), an absolute one mapped as recorded_path_at does. The
+        // readers check where it is (workflow/trial_files.h, report/trial_detail.cpp).
+        a.path = col_text(s, 4);
+        if (!dir.empty() && !a.path.empty() && a.path.front() != '/')
+          a.path = dir + "/" + std::to_string(a.trial_id) + "/" + a.path;
+        else a.path = recorded_path_at(dir, a.path);
         a.bytes = col_i64(s, 5);
         a.created_at = col_time(s, 6);
         return a;

@@ -81,10 +81,10 @@ bool is_final(TrialState state) noexcept;
 // ---------------------------------------------------------------------------------------------
 // Paths under a campaign's trial directory (`trials_dir`, <db>.trials, absolute)
 //
-// The checkpoints a paused trial resumes from (trials.resume_from), the files of the artifacts
-// table (predictions, checkpoints, logs) and the snapshots the trial sources name in their events
-// (pbt's snapshot, resume_from and checkpoint; trial_paused's resume_from; a promotion's
-// checkpoint) are recorded relative to the trial directory
+// The checkpoints a paused trial resumes from (trials.resume_from) and the snapshots the trial
+// sources name in their events (pbt's snapshot, resume_from and checkpoint; trial_paused's and
+// pause_requested's resume_from; a promotion's checkpoint) are recorded relative to the trial
+// directory (the files of the artifacts table relative to their trial's own, add_artifact)
 // ("3/pbt/001-step-4"), so that a campaign moved whole (`mv camp/ /project/camp/`: the database
 // with its <db>.trials) resumes. Older versions recorded them absolute; such a path is read as
 // before, except that one below an earlier place of the trial directory maps to the same place
@@ -404,6 +404,8 @@ class Store {
   // trial_id <= 0, attempt <= 0, group_id < 0 mean "none".
   Status add_event(int64_t campaign_id, const std::string& kind, int64_t trial_id, int64_t attempt,
                    int64_t group_id, const nlohmann::json& detail, double t);
+  // `path` below <path>.trials/<trial_id> is recorded relative to it; artifacts() gives every path
+  // absolute, where it is now (a relative one is relative to the trial's directory).
   Status add_artifact(int64_t trial_id, int64_t attempt, const std::string& kind, const std::string& path,
                       int64_t bytes, double t);
   // Idempotent per (child, parent, relation).
