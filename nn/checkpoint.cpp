@@ -493,14 +493,15 @@ Result<Checkpoint> slice_checkpoint(const Checkpoint& c, size_t first, size_t la
   return out;
 }
 
-Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir) {
+Result<Checkpoint> read_trial_checkpoint_at(int dir_fd, const std::string& trial_dir) {
   std::vector<Checkpoint> parts;
   size_t covered = 0;  // stage files are read until they tile the model
   for (int stage = 0;; ++stage) {
     // A trial's stage files are the trainer's own: a link in their place (planted in a trial's
     // directory) is not followed, a FIFO not waited on.
     const std::string path = checkpoint_path(trial_dir, stage);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    const std::string name = std::filesystem::path(path).filename().string();
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0) {
       const int e = errno;
       if (e == ENOENT && stage > 0) break;
@@ -522,6 +523,43 @@ Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir) {
   auto merged = merge_checkpoints(std::move(parts));
   if (!merged.ok()) return std::move(merged).error().with_context("trial directory " + trial_dir);
   return merged;
+}
+
+Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir) {
+  UniqueFd dir(::open(trial_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) {
+    if (errno == ENOENT) return err(Errc::kNotFound, "no checkpoint at " + checkpoint_path(trial_dir, 0));
+    return io_error("open", trial_dir);
+  }
+  return read_trial_checkpoint_at(dir.get(), trial_dir);
+}
+
+Result<Checkpoint> read_checkpoint_under(const std::string& root, const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string top = fs::path(root).lexically_normal().string();
+  const std::string full = fs::path(path).lexically_normal().string();
+  if (full.size() <= top.size() + 1 || full.compare(0, top.size() + 1, top + "/") != 0)
+    return malformed(path, "not below " + root);
+  const std::vector<std::string> parts = plain_components(full.substr(top.size() + 1));
+  if (parts.empty()) return malformed(path, "not a plain path below " + root);
+  UniqueFd at(::open(top.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!at.valid()) return io_error("open", top);
+  // Every directory below `root` opened without following a link, the user's own; the last
+  // component, a directory of stage files or a checkpoint file, the same.
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    auto next = open_own_at(at.get(), parts[i], /*directory=*/true);
+    if (!next.ok() && next.error().code() == Errc::kNotFound) return err(Errc::kNotFound, "no checkpoint at " + path);
+    if (!next.ok()) return malformed(path, next.error().message());
+    at = std::move(next).value();
+  }
+  struct stat st {};
+  if (::fstatat(at.get(), parts.back().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return err(Errc::kNotFound, "no checkpoint at " + path);
+    return io_error("stat", path);
+  }
+  auto last = open_own_at(at.get(), parts.back(), /*directory=*/S_ISDIR(st.st_mode));
+  if (!last.ok()) return malformed(path, last.error().message());
+  return S_ISDIR(st.st_mode) ? read_trial_checkpoint_at(last->get(), path) : read_checkpoint(last->get(), path);
 }
 
 Status export_checkpoint(const std::string& trial_dir, const std::string& path) {

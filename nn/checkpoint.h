@@ -130,6 +130,14 @@ Result<Checkpoint> slice_checkpoint(const Checkpoint& c, size_t first, size_t la
 // whatever layout wrote it. kNotFound when the trial has no checkpoint; a stage file that is a
 // symbolic link (or not a regular file) is kInvalidArgument, never followed.
 Result<Checkpoint> read_trial_checkpoint(const std::string& trial_dir);
+// The same from the trial directory open at `dir_fd` (named `trial_dir` in messages).
+Result<Checkpoint> read_trial_checkpoint_at(int dir_fd, const std::string& trial_dir);
+// The checkpoint `path` names below the directory `root` (a trial directory of stage files, or a
+// checkpoint file), opened one component at a time from `root` (opened as named) without following
+// a symbolic link, every directory on the way and the last one the user's own: a link swapped in
+// after a check of `path` is refused (kInvalidArgument naming it) when the file is opened, not
+// followed. A `path` that is not below `root`, or holds "." or "..", is kInvalidArgument.
+Result<Checkpoint> read_checkpoint_under(const std::string& root, const std::string& path);
 // read_trial_checkpoint(trial_dir) written atomically to `path`: the single-file export. A trial
 // that is still training rewrites its stage files after every epoch, each atomically; stages caught
 // at different epochs fail the merge (kInvalidArgument) and the caller tries again. The file is a

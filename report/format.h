@@ -26,7 +26,8 @@ std::string first_line(const std::string& text);
 // reported) must not clear the screen, move the cursor or rewrite earlier lines. Control
 // characters are shown escaped (ESC as \x1b, CR as \r, any other as \xNN), as are DEL, the C1
 // controls U+0080..U+009F and bytes that are not UTF-8; line feeds and tabs stay as they are, or
-// are shown as \n and \t with `one_line` (a table's cell).
+// are shown as \n and \t with `one_line` (a table's cell). common/terminal_safe.h's, which the
+// store's messages use too.
 std::string terminal_safe(std::string_view text, bool one_line = false);
 
 // A table with a header row, columns aligned; numeric-looking cells right-aligned. Cells are shown

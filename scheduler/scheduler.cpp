@@ -564,7 +564,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
         log("trial " + std::to_string(t->id) + " paused at step " + std::to_string(m.step));
         HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "pause_requested", t->id, t->attempt, w.group,
                                      {{"step", m.step}, {"value", *value}, {"params", verdict.params},
-                                      {"resume_from", verdict.resume_from}},
+                                      {"resume_from", store::path_to_record(opt_.trials_dir, verdict.resume_from)}},
                                      tw));
         // What the source decided with it (PBT's exploit and explore), an event per key.
         if (verdict.note.is_object()) {
@@ -696,7 +696,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
   if (applied) {
     HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "trial_paused", t.id, t.attempt, w.group,
                                  {{"step", std::max(m.step, t.last_step)}, {"old_params", t.params}, {"params", params},
-                                  {"resume_from", pause.resume_from}},
+                                  {"resume_from", store::path_to_record(opt_.trials_dir, pause.resume_from)}},
                                  tw));
     source_of(t).on_attempt_end(t.seq);
     TrialView view{t.id, t.seq, t.attempt, &t.params, trial_dir(t.id)};

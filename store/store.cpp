@@ -34,6 +34,7 @@
 
 #include "common/bounded_json.h"
 #include "common/system.h"
+#include "common/terminal_safe.h"
 #include "common/text.h"
 #include "store/schema.h"
 
@@ -65,6 +66,41 @@ std::optional<TrialState> trial_state_from_string(std::string_view text) noexcep
 
 bool is_final(TrialState state) noexcept {
   return state == TrialState::kDone || state == TrialState::kPruned || state == TrialState::kFailed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths under the trial directory
+
+std::string path_to_record(const std::string& trials_dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (trials_dir.empty() || path.empty() || !fs::path(path).is_absolute()) return path;
+  const std::string root = fs::path(trials_dir).lexically_normal().string() + "/";
+  const std::string full = fs::path(path).lexically_normal().string();
+  if (full.size() <= root.size() || full.compare(0, root.size(), root) != 0) return path;
+  return full.substr(root.size());
+}
+
+std::string recorded_path_at(const std::string& trials_dir, const std::string& recorded) {
+  namespace fs = std::filesystem;
+  if (trials_dir.empty() || recorded.empty()) return recorded;
+  const fs::path root = fs::path(trials_dir).lexically_normal();
+  const fs::path given(recorded);
+  if (!given.is_absolute()) return (root / given).string();
+  // An absolute path of an older version: below the last "<name of trials_dir>/<trial number>" on
+  // its way, the same below trials_dir (still checked by the caller).
+  const std::string name = root.filename().string();
+  std::vector<std::string> parts;
+  for (const auto& part : given) parts.push_back(part.string());
+  for (size_t i = parts.size(); i-- > 1;) {
+    const std::string& id = parts[i];
+    const bool trial = !id.empty() && id.size() <= 18 &&
+                       std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!trial || parts[i - 1] != name) continue;
+    fs::path at = root;
+    for (size_t k = i; k < parts.size(); ++k) at /= parts[k];
+    return at.string();
+  }
+  return recorded;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -578,15 +614,9 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   return r;
 }
 
-// Text read from the database for a message, quoted: as it is when printable, else only that it
-// is not (a crafted value may hold terminal controls).
-std::string shown_text(const std::string& text) {
-  const bool printable = std::all_of(text.begin(), text.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u != 0x7f;
-  });
-  return printable ? "'" + text + "'" : "(text with control characters)";
-}
+// Text read from the database for a message, quoted, its control characters escaped (a crafted
+// value may hold terminal controls; terminal_safe, as `hpctune trial` shows a trainer's logs).
+std::string shown_text(const std::string& text) { return "'" + terminal_safe(text, /*one_line=*/true) + "'"; }
 
 // trials.resume_from names the checkpoint (a snapshot, workflow/pbt_stage.h) the next attempt of
 // a paused trial starts from, which the master wrote under the campaign's trial directory
@@ -861,10 +891,14 @@ struct Column {
 // A table of the schema: its kind as pragma_table_list says it (table, view, virtual, shadow) and
 // its columns; the views and triggers too, by kind and name ("trigger t"), which have no columns
 // here; and each table's foreign keys (foreign_keys()).
+// Each table's indexes and CHECK constraints are kept by a normalised text (normalized_sql), each
+// with the text a message shows.
+using Constraints = std::map<std::string, std::string>;
 struct SchemaTables {
   std::vector<std::pair<std::string, std::vector<Column>>> tables;
   std::set<std::string> others;
   std::map<std::string, std::set<std::string>> foreign_keys;
+  std::map<std::string, Constraints> indexes, checks;
 };
 
 // The text of each row of `sql` (?1 bound to `arg` when given), `ncols` columns each.
@@ -924,6 +958,136 @@ Result<std::set<std::string>> foreign_keys(sqlite3* db, const std::string& table
   return out;
 }
 
+// Whether a and b are the same text, letters in any case.
+bool same_type(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::toupper(static_cast<unsigned char>(x)) == std::toupper(static_cast<unsigned char>(y));
+         });
+}
+
+// The end of the quoted text ('...', "...", `...` or [...]) that starts at `sql[i]`: the index after it.
+size_t end_of_quoted(std::string_view sql, size_t i) {
+  const char close = sql[i] == '[' ? ']' : sql[i];
+  for (size_t k = i + 1; k < sql.size(); ++k) {
+    if (sql[k] != close) continue;
+    if (close != ']' && k + 1 < sql.size() && sql[k + 1] == close) {
+      ++k;  // a doubled quote stands for itself
+      continue;
+    }
+    return k + 1;
+  }
+  return sql.size();
+}
+bool is_quote(char c) { return c == '\'' || c == '"' || c == '`' || c == '['; }
+bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
+
+// SQL text as a comparison key: outside quotes, letters upper case, runs of blanks one space, and
+// no space next to anything but a word ("check(  attempt>=1 )" and "CHECK (attempt >= 1)" agree).
+std::string normalized_sql(std::string_view sql) {
+  std::string out;
+  bool blank = false;
+  for (size_t i = 0; i < sql.size();) {
+    const char c = sql[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      blank = true;
+      ++i;
+      continue;
+    }
+    if (blank && !out.empty() && is_word_char(out.back()) && (is_word_char(c) || is_quote(c))) out += ' ';
+    blank = false;
+    if (is_quote(c)) {
+      const size_t end = end_of_quoted(sql, i);
+      out.append(sql.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    ++i;
+  }
+  return out;
+}
+
+// SQL text as a message shows it: runs of blanks one space (the caller escapes it).
+std::string shown_sql(std::string_view sql) {
+  std::string out;
+  for (char c : sql) {
+    const bool blank = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (!blank) out += c;
+    else if (!out.empty() && out.back() != ' ') out += ' ';
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// The CHECK constraints in the SQL that created `table` (sqlite_schema): the expression of each
+// CHECK keyword outside quotes, its parentheses balanced.
+Result<Constraints> check_constraints(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT IFNULL(sql, '') FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                                      &table, 1));
+  Constraints out;
+  const std::string sql = rows.empty() ? std::string() : rows.front().front();
+  for (size_t i = 0; i < sql.size();) {
+    if (is_quote(sql[i])) {
+      i = end_of_quoted(sql, i);
+      continue;
+    }
+    const bool word = (i == 0 || !is_word_char(sql[i - 1])) && i + 5 <= sql.size() &&
+                      same_type(std::string_view(sql).substr(i, 5), "CHECK") &&
+                      (i + 5 == sql.size() || !is_word_char(sql[i + 5]));
+    if (!word) {
+      ++i;
+      continue;
+    }
+    size_t open = i + 5;
+    while (open < sql.size() && std::isspace(static_cast<unsigned char>(sql[open]))) ++open;
+    if (open >= sql.size() || sql[open] != '(') {
+      i = open;
+      continue;
+    }
+    size_t k = open + 1;
+    for (int depth = 1; k < sql.size() && depth > 0;) {
+      if (is_quote(sql[k])) {
+        k = end_of_quoted(sql, k);
+        continue;
+      }
+      depth += sql[k] == '(' ? 1 : sql[k] == ')' ? -1 : 0;
+      ++k;
+    }
+    const std::string_view expr = std::string_view(sql).substr(open, k - open);  // with its parentheses
+    out.emplace(normalized_sql(expr), "CHECK " + terminal_safe(shown_sql(expr), /*one_line=*/true));
+    i = k;
+  }
+  return out;
+}
+
+// The indexes of `table`: each made by CREATE INDEX by its SQL; each that a UNIQUE constraint made
+// by its name and columns (PRAGMA index_list, index_xinfo). The primary key's is left to the
+// columns' comparison (their place in it).
+Result<Constraints> table_indexes(sqlite3* db, const std::string& table) {
+  HPCTUNE_ASSIGN(auto list, text_rows(db,
+                                      "SELECT l.name, l.\"unique\", l.origin, IFNULL(m.sql, '') FROM pragma_index_list(?1) l "
+                                      "LEFT JOIN sqlite_schema m ON m.type = 'index' AND m.name = l.name ORDER BY l.name",
+                                      &table, 4));
+  Constraints out;
+  for (const auto& r : list) {
+    if (r[2] == "pk") continue;
+    if (!r[3].empty()) {
+      out.emplace(normalized_sql(r[3]), "index " + shown_text(shown_sql(r[3])));
+      continue;
+    }
+    HPCTUNE_ASSIGN(auto columns, text_rows(db,
+                                           "SELECT IFNULL(name, '(an expression)') FROM pragma_index_xinfo(?1) "
+                                           "WHERE key = 1 ORDER BY seqno",
+                                           &r[0], 1));
+    std::vector<std::string> names;
+    for (const auto& c : columns) names.push_back(c.front());
+    const std::string text = "index " + terminal_safe(r[0], true) + " (" + (r[1] == "1" ? "UNIQUE" : "") + " (" +
+                             terminal_safe(join(names, ", "), true) + "))";
+    out.emplace(text, text);
+  }
+  return out;
+}
+
 // What `name` is in the main schema: "table", "view", "virtual" or "shadow"; "" when nothing.
 Result<std::string> table_kind(sqlite3* db, const std::string& name) {
   HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT type FROM pragma_table_list(?1) WHERE schema = 'main'", &name, 1));
@@ -935,7 +1099,7 @@ Result<std::set<std::string>> views_and_triggers(sqlite3* db) {
   HPCTUNE_ASSIGN(auto rows, text_rows(db, "SELECT type, name FROM sqlite_schema WHERE type IN ('view', 'trigger')",
                                       nullptr, 2));
   std::set<std::string> out;
-  for (const auto& r : rows) out.insert(r[0] + " " + r[1]);
+  for (const auto& r : rows) out.insert(r[0] + " " + terminal_safe(r[1], /*one_line=*/true));
   return out;
 }
 
@@ -968,16 +1132,12 @@ Result<SchemaTables> schema_tables(int version) {
     HPCTUNE_ASSIGN(std::vector<Column> columns, table_columns(raw, row.front()));
     schema.tables.emplace_back(row.front(), std::move(columns));
     HPCTUNE_ASSIGN(schema.foreign_keys[row.front()], foreign_keys(raw, row.front()));
+    HPCTUNE_ASSIGN(schema.indexes[row.front()], table_indexes(raw, row.front()));
+    HPCTUNE_ASSIGN(schema.checks[row.front()], check_constraints(raw, row.front()));
   }
   HPCTUNE_ASSIGN(schema.others, views_and_triggers(raw));
   made[version] = schema;
   return schema;
-}
-
-bool same_type(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::toupper(static_cast<unsigned char>(x)) == std::toupper(static_cast<unsigned char>(y));
-         });
 }
 
 // How the column `have` of `table` differs from the schema's `want` of the same name: its declared
@@ -986,7 +1146,7 @@ std::vector<std::string> column_differences(const std::string& table, const Colu
   const std::string column = "column " + table + "." + want.name;
   std::vector<std::string> out;
   if (!same_type(have.type, want.type)) {
-    out.push_back(column + " is declared '" + have.type + "', not '" + want.type + "'");
+    out.push_back(column + " is declared " + shown_text(have.type) + ", not '" + want.type + "'");
   }
   if (have.not_null != want.not_null) {
     out.push_back(column + (want.not_null ? " lacks its NOT NULL" : " is NOT NULL, which the schema's is not"));
@@ -1002,13 +1162,29 @@ std::vector<std::string> column_differences(const std::string& table, const Colu
   return out;
 }
 
+// How the indexes or CHECK constraints `have` of `table` differ from the schema's `want`: those
+// it lacks, then those the schema has not (as shown, escaped: text from the file).
+std::vector<std::string> constraint_differences(const std::string& table, const Constraints& want,
+                                                const Constraints& have) {
+  std::vector<std::string> out;
+  for (const auto& [key, shown] : want) {
+    if (!have.count(key)) out.push_back("table " + table + " lacks the " + shown);
+  }
+  for (const auto& [key, shown] : have) {
+    if (!want.count(key)) out.push_back("table " + table + " has the " + shown + ", which the schema has not");
+  }
+  return out;
+}
+
 // The database's schema is that of its version: every table and column is there, each table a
 // table (not a view), each column of its declared type, NOT NULL, default and place in the
-// primary key, each table with the foreign keys of the schema and no others, and no view or
-// trigger the migrations do not create. A file edited by hand (a dropped column, a table rebuilt without one) would otherwise
-// fail later, in some query, with SQLite's own message; a crafted one (a view in place of a table,
-// a column of another type, a trigger that rewrites what is stored) would feed its own rows.
-// kIo naming what is missing or different.
+// primary key, each table with the foreign keys, indexes and CHECK constraints of the schema and
+// no others, and no view or trigger the migrations do not create. A file edited by hand (a dropped
+// column, a table rebuilt without one) would otherwise fail later, in some query, with SQLite's own
+// message; a crafted one (a view in place of a table, a column of another type, a trigger that
+// rewrites what is stored) would feed its own rows, and one without the UNIQUE index of trials
+// (campaign, stage, seq) would take a suggestion twice. kIo naming what is missing or different;
+// text from the file is escaped.
 Status check_schema(sqlite3* db, int version, const std::string& path) {
   HPCTUNE_ASSIGN(SchemaTables expected, schema_tables(version));
   std::string missing, differs;
@@ -1040,6 +1216,10 @@ Status check_schema(sqlite3* db, int version, const std::string& path) {
     for (const std::string& k : keys) {
       if (!want.count(k)) add(differs, "table " + table + " has the foreign key " + shown_text(k) + ", which the schema has not");
     }
+    HPCTUNE_ASSIGN(const Constraints indexes, table_indexes(db, table));
+    HPCTUNE_ASSIGN(const Constraints checks, check_constraints(db, table));
+    for (const std::string& d : constraint_differences(table, expected.indexes[table], indexes)) add(differs, d);
+    for (const std::string& d : constraint_differences(table, expected.checks[table], checks)) add(differs, d);
   }
   HPCTUNE_ASSIGN(std::set<std::string> others, views_and_triggers(db));
   for (const std::string& other : others) {
@@ -1909,7 +2089,7 @@ Result<bool> Store::pause_trial(int64_t trial_id, int64_t attempt, const nlohman
     {
       HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kPauseTrial));
       Bind b(s);
-      b.i64(1, trial_id).i64(2, attempt).json(3, params).text(4, resume_from);
+      b.i64(1, trial_id).i64(2, attempt).json(3, params).text(4, path_to_record(trials_dir(), resume_from));
       int rc = b.step();
       if (rc != SQLITE_DONE) return sql_error(rc, "cannot pause trial " + std::to_string(trial_id));
     }
@@ -1997,7 +2177,10 @@ Status Store::add_artifact(int64_t trial_id, int64_t attempt, const std::string&
                            int64_t bytes, double t) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kInsertArtifact));
   Bind b(s);
-  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, path).i64(5, bytes).f64(6, t);
+  // Below the trial's directory: relative to it (a moved campaign reads it where it is now).
+  const std::string dir = trials_dir();
+  const std::string recorded = dir.empty() ? path : path_to_record(dir + "/" + std::to_string(trial_id), path);
+  b.i64(1, trial_id).i64(2, attempt).text(3, kind).text(4, recorded).i64(5, bytes).f64(6, t);
   int rc = b.step();
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot record " + kind + " artifact " + path);
   return Status::Ok();
@@ -2033,15 +2216,23 @@ Status Store::upsert_group(int64_t campaign_id, int64_t group_id, const std::str
 
 Result<TrialRow> Store::read_checked_trial(sqlite3_stmt* s) const {
   HPCTUNE_ASSIGN(TrialRow row, read_trial(s));
-  if (row.resume_from.empty() || !is_file_path(path_)) return row;  // in memory: no trial directory
-  std::error_code ec;
-  const std::string trials_dir = std::filesystem::absolute(path_, ec).lexically_normal().string() + ".trials";
-  if (const std::string problem = resume_from_problem(trials_dir, row.resume_from); !problem.empty()) {
+  const std::string dir = trials_dir();
+  if (row.resume_from.empty() || dir.empty()) return row;  // in memory: no trial directory
+  const std::string at = recorded_path_at(dir, row.resume_from);
+  if (const std::string problem = resume_from_problem(dir, at); !problem.empty()) {
     return err(Errc::kIo, "column trials.resume_from: " + shown_text(row.resume_from) + " " + problem +
                               " (the file was edited, damaged or crafted)")
         .with_context("while reading trial " + std::to_string(row.id));
   }
+  row.resume_from = at;
   return row;
+}
+
+std::string Store::trials_dir() const {
+  if (!is_file_path(path_)) return "";
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(path_, ec).lexically_normal().string();
+  return ec ? std::string() : dir + ".trials";
 }
 
 Result<std::vector<TrialRow>> Store::trials(int64_t campaign_id) {
@@ -2145,15 +2336,22 @@ Result<std::vector<ArtifactRow>> Store::artifacts(int64_t trial_id) {
   HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectArtifacts));
   Bind b(s);
   b.i64(1, trial_id);
+  const std::string dir = trials_dir();
   return collect<ArtifactRow>(
       b,
-      [](sqlite3_stmt* s) -> Result<ArtifactRow> {
+      [&dir](sqlite3_stmt* s) -> Result<ArtifactRow> {
         ArtifactRow a;
         a.id = col_i64(s, 0);
         a.trial_id = col_i64(s, 1);
         a.attempt = col_i64(s, 2);
         a.kind = col_text(s, 3);
+        // Absolute, where it is now: a relative path is relative to the trial's directory (as
+        // workflow/trial_files.h reads one), an absolute one mapped as recorded_path_at does. The
+        // readers check where it is (workflow/trial_files.h, report/trial_detail.cpp).
         a.path = col_text(s, 4);
+        if (!dir.empty() && !a.path.empty() && a.path.front() != '/')
+          a.path = dir + "/" + std::to_string(a.trial_id) + "/" + a.path;
+        else a.path = recorded_path_at(dir, a.path);
         a.bytes = col_i64(s, 5);
         a.created_at = col_time(s, 6);
         return a;

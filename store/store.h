@@ -79,6 +79,25 @@ std::optional<TrialState> trial_state_from_string(std::string_view text) noexcep
 bool is_final(TrialState state) noexcept;
 
 // ---------------------------------------------------------------------------------------------
+// Paths under a campaign's trial directory (`trials_dir`, <db>.trials, absolute)
+//
+// The checkpoints a paused trial resumes from (trials.resume_from) and the snapshots the trial
+// sources name in their events (pbt's snapshot, resume_from and checkpoint; trial_paused's and
+// pause_requested's resume_from; a promotion's checkpoint) are recorded relative to the trial
+// directory (the files of the artifacts table relative to their trial's own, add_artifact)
+// ("3/pbt/001-step-4"), so that a campaign moved whole (`mv camp/ /project/camp/`: the database
+// with its <db>.trials) resumes. Older versions recorded them absolute; such a path is read as
+// before, except that one below an earlier place of the trial directory maps to the same place
+// below the present one: a directory of the present one's name (<db>.trials) followed by a trial
+// number. Whatever comes out is then checked like any other (resume_from_problem: under
+// `trials_dir`, no '..', no symbolic link below it); nothing recorded is trusted.
+
+// `path` as it is recorded: relative to `trials_dir` when it lies below it (lexically), else as given.
+std::string path_to_record(const std::string& trials_dir, const std::string& path);
+// A recorded path where it is now, absolute (see above); "" stays "".
+std::string recorded_path_at(const std::string& trials_dir, const std::string& recorded);
+
+// ---------------------------------------------------------------------------------------------
 // Rows. Times are seconds since the Unix epoch; 0 means "not yet" (NULL in the database).
 
 struct CampaignRow {
@@ -385,6 +404,8 @@ class Store {
   // trial_id <= 0, attempt <= 0, group_id < 0 mean "none".
   Status add_event(int64_t campaign_id, const std::string& kind, int64_t trial_id, int64_t attempt,
                    int64_t group_id, const nlohmann::json& detail, double t);
+  // `path` below <path>.trials/<trial_id> is recorded relative to it; artifacts() gives every path
+  // absolute, where it is now (a relative one is relative to the trial's directory).
   Status add_artifact(int64_t trial_id, int64_t attempt, const std::string& kind, const std::string& path,
                       int64_t bytes, double t);
   // Idempotent per (child, parent, relation).
@@ -457,6 +478,8 @@ class Store {
   // read_trial() of the row at `s`, and its resume_from inside the campaign's trial directory
   // (<path>.trials: under it, no '..', no symbolic link below it); kIo naming the column and trial.
   Result<TrialRow> read_checked_trial(sqlite3_stmt* s) const;
+  // The campaign's trial directory, <path>.trials, absolute; "" in memory.
+  std::string trials_dir() const;
   Status check_identity();
   Status lock_database(unsigned file_mode);  // the flock of acquire_master_lock
   std::string lock_holder() const;           // the refusal message's description of the holder

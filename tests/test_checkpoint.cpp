@@ -513,6 +513,41 @@ TEST_CASE("checkpoint: a trial's stage file that is a symbolic link or a FIFO is
   }
 }
 
+TEST_CASE("checkpoint: read below a trial directory root, a link swapped in after a check is refused at open") {
+  // A paused trial's resume_from: checked by the store when the row is read (below <db>.trials, no
+  // link below it), opened later by the trainer. read_checkpoint_under opens it from the root one
+  // component at a time without following a link, so a link planted in between is refused.
+  Network net = make_net(Shape{1, 4, 4}, {dense(8)}, 3, 1);
+  TempDir outside, trials;
+  REQUIRE(write_checkpoint(checkpoint_path(outside.path, 0), checkpoint_of(net, 0, net.num_layers())).ok());
+  const std::string snapshot = trials.path + "/1/pbt/000-step-2";
+  std::filesystem::create_directories(snapshot);
+  std::filesystem::copy_file(checkpoint_path(outside.path, 0), checkpoint_path(snapshot, 0));
+  CHECK(read_checkpoint_under(trials.path, snapshot).ok());
+  CHECK(read_checkpoint_under(trials.path, checkpoint_path(snapshot, 0)).ok());  // a file, too
+  CHECK(read_checkpoint_under(trials.path, trials.path + "/2/pbt/000-step-2").error().code() == Errc::kNotFound);
+  auto refused = [&](const std::string& path, const std::string& why) {
+    CAPTURE(path);
+    auto r = read_checkpoint_under(trials.path, path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Errc::kInvalidArgument);
+    CHECK_MESSAGE(r.error().message() == "checkpoint " + path + " is unusable: " + why, r.error().message());
+  };
+  refused(outside.path, "not below " + trials.path);
+  refused(trials.path, "not below " + trials.path);
+  refused(trials.path + "/1/../../x", "not below " + trials.path);
+  // The snapshot, then a directory on its way, swapped for a link after the check.
+  std::filesystem::rename(snapshot, trials.path + "/1/pbt/kept");
+  std::filesystem::create_directory_symlink(outside.path, snapshot);
+  CHECK(read_trial_checkpoint(snapshot).ok());  // followed by its path
+  refused(snapshot, "'000-step-2' is a symbolic link or not a directory: not followed");
+  std::filesystem::remove(snapshot);
+  std::filesystem::rename(trials.path + "/1/pbt", trials.path + "/pbt-elsewhere");
+  std::filesystem::rename(trials.path + "/pbt-elsewhere/kept", trials.path + "/pbt-elsewhere/000-step-2");
+  std::filesystem::create_directory_symlink(trials.path + "/pbt-elsewhere", trials.path + "/1/pbt");
+  refused(snapshot, "'pbt' is a symbolic link or not a directory: not followed");
+}
+
 namespace {
 
 // Caps this process's address space at what it uses now plus `headroom` while alive: an

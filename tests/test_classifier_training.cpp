@@ -1000,6 +1000,56 @@ TEST_CASE("resume_from: the whole state of a paused trial continues with the tri
   }
 }
 
+TEST_CASE("resume_from: a link planted below the trial directories after the store's check is refused at open") {
+  // The store checks a paused trial's resume_from when it reads the row (under <db>.trials, no
+  // link below it); the trainer opens it later. Before, it opened it by its path: a snapshot
+  // directory (or a directory on its way) swapped for a link in between was followed, and the
+  // trial went on from whatever checkpoint the link led to.
+  const auto data = synthetic(500, 80, 8, 4);
+  auto settings = small_settings();
+  settings["lr_schedule"] = "constant";
+  settings["epochs"] = 2;
+  TempDir elsewhere;
+  REQUIRE(run_mlp(settings, data, Recorder().context(settings, elsewhere.path)).ok());
+  TempDir trials;  // <db>.trials: trial 1 paused with a snapshot, trial 2 resumes from it
+  const std::string snapshot = trials.path + "/1/pbt/000-step-2";
+  std::filesystem::create_directories(snapshot);
+  std::filesystem::copy_file(checkpoint_path(elsewhere.path, 0), checkpoint_path(snapshot, 0));
+  std::filesystem::create_directories(trials.path + "/2");
+  auto four = settings;
+  four["epochs"] = 4;
+  auto resume = [&](const std::string& from) {
+    Recorder rec;
+    auto ctx = rec.context(four, trials.path + "/2");
+    ctx.resume_from = from;
+    return run_mlp(four, data, ctx);
+  };
+  {
+    auto r = resume(snapshot);
+    REQUIRE_MESSAGE(r.ok(), error_of(r));
+    std::filesystem::remove_all(trials.path + "/2");
+    std::filesystem::create_directories(trials.path + "/2");
+  }
+  // The snapshot swapped for a link to another checkpoint; then its pbt/ directory.
+  std::filesystem::rename(snapshot, trials.path + "/1/pbt/kept");
+  std::filesystem::create_directory_symlink(elsewhere.path, snapshot);
+  auto linked = resume(snapshot);
+  REQUIRE_FALSE(linked.ok());
+  CHECK(linked.error().code() == Errc::kInvalidArgument);
+  CHECK_MESSAGE(linked.error().message().find("'000-step-2' is a symbolic link or not a directory: not followed") !=
+                    std::string::npos,
+                linked.error().message());
+  std::filesystem::remove(snapshot);
+  std::filesystem::rename(trials.path + "/1/pbt", trials.path + "/1/pbt-real");
+  std::filesystem::rename(trials.path + "/1/pbt-real/kept", trials.path + "/1/pbt-real/000-step-2");
+  std::filesystem::create_directory_symlink(trials.path + "/1/pbt-real", trials.path + "/1/pbt");
+  auto on_the_way = resume(snapshot);
+  REQUIRE_FALSE(on_the_way.ok());
+  CHECK_MESSAGE(on_the_way.error().message().find("'pbt' is a symbolic link or not a directory: not followed") !=
+                    std::string::npos,
+                on_the_way.error().message());
+}
+
 TEST_CASE("resume_from: crash resume keeps its own progress, a new source always wins, a bad one fails") {
   Recorder sink;  // outlives the contexts that report to it
   const auto data = synthetic(400, 60, 8, 4);

@@ -107,6 +107,18 @@ Db read_db(const std::string& db) {
   REQUIRE((c.ok() && *c));
   d.trials = (*st)->trials((*c)->id).value();
   d.events = (*st)->events((*c)->id, 0).value();
+  // The snapshot paths events record are relative to <db>.trials (a moved campaign resumes):
+  // absolute here, as the program was given them.
+  for (auto& e : d.events) {
+    if (!e.detail.is_object()) continue;
+    for (const char* key : {"snapshot", "resume_from", "checkpoint"}) {
+      if (!e.detail.contains(key) || !e.detail[key].is_string()) continue;
+      const std::string path = e.detail[key].get<std::string>();
+      if (path.empty()) continue;
+      CHECK_MESSAGE(path.front() != '/', e.detail.dump());
+      e.detail[key] = db + ".trials/" + path;
+    }
+  }
   d.stages = (*st)->stages((*c)->id).value();
   for (const auto& t : d.trials) d.metrics[t.id] = (*st)->metrics(t.id).value();
   return d;

@@ -311,7 +311,7 @@ TEST_CASE("pbt: a bottom member exploits a top one: its exact snapshot weights a
   CHECK(ex["source_step"] == 4);
   CHECK(ex["source_value"].get<double>() == doctest::Approx(0.95));
   CHECK(ex["target_value"].get<double>() == doctest::Approx(0.05));
-  CHECK(ex["checkpoint"] == snap);
+  CHECK(ex["checkpoint"] == std::to_string(h.members.at(0).id) + "/pbt/001-step-4");  // relative to <db>.trials
   const nlohmann::json& xp = v.note["pbt_explore"];
   CHECK(xp["target"] == h.members.at(3).id);
   CHECK(xp["step"] == 4);
@@ -552,6 +552,51 @@ TEST_CASE("pbt: a restart refuses a crafted decision event (a path or value of a
     CHECK(begun.error().code() == Errc::kInvalidArgument);
     CHECK_MESSAGE(begun.error().message().find(std::string("has ") + c.expect) != std::string::npos,
                   begun.error().message());
+  }
+}
+
+TEST_CASE("pbt: decisions are recorded relative to the trial directory; absolute ones of a moved campaign map to it") {
+  Harness h(pbt_spec());
+  first_round(h);
+  second_round_exploit(h);
+  auto events = h.store->events(h.campaign, 0);
+  require_ok(events);
+  std::optional<store::EventRow> last;
+  for (const auto& e : *events) {
+    if (e.kind != "pbt_continue" && e.kind != "pbt_exploit") continue;
+    CAPTURE(e.detail.dump());
+    // "<trial>/pbt/<nnn>-step-<k>": a moved campaign (its database and <db>.trials) resumes.
+    CHECK(e.detail.at("snapshot").get<std::string>().rfind(std::to_string(e.trial_id) + "/pbt/", 0) == 0);
+    CHECK(e.detail.at("resume_from").get<std::string>().front() != '/');
+    if (e.kind == "pbt_continue") last = e;
+  }
+  REQUIRE(last);
+  // The next decision of that member as an older version recorded it: absolute, here under the
+  // place the campaign was moved from (/gone/<dir>/c.db.trials), or under a directory of another
+  // name (refused, as any path other than the decision's own).
+  for (const std::string& root : {std::string("/gone/away/c.db.trials/"), std::string("/gone/away/x.trials/")}) {
+    CAPTURE(root);
+    Harness fresh_h(pbt_spec());
+    first_round(fresh_h);
+    second_round_exploit(fresh_h);
+    nlohmann::json detail = last->detail;
+    const int64_t ordinal = detail["ordinal"].get<int64_t>();
+    char name[64];
+    std::snprintf(name, sizeof name, "/pbt/%03lld-step-%lld", static_cast<long long>(ordinal + 1),
+                  detail["step"].get<long long>());
+    const std::string next = root + std::to_string(last->trial_id) + name;
+    detail["ordinal"] = ordinal + 1;
+    detail["snapshot"] = next;
+    detail["resume_from"] = next;
+    require_ok(fresh_h.store->add_event(fresh_h.campaign, "pbt_continue", last->trial_id, last->attempt, 0, detail, 1));
+    auto fresh = std::make_unique<PbtSource>(fresh_h.spec);
+    const Status begun = fresh->begin(fresh_h.context(true));
+    if (root.find("c.db.trials") != std::string::npos) {
+      CHECK_MESSAGE(begun.ok(), begun.error().to_string());
+    } else {
+      REQUIRE_FALSE(begun.ok());
+      CHECK(begun.error().message().find("a snapshot or resume_from other than the decision's own") != std::string::npos);
+    }
   }
 }
 

@@ -884,6 +884,100 @@ TEST_CASE("a database whose tables lost a NOT NULL, a default, a primary key or 
   CHECK_MESSAGE(reread.ok(), (reread.ok() ? "" : reread.error().to_string()));
 }
 
+TEST_CASE("a database that dropped or changed an index or a CHECK constraint is refused on open, naming the table") {
+  // Before, the schema check ignored indexes and CHECK constraints: a file without the UNIQUE index
+  // that keeps one trial per (stage, seq), or with attempt >= 0 allowed, opened as a good one.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  const std::string unique_seq =
+      "'CREATE UNIQUE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), seq)'";
+  struct Craft {
+    std::string name, sql, expect;
+  };
+  const Craft crafts[] = {
+      {"dropped unique index", "DROP INDEX trials_stage_seq", "table trials lacks the index " + unique_seq},
+      {"index no longer unique",
+       "DROP INDEX trials_stage_seq; CREATE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), seq)",
+       "table trials lacks the index " + unique_seq +
+           ", table trials has the index 'CREATE INDEX trials_stage_seq ON trials (campaign_id, IFNULL(stage_id, 0), "
+           "seq)', which the schema has not"},
+      {"index of other columns", "DROP INDEX events_campaign; CREATE INDEX events_campaign ON events (campaign_id)",
+       "table events lacks the index 'CREATE INDEX events_campaign ON events (campaign_id, id)', table events has the "
+       "index 'CREATE INDEX events_campaign ON events (campaign_id)', which the schema has not"},
+      {"an index of its own", "CREATE UNIQUE INDEX mine ON metrics (trial_id)",
+       "table metrics has the index 'CREATE UNIQUE INDEX mine ON metrics (trial_id)', which the schema has not"},
+      {"check altered",
+       "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt >= 1)', "
+       "'CHECK (attempt >= 0)') WHERE name = 'trials'; PRAGMA writable_schema = OFF",
+       "table trials lacks the CHECK (attempt >= 1), table trials has the CHECK (attempt >= 0), which the schema has not"},
+      {"check dropped",
+       "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (charged = 0 OR charged = 1)', "
+       "'') WHERE name = 'attempts'; PRAGMA writable_schema = OFF",
+       "table attempts lacks the CHECK (charged = 0 OR charged = 1)"},
+  };
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file(c.name + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    for (bool read_only : {false, true}) {
+      CAPTURE(read_only);
+      auto r = read_only ? Store::open_readonly(path) : Store::open(path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code() == Errc::kIo);
+      CHECK_MESSAGE(r.error().message().find(": " + c.expect + " (the file was edited, damaged or crafted)") !=
+                        std::string::npos,
+                    r.error().message());
+    }
+  }
+  // The same constraints spelled with other spaces and case (a table rebuilt by hand) are the same.
+  const std::string spaced = dir.file("spaced.db");
+  std::filesystem::copy_file(good, spaced);
+  raw_exec(spaced,
+           "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt >= 1)', "
+           "'check(  attempt>=1 )') WHERE name = 'trials'; PRAGMA writable_schema = OFF");
+  auto r = Store::open_readonly(spaced);
+  CHECK_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+}
+
+TEST_CASE("text from the file in the schema check's messages is escaped: a declared type, a trigger's name") {
+  // Before, the declared type (PRAGMA table_info) and the names of views and triggers were printed
+  // as the file held them: a type "REAL\x1b[2J" cleared the terminal of whoever opened the file.
+  TempDir dir;
+  const std::string good = dir.file("good.db");
+  {
+    auto s = open_ok(good);
+    make_campaign(*s);
+  }
+  struct Craft {
+    std::string name, sql, expect;
+  };
+  const Craft crafts[] = {
+      {"type", "ALTER TABLE trials DROP COLUMN objective; ALTER TABLE trials ADD COLUMN objective \"REAL\x1b[2J\"",
+       "column trials.objective is declared 'REAL\\x1b[2J', not 'REAL'"},
+      {"trigger", "CREATE TRIGGER \"k\x1b[2J\" AFTER UPDATE ON trials BEGIN SELECT 1; END",
+       "it has trigger k\\x1b[2J, which the schema has not"},
+      {"check", "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt >= 1)', "
+                "'CHECK (attempt <> ''\x1b[2J'')') WHERE name = 'trials'; PRAGMA writable_schema = OFF",
+       "table trials has the CHECK (attempt <> '\\x1b[2J'), which the schema has not"},
+  };
+  for (const Craft& c : crafts) {
+    CAPTURE(c.name);
+    const std::string path = dir.file(c.name + ".db");
+    std::filesystem::copy_file(good, path);
+    raw_exec(path, c.sql);
+    auto r = Store::open_readonly(path);
+    REQUIRE_FALSE(r.ok());
+    const std::string text = r.error().to_string();
+    CHECK(text.find('\x1b') == std::string::npos);
+    CHECK_MESSAGE(text.find(c.expect) != std::string::npos, text);
+  }
+}
+
 TEST_CASE("text or a blob in a numeric column of a trial or a metric is refused naming the column, never read as 0") {
   // Before, sqlite3_column_double read a crafted objective 'abc' or 'nan' (SQLite keeps text that is
   // not a number as text, even in a REAL column) as 0: `status` and `resume` named it the best trial.
@@ -1004,6 +1098,71 @@ TEST_CASE("trials.resume_from outside the campaign's trial directory, with '..' 
   REQUIRE(s.ok());
   CHECK_FALSE((*s)->trials(1).ok());
   CHECK_FALSE((*s)->trial(id).ok());
+}
+
+TEST_CASE("trials.resume_from is recorded relative to <db>.trials; an absolute one from before a move maps to the new place") {
+  // Before: recorded absolute, so a campaign moved whole (database and <db>.trials) could not be
+  // resumed: every paused trial's checkpoint was "outside the campaign's trial directory".
+  TempDir dir, outside;
+  const std::string path = dir.file("campaign.db");
+  int64_t id = 0;
+  {
+    auto s = open_ok(path);
+    auto t = s->insert_trial(make_trial(make_campaign(*s), 0));
+    require_ok(t);
+    id = *t;
+    require_ok(s->mark_assigned(id, 1, 0, 0, 10));
+    auto paused = s->pause_trial(id, 1, {{"x", 1}}, path + ".trials/1/pbt/000-step-2", "paused at step 2", 11);
+    require_ok(paused);
+    CHECK(*paused);
+    CHECK((*s->trial(id))->resume_from == path + ".trials/1/pbt/000-step-2");
+  }
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT resume_from FROM trials", -1, &st, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    CHECK(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "1/pbt/000-step-2");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  // mv campaign.db campaign.db.trials moved/
+  fs::create_directory(dir.file("moved"));
+  const std::string moved = dir.file("moved/campaign.db"), trials = moved + ".trials";
+  fs::rename(path, moved);
+  fs::create_directories(trials + "/1/pbt/000-step-2");
+  auto read_back = [&](const std::string& resume_from) {
+    raw_exec(moved, "UPDATE trials SET resume_from = '" + resume_from + "'");
+    auto s = Store::open_readonly(moved);
+    REQUIRE(s.ok());
+    return (*s)->trials(1);
+  };
+  for (const std::string& recorded : {std::string("1/pbt/000-step-2"),
+                                      // as older versions recorded it, before the move
+                                      path + ".trials/1/pbt/000-step-2"}) {
+    CAPTURE(recorded);
+    auto r = read_back(recorded);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    CHECK(r->front().resume_from == trials + "/1/pbt/000-step-2");
+  }
+  // Every confinement check still holds, on the path where it is now.
+  fs::create_directories(outside.path + "/secret");
+  fs::create_symlink(outside.path, trials + "/2");
+  const std::pair<std::string, std::string> refused[] = {
+      {dir.file("other.trials/1/pbt/000-step-2"), "is outside the campaign's trial directory " + trials},
+      {"1/../../campaign.db", "has a '..' component"},
+      {path + ".trials/1/../../campaign.db", "has a '..' component"},
+      {"2/secret", "goes through a symbolic link below the campaign's trial directory " + trials},
+      {path + ".trials/2/secret", "goes through a symbolic link below the campaign's trial directory " + trials},
+  };
+  for (const auto& [recorded, why] : refused) {
+    CAPTURE(recorded);
+    auto r = read_back(recorded);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "column trials.resume_from: '" + recorded + "' " + why +
+                                     " (the file was edited, damaged or crafted)");
+  }
 }
 
 TEST_CASE("text or a blob in any numeric column of any table is refused on open, naming the table, column and row") {

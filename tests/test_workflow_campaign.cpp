@@ -119,6 +119,13 @@ struct Snapshot {
   }
 };
 
+// A path an event records under the campaign's trial directory: relative to <db>.trials (a moved
+// campaign resumes), absolute as older versions wrote it. Absolute here, for comparisons.
+std::string recorded_path(const std::string& db, const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  return db + ".trials/" + path;
+}
+
 Snapshot read_db(const std::string& db) {
   Snapshot s;
   auto st = store::Store::open_readonly(db);
@@ -135,6 +142,13 @@ Snapshot read_db(const std::string& db) {
   auto events = (*st)->events(s.campaign.id, 0);
   REQUIRE(events.ok());
   s.events = *events;
+  for (auto& e : s.events) {
+    if (!e.detail.is_object()) continue;
+    for (const char* key : {"snapshot", "resume_from", "checkpoint"}) {
+      if (e.detail.contains(key) && e.detail[key].is_string())
+        e.detail[key] = recorded_path(db, e.detail[key].get<std::string>());
+    }
+  }
   for (const auto& t : s.trials) {
     auto l = (*st)->lineage(t.id);
     REQUIRE(l.ok());
@@ -466,6 +480,42 @@ TEST_CASE("workflow: SIGKILL at a stage boundary (result written, not committed)
   }
 }
 
+TEST_CASE("workflow: a campaign moved while stopped at a stage boundary resumes: the next stages read the artifacts") {
+  // Before: the artifacts (the trials' predictions and checkpoints, which the ensemble and transfer
+  // stages read) were recorded with absolute paths; moved, they were outside the trial directories
+  // and the ensemble stage refused every member.
+  TempDir dir;
+  const std::string cfg = dir.write("w.yaml", workflow_config(4, "", 1, true));
+  const std::string db = dir.file("w.db");
+  run_killed({"run", cfg, "--db", db, "--failpoint", "stage-completed", "--failpoint-hit", "1"}, dir.file("killed.log"),
+             db);
+  const Snapshot before = read_db(db);
+  REQUIRE(before.stage("tune").state == "running");
+  const std::string moved = dir.file("moved");
+  std::filesystem::create_directory(moved);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("w.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
+  }
+  const Snapshot after = resume_completes(moved + "/w.db", dir.file("resume.log"));
+  check_all_done_no_twins(after);
+  check_final_trials_kept(before, after);
+  CHECK(after.stage("blend").result.at("test_accuracy").is_number());
+  CHECK(after.stage("move").result.is_object());
+  {
+    auto st = store::Store::open_readonly(moved + "/w.db");
+    REQUIRE(st.ok());
+    for (const auto& t : after.trials) {
+      auto artifacts = (*st)->artifacts(t.id);
+      REQUIRE(artifacts.ok());
+      for (const auto& a : *artifacts) {
+        CAPTURE(a.path);
+        CHECK(a.path.find(dir.path + "/w.db.trials") == std::string::npos);
+      }
+    }
+  }
+}
+
 TEST_CASE("workflow: SIGKILL in the middle of the ensemble's retraining, then resume") {
   TempDir dir;
   // 3 search trials (no threshold), then 4 retrained members: results 4..7 are the retrain trials;
@@ -572,6 +622,84 @@ TEST_CASE("pbt: SIGKILL in the middle of an interval, then resume: every member 
     CHECK(it->kind == b.kind);
     CHECK(it->detail == b.detail);
   }
+}
+
+TEST_CASE("pbt: a campaign moved to another directory while stopped resumes to completion, every result kept once") {
+  // Before: the database recorded absolute paths into <db>.trials (trials.resume_from, the pbt
+  // decisions' snapshot and resume_from, trial_paused's resume_from); once the campaign was moved,
+  // they were outside the new <db>.trials and `resume` refused the campaign (and read_db the trials).
+  TempDir dir;
+  const std::string cfg = dir.write("p.yaml", pbt_config(5));
+  const std::string db = dir.file("p.db");
+  run_killed({"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "7"}, dir.file("killed.log"),
+             db);
+  // Recorded relative to the trial directory: paused members and decisions with snapshots.
+  {
+    auto st = store::Store::open_readonly(db);
+    REQUIRE(st.ok());
+    auto campaign = (*st)->load_campaign();
+    REQUIRE((campaign.ok() && *campaign));
+    auto raw = (*st)->events((*campaign)->id, 0);
+    REQUIRE(raw.ok());
+    int paths = 0;
+    for (const auto& e : *raw) {
+      if (e.kind != "pbt_continue" && e.kind != "pbt_exploit" && e.kind != "trial_paused" &&
+          e.kind != "pause_requested")
+        continue;
+      CAPTURE(e.detail.dump());
+      const std::string from = e.detail.at("resume_from").get<std::string>();
+      CHECK(from.rfind("/", 0) != 0);
+      CHECK(std::regex_match(from, std::regex("[0-9]+/pbt/[0-9]{3}-step-[0-9]+")));
+      ++paths;
+    }
+    CHECK(paths > 0);
+  }
+  const Snapshot before = read_db(db);
+  const int64_t pop = before.stage("pop").id;
+  int paused_before = 0, done_before = 0;
+  for (const auto& t : before.trials_of(pop)) {
+    paused_before += t.state == TrialState::kPaused;
+    done_before += t.state == TrialState::kDone;
+  }
+  REQUIRE_MESSAGE(paused_before + static_cast<int>(pbt_decisions(before).size()) > 0, read_file(dir.file("killed.log")));
+  CHECK(done_before < 4);
+
+  // mv p.db p.db.trials p.db.keys ... moved/
+  const std::string moved = dir.file("moved");
+  std::filesystem::create_directory(moved);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("p.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
+  }
+  const std::string moved_db = moved + "/p.db";
+  REQUIRE(!std::filesystem::exists(db + ".trials"));
+
+  const Snapshot after = resume_completes(moved_db, dir.file("resume.log"));
+  check_pbt_run(after, 4, 6);
+  check_final_trials_kept(before, after);
+  // Every decision and pause recorded before the move is there once, unchanged (paths as relative
+  // to the trial directory they were recorded under).
+  for (const auto& b : before.events) {
+    if (b.kind.rfind("pbt_", 0) != 0 && b.kind != "trial_paused") continue;
+    CAPTURE(b.id);
+    const auto it = std::find_if(after.events.begin(), after.events.end(), [&](const auto& a) { return a.id == b.id; });
+    REQUIRE(it != after.events.end());
+    CHECK(it->kind == b.kind);
+    CHECK(it->detail.dump().find(dir.path + "/p.db.trials") == std::string::npos);
+  }
+  // Every report of every attempt before the move is kept exactly once.
+  for (const auto& [trial, rows] : before.metrics) {
+    CAPTURE(trial);
+    for (const auto& m : rows) {
+      int found = 0;
+      for (const auto& a : after.metrics.at(trial))
+        found += a.attempt == m.attempt && a.step == m.step && a.name == m.name && a.value == m.value;
+      CHECK(found == 1);
+    }
+  }
+  // The members resumed from their snapshots in the new place.
+  const std::string log = read_file(dir.file("resume.log"));
+  CHECK(log.find("is gone") == std::string::npos);
 }
 
 TEST_CASE("pbt: an exploit trains the source's exact snapshot with the explored values (replayed)") {

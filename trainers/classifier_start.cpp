@@ -49,13 +49,23 @@ uint64_t state_digest(const nn::Checkpoint& c) {
   return h;
 }
 
+// Whether `path` lies below the directory `root` (lexically).
+bool lies_below(const std::string& root, const std::string& path) {
+  const std::string top = std::filesystem::path(root).lexically_normal().string() + "/";
+  const std::string full = std::filesystem::path(path).lexically_normal().string();
+  return !root.empty() && full.size() > top.size() && full.compare(0, top.size(), top) == 0;
+}
+
 // The checkpoint `path` names: a checkpoint file, or a trial (or snapshot) directory of
-// checkpoint-stage*.bin files, joined. kInvalidArgument or kIo naming `setting` and the path.
+// checkpoint-stage*.bin files, joined. Below `root` (when not ""), opened from it without following
+// a link (nn::read_checkpoint_under). kInvalidArgument or kIo naming `setting` and the path.
 Result<nn::Checkpoint> read_source_checkpoint(const std::string& who, const std::string& setting,
-                                              const std::string& path) {
+                                              const std::string& path, const std::string& root = "") {
   std::error_code ec;
   const bool dir = std::filesystem::is_directory(path, ec);
-  auto read = dir ? nn::read_trial_checkpoint(path) : nn::read_checkpoint(path);
+  auto read = !root.empty() ? nn::read_checkpoint_under(root, path)
+              : dir         ? nn::read_trial_checkpoint(path)
+                            : nn::read_checkpoint(path);
   const std::string where = who + ": " + setting + " \"" + path + "\": ";
   if (!read.ok()) {
     const Errc code = read.error().code() == Errc::kIo ? Errc::kIo : Errc::kInvalidArgument;
@@ -197,7 +207,12 @@ Status load_starting_state(ClassifierRun& run) {
   nn::Checkpoint source;
   uint64_t source_digest = 0;
   if (!run.ctx.resume_from.empty()) {
-    auto read = read_source_checkpoint(run.who, "resume_from", run.ctx.resume_from);
+    // The store checked it below the campaign's trial directories (<db>.trials, where this trial's
+    // is) when it read the row; opened from there without following a link, one swapped in since
+    // is refused here, not followed.
+    const std::string trials = std::filesystem::path(run.ctx.trial_dir).parent_path().string();
+    const std::string root = lies_below(trials, run.ctx.resume_from) ? trials : std::string();
+    auto read = read_source_checkpoint(run.who, "resume_from", run.ctx.resume_from, root);
     Status st = read.ok() ? Status::Ok() : Status(std::move(read).error());
     if (read.ok()) source = std::move(read).value();
     HPCTUNE_TRY(run.agree(std::move(st), "reading resume_from \"" + run.ctx.resume_from + "\""));

@@ -226,10 +226,17 @@ std::optional<int64_t> PbtSource::resume_next(const std::vector<int64_t>& held) 
 }
 
 // A decision as its event records it: what is shown, and what a restarted master rebuilds it from.
+// Its paths are relative to the trial directory (store::path_to_record: a moved campaign resumes).
 nlohmann::json PbtSource::decision_event(const Decision& d, const Member& m) const {
-  nlohmann::json j = {{"target", m.trial_id}, {"step", d.step},          {"ordinal", d.ordinal},
-                      {"attempt", d.attempt}, {"trained_params", d.trained}, {"snapshot", d.snapshot},
-                      {"params", d.params},   {"resume_from", d.resume_from}};
+  const std::string resume_from = store::path_to_record(run_dir_, d.resume_from);
+  nlohmann::json j = {{"target", m.trial_id},
+                      {"step", d.step},
+                      {"ordinal", d.ordinal},
+                      {"attempt", d.attempt},
+                      {"trained_params", d.trained},
+                      {"snapshot", store::path_to_record(run_dir_, d.snapshot)},
+                      {"params", d.params},
+                      {"resume_from", resume_from}};
   if (d.exploit) {
     const Member* src = find_member(d.source_seq);
     j["source"] = src ? src->trial_id : 0;
@@ -237,7 +244,7 @@ nlohmann::json PbtSource::decision_event(const Decision& d, const Member& m) con
     j["source_value"] = d.source_value;
     j["source_ordinal"] = d.source_ordinal;
     j["target_value"] = d.value;
-    j["checkpoint"] = d.resume_from;
+    j["checkpoint"] = resume_from;
   } else {
     j["value"] = d.value;
   }
@@ -324,8 +331,10 @@ Status PbtSource::load_decision(const std::string& kind, const nlohmann::json& d
   d.attempt = *attempt;
   d.trained = detail.at("trained_params");
   d.params = detail.at("params");
-  d.snapshot = detail.at("snapshot").get<std::string>();
-  d.resume_from = detail.at("resume_from").get<std::string>();
+  // Where the paths are now: relative to the trial directory, or absolute as older versions wrote
+  // them (below an earlier place of the trial directory: the same below this one). Checked below.
+  d.snapshot = store::recorded_path_at(run_dir_, detail.at("snapshot").get<std::string>());
+  d.resume_from = store::recorded_path_at(run_dir_, detail.at("resume_from").get<std::string>());
   d.from_step = d.step;
   if (kind == "pbt_exploit") {
     const auto source = integer("source"), source_ordinal = integer("source_ordinal"), source_step = integer("source_step");

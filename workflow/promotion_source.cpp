@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "config/trainer_kinds.h"
+#include "store/store.h"
 #include "workflow/checkpoint_snapshot.h"
 
 namespace hpctune::workflow {
@@ -71,7 +73,10 @@ scheduler::Verdict PromotionSource::on_report(const scheduler::TrialView& trial,
   const auto standing = stopper_.standing(trial.seq);
   v.note = {{"rung_paused",
              {{"step", step}, {"value", value}, {"in_top", standing && standing->in_top},
-              {"next_step", next_stop(trial.seq, step)}, {"checkpoint", v.resume_from}}}};
+              {"next_step", next_stop(trial.seq, step)},
+              // relative to the trial directory, as every recorded path below it (store::path_to_record)
+              {"checkpoint", store::path_to_record(std::filesystem::path(trial.trial_dir).parent_path().string(),
+                                                   v.resume_from)}}}};
   return v;
 }
 
