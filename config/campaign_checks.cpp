@@ -150,25 +150,38 @@ bool judges_local_files(const Walker& walker, const CampaignConfig& c) {
   return walker.reads_local_files() && c.resources.backend == "local";
 }
 
-std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
-  const int64_t model = c.resources.ranks_model;
-  if (model <= 1) return std::nullopt;
-  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
-  if (can == nullptr || can->model_stages.count == nullptr) return std::nullopt;
+namespace {
+
+// The model stages a trial of `c` splits into (TrainerCapabilities::model_stages.count) over the
+// trainer's settings with the space's fixed values; nullopt when a setting the count reads is
+// searched or in `unknown` (left to each trial).
+std::optional<int64_t> model_stage_count(const CampaignConfig& c, const trainers::TrainerCapabilities& can,
+                                         const std::set<std::string>& unknown) {
   json settings = c.trainer;
-  for (const auto& read : can->model_stages.reads) {
+  for (const auto& read : can.model_stages.reads) {
     if (unknown.count(read)) return std::nullopt;
     const search::ParamSpec* p = c.space.find(read);
     if (p == nullptr) continue;
     if (p->type != search::ParamType::kFixed) return std::nullopt;
     settings[read] = p->value;
   }
-  const int64_t most = can->model_stages.count(settings);
-  if (most <= 0 || model <= most) return std::nullopt;
+  return can.model_stages.count(settings);
+}
+
+}  // namespace
+
+std::optional<std::string> model_split_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
+  const int64_t model = c.resources.ranks_model;
+  if (model <= 1) return std::nullopt;
+  const auto* can = trainers::trainer_capabilities(c.trainer.value("kind", std::string()));
+  if (can == nullptr || can->model_stages.count == nullptr) return std::nullopt;
+  const auto most = model_stage_count(c, *can, unknown);
+  if (!most) return std::nullopt;
+  if (*most <= 0 || model <= *most) return std::nullopt;
   return std::to_string(model) + " model-parallel stages, but a trial of trainer kind '" +
-         c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(most) +
+         c.trainer["kind"].get<std::string>() + "' can be split into at most " + std::to_string(*most) +
          ": each stage needs one of " + can->model_stages.what + "; every trial would fail (give at most " +
-         std::to_string(most) + ", or a larger network)";
+         std::to_string(*most) + ", or a larger network)";
 }
 
 std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
@@ -205,16 +218,9 @@ std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const 
   if (unknown.count(key) || (given != nullptr && given->type != search::ParamType::kFixed)) return std::nullopt;
   const json freeze = given != nullptr ? given->value : c.trainer.value(key, json());
   if (!freeze.is_number_integer() || freeze.get<int64_t>() <= 0) return std::nullopt;
-  json settings = c.trainer;
-  for (const auto& read : can->model_stages.reads) {
-    if (unknown.count(read)) return std::nullopt;
-    const search::ParamSpec* p = c.space.find(read);
-    if (p == nullptr) continue;
-    if (p->type != search::ParamType::kFixed) return std::nullopt;
-    settings[read] = p->value;
-  }
-  const int64_t count = can->model_stages.count(settings);
-  if (count <= 0 || freeze.get<int64_t>() < count) return std::nullopt;
+  const auto stages = model_stage_count(c, *can, unknown);
+  if (!stages || *stages <= 0 || freeze.get<int64_t>() < *stages) return std::nullopt;
+  const int64_t count = *stages;
   return SettingRuleProblem{key, given != nullptr,
                             std::to_string(freeze.get<int64_t>()) + " layers frozen, but the network has " +
                                 std::to_string(count - 1) + " before its output layer (" + can->model_stages.what +

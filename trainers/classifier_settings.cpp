@@ -237,10 +237,12 @@ std::optional<DataProblem> missing_class(const nlohmann::json& classes, const st
     const int64_t c = list[i].get<int64_t>();
     const bool labelled = c >= 0 && c < shape.classes;
     if (labelled && shape.train_per_class[static_cast<std::size_t>(c)] > 0) continue;
-    return DataProblem{"classes", lone ? "" : "[" + std::to_string(i) + "]",
-                       "class " + std::to_string(c) + " is not in the data: the training file of '" + dir +
-                           "' has classes 0.." + std::to_string(shape.classes - 1) +
-                           (labelled ? ", but no image of class " + std::to_string(c) : std::string())};
+    std::string below;
+    if (!lone) below.append("[").append(std::to_string(i)).append("]");
+    std::string what = "class " + std::to_string(c) + " is not in the data: the training file of '" + dir + "' has classes 0..";
+    what += std::to_string(shape.classes - 1);
+    if (labelled) what.append(", but no image of class ").append(std::to_string(c));
+    return DataProblem{"classes", std::move(below), std::move(what)};
   }
   return std::nullopt;
 }

@@ -23,23 +23,6 @@ constexpr uint64_t kMaxDim = 1u << 30;
 constexpr uint64_t kMaxBytes = uint64_t{1} << 34;  // 16 GiB
 constexpr unsigned kReadChunk = 16u << 20;
 
-// A gzFile that closes itself; gzread reads plain files transparently.
-class GzFile {
- public:
-  explicit GzFile(gzFile f) noexcept : f_(f) {}
-  GzFile(GzFile&& other) noexcept : f_(std::exchange(other.f_, nullptr)) {}
-  GzFile(const GzFile&) = delete;
-  GzFile& operator=(const GzFile&) = delete;
-  GzFile& operator=(GzFile&&) = delete;
-  ~GzFile() {
-    if (f_ != nullptr) gzclose(f_);
-  }
-  gzFile get() const noexcept { return f_; }
-
- private:
-  gzFile f_;
-};
-
 Error io_error(const std::string& path, gzFile f, const char* what) {
   int code = Z_OK;
   const char* message = f != nullptr ? gzerror(f, &code) : nullptr;
@@ -50,18 +33,9 @@ Error io_error(const std::string& path, gzFile f, const char* what) {
 }
 
 Result<GzFile> open_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, "'" + path + "': no such file");
-  if (std::filesystem::is_directory(path, ec)) return err(Errc::kIo, "'" + path + "': is a directory");
-  // A FIFO or a device would block the open or never end (idx_header.cpp refuses the same).
-  if (!std::filesystem::is_regular_file(path, ec)) return err(Errc::kIo, "'" + path + "': is not a regular file");
-  errno = 0;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return err(Errc::kIo, "'" + path + "': cannot open: " + std::string(errno != 0 ? std::strerror(errno) : "out of memory"));
-  }
-  gzbuffer(f, 1u << 17);
-  return GzFile(f);
+  HPCTUNE_ASSIGN(GzFile f, open_idx_file(path));
+  gzbuffer(f.get(), 1u << 17);
+  return f;
 }
 
 // Reads exactly n bytes, or fails: kIo for a zlib/read error, kInvalidArgument for a clean EOF.

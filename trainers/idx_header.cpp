@@ -16,40 +16,22 @@
 
 namespace hpctune::trainers {
 
-namespace {
-
-constexpr uint8_t kTypeUbyte = 0x08;
-constexpr uint64_t kMaxDim = 1u << 30;  // as idx_dataset.cpp bounds a header
-
-// A gzFile that closes itself; gzread passes plain files through.
-class Gz {
- public:
-  explicit Gz(gzFile f) noexcept : f_(f) {}
-  Gz(Gz&& other) noexcept : f_(std::exchange(other.f_, nullptr)) {}
-  Gz(const Gz&) = delete;
-  Gz& operator=(const Gz&) = delete;
-  Gz& operator=(Gz&&) = delete;
-  ~Gz() {
-    if (f_ != nullptr) gzclose(f_);
-  }
-  gzFile get() const noexcept { return f_; }
-
- private:
-  gzFile f_;
-};
-
-Result<Gz> open_gz(const std::string& path) {
+Result<GzFile> open_idx_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return err(Errc::kNotFound, "'" + path + "': no such file");
   if (std::filesystem::is_directory(path, ec)) return err(Errc::kIo, "'" + path + "': is a directory");
-  // A FIFO or a device would block the open or never end (validate must not wait on it).
   if (!std::filesystem::is_regular_file(path, ec)) return err(Errc::kIo, "'" + path + "': is not a regular file");
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr)
     return err(Errc::kIo, "'" + path + "': cannot open: " + std::string(errno != 0 ? std::strerror(errno) : "out of memory"));
-  return Gz(f);
+  return GzFile(f);
 }
+
+namespace {
+
+constexpr uint8_t kTypeUbyte = 0x08;
+constexpr uint64_t kMaxDim = 1u << 30;  // as idx_dataset.cpp bounds a header
 
 // Up to n bytes; fewer only at the end of the file. kIo when zlib cannot read on.
 Result<uint64_t> read_some(const std::string& path, gzFile f, uint8_t* out, unsigned n) {
@@ -98,7 +80,7 @@ struct Images {
 };
 
 Result<Images> read_images_header(const std::string& path) {
-  HPCTUNE_ASSIGN(Gz f, open_gz(path));
+  HPCTUNE_ASSIGN(GzFile f, open_idx_file(path));
   HPCTUNE_ASSIGN(auto dims, read_dims(path, f.get(), 3, "image (idx3-ubyte)"));
   return Images{dims[0], dims[1], dims[2]};
 }
@@ -106,7 +88,7 @@ Result<Images> read_images_header(const std::string& path) {
 // The labels of an IDX1 file counted by value into `per_label` (256 entries), when the file holds at
 // most kMaxShapeLabels of them; returns their count, read or not.
 Result<uint64_t> count_labels(const std::string& path, std::array<int64_t, 256>& per_label, bool& counted) {
-  HPCTUNE_ASSIGN(Gz f, open_gz(path));
+  HPCTUNE_ASSIGN(GzFile f, open_idx_file(path));
   HPCTUNE_ASSIGN(auto dims, read_dims(path, f.get(), 1, "label (idx1-ubyte)"));
   counted = dims[0] <= static_cast<uint64_t>(kMaxShapeLabels);
   if (!counted) return dims[0];

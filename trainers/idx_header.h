@@ -6,13 +6,38 @@
 // training file has 60,000); a larger one is not counted (`classes` 0: not known).
 #pragma once
 
+#include <zlib.h>
+
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
 
 namespace hpctune::trainers {
+
+// A gzFile that closes itself; gzread passes plain files through.
+class GzFile {
+ public:
+  explicit GzFile(gzFile f) noexcept : f_(f) {}
+  GzFile(GzFile&& other) noexcept : f_(std::exchange(other.f_, nullptr)) {}
+  GzFile(const GzFile&) = delete;
+  GzFile& operator=(const GzFile&) = delete;
+  GzFile& operator=(GzFile&&) = delete;
+  ~GzFile() {
+    if (f_ != nullptr) gzclose(f_);
+  }
+  gzFile get() const noexcept { return f_; }
+
+ private:
+  gzFile f_;
+};
+
+// Opens one file of an IDX data set (gzipped or not) for reading: kNotFound when it is not there;
+// kIo for a directory, anything that is not a regular file (a FIFO or a device would block the open
+// or never end: neither validate nor a trial waits on one), or an open that fails. Names the path.
+Result<GzFile> open_idx_file(const std::string& path);
 
 // The file `base` ("train-images-idx3-ubyte") of the IDX directory `dir`, as load_idx_dataset reads
 // it: `dir`/<base>.gz when that exists, else `dir`/<base> when that does, else the .gz name.
