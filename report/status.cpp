@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <string>
 
 #include "common/system.h"
 
@@ -69,6 +71,23 @@ MasterLiveness judge_master(const store::CampaignRow& c, bool lock_held, bool pr
   return m;
 }
 
+namespace {
+
+// A process that exited and was not reaped yet (state Z in /proc/PID/stat): kill(pid, 0) still
+// answers for it, but it holds no lock and writes no heartbeat. False when unknown.
+bool is_zombie(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
+  if (f == nullptr) return false;
+  char buf[512];
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  return close != nullptr && close[1] == ' ' && close[2] == 'Z';
+}
+
+}  // namespace
+
 MasterLiveness master_liveness(const store::CampaignRow& c, const std::string& db_path, double now) {
   if (c.state != "running") return judge_master(c, false, false, now, db_path);
   bool process_gone = false;
@@ -76,7 +95,8 @@ MasterLiveness master_liveness(const store::CampaignRow& c, const std::string& d
   // once cast to pid_t, and 2^32 kill(0, 0) (our own group). Such a pid names no process.
   if (c.master_pid > 0 && c.master_host == host_name()) {
     process_gone = c.master_pid > std::numeric_limits<int32_t>::max() ||
-                   (::kill(static_cast<pid_t>(c.master_pid), 0) != 0 && errno == ESRCH);
+                   (::kill(static_cast<pid_t>(c.master_pid), 0) != 0 && errno == ESRCH) ||
+                   is_zombie(static_cast<pid_t>(c.master_pid));
   }
   const bool stale = heartbeat_stale(c, now);
   // The lock is probed only when the master may be gone: a probe in the instant a master starts

@@ -17,8 +17,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -693,6 +695,34 @@ TEST_CASE("campaigns.master_pid past a pid's range names no process: a running c
     CHECK_MESSAGE(j["campaign"]["state"] == "interrupted", r.out);
     CHECK(j["campaign"]["master"]["alive"] == false);
   }
+}
+
+TEST_CASE("a master that died and was not reaped yet (a zombie) is gone: its campaign is interrupted at once") {
+  // Before, kill(pid, 0) answered for the zombie and its heartbeat was fresh, so status said running
+  // until the heartbeat aged (30 s), or for good under a parent that never reaps.
+  TempDir dir;
+  const std::string db = finished_campaign(dir, "zombie");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  // Wait until it is a zombie (exited, not reaped: we do not wait for it yet).
+  std::string stat;
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream f("/proc/" + std::to_string(child) + "/stat");
+    std::getline(f, stat);
+    if (stat.find(") Z") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE_MESSAGE(stat.find(") Z") != std::string::npos, stat);
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  sql(db, std::string("UPDATE campaigns SET state = 'running', finished_at = NULL, heartbeat_at = ") + std::to_string(now) +
+              ", master_host = '" + host_name() + "', master_pid = " + std::to_string(child));
+  auto r = hpctune_cmd(dir, {"status", db, "--format", "json"});
+  ::waitpid(child, nullptr, 0);
+  REQUIRE_MESSAGE(r.status.code == 0, r.out);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK_MESSAGE(j["campaign"]["state"] == "interrupted", r.out);
+  CHECK(j["campaign"]["master"]["alive"] == false);
 }
 
 TEST_CASE("a database without a column of its schema: every command exits 1 naming it; the dashboard too") {
