@@ -184,11 +184,37 @@ std::optional<std::string> model_split_problem(const CampaignConfig& c, const st
          std::to_string(*most) + ", or a larger network)";
 }
 
-std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
-                                                                            const std::string& stage) {
+std::string early_stopping_judge(const CampaignConfig& c) {
+  return c.early_stopping == "none" ? std::string() : "early stopping (" + c.early_stopping + ")";
+}
+
+namespace {
+
+// The first objective against the metrics of every step's report, where `judge` judges them.
+std::optional<std::pair<std::string, std::string>> judged_metric_problem(const CampaignConfig& c, bool single,
+                                                                         const std::string& stage,
+                                                                         const std::string& judge) {
   const std::string kind = c.trainer.value("kind", std::string());
   const auto* can = trainers::trainer_capabilities(kind);
-  if (can == nullptr || can->metrics.always.empty()) return std::nullopt;
+  if (judge.empty() || can == nullptr || can->metrics.every_step.empty() || c.objectives.empty()) return std::nullopt;
+  const auto& every = can->metrics.every_step;
+  const std::string& metric = c.objectives[0].metric;
+  if (std::find(every.begin(), every.end(), metric) != every.end()) return std::nullopt;
+  return std::make_pair(single ? std::string("objective.metric") : std::string("objectives[0].metric"),
+                        "trainer kind '" + kind + "'" + (stage.empty() ? "" : " of stage '" + stage + "'") +
+                            " reports '" + metric + "' only when a trial ends, but the objective is judged in the report of every "
+                            "step by " + judge + ", which would then judge no trial (every step it reports " +
+                            join(every, ", ") + ")");
+}
+
+}  // namespace
+
+std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
+                                                                            const std::string& stage,
+                                                                            const std::string& judge) {
+  const std::string kind = c.trainer.value("kind", std::string());
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->metrics.always.empty()) return judged_metric_problem(c, single, stage, judge);
   const auto& always = can->metrics.always;
   const auto& sometimes = can->metrics.sometimes;
   for (std::size_t i = 0; i < c.objectives.size(); ++i) {
@@ -207,7 +233,7 @@ std::optional<std::pair<std::string, std::string>> objective_metric_problem(cons
     return std::make_pair(single ? std::string("objective.metric") : "objectives[" + std::to_string(i) + "].metric",
                           what);
   }
-  return std::nullopt;
+  return judged_metric_problem(c, single, stage, judge);
 }
 
 std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
@@ -565,7 +591,7 @@ class Builder {
       const std::string at = "trainer." + problem->key + problem->below;
       return w_.fail(w_.mark_of(problem->in_space ? "space." + problem->key : at), at, problem->what);
     }
-    if (auto metric = objective_metric_problem(c, !w_.given("objectives")))
+    if (auto metric = objective_metric_problem(c, !w_.given("objectives"), "", early_stopping_judge(c)))
       return w_.fail(w_.mark_of(metric->first), metric->first, metric->second);
     return Status::Ok();
   }

@@ -73,9 +73,15 @@ bool judges_local_files(const Walker& walker, const CampaignConfig& c);
 // The objectives' metrics against those a trial of `c`'s trainer kind reports at its end
 // (TrainerCapabilities::metrics): the first that it never reports, as its path ("objective.metric",
 // "objectives[1].metric": `single` says which form the config has) and what to say, naming `stage`
-// when not ""; nullopt when each is reported or the kind's metrics are not known.
+// when not ""; nullopt when each is reported or the kind's metrics are not known. `judge`: what judges
+// the first objective in the report of every step while a trial runs (early_stopping_judge(c), a
+// stage kind's StageKind::judges_reports), "" for nothing; the first objective must then be one of
+// the metrics the kind reports every step (ReportedMetrics::every_step), or the judge never judges.
 std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
-                                                                            const std::string& stage = "");
+                                                                            const std::string& stage = "",
+                                                                            const std::string& judge = "");
+// "early stopping (asha)" where `c` stops trials early, else "".
+std::string early_stopping_judge(const CampaignConfig& c);
 // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the
 // output layer of its network (model_stages.count less one), the space's fixed values over the
 // trainer's; a space that searches the freeze or a setting the count reads, or one of them in

@@ -392,7 +392,8 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     if (problem) return stage_trainer_error(st, i, *problem, given, list, list_mark, places);
     if (auto split = model_split_problem(*st.own, unknown))
       return place_error(places.source, places.walker.mark_of("resources.ranks.model"), "resources.ranks.model", *split);
-    if (auto metric = objective_metric_problem(*st.own, !places.walker.given("objectives"), st.name))
+    const std::string judge = kind.judges_reports != nullptr ? kind.judges_reports : early_stopping_judge(*st.own);
+    if (auto metric = objective_metric_problem(*st.own, !places.walker.given("objectives"), st.name, judge))
       return place_error(places.source, places.walker.mark_of(metric->first), metric->first, metric->second);
   }
   return Status::Ok();

@@ -553,6 +553,9 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   if (m.metrics.empty()) return {};
   t->last_step = m.step;
   t->last_metrics = m.metrics;
+  if (t->first_report_step == 0) t->first_report_step = m.step;
+  if (t->judged_from == 0 && !opt_.objectives.empty() && m.metrics.count(opt_.objectives[0].metric) > 0)
+    t->judged_from = m.step;
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
   if (!t->stop_sent) {
     if (auto value = objective_of(m.metrics)) {
@@ -647,6 +650,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, a.bytes, tw));
   }
   HPCTUNE_TRY(record_trial_events(w, *t, m, tw));
+  HPCTUNE_TRY(note_unjudged(w, *t, tw));
   HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, state, metrics_json(metrics), objective,
                                                    std::max(m.step, t->last_step), error, tw));
   if (applied) {
@@ -680,6 +684,32 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     mark_idle(w);
   }
   return dispatch(now);
+}
+
+// A trial of a stage whose source judges the objective in its reports (early stopping, pbt) ended
+// after step reports none of which carried it before the last: the source never judged it while it
+// ran, and will judge no trial of a program that reports the objective only at its end. Said once per
+// stage: a log line and a `reports_unjudged` event {metric, judge, reported: the last report's metrics}.
+Status Scheduler::note_unjudged(const Worker& w, Trial& t, double tw) {
+  Stage& st = stages_[t.stage];
+  const bool judged = t.judged_from > 0 && (t.judged_from < t.last_step || t.first_report_step == t.last_step);
+  if (judged || t.last_metrics.empty() || opt_.objectives.empty() || st.unjudged_told || st.source == nullptr)
+    return Status::Ok();
+  const std::string judge = st.source->report_judge();
+  if (judge.empty()) return Status::Ok();
+  st.unjudged_told = true;
+  std::vector<std::string> reported;
+  std::string names;
+  for (const auto& [name, value] : t.last_metrics) {
+    reported.push_back(name);
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  const std::string& metric = opt_.objectives[0].metric;
+  log("warning: trial " + std::to_string(t.id) + " reported '" + metric + "' in no step before its last (step " +
+      std::to_string(t.last_step) + ": " + names + "), so " + judge + " never judged it while it ran: report '" +
+      metric + "' with every step, or make a metric reported every step the objective");
+  return store_.add_event(opt_.campaign_id, "reports_unjudged", t.id, t.attempt, w.group,
+                          {{"metric", metric}, {"judge", judge}, {"reported", reported}}, tw);
 }
 
 // The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on
@@ -969,6 +999,8 @@ Status Scheduler::dispatch(Clock::time_point now) {
     t.state = TrialState::kAssigned;
     t.peer = w->peer;
     t.stop_sent = false;
+    t.first_report_step = 0;
+    t.judged_from = 0;
     t.last_step = 0;
     t.last_metrics.clear();
     w->trial_id = id;

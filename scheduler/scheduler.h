@@ -249,6 +249,7 @@ class Scheduler {
     bool exhausted = false;
     bool active = true;
     bool closed = false;     // close_stage(): failed, asked for nothing more
+    bool unjudged_told = false;  // note_unjudged() said it once
     nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };
@@ -276,6 +277,10 @@ class Scheduler {
     int64_t last_step = 0;
     protocol::Metrics last_metrics;
     bool stop_sent = false;
+    // This attempt's first step report, and the first that carried the first objective's metric
+    // (0: none yet): a judge of reports judged the attempt only if that came before its last step.
+    int64_t first_report_step = 0;
+    int64_t judged_from = 0;
     std::size_t stage = 0;         // index into stages_
     std::optional<Verdict> pause;  // a pause was asked for this attempt
     std::string resume_from;       // the checkpoint the next attempt starts from
@@ -289,6 +294,7 @@ class Scheduler {
   Status on_report(Worker& w, const protocol::Report& m, Clock::time_point now);
   Status on_done(Worker& w, const protocol::Done& m, Clock::time_point now);
   Status record_trial_events(const Worker& w, const Trial& t, const protocol::Done& m, double tw);
+  Status note_unjudged(const Worker& w, Trial& t, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

@@ -115,6 +115,10 @@ class TrialSource {
   // Whether on_report() decisions depend on earlier reports (then a resumed master replays the
   // recorded reports of finished trials through replay_report()/on_attempt_end()).
   virtual bool replays_reports() const { return false; }
+  // What judges the objective in on_report(), for messages ("early stopping (asha)"); "" when
+  // nothing does (every report carries on). A trial that ends with step reports none of which
+  // carried the objective was never judged: the scheduler says so, once per stage.
+  virtual std::string report_judge() const { return ""; }
   // A recorded report, shown again after a restart; true when the source would have stopped there.
   virtual bool replay_report(int64_t seq, int64_t step, double value) {
     (void)seq, (void)step, (void)value;
@@ -147,6 +151,9 @@ class SearchSource final : public TrialSource {
   }
   void restore(const std::vector<search::Record>& history) override { searcher_.restore(history); }
   bool replays_reports() const override { return stopper_.name() != "none"; }
+  std::string report_judge() const override {
+    return stopper_.name() == "none" ? std::string() : "early stopping (" + stopper_.name() + ")";
+  }
   bool replay_report(int64_t seq, int64_t step, double value) override {
     note_step(seq, step);
     searcher_.tell_report(seq, step, value);

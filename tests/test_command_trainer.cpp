@@ -660,9 +660,44 @@ TEST_CASE("campaign: a script reporting every epoch is pruned by ASHA") {
   }
   CHECK(pruned >= 1);
   CHECK(done >= 1);
+  for (const auto& e : read_events(db)) CHECK(e.kind != "reports_unjudged");  // judged at every rung
   check_no_orphans(db);
   // A killed program may take a moment to be gone (it dies with its parent, asynchronously).
   CHECK(wait_until([&] { return processes_mentioning(kScripts + "/epochs.py").empty(); }, std::chrono::seconds(5)));
+}
+
+TEST_CASE("campaign: early stopping over an objective a program reports only at its end says so, once") {
+  // Before, nothing said it: ASHA never saw 'score' while a trial ran, pruned none, and the campaign
+  // spent its whole budget as if early stopping were off.
+  TempDir dir;
+  const std::string script = dir.write("final_only.py",
+                                       "import hpctune_report as hp\n"
+                                       "for epoch in range(1, 7):\n"
+                                       "    hp.report(epoch, loss=1.0 / epoch)\n"
+                                       "hp.report(6, score=0.5)\n");
+  std::string config = command_config("cmd-unjudged", kPython + " " + script, 6, "",
+                                      "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 6}\n");
+  config.replace(config.find("metric: val_accuracy"), std::string("metric: val_accuracy").size(), "metric: score");
+  std::string db;
+  const auto trials = run_campaign(dir, "unjudged", config, 6, std::chrono::seconds(60), db);
+  for (const auto& t : trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == store::TrialState::kDone);
+    CHECK(t.objective.value_or(0) == doctest::Approx(0.5));
+  }
+  int told = 0;
+  for (const auto& e : read_events(db)) {
+    if (e.kind != "reports_unjudged") continue;
+    ++told;
+    CHECK(e.detail.at("metric") == "score");
+    CHECK(e.detail.at("judge") == "early stopping (asha)");
+    CHECK(e.detail.at("reported") == json::array({"loss", "score"}));  // the last step's, merged
+  }
+  CHECK(told == 1);
+  const std::string log = read_file(dir.file("unjudged.log"));
+  CHECK(log.find("warning: trial ") != std::string::npos);
+  CHECK(log.find("reported 'score' in no step before its last (step 6: loss, score), so early stopping (asha) never "
+                 "judged it while it ran") != std::string::npos);
 }
 
 TEST_CASE("campaign: exit 3 fails the trial with the stderr tail; a hang fails past its timeout") {

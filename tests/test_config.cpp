@@ -1459,7 +1459,7 @@ TEST_CASE("an objective metric the trainer never reports is refused at its place
   const std::string search = "search: {max_trials: 2}\nspace: {lr: {type: float, low: 0.01, high: 0.1}}\n";
   CHECK(parse_error("name: t\nobjective: {metric: val_acuracy, mode: max}\n" + search + "trainer: {kind: mlp}\n") ==
         "test.yaml:2:13: objective.metric: 'val_acuracy' is not a metric that trainer kind 'mlp' reports; did you mean "
-        "'val_accuracy'? (it reports val_loss, val_accuracy, train_loss, test_loss, test_accuracy, train_seconds, "
+        "'val_accuracy'? (it reports val_loss, val_accuracy, train_loss, train_accuracy, test_loss, test_accuracy, train_seconds, "
         "images_per_second, resumed_epoch, sync_*; every trial would fail)");
   CHECK(parse_error("name: t\nobjectives:\n  - {metric: val_accuracy, mode: max}\n  - {metric: seconds, mode: min}\n" +
                     search + "trainer: {kind: cnn}\n")
@@ -1480,6 +1480,38 @@ TEST_CASE("an objective metric the trainer never reports is refused at its place
                     "float, low: 0.01, high: 0.1}}, trainer: {kind: mlp}}\n"))
             .find("test.yaml:2:13: objective.metric: 'value' is not a metric that trainer kind 'mlp' of stage 'tune' "
                   "reports") == 0);
+}
+
+TEST_CASE("early stopping or pbt over an objective reported only at a trial's end is refused at objective.metric") {
+  // Before, validate took it: the judge never saw the metric in a step's report, so asha pruned no
+  // trial (20 of 20 ran every epoch) and pbt made no decision (4 members, 0 exploits), silently.
+  const std::string search = "search: {max_trials: 2}\nspace: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  const std::string asha = "early_stopping: {kind: asha, max_t: 3}\n";
+  CHECK(parse_error("name: t\nobjective: {metric: test_accuracy, mode: max}\n" + search + asha +
+                    "trainer: {kind: mlp, epochs: 3}\n") ==
+        "test.yaml:2:13: objective.metric: trainer kind 'mlp' reports 'test_accuracy' only when a trial ends, but the "
+        "objective is judged in the report of every step by early stopping (asha), which would then judge no trial "
+        "(every step it reports val_loss, val_accuracy, train_loss, train_accuracy, epoch_seconds)");
+  CHECK(parse_error("name: t\nobjective: {metric: train_seconds, mode: min}\n" + search +
+                    "early_stopping: median\ntrainer: {kind: cnn}\n")
+            .find("test.yaml:2:13: objective.metric: trainer kind 'cnn' reports 'train_seconds' only when a trial "
+                  "ends, but the objective is judged in the report of every step by early stopping (median)") == 0);
+  const std::string fn = "search: {max_trials: 2}\nspace: {x1: {type: float, low: -5, high: 10}, x2: 1}\n"
+                         "trainer: {kind: function, name: branin}\n";
+  CHECK(parse_error("name: t\nobjective: {metric: regret, mode: min}\n" + fn + asha)
+            .find("by early stopping (asha)") != std::string::npos);
+  // A pbt stage judges its members' reports itself, early_stopping or not.
+  CHECK(parse_error("name: wf\nobjective: {metric: test_accuracy, mode: max}\ntrainer: {kind: mlp, epochs: 2}\nstages:\n"
+                    "  - {name: pop, kind: pbt, population: 2, space: {lr: {type: float, low: 0.01, high: 0.3}}}\n")
+            .find("objective.metric: trainer kind 'mlp' of stage 'pop' reports 'test_accuracy' only when a trial ends, "
+                  "but the objective is judged in the report of every step by pbt's exploit and explore") != std::string::npos);
+  // What it reports every step; a final metric without a judge; a program's metrics (not known).
+  parse_ok("name: t\nobjective: {metric: val_loss, mode: min}\n" + search + asha + "trainer: {kind: mlp, epochs: 3}\n");
+  parse_ok("name: t\nobjective: {metric: train_accuracy, mode: max}\n" + search + asha + "trainer: {kind: mlp, epochs: 3}\n");
+  parse_ok("name: t\nobjective: {metric: test_accuracy, mode: max}\n" + search + "trainer: {kind: mlp}\n");
+  parse_ok("name: t\nobjective: {metric: value, mode: min}\n" + fn + asha);
+  parse_ok("name: t\nobjective: {metric: score, mode: max}\n" + search + asha +
+           "trainer: {kind: command, command: 'true'}\n");
 }
 
 TEST_CASE("a transfer's checkpoint that does not exist is refused at stages[i].checkpoint") {

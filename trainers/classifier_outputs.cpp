@@ -58,6 +58,7 @@ Result<TrialResult> finish_outputs(ClassifierRun& run, EpochRunner& runner) {
   result.metrics = {{"val_loss", run.last["val_loss"]},
                     {"val_accuracy", run.last["val_accuracy"]},
                     {"train_loss", run.last["train_loss"]},
+                    {"train_accuracy", run.last["train_accuracy"]},
                     {"test_loss", test.mean_loss()},
                     {"test_accuracy", test.accuracy()},
                     {"train_seconds", run.train_seconds},

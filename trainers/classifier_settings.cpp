@@ -300,10 +300,12 @@ TrainerCapabilities classifier_capabilities() {
                        {"data", "device", "precision", "epochs", "head_epochs", "max_train_samples", "sync",
                         "gradient_compression", "min_replica_fraction"}};
   can.layout_rules = {&classifier_layout_problem, {"sync", "gradient_compression", "min_replica_fraction"}};
-  // classifier_outputs.cpp (finish), classifier_run.cpp and the epoch runners (add_metrics: sync_*).
-  can.metrics = {{"val_loss", "val_accuracy", "train_loss", "test_loss", "test_accuracy", "train_seconds",
-                  "images_per_second"},
-                 {"resumed_epoch", "sync_"}};
+  // classifier_outputs.cpp (finish), classifier_run.cpp and the epoch runners (add_metrics: sync_*);
+  // every epoch: classifier_training.cpp.
+  can.metrics = {{"val_loss", "val_accuracy", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+                  "train_seconds", "images_per_second"},
+                 {"resumed_epoch", "sync_"},
+                 {"val_loss", "val_accuracy", "train_loss", "train_accuracy", "epoch_seconds"}};
   can.data_rules = {[](const nlohmann::json& s, const std::vector<std::string>& open) {
                       return classifier_data_problem(s, open, nullptr);
                     },

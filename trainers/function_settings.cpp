@@ -52,6 +52,7 @@ TrainerCapabilities function_capabilities() {
   can.model_stages.what = "the layers of the network it imitates (trainer.layers)";
   can.model_stages.reads = {"layers"};
   can.metrics.always = {"value", "regret"};  // function_trainer.cpp
+  can.metrics.every_step = {"value"};
   return can;
 }
 

@@ -182,9 +182,12 @@ struct TrainerCapabilities {
   // or the prefixes of the names, that it reports under some settings (the classifier kinds' sync_*
   // with data-parallel replicas). `hpctune validate` refuses an objective metric that is neither.
   // Both empty: the kind's metrics are not known before it runs (a command's program's own).
+  // `every_step`: the metrics of every step's report while a trial runs, the ones early stopping and
+  // pbt judge (`hpctune validate` refuses an objective they would never see); empty: not known.
   struct ReportedMetrics {
     std::vector<std::string> always;
     std::vector<std::string> sometimes;
+    std::vector<std::string> every_step;
   };
   ReportedMetrics metrics;
   // What one setting's value must be beyond its declaration's type (the cnn's layer lists: each entry

@@ -101,6 +101,8 @@ scheduler::Verdict PbtSource::verdict_of(const Decision& d, int64_t lineage_pare
   return v;
 }
 
+std::string PbtSource::report_judge() const { return kPbtReportJudge; }
+
 scheduler::Verdict PbtSource::on_report(const scheduler::TrialView& trial, int64_t step, double value) {
   Member& m = member(trial.seq);
   m.trial_id = trial.trial_id;

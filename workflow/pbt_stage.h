@@ -85,6 +85,7 @@ class PbtSource final : public scheduler::TrialSource {
   // Paused members wait here: the least advanced runs first, and none starts an interval while it
   // is settings.max_lead intervals ahead of the slowest (new members, at step 0, come first).
   bool holds_paused() const override { return true; }
+  std::string report_judge() const override;
   std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override;
   Status on_paused(const scheduler::TrialView& trial, int64_t step) override;
   void tell(const search::Observation& observation) override;

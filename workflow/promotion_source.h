@@ -62,6 +62,7 @@ class PromotionSource final : public scheduler::TrialSource {
   void tell(const search::Observation& observation) override;
   void restore(const std::vector<search::Record>& history) override;
   bool replays_reports() const override { return true; }
+  std::string report_judge() const override { return "early stopping (" + stopper_.name() + ", mode pause)"; }
   bool replay_report(int64_t seq, int64_t step, double value) override;
   nlohmann::json state() const override;
 

@@ -50,6 +50,7 @@ class StopWhenSource final : public scheduler::TrialSource {
   void tell(const search::Observation& observation) override { inner_->tell(observation); }
   void restore(const std::vector<search::Record>& history) override { inner_->restore(history); }
   bool replays_reports() const override { return inner_->replays_reports(); }
+  std::string report_judge() const override { return inner_->report_judge(); }
   bool replay_report(int64_t seq, int64_t step, double value) override { return inner_->replay_report(seq, step, value); }
   nlohmann::json state() const override { return inner_->state(); }
   void set_reached() { reached_ = true; }

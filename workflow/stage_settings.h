@@ -91,7 +91,15 @@ struct StageKind {
   // every trial the stage runs, over what the trial starts from (transfer's fine-tuning lr, epochs;
   // config::StageConfig::trainer_params).
   bool trainer_program_keys = false;
+  // What of the kind judges the objective in its trials' report of every step, for messages
+  // ("pbt's exploit and explore"): `hpctune validate` then requires an objective the trainer reports
+  // every step, and the master says so when a trial ended without one. nullptr: nothing (beyond
+  // the stage's early_stopping).
+  const char* judges_reports = nullptr;
 };
+
+// What of a pbt stage judges its members' reports (StageKind::judges_reports, PbtSource).
+inline constexpr const char* kPbtReportJudge = "pbt's exploit and explore";
 
 inline std::vector<SettingDecl> ensemble_stage_settings() {
   using T = SettingType;
@@ -197,7 +205,8 @@ inline const std::vector<StageKind>& stage_kinds() {
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
        .own_trainer_provides = "checkpoints", .trials_resume_each_other = true, .steps_setting = "steps",
-       .schedule_setting = "schedule", .factor_pair_setting = "perturb"},
+       .schedule_setting = "schedule", .factor_pair_setting = "perturb",
+       .judges_reports = kPbtReportJudge},
   };
   return kinds;
 }
