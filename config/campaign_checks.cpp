@@ -451,12 +451,35 @@ class Builder {
     }
     c.early_stopping_settings = settings;
     c.full_step = trainer_last_step().value_or(0);
+    HPCTUNE_TRY(check_judges_early(c));
     if (settings.value("mode", std::string()) == "pause") HPCTUNE_TRY(check_pause(settings));
     if (c.early_stopping != "none" && c.objectives.size() > 1)
       return w_.fail(w_.mark_of("early_stopping.kind"), "early_stopping.kind",
                      c.early_stopping + " judges one objective, but " + std::to_string(c.objectives.size()) +
                          " are given");
     return Status::Ok();
+  }
+
+  // Early stopping that would judge no step before the trainer's last (its first rung or grace_period
+  // at or past it) stops no trial: refused at grace_period, or at max_t where that cut the rungs.
+  Status check_judges_early(const CampaignConfig& c) {
+    const auto last = trainer_last_step();
+    if (c.early_stopping == "none" || !last) return Status::Ok();
+    auto stopper = search::make_stopper({c.early_stopping, c.early_stopping_settings, true, 0});
+    if (!stopper.ok() || (*stopper)->judges_before(*last)) return Status::Ok();
+    const json& s = c.early_stopping_settings;
+    const int64_t grace = s.value("grace_period", int64_t{0});
+    const std::string key = trainers::trainer_capabilities(root_["trainer"]["kind"].get<std::string>())->step_setting;
+    const std::string steps = "the trainer's last step (" + key + ": " + std::to_string(*last) + ")";
+    const bool cut = grace < *last && s.contains("max_t");
+    const std::string at = cut ? "early_stopping.max_t" : "early_stopping.grace_period";
+    const std::string what =
+        cut ? "max_t " + std::to_string(s["max_t"].get<int64_t>()) + " leaves no rung below " + steps
+            : "grace_period " + std::to_string(grace) + ", the first step judged, is not below " + steps;
+    const std::string fix = cut ? "give a max_t above " + std::to_string(grace) : "give a grace_period below " +
+                                                                                     std::to_string(*last);
+    return w_.fail(w_.mark_of(w_.given(at) ? at : "early_stopping"), at,
+                   what + ": " + c.early_stopping + " would stop no trial early (" + fix + ")");
   }
 
   // early_stopping.mode pause: each attempt trains to the trial's next rung through the trainer's

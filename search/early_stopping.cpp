@@ -224,6 +224,7 @@ class MedianStopper final : public EarlyStopper {
   MedianStopper(const nlohmann::json& s, bool maximize)
       : maximize_(maximize), grace_(s["grace_period"].get<int64_t>()), min_samples_(s["min_samples"].get<int64_t>()) {}
   std::string name() const override { return "median"; }
+  bool judges_before(int64_t last) const override { return grace_ < last; }
 
   Decision on_report(int64_t seq, int64_t step, double value) override {
     Curve& c = curves_[seq];

@@ -68,6 +68,12 @@ class EarlyStopper {
   }
   // Every trial's rungs together (hyperband: every bracket's), ascending.
   virtual std::vector<int64_t> all_milestones() const { return {}; }
+  // Whether it may stop a trial at some step before `last` (a full training's last step): a rung
+  // below it (asha, hyperband); median overrides. false: it would stop no trial early.
+  virtual bool judges_before(int64_t last) const {
+    const auto rungs = all_milestones();
+    return !rungs.empty() && rungs.front() < last;
+  }
   // Where a trial stands: the last rung it reached, its value there, and whether it is now in the
   // top max(1, floor(n / eta)) of the n trials that reached that rung (ASHA's promotion rule: more
   // arrivals at a rung promote more of it). nullopt before its first rung.

@@ -581,7 +581,8 @@ TEST_CASE("load_config: a file larger than kMaxConfigBytes is refused before it 
 }
 
 TEST_CASE("bare names: a scalar where a section with a kind is expected is {kind: name}") {
-  auto c = parse_ok("name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\ntrainer: sleep\nearly_stopping: asha\n");
+  auto c = parse_ok("name: d\nobjective: {metric: v}\nsearch: {max_trials: 4}\nspace: {steps: 4}\ntrainer: sleep\n"
+                    "early_stopping: asha\n");
   CHECK(c.early_stopping == "asha");
   CHECK(c.trainer["kind"] == "sleep");
   CHECK(c.normalized["early_stopping"]["kind"] == "asha");
@@ -1497,7 +1498,7 @@ TEST_CASE("early stopping or pbt over an objective reported only at a trial's en
             .find("test.yaml:2:13: objective.metric: trainer kind 'cnn' reports 'train_seconds' only when a trial "
                   "ends, but the objective is judged in the report of every step by early stopping (median)") == 0);
   const std::string fn = "search: {max_trials: 2}\nspace: {x1: {type: float, low: -5, high: 10}, x2: 1}\n"
-                         "trainer: {kind: function, name: branin}\n";
+                         "trainer: {kind: function, name: branin, steps: 5}\n";
   CHECK(parse_error("name: t\nobjective: {metric: regret, mode: min}\n" + fn + asha)
             .find("by early stopping (asha)") != std::string::npos);
   // A pbt stage judges its members' reports itself, early_stopping or not.
@@ -1512,6 +1513,31 @@ TEST_CASE("early stopping or pbt over an objective reported only at a trial's en
   parse_ok("name: t\nobjective: {metric: value, mode: min}\n" + fn + asha);
   parse_ok("name: t\nobjective: {metric: score, mode: max}\n" + search + asha +
            "trainer: {kind: command, command: 'true'}\n");
+}
+
+TEST_CASE("early stopping whose first judged step is not below the trainer's last is refused") {
+  // Before, validate took it and the stopper judged no trial: 9 epochs under grace_period 12 ran every
+  // trial to its end, as if early_stopping were off.
+  const std::string head = "name: t\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                           "space: {lr: {type: float, low: 0.01, high: 0.1}}\ntrainer: {kind: mlp, epochs: 9}\n";
+  CHECK(parse_error(head + "early_stopping: {kind: asha, grace_period: 12, max_t: 27}\n") ==
+        "test.yaml:6:30: early_stopping.grace_period: grace_period 12, the first step judged, is not below the trainer's "
+        "last step (epochs: 9): asha would stop no trial early (give a grace_period below 9)");
+  CHECK(parse_error(head + "early_stopping: {kind: median, grace_period: 9}\n")
+            .find("early_stopping.grace_period: grace_period 9, the first step judged") != std::string::npos);
+  CHECK(parse_error(head + "early_stopping: {kind: hyperband, grace_period: 9}\n")
+            .find("hyperband would stop no trial early") != std::string::npos);
+  CHECK(parse_error(head + "early_stopping: {kind: asha, grace_period: 4, max_t: 3}\n")
+            .find("early_stopping.max_t: max_t 3 leaves no rung below the trainer's last step (epochs: 9): asha would "
+                  "stop no trial early (give a max_t above 4)") != std::string::npos);
+  // The largest value of a searched step setting is the last step.
+  CHECK(parse_error("name: t\nobjective: {metric: val_accuracy, mode: max}\nsearch: {max_trials: 2}\n"
+                    "space: {epochs: {type: choice, values: [2, 4]}}\ntrainer: {kind: mlp}\n"
+                    "early_stopping: {kind: median, grace_period: 4}\n")
+            .find("(epochs: 4)") != std::string::npos);
+  parse_ok(head + "early_stopping: {kind: median, grace_period: 8}\n");
+  parse_ok(head + "early_stopping: {kind: asha, grace_period: 3}\n");
+  parse_ok(head + "early_stopping: {kind: asha, grace_period: 3, max_t: 4}\n");
 }
 
 TEST_CASE("a transfer's checkpoint that does not exist is refused at stages[i].checkpoint") {
