@@ -257,6 +257,32 @@ Status finish_step_settings(StageConfig& st, const workflow::StageKind& decl, co
   return Status::Ok();
 }
 
+// A kind that decides every interval_setting steps (pbt's ready) with that at or past its total and
+// no schedule to replay decides nothing: every member trains to its end in one attempt. Checked
+// after the rest, whose complaints say more.
+Status check_stage_intervals(const std::vector<StageConfig>& stages, const WorkflowPlaces& places) {
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageConfig& st = stages[i];
+    const workflow::StageKind& decl = *workflow::find_stage_kind(st.kind);
+    if (decl.interval_setting == nullptr || decl.steps_setting == nullptr) continue;
+    const bool replayed = decl.schedule_setting != nullptr && !st.settings.value(decl.schedule_setting, json()).is_null();
+    const json& steps = st.settings.value(decl.steps_setting, json());
+    if (replayed || !steps.is_number_integer()) continue;
+    const std::string prefix = "stages[" + std::to_string(i) + "].", interval = decl.interval_setting,
+                      total = decl.steps_setting;
+    const int64_t every = st.settings.value(interval, int64_t{0}), end = steps.get<int64_t>();
+    if (every < end) continue;
+    const std::string at =
+        prefix + (places.walker.given(prefix + interval) || !places.walker.given(prefix + total) ? interval : total);
+    return place_error(places.source, places.walker.mark_of(at), at,
+                       interval + " " + std::to_string(every) + " is not below " + total + " (" + std::to_string(end) +
+                           "): every member would train to its end without a decision (" +
+                           (decl.judges_reports != nullptr ? decl.judges_reports : "none") +
+                           " would never run); give a " + interval + " below " + std::to_string(end));
+  }
+  return Status::Ok();
+}
+
 // The settings a kind declares by what they hold (workflow::StageKind): two positive factors
 // (factor_pair_setting), lists of class labels checked as trainer.classes is, paths taken relative
 // to the config file's directory, which must be there where the stage runs (judges_local_files: `view`).
@@ -977,6 +1003,7 @@ Result<CampaignConfig> parse_workflow(const YNode& tree, const std::string& yaml
   if (deferred) return *deferred;
   HPCTUNE_TRY(check_stage_setting_rules(stages, index, list, stages_entry->key_mark, places));
   HPCTUNE_TRY(check_start_networks(stages, index, list, stages_entry->key_mark, places));
+  HPCTUNE_TRY(check_stage_intervals(stages, places));
   if (!main)
     return fail(stages_entry->key_mark, "stages", "a workflow needs a stage that searches: " + searching_kinds());
   return workflow_campaign(std::move(stages), *main, yaml_text);

@@ -1035,7 +1035,7 @@ TEST_CASE("stages: each stage's own view of the campaign, its kind's keys with d
       "  - {name: blend, kind: ensemble, from: tune, max_size: 30}\n"
       "  - {name: move, kind: transfer, from: [tune], classes: [5, 6, 7, 8, 9], max_train_samples: 500, freeze: 1,"
       " baseline: true, trainer: {epochs: 5}}\n"
-      "  - {name: pop, kind: pbt, population: 4, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
+      "  - {name: pop, kind: pbt, population: 4, ready: 1, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
   REQUIRE(c.stages.size() == 4);
   CHECK(c.main_stage == 0);
   // The campaign's fields are the first searching stage's.
@@ -1154,7 +1154,7 @@ TEST_CASE("idle_group_warnings: a generation-based search that keeps few groups 
   const auto w = parse_ok(workflow(
       "  - {name: tune, kind: search, search: {algorithm: genetic, max_trials: 64, settings: {population: 8}},"
       " space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}}\n"
-      "  - {name: pop, kind: pbt, population: 4, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
+      "  - {name: pop, kind: pbt, population: 4, ready: 1, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
   CHECK(warnings(w, 16) ==
         lines({"test.yaml:5:88: stages[0].search.settings.population: population 8 keeps 8 of 16 "
                                  "groups busy (50%); population: 16 would fill them",
@@ -1540,6 +1540,20 @@ TEST_CASE("early stopping whose first judged step is not below the trainer's las
   parse_ok(head + "early_stopping: {kind: asha, grace_period: 3, max_t: 4}\n");
 }
 
+TEST_CASE("pbt: a ready that leaves no interval boundary before the last step is refused") {
+  // Before, validate took it: every member trained to its end in one attempt and the stage recorded
+  // 0 exploits, as a plain parallel training would.
+  const std::string space = "space: {lr: {type: float, low: 0.01, high: 0.3}}";
+  CHECK(parse_error(workflow("  - {name: pop, kind: pbt, population: 4, steps: 6, ready: 6, " + space + "}\n")) ==
+        "test.yaml:5:53: stages[0].ready: ready 6 is not below steps (6): every member would train to its end without "
+        "a decision (pbt's exploit and explore would never run); give a ready below 6");
+  // The total from the trainer's epochs (2) under the default ready (2).
+  CHECK(parse_error(workflow("  - {name: pop, kind: pbt, population: 4, " + space + "}\n"))
+            .find("stages[0].ready: ready 2 is not below steps (2)") != std::string::npos);
+  parse_ok(workflow("  - {name: pop, kind: pbt, population: 4, steps: 6, ready: 5, " + space + "}\n"));
+  parse_ok(workflow("  - {name: pop, kind: pbt, population: 4, ready: 1, " + space + "}\n"));
+}
+
 TEST_CASE("a transfer's checkpoint that does not exist is refused at stages[i].checkpoint") {
   // Before, validate took it, the stages before the transfer ran, and the transfer failed when it
   // started: "no source: the checkpoint file '...' does not exist or is not a regular file".
@@ -1555,13 +1569,13 @@ TEST_CASE("a transfer's checkpoint that does not exist is refused at stages[i].c
 
 TEST_CASE("pbt: a space over what does not shape the network passes; dropout only where it may be 0") {
   // A dropout above 0 is a layer of its own whatever its rate: exploring 0.1..0.5 resumes fine.
-  const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, "
+  const auto c = parse_ok(workflow("  - {name: pop, kind: pbt, ready: 1, space: {lr: {type: float, low: 0.01, high: 0.3}, "
                                    "dropout: {type: float, low: 0.1, high: 0.5}, momentum: {type: float, low: 0.5, "
                                    "high: 0.95}}}\n"));
   REQUIRE(c.stages.size() == 1);
   CHECK(c.stages[0].own->space.find("dropout") != nullptr);
   // Fixed in the space: one value for every member.
-  parse_ok(workflow("  - {name: pop, kind: pbt, space: {lr: {type: float, low: 0.01, high: 0.3}, hidden: [32]}}\n"));
+  parse_ok(workflow("  - {name: pop, kind: pbt, ready: 1, space: {lr: {type: float, low: 0.01, high: 0.3}, hidden: [32]}}\n"));
   // A search stage varies the network freely (no trial resumes another's).
   parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 3}, space: {hidden: {type: choice, "
                     "values: [8, 32]}, dropout: {type: float, low: 0, high: 0.5}}}\n"));

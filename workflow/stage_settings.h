@@ -74,6 +74,9 @@ struct StageKind {
   // `schedule_setting`: a replayed schedule (config/pbt_schedule.h), whose end is the total.
   // `factor_pair_setting`: two positive finite factors.
   const char* steps_setting = nullptr;
+  // `interval_setting`: the steps between its decisions (pbt's ready), which must be below the total
+  // unless a schedule replays them, or the stage decides nothing.
+  const char* interval_setting = nullptr;
   const char* schedule_setting = nullptr;
   const char* factor_pair_setting = nullptr;
   // Settings holding a path, taken relative to the config file's directory, of what the stage reads
@@ -205,7 +208,7 @@ inline const std::vector<StageKind>& stage_kinds() {
       {.kind = "pbt", .help = "population-based training", .settings = pbt_stage_settings(),
        .read_elsewhere = {"schedule"}, .search = StageSearch::kSpace, .trials_setting = "population",
        .own_trainer_provides = "checkpoints", .trials_resume_each_other = true, .steps_setting = "steps",
-       .schedule_setting = "schedule", .factor_pair_setting = "perturb",
+       .interval_setting = "ready", .schedule_setting = "schedule", .factor_pair_setting = "perturb",
        .judges_reports = kPbtReportJudge},
   };
   return kinds;
