@@ -6,13 +6,17 @@
 // trial` and the dashboard) and by `hpctune export -o`. Header-only: report/ and cli/ share it.
 #pragma once
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -240,6 +244,46 @@ inline Result<std::string> private_socket_base(std::size_t room, const std::stri
   }
   return err(Errc::kIo, "no directory where " + what + " would be private to this user (" + refused +
                             "); set TMPDIR to a directory of your own (mode 0700)");
+}
+
+// The private socket directories (made by mkdtemp from base + "/" + prefix + "XXXXXX") that a process
+// of this user left in `base` when it was killed (SIGKILL runs no destructor): the master's, a
+// persistent program's control socket's. One is removed when this user owns it, it is 0700, older
+// than a minute, and its socket `socket` ("/master") refuses connections (nothing listens there any
+// more); a live one, bound and listening within microseconds of its directory's creation, accepts.
+// At most 100,000 entries of `base` are looked at. Best effort, silent.
+inline void remove_stale_socket_dirs(const std::string& base, std::string_view prefix, std::string_view socket) {
+  constexpr std::size_t kMaxScanned = 100000;
+  constexpr time_t kStaleAfterS = 60;
+  DIR* d = ::opendir(base.c_str());
+  if (!d) return;
+  const time_t now = std::time(nullptr);
+  std::size_t scanned = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (++scanned > kMaxScanned) break;
+    const std::string name = e->d_name;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string dir = (base == "/" ? "" : base) + "/" + name;
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & 07777) != 0700 || now - st.st_mtime < kStaleAfterS) {
+      continue;
+    }
+    const std::string sock = dir + std::string(socket);
+    struct stat ss {};
+    if (::lstat(sock.c_str(), &ss) != 0 || !S_ISSOCK(ss.st_mode) || sock.size() >= sizeof(sockaddr_un::sun_path)) continue;
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == ECONNREFUSED;
+    ::close(fd);
+    if (!refused) continue;
+    ::unlink(sock.c_str());
+    ::rmdir(dir.c_str());  // fails, harmlessly, when anything else is in it
+  }
+  ::closedir(d);
 }
 
 // A path resolved for writing: the directory that holds its last component (open) and that name,

@@ -205,7 +205,7 @@ class PrivateIpcDir {
   Result<std::string> make() {
     HPCTUNE_ASSIGN(std::string base,
                    private_socket_base(std::strlen(kName) + std::strlen(kSocket), "the master's socket"));
-    remove_stale(base.empty() ? "/" : base);
+    remove_stale_socket_dirs(base.empty() ? "/" : base, "hpctune-", kSocket);
     std::string templ = base + kName;
     if (::mkdtemp(templ.data()) == nullptr) {
       return err(Errc::kIo, "cannot make a private directory for the master's socket (" + templ + "): " +
@@ -223,45 +223,6 @@ class PrivateIpcDir {
  private:
   static constexpr const char* kName = "/hpctune-XXXXXX";
   static constexpr const char* kSocket = "/master";
-  static constexpr std::size_t kMaxScanned = 100000;  // entries of `base` looked at, at most
-  static constexpr time_t kStaleAfterS = 60;
-
-  // Directories a master of this user left in `base` when it was killed (SIGKILL runs no
-  // destructor): removed when this user owns one, it is 0700, older than a minute, and its socket
-  // refuses connections (no process listens there any more). A live master's socket, bound and
-  // listening within microseconds of the directory's creation, accepts. Best effort, silent.
-  static void remove_stale(const std::string& base) {
-    DIR* d = ::opendir(base.c_str());
-    if (!d) return;
-    const std::string prefix = "hpctune-";  // kName's
-    const time_t now = std::time(nullptr);
-    std::size_t scanned = 0;
-    while (dirent* e = ::readdir(d)) {
-      if (++scanned > kMaxScanned) break;
-      const std::string name = e->d_name;
-      if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
-      const std::string dir = (base == "/" ? "" : base) + "/" + name;
-      struct stat st {};
-      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-          (st.st_mode & 07777) != 0700 || now - st.st_mtime < kStaleAfterS) {
-        continue;
-      }
-      const std::string sock = dir + kSocket;
-      struct stat ss {};
-      if (::lstat(sock.c_str(), &ss) != 0 || !S_ISSOCK(ss.st_mode) || sock.size() >= sizeof(sockaddr_un::sun_path)) continue;
-      sockaddr_un a{};
-      a.sun_family = AF_UNIX;
-      std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
-      const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) continue;
-      const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == ECONNREFUSED;
-      ::close(fd);
-      if (!refused) continue;
-      ::unlink(sock.c_str());
-      ::rmdir(dir.c_str());  // fails, harmlessly, when anything else is in it
-    }
-    ::closedir(d);
-  }
 
   std::string socket_path() const { return dir_ + kSocket; }
   std::string dir_;

@@ -8,11 +8,15 @@
 
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -325,6 +329,55 @@ for trial in hp.trials():
     CHECK(pids.size() == 3);
     CHECK(std::set<long>(pids.begin(), pids.end()).size() == 1);
   }
+}
+
+namespace {
+
+// A directory like a persistent program's control one in `base`, its socket bound (listening when
+// `live`), a minute and a half old; the socket's descriptor (the caller closes it).
+int fake_control_dir(const std::string& base, bool live, std::string& dir) {
+  std::string templ = base + "/hpctune-control-XXXXXX";
+  REQUIRE(::mkdtemp(templ.data()) != nullptr);
+  dir = templ;
+  const std::string sock = dir + "/control";
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  if (live) REQUIRE(::listen(fd, 4) == 0);
+  timeval old[2] = {{::time(nullptr) - 90, 0}, {::time(nullptr) - 90, 0}};
+  REQUIRE(::utimes(dir.c_str(), old) == 0);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("persistent: a killed worker's control directory is removed by the next program's; a live one's is kept") {
+  // Before, every worker SIGKILLed while it served a persistent program (pre-emption, a job's end)
+  // left its 0700 directory and socket in $TMPDIR for good.
+  TempDir dir, tmp;
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir != nullptr ? old_tmpdir : "";
+  ::setenv("TMPDIR", tmp.path.c_str(), 1);
+  std::string stale, live;
+  ::close(fake_control_dir(tmp.path, false, stale));  // SIGKILL: the socket file stays, nobody listens
+  const int live_fd = fake_control_dir(tmp.path, true, live);
+  write(dir.file("once.py"), "import hpctune_report as hp\nhp.report(1, value=1.0)\n");
+  auto programs = std::make_shared<CommandPrograms>();
+  json trainer = {{"command", "/usr/bin/python3 " + dir.file("once.py")},
+                  {"persistent", true},
+                  {"env", {{"PYTHONPATH", kPythonPath}}}};
+  Recorded rec;
+  auto ctx = context(trainer, 1, 1, json::object(), dir.file("t1"), rec);
+  auto r = CommandTrainer(programs).run(ctx);
+  if (old_tmpdir != nullptr) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live + "/control"));
+  ::close(live_fd);
 }
 
 TEST_CASE("persistent: a program without the loop still works, a fresh process per trial") {

@@ -566,6 +566,7 @@ class ControlChannel {
     sockaddr_un addr{};
     // As the master's socket (common/safe_open.h): where nobody else could swap the directory for theirs.
     HPCTUNE_ASSIGN(const std::string base, private_socket_base(32, "a persistent program's control socket"));
+    remove_stale_socket_dirs(base.empty() ? "/" : base, "hpctune-control-", "/control");  // a killed worker's
     std::string tmpl = base + "/hpctune-control-XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr)  // mode 0700
       return err(Errc::kIo, std::string("command trainer: cannot create a control directory: ") + strerror(errno));
