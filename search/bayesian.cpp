@@ -37,7 +37,8 @@ std::vector<SettingDecl> bayesian_settings() {
       {"init", SettingType::kString, "sobol", -kInf, kInf, {"uniform", "sobol", "lhs"}, "initial design"},
       {"start_at_centre", SettingType::kBool, true, -kInf, kInf, {},
        "the design's first point is the middle of every numeric and ordered parameter's range"},
-      {"acquisition", SettingType::kString, "ei", -kInf, kInf, {"ei", "ucb"}, "acquisition function"},
+      {"acquisition", SettingType::kString, "ei", -kInf, kInf, {"ei", "ucb", "mes"},
+       "acquisition function: expected improvement, a lower confidence bound, or max-value entropy search"},
       {"ucb_kappa", SettingType::kFloat, 2.0, 0, 100, {}, "ucb: minimize mean - kappa * stddev"},
       {"pending", SettingType::kString, "kriging_believer", -kInf, kInf, {"kriging_believer", "constant_liar"},
        "how running trials enter the model"},
@@ -71,6 +72,7 @@ struct BoConfig {
   int64_t n_initial;
   DesignKind init;
   bool ucb;
+  bool mes;
   double kappa;
   bool kriging_believer;
   std::string liar;
@@ -154,6 +156,7 @@ class Bayesian final : public SearcherBase {
         out.push_back(issue(design_.point(seq), {{"source", "initial"}, {"model_error", model_error_}}));
         continue;
       }
+      if (cfg_.mes) fit_mes(seq);  // before the polish, which ranks by the acquisition too
       Polish polish = polish_step(seq, rng);
       Region region = escape_region(seq, polish.confirmed);  // an escape's turn before the polish
       if (region.active) polish.next.reset();
@@ -581,7 +584,59 @@ class Bayesian final : public SearcherBase {
       out[static_cast<std::size_t>(i)] =
           region.excludes(u, enc_) ? -kInf
           : cfg_.ucb              ? -(mean(i) - cfg_.kappa * sd)
+          : cfg_.mes && !region.active ? mes_value(mean(i), sd)
                                   : log_expected_improvement(mean(i), sd, region.active ? region.y_ref : y_best_);
+    }
+  }
+
+  // Max-value entropy search (acquisition mes; Wang & Jegelka 2017) for a minimum: the information a
+  // point's value gives about the minimum's value y*, the mean over draws of y* of
+  // g phi(g) / (2 Phi(g)) - log Phi(g), g = (mu - y*) / sd (the formula for a maximum, of -f).
+  double mes_value(double mu, double sd) const {
+    sd = std::max(sd, 1e-12);
+    double acc = 0;
+    for (double ystar : mes_min_) {
+      const double g = (mu - ystar) / sd;
+      const double cdf = std::max(normal_cdf(g), 1e-300);
+      acc += g * normal_pdf(g) / (2.0 * cdf) - std::log(cdf);
+    }
+    return acc / static_cast<double>(mes_min_.size());
+  }
+
+  // MES's draws of y*, from its Gumbel approximation of P(min > y) = prod_i Phi((mu_i - y) / sd_i)
+  // over 1,000 random points (fitted at the quartiles), each below the best observed target.
+  void fit_mes(int64_t seq) {
+    constexpr int kDraws = 10, kCandidates = 1000;
+    Rng rng = rng_for(seq, 0x3E5);
+    std::vector<std::vector<double>> cands(kCandidates, std::vector<double>(enc_.dims()));
+    for (auto& u : cands) {
+      for (auto& x : u) x = rng.uniform();
+      enc_.repair(u, rng);
+    }
+    Eigen::VectorXd mean, var;
+    model_predict(features_of(cands), mean, var);
+    auto p_above = [&](double y) {
+      double lp = 0;
+      for (Eigen::Index i = 0; i < mean.size(); ++i)
+        lp += std::log(std::max(normal_cdf((mean(i) - y) / std::max(std::sqrt(var(i)), 1e-12)), 1e-300));
+      return std::exp(lp);
+    };
+    auto quantile = [&](double q) {  // the y with P(min > y) = q; the targets are standardized
+      double lo = y_best_ - 10.0, hi = y_best_;
+      for (int k = 0; k < 60; ++k) {
+        const double mid = 0.5 * (lo + hi);
+        (p_above(mid) > q ? lo : hi) = mid;
+      }
+      return 0.5 * (lo + hi);
+    };
+    // The maximum z of -f as a Gumbel, P(z < t) = exp(-exp(-(t - a) / b)), through its quartiles.
+    const double z25 = -quantile(0.25), z50 = -quantile(0.5), z75 = -quantile(0.75);
+    const double b = std::max((z75 - z25) / (std::log(-std::log(0.25)) - std::log(-std::log(0.75))), 1e-12);
+    const double a = z50 + b * std::log(-std::log(0.5));
+    mes_min_.clear();
+    for (int k = 0; k < kDraws; ++k) {
+      const double r = std::clamp(rng.uniform(), 1e-12, 1 - 1e-12);
+      mes_min_.push_back(std::min(-(a - b * std::log(-std::log(r))), y_best_ - 1e-6));
     }
   }
 
@@ -718,6 +773,7 @@ class Bayesian final : public SearcherBase {
   bool fitted_ = false;
   double y_best_ = 0;
   double liar_ = 0;
+  std::vector<double> mes_min_;  // acquisition mes: this suggestion's draws of the minimum (transformed)
   double power_lambda_ = 1.0;  // output_transform power: the latest fitted lambda
   std::vector<double> batch_raw_;  // this batch's scalar losses of model_data(), before the transform
   Eigen::VectorXd model_y_;        // and after it: the GP's targets for model_data()
@@ -769,6 +825,7 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
     return err(Errc::kConfig, "init: unknown initial design '" + s["init"].get<std::string>() + "'");
   }
   cfg.ucb = s["acquisition"] == "ucb";
+  cfg.mes = s["acquisition"] == "mes";
   cfg.kappa = s["ucb_kappa"].get<double>();
   cfg.kriging_believer = s["pending"] == "kriging_believer";
   cfg.liar = s["liar"].get<std::string>();

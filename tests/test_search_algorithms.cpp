@@ -646,3 +646,27 @@ TEST_CASE("every algorithm declares what it is, and the declarations hold") {
   CHECK(problem->keys == std::vector<std::string>{"sample_size", "population"});
   CHECK_FALSE(algorithm_traits("evolution")->check_settings({{"population", 5}, {"sample_size", 5}}));
 }
+
+// acquisition mes (max-value entropy search) on the mixed conditional space, with the GP and the
+// forest, batches of 3 with failed and pruned trials: every suggestion valid, the model's from the
+// design's end on, the same seed the same suggestions.
+TEST_CASE("bayesian with acquisition mes: valid model suggestions in batches, GP and forest, deterministic") {
+  const Space space = mixed_space();
+  for (const std::string surrogate : {"gp", "forest"}) {
+    CAPTURE(surrogate);
+    SearchSpec spec = spec_for("bayesian", 13);
+    spec.settings["acquisition"] = "mes";
+    spec.settings["surrogate"] = surrogate;
+    auto a = make(spec), b = make(spec);
+    const auto all = drive(*a, 12, 3), again = drive(*b, 12, 3);
+    REQUIRE(all.size() == 36);
+    REQUIRE(again.size() == all.size());
+    std::size_t from_model = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      CHECK_MESSAGE(space.contains(all[i].params).ok(), all[i].params.dump());
+      CHECK(all[i].params == again[i].params);
+      from_model += all[i].meta.value("source", "") == "model" ? 1 : 0;
+    }
+    CHECK(from_model == all.size() - 6);  // n_initial 6
+  }
+}
