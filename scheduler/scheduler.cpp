@@ -982,6 +982,7 @@ Status Scheduler::dispatch(Clock::time_point now) {
                             : derive_seed(derive_seed(opt_.seed, 0x5747u + t.stage), static_cast<uint64_t>(t.seq));
     }
     a.params = t.params;
+    if (stages_[t.stage].source != nullptr) stages_[t.stage].source->prepare_dispatch(t.seq, a.params);
     a.trainer = stages_[t.stage].trainer.is_object() ? stages_[t.stage].trainer : opt_.trainer;
     a.trial_dir = trial_dir(t.id);
     a.resume_from = t.resume_from;

@@ -115,6 +115,9 @@ class TrialSource {
   // Whether on_report() decisions depend on earlier reports (then a resumed master replays the
   // recorded reports of finished trials through replay_report()/on_attempt_end()).
   virtual bool replays_reports() const { return false; }
+  // The parameters an attempt of trial `seq` is sent with, from those recorded (`params`): a source
+  // may map what was recorded where the campaign was before it moved (a transfer target's start).
+  virtual void prepare_dispatch(int64_t seq, nlohmann::json& params) const { (void)seq, (void)params; }
   // What judges the objective in on_report(), for messages ("early stopping (asha)"); "" when
   // nothing does (every report carries on). A trial that ends with step reports none of which
   // carried the objective was never judged: the scheduler says so, once per stage.

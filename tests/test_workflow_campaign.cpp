@@ -516,6 +516,44 @@ TEST_CASE("workflow: a campaign moved while stopped at a stage boundary resumes:
   }
 }
 
+TEST_CASE("workflow: a campaign moved in the middle of its transfer stage resumes: every target starts from its source") {
+  // Before: a target recorded before the move named its source's checkpoint by its absolute path in
+  // trials.params; resumed in the new place, its attempt looked for the old one and failed.
+  TempDir dir;
+  const std::string cfg = dir.write("w.yaml", workflow_config(4, "", 1, true));
+  const std::string db = dir.file("w.db");
+  // 4 searched and 2 retrained trials end first: the 7th result is the transfer's first.
+  run_killed({"run", cfg, "--db", db, "--failpoint", "after-result", "--failpoint-hit", "7"}, dir.file("killed.log"), db);
+  const Snapshot before = read_db(db);
+  REQUIRE(before.stage("move").state == "running");
+  // The targets still running lose what they trained: as if killed before their first epoch ended,
+  // their next attempt starts from the source's checkpoint (init_from) again.
+  int restarted = 0;
+  for (const auto& t : before.trials_of(before.stage("move").id)) {
+    if (store::is_final(t.state)) continue;
+    for (const auto& f : std::filesystem::directory_iterator(db + ".trials/" + std::to_string(t.id)))
+      if (f.path().filename().string().rfind("checkpoint-stage", 0) == 0) std::filesystem::remove(f.path());
+    ++restarted;
+  }
+  REQUIRE(restarted > 0);
+  const std::string moved = dir.file("moved");
+  std::filesystem::create_directory(moved);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("w.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
+  }
+  const Snapshot after = resume_completes(moved + "/w.db", dir.file("resume.log"));
+  check_all_done_no_twins(after);
+  check_final_trials_kept(before, after);
+  const auto targets = after.trials_of(after.stage("move").id);
+  CHECK(targets.size() >= before.trials_of(before.stage("move").id).size());
+  for (const auto& t : targets) {
+    CAPTURE(t.id);
+    CHECK(t.state == TrialState::kDone);
+  }
+  CHECK(after.stage("move").result.at("target").at("test_accuracy").is_number());
+}
+
 TEST_CASE("workflow: SIGKILL in the middle of the ensemble's retraining, then resume") {
   TempDir dir;
   // 3 search trials (no threshold), then 4 retrained members: results 4..7 are the retrain trials;

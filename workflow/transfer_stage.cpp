@@ -17,6 +17,7 @@
 #include "common/text.h"
 #include "config/trainer_kinds.h"
 #include "search/searcher.h"
+#include "store/store.h"
 #include "transfer/transfer_plan.h"
 #include "workflow/checkpoint_snapshot.h"
 #include "workflow/stage_settings.h"
@@ -221,6 +222,7 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
     if (!begun_ || !twins_due_.empty()) return false;
     return targets_made() >= target_budget() || (nested_ && nested_->exhausted());
   }
+  void prepare_dispatch(int64_t seq, json& params) const override;
   scheduler::Verdict on_report(const scheduler::TrialView&, int64_t, double) override {
     return scheduler::Verdict::carry_on();
   }
@@ -275,6 +277,7 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
 
   bool begun_ = false;
   std::vector<Source> sources_;
+  std::string run_dir_;  // begin()'s StageContext::run_dir
   std::map<int64_t, Entry> entries_;     // by the stage's seq
   std::vector<int64_t> targets_;         // target index -> its seq
   std::map<int64_t, json> params_;       // seq -> params (twins copy their target's)
@@ -283,9 +286,29 @@ class TransferStage final : public scheduler::StageRuntime, public scheduler::Tr
   int64_t next_seq_ = 0;
 };
 
+// A target recorded before the campaign moved (`mv camp/ /project/camp/`) names its source's
+// checkpoint where it was: sent where it is now, which is one of this stage's sources as begin()
+// found them. Only a path that maps onto a present source is changed (a checkpoint of another
+// campaign in a directory of the same name is left alone).
+void TransferStage::prepare_dispatch(int64_t, json& params) const {
+  if (run_dir_.empty() || use_.init_setting.empty() || !params.is_object()) return;
+  const auto it = params.find(use_.init_setting);
+  if (it == params.end() || !it->is_string()) return;
+  const std::string recorded = it->get<std::string>();
+  const std::string now = store::recorded_path_at(run_dir_, recorded);
+  if (now == recorded) return;
+  for (const Source& src : sources_) {
+    if (src.init_from != recorded && src.init_from == now) {
+      *it = now;
+      return;
+    }
+  }
+}
+
 Status TransferStage::begin(const scheduler::StageContext& ctx) {
   if (ctx.store == nullptr) return err(Errc::kInvalidArgument, "stage '" + name_ + "': begun without a store");
   sources_.clear();
+  run_dir_ = ctx.run_dir;
   if (!s_.checkpoint.empty()) {
     // The config's own file (the user's choice, perhaps a colleague's model): a link is followed
     // only where nobody else can have made it, and a FIFO is never waited on.
