@@ -8,9 +8,6 @@
 
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,10 +26,12 @@
 #include "launch/attempt_fence.h"
 #include "launch/child_process.h"
 #include "tests/campaign_fixture.h"
+#include "tests/stale_socket_dir.h"
 #include "tests/temp_dir.h"
 #include "trainers/command_trainer.h"
 
 using namespace hpctune;
+using hpctune::testing::fake_socket_dir;
 using hpctune::testing::read_trials;
 using hpctune::testing::run_hpctune;
 using hpctune::testing::TempDir;
@@ -331,29 +330,6 @@ for trial in hp.trials():
   }
 }
 
-namespace {
-
-// A directory like a persistent program's control one in `base`, its socket bound (listening when
-// `live`), a minute and a half old; the socket's descriptor (the caller closes it).
-int fake_control_dir(const std::string& base, bool live, std::string& dir) {
-  std::string templ = base + "/hpctune-control-XXXXXX";
-  REQUIRE(::mkdtemp(templ.data()) != nullptr);
-  dir = templ;
-  const std::string sock = dir + "/control";
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  if (live) REQUIRE(::listen(fd, 4) == 0);
-  timeval old[2] = {{::time(nullptr) - 90, 0}, {::time(nullptr) - 90, 0}};
-  REQUIRE(::utimes(dir.c_str(), old) == 0);
-  return fd;
-}
-
-}  // namespace
-
 TEST_CASE("persistent: a killed worker's control directory is removed by the next program's; a live one's is kept") {
   // Before, every worker SIGKILLed while it served a persistent program (pre-emption, a job's end)
   // left its 0700 directory and socket in $TMPDIR for good.
@@ -362,8 +338,8 @@ TEST_CASE("persistent: a killed worker's control directory is removed by the nex
   const std::string saved = old_tmpdir != nullptr ? old_tmpdir : "";
   ::setenv("TMPDIR", tmp.path.c_str(), 1);
   std::string stale, live;
-  ::close(fake_control_dir(tmp.path, false, stale));  // SIGKILL: the socket file stays, nobody listens
-  const int live_fd = fake_control_dir(tmp.path, true, live);
+  ::close(fake_socket_dir(tmp.path, "hpctune-control-", "/control", false, stale));  // SIGKILL: the socket file stays, nobody listens
+  const int live_fd = fake_socket_dir(tmp.path, "hpctune-control-", "/control", true, live);
   write(dir.file("once.py"), "import hpctune_report as hp\nhp.report(1, value=1.0)\n");
   auto programs = std::make_shared<CommandPrograms>();
   json trainer = {{"command", "/usr/bin/python3 " + dir.file("once.py")},

@@ -22,6 +22,7 @@
 #include "common/safe_open.h"
 #include "protocol/transport.h"
 #include "tests/campaign_fixture.h"
+#include "tests/stale_socket_dir.h"
 
 using namespace hpctune;
 using namespace hpctune::testing;
@@ -220,29 +221,6 @@ TEST_CASE("transport: ipc://* is a private directory, gone with the server; PLAI
   CHECK_FALSE(protocol::bind_zmq("ipc://*", o).ok());
 }
 
-namespace {
-
-// A directory like a master's ipc one in `base`, its socket bound (listening when `live`), both a
-// minute and a half old; the socket's descriptor (the caller closes it).
-int fake_master_dir(const std::string& base, bool live, std::string& dir) {
-  std::string templ = base + "/hpctune-XXXXXX";
-  REQUIRE(::mkdtemp(templ.data()) != nullptr);
-  dir = templ;
-  const std::string sock = dir + "/master";
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  if (live) REQUIRE(::listen(fd, 4) == 0);
-  timeval old[2] = {{::time(nullptr) - 90, 0}, {::time(nullptr) - 90, 0}};
-  REQUIRE(::utimes(dir.c_str(), old) == 0);
-  return fd;
-}
-
-}  // namespace
-
 TEST_CASE("transport: a killed master's ipc directory is removed by the next one; a live one's is kept") {
   std::string base;
   {
@@ -253,10 +231,10 @@ TEST_CASE("transport: a killed master's ipc directory is removed by the next one
     base = base.substr(0, base.rfind('/'));
   }
   std::string stale, live, young;
-  const int stale_fd = fake_master_dir(base, false, stale);
+  const int stale_fd = fake_socket_dir(base, "hpctune-", "/master", false, stale);
   ::close(stale_fd);  // SIGKILL: the socket file stays, nobody listens
-  const int live_fd = fake_master_dir(base, true, live);
-  const int young_fd = fake_master_dir(base, false, young);
+  const int live_fd = fake_socket_dir(base, "hpctune-", "/master", true, live);
+  const int young_fd = fake_socket_dir(base, "hpctune-", "/master", false, young);
   ::close(young_fd);
   REQUIRE(::utimes(young.c_str(), nullptr) == 0);  // made just now: maybe a master still starting
   {

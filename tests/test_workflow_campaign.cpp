@@ -195,6 +195,18 @@ void check_final_trials_kept(const Snapshot& before, const Snapshot& after) {
 }
 
 // No (stage, seq) twice and every trial final and done.
+// `mv <db>* moved/`: the database and everything beside it named after it (its .trials, its keys)
+// into dir/moved, as a user moves a campaign whole; that directory.
+std::string move_campaign(const TempDir& dir, const std::string& db_name) {
+  const std::string moved = dir.file("moved");
+  std::filesystem::create_directory(moved);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(db_name, 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
+  }
+  return moved;
+}
+
 void check_all_done_no_twins(const Snapshot& s) {
   std::set<std::pair<int64_t, int64_t>> seen;
   for (const auto& t : s.trials) {
@@ -491,12 +503,7 @@ TEST_CASE("workflow: a campaign moved while stopped at a stage boundary resumes:
              db);
   const Snapshot before = read_db(db);
   REQUIRE(before.stage("tune").state == "running");
-  const std::string moved = dir.file("moved");
-  std::filesystem::create_directory(moved);
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("w.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
-  }
+  const std::string moved = move_campaign(dir, "w.db");
   const Snapshot after = resume_completes(moved + "/w.db", dir.file("resume.log"));
   check_all_done_no_twins(after);
   check_final_trials_kept(before, after);
@@ -536,12 +543,7 @@ TEST_CASE("workflow: a campaign moved in the middle of its transfer stage resume
     ++restarted;
   }
   REQUIRE(restarted > 0);
-  const std::string moved = dir.file("moved");
-  std::filesystem::create_directory(moved);
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("w.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
-  }
+  const std::string moved = move_campaign(dir, "w.db");
   const Snapshot after = resume_completes(moved + "/w.db", dir.file("resume.log"));
   check_all_done_no_twins(after);
   check_final_trials_kept(before, after);
@@ -703,12 +705,7 @@ TEST_CASE("pbt: a campaign moved to another directory while stopped resumes to c
   CHECK(done_before < 4);
 
   // mv p.db p.db.trials p.db.keys ... moved/
-  const std::string moved = dir.file("moved");
-  std::filesystem::create_directory(moved);
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("p.db", 0) == 0) std::filesystem::rename(entry.path(), moved + "/" + name);
-  }
+  const std::string moved = move_campaign(dir, "p.db");
   const std::string moved_db = moved + "/p.db";
   REQUIRE(!std::filesystem::exists(db + ".trials"));
 
