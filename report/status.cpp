@@ -152,6 +152,23 @@ Result<std::map<int64_t, std::string>> attempt_gpus(CampaignView& v) {
 
 }  // namespace
 
+// The master's warnings recorded as events (scheduler.cpp: note_unjudged), one line each; every
+// field read from the database is checked to be a string here (the CLI escapes what it prints).
+Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t campaign_id) {
+  HPCTUNE_ASSIGN(auto events, db.events_of_kind(campaign_id, "reports_unjudged", 16));
+  std::vector<std::string> out;
+  for (const auto& e : events) {
+    const auto& d = e.detail;
+    auto field = [&d](const char* key) {
+      return d.is_object() && d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : std::string("?");
+    };
+    out.push_back(field("judge") + " never judged trial " + std::to_string(e.trial_id) + ": it reported '" +
+                  field("metric") + "' in no step before its last (report it with every step, or make a metric "
+                  "reported every step the objective)");
+  }
+  return out;
+}
+
 Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   CampaignStatus st;
   st.campaign = v.campaign;
@@ -168,6 +185,7 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   st.now = now;
   st.master = master_liveness(v.campaign, v.db_path, now);
   HPCTUNE_ASSIGN(st.gpus, attempt_gpus(v));
+  HPCTUNE_ASSIGN(st.warnings, recorded_warnings(*v.store, v.campaign.id));
   return st;
 }
 
@@ -213,6 +231,7 @@ nlohmann::json status_json(const CampaignStatus& st) {
                              {"max_trials", config_value(cj, "search", "max_trials")}};
   const std::vector<std::string> failures = stage_failures(st.stages);
   campaign["reason"] = failures.empty() ? nlohmann::json(nullptr) : nlohmann::json(failures);
+  campaign["warnings"] = st.warnings;
   campaign["simulated"] = st.simulated.is_null() ? nlohmann::json(nullptr)
                                                  : nlohmann::json{{"mark", simulated_mark(st.simulated)}, {"detail", st.simulated}};
   nlohmann::json stages = nlohmann::json::array();
@@ -297,6 +316,7 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
   if (!v.simulated.is_null()) out += "mark       " + simulated_mark(v.simulated) + "\n";
   // Why it failed, one line per failed stage (the reason recorded with the stage's state).
   for (const std::string& why : stage_failures(st.stages)) out += "reason     " + why + "\n";
+  for (const std::string& what : st.warnings) out += "warning    " + what + "\n";
   if (auto elapsed = campaign_elapsed(c, st.now)) out += "elapsed    " + format_duration(*elapsed) + "\n";
   if (show_stages(st.stages)) out += "\nStages:\n" + stages_table(st.stages, st.trials, width);
   std::vector<std::vector<std::string>> rows;

@@ -70,6 +70,9 @@ struct CampaignStatus {
   std::map<int64_t, std::string> gpus;
   nlohmann::json simulated;  // CampaignView::simulated: null unless `hpctune simulate` recorded it
   MasterLiveness master;     // master_liveness at `now`; the recorded state when not running
+  // What the campaign's master warned of that a user should act on (`reports_unjudged`: early
+  // stopping or pbt that never judged a trial), one line each.
+  std::vector<std::string> warnings;
 };
 
 // The status of the view's campaign at `now` (seconds since the epoch): reads the counts, stages

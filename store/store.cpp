@@ -233,6 +233,7 @@ enum Query : int {
   kSelectLineageChanged,
   kSelectLineageOfParent,
   kSelectTrialEvents,
+  kSelectEventsOfKind,
   kSelectMetricsOf,
   kSelectFirstEventOfKind,
   kSetSyncMode,
@@ -414,6 +415,9 @@ constexpr const char* kSql[kNumQueries] = {
     "ORDER BY child_trial_id, relation",
     /* kSelectTrialEvents */
     "SELECT id, campaign_id, t, kind, trial_id, attempt, group_id, detail FROM events WHERE trial_id = ?1 ORDER BY id",
+    /* kSelectEventsOfKind */
+    "SELECT id, campaign_id, t, kind, trial_id, attempt, group_id, detail FROM events WHERE campaign_id = ?1 AND kind = ?2 "
+    "ORDER BY id LIMIT ?3",
     /* kSelectMetricsOf */
     "SELECT trial_id, attempt, step, name, value, t FROM metrics WHERE trial_id IN (SELECT value FROM json_each(?1)) "
     "ORDER BY trial_id, attempt, step, name",
@@ -2295,6 +2299,14 @@ Result<std::vector<EventRow>> Store::events(int64_t campaign_id, int64_t limit) 
   return collect<EventRow>(
       b, read_event,
       "cannot read the events of campaign " + std::to_string(campaign_id));
+}
+
+Result<std::vector<EventRow>> Store::events_of_kind(int64_t campaign_id, const std::string& kind, int64_t limit) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kSelectEventsOfKind));
+  Bind b(s);
+  b.i64(1, campaign_id).text(2, kind).i64(3, limit > 0 ? limit : -1);
+  return collect<EventRow>(b, read_event,
+                           "cannot read the " + kind + " events of campaign " + std::to_string(campaign_id));
 }
 
 Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id) {

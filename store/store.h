@@ -425,6 +425,8 @@ class Store {
   Result<std::vector<MetricRow>> campaign_metrics(int64_t campaign_id, const std::string& name);
   // The most recent `limit` events (limit <= 0: all), oldest first.
   Result<std::vector<EventRow>> events(int64_t campaign_id, int64_t limit);
+  // The first `limit` events of `kind` (limit <= 0: all), oldest first.
+  Result<std::vector<EventRow>> events_of_kind(int64_t campaign_id, const std::string& kind, int64_t limit);
   // Every trial state name -> count, zeros included.
   Result<std::map<std::string, int64_t>> count_by_state(int64_t campaign_id);
   // {trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error,
