@@ -207,33 +207,44 @@ std::optional<std::pair<std::string, std::string>> judged_metric_problem(const C
                             join(every, ", ") + ")");
 }
 
+// `metric` against what a trial of `c`'s trainer kind reports at its end: what to say when it never
+// does (ending with `consequence`), nullopt when it does or the kind's metrics are not known.
+std::optional<std::string> unreported_metric(const CampaignConfig& c, const std::string& metric, const std::string& stage,
+                                             const std::string& consequence) {
+  const std::string kind = c.trainer.value("kind", std::string());
+  const auto* can = trainers::trainer_capabilities(kind);
+  if (can == nullptr || can->metrics.always.empty()) return std::nullopt;
+  const auto& always = can->metrics.always;
+  const auto& sometimes = can->metrics.sometimes;
+  if (std::find(always.begin(), always.end(), metric) != always.end()) return std::nullopt;
+  if (std::any_of(sometimes.begin(), sometimes.end(), [&](const std::string& s) { return metric.rfind(s, 0) == 0; }))
+    return std::nullopt;
+  std::vector<Candidate> candidates;
+  std::vector<std::string> names = always;
+  for (const auto& name : always) candidates.push_back({name, name});
+  for (const auto& name : sometimes) names.push_back(name.back() == '_' ? name + "*" : name);
+  std::string what = "'" + metric + "' is not a metric that trainer kind '" + kind + "'" +
+                     (stage.empty() ? "" : " of stage '" + stage + "'") + " reports";
+  if (auto near = did_you_mean(metric, candidates)) what += "; did you mean '" + *near + "'?";
+  return what + " (it reports " + join(names, ", ") + "; " + consequence + ")";
+}
+
 }  // namespace
 
 std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
                                                                             const std::string& stage,
                                                                             const std::string& judge) {
-  const std::string kind = c.trainer.value("kind", std::string());
-  const auto* can = trainers::trainer_capabilities(kind);
-  if (can == nullptr || can->metrics.always.empty()) return judged_metric_problem(c, single, stage, judge);
-  const auto& always = can->metrics.always;
-  const auto& sometimes = can->metrics.sometimes;
   for (std::size_t i = 0; i < c.objectives.size(); ++i) {
-    const std::string& metric = c.objectives[i].metric;
-    if (std::find(always.begin(), always.end(), metric) != always.end()) continue;
-    if (std::any_of(sometimes.begin(), sometimes.end(), [&](const std::string& s) { return metric.rfind(s, 0) == 0; }))
-      continue;
-    std::vector<Candidate> candidates;
-    std::vector<std::string> names = always;
-    for (const auto& name : always) candidates.push_back({name, name});
-    for (const auto& name : sometimes) names.push_back(name.back() == '_' ? name + "*" : name);
-    std::string what = "'" + metric + "' is not a metric that trainer kind '" + kind + "'" +
-                       (stage.empty() ? "" : " of stage '" + stage + "'") + " reports";
-    if (auto near = did_you_mean(metric, candidates)) what += "; did you mean '" + *near + "'?";
-    what += " (it reports " + join(names, ", ") + "; every trial would fail)";
-    return std::make_pair(single ? std::string("objective.metric") : "objectives[" + std::to_string(i) + "].metric",
-                          what);
+    if (auto what = unreported_metric(c, c.objectives[i].metric, stage, "every trial would fail"))
+      return std::make_pair(single ? std::string("objective.metric") : "objectives[" + std::to_string(i) + "].metric",
+                            *what);
   }
   return judged_metric_problem(c, single, stage, judge);
+}
+
+std::optional<std::string> stop_when_metric_problem(const CampaignConfig& c, const std::string& stage) {
+  if (!c.stop_when) return std::nullopt;
+  return unreported_metric(c, c.stop_when->metric, stage, "the search would never stop on it");
 }
 
 std::optional<SettingRuleProblem> freeze_problem(const CampaignConfig& c, const std::set<std::string>& unknown) {
@@ -616,6 +627,8 @@ class Builder {
     }
     if (auto metric = objective_metric_problem(c, !w_.given("objectives"), "", early_stopping_judge(c)))
       return w_.fail(w_.mark_of(metric->first), metric->first, metric->second);
+    if (auto stop = stop_when_metric_problem(c))
+      return w_.fail(w_.mark_of("search.stop_when.metric"), "search.stop_when.metric", *stop);
     return Status::Ok();
   }
 

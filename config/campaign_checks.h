@@ -80,6 +80,10 @@ bool judges_local_files(const Walker& walker, const CampaignConfig& c);
 std::optional<std::pair<std::string, std::string>> objective_metric_problem(const CampaignConfig& c, bool single,
                                                                             const std::string& stage = "",
                                                                             const std::string& judge = "");
+// search.stop_when's metric against those a trial of `c`'s trainer kind reports at its end: what to
+// say when it never does (naming `stage` when not ""), nullopt when it does, when there is no
+// stop_when, or when the kind's metrics are not known.
+std::optional<std::string> stop_when_metric_problem(const CampaignConfig& c, const std::string& stage = "");
 // "early stopping (asha)" where `c` stops trials early, else "".
 std::string early_stopping_judge(const CampaignConfig& c);
 // The trainer's freeze setting (TrainerCapabilities::freeze_setting) against the layers before the

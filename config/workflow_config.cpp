@@ -421,6 +421,10 @@ Status check_stage_setting_rules(const std::vector<StageConfig>& stages, const s
     const std::string judge = kind.judges_reports != nullptr ? kind.judges_reports : early_stopping_judge(*st.own);
     if (auto metric = objective_metric_problem(*st.own, !places.walker.given("objectives"), st.name, judge))
       return place_error(places.source, places.walker.mark_of(metric->first), metric->first, metric->second);
+    if (auto stop = stop_when_metric_problem(*st.own, st.name)) {
+      const std::string at = "stages[" + std::to_string(i) + "].search.stop_when.metric";
+      return place_error(places.source, mark_below(list, list_mark, at.substr(std::string("stages").size())), at, *stop);
+    }
   }
   return Status::Ok();
 }

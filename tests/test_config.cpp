@@ -1515,6 +1515,24 @@ TEST_CASE("early stopping or pbt over an objective reported only at a trial's en
            "trainer: {kind: command, command: 'true'}\n");
 }
 
+TEST_CASE("a stop_when metric the trainer never reports is refused at its place") {
+  // Before, validate took it and the search never stopped on it: every trial ran, silently.
+  const std::string head = "name: t\nobjective: {metric: val_accuracy, mode: max}\ntrainer: {kind: mlp, epochs: 2}\n";
+  const std::string space = "space: {lr: {type: float, low: 0.01, high: 0.1}}\n";
+  CHECK(parse_error(head + "search: {max_trials: 4, stop_when: {metric: val_acuracy, reaches: 0.9}}\n" + space) ==
+        "test.yaml:4:37: search.stop_when.metric: 'val_acuracy' is not a metric that trainer kind 'mlp' reports; did "
+        "you mean 'val_accuracy'? (it reports val_loss, val_accuracy, train_loss, train_accuracy, test_loss, "
+        "test_accuracy, train_seconds, images_per_second, resumed_epoch, sync_*; the search would never stop on it)");
+  CHECK(parse_error(head + "stages:\n  - {name: tune, kind: search, search: {max_trials: 4, stop_when: {metric: acc, "
+                           "reaches: 0.9}}, " + space.substr(0, space.size() - 1) + "}\n")
+            .find("stages[0].search.stop_when.metric: 'acc' is not a metric that trainer kind 'mlp' of stage 'tune' "
+                  "reports") != std::string::npos);
+  // A final metric, and a program's (not known).
+  parse_ok(head + "search: {max_trials: 4, stop_when: {metric: test_accuracy, reaches: 0.9}}\n" + space);
+  parse_ok("name: t\nobjective: {metric: score, mode: max}\ntrainer: {kind: command, command: 'true'}\n"
+           "search: {max_trials: 4, stop_when: {metric: anything, reaches: 0.9}}\n" + space);
+}
+
 TEST_CASE("early stopping whose first judged step is not below the trainer's last is refused") {
   // Before, validate took it and the stopper judged no trial: 9 epochs under grace_period 12 ran every
   // trial to its end, as if early_stopping were off.

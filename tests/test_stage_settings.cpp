@@ -35,7 +35,8 @@ std::string workflow_with(const std::string& kind, const std::string& key, int64
   std::string trainer = "{kind: mlp, epochs: 2}";
   // A pbt member trains with the trainer's step setting up to `steps`: mlp's epochs take at most
   // 1,000, a program's max_step the stage's bound.
-  if (kind == "pbt" && key == "steps") trainer = "{kind: command, command: [./train], provides: [checkpoints]}";
+  if (kind == "pbt" && (key == "steps" || key == "ready"))
+    trainer = "{kind: command, command: [./train], provides: [checkpoints]}";
   if (kind == "transfer" && key == "freeze") {
     trainer = "{kind: mlp, epochs: 2, dropout: 0.5, hidden: [1";
     for (int i = 1; i < 5000; ++i) trainer += ", 1";
@@ -53,8 +54,12 @@ std::string workflow_with(const std::string& kind, const std::string& key, int64
       "  - name: s\n"
       "    kind: " + kind + "\n" +
       (kind == "pbt" ? "    space: {momentum: {type: float, low: 0, high: 0.99}}\n" : "    from: tune\n");
+  // A pbt stage decides only with ready below steps (after the key's line, which stays line 12).
+  std::string after;
+  if (kind == "pbt" && key == "ready") after = "    steps: 1000000\n";
+  if (kind == "pbt" && key == "population") after = "    ready: 1\n";
   const auto dot = key.find('.');
-  if (dot == std::string::npos) return text + "    " + key + ": " + std::to_string(value) + "\n";
+  if (dot == std::string::npos) return text + "    " + key + ": " + std::to_string(value) + "\n" + after;
   return text + "    " + key.substr(0, dot) + ":\n      " + key.substr(dot + 1) + ": " + std::to_string(value) + "\n";
 }
 
