@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/device_list.h"
 #include "common/rng.h"
+#include "common/text.h"
 #include "launch/attempt_fence.h"
 #include "search/pareto.h"
 
@@ -699,14 +700,10 @@ Status Scheduler::note_unjudged(const Worker& w, Trial& t, double tw) {
   if (judge.empty()) return Status::Ok();
   st.unjudged_told = true;
   std::vector<std::string> reported;
-  std::string names;
-  for (const auto& [name, value] : t.last_metrics) {
-    reported.push_back(name);
-    names += (names.empty() ? "" : ", ") + name;
-  }
+  for (const auto& [name, value] : t.last_metrics) reported.push_back(name);
   const std::string& metric = opt_.objectives[0].metric;
   log("warning: trial " + std::to_string(t.id) + " reported '" + metric + "' in no step before its last (step " +
-      std::to_string(t.last_step) + ": " + names + "), so " + judge + " never judged it while it ran: report '" +
+      std::to_string(t.last_step) + ": " + join(reported, ", ") + "), so " + judge + " never judged it while it ran: report '" +
       metric + "' with every step, or make a metric reported every step the objective");
   return store_.add_event(opt_.campaign_id, "reports_unjudged", t.id, t.attempt, w.group,
                           {{"metric", metric}, {"judge", judge}, {"reported", reported}}, tw);
