@@ -582,7 +582,7 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
       {"created", report::time_text(t.created_at)},
       {"started", report::time_text(t.started_at)},
       {"finished", report::time_text(t.finished_at)},
-      {"seconds", t.finished_at > 0 && t.started_at > 0 ? report::format_number(std::round((t.finished_at - t.started_at) * 10) / 10) : "-"},
+      {"seconds", report::trial_seconds(t) > 0 ? report::format_number(std::round(report::trial_seconds(t) * 10) / 10) : "-"},
       {v.objectives.metric, t.objective ? report::format_number(*t.objective) : "-"}};
   if (v.front()) info.push_back({"pareto", v.pareto.count(t.id) ? "yes" : "no"});
   if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});

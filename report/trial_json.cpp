@@ -13,7 +13,9 @@ namespace hpctune::report {
 nlohmann::json time_or_null(double t) { return t > 0 ? nlohmann::json(t) : nlohmann::json(nullptr); }
 
 double trial_seconds(const store::TrialRow& t) {
-  return (t.finished_at > 0 && t.started_at > 0) ? t.finished_at - t.started_at : 0.0;
+  if (t.finished_at <= 0) return 0.0;
+  if (t.run_seconds > 0) return t.run_seconds;
+  return t.started_at > 0 ? t.finished_at - t.started_at : 0.0;  // a row without attempts' times
 }
 
 ShownParams shown_params(const nlohmann::json& params, const nlohmann::json& meta) {

@@ -18,7 +18,9 @@ struct CampaignView;
 
 // A time in seconds since the epoch for JSON: null when it is 0 ("not yet").
 nlohmann::json time_or_null(double t);
-// Seconds from the start of the trial's current attempt to its end; 0 while either is unset.
+// The seconds a finished trial trained: its attempts' (TrialRow::run_seconds: every pbt interval
+// and every rung of a paused trial, not an attempt lost or interrupted), or from its start to its
+// end where no attempt has times; 0 until it finished.
 double trial_seconds(const store::TrialRow& trial);
 
 // A trial's params as the views show them: the searched (and user-given) values apart from the

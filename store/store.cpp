@@ -244,7 +244,12 @@ enum Query : int {
 #define HPCTUNE_TRIAL_COLUMNS_V3                                                                  \
   "id, campaign_id, stage_id, seq, params, meta, state, attempt, group_id, created_at, started_at, " \
   "finished_at, step, metrics, objective, error, parent_trial_id, generation"
-#define HPCTUNE_TRIAL_COLUMNS HPCTUNE_TRIAL_COLUMNS_V3 ", resume_from"
+// The seconds the trial's attempts trained, summed (TrialRow::run_seconds): every attempt that ended
+// and was not lost or interrupted, each from its start to its end. Computed, never stored.
+#define HPCTUNE_TRIAL_RUN_SECONDS                                                                      \
+  ", (SELECT TOTAL(a.finished_at - a.started_at) FROM attempts a WHERE a.trial_id = trials.id AND "     \
+  "a.started_at > 0 AND a.finished_at >= a.started_at AND a.state <> 'lost' AND a.state <> 'interrupted')"
+#define HPCTUNE_TRIAL_COLUMNS HPCTUNE_TRIAL_COLUMNS_V3 ", resume_from" HPCTUNE_TRIAL_RUN_SECONDS
 #define HPCTUNE_CAMPAIGN_COLUMNS                                                                    \
   "id, name, config_text, config_source, config_json, seed, state, created_at, finished_at, "       \
   "search_state, master_host, master_pid"
@@ -351,8 +356,8 @@ constexpr const char* kSql[kNumQueries] = {
     "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE campaign_id = ?1 ORDER BY IFNULL(stage_id, 0), seq",
     /* kSelectTrial */ "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE id = ?1",
     /* kSelectTrialsV3: a v2/v3 database read without migrating it (no resume_from yet) */
-    "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE campaign_id = ?1 ORDER BY IFNULL(stage_id, 0), seq",
-    /* kSelectTrialV3 */ "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE id = ?1",
+    "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", ''" HPCTUNE_TRIAL_RUN_SECONDS " FROM trials WHERE campaign_id = ?1 ORDER BY IFNULL(stage_id, 0), seq",
+    /* kSelectTrialV3 */ "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", ''" HPCTUNE_TRIAL_RUN_SECONDS " FROM trials WHERE id = ?1",
     /* kPauseTrial */
     "UPDATE trials SET state = 'paused', attempt = attempt + 1, params = ?3, resume_from = ?4, group_id = -1, "
     "started_at = NULL, step = 0 WHERE id = ?1 AND attempt = ?2 AND (state = 'assigned' OR state = 'running')",
@@ -395,7 +400,7 @@ constexpr const char* kSql[kNumQueries] = {
     "SELECT " HPCTUNE_TRIAL_COLUMNS " FROM trials WHERE campaign_id = ?1 AND "
     "(id > ?2 OR id IN (SELECT value FROM json_each(?3))) ORDER BY id",
     /* kSelectTrialsChangedV3 */
-    "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", '' FROM trials WHERE campaign_id = ?1 AND "
+    "SELECT " HPCTUNE_TRIAL_COLUMNS_V3 ", ''" HPCTUNE_TRIAL_RUN_SECONDS " FROM trials WHERE campaign_id = ?1 AND "
     "(id > ?2 OR id IN (SELECT value FROM json_each(?3))) ORDER BY id",
     /* kSelectAttemptsChanged */
     "SELECT trial_id, attempt, group_id, state, started_at, finished_at, charged, devices FROM attempts "
@@ -432,6 +437,7 @@ constexpr const char* kSql[kNumQueries] = {
 
 #undef HPCTUNE_TRIAL_COLUMNS
 #undef HPCTUNE_TRIAL_COLUMNS_V3
+#undef HPCTUNE_TRIAL_RUN_SECONDS
 #undef HPCTUNE_CAMPAIGN_COLUMNS
 
 // Binds parameters of a cached statement and resets it (and its bindings) when it goes out of
@@ -615,6 +621,13 @@ Result<TrialRow> read_trial(sqlite3_stmt* s) {
   r.parent_trial_id = col_opt_i64(s, 16);
   r.generation = col_i64(s, 17);
   r.resume_from = col_text(s, 18);
+  r.run_seconds = col_time(s, 19);
+  // Sums of attempts' times: a crafted file's huge ones add up to infinity.
+  if (!std::isfinite(r.run_seconds) || r.run_seconds < 0) {
+    return err(Errc::kIo, "columns attempts.started_at and finished_at of its attempts sum to " +
+                              std::to_string(r.run_seconds) + " seconds (the file was edited, damaged or crafted)")
+        .with_context(where());
+  }
   return r;
 }
 

@@ -141,6 +141,9 @@ struct TrialRow {
   std::optional<int64_t> parent_trial_id;
   int64_t generation = 0;
   std::string resume_from;  // the checkpoint the next attempt starts from ("" = none): set by a pause
+  // Read, not written: the seconds its attempts trained, summed (each pbt interval, each rung of a
+  // paused trial; an attempt lost with its group or interrupted is not counted; nor one running).
+  double run_seconds = 0;
 };
 
 struct MetricRow {

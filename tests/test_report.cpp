@@ -347,6 +347,12 @@ TEST_CASE("JSON times: 0 (not yet) is null; seconds count from the start to the 
   j = report::trials_json({t})[0];
   CHECK(j["started_at"].get<double>() == 101.0);
   CHECK(j["seconds"].get<double>() == doctest::Approx(2.5));
+  t.run_seconds = 7.25;  // a trial of several attempts (pbt intervals, rungs): theirs, summed
+  j = report::trials_json({t})[0];
+  CHECK(j["seconds"].get<double>() == doctest::Approx(7.25));
+  CHECK(report::trial_seconds(t) == doctest::Approx(7.25));
+  t.finished_at = 0;  // not finished: no seconds yet
+  CHECK(report::trial_seconds(t) == 0);
 }
 
 TEST_CASE("CSV times: 0 (not yet) is an empty cell, others every digit") {

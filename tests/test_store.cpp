@@ -1717,6 +1717,64 @@ TEST_CASE("migration v3 -> v4: states in lookup tables from code, rows and refer
   CHECK((*store->trial(id1))->state == TrialState::kAssigned);
 }
 
+// A pbt member or a trial paused at its rungs trains in several attempts; its `seconds` (the views'
+// report::trial_seconds) was the last attempt's alone (a pbt member of 4 intervals of 0.4 s showed
+// 0.4 s). run_seconds sums the attempts that trained: not one lost with its group, interrupted or
+// still running.
+TEST_CASE("run_seconds: the seconds a trial's attempts trained, summed over its pauses; a lost, interrupted or running attempt not counted") {
+  TempDir dir;
+  const std::string path = dir.file("campaign.db");
+  auto s = open_ok(path);
+  const int64_t c = make_campaign(*s);
+  auto inserted = s->insert_trial(make_trial(c, 0));
+  require_ok(inserted);
+  const int64_t id = *inserted;
+  auto run_seconds = [&] { return (*s->trial(id))->run_seconds; };
+  require_ok(s->mark_assigned(id, 1, 0, 0, 10));
+  require_ok(s->mark_running(id, 1, 10.5));
+  CHECK(run_seconds() == 0);  // running: nothing counted yet
+  require_ok(s->pause_trial(id, 1, {{"x", 1}}, path + ".trials/1/ck-1", "paused at step 2", 14));   // 4 s
+  require_ok(s->mark_assigned(id, 2, 0, 0, 20));
+  require_ok(s->requeue_trial(id, 2, "lost", "group 0 lost", 5, 23));                               // not counted
+  require_ok(s->mark_assigned(id, 3, 1, 0, 30));
+  require_ok(s->mark_interrupted(id, 3, 31));                                                       // not counted
+  require_ok(s->requeue_trial(id, 3, "interrupted", "resumed", 5, 31, false));
+  CHECK(run_seconds() == doctest::Approx(4.0));
+  const int64_t last = (*s->trial(id))->attempt;
+  require_ok(s->mark_assigned(id, last, 1, 0, 40));
+  require_ok(s->mark_running(id, last, 40.25));
+  require_ok(s->finish_trial(id, last, TrialState::kDone, {{"val_accuracy", 0.9}}, 0.9, 4, "", 42.5));  // 2.5 s
+  CHECK(run_seconds() == doctest::Approx(6.5));
+  auto all = s->trials(c);
+  require_ok(all);
+  REQUIRE(all->size() == 1);
+  CHECK((*all)[0].run_seconds == doctest::Approx(6.5));
+  CHECK((*all)[0].finished_at - (*all)[0].started_at == doctest::Approx(2.25));  // the last attempt's, as recorded
+}
+
+// Sums of a crafted file's times: refused, never shown as inf.
+TEST_CASE("run_seconds: attempts whose times sum to infinity are refused naming the columns and the trial") {
+  TempDir dir;
+  const std::string path = dir.file("campaign.db");
+  int64_t c = 0;
+  {
+    auto s = open_ok(path);
+    c = make_campaign(*s);
+    auto id = s->insert_trial(make_trial(c, 0));
+    require_ok(id);
+    require_ok(s->mark_assigned(*id, 1, 0, 0, 10));
+    require_ok(s->pause_trial(*id, 1, {{"x", 1}}, path + ".trials/1/ck-1", "paused", 14));
+  }
+  raw_exec(path, "UPDATE attempts SET finished_at = 1e308, started_at = 1 WHERE attempt = 1; "
+                 "INSERT INTO attempts (trial_id, attempt, group_id, state, started_at, finished_at) "
+                 "SELECT trial_id, 2, 0, 'paused', 1, 1e308 FROM attempts WHERE attempt = 1");
+  auto s = open_ok(path);
+  auto all = s->trials(c);
+  REQUIRE_FALSE(all.ok());
+  CHECK(all.error().to_string().find("attempts.started_at and finished_at") != std::string::npos);
+  CHECK(all.error().to_string().find("trial 1") != std::string::npos);
+}
+
 TEST_CASE("raise_open_files_limit: the soft limit of open files goes up to the hard one (the master's 2048 connections)") {
   struct rlimit before {};
   REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
