@@ -179,7 +179,18 @@ TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
   REQUIRE((float_step && float_step->ok()));
   CHECK(float_step->value().step == 4);
 
-  for (const char* not_report : {"epoch 3", "hpctune-reports {\"a\": 1}", " hpctune-report {\"a\": 1}", ""}) {
+  // After a progress bar redrawn with '\r' on the same line (tqdm, Keras on standard output), and
+  // with a "\r\n" line end: what a terminal shows is the report, and it counts.
+  for (const char* shown : {"40%|####  \r80%|########\rhpctune-report {\"step\": 2, \"acc\": 0.5}",
+                            "hpctune-report {\"step\": 2, \"acc\": 0.5}\r", "\rhpctune-report {\"step\": 2, \"acc\": 0.5}\r\r"}) {
+    CAPTURE(shown);
+    auto r = trainers::parse_report_line(shown);
+    REQUIRE((r && r->ok()));
+    CHECK(r->value().step == 2);
+    CHECK(r->value().metrics == protocol::Metrics{{"acc", 0.5}});
+  }
+  for (const char* not_report : {"epoch 3", "hpctune-reports {\"a\": 1}", " hpctune-report {\"a\": 1}", "",
+                                 "hpctune-report {\"a\": 1}\r50%|#####", "\r\r"}) {
     CAPTURE(not_report);
     CHECK_FALSE(trainers::parse_report_line(not_report).has_value());
   }

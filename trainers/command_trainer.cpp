@@ -173,6 +173,10 @@ std::string exec_prefixed(const std::string& command) {
 // --- report lines --------------------------------------------------------------------------------
 
 std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
+  // What a terminal shows of the line: a progress bar redrawn with '\r' (tqdm, Keras) before the
+  // report, or a "\r\n" line end, leaves the text after the last carriage return.
+  while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (const auto cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);
   if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
   std::string_view rest = line.substr(kReportPrefix.size());
   auto bad = [](const std::string& what) -> std::optional<Result<ReportLine>> {
