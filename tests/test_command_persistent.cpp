@@ -389,6 +389,45 @@ hp.report(1, value=hp.params()["x"] * 2)
   CHECK(r.error().message().find("boom") != std::string::npos);
 }
 
+// A progress bar (tqdm, Keras) redrawn with '\r' and left without a line end when the trial's body
+// returns glued the helper's end line to it: the trial never ended, and every trial of the campaign
+// waited out its timeout and failed (or hung, without one).
+TEST_CASE("persistent: a progress bar left without a line end before the trial's end and its reports costs nothing") {
+  TempDir dir;
+  write(dir.file("bar.py"), R"(
+import os, sys
+import hpctune_report as hp
+for trial in hp.trials():
+    with open(os.environ["PIDS"], "a") as f:
+        f.write("%d\n" % os.getpid())
+    for step in (1, 2):
+        sys.stdout.write("\r%d%%|%s" % (step * 50, "#" * step))
+        sys.stdout.flush()
+        hp.report(step, value=hp.params()["x"] * step)
+    sys.stdout.write("\rdone 100%|##")
+    sys.stdout.flush()
+)");
+  auto programs = std::make_shared<CommandPrograms>();
+  json trainer = {{"command", "/usr/bin/python3 " + dir.file("bar.py")},
+                  {"persistent", true},
+                  {"timeout", 120},
+                  {"env", {{"PYTHONPATH", kPythonPath}, {"PIDS", dir.file("pids")}}}};
+  for (int i = 1; i <= 2; ++i) {
+    Recorded rec;
+    auto ctx = context(trainer, i, 1, {{"x", i}}, dir.file(std::string("t").append(std::to_string(i))), rec);
+    const auto start = Clock::now();
+    auto r = CommandTrainer(programs).run(ctx);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    CHECK(Clock::now() - start < std::chrono::seconds(60));  // not its timeout
+    CHECK(r->step == 2);
+    CHECK(r->metrics.at("value") == 2.0 * i);
+    CHECK(rec.reports.size() == 2);
+  }
+  const auto pids = pids_in(dir.file("pids"));
+  REQUIRE(pids.size() == 2);
+  CHECK(pids[0] == pids[1]);  // one program served both
+}
+
 TEST_CASE("persistent: a stop ends the trial and keeps the program; one that ignores it is killed after grace") {
   TempDir dir;
   write(dir.file("until_stop.py"), R"(

@@ -179,23 +179,24 @@ TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
   REQUIRE((float_step && float_step->ok()));
   CHECK(float_step->value().step == 4);
 
-  // After a progress bar redrawn with '\r' on the same line (tqdm, Keras on standard output), and
-  // with a "\r\n" line end: what a terminal shows is the report, and it counts.
-  for (const char* shown : {"40%|####  \r80%|########\rhpctune-report {\"step\": 2, \"acc\": 0.5}",
-                            "hpctune-report {\"step\": 2, \"acc\": 0.5}\r", "\rhpctune-report {\"step\": 2, \"acc\": 0.5}\r\r"}) {
+  // After other output on the same line: a progress bar redrawn with '\r' and left without a line
+  // end (tqdm), after a carriage return, indented, a "\r\n" line end; the last prefix starts it.
+  for (const char* shown : {"40%|####  \r80%|########hpctune-report {\"step\": 2, \"acc\": 0.5}",
+                            "\r80%|########\rhpctune-report {\"step\": 2, \"acc\": 0.5}",
+                            "  hpctune-report {\"step\": 2, \"acc\": 0.5}\r", "0: hpctune-report {\"step\": 2, \"acc\": 0.5}",
+                            "hpctune-report {\"a\": 1} hpctune-report {\"step\": 2, \"acc\": 0.5}"}) {
     CAPTURE(shown);
     auto r = trainers::parse_report_line(shown);
     REQUIRE((r && r->ok()));
     CHECK(r->value().step == 2);
     CHECK(r->value().metrics == protocol::Metrics{{"acc", 0.5}});
   }
-  for (const char* not_report : {"epoch 3", "hpctune-reports {\"a\": 1}", " hpctune-report {\"a\": 1}", "",
-                                 "hpctune-report {\"a\": 1}\r50%|#####", "\r\r"}) {
+  for (const char* not_report : {"epoch 3", "hpctune-reports {\"a\": 1}", "epoch 3 hpctune-reportX {\"a\": 1}", "", "\r\r"}) {
     CAPTURE(not_report);
     CHECK_FALSE(trainers::parse_report_line(not_report).has_value());
   }
   for (const char* garbage :
-       {"hpctune-report {bad", "hpctune-report [1]", "hpctune-report 42", R"(hpctune-report {"a": "x"})",
+       {"hpctune-report {bad", "hpctune-report {\"a\": 1}\r50%|#####", "hpctune-report [1]", "hpctune-report 42", R"(hpctune-report {"a": "x"})",
         R"(hpctune-report {"a": true})", R"(hpctune-report {"a": null})", R"(hpctune-report {"step": 1})",
         R"(hpctune-report {"step": -1, "a": 1})", R"(hpctune-report {"step": 1.5, "a": 1})",
         R"(hpctune-report {"step": "1", "a": 1})", "hpctune-report", "hpctune-report   ",

@@ -173,11 +173,11 @@ std::string exec_prefixed(const std::string& command) {
 // --- report lines --------------------------------------------------------------------------------
 
 std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
-  // What a terminal shows of the line: a progress bar redrawn with '\r' (tqdm, Keras) before the
-  // report, or a "\r\n" line end, leaves the text after the last carriage return.
-  while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  if (const auto cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);
-  if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
+  // The report is the end of the line from its last prefix: what comes before is the program's
+  // other output, such as a progress bar (tqdm) redrawn with '\r' and left without a line end.
+  const auto at = line.rfind(kReportPrefix);
+  if (at == std::string_view::npos) return std::nullopt;
+  line.remove_prefix(at);
   std::string_view rest = line.substr(kReportPrefix.size());
   auto bad = [](const std::string& what) -> std::optional<Result<ReportLine>> {
     return Result<ReportLine>(err(Errc::kInvalidArgument, what));
@@ -869,10 +869,13 @@ struct Session {
   std::size_t ignored_reports = 0;
 };
 
-// A persistent program's end line for this trial (one of an earlier trial is ignored).
+// A persistent program's end line for this trial (one of an earlier trial is ignored). The helper
+// prints it after the trial's body, which may have left text without a line end (a progress bar):
+// it counts wherever it starts in the line.
 bool ends_trial(std::string_view line, const TrialContext& ctx) {
-  if (line.substr(0, kTrialEndPrefix.size()) != kTrialEndPrefix) return false;
-  const std::string_view rest = line.substr(kTrialEndPrefix.size());
+  const auto at = line.find(kTrialEndPrefix);
+  if (at == std::string_view::npos) return false;
+  const std::string_view rest = line.substr(at + kTrialEndPrefix.size());
   if (rest.empty() || (rest[0] != ' ' && rest[0] != '\t')) return false;
   const nlohmann::json j = nlohmann::json::parse(rest, nullptr, false);
   return j.is_object() && j.value("trial", int64_t{-1}) == ctx.trial_id &&

@@ -25,10 +25,10 @@
 //     {checkpoint_dir} are placeholders too. A program saves its checkpoint for a step before it
 //     reports that step: a pbt stage pauses the trial on the report (SIGTERM).
 //     The working directory is `workdir` ("" = the worker's).
-//   - A line `hpctune-report {json}` on standard output is a report: a JSON object whose "step"
-//     (an integer >= 0; absent = the previous step + 1) is the step and whose other members are the
-//     metrics, all numbers, read after the line's last '\r' (a progress bar redrawn before it).
-//     It reaches ctx.report(). A malformed report line (bad JSON, not an
+//   - A line on standard output that ends with `hpctune-report {json}` (from its last prefix; what
+//     comes before is other output, such as a progress bar left without a line end) is a report: a
+//     JSON object whose "step" (an integer >= 0; absent = the previous step + 1) is the step and
+//     whose other members are the metrics, all numbers. It reaches ctx.report(). A malformed report line (bad JSON, not an
 //     object, a non-numeric metric, no metric) is written to the trial's stdout.log after a
 //     "hpctune: warning" line and otherwise ignored. Every other line goes to stdout.log, and
 //     standard error to stderr.log, both in <trial dir>/attempt-<n>/ (HPCTUNE_ATTEMPT_DIR; the

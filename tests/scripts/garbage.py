@@ -14,7 +14,6 @@ lines = [
     "an ordinary line",
     'hpctune-report {"step": 2, "val_accuracy": 0.2, "loss": 1.5}',
     'hpctune-reportX {"step": 9, "val_accuracy": 0.99}',
-    '  hpctune-report {"step": 9, "val_accuracy": 0.99}',
     'hpctune-report {"step": 5, "val_accuracy": 0.5}',
     "hpctune-report 42",
 ]
