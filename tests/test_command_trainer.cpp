@@ -333,6 +333,25 @@ TEST_CASE("malformed report lines are logged with a warning and ignored; the goo
   CHECK(log.find("8 malformed report line(s) ignored") != std::string::npos);
 }
 
+// Python's logging writes to standard error: a report there does not count, and the logs say so
+// (the stderr tail `hpctune trial` shows ends with the warning).
+TEST_CASE("a report line on standard error does not count, with a warning in both logs") {
+  TempDir dir;
+  Recorded rec;
+  auto ctx = context({{"command", "echo 'INFO:root:hpctune-report {{\"step\": 1, \"acc\": 0.5}}' >&2; "
+                                  "echo 'hpctune-report {{\"step\": 2, \"acc\": 0.7}}'"}},
+                     json::object(), dir.path, rec);
+  auto r = CommandTrainer().run(ctx);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  REQUIRE(rec.size() == 1);
+  CHECK(rec.reports[0].first == 2);
+  const std::string err_log = read_file(dir.file("attempt-2/stderr.log"));
+  CHECK(err_log.find("hpctune: warning: the report line above is on standard error, where reports do not count") !=
+        std::string::npos);
+  CHECK(read_file(dir.file("attempt-2/stdout.log")).find("1 report line(s) on standard error not counted") !=
+        std::string::npos);
+}
+
 TEST_CASE("a non-zero exit fails the trial with the exit code and the last 20 lines of stderr") {
   TempDir dir;
   Recorded rec;

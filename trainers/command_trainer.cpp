@@ -867,6 +867,7 @@ struct Session {
   Clock::time_point start{}, kill_at{}, end_at{};
   std::deque<std::string> stderr_tail;
   std::size_t ignored_reports = 0;
+  std::size_t stderr_reports = 0;  // report lines on standard error, which do not count
 };
 
 // A persistent program's end line for this trial (one of an earlier trial is ignored). The helper
@@ -942,6 +943,11 @@ void read_output(const TrialContext& ctx, const TrialPlan& plan, CommandPrograms
   auto on_stderr = [&](std::string_view line, bool partial, bool ends_line) {
     t.err_log << line << (ends_line ? "\n" : "");
     if (partial) return;
+    if (auto report = parse_report_line(line); report && report->ok()) {  // logging's default stream
+      ++t.stderr_reports;
+      t.err_log << "hpctune: warning: the report line above is on standard error, where reports do not count: "
+                   "print it on standard output (Python's logging writes to standard error)\n";
+    }
     t.stderr_tail.emplace_back(line);
     if (t.stderr_tail.size() > CommandTrainer::kStderrTailLines) t.stderr_tail.pop_front();
   };
@@ -1059,6 +1065,7 @@ Result<TrialResult> finish(const TrialContext& ctx, const TrialPlan& plan, std::
                          << ") stays for the next trial";
   else t.out_log << "hpctune: " << p.status->describe() << " after " << seconds << " s";
   if (t.ignored_reports > 0) t.out_log << "; " << t.ignored_reports << " malformed report line(s) ignored";
+  if (t.stderr_reports > 0) t.out_log << "; " << t.stderr_reports << " report line(s) on standard error not counted";
   t.out_log << "\n";
   const bool died = s.persistent && exited && p.status->signaled && !p.killed && !t.stopping;
   if (died && run == 1) {
