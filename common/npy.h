@@ -1,8 +1,8 @@
 // NumPy .npy files (format 1.0 written; 1.0, 2.0 and 3.0 read): the trials' saved predictions
 // (val_probs.npy, test_probs.npy: float32 (rows, classes)) and row lists (val_indices.npy,
 // val_labels.npy, test_labels.npy: int64 (rows,)), written by the classifier trainers
-// (trainers/classifier_training.h) or by a user's program (NumPy's defaults: float64, and int32 or
-// int64: read_npy_real, read_npy_int) and read by the master's ensemble stage, which links no trainer
+// (trainers/classifier_training.h) or by a user's program (NumPy's defaults, float64 and int64, and
+// any other little-endian float or integer width: read_npy_real, read_npy_int) and read by the master's ensemble stage, which links no trainer
 // code: hence header-only here, on the standard library alone.
 //
 // Reading is safe against hostile or damaged files, since a trial directory is written by another
@@ -23,12 +23,14 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/result.h"
@@ -284,32 +286,80 @@ inline Result<std::vector<int64_t>> read_npy_i64(int fd, const std::string& show
   return npy_detail::as_values<int64_t>(bytes);
 }
 
-// The same for files a user's program wrote, with NumPy's defaults as well as the trainers' types:
-// float32 or float64 values as doubles (2-D; with `one_d_as_column` a 1-D array is one column), and
-// int64 or int32 lists.
+namespace npy_detail {
+
+// IEEE 754 binary16 (NumPy's float16, a mixed-precision model's outputs) as a float.
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, fraction = h & 0x3FFu;
+  if (exponent == 0) return (sign ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(fraction), -24);  // zero, subnormal
+  const uint32_t bits = exponent == 0x1F ? sign | 0x7F800000u | (fraction << 13)                // inf, NaN
+                                         : sign | ((exponent + 112) << 23) | (fraction << 13);
+  return std::bit_cast<float>(bits);
+}
+
+// Every element of `bytes` read as `Stored`, as T.
+template <typename T, typename Stored>
+std::vector<T> converted(const std::vector<char>& bytes) {
+  std::vector<T> out(bytes.size() / sizeof(Stored));
+  for (size_t i = 0; i < out.size(); ++i) {
+    Stored v;
+    std::memcpy(&v, bytes.data() + i * sizeof v, sizeof v);
+    if constexpr (std::is_same_v<Stored, uint16_t> && std::is_floating_point_v<T>) out[i] = static_cast<T>(half_to_float(v));
+    else out[i] = static_cast<T>(v);
+  }
+  return out;
+}
+
+// `bytes` of the dtype `descr` (one of the tables below) as T; the type is chosen once.
+template <typename T>
+std::vector<T> as(const std::string& descr, const std::vector<char>& bytes) {
+  if (descr == "<f2") return converted<T, uint16_t>(bytes);  // binary16, converted by half_to_float
+  if (descr == "<f4") return converted<T, float>(bytes);
+  if (descr == "<f8") return converted<T, double>(bytes);
+  if (descr == "|b1" || descr == "|u1") return converted<T, uint8_t>(bytes);
+  if (descr == "|i1") return converted<T, int8_t>(bytes);
+  if (descr == "<i2") return converted<T, int16_t>(bytes);
+  if (descr == "<u2") return converted<T, uint16_t>(bytes);
+  if (descr == "<i4") return converted<T, int32_t>(bytes);
+  if (descr == "<u4") return converted<T, uint32_t>(bytes);
+  if (descr == "<u8") return converted<T, uint64_t>(bytes);  // above 2^63 - 1: refused by the caller
+  return converted<T, int64_t>(bytes);                       // <i8
+}
+
+// What a user's program may write: every little-endian float for values, every integer (and bool)
+// for class lists.
+inline constexpr std::initializer_list<Dtype> kRealDtypes = {{"<f4", 4}, {"<f8", 8}, {"<f2", 2}};
+inline constexpr std::initializer_list<Dtype> kIntDtypes = {{"<i8", 8}, {"<i4", 4}, {"<i2", 2}, {"|i1", 1}, {"<u8", 8},
+                                                            {"<u4", 4}, {"<u2", 2}, {"|u1", 1}, {"|b1", 1}};
+
+}  // namespace npy_detail
+
+// The same for files a user's program wrote, with NumPy's defaults and any other width as well as
+// the trainers' types: float16, float32 or float64 values as doubles (2-D; with `one_d_as_column` a
+// 1-D array is one column), and integer or bool lists of any width (uint64 values up to 2^63 - 1).
 inline Result<std::vector<double>> read_npy_real(int fd, const std::string& shown, int64_t& rows, int64_t& cols,
                                                  bool one_d_as_column = false) {
   std::vector<int64_t> dims;
   size_t which = 0;
-  HPCTUNE_ASSIGN(const std::vector<char> bytes,
-                 npy_detail::read_fd_any(fd, shown, {{"<f4", sizeof(float)}, {"<f8", sizeof(double)}}, which, dims));
+  HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read_fd_any(fd, shown, npy_detail::kRealDtypes, which, dims));
   if (dims.size() == 1 && one_d_as_column) dims.push_back(1);
   if (dims.size() != 2) return err(Errc::kInvalidArgument, shown + ": not a 2-D array");
   rows = dims[0], cols = dims[1];
-  if (which == 1) return npy_detail::as_values<double>(bytes);
-  const std::vector<float> f = npy_detail::as_values<float>(bytes);
-  return std::vector<double>(f.begin(), f.end());
+  return npy_detail::as<double>(npy_detail::kRealDtypes.begin()[which].descr, bytes);
 }
 
 inline Result<std::vector<int64_t>> read_npy_int(int fd, const std::string& shown) {
   std::vector<int64_t> dims;
   size_t which = 0;
-  HPCTUNE_ASSIGN(const std::vector<char> bytes,
-                 npy_detail::read_fd_any(fd, shown, {{"<i8", sizeof(int64_t)}, {"<i4", sizeof(int32_t)}}, which, dims));
+  HPCTUNE_ASSIGN(const std::vector<char> bytes, npy_detail::read_fd_any(fd, shown, npy_detail::kIntDtypes, which, dims));
   if (dims.size() != 1) return err(Errc::kInvalidArgument, shown + ": not a 1-D array");
-  if (which == 0) return npy_detail::as_values<int64_t>(bytes);
-  const std::vector<int32_t> i = npy_detail::as_values<int32_t>(bytes);
-  return std::vector<int64_t>(i.begin(), i.end());
+  const std::string descr = npy_detail::kIntDtypes.begin()[which].descr;
+  if (descr == "<u8") {
+    const std::vector<uint64_t> wide = npy_detail::as<uint64_t>(descr, bytes);
+    for (size_t i = 0; i < wide.size(); ++i)
+      if (wide[i] > uint64_t{INT64_MAX}) return err(Errc::kInvalidArgument, shown + ": element " + std::to_string(i) + " is above 2^63 - 1");
+  }
+  return npy_detail::as<int64_t>(descr, bytes);
 }
 
 }  // namespace hpctune

@@ -880,6 +880,60 @@ TEST_CASE("npy: float32 and int64 arrays round-trip; numpy's other header versio
   CHECK(read->size() == 4);
 }
 
+// A user's program writes what its framework gives: uint8 labels read from an IDX file, bool labels
+// of a binary task, float16 probabilities of a mixed-precision model. They were refused ("dtype
+// '|u1', expected '<i8' or '<i4'") and the ensemble stage failed.
+TEST_CASE("npy: a program's files of any little-endian float or integer width are read as doubles and int64") {
+  TempDir dir;
+  auto written = [&](const std::string& name, const char* descr, const std::string& shape, const auto& values) {
+    REQUIRE(npy_detail::write(dir.file(name), descr, shape, values.data(), values.size() * sizeof(values[0])).ok());
+    return dir.file(name);
+  };
+  auto ints = [&](const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    auto r = read_npy_int(fd, path);
+    ::close(fd);
+    return r;
+  };
+  auto reals = [&](const std::string& path, int64_t& rows, int64_t& cols) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    auto r = read_npy_real(fd, path, rows, cols);
+    ::close(fd);
+    return r;
+  };
+  const std::vector<int64_t> expected = {0, 9, 255};
+  CHECK(*ints(written("u1.npy", "|u1", "(3,)", std::vector<uint8_t>{0, 9, 255})) == expected);
+  CHECK(*ints(written("u2.npy", "<u2", "(3,)", std::vector<uint16_t>{0, 9, 255})) == expected);
+  CHECK(*ints(written("u4.npy", "<u4", "(3,)", std::vector<uint32_t>{0, 9, 255})) == expected);
+  CHECK(*ints(written("u8.npy", "<u8", "(3,)", std::vector<uint64_t>{0, 9, 255})) == expected);
+  CHECK(*ints(written("i1.npy", "|i1", "(2,)", std::vector<int8_t>{-3, 7})) == std::vector<int64_t>{-3, 7});
+  CHECK(*ints(written("i2.npy", "<i2", "(2,)", std::vector<int16_t>{-3, 7})) == std::vector<int64_t>{-3, 7});
+  CHECK(*ints(written("b1.npy", "|b1", "(3,)", std::vector<uint8_t>{1, 0, 1})) == std::vector<int64_t>{1, 0, 1});
+  auto huge = ints(written("u8big.npy", "<u8", "(2,)", std::vector<uint64_t>{1, uint64_t{1} << 63}));
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.error().message().find("element 1 is above 2^63 - 1") != std::string::npos);
+  // float16: 1, -0.5, 1/3 to 11 bits, the smallest subnormal, infinity, 65504 (the largest).
+  int64_t rows = 0, cols = 0;
+  auto half = reals(written("f2.npy", "<f2", "(3, 2)", std::vector<uint16_t>{0x3C00, 0xB800, 0x3555, 0x0001, 0x7C00, 0x7BFF}),
+                    rows, cols);
+  REQUIRE(half.ok());
+  CHECK(rows == 3);
+  CHECK(cols == 2);
+  CHECK((*half)[0] == 1.0);
+  CHECK((*half)[1] == -0.5);
+  CHECK((*half)[2] == doctest::Approx(1.0 / 3).epsilon(1e-3));
+  CHECK((*half)[3] == std::ldexp(1.0, -24));
+  CHECK(std::isinf((*half)[4]));
+  CHECK((*half)[5] == 65504.0);
+  CHECK(*reals(written("f8.npy", "<f8", "(1, 2)", std::vector<double>{0.25, 0.75}), rows, cols) == std::vector<double>{0.25, 0.75});
+  // Still refused: big-endian, complex, strings; floats as labels and integers as probabilities.
+  CHECK_FALSE(ints(written("f4l.npy", "<f4", "(1,)", std::vector<float>{1})).ok());
+  CHECK_FALSE(reals(written("i8p.npy", "<i8", "(1, 1)", std::vector<int64_t>{1}), rows, cols).ok());
+  CHECK_FALSE(ints(written("be.npy", ">i4", "(1,)", std::vector<int32_t>{1})).ok());
+}
+
 TEST_CASE("npy: truncated, foreign, wrong-dtype or oversized files are errors naming the file") {
   TempDir dir;
   const std::vector<float> probs(12, 0.5f);
