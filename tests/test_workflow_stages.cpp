@@ -454,6 +454,44 @@ TEST_CASE("ensemble stage: a program's prediction files in its trial directory (
                                    "up with trial " + std::to_string(a) + "'s: validation row 3: label 1, not 0;") !=
           std::string::npos);
   }
+  SUBCASE("logits or scores instead of probabilities, and a label that is no class: the trial, file and row named") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.6);
+    program_predictions(c.run_dir, a, kA);
+    program_predictions(c.run_dir, b, kB);
+    const std::string d = c.run_dir + "/" + std::to_string(b);
+    auto stage = ensemble_stage({{"method", "greedy"}});
+    auto finish = [&] {
+      require_ok(stage->begin(c.ctx()));
+      auto r = stage->finish(c.ctx());
+      REQUIRE_FALSE(r.ok());
+      return r.error().message();
+    };
+    SUBCASE("logits") {
+      const std::vector<double> logits = {2.5, -1.0, 0.1, 0.3, 1.0, 0.0, 0.2, 0.8};  // row 0 holds -1
+      require_ok(npy_detail::write(d + "/val_probs.npy", "<f8", "(4, 2)", logits.data(), logits.size() * sizeof(double)));
+      const std::string m = finish();
+      CHECK_MESSAGE(m.find("trial " + std::to_string(b) + "'s " + d + "/val_probs.npy: row 0 holds 2.5 in column 0") !=
+                        std::string::npos, m);
+      CHECK(m.find("not logits or scores") != std::string::npos);
+    }
+    SUBCASE("scores in [0, 1] that are not a distribution") {
+      const std::vector<float> scores = {0.5f, 0.5f, 0.9f, 0.8f, 0.5f, 0.5f, 0.5f, 0.5f};  // row 1 sums to 1.7
+      require_ok(npy_detail::write(d + "/val_probs.npy", "<f4", "(4, 2)", scores.data(), scores.size() * sizeof(float)));
+      const std::string m = finish();
+      CHECK_MESSAGE(m.find("val_probs.npy: row 1 sums to 1.7") != std::string::npos, m);
+    }
+    SUBCASE("a label past the classes, and one beyond an int's range") {
+      for (const int64_t label : {int64_t{2}, (int64_t{1} << 32) + 1}) {
+        CAPTURE(label);
+        const std::vector<int64_t> labels = {0, 1, label};
+        require_ok(npy_detail::write(d + "/test_labels.npy", "<i8", "(3,)", labels.data(), labels.size() * sizeof(int64_t)));
+        const std::string m = finish();
+        CHECK_MESSAGE(m.find("test_labels.npy: row 2 is label " + std::to_string(label) + ", not one of the 2 classes") !=
+                          std::string::npos, m);
+      }
+    }
+  }
   SUBCASE("a file that is a link planted in the trial directory is refused, naming it") {
     Campaign c;
     const int64_t a = c.trial(c.tune, 0, 0.5);

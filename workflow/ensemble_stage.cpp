@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -487,7 +488,50 @@ class EnsembleStage final : public scheduler::StageRuntime {
                     std::to_string(l.test.rows) + " x " + std::to_string(l.test.classes) + ", " +
                     std::to_string(l.val_indices.size()) + " val_indices, " + std::to_string(l.val_labels.size()) +
                     " val_labels, " + std::to_string(l.test_labels.size()) + " test_labels");
+    HPCTUNE_TRY(check_classes(c, l));
     return l;
+  }
+
+  // A member's probabilities and labels as a blend needs them: every row a distribution over the
+  // classes (a program that saved logits or scores is told so), every label one of the classes.
+  // Named by trial, file and row; before, "member 0 holds a value that is not a probability", and a
+  // label beyond an int's range wrapped into one.
+  Status check_classes(const Candidate& c, const Loaded& l) const {
+    const ensemble::Probabilities* probs[2] = {&l.val, &l.test};
+    for (std::size_t p = 0; p < 2; ++p) {
+      const std::size_t classes = probs[p]->classes;
+      for (std::size_t r = 0; r < probs[p]->rows; ++r) {
+        const double* row = probs[p]->values.data() + r * classes;
+        double sum = 0;
+        std::string bad;
+        auto shown = [](double v) {  // six digits: a float32 file's 1.7 is not 1.699999988079071
+          char text[32];
+          std::snprintf(text, sizeof text, "%.6g", v);
+          return std::string(text);
+        };
+        for (std::size_t k = 0; k < classes && bad.empty(); ++k) {
+          if (!std::isfinite(row[k]) || row[k] < 0 || row[k] > 1 + 1e-6)
+            bad = "holds " + shown(row[k]) + " in column " + std::to_string(k);
+          sum += row[k];
+        }
+        if (bad.empty() && std::fabs(sum - 1) > 1e-3) bad = "sums to " + shown(sum);
+        if (!bad.empty())
+          return failed("trial " + std::to_string(c.trial) + "'s " + c.paths[p] + ": row " + std::to_string(r) + " " +
+                        bad + "; every row must be the probabilities of the classes (a softmax of the outputs, " +
+                        "not logits or scores)");
+      }
+    }
+    const std::vector<int64_t>* lists[2] = {&l.val_labels, &l.test_labels};
+    for (std::size_t k = 0; k < 2; ++k) {
+      for (std::size_t r = 0; r < lists[k]->size(); ++r) {
+        const int64_t y = (*lists[k])[r];
+        if (y < 0 || y >= static_cast<int64_t>(l.val.classes))
+          return failed("trial " + std::to_string(c.trial) + "'s " + c.paths[3 + k] + ": row " + std::to_string(r) +
+                        " is label " + std::to_string(y) + ", not one of the " + std::to_string(l.val.classes) +
+                        " classes of its probabilities (0.." + std::to_string(l.val.classes - 1) + ")");
+      }
+    }
+    return {};
   }
 
   // Members must predict the same rows: the same validation images (when every member lists them:
