@@ -492,6 +492,36 @@ TEST_CASE("ensemble stage: a program's prediction files in its trial directory (
       }
     }
   }
+  SUBCASE("a member whose predictions hold NaN (its training diverged) is left out and named; the others blend") {
+    Campaign c;
+    const int64_t a = c.trial(c.tune, 0, 0.5), b = c.trial(c.tune, 1, 0.6), cc = c.trial(c.tune, 2, 0.4);
+    program_predictions(c.run_dir, a, kA);
+    program_predictions(c.run_dir, b, kB);
+    program_predictions(c.run_dir, cc, kC);
+    const std::string d = c.run_dir + "/" + std::to_string(b);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const std::vector<double> diverged = {0.5, 0.5, 0.5, 0.5, nan, nan, 0.5, 0.5};
+    require_ok(npy_detail::write(d + "/val_probs.npy", "<f8", "(4, 2)", diverged.data(), diverged.size() * sizeof(double)));
+    auto stage = ensemble_stage({{"method", "greedy"}, {"max_size", 2}});
+    require_ok(stage->begin(c.ctx()));
+    auto r = stage->finish(c.ctx());
+    require_ok(r);
+    CHECK((*r)["candidates"] == 2);
+    REQUIRE((*r)["left_out"].size() == 1);
+    CHECK((*r)["left_out"][0]["trial"] == b);
+    CHECK((*r)["left_out"][0]["reason"] == "its " + d + "/val_probs.npy holds NaN in row 2 (a training that diverged)");
+    for (const auto& m : (*r)["members"]) CHECK(m["trial"] != b);
+    // Every member diverged: the stage fails naming the first.
+    for (const int64_t t : {a, cc})
+      require_ok(npy_detail::write(c.run_dir + "/" + std::to_string(t) + "/test_probs.npy", "<f8", "(3, 2)", diverged.data(),
+                                   6 * sizeof(double)));
+    auto none = ensemble_stage({{"method", "greedy"}});
+    require_ok(none->begin(c.ctx()));
+    auto failed = none->finish(c.ctx());
+    REQUIRE_FALSE(failed.ok());
+    CHECK_MESSAGE(failed.error().message().find("every member was left out; the first, trial " + std::to_string(a) +
+                                                ": its ") != std::string::npos, failed.error().message());
+  }
   SUBCASE("a file that is a link planted in the trial directory is refused, naming it") {
     Campaign c;
     const int64_t a = c.trial(c.tune, 0, 0.5);

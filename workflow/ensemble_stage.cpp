@@ -156,17 +156,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
   Result<nlohmann::json> finish(const scheduler::StageContext& ctx) override {
     HPCTUNE_ASSIGN(Inputs in, read_inputs(ctx, true));
     if (in.usable.empty()) return no_members(in);
-    std::vector<Loaded> loaded;
-    loaded.reserve(in.usable.size());
-    const std::size_t optional = kind_index(kOptionalKind);
-    const bool all_indexed = std::all_of(in.usable.begin(), in.usable.end(), [&](const Candidate& c) {
-      return optional >= c.paths.size() || !c.paths[optional].empty();
-    });
-    for (const Candidate& c : in.usable) {
-      HPCTUNE_ASSIGN(Loaded l, load(ctx, c));
-      if (!loaded.empty()) HPCTUNE_TRY(lines_up(in.usable.front(), loaded.front(), c, l, all_indexed));
-      loaded.push_back(std::move(l));
-    }
+    HPCTUNE_ASSIGN(std::vector<Loaded> loaded, load_members(ctx, in));
     if (s_.regression) return finish_regression(ctx, in, loaded);
     std::vector<ensemble::Probabilities> val, test;
     for (Loaded& l : loaded) val.push_back(std::move(l.val)), test.push_back(std::move(l.test));
@@ -189,6 +179,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
                              {"candidates", in.usable.size()},
                              {"skipped", in.skipped},
                              {"retrained", in.retrained}};
+    if (!in.left_out.empty()) result["left_out"] = in.left_out;
     result["members"] = members_json(in.usable, *weights);
     result.update(scores(*val_blend, val_labels, *test_blend, test_labels));
     std::vector<double> losses;
@@ -234,6 +225,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
                              {"candidates", in.usable.size()},
                              {"skipped", in.skipped},
                              {"retrained", in.retrained}};
+    if (!in.left_out.empty()) result["left_out"] = in.left_out;
     result["members"] = members_json(in.usable, *weights);
     result["val_mse"] = ensemble::mean_squared_error(*val_blend, val_targets);
     result["test_mse"] = ensemble::mean_squared_error(*test_blend, test_targets);
@@ -265,6 +257,7 @@ class EnsembleStage final : public scheduler::StageRuntime {
     int64_t skipped = 0, retrained = 0;
     std::string input_names;            // "'tune'" or "'a', 'b'"
     std::string skipped_note;
+    nlohmann::json left_out = nlohmann::json::array();  // [{trial, reason}]: predictions not finite
   };
 
   const std::vector<std::string>& kinds() const { return s_.regression ? kRegressionKinds : kClassificationKinds; }
@@ -488,8 +481,52 @@ class EnsembleStage final : public scheduler::StageRuntime {
                     std::to_string(l.test.rows) + " x " + std::to_string(l.test.classes) + ", " +
                     std::to_string(l.val_indices.size()) + " val_indices, " + std::to_string(l.val_labels.size()) +
                     " val_labels, " + std::to_string(l.test_labels.size()) + " test_labels");
-    HPCTUNE_TRY(check_classes(c, l));
     return l;
+  }
+
+  // Every usable member's files, loaded and checked. A member whose predictions hold NaN or infinity
+  // (its training diverged) is left out: dropped from in.usable, named in in.left_out and the log.
+  // Rows that are not probabilities (logits), and a member that does not line up with the first,
+  // fail the stage: the program writes the wrong thing, which no other member would mend.
+  Result<std::vector<Loaded>> load_members(const scheduler::StageContext& ctx, Inputs& in) const {
+    const std::size_t optional = kind_index(kOptionalKind);
+    const bool all_indexed = std::all_of(in.usable.begin(), in.usable.end(), [&](const Candidate& c) {
+      return optional >= c.paths.size() || !c.paths[optional].empty();
+    });
+    std::vector<Loaded> loaded;
+    std::vector<Candidate> kept;
+    for (const Candidate& c : in.usable) {
+      HPCTUNE_ASSIGN(Loaded l, load(ctx, c));
+      if (const std::string why = not_finite(c, l); !why.empty()) {
+        in.left_out.push_back({{"trial", c.trial}, {"reason", why}});
+        if (ctx.log) ctx.log("ensemble '" + name_ + "': trial " + std::to_string(c.trial) + " is left out: " + why);
+        continue;
+      }
+      if (!s_.regression) HPCTUNE_TRY(check_classes(c, l));
+      if (!loaded.empty()) HPCTUNE_TRY(lines_up(kept.front(), loaded.front(), c, l, all_indexed));
+      loaded.push_back(std::move(l));
+      kept.push_back(c);
+    }
+    if (kept.empty())
+      return failed("every member was left out; the first, trial " + in.left_out[0]["trial"].dump() + ": " +
+                    in.left_out[0]["reason"].get<std::string>());
+    in.usable = std::move(kept);
+    return loaded;
+  }
+
+  // "" when every value a member saved is finite; else where the first NaN or infinity is.
+  std::string not_finite(const Candidate& c, const Loaded& l) const {
+    const ensemble::Probabilities* mats[4] = {&l.val, &l.test, &l.val_targets, &l.test_targets};
+    for (std::size_t p = 0; p < (s_.regression ? 4u : 2u); ++p) {
+      const auto& v = mats[p]->values;
+      const auto bad = std::find_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); });
+      if (bad == v.end()) continue;
+      const auto at = static_cast<std::size_t>(bad - v.begin());
+      return "its " + c.paths[p] + " holds " + (std::isnan(*bad) ? std::string("NaN") : std::string("infinity")) +
+             " in row " + std::to_string(at / std::max<std::size_t>(1, mats[p]->classes)) +
+             " (a training that diverged)";
+    }
+    return "";
   }
 
   // A member's probabilities and labels as a blend needs them: every row a distribution over the
