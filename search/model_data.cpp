@@ -279,7 +279,7 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
   for (const auto& [seq, params] : pending) {
     const std::size_t r = row++;
     if (!has(r, k)) {
-      out.pending.emplace_hint(out.pending.end(), seq, params);
+      out.pending.push_back(seq);
       continue;
     }
     DataPoint p;

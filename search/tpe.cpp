@@ -256,11 +256,11 @@ class Tpe final : public SearcherBase {
   // trials those that have not reached it.
   void split(const LevelData& level, std::vector<std::vector<double>>& below, std::vector<std::vector<double>>& above) const {
     const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
-    const std::map<int64_t, Params>& running = multi_fidelity() ? level.pending : pending();
+    const std::size_t running = multi_fidelity() ? level.pending.size() : pending().size();
     std::vector<const DataPoint*> usable;
     for (const auto& p : data)
       if (!p.losses.empty()) usable.push_back(&p);
-    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running.size() : 0);
+    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running : 0);
     const auto n_below = std::min<std::size_t>(
         std::min<std::size_t>(static_cast<std::size_t>(std::ceil(cfg_.gamma * static_cast<double>(n_total))),
                               static_cast<std::size_t>(cfg_.gamma_max)),
@@ -295,8 +295,10 @@ class Tpe final : public SearcherBase {
     std::iota(by_seq.begin(), by_seq.end(), 0);
     std::stable_sort(by_seq.begin(), by_seq.end(), [&](std::size_t a, std::size_t b) { return usable[a]->seq < usable[b]->seq; });
     for (std::size_t i : by_seq) (is_below[i] ? below : above).push_back(usable[i]->u);
-    if (cfg_.constant_liar)
-      for (const auto& [seq, params] : running) above.push_back(encoded_pending(seq, params));
+    if (!cfg_.constant_liar) return;
+    auto lie = [&](int64_t seq, const Params& params) { above.push_back(encoded_pending(seq, params)); };
+    if (multi_fidelity()) for_each_pending(level.pending, pending(), lie);
+    else for (const auto& [seq, params] : pending()) lie(seq, params);
   }
 
   // --- discrete parameters: levels and their intervals in unit space --------------------------
