@@ -130,7 +130,7 @@ class Bayesian final : public SearcherBase {
     bool model_ready = false, model_failed = false;
     std::size_t real_n = 0;
     // Under early stopping, the level this ask models: until one has enough values, the design goes on.
-    if (multi_fidelity()) fit_ = fidelity_model_data(spec(), enc_, data_, pending(), reports());
+    if (multi_fidelity()) fit_ = fidelity_model_data(spec(), enc_, data_, pending(), reports(), &rung_cache_, told_reports());
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
       const int64_t design_len = std::max<int64_t>(0, cfg_.n_initial - warm_usable_);
@@ -783,6 +783,7 @@ class Bayesian final : public SearcherBase {
   std::vector<double> batch_raw_;  // this batch's scalar losses of model_data(), before the transform
   Eigen::VectorXd model_y_;        // and after it: the GP's targets for model_data()
   LevelData fit_;                  // under early stopping: the level modelled (this ask's)
+  RungCache rung_cache_;           // the told trials' values at its rungs (fidelity_model_data)
   int64_t level_at_fit_ = 0;       // the level of the latest hyperparameter fit
 };
 

@@ -253,7 +253,9 @@ class Tpe final : public SearcherBase {
 
   // Under early stopping, the values at one level and the trials pending there (model_data.h),
   // from the current history: a pure function of it, so it is rebuilt on every use.
-  LevelData level_data() const { return fidelity_model_data(spec(), enc_, data_, pending(), reports()); }
+  LevelData level_data() const {
+    return fidelity_model_data(spec(), enc_, data_, pending(), reports(), &rung_cache_, told_reports());
+  }
 
   // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
   // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
@@ -645,6 +647,7 @@ class Tpe final : public SearcherBase {
   mutable std::set<std::vector<double>> told_keys_;
   mutable std::size_t told_keyed_ = 0;
   mutable std::map<int64_t, Running> pending_u_;
+  mutable RungCache rung_cache_;  // the told trials' values at the rungs (level_data())
   std::vector<Kind> kind_;      // per parameter
   std::vector<Group> groups_;   // parents first
 };

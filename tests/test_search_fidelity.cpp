@@ -394,6 +394,95 @@ TEST_CASE("reports replayed before or after restore() give the same model and su
   }
 }
 
+TEST_CASE("a report for a trial already told reaches the next ask: the cache of the told trials' values is refilled") {
+  // tpe and bayesian keep the told trials' values at the rungs between asks (RungCache); a report
+  // that comes after its trial was told (a replay) must not leave a stale value there.
+  for (const char* algorithm : {"bayesian", "tpe", "auto"}) {
+    CAPTURE(algorithm);
+    auto live = make(spec(algorithm, true));
+    auto got = live->ask(12);
+    REQUIRE(got.ok());
+    std::vector<Record> history;
+    std::vector<std::pair<int64_t, double>> at_three;  // the rung-3 reports, which come late
+    for (const auto& g : *got) {
+      const double x = g.params.at("x").get<double>();
+      history.push_back({g, Observation{g.seq, g.params, Outcome::kPruned, {final_value(x) * 9 / 27.0}, 9}});
+      at_three.emplace_back(g.seq, final_value(x) * 3 / 27.0);
+    }
+    auto late = make(spec(algorithm, true));
+    late->restore(history);
+    for (const auto& g : *got) late->tell_report(g.seq, 1, 0.5);
+    auto first = late->ask(1);  // fills the cache: no values at rung 3 but the trials' own at 9
+    REQUIRE(first.ok());
+    REQUIRE(first->size() == 1);
+    for (const auto& [seq, v] : at_three) late->tell_report(seq, 3, v);
+
+    auto early = make(spec(algorithm, true));
+    std::vector<Record> with_first = history;
+    with_first.push_back({first->front(), std::nullopt});
+    early->restore(with_first);
+    for (const auto& g : *got) early->tell_report(g.seq, 1, 0.5);
+    for (const auto& [seq, v] : at_three) early->tell_report(seq, 3, v);
+    auto a = late->ask(2);
+    auto b = early->ask(2);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(a->size() == 2);
+    REQUIRE(b->size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) CHECK((*a)[i].params == (*b)[i].params);
+    CHECK(late->state()["fidelity"] == early->state()["fidelity"]);
+    CHECK(late->state()["fidelity"]["levels"][1]["values"] == 12);  // rung 3: the late reports count
+  }
+}
+
+TEST_CASE("fidelity_model_data with a cache gives what it gives without one, as trials are told and reports come late") {
+  SearchSpec s = spec("tpe", true);
+  const Encoder enc(s.space);
+  std::vector<DataPoint> told;
+  ReportLog reports;
+  std::map<int64_t, Params> pending;
+  RungCache cache;
+  uint64_t late = 0;  // reports to told trials, as SearcherBase::told_reports() counts them
+  auto same = [](const LevelData& a, const LevelData& b) {
+    CHECK(a.level == b.level);
+    CHECK(a.counts == b.counts);
+    CHECK(a.pending == b.pending);
+    REQUIRE(a.points.size() == b.points.size());
+    for (std::size_t i = 0; i < a.points.size(); ++i) {
+      CHECK(a.points[i].seq == b.points[i].seq);
+      CHECK(a.points[i].losses == b.points[i].losses);
+      CHECK(a.points[i].step == b.points[i].step);
+    }
+  };
+  for (int64_t seq = 0; seq < 40; ++seq) {
+    CAPTURE(seq);
+    const double x = static_cast<double>(seq % 10) / 10.0;
+    pending[seq] = at(x);
+    reports[seq][1] = final_value(x) / 27.0;
+    if (seq >= 2) {  // the trial two before finishes: pruned at 1, or trained to the end
+      const int64_t t = seq - 2;
+      pending.erase(t);
+      const bool pruned = t % 3 != 0;
+      told.push_back(told_point(enc, t, static_cast<double>(t % 10) / 10.0, pruned ? Outcome::kPruned : Outcome::kCompleted,
+                                0.3, pruned ? 1 : kMaxStep));
+    }
+    if (seq % 5 == 4) {  // a late report at rung 3 for a trial told before, trained to the end
+      for (const auto& p : told)
+        if (p.step == kMaxStep && !reports[p.seq].count(3)) {
+          reports[p.seq][3] = 0.9;
+          ++late;
+          break;
+        }
+    }
+    const LevelData cached = fidelity_model_data(s, enc, told, pending, reports, &cache, late);
+    const LevelData fresh = fidelity_model_data(s, enc, told, pending, reports);
+    same(cached, fresh);
+  }
+  CHECK(cache.rows == told.size());
+  CHECK(late >= 5);
+  CHECK(fidelity_model_data(s, enc, told, pending, reports).counts[1].second == static_cast<int64_t>(late));  // rung 3
+}
+
 TEST_CASE("without a fidelity, reports are ignored and nothing changes") {
   for (const char* algorithm : {"bayesian", "tpe", "auto", "random", "cmaes", "evolution", "genetic", "rl"}) {
     CAPTURE(algorithm);
