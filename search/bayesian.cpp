@@ -130,7 +130,7 @@ class Bayesian final : public SearcherBase {
     bool model_ready = false, model_failed = false;
     std::size_t real_n = 0;
     // Under early stopping, the level this ask models: until one has enough values, the design goes on.
-    if (multi_fidelity()) fit_ = fidelity_model_data(spec(), enc_, data_, pending(), reports());
+    if (multi_fidelity()) fit_ = fidelity_model_data(spec(), enc_, data_, pending(), reports(), &rung_cache_, told_reports());
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
       const int64_t design_len = std::max<int64_t>(0, cfg_.n_initial - warm_usable_);
@@ -237,10 +237,15 @@ class Bayesian final : public SearcherBase {
   }
 
   // The points the model is fitted on: every finished trial (and warm-start one), or under early
-  // stopping those with a value at this ask's level (fit_, model_data.h); and the trials it
-  // models as running.
+  // stopping those with a value at this ask's level (fit_, model_data.h).
   const std::vector<DataPoint>& model_data() const { return multi_fidelity() ? fit_.points : data_; }
-  const std::map<int64_t, Params>& model_pending() const { return multi_fidelity() ? fit_.pending : pending(); }
+  // Adds the trials the model takes as running as fantasies: every pending one, or under early
+  // stopping those not at this ask's level (fit_.pending names them by seq, pending() holds them).
+  void add_pending_fantasies() {
+    auto add = [&](int64_t, const Params& params) { add_fantasy(enc_.encode(params)); };
+    if (multi_fidelity()) for_each_pending(fit_.pending, pending(), add);
+    else for (const auto& [pseq, params] : pending()) add(pseq, params);
+  }
 
   int64_t usable() const {
     int64_t k = 0;
@@ -337,7 +342,7 @@ class Bayesian final : public SearcherBase {
       Rng rng = rng_for(seq, 0xF0E);
       forest_.fit(forest_X_, forest_y_, rng);
       gp_rows_ = n;
-      for (const auto& [pseq, params] : model_pending()) add_fantasy(enc_.encode(params));
+      add_pending_fantasies();
       return n;
     }
     // Under early stopping a new level is a new problem (refit), and the rows of one level are not
@@ -364,7 +369,7 @@ class Bayesian final : public SearcherBase {
       gp_.set_targets(y);
     }
     gp_rows_ = n;
-    for (const auto& [pseq, params] : model_pending()) add_fantasy(enc_.encode(params));
+    add_pending_fantasies();
     return n;
   }
 
@@ -778,6 +783,7 @@ class Bayesian final : public SearcherBase {
   std::vector<double> batch_raw_;  // this batch's scalar losses of model_data(), before the transform
   Eigen::VectorXd model_y_;        // and after it: the GP's targets for model_data()
   LevelData fit_;                  // under early stopping: the level modelled (this ask's)
+  RungCache rung_cache_;           // the told trials' values at its rungs (fidelity_model_data)
   int64_t level_at_fit_ = 0;       // the level of the latest hyperparameter fit
 };
 

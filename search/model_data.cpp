@@ -170,13 +170,20 @@ std::vector<int64_t> fidelity_levels(const Fidelity& fidelity, std::size_t objec
 
 namespace {
 
-// Every trial's values at the rungs, in one flat table (a row per trial, a column per rung), built
-// without a container per trial: this runs on every ask, over every trial of the campaign.
+// Every trial's values at the rungs, in one flat table (a row per trial, a column per rung: the
+// RungCache's), built without a container per trial: this runs on every ask.
 class RungValues {
  public:
-  RungValues(const std::vector<int64_t>& levels, const Fidelity& fidelity, bool maximize, std::size_t rows)
+  RungValues(const std::vector<int64_t>& levels, const Fidelity& fidelity, bool maximize, RungCache& table)
       : levels_(levels), rungs_(levels.size() - 1), max_step_(fidelity.max_step), maximize_(maximize),
-        value_(rows * rungs_, 0.0), has_(rows * rungs_, 0) {}
+        value_(table.value), has_(table.has) {}
+
+  // `rows` rows, those from `first` on empty.
+  void reset(std::size_t first, std::size_t rows) {
+    value_.resize(rows * rungs_);
+    has_.resize(rows * rungs_);
+    std::fill(has_.begin() + static_cast<std::ptrdiff_t>(std::min(first, rows) * rungs_), has_.end(), 0);
+  }
 
   // Row `row`: each rung takes the first value at a step in [rung, next level), from `reports`
   // (raw values, below max_step, up to `last` when last > 0, finite ones) and `own` (a partial
@@ -213,14 +220,15 @@ class RungValues {
   std::size_t rungs_;
   int64_t max_step_;
   bool maximize_;
-  std::vector<double> value_;
-  std::vector<char> has_;
+  std::vector<double>& value_;
+  std::vector<char>& has_;
 };
 
 }  // namespace
 
 LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, const std::vector<DataPoint>& told,
-                              const std::map<int64_t, Params>& pending, const ReportLog& reports) {
+                              const std::map<int64_t, Params>& pending, const ReportLog& reports, RungCache* cache,
+                              uint64_t told_reports) {
   LevelData out;
   out.needed = fidelity_min_points(spec.space);
   const std::size_t m = std::max<std::size_t>(1, spec.objectives.size());
@@ -231,15 +239,23 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
 
   // Rows: the told trials in their order, then the pending ones by seq. The top level holds only
   // final values (a told trial's own losses); the rungs come from reports (the primary objective).
+  // The told rows come from the cache where it still holds (RungCache), filled from `table.rows` on.
   const std::size_t rows = told.size() + pending.size();
-  RungValues rung(levels, spec.fidelity, maximize, rows);
-  std::vector<char> final(told.size(), 0);
+  RungCache local;
+  RungCache& table = cache ? *cache : local;
+  if (table.told_reports != told_reports || table.rows > told.size() || table.final.size() != table.rows ||
+      (table.rows > 0 && told[table.rows - 1].seq != table.last_seq))
+    table = RungCache{};
+  RungValues rung(levels, spec.fidelity, maximize, table);
+  rung.reset(table.rows, rows);
+  std::vector<char>& final = table.final;
+  final.resize(told.size(), 0);
   auto reports_of = [&](int64_t seq) -> const std::map<int64_t, double>* {
     if (m != 1 || seq < 0) return nullptr;
     auto it = reports.find(seq);
     return it == reports.end() ? nullptr : &it->second;
   };
-  for (std::size_t i = 0; i < told.size(); ++i) {
+  for (std::size_t i = table.rows; i < told.size(); ++i) {
     const DataPoint& p = told[i];
     const bool failed = p.losses.empty();
     final[i] = !failed && p.outcome == Outcome::kCompleted && (p.step <= 0 || p.step >= spec.fidelity.max_step);
@@ -250,6 +266,9 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
     if (!failed && !final[i] && m == 1 && p.step > 0) own.emplace(p.step, p.losses[0]);
     rung.fill(i, reports_of(p.seq), !final[i] && p.step > 0 ? p.step : 0, own);
   }
+  table.rows = told.size();
+  table.last_seq = told.empty() ? 0 : told.back().seq;
+  table.told_reports = told_reports;
   std::size_t row = told.size();
   for (const auto& [seq, params] : pending) rung.fill(row++, reports_of(seq), 0, std::nullopt);
 
@@ -279,7 +298,7 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
   for (const auto& [seq, params] : pending) {
     const std::size_t r = row++;
     if (!has(r, k)) {
-      out.pending.emplace_hint(out.pending.end(), seq, params);
+      out.pending.push_back(seq);
       continue;
     }
     DataPoint p;

@@ -75,7 +75,9 @@ struct LevelData {
   int64_t needed = 0;   // fidelity_min_points()
   std::vector<DataPoint> points;       // at `level` (step = level): the finished trials in the order of
                                        // `told`, then the running ones that reached it, by seq
-  std::map<int64_t, Params> pending;   // not finished, not at `level` yet
+  std::vector<int64_t> pending;        // not finished, not at `level` yet: their seqs, ascending, keys of
+                                       // the `pending` map given to fidelity_model_data() (the searcher's
+                                       // pending(), which keeps their parameters: not copied here)
   std::vector<std::pair<int64_t, int64_t>> counts;  // every level and how many values it has, ascending
 };
 
@@ -88,12 +90,40 @@ int64_t fidelity_min_points(const Space& space);
 // without one. `objectives` > 1: max_step only.
 std::vector<int64_t> fidelity_levels(const Fidelity& fidelity, std::size_t objectives);
 
+// The told trials' values at the rungs, which a searcher keeps between calls of fidelity_model_data
+// (its `cache`): its told trials only grow, and a told trial's values change only when it gets a
+// report after it was told (a replay after restore()), which SearcherBase counts (told_reports()).
+// A call then fills the rows of the trials told since the last one, not every row (at 20,000 trials
+// the walk through every trial's reports was most of an ask).
+struct RungCache {
+  std::vector<double> value;   // [row * rungs + k], rows: told, then the call's pending trials
+  std::vector<char> has;       // the same: 1 where the row has a value at rung k
+  std::vector<char> final;     // per told row: it has a final value (the top level)
+  std::size_t rows = 0;        // the told rows filled
+  int64_t last_seq = 0;        // told[rows - 1].seq, to see that the told trials only grew
+  uint64_t told_reports = 0;   // SearcherBase::told_reports() when they were filled
+};
+
 // The data at the model's level. `told`: the warm-start points and the finished trials as data
 // points (make_data_point), in the order the algorithm keeps them; `pending`: the suggestions asked
-// and not finished (SearcherBase::pending()); `reports`: tell_report()'s values. A pure function of
-// its arguments: the order of tell_report() and restore() calls does not matter.
+// and not finished (SearcherBase::pending()), which LevelData::pending names by seq; `reports`:
+// tell_report()'s values; `cache` (optional) with `told_reports`: see RungCache. A pure function of
+// its arguments (the cache changes its cost only): the order of tell_report() and restore() calls
+// does not matter.
 LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, const std::vector<DataPoint>& told,
-                              const std::map<int64_t, Params>& pending, const ReportLog& reports);
+                              const std::map<int64_t, Params>& pending, const ReportLog& reports,
+                              RungCache* cache = nullptr, uint64_t told_reports = 0);
+
+// Calls f(seq, params) for each trial of `pending` (SearcherBase::pending()) named in `seqs`
+// (LevelData::pending, ascending), in seq order; a seq that is no longer pending is skipped.
+template <class F>
+void for_each_pending(const std::vector<int64_t>& seqs, const std::map<int64_t, Params>& pending, F&& f) {
+  auto want = seqs.begin();
+  for (auto it = pending.begin(); it != pending.end() && want != seqs.end(); ++it) {
+    while (want != seqs.end() && *want < it->first) ++want;
+    if (want != seqs.end() && *want == it->first) f(it->first, it->second);
+  }
+}
 
 // state()["fidelity"]: {"level", "needed", "observations", "pending", "levels": [{"step", "values"}]}.
 nlohmann::json fidelity_state(const LevelData& data);

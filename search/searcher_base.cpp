@@ -219,7 +219,9 @@ void SearcherBase::tell(const Observation& observation) {
 
 void SearcherBase::tell_report(int64_t seq, int64_t step, double value) {
   // Kept whatever the order of restore() and the replayed reports: models read them at ask time.
-  if (multi_fidelity()) reports_[seq][step] = value;
+  if (!multi_fidelity()) return;
+  reports_[seq][step] = value;
+  if (told_.count(seq)) ++told_reports_;
 }
 
 void SearcherBase::adopt(const Suggestion& suggestion) {

@@ -83,6 +83,9 @@ class SearcherBase : public Searcher {
   const std::vector<Observation>& observations() const noexcept { return observations_; }
   // tell_report()'s values: seq -> step -> raw value of the primary objective (under early stopping only).
   const std::map<int64_t, std::map<int64_t, double>>& reports() const noexcept { return reports_; }
+  // How many reports came for a trial already told (a replay after restore()): a model's cache of
+  // the told trials' values (RungCache) holds while this count does.
+  uint64_t told_reports() const noexcept { return told_reports_; }
   bool multi_fidelity() const noexcept { return spec_.fidelity.max_step > 0; }
   // Per-seq RNG: suggestion k of an algorithm draws from rng_for(k, salt).
   Rng rng_for(int64_t seq, uint64_t salt = 0) const noexcept;
@@ -100,6 +103,7 @@ class SearcherBase : public Searcher {
   std::set<int64_t> told_;
   std::vector<Observation> observations_;
   std::map<int64_t, std::map<int64_t, double>> reports_;
+  uint64_t told_reports_ = 0;
 };
 
 }  // namespace hpctune::search

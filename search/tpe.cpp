@@ -151,6 +151,10 @@ struct Mixture {
   std::vector<Categorical1D> cat;    // per dim of the group (categorical dims)
 };
 
+// Points in unit coordinates, by address (an estimator reads them; at 20,000 trials a copy of each
+// on every ask cost more than reading them).
+using Points = std::vector<const std::vector<double>*>;
+
 // A group of parameters sampled together: the unconditional ones, or the ones sharing a
 // condition (multivariate), or one parameter (univariate).
 struct Group {
@@ -249,18 +253,20 @@ class Tpe final : public SearcherBase {
 
   // Under early stopping, the values at one level and the trials pending there (model_data.h),
   // from the current history: a pure function of it, so it is rebuilt on every use.
-  LevelData level_data() const { return fidelity_model_data(spec(), enc_, data_, pending(), reports()); }
+  LevelData level_data() const {
+    return fidelity_model_data(spec(), enc_, data_, pending(), reports(), &rung_cache_, told_reports());
+  }
 
   // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
   // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
   // trials those that have not reached it.
-  void split(const LevelData& level, std::vector<std::vector<double>>& below, std::vector<std::vector<double>>& above) const {
+  void split(const LevelData& level, Points& below, Points& above) const {
     const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
-    const std::map<int64_t, Params>& running = multi_fidelity() ? level.pending : pending();
+    const std::size_t running = multi_fidelity() ? level.pending.size() : pending().size();
     std::vector<const DataPoint*> usable;
     for (const auto& p : data)
       if (!p.losses.empty()) usable.push_back(&p);
-    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running.size() : 0);
+    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running : 0);
     const auto n_below = std::min<std::size_t>(
         std::min<std::size_t>(static_cast<std::size_t>(std::ceil(cfg_.gamma * static_cast<double>(n_total))),
                               static_cast<std::size_t>(cfg_.gamma_max)),
@@ -294,9 +300,11 @@ class Tpe final : public SearcherBase {
     std::vector<std::size_t> by_seq(usable.size());
     std::iota(by_seq.begin(), by_seq.end(), 0);
     std::stable_sort(by_seq.begin(), by_seq.end(), [&](std::size_t a, std::size_t b) { return usable[a]->seq < usable[b]->seq; });
-    for (std::size_t i : by_seq) (is_below[i] ? below : above).push_back(usable[i]->u);
-    if (cfg_.constant_liar)
-      for (const auto& [seq, params] : running) above.push_back(encoded_pending(seq, params));
+    for (std::size_t i : by_seq) (is_below[i] ? below : above).push_back(&usable[i]->u);
+    if (!cfg_.constant_liar) return;
+    auto lie = [&](int64_t seq, const Params& params) { above.push_back(&running_trial(seq, params).u); };
+    if (multi_fidelity()) for_each_pending(level.pending, pending(), lie);
+    else for (const auto& [seq, params] : pending()) lie(seq, params);
   }
 
   // --- discrete parameters: levels and their intervals in unit space --------------------------
@@ -403,12 +411,12 @@ class Tpe final : public SearcherBase {
 
   // The estimator of one group from the points where it is active (the group's parameters are
   // active together), oldest first.
-  Mixture build(const Group& grp, const std::vector<std::vector<double>>& all) const {
-    std::vector<const std::vector<double>*> pts;
-    for (const auto& p : all) {
+  Mixture build(const Group& grp, const Points& all) const {
+    Points pts;
+    for (const auto* p : all) {
       bool ok = true;
-      for (std::size_t i : grp.dims) ok = ok && !std::isnan(p[i]);
-      if (ok) pts.push_back(&p);
+      for (std::size_t i : grp.dims) ok = ok && !std::isnan((*p)[i]);
+      if (ok) pts.push_back(p);
     }
     const std::vector<double> w = default_weights(pts.size());
     // Without observations the prior alone, whatever its configured weight.
@@ -534,27 +542,40 @@ class Tpe final : public SearcherBase {
       if (std::isnan(x)) x = -1;
     return u;
   }
-  // A running trial's coordinates, encoded once (a campaign on thousands of groups has thousands
-  // running, and each ask reads them all).
-  const std::vector<double>& encoded_pending(int64_t seq, const Params& params) const {
+  // A running trial's coordinates and their key, computed once (a campaign on thousands of groups
+  // has thousands running, and each ask reads them all).
+  struct Running {
+    std::vector<double> u, key;
+  };
+  Running make_running(const Params& params) const {
+    Running r{enc_.encode(params), {}};
+    r.key = key(r.u);
+    return r;
+  }
+  const Running& running_trial(int64_t seq, const Params& params) const {
     auto it = pending_u_.find(seq);
-    if (it == pending_u_.end()) it = pending_u_.emplace(seq, enc_.encode(params)).first;
+    if (it == pending_u_.end()) it = pending_u_.emplace(seq, make_running(params)).first;
     return it->second;
   }
   // True when the configuration of key `k` was evaluated or is running. The keys of the evaluated
-  // ones are kept as data_ grows; those of the running ones are read from their encodings.
+  // ones are kept as data_ grows; those of the running ones in pending_u_, walked beside pending()
+  // (both in seq order), which drops the trials told since.
   bool seen(const std::vector<double>& k) const {
     for (; told_keyed_ < data_.size(); ++told_keyed_) told_keys_.insert(key(data_[told_keyed_].u));
     if (told_keys_.count(k)) return true;
-    for (auto it = pending_u_.begin(); it != pending_u_.end();)
-      it = pending().count(it->first) ? std::next(it) : pending_u_.erase(it);  // told since
-    for (const auto& [seq, params] : pending())
-      if (key(encoded_pending(seq, params)) == k) return true;
+    auto cached = pending_u_.begin();
+    for (const auto& [seq, params] : pending()) {
+      while (cached != pending_u_.end() && cached->first < seq) cached = pending_u_.erase(cached);  // told since
+      if (cached == pending_u_.end() || cached->first != seq) cached = pending_u_.emplace_hint(cached, seq, make_running(params));
+      if (cached->second.key == k) return true;
+      ++cached;
+    }
+    pending_u_.erase(cached, pending_u_.end());
     return false;
   }
 
   std::vector<double> suggest(Rng& rng, const LevelData& level) const {
-    std::vector<std::vector<double>> below, above;
+    Points below, above;  // into level.points, data_ and pending_u_, which outlive the models
     split(level, below, above);
     Models models;
     for (const auto& grp : groups_) {
@@ -625,7 +646,8 @@ class Tpe final : public SearcherBase {
   // and the encodings of running trials by seq.
   mutable std::set<std::vector<double>> told_keys_;
   mutable std::size_t told_keyed_ = 0;
-  mutable std::map<int64_t, std::vector<double>> pending_u_;
+  mutable std::map<int64_t, Running> pending_u_;
+  mutable RungCache rung_cache_;  // the told trials' values at the rungs (level_data())
   std::vector<Kind> kind_;      // per parameter
   std::vector<Group> groups_;   // parents first
 };
