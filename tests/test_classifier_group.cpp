@@ -205,8 +205,8 @@ TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout")
   const nlohmann::json source = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
                                  {"epochs", 2}, {"lr_schedule", "constant"}, {"classes", {0, 1, 2}}};
   auto world = group_of(2, 1);
-  const SharedTempDir src_guard(*world, "hpctune-clfgroup"), one_guard(*world, "hpctune-clfgroup");
-  const std::string &src_dir = src_guard.path, &one_dir = one_guard.path;
+  const SharedTempDir src_guard(*world, "hpctune-clfgroup");
+  const std::string& src_dir = src_guard.path;
   if (world->leader()) REQUIRE(run(nullptr, source, data, src_dir, 1, false).result.ok());
   MPI_Barrier(MPI_COMM_WORLD);
   auto pbt = source;
