@@ -296,6 +296,9 @@ TEST_CASE("a shared temporary directory whose scope a failed check leaves" * doc
 
 TEST_CASE("... is removed by the group's leader all the same") {
   if (guarded_dirs().empty()) return;  // run alone (-tc): nothing to check
+  // The leader removed the one a REQUIRE left at once, without waiting: the other ranks look once
+  // it is past that (before, they could look first and still see it).
+  MPI_Barrier(MPI_COMM_WORLD);
   REQUIRE(guarded_dirs().size() == 2);
   for (const std::string& dir : guarded_dirs()) {
     CAPTURE(dir);
