@@ -931,6 +931,31 @@ TEST_CASE("pbt: a link planted at <trial>/pbt, at the snapshot or at its .tmp is
   require_ok(workflow::remove_snapshot_tree(h.run_dir));
 }
 
+TEST_CASE("pbt: a resumed stage counts a snapshot reached through a link planted at <trial>/pbt as gone") {
+  // Before, a resumed stage saw its snapshots with fs::is_directory, which follows links: the
+  // snapshots of a member whose program swapped its pbt directory for a link (its resume_from, in
+  // another member's directory, passes the store's check) counted as made, to be exploited.
+  Harness h(pbt_spec());
+  first_round(h);
+  second_round_exploit(h);  // member 3 resumes from member 0's step-4 snapshot
+  const std::string own = h.dir(3) + "/pbt", moved = h.tmp.file("elsewhere");
+  fs::rename(own, moved);
+  fs::create_directory_symlink(moved, own);
+  REQUIRE(fs::is_directory(own + "/000-step-2"));  // through the link
+  std::vector<std::string> lines;
+  scheduler::StageContext ctx = h.context(true);
+  ctx.log = [&](const std::string& line) { lines.push_back(line); };
+  PbtSource fresh(h.spec);
+  require_ok(fresh.begin(ctx));
+  std::string log;
+  for (const std::string& line : lines) log += line + "\n";
+  INFO(log);
+  const std::string trial = std::to_string(h.members.at(3).id);
+  CHECK(log.find("pbt: the snapshot " + own + "/000-step-2 of trial " + trial + " is gone") != std::string::npos);
+  CHECK(log.find("pbt: the snapshot " + own + "/001-step-4 of trial " + trial + " is gone") != std::string::npos);
+  CHECK(log.find(h.dir(0)) == std::string::npos);  // member 0's own are there
+}
+
 TEST_CASE("pbt: a bottom member exploits a better member's older snapshot: its step goes back, exact bytes") {
   Harness h(pbt_spec());
   const std::string bytes0 = first_round(h);  // every member paused at step 2; member 0 the best (0.9)

@@ -370,4 +370,16 @@ Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string
 }
 
 
+bool snapshot_present(const std::string& trial_dir, const std::string& dest) {
+  const std::string run_dir = fs::path(trial_dir).parent_path().string();
+  const std::vector<std::string> parts = plain_components(relative_to_trial(run_dir, dest));
+  if (parts.empty()) return false;
+  auto at = open_run_dir(run_dir);
+  for (const std::string& part : parts) {
+    if (!at.ok()) return false;
+    at = open_own_at(at.value().get(), part, /*directory=*/true);
+  }
+  return at.ok();
+}
+
 }  // namespace hpctune::workflow

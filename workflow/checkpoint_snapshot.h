@@ -67,6 +67,11 @@ Status clear_directory(int dir_fd, const std::string& shown);
 Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
                                  const std::string& what);
 
+// Whether the snapshot `dest` of the trial at `trial_dir` is there: a directory of the user's own
+// below <db>.trials (the directory of `trial_dir`), reached without following a link (one planted
+// at <trial>/pbt or at the snapshot's name says it is not).
+bool snapshot_present(const std::string& trial_dir, const std::string& dest);
+
 // Removes the entry `name` of the open directory `dir_fd` (shown as `shown`) and everything under
 // it, read-only directories of a snapshot included; one that does not exist is fine. A link is
 // removed as a link, never followed.
