@@ -956,6 +956,23 @@ TEST_CASE("pbt: a resumed stage counts a snapshot reached through a link planted
   CHECK(log.find(h.dir(0)) == std::string::npos);  // member 0's own are there
 }
 
+TEST_CASE("pbt: a snapshot whose <trial>/pbt became a link after it was made is not exploited") {
+  // The member's program runs on in its directory after the snapshot: before, the exploit took the
+  // snapshot by its path, so a link put in place of <trial>/pbt had the worst member start from
+  // whatever the link's directory holds (a command's program reads its resume_from as it finds it).
+  Harness h(pbt_spec());
+  first_round(h);  // every member paused at step 2; member 0 the best: its snapshot is the one to take
+  const std::string own = h.dir(0) + "/pbt", moved = h.tmp.file("elsewhere");
+  fs::rename(own, moved);
+  fs::create_directory_symlink(moved, own);
+  h.write_checkpoint(3);
+  Verdict v = h.report(3, 4, 0.05);  // the worst of four: it would exploit member 0
+  INFO(v.note.dump());
+  CHECK_FALSE(v.note.contains("pbt_exploit"));
+  CHECK(v.lineage_parent != h.members.at(0).id);
+  CHECK(v.resume_from.find(own) == std::string::npos);
+}
+
 TEST_CASE("pbt: a bottom member exploits a better member's older snapshot: its step goes back, exact bytes") {
   Harness h(pbt_spec());
   const std::string bytes0 = first_round(h);  // every member paused at step 2; member 0 the best (0.9)

@@ -69,8 +69,10 @@ const PbtSource::Member* PbtSource::member_of_trial(int64_t trial_id) const {
 bool PbtSource::better(double a, double b) const { return spec_.objective.maximize ? a > b : a < b; }
 
 const PbtSource::Decision* PbtSource::latest_snapshot(const Member& m) const {
+  // Still there, and not through a link: the member's program can replace <trial>/pbt after the
+  // snapshot was made.
   for (auto it = m.decisions.rbegin(); it != m.decisions.rend(); ++it)
-    if (it->snapshot_made) return &*it;
+    if (it->snapshot_made && snapshot_present(m.trial_dir, it->snapshot)) return &*it;
   return nullptr;
 }
 
