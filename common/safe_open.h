@@ -191,6 +191,25 @@ inline Status make_directory_like_parent(const std::string& dir) {
   return check_own_directory(path);
 }
 
+// Creates the directory `name` in the open directory `dir_fd` with the permissions
+// make_directory_like_parent gives (the parent's read and search bits, the owner's all, whatever the
+// umask) and opens it without following a link: one that is there must be a directory of the
+// user's own (open_own_at), and is kept with its mode unless `fresh` (then it is an error: the
+// caller removed what was there). A link planted at `name` is refused, never followed: for the
+// directories the master makes below <db>.trials, where a trial's own program can write.
+inline Result<UniqueFd> make_own_directory_at(int dir_fd, const std::string& name, bool fresh = false) {
+  struct stat up {};
+  if (::fstat(dir_fd, &up) != 0) return err(Errc::kIo, "cannot stat the directory of '" + name + "': " + std::strerror(errno));
+  const mode_t mode = (up.st_mode & 0755) | 0700;
+  const bool made = ::mkdirat(dir_fd, name.c_str(), mode) == 0;
+  if (!made && (fresh || errno != EEXIST)) return err(Errc::kIo, "cannot create '" + name + "': " + std::strerror(errno));
+  HPCTUNE_ASSIGN(UniqueFd dir, open_own_at(dir_fd, name, /*directory=*/true));
+  if (made && ::fchmod(dir.get(), mode) != 0) {
+    return err(Errc::kIo, "cannot set the permissions of '" + name + "': " + std::strerror(errno));
+  }
+  return dir;
+}
+
 // Whether a symbolic link in a directory with these attributes may be followed: only where nobody
 // but the directory's owner can create entries (not writable by group or others) and that owner is
 // this user or root. A link in /tmp or in a group-shared folder may be someone else's.

@@ -358,6 +358,7 @@ Status Scheduler::restore(Clock::time_point now) {
     if (src != nullptr && src->holds_paused() && src->replays_reports()) unfinished[id] = {t.stage, t.seq, 0};
   }
   HPCTUNE_TRY(replay_reports(final_trials, unfinished));
+  if (opt_.process_groups) HPCTUNE_TRY(restore_cohorts());
   if (!rows.empty()) log("resumed: " + std::to_string(rows.size()) + " trials recorded, " +
                          std::to_string(queue_.size()) + " queued again");
   return {};
@@ -1069,7 +1070,11 @@ std::optional<std::pair<Scheduler::Worker*, int64_t>> Scheduler::next_packed_ass
 }
 
 Status Scheduler::lose_process(int64_t group, const std::string& why, Clock::time_point now) {
-  note_process_loss(group);
+  // The halves are recorded: a master stopped and resumed keeps them apart (restore_cohorts).
+  if (const auto halves = note_process_loss(group); !halves.empty()) {
+    HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "trials_split", 0, 0, group, {{"reason", why}, {"halves", halves}},
+                                 wall(now)));
+  }
   // Every group of it at once, before any dispatch could give a dying group a trial.
   for (int64_t g : process_groups(group)) {
     auto peer = group_peer_.find(g);
@@ -1079,24 +1084,56 @@ Status Scheduler::lose_process(int64_t group, const std::string& why, Clock::tim
   return {};
 }
 
-void Scheduler::note_process_loss(int64_t group) {
+std::vector<std::vector<int64_t>> Scheduler::note_process_loss(int64_t group) {
   std::vector<int64_t> lost;  // its trials not yet noted lost with this process
   for (int64_t id : process_trials(group)) {
     if (uncharged_losses_.count(id) == 0 && trials_.count(id) > 0) lost.push_back(id);
   }
-  if (lost.size() < 2) return;  // alone in its process: its loss is charged to it
+  if (lost.size() < 2) return {};  // alone in its process: its loss is charged to it
   std::sort(lost.begin(), lost.end());
   const std::size_t half = (lost.size() + 1) / 2;
   const int64_t first = ++last_cohort_, second = ++last_cohort_;
+  std::vector<std::vector<int64_t>> halves(2);
   std::string ids;
   for (std::size_t i = 0; i < lost.size(); ++i) {
     trials_.at(lost[i]).cohort = i < half ? first : second;
+    halves[i < half ? 0 : 1].push_back(lost[i]);
     uncharged_losses_.insert(lost[i]);
     ids += (i == 0 ? "" : ", ") + std::to_string(lost[i]);
   }
   log("the process of group " + std::to_string(group) + " is lost with " + std::to_string(lost.size()) +
       " trials (" + ids + "): no attempt is charged; they run again in two halves, each without other trials "
       "beside it, until a trial lost alone in its process is found");
+  return halves;
+}
+
+Status Scheduler::restore_cohorts() {
+  HPCTUNE_ASSIGN(auto events, store_.events_of_kind(opt_.campaign_id, "trials_split", 0));
+  int64_t skipped = 0;
+  for (const store::EventRow& e : events) {
+    // The database's detail is not trusted: anything but arrays of trial ids is skipped (counted).
+    const nlohmann::json* halves = e.detail.is_object() && e.detail.contains("halves") ? &e.detail.at("halves") : nullptr;
+    if (halves == nullptr || !halves->is_array()) {
+      ++skipped;
+      continue;
+    }
+    for (const nlohmann::json& half : *halves) {
+      if (!half.is_array()) {
+        ++skipped;
+        continue;
+      }
+      const int64_t cohort = ++last_cohort_;
+      for (const nlohmann::json& id : half) {
+        if (!id.is_number_integer()) continue;
+        if (auto t = trials_.find(id.get<int64_t>()); t != trials_.end()) t->second.cohort = cohort;
+      }
+    }
+  }
+  if (skipped > 0) {
+    log("warning: " + std::to_string(skipped) + " trials_split events of the database name no halves of trial ids: "
+        "ignored (their trials may share a process again)");
+  }
+  return {};
 }
 
 Status Scheduler::lose_worker(const protocol::PeerId& peer, const std::string& why, Clock::time_point now) {

@@ -318,8 +318,12 @@ class Scheduler {
   std::vector<int64_t> process_groups(int64_t group) const;
   std::vector<int64_t> process_trials(int64_t group) const;
   // A process that ran several trials is lost (its exit, or one of its groups silent): none of
-  // them is charged, and they run again in two cohorts without other trials beside them.
-  void note_process_loss(int64_t group);
+  // them is charged, and they run again in two cohorts without other trials beside them. The
+  // halves (trial ids), none when it ran fewer than two trials not yet noted lost.
+  std::vector<std::vector<int64_t>> note_process_loss(int64_t group);
+  // A resumed master's cohorts: each `trials_split` event (lose_process records the halves), in
+  // order, gives its halves' live trials new cohorts, as note_process_loss did.
+  Status restore_cohorts();
   // Group `group` is lost, and so is every other group of its process (note_process_loss).
   Status lose_process(int64_t group, const std::string& why, Clock::time_point now);
   Status ask_more(std::size_t n, Clock::time_point now);

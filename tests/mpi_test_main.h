@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "collectives/collectives.h"
 #include "collectives/trainer_group.h"
+#include "tests/temp_dir.h"
 
 namespace hpctune::testing {
 
@@ -36,10 +39,12 @@ inline int world_size() {
 }
 
 // A directory made by the group's leader, named `prefix`-XXXXXX, the same path on every rank (the
-// ranks of these tests share one machine).
+// ranks of these tests share one machine). Those a killed run left a day ago or more go first
+// (remove_stale_temp_dirs). SharedTempDir removes it when its scope ends.
 inline std::string shared_temp_dir(collectives::TrainerGroup& g, const std::string& prefix) {
   std::vector<uint8_t> bytes;
   if (g.leader()) {
+    remove_stale_temp_dirs(prefix);
     std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
     REQUIRE(mkdtemp(tmpl.data()) != nullptr);
     bytes.assign(tmpl.begin(), tmpl.end());
@@ -47,6 +52,30 @@ inline std::string shared_temp_dir(collectives::TrainerGroup& g, const std::stri
   REQUIRE(g.broadcast_bytes(bytes).ok());
   return std::string(bytes.begin(), bytes.end());
 }
+
+// A shared_temp_dir that the group's leader removes, with everything in it, on every way out of
+// its scope that runs destructors: when the scope ends, after a barrier of every rank of the world
+// (every rank is done with it: the groups of these tests span the world); while a failed REQUIRE
+// (an exception) unwinds it, at once, without a barrier, which could wait for ranks that are in a
+// collective of their own. A run that is killed leaves it; remove_stale_temp_dirs sweeps it later.
+class SharedTempDir {
+ public:
+  SharedTempDir(collectives::TrainerGroup& g, const std::string& prefix)
+      : path(shared_temp_dir(g, prefix)), leader_(g.leader()) {}
+  SharedTempDir(const SharedTempDir&) = delete;
+  SharedTempDir& operator=(const SharedTempDir&) = delete;
+  ~SharedTempDir() {
+    if (std::uncaught_exceptions() == exceptions_) MPI_Barrier(MPI_COMM_WORLD);
+    if (!leader_) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  const std::string path;
+
+ private:
+  bool leader_;
+  int exceptions_ = std::uncaught_exceptions();
+};
 
 // Leaves this rank's failure count where tests/mpirun-test reads it (HPCTUNE_TEST_RESULT_DIR,
 // rank-<world rank>): under --enable-recovery mpirun's exit status says nothing of how the ranks

@@ -30,7 +30,7 @@
 #include "trainers/mlp_trainer.h"
 
 using namespace hpctune;
-using hpctune::testing::shared_temp_dir;
+using hpctune::testing::SharedTempDir;
 using namespace hpctune::trainers;
 using namespace hpctune::collectives;
 
@@ -93,7 +93,8 @@ TEST_CASE("backup replicas: at fraction 0.5 a replica 3x slower does not set the
   nlohmann::json all = base;  // every replica counts: the allreduce waits for the straggler
   nlohmann::json backup = base;
   backup["min_replica_fraction"] = 0.5;
-  const std::string dir = shared_temp_dir(g, "hpctune-backup");
+  const SharedTempDir dir_guard(g, "hpctune-backup");
+  const std::string& dir = dir_guard.path;
   auto slow = train(&g, all, data, "", 1);
   REQUIRE_MESSAGE(slow.ok(), slow.error().message());
   auto fast = train(&g, backup, data, dir, 2);
@@ -125,8 +126,6 @@ TEST_CASE("backup replicas: at fraction 0.5 a replica 3x slower does not set the
     // The straggler skipped the steps done without it: it began fewer clocks than there are.
     CHECK(begins(dir + "/sync_clocks_replica" + std::to_string(D - 1) + ".csv").size() < kClocks);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (g.leader()) std::filesystem::remove_all(dir);
 }
 
 int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_backup_replicas"); }

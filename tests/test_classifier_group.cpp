@@ -27,7 +27,7 @@
 #include "trainers/mlp_trainer.h"
 
 using namespace hpctune;
-using hpctune::testing::shared_temp_dir;
+using hpctune::testing::SharedTempDir;
 using namespace hpctune::trainers;
 using namespace hpctune::nn;
 using namespace hpctune::collectives;
@@ -94,7 +94,8 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
     CAPTURE(model_ranks);
     auto created = group_of(data_ranks, model_ranks);
     TrainerGroup& g = *created;
-    const std::string full_dir = shared_temp_dir(g, "hpctune-clfgroup"), split_dir = shared_temp_dir(g, "hpctune-clfgroup");
+    const SharedTempDir full_guard(g, "hpctune-clfgroup"), split_guard(g, "hpctune-clfgroup");
+    const std::string &full_dir = full_guard.path, &split_dir = split_guard.path;
 
     Run full = run(&g, settings, data, full_dir, 1, false);
     REQUIRE_MESSAGE(full.result.ok(), full.result.error().message());
@@ -140,11 +141,6 @@ TEST_CASE("2 ranks: stop after epoch 1 and resume equals an uninterrupted run, p
     } else {
       CHECK(full.reports.empty());
       CHECK(full.result->artifacts.empty());
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (g.leader()) {
-      std::filesystem::remove_all(full_dir);
-      std::filesystem::remove_all(split_dir);
     }
   }
 }
@@ -209,7 +205,8 @@ TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout")
   const nlohmann::json source = {{"kind", "mlp"}, {"hidden", {24, 16}}, {"lr", 0.05}, {"batch_size", 32},
                                  {"epochs", 2}, {"lr_schedule", "constant"}, {"classes", {0, 1, 2}}};
   auto world = group_of(2, 1);
-  const std::string src_dir = shared_temp_dir(*world, "hpctune-clfgroup"), one_dir = shared_temp_dir(*world, "hpctune-clfgroup");
+  const SharedTempDir src_guard(*world, "hpctune-clfgroup");
+  const std::string& src_dir = src_guard.path;
   if (world->leader()) REQUIRE(run(nullptr, source, data, src_dir, 1, false).result.ok());
   MPI_Barrier(MPI_COMM_WORLD);
   auto pbt = source;
@@ -237,7 +234,8 @@ TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout")
       REQUIRE(many.reports.size() == 1);
       CHECK(many.reports[0].first == 3);
     }
-    const std::string dir = shared_temp_dir(g, "hpctune-clfgroup");
+    const SharedTempDir dir_guard(g, "hpctune-clfgroup");
+    const std::string& dir = dir_guard.path;
     Run tuned = run(&g, transfer, data, dir, 1, false);
     REQUIRE_MESSAGE(tuned.result.ok(), tuned.result.error().message());
     MPI_Barrier(MPI_COMM_WORLD);
@@ -247,13 +245,7 @@ TEST_CASE("2 ranks: resume_from and init_from with freeze work in every layout")
       const size_t n0 = whole->manifest.layers[0].num_params();
       CHECK(std::equal(src->params.begin(), src->params.begin() + static_cast<long>(n0), whole->params.begin()));
       CHECK(whole->manifest.layers.back().shapes[0] == std::vector<int64_t>{16, 3});
-      std::filesystem::remove_all(dir);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  if (world->leader()) {
-    std::filesystem::remove_all(src_dir);
-    std::filesystem::remove_all(one_dir);
   }
 }
 

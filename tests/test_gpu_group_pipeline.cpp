@@ -31,7 +31,7 @@
 using namespace hpctune;
 using namespace hpctune::trainers;
 using namespace hpctune::collectives;
-using hpctune::testing::shared_temp_dir;
+using hpctune::testing::SharedTempDir;
 
 namespace {
 
@@ -139,7 +139,9 @@ TEST_CASE("a GPU pipeline stopped after epoch 1 and resumed from its stages' che
   const int rank = hpctune::testing::world_rank();
   auto group = pipeline_group();
   const nlohmann::json s = settings("gpu", 0.1);  // dropout: the masks follow the epoch, not the attempt
-  const std::string full_dir = shared_temp_dir(*group, "hpctune-gpupipe"), split_dir = shared_temp_dir(*group, "hpctune-gpupipe");
+  // Removed when the case ends, after every rank has read its checkpoint (SharedTempDir's barrier).
+  const SharedTempDir full_guard(*group, "hpctune-gpupipe"), split_guard(*group, "hpctune-gpupipe");
+  const std::string &full_dir = full_guard.path, &split_dir = split_guard.path;
   Run full = train(group.get(), std::to_string(rank), s, full_dir);
   REQUIRE_MESSAGE(full.result.ok(), full.result.error().to_string());
   Run first = train(group.get(), std::to_string(rank), s, split_dir, 1, true);
@@ -157,8 +159,6 @@ TEST_CASE("a GPU pipeline stopped after epoch 1 and resumed from its stages' che
   REQUIRE_MESSAGE(mine.ok(), mine.error().to_string());
   CHECK(std::filesystem::exists(nn::checkpoint_path(full_dir, 1)));
   CHECK_FALSE(std::filesystem::exists(nn::checkpoint_path(full_dir, 2)));
-  MPI_Barrier(MPI_COMM_WORLD);  // every rank has read its checkpoint: the directories go
-  if (group->leader()) std::filesystem::remove_all(full_dir), std::filesystem::remove_all(split_dir);
 }
 
 int main(int argc, char** argv) { return hpctune::testing::mpi_test_main(argc, argv, "test_gpu_group_pipeline"); }

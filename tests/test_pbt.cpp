@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "common/rng.h"
 #include "scheduler/stages.h"
@@ -844,6 +846,131 @@ TEST_CASE("pbt: a program's checkpoint directory is snapshotted whole and read-o
     CHECK(s.error().message().find("saved nothing in " + ck + " (HPCTUNE_CHECKPOINT_DIR)") != std::string::npos);
     CHECK(s.error().message().find("mlp, cnn, command with trainer.provides: [checkpoints]") != std::string::npos);
   }
+}
+
+TEST_CASE("pbt: a link planted at <trial>/pbt, at the snapshot or at its .tmp is refused; nothing outside is written") {
+  // A trial's directory is writable by its own program (a command trainer's): before, a link at
+  // <trial>/pbt had the master make the snapshot (and remove a stale .tmp) in the directory it
+  // pointed to, and a link at the snapshot's own name counted as a snapshot already made.
+  PbtSpec spec = pbt_spec();
+  bool tree = false;
+  SUBCASE("the built-ins' checkpoint-stage*.bin") {}
+  SUBCASE("a program's checkpoint directory") {
+    tree = true;
+    spec.settings.step_key = "max_step";
+    spec.settings.checkpoint_directory = "checkpoint";
+  }
+  CAPTURE(tree);
+  Harness h(spec);
+  h.start();
+  auto save = [&] {
+    if (!tree) {
+      h.write_checkpoint(0);
+      return h.dir(0) + "/checkpoint-stage0.bin";
+    }
+    fs::create_directories(h.dir(0) + "/checkpoint");
+    std::ofstream(h.dir(0) + "/checkpoint/state.json") << "member 0 at step 2";
+    return h.dir(0) + "/checkpoint/state.json";
+  };
+  CHECK(h.report(0, 1, 0.5).kind == Verdict::Kind::kContinue);
+  const std::string saved = save();
+  Verdict v = h.report(0, 2, 0.9);
+  REQUIRE(v.kind == Verdict::Kind::kPause);
+  const std::string dest = v.resume_from;
+  REQUIRE(dest == h.dir(0) + "/pbt/000-step-2");
+  // Someone else's directory, with what a stale copy's name would hold there.
+  const std::string outside = h.tmp.file("outside");
+  fs::create_directories(outside + "/000-step-2.tmp");
+  std::ofstream(outside + "/000-step-2.tmp/keep") << "not the campaign's";
+  auto untouched = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::recursive_directory_iterator(outside)) names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{outside + "/000-step-2.tmp", outside + "/000-step-2.tmp/keep"});
+    CHECK(read_file(outside + "/000-step-2.tmp/keep") == "not the campaign's");
+  };
+  auto refused = [&](const std::string& link) {
+    auto s = h.source->on_paused(h.view(0), 2);
+    REQUIRE_FALSE(s.ok());
+    INFO(s.error().message());
+    CHECK(s.error().code() == Errc::kFailed);
+    CHECK(s.error().message().find("pbt: trial " + std::to_string(h.members.at(0).id) + " at step 2: ") == 0);
+    CHECK(s.error().message().find(link) != std::string::npos);
+    CHECK(s.error().message().find("symbolic link") != std::string::npos);
+    CHECK(fs::exists(saved));  // the member's own checkpoint is left as it was
+    untouched();
+  };
+  SUBCASE("<trial>/pbt links to another directory") {
+    fs::create_directory_symlink(outside, h.dir(0) + "/pbt");
+    refused(h.dir(0) + "/pbt");
+  }
+  SUBCASE("the snapshot's name links to another directory: not a snapshot made before") {
+    fs::create_directories(h.dir(0) + "/pbt");
+    fs::create_directory_symlink(outside + "/000-step-2.tmp", dest);
+    refused(dest);
+  }
+  SUBCASE("the .tmp name links to another directory: the link is removed, not followed") {
+    fs::create_directories(h.dir(0) + "/pbt");
+    fs::create_directory_symlink(outside + "/000-step-2.tmp", dest + ".tmp");
+    require_ok(h.source->on_paused(h.view(0), 2));
+    CHECK_FALSE(fs::exists(fs::symlink_status(dest + ".tmp")));
+    CHECK(fs::is_directory(fs::symlink_status(dest)));
+    CHECK_FALSE(fs::exists(saved));
+    untouched();
+  }
+  SUBCASE("<db>.trials/<trial> itself is a link: refused") {
+    const std::string moved = h.tmp.file("moved");
+    fs::rename(h.dir(0), moved);
+    fs::create_directory_symlink(moved, h.dir(0));
+    auto s = h.source->on_paused(h.view(0), 2);
+    REQUIRE_FALSE(s.ok());
+    INFO(s.error().message());
+    CHECK(s.error().message().find("symbolic link") != std::string::npos);
+    CHECK_FALSE(fs::exists(moved + "/pbt"));
+  }
+  require_ok(workflow::remove_snapshot_tree(h.run_dir));
+}
+
+TEST_CASE("pbt: a resumed stage counts a snapshot reached through a link planted at <trial>/pbt as gone") {
+  // Before, a resumed stage saw its snapshots with fs::is_directory, which follows links: the
+  // snapshots of a member whose program swapped its pbt directory for a link (its resume_from, in
+  // another member's directory, passes the store's check) counted as made, to be exploited.
+  Harness h(pbt_spec());
+  first_round(h);
+  second_round_exploit(h);  // member 3 resumes from member 0's step-4 snapshot
+  const std::string own = h.dir(3) + "/pbt", moved = h.tmp.file("elsewhere");
+  fs::rename(own, moved);
+  fs::create_directory_symlink(moved, own);
+  REQUIRE(fs::is_directory(own + "/000-step-2"));  // through the link
+  std::vector<std::string> lines;
+  scheduler::StageContext ctx = h.context(true);
+  ctx.log = [&](const std::string& line) { lines.push_back(line); };
+  PbtSource fresh(h.spec);
+  require_ok(fresh.begin(ctx));
+  std::string log;
+  for (const std::string& line : lines) log += line + "\n";
+  INFO(log);
+  const std::string trial = std::to_string(h.members.at(3).id);
+  CHECK(log.find("pbt: the snapshot " + own + "/000-step-2 of trial " + trial + " is gone") != std::string::npos);
+  CHECK(log.find("pbt: the snapshot " + own + "/001-step-4 of trial " + trial + " is gone") != std::string::npos);
+  CHECK(log.find(h.dir(0)) == std::string::npos);  // member 0's own are there
+}
+
+TEST_CASE("pbt: a snapshot whose <trial>/pbt became a link after it was made is not exploited") {
+  // The member's program runs on in its directory after the snapshot: before, the exploit took the
+  // snapshot by its path, so a link put in place of <trial>/pbt had the worst member start from
+  // whatever the link's directory holds (a command's program reads its resume_from as it finds it).
+  Harness h(pbt_spec());
+  first_round(h);  // every member paused at step 2; member 0 the best: its snapshot is the one to take
+  const std::string own = h.dir(0) + "/pbt", moved = h.tmp.file("elsewhere");
+  fs::rename(own, moved);
+  fs::create_directory_symlink(moved, own);
+  h.write_checkpoint(3);
+  Verdict v = h.report(3, 4, 0.05);  // the worst of four: it would exploit member 0
+  INFO(v.note.dump());
+  CHECK_FALSE(v.note.contains("pbt_exploit"));
+  CHECK(v.lineage_parent != h.members.at(0).id);
+  CHECK(v.resume_from.find(own) == std::string::npos);
 }
 
 TEST_CASE("pbt: a bottom member exploits a better member's older snapshot: its step goes back, exact bytes") {

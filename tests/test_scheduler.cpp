@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -546,6 +547,76 @@ TEST_CASE("a trial that brings down its packed process is found and failed; its 
     }
   }
   CHECK(done == 5);
+}
+
+TEST_CASE("a resumed master keeps apart the halves of trials lost together in one packed process") {
+  // Before, the halves lived only in the master's memory: run again on the database, it put the
+  // four trials back into one process, and a trial that kills its process took its mates down again.
+  constexpr int64_t kSlots = 4;
+  Harness h(/*max_trials=*/4, /*max_attempts=*/3, 10s, [](scheduler::SchedulerOptions& o) {
+    o.process_groups = [](int64_t) { return std::vector<int64_t>{0, 1, 2, 3}; };
+  });
+  std::vector<std::unique_ptr<FakeWorker>> slots;
+  auto launch = [&](int64_t incarnation) {
+    slots.clear();
+    for (int64_t g = 0; g < kSlots; ++g) {
+      slots.push_back(std::make_unique<FakeWorker>(h.hub));
+      protocol::Hello hi = hello(g, h);
+      hi.incarnation = incarnation + g;
+      slots.back()->send(hi);
+      REQUIRE(slots.back()->expect<protocol::Welcome>(5s, h));
+      slots.back()->send(protocol::Ready{});
+    }
+  };
+  // The assigns the slots get until `want` have come (and a little longer, for any more).
+  auto assigned = [&](std::size_t want) {
+    std::map<int64_t, protocol::Assign> running;  // slot -> its attempt
+    const auto deadline = Clock::now() + 10s;
+    auto settle = Clock::now() + 10s;
+    while (Clock::now() < std::min(deadline, settle)) {
+      h.pump(20ms, [] { return false; });
+      for (int64_t g = 0; g < kSlots; ++g) {
+        for (;;) {
+          auto frame = slots[g]->client->recv(0ms);
+          REQUIRE(frame.ok());
+          if (!*frame) break;
+          auto msg = protocol::decode(**frame);
+          REQUIRE(msg.ok());
+          if (auto* a = std::get_if<protocol::Assign>(&*msg)) running[g] = *a;
+        }
+      }
+      if (running.size() >= want && settle - Clock::now() > 300ms) settle = Clock::now() + 300ms;
+    }
+    std::set<int64_t> ids;
+    for (const auto& [g, a] : running) ids.insert(a.trial_id);
+    return std::make_pair(ids, running);
+  };
+  launch(100);
+  const auto [together, first_run] = assigned(4);
+  REQUIRE(together.size() == 4);
+  for (int64_t g = 0; g < kSlots; ++g) REQUIRE(h.sched->on_group_exit(g, "process killed by signal 11", Clock::now()).ok());
+  const std::set<int64_t> low(together.begin(), std::next(together.begin(), 2));
+  const std::set<int64_t> high(std::next(together.begin(), 2), together.end());
+
+  // "The master is stopped and run again" on the same database.
+  h.sched.reset();
+  h.searcher = random_searcher(11, 4);
+  h.sched = std::make_unique<scheduler::Scheduler>(h.opt, *h.server, *h.db, *h.searcher, *h.stopper);
+  REQUIRE(h.sched->restore(Clock::now()).ok());
+  launch(200);
+  const auto [half, running] = assigned(2);
+  CHECK(half.size() == 2);
+  CHECK(half == low);  // one half only; the other waits for the process to empty
+  for (const auto& [g, a] : running) slots[g]->send(protocol::Done{a.trial_id, a.attempt, 1, false, {{"score", 0.5}}, {}});
+  const auto [other, running2] = assigned(2);
+  CHECK(other == high);
+  for (const auto& [g, a] : running2) slots[g]->send(protocol::Done{a.trial_id, a.attempt, 1, false, {{"score", 0.5}}, {}});
+  h.pump(5s);
+  REQUIRE(h.sched->finished());
+  for (const auto& t : h.trials()) {
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.attempt == 2);
+  }
 }
 
 TEST_CASE("a silent slot of a packed process loses its mates' trials with it, none charged, and nothing goes to a dying slot") {

@@ -4,14 +4,21 @@
 // The multi-rank modes are in test_async_data_parallel (under mpirun).
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <deque>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "collectives/trainer_group.h"
 #include "common/rng.h"
 #include "config/config.h"
 #include "nn/checkpoint.h"
 #include "tests/synthetic_images.h"
 #include "trainers/mlp_trainer.h"
+#include "trainers/replica_exchange.h"
 
 using namespace hpctune;
 using namespace hpctune::trainers;
@@ -104,4 +111,101 @@ TEST_CASE("sync settings: bad values name file:line:column in a config, combinat
   gpu["sync"] = "ssp";
   gpu["device"] = "gpu";
   CHECK_FALSE(parse_mlp_settings(gpu).ok());
+}
+
+namespace {
+
+// Two data replicas in one thread: each message waits in its receiver's queue. Rank 1's gradients
+// to rank 0 are held back while `hold` is set: a message that stalls on its way.
+struct TwoReplicas {
+  struct Queued {
+    int tag;
+    collectives::TrainerGroup::ReplicaMessage message;
+  };
+  std::deque<Queued> to[2];
+  bool hold = true;
+};
+
+class QueuedGroup final : public collectives::TrainerGroup {
+ public:
+  QueuedGroup(TwoReplicas& link, int rank) : link_(link), rank_(rank) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return 2; }
+  int data_rank() const noexcept override { return rank_; }
+  int data_size() const noexcept override { return 2; }
+  int model_rank() const noexcept override { return 0; }
+  int model_size() const noexcept override { return 1; }
+  Status sum_gradients(std::span<float>) override { return unused(); }
+  Status sum(std::span<double>) override { return unused(); }
+  Result<bool> broadcast_flag(bool) override { return unused(); }
+  Status broadcast_bytes(std::vector<uint8_t>&) override { return unused(); }
+  Status send_to_model_rank(int, std::span<const float>, int) override { return unused(); }
+  Status recv_from_model_rank(int, std::span<float>, int) override { return unused(); }
+  Status post_to_replica(int data_rank, int tag, std::vector<uint8_t> bytes) override {
+    link_.to[data_rank].push_back({tag, {rank_, std::move(bytes)}});
+    return Status::Ok();
+  }
+  Result<std::optional<ReplicaMessage>> receive_from_replicas(int tag) override {
+    auto& queue = link_.to[rank_];
+    for (auto it = queue.begin(); it != queue.end(); ++it) {
+      if (it->tag != tag || (rank_ == 0 && link_.hold)) continue;
+      ReplicaMessage m = std::move(it->message);
+      queue.erase(it);
+      return std::optional<ReplicaMessage>(std::move(m));
+    }
+    return std::optional<ReplicaMessage>();
+  }
+  std::chrono::milliseconds timeout() const noexcept override { return std::chrono::milliseconds(1000); }
+
+ private:
+  static Error unused() { return err(Errc::kUnavailable, "not in this test"); }
+  TwoReplicas& link_;
+  int rank_;
+};
+
+}  // namespace
+
+TEST_CASE("ssp: a replica's gradient that stalls past the timeout is not dropped silently: it is counted as late") {
+  // The leader drops a replica it has not heard from for the group's timeout and applies the
+  // clock without it; the gradient that comes afterwards is counted (sync_late_packets, from
+  // late_packets()) and the replica counts again. Nothing about it goes unreported.
+  TwoReplicas link;
+  QueuedGroup g0(link, 0), g1(link, 1);
+  ReplicaExchangeOptions o;
+  o.staleness = 0;
+  o.coordinated = true;  // sync: ssp
+  o.run_id = 7;
+  auto x0 = ReplicaExchange::create(g0, 4, o), x1 = ReplicaExchange::create(g1, 4, o);
+  REQUIRE(x0.ok());
+  REQUIRE(x1.ok());
+  std::vector<std::vector<float>> applied;
+  const ReplicaExchange::Apply apply0 = [&](int64_t, std::span<const float> sum) {
+    applied.emplace_back(sum.begin(), sum.end());
+    link.hold = false;  // the stalled gradient arrives once its clock was applied without it
+  };
+  const ReplicaExchange::Apply apply1 = [](int64_t, std::span<const float>) {};
+  REQUIRE((*x0)->start_at(0).ok());
+  REQUIRE((*x1)->start_at(0).ok());
+  nn::BatchStats stats;
+  stats.count = 2;
+  const std::vector<float> g_leader{1, 2, 3, 4}, g_stalled{100, 100, 100, 100};
+  REQUIRE(*(*x1)->begin_step(0, apply1));
+  REQUIRE((*x1)->publish(0, g_stalled, stats, apply1).ok());  // held on its way to the leader
+  REQUIRE(*(*x0)->begin_step(0, apply0));
+  REQUIRE((*x0)->publish(0, g_leader, stats, apply0).ok());
+  const Status drained = (*x0)->drain(1, apply0);  // waits the timeout, drops replica 1, applies
+  REQUIRE_MESSAGE(drained.ok(), drained.error().message());
+  REQUIRE(applied.size() == 1);
+  CHECK(applied[0] == std::vector<float>{2, 4, 6, 8});  // the leader's alone, scaled to both shards
+  CHECK((*x0)->included() == std::vector<int64_t>{1, 0});
+  CHECK((*x0)->dropped_now() == std::vector<int>{1});
+  CHECK((*x0)->late_packets() == 0);
+  // The next wait receives the stalled gradient of clock 0: counted, and replica 1 is back.
+  REQUIRE(*(*x0)->begin_step(1, apply0));
+  CHECK((*x0)->late_packets() == 1);
+  CHECK((*x0)->dropped_now().empty());
+  std::string log;
+  for (const std::string& line : (*x0)->take_events()) log += line + "\n";
+  CHECK(log.find("dropped replica 1 at clock 0") != std::string::npos);
+  CHECK(log.find("replica 1 is heard again at clock 0") != std::string::npos);
 }

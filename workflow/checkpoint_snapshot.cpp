@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "config/trainer_kinds.h"
@@ -137,21 +138,19 @@ Result<bool> directory_has_entries(int dir_fd, const std::string& shown) {
   return !names.empty();
 }
 
-Status copy_checkpoint_tree(int from_dir, const std::string& shown, const std::string& dest) {
-  const std::string tmp = dest + ".tmp";
-  HPCTUNE_TRY(remove_snapshot_tree(tmp));  // a copy cut short by a crash
-  // Made like the trial directories (the modes of storage_access), never as the umask says.
-  const std::filesystem::path parent = std::filesystem::path(dest).parent_path();
-  if (!parent.empty()) HPCTUNE_TRY(make_directory_like_parent(parent.string()));
-  if (::mkdir(tmp.c_str(), 0700) != 0) return err(Errc::kIo, "cannot create " + tmp + ": " + std::strerror(errno));
-  UniqueFd top(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!top.valid()) return err(Errc::kIo, "cannot open " + tmp + ": " + std::strerror(errno));
+Status copy_checkpoint_tree(int from_dir, const std::string& shown, int dest_dir, const std::string& name,
+                            const std::string& dest) {
+  const std::string tmp = name + ".tmp", tmp_shown = dest + ".tmp";
+  HPCTUNE_TRY(remove_tree_at(dest_dir, tmp, tmp_shown));  // a copy cut short by a crash
+  if (::mkdirat(dest_dir, tmp.c_str(), 0700) != 0) return err(Errc::kIo, "cannot create " + tmp_shown + ": " + std::strerror(errno));
+  auto top = open_own_at(dest_dir, tmp, /*directory=*/true);
+  if (!top.ok()) return err(top.error().code(), tmp_shown + ": " + top.error().message());
   std::size_t entries = 0;
-  HPCTUNE_TRY(copy_dir(from_dir, shown, top.get(), tmp, 0, entries));
-  if (::fchmod(top.get(), 0500) != 0) return err(Errc::kIo, "cannot make " + tmp + " read-only: " + std::strerror(errno));
+  HPCTUNE_TRY(copy_dir(from_dir, shown, top.value().get(), tmp_shown, 0, entries));
+  if (::fchmod(top.value().get(), 0500) != 0) return err(Errc::kIo, "cannot make " + tmp_shown + " read-only: " + std::strerror(errno));
   // Same parent: renaming a read-only directory needs no write permission on it.
-  if (::rename(tmp.c_str(), dest.c_str()) != 0)
-    return err(Errc::kIo, "cannot rename " + tmp + " to " + dest + ": " + std::strerror(errno));
+  if (::renameat(dest_dir, tmp.c_str(), dest_dir, name.c_str()) != 0)
+    return err(Errc::kIo, "cannot rename " + tmp_shown + " to " + dest + ": " + std::strerror(errno));
   return {};
 }
 
@@ -160,30 +159,94 @@ Status clear_directory(int dir_fd, const std::string& shown) {
   return clear_at(dir_fd, shown, 0, entries);
 }
 
-Status remove_snapshot_tree(const std::string& path) {
+Status remove_tree_at(int dir_fd, const std::string& name, const std::string& shown) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return {};
-    return err(Errc::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+    return err(Errc::kIo, "cannot stat " + shown + ": " + std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+    if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+      return err(Errc::kIo, "cannot remove " + shown + ": " + std::strerror(errno));
     return {};
   }
   {
-    UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir.valid()) return err(Errc::kIo, "cannot open " + path + ": " + std::strerror(errno));
+    UniqueFd dir(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid()) return err(Errc::kIo, "cannot open " + shown + ": " + std::strerror(errno));
     if ((st.st_mode & S_IWUSR) == 0 && ::fchmod(dir.get(), 0700) != 0)
-      return err(Errc::kIo, "cannot make " + path + " writable to remove it: " + std::strerror(errno));
-    HPCTUNE_TRY(clear_directory(dir.get(), path));
+      return err(Errc::kIo, "cannot make " + shown + " writable to remove it: " + std::strerror(errno));
+    HPCTUNE_TRY(clear_directory(dir.get(), shown));
   }
-  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return err(Errc::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+  if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+    return err(Errc::kIo, "cannot remove " + shown + ": " + std::strerror(errno));
   return {};
+}
+
+Status remove_snapshot_tree(const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::filesystem::path p(trimmed);
+  const std::string parent = p.parent_path().empty() ? std::string(".") : p.parent_path().string();
+  const std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == "..") return err(Errc::kInvalidArgument, "'" + path + "' names no entry to remove");
+  UniqueFd up(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!up.valid()) {
+    if (errno == ENOENT) return {};
+    return err(Errc::kIo, "cannot open " + parent + ": " + std::strerror(errno));
+  }
+  return remove_tree_at(up.get(), name, trimmed);
 }
 
 namespace {
 
 namespace fs = std::filesystem;
+
+// Where a snapshot `dest` goes: below <db>.trials (the directory that holds `trial_dir`), every
+// directory on the way made like the trial directories or opened, none through a link (a trial's
+// own program can write in its directory and plant one at <trial>/pbt); the open directory that
+// holds the snapshot and its name there.
+struct SnapshotPlace {
+  UniqueFd dir;
+  std::string name;
+};
+
+Result<SnapshotPlace> snapshot_place(const std::string& trial_dir, const std::string& dest) {
+  const std::string run_dir = fs::path(trial_dir).parent_path().string();
+  const std::vector<std::string> parts = plain_components(relative_to_trial(run_dir, dest));
+  if (parts.empty()) return err(Errc::kInvalidArgument, "it is not below " + run_dir);
+  HPCTUNE_ASSIGN(UniqueFd at, open_run_dir(run_dir));
+  std::string shown = run_dir;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    shown += "/" + parts[i];
+    auto next = make_own_directory_at(at.get(), parts[i]);
+    if (!next.ok()) return err(next.error().code(), shown + ": " + next.error().message());
+    at = std::move(next).value();
+  }
+  return SnapshotPlace{std::move(at), parts.back()};
+}
+
+// Whether the snapshot at `place` was made before: a directory of the user's own is; nothing there
+// is not; a link (never followed) or anything else is an error naming it.
+Result<bool> snapshot_made_before(const SnapshotPlace& place, const std::string& dest) {
+  struct stat st {};
+  if (::fstatat(place.dir.get(), place.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return false;
+    return err(Errc::kIo, "cannot stat " + dest + ": " + std::strerror(errno));
+  }
+  auto there = open_own_at(place.dir.get(), place.name, /*directory=*/true);
+  if (!there.ok()) return err(Errc::kInvalidArgument, there.error().message());
+  return true;
+}
+
+// The place of the snapshot `dest` and whether it was made before; kFailed naming what is refused.
+Result<std::pair<SnapshotPlace, bool>> find_snapshot(const std::string& trial_dir, const std::string& dest,
+                                                     const std::string& what) {
+  auto place = snapshot_place(trial_dir, dest);
+  if (!place.ok()) return err(Errc::kFailed, what + "its snapshot " + dest + " is refused: " + place.error().message());
+  auto made = snapshot_made_before(place.value(), dest);
+  if (!made.ok()) return err(Errc::kFailed, what + "its snapshot " + dest + " is refused: " + made.error().message());
+  return std::make_pair(std::move(place).value(), made.value());
+}
 
 // The checkpoint files a trainer left in `trial_dir` (<run_dir>/<trial>), sorted, each opened
 // without following a link as the user's own regular file (trial_files.h): a link planted there,
@@ -250,14 +313,14 @@ Status make_tree_snapshot(const std::string& trial_dir, const std::string& subdi
   if (opened.ok()) {
     HPCTUNE_ASSIGN(saved, directory_has_entries(opened.value().get(), shown));
   }
-  std::error_code ec;
-  if (!fs::is_directory(dest, ec)) {
+  HPCTUNE_ASSIGN(auto found, find_snapshot(trial_dir, dest, what));
+  if (!found.second) {
     if (!saved) {
       return err(Errc::kFailed, what + "its program saved nothing in " + shown +
                                     " (HPCTUNE_CHECKPOINT_DIR) before it reported the step: this stage needs a trainer "
                                     "that saves checkpoints (" + config::checkpoint_writers() + ")");
     }
-    if (auto st = copy_checkpoint_tree(opened.value().get(), shown, dest); !st.ok())
+    if (auto st = copy_checkpoint_tree(opened.value().get(), shown, found.first.dir.get(), found.first.name, dest); !st.ok())
       return err(st.error().code() == Errc::kInvalidArgument ? Errc::kFailed : Errc::kIo,
                  what + "cannot snapshot its checkpoint into " + dest + ": " + st.error().message());
   }
@@ -274,29 +337,29 @@ Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string
                                  const std::string& what) {
   if (!subdir.empty()) return make_tree_snapshot(trial_dir, subdir, dest, what);
   HPCTUNE_ASSIGN(CheckpointFiles found, checkpoint_files(trial_dir, what));
-  std::error_code ec;
-  if (!fs::is_directory(dest, ec)) {
+  HPCTUNE_ASSIGN(auto place, find_snapshot(trial_dir, dest, what));
+  if (!place.second) {
     if (found.files.empty()) {
       return err(Errc::kFailed, what + "its trainer left no checkpoint-stage*.bin in " + trial_dir +
                                     ": this stage needs a trainer that saves checkpoints (" +
                                     config::checkpoint_writers() + ")");
     }
-    const std::string tmp = dest + ".tmp";
-    fs::remove_all(tmp, ec);  // a copy cut short by a crash
-    ec.clear();
-    // Like the trial directories (the modes of storage_access), never as the umask says: a snapshot
-    // that others could write into would hand the next trial their checkpoint.
-    if (Status made = make_directory_like_parent(tmp); !made.ok())
-      return err(Errc::kIo, what + "cannot create " + tmp + ": " + made.error().message());
-    const UniqueFd tmp_dir(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!tmp_dir.valid()) return err(Errc::kIo, what + "cannot open " + tmp + ": " + std::strerror(errno));
+    const int at = place.first.dir.get();
+    const std::string tmp = place.first.name + ".tmp", tmp_shown = dest + ".tmp";
+    // A copy cut short by a crash goes; the new one is made like the trial directories (the modes
+    // of storage_access), never as the umask says: a snapshot that others could write into would
+    // hand the next trial their checkpoint.
+    if (Status removed = remove_tree_at(at, tmp, tmp_shown); !removed.ok())
+      return err(Errc::kIo, what + "cannot remove " + tmp_shown + ": " + removed.error().message());
+    auto tmp_dir = make_own_directory_at(at, tmp, /*fresh=*/true);
+    if (!tmp_dir.ok()) return err(Errc::kIo, what + "cannot create " + tmp_shown + ": " + tmp_dir.error().message());
     for (const auto& [name, fd] : found.files) {
       const std::string shown = trial_dir + "/" + name;
-      if (auto st = copy_file_into(fd.get(), shown, tmp_dir.get(), name, tmp + "/" + name); !st.ok())
-        return err(Errc::kIo, what + "cannot copy " + shown + " into " + tmp + ": " + st.error().message());
+      if (auto st = copy_file_into(fd.get(), shown, tmp_dir.value().get(), name, tmp_shown + "/" + name); !st.ok())
+        return err(Errc::kIo, what + "cannot copy " + shown + " into " + tmp_shown + ": " + st.error().message());
     }
-    fs::rename(tmp, dest, ec);
-    if (ec) return err(Errc::kIo, what + "cannot rename " + tmp + " to " + dest + ": " + ec.message());
+    if (::renameat(at, tmp.c_str(), at, place.first.name.c_str()) != 0)
+      return err(Errc::kIo, what + "cannot rename " + tmp_shown + " to " + dest + ": " + std::strerror(errno));
   }
   for (const auto& [name, fd] : found.files) {
     if (::unlinkat(found.dir.get(), name.c_str(), 0) != 0 && errno != ENOENT)
@@ -306,5 +369,17 @@ Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string
   return {};
 }
 
+
+bool snapshot_present(const std::string& trial_dir, const std::string& dest) {
+  const std::string run_dir = fs::path(trial_dir).parent_path().string();
+  const std::vector<std::string> parts = plain_components(relative_to_trial(run_dir, dest));
+  if (parts.empty()) return false;
+  auto at = open_run_dir(run_dir);
+  for (const std::string& part : parts) {
+    if (!at.ok()) return false;
+    at = open_own_at(at.value().get(), part, /*directory=*/true);
+  }
+  return at.ok();
+}
 
 }  // namespace hpctune::workflow

@@ -37,9 +37,12 @@ inline bool is_checkpoint_file(std::string_view name) {
 Result<bool> directory_has_entries(int dir_fd, const std::string& shown);
 
 // Copies the tree under the open directory `from_dir` (shown as `shown` in messages) into the new
-// snapshot `dest`, whole or not at all (see above). kInvalidArgument names an entry that is refused
-// (a link, a FIFO, another user's, too deep, too many); kIo a copy that failed. `dest` must not exist.
-Status copy_checkpoint_tree(int from_dir, const std::string& shown, const std::string& dest);
+// snapshot `name` of the open directory `dest_dir` (shown as `dest`), whole or not at all (see
+// above; `name`.tmp is made there, never through a link). kInvalidArgument names an entry that is
+// refused (a link, a FIFO, another user's, too deep, too many); kIo a copy that failed. `name` must
+// not exist.
+Status copy_checkpoint_tree(int from_dir, const std::string& shown, int dest_dir, const std::string& name,
+                            const std::string& dest);
 
 // Copies the open file `from` (read from its start; shown as `shown`) into the new file `name` of
 // the open directory `to_dir` (shown as `to_shown`), never through a link, and makes it read-only
@@ -52,7 +55,11 @@ Status clear_directory(int dir_fd, const std::string& shown);
 
 // Moves the checkpoint a trainer left in `trial_dir` (<run_dir>/<trial>) into the new snapshot `dest`,
 // whole or not at all, then removes it from the trial's directory (the next attempt starts from
-// its resume_from, never from a checkpoint the trial left before). `subdir` is the catalog's
+// its resume_from, never from a checkpoint the trial left before). `dest` must be below <db>.trials
+// (the directory of `trial_dir`): the directories on its way are made or opened there without
+// following a link, and a link at `dest`, its `.tmp` or any directory on the way (a trial's program
+// can plant one in its directory) is refused naming it, or removed as a link (the `.tmp`), never
+// followed: nothing outside <db>.trials is written. `subdir` is the catalog's
 // checkpoints.directory (a command's "checkpoint": that tree is copied, checkpoint_snapshot.h
 // rules), "" for the built-ins' checkpoint-stage*.bin files. A `dest` that exists was made before
 // from the same files and is kept. Messages start with `what` ("pbt: trial 3 at step 4: ");
@@ -60,8 +67,17 @@ Status clear_directory(int dir_fd, const std::string& shown);
 Status snapshot_trial_checkpoint(const std::string& trial_dir, const std::string& subdir, const std::string& dest,
                                  const std::string& what);
 
-// Removes `path` and everything under it, read-only directories of a snapshot included; a path
-// that does not exist is fine. A link is removed as a link, never followed.
+// Whether the snapshot `dest` of the trial at `trial_dir` is there: a directory of the user's own
+// below <db>.trials (the directory of `trial_dir`), reached without following a link (one planted
+// at <trial>/pbt or at the snapshot's name says it is not).
+bool snapshot_present(const std::string& trial_dir, const std::string& dest);
+
+// Removes the entry `name` of the open directory `dir_fd` (shown as `shown`) and everything under
+// it, read-only directories of a snapshot included; one that does not exist is fine. A link is
+// removed as a link, never followed.
+Status remove_tree_at(int dir_fd, const std::string& name, const std::string& shown);
+
+// remove_tree_at for `path`, whose directory is opened as named (the caller's own path).
 Status remove_snapshot_tree(const std::string& path);
 
 }  // namespace hpctune::workflow

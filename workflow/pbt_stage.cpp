@@ -6,10 +6,8 @@
 #include <cstdio>
 #include <dirent.h>
 #include <fcntl.h>
-#include <filesystem>
 #include <limits>
 #include <set>
-#include <system_error>
 
 #include "common/rng.h"
 #include "config/trainer_kinds.h"
@@ -20,8 +18,6 @@
 
 namespace hpctune::workflow {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Independent streams of the stage seed: the members' first params, and each decision.
 constexpr uint64_t kInitStream = 0x5042'5449'4e49'5421ULL;
@@ -73,8 +69,10 @@ const PbtSource::Member* PbtSource::member_of_trial(int64_t trial_id) const {
 bool PbtSource::better(double a, double b) const { return spec_.objective.maximize ? a > b : a < b; }
 
 const PbtSource::Decision* PbtSource::latest_snapshot(const Member& m) const {
+  // Still there, and not through a link: the member's program can replace <trial>/pbt after the
+  // snapshot was made.
   for (auto it = m.decisions.rbegin(); it != m.decisions.rend(); ++it)
-    if (it->snapshot_made) return &*it;
+    if (it->snapshot_made && snapshot_present(m.trial_dir, it->snapshot)) return &*it;
   return nullptr;
 }
 
@@ -416,8 +414,7 @@ Status PbtSource::begin(const scheduler::StageContext& ctx) {
   const PbtSettings& s = spec_.settings;
   for (auto& [seq, m] : members_) {
     for (Decision& d : m.decisions) {
-      std::error_code ec;
-      d.snapshot_made = d.paused && fs::is_directory(d.snapshot, ec);
+      d.snapshot_made = d.paused && snapshot_present(m.trial_dir, d.snapshot);
       if (d.paused && !d.snapshot_made && ctx.log) {
         ctx.log("pbt: the snapshot " + d.snapshot + " of trial " + std::to_string(m.trial_id) +
                 " is gone; it will not be exploited");

@@ -134,7 +134,8 @@ class PbtSource final : public scheduler::TrialSource {
   const Member* find_member(int64_t seq) const;
   const Member* member_of_trial(int64_t trial_id) const;
   bool better(double a, double b) const;
-  // The latest made snapshot of a member, or nullptr.
+  // The latest made snapshot of a member that is still there, reached without following a link
+  // (snapshot_present), or nullptr.
   const Decision* latest_snapshot(const Member& m) const;
   // The step member m's weights are at (the start of its next or current interval); 0 before its
   // first decision.

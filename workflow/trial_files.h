@@ -19,9 +19,9 @@
 
 namespace hpctune::workflow {
 
-// The directory of trial `trial` under `run_dir` ("<db>.trials", whose own directory is the user's
-// choice and is opened as named): both opened without following a link, as the user's own.
-inline Result<UniqueFd> open_trial_dir(const std::string& run_dir, const std::string& trial) {
+// The directory `run_dir` ("<db>.trials"), opened without following a link at its last
+// component, as the user's own; the directory that holds it is the user's choice and is opened as named.
+inline Result<UniqueFd> open_run_dir(const std::string& run_dir) {
   const std::filesystem::path root(run_dir);
   const std::string parent = root.parent_path().empty() ? std::string(".") : root.parent_path().string();
   UniqueFd up(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -29,7 +29,13 @@ inline Result<UniqueFd> open_trial_dir(const std::string& run_dir, const std::st
     const int e = errno;
     return err(e == ENOENT ? Errc::kNotFound : Errc::kIo, "cannot open " + parent + ": " + std::strerror(e));
   }
-  HPCTUNE_ASSIGN(UniqueFd trials, open_own_at(up.get(), root.filename().string(), /*directory=*/true));
+  return open_own_at(up.get(), root.filename().string(), /*directory=*/true);
+}
+
+// The directory of trial `trial` under `run_dir` (open_run_dir): opened without following a link,
+// as the user's own.
+inline Result<UniqueFd> open_trial_dir(const std::string& run_dir, const std::string& trial) {
+  HPCTUNE_ASSIGN(UniqueFd trials, open_run_dir(run_dir));
   return open_own_at(trials.get(), trial, /*directory=*/true);
 }
 inline Result<UniqueFd> open_trial_dir(const std::string& run_dir, int64_t trial) {
