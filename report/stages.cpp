@@ -118,6 +118,12 @@ std::string ensemble_summary(const json& r) {
   if (skipped.is_number_integer() && skipped.get<int64_t>() > 0) {
     out += "; " + counted(skipped, "trial") + " without predictions skipped";
   }
+  const json& left_out = member(r, "left_out");
+  if (left_out.is_array() && !left_out.empty()) {
+    out += "; " + counted(json(left_out.size()), "trial") + " left out (predictions not finite:";
+    for (const json& t : left_out) out += " " + trial_ref(member(t, "trial"));
+    out += ")";
+  }
   return out;
 }
 

@@ -512,6 +512,11 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
   CHECK(report::stage_summary(by_loss) ==
         "greedy, 2 members vs best single #2 (lowest val log loss): val log loss 0.2900 vs 0.3300, "
         "val accuracy 0.9050 vs 0.9100; test acc 0.8912 vs 0.8801, test log loss 0.3100 vs 0.3500");
+  // Members whose predictions were not finite (diverged) are named.
+  store::StageRow left = by_loss;
+  left.result["left_out"] = {{{"trial", 3}, {"reason", "its v.npy holds NaN in row 0 (a training that diverged)"}},
+                             {{"trial", 5}, {"reason", "its v.npy holds infinity in row 2 (a training that diverged)"}}};
+  CHECK(report::stage_summary(left).ends_with("; 2 trials left out (predictions not finite: #3 #5)"));
   CHECK(report::stage_summary(st->stages[2]) == "test accuracy 0.8410 vs baseline 0.7702 (+0.0708), source #2");
   // With pairs recorded, the stage as a whole: the mean of the targets against that of their twins.
   store::StageRow paired = st->stages[2];
