@@ -647,6 +647,10 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     for (const auto& [name, value] : metrics) reported += (reported.empty() ? "" : ", ") + name;
     error = "the trial reported no '" + opt_.objectives[0].metric + "' metric (" +
             (reported.empty() ? std::string("it reported no metrics") : "it reported: " + reported) + ")";
+    // No report came while it ran: a program that prints none, or prints them where they do not count.
+    if (t->last_metrics.empty())
+      error += "; no report reached the master while it ran: a program prints 'hpctune-report {json}' lines on "
+               "standard output (hpctune trial DB ID shows its logs)";
   }
   for (const auto& a : m.artifacts) {
     HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, a.bytes, tw));

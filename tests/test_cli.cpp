@@ -264,6 +264,15 @@ TEST_CASE("a metric name the trainer never reports: each failure names the metri
   CHECK(contains(out, "val_accuracy, val_loss)"));
   CHECK(contains(out, "search.max_failures"));
   CHECK(read_trials(dir.file("w.db")).size() < 8);
+  CHECK_FALSE(contains(out, "no report reached the master"));  // it reported, under another name
+
+  // A program whose reports never reached the master (printed on standard error here) is told where they go.
+  const std::string silent = dir.write("silent.sh", "echo \"hpctune-report {\\\"step\\\": 1, \\\"val_accuracy\\\": $1}\" >&2\n");
+  const std::string cfg2 = dir.write("silent.yaml", script_config("silent", silent, 2));
+  const std::string out2 = run_log(dir, {"run", cfg2, "--db", dir.file("s.db")}, "s.log", &code);
+  CHECK_MESSAGE(code == 1, out2);
+  CHECK_MESSAGE(contains(out2, "no report reached the master while it ran: a program prints 'hpctune-report {json}' "
+                               "lines on standard output"), out2);
 }
 
 // --- item 21: running from the start --------------------------------------------------------------
