@@ -821,6 +821,10 @@ TEST_CASE("pbt: a program's checkpoint directory is snapshotted whole and read-o
       fs::create_directory_symlink(h.tmp.path, planted);
       why = "symbolic link";
     }
+    SUBCASE("a relative symbolic link out through '..'") {
+      fs::create_symlink("../../../../outside.bin", planted);
+      why = "out of the checkpoint directory";
+    }
     SUBCASE("a FIFO") {
       REQUIRE(::mkfifo(planted.c_str(), 0600) == 0);
       why = "not a regular file";
@@ -835,6 +839,17 @@ TEST_CASE("pbt: a program's checkpoint directory is snapshotted whole and read-o
     CHECK_FALSE(fs::exists(dest));
     CHECK(fs::exists(ck + "/state.json"));  // the member's own checkpoint is left as it was
     require_ok(workflow::remove_snapshot_tree(dest + ".tmp"));
+  }
+  SUBCASE("a link that stays inside the directory (last.ckpt -> epoch=5.ckpt) is kept as that link") {
+    fs::create_symlink("state.json", ck + "/last.json");
+    fs::create_directory_symlink("sub/deeper", ck + "/latest");
+    h.pause(0);
+    CHECK(fs::is_symlink(dest + "/last.json"));
+    CHECK(fs::read_symlink(dest + "/last.json") == "state.json");
+    CHECK(read_file(dest + "/last.json") == "step 2 of member 0");  // the snapshot's own file
+    CHECK(fs::read_symlink(dest + "/latest") == "sub/deeper");
+    CHECK(read_file(dest + "/latest/w.bin") == std::string("\0\1\2step 2 of member 0", 21));
+    CHECK(fs::is_empty(ck));
   }
   SUBCASE("a program that saved nothing: a clear error naming the directory and who can") {
     fs::remove_all(ck);

@@ -70,6 +70,28 @@ Result<std::vector<std::string>> names_in(int dir_fd, const std::string& shown, 
   return names;
 }
 
+// A symbolic link of the program's that stays inside the directory it is in (a relative target
+// without a '..' component: `last.ckpt -> epoch=5.ckpt`, as PyTorch Lightning's save_last: link
+// writes) is made again as the same link in the copy, never followed: whatever it names is copied
+// (or refused) as its own entry. Any other link (absolute, through '..', another user's) is refused.
+Status copy_link(int from_dir, const std::string& name, const std::string& from_name, const struct stat& st, int to_dir,
+                 const std::string& to_name) {
+  if (st.st_uid != ::geteuid()) return err(Errc::kInvalidArgument, from_name + ": a symbolic link of another user: not followed");
+  char target[4096];
+  const ssize_t n = ::readlinkat(from_dir, name.c_str(), target, sizeof target);
+  if (n < 0) return err(Errc::kIo, "cannot read the link " + from_name + ": " + std::strerror(errno));
+  if (static_cast<std::size_t>(n) >= sizeof target) return err(Errc::kInvalidArgument, from_name + ": a symbolic link too long");
+  const std::string to(target, static_cast<std::size_t>(n));
+  bool inside = !to.empty() && to.front() != '/';
+  for (const auto& part : std::filesystem::path(to)) inside = inside && part != "..";
+  if (!inside)
+    return err(Errc::kInvalidArgument, from_name + " is a symbolic link to '" + to + "', out of the checkpoint " +
+                                           "directory (an absolute target or one through '..'): not followed; a link " +
+                                           "that stays inside it (a relative target without '..') is kept");
+  if (::symlinkat(to.c_str(), to_dir, name.c_str()) != 0) return err(Errc::kIo, "cannot create " + to_name + ": " + std::strerror(errno));
+  return {};
+}
+
 Status copy_dir(int from_dir, const std::string& shown, int to_dir, const std::string& to_shown, int depth,
                 std::size_t& entries) {
   HPCTUNE_ASSIGN(std::vector<std::string> names, names_in(from_dir, shown, kMaxCheckpointEntries - entries));
@@ -81,8 +103,12 @@ Status copy_dir(int from_dir, const std::string& shown, int to_dir, const std::s
     struct stat st {};
     if (::fstatat(from_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
       return err(Errc::kIo, "cannot stat " + from_name + ": " + std::strerror(errno));
+    if (S_ISLNK(st.st_mode)) {
+      HPCTUNE_TRY(copy_link(from_dir, name, from_name, st, to_dir, to_name));
+      continue;
+    }
     const bool directory = S_ISDIR(st.st_mode);
-    // Refuses a link, a FIFO, a device or another user's entry (checked again on the open file).
+    // Refuses a FIFO, a device or another user's entry (checked again on the open file).
     auto opened = open_own_at(from_dir, name, directory);
     if (!opened.ok()) return err(Errc::kInvalidArgument, from_name + ": " + opened.error().message());
     if (!directory) {

@@ -6,9 +6,11 @@
 // A snapshot exists whole or not at all: the tree is copied into `<dest>.tmp`, made read-only
 // (files 0400, directories 0500: an attempt resuming from it cannot change it for the next one),
 // then renamed to `dest`. A `<dest>.tmp` left by a master killed mid-copy is removed and the copy
-// made again. The source is walked with openat() one entry at a time: a symbolic link, a FIFO, a
-// device or another user's file or directory is refused naming it (never followed, never waited
-// on), and the walk is bounded (kMaxCheckpointDepth levels, kMaxCheckpointEntries entries).
+// made again. The source is walked with openat() one entry at a time: a FIFO, a device, another
+// user's file or directory, and a symbolic link that may leave the directory it is in (an absolute
+// target, or one through '..') are refused naming them (never followed, never waited on); a link
+// that stays inside (`last.ckpt -> epoch=5.ckpt`) is made again as a link. The walk is bounded
+// (kMaxCheckpointDepth levels, kMaxCheckpointEntries entries).
 //
 // A snapshot's directories are read-only: `chmod -R u+w` before `rm -rf` of a campaign's trial
 // directories (remove_snapshot_tree does it).
