@@ -732,7 +732,12 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
                                  tw));
     source_of(t).on_attempt_end(t.seq);
     TrialView view{t.id, t.seq, t.attempt, &t.params, trial_dir(t.id)};
-    HPCTUNE_TRY(source_of(t).on_paused(view, std::max(m.step, t.last_step)));
+    if (auto st = source_of(t).on_paused(view, std::max(m.step, t.last_step)); !st.ok()) {
+      // What the trial's program left is refused (a link out of its checkpoint directory, nothing
+      // saved): the trial fails as if its program had, and the campaign goes on.
+      if (st.error().code() != Errc::kFailed) return st;
+      return fail_paused(w, t, st.error().message(), now);
+    }
     t.attempt += 1;
     t.params = params;
     t.resume_from = pause.resume_from;
@@ -741,6 +746,24 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
     t.pause.reset();
     paused_.push_back(t.id);
   }
+  w.trial_id = 0;
+  mark_idle(w);
+  return dispatch(now);
+}
+
+// The trial just paused (its next attempt, t.attempt + 1, waits) cannot go on: it fails with `error`.
+Status Scheduler::fail_paused(Worker& w, Trial& t, const std::string& error, Clock::time_point now) {
+  const double tw = wall(now);
+  HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t.id, t.attempt + 1, TrialState::kFailed, metrics_json(t.last_metrics),
+                                                   std::nullopt, t.last_step, error, tw));
+  if (applied) {
+    ++failed_;
+    tell_searcher(t, search::Outcome::kFailed, {}, t.last_step);
+    log("trial " + std::to_string(t.id) + " failed: " + error);
+    note_failure(t.id, error);
+    HPCTUNE_TRY(after_finish(now));
+  }
+  trials_.erase(t.id);
   w.trial_id = 0;
   mark_idle(w);
   return dispatch(now);

@@ -291,6 +291,33 @@ TEST_CASE("command pbt: a program's checkpoint tree through a PBT stage; every e
   remove_run(db);
 }
 
+// A member whose checkpoint is refused at its pause (a link out of its checkpoint directory) fails
+// as if its program had; the stage and the campaign go on. Before, `hpctune run` stopped with the
+// error at the first interval and every other member was left unfinished.
+TEST_CASE("command pbt: a member whose checkpoint holds a link out of its directory fails alone; the others finish") {
+  TempDir dir;
+  std::string cfg = pbt_config(5, 0.0);
+  const std::string plant = "if [ \"$HPCTUNE_TRIAL_ID\" = 2 ]; then ln -sf /etc/hostname \"$HPCTUNE_CHECKPOINT_DIR/outside\"; fi; "
+                            "exec " + kProgram;
+  const std::string old_command = "  command: \"" + kProgram + " --sleep 0\"\n";
+  REQUIRE(cfg.find(old_command) != std::string::npos);
+  cfg.replace(cfg.find(old_command), old_command.size(), "  command: [/bin/sh, -c, " + json(plant).dump() + ", sh]\n");
+  const std::string db = dir.file("p.db");
+  auto status = run_hpctune({"run", dir.write("p.yaml", cfg), "--db", db}, dir.file("run.log"), std::chrono::seconds(120));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const Db d = read_db(db);
+  REQUIRE(d.trials.size() == 4);
+  for (const auto& t : d.trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == (t.id == 2 ? TrialState::kFailed : TrialState::kDone));
+  }
+  const auto& failed = *std::find_if(d.trials.begin(), d.trials.end(), [](const store::TrialRow& t) { return t.id == 2; });
+  CHECK(failed.error.find("checkpoint/outside is a symbolic link to '/etc/hostname', out of the checkpoint directory") !=
+        std::string::npos);
+  CHECK(d.stages.at(0).state == "completed");
+  remove_run(db);
+}
+
 TEST_CASE("command pbt, persistent: one process per group serves every member's intervals, with the same checks") {
   TempDir dir;
   const std::string cfg = dir.write("p.yaml", pbt_config(5, 0.0, /*persistent=*/true));
