@@ -475,6 +475,20 @@ TEST_CASE("a trial is failed after max_attempts lost attempts") {
   CHECK(h.sched->progress().failed == 1);
 }
 
+// The assigns waiting at each slot of a packed process (index = group), into running[slot].
+static void take_assigns(const std::vector<std::unique_ptr<FakeWorker>>& slots, std::map<int64_t, protocol::Assign>& running) {
+  for (std::size_t g = 0; g < slots.size(); ++g) {
+    for (;;) {
+      auto frame = slots[g]->client->recv(0ms);
+      REQUIRE(frame.ok());
+      if (!*frame) break;
+      auto msg = protocol::decode(**frame);
+      REQUIRE(msg.ok());
+      if (auto* a = std::get_if<protocol::Assign>(&*msg)) running[static_cast<int64_t>(g)] = *a;
+    }
+  }
+}
+
 TEST_CASE("a trial that brings down its packed process is found and failed; its pack-mates are not charged") {
   // Groups 0..3 are the slots of one process (a pack). Whenever it runs the poison trial, the
   // process dies, and all four groups exit. Before: every lost attempt was charged, so the first
@@ -499,16 +513,7 @@ TEST_CASE("a trial that brings down its packed process is found and failed; its 
     bool lost = false;
     while (!lost && !h.sched->finished()) {
       h.pump(150ms, [] { return false; });
-      for (int64_t g = 0; g < kSlots; ++g) {
-        for (;;) {
-          auto frame = slots[g]->client->recv(0ms);
-          REQUIRE(frame.ok());
-          if (!*frame) break;
-          auto msg = protocol::decode(**frame);
-          REQUIRE(msg.ok());
-          if (auto* a = std::get_if<protocol::Assign>(&*msg)) running[g] = *a;
-        }
-      }
+      take_assigns(slots, running);
       if (running.empty()) break;
       if (poison == 0) poison = running.begin()->second.trial_id;  // the first trial of slot 0
       std::vector<int64_t> ids;
@@ -575,16 +580,7 @@ TEST_CASE("a resumed master keeps apart the halves of trials lost together in on
     auto settle = Clock::now() + 10s;
     while (Clock::now() < std::min(deadline, settle)) {
       h.pump(20ms, [] { return false; });
-      for (int64_t g = 0; g < kSlots; ++g) {
-        for (;;) {
-          auto frame = slots[g]->client->recv(0ms);
-          REQUIRE(frame.ok());
-          if (!*frame) break;
-          auto msg = protocol::decode(**frame);
-          REQUIRE(msg.ok());
-          if (auto* a = std::get_if<protocol::Assign>(&*msg)) running[g] = *a;
-        }
-      }
+      take_assigns(slots, running);
       if (running.size() >= want && settle - Clock::now() > 300ms) settle = Clock::now() + 300ms;
     }
     std::set<int64_t> ids;
