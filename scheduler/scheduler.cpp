@@ -645,8 +645,13 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     // Name what it did report: a misspelt metric name is the usual cause.
     std::string reported;
     for (const auto& [name, value] : metrics) reported += (reported.empty() ? "" : ", ") + name;
-    error = "the trial reported no '" + opt_.objectives[0].metric + "' metric (" +
-            (reported.empty() ? std::string("it reported no metrics") : "it reported: " + reported) + ")";
+    const auto nonfinite = metrics.find(opt_.objectives[0].metric);
+    if (nonfinite != metrics.end())  // reported, as NaN or infinity (a program's diverged loss)
+      error = "the trial's last '" + opt_.objectives[0].metric + "' (step " + std::to_string(std::max(m.step, t->last_step)) +
+              ") was " + (std::isnan(nonfinite->second) ? "NaN" : "infinite") + ": its training diverged";
+    else
+      error = "the trial reported no '" + opt_.objectives[0].metric + "' metric (" +
+              (reported.empty() ? std::string("it reported no metrics") : "it reported: " + reported) + ")";
     // No report came while it ran: a program that prints none, or prints them where they do not count.
     if (t->last_metrics.empty())
       error += "; no report reached the master while it ran: a program prints 'hpctune-report {json}' lines on "

@@ -273,6 +273,13 @@ TEST_CASE("a metric name the trainer never reports: each failure names the metri
   CHECK_MESSAGE(code == 1, out2);
   CHECK_MESSAGE(contains(out2, "no report reached the master while it ran: a program prints 'hpctune-report {json}' "
                                "lines on standard output"), out2);
+
+  // Python's json.dumps of a diverged loss (NaN): read, and the failure says what it was.
+  const std::string nan = dir.write("nan.sh", "echo 'hpctune-report {\"step\": 4, \"val_accuracy\": NaN}'\n");
+  const std::string out3 = run_log(dir, {"run", dir.write("nan.yaml", script_config("nan", nan, 2)), "--db", dir.file("n.db")},
+                                   "n.log", &code);
+  CHECK_MESSAGE(code == 1, out3);
+  CHECK_MESSAGE(contains(out3, "the trial's last 'val_accuracy' (step 4) was NaN: its training diverged"), out3);
 }
 
 // --- item 21: running from the start --------------------------------------------------------------

@@ -191,6 +191,20 @@ TEST_CASE("report lines: steps, numeric metrics, and what is garbage") {
     CHECK(r->value().step == 2);
     CHECK(r->value().metrics == protocol::Metrics{{"acc", 0.5}});
   }
+  // Python's json.dumps of a diverged loss: NaN and +-Infinity, outside strings only.
+  auto diverged = trainers::parse_report_line(R"(hpctune-report {"step": 3, "val_loss": NaN, "val_accuracy": 0.1, "x": Infinity, "y": -Infinity})");
+  REQUIRE((diverged && diverged->ok()));
+  CHECK(diverged->value().step == 3);
+  CHECK(std::isnan(diverged->value().metrics.at("val_loss")));
+  CHECK(diverged->value().metrics.at("val_accuracy") == 0.1);
+  CHECK(diverged->value().metrics.at("x") == std::numeric_limits<double>::infinity());
+  CHECK(diverged->value().metrics.at("y") == -std::numeric_limits<double>::infinity());
+  for (const char* still_bad : {R"(hpctune-report {"a": "NaN"})", R"(hpctune-report {"NaN": x})", R"(hpctune-report {"a": NaNx})"}) {
+    CAPTURE(still_bad);
+    auto r = trainers::parse_report_line(still_bad);
+    REQUIRE(r.has_value());
+    CHECK_FALSE(r->ok());
+  }
   for (const char* not_report : {"epoch 3", "hpctune-reports {\"a\": 1}", "epoch 3 hpctune-reportX {\"a\": 1}", "", "\r\r"}) {
     CAPTURE(not_report);
     CHECK_FALSE(trainers::parse_report_line(not_report).has_value());

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -172,6 +173,38 @@ std::string exec_prefixed(const std::string& command) {
 
 // --- report lines --------------------------------------------------------------------------------
 
+namespace {
+
+// `text` with Python's NaN, Infinity and -Infinity outside strings quoted ("NaN"), so that it parses.
+std::string quote_python_nonfinite(std::string_view text) {
+  std::string out;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool quoted = false;
+    for (std::string_view word : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.substr(i, word.size()) != word) continue;
+      out += '"';
+      out += word;
+      out += '"';
+      i += word.size() - 1;
+      quoted = true;
+      break;
+    }
+    if (!quoted) out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
   // The report is the end of the line from its last prefix: what comes before is the program's
   // other output, such as a progress bar (tqdm) redrawn with '\r' and left without a line end.
@@ -184,12 +217,22 @@ std::optional<Result<ReportLine>> parse_report_line(std::string_view line) {
   };
   if (rest.find_first_not_of(" \t") == std::string_view::npos) return bad("no JSON after the prefix");
   if (rest[0] != ' ' && rest[0] != '\t') return std::nullopt;  // "hpctune-reports": some other word
-  const nlohmann::json j = nlohmann::json::parse(rest, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(rest, nullptr, /*allow_exceptions=*/false);
+  // Python's json.dumps writes a diverged loss as NaN or Infinity, which JSON lacks: read as
+  // quoted words, then as the numbers they stand for (early stopping judges NaN the worst).
+  const bool python = j.is_discarded();
+  if (python) j = nlohmann::json::parse(quote_python_nonfinite(rest), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("not valid JSON");
   if (!j.is_object()) return bad("not a JSON object");
   ReportLine out;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const auto& v = it.value();
+    auto& v = it.value();
+    if (python && v.is_string()) {
+      const std::string word = v.get<std::string>();
+      if (word == "NaN") v = std::numeric_limits<double>::quiet_NaN();
+      else if (word == "Infinity") v = std::numeric_limits<double>::infinity();
+      else if (word == "-Infinity") v = -std::numeric_limits<double>::infinity();
+    }
     if (it.key() == "step") {
       // Below 2^53, as the protocol requires of a step (larger ones would not reach the master).
       const bool integral = (v.is_number_integer() && std::fabs(v.get<double>()) < 9.0e15) ||
