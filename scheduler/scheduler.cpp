@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <set>
 
@@ -252,6 +253,15 @@ std::optional<double> Scheduler::objective_of(const protocol::Metrics& metrics) 
   auto it = metrics.find(opt_.objectives[0].metric);
   if (it == metrics.end() || !std::isfinite(it->second)) return std::nullopt;
   return it->second;
+}
+
+// The objective of a report as the sources judge it: a NaN or infinite value (a diverged training)
+// is NaN, which every judge ranks worst (early stopping prunes it, PBT replaces it), not skipped.
+std::optional<double> Scheduler::judged_value(const protocol::Metrics& metrics) const {
+  if (opt_.objectives.empty()) return std::nullopt;
+  auto it = metrics.find(opt_.objectives[0].metric);
+  if (it == metrics.end()) return std::nullopt;
+  return std::isfinite(it->second) ? it->second : std::numeric_limits<double>::quiet_NaN();
 }
 
 Status Scheduler::restore(Clock::time_point now) {
@@ -560,7 +570,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
     t->judged_from = m.step;
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
   if (!t->stop_sent) {
-    if (auto value = objective_of(m.metrics)) {
+    if (auto value = judged_value(m.metrics)) {
       TrialView view{t->id, t->seq, t->attempt, &t->params, trial_dir(t->id)};
       Verdict verdict = source_of(*t).on_report(view, m.step, *value);
       if (verdict.kind == Verdict::Kind::kPause) {

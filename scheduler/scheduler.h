@@ -335,6 +335,7 @@ class Scheduler {
   Trial* current_trial(Worker& w, int64_t trial_id, int64_t attempt);
   void tell_searcher(const Trial& t, search::Outcome outcome, const protocol::Metrics& metrics, int64_t step);
   std::optional<double> objective_of(const protocol::Metrics& metrics) const;
+  std::optional<double> judged_value(const protocol::Metrics& metrics) const;
   void send(Worker& w, const protocol::Message& m);
   void log(const std::string& line) const;
   std::string trial_dir(int64_t trial_id) const;  // "" when trials keep no files

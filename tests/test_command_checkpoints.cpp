@@ -291,6 +291,31 @@ TEST_CASE("command pbt: a program's checkpoint tree through a PBT stage; every e
   remove_run(db);
 }
 
+// A member whose training diverged reports NaN (the helper sends it as json.dumps writes it): PBT
+// ranks it worst and it copies a top member, as Jaderberg et al.'s PBT does. Before, the helper
+// left the value out, the member's interval ended with no report, and it failed.
+TEST_CASE("command pbt: a member that reports NaN is replaced by an exploit and finishes") {
+  TempDir dir;
+  std::string cfg = pbt_config(5, 0.0);
+  const std::string old_command = kProgram + " --sleep 0\"";
+  REQUIRE(cfg.find(old_command) != std::string::npos);
+  cfg.replace(cfg.find(old_command), old_command.size(), kProgram + " --sleep 0 --diverge-trial 2\"");
+  const std::string db = dir.file("p.db");
+  auto status = run_hpctune({"run", dir.write("p.yaml", cfg), "--db", db}, dir.file("run.log"), std::chrono::seconds(120));
+  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
+  const Db d = read_db(db);
+  REQUIRE(d.trials.size() == 4);
+  for (const auto& t : d.trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == TrialState::kDone);
+  }
+  bool exploited = false;
+  for (const auto& e : d.events)
+    exploited = exploited || (e.kind == "pbt_exploit" && e.trial_id == 2 && e.detail.at("step") == 2);
+  CHECK(exploited);
+  remove_run(db);
+}
+
 // A member whose checkpoint is refused at its pause (a link out of its checkpoint directory) fails
 // as if its program had; the stage and the campaign go on. Before, `hpctune run` stopped with the
 // error at the first interval and every other member was left unfinished.

@@ -66,7 +66,11 @@ const PbtSource::Member* PbtSource::member_of_trial(int64_t trial_id) const {
   return nullptr;
 }
 
-bool PbtSource::better(double a, double b) const { return spec_.objective.maximize ? a > b : a < b; }
+// NaN (a member whose training diverged) is worst: it ranks last and copies a top member.
+bool PbtSource::better(double a, double b) const {
+  if (std::isnan(a) || std::isnan(b)) return !std::isnan(a) && std::isnan(b);
+  return spec_.objective.maximize ? a > b : a < b;
+}
 
 const PbtSource::Decision* PbtSource::latest_snapshot(const Member& m) const {
   // Still there, and not through a link: the member's program can replace <trial>/pbt after the

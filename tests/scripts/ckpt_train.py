@@ -25,6 +25,7 @@ import hpctune_report as hp
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--diverge-trial", type=int, default=0, help="this trial's first attempt reports NaN (hp.report)")
 args = parser.parse_args()
 
 TARGET = [1.0, -2.0, 0.5, 3.0]
@@ -76,7 +77,8 @@ def train_trial():
         state["score"] = -sum((w - t) ** 2 for w, t in zip(state["w"], TARGET))
         save_atomically(os.path.join(ckpt, "blob", "bytes.bin"), struct.pack("<4d", *state["w"]))
         save_atomically(os.path.join(ckpt, "state.json"), json.dumps(state).encode())
-        if not hp.report(step, score=state["score"]):
+        diverged = hp.trial_id() == args.diverge_trial and record["attempt"] == 1
+        if not hp.report(step, score=float("nan") if diverged else state["score"]):
             break  # asked to stop (a persistent program; without it a stop is SIGTERM)
         if args.sleep > 0:
             time.sleep(args.sleep)

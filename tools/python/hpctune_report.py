@@ -29,7 +29,6 @@ Use it by copying this file next to your script, or with PYTHONPATH=<hpctune>/to
 """
 
 import json
-import math
 import os
 import select
 import signal
@@ -108,8 +107,9 @@ def report(step, **metrics):
     Returns False once the trial was asked to stop (a persistent program: leave the epoch loop and
     go on to the next iteration of trials()), True otherwise.
 
-    Metrics must be numbers. JSON has no NaN or infinity, so a non-finite value (a diverged loss)
-    is left out with a warning on standard error, and a report left without metrics is not sent.
+    Metrics must be numbers. A non-finite value (a diverged loss) is sent as json.dumps writes it
+    (NaN, Infinity), which hpctune reads: early stopping prunes the trial and PBT replaces the
+    member, instead of training it on.
     """
     if rank() != 0:
         return not should_stop()
@@ -122,14 +122,9 @@ def report(step, **metrics):
     for name, value in metrics.items():
         if name == "step":
             raise ValueError("'step' is not a metric name")
-        value = float(value)  # ints, numpy scalars and 0-d torch tensors alike
-        if not math.isfinite(value):
-            sys.stderr.write("hpctune_report: metric %r = %r left out of step %d (not finite)\n" % (name, value, step))
-            continue
-        line[name] = value
-    if len(line) > 1:
-        sys.stdout.write(PREFIX + " " + json.dumps(line) + "\n")
-        sys.stdout.flush()
+        line[name] = float(value)  # ints, numpy scalars and 0-d torch tensors alike
+    sys.stdout.write(PREFIX + " " + json.dumps(line) + "\n")
+    sys.stdout.flush()
     return not should_stop()
 
 
