@@ -291,28 +291,39 @@ TEST_CASE("command pbt: a program's checkpoint tree through a PBT stage; every e
   remove_run(db);
 }
 
-// A member whose training diverged reports NaN (the helper sends it as json.dumps writes it): PBT
-// ranks it worst and it copies a top member, as Jaderberg et al.'s PBT does. Before, the helper
-// left the value out, the member's interval ended with no report, and it failed.
-TEST_CASE("command pbt: a member that reports NaN is replaced by an exploit and finishes") {
-  TempDir dir;
+// pbt_config(5, 0.0) with `command:` set to `command` (YAML), run to its end: 4 members read back.
+Db run_pbt_with_command(const TempDir& dir, const std::string& db, const std::string& command) {
   std::string cfg = pbt_config(5, 0.0);
-  const std::string old_command = kProgram + " --sleep 0\"";
-  REQUIRE(cfg.find(old_command) != std::string::npos);
-  cfg.replace(cfg.find(old_command), old_command.size(), kProgram + " --sleep 0 --diverge-trial 2\"");
-  const std::string db = dir.file("p.db");
+  const std::string line = "  command: \"" + kProgram + " --sleep 0\"\n";
+  REQUIRE(cfg.find(line) != std::string::npos);
+  cfg.replace(cfg.find(line), line.size(), "  command: " + command + "\n");
   auto status = run_hpctune({"run", dir.write("p.yaml", cfg), "--db", db}, dir.file("run.log"), std::chrono::seconds(120));
   REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
-  const Db d = read_db(db);
+  Db d = read_db(db);
   REQUIRE(d.trials.size() == 4);
+  return d;
+}
+
+// A member whose training diverged reports NaN (the helper sends it as json.dumps writes it): PBT
+// judges it (ranked worst, it copies a top member, as Jaderberg et al.'s PBT does) and it finishes. Before, the helper
+// left the value out, the member's interval ended with no report, and it failed.
+TEST_CASE("command pbt: a member that reports NaN is judged, ranked last, and finishes") {
+  TempDir dir;
+  const std::string db = dir.file("p.db");
+  const Db d = run_pbt_with_command(dir, db, "\"" + kProgram + " --sleep 0 --diverge-trial 2\"");
   for (const auto& t : d.trials) {
     CAPTURE(t.id);
     CHECK(t.state == TrialState::kDone);
   }
-  bool exploited = false;
-  for (const auto& e : d.events)
-    exploited = exploited || (e.kind == "pbt_exploit" && e.trial_id == 2 && e.detail.at("step") == 2);
-  CHECK(exploited);
+  // Its step-2 decision judged the NaN (recorded as null): an exploit when other members had reported
+  // by then (ranked last), else a continue (alone at that step: nothing to compare).
+  bool judged = false;
+  for (const auto& e : d.events) {
+    if (e.trial_id != 2 || !e.detail.is_object() || e.detail.value("step", -1) != 2) continue;
+    if (e.kind == "pbt_exploit") judged = judged || e.detail.at("target_value").is_null();
+    if (e.kind == "pbt_continue") judged = judged || e.detail.at("value").is_null();
+  }
+  CHECK(judged);
   remove_run(db);
 }
 
@@ -321,17 +332,10 @@ TEST_CASE("command pbt: a member that reports NaN is replaced by an exploit and 
 // error at the first interval and every other member was left unfinished.
 TEST_CASE("command pbt: a member whose checkpoint holds a link out of its directory fails alone; the others finish") {
   TempDir dir;
-  std::string cfg = pbt_config(5, 0.0);
   const std::string plant = "if [ \"$HPCTUNE_TRIAL_ID\" = 2 ]; then ln -sf /etc/hostname \"$HPCTUNE_CHECKPOINT_DIR/outside\"; fi; "
                             "exec " + kProgram;
-  const std::string old_command = "  command: \"" + kProgram + " --sleep 0\"\n";
-  REQUIRE(cfg.find(old_command) != std::string::npos);
-  cfg.replace(cfg.find(old_command), old_command.size(), "  command: [/bin/sh, -c, " + json(plant).dump() + ", sh]\n");
   const std::string db = dir.file("p.db");
-  auto status = run_hpctune({"run", dir.write("p.yaml", cfg), "--db", db}, dir.file("run.log"), std::chrono::seconds(120));
-  REQUIRE_MESSAGE(status.success(), read_file(dir.file("run.log")));
-  const Db d = read_db(db);
-  REQUIRE(d.trials.size() == 4);
+  const Db d = run_pbt_with_command(dir, db, "[/bin/sh, -c, " + json(plant).dump() + ", sh]");
   for (const auto& t : d.trials) {
     CAPTURE(t.id);
     CHECK(t.state == (t.id == 2 ? TrialState::kFailed : TrialState::kDone));
