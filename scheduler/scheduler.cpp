@@ -249,10 +249,8 @@ bool Scheduler::out_of_time(Clock::time_point now) const {
 }
 
 std::optional<double> Scheduler::objective_of(const protocol::Metrics& metrics) const {
-  if (opt_.objectives.empty()) return std::nullopt;
-  auto it = metrics.find(opt_.objectives[0].metric);
-  if (it == metrics.end() || !std::isfinite(it->second)) return std::nullopt;
-  return it->second;
+  auto value = judged_value(metrics);
+  return value && std::isfinite(*value) ? value : std::nullopt;
 }
 
 // The objective of a report as the sources judge it: a NaN or infinite value (a diverged training)
@@ -768,40 +766,33 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
 
 // The trial just paused (its next attempt, t.attempt + 1, waits) cannot go on: it fails with `error`.
 Status Scheduler::fail_paused(Worker& w, Trial& t, const std::string& error, Clock::time_point now) {
-  const double tw = wall(now);
-  HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t.id, t.attempt + 1, TrialState::kFailed, metrics_json(t.last_metrics),
-                                                   std::nullopt, t.last_step, error, tw));
-  if (applied) {
-    ++failed_;
-    tell_searcher(t, search::Outcome::kFailed, {}, t.last_step);
-    log("trial " + std::to_string(t.id) + " failed: " + error);
-    note_failure(t.id, error);
-    HPCTUNE_TRY(after_finish(now));
-  }
-  trials_.erase(t.id);
-  w.trial_id = 0;
-  mark_idle(w);
-  return dispatch(now);
+  return fail_attempt(w, t, t.attempt + 1, error, error, now);
 }
 
 Status Scheduler::on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now) {
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "failed", now);
-  const double tw = wall(now);
   std::string error = m.error;
   if (!m.stderr_tail.empty()) error += "\n--- stderr (last lines) ---\n" + m.stderr_tail;
-  HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t->id, t->attempt, TrialState::kFailed, metrics_json(t->last_metrics),
-                                                   std::nullopt, t->last_step, error, tw));
+  std::string shown = m.error;  // the trainer's error may end in the stderr lines' newline
+  while (!shown.empty() && std::isspace(static_cast<unsigned char>(shown.back()))) shown.pop_back();
+  return fail_attempt(w, *t, t->attempt, error, shown, now);
+}
+
+// `attempt` of the worker's trial `t` fails with `error` (recorded) and `shown` (logged); the
+// worker is idle again.
+Status Scheduler::fail_attempt(Worker& w, Trial& t, int64_t attempt, const std::string& error, const std::string& shown,
+                               Clock::time_point now) {
+  HPCTUNE_ASSIGN(bool applied, store_.finish_trial(t.id, attempt, TrialState::kFailed, metrics_json(t.last_metrics),
+                                                   std::nullopt, t.last_step, error, wall(now)));
   if (applied) {
     ++failed_;
-    tell_searcher(*t, search::Outcome::kFailed, {}, t->last_step);
-    std::string shown = m.error;  // the trainer's error may end in the stderr lines' newline
-    while (!shown.empty() && std::isspace(static_cast<unsigned char>(shown.back()))) shown.pop_back();
-    log("trial " + std::to_string(t->id) + " failed: " + shown);
-    note_failure(t->id, shown);
+    tell_searcher(t, search::Outcome::kFailed, {}, t.last_step);
+    log("trial " + std::to_string(t.id) + " failed: " + shown);
+    note_failure(t.id, shown);
     HPCTUNE_TRY(after_finish(now));
   }
-  trials_.erase(t->id);
+  trials_.erase(t.id);
   w.trial_id = 0;
   mark_idle(w);
   return dispatch(now);

@@ -398,6 +398,8 @@ class Scheduler {
   std::string gave_up_;  // see gave_up()
   Status pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now);
   Status fail_paused(Worker& w, Trial& t, const std::string& error, Clock::time_point now);
+  Status fail_attempt(Worker& w, Trial& t, int64_t attempt, const std::string& error, const std::string& shown,
+                      Clock::time_point now);
   Clock::time_point start_;
   double last_wall_ = -std::numeric_limits<double>::infinity();  // see wall()
   Clock::time_point last_now_;  // the latest `now` handed in: what finished() and shutdown see

@@ -534,6 +534,11 @@ class EnsembleStage final : public scheduler::StageRuntime {
   // Named by trial, file and row; before, "member 0 holds a value that is not a probability", and a
   // label beyond an int's range wrapped into one.
   Status check_classes(const Candidate& c, const Loaded& l) const {
+    auto shown = [](double v) {  // six digits: a float32 file's 1.7 is not 1.699999988079071
+      char text[32];
+      std::snprintf(text, sizeof text, "%.6g", v);
+      return std::string(text);
+    };
     const ensemble::Probabilities* probs[2] = {&l.val, &l.test};
     for (std::size_t p = 0; p < 2; ++p) {
       const std::size_t classes = probs[p]->classes;
@@ -541,11 +546,6 @@ class EnsembleStage final : public scheduler::StageRuntime {
         const double* row = probs[p]->values.data() + r * classes;
         double sum = 0;
         std::string bad;
-        auto shown = [](double v) {  // six digits: a float32 file's 1.7 is not 1.699999988079071
-          char text[32];
-          std::snprintf(text, sizeof text, "%.6g", v);
-          return std::string(text);
-        };
         for (std::size_t k = 0; k < classes && bad.empty(); ++k) {
           if (!std::isfinite(row[k]) || row[k] < 0 || row[k] > 1 + 1e-6)
             bad = "holds " + shown(row[k]) + " in column " + std::to_string(k);
