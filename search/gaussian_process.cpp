@@ -156,6 +156,8 @@ GpHyper GaussianProcess::default_hyper(std::size_t dims) {
 }
 
 Eigen::MatrixXd GaussianProcess::cross_kernel(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) const {
+  // No points on a side (a model before its data, whose X has no columns yet): nothing to scale.
+  if (A.rows() == 0 || B.rows() == 0) return Eigen::MatrixXd(A.rows(), B.rows());
   const Eigen::VectorXd ls = input_log_lengthscales(hyper_);
   Eigen::MatrixXd K = sq_dist(scaled(A, ls), scaled(B, ls));
   const double s2 = std::exp(hyper_.log_signal_var);

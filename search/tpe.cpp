@@ -155,6 +155,11 @@ struct Mixture {
 // on every ask cost more than reading them).
 using Points = std::vector<const std::vector<double>*>;
 
+// The finished trials with a value and the failed ones (split()), when any failed.
+struct Feasibility {
+  Points ok, failed;
+};
+
 // A group of parameters sampled together: the unconditional ones, or the ones sharing a
 // condition (multivariate), or one parameter (univariate).
 struct Group {
@@ -259,13 +264,19 @@ class Tpe final : public SearcherBase {
 
   // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
   // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
-  // trials those that have not reached it.
-  void split(const LevelData& level, Points& below, Points& above) const {
+  // trials those that have not reached it. A failed trial (no value: a crash, a diverged training)
+  // is above, as the GP counts it the worst loss: left out, as Optuna leaves it, l(x)/g(x) never
+  // learns where trials fail, and a good group peaked at the edge of a diverging region kept
+  // proposing past it (24 of 30 trials failed on such a space, against 4 for the GP).
+  void split(const LevelData& level, Points& below, Points& above, Feasibility* feasibility = nullptr) const {
     const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
     const std::size_t running = multi_fidelity() ? level.pending.size() : pending().size();
-    std::vector<const DataPoint*> usable;
-    for (const auto& p : data)
-      if (!p.losses.empty()) usable.push_back(&p);
+    std::vector<const DataPoint*> usable, failed;
+    for (const auto& p : data) (p.losses.empty() ? failed : usable).push_back(&p);
+    if (feasibility && !failed.empty()) {
+      for (const auto* p : usable) feasibility->ok.push_back(&p->u);
+      for (const auto* p : failed) feasibility->failed.push_back(&p->u);
+    }
     const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running : 0);
     const auto n_below = std::min<std::size_t>(
         std::min<std::size_t>(static_cast<std::size_t>(std::ceil(cfg_.gamma * static_cast<double>(n_total))),
@@ -294,9 +305,11 @@ class Tpe final : public SearcherBase {
         for (std::size_t o : order) rank.push_back(front[o]);
       }
     }
-    std::vector<char> is_below(usable.size(), 0);
+    std::vector<char> is_below(usable.size() + failed.size(), 0);
     for (std::size_t r = 0; r < n_below; ++r) is_below[rank[r]] = 1;
-    // Seq order within each group (data_ is in tell order; sort by seq).
+    // Seq order within each group (data_ is in tell order; sort by seq). The failed trials follow
+    // the usable ones in `usable`, none of them below.
+    usable.insert(usable.end(), failed.begin(), failed.end());
     std::vector<std::size_t> by_seq(usable.size());
     std::iota(by_seq.begin(), by_seq.end(), 0);
     std::stable_sort(by_seq.begin(), by_seq.end(), [&](std::size_t a, std::size_t b) { return usable[a]->seq < usable[b]->seq; });
@@ -532,7 +545,49 @@ class Tpe final : public SearcherBase {
 
   struct Models {
     std::vector<Mixture> l, g;  // per group
+    // Where trials failed (c-TPE's feasibility, Watanabe & Hutter 2023): per group, estimators over
+    // the trials with a value and the failed ones, and how many of each; empty: none failed.
+    std::vector<Mixture> ok, failed;
+    std::vector<std::pair<double, double>> log_counts;  // per group: log #ok, log #failed
   };
+
+  // log l(x) - log g(x), plus the log of the share of trials near x that did not fail:
+  // log(n_ok f_ok(x) / (n_ok f_ok(x) + n_failed f_failed(x))). Failed trials are also in g, but g's
+  // bandwidth at the edge of a diverging region spans both sides of it (the good group peaks at
+  // the edge): the share falls off where trials failed, whatever the loss there would have been.
+  double score(const Models& models, std::size_t gi, const std::vector<double>& x, std::vector<double>& t) const {
+    const Group& grp = groups_[gi];
+    double s = log_pdf(grp, models.l[gi], x, t) - log_pdf(grp, models.g[gi], x, t);
+    // Only where the group was active in trials of both kinds: a share of 0 or 1 everywhere says
+    // nothing about x.
+    if (models.failed.empty() || !std::isfinite(models.log_counts[gi].first) || !std::isfinite(models.log_counts[gi].second))
+      return s;
+    const double a = models.log_counts[gi].first + log_pdf(grp, models.ok[gi], x, t);
+    const double b = models.log_counts[gi].second + log_pdf(grp, models.failed[gi], x, t);
+    const double ab[2] = {a, b};
+    const double share = a - log_sum_exp(ab, 2);
+    return std::isnan(share) ? s : s + share;
+  }
+
+  Models build_models(const Points& below, const Points& above, const Feasibility& feasibility) const {
+    Models models;
+    for (const auto& grp : groups_) {
+      models.l.push_back(build(grp, below));
+      models.g.push_back(build(grp, above));
+    }
+    if (feasibility.failed.empty()) return models;
+    auto log_active = [&](const Group& grp, const Points& pts) {
+      std::size_t n = 0;
+      for (const auto* p : pts) n += std::isnan((*p)[grp.dims[0]]) ? 0 : 1;
+      return std::log(static_cast<double>(n));  // -inf for none
+    };
+    for (const auto& grp : groups_) {
+      models.ok.push_back(build(grp, feasibility.ok));
+      models.failed.push_back(build(grp, feasibility.failed));
+      models.log_counts.emplace_back(log_active(grp, feasibility.ok), log_active(grp, feasibility.failed));
+    }
+    return models;
+  }
 
   // A configuration as its canonical coordinates (-1 where inactive): equal for equal
   // configurations of ints and choices, and cheaper to compare than decoded JSON.
@@ -576,14 +631,11 @@ class Tpe final : public SearcherBase {
 
   std::vector<double> suggest(Rng& rng, const LevelData& level) const {
     Points below, above;  // into level.points, data_ and pending_u_, which outlive the models
-    split(level, below, above);
-    Models models;
-    for (const auto& grp : groups_) {
-      models.l.push_back(build(grp, below));
-      models.g.push_back(build(grp, above));
-    }
+    Feasibility feasibility;
+    split(level, below, above, &feasibility);
+    const Models models = build_models(below, above, feasibility);
     std::vector<double> scratch;
-    // Each group in turn (parents first), the best of n_ei_candidates draws from l by log l - log g.
+    // Each group in turn (parents first), the best of n_ei_candidates draws from l by score().
     std::vector<double> u(enc_.dims(), std::nan(""));
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
       const Group& grp = groups_[gi];
@@ -593,9 +645,9 @@ class Tpe final : public SearcherBase {
       double best_s = -kInf;
       for (int64_t s = 0; s < cfg_.n_ei_candidates; ++s) {
         std::vector<double> x = sample(grp, models.l[gi], rng);
-        const double sc = log_pdf(grp, models.l[gi], x, scratch) - log_pdf(grp, models.g[gi], x, scratch);
-        if (sc > best_s) {
-          best_s = sc;
+        const double sc = score(models, gi, x, scratch);
+        if (best.empty() || sc > best_s) {
+          best_s = std::isnan(sc) ? -kInf : sc;
           best = std::move(x);
         }
       }
@@ -614,18 +666,18 @@ class Tpe final : public SearcherBase {
     std::vector<Cand> cands;
     for (int64_t c = 0; c < 8 * cfg_.n_ei_candidates; ++c) {
       std::vector<double> v(enc_.dims(), std::nan(""));
-      double score = 0;
+      double total = 0;
       for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
         const Group& grp = groups_[gi];
         fill_fixed(v);
         if (!enc_.active(grp.dims[0], v)) continue;
         const std::vector<double> x = sample(grp, models.l[gi], rng);
-        score += log_pdf(grp, models.l[gi], x, scratch) - log_pdf(grp, models.g[gi], x, scratch);
+        total += score(models, gi, x, scratch);
         for (std::size_t d = 0; d < grp.dims.size(); ++d) v[grp.dims[d]] = x[d];
       }
       fill_fixed(v);
       enc_.repair(v, rng);
-      cands.push_back({score, std::move(v)});
+      cands.push_back({total, std::move(v)});
     }
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.score > b.score; });
     for (auto& c : cands)
