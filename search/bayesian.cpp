@@ -240,12 +240,40 @@ class Bayesian final : public SearcherBase {
   // stopping those with a value at this ask's level (fit_, model_data.h).
   const std::vector<DataPoint>& model_data() const { return multi_fidelity() ? fit_.points : data_; }
   // Adds the trials the model takes as running as fantasies: every pending one, or under early
-  // stopping those not at this ask's level (fit_.pending names them by seq, pending() holds them).
+  // stopping those not at this ask's level (fit_.pending names them by seq, pending() holds them),
+  // and the latest kMaxStoppedFantasies trials stopped below it (model_data.h: visited, their value
+  // there unknown; each fantasy is a rank-one update, so they are bounded).
   void add_pending_fantasies() {
     auto add = [&](int64_t, const Params& params) { add_fantasy(enc_.encode(params)); };
-    if (multi_fidelity()) for_each_pending(fit_.pending, pending(), add);
-    else for (const auto& [pseq, params] : pending()) add(pseq, params);
+    if (!multi_fidelity()) {
+      for (const auto& [pseq, params] : pending()) add(pseq, params);
+      return;
+    }
+    for_each_pending(fit_.pending, pending(), add);
+    const std::size_t from = fit_.stopped.size() - std::min(fit_.stopped.size(), kMaxStoppedFantasies);
+    std::vector<const std::vector<double>*> stopped;
+    for (std::size_t i = from; i < fit_.stopped.size(); ++i) stopped.push_back(&data_[fit_.stopped[i]].u);
+    if (!cfg_.forest) {
+      for (const auto* u : stopped) add_fantasy(*u);
+      return;
+    }
+    if (stopped.empty()) return;
+    // The forest: every stopped trial at the forest's prediction, then one refit (a refit per
+    // fantasy would be 64 refits an ask).
+    Eigen::MatrixXd F(static_cast<Eigen::Index>(stopped.size()), static_cast<Eigen::Index>(enc_.feature_dims()));
+    for (std::size_t r = 0; r < stopped.size(); ++r) F.row(static_cast<Eigen::Index>(r)) = features_of(*stopped[r]).transpose();
+    Eigen::VectorXd mean, var;
+    model_predict(F, mean, var);
+    const Eigen::Index old = forest_X_.rows();
+    forest_X_.conservativeResize(old + F.rows(), Eigen::NoChange);
+    forest_X_.bottomRows(F.rows()) = F;
+    forest_y_.conservativeResize(old + F.rows());
+    for (Eigen::Index r = 0; r < F.rows(); ++r) forest_y_(old + r) = cfg_.kriging_believer ? mean(r) : liar_;
+    Rng rng = rng_for(static_cast<int64_t>(forest_X_.rows()), 0xF0F);
+    forest_.fit(forest_X_, forest_y_, rng);
+    y_best_ = std::min(y_best_, forest_y_.tail(F.rows()).minCoeff());
   }
+  static constexpr std::size_t kMaxStoppedFantasies = 64;
 
   int64_t usable() const {
     int64_t k = 0;

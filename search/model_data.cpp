@@ -293,6 +293,7 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
   for (std::size_t r = 0; r < told.size(); ++r) {
     if (has(r, k)) out.points.push_back(at_level(told[r], r));
     else if (told[r].losses.empty()) out.points.push_back(told[r]);  // failed, without a value here
+    else if (!final[r]) out.stopped.push_back(r);
   }
   row = told.size();
   for (const auto& [seq, params] : pending) {
@@ -318,6 +319,7 @@ nlohmann::json fidelity_state(const LevelData& data) {
           {"needed", data.needed},
           {"observations", values},
           {"pending", data.pending.size()},
+          {"stopped", data.stopped.size()},
           {"levels", std::move(levels)}};
 }
 
