@@ -7,6 +7,8 @@
 // were trained with.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -487,6 +489,26 @@ TEST_CASE("pbt: a restarted master rebuilds the state and decides the same; a bo
   CHECK(live.note.dump() == resumed.note.dump());
   // And the schedules agree.
   CHECK(workflow::schedule_to_json(h.source->schedule_of(3)) == workflow::schedule_to_json(fresh->schedule_of(3)));
+}
+
+TEST_CASE("pbt: a member whose last report was NaN (diverged) ranks worst after a restart too") {
+  Harness h(pbt_spec());
+  first_round(h);
+  // Member 0, the best at step 2 (0.9), diverges: NaN at step 4 ranks it worst, so it exploits.
+  h.write_checkpoint(0);
+  const Verdict diverged = h.report(0, 4, std::numeric_limits<double>::quiet_NaN());
+  REQUIRE(diverged.note.contains("pbt_exploit"));
+  h.pause(0);
+  // A restart rebuilds member 0's latest score from its reports: NaN, not its step-2 0.9. Member 2
+  // at 0.01 is then second to last, above member 0, and continues, with and without the restart; a
+  // restart that skipped the NaN ranked member 0 first (0.9) and member 2 last: an exploit.
+  auto fresh = h.restarted();
+  h.write_checkpoint(2);
+  const Verdict live = h.source->on_report(h.view(2), 4, 0.01);
+  const Verdict resumed = fresh->on_report(h.view(2), 4, 0.01);
+  REQUIRE(live.note.contains("pbt_continue"));
+  CHECK(describe(h, live) == describe(h, resumed));
+  CHECK(live.note.dump() == resumed.note.dump());
 }
 
 TEST_CASE("pbt: a restart refuses a crafted decision event (a path or value of another type); a null value is NaN") {

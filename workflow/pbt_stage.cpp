@@ -414,7 +414,8 @@ Status PbtSource::begin(const scheduler::StageContext& ctx) {
   }
   // The latest boundary score of each member: its last recorded report at a boundary, in the order
   // reported (by attempt, then step). A decision's own value wins for its report: a paused
-  // attempt's final metrics may have rewritten that row.
+  // attempt's final metrics may have rewritten that row. A NaN (a diverged training; the store
+  // reads a non-finite value back as NaN) counts, as it did live: it ranks the member worst.
   const PbtSettings& s = spec_.settings;
   for (auto& [seq, m] : members_) {
     for (Decision& d : m.decisions) {
@@ -426,9 +427,9 @@ Status PbtSource::begin(const scheduler::StageContext& ctx) {
     }
     HPCTUNE_ASSIGN(std::vector<store::MetricRow> reports, db.metrics(m.trial_id));
     for (const store::MetricRow& r : reports) {
-      if (r.name != spec_.objective.metric || !std::isfinite(r.value)) continue;
+      if (r.name != spec_.objective.metric) continue;
       if (r.step % s.ready != 0 && r.step < s.steps) continue;
-      m.latest = r.value;
+      m.latest = std::isfinite(r.value) ? r.value : std::numeric_limits<double>::quiet_NaN();
       for (const Decision& d : m.decisions)
         if (d.attempt == r.attempt && d.step == r.step) m.latest = d.value;
     }
