@@ -253,13 +253,15 @@ class Bayesian final : public SearcherBase {
     const std::size_t from = fit_.stopped.size() - std::min(fit_.stopped.size(), kMaxStoppedFantasies);
     std::vector<const std::vector<double>*> stopped;
     for (std::size_t i = from; i < fit_.stopped.size(); ++i) stopped.push_back(&data_[fit_.stopped[i]].u);
-    if (!cfg_.forest) {
-      for (const auto* u : stopped) add_fantasy(*u);
-      return;
-    }
+    if (cfg_.forest) return add_forest_fantasies(stopped);
+    for (const auto* u : stopped) add_fantasy(*u);
+  }
+  static constexpr std::size_t kMaxStoppedFantasies = 64;
+
+  // Fantasies in the forest at once: every point at the forest's prediction (or the liar), then one
+  // refit (add_fantasy's refit per point would be 64 refits an ask).
+  void add_forest_fantasies(const std::vector<const std::vector<double>*>& stopped) {
     if (stopped.empty()) return;
-    // The forest: every stopped trial at the forest's prediction, then one refit (a refit per
-    // fantasy would be 64 refits an ask).
     Eigen::MatrixXd F(static_cast<Eigen::Index>(stopped.size()), static_cast<Eigen::Index>(enc_.feature_dims()));
     for (std::size_t r = 0; r < stopped.size(); ++r) F.row(static_cast<Eigen::Index>(r)) = features_of(*stopped[r]).transpose();
     Eigen::VectorXd mean, var;
@@ -273,7 +275,6 @@ class Bayesian final : public SearcherBase {
     forest_.fit(forest_X_, forest_y_, rng);
     y_best_ = std::min(y_best_, forest_y_.tail(F.rows()).minCoeff());
   }
-  static constexpr std::size_t kMaxStoppedFantasies = 64;
 
   int64_t usable() const {
     int64_t k = 0;

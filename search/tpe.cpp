@@ -262,27 +262,9 @@ class Tpe final : public SearcherBase {
     return fidelity_model_data(spec(), enc_, data_, pending(), reports(), &rung_cache_, told_reports());
   }
 
-  // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
-  // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
-  // trials those that have not reached it, and the trials stopped below it are above too
-  // (model_data.h: a pruned trial is bad, as Optuna ranks it). A failed trial (no value: a crash, a diverged training)
-  // is above, as the GP counts it the worst loss: left out, as Optuna leaves it, l(x)/g(x) never
-  // learns where trials fail, and a good group peaked at the edge of a diverging region kept
-  // proposing past it (24 of 30 trials failed on such a space, against 4 for the GP).
-  void split(const LevelData& level, Points& below, Points& above, Feasibility* feasibility = nullptr) const {
-    const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
-    const std::size_t running = multi_fidelity() ? level.pending.size() : pending().size();
-    std::vector<const DataPoint*> usable, failed;
-    for (const auto& p : data) (p.losses.empty() ? failed : usable).push_back(&p);
-    if (feasibility && !failed.empty()) {
-      for (const auto* p : usable) feasibility->ok.push_back(&p->u);
-      for (const auto* p : failed) feasibility->failed.push_back(&p->u);
-    }
-    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running : 0);
-    const auto n_below = std::min<std::size_t>(
-        std::min<std::size_t>(static_cast<std::size_t>(std::ceil(cfg_.gamma * static_cast<double>(n_total))),
-                              static_cast<std::size_t>(cfg_.gamma_max)),
-        usable.size());
+  // The indices of `usable`, best first: completed trials before partial ones (the later step
+  // first), then by loss; with several objectives by non-dominated front, then crowding distance.
+  std::vector<std::size_t> ranked(const std::vector<const DataPoint*>& usable) const {
     std::vector<std::size_t> rank(usable.size());
     std::iota(rank.begin(), rank.end(), 0);
     if (num_objectives() == 1) {
@@ -306,6 +288,31 @@ class Tpe final : public SearcherBase {
         for (std::size_t o : order) rank.push_back(front[o]);
       }
     }
+    return rank;
+  }
+
+  // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
+  // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
+  // trials those that have not reached it, and the trials stopped below it are above too
+  // (model_data.h: a pruned trial is bad, as Optuna ranks it). A failed trial (no value: a crash, a diverged training)
+  // is above, as the GP counts it the worst loss: left out, as Optuna leaves it, l(x)/g(x) never
+  // learns where trials fail, and a good group peaked at the edge of a diverging region kept
+  // proposing past it (24 of 30 trials failed on such a space, against 4 for the GP).
+  void split(const LevelData& level, Points& below, Points& above, Feasibility* feasibility = nullptr) const {
+    const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
+    const std::size_t running = multi_fidelity() ? level.pending.size() : pending().size();
+    std::vector<const DataPoint*> usable, failed;
+    for (const auto& p : data) (p.losses.empty() ? failed : usable).push_back(&p);
+    if (feasibility && !failed.empty()) {
+      for (const auto* p : usable) feasibility->ok.push_back(&p->u);
+      for (const auto* p : failed) feasibility->failed.push_back(&p->u);
+    }
+    const std::size_t n_total = usable.size() + (cfg_.constant_liar ? running : 0);
+    const auto n_below = std::min<std::size_t>(
+        std::min<std::size_t>(static_cast<std::size_t>(std::ceil(cfg_.gamma * static_cast<double>(n_total))),
+                              static_cast<std::size_t>(cfg_.gamma_max)),
+        usable.size());
+    const std::vector<std::size_t> rank = ranked(usable);
     std::vector<char> is_below(usable.size() + failed.size(), 0);
     for (std::size_t r = 0; r < n_below; ++r) is_below[rank[r]] = 1;
     // Seq order within each group (data_ is in tell order; sort by seq). The failed trials follow
