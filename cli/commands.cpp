@@ -574,15 +574,27 @@ Status cmd_trial(const std::string& db, int64_t trial_id, const std::string& for
   // then printed with terminal control characters escaped. Such text is appended as it is, never
   // through a %s, which would stop at its first NUL byte.
   std::string out = "trial " + std::to_string(t.id) + " of campaign '" + v.campaign.name + "' (" + db + ")\n";
+  // A trial of several attempts (a pbt member's intervals, rungs, retries) started with its first:
+  // `seconds` sums them all (report::trial_seconds), so `started` is the first one's start too.
+  double first_start = t.started_at;
+  for (const auto& a : attempts) {
+    const double s0 = a.value("started_at", 0.0);
+    if (s0 > 0 && (first_start <= 0 || s0 < first_start)) first_start = s0;
+  }
+  const double seconds = report::trial_seconds(t);
+  char seconds_buf[32];
+  std::snprintf(seconds_buf, sizeof seconds_buf, "%.1f", seconds);
+  std::string seconds_text = seconds > 0 ? seconds_buf : "-";
+  if (seconds > 0 && attempts.size() > 1) seconds_text += " (" + std::to_string(attempts.size()) + " attempts)";
   std::vector<std::vector<std::string>> info = {
       {"stage", d.stage.empty() ? "-" : d.stage},
       {"state", store::to_string(t.state)},
       {"attempt", std::to_string(t.attempt)},
       {"group", t.group_id >= 0 ? std::to_string(t.group_id) : "-"},
       {"created", report::time_text(t.created_at)},
-      {"started", report::time_text(t.started_at)},
+      {"started", report::time_text(first_start)},
       {"finished", report::time_text(t.finished_at)},
-      {"seconds", report::trial_seconds(t) > 0 ? report::format_number(std::round(report::trial_seconds(t) * 10) / 10) : "-"},
+      {"seconds", seconds_text},
       {v.objectives.metric, t.objective ? report::format_number(*t.objective) : "-"}};
   if (v.front()) info.push_back({"pareto", v.pareto.count(t.id) ? "yes" : "no"});
   if (t.parent_trial_id) info.push_back({"parent", std::to_string(*t.parent_trial_id)});

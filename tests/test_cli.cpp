@@ -27,6 +27,7 @@
 
 #include "common/text.h"
 #include "launch/backends.h"
+#include "report/format.h"
 #include "search/early_stopping.h"
 #include "search/searcher.h"
 #include "tests/campaign_fixture.h"
@@ -971,6 +972,41 @@ void write_pbt_campaign(const std::string& db, const std::string& pbt_state, con
 }
 
 }  // namespace
+
+// A trial of several attempts (a pbt member's intervals): `seconds` sums them, so `started` is the
+// first attempt's start, not the last one's (which showed a member of 4 intervals started and
+// finished in the same second, with 1.6 s of training).
+TEST_CASE("hpctune trial: a trial of several attempts shows its first start and the seconds of all of them") {
+  TempDir dir;
+  const std::string db = dir.file("attempts.db");
+  write_pbt_campaign(db, "", json::object());
+  {
+    auto opened = store::Store::open(db);
+    REQUIRE(opened.ok());
+    auto& s = **opened;
+    auto campaign = s.load_campaign();
+    REQUIRE(campaign.ok());
+    REQUIRE(campaign->has_value());
+    store::TrialRow row;
+    row.campaign_id = (*campaign)->id;
+    row.seq = 0;
+    row.params = {{"lr", 0.1}};
+    auto id = s.insert_trial(row);
+    REQUIRE(id.ok());
+    REQUIRE(s.mark_assigned(*id, 1, 0, 0, 2000).ok());
+    REQUIRE(s.mark_running(*id, 1, 2000).ok());
+    REQUIRE(s.pause_trial(*id, 1, {{"lr", 0.2}}, db + ".trials/1/pbt/000-step-2", "pbt", 2060).ok());  // 60 s
+    REQUIRE(s.mark_assigned(*id, 2, 0, 0, 2100).ok());
+    REQUIRE(s.mark_running(*id, 2, 2100).ok());
+    REQUIRE(s.finish_trial(*id, 2, store::TrialState::kDone, {{"val_accuracy", 0.9}}, 0.9, 4, "", 2130).ok());  // 30 s
+  }
+  int code = 0;
+  const std::string out = run_log(dir, {"trial", db, "1"}, "trial.log", &code);
+  REQUIRE_MESSAGE(code == 0, out);
+  CHECK_MESSAGE(contains(out, "\nstarted      " + report::time_text(2000) + "\n"), out);
+  CHECK_MESSAGE(contains(out, "\nfinished     " + report::time_text(2130) + "\n"), out);
+  CHECK_MESSAGE(contains(out, "\nseconds      90.0 (2 attempts)\n"), out);
+}
 
 TEST_CASE("schedule: a pbt stage's best schedule in three formats; exit 2 for usage, 1 while it runs") {
   TempDir dir;
