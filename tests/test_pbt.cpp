@@ -9,7 +9,9 @@
 
 #include <limits>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -786,6 +788,42 @@ TEST_CASE("pbt: older_snapshots false: a bottom member does not exploit a snapsh
   CHECK(v.note.contains("pbt_continue"));
   CHECK(v.params.at("epochs") == 6);
   CHECK(v.resume_from == h.dir(3) + "/pbt/001-step-4");
+}
+
+// copy_file_into copies in the kernel (a reflink, or copy_file_range), by hand where the kernel
+// cannot (another file system: /dev/shm to the test's folder): the same bytes, read-only, whatever
+// the size (empty, one byte, more than one 64 KiB buffer and not a multiple of it).
+TEST_CASE("pbt: a snapshot's file copy gives the same bytes, in the kernel or by hand across file systems") {
+  TempDir tmp;
+  hpctune::Rng rng(7);
+  std::vector<std::string> sources{tmp.path};
+  if (fs::is_directory("/dev/shm")) sources.push_back("/dev/shm");
+  for (const std::string& where : sources) {
+    for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{3 * 65536 + 17}}) {
+      CAPTURE(where);
+      CAPTURE(size);
+      const std::string name = "hpctune-copy-" + std::to_string(::getpid()) + "-" + std::to_string(size) +
+                               (where == tmp.path ? "-here" : "-shm");
+      const std::string from = where + "/" + name + ".src";
+      std::string bytes(size, '\0');
+      for (char& c : bytes) c = static_cast<char>(rng.below(256));
+      std::ofstream(from, std::ios::binary) << bytes;
+      const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+      const int dir = ::open(tmp.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      REQUIRE(in >= 0);
+      REQUIRE(dir >= 0);
+      const auto st = hpctune::workflow::copy_file_into(in, from, dir, name, tmp.path + "/" + name);
+      ::close(in);
+      ::close(dir);
+      fs::remove(from);
+      REQUIRE_MESSAGE(st.ok(), st.error().message());
+      std::ifstream got(tmp.path + "/" + name, std::ios::binary);
+      CHECK(std::string(std::istreambuf_iterator<char>(got), {}) == bytes);
+      struct stat sb {};
+      REQUIRE(::stat((tmp.path + "/" + name).c_str(), &sb) == 0);
+      CHECK((sb.st_mode & 0777) == 0400);
+    }
+  }
 }
 
 TEST_CASE("pbt: a program's checkpoint directory is snapshotted whole and read-only; links refused; a left .tmp redone") {
