@@ -152,11 +152,18 @@ Result<std::map<int64_t, std::string>> attempt_gpus(CampaignView& v) {
 
 }  // namespace
 
-// The master's warnings recorded as events (scheduler.cpp: note_unjudged), one line each; every
-// field read from the database is checked to be a string here (the CLI escapes what it prints).
+// The master's warnings recorded as events (scheduler.cpp: note_unjudged; master.cpp: a database on
+// a network file system, said at every start and shown once), one line each; every field read from
+// the database is checked to be a string here (the CLI escapes what it prints).
 Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t campaign_id) {
-  HPCTUNE_ASSIGN(auto events, db.events_of_kind(campaign_id, "reports_unjudged", 16));
   std::vector<std::string> out;
+  HPCTUNE_ASSIGN(auto said, db.events_of_kind(campaign_id, "master_warning", 16));
+  for (const auto& e : said) {
+    if (!e.detail.is_object() || !e.detail.contains("text") || !e.detail["text"].is_string()) continue;
+    std::string text = e.detail["text"].get<std::string>();
+    if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
+  }
+  HPCTUNE_ASSIGN(auto events, db.events_of_kind(campaign_id, "reports_unjudged", 16));
   for (const auto& e : events) {
     const auto& d = e.detail;
     auto field = [&d](const char* key) {

@@ -197,10 +197,13 @@ Status Master::start_stages(Clock::time_point now) {
   if (const std::string fs = network_filesystem(c_.db_path); !fs.empty()) {
     // Not refused: one process on one node is safe; a second on another node is not, nor a crash
     // of the file server. Said every start, since a campaign may have been moved there.
-    log("warning: the database " + c_.db_path + " is on " + fs +
+    const std::string text = "the database " + c_.db_path + " is on " + fs +
         ", a network file system: SQLite's locks and its WAL's shared memory do not span nodes there, so a "
         "process on another node (a resume, a status) can corrupt it. Keep `storage:` on the batch host's local "
-        "disk or a node-local path and copy the file back when the campaign ends (README: Storage on a cluster)");
+        "disk or a node-local path and copy the file back when the campaign ends (README: Storage on a cluster)";
+    log("warning: " + text);
+    // Recorded too: `status` shows it to whoever looks later, not only to the log's reader.
+    HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "master_warning", 0, 0, -1, {{"text", text}}, t0));
   }
   return {};
 }

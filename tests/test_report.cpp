@@ -203,6 +203,33 @@ TEST_CASE("status: counts by state, the lost attempt, the best trial and the ela
   CHECK(report::campaign_elapsed(store::CampaignRow{}, 5.0) == std::nullopt);
 }
 
+// A warning the master logs at a start (a database on a network file system) is recorded as a
+// master_warning event: `status` shows it once however many starts said it; a crafted event whose
+// text is not a string shows nothing.
+TEST_CASE("status: the master's recorded warnings, each once; a crafted one without text is skipped") {
+  TempDir dir;
+  write_campaign(dir.file("c.db"));
+  {
+    auto opened = store::Store::open(dir.file("c.db"));
+    REQUIRE(opened.ok());
+    auto& s = **opened;
+    auto c = s.load_campaign();
+    REQUIRE(c.ok());
+    const int64_t id = (*c)->id;
+    for (double t : {1001.0, 1050.0})  // two starts said it
+      REQUIRE(s.add_event(id, "master_warning", 0, 0, -1, {{"text", "the database is on nfs"}}, t).ok());
+    REQUIRE(s.add_event(id, "master_warning", 0, 0, -1, {{"text", 42}}, 1060).ok());
+  }
+  auto view = report::open_campaign(dir.file("c.db"));
+  REQUIRE(view.ok());
+  auto st = report::campaign_status(*view, 1100.0);
+  REQUIRE(st.ok());
+  CHECK(st->warnings == std::vector<std::string>{"the database is on nfs"});
+  CHECK(report::status_json(*st)["campaign"]["warnings"] == json::array({"the database is on nfs"}));
+  const std::string text = report::status_text(*view, *st, 100);
+  CHECK_MESSAGE(text.find("warning    the database is on nfs\n") != std::string::npos, text);
+}
+
 TEST_CASE("export JSON and one trial's detail: curves by step, events, attempts, logs; an unknown trial") {
   TempDir dir;
   write_campaign(dir.file("c.db"));
