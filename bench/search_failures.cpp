@@ -18,12 +18,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/search_problems.h"
 #include "search/searcher.h"
 #include "search/test_functions.h"
 
 using namespace hpctune;
 using namespace hpctune::search;
 using nlohmann::json;
+using hpctune::bench::choice_param;
+using hpctune::bench::float_param;
+using hpctune::bench::int_param;
 
 namespace {
 
@@ -35,34 +39,12 @@ struct Problem {
   std::vector<Params> check_points;
 };
 
-ParamSpec real(std::string name, double low, double high, bool log = false) {
-  ParamSpec p;
-  p.name = std::move(name);
-  p.low = low, p.high = high, p.log = log;
-  return p;
-}
-
-ParamSpec integer(std::string name, double low, double high, bool log = false) {
-  ParamSpec p = real(std::move(name), low, high, log);
-  p.type = ParamType::kInt;
-  return p;
-}
-
-ParamSpec choice(std::string name, std::vector<json> values, bool ordered) {
-  ParamSpec p;
-  p.name = std::move(name);
-  p.type = ParamType::kChoice;
-  p.choices = std::move(values);
-  p.ordered = ordered;
-  return p;
-}
-
 constexpr double kFail = std::numeric_limits<double>::quiet_NaN();
 
 // A learning rate whose loss falls until the training diverges past 0.3: the optimum is the edge.
 Problem diverge_lr() {
   return {"diverge-lr",
-          {real("lr", 1e-4, 1.0, true)},
+          {float_param("lr", 1e-4, 1.0, true)},
           [](const Params& p) {
             const double lr = p["lr"].get<double>();
             const double d = std::log10(0.3) - std::log10(lr);
@@ -88,8 +70,8 @@ Problem optimizer_lr() {
     return base + 0.08 * dl * dl + 0.02 * dw * dw + 0.0075 * db * db;
   };
   return {"optimizer-lr",
-          {choice("optimizer", {"sgd", "momentum", "adam"}, false), real("lr", 1e-5, 1.0, true),
-           integer("batch", 16, 512, true), real("weight_decay", 1e-6, 1e-1, true)},
+          {choice_param("optimizer", {"sgd", "momentum", "adam"}, false), float_param("lr", 1e-5, 1.0, true),
+           int_param("batch", 16, 512, true), float_param("weight_decay", 1e-6, 1e-1, true)},
           value,
           0.22,
           {{{"optimizer", "adam"}, {"lr", 0.006}, {"batch", 64}, {"weight_decay", 1e-4}},
@@ -100,7 +82,7 @@ Problem optimizer_lr() {
 // Hartmann-6 where x6 > 0.7 fails (30% of the cube); the optimum (x6 = 0.657) is near the edge.
 Problem hartmann6_cliff() {
   std::vector<ParamSpec> space;
-  for (int i = 1; i <= 6; ++i) space.push_back(real("x" + std::to_string(i), 0, 1));
+  for (int i = 1; i <= 6; ++i) space.push_back(float_param("x" + std::to_string(i), 0, 1));
   auto value = [](const Params& p) {
     std::vector<double> x;
     for (int i = 1; i <= 6; ++i) x.push_back(p["x" + std::to_string(i)].get<double>());
@@ -128,8 +110,8 @@ double deep_net_value(const Params& p) {
 Problem deep_net() {
   std::vector<json> rates(kRates.begin(), kRates.end());
   Problem p{"deep-net",
-            {integer("depth", 1, 8), choice("width", {16, 32, 64, 128, 256, 512}, true), choice("lr", rates, true),
-             choice("dropout", {0.0, 0.1, 0.2, 0.3, 0.4, 0.5}, true)},
+            {int_param("depth", 1, 8), choice_param("width", {16, 32, 64, 128, 256, 512}, true), choice_param("lr", rates, true),
+             choice_param("dropout", {0.0, 0.1, 0.2, 0.3, 0.4, 0.5}, true)},
             deep_net_value,
             kFail,
             {{{"depth", 4}, {"width", 256}, {"lr", 0.01}, {"dropout", 0.2}},

@@ -69,7 +69,9 @@ std::string indexed(const char* prefix, std::size_t i) {
   return out;
 }
 
-ParamSpec float_param(std::string name, double low, double high, bool log = false) {
+}  // namespace
+
+ParamSpec float_param(std::string name, double low, double high, bool log) {
   ParamSpec p;
   p.name = std::move(name);
   p.type = ParamType::kFloat;
@@ -79,12 +81,13 @@ ParamSpec float_param(std::string name, double low, double high, bool log = fals
   return p;
 }
 
-ParamSpec int_param(std::string name, int64_t low, int64_t high) {
+ParamSpec int_param(std::string name, int64_t low, int64_t high, bool log) {
   ParamSpec p;
   p.name = std::move(name);
   p.type = ParamType::kInt;
   p.low = static_cast<double>(low);
   p.high = static_cast<double>(high);
+  p.log = log;
   return p;
 }
 
@@ -96,6 +99,8 @@ ParamSpec choice_param(std::string name, std::vector<json> values, bool ordered)
   p.ordered = ordered;
   return p;
 }
+
+namespace {
 
 ParamSpec when(ParamSpec p, std::string parent, std::vector<json> values) {
   p.when = search::Condition{std::move(parent), std::move(values)};

@@ -88,4 +88,9 @@ Result<Problem> make_problem(const std::string& id, const std::string& fashion_t
 // The space as JSON (a list of {name, type, low, high, log, step, choices, ordered, when}).
 nlohmann::json space_json(const search::Space& space);
 
+// One parameter of a problem's space.
+search::ParamSpec float_param(std::string name, double low, double high, bool log = false);
+search::ParamSpec int_param(std::string name, int64_t low, int64_t high, bool log = false);
+search::ParamSpec choice_param(std::string name, std::vector<nlohmann::json> values, bool ordered);
+
 }  // namespace hpctune::bench

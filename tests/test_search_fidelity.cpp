@@ -92,6 +92,15 @@ DataPoint told_point(const Encoder& enc, int64_t seq, double x, Outcome outcome,
   return make_data_point(enc, Observation{seq, at(x), outcome, {value}, step}, {{"acc", true}});
 }
 
+// Six trials (seqs 0..5, x = 0, 0.1, ... 0.5) trained to the end, each reported at rungs 1, 3 and 9:
+// max_step has the 6 values a level needs.
+void add_six_finals(const Encoder& enc, std::vector<DataPoint>& told, ReportLog& reports) {
+  for (int64_t k = 0; k < 6; ++k) {
+    reports[k] = {{1, 0.1}, {3, 0.2}, {9, 0.3}};
+    told.push_back(told_point(enc, k, 0.1 * static_cast<double>(k), Outcome::kCompleted, 0.4, kMaxStep));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fidelity levels and the values a level needs") {
@@ -155,10 +164,7 @@ TEST_CASE("a pruned trial counts only up to its last step; a running one that re
   const Encoder enc(s.space);
   std::vector<DataPoint> told;
   ReportLog reports;
-  for (int64_t k = 0; k < 6; ++k) {
-    reports[k] = {{1, 0.1}, {3, 0.2}, {9, 0.3}};
-    told.push_back(told_point(enc, k, 0.1 * static_cast<double>(k), Outcome::kCompleted, 0.4, kMaxStep));
-  }
+  add_six_finals(enc, told, reports);
   // Pruned at step 4 with (stray) reports past it: none above step 4 counts; its value at 4 is not rung 3's
   // (rung 3 takes the first value in [3, 9)).
   reports[6] = {{1, 0.1}, {3, 0.25}, {9, 0.9}, {20, 0.9}};
@@ -251,10 +257,7 @@ TEST_CASE("fidelity_model_data: a trial stopped below the level is `stopped`, a 
   const Encoder enc(s.space);
   std::vector<DataPoint> told;
   ReportLog reports;
-  for (int64_t k = 0; k < 6; ++k) {
-    reports[k] = {{1, 0.1}, {3, 0.2}, {9, 0.3}};
-    told.push_back(told_point(enc, k, 0.1 * static_cast<double>(k), Outcome::kCompleted, 0.4, kMaxStep));
-  }
+  add_six_finals(enc, told, reports);
   reports[6] = {{1, 0.05}};
   told.push_back(told_point(enc, 6, 0.65, Outcome::kPruned, 0.05, 1));  // stopped at rung 1
   told.push_back(make_data_point(enc, Observation{7, at(0.9), Outcome::kFailed, {}, 2}, {{"acc", true}}));
