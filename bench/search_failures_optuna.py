@@ -41,6 +41,12 @@ def diverge_lr(p):
     return None if lr > 0.3 else 0.2 + 0.1 * d * d
 
 
+def wide_lr(p):
+    lr = p["lr"]
+    d = math.log10(lr) + 2.3
+    return None if lr > 0.05 else 0.3 + 0.05 * d * d
+
+
 def optimizer_lr(p):
     opt = p["optimizer"]
     base = {"sgd": 0.30, "momentum": 0.24, "adam": 0.22}[opt]
@@ -69,6 +75,8 @@ def deep_net(p):
 def space_of(name, trial):
     if name == "diverge-lr":
         return {"lr": trial.suggest_float("lr", 1e-4, 1.0, log=True)}
+    if name == "wide-lr":
+        return {"lr": trial.suggest_float("lr", 1e-5, 1e3, log=True)}
     if name == "optimizer-lr":
         return {"optimizer": trial.suggest_categorical("optimizer", ["sgd", "momentum", "adam"]),
                 "lr": trial.suggest_float("lr", 1e-5, 1.0, log=True),
@@ -82,7 +90,7 @@ def space_of(name, trial):
             "dropout": trial.suggest_categorical("dropout", [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])}
 
 
-PROBLEMS = {"diverge-lr": diverge_lr, "optimizer-lr": optimizer_lr, "hartmann6-cliff": hartmann6_cliff, "deep-net": deep_net}
+PROBLEMS = {"diverge-lr": diverge_lr, "wide-lr": wide_lr, "optimizer-lr": optimizer_lr, "hartmann6-cliff": hartmann6_cliff, "deep-net": deep_net}
 
 
 def check(checks):

@@ -93,7 +93,7 @@ TEST_CASE("tpe: pruned trials rank after completed ones; a failed one is never t
 // A learning rate past 0.3 diverges (the trial fails, no value), and the best finite loss sits just
 // below it: the good group peaks at the edge. Failed trials are above, and the score weighs the
 // share of trials near a candidate that did not fail. Before, TPE left failed trials out and
-// proposed past the edge: 133 of 144 model trials failed (random 68, the GP 22; now 36).
+// proposed past the edge: 133 of 144 model trials failed (random 68, the GP 22; now 32-36).
 TEST_CASE("tpe: a region where trials fail is avoided once they have failed there") {
   ParamSpec lr;
   lr.name = std::string("lr");
