@@ -195,7 +195,8 @@ std::vector<Setting> search_declarations() {
       {.path = "search.max_failures", .type = Type::kInt,
        .help = "Stop the campaign (exit 1) once this many trials have failed before any trial succeeded: a broken "
                "trainer or a misspelt metric fails every trial alike, so running the whole budget would only repeat "
-               "it (0 = never stop).", .default_value = 5, .min = 0,
+               "it; a trial whose training diverged (its objective NaN) counts a quarter (0 = never stop).",
+       .default_value = 5, .min = 0,
        .aliases = {"max_failed_trials", "failure_limit"}},
       {.path = "search.init", .type = Type::kEnum,
        .help = "Initial design of the algorithms that have one (random search: all its points): independent uniform "

@@ -88,7 +88,8 @@ struct SchedulerOptions {
   double max_time_s = 0;        // 0 = unlimited; counted from start()
   int64_t max_attempts = 3;     // attempts per trial before it is failed
   // search.max_failures: stop dispatching once this many trials have failed before any succeeded
-  // (done or pruned); 0 = never. The trials in flight still finish.
+  // (done or pruned); 0 = never. A trial whose training diverged counts a quarter (note_failure).
+  // The trials in flight still finish.
   int64_t max_failures = 5;
   nlohmann::json trainer;       // fixed trainer settings sent with every assign
   std::string trials_dir;       // "<storage>.trials"; "" = trials keep no files
@@ -354,6 +355,7 @@ class Scheduler {
   void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
   Status after_finish(Clock::time_point now);
   void note_failure(int64_t trial_id, const std::string& reason);
+  bool reported_nonfinite(const nlohmann::json& metrics) const;
 
   SchedulerOptions opt_;
   protocol::ServerTransport& transport_;
@@ -392,6 +394,7 @@ class Scheduler {
   std::optional<Error> fatal_;
   int64_t created_ = 0;              // suggestions turned into trials, every stage
   int64_t done_ = 0, pruned_ = 0, failed_ = 0, interrupted_count_ = 0;
+  int64_t diverged_ = 0;  // of failed_: trials whose last objective was NaN or infinite (note_failure)
   std::optional<double> best_;
   int64_t best_trial_ = 0;
   bool interrupted_ = false;

@@ -252,6 +252,27 @@ TEST_CASE("a campaign whose trials all fail exits 1, names the first failure and
   CHECK(read_trials(dir.file("all.db")).size() == 7);
 }
 
+// A diverged training (its objective NaN) ran and reported: its parameters failed, not the
+// trainer, so it counts a quarter towards max_failures (a wide learning-rate range can diverge in
+// most of the space: 2 campaigns in 12 stopped after their first 5 trials). A program that reports
+// NaN whatever its parameters is still stopped, after 20 of them. A trial that reported a value
+// first and diverged later counts the same.
+TEST_CASE("diverged trials count a quarter towards max_failures: 20 of them stop a campaign, not 5") {
+  TempDir dir;
+  const std::string nan = dir.write("nan.sh", "echo 'hpctune-report {\"step\": 1, \"val_accuracy\": 0.5}'\n"
+                                               "echo 'hpctune-report {\"step\": 2, \"val_accuracy\": NaN}'\n");
+  int code = 0;
+  const std::string cfg = dir.write("nan.yaml", script_config("all-nan", nan, 40));
+  const std::string out = run_log(dir, {"run", cfg, "--db", dir.file("nan.db")}, "nan.log", &code);
+  CHECK_MESSAGE(code == 1, out);
+  CHECK_MESSAGE(contains(out, "20 trials failed before any succeeded (20 of them diverged, each counted a quarter) "
+                              "(search.max_failures = 5)"), out);
+  CHECK(contains(out, "was NaN: its training diverged"));
+  const auto trials = read_trials(dir.file("nan.db"));
+  CHECK(trials.size() >= 20);
+  CHECK(trials.size() <= 22);
+}
+
 TEST_CASE("a metric name the trainer never reports: each failure names the metrics it did report") {
   TempDir dir;
   const std::string script =
