@@ -299,11 +299,12 @@ class Tpe final : public SearcherBase {
 
   // Splits the data (plus running trials, as the worst) into below/above, each in seq order. Under
   // early stopping, the data at the level modelled (`level`, this ask's level_data()); its running
-  // trials those that have not reached it, and the trials stopped below it are above too
-  // (model_data.h: a pruned trial is bad, as Optuna ranks it). A failed trial (no value: a crash, a diverged training)
-  // is above, as the GP counts it the worst loss: left out, as Optuna leaves it, l(x)/g(x) never
-  // learns where trials fail, and a good group peaked at the edge of a diverging region kept
-  // proposing past it (24 of 30 trials failed on such a space, against 4 for the GP).
+  // trials those that have not reached it; the trials stopped below it are above too
+  // (model_data.h: a pruned trial is bad, where Optuna ranks it). A failed trial (no value: a
+  // crash, a diverged training) is above, as the GP counts it the worst loss: left out, as Optuna
+  // leaves it, l(x)/g(x) never learns where trials fail, and a good group peaked at the edge of a
+  // diverging region kept proposing past it (24 of 30 trials failed on such a space, 4 for the
+  // GP). `feasibility`, when any failed: the trials with a value and the failed ones (score()).
   void split(const LevelData& level, Points& below, Points& above, Feasibility* feasibility = nullptr) const {
     const std::vector<DataPoint>& data = multi_fidelity() ? level.points : data_;
     const std::size_t running = multi_fidelity() ? level.pending.size() : pending().size();
