@@ -8,7 +8,7 @@
 //                                           by state, best, elapsed, version, stages (or its error)
 //   GET /api/changes?since=V                the change counter and each campaign's version
 //   GET /api/campaigns/{i}/status           what `hpctune status --format json` prints
-//   GET /api/campaigns/{i}/overview         counts, budget, best, elapsed and ETA, stages
+//   GET /api/campaigns/{i}/overview         counts, budget, best, elapsed and ETA, stages, warnings
 //   GET /api/campaigns/{i}/trials           a page of trials, filtered and sorted on the server:
 //        ?offset=0&limit=100 (1..1000)&sort=trial&order=asc|desc&state=done,failed&stage=NAME
 //        &generation=N&q=TEXT&format=json|csv

@@ -74,6 +74,7 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
               {"finished_at", report::time_or_null(c.finished_at)},
               {"elapsed_s", opt_num(report::campaign_elapsed(c, now))},
               {"simulated", s.simulated.is_null() ? json() : json(report::simulated_mark(s.simulated))},
+              {"warnings", s.warnings},
               {"version", s.version}};
   const auto& cj = c.config_json;
   std::optional<int64_t> max_trials;

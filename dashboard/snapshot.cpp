@@ -116,6 +116,7 @@ const nlohmann::json& Snapshot::status_json() const {
     st.maximize = objectives.maximize;
     if (front()) st.front = pareto;
     st.now = taken_at;
+    st.warnings = warnings;
     status_ = report::status_json(st);
   });
   return status_;
@@ -198,6 +199,7 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
   HPCTUNE_ASSIGN(next->groups, db.groups(next->campaign.id));
   HPCTUNE_ASSIGN(auto simulated, db.first_event(next->campaign.id, "campaign_simulated"));
   if (simulated) next->simulated = simulated->detail.is_object() ? simulated->detail : nlohmann::json::object();
+  HPCTUNE_ASSIGN(next->warnings, report::recorded_warnings(db, next->campaign.id));
   HPCTUNE_ASSIGN(auto trials, db.trials_changed(next->campaign.id, after, open_ids));
   HPCTUNE_ASSIGN(auto attempts, db.attempts_changed(after, open_ids));
   HPCTUNE_ASSIGN(auto lineage, db.lineage_changed(after, open_ids));

@@ -48,6 +48,7 @@ struct Snapshot {
   std::set<int64_t> pareto;                     // the recorded front (several objectives)
   std::string main_stage;                       // report::CampaignView::main_stage
   nlohmann::json simulated;                     // report::CampaignView::simulated (null: ran for real)
+  std::vector<std::string> warnings;            // report::recorded_warnings: as `hpctune status` shows them
   int64_t main_stage_id = 0;                    // its row id; 0 = every trial is a main trial
   uint64_t version = 0;                         // the source's version when this was taken
   double taken_at = 0;                          // Unix seconds

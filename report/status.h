@@ -75,6 +75,10 @@ struct CampaignStatus {
   std::vector<std::string> warnings;
 };
 
+// The master's warnings recorded in `db` as events (a database on a network file system, a program
+// whose reports early stopping never judged), one line each: `status` and the dashboard show them.
+Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t campaign_id);
+
 // The status of the view's campaign at `now` (seconds since the epoch): reads the counts, stages
 // and attempts from the view's store.
 Result<CampaignStatus> campaign_status(CampaignView& view, double now);

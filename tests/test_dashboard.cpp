@@ -1165,6 +1165,40 @@ TEST_CASE("a trial's log tails stay inside the trial directories: no recorded pa
 // Issue 36, item 2: the store says running, but the master is gone (its lock free, its heartbeat
 // old): the campaign list, the overview and the status say interrupted and name the resume; a
 // master that holds its lock is running, with a note when its heartbeat is old.
+// The master's recorded warnings (a database on a network file system, reports early stopping never
+// judged) are in the dashboard's status and overview as `hpctune status` shows them: the snapshot's
+// status left them out, so the two views disagreed.
+TEST_CASE("the master's recorded warnings are in the status and the overview, as the CLI's status has them") {
+  TempDir dir;
+  testing::SyntheticOptions o;
+  o.running = 0;
+  const std::string db = dir.file("warned.db");
+  REQUIRE(testing::make_synthetic_campaign(db, 6, 2, 3, o).ok());
+  {
+    auto w = store::Store::open(db);
+    REQUIRE(w.ok());
+    auto c = (*w)->load_campaign();
+    REQUIRE((c.ok() && *c));
+    REQUIRE((*w)->add_event((*c)->id, "master_warning", 0, 0, -1, {{"text", "the database is on nfs"}}, 100).ok());
+    REQUIRE((*w)->add_event((*c)->id, "reports_unjudged", 2, 1, 0,
+                            {{"judge", "asha"}, {"metric", "val_accuracy"}}, 101).ok());
+  }
+  dashboard::Api api({db}, std::chrono::milliseconds(0));
+  auto [c1, status] = api_get(api, "/api/campaigns/0/status");
+  REQUIRE(c1 == 200);
+  auto view = report::open_campaign(db);
+  REQUIRE(view.ok());
+  auto st = report::campaign_status(*view, unix_now());
+  REQUIRE(st.ok());
+  const json cli = report::status_json(*st)["campaign"]["warnings"];
+  REQUIRE(cli.size() == 2);
+  CHECK(cli[0] == "the database is on nfs");
+  CHECK(status["campaign"]["warnings"] == cli);
+  auto [c2, overview] = api_get(api, "/api/campaigns/0/overview");
+  REQUIRE(c2 == 200);
+  CHECK(overview["warnings"] == cli);
+}
+
 TEST_CASE("a campaign whose master is gone is interrupted in the list, the overview and the status, with the resume") {
   TempDir dir;
   testing::SyntheticOptions o;

@@ -488,6 +488,8 @@ test('overview', { timeout: 30000 }, async () => {
             'budget-fraction');
     }
     assert.equal(await page.locator('progress#budget').count(), 1, 'the budget progress bar');
+    // One note per recorded warning of the master (none in these campaigns), as the API lists them.
+    assert.equal(await page.locator('[data-figure="warning"]').count(), (o.warnings || []).length, `${key}: warnings`);
     // The best trial's parameters and metrics as tables, as the trial view shows them (not JSON).
     const cells = async (id) => page.locator(`table#${id} tbody tr`).evaluateAll(
       (rs) => rs.map((r) => [...r.children].map((c) => c.textContent.trim())));

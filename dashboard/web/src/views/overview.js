@@ -42,6 +42,8 @@ export default async function overview(ctx) {
     ),
     // The store says running but the master is gone (killed): the state as `hpctune status` says it.
     ...(o.master && o.master.resume ? [h('p', {class: 'note', dataset: {figure: 'master-gone'}}, o.state_text ?? '')] : []),
+    // The master's recorded warnings, as `hpctune status` lists them (text only: never HTML).
+    ...(o.warnings || []).map((w) => h('p', {class: 'note', dataset: {figure: 'warning'}}, `warning: ${w}`)),
     h('h2', {}, 'Progress'),
     h('div', {class: 'progress-row'}, progress,
       h('span', {}, `${budget.finished ?? 0} finished of `, budget.max_trials === null || budget.max_trials === undefined ? 'no budget' : String(budget.max_trials),
