@@ -3,6 +3,7 @@
 // the simulator's too (scheduler/campaign_preparation.h); what a backend adds (an allocation, its
 // time limit, a requeue) the launcher says (launch/launcher.h).
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "common/clock.h"
@@ -103,15 +104,18 @@ Result<MasterTransport> master_transport(const MasterOptions& options, const con
   return out;
 }
 
+// A warning of the master's start: logged, and recorded as a master_warning event (the campaign's
+// store is open), which `hpctune status` and the dashboard show to whoever looks later.
+using Warn = std::function<void(const std::string&)>;
+
 // One TCP connection per group, plus ZeroMQ's and SQLite's own descriptors (and, with the local
 // backend, each group's log): past the soft limit of open files (often 1024) new connections
 // would be refused. Raised to the hard limit; below what the groups need, said once.
-void warn_open_files(const MasterOptions& options, int64_t groups) {
+void warn_open_files(const Warn& warn, int64_t groups) {
   const int64_t open_files = raise_open_files_limit();
   if (const int64_t wanted = 2 * groups + 64; open_files >= 0 && open_files < wanted) {
-    log_line(options, "warning: the limit of open files is " + std::to_string(open_files) + ", below the " +
-                          std::to_string(wanted) + " that " + std::to_string(groups) +
-                          " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
+    warn("the limit of open files is " + std::to_string(open_files) + ", below the " + std::to_string(wanted) + " that " +
+         std::to_string(groups) + " trainer groups may need; raise the hard limit (ulimit -Hn, limits.conf; README: limits)");
   }
 }
 
@@ -120,7 +124,7 @@ void warn_open_files(const MasterOptions& options, int64_t groups) {
 // Stopped by run_master at the end, and by its destructor on every other way out (a failure, an
 // error). auto: a daemon that will not start is a warning (the groups run without it); on: an error.
 Result<std::unique_ptr<launch::MpsDaemon>> start_mps(const MasterOptions& options, const config::Resources& r,
-                                                     launch::LocalLauncherOptions& lopt) {
+                                                     launch::LocalLauncherOptions& lopt, const Warn& warn) {
   auto log = [&](const std::string& line) { log_line(options, line); };
   HPCTUNE_ASSIGN(const std::string control, mps_control(r, lopt.resources, log));
   if (control.empty()) return std::unique_ptr<launch::MpsDaemon>();
@@ -131,8 +135,8 @@ Result<std::unique_ptr<launch::MpsDaemon>> start_mps(const MasterOptions& option
   auto mps = launch::MpsDaemon::start(mps_options);
   if (!mps.ok()) {
     if (r.mps == "on") return std::move(mps).error().with_context("resources.mps: on: starting the MPS daemon");
-    log("warning: resources.mps: auto: the MPS daemon did not start (" + mps.error().message() +
-        "): the groups share their GPUs without MPS");
+    warn("resources.mps: auto: the MPS daemon did not start (" + mps.error().message() +
+         "): the groups share their GPUs without MPS");
     return std::unique_ptr<launch::MpsDaemon>();
   }
   for (const auto& [name, value] : (*mps)->environment()) lopt.environment[name] = value;
@@ -162,7 +166,12 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // relaunches every group anyway). Each launch gets it with its own token (launch_credential).
   HPCTUNE_ASSIGN(const std::string secret, protocol::random_hex(16));
   HPCTUNE_ASSIGN(MasterTransport transport, master_transport(options, cfg.resources, bind, key_dir, secret));
-  warn_open_files(options, cfg.resources.groups);
+  const Warn warn = [&](const std::string& text) {
+    log_line(options, "warning: " + text);
+    auto recorded = prepared.store->add_event(campaign.campaign_id, "master_warning", 0, 0, -1, {{"text", text}}, wall.unix_at(Clock::now()));
+    if (!recorded.ok()) log_line(options, "cannot record that warning in the database: " + recorded.error().message());
+  };
+  warn_open_files(warn, cfg.resources.groups);
   HPCTUNE_ASSIGN(std::unique_ptr<protocol::ServerTransport> server, protocol::bind_zmq(bind, transport.options));
   HPCTUNE_TRY(make_trial_directories(campaign));
 
@@ -176,7 +185,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   // The workers' CURVE keys: in the environment of every group (never on a command line).
   for (auto& [name, value] : transport.worker_env) lopt.environment[name] = std::move(value);
   // Declared before the launcher: destroyed after it (its groups stopped) on every way out.
-  HPCTUNE_ASSIGN(std::unique_ptr<launch::MpsDaemon> mps, start_mps(options, cfg.resources, lopt));
+  HPCTUNE_ASSIGN(std::unique_ptr<launch::MpsDaemon> mps, start_mps(options, cfg.resources, lopt, warn));
   HPCTUNE_ASSIGN(std::unique_ptr<launch::Launcher> launcher, launch::make_launcher(cfg.resources.backend, lopt));
 
   MasterParts parts;

@@ -273,6 +273,34 @@ TEST_CASE("diverged trials count a quarter towards max_failures: 20 of them stop
   CHECK(trials.size() <= 22);
 }
 
+// A warning of the master's start (here: a hard limit of open files below what 9 groups may need) is
+// logged and recorded, so `hpctune status` shows it after the run, not only the run's log.
+TEST_CASE("the master's start-up warnings are recorded: status shows the open-files limit after the run") {
+  TempDir dir;
+  const std::string cfg = dir.write("nofile.yaml",
+                                    "name: nofile\nobjective: {metric: value, mode: min}\n"
+                                    "search: {algorithm: random, max_trials: 9}\n"
+                                    "space:\n  x1: {type: float, low: -5, high: 10}\n  x2: {type: float, low: 0, high: 15}\n"
+                                    "trainer: {kind: function, name: branin}\nresources: {groups: 9, threads: 1}\n");
+  const std::string db = dir.file("nofile.db");
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "ulimit -Sn 80 && ulimit -Hn 80 && exec \"$0\" \"$@\"", HPCTUNE_BINARY, "run", cfg, "--db", db};
+  o.stdout_path = dir.file("run.log");
+  o.stderr_path = "=stdout";
+  auto child = ChildProcess::spawn(o);
+  REQUIRE(child.ok());
+  auto status = child->wait_for(std::chrono::seconds(60));
+  REQUIRE(status.has_value());
+  const std::string log = read_file(dir.file("run.log"));
+  REQUIRE_MESSAGE(status->code == 0, log);
+  const std::string said = "the limit of open files is 80, below the 82 that 9 trainer groups may need";
+  CHECK_MESSAGE(contains(log, "warning: " + said), log);
+  int code = 0;
+  const std::string out = run_log(dir, {"status", db}, "status.log", &code);
+  CHECK(code == 0);
+  CHECK_MESSAGE(contains(out, "warning    " + said), out);
+}
+
 TEST_CASE("a metric name the trainer never reports: each failure names the metrics it did report") {
   TempDir dir;
   const std::string script =
