@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "common/clock.h"
@@ -657,13 +657,15 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   auto objective = objective_of(metrics);
   TrialState state = (m.stopped && t->stop_sent) ? TrialState::kPruned : TrialState::kDone;
   std::string error;
+  bool diverged = false;  // failed with the objective reported as NaN or infinity
   if (!objective && !opt_.objectives.empty()) {
     state = TrialState::kFailed;
     // Name what it did report: a misspelt metric name is the usual cause.
     std::string reported;
     for (const auto& [name, value] : metrics) reported += (reported.empty() ? "" : ", ") + name;
     const auto nonfinite = metrics.find(opt_.objectives[0].metric);
-    if (nonfinite != metrics.end())  // reported, as NaN or infinity (a program's diverged loss)
+    diverged = nonfinite != metrics.end();  // reported, as NaN or infinity (a program's diverged loss)
+    if (diverged)
       error = "the trial's last '" + opt_.objectives[0].metric + "' (step " + std::to_string(std::max(m.step, t->last_step)) +
               ") was " + (std::isnan(nonfinite->second) ? "NaN" : "infinite") + ": its training diverged";
     else
@@ -691,7 +693,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     if (state == TrialState::kPruned) ++pruned_;
     if (state == TrialState::kFailed) {
       ++failed_;
-      if (reported_nonfinite(metrics_json(metrics))) ++diverged_;
+      if (diverged) ++diverged_;
       log("trial " + std::to_string(t->id) + " failed: " + error);
       note_failure(t->id, error);
     }

@@ -355,6 +355,7 @@ class Scheduler {
   void note_done_values(int64_t trial_id, const nlohmann::json& metrics);
   Status after_finish(Clock::time_point now);
   void note_failure(int64_t trial_id, const std::string& reason);
+  // Whether recorded final metrics hold the objective as null, NaN or infinity (a diverged training).
   bool reported_nonfinite(const nlohmann::json& metrics) const;
 
   SchedulerOptions opt_;

@@ -1162,9 +1162,6 @@ TEST_CASE("a trial's log tails stay inside the trial directories: no recorded pa
   CHECK(two["logs"][0]["tail"] == "inside-line");
 }
 
-// Issue 36, item 2: the store says running, but the master is gone (its lock free, its heartbeat
-// old): the campaign list, the overview and the status say interrupted and name the resume; a
-// master that holds its lock is running, with a note when its heartbeat is old.
 // The master's recorded warnings (a database on a network file system, reports early stopping never
 // judged) are in the dashboard's status and overview as `hpctune status` shows them: the snapshot's
 // status left them out, so the two views disagreed.
@@ -1199,6 +1196,9 @@ TEST_CASE("the master's recorded warnings are in the status and the overview, as
   CHECK(overview["warnings"] == cli);
 }
 
+// Issue 36, item 2: the store says running, but the master is gone (its lock free, its heartbeat
+// old): the campaign list, the overview and the status say interrupted and name the resume; a
+// master that holds its lock is running, with a note when its heartbeat is old.
 TEST_CASE("a campaign whose master is gone is interrupted in the list, the overview and the status, with the resume") {
   TempDir dir;
   testing::SyntheticOptions o;

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <deque>
 #include <filesystem>
