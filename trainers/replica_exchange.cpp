@@ -394,13 +394,15 @@ Status ReplicaExchange::publish(int64_t clock, std::span<const float> grads, con
     message.insert(message.end(), p, p + params_ * sizeof(float));
   }
   const int self = group_.data_rank();
+  // The time is taken before the first post: a receiver may begin its next clock before the post
+  // returns here, and the log's publish must not come after what it made possible.
+  events_.push_back({clock, -1, now_ns()});
   for (int r = 0; r < group_.data_size(); ++r) {
     if (r == self) continue;
     bytes_posted_ += static_cast<int64_t>(message.size());
     HPCTUNE_TRY(group_.post_to_replica(r, kGradientTag, message));
   }
   ++published_;
-  events_.push_back({clock, -1, now_ns()});
   HPCTUNE_TRY(store(self, clock, std::move(own), stats));
   HPCTUNE_TRY(receive_available());
   apply_complete(apply);
