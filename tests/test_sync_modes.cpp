@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/trainer_group.h"
@@ -17,6 +19,7 @@
 #include "config/config.h"
 #include "nn/checkpoint.h"
 #include "tests/synthetic_images.h"
+#include "trainers/downpour.h"
 #include "trainers/mlp_trainer.h"
 #include "trainers/replica_exchange.h"
 
@@ -115,15 +118,19 @@ TEST_CASE("sync settings: bad values name file:line:column in a config, combinat
 
 namespace {
 
-// Two data replicas in one thread: each message waits in its receiver's queue. Rank 1's gradients
-// to rank 0 are held back while `hold` is set: a message that stalls on its way.
+// Two data replicas: each message waits in its receiver's queue. Rank 1's gradients to rank 0 are
+// held back while `hold` is set: a message that stalls on its way. Messages of `overtaken_tag` to
+// rank 1 wait until it has taken one of `overtaking_tag`: a large message still arriving while a
+// small one of another tag, sent after it, has come whole.
 struct TwoReplicas {
   struct Queued {
     int tag;
     collectives::TrainerGroup::ReplicaMessage message;
   };
+  std::mutex mutex;  // the downpour case runs the two ranks on two threads
   std::deque<Queued> to[2];
   bool hold = true;
+  int overtaken_tag = -1, overtaking_tag = -1;
 };
 
 class QueuedGroup final : public collectives::TrainerGroup {
@@ -142,13 +149,16 @@ class QueuedGroup final : public collectives::TrainerGroup {
   Status send_to_model_rank(int, std::span<const float>, int) override { return unused(); }
   Status recv_from_model_rank(int, std::span<float>, int) override { return unused(); }
   Status post_to_replica(int data_rank, int tag, std::vector<uint8_t> bytes) override {
+    const std::lock_guard lock(link_.mutex);
     link_.to[data_rank].push_back({tag, {rank_, std::move(bytes)}});
     return Status::Ok();
   }
   Result<std::optional<ReplicaMessage>> receive_from_replicas(int tag) override {
+    const std::lock_guard lock(link_.mutex);
     auto& queue = link_.to[rank_];
     for (auto it = queue.begin(); it != queue.end(); ++it) {
-      if (it->tag != tag || (rank_ == 0 && link_.hold)) continue;
+      if (it->tag != tag || (rank_ == 0 && link_.hold) || (rank_ == 1 && tag == link_.overtaken_tag)) continue;
+      if (rank_ == 1 && tag == link_.overtaking_tag) link_.overtaken_tag = -1;
       ReplicaMessage m = std::move(it->message);
       queue.erase(it);
       return std::optional<ReplicaMessage>(std::move(m));
@@ -208,4 +218,41 @@ TEST_CASE("ssp: a replica's gradient that stalls past the timeout is not dropped
   for (const std::string& line : (*x0)->take_events()) log += line + "\n";
   CHECK(log.find("dropped replica 1 at clock 0") != std::string::npos);
   CHECK(log.find("replica 1 is heard again at clock 0") != std::string::npos);
+}
+
+TEST_CASE("downpour: a replica's last push still arriving when its done message is read counts and applies") {
+  // Rank 0 is the replica, rank 1 its shard (own_ranks). The replica pushes once and says it is
+  // done; the push (tag 81) reaches the shard only after the done message (tag 84), as a large
+  // push's fragments can on a busy machine. Before, the shard took the replica for done at once,
+  // summed up without the push and left it unapplied: the leader's summary said 0 pushes and 0
+  // updates, and a campaign reported the replica's fraction as 21 of 22.
+  TwoReplicas link;
+  link.hold = false;
+  link.overtaken_tag = 81;
+  link.overtaking_tag = 84;
+  QueuedGroup g0(link, 0), g1(link, 1);
+  DownpourOptions o;
+  o.own_ranks = true;
+  o.adagrad = false;
+  o.run_id = 9;
+  const std::vector<float> initial{0, 0, 0, 0};
+  auto replica = Downpour::create(g0, initial, o), shard = Downpour::create(g1, initial, o);
+  REQUIRE(replica.ok());
+  REQUIRE(shard.ok());
+  REQUIRE((*replica)->replica());
+  REQUIRE_FALSE((*shard)->replica());
+  Status served = Status::Ok();
+  std::thread shard_rank([&] { served = (*shard)->finish(); });
+  const std::vector<float> grads{1, 2, 3, 4};
+  const Status pushed = (*replica)->push(0, grads, 0.5f);
+  const Status finished = (*replica)->finish();
+  shard_rank.join();
+  REQUIRE_MESSAGE(pushed.ok(), pushed.error().message());
+  REQUIRE_MESSAGE(finished.ok(), finished.error().message());
+  REQUIRE_MESSAGE(served.ok(), served.error().message());
+  const DownpourSummary& sum = (*replica)->summary();
+  REQUIRE(sum.pushes.size() == 1);
+  CHECK(sum.pushes[0] == 1);
+  CHECK(sum.updates == 1);
+  CHECK_FALSE(sum.dropped[0]);
 }

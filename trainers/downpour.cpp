@@ -55,6 +55,9 @@ struct Downpour::Shard {
   int64_t updates = 0;
   std::vector<int64_t> pushes, others_since_fetch;
   std::vector<Clock::time_point> last_heard;
+  // A replica is done once it said so and its pushes announced there have all arrived: a large
+  // push may still be arriving when the small done message is read (another tag).
+  std::vector<int64_t> announced;  // pushes the done message counted; -1 before it
   std::vector<bool> done, dropped;
   int64_t stale_max = 0, stale_count = 0;
   double stale_sum = 0.0;
@@ -99,6 +102,7 @@ Result<std::unique_ptr<Downpour>> Downpour::create(collectives::TrainerGroup& gr
     shard->pushes.assign(R, 0);
     shard->others_since_fetch.assign(R, 0);
     shard->last_heard.assign(R, Clock::now());
+    shard->announced.assign(R, -1);
     shard->done.assign(R, false);
     shard->dropped.assign(R, false);
     d->shard_ = std::move(shard);
@@ -216,8 +220,13 @@ Status Downpour::handle_shard_messages() {
     HPCTUNE_ASSIGN(const bool mine, ours(request, done->from));
     if (!mine) continue;
     HPCTUNE_TRY(heard(done->from));
-    sh.done[static_cast<size_t>(done->from)] = true;
+    HPCTUNE_ASSIGN(const int64_t announced, request.get<int64_t>());
+    if (announced < 0 || !request.rest().empty())
+      return err(Errc::kProtocol, "downpour: a malformed done message from data rank " + std::to_string(done->from));
+    sh.announced[static_cast<size_t>(done->from)] = announced;
   }
+  for (size_t r = 0; r < sh.done.size(); ++r)
+    if (sh.announced[r] >= 0 && sh.pushes[r] >= sh.announced[r]) sh.done[r] = true;
   // A replica silent for the group's timeout is dropped (it died or hangs): the others go on.
   const auto now = Clock::now();
   for (size_t r = 0; r < sh.done.size(); ++r) {
@@ -307,6 +316,7 @@ Status Downpour::push(int64_t clock, std::span<const float> grads, float lr) {
   ++steps_;
   if (++pending_steps_ < options_.push_interval) return handle_shard_messages();
   pending_steps_ = 0;
+  ++pushes_sent_;
   for (int s = 0; s < shards_; ++s) {
     const size_t b = slice_begin(s), e = slice_end(s);
     std::vector<uint8_t> message = start_message();
@@ -393,7 +403,9 @@ Status Downpour::finish() {
         shard_->done[static_cast<size_t>(group_.data_rank())] = true;
         continue;
       }
-      HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kDoneTag, start_message()));
+      std::vector<uint8_t> done = start_message();
+      put<int64_t>(done, pushes_sent_);
+      HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kDoneTag, std::move(done)));
     }
   }
   const bool leader = group_.data_rank() == 0;

@@ -17,9 +17,11 @@
 // With gradient_compression: 1bit each slice travels as a 1-bit packet (its own error feedback).
 //
 // A replica that dies: no replica waits for another, so the others go on. A shard counts a
-// replica that sent nothing for the group's timeout (and has not said it is done) as dropped (and
-// counts it again if it speaks again), and ends when the leader is done and every other replica is
-// done or dropped; it then sends the leader (replica 0) a summary: its
+// replica that sent nothing for the group's timeout (and is not done) as dropped (and counts it
+// again if it speaks again), and ends when the leader is done and every other replica is done or
+// dropped. A replica is done when its done message, which counts its pushes, and every one of those
+// pushes have arrived (the small done message can overtake a large push). The shard then sends the
+// leader (replica 0) a summary: its
 // updates, the staleness it saw (a push's staleness: the updates from other replicas the shard
 // applied since that replica's last fetch of it), each replica's pushes and whether it was
 // dropped. The leader waits for every shard's summary in finish(). Open MPI ends the whole job
@@ -119,6 +121,7 @@ class Downpour {
   std::unique_ptr<Shard> shard_;  // this rank's shard, if any
   std::vector<float> pending_;    // gradients summed since the last push
   int64_t pending_steps_ = 0;
+  int64_t pushes_sent_ = 0;  // push rounds: one message to every shard each
   std::vector<collectives::OneBitCompressor> compressors_;  // one per shard (1bit)
   int64_t bytes_posted_ = 0, steps_ = 0;
   DownpourSummary summary_;
