@@ -220,16 +220,17 @@ TEST_CASE("ssp: a replica's gradient that stalls past the timeout is not dropped
   CHECK(log.find("replica 1 is heard again at clock 0") != std::string::npos);
 }
 
-TEST_CASE("downpour: a replica's last push still arriving when its done message is read counts and applies") {
-  // Rank 0 is the replica, rank 1 its shard (own_ranks). The replica pushes once and says it is
-  // done; the push (tag 81) reaches the shard only after the done message (tag 84), as a large
-  // push's fragments can on a busy machine. Before, the shard took the replica for done at once,
-  // summed up without the push and left it unapplied: the leader's summary said 0 pushes and 0
-  // updates, and a campaign reported the replica's fraction as 21 of 22.
+namespace {
+
+// Rank 0 is the replica, rank 1 its shard (own_ranks), on two threads. The replica pushes once,
+// fetches (when the fetch request, tag 82, is the overtaking message) and says it is done; its push
+// (tag 81) reaches the shard only after the overtaking message has been read, as a large push's
+// fragments can on a busy machine.
+void push_overtaken_by(int overtaking_tag) {
   TwoReplicas link;
   link.hold = false;
   link.overtaken_tag = 81;
-  link.overtaking_tag = 84;
+  link.overtaking_tag = overtaking_tag;
   QueuedGroup g0(link, 0), g1(link, 1);
   DownpourOptions o;
   o.own_ranks = true;
@@ -245,14 +246,33 @@ TEST_CASE("downpour: a replica's last push still arriving when its done message 
   std::thread shard_rank([&] { served = (*shard)->finish(); });
   const std::vector<float> grads{1, 2, 3, 4};
   const Status pushed = (*replica)->push(0, grads, 0.5f);
+  std::vector<float> fetched(4, 7.0f);
+  const Status got = overtaking_tag == 82 ? (*replica)->fetch(fetched) : Status::Ok();
   const Status finished = (*replica)->finish();
   shard_rank.join();
   REQUIRE_MESSAGE(pushed.ok(), pushed.error().message());
+  REQUIRE_MESSAGE(got.ok(), got.error().message());
   REQUIRE_MESSAGE(finished.ok(), finished.error().message());
   REQUIRE_MESSAGE(served.ok(), served.error().message());
+  if (overtaking_tag == 82) CHECK(fetched == std::vector<float>{-0.5f, -1.0f, -1.5f, -2.0f});
   const DownpourSummary& sum = (*replica)->summary();
   REQUIRE(sum.pushes.size() == 1);
   CHECK(sum.pushes[0] == 1);
   CHECK(sum.updates == 1);
   CHECK_FALSE(sum.dropped[0]);
+}
+
+}  // namespace
+
+TEST_CASE("downpour: a replica's last push still arriving when its done message is read counts and applies") {
+  // Before, the shard took the replica for done at once, summed up without the push and left it
+  // unapplied: the leader's summary said 0 pushes and 0 updates, and a campaign reported the
+  // replica's fraction as 21 of 22.
+  push_overtaken_by(84);
+}
+
+TEST_CASE("downpour: a fetch waits for the replica's own pushes sent before it (it reads its own writes)") {
+  // Before, the shard answered the fetch with the weights before the push: the replica (and the
+  // leader's evaluation at the end of an epoch) went on without its own last gradient.
+  push_overtaken_by(82);
 }

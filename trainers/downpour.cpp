@@ -58,6 +58,11 @@ struct Downpour::Shard {
   // A replica is done once it said so and its pushes announced there have all arrived: a large
   // push may still be arriving when the small done message is read (another tag).
   std::vector<int64_t> announced;  // pushes the done message counted; -1 before it
+  struct Fetch {
+    int from;
+    int64_t pushes;  // its replica's pushes before it, to be applied before the answer
+  };
+  std::vector<Fetch> waiting;
   std::vector<bool> done, dropped;
   int64_t stale_max = 0, stale_count = 0;
   double stale_sum = 0.0;
@@ -177,53 +182,83 @@ Status Downpour::apply_push(int from, const std::vector<uint8_t>& bytes) {
   return Status::Ok();
 }
 
-Status Downpour::handle_shard_messages() {
-  if (!shard_) return Status::Ok();
+// A replica's message has come: it is alive (and counts again if it was dropped).
+Status Downpour::note_heard(int from) {
+  if (from < 0 || from >= replicas_) return err(Errc::kProtocol, "downpour: a message from data rank " + std::to_string(from) + ", not a replica");
   Shard& sh = *shard_;
-  const size_t n = sh.end - sh.begin;
-  auto heard = [&](int from) -> Status {
-    if (from < 0 || from >= replicas_) return err(Errc::kProtocol, "downpour: a message from data rank " + std::to_string(from) + ", not a replica");
-    const size_t r = static_cast<size_t>(from);
-    sh.last_heard[r] = Clock::now();
-    if (sh.dropped[r]) {  // slow, not dead: it counts again
-      sh.dropped[r] = false;
-      events_.push_back("downpour: shard " + std::to_string(sh.index) + " hears replica " + std::to_string(from) +
-                        " again; it is no longer dropped");
-    }
-    return Status::Ok();
-  };
-  for (;;) {
-    HPCTUNE_ASSIGN(auto push, group_.receive_from_replicas(kPushTag));
-    if (!push) break;
-    HPCTUNE_TRY(heard(push->from));
-    HPCTUNE_TRY(apply_push(push->from, push->bytes));
+  const size_t r = static_cast<size_t>(from);
+  sh.last_heard[r] = Clock::now();
+  if (sh.dropped[r]) {  // slow, not dead: it counts again
+    sh.dropped[r] = false;
+    events_.push_back("downpour: shard " + std::to_string(sh.index) + " hears replica " + std::to_string(from) +
+                      " again; it is no longer dropped");
   }
+  return Status::Ok();
+}
+
+// A message's count of the pushes its replica had sent before it (a fetch's or a done message's).
+Result<int64_t> Downpour::pushes_before(DownpourReader& in, int from, const char* what) const {
+  HPCTUNE_ASSIGN(const int64_t pushes, in.get<int64_t>());
+  if (pushes < 0 || !in.rest().empty())
+    return err(Errc::kProtocol, std::string("downpour: a malformed ") + what + " from data rank " + std::to_string(from));
+  return pushes;
+}
+
+// Fetches are answered once the pushes their replica sent before them have been applied: a replica
+// reads its own writes even when a large push is still arriving behind its small fetch request.
+Status Downpour::answer_fetches() {
+  Shard& sh = *shard_;
   for (;;) {
     HPCTUNE_ASSIGN(auto fetch, group_.receive_from_replicas(kFetchTag));
     if (!fetch) break;
     DownpourReader request(fetch->bytes);
     HPCTUNE_ASSIGN(const bool mine, ours(request, fetch->from));
     if (!mine) continue;
-    HPCTUNE_TRY(heard(fetch->from));
-    sh.others_since_fetch[static_cast<size_t>(fetch->from)] = 0;
+    HPCTUNE_TRY(note_heard(fetch->from));
+    HPCTUNE_ASSIGN(const uint32_t shard, request.get<uint32_t>());
+    HPCTUNE_ASSIGN(const int64_t pushes, pushes_before(request, fetch->from, "fetch"));
+    if (shard != static_cast<uint32_t>(sh.index))
+      return err(Errc::kProtocol, "downpour: a fetch of shard " + std::to_string(shard) + " from data rank " +
+                                      std::to_string(fetch->from) + " reached shard " + std::to_string(sh.index));
+    sh.waiting.push_back({fetch->from, pushes});
+  }
+  const size_t n = sh.end - sh.begin;
+  for (auto it = sh.waiting.begin(); it != sh.waiting.end();) {
+    const size_t r = static_cast<size_t>(it->from);
+    if (sh.pushes[r] < it->pushes) {
+      ++it;
+      continue;
+    }
+    sh.others_since_fetch[r] = 0;
     std::vector<uint8_t> reply = start_message();
     put<uint32_t>(reply, static_cast<uint32_t>(sh.index));
     put<int64_t>(reply, sh.updates);
     const auto* p = reinterpret_cast<const uint8_t*>(sh.weights.data());
     reply.insert(reply.end(), p, p + n * sizeof(float));
-    HPCTUNE_TRY(group_.post_to_replica(fetch->from, kParamsTag, std::move(reply)));
+    HPCTUNE_TRY(group_.post_to_replica(it->from, kParamsTag, std::move(reply)));
+    it = sh.waiting.erase(it);
   }
+  return Status::Ok();
+}
+
+Status Downpour::handle_shard_messages() {
+  if (!shard_) return Status::Ok();
+  Shard& sh = *shard_;
+  for (;;) {
+    HPCTUNE_ASSIGN(auto push, group_.receive_from_replicas(kPushTag));
+    if (!push) break;
+    HPCTUNE_TRY(note_heard(push->from));
+    HPCTUNE_TRY(apply_push(push->from, push->bytes));
+  }
+  HPCTUNE_TRY(answer_fetches());
   for (;;) {
     HPCTUNE_ASSIGN(auto done, group_.receive_from_replicas(kDoneTag));
     if (!done) break;
     DownpourReader request(done->bytes);
     HPCTUNE_ASSIGN(const bool mine, ours(request, done->from));
     if (!mine) continue;
-    HPCTUNE_TRY(heard(done->from));
-    HPCTUNE_ASSIGN(const int64_t announced, request.get<int64_t>());
-    if (announced < 0 || !request.rest().empty())
-      return err(Errc::kProtocol, "downpour: a malformed done message from data rank " + std::to_string(done->from));
-    sh.announced[static_cast<size_t>(done->from)] = announced;
+    HPCTUNE_TRY(note_heard(done->from));
+    HPCTUNE_ASSIGN(sh.announced[static_cast<size_t>(done->from)], pushes_before(request, done->from, "done message"));
   }
   for (size_t r = 0; r < sh.done.size(); ++r)
     if (sh.announced[r] >= 0 && sh.pushes[r] >= sh.announced[r]) sh.done[r] = true;
@@ -267,6 +302,7 @@ Status Downpour::fetch(std::span<float> params) {
     }
     std::vector<uint8_t> request = start_message();
     put<uint32_t>(request, static_cast<uint32_t>(s));
+    put<int64_t>(request, pushes_sent_);
     bytes_posted_ += static_cast<int64_t>(request.size());
     HPCTUNE_TRY(group_.post_to_replica(shard_rank(s), kFetchTag, std::move(request)));
   }

@@ -82,7 +82,8 @@ class Downpour {
   int replicas() const noexcept { return replicas_; }
   int replica_index() const noexcept { return group_.data_rank(); }  // replicas are data ranks 0..R-1
 
-  // Replica: every slice into `params` (serving this rank's shard while waiting).
+  // Replica: every slice into `params` (serving this rank's shard while waiting), each with every
+  // push this replica sent before applied (a shard holds its answer until they have arrived).
   Status fetch(std::span<float> params);
   // Replica: adds `grads` to the pending sum; posts it every push_interval calls at `lr`.
   Status push(int64_t clock, std::span<const float> grads, float lr);
@@ -108,6 +109,9 @@ class Downpour {
   size_t slice_end(int shard) const noexcept;
   int shard_rank(int shard) const noexcept;
   Status handle_shard_messages();
+  Status note_heard(int from);
+  Result<int64_t> pushes_before(DownpourReader& in, int from, const char* what) const;
+  Status answer_fetches();
   Status apply_push(int from, const std::vector<uint8_t>& bytes);
   Status send_summary();
   Status absorb_summary(int from, const std::vector<uint8_t>& bytes);
