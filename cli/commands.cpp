@@ -134,6 +134,7 @@ void print_summary(const std::string& db, int64_t top) {
   }
   // A workflow: what each stage made of it.
   if (auto stages = v.store->stages(v.campaign.id); stages.ok() && report::show_stages(*stages)) {
+    report::show_stage_states(*stages, report::master_liveness(v.campaign, db, unix_now()).gone);
     std::printf("\nStages:\n%s", report::stages_table(*stages, v.trials, stdout_width()).c_str());
   }
   std::printf("database: %s\n", db.c_str());

@@ -201,7 +201,8 @@ json campaign_summary(size_t index, CampaignSource& source) {
   const auto& c = s.campaign;
   const auto elapsed = report::campaign_elapsed(c, unix_now());
   out["name"] = c.name;
-  // A campaign recorded running whose master is gone shows as interrupted (report/status.h).
+  // A campaign recorded running whose master is gone shows as interrupted, and so do its running
+  // stages (report/status.h, report/stages.h).
   const report::MasterLiveness master = report::master_liveness(c, source.path(), unix_now());
   out["state"] = master.gone ? std::string("interrupted") : c.state;
   out["state_text"] = master.text;
@@ -218,7 +219,8 @@ json campaign_summary(size_t index, CampaignSource& source) {
   out["version"] = s.version;
   out["simulated"] = s.simulated.is_null() ? json() : json(report::simulated_mark(s.simulated));
   json stages = json::array();
-  for (const auto& st : s.stages) stages.push_back({{"name", st.name}, {"kind", st.kind}, {"state", st.state}});
+  for (const auto& st : s.stages)
+    stages.push_back({{"name", st.name}, {"kind", st.kind}, {"state", report::shown_stage_state(st.state, master.gone)}});
   out["stages"] = std::move(stages);
   return out;
 }
@@ -234,6 +236,11 @@ ApiResponse status(const Snapshot& s) {
     const report::MasterLiveness master = report::master_liveness(s.campaign, s.db_path, unix_now());
     out["campaign"]["state"] = master.gone ? std::string("interrupted") : s.campaign.state;
     out["campaign"]["master"] = report::master_json(s.campaign, master);
+    if (out.contains("stages") && out["stages"].is_array()) {
+      for (json& stage : out["stages"])
+        if (stage.is_object() && stage.value("state", "") == "running")
+          stage["state"] = report::shown_stage_state("running", master.gone);
+    }
   }
   return {200, std::move(out)};
 }

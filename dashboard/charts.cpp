@@ -28,11 +28,11 @@ bool has_objective(const store::TrialRow& t) { return t.objective && std::isfini
 const char* mode(const Snapshot& s) { return s.objectives.maximize ? "max" : "min"; }
 
 // The campaign's stages with their trials by state and summary (overview and stages).
-json stage_json(const Snapshot& s, const store::StageRow& st) {
+json stage_json(const Snapshot& s, const store::StageRow& st, bool master_gone) {
   return {{"id", st.id},
           {"name", st.name},
           {"kind", st.kind},
-          {"state", st.state},
+          {"state", report::shown_stage_state(st.state, master_gone)},
           {"started_at", report::time_or_null(st.started_at)},
           {"finished_at", report::time_or_null(st.finished_at)},
           {"trials", counts_by_state(s.stage_trials(st.id))},
@@ -62,7 +62,8 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
   const auto& c = s.campaign;
   const auto all = s.all_trials();
   const auto main = s.main_trials();
-  // A campaign recorded running whose master is gone shows as interrupted (report/status.h).
+  // A campaign recorded running whose master is gone shows as interrupted, and so do its running
+  // stages (report/status.h, report/stages.h).
   const report::MasterLiveness master = report::master_liveness(c, s.db_path, now);
   json out = {{"name", c.name},
               {"state", master.gone ? std::string("interrupted") : c.state},
@@ -120,7 +121,7 @@ ApiResponse overview(const Snapshot& s, const QueryParams& params) {
     out["best"] = json();
   }
   json stages = json::array();
-  for (const auto& st : s.stages) stages.push_back(stage_json(s, st));
+  for (const auto& st : s.stages) stages.push_back(stage_json(s, st, master.gone));
   out["stages"] = std::move(stages);
   return {200, std::move(out)};
 }
@@ -480,8 +481,9 @@ ApiResponse stages(const Snapshot& s, const QueryParams& params) {
     const auto* t = s.find(id);
     return t && t->objective ? num(*t->objective) : json();
   };
+  const bool gone = report::master_liveness(s.campaign, s.db_path, unix_now()).gone;
   for (const auto& st : s.stages) {
-    json j = stage_json(s, st);
+    json j = stage_json(s, st, gone);
     j["result"] = st.result;
     const json& r = st.result;
     json view = json::object();

@@ -309,6 +309,14 @@ std::string transfer_metric(const store::StageRow& stage, const std::string& obj
 
 std::string metric_label(const std::string& metric) { return metric_label(json(metric)); }
 
+std::string shown_stage_state(const std::string& recorded, bool master_gone) {
+  return master_gone && recorded == "running" ? "interrupted" : recorded;
+}
+
+void show_stage_states(std::vector<store::StageRow>& stages, bool master_gone) {
+  for (auto& s : stages) s.state = shown_stage_state(s.state, master_gone);
+}
+
 bool show_stages(const std::vector<store::StageRow>& stages) {
   if (stages.size() > 1) return true;
   for (const auto& s : stages) {

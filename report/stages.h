@@ -48,6 +48,12 @@ std::string transfer_metric(const store::StageRow& stage, const std::string& obj
 // A metric's name as the summaries write it: "test_accuracy" as "test accuracy"; "?" for "".
 std::string metric_label(const std::string& metric);
 
+// A stage's state as the views show it: "interrupted" for a stage recorded running whose master is
+// gone (report/status.h: MasterLiveness), as its campaign shows then; else the recorded state.
+std::string shown_stage_state(const std::string& recorded, bool master_gone);
+// shown_stage_state over every stage of `stages`, in place.
+void show_stage_states(std::vector<store::StageRow>& stages, bool master_gone);
+
 // Whether `status` shows the Stages table: with more than one stage, or a stage with a result. A
 // single search stage with nothing to show keeps the status text of a campaign without stages.
 bool show_stages(const std::vector<store::StageRow>& stages);

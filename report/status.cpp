@@ -250,7 +250,8 @@ nlohmann::json status_json(const CampaignStatus& st) {
     stages.push_back({{"id", s.id},
                       {"name", s.name},
                       {"kind", s.kind},
-                      {"state", s.state},
+                      {"state", shown_stage_state(s.state, st.master.gone)},
+                      {"recorded_state", s.state},
                       {"created_at", time_or_null(s.created_at)},
                       {"started_at", time_or_null(s.started_at)},
                       {"finished_at", time_or_null(s.finished_at)},
@@ -325,7 +326,11 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
   for (const std::string& why : stage_failures(st.stages)) out += "reason     " + why + "\n";
   for (const std::string& what : st.warnings) out += "warning    " + what + "\n";
   if (auto elapsed = campaign_elapsed(c, st.now)) out += "elapsed    " + format_duration(*elapsed) + "\n";
-  if (show_stages(st.stages)) out += "\nStages:\n" + stages_table(st.stages, st.trials, width);
+  if (show_stages(st.stages)) {
+    std::vector<store::StageRow> shown = st.stages;
+    show_stage_states(shown, st.master.gone);
+    out += "\nStages:\n" + stages_table(shown, st.trials, width);
+  }
   std::vector<std::vector<std::string>> rows;
   int64_t total = 0;
   for (const auto state : store::kTrialStates) {

@@ -94,7 +94,8 @@ Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 // group, devices}] for the trials running on GPUs now.
 // Each item of `stages`, in the order they were created:
 //   {id, name, kind (search | ensemble | transfer | pbt), state (pending | running | completed |
-//    failed | interrupted), created_at, started_at, finished_at,
+//    failed | interrupted; interrupted too where the store says running but the master is gone),
+//    recorded_state (the store's), created_at, started_at, finished_at,
 //    trials: {total, by_state} (that stage's trials, as the campaign's `trials`),
 //    result: what the stage recorded when it completed, as stored ({} until then, and for a search
 //    stage without stop_when); its keys by kind are documented in workflow/<kind>_stage.h:

@@ -1213,6 +1213,9 @@ TEST_CASE("a campaign whose master is gone is interrupted in the list, the overv
     REQUIRE((c.ok() && *c));
     cid = (*c)->id;
     REQUIRE((*w)->set_campaign_heartbeat(cid, unix_now() - 120).ok());
+    // A running stage and a pending one: the running one shows interrupted with its campaign.
+    REQUIRE((*w)->create_stage(cid, "search", "tune", json::object(), unix_now() - 300, "running").ok());
+    REQUIRE((*w)->create_stage(cid, "ensemble", "blend", json::object(), unix_now() - 300, "pending").ok());
   }
   dashboard::Api api({db}, std::chrono::milliseconds(0));
   auto [c1, list] = api_get(api, "/api/campaigns");
@@ -1232,6 +1235,20 @@ TEST_CASE("a campaign whose master is gone is interrupted in the list, the overv
   CHECK(status["campaign"]["state"] == "interrupted");
   CHECK(status["campaign"]["recorded_state"] == "running");
   CHECK(status["campaign"]["master"]["alive"] == false);
+  // Its stages as the CLI's status shows them: before, the running one still said running.
+  auto stage_states = [](const json& stages) {
+    std::vector<std::string> out;
+    for (const auto& s : stages) out.push_back(s["state"].get<std::string>());
+    return out;
+  };
+  const std::vector<std::string> shown{"interrupted", "pending"};
+  CHECK(stage_states(status["stages"]) == shown);
+  CHECK(status["stages"][0]["recorded_state"] == "running");
+  CHECK(stage_states(overview["stages"]) == shown);
+  CHECK(stage_states(summary["stages"]) == shown);
+  auto [c6, stage_view] = api_get(api, "/api/campaigns/0/stages");
+  REQUIRE(c6 == 200);
+  CHECK(stage_states(stage_view["stages"]) == shown);
 
   // A master that holds the lock: running, whatever the heartbeat's age (a note when it is old).
   auto master = store::Store::open(db, {.master_lock = true});
@@ -1249,4 +1266,5 @@ TEST_CASE("a campaign whose master is gone is interrupted in the list, the overv
   REQUIRE(c5 == 200);
   CHECK(fresh["state"] == "running");
   CHECK(fresh["state_text"] == "running");
+  CHECK(stage_states(fresh["stages"]) == std::vector<std::string>{"running", "pending"});
 }

@@ -574,6 +574,20 @@ TEST_CASE("status with stages: each stage's trials by state and its result in JS
   CHECK(contains(narrow, "…\n"));
   CHECK(contains(narrow, "\n-----  --------  ---------  ------  " + std::string(60 - 36, '-') + "\n"));  // the rule: no "…"
   CHECK(report::stages_table(st->stages, st->trials, 0).find("…") == std::string::npos);
+
+  // A stage recorded running under a master that is gone shows interrupted, as its campaign does;
+  // in JSON its recorded_state stays the store's.
+  report::CampaignStatus gone = *st;
+  gone.stages[1].state = "running";
+  gone.master.gone = true;
+  CHECK_MESSAGE(contains(line_starting(report::status_text(*view, gone, 0), "blend "), "ensemble  interrupted"),
+                report::status_text(*view, gone, 0));
+  const auto gone_json = report::status_json(gone);
+  CHECK(gone_json["stages"][1]["state"] == "interrupted");
+  CHECK(gone_json["stages"][1]["recorded_state"] == "running");
+  CHECK(gone_json["stages"][0]["state"] == "completed");
+  gone.master.gone = false;
+  CHECK(report::status_json(gone)["stages"][1]["state"] == "running");
 }
 
 TEST_CASE("stage summaries: not reached, a pbt stage, missing keys as ?, an empty result shows nothing") {
