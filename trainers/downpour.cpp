@@ -220,6 +220,10 @@ Status Downpour::answer_fetches() {
     if (shard != static_cast<uint32_t>(sh.index))
       return err(Errc::kProtocol, "downpour: a fetch of shard " + std::to_string(shard) + " from data rank " +
                                       std::to_string(fetch->from) + " reached shard " + std::to_string(sh.index));
+    // A replica waits for its answer before it fetches again: at most one fetch each is waiting.
+    if (std::any_of(sh.waiting.begin(), sh.waiting.end(), [&](const Shard::Fetch& f) { return f.from == fetch->from; }))
+      return err(Errc::kProtocol, "downpour: a second fetch from data rank " + std::to_string(fetch->from) +
+                                      " before the first was answered");
     sh.waiting.push_back({fetch->from, pushes});
   }
   const size_t n = sh.end - sh.begin;
