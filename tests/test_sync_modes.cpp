@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <deque>
-#include <mutex>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
