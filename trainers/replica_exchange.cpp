@@ -311,7 +311,9 @@ Status ReplicaExchange::publish_compressed_allreduce(int64_t clock, std::span<co
     put<uint64_t>(m, options_.run_id);
     return m;
   };
-  // Phase 1: slice j of this gradient to its owner j.
+  // Phase 1: slice j of this gradient to its owner j. The publish is logged before the first post,
+  // as in publish(): another replica may begin its next clock before this one has collected.
+  events_.push_back({clock, -1, now_ns()});
   for (int j = 0; j < D; ++j) {
     if (j == self) continue;
     const std::span<const float> slice = grads.subspan(slice_begin(j), slice_begin(j + 1) - slice_begin(j));
@@ -364,7 +366,6 @@ Status ReplicaExchange::publish_compressed_allreduce(int64_t clock, std::span<co
   total.loss_sum = loss;
   applied_stats_.push_back(total);
   ++published_;
-  events_.push_back({clock, -1, now_ns()});
   apply(clock, sum_);
   ++next_apply_;
   return Status::Ok();
