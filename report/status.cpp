@@ -331,17 +331,26 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
     show_stage_states(shown, st.master.gone);
     out += "\nStages:\n" + stages_table(shown, st.trials, width);
   }
+  auto count = [&](const char* state) {
+    auto it = st.counts.find(state);
+    return it != st.counts.end() ? it->second : int64_t{0};
+  };
   std::vector<std::vector<std::string>> rows;
   int64_t total = 0;
   for (const auto state : store::kTrialStates) {
     const char* s = store::to_string(state);
-    auto it = st.counts.find(s);
-    const int64_t n = it != st.counts.end() ? it->second : 0;
-    total += n;
-    rows.push_back({s, std::to_string(n)});
+    total += count(s);
+    rows.push_back({s, std::to_string(count(s))});
   }
   rows.push_back({"total", std::to_string(total)});
   out += "\nTrials by state:\n" + format_table({"state", "trials"}, rows);
+  // Under a master that is gone, no result of the trials recorded in flight can be recorded: the
+  // resume queues them again, uncharged (Scheduler's restore).
+  const int64_t in_flight = count("assigned") + count("running");
+  if (st.master.gone && in_flight > 0) {
+    out += text("(the %lld assigned or running were in flight when the master died; %s queues them again,\n"
+                "not counted against max_attempts)\n", static_cast<long long>(in_flight), st.master.resume.c_str());
+  }
   std::vector<std::vector<std::string>> on_gpus;
   for (const auto& t : st.trials) {
     const bool live = t.state == store::TrialState::kAssigned || t.state == store::TrialState::kRunning;

@@ -829,6 +829,13 @@ TEST_CASE("status of a SIGKILLed master says interrupted and names resume; a liv
   REQUIRE_MESSAGE(code == 0, text);
   CHECK_MESSAGE(contains(text, "state      interrupted (the master is gone: last heartbeat "), text);
   CHECK_MESSAGE(contains(text, " ago; resume with: hpctune resume " + db + ")\n"), text);
+  // The trial it was running (one group: 1, or 0 between two trials): in flight when it died,
+  // queued again by the resume.
+  const int64_t in_flight = store_counts(db).at("assigned") + store_counts(db).at("running");
+  CHECK(in_flight <= 1);
+  CHECK_MESSAGE(contains(text, "(the 1 assigned or running were in flight when the master died; hpctune resume " + db +
+                                   " queues them again,\nnot counted against max_attempts)\n") == (in_flight == 1),
+                text);
   st = json::parse(run_log(dir, {"status", db, "--format", "json"}, "gone.json", &code));
   REQUIRE(code == 0);
   CHECK(st["campaign"]["state"] == "interrupted");
