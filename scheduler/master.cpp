@@ -38,6 +38,10 @@ Status in_context(Status s, const std::string& line) {
 
 }  // namespace
 
+Status record_master_warning(store::Store& store, int64_t campaign_id, const std::string& text, double t) {
+  return store.add_event(campaign_id, "master_warning", 0, 0, -1, {{"text", text}}, t);
+}
+
 SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t campaign_id, int64_t stage_id) {
   SchedulerOptions sopt;
   sopt.campaign_id = campaign_id;
@@ -203,7 +207,7 @@ Status Master::start_stages(Clock::time_point now) {
         "disk or a node-local path and copy the file back when the campaign ends (README: Storage on a cluster)";
     log("warning: " + text);
     // Recorded too: `status` shows it to whoever looks later, not only to the log's reader.
-    HPCTUNE_TRY(p_.store->add_event(c_.campaign_id, "master_warning", 0, 0, -1, {{"text", text}}, t0));
+    HPCTUNE_TRY(record_master_warning(*p_.store, c_.campaign_id, text, t0));
   }
   return {};
 }

@@ -225,4 +225,8 @@ class Master {
 // (trials_dir, master_incarnation) is left for the caller.
 SchedulerOptions scheduler_options(const config::CampaignConfig& cfg, int64_t campaign_id, int64_t stage_id);
 
+// Records a warning of the master's start (`text`, without "warning: ") as a master_warning event
+// at `t`, which `hpctune status` and the dashboard show (report::recorded_warnings).
+Status record_master_warning(store::Store& store, int64_t campaign_id, const std::string& text, double t);
+
 }  // namespace hpctune::scheduler

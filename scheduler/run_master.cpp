@@ -168,7 +168,7 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   HPCTUNE_ASSIGN(MasterTransport transport, master_transport(options, cfg.resources, bind, key_dir, secret));
   const Warn warn = [&](const std::string& text) {
     log_line(options, "warning: " + text);
-    auto recorded = prepared.store->add_event(campaign.campaign_id, "master_warning", 0, 0, -1, {{"text", text}}, wall.unix_at(Clock::now()));
+    const Status recorded = record_master_warning(*prepared.store, campaign.campaign_id, text, wall.unix_at(Clock::now()));
     if (!recorded.ok()) log_line(options, "cannot record that warning in the database: " + recorded.error().message());
   };
   warn_open_files(warn, cfg.resources.groups);

@@ -221,7 +221,7 @@ class Tpe final : public SearcherBase {
   // "startup: 10 trials of 16; model from trial 11": the trials before the model is first used
   // when trials run one at a time (the warm-start trials count towards n_startup).
   std::string startup_note() const {
-    const int64_t warm = finished_usable();
+    const int64_t warm = finished_counts().first;
     const int64_t first_model = std::max<int64_t>(std::max<int64_t>(cfg_.n_startup, 2) - warm, 0) + 1;
     const int64_t budget = spec().max_trials;
     std::string line = "startup: " + std::to_string(first_model - 1) + " trials";
@@ -254,7 +254,6 @@ class Tpe final : public SearcherBase {
     std::stable_sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) { return a.dims[0] < b.dims[0]; });
   }
 
-  int64_t finished_usable() const { return finished_counts().first; }
   // The finished (and warm-start) trials with a value, and the failed ones.
   std::pair<int64_t, int64_t> finished_counts() const {
     int64_t usable = 0;

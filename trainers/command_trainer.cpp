@@ -13,11 +13,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
