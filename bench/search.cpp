@@ -36,7 +36,7 @@
 //
 //   bench_search [--out FILE] [--problems branin,hartmann6,levy10,...] [--algorithms a,b,...|all]
 //                [--seeds N] [--first-seed S] [--budgets 50,100] [--threads N] [--batch N]
-//                [--no-quality] [--no-latency] [--repeats N] [--fashion-table CSV]
+//                [--no-quality] [--no-latency] [--repeats N] [--running P,...] [--fashion-table CSV]
 //   bench_search --dump-problems FILE [--problems ...] [--fashion-table CSV]
 //   bench_search --list-algorithms | --list-problems
 #include <time.h>
@@ -83,6 +83,7 @@ struct Args {
   int batch = 1;  // --batch N: ask N suggestions before telling their results (N free trainer groups)
   bool quality = true, latency = true;
   int repeats = 11;
+  std::vector<int> running;  // --running P,...: the latency also beside P running trials (many groups)
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -120,6 +121,9 @@ bool parse_args(int argc, char** argv, Args& a) {
     else if (flag == "--threads") a.threads = static_cast<unsigned>(std::max(1, std::atoi(v.c_str())));
     else if (flag == "--repeats") a.repeats = std::max(1, std::atoi(v.c_str()));
     else if (flag == "--batch") a.batch = std::atoi(v.c_str());
+    else if (flag == "--running") {
+      for (const auto& r : split(v)) a.running.push_back(std::max(0, std::atoi(r.c_str())));
+    }
     else if (flag == "--budgets") {
       a.budgets.clear();
       for (const auto& b : split(v)) a.budgets.push_back(std::atoi(b.c_str()));
@@ -311,7 +315,9 @@ json run_quality(const Args& a, const Problems& problems) {
 }
 
 // Times `repeats` ask(1) calls of `algo` restored with n uniform random observations of `problem`.
-Result<json> latency_point(const std::string& algo, const bench::Problem& problem, int n, int repeats) {
+// With `running` > 0, first asks that many suggestions and leaves them running (as on that many
+// groups): each timed ask then follows the tell of the oldest running one, so that as many run.
+Result<json> latency_point(const std::string& algo, const bench::Problem& problem, int n, int repeats, int running) {
   auto spec = spec_for(algo, problem.space, 7, 0);
   HPCTUNE_ASSIGN(auto searcher, search::make_searcher(spec));
   Rng rng(derive_seed(99, static_cast<uint64_t>(n)));
@@ -325,15 +331,28 @@ Result<json> latency_point(const std::string& algo, const bench::Problem& proble
     history.push_back(std::move(rec));
   }
   searcher->restore(history);
+  const auto tb = Clock::now();
+  std::vector<search::Suggestion> running_now;
+  if (running > 0) {
+    HPCTUNE_ASSIGN(auto first, searcher->ask(static_cast<std::size_t>(running)));
+    running_now = std::move(first);
+  }
+  const double batch_s = std::chrono::duration<double>(Clock::now() - tb).count();
   std::vector<double> ms, cpu;
   for (int r = 0; r < repeats; ++r) {
+    if (!running_now.empty()) {
+      const auto& old = running_now.front();
+      searcher->tell({old.seq, old.params, search::Outcome::kCompleted, {problem.eval(old.params)}, 1});
+      running_now.erase(running_now.begin());
+    }
     const auto t0 = Clock::now();
     const double c0 = cpu_ms();
     HPCTUNE_ASSIGN(auto sug, searcher->ask(1));
     cpu.push_back(cpu_ms() - c0);
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (sug.size() != 1) return err(Errc::kInternal, algo + ": no suggestion");
-    searcher->tell({sug[0].seq, sug[0].params, search::Outcome::kCompleted, {problem.eval(sug[0].params)}, 1});
+    if (running > 0) running_now.push_back(sug[0]);
+    else searcher->tell({sug[0].seq, sug[0].params, search::Outcome::kCompleted, {problem.eval(sug[0].params)}, 1});
   }
   double sum = 0;
   for (double x : ms) sum += x;
@@ -342,6 +361,8 @@ Result<json> latency_point(const std::string& algo, const bench::Problem& proble
               {"problem", problem.id},
               {"dim", problem.dim},
               {"n", n},
+              {"running", running},
+              {"first_batch_seconds", batch_s},
               {"repeats", repeats},
               {"median_ms", median(ms)},
               {"mean_ms", sum / static_cast<double>(ms.size())},
@@ -354,6 +375,7 @@ json run_latency(const Args& a) {
   struct Point {
     std::string algo, problem;
     int n;
+    int running = 0;
   };
   // The GP at d = 10 (the target's d <= 10 at its hardest, with n = 200 for its target), every
   // other algorithm at d = 8 (the TPE target's and Optuna's), on a continuous space and on the
@@ -364,20 +386,25 @@ json run_latency(const Args& a) {
     for (const char* problem : {"levy8", "nas-cell"})
       for (int n : {100, 500, 1000})
         if (algo != "bayesian" || std::string(problem) != "levy10") points.push_back({algo, problem, n});
+  // --running: many groups, the searchers of --algorithms at d = 10 beside that many running trials.
+  if (!a.running.empty()) points.clear();
+  for (int running : a.running)
+    for (const auto& algo : a.algorithms)
+      for (int n : {200, 1000}) points.push_back({algo, "levy10", n, running});
   json out = json::array();
   Problems problems;
   for (const auto& p : points) {
     if (!problems.count(p.problem)) problems.emplace(p.problem, bench::make_problem(p.problem, a.fashion_table).value());
-    auto r = latency_point(p.algo, problems.at(p.problem), p.n, a.repeats);
+    auto r = latency_point(p.algo, problems.at(p.problem), p.n, a.repeats, p.running);
     if (!r.ok()) {
       std::fprintf(stderr, "  latency %-9s %-8s n=%-5d n/a (%s)\n", p.algo.c_str(), p.problem.c_str(), p.n,
                    r.error().message().c_str());
       out.push_back({{"source", "hpctune"}, {"algorithm", p.algo}, {"problem", p.problem}, {"n", p.n}, {"na", r.error().message()}});
       continue;
     }
-    std::fprintf(stderr, "  latency %-9s %-8s n=%-5d median %.2f ms (max %.2f, median CPU %.2f)\n", p.algo.c_str(),
-                 p.problem.c_str(), p.n, (*r)["median_ms"].get<double>(), (*r)["max_ms"].get<double>(),
-                 (*r)["median_cpu_ms"].get<double>());
+    std::fprintf(stderr, "  latency %-9s %-8s n=%-5d running %-5d median %.2f ms (max %.2f, median CPU %.2f)\n",
+                 p.algo.c_str(), p.problem.c_str(), p.n, p.running, (*r)["median_ms"].get<double>(),
+                 (*r)["max_ms"].get<double>(), (*r)["median_cpu_ms"].get<double>());
     out.push_back(std::move(r).value());
   }
   return out;

@@ -43,6 +43,9 @@ std::vector<SettingDecl> bayesian_settings() {
       {"pending", SettingType::kString, "kriging_believer", -kInf, kInf, {"kriging_believer", "constant_liar"},
        "how running trials enter the model"},
       {"liar", SettingType::kString, "worst", -kInf, kInf, {"best", "mean", "worst"}, "constant_liar's value"},
+      {"max_fantasies", SettingType::kInt, 64, 1, 100000, {},
+       "the running trials the model takes in, the latest issued: each widens every prediction, so that a suggestion "
+       "costs the same on 2,048 groups as on 64 (the others are left out of the model; none is suggested twice)"},
       {"output_transform", SettingType::kString, "power", -kInf, kInf, {"none", "log", "power", "copula"},
        "transform of the loss"},
       {"choice_kernel", SettingType::kString, "overlap", -kInf, kInf, {"overlap", "onehot"},
@@ -79,6 +82,7 @@ struct BoConfig {
   std::string output_transform;
   bool input_warping;
   bool overlap_kernel;
+  std::size_t max_fantasies;
   int64_t refit_every;
   int fit_restarts;
   std::size_t max_fit_points;
@@ -163,6 +167,8 @@ class Bayesian final : public SearcherBase {
       std::vector<double> u = polish.next ? *polish.next : optimize_acquisition(rng, region);
       Params params = enc_.decode(u);
       add_fantasy(u);
+      running_.push_back(u);
+      if (running_.size() >= 2 * cfg_.max_fantasies) refresh_fantasies(real_n);
       nlohmann::json meta = {{"source", "model"}};
       if (polish.next) meta["polish"] = true;  // a one-level neighbour of the best point
       if (multi_fidelity()) meta["level"] = fit_.level;  // the step whose values the model was fitted on
@@ -194,6 +200,7 @@ class Bayesian final : public SearcherBase {
 
   void add_state(nlohmann::json& s) const override {
     s["observations_in_model"] = gp_rows_;
+    s["running_in_model"] = running_.size();  // at the last suggestion, itself included (max_fantasies)
     if (multi_fidelity()) s["fidelity"] = fidelity_state(fit_);
     if (model_failures_ > 0) {
       s["model_failures"] = model_failures_;
@@ -243,13 +250,44 @@ class Bayesian final : public SearcherBase {
   // stopping those not at this ask's level (fit_.pending names them by seq, pending() holds them),
   // and the latest kMaxStoppedFantasies trials stopped below it (model_data.h: visited, their value
   // there unknown; each fantasy is a rank-one update, so they are bounded).
+  // Only the latest max_fantasies running trials are taken (running_), so that the model's size, and
+  // with it a suggestion's cost, does not grow with the trainer groups.
   void add_pending_fantasies() {
-    auto add = [&](int64_t, const Params& params) { add_fantasy(enc_.encode(params)); };
+    running_.clear();
+    auto add = [&](int64_t, const Params& params) { running_.push_back(enc_.encode(params)); };
     if (!multi_fidelity()) {
-      for (const auto& [pseq, params] : pending()) add(pseq, params);
-      return;
+      auto from = pending().end();
+      for (std::size_t k = 0; k < cfg_.max_fantasies && from != pending().begin(); ++k) --from;
+      for (auto it = from; it != pending().end(); ++it) add(it->first, it->second);
+    } else {
+      for_each_pending(fit_.pending, pending(), add);
+      keep_latest_running();
     }
-    for_each_pending(fit_.pending, pending(), add);
+    for (const auto& u : running_) add_fantasy(u);
+    add_stopped_fantasies();
+  }
+  void keep_latest_running() {
+    if (running_.size() > cfg_.max_fantasies)
+      running_.erase(running_.begin(), running_.end() - static_cast<std::ptrdiff_t>(cfg_.max_fantasies));
+  }
+  // A batch of suggestions that took the running fantasies to 2 x max_fantasies: the model goes back
+  // to its `real_n` observations and takes the latest max_fantasies again (amortised, one rank-one
+  // update a suggestion), then the stopped trials.
+  void refresh_fantasies(std::size_t real_n) {
+    keep_latest_running();
+    if (cfg_.forest) {
+      forest_X_.conservativeResize(static_cast<Eigen::Index>(real_n), Eigen::NoChange);
+      forest_y_.conservativeResize(static_cast<Eigen::Index>(real_n));
+    } else {
+      gp_.truncate(real_n);
+    }
+    y_best_ = model_y_.size() > 0 ? model_y_.minCoeff() : y_best_;
+    for (const auto& u : running_) add_fantasy(u);
+    add_stopped_fantasies();
+  }
+  // Under early stopping, the latest kMaxStoppedFantasies trials stopped below this ask's level.
+  void add_stopped_fantasies() {
+    if (!multi_fidelity()) return;
     const std::size_t from = fit_.stopped.size() - std::min(fit_.stopped.size(), kMaxStoppedFantasies);
     std::vector<const std::vector<double>*> stopped;
     for (std::size_t i = from; i < fit_.stopped.size(); ++i) stopped.push_back(&data_[fit_.stopped[i]].u);
@@ -801,6 +839,7 @@ class Bayesian final : public SearcherBase {
   Eigen::MatrixXd forest_X_;
   Eigen::VectorXd forest_y_;
   std::size_t gp_rows_ = 0;
+  std::vector<std::vector<double>> running_;  // the running trials in the model as fantasies, oldest first
   std::size_t n_at_fit_ = 0;
   int64_t model_failures_ = 0;  // asks whose model could not be built (their suggestions came from the design)
   std::string model_error_;     // why, the latest time
@@ -864,6 +903,7 @@ Result<std::unique_ptr<Searcher>> make_bayesian(const SearchSpec& spec) {
   cfg.kappa = s["ucb_kappa"].get<double>();
   cfg.kriging_believer = s["pending"] == "kriging_believer";
   cfg.liar = s["liar"].get<std::string>();
+  cfg.max_fantasies = static_cast<std::size_t>(s["max_fantasies"].get<int64_t>());
   cfg.output_transform = s["output_transform"].get<std::string>();
   cfg.input_warping = s["input_warping"].get<bool>();
   cfg.overlap_kernel = s["choice_kernel"] == "overlap";
