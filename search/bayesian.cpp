@@ -263,8 +263,20 @@ class Bayesian final : public SearcherBase {
       for_each_pending(fit_.pending, pending(), add);
       keep_latest_running();
     }
-    for (const auto& u : running_) add_fantasy(u);
+    add_running_fantasies();
     add_stopped_fantasies();
+  }
+  // The running trials: in the GP one rank-one update each, in order (each at the prediction with
+  // the ones before); in the forest all at once with one refit (one refit each made an ask beside
+  // 64 running trials take 0.35-0.7 s).
+  void add_running_fantasies() {
+    if (!cfg_.forest) {
+      for (const auto& u : running_) add_fantasy(u);
+      return;
+    }
+    std::vector<const std::vector<double>*> points;
+    for (const auto& u : running_) points.push_back(&u);
+    add_forest_fantasies(points);
   }
   void keep_latest_running() {
     if (running_.size() > cfg_.max_fantasies)
@@ -278,11 +290,13 @@ class Bayesian final : public SearcherBase {
     if (cfg_.forest) {
       forest_X_.conservativeResize(static_cast<Eigen::Index>(real_n), Eigen::NoChange);
       forest_y_.conservativeResize(static_cast<Eigen::Index>(real_n));
+      Rng rng = rng_for(static_cast<int64_t>(real_n), 0xF0F);
+      forest_.fit(forest_X_, forest_y_, rng);  // the fantasies' values: its predictions from the real rows
     } else {
       gp_.truncate(real_n);
     }
     y_best_ = model_y_.size() > 0 ? model_y_.minCoeff() : y_best_;
-    for (const auto& u : running_) add_fantasy(u);
+    add_running_fantasies();
     add_stopped_fantasies();
   }
   // Under early stopping, the latest kMaxStoppedFantasies trials stopped below this ask's level.
@@ -298,10 +312,10 @@ class Bayesian final : public SearcherBase {
 
   // Fantasies in the forest at once: every point at the forest's prediction (or the liar), then one
   // refit (add_fantasy's refit per point would be 64 refits an ask).
-  void add_forest_fantasies(const std::vector<const std::vector<double>*>& stopped) {
-    if (stopped.empty()) return;
-    Eigen::MatrixXd F(static_cast<Eigen::Index>(stopped.size()), static_cast<Eigen::Index>(enc_.feature_dims()));
-    for (std::size_t r = 0; r < stopped.size(); ++r) F.row(static_cast<Eigen::Index>(r)) = features_of(*stopped[r]).transpose();
+  void add_forest_fantasies(const std::vector<const std::vector<double>*>& points) {
+    if (points.empty()) return;
+    Eigen::MatrixXd F(static_cast<Eigen::Index>(points.size()), static_cast<Eigen::Index>(enc_.feature_dims()));
+    for (std::size_t r = 0; r < points.size(); ++r) F.row(static_cast<Eigen::Index>(r)) = features_of(*points[r]).transpose();
     Eigen::VectorXd mean, var;
     model_predict(F, mean, var);
     const Eigen::Index old = forest_X_.rows();

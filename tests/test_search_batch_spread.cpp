@@ -137,6 +137,8 @@ TEST_CASE("a batch of 16 after 20 observations is distinct and spread: bayesian,
 TEST_CASE("bayesian takes the latest max_fantasies running trials: the same below the cap, bounded above it") {
   const Space space = space_of(Kind::kContinuous);
   const Encoder enc(space);
+  for (const std::string surrogate : {"gp", "forest"}) {
+  CAPTURE(surrogate);
   auto run = [&](int64_t max_fantasies, std::size_t batch, std::size_t running_before) {
     SearchSpec spec;
     spec.algorithm = "bayesian";
@@ -144,7 +146,7 @@ TEST_CASE("bayesian takes the latest max_fantasies running trials: the same belo
     spec.objectives = {{"loss", false}};
     spec.seed = 5;
     spec.max_trials = 1000;
-    spec.settings = {{"acq_samples", 200}, {"acq_local_starts", 1}, {"max_fantasies", max_fantasies}};
+    spec.settings = {{"acq_samples", 200}, {"acq_local_starts", 1}, {"max_fantasies", max_fantasies}, {"surrogate", surrogate}};
     auto s = make_searcher(spec).value();
     for (int t = 0; t < kObserved; ++t) {
       auto one = s->ask(1).value();
@@ -175,6 +177,8 @@ TEST_CASE("bayesian takes the latest max_fantasies running trials: the same belo
   std::vector<Params> random;
   for (std::size_t i = 0; i < capped.first.size(); ++i) random.push_back(space.sample(rng));
   const double ratio = mean_pairwise(enc, capped.first) / mean_pairwise(enc, random);
-  MESSAGE("a batch of 24 beside 40 running, max_fantasies 4: mean pairwise distance " << ratio << " of random's");
+  MESSAGE(surrogate << ": a batch of 24 beside 40 running, max_fantasies 4: mean pairwise distance " << ratio
+                    << " of random's");
   CHECK(ratio >= 0.5);
+  }
 }
