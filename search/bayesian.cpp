@@ -246,12 +246,11 @@ class Bayesian final : public SearcherBase {
   // The points the model is fitted on: every finished trial (and warm-start one), or under early
   // stopping those with a value at this ask's level (fit_, model_data.h).
   const std::vector<DataPoint>& model_data() const { return multi_fidelity() ? fit_.points : data_; }
-  // Adds the trials the model takes as running as fantasies: every pending one, or under early
-  // stopping those not at this ask's level (fit_.pending names them by seq, pending() holds them),
-  // and the latest kMaxStoppedFantasies trials stopped below it (model_data.h: visited, their value
-  // there unknown; each fantasy is a rank-one update, so they are bounded).
-  // Only the latest max_fantasies running trials are taken (running_), so that the model's size, and
-  // with it a suggestion's cost, does not grow with the trainer groups.
+  // Adds the trials the model takes as running as fantasies: the latest max_fantasies pending ones
+  // (running_), or under early stopping the latest of those not at this ask's level (fit_.pending
+  // names them by seq, pending() holds them), so that the model's size, and with it a suggestion's
+  // cost, does not grow with the trainer groups; then the latest kMaxStoppedFantasies trials stopped
+  // below the level (model_data.h: visited, their value there unknown).
   void add_pending_fantasies() {
     running_.clear();
     auto add = [&](int64_t, const Params& params) { running_.push_back(enc_.encode(params)); };
@@ -459,7 +458,8 @@ class Bayesian final : public SearcherBase {
     double y = liar_;
     if (cfg_.kriging_believer) {
       Eigen::VectorXd mean, var;
-      model_predict(f.transpose(), mean, var);
+      if (cfg_.forest) model_predict(f.transpose(), mean, var);
+      else gp_.predict_mean(f.transpose(), mean);  // the same mean, without the variance's O(n^2) solve
       y = mean(0);
     }
     if (cfg_.forest) {
