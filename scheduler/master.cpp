@@ -416,6 +416,10 @@ Status Master::interrupt(Clock::time_point now) {
   return {};
 }
 
+bool Master::signalled() const {
+  return (p_.interrupt != nullptr && p_.interrupt->load() > 0) || (p_.preempt != nullptr && p_.preempt->load() > 0);
+}
+
 Result<bool> Master::step(Clock::time_point now) {
   if (failed_) return err(Errc::kFailed, "the master has failed");
   if (sched_->finished()) return true;
@@ -430,7 +434,7 @@ Result<bool> Master::step(Clock::time_point now) {
   }
   for (int n = 0; env;) {
     if (auto s = sched_->handle(env->peer, env->bytes, now); !s.ok()) return fail(std::move(s).error(), now);
-    if (++n >= kMaxBatch) break;
+    if (++n >= kMaxBatch || signalled()) break;
     auto next = p_.transport->recv(std::chrono::milliseconds(0));
     if (!next.ok()) return fail(std::move(next).error(), now);
     env = std::move(next.value());

@@ -198,6 +198,8 @@ Result<CampaignOutcome> run_master(const MasterOptions& options) {
   parts.failpoint = options.failpoint;
   parts.failpoint_hit = options.failpoint_hit;
   parts.make_stage = options.make_stage;
+  parts.interrupt = options.interrupt;
+  parts.preempt = options.preempt;
   parts.master_incarnation = make_incarnation();
   parts.secret = secret;
 

@@ -415,6 +415,7 @@ Result<SimulationOutcome> simulate_campaign(const SimulateOptions& options) {
   parts.log = options.master.log;
   parts.make_stage = options.master.make_stage;
   parts.vouched_liveness = true;  // a simulated group is alive until it goes silent (note_silent)
+  parts.interrupt = options.interrupt;  // Ctrl-C within one message's work, not a step's
   parts.search_state_every = 0;   // not resumed: the searcher's state is written once, at the end
   Master master(std::move(campaign), std::move(parts));
   HPCTUNE_TRY(master.start(now));

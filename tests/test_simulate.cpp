@@ -480,6 +480,30 @@ TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more t
     CHECK(st->code == (sig == SIGTERM ? 143 : 130));
     CHECK_MESSAGE(read_file(dir.file("big.log")).find("interrupted after") != std::string::npos, read_file(dir.file("big.log")));
   }
+  // A step of slow asks: the GP with every one of 2,048 running trials as a fantasy (max_fantasies
+  // lifted) takes a second or more an ask, and a step handles up to 512 finished trials. The signal
+  // ends the step after the message in hand (MasterParts::interrupt); before, the step went on for
+  // minutes.
+  const std::string slow = dir.write(
+      "slow.yaml", "name: slow\nseed: 1\nobjective: {metric: value, mode: min}\n"
+                   "search: {algorithm: bayesian, max_trials: 5000, settings: {max_fantasies: 100000}}\n"
+                   "space:\n  x1: {type: float, low: -5.0, high: 10.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
+                   "trainer: {kind: function, name: branin, steps: 3}\nresources: {groups: 2048}\n");
+  {
+    const std::string db = dir.file("slow.db");
+    auto child = start_hpctune({"simulate", slow, "--db", db}, dir.file("slow.log"));
+    REQUIRE(wait_until([&] { return std::filesystem::exists(db); }, std::chrono::seconds(30)));
+    std::this_thread::sleep_for(std::chrono::seconds(4));  // the design's trials end, the slow asks begin
+    child.signal(SIGTERM);
+    const auto signalled = std::chrono::steady_clock::now();
+    auto st = child.wait_for(std::chrono::seconds(300));
+    REQUIRE(st.has_value());
+    // One ask is a few seconds at most even on a loaded machine; the rest of a step, minutes.
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    CHECK_MESSAGE(took < 30.0, "it ended " << took << " s after SIGTERM");
+    CHECK(st->code == 143);
+    CHECK_MESSAGE(read_file(dir.file("slow.log")).find("interrupted after") != std::string::npos, read_file(dir.file("slow.log")));
+  }
   const std::string huge = dir.write(
       "huge.yaml", "name: huge\nobjective: {metric: value, mode: min}\nsearch: {algorithm: random, max_trials: 1000000}\n"
                    "space:\n  x1: {type: float, low: -5.0, high: 10.0}\n  x2: {type: float, low: 0.0, high: 15.0}\n"
