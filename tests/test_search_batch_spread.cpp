@@ -138,47 +138,48 @@ TEST_CASE("bayesian takes the latest max_fantasies running trials: the same belo
   const Space space = space_of(Kind::kContinuous);
   const Encoder enc(space);
   for (const std::string surrogate : {"gp", "forest"}) {
-  CAPTURE(surrogate);
-  auto run = [&](int64_t max_fantasies, std::size_t batch, std::size_t running_before) {
-    SearchSpec spec;
-    spec.algorithm = "bayesian";
-    spec.space = space;
-    spec.objectives = {{"loss", false}};
-    spec.seed = 5;
-    spec.max_trials = 1000;
-    spec.settings = {{"acq_samples", 200}, {"acq_local_starts", 1}, {"max_fantasies", max_fantasies}, {"surrogate", surrogate}};
-    auto s = make_searcher(spec).value();
-    for (int t = 0; t < kObserved; ++t) {
-      auto one = s->ask(1).value();
-      s->tell({one[0].seq, one[0].params, Outcome::kCompleted, {hartmann(one[0].params, Kind::kContinuous)}, 1});
-    }
-    REQUIRE(s->ask(running_before).value().size() == running_before);  // running, never told
-    auto out = s->ask(batch).value();
-    REQUIRE(out.size() == batch);
-    std::vector<Params> pts;
-    for (const auto& x : out) pts.push_back(x.params);
-    return std::make_pair(pts, s->state()["running_in_model"].get<std::size_t>());
-  };
-  // 8 running + a batch of 8: 16 fantasies at most, under the default 64 and under 16.
-  const auto uncapped = run(100000, 8, 8), at_16 = run(16, 8, 8), at_64 = run(64, 8, 8);
-  CHECK(at_16.first == uncapped.first);
-  CHECK(at_64.first == uncapped.first);
-  CHECK(uncapped.second == 16);
-  // 40 running + a batch of 24 under a cap of 4: the model never holds more than 8 of them.
-  const auto capped = run(4, 24, 40), free_run = run(100000, 24, 40);
-  CHECK(capped.second <= 8);
-  CHECK(capped.second >= 4);
-  CHECK(free_run.second == 64);
-  CHECK(capped.first != free_run.first);
-  std::set<std::string> keys;
-  for (const auto& p : capped.first) keys.insert(p.dump());
-  CHECK(keys.size() == capped.first.size());
-  Rng rng(derive_seed(5, 77));
-  std::vector<Params> random;
-  for (std::size_t i = 0; i < capped.first.size(); ++i) random.push_back(space.sample(rng));
-  const double ratio = mean_pairwise(enc, capped.first) / mean_pairwise(enc, random);
-  MESSAGE(surrogate << ": a batch of 24 beside 40 running, max_fantasies 4: mean pairwise distance " << ratio
-                    << " of random's");
-  CHECK(ratio >= 0.5);
+    CAPTURE(surrogate);
+    auto run = [&](int64_t max_fantasies, std::size_t batch, std::size_t running_before) {
+      SearchSpec spec;
+      spec.algorithm = "bayesian";
+      spec.space = space;
+      spec.objectives = {{"loss", false}};
+      spec.seed = 5;
+      spec.max_trials = 1000;
+      spec.settings = {
+          {"acq_samples", 200}, {"acq_local_starts", 1}, {"max_fantasies", max_fantasies}, {"surrogate", surrogate}};
+      auto s = make_searcher(spec).value();
+      for (int t = 0; t < kObserved; ++t) {
+        auto one = s->ask(1).value();
+        s->tell({one[0].seq, one[0].params, Outcome::kCompleted, {hartmann(one[0].params, Kind::kContinuous)}, 1});
+      }
+      REQUIRE(s->ask(running_before).value().size() == running_before);  // running, never told
+      auto out = s->ask(batch).value();
+      REQUIRE(out.size() == batch);
+      std::vector<Params> pts;
+      for (const auto& x : out) pts.push_back(x.params);
+      return std::make_pair(pts, s->state()["running_in_model"].get<std::size_t>());
+    };
+    // 8 running + a batch of 8: 16 fantasies at most, under the default 64 and under 16.
+    const auto uncapped = run(100000, 8, 8), at_16 = run(16, 8, 8), at_64 = run(64, 8, 8);
+    CHECK(at_16.first == uncapped.first);
+    CHECK(at_64.first == uncapped.first);
+    CHECK(uncapped.second == 16);
+    // 40 running + a batch of 24 under a cap of 4: the model never holds more than 8 of them.
+    const auto capped = run(4, 24, 40), free_run = run(100000, 24, 40);
+    CHECK(capped.second <= 8);
+    CHECK(capped.second >= 4);
+    CHECK(free_run.second == 64);
+    CHECK(capped.first != free_run.first);
+    std::set<std::string> keys;
+    for (const auto& p : capped.first) keys.insert(p.dump());
+    CHECK(keys.size() == capped.first.size());
+    Rng rng(derive_seed(5, 77));
+    std::vector<Params> random;
+    for (std::size_t i = 0; i < capped.first.size(); ++i) random.push_back(space.sample(rng));
+    const double ratio = mean_pairwise(enc, capped.first) / mean_pairwise(enc, random);
+    MESSAGE(surrogate << ": a batch of 24 beside 40 running, max_fantasies 4: mean pairwise distance " << ratio
+                      << " of random's");
+    CHECK(ratio >= 0.5);
   }
 }
