@@ -118,10 +118,10 @@ struct MasterParts {
   // a simulated campaign is not resumed, and a genetic search of 20,000 trials in generations of 10
   // wrote its growing state 2,000 times, most of the simulation's time).
   int64_t search_state_every = 10;
-  // Ctrl-C or SIGTERM, and SLURM's warning (SIGUSR1), each > 0 once given: a step ends after the
-  // message it is handling, so that the driver stops within one message's work, not a step's (512
-  // messages, each an ask of a model that may take a second on thousands of groups). Unset: steps
-  // of up to 512 messages.
+  // Ctrl-C or SIGTERM, and SLURM's warning (SIGUSR1), each > 0 once given: from the message in
+  // hand on, the step holds dispatch (Scheduler::hold_dispatch): the results already received are
+  // recorded and none costs an ask (each may take a second on thousands of groups with a model), so
+  // that the driver stops within one message's work, not a step's of up to 512 asks.
   const std::atomic<int>* interrupt = nullptr;
   const std::atomic<int>* preempt = nullptr;
 };
@@ -162,7 +162,7 @@ class Master {
   Result<CampaignOutcome> stop(Clock::time_point now);
 
   bool interrupted() const;
-  // MasterParts::interrupt or ::preempt was given: the step in progress ends early.
+  // MasterParts::interrupt or ::preempt was given: the step in progress holds dispatch.
   bool signalled() const;
   Progress progress() const;
   const Scheduler& scheduler() const { return *sched_; }

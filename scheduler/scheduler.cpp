@@ -995,7 +995,7 @@ Status Scheduler::settle_held(Clock::time_point now) {
 }
 
 Status Scheduler::dispatch(Clock::time_point now) {
-  if (interrupted_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
+  if (interrupted_ || dispatch_held_ || out_of_time(now) || !gave_up_.empty() || fatal_) return {};
   // The idle workers, in the order of their groups (idle_ is exact: counted, not scanned).
   const std::size_t idle = idle_.size();
   if (idle == 0) return {};

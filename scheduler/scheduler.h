@@ -216,6 +216,9 @@ class Scheduler {
   // then); a trial in flight runs to its end.
   Status close_stage(std::size_t index, Clock::time_point now);
   bool interrupted() const { return interrupted_; }
+  // A signal came and interrupt() follows after this turn: no more trials are asked for or sent,
+  // while the results already received are still recorded (Master::step drains them cheaply).
+  void hold_dispatch() { dispatch_held_ = true; }
   // Why dispatch stopped early (search.max_failures), "" when it did not.
   const std::string& gave_up() const { return gave_up_; }
   // An error that ends the campaign once the current turn is committed (the trial source failed:
@@ -399,6 +402,7 @@ class Scheduler {
   std::optional<double> best_;
   int64_t best_trial_ = 0;
   bool interrupted_ = false;
+  bool dispatch_held_ = false;  // hold_dispatch()
   std::string gave_up_;  // see gave_up()
   Status pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now);
   Status fail_paused(Worker& w, Trial& t, const std::string& error, Clock::time_point now);
