@@ -339,8 +339,9 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
   int64_t total = 0;
   for (const auto state : store::kTrialStates) {
     const char* s = store::to_string(state);
-    total += count(s);
-    rows.push_back({s, std::to_string(count(s))});
+    const int64_t n = count(s);
+    total += n;
+    rows.push_back({s, std::to_string(n)});
   }
   rows.push_back({"total", std::to_string(total)});
   out += "\nTrials by state:\n" + format_table({"state", "trials"}, rows);

@@ -433,10 +433,10 @@ Result<bool> Master::step(Clock::time_point now) {
     env = std::move(first.value());
   }
   for (int n = 0; env;) {
-    if (auto s = sched_->handle(env->peer, env->bytes, now); !s.ok()) return fail(std::move(s).error(), now);
     // After a signal the step goes on with dispatch held: the results received are recorded, and
     // none of them costs an ask (minutes on thousands of groups with a model-based search).
     if (signalled()) sched_->hold_dispatch();
+    if (auto s = sched_->handle(env->peer, env->bytes, now); !s.ok()) return fail(std::move(s).error(), now);
     if (++n >= kMaxBatch) break;
     auto next = p_.transport->recv(std::chrono::milliseconds(0));
     if (!next.ok()) return fail(std::move(next).error(), now);

@@ -255,13 +255,11 @@ class Bayesian final : public SearcherBase {
     running_.clear();
     auto add = [&](int64_t, const Params& params) { running_.push_back(enc_.encode(params)); };
     if (!multi_fidelity()) {
-      auto from = pending().end();
-      for (std::size_t k = 0; k < cfg_.max_fantasies && from != pending().begin(); ++k) --from;
-      for (auto it = from; it != pending().end(); ++it) add(it->first, it->second);
+      for (const auto& [pseq, params] : pending()) add(pseq, params);
     } else {
       for_each_pending(fit_.pending, pending(), add);
-      keep_latest_running();
     }
+    keep_latest_running();
     add_running_fantasies();
     add_stopped_fantasies();
   }

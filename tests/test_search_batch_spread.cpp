@@ -23,6 +23,7 @@ using namespace hpctune::search;
 using hpctune::testing::choice;
 using hpctune::testing::flt;
 using hpctune::testing::integer;
+using nlohmann::json;
 
 namespace {
 
@@ -76,6 +77,28 @@ double mean_pairwise(const Encoder& enc, const std::vector<Params>& pts) {
   return sum / pairs;
 }
 
+SearchSpec spec_for(const std::string& algo, const Space& space, uint64_t seed, int64_t max_trials, json settings) {
+  SearchSpec spec;
+  spec.algorithm = algo;
+  spec.space = space;
+  spec.objectives = {{"loss", false}};
+  spec.seed = seed;
+  spec.max_trials = max_trials;
+  spec.settings = std::move(settings);
+  return spec;
+}
+
+// kObserved suggestions asked and told one at a time, as one free group would.
+void observe(Searcher& s, Kind kind) {
+  for (int t = 0; t < kObserved; ++t) {
+    auto one = s.ask(1);
+    REQUIRE(one.ok());
+    REQUIRE(one->size() == 1);
+    const auto& x = one->front();
+    s.tell({x.seq, x.params, Outcome::kCompleted, {hartmann(x.params, kind)}, 1});
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a batch of 16 after 20 observations is distinct and spread: bayesian, tpe, auto") {
@@ -88,23 +111,12 @@ TEST_CASE("a batch of 16 after 20 observations is distinct and spread: bayesian,
         CAPTURE(static_cast<int>(kind));
         CAPTURE(algo);
         CAPTURE(seed);
-        SearchSpec spec;
-        spec.algorithm = algo;
-        spec.space = space;
-        spec.objectives = {{"loss", false}};
-        spec.seed = seed;
-        spec.max_trials = 100;
-        if (algo == "bayesian") spec.settings = {{"acq_samples", 300}, {"acq_local_starts", 2}};
-        auto made = make_searcher(spec);
+        const json settings =
+            algo == "bayesian" ? json{{"acq_samples", 300}, {"acq_local_starts", 2}} : json::object();
+        auto made = make_searcher(spec_for(algo, space, seed, 100, settings));
         REQUIRE_MESSAGE(made.ok(), made.error().to_string());
         Searcher& s = **made;
-        for (int t = 0; t < kObserved; ++t) {
-          auto one = s.ask(1);
-          REQUIRE(one.ok());
-          REQUIRE(one->size() == 1);
-          const auto& x = one->front();
-          s.tell({x.seq, x.params, Outcome::kCompleted, {hartmann(x.params, kind)}, 1});
-        }
+        observe(s, kind);
         auto batch = s.ask(kBatch);
         REQUIRE(batch.ok());
         REQUIRE(batch->size() == kBatch);
@@ -140,19 +152,10 @@ TEST_CASE("bayesian takes the latest max_fantasies running trials: the same belo
   for (const std::string surrogate : {"gp", "forest"}) {
     CAPTURE(surrogate);
     auto run = [&](int64_t max_fantasies, std::size_t batch, std::size_t running_before) {
-      SearchSpec spec;
-      spec.algorithm = "bayesian";
-      spec.space = space;
-      spec.objectives = {{"loss", false}};
-      spec.seed = 5;
-      spec.max_trials = 1000;
-      spec.settings = {
+      const json settings = {
           {"acq_samples", 200}, {"acq_local_starts", 1}, {"max_fantasies", max_fantasies}, {"surrogate", surrogate}};
-      auto s = make_searcher(spec).value();
-      for (int t = 0; t < kObserved; ++t) {
-        auto one = s->ask(1).value();
-        s->tell({one[0].seq, one[0].params, Outcome::kCompleted, {hartmann(one[0].params, Kind::kContinuous)}, 1});
-      }
+      auto s = make_searcher(spec_for("bayesian", space, 5, 1000, settings)).value();
+      observe(*s, Kind::kContinuous);
       REQUIRE(s->ask(running_before).value().size() == running_before);  // running, never told
       auto out = s->ask(batch).value();
       REQUIRE(out.size() == batch);

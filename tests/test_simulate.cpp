@@ -481,9 +481,9 @@ TEST_CASE("simulate stops at SIGTERM and at the first Ctrl-C, and refuses more t
     CHECK_MESSAGE(read_file(dir.file("big.log")).find("interrupted after") != std::string::npos, read_file(dir.file("big.log")));
   }
   // A step of slow asks: the GP with every one of 2,048 running trials as a fantasy (max_fantasies
-  // lifted) takes a second or more an ask, and a step handles up to 512 finished trials. The signal
-  // ends the step after the message in hand (MasterParts::interrupt); before, the step went on for
-  // minutes.
+  // lifted) takes a second or more an ask, and a step handles up to 512 finished trials. After the
+  // signal the step records what it received without asking (MasterParts::interrupt,
+  // Scheduler::hold_dispatch); before, it asked for every finished trial, for minutes.
   const std::string slow = dir.write(
       "slow.yaml", "name: slow\nseed: 1\nobjective: {metric: value, mode: min}\n"
                    "search: {algorithm: bayesian, max_trials: 5000, settings: {max_fantasies: 100000}}\n"
