@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -268,6 +269,32 @@ TEST_CASE("downpour: replicas that serve the shards train with sgd and adagrad s
       CHECK(std::filesystem::exists(nn::checkpoint_path(dir, 0)));
       if (compression == "1bit") CHECK(b->metrics.at("sync_bytes_per_step") < a->metrics.at("sync_bytes_per_step") / 10);
     }
+  }
+}
+
+TEST_CASE("downpour: with replica 1 three times slower, the final model holds every push (its last ones too)") {
+  // The leader finishes its share of the last epoch well before the slow replica, which still has
+  // most of its pushes to send. Before, the leader validated, reported and saved the weights of its
+  // own last fetch, then waited for the slow replica all the same: the final model held only the
+  // updates applied up to that fetch.
+  const auto data = synthetic(600, 100, 8, 4, 7);
+  auto g = replicas(2);
+  nlohmann::json dp = kBase;
+  dp["sync"] = "downpour";
+  dp["shard_optimizer"] = "sgd";
+  dp["debug_slowdown"] = 3.0;
+  dp["debug_slowdown_rank"] = 1;
+  const SharedTempDir dir_guard(*g, "hpctune-async");
+  auto r = train(g.get(), dp, data, dir_guard.path);
+  REQUIRE_MESSAGE(r.ok(), r.error().message());
+  if (g->leader()) {
+    const double updates = r->metrics.at("sync_updates");
+    // Every minibatch of both replicas (540 training images after the 10% validation split, 34
+    // minibatches of 16 an epoch, 2 epochs) is one push, applied by each of the 2 shards.
+    const double minibatches = 2.0 * std::ceil(540.0 / 16.0);
+    CHECK(updates == 2.0 * minibatches);
+    CHECK(r->metrics.at("sync_updates_in_model") == updates);
+    CHECK(r->metrics.at("sync_replica_fraction_min") == 1.0);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -277,4 +278,50 @@ TEST_CASE("downpour: a fetch waits for the replica's own pushes sent before it (
   // Before, the shard answered the fetch with the weights before the push: the replica (and the
   // leader's evaluation at the end of an epoch) went on without its own last gradient.
   push_overtaken_by(82);
+}
+
+TEST_CASE("downpour: the leader ends on the shards' final weights, with a slower replica's last push") {
+  // Ranks 0 and 1 are both replicas; the one shard lives on rank 0. The leader fetches, then
+  // replica 1 pushes its last gradient and says it is done. Before, the leader kept the weights of
+  // its last fetch: the model it validated and saved lacked the slower replica's last pushes (with
+  // one replica 3x slower, two thirds of that replica's work).
+  TwoReplicas link;
+  link.hold = false;
+  link.timeout = std::chrono::seconds(60);  // no replica taken for dead on a busy machine
+  QueuedGroup g0(link, 0), g1(link, 1);
+  DownpourOptions o;
+  o.shards = 1;
+  o.adagrad = false;
+  o.run_id = 11;
+  const std::vector<float> initial{0, 0, 0, 0};
+  auto leader = Downpour::create(g0, initial, o), slow = Downpour::create(g1, initial, o);
+  REQUIRE(leader.ok());
+  REQUIRE(slow.ok());
+  std::promise<void> fetched_promise;
+  std::shared_future<void> fetched = fetched_promise.get_future().share();
+  Status slow_pushed = Status::Ok(), slow_finished = Status::Ok();
+  std::thread slow_rank([&] {
+    fetched.wait();
+    slow_pushed = (*slow)->push(0, std::vector<float>{2, 2, 2, 2}, 0.5f);
+    slow_finished = (*slow)->finish();
+  });
+  const Status pushed = (*leader)->push(0, std::vector<float>{1, 2, 3, 4}, 0.5f);
+  std::vector<float> params(4, 7.0f);
+  const Status got = (*leader)->fetch(params);
+  const std::vector<float> at_fetch = params;
+  const int64_t updates_at_fetch = (*leader)->updates_in_params();
+  fetched_promise.set_value();
+  const Status finished = (*leader)->finish(params);
+  slow_rank.join();
+  REQUIRE_MESSAGE(pushed.ok(), pushed.error().message());
+  REQUIRE_MESSAGE(got.ok(), got.error().message());
+  REQUIRE_MESSAGE(slow_pushed.ok(), slow_pushed.error().message());
+  REQUIRE_MESSAGE(slow_finished.ok(), slow_finished.error().message());
+  REQUIRE_MESSAGE(finished.ok(), finished.error().message());
+  CHECK(at_fetch == std::vector<float>{-0.5f, -1.0f, -1.5f, -2.0f});
+  CHECK(updates_at_fetch == 1);
+  CHECK(params == std::vector<float>{-1.5f, -2.0f, -2.5f, -3.0f});  // both pushes, sgd at lr 0.5
+  CHECK((*leader)->summary().updates == 2);
+  CHECK((*leader)->updates_in_params() == 2);
+  CHECK((*leader)->summary().pushes == std::vector<int64_t>{1, 1});
 }

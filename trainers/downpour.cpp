@@ -295,10 +295,12 @@ Status Downpour::serve() { return handle_shard_messages(); }
 Status Downpour::fetch(std::span<float> params) {
   if (!replica_ || params.size() != params_) return err(Errc::kInternal, "downpour: fetch by a non-replica");
   std::vector<bool> have(static_cast<size_t>(shards_), false);
+  std::vector<int64_t> updates_fetched(static_cast<size_t>(shards_), 0);
   int missing = shards_;
   for (int s = 0; s < shards_; ++s) {
     if (shard_rank(s) == group_.data_rank()) {
       std::copy(shard_->weights.begin(), shard_->weights.end(), params.begin() + static_cast<long>(shard_->begin));
+      updates_fetched[static_cast<size_t>(s)] = shard_->updates;
       shard_->others_since_fetch[static_cast<size_t>(group_.data_rank())] = 0;
       have[static_cast<size_t>(s)] = true;
       --missing;
@@ -327,12 +329,12 @@ Status Downpour::fetch(std::span<float> params) {
       const uint32_t magic = kMagic;
       HPCTUNE_ASSIGN(const uint32_t s, in.get<uint32_t>());
       HPCTUNE_ASSIGN(const int64_t updates, in.get<int64_t>());
-      (void)updates;
       if (magic != kMagic || s >= static_cast<uint32_t>(shards_) || shard_rank(static_cast<int>(s)) != reply->from ||
           in.rest().size() != (slice_end(static_cast<int>(s)) - slice_begin(static_cast<int>(s))) * sizeof(float)) {
         return err(Errc::kProtocol, "downpour: a malformed parameter reply from data rank " + std::to_string(reply->from));
       }
       std::memcpy(params.data() + slice_begin(static_cast<int>(s)), in.rest().data(), in.rest().size());
+      updates_fetched[s] = updates;
       if (!have[s]) have[s] = true, --missing;
       continue;
     }
@@ -347,6 +349,8 @@ Status Downpour::fetch(std::span<float> params) {
     }
     pause(spins);
   }
+  updates_in_params_ = 0;
+  for (const int64_t u : updates_fetched) updates_in_params_ += u;
   return Status::Ok();
 }
 
@@ -397,6 +401,9 @@ Status Downpour::send_summary() {
     put<int64_t>(m, sh.pushes[r]);
     put<uint32_t>(m, sh.dropped[r] ? 1u : 0u);
   }
+  // The slice's final weights: every replica is done or dropped, so no push can change them.
+  const auto* w = reinterpret_cast<const uint8_t*>(sh.weights.data());
+  m.insert(m.end(), w, w + sh.weights.size() * sizeof(float));
   sh.summary_sent = true;
   if (group_.data_rank() == 0) return absorb_summary(0, m);
   return group_.post_to_replica(0, kSummaryTag, std::move(m));
@@ -430,13 +437,22 @@ Status Downpour::absorb_summary(int from, const std::vector<uint8_t>& bytes) {
     summary_.pushes[r] = std::max(summary_.pushes[r], pushes);
     if (dropped) summary_.dropped[r] = true;
   }
+  const size_t b = slice_begin(static_cast<int>(shard)), e = slice_end(static_cast<int>(shard));
+  if (in.rest().size() != (e - b) * sizeof(float)) {
+    return err(Errc::kProtocol, "downpour: a summary from data rank " + std::to_string(from) + " without its slice's weights");
+  }
+  std::memcpy(final_.data() + b, in.rest().data(), in.rest().size());
   return Status::Ok();
 }
 
-Status Downpour::finish() {
+Status Downpour::finish(std::span<float> final_params) {
+  if (!final_params.empty() && (group_.data_rank() != 0 || final_params.size() != params_)) {
+    return err(Errc::kInternal, "downpour: the final weights go to the leader's whole parameter vector");
+  }
   summary_.pushes.assign(static_cast<size_t>(replicas_), 0);
   summary_.dropped.assign(static_cast<size_t>(replicas_), false);
   summaries_seen_.assign(static_cast<size_t>(shards_), false);
+  if (group_.data_rank() == 0) final_.assign(params_, 0.0f);
   if (replica_) {
     for (int s = 0; s < shards_; ++s) {
       if (shard_rank(s) == group_.data_rank()) {
@@ -468,6 +484,10 @@ Status Downpour::finish() {
     const bool own_done = !shard_ || shard_->summary_sent;
     if (own_done && (!leader || summaries == shards_)) {
       group_.give_up_arriving();  // from a replica that died half-way through a message
+      if (leader && !final_params.empty()) {
+        std::copy(final_.begin(), final_.end(), final_params.begin());
+        updates_in_params_ = summary_.updates;
+      }
       return Status::Ok();
     }
     if (own_done && deadline == Clock::time_point::max()) deadline = Clock::now() + 2 * group_.timeout();

@@ -21,11 +21,12 @@
 // again if it speaks again), and ends when the leader is done and every other replica is done or
 // dropped. A replica is done when its done message, which counts its pushes, and every one of those
 // pushes have arrived (the small done message can overtake a large push). The shard then sends the
-// leader (replica 0) a summary: its
-// updates, the staleness it saw (a push's staleness: the updates from other replicas the shard
-// applied since that replica's last fetch of it), each replica's pushes and whether it was
-// dropped. The leader waits for every shard's summary in finish(). Open MPI ends the whole job
-// when a rank dies unless mpirun runs with --enable-recovery, which the launcher passes when the
+// leader (replica 0) a summary: its updates, the staleness it saw (a push's staleness: the updates
+// from other replicas the shard applied since that replica's last fetch of it), each replica's
+// pushes and whether it was dropped, and its slice's final weights. The leader waits for every
+// shard's summary in finish() and ends on those weights, so the model it evaluates and saves holds
+// the slowest replica's last pushes too. Open MPI ends the whole job when a rank dies unless mpirun
+// runs with --enable-recovery, which the launcher passes when the
 // campaign can run a downpour or ssp trial (launch/launcher.h, GroupResources::rank_recovery); the
 // trial then finishes on the others, its result names the dropped replicas (a replica_dropped event
 // each) and says the group lost a rank (TrialResult::group_degraded): the group worker ends the
@@ -91,12 +92,16 @@ class Downpour {
   Status serve();
   // Replica: says it is done, serves its shard until every replica is done or dropped, and (the
   // leader) waits for every shard's summary. A rank that is only a shard serves here until then.
-  Status finish();
+  // Each summary carries its slice's final weights: the leader's `final_params`, if given (its
+  // whole parameter vector), end holding every push of every replica, the slowest's last ones too.
+  Status finish(std::span<float> final_params = {});
 
   bool due_fetch(int64_t local_step) const noexcept { return local_step % options_.fetch_interval == 0; }
   double bytes_per_step() const noexcept;
   // The leader's view after finish(): the shards' summaries combined.
   const DownpourSummary& summary() const noexcept { return summary_; }
+  // The shards' updates held by the weights this replica fetched last (or finish() gave it).
+  int64_t updates_in_params() const noexcept { return updates_in_params_; }
   // Dropped replicas seen by this rank's shard so far, as lines for the log.
   std::vector<std::string> take_events();
 
@@ -130,6 +135,8 @@ class Downpour {
   int64_t bytes_posted_ = 0, steps_ = 0;
   DownpourSummary summary_;
   std::vector<bool> summaries_seen_;  // the leader's, by shard
+  std::vector<float> final_;          // the leader's: the shards' final weights, from their summaries
+  int64_t updates_in_params_ = 0;
   double stale_sum_ = 0.0;
   int64_t stale_count_ = 0;
   std::vector<float> scratch_;

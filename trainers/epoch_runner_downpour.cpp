@@ -2,7 +2,8 @@
 // minibatches i, i + R, ... of the epoch's order on its own copy, each a whole step: it fetches the
 // shards' weights every fetch_interval of its minibatches and pushes its gradients every
 // push_interval. No collective of the group runs (a replica may die): no stop is polled, and only
-// the leader validates, reports and writes checkpoints, on the weights it fetched last.
+// the leader validates, reports and writes checkpoints, on the weights it fetched last; at the end
+// of the last epoch, once every replica is done, on the shards' final weights.
 #include <algorithm>
 #include <thread>
 
@@ -60,6 +61,9 @@ class DownpourRunner final : public EpochRunner {
       stats += b;
     }
     run.step = first_step + run.batches_per_epoch;
+    // The last epoch ends once every replica is done: the leader then holds the shards' final
+    // weights, the slower replicas' last pushes included, and validates, reports and saves those.
+    if (epoch == run.s.epochs) return finish(run);
     for (const std::string& e : dp_->take_events()) run.warn(e);
     if (!run.lay.leader()) return EpochEnd::kSkip;
     HPCTUNE_TRY(dp_->fetch(run.net.params()));  // the shards' weights now
@@ -67,7 +71,8 @@ class DownpourRunner final : public EpochRunner {
   }
 
   Result<EpochEnd> finish(ClassifierRun& run) override {
-    HPCTUNE_TRY(dp_->finish());
+    if (!finished_) HPCTUNE_TRY(dp_->finish(run.lay.leader() ? run.net.params() : std::span<float>{}));
+    finished_ = true;
     for (const std::string& e : dp_->take_events()) run.warn(e);
     return run.lay.leader() ? EpochEnd::kEvaluate : EpochEnd::kSkip;
   }
@@ -124,10 +129,13 @@ class DownpourRunner final : public EpochRunner {
     }
     m["sync_replica_fraction_min"] = lowest;
     m["sync_replicas_dropped"] = dropped;
+    m["sync_updates"] = static_cast<double>(sum.updates);  // every push every shard applied
+    m["sync_updates_in_model"] = static_cast<double>(dp_->updates_in_params());  // those the final weights hold
   }
 
   std::unique_ptr<Downpour> dp_;
   int64_t own_steps_ = 0;  // this replica's minibatches so far
+  bool finished_ = false;  // dp_->finish() ran (at the end of the last epoch)
 };
 
 }  // namespace
