@@ -135,6 +135,10 @@ class Bayesian final : public SearcherBase {
     std::size_t real_n = 0;
     // Under early stopping, the level this ask models: until one has enough values, the design goes on.
     if (multi_fidelity()) fit_ = fidelity_model_data(spec(), enc_, data_, pending(), reports(), &rung_cache_, told_reports());
+    // Where this ask's escapes go, found on its first escape turn: nothing it reads (the observed
+    // points, their basins under the model's mean, which a kriging believer's fantasy leaves as
+    // they were) changes within one ask, and finding it costs 64 descents of the model.
+    std::optional<Region> escape;
     for (std::size_t i = 0; i < n; ++i) {
       const int64_t seq = next_seq();
       const int64_t design_len = std::max<int64_t>(0, cfg_.n_initial - warm_usable_);
@@ -162,7 +166,11 @@ class Bayesian final : public SearcherBase {
       }
       if (cfg_.mes) fit_mes(seq);  // before the polish, which ranks by the acquisition too
       Polish polish = polish_step(seq, rng);
-      Region region = escape_region(seq, polish.confirmed);  // an escape's turn before the polish
+      Region region;
+      if (escape_turn(seq, polish.confirmed)) {  // an escape's turn before the polish
+        if (!escape) escape = escape_region(seq);
+        region = *escape;
+      }
       if (region.active) polish.next.reset();
       std::vector<double> u = polish.next ? *polish.next : optimize_acquisition(rng, region);
       Params params = enc_.decode(u);
@@ -567,17 +575,19 @@ class Bayesian final : public SearcherBase {
     out.assign(mean.data(), mean.data() + mean.size());
   }
 
-  // Every other model suggestion, once escape_after trials in a row have not improved on the best
-  // loss: a suggestion near the best point of another basin of the model (the points whose descent
-  // of the model's mean ends elsewhere than the best point's), by expected improvement over that
-  // point, until escape_after suggestions near it have not improved on it either; then the next
-  // basin. A model that has settled in one basin otherwise spends what is left on the points it
-  // knows least (the corners of the space).
-  Region escape_region(int64_t seq, bool every_turn) const {
+  // Every other model suggestion (every one once the polish confirmed the best point), once
+  // escape_after trials in a row have not improved on the best loss: a suggestion near the best
+  // point of another basin of the model (the points whose descent of the model's mean ends
+  // elsewhere than the best point's), by expected improvement over that point, until escape_after
+  // suggestions near it have not improved on it either; then the next basin. A model that has
+  // settled in one basin otherwise spends what is left on the points it knows least (the corners
+  // of the space).
+  bool escape_turn(int64_t seq, bool every_turn) const { return cfg_.escape_after > 0 && (seq % 2 == 0 || every_turn); }
+
+  Region escape_region(int64_t seq) const {
     Region r;
     const std::vector<DataPoint>& data = model_data();
-    if (cfg_.escape_after <= 0 || (seq % 2 != 0 && !every_turn) || model_y_.size() != static_cast<Eigen::Index>(data.size()))
-      return r;
+    if (model_y_.size() != static_cast<Eigen::Index>(data.size())) return r;
     std::size_t best = data.size();
     for (std::size_t j = 0; j < data.size(); ++j)
       if (!data[j].losses.empty() && (best == data.size() || batch_raw_[j] < batch_raw_[best])) best = j;
