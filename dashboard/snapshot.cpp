@@ -117,6 +117,7 @@ const nlohmann::json& Snapshot::status_json() const {
     if (front()) st.front = pareto;
     st.now = taken_at;
     st.warnings = warnings;
+    st.group_time = group_time;
     status_ = report::status_json(st);
   });
   return status_;
@@ -203,6 +204,7 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
   HPCTUNE_ASSIGN(auto trials, db.trials_changed(next->campaign.id, after, open_ids));
   HPCTUNE_ASSIGN(auto attempts, db.attempts_changed(after, open_ids));
   HPCTUNE_ASSIGN(auto lineage, db.lineage_changed(after, open_ids));
+  HPCTUNE_ASSIGN(next->group_time, report::group_time(db, next->campaign, 0, report::group_time_until(next->campaign, unix_now())));
   HPCTUNE_TRY(db.commit());
   data_version_ = dv;
 
@@ -255,6 +257,7 @@ Result<std::shared_ptr<const Snapshot>> CampaignSource::refresh_locked(std::shar
   for (const auto& s : next->stages) {
     if (!next->main_stage.empty() && s.name == next->main_stage) next->main_stage_id = s.id;
   }
+  for (const auto& t : next->trials) next->group_time.steps += std::max<int64_t>(0, t->step);
   next->taken_at = unix_now();
   next->version = counter_->fetch_add(1) + 1;
   version_.store(next->version);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "report/group_time.h"
 #include "report/objective.h"
 #include "store/store.h"
 
@@ -49,6 +50,7 @@ struct Snapshot {
   std::string main_stage;                       // report::CampaignView::main_stage
   nlohmann::json simulated;                     // report::CampaignView::simulated (null: ran for real)
   std::vector<std::string> warnings;            // report::recorded_warnings: as `hpctune status` shows them
+  report::GroupTime group_time;                 // where the groups' time went, as `hpctune status` says
   int64_t main_stage_id = 0;                    // its row id; 0 = every trial is a main trial
   uint64_t version = 0;                         // the source's version when this was taken
   double taken_at = 0;                          // Unix seconds

@@ -193,6 +193,9 @@ Result<CampaignStatus> campaign_status(CampaignView& v, double now) {
   st.master = master_liveness(v.campaign, v.db_path, now);
   HPCTUNE_ASSIGN(st.gpus, attempt_gpus(v));
   HPCTUNE_ASSIGN(st.warnings, recorded_warnings(*v.store, v.campaign.id));
+  int64_t steps = 0;
+  for (const auto& t : v.trials) steps += std::max<int64_t>(0, t.step);
+  HPCTUNE_ASSIGN(st.group_time, group_time(*v.store, v.campaign, steps, group_time_until(v.campaign, now)));
   return st;
 }
 
@@ -268,7 +271,8 @@ nlohmann::json status_json(const CampaignStatus& st) {
   nlohmann::json out = {{"campaign", std::move(campaign)},
                         {"stages", std::move(stages)},
                         {"trials", {{"total", total}, {"by_state", std::move(by_state)}}},
-                        {"attempts_lost", st.attempts_lost}};
+                        {"attempts_lost", st.attempts_lost},
+                        {"compute", group_time_json(st.group_time)}};
   const std::string metric = st.objectives.empty() ? "objective" : st.objectives.front();
   if (auto b = best_trial(st.main_trials, st.maximize)) {
     out["best"] = {{"trial", b->id},         {"metric", metric},     {"objective", *b->objective},
@@ -352,6 +356,7 @@ std::string status_text(const CampaignView& v, const CampaignStatus& st, size_t 
     out += text("(the %lld assigned or running were in flight when the master died; %s queues them again,\n"
                 "not counted against max_attempts)\n", static_cast<long long>(in_flight), st.master.resume.c_str());
   }
+  if (const std::string g = group_time_text(st.group_time); !g.empty()) out += "\n" + g;
   std::vector<std::vector<std::string>> on_gpus;
   for (const auto& t : st.trials) {
     const bool live = t.state == store::TrialState::kAssigned || t.state == store::TrialState::kRunning;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "report/group_time.h"
 #include "store/store.h"
 
 namespace hpctune::report {
@@ -73,6 +74,7 @@ struct CampaignStatus {
   // What the campaign's master warned of that a user should act on (`reports_unjudged`: early
   // stopping or pbt that never judged a trial), one line each.
   std::vector<std::string> warnings;
+  GroupTime group_time;  // where the groups' time went (report/group_time.h)
 };
 
 // The master's warnings recorded in `db` as events (a database on a network file system, a program
@@ -88,7 +90,7 @@ Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 // recorded_state (the store's), master (master_json)}, ...: state is "interrupted" where the
 // store says running but the master is gone (MasterLiveness), and master.resume then names the
 // command that continues it.
-// stages: [...], trials: {total, by_state}, attempts_lost, best: {trial, metric,
+// stages: [...], trials: {total, by_state}, attempts_lost, compute (group_time_json), best: {trial, metric,
 // objective, attempt, params, metrics} or null, and with several objectives pareto_front: [trial
 // ids]}. Times are null when unset. With GPUs: best.devices ("0,1") and running_gpus: [{trial,
 // group, devices}] for the trials running on GPUs now.
@@ -115,8 +117,9 @@ Result<CampaignStatus> campaign_status(CampaignView& view, double now);
 nlohmann::json status_json(const CampaignStatus& status);
 
 // `hpctune status` for people: the campaign, the Stages table when there is one to show
-// (report/stages.h: show_stages; cut to `width` columns, 0 = no limit), the trials by state, the
-// best trial with its parameters and metrics, and the Pareto front with several objectives.
+// (report/stages.h: show_stages; cut to `width` columns, 0 = no limit), the trials by state, where
+// the groups' time went (group_time_text), the best trial with its parameters and metrics, and the
+// Pareto front with several objectives.
 std::string status_text(const CampaignView& view, const CampaignStatus& status, size_t width);
 
 // The mark of a campaign `hpctune simulate` recorded, from its campaign_simulated event's detail

@@ -238,6 +238,7 @@ enum Query : int {
   kSelectFirstEventOfKind,
   kSetSyncMode,
   kSelectSyncMode,
+  kAttemptTime,
   kNumQueries,
 };
 
@@ -433,6 +434,9 @@ constexpr const char* kSql[kNumQueries] = {
     "UPDATE trials SET sync_mode = ?2 WHERE id = ?1",
     /* kSelectSyncMode */
     "SELECT sync_mode FROM trials WHERE id = ?1",
+    /* kAttemptTime: an attempt not finished runs until ?2 */
+    "SELECT a.state, COUNT(*), TOTAL(MAX(0.0, COALESCE(a.finished_at, ?2) - a.started_at)) FROM attempts a "
+    "JOIN trials t ON t.id = a.trial_id WHERE t.campaign_id = ?1 AND a.started_at IS NOT NULL GROUP BY a.state",
 };
 
 #undef HPCTUNE_TRIAL_COLUMNS
@@ -2331,6 +2335,18 @@ Result<std::map<std::string, int64_t>> Store::count_by_state(int64_t campaign_id
   int rc;
   while ((rc = b.step()) == SQLITE_ROW) out[col_text(s, 0)] = col_i64(s, 1);
   if (rc != SQLITE_DONE) return sql_error(rc, "cannot count the trials of campaign " + std::to_string(campaign_id));
+  return out;
+}
+
+Result<std::map<std::string, AttemptTime>> Store::attempt_time(int64_t campaign_id, double until) {
+  HPCTUNE_ASSIGN(sqlite3_stmt * s, prepared(kAttemptTime));
+  Bind b(s);
+  b.i64(1, campaign_id);
+  b.f64(2, until);
+  std::map<std::string, AttemptTime> out;
+  int rc;
+  while ((rc = b.step()) == SQLITE_ROW) out[col_text(s, 0)] = AttemptTime{col_i64(s, 1), sqlite3_column_double(s, 2)};
+  if (rc != SQLITE_DONE) return sql_error(rc, "cannot sum the attempts' times of campaign " + std::to_string(campaign_id));
   return out;
 }
 

@@ -185,6 +185,12 @@ struct AttemptRow {
   std::string devices;  // the GPUs of the attempt's group ("0,1"); "" = none (schema v7)
 };
 
+// Store::attempt_time: the attempts of one state, and the seconds they ran together.
+struct AttemptTime {
+  int64_t attempts = 0;
+  double seconds = 0;
+};
+
 struct GroupRow {
   int64_t campaign_id = 0, group_id = 0;
   std::string backend;
@@ -432,6 +438,9 @@ class Store {
   Result<std::vector<EventRow>> events_of_kind(int64_t campaign_id, const std::string& kind, int64_t limit);
   // Every trial state name -> count, zeros included.
   Result<std::map<std::string, int64_t>> count_by_state(int64_t campaign_id);
+  // By attempt state: how many attempts of the campaign's trials started, and the seconds they ran
+  // (an attempt not finished, until `until`).
+  Result<std::map<std::string, AttemptTime>> attempt_time(int64_t campaign_id, double until);
   // {trial_id, attempt, group_id, worker_incarnation, state, started_at, finished_at, error,
   // charged, devices ("0,1"; "" none)} per attempt, ordered by attempt.
   Result<std::vector<nlohmann::json>> attempts(int64_t trial_id);

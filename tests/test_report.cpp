@@ -20,6 +20,7 @@
 #include "report/campaign.h"
 #include "report/csv.h"
 #include "report/format.h"
+#include "report/group_time.h"
 #include "report/objective.h"
 #include "report/plots.h"
 #include "report/progress.h"
@@ -201,6 +202,110 @@ TEST_CASE("status: counts by state, the lost attempt, the best trial and the ela
   CHECK(j["best"]["attempt"] == 2);
   CHECK_FALSE(j.contains("pareto_front"));
   CHECK(report::campaign_elapsed(store::CampaignRow{}, 5.0) == std::nullopt);
+}
+
+// Where the groups' time went: 2 groups over 30 s (60 group-seconds). Trial 1 done after 10 s of
+// its attempt, trial 2 a lost attempt of 4 s then one still running, trial 3 failed after 3 s.
+TEST_CASE("status: group time by what the attempts bought (trained, failed, lost, running), the rest idle") {
+  TempDir dir;
+  const std::string db = dir.file("g.db");
+  int64_t campaign = 0;
+  {
+    auto opened = store::Store::open(db);
+    REQUIRE(opened.ok());
+    auto& s = **opened;
+    store::CampaignRow c;
+    c.name = "groups";
+    c.created_at = 1000;
+    c.config_json = json{{"objective", {{"metric", "loss"}, {"mode", "min"}}},
+                         {"search", {{"algorithm", "random"}, {"max_trials", 3}, {"max_steps", 40}}},
+                         {"resources", {{"groups", 2}}}};
+    auto id = s.create_campaign(c);
+    REQUIRE(id.ok());
+    campaign = *id;
+    std::vector<int64_t> t;
+    for (int i = 0; i < 3; ++i) {
+      store::TrialRow row;
+      row.campaign_id = campaign;
+      row.seq = i;
+      row.created_at = 1000;
+      auto tid = s.insert_trial(row);
+      REQUIRE(tid.ok());
+      t.push_back(*tid);
+    }
+    REQUIRE(s.mark_assigned(t[0], 1, 0, 1, 1001).ok());
+    REQUIRE(s.mark_running(t[0], 1, 1001).ok());
+    REQUIRE(s.finish_trial(t[0], 1, store::TrialState::kDone, json{{"loss", 0.5}}, 0.5, 9, "", 1011).ok());
+    REQUIRE(s.mark_assigned(t[1], 1, 1, 1, 1002).ok());
+    REQUIRE(s.requeue_trial(t[1], 1, "lost", "worker went silent", 3, 1006).ok());
+    REQUIRE(s.mark_assigned(t[1], 2, 1, 2, 1016).ok());
+    REQUIRE(s.mark_running(t[1], 2, 1016).ok());
+    REQUIRE(s.mark_assigned(t[2], 1, 0, 1, 1012).ok());
+    REQUIRE(s.finish_trial(t[2], 1, store::TrialState::kFailed, json::object(), std::nullopt, 2, "exit code 3", 1015).ok());
+  }
+  auto view = report::open_campaign(db);
+  REQUIRE(view.ok());
+  auto g = report::group_time(*view->store, view->campaign, 11, 1030);
+  REQUIRE(g.ok());
+  CHECK(g->groups == 2);
+  CHECK(g->span_s == doctest::Approx(30));
+  CHECK(g->by_state.at("done").seconds == doctest::Approx(10));
+  CHECK(g->by_state.at("lost").seconds == doctest::Approx(4));
+  CHECK(g->by_state.at("failed").seconds == doctest::Approx(3));
+  CHECK(g->by_state.at("running").seconds == doctest::Approx(14));  // not finished: until 1030
+  CHECK(g->busy_s() == doctest::Approx(31));
+  CHECK(g->idle_s() == doctest::Approx(29));
+  CHECK(g->steps == 11);
+  CHECK(g->max_steps == 40);
+  CHECK_FALSE(g->resumed);
+  const std::string text = report::group_time_text(*g);
+  CAPTURE(text);
+  CHECK(contains(text, "Group time: 2 groups x 0:30 = 1:00"));
+  // Each row's cells after its label, spaces collapsed: time, % of the group time, attempts.
+  auto cells = [&](const std::string& label) {
+    const auto at = text.find("\n" + label + "  ");
+    if (at == std::string::npos) return std::string("(no row)");
+    std::string line = text.substr(at + 1 + label.size(), text.find('\n', at + 1) - at - 1 - label.size()), out;
+    for (char ch : line)
+      if (ch != ' ' || (!out.empty() && out.back() != ' ')) out += ch;
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+  };
+  CHECK(cells("trained (done, pruned, paused)") == "0:10 17 1");
+  CHECK(cells("running now") == "0:14 23 1");
+  CHECK(cells("failed") == "0:03 5 1");
+  CHECK(cells("lost or interrupted (run again)") == "0:04 7 1");
+  CHECK(cells("idle") == "0:29 48");
+  CHECK(contains(text, "steps: 11 of search.max_steps 40"));
+  // A master that is gone: its running attempt ran until its last heartbeat (campaign_status's until).
+  auto gone = report::group_time(*view->store, view->campaign, 11, 1020);
+  REQUIRE(gone.ok());
+  CHECK(gone->by_state.at("running").seconds == doctest::Approx(4));
+  // The JSON of status.
+  CHECK(report::group_time_until(view->campaign, 1030) == 1030);  // running, no heartbeat: now
+  store::CampaignRow beat = view->campaign;
+  beat.heartbeat_at = 1020;  // a master's last heartbeat (a master gone: no attempt ran past it)
+  CHECK(report::group_time_until(beat, 1030) == 1020);
+  beat.finished_at = 1025;
+  CHECK(report::group_time_until(beat, 1030) == 1025);
+  auto st = report::campaign_status(*view, 1030);
+  REQUIRE(st.ok());
+  CHECK(st->group_time.steps == 11);  // 9 + 2: each trial's highest reported step
+  const json j = report::status_json(*st)["compute"];
+  CHECK(j["groups"] == 2);
+  CHECK(j["group_seconds"].get<double>() == doctest::Approx(60));
+  CHECK(j["busy_seconds"].get<double>() == doctest::Approx(31));
+  CHECK(j["attempts"]["lost"]["attempts"] == 1);
+  CHECK(j["max_steps"] == 40);
+  CHECK(contains(report::status_text(*view, *st, 0), "Group time: 2 groups"));
+  // A config that names no groups (or a crafted value of another type): no group time shown.
+  report::GroupTime none = *g;
+  none.groups = 0;
+  CHECK(report::group_time_text(none).empty());
+  view->campaign.config_json["resources"]["groups"] = "2";
+  auto crafted = report::group_time(*view->store, view->campaign, 11, 1030);
+  REQUIRE(crafted.ok());
+  CHECK(crafted->groups == 0);
 }
 
 // A warning the master logs at a start (a database on a network file system) is recorded as a
