@@ -583,22 +583,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
       if (verdict.kind == Verdict::Kind::kPause) {
         t->stop_sent = true;
         send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPause});
-        log("trial " + std::to_string(t->id) + " paused at step " + std::to_string(m.step));
-        HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "pause_requested", t->id, t->attempt, w.group,
-                                     {{"step", m.step}, {"value", *value}, {"params", verdict.params},
-                                      {"resume_from", store::path_to_record(opt_.trials_dir, verdict.resume_from)}},
-                                     tw));
-        // What the source decided with it (PBT's exploit and explore), an event per key.
-        if (verdict.note.is_object()) {
-          for (auto it = verdict.note.begin(); it != verdict.note.end(); ++it) {
-            HPCTUNE_TRY(store_.add_event(opt_.campaign_id, it.key(), t->id, t->attempt, w.group, it.value(), tw));
-          }
-        }
-        if (verdict.lineage_parent > 0) {
-          HPCTUNE_TRY(store_.add_lineage(t->id, verdict.lineage_parent,
-                                         verdict.lineage_relation.empty() ? "parent" : verdict.lineage_relation));
-        }
-        t->pause = std::move(verdict);
+        HPCTUNE_TRY(note_pause(w, *t, m.step, *value, std::move(verdict), {}, tw));
       } else if (verdict.kind == Verdict::Kind::kStop) {
         t->stop_sent = true;
         send(w, protocol::Stop{t->id, t->attempt, protocol::StopReason::kPruned});
@@ -633,6 +618,49 @@ void Scheduler::tell_searcher(const Trial& t, search::Outcome outcome, const pro
   source_of(t).tell(obs);
 }
 
+// A source paused trial t at `step` (judged on `value`): logged and recorded (the decision, what
+// the source noted with it, the lineage it names); the pause takes effect when the attempt ends.
+Status Scheduler::note_pause(const Worker& w, Trial& t, int64_t step, double value, Verdict verdict,
+                             const nlohmann::json& extra, double tw) {
+  log("trial " + std::to_string(t.id) + " paused at step " + std::to_string(step));
+  nlohmann::json detail = {{"step", step}, {"value", value}, {"params", verdict.params},
+                           {"resume_from", store::path_to_record(opt_.trials_dir, verdict.resume_from)}};
+  if (extra.is_object()) detail.update(extra);
+  HPCTUNE_TRY(store_.add_event(opt_.campaign_id, "pause_requested", t.id, t.attempt, w.group, detail, tw));
+  // What the source decided with it (PBT's exploit and explore), an event per key.
+  if (verdict.note.is_object()) {
+    for (auto it = verdict.note.begin(); it != verdict.note.end(); ++it) {
+      HPCTUNE_TRY(store_.add_event(opt_.campaign_id, it.key(), t.id, t.attempt, w.group, it.value(), tw));
+    }
+  }
+  if (verdict.lineage_parent > 0) {
+    HPCTUNE_TRY(store_.add_lineage(t.id, verdict.lineage_parent,
+                                   verdict.lineage_relation.empty() ? "parent" : verdict.lineage_relation));
+  }
+  t.pause = std::move(verdict);
+  return Status::Ok();
+}
+
+// The attempt ended by itself at the step its source set (step_target), its last report before
+// that step (a program that reports every few steps): it is judged there on that report, which is
+// recorded at that step too (so a resumed master replays it), and it pauses if its source says so.
+// Before, such a trial ended done at its first rung or interval, and was never continued.
+Status Scheduler::judge_at_target(const Worker& w, Trial& t, const protocol::Done& m, double tw) {
+  const TrialView view{t.id, t.seq, t.attempt, &t.params, trial_dir(t.id)};
+  const std::optional<int64_t> target = source_of(t).step_target(view);
+  const int64_t reached = std::max(m.step, t.last_step);
+  // Only an attempt that reported in this run (its value is of this leg), short of the target.
+  if (!target || t.first_report_step == 0 || reached >= *target) return Status::Ok();
+  const protocol::Metrics& metrics = m.metrics.empty() ? t.last_metrics : m.metrics;
+  const std::optional<double> value = judged_value(metrics);
+  if (!value) return Status::Ok();
+  Verdict verdict = source_of(t).on_report(view, *target, *value);
+  if (verdict.kind != Verdict::Kind::kPause) return Status::Ok();
+  HPCTUNE_TRY(store_.add_metrics(t.id, t.attempt, *target, metrics, tw));
+  t.last_step = *target;
+  return note_pause(w, t, *target, *value, std::move(verdict), {{"reported_step", reached}}, tw);
+}
+
 // What the attempt says happened inside it (done.events: a data replica that died and was
 // dropped) as events of the attempt, and its done.sync_mode on the trial.
 Status Scheduler::record_trial_events(const Worker& w, const Trial& t, const protocol::Done& m, double tw) {
@@ -648,6 +676,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
+  if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, wall(now)));
   // A pause decided for this attempt wins also when the trainer ended by itself before the stop
   // reached it (a PBT interval ends exactly where the pause is decided).
   if (t->pause) return pause_attempt(w, *t, m, now);

@@ -298,6 +298,9 @@ class Scheduler {
   Status on_report(Worker& w, const protocol::Report& m, Clock::time_point now);
   Status on_done(Worker& w, const protocol::Done& m, Clock::time_point now);
   Status record_trial_events(const Worker& w, const Trial& t, const protocol::Done& m, double tw);
+  Status note_pause(const Worker& w, Trial& t, int64_t step, double value, Verdict verdict, const nlohmann::json& extra,
+                    double tw);
+  Status judge_at_target(const Worker& w, Trial& t, const protocol::Done& m, double tw);
   Status note_unjudged(const Worker& w, Trial& t, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);

@@ -118,6 +118,15 @@ class TrialSource {
   // The parameters an attempt of trial `seq` is sent with, from those recorded (`params`): a source
   // may map what was recorded where the campaign was before it moved (a transfer target's start).
   virtual void prepare_dispatch(int64_t seq, nlohmann::json& params) const { (void)seq, (void)params; }
+  // The step an attempt of `trial` trains to and then ends at by itself, where this source chose
+  // one short of a full training (the trial's step setting: a rung under early stopping that
+  // pauses, the end of a PBT interval); nullopt for none. An attempt that ends there whose last
+  // report came before it (a program that reports every few steps) is judged at that step on its
+  // latest report (Scheduler::on_done), as if it had reported it there.
+  virtual std::optional<int64_t> step_target(const TrialView& trial) const {
+    (void)trial;
+    return std::nullopt;
+  }
   // What judges the objective in on_report(), for messages ("early stopping (asha)"); "" when
   // nothing does (every report carries on). A trial that ends with step reports none of which
   // carried the objective was never judged: the scheduler says so, once per stage.

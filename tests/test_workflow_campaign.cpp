@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -947,4 +948,106 @@ TEST_CASE("early stopping (pause): promoted trials resume from their rung's chec
     }
   }
   CHECK(resumed >= 3);
+}
+
+// A program that reports every 2 steps, so not at a rung of 3 or at the end of a PBT interval of 3
+// (HPCTUNE_MAX_STEP, where it stops by itself). It logs "trial step" for every step it trains and
+// keeps its step in its checkpoint. Before, its attempt ended with its last report at step 2 and
+// the trial was recorded done at its first rung or interval: never paused, never continued, no
+// member exploited (pause: 60 of 200 steps spent, the best trial trained 3 of 27 steps).
+const char* kEveryOtherStep = R"(import json, os
+import hpctune_report as hp
+for trial in hp.trials():
+    p = hp.params()
+    step = 0
+    r = hp.resume_from()
+    if r and os.path.exists(os.path.join(r, "ck.json")):
+        step = json.load(open(os.path.join(r, "ck.json")))["step"]
+    limit = hp.max_step() or 9
+    while step < limit:
+        step += 1
+        with open(os.environ["STEPS_LOG"], "a") as f:
+            f.write("%d %d\n" % (hp.trial_id(), step))
+        tmp = os.path.join(hp.checkpoint_dir(), "ck.tmp")
+        json.dump({"step": step}, open(tmp, "w"))
+        os.replace(tmp, os.path.join(hp.checkpoint_dir(), "ck.json"))
+        if step % 2 == 0 and not hp.report(step, loss=(float(p["a"]) - 0.3) ** 2 + 1.0 / step):
+            break
+)";
+
+std::string every_other_step_trainer(TempDir& dir) {
+  const std::string program = dir.write("every2.py", kEveryOtherStep);
+  return "trainer: {kind: command, command: \"/usr/bin/python3 " + program +
+         "\", persistent: true, provides: [checkpoints], timeout: 2m, env: {PYTHONPATH: \"" + std::string(HPCTUNE_SOURCE_DIR) +
+         "/tools/python\", STEPS_LOG: \"" + dir.file("steps.log") + "\"}}\nresources: {groups: 2}\n";
+}
+
+// Every (trial, step) the program trained, from its log; with `once`, each exactly once (a PBT
+// exploit of an older snapshot trains some steps again, by design).
+std::map<int64_t, std::set<int64_t>> trained_steps(TempDir& dir, bool once) {
+  std::map<int64_t, std::set<int64_t>> out;
+  std::ifstream in(dir.file("steps.log"));
+  int64_t trial = 0, step = 0;
+  while (in >> trial >> step) {
+    const bool first = out[trial].insert(step).second;
+    if (once) CHECK_MESSAGE(first, "trial " << trial << " trained step " << step << " twice");
+  }
+  return out;
+}
+
+TEST_CASE("a program that reports every few steps pauses at its rung and at its PBT interval's end all the same") {
+  SUBCASE("early stopping, mode pause: rungs 3 and 9 of max_t 27") {
+    TempDir dir;
+    const std::string cfg = dir.write("p.yaml", "name: every2\nseed: 4\nobjective: {metric: loss, mode: min}\n"
+                                                "search: {algorithm: grid, max_trials: 6, max_steps: 100}\n"
+                                                "space:\n  a: {type: choice, values: [0.1, 0.3, 0.5, 0.7, 0.9, 1.1]}\n"
+                                                "early_stopping: {kind: asha, grace_period: 3, reduction_factor: 3, "
+                                                "max_t: 27, mode: pause}\n" +
+                                                    every_other_step_trainer(dir));
+    const std::string db = dir.file("p.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    const auto trained = trained_steps(dir, true);
+    // Every pause is at a rung, judged on the report before it.
+    const auto paused = s.events_of("pause_requested");
+    CHECK(paused.size() >= 6);
+    for (const auto& e : paused) {
+      CAPTURE(e.detail.dump());
+      const int64_t step = e.detail.at("step").get<int64_t>();
+      CHECK((step == 3 || step == 9));
+      CHECK(e.detail.at("reported_step").get<int64_t>() == step - 1);
+    }
+    // Promoted trials went on from their rung (nothing trained twice, trained_steps) to max_t.
+    int64_t full = 0, total = 0;
+    for (const auto& [trial, steps] : trained) {
+      total += static_cast<int64_t>(steps.size());
+      full += steps.size() == 27 ? 1 : 0;
+    }
+    CHECK(full >= 1);
+    CHECK(total >= 90);  // the budget of 100 steps is spent (60 before: each trial's first 3, then done)
+    int64_t done_at_end = 0;
+    for (const auto& t : s.trials) done_at_end += t.state == TrialState::kDone && t.step >= 26 ? 1 : 0;
+    CHECK(done_at_end >= 1);
+  }
+  SUBCASE("pbt: intervals of 3 steps, 9 in all") {
+    TempDir dir;
+    const std::string cfg =
+        dir.write("pbt.yaml", "name: every2-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" + every_other_step_trainer(dir) +
+                                  "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
+                                  "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
+    const std::string db = dir.file("pbt.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    const auto trained = trained_steps(dir, false);
+    // Every member decided at steps 3 and 6 (continue or exploit), and trained to 9.
+    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() == 8);
+    REQUIRE(s.trials.size() == 4);
+    for (const auto& t : s.trials) {
+      CAPTURE(t.id);
+      CHECK(t.state == TrialState::kDone);
+      CHECK(t.attempt == 3);
+      CHECK(trained.count(t.id) == 1);
+      if (trained.count(t.id)) CHECK(*trained.at(t.id).rbegin() == 9);
+    }
+  }
 }

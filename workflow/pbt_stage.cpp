@@ -105,6 +105,16 @@ scheduler::Verdict PbtSource::verdict_of(const Decision& d, int64_t lineage_pare
 
 std::string PbtSource::report_judge() const { return kPbtReportJudge; }
 
+std::optional<int64_t> PbtSource::step_target(const scheduler::TrialView& trial) const {
+  const PbtSettings& s = spec_.settings;
+  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
+  const auto target = trial.params->find(s.step_key);
+  if (target == trial.params->end() || !target->is_number_integer()) return std::nullopt;
+  const int64_t step = target->get<int64_t>();
+  if (step <= 0 || step >= s.steps || !s.boundary(step)) return std::nullopt;  // the last interval ends done
+  return step;
+}
+
 scheduler::Verdict PbtSource::on_report(const scheduler::TrialView& trial, int64_t step, double value) {
   Member& m = member(trial.seq);
   m.trial_id = trial.trial_id;

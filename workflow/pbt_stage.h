@@ -4,7 +4,9 @@
 // Members are the stage's trials, seq 0 .. population-1, asked at once, each with a seeded random
 // draw from the stage's space plus the trainer's step setting (mlp's "epochs"): the end of its
 // first interval. Every attempt trains exactly one interval: params[step_key] is the interval's end, where the trainer stops by itself,
-// so the weights at a boundary are exact.
+// so the weights at a boundary are exact. A member whose program reports every few steps, not at the
+// boundary itself, is judged at the boundary on its latest report (step_target;
+// Scheduler::judge_at_target).
 //
 // At a boundary below `steps` (on_report) the member is judged against the latest boundary score
 // of every member. In the bottom quantile, with a member of the top quantile that has a snapshot,
@@ -82,6 +84,7 @@ class PbtSource final : public scheduler::TrialSource {
   bool exhausted() const override { return next_seq_ >= spec_.settings.population; }
   scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override;
   void on_attempt_end(int64_t seq) override { (void)seq; }
+  std::optional<int64_t> step_target(const scheduler::TrialView& trial) const override;
   // Paused members wait here: the least advanced runs first, and none starts an interval while it
   // is settings.max_lead intervals ahead of the slowest (new members, at step 0, come first).
   bool holds_paused() const override { return true; }

@@ -80,6 +80,15 @@ scheduler::Verdict PromotionSource::on_report(const scheduler::TrialView& trial,
   return v;
 }
 
+std::optional<int64_t> PromotionSource::step_target(const scheduler::TrialView& trial) const {
+  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
+  const auto target = trial.params->find(opt_.step_key);
+  if (target == trial.params->end() || !target->is_number_integer()) return std::nullopt;
+  const int64_t step = target->get<int64_t>();
+  if (step <= 0 || step >= opt_.max_t) return std::nullopt;  // the last leg, to max_t, ends done
+  return step;
+}
+
 Status PromotionSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
   const std::string what = "trial " + std::to_string(trial.trial_id) + " paused at step " + std::to_string(step) + ": ";
   return snapshot_trial_checkpoint(trial.trial_dir, opt_.checkpoint_directory, rung_snapshot_dir(trial.trial_dir, step),

@@ -6,7 +6,9 @@
 // Every attempt trains to the trial's next rung (its params' step setting, mlp's `epochs`, a
 // command's `max_step`) and ends there by itself, so the checkpoint at the rung is exact. At the
 // rung the attempt pauses: its checkpoint is moved into <trial_dir>/rungs/step-<k> (read-only,
-// checkpoint_snapshot.h), and the trial is held (scheduler: holds_paused). On a free group,
+// checkpoint_snapshot.h), and the trial is held (scheduler: holds_paused). An attempt whose last
+// report came before its rung (a program that reports every few steps) is judged at the rung on
+// that report (step_target; Scheduler::judge_at_target). On a free group,
 // resume_next() takes, in order:
 //   1. a held trial in the top of its rung now (the stopper's standing(): with more arrivals a rung
 //      promotes more of its trials), the highest rung first, then the best value;
@@ -56,6 +58,7 @@ class PromotionSource final : public scheduler::TrialSource {
   bool exhausted() const override { return searcher_.exhausted() || budget_spent(); }
   scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override;
   void on_attempt_end(int64_t seq) override { stopper_.on_finish(seq); }
+  std::optional<int64_t> step_target(const scheduler::TrialView& trial) const override;
   Status on_paused(const scheduler::TrialView& trial, int64_t step) override;
   bool holds_paused() const override { return true; }
   std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override;

@@ -37,6 +37,7 @@ class StopWhenSource final : public scheduler::TrialSource {
     return inner_->on_report(trial, step, value);
   }
   void on_attempt_end(int64_t seq) override { inner_->on_attempt_end(seq); }
+  std::optional<int64_t> step_target(const scheduler::TrialView& trial) const override { return inner_->step_target(trial); }
   Status on_paused(const scheduler::TrialView& trial, int64_t step) override { return inner_->on_paused(trial, step); }
   bool holds_paused() const override { return inner_->holds_paused(); }
   std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override {
