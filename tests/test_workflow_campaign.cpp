@@ -963,7 +963,11 @@ for trial in hp.trials():
     r = hp.resume_from()
     if r and os.path.exists(os.path.join(r, "ck.json")):
         step = json.load(open(os.path.join(r, "ck.json")))["step"]
-    limit = hp.max_step() or 9
+    if os.environ.get("RESTART") == "1":
+        limit = (hp.max_step() or 9) - step  # counts from 0 again after loading, as some programs do
+        step = 0
+    else:
+        limit = hp.max_step() or 9
     while step < limit:
         step += 1
         with open(os.environ["STEPS_LOG"], "a") as f:
@@ -971,15 +975,18 @@ for trial in hp.trials():
         tmp = os.path.join(hp.checkpoint_dir(), "ck.tmp")
         json.dump({"step": step}, open(tmp, "w"))
         os.replace(tmp, os.path.join(hp.checkpoint_dir(), "ck.json"))
-        if step % 2 == 0 and not hp.report(step, loss=(float(p["a"]) - 0.3) ** 2 + 1.0 / step):
+        if step % int(os.environ.get("EVERY", "2")) == 0 and not hp.report(step, loss=(float(p["a"]) - 0.3) ** 2 + 1.0 / step):
             break
 )";
 
-std::string every_other_step_trainer(TempDir& dir) {
+// restart: the program counts its steps from 0 again after loading a checkpoint (and trains the
+// same number of steps to the end of its interval), and reports every step.
+std::string every_other_step_trainer(TempDir& dir, bool restart = false) {
   const std::string program = dir.write("every2.py", kEveryOtherStep);
   return "trainer: {kind: command, command: \"/usr/bin/python3 " + program +
          "\", persistent: true, provides: [checkpoints], timeout: 2m, env: {PYTHONPATH: \"" + std::string(HPCTUNE_SOURCE_DIR) +
-         "/tools/python\", STEPS_LOG: \"" + dir.file("steps.log") + "\"}}\nresources: {groups: 2}\n";
+         "/tools/python\", STEPS_LOG: \"" + dir.file("steps.log") + "\", RESTART: \"" + (restart ? "1" : "0") +
+         "\", EVERY: \"" + (restart ? "1" : "2") + "\"}}\nresources: {groups: 2}\n";
 }
 
 // Every (trial, step) the program trained, from its log; with `once`, each exactly once (a PBT
@@ -1048,6 +1055,27 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
       CHECK(t.attempt == 3);
       CHECK(trained.count(t.id) == 1);
       if (trained.count(t.id)) CHECK(*trained.at(t.id).rbegin() == 9);
+    }
+  }
+  SUBCASE("pbt, a program that counts from 0 again after loading: judged at its interval's end only") {
+    // Its report at step 3 of every later interval (3 steps after loading the checkpoint) was taken
+    // for the boundary at 3: decided there again, and again (a program that trains on after that
+    // report failed the campaign instead: "paused at step 5, where the stage decided no pause").
+    TempDir dir;
+    const std::string cfg =
+        dir.write("pbt.yaml", "name: restart-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" +
+                                  every_other_step_trainer(dir, true) +
+                                  "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
+                                  "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
+    const std::string db = dir.file("pbt.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() == 8);
+    REQUIRE(s.trials.size() == 4);
+    for (const auto& t : s.trials) {
+      CAPTURE(t.id);
+      CHECK(t.state == TrialState::kDone);
+      CHECK(t.attempt == 3);
     }
   }
 }

@@ -105,13 +105,17 @@ scheduler::Verdict PbtSource::verdict_of(const Decision& d, int64_t lineage_pare
 
 std::string PbtSource::report_judge() const { return kPbtReportJudge; }
 
+std::optional<int64_t> PbtSource::interval_end(const scheduler::TrialView& trial) const {
+  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
+  const auto end = trial.params->find(spec_.settings.step_key);
+  if (end == trial.params->end() || !end->is_number_integer()) return std::nullopt;
+  return end->get<int64_t>();
+}
+
 std::optional<int64_t> PbtSource::step_target(const scheduler::TrialView& trial) const {
   const PbtSettings& s = spec_.settings;
-  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
-  const auto target = trial.params->find(s.step_key);
-  if (target == trial.params->end() || !target->is_number_integer()) return std::nullopt;
-  const int64_t step = target->get<int64_t>();
-  if (step <= 0 || step >= s.steps || !s.boundary(step)) return std::nullopt;  // the last interval ends done
+  const std::optional<int64_t> step = interval_end(trial);
+  if (!step || *step <= 0 || *step >= s.steps || !s.boundary(*step)) return std::nullopt;  // the last interval ends done
   return step;
 }
 
@@ -121,6 +125,10 @@ scheduler::Verdict PbtSource::on_report(const scheduler::TrialView& trial, int64
   if (!trial.trial_dir.empty()) m.trial_dir = trial.trial_dir;
   const PbtSettings& s = spec_.settings;
   if (!s.boundary(step)) return scheduler::Verdict::carry_on();
+  // A boundary short of the end of this attempt's interval (where it stops by itself): the program
+  // counts its steps from 0 again after loading a checkpoint. Only its interval's end is judged, so
+  // each attempt pauses where its decision was made.
+  if (const auto end = interval_end(trial); end && step < *end) return scheduler::Verdict::carry_on();
   m.latest = value;
   if (step >= s.steps || m.trial_dir.empty()) return scheduler::Verdict::carry_on();
   // The same boundary again before its pause was recorded (the attempt was lost after reporting
@@ -274,8 +282,17 @@ Status PbtSource::on_paused(const scheduler::TrialView& trial, int64_t step) {
   // Told twice of the same pause: the snapshot is kept as it was made.
   if (!d && !m.decisions.empty() && m.decisions.back().step == step) d = &m.decisions.back();
   if (!d) {
-    return err(Errc::kInternal, "pbt: trial " + std::to_string(trial.trial_id) + " paused at step " +
-                                    std::to_string(step) + ", where the stage decided no pause");
+    // The steps come from the trainer's reports: a program that counts from 0 again after loading
+    // its checkpoint reports past its decision before it stops. The trial fails (fail_paused), not
+    // the campaign.
+    std::string decided;
+    for (const Decision& x : m.decisions)
+      if (!x.paused) decided += (decided.empty() ? "" : ", ") + std::to_string(x.step);
+    return err(Errc::kFailed, "pbt: trial " + std::to_string(trial.trial_id) + " paused at step " + std::to_string(step) +
+                                  ", where the stage decided no pause (" +
+                                  (decided.empty() ? std::string("none pending") : "pending at step " + decided) +
+                                  "): does the program report the trial's step, counting on from the checkpoint it "
+                                  "resumes from (HPCTUNE_RESUME_FROM), and stop at HPCTUNE_MAX_STEP?");
   }
   const std::string what = "pbt: trial " + std::to_string(trial.trial_id) + " at step " + std::to_string(step) + ": ";
   HPCTUNE_TRY(snapshot_trial_checkpoint(m.trial_dir, spec_.settings.checkpoint_directory, d->snapshot, what));
