@@ -968,6 +968,8 @@ for trial in hp.trials():
         step = 0
     else:
         limit = hp.max_step() or 9
+    if step == 0 and os.environ.get("ZERO") == "1":
+        hp.report(0, loss=10.0)  # an evaluation before training, as some programs report
     while step < limit:
         step += 1
         with open(os.environ["STEPS_LOG"], "a") as f:
@@ -980,13 +982,14 @@ for trial in hp.trials():
 )";
 
 // restart: the program counts its steps from 0 again after loading a checkpoint (and trains the
-// same number of steps to the end of its interval), and reports every step.
-std::string every_other_step_trainer(TempDir& dir, bool restart = false) {
+// same number of steps to the end of its interval), and reports every step. zero: it reports step 0
+// before it trains.
+std::string every_other_step_trainer(TempDir& dir, bool restart = false, bool zero = false) {
   const std::string program = dir.write("every2.py", kEveryOtherStep);
   return "trainer: {kind: command, command: \"/usr/bin/python3 " + program +
          "\", persistent: true, provides: [checkpoints], timeout: 2m, env: {PYTHONPATH: \"" + std::string(HPCTUNE_SOURCE_DIR) +
          "/tools/python\", STEPS_LOG: \"" + dir.file("steps.log") + "\", RESTART: \"" + (restart ? "1" : "0") +
-         "\", EVERY: \"" + (restart ? "1" : "2") + "\"}}\nresources: {groups: 2}\n";
+         "\", EVERY: \"" + (restart ? "1" : "2") + "\", ZERO: \"" + (zero ? "1" : "0") + "\"}}\nresources: {groups: 2}\n";
 }
 
 // Every (trial, step) the program trained, from its log; with `once`, each exactly once (a PBT
@@ -1077,5 +1080,20 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
       CHECK(t.state == TrialState::kDone);
       CHECK(t.attempt == 3);
     }
+  }
+  SUBCASE("pbt, a program that reports step 0 before it trains") {
+    // Step 0 is a multiple of every interval: before, it was decided there, the program stopped
+    // after step 1, and the campaign failed ("paused at step 1, where the stage decided no pause").
+    TempDir dir;
+    const std::string cfg =
+        dir.write("pbt.yaml", "name: zero-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" +
+                                  every_other_step_trainer(dir, false, true) +
+                                  "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
+                                  "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
+    const std::string db = dir.file("pbt.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() == 8);
+    for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);
   }
 }
