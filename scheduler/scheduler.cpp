@@ -297,7 +297,9 @@ Status Scheduler::restore(Clock::time_point now) {
     rec.suggestion.params = row.params;
     rec.suggestion.meta = row.meta.is_null() ? nlohmann::json::object() : row.meta;
     TrialState state = row.state;
-    if (state == TrialState::kAssigned || state == TrialState::kRunning || state == TrialState::kInterrupted) {
+    const bool requeued =
+        state == TrialState::kAssigned || state == TrialState::kRunning || state == TrialState::kInterrupted;
+    if (requeued) {
       // The attempt was cut short by the master's death or Ctrl-C: queue the trial again.
       const std::string why = state == TrialState::kInterrupted ? "interrupted" : "lost";
       // Neither an interruption (the user's doing) nor a master restart (SIGKILL, OOM, a full
@@ -355,6 +357,7 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.stage = k;
       trial.seed = meta_seed(row.meta);
       trial.last_step = row.step;
+      trial.rerun = requeued;
       const bool held = state == TrialState::kPaused && stage.source && stage.source->holds_paused();
       if (held) trial.state = TrialState::kPaused;
       trials_[row.id] = std::move(trial);
@@ -661,6 +664,25 @@ Status Scheduler::judge_at_target(const Worker& w, Trial& t, const protocol::Don
   return note_pause(w, t, *target, *value, std::move(verdict), {{"reported_step", reached}}, tw);
 }
 
+// The attempt ran again after the last one was lost and reported nothing: the lost one trained to
+// where this one would (a program that loads its checkpoint and finds no step left), so the
+// trial's latest recorded report stands for this attempt, taken as if sent again (as the built-in
+// trainers send theirs). Before, such a trial failed ("reported no metric") on every resume that
+// found it at its rung or its end. true when there was one.
+Result<bool> Scheduler::recall_last_report(Worker& w, Trial& t, Clock::time_point now) {
+  HPCTUNE_ASSIGN(const std::vector<store::MetricRow> rows, store_.metrics(t.id));
+  protocol::Report r{t.id, t.attempt, -1, {}};
+  for (const auto& row : rows) {
+    if (row.step > r.step) r.metrics.clear(), r.step = row.step;
+    if (row.step == r.step) r.metrics[row.name] = row.value;  // the latest attempt's, in order
+  }
+  if (r.step < 0 || r.metrics.empty()) return false;
+  log("trial " + std::to_string(t.id) + " attempt " + std::to_string(t.attempt) +
+      " reported nothing after a lost attempt: its last report (step " + std::to_string(r.step) + ") stands");
+  HPCTUNE_TRY(on_report(w, r, now));
+  return true;
+}
+
 // What the attempt says happened inside it (done.events: a data replica that died and was
 // dropped) as events of the attempt, and its done.sync_mode on the trial.
 Status Scheduler::record_trial_events(const Worker& w, const Trial& t, const protocol::Done& m, double tw) {
@@ -676,6 +698,10 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   Trial* t = current_trial(w, m.trial_id, m.attempt);
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
+  bool recalled = false;
+  if (t->rerun && t->first_report_step == 0 && !m.stopped) {
+    HPCTUNE_ASSIGN(recalled, recall_last_report(w, *t, now));
+  }
   if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, wall(now)));
   // A pause decided for this attempt wins also when the trainer ended by itself before the stop
   // reached it (a PBT interval ends exactly where the pause is decided).
@@ -683,6 +709,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   const double tw = wall(now);
   // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
   protocol::Metrics metrics = m.metrics.empty() ? t->last_metrics : m.metrics;
+  if (recalled) metrics.insert(t->last_metrics.begin(), t->last_metrics.end());  // its own keys (train_seconds) kept
   auto objective = objective_of(metrics);
   TrialState state = (m.stopped && t->stop_sent) ? TrialState::kPruned : TrialState::kDone;
   std::string error;
@@ -793,6 +820,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
       return fail_paused(w, t, st.error().message(), now);
     }
     t.attempt += 1;
+    t.rerun = false;
     t.params = params;
     t.resume_from = pause.resume_from;
     t.state = TrialState::kPaused;
@@ -1264,6 +1292,7 @@ Status Scheduler::lose_attempt(Worker& w, const std::string& why, Clock::time_po
     return after_finish(now);
   }
   t->second.attempt += 1;
+  t->second.rerun = true;
   t->second.state = TrialState::kQueued;
   t->second.peer.clear();
   queue_.push_front(t->second.id);

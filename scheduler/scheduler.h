@@ -289,6 +289,9 @@ class Scheduler {
     std::optional<Verdict> pause;  // a pause was asked for this attempt
     std::string resume_from;       // the checkpoint the next attempt starts from
     std::optional<uint64_t> seed;  // the suggestion's meta "seed"; else derived from stage and seq
+    // This attempt runs again after the last one was lost (its group or the master died): it may
+    // find its training already done (recall_last_report).
+    bool rerun = false;
     // Packed dispatch: the trials it may share a process with, those of its cohort; 0 = any of
     // cohort 0. A trial lost with others in one process gets a new cohort (note_process_loss).
     int64_t cohort = 0;
@@ -301,6 +304,7 @@ class Scheduler {
   Status note_pause(const Worker& w, Trial& t, int64_t step, double value, Verdict verdict, const nlohmann::json& extra,
                     double tw);
   Status judge_at_target(const Worker& w, Trial& t, const protocol::Done& m, double tw);
+  Result<bool> recall_last_report(Worker& w, Trial& t, Clock::time_point now);
   Status note_unjudged(const Worker& w, Trial& t, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -108,6 +109,50 @@ TEST_CASE("SIGKILL of a worker in the middle of a trial: the trial completes as 
   REQUIRE(attempts->size() == 2);
   CHECK((*attempts)[0]["state"] == "lost");
   CHECK((*attempts)[1]["state"] == "done");
+}
+
+// A program that saves its checkpoint, reports its last step, then is lost with its group before
+// it exits: the next attempt loads that checkpoint, finds no step left and reports nothing. Before,
+// the trial failed ("reported no 'loss' metric"); its last recorded report now stands for it.
+TEST_CASE("a worker lost after its program's last report: the next attempt, with nothing left to train, ends done") {
+  TempDir dir;
+  const std::string program = dir.write("last.py", R"(import json, os, time
+import hpctune_report as hp
+ck = os.path.join(hp.checkpoint_dir(), "ck.json")
+r = hp.resume_from()
+step = json.load(open(os.path.join(r, "ck.json")))["step"] if r and os.path.exists(os.path.join(r, "ck.json")) else 0
+while step < 3:
+    step += 1
+    json.dump({"step": step}, open(ck + ".tmp", "w"))
+    os.replace(ck + ".tmp", ck)
+    hp.report(step, loss=1.0 / step)
+if os.environ.get("HPCTUNE_ATTEMPT") == "1":
+    open(os.environ["READY"], "w").close()
+    time.sleep(600)  # lost here, with its group, before it exits
+)");
+  const std::string cfg = dir.write(
+      "c.yaml", "name: lost-after-report\nseed: 5\nobjective: {metric: loss, mode: min}\n"
+                "search: {algorithm: random, max_trials: 1}\nspace:\n  x: {type: float, low: 0, high: 1}\n"
+                "trainer: {kind: command, command: \"/usr/bin/python3 " + program +
+                    "\", provides: [checkpoints], env: {PYTHONPATH: \"" + std::string(HPCTUNE_SOURCE_DIR) +
+                    "/tools/python\", READY: \"" + dir.file("ready") + "\"}}\n"
+                    "resources: {groups: 1, heartbeat_interval: 1, heartbeat_timeout: 10}\n");
+  const std::string db = dir.file("c.db");
+  ChildProcess master = start_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+  REQUIRE_MESSAGE(wait_until([&] { return std::filesystem::exists(dir.file("ready")); }, 60s), read_file(dir.file("run.log")));
+  auto pids = workers_of(db);
+  REQUIRE(pids.size() == 1);
+  kill(pids[0], SIGKILL);
+  auto status = master.wait_for(90s);
+  REQUIRE_MESSAGE(status.has_value(), read_file(dir.file("run.log")));
+  CHECK_MESSAGE(status->success(), read_file(dir.file("run.log")));
+  const auto trials = read_trials(db);
+  REQUIRE(trials.size() == 1);
+  CHECK_MESSAGE(trials[0].state == TrialState::kDone, trials[0].error);
+  CHECK(trials[0].attempt == 2);
+  REQUIRE(trials[0].objective.has_value());
+  CHECK(*trials[0].objective == doctest::Approx(1.0 / 3));
+  CHECK(read_file(dir.file("run.log")).find("its last report (step 3) stands") != std::string::npos);
 }
 
 TEST_CASE("a store that refuses to record a group's exit fails the campaign with that error") {

@@ -1049,13 +1049,16 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
     const Snapshot s = read_db(db);
     const auto trained = trained_steps(dir, false);
-    // Every member decided at steps 3 and 6 (continue or exploit), and trained to 9.
-    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() == 8);
+    // Every member decided at steps 3 and 6 (continue or exploit), and trained to 9; an exploit of
+    // a snapshot one interval older sends its member back an interval (one more decision).
+    const size_t decisions = s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size();
+    CHECK(decisions >= 8);
+    CHECK(decisions <= 12);
     REQUIRE(s.trials.size() == 4);
     for (const auto& t : s.trials) {
       CAPTURE(t.id);
       CHECK(t.state == TrialState::kDone);
-      CHECK(t.attempt == 3);
+      CHECK(t.attempt >= 3);
       CHECK(trained.count(t.id) == 1);
       if (trained.count(t.id)) CHECK(*trained.at(t.id).rbegin() == 9);
     }
@@ -1073,12 +1076,14 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     const std::string db = dir.file("pbt.db");
     run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
     const Snapshot s = read_db(db);
-    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() == 8);
+    const size_t decisions = s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size();
+    CHECK(decisions >= 8);  // an exploit of an older snapshot adds one (above)
+    CHECK(decisions <= 12);
     REQUIRE(s.trials.size() == 4);
     for (const auto& t : s.trials) {
       CAPTURE(t.id);
       CHECK(t.state == TrialState::kDone);
-      CHECK(t.attempt == 3);
+      CHECK(t.attempt >= 3);
     }
   }
   SUBCASE("pbt, a program that reports step 0 before it trains") {
@@ -1093,7 +1098,7 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     const std::string db = dir.file("pbt.db");
     run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
     const Snapshot s = read_db(db);
-    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() == 8);
+    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() >= 8);
     for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);
   }
 }
