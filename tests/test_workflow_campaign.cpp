@@ -1005,6 +1005,31 @@ std::map<int64_t, std::set<int64_t>> trained_steps(TempDir& dir, bool once) {
   return out;
 }
 
+// A pbt stage of 4 members in intervals of 3 steps, 9 in all, on that program (restart, zero: as
+// every_other_step_trainer): every member decided at steps 3 and 6 (continue or exploit), and
+// done; an exploit of a snapshot one interval older sends its member back an interval (one more
+// decision and attempt).
+Snapshot run_pbt_every_other_step(TempDir& dir, bool restart, bool zero) {
+  const std::string cfg =
+      dir.write("pbt.yaml", "name: every2-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" +
+                                every_other_step_trainer(dir, restart, zero) +
+                                "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
+                                "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
+  const std::string db = dir.file("pbt.db");
+  run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+  Snapshot s = read_db(db);
+  const size_t decisions = s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size();
+  CHECK(decisions >= 8);
+  CHECK(decisions <= 12);
+  REQUIRE(s.trials.size() == 4);
+  for (const auto& t : s.trials) {
+    CAPTURE(t.id);
+    CHECK(t.state == TrialState::kDone);
+    CHECK(t.attempt >= 3);
+  }
+  return s;
+}
+
 TEST_CASE("a program that reports every few steps pauses at its rung and at its PBT interval's end all the same") {
   SUBCASE("early stopping, mode pause: rungs 3 and 9 of max_t 27") {
     TempDir dir;
@@ -1041,24 +1066,10 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
   }
   SUBCASE("pbt: intervals of 3 steps, 9 in all") {
     TempDir dir;
-    const std::string cfg =
-        dir.write("pbt.yaml", "name: every2-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" + every_other_step_trainer(dir) +
-                                  "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
-                                  "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
-    const std::string db = dir.file("pbt.db");
-    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
-    const Snapshot s = read_db(db);
+    const Snapshot s = run_pbt_every_other_step(dir, false, false);
     const auto trained = trained_steps(dir, false);
-    // Every member decided at steps 3 and 6 (continue or exploit), and trained to 9; an exploit of
-    // a snapshot one interval older sends its member back an interval (one more decision).
-    const size_t decisions = s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size();
-    CHECK(decisions >= 8);
-    CHECK(decisions <= 12);
-    REQUIRE(s.trials.size() == 4);
     for (const auto& t : s.trials) {
       CAPTURE(t.id);
-      CHECK(t.state == TrialState::kDone);
-      CHECK(t.attempt >= 3);
       CHECK(trained.count(t.id) == 1);
       if (trained.count(t.id)) CHECK(*trained.at(t.id).rbegin() == 9);
     }
@@ -1068,37 +1079,12 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     // for the boundary at 3: decided there again, and again (a program that trains on after that
     // report failed the campaign instead: "paused at step 5, where the stage decided no pause").
     TempDir dir;
-    const std::string cfg =
-        dir.write("pbt.yaml", "name: restart-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" +
-                                  every_other_step_trainer(dir, true) +
-                                  "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
-                                  "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
-    const std::string db = dir.file("pbt.db");
-    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
-    const Snapshot s = read_db(db);
-    const size_t decisions = s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size();
-    CHECK(decisions >= 8);  // an exploit of an older snapshot adds one (above)
-    CHECK(decisions <= 12);
-    REQUIRE(s.trials.size() == 4);
-    for (const auto& t : s.trials) {
-      CAPTURE(t.id);
-      CHECK(t.state == TrialState::kDone);
-      CHECK(t.attempt >= 3);
-    }
+    run_pbt_every_other_step(dir, true, false);
   }
   SUBCASE("pbt, a program that reports step 0 before it trains") {
     // Step 0 is a multiple of every interval: before, it was decided there, the program stopped
     // after step 1, and the campaign failed ("paused at step 1, where the stage decided no pause").
     TempDir dir;
-    const std::string cfg =
-        dir.write("pbt.yaml", "name: zero-pbt\nseed: 3\nobjective: {metric: loss, mode: min}\n" +
-                                  every_other_step_trainer(dir, false, true) +
-                                  "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 3\n    steps: 9\n"
-                                  "    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
-    const std::string db = dir.file("pbt.db");
-    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
-    const Snapshot s = read_db(db);
-    CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() >= 8);
-    for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);
+    run_pbt_every_other_step(dir, false, true);
   }
 }
