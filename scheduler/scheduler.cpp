@@ -727,10 +727,17 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     else
       error = "the trial reported no '" + opt_.objectives[0].metric + "' metric (" +
               (reported.empty() ? std::string("it reported no metrics") : "it reported: " + reported) + ")";
-    // No report came while it ran: a program that prints none, or prints them where they do not count.
-    if (t->last_metrics.empty())
+    // No report came while it ran: a program that prints none, or prints them where they do not count,
+    // or one that reports every few steps and was to stop before its first report.
+    if (t->last_metrics.empty()) {
       error += "; no report reached the master while it ran: a program prints 'hpctune-report {json}' lines on "
                "standard output (hpctune trial DB ID shows its logs)";
+      const TrialView view{t->id, t->seq, t->attempt, &t->params, trial_dir(t->id)};
+      if (const auto target = source_of(*t).step_target(view)) {
+        error += "; it was to train to step " + std::to_string(*target) +
+                 " and stop there (HPCTUNE_MAX_STEP: its first rung or interval), so it must report by then";
+      }
+    }
   }
   for (const auto& a : m.artifacts) {
     HPCTUNE_TRY(store_.add_artifact(t->id, t->attempt, a.kind, a.path, a.bytes, tw));

@@ -1064,6 +1064,25 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     for (const auto& t : s.trials) done_at_end += t.state == TrialState::kDone && t.step >= 26 ? 1 : 0;
     CHECK(done_at_end >= 1);
   }
+  SUBCASE("early stopping, mode pause: a rung at 1, before the program's first report, is named in the error") {
+    TempDir dir;
+    const std::string cfg = dir.write("p.yaml", "name: every2\nseed: 4\nobjective: {metric: loss, mode: min}\n"
+                                                "search: {algorithm: random, max_trials: 2}\n"
+                                                "space:\n  a: {type: float, low: 0, high: 1}\n"
+                                                "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, "
+                                                "max_t: 9, mode: pause}\n" +
+                                                    every_other_step_trainer(dir));
+    const std::string db = dir.file("p.db");
+    const auto status = run_hpctune({"run", cfg, "--db", db}, dir.file("run.log"));
+    CHECK_FALSE(status.success());  // no trial succeeded
+    const Snapshot s = read_db(db);
+    REQUIRE(!s.trials.empty());
+    for (const auto& t : s.trials) {
+      CAPTURE(t.error);
+      CHECK(t.state == TrialState::kFailed);
+      CHECK(t.error.find("it was to train to step 1 and stop there (HPCTUNE_MAX_STEP") != std::string::npos);
+    }
+  }
   SUBCASE("pbt: intervals of 3 steps, 9 in all") {
     TempDir dir;
     const Snapshot s = run_pbt_every_other_step(dir, false, false);
