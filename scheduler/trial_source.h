@@ -72,6 +72,15 @@ struct TrialView {
   std::string trial_dir;  // where the attempt writes its checkpoints ("" = none)
 };
 
+// The integer `key` of the trial's params (a stage's step setting: the step its attempt trains
+// to); nullopt when the params lack it or hold another type there.
+inline std::optional<int64_t> int_param(const TrialView& trial, const std::string& key) {
+  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
+  const auto it = trial.params->find(key);
+  if (it == trial.params->end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
 class TrialSource {
  public:
   virtual ~TrialSource() = default;

@@ -105,16 +105,9 @@ scheduler::Verdict PbtSource::verdict_of(const Decision& d, int64_t lineage_pare
 
 std::string PbtSource::report_judge() const { return kPbtReportJudge; }
 
-std::optional<int64_t> PbtSource::interval_end(const scheduler::TrialView& trial) const {
-  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
-  const auto end = trial.params->find(spec_.settings.step_key);
-  if (end == trial.params->end() || !end->is_number_integer()) return std::nullopt;
-  return end->get<int64_t>();
-}
-
 std::optional<int64_t> PbtSource::step_target(const scheduler::TrialView& trial) const {
   const PbtSettings& s = spec_.settings;
-  const std::optional<int64_t> step = interval_end(trial);
+  const std::optional<int64_t> step = scheduler::int_param(trial, s.step_key);
   if (!step || *step <= 0 || *step >= s.steps || !s.boundary(*step)) return std::nullopt;  // the last interval ends done
   return step;
 }
@@ -128,7 +121,7 @@ scheduler::Verdict PbtSource::on_report(const scheduler::TrialView& trial, int64
   // A boundary short of the end of this attempt's interval (where it stops by itself): the program
   // counts its steps from 0 again after loading a checkpoint. Only its interval's end is judged, so
   // each attempt pauses where its decision was made.
-  if (const auto end = interval_end(trial); end && step < *end) return scheduler::Verdict::carry_on();
+  if (const auto end = scheduler::int_param(trial, s.step_key); end && step < *end) return scheduler::Verdict::carry_on();
   m.latest = value;
   if (step >= s.steps || m.trial_dir.empty()) return scheduler::Verdict::carry_on();
   // The same boundary again before its pause was recorded (the attempt was lost after reporting

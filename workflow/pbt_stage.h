@@ -85,8 +85,6 @@ class PbtSource final : public scheduler::TrialSource {
   scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override;
   void on_attempt_end(int64_t seq) override { (void)seq; }
   std::optional<int64_t> step_target(const scheduler::TrialView& trial) const override;
-  // The step this attempt trains to: its params' step setting (the end of its interval).
-  std::optional<int64_t> interval_end(const scheduler::TrialView& trial) const;
   // Paused members wait here: the least advanced runs first, and none starts an interval while it
   // is settings.max_lead intervals ahead of the slowest (new members, at step 0, come first).
   bool holds_paused() const override { return true; }

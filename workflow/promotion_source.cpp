@@ -61,12 +61,11 @@ void PromotionSource::note_report(int64_t seq, int64_t step, double value) {
 
 scheduler::Verdict PromotionSource::on_report(const scheduler::TrialView& trial, int64_t step, double value) {
   note_report(trial.seq, step, value);
-  if (trial.params == nullptr || !trial.params->is_object() || trial.trial_dir.empty()) return scheduler::Verdict::carry_on();
-  const auto target = trial.params->find(opt_.step_key);
-  if (target == trial.params->end() || !target->is_number_integer()) return scheduler::Verdict::carry_on();
+  const std::optional<int64_t> target = scheduler::int_param(trial, opt_.step_key);
+  if (!target || trial.trial_dir.empty()) return scheduler::Verdict::carry_on();
   // The attempt ends at its rung by itself: below max_t it pauses there, whatever the rung says
   // (resume_next decides when it goes on).
-  if (step < target->get<int64_t>() || step >= opt_.max_t) return scheduler::Verdict::carry_on();
+  if (step < *target || step >= opt_.max_t) return scheduler::Verdict::carry_on();
   search::Params next = *trial.params;
   next[opt_.step_key] = next_stop(trial.seq, step);
   scheduler::Verdict v = scheduler::Verdict::pause(std::move(next), rung_snapshot_dir(trial.trial_dir, step));
@@ -81,11 +80,8 @@ scheduler::Verdict PromotionSource::on_report(const scheduler::TrialView& trial,
 }
 
 std::optional<int64_t> PromotionSource::step_target(const scheduler::TrialView& trial) const {
-  if (trial.params == nullptr || !trial.params->is_object()) return std::nullopt;
-  const auto target = trial.params->find(opt_.step_key);
-  if (target == trial.params->end() || !target->is_number_integer()) return std::nullopt;
-  const int64_t step = target->get<int64_t>();
-  if (step <= 0 || step >= opt_.max_t) return std::nullopt;  // the last leg, to max_t, ends done
+  const std::optional<int64_t> step = scheduler::int_param(trial, opt_.step_key);
+  if (!step || *step <= 0 || *step >= opt_.max_t) return std::nullopt;  // the last leg, to max_t, ends done
   return step;
 }
 
