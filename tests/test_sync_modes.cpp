@@ -4,6 +4,7 @@
 // The multi-rank modes are in test_async_data_parallel (under mpirun).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -132,6 +133,9 @@ struct TwoReplicas {
   std::deque<Queued> to[2];
   bool hold = true;
   int overtaken_tag = -1, overtaking_tag = -1;
+  // Rank 0 reads no message of this tag before held_until (a leader busy elsewhere for a while).
+  int held_tag = -1;
+  std::chrono::steady_clock::time_point held_until;
   std::chrono::milliseconds timeout{1000};  // the group's: a replica silent this long is dropped
 };
 
@@ -160,12 +164,20 @@ class QueuedGroup final : public collectives::TrainerGroup {
     auto& queue = link_.to[rank_];
     for (auto it = queue.begin(); it != queue.end(); ++it) {
       if (it->tag != tag || (rank_ == 0 && link_.hold) || (rank_ == 1 && tag == link_.overtaken_tag)) continue;
+      if (rank_ == 0 && tag == link_.held_tag && std::chrono::steady_clock::now() < link_.held_until) continue;
       if (rank_ == 1 && tag == link_.overtaking_tag) link_.overtaken_tag = -1;
       ReplicaMessage m = std::move(it->message);
       queue.erase(it);
       return std::optional<ReplicaMessage>(std::move(m));
     }
     return std::optional<ReplicaMessage>();
+  }
+  // A message has gone whole once its receiver took it (as an MPI send past the eager limit, which
+  // its sender must go on moving until the receiver matches it).
+  Result<bool> posts_delivered(int tag) override {
+    const std::lock_guard lock(link_.mutex);
+    const auto& queue = link_.to[1 - rank_];
+    return std::none_of(queue.begin(), queue.end(), [&](const TwoReplicas::Queued& q) { return q.tag == tag; });
   }
   std::chrono::milliseconds timeout() const noexcept override { return link_.timeout; }
 
@@ -324,4 +336,46 @@ TEST_CASE("downpour: the leader ends on the shards' final weights, with a slower
   CHECK((*leader)->summary().updates == 2);
   CHECK((*leader)->updates_in_params() == 2);
   CHECK((*leader)->summary().pushes == std::vector<int64_t>{1, 1});
+}
+
+TEST_CASE("downpour: a shard's rank stays until the leader has taken its summary") {
+  // Rank 0 is the replica and leader, rank 1 its shard (own_ranks); the leader reads the summary
+  // (tag 85) only 300 ms after the shard has sent it. Before, the shard's finish() returned as soon
+  // as it had posted the summary; over MPI a summary holds its slice's weights, past the eager
+  // limit, and a shard's rank that went on (or ended, as a test's rank does) before the leader
+  // matched it left it undelivered: the leader failed the attempt after twice the group's timeout
+  // ("1 parameter-server shard(s) sent no summary", seen once in CI in test_downpour_kill).
+  TwoReplicas link;
+  link.hold = false;
+  link.held_tag = 85;
+  link.held_until = std::chrono::steady_clock::time_point::max();
+  link.timeout = std::chrono::seconds(60);  // no replica taken for dead on a busy machine
+  QueuedGroup g0(link, 0), g1(link, 1);
+  DownpourOptions o;
+  o.own_ranks = true;
+  o.adagrad = false;
+  o.run_id = 13;
+  const std::vector<float> initial{0, 0, 0, 0};
+  auto leader = Downpour::create(g0, initial, o), shard = Downpour::create(g1, initial, o);
+  REQUIRE(leader.ok());
+  REQUIRE(shard.ok());
+  Status served = Status::Ok();
+  bool summary_waiting_at_return = true;
+  std::thread shard_rank([&] {
+    served = (*shard)->finish();
+    summary_waiting_at_return = !*g1.posts_delivered(85);
+  });
+  const Status pushed = (*leader)->push(0, std::vector<float>{1, 2, 3, 4}, 0.5f);
+  {
+    const std::lock_guard lock(link.mutex);
+    link.held_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  }
+  std::vector<float> params(4, 7.0f);
+  const Status finished = (*leader)->finish(params);
+  shard_rank.join();
+  REQUIRE_MESSAGE(pushed.ok(), pushed.error().message());
+  REQUIRE_MESSAGE(served.ok(), served.error().message());
+  REQUIRE_MESSAGE(finished.ok(), finished.error().message());
+  CHECK_FALSE(summary_waiting_at_return);
+  CHECK(params == std::vector<float>{-0.5f, -1.0f, -1.5f, -2.0f});
 }

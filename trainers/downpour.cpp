@@ -481,7 +481,16 @@ Status Downpour::finish(std::span<float> final_params) {
       }
       summaries = static_cast<int>(std::count(summaries_seen_.begin(), summaries_seen_.end(), true));
     }
-    const bool own_done = !shard_ || shard_->summary_sent;
+    // A rank's part is done once its summary (a shard's) has gone and, past the leader, once what
+    // it posted here has reached its receivers whole: a summary holds a slice's weights, past MPI's
+    // eager limit, so its receiver takes it only while the sender still moves it on.
+    const bool sent = !shard_ || shard_->summary_sent;
+    bool own_done = sent;
+    if (sent && !leader) {
+      HPCTUNE_ASSIGN(const bool summary_gone, group_.posts_delivered(kSummaryTag));
+      HPCTUNE_ASSIGN(const bool done_gone, group_.posts_delivered(kDoneTag));
+      own_done = summary_gone && done_gone;
+    }
     if (own_done && (!leader || summaries == shards_)) {
       group_.give_up_arriving();  // from a replica that died half-way through a message
       if (leader && !final_params.empty()) {
@@ -490,9 +499,12 @@ Status Downpour::finish(std::span<float> final_params) {
       }
       return Status::Ok();
     }
-    if (own_done && deadline == Clock::time_point::max()) deadline = Clock::now() + 2 * group_.timeout();
+    if (sent && deadline == Clock::time_point::max()) deadline = Clock::now() + 2 * group_.timeout();
     if (spins % 64 == 0 && Clock::now() >= deadline) {
       group_.abandon();
+      if (!leader)
+        return err(Errc::kTimeout, "downpour: this rank's last messages (done messages, a shard's summary) were not "
+                                   "taken within twice the group's timeout (their receiver died)");
       return err(Errc::kTimeout, "downpour: " + std::to_string(shards_ - summaries) +
                                      " parameter-server shard(s) sent no summary (a dead shard fails the attempt)");
     }
