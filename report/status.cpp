@@ -152,9 +152,10 @@ Result<std::map<int64_t, std::string>> attempt_gpus(CampaignView& v) {
 
 }  // namespace
 
-// The master's warnings recorded as events (scheduler.cpp: note_unjudged; master.cpp: a database on
-// a network file system, said at every start and shown once), one line each; every field read from
-// the database is checked to be a string here (the CLI escapes what it prints).
+// The master's warnings recorded as events (scheduler.cpp: note_unjudged, note_restarted_steps;
+// master.cpp: a database on a network file system, said at every start and shown once), one line
+// each; every field read from the database is checked to be a string (or an integer) here (the CLI
+// escapes what it prints).
 Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t campaign_id) {
   std::vector<std::string> out;
   HPCTUNE_ASSIGN(auto said, db.events_of_kind(campaign_id, "master_warning", 16));
@@ -172,6 +173,17 @@ Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t cam
     out.push_back(field("judge") + " never judged trial " + std::to_string(e.trial_id) + ": it reported '" +
                   field("metric") + "' in no step before its last (report it with every step, or make a metric "
                   "reported every step the objective)");
+  }
+  HPCTUNE_ASSIGN(auto restarted, db.events_of_kind(campaign_id, "steps_restarted", 16));
+  for (const auto& e : restarted) {
+    const auto& d = e.detail;
+    auto step = [&d](const char* key) {
+      return d.is_object() && d.contains(key) && d[key].is_number_integer() ? std::to_string(d[key].get<int64_t>())
+                                                                             : std::string("?");
+    };
+    out.push_back("trial " + std::to_string(e.trial_id) + " resumed from its checkpoint at step " + step("resumed_at") +
+                  " but reported step " + step("reported_step") + ": its program counts steps from the start again "
+                  "(keep the step in the checkpoint and go on from it)");
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/device_list.h"
@@ -358,6 +359,7 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.seed = meta_seed(row.meta);
       trial.last_step = row.step;
       trial.rerun = requeued;
+      if (state == TrialState::kPaused) trial.paused_at = row.step;
       const bool held = state == TrialState::kPaused && stage.source && stage.source->holds_paused();
       if (held) trial.state = TrialState::kPaused;
       trials_[row.id] = std::move(trial);
@@ -573,6 +575,7 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   }
   // A report without metrics is the worker's "started" notice: nothing to record or judge.
   if (m.metrics.empty()) return {};
+  if (t->resumed_at > 0 && m.step > 0 && m.step < t->resumed_at) HPCTUNE_TRY(note_restarted_steps(w, *t, m.step, tw));
   t->last_step = m.step;
   t->last_metrics = m.metrics;
   if (t->first_report_step == 0) t->first_report_step = m.step;
@@ -802,6 +805,23 @@ Status Scheduler::note_unjudged(const Worker& w, Trial& t, double tw) {
                           {{"metric", metric}, {"judge", judge}, {"reported", reported}}, tw);
 }
 
+// An attempt that resumed from its pause's checkpoint at step `resumed_at` reported an earlier
+// step: its program counts its steps from the start again after loading the checkpoint (or ignores
+// the checkpoint and trains from scratch). Its reports repeat steps already recorded, so the rungs
+// and intervals compare it with trials that trained fewer steps and the steps consumed (max_steps)
+// undercount what it trains. Said once per stage, as a warning and a `steps_restarted` event.
+Status Scheduler::note_restarted_steps(const Worker& w, const Trial& t, int64_t step, double tw) {
+  Stage& st = stages_[t.stage];
+  if (st.restart_told) return Status::Ok();
+  st.restart_told = true;
+  log("warning: trial " + std::to_string(t.id) + " attempt " + std::to_string(t.attempt) + " resumed from its checkpoint at step " +
+      std::to_string(t.resumed_at) + " (HPCTUNE_RESUME_FROM) but reported step " + std::to_string(step) +
+      ": its program counts steps from the start again, or trains from scratch; keep the step in the checkpoint and go on "
+      "from it, or steps already trained are trained and counted again");
+  return store_.add_event(opt_.campaign_id, "steps_restarted", t.id, t.attempt, w.group,
+                          {{"resumed_at", t.resumed_at}, {"reported_step", step}}, tw);
+}
+
 // The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on
 // any free group as the next attempt, with the source's parameters, from its checkpoint.
 Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Clock::time_point now) {
@@ -828,6 +848,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
     }
     t.attempt += 1;
     t.rerun = false;
+    t.paused_at = std::max(m.step, t.last_step);
     t.params = params;
     t.resume_from = pause.resume_from;
     t.state = TrialState::kPaused;
@@ -1117,6 +1138,7 @@ Status Scheduler::dispatch(Clock::time_point now) {
     t.stop_sent = false;
     t.first_report_step = 0;
     t.judged_from = 0;
+    t.resumed_at = std::exchange(t.paused_at, 0);
     t.last_step = 0;
     t.last_metrics.clear();
     w->trial_id = id;

@@ -254,6 +254,7 @@ class Scheduler {
     bool active = true;
     bool closed = false;     // close_stage(): failed, asked for nothing more
     bool unjudged_told = false;  // note_unjudged() said it once
+    bool restart_told = false;   // note_restarted_steps() said it once
     nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };
@@ -292,6 +293,10 @@ class Scheduler {
     // This attempt runs again after the last one was lost (its group or the master died): it may
     // find its training already done (recall_last_report).
     bool rerun = false;
+    // The step the trial paused at (its checkpoint's), until its next attempt is dispatched; that
+    // attempt resumed from it (resumed_at), 0 when it started from the beginning or reruns.
+    int64_t paused_at = 0;
+    int64_t resumed_at = 0;
     // Packed dispatch: the trials it may share a process with, those of its cohort; 0 = any of
     // cohort 0. A trial lost with others in one process gets a new cohort (note_process_loss).
     int64_t cohort = 0;
@@ -306,6 +311,7 @@ class Scheduler {
   Status judge_at_target(const Worker& w, Trial& t, const protocol::Done& m, double tw);
   Result<bool> recall_last_report(Worker& w, Trial& t, Clock::time_point now);
   Status note_unjudged(const Worker& w, Trial& t, double tw);
+  Status note_restarted_steps(const Worker& w, const Trial& t, int64_t step, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

@@ -1027,6 +1027,15 @@ Snapshot run_pbt_every_other_step(TempDir& dir, bool restart, bool zero) {
     CHECK(t.state == TrialState::kDone);
     CHECK(t.attempt >= 3);
   }
+  // A program whose count starts again after loading is told once (before, nothing said so).
+  const auto restarted = s.events_of("steps_restarted");
+  CHECK(restarted.size() == (restart ? 1u : 0u));
+  for (const auto& e : restarted) {
+    CAPTURE(e.detail.dump());
+    CHECK(e.detail.at("resumed_at").get<int64_t>() % 3 == 0);
+    CHECK(e.detail.at("reported_step").get<int64_t>() < e.detail.at("resumed_at").get<int64_t>());
+  }
+  if (restart) CHECK(read_file(dir.file("run.log")).find("counts steps from the start again") != std::string::npos);
   return s;
 }
 
@@ -1060,9 +1069,34 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     }
     CHECK(full >= 1);
     CHECK(total >= 90);  // the budget of 100 steps is spent (60 before: each trial's first 3, then done)
+    CHECK(s.events_of("steps_restarted").empty());  // it goes on from its checkpoint's step
     int64_t done_at_end = 0;
     for (const auto& t : s.trials) done_at_end += t.state == TrialState::kDone && t.step >= 26 ? 1 : 0;
     CHECK(done_at_end >= 1);
+  }
+  SUBCASE("early stopping, mode pause: a program that counts from 0 again after loading is told once") {
+    // Its second attempt, resumed at rung 3, reports steps 1, 2, 3 again on top of the loaded
+    // weights: it trains 3 + 9 steps for the 9 counted, and rungs compare it with trials at fewer.
+    // Before, nothing said so.
+    TempDir dir;
+    const std::string cfg = dir.write("p.yaml", "name: restart\nseed: 4\nobjective: {metric: loss, mode: min}\n"
+                                                "search: {algorithm: grid, max_trials: 3}\n"
+                                                "space:\n  a: {type: choice, values: [0.1, 0.5, 0.9]}\n"
+                                                "early_stopping: {kind: asha, grace_period: 3, reduction_factor: 3, "
+                                                "max_t: 9, mode: pause}\n" +
+                                                    every_other_step_trainer(dir, true));
+    const std::string db = dir.file("p.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    const auto restarted = s.events_of("steps_restarted");
+    REQUIRE(restarted.size() == 1);
+    CHECK(restarted[0].detail.at("resumed_at").get<int64_t>() == 3);
+    CHECK(restarted[0].detail.at("reported_step").get<int64_t>() == 1);
+    CHECK(read_file(dir.file("run.log")).find("resumed from its checkpoint at step 3") != std::string::npos);
+    run_ok({"status", db}, dir.file("status.log"));  // and `status` shows it after the campaign
+    CHECK(read_file(dir.file("status.log")).find("warning    trial " + std::to_string(restarted[0].trial_id) +
+                                                 " resumed from its checkpoint at step 3 but reported step 1") !=
+          std::string::npos);
   }
   SUBCASE("early stopping, mode pause: a rung at 1, before the program's first report, is named in the error") {
     TempDir dir;
