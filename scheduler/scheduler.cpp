@@ -578,8 +578,8 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   if (t->resumed_at > 0 && m.step > 0 && m.step < t->resumed_at) HPCTUNE_TRY(note_restarted_steps(w, *t, m.step, tw));
   t->last_step = m.step;
   t->last_metrics = m.metrics;
-  if (t->first_report_step == 0) t->first_report_step = m.step;
-  if (t->judged_from == 0 && !opt_.objectives.empty() && m.metrics.count(opt_.objectives[0].metric) > 0)
+  if (t->first_report_step < 0) t->first_report_step = m.step;
+  if (t->judged_from < 0 && !opt_.objectives.empty() && m.metrics.count(opt_.objectives[0].metric) > 0)
     t->judged_from = m.step;
   HPCTUNE_TRY(store_.add_metrics(t->id, t->attempt, m.step, m.metrics, tw));
   if (!t->stop_sent) {
@@ -648,7 +648,8 @@ Status Scheduler::note_pause(const Worker& w, Trial& t, int64_t step, double val
 }
 
 // The attempt ended by itself at the step its source set (step_target), its last report before
-// that step (a program that reports every few steps): it is judged there on that report, which is
+// that step (a program that reports every few steps, or counts its epochs from 0 and reports the
+// epoch it just trained: at most step_target - 1): it is judged there on that report, which is
 // recorded at that step too (so a resumed master replays it), and it pauses if its source says so.
 // Before, such a trial ended done at its first rung or interval, and was never continued.
 Status Scheduler::judge_at_target(const Worker& w, Trial& t, const protocol::Done& m, double tw) {
@@ -656,7 +657,7 @@ Status Scheduler::judge_at_target(const Worker& w, Trial& t, const protocol::Don
   const std::optional<int64_t> target = source_of(t).step_target(view);
   const int64_t reached = std::max(m.step, t.last_step);
   // Only an attempt that reported in this run (its value is of this leg), short of the target.
-  if (!target || t.first_report_step == 0 || reached >= *target) return Status::Ok();
+  if (!target || t.first_report_step < 0 || reached >= *target) return Status::Ok();
   const protocol::Metrics& metrics = m.metrics.empty() ? t.last_metrics : m.metrics;
   const std::optional<double> value = judged_value(metrics);
   if (!value) return Status::Ok();
@@ -702,7 +703,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   if (!t) return note_late_result(w.peer, w.group, m.trial_id, m.attempt, "done", now);
   if (failpoint_) failpoint_("after-result");
   bool recalled = false;
-  if (t->rerun && t->first_report_step == 0 && !m.stopped) {
+  if (t->rerun && t->last_step <= 0 && !m.stopped) {  // nothing past step 0 (a report of the loaded model)
     HPCTUNE_ASSIGN(recalled, recall_last_report(w, *t, now));
   }
   if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, wall(now)));
@@ -789,7 +790,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
 // stage: a log line and a `reports_unjudged` event {metric, judge, reported: the last report's metrics}.
 Status Scheduler::note_unjudged(const Worker& w, Trial& t, double tw) {
   Stage& st = stages_[t.stage];
-  const bool judged = t.judged_from > 0 && (t.judged_from < t.last_step || t.first_report_step == t.last_step);
+  const bool judged = t.judged_from >= 0 && (t.judged_from < t.last_step || t.first_report_step == t.last_step);
   if (judged || t.last_metrics.empty() || opt_.objectives.empty() || st.unjudged_told || st.source == nullptr)
     return Status::Ok();
   const std::string judge = st.source->report_judge();
@@ -1136,8 +1137,8 @@ Status Scheduler::dispatch(Clock::time_point now) {
     t.state = TrialState::kAssigned;
     t.peer = w->peer;
     t.stop_sent = false;
-    t.first_report_step = 0;
-    t.judged_from = 0;
+    t.first_report_step = -1;
+    t.judged_from = -1;
     t.resumed_at = std::exchange(t.paused_at, 0);
     t.last_step = 0;
     t.last_metrics.clear();

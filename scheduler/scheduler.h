@@ -283,9 +283,10 @@ class Scheduler {
     protocol::Metrics last_metrics;
     bool stop_sent = false;
     // This attempt's first step report, and the first that carried the first objective's metric
-    // (0: none yet): a judge of reports judged the attempt only if that came before its last step.
-    int64_t first_report_step = 0;
-    int64_t judged_from = 0;
+    // (-1: none yet; a program that counts its epochs from 0 reports step 0): a judge of reports
+    // judged the attempt only if that came before its last step.
+    int64_t first_report_step = -1;
+    int64_t judged_from = -1;
     std::size_t stage = 0;         // index into stages_
     std::optional<Verdict> pause;  // a pause was asked for this attempt
     std::string resume_from;       // the checkpoint the next attempt starts from

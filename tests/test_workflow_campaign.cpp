@@ -977,19 +977,22 @@ for trial in hp.trials():
         tmp = os.path.join(hp.checkpoint_dir(), "ck.tmp")
         json.dump({"step": step}, open(tmp, "w"))
         os.replace(tmp, os.path.join(hp.checkpoint_dir(), "ck.json"))
-        if step % int(os.environ.get("EVERY", "2")) == 0 and not hp.report(step, loss=(float(p["a"]) - 0.3) ** 2 + 1.0 / step):
+        reported = step - 1 if os.environ.get("FROM_ZERO") == "1" else step  # the epoch's index, as Optuna's examples report
+        if step % int(os.environ.get("EVERY", "2")) == 0 and not hp.report(reported, loss=(float(p["a"]) - 0.3) ** 2 + 1.0 / step):
             break
 )";
 
 // restart: the program counts its steps from 0 again after loading a checkpoint (and trains the
 // same number of steps to the end of its interval), and reports every step. zero: it reports step 0
-// before it trains.
-std::string every_other_step_trainer(TempDir& dir, bool restart = false, bool zero = false) {
+// before it trains. from_zero: it reports every step as the index of the epoch it just trained
+// (0 after the first).
+std::string every_other_step_trainer(TempDir& dir, bool restart = false, bool zero = false, bool from_zero = false) {
   const std::string program = dir.write("every2.py", kEveryOtherStep);
   return "trainer: {kind: command, command: \"/usr/bin/python3 " + program +
          "\", persistent: true, provides: [checkpoints], timeout: 2m, env: {PYTHONPATH: \"" + std::string(HPCTUNE_SOURCE_DIR) +
          "/tools/python\", STEPS_LOG: \"" + dir.file("steps.log") + "\", RESTART: \"" + (restart ? "1" : "0") +
-         "\", EVERY: \"" + (restart ? "1" : "2") + "\", ZERO: \"" + (zero ? "1" : "0") + "\"}}\nresources: {groups: 2}\n";
+         "\", EVERY: \"" + (restart || from_zero ? "1" : "2") + "\", ZERO: \"" + (zero ? "1" : "0") +
+         "\", FROM_ZERO: \"" + (from_zero ? "1" : "0") + "\"}}\nresources: {groups: 2}\n";
 }
 
 // Every (trial, step) the program trained, from its log; with `once`, each exactly once (a PBT
@@ -1097,6 +1100,37 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     CHECK(read_file(dir.file("status.log")).find("warning    trial " + std::to_string(restarted[0].trial_id) +
                                                  " resumed from its checkpoint at step 3 but reported step 1") !=
           std::string::npos);
+  }
+  SUBCASE("early stopping, mode pause: a program that reports its epochs from 0 pauses at rung 1 (its one report: step 0)") {
+    // Before, an attempt whose only report was step 0 counted as one that reported nothing: it was
+    // not judged at its rung, and every trial ended done after its first epoch (9 of 81 steps).
+    TempDir dir;
+    const std::string cfg = dir.write("p.yaml", "name: epochs\nseed: 4\nobjective: {metric: loss, mode: min}\n"
+                                                "search: {algorithm: grid, max_trials: 3}\n"
+                                                "space:\n  a: {type: choice, values: [0.1, 0.5, 0.9]}\n"
+                                                "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, "
+                                                "max_t: 9, mode: pause}\n" +
+                                                    every_other_step_trainer(dir, false, false, true));
+    const std::string db = dir.file("p.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    int64_t at_first_rung = 0;
+    for (const auto& e : s.events_of("pause_requested")) {
+      CAPTURE(e.detail.dump());
+      const int64_t step = e.detail.at("step").get<int64_t>();
+      CHECK((step == 1 || step == 3));
+      CHECK(e.detail.at("reported_step").get<int64_t>() == step - 1);
+      at_first_rung += step == 1 ? 1 : 0;
+    }
+    CHECK(at_first_rung == 3);
+    // max_steps 0 under pause: every trial's full training, each step once, none after its first
+    // epoch's report taken for nothing.
+    const auto trained = trained_steps(dir, true);
+    REQUIRE(trained.size() == 3);
+    for (const auto& [trial, steps] : trained) CHECK(steps.size() == 9);
+    for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);
+    CHECK(s.events_of("reports_unjudged").empty());
+    CHECK(s.events_of("steps_restarted").empty());
   }
   SUBCASE("early stopping, mode pause: a rung at 1, before the program's first report, is named in the error") {
     TempDir dir;
