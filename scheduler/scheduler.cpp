@@ -359,7 +359,6 @@ Status Scheduler::restore(Clock::time_point now) {
       trial.seed = meta_seed(row.meta);
       trial.last_step = row.step;
       trial.rerun = requeued;
-      if (state == TrialState::kPaused) trial.paused_at = row.step;
       const bool held = state == TrialState::kPaused && stage.source && stage.source->holds_paused();
       if (held) trial.state = TrialState::kPaused;
       trials_[row.id] = std::move(trial);
@@ -849,7 +848,7 @@ Status Scheduler::pause_attempt(Worker& w, Trial& t, const protocol::Done& m, Cl
     }
     t.attempt += 1;
     t.rerun = false;
-    t.paused_at = std::max(m.step, t.last_step);
+    t.paused_at = pause.resume_step >= 0 ? pause.resume_step : std::max(m.step, t.last_step);
     t.params = params;
     t.resume_from = pause.resume_from;
     t.state = TrialState::kPaused;

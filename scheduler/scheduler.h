@@ -294,8 +294,9 @@ class Scheduler {
     // This attempt runs again after the last one was lost (its group or the master died): it may
     // find its training already done (recall_last_report).
     bool rerun = false;
-    // The step the trial paused at (its checkpoint's), until its next attempt is dispatched; that
-    // attempt resumed from it (resumed_at), 0 when it started from the beginning or reruns.
+    // The step of the checkpoint the trial's next attempt starts from (Verdict::resume_step), from
+    // its pause until that attempt is dispatched, which resumed there (resumed_at); 0 when it
+    // started from the beginning, reruns, or runs first after a master's restart (not checked).
     int64_t paused_at = 0;
     int64_t resumed_at = 0;
     // Packed dispatch: the trials it may share a process with, those of its cohort; 0 = any of

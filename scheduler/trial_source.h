@@ -41,6 +41,9 @@ struct Verdict {
   // its next attempt starts from ("" = from scratch; protocol::Assign::resume_from).
   nlohmann::json params;
   std::string resume_from;
+  // kPause: the step that checkpoint was taken at, where the next attempt's count goes on (-1: the
+  // step the trial paused at, its own checkpoint's; PBT's exploit of an older snapshot: that one's).
+  int64_t resume_step = -1;
   // kPause: what the source wants recorded with the decision, merged into the detail of the
   // `pause_requested` event (PBT: {"exploit": {...}, "explore": {...}}), and the trial the weights
   // come from when another (lineage row child = this trial, relation `lineage_relation`).

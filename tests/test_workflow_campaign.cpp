@@ -1161,6 +1161,30 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
       if (trained.count(t.id)) CHECK(*trained.at(t.id).rbegin() == 9);
     }
   }
+  SUBCASE("pbt, intervals of 1, a program that reports its epochs from 0: an exploit of an older snapshot is no restart") {
+    // A member that takes a better member's snapshot of an earlier step goes on from that step; its
+    // first report is below the step it paused at, and that is no restarted count (the warning
+    // compares with the checkpoint's step, Verdict::resume_step; before, it fired here).
+    TempDir dir;
+    bool older = false;
+    for (const int seed : {3, 11, 12, 13}) {
+      const std::string cfg = dir.write("pbt" + std::to_string(seed) + ".yaml",
+                                        "name: epochs-pbt\nseed: " + std::to_string(seed) +
+                                            "\nobjective: {metric: loss, mode: min}\n" +
+                                            every_other_step_trainer(dir, false, false, true) +
+                                            "stages:\n  - name: pbt\n    kind: pbt\n    population: 4\n    ready: 1\n"
+                                            "    steps: 6\n    quantile: 0.25\n    space:\n      a: {type: float, low: 0, high: 1}\n");
+      const std::string db = dir.file("pbt" + std::to_string(seed) + ".db");
+      run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+      const Snapshot s = read_db(db);
+      for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);
+      CHECK(s.events_of("pbt_continue").size() + s.events_of("pbt_exploit").size() >= 20);  // 4 members x steps 1..5
+      for (const auto& e : s.events_of("pbt_exploit"))
+        older = older || e.detail.at("source_step").get<int64_t>() < e.detail.at("step").get<int64_t>();
+      CHECK(s.events_of("steps_restarted").empty());
+    }
+    CHECK(older);  // the premise: some exploit went back to an older snapshot
+  }
   SUBCASE("pbt, a program that counts from 0 again after loading: judged at its interval's end only") {
     // Its report at step 3 of every later interval (3 steps after loading the checkpoint) was taken
     // for the boundary at 3: decided there again, and again (a program that trains on after that

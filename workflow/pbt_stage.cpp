@@ -96,6 +96,7 @@ Result<std::vector<search::Suggestion>> PbtSource::ask(std::size_t n) {
 
 scheduler::Verdict PbtSource::verdict_of(const Decision& d, int64_t lineage_parent) {
   scheduler::Verdict v = scheduler::Verdict::pause(d.params, d.resume_from);
+  v.resume_step = d.from_step;
   if (d.exploit) {
     v.lineage_parent = lineage_parent;
     v.lineage_relation = kLineageRelation;
