@@ -21,7 +21,7 @@
 // configuration counted at the highest epoch reported for it (its latest value), not its best one.
 //
 //   bench_multifidelity --table bench/data/curves_mlp.csv --method asha --mode pause --searcher random
-//                       --seeds 1-10 --budget 50 [--groups 4] [--out runs.jsonl]
+//                       --seeds 1-10 --budget 50 [--groups 4] [--out runs.jsonl] [--report-from-zero]
 // One JSON line per (method, seed) on stdout (or appended to --out).
 #include <algorithm>
 #include <chrono>
@@ -192,6 +192,9 @@ struct Setup {
   std::string mode = "stop";        // stop | pause
   int64_t groups = 4;
   int64_t budget_x = 50;            // the largest budget, in full trainings (x max_t epochs)
+  // --report-from-zero: the groups report the index of the epoch just trained, counted from 0
+  // (Optuna's trial.report(value, epoch)), as step; 1, 2, ... otherwise.
+  bool from_zero = false;
 };
 
 struct FakeGroup {
@@ -299,6 +302,8 @@ class Replay {
   bool serve(FakeGroup& g);
   void start_attempt(FakeGroup& g, const protocol::Assign& a);
   void end_attempt(FakeGroup& g, bool stopped);
+  // The step the group reports after its epoch g.step (Setup::from_zero).
+  int64_t reported_step(const FakeGroup& g) const { return su_.from_zero ? g.step - 1 : g.step; }
   void settle();
   FakeGroup* next_epoch_end();
   void train_epoch(FakeGroup& g);
@@ -465,7 +470,7 @@ void Replay::end_attempt(FakeGroup& g, bool stopped) {
   protocol::Done d;
   d.trial_id = g.trial_id;
   d.attempt = g.attempt;
-  d.step = g.step;
+  d.step = reported_step(g);
   d.stopped = stopped;
   d.metrics = {{"val_accuracy", g.row->val[static_cast<std::size_t>(g.step - 1)]}};
   send(g, d);
@@ -507,7 +512,7 @@ void Replay::train_epoch(FakeGroup& g) {
   }
   const double v = g.row->val[static_cast<std::size_t>(g.step - 1)];
   record_.epoch_trained(*g.row, g.step, v);
-  send(g, protocol::Report{g.trial_id, g.attempt, g.step, {{"val_accuracy", v}}});
+  send(g, protocol::Report{g.trial_id, g.attempt, reported_step(g), {{"val_accuracy", v}}});
   pump();
   serve(g);  // a stop for this report ends the attempt here
   if (g.busy && g.step >= g.target) {
@@ -543,6 +548,7 @@ json Replay::result(std::chrono::steady_clock::time_point wall_start) const {
               {"searcher", su_.searcher},
               {"stopper", su_.stopper},
               {"mode", early_ ? su_.mode : "none"},
+              {"report_from_zero", su_.from_zero},
               {"seed", seed_},
               {"groups", su_.groups},
               {"max_t", max_t_},
@@ -565,7 +571,8 @@ json Replay::result(std::chrono::steady_clock::time_point wall_start) const {
   if (out["dropped_frames"].get<int64_t>() != 0) die("the scheduler dropped frames of the fake groups: " + out.dump());
   if (promotion_source_) {
     out["steps_consumed_by_source"] = promotion_source_->steps_consumed();
-    if (promotion_source_->steps_consumed() != record_.consumed)
+    // A program counting from 0 reports one step fewer than it trained (the source counts reports).
+    if (promotion_source_->steps_consumed() != record_.consumed && !su_.from_zero)
       die("pause mode trained some steps twice (or skipped some): " + out.dump());
   }
   return out;
@@ -618,6 +625,7 @@ int main(int argc, char** argv) {
     else if (a == "--seeds") seeds = val();
     else if (a == "--out") out_path = val();
     else if (a == "--workdir") work = val();
+    else if (a == "--report-from-zero") su.from_zero = true;
     else die("unknown argument " + a + " (see the top of bench/multifidelity.cpp)");
   }
   if (table_path.empty()) die("--table is required");

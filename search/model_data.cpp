@@ -258,8 +258,8 @@ LevelData fidelity_model_data(const SearchSpec& spec, const Encoder& encoder, co
   for (std::size_t i = table.rows; i < told.size(); ++i) {
     const DataPoint& p = told[i];
     const bool failed = p.losses.empty();
-    final[i] = !failed && p.outcome == Outcome::kCompleted && (p.step <= 0 || p.step >= spec.fidelity.max_step);
-    // A partial value (pruned, or a completed trial short of max_step) belongs to its step only;
+    final[i] = !failed && p.outcome == Outcome::kCompleted && completes_training(p.step, spec.fidelity);
+    // A partial value (pruned, or a completed trial short of a full training) belongs to its step only;
     // with several objectives it has no level (the top one needs the final values). A pruned or
     // partial trial never counts above its last step; a failed one's step may be unknown.
     std::optional<std::pair<int64_t, double>> own;

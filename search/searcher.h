@@ -71,12 +71,20 @@ struct Fidelity {
   std::vector<int64_t> rungs;    // the steps where the stopper judges, ascending, all < max_step (may be empty)
 };
 
+// True when a completed trial that ended at `step` trained all of `fidelity`'s steps: it reached
+// max_step, or max_step - 1, where a program that reports the index of the epoch it just trained,
+// counted from 0 (Optuna's trial.report(value, epoch)), ends a full training (step 0: not said,
+// taken as full). Before, such a program's every trial was partial, and the model never left the
+// highest rung. One step short of a full training is as good as full for a model's level.
+inline bool completes_training(int64_t step, const Fidelity& fidelity) {
+  return fidelity.max_step <= 0 || step <= 0 || step >= fidelity.max_step - 1;
+}
+
 // True when `obs` carries a final value under `fidelity`: always without early stopping; with it, a
-// completed trial that reached max_step (step 0: not said, taken as final). A pruned trial's value,
-// or any value at 0 < step < max_step, belongs to that step only.
+// completed trial that completes_training(). A pruned trial's value, or a completed one's further
+// from max_step, belongs to its step only.
 inline bool is_final(const Observation& obs, const Fidelity& fidelity) {
-  if (fidelity.max_step <= 0) return obs.outcome == Outcome::kCompleted;
-  return obs.outcome == Outcome::kCompleted && (obs.step <= 0 || obs.step >= fidelity.max_step);
+  return obs.outcome == Outcome::kCompleted && completes_training(obs.step, fidelity);
 }
 
 struct SearchSpec {

@@ -276,6 +276,30 @@ TEST_CASE("fidelity_model_data: a trial stopped below the level is `stopped`, a 
   CHECK(fidelity_state(three)["stopped"] == 1);
 }
 
+TEST_CASE("fidelity_model_data: a program that reports its epochs from 0 completes at max_step - 1, a full training") {
+  // Its reports are 0, 1, ... max_step - 1 (the index of the epoch it just trained); a trial that
+  // completed there trained all max_step epochs. Before, every such trial was partial: the top
+  // level never had a value and the model stayed at rung 9 for the whole campaign.
+  SearchSpec s = spec("tpe", true);
+  const Encoder enc(s.space);
+  std::vector<DataPoint> told;
+  ReportLog reports;
+  for (int64_t k = 0; k < 6; ++k) {
+    reports[k] = {{0, 0.05}, {1, 0.1}, {3, 0.2}, {9, 0.3}, {kMaxStep - 1, 0.4}};
+    told.push_back(told_point(enc, k, 0.1 * static_cast<double>(k), Outcome::kCompleted, 0.4, kMaxStep - 1));
+  }
+  const LevelData top = fidelity_model_data(s, enc, told, {}, reports);
+  CHECK(top.level == kMaxStep);
+  CHECK(top.points.size() == 6);
+  CHECK(top.stopped.empty());
+  CHECK(is_final(Observation{0, at(0.1), Outcome::kCompleted, {0.4}, kMaxStep - 1}, s.fidelity));
+  // Two steps short is partial still (a program that ended early by itself); pruned is never final.
+  CHECK_FALSE(is_final(Observation{0, at(0.1), Outcome::kCompleted, {0.4}, kMaxStep - 2}, s.fidelity));
+  CHECK_FALSE(is_final(Observation{0, at(0.1), Outcome::kPruned, {0.4}, kMaxStep - 1}, s.fidelity));
+  told.back().step = kMaxStep - 2;
+  CHECK(fidelity_model_data(s, enc, told, {}, reports).level == 9);  // 5 finals: rung 9 has the 6
+}
+
 TEST_CASE("a level's pending trials are named by seq: their parameters are read from the searcher's map, not copied") {
   // At 2,048 groups a copy of every running trial's parameters on every ask was a quarter of the master's time.
   std::map<int64_t, Params> pending = {{2, at(0.2)}, {4, at(0.4)}, {5, at(0.5)}, {9, at(0.9)}};
