@@ -185,6 +185,17 @@ Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t cam
                   " but reported step " + step("reported_step") + ": its program counts steps from the start again "
                   "(keep the step in the checkpoint and go on from it)");
   }
+  HPCTUNE_ASSIGN(auto past, db.events_of_kind(campaign_id, "steps_past_judge", 16));
+  for (const auto& e : past) {
+    const auto& d = e.detail;
+    auto step = [&d](const char* key) {
+      return d.is_object() && d.contains(key) && d[key].is_number_integer() ? std::to_string(d[key].get<int64_t>())
+                                                                             : std::string("?");
+    };
+    out.push_back("trial " + std::to_string(e.trial_id) + " reported step " + step("step") + ", past early_stopping.max_t " +
+                  step("last_step") + ": early stopping judges no report past max_t (report steps in max_t's unit, or "
+                  "set max_t to the program's last step)");
+  }
   return out;
 }
 

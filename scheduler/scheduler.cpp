@@ -575,6 +575,8 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   // A report without metrics is the worker's "started" notice: nothing to record or judge.
   if (m.metrics.empty()) return {};
   if (t->resumed_at > 0 && m.step > 0 && m.step < t->resumed_at) HPCTUNE_TRY(note_restarted_steps(w, *t, m.step, tw));
+  if (const auto last = source_of(*t).judged_until(); last && m.step > *last)
+    HPCTUNE_TRY(note_step_past_judge(w, *t, m.step, *last, tw));
   t->last_step = m.step;
   t->last_metrics = m.metrics;
   if (t->first_report_step < 0) t->first_report_step = m.step;
@@ -820,6 +822,23 @@ Status Scheduler::note_restarted_steps(const Worker& w, const Trial& t, int64_t 
       "from it, or steps already trained are trained and counted again");
   return store_.add_event(opt_.campaign_id, "steps_restarted", t.id, t.attempt, w.group,
                           {{"resumed_at", t.resumed_at}, {"reported_step", step}}, tw);
+}
+
+// A report at a step past the last one the stage's judge looks at (early stopping's max_t): the
+// judge ignores it, as a trial's result, so a program that counts its steps in another unit than
+// max_t (batches or samples against epochs) is never judged, and nothing is stopped or paused.
+// Said once per stage, as a warning and a `steps_past_judge` event.
+Status Scheduler::note_step_past_judge(const Worker& w, const Trial& t, int64_t step, int64_t last, double tw) {
+  Stage& st = stages_[t.stage];
+  if (st.past_judge_told || st.source == nullptr) return Status::Ok();
+  st.past_judge_told = true;
+  const std::string judge = st.source->report_judge();
+  log("warning: trial " + std::to_string(t.id) + " reported step " + std::to_string(step) + ", past early_stopping.max_t (" +
+      std::to_string(last) + "), the last step " + judge + " judges: it judges no report past it, so a program that " +
+      "counts its steps in another unit (batches against max_t's epochs, say) has none of its trials stopped; report " +
+      "steps in max_t's unit, or set max_t to the program's last step");
+  return store_.add_event(opt_.campaign_id, "steps_past_judge", t.id, t.attempt, w.group,
+                          {{"step", step}, {"last_step", last}, {"judge", judge}}, tw);
 }
 
 // The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on

@@ -255,6 +255,7 @@ class Scheduler {
     bool closed = false;     // close_stage(): failed, asked for nothing more
     bool unjudged_told = false;  // note_unjudged() said it once
     bool restart_told = false;   // note_restarted_steps() said it once
+    bool past_judge_told = false;  // note_step_past_judge() said it once
     nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };
@@ -314,6 +315,7 @@ class Scheduler {
   Result<bool> recall_last_report(Worker& w, Trial& t, Clock::time_point now);
   Status note_unjudged(const Worker& w, Trial& t, double tw);
   Status note_restarted_steps(const Worker& w, const Trial& t, int64_t step, double tw);
+  Status note_step_past_judge(const Worker& w, const Trial& t, int64_t step, int64_t last, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

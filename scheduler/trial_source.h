@@ -143,6 +143,10 @@ class TrialSource {
   // nothing does (every report carries on). A trial that ends with step reports none of which
   // carried the objective was never judged: the scheduler says so, once per stage.
   virtual std::string report_judge() const { return ""; }
+  // The last step that judge looks at (early stopping's max_t); nullopt for none. A report past it
+  // is in another unit than the judge's (a program that counts batches against a max_t of epochs):
+  // the judge ignores it, and the scheduler says so, once per stage.
+  virtual std::optional<int64_t> judged_until() const { return std::nullopt; }
   // A recorded report, shown again after a restart; true when the source would have stopped there.
   virtual bool replay_report(int64_t seq, int64_t step, double value) {
     (void)seq, (void)step, (void)value;
@@ -177,6 +181,9 @@ class SearchSource final : public TrialSource {
   bool replays_reports() const override { return stopper_.name() != "none"; }
   std::string report_judge() const override {
     return stopper_.name() == "none" ? std::string() : "early stopping (" + stopper_.name() + ")";
+  }
+  std::optional<int64_t> judged_until() const override {
+    return stopper_.last_step() > 0 ? std::optional<int64_t>(stopper_.last_step()) : std::nullopt;
   }
   bool replay_report(int64_t seq, int64_t step, double value) override {
     note_step(seq, step);

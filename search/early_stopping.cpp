@@ -119,6 +119,8 @@ class Rungs {
     return EarlyStopper::Standing{milestone(k), maximize ? -loss : loss, better + 1 <= keep};
   }
 
+  int64_t max_t() const noexcept { return max_t_; }
+
   nlohmann::json state(bool maximize) const {
     nlohmann::json rungs = nlohmann::json::array();
     for (std::size_t k = 0; k < recorded_.size(); ++k) {
@@ -149,6 +151,7 @@ class Asha final : public EarlyStopper {
   }
   nlohmann::json state() const override { return {{"rungs", rungs_.state(maximize_)}}; }
   bool pauses() const override { return pauses_; }
+  int64_t last_step() const override { return rungs_.max_t(); }
   std::vector<int64_t> milestones(int64_t) const override { return rungs_.milestones(); }
   std::vector<int64_t> all_milestones() const override { return rungs_.milestones(); }
   std::optional<Standing> standing(int64_t seq) const override { return rungs_.standing(seq, maximize_); }
@@ -192,6 +195,7 @@ class Hyperband final : public EarlyStopper {
     return brackets_[bracket_of(seq)].report(seq, step, loss_of(value, maximize_));
   }
   bool pauses() const override { return pauses_; }
+  int64_t last_step() const override { return brackets_.empty() ? 0 : brackets_.front().max_t(); }
   std::vector<int64_t> milestones(int64_t seq) const override { return brackets_[bracket_of(seq)].milestones(); }
   std::vector<int64_t> all_milestones() const override {
     std::vector<int64_t> all;

@@ -68,6 +68,10 @@ class EarlyStopper {
   }
   // Every trial's rungs together (hyperband: every bracket's), ascending.
   virtual std::vector<int64_t> all_milestones() const { return {}; }
+  // The last step it judges (max_t: asha, hyperband); 0 for one without a last step. It ignores a
+  // report past it (a trial's result), so a program that counts its steps in another unit (batches
+  // against epochs) is never judged.
+  virtual int64_t last_step() const { return 0; }
   // Whether it may stop a trial at some step before `last` (a full training's last step): a rung
   // below it (asha, hyperband); median overrides. false: it would stop no trial early.
   virtual bool judges_before(int64_t last) const {

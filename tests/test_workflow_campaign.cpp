@@ -1073,6 +1073,7 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     CHECK(full >= 1);
     CHECK(total >= 90);  // the budget of 100 steps is spent (60 before: each trial's first 3, then done)
     CHECK(s.events_of("steps_restarted").empty());  // it goes on from its checkpoint's step
+    CHECK(s.events_of("steps_past_judge").empty());  // its last report is max_t itself
     int64_t done_at_end = 0;
     for (const auto& t : s.trials) done_at_end += t.state == TrialState::kDone && t.step >= 26 ? 1 : 0;
     CHECK(done_at_end >= 1);
@@ -1131,6 +1132,32 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);
     CHECK(s.events_of("reports_unjudged").empty());
     CHECK(s.events_of("steps_restarted").empty());
+  }
+  SUBCASE("early stopping, mode stop: a program that counts batches against a max_t of epochs is told once") {
+    // Its reports (steps 100, 200, 300) are all past max_t (9), which asha takes for a trial's result
+    // and never judges: nothing is stopped. Before, nothing said so.
+    TempDir dir;
+    const std::string program = dir.write("batches.py", "import sys\nsys.path.insert(0, '" + std::string(HPCTUNE_SOURCE_DIR) +
+                                                            "/tools/python')\nimport hpctune_report as hp\n"
+                                                            "a = float(hp.params()['a'])\nfor k in range(1, 4):\n"
+                                                            "    hp.report(100 * k, loss=(a - 0.3) ** 2 + 1.0 / k)\n");
+    const std::string cfg = dir.write("p.yaml", "name: batches\nseed: 4\nobjective: {metric: loss, mode: min}\n"
+                                                "search: {algorithm: grid, max_trials: 6}\n"
+                                                "space:\n  a: {type: choice, values: [0.1, 0.3, 0.5, 0.7, 0.9, 1.1]}\n"
+                                                "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n"
+                                                "trainer: {kind: command, command: [/usr/bin/python3, \"" + program +
+                                                    "\"]}\nresources: {groups: 2}\n");
+    const std::string db = dir.file("p.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    for (const auto& t : s.trials) CHECK(t.state == TrialState::kDone);  // the premise: none judged
+    const auto past = s.events_of("steps_past_judge");
+    REQUIRE(past.size() == 1);
+    CHECK(past[0].detail.at("step").get<int64_t>() == 100);
+    CHECK(past[0].detail.at("last_step").get<int64_t>() == 9);
+    CHECK(read_file(dir.file("run.log")).find("past early_stopping.max_t (9)") != std::string::npos);
+    run_ok({"status", db}, dir.file("status.log"));
+    CHECK(read_file(dir.file("status.log")).find("reported step 100, past early_stopping.max_t 9") != std::string::npos);
   }
   SUBCASE("early stopping, mode pause: a rung at 1, before the program's first report, is named in the error") {
     TempDir dir;

@@ -66,6 +66,9 @@ class PromotionSource final : public scheduler::TrialSource {
   void restore(const std::vector<search::Record>& history) override;
   bool replays_reports() const override { return true; }
   std::string report_judge() const override { return "early stopping (" + stopper_.name() + ", mode pause)"; }
+  std::optional<int64_t> judged_until() const override {
+    return opt_.max_t > 0 ? std::optional<int64_t>(opt_.max_t) : std::nullopt;
+  }
   bool replay_report(int64_t seq, int64_t step, double value) override;
   nlohmann::json state() const override;
 

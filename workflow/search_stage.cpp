@@ -52,6 +52,7 @@ class StopWhenSource final : public scheduler::TrialSource {
   void restore(const std::vector<search::Record>& history) override { inner_->restore(history); }
   bool replays_reports() const override { return inner_->replays_reports(); }
   std::string report_judge() const override { return inner_->report_judge(); }
+  std::optional<int64_t> judged_until() const override { return inner_->judged_until(); }
   bool replay_report(int64_t seq, int64_t step, double value) override { return inner_->replay_report(seq, step, value); }
   nlohmann::json state() const override { return inner_->state(); }
   void set_reached() { reached_ = true; }
