@@ -349,6 +349,8 @@ Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& int
   HPCTUNE_ASSIGN(auto cfg, config::load_config(args.config));
   for (const auto& text : config::idle_group_warnings(cfg, args.groups.value_or(cfg.resources.groups)))
     std::fprintf(stderr, "hpctune run: warning: %s\n", text.c_str());
+  for (const auto& text : config::objective_direction_warnings(cfg))
+    std::fprintf(stderr, "hpctune run: warning: %s\n", text.c_str());
   scheduler::MasterOptions options;
   options.db_path = args.db.empty() ? cfg.storage : args.db;
   options.config = std::move(cfg);
@@ -732,6 +734,8 @@ Status cmd_validate(const std::string& path, bool print_json) {
   if (auto startup = config::model_startup(cfg); startup && !startup->model_used)
     std::fprintf(stderr, "hpctune validate: warning: %s\n", startup->text.c_str());
   for (const auto& text : config::idle_group_warnings(cfg, cfg.resources.groups))
+    std::fprintf(stderr, "hpctune validate: warning: %s\n", text.c_str());
+  for (const auto& text : config::objective_direction_warnings(cfg))
     std::fprintf(stderr, "hpctune validate: warning: %s\n", text.c_str());
   if (print_json) {
     std::printf("%s\n", cfg.normalized.dump(2).c_str());

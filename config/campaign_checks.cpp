@@ -1121,6 +1121,54 @@ std::vector<std::string> idle_group_warnings(const CampaignConfig& c, int64_t gr
   return out;
 }
 
+namespace {
+
+// Whether a metric's name says it is a loss or an error: one of its words (split at anything but
+// letters and digits, lower-cased) is one, or ends in "loss" ("valloss").
+bool named_like_a_loss(const std::string& metric) {
+  static const std::set<std::string> kWords = {"loss",  "error", "err", "rmse", "mse", "mae", "mape",
+                                               "nll",   "perplexity", "ppl", "regret", "wer", "cer"};
+  std::string word;
+  auto done = [&]() {
+    const bool hit = kWords.count(word) > 0 || (word.size() > 4 && word.ends_with("loss"));
+    word.clear();
+    return hit;
+  };
+  for (const char ch : metric) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    } else if (!word.empty() && done()) {
+      return true;
+    }
+  }
+  return !word.empty() && done();
+}
+
+}  // namespace
+
+std::vector<std::string> objective_direction_warnings(const CampaignConfig& c) {
+  std::vector<std::string> out;
+  auto tree = read_tree(c.text, c.source);
+  if (!tree.ok()) return out;
+  // The objectives as written: `objective` (one map) or `objectives` (a list of maps).
+  std::vector<std::pair<const YNode*, std::string>> written;
+  if (const YEntry* one = find_entry(&*tree, "objective")) written.emplace_back(&one->value, "objective");
+  if (const YEntry* many = find_entry(&*tree, "objectives"); many && many->value.kind == YNode::Kind::kSeq) {
+    for (std::size_t i = 0; i < many->value.items.size(); ++i)
+      written.emplace_back(&many->value.items[i], "objectives[" + std::to_string(i) + "]");
+  }
+  for (const auto& [node, path] : written) {
+    const YEntry* metric = find_entry(node, "metric");
+    if (metric == nullptr || metric->value.kind != YNode::Kind::kScalar || find_entry(node, "mode") != nullptr) continue;
+    if (!named_like_a_loss(metric->value.text)) continue;
+    const Mark m = metric->value.mark;
+    out.push_back(c.source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": " + path + ".metric: '" +
+                  metric->value.text + "' is maximised (mode: max, the default), and a loss or an error is minimised: " +
+                  "set mode: min");
+  }
+  return out;
+}
+
 Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   Builder b(walker, root);
   HPCTUNE_TRY(b.check_name());

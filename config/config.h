@@ -217,6 +217,12 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& config);
 // population: 2048 would fill them".
 std::vector<std::string> idle_group_warnings(const CampaignConfig& config, int64_t groups);
 
+// What `validate` and `run` warn of in the objectives: a metric named as a loss or an error
+// (`val_loss`, `test_error`, `rmse`, ...) whose `mode` was left out, so it is maximised, the default:
+// "file:line:col: objective.metric: 'val_loss' is maximised (mode: max, the default), and a loss or
+// an error is minimised: set mode: min".
+std::vector<std::string> objective_direction_warnings(const CampaignConfig& config);
+
 // How a config is checked beyond its own text.
 struct ParseOptions {
   // The files its trials will read (a trainer's data set, init_from, a transfer stage's checkpoint)

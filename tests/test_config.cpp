@@ -1117,6 +1117,29 @@ TEST_CASE("a transfer stage's trainer: takes a program's own keys (issue 36, ite
   CHECK_MESSAGE(e.find("test.yaml:9:15: stages[1].trainer." + std::string(can.init_setting) + ": hpctune's own") == 0, e);
 }
 
+TEST_CASE("objective_direction_warnings: a loss whose mode was left out is maximised, said with its place") {
+  // mode defaults to max: `objective: {metric: val_loss}` maximised the loss and nothing said so.
+  const std::string rest = "search: {max_trials: 2}\ntrainer: {kind: sleep}\n";
+  auto warned = [&](const std::string& objective) {
+    std::string out;
+    for (const auto& w : config::objective_direction_warnings(parse_ok("name: d\n" + objective + rest))) out += w + "\n";
+    return out;
+  };
+  CHECK(warned("objective: {metric: val_loss}\n") ==
+        "test.yaml:2:21: objective.metric: 'val_loss' is maximised (mode: max, the default), and a loss or an error is "
+        "minimised: set mode: min\n");
+  CHECK(warned("objective: {metric: val_loss, mode: max}\n").empty());  // said: kept
+  CHECK(warned("objective: {metric: val_loss, mode: min}\n").empty());
+  CHECK(warned("objective: {metric: val_accuracy}\n").empty());
+  for (const char* loss : {"loss", "valloss", "test/error", "top1_err", "RMSE", "val-nll", "perplexity"})
+    CHECK_MESSAGE(!warned(std::string("objective: {metric: \"") + loss + "\"}\n").empty(), loss);
+  for (const char* other : {"accuracy", "glossary", "errors_fixed", "f1", "reward"})
+    CHECK_MESSAGE(warned(std::string("objective: {metric: \"") + other + "\"}\n").empty(), other);
+  CHECK(warned("objectives:\n  - {metric: acc}\n  - {metric: test_error}\n") ==
+        "test.yaml:4:14: objectives[1].metric: 'test_error' is maximised (mode: max, the default), and a loss or an "
+        "error is minimised: set mode: min\n");
+}
+
 TEST_CASE("idle_group_warnings: a generation-based search that keeps few groups busy, with its place (issue 36, item 10)") {
   // One line per warning, so that a failure prints them.
   auto warnings = [](const config::CampaignConfig& c, int64_t groups) {
