@@ -150,12 +150,61 @@ Result<std::map<int64_t, std::string>> attempt_gpus(CampaignView& v) {
   return out;
 }
 
+// A field of a recorded event's detail as text, checked: "?" where it is missing or of another
+// type (the database is not trusted).
+std::string text_field(const nlohmann::json& d, const char* key) {
+  return d.is_object() && d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : std::string("?");
+}
+std::string int_field(const nlohmann::json& d, const char* key) {
+  return d.is_object() && d.contains(key) && d[key].is_number_integer() ? std::to_string(d[key].get<int64_t>())
+                                                                         : std::string("?");
+}
+std::string number_field(const nlohmann::json& d, const char* key) {
+  return d.is_object() && d.contains(key) && d[key].is_number() ? format_number(d[key].get<double>()) : std::string("?");
+}
+
+// The master's warnings of a trial's reports, an event kind each (scheduler.cpp: note_unjudged,
+// note_restarted_steps, note_constant_objective, note_step_past_judge), and the line each shows.
+struct WarningEvent {
+  const char* kind;
+  std::string (*line)(const store::EventRow& e);
+};
+const WarningEvent kWarningEvents[] = {
+    {"reports_unjudged",
+     [](const store::EventRow& e) {
+       return text_field(e.detail, "judge") + " never judged trial " + std::to_string(e.trial_id) + ": it reported '" +
+              text_field(e.detail, "metric") + "' in no step before its last (report it with every step, or make a " +
+              "metric reported every step the objective)";
+     }},
+    {"steps_restarted",
+     [](const store::EventRow& e) {
+       return "trial " + std::to_string(e.trial_id) + " resumed from its checkpoint at step " +
+              int_field(e.detail, "resumed_at") + " but reported step " + int_field(e.detail, "reported_step") +
+              ": its program counts steps from the start again (keep the step in the checkpoint and go on from it)";
+     }},
+    {"same_objective",
+     [](const store::EventRow& e) {
+       const nlohmann::json& d = e.detail;
+       const std::string trials =
+           d.is_object() && d.contains("trials") && d["trials"].is_array() ? std::to_string(d["trials"].size()) : "?";
+       return "the first " + trials + " trials, each with other parameters, all reported " + text_field(d, "metric") +
+              " = " + number_field(d, "value") +
+              " exactly: their parameters may not reach the program, or none of them learned anything";
+     }},
+    {"steps_past_judge",
+     [](const store::EventRow& e) {
+       return "trial " + std::to_string(e.trial_id) + " reported step " + int_field(e.detail, "step") +
+              ", past early_stopping.max_t " + int_field(e.detail, "last_step") +
+              ": early stopping judges no report past max_t (report steps in max_t's unit, or set max_t to the " +
+              "program's last step)";
+     }},
+};
+
 }  // namespace
 
-// The master's warnings recorded as events (scheduler.cpp: note_unjudged, note_restarted_steps;
-// master.cpp: a database on a network file system, said at every start and shown once), one line
-// each; every field read from the database is checked to be a string (or an integer) here (the CLI
-// escapes what it prints).
+// The master's warnings recorded as events (master.cpp: a database on a network file system, said
+// at every start and shown once; kWarningEvents: those of trials' reports), one line each; every
+// field read from the database is checked for its type here (the CLI escapes what it prints).
 Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t campaign_id) {
   std::vector<std::string> out;
   HPCTUNE_ASSIGN(auto said, db.events_of_kind(campaign_id, "master_warning", 16));
@@ -164,37 +213,9 @@ Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t cam
     std::string text = e.detail["text"].get<std::string>();
     if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
   }
-  HPCTUNE_ASSIGN(auto events, db.events_of_kind(campaign_id, "reports_unjudged", 16));
-  for (const auto& e : events) {
-    const auto& d = e.detail;
-    auto field = [&d](const char* key) {
-      return d.is_object() && d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : std::string("?");
-    };
-    out.push_back(field("judge") + " never judged trial " + std::to_string(e.trial_id) + ": it reported '" +
-                  field("metric") + "' in no step before its last (report it with every step, or make a metric "
-                  "reported every step the objective)");
-  }
-  HPCTUNE_ASSIGN(auto restarted, db.events_of_kind(campaign_id, "steps_restarted", 16));
-  for (const auto& e : restarted) {
-    const auto& d = e.detail;
-    auto step = [&d](const char* key) {
-      return d.is_object() && d.contains(key) && d[key].is_number_integer() ? std::to_string(d[key].get<int64_t>())
-                                                                             : std::string("?");
-    };
-    out.push_back("trial " + std::to_string(e.trial_id) + " resumed from its checkpoint at step " + step("resumed_at") +
-                  " but reported step " + step("reported_step") + ": its program counts steps from the start again "
-                  "(keep the step in the checkpoint and go on from it)");
-  }
-  HPCTUNE_ASSIGN(auto past, db.events_of_kind(campaign_id, "steps_past_judge", 16));
-  for (const auto& e : past) {
-    const auto& d = e.detail;
-    auto step = [&d](const char* key) {
-      return d.is_object() && d.contains(key) && d[key].is_number_integer() ? std::to_string(d[key].get<int64_t>())
-                                                                             : std::string("?");
-    };
-    out.push_back("trial " + std::to_string(e.trial_id) + " reported step " + step("step") + ", past early_stopping.max_t " +
-                  step("last_step") + ": early stopping judges no report past max_t (report steps in max_t's unit, or "
-                  "set max_t to the program's last step)");
+  for (const WarningEvent& kind : kWarningEvents) {
+    HPCTUNE_ASSIGN(auto events, db.events_of_kind(campaign_id, kind.kind, 16));
+    for (const auto& e : events) out.push_back(kind.line(e));
   }
   return out;
 }

@@ -73,13 +73,14 @@ struct CampaignStatus {
   MasterLiveness master;     // master_liveness at `now`; the recorded state when not running
   // What the campaign's master warned of that a user should act on (`reports_unjudged`: early
   // stopping or pbt that never judged a trial; `steps_restarted`: a program whose step count starts
-  // again after it loads its checkpoint), one line each.
+  // again after it loads its checkpoint; `same_objective`, `steps_past_judge`), one line each.
   std::vector<std::string> warnings;
   GroupTime group_time;  // where the groups' time went (report/group_time.h)
 };
 
 // The master's warnings recorded in `db` as events (a database on a network file system, a program
-// whose reports early stopping never judged, one whose steps start again), one line each: `status` and the dashboard show them.
+// whose reports early stopping never judged, whose steps start again or pass max_t, trials that all
+// report one value), one line each: `status` and the dashboard show them.
 Result<std::vector<std::string>> recorded_warnings(store::Store& db, int64_t campaign_id);
 
 // The status of the view's campaign at `now` (seconds since the epoch): reads the counts, stages

@@ -758,6 +758,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
                                                      : search::Outcome::kFailed,
                   metrics, std::max(m.step, t->last_step));
     if (state == TrialState::kDone) ++done_;
+    if (state == TrialState::kDone && objective) HPCTUNE_TRY(note_constant_objective(w, *t, *objective, tw));
     if (state == TrialState::kPruned) ++pruned_;
     if (state == TrialState::kFailed) {
       ++failed_;
@@ -839,6 +840,40 @@ Status Scheduler::note_step_past_judge(const Worker& w, const Trial& t, int64_t 
       "steps in max_t's unit, or set max_t to the program's last step");
   return store_.add_event(opt_.campaign_id, "steps_past_judge", t.id, t.attempt, w.group,
                           {{"step", step}, {"last_step", last}, {"judge", judge}}, tw);
+}
+
+// The stage's first kSameValueTrials done trials with different parameters all reported exactly
+// the same objective value: the parameters most likely never reach the program (it reads other
+// names than the space's, or none, and trains the same model every time), or no trial learned
+// anything; either way the search has nothing to go on. A trained model whose value moves with its parameters, or with the trial's
+// seed, never repeats a value exactly. Said once per stage, as a warning and a `same_objective`
+// event.
+Status Scheduler::note_constant_objective(const Worker& w, const Trial& t, double value, double tw) {
+  constexpr std::size_t kSameValueTrials = 5;
+  Stage::SameValue& same = stages_[t.stage].same_value;
+  if (same.settled) return Status::Ok();
+  if (!same.value) {
+    same.value = value;
+    same.params = t.params;
+    same.trials = {t.id};
+    return Status::Ok();
+  }
+  if (value != *same.value) {
+    same.settled = true;
+    return Status::Ok();
+  }
+  if (t.params == same.params) return Status::Ok();  // the same configuration again (a retrain, a noisy repeat)
+  same.trials.push_back(t.id);
+  if (same.trials.size() < kSameValueTrials) return Status::Ok();
+  same.settled = true;
+  const std::string& metric = opt_.objectives[0].metric;
+  log("warning: the first " + std::to_string(same.trials.size()) + " trials of this stage, each with other parameters " +
+      "(trial " + std::to_string(t.id) + ": " + t.params.dump() + "), all reported " + metric + " = " + format_number(value) +
+      " exactly: either their parameters do not reach the program (it reads hp.params() or HPCTUNE_PARAMS under "
+      "other names than the space's), or none of them learned anything (a chance-level accuracy); the search has "
+      "nothing to go on");
+  return store_.add_event(opt_.campaign_id, "same_objective", t.id, t.attempt, w.group,
+                          {{"metric", metric}, {"value", value}, {"trials", same.trials}}, tw);
 }
 
 // The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on

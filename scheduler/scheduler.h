@@ -256,6 +256,15 @@ class Scheduler {
     bool unjudged_told = false;  // note_unjudged() said it once
     bool restart_told = false;   // note_restarted_steps() said it once
     bool past_judge_told = false;  // note_step_past_judge() said it once
+    // note_constant_objective(): the stage's first done trial's objective value and parameters, the
+    // done trials with other parameters that reported exactly that value too, and whether it is
+    // settled (said once, or another value came).
+    struct SameValue {
+      std::optional<double> value;
+      nlohmann::json params;
+      std::vector<int64_t> trials;
+      bool settled = false;
+    } same_value;
     nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };
@@ -316,6 +325,7 @@ class Scheduler {
   Status note_unjudged(const Worker& w, Trial& t, double tw);
   Status note_restarted_steps(const Worker& w, const Trial& t, int64_t step, double tw);
   Status note_step_past_judge(const Worker& w, const Trial& t, int64_t step, int64_t last, double tw);
+  Status note_constant_objective(const Worker& w, const Trial& t, double value, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

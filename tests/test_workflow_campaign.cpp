@@ -1042,6 +1042,48 @@ Snapshot run_pbt_every_other_step(TempDir& dir, bool restart, bool zero) {
   return s;
 }
 
+namespace {
+
+// The trainer and resources of a config whose trials run `body`, a Python program after
+// `import hpctune_report as hp` (the helper from this checkout), on 2 groups.
+std::string python_trainer(TempDir& dir, const std::string& body) {
+  const std::string program = dir.write("train.py", "import sys\nsys.path.insert(0, '" + std::string(HPCTUNE_SOURCE_DIR) +
+                                                        "/tools/python')\nimport hpctune_report as hp\n" + body);
+  return "trainer: {kind: command, command: [/usr/bin/python3, \"" + program + "\"]}\nresources: {groups: 2}\n";
+}
+
+}  // namespace
+
+TEST_CASE("trials whose parameters change nothing (a program that reads other names) are told once") {
+  // The space says `lr`, the program reads `learning_rate` with a default: every trial trains the
+  // same model and reports the same loss, and the search has nothing to go on. Before, nothing
+  // said so. A program that reads its parameter reports other values: not told.
+  for (const bool reads : {false, true}) {
+    CAPTURE(reads);
+    TempDir dir;
+    const std::string trainer = python_trainer(dir, std::string("lr = hp.params().get('") + (reads ? "lr" : "learning_rate") +
+                                                        "', 0.05)\nw = 0.0\nfor step in range(1, 4):\n"
+                                                        "    w -= lr * 2 * (w - 1.0)\n    hp.report(step, loss=(w - 1.0) ** 2)\n");
+    const std::string cfg = dir.write("p.yaml", "name: same\nseed: 4\nobjective: {metric: loss, mode: min}\n"
+                                                "search: {algorithm: random, max_trials: 8}\n"
+                                                "space:\n  lr: {type: float, low: 0.001, high: 0.2, log: true}\n" + trainer);
+    const std::string db = dir.file("p.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    const auto same = s.events_of("same_objective");
+    if (reads) {
+      CHECK(same.empty());
+      continue;
+    }
+    REQUIRE(same.size() == 1);
+    CHECK(same[0].detail.at("trials").size() == 5);
+    CHECK(read_file(dir.file("run.log")).find("under other names than the space's") != std::string::npos);
+    run_ok({"status", db}, dir.file("status.log"));
+    CHECK(read_file(dir.file("status.log")).find("the first 5 trials, each with other parameters, all reported loss") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("a program that reports every few steps pauses at its rung and at its PBT interval's end all the same") {
   SUBCASE("early stopping, mode pause: rungs 3 and 9 of max_t 27") {
     TempDir dir;
@@ -1137,16 +1179,13 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     // Its reports (steps 100, 200, 300) are all past max_t (9), which asha takes for a trial's result
     // and never judges: nothing is stopped. Before, nothing said so.
     TempDir dir;
-    const std::string program = dir.write("batches.py", "import sys\nsys.path.insert(0, '" + std::string(HPCTUNE_SOURCE_DIR) +
-                                                            "/tools/python')\nimport hpctune_report as hp\n"
-                                                            "a = float(hp.params()['a'])\nfor k in range(1, 4):\n"
-                                                            "    hp.report(100 * k, loss=(a - 0.3) ** 2 + 1.0 / k)\n");
+    const std::string trainer = python_trainer(dir, "a = float(hp.params()['a'])\nfor k in range(1, 4):\n"
+                                                    "    hp.report(100 * k, loss=(a - 0.3) ** 2 + 1.0 / k)\n");
     const std::string cfg = dir.write("p.yaml", "name: batches\nseed: 4\nobjective: {metric: loss, mode: min}\n"
                                                 "search: {algorithm: grid, max_trials: 6}\n"
                                                 "space:\n  a: {type: choice, values: [0.1, 0.3, 0.5, 0.7, 0.9, 1.1]}\n"
-                                                "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n"
-                                                "trainer: {kind: command, command: [/usr/bin/python3, \"" + program +
-                                                    "\"]}\nresources: {groups: 2}\n");
+                                                "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 3, max_t: 9}\n" +
+                                                    trainer);
     const std::string db = dir.file("p.db");
     run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
     const Snapshot s = read_db(db);
