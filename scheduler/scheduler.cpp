@@ -574,7 +574,8 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
   }
   // A report without metrics is the worker's "started" notice: nothing to record or judge.
   if (m.metrics.empty()) return {};
-  if (t->resumed_at > 0 && m.step > 0 && m.step < t->resumed_at) HPCTUNE_TRY(note_restarted_steps(w, *t, m.step, tw));
+  if (t->resumed_at > 0 && m.step > 0 && m.step < t->resumed_at)
+    HPCTUNE_TRY(note_restarted_steps(w, *t, m.step, tw));
   if (const auto last = source_of(*t).judged_until(); last && m.step > *last)
     HPCTUNE_TRY(note_step_past_judge(w, *t, m.step, *last, tw));
   t->last_step = m.step;
@@ -817,10 +818,10 @@ Status Scheduler::note_restarted_steps(const Worker& w, const Trial& t, int64_t 
   Stage& st = stages_[t.stage];
   if (st.restart_told) return Status::Ok();
   st.restart_told = true;
-  log("warning: trial " + std::to_string(t.id) + " attempt " + std::to_string(t.attempt) + " resumed from its checkpoint at step " +
-      std::to_string(t.resumed_at) + " (HPCTUNE_RESUME_FROM) but reported step " + std::to_string(step) +
-      ": its program counts steps from the start again, or trains from scratch; keep the step in the checkpoint and go on "
-      "from it, or steps already trained are trained and counted again");
+  log("warning: trial " + std::to_string(t.id) + " attempt " + std::to_string(t.attempt) +
+      " resumed from its checkpoint at step " + std::to_string(t.resumed_at) + " (HPCTUNE_RESUME_FROM) but reported step " +
+      std::to_string(step) + ": its program counts steps from the start again, or trains from scratch; keep the step " +
+      "in the checkpoint and go on from it, or steps already trained are trained and counted again");
   return store_.add_event(opt_.campaign_id, "steps_restarted", t.id, t.attempt, w.group,
                           {{"resumed_at", t.resumed_at}, {"reported_step", step}}, tw);
 }
@@ -834,10 +835,10 @@ Status Scheduler::note_step_past_judge(const Worker& w, const Trial& t, int64_t 
   if (st.past_judge_told || st.source == nullptr) return Status::Ok();
   st.past_judge_told = true;
   const std::string judge = st.source->report_judge();
-  log("warning: trial " + std::to_string(t.id) + " reported step " + std::to_string(step) + ", past early_stopping.max_t (" +
-      std::to_string(last) + "), the last step " + judge + " judges: it judges no report past it, so a program that " +
-      "counts its steps in another unit (batches against max_t's epochs, say) has none of its trials stopped; report " +
-      "steps in max_t's unit, or set max_t to the program's last step");
+  log("warning: trial " + std::to_string(t.id) + " reported step " + std::to_string(step) +
+      ", past early_stopping.max_t (" + std::to_string(last) + "), the last step " + judge + " judges: it judges no " +
+      "report past it, so a program that counts its steps in another unit (batches against max_t's epochs, say) has " +
+      "none of its trials stopped; report steps in max_t's unit, or set max_t to the program's last step");
   return store_.add_event(opt_.campaign_id, "steps_past_judge", t.id, t.attempt, w.group,
                           {{"step", step}, {"last_step", last}, {"judge", judge}}, tw);
 }
@@ -845,9 +846,9 @@ Status Scheduler::note_step_past_judge(const Worker& w, const Trial& t, int64_t 
 // The stage's first kSameValueTrials done trials with different parameters all reported exactly
 // the same objective value: the parameters most likely never reach the program (it reads other
 // names than the space's, or none, and trains the same model every time), or no trial learned
-// anything; either way the search has nothing to go on. A trained model whose value moves with its parameters, or with the trial's
-// seed, never repeats a value exactly. Said once per stage, as a warning and a `same_objective`
-// event.
+// anything; either way the search has nothing to go on. A trained model whose value moves with its
+// parameters, or with the trial's seed, never repeats a value exactly. Said once per stage, as a
+// warning and a `same_objective` event.
 Status Scheduler::note_constant_objective(const Worker& w, const Trial& t, double value, double tw) {
   constexpr std::size_t kSameValueTrials = 5;
   Stage::SameValue& same = stages_[t.stage].same_value;
@@ -867,11 +868,11 @@ Status Scheduler::note_constant_objective(const Worker& w, const Trial& t, doubl
   if (same.trials.size() < kSameValueTrials) return Status::Ok();
   same.settled = true;
   const std::string& metric = opt_.objectives[0].metric;
-  log("warning: the first " + std::to_string(same.trials.size()) + " trials of this stage, each with other parameters " +
-      "(trial " + std::to_string(t.id) + ": " + t.params.dump() + "), all reported " + metric + " = " + format_number(value) +
-      " exactly: either their parameters do not reach the program (it reads hp.params() or HPCTUNE_PARAMS under "
-      "other names than the space's), or none of them learned anything (a chance-level accuracy); the search has "
-      "nothing to go on");
+  log("warning: the first " + std::to_string(same.trials.size()) + " trials of this stage, each with other " +
+      "parameters (trial " + std::to_string(t.id) + ": " + t.params.dump() + "), all reported " + metric + " = " +
+      format_number(value) + " exactly: either their parameters do not reach the program (it reads hp.params() or " +
+      "HPCTUNE_PARAMS under other names than the space's), or none of them learned anything (a chance-level " +
+      "accuracy); the search has nothing to go on");
   return store_.add_event(opt_.campaign_id, "same_objective", t.id, t.attempt, w.group,
                           {{"metric", metric}, {"value", value}, {"trials", same.trials}}, tw);
 }

@@ -57,8 +57,9 @@ std::vector<double> copula_transform(const std::vector<double>& y);
 //     objectives only the top one (the reports carry the primary objective only);
 //   - a trial's value at the top level is its final value (is_final()); at a rung r, its first
 //     report at a step in [r, the next level) (the value the stopper judged it on; with reports at
-//     the rungs' steps, the value at step r). A partial Observation (pruned, or completed
-//     short of a full training: completes_training()) is one more report at its step, and no report above that step counts;
+//     the rungs' steps, the value at step r). A partial Observation (pruned, or completed short
+//     of a full training: completes_training()) is one more report at its step, and no report
+//     above that step counts;
 //   - the model's level is the highest one with at least fidelity_min_points() values;
 //   - at that level, a trial that is not finished (running or paused, reported or not) and has not
 //     reached it is pending (a fantasy, or constant liar), one that reached it an observation; a
