@@ -794,11 +794,10 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
 Status Scheduler::note_unjudged(const Worker& w, Trial& t, double tw) {
   Stage& st = stages_[t.stage];
   const bool judged = t.judged_from >= 0 && (t.judged_from < t.last_step || t.first_report_step == t.last_step);
-  if (judged || t.last_metrics.empty() || opt_.objectives.empty() || st.unjudged_told || st.source == nullptr)
-    return Status::Ok();
+  if (judged || t.last_metrics.empty() || opt_.objectives.empty() || st.source == nullptr) return Status::Ok();
   const std::string judge = st.source->report_judge();
   if (judge.empty()) return Status::Ok();
-  st.unjudged_told = true;
+  if (!st.warned.insert("reports_unjudged").second) return Status::Ok();
   std::vector<std::string> reported;
   for (const auto& [name, value] : t.last_metrics) reported.push_back(name);
   const std::string& metric = opt_.objectives[0].metric;
@@ -816,8 +815,7 @@ Status Scheduler::note_unjudged(const Worker& w, Trial& t, double tw) {
 // undercount what it trains. Said once per stage, as a warning and a `steps_restarted` event.
 Status Scheduler::note_restarted_steps(const Worker& w, const Trial& t, int64_t step, double tw) {
   Stage& st = stages_[t.stage];
-  if (st.restart_told) return Status::Ok();
-  st.restart_told = true;
+  if (!st.warned.insert("steps_restarted").second) return Status::Ok();
   log("warning: trial " + std::to_string(t.id) + " attempt " + std::to_string(t.attempt) +
       " resumed from its checkpoint at step " + std::to_string(t.resumed_at) + " (HPCTUNE_RESUME_FROM) but reported step " +
       std::to_string(step) + ": its program counts steps from the start again, or trains from scratch; keep the step " +
@@ -832,8 +830,7 @@ Status Scheduler::note_restarted_steps(const Worker& w, const Trial& t, int64_t 
 // Said once per stage, as a warning and a `steps_past_judge` event.
 Status Scheduler::note_step_past_judge(const Worker& w, const Trial& t, int64_t step, int64_t last, double tw) {
   Stage& st = stages_[t.stage];
-  if (st.past_judge_told || st.source == nullptr) return Status::Ok();
-  st.past_judge_told = true;
+  if (st.source == nullptr || !st.warned.insert("steps_past_judge").second) return Status::Ok();
   const std::string judge = st.source->report_judge();
   log("warning: trial " + std::to_string(t.id) + " reported step " + std::to_string(step) +
       ", past early_stopping.max_t (" + std::to_string(last) + "), the last step " + judge + " judges: it judges no " +

@@ -253,9 +253,9 @@ class Scheduler {
     bool exhausted = false;
     bool active = true;
     bool closed = false;     // close_stage(): failed, asked for nothing more
-    bool unjudged_told = false;  // note_unjudged() said it once
-    bool restart_told = false;   // note_restarted_steps() said it once
-    bool past_judge_told = false;  // note_step_past_judge() said it once
+    // The warning events already said for this stage, each once (note_unjudged, note_restarted_steps,
+    // note_step_past_judge: their event kinds).
+    std::set<std::string> warned;
     // note_constant_objective(): the stage's first done trial's objective value and parameters, the
     // done trials with other parameters that reported exactly that value too, and whether it is
     // settled (said once, or another value came).
