@@ -203,4 +203,39 @@ class SearchSource final : public TrialSource {
   std::map<int64_t, int64_t> reached_;  // seq -> its highest reported step
 };
 
+// A source that wraps another and hands it every call: a decorator overrides only what it changes
+// (workflow's stop_when). Every virtual of TrialSource is forwarded here, so a virtual added there
+// must be added here too, and a decorator then forwards it without a change of its own.
+class ForwardingSource : public TrialSource {
+ public:
+  explicit ForwardingSource(std::unique_ptr<TrialSource> inner) : inner_(std::move(inner)) {}
+  std::string kind() const override { return inner_->kind(); }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override { return inner_->ask(n); }
+  bool exhausted() const override { return inner_->exhausted(); }
+  Verdict on_report(const TrialView& trial, int64_t step, double value) override {
+    return inner_->on_report(trial, step, value);
+  }
+  void on_attempt_end(int64_t seq) override { inner_->on_attempt_end(seq); }
+  bool holds_paused() const override { return inner_->holds_paused(); }
+  std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override { return inner_->resume_next(held); }
+  Status on_paused(const TrialView& trial, int64_t step) override { return inner_->on_paused(trial, step); }
+  void on_result(int64_t seq, const nlohmann::json& metrics) override { inner_->on_result(seq, metrics); }
+  void tell(const search::Observation& observation) override { inner_->tell(observation); }
+  void restore(const std::vector<search::Record>& history) override { inner_->restore(history); }
+  bool replays_reports() const override { return inner_->replays_reports(); }
+  void prepare_dispatch(int64_t seq, nlohmann::json& params) const override { inner_->prepare_dispatch(seq, params); }
+  std::optional<int64_t> step_target(const TrialView& trial) const override { return inner_->step_target(trial); }
+  std::string report_judge() const override { return inner_->report_judge(); }
+  std::optional<int64_t> judged_until() const override { return inner_->judged_until(); }
+  bool replay_report(int64_t seq, int64_t step, double value) override { return inner_->replay_report(seq, step, value); }
+  nlohmann::json state() const override { return inner_->state(); }
+
+ protected:
+  TrialSource& inner() { return *inner_; }
+  const TrialSource& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<TrialSource> inner_;
+};
+
 }  // namespace hpctune::scheduler

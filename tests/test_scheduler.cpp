@@ -1491,3 +1491,82 @@ TEST_CASE("reports handled in one batch (one `now`) are recorded in the order th
   CHECK((*rows)[0].t < (*rows)[1].t);
   CHECK((*rows)[1].t - (*rows)[0].t < 1e-3);  // no visible shift of the clock
 }
+
+namespace {
+
+// A source that records each call it gets and answers each with a value of its own.
+class RecordingSource final : public scheduler::TrialSource {
+ public:
+  explicit RecordingSource(std::vector<std::string>& calls) : calls_(calls) {}
+  std::string kind() const override { return note("kind"), "recorded"; }
+  Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
+    calls_.push_back("ask");
+    return std::vector<search::Suggestion>(n);
+  }
+  bool exhausted() const override { return note("exhausted"), true; }
+  scheduler::Verdict on_report(const scheduler::TrialView&, int64_t, double) override {
+    calls_.push_back("on_report");
+    return scheduler::Verdict::stop();
+  }
+  void on_attempt_end(int64_t) override { calls_.push_back("on_attempt_end"); }
+  bool holds_paused() const override { return note("holds_paused"), true; }
+  std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override {
+    calls_.push_back("resume_next");
+    return held.back();
+  }
+  Status on_paused(const scheduler::TrialView&, int64_t) override {
+    calls_.push_back("on_paused");
+    return err(Errc::kInvalidArgument, "recorded");
+  }
+  void on_result(int64_t, const nlohmann::json&) override { calls_.push_back("on_result"); }
+  void tell(const search::Observation&) override { calls_.push_back("tell"); }
+  void restore(const std::vector<search::Record>&) override { calls_.push_back("restore"); }
+  bool replays_reports() const override { return note("replays_reports"), true; }
+  void prepare_dispatch(int64_t, nlohmann::json& params) const override {
+    note("prepare_dispatch");
+    params["mapped"] = true;
+  }
+  std::optional<int64_t> step_target(const scheduler::TrialView&) const override { return note("step_target"), 7; }
+  std::string report_judge() const override { return note("report_judge"), "recorded judge"; }
+  std::optional<int64_t> judged_until() const override { return note("judged_until"), 9; }
+  bool replay_report(int64_t, int64_t, double) override { return note("replay_report"), true; }
+  nlohmann::json state() const override { return note("state"), nlohmann::json{{"recorded", true}}; }
+
+ private:
+  void note(const char* call) const { calls_.push_back(call); }
+  std::vector<std::string>& calls_;
+};
+
+}  // namespace
+
+TEST_CASE("a forwarding source hands every call of a trial source to the one it wraps, with its answer") {
+  std::vector<std::string> calls;
+  scheduler::ForwardingSource s(std::make_unique<RecordingSource>(calls));
+  nlohmann::json params = {{"lr", 0.1}};
+  const scheduler::TrialView view{1, 0, 1, &params, "/runs/1"};
+  CHECK(s.kind() == "recorded");
+  auto asked = s.ask(3);
+  REQUIRE(asked.ok());
+  CHECK(asked->size() == 3);
+  CHECK(s.exhausted());
+  CHECK(s.on_report(view, 1, 0.5).kind == scheduler::Verdict::Kind::kStop);
+  s.on_attempt_end(0);
+  CHECK(s.holds_paused());
+  CHECK(s.resume_next({4, 5}) == std::optional<int64_t>(5));
+  CHECK(!s.on_paused(view, 1).ok());
+  s.on_result(0, nlohmann::json::object());
+  s.tell(search::Observation{});
+  s.restore({});
+  CHECK(s.replays_reports());
+  s.prepare_dispatch(0, params);
+  CHECK(params.value("mapped", false));
+  CHECK(s.step_target(view) == std::optional<int64_t>(7));
+  CHECK(s.report_judge() == "recorded judge");
+  CHECK(s.judged_until() == std::optional<int64_t>(9));
+  CHECK(s.replay_report(0, 1, 0.5));
+  CHECK(s.state().value("recorded", false));
+  CHECK(calls == std::vector<std::string>{"kind", "ask", "exhausted", "on_report", "on_attempt_end", "holds_paused",
+                                          "resume_next", "on_paused", "on_result", "tell", "restore",
+                                          "replays_reports", "prepare_dispatch", "step_target", "report_judge",
+                                          "judged_until", "replay_report", "state"});
+}

@@ -23,42 +23,26 @@ bool reaches(const config::StopWhen& w, const nlohmann::json& metrics) {
 
 // The searcher as a source (stopping or pausing: promotion_source.h), and search.stop_when: no
 // trial is asked for once one reached it.
-class StopWhenSource final : public scheduler::TrialSource {
+class StopWhenSource final : public scheduler::ForwardingSource {
  public:
   StopWhenSource(std::unique_ptr<scheduler::TrialSource> inner, std::optional<config::StopWhen> stop_when)
-      : inner_(std::move(inner)), stop_when_(std::move(stop_when)) {}
-  std::string kind() const override { return "search"; }
+      : ForwardingSource(std::move(inner)), stop_when_(std::move(stop_when)) {}
   Result<std::vector<search::Suggestion>> ask(std::size_t n) override {
     if (reached_) return std::vector<search::Suggestion>{};
-    return inner_->ask(n);
+    return inner().ask(n);
   }
-  bool exhausted() const override { return reached_ || inner_->exhausted(); }
-  scheduler::Verdict on_report(const scheduler::TrialView& trial, int64_t step, double value) override {
-    return inner_->on_report(trial, step, value);
-  }
-  void on_attempt_end(int64_t seq) override { inner_->on_attempt_end(seq); }
-  std::optional<int64_t> step_target(const scheduler::TrialView& trial) const override { return inner_->step_target(trial); }
-  Status on_paused(const scheduler::TrialView& trial, int64_t step) override { return inner_->on_paused(trial, step); }
-  bool holds_paused() const override { return inner_->holds_paused(); }
+  bool exhausted() const override { return reached_ || inner().exhausted(); }
   std::optional<int64_t> resume_next(const std::vector<int64_t>& held) override {
     // Once reached, nothing paused goes on: the held trials end pruned.
-    return reached_ ? std::nullopt : inner_->resume_next(held);
+    return reached_ ? std::nullopt : inner().resume_next(held);
   }
   void on_result(int64_t seq, const nlohmann::json& metrics) override {
     if (stop_when_ && reaches(*stop_when_, metrics)) reached_ = true;
-    inner_->on_result(seq, metrics);
+    inner().on_result(seq, metrics);
   }
-  void tell(const search::Observation& observation) override { inner_->tell(observation); }
-  void restore(const std::vector<search::Record>& history) override { inner_->restore(history); }
-  bool replays_reports() const override { return inner_->replays_reports(); }
-  std::string report_judge() const override { return inner_->report_judge(); }
-  std::optional<int64_t> judged_until() const override { return inner_->judged_until(); }
-  bool replay_report(int64_t seq, int64_t step, double value) override { return inner_->replay_report(seq, step, value); }
-  nlohmann::json state() const override { return inner_->state(); }
   void set_reached() { reached_ = true; }
 
  private:
-  std::unique_ptr<scheduler::TrialSource> inner_;
   std::optional<config::StopWhen> stop_when_;
   bool reached_ = false;
 };
