@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -1069,22 +1070,48 @@ std::string percent(int64_t part, int64_t whole) {
   return text;
 }
 
-// The warning for one search whose generations hold `g.trials` trials (its population setting at
-// `path`), or "" when they fill `groups`.
+// The population of `g` whose generations after the first run a multiple of `groups` trials: the
+// next one above its own (up), or the one below (down; 0 when none).
+int64_t filling_population(const search::GenerationSize& g, int64_t groups, bool up) {
+  const int64_t unit = std::max<int64_t>(1, g.per_unit);
+  const int64_t population = g.trials / unit, elites = g.carried / unit;
+  const int64_t step = groups / std::gcd(groups, unit);  // population steps whose trials fill the groups
+  const int64_t runs = population - elites;
+  const int64_t filled = elites + (up ? (runs + step - 1) / step : runs / step) * step;
+  return filled - elites >= 1 && filled >= 2 ? filled : 0;
+}
+
+// The warning for one search whose generations run `g.runs()` trials each (its population setting
+// at `path`), or "" when they keep `groups` busy: fewer trials than groups, or (in step) a last wave
+// that leaves groups waiting, below 90% of their time busy, on trials of equal length.
 std::string idle_groups(const search::GenerationSize& g, int64_t groups, const std::string& path, const YNode* tree,
                         const std::string& source) {
-  if (g.trials <= 0 || g.trials >= groups) return "";
+  const int64_t runs = g.runs(), waves = runs <= 0 ? 0 : (runs + groups - 1) / groups;
+  if (runs <= 0 || 10 * runs >= 9 * waves * groups) return "";
+  const bool few = runs < groups;
+  if (!few && !g.in_step) return "";  // the next generation starts while the last one's trials run
   const int64_t unit = std::max<int64_t>(1, g.per_unit);
-  const int64_t population = g.trials / unit;
   std::string where;
   if (tree != nullptr) {
     const Mark m = mark_below(*tree, Mark{}, "." + path);
     where = source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
   }
-  return where + path + ": " + g.population_setting + " " + std::to_string(population) +
-         (unit > 1 ? " on " + std::to_string(unit) + " islands" : std::string()) + " keeps " + std::to_string(g.trials) +
-         " of " + std::to_string(groups) + " groups busy (" + percent(g.trials, groups) + "); " + g.population_setting +
-         ": " + std::to_string((groups + unit - 1) / unit) + " would fill them";
+  const std::string head = where + path + ": " + g.population_setting + " " + std::to_string(g.trials / unit) +
+                           (unit > 1 ? " on " + std::to_string(unit) + " islands" : std::string());
+  const std::string carried =
+      g.carried > 0 ? std::to_string(g.carried) + (g.carried == 1 ? " elite" : " elites") + " carried over unrun"
+                    : std::string();
+  const int64_t up = filling_population(g, groups, true), down = filling_population(g, groups, false);
+  if (few)
+    return head + " keeps " + std::to_string(runs) + " of " + std::to_string(groups) + " groups busy (" +
+           percent(runs, groups) + (carried.empty() ? "" : "; " + carried) + "); " + g.population_setting + ": " +
+           std::to_string(up) + " would fill them";
+  return head + ": each generation's " + std::to_string(runs) + " trials" +
+         (carried.empty() ? "" : " (" + carried + ")") + " run in " +
+         std::to_string(waves) + " waves on " + std::to_string(groups) + " groups, " + percent(runs, waves * groups) +
+         " of their time busy, the rest waiting for its last trials; " + g.population_setting + ": " +
+         (down > 0 && down != up ? std::to_string(down) + " or " : std::string()) + std::to_string(up) +
+         " would fill them";
 }
 
 }  // namespace
@@ -1101,7 +1128,7 @@ std::vector<std::string> idle_group_warnings(const CampaignConfig& c, int64_t gr
     if (!text.empty()) out.push_back(std::move(text));
   };
   if (c.stages.empty()) {
-    add(search::generation_size(c.algorithm, c.search_settings), "search.settings.");
+    add(search::generation_size(c.algorithm, c.search_settings, c.objectives.size()), "search.settings.");
     return out;
   }
   for (std::size_t i = 0; i < c.stages.size(); ++i) {
@@ -1115,7 +1142,8 @@ std::vector<std::string> idle_group_warnings(const CampaignConfig& c, int64_t gr
       if (!n.is_number_integer()) continue;
       add(search::GenerationSize{kind->trials_setting, n.get<int64_t>(), 1}, prefix);
     } else {
-      add(search::generation_size(st.own->algorithm, st.own->search_settings), prefix + "search.settings.");
+      add(search::generation_size(st.own->algorithm, st.own->search_settings, st.own->objectives.size()),
+          prefix + "search.settings.");
     }
   }
   return out;

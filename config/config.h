@@ -212,9 +212,12 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& config);
 // What `validate` and `run` warn of before a campaign starts: each generation-based search that
 // keeps only some of `groups` trainer groups busy (a searching stage whose algorithm runs a
 // generation at a time, search::generation_size, or a stage kind that runs its population at once,
-// workflow::StageKind::trials_setting: pbt), where its population is smaller than `groups`:
-// "file:line:col: search.settings.population: population 10 keeps 10 of 2048 groups busy (0.5%);
-// population: 2048 would fill them".
+// workflow::StageKind::trials_setting: pbt) below 90% of the groups' time, on trials of equal length:
+// fewer trials a generation than groups ("file:line:col: search.settings.population: population 10
+// keeps 9 of 2048 groups busy (0.4%; 1 elite carried over unrun); population: 2049 would fill them"),
+// or, in step, a last wave that leaves groups waiting ("population 10: each generation's 9 trials (1
+// elite carried over unrun) run in 2 waves on 8 groups, 56% of their time busy, ...; population: 9 or
+// 17 would fill them").
 std::vector<std::string> idle_group_warnings(const CampaignConfig& config, int64_t groups);
 
 // What `validate` and `run` warn of in the objectives: a metric named as a loss or an error

@@ -37,15 +37,20 @@ std::vector<SettingDecl> genetic_settings() {
   };
 }
 
-std::optional<GenerationSize> genetic_generation_size(const nlohmann::json& settings) {
+std::optional<GenerationSize> genetic_generation_size(const nlohmann::json& settings, std::size_t objectives) {
   auto integer = [&](const char* key, int64_t fallback) {
     return settings.is_object() && settings.contains(key) && settings[key].is_number_integer() ? settings[key].get<int64_t>()
                                                                                                 : fallback;
   };
+  const bool fraction_given = settings.is_object() && settings.contains("min_complete_fraction") &&
+                              settings["min_complete_fraction"].is_number();
   GenerationSize g;
   g.population_setting = "population";
   g.per_unit = std::max<int64_t>(1, integer("islands", 1));
-  g.trials = std::max<int64_t>(1, integer("population", 10)) * g.per_unit;
+  const int64_t population = std::max<int64_t>(1, integer("population", 10));
+  g.trials = population * g.per_unit;
+  if (objectives <= 1) g.carried = std::clamp<int64_t>(integer("elitism", 1), 0, population - 1) * g.per_unit;
+  g.in_step = !fraction_given || settings["min_complete_fraction"].get<double>() >= 1.0;
   return g;
 }
 

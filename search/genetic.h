@@ -55,7 +55,9 @@ namespace hpctune::search {
 
 std::vector<SettingDecl> genetic_settings();
 Result<std::unique_ptr<Searcher>> make_genetic(const SearchSpec& spec);
-// Generation-based: a generation is `population` members on each of `islands` islands.
-std::optional<GenerationSize> genetic_generation_size(const nlohmann::json& settings);
+// Generation-based: a generation is `population` members on each of `islands` islands, of which
+// each generation after the first runs all but its `elitism` elites (one objective; NSGA-II runs
+// them all), and waits for every one of them when min_complete_fraction is 1.
+std::optional<GenerationSize> genetic_generation_size(const nlohmann::json& settings, std::size_t objectives);
 
 }  // namespace hpctune::search

@@ -155,15 +155,25 @@ Result<std::vector<SettingDecl>> searcher_settings(const std::string& algorithm)
 // once (most of) the last has finished, and so runs at most a generation's trials at once, leaving
 // any other trainer group idle. `trials`: the trials of one generation with these settings
 // (defaults filled in; genetic: population x islands); `per_unit`: the trials each unit of
-// `population_setting` adds (genetic: islands). Declared beside the algorithm (genetic.h).
+// `population_setting` adds (genetic: islands); `carried`: the members every generation after the
+// first carries over unchanged, not run again (genetic's elites with one objective), so that it
+// runs trials - carried; `in_step`: the next generation waits for every trial of the last (genetic's
+// min_complete_fraction of 1), so a generation that does not fill the groups' waves leaves groups
+// idle at its end. Declared beside the algorithm (genetic.h).
 struct GenerationSize {
   std::string population_setting;
   int64_t trials = 0;
   int64_t per_unit = 1;
+  int64_t carried = 0;
+  bool in_step = true;
+  // The trials a generation after the first runs.
+  int64_t runs() const { return trials - carried; }
 };
-// The generation size of `algorithm` with `settings`; nullopt for an algorithm that keeps every
-// free group busy (random, tpe, evolution's asynchronous tournaments, ...) or an unknown one.
-std::optional<GenerationSize> generation_size(const std::string& algorithm, const nlohmann::json& settings);
+// The generation size of `algorithm` with `settings` and `objectives` objectives; nullopt for an
+// algorithm that keeps every free group busy (random, tpe, evolution's asynchronous tournaments,
+// ...) or an unknown one.
+std::optional<GenerationSize> generation_size(const std::string& algorithm, const nlohmann::json& settings,
+                                              std::size_t objectives = 1);
 
 // Builds the searcher named by spec.algorithm; kConfig error listing the valid names otherwise.
 Result<std::unique_ptr<Searcher>> make_searcher(const SearchSpec& spec);

@@ -55,7 +55,7 @@ struct Entry {
   Result<std::unique_ptr<Searcher>> (*make)(const SearchSpec&);
   AlgorithmTraits traits;
   // Generation-based algorithms only (GenerationSize, searcher.h); nullptr for the others.
-  std::optional<GenerationSize> (*generations)(const nlohmann::json&) = nullptr;
+  std::optional<GenerationSize> (*generations)(const nlohmann::json& settings, std::size_t objectives) = nullptr;
 };
 
 int64_t tpe_default_startup(const Space& space, int64_t max_trials) {
@@ -140,10 +140,11 @@ Result<std::vector<SettingDecl>> searcher_settings(const std::string& algorithm)
   return e->settings();
 }
 
-std::optional<GenerationSize> generation_size(const std::string& algorithm, const nlohmann::json& settings) {
+std::optional<GenerationSize> generation_size(const std::string& algorithm, const nlohmann::json& settings,
+                                              std::size_t objectives) {
   const Entry* e = lookup(algorithm);
   if (e == nullptr || e->generations == nullptr) return std::nullopt;
-  return e->generations(settings);
+  return e->generations(settings, objectives);
 }
 
 const AlgorithmTraits* algorithm_traits(const std::string& algorithm) {

@@ -1154,18 +1154,20 @@ TEST_CASE("idle_group_warnings: a generation-based search that keeps few groups 
   };
   const std::string head = "name: g\nobjective: {metric: value, mode: min}\ntrainer: {kind: function, name: branin}\n"
                            "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
-  // The issue's campaign: genetic's population of 10 on 2048 groups.
+  // The issue's campaign: genetic's population of 10 on 2048 groups. Its elite is carried over unrun,
+  // so a generation after the first runs 9 trials.
   const auto genetic = parse_ok(head + "search:\n  algorithm: genetic\n  max_trials: 20000\n  settings: {population: 10}\n");
   CHECK(warnings(genetic, 2048) ==
-        lines({"test.yaml:8:14: search.settings.population: population 10 keeps 10 of 2048 groups "
-                                 "busy (0.5%); population: 2048 would fill them"}));
-  CHECK(config::idle_group_warnings(genetic, 10).empty());  // filled
+        lines({"test.yaml:8:14: search.settings.population: population 10 keeps 9 of 2048 groups "
+               "busy (0.4%; 1 elite carried over unrun); population: 2049 would fill them"}));
+  CHECK(config::idle_group_warnings(genetic, 10).empty());  // 9 of 10: 90% busy
+  CHECK(config::idle_group_warnings(genetic, 9).empty());   // filled
   CHECK(config::idle_group_warnings(genetic, 1).empty());
-  // Islands: each adds a population; the default population (10), placed at search.settings.
+  // Islands: each adds a population (and its elite); the default population (10), placed at search.settings.
   const auto islands = parse_ok(head + "search: {algorithm: genetic, max_trials: 200, settings: {islands: 4}}\n");
   CHECK(warnings(islands, 100) ==
-        lines({"test.yaml:5:47: search.settings.population: population 10 on 4 islands keeps 40 of 100 "
-                                 "groups busy (40%); population: 25 would fill them"}));
+        lines({"test.yaml:5:47: search.settings.population: population 10 on 4 islands keeps 36 of 100 "
+               "groups busy (36%; 4 elites carried over unrun); population: 26 would fill them"}));
   // Algorithms that keep every free group busy say nothing: random, and evolution's asynchronous
   // tournaments.
   for (const char* algorithm : {"random", "evolution", "tpe"}) {
@@ -1179,11 +1181,65 @@ TEST_CASE("idle_group_warnings: a generation-based search that keeps few groups 
       " space: {lr: {type: float, low: 0.01, high: 0.3, log: true}}}\n"
       "  - {name: pop, kind: pbt, population: 4, ready: 1, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
   CHECK(warnings(w, 16) ==
-        lines({"test.yaml:5:88: stages[0].search.settings.population: population 8 keeps 8 of 16 "
-                                 "groups busy (50%); population: 16 would fill them",
-                                 "test.yaml:6:28: stages[1].population: population 4 keeps 4 of 16 groups busy (25%); "
-                                 "population: 16 would fill them"}));
-  CHECK(config::idle_group_warnings(w, 4).size() == 0);
+        lines({"test.yaml:5:88: stages[0].search.settings.population: population 8 keeps 7 of 16 "
+               "groups busy (44%; 1 elite carried over unrun); population: 17 would fill them",
+               "test.yaml:6:28: stages[1].population: population 4 keeps 4 of 16 groups busy (25%); "
+               "population: 16 would fill them"}));
+  // 4 pbt members fill 4 groups; the genetic stage's 7 trials run 4 and 3 there (88% busy).
+  const auto on4 = config::idle_group_warnings(w, 4);
+  REQUIRE(on4.size() == 1);
+  CHECK(on4[0].find("stages[0].search.settings.population: population 8: each generation's 7 trials") != std::string::npos);
+}
+
+TEST_CASE("idle_group_warnings: a generation whose last wave leaves groups waiting for it, and the populations that fill them") {
+  auto warnings = [](const config::CampaignConfig& c, int64_t groups) {
+    std::string out;
+    for (const auto& w : config::idle_group_warnings(c, groups)) out += w + "\n";
+    return out;
+  };
+  const std::string head = "name: g\ntrainer: {kind: function, name: branin}\n"
+                           "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n";
+  const std::string one = head + "objective: {metric: value, mode: min}\n";
+  // 9 trials a generation on 8 groups: 8, then 1 while 7 groups wait (hpctune simulate: 56.8% utilization).
+  const auto ten = parse_ok(one + "search: {algorithm: genetic, max_trials: 100, settings: {population: 10}}\n");
+  CHECK(warnings(ten, 8) ==
+        "test.yaml:5:58: search.settings.population: population 10: each generation's 9 trials (1 elite carried over "
+        "unrun) run in 2 waves on 8 groups, 56% of their time busy, the rest waiting for its last trials; population: "
+        "9 or 17 would fill them\n");
+  // On 4 groups: 4, 4, 1 (simulate: 75.7%).
+  CHECK(warnings(ten, 4).find("run in 3 waves on 4 groups, 75% of their time busy") != std::string::npos);
+  CHECK(warnings(ten, 4).find("population: 9 or 13 would fill them") != std::string::npos);
+  // Filled waves, or a last wave nearly full (at least 90% busy), say nothing.
+  for (int64_t groups : {3, 9}) CHECK(config::idle_group_warnings(ten, groups).empty());
+  const auto many = parse_ok(one + "search: {algorithm: genetic, max_trials: 1000, settings: {population: 101}}\n");
+  CHECK(config::idle_group_warnings(many, 8).empty());  // 100 trials: 13 waves, 96% busy
+  // A next generation bred before the last one's stragglers end: groups do not wait for them.
+  const auto early = parse_ok(one + "search: {algorithm: genetic, max_trials: 100, settings: {population: 10, "
+                                    "min_complete_fraction: 0.75}}\n");
+  CHECK(config::idle_group_warnings(early, 8).empty());
+  // No elite: every member runs; with several objectives (NSGA-II) none is carried either.
+  const auto no_elite = parse_ok(one + "search: {algorithm: genetic, max_trials: 100, settings: {population: 10, elitism: 0}}\n");
+  CHECK(warnings(no_elite, 8).find("each generation's 10 trials run in 2 waves on 8 groups, 62% of their time busy, "
+                                   "the rest waiting for its last trials; population: 8 or 16 would fill them") !=
+        std::string::npos);
+  const auto pareto = parse_ok(head + "objectives: [{metric: value, mode: min}, {metric: regret, mode: min}]\n"
+                                      "search: {algorithm: genetic, max_trials: 100, settings: {population: 10}}\n");
+  CHECK(warnings(pareto, 8).find("each generation's 10 trials run in 2 waves") != std::string::npos);
+  // Islands: a population step of groups / gcd(groups, islands).
+  const auto islands = parse_ok(one + "search: {algorithm: genetic, max_trials: 100, settings: {population: 5, islands: 2}}\n");
+  CHECK(warnings(islands, 6).find("population 5 on 2 islands: each generation's 8 trials (2 elites carried over unrun) "
+                                  "run in 2 waves on 6 groups, 67% of their time busy, the rest waiting for its last "
+                                  "trials; population: 4 or 7 would fill them") != std::string::npos);
+  // PBT keeps its members in step: 5 members on 2 groups run 2, 2, 1 each interval.
+  const auto pbt = parse_ok(workflow(
+      "  - {name: pop, kind: pbt, population: 5, ready: 1, space: {momentum: {type: float, low: 0, high: 0.99}}}\n"));
+  CHECK(warnings(pbt, 2).find("stages[0].population: population 5: each generation's 5 trials run in 3 waves on 2 "
+                              "groups, 83% of their time busy, the rest waiting for its last trials; population: 4 or 6 "
+                              "would fill them") != std::string::npos);
+  CHECK(config::idle_group_warnings(parse_ok(workflow("  - {name: pop, kind: pbt, population: 6, ready: 1, space: "
+                                                      "{momentum: {type: float, low: 0, high: 0.99}}}\n")),
+                                    2)
+            .empty());
 }
 
 TEST_CASE("resources.ranks.model: more stages than the trainer's network has layers is refused (issue 36, item 10)") {

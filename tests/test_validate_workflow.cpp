@@ -380,8 +380,8 @@ TEST_CASE("validate and run warn when a generation-based search keeps few groups
                            "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n"
                            "trainer: {kind: function, name: branin}\nresources: {groups: 8}\n";
   const std::string cfg = dir.write("idle.yaml", text);
-  const std::string warning = cfg + ":6:14: search.settings.population: population 2 keeps 2 of 8 groups busy (25%); "
-                                    "population: 8 would fill them";
+  const std::string warning = cfg + ":6:14: search.settings.population: population 2 keeps 1 of 8 groups busy (12%; 1 elite carried "
+                                    "over unrun); population: 9 would fill them";
   const Run v = validate(dir, "idle", text);
   CHECK(v.code == 0);  // a warning, not an error
   CHECK_MESSAGE(contains(v.output, "hpctune validate: warning: " + warning), v.output);
@@ -389,12 +389,12 @@ TEST_CASE("validate and run warn when a generation-based search keeps few groups
   Run r = run_measured({"run", cfg, "--db", dir.file("idle.db"), "--groups", "4"}, dir.file("run.log"), 120s);
   CHECK_MESSAGE(r.code == 0, r.output);
   CHECK_MESSAGE(contains(r.output, "hpctune run: warning: " + cfg +
-                                       ":6:14: search.settings.population: population 2 keeps 2 of 4 groups busy (50%); "
-                                       "population: 4 would fill them"),
+                                       ":6:14: search.settings.population: population 2 keeps 1 of 4 groups busy (25%; 1 elite "
+                                       "carried over unrun); population: 5 would fill them"),
                 r.output);
   // A population that fills the groups: no warning.
   std::string full = text;
-  full.replace(full.find("population: 2"), 13, "population: 8");
+  full.replace(full.find("population: 2"), 13, "population: 9");
   const Run quiet = validate(dir, "full", full);
   CHECK(quiet.code == 0);
   CHECK_MESSAGE(!contains(quiet.output, "groups busy"), quiet.output);
