@@ -128,3 +128,44 @@ TEST_CASE("promotion: with nothing new to propose the most promising held trial 
   REQUIRE(more.ok());
   CHECK(more->empty());
 }
+
+TEST_CASE("promotion: an attempt reserves the steps it will train, so the groups in flight do not carry the campaign past its budget") {
+  // 5 steps left: of 8 free groups, 5 get a new trial (each trains 1 step, to rung 1); before, all 8.
+  Rig r(10, /*max_steps=*/5);
+  auto got = r.source->ask(8);
+  REQUIRE(got.ok());
+  REQUIRE(got->size() == 5);
+  CHECK(r.source->steps_reserved() == 5);
+  CHECK(r.source->exhausted());  // consumed and reserved reach the budget: nothing else starts
+  CHECK(r.source->ask(1)->empty());
+  for (const auto& s : *got) r.params[s.seq] = s.params;
+  double value = 0.9;
+  for (const auto& s : *got) r.train(s.seq, 0, 1, value -= 0.1);
+  CHECK(r.source->steps_consumed() == 5);
+  CHECK(r.source->steps_reserved() == 0);
+  CHECK(r.source->state().at("steps_reserved") == 0);
+
+  // Promotions reserve their next leg: 3 trials at rung 1 (3 steps), a budget of 12.
+  Rig p(3, /*max_steps=*/12);
+  const int64_t a = p.ask(), b = p.ask(), c = p.ask();
+  p.train(a, 0, 1, 0.9);
+  p.train(b, 0, 1, 0.5);
+  p.train(c, 0, 1, 0.7);
+  CHECK(p.source->resume_next({a, b, c}) == std::optional<int64_t>(a));  // 1 -> 3: 2 steps reserved
+  CHECK(p.source->resume_next({b, c}) == std::optional<int64_t>(c));     // nothing new: the better one
+  CHECK(p.source->resume_next({b}) == std::optional<int64_t>(b));
+  CHECK(p.source->steps_reserved() == 6);
+  p.train(a, 1, 3, 0.95);  // 5 consumed, 4 reserved (b and c): 3 steps left
+  CHECK(!p.source->exhausted());
+  // a's last leg (3 -> 9) needs 6: it starts, as the one attempt that may pass the budget...
+  CHECK(p.source->resume_next({a}) == std::optional<int64_t>(a));
+  CHECK(p.source->steps_reserved() == 10);
+  // ...and nothing more does, where before c and b, back at rung 3, each went on to 9 as well.
+  CHECK(p.source->exhausted());
+  p.train(c, 1, 3, 0.8);
+  p.train(b, 1, 3, 0.6);
+  CHECK(p.source->resume_next({b, c}) == std::nullopt);
+  CHECK(p.train(a, 3, 9, 0.97).kind == Verdict::Kind::kContinue);
+  CHECK(p.source->steps_consumed() == 15);  // the budget, 12, and a's last leg past it
+  CHECK(p.source->steps_reserved() == 0);
+}

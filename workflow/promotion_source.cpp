@@ -24,6 +24,13 @@ int64_t PromotionSource::steps_consumed() const {
   return n;
 }
 
+int64_t PromotionSource::steps_reserved() const {
+  int64_t n = 0;
+  for (const auto& [seq, e] : entries_)
+    if (!e.final) n += std::max<int64_t>(0, e.target - e.reached);
+  return n;
+}
+
 int64_t PromotionSource::step_budget() const {
   return opt_.max_steps > 0 ? opt_.max_steps : opt_.max_trials * opt_.max_t;
 }
@@ -40,13 +47,18 @@ search::Params PromotionSource::without_step(search::Params p) const {
 }
 
 Result<std::vector<search::Suggestion>> PromotionSource::ask(std::size_t n) {
-  if (budget_spent()) return std::vector<search::Suggestion>{};
-  HPCTUNE_ASSIGN(std::vector<search::Suggestion> out, searcher_.ask(n));
+  // As many new trials as the budget left holds, each reserving its first rung's steps (the last
+  // one may pass it).
+  int64_t left = step_budget() - steps_consumed() - steps_reserved();
+  std::size_t fit = 0;
+  for (; fit < n && left > 0; ++fit) left -= next_stop(issued_ + static_cast<int64_t>(fit), 0);
+  if (fit == 0) return std::vector<search::Suggestion>{};
+  HPCTUNE_ASSIGN(std::vector<search::Suggestion> out, searcher_.ask(fit));
   for (search::Suggestion& s : out) {
     // The first attempt trains to the trial's first rung.
     s.params[opt_.step_key] = next_stop(s.seq, 0);
     s.meta[trainers::kStageStepMeta] = opt_.step_key;  // the views show it as the run setting max_step
-    entries_[s.seq];
+    entries_[s.seq].target = next_stop(s.seq, 0);
     issued_ = std::max(issued_, s.seq + 1);
   }
   return out;
@@ -119,6 +131,8 @@ std::optional<int64_t> PromotionSource::resume_next(const std::vector<int64_t>& 
       if (!best || ahead(c, *best)) best = c;
   }
   if (!best) return std::nullopt;
+  Entry& e = entries_[best->seq];
+  e.target = next_stop(best->seq, e.reached);  // where its pause set its step setting
   return best->seq;
 }
 
@@ -150,6 +164,7 @@ nlohmann::json PromotionSource::state() const {
   nlohmann::json s = searcher_.state();
   if (!s.is_object()) s = nlohmann::json::object();
   s["steps_consumed"] = steps_consumed();
+  s["steps_reserved"] = steps_reserved();
   s["step_budget"] = step_budget();
   return s;
 }

@@ -21,8 +21,12 @@
 // and trains to its next rung, or to max_t, where it ends done.
 //
 // The step budget (search.max_steps): the sum of the steps every trial trained, counted as the
-// distinct (trial, step) pairs reported; 0 = max_trials x max_t. Once spent, nothing new starts and
-// nothing resumes; the attempts in flight end at their rungs, and the held trials end pruned.
+// distinct (trial, step) pairs reported; 0 = max_trials x max_t. An attempt this source starts (a
+// new trial to its first rung, a held one to its next stop) reserves the steps it will train until
+// it reports them, and nothing new starts or resumes once the steps consumed and reserved reach the
+// budget: the campaign ends past it by at most the last attempt started (before, every attempt in
+// flight trained on: on 64 groups, 64 promotions of up to max_t steps each). The held trials then
+// end pruned. Attempts a restarted master runs again were started before it: not reserved.
 //
 // The searcher is told a trial's outcome once: done at max_t, or pruned (its last rung's value)
 // when it ends held. Every report also reaches it as a partial value (Searcher::tell_report).
@@ -72,19 +76,22 @@ class PromotionSource final : public scheduler::TrialSource {
   bool replay_report(int64_t seq, int64_t step, double value) override;
   nlohmann::json state() const override;
 
-  // The steps consumed so far (distinct (trial, step) pairs reported) and the budget.
+  // The steps consumed so far (distinct (trial, step) pairs reported), those the attempts it started
+  // will train beyond them, and the budget.
   int64_t steps_consumed() const;
+  int64_t steps_reserved() const;
   int64_t step_budget() const;
 
  private:
   struct Entry {
     int64_t reached = 0;  // the highest step it reported
-    int64_t target = 0;   // the step its current attempt trains to
+    int64_t target = 0;   // the step the attempt this source last started trains to (0: none since a restart)
     bool final = false;
   };
   // The step after `step` where trial `seq` next stops: its next rung, else max_t.
   int64_t next_stop(int64_t seq, int64_t step) const;
-  bool budget_spent() const { return steps_consumed() >= step_budget(); }
+  bool budget_spent() const { return steps_consumed() + steps_reserved() >= step_budget(); }
+
   bool nothing_new() const { return searcher_.exhausted() || issued_ >= opt_.max_trials; }
   search::Params without_step(search::Params p) const;
   void note_report(int64_t seq, int64_t step, double value);
