@@ -34,6 +34,13 @@ inline std::string trainer_step_setting(std::string_view kind) {
   return can != nullptr && can->step_setting != nullptr ? can->step_setting : "";
 }
 
+// The bool setting that keeps the kind's program alive across a group's trials (command's
+// `persistent`); "" for a kind without one, or an unknown one.
+inline std::string trainer_persistent_setting(std::string_view kind) {
+  const auto* can = trainers::trainer_capabilities(kind);
+  return can != nullptr && can->persistent_setting != nullptr ? can->persistent_setting : "";
+}
+
 // The bool setting that turns the kind's predictions off (mlp's save_predictions); "" when there is
 // none: a stage that needs them sets it to true.
 inline std::string trainer_predictions_switch(std::string_view kind) {

@@ -164,7 +164,8 @@ std::string number_field(const nlohmann::json& d, const char* key) {
 }
 
 // The master's warnings of a trial's reports, an event kind each (scheduler.cpp: note_unjudged,
-// note_restarted_steps, note_constant_objective, note_step_past_judge), and the line each shows.
+// note_restarted_steps, note_constant_objective, note_step_past_judge, note_overhead), and the line
+// each shows.
 struct WarningEvent {
   const char* kind;
   std::string (*line)(const store::EventRow& e);
@@ -197,6 +198,17 @@ const WarningEvent kWarningEvents[] = {
               ", past early_stopping.max_t " + int_field(e.detail, "last_step") +
               ": early stopping judges no report past max_t (report steps in max_t's unit, or set max_t to the " +
               "program's last step)";
+     }},
+    {"attempt_overhead",
+     [](const store::EventRow& e) {
+       const nlohmann::json& d = e.detail;
+       const bool persistent = d.is_object() && d.contains("persistent") && d["persistent"].is_boolean() &&
+                               d["persistent"].get<bool>();
+       const std::string setting = text_field(d, "setting");
+       return "attempts spent a median " + number_field(d, "overhead_s") + " s of " + number_field(d, "attempt_s") +
+              " s outside their steps, starting and ending the program" +
+              (persistent ? " although trainer." + setting + " is on (loop over hp.trials(), load the data before it)"
+                          : " (trainer." + setting + ": true with a loop over hp.trials() starts it once per group)");
      }},
 };
 

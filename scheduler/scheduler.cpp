@@ -11,6 +11,8 @@
 #include "common/clock.h"
 #include "common/device_list.h"
 #include "common/rng.h"
+#include "common/stats.h"
+#include "config/trainer_kinds.h"
 #include "common/text.h"
 #include "launch/attempt_fence.h"
 #include "search/pareto.h"
@@ -580,6 +582,8 @@ Status Scheduler::on_report(Worker& w, const protocol::Report& m, Clock::time_po
     HPCTUNE_TRY(note_step_past_judge(w, *t, m.step, *last, tw));
   t->last_step = m.step;
   t->last_metrics = m.metrics;
+  if (t->reports++ == 0) t->first_report_w = tw;
+  t->last_report_w = tw;
   if (t->first_report_step < 0) t->first_report_step = m.step;
   if (t->judged_from < 0 && !opt_.objectives.empty() && m.metrics.count(opt_.objectives[0].metric) > 0)
     t->judged_from = m.step;
@@ -709,6 +713,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
     HPCTUNE_ASSIGN(recalled, recall_last_report(w, *t, now));
   }
   if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, wall(now)));
+  HPCTUNE_TRY(note_overhead(w, *t, wall(now)));
   // A pause decided for this attempt wins also when the trainer ended by itself before the stop
   // reached it (a PBT interval ends exactly where the pause is decided).
   if (t->pause) return pause_attempt(w, *t, m, now);
@@ -872,6 +877,47 @@ Status Scheduler::note_constant_objective(const Worker& w, const Trial& t, doubl
       "accuracy); the search has nothing to go on");
   return store_.add_event(opt_.campaign_id, "same_objective", t.id, t.attempt, w.group,
                           {{"metric", metric}, {"value", value}, {"trials", same.trials}}, tw);
+}
+
+// Attempts that spend most of their time outside their steps: the program starts (Python, its
+// imports, its data) and ends once per attempt, which a program that stays alive (a trainer's
+// persistent setting, with a loop over hp.trials()) pays once per group. Of the stage's first
+// kOverheadAttempts attempts with 2 or more step reports: an attempt's k steps take k times the gap
+// between its reports, (last - first) / (k - 1); the rest of its time, from its dispatch to its
+// end, is overhead. When the median overhead is at least half the median attempt and at least
+// kOverheadSeconds, and the stage's trainer kind can keep its program alive
+// (config::trainer_persistent_setting), said once per stage: a warning and an `attempt_overhead` event.
+Status Scheduler::note_overhead(const Worker& w, const Trial& t, double tw) {
+  constexpr std::size_t kOverheadAttempts = 5;
+  constexpr double kOverheadSeconds = 0.5;
+  Stage& st = stages_[t.stage];
+  Stage::Overhead& o = st.overhead;
+  if (o.settled || t.reports < 2 || t.dispatched_w <= 0 || tw < t.last_report_w) return Status::Ok();
+  const double length = tw - t.dispatched_w;
+  const double step = (t.last_report_w - t.first_report_w) / static_cast<double>(t.reports - 1);
+  o.overhead_s.push_back(std::max(0.0, length - step * static_cast<double>(t.reports)));
+  o.attempt_s.push_back(length);
+  if (o.attempt_s.size() < kOverheadAttempts) return Status::Ok();
+  o.settled = true;
+  auto centi = [](double seconds) { return std::round(seconds * 100) / 100; };  // as said: 1.03 s
+  const double overhead = centi(median_of(o.overhead_s)), attempt = centi(median_of(o.attempt_s));
+  const nlohmann::json& trainer = st.trainer.is_object() ? st.trainer : opt_.trainer;
+  const nlohmann::json kind = trainer.is_object() ? trainer.value("kind", nlohmann::json()) : nlohmann::json();
+  const std::string setting = kind.is_string() ? config::trainer_persistent_setting(kind.get<std::string>()) : "";
+  if (setting.empty() || overhead < kOverheadSeconds || overhead < 0.5 * attempt) return Status::Ok();
+  const bool persistent = trainer.contains(setting) && trainer[setting].is_boolean() && trainer[setting].get<bool>();
+  const std::string share = std::to_string(static_cast<int>(std::lround(100.0 * overhead / attempt)));
+  log("warning: the first " + std::to_string(o.attempt_s.size()) + " attempts of this stage spent " + share +
+      "% of their time outside their steps (median " + format_number(overhead) + " s of " + format_number(attempt) +
+      " s): starting and ending the program, which runs afresh for each attempt" +
+      (persistent ? " although trainer." + setting + " is on: loop over hp.trials() (tools/python/hpctune_report.py) "
+                    "and load the data before the loop"
+                  : "; with trainer." + setting + ": true and a loop over hp.trials() (tools/python/hpctune_report.py) "
+                    "one program per group serves the trials and intervals in turn"));
+  return store_.add_event(opt_.campaign_id, "attempt_overhead", t.id, t.attempt, w.group,
+                          {{"overhead_s", overhead}, {"attempt_s", attempt}, {"attempts", o.attempt_s.size()},
+                           {"setting", setting}, {"persistent", persistent}},
+                          tw);
 }
 
 // The attempt ended on our pause: the trial waits, paused, for the next tick, then runs again on
@@ -1193,6 +1239,8 @@ Status Scheduler::dispatch(Clock::time_point now) {
     t.resumed_at = std::exchange(t.paused_at, 0);
     t.last_step = 0;
     t.last_metrics.clear();
+    t.dispatched_w = wall(now);
+    t.reports = 0;
     w->trial_id = id;
     w->idle = false;
     idle_.erase({w->group, w->peer});

@@ -265,6 +265,12 @@ class Scheduler {
       std::vector<int64_t> trials;
       bool settled = false;
     } same_value;
+    // note_overhead(): the overhead and the length (s) of the stage's first attempts with 2 or more
+    // step reports, and whether it is settled (said once, or judged).
+    struct Overhead {
+      std::vector<double> overhead_s, attempt_s;
+      bool settled = false;
+    } overhead;
     nlohmann::json trainer;  // null = opt_.trainer
     std::unordered_map<int64_t, int64_t> seq_to_id;  // every trial of the stage
   };
@@ -312,6 +318,10 @@ class Scheduler {
     // Packed dispatch: the trials it may share a process with, those of its cohort; 0 = any of
     // cohort 0. A trial lost with others in one process gets a new cohort (note_process_loss).
     int64_t cohort = 0;
+    // This attempt's wall times (wall()): dispatched, its first and last step reports, and how many
+    // came (note_overhead).
+    double dispatched_w = 0, first_report_w = 0, last_report_w = 0;
+    int64_t reports = 0;
   };
 
   Status on_hello(const protocol::PeerId& peer, const protocol::Hello& m, Clock::time_point now);
@@ -326,6 +336,7 @@ class Scheduler {
   Status note_restarted_steps(const Worker& w, const Trial& t, int64_t step, double tw);
   Status note_step_past_judge(const Worker& w, const Trial& t, int64_t step, int64_t last, double tw);
   Status note_constant_objective(const Worker& w, const Trial& t, double value, double tw);
+  Status note_overhead(const Worker& w, const Trial& t, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

@@ -578,3 +578,45 @@ for trial in hp.trials():
   CHECK(std::set<long>(pids.begin(), pids.end()).size() <= 2);  // a pruned trial's program serves on
   hpctune::testing::check_no_orphans(db);
 }
+
+TEST_CASE("campaign: attempts that mostly start their program are told (attempt_overhead); a program that stays alive is not") {
+  TempDir dir;
+  // 1.5 s of start-up (an import of torch, say) before 3 steps of 0.05 s: almost all of an attempt.
+  write(dir.file("slow_start.py"), R"(
+import time
+time.sleep(1.5)
+import hpctune_report as hp
+for trial in hp.trials():
+    x = hp.params()["x"]
+    for step in range(1, 4):
+        time.sleep(0.05)
+        if not hp.report(step, value=(x - 0.3) ** 2 + 0.01 * step):
+            break
+)");
+  auto campaign = [&](const std::string& name, bool persistent) {
+    const std::string cfg = dir.file(name + ".yaml");
+    write(cfg, "name: " + name + "\nseed: 3\nobjective: {metric: value, mode: min}\n"
+               "search: {algorithm: random, max_trials: 6}\nspace:\n  x: {type: float, low: 0, high: 1}\n"
+               "trainer:\n  kind: command\n  command: [/usr/bin/python3, \"" + dir.file("slow_start.py") + "\"]\n" +
+               (persistent ? "  persistent: true\n" : "") + "  env: {PYTHONPATH: \"" + kPythonPath + "\"}\n"
+               "resources: {groups: 1, threads: 1}\n");
+    const std::string db = dir.file(name + ".db");
+    auto status = run_hpctune({"run", cfg, "--db", db}, dir.file(name + ".log"), std::chrono::seconds(120));
+    REQUIRE_MESSAGE(status.success(), slurp(dir.file(name + ".log")));
+    std::vector<store::EventRow> told;
+    for (const auto& e : hpctune::testing::read_events(db))
+      if (e.kind == "attempt_overhead") told.push_back(e);
+    return told;
+  };
+  const auto fresh = campaign("fresh", false);
+  REQUIRE(fresh.size() == 1);
+  const json& d = fresh[0].detail;
+  CHECK(d.at("overhead_s").get<double>() >= 1.4);  // its sleep, at least
+  CHECK(d.at("overhead_s").get<double>() >= 0.5 * d.at("attempt_s").get<double>());
+  CHECK(d.at("attempts") == 5);
+  CHECK(d.at("setting") == "persistent");
+  CHECK(d.at("persistent") == false);
+  CHECK(slurp(dir.file("fresh.log")).find("with trainer.persistent: true and a loop over hp.trials()") != std::string::npos);
+  // The same program kept alive starts once: 1 of the first 5 attempts pays the start-up.
+  CHECK(campaign("kept", true).empty());
+}
