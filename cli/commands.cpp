@@ -351,6 +351,8 @@ Status cmd_run(const RunArgs& args, const std::atomic<int>& interrupt, bool& int
     std::fprintf(stderr, "hpctune run: warning: %s\n", text.c_str());
   for (const auto& text : config::objective_direction_warnings(cfg))
     std::fprintf(stderr, "hpctune run: warning: %s\n", text.c_str());
+  for (const auto& text : config::trainer_file_warnings(cfg))
+    std::fprintf(stderr, "hpctune run: warning: %s\n", text.c_str());
   scheduler::MasterOptions options;
   options.db_path = args.db.empty() ? cfg.storage : args.db;
   options.config = std::move(cfg);
@@ -736,6 +738,8 @@ Status cmd_validate(const std::string& path, bool print_json) {
   for (const auto& text : config::idle_group_warnings(cfg, cfg.resources.groups))
     std::fprintf(stderr, "hpctune validate: warning: %s\n", text.c_str());
   for (const auto& text : config::objective_direction_warnings(cfg))
+    std::fprintf(stderr, "hpctune validate: warning: %s\n", text.c_str());
+  for (const auto& text : config::trainer_file_warnings(cfg))
     std::fprintf(stderr, "hpctune validate: warning: %s\n", text.c_str());
   if (print_json) {
     std::printf("%s\n", cfg.normalized.dump(2).c_str());

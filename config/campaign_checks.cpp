@@ -1197,6 +1197,37 @@ std::vector<std::string> objective_direction_warnings(const CampaignConfig& c) {
   return out;
 }
 
+std::vector<std::string> trainer_file_warnings(const CampaignConfig& c) {
+  std::vector<std::string> out;
+  if (c.resources.backend != "local") return out;
+  auto tree = read_tree(c.text, c.source);
+  const YNode* root = tree.ok() ? &*tree : nullptr;
+  // The top level's trainer, and each stage's own where it has one.
+  std::vector<std::pair<const CampaignConfig*, std::string>> views = {{&c, ""}};
+  for (std::size_t i = 0; i < c.stages.size(); ++i)
+    if (c.stages[i].own && c.stages[i].own->trainer != c.trainer)
+      views.emplace_back(c.stages[i].own.get(), "stages[" + std::to_string(i) + "].");
+  for (const auto& [view, prefix] : views) {
+    const auto* can = trainers::trainer_capabilities(view->trainer.value("kind", std::string()));
+    if (can == nullptr || can->file_rules.problem == nullptr) continue;
+    std::vector<std::string> open;
+    for (const auto& key : can->file_rules.reads) {
+      const search::ParamSpec* p = view->space.find(key);
+      if (p != nullptr && p->type != search::ParamType::kFixed) open.push_back(key);
+    }
+    const auto problem = can->file_rules.problem(fixed_settings(*view, can->file_rules.reads, {}, json()), open);
+    if (!problem) continue;
+    const std::string at = prefix + "trainer." + problem->key + problem->below;
+    std::string where;
+    if (root != nullptr) {
+      const Mark m = mark_below(*root, Mark{}, "." + at);
+      where = c.source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
+    }
+    out.push_back(where + at + ": " + problem->what + "; every trial would fail");
+  }
+  return out;
+}
+
 Status build_campaign(Walker& walker, json& root, CampaignConfig& c) {
   Builder b(walker, root);
   HPCTUNE_TRY(b.check_name());

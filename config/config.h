@@ -220,6 +220,14 @@ std::optional<ModelStartup> model_startup(const CampaignConfig& config);
 // 17 would fill them").
 std::vector<std::string> idle_group_warnings(const CampaignConfig& config, int64_t groups);
 
+// What `validate` and `run` warn of in the files a trial needs that the trainer's settings name,
+// where the trials run on this machine (resources.backend local): a command's program that is not
+// an executable file or on PATH, the script its interpreter runs that is not a file
+// (TrainerCapabilities::file_rules), for the top level's trainer and each stage's own:
+// "file:line:col: trainer.command[1]: the script 'trian.py' that python3 runs is not a file in
+// /home/me/run, where the command runs (...); every trial would fail".
+std::vector<std::string> trainer_file_warnings(const CampaignConfig& config);
+
 // What `validate` and `run` warn of in the objectives: a metric named as a loss or an error
 // (`val_loss`, `test_error`, `rmse`, ...) whose `mode` was left out, so it is maximised, the default:
 // "file:line:col: objective.metric: 'val_loss' is maximised (mode: max, the default), and a loss or

@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "config/settings.h"
 #include "search/searcher.h"
+#include "tests/temp_dir.h"
 #include "trainers/trainer_settings.h"
 
 using hpctune::Errc;
@@ -2010,4 +2011,62 @@ TEST_CASE("a transfer stage's own max_train_samples: 1 is refused at the stage's
   parse_ok(workflow("  - {name: tune, kind: search, search: {max_trials: 2}, space: {max_train_samples: {type: int, low: "
                     "100, high: 200}}}\n"
                     "  - {name: move, kind: transfer, from: tune, max_train_samples: 1}\n"));
+}
+
+TEST_CASE("trainer_file_warnings: a command's program or script that is not where the trials look, with its place") {
+  hpctune::testing::TempDir dir;
+  dir.write("train.py", "print('hpctune-report {\\\"value\\\": 1}')\n");
+  dir.write("run.sh", "#!/bin/sh\n");
+  std::filesystem::permissions(dir.file("run.sh"), std::filesystem::perms::owner_all);
+  dir.write("data.txt", "not a program\n");
+  const std::string head = "name: f\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 4}\n"
+                           "space: {x: {type: float, low: 0, high: 1}}\n";
+  auto warned = [&](const std::string& trainer) {
+    std::string out;
+    for (const auto& w : config::trainer_file_warnings(parse_ok(head + "trainer: " + trainer + "\n"))) out += w + "\n";
+    return out;
+  };
+  const std::string in = "workdir: \"" + dir.path + "\"";
+  // Found: the interpreter on PATH and its script in workdir; a program by its path; options before the script.
+  CHECK(warned("{kind: command, command: [python3, train.py, --x, \"{x}\"], " + in + "}").empty());
+  CHECK(warned("{kind: command, command: [python3, -u, -W, ignore, train.py], " + in + "}").empty());
+  CHECK(warned("{kind: command, command: \"python3 -u train.py --x {x}\", " + in + "}").empty());
+  CHECK(warned("{kind: command, command: [./run.sh], " + in + "}").empty());
+  CHECK(warned("{kind: command, command: [\"" + dir.file("train.py") + "\"], workdir: /}").size() > 0);  // not executable
+  // Missing: the script (list and string form), the program by its path, the program on PATH.
+  CHECK(warned("{kind: command, command: [python3, trian.py, --x, \"{x}\"], " + in + "}") ==
+        "test.yaml:5:45: trainer.command[1]: the script 'trian.py' that python3 runs is not a file in " + dir.path +
+            ", where the command runs (trainer.workdir); every trial would fail\n");
+  CHECK(warned("{kind: command, command: \"python3 -u trian.py --x {x}\", " + in + "}")
+            .find("trainer.command: the script 'trian.py' that python3 runs is not a file") != std::string::npos);
+  CHECK(warned("{kind: command, command: [./data.txt], " + in + "}")
+            .find("trainer.command[0]: the program './data.txt' is not an executable file in " + dir.path) != std::string::npos);
+  CHECK(warned("{kind: command, command: [pythonn3, train.py], " + in + "}")
+            .find("trainer.command[0]: the program 'pythonn3' is in none of the directories of this shell's PATH, which "
+                  "the trials get: give its absolute path") != std::string::npos);
+  CHECK(warned("{kind: command, command: [run.sh], env: {PATH: \"" + dir.path + "\"}, " + in + "}").empty());
+  CHECK(warned("{kind: command, command: [python3, train.py], env: {PATH: \"" + dir.path + "\"}, " + in + "}")
+            .find("is in none of the directories of trainer.env's PATH") != std::string::npos);
+  CHECK(warned("{kind: command, command: [python3, train.py], workdir: \"" + dir.file("nowhere") + "\"}")
+            .find("trainer.workdir: '" + dir.file("nowhere") + "' is not a directory") != std::string::npos);
+  // Left alone: code given by an option, a placeholder in the script's place, what the shell reads
+  // (quotes, expansions), a program named by a placeholder.
+  for (const char* command : {"[python3, -m, trainer.main]", "[python3, -c, \"print(1)\"]", "[python3, \"{trial_dir}/t.py\"]",
+                              "\"python3 \\\"$HOME/t.py\\\"\"", "[\"{x}\"]", "[bash, -c, \"echo hi\"]"}) {
+    CAPTURE(command);
+    CHECK(warned(std::string("{kind: command, command: ") + command + ", " + in + "}").empty());
+  }
+  // A searched workdir is each trial's own; other kinds have no such files; SLURM's nodes are elsewhere.
+  CHECK(config::trainer_file_warnings(parse_ok("name: f\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 4}\n"
+                                               "space:\n  x: {type: float, low: 0, high: 1}\n"
+                                               "  workdir: {type: choice, values: [/a, /b]}\n"
+                                               "trainer: {kind: command, command: [python3, train.py]}\n"))
+            .empty());
+  CHECK(config::trainer_file_warnings(parse_ok("name: f\nobjective: {metric: value, mode: min}\nsearch: {max_trials: 4}\n"
+                                               "trainer: {kind: function, name: branin}\n"
+                                               "space: {x1: {type: float, low: -5, high: 10}, x2: {type: float, low: 0, high: 15}}\n"))
+            .empty());
+  CHECK(config::trainer_file_warnings(parse_ok(head + "trainer: {kind: command, command: [python3, trian.py]}\n"
+                                                      "resources: {backend: slurm}\n"))
+            .empty());
 }

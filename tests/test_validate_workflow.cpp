@@ -399,3 +399,27 @@ TEST_CASE("validate and run warn when a generation-based search keeps few groups
   CHECK(quiet.code == 0);
   CHECK_MESSAGE(!contains(quiet.output, "groups busy"), quiet.output);
 }
+
+TEST_CASE("validate warns of a command's script that is not a file, at the top level and in a stage's own trainer") {
+  TempDir dir;
+  dir.write("train.py", "print(1)\n");
+  const std::string text = "name: files\nobjective: {metric: value, mode: min}\n"
+                           "trainer: {kind: command, command: [python3, trian.py], workdir: \"" + dir.path + "\"}\n"
+                           "stages:\n"
+                           "  - {name: a, kind: search, search: {algorithm: random, max_trials: 2},"
+                           " space: {x: {type: float, low: 0, high: 1}}}\n"
+                           "  - {name: b, kind: search, search: {algorithm: random, max_trials: 2},"
+                           " space: {x: {type: float, low: 0, high: 1}},"
+                           " trainer: {kind: command, command: [python3, train.py], workdir: \"" + dir.path + "\"}}\n";
+  const Run v = validate(dir, "files", text);
+  CHECK(v.code == 0);  // a warning: the file may yet be made
+  CHECK_MESSAGE(contains(v.output, "hpctune validate: warning: " + dir.file("files.yaml") +
+                                       ":3:45: trainer.command[1]: the script 'trian.py' that python3 runs is not a file in " +
+                                       dir.path + ", where the command runs (trainer.workdir); every trial would fail"),
+                v.output);
+  CHECK_MESSAGE(!contains(v.output, "stages[1].trainer"), v.output);  // stage b's own trainer finds its script
+  std::string other = text;
+  other.replace(other.rfind("train.py"), 8, "tarin.py");
+  const Run w = validate(dir, "other", other);
+  CHECK_MESSAGE(contains(w.output, "stages[1].trainer.command[1]: the script 'tarin.py'"), w.output);
+}

@@ -1,9 +1,148 @@
 // The settings of the `command` trainer kind (command_trainer.h). The space's parameters are not
 // settings of it: the command gets every one of them.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/shell_template.h"
 #include "trainers/internal_params.h"
 #include "trainers/trainer_settings.h"
 
 namespace hpctune::trainers {
+
+namespace {
+
+// The words of a command line as the program gets them: the list form's items, or the string
+// form's blank-separated words where it holds nothing the shell would read otherwise (quotes,
+// expansions, operators, globs, escapes); nullopt where it does.
+std::optional<std::vector<std::string>> command_words(const nlohmann::json& command) {
+  std::vector<std::string> words;
+  if (command.is_array()) {
+    for (const auto& item : command) {
+      if (!item.is_string()) return std::nullopt;
+      words.push_back(item.get<std::string>());
+    }
+    return words;
+  }
+  if (!command.is_string()) return std::nullopt;
+  const std::string& line = command.get_ref<const std::string&>();
+  if (line.find_first_of("'\"\\$`|&;<>()*?[]~#=\n") != std::string::npos) return std::nullopt;
+  std::string word;
+  for (char c : line + " ") {
+    if (c != ' ' && c != '\t') {
+      word += c;
+    } else if (!word.empty()) {
+      words.push_back(std::move(word));
+      word.clear();
+    }
+  }
+  return words;
+}
+
+// The index of the script an interpreter runs in `words` (python3 -u train.py ...: 2), after its
+// options; nullopt when the program is not an interpreter of a script file (awk's first word is its
+// code) or runs code given by an option (-c, -m, -e, ...).
+std::optional<std::size_t> script_word(const std::vector<std::string>& words) {
+  const std::string program = std::filesystem::path(words[0]).filename().string();
+  const shell_template_detail::Reader r = shell_template_detail::reader_of(program);
+  if (r.kind != shell_template_detail::Reader::Kind::kCode || r.code_short.empty()) return std::nullopt;
+  for (std::size_t k = 1; k < words.size(); ++k) {
+    const std::string& w = words[k];
+    if (w == "--") return k + 1 < words.size() ? std::optional<std::size_t>(k + 1) : std::nullopt;
+    if (w.size() < 2 || (w[0] != '-' && !(w[0] == '+' && r.plus_options))) return k;
+    if (w.rfind("--", 0) == 0) {
+      const std::string name = w.substr(2, w.find('=') == std::string::npos ? std::string::npos : w.find('=') - 2);
+      if (std::find(r.code_long.begin(), r.code_long.end(), name) != r.code_long.end()) return std::nullopt;
+      if (w.find('=') == std::string::npos && std::find(r.arg_long.begin(), r.arg_long.end(), name) != r.arg_long.end()) ++k;
+      continue;
+    }
+    for (std::size_t c = 1; c < w.size(); ++c) {
+      if (r.code_short.find(w[c]) != std::string_view::npos) return std::nullopt;
+      if (r.arg_short.find(w[c]) != std::string_view::npos) {
+        if (c + 1 == w.size()) ++k;  // its argument is the next word
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// `name` found the way execvp finds it: a path as it is (relative to `dir`), else in PATH's
+// directories; "" when it is not there, or not executable.
+std::string find_program(const std::string& name, const std::filesystem::path& dir, const std::string& path_list) {
+  auto runnable = [](const std::filesystem::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    const std::filesystem::path p = std::filesystem::path(name).is_absolute() ? std::filesystem::path(name) : dir / name;
+    return runnable(p) ? p.string() : "";
+  }
+  std::size_t start = 0;
+  while (start <= path_list.size()) {
+    const std::size_t end = std::min(path_list.find(':', start), path_list.size());
+    const std::string entry = path_list.substr(start, end - start);
+    const std::filesystem::path p = (entry.empty() ? dir : std::filesystem::path(entry)) / name;
+    if (runnable(p)) return p.string();
+    start = end + 1;
+  }
+  return "";
+}
+
+// A command whose program, or the script its interpreter runs, is not where the trials will look:
+// every trial would fail at its start. Judged where `hpctune validate` and `run` run, for the local
+// backend, as the trainer runs it: in `workdir` (else the current directory), with trainer.env's
+// PATH, else this shell's. A word holding a placeholder, and a searched command, workdir or env,
+// are left to the trials.
+std::optional<DataProblem> command_file_problem(const nlohmann::json& settings, const std::vector<std::string>& open) {
+  for (const char* key : {"command", "workdir", "env"})
+    if (std::find(open.begin(), open.end(), key) != open.end()) return std::nullopt;
+  const std::string workdir = settings.value("workdir", std::string());
+  std::error_code ec;
+  const std::filesystem::path here = std::filesystem::current_path(ec);
+  const std::filesystem::path dir = workdir.empty() ? here : std::filesystem::path(workdir).is_absolute() ? std::filesystem::path(workdir) : here / workdir;
+  if (!std::filesystem::is_directory(dir, ec))
+    return DataProblem{"workdir", "", "'" + workdir + "' is not a directory (the trials run the command in it)"};
+  const auto words = settings.contains("command") ? command_words(settings["command"]) : std::nullopt;
+  if (!words || words->empty()) return std::nullopt;
+  const bool list = settings["command"].is_array();
+  auto place = [&](std::size_t k) {
+    std::string at;
+    if (list) at.append("[").append(std::to_string(k)).append("]");
+    return at;
+  };
+  const std::string& program = (*words)[0];
+  if (program.find('{') != std::string::npos) return std::nullopt;
+  const nlohmann::json env = settings.value("env", nlohmann::json::object());
+  const char* shell_path = std::getenv("PATH");
+  const bool env_path = env.is_object() && env.contains("PATH") && env["PATH"].is_string();
+  const std::string path_list = env_path ? env["PATH"].get<std::string>() : shell_path ? shell_path : "";
+  auto in_dir = [&](const std::string& name) {
+    if (std::filesystem::path(name).is_absolute()) return std::string();
+    return " in " + dir.string() + ", where the command runs (" +
+           (workdir.empty() ? "the current directory; trainer.workdir sets another" : "trainer.workdir") + ")";
+  };
+  if (find_program(program, dir, path_list).empty()) {
+    if (program.find('/') != std::string::npos)
+      return DataProblem{"command", place(0), "the program '" + program + "' is not an executable file" + in_dir(program)};
+    return DataProblem{"command", place(0), "the program '" + program + "' is in none of the directories of " +
+                                                (env_path ? "trainer.env's PATH" : "this shell's PATH, which the trials get") +
+                                                ": give its absolute path"};
+  }
+  const auto script = script_word(*words);
+  if (!script) return std::nullopt;
+  const std::string& file = (*words)[*script];
+  if (file.find('{') != std::string::npos || file == "-") return std::nullopt;
+  const std::filesystem::path p = std::filesystem::path(file).is_absolute() ? std::filesystem::path(file) : dir / file;
+  if (std::filesystem::is_regular_file(p, ec)) return std::nullopt;
+  return DataProblem{"command", place(*script), "the script '" + file + "' that " +
+                                                    std::filesystem::path(program).filename().string() +
+                                                    " runs is not a file" + in_dir(file)};
+}
+
+}  // namespace
 
 const std::vector<SettingDecl>& command_setting_specs() {
   using T = SettingType;
@@ -86,6 +225,8 @@ TrainerCapabilities command_capabilities() {
     return std::nullopt;
   };
   can.setting_rules.reads = {"command"};
+  can.file_rules.problem = &command_file_problem;
+  can.file_rules.reads = {"command", "workdir", "env"};
   return can;
 }
 

@@ -177,6 +177,11 @@ struct TrainerCapabilities {
     std::vector<std::string> reads;
   };
   DataRules data_rules;
+  // The files a trial needs that its settings name and that may yet be made before the campaign runs
+  // (a command's program and the script its interpreter runs): the same shape as data_rules, judged
+  // where the trials run (the local backend), but warned of by `hpctune validate` and `run`
+  // (config::trainer_file_warnings), not refused.
+  DataRules file_rules;
   // The metrics a finished trial of the kind reports (its last report, which the objective is read
   // from: a trial without the objective's metric fails): `always` every trial, `sometimes` the names,
   // or the prefixes of the names, that it reports under some settings (the classifier kinds' sync_*
