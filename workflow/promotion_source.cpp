@@ -18,17 +18,14 @@ std::string rung_snapshot_dir(const std::string& trial_dir, int64_t step) {
 PromotionSource::PromotionSource(search::Searcher& searcher, search::EarlyStopper& stopper, PromotionOptions options)
     : searcher_(searcher), stopper_(stopper), opt_(std::move(options)) {}
 
-int64_t PromotionSource::steps_consumed() const {
-  int64_t n = 0;
-  for (const auto& [seq, e] : entries_) n += e.reached;
-  return n;
-}
-
-int64_t PromotionSource::steps_reserved() const {
-  int64_t n = 0;
-  for (const auto& [seq, e] : entries_)
-    if (!e.final) n += std::max<int64_t>(0, e.target - e.reached);
-  return n;
+template <typename Change>
+void PromotionSource::change_entry(int64_t seq, Change change) {
+  Entry& e = entries_[seq];
+  consumed_ -= e.reached;
+  reserved_ -= owed(e);
+  change(e);
+  consumed_ += e.reached;
+  reserved_ += owed(e);
 }
 
 int64_t PromotionSource::step_budget() const {
@@ -58,15 +55,14 @@ Result<std::vector<search::Suggestion>> PromotionSource::ask(std::size_t n) {
     // The first attempt trains to the trial's first rung.
     s.params[opt_.step_key] = next_stop(s.seq, 0);
     s.meta[trainers::kStageStepMeta] = opt_.step_key;  // the views show it as the run setting max_step
-    entries_[s.seq].target = next_stop(s.seq, 0);
+    change_entry(s.seq, [&](Entry& e) { e.target = next_stop(s.seq, 0); });
     issued_ = std::max(issued_, s.seq + 1);
   }
   return out;
 }
 
 void PromotionSource::note_report(int64_t seq, int64_t step, double value) {
-  Entry& e = entries_[seq];
-  e.reached = std::max(e.reached, step);
+  change_entry(seq, [&](Entry& e) { e.reached = std::max(e.reached, step); });
   searcher_.tell_report(seq, step, value);  // a partial value (search/searcher.h: Fidelity)
   (void)stopper_.on_report(seq, step, value);  // records the rung; promotion is asked in resume_next
 }
@@ -131,13 +127,13 @@ std::optional<int64_t> PromotionSource::resume_next(const std::vector<int64_t>& 
       if (!best || ahead(c, *best)) best = c;
   }
   if (!best) return std::nullopt;
-  Entry& e = entries_[best->seq];
-  e.target = next_stop(best->seq, e.reached);  // where its pause set its step setting
+  // Its attempt trains to where its pause set its step setting.
+  change_entry(best->seq, [&](Entry& e) { e.target = next_stop(best->seq, e.reached); });
   return best->seq;
 }
 
 void PromotionSource::tell(const search::Observation& observation) {
-  entries_[observation.seq].final = true;
+  change_entry(observation.seq, [](Entry& e) { e.final = true; });
   search::Observation obs = observation;
   obs.params = without_step(obs.params);
   searcher_.tell(obs);
@@ -148,7 +144,7 @@ void PromotionSource::restore(const std::vector<search::Record>& history) {
   std::vector<search::Record> stripped = history;
   for (search::Record& r : stripped) {
     issued_ = std::max(issued_, r.suggestion.seq + 1);
-    entries_[r.suggestion.seq].final = r.observation.has_value();
+    change_entry(r.suggestion.seq, [&](Entry& e) { e.final = r.observation.has_value(); });
     r.suggestion.params = without_step(r.suggestion.params);
     if (r.observation) r.observation->params = without_step(r.observation->params);
   }

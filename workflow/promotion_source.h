@@ -32,6 +32,7 @@
 // when it ends held. Every report also reaches it as a partial value (Searcher::tell_report).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -78,8 +79,8 @@ class PromotionSource final : public scheduler::TrialSource {
 
   // The steps consumed so far (distinct (trial, step) pairs reported), those the attempts it started
   // will train beyond them, and the budget.
-  int64_t steps_consumed() const;
-  int64_t steps_reserved() const;
+  int64_t steps_consumed() const { return consumed_; }
+  int64_t steps_reserved() const { return reserved_; }
   int64_t step_budget() const;
 
  private:
@@ -91,7 +92,11 @@ class PromotionSource final : public scheduler::TrialSource {
   // The step after `step` where trial `seq` next stops: its next rung, else max_t.
   int64_t next_stop(int64_t seq, int64_t step) const;
   bool budget_spent() const { return steps_consumed() + steps_reserved() >= step_budget(); }
-
+  // The steps an entry's attempt will still train (0 once final).
+  static int64_t owed(const Entry& e) { return e.final ? 0 : std::max<int64_t>(0, e.target - e.reached); }
+  // Changes trial seq's entry by `change`, keeping consumed_ and reserved_ its sums.
+  template <typename Change>
+  void change_entry(int64_t seq, Change change);
   bool nothing_new() const { return searcher_.exhausted() || issued_ >= opt_.max_trials; }
   search::Params without_step(search::Params p) const;
   void note_report(int64_t seq, int64_t step, double value);
@@ -100,6 +105,7 @@ class PromotionSource final : public scheduler::TrialSource {
   search::EarlyStopper& stopper_;
   PromotionOptions opt_;
   std::map<int64_t, Entry> entries_;  // by seq
+  int64_t consumed_ = 0, reserved_ = 0;  // the entries' reached and owed() steps, summed
   int64_t issued_ = 0;
 };
 
