@@ -396,7 +396,7 @@ Status PbtSource::begin(const scheduler::StageContext& ctx) {
   if (ctx.run_dir.empty()) {
     return err(Errc::kInvalidArgument,
                "a pbt stage needs the trials' directories (their checkpoints are its snapshots), and this campaign "
-               "keeps none");
+               "keeps none (hpctune simulate keeps no trial files: it does not simulate checkpoints yet)");
   }
   run_dir_ = ctx.run_dir;
   if (!ctx.resuming || ctx.store == nullptr) return {};

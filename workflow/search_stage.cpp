@@ -68,7 +68,8 @@ class SearchStage final : public scheduler::StageRuntime {
   Status begin(const scheduler::StageContext& ctx) override {
     if (pauses_ && ctx.run_dir.empty())
       return err(Errc::kInvalidArgument, "early_stopping.mode pause keeps each paused trial's checkpoint in its "
-                                         "directory, and this campaign keeps none");
+                                         "directory, and this campaign keeps none (hpctune simulate keeps no trial "
+                                         "files: it does not simulate checkpoints yet; plan with mode: stop)");
     const std::vector<std::string> notes = searcher_->notes();
     if (ctx.log)
       for (const auto& line : notes) ctx.log("search: " + line);
