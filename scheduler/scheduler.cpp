@@ -12,8 +12,8 @@
 #include "common/device_list.h"
 #include "common/rng.h"
 #include "common/stats.h"
-#include "config/trainer_kinds.h"
 #include "common/text.h"
+#include "config/trainer_kinds.h"
 #include "launch/attempt_fence.h"
 #include "search/pareto.h"
 

@@ -2037,6 +2037,8 @@ TEST_CASE("trainer_file_warnings: a command's program or script that is not wher
   CHECK(warned("{kind: command, command: [python3, trian.py, --x, \"{x}\"], " + in + "}") ==
         "test.yaml:5:45: trainer.command[1]: the script 'trian.py' that python3 runs is not a file in " + dir.path +
             ", where the command runs (trainer.workdir); every trial would fail\n");
+  CHECK(warned("{kind: command, command: \"python3 trian.py --x={x}\", " + in + "}")
+            .find("trainer.command: the script 'trian.py' that python3 runs is not a file") != std::string::npos);
   CHECK(warned("{kind: command, command: \"python3 -u trian.py --x {x}\", " + in + "}")
             .find("trainer.command: the script 'trian.py' that python3 runs is not a file") != std::string::npos);
   CHECK(warned("{kind: command, command: [./data.txt], " + in + "}")
@@ -2052,7 +2054,8 @@ TEST_CASE("trainer_file_warnings: a command's program or script that is not wher
   // Left alone: code given by an option, a placeholder in the script's place, what the shell reads
   // (quotes, expansions), a program named by a placeholder.
   for (const char* command : {"[python3, -m, trainer.main]", "[python3, -c, \"print(1)\"]", "[python3, \"{trial_dir}/t.py\"]",
-                              "\"python3 \\\"$HOME/t.py\\\"\"", "[\"{x}\"]", "[bash, -c, \"echo hi\"]"}) {
+                              "\"python3 \\\"$HOME/t.py\\\"\"", "[\"{x}\"]", "[bash, -c, \"echo hi\"]",
+                              "\"exec python3 t.py\"", "\"OMP_NUM_THREADS=1 python3 t.py\""}) {
     CAPTURE(command);
     CHECK(warned(std::string("{kind: command, command: ") + command + ", " + in + "}").empty());
   }

@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 #include "common/shell_template.h"
 #include "trainers/internal_params.h"
@@ -16,7 +18,8 @@ namespace {
 
 // The words of a command line as the program gets them: the list form's items, or the string
 // form's blank-separated words where it holds nothing the shell would read otherwise (quotes,
-// expansions, operators, globs, escapes); nullopt where it does.
+// expansions, operators, globs, escapes, an assignment or a builtin before the program); nullopt
+// where it does.
 std::optional<std::vector<std::string>> command_words(const nlohmann::json& command) {
   std::vector<std::string> words;
   if (command.is_array()) {
@@ -28,7 +31,7 @@ std::optional<std::vector<std::string>> command_words(const nlohmann::json& comm
   }
   if (!command.is_string()) return std::nullopt;
   const std::string& line = command.get_ref<const std::string&>();
-  if (line.find_first_of("'\"\\$`|&;<>()*?[]~#=\n") != std::string::npos) return std::nullopt;
+  if (line.find_first_of("'\"\\$`|&;<>()*?[]~#\n") != std::string::npos) return std::nullopt;
   std::string word;
   for (char c : line + " ") {
     if (c != ' ' && c != '\t') {
@@ -38,6 +41,12 @@ std::optional<std::vector<std::string>> command_words(const nlohmann::json& comm
       word.clear();
     }
   }
+  static const std::string_view kShellOwn[] = {".",     ":",       "alias",  "cd",    "command", "eval",  "exec",
+                                               "export", "source", "time",   "trap",  "ulimit",  "umask", "set",
+                                               "if",    "while",   "until",  "for",   "case",    "!",     "{"};
+  if (!words.empty() && (words[0].find('=') != std::string::npos ||
+                         std::find(std::begin(kShellOwn), std::end(kShellOwn), words[0]) != std::end(kShellOwn)))
+    return std::nullopt;
   return words;
 }
 
