@@ -884,12 +884,13 @@ Status Scheduler::note_constant_objective(const Worker& w, const Trial& t, doubl
 // persistent setting, with a loop over hp.trials()) pays once per group. Of the stage's first
 // kOverheadAttempts attempts with 2 or more step reports: an attempt's k steps take k times the gap
 // between its reports, (last - first) / (k - 1); the rest of its time, from its dispatch to its
-// end, is overhead. When the median overhead is at least half the median attempt and at least
-// kOverheadSeconds, and the stage's trainer kind can keep its program alive
+// end, is overhead. When the median overhead is at least kOverheadShare of the median attempt and at
+// least kOverheadSeconds, and the stage's trainer kind can keep its program alive
 // (config::trainer_persistent_setting), said once per stage: a warning and an `attempt_overhead` event.
 Status Scheduler::note_overhead(const Worker& w, const Trial& t, double tw) {
   constexpr std::size_t kOverheadAttempts = 5;
   constexpr double kOverheadSeconds = 0.5;
+  constexpr double kOverheadShare = 1.0 / 3;  // examples/pytorch's 2-epoch pbt intervals: 44%
   Stage& st = stages_[t.stage];
   Stage::Overhead& o = st.overhead;
   if (o.settled || t.reports < 2 || t.dispatched_w <= 0 || tw < t.last_report_w) return Status::Ok();
@@ -904,7 +905,7 @@ Status Scheduler::note_overhead(const Worker& w, const Trial& t, double tw) {
   const nlohmann::json& trainer = st.trainer.is_object() ? st.trainer : opt_.trainer;
   const nlohmann::json kind = trainer.is_object() ? trainer.value("kind", nlohmann::json()) : nlohmann::json();
   const std::string setting = kind.is_string() ? config::trainer_persistent_setting(kind.get<std::string>()) : "";
-  if (setting.empty() || overhead < kOverheadSeconds || overhead < 0.5 * attempt) return Status::Ok();
+  if (setting.empty() || overhead < kOverheadSeconds || overhead < kOverheadShare * attempt) return Status::Ok();
   const bool persistent = trainer.contains(setting) && trainer[setting].is_boolean() && trainer[setting].get<bool>();
   const std::string share = std::to_string(static_cast<int>(std::lround(100.0 * overhead / attempt)));
   log("warning: the first " + std::to_string(o.attempt_s.size()) + " attempts of this stage spent " + share +
