@@ -438,9 +438,15 @@ Status cmd_simulate(const SimulateArgs& args) {
     baseline_s = ranking_seconds(b, args.target.has_value());
   }
   const Split split{nodes / ranks, cfg.resources.ranks_data, cfg.resources.ranks_model};
+  // What `run` would warn of on these groups (a generation that leaves some waiting): in the JSON, or
+  // on standard error beside the table.
+  const std::vector<std::string> warnings = config::idle_group_warnings(cfg, split.groups);
+  if (args.format != "json")
+    for (const auto& text : warnings) std::fprintf(stderr, "hpctune simulate: warning: %s\n", text.c_str());
   HPCTUNE_ASSIGN(SimReport r, simulate_split(args, cfg, machine, source, split, db, 0));
   nlohmann::json j = report_json(r, args, cfg, machine, baseline_s);
   j["outcomes"] = source.detail;
+  j["warnings"] = warnings;
   HPCTUNE_TRY(print(args.format == "json" ? j.dump(2) + "\n" : report_table(j, r, machine.calibrated_nodes)));
   return campaign_verdict(r);
 }

@@ -111,6 +111,10 @@ TEST_CASE("simulate --format json: the contract's fields, consistent; the speed-
   }
   CHECK(j["nodes"] == 8);
   CHECK(j["groups"] == 4);
+  // What run would say of these groups: 3 trials a generation (its elite carried over) on 4.
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK(j["warnings"][0].get<std::string>().find("population 4 keeps 3 of 4 groups busy (75%; 1 elite carried over unrun); "
+                                                 "population: 5 would fill them") != std::string::npos);
   CHECK(j["data"] == 2);
   CHECK(j["model"] == 1);
   CHECK(j["machine"] == "lab");
