@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -983,4 +985,33 @@ TEST_CASE("campaign: a SIGSTOPped worker is killed once lost; its attempt's tree
   CHECK(trials[0].state == store::TrialState::kDone);
   CHECK(trials[0].attempt == 2);
   check_no_orphans(db);
+}
+
+TEST_CASE("a Python program's reports printed without flush reach the master as it prints them (PYTHONUNBUFFERED)") {
+  // Python writes a pipe in blocks: buffered, the 4 reports came together at the program's end, so a
+  // rung could stop it only after it had trained every step.
+  const std::string code =
+      "import time\n"
+      "for e in range(1, 5):\n"
+      "    time.sleep(0.3)\n"
+      "    print('hpctune-report {{\"step\": %d, \"value\": %d}}' % (e, e))\n";  // {{ }}: literal braces
+  auto spread = [&](const json& env) {
+    TempDir dir;
+    Recorded rec;
+    std::vector<Clock::time_point> at;
+    auto ctx = context({{"command", json::array({kPython, "-c", code})}, {"env", env}}, json::object(), dir.path + "/t", rec);
+    ctx.report = [&](int64_t, const protocol::Metrics&) { at.push_back(Clock::now()); };
+    auto r = CommandTrainer().run(ctx);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    REQUIRE(at.size() == 4);
+    return std::chrono::duration<double>(at.back() - at.front()).count();
+  };
+  // As a user's shell has it: no PYTHONUNBUFFERED (a test's environment may set it).
+  const char* had = std::getenv("PYTHONUNBUFFERED");
+  const std::optional<std::string> saved = had ? std::optional<std::string>(had) : std::nullopt;
+  ::unsetenv("PYTHONUNBUFFERED");
+  CHECK(spread(json::object()) >= 0.5);  // 0.9 s of sleeps between the first and the last
+  // The user's environment decides: PYTHONUNBUFFERED empty is Python's default, buffered.
+  CHECK(spread({{"PYTHONUNBUFFERED", ""}}) < 0.2);
+  if (saved) ::setenv("PYTHONUNBUFFERED", saved->c_str(), 1);
 }

@@ -859,6 +859,10 @@ Result<TrialPlan> plan_trial(const TrialContext& ctx, const CommandSettings& s) 
   spawn.env["HPCTUNE_THREADS"] = std::to_string(threads);
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
     if (getenv(name) == nullptr) spawn.env[name] = std::to_string(threads);
+  // Python writes a pipe in blocks of 8 KB: a print() of a report without flush=True reaches the
+  // worker only with the block, or at the program's end, after the step where a rung would have
+  // stopped it. Unbuffered, unless the user's environment decides.
+  if (getenv("PYTHONUNBUFFERED") == nullptr) spawn.env["PYTHONUNBUFFERED"] = "1";
   for (const auto& [k, v] : s.env) spawn.env[k] = v;
   spawn.workdir = s.workdir;
   spawn.supervised = true;  // the whole tree dies with the trial, and with this worker
