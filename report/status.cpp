@@ -164,8 +164,8 @@ std::string number_field(const nlohmann::json& d, const char* key) {
 }
 
 // The master's warnings of a trial's reports, an event kind each (scheduler.cpp: note_unjudged,
-// note_restarted_steps, note_constant_objective, note_step_past_judge, note_overhead), and the line
-// each shows.
+// note_restarted_steps, note_constant_objective, note_step_past_judge, note_bunched_reports,
+// note_overhead), and the line each shows.
 struct WarningEvent {
   const char* kind;
   std::string (*line)(const store::EventRow& e);
@@ -198,6 +198,12 @@ const WarningEvent kWarningEvents[] = {
               ", past early_stopping.max_t " + int_field(e.detail, "last_step") +
               ": early stopping judges no report past max_t (report steps in max_t's unit, or set max_t to the " +
               "program's last step)";
+     }},
+    {"reports_bunched",
+     [](const store::EventRow& e) {
+       return "trial " + std::to_string(e.trial_id) + "'s " + int_field(e.detail, "reports") + " reports came together at " +
+              "its end, so " + text_field(e.detail, "judge") + " could stop or pause it at none of its steps (where " +
+              "its program buffers its standard output, print each report line with a flush)";
      }},
     {"attempt_overhead",
      [](const store::EventRow& e) {

@@ -20,6 +20,10 @@
 namespace hpctune::scheduler {
 namespace {
 
+// Reports of one attempt that reach the master within this many seconds of each other came together
+// (a buffered program's block), not a step apart.
+constexpr double kBunchedSpan = 0.05;
+
 using store::TrialState;
 
 nlohmann::json metrics_json(const protocol::Metrics& metrics) {
@@ -714,6 +718,7 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   }
   if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, wall(now)));
   HPCTUNE_TRY(note_overhead(w, *t, wall(now)));
+  HPCTUNE_TRY(note_bunched_reports(w, *t, wall(now)));
   // A pause decided for this attempt wins also when the trainer ended by itself before the stop
   // reached it (a PBT interval ends exactly where the pause is decided).
   if (t->pause) return pause_attempt(w, *t, m, now);
@@ -894,6 +899,8 @@ Status Scheduler::note_overhead(const Worker& w, const Trial& t, double tw) {
   Stage& st = stages_[t.stage];
   Stage::Overhead& o = st.overhead;
   if (o.settled || t.reports < 2 || t.dispatched_w <= 0 || tw < t.last_report_w) return Status::Ok();
+  // Reports that came together tell nothing of a step's time (note_bunched_reports).
+  if (t.last_report_w - t.first_report_w < kBunchedSpan) return Status::Ok();
   const double length = tw - t.dispatched_w;
   const double step = (t.last_report_w - t.first_report_w) / static_cast<double>(t.reports - 1);
   o.overhead_s.push_back(std::max(0.0, length - step * static_cast<double>(t.reports)));
@@ -918,6 +925,32 @@ Status Scheduler::note_overhead(const Worker& w, const Trial& t, double tw) {
   return store_.add_event(opt_.campaign_id, "attempt_overhead", t.id, t.attempt, w.group,
                           {{"overhead_s", overhead}, {"attempt_s", attempt}, {"attempts", o.attempt_s.size()},
                            {"setting", setting}, {"persistent", persistent}},
+                          tw);
+}
+
+// An attempt whose reports all came together at its end, after it had run a while: its program
+// buffers its standard output (C's stdio on a pipe, a Python with PYTHONUNBUFFERED empty), so the
+// stage's judge (early stopping, pbt) saw its steps only once it had trained all of them, and could
+// stop or pause it at none. Said once per stage, where a judge reads the reports: a warning and a
+// `reports_bunched` event.
+Status Scheduler::note_bunched_reports(const Worker& w, const Trial& t, double tw) {
+  constexpr int64_t kReports = 3;
+  constexpr double kRan = 1.0, kAtEnd = 0.5;  // seconds
+  Stage& st = stages_[t.stage];
+  if (st.source == nullptr || t.reports < kReports || t.dispatched_w <= 0) return Status::Ok();
+  const double span = t.last_report_w - t.first_report_w, ran = t.first_report_w - t.dispatched_w;
+  if (span >= kBunchedSpan || ran < kRan || tw - t.last_report_w >= kAtEnd) return Status::Ok();
+  const std::string judge = st.source->report_judge();
+  if (judge.empty() || !st.warned.insert("reports_bunched").second) return Status::Ok();
+  const auto ms = static_cast<int64_t>(std::lround(span * 1000));
+  log("warning: trial " + std::to_string(t.id) + "'s " + std::to_string(t.reports) + " reports (steps " +
+      std::to_string(t.first_report_step) + " to " + std::to_string(t.last_step) + ") all came within " +
+      std::to_string(ms) + " ms at its end, after " + format_number(std::round(ran * 10) / 10) +
+      " s, so " + judge + " judged it only once it had trained every step: where its program buffers its " +
+      "standard output, print each report line with a flush (print(..., flush=True), fflush(stdout), std::endl)");
+  return store_.add_event(opt_.campaign_id, "reports_bunched", t.id, t.attempt, w.group,
+                          {{"reports", t.reports}, {"first_step", t.first_report_step}, {"last_step", t.last_step},
+                           {"span_s", span}, {"after_s", ran}, {"judge", judge}},
                           tw);
 }
 

@@ -254,7 +254,7 @@ class Scheduler {
     bool active = true;
     bool closed = false;     // close_stage(): failed, asked for nothing more
     // The warning events already said for this stage, each once (note_unjudged, note_restarted_steps,
-    // note_step_past_judge: their event kinds).
+    // note_step_past_judge, note_bunched_reports: their event kinds).
     std::set<std::string> warned;
     // note_constant_objective(): the stage's first done trial's objective value and parameters, the
     // done trials with other parameters that reported exactly that value too, and whether it is
@@ -337,6 +337,7 @@ class Scheduler {
   Status note_step_past_judge(const Worker& w, const Trial& t, int64_t step, int64_t last, double tw);
   Status note_constant_objective(const Worker& w, const Trial& t, double value, double tw);
   Status note_overhead(const Worker& w, const Trial& t, double tw);
+  Status note_bunched_reports(const Worker& w, const Trial& t, double tw);
   Status on_failed(Worker& w, const protocol::Failed& m, Clock::time_point now);
   Status on_stray(const protocol::PeerId& peer, const protocol::Message& m, Clock::time_point now);
   std::string check_credential(const protocol::Hello& m) const;

@@ -1265,3 +1265,41 @@ TEST_CASE("a program that reports every few steps pauses at its rung and at its 
     run_pbt_every_other_step(dir, false, true);
   }
 }
+
+TEST_CASE("reports that all come at an attempt's end (a buffered program) are told once; reports a step apart are not") {
+  // Python with PYTHONUNBUFFERED empty writes its pipe in blocks: the 4 reports, 0.3 s apart as
+  // printed, reach the master together when the program ends, and the rungs judge nothing while it
+  // runs. hpctune's own default (PYTHONUNBUFFERED=1) delivers them as printed.
+  for (const bool buffered : {true, false}) {
+    CAPTURE(buffered);
+    TempDir dir;
+    const std::string program = dir.write("train.py",
+                                          "import json, os, time\n"
+                                          "x = json.loads(os.environ['HPCTUNE_PARAMS'])['x']\n"
+                                          "for step in range(1, 5):\n"
+                                          "    time.sleep(0.3)\n"
+                                          "    print('hpctune-report ' + json.dumps({'step': step, 'loss': (x - 0.3) ** 2 + 1.0 / step}))\n");
+    const std::string cfg = dir.write(
+        "b.yaml", "name: bunched\nseed: 2\nobjective: {metric: loss, mode: min}\nsearch: {algorithm: random, max_trials: 2}\n"
+                  "early_stopping: {kind: asha, grace_period: 1, reduction_factor: 2, max_t: 4}\n"
+                  "space:\n  x: {type: float, low: 0, high: 1}\n"
+                  "trainer: {kind: command, command: [/usr/bin/python3, \"" + program + "\"]" +
+                      (buffered ? ", env: {PYTHONUNBUFFERED: \"\"}" : "") + "}\nresources: {groups: 2}\n");
+    const std::string db = dir.file("b.db");
+    run_ok({"run", cfg, "--db", db}, dir.file("run.log"));
+    const Snapshot s = read_db(db);
+    const auto told = s.events_of("reports_bunched");
+    CHECK(s.events_of("attempt_overhead").empty());  // no step time to read from reports that came together
+    if (!buffered) {
+      CHECK(told.empty());
+      continue;
+    }
+    REQUIRE(told.size() == 1);
+    CHECK(told[0].detail.at("reports") == 4);
+    CHECK(told[0].detail.at("first_step") == 1);
+    CHECK(told[0].detail.at("last_step") == 4);
+    CHECK(told[0].detail.at("span_s").get<double>() < 0.05);
+    CHECK(told[0].detail.at("after_s").get<double>() >= 1.0);
+    CHECK(read_file(dir.file("run.log")).find("print each report line with a flush") != std::string::npos);
+  }
+}
