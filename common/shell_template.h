@@ -121,6 +121,37 @@ inline Reader reader_of(std::string_view p) {
   return {};
 }
 
+// The index of the script an interpreter or shell runs in the words of a command (`python3 -u
+// train.py --lr 0.1`: 2), after its options as reader_of() knows them; nullopt when the program is
+// not one that runs a script file (awk's first word is its code) or runs code given by an option
+// (-c, -m, -e, ...). Scanner::judge_interpreter walks the same options where placeholders stand.
+inline std::optional<std::size_t> script_index(const std::vector<std::string>& words) {
+  if (words.empty()) return std::nullopt;
+  const std::string& path = words[0];
+  const Reader r = reader_of(std::string_view(path).substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1));
+  if (r.kind != Reader::Kind::kCode || r.code_short.empty()) return std::nullopt;
+  for (std::size_t k = 1; k < words.size(); ++k) {
+    const std::string& w = words[k];
+    if (w == "--") return k + 1 < words.size() ? std::optional<std::size_t>(k + 1) : std::nullopt;
+    if (w.size() < 2 || (w[0] != '-' && !(w[0] == '+' && r.plus_options))) return k;
+    if (w.rfind("--", 0) == 0) {
+      const std::size_t eq = w.find('=');
+      const std::string name = w.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      if (std::find(r.code_long.begin(), r.code_long.end(), name) != r.code_long.end()) return std::nullopt;
+      if (eq == std::string::npos && std::find(r.arg_long.begin(), r.arg_long.end(), name) != r.arg_long.end()) ++k;
+      continue;
+    }
+    for (std::size_t c = 1; c < w.size(); ++c) {
+      if (r.code_short.find(w[c]) != std::string_view::npos) return std::nullopt;
+      if (r.arg_short.find(w[c]) != std::string_view::npos) {
+        if (c + 1 == w.size()) ++k;  // its argument is the next word
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // Programs that print their arguments and never run them (a value they print into a pipe is data
 // for the next command, judged there).
 inline bool is_printer(std::string_view p) {

@@ -1070,6 +1070,14 @@ std::string percent(int64_t part, int64_t whole) {
   return text;
 }
 
+// "file:line:col: " of the value at key path `path` in the config's `tree` (its text read again), or
+// "" without one: the place of a warning, as an error's.
+std::string place_of(const YNode* tree, const std::string& source, const std::string& path) {
+  if (tree == nullptr) return "";
+  const Mark m = mark_below(*tree, Mark{}, "." + path);
+  return source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
+}
+
 // The population of `g` whose generations after the first run a multiple of `groups` trials: the
 // next one above its own (up), or the one below (down; 0 when none).
 int64_t filling_population(const search::GenerationSize& g, int64_t groups, bool up) {
@@ -1091,12 +1099,7 @@ std::string idle_groups(const search::GenerationSize& g, int64_t groups, const s
   const bool few = runs < groups;
   if (!few && !g.in_step) return "";  // the next generation starts while the last one's trials run
   const int64_t unit = std::max<int64_t>(1, g.per_unit);
-  std::string where;
-  if (tree != nullptr) {
-    const Mark m = mark_below(*tree, Mark{}, "." + path);
-    where = source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
-  }
-  const std::string head = where + path + ": " + g.population_setting + " " + std::to_string(g.trials / unit) +
+  const std::string head = place_of(tree, source, path) + path + ": " + g.population_setting + " " + std::to_string(g.trials / unit) +
                            (unit > 1 ? " on " + std::to_string(unit) + " islands" : std::string());
   const std::string carried =
       g.carried > 0 ? std::to_string(g.carried) + (g.carried == 1 ? " elite" : " elites") + " carried over unrun"
@@ -1218,12 +1221,7 @@ std::vector<std::string> trainer_file_warnings(const CampaignConfig& c) {
     const auto problem = can->file_rules.problem(fixed_settings(*view, can->file_rules.reads, {}, json()), open);
     if (!problem) continue;
     const std::string at = prefix + "trainer." + problem->key + problem->below;
-    std::string where;
-    if (root != nullptr) {
-      const Mark m = mark_below(*root, Mark{}, "." + at);
-      where = c.source + ":" + std::to_string(m.line) + ":" + std::to_string(m.column) + ": ";
-    }
-    out.push_back(where + at + ": " + problem->what + "; every trial would fail");
+    out.push_back(place_of(root, c.source, at) + at + ": " + problem->what + "; every trial would fail");
   }
   return out;
 }

@@ -716,13 +716,13 @@ Status Scheduler::on_done(Worker& w, const protocol::Done& m, Clock::time_point 
   if (t->rerun && t->last_step <= 0 && !m.stopped) {  // nothing past step 0 (a report of the loaded model)
     HPCTUNE_ASSIGN(recalled, recall_last_report(w, *t, now));
   }
-  if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, wall(now)));
-  HPCTUNE_TRY(note_overhead(w, *t, wall(now)));
-  HPCTUNE_TRY(note_bunched_reports(w, *t, wall(now)));
+  const double tw = wall(now);
+  if (!t->pause && !t->stop_sent && !m.stopped) HPCTUNE_TRY(judge_at_target(w, *t, m, tw));
+  HPCTUNE_TRY(note_overhead(w, *t, tw));
+  HPCTUNE_TRY(note_bunched_reports(w, *t, tw));
   // A pause decided for this attempt wins also when the trainer ended by itself before the stop
   // reached it (a PBT interval ends exactly where the pause is decided).
   if (t->pause) return pause_attempt(w, *t, m, now);
-  const double tw = wall(now);
   // A trial pruned by us comes back with the metrics it had; use its last report if it sent none.
   protocol::Metrics metrics = m.metrics.empty() ? t->last_metrics : m.metrics;
   if (recalled) metrics.insert(t->last_metrics.begin(), t->last_metrics.end());  // its own keys (train_seconds) kept

@@ -50,34 +50,6 @@ std::optional<std::vector<std::string>> command_words(const nlohmann::json& comm
   return words;
 }
 
-// The index of the script an interpreter runs in `words` (python3 -u train.py ...: 2), after its
-// options; nullopt when the program is not an interpreter of a script file (awk's first word is its
-// code) or runs code given by an option (-c, -m, -e, ...).
-std::optional<std::size_t> script_word(const std::vector<std::string>& words) {
-  const std::string program = std::filesystem::path(words[0]).filename().string();
-  const shell_template_detail::Reader r = shell_template_detail::reader_of(program);
-  if (r.kind != shell_template_detail::Reader::Kind::kCode || r.code_short.empty()) return std::nullopt;
-  for (std::size_t k = 1; k < words.size(); ++k) {
-    const std::string& w = words[k];
-    if (w == "--") return k + 1 < words.size() ? std::optional<std::size_t>(k + 1) : std::nullopt;
-    if (w.size() < 2 || (w[0] != '-' && !(w[0] == '+' && r.plus_options))) return k;
-    if (w.rfind("--", 0) == 0) {
-      const std::string name = w.substr(2, w.find('=') == std::string::npos ? std::string::npos : w.find('=') - 2);
-      if (std::find(r.code_long.begin(), r.code_long.end(), name) != r.code_long.end()) return std::nullopt;
-      if (w.find('=') == std::string::npos && std::find(r.arg_long.begin(), r.arg_long.end(), name) != r.arg_long.end()) ++k;
-      continue;
-    }
-    for (std::size_t c = 1; c < w.size(); ++c) {
-      if (r.code_short.find(w[c]) != std::string_view::npos) return std::nullopt;
-      if (r.arg_short.find(w[c]) != std::string_view::npos) {
-        if (c + 1 == w.size()) ++k;  // its argument is the next word
-        break;
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 // `name` found the way execvp finds it: a path as it is (relative to `dir`), else in PATH's
 // directories; "" when it is not there, or not executable.
 std::string find_program(const std::string& name, const std::filesystem::path& dir, const std::string& path_list) {
@@ -140,7 +112,7 @@ std::optional<DataProblem> command_file_problem(const nlohmann::json& settings, 
                                                 (env_path ? "trainer.env's PATH" : "this shell's PATH, which the trials get") +
                                                 ": give its absolute path"};
   }
-  const auto script = script_word(*words);
+  const auto script = shell_template_detail::script_index(*words);
   if (!script) return std::nullopt;
   const std::string& file = (*words)[*script];
   if (file.find('{') != std::string::npos || file == "-") return std::nullopt;
